@@ -1,0 +1,166 @@
+// dev/test/test_utils.c: unit tests of llmc/utils.h (checked I/O, allocation, headers, atomic files)
+#include "llmc/utils.h"
+#include "dev/test/test_common.h"
+
+static char g_dir[1024];
+static char g_path[4096];
+
+static void die_formatted(void* arg) { (void)arg; llmc_die("%s: bad thing %d\nsecond line", "some/file.bin", 42); }
+static void open_missing(void* arg) { (void)arg; FILE* f = fopenCheck("/nonexistent_dir_llmc/x.bin", "rb"); (void)f; }
+static void open_unwritable(void* arg) { (void)arg; FILE* f = fopenCheck("/nonexistent_dir_llmc/y.bin", "wb"); (void)f; }
+static void read_too_much(void* arg) {
+    (void)arg;
+    FILE* f = fopenCheck(g_path, "rb");
+    char buf[64];
+    freadCheck(buf, 1, sizeof(buf), f, g_path);
+}
+static void seek_negative(void* arg) {
+    (void)arg;
+    FILE* f = fopenCheck(g_path, "rb");
+    fseekCheck(f, -100, SEEK_SET, g_path);
+}
+static void malloc_huge(void* arg) { (void)arg; void* p = mallocCheck((size_t)1 << 62); (void)p; }
+static void calloc_overflow(void* arg) { (void)arg; void* p = callocCheck(SIZE_MAX / 2, 4); (void)p; }
+
+static int g_header[256];
+static void header_check(void* arg) {
+    int* expect = (int*)arg;  // magic, vmin, vmax
+    FILE* f = fopenCheck(g_path, "rb");
+    read_header_check(f, g_path, g_header, expect[0], expect[1], expect[2], "token shard");
+}
+static void atomic_into_missing_dir(void* arg) {
+    (void)arg;
+    AtomicFile af;
+    atomic_file_open(&af, "/nonexistent_dir_llmc/out.bin");
+}
+static void mkdir_over_file(void* arg) {
+    (void)arg;
+    char sub[4200];
+    snprintf(sub, sizeof(sub), "%s/sub", g_path);  // g_path is a regular file
+    mkdir_p_check(sub);
+}
+
+static void read_file_bytes(const char* path, char* buf, size_t cap, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    *n = f ? fread(buf, 1, cap, f) : 0;
+    if (f) { fclose(f); }
+}
+
+static int dir_has_tmp_files(const char* dir) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "ls '%s' | grep -q '\\.tmp\\.'", dir);
+    return system(cmd) == 0;
+}
+
+int main(void) {
+    make_temp_dir(g_dir, sizeof(g_dir));
+    snprintf(g_path, sizeof(g_path), "%s/ten.bin", g_dir);
+    write_bytes(g_path, "0123456789", 10);
+
+    // llmc_die: one line, newlines collapsed, status 1
+    expect_die("llmc_die", die_formatted, NULL, "error: some/file.bin: bad thing 42", "second line");
+    expect_die("fopenCheck missing", open_missing, NULL, "/nonexistent_dir_llmc/x.bin", "No such file");
+    expect_die("fopenCheck unwritable", open_unwritable, NULL, "/nonexistent_dir_llmc/y.bin", "writing");
+    expect_die("freadCheck short", read_too_much, NULL, g_path, "truncated");
+    expect_die("fseekCheck", seek_negative, NULL, g_path, "seek");
+    expect_die("mallocCheck", malloc_huge, NULL, "4611686018427387904 bytes", NULL);
+    expect_die("callocCheck overflow", calloc_overflow, NULL, "out of memory", NULL);
+
+    // freadCheck / file_size_check
+    {
+        FILE* f = fopenCheck(g_path, "rb");
+        char buf[4];
+        freadCheck(buf, 1, 4, f, g_path);
+        CHECK(memcmp(buf, "0123", 4) == 0, "freadCheck reads the bytes");
+        CHECK(file_size_check(f, g_path) == 10, "file_size_check is 10");
+        CHECK(ftell(f) == 4, "file_size_check restores the position (at %ld)", ftell(f));
+        fseekCheck(f, 8, SEEK_SET, g_path);
+        freadCheck(buf, 1, 2, f, g_path);
+        CHECK(memcmp(buf, "89", 2) == 0, "fseekCheck + freadCheck");
+        freadCheck(buf, 1, 0, f, g_path);  // zero-length read at EOF is fine
+        fcloseCheck(f, g_path);
+        CHECK(1, "zero-length read does not die");
+    }
+
+    // memory
+    {
+        int* p = (int*)mallocCheck(100 * sizeof(int));
+        p[99] = 7;
+        CHECK(p[99] == 7, "mallocCheck usable");
+        free(p);
+        int* q = (int*)callocCheck(100, sizeof(int));
+        int zero = 1;
+        for (int i = 0; i < 100; i++) { if (q[i] != 0) { zero = 0; } }
+        CHECK(zero, "callocCheck zeroes");
+        free(q);
+    }
+
+    // read_header_check
+    {
+        int header[256];
+        memset(header, 0, sizeof(header));
+        header[0] = 20240520; header[1] = 1; header[2] = 5;
+        write_bytes(g_path, header, sizeof(header));
+        int ok_args[3] = {20240520, 1, 1};
+        char err[1024];
+        CHECK(run_in_child(header_check, ok_args, err, sizeof(err)) == 0, "good header accepted (%s)", err);
+        int wrong_magic[3] = {20240326, 3, 5};
+        expect_die("header magic", header_check, wrong_magic, "not a token shard file", "magic 20240520, expected 20240326");
+        int wrong_version[3] = {20240520, 2, 2};
+        expect_die("header version", header_check, wrong_version, g_path, "unsupported token shard version 1 (expected 2)");
+        int wrong_range[3] = {20240520, 3, 5};
+        expect_die("header version range", header_check, wrong_range, g_path, "(expected 3..5)");
+        write_bytes(g_path, header, 100);
+        expect_die("header short", header_check, ok_args, g_path, "too short");
+        FILE* f = fopenCheck(g_path, "rb");
+        fclose(f);
+    }
+
+    // atomic files
+    {
+        char dst[4200];
+        snprintf(dst, sizeof(dst), "%s/atomic.bin", g_dir);
+        AtomicFile af;
+        atomic_file_open(&af, dst);
+        CHECK(!file_exists(dst), "destination does not exist before commit");
+        CHECK(file_exists(af.tmp_path), "tmp file exists while writing");
+        atomic_file_write(&af, "hello", 1, 5);
+        atomic_file_commit(&af);
+        char buf[64];
+        size_t n = 0;
+        read_file_bytes(dst, buf, sizeof(buf), &n);
+        CHECK(n == 5 && memcmp(buf, "hello", 5) == 0, "committed content");
+        CHECK(!dir_has_tmp_files(g_dir), "no tmp file left after commit");
+
+        // abort keeps the old file
+        atomic_file_open(&af, dst);
+        atomic_file_write(&af, "XXXXXXXX", 1, 8);
+        atomic_file_abort(&af);
+        read_file_bytes(dst, buf, sizeof(buf), &n);
+        CHECK(n == 5 && memcmp(buf, "hello", 5) == 0, "abort leaves old content");
+        CHECK(!dir_has_tmp_files(g_dir), "no tmp file left after abort");
+
+        // overwrite
+        atomic_file_open(&af, dst);
+        atomic_file_write(&af, "world!", 1, 6);
+        atomic_file_commit(&af);
+        read_file_bytes(dst, buf, sizeof(buf), &n);
+        CHECK(n == 6 && memcmp(buf, "world!", 6) == 0, "commit replaces old content");
+        expect_die("atomic open in missing dir", atomic_into_missing_dir, NULL, "/nonexistent_dir_llmc/out.bin.tmp.", "No such file");
+    }
+
+    // file_exists / mkdir_p_check
+    {
+        CHECK(file_exists(g_dir) && !file_exists("/nonexistent_dir_llmc"), "file_exists");
+        char deep[4200];
+        snprintf(deep, sizeof(deep), "%s/a/b/c", g_dir);
+        mkdir_p_check(deep);
+        CHECK(file_exists(deep), "mkdir_p_check creates parents");
+        mkdir_p_check(deep);
+        CHECK(1, "mkdir_p_check on an existing dir is fine");
+        expect_die("mkdir over a file", mkdir_over_file, NULL, g_path, "not a directory");
+    }
+
+    remove_tree(g_dir);
+    return test_summary();
+}

@@ -1,0 +1,253 @@
+/*
+llmc/utils.h: checked wrappers around libc file and memory calls.
+
+Every failure prints exactly ONE line to stderr and exits with status 1:
+    error: <path>: <reason>
+so a user sees which file is wrong and why, never a crash or a silent short read.
+Input validation never uses assert (it vanishes under -DNDEBUG).
+
+Files written by llmc are written atomically with AtomicFile: the data goes to
+"<path>.tmp.<pid>" in the same directory, is flushed and fsync'ed, then renamed
+over <path>, so a crash or a full disk never leaves a half-written file behind.
+*/
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LLMC_NORETURN __attribute__((noreturn))
+#define LLMC_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define LLMC_NORETURN
+#define LLMC_PRINTF(fmt_idx, arg_idx)
+#endif
+
+// ----------------------------------------------------------------------------
+// dying with one line
+
+// prints "error: " + message + "\n" to stderr and exits with status 1
+static inline LLMC_NORETURN LLMC_PRINTF(1, 2) void llmc_die(const char* fmt, ...) {
+    char msg[8192];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+    // collapse any newline in the message so the error stays one line
+    for (char* p = msg; *p; p++) {
+        if (*p == '\n' || *p == '\r') { *p = ' '; }
+    }
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", msg);
+    fflush(stderr);
+    exit(1);
+}
+
+// ----------------------------------------------------------------------------
+// checked file operations
+
+static inline FILE* fopen_check(const char* path, const char* mode, const char* src_file, int src_line) {
+    FILE* f = fopen(path, mode);
+    if (f == NULL) {
+        int err = errno;
+        const char* what = (mode[0] == 'r' && strchr(mode, '+') == NULL) ? "cannot open for reading" : "cannot open for writing";
+        llmc_die("%s: %s (%s) [%s:%d]", path, what, strerror(err), src_file, src_line);
+    }
+    return f;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+// reads exactly n items of size bytes; a short read dies naming the path
+static inline void freadCheck(void* ptr, size_t size, size_t n, FILE* f, const char* path) {
+    if (n == 0 || size == 0) { return; }
+    size_t got = fread(ptr, size, n, f);
+    if (got != n) {
+        if (ferror(f)) {
+            llmc_die("%s: read error (%s)", path, strerror(errno));
+        }
+        llmc_die("%s: truncated (expected %zu items of %zu bytes, got %zu)", path, n, size, got);
+    }
+}
+
+static inline void fwriteCheck(const void* ptr, size_t size, size_t n, FILE* f, const char* path) {
+    if (n == 0 || size == 0) { return; }
+    size_t put = fwrite(ptr, size, n, f);
+    if (put != n) {
+        llmc_die("%s: write failed (%zu of %zu items of %zu bytes written: %s)", path, put, n, size, strerror(errno));
+    }
+}
+
+static inline void fseekCheck(FILE* f, long offset, int whence, const char* path) {
+    if (fseek(f, offset, whence) != 0) {
+        llmc_die("%s: seek to offset %ld (whence %d) failed (%s)", path, offset, whence, strerror(errno));
+    }
+}
+
+static inline void fcloseCheck(FILE* f, const char* path) {
+    if (fclose(f) != 0) {
+        llmc_die("%s: close failed (%s)", path, strerror(errno));
+    }
+}
+
+// size of the file in bytes; the current position is restored
+static inline size_t file_size_check(FILE* f, const char* path) {
+    long here = ftell(f);
+    if (here < 0) { llmc_die("%s: ftell failed (%s)", path, strerror(errno)); }
+    fseekCheck(f, 0, SEEK_END, path);
+    long end = ftell(f);
+    if (end < 0) { llmc_die("%s: ftell failed (%s)", path, strerror(errno)); }
+    fseekCheck(f, here, SEEK_SET, path);
+    return (size_t)end;
+}
+
+// ----------------------------------------------------------------------------
+// checked memory allocation
+
+static inline void* malloc_check(size_t size, const char* src_file, int src_line) {
+    void* p = malloc(size == 0 ? 1 : size);
+    if (p == NULL) {
+        llmc_die("out of memory: malloc of %zu bytes failed [%s:%d]", size, src_file, src_line);
+    }
+    return p;
+}
+
+static inline void* calloc_check(size_t n, size_t size, const char* src_file, int src_line) {
+    if (n != 0 && size > SIZE_MAX / n) {
+        llmc_die("out of memory: calloc of %zu x %zu bytes overflows [%s:%d]", n, size, src_file, src_line);
+    }
+    void* p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
+    if (p == NULL) {
+        llmc_die("out of memory: calloc of %zu bytes failed [%s:%d]", n * size, src_file, src_line);
+    }
+    return p;
+}
+
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+#define callocCheck(n, size) calloc_check(n, size, __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// the 256 x int32 header every llmc binary file starts with
+
+// reads the 1024-byte header into header[256] and checks magic and version;
+// `what` names the kind of file for the message, e.g. "model checkpoint"
+static inline void read_header_check(FILE* f, const char* path, int* header, int magic,
+                                     int version_min, int version_max, const char* what) {
+    size_t got = fread(header, sizeof(int), 256, f);
+    if (got != 256) {
+        llmc_die("%s: not a %s file (file too short for the 1024-byte header)", path, what);
+    }
+    if (header[0] != magic) {
+        llmc_die("%s: not a %s file (magic %d, expected %d)", path, what, header[0], magic);
+    }
+    if (header[1] < version_min || header[1] > version_max) {
+        if (version_min == version_max) {
+            llmc_die("%s: unsupported %s version %d (expected %d)", path, what, header[1], version_min);
+        }
+        llmc_die("%s: unsupported %s version %d (expected %d..%d)", path, what, header[1], version_min, version_max);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// atomic file writing: tmp file in the same directory, fsync, rename
+
+typedef struct {
+    FILE* f;
+    char path[4096];      // final destination
+    char tmp_path[4096];  // "<path>.tmp.<pid>", renamed over path on commit
+} AtomicFile;
+
+static inline void atomic_file_open(AtomicFile* af, const char* path) {
+    size_t len = strlen(path);
+    if (len + 32 >= sizeof(af->path)) {
+        llmc_die("%s: path too long (%zu bytes)", path, len);
+    }
+    memcpy(af->path, path, len + 1);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%ld", path, (long)getpid());
+    af->f = fopen(af->tmp_path, "wb");
+    if (af->f == NULL) {
+        llmc_die("%s: cannot open for writing (%s)", af->tmp_path, strerror(errno));
+    }
+}
+
+static inline void atomic_file_abort(AtomicFile* af) {
+    if (af->f != NULL) {
+        fclose(af->f);
+        af->f = NULL;
+    }
+    unlink(af->tmp_path);
+}
+
+static inline void atomic_file_write(AtomicFile* af, const void* ptr, size_t size, size_t n) {
+    if (n == 0 || size == 0) { return; }
+    size_t put = fwrite(ptr, size, n, af->f);
+    if (put != n) {
+        int err = errno;
+        atomic_file_abort(af);
+        llmc_die("%s: write failed (%zu of %zu items of %zu bytes written: %s)", af->path, put, n, size, strerror(err));
+    }
+}
+
+static inline void atomic_file_commit(AtomicFile* af) {
+    const char* step = NULL;
+    int err = 0;
+    if (fflush(af->f) != 0) { step = "flush"; err = errno; }
+    else if (fsync(fileno(af->f)) != 0) { step = "fsync"; err = errno; }
+    if (step != NULL) {
+        atomic_file_abort(af);
+        llmc_die("%s: %s failed (%s)", af->path, step, strerror(err));
+    }
+    int rc = fclose(af->f);
+    af->f = NULL;
+    if (rc != 0) {
+        err = errno;
+        unlink(af->tmp_path);
+        llmc_die("%s: close failed (%s)", af->path, strerror(err));
+    }
+    if (rename(af->tmp_path, af->path) != 0) {
+        err = errno;
+        unlink(af->tmp_path);
+        llmc_die("%s: rename from %s failed (%s)", af->path, af->tmp_path, strerror(err));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// small helpers
+
+static inline int file_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// creates dir and any missing parents (like mkdir -p); dies with one line on failure
+static inline void mkdir_p_check(const char* dir) {
+    char buf[4096];
+    size_t len = strlen(dir);
+    if (len == 0) { return; }
+    if (len >= sizeof(buf)) { llmc_die("%s: path too long (%zu bytes)", dir, len); }
+    memcpy(buf, dir, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char saved = buf[i];
+            buf[i] = '\0';
+            struct stat st;
+            if (stat(buf, &st) != 0) {
+                if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+                    llmc_die("%s: cannot create directory (%s)", buf, strerror(errno));
+                }
+            } else if (!S_ISDIR(st.st_mode)) {
+                llmc_die("%s: exists and is not a directory", buf);
+            }
+            buf[i] = saved;
+        }
+    }
+}
+
+#endif // LLMC_UTILS_H
