@@ -1,0 +1,70 @@
+"""Shared pytest fixtures: the repo, the tinyshakespeare shards, and reference files written by train_gpt2.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
+TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
+TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
+
+
+def run(cmd: list[str], cwd: Path | str = REPO, check: bool = True, env: dict | None = None,
+        timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run a command, capturing text output; on an unexpected failure show what it printed."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
+                             f"--- stderr\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def make(*targets: str) -> None:
+    run(["make", "--no-print-directory", *targets])
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tinyshakespeare() -> tuple[Path, Path]:
+    """(train, val) shards, made by dev/data/tinyshakespeare.py if they are not there yet."""
+    if not (TS_TRAIN.exists() and TS_VAL.exists()):
+        seed = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+        cache = TS_DIR / "tiny_shakespeare.txt"
+        if seed.exists() and not cache.exists():
+            TS_DIR.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(seed, cache)
+        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py"])
+    return TS_TRAIN, TS_VAL
+
+
+def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64) -> Path:
+    """Run train_gpt2.py in `workdir` to write the checkpoint, tokenizer and debug state for `model`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    run([PYTHON, REPO / "train_gpt2.py", "--model", model, "--input_bin", TS_TRAIN, "--batch_size", B,
+         "--sequence_length", T, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42], cwd=workdir)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
+    """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12)."""
+    return write_reference(tmp_path_factory.mktemp("d12"), "d12")
+
+
+@pytest.fixture(scope="session")
+def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
+    """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin."""
+    return write_reference(tmp_path_factory.mktemp("d2"), "d2")

@@ -1,0 +1,633 @@
+"""
+llmc's PyTorch reference: a GPT-2 in one file, its training loop, and the writers of every .bin
+file the C and CUDA trainers read (model checkpoint, tokenizer, debug state).
+
+Examples:
+    python train_gpt2.py                                   # pretrained GPT-2 124M (d12 from scratch offline)
+    python train_gpt2.py --model d12 --num_iterations 0    # just write gpt2_124M*.bin and the tokenizer
+    torchrun --nproc_per_node 2 train_gpt2.py --device cpu --model d2 --batch_size 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import math
+import os
+import socket
+import struct
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
+from data_common import DataFormatError, read_datafile  # noqa: E402
+
+GPT2_VOCAB = 50257
+GPT2_EOT = 50256
+PRETRAINED = {"gpt2": "124M", "gpt2-medium": "355M", "gpt2-large": "774M", "gpt2-xl": "1558M"}
+DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
+# dN models with published GPT-2 shapes; any other N gets C = 64*N, NH = N (head size 64)
+DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
+
+MODEL_MAGIC, STATE_MAGIC, TOKENIZER_MAGIC = 20240326, 20240327, 20240328
+
+
+class UserError(Exception):
+    """A problem with the user's input: printed as one `error:` line, exit 1."""
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = GPT2_VOCAB
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig, flash: bool):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.n_head, self.n_embd, self.flash = config.n_head, config.n_embd, flash
+        mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+        self.register_buffer("mask", mask.view(1, 1, config.block_size, config.block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, HS)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig, flash: bool):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config, flash)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig, flash: bool = False):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList([Block(config, flash) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd),
+            )
+        )
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+
+    def init_weights(self, seed: int) -> None:
+        """GPT-2's init, drawn from one generator in checkpoint order so the C trainer can reproduce it bit for bit."""
+        g = torch.Generator().manual_seed(seed)
+        std_residual = 0.02 / math.sqrt(2 * self.config.n_layer)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
+            self.transformer.wte.weight.normal_(0.0, 0.02, generator=g)
+            self.transformer.wpe.weight.normal_(0.0, 0.02, generator=g)
+            for block in self.transformer.h:
+                block.attn.c_attn.weight.normal_(0.0, 0.02, generator=g)
+                block.attn.c_proj.weight.normal_(0.0, std_residual, generator=g)
+                block.mlp.c_fc.weight.normal_(0.0, 0.02, generator=g)
+                block.mlp.c_proj.weight.normal_(0.0, std_residual, generator=g)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        else:
+            logits, loss = self.lm_head(x[:, [-1], :]), None  # only the last position is needed
+        return (logits if return_logits else None), loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None):
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+    def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
+                             zero_stage: int = 0) -> torch.optim.Optimizer:
+        """AdamW; weight decay only on the 2-D weights (embeddings and matmul weights)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if zero_stage == 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps)
+            opt.add_param_group(groups[1])
+            return opt
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+
+
+def depth_config(depth: int) -> GPTConfig:
+    C, NH = DEPTH_SHAPES.get(depth, (64 * depth, depth))
+    return GPTConfig(n_layer=depth, n_head=NH, n_embd=C)
+
+
+def from_hf_model(hf, flash: bool) -> GPT:
+    """Our GPT from a transformers GPT2LMHeadModel (Conv1D weights are transposed)."""
+    c = hf.config
+    if getattr(c, "activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise UserError(f"unsupported activation {c.activation_function!r}: llmc's GPT-2 uses tanh GELU")
+    config = GPTConfig(block_size=c.n_positions, vocab_size=c.vocab_size, n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd)
+    model = GPT(config, flash)
+    sd_hf = {k: v for k, v in hf.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    sd = model.state_dict()
+    for k, v in sd_hf.items():
+        if k not in sd:
+            raise UserError(f"unexpected tensor {k!r} in the Hugging Face model")
+        with torch.no_grad():
+            sd[k].copy_(v.t() if k.endswith(transposed) else v)
+    return model
+
+
+def huggingface_reachable(timeout: float = 3.0) -> bool:
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
+    """Model from a name (gpt2*, dN, or a local Hugging Face directory); returns it and its file-name stem."""
+    if name.startswith("d") and name[1:].isdigit():
+        depth = int(name[1:])
+        model = GPT(depth_config(depth), flash)
+        model.init_weights(seed)
+        return model, f"gpt2_{DEPTH_SIZES.get(depth, name)}"
+    if Path(name).is_dir():
+        from transformers import GPT2LMHeadModel
+
+        model = from_hf_model(GPT2LMHeadModel.from_pretrained(name), flash)
+        return model, f"gpt2_{Path(name).name}"
+    if name not in PRETRAINED:
+        raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12) or a directory")
+    from transformers import GPT2LMHeadModel
+
+    try:
+        hf = GPT2LMHeadModel.from_pretrained(name, local_files_only=True)
+    except OSError:
+        hf = GPT2LMHeadModel.from_pretrained(name) if huggingface_reachable() else None
+    if hf is None:
+        depth = {"gpt2": 12, "gpt2-medium": 24, "gpt2-large": 36, "gpt2-xl": 48}[name]
+        print0(f"warning: pretrained '{name}' weights cannot be downloaded (no connection to huggingface.co): "
+               f"initialising d{depth} from scratch instead")
+        return load_model(f"d{depth}", seed, flash)
+    return from_hf_model(hf, flash), f"gpt2_{PRETRAINED[name]}"
+
+
+# ----------------------------------------------------------------------------- llmc .bin writers
+
+
+def padded_vocab(V: int) -> int:
+    return (V + 127) // 128 * 128
+
+
+def llmc_tensors(model: GPT, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
+    """The 16 tensors of the checkpoint, in order, stacked over layers; wte padded with zero rows to Vp."""
+    tr, h = model.transformer, model.transformer.h
+    wte = get(tr.wte.weight)
+    wte = torch.cat([wte, torch.zeros(padded_vocab(wte.size(0)) - wte.size(0), wte.size(1), dtype=wte.dtype)])
+    per_layer = [
+        lambda b: b.ln_1.weight, lambda b: b.ln_1.bias, lambda b: b.attn.c_attn.weight, lambda b: b.attn.c_attn.bias,
+        lambda b: b.attn.c_proj.weight, lambda b: b.attn.c_proj.bias, lambda b: b.ln_2.weight, lambda b: b.ln_2.bias,
+        lambda b: b.mlp.c_fc.weight, lambda b: b.mlp.c_fc.bias, lambda b: b.mlp.c_proj.weight, lambda b: b.mlp.c_proj.bias,
+    ]
+    stacked = [torch.stack([get(f(b)) for b in h]) for f in per_layer]
+    return [wte, get(tr.wpe.weight), *stacked, get(tr.ln_f.weight), get(tr.ln_f.bias)]
+
+
+def header_bytes(values: Iterable[int], dtype: str = "<i4") -> bytes:
+    header = np.zeros(256, dtype=dtype)
+    vals = list(values)
+    header[: len(vals)] = vals
+    return header.tobytes()
+
+
+def float_bits(x: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def atomic_write(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename: a crash never leaves a half file."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def tensor_bytes(t: torch.Tensor, dtype: str) -> bytes:
+    t = t.detach().cpu()
+    if dtype == "float32":
+        return t.float().numpy().tobytes()
+    return t.bfloat16().view(torch.int16).numpy().tobytes()
+
+
+def write_model(model: GPT, filename: str | Path, dtype: str) -> None:
+    """Checkpoint: header (version 3 fp32, 5 bf16) then the 16 tensors."""
+    c = model.config
+    version = {"float32": 3, "bfloat16": 5}[dtype]
+    head = header_bytes([MODEL_MAGIC, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_embd, padded_vocab(c.vocab_size)])
+    tensors = llmc_tensors(model, lambda p: p.detach().cpu().float())
+    atomic_write(filename, [head, *(tensor_bytes(t, dtype) for t in tensors)])
+    print0(f"wrote {filename}")
+
+
+def gpt2_encoding():
+    """tiktoken's GPT-2 BPE; its two files are downloaded once into tiktoken's cache."""
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # tiktoken raises requests' errors when offline
+        raise UserError(f"cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR to a cache holding it): "
+                        f"{type(e).__name__}") from None
+
+
+def write_tokenizer(filename: str | Path) -> None:
+    """Tokenizer: header (version 2 carries the EOT id) then, per token, a length byte and the raw bytes."""
+    enc = gpt2_encoding()
+    pieces = [enc.decode_bytes([i]) for i in range(enc.max_token_value + 1)]
+    body = b"".join(struct.pack("<B", len(b)) + b for b in pieces)
+    atomic_write(filename, [header_bytes([TOKENIZER_MAGIC, 2, len(pieces), enc.eot_token], "<u4"), body])
+    print0(f"wrote {filename}")
+
+
+@dataclass
+class DebugOptimizer:
+    """The optimizer of the debug state's reference steps; its settings are stored in the header."""
+    steps: int = 10
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+
+
+def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer):
+    """fp32 CPU forward/backward on one batch, then `opt.steps` AdamW steps on it: (logits, loss, grads, losses)."""
+    ref = copy.deepcopy(model).cpu().float()
+    optimizer = ref.configure_optimizers(opt.weight_decay, opt.lr, (opt.beta1, opt.beta2), opt.eps)
+    logits, loss, grads, losses = None, None, None, []
+    for step in range(opt.steps):
+        optimizer.zero_grad(set_to_none=True)
+        step_logits, step_loss = ref(x, y)
+        step_loss.backward()
+        if step == 0:
+            logits, loss = step_logits.detach(), step_loss.detach()
+            grads = llmc_tensors(ref, lambda p: p.grad.detach().clone())
+        losses.append(step_loss.item())
+        if opt.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), opt.grad_clip)
+        optimizer.step()
+    return logits, loss, grads, losses
+
+
+def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
+                      opt: DebugOptimizer = DebugOptimizer()) -> None:
+    """Debug state: one batch, its logits, loss and every gradient, then the losses of `opt.steps` reference steps."""
+    x, y = x.cpu(), y.cpu()
+    logits, loss, grads, losses = reference_steps(model, x, y, opt)
+    B, T = x.shape
+    settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
+    chunks = [
+        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings]),
+        x.to(torch.int32).numpy().tobytes(),
+        y.to(torch.int32).numpy().tobytes(),
+        logits.float().numpy().tobytes(),
+        loss.float().numpy().tobytes(),
+        *(g.float().numpy().tobytes() for g in grads),
+        np.asarray(losses, dtype=np.float32).tobytes(),
+    ]
+    atomic_write(filename, chunks)
+    print0(f"wrote {filename} (B={B}, T={T}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f})")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class DistributedDataLoader:
+    """Token shards read in order; rank r of n takes the r-th B*T slice of every n*B*T window (as the C loader)."""
+
+    def __init__(self, pattern: str, B: int, T: int, rank: int, nproc: int, vocab_size: int = GPT2_VOCAB):
+        self.files = sorted(glob.glob(pattern))
+        if not self.files:
+            raise UserError(f"no token shards match {pattern!r} (run python dev/data/tinyshakespeare.py to make some)")
+        self.B, self.T, self.rank, self.nproc, self.vocab_size = B, T, rank, nproc, vocab_size
+        self.reset()
+
+    def _load(self, shard: int) -> None:
+        self.shard = shard
+        self.tokens = read_datafile(self.files[shard], self.vocab_size)
+        if len(self.tokens) < self.nproc * self.B * self.T + 1:
+            raise UserError(f"{self.files[shard]}: {len(self.tokens)} tokens, too few for one batch of "
+                            f"{self.nproc} x {self.B} x {self.T} + 1")
+        self.base = 0
+
+    def reset(self) -> None:
+        self._load(0)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T = self.B, self.T
+        start = self.base + self.rank * B * T
+        buf = torch.from_numpy(np.asarray(self.tokens[start : start + B * T + 1], dtype=np.int64))
+        self.base += self.nproc * B * T
+        if self.base + self.nproc * B * T + 1 > len(self.tokens):
+            self._load((self.shard + 1) % len(self.files))
+        return buf[:-1].view(B, T), buf[1:].view(B, T)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def print0(*args, **kwargs) -> None:
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(*args, **kwargs, flush=True)
+
+
+def get_lr(step: int, lr: float, warmup: int, total: int, final_frac: float) -> float:
+    """Linear warmup, then cosine decay from lr to lr * final_frac (the rule of llmc/schedulers.h)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    ratio = min(max((step - warmup) / max(total - warmup, 1), 0.0), 1.0)
+    lr_min = lr * final_frac
+    return lr_min + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - lr_min)
+
+
+def format_eta(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad flags give one `error:` line (and a pointer to --help) instead of a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob)")
+    a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
+    a("--output_dir", default="", help="directory for main.log and the final checkpoint")
+    a("--model", default="gpt2", help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory")
+    a("--seed", type=int, default=42, help="seed of the from-scratch init and of sampling")
+    a("--batch_size", type=int, default=4, help="micro-batch size B")
+    a("--sequence_length", type=int, default=64, help="sequence length T")
+    a("--total_batch_size", type=int, default=-1, help="tokens per optimizer step (-1 = B*T*processes, no accumulation)")
+    a("--num_iterations", type=int, default=10, help="optimizer steps")
+    a("--inference_only", type=int, default=0, help="forward only, no training")
+    a("--learning_rate", type=float, default=3e-4)
+    a("--warmup_iters", type=int, default=0)
+    a("--learning_rate_decay_frac", type=float, default=1.0, help="final LR as a fraction of --learning_rate")
+    a("--weight_decay", type=float, default=0.0)
+    a("--grad_clip", type=float, default=1.0, help="clip gradients to this global norm (0 = off)")
+    a("--val_loss_every", type=int, default=0, help="every how many steps to evaluate val loss (0 = never)")
+    a("--val_max_steps", type=int, default=20, help="batches per validation")
+    a("--sample_every", type=int, default=0, help="every how many steps to print a sample (0 = never)")
+    a("--gen_tokens", type=int, default=64, help="tokens per sample")
+    a("--overfit_single_batch", type=int, default=0, help="train on the first batch only")
+    a("--tensorcores", type=int, default=0, help="allow TF32 matmuls on CUDA")
+    a("--device", default="", help="cpu|cuda|cuda:N|mps; default: the best available")
+    a("--compile", type=int, default=0, help="torch.compile the model")
+    a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
+    a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
+    a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
+    a("--write_tensors", type=int, default=1, help="write the checkpoints, tokenizer and debug state")
+    a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
+    return p.parse_args(argv)
+
+
+def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
+    """(rank, local_rank, world_size, device), initialising torch.distributed under torchrun."""
+    if "RANK" not in os.environ:
+        if device_arg:
+            return 0, 0, 1, device_arg
+        if torch.cuda.is_available():
+            return 0, 0, 1, "cuda"
+        return 0, 0, 1, "mps" if torch.backends.mps.is_available() else "cpu"
+    rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    use_cuda = device_arg.startswith("cuda") or (not device_arg and torch.cuda.is_available())
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    device = f"cuda:{local_rank}" if use_cuda else (device_arg or "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    return rank, local_rank, world, device
+
+
+def train(args: argparse.Namespace) -> None:
+    rank, _, world, device = setup_distributed(args.device)
+    master = rank == 0
+    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    print0(f"device {device}, {world} process(es)")
+    torch.manual_seed(args.seed + rank)
+    if args.tensorcores:
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    B, T = args.batch_size, args.sequence_length
+    tokens_per_step = B * T * world
+    total_batch = args.total_batch_size if args.total_batch_size > 0 else tokens_per_step
+    if total_batch % tokens_per_step:
+        raise UserError(f"--total_batch_size {total_batch} is not a multiple of B*T*processes = {tokens_per_step}")
+    grad_accum = total_batch // tokens_per_step
+    print0(f"total batch {total_batch} tokens, {grad_accum} micro-step(s) of {B} x {T} per process")
+
+    model, stem = load_model(args.model, args.seed, bool(args.flash))
+    if T > model.config.block_size:
+        raise UserError(f"--sequence_length {T} exceeds the model's block size {model.config.block_size}")
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(f"model {args.model}: L={model.config.n_layer} NH={model.config.n_head} C={model.config.n_embd}, {n_params:,} parameters")
+
+    train_loader = DistributedDataLoader(args.input_bin, B, T, rank, world, model.config.vocab_size)
+    val_loader = DistributedDataLoader(args.input_val_bin, B, T, rank, world, model.config.vocab_size) if args.input_val_bin else None
+
+    if args.write_tensors and master and not args.inference_only:
+        x, y = train_loader.next_batch()
+        train_loader.reset()
+        write_model(model, f"{stem}.bin", "float32")
+        write_model(model, f"{stem}_bf16.bin", "bfloat16")
+        write_tokenizer("gpt2_tokenizer.bin")
+        write_debug_state(model, x, y, f"{stem}_debug_state.bin", DebugOptimizer(steps=args.debug_steps))
+
+    model.to(device)
+    model.train()
+    raw_model = model
+    if args.compile:
+        model = torch.compile(model)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
+    autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage)
+
+    logfile = None
+    if args.output_dir and master:
+        os.makedirs(args.output_dir, exist_ok=True)
+        logfile = open(os.path.join(args.output_dir, "main.log"), "w")
+
+    def log(line: str) -> None:
+        if logfile:
+            logfile.write(line + "\n")
+            logfile.flush()
+
+    first_batch = train_loader.next_batch() if args.overfit_single_batch else None
+    step_times: list[float] = []
+    for step in range(args.num_iterations + 1):
+        last_step = step == args.num_iterations
+
+        if val_loader and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last_step):
+            model.eval()
+            val_loader.reset()
+            with torch.no_grad():
+                val_loss = torch.zeros((), device=device)
+                for _ in range(args.val_max_steps):
+                    x, y = val_loader.next_batch()
+                    with ctx:
+                        _, loss = model(x.to(device), y.to(device), return_logits=False)
+                    val_loss += loss.float() / args.val_max_steps
+            if world > 1:
+                dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
+            print0(f"step {step}: val loss {val_loss.item():.6f}")
+            log(f"s:{step} tel:{val_loss.item():.6f}")
+            model.train()
+
+        if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
+            enc = gpt2_encoding()
+            start = torch.tensor([[GPT2_EOT]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40)
+            print0("---\n" + enc.decode(out[0, 1:].tolist()) + "\n---")
+
+        if last_step or args.inference_only:
+            break
+
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_acc = torch.zeros((), device=device)
+        for micro in range(grad_accum):
+            x, y = first_batch if first_batch is not None else train_loader.next_batch()
+            if world > 1:
+                model.require_backward_grad_sync = micro == grad_accum - 1
+            with ctx:
+                _, loss = model(x.to(device), y.to(device), return_logits=False)
+            loss = loss / grad_accum
+            loss_acc += loss.detach()
+            loss.backward()
+        if world > 1:
+            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+        max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        recent = sorted(step_times[-10:])[len(step_times[-10:]) // 2]
+        eta = recent * (args.num_iterations - step - 1)
+        print0(f"step {step + 1:4d}/{args.num_iterations} | loss {loss_acc.item():.6f} | lr {lr:.2e} | norm {norm.item():.4f} "
+               f"| {dt * 1000:.1f} ms | {total_batch / dt:.0f} tok/s | ETA {format_eta(eta)}")
+        log(f"s:{step} trl:{loss_acc.item():.6f} lr:{lr:.6e} norm:{norm.item():.4f}")
+
+    if args.output_dir and master and args.num_iterations > 0 and not args.inference_only:
+        write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
+    if logfile:
+        logfile.close()
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        train(args)
+    except (UserError, DataFormatError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
