@@ -92,3 +92,11 @@ test-py:
 clean:
 	rm -f train_gpt2 test_gpt2 $(DEV_TESTS)
 	rm -rf __pycache__ tests/__pycache__ .pytest_cache
+
+# ---------------------------------------------------------------------------- Tools (H5): encode, generate
+# encode: GPT-2 BPE in C (llmc/bpe.h); it reads gpt2_bpe.bin, which `make gpt2_bpe.bin` writes from tiktoken.
+encode: encode.c llmc/bpe.h llmc/unicode_tables.h llmc/utils.h
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+
+gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
+	$(PY) dev/write_bpe.py

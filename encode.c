@@ -1,0 +1,153 @@
+/*
+encode: GPT-2 BPE from the command line, with llmc/bpe.h (the same ids as tiktoken's "gpt2").
+
+    ./encode < text.txt            token ids of stdin, space-separated on one line
+    ./encode -d < ids.txt          decodes whitespace-separated ids back to the exact bytes
+    ./encode --allow-special       "<|endoftext|>" in the text becomes token 50256
+    ./encode --bench 5 < text.txt  encodes stdin 5 times, prints the median MB/s to stderr
+    ./encode -b path/gpt2_bpe.bin  the BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llmc/utils.h"
+#include "llmc/bpe.h"
+
+static void print_usage(FILE* out) {
+    fprintf(out,
+        "usage: ./encode [options] < input\n"
+        "  GPT-2 BPE encoder/decoder (same ids as tiktoken's gpt2 encoding).\n"
+        "  default: reads text on stdin, prints the token ids space-separated on one line\n"
+        "  -d               decode: reads whitespace-separated ids on stdin, writes the raw bytes\n"
+        "  -b <path>        BPE ranks file (default: gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
+        "  --allow-special  encode \"<|endoftext|>\" as the special token (default: as ordinary text)\n"
+        "  --bench <n>      encode stdin n times and print the median throughput in MB/s to stderr\n"
+        "  -h, --help       this help\n");
+}
+
+// reads all of stdin into a malloc'ed buffer
+static unsigned char* read_stdin(size_t* n_out) {
+    size_t cap = 1 << 16, n = 0;
+    unsigned char* buf = (unsigned char*)mallocCheck(cap);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            unsigned char* bigger = (unsigned char*)realloc(buf, cap);
+            if (bigger == NULL) { llmc_die("stdin: out of memory reading %zu bytes", cap); }
+            buf = bigger;
+        }
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (got == 0) {
+            if (ferror(stdin)) { llmc_die("stdin: read error"); }
+            break;
+        }
+    }
+    *n_out = n;
+    return buf;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static void run_encode(const BPE* bpe, int allow_special, int bench) {
+    size_t n;
+    unsigned char* text = read_stdin(&n);
+    int* ids = (int*)mallocCheck((n + 1) * sizeof(int));
+    if (bench > 0) {
+        double* mbps = (double*)mallocCheck((size_t)bench * sizeof(double));
+        size_t cnt = 0;
+        for (int r = 0; r < bench; r++) {
+            double t0 = now_seconds();
+            cnt = bpe_encode(bpe, text, n, allow_special, ids);
+            double dt = now_seconds() - t0;
+            mbps[r] = (double)n / 1e6 / (dt > 0 ? dt : 1e-9);
+        }
+        qsort(mbps, (size_t)bench, sizeof(double), compare_doubles);
+        fprintf(stderr, "encoded %zu bytes -> %zu tokens; median of %d runs: %.2f MB/s\n", n, cnt, bench, mbps[bench / 2]);
+        free(mbps);
+        free(ids);
+        free(text);
+        return;
+    }
+    size_t cnt = bpe_encode(bpe, text, n, allow_special, ids);
+    char* line = (char*)mallocCheck(cnt * 12 + 2);
+    size_t at = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        at += (size_t)sprintf(line + at, i == 0 ? "%d" : " %d", ids[i]);
+    }
+    line[at++] = '\n';
+    fwriteCheck(line, 1, at, stdout, "stdout");
+    free(line);
+    free(ids);
+    free(text);
+}
+
+static void run_decode(const BPE* bpe) {
+    size_t n;
+    unsigned char* text = read_stdin(&n);
+    size_t i = 0, index = 0;
+    while (i < n) {
+        while (i < n && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) { i++; }
+        if (i == n) { break; }
+        size_t start = i;
+        long long v = 0;
+        int ok = 1;
+        while (i < n && !(text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) {
+            if (text[i] < '0' || text[i] > '9' || v > 100000000LL) { ok = 0; }
+            else { v = v * 10 + (text[i] - '0'); }
+            i++;
+        }
+        int len = (int)(i - start < 40 ? i - start : 40);
+        if (!ok) { llmc_die("stdin: \"%.*s\" (item %zu) is not a token id", len, (const char*)text + start, index); }
+        size_t blen;
+        const unsigned char* bytes = bpe_token_bytes(bpe, (int)v, &blen);
+        if (bytes == NULL || v > bpe->eot_token) {
+            llmc_die("stdin: token id %lld (item %zu) out of range (0..%d)", v, index, bpe->eot_token);
+        }
+        fwriteCheck(bytes, 1, blen, stdout, "stdout");
+        index++;
+    }
+    free(text);
+}
+
+int main(int argc, char** argv) {
+    const char* bpe_path = "gpt2_bpe.bin";
+    int decode = 0, allow_special = 0, bench = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(stdout); return 0; }
+        else if (strcmp(a, "-d") == 0) { decode = 1; }
+        else if (strcmp(a, "--allow-special") == 0) { allow_special = 1; }
+        else if (strcmp(a, "-b") == 0 || strcmp(a, "--bench") == 0) {
+            if (i + 1 >= argc) { llmc_die("%s: missing value (see ./encode --help)", a); }
+            if (a[1] == 'b') { bpe_path = argv[++i]; }
+            else {
+                char* end;
+                long v = strtol(argv[++i], &end, 10);
+                if (*end != '\0' || v < 1 || v > 1000) { llmc_die("--bench: \"%s\" is not a run count in 1..1000", argv[i]); }
+                bench = (int)v;
+            }
+        } else {
+            fprintf(stderr, "error: unknown argument \"%s\" (see ./encode --help)\n", a);
+            return 1;
+        }
+    }
+    BPE bpe;
+    bpe_init(&bpe, bpe_path);
+    if (decode) { run_decode(&bpe); }
+    else { run_encode(&bpe, allow_special, bench); }
+    if (fflush(stdout) != 0) { llmc_die("stdout: write failed"); }
+    bpe_free(&bpe);
+    return 0;
+}
