@@ -1,0 +1,498 @@
+"""Shared pieces of the llmc dataset scripts.
+
+- downloads that never leave a half-written file behind (`download_file`),
+- the tokenizers the scripts use (`get_tokenizer`: tiktoken's gpt2, or the llama-3 tokenizer),
+- the llm.c-compatible binary formats, writers and validating readers:
+    token shard: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens
+                 gpt-2:   magic 20240520, version 1, uint16 tokens
+                 llama-3: magic 20240801, version 7, uint32 tokens
+    eval file:   int32 header[256] = {20240522, 1, number of examples, longest example in bytes, 0...},
+                 then per example a uint16 record:
+                 65535, record bytes, example index, label, completions (4),
+                 context length, context tokens, then per completion: length, tokens
+
+Every problem with a file is reported as a `DataError` whose message is one line naming the file
+and what is wrong; the scripts print it as `error: <message>` and exit 1.
+
+Importing this module has no side effects (train_gpt2.py imports `read_datafile` and
+`DataFormatError` from it).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import secrets
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4  # every llm.c-compatible file starts with 256 little-endian int32
+
+EVAL_MAGIC = 20240522
+EVAL_VERSION = 1
+EVAL_START_MARKER = 65535  # first uint16 of every eval record
+EVAL_NUM_COMPLETIONS = 4  # HellaSwag: four endings per example (the C eval loader expects 4)
+EVAL_VOCAB_SIZE = 50257  # eval files hold gpt-2 tokens as uint16
+
+# Magic numbers of the other llmc/llm.c files, to say what a wrongly passed file is.
+KNOWN_MAGICS = {
+    20240326: "a model checkpoint",
+    20240327: "a debug state file",
+    20240328: "a tokenizer file",
+    20240522: "an eval file",
+    20240527: "a training state file",
+}
+
+
+class DataError(Exception):
+    """A problem the user can fix; the message is one line naming the file (or flag) at fault."""
+
+
+class DownloadError(DataError):
+    """A download failed (offline, refused, timed out, cut short, HTTP error)."""
+
+
+class DataFormatError(DataError, ValueError):
+    """A file is not in the format it should be (wrong magic, truncated, out-of-range token, ...)."""
+
+
+@dataclass(frozen=True)
+class ShardFormat:
+    model_desc: str
+    magic: int
+    version: int
+    dtype: np.dtype  # little-endian token type on disk
+    vocab_size: int  # default upper bound (exclusive) for token ids
+
+
+SHARD_FORMATS: dict[str, ShardFormat] = {
+    "gpt-2": ShardFormat("gpt-2", 20240520, 1, np.dtype("<u2"), 50257),
+    "llama-3": ShardFormat("llama-3", 20240801, 7, np.dtype("<u4"), 128256),
+}
+MODEL_DESCS = tuple(SHARD_FORMATS)
+_FORMAT_BY_MAGIC = {fmt.magic: fmt for fmt in SHARD_FORMATS.values()}
+
+
+def shard_format(model_desc: str) -> ShardFormat:
+    """The shard format for a model descriptor ("gpt-2" or "llama-3")."""
+    if model_desc not in SHARD_FORMATS:
+        raise DataError(f"unknown model descriptor {model_desc!r}, expected one of {', '.join(MODEL_DESCS)}")
+    return SHARD_FORMATS[model_desc]
+
+
+def one_line(message: object) -> str:
+    """A message flattened to one line (library exceptions sometimes span several)."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def report_error(error: BaseException) -> int:
+    """Print `error: <message>` on one line to stderr; returns the exit status for main()."""
+    print(f"error: {one_line(error)}", file=sys.stderr)
+    return 1
+
+
+# ----------------------------------------------------------------------------- atomic writes
+
+
+def write_atomically(path: Path, write: Callable[[Any], None]) -> Path:
+    """Call write(file) on a temporary file in path's directory, then rename it to path.
+
+    On any failure (or Ctrl-C) the temporary file is removed and path is left untouched, so a
+    file that exists under its final name is always complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Not tempfile.mkstemp: its 0600 mode would stay on the final file; this honours the umask.
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ----------------------------------------------------------------------------- downloads
+
+
+def download_file(url: str, dest: Path, chunk_size: int = 1 << 20, timeout: float = 30.0) -> Path:
+    """Download url to dest with a progress bar; raises DownloadError with a one-line reason.
+
+    timeout bounds the connection and every read, so a dead server cannot hang us. The data goes to
+    a temporary file that is renamed to dest only after the whole body (as announced by
+    Content-Length, when the server sends one) has arrived.
+    """
+    from tqdm import tqdm
+
+    dest = Path(dest)
+
+    def failure(reason: object) -> DownloadError:
+        return DownloadError(
+            f"cannot download {url}: {one_line(reason)} (offline? place the file at {dest} to skip the download)"
+        )
+
+    def fetch(out: Any) -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                length = response.headers.get("Content-Length")
+                total = int(length) if length is not None and length.isdigit() else None
+                received = 0
+                with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name) as bar:
+                    while chunk := response.read(chunk_size):
+                        out.write(chunk)
+                        received += len(chunk)
+                        bar.update(len(chunk))
+        except urllib.error.HTTPError as e:
+            raise failure(f"HTTP {e.code} {e.reason}") from None
+        except urllib.error.URLError as e:
+            raise failure(e.reason) from None
+        except TimeoutError:
+            raise failure(f"no data for {timeout:g} s (timed out)") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise failure(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from None
+        if total is not None and received != total:
+            raise failure(f"connection closed after {received} of {total} bytes")
+
+    return write_atomically(dest, fetch)
+
+
+def download_unless_cached(url: str, dest: Path) -> Path:
+    """dest if it already exists (the offline cache), else download it there."""
+    dest = Path(dest)
+    if dest.is_file():
+        print(f"using cached {dest}")
+        return dest
+    print(f"downloading {url} to {dest}")
+    return download_file(url, dest)
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    model_desc: str
+    eot: int  # the token put before every document
+    vocab_size: int
+    encode: Callable[[str], list[int]]  # plain text; special-token text is encoded as ordinary text
+    decode: Callable[[Sequence[int]], str]
+
+
+LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3.1-8B"
+
+
+@lru_cache(maxsize=None)
+def get_tokenizer(model_desc: str) -> Tokenizer:
+    """The tokenizer for "gpt-2" (tiktoken gpt2) or "llama-3" (Hugging Face, gated); cached per process."""
+    fmt = shard_format(model_desc)
+    if model_desc == "gpt-2":
+        return _load_gpt2(fmt)
+    return _load_llama3(fmt)
+
+
+def _load_gpt2(fmt: ShardFormat) -> Tokenizer:
+    try:
+        import tiktoken
+
+        enc = tiktoken.get_encoding("gpt2")
+    except Exception as e:
+        raise DataError(
+            f"cannot load tiktoken's gpt2 encoding: {type(e).__name__}: {one_line(e)[:200]} "
+            "(offline? set TIKTOKEN_CACHE_DIR to a directory holding tiktoken's cached gpt2 files)"
+        ) from None
+    return Tokenizer("gpt-2", enc.eot_token, fmt.vocab_size, enc.encode_ordinary, enc.decode)
+
+
+def huggingface_reachable(timeout: float = 10.0) -> bool:
+    """False when HF_HUB_OFFLINE is set or huggingface.co does not answer within timeout seconds."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        return False
+    try:
+        urllib.request.urlopen(urllib.request.Request("https://huggingface.co", method="HEAD"), timeout=timeout).close()
+    except (OSError, http.client.HTTPException, ValueError):
+        return False
+    return True
+
+
+def _load_llama3(fmt: ShardFormat) -> Tokenizer:
+    name = LLAMA3_TOKENIZER
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        raise DataError("llama-3 tokenizing needs the transformers package (pip install transformers)") from None
+    hf_logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except Exception:
+        # Not cached. Ask the hub only when it can be reached: offline, transformers retries for a minute.
+        if not huggingface_reachable():
+            raise DataError(
+                f"cannot load the llama-3 tokenizer {name}: it is not in the Hugging Face cache and "
+                "huggingface.co cannot be reached (offline? it is a gated repository: accept its licence "
+                "on huggingface.co and run `hf auth login` on a machine with network access)"
+            ) from None
+        try:
+            tok = AutoTokenizer.from_pretrained(name)
+        except Exception as e:
+            raise DataError(
+                f"cannot load the llama-3 tokenizer {name}: {one_line(e)[:200]} "
+                "(it is a gated repository: accept its licence on huggingface.co and run `hf auth login`)"
+            ) from None
+
+    def encode(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False, verbose=False, split_special_tokens=True)
+
+    eot = tok.encode("")[0]  # the tokenizer adds <|begin_of_text|> (128000): it delimits documents
+    return Tokenizer("llama-3", eot, fmt.vocab_size, encode, tok.decode)
+
+
+# ----------------------------------------------------------------------------- token shards
+
+
+def _check_token_range(where: str, tokens: np.ndarray, vocab_size: int) -> None:
+    if tokens.size == 0:
+        return
+    if tokens.min() < 0:
+        position = int(np.argmax(tokens < 0))
+        raise DataFormatError(f"{where}: token id {int(tokens[position])} at position {position} is negative")
+    if tokens.max() >= vocab_size:
+        position = int(np.argmax(tokens >= vocab_size))
+        raise DataFormatError(
+            f"{where}: token id {int(tokens[position])} at position {position} >= vocab size {vocab_size}"
+        )
+
+
+def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model_desc: str = "gpt-2") -> Path:
+    """Write a token shard (header + tokens) atomically; token ids must be < the model's vocab size."""
+    fmt = shard_format(model_desc)
+    path = Path(filename)
+    tokens = np.asarray(toks if isinstance(toks, (np.ndarray, list, tuple)) else list(toks))
+    if tokens.size == 0:
+        tokens = tokens.astype(np.int64)
+    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise DataFormatError(f"{path}: tokens must be a 1-D sequence of integers, got {tokens.dtype} {tokens.shape}")
+    if len(tokens) >= 2**31:
+        raise DataFormatError(f"{path}: {len(tokens):,} tokens do not fit the int32 header count")
+    _check_token_range(str(path), tokens, fmt.vocab_size)
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0], header[1], header[2] = fmt.magic, fmt.version, len(tokens)
+    body = np.ascontiguousarray(tokens, dtype=fmt.dtype)
+
+    def write(f: Any) -> None:
+        f.write(header.tobytes())
+        f.write(memoryview(body).cast("B"))
+
+    return write_atomically(path, write)
+
+
+def _read_header(path: Path, kind: str) -> tuple[np.ndarray, int]:
+    """(header as int32[256], file size); names the file when it is missing or too short."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            raw = f.read(HEADER_BYTES)
+    except FileNotFoundError:
+        raise DataFormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataFormatError(f"{path}: is a directory, expected {kind}") from None
+    except OSError as e:
+        raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(raw) < HEADER_BYTES:
+        raise DataFormatError(f"{path}: truncated: {len(raw)} bytes, shorter than the {HEADER_BYTES}-byte header")
+    return np.frombuffer(raw, dtype="<i4"), size
+
+
+def _wrong_magic(path: Path, magic: int, expected: str, kind: str) -> DataFormatError:
+    what = KNOWN_MAGICS.get(magic)
+    why = f"this is {what}, not {kind}" if what else f"not {kind}"
+    return DataFormatError(f"{path}: wrong magic {magic}, expected {expected} ({why})")
+
+
+def read_datafile(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
+    """The tokens of a shard (a read-only np.memmap, uint16 or uint32 as the header says), validated.
+
+    vocab_size defaults to 50257 for gpt-2 shards and 128256 for llama-3 shards.
+    """
+    path = Path(path)
+    header, size = _read_header(path, "a token shard")
+    magic, version, ntok = int(header[0]), int(header[1]), int(header[2])
+    fmt = _FORMAT_BY_MAGIC.get(magic)
+    if fmt is None:
+        expected = " or ".join(str(f.magic) for f in SHARD_FORMATS.values())
+        raise _wrong_magic(path, magic, expected, "a token shard")
+    if version != fmt.version:
+        raise DataFormatError(
+            f"{path}: wrong version {version} for magic {magic} ({fmt.model_desc}), expected {fmt.version}"
+        )
+    if ntok < 0:
+        raise DataFormatError(f"{path}: negative token count {ntok} in the header")
+    expected_bytes = ntok * fmt.dtype.itemsize
+    actual_bytes = size - HEADER_BYTES
+    if actual_bytes != expected_bytes:
+        problem = "truncated" if actual_bytes < expected_bytes else "trailing data"
+        raise DataFormatError(
+            f"{path}: {problem}: header says {ntok} tokens ({expected_bytes} bytes) "
+            f"but {actual_bytes} bytes follow the header"
+        )
+    if ntok == 0:
+        tokens: np.ndarray = np.zeros(0, dtype=fmt.dtype)
+    else:
+        tokens = np.memmap(path, dtype=fmt.dtype, mode="r", offset=HEADER_BYTES, shape=(ntok,))
+    _check_token_range(str(path), tokens, fmt.vocab_size if vocab_size is None else vocab_size)
+    return tokens
+
+
+# ----------------------------------------------------------------------------- eval files
+
+
+def _eval_record(index: int, example: Mapping[str, Any]) -> list[int]:
+    """The uint16 record of one example; raises DataFormatError naming the example when it is malformed."""
+    where = f"example {index}"
+    try:
+        label = int(example["label"])
+        ctx_tokens = [int(t) for t in example["ctx_tokens"]]
+        ending_tokens = [[int(t) for t in ending] for ending in example["ending_tokens"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataFormatError(f"{where}: needs 'label', 'ctx_tokens' and 'ending_tokens' ({one_line(e)})") from None
+    if len(ending_tokens) != EVAL_NUM_COMPLETIONS:
+        raise DataFormatError(f"{where}: {len(ending_tokens)} completions, expected {EVAL_NUM_COMPLETIONS}")
+    if not 0 <= label < EVAL_NUM_COMPLETIONS:
+        raise DataFormatError(f"{where}: label {label} is not in 0..{EVAL_NUM_COMPLETIONS - 1}")
+    if not ctx_tokens or not all(ending_tokens):
+        raise DataFormatError(f"{where}: the context and every completion need at least one token")
+    for name, tokens in [("context", ctx_tokens)] + [(f"completion {k}", e) for k, e in enumerate(ending_tokens)]:
+        _check_token_range(f"{where} {name}", np.asarray(tokens, dtype=np.int64), EVAL_VOCAB_SIZE)
+    record = [EVAL_START_MARKER, 0, index, label, len(ending_tokens), len(ctx_tokens), *ctx_tokens]
+    for ending in ending_tokens:
+        record += [len(ending), *ending]
+    record[1] = 2 * len(record)
+    if record[1] > 0xFFFF:
+        raise DataFormatError(f"{where}: {record[1]} bytes, longer than a uint16 record length allows")
+    return record
+
+
+def write_evalfile(filename: str | Path, examples: Sequence[Mapping[str, Any]]) -> Path:
+    """Write an eval file atomically; each example has 'label', 'ctx_tokens' and 4 'ending_tokens' lists."""
+    path = Path(filename)
+    if len(examples) > 0xFFFF:
+        raise DataFormatError(f"{path}: {len(examples)} examples, more than a uint16 example index allows")
+    try:
+        records = [_eval_record(i, example) for i, example in enumerate(examples)]
+    except DataFormatError as e:
+        raise DataFormatError(f"{path}: {e}") from None
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0], header[1], header[2] = EVAL_MAGIC, EVAL_VERSION, len(records)
+    header[3] = max((r[1] for r in records), default=0)
+    body = np.array([value for record in records for value in record], dtype="<u2")
+
+    def write(f: Any) -> None:
+        f.write(header.tobytes())
+        f.write(body.tobytes())
+
+    return write_atomically(path, write)
+
+
+class _EvalStream:
+    """Reads uint16 fields of an eval file body, naming the example and field when data runs out."""
+
+    def __init__(self, path: Path, values: list[int], num_examples: int) -> None:
+        self.path, self.values, self.num_examples, self.pos = path, values, num_examples, 0
+
+    def take(self, example: int, field: str) -> int:
+        if self.pos >= len(self.values):
+            raise DataFormatError(
+                f"{self.path}: truncated: header says {self.num_examples} examples "
+                f"but the data ends in example {example} ({field})"
+            )
+        value = self.values[self.pos]
+        self.pos += 1
+        return value
+
+    def take_tokens(self, example: int, field: str) -> list[int]:
+        count = self.take(example, f"{field} length")
+        if count == 0:
+            raise DataFormatError(f"{self.path}: example {example}: {field} has no tokens")
+        end = self.pos + count
+        if end > len(self.values):
+            raise DataFormatError(
+                f"{self.path}: truncated: header says {self.num_examples} examples "
+                f"but the data ends in example {example} ({field} tokens)"
+            )
+        tokens = self.values[self.pos : end]
+        self.pos = end
+        return tokens
+
+
+def read_evalfile(path: str | Path, vocab_size: int = EVAL_VOCAB_SIZE) -> list[dict]:
+    """The examples of an eval file, validated field by field.
+
+    Each example is {"index", "label", "ctx_tokens": list[int], "ending_tokens": list[list[int]]}.
+    """
+    path = Path(path)
+    header, _ = _read_header(path, "an eval file")
+    magic, version, num_examples, longest = (int(v) for v in header[:4])
+    if magic != EVAL_MAGIC:
+        raise _wrong_magic(path, magic, str(EVAL_MAGIC), "an eval file")
+    if version != EVAL_VERSION:
+        raise DataFormatError(f"{path}: wrong version {version} for magic {magic} (eval file), expected {EVAL_VERSION}")
+    if num_examples < 0 or longest < 0:
+        raise DataFormatError(f"{path}: negative count in the header (examples {num_examples}, longest {longest})")
+    body = path.read_bytes()[HEADER_BYTES:]
+    if len(body) % 2:
+        raise DataFormatError(f"{path}: truncated: {len(body)} bytes follow the header, not a whole number of uint16")
+    stream = _EvalStream(path, np.frombuffer(body, dtype="<u2").tolist(), num_examples)
+    examples = []
+    longest_seen = 0
+    for i in range(num_examples):
+        start = stream.pos
+        marker = stream.take(i, "start marker")
+        if marker != EVAL_START_MARKER:
+            raise DataFormatError(
+                f"{path}: example {i}: start marker {marker} at byte {HEADER_BYTES + 2 * start}, "
+                f"expected {EVAL_START_MARKER}"
+            )
+        record_bytes = stream.take(i, "record length")
+        index = stream.take(i, "example index")
+        if index != i:
+            raise DataFormatError(f"{path}: example {i}: example index field says {index}")
+        label = stream.take(i, "label")
+        num_completions = stream.take(i, "number of completions")
+        if num_completions != EVAL_NUM_COMPLETIONS:
+            raise DataFormatError(
+                f"{path}: example {i}: {num_completions} completions, expected {EVAL_NUM_COMPLETIONS}"
+            )
+        if label >= num_completions:
+            raise DataFormatError(f"{path}: example {i}: label {label} >= number of completions {num_completions}")
+        ctx_tokens = stream.take_tokens(i, "context")
+        ending_tokens = [stream.take_tokens(i, f"completion {k}") for k in range(num_completions)]
+        actual_bytes = 2 * (stream.pos - start)
+        if actual_bytes != record_bytes:
+            raise DataFormatError(
+                f"{path}: example {i}: record length field says {record_bytes} bytes but the record is {actual_bytes}"
+            )
+        for name, tokens in [("context", ctx_tokens)] + [(f"completion {k}", e) for k, e in enumerate(ending_tokens)]:
+            _check_token_range(f"{path}: example {i} {name}", np.asarray(tokens), vocab_size)
+        longest_seen = max(longest_seen, actual_bytes)
+        examples.append({"index": index, "label": label, "ctx_tokens": ctx_tokens, "ending_tokens": ending_tokens})
+    if stream.pos != len(stream.values):
+        extra = 2 * (len(stream.values) - stream.pos)
+        raise DataFormatError(f"{path}: trailing data: {extra} bytes after the {num_examples} examples the header announces")
+    if longest != longest_seen:
+        raise DataFormatError(
+            f"{path}: header says the longest example is {longest} bytes but it is {longest_seen} bytes"
+        )
+    return examples
