@@ -1,0 +1,552 @@
+/*
+llmc/dataloader.h: token shards -> (B, T) batches of inputs and targets, and the HellaSwag eval loader.
+
+Token shard format (llm.c-compatible): a header of 256 int32, then the tokens.
+    GPT-2:   header[0] = 20240520, header[1] = 1, header[2] = ntok, then ntok uint16 tokens
+    llama-3: header[0] = 20240801, header[1] = 7, header[2] = ntok, then ntok uint32 tokens
+Every shard matched by the glob is validated at init (magic, version, header token count against
+the real file size, at least one batch of tokens); token ids are checked against vocab_size as
+each batch is read. Any problem stops the program with one line "error: <shard>: <reason>".
+
+Reading rule. Let n = num_processes, r = process_rank. A "sample" is n*B*T tokens: sample i of
+a shard starts at token i*n*B*T, and rank r reads the B*T+1 tokens starting at i*n*B*T + r*B*T
+(inputs = the first B*T, targets = the same shifted by one). A shard of ntok tokens holds
+(ntok - 1) / (n*B*T) samples; after its last one the loader moves on to the next shard, wrapping
+around after the last. So 2 ranks with B=2 read exactly the tokens 1 rank with B=4 reads.
+
+Position. current_shard_idx counts the shards opened since the start, ACROSS epochs: the epoch is
+current_shard_idx / num_shards and the place in the epoch's shard order is current_shard_idx %
+num_shards. current_sample_idx is the place in the current shard's sample order of the NEXT batch.
+Saving both and calling dataloader_resume(shard_idx, sample_idx) continues exactly, shuffled or not.
+
+Shuffling (should_shuffle = 1): each epoch visits the shards in a permuted order, and each shard's
+samples in a permuted order. The permutations are Fisher-Yates shuffles driven by an mt19937
+(llmc/rand.h) seeded from (epoch) for the shard order and (epoch, shard) for the sample order,
+so they are identical on every rank, deterministic, and need no saved RNG state to resume.
+No memory is allocated per batch.
+*/
+#ifndef LLMC_DATALOADER_H
+#define LLMC_DATALOADER_H
+
+#include <glob.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rand.h"
+#include "utils.h"
+
+#define DATALOADER_HEADER_INTS 256
+#define DATALOADER_MAGIC_GPT2 20240520
+#define DATALOADER_VERSION_GPT2 1
+#define DATALOADER_MAGIC_LLAMA3 20240801
+#define DATALOADER_VERSION_LLAMA3 7
+#define DATALOADER_SHUFFLE_SEED 42u
+
+// ----------------------------------------------------------------------------
+// shard headers
+
+// reads and validates a shard's header against the file's real size;
+// returns the number of tokens and sets *token_bytes (2 or 4). Dies with one line on any problem.
+static inline size_t shard_read_header(FILE* f, const char* path, int* token_bytes) {
+    size_t file_bytes = file_size_check(f, path);
+    int header[DATALOADER_HEADER_INTS];
+    if (file_bytes < sizeof(header)) {
+        llmc_die("%s: not a token shard (file has %zu bytes, shorter than the 1024-byte header)", path, file_bytes);
+    }
+    fseekCheck(f, 0, SEEK_SET, path);
+    freadCheck(header, sizeof(int), DATALOADER_HEADER_INTS, f, path);
+    if (header[0] == DATALOADER_MAGIC_GPT2) {
+        if (header[1] != DATALOADER_VERSION_GPT2) {
+            llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1],
+                     DATALOADER_VERSION_GPT2, DATALOADER_MAGIC_GPT2);
+        }
+        *token_bytes = 2;
+    } else if (header[0] == DATALOADER_MAGIC_LLAMA3) {
+        if (header[1] != DATALOADER_VERSION_LLAMA3) {
+            llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1],
+                     DATALOADER_VERSION_LLAMA3, DATALOADER_MAGIC_LLAMA3);
+        }
+        *token_bytes = 4;
+    } else {
+        llmc_die("%s: not a token shard (magic %d, expected %d or %d)", path, header[0],
+                 DATALOADER_MAGIC_GPT2, DATALOADER_MAGIC_LLAMA3);
+    }
+    if (header[2] <= 0) {
+        llmc_die("%s: empty shard (header says %d tokens)", path, header[2]);
+    }
+    size_t ntok = (size_t)header[2];
+    size_t expected = sizeof(header) + ntok * (size_t)(*token_bytes);
+    if (file_bytes != expected) {
+        llmc_die("%s: size mismatch (header says %zu tokens = %zu bytes, file has %zu bytes)%s", path, ntok,
+                 expected, file_bytes, file_bytes < expected ? ": truncated" : "");
+    }
+    return ntok;
+}
+
+// Fisher-Yates shuffle of perm[0..n-1] (filled with 0..n-1 first) with a seeded mt19937
+static inline void dataloader_permutation(size_t* perm, size_t n, uint32_t seed) {
+    for (size_t i = 0; i < n; i++) { perm[i] = i; }
+    if (n < 2) { return; }
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = (size_t)(randint64(&rng) % (uint64_t)(i + 1));
+        size_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+}
+
+// a 32-bit seed from (a, b, c): splitmix64 mixing, so nearby inputs give unrelated seeds
+static inline uint32_t dataloader_mix_seed(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ULL + b * 0xBF58476D1CE4E5B9ULL + c * 0x94D049BB133111EBULL + 0x2545F4914F6CDD1DULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (uint32_t)(z ^ (z >> 32));
+}
+
+// ----------------------------------------------------------------------------
+// DataLoader
+
+typedef struct {
+    // configuration
+    int process_rank;
+    int num_processes;
+    size_t B;
+    size_t T;
+    int should_shuffle;
+    int vocab_size;  // 0 = no token range check
+    // the shards
+    glob_t glob_result;
+    size_t num_shards;
+    size_t* shard_num_tokens;   // (num_shards,)
+    size_t num_tokens;          // total over all shards
+    int token_bytes;            // 2 (uint16, GPT-2) or 4 (uint32, llama-3), the same for all shards
+    size_t max_shard_samples;
+    // the current shard
+    FILE* tokens_file;
+    const char* current_path;
+    size_t current_file_idx;    // index into glob_result of the open shard
+    size_t shard_num_samples;   // samples in the open shard
+    size_t current_shard_idx;   // shards opened since the start, across epochs (see the top of this file)
+    size_t current_sample_idx;  // place of the next batch in the shard's sample order
+    // shuffling
+    size_t shard_perm_epoch;    // the epoch shard_indices was computed for
+    size_t* shard_indices;      // (num_shards,) shard order of the current epoch
+    size_t* sample_indices;     // (max_shard_samples,) sample order of the open shard
+    // batch buffers
+    void* buffer;               // (B*T+1) raw tokens
+    int* inputs;                // (B, T)
+    int* targets;               // (B, T)
+} DataLoader;
+
+// opens the shard at place current_shard_idx and prepares its sample order
+static inline void dataloader_load_shard_(DataLoader* l) {
+    size_t epoch = l->current_shard_idx / l->num_shards;
+    size_t place = l->current_shard_idx % l->num_shards;
+    if (l->should_shuffle) {
+        if (epoch != l->shard_perm_epoch) {
+            dataloader_permutation(l->shard_indices, l->num_shards,
+                                   dataloader_mix_seed(DATALOADER_SHUFFLE_SEED, epoch, 0));
+            l->shard_perm_epoch = epoch;
+        }
+    }
+    size_t file_idx = l->shard_indices[place];
+    if (l->tokens_file != NULL) {
+        fcloseCheck(l->tokens_file, l->current_path);
+    }
+    l->current_file_idx = file_idx;
+    l->current_path = l->glob_result.gl_pathv[file_idx];
+    l->tokens_file = fopenCheck(l->current_path, "rb");
+    int token_bytes = 0;
+    size_t ntok = shard_read_header(l->tokens_file, l->current_path, &token_bytes);
+    if (ntok != l->shard_num_tokens[file_idx] || token_bytes != l->token_bytes) {
+        llmc_die("%s: shard changed on disk since the data loader started", l->current_path);
+    }
+    size_t sample_tokens = (size_t)l->num_processes * l->B * l->T;
+    l->shard_num_samples = (ntok - 1) / sample_tokens;
+    if (l->should_shuffle) {
+        dataloader_permutation(l->sample_indices, l->shard_num_samples,
+                               dataloader_mix_seed(DATALOADER_SHUFFLE_SEED, epoch, place + 1));
+    } else {
+        for (size_t i = 0; i < l->shard_num_samples; i++) { l->sample_indices[i] = i; }
+    }
+}
+
+static inline void dataloader_init(DataLoader* l, const char* filename_pattern, size_t B, size_t T,
+                                   int process_rank, int num_processes, int should_shuffle, int vocab_size) {
+    memset(l, 0, sizeof(*l));
+    if (B == 0 || T == 0) {
+        llmc_die("%s: data loader needs B >= 1 and T >= 1 (got B=%zu, T=%zu)", filename_pattern, B, T);
+    }
+    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
+        llmc_die("%s: bad process rank %d of %d", filename_pattern, process_rank, num_processes);
+    }
+    l->process_rank = process_rank;
+    l->num_processes = num_processes;
+    l->B = B;
+    l->T = T;
+    l->should_shuffle = should_shuffle;
+    l->vocab_size = vocab_size;
+
+    int rc = glob(filename_pattern, 0, NULL, &l->glob_result);
+    if (rc == GLOB_NOMATCH || (rc == 0 && l->glob_result.gl_pathc == 0)) {
+        llmc_die("%s: no files match this pattern", filename_pattern);
+    }
+    if (rc != 0) {
+        llmc_die("%s: glob failed (code %d)", filename_pattern, rc);
+    }
+    l->num_shards = l->glob_result.gl_pathc;
+
+    // validate every shard up front, so a bad one fails now rather than hours into training
+    size_t sample_tokens = (size_t)num_processes * B * T;
+    l->shard_num_tokens = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
+    for (size_t i = 0; i < l->num_shards; i++) {
+        const char* path = l->glob_result.gl_pathv[i];
+        FILE* f = fopenCheck(path, "rb");
+        int token_bytes = 0;
+        size_t ntok = shard_read_header(f, path, &token_bytes);
+        fcloseCheck(f, path);
+        if (i == 0) {
+            l->token_bytes = token_bytes;
+        } else if (token_bytes != l->token_bytes) {
+            llmc_die("%s: %d-byte tokens, but %s has %d-byte tokens (mixed shard formats)", path, token_bytes,
+                     l->glob_result.gl_pathv[0], l->token_bytes);
+        }
+        if (ntok < sample_tokens + 1) {
+            llmc_die("%s: too small for one batch (%zu tokens, need at least %zu = %d processes x B=%zu x T=%zu + 1)",
+                     path, ntok, sample_tokens + 1, num_processes, B, T);
+        }
+        l->shard_num_tokens[i] = ntok;
+        l->num_tokens += ntok;
+        size_t samples = (ntok - 1) / sample_tokens;
+        if (samples > l->max_shard_samples) { l->max_shard_samples = samples; }
+    }
+
+    l->shard_indices = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
+    for (size_t i = 0; i < l->num_shards; i++) { l->shard_indices[i] = i; }
+    l->shard_perm_epoch = (size_t)-1;  // nothing computed yet
+    l->sample_indices = (size_t*)mallocCheck(l->max_shard_samples * sizeof(size_t));
+    l->buffer = mallocCheck((B * T + 1) * (size_t)l->token_bytes);
+    l->inputs = (int*)mallocCheck(B * T * sizeof(int));
+    l->targets = (int*)mallocCheck(B * T * sizeof(int));
+    l->tokens_file = NULL;
+    l->current_shard_idx = 0;
+    l->current_sample_idx = 0;
+    dataloader_load_shard_(l);
+}
+
+// back to the first batch of epoch 0
+static inline void dataloader_reset(DataLoader* l) {
+    l->current_shard_idx = 0;
+    l->current_sample_idx = 0;
+    dataloader_load_shard_(l);
+}
+
+// continue from a saved (current_shard_idx, current_sample_idx)
+static inline void dataloader_resume(DataLoader* l, size_t shard_idx, size_t sample_idx) {
+    l->current_shard_idx = shard_idx;
+    dataloader_load_shard_(l);
+    if (sample_idx > l->shard_num_samples) {
+        llmc_die("%s: cannot resume at sample %zu: the shard has %zu samples of %d x %zu x %zu tokens",
+                 l->current_path, sample_idx, l->shard_num_samples, l->num_processes, l->B, l->T);
+    }
+    l->current_sample_idx = sample_idx;
+}
+
+// fills inputs (B, T) and targets (B, T) with the next batch of this rank
+static inline void dataloader_next_batch(DataLoader* l) {
+    if (l->current_sample_idx >= l->shard_num_samples) {
+        l->current_shard_idx++;
+        l->current_sample_idx = 0;
+        dataloader_load_shard_(l);
+    }
+    size_t BT = l->B * l->T;
+    size_t sample = l->sample_indices[l->current_sample_idx];
+    size_t start = sample * (size_t)l->num_processes * BT + (size_t)l->process_rank * BT;  // in tokens
+    size_t offset = DATALOADER_HEADER_INTS * sizeof(int) + start * (size_t)l->token_bytes;
+    fseekCheck(l->tokens_file, (long)offset, SEEK_SET, l->current_path);
+    freadCheck(l->buffer, (size_t)l->token_bytes, BT + 1, l->tokens_file, l->current_path);
+    const uint16_t* tok16 = (const uint16_t*)l->buffer;
+    const uint32_t* tok32 = (const uint32_t*)l->buffer;
+    for (size_t i = 0; i < BT + 1; i++) {
+        uint32_t tok = l->token_bytes == 2 ? (uint32_t)tok16[i] : tok32[i];
+        if ((l->vocab_size > 0 && tok >= (uint32_t)l->vocab_size) || tok > (uint32_t)INT32_MAX) {
+            llmc_die("%s: token id %u at position %zu >= vocab size %d", l->current_path, tok, start + i,
+                     l->vocab_size > 0 ? l->vocab_size : INT32_MAX);
+        }
+        if (i < BT) { l->inputs[i] = (int)tok; }
+        if (i > 0) { l->targets[i - 1] = (int)tok; }
+    }
+    l->current_sample_idx++;
+}
+
+static inline void dataloader_free(DataLoader* l) {
+    if (l->tokens_file != NULL) {
+        fclose(l->tokens_file);
+        l->tokens_file = NULL;
+    }
+    free(l->buffer);
+    free(l->inputs);
+    free(l->targets);
+    free(l->shard_indices);
+    free(l->sample_indices);
+    free(l->shard_num_tokens);
+    globfree(&l->glob_result);
+    l->buffer = NULL;
+    l->inputs = NULL;
+    l->targets = NULL;
+    l->shard_indices = NULL;
+    l->sample_indices = NULL;
+    l->shard_num_tokens = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// EvalLoader: multiple-choice eval (HellaSwag) in the llm.c-compatible format
+//
+// header: [0] = 20240522, [1] = 1, [2] = number of examples, [3] = longest example in bytes.
+// Then per example, uint16 values:
+//     65535, example bytes (of the whole example, these fields included), example index, label,
+//     number of completions (4), context length, context tokens, then per completion its
+//     length and tokens.
+// A batch holds B/4 examples, one row per completion: inputs = context + completion (zero padded),
+// targets = inputs shifted by one, mask = 1 at the positions whose target is a completion token.
+// Examples are split across ranks in contiguous ranges of ceil(examples / num_processes); every
+// rank does the same num_batches (rows past its last example are empty, mask 0).
+
+#define EVAL_MAGIC 20240522
+#define EVAL_VERSION 1
+#define EVAL_NUM_COMPLETIONS 4
+#define EVAL_DELIMITER 65535
+
+typedef struct {
+    int process_rank;
+    int num_processes;
+    size_t B;
+    size_t T;
+    FILE* eval_file;
+    char path[4096];
+    int num_examples;
+    int longest_example_bytes;
+    long* example_offsets;       // (num_examples,) file offset of each example
+    int start_example_index;     // this rank's examples are [start, end)
+    int end_example_index;
+    int current_example_index;
+    int num_batches;             // the same on every rank
+    int examples_per_batch;      // B / 4
+    int num_examples_in_batch;   // examples in the last batch filled
+    uint16_t* buffer;            // (longest example,)
+    int* labels;                 // (B/4,) label of each example of the batch
+    int* inputs;                 // (B, T)
+    int* targets;                // (B, T)
+    char* mask;                  // (B, T)
+} EvalLoader;
+
+// reads one example at the current file position into l->buffer, validating it; returns its length in uint16
+static inline size_t evalloader_read_example_(EvalLoader* l, int expected_index) {
+    uint16_t head[3];
+    freadCheck(head, sizeof(uint16_t), 3, l->eval_file, l->path);
+    if (head[0] != EVAL_DELIMITER) {
+        llmc_die("%s: example %d: missing example delimiter (found %u, expected %u)", l->path, expected_index,
+                 head[0], EVAL_DELIMITER);
+    }
+    size_t nbytes = head[1];
+    if (nbytes % 2 != 0 || nbytes < 2 * 6 || nbytes > (size_t)l->longest_example_bytes) {
+        llmc_die("%s: example %d: bad size %zu bytes (longest example per header: %d)", l->path, expected_index,
+                 nbytes, l->longest_example_bytes);
+    }
+    if (head[2] != (uint16_t)expected_index) {
+        llmc_die("%s: example %d: index field says %u", l->path, expected_index, head[2]);
+    }
+    size_t n = nbytes / 2;
+    l->buffer[0] = head[0];
+    l->buffer[1] = head[1];
+    l->buffer[2] = head[2];
+    freadCheck(l->buffer + 3, sizeof(uint16_t), n - 3, l->eval_file, l->path);
+    // [3] label, [4] completions, [5] context length, context, per completion: length, tokens
+    if (l->buffer[3] >= EVAL_NUM_COMPLETIONS) {
+        llmc_die("%s: example %d: label %u out of range 0..%d", l->path, expected_index, l->buffer[3],
+                 EVAL_NUM_COMPLETIONS - 1);
+    }
+    if (l->buffer[4] != EVAL_NUM_COMPLETIONS) {
+        llmc_die("%s: example %d: %u completions, expected %d", l->path, expected_index, l->buffer[4],
+                 EVAL_NUM_COMPLETIONS);
+    }
+    size_t pos = 5;
+    size_t ctx_len = l->buffer[pos];
+    if (ctx_len == 0 || pos + 1 + ctx_len > n) {
+        llmc_die("%s: example %d: bad context length %zu", l->path, expected_index, ctx_len);
+    }
+    pos += 1 + ctx_len;
+    for (int c = 0; c < EVAL_NUM_COMPLETIONS; c++) {
+        size_t comp_len = pos < n ? l->buffer[pos] : 0;
+        if (pos >= n || comp_len == 0 || pos + 1 + comp_len > n) {
+            llmc_die("%s: example %d: bad length of completion %d", l->path, expected_index, c);
+        }
+        if (ctx_len + comp_len > l->T) {
+            llmc_die("%s: example %d: context + completion %d is %zu tokens, longer than T=%zu (use a larger -t)",
+                     l->path, expected_index, c, ctx_len + comp_len, l->T);
+        }
+        pos += 1 + comp_len;
+    }
+    if (pos != n) {
+        llmc_die("%s: example %d: size field says %zu bytes but its fields take %zu", l->path, expected_index,
+                 n * 2, pos * 2);
+    }
+    return n;
+}
+
+static inline void evalloader_reset(EvalLoader* l) {
+    l->current_example_index = l->start_example_index;
+    l->num_examples_in_batch = 0;
+}
+
+static inline void evalloader_init(EvalLoader* l, const char* path, size_t B, size_t T, int process_rank,
+                                   int num_processes) {
+    memset(l, 0, sizeof(*l));
+    size_t len = strlen(path);
+    if (len >= sizeof(l->path)) { llmc_die("%s: path too long", path); }
+    memcpy(l->path, path, len + 1);
+    if (B < EVAL_NUM_COMPLETIONS || B % EVAL_NUM_COMPLETIONS != 0 || T == 0) {
+        llmc_die("%s: the eval loader needs B to be a multiple of %d and T >= 1 (got B=%zu, T=%zu)", path,
+                 EVAL_NUM_COMPLETIONS, B, T);
+    }
+    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
+        llmc_die("%s: bad process rank %d of %d", path, process_rank, num_processes);
+    }
+    l->B = B;
+    l->T = T;
+    l->process_rank = process_rank;
+    l->num_processes = num_processes;
+    l->eval_file = fopenCheck(path, "rb");
+    size_t file_bytes = file_size_check(l->eval_file, path);
+    int header[256];
+    read_header_check(l->eval_file, path, header, EVAL_MAGIC, EVAL_VERSION, EVAL_VERSION, "HellaSwag eval");
+    if (header[2] <= 0) {
+        llmc_die("%s: no examples (header says %d)", path, header[2]);
+    }
+    if (header[3] < 2 * 6 || header[3] > 2 * 65535) {
+        llmc_die("%s: bad longest example size %d bytes in the header", path, header[3]);
+    }
+    l->num_examples = header[2];
+    l->longest_example_bytes = header[3];
+    l->buffer = (uint16_t*)mallocCheck((size_t)l->longest_example_bytes);
+
+    // walk and validate every example once, remembering where each starts
+    l->example_offsets = (long*)mallocCheck((size_t)l->num_examples * sizeof(long));
+    long offset = 256 * (long)sizeof(int);
+    for (int i = 0; i < l->num_examples; i++) {
+        l->example_offsets[i] = offset;
+        if ((size_t)offset + 6 > file_bytes) {
+            llmc_die("%s: truncated (header says %d examples, the file ends in example %d)", path, l->num_examples, i);
+        }
+        size_t n = evalloader_read_example_(l, i);
+        offset += (long)(n * 2);
+    }
+    if ((size_t)offset != file_bytes) {
+        llmc_die("%s: %zu bytes of trailing data after the last example", path, file_bytes - (size_t)offset);
+    }
+
+    int per_process = (l->num_examples + num_processes - 1) / num_processes;
+    l->examples_per_batch = (int)(B / EVAL_NUM_COMPLETIONS);
+    l->num_batches = (per_process + l->examples_per_batch - 1) / l->examples_per_batch;
+    l->start_example_index = per_process * process_rank;
+    l->end_example_index = per_process * (process_rank + 1);
+    if (l->start_example_index > l->num_examples) { l->start_example_index = l->num_examples; }
+    if (l->end_example_index > l->num_examples) { l->end_example_index = l->num_examples; }
+
+    l->labels = (int*)mallocCheck((size_t)l->examples_per_batch * sizeof(int));
+    l->inputs = (int*)mallocCheck(B * T * sizeof(int));
+    l->targets = (int*)mallocCheck(B * T * sizeof(int));
+    l->mask = (char*)mallocCheck(B * T);
+    evalloader_reset(l);
+}
+
+// fills inputs, targets, mask (B, T) with the next B/4 examples of this rank
+static inline void evalloader_next_batch(EvalLoader* l) {
+    size_t B = l->B, T = l->T;
+    memset(l->inputs, 0, B * T * sizeof(int));
+    memset(l->targets, 0, B * T * sizeof(int));
+    memset(l->mask, 0, B * T);
+    int count = 0;
+    while (count < l->examples_per_batch && l->current_example_index < l->end_example_index) {
+        int idx = l->current_example_index;
+        fseekCheck(l->eval_file, l->example_offsets[idx], SEEK_SET, l->path);
+        evalloader_read_example_(l, idx);
+        l->labels[count] = l->buffer[3];
+        size_t ctx_len = l->buffer[5];
+        const uint16_t* ctx = l->buffer + 6;
+        const uint16_t* p = ctx + ctx_len;
+        for (int c = 0; c < EVAL_NUM_COMPLETIONS; c++) {
+            size_t comp_len = *p++;
+            size_t row = (size_t)count * EVAL_NUM_COMPLETIONS + (size_t)c;
+            int* inp = l->inputs + row * T;
+            int* tgt = l->targets + row * T;
+            char* msk = l->mask + row * T;
+            for (size_t i = 0; i < ctx_len; i++) { inp[i] = ctx[i]; }
+            for (size_t i = 0; i < comp_len; i++) { inp[ctx_len + i] = p[i]; }
+            size_t len = ctx_len + comp_len;
+            for (size_t i = 0; i + 1 < len; i++) { tgt[i] = inp[i + 1]; }
+            // position t predicts token t+1: the completion tokens are the targets at ctx_len-1 .. len-2
+            for (size_t i = ctx_len - 1; i + 1 < len; i++) { msk[i] = 1; }
+            p += comp_len;
+        }
+        count++;
+        l->current_example_index++;
+    }
+    l->num_examples_in_batch = count;
+}
+
+// losses: (B, T) per-position losses of the last batch. Returns how many of its examples have
+// the completion with the lowest mean loss over its masked positions equal to the label.
+static inline int evalloader_stat_losses(EvalLoader* l, const float* losses) {
+    int correct = 0;
+    size_t T = l->T;
+    for (int e = 0; e < l->num_examples_in_batch; e++) {
+        int best = -1;
+        double best_loss = 0.0;
+        for (int c = 0; c < EVAL_NUM_COMPLETIONS; c++) {
+            size_t row = (size_t)e * EVAL_NUM_COMPLETIONS + (size_t)c;
+            double sum = 0.0;
+            int n = 0;
+            for (size_t t = 0; t < T; t++) {
+                if (l->mask[row * T + t]) {
+                    sum += losses[row * T + t];
+                    n++;
+                }
+            }
+            double mean = n > 0 ? sum / n : 0.0;
+            if (best < 0 || mean < best_loss) {
+                best = c;
+                best_loss = mean;
+            }
+        }
+        if (best == l->labels[e]) { correct++; }
+    }
+    return correct;
+}
+
+static inline void evalloader_free(EvalLoader* l) {
+    if (l->eval_file != NULL) {
+        fclose(l->eval_file);
+        l->eval_file = NULL;
+    }
+    free(l->buffer);
+    free(l->example_offsets);
+    free(l->labels);
+    free(l->inputs);
+    free(l->targets);
+    free(l->mask);
+    l->buffer = NULL;
+    l->example_offsets = NULL;
+    l->labels = NULL;
+    l->inputs = NULL;
+    l->targets = NULL;
+    l->mask = NULL;
+}
+
+#endif // LLMC_DATALOADER_H
