@@ -1,0 +1,197 @@
+"""TinyStories → token shards for llmc.
+
+Downloads TinyStories_all_data.tar.gz (unless cached), unpacks it safely, tokenizes every story
+with an EOT token before it, and writes TinyStories_val.bin (the first data*.json shard) and
+TinyStories_train.bin (all the others) in the llm.c-compatible shard format.
+
+    python dev/data/tinystories.py
+    python dev/data/tinystories.py --model_desc llama-3 --num_proc 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import tarfile
+import zlib
+from functools import partial
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+from tqdm import tqdm
+
+from data_common import (
+    MODEL_DESCS,
+    DataError,
+    DataFormatError,
+    download_unless_cached,
+    get_tokenizer,
+    one_line,
+    report_error,
+    shard_format,
+    write_datafile,
+)
+
+URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz"
+ARCHIVE_NAME = "TinyStories_all_data.tar.gz"
+EXTRACTED_NAME = "TinyStories_all_data"
+SHARD_PATTERN = "data*.json"
+# Python >= 3.11.4 also vets members itself (the "data" filter); check_member does it on every version.
+EXTRACT_OPTIONS = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+SHUFFLE_SEED = 1337  # stories in shard i are shuffled with random.Random(1337 + i), as the reference shards are
+
+
+def default_data_dir() -> Path:
+    return Path(__file__).resolve().parent / "tinystories"
+
+
+def check_member(archive: Path, member: tarfile.TarInfo) -> None:
+    """Only plain files and directories with relative paths that stay inside the target directory."""
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts or member.name.startswith(("/", "\\")):
+        raise DataFormatError(f"{archive}: unsafe member path {member.name!r} (absolute or with '..'); refusing to extract")
+    if not (member.isfile() or member.isdir()):
+        raise DataFormatError(f"{archive}: member {member.name!r} is a link or device, not a file; refusing to extract")
+
+
+def extract_archive(archive: Path, dest: Path) -> Path:
+    """Unpack archive into dest (skipped when dest exists); an interrupted unpack leaves no dest behind."""
+    if dest.is_dir():
+        print(f"using extracted {dest}")
+        return dest
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()  # reads the whole archive: a truncated one fails here
+            for member in members:
+                check_member(archive, member)
+            with tqdm(total=len(members), desc=f"unpacking {archive.name}", unit="file") as bar:
+                for member in members:
+                    tar.extract(member, tmp, **EXTRACT_OPTIONS)
+                    bar.update()
+        os.replace(tmp, dest)
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise DataFormatError(f"{archive}: corrupt archive ({one_line(e)}); delete it to download again") from None
+    except OSError as e:
+        raise DataError(f"{archive}: cannot unpack into {dest.parent}: {one_line(e)}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def load_stories(path: Path) -> list[str]:
+    """The "story" strings of one shard (a JSON list of objects); errors name the file and the item."""
+    try:
+        data = json.loads(path.read_bytes())
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}: bad JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except UnicodeDecodeError as e:
+        raise DataFormatError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
+    except OSError as e:
+        raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not isinstance(data, list):
+        raise DataFormatError(f"{path}: expected a JSON list of stories, got {type(data).__name__}")
+    stories = []
+    for i, item in enumerate(data):
+        story = item.get("story") if isinstance(item, dict) else None
+        if not isinstance(story, str):
+            raise DataFormatError(f"{path}: item {i} has no 'story' string")
+        stories.append(story)
+    return stories
+
+
+def tokenize_shard(model_desc: str, shard: tuple[int, Path]) -> np.ndarray:
+    """All stories of one shard, shuffled reproducibly, each stripped and preceded by the EOT token."""
+    index, path = shard
+    tok = get_tokenizer(model_desc)
+    stories = load_stories(path)
+    random.Random(SHUFFLE_SEED + index).shuffle(stories)
+    tokens: list[int] = []
+    for story in stories:
+        tokens.append(tok.eot)
+        tokens.extend(tok.encode(story.strip()))
+    return np.asarray(tokens, dtype=shard_format(model_desc).dtype)
+
+
+def find_shards(directory: Path) -> list[Path]:
+    shards = sorted(directory.glob(SHARD_PATTERN))
+    if len(shards) < 2:
+        raise DataFormatError(
+            f"{directory}: found {len(shards)} {SHARD_PATTERN} shard(s), need at least 2 (one val, the rest train); "
+            "delete it and the archive to download again"
+        )
+    return shards
+
+
+def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int) -> list[np.ndarray]:
+    """Token arrays of the shards, in order, tokenized by a pool of num_proc processes."""
+    get_tokenizer(model_desc)  # a missing tokenizer fails here, once, before any worker starts
+    work = partial(tokenize_shard, model_desc)
+    items = list(enumerate(shards))
+    desc = f"tokenizing {len(shards)} shards"
+    arrays = []
+    with tqdm(total=len(items), desc=desc, unit="shard") as bar:  # closed before an error is printed
+        if num_proc <= 1:
+            for item in items:
+                arrays.append(work(item))
+                bar.update()
+        else:
+            with mp.Pool(min(num_proc, len(items))) as pool:
+                for tokens in pool.imap(work, items):
+                    arrays.append(tokens)
+                    bar.update()
+    return arrays
+
+
+def build(data_dir: Path, model_desc: str, num_proc: int, url: str) -> dict[str, int]:
+    archive = download_unless_cached(url, data_dir / ARCHIVE_NAME)
+    shards = find_shards(extract_archive(archive, data_dir / EXTRACTED_NAME))
+    arrays = tokenize_shards(shards, model_desc, num_proc)
+    splits = {"val": arrays[0], "train": np.concatenate(arrays[1:])}
+    for split, tokens in splits.items():
+        path = data_dir / f"TinyStories_{split}.bin"
+        print(f"writing {len(tokens):,} tokens to {path}")
+        write_datafile(path, tokens, model_desc)
+    return {split: len(tokens) for split, tokens in splits.items()}
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Tokenize TinyStories into llmc token shards (TinyStories_{val,train}.bin).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--data_dir", type=Path, default=default_data_dir(),
+                        help=f"where {ARCHIVE_NAME} is cached and unpacked and the shards are written")
+    parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
+                        help="tokenizer and shard format (llama-3 needs its gated Hugging Face tokenizer)")
+    parser.add_argument("-n", "--num_proc", type=positive_int, default=max(1, (os.cpu_count() or 1) - 1),
+                        help="tokenizing processes")
+    parser.add_argument("--url", default=URL, help="where to download the archive from when it is not cached")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        counts = build(args.data_dir, args.model_desc, args.num_proc, args.url)
+    except DataError as e:
+        return report_error(e)
+    print(f"TinyStories ({args.model_desc}): {counts['val']:,} val tokens, {counts['train']:,} train tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
