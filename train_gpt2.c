@@ -1,0 +1,892 @@
+/*
+train_gpt2.c: GPT-2 training on the CPU, in plain C with OpenMP.
+
+Read it top to bottom:
+  1. the layers, each a forward and a backward function with its shapes in a comment
+  2. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
+  3. forward, backward, gradient norm, AdamW update
+  4. the training program: command line (llmc/args.h), data, validation, sampling,
+     checkpoints and resume, data parallel over MPI processes (llmc/mpi_utils.h)
+
+Shapes: B batch, T time (sequence length), C channels, V vocab (50257), Vp padded vocab
+(50304), L layers, NH heads, HS = C / NH head size, OC output channels of a matmul.
+Everything is fp32. The same seed, data and thread count give bit-identical results:
+every reduction runs in a fixed order whatever the number of OpenMP threads.
+
+The model matches train_gpt2.py (PyTorch): tanh GELU, LayerNorm eps 1e-5, lm_head tied to
+wte, causal attention scaled by 1/sqrt(HS), loss = mean cross-entropy over B*T tokens.
+test_gpt2.c includes this file with TESTING defined (then main() is left out).
+*/
+#include <ctype.h>
+#include <dirent.h>
+#include <glob.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/utils.h"
+#include "llmc/layer_math.h"
+#include "llmc/model_config.h"
+#include "llmc/rand.h"
+#include "llmc/checkpoint.h"
+
+// ----------------------------------------------------------------------------
+// all the individual layers' forward and backward passes
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    // out is (B,T,C), inp is (B,T) token ids, wte is (Vp,C), wpe is (maxT,C)
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float* out_bt = out + ((size_t)b * T + t) * C;
+            const float* wte_ix = wte + (size_t)inp[b * T + t] * C;
+            const float* wpe_t = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { out_bt[i] = wte_ix[i] + wpe_t[i]; }
+        }
+    }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    // dwte is (Vp,C), dwpe is (maxT,C), dout is (B,T,C)
+    // each thread owns a slice of the channels, so rows hit by the same token never race
+    // and every element sums over (b,t) in the same order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const float* dout_bt = dout + ((size_t)b * T + t) * C;
+                float* dwte_ix = dwte + (size_t)inp[b * T + t] * C;
+                float* dwpe_t = dwpe + (size_t)t * C;
+                for (int i = c0; i < c1; i++) {
+                    dwte_ix[i] += dout_bt[i];
+                    dwpe_t[i] += dout_bt[i];
+                }
+            }
+        }
+    }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int B, int T, int C) {
+    // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
+    // weight and bias are (C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        float m = layernorm_mean(x, C);
+        float s = layernorm_rstd(x, m, C);
+        float* o = out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
+    // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
+    int BT = B * T;
+    // 1) the input gradient, one row per iteration
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        const float* d = dout + (size_t)bt * C;
+        float m = mean[bt], s = rstd[bt];
+        // dnorm = dout * weight; we need its mean and the mean of dnorm * norm
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float* dx = dinp + (size_t)bt * C;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // 2) weight and bias gradients: each thread owns a slice of channels, rows in order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < BT; bt++) {
+            const float* x = inp + (size_t)bt * C;
+            const float* d = dout + (size_t)bt * C;
+            float m = mean[bt], s = rstd[bt];
+            for (int i = c0; i < c1; i++) {
+                dweight[i] += (x[i] - m) * s * d[i];
+                dbias[i] += d[i];
+            }
+        }
+    }
+}
+
+// ---- matmul: the hot spot. Kept behind these two functions so a BLAS can replace them.
+// Tiles of MM_ROWS rows x MM_COLS output columns accumulate in a small local array; the
+// innermost loop runs over MM_COLS independent accumulators, so it vectorises without
+// reassociating any sum (no -ffast-math). Each output element sums over the reduction
+// dimension in ascending order, whichever thread computes it.
+#define MM_ROWS 4
+#define MM_COLS 64
+#define MM_KCHUNK 256
+
+// out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int B, int T, int C, int OC) {
+    // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
+    int BT = B * T;
+    int npanels = (OC + MM_COLS - 1) / MM_COLS;
+    #pragma omp parallel
+    {
+        // a panel of MM_COLS weight rows, transposed to (C, MM_COLS), zero-padded past OC
+        float* panel = (float*)mallocCheck((size_t)C * MM_COLS * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int p = 0; p < npanels; p++) {
+            int o0 = p * MM_COLS;
+            int no = OC - o0 < MM_COLS ? OC - o0 : MM_COLS;
+            for (int j = 0; j < MM_COLS; j++) {
+                const float* w = weight + (size_t)(o0 + j) * C;
+                for (int c = 0; c < C; c++) { panel[(size_t)c * MM_COLS + j] = j < no ? w[c] : 0.0f; }
+            }
+            for (int r0 = 0; r0 < BT; r0 += MM_ROWS) {
+                int nr = BT - r0 < MM_ROWS ? BT - r0 : MM_ROWS;
+                float acc[MM_ROWS][MM_COLS];
+                for (int i = 0; i < MM_ROWS; i++) {
+                    for (int j = 0; j < MM_COLS; j++) { acc[i][j] = 0.0f; }
+                }
+                if (nr == MM_ROWS) {
+                    const float* a0 = inp + (size_t)r0 * C;
+                    for (int c = 0; c < C; c++) {
+                        const float* w = panel + (size_t)c * MM_COLS;
+                        for (int i = 0; i < MM_ROWS; i++) {
+                            float a = a0[(size_t)i * C + c];
+                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += a * w[j]; }
+                        }
+                    }
+                } else {
+                    for (int c = 0; c < C; c++) {
+                        const float* w = panel + (size_t)c * MM_COLS;
+                        for (int i = 0; i < nr; i++) {
+                            float a = inp[(size_t)(r0 + i) * C + c];
+                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += a * w[j]; }
+                        }
+                    }
+                }
+                for (int i = 0; i < nr; i++) {
+                    float* o = out + (size_t)(r0 + i) * OC + o0;
+                    for (int j = 0; j < no; j++) { o[j] = acc[i][j] + (bias != NULL ? bias[o0 + j] : 0.0f); }
+                }
+            }
+        }
+        free(panel);
+    }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int B, int T, int C, int OC) {
+    // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
+    // all three gradients are accumulated (+=)
+    int BT = B * T;
+    // dinp[r,c] += sum_o dout[r,o] * weight[o,c]; column slices in parallel, o in chunks
+    // so a chunk of weight rows stays in cache while every row block uses it
+    int ncb = (C + MM_COLS - 1) / MM_COLS;
+    #pragma omp parallel for schedule(static)
+    for (int cb = 0; cb < ncb; cb++) {
+        int c0 = cb * MM_COLS;
+        int nc = C - c0 < MM_COLS ? C - c0 : MM_COLS;
+        for (int k0 = 0; k0 < OC; k0 += MM_KCHUNK) {
+            int k1 = k0 + MM_KCHUNK < OC ? k0 + MM_KCHUNK : OC;
+            for (int r0 = 0; r0 < BT; r0 += MM_ROWS) {
+                int nr = BT - r0 < MM_ROWS ? BT - r0 : MM_ROWS;
+                float acc[MM_ROWS][MM_COLS];
+                for (int i = 0; i < MM_ROWS; i++) {
+                    for (int j = 0; j < MM_COLS; j++) { acc[i][j] = (i < nr && j < nc) ? dinp[(size_t)(r0 + i) * C + c0 + j] : 0.0f; }
+                }
+                if (nr == MM_ROWS && nc == MM_COLS) {
+                    for (int o = k0; o < k1; o++) {
+                        const float* w = weight + (size_t)o * C + c0;
+                        for (int i = 0; i < MM_ROWS; i++) {
+                            float d = dout[(size_t)(r0 + i) * OC + o];
+                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += d * w[j]; }
+                        }
+                    }
+                } else {
+                    for (int o = k0; o < k1; o++) {
+                        const float* w = weight + (size_t)o * C + c0;
+                        for (int i = 0; i < nr; i++) {
+                            float d = dout[(size_t)(r0 + i) * OC + o];
+                            for (int j = 0; j < nc; j++) { acc[i][j] += d * w[j]; }
+                        }
+                    }
+                }
+                for (int i = 0; i < nr; i++) {
+                    for (int j = 0; j < nc; j++) { dinp[(size_t)(r0 + i) * C + c0 + j] = acc[i][j]; }
+                }
+            }
+        }
+    }
+    // dweight[o,c] += sum_r dout[r,o] * inp[r,c]; blocks of output rows in parallel
+    int nob = (OC + MM_ROWS - 1) / MM_ROWS;
+    #pragma omp parallel for schedule(static)
+    for (int ob = 0; ob < nob; ob++) {
+        int o0 = ob * MM_ROWS;
+        int no = OC - o0 < MM_ROWS ? OC - o0 : MM_ROWS;
+        for (int c0 = 0; c0 < C; c0 += MM_COLS) {
+            int nc = C - c0 < MM_COLS ? C - c0 : MM_COLS;
+            float acc[MM_ROWS][MM_COLS];
+            for (int i = 0; i < MM_ROWS; i++) {
+                for (int j = 0; j < MM_COLS; j++) { acc[i][j] = (i < no && j < nc) ? dweight[(size_t)(o0 + i) * C + c0 + j] : 0.0f; }
+            }
+            if (no == MM_ROWS && nc == MM_COLS) {
+                for (int r = 0; r < BT; r++) {
+                    const float* x = inp + (size_t)r * C + c0;
+                    const float* d = dout + (size_t)r * OC + o0;
+                    for (int i = 0; i < MM_ROWS; i++) {
+                        float di = d[i];
+                        for (int j = 0; j < MM_COLS; j++) { acc[i][j] += di * x[j]; }
+                    }
+                }
+            } else {
+                for (int r = 0; r < BT; r++) {
+                    const float* x = inp + (size_t)r * C + c0;
+                    const float* d = dout + (size_t)r * OC + o0;
+                    for (int i = 0; i < no; i++) {
+                        for (int j = 0; j < nc; j++) { acc[i][j] += d[i] * x[j]; }
+                    }
+                }
+            }
+            for (int i = 0; i < no; i++) {
+                for (int j = 0; j < nc; j++) { dweight[(size_t)(o0 + i) * C + c0 + j] = acc[i][j]; }
+            }
+        }
+    }
+    // dbias[o] += sum_r dout[r,o]
+    if (dbias != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int o0 = 0; o0 < OC; o0 += MM_COLS) {
+            int o1 = o0 + MM_COLS < OC ? o0 + MM_COLS : OC;
+            for (int r = 0; r < BT; r++) {
+                const float* d = dout + (size_t)r * OC;
+                for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
+            }
+        }
+    }
+}
+
+void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    // inp is (B,T,3C) holding the query, key, value vectors (Q,K,V each C = NH heads of HS)
+    // att is (B,NH,T,T): the post-softmax attention weights (kept for backward; 0 above the diagonal)
+    // out is (B,T,C): the attention output, heads side by side
+    int C3 = 3 * C;
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = inp + ((size_t)b * T + t) * C3 + h * HS;
+                float* att_bth = att + (((size_t)b * NH + h) * T + t) * T;
+                // scores q . k over the past (causal), and their max
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * C3 + h * HS + C;
+                    float s = 0.0f;
+                    for (int i = 0; i < HS; i++) { s += q[i] * k[i]; }
+                    s *= scale;
+                    att_bth[t2] = s;
+                    if (s > maxval) { maxval = s; }
+                }
+                // softmax (max subtracted for stability)
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(att_bth[t2] - maxval);
+                    att_bth[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) { att_bth[t2] = t2 <= t ? att_bth[t2] * inv : 0.0f; }
+                // weighted sum of the values
+                float* o = out + ((size_t)b * T + t) * C + h * HS;
+                for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
+                    float a = att_bth[t2];
+                    for (int i = 0; i < HS; i++) { o[i] += a * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
+                        int B, int T, int C, int NH) {
+    // dinp, inp are (B,T,3C); dout is (B,T,C); att is (B,NH,T,T). dinp is accumulated (+=).
+    // One (b, h) pair per iteration: it touches only head h of batch b, so no races.
+    int C3 = 3 * C;
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel
+    {
+        float* datt = (float*)mallocCheck((size_t)T * sizeof(float));
+        float* dpre = (float*)mallocCheck((size_t)T * sizeof(float));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {
+                    const float* att_bth = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float* d = dout + ((size_t)b * T + t) * C + h * HS;
+                    const float* q = inp + ((size_t)b * T + t) * C3 + h * HS;
+                    float* dq = dinp + ((size_t)b * T + t) * C3 + h * HS;
+                    // out = sum_t2 att[t2] v[t2]  ->  datt[t2] = dout . v[t2], dv[t2] += att[t2] dout
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* v = inp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
+                        float* dv = dinp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
+                        float s = 0.0f;
+                        for (int i = 0; i < HS; i++) {
+                            s += d[i] * v[i];
+                            dv[i] += att_bth[t2] * d[i];
+                        }
+                        datt[t2] = s;
+                    }
+                    // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
+                    float dot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) { dot += att_bth[t2] * datt[t2]; }
+                    for (int t2 = 0; t2 <= t; t2++) { dpre[t2] = att_bth[t2] * (datt[t2] - dot); }
+                    // pre[t2] = scale * q . k[t2]
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* k = inp + ((size_t)b * T + t2) * C3 + h * HS + C;
+                        float* dk = dinp + ((size_t)b * T + t2) * C3 + h * HS + C;
+                        float g = dpre[t2] * scale;
+                        for (int i = 0; i < HS; i++) {
+                            dq[i] += g * k[i];
+                            dk[i] += g * q[i];
+                        }
+                    }
+                }
+            }
+        }
+        free(datt);
+        free(dpre);
+    }
+}
+
+void gelu_forward(float* out, const float* inp, size_t N) {
+    // out and inp are (N) = (B,T,4C)
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) { out[i] = gelu_tanh_forward(inp[i]); }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) { dinp[i] += gelu_tanh_grad(inp[i]) * dout[i]; }
+}
+
+void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
+    // out, inp1, inp2 are (N) = (B,T,C)
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }
+}
+
+void residual_backward(float* dinp1, float* dinp2, const float* dout, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        dinp1[i] += dout[i];
+        dinp2[i] += dout[i];
+    }
+}
+
+// softmax over the first V logits and the cross-entropy of the target token, per position
+void crossentropy_softmax_forward(float* losses, float* probs, const float* logits, const int* targets,
+                                  int B, int T, int V, int Vp) {
+    // logits, probs are (B,T,Vp) (the Vp-V padded columns are ignored, their prob is 0);
+    // targets are (B,T) ids in [0,V); losses are (B,T)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = logits + (size_t)bt * Vp;
+        float* p = probs + (size_t)bt * Vp;
+        float maxval = -INFINITY;
+        for (int i = 0; i < V; i++) { if (x[i] > maxval) { maxval = x[i]; } }
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) {
+            float e = expf(x[i] - maxval);
+            p[i] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int i = 0; i < V; i++) { p[i] *= inv; }
+        for (int i = V; i < Vp; i++) { p[i] = 0.0f; }
+        // -log softmax computed from the logits directly (no log of a rounded probability)
+        losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
+    }
+}
+
+// the fused backward of softmax + cross-entropy: dlogits = (probs - onehot(target)) * dloss
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets,
+                                   int B, int T, int V, int Vp) {
+    // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T). dlogits is accumulated (+=).
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float* dl = dlogits + (size_t)bt * Vp;
+        const float* p = probs + (size_t)bt * Vp;
+        float dloss = dlosses[bt];
+        int ix = targets[bt];
+        for (int i = 0; i < V; i++) {
+            float indicator = i == ix ? 1.0f : 0.0f;
+            dl[i] += (p[i] - indicator) * dloss;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// GPT-2 model definition
+
+// the 16 parameter tensors, in checkpoint order (model_config.h gives their sizes)
+typedef struct {
+    float* wte;      // (Vp, C)
+    float* wpe;      // (maxT, C)
+    float* ln1w;     // (L, C)
+    float* ln1b;     // (L, C)
+    float* qkvw;     // (L, 3*C, C)
+    float* qkvb;     // (L, 3*C)
+    float* attprojw; // (L, C, C)
+    float* attprojb; // (L, C)
+    float* ln2w;     // (L, C)
+    float* ln2b;     // (L, C)
+    float* fcw;      // (L, 4*C, C)
+    float* fcb;      // (L, 4*C)
+    float* fcprojw;  // (L, C, 4*C)
+    float* fcprojb;  // (L, C)
+    float* lnfw;     // (C)
+    float* lnfb;     // (C)
+} ParameterTensors;
+
+// points the 16 tensors into one flat buffer of gpt2_num_parameters floats
+void point_parameters(ParameterTensors* p, float* memory, const size_t sizes[GPT2_NUM_PARAMETER_TENSORS]) {
+    float** ptrs[GPT2_NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
+        *(ptrs[i]) = memory;
+        memory += sizes[i];
+    }
+}
+
+#define NUM_ACTIVATION_TENSORS 22
+typedef struct {
+    float* encoded;   // (B, T, C)
+    float* ln1;       // (L, B, T, C)
+    float* ln1_mean;  // (L, B, T)
+    float* ln1_rstd;  // (L, B, T)
+    float* qkv;       // (L, B, T, 3*C)
+    float* atty;      // (L, B, T, C)
+    float* att;       // (L, B, NH, T, T)
+    float* attproj;   // (L, B, T, C)
+    float* residual2; // (L, B, T, C)
+    float* ln2;       // (L, B, T, C)
+    float* ln2_mean;  // (L, B, T)
+    float* ln2_rstd;  // (L, B, T)
+    float* fch;       // (L, B, T, 4*C)
+    float* fch_gelu;  // (L, B, T, 4*C)
+    float* fcproj;    // (L, B, T, C)
+    float* residual3; // (L, B, T, C)
+    float* lnf;       // (B, T, C)
+    float* lnf_mean;  // (B, T)
+    float* lnf_rstd;  // (B, T)
+    float* logits;    // (B, T, Vp)
+    float* probs;     // (B, T, Vp)
+    float* losses;    // (B, T)
+} ActivationTensors;
+
+void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cfg, int B, int T) {
+    size_t C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    sizes[0] = BT * C;                      // encoded
+    sizes[1] = L * BT * C;                  // ln1
+    sizes[2] = L * BT;                      // ln1_mean
+    sizes[3] = L * BT;                      // ln1_rstd
+    sizes[4] = L * BT * 3 * C;              // qkv
+    sizes[5] = L * BT * C;                  // atty
+    sizes[6] = L * B * NH * (size_t)T * T;  // att
+    sizes[7] = L * BT * C;                  // attproj
+    sizes[8] = L * BT * C;                  // residual2
+    sizes[9] = L * BT * C;                  // ln2
+    sizes[10] = L * BT;                     // ln2_mean
+    sizes[11] = L * BT;                     // ln2_rstd
+    sizes[12] = L * BT * 4 * C;             // fch
+    sizes[13] = L * BT * 4 * C;             // fch_gelu
+    sizes[14] = L * BT * C;                 // fcproj
+    sizes[15] = L * BT * C;                 // residual3
+    sizes[16] = BT * C;                     // lnf
+    sizes[17] = BT;                         // lnf_mean
+    sizes[18] = BT;                         // lnf_rstd
+    sizes[19] = BT * Vp;                    // logits
+    sizes[20] = BT * Vp;                    // probs
+    sizes[21] = BT;                         // losses
+}
+
+void point_activations(ActivationTensors* a, float* memory, const size_t sizes[NUM_ACTIVATION_TENSORS]) {
+    float** ptrs[NUM_ACTIVATION_TENSORS] = {
+        &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->attproj,
+        &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->fcproj,
+        &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->probs, &a->losses};
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        *(ptrs[i]) = memory;
+        memory += sizes[i];
+    }
+}
+
+typedef struct {
+    GPT2Config config;
+    // weights and their gradients: one flat buffer each, with named pointers into it
+    ParameterTensors params;
+    size_t param_sizes[GPT2_NUM_PARAMETER_TENSORS];
+    float* params_memory;
+    size_t num_parameters;
+    ParameterTensors grads;
+    float* grads_memory;
+    // AdamW moments for this process's slice [opt_offset, opt_offset + opt_size) of the
+    // flat parameters: everything, or with ZeRO-1 one shard (llmc/zero.h)
+    float* m_memory;
+    float* v_memory;
+    size_t opt_offset;
+    size_t opt_size;
+    // activations for batches up to batch_size x seq_len, and their gradients
+    ActivationTensors acts;
+    size_t act_sizes[NUM_ACTIVATION_TENSORS];
+    float* acts_memory;
+    size_t num_activations;
+    ActivationTensors grads_acts;
+    float* grads_acts_memory;
+    int batch_size;   // B the activations were allocated for
+    int seq_len;      // T the activations were allocated for
+    // the current batch (set by gpt2_forward)
+    int* inputs;      // (B, T)
+    int* targets;     // (B, T)
+    int cur_B, cur_T; // sizes of the last forward pass
+    float mean_loss;  // mean loss of the last forward pass with targets, -1 without
+} GPT2;
+
+// allocates parameters (zeroed) and gradients for model->config
+void gpt2_allocate_parameters(GPT2* model) {
+    gpt2_parameter_sizes(model->param_sizes, &model->config);
+    model->num_parameters = gpt2_num_parameters(&model->config);
+    model->params_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+    model->grads_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    model->m_memory = NULL;
+    model->v_memory = NULL;
+    model->opt_offset = 0;
+    model->opt_size = 0;
+    model->acts_memory = NULL;
+    model->grads_acts_memory = NULL;
+    model->inputs = NULL;
+    model->targets = NULL;
+    model->batch_size = 0;
+    model->seq_len = 0;
+    model->cur_B = model->cur_T = 0;
+    model->mean_loss = -1.0f;
+}
+
+void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
+    int version;
+    FILE* f = checkpoint_open(path, &model->config, &version);
+    gpt2_allocate_parameters(model);
+    checkpoint_read_params(f, path, version, model->params_memory, model->num_parameters);
+    fcloseCheck(f, path);
+}
+
+// init from scratch exactly like train_gpt2.py: one generator seeded with `seed`, normal_
+// draws in the order wte (V rows), wpe, then per layer qkvw, attprojw, fcw, fcprojw;
+// std 0.02, residual projections 0.02/sqrt(2L); biases 0, layernorm weights 1, wte pad rows 0
+void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
+    model->config = *cfg;
+    gpt2_allocate_parameters(model);
+    int L = cfg->num_layers;
+    size_t C = cfg->channels;
+    ParameterTensors* p = &model->params;
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    float std = 0.02f;
+    float proj_std = (float)(0.02 / sqrt(2.0 * L));
+    normal_(p->wte, (size_t)cfg->vocab_size * C, 0.0f, std, &rng);
+    normal_(p->wpe, (size_t)cfg->max_seq_len * C, 0.0f, std, &rng);
+    for (int l = 0; l < L; l++) {
+        normal_(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0f, std, &rng);
+        normal_(p->attprojw + l * C * C, C * C, 0.0f, proj_std, &rng);
+        normal_(p->fcw + l * 4 * C * C, 4 * C * C, 0.0f, std, &rng);
+        normal_(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0f, proj_std, &rng);
+    }
+    for (size_t i = 0; i < (size_t)L * C; i++) {
+        p->ln1w[i] = 1.0f;
+        p->ln2w[i] = 1.0f;
+    }
+    for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
+}
+
+// allocates activations for batches of up to B x T tokens and the AdamW moments for the
+// parameter slice [opt_offset, opt_offset + opt_size)
+void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t opt_size) {
+    model->batch_size = B;
+    model->seq_len = T;
+    activation_sizes(model->act_sizes, &model->config, B, T);
+    model->num_activations = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
+    model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
+    model->grads_acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
+    point_activations(&model->acts, model->acts_memory, model->act_sizes);
+    point_activations(&model->grads_acts, model->grads_acts_memory, model->act_sizes);
+    model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    model->opt_offset = opt_offset;
+    model->opt_size = opt_size;
+    model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
+    model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+}
+
+// Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
+// (model->mean_loss); targets may be NULL (inference: logits only). B x T may be smaller
+// than what the activations were allocated for (sampling uses B=1 and a growing T).
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    if (model->acts_memory == NULL) { llmc_die("internal: gpt2_allocate_state was not called"); }
+    if ((size_t)B * T > (size_t)model->batch_size * model->seq_len || T > model->seq_len) {
+        llmc_die("internal: forward of %dx%d tokens exceeds the %dx%d allocated", B, T, model->batch_size, model->seq_len);
+    }
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
+    for (int i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
+        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
+            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
+        }
+    }
+    memcpy(model->inputs, inputs, (size_t)B * T * sizeof(int));
+    if (targets != NULL) { memcpy(model->targets, targets, (size_t)B * T * sizeof(int)); }
+    model->cur_B = B;
+    model->cur_T = T;
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    size_t BTC = (size_t)B * T * C;
+    encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C); // (B,T,C)
+    float* residual;
+    for (int l = 0; l < L; l++) {
+        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
+        // this layer's weights
+        float* l_ln1w = p.ln1w + l * C;
+        float* l_ln1b = p.ln1b + l * C;
+        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
+        float* l_qkvb = p.qkvb + l * 3 * C;
+        float* l_attprojw = p.attprojw + (size_t)l * C * C;
+        float* l_attprojb = p.attprojb + l * C;
+        float* l_ln2w = p.ln2w + l * C;
+        float* l_ln2b = p.ln2b + l * C;
+        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
+        float* l_fcb = p.fcb + l * 4 * C;
+        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        float* l_fcprojb = p.fcprojb + l * C;
+        // this layer's activations
+        float* l_ln1 = a.ln1 + l * BTC;
+        float* l_ln1_mean = a.ln1_mean + l * B * T;
+        float* l_ln1_rstd = a.ln1_rstd + l * B * T;
+        float* l_qkv = a.qkv + l * BTC * 3;
+        float* l_atty = a.atty + l * BTC;
+        float* l_att = a.att + (size_t)l * B * NH * T * T;
+        float* l_attproj = a.attproj + l * BTC;
+        float* l_residual2 = a.residual2 + l * BTC;
+        float* l_ln2 = a.ln2 + l * BTC;
+        float* l_ln2_mean = a.ln2_mean + l * B * T;
+        float* l_ln2_rstd = a.ln2_rstd + l * B * T;
+        float* l_fch = a.fch + l * BTC * 4;
+        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
+        float* l_fcproj = a.fcproj + l * BTC;
+        float* l_residual3 = a.residual3 + l * BTC;
+        // attention block
+        layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
+        matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
+        attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
+        matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
+        residual_forward(l_residual2, residual, l_attproj, BTC);
+        // MLP block
+        layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
+        matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+        gelu_forward(l_fch_gelu, l_fch, BTC * 4);
+        matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
+        residual_forward(l_residual3, l_residual2, l_fcproj, BTC);
+    }
+    residual = a.residual3 + (L - 1) * BTC; // (B,T,C)
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp); // (B,T,Vp), lm_head tied to wte
+    if (targets == NULL) {
+        model->mean_loss = -1.0f;
+        return;
+    }
+    crossentropy_softmax_forward(a.losses, a.probs, a.logits, targets, B, T, V, Vp);
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) { sum += a.losses[i]; }
+    model->mean_loss = (float)(sum / (B * T));
+}
+
+void gpt2_zero_grad(GPT2* model) {
+    memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+}
+
+// Backward pass of the last forward (which must have had targets). Gradients are ADDED to
+// model->grads (call gpt2_zero_grad first); loss_scale multiplies the mean loss, e.g.
+// 1/grad_accum_steps when gradients of several micro-batches are accumulated.
+void gpt2_backward(GPT2* model, float loss_scale) {
+    if (model->mean_loss < 0.0f) { llmc_die("internal: gpt2_backward needs a forward pass with targets"); }
+    int B = model->cur_B, T = model->cur_T;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
+    size_t BTC = (size_t)B * T * C;
+    ParameterTensors p = model->params;
+    ParameterTensors g = model->grads;
+    ActivationTensors a = model->acts;
+    ActivationTensors ga = model->grads_acts;
+    memset(model->grads_acts_memory, 0, model->num_activations * sizeof(float));
+
+    // the loss is the mean over B*T positions: each position's dloss is loss_scale / (B*T)
+    float dloss_mean = loss_scale / (float)(B * T);
+    for (int i = 0; i < B * T; i++) { ga.losses[i] = dloss_mean; }
+    crossentropy_softmax_backward(ga.logits, ga.losses, a.probs, model->targets, B, T, V, Vp);
+    matmul_backward(ga.lnf, g.wte, NULL, ga.logits, a.lnf, p.wte, B, T, C, Vp);
+    float* residual = a.residual3 + (L - 1) * BTC;
+    float* dresidual = ga.residual3 + (L - 1) * BTC;
+    layernorm_backward(dresidual, g.lnfw, g.lnfb, ga.lnf, residual, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
+        dresidual = l == 0 ? ga.encoded : ga.residual3 + (l - 1) * BTC;
+        // this layer's weights and their gradients
+        float* l_ln1w = p.ln1w + l * C;
+        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
+        float* l_attprojw = p.attprojw + (size_t)l * C * C;
+        float* l_ln2w = p.ln2w + l * C;
+        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
+        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        float* dl_ln1w = g.ln1w + l * C;
+        float* dl_ln1b = g.ln1b + l * C;
+        float* dl_qkvw = g.qkvw + (size_t)l * 3 * C * C;
+        float* dl_qkvb = g.qkvb + l * 3 * C;
+        float* dl_attprojw = g.attprojw + (size_t)l * C * C;
+        float* dl_attprojb = g.attprojb + l * C;
+        float* dl_ln2w = g.ln2w + l * C;
+        float* dl_ln2b = g.ln2b + l * C;
+        float* dl_fcw = g.fcw + (size_t)l * 4 * C * C;
+        float* dl_fcb = g.fcb + l * 4 * C;
+        float* dl_fcprojw = g.fcprojw + (size_t)l * C * 4 * C;
+        float* dl_fcprojb = g.fcprojb + l * C;
+        // this layer's activations and their gradients
+        float* l_ln1 = a.ln1 + l * BTC;
+        float* l_ln1_mean = a.ln1_mean + l * B * T;
+        float* l_ln1_rstd = a.ln1_rstd + l * B * T;
+        float* l_qkv = a.qkv + l * BTC * 3;
+        float* l_atty = a.atty + l * BTC;
+        float* l_att = a.att + (size_t)l * B * NH * T * T;
+        float* l_residual2 = a.residual2 + l * BTC;
+        float* l_ln2 = a.ln2 + l * BTC;
+        float* l_ln2_mean = a.ln2_mean + l * B * T;
+        float* l_ln2_rstd = a.ln2_rstd + l * B * T;
+        float* l_fch = a.fch + l * BTC * 4;
+        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
+        float* dl_ln1 = ga.ln1 + l * BTC;
+        float* dl_qkv = ga.qkv + l * BTC * 3;
+        float* dl_atty = ga.atty + l * BTC;
+        float* dl_attproj = ga.attproj + l * BTC;
+        float* dl_residual2 = ga.residual2 + l * BTC;
+        float* dl_ln2 = ga.ln2 + l * BTC;
+        float* dl_fch = ga.fch + l * BTC * 4;
+        float* dl_fch_gelu = ga.fch_gelu + l * BTC * 4;
+        float* dl_fcproj = ga.fcproj + l * BTC;
+        float* dl_residual3 = ga.residual3 + l * BTC;
+        // MLP block, in reverse
+        residual_backward(dl_residual2, dl_fcproj, dl_residual3, BTC);
+        matmul_backward(dl_fch_gelu, dl_fcprojw, dl_fcprojb, dl_fcproj, l_fch_gelu, l_fcprojw, B, T, 4 * C, C);
+        gelu_backward(dl_fch, l_fch, dl_fch_gelu, BTC * 4);
+        matmul_backward(dl_ln2, dl_fcw, dl_fcb, dl_fch, l_ln2, l_fcw, B, T, C, 4 * C);
+        layernorm_backward(dl_residual2, dl_ln2w, dl_ln2b, dl_ln2, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
+        // attention block, in reverse
+        residual_backward(dresidual, dl_attproj, dl_residual2, BTC);
+        matmul_backward(dl_atty, dl_attprojw, dl_attprojb, dl_attproj, l_atty, l_attprojw, B, T, C, C);
+        attention_backward(dl_qkv, dl_atty, l_qkv, l_att, B, T, C, NH);
+        matmul_backward(dl_ln1, dl_qkvw, dl_qkvb, dl_qkv, l_ln1, l_qkvw, B, T, C, 3 * C);
+        layernorm_backward(dresidual, dl_ln1w, dl_ln1b, dl_ln1, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
+    }
+    encoder_backward(g.wte, g.wpe, ga.encoded, model->inputs, B, T, C);
+}
+
+// Global L2 norm of the gradients. Summed in double over fixed-size chunks, so the result
+// does not depend on the number of threads.
+float gpt2_grad_norm(const GPT2* model) {
+    const size_t chunk = 1 << 16;
+    size_t n = model->num_parameters;
+    size_t nchunks = (n + chunk - 1) / chunk;
+    double* partial = (double*)mallocCheck(nchunks * sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t end = (k + 1) * chunk < n ? (k + 1) * chunk : n;
+        double s = 0.0;
+        for (size_t i = k * chunk; i < end; i++) { s += (double)model->grads_memory[i] * model->grads_memory[i]; }
+        partial[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
+    free(partial);
+    return (float)sqrt(total);
+}
+
+// One AdamW step (layer_math.h, PyTorch semantics) on this process's parameter slice.
+// Gradients are first scaled by grad_scale (global-norm clipping; 1 = none). Weight decay
+// applies to the 2-D weight matrices only. t is the 1-based step number.
+void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
+                 float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_size;
+    size_t tensor_start = 0;
+    for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
+        size_t tensor_end = tensor_start + model->param_sizes[k];
+        size_t begin = tensor_start > lo ? tensor_start : lo;
+        size_t end = tensor_end < hi ? tensor_end : hi;
+        float wd = GPT2_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f;
+        float* params = model->params_memory;
+        const float* grads = model->grads_memory;
+        float* m = model->m_memory; // m and v hold the slice: index i - lo
+        float* v = model->v_memory;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = begin; i < end; i++) {
+            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+        }
+        tensor_start = tensor_end;
+    }
+}
+
+void gpt2_free(GPT2* model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    free(model->acts_memory);
+    free(model->grads_acts_memory);
+    free(model->inputs);
+    free(model->targets);
+}
+
+// the gradient-clipping factor for clip value grad_clip (0 = off): like
+// torch.nn.utils.clip_grad_norm_, scale by grad_clip / (norm + 1e-6) when norm > grad_clip
+float grad_clip_scale(float grad_norm, float grad_clip) {
+    if (grad_clip <= 0.0f || !(grad_norm > grad_clip)) { return 1.0f; }
+    return grad_clip / (grad_norm + 1e-6f);
+}
