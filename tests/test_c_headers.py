@@ -158,3 +158,52 @@ def test_rand_randint64_is_torchs_random64(rand_dump: Path, torch_reference: dic
     draws = np.frombuffer(raw, np.uint64)
     got = (draws & np.uint64((1 << 53) - 1)).astype(np.float64) / float(1 << 53)
     assert np.array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------- tokenizer.h vs tiktoken
+
+def tiktoken_gpt2():
+    """tiktoken's gpt2 encoding, from TIKTOKEN_CACHE_DIR or the repo-relative ../shared cache seed."""
+    if "TIKTOKEN_CACHE_DIR" not in os.environ:
+        seed = REPO.parent / "shared" / "tiktoken_cache"
+        if seed.is_dir():
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(seed)
+    import tiktoken
+    return tiktoken.get_encoding("gpt2")
+
+
+def write_tokenizer_file(path: Path, pieces: list[bytes], eot: int) -> None:
+    header = np.zeros(256, dtype="<u4")
+    header[:4] = [20240328, 2, len(pieces), eot]
+    body = b"".join(bytes([len(p)]) + p for p in pieces)
+    path.write_bytes(header.tobytes() + body)
+
+
+def test_tokenizer_decodes_every_gpt2_token_like_tiktoken(tmp_path: Path) -> None:
+    enc = tiktoken_gpt2()
+    pieces = [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)]
+    assert len(pieces) == 50257
+    tok_file = tmp_path / "gpt2_tokenizer.bin"
+    write_tokenizer_file(tok_file, pieces, enc.eot_token)
+    exe = build_driver("tokenizer_dump.c", tmp_path)
+    out = subprocess.run([str(exe), str(tok_file)], capture_output=True, check=True).stdout
+    vocab, eot = np.frombuffer(out[:8], "<u4")
+    assert (vocab, eot) == (50257, 50256)
+    decoded = []
+    pos = 8
+    for _ in range(vocab):
+        n = int.from_bytes(out[pos:pos + 4], "little")
+        decoded.append(out[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    assert decoded == pieces
+    assert out[pos:] == b"\x01"  # decoding id 50257 gives NULL
+
+
+def test_tokenizer_rejects_a_truncated_file_with_one_line(tmp_path: Path) -> None:
+    tok_file = tmp_path / "tok.bin"
+    write_tokenizer_file(tok_file, [b"a", b"bc", b"def"], 2)
+    tok_file.write_bytes(tok_file.read_bytes()[:-2])
+    exe = build_driver("tokenizer_dump.c", tmp_path)
+    res = subprocess.run([str(exe), str(tok_file)], capture_output=True, text=True)
+    assert res.returncode == 1
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(f"error: {tok_file}: truncated")

@@ -1,0 +1,145 @@
+/*
+llmc/tokenizer.h: decodes GPT-2 token ids to bytes with the table in gpt2_tokenizer.bin.
+
+File format (llm.c-compatible): a header of 256 uint32
+    [0] = 20240328, [1] = version (1 or 2), [2] = vocab size, [3] = EOT token id (version 2 only;
+    version 1 files assume 50256)
+then for each token id in order: one uint8 length (>= 1), then that many raw bytes.
+Every length is checked against the real file size, so a truncated or corrupt file stops the
+program with one line "error: <path>: <reason>" instead of reading garbage.
+Decoding only: encoding text is done in Python (tiktoken).
+*/
+#ifndef LLMC_TOKENIZER_H
+#define LLMC_TOKENIZER_H
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "utils.h"
+
+#define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_V1_EOT 50256
+
+typedef struct {
+    uint32_t vocab_size;
+    char** token_table;  // (vocab_size,) NUL-terminated pieces, pointing into `bytes`
+    int init_ok;         // 0 when the file was missing: decoding is unavailable
+    int eot_token;       // <|endoftext|>
+    char* bytes;         // all pieces, each followed by a NUL
+    unsigned char* token_lengths;  // (vocab_size,) byte length of each piece (a piece may contain a NUL byte)
+} Tokenizer;
+
+// missing file: init_ok = 0 and a one-line warning on stderr; corrupt file: dies with one line
+static inline void tokenizer_init(Tokenizer* t, const char* path) {
+    memset(t, 0, sizeof(*t));
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "warning: %s: cannot open tokenizer (%s); run python train_gpt2.py to write it "
+                        "(token ids will not be decoded)\n", path, strerror(errno));
+        t->init_ok = 0;
+        return;
+    }
+    size_t file_bytes = file_size_check(f, path);
+    uint32_t header[256];
+    if (file_bytes < sizeof(header)) {
+        llmc_die("%s: not a tokenizer file (%zu bytes, shorter than the 1024-byte header)", path, file_bytes);
+    }
+    freadCheck(header, sizeof(uint32_t), 256, f, path);
+    if (header[0] != TOKENIZER_MAGIC) {
+        llmc_die("%s: not a tokenizer file (magic %u, expected %d)", path, header[0], TOKENIZER_MAGIC);
+    }
+    if (header[1] != 1 && header[1] != 2) {
+        llmc_die("%s: unsupported tokenizer version %u (expected 1 or 2)", path, header[1]);
+    }
+    uint32_t vocab_size = header[2];
+    if (vocab_size == 0 || vocab_size > (file_bytes - sizeof(header)) / 2) {
+        llmc_die("%s: bad vocab size %u for a file of %zu bytes", path, vocab_size, file_bytes);
+    }
+    uint32_t eot = header[1] == 1 ? (uint32_t)TOKENIZER_V1_EOT : header[3];
+    if (eot >= vocab_size) {
+        llmc_die("%s: EOT token %u is not below the vocab size %u", path, eot, vocab_size);
+    }
+    // the pieces take (body - vocab_size) bytes; with one NUL each that is exactly the body size
+    size_t body = file_bytes - sizeof(header);
+    t->bytes = (char*)mallocCheck(body);
+    t->token_table = (char**)mallocCheck((size_t)vocab_size * sizeof(char*));
+    t->token_lengths = (unsigned char*)mallocCheck((size_t)vocab_size);
+    size_t used = 0;  // bytes of the body consumed so far
+    char* out = t->bytes;
+    for (uint32_t i = 0; i < vocab_size; i++) {
+        unsigned char len = 0;
+        if (used + 1 > body) {
+            llmc_die("%s: truncated at token %u of %u (no length byte)", path, i, vocab_size);
+        }
+        freadCheck(&len, 1, 1, f, path);
+        used += 1;
+        if (len == 0) {
+            llmc_die("%s: token %u has length 0", path, i);
+        }
+        if (used + len > body) {
+            llmc_die("%s: truncated: token %u needs %u bytes, only %zu left", path, i, (unsigned)len, body - used);
+        }
+        freadCheck(out, 1, len, f, path);
+        used += len;
+        t->token_table[i] = out;
+        t->token_lengths[i] = len;
+        out[len] = '\0';
+        out += len + 1;
+    }
+    if (used != body) {
+        llmc_die("%s: %zu bytes of trailing data after the last of %u tokens", path, body - used, vocab_size);
+    }
+    fcloseCheck(f, path);
+    t->vocab_size = vocab_size;
+    t->eot_token = (int)eot;
+    t->init_ok = 1;
+}
+
+// the piece of token_id, or NULL when it is out of range or the tokenizer did not load
+static inline const char* tokenizer_decode(Tokenizer* t, uint32_t token_id) {
+    if (!t->init_ok || token_id >= t->vocab_size) {
+        return NULL;
+    }
+    return t->token_table[token_id];
+}
+
+// the byte length of token_id's piece (0 when out of range)
+static inline size_t tokenizer_decode_length(Tokenizer* t, uint32_t token_id) {
+    if (!t->init_ok || token_id >= t->vocab_size) {
+        return 0;
+    }
+    return t->token_lengths[token_id];
+}
+
+// prints a piece unless it is a single unprintable byte (control characters, raw continuation bytes)
+static inline void safe_fprintf(FILE* out, const char* piece) {
+    if (piece == NULL || piece[0] == '\0') {
+        return;
+    }
+    if (piece[1] == '\0') {
+        unsigned char c = (unsigned char)piece[0];
+        if (!(isprint(c) || isspace(c))) {
+            return;
+        }
+    }
+    fputs(piece, out);
+}
+
+static inline void safe_printf(const char* piece) {
+    safe_fprintf(stdout, piece);
+}
+
+static inline void tokenizer_free(Tokenizer* t) {
+    free(t->token_table);
+    free(t->bytes);
+    free(t->token_lengths);
+    t->token_table = NULL;
+    t->bytes = NULL;
+    t->token_lengths = NULL;
+    t->init_ok = 0;
+}
+
+#endif // LLMC_TOKENIZER_H
