@@ -425,7 +425,7 @@ def get_lr(step: int, lr: float, warmup: int, total: int, final_frac: float) -> 
     """Linear warmup, then cosine decay from lr to lr * final_frac (the rule of llmc/schedulers.h)."""
     if step < warmup:
         return lr * (step + 1) / warmup
-    ratio = min(max((step - warmup) / max(total - warmup, 1), 0.0), 1.0)
+    ratio = min(max((step - warmup) / (total - warmup), 0.0), 1.0) if total > warmup else 1.0
     lr_min = lr * final_frac
     return lr_min + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - lr_min)
 
