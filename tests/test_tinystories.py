@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 import tarfile
@@ -67,6 +68,12 @@ def decoded_stories(tokens: np.ndarray) -> list[str]:
     return [enc.decode(tokens[a + 1 : b]) for a, b in zip(starts, starts[1:])]
 
 
+def shuffled(items: list[str], seed: int) -> list[str]:
+    items = list(items)
+    random.Random(seed).shuffle(items)
+    return items
+
+
 def test_tinystories_shard0_is_val_and_the_rest_train(tmp_path: Path) -> None:
     data_dir = tmp_path / "ts"
     make_archive(data_dir, {name: shard_bytes(stories) for name, stories in SHARDS.items()})
@@ -81,6 +88,9 @@ def test_tinystories_shard0_is_val_and_the_rest_train(tmp_path: Path) -> None:
     assert Counter(val) == Counter(stripped["data00.json"])
     assert Counter(train[:2]) == Counter(stripped["data01.json"])  # shards in sorted order
     assert Counter(train[2:]) == Counter(stripped["data02.json"])
+    # llm.c's order: the i-th shard of each split is shuffled by random.Random(1337 + i)
+    assert val == shuffled(stripped["data00.json"], 1337)
+    assert train == shuffled(stripped["data01.json"], 1337) + shuffled(stripped["data02.json"], 1338)
 
 
 def test_tinystories_is_reproducible_and_reuses_the_extracted_archive(tmp_path: Path) -> None:

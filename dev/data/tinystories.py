@@ -43,7 +43,7 @@ EXTRACTED_NAME = "TinyStories_all_data"
 SHARD_PATTERN = "data*.json"
 # Python >= 3.11.4 also vets members itself (the "data" filter); check_member does it on every version.
 EXTRACT_OPTIONS = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-SHUFFLE_SEED = 1337  # stories in shard i are shuffled with random.Random(1337 + i), as the reference shards are
+SHUFFLE_SEED = 1337  # stories of the i-th shard of a split are shuffled by random.Random(1337 + i), as the reference shards are
 
 
 def default_data_dir() -> Path:
@@ -107,16 +107,21 @@ def load_stories(path: Path) -> list[str]:
 
 
 def tokenize_shard(model_desc: str, shard: tuple[int, Path]) -> np.ndarray:
-    """All stories of one shard, shuffled reproducibly, each stripped and preceded by the EOT token."""
+    """All stories of one shard, shuffled reproducibly, each stripped and preceded by the EOT token.
+
+    shard is (index of the shard within its split, path); the index seeds the shuffle.
+    """
     index, path = shard
     tok = get_tokenizer(model_desc)
+    dtype = shard_format(model_desc).dtype
     stories = load_stories(path)
     random.Random(SHUFFLE_SEED + index).shuffle(stories)
-    tokens: list[int] = []
-    for story in stories:
-        tokens.append(tok.eot)
-        tokens.extend(tok.encode(story.strip()))
-    return np.asarray(tokens, dtype=shard_format(model_desc).dtype)
+    eot = np.array([tok.eot], dtype=dtype)
+    parts = [eot[:0]]  # an empty start, so a shard without stories still concatenates
+    for story in stories:  # small arrays per story: a shard of Python ints would take GBs
+        parts.append(eot)
+        parts.append(np.asarray(tok.encode(story.strip()), dtype=dtype))
+    return np.concatenate(parts)
 
 
 def find_shards(directory: Path) -> list[Path]:
@@ -133,7 +138,8 @@ def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int) -> list[
     """Token arrays of the shards, in order, tokenized by a pool of num_proc processes."""
     get_tokenizer(model_desc)  # a missing tokenizer fails here, once, before any worker starts
     work = partial(tokenize_shard, model_desc)
-    items = list(enumerate(shards))
+    # The shuffle seed counts shards within each split: val is shard 0, and so is the first train shard.
+    items = [(0, shards[0])] + list(enumerate(shards[1:]))
     desc = f"tokenizing {len(shards)} shards"
     arrays = []
     with tqdm(total=len(items), desc=desc, unit="shard") as bar:  # closed before an error is printed
