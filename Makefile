@@ -100,3 +100,7 @@ encode: encode.c llmc/bpe.h llmc/unicode_tables.h llmc/utils.h
 
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 	$(PY) dev/write_bpe.py
+
+# generate: KV-cached sampling with train_gpt2.c's model (included with TESTING), llmc/bpe.h and llmc/sampler.h
+generate: generate.c train_gpt2.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@

@@ -1,0 +1,416 @@
+/*
+generate: text generation from an llmc GPT-2 checkpoint on the CPU, with a KV cache.
+
+    ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
+    ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
+
+The model and its layers are train_gpt2.c's (included with TESTING defined, so its main() is
+left out). Generation keeps every layer's keys and values in a cache: the prompt goes through
+the model once, then each new token costs the forward pass of ONE position (a matrix-vector
+product per weight matrix and attention over the cached positions), not a recompute of the
+whole sequence. Prompts are encoded with llmc/bpe.h (the same ids as tiktoken's gpt2; the
+text "<|endoftext|>" in a prompt is the special token), tokens are drawn with llmc/sampler.h
+and printed as they come (flushed per token). A fixed --seed gives the same text every run.
+
+--check-kv recomputes the full sequence with train_gpt2.c's gpt2_forward at every step and
+compares its last-position logits with the cached path's (fails above 1e-4): the test of the cache.
+*/
+#define TESTING
+#include "train_gpt2.c"
+#include "llmc/bpe.h"
+#include "llmc/sampler.h"
+
+#include <unistd.h>
+
+// ----------------------------------------------------------------------------
+// the KV-cached forward pass (batch 1)
+
+typedef struct {
+    int maxT, C, L, NH, V;
+    int pos;               // positions already in the cache
+    int cap;               // most positions one gpt2_forward_cached call takes
+    float* key_cache;      // (L, maxT, C)
+    float* value_cache;    // (L, maxT, C)
+    float* x;              // (cap, C) the residual stream
+    float* ln;             // (cap, C)
+    float* mean;           // (cap)
+    float* rstd;           // (cap)
+    float* qkv;            // (cap, 3C)
+    float* atty;           // (cap, C)
+    float* proj;           // (cap, C)
+    float* fch;            // (cap, 4C)
+    float* fch_gelu;       // (cap, 4C)
+    float* scores;         // (threads, maxT) attention scores scratch
+    float* logits;         // (V) logits of the last position
+    int nthreads;
+} KVCache;
+
+static void kvcache_init(KVCache* kv, const GPT2Config* cfg) {
+    kv->maxT = cfg->max_seq_len;
+    kv->C = cfg->channels;
+    kv->L = cfg->num_layers;
+    kv->NH = cfg->num_heads;
+    kv->V = cfg->vocab_size;
+    kv->pos = 0;
+    kv->cap = kv->maxT;
+    size_t C = (size_t)kv->C, cap = (size_t)kv->cap;
+#ifdef _OPENMP
+    kv->nthreads = omp_get_max_threads();
+#else
+    kv->nthreads = 1;
+#endif
+    kv->key_cache = (float*)mallocCheck((size_t)kv->L * kv->maxT * C * sizeof(float));
+    kv->value_cache = (float*)mallocCheck((size_t)kv->L * kv->maxT * C * sizeof(float));
+    kv->x = (float*)mallocCheck(cap * C * sizeof(float));
+    kv->ln = (float*)mallocCheck(cap * C * sizeof(float));
+    kv->mean = (float*)mallocCheck(cap * sizeof(float));
+    kv->rstd = (float*)mallocCheck(cap * sizeof(float));
+    kv->qkv = (float*)mallocCheck(cap * 3 * C * sizeof(float));
+    kv->atty = (float*)mallocCheck(cap * C * sizeof(float));
+    kv->proj = (float*)mallocCheck(cap * C * sizeof(float));
+    kv->fch = (float*)mallocCheck(cap * 4 * C * sizeof(float));
+    kv->fch_gelu = (float*)mallocCheck(cap * 4 * C * sizeof(float));
+    kv->scores = (float*)mallocCheck((size_t)kv->nthreads * kv->maxT * sizeof(float));
+    kv->logits = (float*)mallocCheck((size_t)kv->V * sizeof(float));
+}
+
+static void kvcache_free(KVCache* kv) {
+    free(kv->key_cache); free(kv->value_cache); free(kv->x); free(kv->ln); free(kv->mean); free(kv->rstd);
+    free(kv->qkv); free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch_gelu); free(kv->scores);
+    free(kv->logits);
+}
+
+// out[o] = bias[o] + weight[o,:] . inp, for one position
+static void matvec_forward(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
+    // out is (OC), inp is (C), weight is (OC, C), bias is (OC) or NULL
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        const float* w = weight + (size_t)o * C;
+        float s = 0.0f;
+        for (int c = 0; c < C; c++) { s += w[c] * inp[c]; }
+        out[o] = s + (bias != NULL ? bias[o] : 0.0f);
+    }
+}
+
+// a linear layer over n positions: one position is a matrix-vector product
+static void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int n, int C, int OC) {
+    // out is (n, OC), inp is (n, C)
+    if (n == 1) { matvec_forward(out, inp, weight, bias, C, OC); }
+    else { matmul_forward(out, inp, weight, bias, 1, n, C, OC); }
+}
+
+// causal attention of n new positions (pos0 .. pos0+n-1) over the cached keys/values 0 .. pos0+n-1
+static void attention_forward_cached(float* out, float* scores, const float* qkv, const float* key_cache,
+                                     const float* value_cache, int pos0, int n, int C, int NH, int maxT) {
+    // out is (n, C); qkv is (n, 3C) (only the queries are read); key/value_cache are (maxT, C)
+    // scores is (threads, maxT) scratch
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel for collapse(2)
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < NH; h++) {
+#ifdef _OPENMP
+            float* s = scores + (size_t)omp_get_thread_num() * maxT;
+#else
+            float* s = scores;
+#endif
+            const float* q = qkv + (size_t)t * 3 * C + h * HS;
+            int last = pos0 + t;   // attends to positions 0..last
+            float maxval = -INFINITY;
+            for (int t2 = 0; t2 <= last; t2++) {
+                const float* k = key_cache + (size_t)t2 * C + h * HS;
+                float dot = 0.0f;
+                for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
+                dot *= scale;
+                s[t2] = dot;
+                if (dot > maxval) { maxval = dot; }
+            }
+            float sum = 0.0f;
+            for (int t2 = 0; t2 <= last; t2++) {
+                s[t2] = expf(s[t2] - maxval);
+                sum += s[t2];
+            }
+            float inv = 1.0f / sum;
+            float* o = out + (size_t)t * C + h * HS;
+            for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
+            for (int t2 = 0; t2 <= last; t2++) {
+                const float* v = value_cache + (size_t)t2 * C + h * HS;
+                float a = s[t2] * inv;
+                for (int i = 0; i < HS; i++) { o[i] += a * v[i]; }
+            }
+        }
+    }
+}
+
+// feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
+static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int n) {
+    int C = kv->C, L = kv->L, NH = kv->NH, maxT = kv->maxT;
+    if (n < 1 || n > kv->cap || kv->pos + n > maxT) {
+        llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
+    }
+    ParameterTensors p = model->params;
+    size_t nC = (size_t)n * C;
+    encoder_forward(kv->x, tokens, p.wte, p.wpe + (size_t)kv->pos * C, 1, n, C); // (n, C)
+    for (int l = 0; l < L; l++) {
+        float* l_kc = kv->key_cache + (size_t)l * maxT * C;
+        float* l_vc = kv->value_cache + (size_t)l * maxT * C;
+        // attention block
+        layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, p.ln1w + l * C, p.ln1b + l * C, 1, n, C);
+        linear_forward(kv->qkv, kv->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, n, C, 3 * C);
+        for (int t = 0; t < n; t++) {
+            memcpy(l_kc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + C, C * sizeof(float));
+            memcpy(l_vc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + 2 * C, C * sizeof(float));
+        }
+        attention_forward_cached(kv->atty, kv->scores, kv->qkv, l_kc, l_vc, kv->pos, n, C, NH, maxT);
+        linear_forward(kv->proj, kv->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, n, C, C);
+        residual_forward(kv->x, kv->x, kv->proj, nC);
+        // MLP block
+        layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, p.ln2w + l * C, p.ln2b + l * C, 1, n, C);
+        linear_forward(kv->fch, kv->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, n, C, 4 * C);
+        gelu_forward(kv->fch_gelu, kv->fch, nC * 4);
+        linear_forward(kv->proj, kv->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, n, 4 * C, C);
+        residual_forward(kv->x, kv->x, kv->proj, nC);
+    }
+    // final layernorm and the tied lm_head, for the last position only
+    const float* last = kv->x + (size_t)(n - 1) * C;
+    layernorm_forward(kv->ln, kv->mean, kv->rstd, last, p.lnfw, p.lnfb, 1, 1, C);
+    matvec_forward(kv->logits, kv->ln, p.wte, NULL, C, kv->V);
+    kv->pos += n;
+}
+
+// ----------------------------------------------------------------------------
+// generation
+
+typedef struct {
+    const char* model_path;
+    const char* bpe_path;
+    const char* prompt;
+    int num_tokens;
+    float temperature;
+    int top_k;
+    float top_p;
+    unsigned long long seed;
+    int interactive;
+    int check_kv;
+    int stop_at_eot;
+} GenerateArgs;
+
+typedef struct {
+    double max_diff;   // largest |cached - full| logit difference seen (--check-kv)
+    int checks;
+} KVCheck;
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// compares the cached logits with a full forward of seq[0..T) (last position)
+static void check_kv_step(GPT2* model, const KVCache* kv, const int* seq, int T, KVCheck* chk) {
+    gpt2_forward(model, seq, NULL, 1, T);
+    const float* full = model->acts.logits + (size_t)(T - 1) * model->config.padded_vocab_size;
+    double d = 0.0;
+    for (int i = 0; i < kv->V; i++) {
+        double e = fabs((double)full[i] - (double)kv->logits[i]);
+        if (e > d) { d = e; }
+    }
+    if (d > chk->max_diff) { chk->max_diff = d; }
+    chk->checks++;
+    if (d > 1e-4) {
+        llmc_die("--check-kv: cached logits differ from a full recompute by %.3g at position %d (limit 1e-4)", d, T - 1);
+    }
+}
+
+// generates a continuation of `prompt` (bytes), streaming it to stdout; returns tokens generated
+static int generate_one(GPT2* model, KVCache* kv, const BPE* bpe, Sampler* sampler, const GenerateArgs* args,
+                        const char* prompt, int echo_prompt, KVCheck* chk) {
+    int maxT = kv->maxT;
+    size_t plen = strlen(prompt);
+    int* seq = (int*)mallocCheck(((size_t)maxT + plen + 1) * sizeof(int));
+    int n_prompt = (int)bpe_encode(bpe, (const unsigned char*)prompt, plen, 1, seq);
+    if (n_prompt == 0) { seq[n_prompt++] = bpe->eot_token; }   // no prompt: start a new document
+    if (n_prompt >= maxT) {
+        llmc_die("-p: the prompt is %d tokens, the model's context is %d (it must leave room to generate)", n_prompt, maxT);
+    }
+    int budget = args->num_tokens;
+    if (n_prompt + budget > maxT) {
+        budget = maxT - n_prompt;
+        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
+    }
+    if (echo_prompt) {
+        fwriteCheck(prompt, 1, plen, stdout, "stdout");
+        fflush(stdout);
+    }
+    kv->pos = 0;
+    gpt2_forward_cached(model, kv, seq, n_prompt);
+    if (args->check_kv) { check_kv_step(model, kv, seq, n_prompt, chk); }
+    int T = n_prompt, made = 0;
+    while (made < budget) {
+        int next = sampler_sample(sampler, kv->logits);
+        made++;
+        if (next == bpe->eot_token && args->stop_at_eot) { break; }
+        size_t len;
+        const unsigned char* bytes = bpe_token_bytes(bpe, next, &len);
+        if (bytes != NULL) {
+            fwriteCheck(bytes, 1, len, stdout, "stdout");
+            fflush(stdout);
+        }
+        seq[T++] = next;
+        if (made == budget) { break; }
+        gpt2_forward_cached(model, kv, &next, 1);
+        if (args->check_kv) { check_kv_step(model, kv, seq, T, chk); }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    free(seq);
+    return made;
+}
+
+static void print_usage(FILE* out) {
+    fprintf(out,
+        "usage: ./generate [options]\n"
+        "  -e <path|dN>        model checkpoint (default gpt2_124M.bin; `make model` writes it), or dN to init from scratch\n"
+        "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
+        "  -p <text>           prompt (default: none, start of a document)\n"
+        "  -n <int>            tokens to generate (default 256; stops at the context length)\n"
+        "  --temperature <f>   sampling temperature, 0 = greedy (default 1.0)\n"
+        "  --top-k <int>       keep the k most likely tokens, 0 = off (default 0)\n"
+        "  --top-p <f>         nucleus sampling threshold, 1.0 = off (default 1.0)\n"
+        "  --seed <int>        sampler seed (default 1337); the same seed gives the same text\n"
+        "  -i                  interactive: read prompts from stdin, one per line\n"
+        "  --no-stop           keep going after <|endoftext|> (default: stop there)\n"
+        "  --check-kv          verify the KV cache against a full recompute at every step (slow)\n"
+        "  -h, --help          this help\n");
+}
+
+static const char* need_value(int argc, char** argv, int i) {
+    if (i + 1 >= argc) { llmc_die("%s: missing value (see ./generate --help)", argv[i]); }
+    return argv[i + 1];
+}
+
+static long parse_long_flag(const char* flag, const char* s, long lo, long hi) {
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        llmc_die("%s: \"%s\" is not an integer in %ld..%ld", flag, s, lo, hi);
+    }
+    return v;
+}
+
+static float parse_float_flag(const char* flag, const char* s, float lo, float hi) {
+    char* end;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || !(v >= lo && v <= hi)) { llmc_die("%s: \"%s\" is not a number in %g..%g", flag, s, lo, hi); }
+    return v;
+}
+
+static void parse_args(int argc, char** argv, GenerateArgs* a) {
+    a->model_path = "gpt2_124M.bin";
+    a->bpe_path = "gpt2_bpe.bin";
+    a->prompt = "";
+    a->num_tokens = 256;
+    a->temperature = 1.0f;
+    a->top_k = 0;
+    a->top_p = 1.0f;
+    a->seed = 1337;
+    a->interactive = 0;
+    a->check_kv = 0;
+    a->stop_at_eot = 1;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { print_usage(stdout); exit(0); }
+        else if (strcmp(f, "-i") == 0) { a->interactive = 1; }
+        else if (strcmp(f, "--check-kv") == 0) { a->check_kv = 1; }
+        else if (strcmp(f, "--no-stop") == 0) { a->stop_at_eot = 0; }
+        else if (strcmp(f, "-e") == 0) { a->model_path = need_value(argc, argv, i); i++; }
+        else if (strcmp(f, "-b") == 0) { a->bpe_path = need_value(argc, argv, i); i++; }
+        else if (strcmp(f, "-p") == 0) { a->prompt = need_value(argc, argv, i); i++; }
+        else if (strcmp(f, "-n") == 0) { a->num_tokens = (int)parse_long_flag(f, need_value(argc, argv, i), 1, 1 << 20); i++; }
+        else if (strcmp(f, "--temperature") == 0) { a->temperature = parse_float_flag(f, need_value(argc, argv, i), 0.0f, 100.0f); i++; }
+        else if (strcmp(f, "--top-k") == 0) { a->top_k = (int)parse_long_flag(f, need_value(argc, argv, i), 0, 1 << 20); i++; }
+        else if (strcmp(f, "--top-p") == 0) { a->top_p = parse_float_flag(f, need_value(argc, argv, i), 0.0f, 1.0f); i++; }
+        else if (strcmp(f, "--seed") == 0) { a->seed = (unsigned long long)parse_long_flag(f, need_value(argc, argv, i), 0, 0x7fffffffL); i++; }
+        else {
+            fprintf(stderr, "error: unknown argument \"%s\" (see ./generate --help)\n", f);
+            exit(1);
+        }
+    }
+}
+
+// reads one line of stdin without its newline into a growing buffer; returns 0 at end of input
+static int read_line(char** buf, size_t* cap) {
+    size_t n = 0;
+    int c;
+    while ((c = getchar()) != EOF && c != '\n') {
+        if (n + 1 >= *cap) {
+            *cap *= 2;
+            char* bigger = (char*)realloc(*buf, *cap);
+            if (bigger == NULL) { llmc_die("stdin: out of memory reading a line of %zu bytes", *cap); }
+            *buf = bigger;
+        }
+        (*buf)[n++] = (char)c;
+    }
+    (*buf)[n] = '\0';
+    return !(c == EOF && n == 0);
+}
+
+int main(int argc, char** argv) {
+    GenerateArgs args;
+    parse_args(argc, argv, &args);
+
+    // the model: a checkpoint, or a descriptor (dN, gpt2:dN, gpt3:cN) initialised from scratch
+    GPT2 model;
+    GPT2Config cfg;
+    const char* why;
+    int desc = model_config_from_descriptor(args.model_path, &cfg, &why);
+    if (desc < 0) { llmc_die("-e %s: %s", args.model_path, why); }
+    if (desc == 1) {
+        gpt2_build_from_scratch(&model, &cfg, 42);
+        fprintf(stderr, "note: %s is initialised from scratch (seed 42): expect random text\n", args.model_path);
+    } else {
+        if (!file_exists(args.model_path)) {
+            llmc_die("%s: checkpoint not found (`make model` writes gpt2_124M.bin; or pass -e dN for a random model)", args.model_path);
+        }
+        gpt2_build_from_checkpoint(&model, args.model_path);
+    }
+    if (args.check_kv) { gpt2_allocate_state(&model, 1, model.config.max_seq_len, 0, 0); }
+
+    BPE bpe;
+    bpe_init(&bpe, args.bpe_path);
+    if (bpe.eot_token >= model.config.vocab_size) {
+        llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args.bpe_path, bpe.eot_token + 1, model.config.vocab_size);
+    }
+    KVCache kv;
+    kvcache_init(&kv, &model.config);
+    Sampler sampler;
+    sampler_init(&sampler, model.config.vocab_size, args.temperature, args.top_k, args.top_p, (uint64_t)args.seed);
+    KVCheck chk = { 0.0, 0 };
+
+    double t0 = now_sec();
+    int total = 0;
+    if (args.interactive) {
+        int tty = isatty(fileno(stdin));
+        size_t cap = 256;
+        char* line = (char*)mallocCheck(cap);
+        for (;;) {
+            if (tty) { fprintf(stderr, "> "); fflush(stderr); }
+            if (!read_line(&line, &cap)) { break; }
+            total += generate_one(&model, &kv, &bpe, &sampler, &args, line, 0, &chk);
+        }
+        free(line);
+    } else {
+        total = generate_one(&model, &kv, &bpe, &sampler, &args, args.prompt, 1, &chk);
+    }
+    double dt = now_sec() - t0;
+    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", total, dt, dt > 0 ? total / dt : 0.0);
+    if (args.check_kv) {
+        fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);
+    }
+    sampler_free(&sampler);
+    kvcache_free(&kv);
+    bpe_free(&bpe);
+    gpt2_free(&model);
+    return 0;
+}
