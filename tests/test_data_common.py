@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
 from data_common import (  # noqa: E402
+    DataError,
     DataFormatError,
     DownloadError,
     read_datafile,
@@ -353,3 +354,10 @@ def test_download_file_times_out_instead_of_hanging(tmp_path: Path) -> None:
     finally:
         listener.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_datafile_reports_an_unwritable_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where a directory should be")
+    with pytest.raises(DataError, match=r"not_a_dir/s\.bin: cannot write: "):
+        write_datafile(blocker / "s.bin", [1, 2, 3])

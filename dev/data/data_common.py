@@ -94,7 +94,10 @@ def one_line(message: object) -> str:
 
 
 def report_error(error: BaseException) -> int:
-    """Print `error: <message>` on one line to stderr; returns the exit status for main()."""
+    """Print `error: <message>` on one line to stderr; returns the exit status for main() (130 for Ctrl-C)."""
+    if isinstance(error, KeyboardInterrupt):
+        print("error: interrupted (files already written are complete; the others were not created)", file=sys.stderr)
+        return 130
     print(f"error: {one_line(error)}", file=sys.stderr)
     return 1
 
@@ -109,18 +112,23 @@ def write_atomically(path: Path, write: Callable[[Any], None]) -> Path:
     file that exists under its final name is always complete.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Not tempfile.mkstemp: its 0600 mode would stay on the final file; this honours the umask.
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
         raise
     return path
 

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         check_text_column(dataset, source)
         shards = write_shards(dataset, args.data_dir, SHARD_PREFIXES[args.type], args.shard_size,
                               args.model_desc, args.num_proc, source)
-    except DataError as e:
+    except (DataError, KeyboardInterrupt) as e:
         return report_error(e)
     print(f"wrote {len(shards)} shards ({shards[0].name} … {shards[-1].name}) to {args.data_dir}")
     return 0

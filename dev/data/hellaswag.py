@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         out, count = build(args.data_dir, args.split, args.url)
-    except DataError as e:
+    except (DataError, KeyboardInterrupt) as e:
         return report_error(e)
     print(f"wrote {count:,} examples to {out}")
     return 0

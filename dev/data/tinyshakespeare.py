@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         n_val, n_train = build(args.data_dir, args.model_desc, args.url)
-    except DataError as e:
+    except (DataError, KeyboardInterrupt) as e:
         return report_error(e)
     print(f"tiny_shakespeare ({args.model_desc}): {n_val:,} val tokens, {n_train:,} train tokens")
     return 0

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         counts = build(args.data_dir, args.model_desc, args.num_proc, args.url)
-    except DataError as e:
+    except (DataError, KeyboardInterrupt) as e:
         return report_error(e)
     print(f"TinyStories ({args.model_desc}): {counts['val']:,} val tokens, {counts['train']:,} train tokens")
     return 0
