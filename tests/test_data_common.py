@@ -24,6 +24,7 @@ from data_common import (  # noqa: E402
     read_evalfile,
     write_datafile,
     write_evalfile,
+    write_atomically,
     download_file,
 )
 
@@ -361,3 +362,17 @@ def test_write_datafile_reports_an_unwritable_directory(tmp_path: Path) -> None:
     blocker.write_text("a file where a directory should be")
     with pytest.raises(DataError, match=r"not_a_dir/s\.bin: cannot write: "):
         write_datafile(blocker / "s.bin", [1, 2, 3])
+
+
+def test_write_atomically_cleans_up_when_interrupted(tmp_path: Path) -> None:
+    dest = tmp_path / "big.bin"
+    dest.write_bytes(b"old complete file")
+
+    def interrupted(f: object) -> None:
+        f.write(b"half of the new")  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(dest, interrupted)
+    assert dest.read_bytes() == b"old complete file"
+    assert [p.name for p in tmp_path.iterdir()] == ["big.bin"]
