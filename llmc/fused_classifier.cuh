@@ -1,0 +1,80 @@
+/*
+llmc/fused_classifier.cuh: softmax + cross-entropy + its gradient in one pass over the logits.
+
+    fused_classifier(logits, losses, targets, dloss, BT, V, Vp, write_dlogits)
+        logits (BT, Vp): on return (write_dlogits) the gradient of the loss w.r.t. the logits,
+        dloss * (softmax - onehot(target)), written in place; the pad columns V..Vp-1 get 0
+        losses (BT): -log softmax(logits)[target] in fp32
+
+The probabilities are never stored: each block finds its row's max and sum with an online
+softmax (running max, rescaled running sum), then computes log-sum-exp once and writes each
+gradient directly. Numerically stable (max subtracted before exp); reductions in a fixed order.
+*/
+#ifndef LLMC_FUSED_CLASSIFIER_CUH
+#define LLMC_FUSED_CLASSIFIER_CUH
+
+#include "cuda_common.cuh"
+
+// merges two (max, sum of exp(x - max)) pairs
+__device__ static inline void online_softmax_merge(float* m, float* s, float m2, float s2) {
+    float M = fmaxf(*m, m2);
+    if (M == -INFINITY) { return; }
+    float a = *m == -INFINITY ? 0.0f : *s * expf(*m - M);
+    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - M);
+    *m = M;
+    *s = a + b;
+}
+
+// one block per row; blockDim.x a multiple of 32 (at most 1024)
+__global__ static void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
+                                               int V, int Vp, int write_dlogits) {
+    __shared__ float shared_m[WARP_SIZE];
+    __shared__ float shared_s[WARP_SIZE];
+    __shared__ float shared_target_logit;
+    size_t row = blockIdx.x;
+    floatX* x = logits + row * Vp;
+    int target = targets[row];
+    if (threadIdx.x == 0) { shared_target_logit = to_float(x[target]); }
+
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = to_float(x[i]);
+        online_softmax_merge(&m, &s, v, 1.0f);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
+        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
+        online_softmax_merge(&m, &s, m2, s2);
+    }
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, num_warps = blockDim.x / WARP_SIZE;
+    if (lane == 0) { shared_m[warp] = m; shared_s[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -INFINITY, S = 0.0f;
+        for (int w = 0; w < num_warps; w++) { online_softmax_merge(&M, &S, shared_m[w], shared_s[w]); }
+        shared_m[0] = M;
+        shared_s[0] = S;
+    }
+    __syncthreads();
+    float lse = shared_m[0] + logf(shared_s[0]);
+    if (threadIdx.x == 0) { losses[row] = lse - shared_target_logit; }
+    if (!write_dlogits) { return; }
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float g = 0.0f;
+        if (i < V) {
+            float p = expf(to_float(x[i]) - lse);
+            g = (p - (i == target ? 1.0f : 0.0f)) * dloss;
+        }
+        x[i] = (floatX)g;
+    }
+}
+
+// targets must be in [0, V): the data loader checks every token id against the vocabulary
+static inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
+                                    int BT, int V, int Vp, int write_dlogits, cudaStream_t stream) {
+    const int block_size = 1024;
+    fused_classifier_kernel<<<BT, block_size, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_FUSED_CLASSIFIER_CUH

@@ -1,0 +1,168 @@
+/*
+llmc/matmul.cuh: the linear layers, on cuBLASLt.
+
+    matmul_forward(ctx, out, inp, weight, bias, B*T, C, OC, pre_gelu)
+        out = inp @ weight^T + bias         // inp (BT, C), weight (OC, C), out (BT, OC)
+        pre_gelu != NULL: GELU fused into the epilogue, pre_gelu gets the input of the GELU
+    matmul_backward(ctx, dinp, dweight, dbias, dout, inp, weight, scratch, BT, C, OC, pre_gelu)
+        dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias += column sums of dout
+        pre_gelu != NULL: dout is the gradient of GELU's output; the GELU backward is fused (dGELU epilogue)
+
+All matrices are row-major in llmc; cuBLASLt is column-major, so each call below describes the
+transposed problem (row-major X is column-major X^T). Bias gradients use our own deterministic
+column sum (fixed reduction order) rather than atomics.
+*/
+#ifndef LLMC_MATMUL_CUH
+#define LLMC_MATMUL_CUH
+
+#include "cublas_common.cuh"
+
+// ----------------------------------------------------------------------------
+// bias gradient: dbias[c] += sum_n dout[n, c]   // dout (N, OC)
+
+#define BIAS_GRAD_ROW_CHUNKS 32
+
+// partial sums: block (x: 32 columns, y: 8 row lanes), grid (OC/32, BIAS_GRAD_ROW_CHUNKS)
+__global__ static void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    __shared__ float acc[8][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int rows_per_chunk = (N + gridDim.y - 1) / gridDim.y;
+    int row_start = blockIdx.y * rows_per_chunk;
+    int row_end = min(N, row_start + rows_per_chunk);
+    float sum = 0.0f;
+    if (c < OC) {
+        for (int n = row_start + threadIdx.y; n < row_end; n += blockDim.y) {
+            sum += to_float(dout[(size_t)n * OC + c]);
+        }
+    }
+    acc[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float total = 0.0f;
+        for (int k = 0; k < 8; k++) { total += acc[k][threadIdx.x]; }
+        partial[(size_t)blockIdx.y * OC + c] = total;
+    }
+}
+
+// adds the partial sums (in a fixed order) into dbias
+__global__ static void bias_grad_final_kernel(floatX* dbias, const float* partial, int OC, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) { return; }
+    float total = to_float(dbias[c]);
+    for (int k = 0; k < chunks; k++) { total += partial[(size_t)k * OC + c]; }
+    dbias[c] = (floatX)total;
+}
+
+// scratch: at least BIAS_GRAD_ROW_CHUNKS * OC floats
+static inline void bias_backward(floatX* dbias, const floatX* dout, float* scratch, int N, int OC, cudaStream_t stream) {
+    dim3 block(32, 8);
+    dim3 grid(ceil_div(OC, 32), BIAS_GRAD_ROW_CHUNKS);
+    bias_grad_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, OC);
+    cudaCheckLaunch();
+    bias_grad_final_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, BIAS_GRAD_ROW_CHUNKS);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// one cuBLASLt GEMM, column-major: D (m, n) = op(A) (m, k) * op(B) (k, n) [+ D if accumulate]
+// epilogue: bias (length m) added, GELU with aux output, or dGELU using aux as the GELU input
+
+typedef enum { GEMM_EPI_NONE = 0, GEMM_EPI_BIAS, GEMM_EPI_GELU_AUX, GEMM_EPI_GELU_AUX_BIAS, GEMM_EPI_DGELU } GemmEpilogue;
+
+static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
+                           int m, int n, int k, int trans_a, int trans_b, int accumulate,
+                           GemmEpilogue epi, floatX* aux) {
+    if (((uintptr_t)a % 16) != 0 || ((uintptr_t)b % 16) != 0 || ((uintptr_t)d % 16) != 0 ||
+        (bias != NULL && ((uintptr_t)bias % 16) != 0)) {
+        llmc_die("matmul: cuBLASLt operands must be 16-byte aligned (m=%d n=%d k=%d)", m, n, k);
+    }
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, ctx->compute_type, CUDA_R_32F));
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    switch (epi) {
+        case GEMM_EPI_NONE: epilogue = CUBLASLT_EPILOGUE_DEFAULT; break;
+        case GEMM_EPI_BIAS: epilogue = CUBLASLT_EPILOGUE_BIAS; break;
+        case GEMM_EPI_GELU_AUX: epilogue = CUBLASLT_EPILOGUE_GELU_AUX; break;
+        case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+        case GEMM_EPI_DGELU: epilogue = CUBLASLT_EPILOGUE_DGELU; break;
+    }
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (epi == GEMM_EPI_BIAS || epi == GEMM_EPI_GELU_AUX_BIAS) {
+        cudaDataType_t bias_type = CUBLAS_LOWP;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (epi == GEMM_EPI_GELU_AUX || epi == GEMM_EPI_GELU_AUX_BIAS || epi == GEMM_EPI_DGELU) {
+        int64_t aux_ld = m;  // the aux matrix has the shape of D
+        cudaDataType_t aux_type = CUBLAS_LOWP;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    }
+
+    // layouts of the stored matrices (before op)
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUBLAS_LOWP, m, n, m));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ctx->workspace_size, sizeof(ctx->workspace_size)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->lt_handle, desc, layout_a, layout_b, layout_d, layout_d,
+                                               pref, 1, &heuristic, &found));
+    if (found == 0) {
+        llmc_die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d",
+                 m, n, k, trans_a, trans_b, (int)epi);
+    }
+    const float alpha = 1.0f;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    cublasCheck(cublasLtMatmul(ctx->lt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d, layout_d,
+                               &heuristic.algo, ctx->workspace, ctx->workspace_size, ctx->stream));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
+    cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// ----------------------------------------------------------------------------
+// the layer
+
+// out (BT, OC) = inp (BT, C) @ weight (OC, C)^T + bias (OC); with pre_gelu: out = gelu(pre_gelu), pre_gelu = inp @ weight^T + bias
+static inline void matmul_forward(CublasContext* ctx, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                                  int BT, int C, int OC, floatX* pre_gelu) {
+    GemmEpilogue epi;
+    if (pre_gelu != NULL) {
+        epi = bias != NULL ? GEMM_EPI_GELU_AUX_BIAS : GEMM_EPI_GELU_AUX;
+    } else {
+        epi = bias != NULL ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
+    }
+    // column-major: out^T (OC, BT) = weight^T... stored weight is (C, OC) col-major, op T gives (OC, C)
+    gemm_lt(ctx, out, weight, inp, bias, OC, BT, C, 1, 0, 0, epi, pre_gelu);
+}
+
+// dinp (BT, C) = dout (BT, OC) @ weight (OC, C)   [times gelu'(pre_gelu) when pre_gelu != NULL]
+// dweight (OC, C) += dout^T @ inp;  dbias (OC) += sum over BT of dout (dbias may be NULL)
+// scratch: BIAS_GRAD_ROW_CHUNKS * OC floats
+static inline void matmul_backward(CublasContext* ctx, floatX* dinp, floatX* dweight, floatX* dbias,
+                                   const floatX* dout, const floatX* inp, const floatX* weight, float* scratch,
+                                   int BT, int C, int OC, floatX* pre_gelu) {
+    if (dbias != NULL) {
+        bias_backward(dbias, dout, scratch, BT, OC, ctx->stream);
+    }
+    // dweight^T (C, OC) += inp^T (C, BT) * dout (BT, OC): A = inp stored (C, BT), B = dout stored (OC, BT) transposed
+    gemm_lt(ctx, dweight, inp, dout, NULL, C, OC, BT, 0, 1, 1, GEMM_EPI_NONE, NULL);
+    // dinp^T (C, BT) = weight^T (C, OC) * dout^T (OC, BT)
+    gemm_lt(ctx, dinp, weight, dout, NULL, C, BT, OC, 0, 0, 0, pre_gelu != NULL ? GEMM_EPI_DGELU : GEMM_EPI_NONE, pre_gelu);
+}
+
+#endif // LLMC_MATMUL_CUH
