@@ -81,7 +81,11 @@ def write_bpe(path: Path) -> None:
     """Writes tiktoken's gpt2 merge ranks to path."""
     import tiktoken  # imported here so --unicode-tables works without it
 
-    enc = tiktoken.get_encoding("gpt2")
+    try:
+        enc = tiktoken.get_encoding("gpt2")
+    except Exception as e:  # tiktoken raises requests' errors when offline
+        sys.exit(f"error: cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR to a cache holding it): "
+                 f"{type(e).__name__}")
     data = bpe_file_bytes(enc._mergeable_ranks, enc.eot_token)
     atomic_write(path, data)
     print(f"wrote {path} ({len(enc._mergeable_ranks)} tokens, eot {enc.eot_token}, {len(data)} bytes)")
