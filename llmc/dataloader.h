@@ -322,6 +322,7 @@ static inline void dataloader_free(DataLoader* l) {
 #define EVAL_VERSION 1
 #define EVAL_NUM_COMPLETIONS 4
 #define EVAL_DELIMITER 65535
+#define EVAL_VOCAB_SIZE 50257  // eval files hold GPT-2 tokens
 
 typedef struct {
     int process_rank;
@@ -396,6 +397,18 @@ static inline size_t evalloader_read_example_(EvalLoader* l, int expected_index)
     if (pos != n) {
         llmc_die("%s: example %d: size field says %zu bytes but its fields take %zu", l->path, expected_index,
                  n * 2, pos * 2);
+    }
+    // token ids: everything after the context length field except the completion length fields
+    pos = 6;
+    for (int part = 0; part <= EVAL_NUM_COMPLETIONS; part++) {
+        size_t count = l->buffer[pos - 1];
+        for (size_t i = 0; i < count; i++) {
+            if (l->buffer[pos + i] >= EVAL_VOCAB_SIZE) {
+                llmc_die("%s: example %d: token id %u >= vocab size %d", l->path, expected_index,
+                         l->buffer[pos + i], EVAL_VOCAB_SIZE);
+            }
+        }
+        pos += count + 1;  // skip the tokens and land after the next length field
     }
     return n;
 }

@@ -207,3 +207,152 @@ def test_tokenizer_rejects_a_truncated_file_with_one_line(tmp_path: Path) -> Non
     res = subprocess.run([str(exe), str(tok_file)], capture_output=True, text=True)
     assert res.returncode == 1
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(f"error: {tok_file}: truncated")
+
+
+# ---------------------------------------------------------------------------- dataloader.h vs numpy
+
+def write_shard(path: Path, tokens: np.ndarray) -> None:
+    """A GPT-2 token shard written directly with numpy: int32 header[256], then uint16 tokens."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    path.write_bytes(header.tobytes() + tokens.astype("<u2").tobytes())
+
+
+@pytest.fixture(scope="module")
+def dataloader_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_driver("dataloader_dump.c", tmp_path_factory.mktemp("dataloader"))
+
+
+def read_batches(exe: Path, pattern: str, B: int, T: int, rank: int, nproc: int, shuffle: int,
+                 nbatches: int, vocab: int = 50257) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+    args = [str(exe), pattern, str(B), str(T), str(rank), str(nproc), str(shuffle), str(vocab), str(nbatches)]
+    raw = subprocess.run(args, capture_output=True, check=True).stdout
+    per = 2 * B * T * 4 + 16
+    assert len(raw) == per * nbatches
+    out = []
+    for b in range(nbatches):
+        chunk = raw[b * per:(b + 1) * per]
+        x = np.frombuffer(chunk[:B * T * 4], "<i4").reshape(B, T)
+        y = np.frombuffer(chunk[B * T * 4:2 * B * T * 4], "<i4").reshape(B, T)
+        shard, sample = np.frombuffer(chunk[2 * B * T * 4:], "<u8")
+        out.append((x, y, int(shard), int(sample)))
+    return out
+
+
+def expected_batches(shards: list[np.ndarray], B: int, T: int, rank: int, nproc: int,
+                     nbatches: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The reading rule of llmc/dataloader.h without shuffling, written out in numpy."""
+    out = []
+    shard, pos = 0, 0
+    step = nproc * B * T
+    while len(out) < nbatches:
+        toks = shards[shard]
+        if pos + step + 1 > len(toks):
+            shard, pos = (shard + 1) % len(shards), 0
+            continue
+        buf = toks[pos + rank * B * T: pos + rank * B * T + B * T + 1].astype(np.int32)
+        out.append((buf[:-1].reshape(B, T), buf[1:].reshape(B, T)))
+        pos += step
+    return out
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 3])
+def test_dataloader_matches_the_numpy_reading_rule(dataloader_dump: Path, tmp_path: Path, nproc: int) -> None:
+    rng = np.random.default_rng(0)
+    shards = [rng.integers(0, 50257, size=n) for n in (1000, 777, 1500)]
+    for i, toks in enumerate(shards):
+        write_shard(tmp_path / f"data_{i:06d}.bin", toks)
+    B, T, nbatches = 3, 8, 40
+    for rank in range(nproc):
+        got = read_batches(dataloader_dump, str(tmp_path / "data_*.bin"), B, T, rank, nproc, 0, nbatches)
+        want = expected_batches(shards, B, T, rank, nproc, nbatches)
+        for (x, y, _, _), (wx, wy) in zip(got, want):
+            assert np.array_equal(x, wx) and np.array_equal(y, wy)
+
+
+def test_dataloader_shuffled_ranks_tile_the_single_process_batch(dataloader_dump: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    for i, n in enumerate((900, 1300)):
+        write_shard(tmp_path / f"train_{i}.bin", rng.integers(0, 50257, size=n))
+    pattern = str(tmp_path / "train_*.bin")
+    one = read_batches(dataloader_dump, pattern, 4, 16, 0, 1, 1, 60)
+    r0 = read_batches(dataloader_dump, pattern, 2, 16, 0, 2, 1, 60)
+    r1 = read_batches(dataloader_dump, pattern, 2, 16, 1, 2, 1, 60)
+    for (x, y, shard, sample), (x0, y0, s0, p0), (x1, y1, s1, p1) in zip(one, r0, r1):
+        assert np.array_equal(x, np.concatenate([x0, x1])) and np.array_equal(y, np.concatenate([y0, y1]))
+        assert (shard, sample) == (s0, p0) == (s1, p1)
+
+
+def test_dataloader_reads_shards_written_by_dev_data(dataloader_dump: Path, tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "dev" / "data"))
+    try:
+        from data_common import write_datafile
+    finally:
+        sys.path.pop(0)
+    toks = np.arange(1, 300) % 50257
+    write_datafile(tmp_path / "written_val_000000.bin", toks)
+    (x, y, _, _), = read_batches(dataloader_dump, str(tmp_path / "written_val_*.bin"), 2, 10, 0, 1, 0, 1)
+    assert np.array_equal(x.ravel(), toks[:20]) and np.array_equal(y.ravel(), toks[1:21])
+
+
+def test_dataloader_bad_token_is_one_error_line(dataloader_dump: Path, tmp_path: Path) -> None:
+    toks = np.zeros(200, dtype=np.int64)
+    toks[37] = 60000
+    path = tmp_path / "bad_000.bin"
+    write_shard(path, toks)
+    res = subprocess.run([str(dataloader_dump), str(path), "2", "8", "0", "1", "0", "50257", "5"],
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    assert res.stderr == f"error: {path}: token id 60000 at position 37 >= vocab size 50257\n"
+
+
+# ---------------------------------------------------------------------------- EvalLoader vs a Python-written file
+
+def eval_examples(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    examples = []
+    for _ in range(count):
+        ctx = rng.integers(0, 50257, size=int(rng.integers(1, 12))).tolist()
+        endings = [rng.integers(0, 50257, size=int(rng.integers(1, 6))).tolist() for _ in range(4)]
+        examples.append({"label": int(rng.integers(0, 4)), "ctx_tokens": ctx, "ending_tokens": endings})
+    return examples
+
+
+def test_evalloader_reads_the_dev_data_eval_format(dataloader_dump: Path, tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "dev" / "data"))
+    try:
+        from data_common import write_evalfile
+    finally:
+        sys.path.pop(0)
+    examples = eval_examples(7, 3)
+    path = tmp_path / "hellaswag_val.bin"
+    write_evalfile(path, examples)
+    B, T, nproc = 8, 20, 2
+    per_rank = -(-len(examples) // nproc)
+    for rank in range(nproc):
+        raw = subprocess.run([str(dataloader_dump), "--eval", str(path), str(B), str(T), str(rank), str(nproc)],
+                             capture_output=True, check=True).stdout
+        num_batches = int(np.frombuffer(raw[:4], "<i4")[0])
+        assert num_batches == -(-per_rank // (B // 4))
+        mine = examples[rank * per_rank:(rank + 1) * per_rank]
+        pos = 4
+        seen = 0
+        for _ in range(num_batches):
+            count = int(np.frombuffer(raw[pos:pos + 4], "<i4")[0])
+            x = np.frombuffer(raw[pos + 4:pos + 4 + B * T * 4], "<i4").reshape(B, T)
+            y = np.frombuffer(raw[pos + 4 + B * T * 4:pos + 4 + 2 * B * T * 4], "<i4").reshape(B, T)
+            m = np.frombuffer(raw[pos + 4 + 2 * B * T * 4:pos + 4 + 2 * B * T * 4 + B * T], np.uint8).reshape(B, T)
+            pos += 4 + 2 * B * T * 4 + B * T
+            assert count == min(B // 4, len(mine) - seen)
+            for e in range(count):
+                ex = mine[seen + e]
+                for c, ending in enumerate(ex["ending_tokens"]):
+                    row = 4 * e + c
+                    seq = ex["ctx_tokens"] + ending
+                    n, k = len(seq), len(ex["ctx_tokens"])
+                    assert x[row, :n].tolist() == seq and not x[row, n:].any()
+                    assert y[row, :n - 1].tolist() == seq[1:]
+                    assert np.nonzero(m[row])[0].tolist() == list(range(k - 1, n - 1))
+            assert not m[4 * count:].any()
+            seen += count
+        assert seen == len(mine) and pos == len(raw)

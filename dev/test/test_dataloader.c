@@ -383,6 +383,10 @@ static void test_evalloader(void) {
     g_examples[3] = 2;
     write_eval(g_path, 4, 20240522);
     expect_die("eval trailing data", open_eval, &fine, g_path, "trailing data");
+    g_examples[6] = 50257;  // first context token of example 0
+    write_eval(g_path, 5, 20240522);
+    expect_die("eval token range", open_eval, &fine, g_path, "example 0: token id 50257 >= vocab size 50257");
+    g_examples[6] = 0;
     EvalArgs bad_b = {6, 16};
     write_eval(g_path, 5, 20240522);
     expect_die("eval B not a multiple of 4", open_eval, &bad_b, g_path, "multiple of 4");
