@@ -26,7 +26,9 @@ static inline ProcessGroup process_group_init(int* argc, char*** argv) {
     ProcessGroup pg;
     pg.process_rank = 0;
     pg.num_processes = 1;
-#ifdef USE_MPI
+#ifndef USE_MPI
+    (void)argc; (void)argv;
+#else
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &pg.process_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &pg.num_processes);
