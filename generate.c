@@ -80,16 +80,47 @@ static void kvcache_free(KVCache* kv) {
     free(kv->logits);
 }
 
-// out[o] = bias[o] + weight[o,:] . inp, for one position
+// out[o] = bias[o] + weight[o,:] . inp, for one position. Each dot product keeps MV_LANES
+// independent partial sums (so the compiler can use SIMD without reordering float math) and
+// adds them in a fixed order: the result does not depend on the thread count.
+#define MV_LANES 16
 static void matvec_forward(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
     // out is (OC), inp is (C), weight is (OC, C), bias is (OC) or NULL
-    #pragma omp parallel for schedule(static)
+    int Cv = C - C % MV_LANES;
+    #pragma omp parallel for schedule(static) if ((size_t)OC * C >= (1u << 16))
     for (int o = 0; o < OC; o++) {
         const float* w = weight + (size_t)o * C;
+        float acc[MV_LANES] = {0.0f};
+        for (int c = 0; c < Cv; c += MV_LANES) {
+            for (int j = 0; j < MV_LANES; j++) { acc[j] += w[c + j] * inp[c + j]; }
+        }
         float s = 0.0f;
-        for (int c = 0; c < C; c++) { s += w[c] * inp[c]; }
+        for (int j = 0; j < MV_LANES; j++) { s += acc[j]; }
+        for (int c = Cv; c < C; c++) { s += w[c] * inp[c]; }
         out[o] = s + (bias != NULL ? bias[o] : 0.0f);
     }
+}
+
+// The element-wise layers over n positions: train_gpt2.c's functions for a prompt, a plain loop
+// for one position (the same math; a parallel region would cost more than the work).
+static void layernorm_rows(KVCache* kv, float* out, const float* inp, const float* weight, const float* bias, int n, int C) {
+    // out and inp are (n, C), weight and bias are (C)
+    if (n > 1) { layernorm_forward(out, kv->mean, kv->rstd, inp, weight, bias, 1, n, C); return; }
+    float m = layernorm_mean(inp, C);
+    float s = layernorm_rstd(inp, m, C);
+    for (int i = 0; i < C; i++) { out[i] = (inp[i] - m) * s * weight[i] + bias[i]; }
+}
+
+static void gelu_rows(float* out, const float* inp, int n, size_t N) {
+    // out and inp are (N) = (n, 4C)
+    if (n > 1) { gelu_forward(out, inp, N); return; }
+    for (size_t i = 0; i < N; i++) { out[i] = gelu_tanh_forward(inp[i]); }
+}
+
+static void residual_rows(float* x, const float* y, int n, size_t N) {
+    // x += y, both (N) = (n, C)
+    if (n > 1) { residual_forward(x, x, y, N); return; }
+    for (size_t i = 0; i < N; i++) { x[i] += y[i]; }
 }
 
 // a linear layer over n positions: one position is a matrix-vector product
@@ -106,7 +137,7 @@ static void attention_forward_cached(float* out, float* scores, const float* qkv
     // scores is (threads, maxT) scratch
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) if ((size_t)n * (pos0 + n) * C >= (1u << 16))
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < NH; h++) {
 #ifdef _OPENMP
@@ -155,7 +186,7 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
         float* l_kc = kv->key_cache + (size_t)l * maxT * C;
         float* l_vc = kv->value_cache + (size_t)l * maxT * C;
         // attention block
-        layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, p.ln1w + l * C, p.ln1b + l * C, 1, n, C);
+        layernorm_rows(kv, kv->ln, kv->x, p.ln1w + l * C, p.ln1b + l * C, n, C);
         linear_forward(kv->qkv, kv->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, n, C, 3 * C);
         for (int t = 0; t < n; t++) {
             memcpy(l_kc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + C, C * sizeof(float));
@@ -163,17 +194,17 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
         }
         attention_forward_cached(kv->atty, kv->scores, kv->qkv, l_kc, l_vc, kv->pos, n, C, NH, maxT);
         linear_forward(kv->proj, kv->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, n, C, C);
-        residual_forward(kv->x, kv->x, kv->proj, nC);
+        residual_rows(kv->x, kv->proj, n, nC);
         // MLP block
-        layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, p.ln2w + l * C, p.ln2b + l * C, 1, n, C);
+        layernorm_rows(kv, kv->ln, kv->x, p.ln2w + l * C, p.ln2b + l * C, n, C);
         linear_forward(kv->fch, kv->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, n, C, 4 * C);
-        gelu_forward(kv->fch_gelu, kv->fch, nC * 4);
+        gelu_rows(kv->fch_gelu, kv->fch, n, nC * 4);
         linear_forward(kv->proj, kv->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, n, 4 * C, C);
-        residual_forward(kv->x, kv->x, kv->proj, nC);
+        residual_rows(kv->x, kv->proj, n, nC);
     }
     // final layernorm and the tied lm_head, for the last position only
     const float* last = kv->x + (size_t)(n - 1) * C;
-    layernorm_forward(kv->ln, kv->mean, kv->rstd, last, p.lnfw, p.lnfb, 1, 1, C);
+    layernorm_rows(kv, kv->ln, last, p.lnfw, p.lnfb, 1, C);
     matvec_forward(kv->logits, kv->ln, p.wte, NULL, C, kv->V);
     kv->pos += n;
 }
