@@ -36,6 +36,7 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include "llmc/logger.h"
 #include "llmc/outlier_detector.h"
 #include "llmc/mfu.h"
+#include "llmc/trainer_host.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/cublas_common.cuh"
 #include "llmc/encoder.cuh"
@@ -549,6 +550,7 @@ static void checkpoint_paths(char* model_path, char* state_path, size_t cap, con
     snprintf(state_path, cap, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
 
+// loader may be NULL (test_gpt2cu): the data position is then saved as 0
 static void gpt2_save(GPT2* model, MultiGpu* mg, const char* dir, int step, const DataLoader* loader, uint64_t rng_state,
                       const TrainerDetectors* detectors) {
     char model_path[4096], state_path[4096];
@@ -580,11 +582,11 @@ static void gpt2_save(GPT2* model, MultiGpu* mg, const char* dir, int step, cons
     s.num_processes = mg->num_processes;
     s.process_rank = mg->process_rank;
     s.zero_stage = mg->zero_stage;
-    s.should_shuffle = loader->should_shuffle;
+    s.should_shuffle = loader != NULL ? loader->should_shuffle : 0;
     s.step = step;
     s.rng_state = rng_state;
-    s.shard_idx = loader->current_shard_idx;
-    s.sample_idx = loader->current_sample_idx;
+    s.shard_idx = loader != NULL ? loader->current_shard_idx : 0;
+    s.sample_idx = loader != NULL ? loader->current_sample_idx : 0;
     s.num_parameters = model->num_parameters;
     s.opt_offset = mg->shard.offset;
     s.opt_size = shard;
@@ -596,7 +598,7 @@ static void gpt2_save(GPT2* model, MultiGpu* mg, const char* dir, int step, cons
     multi_gpu_barrier(mg);
 }
 
-// restores optimizer state, data position, RNG and detectors from state_<step>_<rank>.bin
+// restores optimizer state, data position (loader may be NULL), RNG and detectors from state_<step>_<rank>.bin
 static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step, DataLoader* loader, uint64_t* rng_state,
                             TrainerDetectors* detectors) {
     char model_path[4096], state_path[4096];
@@ -608,7 +610,7 @@ static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step
     expect.num_processes = mg->num_processes;
     expect.process_rank = mg->process_rank;
     expect.zero_stage = mg->zero_stage;
-    expect.should_shuffle = loader->should_shuffle;
+    expect.should_shuffle = loader != NULL ? loader->should_shuffle : 0;
     expect.num_parameters = model->num_parameters;
     expect.opt_offset = mg->shard.offset;
     expect.opt_size = shard;
@@ -624,11 +626,24 @@ static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step
     if (model->master_weights != NULL) {
         cudaCheck(cudaMemcpy(model->master_weights, extra + sizeof(TrainerDetectors), shard * sizeof(float), cudaMemcpyHostToDevice));
     }
-    dataloader_resume(loader, (size_t)got.shard_idx, (size_t)got.sample_idx);
+    if (loader != NULL) { dataloader_resume(loader, (size_t)got.shard_idx, (size_t)got.sample_idx); }
     *rng_state = got.rng_state;
     free(m);
     free(v);
     free(extra);
+}
+
+// replaces the parameters with those of a checkpoint of the same shape (resume)
+static void gpt2_reload_parameters(GPT2* model, const char* path) {
+    int version = 0;
+    GPT2Config ckpt_cfg;
+    FILE* f = checkpoint_open(path, &ckpt_cfg, &version);
+    if (memcmp(&ckpt_cfg, &model->config, sizeof(GPT2Config)) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
+    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    checkpoint_read_params(f, path, version, host, model->num_parameters);
+    fcloseCheck(f, path);
+    gpt2_upload_parameters(model, host);
+    free(host);
 }
 
 // the latest step with a model checkpoint in dir, or -1
@@ -789,11 +804,10 @@ int main(int argc, char** argv) {
         evalloader_init(&eval_loader, args.hellaswag_path, B, T, rank, nproc);
     }
     const int tokens_per_fwdbwd = B * T * nproc;
-    int total_batch_size = args.total_batch_size == -1 ? tokens_per_fwdbwd : args.total_batch_size;
-    if (total_batch_size % tokens_per_fwdbwd != 0) {
-        llmc_die("-d %d: the total batch must be a multiple of B*T*processes = %d", total_batch_size, tokens_per_fwdbwd);
-    }
-    const int grad_accum_steps = total_batch_size / tokens_per_fwdbwd;
+    const char* why = "";
+    const int grad_accum_steps = grad_accum_steps_for(args.total_batch_size, B, T, nproc, &why);
+    if (grad_accum_steps < 0) { llmc_die("-d %d: %s (B*T*processes = %d)", args.total_batch_size, why, tokens_per_fwdbwd); }
+    const int total_batch_size = grad_accum_steps * tokens_per_fwdbwd;
     int max_steps = args.max_steps;
     if (max_steps == -1) {
         max_steps = (int)(train_loader.num_tokens / (size_t)total_batch_size);
@@ -830,15 +844,7 @@ int main(int argc, char** argv) {
     if (resume_step >= 0) {
         char model_path[4096], state_path[4096];
         checkpoint_paths(model_path, state_path, sizeof(model_path), out_dir, resume_step, rank);
-        int version = 0;
-        GPT2Config ckpt_cfg;
-        FILE* f = checkpoint_open(model_path, &ckpt_cfg, &version);
-        if (memcmp(&ckpt_cfg, cfg, sizeof(GPT2Config)) != 0) { llmc_die("%s: a different model shape than -e %s", model_path, args.load_filename); }
-        float* host = (float*)mallocCheck(model.num_parameters * sizeof(float));
-        checkpoint_read_params(f, model_path, version, host, model.num_parameters);
-        fcloseCheck(f, model_path);
-        gpt2_upload_parameters(&model, host);
-        free(host);
+        gpt2_reload_parameters(&model, model_path);
         gpt2_load_state(&model, &mg, out_dir, resume_step, &train_loader, &sampler.rng_state, &detectors);
         start_step = resume_step;
         if (rank == 0) { printf("resumed from %s at step %d\n", model_path, start_step); }
@@ -855,21 +861,20 @@ int main(int argc, char** argv) {
 
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
-        if (have_val && (step % args.val_loss_every == 0 || last_step)) {
+        if (have_val && step_is_due(step, args.val_loss_every, last_step)) {
             float val_loss = gpt2_validate(&model, &val_loader, args.val_max_steps, &mg);
             if (rank == 0) { printf("step %d: val loss %f\n", step, val_loss); }
             logger_log_val(&logger, step, val_loss);
         }
-        if (have_eval && (step % (args.val_loss_every > 0 ? args.val_loss_every : max_steps) == 0 || last_step)) {
+        if (have_eval && step_is_due(step, args.val_loss_every > 0 ? args.val_loss_every : max_steps, last_step)) {
             float acc = gpt2_hellaswag(&model, &eval_loader, &mg);
             if (rank == 0) { printf("step %d: HellaSwag accuracy %.4f\n", step, acc); }
             logger_log_eval(&logger, step, acc);
         }
-        if (rank == 0 && args.sample_every > 0 && (step % args.sample_every == 0 || last_step) && step > 0) {
+        if (rank == 0 && step > 0 && step_is_due(step, args.sample_every, last_step)) {
             gpt2_sample(&model, &tokenizer, &sampler, args.gen_tokens, gen_buffer, logits_row, logits_staging);
         }
-        if (out_dir != NULL && args.checkpoint_every > 0 && step > start_step &&
-            (step % args.checkpoint_every == 0 || last_step)) {
+        if (out_dir != NULL && step > start_step && step_is_due(step, args.checkpoint_every, last_step)) {
             gpt2_save(&model, &mg, out_dir, step, &train_loader, sampler.rng_state, &detectors);
             remove_old_checkpoints(out_dir, step, args.checkpoint_every, args.checkpoints_keep, rank);
             if (rank == 0) { printf("wrote checkpoint for step %d to %s\n", step, out_dir); }
@@ -897,13 +902,10 @@ int main(int argc, char** argv) {
         float grad_norm = gpt2_grad_norm(&model, &mg);
         double loss_z = update_detector(&detectors.loss, (double)step_loss);
         double norm_z = update_detector(&detectors.grad_norm, (double)grad_norm);
-        int skip = (args.skip_update_lossz > 0.0f && isfinite(loss_z) && loss_z > args.skip_update_lossz) ||
-                   (args.skip_update_gradz > 0.0f && isfinite(norm_z) && norm_z > args.skip_update_gradz) ||
-                   !isfinite(grad_norm);
+        int skip = update_should_skip(loss_z, norm_z, args.skip_update_lossz, args.skip_update_gradz, grad_norm);
         float lr = get_learning_rate(&lr_scheduler, step);
         if (!skip) {
-            const float grad_clip = 1.0f;
-            float grad_scale = grad_norm > grad_clip ? grad_clip / grad_norm : 1.0f;
+            float grad_scale = grad_clip_scale(grad_norm, 1.0f);
             gpt2_update(&model, &mg, lr, 0.9f, 0.95f, 1e-8f, args.weight_decay, grad_scale, step + 1);
         }
         cudaCheck(cudaStreamSynchronize(stream));

@@ -1,0 +1,457 @@
+/*
+dev/test/test_cuda_host.c: the host-side logic of the GPU trainer, run on the CPU.
+No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.cu call.
+
+    bf16 rounding (layer_math.h)     round-to-nearest-even and stochastic rounding used by the kernels
+    command line (args.h)            every flag of the help text is parsed; the multi-process flags exist
+    multi-GPU plan (multi_gpu.cuh)   NCCL element counts and offsets, ZeRO-1 ownership, flag validation
+    encoder backward (encoder.cuh)   the token grouping behind the deterministic wte gradient
+    test_gpt2cu logic (tensor_check.cuh)  comparisons fail on corrupted inputs; exit codes
+    training loop (trainer_host.cuh) -v 0 never divides by zero, batch arithmetic, clipping, outlier skip
+*/
+#include <math.h>
+#include <stdint.h>
+#include "../../llmc/utils.h"
+#include "../../llmc/layer_math.h"
+#include "../../llmc/args.h"
+#include "../../llmc/zero.h"
+#include "../../llmc/model_config.h"
+#include "../../llmc/multi_gpu.cuh"
+#include "../../llmc/encoder.cuh"
+#include "../../llmc/tensor_check.cuh"
+#include "../../llmc/trainer_host.cuh"
+#include "test_common.h"
+
+static uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof(u)); return u; }
+static float bits_float(uint32_t u) { float f; memcpy(&f, &u, sizeof(f)); return f; }
+
+// ----------------------------------------------------------------------------
+// bf16 rounding
+
+static void test_bf16_round_nearest(void) {
+    CHECK(bf16_bits_round_nearest(1.0f) == 0x3F80, "1.0 -> 0x3F80");
+    CHECK(bf16_bits_round_nearest(-2.0f) == 0xC000, "-2.0 -> 0xC000");
+    CHECK(bf16_bits_round_nearest(bits_float(0x3F808000u)) == 0x3F80, "tie rounds to even (down)");
+    CHECK(bf16_bits_round_nearest(bits_float(0x3F818000u)) == 0x3F82, "tie rounds to even (up)");
+    CHECK(bf16_bits_round_nearest(bits_float(0x3F808001u)) == 0x3F81, "above the tie rounds up");
+    uint16_t nan_bits = bf16_bits_round_nearest(bits_float(0x7F800001u));
+    CHECK((nan_bits & 0x7F80) == 0x7F80 && (nan_bits & 0x007F) != 0, "a NaN with low payload bits stays NaN (0x%04x)", nan_bits);
+    CHECK(bf16_bits_round_nearest(INFINITY) == 0x7F80, "inf stays inf");
+    CHECK(bf16_bits_to_float(0x3F80) == 1.0f, "0x3F80 -> 1.0");
+}
+
+static void test_bf16_stochastic_round(void) {
+    // exactly representable values never change
+    int changed = 0;
+    const float exact[] = {0.0f, 1.0f, -3.5f, 0.15625f, 65536.0f, -1e-20f};
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) {
+        float x = bf16_bits_to_float(bf16_bits_round_nearest(exact[i]));
+        for (uint32_t r = 0; r < 70000; r += 7) {
+            if (bf16_bits_to_float(bf16_bits_stochastic_round(x, llmc_hash_u32(r, 1))) != x) { changed++; }
+        }
+    }
+    CHECK(changed == 0, "bf16-representable values are unchanged by stochastic rounding (%d changed)", changed);
+
+    // every result is one of the two neighbours, and the mean is the input (unbiased)
+    const float values[] = {1.0f + 1.0f / 3.0f, -0.7f, 3.14159265f, 1e-3f, -12345.678f};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        float x = values[i];
+        uint32_t u = float_bits(x);
+        float lo = bits_float(u & 0xFFFF0000u);
+        float hi = bits_float((u & 0xFFFF0000u) + 0x10000u);
+        int outside = 0;
+        double sum = 0.0;
+        const int n = 200000;
+        for (int k = 0; k < n; k++) {
+            float y = bf16_bits_to_float(bf16_bits_stochastic_round(x, llmc_hash_u32((uint32_t)k, 12345u)));
+            if (y != lo && y != hi) { outside++; }
+            sum += y;
+        }
+        double mean = sum / n;
+        double ulp = fabs((double)hi - (double)lo);
+        CHECK(outside == 0, "%g: every result is a bf16 neighbour (%d were not)", x, outside);
+        CHECK(fabs(mean - x) < 0.01 * ulp, "%g: mean of stochastic rounding %.9g is within 1%% of an ulp", x, mean);
+    }
+    // the random bits decide: threshold 0 rounds away unless exact, threshold 0xFFFF truncates
+    float x = bits_float(0x3F800001u);
+    CHECK(bf16_bits_stochastic_round(x, 0) == 0x3F81, "random 0: any dropped bits round away from zero");
+    CHECK(bf16_bits_stochastic_round(x, 0xFFFF) == 0x3F80, "random 0xFFFF: truncates");
+    CHECK(bf16_bits_stochastic_round(INFINITY, 0) == 0x7F80, "inf stays inf");
+    uint16_t nan_bits = bf16_bits_stochastic_round(bits_float(0x7F800001u), 0xFFFF);
+    CHECK((nan_bits & 0x7F80) == 0x7F80 && (nan_bits & 0x007F) != 0, "NaN stays NaN (0x%04x)", nan_bits);
+}
+
+static void test_hash(void) {
+    CHECK(llmc_hash_u32(5, 7) == llmc_hash_u32(5, 7), "the hash is deterministic");
+    int same = 0;
+    double mean = 0.0;
+    const int n = 100000;
+    for (int i = 0; i < n; i++) {
+        if (llmc_hash_u32((uint32_t)i, 1) == llmc_hash_u32((uint32_t)i, 2)) { same++; }
+        mean += (double)(llmc_hash_u32((uint32_t)i, 99) & 0xFFFFu);
+    }
+    mean /= n;
+    CHECK(same < 5, "different seeds give different streams (%d equal)", same);
+    CHECK(fabs(mean - 32767.5) < 400.0, "low 16 bits are uniform on average (mean %.1f)", mean);
+}
+
+// ----------------------------------------------------------------------------
+// command line: the table behind --help is the table behind the parser
+
+static void test_help_matches_parser(void) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/llmc_help_%d.txt", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    FILE* f = fopen(path, "w+");
+    if (f == NULL) { perror(path); exit(2); }
+    args_print_help(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, "train_gpt2cu", "summary", f);
+    fflush(f);
+    size_t n = (size_t)ftell(f);
+    rewind(f);
+    char* help = (char*)calloc(n + 1, 1);
+    if (fread(help, 1, n, f) != n) { perror(path); exit(2); }
+    fclose(f);
+    unlink(path);
+    // every flag printed by --help is accepted by the parser with its default value
+    int parsed = 0, flags_in_help = 0;
+    for (char* line = strtok(help, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char flag[32];
+        if (sscanf(line, " %31s", flag) != 1 || flag[0] != '-') { continue; }
+        flags_in_help++;
+        for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
+            if (strcmp(TRAIN_ARG_TABLE[i].flag, flag) != 0) { continue; }
+            TrainArgs a;
+            char* argv[] = {(char*)"train_gpt2cu", flag, (char*)TRAIN_ARG_TABLE[i].default_value, NULL};
+            args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &a, 3, argv, "");
+            parsed++;
+        }
+    }
+    free(help);
+    CHECK(flags_in_help == TRAIN_ARG_COUNT, "help lists all %d flags (listed %d)", TRAIN_ARG_COUNT, flags_in_help);
+    CHECK(parsed == flags_in_help, "every flag in the help text is parsed (%d of %d)", parsed, flags_in_help);
+    // the flags train_gpt2cu reads exist under these exact names
+    const char* needed[] = {"-i", "-j", "-e", "-o", "-b", "-t", "-d", "-x", "-k", "-l", "-u", "-q", "-c", "-v", "-m", "-s",
+                            "-g", "-n", "-nk", "-y", "-a", "-h", "-he", "-z", "-r", "-w", "-sl", "-sg",
+                            "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"};
+    int missing = 0;
+    for (size_t k = 0; k < sizeof(needed) / sizeof(needed[0]); k++) {
+        int found = 0;
+        for (int i = 0; i < TRAIN_ARG_COUNT; i++) { found |= strcmp(TRAIN_ARG_TABLE[i].flag, needed[k]) == 0; }
+        if (!found) { printf("  missing flag %s\n", needed[k]); missing++; }
+    }
+    CHECK(missing == 0, "the GPU trainer's flags are all in the table (%d missing)", missing);
+}
+
+static void parse_pm(void* arg) {
+    (void)arg;
+    TrainArgs a;
+    char* argv[] = {(char*)"train_gpt2cu", (char*)"-pm", (char*)"tcp", NULL};
+    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &a, 3, argv, "");
+}
+
+static void test_multi_gpu_flags(void) {
+    expect_die("-pm is not a flag", parse_pm, NULL, "-pm", "--help");
+    TrainArgs a;
+    char* argv[] = {(char*)"t", (char*)"-pi", (char*)"fs", (char*)"-pf", (char*)"/shared/x", (char*)"-pn", (char*)"4",
+                    (char*)"-pr", (char*)"3", NULL};
+    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &a, 9, argv, "");
+    CHECK(strcmp(a.nccl_init_method, "fs") == 0 && strcmp(a.fs_path, "/shared/x") == 0 && a.num_processes == 4 &&
+          a.process_rank == 3, "-pi -pf -pn -pr parse into the fields multi_gpu_init reads");
+    CHECK(multi_gpu_check_args(4, 3, 8, "fs", "", "/shared/x", 0, 1) == NULL, "fs init with a directory is valid");
+    CHECK(multi_gpu_check_args(4, 0, 8, "fs", "", "", 0, 1) != NULL, "fs init without -pf is refused");
+    CHECK(multi_gpu_check_args(2, 0, 8, "tcp", "", "", 0, 1) != NULL, "tcp init without -ps is refused");
+    CHECK(multi_gpu_check_args(2, 1, 8, "tcp", "10.0.0.1", "", 0, 1) == NULL, "tcp init with -ps is valid");
+    CHECK(multi_gpu_check_args(2, 0, 8, "mpi", "", "", 0, 1) != NULL, "mpi init without MPI is refused");
+    CHECK(multi_gpu_check_args(2, 0, 8, "mpi", "", "", 1, 1) == NULL, "mpi init with MPI is valid");
+    CHECK(multi_gpu_check_args(2, 0, 8, "pmi", "", "", 1, 1) != NULL, "an unknown init method is refused");
+    CHECK(multi_gpu_check_args(2, 2, 8, "mpi", "", "", 1, 1) != NULL, "rank >= processes is refused");
+    CHECK(multi_gpu_check_args(2, 0, 8, "mpi", "", "", 1, 0) != NULL, "several processes without NCCL are refused");
+    CHECK(multi_gpu_check_args(1, 0, 8, "mpi", "", "", 0, 0) == NULL, "one process needs neither MPI nor NCCL");
+}
+
+// ----------------------------------------------------------------------------
+// multi-GPU reduction plan
+
+static GPT2Config small_config(void) {
+    GPT2Config c;
+    c.max_seq_len = 32;
+    c.vocab_size = 100;
+    c.padded_vocab_size = 128;
+    c.num_layers = 3;
+    c.num_heads = 2;
+    c.channels = 64;
+    return c;
+}
+
+static void test_layer_ranges_cover_everything(void) {
+    GPT2Config cfg = small_config();
+    size_t n = gpt2_num_parameters(&cfg);
+    unsigned char* seen = (unsigned char*)calloc(n, 1);
+    GradRange ranges[GPT2_NUM_PARAMETER_TENSORS];
+    int bad = 0;
+    for (int l = -1; l < cfg.num_layers; l++) {
+        int k = grad_layer_ranges(&cfg, l, ranges);
+        bad += k != (l < 0 ? 4 : 12);
+        for (int r = 0; r < k; r++) {
+            for (size_t i = ranges[r].lo; i < ranges[r].hi && i < n; i++) { seen[i]++; }
+            bad += ranges[r].hi > n;
+        }
+    }
+    size_t not_once = 0;
+    for (size_t i = 0; i < n; i++) { not_once += seen[i] != 1; }
+    free(seen);
+    CHECK(bad == 0, "12 ranges per layer, 4 outside the layers, all within the vector");
+    CHECK(not_once == 0, "every gradient element is reduced exactly once (%zu were not)", not_once);
+}
+
+static void test_reduce_ops(void) {
+    GPT2Config cfg = small_config();
+    size_t n = gpt2_num_parameters(&cfg);
+    const int nprocs[] = {1, 2, 3, 4, 7, 8, 64};
+    for (size_t pi = 0; pi < sizeof(nprocs) / sizeof(nprocs[0]); pi++) {
+        int nproc = nprocs[pi];
+        for (int zero = 0; zero <= 1; zero++) {
+            size_t covered = 0;
+            int bad = 0;
+            for (int l = -1; l < cfg.num_layers; l++) {
+                GradRange ranges[GPT2_NUM_PARAMETER_TENSORS];
+                int k = grad_layer_ranges(&cfg, l, ranges);
+                for (int r = 0; r < k; r++) {
+                    GradReduceOp ops[128];
+                    int m = grad_reduce_ops(ranges[r].lo, ranges[r].hi, n, zero, nproc, ops, 128);
+                    size_t expect_next = ranges[r].lo;
+                    bad += m < 1;
+                    for (int o = 0; o < m; o++) {
+                        bad += ops[o].offset != expect_next || ops[o].count == 0;  // contiguous tiling, no empty call
+                        expect_next = ops[o].offset + ops[o].count;
+                        covered += ops[o].count;
+                        if (zero == 0 || nproc == 1) {
+                            bad += ops[o].root != -1;
+                        } else {
+                            // the op lies inside the shard of its root
+                            ZeroShard s = zero_shard(n, 1, nproc, ops[o].root);
+                            bad += ops[o].root < 0 || ops[o].root >= nproc || ops[o].offset < s.offset ||
+                                   ops[o].offset + ops[o].count > s.offset + s.size;
+                        }
+                    }
+                    bad += expect_next != ranges[r].hi;
+                }
+            }
+            CHECK(bad == 0, "nproc %d ZeRO-%d: ops tile each range inside their owners' shards", nproc, zero);
+            CHECK(covered == n, "nproc %d ZeRO-%d: counts are ELEMENTS summing to the %zu parameters (got %zu)", nproc, zero, n, covered);
+        }
+    }
+    // the lnfw tensor (C floats) is one all-reduce of C elements, not 4*C bytes
+    GradReduceOp op;
+    CHECK(grad_reduce_ops(1000, 1000 + 768, 2000000, 0, 8, &op, 1) == 1 && op.count == 768, "an all-reduce of 768 floats has count 768");
+    CHECK(grad_reduce_ops(5, 5, 100, 1, 4, &op, 1) == 0, "an empty range needs no NCCL call");
+    GradReduceOp few[2];
+    CHECK(grad_reduce_ops(0, 100, 100, 1, 8, few, 2) == 0, "too many ops for the buffer is reported, not overflowed");
+}
+
+static void test_zero_padding(void) {
+    const size_t sizes[] = {1, 2, 10, 127, 124475904, 124475905};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        for (int nproc = 1; nproc <= 9; nproc++) {
+            size_t padded = zero_padded_size(sizes[i], 1, nproc);
+            size_t per = padded / (size_t)nproc;
+            bad += padded < sizes[i] || padded % (size_t)nproc != 0;
+            for (int r = 0; r < nproc; r++) {
+                ZeroShard s = zero_shard(sizes[i], 1, nproc, r);
+                // the all-gather sends `per` elements from r * per: inside the allocation, covering the shard
+                bad += (size_t)r * per + per > padded || (s.size > 0 && s.offset != (size_t)r * per) || s.size > per;
+            }
+        }
+    }
+    CHECK(bad == 0, "ZeRO-1 padding: equal all-gather chunks stay inside the allocation and match zero_shard");
+    CHECK(zero_padded_size(10, 0, 4) == 10, "no padding without ZeRO-1");
+}
+
+// ----------------------------------------------------------------------------
+// encoder backward grouping
+
+static void test_token_groups(void) {
+    const int inp[] = {5, 3, 5, 0, 9, 3, 5, 9};
+    const int BT = 8, V = 16;
+    TokenGroups g;
+    token_groups_init(&g, BT, V);
+    token_groups_build(&g, inp);
+    CHECK(g.num_groups == 4, "4 distinct tokens (got %d)", g.num_groups);
+    int bad = 0;
+    for (int k = 0; k < g.num_groups; k++) {
+        if (k > 0) { bad += g.token_ids[k] <= g.token_ids[k - 1]; }
+        for (int i = g.starts[k]; i < g.starts[k + 1]; i++) {
+            bad += inp[g.positions[i]] != g.token_ids[k];
+            if (i > g.starts[k]) { bad += g.positions[i] <= g.positions[i - 1]; }  // fixed order: deterministic sums
+        }
+    }
+    CHECK(bad == 0, "groups sorted by token, positions in increasing order, each of the right token");
+    CHECK(g.starts[g.num_groups] == BT, "all %d positions are in a group", BT);
+    // rebuilding with another batch reuses the buffers correctly
+    const int inp2[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    token_groups_build(&g, inp2);
+    CHECK(g.num_groups == 1 && g.starts[1] == 8 && g.token_ids[0] == 1, "a batch of one token is one group");
+    token_groups_free(&g);
+}
+
+static void build_bad_token(void* arg) {
+    (void)arg;
+    const int inp[] = {1, 2, 99};
+    TokenGroups g;
+    token_groups_init(&g, 3, 16);
+    token_groups_build(&g, inp);
+}
+
+// ----------------------------------------------------------------------------
+// test_gpt2cu's comparison logic
+
+static void test_tensor_check_catches_corruption(void) {
+    const size_t n = 1000;
+    float* ref = (float*)malloc(n * sizeof(float));
+    float* got = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { ref[i] = sinf((float)i); got[i] = ref[i] + 1e-7f; }
+    TensorCheck c = tensor_check(got, ref, n, 1e-5, 0.0);
+    CHECK(c.ok, "a close tensor passes");
+    got[500] += 0.01f;
+    c = tensor_check(got, ref, n, 1e-5, 0.0);
+    CHECK(!c.ok && c.worst_index == 500, "one corrupted element fails and is located");
+    got[500] = ref[500];
+    got[7] = NAN;
+    c = tensor_check(got, ref, n, 1e-5, 0.0);
+    CHECK(!c.ok && c.num_nonfinite == 1, "a NaN fails (it never compares greater than a tolerance)");
+    got[7] = INFINITY;
+    c = tensor_check(got, ref, n, 1e9, 0.0);
+    CHECK(!c.ok, "an inf fails even with a huge tolerance");
+    c = tensor_check(got, ref, 0, 1.0, 1.0);
+    CHECK(!c.ok, "an empty comparison is not a pass");
+
+    FILE* devnull = fopen("/dev/null", "w");
+    CheckReport r = {0, 0};
+    CHECK(check_report_exit_code(&r) == 1, "no checks at all -> exit code 1");
+    got[7] = ref[7];
+    c = tensor_check(got, ref, n, 1e-5, 0.0);
+    check_table_row(devnull, &r, "good", &c);
+    CHECK(check_report_exit_code(&r) == 0, "all checks passed -> exit code 0");
+    got[3] *= 2.0f;
+    c = tensor_check(got, ref, n, 1e-5, 0.0);
+    check_table_row(devnull, &r, "bad", &c);
+    CHECK(check_report_exit_code(&r) == 1 && r.failures == 1, "one failed check -> exit code 1");
+    // bitwise resume check catches a 1-ulp difference
+    CheckReport rb = {0, 0};
+    float a[3] = {1.0f, 2.0f, 3.0f}, b[3] = {1.0f, 2.0f, 3.0f};
+    check_bitwise(devnull, &rb, "same", a, b, 3);
+    b[2] = bits_float(float_bits(3.0f) + 1);
+    check_bitwise(devnull, &rb, "ulp", a, b, 3);
+    CHECK(rb.checks == 2 && rb.failures == 1, "bitwise check passes identical and fails 1-ulp arrays");
+    CHECK(check_scalar(devnull, &rb, "loss", 5.0f, 5.0f + 1e-3f, 1e-4) == 0, "a loss off by 1e-3 fails a 1e-4 tolerance");
+    fclose(devnull);
+    free(ref);
+    free(got);
+
+    GpuTolerances f32 = gpu_tolerances(0), b16 = gpu_tolerances(1);
+    CHECK(f32.logits_rtol < b16.logits_rtol && f32.loss_atol < b16.loss_atol && f32.grad_rtol < b16.grad_rtol &&
+          f32.step_loss_atol < b16.step_loss_atol, "FP32 tolerances are tighter than BF16 for every check");
+    CHECK(b16.grad_rtol <= 0.1 && b16.logits_rtol <= 0.02, "BF16 tolerances stay per tensor and relative, not a blanket");
+}
+
+// a tiny debug state for small_config with B=1, T=2, nsteps=2
+static void write_debug_state(const char* path, int magic, size_t truncate_by) {
+    GPT2Config cfg = small_config();
+    size_t n = gpt2_num_parameters(&cfg);
+    int header[256];
+    memset(header, 0, sizeof(header));
+    header[0] = magic; header[1] = 2; header[2] = 1; header[3] = 2; header[4] = 2;
+    float hp[6] = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
+    memcpy(&header[5], hp, sizeof(hp));
+    size_t bytes = sizeof(header) + 2 * 2 * sizeof(int) + 2 * 100 * sizeof(float) + sizeof(float) + n * sizeof(float) + 2 * sizeof(float);
+    char* buf = (char*)calloc(bytes, 1);
+    memcpy(buf, header, sizeof(header));
+    int tokens[4] = {1, 2, 2, 3};
+    memcpy(buf + sizeof(header), tokens, sizeof(tokens));
+    float loss = 4.5f;
+    memcpy(buf + sizeof(header) + sizeof(tokens) + 200 * sizeof(float), &loss, sizeof(loss));
+    write_bytes(path, buf, bytes - truncate_by);
+    free(buf);
+}
+
+static char g_dir[4096];
+
+static void read_state_truncated(void* arg) {
+    (void)arg;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/truncated.bin", g_dir);
+    GPT2Config cfg = small_config();
+    DebugState d;
+    debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
+}
+
+static void read_state_bad_magic(void* arg) {
+    (void)arg;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/magic.bin", g_dir);
+    GPT2Config cfg = small_config();
+    DebugState d;
+    debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
+}
+
+static void test_debug_state(void) {
+    make_temp_dir(g_dir, sizeof(g_dir));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/good.bin", g_dir);
+    write_debug_state(path, DEBUG_STATE_MAGIC, 0);
+    GPT2Config cfg = small_config();
+    DebugState d;
+    debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
+    CHECK(d.B == 1 && d.T == 2 && d.nsteps == 2 && d.y[1] == 3 && d.loss == 4.5f && fabsf(d.beta2 - 0.95f) < 1e-7f,
+          "a debug state round-trips (B, T, steps, tokens, loss, optimizer settings)");
+    debug_state_free(&d);
+    snprintf(path, sizeof(path), "%s/truncated.bin", g_dir);
+    write_debug_state(path, DEBUG_STATE_MAGIC, 4);
+    expect_die("truncated debug state", read_state_truncated, NULL, "truncated.bin", "size mismatch");
+    snprintf(path, sizeof(path), "%s/magic.bin", g_dir);
+    write_debug_state(path, 12345, 0);
+    expect_die("wrong magic", read_state_bad_magic, NULL, "magic.bin", "debug state");
+    remove_tree(g_dir);
+}
+
+// ----------------------------------------------------------------------------
+// training loop decisions
+
+static void test_trainer_host(void) {
+    int due = 0;
+    for (int step = 0; step <= 100; step++) { due += step_is_due(step, 0, step == 100); }
+    CHECK(due == 0, "-v 0 / -s 0 / -n 0: never due, including the last step (no %% by zero)");
+    CHECK(step_is_due(20, 10, 0) && !step_is_due(21, 10, 0) && step_is_due(21, 10, 1), "every 10: steps 0, 10, 20 and the last");
+    CHECK(!step_is_due(5, -3, 1), "a negative period is never due");
+    const char* why;
+    CHECK(grad_accum_steps_for(-1, 4, 64, 2, &why) == 1, "-d -1: one micro-batch per process");
+    CHECK(grad_accum_steps_for(524288, 64, 1024, 8, &why) == 1, "GPT-2 124M on 8 GPUs: 1 micro-step");
+    CHECK(grad_accum_steps_for(524288, 16, 1024, 1, &why) == 32, "GPT-2 124M on 1 GPU with B=16: 32 micro-steps");
+    CHECK(grad_accum_steps_for(1000, 4, 64, 1, &why) == -1 && why[0] != '\0', "a total batch that is not a multiple is refused");
+    CHECK(grad_accum_steps_for(0, 4, 64, 1, &why) == -1, "a zero total batch is refused");
+    CHECK(grad_accum_steps_for(256, 0, 64, 1, &why) == -1, "B = 0 is refused, not divided by");
+    CHECK(grad_clip_scale(2.0f, 1.0f) == 0.5f && grad_clip_scale(0.5f, 1.0f) == 1.0f, "clip scales only above the threshold");
+    CHECK(grad_clip_scale(5.0f, 0.0f) == 1.0f, "clip 0 is off");
+    CHECK(grad_clip_scale(NAN, 1.0f) == 1.0f, "a NaN norm is not turned into a NaN scale here (the update is skipped)");
+    CHECK(update_should_skip(NAN, NAN, 3.0f, 3.0f, 1.0f) == 0, "no skip while the detectors fill up");
+    CHECK(update_should_skip(5.0, NAN, 3.0f, 0.0f, 1.0f) == 1, "a loss z-score above -sl skips");
+    CHECK(update_should_skip(5.0, 5.0, 0.0f, 0.0f, 1.0f) == 0, "-sl 0 -sg 0: never skip a finite step");
+    CHECK(update_should_skip(0.0, 0.0, 0.0f, 0.0f, INFINITY) == 1, "a non-finite gradient norm always skips");
+}
+
+int main(void) {
+    test_bf16_round_nearest();
+    test_bf16_stochastic_round();
+    test_hash();
+    test_help_matches_parser();
+    test_multi_gpu_flags();
+    test_layer_ranges_cover_everything();
+    test_reduce_ops();
+    test_zero_padding();
+    test_token_groups();
+    expect_die("token id outside the vocabulary", build_bad_token, NULL, "99", "encoder_backward");
+    test_tensor_check_catches_corruption();
+    test_debug_state();
+    test_trainer_host();
+    return test_summary();
+}
