@@ -208,7 +208,7 @@ clean:
 
 # ---------------------------------------------------------------------------- Tools (H5): encode, generate
 # encode: GPT-2 BPE in C (llmc/bpe.h); it reads gpt2_bpe.bin, which `make gpt2_bpe.bin` writes from tiktoken.
-encode: encode.c llmc/bpe.h llmc/unicode_tables.h llmc/utils.h
+encode: encode.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed

@@ -3,6 +3,7 @@ encode: GPT-2 BPE from the command line, with llmc/bpe.h (the same ids as tiktok
 
     ./encode < text.txt            token ids of stdin, space-separated on one line
     ./encode -d < ids.txt          decodes whitespace-separated ids back to the exact bytes
+    ./encode -d -t gpt2_tokenizer.bin < ids.txt   the same with the llm.c-format tokenizer (llmc/tokenizer.h)
     ./encode --allow-special       "<|endoftext|>" in the text becomes token 50256
     ./encode --bench 5 < text.txt  encodes stdin 5 times, prints the median MB/s to stderr
     ./encode -b path/gpt2_bpe.bin  the BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)
@@ -14,6 +15,7 @@ encode: GPT-2 BPE from the command line, with llmc/bpe.h (the same ids as tiktok
 
 #include "llmc/utils.h"
 #include "llmc/bpe.h"
+#include "llmc/tokenizer.h"
 
 static void print_usage(FILE* out) {
     fprintf(out,
@@ -22,6 +24,7 @@ static void print_usage(FILE* out) {
         "  default: reads text on stdin, prints the token ids space-separated on one line\n"
         "  -d               decode: reads whitespace-separated ids on stdin, writes the raw bytes\n"
         "  -b <path>        BPE ranks file (default: gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
+        "  -t <path>        with -d: decode with this llm.c-format tokenizer (gpt2_tokenizer.bin) instead\n"
         "  --allow-special  encode \"<|endoftext|>\" as the special token (default: as ordinary text)\n"
         "  --bench <n>      encode stdin n times and print the median throughput in MB/s to stderr\n"
         "  -h, --help       this help\n");
@@ -93,7 +96,8 @@ static void run_encode(const BPE* bpe, int allow_special, int bench) {
     free(text);
 }
 
-static void run_decode(const BPE* bpe) {
+// decodes with the BPE file's token bytes, or with the tokenizer file when tok != NULL
+static void run_decode(const BPE* bpe, Tokenizer* tok) {
     size_t n;
     unsigned char* text = read_stdin(&n);
     size_t i = 0, index = 0;
@@ -111,9 +115,18 @@ static void run_decode(const BPE* bpe) {
         int len = (int)(i - start < 40 ? i - start : 40);
         if (!ok) { llmc_die("stdin: \"%.*s\" (item %zu) is not a token id", len, (const char*)text + start, index); }
         size_t blen;
-        const unsigned char* bytes = bpe_token_bytes(bpe, (int)v, &blen);
-        if (bytes == NULL || v > bpe->eot_token) {
-            llmc_die("stdin: token id %lld (item %zu) out of range (0..%d)", v, index, bpe->eot_token);
+        const unsigned char* bytes;
+        int max_id;
+        if (tok != NULL) {
+            max_id = (int)tok->vocab_size - 1;
+            bytes = v <= max_id ? (const unsigned char*)tokenizer_decode(tok, (uint32_t)v) : NULL;
+            blen = v <= max_id ? tokenizer_decode_length(tok, (uint32_t)v) : 0;
+        } else {
+            max_id = bpe->eot_token;
+            bytes = v <= max_id ? bpe_token_bytes(bpe, (int)v, &blen) : NULL;
+        }
+        if (bytes == NULL) {
+            llmc_die("stdin: token id %lld (item %zu) out of range (0..%d)", v, index, max_id);
         }
         fwriteCheck(bytes, 1, blen, stdout, "stdout");
         index++;
@@ -123,15 +136,17 @@ static void run_decode(const BPE* bpe) {
 
 int main(int argc, char** argv) {
     const char* bpe_path = "gpt2_bpe.bin";
+    const char* tokenizer_path = NULL;
     int decode = 0, allow_special = 0, bench = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(stdout); return 0; }
         else if (strcmp(a, "-d") == 0) { decode = 1; }
         else if (strcmp(a, "--allow-special") == 0) { allow_special = 1; }
-        else if (strcmp(a, "-b") == 0 || strcmp(a, "--bench") == 0) {
+        else if (strcmp(a, "-b") == 0 || strcmp(a, "-t") == 0 || strcmp(a, "--bench") == 0) {
             if (i + 1 >= argc) { llmc_die("%s: missing value (see ./encode --help)", a); }
             if (a[1] == 'b') { bpe_path = argv[++i]; }
+            else if (a[1] == 't') { tokenizer_path = argv[++i]; }
             else {
                 char* end;
                 long v = strtol(argv[++i], &end, 10);
@@ -143,11 +158,23 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    BPE bpe;
-    bpe_init(&bpe, bpe_path);
-    if (decode) { run_decode(&bpe); }
-    else { run_encode(&bpe, allow_special, bench); }
+    if (tokenizer_path != NULL) {
+        if (!decode) { llmc_die("-t: only used with -d (encoding needs the BPE ranks file, -b)"); }
+        if (!file_exists(tokenizer_path)) {
+            llmc_die("%s: tokenizer not found (`python train_gpt2.py` writes gpt2_tokenizer.bin)", tokenizer_path);
+        }
+        Tokenizer tok;
+        tokenizer_init(&tok, tokenizer_path);
+        if (!tok.init_ok) { return 1; }   // tokenizer_init printed why
+        run_decode(NULL, &tok);
+        tokenizer_free(&tok);
+    } else {
+        BPE bpe;
+        bpe_init(&bpe, bpe_path);
+        if (decode) { run_decode(&bpe, NULL); }
+        else { run_encode(&bpe, allow_special, bench); }
+        bpe_free(&bpe);
+    }
     if (fflush(stdout) != 0) { llmc_die("stdout: write failed"); }
-    bpe_free(&bpe);
     return 0;
 }

@@ -109,6 +109,20 @@ def test_decode_round_trips_text_and_invalid_utf8(encode_bin: Path, bpe_file: Pa
         assert c_decode(encode_bin, bpe_file, c_encode(encode_bin, bpe_file, data)) == data
 
 
+def test_decode_with_llmc_tokenizer_file_matches(encode_bin: Path, bpe_file: Path, tmp_path: Path) -> None:
+    # gpt2_tokenizer.bin (llm.c format, version 2), decoded through llmc/tokenizer.h
+    pieces = [ENC.decode_single_token_bytes(i) for i in range(ENC.n_vocab)]
+    header = struct.pack("<256I", 20240328, 2, len(pieces), ENC.eot_token, *([0] * 252))
+    tok = tmp_path / "gpt2_tokenizer.bin"
+    tok.write_bytes(header + b"".join(bytes([len(p)]) + p for p in pieces))
+    data = "naïve 😀 中文 it's\x00  \n".encode() + b"raw \xff\xfe"
+    ids = c_encode(encode_bin, bpe_file, data) + [ENC.eot_token]
+    out = subprocess.run([str(encode_bin), "-d", "-t", str(tok)], input=" ".join(map(str, ids)).encode(),
+                         capture_output=True, check=True).stdout
+    assert out == data + b"<|endoftext|>" == c_decode(encode_bin, bpe_file, ids)
+    assert "not found" in run_fail([str(encode_bin), "-d", "-t", str(tmp_path / "none.bin")], b"1")
+
+
 def test_invalid_utf8_bytes_are_single_other_characters(encode_bin: Path, bpe_file: Path) -> None:
     # llmc's documented rule: each invalid byte is one "other" character (like punctuation)
     byte_tok = {bytes([b]): r for r, b in ((ENC._mergeable_ranks[bytes([b])], b) for b in range(256))}
