@@ -217,3 +217,18 @@ gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 # generate: KV-cached sampling with train_gpt2.c's model (included with TESTING), llmc/bpe.h and llmc/sampler.h
 generate: generate.c train_gpt2.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+
+# ---------------------------------------------------------------------------- Python bindings (H7): pyllmc
+# `make pyllmc` compiles pyllmc/_llmc*.so in place with cffi from train_gpt2.c and llmc/ (no copy of the C
+# code); pyllmc/_build.py takes its compiler and linker flags from `make pyllmc-flags` (CFLAGS, LDLIBS).
+PYLLMC_EXT = pyllmc/_llmc$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+.PHONY: pyllmc pyllmc-flags
+pyllmc:
+	@$(MAKE) --no-print-directory $(PYLLMC_EXT)
+
+pyllmc/_llmc%: train_gpt2.c $(LLMC_HEADERS) pyllmc/_capi.h pyllmc/_build.py
+	$(PY) pyllmc/_build.py
+
+pyllmc-flags:
+	@echo 'cflags: $(CFLAGS)'
+	@echo 'ldlibs: $(LDLIBS)'

@@ -1,0 +1,148 @@
+"""cffi (API mode) builder of pyllmc._llmc: train_gpt2.c's layers and model, compiled from the repo's sources.
+
+    python pyllmc/_build.py        builds pyllmc/_llmc*.so in place (what `make pyllmc` runs)
+    pip install -e .               builds it through setuptools' cffi_modules (setup.py)
+
+The C side is pyllmc/_capi.h, which includes train_gpt2.c (TESTING) and adds thin wrappers.
+Compiler and linker flags: the Makefile's CFLAGS and LDLIBS (so a BLAS selected there is used here
+too), read with `make -s pyllmc-flags`; when make or the Makefile is missing, -O3 -march=native
+-fopenmp. PYLLMC_CFLAGS / PYLLMC_LDFLAGS in the environment add more.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from cffi import FFI
+
+REPO = Path(__file__).resolve().parent.parent
+
+CDEF = """
+typedef struct {
+    int max_seq_len; int vocab_size; int padded_vocab_size; int num_layers; int num_heads; int channels;
+} GPT2Config;
+
+typedef struct { float* logits; float* probs; float* losses; ...; } ActivationTensors;
+
+typedef struct {
+    GPT2Config config;
+    float* params_memory; size_t num_parameters; float* grads_memory;
+    float* m_memory; float* v_memory; size_t opt_offset; size_t opt_size;
+    ActivationTensors acts;
+    int batch_size; int seq_len; int cur_B; int cur_T; float mean_loss;
+    ...;
+} GPT2;
+
+typedef struct {
+    size_t B; size_t T; size_t num_shards; size_t num_tokens;
+    size_t current_shard_idx; size_t current_sample_idx;
+    int* inputs; int* targets;
+    ...;
+} DataLoader;
+
+#define GPT2_NUM_PARAMETER_TENSORS 16
+static const char* const GPT2_PARAMETER_NAMES[16];
+static const int GPT2_PARAMETER_IS_MATRIX[16];
+void gpt2_parameter_sizes(size_t sizes[16], const GPT2Config* cfg);
+size_t gpt2_num_parameters(const GPT2Config* cfg);
+
+/* the layers (train_gpt2.c) */
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int B, int T, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int B, int T, int C);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int B, int T, int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int B, int T, int C, int OC);
+void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH);
+void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
+                        int B, int T, int C, int NH);
+void gelu_forward(float* out, const float* inp, size_t N);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N);
+void residual_forward(float* out, const float* inp1, const float* inp2, size_t N);
+void residual_backward(float* dinp1, float* dinp2, const float* dout, size_t N);
+void crossentropy_softmax_forward(float* losses, float* probs, const float* logits, const int* targets,
+                                  int B, int T, int V, int Vp);
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets,
+                                   int B, int T, int V, int Vp);
+void pyllmc_adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                         float learning_rate, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int t);
+
+/* the model (train_gpt2.c, through pyllmc/_capi.h) */
+const char* pyllmc_last_error(void);
+int pyllmc_config_from_descriptor(const char* desc, GPT2Config* cfg, char* why, size_t why_size);
+int pyllmc_model_init_checkpoint(GPT2* model, const char* path);
+int pyllmc_model_init_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed);
+void pyllmc_model_discard(GPT2* model);
+int pyllmc_model_ensure_activations(GPT2* model, int B, int T);
+int pyllmc_model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T);
+int pyllmc_model_backward(GPT2* model, float loss_scale);
+void gpt2_zero_grad(GPT2* model);
+float gpt2_grad_norm(const GPT2* model);
+int pyllmc_model_ensure_optimizer(GPT2* model);
+float pyllmc_model_step(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
+                        float weight_decay, float grad_clip, int t);
+int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_total, int window,
+                          float temperature, int top_k, float top_p, uint64_t seed);
+int pyllmc_model_save(GPT2* model, const char* path);
+void pyllmc_model_free(GPT2* model);
+
+/* data loader (llmc/dataloader.h) */
+int pyllmc_dataloader_new(DataLoader** out, const char* pattern, int B, int T, int rank, int nproc,
+                          int shuffle, int vocab_size);
+void pyllmc_dataloader_discard(DataLoader* l);
+int pyllmc_dataloader_next_batch(DataLoader* l);
+int pyllmc_dataloader_reset(DataLoader* l);
+void pyllmc_dataloader_free(DataLoader* l);
+"""
+
+
+def makefile_flags() -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) from the Makefile's `pyllmc-flags` target, or a default."""
+    cflags = ["-O3", "-march=native", "-fopenmp"]
+    ldflags = ["-fopenmp", "-lm"]
+    if (REPO / "Makefile").exists():
+        try:
+            out = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(REPO), "pyllmc-flags"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            out = None
+        if out is not None and out.returncode == 0:
+            lines = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+            if "cflags" in lines and "ldlibs" in lines:
+                cflags = shlex.split(lines["cflags"])
+                ldflags = shlex.split(lines["ldlibs"])
+    cflags += shlex.split(os.environ.get("PYLLMC_CFLAGS", ""))
+    ldflags += shlex.split(os.environ.get("PYLLMC_LDFLAGS", ""))
+    # warnings that cffi's generated wrapper code triggers
+    cflags += ["-Wno-unused-parameter", "-Wno-unused-function", "-Wno-missing-field-initializers"]
+    return cflags, ldflags
+
+
+def make_builder() -> FFI:
+    cflags, ldflags = makefile_flags()
+    ffibuilder = FFI()
+    ffibuilder.cdef(CDEF)
+    ffibuilder.set_source(
+        "pyllmc._llmc",
+        '#include "pyllmc/_capi.h"',
+        include_dirs=[str(REPO)],
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        libraries=["m"],
+        depends=[str(p) for p in [REPO / "train_gpt2.c", REPO / "pyllmc" / "_capi.h", *sorted((REPO / "llmc").glob("*.h"))]],
+    )
+    return ffibuilder
+
+
+ffibuilder = make_builder()
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=str(REPO), verbose=False)

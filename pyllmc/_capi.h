@@ -1,0 +1,276 @@
+/*
+pyllmc/_capi.h: what the Python bindings (pyllmc/_build.py, cffi) compile against.
+
+It includes train_gpt2.c with TESTING defined (so its main() is left out), plus the sampler and
+data loader headers, and adds thin pyllmc_* wrappers for what the trainer's main() does inline:
+building a model, (re)allocating activations, one AdamW step, sampling, saving, data loading.
+No layer code lives here; the layers are train_gpt2.c's.
+
+Errors. llmc's loaders report bad input with llmc_die(): one line on stderr, then exit(1). That
+would kill the Python interpreter, so while a wrapper marked "guarded" runs, exit() is redirected
+to a longjmp back into the wrapper and stderr goes to a memory buffer. A guarded wrapper returns 0
+on success and 1 on error; pyllmc_last_error() then holds the message (without "error: "), which
+the Python side raises as pyllmc.LlmcError. Anything printed to stderr by a successful call is
+passed through. The Python side validates inputs first, so the guard is a safety net; it is not
+thread-safe (one guarded call at a time per process).
+*/
+#ifndef PYLLMC_CAPI_H
+#define PYLLMC_CAPI_H
+
+#define TESTING
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// llmc_die -> Python exception
+
+typedef struct {
+    jmp_buf env;
+    int active;             // 1 while a guarded wrapper runs
+    FILE* saved_stderr;     // the real stderr while it is captured
+    char* captured;         // open_memstream buffer
+    size_t captured_len;
+} PyllmcGuard;
+
+static PyllmcGuard pyllmc_guard_;
+static char pyllmc_error_[8192];
+
+static void pyllmc_exit_(int status) __attribute__((noreturn));
+static void pyllmc_exit_(int status) {
+    if (pyllmc_guard_.active) {
+        pyllmc_guard_.active = 0;
+        longjmp(pyllmc_guard_.env, 1);
+    }
+    exit(status);
+}
+
+// every exit() in the llmc code below becomes pyllmc_exit_() (<stdlib.h> is already included,
+// so its own declaration of exit is untouched)
+#define exit(status) pyllmc_exit_(status)
+#include "../train_gpt2.c"
+#include "../llmc/sampler.h"
+#include "../llmc/dataloader.h"
+#undef exit
+
+static void pyllmc_capture_begin_(void) {
+    pyllmc_error_[0] = '\0';
+    pyllmc_guard_.saved_stderr = stderr;
+    pyllmc_guard_.captured = NULL;
+    pyllmc_guard_.captured_len = 0;
+    FILE* mem = open_memstream(&pyllmc_guard_.captured, &pyllmc_guard_.captured_len);
+    if (mem != NULL) { stderr = mem; }
+}
+
+// restores stderr; on failure keeps the last captured line as the error message, else echoes it
+static void pyllmc_capture_end_(int failed) {
+    if (stderr != pyllmc_guard_.saved_stderr) {
+        fclose(stderr);
+        stderr = pyllmc_guard_.saved_stderr;
+    }
+    char* text = pyllmc_guard_.captured;
+    size_t len = text != NULL ? pyllmc_guard_.captured_len : 0;
+    if (failed) {
+        // the message is the last non-empty line; drop the "error: " prefix and the newline
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r')) { len--; }
+        size_t start = len;
+        while (start > 0 && text[start - 1] != '\n') { start--; }
+        const char* line = len > 0 ? text + start : "llmc stopped without a message";
+        size_t n = len > 0 ? len - start : strlen(line);
+        if (n >= 7 && strncmp(line, "error: ", 7) == 0) { line += 7; n -= 7; }
+        if (n >= sizeof(pyllmc_error_)) { n = sizeof(pyllmc_error_) - 1; }
+        memcpy(pyllmc_error_, line, n);
+        pyllmc_error_[n] = '\0';
+    } else if (len > 0) {
+        fwrite(text, 1, len, stderr);
+        fflush(stderr);
+    }
+    free(text);
+    pyllmc_guard_.captured = NULL;
+}
+
+// Runs `body` with exit() turned into a return of 1 from the enclosing function (0 on success).
+#define PYLLMC_GUARDED(...)                                    \
+    do {                                                       \
+        pyllmc_capture_begin_();                               \
+        if (setjmp(pyllmc_guard_.env) == 0) {                  \
+            pyllmc_guard_.active = 1;                          \
+            __VA_ARGS__;                                          \
+            pyllmc_guard_.active = 0;                          \
+            pyllmc_capture_end_(0);                            \
+            return 0;                                          \
+        }                                                      \
+        pyllmc_capture_end_(1);                                \
+        return 1;                                              \
+    } while (0)
+
+static const char* pyllmc_last_error(void) { return pyllmc_error_; }
+
+// ----------------------------------------------------------------------------
+// one AdamW step on a single array (layer_math.h's per-element rule, PyTorch semantics)
+
+static void pyllmc_adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                                float learning_rate, float beta1, float beta2, float eps,
+                                float weight_decay, float grad_scale, int t) {
+    // params, grads, m, v are (n); t is the 1-based step number
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i], &v[i], weight_decay, s);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+// frees what a failed build left behind and zeroes the struct
+static void pyllmc_model_reset_(GPT2* model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    memset(model, 0, sizeof(*model));
+}
+
+// guarded
+static int pyllmc_model_init_checkpoint(GPT2* model, const char* path) {
+    memset(model, 0, sizeof(*model));
+    PYLLMC_GUARDED(gpt2_build_from_checkpoint(model, path));
+}
+
+// guarded
+static int pyllmc_model_init_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
+    memset(model, 0, sizeof(*model));
+    PYLLMC_GUARDED(gpt2_build_from_scratch(model, cfg, seed));
+}
+
+static void pyllmc_model_discard(GPT2* model) { pyllmc_model_reset_(model); }
+
+// returns 1 and fills cfg for a descriptor (dN, gpt2:dN, gpt3:cN), 0 if desc is not one,
+// -1 if it is a bad one (why then says what is wrong)
+static int pyllmc_config_from_descriptor(const char* desc, GPT2Config* cfg, char* why, size_t why_size) {
+    const char* reason = "";
+    int kind = model_config_from_descriptor(desc, cfg, &reason);
+    snprintf(why, why_size, "%s", reason);
+    return kind;
+}
+
+// Activations (and their gradients) for batches of up to B x T tokens, keeping the AdamW
+// moments: grows the allocation when a forward needs more, never shrinks it. guarded
+static int pyllmc_model_ensure_activations(GPT2* model, int B, int T) {
+    PYLLMC_GUARDED({
+        int fits = model->acts_memory != NULL && (size_t)B * T <= (size_t)model->batch_size * model->seq_len &&
+                   T <= model->seq_len;
+        if (!fits) {
+            int newT = T > model->seq_len ? T : model->seq_len;
+            size_t tokens = (size_t)B * T;
+            size_t old_tokens = (size_t)model->batch_size * model->seq_len;
+            if (old_tokens > tokens) { tokens = old_tokens; }
+            int newB = (int)((tokens + (size_t)newT - 1) / (size_t)newT);
+            float* m = model->m_memory;
+            float* v = model->v_memory;
+            size_t opt_offset = model->opt_offset, opt_size = model->opt_size;
+            free(model->acts_memory);
+            free(model->grads_acts_memory);
+            free(model->inputs);
+            free(model->targets);
+            gpt2_allocate_state(model, newB, newT, 0, 0);  // its (empty) moments are replaced below
+            free(model->m_memory);
+            free(model->v_memory);
+            model->m_memory = m;
+            model->v_memory = v;
+            model->opt_offset = opt_offset;
+            model->opt_size = opt_size;
+            model->mean_loss = -1.0f;
+        }
+    });
+}
+
+// guarded
+static int pyllmc_model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    PYLLMC_GUARDED(gpt2_forward(model, inputs, targets, B, T));
+}
+
+// guarded
+static int pyllmc_model_backward(GPT2* model, float loss_scale) {
+    PYLLMC_GUARDED(gpt2_backward(model, loss_scale));
+}
+
+// AdamW moments for all parameters, allocated on the first step. guarded
+static int pyllmc_model_ensure_optimizer(GPT2* model) {
+    PYLLMC_GUARDED({
+        if (model->m_memory == NULL) {
+            model->m_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+            model->v_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+            model->opt_offset = 0;
+            model->opt_size = model->num_parameters;
+        }
+    });
+}
+
+// One optimizer step exactly as ./train_gpt2 does it: global gradient norm, clip factor,
+// AdamW on every parameter (weight decay on the 2-D weights only). Returns the norm.
+static float pyllmc_model_step(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
+                               float weight_decay, float grad_clip, int t) {
+    float norm = gpt2_grad_norm(model);
+    gpt2_update(model, learning_rate, beta1, beta2, eps, weight_decay, grad_clip_scale(norm, grad_clip), t);
+    return norm;
+}
+
+// Samples tokens[n_prompt .. n_total) one at a time with llmc/sampler.h, each from the logits
+// of a forward pass over the last `window` tokens (B = 1). guarded
+static int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_total, int window,
+                                 float temperature, int top_k, float top_p, uint64_t seed) {
+    PYLLMC_GUARDED({
+        Sampler sampler;
+        sampler_init(&sampler, model->config.vocab_size, temperature, top_k, top_p, seed);
+        int Vp = model->config.padded_vocab_size;
+        for (int t = n_prompt; t < n_total; t++) {
+            int len = t < window ? t : window;
+            gpt2_forward(model, tokens + t - len, NULL, 1, len);
+            tokens[t] = sampler_sample(&sampler, model->acts.logits + (size_t)(len - 1) * Vp);
+        }
+        sampler_free(&sampler);
+    });
+}
+
+// writes an fp32 checkpoint atomically. guarded
+static int pyllmc_model_save(GPT2* model, const char* path) {
+    PYLLMC_GUARDED(checkpoint_write(path, &model->config, model->params_memory, model->num_parameters));
+}
+
+static void pyllmc_model_free(GPT2* model) {
+    gpt2_free(model);
+    memset(model, 0, sizeof(*model));
+}
+
+// ----------------------------------------------------------------------------
+// data loader (llmc/dataloader.h), heap-allocated for Python
+
+// guarded; *out is NULL on error
+static int pyllmc_dataloader_new(DataLoader** out, const char* pattern, int B, int T, int rank, int nproc,
+                                 int shuffle, int vocab_size) {
+    *out = NULL;
+    PYLLMC_GUARDED({
+        DataLoader* l = (DataLoader*)mallocCheck(sizeof(DataLoader));
+        *out = l;
+        dataloader_init(l, pattern, (size_t)B, (size_t)T, rank, nproc, shuffle, vocab_size);
+    });
+}
+
+// guarded
+static int pyllmc_dataloader_next_batch(DataLoader* l) { PYLLMC_GUARDED(dataloader_next_batch(l)); }
+
+// guarded
+static int pyllmc_dataloader_reset(DataLoader* l) { PYLLMC_GUARDED(dataloader_reset(l)); }
+
+// after a failed pyllmc_dataloader_new: frees the struct (its partial contents may leak)
+static void pyllmc_dataloader_discard(DataLoader* l) { free(l); }
+
+static void pyllmc_dataloader_free(DataLoader* l) {
+    if (l == NULL) { return; }
+    dataloader_free(l);
+    free(l);
+}
+
+#endif // PYLLMC_CAPI_H
