@@ -445,6 +445,9 @@ static inline void evalloader_init(EvalLoader* l, const char* path, size_t B, si
     if (header[3] < 2 * 6 || header[3] > 2 * 65535) {
         llmc_die("%s: bad longest example size %d bytes in the header", path, header[3]);
     }
+    if ((size_t)header[2] > (file_bytes - 256 * sizeof(int)) / (2 * 6)) {  // before allocating per-example state
+        llmc_die("%s: header says %d examples, more than the file's %zu bytes can hold", path, header[2], file_bytes);
+    }
     l->num_examples = header[2];
     l->longest_example_bytes = header[3];
     l->buffer = (uint16_t*)mallocCheck((size_t)l->longest_example_bytes);
