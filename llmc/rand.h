@@ -2,7 +2,8 @@
 llmc/rand.h: a Mersenne Twister that reproduces torch's CPU generator bit for bit.
 
 What is reproduced (checked by tests/test_c_headers.py against torch 2.13 for sizes
-1..40, 1000, 4097 and for sequences of calls on one generator, seeds 42 and 1337):
+1..40, 1000, 4097 and for sequences of calls on one generator, seeds 42 and 1337, under
+both of torch's code paths described below):
 
     g = torch.Generator().manual_seed(seed)          manual_seed(&s, seed)
     torch.empty(n).uniform_(a, b, generator=g)        uniform_(data, n, a, b, &s)
@@ -16,14 +17,12 @@ plus a cached second Box-Muller sample for double-precision normals. Its kernels
 
   normal_, n >= 16 (float32, contiguous): fill all n elements with uniform [0,1) floats as above;
       then for each complete block of 16, Box-Muller in float with the pairs (j, j+8):
-          u1 = 1 - x[j], u2 = x[j+8], radius = sqrtf(-2 * logf(u1)),
-          theta = (float)(2 * pi * (double)u2),
-          x[j] = fmaf(radius * cosf(theta), sd, m),   x[j+8] = fmaf(radius * sinf(theta), sd, m)
-      (torch's compiled kernel fuses the final multiply-add: verified against torch with
-      arbitrary mean/std, where fused and unfused results differ in the last bit)
+          u1 = 1 - x[j], u2 = x[j+8], radius = sqrt(-2 * log(u1)), theta = 2 pi u2,
+          x[j] = fmaf(radius * cos(theta), sd, m),   x[j+8] = fmaf(radius * sin(theta), sd, m)
       and if n % 16 != 0, draw 16 fresh uniforms over the LAST 16 elements and transform them
       again as one block (so those elements overlap the previous block and are overwritten).
-      mean and std are cast to float first.
+      mean and std are cast to float first. How log, sin, cos and theta are computed depends on
+      torch's CPU capability (see below).
 
   normal_, n < 16: per element a double-precision Box-Muller sample:
       u1, u2 = two 53-bit uniforms in [0,1) (each from one 64-bit draw = (r1 << 32) | r2),
@@ -33,15 +32,20 @@ plus a cached second Box-Muller sample for double-precision normals. Its kernels
       value * sd + m is computed in double (mean and std are the caller's doubles: use normal_d
       to pass Python's double 0.02 exactly; normal_ widens its float arguments) then cast to float.
 
-The CPU capability matters. torch 2.13 dispatches by CPU capability, and under both AVX2 and
-AVX512 (torch.backends.cpu.get_cpu_capability(), the default on any modern x86 CPU) its n >= 16
-float normal_ takes a vectorised path whose log/sin/cos (Sleef) differ in the last bit from
-libm's; AVX2 and AVX512 give the same values as each other, but not these. Only the scalar
-("default") capability computes what is written above. So torch matches this file bit for bit
-only when ATEN_CPU_CAPABILITY=default is in the environment before torch is imported; the tests
-set it, and a Python reference that wants bit-identical init with the C trainers must too.
-uniform_ and n < 16 normal_ match under every capability. The float transcendental functions
-are glibc's logf/sinf/cosf (torch's scalar kernel calls the same libm).
+The CPU capability (torch.backends.cpu.get_cpu_capability()). torch picks its n >= 16 float
+normal_ kernel by the capability it dispatches to:
+  - "AVX2" or "AVX512" (any x86 CPU with AVX2 and FMA, i.e. nearly every machine today):
+    a vectorised kernel with Cephes-style float polynomials for log and sincos, theta = 2pi*u2
+    in float, and particular multiply-adds fused. normal_fill_16_vectorized below computes the
+    same thing one lane at a time (verified bit for bit on millions of samples; AVX2 and AVX512
+    give identical values).
+  - "DEFAULT" (ATEN_CPU_CAPABILITY=default, CPUs without AVX2, non-x86): a scalar kernel with
+    libm's logf/cosf/sinf and theta = (float)(2pi * (double)u2). normal_fill_16_scalar below.
+manual_seed mirrors torch's choice: it reads ATEN_CPU_CAPABILITY ("default" selects the
+scalar kernel) and otherwise checks whether this CPU has AVX2 and FMA, and stores the result in
+s->torch_avx2_or_above (which a caller may override after manual_seed). So a C program and
+a Python run in the same environment on the same machine draw identical numbers.
+uniform_ and n < 16 normal_ are the same under every capability.
 */
 #ifndef LLMC_RAND_H
 #define LLMC_RAND_H
@@ -49,6 +53,9 @@ are glibc's logf/sinf/cosf (torch's scalar kernel calls the same libm).
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #define MT19937_N 624
 #define MT19937_M 397
@@ -64,7 +71,23 @@ typedef struct {
     // torch's CPU generator caches the second sample of a double-precision Box-Muller pair
     int has_next_double_normal;
     double next_double_normal;
+    // 1: reproduce torch's AVX2/AVX512 normal_ kernel, 0: its scalar ("default") one; set by manual_seed
+    int torch_avx2_or_above;
 } mt19937_state;
+
+// does torch (in this environment, on this CPU) use its vectorised float normal_ kernel?
+static inline int rand_torch_cpu_avx2_or_above(void) {
+    const char* cap = getenv("ATEN_CPU_CAPABILITY");
+    if (cap != NULL && strcasecmp(cap, "default") == 0) {
+        return 0;
+    }
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
 
 static inline void manual_seed(mt19937_state* s, unsigned int seed) {
     s->seed = seed;
@@ -77,6 +100,7 @@ static inline void manual_seed(mt19937_state* s, unsigned int seed) {
     s->next = 0;
     s->has_next_double_normal = 0;
     s->next_double_normal = 0.0;
+    s->torch_avx2_or_above = rand_torch_cpu_avx2_or_above();
 }
 
 static inline uint32_t mt19937_twist(uint32_t u, uint32_t v) {
@@ -143,13 +167,15 @@ static inline double rand_mul_add_f64(double a, double b, double c) {
 // == torch.empty(n).uniform_(from, to, generator=g)
 static inline void uniform_(float* data, size_t n, float from, float to, mt19937_state* s) {
     float range = to - from;
-    for (size_t i = 0; i < n; i++) {
-        data[i] = rand_mul_add_f32(randfloat32(s), range, from);
+    if (s->torch_avx2_or_above) {
+        for (size_t i = 0; i < n; i++) { data[i] = fmaf(randfloat32(s), range, from); }
+    } else {
+        for (size_t i = 0; i < n; i++) { data[i] = rand_mul_add_f32(randfloat32(s), range, from); }
     }
 }
 
-// Box-Muller over one block of 16 uniforms, pairs (j, j + 8), in float
-static inline void normal_fill_16(float* data, float mean, float std) {
+// Box-Muller over one block of 16 uniforms, pairs (j, j + 8), in float: torch's scalar kernel
+static inline void normal_fill_16_scalar(float* data, float mean, float std) {
     const double two_pi = 6.283185307179586476925286766559;
     for (int j = 0; j < 8; j++) {
         float u1 = 1.0f - data[j];  // [0, 1) -> (0, 1] for the log
@@ -160,6 +186,106 @@ static inline void normal_fill_16(float* data, float mean, float std) {
         float sn = radius * sinf(theta);
         data[j] = fmaf(c, std, mean);
         data[j + 8] = fmaf(sn, std, mean);
+    }
+}
+
+static inline uint32_t rand_float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+static inline float rand_bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+// natural log of x > 0 as torch's vectorised kernel computes it, one lane: x = m * 2^e with
+// m in [sqrt(1/2), sqrt(2)), then a degree-8 Cephes polynomial in (m - 1) plus e * ln 2 in two parts.
+// Every fmaf below is a multiply-add the vectorised kernel performs fused; the other products round.
+static inline float rand_vec_logf(float x) {
+    const float min_normal = 1.17549435e-38f;
+    if (x < min_normal) { x = min_normal; }
+    uint32_t bits = rand_float_bits(x);
+    int32_t exponent = (int32_t)(bits >> 23) - 0x7f;
+    float m = rand_bits_float((bits & ~0x7f800000u) | 0x3f000000u);  // mantissa scaled to [0.5, 1)
+    float e = (float)exponent + 1.0f;
+    float below = m < 0.707106781186547524f ? m : 0.0f;  // m < sqrt(1/2): use 2m instead, e - 1
+    e = e - (m < 0.707106781186547524f ? 1.0f : 0.0f);
+    m = m - 1.0f;
+    m = m + below;
+    float z = m * m;
+    float y = fmaf(7.0376836292e-2f, m, -1.1514610310e-1f);
+    y = fmaf(y, m, 1.1676998740e-1f);
+    y = fmaf(y, m, -1.2420140846e-1f);
+    y = fmaf(y, m, 1.4249322787e-1f);
+    y = fmaf(y, m, -1.6668057665e-1f);
+    y = fmaf(y, m, 2.0000714765e-1f);
+    y = fmaf(y, m, -2.4999993993e-1f);
+    y = fmaf(y, m, 3.3333331174e-1f);
+    y = y * m;
+    float e_q1 = e * -2.12194440e-4f;
+    y = fmaf(y, z, e_q1);
+    y = fmaf(z, -0.5f, y);
+    float r = m + y;
+    return fmaf(e, 0.693359375f, r);
+}
+
+// sin and cos of x as torch's vectorised kernel computes them, one lane: reduce by multiples of
+// pi/4 (in three parts), then Cephes polynomials for sin and cos on [-pi/4, pi/4], and pick and
+// sign them by the octant.
+static inline void rand_vec_sincosf(float x, float* sin_out, float* cos_out) {
+    uint32_t sign_sin = rand_float_bits(x) & 0x80000000u;
+    x = fabsf(x);
+    int32_t j = (int32_t)(x * 1.27323954473516f);  // x * 4/pi, truncated
+    j = (j + 1) & ~1;
+    float y = (float)j;
+    uint32_t swap_sign_sin = ((uint32_t)(j & 4)) << 29;
+    int use_sin_poly = (j & 2) == 0;
+    uint32_t sign_cos = ((uint32_t)(~(j - 2) & 4)) << 29;
+    sign_sin ^= swap_sign_sin;
+    x = fmaf(y, -0.78515625f, x);
+    x = fmaf(y, -2.4187564849853515625e-4f, x);
+    x = fmaf(y, -3.77489497744594108e-8f, x);
+    float z = x * x;
+    float pc = fmaf(2.443315711809948e-5f, z, -1.388731625493765e-3f);
+    pc = fmaf(pc, z, 4.166664568298827e-2f);
+    pc = pc * z;
+    float half_z = z * 0.5f;
+    pc = fmaf(pc, z, -half_z);
+    pc = pc + 1.0f;
+    float ps = fmaf(-1.9515295891e-4f, z, 8.3321608736e-3f);
+    ps = fmaf(ps, z, -1.6666654611e-1f);
+    ps = ps * z;
+    ps = fmaf(ps, x, x);
+    float s = use_sin_poly ? ps : pc;
+    float c = use_sin_poly ? pc : ps;
+    *sin_out = rand_bits_float(rand_float_bits(s) ^ sign_sin);
+    *cos_out = rand_bits_float(rand_float_bits(c) ^ sign_cos);
+}
+
+// Box-Muller over one block of 16 uniforms, pairs (j, j + 8): torch's AVX2/AVX512 kernel, one lane at a time
+static inline void normal_fill_16_vectorized(float* data, float mean, float std) {
+    const float two_pi = 6.28318530717958647692f;
+    for (int j = 0; j < 8; j++) {
+        float u1 = 1.0f - data[j];
+        float u2 = data[j + 8];
+        float radius = sqrtf(-2.0f * rand_vec_logf(u1));
+        float theta = two_pi * u2;
+        float sn, cs;
+        rand_vec_sincosf(theta, &sn, &cs);
+        float c = radius * cs;
+        float s = radius * sn;
+        data[j] = fmaf(c, std, mean);
+        data[j + 8] = fmaf(s, std, mean);
+    }
+}
+
+static inline void normal_fill_16(float* data, float mean, float std, const mt19937_state* s) {
+    if (s->torch_avx2_or_above) {
+        normal_fill_16_vectorized(data, mean, std);
+    } else {
+        normal_fill_16_scalar(data, mean, std);
     }
 }
 
@@ -188,7 +314,7 @@ static inline void normal_d(float* data, size_t n, double mean, double std, mt19
             data[i] = randfloat32(s);
         }
         for (size_t i = 0; i + 16 <= n; i += 16) {
-            normal_fill_16(data + i, meanf, stdf);
+            normal_fill_16(data + i, meanf, stdf, s);
         }
         if (n % 16 != 0) {
             // torch redoes the last 16 elements with fresh uniforms
@@ -196,7 +322,7 @@ static inline void normal_d(float* data, size_t n, double mean, double std, mt19
             for (int i = 0; i < 16; i++) {
                 tail[i] = randfloat32(s);
             }
-            normal_fill_16(tail, meanf, stdf);
+            normal_fill_16(tail, meanf, stdf, s);
         }
     } else {
         for (size_t i = 0; i < n; i++) {

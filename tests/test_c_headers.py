@@ -1,9 +1,10 @@
 """C headers in llmc/ checked against Python references.
 
 rand.h against torch's CPU generator (bit for bit), tokenizer.h against tiktoken, dataloader.h
-against shards written with numpy. Each test compiles a small driver from dev/test/ with gcc.
-torch runs in a subprocess with ATEN_CPU_CAPABILITY=default (see the note at the top of
-llmc/rand.h): under AVX2/AVX512 torch's float normal_ uses Sleef and differs in the last bit.
+against shards written with numpy and the dev/data writers. Each test compiles a small driver
+from dev/test/ with gcc. torch runs in a subprocess under ATEN_CPU_CAPABILITY=default and =avx2
+(torch's two normal_ kernels, see the top of llmc/rand.h); the C driver gets the same environment
+and must pick the same kernel. On a CPU without AVX2 both runs use the scalar kernel.
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ CC = os.environ.get("CC", "gcc")
 CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", f"-I{REPO}"]
 
 
-def build_driver(source: str, out_dir: Path) -> Path:
+def build_driver(source: str, out_dir: Path, extra_flags: list[str] | None = None) -> Path:
     """Compiles dev/test/<source> into out_dir and returns the binary's path."""
     exe = out_dir / Path(source).stem
-    cmd = [CC, *CFLAGS, str(REPO / "dev" / "test" / source), "-o", str(exe), "-lm"]
+    cmd = [CC, *CFLAGS, *(extra_flags or []), str(REPO / "dev" / "test" / source), "-o", str(exe), "-lm"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return exe
 
@@ -34,8 +35,8 @@ def build_driver(source: str, out_dir: Path) -> Path:
 TORCH_DUMP = r"""
 import json, sys
 import torch
-assert torch.backends.cpu.get_cpu_capability() == "DEFAULT", torch.backends.cpu.get_cpu_capability()
 out = sys.stdout.buffer
+out.write(torch.backends.cpu.get_cpu_capability().ljust(16).encode())
 for case in json.loads(sys.stdin.read()):
     g = torch.Generator().manual_seed(case["seed"])
     for kind, n, a, b in case["ops"]:
@@ -51,27 +52,30 @@ for case in json.loads(sys.stdin.read()):
 Op = tuple[str, int, float, float]
 
 
-def torch_dump(cases: list[tuple[int, list[Op]]]) -> bytes:
-    """Runs torch on every case in one subprocess; returns the concatenated raw outputs."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
+CAPABILITIES = ["default", "avx2"]
+
+
+def capability_env(capability: str) -> dict[str, str]:
+    return dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+
+
+def torch_dump(cases: list[tuple[int, list[Op]]], capability: str) -> tuple[str, bytes]:
+    """Runs torch on every case in one subprocess; returns its CPU capability and the raw outputs."""
     payload = json.dumps([{"seed": seed, "ops": ops} for seed, ops in cases])
-    res = subprocess.run([sys.executable, "-c", TORCH_DUMP], input=payload.encode(), env=env,
+    res = subprocess.run([sys.executable, "-c", TORCH_DUMP], input=payload.encode(), env=capability_env(capability),
                          capture_output=True, check=True)
-    return res.stdout
-
-
-def c_dump(exe: Path, seed: int, ops: list[Op]) -> bytes:
-    args = [f"{kind}:{n}:{a!r}:{b!r}" for kind, n, a, b in ops]
-    return subprocess.run([str(exe), str(seed), *args], capture_output=True, check=True).stdout
+    return res.stdout[:16].decode().strip(), res.stdout[16:]
 
 
 def op_nbytes(op: Op) -> int:
     return op[1] * (8 if op[0] == "d" else 4)
 
 
-@pytest.fixture(scope="module")
-def rand_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_driver("rand_dump.c", tmp_path_factory.mktemp("rand"))
+@pytest.fixture(scope="module", params=["O2", "O3-native"])
+def rand_dump(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The driver built plainly and with the trainers' flags (-O3 -march=native: FMA contraction on)."""
+    extra = ["-O3", "-march=native", "-ffp-contract=fast"] if request.param == "O3-native" else []
+    return build_driver("rand_dump.c", tmp_path_factory.mktemp(f"rand_{request.param}"), extra)
 
 
 SIZES = list(range(1, 41)) + [1000, 4097]
@@ -104,13 +108,22 @@ def case_key(case: tuple[int, list[Op]]) -> str:
     return json.dumps(case)
 
 
-@pytest.fixture(scope="module")
-def torch_reference() -> dict[str, bytes]:
-    """torch's output for every case of this module, computed in one subprocess."""
+_TORCH_REFERENCE_CACHE: dict[str, tuple[str, str, dict[str, bytes]]] = {}
+
+
+@pytest.fixture(params=CAPABILITIES)
+def torch_reference(request: pytest.FixtureRequest) -> tuple[str, str, dict[str, bytes]]:
+    """(ATEN_CPU_CAPABILITY, torch's capability, torch's output for every case); torch runs once per capability."""
+    if request.param not in _TORCH_REFERENCE_CACHE:
+        _TORCH_REFERENCE_CACHE[request.param] = compute_torch_reference(request.param)
+    return _TORCH_REFERENCE_CACHE[request.param]
+
+
+def compute_torch_reference(capability: str) -> tuple[str, str, dict[str, bytes]]:
     cases = [RANDINT64_CASE]
     for seed in SEEDS:
         cases += normal_cases(seed) + uniform_cases(seed) + sequence_cases(seed)
-    raw = torch_dump(cases)
+    torch_capability, raw = torch_dump(cases, capability)
     ref: dict[str, bytes] = {}
     offset = 0
     for case in cases:
@@ -118,42 +131,63 @@ def torch_reference() -> dict[str, bytes]:
         ref[case_key(case)] = raw[offset:offset + size]
         offset += size
     assert offset == len(raw)
-    return ref
+    return capability, torch_capability, ref
 
 
-def compare_cases(exe: Path, ref: dict[str, bytes], cases: list[tuple[int, list[Op]]]) -> list[str]:
-    """Returns a description of every case where C and torch differ in any bit."""
+Reference = tuple[str, str, dict[str, bytes]]
+
+
+def compare_cases(exe: Path, reference: Reference, cases: list[tuple[int, list[Op]]]) -> list[str]:
+    """Returns a description of every case where C and torch differ in any bit (one C process for all)."""
+    capability, _, ref = reference
+    args = ["0"]
+    for seed, ops in cases:
+        args += [f"s:{seed}"] + [f"{kind}:{n}:{a!r}:{b!r}" for kind, n, a, b in ops]
+    got_all = subprocess.run([str(exe), *args], capture_output=True, check=True, env=capability_env(capability)).stdout
     failures = []
+    offset = 0
     for seed, ops in cases:
         want = ref[case_key((seed, ops))]
-        got = c_dump(exe, seed, ops)
+        got = got_all[offset:offset + len(want)]
+        offset += len(want)
         if got != want:
             a = np.frombuffer(got, np.uint8)
             b = np.frombuffer(want, np.uint8)
             first = int(np.argmax(a != b)) if len(a) == len(b) else -1
             failures.append(f"seed {seed} ops {ops}: first differing byte {first}, sizes {len(a)} vs {len(b)}")
+    assert offset == len(got_all), "the C driver wrote more than torch"
     return failures
 
 
+def test_rand_picks_the_same_normal_kernel_as_torch(rand_dump: Path, torch_reference: Reference) -> None:
+    capability, torch_capability, _ = torch_reference
+    raw = subprocess.run([str(rand_dump), "1", "k:0"], capture_output=True, check=True,
+                         env=capability_env(capability)).stdout
+    c_vectorized = int(np.frombuffer(raw, "<i4")[0])
+    assert c_vectorized == (1 if torch_capability in ("AVX2", "AVX512") else 0), torch_capability
+    if capability == "default":
+        assert torch_capability == "DEFAULT"
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_rand_normal_matches_torch_bit_for_bit(rand_dump: Path, torch_reference: dict[str, bytes], seed: int) -> None:
+def test_rand_normal_matches_torch_bit_for_bit(rand_dump: Path, torch_reference: Reference, seed: int) -> None:
     assert compare_cases(rand_dump, torch_reference, normal_cases(seed)) == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_rand_uniform_matches_torch_bit_for_bit(rand_dump: Path, torch_reference: dict[str, bytes], seed: int) -> None:
+def test_rand_uniform_matches_torch_bit_for_bit(rand_dump: Path, torch_reference: Reference, seed: int) -> None:
     assert compare_cases(rand_dump, torch_reference, uniform_cases(seed)) == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_rand_call_sequence_on_one_generator_matches_torch(rand_dump: Path, torch_reference: dict[str, bytes],
+def test_rand_call_sequence_on_one_generator_matches_torch(rand_dump: Path, torch_reference: Reference,
                                                            seed: int) -> None:
     assert compare_cases(rand_dump, torch_reference, sequence_cases(seed)) == []
 
 
-def test_rand_randint64_is_torchs_random64(rand_dump: Path, torch_reference: dict[str, bytes]) -> None:
+def test_rand_randint64_is_torchs_random64(rand_dump: Path, torch_reference: Reference) -> None:
     # torch's float64 uniform_ takes the low 53 bits of random64(), so it exposes the 64-bit draw
-    want = np.frombuffer(torch_reference[case_key(RANDINT64_CASE)], np.float64)
+    want = np.frombuffer(torch_reference[2][case_key(RANDINT64_CASE)], np.float64)
     raw = subprocess.run([str(rand_dump), "42", "l:64"], capture_output=True, check=True).stdout
     draws = np.frombuffer(raw, np.uint64)
     got = (draws & np.uint64((1 << 53) - 1)).astype(np.float64) / float(1 << 53)

@@ -7,7 +7,9 @@ usage: rand_dump SEED OP [OP ...]
   u:COUNT:FROM:TO    uniform_  (float32 values)
   i:COUNT            randint32 (uint32 values)
   l:COUNT            randint64 (uint64 values)
-All ops run on one generator, in order.
+  k:0                the generator's torch_avx2_or_above flag (one int32)
+  s:SEED             manual_seed(SEED) again (no output), to run several cases in one process
+All ops run on one generator, in order. The generator follows ATEN_CPU_CAPABILITY like torch.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,11 @@ int main(int argc, char** argv) {
                 uint32_t r = randint32(&rng);
                 fwriteCheck(&r, sizeof(r), 1, stdout, "<stdout>");
             }
+        } else if (op == 's') {
+            manual_seed(&rng, (unsigned int)count);
+        } else if (op == 'k') {
+            int32_t flag = rng.torch_avx2_or_above;
+            fwriteCheck(&flag, sizeof(flag), 1, stdout, "<stdout>");
         } else if (op == 'l') {
             for (size_t i = 0; i < count; i++) {
                 uint64_t r = randint64(&rng);
