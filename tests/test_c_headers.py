@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +28,9 @@ def build_driver(source: str, out_dir: Path, extra_flags: list[str] | None = Non
     """Compiles dev/test/<source> into out_dir and returns the binary's path."""
     exe = out_dir / Path(source).stem
     cmd = [CC, *CFLAGS, *(extra_flags or []), str(REPO / "dev" / "test" / source), "-o", str(exe), "-lm"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"building {source} failed:\n{res.stderr}")
     return exe
 
 
@@ -114,8 +118,11 @@ _TORCH_REFERENCE_CACHE: dict[str, tuple[str, str, dict[str, bytes]]] = {}
 @pytest.fixture(params=CAPABILITIES)
 def torch_reference(request: pytest.FixtureRequest) -> tuple[str, str, dict[str, bytes]]:
     """(ATEN_CPU_CAPABILITY, torch's capability, torch's output for every case); torch runs once per capability."""
-    if request.param not in _TORCH_REFERENCE_CACHE:
-        _TORCH_REFERENCE_CACHE[request.param] = compute_torch_reference(request.param)
+    if not _TORCH_REFERENCE_CACHE:
+        # both torch runs at once: most of their time is importing torch
+        with ThreadPoolExecutor(len(CAPABILITIES)) as pool:
+            for capability, result in zip(CAPABILITIES, pool.map(compute_torch_reference, CAPABILITIES)):
+                _TORCH_REFERENCE_CACHE[capability] = result
     return _TORCH_REFERENCE_CACHE[request.param]
 
 
@@ -196,7 +203,7 @@ def test_rand_randint64_is_torchs_random64(rand_dump: Path, torch_reference: Ref
 
 # ---------------------------------------------------------------------------- tokenizer.h vs tiktoken
 
-def tiktoken_gpt2():
+def tiktoken_gpt2() -> Any:
     """tiktoken's gpt2 encoding, from TIKTOKEN_CACHE_DIR or the repo-relative ../shared cache seed."""
     if "TIKTOKEN_CACHE_DIR" not in os.environ:
         seed = REPO.parent / "shared" / "tiktoken_cache"
