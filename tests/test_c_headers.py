@@ -397,3 +397,70 @@ def test_evalloader_reads_the_dev_data_eval_format(dataloader_dump: Path, tmp_pa
             assert not m[4 * count:].any()
             seen += count
         assert seen == len(mine) and pos == len(raw)
+
+
+# ---------------------------------------------------------------------------- corrupted files never crash
+
+def assert_clean_outcome(res: subprocess.CompletedProcess, path: Path, what: str) -> None:
+    """Exit 0, or exit 1 with exactly one 'error: <path>: ...' line: never a crash or a silent garble."""
+    assert res.returncode in (0, 1), f"{what}: exit {res.returncode}, stderr {res.stderr!r}"
+    if res.returncode == 1:
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith(f"error: {path}: "), f"{what}: {res.stderr!r}"
+
+
+def corruptions(data: bytes, rng: np.random.Generator, trials: int, hot: int) -> list[tuple[str, bytes]]:
+    """Random byte flips (half of them in the first `hot` bytes, where the sizes live) and truncations."""
+    out = []
+    for t in range(trials):
+        buf = bytearray(data)
+        if t % 3 == 2:
+            cut = int(rng.integers(0, len(buf)))
+            out.append((f"truncated to {cut}", bytes(buf[:cut])))
+            continue
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(0, hot if rng.random() < 0.5 else len(buf)))
+            buf[pos] = int(rng.integers(0, 256))
+        out.append(("flipped", bytes(buf)))
+    return out
+
+
+def test_corrupted_tokenizer_files_fail_cleanly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    pieces = [bytes(rng.integers(0, 256, size=int(rng.integers(1, 9))).astype(np.uint8)) for _ in range(300)]
+    good = tmp_path / "good.bin"
+    write_tokenizer_file(good, pieces, 299)
+    exe = build_driver("tokenizer_dump.c", tmp_path)
+    path = tmp_path / "tok.bin"
+    for what, data in corruptions(good.read_bytes(), rng, 90, 1024 + 64):
+        path.write_bytes(data)
+        res = subprocess.run([str(exe), str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert_clean_outcome(res, path, what)
+
+
+def test_corrupted_shards_fail_cleanly(dataloader_dump: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    good = tmp_path / "good.bin"
+    write_shard(good, rng.integers(0, 50257, size=400))
+    path = tmp_path / "shard_000.bin"
+    for what, data in corruptions(good.read_bytes(), rng, 60, 16):
+        path.write_bytes(data)
+        res = subprocess.run([str(dataloader_dump), str(path), "2", "8", "0", "1", "1", "50257", "30"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert_clean_outcome(res, path, what)
+
+
+def test_corrupted_eval_files_fail_cleanly(dataloader_dump: Path, tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "dev" / "data"))
+    try:
+        from data_common import write_evalfile
+    finally:
+        sys.path.pop(0)
+    good = tmp_path / "good.bin"
+    write_evalfile(good, eval_examples(6, 13))
+    rng = np.random.default_rng(13)
+    path = tmp_path / "eval.bin"
+    for what, data in corruptions(good.read_bytes(), rng, 90, 1024 + 40):
+        path.write_bytes(data)
+        res = subprocess.run([str(dataloader_dump), "--eval", str(path), "8", "24", "0", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert_clean_outcome(res, path, what)
