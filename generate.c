@@ -309,7 +309,7 @@ static void print_usage(FILE* out) {
         "  --top-k <int>       keep the k most likely tokens, 0 = off (default 0)\n"
         "  --top-p <f>         nucleus sampling threshold, 1.0 = off (default 1.0)\n"
         "  --seed <int>        sampler seed (default 1337); the same seed gives the same text\n"
-        "  -i                  interactive: read prompts from stdin, one per line\n"
+        "  -i                  interactive: read prompts from stdin, one per line (each starts a fresh context)\n"
         "  --no-stop           keep going after <|endoftext|> (default: stop there)\n"
         "  --check-kv          verify the KV cache against a full recompute at every step (slow)\n"
         "  -h, --help          this help\n");
