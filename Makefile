@@ -232,3 +232,39 @@ pyllmc/_llmc%: train_gpt2.c $(LLMC_HEADERS) pyllmc/_capi.h pyllmc/_build.py
 pyllmc-flags:
 	@echo 'cflags: $(CFLAGS)'
 	@echo 'ldlibs: $(LDLIBS)'
+
+# ---------------------------------------------------------------------------- Reliability (H8): fuzzing, sanitizers, crash safety
+# libFuzzer harnesses (dev/fuzz/fuzz_*.c, one per file loader) need clang with compiler-rt; `fuzz-deps`
+# installs them with apt-get when clang cannot build a libFuzzer target (root, or sudo).
+#   make fuzz       harnesses for FUZZ_TIME seconds each on a fresh seed corpus, plus the regression inputs
+#   make sanitize   the dev/test unit tests and test_gpt2 (tiny model) under AddressSanitizer + UBSan
+FUZZ_CC ?= clang
+FUZZ_TIME ?= 20
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -Wall -Wno-unused-function -Wno-psabi
+FUZZ_BINS := $(patsubst %.c,%,$(wildcard dev/fuzz/fuzz_*.c))
+FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const char* d, unsigned long n) { return 0; }\n' | \
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: fuzz-deps fuzz-build fuzz sanitize
+fuzz-deps:
+	@if ! { $(FUZZ_PROBE); }; then \
+	  echo "fuzz-deps: installing clang and its libFuzzer runtime with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang >/dev/null && \
+	  { $(FUZZ_PROBE) || $(SUDO) apt-get install -y -qq libclang-rt-$$(clang -dumpversion | cut -d. -f1)-dev >/dev/null; }; \
+	  $(FUZZ_PROBE) || { echo "error: $(FUZZ_CC) cannot build libFuzzer targets (apt-get install clang libclang-rt-<version>-dev)"; exit 1; }; \
+	fi
+
+dev/fuzz/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/harness.h $(LLMC_HEADERS) train_gpt2.c test_gpt2.c | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< -lm -o $@
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: setup
+	FUZZ_TIME=$(FUZZ_TIME) $(PY) -m pytest -q tests/test_fuzz.py
+
+sanitize: setup
+	$(PY) -m pytest -q tests/test_sanitizers.py
+
+# `make test` checks the fuzzing toolchain before pytest runs (the fuzz tests need clang)
+test-py: fuzz-deps

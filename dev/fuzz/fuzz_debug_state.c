@@ -1,0 +1,35 @@
+/*
+dev/fuzz/fuzz_debug_state.c: libFuzzer harness for test_gpt2.c's debug-state reader
+(debug_state_read), checked against a tiny model: maxT 8, V 5 (Vp 128), L 1, NH 2, C 8 -- the
+model dev/fuzz/make_corpus.py writes its debug-state seeds for with train_gpt2.py's writer.
+The input is the whole file. A state that loads must have its ids inside the vocabulary.
+*/
+#include "harness.h"
+#define main test_gpt2_main_unused
+#include "../../test_gpt2.c"
+#undef main
+
+static DebugState dstate;
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const char* path = fuzz_write_file(data, size);
+    GPT2Config cfg;
+    cfg.max_seq_len = 8;
+    cfg.vocab_size = 5;
+    cfg.padded_vocab_size = 128;
+    cfg.num_layers = 1;
+    cfg.num_heads = 2;
+    cfg.channels = 8;
+    size_t num_parameters = gpt2_num_parameters(&cfg);
+    FUZZ_BEGIN
+        debug_state_read(&dstate, path, &cfg, num_parameters);
+        if (dstate.B < 1 || dstate.T < 1 || dstate.T > cfg.max_seq_len || dstate.nsteps < 0) { abort(); }
+        for (int i = 0; i < dstate.B * dstate.T; i++) {
+            if (dstate.x[i] < 0 || dstate.x[i] >= cfg.vocab_size || dstate.y[i] < 0 || dstate.y[i] >= cfg.vocab_size) { abort(); }
+        }
+        volatile float last = dstate.grads[num_parameters - 1];
+        (void)last;
+        debug_state_free(&dstate);
+    FUZZ_END
+    return 0;
+}
