@@ -110,7 +110,7 @@ static inline void bpe_init(BPE* b, const char* path) {
     if (n < 256 || n > (1 << 24)) { llmc_die("%s: header field n_tokens = %d out of range (256..16777216)", path, n); }
     if (eot < n) { llmc_die("%s: header field eot_token = %d must be >= n_tokens = %d", path, eot, n); }
     if (max_len < 1 || max_len > 255) { llmc_die("%s: header field max_len = %d out of range (1..255)", path, max_len); }
-    if (total < n || total > n * max_len) { llmc_die("%s: header field total_bytes = %d inconsistent with n_tokens = %d, max_len = %d", path, total, n, max_len); }
+    if (total < n || (long long)total > (long long)n * max_len) { llmc_die("%s: header field total_bytes = %d inconsistent with n_tokens = %d, max_len = %d", path, total, n, max_len); }
     size_t expected = 1024 + (size_t)n + (size_t)total;
     if (file_size != expected) {
         llmc_die("%s: file size %zu bytes does not match the header (expected %zu = 1024 + n_tokens + total_bytes)", path, file_size, expected);
