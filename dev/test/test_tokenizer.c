@@ -74,7 +74,7 @@ int main(void) {
     // version 1: EOT assumed 50256 (needs a vocab above it)
     {
         static const char* many[50257];
-        static char storage[50257][8];
+        static char storage[50257][16];
         for (int i = 0; i < 50257; i++) {
             snprintf(storage[i], sizeof(storage[i]), "t%d", i);
             many[i] = storage[i];
