@@ -35,6 +35,7 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/checkpoint.h"
+#include "llmc/matmul.h"
 
 // ----------------------------------------------------------------------------
 // all the individual layers' forward and backward passes
@@ -133,65 +134,20 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
 }
 
-// ---- matmul: the hot spot. Kept behind these two functions so a BLAS can replace them.
-// Tiles of MM_ROWS rows x MM_COLS output columns accumulate in a small local array; the
-// innermost loop runs over MM_COLS independent accumulators, so it vectorises without
-// reassociating any sum (no -ffast-math). Each output element sums over the reduction
-// dimension in ascending order, whichever thread computes it.
-#define MM_ROWS 4
-#define MM_COLS 64
-#define MM_KCHUNK 256
+// ---- matmul: the hot spot. Both functions call llmc/matmul.h, which runs the GEMM on the
+// BLAS chosen at build time (make BLAS=mkl|openblas) or on its own blocked OpenMP kernel
+// (BLAS=none), in fp32 or, with -p bf16, on bf16-rounded inputs with fp32 sums.
 
 // out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
     // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
     int BT = B * T;
-    int npanels = (OC + MM_COLS - 1) / MM_COLS;
-    #pragma omp parallel
-    {
-        // a panel of MM_COLS weight rows, transposed to (C, MM_COLS), zero-padded past OC
-        float* panel = (float*)mallocCheck((size_t)C * MM_COLS * sizeof(float));
-        #pragma omp for schedule(static)
-        for (int p = 0; p < npanels; p++) {
-            int o0 = p * MM_COLS;
-            int no = OC - o0 < MM_COLS ? OC - o0 : MM_COLS;
-            for (int j = 0; j < MM_COLS; j++) {
-                const float* w = weight + (size_t)(o0 + j) * C;
-                for (int c = 0; c < C; c++) { panel[(size_t)c * MM_COLS + j] = j < no ? w[c] : 0.0f; }
-            }
-            for (int r0 = 0; r0 < BT; r0 += MM_ROWS) {
-                int nr = BT - r0 < MM_ROWS ? BT - r0 : MM_ROWS;
-                float acc[MM_ROWS][MM_COLS];
-                for (int i = 0; i < MM_ROWS; i++) {
-                    for (int j = 0; j < MM_COLS; j++) { acc[i][j] = 0.0f; }
-                }
-                if (nr == MM_ROWS) {
-                    const float* a0 = inp + (size_t)r0 * C;
-                    for (int c = 0; c < C; c++) {
-                        const float* w = panel + (size_t)c * MM_COLS;
-                        for (int i = 0; i < MM_ROWS; i++) {
-                            float a = a0[(size_t)i * C + c];
-                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += a * w[j]; }
-                        }
-                    }
-                } else {
-                    for (int c = 0; c < C; c++) {
-                        const float* w = panel + (size_t)c * MM_COLS;
-                        for (int i = 0; i < nr; i++) {
-                            float a = inp[(size_t)(r0 + i) * C + c];
-                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += a * w[j]; }
-                        }
-                    }
-                }
-                for (int i = 0; i < nr; i++) {
-                    float* o = out + (size_t)(r0 + i) * OC + o0;
-                    for (int j = 0; j < no; j++) { o[j] = acc[i][j] + (bias != NULL ? bias[o0 + j] : 0.0f); }
-                }
-            }
-        }
-        free(panel);
+    if (bias != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
     }
+    matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -199,84 +155,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
     // all three gradients are accumulated (+=)
     int BT = B * T;
-    // dinp[r,c] += sum_o dout[r,o] * weight[o,c]; column slices in parallel, o in chunks
-    // so a chunk of weight rows stays in cache while every row block uses it
-    int ncb = (C + MM_COLS - 1) / MM_COLS;
-    #pragma omp parallel for schedule(static)
-    for (int cb = 0; cb < ncb; cb++) {
-        int c0 = cb * MM_COLS;
-        int nc = C - c0 < MM_COLS ? C - c0 : MM_COLS;
-        for (int k0 = 0; k0 < OC; k0 += MM_KCHUNK) {
-            int k1 = k0 + MM_KCHUNK < OC ? k0 + MM_KCHUNK : OC;
-            for (int r0 = 0; r0 < BT; r0 += MM_ROWS) {
-                int nr = BT - r0 < MM_ROWS ? BT - r0 : MM_ROWS;
-                float acc[MM_ROWS][MM_COLS];
-                for (int i = 0; i < MM_ROWS; i++) {
-                    for (int j = 0; j < MM_COLS; j++) { acc[i][j] = (i < nr && j < nc) ? dinp[(size_t)(r0 + i) * C + c0 + j] : 0.0f; }
-                }
-                if (nr == MM_ROWS && nc == MM_COLS) {
-                    for (int o = k0; o < k1; o++) {
-                        const float* w = weight + (size_t)o * C + c0;
-                        for (int i = 0; i < MM_ROWS; i++) {
-                            float d = dout[(size_t)(r0 + i) * OC + o];
-                            for (int j = 0; j < MM_COLS; j++) { acc[i][j] += d * w[j]; }
-                        }
-                    }
-                } else {
-                    for (int o = k0; o < k1; o++) {
-                        const float* w = weight + (size_t)o * C + c0;
-                        for (int i = 0; i < nr; i++) {
-                            float d = dout[(size_t)(r0 + i) * OC + o];
-                            for (int j = 0; j < nc; j++) { acc[i][j] += d * w[j]; }
-                        }
-                    }
-                }
-                for (int i = 0; i < nr; i++) {
-                    for (int j = 0; j < nc; j++) { dinp[(size_t)(r0 + i) * C + c0 + j] = acc[i][j]; }
-                }
-            }
-        }
-    }
-    // dweight[o,c] += sum_r dout[r,o] * inp[r,c]; blocks of output rows in parallel
-    int nob = (OC + MM_ROWS - 1) / MM_ROWS;
-    #pragma omp parallel for schedule(static)
-    for (int ob = 0; ob < nob; ob++) {
-        int o0 = ob * MM_ROWS;
-        int no = OC - o0 < MM_ROWS ? OC - o0 : MM_ROWS;
-        for (int c0 = 0; c0 < C; c0 += MM_COLS) {
-            int nc = C - c0 < MM_COLS ? C - c0 : MM_COLS;
-            float acc[MM_ROWS][MM_COLS];
-            for (int i = 0; i < MM_ROWS; i++) {
-                for (int j = 0; j < MM_COLS; j++) { acc[i][j] = (i < no && j < nc) ? dweight[(size_t)(o0 + i) * C + c0 + j] : 0.0f; }
-            }
-            if (no == MM_ROWS && nc == MM_COLS) {
-                for (int r = 0; r < BT; r++) {
-                    const float* x = inp + (size_t)r * C + c0;
-                    const float* d = dout + (size_t)r * OC + o0;
-                    for (int i = 0; i < MM_ROWS; i++) {
-                        float di = d[i];
-                        for (int j = 0; j < MM_COLS; j++) { acc[i][j] += di * x[j]; }
-                    }
-                }
-            } else {
-                for (int r = 0; r < BT; r++) {
-                    const float* x = inp + (size_t)r * C + c0;
-                    const float* d = dout + (size_t)r * OC + o0;
-                    for (int i = 0; i < no; i++) {
-                        for (int j = 0; j < nc; j++) { acc[i][j] += d[i] * x[j]; }
-                    }
-                }
-            }
-            for (int i = 0; i < no; i++) {
-                for (int j = 0; j < nc; j++) { dweight[(size_t)(o0 + i) * C + c0 + j] = acc[i][j]; }
-            }
-        }
-    }
-    // dbias[o] += sum_r dout[r,o]
+    // dinp (BT,C) += dout (BT,OC) . weight (OC,C)
+    matmul_gemm(matmul_precision, 0, 0, BT, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    // dweight (OC,C) += dout^T (OC,BT) . inp (BT,C)
+    matmul_gemm(matmul_precision, 1, 0, OC, C, BT, dout, OC, inp, C, 1.0f, dweight, C);
+    // dbias[o] += sum_r dout[r,o]: each thread owns a slice of columns, rows in order
     if (dbias != NULL) {
         #pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += MM_COLS) {
-            int o1 = o0 + MM_COLS < OC ? o0 + MM_COLS : OC;
+        for (int o0 = 0; o0 < OC; o0 += 64) {
+            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
             for (int r = 0; r < BT; r++) {
                 const float* d = dout + (size_t)r * OC;
                 for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }

@@ -1,0 +1,312 @@
+/*
+llmc/matmul.h: the CPU GEMMs behind train_gpt2.c's matmul layers.
+
+One entry point, row-major like the rest of llmc:
+
+    matmul_gemm(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)
+        C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N),   op(X) = X or X^T (trans flag 1)
+
+prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at build time:
+
+    -DLLMC_BLAS_MKL        Intel MKL (pip wheels mkl + mkl-devel + mkl-include), cblas_sgemm
+    -DLLMC_BLAS_OPENBLAS   OpenBLAS (pip wheel scipy-openblas32), scipy_cblas_sgemm
+    neither                matmul_gemm_blocked: the dependency-free kernel below
+
+The blocked kernel packs a block of op(B) into panels of MM_NR columns and a strip of op(A)
+into MM_MR rows, both zero-padded, and runs an MM_MR x MM_NR register tile over K with GCC
+vector extensions (no intrinsics: any compiler target; -march=native makes it AVX-512).
+Tiles of C are shared out over OpenMP threads; each element of C is summed over k in
+ascending order by one thread, so results do not depend on the thread count.
+
+The bf16 path (MATMUL_BF16) is always this blocked kernel: while packing, A and B are
+rounded to bf16 (round to nearest even); products are summed in fp32. With AVX512-BF16
+(__AVX512BF16__, e.g. -march=native on Zen 4 / Sapphire Rapids) the inner loop is
+vdpbf16ps, two k per instruction; without it the same bf16-rounded numbers are multiplied
+in fp32, which gives the same result up to the order of two-term sums. C, beta and the
+accumulation stay fp32 (mixed precision: fp32 master weights, bf16 GEMM inputs).
+*/
+#ifndef LLMC_MATMUL_H
+#define LLMC_MATMUL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define MATMUL_HAVE_AVX512BF16 1
+#else
+#define MATMUL_HAVE_AVX512BF16 0
+#endif
+
+#if defined(LLMC_BLAS_MKL)
+#include <mkl_cblas.h>
+#include <mkl_service.h>
+#define MATMUL_BACKEND "mkl"
+#define MATMUL_CBLAS_SGEMM cblas_sgemm
+#elif defined(LLMC_BLAS_OPENBLAS)
+#include <cblas.h>          // scipy_openblas32's header: symbols carry a scipy_ prefix
+#define MATMUL_BACKEND "openblas"
+#define MATMUL_CBLAS_SGEMM scipy_cblas_sgemm
+#else
+#define MATMUL_BACKEND "blocked"
+#endif
+
+typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
+
+// The precision train_gpt2.c's matmul layers run in: set once at start-up (the trainer's -p
+// flag), before any forward pass; fp32 unless set.
+static MatmulPrecision matmul_precision = MATMUL_FP32;
+
+// parses "fp32" / "bf16"; returns 0 on success, -1 for anything else
+static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {
+    if (strcmp(s, "fp32") == 0) { *out = MATMUL_FP32; return 0; }
+    if (strcmp(s, "bf16") == 0) { *out = MATMUL_BF16; return 0; }
+    return -1;
+}
+
+// register tile, k block, and the C tile one thread computes at a time
+#define MM_MR 6
+#define MM_NR 32
+#define MM_KC 256
+#define MM_MC 48
+#define MM_NC 128
+
+typedef float mm_v16 __attribute__((vector_size(64)));
+
+static inline mm_v16 mm_load16(const float* p) {
+    mm_v16 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline void mm_store16(float* p, mm_v16 v) { memcpy(p, &v, sizeof(v)); }
+
+// fp32 -> bf16 bits, round to nearest even (NaN kept quiet); the top 16 bits of a float
+static inline uint16_t mm_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40u); }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float mm_bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+// element (i, k) of op(A) and (k, j) of op(B)
+static inline float mm_at(const float* X, int ld, int trans, int r, int c) {
+    return trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+}
+
+// ----------------------------------------------------------------------------
+// fp32 blocked kernel
+
+// packs op(A)[i0:i0+mr, k0:k0+kc] as (kc, MM_MR), rows past mr zero
+static inline void mm_pack_a(float* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
+    for (int k = 0; k < kc; k++) {
+        for (int i = 0; i < MM_MR; i++) { dst[k * MM_MR + i] = i < mr ? mm_at(A, lda, transA, i0 + i, k0 + k) : 0.0f; }
+    }
+}
+
+// packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, MM_NR), columns past nc zero
+static inline void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
+    for (int p = 0; p * MM_NR < nc; p++) {
+        float* panel = dst + (size_t)p * kc * MM_NR;
+        int jn = nc - p * MM_NR < MM_NR ? nc - p * MM_NR : MM_NR;
+        if (!transB && jn == MM_NR) {
+            for (int k = 0; k < kc; k++) {
+                memcpy(panel + k * MM_NR, B + (size_t)(k0 + k) * ldb + j0 + p * MM_NR, MM_NR * sizeof(float));
+            }
+        } else if (transB) {
+            for (int j = 0; j < MM_NR; j++) {
+                const float* col = B + (size_t)(j0 + p * MM_NR + j) * ldb + k0;
+                for (int k = 0; k < kc; k++) { panel[k * MM_NR + j] = j < jn ? col[k] : 0.0f; }
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                for (int j = 0; j < MM_NR; j++) { panel[k * MM_NR + j] = j < jn ? B[(size_t)(k0 + k) * ldb + j0 + p * MM_NR + j] : 0.0f; }
+            }
+        }
+    }
+}
+
+// C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, MM_NR)
+static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+    mm_v16 acc[MM_MR][2];
+    for (int i = 0; i < MM_MR; i++) { acc[i][0] = (mm_v16){0}; acc[i][1] = (mm_v16){0}; }
+    for (int k = 0; k < kc; k++) {
+        mm_v16 b0 = mm_load16(b + k * MM_NR), b1 = mm_load16(b + k * MM_NR + 16);
+        for (int i = 0; i < MM_MR; i++) {
+            mm_v16 ai = (mm_v16){0} + a[k * MM_MR + i];
+            acc[i][0] += ai * b0;
+            acc[i][1] += ai * b1;
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float* c = C + (size_t)i * ldc;
+        if (nr == MM_NR) {
+            mm_store16(c, mm_load16(c) + acc[i][0]);
+            mm_store16(c + 16, mm_load16(c + 16) + acc[i][1]);
+        } else {
+            float tmp[MM_NR];
+            mm_store16(tmp, acc[i][0]);
+            mm_store16(tmp + 16, acc[i][1]);
+            for (int j = 0; j < nr; j++) { c[j] += tmp[j]; }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// bf16 blocked kernel: pairs of k packed as one uint32 (low half = even k), the layout of vdpbf16ps
+
+static inline uint32_t mm_bf16_pair(float lo, float hi) {
+    return (uint32_t)mm_bf16_round(lo) | ((uint32_t)mm_bf16_round(hi) << 16);
+}
+
+// op(A)[i0:i0+mr, k0:k0+kc] as (kc/2 rounded up, MM_MR) bf16 pairs; k past kc and rows past mr zero
+static inline void mm_pack_a_bf16(uint32_t* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
+    for (int k = 0; k < kc; k += 2) {
+        for (int i = 0; i < MM_MR; i++) {
+            float lo = i < mr ? mm_at(A, lda, transA, i0 + i, k0 + k) : 0.0f;
+            float hi = (i < mr && k + 1 < kc) ? mm_at(A, lda, transA, i0 + i, k0 + k + 1) : 0.0f;
+            dst[(k / 2) * MM_MR + i] = mm_bf16_pair(lo, hi);
+        }
+    }
+}
+
+static inline void mm_pack_b_bf16(uint32_t* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
+    int kp = (kc + 1) / 2;
+    for (int p = 0; p * MM_NR < nc; p++) {
+        uint32_t* panel = dst + (size_t)p * kp * MM_NR;
+        int jn = nc - p * MM_NR < MM_NR ? nc - p * MM_NR : MM_NR;
+        for (int k = 0; k < kc; k += 2) {
+            for (int j = 0; j < MM_NR; j++) {
+                int jj = j0 + p * MM_NR + j;
+                float lo = j < jn ? mm_at(B, ldb, !transB, jj, k0 + k) : 0.0f;
+                float hi = (j < jn && k + 1 < kc) ? mm_at(B, ldb, !transB, jj, k0 + k + 1) : 0.0f;
+                panel[(k / 2) * MM_NR + j] = mm_bf16_pair(lo, hi);
+            }
+        }
+    }
+}
+
+static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint32_t* a, const uint32_t* b, int kp) {
+    float out[MM_MR][MM_NR];
+#if MATMUL_HAVE_AVX512BF16
+    __m512 acc[MM_MR][2];
+    for (int i = 0; i < MM_MR; i++) { acc[i][0] = _mm512_setzero_ps(); acc[i][1] = _mm512_setzero_ps(); }
+    for (int k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void*)(b + k * MM_NR));
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void*)(b + k * MM_NR + 16));
+        for (int i = 0; i < MM_MR; i++) {
+            __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[k * MM_MR + i]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+        }
+    }
+    for (int i = 0; i < MM_MR; i++) {
+        _mm512_storeu_ps(out[i], acc[i][0]);
+        _mm512_storeu_ps(out[i] + 16, acc[i][1]);
+    }
+#else
+    // the same bf16 numbers, multiplied in fp32: (even k product + odd k product) per step
+    for (int i = 0; i < MM_MR; i++) {
+        for (int j = 0; j < MM_NR; j++) { out[i][j] = 0.0f; }
+    }
+    for (int k = 0; k < kp; k++) {
+        for (int i = 0; i < MM_MR; i++) {
+            uint32_t ap = a[k * MM_MR + i];
+            float a0 = mm_bf16_to_float((uint16_t)(ap & 0xffffu)), a1 = mm_bf16_to_float((uint16_t)(ap >> 16));
+            for (int j = 0; j < MM_NR; j++) {
+                uint32_t bp = b[k * MM_NR + j];
+                out[i][j] += a0 * mm_bf16_to_float((uint16_t)(bp & 0xffffu)) + a1 * mm_bf16_to_float((uint16_t)(bp >> 16));
+            }
+        }
+    }
+#endif
+    for (int i = 0; i < mr; i++) {
+        float* c = C + (size_t)i * ldc;
+        for (int j = 0; j < nr; j++) { c[j] += out[i][j]; }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the tiled driver shared by both precisions
+
+// C(M,N) = beta * C + op(A) . op(B) with the blocked kernels (fp32 or bf16 inputs)
+static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
+                                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) { return; }
+    int mtiles = (M + MM_MC - 1) / MM_MC, ntiles = (N + MM_NC - 1) / MM_NC;
+    int ntile_total = mtiles * ntiles;
+    #pragma omp parallel
+    {
+        // per-thread packing buffers, allocated once per thread for the life of the program
+        // (bf16 pairs take half the room of fp32, so fp32-sized buffers serve both)
+        static __thread float bpack[MM_KC * MM_NC] __attribute__((aligned(64)));
+        static __thread float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
+        #pragma omp for schedule(static)
+        for (int tile = 0; tile < ntile_total; tile++) {
+            int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
+            int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+            int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
+            for (int i = 0; i < mc; i++) {
+                float* c = C + (size_t)(i0 + i) * ldc + j0;
+                if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
+                else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
+            }
+            for (int k0 = 0; k0 < K; k0 += MM_KC) {
+                int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
+                int kp = (kc + 1) / 2;
+                if (prec == MATMUL_BF16) { mm_pack_b_bf16((uint32_t*)bpack, B, ldb, transB, k0, kc, j0, nc); }
+                else { mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc); }
+                for (int ii = 0; ii < mc; ii += MM_MR) {
+                    int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
+                    if (prec == MATMUL_BF16) { mm_pack_a_bf16((uint32_t*)apack, A, lda, transA, i0 + ii, mr, k0, kc); }
+                    else { mm_pack_a(apack, A, lda, transA, i0 + ii, mr, k0, kc); }
+                    for (int jj = 0; jj < nc; jj += MM_NR) {
+                        int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
+                        float* c = C + (size_t)(i0 + ii) * ldc + j0 + jj;
+                        if (prec == MATMUL_BF16) {
+                            mm_kernel_bf16(c, ldc, mr, nr, (const uint32_t*)apack, (const uint32_t*)bpack + (size_t)(jj / MM_NR) * kp * MM_NR, kp);
+                        } else {
+                            mm_kernel_f32(c, ldc, mr, nr, apack, bpack + (size_t)(jj / MM_NR) * kc * MM_NR, kc);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the entry point
+
+// "mkl", "openblas" or "blocked": what does the fp32 GEMMs in this build
+static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
+
+// 1 when the bf16 kernel runs on AVX512-BF16 instructions (else bf16 is emulated in fp32)
+static inline int matmul_bf16_native(void) { return MATMUL_HAVE_AVX512BF16; }
+
+// C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major; lda/ldb/ldc are row strides of the
+// stored matrices (A is (M,K) or, with transA, (K,M); likewise B)
+static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
+                               const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+#if defined(MATMUL_CBLAS_SGEMM)
+    if (prec == MATMUL_FP32) {
+        MATMUL_CBLAS_SGEMM(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                           M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    matmul_gemm_blocked(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+#endif // LLMC_MATMUL_H
