@@ -68,7 +68,7 @@ test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
 DEV_TEST_SRCS := $(wildcard dev/test/test_*.c)
 DEV_TESTS := $(DEV_TEST_SRCS:.c=)
 
-dev/test/%: dev/test/%.c $(LLMC_HEADERS)
+dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) -I. $< $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------------------- CUDA (GPU trainer) [H4]
@@ -78,7 +78,7 @@ dev/test/%: dev/test/%.c $(LLMC_HEADERS)
 # PRECISION=BF16 (default) | FP32 (FP16 is refused: it needs loss scaling), USE_CUDNN=1 for cuDNN attention.
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(firstword $(patsubst %/include/cuda_runtime.h,%,$(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/include/cuda_runtime.h /usr/local/cuda/include/cuda_runtime.h)))
-NV_WHEELS := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia))
+NV_WHEELS := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)))
 CUBLAS_WHEEL := $(firstword $(patsubst %/include/cublasLt.h,%,$(wildcard $(NV_WHEELS)/cu13/include/cublasLt.h $(NV_WHEELS)/cublas/include/cublasLt.h)))
 NCCL_WHEEL := $(patsubst %/include/nccl.h,%,$(wildcard $(NV_WHEELS)/nccl/include/nccl.h))
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
@@ -165,7 +165,7 @@ test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
 dev-cuda: | cuda-check
-	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUBLAS_FLAGS)" CUDA_LIBS="$(CUBLAS_LIBS)"
+	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUDA_INC)" CUDA_LIBS="$(CUDA_LIBS)" PRECISION=$(PRECISION)
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
 # One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries.
@@ -173,11 +173,12 @@ CUDA_BUILD_DIR ?= build/cuda-check
 test-cuda-build: | cuda-check
 	@mkdir -p $(CUDA_BUILD_DIR)
 	@set -e; t0=$$(date +%s); \
-	run() { echo "nvcc $$1"; shift; $(NVCC) $(NVCC_FLAGS) $(NVCC_WERROR) $(CUDA_CHECK_ARCH) $(CUDA_INC) "$$@"; }; \
-	run "train_gpt2.cu BF16 (linked)" -DENABLE_BF16 train_gpt2.cu $(CUDA_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
-	run "test_gpt2.cu FP32" -DENABLE_FP32 -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
-	run "test_gpt2.cu BF16" -DENABLE_BF16 -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
-	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUBLAS_FLAGS)" OUT="$(abspath $(CUDA_BUILD_DIR))"; \
+	run() { echo "nvcc $$1"; shift; $(NVCC) $(NVCC_FLAGS) $(NVCC_WERROR) $(CUDA_CHECK_ARCH) "$$@"; }; \
+	run "train_gpt2.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_INC) train_gpt2.cu $(CUDA_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
+	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
+	run "test_gpt2.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
+	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
+	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 clean-cuda:
@@ -268,3 +269,48 @@ sanitize: setup
 
 # `make test` checks the fuzzing toolchain before pytest runs (the fuzz tests need clang)
 test-py: fuzz-deps
+
+# ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
+# GEMMs of the CPU trainer (llmc/matmul.h): BLAS=mkl | openblas | none (the blocked OpenMP kernel).
+# Both BLAS come as pip wheels in the venv (requirements.txt): mkl + mkl-devel + mkl-include, and
+# scipy-openblas32. Default: mkl, the faster one measured on this machine (README); none when the
+# wheel is not installed yet. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>.
+#   make bench [BENCH_ARGS="--model d12 -B 4 -T 64 --threads 2 --steps 5"]
+VENV_LIB := $(abspath $(VENV)/lib)
+OPENBLAS_DIR := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/scipy_openblas32)))
+MKL_LIBS_FOUND := $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.* $(VENV_LIB)/libmkl_gnu_thread.so.* $(VENV_LIB)/libmkl_core.so.*)
+BLAS ?= $(if $(and $(MKL_LIBS_FOUND),$(wildcard $(VENV)/include/mkl_cblas.h)),mkl,none)
+BLAS_CFLAGS_mkl := -DLLMC_BLAS_MKL -I$(abspath $(VENV)/include)
+BLAS_LDLIBS_mkl := -Wl,--no-as-needed $(firstword $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.*)) \
+  $(firstword $(wildcard $(VENV_LIB)/libmkl_gnu_thread.so.*)) $(firstword $(wildcard $(VENV_LIB)/libmkl_core.so.*)) \
+  -Wl,--as-needed -Wl,-rpath,$(VENV_LIB) -lpthread -ldl
+BLAS_CFLAGS_openblas := -DLLMC_BLAS_OPENBLAS -I$(OPENBLAS_DIR)/include
+BLAS_LDLIBS_openblas := -L$(OPENBLAS_DIR)/lib -Wl,-rpath,$(OPENBLAS_DIR)/lib -lscipy_openblas
+BLAS_CFLAGS_none :=
+BLAS_LDLIBS_none :=
+ifeq ($(filter $(BLAS),mkl openblas none),)
+  $(error BLAS=$(BLAS): use mkl, openblas or none)
+endif
+BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
+BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
+
+train_gpt2 test_gpt2 dev/test/test_matmul: CFLAGS += $(BLAS_CFLAGS)
+train_gpt2 test_gpt2 dev/test/test_matmul: LDLIBS += $(BLAS_LDLIBS)
+
+.PHONY: blas-check
+blas-check:
+	@test "$(BLAS)" != mkl -o -n "$(MKL_LIBS_FOUND)" || { echo "error: BLAS=mkl: MKL not found in $(VENV_LIB) (pip install mkl mkl-devel mkl-include, or make setup)"; exit 1; }
+	@test "$(BLAS)" != openblas -o -n "$(OPENBLAS_DIR)" || { echo "error: BLAS=openblas: scipy-openblas32 not found in the venv (pip install scipy-openblas32, or make setup)"; exit 1; }
+
+train_gpt2_%: train_gpt2.c $(LLMC_HEADERS) | blas-check
+	$(TRAIN_CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(TRAIN_DEFS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+
+test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) | blas-check
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+
+bench: setup
+	@$(MAKE) --no-print-directory data train_gpt2
+	$(PY) dev/bench.py $(BENCH_ARGS)
+
+clean-blas:
+	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none

@@ -284,7 +284,11 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
                                            server_ip, fs_path, have_mpi, have_nccl);
     if (why != NULL) { llmc_die("%s", why); }
     int device_count = 0;
-    cudaCheck(cudaGetDeviceCount(&device_count));
+    cudaError_t count_err = cudaGetDeviceCount(&device_count);
+    if (count_err != cudaSuccess || device_count == 0) {
+        llmc_die("no usable NVIDIA GPU on this machine (cudaGetDeviceCount: %s)",
+                 count_err != cudaSuccess ? cudaGetErrorString(count_err) : "0 devices");
+    }
     if (mg->local_device_idx >= device_count) {
         llmc_die("rank %d wants GPU %d but this node has %d (check -pg)", mg->process_rank, mg->local_device_idx, device_count);
     }

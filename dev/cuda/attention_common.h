@@ -1,0 +1,74 @@
+/*
+dev/cuda/attention_common.h: the CPU reference of causal self-attention (forward and backward),
+shared by attention_forward.cu and attention_backward.cu. inp (B, T, 3C) = [q | k | v].
+*/
+#ifndef LLMC_DEV_CUDA_ATTENTION_COMMON_H
+#define LLMC_DEV_CUDA_ATTENTION_COMMON_H
+
+#include <math.h>
+#include <stddef.h>
+
+// out (B, T, C), att (B, NH, T, T) softmax weights (0 above the diagonal)
+static void attention_forward_cpu(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    float dot = 0.0f;
+                    for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
+                    a[t2] = dot * scale;
+                    if (a[t2] > maxval) { maxval = a[t2]; }
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxval); sum += a[t2]; }
+                for (int t2 = 0; t2 < T; t2++) { a[t2] = t2 <= t ? a[t2] / sum : 0.0f; }
+                float* o = out + ((size_t)b * T + t) * C + h * HS;
+                for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+                    for (int i = 0; i < HS; i++) { o[i] += a[t2] * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+// dinp (B, T, 3C) += gradient given dout (B, T, C) and the forward's att
+static void attention_backward_cpu(float* dinp, const float* dout, const float* inp, const float* att, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    float* datt = (float*)malloc((size_t)T * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float* d = dout + ((size_t)b * T + t) * C + h * HS;
+                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
+                float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * HS;
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+                    float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+                    datt[t2] = 0.0f;
+                    for (int i = 0; i < HS; i++) { datt[t2] += d[i] * v[i]; dv[i] += a[t2] * d[i]; }
+                    dot += a[t2] * datt[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dpre = a[t2] * (datt[t2] - dot) * scale;
+                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    float* dk = dinp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    for (int i = 0; i < HS; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
+                }
+            }
+        }
+    }
+    free(datt);
+}
+
+#endif // LLMC_DEV_CUDA_ATTENTION_COMMON_H

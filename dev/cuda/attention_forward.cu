@@ -1,0 +1,78 @@
+/*
+dev/cuda/attention_forward.cu: causal multi-head self-attention, inp (B, T, 3C) -> out (B, T, C).
+
+    version 1: naive, one thread per (b, t, head): scores, softmax and the weighted sum of v in registers
+    version 2: the production path (llmc/attention.cuh): permute, cuBLAS batched GEMM for q k^T,
+               warp-per-row causal softmax, batched GEMM with v, unpermute
+*/
+#include "common.h"
+#include "attention_common.h"
+#include "../../llmc/attention.cuh"
+
+__global__ static void attention_forward_v1(floatX* out, const floatX* inp, int B, int T, int C, int NH) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * T * NH) { return; }
+    int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
+    float maxval = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+        float dot = 0.0f;
+        for (int i = 0; i < HS; i++) { dot += to_float(q[i]) * to_float(k[i]); }
+        maxval = fmaxf(maxval, dot * scale);
+    }
+    float sum = 0.0f;
+    float acc[128];  // HS <= 128
+    for (int i = 0; i < HS; i++) { acc[i] = 0.0f; }
+    for (int t2 = 0; t2 <= t; t2++) {
+        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        float dot = 0.0f;
+        for (int i = 0; i < HS; i++) { dot += to_float(q[i]) * to_float(k[i]); }
+        float p = expf(dot * scale - maxval);
+        sum += p;
+        for (int i = 0; i < HS; i++) { acc[i] += p * to_float(v[i]); }
+    }
+    floatX* o = out + ((size_t)b * T + t) * C + h * HS;
+    for (int i = 0; i < HS; i++) { o[i] = (floatX)(acc[i] / sum); }
+}
+
+int main(int argc, char** argv) {
+    const int B = 4, T = 256, C = 768, NH = 12;
+    size_t BTC = (size_t)B * T * C;
+    float* inp = make_random_float(3 * BTC, 1);
+    floatX* d_inp = to_device(inp, 3 * BTC);
+    floatX* d_out = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
+    floatX* d_qkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
+    floatX* d_att = (floatX*)cudaMallocCheck((size_t)B * NH * T * T * sizeof(floatX));
+    floatX* d_scratch = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
+    float* ref = (float*)mallocCheck(BTC * sizeof(float));
+    float* ref_att = (float*)mallocCheck((size_t)B * NH * T * T * sizeof(float));
+    attention_forward_cpu(ref, ref_att, inp, B, T, C, NH);
+    const float tol = precision_tol(1e-2f, 5e-2f);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    CublasContext ctx;
+    cublas_context_init(&ctx, stream);
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() { attention_forward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_out, d_inp, B, T, C, NH); cudaCheckLaunch(); };
+        run();
+        validate_result(d_out, ref, "version 1", BTC, tol);
+        printf("version 1: %.3f ms\n", benchmark_kernel(10, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() { attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH); };
+        run();
+        validate_result(d_out, ref, "version 2 (llmc) out", BTC, tol);
+        validate_result(d_att, ref_att, "version 2 (llmc) att", (size_t)B * NH * T * T, tol);
+        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+    }
+    cublas_context_free(&ctx);
+    cudaCheck(cudaStreamDestroy(stream));
+    free(inp); free(ref); free(ref_att);
+    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_qkvr)); cudaCheck(cudaFree(d_att)); cudaCheck(cudaFree(d_scratch));
+    printf("attention_forward: all versions match the CPU reference\n");
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+dev/cuda/encoder_backward.cu: gradients of the embedding tables, dwte[inp[b,t]] += dout[b,t], dwpe[t] += sum_b dout[b,t].
+
+    version 1: one thread per (b, t, c) with fp32 atomicAdd (fast to write, not deterministic)
+    version 2: the production kernels (llmc/encoder.cuh): host-side grouping of the positions of each
+               token, one block per token summing in a fixed order; deterministic, no atomics
+*/
+#include "common.h"
+#include "../../llmc/encoder.cuh"
+
+static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float* d = dout + ((size_t)b * T + t) * C;
+            float* w = dwte + (size_t)inp[b * T + t] * C;
+            float* p = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) { w[c] += d[c]; p[c] += d[c]; }
+        }
+    }
+}
+
+__global__ static void encoder_backward_v1(float* dwte, float* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) { return; }
+    int c = (int)(idx % C);
+    int bt = (int)(idx / C);
+    float d = to_float(dout[idx]);
+    atomicAdd(&dwte[(size_t)inp[bt] * C + c], d);
+    atomicAdd(&dwpe[(size_t)(bt % T) * C + c], d);
+}
+
+int main(int argc, char** argv) {
+    const int B = 8, T = 1024, C = 768, V = 50304;
+    size_t N = (size_t)B * T * C;
+    float* dout = make_random_float(N, 1);
+    int* inp = make_random_int((size_t)B * T, 1000, 2);  // a small range: many repeated tokens
+    floatX* d_dout = to_device(dout, N);
+    int* d_inp = to_device_int(inp, (size_t)B * T);
+    float* ref_wte = (float*)callocCheck((size_t)V * C, sizeof(float));
+    float* ref_wpe = (float*)callocCheck((size_t)T * C, sizeof(float));
+    encoder_backward_cpu(ref_wte, ref_wpe, dout, inp, B, T, C);
+    if (version_selected(argc, argv, 1)) {
+        float* d_wte = (float*)cudaMallocCheck((size_t)V * C * sizeof(float));
+        float* d_wpe = (float*)cudaMallocCheck((size_t)T * C * sizeof(float));
+        auto run = [&]() {
+            cudaCheck(cudaMemset(d_wte, 0, (size_t)V * C * sizeof(float)));
+            cudaCheck(cudaMemset(d_wpe, 0, (size_t)T * C * sizeof(float)));
+            encoder_backward_v1<<<ceil_div(N, 256), 256>>>(d_wte, d_wpe, d_dout, d_inp, B, T, C);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_wte, ref_wte, "version 1 dwte", (size_t)V * C, 1e-4f);
+        validate_result(d_wpe, ref_wpe, "version 1 dwpe", (size_t)T * C, 1e-4f);
+        printf("version 1: %.3f ms\n", benchmark_kernel(20, run));
+        cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));
+    }
+    if (version_selected(argc, argv, 2)) {
+        floatX* d_wte = (floatX*)cudaMallocCheck((size_t)V * C * sizeof(floatX));
+        floatX* d_wpe = (floatX*)cudaMallocCheck((size_t)T * C * sizeof(floatX));
+        TokenGroups groups;
+        token_groups_init(&groups, B * T, V);
+        TokenGroupsDevice dgroups;
+        token_groups_device_init(&dgroups, B * T);
+        auto run = [&]() {
+            cudaCheck(cudaMemset(d_wte, 0, (size_t)V * C * sizeof(floatX)));
+            cudaCheck(cudaMemset(d_wpe, 0, (size_t)T * C * sizeof(floatX)));
+            token_groups_build(&groups, inp);
+            encoder_backward(d_wte, d_wpe, d_dout, &groups, &dgroups, B, T, C, 0);
+        };
+        run();
+        const float tol = precision_tol(1e-4f, 3e-2f);
+        validate_result(d_wte, ref_wte, "version 2 (llmc) dwte", (size_t)V * C, tol);
+        validate_result(d_wpe, ref_wpe, "version 2 (llmc) dwpe", (size_t)T * C, tol);
+        printf("version 2 (llmc): %.3f ms (including the host grouping)\n", benchmark_kernel(20, run));
+        token_groups_free(&groups);
+        token_groups_device_free(&dgroups);
+        cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));
+    }
+    free(dout); free(inp); free(ref_wte); free(ref_wpe);
+    cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_inp));
+    printf("encoder_backward: all versions match the CPU reference\n");
+    return 0;
+}

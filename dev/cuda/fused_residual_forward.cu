@@ -1,0 +1,80 @@
+/*
+dev/cuda/fused_residual_forward.cu: residual = a + b followed by layernorm(residual), in one kernel.
+
+    version 1: two kernels, a residual add then a layernorm (one thread per row)
+    version 2: the production kernel (llmc/layernorm.cuh): one warp per row does both
+*/
+#include "common.h"
+#include "../../llmc/layernorm.cuh"
+
+static void fused_residual_forward_cpu(float* residual, float* out, const float* a, const float* b, const float* w,
+                                       const float* bias, int N, int C) {
+    for (size_t i = 0; i < (size_t)N * C; i++) { residual[i] = a[i] + b[i]; }
+    for (int n = 0; n < N; n++) {
+        const float* x = residual + (size_t)n * C;
+        float m = layernorm_mean(x, C);
+        float s = layernorm_rstd(x, m, C);
+        for (int c = 0; c < C; c++) { out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + bias[c]; }
+    }
+}
+
+__global__ static void residual_v1(floatX* residual, const floatX* a, const floatX* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { residual[i] = (floatX)(to_float(a[i]) + to_float(b[i])); }
+}
+
+__global__ static void layernorm_v1(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) { return; }
+    const floatX* x = inp + (size_t)n * C;
+    float m = 0.0f, v = 0.0f;
+    for (int c = 0; c < C; c++) { m += to_float(x[c]); }
+    m /= C;
+    for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; v += d * d; }
+    float s = rsqrtf(v / C + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++) { out[(size_t)n * C + c] = (floatX)((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(bias[c])); }
+}
+
+int main(int argc, char** argv) {
+    const int B = 8, T = 1024, C = 768, N = B * T;
+    size_t NC = (size_t)N * C;
+    float* a = make_random_float(NC, 1);
+    float* b = make_random_float(NC, 2);
+    float* w = make_random_float(C, 3);
+    float* bias = make_random_float(C, 4);
+    floatX* d_a = to_device(a, NC);
+    floatX* d_b = to_device(b, NC);
+    floatX* d_w = to_device(w, C);
+    floatX* d_bias = to_device(bias, C);
+    floatX* d_res = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
+    floatX* d_out = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
+    float* d_mean = (float*)cudaMallocCheck((size_t)N * sizeof(float));
+    float* d_rstd = (float*)cudaMallocCheck((size_t)N * sizeof(float));
+    float* ref_res = (float*)mallocCheck(NC * sizeof(float));
+    float* ref_out = (float*)mallocCheck(NC * sizeof(float));
+    fused_residual_forward_cpu(ref_res, ref_out, a, b, w, bias, N, C);
+    const float tol = precision_tol(1e-4f, 3e-2f);
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() {
+            residual_v1<<<ceil_div(NC, 256), 256>>>(d_res, d_a, d_b, NC);
+            layernorm_v1<<<ceil_div(N, 256), 256>>>(d_out, d_res, d_w, d_bias, N, C);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_res, ref_res, "version 1 residual", NC, tol);
+        validate_result(d_out, ref_out, "version 1 out", NC, tol);
+        printf("version 1: %.3f ms\n", benchmark_kernel(100, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() { fused_residual_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0); };
+        run();
+        validate_result(d_res, ref_res, "version 2 (llmc) residual", NC, tol);
+        validate_result(d_out, ref_out, "version 2 (llmc) out", NC, tol);
+        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+    }
+    free(a); free(b); free(w); free(bias); free(ref_res); free(ref_out);
+    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_bias));
+    cudaCheck(cudaFree(d_res)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_mean)); cudaCheck(cudaFree(d_rstd));
+    printf("fused_residual_forward: all versions match the CPU reference\n");
+    return 0;
+}

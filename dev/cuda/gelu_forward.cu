@@ -1,0 +1,41 @@
+/*
+dev/cuda/gelu_forward.cu: GELU (tanh approximation), elementwise.
+
+    version 1: one thread per element
+    version 2: the production kernel (llmc/gelu.cuh): one thread per 128-bit packet
+The CPU reference is layer_math.h's gelu_tanh_forward, the function the CPU trainer uses.
+*/
+#include "common.h"
+#include "../../llmc/gelu.cuh"
+
+__global__ static void gelu_forward_v1(floatX* out, const floatX* inp, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) { out[i] = (floatX)gelu_tanh_forward(to_float(inp[i])); }
+}
+
+int main(int argc, char** argv) {
+    const size_t N = (size_t)8 * 1024 * 4 * 768;
+    float* inp = make_random_float(N, 1);
+    for (size_t i = 0; i < N; i++) { inp[i] *= 6.0f; }
+    floatX* d_inp = to_device(inp, N);
+    floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
+    float* ref = (float*)mallocCheck(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) { ref[i] = gelu_tanh_forward(inp[i]); }
+    const float tol = precision_tol(1e-5f, 1e-2f);
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() { gelu_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_inp, N); cudaCheckLaunch(); };
+        run();
+        validate_result(d_out, ref, "version 1", N, tol);
+        printf("version 1: %.3f ms\n", benchmark_kernel(100, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() { gelu_forward(d_out, d_inp, N, 0); };
+        run();
+        validate_result(d_out, ref, "version 2 (llmc)", N, tol);
+        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+    }
+    free(inp); free(ref);
+    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_out));
+    printf("gelu_forward: all versions match the CPU reference\n");
+    return 0;
+}

@@ -1,0 +1,55 @@
+/*
+dev/cuda/global_norm.cu: the squared L2 norm of the gradient vector.
+
+    version 1: grid-stride sums with one fp32 atomicAdd per block (order varies run to run)
+    version 2: the production kernels (llmc/global_norm.cuh): a fixed number of blocks, per-block
+               sums written out, one block adds them in order; bit-identical run to run
+*/
+#include "common.h"
+#include "../../llmc/global_norm.cuh"
+
+__global__ static void global_norm_v1(float* out, const floatX* grads, size_t n) {
+    float sum = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = to_float(grads[i]);
+        sum += g * g;
+    }
+    float block_sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) { atomicAdd(out, block_sum); }
+}
+
+int main(int argc, char** argv) {
+    const size_t n = 124475904;  // GPT-2 124M
+    float* grads = make_random_float(n, 1);
+    for (size_t i = 0; i < n; i++) { grads[i] *= 1e-3f; }
+    floatX* d_grads = to_device(grads, n);
+    double ref = 0.0;
+    for (size_t i = 0; i < n; i++) { ref += (double)grads[i] * grads[i]; }
+    float ref_f = (float)ref;
+    float* d_out = (float*)cudaMallocCheck((1 + GLOBAL_NORM_BLOCKS) * sizeof(float));
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() {
+            cudaCheck(cudaMemset(d_out, 0, sizeof(float)));
+            global_norm_v1<<<2 * GLOBAL_NORM_BLOCKS, 512>>>(d_out, d_grads, n);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_out, &ref_f, "version 1", 1, 1e-4f);
+        printf("version 1: %.3f ms\n", benchmark_kernel(20, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() { global_norm_squared(d_out, d_out + 1, d_grads, n, 0); };
+        run();
+        validate_result(d_out, &ref_f, "version 2 (llmc)", 1, 1e-4f);
+        float first = 0.0f, again = 0.0f;
+        cudaCheck(cudaMemcpy(&first, d_out, sizeof(float), cudaMemcpyDeviceToHost));
+        run();
+        cudaCheck(cudaMemcpy(&again, d_out, sizeof(float), cudaMemcpyDeviceToHost));
+        if (memcmp(&first, &again, sizeof(float)) != 0) { printf("FAIL: version 2 is not deterministic\n"); return 1; }
+        printf("version 2 (llmc): %.3f ms, bit-identical on a second run\n", benchmark_kernel(20, run));
+    }
+    free(grads);
+    cudaCheck(cudaFree(d_grads)); cudaCheck(cudaFree(d_out));
+    printf("global_norm: all versions match the CPU reference\n");
+    return 0;
+}

@@ -1,0 +1,112 @@
+/*
+dev/cuda/matmul_backward.cu: gradients of out = inp @ weight^T + bias:
+dinp = dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout.
+
+    version 1: naive kernels, one thread per output element (dinp, dweight, dbias)
+    version 2: the production path (llmc/matmul.cuh): two cuBLASLt GEMMs and the deterministic
+               two-level bias column sum
+*/
+#include "common.h"
+#include "../../llmc/matmul.cuh"
+
+static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
+                                int BT, int C, int OC) {
+    for (int n = 0; n < BT; n++) {
+        for (int c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (int o = 0; o < OC; o++) { sum += dout[(size_t)n * OC + o] * weight[(size_t)o * C + c]; }
+            dinp[(size_t)n * C + c] = sum;
+        }
+    }
+    for (int o = 0; o < OC; o++) {
+        for (int c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (int n = 0; n < BT; n++) { sum += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c]; }
+            dweight[(size_t)o * C + c] += sum;
+        }
+        float s = 0.0f;
+        for (int n = 0; n < BT; n++) { s += dout[(size_t)n * OC + o]; }
+        dbias[o] += s;
+    }
+}
+
+__global__ static void dinp_v1(floatX* dinp, const floatX* dout, const floatX* weight, int BT, int C, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * C) { return; }
+    int n = (int)(idx / C), c = (int)(idx % C);
+    float sum = 0.0f;
+    for (int o = 0; o < OC; o++) { sum += to_float(dout[(size_t)n * OC + o]) * to_float(weight[(size_t)o * C + c]); }
+    dinp[idx] = (floatX)sum;
+}
+
+__global__ static void dweight_v1(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp, int BT, int C, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)OC * C) { return; }
+    int o = (int)(idx / C), c = (int)(idx % C);
+    float sum = 0.0f;
+    for (int n = 0; n < BT; n++) { sum += to_float(dout[(size_t)n * OC + o]) * to_float(inp[(size_t)n * C + c]); }
+    dweight[idx] = (floatX)(to_float(dweight[idx]) + sum);
+    if (c == 0) {
+        float s = 0.0f;
+        for (int n = 0; n < BT; n++) { s += to_float(dout[(size_t)n * OC + o]); }
+        dbias[o] = (floatX)(to_float(dbias[o]) + s);
+    }
+}
+
+int main(int argc, char** argv) {
+    const int BT = 4 * 256, C = 768, OC = 3 * 768;
+    float* dout = make_random_float((size_t)BT * OC, 1);
+    float* inp = make_random_float((size_t)BT * C, 2);
+    float* weight = make_random_float((size_t)OC * C, 3);
+    floatX* d_dout = to_device(dout, (size_t)BT * OC);
+    floatX* d_inp = to_device(inp, (size_t)BT * C);
+    floatX* d_weight = to_device(weight, (size_t)OC * C);
+    floatX* d_dinp = (floatX*)cudaMallocCheck((size_t)BT * C * sizeof(floatX));
+    floatX* d_dweight = (floatX*)cudaMallocCheck((size_t)OC * C * sizeof(floatX));
+    floatX* d_dbias = (floatX*)cudaMallocCheck((size_t)OC * sizeof(floatX));
+    float* scratch = (float*)cudaMallocCheck((size_t)BIAS_GRAD_ROW_CHUNKS * OC * sizeof(float));
+    float* ref_dinp = (float*)callocCheck((size_t)BT * C, sizeof(float));
+    float* ref_dweight = (float*)callocCheck((size_t)OC * C, sizeof(float));
+    float* ref_dbias = (float*)callocCheck(OC, sizeof(float));
+    matmul_backward_cpu(ref_dinp, ref_dweight, ref_dbias, dout, inp, weight, BT, C, OC);
+    const float tol = precision_tol(3e-2f, 1e-1f);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    CublasContext ctx;
+    cublas_context_init(&ctx, stream);
+    auto zero = [&]() {
+        cudaCheck(cudaMemsetAsync(d_dweight, 0, (size_t)OC * C * sizeof(floatX), stream));
+        cudaCheck(cudaMemsetAsync(d_dbias, 0, (size_t)OC * sizeof(floatX), stream));
+    };
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() {
+            zero();
+            dinp_v1<<<ceil_div((size_t)BT * C, 256), 256, 0, stream>>>(d_dinp, d_dout, d_weight, BT, C, OC);
+            dweight_v1<<<ceil_div((size_t)OC * C, 256), 256, 0, stream>>>(d_dweight, d_dbias, d_dout, d_inp, BT, C, OC);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_dinp, ref_dinp, "version 1 dinp", (size_t)BT * C, tol);
+        validate_result(d_dweight, ref_dweight, "version 1 dweight", (size_t)OC * C, tol);
+        validate_result(d_dbias, ref_dbias, "version 1 dbias", OC, tol);
+        printf("version 1: %.3f ms\n", benchmark_kernel(5, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() {
+            zero();
+            matmul_backward(&ctx, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, scratch, BT, C, OC, NULL);
+        };
+        run();
+        validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", (size_t)BT * C, tol);
+        validate_result(d_dweight, ref_dweight, "version 2 (llmc) dweight", (size_t)OC * C, tol);
+        validate_result(d_dbias, ref_dbias, "version 2 (llmc) dbias", OC, tol);
+        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+    }
+    cublas_context_free(&ctx);
+    cudaCheck(cudaStreamDestroy(stream));
+    free(dout); free(inp); free(weight); free(ref_dinp); free(ref_dweight); free(ref_dbias);
+    cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_dinp));
+    cudaCheck(cudaFree(d_dweight)); cudaCheck(cudaFree(d_dbias)); cudaCheck(cudaFree(scratch));
+    printf("matmul_backward: all versions match the CPU reference\n");
+    return 0;
+}

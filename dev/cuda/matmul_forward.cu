@@ -1,0 +1,81 @@
+/*
+dev/cuda/matmul_forward.cu: out (BT, OC) = inp (BT, C) @ weight (OC, C)^T + bias (OC).
+
+    version 1: naive, one thread per output element, fp32 accumulation
+    version 2: the production path (llmc/matmul.cuh): cuBLASLt with the bias epilogue
+    version 3: the production path with GELU fused into the epilogue (out = gelu(x), pre_gelu = x)
+*/
+#include "common.h"
+#include "../../llmc/matmul.cuh"
+
+static void matmul_forward_cpu(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC) {
+    for (int n = 0; n < BT; n++) {
+        for (int o = 0; o < OC; o++) {
+            float sum = bias != NULL ? bias[o] : 0.0f;
+            for (int c = 0; c < C; c++) { sum += inp[(size_t)n * C + c] * weight[(size_t)o * C + c]; }
+            out[(size_t)n * OC + o] = sum;
+        }
+    }
+}
+
+__global__ static void matmul_forward_v1(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int BT, int C, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * OC) { return; }
+    int n = (int)(idx / OC), o = (int)(idx % OC);
+    float sum = to_float(bias[o]);
+    for (int c = 0; c < C; c++) { sum += to_float(inp[(size_t)n * C + c]) * to_float(weight[(size_t)o * C + c]); }
+    out[idx] = (floatX)sum;
+}
+
+int main(int argc, char** argv) {
+    const int BT = 4 * 256, C = 768, OC = 4 * 768;
+    float* inp = make_random_float((size_t)BT * C, 1);
+    float* weight = make_random_float((size_t)OC * C, 2);
+    float* bias = make_random_float(OC, 3);
+    floatX* d_inp = to_device(inp, (size_t)BT * C);
+    floatX* d_weight = to_device(weight, (size_t)OC * C);
+    floatX* d_bias = to_device(bias, OC);
+    floatX* d_out = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
+    floatX* d_pre = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
+    float* ref = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
+    matmul_forward_cpu(ref, inp, weight, bias, BT, C, OC);
+    // sums of 768 products of values in [-1, 1): TF32 / bf16 rounding dominates the error
+    const float tol = precision_tol(2e-2f, 1e-1f);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    CublasContext ctx;
+    cublas_context_init(&ctx, stream);
+    double flops = 2.0 * BT * C * OC;
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() { matmul_forward_v1<<<ceil_div((size_t)BT * OC, 256), 256, 0, stream>>>(d_out, d_inp, d_weight, d_bias, BT, C, OC); cudaCheckLaunch(); };
+        run();
+        validate_result(d_out, ref, "version 1", (size_t)BT * OC, tol);
+        float ms = benchmark_kernel(10, run);
+        printf("version 1: %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, NULL); };
+        run();
+        validate_result(d_out, ref, "version 2 (llmc)", (size_t)BT * OC, tol);
+        float ms = benchmark_kernel(100, run);
+        printf("version 2 (llmc): %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+    }
+    if (version_selected(argc, argv, 3)) {
+        float* ref_gelu = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
+        for (size_t i = 0; i < (size_t)BT * OC; i++) { ref_gelu[i] = gelu_tanh_forward(ref[i]); }
+        auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, d_pre); };
+        run();
+        validate_result(d_pre, ref, "version 3 (llmc, GELU epilogue) pre_gelu", (size_t)BT * OC, tol);
+        validate_result(d_out, ref_gelu, "version 3 (llmc, GELU epilogue) out", (size_t)BT * OC, tol);
+        float ms = benchmark_kernel(100, run);
+        printf("version 3 (llmc, GELU epilogue): %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+        free(ref_gelu);
+    }
+    cublas_context_free(&ctx);
+    cudaCheck(cudaStreamDestroy(stream));
+    free(inp); free(weight); free(bias); free(ref);
+    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_bias));
+    cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_pre));
+    printf("matmul_forward: all versions match the CPU reference\n");
+    return 0;
+}

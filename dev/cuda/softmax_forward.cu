@@ -1,0 +1,70 @@
+/*
+dev/cuda/softmax_forward.cu: the causal softmax of attention, in place on (B*NH*T) rows of T scores:
+row t keeps columns 0..t, p = exp(scale * x - max) / sum, zeros above the diagonal.
+
+    version 1: one thread per row
+    version 2: the production kernel (llmc/attention.cuh softmax_causal_forward_kernel): one warp per row
+*/
+#include "common.h"
+#include "../../llmc/attention.cuh"
+
+static void softmax_causal_cpu(float* out, const float* x, float scale, int rows, int T) {
+    for (int r = 0; r < rows; r++) {
+        int t = r % T;
+        const float* in = x + (size_t)r * T;
+        float* o = out + (size_t)r * T;
+        float maxval = -INFINITY;
+        for (int j = 0; j <= t; j++) { maxval = fmaxf(maxval, scale * in[j]); }
+        double sum = 0.0;
+        for (int j = 0; j <= t; j++) { sum += exp((double)(scale * in[j] - maxval)); }
+        for (int j = 0; j < T; j++) { o[j] = j <= t ? (float)(exp((double)(scale * in[j] - maxval)) / sum) : 0.0f; }
+    }
+}
+
+__global__ static void softmax_causal_v1(floatX* x, float scale, int rows, int T) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) { return; }
+    int t = r % T;
+    floatX* row = x + (size_t)r * T;
+    float maxval = -INFINITY, sum = 0.0f;
+    for (int j = 0; j <= t; j++) { maxval = fmaxf(maxval, scale * to_float(row[j])); }
+    for (int j = 0; j <= t; j++) { sum += expf(scale * to_float(row[j]) - maxval); }
+    for (int j = 0; j < T; j++) { row[j] = (floatX)(j <= t ? expf(scale * to_float(row[j]) - maxval) / sum : 0.0f); }
+}
+
+int main(int argc, char** argv) {
+    const int B = 4, NH = 12, T = 1024, rows = B * NH * T;
+    const float scale = 1.0f / sqrtf(64.0f);
+    size_t n = (size_t)rows * T;
+    float* x = make_random_float(n, 1);
+    for (size_t i = 0; i < n; i++) { x[i] *= 20.0f; }  // large scores: the max subtraction matters
+    floatX* d_x = to_device(x, n);
+    floatX* d_work = (floatX*)cudaMallocCheck(n * sizeof(floatX));
+    float* ref = (float*)mallocCheck(n * sizeof(float));
+    softmax_causal_cpu(ref, x, scale, rows, T);
+    const float tol = precision_tol(1e-5f, 1e-2f);
+    if (version_selected(argc, argv, 1)) {
+        auto run = [&]() {
+            cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+            softmax_causal_v1<<<ceil_div(rows, 256), 256>>>(d_work, scale, rows, T);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_work, ref, "version 1", n, tol);
+        printf("version 1: %.3f ms (including a copy)\n", benchmark_kernel(10, run));
+    }
+    if (version_selected(argc, argv, 2)) {
+        auto run = [&]() {
+            cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+            softmax_causal_forward_kernel<<<ceil_div(rows, 8), 256>>>(d_work, scale, rows, T);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_work, ref, "version 2 (llmc)", n, tol);
+        printf("version 2 (llmc): %.3f ms (including a copy)\n", benchmark_kernel(10, run));
+    }
+    free(x); free(ref);
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_work));
+    printf("softmax_forward: all versions match the CPU reference\n");
+    return 0;
+}
