@@ -84,3 +84,27 @@ def test_unknown_flag_fails_with_one_line(cuda_build: subprocess.CompletedProces
     proc = subprocess.run([str(BUILD_DIR / "train_gpt2cu"), "-pm", "tcp"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: unknown flag \"-pm\"") and proc.stderr.count("\n") == 1
+
+
+def _table_flags() -> set[str]:
+    import re
+    text = (REPO / "llmc" / "args.h").read_text()
+    return set(re.findall(r'TRAIN_ARG\("(-[a-z]+)"', text))
+
+
+def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:
+    import re
+    known = _table_flags()
+    assert {"-pi", "-pf", "-ps", "-z", "-r"} <= known
+    scripts = sorted((REPO / "scripts").glob("run_gpt*.sh")) + sorted((REPO / "scripts" / "multi_node").glob("*"))
+    assert len(scripts) >= 8
+    for script in scripts:
+        text = script.read_text()
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
+        # flags handed to the trainer: "    -x 1" style tokens on the trainer's command lines
+        body = text.split("run_trainer", 1)[-1] if "run_trainer" in text else text.split("./train_gpt2cu", 1)[-1]
+        used = set(re.findall(r'(?:^|\s)(-[a-z]{1,3})\s', body))
+        assert len(used) >= 15, f"{script.name}: found only {sorted(used)}"
+        unknown = sorted(f for f in used if f not in known)
+        assert not unknown, f"{script.name} passes flags the trainer does not parse: {unknown}"
