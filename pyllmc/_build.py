@@ -101,6 +101,18 @@ void pyllmc_dataloader_discard(DataLoader* l);
 int pyllmc_dataloader_next_batch(DataLoader* l);
 int pyllmc_dataloader_reset(DataLoader* l);
 void pyllmc_dataloader_free(DataLoader* l);
+
+/* tokenizer (llmc/tokenizer.h), learning-rate schedules (llmc/schedulers.h) */
+typedef struct { uint32_t vocab_size; int init_ok; int eot_token; ...; } Tokenizer;
+int pyllmc_tokenizer_new(Tokenizer** out, const char* path);
+const char* tokenizer_decode(Tokenizer* t, uint32_t token_id);
+size_t tokenizer_decode_length(Tokenizer* t, uint32_t token_id);
+void pyllmc_tokenizer_free(Tokenizer* t);
+typedef struct { ...; } LearningRateScheduler;
+int pyllmc_lr_scheduler_new(LearningRateScheduler** out, const char* type, float lr, int warmup,
+                            int total_steps, float final_frac);
+float get_learning_rate(const LearningRateScheduler* s, int step);
+void pyllmc_lr_scheduler_free(LearningRateScheduler* s);
 """
 
 

@@ -53,6 +53,8 @@ static void pyllmc_exit_(int status) {
 #include "../train_gpt2.c"
 #include "../llmc/sampler.h"
 #include "../llmc/dataloader.h"
+#include "../llmc/tokenizer.h"
+#include "../llmc/schedulers.h"
 #undef exit
 
 static void pyllmc_capture_begin_(void) {
@@ -272,5 +274,37 @@ static void pyllmc_dataloader_free(DataLoader* l) {
     dataloader_free(l);
     free(l);
 }
+
+// ----------------------------------------------------------------------------
+// tokenizer (llmc/tokenizer.h) and learning-rate schedules (llmc/schedulers.h), heap-allocated
+
+// guarded; a missing file gives init_ok = 0 (decoding unavailable), a corrupt one an error
+static int pyllmc_tokenizer_new(Tokenizer** out, const char* path) {
+    *out = NULL;
+    PYLLMC_GUARDED({
+        Tokenizer* t = (Tokenizer*)callocCheck(1, sizeof(Tokenizer));
+        *out = t;
+        tokenizer_init(t, path);
+    });
+}
+
+static void pyllmc_tokenizer_free(Tokenizer* t) {
+    if (t == NULL) { return; }
+    if (t->init_ok) { tokenizer_free(t); }
+    free(t);
+}
+
+// guarded
+static int pyllmc_lr_scheduler_new(LearningRateScheduler** out, const char* type, float lr, int warmup,
+                                   int total_steps, float final_frac) {
+    *out = NULL;
+    PYLLMC_GUARDED({
+        LearningRateScheduler* s = (LearningRateScheduler*)mallocCheck(sizeof(LearningRateScheduler));
+        *out = s;
+        lr_scheduler_init(s, type, lr, warmup, total_steps, final_frac);
+    });
+}
+
+static void pyllmc_lr_scheduler_free(LearningRateScheduler* s) { free(s); }
 
 #endif // PYLLMC_CAPI_H

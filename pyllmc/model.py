@@ -99,7 +99,8 @@ def read_checkpoint_header(path: str | os.PathLike) -> tuple[GPT2Config, int]:
     version = int(header[1])
     if version not in CHECKPOINT_VERSIONS:
         raise ValueError(f"{path}: unsupported model checkpoint version {version} (expected 3 = fp32 or 5 = bf16)")
-    cfg = GPT2Config(*(int(h) for h in header[2:8]))
+    maxT, V, L, NH, C, Vp = (int(h) for h in header[2:8])
+    cfg = GPT2Config(max_seq_len=maxT, vocab_size=V, padded_vocab_size=Vp, num_layers=L, num_heads=NH, channels=C)
     try:
         cfg.validate()
     except ValueError as e:
