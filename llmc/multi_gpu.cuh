@@ -368,11 +368,15 @@ static inline void multi_gpu_sync(MultiGpu* mg, cudaStream_t compute) {
     stream_wait_stream(compute, mg->nccl_stream, mg->nccl_done);
 }
 
-// in-place sum of n floats on the device over all ranks, ordered on the compute stream
+// in-place sum of n floats on the device over all ranks. Like every collective here it runs on the
+// NCCL stream (one stream per communicator keeps the collectives in the same order on every rank),
+// after the compute stream's work, and the compute stream waits for it.
 static inline void multi_gpu_sum_floats(MultiGpu* mg, float* d_values, size_t n, cudaStream_t compute) {
     if (mg->num_processes == 1) { return; }
 #ifdef USE_NCCL
-    ncclCheck(ncclAllReduce(d_values, d_values, n, ncclFloat, ncclSum, mg->comm, compute));
+    stream_wait_stream(mg->nccl_stream, compute, mg->compute_ready);
+    ncclCheck(ncclAllReduce(d_values, d_values, n, ncclFloat, ncclSum, mg->comm, mg->nccl_stream));
+    stream_wait_stream(compute, mg->nccl_stream, mg->nccl_done);
 #else
     (void)d_values; (void)n; (void)compute;
 #endif
@@ -402,8 +406,9 @@ static inline void multi_gpu_barrier(MultiGpu* mg) {
         // a one-float all-reduce is a barrier for the non-MPI launches
         float* d = (float*)cudaMallocCheck(sizeof(float));
         cudaCheck(cudaMemset(d, 0, sizeof(float)));
-        ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, mg->comm, 0));
         cudaCheck(cudaDeviceSynchronize());
+        ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, mg->comm, mg->nccl_stream));
+        cudaCheck(cudaStreamSynchronize(mg->nccl_stream));
         cudaCheck(cudaFree(d));
     }
 #endif
