@@ -108,3 +108,18 @@ def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:
         assert len(used) >= 15, f"{script.name}: found only {sorted(used)}"
         unknown = sorted(f for f in used if f not in known)
         assert not unknown, f"{script.name} passes flags the trainer does not parse: {unknown}"
+
+
+def test_cudnn_build_is_refused_clearly() -> None:
+    proc = _make("-B", "train_gpt2cu", "USE_CUDNN=1", timeout=600)
+    assert proc.returncode != 0
+    assert "USE_CUDNN=1 is not supported yet" in proc.stdout + proc.stderr
+
+
+def test_no_boolean_constants_that_lie() -> None:
+    """llm.c once defined a constant named False whose value was true: we define no such names at all."""
+    import re
+    sources = [REPO / "train_gpt2.cu", REPO / "test_gpt2.cu", *(REPO / "llmc").glob("*.cuh"), REPO / "llmc" / "mfu.h"]
+    for path in sources:
+        text = path.read_text()
+        assert not re.search(r"#define\s+(True|False|TRUE|FALSE)\b|\b(const\s+\w+\s+)(True|False)\s*=", text), path.name
