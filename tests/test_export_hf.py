@@ -96,6 +96,28 @@ def test_transformers_loads_export_with_same_logits(exported: tuple[Path, Path, 
     assert np.abs(got - want).max() < 1e-4
 
 
+def test_export_greedy_text_matches_the_c_forward(exported: tuple[Path, Path, list[np.ndarray]], tmp_path: Path) -> None:
+    # the C model (./generate, train_gpt2.c's layers) and the exported HF model pick the same 20 greedy tokens
+    import tiktoken
+    from transformers import GPT2LMHeadModel
+
+    ckpt, hf_dir, _ = exported
+    subprocess.run(["make", "-s", "generate"], cwd=REPO, check=True)
+    bpe = tmp_path / "gpt2_bpe.bin"
+    subprocess.run([sys.executable, str(REPO / "dev" / "write_bpe.py"), "-o", str(bpe)], check=True, capture_output=True)
+    prompt = "First Citizen: we are accounted poor"
+    r = subprocess.run([str(REPO / "generate"), "-e", str(ckpt), "-b", str(bpe), "-p", prompt, "-n", "20",
+                        "--temperature", "0", "--no-stop"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    enc = tiktoken.get_encoding("gpt2")
+    model = GPT2LMHeadModel.from_pretrained(str(hf_dir)).eval()
+    ids = enc.encode_ordinary(prompt)
+    with torch.no_grad():
+        for _ in range(20):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert r.stdout == enc.decode_bytes(ids) + b"\n"
+
+
 def test_bf16_checkpoint_exports_exactly(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
