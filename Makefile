@@ -221,7 +221,8 @@ generate: generate.c train_gpt2.c $(LLMC_HEADERS)
 
 # ---------------------------------------------------------------------------- Python bindings (H7): pyllmc
 # `make pyllmc` compiles pyllmc/_llmc*.so in place with cffi from train_gpt2.c and llmc/ (no copy of the C
-# code); pyllmc/_build.py takes its compiler and linker flags from `make pyllmc-flags` (CFLAGS, LDLIBS).
+# code); pyllmc/_build.py takes its compiler and linker flags from `make pyllmc-flags` (CFLAGS, LDLIBS and
+# H6's BLAS_CFLAGS, BLAS_LDLIBS, so BLAS=mkl|openblas|none selects the GEMM here too).
 PYLLMC_EXT = pyllmc/_llmc$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 .PHONY: pyllmc pyllmc-flags
 pyllmc:
@@ -231,8 +232,8 @@ pyllmc/_llmc%: train_gpt2.c $(LLMC_HEADERS) pyllmc/_capi.h pyllmc/_build.py
 	$(PY) pyllmc/_build.py
 
 pyllmc-flags:
-	@echo 'cflags: $(CFLAGS)'
-	@echo 'ldlibs: $(LDLIBS)'
+	@echo 'cflags: $(CFLAGS) $(BLAS_CFLAGS)'
+	@echo 'ldlibs: $(LDLIBS) $(BLAS_LDLIBS)'
 
 # ---------------------------------------------------------------------------- Reliability (H8): fuzzing, sanitizers, crash safety
 # libFuzzer harnesses (dev/fuzz/fuzz_*.c, one per file loader) need clang with compiler-rt; `fuzz-deps`
