@@ -60,6 +60,14 @@ def test_same_seed_gives_the_same_text(env: dict[str, Path]) -> None:
     assert a.startswith("The king said") and len(a) > len("The king said") + 30
 
 
+def test_text_does_not_depend_on_the_thread_count(env: dict[str, Path]) -> None:
+    cmd = [str(env["bin"]), "-e", str(env["model"]), "-b", str(env["bpe"]), "-p", "Thread count", "-n", "20", "--seed", "11",
+           "--no-stop"]
+    outs = [subprocess.run(cmd, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": str(n)}, timeout=300).stdout
+            for n in (1, 2)]
+    assert outs[0] == outs[1] and len(outs[0]) > 20
+
+
 def test_kv_cache_matches_full_recompute(env: dict[str, Path]) -> None:
     r = generate(env, "-p", "First Citizen: Before we proceed", "-n", "25", "--seed", "3", "--no-stop", "--check-kv")
     m = re.search(r"check-kv: (\d+) steps, max \|cached - full\| logit difference (\S+)", r.stderr)
