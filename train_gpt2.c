@@ -1025,6 +1025,9 @@ int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
                "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
+    if (matmul_precision_parse(args.precision, &matmul_precision) != 0) {
+        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
+    }
     int rank = pg.process_rank, nproc = pg.num_processes;
     const char* out_dir = args.output_log_dir[0] != '\0' ? args.output_log_dir : NULL;
     if ((args.checkpoint_every > 0 || args.resume) && out_dir == NULL) {

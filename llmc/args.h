@@ -66,6 +66,7 @@ typedef struct {
     int zero_stage;                  // -z
     int recompute;                   // -r
     int use_master_weights;          // -w
+    const char* precision;           // -p
     float skip_update_lossz;         // -sl
     float skip_update_gradz;         // -sg
     // multi-process (MPI gives these on the CPU trainer)
@@ -113,6 +114,7 @@ static const ArgSpec TRAIN_ARG_TABLE[] = {
     TRAIN_ARG("-z", ARG_INT, zero_stage, "0", 0, 1, "ZeRO stage: 0 = off, 1 = shard the AdamW state over processes"),
     TRAIN_ARG("-r", ARG_INT, recompute, "0", 0, 2, "activation recompute level (GPU trainer only)"),
     TRAIN_ARG("-w", ARG_INT, use_master_weights, "1", 0, 1, "fp32 master weights (GPU trainer only; CPU is fp32)"),
+    TRAIN_ARG("-p", ARG_STRING, precision, "fp32", 0, 0, "CPU matmul precision: fp32|bf16 (bf16 inputs, fp32 sums and weights)"),
     TRAIN_ARG("-sl", ARG_FLOAT, skip_update_lossz, "0", 0, 1e9, "skip the update when the loss z-score exceeds this (0 = off)"),
     TRAIN_ARG("-sg", ARG_FLOAT, skip_update_gradz, "0", 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0 = off)"),
     TRAIN_ARG("-pn", ARG_INT, num_processes, "1", 1, 1e6, "number of processes (GPU trainer; the CPU trainer takes it from MPI)"),
