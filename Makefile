@@ -315,3 +315,48 @@ bench: setup
 
 clean-blas:
 	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none
+
+# ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
+# GEMMs of the CPU trainer (llmc/matmul.h): BLAS=mkl | openblas | none (the blocked OpenMP kernel).
+# Both BLAS come as pip wheels in the venv (requirements.txt): mkl + mkl-devel + mkl-include, and
+# scipy-openblas32. Default: mkl, the faster one measured on this machine (README); none when the
+# wheel is not installed yet. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>.
+#   make bench [BENCH_ARGS="--model d12 -B 4 -T 64 --threads 2 --steps 5"]
+VENV_LIB := $(abspath $(VENV)/lib)
+OPENBLAS_DIR := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/scipy_openblas32)))
+MKL_LIBS_FOUND := $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.* $(VENV_LIB)/libmkl_gnu_thread.so.* $(VENV_LIB)/libmkl_core.so.*)
+BLAS ?= $(if $(and $(MKL_LIBS_FOUND),$(wildcard $(VENV)/include/mkl_cblas.h)),mkl,none)
+BLAS_CFLAGS_mkl := -DLLMC_BLAS_MKL -I$(abspath $(VENV)/include)
+BLAS_LDLIBS_mkl := -Wl,--no-as-needed $(firstword $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.*)) \
+  $(firstword $(wildcard $(VENV_LIB)/libmkl_gnu_thread.so.*)) $(firstword $(wildcard $(VENV_LIB)/libmkl_core.so.*)) \
+  -Wl,--as-needed -Wl,-rpath,$(VENV_LIB) -lpthread -ldl
+BLAS_CFLAGS_openblas := -DLLMC_BLAS_OPENBLAS -I$(OPENBLAS_DIR)/include
+BLAS_LDLIBS_openblas := -L$(OPENBLAS_DIR)/lib -Wl,-rpath,$(OPENBLAS_DIR)/lib -lscipy_openblas
+BLAS_CFLAGS_none :=
+BLAS_LDLIBS_none :=
+ifeq ($(filter $(BLAS),mkl openblas none),)
+  $(error BLAS=$(BLAS): use mkl, openblas or none)
+endif
+BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
+BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
+
+train_gpt2 test_gpt2 dev/test/test_matmul: CFLAGS += $(BLAS_CFLAGS)
+train_gpt2 test_gpt2 dev/test/test_matmul: LDLIBS += $(BLAS_LDLIBS)
+
+.PHONY: blas-check
+blas-check:
+	@test "$(BLAS)" != mkl -o -n "$(MKL_LIBS_FOUND)" || { echo "error: BLAS=mkl: MKL not found in $(VENV_LIB) (pip install mkl mkl-devel mkl-include, or make setup)"; exit 1; }
+	@test "$(BLAS)" != openblas -o -n "$(OPENBLAS_DIR)" || { echo "error: BLAS=openblas: scipy-openblas32 not found in the venv (pip install scipy-openblas32, or make setup)"; exit 1; }
+
+train_gpt2_%: train_gpt2.c $(LLMC_HEADERS) | blas-check
+	$(TRAIN_CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(TRAIN_DEFS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+
+test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) | blas-check
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+
+bench: setup
+	@$(MAKE) --no-print-directory data train_gpt2
+	$(PY) dev/bench.py $(BENCH_ARGS)
+
+clean-blas:
+	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none
