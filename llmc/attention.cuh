@@ -16,6 +16,34 @@ cuDNN flash attention (USE_CUDNN=1) is not implemented: such a build stops with 
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH
 
+#include "matmul.cuh"
+
+// ----------------------------------------------------------------------------
+// host half: the six batched GEMMs of attention as GemmSpecs (plain C, checked on the CPU against
+// row-major loops in dev/test/test_cuda_host.c). Per head: q, k, v, y, dy (T, HS) and att (T, T),
+// row-major; a batch of B*NH heads laid out one after another.
+
+enum { ATT_Q = 0, ATT_K, ATT_V, ATT_ATT, ATT_Y, ATT_DY, ATT_DATT, ATT_DQ, ATT_DK, ATT_DV, ATT_NUM_OPERANDS };
+enum { ATT_GEMM_SCORES = 0, ATT_GEMM_Y, ATT_GEMM_DATT, ATT_GEMM_DV, ATT_GEMM_DQ, ATT_GEMM_DK, ATT_NUM_GEMMS };
+
+static inline GemmSpec attention_gemm_spec(int which, int T, int HS, int batch) {
+    GemmSpec s;
+    switch (which) {
+        case ATT_GEMM_SCORES: s = gemm_spec(T, T, HS, 1, 0, ATT_K, ATT_Q, ATT_ATT); break;    // att^T = k q^T
+        case ATT_GEMM_Y: s = gemm_spec(HS, T, T, 0, 0, ATT_V, ATT_ATT, ATT_Y); break;         // y^T = v^T att^T
+        case ATT_GEMM_DATT: s = gemm_spec(T, T, HS, 1, 0, ATT_V, ATT_DY, ATT_DATT); break;    // datt^T = v dy^T
+        case ATT_GEMM_DV: s = gemm_spec(HS, T, T, 0, 1, ATT_DY, ATT_ATT, ATT_DV); break;      // dv^T = dy^T att
+        case ATT_GEMM_DQ: s = gemm_spec(HS, T, T, 0, 0, ATT_K, ATT_DATT, ATT_DQ); break;      // dq^T = k^T dpre^T
+        default: s = gemm_spec(HS, T, T, 0, 1, ATT_Q, ATT_DATT, ATT_DK); break;               // dk^T = q^T dpre
+    }
+    s.batch = batch;
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// device half
+
+#ifdef __CUDACC__
 #include "cublas_common.cuh"
 
 #ifdef ENABLE_CUDNN
@@ -123,15 +151,15 @@ __global__ static void softmax_causal_backward_kernel(floatX* d, const floatX* a
 }
 
 // ----------------------------------------------------------------------------
-// batched GEMM helper: column-major C (m, n) = alpha op(A) op(B) over `batch` matrices
+// one of the six batched GEMMs; ops: the device pointers of the ATT_* operands
 
-static inline void gemm_batched(CublasContext* ctx, floatX* c, const floatX* a, const floatX* b, int m, int n, int k,
-                                int trans_a, int trans_b, int lda, int ldb, int ldc,
-                                long long stride_a, long long stride_b, long long stride_c, int batch, float alpha) {
-    const float beta = 0.0f;
-    cublasCheck(cublasGemmStridedBatchedEx(ctx->handle, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                           m, n, k, &alpha, a, CUBLAS_LOWP, lda, stride_a, b, CUBLAS_LOWP, ldb, stride_b,
-                                           &beta, c, CUBLAS_LOWP, ldc, stride_c, batch, ctx->compute_type, CUBLAS_GEMM_DEFAULT));
+static inline void attention_gemm(CublasContext* ctx, int which, floatX* const ops[ATT_NUM_OPERANDS], int T, int HS, int batch) {
+    GemmSpec s = attention_gemm_spec(which, T, HS, batch);
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasGemmStridedBatchedEx(ctx->handle, s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                           s.m, s.n, s.k, &alpha, ops[s.a], CUBLAS_LOWP, s.lda, s.stride_a,
+                                           ops[s.b], CUBLAS_LOWP, s.ldb, s.stride_b, &beta, ops[s.d], CUBLAS_LOWP, s.ldd, s.stride_d,
+                                           s.batch, ctx->compute_type, CUBLAS_GEMM_DEFAULT));
 }
 
 // ----------------------------------------------------------------------------
@@ -148,15 +176,16 @@ static inline void attention_forward(CublasContext* ctx, floatX* out, floatX* qk
     floatX* v = qkvr + 2 * N;
     attention_permute_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(q, k, v, inp, B, T, NH, HS);
     cudaCheckLaunch();
-    // preatt (T, T) row-major per head: preatt^T = k q^T in column-major terms
-    gemm_batched(ctx, att, k, q, T, T, HS, 1, 0, HS, HS, T, (long long)T * HS, (long long)T * HS, (long long)T * T, B * NH, 1.0f);
+    floatX* y = scratch;
+    floatX* const ops[ATT_NUM_OPERANDS] = {q, k, v, att, y, NULL, NULL, NULL, NULL, NULL};
+    // scores q k^T per head into att, then the causal softmax in place
+    attention_gemm(ctx, ATT_GEMM_SCORES, ops, T, HS, B * NH);
     const float scale = 1.0f / sqrtf((float)HS);
     int rows = B * NH * T;
     softmax_causal_forward_kernel<<<ceil_div(rows, block_size / WARP_SIZE), block_size, 0, stream>>>(att, scale, rows, T);
     cudaCheckLaunch();
-    // y (T, HS) = att (T, T) @ v (T, HS): y^T = v^T att^T
-    floatX* y = scratch;
-    gemm_batched(ctx, y, v, att, HS, T, T, 0, 0, HS, T, HS, (long long)T * HS, (long long)T * T, (long long)T * HS, B * NH, 1.0f);
+    // y (T, HS) = att (T, T) @ v (T, HS)
+    attention_gemm(ctx, ATT_GEMM_Y, ops, T, HS, B * NH);
     attention_unpermute_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(out, y, B, T, NH, HS);
     cudaCheckLaunch();
 }
@@ -168,30 +197,30 @@ static inline void attention_backward(CublasContext* ctx, floatX* dinp, floatX* 
     const int HS = C / NH;
     const int block_size = 256;
     size_t N = (size_t)B * T * C;
-    const floatX* q = qkvr;
-    const floatX* k = qkvr + N;
-    const floatX* v = qkvr + 2 * N;
+    floatX* q = (floatX*)qkvr;
+    floatX* k = (floatX*)qkvr + N;
+    floatX* v = (floatX*)qkvr + 2 * N;
     floatX* dq = dqkvr;
     floatX* dk = dqkvr + N;
     floatX* dv = dqkvr + 2 * N;
     floatX* dy = scratch;
-    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    floatX* const ops[ATT_NUM_OPERANDS] = {q, k, v, (floatX*)att, NULL, dy, datt, dq, dk, dv};
     attention_unpermute_backward_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(dy, dout, B, T, NH, HS);
     cudaCheckLaunch();
-    // datt (T, T) = dy (T, HS) @ v^T: datt^T = v dy^T
-    gemm_batched(ctx, datt, v, dy, T, T, HS, 1, 0, HS, HS, T, sTH, sTH, sTT, B * NH, 1.0f);
-    // dv (T, HS) = att^T (T, T) @ dy: dv^T = dy^T att
-    gemm_batched(ctx, dv, dy, att, HS, T, T, 0, 1, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
+    // datt (T, T) = dy (T, HS) @ v^T;  dv (T, HS) = att^T @ dy
+    attention_gemm(ctx, ATT_GEMM_DATT, ops, T, HS, B * NH);
+    attention_gemm(ctx, ATT_GEMM_DV, ops, T, HS, B * NH);
     const float scale = 1.0f / sqrtf((float)HS);
     int rows = B * NH * T;
     softmax_causal_backward_kernel<<<ceil_div(rows, block_size / WARP_SIZE), block_size, 0, stream>>>(datt, att, scale, rows, T);
     cudaCheckLaunch();
-    // dq (T, HS) = dpreatt (T, T) @ k: dq^T = k^T dpreatt^T
-    gemm_batched(ctx, dq, k, datt, HS, T, T, 0, 0, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
-    // dk (T, HS) = dpreatt^T @ q: dk^T = q^T dpreatt
-    gemm_batched(ctx, dk, q, datt, HS, T, T, 0, 1, HS, T, HS, sTH, sTT, sTH, B * NH, 1.0f);
+    // dq (T, HS) = dpreatt (T, T) @ k;  dk (T, HS) = dpreatt^T @ q   (dpreatt is in datt)
+    attention_gemm(ctx, ATT_GEMM_DQ, ops, T, HS, B * NH);
+    attention_gemm(ctx, ATT_GEMM_DK, ops, T, HS, B * NH);
     attention_permute_backward_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(dinp, dq, dk, dv, B, T, NH, HS);
     cudaCheckLaunch();
 }
+
+#endif // __CUDACC__
 
 #endif // LLMC_ATTENTION_CUH

@@ -8,13 +8,80 @@ llmc/matmul.cuh: the linear layers, on cuBLASLt.
         dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias += column sums of dout
         pre_gelu != NULL: dout is the gradient of GELU's output; the GELU backward is fused (dGELU epilogue)
 
-All matrices are row-major in llmc; cuBLASLt is column-major, so each call below describes the
-transposed problem (row-major X is column-major X^T). Bias gradients use our own deterministic
-column sum (fixed reduction order) rather than atomics.
+All matrices are row-major in llmc; cuBLAS is column-major, so each GEMM describes the transposed
+problem (row-major X is column-major X^T). Those descriptions are GemmSpec values built by small
+plain-C functions (the host half of this file), which name the operands playing A, B and D; the CPU
+test (dev/test/test_cuda_host.c) runs every spec through gemm_reference, a CPU implementation of
+cuBLAS's column-major semantics, and compares with row-major loops. Bias gradients use our own
+deterministic column sum (fixed reduction order) rather than atomics.
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
+#include <stddef.h>
+
+// ----------------------------------------------------------------------------
+// host half: GEMM descriptions (plain C)
+
+typedef struct {
+    int m, n, k;               // column-major D (m, n) = op(A) (m, k) * op(B) (k, n)
+    int trans_a, trans_b;
+    int lda, ldb, ldd;
+    long long stride_a, stride_b, stride_d;  // between the matrices of a batch
+    int batch;
+    int a, b, d;               // which of the caller's operands are A, B and D
+} GemmSpec;
+
+static inline GemmSpec gemm_spec(int m, int n, int k, int trans_a, int trans_b, int a, int b, int d) {
+    GemmSpec s;
+    s.m = m; s.n = n; s.k = k;
+    s.trans_a = trans_a; s.trans_b = trans_b;
+    s.lda = trans_a ? k : m;
+    s.ldb = trans_b ? n : k;
+    s.ldd = m;
+    s.stride_a = (long long)m * k;
+    s.stride_b = (long long)k * n;
+    s.stride_d = (long long)m * n;
+    s.batch = 1;
+    s.a = a; s.b = b; s.d = d;
+    return s;
+}
+
+// the operands of a linear layer out (BT, OC) = inp (BT, C) @ weight (OC, C)^T
+enum { LIN_INP = 0, LIN_WEIGHT, LIN_OUT, LIN_DINP, LIN_DWEIGHT, LIN_DOUT, LIN_NUM_OPERANDS };
+
+// out^T (OC, BT) = (weight as stored, column-major (C, OC))^T times inp^T (C, BT)
+static inline GemmSpec linear_forward_spec(int BT, int C, int OC) { return gemm_spec(OC, BT, C, 1, 0, LIN_WEIGHT, LIN_INP, LIN_OUT); }
+// dinp^T (C, BT) = weight as stored (C, OC) times dout^T (OC, BT)
+static inline GemmSpec linear_dinp_spec(int BT, int C, int OC) { return gemm_spec(C, BT, OC, 0, 0, LIN_WEIGHT, LIN_DOUT, LIN_DINP); }
+// dweight^T (C, OC) += inp^T (C, BT) times (dout^T (OC, BT))^T
+static inline GemmSpec linear_dweight_spec(int BT, int C, int OC) { return gemm_spec(C, OC, BT, 0, 1, LIN_INP, LIN_DOUT, LIN_DWEIGHT); }
+
+// CPU reference of what cuBLAS computes for a spec: D = alpha op(A) op(B) + beta D, column-major, per batch
+static inline void gemm_reference(const GemmSpec* s, const float* A, const float* B, float* D, float alpha, float beta) {
+    for (int batch = 0; batch < s->batch; batch++) {
+        const float* a = A + batch * s->stride_a;
+        const float* b = B + batch * s->stride_b;
+        float* d = D + batch * s->stride_d;
+        for (int j = 0; j < s->n; j++) {
+            for (int i = 0; i < s->m; i++) {
+                double sum = 0.0;
+                for (int p = 0; p < s->k; p++) {
+                    float av = s->trans_a ? a[p + (size_t)i * s->lda] : a[i + (size_t)p * s->lda];
+                    float bv = s->trans_b ? b[j + (size_t)p * s->ldb] : b[p + (size_t)j * s->ldb];
+                    sum += (double)av * (double)bv;
+                }
+                float* out = &d[i + (size_t)j * s->ldd];
+                *out = (float)(alpha * sum + (beta != 0.0f ? beta * (double)*out : 0.0));
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// device half
+
+#ifdef __CUDACC__
 #include "cublas_common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -64,14 +131,14 @@ static inline void bias_backward(floatX* dbias, const floatX* dout, float* scrat
 }
 
 // ----------------------------------------------------------------------------
-// one cuBLASLt GEMM, column-major: D (m, n) = op(A) (m, k) * op(B) (k, n) [+ D if accumulate]
+// one cuBLASLt GEMM described by a GemmSpec: D (m, n) = op(A) (m, k) * op(B) (k, n) [+ D if accumulate]
 // epilogue: bias (length m) added, GELU with aux output, or dGELU using aux as the GELU input
 
 typedef enum { GEMM_EPI_NONE = 0, GEMM_EPI_BIAS, GEMM_EPI_GELU_AUX, GEMM_EPI_GELU_AUX_BIAS, GEMM_EPI_DGELU } GemmEpilogue;
 
 static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
-                           int m, int n, int k, int trans_a, int trans_b, int accumulate,
-                           GemmEpilogue epi, floatX* aux) {
+                           const GemmSpec* spec, int accumulate, GemmEpilogue epi, floatX* aux) {
+    const int m = spec->m, n = spec->n, k = spec->k, trans_a = spec->trans_a, trans_b = spec->trans_b;
     if (((uintptr_t)a % 16) != 0 || ((uintptr_t)b % 16) != 0 || ((uintptr_t)d % 16) != 0 ||
         (bias != NULL && ((uintptr_t)bias % 16) != 0)) {
         llmc_die("matmul: cuBLASLt operands must be 16-byte aligned (m=%d n=%d k=%d)", m, n, k);
@@ -107,9 +174,9 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
 
     // layouts of the stored matrices (before op)
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUBLAS_LOWP, m, n, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, spec->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, spec->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUBLAS_LOWP, m, n, spec->ldd));
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -146,8 +213,9 @@ static inline void matmul_forward(CublasContext* ctx, floatX* out, const floatX*
     } else {
         epi = bias != NULL ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
     }
-    // column-major: out^T (OC, BT) = weight^T... stored weight is (C, OC) col-major, op T gives (OC, C)
-    gemm_lt(ctx, out, weight, inp, bias, OC, BT, C, 1, 0, 0, epi, pre_gelu);
+    GemmSpec spec = linear_forward_spec(BT, C, OC);
+    const floatX* ops[LIN_NUM_OPERANDS] = {inp, weight, out, NULL, NULL, NULL};
+    gemm_lt(ctx, (floatX*)ops[spec.d], ops[spec.a], ops[spec.b], bias, &spec, 0, epi, pre_gelu);
 }
 
 // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)   [times gelu'(pre_gelu) when pre_gelu != NULL]
@@ -159,10 +227,13 @@ static inline void matmul_backward(CublasContext* ctx, floatX* dinp, floatX* dwe
     if (dbias != NULL) {
         bias_backward(dbias, dout, scratch, BT, OC, ctx->stream);
     }
-    // dweight^T (C, OC) += inp^T (C, BT) * dout (BT, OC): A = inp stored (C, BT), B = dout stored (OC, BT) transposed
-    gemm_lt(ctx, dweight, inp, dout, NULL, C, OC, BT, 0, 1, 1, GEMM_EPI_NONE, NULL);
-    // dinp^T (C, BT) = weight^T (C, OC) * dout^T (OC, BT)
-    gemm_lt(ctx, dinp, weight, dout, NULL, C, BT, OC, 0, 0, 0, pre_gelu != NULL ? GEMM_EPI_DGELU : GEMM_EPI_NONE, pre_gelu);
+    const floatX* ops[LIN_NUM_OPERANDS] = {inp, weight, NULL, dinp, dweight, dout};
+    GemmSpec dw = linear_dweight_spec(BT, C, OC);
+    gemm_lt(ctx, (floatX*)ops[dw.d], ops[dw.a], ops[dw.b], NULL, &dw, 1, GEMM_EPI_NONE, NULL);
+    GemmSpec di = linear_dinp_spec(BT, C, OC);
+    gemm_lt(ctx, (floatX*)ops[di.d], ops[di.a], ops[di.b], NULL, &di, 0, pre_gelu != NULL ? GEMM_EPI_DGELU : GEMM_EPI_NONE, pre_gelu);
 }
+
+#endif // __CUDACC__
 
 #endif // LLMC_MATMUL_CUH

@@ -6,6 +6,9 @@ No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.
     command line (args.h)            every flag of the help text is parsed; the multi-process flags exist
     multi-GPU plan (multi_gpu.cuh)   NCCL element counts and offsets, ZeRO-1 ownership, flag validation
     encoder backward (encoder.cuh)   the token grouping behind the deterministic wte gradient
+    GEMM layouts (matmul.cuh, attention.cuh)  every cuBLAS call's transposes, leading dimensions and
+                                     operand roles, run through a CPU model of cuBLAS and compared
+                                     with plain row-major loops
     test_gpt2cu logic (tensor_check.cuh)  comparisons fail on corrupted inputs; exit codes
     training loop (trainer_host.cuh) -v 0 never divides by zero, batch arithmetic, clipping, outlier skip
 */
@@ -18,6 +21,8 @@ No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.
 #include "../../llmc/model_config.h"
 #include "../../llmc/multi_gpu.cuh"
 #include "../../llmc/encoder.cuh"
+#include "../../llmc/matmul.cuh"
+#include "../../llmc/attention.cuh"
 #include "../../llmc/tensor_check.cuh"
 #include "../../llmc/trainer_host.cuh"
 #include "test_common.h"
@@ -268,6 +273,178 @@ static void test_zero_padding(void) {
 }
 
 // ----------------------------------------------------------------------------
+// GEMM layouts: the row-major <-> column-major bookkeeping of every cuBLAS call
+
+static float* random_array(size_t n, unsigned seed) {
+    float* x = (float*)malloc(n * sizeof(float));
+    unsigned s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((s >> 8) & 0xFFFF) / 65536.0f - 0.5f;
+    }
+    return x;
+}
+
+static double max_abs_diff(const float* a, const float* b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) { m = d; }
+    }
+    return m;
+}
+
+static void test_linear_gemm_specs(void) {
+    const int BT = 6, C = 5, OC = 7;
+    float* inp = random_array((size_t)BT * C, 1);
+    float* weight = random_array((size_t)OC * C, 2);
+    float* dout = random_array((size_t)BT * OC, 3);
+    float* got = (float*)calloc((size_t)BT * OC + (size_t)OC * C + (size_t)BT * C, sizeof(float));
+    float* ref = (float*)calloc((size_t)BT * OC + (size_t)OC * C + (size_t)BT * C, sizeof(float));
+    const float* ops[LIN_NUM_OPERANDS] = {inp, weight, NULL, NULL, NULL, dout};
+    // forward: out (BT, OC) = inp @ weight^T
+    GemmSpec f = linear_forward_spec(BT, C, OC);
+    CHECK(f.d == LIN_OUT && f.m * f.n == BT * OC, "the forward GEMM writes out");
+    gemm_reference(&f, ops[f.a], ops[f.b], got, 1.0f, 0.0f);
+    for (int n = 0; n < BT; n++) {
+        for (int o = 0; o < OC; o++) {
+            float sum = 0.0f;
+            for (int c = 0; c < C; c++) { sum += inp[n * C + c] * weight[o * C + c]; }
+            ref[n * OC + o] = sum;
+        }
+    }
+    CHECK(max_abs_diff(got, ref, (size_t)BT * OC) < 1e-5, "linear forward spec computes inp @ weight^T (row-major)");
+    // dinp (BT, C) = dout @ weight
+    GemmSpec di = linear_dinp_spec(BT, C, OC);
+    CHECK(di.d == LIN_DINP, "the dinp GEMM writes dinp");
+    gemm_reference(&di, ops[di.a], ops[di.b], got, 1.0f, 0.0f);
+    for (int n = 0; n < BT; n++) {
+        for (int c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (int o = 0; o < OC; o++) { sum += dout[n * OC + o] * weight[o * C + c]; }
+            ref[n * C + c] = sum;
+        }
+    }
+    CHECK(max_abs_diff(got, ref, (size_t)BT * C) < 1e-5, "linear dinp spec computes dout @ weight");
+    // dweight (OC, C) += dout^T @ inp, accumulating onto what is there
+    GemmSpec dw = linear_dweight_spec(BT, C, OC);
+    CHECK(dw.d == LIN_DWEIGHT, "the dweight GEMM writes dweight");
+    for (int i = 0; i < OC * C; i++) { got[i] = 1.0f; }
+    gemm_reference(&dw, ops[dw.a], ops[dw.b], got, 1.0f, 1.0f);
+    for (int o = 0; o < OC; o++) {
+        for (int c = 0; c < C; c++) {
+            float sum = 1.0f;
+            for (int n = 0; n < BT; n++) { sum += dout[n * OC + o] * inp[n * C + c]; }
+            ref[o * C + c] = sum;
+        }
+    }
+    CHECK(max_abs_diff(got, ref, (size_t)OC * C) < 1e-5, "linear dweight spec accumulates dout^T @ inp");
+    free(inp); free(weight); free(dout); free(got); free(ref);
+}
+
+static void test_attention_gemm_specs(void) {
+    const int heads = 3, T = 5, HS = 4;  // a batch of 3 heads
+    size_t th = (size_t)heads * T * HS, tt = (size_t)heads * T * T;
+    float* q = random_array(th, 11);
+    float* k = random_array(th, 12);
+    float* v = random_array(th, 13);
+    float* dy = random_array(th, 14);
+    float* att = (float*)calloc(tt, sizeof(float));
+    float* datt = (float*)calloc(tt, sizeof(float));
+    float* y = (float*)calloc(th, sizeof(float));
+    float* dq = (float*)calloc(th, sizeof(float));
+    float* dk = (float*)calloc(th, sizeof(float));
+    float* dv = (float*)calloc(th, sizeof(float));
+    float* ref = (float*)calloc(tt > th ? tt : th, sizeof(float));
+    float* ops[ATT_NUM_OPERANDS] = {q, k, v, att, y, dy, datt, dq, dk, dv};
+    const float scale = 1.0f / sqrtf((float)HS);
+    // the order the trainer runs them in, with the causal softmax (forward and backward) in between
+    GemmSpec s = attention_gemm_spec(ATT_GEMM_SCORES, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t = 0; t < T; t++) {
+            for (int t2 = 0; t2 < T; t2++) {
+                float dot = 0.0f;
+                for (int i = 0; i < HS; i++) { dot += q[(h * T + t) * HS + i] * k[(h * T + t2) * HS + i]; }
+                ref[(h * T + t) * T + t2] = dot;
+            }
+        }
+    }
+    CHECK(s.d == ATT_ATT && max_abs_diff(att, ref, tt) < 1e-5, "scores spec: att[t][t2] = q[t] . k[t2] per head");
+    for (size_t r = 0; r < (size_t)heads * T; r++) {  // causal softmax, as the kernel does
+        int t = (int)(r % T);
+        float* row = att + r * T;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= t; j++) { mx = fmaxf(mx, scale * row[j]); }
+        for (int j = 0; j <= t; j++) { sum += expf(scale * row[j] - mx); }
+        for (int j = 0; j < T; j++) { row[j] = j <= t ? expf(scale * row[j] - mx) / sum : 0.0f; }
+    }
+    s = attention_gemm_spec(ATT_GEMM_Y, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < HS; i++) {
+                float sum = 0.0f;
+                for (int t2 = 0; t2 < T; t2++) { sum += att[(h * T + t) * T + t2] * v[(h * T + t2) * HS + i]; }
+                ref[(h * T + t) * HS + i] = sum;
+            }
+        }
+    }
+    CHECK(s.d == ATT_Y && max_abs_diff(y, ref, th) < 1e-5, "y spec: y = att @ v per head");
+    s = attention_gemm_spec(ATT_GEMM_DATT, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t = 0; t < T; t++) {
+            for (int t2 = 0; t2 < T; t2++) {
+                float dot = 0.0f;
+                for (int i = 0; i < HS; i++) { dot += dy[(h * T + t) * HS + i] * v[(h * T + t2) * HS + i]; }
+                ref[(h * T + t) * T + t2] = dot;
+            }
+        }
+    }
+    CHECK(s.d == ATT_DATT && max_abs_diff(datt, ref, tt) < 1e-5, "datt spec: datt = dy @ v^T per head");
+    s = attention_gemm_spec(ATT_GEMM_DV, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t2 = 0; t2 < T; t2++) {
+            for (int i = 0; i < HS; i++) {
+                float sum = 0.0f;
+                for (int t = 0; t < T; t++) { sum += att[(h * T + t) * T + t2] * dy[(h * T + t) * HS + i]; }
+                ref[(h * T + t2) * HS + i] = sum;
+            }
+        }
+    }
+    CHECK(s.d == ATT_DV && max_abs_diff(dv, ref, th) < 1e-5, "dv spec: dv = att^T @ dy per head");
+    // dpreatt in place of datt (the softmax backward), then dq and dk
+    for (int i = 0; i < (int)tt; i++) { datt[i] = att[i] * 0.5f + 0.1f * (float)(i % 3); }
+    s = attention_gemm_spec(ATT_GEMM_DQ, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < HS; i++) {
+                float sum = 0.0f;
+                for (int t2 = 0; t2 < T; t2++) { sum += datt[(h * T + t) * T + t2] * k[(h * T + t2) * HS + i]; }
+                ref[(h * T + t) * HS + i] = sum;
+            }
+        }
+    }
+    CHECK(s.d == ATT_DQ && max_abs_diff(dq, ref, th) < 1e-5, "dq spec: dq = dpreatt @ k per head");
+    s = attention_gemm_spec(ATT_GEMM_DK, T, HS, heads);
+    gemm_reference(&s, ops[s.a], ops[s.b], ops[s.d], 1.0f, 0.0f);
+    for (int h = 0; h < heads; h++) {
+        for (int t2 = 0; t2 < T; t2++) {
+            for (int i = 0; i < HS; i++) {
+                float sum = 0.0f;
+                for (int t = 0; t < T; t++) { sum += datt[(h * T + t) * T + t2] * q[(h * T + t) * HS + i]; }
+                ref[(h * T + t2) * HS + i] = sum;
+            }
+        }
+    }
+    CHECK(s.d == ATT_DK && max_abs_diff(dk, ref, th) < 1e-5, "dk spec: dk = dpreatt^T @ q per head");
+    free(q); free(k); free(v); free(dy); free(att); free(datt); free(y); free(dq); free(dk); free(dv); free(ref);
+}
+
+// ----------------------------------------------------------------------------
 // encoder backward grouping
 
 static void test_token_groups(void) {
@@ -448,6 +625,8 @@ int main(void) {
     test_layer_ranges_cover_everything();
     test_reduce_ops();
     test_zero_padding();
+    test_linear_gemm_specs();
+    test_attention_gemm_specs();
     test_token_groups();
     expect_die("token id outside the vocabulary", build_bad_token, NULL, "99", "encoder_backward");
     test_tensor_check_catches_corruption();
