@@ -309,9 +309,13 @@ train_gpt2_%: train_gpt2.c $(LLMC_HEADERS) | blas-check
 test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) | blas-check
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
+dev/test/test_matmul_%: dev/test/test_matmul.c dev/test/test_common.h $(LLMC_HEADERS) | blas-check
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+
 bench: setup
 	@$(MAKE) --no-print-directory data train_gpt2
 	$(PY) dev/bench.py $(BENCH_ARGS)
 
 clean-blas:
 	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none
+	rm -f dev/test/test_matmul_mkl dev/test/test_matmul_openblas dev/test/test_matmul_none

@@ -58,7 +58,7 @@ typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
 
 // The precision train_gpt2.c's matmul layers run in: set once at start-up (the trainer's -p
 // flag), before any forward pass; fp32 unless set.
-static MatmulPrecision matmul_precision = MATMUL_FP32;
+static MatmulPrecision matmul_precision __attribute__((unused)) = MATMUL_FP32;
 
 // parses "fp32" / "bf16"; returns 0 on success, -1 for anything else
 static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {

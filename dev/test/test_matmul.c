@@ -1,0 +1,167 @@
+/*
+dev/test/test_matmul.c: llmc/matmul.h's GEMMs against a naive double-precision reference.
+
+For odd shapes (1, 5, 7, 33, 67, 130, 257, 300, ...), all four transpose combinations, row
+strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
+  - matmul_gemm(MATMUL_FP32): the build's BLAS (make BLAS=mkl|openblas) or the blocked kernel
+  - matmul_gemm_blocked(MATMUL_FP32): the dependency-free kernel, always
+  - matmul_gemm(MATMUL_BF16): against the double reference of the bf16-rounded inputs, and
+    against the exact fp32 inputs with bf16's rounding error budget
+Tolerances: fp32 |err| <= 1e-5 * (|beta*C| + sum_k |a||b|) per element (K * 2^-24 rounding
+with margin); bf16 vs rounded inputs 1e-5 of the same scale; bf16 vs exact inputs 2^-7 of it.
+Also: bf16 rounding matches llmc/layer_math.h, and the blocked kernel gives bit-identical
+results on 1 and 2 threads.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "llmc/matmul.h"
+#include "llmc/layer_math.h"
+#include "test_common.h"
+
+static unsigned long long rng_state = 88172645463325252ULL;
+
+static float rand_uniform(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
+}
+
+static float round_bf16(float x) { return mm_bf16_to_float(mm_bf16_round(x)); }
+
+// C = beta*C + op(A) op(B) in double; scale[i] = |beta*C| + sum |a||b| (the error scale)
+static void gemm_reference(int ta, int tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                           float beta, const float* C0, int ldc, int bf16_inputs, double* out, double* scale) {
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double c = (double)beta * C0[(size_t)i * ldc + j], s = fabs(c);
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                if (bf16_inputs) { a = round_bf16(a); b = round_bf16(b); }
+                c += (double)a * b;
+                s += fabs((double)a * b);
+            }
+            out[(size_t)i * N + j] = c;
+            scale[(size_t)i * N + j] = s;
+        }
+    }
+}
+
+typedef void (*gemm_fn)(MatmulPrecision, int, int, int, int, int, const float*, int, const float*, int, float, float*, int);
+
+static void gemm_entry(MatmulPrecision p, int ta, int tb, int M, int N, int K, const float* A, int lda,
+                       const float* B, int ldb, float beta, float* C, int ldc) {
+    matmul_gemm(p, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+// max over elements of |C - ref| / (tol * scale); <= 1 passes
+static double worst_error(const float* C, int ldc, int M, int N, const double* ref, const double* scale, double tol) {
+    double worst = 0.0;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double err = fabs((double)C[(size_t)i * ldc + j] - ref[(size_t)i * N + j]);
+            double r = err / (tol * scale[(size_t)i * N + j] + 1e-30);
+            if (!(r <= worst)) { worst = r; }   // NaN counts as worst
+        }
+    }
+    return worst;
+}
+
+static void check_shape(int M, int N, int K, int ta, int tb, float beta, int pad) {
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t asz = (size_t)(ta ? K : M) * lda, bsz = (size_t)(tb ? N : K) * ldb, csz = (size_t)M * ldc;
+    float* A = (float*)malloc((asz + 1) * sizeof(float));
+    float* B = (float*)malloc((bsz + 1) * sizeof(float));
+    float* C0 = (float*)malloc((csz + 1) * sizeof(float));
+    float* C = (float*)malloc((csz + 1) * sizeof(float));
+    double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+    double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+    for (size_t i = 0; i < asz; i++) { A[i] = rand_uniform(); }
+    for (size_t i = 0; i < bsz; i++) { B[i] = rand_uniform(); }
+    for (size_t i = 0; i < csz; i++) { C0[i] = rand_uniform(); }
+
+    struct { const char* name; gemm_fn fn; MatmulPrecision p; int bf16_ref; double tol; } cases[] = {
+        {"matmul_gemm fp32 (" MATMUL_BACKEND ")", gemm_entry, MATMUL_FP32, 0, 1e-5},
+        {"blocked fp32", matmul_gemm_blocked, MATMUL_FP32, 0, 1e-5},
+        {"matmul_gemm bf16 vs rounded inputs", gemm_entry, MATMUL_BF16, 1, 1e-5},
+        {"matmul_gemm bf16 vs fp32 inputs", gemm_entry, MATMUL_BF16, 0, 1.0 / 128.0},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        gemm_reference(ta, tb, M, N, K, A, lda, B, ldb, beta, C0, ldc, cases[c].bf16_ref, ref, scale);
+        memcpy(C, C0, csz * sizeof(float));
+        cases[c].fn(cases[c].p, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        double w = worst_error(C, ldc, M, N, ref, scale, cases[c].tol);
+        CHECK(w <= 1.0, "%s M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d: error %.3g x tolerance",
+              cases[c].name, M, N, K, ta, tb, beta, pad, w);
+        // the padding columns of C (beyond N in each row) are never written
+        int untouched = 1;
+        for (int i = 0; i < M && pad > 0; i++) {
+            for (int j = N; j < ldc; j++) { if (C[(size_t)i * ldc + j] != C0[(size_t)i * ldc + j]) { untouched = 0; } }
+        }
+        CHECK(untouched, "%s M=%d N=%d K=%d: wrote outside the N columns", cases[c].name, M, N, K);
+    }
+    free(A); free(B); free(C0); free(C); free(ref); free(scale);
+}
+
+// the blocked kernel sums each element in one fixed order: 1 and 2 threads agree bit for bit
+static void check_thread_determinism(MatmulPrecision p) {
+#ifdef _OPENMP
+    int M = 131, N = 301, K = 515;
+    float* A = (float*)malloc((size_t)M * K * sizeof(float));
+    float* B = (float*)malloc((size_t)N * K * sizeof(float));
+    float* C1 = (float*)calloc((size_t)M * N, sizeof(float));
+    float* C2 = (float*)calloc((size_t)M * N, sizeof(float));
+    for (size_t i = 0; i < (size_t)M * K; i++) { A[i] = rand_uniform(); }
+    for (size_t i = 0; i < (size_t)N * K; i++) { B[i] = rand_uniform(); }
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    matmul_gemm_blocked(p, 0, 1, M, N, K, A, K, B, K, 0.0f, C1, N);
+    omp_set_num_threads(2);
+    matmul_gemm_blocked(p, 0, 1, M, N, K, A, K, B, K, 0.0f, C2, N);
+    omp_set_num_threads(saved);
+    CHECK(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "blocked %s: 1 and 2 threads differ", p == MATMUL_BF16 ? "bf16" : "fp32");
+    free(A); free(B); free(C1); free(C2);
+#else
+    CHECK(1, "no OpenMP: single-threaded");
+#endif
+}
+
+static void check_bf16_rounding(void) {
+    // round to nearest even, like llmc/layer_math.h's bf16_bits_round_nearest (the GPU trainer's rule)
+    const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0039063f, 3.14159265f, -2.5e-3f,
+                              65504.0f, 1e-40f, 3.389531e38f, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); i++) {
+        CHECK(mm_bf16_round(specials[i]) == bf16_bits_round_nearest(specials[i]), "bf16 round of %g", specials[i]);
+    }
+    int mismatches = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x = rand_uniform() * powf(2.0f, (float)(i % 60 - 30));
+        if (mm_bf16_round(x) != bf16_bits_round_nearest(x)) { mismatches++; }
+    }
+    CHECK(mismatches == 0, "bf16 rounding: %d of 100000 random values differ from layer_math.h", mismatches);
+    CHECK(mm_bf16_round(1.00390625f) == 0x3f80, "tie 1 + 2^-8 rounds to even (1.0)");
+    CHECK(mm_bf16_round(1.01171875f) == 0x3f82, "tie 1 + 3*2^-8 rounds to even (1 + 2^-6)");
+    CHECK(isnan(mm_bf16_to_float(mm_bf16_round(NAN))), "NaN stays NaN");
+}
+
+int main(void) {
+    printf("matmul backend: %s, bf16 kernel: %s\n", matmul_backend_name(),
+           matmul_bf16_native() ? "AVX512-BF16 (vdpbf16ps)" : "emulated in fp32");
+    check_bf16_rounding();
+    const int sizes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {33, 67, 7}, {67, 130, 257},
+                            {130, 257, 300}, {6, 32, 256}, {48, 128, 512}, {257, 5, 300}, {3, 300, 1}, {4, 4, 0}};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                float beta = betas[(s + ta + 2 * tb) % 3];
+                check_shape(sizes[s][0], sizes[s][1], sizes[s][2], ta, tb, beta, (int)(s % 3) * 3);
+            }
+        }
+    }
+    check_thread_determinism(MATMUL_FP32);
+    check_thread_determinism(MATMUL_BF16);
+    return test_summary();
+}
