@@ -506,15 +506,16 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
     ParameterTensors* p = &model->params;
     mt19937_state rng;
     manual_seed(&rng, seed);
-    float std = 0.02f;
-    float proj_std = (float)(0.02 / sqrt(2.0 * L));
-    normal_(p->wte, (size_t)cfg->vocab_size * C, 0.0f, std, &rng);
-    normal_(p->wpe, (size_t)cfg->max_seq_len * C, 0.0f, std, &rng);
+    // mean and std are Python floats (doubles) there: normal_d takes them exactly
+    double std = 0.02;
+    double proj_std = 0.02 / sqrt(2.0 * L);
+    normal_d(p->wte, (size_t)cfg->vocab_size * C, 0.0, std, &rng);
+    normal_d(p->wpe, (size_t)cfg->max_seq_len * C, 0.0, std, &rng);
     for (int l = 0; l < L; l++) {
-        normal_(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0f, std, &rng);
-        normal_(p->attprojw + l * C * C, C * C, 0.0f, proj_std, &rng);
-        normal_(p->fcw + l * 4 * C * C, 4 * C * C, 0.0f, std, &rng);
-        normal_(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0f, proj_std, &rng);
+        normal_d(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0, std, &rng);
+        normal_d(p->attprojw + l * C * C, C * C, 0.0, proj_std, &rng);
+        normal_d(p->fcw + l * 4 * C * C, 4 * C * C, 0.0, std, &rng);
+        normal_d(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);
     }
     for (size_t i = 0; i < (size_t)L * C; i++) {
         p->ln1w[i] = 1.0f;

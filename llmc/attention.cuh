@@ -40,6 +40,19 @@ static inline GemmSpec attention_gemm_spec(int which, int T, int HS, int batch) 
     return s;
 }
 
+// index maps of the layout changes: idx runs over a head-major (B, NH, T, HS) tensor
+// offset of the q element for idx in the qkv matmul output (B, T, 3, NH, HS); k is at +C, v at +2C
+static inline HD size_t attention_qkv_offset(size_t idx, int T, int NH, int HS) {
+    size_t hs = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    size_t C = (size_t)NH * HS;
+    return b * T * 3 * C + t * 3 * C + h * HS + hs;
+}
+// offset for idx in the heads-concatenated output (B, T, NH, HS)
+static inline HD size_t attention_concat_offset(size_t idx, int T, int NH, int HS) {
+    size_t hs = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    return b * T * NH * HS + t * NH * HS + h * HS + hs;
+}
+
 // ----------------------------------------------------------------------------
 // device half
 
@@ -59,12 +72,8 @@ __global__ static void attention_permute_kernel(floatX* q, floatX* k, floatX* v,
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t N = (size_t)B * NH * T * HS;
     if (idx >= N) { return; }
-    int hs = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    int C = NH * HS;
-    size_t src = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * HS + hs;
+    size_t C = (size_t)NH * HS;
+    size_t src = attention_qkv_offset(idx, T, NH, HS);
     q[idx] = inp[src];
     k[idx] = inp[src + C];
     v[idx] = inp[src + 2 * C];
@@ -76,12 +85,8 @@ __global__ static void attention_permute_backward_kernel(floatX* dinp, const flo
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t N = (size_t)B * NH * T * HS;
     if (idx >= N) { return; }
-    int hs = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    int C = NH * HS;
-    size_t dst = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * HS + hs;
+    size_t C = (size_t)NH * HS;
+    size_t dst = attention_qkv_offset(idx, T, NH, HS);
     dinp[dst] = dq[idx];
     dinp[dst + C] = dk[idx];
     dinp[dst + 2 * C] = dv[idx];
@@ -92,11 +97,7 @@ __global__ static void attention_unpermute_kernel(floatX* out, const floatX* y, 
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t N = (size_t)B * NH * T * HS;
     if (idx >= N) { return; }
-    int hs = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    out[(size_t)b * T * NH * HS + (size_t)t * NH * HS + (size_t)h * HS + hs] = y[idx];
+    out[attention_concat_offset(idx, T, NH, HS)] = y[idx];
 }
 
 // dout (B, T, NH, HS) -> dy (B, NH, T, HS)
@@ -104,11 +105,7 @@ __global__ static void attention_unpermute_backward_kernel(floatX* dy, const flo
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t N = (size_t)B * NH * T * HS;
     if (idx >= N) { return; }
-    int hs = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    dy[idx] = dout[(size_t)b * T * NH * HS + (size_t)t * NH * HS + (size_t)h * HS + hs];
+    dy[idx] = dout[attention_concat_offset(idx, T, NH, HS)];
 }
 
 // ----------------------------------------------------------------------------

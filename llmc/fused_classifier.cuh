@@ -13,10 +13,15 @@ gradient directly. Numerically stable (max subtracted before exp); reductions in
 #ifndef LLMC_FUSED_CLASSIFIER_CUH
 #define LLMC_FUSED_CLASSIFIER_CUH
 
-#include "cuda_common.cuh"
+#include <math.h>
+#include "layer_math.h"
 
-// merges two (max, sum of exp(x - max)) pairs
-__device__ static inline void online_softmax_merge(float* m, float* s, float m2, float s2) {
+// ----------------------------------------------------------------------------
+// host half (plain C, tested on the CPU): the online softmax's merge rule
+
+// merges two partial softmax states (running max m, sum of exp(x - m)); (-inf, 0) is the empty state.
+// Merging the states of any split of a row, in any order, gives the row's max and sum of exp(x - max).
+static inline HD void online_softmax_merge(float* m, float* s, float m2, float s2) {
     float M = fmaxf(*m, m2);
     if (M == -INFINITY) { return; }
     float a = *m == -INFINITY ? 0.0f : *s * expf(*m - M);
@@ -24,6 +29,12 @@ __device__ static inline void online_softmax_merge(float* m, float* s, float m2,
     *m = M;
     *s = a + b;
 }
+
+// ----------------------------------------------------------------------------
+// device half
+
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
 
 // one block per row; blockDim.x a multiple of 32 (at most 1024)
 __global__ static void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
@@ -76,5 +87,7 @@ static inline void fused_classifier(floatX* logits, float* losses, const int* ta
     fused_classifier_kernel<<<BT, block_size, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     cudaCheckLaunch();
 }
+
+#endif // __CUDACC__
 
 #endif // LLMC_FUSED_CLASSIFIER_CUH

@@ -14,6 +14,7 @@ form, the same as the CPU trainer's; eps is layer_math.h's LAYERNORM_EPS (1e-5, 
 #define LLMC_LAYERNORM_CUH
 
 #include "cuda_common.cuh"
+#include "matmul.cuh"
 
 #define LAYERNORM_ROW_CHUNKS 32
 
@@ -133,9 +134,8 @@ __global__ static void layernorm_backward_partial_kernel(float* partial, const f
     __shared__ float acc_w[8][32];
     __shared__ float acc_b[8][32];
     int c = blockIdx.x * 32 + threadIdx.x;
-    int rows_per_chunk = (N + gridDim.y - 1) / gridDim.y;
-    int row_start = blockIdx.y * rows_per_chunk;
-    int row_end = min(N, row_start + rows_per_chunk);
+    int row_start, row_end;
+    row_chunk(N, (int)gridDim.y, (int)blockIdx.y, &row_start, &row_end);
     float sw = 0.0f, sb = 0.0f;
     if (c < C) {
         for (int n = row_start + threadIdx.y; n < row_end; n += blockDim.y) {

@@ -19,9 +19,19 @@ deterministic column sum (fixed reduction order) rather than atomics.
 #define LLMC_MATMUL_CUH
 
 #include <stddef.h>
+#include "layer_math.h"
 
 // ----------------------------------------------------------------------------
-// host half: GEMM descriptions (plain C)
+// host half: GEMM descriptions and the row partition of the column sums (plain C)
+
+// rows [start, end) of N handled by chunk `chunk` of `chunks` (deterministic column sums); empty past N
+static inline HD void row_chunk(int N, int chunks, int chunk, int* start, int* end) {
+    int per = (N + chunks - 1) / chunks;
+    int s = chunk * per;
+    int e = s + per;
+    *start = s < N ? s : N;
+    *end = e < N ? e : N;
+}
 
 typedef struct {
     int m, n, k;               // column-major D (m, n) = op(A) (m, k) * op(B) (k, n)
@@ -93,9 +103,8 @@ static inline void gemm_reference(const GemmSpec* s, const float* A, const float
 __global__ static void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
     __shared__ float acc[8][32];
     int c = blockIdx.x * 32 + threadIdx.x;
-    int rows_per_chunk = (N + gridDim.y - 1) / gridDim.y;
-    int row_start = blockIdx.y * rows_per_chunk;
-    int row_end = min(N, row_start + rows_per_chunk);
+    int row_start, row_end;
+    row_chunk(N, (int)gridDim.y, (int)blockIdx.y, &row_start, &row_end);
     float sum = 0.0f;
     if (c < OC) {
         for (int n = row_start + threadIdx.y; n < row_end; n += blockDim.y) {

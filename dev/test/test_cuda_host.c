@@ -23,6 +23,7 @@ No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.
 #include "../../llmc/encoder.cuh"
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/attention.cuh"
+#include "../../llmc/fused_classifier.cuh"
 #include "../../llmc/tensor_check.cuh"
 #include "../../llmc/trainer_host.cuh"
 #include "test_common.h"
@@ -445,6 +446,77 @@ static void test_attention_gemm_specs(void) {
 }
 
 // ----------------------------------------------------------------------------
+// index maps and partitions used inside the kernels
+
+static void test_row_chunks(void) {
+    const int Ns[] = {1, 7, 32, 33, 1000, 65536};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(Ns) / sizeof(Ns[0]); i++) {
+        int N = Ns[i];
+        int next = 0;
+        for (int chunk = 0; chunk < 32; chunk++) {
+            int start, end;
+            row_chunk(N, 32, chunk, &start, &end);
+            bad += start != next || end < start || end > N;
+            next = end;
+        }
+        bad += next != N;
+    }
+    CHECK(bad == 0, "the 32 row chunks of the column sums tile [0, N) in order, for N below and above 32");
+}
+
+static void test_attention_index_maps(void) {
+    const int B = 2, T = 3, NH = 4, HS = 5, C = NH * HS;
+    size_t n = (size_t)B * NH * T * HS;
+    unsigned char* seen_qkv = (unsigned char*)calloc((size_t)B * T * 3 * C, 1);
+    unsigned char* seen_cat = (unsigned char*)calloc(n, 1);
+    int bad = 0;
+    for (size_t idx = 0; idx < n; idx++) {
+        size_t hs = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+        size_t q = attention_qkv_offset(idx, T, NH, HS);
+        bad += q != ((b * T + t) * 3 * C + h * HS + hs);  // q of head h at (b, t) in the qkv matmul output
+        seen_qkv[q]++; seen_qkv[q + C]++; seen_qkv[q + 2 * C]++;
+        size_t o = attention_concat_offset(idx, T, NH, HS);
+        bad += o != ((b * T + t) * C + h * HS + hs);
+        seen_cat[o]++;
+    }
+    for (size_t i = 0; i < (size_t)B * T * 3 * C; i++) { bad += seen_qkv[i] != 1; }
+    for (size_t i = 0; i < n; i++) { bad += seen_cat[i] != 1; }
+    CHECK(bad == 0, "permute/unpermute index maps are bijections with the q|k|v and head-concat layouts");
+    free(seen_qkv);
+    free(seen_cat);
+}
+
+static void test_online_softmax_merge(void) {
+    const int V = 1000;
+    float* x = random_array(V, 21);
+    for (int i = 0; i < V; i++) { x[i] *= 40.0f; }
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < V; i++) { mx = x[i] > mx ? x[i] : mx; }
+    for (int i = 0; i < V; i++) { sum += exp((double)x[i] - mx); }
+    // the kernel's shape: 1024 threads each fold a strided subset, then warps and the block merge
+    const int threads[] = {1, 32, 1024};
+    for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+        int nt = threads[k];
+        float M = -INFINITY, S = 0.0f;
+        for (int t = nt - 1; t >= 0; t--) {  // reverse order on purpose
+            float m = -INFINITY, s2 = 0.0f;
+            for (int i = t; i < V; i += nt) { online_softmax_merge(&m, &s2, x[i], 1.0f); }
+            online_softmax_merge(&M, &S, m, s2);  // threads past V contribute the empty state
+        }
+        CHECK(M == (float)mx && fabs(S - sum) / sum < 1e-5, "online softmax over %d threads: max %g, sum %g (want %g, %g)",
+              nt, M, S, mx, sum);
+    }
+    float m = -INFINITY, s2 = 0.0f;
+    online_softmax_merge(&m, &s2, -INFINITY, 0.0f);
+    CHECK(m == -INFINITY && s2 == 0.0f, "merging two empty states stays empty (no NaN from inf - inf)");
+    online_softmax_merge(&m, &s2, 1000.0f, 1.0f);
+    online_softmax_merge(&m, &s2, -1000.0f, 1.0f);
+    CHECK(m == 1000.0f && s2 == 1.0f, "huge logits do not overflow (max subtracted before exp)");
+    free(x);
+}
+
+// ----------------------------------------------------------------------------
 // encoder backward grouping
 
 static void test_token_groups(void) {
@@ -627,6 +699,9 @@ int main(void) {
     test_zero_padding();
     test_linear_gemm_specs();
     test_attention_gemm_specs();
+    test_row_chunks();
+    test_attention_index_maps();
+    test_online_softmax_merge();
     test_token_groups();
     expect_die("token id outside the vocabulary", build_bad_token, NULL, "99", "encoder_backward");
     test_tensor_check_catches_corruption();
