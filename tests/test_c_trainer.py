@@ -1,0 +1,247 @@
+"""The CPU trainer (train_gpt2.c, test_gpt2.c) against the PyTorch reference and itself.
+
+Runtime: the d12 test_gpt2 run is the expensive one (about a minute on 2 cores); everything
+else uses d1/d2 models with small B and T.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, make, run
+
+V, VP = 50257, 50304
+MPIRUN = REPO / ".venv" / "bin" / "mpirun"
+TORCH_ENV = {"OMP_NUM_THREADS": "2"}
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session")
+def binaries() -> tuple[Path, Path]:
+    make("train_gpt2", "test_gpt2")
+    return REPO / "train_gpt2", REPO / "test_gpt2"
+
+
+@pytest.fixture(scope="session")
+def d2_ref(tmp_path_factory: pytest.TempPathFactory, tinyshakespeare) -> Path:
+    """gpt2_d2.bin, gpt2_d2_debug_state.bin (B=4, T=64) and gpt2_tokenizer.bin, written by train_gpt2.py."""
+    d = tmp_path_factory.mktemp("c_trainer_d2")
+    run([PYTHON, REPO / "train_gpt2.py", "--model", "d2", "--input_bin", TS_TRAIN, "--batch_size", 4,
+         "--sequence_length", 64, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42], cwd=d, env=TORCH_ENV)
+    return d
+
+
+def train(binary: Path, cwd: Path, *flags: object, env: dict | None = None, mpi_ranks: int = 0,
+          check: bool = True):
+    """Runs ./train_gpt2 on tinyshakespeare (no sampling unless asked) in cwd."""
+    cmd = [binary, "-i", TS_TRAIN, "-j", TS_VAL, "-s", 0, *flags]
+    if mpi_ranks:
+        cmd = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd]
+        env = {**MPI_ENV, **(env or {})}
+    return run(cmd, cwd=cwd, env={"OMP_NUM_THREADS": "2", **(env or {})}, check=check)
+
+
+def train_losses(log: Path) -> list[float]:
+    """The s:N trl:LOSS values of a main.log, in step order."""
+    out = {}
+    for line in log.read_text().splitlines():
+        m = re.match(r"s:(\d+) trl:(\S+)", line)
+        if m:
+            out[int(m.group(1))] = float(m.group(2))
+    return [out[k] for k in sorted(out)]
+
+
+# ---------------------------------------------------------------------------- test_gpt2 vs PyTorch
+
+def test_test_gpt2_passes_on_d12(binaries, d12_reference: Path) -> None:
+    proc = run([binaries[1]], cwd=d12_reference, env={"OMP_NUM_THREADS": "2"})
+    print(proc.stdout)
+    assert "28 passed, 0 failed" in proc.stdout
+    assert "FAIL" not in proc.stdout
+
+
+def test_test_gpt2_passes_on_d2(binaries, d2_ref: Path) -> None:
+    proc = run([binaries[1], "-e", "gpt2_d2.bin", "-s", "gpt2_d2_debug_state.bin"], cwd=d2_ref)
+    assert "28 passed, 0 failed" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| d")]
+    assert len(rows) == 16 and all(row.rstrip().endswith("ok   |") for row in rows)
+
+
+def corrupted_copy(src: Path, dst: Path, offset: int, delta: float) -> None:
+    data = bytearray(src.read_bytes())
+    (value,) = struct.unpack_from("<f", data, offset)
+    struct.pack_into("<f", data, offset, value + delta)
+    dst.write_bytes(bytes(data))
+
+
+def debug_state_offsets(path: Path, num_params: int) -> tuple[int, int]:
+    """(byte offset of the first gradient, byte offset of the first step loss) of a debug state."""
+    header = np.fromfile(path, dtype="<i4", count=256)
+    B, T = int(header[2]), int(header[3])
+    grads = 1024 + 2 * B * T * 4 + B * T * V * 4 + 4
+    return grads, grads + num_params * 4
+
+
+def d2_num_params() -> int:
+    L, C, maxT = 2, 128, 1024
+    return VP * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+@pytest.mark.parametrize("what", ["gradient", "loss"])
+def test_test_gpt2_fails_on_corrupted_debug_state(binaries, d2_ref: Path, tmp_path: Path, what: str) -> None:
+    src = d2_ref / "gpt2_d2_debug_state.bin"
+    grads, losses = debug_state_offsets(src, d2_num_params())
+    # a gradient of the first layer's qkvw (well inside the tensor), or the 4th recorded step loss
+    offset = grads + (VP * 128 + 1024 * 128 + 2 * 2 * 128 + 1000) * 4 if what == "gradient" else losses + 3 * 4
+    bad = tmp_path / "bad_state.bin"
+    corrupted_copy(src, bad, offset, 0.01 if what == "loss" else 1.0)
+    proc = run([binaries[1], "-e", d2_ref / "gpt2_d2.bin", "-s", bad], check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 failed" in proc.stdout
+    failing = [line for line in proc.stdout.splitlines() if "FAIL" in line]
+    assert len(failing) == 1
+    assert ("dqkvw" in failing[0]) if what == "gradient" else failing[0].startswith("|    3 |")
+
+
+def test_test_gpt2_rejects_truncated_debug_state(binaries, d2_ref: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "short_state.bin"
+    bad.write_bytes((d2_ref / "gpt2_d2_debug_state.bin").read_bytes()[:5000])
+    proc = run([binaries[1], "-e", d2_ref / "gpt2_d2.bin", "-s", bad], check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "size mismatch" in errors[0]
+
+
+# ---------------------------------------------------------------------------- training
+
+@pytest.mark.parametrize("capability", ["default", "native"])
+def test_init_from_scratch_matches_pytorch_bit_for_bit(binaries, tinyshakespeare, tmp_path: Path,
+                                                       capability: str) -> None:
+    # torch picks its normal_ kernel by CPU capability and llmc/rand.h mirrors the choice, so
+    # both programs run in the same environment: the scalar kernel, then this CPU's own
+    env = {"ATEN_CPU_CAPABILITY": "default"} if capability == "default" else {}
+    run([PYTHON, REPO / "train_gpt2.py", "--model", "d1", "--input_bin", TS_TRAIN, "--batch_size", 1,
+         "--sequence_length", 8, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42], cwd=tmp_path, env=env)
+    train(binaries[0], tmp_path, "-e", "d1", "-x", 0, "-v", 0, "-n", 1, "-o", "out", env=env)
+    ours = (tmp_path / "out" / "model_00000000.bin").read_bytes()
+    theirs = (tmp_path / "gpt2_d1.bin").read_bytes()
+    C = 64
+    assert len(ours) == len(theirs) == 1024 + 4 * (VP * C + 1024 * C + 12 * C * C + 13 * C + 2 * C)
+    assert ours[:1024] == theirs[:1024], "headers differ"
+    assert ours == theirs, "parameters differ"
+
+
+def test_resume_continues_bit_identically(binaries, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-b", 2, "-t", 16, "-x", 20, "-v", 5, "-m", 2, "-n", 10, "-q", 0.1, "-c", 0.1, "-u", 3]
+    straight = train(binaries[0], tmp_path, *flags, "-s", 10, "-g", 8, "-o", "straight")
+    # the same run killed after step 10: keep only its first checkpoint, then resume
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ["model_00000010.bin", "state_00000010_00000.bin", "DONE_00000010"]:
+        shutil.copy(tmp_path / "straight" / name, part / name)
+    resumed = train(binaries[0], tmp_path, *flags, "-s", 10, "-g", 8, "-o", "part", "-y", 1)
+    assert "resumed from" in resumed.stdout
+    a = train_losses(tmp_path / "straight" / "main.log")
+    b = train_losses(tmp_path / "part" / "main.log")
+    assert len(a) == 20 and len(b) == 10
+    assert a[10:] == b
+    assert (tmp_path / "straight" / "model_00000020.bin").read_bytes() == (part / "model_00000020.bin").read_bytes()
+    # the text sample at step 20 comes from the restored sampler RNG
+    sample = lambda out: out.split("generating:")[-1].split("---")[1]
+    assert sample(straight.stdout) == sample(resumed.stdout)
+
+
+def test_same_seed_same_data_same_losses(binaries, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-b", 2, "-t", 16, "-x", 5, "-v", 0]
+    train(binaries[0], tmp_path, *flags, "-o", "a")
+    train(binaries[0], tmp_path, *flags, "-o", "b")
+    assert (tmp_path / "a" / "main.log").read_text() == (tmp_path / "b" / "main.log").read_text()
+
+
+def test_gradient_accumulation_matches_larger_batch(binaries, tmp_path: Path) -> None:
+    common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0]
+    train(binaries[0], tmp_path, *common, "-b", 4, "-o", "big")
+    train(binaries[0], tmp_path, *common, "-b", 2, "-d", 2 * 2 * 32, "-o", "accum")
+    a, b = train_losses(tmp_path / "big" / "main.log"), train_losses(tmp_path / "accum" / "main.log")
+    assert len(a) == len(b) == 6
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+
+
+def test_mpi_two_ranks_half_batch_match_one_rank(binaries, tmp_path: Path) -> None:
+    common = ["-e", "d2", "-t", 32, "-x", 10, "-v", 0]
+    train(binaries[0], tmp_path, *common, "-b", 4, "-o", "one")
+    proc = train(binaries[0], tmp_path, *common, "-b", 2, "-o", "two", mpi_ranks=2)
+    assert "2 processes" in proc.stdout, "train_gpt2 was not built with MPI"
+    a, b = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
+    assert len(a) == len(b) == 10
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+
+
+def test_mpi_zero1_matches_zero0(binaries, tmp_path: Path) -> None:
+    common = ["-e", "d2", "-b", 2, "-t", 32, "-x", 10, "-v", 0, "-c", 0.1, "-n", 10]
+    train(binaries[0], tmp_path, *common, "-z", 0, "-o", "z0", mpi_ranks=2)
+    proc = train(binaries[0], tmp_path, *common, "-z", 1, "-o", "z1", mpi_ranks=2)
+    assert "ZeRO-1" in proc.stdout
+    assert train_losses(tmp_path / "z0" / "main.log") == train_losses(tmp_path / "z1" / "main.log")
+    assert (tmp_path / "z0" / "model_00000010.bin").read_bytes() == (tmp_path / "z1" / "model_00000010.bin").read_bytes()
+    # each rank saved only its own half of the AdamW state
+    n = d2_num_params()
+    full = (tmp_path / "z0" / "state_00000010_00000.bin").stat().st_size
+    extra = full - 1024 - 8 * n  # the state's trailing blob (outlier-detector windows)
+    shard0 = (n + 1) // 2
+    for rank, shard in enumerate([shard0, n - shard0]):
+        size = (tmp_path / "z1" / f"state_00000010_0000{rank}.bin").stat().st_size
+        assert size == 1024 + 8 * shard + extra
+
+
+def test_help_lists_every_flag(binaries) -> None:
+    proc = run([binaries[0], "--help"])
+    for flag in ["-i", "-j", "-e", "-o", "-b", "-t", "-d", "-x", "-k", "-l", "-u", "-q", "-c", "-v", "-m", "-s",
+                 "-g", "-n", "-nk", "-y", "-a", "-h", "-z", "-r", "-sl", "-sg", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"]:
+        assert re.search(rf"^  {re.escape(flag)}\s", proc.stdout, re.M), flag
+
+
+# ---------------------------------------------------------------------------- bad input
+
+def write_bad_inputs(d2: Path, tmp: Path) -> dict[str, Path]:
+    good = (d2 / "gpt2_d2.bin").read_bytes()
+    (tmp / "truncated.bin").write_bytes(good[: len(good) // 2])
+    (tmp / "magic.bin").write_bytes(struct.pack("<i", 12345) + good[4:])
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, 4096]
+    tokens = np.full(4096, 100, dtype="<u2")
+    tokens[300] = 50300
+    (tmp / "badtok.bin").write_bytes(header.tobytes() + tokens.tobytes())
+    return {"truncated": tmp / "truncated.bin", "magic": tmp / "magic.bin", "badtok": tmp / "badtok.bin"}
+
+
+BAD_CASES = {
+    "truncated checkpoint": (["-e", "{truncated}"], "size mismatch"),
+    "wrong-magic checkpoint": (["-e", "{magic}"], "magic 12345"),
+    "token id >= vocab": (["-e", "d1", "-i", "{badtok}", "-j", "{badtok}", "-b", 1, "-t", 64], "token id 50300"),
+    "T > maxT": (["-e", "d1", "-t", 2048], "max sequence length 1024"),
+    "unknown flag": (["-e", "d1", "-w2", 1], "unknown flag"),
+    "missing checkpoint": (["-e", "no_such_model.bin"], "python train_gpt2.py"),
+    "missing data": (["-e", "d1", "-i", "dev/data/tinyshakespeare/nothing_*.bin"], "tinyshakespeare.py"),
+    "bad value": (["-e", "d1", "-b", "four"], "expected an integer"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_gives_one_error_line(binaries, d2_ref: Path, tmp_path: Path, case: str) -> None:
+    paths = write_bad_inputs(d2_ref, tmp_path)
+    flags, expected = BAD_CASES[case]
+    flags = [str(f).format(**paths) for f in flags]
+    # -i / -j defaults first so a bad -i given later wins
+    proc = run([binaries[0], "-i", TS_TRAIN, "-j", TS_VAL, "-s", 0, "-x", 2, *flags], cwd=REPO, check=False,
+               env={"OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 1, f"exit {proc.returncode} (negative = killed by a signal)\n{proc.stderr}"
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert expected in errors[0], errors[0]
