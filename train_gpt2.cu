@@ -534,17 +534,6 @@ static void gpt2_update(GPT2* model, MultiGpu* mg, float lr, float beta1, float 
 // checkpoints: model_%08d.bin (rank 0, fp32 values of the parameters) and state_%08d_%05d.bin per
 // rank (AdamW m, v of the shard; extra blob = the outlier detectors, then the fp32 master weights)
 
-typedef struct {
-    OutlierDetector loss;
-    OutlierDetector grad_norm;
-} TrainerDetectors;
-
-static size_t state_extra_bytes(const GPT2* model, const MultiGpu* mg) {
-    size_t bytes = sizeof(TrainerDetectors);
-    if (model->master_weights != NULL) { bytes += mg->shard.size * sizeof(float); }
-    return bytes;
-}
-
 static void checkpoint_paths(char* model_path, char* state_path, size_t cap, const char* dir, int step, int rank) {
     snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
     snprintf(state_path, cap, "%s/state_%08d_%05d.bin", dir, step, rank);
@@ -563,35 +552,26 @@ static void gpt2_save(GPT2* model, MultiGpu* mg, const char* dir, int step, cons
         free(host);
     }
     size_t shard = mg->shard.size;
-    size_t extra_bytes = state_extra_bytes(model, mg);
-    if (extra_bytes > UINT32_MAX) {
+    size_t extra_bytes = state_extra_bytes(shard, model->master_weights != NULL);
+    if (!state_extra_fits(extra_bytes)) {
         llmc_die("%s: the fp32 master weights of this rank (%zu bytes) do not fit a training state; use -z 1 over more GPUs or -w 0",
                  state_path, extra_bytes);
     }
     float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
     float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
     char* extra = (char*)mallocCheck(extra_bytes);
+    float* master = model->master_weights != NULL ? (float*)mallocCheck(shard * sizeof(float) + 1) : NULL;
     cudaCheck(cudaMemcpy(m, model->m_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(v, model->v_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    memcpy(extra, detectors, sizeof(TrainerDetectors));
-    if (model->master_weights != NULL) {
-        cudaCheck(cudaMemcpy(extra + sizeof(TrainerDetectors), model->master_weights, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    TrainState s;
-    memset(&s, 0, sizeof(s));
-    s.num_processes = mg->num_processes;
-    s.process_rank = mg->process_rank;
-    s.zero_stage = mg->zero_stage;
-    s.should_shuffle = loader != NULL ? loader->should_shuffle : 0;
-    s.step = step;
-    s.rng_state = rng_state;
-    s.shard_idx = loader != NULL ? loader->current_shard_idx : 0;
-    s.sample_idx = loader != NULL ? loader->current_sample_idx : 0;
-    s.num_parameters = model->num_parameters;
-    s.opt_offset = mg->shard.offset;
-    s.opt_size = shard;
-    s.extra_bytes = (uint32_t)extra_bytes;
+    if (master != NULL) { cudaCheck(cudaMemcpy(master, model->master_weights, shard * sizeof(float), cudaMemcpyDeviceToHost)); }
+    state_extra_pack(extra, detectors, master, shard);
+    TrainState s = train_state_describe(mg->num_processes, mg->process_rank, mg->zero_stage,
+                                        loader != NULL ? loader->should_shuffle : 0, step, rng_state,
+                                        loader != NULL ? loader->current_shard_idx : 0,
+                                        loader != NULL ? loader->current_sample_idx : 0,
+                                        model->num_parameters, mg->shard, extra_bytes);
     train_state_write(state_path, &s, m, v, extra);
+    free(master);
     free(m);
     free(v);
     free(extra);
@@ -604,17 +584,11 @@ static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step
     char model_path[4096], state_path[4096];
     checkpoint_paths(model_path, state_path, sizeof(model_path), dir, step, mg->process_rank);
     size_t shard = mg->shard.size;
-    size_t extra_bytes = state_extra_bytes(model, mg);
-    TrainState expect, got;
-    memset(&expect, 0, sizeof(expect));
-    expect.num_processes = mg->num_processes;
-    expect.process_rank = mg->process_rank;
-    expect.zero_stage = mg->zero_stage;
-    expect.should_shuffle = loader != NULL ? loader->should_shuffle : 0;
-    expect.num_parameters = model->num_parameters;
-    expect.opt_offset = mg->shard.offset;
-    expect.opt_size = shard;
-    expect.extra_bytes = (uint32_t)extra_bytes;
+    size_t extra_bytes = state_extra_bytes(shard, model->master_weights != NULL);
+    TrainState got;
+    TrainState expect = train_state_describe(mg->num_processes, mg->process_rank, mg->zero_stage,
+                                             loader != NULL ? loader->should_shuffle : 0, step, 0, 0, 0,
+                                             model->num_parameters, mg->shard, extra_bytes);
     float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
     float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
     char* extra = (char*)mallocCheck(extra_bytes);
@@ -622,9 +596,11 @@ static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step
     if (got.step != step) { llmc_die("%s: holds step %d, expected %d", state_path, got.step, step); }
     cudaCheck(cudaMemcpy(model->m_memory, m, shard * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->v_memory, v, shard * sizeof(float), cudaMemcpyHostToDevice));
-    memcpy(detectors, extra, sizeof(TrainerDetectors));
-    if (model->master_weights != NULL) {
-        cudaCheck(cudaMemcpy(model->master_weights, extra + sizeof(TrainerDetectors), shard * sizeof(float), cudaMemcpyHostToDevice));
+    float* master = model->master_weights != NULL ? (float*)mallocCheck(shard * sizeof(float) + 1) : NULL;
+    state_extra_unpack(extra, detectors, master, shard);
+    if (master != NULL) {
+        cudaCheck(cudaMemcpy(model->master_weights, master, shard * sizeof(float), cudaMemcpyHostToDevice));
+        free(master);
     }
     if (loader != NULL) { dataloader_resume(loader, (size_t)got.shard_idx, (size_t)got.sample_idx); }
     *rng_state = got.rng_state;
