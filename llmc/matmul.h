@@ -29,6 +29,7 @@ accumulation stay fp32 (mixed precision: fp32 master weights, bf16 GEMM inputs).
 #define LLMC_MATMUL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -164,39 +165,135 @@ static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float*
 }
 
 // ----------------------------------------------------------------------------
-// bf16 blocked kernel: pairs of k packed as one uint32 (low half = even k), the layout of vdpbf16ps
+// fp32 tiled driver
 
-static inline uint32_t mm_bf16_pair(float lo, float hi) {
-    return (uint32_t)mm_bf16_round(lo) | ((uint32_t)mm_bf16_round(hi) << 16);
-}
-
-// op(A)[i0:i0+mr, k0:k0+kc] as (kc/2 rounded up, MM_MR) bf16 pairs; k past kc and rows past mr zero
-static inline void mm_pack_a_bf16(uint32_t* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
-    for (int k = 0; k < kc; k += 2) {
-        for (int i = 0; i < MM_MR; i++) {
-            float lo = i < mr ? mm_at(A, lda, transA, i0 + i, k0 + k) : 0.0f;
-            float hi = (i < mr && k + 1 < kc) ? mm_at(A, lda, transA, i0 + i, k0 + k + 1) : 0.0f;
-            dst[(k / 2) * MM_MR + i] = mm_bf16_pair(lo, hi);
-        }
-    }
-}
-
-static inline void mm_pack_b_bf16(uint32_t* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
-    int kp = (kc + 1) / 2;
-    for (int p = 0; p * MM_NR < nc; p++) {
-        uint32_t* panel = dst + (size_t)p * kp * MM_NR;
-        int jn = nc - p * MM_NR < MM_NR ? nc - p * MM_NR : MM_NR;
-        for (int k = 0; k < kc; k += 2) {
-            for (int j = 0; j < MM_NR; j++) {
-                int jj = j0 + p * MM_NR + j;
-                float lo = j < jn ? mm_at(B, ldb, !transB, jj, k0 + k) : 0.0f;
-                float hi = (j < jn && k + 1 < kc) ? mm_at(B, ldb, !transB, jj, k0 + k + 1) : 0.0f;
-                panel[(k / 2) * MM_NR + j] = mm_bf16_pair(lo, hi);
+// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel
+static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
+                                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    int mtiles = (M + MM_MC - 1) / MM_MC, ntiles = (N + MM_NC - 1) / MM_NC;
+    int ntile_total = mtiles * ntiles;
+    #pragma omp parallel
+    {
+        // per-thread packing buffers, allocated once per thread for the life of the program
+        static __thread float bpack[MM_KC * MM_NC] __attribute__((aligned(64)));
+        static __thread float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
+        #pragma omp for schedule(static)
+        for (int tile = 0; tile < ntile_total; tile++) {
+            int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
+            int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+            int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
+            for (int i = 0; i < mc; i++) {
+                float* c = C + (size_t)(i0 + i) * ldc + j0;
+                if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
+                else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
+            }
+            for (int k0 = 0; k0 < K; k0 += MM_KC) {
+                int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
+                mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc);
+                for (int ii = 0; ii < mc; ii += MM_MR) {
+                    int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
+                    mm_pack_a(apack, A, lda, transA, i0 + ii, mr, k0, kc);
+                    for (int jj = 0; jj < nc; jj += MM_NR) {
+                        int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
+                        mm_kernel_f32(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nr, apack,
+                                      bpack + (size_t)(jj / MM_NR) * kc * MM_NR, kc);
+                    }
+                }
             }
         }
     }
 }
 
+// ----------------------------------------------------------------------------
+// bf16: both operands are converted once per call into packed bf16 pairs (two consecutive k
+// in one uint32, even k in the low half: the operand layout of vdpbf16ps), then tiles of C
+// run a MM_MR x MM_NR register tile over the pairs. op(A) is packed as strips of MM_MR rows,
+// op(B) as panels of MM_NR columns, each (KP, width) with KP = ceil(K/2); padding is zero.
+
+#define MM_KCP 128 // k pairs per cache block
+
+static inline uint32_t mm_bf16_pair(float lo, float hi) {
+    return (uint32_t)mm_bf16_round(lo) | ((uint32_t)mm_bf16_round(hi) << 16);
+}
+
+// out[p] = pair(x[2p], x[2p+1]) for p < n/2 (n even): contiguous k pairs
+static inline void mm_bf16_pairs_contiguous(uint32_t* out, const float* x, int n) {
+    int p = 0;
+#if MATMUL_HAVE_AVX512BF16
+    for (; 2 * p + 32 <= n; p += 16) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * p + 16), _mm512_loadu_ps(x + 2 * p));
+        _mm512_storeu_si512((void*)(out + p), (__m512i)v);
+    }
+#endif
+    for (; 2 * p < n; p++) { out[p] = mm_bf16_pair(x[2 * p], x[2 * p + 1]); }
+}
+
+// grow-only scratch for the packed operands (the trainer calls the GEMMs from one thread)
+static uint32_t* mm_bf16_scratch[2];
+static size_t mm_bf16_scratch_size[2];
+
+static inline uint32_t* mm_bf16_buffer(int which, size_t n) {
+    if (n > mm_bf16_scratch_size[which]) {
+        free(mm_bf16_scratch[which]);
+        mm_bf16_scratch[which] = (uint32_t*)malloc(n * sizeof(uint32_t));
+        if (mm_bf16_scratch[which] == NULL) {
+            fprintf(stderr, "error: out of memory (%zu bytes for bf16 GEMM operands)\n", n * sizeof(uint32_t));
+            exit(1);
+        }
+        mm_bf16_scratch_size[which] = n;
+    }
+    return mm_bf16_scratch[which];
+}
+
+// Packs X (R, K) = op(stored X) into blocks of W rows: dst[blk][kpair][w] (width W = MM_MR or MM_NR).
+// pairs_contiguous: element (r, k) is stored at X[r*ld + k] (the k pairs sit side by side);
+// otherwise at X[k*ld + r] (rows k and k+1 of the stored matrix hold the two halves).
+static void mm_pack_bf16(uint32_t* dst, const float* X, int ld, int pairs_contiguous, int R, int K, int W) {
+    int KP = (K + 1) / 2;
+    int nblk = (R + W - 1) / W;
+    #pragma omp parallel
+    {
+        uint32_t row[512]; // pairs of one row, 512 at a time
+        #pragma omp for schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            uint32_t* d = dst + (size_t)blk * KP * W;
+            int r0 = blk * W, rn = R - r0 < W ? R - r0 : W;
+            if (pairs_contiguous) {
+                for (int w = 0; w < W; w++) {
+                    if (w >= rn) {
+                        for (int p = 0; p < KP; p++) { d[(size_t)p * W + w] = 0u; }
+                        continue;
+                    }
+                    const float* x = X + (size_t)(r0 + w) * ld;
+                    for (int p0 = 0; p0 < KP; p0 += 512) {
+                        int np = KP - p0 < 512 ? KP - p0 : 512;
+                        int kn = 2 * np <= K - 2 * p0 ? 2 * np : (K - 2 * p0) & ~1;
+                        mm_bf16_pairs_contiguous(row, x + 2 * p0, kn);
+                        if (kn < 2 * np) { row[np - 1] = mm_bf16_pair(x[K - 1], 0.0f); } // odd K
+                        for (int p = 0; p < np; p++) { d[(size_t)(p0 + p) * W + w] = row[p]; }
+                    }
+                }
+            } else {
+                for (int p = 0; p < KP; p++) {
+                    const float* lo = X + (size_t)(2 * p) * ld + r0;
+                    const float* hi = lo + ld;
+                    uint32_t* dp = d + (size_t)p * W;
+                    if (rn == W && 2 * p + 1 < K) {
+                        for (int w = 0; w < W; w++) { dp[w] = mm_bf16_pair(lo[w], hi[w]); }
+                    } else {
+                        for (int w = 0; w < W; w++) {
+                            float a = w < rn ? lo[w] : 0.0f;
+                            float b = (w < rn && 2 * p + 1 < K) ? hi[w] : 0.0f;
+                            dp[w] = mm_bf16_pair(a, b);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C[0:mr, 0:nr] += Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs
 static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint32_t* a, const uint32_t* b, int kp) {
     float out[MM_MR][MM_NR];
 #if MATMUL_HAVE_AVX512BF16
@@ -237,53 +334,48 @@ static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint3
     }
 }
 
-// ----------------------------------------------------------------------------
-// the tiled driver shared by both precisions
-
-// C(M,N) = beta * C + op(A) . op(B) with the blocked kernels (fp32 or bf16 inputs)
-static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
-                                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    if (M <= 0 || N <= 0) { return; }
+// C(M,N) = beta * C + bf16(op(A)) . bf16(op(B)), fp32 sums
+static void matmul_gemm_blocked_bf16(int transA, int transB, int M, int N, int K,
+                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    int KP = (K + 1) / 2;
+    int nstrips = (M + MM_MR - 1) / MM_MR, npanels = (N + MM_NR - 1) / MM_NR;
+    uint32_t* ap = mm_bf16_buffer(0, (size_t)nstrips * KP * MM_MR + 1);
+    uint32_t* bp = mm_bf16_buffer(1, (size_t)npanels * KP * MM_NR + 1);
+    mm_pack_bf16(ap, A, lda, !transA, M, K, MM_MR);
+    mm_pack_bf16(bp, B, ldb, transB, N, K, MM_NR);
     int mtiles = (M + MM_MC - 1) / MM_MC, ntiles = (N + MM_NC - 1) / MM_NC;
     int ntile_total = mtiles * ntiles;
-    #pragma omp parallel
-    {
-        // per-thread packing buffers, allocated once per thread for the life of the program
-        // (bf16 pairs take half the room of fp32, so fp32-sized buffers serve both)
-        static __thread float bpack[MM_KC * MM_NC] __attribute__((aligned(64)));
-        static __thread float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
-        #pragma omp for schedule(static)
-        for (int tile = 0; tile < ntile_total; tile++) {
-            int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
-            int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-            int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
-            for (int i = 0; i < mc; i++) {
-                float* c = C + (size_t)(i0 + i) * ldc + j0;
-                if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
-                else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
-            }
-            for (int k0 = 0; k0 < K; k0 += MM_KC) {
-                int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
-                int kp = (kc + 1) / 2;
-                if (prec == MATMUL_BF16) { mm_pack_b_bf16((uint32_t*)bpack, B, ldb, transB, k0, kc, j0, nc); }
-                else { mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc); }
-                for (int ii = 0; ii < mc; ii += MM_MR) {
-                    int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
-                    if (prec == MATMUL_BF16) { mm_pack_a_bf16((uint32_t*)apack, A, lda, transA, i0 + ii, mr, k0, kc); }
-                    else { mm_pack_a(apack, A, lda, transA, i0 + ii, mr, k0, kc); }
-                    for (int jj = 0; jj < nc; jj += MM_NR) {
-                        int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
-                        float* c = C + (size_t)(i0 + ii) * ldc + j0 + jj;
-                        if (prec == MATMUL_BF16) {
-                            mm_kernel_bf16(c, ldc, mr, nr, (const uint32_t*)apack, (const uint32_t*)bpack + (size_t)(jj / MM_NR) * kp * MM_NR, kp);
-                        } else {
-                            mm_kernel_f32(c, ldc, mr, nr, apack, bpack + (size_t)(jj / MM_NR) * kc * MM_NR, kc);
-                        }
-                    }
+    #pragma omp parallel for schedule(static)
+    for (int tile = 0; tile < ntile_total; tile++) {
+        int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
+        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
+        int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
+        for (int i = 0; i < mc; i++) {
+            float* c = C + (size_t)(i0 + i) * ldc + j0;
+            if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
+            else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
+        }
+        for (int p0 = 0; p0 < KP; p0 += MM_KCP) {
+            int np = KP - p0 < MM_KCP ? KP - p0 : MM_KCP;
+            for (int ii = 0; ii < mc; ii += MM_MR) {
+                int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
+                const uint32_t* a = ap + ((size_t)(i0 + ii) / MM_MR * KP + p0) * MM_MR;
+                for (int jj = 0; jj < nc; jj += MM_NR) {
+                    int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
+                    const uint32_t* b = bp + ((size_t)(j0 + jj) / MM_NR * KP + p0) * MM_NR;
+                    mm_kernel_bf16(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nr, a, b, np);
                 }
             }
         }
     }
+}
+
+// C(M,N) = beta * C + op(A) . op(B) with the dependency-free kernels (fp32 or bf16 inputs)
+static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
+                                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) { return; }
+    if (prec == MATMUL_BF16) { matmul_gemm_blocked_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc); }
+    else { matmul_gemm_blocked_f32(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc); }
 }
 
 // ----------------------------------------------------------------------------
