@@ -143,13 +143,13 @@ CUDA_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS) $(CUDNN_FLAGS)
 CUDA_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS) $(CUDNN_LIBS)
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu test_gpt2cu test-cuda-build cuda-info dev-cuda
+CUDA_GOALS := train_gpt2cu test_gpt2cu test-cuda-build test-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
 endif
 
-.PHONY: cuda-info cuda-check dev-cuda test-cuda-build clean-cuda
+.PHONY: cuda-info cuda-check dev-cuda test-cuda-build test-gpu clean-cuda
 cuda-info:
 	@true
 
@@ -180,6 +180,16 @@ test-cuda-build: | cuda-check
 	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
 	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
+
+# On a machine with an NVIDIA GPU, every GPU check in one command: the reference tensors, test_gpt2cu
+# in FP32 (tight tolerances) and BF16, then every dev/cuda kernel against its CPU reference.
+test-gpu: | cuda-check
+	@$(MAKE) --no-print-directory setup model
+	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=FP32 && ./test_gpt2cu
+	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=BF16 && ./test_gpt2cu
+	$(MAKE) --no-print-directory dev-cuda
+	@set -e; for f in dev/cuda/*.cu; do b=$${f%.cu}; [ "$$b" = dev/cuda/nccl_all_reduce ] && continue; echo "== $$b"; ./$$b; done
+	@echo "test-gpu: all GPU checks passed"
 
 clean-cuda:
 	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR)
