@@ -40,7 +40,7 @@ def _shape3(name: str, a: np.ndarray, dtype: type = np.float32) -> tuple[int, in
     if a.ndim != 3:
         raise ValueError(f"{name}: expected a 3-D array (B, T, C), got shape {a.shape}")
     B, T, C = (int(x) for x in a.shape)
-    check_dims(B=B, T=T, C=C)
+    check_dims(B=B, T=T, C=C, BT=B * T)
     return B, T, C
 
 
@@ -49,7 +49,7 @@ def _bt(name: str, a: np.ndarray) -> tuple[int, int]:
     if a.ndim != 2:
         raise ValueError(f"{name}: expected a 2-D int32 array (B, T), got shape {a.shape}")
     B, T = (int(x) for x in a.shape)
-    check_dims(B=B, T=T)
+    check_dims(B=B, T=T, BT=B * T)
     return B, T
 
 
@@ -65,7 +65,10 @@ def _table(name: str, a: np.ndarray, C: int, min_rows: int) -> int:
 def encoder_forward(out: np.ndarray, inp: np.ndarray, wte: np.ndarray, wpe: np.ndarray) -> None:
     """out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]."""
     B, T = _bt("inp", inp)
-    C = int(wte.shape[1]) if isinstance(wte, np.ndarray) and wte.ndim == 2 else -1
+    check_array("wte", wte, np.float32)
+    if wte.ndim != 2:
+        raise ValueError(f"wte: expected a 2-D array (Vp, C), got shape {wte.shape}")
+    C = int(wte.shape[1])
     check_dims(C=C)
     Vp = _table("wte", wte, C, 1)
     _table("wpe", wpe, C, T)
