@@ -84,18 +84,6 @@ static inline void fused_residual_forward(floatX* residual, floatX* out, float* 
     cudaCheckLaunch();
 }
 
-// plain residual add: out = inp1 + inp2 (N elements), used after the last layer
-__global__ static void residual_forward_kernel(floatX* out, const floatX* inp1, const floatX* inp2, size_t N) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) { out[i] = (floatX)(to_float(inp1[i]) + to_float(inp2[i])); }
-}
-
-static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t N, cudaStream_t stream) {
-    const int block_size = 256;
-    residual_forward_kernel<<<ceil_div(N, block_size), block_size, 0, stream>>>(out, inp1, inp2, N);
-    cudaCheckLaunch();
-}
-
 // ----------------------------------------------------------------------------
 // backward
 

@@ -1,13 +1,50 @@
 /*
 dev/cuda/attention_backward.cu: gradient of causal self-attention, dout (B, T, C) -> dinp (B, T, 3C).
 
-    version 1: the production path (llmc/attention.cuh): unpermute, batched GEMMs for datt and dv,
+    version 1: naive, one thread per (b, t, head): recomputes its attention row, writes dq and adds
+               into dk, dv with fp32 atomics (not deterministic)
+    version 2: the production path (llmc/attention.cuh): unpermute, batched GEMMs for datt and dv,
                warp-per-row causal softmax backward, batched GEMMs for dq and dk, permute back
-(A naive single-kernel version is not written yet; the CPU reference checks the production path.)
 */
 #include "common.h"
 #include "attention_common.h"
 #include "../../llmc/attention.cuh"
+
+// dinp (B, T, 3C) fp32, zeroed by the caller; att (B, NH, T, T) from the forward pass
+__global__ static void attention_backward_v1(float* dinp, const floatX* dout, const floatX* inp, const floatX* att,
+                                             int B, int T, int C, int NH) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * T * NH) { return; }
+    int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
+    int HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* a = att + (((size_t)b * NH + h) * T + t) * T;
+    const floatX* d = dout + ((size_t)b * T + t) * C + h * HS;
+    const floatX* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
+    float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * HS;
+    float dot = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        float datt = 0.0f;
+        for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
+        dot += to_float(a[t2]) * datt;
+    }
+    for (int t2 = 0; t2 <= t; t2++) {
+        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        float* dk = dinp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+        float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        float datt = 0.0f;
+        for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
+        float p = to_float(a[t2]);
+        float dpre = p * (datt - dot) * scale;
+        for (int i = 0; i < HS; i++) {
+            dq[i] += dpre * to_float(k[i]);
+            atomicAdd(&dk[i], dpre * to_float(q[i]));
+            atomicAdd(&dv[i], p * to_float(d[i]));
+        }
+    }
+}
 
 int main(int argc, char** argv) {
     const int B = 4, T = 256, C = 768, NH = 12;
@@ -34,10 +71,22 @@ int main(int argc, char** argv) {
     cublas_context_init(&ctx, stream);
     attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH);
     if (version_selected(argc, argv, 1)) {
+        float* d_dinp_f = (float*)cudaMallocCheck(3 * BTC * sizeof(float));
+        auto run = [&]() {
+            cudaCheck(cudaMemsetAsync(d_dinp_f, 0, 3 * BTC * sizeof(float), stream));
+            attention_backward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_dinp_f, d_dout, d_inp, d_att, B, T, C, NH);
+            cudaCheckLaunch();
+        };
+        run();
+        validate_result(d_dinp_f, ref_dinp, "version 1 dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
+        printf("version 1: %.3f ms\n", benchmark_kernel(10, run));
+        cudaCheck(cudaFree(d_dinp_f));
+    }
+    if (version_selected(argc, argv, 2)) {
         auto run = [&]() { attention_backward(&ctx, d_dinp, d_dqkvr, d_datt, d_scratch, d_dout, d_qkvr, d_att, B, T, C, NH); };
         run();
-        validate_result(d_dinp, ref_dinp, "version 1 (llmc) dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
-        printf("version 1 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
+        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
     }
     cublas_context_free(&ctx);
     cudaCheck(cudaStreamDestroy(stream));
