@@ -234,7 +234,7 @@ generate: generate.c train_gpt2.c $(LLMC_HEADERS)
 # code); pyllmc/_build.py takes its compiler and linker flags from `make pyllmc-flags` (CFLAGS, LDLIBS and
 # H6's BLAS_CFLAGS, BLAS_LDLIBS, so BLAS=mkl|openblas|none selects the GEMM here too).
 PYLLMC_EXT = pyllmc/_llmc$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-.PHONY: pyllmc pyllmc-flags
+.PHONY: pyllmc pyllmc-flags clean-pyllmc
 pyllmc:
 	@$(MAKE) --no-print-directory $(PYLLMC_EXT)
 
@@ -244,6 +244,10 @@ pyllmc/_llmc%: train_gpt2.c $(LLMC_HEADERS) pyllmc/_capi.h pyllmc/_build.py
 pyllmc-flags:
 	@echo 'cflags: $(CFLAGS) $(BLAS_CFLAGS)'
 	@echo 'ldlibs: $(LDLIBS) $(BLAS_LDLIBS)'
+
+clean-pyllmc:
+	rm -f pyllmc/_llmc.c pyllmc/_llmc.o pyllmc/_llmc*.so
+	rm -rf pyllmc/__pycache__ pyllmc.egg-info
 
 # ---------------------------------------------------------------------------- Reliability (H8): fuzzing, sanitizers, crash safety
 # libFuzzer harnesses (dev/fuzz/fuzz_*.c, one per file loader) need clang with compiler-rt; `fuzz-deps`
@@ -305,7 +309,9 @@ endif
 BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
 BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
 
-train_gpt2 test_gpt2 dev/test/test_matmul: CFLAGS += $(BLAS_CFLAGS)
+# -fno-math-errno: sqrtf and friends may use vector instructions (AdamW); results are unchanged
+CPU_SPEED_CFLAGS := -fno-math-errno
+train_gpt2 test_gpt2 dev/test/test_matmul: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 train_gpt2 test_gpt2 dev/test/test_matmul: LDLIBS += $(BLAS_LDLIBS)
 
 .PHONY: blas-check
@@ -314,10 +320,10 @@ blas-check:
 	@test "$(BLAS)" != openblas -o -n "$(OPENBLAS_DIR)" || { echo "error: BLAS=openblas: scipy-openblas32 not found in the venv (pip install scipy-openblas32, or make setup)"; exit 1; }
 
 train_gpt2_%: train_gpt2.c $(LLMC_HEADERS) | blas-check
-	$(TRAIN_CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(TRAIN_DEFS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+	$(TRAIN_CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) $(TRAIN_DEFS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
 test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) | blas-check
-	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
 dev/test/test_matmul_%: dev/test/test_matmul.c dev/test/test_common.h $(LLMC_HEADERS) | blas-check
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@

@@ -1,9 +1,10 @@
 """pyllmc.GPT2 against train_gpt2.py's debug state (d2), plus views, sampling, checkpoints and bad input.
 
-Tolerances (the C trainer's own test, test_gpt2.c, uses the same or looser ones):
-    logits  max abs diff <= 1e-4          loss  abs diff <= 1e-5
-    each of the 16 gradients  max abs diff <= 1e-3 * max |reference gradient|
-    10 AdamW steps on the recorded batch: each loss within 1e-4 of the reference's
+Tolerances (about 10x what was measured here: logits 7.7e-7, loss 0, gradients 8.7e-7 relative,
+step losses 1.9e-6; the C trainer's test_gpt2.c uses 1e-4, 1e-5, 1e-3 relative and 1e-4):
+    logits  max abs diff <= 1e-5          loss  abs diff <= 1e-5
+    each of the 16 gradients  max abs diff <= 1e-5 * max |reference gradient|
+    10 AdamW steps on the recorded batch: each loss within 2e-5 of the reference's
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from conftest import make
 
-LOGITS_TOL, LOSS_TOL, GRAD_REL_TOL, STEP_LOSS_TOL = 1e-4, 1e-5, 1e-3, 1e-4
+LOGITS_TOL, LOSS_TOL, GRAD_REL_TOL, STEP_LOSS_TOL = 1e-5, 1e-5, 1e-5, 2e-5
 
 
 @pytest.fixture(scope="module")
