@@ -220,13 +220,19 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
     """Model from a name (gpt2*, dN, or a local Hugging Face directory); returns it and its file-name stem."""
     if name.startswith("d") and name[1:].isdigit():
         depth = int(name[1:])
+        if depth < 1:
+            raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d12)")
         model = GPT(depth_config(depth), flash)
         model.init_weights(seed)
         return model, f"gpt2_{DEPTH_SIZES.get(depth, name)}"
     if Path(name).is_dir():
         from transformers import GPT2LMHeadModel
 
-        model = from_hf_model(GPT2LMHeadModel.from_pretrained(name), flash)
+        try:
+            hf = GPT2LMHeadModel.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--model {name}: not a Hugging Face GPT-2 directory ({' '.join(str(e).split())[:200]})") from None
+        model = from_hf_model(hf, flash)
         return model, f"gpt2_{Path(name).name}"
     if name not in PRETRAINED:
         raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12) or a directory")
@@ -503,6 +509,8 @@ def train(args: argparse.Namespace) -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
 
     B, T = args.batch_size, args.sequence_length
+    if B < 1 or T < 1:
+        raise UserError(f"--batch_size {B} and --sequence_length {T} must both be at least 1")
     tokens_per_step = B * T * world
     total_batch = args.total_batch_size if args.total_batch_size > 0 else tokens_per_step
     if total_batch % tokens_per_step:
@@ -620,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         train(args)
-    except (UserError, DataFormatError) as e:
+    except (UserError, DataFormatError, OSError) as e:  # OSError: e.g. --output_dir is a file
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

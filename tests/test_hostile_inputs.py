@@ -370,3 +370,52 @@ def test_checkpoint_hostile_in_the_python_exporter(base: Path, tmp_path: Path, c
         export_hf.read_checkpoint(bad)
     message = str(info.value)
     assert "\n" not in message and str(bad) in message, message
+
+
+# ----------------------------------------------------------------------------- Python command lines on bad input
+
+TRAIN_PY_CASES = [
+    ("depth 0", ["--model", "d0"], "--model d0"),
+    ("directory without weights as --model", ["--model", "{tmp}"], "not a Hugging Face GPT-2 directory"),
+    ("batch size 0", ["--model", "d1", "--batch_size", "0"], "--batch_size 0"),
+    ("sequence length 0", ["--model", "d1", "--sequence_length", "0"], "--sequence_length 0"),
+    ("output dir is a file", ["--model", "d1", "--output_dir", "{tmp}/afile"], "afile"),
+    ("shard is a directory", ["--model", "d1", "--input_bin", "{tmp}"], "is a directory"),
+]
+
+
+@pytest.mark.parametrize("case", TRAIN_PY_CASES, ids=[c[0] for c in TRAIN_PY_CASES])
+def test_train_gpt2_py_bad_input_is_one_error_line(base: Path, tmp_path: Path, capsys, case) -> None:
+    ref = load_module("train_gpt2_ref", REPO / "train_gpt2.py")
+    name, args, expected = case
+    (tmp_path / "afile").write_text("not a directory")
+    argv = ["--input_bin", str(base / "shard_gpt2.bin"), "--num_iterations", "1", "--write_tensors", "0",
+            "--batch_size", "1", "--sequence_length", "8"] + [a.format(tmp=tmp_path) for a in args]
+    status = ref.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1, err
+    assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
+
+
+DATA_SCRIPTS = ["tinyshakespeare", "tinystories", "fineweb", "hellaswag"]
+
+
+@pytest.mark.parametrize("script", DATA_SCRIPTS + ["../write_bpe", "../eval/export_hf", "../vislog"])
+def test_python_script_unknown_flag_is_one_error_line(tmp_path: Path, script: str) -> None:
+    required = ["-i", "x.bin", "-o", "out"] if script.endswith("export_hf") else []
+    proc = subprocess.run([PYTHON, REPO / "dev" / "data" / f"{script}.py", *required, "--no-such-flag", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "--no-such-flag" in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["tinyshakespeare", "tinystories", "hellaswag"])
+def test_data_script_unwritable_data_dir_is_one_error_line(tmp_path: Path, script: str) -> None:
+    (tmp_path / "afile").write_text("a file where a directory should be")
+    proc = subprocess.run([PYTHON, REPO / "dev" / "data" / f"{script}.py", "--data_dir", tmp_path / "afile" / "sub"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "afile" in err[0], proc.stderr[-2000:]
