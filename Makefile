@@ -232,7 +232,8 @@ generate: generate.c train_gpt2.c $(LLMC_HEADERS)
 # ---------------------------------------------------------------------------- Python bindings (H7): pyllmc
 # `make pyllmc` compiles pyllmc/_llmc*.so in place with cffi from train_gpt2.c and llmc/ (no copy of the C
 # code); pyllmc/_build.py takes its compiler and linker flags from `make pyllmc-flags` (CFLAGS, LDLIBS and
-# H6's BLAS_CFLAGS, BLAS_LDLIBS, so BLAS=mkl|openblas|none selects the GEMM here too).
+# H6's BLAS_CFLAGS, BLAS_LDLIBS, CPU_SPEED_CFLAGS: BLAS=mkl|openblas|none selects the GEMM here too, and
+# the extension computes exactly what ./train_gpt2 computes, as fast).
 PYLLMC_EXT = pyllmc/_llmc$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 .PHONY: pyllmc pyllmc-flags clean-pyllmc
 pyllmc:
@@ -242,7 +243,7 @@ pyllmc/_llmc%: train_gpt2.c $(LLMC_HEADERS) pyllmc/_capi.h pyllmc/_build.py
 	$(PY) pyllmc/_build.py
 
 pyllmc-flags:
-	@echo 'cflags: $(CFLAGS) $(BLAS_CFLAGS)'
+	@echo 'cflags: $(CFLAGS) $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)'
 	@echo 'ldlibs: $(LDLIBS) $(BLAS_LDLIBS)'
 
 clean-pyllmc:
