@@ -158,6 +158,31 @@ def test_resume_continues_bit_identically(binaries, tmp_path: Path) -> None:
     assert sample(straight.stdout) == sample(resumed.stdout)
 
 
+def test_mpi_zero1_resume_continues_bit_identically(binaries, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-b", 2, "-t", 16, "-x", 8, "-v", 0, "-n", 4, "-z", 1, "-c", 0.1]
+    train(binaries[0], tmp_path, *flags, "-o", "straight", mpi_ranks=2)
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ["model_00000004.bin", "state_00000004_00000.bin", "state_00000004_00001.bin", "DONE_00000004"]:
+        shutil.copy(tmp_path / "straight" / name, part / name)
+    train(binaries[0], tmp_path, *flags, "-o", "part", "-y", 1, mpi_ranks=2)
+    assert train_losses(tmp_path / "straight" / "main.log")[4:] == train_losses(part / "main.log")
+    assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
+
+
+def test_loads_bf16_checkpoint_widened_to_fp32(binaries, d2_ref: Path, tmp_path: Path) -> None:
+    bf16 = d2_ref / "gpt2_d2_bf16.bin"
+    train(binaries[0], tmp_path, "-e", bf16, "-x", 0, "-v", 0, "-n", 1, "-o", "out")
+    out = tmp_path / "out" / "model_00000000.bin"
+    h_ours, h_bf16 = np.fromfile(out, dtype="<i4", count=256), np.fromfile(bf16, dtype="<i4", count=256)
+    assert h_bf16[1] == 5 and h_ours[1] == 3
+    assert list(h_ours[2:8]) == list(h_bf16[2:8])
+    ours = np.fromfile(out, dtype="<u4", offset=1024)
+    theirs = np.fromfile(bf16, dtype="<u2", offset=1024)
+    assert ours.size == theirs.size == d2_num_params()
+    assert np.array_equal(ours, theirs.astype("<u4") << 16)
+
+
 def test_same_seed_same_data_same_losses(binaries, tmp_path: Path) -> None:
     flags = ["-e", "d1", "-b", 2, "-t", 16, "-x", 5, "-v", 0]
     train(binaries[0], tmp_path, *flags, "-o", "a")
