@@ -36,6 +36,7 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 #include "llmc/rand.h"
 #include "llmc/checkpoint.h"
 #include "llmc/matmul.h"
+#include "llmc/vecmath.h"
 
 // ----------------------------------------------------------------------------
 // all the individual layers' forward and backward passes
@@ -269,15 +270,16 @@ void attention_backward(float* dinp, const float* dout, const float* inp, const 
     }
 }
 
+// GELU with llmc/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
 void gelu_forward(float* out, const float* inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
-    #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) { out[i] = gelu_tanh_forward(inp[i]); }
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) { dinp[i] += gelu_tanh_grad(inp[i]) * dout[i]; }
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
 }
 
 void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
