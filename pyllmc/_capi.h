@@ -93,13 +93,13 @@ static void pyllmc_capture_end_(int failed) {
     pyllmc_guard_.captured = NULL;
 }
 
-// Runs `body` with exit() turned into a return of 1 from the enclosing function (0 on success).
+// Runs the statements with exit() turned into a return of 1 from the enclosing function (0 on success).
 #define PYLLMC_GUARDED(...)                                    \
     do {                                                       \
         pyllmc_capture_begin_();                               \
         if (setjmp(pyllmc_guard_.env) == 0) {                  \
             pyllmc_guard_.active = 1;                          \
-            __VA_ARGS__;                                          \
+            __VA_ARGS__;                                       \
             pyllmc_guard_.active = 0;                          \
             pyllmc_capture_end_(0);                            \
             return 0;                                          \
