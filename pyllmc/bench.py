@@ -20,6 +20,7 @@ import pyllmc.model as model_module
 from pyllmc._core import ffi, lib
 from pyllmc.data import DataLoader
 from pyllmc.model import GPT2
+from pyllmc.train import Parser
 
 
 class TimedLib:
@@ -61,7 +62,7 @@ def raw_step(model: GPT2, x: np.ndarray, y: np.ndarray, t: int) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m pyllmc.bench", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-e", default="d12", help="model descriptor or checkpoint")
     p.add_argument("-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin", help="train shards")
     p.add_argument("-b", type=int, default=4, help="batch size B")

@@ -34,8 +34,15 @@ class UserError(Exception):
     """Bad flags or files: reported as one line, exit status 1."""
 
 
+class Parser(argparse.ArgumentParser):
+    """An unknown or malformed flag is one `error:` line (exit 2), not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pyllmc.train", add_help=False,
+    p = Parser(prog="python -m pyllmc.train", add_help=False,
                                 description="Trains GPT-2 with llmc's C engine from Python; "
                                             "data-parallel under mpirun (gradients averaged with mpi4py).",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

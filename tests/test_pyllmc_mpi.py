@@ -46,6 +46,14 @@ def test_help_lists_the_trainer_flags(built):
     assert "mpirun" in out or "data-parallel" in out
 
 
+@pytest.mark.parametrize("module", ["pyllmc.train", "pyllmc.bench"])
+def test_unknown_flag_is_one_error_line(built, module):
+    proc = run([sys.executable, "-m", module, "--no-such-flag", "1"], check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--no-such-flag" in lines[0], proc.stderr
+
+
 @pytest.mark.parametrize("args,needle", [
     (["-i", "/nonexistent/*.bin"], "/nonexistent/*.bin: no such file (flag -i"),
     (["-e", "d0"], "-e d0: bad model descriptor"),
