@@ -5,7 +5,6 @@ else uses d1/d2 models with small B and T.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
@@ -18,7 +17,6 @@ from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, make, run
 
 V, VP = 50257, 50304
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
-TORCH_ENV = {"OMP_NUM_THREADS": "2"}
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -29,12 +27,9 @@ def binaries() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def d2_ref(tmp_path_factory: pytest.TempPathFactory, tinyshakespeare) -> Path:
-    """gpt2_d2.bin, gpt2_d2_debug_state.bin (B=4, T=64) and gpt2_tokenizer.bin, written by train_gpt2.py."""
-    d = tmp_path_factory.mktemp("c_trainer_d2")
-    run([PYTHON, REPO / "train_gpt2.py", "--model", "d2", "--input_bin", TS_TRAIN, "--batch_size", 4,
-         "--sequence_length", 64, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42], cwd=d, env=TORCH_ENV)
-    return d
+def d2_ref(d2_reference: Path) -> Path:
+    """gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin (B=4, T=64), gpt2_tokenizer.bin (conftest)."""
+    return d2_reference
 
 
 def train(binary: Path, cwd: Path, *flags: object, env: dict | None = None, mpi_ranks: int = 0,
