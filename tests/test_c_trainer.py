@@ -259,6 +259,23 @@ def test_hellaswag_eval_is_logged(binaries, tmp_path: Path) -> None:
         assert round(float(acc) * 6, 4) in {0, 1, 2, 3, 4, 5, 6}  # k of the 6 examples right
 
 
+def test_sample_without_tokenizer_prints_token_ids(binaries, tmp_path: Path) -> None:
+    proc = train(binaries[0], tmp_path, "-e", "d1", "-b", 1, "-t", 8, "-x", 1, "-v", 0, "-s", 1, "-g", 5)
+    sample = proc.stdout.split("generating:\n---\n")[1].split("\n---")[0]
+    assert len(sample.split()) == 5 and all(0 <= int(tok) < V for tok in sample.split())
+    warnings = [line for line in proc.stderr.splitlines() if "gpt2_tokenizer.bin" in line]
+    assert len(warnings) == 1 and "python train_gpt2.py" in warnings[0]
+    assert "error:" not in proc.stderr
+
+
+def test_sample_is_decoded_with_the_tokenizer(binaries, d2_ref: Path, tmp_path: Path) -> None:
+    shutil.copy(d2_ref / "gpt2_tokenizer.bin", tmp_path / "gpt2_tokenizer.bin")
+    proc = train(binaries[0], tmp_path, "-e", "d1", "-b", 1, "-t", 8, "-x", 1, "-v", 0, "-s", 1, "-g", 5)
+    sample = proc.stdout.split("generating:\n---\n")[1].split("\n---")[0]
+    assert sample and not re.fullmatch(r"[\d ]+", sample)
+    assert "gpt2_tokenizer.bin" not in proc.stderr
+
+
 def test_help_lists_every_flag(binaries) -> None:
     proc = run([binaries[0], "--help"])
     for flag in ["-i", "-j", "-e", "-o", "-b", "-t", "-d", "-x", "-k", "-l", "-u", "-q", "-c", "-v", "-m", "-s",
