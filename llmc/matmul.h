@@ -75,15 +75,13 @@ static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {
 #define MM_MC 48
 #define MM_NC 128
 
+// 16 floats as one GCC vector: AVX-512 with -march=native, split into smaller registers
+// otherwise. Vectors are passed by pointer only (no vector-ABI questions without AVX-512).
 typedef float mm_v16 __attribute__((vector_size(64)));
 
-static inline mm_v16 mm_load16(const float* p) {
-    mm_v16 v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
+static inline void mm_load16(mm_v16* v, const float* p) { memcpy(v, p, sizeof(*v)); }
 
-static inline void mm_store16(float* p, mm_v16 v) { memcpy(p, &v, sizeof(v)); }
+static inline void mm_store16(float* p, const mm_v16* v) { memcpy(p, v, sizeof(*v)); }
 
 // fp32 -> bf16 bits, round to nearest even (NaN kept quiet); the top 16 bits of a float
 static inline uint16_t mm_bf16_round(float x) {
@@ -143,7 +141,9 @@ static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float*
     mm_v16 acc[MM_MR][2];
     for (int i = 0; i < MM_MR; i++) { acc[i][0] = (mm_v16){0}; acc[i][1] = (mm_v16){0}; }
     for (int k = 0; k < kc; k++) {
-        mm_v16 b0 = mm_load16(b + k * MM_NR), b1 = mm_load16(b + k * MM_NR + 16);
+        mm_v16 b0, b1;
+        mm_load16(&b0, b + k * MM_NR);
+        mm_load16(&b1, b + k * MM_NR + 16);
         for (int i = 0; i < MM_MR; i++) {
             mm_v16 ai = (mm_v16){0} + a[k * MM_MR + i];
             acc[i][0] += ai * b0;
@@ -153,12 +153,17 @@ static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float*
     for (int i = 0; i < mr; i++) {
         float* c = C + (size_t)i * ldc;
         if (nr == MM_NR) {
-            mm_store16(c, mm_load16(c) + acc[i][0]);
-            mm_store16(c + 16, mm_load16(c + 16) + acc[i][1]);
+            mm_v16 c0, c1;
+            mm_load16(&c0, c);
+            mm_load16(&c1, c + 16);
+            c0 += acc[i][0];
+            c1 += acc[i][1];
+            mm_store16(c, &c0);
+            mm_store16(c + 16, &c1);
         } else {
             float tmp[MM_NR];
-            mm_store16(tmp, acc[i][0]);
-            mm_store16(tmp + 16, acc[i][1]);
+            mm_store16(tmp, &acc[i][0]);
+            mm_store16(tmp + 16, &acc[i][1]);
             for (int j = 0; j < nr; j++) { c[j] += tmp[j]; }
         }
     }
