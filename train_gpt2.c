@@ -10,8 +10,15 @@ Read it top to bottom:
 
 Shapes: B batch, T time (sequence length), C channels, V vocab (50257), Vp padded vocab
 (50304), L layers, NH heads, HS = C / NH head size, OC output channels of a matmul.
-Everything is fp32. The same seed, data and thread count give bit-identical results:
-every reduction runs in a fixed order whatever the number of OpenMP threads.
+Parameters, gradients and optimizer state are fp32. The same seed, data and thread count
+give bit-identical results (every reduction here runs in a fixed order), and a run resumed
+from a checkpoint continues bit-identically.
+
+Usage (./train_gpt2 --help lists every flag with its default):
+  ./train_gpt2                                  the CPU demo: gpt2_124M.bin on tinyshakespeare
+  ./train_gpt2 -e d12 -x 100 -o out -n 50       GPT-2 124M from scratch, checkpoints in out/
+  ./train_gpt2 -e d12 -x 100 -o out -n 50 -y 1  ...resumed from the newest checkpoint in out/
+  mpirun -np 2 ./train_gpt2 -b 2 -z 1           2 processes, each half the batch, ZeRO-1 AdamW
 
 The model matches train_gpt2.py (PyTorch): tanh GELU, LayerNorm eps 1e-5, lm_head tied to
 wte, causal attention scaled by 1/sqrt(HS), loss = mean cross-entropy over B*T tokens.
