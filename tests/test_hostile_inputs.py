@@ -90,6 +90,10 @@ def base(tmp_path_factory) -> Path:
     """Valid files: tiny checkpoint (fp32, bf16) + debug state, tokenizer, shards, eval file, a training checkpoint."""
     make("train_gpt2", "test_gpt2")
     d = tmp_path_factory.mktemp("hostile_base")
+    # a single-process build of the trainer: the MPI build's MPI_Init alone takes about a second per
+    # run; the loaders are the same code (test_mpi_build_refuses_hostile_files checks that build too)
+    subprocess.run(["gcc", "-O2", "-std=gnu11", "-fopenmp", "-Wno-psabi", REPO / "train_gpt2.c", "-lm", "-o",
+                    d / "train_gpt2"], check=True, capture_output=True)
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "tiktoken_cache"))
     import torch
 
@@ -98,6 +102,10 @@ def base(tmp_path_factory) -> Path:
     model.init_weights(42)
     ref.write_model(model, d / "tiny.bin", "float32")
     ref.write_model(model, d / "tiny_bf16.bin", "bfloat16")
+    # the GPT-2 vocabulary with a tiny body, for the shard and eval cases (ids up to 50256)
+    model_v = ref.GPT(ref.GPTConfig(block_size=32, vocab_size=50257, n_layer=1, n_head=2, n_embd=8))
+    model_v.init_weights(42)
+    ref.write_model(model_v, d / "tiny_v.bin", "float32")
     x = torch.tensor([[1, 2, 3, 4], [0, 1, 2, 3]])
     y = torch.tensor([[2, 3, 4, 0], [1, 2, 3, 4]])
     ref.write_debug_state(model, x, y, d / "debug.bin", ref.DebugOptimizer(steps=2))
@@ -109,7 +117,7 @@ def base(tmp_path_factory) -> Path:
                  "ending_tokens": [rng.integers(0, 50257, 2 + k).tolist() for k in range(4)]} for i in range(3)]
     write_evalfile(d / "eval.bin", examples)
     # a training run's checkpoint dir (model_00000001.bin, state_00000001_00000.bin, DONE_00000001)
-    o = run_limited([REPO / "train_gpt2", "-e", d / "tiny.bin", "-i", d / "shard_tiny.bin", "-j", "", "-b", 1,
+    o = run_limited([d / "train_gpt2", "-e", d / "tiny.bin", "-i", d / "shard_tiny.bin", "-j", "", "-b", 1,
                       "-t", 8, "-x", 1, "-n", 1, "-o", d / "run", "-s", 0, "-v", 0], cwd=d)
     assert o.returncode == 0, o.stderr
     assert (d / "run" / "DONE_00000001").exists()
@@ -158,7 +166,7 @@ def test_checkpoint_hostile(base: Path, tmp_path: Path, case: Case, program: str
     bad = tmp_path / "bad_model.bin"
     bad.write_bytes(damage((base / "tiny.bin").read_bytes()))
     if program == "train_gpt2":
-        cmd = [REPO / "train_gpt2", "-e", bad, "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
+        cmd = [base / "train_gpt2", "-e", bad, "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
     else:
         cmd = [REPO / "test_gpt2", "-e", bad, "-s", base / "debug.bin"]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
@@ -167,7 +175,7 @@ def test_checkpoint_hostile(base: Path, tmp_path: Path, case: Case, program: str
 def test_bf16_checkpoint_one_byte_short(base: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad_bf16.bin"
     bad.write_bytes((base / "tiny_bf16.bin").read_bytes()[:-1])
-    cmd = [REPO / "train_gpt2", "-e", bad, "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
+    cmd = [base / "train_gpt2", "-e", bad, "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
     assert_refused(run_limited(cmd, tmp_path), bad, "bf16")
 
 
@@ -219,7 +227,7 @@ def test_tokenizer_hostile(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
     bad = tmp_path / "gpt2_tokenizer.bin"  # the trainer reads it from the working directory
     bad.write_bytes(damage((base / "gpt2_tokenizer.bin").read_bytes()))
-    cmd = [REPO / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
+    cmd = [base / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
            "-x", 1, "-s", 0, "-v", 0]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
 
@@ -242,7 +250,7 @@ def test_shard_hostile_in_the_trainer(base: Path, tmp_path: Path, case: Case) ->
     name, damage, keyword = case
     bad = tmp_path / "bad_shard.bin"
     bad.write_bytes(damage((base / "shard_gpt2.bin").read_bytes()))
-    cmd = [REPO / "train_gpt2", "-e", "d1", "-i", bad, "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
+    cmd = [base / "train_gpt2", "-e", base / "tiny_v.bin", "-i", bad, "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
 
 
@@ -311,7 +319,7 @@ def test_eval_file_hostile_in_the_trainer(base: Path, tmp_path: Path, case: Case
     name, damage, keyword = case
     bad = tmp_path / "bad_eval.bin"
     bad.write_bytes(damage((base / "eval.bin").read_bytes()))
-    cmd = [REPO / "train_gpt2", "-e", "d1", "-i", base / "shard_gpt2.bin", "-j", "", "-b", 4, "-t", 32, "-x", 1,
+    cmd = [base / "train_gpt2", "-e", base / "tiny_v.bin", "-i", base / "shard_gpt2.bin", "-j", "", "-b", 4, "-t", 32, "-x", 1,
            "-s", 0, "-v", 1, "-h", 1, "-he", bad]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
 
@@ -325,6 +333,23 @@ def test_eval_file_hostile_in_the_python_reader(base: Path, tmp_path: Path, case
         read_evalfile(bad)
     message = str(info.value)
     assert "\n" not in message and str(bad) in message, message
+
+
+def test_mpi_build_refuses_hostile_files(base: Path, tmp_path: Path) -> None:
+    """The ./train_gpt2 of `make` (MPI build when mpicc is there) gives the same single error lines."""
+    bad_model = tmp_path / "bad_model.bin"
+    bad_model.write_bytes(i32((base / "tiny.bin").read_bytes(), 3, 1 << 30))
+    bad_shard = tmp_path / "bad_shard.bin"
+    bad_shard.write_bytes(u16_at((base / "shard_gpt2.bin").read_bytes(), 1024 + 10, 65535))
+    bad_eval = tmp_path / "bad_eval.bin"
+    bad_eval.write_bytes(i32((base / "eval.bin").read_bytes(), 2, 2**31 - 1))
+    common = ["-j", "", "-b", 4, "-t", 8, "-x", 1, "-s", 0]
+    for flags, bad, keyword in [
+        (["-e", bad_model, "-i", base / "shard_tiny.bin"], bad_model, "vocab size V"),
+        (["-e", base / "tiny_v.bin", "-i", bad_shard], bad_shard, "65535"),
+        (["-e", base / "tiny_v.bin", "-i", base / "shard_gpt2.bin", "-v", 1, "-h", 1, "-he", bad_eval], bad_eval, "examples"),
+    ]:
+        assert_refused(run_limited([REPO / "train_gpt2", *common, *flags], tmp_path), bad, keyword)
 
 
 STATE = "state_00000001_00000.bin"
@@ -354,7 +379,7 @@ def test_resume_from_hostile_checkpoint_dir(base: Path, tmp_path: Path, case) ->
     shutil.copytree(base / "run", run_dir)
     bad = run_dir / which
     bad.write_bytes(damage(bad.read_bytes()))
-    cmd = [REPO / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
+    cmd = [base / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
            "-x", 2, "-n", 1, "-o", run_dir, "-y", 1, "-s", 0, "-v", 0]
     named = base / "shard_tiny.bin" if keyword == "cannot resume" else bad
     assert_refused(run_limited(cmd, tmp_path), named, keyword)
