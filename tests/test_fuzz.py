@@ -1,10 +1,11 @@
 """libFuzzer harnesses of every C file loader (dev/fuzz/), under AddressSanitizer and UBSan.
 
-Each harness runs for FUZZ_TIME seconds (default 15) on a seed corpus written by llmc's own writers
-(dev/fuzz/make_corpus.py) and must finish without a crash, sanitizer report, leak of the loader's
-memory or files, or an allocation above FUZZ_MALLOC_LIMIT_MB (a header that claims more than the
-file holds must be refused before anything is allocated). Every input in dev/fuzz/regressions/
-(crashes found earlier, now fixed) is replayed by the harness its name starts with.
+Each harness runs for FUZZ_TIME seconds (default 10; `make fuzz FUZZ_TIME=60` for longer) on a seed
+corpus written by llmc's own writers (dev/fuzz/make_corpus.py) and must finish without a crash, a
+sanitizer report, a leak of the loader's memory or files, or an allocation above
+FUZZ_MALLOC_LIMIT_MB (a header that claims more than the file holds must be refused before anything
+is allocated). Every input in dev/fuzz/regressions/ (crashes found earlier, now fixed) is replayed
+by the harness its name starts with. Runtime: 7 x FUZZ_TIME s plus about 25 s of builds and seeds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from conftest import PYTHON, REPO, run
 
 HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
-FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "15"))
+FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "10"))
 FUZZ_MALLOC_LIMIT_MB = 64  # seeds are a few KB: no loader may need more for them
 REGRESSIONS = REPO / "dev" / "fuzz" / "regressions"
 

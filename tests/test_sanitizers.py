@@ -99,13 +99,13 @@ def test_train_gpt2_run_and_resume_are_clean_under_asan_and_ubsan(san_dir: Path,
     write_evalfile(d1_reference / "eval.bin", examples)
     exe = build(REPO / "train_gpt2.c", san_dir / "train_gpt2")
     logs = san_dir / "logs_train_gpt2"
-    flags = ["-e", "gpt2_d1.bin", "-i", TS_TRAIN, "-j", TS_TRAIN, "-b", 4, "-t", 16, "-v", 2, "-m", 1, "-s", 3, "-g", 4,
+    flags = ["-e", "gpt2_d1.bin", "-i", TS_TRAIN, "-j", TS_TRAIN, "-b", 4, "-t", 16, "-v", 2, "-m", 1, "-s", 2, "-g", 3,
              "-h", 1, "-he", "eval.bin", "-n", 2, "-o", "run"]
-    first = run([exe, *flags, "-x", 3], cwd=d1_reference, check=False, env=sanitizer_env(logs), timeout=900)
+    first = run([exe, *flags, "-x", 2], cwd=d1_reference, check=False, env=sanitizer_env(logs), timeout=900)
     assert not sanitizer_reports(logs), "\n".join(sanitizer_reports(logs))
     assert first.returncode == 0, f"exit {first.returncode}\n{first.stdout[-3000:]}\n{first.stderr[-3000:]}"
-    assert (d1_reference / "run" / "DONE_00000003").exists()
-    resumed = run([exe, *flags, "-x", 4, "-y", 1], cwd=d1_reference, check=False, env=sanitizer_env(logs), timeout=900)
+    assert (d1_reference / "run" / "DONE_00000002").exists()
+    resumed = run([exe, *flags, "-x", 3, "-y", 1], cwd=d1_reference, check=False, env=sanitizer_env(logs), timeout=900)
     assert not sanitizer_reports(logs), "\n".join(sanitizer_reports(logs))
     assert resumed.returncode == 0, f"exit {resumed.returncode}\n{resumed.stdout[-3000:]}\n{resumed.stderr[-3000:]}"
-    assert "resumed from" in resumed.stdout and (d1_reference / "run" / "DONE_00000004").exists()
+    assert "resumed from" in resumed.stdout and (d1_reference / "run" / "DONE_00000003").exists()
