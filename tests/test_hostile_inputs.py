@@ -88,7 +88,7 @@ def load_module(name: str, path: Path):
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """Valid files: tiny checkpoint (fp32, bf16) + debug state, tokenizer, shards, eval file, a training checkpoint."""
-    make("train_gpt2", "test_gpt2")
+    make("train_gpt2", "test_gpt2", "encode")
     d = tmp_path_factory.mktemp("hostile_base")
     # a single-process build of the trainer: the MPI build's MPI_Init alone takes about a second per
     # run; the loaders are the same code (test_mpi_build_refuses_hostile_files checks that build too)
@@ -116,6 +116,12 @@ def base(tmp_path_factory) -> Path:
     examples = [{"label": i % 4, "ctx_tokens": rng.integers(0, 50257, 5 + i).tolist(),
                  "ending_tokens": [rng.integers(0, 50257, 2 + k).tolist() for k in range(4)]} for i in range(3)]
     write_evalfile(d / "eval.bin", examples)
+    # a small BPE ranks file (tiktoken's first 300 ranks) with dev/write_bpe.py's writer
+    import tiktoken
+
+    write_bpe = load_module("write_bpe_hostile", REPO / "dev" / "write_bpe.py")
+    ranks = {t: r for t, r in tiktoken.get_encoding("gpt2")._mergeable_ranks.items() if r < 300}
+    (d / "bpe.bin").write_bytes(write_bpe.bpe_file_bytes(ranks, 300))
     # a training run's checkpoint dir (model_00000001.bin, state_00000001_00000.bin, DONE_00000001)
     o = run_limited([d / "train_gpt2", "-e", d / "tiny.bin", "-i", d / "shard_tiny.bin", "-j", "", "-b", 1,
                       "-t", 8, "-x", 1, "-n", 1, "-o", d / "run", "-s", 0, "-v", 0], cwd=d)
@@ -444,3 +450,41 @@ def test_data_script_unwritable_data_dir_is_one_error_line(tmp_path: Path, scrip
     assert proc.returncode == 1, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "afile" in err[0], proc.stderr[-2000:]
+
+
+BPE_CASES: list[Case] = [
+    ("n_tokens 2^24 with max_len 255 (overflowed int)", lambda b: i32(i32(i32(i32(b, 2, 1 << 24), 3, 1 << 24), 4, 1 << 24), 5, 255),
+     "does not match"),
+    ("n_tokens 2^30", lambda b: i32(b, 2, 1 << 30), "n_tokens"),
+    ("n_tokens negative", lambda b: i32(b, 2, -1), "n_tokens"),
+    ("eot below n_tokens", lambda b: i32(b, 3, 5), "eot_token"),
+    ("max_len 0", lambda b: i32(b, 5, 0), "max_len"),
+    ("total_bytes 2^31-1", lambda b: i32(b, 4, 2**31 - 1), "total_bytes"),
+    ("token of length 0", lambda b: b[:1024] + b"\0" + b[1025:], "length 0"),
+    ("two equal tokens", lambda b: b[:1024 + 2] + b[1024:1025] + b[1025:1026] + b[1024 + 4:], "equal"),
+    ("one byte short", lambda b: b[:-1], "does not match"),
+    ("header only", lambda b: b[:1024], "does not match"),
+    ("zero length", lambda b: b"", "BPE"),
+]
+
+
+@pytest.mark.parametrize("case", BPE_CASES, ids=[c[0] for c in BPE_CASES])
+def test_bpe_ranks_hostile_in_encode(base: Path, tmp_path: Path, case: Case) -> None:
+    name, damage, keyword = case
+    bad = tmp_path / "bad_bpe.bin"
+    bad.write_bytes(damage((base / "bpe.bin").read_bytes()))
+    proc = subprocess.run([REPO / "encode", "-b", bad], input=b"Hello world", cwd=tmp_path, capture_output=True,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)), timeout=60)
+    assert_refused(Outcome(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")),
+                   bad, keyword)
+
+
+@pytest.mark.parametrize("case", TOKENIZER_CASES, ids=[c[0] for c in TOKENIZER_CASES])
+def test_tokenizer_hostile_in_encode_decode(base: Path, tmp_path: Path, case: Case) -> None:
+    name, damage, keyword = case
+    bad = tmp_path / "bad_tokenizer.bin"
+    bad.write_bytes(damage((base / "gpt2_tokenizer.bin").read_bytes()))
+    proc = subprocess.run([REPO / "encode", "-d", "-t", bad], input=b"15496 995", cwd=tmp_path, capture_output=True,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)), timeout=60)
+    assert_refused(Outcome(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")),
+                   bad, keyword)
