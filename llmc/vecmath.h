@@ -37,7 +37,8 @@ static inline float vec_expf(float x) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     // times 2^n, built from the exponent bits (n in [-126, 127] after the clamp)
-    int32_t bits = ((int32_t)n + 127) << 23;
+    // (a NaN x gives a NaN p: use n = 0 then, as converting NaN to int is undefined behaviour)
+    int32_t bits = (int32_t)((uint32_t)((int32_t)(n == n ? n : 0.0f) + 127) << 23);
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
