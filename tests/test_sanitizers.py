@@ -1,7 +1,8 @@
 """The C unit tests, test_gpt2 and a short train_gpt2 run under AddressSanitizer + UndefinedBehaviorSanitizer.
 
 Every dev/test/test_*.c, test_gpt2.c and train_gpt2.c (single process, no MPI) are built with
-gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+gcc -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+-fno-sanitize-recover=undefined,float-cast-overflow
 and run with ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
 sanitizers log to files (log_path) with their own exit codes (86 ASan, 87 UBSan), so a death test
 that expects "exit 1 and one error line" cannot mistake a sanitizer report for a clean refusal;
@@ -22,8 +23,9 @@ import pytest
 from conftest import REPO, TS_TRAIN, run, write_reference
 
 CC = os.environ.get("CC", "gcc")
-SAN_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined",
-             "-std=gnu11", "-fopenmp", "-Wno-psabi", f"-I{REPO}"]
+# float-cast-overflow (a NaN or huge float converted to int) is not part of gcc's "undefined" group
+SAN_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer",
+             "-fno-sanitize-recover=undefined,float-cast-overflow", "-std=gnu11", "-fopenmp", "-Wno-psabi", f"-I{REPO}"]
 UNIT_TESTS = sorted(p.stem for p in (REPO / "dev" / "test").glob("test_*.c"))
 
 
