@@ -195,14 +195,18 @@ static inline void args_parse(const ArgSpec* table, int n, void* out, int argc, 
     }
 }
 
-// one line per option with its value, for the start of a run's log
+// one line per option: flag, value, help, for the start of a run's log
 static inline void args_print_values(const ArgSpec* table, int n, const void* in, FILE* out) {
     for (int i = 0; i < n; i++) {
         const char* field = (const char*)in + table[i].offset;
-        fprintf(out, "| %-4s %-60.60s | ", table[i].flag, table[i].help);
-        if (table[i].type == ARG_INT) { fprintf(out, "%d\n", *(const int*)field); }
-        else if (table[i].type == ARG_FLOAT) { fprintf(out, "%g\n", *(const float*)field); }
-        else { fprintf(out, "%s\n", *(const char* const*)field); }
+        int len = fprintf(out, "%-4s ", table[i].flag);
+        if (table[i].type == ARG_INT) { len += fprintf(out, "%d", *(const int*)field); }
+        else if (table[i].type == ARG_FLOAT) { len += fprintf(out, "%g", (double)*(const float*)field); }
+        else {
+            const char* str = *(const char* const*)field;
+            len += fprintf(out, "%s", str[0] != '\0' ? str : "\"\"");
+        }
+        fprintf(out, "%*s  %s\n", len < 26 ? 26 - len : 0, "", table[i].help);
     }
 }
 
