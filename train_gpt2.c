@@ -1110,7 +1110,8 @@ int main(int argc, char** argv) {
     lr_scheduler_init(&lr_scheduler, args.lr_scheduler_type, args.learning_rate, args.warmup_iterations,
                       max_steps, args.final_learning_rate_frac);
     Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, TOKENIZER_PATH);
+    memset(&tokenizer, 0, sizeof(tokenizer));
+    if (rank == 0) { tokenizer_init(&tokenizer, TOKENIZER_PATH); } // only rank 0 samples
     Sampler sampler;
     sampler_init(&sampler, cfg.vocab_size, 1.0f, 0, 1.0f, SAMPLER_SEED);
     TrainExtraState extra;
