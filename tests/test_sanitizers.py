@@ -1,7 +1,7 @@
-"""The C unit tests, test_gpt2 and a short train_gpt2 run under AddressSanitizer + UndefinedBehaviorSanitizer.
+"""The C unit tests, test_gpt2, a short train_gpt2 run, encode and generate under ASan + UBSan.
 
-Every dev/test/test_*.c, test_gpt2.c and train_gpt2.c (single process, no MPI) are built with
-gcc -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+Every dev/test/test_*.c, test_gpt2.c, train_gpt2.c (single process, no MPI), encode.c and
+generate.c are built with gcc -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
 -fno-sanitize-recover=undefined,float-cast-overflow
 and run with ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
 sanitizers log to files (log_path) with their own exit codes (86 ASan, 87 UBSan), so a death test
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -90,8 +92,6 @@ def test_test_gpt2_is_clean_under_asan_and_ubsan(san_dir: Path, d1_reference: Pa
 
 def test_train_gpt2_run_and_resume_are_clean_under_asan_and_ubsan(san_dir: Path, d1_reference: Path) -> None:
     """Training with validation, HellaSwag, sampling and checkpoints, then a resume: every code path of a run."""
-    import sys
-
     sys.path.insert(0, str(REPO / "dev" / "data"))
     from data_common import write_evalfile
 
@@ -111,3 +111,25 @@ def test_train_gpt2_run_and_resume_are_clean_under_asan_and_ubsan(san_dir: Path,
     assert not sanitizer_reports(logs), "\n".join(sanitizer_reports(logs))
     assert resumed.returncode == 0, f"exit {resumed.returncode}\n{resumed.stdout[-3000:]}\n{resumed.stderr[-3000:]}"
     assert "resumed from" in resumed.stdout and (d1_reference / "run" / "DONE_00000003").exists()
+
+
+def test_encode_and_generate_are_clean_under_asan_and_ubsan(san_dir: Path, d1_reference: Path) -> None:
+    """The BPE encoder on tricky text (invalid UTF-8, a long run, special tokens), then KV-cached sampling."""
+    run([sys.executable, REPO / "dev" / "write_bpe.py", "-o", d1_reference / "gpt2_bpe.bin"])
+    encode = build(REPO / "encode.c", san_dir / "encode")
+    generate = build(REPO / "generate.c", san_dir / "generate")
+    logs = san_dir / "logs_tools"
+    env = sanitizer_env(logs)
+    text = ("First Citizen:\nBefore we proceed, hear me speak.<|endoftext|>caf\u00e9 \u65e5\u672c 12345 \U0001f600 "
+            "don't   x\t\n").encode() + b"\xff\xfe\xc3\x28 \xed\xa0\x80" + b"a" * 3000
+    ids = subprocess.run([str(encode), "-b", "gpt2_bpe.bin", "--allow-special"], input=text, cwd=d1_reference,
+                         capture_output=True, env={**os.environ, **env}, timeout=600)
+    assert ids.returncode == 0, ids.stderr[-2000:]
+    for decoder in [["-d", "-b", "gpt2_bpe.bin"], ["-d", "-t", "gpt2_tokenizer.bin"]]:
+        back = subprocess.run([str(encode), *decoder], input=ids.stdout, cwd=d1_reference, capture_output=True,
+                              env={**os.environ, **env}, timeout=600)
+        assert back.returncode == 0 and back.stdout == text, back.stderr[-2000:]
+    gen = run([generate, "-e", "gpt2_d1.bin", "-b", "gpt2_bpe.bin", "-p", "Hello, my name is", "-n", 12, "--check-kv",
+               "--top-k", 40, "--top-p", 0.9, "--seed", 1], cwd=d1_reference, check=False, env=env, timeout=600)
+    assert not sanitizer_reports(logs), "\n".join(sanitizer_reports(logs))
+    assert gen.returncode == 0, f"exit {gen.returncode}\n{gen.stdout[-2000:]}\n{gen.stderr[-2000:]}"
