@@ -1091,7 +1091,7 @@ int main(int argc, char** argv) {
     int grad_accum_steps = total_batch / tokens_per_micro_step;
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, 0, cfg.vocab_size);
+    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, args.shuffle, cfg.vocab_size);
     if (use_val) { dataloader_init(&val_loader, args.val_data_pattern, B, T, rank, nproc, 0, cfg.vocab_size); }
     EvalLoader eval_loader;
     if (args.hellaswag_eval) { evalloader_init(&eval_loader, args.hellaswag_path, B, T, rank, nproc); }

@@ -770,7 +770,7 @@ int main(int argc, char** argv) {
 
     // data
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, 1, cfg->vocab_size);
+    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, args.shuffle, cfg->vocab_size);
     int have_val = args.val_data_pattern[0] != '\0' && args.val_loss_every > 0;
     if (have_val) { dataloader_init(&val_loader, args.val_data_pattern, B, T, rank, nproc, 0, cfg->vocab_size); }
     EvalLoader eval_loader;

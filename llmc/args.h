@@ -60,6 +60,7 @@ typedef struct {
     int checkpoints_keep;            // -nk
     int resume;                      // -y
     int overfit_single_batch;        // -a
+    int shuffle;                     // -sh
     int hellaswag_eval;              // -h
     const char* hellaswag_path;      // -he
     // memory and robustness
@@ -108,6 +109,7 @@ static const ArgSpec TRAIN_ARG_TABLE[] = {
     TRAIN_ARG("-nk", ARG_INT, checkpoints_keep, "0", 0, 2e9, "checkpoints to keep in -o (0 = all)"),
     TRAIN_ARG("-y", ARG_INT, resume, "0", 0, 1, "1 = resume from the latest checkpoint in -o"),
     TRAIN_ARG("-a", ARG_INT, overfit_single_batch, "0", 0, 1, "1 = train on the first batch only (overfit test)"),
+    TRAIN_ARG("-sh", ARG_INT, shuffle, "0", 0, 1, "1 = shuffle shards and samples every epoch (seeded, same on every rank)"),
     TRAIN_ARG("-h", ARG_INT, hellaswag_eval, "0", 0, 1, "1 = HellaSwag accuracy at every validation (needs -he)"),
     TRAIN_ARG("-he", ARG_STRING, hellaswag_path, "dev/data/hellaswag/hellaswag_val.bin", 0, 0,
               "HellaSwag eval file (python dev/data/hellaswag.py writes it)"),

@@ -19,5 +19,5 @@ make --no-print-directory train_gpt2cu
     -i "dev/data/fineweb10B/fineweb_train_*.bin" -j "dev/data/fineweb10B/fineweb_val_*.bin" \
     -o "${OUT_DIR:-log_gpt2_124M_multinode}" -e d12 \
     -b 64 -t 1024 -d 524288 -x 18865 \
-    -k cosine -l 0.0006 -u 700 -q 0.0 -c 0.1 -z 1 \
+    -k cosine -l 0.0006 -u 700 -q 0.0 -c 0.1 -z 1 -sh 1 \
     -v 250 -m 20 -s 20000 -h 1 -n 5000 -y 1
