@@ -185,6 +185,16 @@ def test_same_seed_same_data_same_losses(binaries, tmp_path: Path) -> None:
     assert (tmp_path / "a" / "main.log").read_text() == (tmp_path / "b" / "main.log").read_text()
 
 
+def test_shuffle_is_seeded_and_changes_the_order(binaries, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-b", 2, "-t", 16, "-x", 5, "-v", 0]
+    train(binaries[0], tmp_path, *flags, "-sh", 1, "-o", "a")
+    train(binaries[0], tmp_path, *flags, "-sh", 1, "-o", "b")
+    train(binaries[0], tmp_path, *flags, "-sh", 0, "-o", "plain")
+    shuffled = train_losses(tmp_path / "a" / "main.log")
+    assert shuffled == train_losses(tmp_path / "b" / "main.log")
+    assert shuffled != train_losses(tmp_path / "plain" / "main.log")
+
+
 def test_gradient_accumulation_matches_larger_batch(binaries, tmp_path: Path) -> None:
     common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0]
     train(binaries[0], tmp_path, *common, "-b", 4, "-o", "big")
