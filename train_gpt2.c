@@ -184,43 +184,39 @@ void attention_forward(float* out, float* att, const float* inp, int B, int T, i
     // inp is (B,T,3C) holding the query, key, value vectors (Q,K,V each C = NH heads of HS)
     // att is (B,NH,T,T): the post-softmax attention weights (kept for backward; 0 above the diagonal)
     // out is (B,T,C): the attention output, heads side by side
+    // Per (b, h): scores = Q K^T and out = att V are GEMMs (llmc/matmul.h, always fp32; one
+    // thread each, the (b, h) pairs run in parallel); the causal softmax runs row by row.
     int C3 = 3 * C;
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(3)
+    #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            const float* q = inp + (size_t)b * T * C3 + h * HS;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* att_bh = att + ((size_t)b * NH + h) * T * T;
+            // att_bh (T,T) = Q (T,HS) . K^T, rows of Q and K strided by 3C
+            matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, q, C3, k, C3, 0.0f, att_bh, T);
             for (int t = 0; t < T; t++) {
-                const float* q = inp + ((size_t)b * T + t) * C3 + h * HS;
-                float* att_bth = att + (((size_t)b * NH + h) * T + t) * T;
-                // scores q . k over the past (causal), and their max
+                float* row = att_bh + (size_t)t * T;
+                // softmax of scale * scores over the past (max subtracted for stability)
                 float maxval = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = inp + ((size_t)b * T + t2) * C3 + h * HS + C;
-                    float s = 0.0f;
-                    for (int i = 0; i < HS; i++) { s += q[i] * k[i]; }
-                    s *= scale;
-                    att_bth[t2] = s;
-                    if (s > maxval) { maxval = s; }
+                    row[t2] *= scale;
+                    if (row[t2] > maxval) { maxval = row[t2]; }
                 }
-                // softmax (max subtracted for stability)
                 float sum = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    float e = expf(att_bth[t2] - maxval);
-                    att_bth[t2] = e;
+                    float e = expf(row[t2] - maxval);
+                    row[t2] = e;
                     sum += e;
                 }
                 float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) { att_bth[t2] = t2 <= t ? att_bth[t2] * inv : 0.0f; }
-                // weighted sum of the values
-                float* o = out + ((size_t)b * T + t) * C + h * HS;
-                for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
-                    float a = att_bth[t2];
-                    for (int i = 0; i < HS; i++) { o[i] += a * v[i]; }
-                }
+                for (int t2 = 0; t2 < T; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
             }
+            // out (T,HS) = att_bh (T,T) . V (T,HS), out rows strided by C
+            matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, att_bh, T, v, C3, 0.0f, out + (size_t)b * T * C + h * HS, C);
         }
     }
 }
@@ -228,52 +224,43 @@ void attention_forward(float* out, float* att, const float* inp, int B, int T, i
 void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
                         int B, int T, int C, int NH) {
     // dinp, inp are (B,T,3C); dout is (B,T,C); att is (B,NH,T,T). dinp is accumulated (+=).
-    // One (b, h) pair per iteration: it touches only head h of batch b, so no races.
+    // One (b, h) pair per iteration: it touches only head h of batch b, so no races. The four
+    // products are GEMMs over full T x T matrices: att is 0 above the diagonal, so the masked
+    // entries contribute nothing.
     int C3 = 3 * C;
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel
     {
-        float* datt = (float*)mallocCheck((size_t)T * sizeof(float));
-        float* dpre = (float*)mallocCheck((size_t)T * sizeof(float));
-        #pragma omp for collapse(2)
+        float* datt = (float*)mallocCheck((size_t)T * T * sizeof(float)); // (T,T) per thread
+        #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
+                const float* att_bh = att + ((size_t)b * NH + h) * T * T;
+                const float* d = dout + (size_t)b * T * C + h * HS;
+                const float* q = inp + (size_t)b * T * C3 + h * HS;
+                const float* k = q + C;
+                const float* v = q + 2 * C;
+                float* dq = dinp + (size_t)b * T * C3 + h * HS;
+                float* dk = dq + C;
+                float* dv = dq + 2 * C;
+                // out = att V: datt (T,T) = dout (T,HS) . V^T; dV (T,HS) += att^T . dout
+                matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, d, C, v, C3, 0.0f, datt, T);
+                matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, att_bh, T, d, C, 1.0f, dv, C3);
+                // softmax backward, in place: dpre[t2] = scale * att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
                 for (int t = 0; t < T; t++) {
-                    const float* att_bth = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float* d = dout + ((size_t)b * T + t) * C + h * HS;
-                    const float* q = inp + ((size_t)b * T + t) * C3 + h * HS;
-                    float* dq = dinp + ((size_t)b * T + t) * C3 + h * HS;
-                    // out = sum_t2 att[t2] v[t2]  ->  datt[t2] = dout . v[t2], dv[t2] += att[t2] dout
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float* v = inp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
-                        float* dv = dinp + ((size_t)b * T + t2) * C3 + h * HS + 2 * C;
-                        float s = 0.0f;
-                        for (int i = 0; i < HS; i++) {
-                            s += d[i] * v[i];
-                            dv[i] += att_bth[t2] * d[i];
-                        }
-                        datt[t2] = s;
-                    }
-                    // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
+                    const float* a = att_bh + (size_t)t * T;
+                    float* g = datt + (size_t)t * T;
                     float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) { dot += att_bth[t2] * datt[t2]; }
-                    for (int t2 = 0; t2 <= t; t2++) { dpre[t2] = att_bth[t2] * (datt[t2] - dot); }
-                    // pre[t2] = scale * q . k[t2]
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float* k = inp + ((size_t)b * T + t2) * C3 + h * HS + C;
-                        float* dk = dinp + ((size_t)b * T + t2) * C3 + h * HS + C;
-                        float g = dpre[t2] * scale;
-                        for (int i = 0; i < HS; i++) {
-                            dq[i] += g * k[i];
-                            dk[i] += g * q[i];
-                        }
-                    }
+                    for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
+                    for (int t2 = 0; t2 < T; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
                 }
+                // pre = scale * Q K^T: dQ (T,HS) += dpre . K; dK (T,HS) += dpre^T . Q
+                matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, datt, T, k, C3, 1.0f, dq, C3);
+                matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
             }
         }
         free(datt);
-        free(dpre);
     }
 }
 

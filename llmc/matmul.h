@@ -235,7 +235,8 @@ static inline void mm_bf16_pairs_contiguous(uint32_t* out, const float* x, int n
     for (; 2 * p < n; p++) { out[p] = mm_bf16_pair(x[2 * p], x[2 * p + 1]); }
 }
 
-// grow-only scratch for the packed operands (the trainer calls the GEMMs from one thread)
+// grow-only scratch for the packed operands: MATMUL_BF16 calls must not run concurrently
+// (the trainer makes them from one thread; fp32 calls may come from inside parallel loops)
 static uint32_t* mm_bf16_scratch[2];
 static size_t mm_bf16_scratch_size[2];
 
