@@ -41,6 +41,7 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 #include "llmc/layer_math.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
+#include "llmc/init.h"
 #include "llmc/checkpoint.h"
 #include "llmc/matmul.h"
 #include "llmc/vecmath.h"
@@ -491,33 +492,11 @@ void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py: one generator seeded with `seed`, normal_
-// draws in the order wte (V rows), wpe, then per layer qkvw, attprojw, fcw, fcprojw;
-// std 0.02, residual projections 0.02/sqrt(2L); biases 0, layernorm weights 1, wte pad rows 0
+// init from scratch exactly like train_gpt2.py (llmc/init.h, shared with the GPU trainer)
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
     model->config = *cfg;
     gpt2_allocate_parameters(model);
-    int L = cfg->num_layers;
-    size_t C = cfg->channels;
-    ParameterTensors* p = &model->params;
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    // mean and std are Python floats (doubles) there: normal_d takes them exactly
-    double std = 0.02;
-    double proj_std = 0.02 / sqrt(2.0 * L);
-    normal_d(p->wte, (size_t)cfg->vocab_size * C, 0.0, std, &rng);
-    normal_d(p->wpe, (size_t)cfg->max_seq_len * C, 0.0, std, &rng);
-    for (int l = 0; l < L; l++) {
-        normal_d(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0, std, &rng);
-        normal_d(p->attprojw + l * C * C, C * C, 0.0, proj_std, &rng);
-        normal_d(p->fcw + l * 4 * C * C, 4 * C * C, 0.0, std, &rng);
-        normal_d(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);
-    }
-    for (size_t i = 0; i < (size_t)L * C; i++) {
-        p->ln1w[i] = 1.0f;
-        p->ln2w[i] = 1.0f;
-    }
-    for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
+    gpt2_init_params_from_scratch(model->params_memory, cfg, seed);
 }
 
 // allocates activations for batches of up to B x T tokens and the AdamW moments for the
@@ -796,6 +775,7 @@ float grad_clip_scale(float grad_norm, float grad_clip) {
 #include "llmc/outlier_detector.h"
 #include "llmc/zero.h"
 #include "llmc/mpi_utils.h"
+#include <signal.h>
 
 // optimizer settings shared with train_gpt2.py (no flags: they are the reference's defaults)
 #define ADAMW_BETA1 0.9f
@@ -805,6 +785,23 @@ float grad_clip_scale(float grad_norm, float grad_clip) {
 #define INIT_SEED 42u
 #define SAMPLER_SEED 1337u
 #define TOKENIZER_PATH "gpt2_tokenizer.bin"
+
+// SIGINT / SIGTERM: the handler only records the signal; the training loop notices it after the
+// current step, writes a checkpoint (with -o) and exits with 128 + the signal. SA_RESETHAND: a
+// second signal kills at once, which is safe too (checkpoint files are written atomically).
+static volatile sig_atomic_t stop_signal = 0;
+
+void on_stop_signal(int sig) { stop_signal = sig; }
+
+void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 double wall_time_s(void) {
     struct timespec ts;
@@ -1133,6 +1130,8 @@ int main(int argc, char** argv) {
 
     double time_sum = 0.0;
     int time_count = 0;
+    int exit_status = 0;
+    install_stop_handlers();
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
         // the evaluations, sample and checkpoint of a resumed step were done before it was saved
@@ -1193,6 +1192,18 @@ int main(int argc, char** argv) {
                 step + 1, max_steps, loss, lr, grad_norm, 1000.0 * dt, total_batch / dt, eta, note);
         fflush(stdout);
         logger_log_train(&logger, step, loss, lr, grad_norm);
+        // SIGINT/SIGTERM: every process stops after this same step (a signal on any rank counts)
+        if (allreduce_sum_int(stop_signal != 0, &pg) > 0) {
+            int sig = stop_signal != 0 ? (int)stop_signal : SIGTERM;
+            if (out_dir != NULL) {
+                save_checkpoint(out_dir, step + 1, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep, &pg);
+                printf0(&pg, "%s: wrote checkpoint for step %d to %s (resume with -y 1)\n", strsignal(sig), step + 1, out_dir);
+            } else {
+                printf0(&pg, "%s: stopped after step %d (no -o: no checkpoint written)\n", strsignal(sig), step + 1);
+            }
+            exit_status = 128 + sig;
+            break;
+        }
     }
     if (time_count > 0) { printf0(&pg, "average step time %.1f ms\n", 1000.0 * time_sum / time_count); }
 
@@ -1203,6 +1214,6 @@ int main(int argc, char** argv) {
     sampler_free(&sampler);
     gpt2_free(&model);
     process_group_finalize();
-    return 0;
+    return exit_status;
 }
 #endif
