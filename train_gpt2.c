@@ -41,7 +41,6 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 #include "llmc/layer_math.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
-#include "llmc/init.h"
 #include "llmc/checkpoint.h"
 #include "llmc/matmul.h"
 #include "llmc/vecmath.h"
@@ -492,11 +491,33 @@ void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py (llmc/init.h, shared with the GPU trainer)
+// init from scratch exactly like train_gpt2.py: one generator seeded with `seed`, normal_
+// draws in the order wte (V rows), wpe, then per layer qkvw, attprojw, fcw, fcprojw;
+// std 0.02, residual projections 0.02/sqrt(2L); biases 0, layernorm weights 1, wte pad rows 0
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
     model->config = *cfg;
     gpt2_allocate_parameters(model);
-    gpt2_init_params_from_scratch(model->params_memory, cfg, seed);
+    int L = cfg->num_layers;
+    size_t C = cfg->channels;
+    ParameterTensors* p = &model->params;
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    // mean and std are Python floats (doubles) there: normal_d takes them exactly
+    double std = 0.02;
+    double proj_std = 0.02 / sqrt(2.0 * L);
+    normal_d(p->wte, (size_t)cfg->vocab_size * C, 0.0, std, &rng);
+    normal_d(p->wpe, (size_t)cfg->max_seq_len * C, 0.0, std, &rng);
+    for (int l = 0; l < L; l++) {
+        normal_d(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0, std, &rng);
+        normal_d(p->attprojw + l * C * C, C * C, 0.0, proj_std, &rng);
+        normal_d(p->fcw + l * 4 * C * C, 4 * C * C, 0.0, std, &rng);
+        normal_d(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);
+    }
+    for (size_t i = 0; i < (size_t)L * C; i++) {
+        p->ln1w[i] = 1.0f;
+        p->ln2w[i] = 1.0f;
+    }
+    for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
 }
 
 // allocates activations for batches of up to B x T tokens and the AdamW moments for the
