@@ -10,12 +10,12 @@ test_gpt2.cu: the GPU trainer against the PyTorch reference, then bit-exact resu
    clipping, constant LR): every step's loss
 4. resume: checkpoint after those steps, run 3 more steps, reload the checkpoint and run the same
    3 steps again; the losses and the final parameters must match bit for bit
-Exit status 0 only if every check passed (the comparison logic is llmc/tensor_check.cuh,
+Exit status 0 only if every check passed (the comparison logic is llmc/tensor_check.h,
 tested on the CPU with corrupted inputs). FP32 builds use true fp32 GEMMs here (TF32 off).
 */
 #define TESTING
 #include "train_gpt2.cu"
-#include "llmc/tensor_check.cuh"
+#include "llmc/tensor_check.h"
 
 typedef struct {
     const char* model_path;

@@ -1,9 +1,9 @@
 /*
-llmc/tensor_check.cuh: the comparison and reporting logic of test_gpt2cu, in plain C so that the
-CPU tests (dev/test/test_cuda_host.c) check it with corrupted inputs: a GPU test that cannot
-fail is worse than none.
+llmc/tensor_check.h: the comparison and reporting logic of both test programs (test_gpt2.c and
+test_gpt2.cu), in plain C so that the CPU tests (dev/test/test_cuda_host.c) check it with
+corrupted inputs: a test that cannot fail is worse than none. Each program keeps its own tolerances.
 
-    debug_state_read(d, path, cfg, num_parameters)    the reference batch, logits, loss, gradients, losses
+    debug_state_read(d, path, cfg, num_parameters)    the reference tensors (llmc/debug_state.h)
     tensor_check(got, ref, n, rtol, atol)             max |got - ref| <= atol + rtol * max|ref|, all finite
     check_table_row(report, name, check)              prints one table row, counts the result
     check_report_exit_code(report)                    0 only if something was checked and nothing failed
@@ -12,8 +12,8 @@ fail is worse than none.
 Tolerances are relative to the largest reference value of each tensor, so one rule fits tensors
 of very different scales. FP32 builds run the test with true fp32 GEMMs (TF32 off).
 */
-#ifndef LLMC_TENSOR_CHECK_CUH
-#define LLMC_TENSOR_CHECK_CUH
+#ifndef LLMC_TENSOR_CHECK_H
+#define LLMC_TENSOR_CHECK_H
 
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +21,7 @@ of very different scales. FP32 builds run the test with true fp32 GEMMs (TF32 of
 #include <string.h>
 #include "utils.h"
 #include "model_config.h"
+#include "debug_state.h"
 
 // ----------------------------------------------------------------------------
 // comparing tensors
@@ -30,7 +31,7 @@ typedef struct {
     double max_abs_ref;
     double tolerance;
     size_t worst_index;
-    size_t num_nonfinite;  // NaN or inf in `got`
+    size_t num_nonfinite;  // NaN or inf in `got` (or in `ref`)
     int ok;
 } TensorCheck;
 
@@ -40,7 +41,7 @@ static inline TensorCheck tensor_check(const float* got, const float* ref, size_
     for (size_t i = 0; i < n; i++) {
         double r = fabs((double)ref[i]);
         if (r > c.max_abs_ref) { c.max_abs_ref = r; }
-        if (!isfinite(got[i])) {
+        if (!isfinite(got[i]) || !isfinite(ref[i])) {
             c.num_nonfinite++;
             continue;
         }
@@ -130,79 +131,4 @@ static inline GpuTolerances gpu_tolerances(int is_bf16) {
     return t;
 }
 
-// ----------------------------------------------------------------------------
-// the debug state written by train_gpt2.py --write_tensors 1
-
-#define DEBUG_STATE_MAGIC 20240327
-#define DEBUG_STATE_VERSION 2
-
-typedef struct {
-    int B, T, nsteps;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    int* x;         // (B, T)
-    int* y;         // (B, T)
-    float* logits;  // (B, T, V)
-    float loss;
-    float* grads;   // (num_parameters) checkpoint order, wte with Vp rows
-    float* losses;  // (nsteps)
-} DebugState;
-
-static inline float debug_state_float_bits(int bits) {
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
-    FILE* f = fopenCheck(path, "rb");
-    size_t file_size = file_size_check(f, path);
-    int header[256];
-    if (file_size < sizeof(header)) { llmc_die("%s: not a debug state (%zu bytes, shorter than the header)", path, file_size); }
-    read_header_check(f, path, header, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION, "debug state");
-    d->B = header[2];
-    d->T = header[3];
-    d->nsteps = header[4];
-    if (d->B < 1 || d->B > 65536) { llmc_die("%s: bad debug state header: B = %d", path, d->B); }
-    if (d->T < 1 || d->T > cfg->max_seq_len) { llmc_die("%s: bad debug state header: T = %d (model max %d)", path, d->T, cfg->max_seq_len); }
-    if (d->nsteps < 0 || d->nsteps > 100000) { llmc_die("%s: bad debug state header: nsteps = %d", path, d->nsteps); }
-    float hp[6];
-    for (int i = 0; i < 6; i++) {
-        hp[i] = debug_state_float_bits(header[5 + i]);
-        if (!isfinite(hp[i]) || hp[i] < 0.0f) { llmc_die("%s: bad debug state header: header[%d] = %g", path, 5 + i, hp[i]); }
-    }
-    d->lr = hp[0]; d->beta1 = hp[1]; d->beta2 = hp[2]; d->eps = hp[3]; d->weight_decay = hp[4]; d->grad_clip = hp[5];
-    size_t BT = (size_t)d->B * d->T, V = (size_t)cfg->vocab_size;
-    size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
-                      num_parameters * sizeof(float) + (size_t)d->nsteps * sizeof(float);
-    if (file_size != expected) {
-        llmc_die("%s: debug state size mismatch: B=%d T=%d nsteps=%d and %zu parameters need %zu bytes, the file has %zu (wrong model?)",
-                 path, d->B, d->T, d->nsteps, num_parameters, expected, file_size);
-    }
-    d->x = (int*)mallocCheck(BT * sizeof(int));
-    d->y = (int*)mallocCheck(BT * sizeof(int));
-    d->logits = (float*)mallocCheck(BT * V * sizeof(float));
-    d->grads = (float*)mallocCheck(num_parameters * sizeof(float));
-    d->losses = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
-    freadCheck(d->x, sizeof(int), BT, f, path);
-    freadCheck(d->y, sizeof(int), BT, f, path);
-    freadCheck(d->logits, sizeof(float), BT * V, f, path);
-    freadCheck(&d->loss, sizeof(float), 1, f, path);
-    freadCheck(d->grads, sizeof(float), num_parameters, f, path);
-    freadCheck(d->losses, sizeof(float), (size_t)d->nsteps, f, path);
-    fcloseCheck(f, path);
-    for (size_t i = 0; i < BT; i++) {
-        if (d->x[i] < 0 || (size_t)d->x[i] >= V || d->y[i] < 0 || (size_t)d->y[i] >= V) {
-            llmc_die("%s: token id at position %zu is outside [0, %zu)", path, i, V);
-        }
-    }
-}
-
-static inline void debug_state_free(DebugState* d) {
-    free(d->x);
-    free(d->y);
-    free(d->logits);
-    free(d->grads);
-    free(d->losses);
-}
-
-#endif // LLMC_TENSOR_CHECK_CUH
+#endif // LLMC_TENSOR_CHECK_H

@@ -9,7 +9,7 @@ No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.
     GEMM layouts (matmul.cuh, attention.cuh)  every cuBLAS call's transposes, leading dimensions and
                                      operand roles, run through a CPU model of cuBLAS and compared
                                      with plain row-major loops
-    test_gpt2cu logic (tensor_check.cuh)  comparisons fail on corrupted inputs; exit codes
+    test_gpt2cu logic (tensor_check.h)  comparisons fail on corrupted inputs; exit codes
     training loop (trainer_host.cuh) -v 0 never divides by zero, batch arithmetic, clipping, outlier skip
 */
 #include <math.h>
@@ -24,7 +24,7 @@ No GPU is needed: every function here is plain C that train_gpt2.cu / test_gpt2.
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/attention.cuh"
 #include "../../llmc/fused_classifier.cuh"
-#include "../../llmc/tensor_check.cuh"
+#include "../../llmc/tensor_check.h"
 #include "../../llmc/trainer_host.cuh"
 #include "test_common.h"
 

@@ -1,0 +1,103 @@
+/*
+llmc/debug_state.h: the reference tensors written by python train_gpt2.py --write_tensors 1,
+read by both test programs (test_gpt2.c on the CPU, test_gpt2.cu on the GPU).
+
+int32 header of 256: [0]=20240327 [1]=2 [2]=B [3]=T [4]=nsteps [5..10]=fp32 bit patterns of
+lr, beta1, beta2, eps, weight_decay, grad_clip. Body: x int32[B*T], y int32[B*T], logits
+fp32[B*T*V] (V unpadded), loss fp32, the 16 parameter gradients fp32 in checkpoint order (wte
+with Vp rows), then nsteps fp32 losses (losses[i] is the loss before optimizer step i+1).
+Every inconsistency (header, size, token ids) is one error line naming the file.
+*/
+#ifndef LLMC_DEBUG_STATE_H
+#define LLMC_DEBUG_STATE_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "utils.h"
+#include "model_config.h"
+
+#define DEBUG_STATE_MAGIC 20240327
+#define DEBUG_STATE_VERSION 2
+
+typedef struct {
+    int B, T, nsteps;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int* x;         // (B, T)
+    int* y;         // (B, T)
+    float* logits;  // (B, T, V)
+    float loss;
+    float* grads;   // (num_parameters) checkpoint order, wte with Vp rows
+    float* losses;  // (nsteps)
+} DebugState;
+
+static inline float debug_state_float_bits(int bits) {
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// reads and validates the debug state against the model's config and parameter count
+static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
+    FILE* f = fopenCheck(path, "rb");
+    size_t file_size = file_size_check(f, path);
+    int header[256];
+    if (file_size < sizeof(header)) { llmc_die("%s: not a debug state (%zu bytes, shorter than the header)", path, file_size); }
+    read_header_check(f, path, header, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION, "debug state");
+    d->B = header[2];
+    d->T = header[3];
+    d->nsteps = header[4];
+    if (d->B < 1 || d->B > 65536) { llmc_die("%s: bad debug state header: B = %d", path, d->B); }
+    if (d->T < 1 || d->T > cfg->max_seq_len) {
+        llmc_die("%s: bad debug state header: T = %d (the model's max is %d)", path, d->T, cfg->max_seq_len);
+    }
+    if (d->nsteps < 0 || d->nsteps > 100000) { llmc_die("%s: bad debug state header: nsteps = %d", path, d->nsteps); }
+    float hp[6];
+    for (int i = 0; i < 6; i++) {
+        hp[i] = debug_state_float_bits(header[5 + i]);
+        if (!isfinite(hp[i]) || hp[i] < 0.0f) {
+            llmc_die("%s: bad debug state header: optimizer setting header[%d] = %g", path, 5 + i, hp[i]);
+        }
+    }
+    d->lr = hp[0];
+    d->beta1 = hp[1];
+    d->beta2 = hp[2];
+    d->eps = hp[3];
+    d->weight_decay = hp[4];
+    d->grad_clip = hp[5];
+    size_t BT = (size_t)d->B * d->T, V = (size_t)cfg->vocab_size;
+    size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
+                      num_parameters * sizeof(float) + (size_t)d->nsteps * sizeof(float);
+    if (file_size != expected) {
+        llmc_die("%s: debug state size mismatch: B=%d T=%d V=%zu nsteps=%d and %zu parameters need %zu bytes, the file has %zu (wrong model?)",
+                 path, d->B, d->T, V, d->nsteps, num_parameters, expected, file_size);
+    }
+    d->x = (int*)mallocCheck(BT * sizeof(int));
+    d->y = (int*)mallocCheck(BT * sizeof(int));
+    d->logits = (float*)mallocCheck(BT * V * sizeof(float));
+    d->grads = (float*)mallocCheck(num_parameters * sizeof(float));
+    d->losses = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
+    freadCheck(d->x, sizeof(int), BT, f, path);
+    freadCheck(d->y, sizeof(int), BT, f, path);
+    freadCheck(d->logits, sizeof(float), BT * V, f, path);
+    freadCheck(&d->loss, sizeof(float), 1, f, path);
+    freadCheck(d->grads, sizeof(float), num_parameters, f, path);
+    freadCheck(d->losses, sizeof(float), (size_t)d->nsteps, f, path);
+    fcloseCheck(f, path);
+    for (size_t i = 0; i < BT; i++) {
+        if (d->x[i] < 0 || (size_t)d->x[i] >= V || d->y[i] < 0 || (size_t)d->y[i] >= V) {
+            llmc_die("%s: token id at position %zu is outside [0, %zu) (x %d, y %d)", path, i, V, d->x[i], d->y[i]);
+        }
+    }
+}
+
+static inline void debug_state_free(DebugState* d) {
+    free(d->x);
+    free(d->y);
+    free(d->logits);
+    free(d->grads);
+    free(d->losses);
+}
+
+#endif // LLMC_DEBUG_STATE_H
