@@ -41,6 +41,7 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 #include "llmc/layer_math.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
+#include "llmc/init.h"
 #include "llmc/checkpoint.h"
 #include "llmc/matmul.h"
 #include "llmc/vecmath.h"
@@ -491,33 +492,11 @@ void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py: one generator seeded with `seed`, normal_
-// draws in the order wte (V rows), wpe, then per layer qkvw, attprojw, fcw, fcprojw;
-// std 0.02, residual projections 0.02/sqrt(2L); biases 0, layernorm weights 1, wte pad rows 0
+// init from scratch exactly like train_gpt2.py (llmc/init.h, shared with the GPU trainer)
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
     model->config = *cfg;
     gpt2_allocate_parameters(model);
-    int L = cfg->num_layers;
-    size_t C = cfg->channels;
-    ParameterTensors* p = &model->params;
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    // mean and std are Python floats (doubles) there: normal_d takes them exactly
-    double std = 0.02;
-    double proj_std = 0.02 / sqrt(2.0 * L);
-    normal_d(p->wte, (size_t)cfg->vocab_size * C, 0.0, std, &rng);
-    normal_d(p->wpe, (size_t)cfg->max_seq_len * C, 0.0, std, &rng);
-    for (int l = 0; l < L; l++) {
-        normal_d(p->qkvw + l * 3 * C * C, 3 * C * C, 0.0, std, &rng);
-        normal_d(p->attprojw + l * C * C, C * C, 0.0, proj_std, &rng);
-        normal_d(p->fcw + l * 4 * C * C, 4 * C * C, 0.0, std, &rng);
-        normal_d(p->fcprojw + l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);
-    }
-    for (size_t i = 0; i < (size_t)L * C; i++) {
-        p->ln1w[i] = 1.0f;
-        p->ln2w[i] = 1.0f;
-    }
-    for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
+    gpt2_init_params_from_scratch(model->params_memory, cfg, seed);
 }
 
 // allocates activations for batches of up to B x T tokens and the AdamW moments for the
@@ -966,7 +945,7 @@ typedef struct {
 } TrainExtraState;
 
 void save_checkpoint(const char* dir, int step, GPT2* model, DataLoader* loader, Sampler* sampler,
-                     TrainExtraState* extra, int zero_stage, int keep, const ProcessGroup* pg) {
+                     TrainExtraState* extra, int zero_stage, int keep, int major_every, const ProcessGroup* pg) {
     char path[4200];
     if (pg->process_rank == 0) {
         checkpoint_path(path, sizeof(path), dir, "model", step, -1);
@@ -996,12 +975,13 @@ void save_checkpoint(const char* dir, int step, GPT2* model, DataLoader* loader,
         atomic_file_commit(&af);
     }
     process_group_barrier();
-    // keep only the newest `keep` checkpoints (0 = all)
+    // keep only the newest `keep` checkpoints (0 = all) and every major one (step % major_every == 0)
     if (keep > 0) {
         int steps[4096];
         int n = list_checkpoints(dir, steps, 4096);
         process_group_barrier(); // everyone listed before anyone deletes
         for (int i = 0; i < n - keep; i++) {
+            if (major_every > 0 && steps[i] % major_every == 0) { continue; }
             if (pg->process_rank == 0) {
                 checkpoint_path(path, sizeof(path), dir, "DONE", steps[i], -1);
                 unlink(path);
@@ -1172,7 +1152,8 @@ int main(int argc, char** argv) {
         }
         if (out_dir != NULL && args.checkpoint_every > 0 && !resumed_here &&
             ((step > 0 && step % args.checkpoint_every == 0) || last_step)) {
-            save_checkpoint(out_dir, step, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep, &pg);
+            save_checkpoint(out_dir, step, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep,
+                            args.checkpoints_major_every, &pg);
             printf0(&pg, "wrote checkpoint for step %d to %s\n", step, out_dir);
         }
         if (last_step) { break; }
@@ -1217,7 +1198,8 @@ int main(int argc, char** argv) {
         if (allreduce_sum_int(stop_signal != 0, &pg) > 0) {
             int sig = stop_signal != 0 ? (int)stop_signal : SIGTERM;
             if (out_dir != NULL) {
-                save_checkpoint(out_dir, step + 1, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep, &pg);
+                save_checkpoint(out_dir, step + 1, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep,
+                                args.checkpoints_major_every, &pg);
                 printf0(&pg, "%s: wrote checkpoint for step %d to %s (resume with -y 1)\n", strsignal(sig), step + 1, out_dir);
             } else {
                 printf0(&pg, "%s: stopped after step %d (no -o: no checkpoint written)\n", strsignal(sig), step + 1);

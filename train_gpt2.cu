@@ -29,6 +29,7 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include "llmc/checkpoint.h"
 #include "llmc/zero.h"
 #include "llmc/rand.h"
+#include "llmc/init.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/sampler.h"
@@ -179,7 +180,7 @@ typedef struct {
     size_t acts_bytes;
     int B, T;                  // the activations' batch size and sequence length
     int recompute;             // -r: 0 none, 1 GELU, 2 GELU + layernorms
-    int gelu_fusion;           // 1: GELU fused into the cuBLASLt epilogues (forward and backward)
+    int gelu_fusion;           // -ge 1: GELU fused into the cuBLASLt epilogues (forward and backward)
     int* inputs;               // (B, T) device
     int* targets;              // (B, T) device
     TokenGroups token_groups;  // host bookkeeping of the encoder backward
@@ -233,34 +234,6 @@ static void gpt2_download_parameters(const GPT2* model, float* host_params) {
     free(staging);
 }
 
-// init from scratch exactly like train_gpt2.py and train_gpt2.c: one torch-compatible generator
-// seeded with `seed`, normal_ draws in the order wte (V rows), wpe, then per layer qkvw, attprojw,
-// fcw, fcprojw; std 0.02 and 0.02/sqrt(2L) for the residual projections; biases 0, ln weights 1
-static void gpt2_init_params_from_scratch(float* p, const GPT2* model, unsigned int seed) {
-    const GPT2Config* cfg = &model->config;
-    const size_t* off = model->param_offsets;
-    int L = cfg->num_layers;
-    size_t C = cfg->channels;
-    memset(p, 0, model->num_parameters * sizeof(float));
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    float std = 0.02f;
-    float proj_std = (float)(0.02 / sqrt(2.0 * L));
-    normal_(p + off[0], (size_t)cfg->vocab_size * C, 0.0f, std, &rng);
-    normal_(p + off[1], (size_t)cfg->max_seq_len * C, 0.0f, std, &rng);
-    for (int l = 0; l < L; l++) {
-        normal_(p + off[4] + (size_t)l * 3 * C * C, 3 * C * C, 0.0f, std, &rng);
-        normal_(p + off[6] + (size_t)l * C * C, C * C, 0.0f, proj_std, &rng);
-        normal_(p + off[10] + (size_t)l * 4 * C * C, 4 * C * C, 0.0f, std, &rng);
-        normal_(p + off[12] + (size_t)l * 4 * C * C, 4 * C * C, 0.0f, proj_std, &rng);
-    }
-    for (size_t i = 0; i < (size_t)L * C; i++) {
-        p[off[2] + i] = 1.0f;
-        p[off[8] + i] = 1.0f;
-    }
-    for (size_t i = 0; i < C; i++) { p[off[14] + i] = 1.0f; }
-}
-
 // -e: a checkpoint path or a model descriptor (dN, gpt2:dN, gpt3:cN)
 // zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather
 static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc) {
@@ -272,7 +245,7 @@ static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc)
         gpt2_init_common(model, &cfg);
         gpt2_allocate_parameters(model, zero_padded_size(model->num_parameters, zero_stage, nproc));
         float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-        gpt2_init_params_from_scratch(host, model, 42);
+        gpt2_init_params_from_scratch(host, &model->config, 42);  // llmc/init.h, as train_gpt2.c
         gpt2_upload_parameters(model, host);
         free(host);
         return;
@@ -639,10 +612,12 @@ static int find_latest_checkpoint(const char* dir) {
     return latest;
 }
 
-// -nk: keep only the newest `keep` checkpoints (rank 0 removes model files, each rank its state)
-static void remove_old_checkpoints(const char* dir, int current_step, int every, int keep, int rank) {
+// -nk: keep only the newest `keep` checkpoints (rank 0 removes model files, each rank its state);
+// -nm: never remove a major one (step a multiple of major_every)
+static void remove_old_checkpoints(const char* dir, int current_step, int every, int keep, int major_every, int rank) {
     if (keep <= 0 || every <= 0) { return; }
     for (int step = current_step - keep * every; step >= 0; step -= every) {
+        if (major_every > 0 && step % major_every == 0) { continue; }
         char model_path[4096], state_path[4096];
         checkpoint_paths(model_path, state_path, sizeof(model_path), dir, step, rank);
         if (rank == 0) { unlink(model_path); }
@@ -761,6 +736,7 @@ int main(int argc, char** argv) {
     mg.num_parameters = model.num_parameters;
     mg.shard = zero_shard(model.num_parameters, mg.zero_stage, nproc, rank);
     gpt2_allocate_state(&model, B, T, args.recompute, mg.shard, args.use_master_weights, stream);
+    model.gelu_fusion = args.gelu_fusion;  // -ge
     const GPT2Config* cfg = &model.config;
     if (rank == 0) {
         printf("model: L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", cfg->num_layers,
@@ -852,7 +828,8 @@ int main(int argc, char** argv) {
         }
         if (out_dir != NULL && step > start_step && step_is_due(step, args.checkpoint_every, last_step)) {
             gpt2_save(&model, &mg, out_dir, step, &train_loader, sampler.rng_state, &detectors);
-            remove_old_checkpoints(out_dir, step, args.checkpoint_every, args.checkpoints_keep, rank);
+            remove_old_checkpoints(out_dir, step, args.checkpoint_every, args.checkpoints_keep,
+                                   args.checkpoints_major_every, rank);
             if (rank == 0) { printf("wrote checkpoint for step %d to %s\n", step, out_dir); }
         }
         if (last_step) { break; }

@@ -58,6 +58,7 @@ typedef struct {
     int gen_tokens;                  // -g
     int checkpoint_every;            // -n
     int checkpoints_keep;            // -nk
+    int checkpoints_major_every;     // -nm
     int resume;                      // -y
     int overfit_single_batch;        // -a
     int shuffle;                     // -sh
@@ -66,6 +67,7 @@ typedef struct {
     // memory and robustness
     int zero_stage;                  // -z
     int recompute;                   // -r
+    int gelu_fusion;                 // -ge
     int use_master_weights;          // -w
     const char* precision;           // -p
     float skip_update_lossz;         // -sl
@@ -107,6 +109,8 @@ static const ArgSpec TRAIN_ARG_TABLE[] = {
     TRAIN_ARG("-g", ARG_INT, gen_tokens, "64", 1, 1e6, "tokens to generate per sample (<= the model's max T)"),
     TRAIN_ARG("-n", ARG_INT, checkpoint_every, "0", 0, 2e9, "write a checkpoint to -o every N steps and at the end (0 = never)"),
     TRAIN_ARG("-nk", ARG_INT, checkpoints_keep, "0", 0, 2e9, "checkpoints to keep in -o (0 = all)"),
+    TRAIN_ARG("-nm", ARG_INT, checkpoints_major_every, "0", 0, 2e9,
+              "checkpoints at steps that are multiples of N are major: -nk never deletes them (0 = none)"),
     TRAIN_ARG("-y", ARG_INT, resume, "0", 0, 1, "1 = resume from the latest checkpoint in -o"),
     TRAIN_ARG("-a", ARG_INT, overfit_single_batch, "0", 0, 1, "1 = train on the first batch only (overfit test)"),
     TRAIN_ARG("-sh", ARG_INT, shuffle, "0", 0, 1, "1 = shuffle shards and samples every epoch (seeded, same on every rank)"),
@@ -115,6 +119,7 @@ static const ArgSpec TRAIN_ARG_TABLE[] = {
               "HellaSwag eval file (python dev/data/hellaswag.py writes it)"),
     TRAIN_ARG("-z", ARG_INT, zero_stage, "0", 0, 1, "ZeRO stage: 0 = off, 1 = shard the AdamW state over processes"),
     TRAIN_ARG("-r", ARG_INT, recompute, "0", 0, 2, "activation recompute level (GPU trainer only)"),
+    TRAIN_ARG("-ge", ARG_INT, gelu_fusion, "0", 0, 1, "1 = fuse GELU into the matmul epilogue (GPU trainer only; the CPU trainer ignores it)"),
     TRAIN_ARG("-w", ARG_INT, use_master_weights, "1", 0, 1, "fp32 master weights (GPU trainer only; CPU is fp32)"),
     TRAIN_ARG("-p", ARG_STRING, precision, "fp32", 0, 0, "CPU matmul precision: fp32|bf16 (bf16 inputs, fp32 sums and weights)"),
     TRAIN_ARG("-sl", ARG_FLOAT, skip_update_lossz, "0", 0, 1e9, "skip the update when the loss z-score exceeds this (0 = off)"),

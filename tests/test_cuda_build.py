@@ -65,7 +65,7 @@ def test_help_lists_the_multi_gpu_flags(cuda_build: subprocess.CompletedProcess)
     assert cuda_build.returncode == 0
     proc = subprocess.run([str(BUILD_DIR / "train_gpt2cu"), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    for flag in ["-pi", "-pf", "-ps", "-pn", "-pr", "-pg", "-z", "-r", "-sl", "-sg", "-nk"]:
+    for flag in ["-pi", "-pf", "-ps", "-pn", "-pr", "-pg", "-z", "-r", "-sl", "-sg", "-nk", "-nm", "-ge"]:
         assert f"  {flag} " in proc.stdout, f"{flag} missing from --help"
     assert "-pm" not in proc.stdout and "-pp" not in proc.stdout
 
