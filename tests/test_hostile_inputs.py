@@ -196,7 +196,7 @@ DEBUG_STATE_CASES: list[Case] = [
     ("negative token id", lambda b: i32(b, 256 + 8, -1), "token id"),
     ("one byte short", lambda b: b[:-1], "size mismatch"),
     ("header only", lambda b: b[:1024], "size mismatch"),
-    ("zero length", lambda b: b"", "too short"),
+    ("zero length", lambda b: b"", "debug state"),
     ("wrong magic (a checkpoint)", lambda b: i32(b, 0, 20240326), "magic"),
 ]
 
@@ -316,7 +316,7 @@ EVAL_CASES: list[Case] = [
     ("one byte short", lambda b: b[:-1], "truncated"),
     ("one byte too long", lambda b: b + b"\0", "trailing"),
     ("header only", lambda b: b[:1024], "examples"),
-    ("zero length", lambda b: b"", "too short"),
+    ("zero length", lambda b: b"", "eval"),
 ]
 
 
@@ -364,7 +364,7 @@ MODEL = "model_00000001.bin"
 TRAIN_STATE_CASES = [
     ("state one byte short", STATE, lambda b: b[:-1], "size mismatch"),
     ("state one byte too long", STATE, lambda b: b + b"\0", "size mismatch"),
-    ("state zero length", STATE, lambda b: b"", "too short"),
+    ("state zero length", STATE, lambda b: b"", "training state"),
     ("state header only", STATE, lambda b: b[:1024], "size mismatch"),
     ("state optimizer size 2^40", STATE, lambda b: b[:44 * 4] + struct.pack("<Q", 1 << 40) + b[46 * 4:], "optimizer state"),
     ("state extra bytes 2^31-1", STATE, lambda b: i32(b, 46, 2**31 - 1), "extra state"),

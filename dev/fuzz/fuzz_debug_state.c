@@ -1,13 +1,12 @@
 /*
-dev/fuzz/fuzz_debug_state.c: libFuzzer harness for test_gpt2.c's debug-state reader
-(debug_state_read), checked against a tiny model: maxT 8, V 5 (Vp 128), L 1, NH 2, C 8 -- the
-model dev/fuzz/make_corpus.py writes its debug-state seeds for with train_gpt2.py's writer.
+dev/fuzz/fuzz_debug_state.c: libFuzzer harness for the debug-state reader of llmc/debug_state.h
+(debug_state_read, used by test_gpt2.c and test_gpt2.cu), checked against a tiny model: maxT 8,
+V 5 (Vp 128), L 1, NH 2, C 8 -- the model dev/fuzz/make_corpus.py writes its debug-state seeds
+for with train_gpt2.py's writer.
 The input is the whole file. A state that loads must have its ids inside the vocabulary.
 */
 #include "harness.h"
-#define main test_gpt2_main_unused
-#include "../../test_gpt2.c"
-#undef main
+#include "../../llmc/debug_state.h"
 
 static DebugState dstate;
 
