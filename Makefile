@@ -68,7 +68,7 @@ test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
 DEV_TEST_SRCS := $(wildcard dev/test/test_*.c)
 DEV_TESTS := $(DEV_TEST_SRCS:.c=)
 
-dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS)
+dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 	$(CC) $(CFLAGS) -I. $< $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------------------- CUDA (GPU trainer) [H4]
@@ -213,8 +213,8 @@ test-c: $(DEV_TESTS)
 test-py:
 	$(PY) -m pytest -q tests
 
-clean:
-	rm -f train_gpt2 test_gpt2 $(DEV_TESTS)
+clean: clean-cuda clean-pyllmc
+	rm -f train_gpt2 test_gpt2 train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)
 	rm -rf __pycache__ tests/__pycache__ .pytest_cache
 
 # ---------------------------------------------------------------------------- Tools (H5): encode, generate
