@@ -117,6 +117,15 @@ static inline void mm_pack_a(float* dst, const float* A, int lda, int transA, in
 }
 
 // packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, MM_NR), columns past nc zero
+// C[i0:i0+mc, j0:j0+nc] *= beta before a tile accumulates into it (beta 0 clears, so NaNs in C do not leak)
+static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int nc, float beta) {
+    for (int i = 0; i < mc; i++) {
+        float* c = C + (size_t)(i0 + i) * ldc + j0;
+        if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
+        else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
+    }
+}
+
 static inline void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
     for (int p = 0; p * MM_NR < nc; p++) {
         float* panel = dst + (size_t)p * kc * MM_NR;
@@ -189,11 +198,7 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
             int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
             int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
             int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
-            for (int i = 0; i < mc; i++) {
-                float* c = C + (size_t)(i0 + i) * ldc + j0;
-                if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
-                else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
-            }
+            mm_scale_tile(C, ldc, i0, j0, mc, nc, beta);
             for (int k0 = 0; k0 < K; k0 += MM_KC) {
                 int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
                 mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc);
@@ -358,11 +363,7 @@ static void matmul_gemm_blocked_bf16(int transA, int transB, int M, int N, int K
         int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
         int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
         int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
-        for (int i = 0; i < mc; i++) {
-            float* c = C + (size_t)(i0 + i) * ldc + j0;
-            if (beta == 0.0f) { memset(c, 0, (size_t)nc * sizeof(float)); }
-            else if (beta != 1.0f) { for (int j = 0; j < nc; j++) { c[j] *= beta; } }
-        }
+        mm_scale_tile(C, ldc, i0, j0, mc, nc, beta);
         for (int p0 = 0; p0 < KP; p0 += MM_KCP) {
             int np = KP - p0 < MM_KCP ? KP - p0 : MM_KCP;
             for (int ii = 0; ii < mc; ii += MM_MR) {
