@@ -123,3 +123,58 @@ def test_no_boolean_constants_that_lie() -> None:
     for path in sources:
         text = path.read_text()
         assert not re.search(r"#define\s+(True|False|TRUE|FALSE)\b|\b(const\s+\w+\s+)(True|False)\s*=", text), path.name
+
+
+# The values each GPU run script must pass, checked against llm.c's published runs (its scripts/*.sh,
+# scripts/multi_node/* and discussions #481 and #677); the script headers say where each comes from.
+_COMMON_RUN_FLAGS = {"-k": "cosine", "-u": "700", "-c": "0.1", "-z": "1", "-r": "0", "-sh": "1", "-v": "250",
+                     "-m": "20", "-h": "1", "-y": "1"}
+_VERIFIED_RUN_FLAGS: dict[str, dict[str, str]] = {
+    "run_gpt2_124M.sh": {"-e": "d12", "-b": "64", "-t": "1024", "-d": "524288", "-x": "18865", "-l": "0.0006",
+                         "-q": "0.0", "-s": "20000", "-g": "144", "-n": "5000", "-ge": "0"},
+    "run_gpt2_350M.sh": {"-e": "d24", "-b": "64", "-t": "1024", "-d": "524288", "-x": "60000", "-l": "0.0003",
+                         "-q": "0.0", "-s": "100000", "-g": "144", "-n": "2000", "-ge": "0"},
+    "run_gpt2_774M.sh": {"-e": "d36", "-b": "32", "-t": "1024", "-d": "524288", "-x": "286102", "-l": "0.00025",
+                         "-q": "0.0", "-s": "300000", "-g": "144", "-n": "4000", "-ge": "0"},
+    "run_gpt2_1558M.sh": {"-e": "d48", "-b": "16", "-t": "1024", "-d": "1048576", "-x": "32000", "-l": "0.0006",
+                          "-q": "0.1", "-s": "300000", "-g": "384", "-n": "2000", "-ge": "1"},
+    "run_gpt3_125M.sh": {"-e": "gpt3:c768", "-b": "32", "-t": "2048", "-d": "524288", "-x": "572204", "-l": "0.0006",
+                         "-q": "0.1", "-s": "20000", "-g": "144", "-n": "10000", "-ge": "1", "-sl": "7.0",
+                         "-sg": "7.0", "-nm": "50000"},
+}
+_MULTI_NODE_FLAGS = {"-e": "d12", "-b": "64", "-t": "1024", "-d": "2097152", "-x": "-1", "-l": "0.0006", "-q": "0.0",
+                     "-s": "20000", "-g": "144", "-n": "5000"}
+_DATA_DIRS = {"run_gpt2_124M.sh": "fineweb10B/fineweb_", "run_gpt2_1558M.sh": "edu_fineweb100B/edu_fineweb_"}
+
+
+def _trainer_flags(script: Path) -> dict[str, str]:
+    """flag -> value as the script hands them to the trainer (each flag must appear once)"""
+    import re
+    text = script.read_text()
+    body = text.split("run_trainer \\", 1)[-1] if "run_trainer \\" in text else text.split("./train_gpt2cu", 1)[-1]
+    pairs = re.findall(r'(?:^|\s)(-[a-z]{1,3})\s+("[^"]*"|[^\s\\]+)', body)
+    flags: dict[str, str] = {}
+    for flag, value in pairs:
+        assert flag not in flags, f"{script.name} passes {flag} twice"
+        flags[flag] = value.strip("\"'")
+    return flags
+
+
+def test_gpu_run_scripts_match_the_published_runs() -> None:
+    for name, expected in _VERIFIED_RUN_FLAGS.items():
+        script = REPO / "scripts" / name
+        flags = _trainer_flags(script)
+        for flag, value in {**_COMMON_RUN_FLAGS, **expected}.items():
+            assert flags.get(flag) == value, f"{name}: {flag} is {flags.get(flag)!r}, the published run used {value!r}"
+        data = _DATA_DIRS.get(name, "fineweb100B/fineweb_")
+        assert flags["-i"] == f"dev/data/{data}train_*.bin" and flags["-j"] == f"dev/data/{data}val_*.bin", name
+        # on one node of 8 GPUs the total batch is a whole number of micro-batches
+        per_step = int(flags["-b"]) * int(flags["-t"]) * 8
+        assert int(flags["-d"]) % per_step == 0, f"{name}: -d is not a multiple of B*T*8"
+        header = script.read_text().split("source ", 1)[0]
+        assert "llm.c" in header and "Published outcome" in header, f"{name}: header must cite its source and outcome"
+    for script in sorted((REPO / "scripts" / "multi_node").glob("*")):
+        flags = _trainer_flags(script)
+        for flag, value in {**_COMMON_RUN_FLAGS, **_MULTI_NODE_FLAGS}.items():
+            assert flags.get(flag) == value, f"{script.name}: {flag} is {flags.get(flag)!r}, llm.c's example used {value!r}"
+        assert int(flags["-d"]) % (64 * 1024 * 16) == 0, f"{script.name}: -d does not fit 2 nodes x 8 GPUs"
