@@ -128,28 +128,66 @@ else ifeq ($(PRECISION),FP32)
 else
   PRECISION_FLAGS := -DLLMC_BAD_PRECISION
 endif
+# cuDNN attention (USE_CUDNN=1, and the linked check of test-cuda-build): cudnn.h + libcudnn.so.9 from
+# CUDNN_PATH, else the CUDA install, else the nvidia-cudnn-cu13 wheel; the header-only cuDNN frontend from
+# CUDNN_FRONTEND_PATH (a dir with cudnn_frontend.h, or its parent), else the nvidia-cudnn-frontend wheel
+# (site-packages/include); nvrtc (the frontend links it) from the CUDA install, else the nvidia-cuda-nvrtc
+# wheel that nvidia-cublas brings. llmc/cudnn_att.cpp is compiled once into $(CUDNN_OBJ) and linked.
 USE_CUDNN ?= 0
+CUDNN_PATH ?=
+CUDNN_FRONTEND_PATH ?=
+SITE_PACKAGES := $(patsubst %/nvidia,%,$(NV_WHEELS))
+ifneq ($(CUDNN_PATH),)
+  CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(wildcard $(CUDNN_PATH)/include/cudnn.h))
+  CUDNN_MISSING := CUDNN_PATH=$(CUDNN_PATH) has no include/cudnn.h
+else
+  CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h $(NV_WHEELS)/cudnn/include/cudnn.h)))
+  CUDNN_MISSING := cuDNN not found (cudnn.h): $(PIP) install nvidia-cudnn-cu13 (or make setup), or set CUDNN_PATH=
+endif
+ifneq ($(CUDNN_FRONTEND_PATH),)
+  CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard $(CUDNN_FRONTEND_PATH)/cudnn_frontend.h $(CUDNN_FRONTEND_PATH)/include/cudnn_frontend.h)))
+  CUDNN_FE_MISSING := CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH) has no cudnn_frontend.h (nor include/cudnn_frontend.h)
+else
+  CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(wildcard $(SITE_PACKAGES)/include/cudnn_frontend.h))
+  CUDNN_FE_MISSING := cuDNN frontend not found (cudnn_frontend.h): $(PIP) install nvidia-cudnn-frontend (or make setup), or set CUDNN_FRONTEND_PATH=
+endif
+NVRTC_WHEEL := $(patsubst %/include/nvrtc.h,%,$(firstword $(wildcard $(NV_WHEELS)/cu13/include/nvrtc.h $(NV_WHEELS)/cuda_nvrtc/include/nvrtc.h)))
+ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
+  NVRTC_INC :=
+  NVRTC_LIBS := -lnvrtc
+else ifneq ($(NVRTC_WHEEL),)
+  NVRTC_INC := -isystem $(NVRTC_WHEEL)/include
+  NVRTC_LIBS := -L$(NVRTC_WHEEL)/lib -Xlinker -rpath=$(NVRTC_WHEEL)/lib -l:libnvrtc.so.13
+endif
+CUDNN_FOUND := $(if $(CUDNN_HOME),$(CUDNN_HOME),NOT FOUND); frontend $(if $(CUDNN_FE_INC),$(CUDNN_FE_INC),NOT FOUND); nvrtc $(if $(NVRTC_LIBS),$(or $(NVRTC_WHEEL),$(CUDA_HOME)),NOT FOUND)
+CUDNN_INC := -DENABLE_CUDNN -DCUDNN_FRONTEND_SKIP_JSON_LIB $(NVRTC_INC) -isystem $(CUDNN_HOME)/include -isystem $(CUDNN_FE_INC)
+CUDNN_LINK := $(foreach d,$(wildcard $(abspath $(CUDNN_HOME))/lib $(abspath $(CUDNN_HOME))/lib64),-L$(d) -Xlinker -rpath=$(d)) -l:libcudnn.so.9 $(NVRTC_LIBS)
+CUDNN_OBJ := build/cudnn_att.o
 CUDNN_FLAGS :=
 CUDNN_LIBS :=
+CUDNN_DEPS :=
 ifeq ($(USE_CUDNN),1)
-  CUDNN_WHEEL := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(NV_WHEELS)/cudnn/include/cudnn.h $(CUDA_HOME)/include/cudnn.h)))
-  CUDNN_FLAGS := -DENABLE_CUDNN $(if $(CUDNN_WHEEL),-I$(CUDNN_WHEEL)/include)
-  CUDNN_LIBS := $(if $(CUDNN_WHEEL),-L$(CUDNN_WHEEL)/lib -Xlinker -rpath=$(abspath $(CUDNN_WHEEL)/lib)) -l:libcudnn.so.9
+  CUDNN_FLAGS := -DENABLE_CUDNN
+  CUDNN_LIBS := $(CUDNN_OBJ) $(CUDNN_LINK)
+  CUDNN_DEPS := $(CUDNN_OBJ)
 endif
 NVCC_FLAGS ?= -O3 --use_fast_math
 NVCC_FLAGS += -std=c++17 -I. -t 0 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno-unused-function
 NVCC_WERROR := -Werror all-warnings -Xcompiler -Werror
-CUDA_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS) $(CUDNN_FLAGS)
-CUDA_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS) $(CUDNN_LIBS)
+CUDA_BASE_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS)
+CUDA_BASE_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS)
+CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
+CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 CUDA_GOALS := train_gpt2cu test_gpt2cu test-cuda-build test-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
+  $(info CUDA: cuDNN $(CUDNN_FOUND))
 endif
 
-.PHONY: cuda-info cuda-check dev-cuda test-cuda-build test-gpu clean-cuda
+.PHONY: cuda-info cuda-check cudnn-check dev-cuda test-cuda-build test-gpu clean-cuda
 cuda-info:
 	@true
 
@@ -157,42 +195,62 @@ cuda-check:
 	@test -n "$(NVCC)" || { echo "error: nvcc not found (put the CUDA toolkit's bin/ on PATH or set NVCC=)"; exit 1; }
 	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(VENV)/bin/pip install nvidia-cublas (or make setup)"; exit 1; }
 	@test -z "$(filter -DLLMC_BAD_PRECISION,$(PRECISION_FLAGS))" || { echo "error: PRECISION=$(PRECISION): use BF16 or FP32 (FP16 needs loss scaling, which llmc does not implement)"; exit 1; }
+	@test "$(USE_CUDNN)" != 1 || test "$(PRECISION)" = BF16 || { echo "error: USE_CUDNN=1 needs PRECISION=BF16 (cuDNN attention is bf16 only; PRECISION=$(PRECISION) uses the cuBLAS attention with USE_CUDNN=0)"; exit 1; }
 
-train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+# USE_CUDNN=1 builds need cuDNN, its frontend and nvrtc; test-cuda-build links a cuDNN build whatever USE_CUDNN says
+cuda-check: $(if $(filter 1,$(USE_CUDNN)),cudnn-check)
+cudnn-check:
+	@test -n "$(CUDNN_HOME)" || { echo "error: $(CUDNN_MISSING)"; exit 1; }
+	@test -n "$(CUDNN_FE_INC)" || { echo "error: $(CUDNN_FE_MISSING)"; exit 1; }
+	@test -n "$(NVRTC_LIBS)" || { echo "error: nvrtc not found (the cuDNN frontend links it): $(PIP) install nvidia-cuda-nvrtc, or a CUDA install with include/nvrtc.h"; exit 1; }
+
+# host C++ only (no device code, so one object serves every GPU architecture); -O1: the frontend's templates
+# take twice as long at -O3 and this code runs once per graph plus a few pointer look-ups per call
+$(CUDNN_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/utils.h | cuda-check
+	@mkdir -p $(dir $@)
+	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c $< -o $@
+
+train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
-test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
 dev-cuda: | cuda-check
-	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUDA_INC)" CUDA_LIBS="$(CUDA_LIBS)" PRECISION=$(PRECISION)
+	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" CUDA_LIBS="$(CUDA_BASE_LIBS)" PRECISION=$(PRECISION)
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
-# One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries.
+# One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
+# and once more with cuDNN attention (its llmc/cudnn_att.cpp object compiled fresh with -Werror).
 CUDA_BUILD_DIR ?= build/cuda-check
-test-cuda-build: | cuda-check
-	@mkdir -p $(CUDA_BUILD_DIR)
+test-cuda-build: | cuda-check cudnn-check
+	@rm -rf $(CUDA_BUILD_DIR)/dev-cuda && mkdir -p $(CUDA_BUILD_DIR)
 	@set -e; t0=$$(date +%s); \
 	run() { echo "nvcc $$1"; shift; $(NVCC) $(NVCC_FLAGS) $(NVCC_WERROR) $(CUDA_CHECK_ARCH) "$$@"; }; \
-	run "train_gpt2.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_INC) train_gpt2.cu $(CUDA_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
-	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
+	run "train_gpt2.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_BASE_INC) train_gpt2.cu $(CUDA_BASE_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
+	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
 	run "test_gpt2.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
-	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
-	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
+	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
+	echo "nvcc llmc/cudnn_att.cpp (host C++, cuDNN frontend)"; \
+	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
+	run "train_gpt2.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_gpt2.cu \
+	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_gpt2cu_cudnn; \
+	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 # On a machine with an NVIDIA GPU, every GPU check in one command: the reference tensors, test_gpt2cu
-# in FP32 (tight tolerances) and BF16, then every dev/cuda kernel against its CPU reference.
+# in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, then every dev/cuda kernel against its CPU reference.
 test-gpu: | cuda-check
 	@$(MAKE) --no-print-directory setup model
 	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=FP32 && ./test_gpt2cu
 	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=BF16 && ./test_gpt2cu
+	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1 && ./test_gpt2cu
 	$(MAKE) --no-print-directory dev-cuda
 	@set -e; for f in dev/cuda/*.cu; do b=$${f%.cu}; [ "$$b" = dev/cuda/nccl_all_reduce ] && continue; echo "== $$b"; ./$$b; done
 	@echo "test-gpu: all GPU checks passed"
 
 clean-cuda:
-	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR)
+	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
 	$(MAKE) -C dev/cuda clean
 
 # ---------------------------------------------------------------------------- top-level commands

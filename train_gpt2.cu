@@ -12,6 +12,8 @@ The story of one training step, top to bottom:
 The kernels live in the llmc .cuh headers, one concern per file; the host-side pieces (command line, data,
 tokenizer, sampler, schedules, logs, checkpoints) are the same headers the CPU trainer uses.
 Precision is chosen at build time: make train_gpt2cu PRECISION=BF16 (default) or FP32.
+make train_gpt2cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cudnn_att.h): no
+(B, NH, T, T) matrix is stored, only (B, NH, T) softmax statistics per layer (never run on a GPU yet).
 Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimizer state fp32.
 */
 #include <dirent.h>
@@ -90,7 +92,11 @@ typedef struct {
     float* ln1_mean;    // (L, B, T)
     float* ln1_rstd;    // (L, B, T)
     floatX* atty;       // (L, B, T, C)
+#ifdef ENABLE_CUDNN
+    float* att_stats;   // (L, B, NH, T) log-sum-exp of each softmax row, for cuDNN's backward (layers 256-byte aligned)
+#else
     floatX* att;        // (L, B, NH, T, T)
+#endif
     floatX* residual2;  // (L, B, T, C)
     floatX* ln2;        // (L, B, T, C), one layer's worth with recompute >= 2
     float* ln2_mean;    // (L, B, T)
@@ -102,20 +108,20 @@ typedef struct {
     float* lnf_mean;    // (B, T)
     float* lnf_rstd;    // (B, T)
     float* losses;      // (B, T)
-    floatX* qkvr;       // (L, 3, B, NH, T, HS) q, k, v head-major
+    floatX* qkvr;       // (L, 3, B, NH, T, HS) q, k, v head-major; with cuDNN (L, B, T, 3C), the qkv matmul output
     floatX* output;     // (B, T, Vp) logits, then dlogits
     floatX* scratch_bt4c;  // (B, T, 4C) qkv / dfch
     floatX* scratch_btc;   // (B, T, C)
     // backward only
     floatX* dresidual;  // (B, T, C) gradient of the residual stream
-    floatX* dqkvr;      // (3, B, NH, T, HS)
-    floatX* datt;       // (B, NH, T, T)
-    floatX* dy;         // (B, NH, T, HS)
+    floatX* dqkvr;      // (3, B, NH, T, HS); NULL with cuDNN (it writes dqkv straight into scratch_bt4c)
+    floatX* datt;       // (B, NH, T, T); NULL with cuDNN
+    floatX* dy;         // (B, NH, T, HS); NULL with cuDNN
     float* fscratch;    // column-sum partials of bias and layernorm gradients
     float* norm;        // (1 + GLOBAL_NORM_BLOCKS) squared norm and its partial sums
 } ActivationTensors;
 
-// one row of the activation table: where the pointer goes, how many elements, element size
+// one row of the activation table: where the pointer goes, how many elements, element size (0 elements: NULL)
 typedef struct {
     void** ptr;
     size_t count;
@@ -132,13 +138,21 @@ static void activation_table(ActivationSpec t[NUM_ACTIVATION_TENSORS], Activatio
     size_t layers_ln = recompute >= 2 ? 1 : L;
     size_t layers_gelu = recompute >= 1 ? 1 : L;
     size_t fscratch = 4 * C * (BIAS_GRAD_ROW_CHUNKS > LAYERNORM_ROW_CHUNKS ? BIAS_GRAD_ROW_CHUNKS : LAYERNORM_ROW_CHUNKS);
+#ifdef ENABLE_CUDNN
+    // cuDNN keeps fp32 softmax statistics instead of the attention matrix and needs no backward buffers
+    ActivationSpec att_row = {(void**)&a->att_stats, L * cudnn_att_stats_layer_stride(B, T, (int)NH), f};
+    size_t bwd_att = 0, bwd_qkvr = 0, bwd_dy = 0;
+#else
+    ActivationSpec att_row = {(void**)&a->att, L * B * NH * T * T, fx};
+    size_t bwd_att = B * NH * T * T, bwd_qkvr = BT * 3 * C, bwd_dy = BT * C;
+#endif
     ActivationSpec rows[NUM_ACTIVATION_TENSORS] = {
         {(void**)&a->encoded, BT * C, fx},
         {(void**)&a->ln1, layers_ln * BT * C, fx},
         {(void**)&a->ln1_mean, L * BT, f},
         {(void**)&a->ln1_rstd, L * BT, f},
         {(void**)&a->atty, L * BT * C, fx},
-        {(void**)&a->att, L * B * NH * T * T, fx},
+        att_row,
         {(void**)&a->residual2, L * BT * C, fx},
         {(void**)&a->ln2, layers_ln * BT * C, fx},
         {(void**)&a->ln2_mean, L * BT, f},
@@ -155,9 +169,9 @@ static void activation_table(ActivationSpec t[NUM_ACTIVATION_TENSORS], Activatio
         {(void**)&a->scratch_bt4c, BT * 4 * C, fx},
         {(void**)&a->scratch_btc, BT * C, fx},
         {(void**)&a->dresidual, BT * C, fx},
-        {(void**)&a->dqkvr, BT * 3 * C, fx},
-        {(void**)&a->datt, B * NH * T * T, fx},
-        {(void**)&a->dy, BT * C, fx},
+        {(void**)&a->dqkvr, bwd_qkvr, fx},
+        {(void**)&a->datt, bwd_att, fx},
+        {(void**)&a->dy, bwd_dy, fx},
         {(void**)&a->fscratch, fscratch, f},
     };
     memcpy(t, rows, sizeof(rows));
@@ -189,6 +203,9 @@ typedef struct {
     float mean_loss;
     float* norm_host;          // pinned scalar
     CublasContext cublas;
+#ifdef ENABLE_CUDNN
+    CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
+#endif
     cudaStream_t stream;
 } GPT2;
 
@@ -269,6 +286,11 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     if (cfg->channels % cfg->num_heads != 0 || cfg->channels % 8 != 0) {
         llmc_die("model: channels C = %d must be a multiple of 8 and of the head count %d", cfg->channels, cfg->num_heads);
     }
+#ifdef ENABLE_CUDNN
+    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->channels / cfg->num_heads);
+    if (why != NULL) { llmc_die("-b %d -t %d with %d heads of size %d: cuDNN attention cannot run it: %s", B, T,
+                                cfg->num_heads, cfg->channels / cfg->num_heads, why); }
+#endif
     model->B = B;
     model->T = T;
     model->recompute = recompute;
@@ -285,7 +307,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     model->acts_memory = cudaMallocCheck(total);
     char* it = (char*)model->acts_memory;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        *(table[i].ptr) = it;
+        *(table[i].ptr) = table[i].count > 0 ? it : NULL;
         it += (table[i].count * table[i].elem + 255) / 256 * 256;
     }
     model->acts.norm = (float*)it;
@@ -306,10 +328,16 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
         adamw_init_master(model->master_weights, model->params_memory, shard.offset, shard.size, stream);
     }
     cublas_context_init(&model->cublas, stream);
+#ifdef ENABLE_CUDNN
+    model->cudnn = cudnn_attention_create(stream);
+#endif
 }
 
 static void gpt2_free(GPT2* model) {
     cublas_context_free(&model->cublas);
+#ifdef ENABLE_CUDNN
+    cudnn_attention_free(model->cudnn);
+#endif
     cudaCheck(cudaFree(model->params_memory));
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->m_memory));
@@ -355,15 +383,22 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
         floatX* l_ln1 = layer_ln1(model, l);
         floatX* l_qkvr = a.qkvr + (size_t)l * 3 * btc;
         floatX* l_atty = a.atty + (size_t)l * btc;
-        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
         floatX* l_residual2 = a.residual2 + (size_t)l * btc;
         floatX* l_ln2 = layer_ln2(model, l);
         floatX* l_fch = a.fch + (size_t)l * 4 * btc;
         floatX* l_fch_gelu = layer_fch_gelu(model, l);
         floatX* l_residual3 = a.residual3 + (size_t)l * btc;
         // attention block
+#ifdef ENABLE_CUDNN
+        // qkv (B, T, 3, NH, HS) stays where the matmul writes it; no backward follows when !write_dlogits
+        float* l_stats = a.att_stats + (size_t)l * cudnn_att_stats_layer_stride(B, T, NH);
+        matmul_forward(ctx, l_qkvr, l_ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, NULL);
+        cudnn_attention_forward(model->cudnn, l_atty, l_stats, l_qkvr, B, T, NH, C / NH, !write_dlogits);
+#else
+        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
         matmul_forward(ctx, a.scratch_bt4c, l_ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, NULL);
         attention_forward(ctx, l_atty, l_qkvr, l_att, a.scratch_bt4c, a.scratch_btc, B, T, C, NH);
+#endif
         matmul_forward(ctx, a.scratch_btc, l_atty, p.attprojw + (size_t)l * C * C, p.attprojb + (size_t)l * C, BT, C, C, NULL);
         fused_residual_forward(l_residual2, l_ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
                                residual, a.scratch_btc, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, stream);
@@ -425,7 +460,6 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
         floatX* l_ln1 = layer_ln1(model, l);
         floatX* l_qkvr = a.qkvr + (size_t)l * 3 * btc;
         floatX* l_atty = a.atty + (size_t)l * btc;
-        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
         floatX* l_residual2 = a.residual2 + (size_t)l * btc;
         floatX* l_ln2 = layer_ln2(model, l);
         floatX* l_fch = a.fch + (size_t)l * 4 * btc;
@@ -456,7 +490,14 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
         // attention block: dresidual is now the gradient of residual2
         matmul_backward(ctx, a.scratch_btc, g.attprojw + (size_t)l * C * C, g.attprojb + (size_t)l * C, a.dresidual,
                         l_atty, p.attprojw + (size_t)l * C * C, a.fscratch, BT, C, C, NULL);
+#ifdef ENABLE_CUDNN
+        // scratch_btc holds d(atty); dqkv (B, T, 3, NH, HS) goes straight into scratch_bt4c
+        float* l_stats = a.att_stats + (size_t)l * cudnn_att_stats_layer_stride(B, T, NH);
+        cudnn_attention_backward(model->cudnn, a.scratch_bt4c, a.scratch_btc, l_qkvr, l_atty, l_stats, B, T, NH, C / NH);
+#else
+        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
         attention_backward(ctx, a.scratch_bt4c, a.dqkvr, a.datt, a.dy, a.scratch_btc, l_qkvr, l_att, B, T, C, NH);
+#endif
         matmul_backward(ctx, a.scratch_btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + (size_t)l * 3 * C, a.scratch_bt4c,
                         l_ln1, p.qkvw + (size_t)l * 3 * C * C, a.fscratch, BT, C, 3 * C, NULL);
         layernorm_backward(a.dresidual, g.ln1w + (size_t)l * C, g.ln1b + (size_t)l * C, a.fscratch, a.scratch_btc,

@@ -33,8 +33,10 @@ def test_every_cuda_file_compiles_for_sm80_and_sm90_with_werror(cuda_build: subp
     out = cuda_build.stdout + cuda_build.stderr
     assert cuda_build.returncode == 0, f"make test-cuda-build failed:\n{out[-6000:]}"
     assert "all CUDA files compiled for sm_80 and sm_90 with -Werror" in out
-    for name in ["train_gpt2.cu BF16", "train_gpt2.cu FP32", "test_gpt2.cu FP32", "test_gpt2.cu BF16"]:
+    for name in ["train_gpt2.cu BF16", "train_gpt2.cu FP32", "test_gpt2.cu FP32", "test_gpt2.cu BF16",
+                 "llmc/cudnn_att.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
         assert f"nvcc {name}" in out, f"{name} was not part of the build check"
+    assert (BUILD_DIR / "train_gpt2cu_cudnn").exists()
     dev_files = sorted(p.name for p in (REPO / "dev" / "cuda").glob("*.cu"))
     assert len(dev_files) >= 15
     for name in dev_files:
@@ -47,6 +49,8 @@ def test_makefile_reports_what_it_found() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "CUDA: nvcc" in proc.stdout and "cuBLAS" in proc.stdout and "NCCL" in proc.stdout and "MPI" in proc.stdout
     assert "PRECISION=BF16" in proc.stdout
+    cudnn_line = next(line for line in proc.stdout.splitlines() if line.startswith("CUDA: cuDNN"))
+    assert "frontend" in cudnn_line and "nvrtc" in cudnn_line and "NOT FOUND" not in cudnn_line, cudnn_line
 
 
 def test_fp16_build_is_refused_clearly() -> None:
@@ -110,16 +114,55 @@ def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:
         assert not unknown, f"{script.name} passes flags the trainer does not parse: {unknown}"
 
 
-def test_cudnn_build_is_refused_clearly() -> None:
-    proc = _make("-B", "train_gpt2cu", "USE_CUDNN=1", timeout=600)
+def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error: ")]
+
+
+def test_cudnn_build_compiles_the_attention_object_and_links_cudnn() -> None:
+    proc = _make("-n", "-B", "train_gpt2cu", "USE_CUDNN=1", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    compile_obj = next(line for line in proc.stdout.splitlines() if "llmc/cudnn_att.cpp" in line)
+    assert "-DENABLE_CUDNN" in compile_obj and "-Werror" in compile_obj and "-c llmc/cudnn_att.cpp" in compile_obj
+    link = next(line for line in proc.stdout.splitlines() if "train_gpt2.cu" in line and "-o train_gpt2cu" in line)
+    assert "-DENABLE_CUDNN" in link and "build/cudnn_att.o" in link and "-l:libcudnn.so.9" in link
+    assert "rpath=" in link.split("build/cudnn_att.o", 1)[1], "libcudnn.so.9 is linked without an rpath"
+
+
+def test_cudnn_with_fp32_is_refused_with_one_line() -> None:
+    proc = _make("train_gpt2cu", "USE_CUDNN=1", "PRECISION=FP32", timeout=120)
     assert proc.returncode != 0
-    assert "USE_CUDNN=1 is not supported yet" in proc.stdout + proc.stderr
+    errors = _error_lines(proc)
+    assert len(errors) == 1 and "USE_CUDNN=1 needs PRECISION=BF16" in errors[0], proc.stdout + proc.stderr
+    assert "-o train_gpt2cu" not in proc.stdout and "cudnn_att.cpp" not in proc.stdout, "nvcc ran although refused"
+
+
+@pytest.mark.parametrize("variable, what", [("CUDNN_FRONTEND_PATH", "cudnn_frontend.h"), ("CUDNN_PATH", "cudnn.h")])
+def test_cudnn_missing_is_refused_with_one_line(variable: str, what: str, tmp_path: Path) -> None:
+    proc = _make("train_gpt2cu", "USE_CUDNN=1", f"{variable}={tmp_path}", timeout=120)
+    assert proc.returncode != 0
+    errors = _error_lines(proc)
+    assert len(errors) == 1 and variable in errors[0] and what in errors[0], proc.stdout + proc.stderr
+
+
+def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.CompletedProcess, tmp_path: Path) -> None:
+    """The linked USE_CUDNN=1 trainer starts (libcudnn.so.9 and libnvrtc found through the rpath),
+    prints its help, and without a GPU stops with one error line."""
+    assert cuda_build.returncode == 0
+    exe = str(BUILD_DIR / "train_gpt2cu_cudnn")
+    proc = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "  -r " in proc.stdout
+    proc = subprocess.run([exe, "-e", str(tmp_path / "missing.bin"), "-x", "1"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(_error_lines(proc)) == 1, proc.stderr
 
 
 def test_no_boolean_constants_that_lie() -> None:
     """llm.c once defined a constant named False whose value was true: we define no such names at all."""
     import re
-    sources = [REPO / "train_gpt2.cu", REPO / "test_gpt2.cu", *(REPO / "llmc").glob("*.cuh"), REPO / "llmc" / "mfu.h"]
+    sources = [REPO / "train_gpt2.cu", REPO / "test_gpt2.cu", *(REPO / "llmc").glob("*.cuh"), REPO / "llmc" / "mfu.h",
+               REPO / "llmc" / "cudnn_att.h", REPO / "llmc" / "cudnn_att.cpp"]
     for path in sources:
         text = path.read_text()
         assert not re.search(r"#define\s+(True|False|TRUE|FALSE)\b|\b(const\s+\w+\s+)(True|False)\s*=", text), path.name
