@@ -233,6 +233,9 @@ test-cuda-build: | cuda-check cudnn-check
 	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
 	echo "nvcc llmc/cudnn_att.cpp (host C++, cuDNN frontend)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
+	echo "nvcc dev/test/cudnn_graph_check.cpp (linked with that object; run by tests/test_cuda_build.py)"; \
+	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) -DENABLE_CUDNN dev/test/cudnn_graph_check.cpp \
+	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/cudnn_graph_check; \
 	run "train_gpt2.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_gpt2.cu \
 	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_gpt2cu_cudnn; \
 	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \

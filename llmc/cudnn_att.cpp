@@ -9,7 +9,8 @@ supported ones and build their plans. The workspace is one device buffer that gr
 graph's need. Every tensor gets a fixed uid, so a call binds its pointers by uid.
 
 Compiled as host C++ (nvcc -c, no device code) into one object: the frontend headers are large.
-BF16 in and out; softmax statistics and accumulation in fp32.
+BF16 in and out; softmax statistics and accumulation in fp32. The backward asks for cuDNN's
+deterministic algorithm, so two runs with the same seed give the same bits.
 */
 #ifndef ENABLE_CUDNN
 #error "llmc/cudnn_att.cpp is built only with USE_CUDNN=1 (-DENABLE_CUDNN)"
@@ -103,12 +104,18 @@ size_t cudnn_attention_workspace_bytes(const CudnnAttention* att) {
 
 static std::vector<int64_t> layout_dims(const CudnnAttLayout& l) { return std::vector<int64_t>(l.dim, l.dim + 4); }
 static std::vector<int64_t> layout_strides(const CudnnAttLayout& l) { return std::vector<int64_t>(l.stride, l.stride + 4); }
+// bf16 operands, fp32 statistics; stated on every tensor so the frontend checks the operands' 16-byte
+// stride alignment while validating (and their pointers' alignment at every execute)
+static fe::DataType_t layout_type(int which) { return which == CUDNN_ATT_STATS ? fe::DataType_t::FLOAT : fe::DataType_t::BFLOAT16; }
 
-static GraphPtr new_graph() {
+// sm_version 0: the frontend asks the current GPU; else the compute capability to validate for (no GPU
+// needed). It must be set before the nodes are added: each node copies the graph's context.
+static GraphPtr new_graph(int sm_version) {
     GraphPtr graph = std::make_shared<fe::graph::Graph>();
     graph->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
+    if (sm_version > 0) { graph->set_sm_version(sm_version); }
     return graph;
 }
 
@@ -116,16 +123,14 @@ static GraphPtr new_graph() {
 static TensorPtr graph_input(const GraphPtr& graph, const char* name, int64_t uid, int which, int B, int T, int NH, int HS) {
     CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, HS);
     fe::graph::Tensor_attributes attrs;
-    attrs.set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l));
-    if (which == CUDNN_ATT_STATS) { attrs.set_data_type(fe::DataType_t::FLOAT); }
+    attrs.set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l)).set_data_type(layout_type(which));
     return graph->tensor(attrs);
 }
 
 // marks a node output as a graph output with one of the layouts of cudnn_att.h
 static void graph_output(const TensorPtr& t, const char* name, int64_t uid, int which, int B, int T, int NH, int HS) {
     CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, HS);
-    t->set_output(true).set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l));
-    if (which == CUDNN_ATT_STATS) { t->set_data_type(fe::DataType_t::FLOAT); }
+    t->set_output(true).set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l)).set_data_type(layout_type(which));
 }
 
 // the build steps, each checked on its own so a failure names the step; then the workspace grows if needed
@@ -151,12 +156,9 @@ static void shape_check(int B, int T, int NH, int HS) {
     if (why != NULL) { llmc_die("cuDNN attention: B=%d T=%d NH=%d HS=%d: %s", B, T, NH, HS, why); }
 }
 
-static const fe::graph::Graph& forward_graph(CudnnAttention* att, int B, int T, int NH, int HS, int is_inference) {
-    uint64_t key = cudnn_att_key(B, T, NH, HS, is_inference);
-    auto it = att->forward_graphs.find(key);
-    if (it != att->forward_graphs.end()) { return *it->second; }
-    shape_check(B, T, NH, HS);
-    GraphPtr graph = new_graph();
+// the forward graph's description: q, k, v in -> out (+ stats when training)
+static GraphPtr describe_forward(int B, int T, int NH, int HS, int is_inference, int sm_version) {
+    GraphPtr graph = new_graph(sm_version);
     TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, HS);
     TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, HS);
     TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, HS);
@@ -168,6 +170,38 @@ static const fe::graph::Graph& forward_graph(CudnnAttention* att, int B, int T, 
     auto outputs = graph->sdpa(q, k, v, opts);  // {O, Stats}
     graph_output(outputs[0], "out", UID_O, CUDNN_ATT_O, B, T, NH, HS);
     if (!is_inference) { graph_output(outputs[1], "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, HS); }
+    return graph;
+}
+
+// the backward graph's description: q, k, v, out, dout, stats in -> dq, dk, dv
+static GraphPtr describe_backward(int B, int T, int NH, int HS, int sm_version) {
+    GraphPtr graph = new_graph(sm_version);
+    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, HS);
+    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, HS);
+    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, HS);
+    TensorPtr o = graph_input(graph, "out", UID_O, CUDNN_ATT_O, B, T, NH, HS);
+    TensorPtr dout = graph_input(graph, "dout", UID_DO, CUDNN_ATT_O, B, T, NH, HS);
+    TensorPtr stats = graph_input(graph, "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, HS);
+    fe::graph::SDPA_backward_attributes opts;
+    // deterministic: llmc promises bit-identical runs and resumes; cuDNN then keeps dP = dO V^T in the
+    // workspace, a transient (B, NH, T, T) bf16 buffer shared by every layer
+    opts.set_name("attention_backward")
+        .set_causal_mask(true)
+        .set_attn_scale(1.0f / sqrtf((float)HS))
+        .set_deterministic_algorithm(true);
+    auto grads = graph->sdpa_backward(q, k, v, o, dout, stats, opts);  // {dQ, dK, dV}
+    graph_output(grads[0], "dq", UID_DQ, CUDNN_ATT_Q, B, T, NH, HS);
+    graph_output(grads[1], "dk", UID_DK, CUDNN_ATT_K, B, T, NH, HS);
+    graph_output(grads[2], "dv", UID_DV, CUDNN_ATT_V, B, T, NH, HS);
+    return graph;
+}
+
+static const fe::graph::Graph& forward_graph(CudnnAttention* att, int B, int T, int NH, int HS, int is_inference) {
+    uint64_t key = cudnn_att_key(B, T, NH, HS, is_inference);
+    auto it = att->forward_graphs.find(key);
+    if (it != att->forward_graphs.end()) { return *it->second; }
+    shape_check(B, T, NH, HS);
+    GraphPtr graph = describe_forward(B, T, NH, HS, is_inference, 0);
     graph_finish(att, graph, key);
     att->forward_graphs.emplace(key, graph);
     return *graph;
@@ -178,22 +212,24 @@ static const fe::graph::Graph& backward_graph(CudnnAttention* att, int B, int T,
     auto it = att->backward_graphs.find(key);
     if (it != att->backward_graphs.end()) { return *it->second; }
     shape_check(B, T, NH, HS);
-    GraphPtr graph = new_graph();
-    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, HS);
-    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, HS);
-    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, HS);
-    TensorPtr o = graph_input(graph, "out", UID_O, CUDNN_ATT_O, B, T, NH, HS);
-    TensorPtr dout = graph_input(graph, "dout", UID_DO, CUDNN_ATT_O, B, T, NH, HS);
-    TensorPtr stats = graph_input(graph, "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, HS);
-    fe::graph::SDPA_backward_attributes opts;
-    opts.set_name("attention_backward").set_causal_mask(true).set_attn_scale(1.0f / sqrtf((float)HS));
-    auto grads = graph->sdpa_backward(q, k, v, o, dout, stats, opts);  // {dQ, dK, dV}
-    graph_output(grads[0], "dq", UID_DQ, CUDNN_ATT_Q, B, T, NH, HS);
-    graph_output(grads[1], "dk", UID_DK, CUDNN_ATT_K, B, T, NH, HS);
-    graph_output(grads[2], "dv", UID_DV, CUDNN_ATT_V, B, T, NH, HS);
+    GraphPtr graph = describe_backward(B, T, NH, HS, 0);
     graph_finish(att, graph, key);
     att->backward_graphs.emplace(key, graph);
     return *graph;
+}
+
+int cudnn_attention_check_graphs(int B, int T, int NH, int HS, int sm_version, char* why, size_t why_size) {
+    const char* names[3] = {"forward (training)", "forward (inference)", "backward"};
+    for (int i = 0; i < 3; i++) {
+        GraphPtr graph = i < 2 ? describe_forward(B, T, NH, HS, i, sm_version) : describe_backward(B, T, NH, HS, sm_version);
+        fe::error_t err = graph->validate();
+        if (err.is_bad()) {
+            snprintf(why, why_size, "%s graph: %s", names[i], err.err_msg.c_str());
+            return 0;
+        }
+    }
+    if (why_size > 0) { why[0] = '\0'; }
+    return 1;
 }
 
 // ----------------------------------------------------------------------------

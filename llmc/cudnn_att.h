@@ -94,9 +94,11 @@ static inline size_t cudnn_att_stats_layer_stride(int B, int T, int NH) {
 #define CUDNN_ATT_KEY_HS_BITS 10
 #define CUDNN_ATT_MAX_HS 256
 
-// NULL when cuDNN attention can take this shape, else why not (one phrase)
+// NULL when cuDNN attention can take this shape, else why not (one phrase). On sm_80 cuDNN's backward
+// also needs HS <= 128 (sm_90: 256); the frontend says so when the graph is built, in the same one line.
 static inline const char* cudnn_att_shape_error(int B, int T, int NH, int HS) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) { return "B, T, NH and HS must be positive"; }
+    if (T < 2) { return "the sequence length T must be at least 2 (cuDNN's attention backward refuses T = 1)"; }
     if (HS % 8 != 0) { return "the head size HS = C / NH must be a multiple of 8 (16-byte rows in bf16)"; }
     if (HS > CUDNN_ATT_MAX_HS) { return "the head size HS = C / NH must be at most 256 for cuDNN flash attention"; }
     if (B >= (1 << CUDNN_ATT_KEY_B_BITS)) { return "the batch size B must be below 2^21"; }
@@ -152,6 +154,11 @@ void cudnn_attention_backward(CudnnAttention* att, __nv_bfloat16* dqkv, const __
 
 // bytes of cuDNN workspace allocated so far (it grows to the largest graph's need)
 size_t cudnn_attention_workspace_bytes(const CudnnAttention* att);
+
+// without a GPU: describes the three graphs (forward for training and for inference, backward) exactly as
+// the calls above do and runs the frontend's validation for compute capability sm_version (80, 90, ...):
+// shapes, strides, 16-byte alignment, data types, head-size limits. 1 if all pass, else 0 and the reason in why.
+int cudnn_attention_check_graphs(int B, int T, int NH, int HS, int sm_version, char* why, size_t why_size);
 #endif
 
 #endif // LLMC_CUDNN_ATT_H

@@ -34,7 +34,7 @@ def test_every_cuda_file_compiles_for_sm80_and_sm90_with_werror(cuda_build: subp
     assert cuda_build.returncode == 0, f"make test-cuda-build failed:\n{out[-6000:]}"
     assert "all CUDA files compiled for sm_80 and sm_90 with -Werror" in out
     for name in ["train_gpt2.cu BF16", "train_gpt2.cu FP32", "test_gpt2.cu FP32", "test_gpt2.cu BF16",
-                 "llmc/cudnn_att.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
+                 "llmc/cudnn_att.cpp", "dev/test/cudnn_graph_check.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
         assert f"nvcc {name}" in out, f"{name} was not part of the build check"
     assert (BUILD_DIR / "train_gpt2cu_cudnn").exists()
     dev_files = sorted(p.name for p in (REPO / "dev" / "cuda").glob("*.cu"))
@@ -142,6 +142,18 @@ def test_cudnn_missing_is_refused_with_one_line(variable: str, what: str, tmp_pa
     assert proc.returncode != 0
     errors = _error_lines(proc)
     assert len(errors) == 1 and variable in errors[0] and what in errors[0], proc.stdout + proc.stderr
+
+
+def test_cudnn_attention_graphs_pass_the_frontend_validation_without_gpu(cuda_build: subprocess.CompletedProcess) -> None:
+    """dev/test/cudnn_graph_check.cpp: the trainer's own graph descriptions, validated by the cuDNN frontend
+    for sm_80 and sm_90 (shapes, strides, 16-byte alignment, types); refusals agree with llmc's shape rule."""
+    import re
+    assert cuda_build.returncode == 0
+    proc = subprocess.run([str(BUILD_DIR / "cudnn_graph_check")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    closing = re.fullmatch(r"(\d+) passed, 0 failed", proc.stdout.strip().splitlines()[-1])
+    assert closing is not None and int(closing.group(1)) >= 40, proc.stdout
+    assert "s_q = s_kv = 1" in proc.stdout or "T = 1" in proc.stdout, "the T = 1 refusal was not exercised"
 
 
 def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.CompletedProcess, tmp_path: Path) -> None:

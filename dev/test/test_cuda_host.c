@@ -559,7 +559,7 @@ static void test_cudnn_att_layouts(void) {
 
 // the graph cache key: one key per (B, T, NH, HS, is_inference), unpacked back exactly
 static void test_cudnn_att_key(void) {
-    const int Bs[] = {1, 2, 4, 64, (1 << 21) - 1}, Ts[] = {1, 64, 1024, (1 << 20) - 1};
+    const int Bs[] = {1, 2, 4, 64, (1 << 21) - 1}, Ts[] = {2, 3, 1024, (1 << 20) - 1};
     const int NHs[] = {1, 12, 25, 4095}, HSs[] = {8, 64, 128, 256};
     uint64_t keys[5 * 4 * 4 * 4 * 2];
     int n = 0, bad_roundtrip = 0;
@@ -592,9 +592,9 @@ static void test_cudnn_att_key(void) {
 
 static void test_cudnn_att_shape_rules(void) {
     CHECK(cudnn_att_shape_error(4, 1024, 12, 64) == NULL, "GPT-2 124M (12 heads of 64) is accepted");
-    CHECK(cudnn_att_shape_error(1, 1, 1, 8) == NULL, "the smallest shape is accepted");
+    CHECK(cudnn_att_shape_error(1, 2, 1, 8) == NULL, "the smallest shape is accepted");
     const int bad_shapes[][4] = {
-        {0, 64, 12, 64}, {4, 0, 12, 64}, {4, 64, 0, 64}, {4, 64, 12, 0}, {-1, 64, 12, 64},
+        {0, 64, 12, 64}, {4, 0, 12, 64}, {4, 1, 12, 64}, {4, 64, 0, 64}, {4, 64, 12, 0}, {-1, 64, 12, 64},
         {4, 64, 12, 4}, {4, 64, 12, 60}, {4, 64, 12, 264}, {1 << 21, 64, 12, 64}, {4, 1 << 20, 12, 64}, {4, 64, 4096, 64},
     };
     for (size_t i = 0; i < sizeof(bad_shapes) / sizeof(bad_shapes[0]); i++) {
