@@ -231,9 +231,26 @@ void attention_backward(float* dinp, const float* dout, const float* inp, const 
     int C3 = 3 * C;
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel
+    // one (T,T) datt buffer per thread, kept between calls (grown when T or the thread count grows)
+    static float* datt_all = NULL;
+    static size_t datt_all_size = 0;
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    size_t need = (size_t)nthreads * T * T;
+    if (need > datt_all_size) {
+        free(datt_all);
+        datt_all = (float*)mallocCheck(need * sizeof(float));
+        datt_all_size = need;
+    }
+    #pragma omp parallel num_threads(nthreads)
     {
-        float* datt = (float*)mallocCheck((size_t)T * T * sizeof(float)); // (T,T) per thread
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float* datt = datt_all + (size_t)tid * T * T;
         #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
@@ -261,7 +278,6 @@ void attention_backward(float* dinp, const float* dout, const float* inp, const 
                 matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
             }
         }
-        free(datt);
     }
 }
 
@@ -300,17 +316,33 @@ void crossentropy_softmax_forward(float* losses, float* probs, const float* logi
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = logits + (size_t)bt * Vp;
         float* p = probs + (size_t)bt * Vp;
-        float maxval = -INFINITY;
-        for (int i = 0; i < V; i++) { if (x[i] > maxval) { maxval = x[i]; } }
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) {
-            float e = expf(x[i] - maxval);
-            p[i] = e;
-            sum += e;
+        float lane_max[16];
+        for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
         }
+        float maxval = -INFINITY;
+        for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+        // 16 interleaved float partial sums (vectorises; a fixed order), added up in double
+        float part[16] = {0.0f};
+        for (i = 0; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(x[i + j] - maxval);
+                p[i + j] = e;
+                part[j] += e;
+            }
+        }
+        double sum = 0.0;
+        for (; i < V; i++) {
+            p[i] = vec_expf(x[i] - maxval);
+            sum += p[i];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
         float inv = (float)(1.0 / sum);
-        for (int i = 0; i < V; i++) { p[i] *= inv; }
-        for (int i = V; i < Vp; i++) { p[i] = 0.0f; }
+        for (i = 0; i < V; i++) { p[i] *= inv; }
+        for (; i < Vp; i++) { p[i] = 0.0f; }
         // -log softmax computed from the logits directly (no log of a rounded probability)
         losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
     }
@@ -431,6 +463,21 @@ void point_activations(ActivationTensors* a, float* memory, const size_t sizes[N
     }
 }
 
+// the gradients of the activations that the backward pass uses: the attention weights, the
+// probabilities and the layernorm statistics get none (att alone is L*B*NH*T*T floats)
+void grad_activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cfg, int B, int T) {
+    activation_sizes(sizes, cfg, B, T);
+    const int unused[] = {2, 3, 6, 10, 11, 17, 18, 20}; // ln1/ln2/lnf mean and rstd, att, probs
+    for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++) { sizes[unused[i]] = 0; }
+}
+
+// memset(p, 0, n floats) shared out over the OpenMP threads
+static void zero_floats(float* p, size_t n) {
+    const size_t chunk = (size_t)1 << 18;
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < n; c += chunk) { memset(p + c, 0, (n - c < chunk ? n - c : chunk) * sizeof(float)); }
+}
+
 typedef struct {
     GPT2Config config;
     // weights and their gradients: one flat buffer each, with named pointers into it
@@ -451,8 +498,9 @@ typedef struct {
     size_t act_sizes[NUM_ACTIVATION_TENSORS];
     float* acts_memory;
     size_t num_activations;
-    ActivationTensors grads_acts;
+    ActivationTensors grads_acts; // only what grad_activation_sizes keeps (the others are NULL)
     float* grads_acts_memory;
+    size_t num_grad_activations;
     int batch_size;   // B the activations were allocated for
     int seq_len;      // T the activations were allocated for
     // the current batch (set by gpt2_forward)
@@ -507,10 +555,16 @@ void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t op
     activation_sizes(model->act_sizes, &model->config, B, T);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
+    size_t grad_sizes[NUM_ACTIVATION_TENSORS];
+    grad_activation_sizes(grad_sizes, &model->config, B, T);
+    model->num_grad_activations = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_grad_activations += grad_sizes[i]; }
     model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
-    model->grads_acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
+    model->grads_acts_memory = (float*)callocCheck(model->num_grad_activations, sizeof(float));
     point_activations(&model->acts, model->acts_memory, model->act_sizes);
-    point_activations(&model->grads_acts, model->grads_acts_memory, model->act_sizes);
+    point_activations(&model->grads_acts, model->grads_acts_memory, grad_sizes);
+    ActivationTensors* ga = &model->grads_acts;
+    ga->ln1_mean = ga->ln1_rstd = ga->att = ga->ln2_mean = ga->ln2_rstd = ga->lnf_mean = ga->lnf_rstd = ga->probs = NULL;
     model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->opt_offset = opt_offset;
@@ -603,7 +657,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 }
 
 void gpt2_zero_grad(GPT2* model) {
-    memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+    zero_floats(model->grads_memory, model->num_parameters);
 }
 
 // Backward pass of the last forward (which must have had targets). Gradients are ADDED to
@@ -619,7 +673,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     ActivationTensors ga = model->grads_acts;
-    memset(model->grads_acts_memory, 0, model->num_activations * sizeof(float));
+    zero_floats(model->grads_acts_memory, model->num_grad_activations);
 
     // the loss is the mean over B*T positions: each position's dloss is loss_scale / (B*T)
     float dloss_mean = loss_scale / (float)(B * T);
@@ -697,7 +751,13 @@ float gpt2_grad_norm(const GPT2* model) {
     const size_t chunk = 1 << 16;
     size_t n = model->num_parameters;
     size_t nchunks = (n + chunk - 1) / chunk;
-    double* partial = (double*)mallocCheck(nchunks * sizeof(double));
+    static double* partial = NULL; // one sum per chunk, kept between calls (grown when needed)
+    static size_t partial_size = 0;
+    if (nchunks > partial_size) {
+        free(partial);
+        partial = (double*)mallocCheck(nchunks * sizeof(double));
+        partial_size = nchunks;
+    }
     #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < nchunks; k++) {
         size_t end = (k + 1) * chunk < n ? (k + 1) * chunk : n;
@@ -715,7 +775,6 @@ float gpt2_grad_norm(const GPT2* model) {
     }
     double total = 0.0;
     for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
-    free(partial);
     return (float)sqrt(total);
 }
 

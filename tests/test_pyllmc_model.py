@@ -153,7 +153,8 @@ def test_backward_accumulates_and_loss_scale_scales(pyllmc, d2_reference, ref):
     model.backward()
     once = model.grads_flat.copy()
     model.backward(loss_scale=0.5)
-    np.testing.assert_allclose(model.grads_flat, 1.5 * once, rtol=1e-5, atol=1e-9)
+    # g + 0.5 g rounds differently from 1.5 g where large terms cancel (wte: lm_head + encoder)
+    np.testing.assert_allclose(model.grads_flat, 1.5 * once, rtol=1e-5, atol=1e-6 * np.abs(once).max())
 
 
 def test_generate_greedy_follows_the_argmax_of_forward(pyllmc, d2_reference):
