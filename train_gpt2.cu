@@ -330,6 +330,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     cublas_context_init(&model->cublas, stream);
 #ifdef ENABLE_CUDNN
     model->cudnn = cudnn_attention_create(stream);
+    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->channels / cfg->num_heads);
 #endif
 }
 
@@ -783,6 +784,10 @@ int main(int argc, char** argv) {
         printf("model: L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", cfg->num_layers,
                cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
                model.num_parameters, (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
+#ifdef ENABLE_CUDNN
+        printf("attention: cuDNN flash attention, %.2f GiB of cuDNN workspace\n",
+               (double)cudnn_attention_workspace_bytes(model.cudnn) / (1024.0 * 1024.0 * 1024.0));
+#endif
     }
 
     // data

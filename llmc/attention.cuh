@@ -16,8 +16,10 @@ cuDNN flash attention (make USE_CUDNN=1, BF16 only): train_gpt2.cu then calls cu
 cudnn_attention_backward (llmc/cudnn_att.h, code in llmc/cudnn_att.cpp) instead of the two functions here.
 q, k, v are read in place from the qkv matmul output (B, T, 3, NH, HS) through strides, the output is
 (B, T, NH, HS), and each layer keeps only its (B, NH, T) fp32 softmax statistics instead of the
-(B, NH, T, T) attention matrix. That path compiles and links in CI (make test-cuda-build) and its
-layouts are checked on the CPU against the index maps below; it has never been executed on a GPU.
+(B, NH, T, T) attention matrix. That path compiles and links in CI (make test-cuda-build), its
+layouts are checked on the CPU against the index maps below (dev/test/test_cuda_host.c) and its graphs
+pass the cuDNN frontend's validation for sm_80 and sm_90 (dev/test/cudnn_graph_check.cpp); it has
+never been executed on a GPU.
 */
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH

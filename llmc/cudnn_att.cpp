@@ -218,6 +218,12 @@ static const fe::graph::Graph& backward_graph(CudnnAttention* att, int B, int T,
     return *graph;
 }
 
+void cudnn_attention_prepare(CudnnAttention* att, int B, int T, int NH, int HS) {
+    forward_graph(att, B, T, NH, HS, 0);
+    forward_graph(att, B, T, NH, HS, 1);
+    backward_graph(att, B, T, NH, HS);
+}
+
 int cudnn_attention_check_graphs(int B, int T, int NH, int HS, int sm_version, char* why, size_t why_size) {
     const char* names[3] = {"forward (training)", "forward (inference)", "backward"};
     for (int i = 0; i < 3; i++) {

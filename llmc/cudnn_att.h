@@ -2,6 +2,7 @@
 llmc/cudnn_att.h: cuDNN flash attention (USE_CUDNN=1), the interface and its host-side arithmetic.
 
     CudnnAttention* att = cudnn_attention_create(stream);     one cuDNN handle, workspace, graph cache
+    cudnn_attention_prepare(att, B, T, NH, HS);               optional: build the graphs up front
     cudnn_attention_forward(att, out, stats, qkv, B, T, NH, HS, is_inference)
         qkv (B, T, 3, NH, HS) is the qkv matmul output, read in place through strides (no permute)
         out (B, T, NH, HS) = softmax(q k^T / sqrt(HS), causal) v, heads concatenated
@@ -151,6 +152,10 @@ void cudnn_attention_forward(CudnnAttention* att, __nv_bfloat16* out, float* sta
 void cudnn_attention_backward(CudnnAttention* att, __nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
                               int B, int T, int NH, int HS);
+
+// builds the three graphs of a shape now (forward for training and for inference, backward), so that an
+// unsupported shape fails at start-up and the workspace is allocated before training begins
+void cudnn_attention_prepare(CudnnAttention* att, int B, int T, int NH, int HS);
 
 // bytes of cuDNN workspace allocated so far (it grows to the largest graph's need)
 size_t cudnn_attention_workspace_bytes(const CudnnAttention* att);
