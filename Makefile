@@ -350,13 +350,14 @@ test-py: fuzz-deps
 # ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
 # GEMMs of the CPU trainer (llmc/matmul.h): BLAS=mkl | openblas | none (the blocked OpenMP kernel).
 # Both BLAS come as pip wheels in the venv (requirements.txt): mkl + mkl-devel + mkl-include, and
-# scipy-openblas32. Default: mkl, the faster one measured on this machine (README); none when the
-# wheel is not installed yet. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>.
+# scipy-openblas32. Default: openblas, the faster one measured on this machine (README), then mkl,
+# then none when neither wheel is installed yet. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>.
 #   make bench [BENCH_ARGS="--model d12 -B 4 -T 64 --threads 2 --steps 5"]
 VENV_LIB := $(abspath $(VENV)/lib)
 OPENBLAS_DIR := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/scipy_openblas32)))
 MKL_LIBS_FOUND := $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.* $(VENV_LIB)/libmkl_gnu_thread.so.* $(VENV_LIB)/libmkl_core.so.*)
-BLAS ?= $(if $(and $(MKL_LIBS_FOUND),$(wildcard $(VENV)/include/mkl_cblas.h)),mkl,none)
+MKL_FOUND := $(and $(MKL_LIBS_FOUND),$(wildcard $(VENV)/include/mkl_cblas.h))
+BLAS ?= $(if $(wildcard $(OPENBLAS_DIR)/include/cblas.h),openblas,$(if $(MKL_FOUND),mkl,none))
 BLAS_CFLAGS_mkl := -DLLMC_BLAS_MKL -I$(abspath $(VENV)/include)
 BLAS_LDLIBS_mkl := -Wl,--no-as-needed $(firstword $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.*)) \
   $(firstword $(wildcard $(VENV_LIB)/libmkl_gnu_thread.so.*)) $(firstword $(wildcard $(VENV_LIB)/libmkl_core.so.*)) \

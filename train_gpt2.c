@@ -471,13 +471,6 @@ void grad_activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Confi
     for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++) { sizes[unused[i]] = 0; }
 }
 
-// memset(p, 0, n floats) shared out over the OpenMP threads
-static void zero_floats(float* p, size_t n) {
-    const size_t chunk = (size_t)1 << 18;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < n; c += chunk) { memset(p + c, 0, (n - c < chunk ? n - c : chunk) * sizeof(float)); }
-}
-
 typedef struct {
     GPT2Config config;
     // weights and their gradients: one flat buffer each, with named pointers into it
@@ -657,7 +650,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 }
 
 void gpt2_zero_grad(GPT2* model) {
-    zero_floats(model->grads_memory, model->num_parameters);
+    memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
 // Backward pass of the last forward (which must have had targets). Gradients are ADDED to
@@ -673,7 +666,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     ActivationTensors ga = model->grads_acts;
-    zero_floats(model->grads_acts_memory, model->num_grad_activations);
+    memset(model->grads_acts_memory, 0, model->num_grad_activations * sizeof(float));
 
     // the loss is the mean over B*T positions: each position's dloss is loss_scale / (B*T)
     float dloss_mean = loss_scale / (float)(B * T);
