@@ -100,6 +100,26 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     }
 }
 
+// the residual add fused with the layernorm that reads it: one pass over each row instead of two
+// (the same arithmetic as residual_forward then layernorm_forward, so the same bits)
+void residual_layernorm_forward(float* res_out, float* ln_out, float* mean, float* rstd, const float* inp1,
+                                const float* inp2, const float* weight, const float* bias, int B, int T, int C) {
+    // res_out, ln_out, inp1, inp2 are (B,T,C); mean, rstd are (B,T); weight, bias are (C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* a = inp1 + (size_t)bt * C;
+        const float* b = inp2 + (size_t)bt * C;
+        float* x = res_out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
+        float m = layernorm_mean(x, C);
+        float s = layernorm_rstd(x, m, C);
+        float* o = ln_out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
@@ -286,6 +306,20 @@ void gelu_forward(float* out, const float* inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+}
+
+// the fc layer's bias add fused with the GELU that follows: pre (B,T,OC) holds the matmul
+// without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
+void bias_gelu_forward(float* out, float* pre, const float* bias, int B, int T, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < B * T; r++) {
+        float* x = pre + (size_t)r * OC;
+        float* y = out + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) {
+            x[o] += bias[o];
+            y[o] = vec_gelu_forward(x[o]);
+        }
+    }
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
@@ -591,12 +625,12 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     ActivationTensors a = model->acts;
     size_t BTC = (size_t)B * T * C;
     encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C); // (B,T,C)
-    float* residual;
+    // each layer ends with the next layernorm fused into its last residual add, so the first
+    // layernorm runs on its own
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, B, T, C);
     for (int l = 0; l < L; l++) {
-        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
+        float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
         // this layer's weights
-        float* l_ln1w = p.ln1w + l * C;
-        float* l_ln1b = p.ln1b + l * C;
         float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
         float* l_qkvb = p.qkvb + l * 3 * C;
         float* l_attprojw = p.attprojw + (size_t)l * C * C;
@@ -609,8 +643,6 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* l_fcprojb = p.fcprojb + l * C;
         // this layer's activations
         float* l_ln1 = a.ln1 + l * BTC;
-        float* l_ln1_mean = a.ln1_mean + l * B * T;
-        float* l_ln1_rstd = a.ln1_rstd + l * B * T;
         float* l_qkv = a.qkv + l * BTC * 3;
         float* l_atty = a.atty + l * BTC;
         float* l_att = a.att + (size_t)l * B * NH * T * T;
@@ -623,21 +655,24 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
         float* l_fcproj = a.fcproj + l * BTC;
         float* l_residual3 = a.residual3 + l * BTC;
-        // attention block
-        layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
+        // the layernorm after this layer: the next layer's ln1, or lnf after the last
+        int last = l == L - 1;
+        float* next_ln = last ? a.lnf : a.ln1 + (l + 1) * BTC;
+        float* next_mean = last ? a.lnf_mean : a.ln1_mean + (l + 1) * B * T;
+        float* next_rstd = last ? a.lnf_rstd : a.ln1_rstd + (l + 1) * B * T;
+        float* next_w = last ? p.lnfw : p.ln1w + (l + 1) * C;
+        float* next_b = last ? p.lnfb : p.ln1b + (l + 1) * C;
+        // attention block (its layernorm ran already)
         matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
         attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
         matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
-        residual_forward(l_residual2, residual, l_attproj, BTC);
-        // MLP block
-        layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
-        matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
-        gelu_forward(l_fch_gelu, l_fch, BTC * 4);
+        // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
+        residual_layernorm_forward(l_residual2, l_ln2, l_ln2_mean, l_ln2_rstd, residual, l_attproj, l_ln2w, l_ln2b, B, T, C);
+        matmul_forward(l_fch, l_ln2, l_fcw, NULL, B, T, C, 4 * C);
+        bias_gelu_forward(l_fch_gelu, l_fch, l_fcb, B, T, 4 * C);
         matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
-        residual_forward(l_residual3, l_residual2, l_fcproj, BTC);
+        residual_layernorm_forward(l_residual3, next_ln, next_mean, next_rstd, l_residual2, l_fcproj, next_w, next_b, B, T, C);
     }
-    residual = a.residual3 + (L - 1) * BTC; // (B,T,C)
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
     matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp); // (B,T,Vp), lm_head tied to wte
     if (targets == NULL) {
         model->mean_loss = -1.0f;
