@@ -389,7 +389,7 @@ static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, in
 
 // ----------------------------------------------------------------------------
 // fp32 through the BLAS: the trainer's OpenMP threads each run a single-threaded cblas call on
-// one slab of C (a range of columns when N >= M, else of rows). The BLAS's own threading is
+// one slab of C (a range of its columns or of its rows). The BLAS's own threading is
 // not used: OpenBLAS's pthreads pool competes with the OpenMP threads for the cores (the
 // trainer ran 1.8x slower with it). Slab edges fall on multiples of 16 and depend only on the
 // thread count; every element of C is one BLAS call's dot product over all of K.
@@ -414,12 +414,15 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 #ifdef _OPENMP
     if (!omp_in_parallel()) { nthreads = omp_get_max_threads(); }
 #endif
-    int by_cols = N >= M;
+    // Every slab packs all of the operand that is not split, so split the other one: columns
+    // (op(B)) when op(A) is the smaller, else rows. Slabs are handed out as threads free up, two
+    // per thread when the repacked operand is small (a core slowed by another process then does
+    // fewer of them), one per thread when it is large (e.g. the lm_head's (B*T, Vp) gradient).
+    size_t a_elems = (size_t)M * K, b_elems = (size_t)K * N;
+    int by_cols = a_elems <= b_elems;
     int extent = by_cols ? N : M;
-    // two slabs per thread, handed out as threads free up: a core slowed by another process
-    // then does fewer of them (more slabs would repack op(A) or op(B) more often; >= 64 wide)
-    int nslabs = 2 * nthreads;
-    if (nslabs > extent / 64) { nslabs = extent / 64; }
+    int nslabs = (by_cols ? a_elems : b_elems) <= ((size_t)1 << 18) ? 2 * nthreads : nthreads;
+    if (nslabs > extent / 64) { nslabs = extent / 64; } // slabs at least 64 wide
     if (nthreads == 1 || nslabs < 2) {
         matmul_cblas_call(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
