@@ -264,41 +264,46 @@ static inline uint32_t* mm_bf16_buffer(int which, size_t n) {
 static void mm_pack_bf16(uint32_t* dst, const float* X, int ld, int pairs_contiguous, int R, int K, int W) {
     int KP = (K + 1) / 2;
     int nblk = (R + W - 1) / W;
-    #pragma omp parallel
-    {
-        uint32_t row[512]; // pairs of one row, 512 at a time
-        #pragma omp for schedule(static)
+    if (pairs_contiguous) {
+        // per block of W rows: each row's pairs are converted (a contiguous read), then spread
+        // over the block's column w
+        #pragma omp parallel for schedule(static)
         for (int blk = 0; blk < nblk; blk++) {
+            uint32_t row[512]; // pairs of one row, 512 at a time
             uint32_t* d = dst + (size_t)blk * KP * W;
             int r0 = blk * W, rn = R - r0 < W ? R - r0 : W;
-            if (pairs_contiguous) {
-                for (int w = 0; w < W; w++) {
-                    if (w >= rn) {
-                        for (int p = 0; p < KP; p++) { d[(size_t)p * W + w] = 0u; }
-                        continue;
-                    }
-                    const float* x = X + (size_t)(r0 + w) * ld;
-                    for (int p0 = 0; p0 < KP; p0 += 512) {
-                        int np = KP - p0 < 512 ? KP - p0 : 512;
-                        int kn = 2 * np <= K - 2 * p0 ? 2 * np : (K - 2 * p0) & ~1;
-                        mm_bf16_pairs_contiguous(row, x + 2 * p0, kn);
-                        if (kn < 2 * np) { row[np - 1] = mm_bf16_pair(x[K - 1], 0.0f); } // odd K
-                        for (int p = 0; p < np; p++) { d[(size_t)(p0 + p) * W + w] = row[p]; }
-                    }
+            for (int w = 0; w < W; w++) {
+                if (w >= rn) {
+                    for (int p = 0; p < KP; p++) { d[(size_t)p * W + w] = 0u; }
+                    continue;
                 }
-            } else {
-                for (int p = 0; p < KP; p++) {
-                    const float* lo = X + (size_t)(2 * p) * ld + r0;
-                    const float* hi = lo + ld;
-                    uint32_t* dp = d + (size_t)p * W;
-                    if (rn == W && 2 * p + 1 < K) {
-                        for (int w = 0; w < W; w++) { dp[w] = mm_bf16_pair(lo[w], hi[w]); }
-                    } else {
-                        for (int w = 0; w < W; w++) {
-                            float a = w < rn ? lo[w] : 0.0f;
-                            float b = (w < rn && 2 * p + 1 < K) ? hi[w] : 0.0f;
-                            dp[w] = mm_bf16_pair(a, b);
-                        }
+                const float* x = X + (size_t)(r0 + w) * ld;
+                for (int p0 = 0; p0 < KP; p0 += 512) {
+                    int np = KP - p0 < 512 ? KP - p0 : 512;
+                    int kn = 2 * np <= K - 2 * p0 ? 2 * np : (K - 2 * p0) & ~1;
+                    mm_bf16_pairs_contiguous(row, x + 2 * p0, kn);
+                    if (kn < 2 * np) { row[np - 1] = mm_bf16_pair(x[K - 1], 0.0f); } // odd K
+                    for (int p = 0; p < np; p++) { d[(size_t)(p0 + p) * W + w] = row[p]; }
+                }
+            }
+        }
+    } else {
+        // rows 2p and 2p+1 of the stored matrix hold pair p of every output row: read them
+        // front to back (sequential reads) and write W pairs into each block in turn
+        #pragma omp parallel for schedule(static)
+        for (int p = 0; p < KP; p++) {
+            const float* lo = X + (size_t)(2 * p) * ld;
+            const float* hi = 2 * p + 1 < K ? lo + ld : NULL;
+            for (int blk = 0; blk < nblk; blk++) {
+                int r0 = blk * W, rn = R - r0 < W ? R - r0 : W;
+                uint32_t* dp = dst + ((size_t)blk * KP + p) * W;
+                if (rn == W && hi != NULL) {
+                    for (int w = 0; w < W; w++) { dp[w] = mm_bf16_pair(lo[r0 + w], hi[r0 + w]); }
+                } else {
+                    for (int w = 0; w < W; w++) {
+                        float a = w < rn ? lo[r0 + w] : 0.0f;
+                        float b = (w < rn && hi != NULL) ? hi[r0 + w] : 0.0f;
+                        dp[w] = mm_bf16_pair(a, b);
                     }
                 }
             }
