@@ -84,19 +84,23 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
     }
 }
 
+// one row: o (C) = layernorm(x (C)) * weight + bias, its mean and 1/std into *mean, *rstd
+static inline void layernorm_row(float* o, float* mean, float* rstd, const float* x,
+                                 const float* weight, const float* bias, int C) {
+    float m = layernorm_mean(x, C);
+    float s = layernorm_rstd(x, m, C);
+    for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+    *mean = m;
+    *rstd = s;
+}
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int B, int T, int C) {
     // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
     // weight and bias are (C)
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        const float* x = inp + (size_t)bt * C;
-        float m = layernorm_mean(x, C);
-        float s = layernorm_rstd(x, m, C);
-        float* o = out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
-        mean[bt] = m;
-        rstd[bt] = s;
+        layernorm_row(out + (size_t)bt * C, &mean[bt], &rstd[bt], inp + (size_t)bt * C, weight, bias, C);
     }
 }
 
@@ -111,12 +115,7 @@ void residual_layernorm_forward(float* res_out, float* ln_out, float* mean, floa
         const float* b = inp2 + (size_t)bt * C;
         float* x = res_out + (size_t)bt * C;
         for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
-        float m = layernorm_mean(x, C);
-        float s = layernorm_rstd(x, m, C);
-        float* o = ln_out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
-        mean[bt] = m;
-        rstd[bt] = s;
+        layernorm_row(ln_out + (size_t)bt * C, &mean[bt], &rstd[bt], x, weight, bias, C);
     }
 }
 
