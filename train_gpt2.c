@@ -200,102 +200,137 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
+// ---- attention, one (batch, head) pair at a time. Q, K, V of head h are (T,HS) with rows
+// strided by 3C inside inp (B,T,3C); its output and input gradients are strided likewise. The
+// products are GEMMs (llmc/matmul.h, always fp32, one thread each: the (b, h) pairs run in
+// parallel). The model keeps no (B,NH,T,T) attention weights: the backward recomputes each
+// head's (T,T) weights from Q and K with the same code, so they are the same bits, and memory
+// does not grow with L * B * NH * T^2 (2.4 GB for d12 at B=4, T=1024).
+
+// att (T,T) = causal softmax(scale * Q K^T), 0 above the diagonal
+static void attention_head_weights(float* att, const float* q, const float* k, int T, int C3, int HS) {
+    float scale = 1.0f / sqrtf((float)HS);
+    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, q, C3, k, C3, 0.0f, att, T);
+    for (int t = 0; t < T; t++) {
+        float* row = att + (size_t)t * T;
+        // softmax of scale * scores over the past (max subtracted for stability); 16 interleaved
+        // partial sums in a fixed order, so the loops vectorise and the result is reproducible
+        float maxval = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+            row[t2] *= scale;
+            maxval = row[t2] > maxval ? row[t2] : maxval;
+        }
+        float part[16] = {0.0f};
+        int t2 = 0;
+        for (; t2 + 16 <= t + 1; t2 += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(row[t2 + j] - maxval);
+                row[t2 + j] = e;
+                part[j] += e;
+            }
+        }
+        float sum = 0.0f;
+        for (; t2 <= t; t2++) {
+            row[t2] = vec_expf(row[t2] - maxval);
+            sum += row[t2];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float inv = 1.0f / sum;
+        for (t2 = 0; t2 < T; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
+    }
+}
+
+// given att (T,T) and dout (T,HS) (rows strided by C): dQ, dK, dV (T,HS) += their gradients;
+// datt (T,T) is scratch
+static void attention_head_backward(float* dq, float* dk, float* dv, float* datt, const float* d, const float* att,
+                                    const float* q, const float* k, const float* v, int T, int C, int HS) {
+    int C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    // out = att V: datt (T,T) = dout (T,HS) . V^T; dV (T,HS) += att^T . dout
+    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, d, C, v, C3, 0.0f, datt, T);
+    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, att, T, d, C, 1.0f, dv, C3);
+    // softmax backward, in place: dpre[t2] = scale * att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
+    for (int t = 0; t < T; t++) {
+        const float* a = att + (size_t)t * T;
+        float* g = datt + (size_t)t * T;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
+        for (int t2 = 0; t2 < T; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
+    }
+    // pre = scale * Q K^T: dQ (T,HS) += dpre . K; dK (T,HS) += dpre^T . Q
+    matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, datt, T, k, C3, 1.0f, dq, C3);
+    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
+}
+
+// per-thread (T,T) work buffers for the attention layers, kept between calls (grown when T or
+// the thread count grows): nbuf buffers per thread
+static float* attention_scratch(int T, int nbuf, int* nthreads) {
+    static float* scratch = NULL;
+    static size_t scratch_size = 0;
+    *nthreads = 1;
+#ifdef _OPENMP
+    *nthreads = omp_get_max_threads();
+#endif
+    size_t need = (size_t)*nthreads * nbuf * T * T;
+    if (need > scratch_size) {
+        free(scratch);
+        scratch = (float*)mallocCheck(need * sizeof(float));
+        scratch_size = need;
+    }
+    return scratch;
+}
+
+static inline int attention_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)
+// receives the attention weights, or is NULL (the trainer's case: they are recomputed)
 void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
-    // inp is (B,T,3C) holding the query, key, value vectors (Q,K,V each C = NH heads of HS)
-    // att is (B,NH,T,T): the post-softmax attention weights (kept for backward; 0 above the diagonal)
-    // out is (B,T,C): the attention output, heads side by side
-    // Per (b, h): scores = Q K^T and out = att V are GEMMs (llmc/matmul.h, always fp32; one
-    // thread each, the (b, h) pairs run in parallel); the causal softmax runs row by row.
     int C3 = 3 * C;
     int HS = C / NH;
-    float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(2) schedule(static)
+    int nthreads;
+    float* scratch = attention_scratch(T, 1, &nthreads);
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float* q = inp + (size_t)b * T * C3 + h * HS;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* att_bh = att + ((size_t)b * NH + h) * T * T;
-            // att_bh (T,T) = Q (T,HS) . K^T, rows of Q and K strided by 3C
-            matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, q, C3, k, C3, 0.0f, att_bh, T);
-            for (int t = 0; t < T; t++) {
-                float* row = att_bh + (size_t)t * T;
-                // softmax of scale * scores over the past (max subtracted for stability)
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    row[t2] *= scale;
-                    if (row[t2] > maxval) { maxval = row[t2]; }
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = expf(row[t2] - maxval);
-                    row[t2] = e;
-                    sum += e;
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
-            }
+            float* att_bh = att != NULL ? att + ((size_t)b * NH + h) * T * T
+                                        : scratch + (size_t)attention_thread_id() * T * T;
+            attention_head_weights(att_bh, q, q + C, T, C3, HS);
             // out (T,HS) = att_bh (T,T) . V (T,HS), out rows strided by C
-            matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, att_bh, T, v, C3, 0.0f, out + (size_t)b * T * C + h * HS, C);
+            matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, att_bh, T, q + 2 * C, C3, 0.0f, out + (size_t)b * T * C + h * HS, C);
         }
     }
 }
 
+// dinp (B,T,3C) += the gradient of attention_forward for dout (B,T,C). att (B,NH,T,T) holds the
+// forward's attention weights, or is NULL: then they are recomputed from inp, head by head
 void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
                         int B, int T, int C, int NH) {
-    // dinp, inp are (B,T,3C); dout is (B,T,C); att is (B,NH,T,T). dinp is accumulated (+=).
-    // One (b, h) pair per iteration: it touches only head h of batch b, so no races. The four
-    // products are GEMMs over full T x T matrices: att is 0 above the diagonal, so the masked
-    // entries contribute nothing.
     int C3 = 3 * C;
     int HS = C / NH;
-    float scale = 1.0f / sqrtf((float)HS);
-    // one (T,T) datt buffer per thread, kept between calls (grown when T or the thread count grows)
-    static float* datt_all = NULL;
-    static size_t datt_all_size = 0;
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
-    size_t need = (size_t)nthreads * T * T;
-    if (need > datt_all_size) {
-        free(datt_all);
-        datt_all = (float*)mallocCheck(need * sizeof(float));
-        datt_all_size = need;
-    }
-    #pragma omp parallel num_threads(nthreads)
-    {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float* datt = datt_all + (size_t)tid * T * T;
-        #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++) {
-            for (int h = 0; h < NH; h++) {
-                const float* att_bh = att + ((size_t)b * NH + h) * T * T;
-                const float* d = dout + (size_t)b * T * C + h * HS;
-                const float* q = inp + (size_t)b * T * C3 + h * HS;
-                const float* k = q + C;
-                const float* v = q + 2 * C;
-                float* dq = dinp + (size_t)b * T * C3 + h * HS;
-                float* dk = dq + C;
-                float* dv = dq + 2 * C;
-                // out = att V: datt (T,T) = dout (T,HS) . V^T; dV (T,HS) += att^T . dout
-                matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, d, C, v, C3, 0.0f, datt, T);
-                matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, att_bh, T, d, C, 1.0f, dv, C3);
-                // softmax backward, in place: dpre[t2] = scale * att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
-                for (int t = 0; t < T; t++) {
-                    const float* a = att_bh + (size_t)t * T;
-                    float* g = datt + (size_t)t * T;
-                    float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
-                    for (int t2 = 0; t2 < T; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
-                }
-                // pre = scale * Q K^T: dQ (T,HS) += dpre . K; dK (T,HS) += dpre^T . Q
-                matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, datt, T, k, C3, 1.0f, dq, C3);
-                matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
+    int nthreads;
+    float* scratch = attention_scratch(T, 2, &nthreads);
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* mine = scratch + (size_t)attention_thread_id() * 2 * T * T; // datt, then att if recomputed
+            const float* q = inp + (size_t)b * T * C3 + h * HS;
+            float* dq = dinp + (size_t)b * T * C3 + h * HS;
+            const float* att_bh;
+            if (att != NULL) {
+                att_bh = att + ((size_t)b * NH + h) * T * T;
+            } else {
+                attention_head_weights(mine + (size_t)T * T, q, q + C, T, C3, HS);
+                att_bh = mine + (size_t)T * T;
             }
+            attention_head_backward(dq, dq + C, dq + 2 * C, mine, dout + (size_t)b * T * C + h * HS, att_bh,
+                                    q, q + C, q + 2 * C, T, C, HS);
         }
     }
 }
@@ -440,7 +475,7 @@ typedef struct {
     float* ln1_rstd;  // (L, B, T)
     float* qkv;       // (L, B, T, 3*C)
     float* atty;      // (L, B, T, C)
-    float* att;       // (L, B, NH, T, T)
+    float* att;       // NULL: the attention weights are recomputed in the backward
     float* attproj;   // (L, B, T, C)
     float* residual2; // (L, B, T, C)
     float* ln2;       // (L, B, T, C)
@@ -459,7 +494,7 @@ typedef struct {
 } ActivationTensors;
 
 void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cfg, int B, int T) {
-    size_t C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    size_t C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * T;
     sizes[0] = BT * C;                      // encoded
     sizes[1] = L * BT * C;                  // ln1
@@ -467,7 +502,7 @@ void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cf
     sizes[3] = L * BT;                      // ln1_rstd
     sizes[4] = L * BT * 3 * C;              // qkv
     sizes[5] = L * BT * C;                  // atty
-    sizes[6] = L * B * NH * (size_t)T * T;  // att
+    sizes[6] = 0;                           // att: not kept (attention_backward recomputes it)
     sizes[7] = L * BT * C;                  // attproj
     sizes[8] = L * BT * C;                  // residual2
     sizes[9] = L * BT * C;                  // ln2
@@ -588,6 +623,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t op
     model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
     model->grads_acts_memory = (float*)callocCheck(model->num_grad_activations, sizeof(float));
     point_activations(&model->acts, model->acts_memory, model->act_sizes);
+    model->acts.att = NULL; // recomputed by attention_backward
     point_activations(&model->grads_acts, model->grads_acts_memory, grad_sizes);
     ActivationTensors* ga = &model->grads_acts;
     ga->ln1_mean = ga->ln1_rstd = ga->att = ga->ln2_mean = ga->ln2_rstd = ga->lnf_mean = ga->lnf_rstd = ga->probs = NULL;
@@ -644,7 +680,6 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* l_ln1 = a.ln1 + l * BTC;
         float* l_qkv = a.qkv + l * BTC * 3;
         float* l_atty = a.atty + l * BTC;
-        float* l_att = a.att + (size_t)l * B * NH * T * T;
         float* l_attproj = a.attproj + l * BTC;
         float* l_residual2 = a.residual2 + l * BTC;
         float* l_ln2 = a.ln2 + l * BTC;
@@ -663,7 +698,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* next_b = last ? p.lnfb : p.ln1b + (l + 1) * C;
         // attention block (its layernorm ran already)
         matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
-        attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
+        attention_forward(l_atty, NULL, l_qkv, B, T, C, NH);
         matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
         // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
         residual_layernorm_forward(l_residual2, l_ln2, l_ln2_mean, l_ln2_rstd, residual, l_attproj, l_ln2w, l_ln2b, B, T, C);
@@ -739,7 +774,6 @@ void gpt2_backward(GPT2* model, float loss_scale) {
         float* l_ln1_rstd = a.ln1_rstd + l * B * T;
         float* l_qkv = a.qkv + l * BTC * 3;
         float* l_atty = a.atty + l * BTC;
-        float* l_att = a.att + (size_t)l * B * NH * T * T;
         float* l_residual2 = a.residual2 + l * BTC;
         float* l_ln2 = a.ln2 + l * BTC;
         float* l_ln2_mean = a.ln2_mean + l * B * T;
@@ -765,7 +799,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
         // attention block, in reverse
         residual_backward(dresidual, dl_attproj, dl_residual2, BTC);
         matmul_backward(dl_atty, dl_attprojw, dl_attprojb, dl_attproj, l_atty, l_attprojw, B, T, C, C);
-        attention_backward(dl_qkv, dl_atty, l_qkv, l_att, B, T, C, NH);
+        attention_backward(dl_qkv, dl_atty, l_qkv, NULL, B, T, C, NH);
         matmul_backward(dl_ln1, dl_qkvw, dl_qkvb, dl_qkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(dresidual, dl_ln1w, dl_ln1b, dl_ln1, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
     }
