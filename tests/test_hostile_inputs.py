@@ -146,6 +146,12 @@ def u16_at(data: bytes, offset: int, value: int) -> bytes:
 # Each case: (name, function from the valid file's bytes to the hostile bytes, keyword of the error line)
 Case = tuple[str, Callable[[bytes], bytes], str]
 
+
+def damaged_copy(src: Path, dst: Path, damage: Callable[[bytes], bytes]) -> Path:
+    """Writes damage(src's bytes) to dst and returns dst."""
+    dst.write_bytes(damage(src.read_bytes()))
+    return dst
+
 CHECKPOINT_CASES: list[Case] = [
     ("V = 2^30", lambda b: i32(b, 3, 1 << 30), "vocab size V"),
     ("L, C, V, Vp at their limits (3 PB)", lambda b: i32(i32(i32(i32(i32(b, 4, 4096), 6, 1 << 17), 3, 1 << 24), 7, 1 << 24), 5, 1),
@@ -169,8 +175,7 @@ CHECKPOINT_CASES: list[Case] = [
 @pytest.mark.parametrize("program", ["train_gpt2", "test_gpt2"])
 def test_checkpoint_hostile(base: Path, tmp_path: Path, case: Case, program: str) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_model.bin"
-    bad.write_bytes(damage((base / "tiny.bin").read_bytes()))
+    bad = damaged_copy(base / "tiny.bin", tmp_path / "bad_model.bin", damage)
     if program == "train_gpt2":
         cmd = [base / "train_gpt2", "-e", bad, "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
     else:
@@ -204,8 +209,7 @@ DEBUG_STATE_CASES: list[Case] = [
 @pytest.mark.parametrize("case", DEBUG_STATE_CASES, ids=[c[0] for c in DEBUG_STATE_CASES])
 def test_debug_state_hostile(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_debug.bin"
-    bad.write_bytes(damage((base / "debug.bin").read_bytes()))
+    bad = damaged_copy(base / "debug.bin", tmp_path / "bad_debug.bin", damage)
     o = run_limited([REPO / "test_gpt2", "-e", base / "tiny.bin", "-s", bad], tmp_path)
     assert_refused(o, bad, keyword)
 
@@ -231,8 +235,8 @@ TOKENIZER_CASES: list[Case] = [
 @pytest.mark.parametrize("case", TOKENIZER_CASES, ids=[c[0] for c in TOKENIZER_CASES])
 def test_tokenizer_hostile(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "gpt2_tokenizer.bin"  # the trainer reads it from the working directory
-    bad.write_bytes(damage((base / "gpt2_tokenizer.bin").read_bytes()))
+    # the trainer reads the tokenizer from its working directory
+    bad = damaged_copy(base / "gpt2_tokenizer.bin", tmp_path / "gpt2_tokenizer.bin", damage)
     cmd = [base / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
            "-x", 1, "-s", 0, "-v", 0]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
@@ -254,8 +258,7 @@ SHARD_CASES: list[Case] = [
 @pytest.mark.parametrize("case", SHARD_CASES, ids=[c[0] for c in SHARD_CASES])
 def test_shard_hostile_in_the_trainer(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_shard.bin"
-    bad.write_bytes(damage((base / "shard_gpt2.bin").read_bytes()))
+    bad = damaged_copy(base / "shard_gpt2.bin", tmp_path / "bad_shard.bin", damage)
     cmd = [base / "train_gpt2", "-e", base / "tiny_v.bin", "-i", bad, "-j", "", "-b", 1, "-t", 8, "-x", 1, "-s", 0]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
 
@@ -267,8 +270,7 @@ PY_SHARD_CASES = [c for c in SHARD_CASES if c[0] != "ntok zero, header only"]
 @pytest.mark.parametrize("case", PY_SHARD_CASES, ids=[c[0] for c in PY_SHARD_CASES])
 def test_shard_hostile_in_the_python_reader(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_shard.bin"
-    bad.write_bytes(damage((base / "shard_gpt2.bin").read_bytes()))
+    bad = damaged_copy(base / "shard_gpt2.bin", tmp_path / "bad_shard.bin", damage)
     with pytest.raises(DataFormatError) as info:
         np.asarray(read_datafile(bad))
     message = str(info.value)
@@ -279,8 +281,7 @@ def test_shard_hostile_in_the_python_reader(base: Path, tmp_path: Path, case: Ca
                          ids=lambda c: c[0])
 def test_shard_hostile_in_train_gpt2_py(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_shard.bin"
-    bad.write_bytes(damage((base / "shard_gpt2.bin").read_bytes()))
+    bad = damaged_copy(base / "shard_gpt2.bin", tmp_path / "bad_shard.bin", damage)
     proc = subprocess.run([PYTHON, REPO / "train_gpt2.py", "--model", "d1", "--num_iterations", "1", "--write_tensors", "0",
                            "--batch_size", "1", "--sequence_length", "8", "--input_bin", bad], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
@@ -323,8 +324,7 @@ EVAL_CASES: list[Case] = [
 @pytest.mark.parametrize("case", EVAL_CASES, ids=[c[0] for c in EVAL_CASES])
 def test_eval_file_hostile_in_the_trainer(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_eval.bin"
-    bad.write_bytes(damage((base / "eval.bin").read_bytes()))
+    bad = damaged_copy(base / "eval.bin", tmp_path / "bad_eval.bin", damage)
     cmd = [base / "train_gpt2", "-e", base / "tiny_v.bin", "-i", base / "shard_gpt2.bin", "-j", "", "-b", 4, "-t", 32, "-x", 1,
            "-s", 0, "-v", 1, "-h", 1, "-he", bad]
     assert_refused(run_limited(cmd, tmp_path), bad, keyword)
@@ -333,8 +333,7 @@ def test_eval_file_hostile_in_the_trainer(base: Path, tmp_path: Path, case: Case
 @pytest.mark.parametrize("case", EVAL_CASES, ids=[c[0] for c in EVAL_CASES])
 def test_eval_file_hostile_in_the_python_reader(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_eval.bin"
-    bad.write_bytes(damage((base / "eval.bin").read_bytes()))
+    bad = damaged_copy(base / "eval.bin", tmp_path / "bad_eval.bin", damage)
     with pytest.raises(DataFormatError) as info:
         read_evalfile(bad)
     message = str(info.value)
@@ -383,8 +382,7 @@ def test_resume_from_hostile_checkpoint_dir(base: Path, tmp_path: Path, case) ->
     name, which, damage, keyword = case
     run_dir = tmp_path / "run"
     shutil.copytree(base / "run", run_dir)
-    bad = run_dir / which
-    bad.write_bytes(damage(bad.read_bytes()))
+    bad = damaged_copy(run_dir / which, run_dir / which, damage)
     cmd = [base / "train_gpt2", "-e", base / "tiny.bin", "-i", base / "shard_tiny.bin", "-j", "", "-b", 1, "-t", 8,
            "-x", 2, "-n", 1, "-o", run_dir, "-y", 1, "-s", 0, "-v", 0]
     named = base / "shard_tiny.bin" if keyword == "cannot resume" else bad
@@ -395,8 +393,7 @@ def test_resume_from_hostile_checkpoint_dir(base: Path, tmp_path: Path, case) ->
 def test_checkpoint_hostile_in_the_python_exporter(base: Path, tmp_path: Path, case: Case) -> None:
     export_hf = load_module("export_hf_hostile", REPO / "dev" / "eval" / "export_hf.py")
     name, damage, keyword = case
-    bad = tmp_path / "bad_model.bin"
-    bad.write_bytes(damage((base / "tiny.bin").read_bytes()))
+    bad = damaged_copy(base / "tiny.bin", tmp_path / "bad_model.bin", damage)
     with pytest.raises(export_hf.ExportError) as info:
         export_hf.read_checkpoint(bad)
     message = str(info.value)
@@ -471,8 +468,7 @@ BPE_CASES: list[Case] = [
 @pytest.mark.parametrize("case", BPE_CASES, ids=[c[0] for c in BPE_CASES])
 def test_bpe_ranks_hostile_in_encode(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_bpe.bin"
-    bad.write_bytes(damage((base / "bpe.bin").read_bytes()))
+    bad = damaged_copy(base / "bpe.bin", tmp_path / "bad_bpe.bin", damage)
     proc = subprocess.run([REPO / "encode", "-b", bad], input=b"Hello world", cwd=tmp_path, capture_output=True,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)), timeout=60)
     assert_refused(Outcome(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")),
@@ -482,8 +478,7 @@ def test_bpe_ranks_hostile_in_encode(base: Path, tmp_path: Path, case: Case) -> 
 @pytest.mark.parametrize("case", TOKENIZER_CASES, ids=[c[0] for c in TOKENIZER_CASES])
 def test_tokenizer_hostile_in_encode_decode(base: Path, tmp_path: Path, case: Case) -> None:
     name, damage, keyword = case
-    bad = tmp_path / "bad_tokenizer.bin"
-    bad.write_bytes(damage((base / "gpt2_tokenizer.bin").read_bytes()))
+    bad = damaged_copy(base / "gpt2_tokenizer.bin", tmp_path / "bad_tokenizer.bin", damage)
     proc = subprocess.run([REPO / "encode", "-d", "-t", bad], input=b"15496 995", cwd=tmp_path, capture_output=True,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)), timeout=60)
     assert_refused(Outcome(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")),
