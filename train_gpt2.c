@@ -265,19 +265,13 @@ static void attention_head_backward(float* dq, float* dk, float* dv, float* datt
 // per-thread (T,T) work buffers for the attention layers, kept between calls (grown when T or
 // the thread count grows): nbuf buffers per thread
 static float* attention_scratch(int T, int nbuf, int* nthreads) {
-    static float* scratch = NULL;
-    static size_t scratch_size = 0;
+    static void* scratch = NULL;
+    static size_t capacity = 0;
     *nthreads = 1;
 #ifdef _OPENMP
     *nthreads = omp_get_max_threads();
 #endif
-    size_t need = (size_t)*nthreads * nbuf * T * T;
-    if (need > scratch_size) {
-        free(scratch);
-        scratch = (float*)mallocCheck(need * sizeof(float));
-        scratch_size = need;
-    }
-    return scratch;
+    return (float*)scratch_reserve(&scratch, &capacity, (size_t)*nthreads * nbuf * T * T * sizeof(float));
 }
 
 static inline int attention_thread_id(void) {
@@ -812,13 +806,9 @@ float gpt2_grad_norm(const GPT2* model) {
     const size_t chunk = 1 << 16;
     size_t n = model->num_parameters;
     size_t nchunks = (n + chunk - 1) / chunk;
-    static double* partial = NULL; // one sum per chunk, kept between calls (grown when needed)
-    static size_t partial_size = 0;
-    if (nchunks > partial_size) {
-        free(partial);
-        partial = (double*)mallocCheck(nchunks * sizeof(double));
-        partial_size = nchunks;
-    }
+    static void* partial_buf = NULL; // one sum per chunk, kept between calls
+    static size_t partial_capacity = 0;
+    double* partial = (double*)scratch_reserve(&partial_buf, &partial_capacity, nchunks * sizeof(double));
     #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < nchunks; k++) {
         size_t end = (k + 1) * chunk < n ? (k + 1) * chunk : n;

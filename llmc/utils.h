@@ -133,6 +133,17 @@ static inline void* calloc_check(size_t n, size_t size, const char* src_file, in
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 #define callocCheck(n, size) calloc_check(n, size, __FILE__, __LINE__)
 
+// a work buffer kept between calls (no allocation per step): *buf grows to at least `bytes`,
+// its old contents dropped; *capacity holds its size. Returns *buf.
+static inline void* scratch_reserve(void** buf, size_t* capacity, size_t bytes) {
+    if (bytes > *capacity) {
+        free(*buf);
+        *buf = mallocCheck(bytes);
+        *capacity = bytes;
+    }
+    return *buf;
+}
+
 // ----------------------------------------------------------------------------
 // the 256 x int32 header every llmc binary file starts with
 
