@@ -401,7 +401,6 @@ static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, in
 
 #if defined(MATMUL_CBLAS_SGEMM)
 #if defined(LLMC_BLAS_OPENBLAS)
-void scipy_openblas_set_num_threads(int num_threads);
 __attribute__((constructor)) static void matmul_blas_init(void) { scipy_openblas_set_num_threads(1); }
 #else
 __attribute__((constructor)) static void matmul_blas_init(void) { mkl_set_num_threads(1); }
