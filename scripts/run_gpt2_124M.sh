@@ -18,18 +18,9 @@
 #
 #   python dev/data/fineweb.py -t classic -v 10B && python dev/data/hellaswag.py
 #   ./scripts/run_gpt2_124M.sh                     (NGPU=1 ./scripts/run_gpt2_124M.sh on one GPU)
+# Every run also passes gpu_common.sh's RUN_COMMON_FLAGS (LR schedule shape, eval, ZeRO-1, resume).
 source "$(dirname "$0")/gpu_common.sh"
 require_shards "dev/data/fineweb10B/fineweb_train_*.bin" "python dev/data/fineweb.py -t classic -v 10B"
-require_shards "dev/data/hellaswag/hellaswag_val.bin" "python dev/data/hellaswag.py"
-run_trainer \
-    -i "dev/data/fineweb10B/fineweb_train_*.bin" \
-    -j "dev/data/fineweb10B/fineweb_val_*.bin" \
-    -o "${OUT_DIR:-log_gpt2_124M}" \
-    -e d12 \
-    -b 64 -t 1024 -d 524288 \
-    -x 18865 \
-    -k cosine -l 0.0006 -u 700 -q 0.0 \
-    -c 0.1 -sh 1 \
-    -z 1 -r 0 -ge 0 \
-    -v 250 -m 20 -s 20000 -g 144 -h 1 \
-    -n 5000 -y 1
+run_trainer -i "dev/data/fineweb10B/fineweb_train_*.bin" -j "dev/data/fineweb10B/fineweb_val_*.bin" \
+    -o "${OUT_DIR:-log_gpt2_124M}" -e d12 -b 64 -t 1024 -d 524288 -x 18865 \
+    -l 0.0006 -q 0.0 -ge 0 -s 20000 -g 144 -n 5000

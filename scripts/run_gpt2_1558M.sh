@@ -19,18 +19,9 @@
 #
 #   python dev/data/fineweb.py -t edu -v 100B && python dev/data/hellaswag.py
 #   ./scripts/run_gpt2_1558M.sh
+# Every run also passes gpu_common.sh's RUN_COMMON_FLAGS (LR schedule shape, eval, ZeRO-1, resume).
 source "$(dirname "$0")/gpu_common.sh"
 require_shards "dev/data/edu_fineweb100B/edu_fineweb_train_*.bin" "python dev/data/fineweb.py -t edu -v 100B"
-require_shards "dev/data/hellaswag/hellaswag_val.bin" "python dev/data/hellaswag.py"
-run_trainer \
-    -i "dev/data/edu_fineweb100B/edu_fineweb_train_*.bin" \
-    -j "dev/data/edu_fineweb100B/edu_fineweb_val_*.bin" \
-    -o "${OUT_DIR:-log_gpt2_1558M}" \
-    -e d48 \
-    -b 16 -t 1024 -d 1048576 \
-    -x 32000 \
-    -k cosine -l 0.0006 -u 700 -q 0.1 \
-    -c 0.1 -sh 1 \
-    -z 1 -r 0 -ge 1 \
-    -v 250 -m 20 -s 300000 -g 384 -h 1 \
-    -n 2000 -nk 5 -y 1
+run_trainer -i "dev/data/edu_fineweb100B/edu_fineweb_train_*.bin" -j "dev/data/edu_fineweb100B/edu_fineweb_val_*.bin" \
+    -o "${OUT_DIR:-log_gpt2_1558M}" -e d48 -b 16 -t 1024 -d 1048576 -x 32000 \
+    -l 0.0006 -q 0.1 -ge 1 -s 300000 -g 384 -n 2000 -nk 5

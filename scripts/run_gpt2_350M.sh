@@ -15,18 +15,9 @@
 #
 #   python dev/data/fineweb.py -t classic -v 100B && python dev/data/hellaswag.py
 #   ./scripts/run_gpt2_350M.sh
+# Every run also passes gpu_common.sh's RUN_COMMON_FLAGS (LR schedule shape, eval, ZeRO-1, resume).
 source "$(dirname "$0")/gpu_common.sh"
 require_shards "dev/data/fineweb100B/fineweb_train_*.bin" "python dev/data/fineweb.py -t classic -v 100B"
-require_shards "dev/data/hellaswag/hellaswag_val.bin" "python dev/data/hellaswag.py"
-run_trainer \
-    -i "dev/data/fineweb100B/fineweb_train_*.bin" \
-    -j "dev/data/fineweb100B/fineweb_val_*.bin" \
-    -o "${OUT_DIR:-log_gpt2_350M}" \
-    -e d24 \
-    -b 64 -t 1024 -d 524288 \
-    -x 60000 \
-    -k cosine -l 0.0003 -u 700 -q 0.0 \
-    -c 0.1 -sh 1 \
-    -z 1 -r 0 -ge 0 \
-    -v 250 -m 20 -s 100000 -g 144 -h 1 \
-    -n 2000 -nk 5 -y 1
+run_trainer -i "dev/data/fineweb100B/fineweb_train_*.bin" -j "dev/data/fineweb100B/fineweb_val_*.bin" \
+    -o "${OUT_DIR:-log_gpt2_350M}" -e d24 -b 64 -t 1024 -d 524288 -x 60000 \
+    -l 0.0003 -q 0.0 -ge 0 -s 100000 -g 144 -n 2000 -nk 5

@@ -18,19 +18,9 @@
 #
 #   python dev/data/fineweb.py -t classic -v 100B && python dev/data/hellaswag.py
 #   ./scripts/run_gpt3_125M.sh
+# Every run also passes gpu_common.sh's RUN_COMMON_FLAGS (LR schedule shape, eval, ZeRO-1, resume).
 source "$(dirname "$0")/gpu_common.sh"
 require_shards "dev/data/fineweb100B/fineweb_train_*.bin" "python dev/data/fineweb.py -t classic -v 100B"
-require_shards "dev/data/hellaswag/hellaswag_val.bin" "python dev/data/hellaswag.py"
-run_trainer \
-    -i "dev/data/fineweb100B/fineweb_train_*.bin" \
-    -j "dev/data/fineweb100B/fineweb_val_*.bin" \
-    -o "${OUT_DIR:-log_gpt3_125M}" \
-    -e gpt3:c768 \
-    -b 32 -t 2048 -d 524288 \
-    -x 572204 \
-    -k cosine -l 0.0006 -u 700 -q 0.1 \
-    -c 0.1 -sh 1 \
-    -z 1 -r 0 -ge 1 \
-    -sl 7.0 -sg 7.0 \
-    -v 250 -m 20 -s 20000 -g 144 -h 1 \
-    -n 10000 -nk 5 -nm 50000 -y 1
+run_trainer -i "dev/data/fineweb100B/fineweb_train_*.bin" -j "dev/data/fineweb100B/fineweb_val_*.bin" \
+    -o "${OUT_DIR:-log_gpt3_125M}" -e gpt3:c768 -b 32 -t 2048 -d 524288 -x 572204 \
+    -l 0.0006 -q 0.1 -ge 1 -sl 7.0 -sg 7.0 -s 20000 -g 144 -n 10000 -nk 5 -nm 50000

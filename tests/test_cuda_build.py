@@ -97,18 +97,14 @@ def _table_flags() -> set[str]:
 
 
 def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:
-    import re
     known = _table_flags()
     assert {"-pi", "-pf", "-ps", "-z", "-r"} <= known
     scripts = sorted((REPO / "scripts").glob("run_gpt*.sh")) + sorted((REPO / "scripts" / "multi_node").glob("*"))
     assert len(scripts) >= 8
     for script in scripts:
-        text = script.read_text()
         proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
-        # flags handed to the trainer: "    -x 1" style tokens on the trainer's command lines
-        body = text.split("run_trainer", 1)[-1] if "run_trainer" in text else text.split("./train_gpt2cu", 1)[-1]
-        used = set(re.findall(r'(?:^|\s)(-[a-z]{1,3})\s', body))
+        used = set(_trainer_flags(script))
         assert len(used) >= 15, f"{script.name}: found only {sorted(used)}"
         unknown = sorted(f for f in used if f not in known)
         assert not unknown, f"{script.name} passes flags the trainer does not parse: {unknown}"
@@ -203,11 +199,22 @@ _DATA_DIRS = {"run_gpt2_124M.sh": "fineweb10B/fineweb_", "run_gpt2_1558M.sh": "e
 
 
 def _trainer_flags(script: Path) -> dict[str, str]:
-    """flag -> value as the script hands them to the trainer (each flag must appear once)"""
+    """flag -> value as the script hands them to the trainer (each flag must appear once); a script that sources
+    gpu_common.sh prints its trainer command line under DRY_RUN=1, the others are read from their text"""
+    import os
     import re
+    import shlex
     text = script.read_text()
-    body = text.split("run_trainer \\", 1)[-1] if "run_trainer \\" in text else text.split("./train_gpt2cu", 1)[-1]
-    pairs = re.findall(r'(?:^|\s)(-[a-z]{1,3})\s+("[^"]*"|[^\s\\]+)', body)
+    if "gpu_common.sh" in text:
+        env = {k: v for k, v in os.environ.items() if k not in ("EXTRA", "OUT_DIR")}
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "DRY_RUN": "1"})
+        assert proc.returncode == 0 and proc.stderr == "", f"{script.name}: {proc.stderr}"
+        argv = shlex.split(proc.stdout)
+        assert argv[0] == "./train_gpt2cu" and len(argv) % 2 == 1, f"{script.name}: {proc.stdout}"
+        pairs = list(zip(argv[1::2], argv[2::2]))
+    else:
+        body = text.split("./train_gpt2cu", 1)[-1]
+        pairs = re.findall(r'(?:^|\s)(-[a-z]{1,3})\s+("[^"]*"|[^\s\\]+)', body)
     flags: dict[str, str] = {}
     for flag, value in pairs:
         assert flag not in flags, f"{script.name} passes {flag} twice"
