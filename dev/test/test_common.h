@@ -6,11 +6,16 @@ dev/test/test_common.h: the tiny test harness shared by the C unit tests in dev/
                                             exits with status 1 after printing exactly one
                                             stderr line that contains the given substrings
     test_summary()                          prints "N passed, M failed"; returns the exit status
+    float_bits / bits_float                 a float's bit pattern and back
+    random_array, max_abs_diff              deterministic test inputs and their comparison
+    matmul_rowmajor(...)                    the plain row-major matmul the GEMM layouts are checked against
 */
 #ifndef LLMC_TEST_COMMON_H
 #define LLMC_TEST_COMMON_H
 
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +139,54 @@ static inline void write_bytes(const char* path, const void* data, size_t n) {
     if (f == NULL) { perror(path); exit(2); }
     if (n > 0 && fwrite(data, 1, n, f) != n) { perror(path); exit(2); }
     fclose(f);
+}
+
+// ----------------------------------------------------------------------------
+// numbers
+
+static inline uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof(u)); return u; }
+static inline float bits_float(uint32_t u) { float f; memcpy(&f, &u, sizeof(f)); return f; }
+
+// n floats in [-0.5, 0.5), the same for the same seed (malloc'd; the caller frees)
+static inline float* random_array(size_t n, unsigned seed) {
+    float* x = (float*)malloc(n * sizeof(float));
+    unsigned s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((s >> 8) & 0xFFFF) / 65536.0f - 0.5f;
+    }
+    return x;
+}
+
+// the largest |a[i] - b[i]|; a NaN anywhere makes it NaN (which fails every "< tol" check)
+static inline double max_abs_diff(const float* a, const float* b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) { m = d; }
+    }
+    return m;
+}
+
+// out (batch, M, N) = beta * out + op(a) @ op(b) for each of `batch` matrices, in plain row-major loops.
+// a is (batch, M, K), or (batch, K, M) when trans_a; b is (batch, K, N), or (batch, N, K) when trans_b.
+// beta 0 ignores what out held.
+static inline void matmul_rowmajor(float* out, const float* a, int trans_a, const float* b, int trans_b,
+                                   int batch, int M, int N, int K, float beta) {
+    for (int h = 0; h < batch; h++) {
+        const float* ah = a + (size_t)h * M * K;
+        const float* bh = b + (size_t)h * K * N;
+        float* oh = out + (size_t)h * M * N;
+        for (int m = 0; m < M; m++) {
+            for (int n = 0; n < N; n++) {
+                float sum = beta == 0.0f ? 0.0f : beta * oh[m * N + n];
+                for (int k = 0; k < K; k++) {
+                    sum += (trans_a ? ah[k * M + m] : ah[m * K + k]) * (trans_b ? bh[n * K + k] : bh[k * N + n]);
+                }
+                oh[m * N + n] = sum;
+            }
+        }
+    }
 }
 
 #endif // LLMC_TEST_COMMON_H

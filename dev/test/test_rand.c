@@ -5,12 +5,6 @@
 #include "llmc/rand.h"
 #include "dev/test/test_common.h"
 
-static uint32_t float_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
-
 int main(void) {
     mt19937_state rng;
 
