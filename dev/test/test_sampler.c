@@ -30,6 +30,17 @@ static void log_probs(const float* x, int V, double* p, double T) {
     for (int i = 0; i < V; i++) { p[i] /= z; }
 }
 
+// 1 when `draws` samples with these settings all give token `want`
+static int always_samples(int want, const float* logits, int V, float temperature, int top_k, float top_p,
+                          uint64_t seed, int draws) {
+    Sampler s;
+    sampler_init(&s, V, temperature, top_k, top_p, seed);
+    int ok = 1;
+    for (int i = 0; i < draws; i++) { if (sampler_sample(&s, logits) != want) { ok = 0; } }
+    sampler_free(&s);
+    return ok;
+}
+
 static void bad_top_p(void* arg) {
     (void)arg;
     Sampler s;
@@ -72,29 +83,10 @@ int main(void) {
     const int V = 6;
     double freq[6], p[6];
 
-    // temperature 0 = argmax
-    {
-        Sampler s;
-        sampler_init(&s, V, 0.0f, 0, 1.0f, 1);
-        int ok = 1;
-        for (int i = 0; i < 100; i++) { if (sampler_sample(&s, logits) != 1) { ok = 0; } }
-        CHECK(ok, "temperature 0 always gives the argmax");
-        sampler_free(&s);
-    }
-    // top_k = 1 and a tiny top_p = argmax
-    {
-        Sampler s;
-        sampler_init(&s, V, 1.0f, 1, 1.0f, 2);
-        int ok = 1;
-        for (int i = 0; i < 200; i++) { if (sampler_sample(&s, logits) != 1) { ok = 0; } }
-        CHECK(ok, "top_k = 1 gives the argmax");
-        sampler_free(&s);
-        sampler_init(&s, V, 1.0f, 0, 1e-6f, 3);
-        ok = 1;
-        for (int i = 0; i < 200; i++) { if (sampler_sample(&s, logits) != 1) { ok = 0; } }
-        CHECK(ok, "tiny top_p gives the argmax");
-        sampler_free(&s);
-    }
+    // temperature 0, top_k = 1 and a tiny top_p = argmax
+    CHECK(always_samples(1, logits, V, 0.0f, 0, 1.0f, 1, 100), "temperature 0 always gives the argmax");
+    CHECK(always_samples(1, logits, V, 1.0f, 1, 1.0f, 2, 200), "top_k = 1 gives the argmax");
+    CHECK(always_samples(1, logits, V, 1.0f, 0, 1e-6f, 3, 200), "tiny top_p gives the argmax");
     // full distribution, with temperature
     {
         Sampler s;

@@ -40,10 +40,21 @@ static void mkdir_over_file(void* arg) {
     mkdir_p_check(sub);
 }
 
-static void read_file_bytes(const char* path, char* buf, size_t cap, size_t* n) {
+// 1 when the file at path holds exactly the bytes of `want`
+static int file_holds(const char* path, const char* want) {
+    char buf[64];
     FILE* f = fopen(path, "rb");
-    *n = f ? fread(buf, 1, cap, f) : 0;
+    size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
     if (f) { fclose(f); }
+    return n == strlen(want) && memcmp(buf, want, n) == 0;
+}
+
+// writes `data` to path through an AtomicFile, then commits (commit 1) or aborts (commit 0)
+static void atomic_write_string(const char* path, const char* data, int commit) {
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, data, 1, strlen(data));
+    if (commit) { atomic_file_commit(&af); } else { atomic_file_abort(&af); }
 }
 
 static int dir_has_tmp_files(const char* dir) {
@@ -126,26 +137,17 @@ int main(void) {
         CHECK(file_exists(af.tmp_path), "tmp file exists while writing");
         atomic_file_write(&af, "hello", 1, 5);
         atomic_file_commit(&af);
-        char buf[64];
-        size_t n = 0;
-        read_file_bytes(dst, buf, sizeof(buf), &n);
-        CHECK(n == 5 && memcmp(buf, "hello", 5) == 0, "committed content");
+        CHECK(file_holds(dst, "hello"), "committed content");
         CHECK(!dir_has_tmp_files(g_dir), "no tmp file left after commit");
 
         // abort keeps the old file
-        atomic_file_open(&af, dst);
-        atomic_file_write(&af, "XXXXXXXX", 1, 8);
-        atomic_file_abort(&af);
-        read_file_bytes(dst, buf, sizeof(buf), &n);
-        CHECK(n == 5 && memcmp(buf, "hello", 5) == 0, "abort leaves old content");
+        atomic_write_string(dst, "XXXXXXXX", 0);
+        CHECK(file_holds(dst, "hello"), "abort leaves old content");
         CHECK(!dir_has_tmp_files(g_dir), "no tmp file left after abort");
 
         // overwrite
-        atomic_file_open(&af, dst);
-        atomic_file_write(&af, "world!", 1, 6);
-        atomic_file_commit(&af);
-        read_file_bytes(dst, buf, sizeof(buf), &n);
-        CHECK(n == 6 && memcmp(buf, "world!", 6) == 0, "commit replaces old content");
+        atomic_write_string(dst, "world!", 1);
+        CHECK(file_holds(dst, "world!"), "commit replaces old content");
         expect_die("atomic open in missing dir", atomic_into_missing_dir, NULL, "/nonexistent_dir_llmc/out.bin.tmp.", "No such file");
     }
 
