@@ -11,8 +11,11 @@
                  65535, record bytes, example index, label, completions (4),
                  context length, context tokens, then per completion: length, tokens
 
+- what every dataset script's command line and main() share: `script_parser`, `add_model_desc_arg`,
+  `add_num_proc_arg`, `positive_int`, `run_script`, and the split writer `write_splits`.
+
 Every problem with a file is reported as a `DataError` whose message is one line naming the file
-and what is wrong; the scripts print it as `error: <message>` and exit 1.
+and what is wrong; the scripts print it as `error: <message>` and exit 1 (`run_script`).
 
 Importing this module has no side effects (train_gpt2.py imports `read_datafile` and
 `DataFormatError` from it).
@@ -20,6 +23,7 @@ Importing this module has no side effects (train_gpt2.py imports `read_datafile`
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import os
 import secrets
@@ -100,6 +104,60 @@ def report_error(error: BaseException) -> int:
         return 130
     print(f"error: {one_line(error)}", file=sys.stderr)
     return 1
+
+
+# ----------------------------------------------------------------------------- command lines
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def script_parser(description: str, data_dir: str | None = None, data_dir_help: str = "") -> argparse.ArgumentParser:
+    """The parser of a dataset script: its description, every default shown in --help and, when data_dir is
+    given, a first option --data_dir defaulting to dev/data/<data_dir>."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    if data_dir is not None:
+        parser.add_argument("--data_dir", type=Path, default=Path(__file__).resolve().parent / data_dir,
+                            help=data_dir_help)
+    return parser
+
+
+def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
+    """-m/--model_desc: the tokenizer and shard format."""
+    parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
+                        help="tokenizer and shard format (llama-3 needs its gated Hugging Face tokenizer)")
+
+
+def add_num_proc_arg(parser: argparse.ArgumentParser) -> None:
+    """-n/--num_proc: tokenizing processes, by default one per core but one."""
+    parser.add_argument("-n", "--num_proc", type=positive_int, default=max(1, (os.cpu_count() or 1) - 1),
+                        help="tokenizing processes")
+
+
+def run_script(work: Callable[[], str]) -> int:
+    """The body of every dataset script's main(): run work and print the summary line it returns (exit
+    status 0), or print the DataError or Ctrl-C that stopped it as one `error:` line (1, or 130)."""
+    try:
+        summary = work()
+    except (DataError, KeyboardInterrupt) as e:
+        return report_error(e)
+    print(summary)
+    return 0
+
+
+def read_utf8(path: Path, hint: str = "") -> str:
+    """The text of path; a missing, unreadable or non-UTF-8 file is a DataFormatError (hint is appended)."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFormatError(f"{path}: not UTF-8 text (bad byte at offset {e.start}){hint}") from None
+    except OSError as e:
+        raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
 # ----------------------------------------------------------------------------- atomic writes
@@ -305,6 +363,17 @@ def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model
         f.write(memoryview(body).cast("B"))
 
     return write_atomically(path, write)
+
+
+def write_splits(data_dir: Path, name: str, splits: Mapping[str, np.ndarray], model_desc: str) -> str:
+    """Write {name}_{split}.bin in data_dir for each split (e.g. val, train); returns the summary line
+    `name (model_desc): N val tokens, M train tokens`."""
+    for split, tokens in splits.items():
+        path = data_dir / f"{name}_{split}.bin"
+        print(f"writing {len(tokens):,} tokens to {path}")
+        write_datafile(path, tokens, model_desc)
+    counts = ", ".join(f"{len(tokens):,} {split} tokens" for split, tokens in splits.items())
+    return f"{name} ({model_desc}): {counts}"
 
 
 def _read_header(path: Path, kind: str) -> tuple[np.ndarray, int]:

@@ -25,13 +25,16 @@ import numpy as np
 from tqdm import tqdm
 
 from data_common import (
-    MODEL_DESCS,
     DataError,
     DataFormatError,
+    add_model_desc_arg,
+    add_num_proc_arg,
     get_tokenizer,
     huggingface_reachable,
     one_line,
-    report_error,
+    positive_int,
+    run_script,
+    script_parser,
     shard_format,
     write_datafile,
 )
@@ -168,28 +171,16 @@ def check_text_column(dataset: Any, source: str) -> None:
         raise DataFormatError(f"{source}: no 'text' column (columns: {', '.join(columns)})")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     here = Path(__file__).resolve().parent
-    parser = argparse.ArgumentParser(
-        description="Tokenize FineWeb or FineWeb-Edu (or local parquet/jsonl files) into llmc token shards.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = script_parser("Tokenize FineWeb or FineWeb-Edu (or local parquet/jsonl files) into llmc token shards.")
     parser.add_argument("-t", "--type", choices=tuple(HUB_DATASETS), default="classic",
                         help="classic: HuggingFaceFW/fineweb, edu: HuggingFaceFW/fineweb-edu (also the shard name prefix)")
     parser.add_argument("-v", "--version", choices=tuple(HUB_CONFIGS), default="10B",
                         help="sample size: 10B → sample-10BT, 100B → sample-100BT")
-    parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
-                        help="tokenizer and shard format (llama-3 needs its gated Hugging Face tokenizer)")
+    add_model_desc_arg(parser)
     parser.add_argument("-s", "--shard_size", type=positive_int, default=10**8, help="tokens per shard")
-    parser.add_argument("-n", "--num_proc", type=positive_int, default=max(1, (os.cpu_count() or 1) - 1),
-                        help="tokenizing processes")
+    add_num_proc_arg(parser)
     parser.add_argument("--data_files", "--local_files", nargs="+", type=Path, default=None,
                         help="tokenize these local .parquet or .jsonl files (a 'text' column) instead of the hub dataset")
     parser.add_argument("--data_dir", type=Path, default=None,
@@ -202,17 +193,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def build(args: argparse.Namespace) -> str:
+    """Load the hub sample or the local files and write the shards; returns the summary line."""
+    dataset, source = load_local(args.data_files) if args.data_files else load_hub(args.type, args.version)
+    check_text_column(dataset, source)
+    shards = write_shards(dataset, args.data_dir, SHARD_PREFIXES[args.type], args.shard_size,
+                          args.model_desc, args.num_proc, source)
+    return f"wrote {len(shards)} shards ({shards[0].name} … {shards[-1].name}) to {args.data_dir}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        dataset, source = load_local(args.data_files) if args.data_files else load_hub(args.type, args.version)
-        check_text_column(dataset, source)
-        shards = write_shards(dataset, args.data_dir, SHARD_PREFIXES[args.type], args.shard_size,
-                              args.model_desc, args.num_proc, source)
-    except (DataError, KeyboardInterrupt) as e:
-        return report_error(e)
-    print(f"wrote {len(shards)} shards ({shards[0].name} … {shards[-1].name}) to {args.data_dir}")
-    return 0
+    return run_script(lambda: build(args))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ completions by their loss and count how often the lowest one is the label.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,21 +19,18 @@ from tqdm import tqdm
 
 from data_common import (
     EVAL_NUM_COMPLETIONS,
-    DataError,
     DataFormatError,
     Tokenizer,
     download_unless_cached,
     get_tokenizer,
-    report_error,
+    read_utf8,
+    run_script,
+    script_parser,
     write_evalfile,
 )
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{split}.jsonl"
 SPLITS = ("val", "train")  # the test split has no labels
-
-
-def default_data_dir() -> Path:
-    return Path(__file__).resolve().parent / "hellaswag"
 
 
 def parse_example(path: Path, line_number: int, line: str) -> dict[str, Any]:
@@ -59,13 +55,8 @@ def parse_example(path: Path, line_number: int, line: str) -> dict[str, Any]:
 
 
 def read_examples(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataFormatError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
-    except OSError as e:
-        raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    examples = [parse_example(path, n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    lines = read_utf8(path).splitlines()
+    examples = [parse_example(path, n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     if not examples:
         raise DataFormatError(f"{path}: no examples")
     return examples
@@ -80,41 +71,26 @@ def render_example(example: dict[str, Any], tok: Tokenizer) -> dict[str, Any]:
     }
 
 
-def build(data_dir: Path, split: str, url: str | None) -> tuple[Path, int]:
+def build(data_dir: Path, split: str, url: str | None) -> str:
+    """Download (unless cached), render and write hellaswag_{split}.bin; returns the summary line."""
     jsonl = download_unless_cached(url or URL_TEMPLATE.format(split=split), data_dir / f"hellaswag_{split}.jsonl")
     examples = read_examples(jsonl)
     tok = get_tokenizer("gpt-2")  # the eval format stores uint16 tokens: gpt-2 only
-    rendered = []
-    with tqdm(total=len(examples), desc=f"hellaswag {split}", unit="example") as bar:
-        for example in examples:
-            rendered.append(render_example(example, tok))
-            bar.update()
-    out = data_dir / f"hellaswag_{split}.bin"
-    write_evalfile(out, rendered)
-    return out, len(rendered)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Render HellaSwag into an llmc eval file (hellaswag_{split}.bin).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--data_dir", type=Path, default=default_data_dir(),
-                        help="where the jsonl is cached and the eval file is written")
-    parser.add_argument("-s", "--split", choices=SPLITS, default="val", help="which split to render")
-    parser.add_argument("--url", default=None,
-                        help="where to download the jsonl from when it is not cached (default: the HellaSwag repository)")
-    return parser.parse_args(argv)
+    rendered = [render_example(example, tok) for example in tqdm(examples, desc=f"hellaswag {split}", unit="example")]
+    out = write_evalfile(data_dir / f"hellaswag_{split}.bin", rendered)
+    return f"wrote {len(rendered):,} examples to {out}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        out, count = build(args.data_dir, args.split, args.url)
-    except (DataError, KeyboardInterrupt) as e:
-        return report_error(e)
-    print(f"wrote {count:,} examples to {out}")
-    return 0
+    parser = script_parser(
+        "Render HellaSwag into an llmc eval file (hellaswag_{split}.bin).",
+        "hellaswag", "where the jsonl is cached and the eval file is written",
+    )
+    parser.add_argument("-s", "--split", choices=SPLITS, default="val", help="which split to render")
+    parser.add_argument("--url", default=None,
+                        help="where to download the jsonl from when it is not cached (default: the HellaSwag repository)")
+    args = parser.parse_args(argv)
+    return run_script(lambda: build(args.data_dir, args.split, args.url))
 
 
 if __name__ == "__main__":

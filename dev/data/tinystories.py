@@ -10,7 +10,6 @@ TinyStories_train.bin (all the others) in the llm.c-compatible shard format.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -26,15 +25,17 @@ import numpy as np
 from tqdm import tqdm
 
 from data_common import (
-    MODEL_DESCS,
     DataError,
     DataFormatError,
+    add_model_desc_arg,
+    add_num_proc_arg,
     download_unless_cached,
     get_tokenizer,
     one_line,
-    report_error,
+    run_script,
+    script_parser,
     shard_format,
-    write_datafile,
+    write_splits,
 )
 
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz"
@@ -44,10 +45,6 @@ SHARD_PATTERN = "data*.json"
 # Python >= 3.11.4 also vets members itself (the "data" filter); check_member does it on every version.
 EXTRACT_OPTIONS = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 SHUFFLE_SEED = 1337  # stories of the i-th shard of a split are shuffled by random.Random(1337 + i), as the reference shards are
-
-
-def default_data_dir() -> Path:
-    return Path(__file__).resolve().parent / "tinystories"
 
 
 def check_member(archive: Path, member: tarfile.TarInfo) -> None:
@@ -155,48 +152,25 @@ def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int) -> list[
     return arrays
 
 
-def build(data_dir: Path, model_desc: str, num_proc: int, url: str) -> dict[str, int]:
+def build(data_dir: Path, model_desc: str, num_proc: int, url: str) -> str:
+    """Download (unless cached), unpack, tokenize and write both shards; returns the summary line."""
     archive = download_unless_cached(url, data_dir / ARCHIVE_NAME)
     shards = find_shards(extract_archive(archive, data_dir / EXTRACTED_NAME))
     arrays = tokenize_shards(shards, model_desc, num_proc)
     splits = {"val": arrays[0], "train": np.concatenate(arrays[1:])}
-    for split, tokens in splits.items():
-        path = data_dir / f"TinyStories_{split}.bin"
-        print(f"writing {len(tokens):,} tokens to {path}")
-        write_datafile(path, tokens, model_desc)
-    return {split: len(tokens) for split, tokens in splits.items()}
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Tokenize TinyStories into llmc token shards (TinyStories_{val,train}.bin).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--data_dir", type=Path, default=default_data_dir(),
-                        help=f"where {ARCHIVE_NAME} is cached and unpacked and the shards are written")
-    parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
-                        help="tokenizer and shard format (llama-3 needs its gated Hugging Face tokenizer)")
-    parser.add_argument("-n", "--num_proc", type=positive_int, default=max(1, (os.cpu_count() or 1) - 1),
-                        help="tokenizing processes")
-    parser.add_argument("--url", default=URL, help="where to download the archive from when it is not cached")
-    return parser.parse_args(argv)
+    return write_splits(data_dir, "TinyStories", splits, model_desc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        counts = build(args.data_dir, args.model_desc, args.num_proc, args.url)
-    except (DataError, KeyboardInterrupt) as e:
-        return report_error(e)
-    print(f"TinyStories ({args.model_desc}): {counts['val']:,} val tokens, {counts['train']:,} train tokens")
-    return 0
+    parser = script_parser(
+        "Tokenize TinyStories into llmc token shards (TinyStories_{val,train}.bin).",
+        "tinystories", f"where {ARCHIVE_NAME} is cached and unpacked and the shards are written",
+    )
+    add_model_desc_arg(parser)
+    add_num_proc_arg(parser)
+    parser.add_argument("--url", default=URL, help="where to download the archive from when it is not cached")
+    args = parser.parse_args(argv)
+    return run_script(lambda: build(args.data_dir, args.model_desc, args.num_proc, args.url))
 
 
 if __name__ == "__main__":
