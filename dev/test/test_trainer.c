@@ -1,0 +1,445 @@
+/*
+dev/test/test_trainer.c: llmc/trainer.h, the host side of training that train_gpt2.c, train_gpt2.cu
+and pyllmc share. The rules are checked one by one, then the whole loop (trainer_run) is driven with
+a small CPU model in place of a trainer's kernels: real flags (llmc/args.h), a real token shard, real
+checkpoint files, AdamW moments and signals. Whatever these tests show of the loop holds for the GPU
+trainer too, since its main() runs the same trainer_run with its own kernels.
+
+The model: NPARAM weights; a token's loss is 0.5 * (w[token % NPARAM] - target / V)^2, so the
+gradients are exact and small, and every step changes the weights.
+*/
+#include <signal.h>
+#include <sys/stat.h>
+#include "llmc/trainer.h"
+#include "llmc/layer_math.h"
+#include "dev/test/test_common.h"
+
+#define NPARAM 16
+#define VOCAB 64
+#define MAX_CALLS 4096
+
+typedef struct {
+    int B, T;
+    float w[NPARAM], g[NPARAM], m[NPARAM], v[NPARAM];
+    float losses[1024];
+    float logits[VOCAB];
+    // what the loop did, for the checks
+    int ncalls;
+    int first_input[MAX_CALLS];     // inputs[0] of every forward_backward
+    float step_loss[MAX_CALLS];     // the loss handed to update (per update call)
+    int nupdates;
+    int sampled[MAX_CALLS];         // tokens[len - 1] of every next_token_logits call
+    int nsampled;
+    int signal_at_call;             // raise SIGINT in this forward_backward call (-1 = never)
+    int nan_norm_at_call;           // grad_norm returns NaN after this call (-1 = never)
+} FakeModel;
+
+static float fake_token_loss(const FakeModel* f, int tok, int target, float* dw) {
+    float d = f->w[tok % NPARAM] - (float)target / VOCAB;
+    if (dw != NULL) { *dw = d; }
+    return 0.5f * d * d;
+}
+
+static void fake_zero_grad(void* ctx) { memset(((FakeModel*)ctx)->g, 0, sizeof(((FakeModel*)ctx)->g)); }
+
+static float fake_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
+    FakeModel* f = (FakeModel*)ctx;
+    int n = f->B * f->T;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        float d;
+        sum += fake_token_loss(f, inputs[i], targets[i], &d);
+        f->g[inputs[i] % NPARAM] += loss_scale * d / (float)n;
+    }
+    if (f->ncalls < MAX_CALLS) { f->first_input[f->ncalls] = inputs[0]; }
+    if (f->ncalls == f->signal_at_call) { raise(SIGINT); }
+    f->ncalls++;
+    (void)last;
+    return (float)(sum / n);
+}
+
+static float fake_grad_norm(void* ctx) {
+    FakeModel* f = (FakeModel*)ctx;
+    if (f->nan_norm_at_call >= 0 && f->ncalls == f->nan_norm_at_call + 1) { return NAN; }
+    double s = 0.0;
+    for (int i = 0; i < NPARAM; i++) { s += (double)f->g[i] * f->g[i]; }
+    return (float)sqrt(s);
+}
+
+static void fake_update(void* ctx, float lr, float wd, float grad_scale, int t) {
+    FakeModel* f = (FakeModel*)ctx;
+    AdamWScalars s = adamw_step_scalars(lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, t);
+    for (int i = 0; i < NPARAM; i++) { f->w[i] = adamw_update_one(f->w[i], f->g[i] * grad_scale, &f->m[i], &f->v[i], wd, s); }
+    if (f->nupdates < MAX_CALLS) { f->step_loss[f->nupdates] = (float)t; }
+    f->nupdates++;
+}
+
+static const float* fake_forward_losses(void* ctx, const int* inputs, const int* targets) {
+    FakeModel* f = (FakeModel*)ctx;
+    for (int i = 0; i < f->B * f->T; i++) { f->losses[i] = fake_token_loss(f, inputs[i], targets[i], NULL); }
+    return f->losses;
+}
+
+static const float* fake_next_token_logits(void* ctx, const int* tokens, int len) {
+    FakeModel* f = (FakeModel*)ctx;
+    for (int v = 0; v < VOCAB; v++) { f->logits[v] = 4.0f * f->w[(v + tokens[len - 1]) % NPARAM]; }
+    if (f->nsampled < MAX_CALLS) { f->sampled[f->nsampled++] = tokens[len - 1]; }
+    return f->logits;
+}
+
+static void fake_save_model(void* ctx, const char* path) {
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, ((FakeModel*)ctx)->w, sizeof(float), NPARAM);
+    atomic_file_commit(&af);
+}
+
+static void fake_load_model(FakeModel* f, const char* path) {
+    FILE* fp = fopenCheck(path, "rb");
+    freadCheck(f->w, sizeof(float), NPARAM, fp, path);
+    fcloseCheck(fp, path);
+}
+
+static void fake_state_fields(TrainState* s) {
+    s->num_parameters = NPARAM;
+    s->opt_offset = 0;
+    s->opt_size = NPARAM;
+    s->extra_bytes = (uint32_t)sizeof(TrainerDetectors);
+}
+
+static void fake_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    FakeModel* f = (FakeModel*)ctx;
+    fake_state_fields(s);
+    train_state_write(path, s, f->m, f->v, d);
+}
+
+static void fake_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    FakeModel* f = (FakeModel*)ctx;
+    fake_state_fields(expect);
+    train_state_read(path, expect, got, f->m, f->v, d);
+}
+
+static TrainerOps fake_ops(FakeModel* f) {
+    TrainerOps ops = {f, fake_zero_grad, fake_forward_backward, fake_grad_norm, fake_update, fake_forward_losses,
+                      fake_next_token_logits, fake_save_model, fake_save_state, fake_load_state};
+    return ops;
+}
+
+// ----------------------------------------------------------------------------
+// running the loop like a trainer's main() does
+
+static char shard_path[256];
+static char work_dir[200];
+
+static void write_shard(const char* path, int ntok) {
+    int header[256] = {0};
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = ntok;
+    FILE* f = fopenCheck(path, "wb");
+    fwriteCheck(header, sizeof(int), 256, f, path);
+    uint32_t x = 12345;
+    for (int i = 0; i < ntok; i++) {
+        x = x * 1664525u + 1013904223u;
+        uint16_t tok = (uint16_t)((x >> 16) % VOCAB);
+        fwriteCheck(&tok, sizeof(tok), 1, f, path);
+    }
+    fcloseCheck(f, path);
+}
+
+typedef struct {
+    FakeModel model;
+    int status;
+    int max_steps;
+    TrainerDetectors detectors;
+} RunResult;
+
+// parses a space-separated flag string with llmc/args.h and runs the loop like a trainer's main()
+static RunResult run_flags(const char* flags, int signal_at_call, int nan_norm_at_call) {
+    static char buf[2048];
+    snprintf(buf, sizeof(buf), "%s", flags);
+    char* argv[128];
+    int argc = 0;
+    argv[argc++] = (char*)"test_trainer";
+    for (char* tok = strtok(buf, " "); tok != NULL && argc < 127; tok = strtok(NULL, " ")) {
+        argv[argc++] = strcmp(tok, "''") == 0 ? (char*)"" : tok;
+    }
+    TrainArgs args;
+    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv, "test");
+    RunResult r;
+    memset(&r, 0, sizeof(r));
+    FakeModel* f = &r.model;
+    f->B = args.B;
+    f->T = args.T;
+    f->signal_at_call = signal_at_call;
+    f->nan_norm_at_call = nan_norm_at_call;
+    for (int i = 0; i < NPARAM; i++) { f->w[i] = 0.01f * (float)i; }
+    int resume_step = trainer_prepare(&args, 0);
+    if (resume_step >= 0) {
+        char path[4200];
+        trainer_checkpoint_path(path, sizeof(path), args.output_log_dir, "model", resume_step, -1);
+        fake_load_model(f, path);
+    }
+    TrainerComm comm = {0, 1, NULL, NULL, NULL};
+    Trainer tr;
+    trainer_init(&tr, &args, comm, VOCAB, resume_step);
+    TrainerOps ops = fake_ops(f);
+    fflush(stdout);
+    int saved_stdout = dup(1); // the loop's progress lines are not this test's output
+    FILE* devnull = fopen("/dev/null", "w");
+    dup2(fileno(devnull), 1);
+    r.status = trainer_run(&tr, &ops);
+    fflush(stdout);
+    dup2(saved_stdout, 1);
+    close(saved_stdout);
+    fclose(devnull);
+    r.max_steps = tr.max_steps;
+    r.detectors = tr.detectors;
+    trainer_free(&tr);
+    return r;
+}
+
+static int same_bits(const float* a, const float* b, int n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
+
+static void make_dir(const char* name, char* out, size_t cap) {
+    snprintf(out, cap, "%s/%s", work_dir, name);
+    mkdir(out, 0755);
+}
+
+static int exists(const char* dir, const char* kind, int step) {
+    char path[4200];
+    trainer_checkpoint_path(path, sizeof(path), dir, kind, step, strcmp(kind, "state") == 0 ? 0 : -1);
+    return file_exists(path);
+}
+
+// ----------------------------------------------------------------------------
+// the rules
+
+static void test_grad_clip_scale_is_torch_clip_grad_norm(void) {
+    // torch: coef = max_norm / (total_norm + 1e-6), clamped to 1, in float32
+    CHECK(grad_clip_scale(2.0f, 1.0f) == 1.0f / (2.0f + 1e-6f), "norm 2 clips to 1 / (2 + 1e-6)");
+    CHECK(grad_clip_scale(0.5f, 1.0f) == 1.0f, "a norm below the clip is untouched");
+    CHECK(grad_clip_scale(0.9999995f, 1.0f) < 1.0f, "just below the clip, torch still scales (the 1e-6 is in the denominator)");
+    CHECK(grad_clip_scale(5.0f, 0.0f) == 1.0f, "clip 0 is off");
+    CHECK(grad_clip_scale(NAN, 1.0f) == 1.0f && grad_clip_scale(INFINITY, 1.0f) == 1.0f,
+          "a non-finite norm gives 1 (the update is skipped instead)");
+}
+
+static void test_grad_accum_and_max_steps(void) {
+    const char* why;
+    CHECK(trainer_grad_accum_steps(-1, 4, 64, 2, &why) == 1, "-d -1 is one micro-batch per process");
+    CHECK(trainer_grad_accum_steps(4 * 64 * 2 * 3, 4, 64, 2, &why) == 3, "-d = 3 x B*T*nproc is 3 micro-batches");
+    CHECK(trainer_grad_accum_steps(1000, 4, 64, 1, &why) == -1 && strstr(why, "multiple") != NULL, "-d not a multiple is refused");
+    CHECK(trainer_max_steps(40, 10, 256, &why) == 40, "-x N is N");
+    CHECK(trainer_max_steps(-1, 2560, 256, &why) == 10, "-x -1 is one epoch");
+    CHECK(trainer_max_steps(-1, 100, 256, &why) == -1 && strstr(why, "smaller than one") != NULL,
+          "-x -1 on data smaller than one batch is an error, not one step");
+}
+
+static void test_due_schedule(void) {
+    TrainArgs a;
+    const char* argv[] = {"t", "-v", "10", "-s", "5", "-n", "10", "-h", "1"};
+    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &a, 9, (char**)argv, "t");
+    TrainerDue d = trainer_due(&a, 0, 20, -1, 1, 1, 0);
+    CHECK(d.val && d.eval && !d.sample && !d.checkpoint && !d.stop, "step 0: val and HellaSwag, no sample or checkpoint");
+    d = trainer_due(&a, 10, 20, -1, 1, 1, 0);
+    CHECK(d.val && d.sample && d.checkpoint && !d.stop, "step 10: everything due");
+    d = trainer_due(&a, 10, 20, 10, 1, 1, 0);
+    CHECK(!d.val && !d.eval && !d.sample && !d.checkpoint && !d.stop,
+          "the resumed step repeats none of its top-of-step actions (they ran before it was saved)");
+    d = trainer_due(&a, 13, 20, -1, 1, 1, 0);
+    CHECK(!d.val && !d.sample && !d.checkpoint && !d.stop, "step 13: nothing due");
+    d = trainer_due(&a, 13, 20, -1, 1, 1, SIGINT);
+    CHECK(d.checkpoint && d.stop, "a signal saves and stops at the next step");
+    d = trainer_due(&a, 13, 20, -1, 1, 0, SIGINT);
+    CHECK(!d.checkpoint && d.stop, "without -o a signal stops without saving");
+    d = trainer_due(&a, 20, 20, -1, 1, 1, 0);
+    CHECK(d.val && d.sample && d.checkpoint && d.stop, "the last step evaluates, samples, saves and stops");
+}
+
+static void test_skip_rule_keeps_the_windows_clean(void) {
+    TrainerDetectors d;
+    trainer_detectors_init(&d);
+    for (int i = 0; i < OUTLIER_DETECTOR_WINDOW_SIZE; i++) {
+        UpdateDecision u = trainer_judge_update(&d, 3.0f + 0.01f * (float)(i % 7), 1.0f + 0.01f * (float)(i % 5), 3.0f, 3.0f);
+        CHECK(!u.skip, "warm-up step %d is applied", i);
+    }
+    UpdateDecision u = trainer_judge_update(&d, 3.02f, NAN, 3.0f, 3.0f);
+    CHECK(u.skip && strstr(u.why, "non-finite gradient norm") != NULL, "a NaN gradient norm skips the update");
+    u = trainer_judge_update(&d, INFINITY, 1.0f, 0.0f, 0.0f);
+    CHECK(u.skip, "an infinite loss skips the update even with -sl/-sg off");
+    u = trainer_judge_update(&d, 3.02f, 1.02f, 3.0f, 3.0f);
+    CHECK(!u.skip && isfinite(u.loss_z) && isfinite(u.norm_z),
+          "after a NaN step the z-scores are finite (the NaN never entered the windows)");
+    u = trainer_judge_update(&d, 30.0f, 1.02f, 3.0f, 3.0f);
+    CHECK(u.skip && strstr(u.why, "loss z") != NULL, "a loss spike is skipped");
+    double before = outlier_zscore(&d.loss, 30.0);
+    u = trainer_judge_update(&d, 30.0f, 1.02f, 3.0f, 3.0f);
+    CHECK(u.skip && outlier_zscore(&d.loss, 30.0) == before, "a skipped spike does not enter the window: the next one is caught too");
+    u = trainer_judge_update(&d, 3.0f, 9.0f, 3.0f, 0.0f);
+    CHECK(!u.skip, "a norm spike with -sg off is applied");
+}
+
+static void test_prune_list(void) {
+    int steps[] = {5, 10, 15, 20, 23}, out[8];
+    int n = trainer_checkpoints_to_prune(steps, 5, 2, 0, out);
+    CHECK(n == 3 && out[0] == 5 && out[1] == 10 && out[2] == 15, "-nk 2 keeps the newest two, 20 and 23");
+    n = trainer_checkpoints_to_prune(steps, 5, 2, 10, out);
+    CHECK(n == 2 && out[0] == 5 && out[1] == 15, "-nm 10 keeps the multiples of 10");
+    CHECK(trainer_checkpoints_to_prune(steps, 5, 0, 0, out) == 0, "-nk 0 keeps everything");
+}
+
+// ----------------------------------------------------------------------------
+// the loop
+
+static void test_resume_is_bit_exact(void) {
+    char a[300], b[300], flags[1024];
+    make_dir("straight", a, sizeof(a));
+    make_dir("resumed", b, sizeof(b));
+    const char* common = "-j '' -e d1 -b 2 -t 8 -k constant -l 0.01 -v 0 -s 5 -g 6 -n 5";
+    snprintf(flags, sizeof(flags), "-i %s %s -x 20 -o %s", shard_path, common, a);
+    RunResult straight = run_flags(flags, -1, -1);
+    snprintf(flags, sizeof(flags), "-i %s %s -x 10 -o %s", shard_path, common, b);
+    RunResult first = run_flags(flags, -1, -1);
+    snprintf(flags, sizeof(flags), "-i %s %s -x 20 -o %s -y 1", shard_path, common, b);
+    RunResult second = run_flags(flags, -1, -1);
+    CHECK(straight.status == 0 && first.status == 0 && second.status == 0, "all three runs exit 0");
+    CHECK(first.model.ncalls == 10 && second.model.ncalls == 10, "10 + 10 steps (the resumed run trains from step 10)");
+    CHECK(same_bits(straight.model.w, second.model.w, NPARAM), "resumed weights are bit-identical to the straight run's");
+    CHECK(same_bits(straight.model.m, second.model.m, NPARAM) && same_bits(straight.model.v, second.model.v, NPARAM),
+          "and so are the AdamW moments");
+    CHECK(memcmp(straight.model.first_input + 10, second.model.first_input, 10 * sizeof(int)) == 0,
+          "the resumed run reads the same batches as steps 10..19 of the straight run");
+    // samples at 5, 10 (before the save), 15, 20: the resumed run samples at 15 and 20 only, with the same text
+    int g = 6;
+    CHECK(straight.model.nsampled == 4 * g && first.model.nsampled == 2 * g && second.model.nsampled == 2 * g,
+          "samples at 5, 10, 15, 20; the resumed run does not repeat step 10's");
+    CHECK(memcmp(straight.model.sampled + 2 * g, second.model.sampled, 2 * g * sizeof(int)) == 0,
+          "the resumed run's samples equal the straight run's (the sampler RNG was saved after step 10's sample)");
+}
+
+static void test_signal_saves_and_resume_continues(void) {
+    char a[300], b[300], flags[1024];
+    make_dir("sig_straight", a, sizeof(a));
+    make_dir("sig", b, sizeof(b));
+    const char* common = "-j '' -e d1 -b 2 -t 8 -l 0.01 -v 0 -s 0 -x 12";
+    snprintf(flags, sizeof(flags), "-i %s %s -o %s", shard_path, common, a);
+    RunResult straight = run_flags(flags, -1, -1);
+    snprintf(flags, sizeof(flags), "-i %s %s -o %s", shard_path, common, b);
+    RunResult stopped = run_flags(flags, 4, -1); // SIGINT arrives during step 4's backward
+    CHECK(stopped.status == 130, "SIGINT: exit status 130 (got %d)", stopped.status);
+    CHECK(stopped.model.ncalls == 5, "the step that was running finishes (5 steps ran)");
+    CHECK(exists(b, "DONE", 5) && exists(b, "model", 5) && exists(b, "state", 5), "a complete checkpoint for step 5");
+    CHECK(trainer_latest_checkpoint(b) == 5, "listed as the newest checkpoint");
+    snprintf(flags, sizeof(flags), "-i %s %s -o %s -y 1", shard_path, common, b);
+    RunResult resumed = run_flags(flags, -1, -1);
+    CHECK(resumed.status == 0 && resumed.model.ncalls == 7, "the resumed run trains steps 5..11");
+    CHECK(same_bits(straight.model.w, resumed.model.w, NPARAM), "and ends bit-identical to the run that was never stopped");
+}
+
+static void test_signal_without_output_dir_stops_cleanly(void) {
+    char flags[1024];
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 12", shard_path);
+    RunResult r = run_flags(flags, 2, -1);
+    CHECK(r.status == 130 && r.model.ncalls == 3, "no -o: stops after the step with 128 + signal, nothing written");
+}
+
+static void test_half_written_checkpoint_is_not_resumed(void) {
+    char d[300], flags[1024], path[4200];
+    make_dir("killed", d, sizeof(d));
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 10 -n 10 -o %s", shard_path, d);
+    run_flags(flags, -1, -1);
+    // a run killed while saving step 20: rank 0's model is there, the other rank's state and DONE are not
+    trainer_checkpoint_path(path, sizeof(path), d, "model", 20, -1);
+    FILE* f = fopenCheck(path, "wb");
+    fcloseCheck(f, path);
+    trainer_checkpoint_path(path, sizeof(path), d, "state", 20, 0);
+    f = fopenCheck(path, "wb");
+    fcloseCheck(f, path);
+    CHECK(trainer_latest_checkpoint(d) == 10, "the newest complete checkpoint is 10, not the half-written 20");
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 12 -o %s -y 1", shard_path, d);
+    RunResult r = run_flags(flags, -1, -1);
+    CHECK(r.status == 0 && r.model.ncalls == 2, "-y 1 resumes from step 10");
+}
+
+static void test_keep_prunes_by_listing(void) {
+    char d[300], flags[1024];
+    make_dir("keep", d, sizeof(d));
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 23 -n 5 -nk 2 -o %s", shard_path, d);
+    run_flags(flags, -1, -1);
+    int steps[16];
+    int n = trainer_list_checkpoints(d, steps, 16);
+    CHECK(n == 2 && steps[0] == 20 && steps[1] == 23, "-x 23 -n 5 -nk 2 keeps exactly 20 and 23 (got %d)", n);
+    CHECK(!exists(d, "model", 15) && !exists(d, "state", 15) && exists(d, "model", 20) && exists(d, "state", 23),
+          "the pruned checkpoints' files are gone, the kept ones' are there");
+    make_dir("major", d, sizeof(d));
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 23 -n 5 -nk 1 -nm 10 -o %s", shard_path, d);
+    run_flags(flags, -1, -1);
+    n = trainer_list_checkpoints(d, steps, 16);
+    CHECK(n == 3 && steps[0] == 10 && steps[1] == 20 && steps[2] == 23, "-nk 1 -nm 10 keeps 10, 20 and the newest");
+}
+
+static void test_overfit_trains_on_the_first_batch_after_resume(void) {
+    char d[300], flags[1024];
+    make_dir("overfit", d, sizeof(d));
+    const char* common = "-j '' -e d1 -b 2 -t 8 -d 48 -v 0 -s 0 -a 1";
+    snprintf(flags, sizeof(flags), "-i %s %s -x 3 -n 3 -o %s", shard_path, common, d);
+    RunResult first = run_flags(flags, -1, -1);
+    snprintf(flags, sizeof(flags), "-i %s %s -x 5 -o %s -y 1", shard_path, common, d);
+    RunResult resumed = run_flags(flags, -1, -1);
+    CHECK(first.model.ncalls == 9 && resumed.model.ncalls == 6, "3 micro-batches per step, 3 + 2 steps");
+    int all_first = 1;
+    for (int i = 0; i < first.model.ncalls; i++) { all_first &= first.model.first_input[i] == first.model.first_input[0]; }
+    for (int i = 0; i < resumed.model.ncalls; i++) { all_first &= resumed.model.first_input[i] == first.model.first_input[0]; }
+    CHECK(all_first, "-a 1: every micro-batch, also after -y 1, is the first batch (never unloaded memory)");
+}
+
+static void test_nan_norm_is_skipped_in_the_loop(void) {
+    char flags[1024];
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 140 -sl 5 -sg 5 -k constant", shard_path);
+    RunResult r = run_flags(flags, -1, 130);
+    CHECK(r.status == 0 && r.model.nupdates == 139, "the NaN-norm step is not applied, the other 139 are");
+    int finite = 1;
+    for (int i = 0; i < OUTLIER_DETECTOR_WINDOW_SIZE; i++) {
+        finite &= isfinite(r.detectors.grad_norm.buffer[i]) && isfinite(r.detectors.loss.buffer[i]);
+    }
+    CHECK(finite && isfinite(outlier_zscore(&r.detectors.grad_norm, 1.0)), "the windows hold no NaN after it");
+}
+
+static void test_tiny_data_with_epoch_steps_is_an_error(void) {
+    char small[300];
+    snprintf(small, sizeof(small), "%s/small.bin", work_dir);
+    write_shard(small, 20);
+    TrainArgs args;
+    const char* argv[] = {"t", "-i", small, "-j", "", "-b", "2", "-t", "8", "-x", "-1"};
+    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, 11, (char**)argv, "t");
+    const char* why;
+    CHECK(trainer_max_steps(args.max_steps, 20, 2 * 8, &why) == 1, "20 tokens hold one 16-token batch");
+    CHECK(trainer_max_steps(args.max_steps, 10, 2 * 8, &why) == -1, "10 tokens hold none: an error");
+}
+
+int main(void) {
+    snprintf(work_dir, sizeof(work_dir), "/tmp/llmc_test_trainer_%d", (int)getpid());
+    mkdir(work_dir, 0755);
+    snprintf(shard_path, sizeof(shard_path), "%s/train.bin", work_dir);
+    write_shard(shard_path, 8192);
+
+    test_grad_clip_scale_is_torch_clip_grad_norm();
+    test_grad_accum_and_max_steps();
+    test_due_schedule();
+    test_skip_rule_keeps_the_windows_clean();
+    test_prune_list();
+    test_resume_is_bit_exact();
+    test_signal_saves_and_resume_continues();
+    test_signal_without_output_dir_stops_cleanly();
+    test_half_written_checkpoint_is_not_resumed();
+    test_keep_prunes_by_listing();
+    test_overfit_trains_on_the_first_batch_after_resume();
+    test_nan_norm_is_skipped_in_the_loop();
+    test_tiny_data_with_epoch_steps_is_an_error();
+
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", work_dir);
+    if (system(cmd) != 0) { printf("note: could not remove %s\n", work_dir); }
+    return test_summary();
+}

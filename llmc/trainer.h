@@ -1,0 +1,649 @@
+/*
+llmc/trainer.h: the host side of training, written once for every trainer. Plain C (no CUDA, no
+MPI): train_gpt2.c and train_gpt2.cu run their training loop through trainer_run, pyllmc calls the
+same rules one by one (pyllmc/train.py), and dev/test/test_trainer.c drives the whole loop with a
+small CPU model, so what the GPU trainer does between its kernels is tested without a GPU.
+
+What a trainer brings (TrainerOps, TrainerComm): its kernels and memory (forward + backward of a
+micro-batch, the gradient norm, the optimizer update, per-token losses, next-token logits, writing
+its parameters and optimizer state) and its communication (a barrier, a sum of a few host floats).
+Everything else is here:
+
+    the rules            grad_clip_scale (torch's clip_grad_norm_), trainer_judge_update (the skip
+                         rule and the outlier windows), trainer_grad_accum_steps, trainer_max_steps,
+                         trainer_due (what runs at the top of a step), the AdamW constants and seeds
+    checkpoints          <dir>/model_%08d.bin (rank 0), state_%08d_%05d.bin (every rank), then
+                         DONE_%08d (rank 0, after a barrier): only steps with a DONE marker exist for
+                         listing, resume (-y) and pruning (-nk keeps the newest N, -nm never removes
+                         a multiple of N); a run killed while saving resumes from the previous one
+    the loop             val loss, HellaSwag, sample, checkpoint, then one optimizer step of
+                         grad-accumulated micro-batches (-a 1: every micro-batch is the first batch),
+                         clipping, skipping, the progress line and main.log
+    signals              SIGINT/SIGTERM finish the step; the next step's scheduled evaluations run as
+                         they would have, a checkpoint is written (with -o) and trainer_run returns
+                         128 + the signal (130 / 143). A second signal kills at once (files are atomic).
+
+Resume is bit-exact: a step's top-of-step actions (evaluations, sample, checkpoint) run before its
+state is saved, so a resumed run skips them at that step and continues with the same sampler RNG,
+data position, outlier windows and optimizer state as the run that saved it.
+*/
+#ifndef LLMC_TRAINER_H
+#define LLMC_TRAINER_H
+
+#include <dirent.h>
+#include <glob.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "utils.h"
+#include "args.h"
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "tokenizer.h"
+#include "sampler.h"
+#include "schedulers.h"
+#include "logger.h"
+#include "outlier_detector.h"
+#include "mfu.h"
+
+// the reference's optimizer and seeds (train_gpt2.py); no flags: they are fixed like there
+#define TRAINER_ADAMW_BETA1 0.9f
+#define TRAINER_ADAMW_BETA2 0.95f
+#define TRAINER_ADAMW_EPS 1e-8f
+#define TRAINER_GRAD_CLIP 1.0f
+#define TRAINER_INIT_SEED 42u
+#define TRAINER_SAMPLER_SEED 1337u
+#define TRAINER_TOKENIZER_PATH "gpt2_tokenizer.bin"
+
+// ----------------------------------------------------------------------------
+// the rules
+
+static inline double trainer_wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// "1:02:03" for a number of seconds, "?" when unknown
+static inline void trainer_format_duration(char* buf, size_t size, double seconds) {
+    if (!(seconds >= 0.0) || seconds > 1e8) { snprintf(buf, size, "?"); return; }
+    long s = (long)(seconds + 0.5);
+    snprintf(buf, size, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+}
+
+// The factor the gradients are multiplied by, exactly torch.nn.utils.clip_grad_norm_ in float32:
+// min(1, clip / (norm + 1e-6)). clip <= 0 turns clipping off; a non-finite norm gives 1 (the
+// update is skipped by trainer_judge_update instead).
+static inline float grad_clip_scale(float norm, float clip) {
+    if (clip <= 0.0f || !isfinite(norm)) { return 1.0f; }
+    float coef = clip / (norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+// micro-batches per optimizer step for -d total tokens (-1 = one micro-batch on every process),
+// or -1 with *why set
+static inline int trainer_grad_accum_steps(long long total, int B, int T, int nproc, const char** why) {
+    *why = "";
+    if (B < 1 || T < 1 || nproc < 1) {
+        *why = "B, T and the number of processes must be positive";
+        return -1;
+    }
+    long long per = (long long)B * T * nproc;
+    if (total == -1) { return 1; }
+    if (total < per || total % per != 0) {
+        *why = "the total batch (-d) must be a positive multiple of B * T * processes";
+        return -1;
+    }
+    if (total / per > 1000000) {
+        *why = "the total batch (-d) needs more than a million micro-batches per step";
+        return -1;
+    }
+    return (int)(total / per);
+}
+
+// -x: the requested steps, or for -1 one epoch of the training tokens; -1 with *why when the
+// epoch is shorter than one step
+static inline int trainer_max_steps(int requested, size_t train_tokens, long long total_batch, const char** why) {
+    *why = "";
+    if (requested >= 0) { return requested; }
+    long long steps = (long long)train_tokens / total_batch;
+    if (steps < 1) {
+        *why = "the training data is smaller than one total batch (flag -x -1 = one epoch)";
+        return -1;
+    }
+    return steps > 2000000000LL ? 2000000000 : (int)steps;
+}
+
+// the -sl / -sg outlier windows, saved in the training state
+typedef struct {
+    OutlierDetector loss;
+    OutlierDetector grad_norm;
+} TrainerDetectors;
+
+static inline void trainer_detectors_init(TrainerDetectors* d) {
+    init_detector(&d->loss);
+    init_detector(&d->grad_norm);
+}
+
+typedef struct {
+    int skip;          // 1: leave the parameters as they are this step
+    double loss_z;     // z-scores against the windows (NaN until 128 steps were seen)
+    double norm_z;
+    char why[64];      // for the progress line, "" when applied
+} UpdateDecision;
+
+// The skip rule: a non-finite loss or gradient norm is never applied; with -sl / -sg (> 0) a
+// z-score above the threshold is not either. Only the values of applied steps enter the windows,
+// so a NaN or a spike cannot turn the next 128 z-scores into NaN or hide the next spike.
+static inline UpdateDecision trainer_judge_update(TrainerDetectors* d, float loss, float grad_norm,
+                                                  float skip_lossz, float skip_gradz) {
+    UpdateDecision u;
+    u.skip = 0;
+    u.why[0] = '\0';
+    u.loss_z = outlier_zscore(&d->loss, (double)loss);
+    u.norm_z = outlier_zscore(&d->grad_norm, (double)grad_norm);
+    if (!isfinite(loss) || !isfinite(grad_norm)) {
+        u.skip = 1;
+        snprintf(u.why, sizeof(u.why), "non-finite %s", isfinite(loss) ? "gradient norm" : "loss");
+    } else if (skip_lossz > 0.0f && !isnan(u.loss_z) && u.loss_z > skip_lossz) {
+        u.skip = 1;
+        snprintf(u.why, sizeof(u.why), "loss z %.1f", u.loss_z);
+    } else if (skip_gradz > 0.0f && !isnan(u.norm_z) && u.norm_z > skip_gradz) {
+        u.skip = 1;
+        snprintf(u.why, sizeof(u.why), "norm z %.1f", u.norm_z);
+    }
+    if (!u.skip) {
+        outlier_push(&d->loss, (double)loss);
+        outlier_push(&d->grad_norm, (double)grad_norm);
+    }
+    return u;
+}
+
+// what runs at the top of a step, before its optimizer step
+typedef struct {
+    int val;         // validation loss (-v, with -j)
+    int eval;        // HellaSwag (-h 1, on the -v schedule)
+    int sample;      // text sample (-s)
+    int checkpoint;  // checkpoint (-n, with -o; or the stop of a signal)
+    int stop;        // the loop ends here: the last step, or a signal
+} TrainerDue;
+
+// every > 0 and (step a multiple of it, or the last step)
+static inline int trainer_every(int step, int every, int last) { return every > 0 && (step % every == 0 || last); }
+
+// resume_step: the step a resumed run starts at (its top-of-step actions ran before it was saved;
+// -1 for a fresh run); stopping: a signal arrived during the previous step
+static inline TrainerDue trainer_due(const TrainArgs* a, int step, int max_steps, int resume_step, int have_val,
+                                     int have_out_dir, int stopping) {
+    TrainerDue d;
+    int last = step >= max_steps;
+    int fresh = step != resume_step;
+    d.val = fresh && have_val && trainer_every(step, a->val_loss_every, last);
+    d.eval = fresh && a->hellaswag_eval && trainer_every(step, a->val_loss_every, last);
+    d.sample = fresh && a->sample_every > 0 && (last || (step > 0 && step % a->sample_every == 0));
+    d.checkpoint = fresh && have_out_dir &&
+                   (stopping || (a->checkpoint_every > 0 && (last || (step > 0 && step % a->checkpoint_every == 0))));
+    d.stop = last || stopping;
+    return d;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoint directory
+
+static inline void trainer_checkpoint_path(char* buf, size_t size, const char* dir, const char* kind, int step, int rank) {
+    int n;
+    if (rank >= 0) { n = snprintf(buf, size, "%s/%s_%08d_%05d.bin", dir, kind, step, rank); }
+    else if (strcmp(kind, "DONE") == 0) { n = snprintf(buf, size, "%s/DONE_%08d", dir, step); }
+    else { n = snprintf(buf, size, "%s/%s_%08d.bin", dir, kind, step); }
+    if (n < 0 || (size_t)n >= size) { llmc_die("%s: output directory path too long", dir); }
+}
+
+// the steps with a DONE marker in dir, ascending; returns how many (at most max)
+static inline int trainer_list_checkpoints(const char* dir, int* steps, int max) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return 0; }
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%d%c", &step, &tail) == 1 && strlen(e->d_name) == 13 && step >= 0 && n < max) {
+            steps[n++] = step;
+        }
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) { // insertion sort, n is small
+        int s = steps[i], j = i - 1;
+        while (j >= 0 && steps[j] > s) { steps[j + 1] = steps[j]; j--; }
+        steps[j + 1] = s;
+    }
+    return n;
+}
+
+// the newest complete checkpoint in dir, or -1
+static inline int trainer_latest_checkpoint(const char* dir) {
+    int steps[4096];
+    int n = trainer_list_checkpoints(dir, steps, 4096);
+    return n > 0 ? steps[n - 1] : -1;
+}
+
+// Which of the listed steps (ascending) -nk / -nm remove: all but the newest `keep` (0 = keep all),
+// except the multiples of major_every (> 0). Writes them to out; returns how many.
+static inline int trainer_checkpoints_to_prune(const int* steps, int n, int keep, int major_every, int* out) {
+    int count = 0;
+    if (keep <= 0) { return 0; }
+    for (int i = 0; i < n - keep; i++) {
+        if (major_every > 0 && steps[i] % major_every == 0) { continue; }
+        out[count++] = steps[i];
+    }
+    return count;
+}
+
+// ----------------------------------------------------------------------------
+// SIGINT / SIGTERM: the handler only records the signal; the loop acts on it after the step
+
+static volatile sig_atomic_t trainer_stop_signal_ = 0;
+
+static inline void trainer_on_signal_(int sig) { trainer_stop_signal_ = sig; }
+
+static inline void trainer_install_stop_handlers(void) {
+    trainer_stop_signal_ = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = trainer_on_signal_;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART; // a second signal kills at once
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static inline void trainer_restore_signal_handlers(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+}
+
+// ----------------------------------------------------------------------------
+// what a trainer brings
+
+typedef struct {
+    int rank;
+    int nproc;
+    void* ctx;
+    void (*barrier)(void* ctx);
+    void (*sum_floats)(void* ctx, float* values, int n); // in place, over all processes (host memory)
+} TrainerComm;
+
+typedef struct {
+    void* ctx;
+    void (*zero_grad)(void* ctx);
+    // forward and backward of one (B, T) micro-batch: the gradients of loss_scale * (mean loss) are
+    // ADDED; last: the last micro-batch of the step. Returns this micro-batch's mean loss.
+    float (*forward_backward)(void* ctx, const int* inputs, const int* targets, float loss_scale, int last);
+    // the gradients averaged over processes; returns their global L2 norm
+    float (*grad_norm)(void* ctx);
+    // AdamW with the TRAINER_ADAMW constants, the gradients multiplied by grad_scale first; t is 1-based
+    void (*update)(void* ctx, float lr, float weight_decay, float grad_scale, int t);
+    // forward only: the (B, T) per-token losses, in host memory
+    const float* (*forward_losses)(void* ctx, const int* inputs, const int* targets);
+    // forward only on tokens[0..len) (len <= T): the logits (V, host memory) after the last token
+    const float* (*next_token_logits)(void* ctx, const int* tokens, int len);
+    // rank 0: the parameters as a model checkpoint
+    void (*save_model)(void* ctx, const char* path);
+    // this rank's training state: the trainer fills the optimizer fields of s (num_parameters,
+    // opt_offset, opt_size, extra_bytes) and writes s, its AdamW moments and an extra blob that
+    // starts with the detectors (llmc/checkpoint.h train_state_write)
+    void (*save_state)(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d);
+    // the inverse: fills the optimizer fields of expect, reads (train_state_read) into got and d
+    void (*load_state)(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d);
+} TrainerOps;
+
+typedef struct {
+    TrainArgs args;
+    TrainerComm comm;
+    const char* out_dir;          // -o, NULL for none
+    int vocab_size;
+    int grad_accum_steps;
+    long long total_batch;        // tokens per optimizer step
+    int max_steps;
+    int have_val;
+    DataLoader train_loader;
+    DataLoader val_loader;
+    EvalLoader eval_loader;
+    Tokenizer tokenizer;
+    Sampler sampler;
+    Logger logger;
+    LearningRateScheduler lr_scheduler;
+    TrainerDetectors detectors;
+    int resume_step;              // the checkpoint resumed from, -1 for a fresh run
+    double flops_per_step;        // with peak_flops > 0 the progress line shows the MFU
+    double peak_flops;
+} Trainer;
+
+static inline void trainer_barrier(const Trainer* tr) {
+    if (tr->comm.nproc > 1 && tr->comm.barrier != NULL) { tr->comm.barrier(tr->comm.ctx); }
+}
+
+// the mean of x over processes
+static inline float trainer_mean_over_processes(const Trainer* tr, float x) {
+    if (tr->comm.nproc > 1) {
+        tr->comm.sum_floats(tr->comm.ctx, &x, 1);
+        x /= (float)tr->comm.nproc;
+    }
+    return x;
+}
+
+static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) LLMC_PRINTF(2, 3);
+static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) {
+    if (tr->comm.rank != 0) { return; }
+    va_list args;
+    va_start(args, fmt);
+    vprintf(fmt, args);
+    va_end(args);
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// start-up
+
+// the command that writes a missing data file, from its name
+static inline const char* trainer_data_hint(const char* pattern) {
+    if (strstr(pattern, "tinyshakespeare") != NULL) { return "python dev/data/tinyshakespeare.py"; }
+    if (strstr(pattern, "tinystories") != NULL) { return "python dev/data/tinystories.py"; }
+    if (strstr(pattern, "fineweb") != NULL) { return "python dev/data/fineweb.py"; }
+    if (strstr(pattern, "hellaswag") != NULL) { return "python dev/data/hellaswag.py"; }
+    return "one of the dev/data/*.py scripts";
+}
+
+static inline void trainer_require_files_(const char* pattern, const char* flag) {
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    size_t n = rc == 0 ? g.gl_pathc : 0;
+    if (rc == 0) { globfree(&g); }
+    if (n == 0) { llmc_die("%s: no such file (flag %s; run %s to create it)", pattern, flag, trainer_data_hint(pattern)); }
+}
+
+// Checks the flags that depend on each other and that every data file exists, before a model is
+// built; returns the step to resume from (-y 1: the newest complete checkpoint in -o), or -1.
+static inline int trainer_prepare(const TrainArgs* a, int rank) {
+    int have_out = a->output_log_dir[0] != '\0';
+    if ((a->checkpoint_every > 0 || a->resume) && !have_out) {
+        llmc_die("flag %s needs an output directory (-o)", a->resume ? "-y" : "-n");
+    }
+    if (a->B * a->T <= 0) { llmc_die("flags -b and -t must be positive"); }
+    trainer_require_files_(a->train_data_pattern, "-i");
+    if (a->val_loss_every > 0 && a->val_data_pattern[0] != '\0') { trainer_require_files_(a->val_data_pattern, "-j"); }
+    if (a->hellaswag_eval && !file_exists(a->hellaswag_path)) {
+        llmc_die("%s: no such file (flag -h 1 needs the HellaSwag eval file, see -he; run %s to create it)",
+                 a->hellaswag_path, trainer_data_hint("hellaswag"));
+    }
+    if (!a->resume) { return -1; }
+    int step = trainer_latest_checkpoint(a->output_log_dir);
+    if (step < 0 && rank == 0) {
+        printf("resume: no complete checkpoint in %s, starting from -e %s\n", a->output_log_dir, a->load_filename);
+    }
+    return step;
+}
+
+// Loaders, schedule, tokenizer, sampler, logger and, when resuming, nothing yet of the state
+// (trainer_run loads it). vocab_size: the model's V (token ids are checked against it).
+static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm comm, int vocab_size, int resume_step) {
+    memset(tr, 0, sizeof(*tr));
+    tr->args = *a;
+    tr->comm = comm;
+    tr->out_dir = a->output_log_dir[0] != '\0' ? a->output_log_dir : NULL;
+    tr->vocab_size = vocab_size;
+    tr->resume_step = resume_step;
+    int B = a->B, T = a->T, rank = comm.rank, nproc = comm.nproc;
+    const char* why;
+    tr->grad_accum_steps = trainer_grad_accum_steps(a->total_batch_size, B, T, nproc, &why);
+    if (tr->grad_accum_steps < 0) {
+        llmc_die("flag -d: %d: %s (B*T*processes = %d*%d*%d)", a->total_batch_size, why, B, T, nproc);
+    }
+    tr->total_batch = (long long)tr->grad_accum_steps * B * T * nproc;
+    dataloader_init(&tr->train_loader, a->train_data_pattern, B, T, rank, nproc, a->shuffle, vocab_size);
+    tr->have_val = a->val_loss_every > 0 && a->val_data_pattern[0] != '\0';
+    if (tr->have_val) { dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size); }
+    if (a->hellaswag_eval) { evalloader_init(&tr->eval_loader, a->hellaswag_path, B, T, rank, nproc); }
+    tr->max_steps = trainer_max_steps(a->max_steps, tr->train_loader.num_tokens, tr->total_batch, &why);
+    if (tr->max_steps < 0) { llmc_die("%s: %s", a->train_data_pattern, why); }
+    if (resume_step > tr->max_steps) {
+        llmc_die("flag -x: %d steps, but the checkpoint in %s is already at step %d", tr->max_steps, tr->out_dir, resume_step);
+    }
+    lr_scheduler_init(&tr->lr_scheduler, a->lr_scheduler_type, a->learning_rate, a->warmup_iterations, tr->max_steps,
+                      a->final_learning_rate_frac);
+    if (rank == 0) { tokenizer_init(&tr->tokenizer, TRAINER_TOKENIZER_PATH); } // only rank 0 samples
+    sampler_init(&tr->sampler, vocab_size, 1.0f, 0, 1.0f, TRAINER_SAMPLER_SEED);
+    trainer_detectors_init(&tr->detectors);
+    if (tr->out_dir != NULL && rank == 0) { mkdir_p_check(tr->out_dir); }
+    trainer_barrier(tr);
+    logger_init(&tr->logger, tr->out_dir, rank, resume_step >= 0);
+}
+
+static inline void trainer_free(Trainer* tr) {
+    dataloader_free(&tr->train_loader);
+    if (tr->have_val) { dataloader_free(&tr->val_loader); }
+    if (tr->args.hellaswag_eval) { evalloader_free(&tr->eval_loader); }
+    tokenizer_free(&tr->tokenizer);
+    sampler_free(&tr->sampler);
+}
+
+// ----------------------------------------------------------------------------
+// evaluations and sampling
+
+static inline float trainer_mean_(const float* x, int n) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) { sum += x[i]; }
+    return (float)(sum / n);
+}
+
+// mean loss over -m batches of the validation data, averaged over processes
+static inline float trainer_val_loss(Trainer* tr, const TrainerOps* ops) {
+    DataLoader* l = &tr->val_loader;
+    dataloader_reset(l);
+    double sum = 0.0;
+    int steps = tr->args.val_max_steps;
+    for (int i = 0; i < steps; i++) {
+        dataloader_next_batch(l);
+        sum += trainer_mean_(ops->forward_losses(ops->ctx, l->inputs, l->targets), (int)(l->B * l->T));
+    }
+    return trainer_mean_over_processes(tr, (float)(sum / steps));
+}
+
+// HellaSwag: the completion with the lowest mean loss should be the labelled one
+static inline float trainer_hellaswag(Trainer* tr, const TrainerOps* ops) {
+    EvalLoader* e = &tr->eval_loader;
+    evalloader_reset(e);
+    float counts[2] = {0.0f, 0.0f}; // correct, total: exact in float below 2^24 examples
+    for (int i = 0; i < e->num_batches; i++) {
+        evalloader_next_batch(e);
+        counts[0] += (float)evalloader_stat_losses(e, ops->forward_losses(ops->ctx, e->inputs, e->targets));
+        counts[1] += (float)e->num_examples_in_batch;
+    }
+    if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, counts, 2); }
+    return counts[1] > 0.0f ? counts[0] / counts[1] : 0.0f;
+}
+
+// rank 0: -g tokens sampled after <|endoftext|>, printed as they come (ids without a tokenizer);
+// the context is the last T tokens
+static inline void trainer_sample(Trainer* tr, const TrainerOps* ops) {
+    int n = tr->args.gen_tokens, T = tr->args.T;
+    int* tokens = (int*)mallocCheck(((size_t)n + 1) * sizeof(int));
+    tokens[0] = tr->tokenizer.init_ok ? tr->tokenizer.eot_token : tr->vocab_size - 1;
+    printf("generating:\n---\n");
+    for (int t = 1; t <= n; t++) {
+        int len = t < T ? t : T;
+        int next = sampler_sample(&tr->sampler, ops->next_token_logits(ops->ctx, tokens + t - len, len));
+        tokens[t] = next;
+        const char* piece = tr->tokenizer.init_ok ? tokenizer_decode(&tr->tokenizer, (uint32_t)next) : NULL;
+        if (piece != NULL) { safe_printf(piece); }
+        else { printf("%d ", next); }
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+static inline TrainState trainer_state_header_(const Trainer* tr, int step) {
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    s.num_processes = tr->comm.nproc;
+    s.process_rank = tr->comm.rank;
+    s.zero_stage = tr->args.zero_stage;
+    s.should_shuffle = tr->train_loader.should_shuffle;
+    s.step = step;
+    s.rng_state = tr->sampler.rng_state;
+    s.shard_idx = tr->train_loader.current_shard_idx;
+    s.sample_idx = tr->train_loader.current_sample_idx;
+    return s;
+}
+
+// model (rank 0) and state (every rank), a barrier, then the DONE marker; then -nk / -nm pruning
+static inline void trainer_save_checkpoint(Trainer* tr, const TrainerOps* ops, int step) {
+    char path[4200];
+    const char* dir = tr->out_dir;
+    int rank = tr->comm.rank;
+    if (rank == 0) {
+        trainer_checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+        ops->save_model(ops->ctx, path);
+    }
+    TrainState s = trainer_state_header_(tr, step);
+    trainer_checkpoint_path(path, sizeof(path), dir, "state", step, rank);
+    ops->save_state(ops->ctx, path, &s, &tr->detectors);
+    trainer_barrier(tr); // every file of the step is in place
+    if (rank == 0) {
+        trainer_checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
+        AtomicFile af;
+        atomic_file_open(&af, path);
+        atomic_file_commit(&af);
+    }
+    trainer_barrier(tr);
+    int steps[4096], prune[4096];
+    int n = trainer_list_checkpoints(dir, steps, 4096);
+    int np = trainer_checkpoints_to_prune(steps, n, tr->args.checkpoints_keep, tr->args.checkpoints_major_every, prune);
+    trainer_barrier(tr); // everyone listed before anyone deletes
+    for (int i = 0; i < np; i++) {
+        if (rank == 0) { // the marker first: a half-removed checkpoint is never listed
+            trainer_checkpoint_path(path, sizeof(path), dir, "DONE", prune[i], -1);
+            unlink(path);
+            trainer_checkpoint_path(path, sizeof(path), dir, "model", prune[i], -1);
+            unlink(path);
+        }
+        trainer_checkpoint_path(path, sizeof(path), dir, "state", prune[i], rank);
+        unlink(path);
+    }
+    trainer_printf0(tr, "wrote checkpoint for step %d to %s\n", step, dir);
+}
+
+// everything but the parameters (the trainer built its model from model_<step>.bin)
+static inline void trainer_load_checkpoint(Trainer* tr, const TrainerOps* ops, int step) {
+    char path[4200];
+    trainer_checkpoint_path(path, sizeof(path), tr->out_dir, "state", step, tr->comm.rank);
+    TrainState expect = trainer_state_header_(tr, step), got;
+    ops->load_state(ops->ctx, path, &expect, &got, &tr->detectors);
+    if (got.step != step) { llmc_die("%s: holds step %d, expected %d", path, got.step, step); }
+    tr->sampler.rng_state = got.rng_state;
+    dataloader_resume(&tr->train_loader, (size_t)got.shard_idx, (size_t)got.sample_idx);
+}
+
+// ----------------------------------------------------------------------------
+// the loop
+
+// prints what the run will do (after the trainer printed its model line)
+static inline void trainer_print_plan(const Trainer* tr) {
+    const TrainArgs* a = &tr->args;
+    trainer_printf0(tr, "train: %zu tokens; batch %lld tokens = %d processes x B=%d x T=%d x %d accumulation steps; %d steps\n",
+                    tr->train_loader.num_tokens, tr->total_batch, tr->comm.nproc, a->B, a->T, tr->grad_accum_steps,
+                    tr->max_steps);
+    if (tr->have_val) {
+        trainer_printf0(tr, "val: %zu tokens, %d batches every %d steps\n", tr->val_loader.num_tokens, a->val_max_steps,
+                        a->val_loss_every);
+    }
+    if (tr->resume_step >= 0) { trainer_printf0(tr, "resumed from %s at step %d\n", tr->out_dir, tr->resume_step); }
+    if (tr->comm.rank == 0 && !tr->tokenizer.init_ok && a->sample_every > 0) {
+        printf("samples will be printed as token ids (no %s)\n", TRAINER_TOKENIZER_PATH);
+    }
+}
+
+// Trains from the resumed step (or 0) to max_steps. Returns the exit status: 0, or 128 + the
+// signal that stopped it.
+static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
+    const TrainArgs* a = &tr->args;
+    int start = tr->resume_step >= 0 ? tr->resume_step : 0;
+    if (tr->resume_step >= 0) { trainer_load_checkpoint(tr, ops, tr->resume_step); }
+    trainer_print_plan(tr);
+    double time_sum = 0.0;
+    int time_count = 0;
+    int stopping = 0, exit_status = 0;
+    trainer_install_stop_handlers();
+    for (int step = start;; step++) {
+        TrainerDue due = trainer_due(a, step, tr->max_steps, tr->resume_step, tr->have_val, tr->out_dir != NULL, stopping);
+        if (due.val) {
+            float val_loss = trainer_val_loss(tr, ops);
+            trainer_printf0(tr, "step %d: val loss %.6f\n", step, val_loss);
+            logger_log_val(&tr->logger, step, val_loss);
+        }
+        if (due.eval) {
+            float acc = trainer_hellaswag(tr, ops);
+            trainer_printf0(tr, "step %d: HellaSwag accuracy %.4f\n", step, acc);
+            logger_log_eval(&tr->logger, step, acc);
+        }
+        if (due.sample && tr->comm.rank == 0) { trainer_sample(tr, ops); }
+        if (due.checkpoint) { trainer_save_checkpoint(tr, ops, step); }
+        if (due.stop) {
+            if (stopping) {
+                exit_status = 128 + stopping;
+                trainer_printf0(tr, "%s: stopped at step %d%s\n", strsignal(stopping), step,
+                                tr->out_dir != NULL ? " (resume with -y 1)" : " (no -o: no checkpoint written)");
+            }
+            break;
+        }
+
+        // one optimizer step: accumulate the gradients of grad_accum_steps micro-batches
+        double t0 = trainer_wall_seconds();
+        ops->zero_grad(ops->ctx);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < tr->grad_accum_steps; micro++) {
+            if (a->overfit_single_batch) { dataloader_reset(&tr->train_loader); }
+            dataloader_next_batch(&tr->train_loader);
+            loss_sum += ops->forward_backward(ops->ctx, tr->train_loader.inputs, tr->train_loader.targets,
+                                              1.0f / (float)tr->grad_accum_steps, micro == tr->grad_accum_steps - 1);
+        }
+        float loss = trainer_mean_over_processes(tr, (float)(loss_sum / tr->grad_accum_steps));
+        float grad_norm = ops->grad_norm(ops->ctx);
+        UpdateDecision u = trainer_judge_update(&tr->detectors, loss, grad_norm, a->skip_update_lossz, a->skip_update_gradz);
+        float lr = get_learning_rate(&tr->lr_scheduler, step);
+        if (!u.skip) { ops->update(ops->ctx, lr, a->weight_decay, grad_clip_scale(grad_norm, TRAINER_GRAD_CLIP), step + 1); }
+        double dt = trainer_wall_seconds() - t0;
+        if (step > start || tr->max_steps - start == 1) { time_sum += dt; time_count++; } // the first step warms up
+        char eta[32], mfu[48] = "";
+        trainer_format_duration(eta, sizeof(eta), (time_count > 0 ? time_sum / time_count : dt) * (tr->max_steps - step - 1));
+        if (tr->peak_flops > 0.0) {
+            char m[32];
+            mfu_format(m, sizeof(m), tr->flops_per_step, dt, tr->peak_flops);
+            snprintf(mfu, sizeof(mfu), " | MFU %s", m);
+        }
+        trainer_printf0(tr, "step %d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s%s%s%s\n", step + 1,
+                        tr->max_steps, loss, lr, grad_norm, 1000.0 * dt, (double)tr->total_batch / dt, mfu, eta,
+                        u.skip ? " | update skipped (" : "", u.why, u.skip ? ")" : "");
+        logger_log_train(&tr->logger, step, loss, lr, grad_norm);
+        // a signal on any process stops every process after this same step
+        float signalled[2] = {trainer_stop_signal_ != 0 ? 1.0f : 0.0f, (float)trainer_stop_signal_};
+        if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, signalled, 2); }
+        if (signalled[0] > 0.0f) {
+            stopping = trainer_stop_signal_ != 0 ? (int)trainer_stop_signal_ : SIGTERM; // the next top saves and stops
+        }
+    }
+    trainer_restore_signal_handlers();
+    if (time_count > 0) { trainer_printf0(tr, "average step time %.1f ms\n", 1000.0 * time_sum / time_count); }
+    return exit_status;
+}
+
+#endif // LLMC_TRAINER_H
