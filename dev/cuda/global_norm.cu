@@ -8,13 +8,9 @@ dev/cuda/global_norm.cu: the squared L2 norm of the gradient vector.
 #include "common.h"
 #include "../../llmc/global_norm.cuh"
 
+// the production kernel's per-block sums (global_norm_block_sum), added up with atomics instead
 __global__ static void global_norm_v1(float* out, const floatX* grads, size_t n) {
-    float sum = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = to_float(grads[i]);
-        sum += g * g;
-    }
-    float block_sum = block_reduce_sum(sum);
+    float block_sum = global_norm_block_sum(grads, n);
     if (threadIdx.x == 0) { atomicAdd(out, block_sum); }
 }
 
