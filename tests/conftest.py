@@ -17,15 +17,31 @@ TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
 
 
-def run(cmd: list[str], cwd: Path | str = REPO, check: bool = True, env: dict | None = None,
-        timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run a command, capturing text output; on an unexpected failure show what it printed."""
+def run(cmd: list[object], cwd: Path | str = REPO, check: bool = True, env: dict[str, str] | None = None,
+        timeout: float = 1800, input: str | bytes | None = None) -> subprocess.CompletedProcess:
+    """Run a command, capturing its output (text, or bytes when `input` is bytes); on an unexpected failure
+    show what it printed. `env` adds to (or overrides) the current environment."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True,
+                          text=not isinstance(input, bytes), errors=None if isinstance(input, bytes) else "replace",
+                          input=input, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
-                             f"--- stderr\n{proc.stderr[-4000:]}")
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]!s}\n"
+                             f"--- stderr\n{proc.stderr[-4000:]!s}")
     return proc
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, status: int = 1, alone: bool = False) -> str:
+    """The one line of stderr starting with "error: " of a process that exited with `status` and printed no
+    Python traceback; with `alone`, stderr holds that line and nothing else."""
+    stderr = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode(errors="replace")
+    assert proc.returncode == status, f"exit {proc.returncode}, want {status}\n{stderr[-2000:]}"
+    assert "Traceback" not in stderr, stderr[-2000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr[-2000:]
+    if alone:
+        assert stderr.strip() == errors[0], stderr[-2000:]
+    return errors[0]
 
 
 def make(*targets: str) -> None:

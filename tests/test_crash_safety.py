@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, make
+from conftest import REPO, assert_one_error_line, make
 
 sys.path.insert(0, str(REPO / "dev" / "data"))
 from data_common import write_datafile  # noqa: E402
@@ -68,13 +68,6 @@ def snapshot(out: Path, step: int) -> dict[str, bytes]:
 
 def run_trainer(cmd: list[str], cwd: Path, preexec=None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, preexec_fn=preexec, timeout=timeout)
-
-
-def assert_one_error(proc: subprocess.CompletedProcess, must_contain: str) -> str:
-    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and must_contain in errors[0], proc.stderr[-2000:]
-    return errors[0]
 
 
 def checkpoint_parameters(path: Path) -> int:
@@ -163,7 +156,8 @@ def test_full_disk_gives_one_error_and_keeps_the_previous_checkpoint(inputs: Pat
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         failed = run_trainer(trainer(*base, "-x", 4, "-y", 1), tmp_path, preexec=preexec)
-        error = assert_one_error(failed, str(out))
+        error = assert_one_error_line(failed)
+        assert str(out) in error, error
         assert "model_00000004.bin" in error or "main.log" in error, error
         assert snapshot(out, 2) == before and done_steps(out) == [2]
         assert tmp_files(out) == [], "a failed write must remove its temporary file"
@@ -192,7 +186,7 @@ def test_read_only_output_dir_gives_one_error_and_keeps_the_checkpoint(inputs: P
             assert os.geteuid() != 0, "root without mount privilege cannot make a directory read-only"
             out.chmod(0o555)
         failed = run_trainer(trainer(*base, "-x", 4, "-y", 1), tmp_path)
-        assert_one_error(failed, str(out))
+        assert str(out) in assert_one_error_line(failed)
         assert snapshot(out, 2) == before and done_steps(out) == [2]
     finally:
         if mounted:
@@ -210,7 +204,8 @@ def test_failed_rename_gives_one_error_and_keeps_the_previous_checkpoint(inputs:
     (out / "model_00000004.bin").mkdir()  # a directory where the next checkpoint goes: rename() fails
     (out / "model_00000004.bin" / "keep").write_text("x")
     failed = run_trainer(trainer(*base, "-x", 4, "-y", 1), tmp_path)
-    error = assert_one_error(failed, "model_00000004.bin")
+    error = assert_one_error_line(failed)
+    assert "model_00000004.bin" in error, error
     assert "rename" in error, error
     assert snapshot(out, 2) == before and done_steps(out) == [2]
     assert tmp_files(out) == []

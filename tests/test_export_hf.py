@@ -176,8 +176,3 @@ def test_bad_checkpoints_fail_with_one_line(tmp_path: Path) -> None:
     r = export(tmp_path / "missing.bin", tmp_path / "out")
     assert r.returncode == 1 and "not found" in r.stderr
     assert not (tmp_path / "out").exists()
-
-
-def test_help() -> None:
-    r = subprocess.run([sys.executable, str(EXPORT), "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "--input" in r.stdout and "--output" in r.stdout

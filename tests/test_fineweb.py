@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "fineweb.py"
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
+from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
 from data_common import DataFormatError, read_datafile  # noqa: E402
 from fineweb import write_shards  # noqa: E402
 
@@ -25,19 +25,10 @@ TEXTS = [f"Document {i}: " + " ".join(["the quick brown fox", "jumps over", "the
          for i in range(30)] + ["", "Ünïcödé and emoji 🙂 survive.", "<|endoftext|> is ordinary text here."]
 
 
-def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"),
-               HF_DATASETS_CACHE=str(tmp_path / "hf_datasets"))
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def assert_one_error_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
+def fineweb(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """dev/data/fineweb.py run in tmp_path, offline, with an empty Hugging Face cache there."""
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "HF_DATASETS_CACHE": str(tmp_path / "hf_datasets")}
+    return run([PYTHON, SCRIPT, *args], cwd=tmp_path, env=env, check=False, timeout=300)
 
 
 def expected_tokens(texts: list[str]) -> list[int]:
@@ -70,7 +61,7 @@ def test_fineweb_local_jsonl_with_a_pool(tmp_path: Path) -> None:
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(TEXTS)), encoding="utf-8")
     out_dir = tmp_path / "out"
-    proc = run("--data_files", str(jsonl), "-s", "97", "-n", "2", "--data_dir", str(out_dir), tmp_path=tmp_path)
+    proc = fineweb("--data_files", str(jsonl), "-s", "97", "-n", "2", "--data_dir", str(out_dir), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_shards(out_dir, "fineweb", 97, TEXTS)
 
@@ -79,7 +70,7 @@ def test_fineweb_local_parquet_edu_names(tmp_path: Path) -> None:
     parquet = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"text": TEXTS, "score": [float(i) for i in range(len(TEXTS))]}), parquet)
     out_dir = tmp_path / "out"
-    proc = run("-t", "edu", "--local_files", str(parquet), "-s", "250", "-n", "1", "--data_dir", str(out_dir),
+    proc = fineweb("-t", "edu", "--local_files", str(parquet), "-s", "250", "-n", "1", "--data_dir", str(out_dir),
                tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     check_shards(out_dir, "edu_fineweb", 250, TEXTS)
@@ -106,22 +97,15 @@ def test_write_shards_rejects_rows_without_text(tmp_path: Path) -> None:
         write_shards([{"text": "ok"}, {"body": "no"}], tmp_path, "fineweb", 100, "gpt-2", 1, "my rows")
 
 
-def test_fineweb_help_exits_zero(tmp_path: Path) -> None:
-    proc = run("--help", tmp_path=tmp_path)
-    assert proc.returncode == 0
-    for flag in ("--type", "--version", "--shard_size", "--data_files", "--model_desc"):
-        assert flag in proc.stdout
-
-
 def test_fineweb_missing_local_file_fails_with_one_line(tmp_path: Path) -> None:
-    line = assert_one_error_line(run("--data_files", str(tmp_path / "nope.parquet"), tmp_path=tmp_path))
+    line = assert_one_error_line(fineweb("--data_files", str(tmp_path / "nope.parquet"), tmp_path=tmp_path))
     assert f"--data_files: {tmp_path / 'nope.parquet'}: no such file" in line
 
 
 def test_fineweb_corrupt_local_file_fails_with_one_line(tmp_path: Path) -> None:
     parquet = tmp_path / "docs.parquet"
     parquet.write_bytes(b"PAR1 this is not parquet")
-    line = assert_one_error_line(run("--data_files", str(parquet), "--data_dir", str(tmp_path / "out"),
+    line = assert_one_error_line(fineweb("--data_files", str(parquet), "--data_dir", str(tmp_path / "out"),
                                      tmp_path=tmp_path))
     assert f"{parquet}: cannot load" in line
     assert not (tmp_path / "out").exists()
@@ -130,12 +114,12 @@ def test_fineweb_corrupt_local_file_fails_with_one_line(tmp_path: Path) -> None:
 def test_fineweb_rows_without_text_column_fail_with_one_line(tmp_path: Path) -> None:
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text('{"body": "a"}\n{"body": "b"}\n')
-    line = assert_one_error_line(run("--data_files", str(jsonl), "--data_dir", str(tmp_path / "out"),
+    line = assert_one_error_line(fineweb("--data_files", str(jsonl), "--data_dir", str(tmp_path / "out"),
                                      tmp_path=tmp_path))
     assert f"{jsonl}: no 'text' column (columns: body)" in line
 
 
 def test_fineweb_hub_offline_fails_with_one_line(tmp_path: Path) -> None:
-    line = assert_one_error_line(run("-t", "edu", "-v", "100B", "--data_dir", str(tmp_path / "out"), tmp_path=tmp_path))
+    line = assert_one_error_line(fineweb("-t", "edu", "-v", "100B", "--data_dir", str(tmp_path / "out"), tmp_path=tmp_path))
     assert "cannot load HuggingFaceFW/fineweb-edu sample-100BT" in line and "--data_files" in line
     assert not (tmp_path / "out").exists()

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import assert_one_error_line, run
+
 REPO = Path(__file__).resolve().parent.parent
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(REPO.parent / "shared" / "tiktoken_cache")
@@ -103,26 +105,16 @@ def test_random_init_descriptor_runs(env: dict[str, Path]) -> None:
     assert "initialised from scratch" in r.stderr
 
 
-def one_error_line(r: subprocess.CompletedProcess) -> str:
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
-
-
 def test_bad_input_fails_with_one_line(env: dict[str, Path], tmp_path: Path) -> None:
-    line = one_error_line(subprocess.run([str(env["bin"]), "-e", str(tmp_path / "none.bin"), "-b", str(env["bpe"])],
-                                         capture_output=True, text=True))
+    def error_line(cmd: list[object]) -> str:
+        return assert_one_error_line(run(cmd, check=False, timeout=300), alone=True)
+
+    line = error_line([env["bin"], "-e", tmp_path / "none.bin", "-b", env["bpe"]])
     assert "none.bin" in line and "not found" in line
-    line = one_error_line(subprocess.run([str(env["bin"]), "-e", str(env["model"]), "-b", str(tmp_path / "nobpe.bin")],
-                                         capture_output=True, text=True))
+    line = error_line([env["bin"], "-e", env["model"], "-b", tmp_path / "nobpe.bin"])
     assert "nobpe.bin" in line and "python dev/write_bpe.py" in line
-    assert "--top-p" in one_error_line(generate(env, "--top-p", "2", check=False))
-    assert "-n" in one_error_line(generate(env, "-n", "abc", check=False))
-    assert "unknown argument" in one_error_line(generate(env, "--bogus", check=False))
-    assert "context" in one_error_line(generate(env, "-p", "word " * 80, check=False))
-
-
-def test_help() -> None:
-    r = subprocess.run(["make", "-s", "generate"], cwd=REPO, check=True)
-    r = subprocess.run([str(REPO / "generate"), "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "--top-k" in r.stdout and "-i" in r.stdout
+    base = [env["bin"], "-e", env["model"], "-b", env["bpe"]]
+    assert "--top-p" in error_line([*base, "--top-p", "2"])
+    assert "-n" in error_line([*base, "-n", "abc"])
+    assert "unknown argument" in error_line([*base, "--bogus"])
+    assert "context" in error_line([*base, "-p", "word " * 80])

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "hellaswag.py"
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
+from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
 from data_common import read_evalfile  # noqa: E402
 
 EXAMPLES = [
@@ -30,16 +31,8 @@ EXAMPLES = [
 ]
 
 
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
-def assert_one_error_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
+def hellaswag(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return run([PYTHON, SCRIPT, *args], cwd=cwd, check=False, timeout=300)
 
 
 def write_jsonl(data_dir: Path, lines: list[str]) -> Path:
@@ -52,7 +45,7 @@ def write_jsonl(data_dir: Path, lines: list[str]) -> Path:
 def test_hellaswag_eval_file_decodes_back_to_the_examples(tmp_path: Path) -> None:
     data_dir = tmp_path / "hs"
     write_jsonl(data_dir, [json.dumps(ex) for ex in EXAMPLES])
-    proc = run("--data_dir", str(data_dir), cwd=tmp_path)
+    proc = hellaswag("--data_dir", str(data_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "wrote 3 examples" in proc.stdout
 
@@ -67,16 +60,10 @@ def test_hellaswag_eval_file_decodes_back_to_the_examples(tmp_path: Path) -> Non
     assert 50256 not in examples[2]["ctx_tokens"]  # special-token text stays ordinary text
 
 
-def test_hellaswag_help_exits_zero(tmp_path: Path) -> None:
-    proc = run("--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert "--data_dir" in proc.stdout and "--split" in proc.stdout
-
-
 def test_hellaswag_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
     data_dir = tmp_path / "hs"
     path = write_jsonl(data_dir, [json.dumps(EXAMPLES[0]), '{"ctx": "broken", "label": 1,', json.dumps(EXAMPLES[1])])
-    line = assert_one_error_line(run("--data_dir", str(data_dir), cwd=tmp_path))
+    line = assert_one_error_line(hellaswag("--data_dir", str(data_dir), cwd=tmp_path))
     assert f"{path}:2: bad JSON" in line
     assert not (data_dir / "hellaswag_val.bin").exists()
 
@@ -85,7 +72,7 @@ def test_hellaswag_example_without_four_endings_is_rejected(tmp_path: Path) -> N
     data_dir = tmp_path / "hs"
     bad = dict(EXAMPLES[1], endings=["only", "three", "endings"])
     path = write_jsonl(data_dir, [json.dumps(EXAMPLES[0]), "", json.dumps(bad)])
-    line = assert_one_error_line(run("--data_dir", str(data_dir), cwd=tmp_path))
+    line = assert_one_error_line(hellaswag("--data_dir", str(data_dir), cwd=tmp_path))
     assert f"{path}:3: 'endings' must be a list of 4 strings" in line
 
 
@@ -94,6 +81,6 @@ def test_hellaswag_offline_without_cache_fails_with_one_line(tmp_path: Path) -> 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/hellaswag_val.jsonl"
-    line = assert_one_error_line(run("--data_dir", str(tmp_path / "hs"), "--url", url, cwd=tmp_path))
+    line = assert_one_error_line(hellaswag("--data_dir", str(tmp_path / "hs"), "--url", url, cwd=tmp_path))
     assert f"cannot download {url}" in line and "hellaswag_val.jsonl to skip the download" in line
     assert list((tmp_path / "hs").iterdir()) == []

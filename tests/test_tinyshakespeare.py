@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "tinyshakespeare.py"
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
+from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
 from data_common import read_datafile  # noqa: E402
 
 CORPUS_SEEDS = [
@@ -24,17 +24,8 @@ CORPUS_SEEDS = [
 ]
 
 
-def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def assert_one_error_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
+def tinyshakespeare(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run([PYTHON, SCRIPT, *args], cwd=cwd, env=env, check=False, timeout=300)
 
 
 def closed_port() -> int:
@@ -55,7 +46,7 @@ def seed_corpus(data_dir: Path) -> None:
 def test_tinyshakespeare_gives_llmc_counts_and_shards(tmp_path: Path) -> None:
     data_dir = tmp_path / "ts"
     seed_corpus(data_dir)
-    proc = run("--data_dir", str(data_dir), cwd=tmp_path)  # any cwd works
+    proc = tinyshakespeare("--data_dir", str(data_dir), cwd=tmp_path)  # any cwd works
     assert proc.returncode == 0, proc.stderr
     assert "32,768 val tokens, 305,260 train tokens" in proc.stdout
 
@@ -76,15 +67,9 @@ def test_tinyshakespeare_gives_llmc_counts_and_shards(tmp_path: Path) -> None:
     assert enc.decode(tokens) == "<|endoftext|>" + text.replace("\n\n", "\n\n<|endoftext|>")
 
 
-def test_tinyshakespeare_help_exits_zero(tmp_path: Path) -> None:
-    proc = run("--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert "--data_dir" in proc.stdout and "--model_desc" in proc.stdout
-
-
 def test_tinyshakespeare_offline_without_cache_fails_with_one_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/input.txt"
-    proc = run("--data_dir", str(tmp_path / "ts"), "--url", url, cwd=tmp_path)
+    proc = tinyshakespeare("--data_dir", str(tmp_path / "ts"), "--url", url, cwd=tmp_path)
     line = assert_one_error_line(proc)
     assert f"cannot download {url}" in line and "tiny_shakespeare.txt to skip the download" in line
     assert list((tmp_path / "ts").iterdir()) == []
@@ -94,7 +79,7 @@ def test_tinyshakespeare_rejects_a_corrupt_cached_corpus(tmp_path: Path) -> None
     data_dir = tmp_path / "ts"
     data_dir.mkdir()
     (data_dir / "tiny_shakespeare.txt").write_bytes(b"To be or not\xff\xfe to be")
-    line = assert_one_error_line(run("--data_dir", str(data_dir), cwd=tmp_path))
+    line = assert_one_error_line(tinyshakespeare("--data_dir", str(data_dir), cwd=tmp_path))
     assert "tiny_shakespeare.txt: not UTF-8 text" in line
     assert not list(data_dir.glob("*.bin"))
 
@@ -103,7 +88,7 @@ def test_tinyshakespeare_rejects_a_too_short_corpus(tmp_path: Path) -> None:
     data_dir = tmp_path / "ts"
     data_dir.mkdir()
     (data_dir / "tiny_shakespeare.txt").write_text("First Citizen:\nSpeak.\n\nAll:\nSpeak, speak.\n")
-    line = assert_one_error_line(run("--data_dir", str(data_dir), cwd=tmp_path))
+    line = assert_one_error_line(tinyshakespeare("--data_dir", str(data_dir), cwd=tmp_path))
     assert "tokens, need more than 32,768 for val and train" in line
 
 
@@ -111,7 +96,7 @@ def test_tinyshakespeare_llama3_offline_fails_with_one_line(tmp_path: Path) -> N
     data_dir = tmp_path / "ts"
     data_dir.mkdir()
     (data_dir / "tiny_shakespeare.txt").write_text("First Citizen:\nSpeak.\n")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))  # an empty Hugging Face cache
-    line = assert_one_error_line(run("--data_dir", str(data_dir), "--model_desc", "llama-3", cwd=tmp_path, env=env))
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty Hugging Face cache
+    line = assert_one_error_line(tinyshakespeare("--data_dir", str(data_dir), "--model_desc", "llama-3", cwd=tmp_path, env=env))
     assert "cannot load the llama-3 tokenizer" in line
     assert not list(data_dir.glob("*.bin"))

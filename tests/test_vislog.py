@@ -73,8 +73,3 @@ def test_missing_log_and_label_count_mismatch_fail(tmp_path: Path) -> None:
     write_log(log, 5, 1.0, with_eval=False)
     r = vislog(log, "-l", "x", "-l", "y")
     assert r.returncode != 0 and "--label" in r.stderr
-
-
-def test_help() -> None:
-    r = vislog("--help")
-    assert r.returncode == 0 and "--ema" in r.stdout and "-o" in r.stdout
