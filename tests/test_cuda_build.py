@@ -4,13 +4,15 @@ nvcc is required: without it the tests fail with a clear message instead of skip
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO, assert_one_error_line, make, run
+
 BUILD_DIR = REPO / "build" / "cuda-check"
 
 
@@ -76,11 +78,8 @@ def test_help_lists_the_multi_gpu_flags(cuda_build: subprocess.CompletedProcess)
 
 def test_binary_without_gpu_fails_with_one_line(cuda_build: subprocess.CompletedProcess, tmp_path: Path) -> None:
     assert cuda_build.returncode == 0
-    proc = subprocess.run([str(BUILD_DIR / "train_gpt2cu"), "-e", str(tmp_path / "missing.bin"), "-x", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
+    assert_one_error_line(run([BUILD_DIR / "train_gpt2cu", "-e", tmp_path / "missing.bin", "-x", 1], cwd=tmp_path,
+                              check=False, timeout=120))
 
 
 def test_unknown_flag_fails_with_one_line(cuda_build: subprocess.CompletedProcess) -> None:
@@ -91,9 +90,11 @@ def test_unknown_flag_fails_with_one_line(cuda_build: subprocess.CompletedProces
 
 
 def _table_flags() -> set[str]:
+    """The flags of the one argument table both trainers parse, as the CPU trainer's --help lists them
+    (test_c_trainer.py holds its help and parser together)."""
     import re
-    text = (REPO / "llmc" / "args.h").read_text()
-    return set(re.findall(r'TRAIN_ARG\("(-[a-z]+)"', text))
+    make("train_gpt2")
+    return set(re.findall(r"^  (-[a-z]+) ", run([REPO / "train_gpt2", "--help"], timeout=60).stdout, re.MULTILINE))
 
 
 def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:
@@ -166,14 +167,19 @@ def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.Com
     assert len(_error_lines(proc)) == 1, proc.stderr
 
 
-def test_no_boolean_constants_that_lie() -> None:
-    """llm.c once defined a constant named False whose value was true: we define no such names at all."""
-    import re
-    sources = [REPO / "train_gpt2.cu", REPO / "test_gpt2.cu", *(REPO / "llmc").glob("*.cuh"), REPO / "llmc" / "mfu.h",
-               REPO / "llmc" / "cudnn_att.h", REPO / "llmc" / "cudnn_att.cpp"]
-    for path in sources:
-        text = path.read_text()
-        assert not re.search(r"#define\s+(True|False|TRUE|FALSE)\b|\b(const\s+\w+\s+)(True|False)\s*=", text), path.name
+def test_no_boolean_constants_that_lie(tmp_path: Path) -> None:
+    """llm.c once defined a constant named False whose value was true: we define no such names at all. A translation
+    unit with the GPU trainer, every llmc/*.cuh, mfu.h and cudnn_att.h, compiled with the Makefile's nvcc flags, declares the four
+    names itself; a macro or a constant of that name in any header makes it fail to compile."""
+    nvcc_line = next(line for line in _make("-n", "-B", "train_gpt2cu", timeout=120).stdout.splitlines()
+                     if "nvcc" in line and " train_gpt2.cu " in line)
+    flags = shlex.split(nvcc_line.split(" train_gpt2.cu ", 1)[0])
+    headers = [*sorted((REPO / "llmc").glob("*.cuh")), REPO / "llmc" / "mfu.h", REPO / "llmc" / "cudnn_att.h"]
+    unit = tmp_path / "names.cu"
+    unit.write_text('#include "train_gpt2.cu"\n' + "".join(f'#include "llmc/{h.name}"\n' for h in headers) +
+                    "static int True = 0, False = 0, TRUE = 0, FALSE = 0;\n"
+                    "int names_are_free(void) { return True + False + TRUE + FALSE; }\n")
+    run([*flags, "-c", unit, "-o", tmp_path / "names.o"], timeout=600)
 
 
 # The values each GPU run script must pass, checked against llm.c's published runs (its scripts/*.sh,
