@@ -4,9 +4,15 @@ llmc/dataloader.h: token shards -> (B, T) batches of inputs and targets, and the
 Token shard format (llm.c-compatible): a header of 256 int32, then the tokens.
     GPT-2:   header[0] = 20240520, header[1] = 1, header[2] = ntok, then ntok uint16 tokens
     llama-3: header[0] = 20240801, header[1] = 7, header[2] = ntok, then ntok uint32 tokens
-Every shard matched by the glob is validated at init (magic, version, header token count against
-the real file size, at least one batch of tokens); token ids are checked against vocab_size as
-each batch is read. Any problem stops the program with one line "error: <shard>: <reason>".
+Every shard matched by the glob, train or val, is validated at init, not when the loader reaches
+it: magic, version, header token count against the real file size, at least one batch of tokens,
+and every token id in [0, vocab_size) (in [0, 2^31) when vocab_size is 0, so ids fit an int). The
+ids are read in 1 MiB chunks and checked with a max-reduction the compiler vectorises, so a bad id
+deep in the last shard stops the run before the first step. Any problem stops the program with one
+line "error: <shard>: <reason>", e.g.
+    error: train.bin: token id 60000 at position 15000 is outside [0, 50257)
+(position counts tokens from the start of the shard's token array). Each batch is checked again as
+it is read, which only fires if a shard is rewritten while training runs.
 
 Reading rule. Let n = num_processes, r = process_rank. A "sample" is n*B*T tokens: sample i of
 a shard starts at token i*n*B*T, and rank r reads the B*T+1 tokens starting at i*n*B*T + r*B*T
@@ -85,6 +91,72 @@ static inline size_t shard_read_header(FILE* f, const char* path, int* token_byt
     }
     return ntok;
 }
+
+// ----------------------------------------------------------------------------
+// token ids
+
+#define DATALOADER_CHECK_CHUNK_BYTES ((size_t)1 << 20)  // init reads the tokens in pieces of this size
+
+// the exclusive upper bound on token ids: vocab_size, or 2^31 (ids must fit an int) when vocab_size is 0
+static inline uint32_t shard_token_bound(int vocab_size) {
+    return vocab_size > 0 ? (uint32_t)vocab_size : (uint32_t)INT32_MAX + 1u;
+}
+
+// token i of an array of uint16 (token_bytes 2) or uint32 (token_bytes 4) tokens
+static inline uint32_t shard_token_at(const void* tokens, int token_bytes, size_t i) {
+    return token_bytes == 2 ? (uint32_t)((const uint16_t*)tokens)[i] : ((const uint32_t*)tokens)[i];
+}
+
+// index of the first of tokens[0..n) that is >= bound, or n if there is none. The common case (no
+// bad id) is one max-reduction per token width, which the compiler vectorises; only an array that
+// holds a bad id is scanned a second time, to find where.
+static inline size_t shard_find_bad_token(const void* tokens, size_t n, int token_bytes, uint32_t bound) {
+    uint32_t max = 0;
+    if (token_bytes == 2) {
+        if (bound > UINT16_MAX) { return n; }  // every uint16 is in range
+        const uint16_t* t = (const uint16_t*)tokens;
+        uint16_t m = 0;
+        for (size_t i = 0; i < n; i++) { m = t[i] > m ? t[i] : m; }
+        max = m;
+    } else {
+        const uint32_t* t = (const uint32_t*)tokens;
+        uint32_t m = 0;
+        for (size_t i = 0; i < n; i++) { m = t[i] > m ? t[i] : m; }
+        max = m;
+    }
+    if (max < bound) { return n; }
+    for (size_t i = 0; i < n; i++) {
+        if (shard_token_at(tokens, token_bytes, i) >= bound) { return i; }
+    }
+    return n;
+}
+
+// dies naming the shard and the position if one of tokens[0..n), the shard's tokens from
+// position first_pos on, is >= bound
+static inline void shard_check_tokens(const char* path, const void* tokens, size_t n, int token_bytes,
+                                      uint32_t bound, size_t first_pos) {
+    size_t bad = shard_find_bad_token(tokens, n, token_bytes, bound);
+    if (bad < n) {
+        llmc_die("%s: token id %u at position %zu is outside [0, %u)", path,
+                 shard_token_at(tokens, token_bytes, bad), first_pos + bad, bound);
+    }
+}
+
+// checks all ntok tokens of the shard f, positioned just after its header (as shard_read_header
+// leaves it), reading them into chunk (DATALOADER_CHECK_CHUNK_BYTES) piece by piece
+static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok, int token_bytes, uint32_t bound,
+                                          void* chunk) {
+    if (token_bytes == 2 && bound > UINT16_MAX) { return; }  // nothing can be out of range
+    size_t chunk_tokens = DATALOADER_CHECK_CHUNK_BYTES / (size_t)token_bytes;
+    for (size_t pos = 0; pos < ntok; pos += chunk_tokens) {
+        size_t n = ntok - pos < chunk_tokens ? ntok - pos : chunk_tokens;
+        freadCheck(chunk, (size_t)token_bytes, n, f, path);
+        shard_check_tokens(path, chunk, n, token_bytes, bound, pos);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// shuffling
 
 // Fisher-Yates shuffle of perm[0..n-1] (filled with 0..n-1 first) with a seeded mt19937
 static inline void dataloader_permutation(size_t* perm, size_t n, uint32_t seed) {
@@ -205,11 +277,13 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     // validate every shard up front, so a bad one fails now rather than hours into training
     size_t sample_tokens = (size_t)num_processes * B * T;
     l->shard_num_tokens = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
+    void* chunk = mallocCheck(DATALOADER_CHECK_CHUNK_BYTES);
     for (size_t i = 0; i < l->num_shards; i++) {
         const char* path = l->glob_result.gl_pathv[i];
         FILE* f = fopenCheck(path, "rb");
         int token_bytes = 0;
         size_t ntok = shard_read_header(f, path, &token_bytes);
+        shard_check_all_tokens(f, path, ntok, token_bytes, shard_token_bound(vocab_size), chunk);
         fcloseCheck(f, path);
         if (i == 0) {
             l->token_bytes = token_bytes;
@@ -226,6 +300,7 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
         size_t samples = (ntok - 1) / sample_tokens;
         if (samples > l->max_shard_samples) { l->max_shard_samples = samples; }
     }
+    free(chunk);
 
     l->shard_indices = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
     for (size_t i = 0; i < l->num_shards; i++) { l->shard_indices[i] = i; }
@@ -271,16 +346,11 @@ static inline void dataloader_next_batch(DataLoader* l) {
     size_t offset = DATALOADER_HEADER_INTS * sizeof(int) + start * (size_t)l->token_bytes;
     fseekCheck(l->tokens_file, (long)offset, SEEK_SET, l->current_path);
     freadCheck(l->buffer, (size_t)l->token_bytes, BT + 1, l->tokens_file, l->current_path);
-    const uint16_t* tok16 = (const uint16_t*)l->buffer;
-    const uint32_t* tok32 = (const uint32_t*)l->buffer;
-    for (size_t i = 0; i < BT + 1; i++) {
-        uint32_t tok = l->token_bytes == 2 ? (uint32_t)tok16[i] : tok32[i];
-        if ((l->vocab_size > 0 && tok >= (uint32_t)l->vocab_size) || tok > (uint32_t)INT32_MAX) {
-            llmc_die("%s: token id %u at position %zu >= vocab size %d", l->current_path, tok, start + i,
-                     l->vocab_size > 0 ? l->vocab_size : INT32_MAX);
-        }
-        if (i < BT) { l->inputs[i] = (int)tok; }
-        if (i > 0) { l->targets[i - 1] = (int)tok; }
+    // init checked every id; this only fires if the shard was rewritten since
+    shard_check_tokens(l->current_path, l->buffer, BT + 1, l->token_bytes, shard_token_bound(l->vocab_size), start);
+    for (size_t i = 0; i < BT; i++) {
+        l->inputs[i] = (int)shard_token_at(l->buffer, l->token_bytes, i);
+        l->targets[i] = (int)shard_token_at(l->buffer, l->token_bytes, i + 1);
     }
     l->current_sample_idx++;
 }

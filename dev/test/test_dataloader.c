@@ -6,9 +6,10 @@ static char g_dir[1024];
 static char g_pattern[2048];
 static char g_path[2048];
 
-// writes a shard whose token i is first + i; header token count = ntok_header (or ntok if < 0)
-static void write_shard(const char* path, int magic, int version, int token_bytes, size_t ntok, uint32_t first,
-                        long ntok_header) {
+// writes a shard with the given tokens (uint16 when token_bytes is 2, else uint32); header token count =
+// ntok_header (or ntok if < 0)
+static void write_tokens(const char* path, int magic, int version, int token_bytes, const uint32_t* tokens, size_t ntok,
+                         long ntok_header) {
     int header[256];
     memset(header, 0, sizeof(header));
     header[0] = magic;
@@ -17,15 +18,23 @@ static void write_shard(const char* path, int magic, int version, int token_byte
     FILE* f = fopen(path, "wb");
     fwrite(header, sizeof(int), 256, f);
     for (size_t i = 0; i < ntok; i++) {
-        uint32_t t = first + (uint32_t)i;
         if (token_bytes == 2) {
-            uint16_t t16 = (uint16_t)t;
+            uint16_t t16 = (uint16_t)tokens[i];
             fwrite(&t16, 2, 1, f);
         } else {
-            fwrite(&t, 4, 1, f);
+            fwrite(&tokens[i], 4, 1, f);
         }
     }
     fclose(f);
+}
+
+// writes a shard whose token i is first + i; header token count = ntok_header (or ntok if < 0)
+static void write_shard(const char* path, int magic, int version, int token_bytes, size_t ntok, uint32_t first,
+                        long ntok_header) {
+    uint32_t* tokens = (uint32_t*)mallocCheck(ntok * sizeof(uint32_t));
+    for (size_t i = 0; i < ntok; i++) { tokens[i] = first + (uint32_t)i; }
+    write_tokens(path, magic, version, token_bytes, tokens, ntok, ntok_header);
+    free(tokens);
 }
 
 static void shard_path(char* out, size_t cap, const char* sub, const char* name) {
@@ -232,13 +241,120 @@ static void test_bad_shards(void) {
 
     // token ids: shard tokens are 50250 + i; the 8th (position 7) is 50257
     write_shard(g_path, 20240520, 1, 2, 100, 50250, -1);
-    expect_die("token >= vocab", open_and_read, &args, g_path, "token id 50257 at position 7 >= vocab size 50257");
+    expect_die("token >= vocab", open_and_read, &args, g_path, "token id 50257 at position 7 is outside [0, 50257)");
     LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 3};
     char err[4096];
     CHECK(run_in_child(open_and_read, &novocab, err, sizeof(err)) == 0, "vocab_size 0 disables the check (%s)", err);
 
     snprintf(g_pattern, sizeof(g_pattern), "%s/nothing_here_*.bin", g_dir);
     expect_die("no match", open_and_read, &args, g_pattern, "no files match");
+}
+
+// ---------------------------------------------------------------------------- token ids checked at init
+
+// the search for the first bad id, at every place of the array (vector body and scalar tail), both widths
+static void test_find_bad_token(void) {
+    uint16_t t16[67];
+    uint32_t t32[67];
+    int ok = 1;
+    for (int bytes = 2; bytes <= 4; bytes += 2) {
+        void* t = bytes == 2 ? (void*)t16 : (void*)t32;
+        for (size_t n = 1; n <= 67; n++) {
+            for (size_t i = 0; i < n; i++) { t16[i] = (uint16_t)(i % 1000); t32[i] = (uint32_t)(i % 1000); }
+            if (shard_find_bad_token(t, n, bytes, 1000) != n) { ok = 0; }  // max id 999: none bad
+            for (size_t bad = 0; bad < n; bad++) {
+                t16[bad] = 1000;
+                t32[bad] = 1000;
+                if (bad + 1 < n) { t16[n - 1] = 1001; t32[n - 1] = 1001; }  // a later bad id does not hide the first
+                if (shard_find_bad_token(t, n, bytes, 1000) != bad) { ok = 0; }
+                t16[bad] = 0;
+                t32[bad] = 0;
+                t16[n - 1] = 0;
+                t32[n - 1] = 0;
+            }
+        }
+    }
+    CHECK(ok, "shard_find_bad_token finds the first id >= bound at every position of 1..67 tokens, uint16 and uint32");
+    t32[0] = 0x80000000u;
+    CHECK(shard_find_bad_token(t32, 1, 4, shard_token_bound(0)) == 0, "vocab_size 0: a uint32 id >= 2^31 is bad");
+    t16[0] = 65535;
+    CHECK(shard_find_bad_token(t16, 1, 2, shard_token_bound(0)) == 1, "vocab_size 0: every uint16 id is fine");
+}
+
+// a shard of ntok ids 0, 1, ..., wrapping below `below`, with tokens[bad_pos] = bad_id (none if bad_pos >= ntok)
+static void write_big_shard(const char* path, int token_bytes, size_t ntok, uint32_t below, size_t bad_pos, uint32_t bad_id) {
+    uint32_t* tokens = (uint32_t*)mallocCheck(ntok * sizeof(uint32_t));
+    for (size_t i = 0; i < ntok; i++) { tokens[i] = (uint32_t)(i % below); }
+    if (bad_pos < ntok) { tokens[bad_pos] = bad_id; }
+    write_tokens(path, token_bytes == 2 ? 20240520 : 20240801, token_bytes == 2 ? 1 : 7, token_bytes, tokens, ntok, -1);
+    free(tokens);
+}
+
+static void test_token_ids_checked_at_init(void) {
+    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0};  // no batch is read: the failure must come from init
+    char err[4096];
+    char want[4200];
+    // 3 chunks of the init check (524,288 uint16 tokens each) and a part; ids 0..50256
+    const size_t ntok = 3 * 524288 + 1000;
+    make_subdir("deep");
+    set_pattern("deep");
+    shard_path(g_path, sizeof(g_path), "deep", "a.bin");
+    write_big_shard(g_path, 2, ntok, 50257, ntok, 0);
+    CHECK(run_in_child(open_and_read, &init_only, err, sizeof(err)) == 0 && err[0] == '\0',
+          "a correct shard with ids up to 50256 passes init (%s)", err);
+    LoaderArgs read_some = {2, 4, 0, 1, 0, 50257, 5};
+    CHECK(run_in_child(open_and_read, &read_some, err, sizeof(err)) == 0, "and its batches are read (%s)", err);
+
+    // deep in the first shard: the third chunk, and the very last token
+    write_big_shard(g_path, 2, ntok, 50257, 2 * 524288 + 15000, 60000);
+    snprintf(want, sizeof(want), "error: %s: token id 60000 at position %zu is outside [0, 50257)", g_path,
+             (size_t)2 * 524288 + 15000);
+    expect_die("bad id deep in the first shard", open_and_read, &init_only, want, NULL);
+    write_big_shard(g_path, 2, ntok, 50257, ntok - 1, 50257);
+    snprintf(want, sizeof(want), "%s: token id 50257 at position %zu is outside [0, 50257)", g_path, ntok - 1);
+    expect_die("bad id as the last token", open_and_read, &init_only, want, NULL);
+
+    // the second of two shards, found before the loader reaches it
+    write_big_shard(g_path, 2, ntok, 50257, ntok, 0);
+    shard_path(g_path, sizeof(g_path), "deep", "b.bin");
+    write_big_shard(g_path, 2, 20000, 50257, 15000, 60000);
+    snprintf(want, sizeof(want), "%s: token id 60000 at position 15000 is outside [0, 50257)", g_path);
+    expect_die("bad id in the second of two shards", open_and_read, &init_only, want, NULL);
+    remove(g_path);
+
+    // uint32 llama-3 shards: against the vocab, and against 2^31 when vocab_size is 0
+    make_subdir("deep32");
+    set_pattern("deep32");
+    shard_path(g_path, sizeof(g_path), "deep32", "x.bin");
+    write_big_shard(g_path, 4, 700000, 128256, 700000, 0);
+    LoaderArgs llama = {2, 4, 0, 1, 0, 128256, 2};
+    CHECK(run_in_child(open_and_read, &llama, err, sizeof(err)) == 0, "a correct uint32 shard with ids up to 128255 passes (%s)", err);
+    write_big_shard(g_path, 4, 700000, 128256, 654321, 128256);
+    llama.batches = 0;
+    snprintf(want, sizeof(want), "%s: token id 128256 at position 654321 is outside [0, 128256)", g_path);
+    expect_die("uint32 id = vocab deep in the shard", open_and_read, &llama, want, NULL);
+    write_big_shard(g_path, 4, 700000, 128256, 300001, 0x80000000u);
+    LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 0};
+    snprintf(want, sizeof(want), "%s: token id 2147483648 at position 300001 is outside [0, 2147483648)", g_path);
+    expect_die("uint32 id that does not fit an int, vocab_size 0", open_and_read, &novocab, want, NULL);
+}
+
+// init checked the shard; one rewritten while the loader runs is still caught when the batch is read
+static void rewrite_then_read(void* arg) {
+    (void)arg;
+    DataLoader l;
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    write_big_shard(g_path, 2, 10000, 50257, 5003, 50300);  // past what stdio may have buffered at init
+    for (int k = 0; k <= 5003 / 8; k++) { dataloader_next_batch(&l); }  // batch k holds tokens 8k .. 8k+8
+    dataloader_free(&l);
+}
+
+static void test_shard_rewritten_after_init(void) {
+    make_subdir("rewrite");
+    set_pattern("rewrite");
+    shard_path(g_path, sizeof(g_path), "rewrite", "x.bin");
+    write_big_shard(g_path, 2, 10000, 50257, 10000, 0);
+    expect_die("shard rewritten after init", rewrite_then_read, NULL, g_path, "token id 50300 at position 5003 is outside [0, 50257)");
 }
 
 // ---------------------------------------------------------------------------- EvalLoader
@@ -403,6 +519,9 @@ int main(void) {
     test_resume(1);
     test_llama3_shards();
     test_bad_shards();
+    test_find_bad_token();
+    test_token_ids_checked_at_init();
+    test_shard_rewritten_after_init();
     test_evalloader();
     remove_tree(g_dir);
     return test_summary();
