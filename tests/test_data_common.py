@@ -91,34 +91,25 @@ def test_write_datafile_rejects_out_of_range_tokens(tmp_path: Path, model_desc: 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_read_datafile_rejects_wrong_magic(tmp_path: Path) -> None:
-    path = write_raw(tmp_path / "m.bin", [123, 1, 2], b"\0" * 4)
-    with pytest.raises(DataFormatError, match=r"m\.bin: wrong magic 123, expected 20240520 or 20240801 \(not a token shard\)"):
-        read_datafile(path)
+BAD_SHARDS = [  # (what is wrong, header values, body, the error it gives)
+    ("wrong magic", [123, 1, 2], b"\0" * 4, r"bad\.bin: wrong magic 123, expected 20240520 or 20240801 \(not a token shard\)"),
+    ("wrong version", [20240520, 2, 2], b"\0" * 4, r"bad\.bin: wrong version 2 for magic 20240520 \(gpt-2\), expected 1"),
+    ("truncated body", [20240520, 1, 1000], b"\0" * 1500,
+     r"bad\.bin: truncated: header says 1000 tokens \(2000 bytes\) but 1500 bytes follow the header"),
+    ("trailing bytes", [20240801, 7, 3], b"\0" * 16, r"bad\.bin: trailing data: header says 3 tokens \(12 bytes\) but 16 bytes"),
+]
+
+
+@pytest.mark.parametrize("header, body, expected", [c[1:] for c in BAD_SHARDS], ids=[c[0] for c in BAD_SHARDS])
+def test_read_datafile_rejects_a_bad_shard_naming_the_file(tmp_path: Path, header: list[int], body: bytes,
+                                                           expected: str) -> None:
+    with pytest.raises(DataFormatError, match=expected):
+        read_datafile(write_raw(tmp_path / "bad.bin", header, body))
 
 
 def test_read_datafile_names_the_kind_of_file_it_got(tmp_path: Path) -> None:
     path = write_evalfile(tmp_path / "eval.bin", [])
     with pytest.raises(DataFormatError, match=r"wrong magic 20240522, .*this is an eval file, not a token shard"):
-        read_datafile(path)
-
-
-def test_read_datafile_rejects_wrong_version(tmp_path: Path) -> None:
-    path = write_raw(tmp_path / "v.bin", [20240520, 2, 2], b"\0" * 4)
-    with pytest.raises(DataFormatError, match=r"v\.bin: wrong version 2 for magic 20240520 \(gpt-2\), expected 1"):
-        read_datafile(path)
-
-
-def test_read_datafile_rejects_truncated_body(tmp_path: Path) -> None:
-    path = write_raw(tmp_path / "t.bin", [20240520, 1, 1000], b"\0" * 1500)
-    expected = r"t\.bin: truncated: header says 1000 tokens \(2000 bytes\) but 1500 bytes follow the header"
-    with pytest.raises(DataFormatError, match=expected):
-        read_datafile(path)
-
-
-def test_read_datafile_rejects_trailing_bytes(tmp_path: Path) -> None:
-    path = write_raw(tmp_path / "x.bin", [20240801, 7, 3], b"\0" * 16)
-    with pytest.raises(DataFormatError, match=r"trailing data: header says 3 tokens \(12 bytes\) but 16 bytes"):
         read_datafile(path)
 
 
