@@ -355,24 +355,17 @@ static inline void dataloader_next_batch(DataLoader* l) {
     l->current_sample_idx++;
 }
 
+// releases everything and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void dataloader_free(DataLoader* l) {
-    if (l->tokens_file != NULL) {
-        fclose(l->tokens_file);
-        l->tokens_file = NULL;
-    }
+    if (l->tokens_file != NULL) { fclose(l->tokens_file); }
     free(l->buffer);
     free(l->inputs);
     free(l->targets);
     free(l->shard_indices);
     free(l->sample_indices);
     free(l->shard_num_tokens);
-    globfree(&l->glob_result);
-    l->buffer = NULL;
-    l->inputs = NULL;
-    l->targets = NULL;
-    l->shard_indices = NULL;
-    l->sample_indices = NULL;
-    l->shard_num_tokens = NULL;
+    if (l->num_shards > 0) { globfree(&l->glob_result); }
+    memset(l, 0, sizeof(*l));
 }
 
 // ----------------------------------------------------------------------------
@@ -616,23 +609,16 @@ static inline int evalloader_stat_losses(EvalLoader* l, const float* losses) {
     return correct;
 }
 
+// releases everything and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void evalloader_free(EvalLoader* l) {
-    if (l->eval_file != NULL) {
-        fclose(l->eval_file);
-        l->eval_file = NULL;
-    }
+    if (l->eval_file != NULL) { fclose(l->eval_file); }
     free(l->buffer);
     free(l->example_offsets);
     free(l->labels);
     free(l->inputs);
     free(l->targets);
     free(l->mask);
-    l->buffer = NULL;
-    l->example_offsets = NULL;
-    l->labels = NULL;
-    l->inputs = NULL;
-    l->targets = NULL;
-    l->mask = NULL;
+    memset(l, 0, sizeof(*l));
 }
 
 #endif // LLMC_DATALOADER_H

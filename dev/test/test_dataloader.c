@@ -357,6 +357,15 @@ static void test_shard_rewritten_after_init(void) {
     expect_die("shard rewritten after init", rewrite_then_read, NULL, g_path, "token id 50300 at position 5003 is outside [0, 50257)");
 }
 
+static void test_free_twice(void) {
+    set_pattern("order");
+    DataLoader l;
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    dataloader_free(&l);
+    CHECK(l.buffer == NULL && l.tokens_file == NULL && l.num_shards == 0, "dataloader_free leaves the struct zeroed");
+    dataloader_free(&l);  // would be a double free if anything were left
+}
+
 // ---------------------------------------------------------------------------- EvalLoader
 
 // appends one example to buf (uint16), returns the new length
@@ -522,6 +531,7 @@ int main(void) {
     test_find_bad_token();
     test_token_ids_checked_at_init();
     test_shard_rewritten_after_init();
+    test_free_twice();
     test_evalloader();
     remove_tree(g_dir);
     return test_summary();
