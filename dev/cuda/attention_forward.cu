@@ -58,9 +58,7 @@ int main(int argc, char** argv) {
     cublas_context_init(&ctx, stream);
     if (version_selected(argc, argv, 1)) {
         auto run = [&]() { attention_forward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_out, d_inp, B, T, C, NH); cudaCheckLaunch(); };
-        run();
-        validate_result(d_out, ref, "version 1", BTC, tol);
-        printf("version 1: %.3f ms\n", benchmark_kernel(10, run));
+        check_and_time("version 1", run, d_out, ref, BTC, tol, 10);
     }
     if (version_selected(argc, argv, 2)) {
         auto run = [&]() { attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH); };

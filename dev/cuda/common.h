@@ -107,4 +107,14 @@ static inline int version_selected(int argc, char** argv, int version) {
     return argc < 2 || atoi(argv[1]) == version;
 }
 
+// a version with one output: a first call of run checked against the CPU reference, then the average
+// time of `repeats` calls printed as "<name>: <ms> ms<note>" (note: e.g. " (including a copy)")
+template <class T, class F>
+static void check_and_time(const char* name, F run, const T* d_out, const float* ref, size_t n, float tol, int repeats,
+                           const char* note = "") {
+    run();
+    validate_result(d_out, ref, name, n, tol);
+    printf("%s: %.3f ms%s\n", name, benchmark_kernel(repeats, run), note);
+}
+
 #endif // LLMC_DEV_CUDA_COMMON_H

@@ -40,18 +40,10 @@ int main(int argc, char** argv) {
     float* ref = (float*)mallocCheck(N * sizeof(float));
     encoder_forward_cpu(ref, inp, wte, wpe, B, T, C);
     const float tol = precision_tol(1e-6f, 1e-2f);
-    if (version_selected(argc, argv, 1)) {
-        auto run = [&]() { encoder_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_inp, d_wte, d_wpe, B, T, C); cudaCheckLaunch(); };
-        run();
-        validate_result(d_out, ref, "version 1", N, tol);
-        printf("version 1: %.3f ms\n", benchmark_kernel(100, run));
-    }
-    if (version_selected(argc, argv, 2)) {
-        auto run = [&]() { encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0); };
-        run();
-        validate_result(d_out, ref, "version 2 (llmc)", N, tol);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
-    }
+    auto v1 = [&]() { encoder_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_inp, d_wte, d_wpe, B, T, C); cudaCheckLaunch(); };
+    auto v2 = [&]() { encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0); };
+    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_out, ref, N, tol, 100); }
+    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_out, ref, N, tol, 100); }
     free(wte); free(wpe); free(inp); free(ref);
     cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe)); cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_out));
     printf("encoder_forward: all versions match the CPU reference\n");

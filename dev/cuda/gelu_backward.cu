@@ -24,25 +24,13 @@ int main(int argc, char** argv) {
     float* ref = (float*)mallocCheck(N * sizeof(float));
     for (size_t i = 0; i < N; i++) { ref[i] = dout[i] * gelu_tanh_grad(inp[i]); }
     const float tol = precision_tol(1e-5f, 1e-2f);
-    if (version_selected(argc, argv, 1)) {
-        auto run = [&]() {
-            cudaCheck(cudaMemcpy(d_work, d_dout, N * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            gelu_backward_v1<<<ceil_div(N, 256), 256>>>(d_work, d_inp, N);
-            cudaCheckLaunch();
-        };
-        run();
-        validate_result(d_work, ref, "version 1", N, tol);
-        printf("version 1: %.3f ms (including a copy)\n", benchmark_kernel(100, run));
-    }
-    if (version_selected(argc, argv, 2)) {
-        auto run = [&]() {
-            cudaCheck(cudaMemcpy(d_work, d_dout, N * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            gelu_backward_inplace(d_work, d_inp, N, 0);
-        };
-        run();
-        validate_result(d_work, ref, "version 2 (llmc)", N, tol);
-        printf("version 2 (llmc): %.3f ms (including a copy)\n", benchmark_kernel(100, run));
-    }
+    // in place: every run starts from a fresh copy of dout
+    auto reset = [&]() { cudaCheck(cudaMemcpy(d_work, d_dout, N * sizeof(floatX), cudaMemcpyDeviceToDevice)); };
+    auto v1 = [&]() { reset(); gelu_backward_v1<<<ceil_div(N, 256), 256>>>(d_work, d_inp, N); cudaCheckLaunch(); };
+    auto v2 = [&]() { reset(); gelu_backward_inplace(d_work, d_inp, N, 0); };
+    const char* note = " (including a copy)";
+    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_work, ref, N, tol, 100, note); }
+    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_work, ref, N, tol, 100, note); }
     free(inp); free(dout); free(ref);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_work));
     printf("gelu_backward: all versions match the CPU reference\n");

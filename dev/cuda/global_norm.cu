@@ -29,9 +29,7 @@ int main(int argc, char** argv) {
             global_norm_v1<<<2 * GLOBAL_NORM_BLOCKS, 512>>>(d_out, d_grads, n);
             cudaCheckLaunch();
         };
-        run();
-        validate_result(d_out, &ref_f, "version 1", 1, 1e-4f);
-        printf("version 1: %.3f ms\n", benchmark_kernel(20, run));
+        check_and_time("version 1", run, d_out, &ref_f, 1, 1e-4f, 20);
     }
     if (version_selected(argc, argv, 2)) {
         auto run = [&]() { global_norm_squared(d_out, d_out + 1, d_grads, n, 0); };

@@ -43,26 +43,17 @@ int main(int argc, char** argv) {
     float* ref = (float*)mallocCheck(n * sizeof(float));
     softmax_causal_cpu(ref, x, scale, rows, T);
     const float tol = precision_tol(1e-5f, 1e-2f);
-    if (version_selected(argc, argv, 1)) {
-        auto run = [&]() {
-            cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            softmax_causal_v1<<<ceil_div(rows, 256), 256>>>(d_work, scale, rows, T);
-            cudaCheckLaunch();
-        };
-        run();
-        validate_result(d_work, ref, "version 1", n, tol);
-        printf("version 1: %.3f ms (including a copy)\n", benchmark_kernel(10, run));
-    }
-    if (version_selected(argc, argv, 2)) {
-        auto run = [&]() {
-            cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            softmax_causal_forward_kernel<<<ceil_div(rows, 8), 256>>>(d_work, scale, rows, T);
-            cudaCheckLaunch();
-        };
-        run();
-        validate_result(d_work, ref, "version 2 (llmc)", n, tol);
-        printf("version 2 (llmc): %.3f ms (including a copy)\n", benchmark_kernel(10, run));
-    }
+    // in place: every run starts from a fresh copy of the scores
+    auto reset = [&]() { cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice)); };
+    auto v1 = [&]() { reset(); softmax_causal_v1<<<ceil_div(rows, 256), 256>>>(d_work, scale, rows, T); cudaCheckLaunch(); };
+    auto v2 = [&]() {
+        reset();
+        softmax_causal_forward_kernel<<<ceil_div(rows, 8), 256>>>(d_work, scale, rows, T);
+        cudaCheckLaunch();
+    };
+    const char* note = " (including a copy)";
+    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_work, ref, n, tol, 10, note); }
+    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_work, ref, n, tol, 10, note); }
     free(x); free(ref);
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_work));
     printf("softmax_forward: all versions match the CPU reference\n");
