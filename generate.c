@@ -183,23 +183,24 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
     size_t nC = (size_t)n * C;
     encoder_forward(kv->x, tokens, p.wte, p.wpe + (size_t)kv->pos * C, 1, n, C); // (n, C)
     for (int l = 0; l < L; l++) {
+        LayerParams w = gpt2_layer_params(&model->params, &model->config, l);
         float* l_kc = kv->key_cache + (size_t)l * maxT * C;
         float* l_vc = kv->value_cache + (size_t)l * maxT * C;
         // attention block
-        layernorm_rows(kv, kv->ln, kv->x, p.ln1w + l * C, p.ln1b + l * C, n, C);
-        linear_forward(kv->qkv, kv->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, n, C, 3 * C);
+        layernorm_rows(kv, kv->ln, kv->x, w.ln1w, w.ln1b, n, C);
+        linear_forward(kv->qkv, kv->ln, w.qkvw, w.qkvb, n, C, 3 * C);
         for (int t = 0; t < n; t++) {
             memcpy(l_kc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + C, C * sizeof(float));
             memcpy(l_vc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + 2 * C, C * sizeof(float));
         }
         attention_forward_cached(kv->atty, kv->scores, kv->qkv, l_kc, l_vc, kv->pos, n, C, NH, maxT);
-        linear_forward(kv->proj, kv->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, n, C, C);
+        linear_forward(kv->proj, kv->atty, w.attprojw, w.attprojb, n, C, C);
         residual_rows(kv->x, kv->proj, n, nC);
         // MLP block
-        layernorm_rows(kv, kv->ln, kv->x, p.ln2w + l * C, p.ln2b + l * C, n, C);
-        linear_forward(kv->fch, kv->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, n, C, 4 * C);
+        layernorm_rows(kv, kv->ln, kv->x, w.ln2w, w.ln2b, n, C);
+        linear_forward(kv->fch, kv->ln, w.fcw, w.fcb, n, C, 4 * C);
         gelu_rows(kv->fch_gelu, kv->fch, n, nC * 4);
-        linear_forward(kv->proj, kv->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, n, 4 * C, C);
+        linear_forward(kv->proj, kv->fch_gelu, w.fcprojw, w.fcprojb, n, 4 * C, C);
         residual_rows(kv->x, kv->proj, n, nC);
     }
     // final layernorm and the tied lm_head, for the last position only

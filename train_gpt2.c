@@ -430,107 +430,71 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
 
-// the 16 parameter tensors, in checkpoint order (model_config.h gives their sizes)
-typedef struct {
-    float* wte;      // (Vp, C)
-    float* wpe;      // (maxT, C)
-    float* ln1w;     // (L, C)
-    float* ln1b;     // (L, C)
-    float* qkvw;     // (L, 3*C, C)
-    float* qkvb;     // (L, 3*C)
-    float* attprojw; // (L, C, C)
-    float* attprojb; // (L, C)
-    float* ln2w;     // (L, C)
-    float* ln2b;     // (L, C)
-    float* fcw;      // (L, 4*C, C)
-    float* fcb;      // (L, 4*C)
-    float* fcprojw;  // (L, C, 4*C)
-    float* fcprojb;  // (L, C)
-    float* lnfw;     // (C)
-    float* lnfb;     // (C)
-} ParameterTensors;
+// the 16 parameter tensors in checkpoint order, and LayerParams: one layer's 12 of them
+// (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
+GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, float)
 
-// points the 16 tensors into one flat buffer of gpt2_num_parameters floats
-void point_parameters(ParameterTensors* p, float* memory, const size_t sizes[GPT2_NUM_PARAMETER_TENSORS]) {
-    float** ptrs[GPT2_NUM_PARAMETER_TENSORS] = {
-        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
-        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
-        *(ptrs[i]) = memory;
-        memory += sizes[i];
+// The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad).
+// Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer. has_grad: the backward
+// pass keeps its gradient (the layernorm statistics and the probabilities need none).
+// The attention weights are not kept: attention_backward recomputes them.
+#define CPU_ACTIVATION_TENSORS(X) \
+    X(encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
+    CPU_LAYER_ACTIVATION_TENSORS(X) \
+    X(lnf,      0, C,  1) /* final layernorm */ \
+    X(lnf_mean, 0, 1,  0) \
+    X(lnf_rstd, 0, 1,  0) \
+    X(logits,   0, Vp, 1) \
+    X(probs,    0, Vp, 0) \
+    X(losses,   0, 1,  1)
+
+#define CPU_LAYER_ACTIVATION_TENSORS(X) \
+    X(ln1,       1, C,     1) /* layernorm of the layer's input */ \
+    X(ln1_mean,  1, 1,     0) \
+    X(ln1_rstd,  1, 1,     0) \
+    X(qkv,       1, 3 * C, 1) \
+    X(atty,      1, C,     1) /* attention output, before its projection */ \
+    X(attproj,   1, C,     1) \
+    X(residual2, 1, C,     1) /* input + attproj */ \
+    X(ln2,       1, C,     1) \
+    X(ln2_mean,  1, 1,     0) \
+    X(ln2_rstd,  1, 1,     0) \
+    X(fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
+    X(fch_gelu,  1, 4 * C, 1) \
+    X(fcproj,    1, C,     1) \
+    X(residual3, 1, C,     1) /* residual2 + fcproj, the layer's output */
+
+#define CPU_ACT_FIELD_(name, per_layer, per_token, has_grad) float* name;
+typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD_) } ActivationTensors;
+
+// one layer's activations (or their gradients): residual is the layer's input (encoded, or
+// the previous layer's residual3), the others are layer l's slices, each (B,T,...)
+typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD_) } LayerActs;
+
+#define CPU_ACT_POINT_(name, per_layer, per_token, has_grad) { \
+        size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
+        a->name = memory != NULL && size > 0 ? memory + n : NULL; \
+        n += size; \
     }
-}
-
-#define NUM_ACTIVATION_TENSORS 22
-typedef struct {
-    float* encoded;   // (B, T, C)
-    float* ln1;       // (L, B, T, C)
-    float* ln1_mean;  // (L, B, T)
-    float* ln1_rstd;  // (L, B, T)
-    float* qkv;       // (L, B, T, 3*C)
-    float* atty;      // (L, B, T, C)
-    float* att;       // NULL: the attention weights are recomputed in the backward
-    float* attproj;   // (L, B, T, C)
-    float* residual2; // (L, B, T, C)
-    float* ln2;       // (L, B, T, C)
-    float* ln2_mean;  // (L, B, T)
-    float* ln2_rstd;  // (L, B, T)
-    float* fch;       // (L, B, T, 4*C)
-    float* fch_gelu;  // (L, B, T, 4*C)
-    float* fcproj;    // (L, B, T, C)
-    float* residual3; // (L, B, T, C)
-    float* lnf;       // (B, T, C)
-    float* lnf_mean;  // (B, T)
-    float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp)
-    float* probs;     // (B, T, Vp)
-    float* losses;    // (B, T)
-} ActivationTensors;
-
-void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cfg, int B, int T) {
+// Points the activations for B x T tokens into memory and returns how many floats they take
+// (memory NULL: only counts). With grads = 1 they are the activations' gradients: only the
+// has_grad tensors get memory, the others are NULL.
+size_t point_activations(ActivationTensors* a, float* memory, const GPT2Config* cfg, int B, int T, int grads) {
     size_t C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T;
-    sizes[0] = BT * C;                      // encoded
-    sizes[1] = L * BT * C;                  // ln1
-    sizes[2] = L * BT;                      // ln1_mean
-    sizes[3] = L * BT;                      // ln1_rstd
-    sizes[4] = L * BT * 3 * C;              // qkv
-    sizes[5] = L * BT * C;                  // atty
-    sizes[6] = 0;                           // att: not kept (attention_backward recomputes it)
-    sizes[7] = L * BT * C;                  // attproj
-    sizes[8] = L * BT * C;                  // residual2
-    sizes[9] = L * BT * C;                  // ln2
-    sizes[10] = L * BT;                     // ln2_mean
-    sizes[11] = L * BT;                     // ln2_rstd
-    sizes[12] = L * BT * 4 * C;             // fch
-    sizes[13] = L * BT * 4 * C;             // fch_gelu
-    sizes[14] = L * BT * C;                 // fcproj
-    sizes[15] = L * BT * C;                 // residual3
-    sizes[16] = BT * C;                     // lnf
-    sizes[17] = BT;                         // lnf_mean
-    sizes[18] = BT;                         // lnf_rstd
-    sizes[19] = BT * Vp;                    // logits
-    sizes[20] = BT * Vp;                    // probs
-    sizes[21] = BT;                         // losses
+    size_t BT = (size_t)B * T, n = 0;
+    CPU_ACTIVATION_TENSORS(CPU_ACT_POINT_)
+    return n;
 }
 
-void point_activations(ActivationTensors* a, float* memory, const size_t sizes[NUM_ACTIVATION_TENSORS]) {
-    float** ptrs[NUM_ACTIVATION_TENSORS] = {
-        &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->attproj,
-        &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->fcproj,
-        &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->probs, &a->losses};
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        *(ptrs[i]) = memory;
-        memory += sizes[i];
-    }
-}
-
-// the gradients of the activations that the backward pass uses: the attention weights, the
-// probabilities and the layernorm statistics get none (att alone is L*B*NH*T*T floats)
-void grad_activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* cfg, int B, int T) {
-    activation_sizes(sizes, cfg, B, T);
-    const int unused[] = {2, 3, 6, 10, 11, 17, 18, 20}; // ln1/ln2/lnf mean and rstd, att, probs
-    for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++) { sizes[unused[i]] = 0; }
+#define CPU_ACT_LAYER_(name, per_layer, per_token, has_grad) \
+    v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
+// layer l's view of the activations (or of their gradients) of the current B x T tokens
+LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int l) {
+    size_t C = cfg->channels, BT = (size_t)B * T;
+    LayerActs v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER_)
+    return v;
 }
 
 typedef struct {
@@ -550,10 +514,9 @@ typedef struct {
     size_t opt_size;
     // activations for batches up to batch_size x seq_len, and their gradients
     ActivationTensors acts;
-    size_t act_sizes[NUM_ACTIVATION_TENSORS];
     float* acts_memory;
     size_t num_activations;
-    ActivationTensors grads_acts; // only what grad_activation_sizes keeps (the others are NULL)
+    ActivationTensors grads_acts; // only the has_grad tensors (the others are NULL)
     float* grads_acts_memory;
     size_t num_grad_activations;
     int batch_size;   // B the activations were allocated for
@@ -571,8 +534,8 @@ void gpt2_allocate_parameters(GPT2* model) {
     model->num_parameters = gpt2_num_parameters(&model->config);
     model->params_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
     model->grads_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
-    point_parameters(&model->params, model->params_memory, model->param_sizes);
-    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    gpt2_point_parameters(&model->params, model->params_memory, &model->config);
+    gpt2_point_parameters(&model->grads, model->grads_memory, &model->config);
     model->m_memory = NULL;
     model->v_memory = NULL;
     model->opt_offset = 0;
@@ -607,20 +570,12 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
 void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t opt_size) {
     model->batch_size = B;
     model->seq_len = T;
-    activation_sizes(model->act_sizes, &model->config, B, T);
-    model->num_activations = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
-    size_t grad_sizes[NUM_ACTIVATION_TENSORS];
-    grad_activation_sizes(grad_sizes, &model->config, B, T);
-    model->num_grad_activations = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_grad_activations += grad_sizes[i]; }
+    model->num_activations = point_activations(&model->acts, NULL, &model->config, B, T, 0);
+    model->num_grad_activations = point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
     model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
     model->grads_acts_memory = (float*)callocCheck(model->num_grad_activations, sizeof(float));
-    point_activations(&model->acts, model->acts_memory, model->act_sizes);
-    model->acts.att = NULL; // recomputed by attention_backward
-    point_activations(&model->grads_acts, model->grads_acts_memory, grad_sizes);
-    ActivationTensors* ga = &model->grads_acts;
-    ga->ln1_mean = ga->ln1_rstd = ga->att = ga->ln2_mean = ga->ln2_rstd = ga->lnf_mean = ga->lnf_rstd = ga->probs = NULL;
+    point_activations(&model->acts, model->acts_memory, &model->config, B, T, 0);
+    point_activations(&model->grads_acts, model->grads_acts_memory, &model->config, B, T, 1);
     model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->opt_offset = opt_offset;
@@ -650,65 +605,43 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->cur_B = B;
     model->cur_T = T;
 
+    const GPT2Config* cfg = &model->config;
     ParameterTensors p = model->params;
-    ActivationTensors a = model->acts;
-    size_t BTC = (size_t)B * T * C;
-    encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C); // (B,T,C)
+    ActivationTensors acts = model->acts;
+    encoder_forward(acts.encoded, inputs, p.wte, p.wpe, B, T, C); // (B,T,C)
     // each layer ends with the next layernorm fused into its last residual add, so the first
     // layernorm runs on its own
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, B, T, C);
+    layernorm_forward(acts.ln1, acts.ln1_mean, acts.ln1_rstd, acts.encoded, p.ln1w, p.ln1b, B, T, C);
     for (int l = 0; l < L; l++) {
-        float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
-        // this layer's weights
-        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
-        float* l_qkvb = p.qkvb + l * 3 * C;
-        float* l_attprojw = p.attprojw + (size_t)l * C * C;
-        float* l_attprojb = p.attprojb + l * C;
-        float* l_ln2w = p.ln2w + l * C;
-        float* l_ln2b = p.ln2b + l * C;
-        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
-        float* l_fcb = p.fcb + l * 4 * C;
-        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        float* l_fcprojb = p.fcprojb + l * C;
-        // this layer's activations
-        float* l_ln1 = a.ln1 + l * BTC;
-        float* l_qkv = a.qkv + l * BTC * 3;
-        float* l_atty = a.atty + l * BTC;
-        float* l_attproj = a.attproj + l * BTC;
-        float* l_residual2 = a.residual2 + l * BTC;
-        float* l_ln2 = a.ln2 + l * BTC;
-        float* l_ln2_mean = a.ln2_mean + l * B * T;
-        float* l_ln2_rstd = a.ln2_rstd + l * B * T;
-        float* l_fch = a.fch + l * BTC * 4;
-        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
-        float* l_fcproj = a.fcproj + l * BTC;
-        float* l_residual3 = a.residual3 + l * BTC;
-        // the layernorm after this layer: the next layer's ln1, or lnf after the last
-        int last = l == L - 1;
-        float* next_ln = last ? a.lnf : a.ln1 + (l + 1) * BTC;
-        float* next_mean = last ? a.lnf_mean : a.ln1_mean + (l + 1) * B * T;
-        float* next_rstd = last ? a.lnf_rstd : a.ln1_rstd + (l + 1) * B * T;
-        float* next_w = last ? p.lnfw : p.ln1w + (l + 1) * C;
-        float* next_b = last ? p.lnfb : p.ln1b + (l + 1) * C;
+        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // attention block (its layernorm ran already)
-        matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
-        attention_forward(l_atty, NULL, l_qkv, B, T, C, NH);
-        matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
+        matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);          // (B,T,3C)
+        attention_forward(a.atty, NULL, a.qkv, B, T, C, NH);                   // (B,T,C)
+        matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C); // (B,T,C)
         // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
-        residual_layernorm_forward(l_residual2, l_ln2, l_ln2_mean, l_ln2_rstd, residual, l_attproj, l_ln2w, l_ln2b, B, T, C);
-        matmul_forward(l_fch, l_ln2, l_fcw, NULL, B, T, C, 4 * C);
-        bias_gelu_forward(l_fch_gelu, l_fch, l_fcb, B, T, 4 * C);
-        matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
-        residual_layernorm_forward(l_residual3, next_ln, next_mean, next_rstd, l_residual2, l_fcproj, next_w, next_b, B, T, C);
+        residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.attproj, w.ln2w, w.ln2b, B, T, C);
+        matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, 4 * C);                      // (B,T,4C)
+        bias_gelu_forward(a.fch_gelu, a.fch, w.fcb, B, T, 4 * C);                       // (B,T,4C)
+        matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);     // (B,T,C)
+        // residual3 = residual2 + fcproj, and in the same pass the layernorm after this layer:
+        // the next layer's ln1, or lnf after the last
+        if (l + 1 < L) {
+            LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
+            LayerActs an = gpt2_layer_acts(&model->acts, cfg, B, T, l + 1);
+            residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, a.fcproj, wn.ln1w, wn.ln1b, B, T, C);
+        } else {
+            residual_layernorm_forward(a.residual3, acts.lnf, acts.lnf_mean, acts.lnf_rstd, a.residual2, a.fcproj, p.lnfw, p.lnfb, B, T, C);
+        }
     }
-    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp); // (B,T,Vp), lm_head tied to wte
+    matmul_forward(acts.logits, acts.lnf, p.wte, NULL, B, T, C, Vp); // (B,T,Vp), lm_head tied to wte
     if (targets == NULL) {
         model->mean_loss = -1.0f;
         return;
     }
-    crossentropy_softmax_forward(a.losses, a.probs, a.logits, targets, B, T, V, Vp);
+    crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, Vp);
     double sum = 0.0;
-    for (int i = 0; i < B * T; i++) { sum += a.losses[i]; }
+    for (int i = 0; i < B * T; i++) { sum += acts.losses[i]; }
     model->mean_loss = (float)(sum / (B * T));
 }
 
@@ -725,79 +658,40 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
     size_t BTC = (size_t)B * T * C;
-    ParameterTensors p = model->params;
-    ParameterTensors g = model->grads;
-    ActivationTensors a = model->acts;
-    ActivationTensors ga = model->grads_acts;
+    const GPT2Config* cfg = &model->config;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors acts = model->acts, gacts = model->grads_acts;
     memset(model->grads_acts_memory, 0, model->num_grad_activations * sizeof(float));
 
     // the loss is the mean over B*T positions: each position's dloss is loss_scale / (B*T)
     float dloss_mean = loss_scale / (float)(B * T);
-    for (int i = 0; i < B * T; i++) { ga.losses[i] = dloss_mean; }
-    crossentropy_softmax_backward(ga.logits, ga.losses, a.probs, model->targets, B, T, V, Vp);
-    matmul_backward(ga.lnf, g.wte, NULL, ga.logits, a.lnf, p.wte, B, T, C, Vp);
-    float* residual = a.residual3 + (L - 1) * BTC;
-    float* dresidual = ga.residual3 + (L - 1) * BTC;
-    layernorm_backward(dresidual, g.lnfw, g.lnfb, ga.lnf, residual, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+    for (int i = 0; i < B * T; i++) { gacts.losses[i] = dloss_mean; }
+    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->targets, B, T, V, Vp);
+    matmul_backward(gacts.lnf, g.wte, NULL, gacts.logits, acts.lnf, p.wte, B, T, C, Vp);
+    // lnf is the layernorm of the last layer's output
+    LayerActs last = gpt2_layer_acts(&model->acts, cfg, B, T, L - 1);
+    LayerActs dlast = gpt2_layer_acts(&model->grads_acts, cfg, B, T, L - 1);
+    layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
-        dresidual = l == 0 ? ga.encoded : ga.residual3 + (l - 1) * BTC;
-        // this layer's weights and their gradients
-        float* l_ln1w = p.ln1w + l * C;
-        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
-        float* l_attprojw = p.attprojw + (size_t)l * C * C;
-        float* l_ln2w = p.ln2w + l * C;
-        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
-        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        float* dl_ln1w = g.ln1w + l * C;
-        float* dl_ln1b = g.ln1b + l * C;
-        float* dl_qkvw = g.qkvw + (size_t)l * 3 * C * C;
-        float* dl_qkvb = g.qkvb + l * 3 * C;
-        float* dl_attprojw = g.attprojw + (size_t)l * C * C;
-        float* dl_attprojb = g.attprojb + l * C;
-        float* dl_ln2w = g.ln2w + l * C;
-        float* dl_ln2b = g.ln2b + l * C;
-        float* dl_fcw = g.fcw + (size_t)l * 4 * C * C;
-        float* dl_fcb = g.fcb + l * 4 * C;
-        float* dl_fcprojw = g.fcprojw + (size_t)l * C * 4 * C;
-        float* dl_fcprojb = g.fcprojb + l * C;
-        // this layer's activations and their gradients
-        float* l_ln1 = a.ln1 + l * BTC;
-        float* l_ln1_mean = a.ln1_mean + l * B * T;
-        float* l_ln1_rstd = a.ln1_rstd + l * B * T;
-        float* l_qkv = a.qkv + l * BTC * 3;
-        float* l_atty = a.atty + l * BTC;
-        float* l_residual2 = a.residual2 + l * BTC;
-        float* l_ln2 = a.ln2 + l * BTC;
-        float* l_ln2_mean = a.ln2_mean + l * B * T;
-        float* l_ln2_rstd = a.ln2_rstd + l * B * T;
-        float* l_fch = a.fch + l * BTC * 4;
-        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
-        float* dl_ln1 = ga.ln1 + l * BTC;
-        float* dl_qkv = ga.qkv + l * BTC * 3;
-        float* dl_atty = ga.atty + l * BTC;
-        float* dl_attproj = ga.attproj + l * BTC;
-        float* dl_residual2 = ga.residual2 + l * BTC;
-        float* dl_ln2 = ga.ln2 + l * BTC;
-        float* dl_fch = ga.fch + l * BTC * 4;
-        float* dl_fch_gelu = ga.fch_gelu + l * BTC * 4;
-        float* dl_fcproj = ga.fcproj + l * BTC;
-        float* dl_residual3 = ga.residual3 + l * BTC;
-        // MLP block, in reverse
-        residual_backward(dl_residual2, dl_fcproj, dl_residual3, BTC);
-        matmul_backward(dl_fch_gelu, dl_fcprojw, dl_fcprojb, dl_fcproj, l_fch_gelu, l_fcprojw, B, T, 4 * C, C);
-        gelu_backward(dl_fch, l_fch, dl_fch_gelu, BTC * 4);
-        matmul_backward(dl_ln2, dl_fcw, dl_fcb, dl_fch, l_ln2, l_fcw, B, T, C, 4 * C);
-        layernorm_backward(dl_residual2, dl_ln2w, dl_ln2b, dl_ln2, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
-        // attention block, in reverse
-        residual_backward(dresidual, dl_attproj, dl_residual2, BTC);
-        matmul_backward(dl_atty, dl_attprojw, dl_attprojb, dl_attproj, l_atty, l_attprojw, B, T, C, C);
-        attention_backward(dl_qkv, dl_atty, l_qkv, NULL, B, T, C, NH);
-        matmul_backward(dl_ln1, dl_qkvw, dl_qkvb, dl_qkv, l_ln1, l_qkvw, B, T, C, 3 * C);
-        layernorm_backward(dresidual, dl_ln1w, dl_ln1b, dl_ln1, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
+        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        LayerParams dw = gpt2_layer_params(&model->grads, cfg, l);
+        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
+        LayerActs da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, l);
+        // MLP block, in reverse (da.residual3 holds the gradient of the layer's output)
+        residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
+        matmul_backward(da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw, B, T, 4 * C, C);
+        gelu_backward(da.fch, a.fch, da.fch_gelu, BTC * 4);
+        matmul_backward(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C);
+        layernorm_backward(da.residual2, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
+        // attention block, in reverse; the layer's input gradient is the previous layer's output's
+        residual_backward(da.residual, da.attproj, da.residual2, BTC);
+        matmul_backward(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, C, C);
+        attention_backward(da.qkv, da.atty, a.qkv, NULL, B, T, C, NH);
+        matmul_backward(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+        layernorm_backward(da.residual, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
     }
-    encoder_backward(g.wte, g.wpe, ga.encoded, model->inputs, B, T, C);
+    encoder_backward(g.wte, g.wpe, gacts.encoded, model->inputs, B, T, C);
 }
 
 // Global L2 norm of the gradients. Summed in double over fixed-size chunks, so the result

@@ -1,6 +1,7 @@
 /*
-llmc/model_config.h: GPT-2 shapes, the model descriptors accepted by `-e`, and the
-sizes of the 16 parameter tensors in checkpoint order.
+llmc/model_config.h: GPT-2 shapes, the model descriptors accepted by `-e`, and the table of
+the 16 parameter tensors in checkpoint order (names, shapes, weight-decay flags), from which
+the trainers declare their parameter structs and per-layer views.
 
 Descriptors (identical in train_gpt2.py):
   dN or gpt2:dN   depth N; d6 -> C=384 NH=6, d12 -> 768/12, d24 -> 1024/16, d36 -> 1280/20,
@@ -16,7 +17,6 @@ Vocabulary: V = 50257, padded to Vp = 50304 (a multiple of 128).
 #include <stdlib.h>
 #include <string.h>
 
-#define GPT2_NUM_PARAMETER_TENSORS 16
 #define GPT2_VOCAB_SIZE 50257
 #define GPT2_PADDED_VOCAB_SIZE 50304
 
@@ -29,35 +29,67 @@ typedef struct {
     int channels;           // C
 } GPT2Config;
 
-// names of the 16 parameter tensors, checkpoint order
-static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+// ----------------------------------------------------------------------------
+// The parameter tensors: the one table everything else is expanded from (the trainers'
+// structs and per-layer views, names, sizes, weight-decay flags, pyllmc's shapes).
+//
+// X(D, name, per_layer, rows, cols, is_matrix), in checkpoint order. A tensor is one
+// (rows, cols) slice, or with per_layer L slices stacked (layer l's starts at l * rows * cols);
+// vectors have cols = 1. is_matrix marks the 2-D weights (AdamW decays only these). The sizes
+// are written in Vp, maxT, C (and L): an expansion declares them as size_t. D is passed
+// through untouched (the element type when a struct is declared).
+#define GPT2_PARAMETER_TENSORS(X, D) \
+    X(D, wte,  0, Vp,   C, 1) /* token embedding, also the lm_head */ \
+    X(D, wpe,  0, maxT, C, 1) /* position embedding */ \
+    GPT2_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, lnfw, 0, C,    1, 0) /* final layernorm */ \
+    X(D, lnfb, 0, C,    1, 0)
 
-// 1 for the 2-D weight matrices (AdamW applies weight decay to these only)
+// the 12 tensors of one transformer block, contiguous in checkpoint order
+#define GPT2_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, ln1w,     1, C,     1,     0) /* layernorm before attention */ \
+    X(D, ln1b,     1, C,     1,     0) \
+    X(D, qkvw,     1, 3 * C, C,     1) /* q, k, v projections */ \
+    X(D, qkvb,     1, 3 * C, 1,     0) \
+    X(D, attprojw, 1, C,     C,     1) /* attention output projection */ \
+    X(D, attprojb, 1, C,     1,     0) \
+    X(D, ln2w,     1, C,     1,     0) /* layernorm before the MLP */ \
+    X(D, ln2b,     1, C,     1,     0) \
+    X(D, fcw,      1, 4 * C, C,     1) /* MLP up-projection */ \
+    X(D, fcb,      1, 4 * C, 1,     0) \
+    X(D, fcprojw,  1, C,     4 * C, 1) /* MLP down-projection */ \
+    X(D, fcprojb,  1, C,     1,     0)
+
+#define GPT2_PARAM_INDEX_(D, name, per_layer, rows, cols, is_matrix) GPT2_PARAM_##name,
+#define GPT2_PARAM_NAME_(D, name, per_layer, rows, cols, is_matrix) #name,
+#define GPT2_PARAM_IS_MATRIX_(D, name, per_layer, rows, cols, is_matrix) is_matrix,
+#define GPT2_PARAM_PER_LAYER_(D, name, per_layer, rows, cols, is_matrix) per_layer,
+#define GPT2_PARAM_DIMS_(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
+
+// GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, and the count
+enum { GPT2_PARAMETER_TENSORS(GPT2_PARAM_INDEX_, _) GPT2_NUM_PARAMETER_TENSORS };
+
+static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {
+    GPT2_PARAMETER_TENSORS(GPT2_PARAM_NAME_, _)};
 static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {
-    1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    GPT2_PARAMETER_TENSORS(GPT2_PARAM_IS_MATRIX_, _)};
+static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {
+    GPT2_PARAMETER_TENSORS(GPT2_PARAM_PER_LAYER_, _)};
+
+// (slices, rows, cols) of each parameter tensor, checkpoint order: slices is L for the
+// per-layer tensors, else 1; cols is 1 for vectors
+static inline void gpt2_parameter_dims(size_t dims[GPT2_NUM_PARAMETER_TENSORS][3], const GPT2Config* cfg) {
+    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
+    size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers;
+    const size_t table[GPT2_NUM_PARAMETER_TENSORS][3] = {GPT2_PARAMETER_TENSORS(GPT2_PARAM_DIMS_, _)};
+    memcpy(dims, table, sizeof(table));
+}
 
 // number of elements of each parameter tensor, checkpoint order
 static inline void gpt2_parameter_sizes(size_t sizes[GPT2_NUM_PARAMETER_TENSORS], const GPT2Config* cfg) {
-    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
-    size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers;
-    sizes[0] = Vp * C;            // wte
-    sizes[1] = maxT * C;          // wpe
-    sizes[2] = L * C;             // ln1w
-    sizes[3] = L * C;             // ln1b
-    sizes[4] = L * (3 * C) * C;   // qkvw
-    sizes[5] = L * (3 * C);       // qkvb
-    sizes[6] = L * C * C;         // attprojw
-    sizes[7] = L * C;             // attprojb
-    sizes[8] = L * C;             // ln2w
-    sizes[9] = L * C;             // ln2b
-    sizes[10] = L * (4 * C) * C;  // fcw
-    sizes[11] = L * (4 * C);      // fcb
-    sizes[12] = L * C * (4 * C);  // fcprojw
-    sizes[13] = L * C;            // fcprojb
-    sizes[14] = C;                // lnfw
-    sizes[15] = C;                // lnfb
+    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
+    gpt2_parameter_dims(dims, cfg);
+    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) { sizes[i] = dims[i][0] * dims[i][1] * dims[i][2]; }
 }
 
 static inline size_t gpt2_num_parameters(const GPT2Config* cfg) {
@@ -67,6 +99,35 @@ static inline size_t gpt2_num_parameters(const GPT2Config* cfg) {
     for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
     return n;
 }
+
+// GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) declares, for element type Elem
+// (float on the CPU, floatX on the GPU; once per program):
+//   Params       one Elem* per parameter tensor, checkpoint order (the model's weights, or
+//                its gradients)
+//   LayerParams  the 12 tensors of one layer (ln1w ... fcprojb), each pointing at layer l's slice
+//   void gpt2_point_parameters(Params* p, Elem* memory, const GPT2Config* cfg)
+//                points p's tensors into one flat buffer of gpt2_num_parameters(cfg) elements
+//   LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l)
+//                layer l's view of p (weights or gradients alike)
+#define GPT2_PARAM_FIELD_(Elem, name, per_layer, rows, cols, is_matrix) Elem* name;
+#define GPT2_PARAM_POINT_(D, name, per_layer, rows, cols, is_matrix) \
+    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
+#define GPT2_PARAM_LAYER_(D, name, per_layer, rows, cols, is_matrix) \
+    w.name = p->name + (size_t)l * (rows) * (cols);
+#define GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) \
+    typedef struct { GPT2_PARAMETER_TENSORS(GPT2_PARAM_FIELD_, Elem) } Params; \
+    typedef struct { GPT2_LAYER_PARAMETER_TENSORS(GPT2_PARAM_FIELD_, Elem) } LayerParams; \
+    static inline void gpt2_point_parameters(Params* p, Elem* memory, const GPT2Config* cfg) { \
+        size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels; \
+        size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers; \
+        GPT2_PARAMETER_TENSORS(GPT2_PARAM_POINT_, _) \
+    } \
+    static inline LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l) { \
+        size_t C = (size_t)cfg->channels; \
+        LayerParams w; \
+        GPT2_LAYER_PARAMETER_TENSORS(GPT2_PARAM_LAYER_, _) \
+        return w; \
+    }
 
 // parses a positive decimal integer filling the whole string; -1 if it is not one
 static inline int model_config_parse_int(const char* s) {

@@ -24,7 +24,8 @@ from pyllmc._core import INT_MAX, LlmcError, check_ids, check_rc, ffi, lib
 
 CHECKPOINT_MAGIC = 20240326
 CHECKPOINT_VERSIONS = {3: 4, 5: 2}  # version -> bytes per parameter (fp32, bf16)
-PARAMETER_NAMES = tuple(ffi.string(lib.GPT2_PARAMETER_NAMES[i]).decode() for i in range(16))
+# the parameter table of llmc/model_config.h, checkpoint order
+PARAMETER_NAMES = tuple(ffi.string(lib.GPT2_PARAMETER_NAMES[i]).decode() for i in range(lib.GPT2_NUM_PARAMETER_TENSORS))
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,18 @@ class GPT2Config:
             raise ValueError(f"GPT2Config: channels {self.channels} is not a multiple of num_heads {self.num_heads}")
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of each of the 16 parameter tensors, checkpoint order."""
-        L, C, Vp, maxT = self.num_layers, self.channels, self.padded_vocab_size, self.max_seq_len
-        shapes = [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C),
-                  (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
-        return dict(zip(PARAMETER_NAMES, shapes))
+        """Shape of each of the 16 parameter tensors, checkpoint order, from the C table:
+        (L,) for the per-layer tensors, then rows, then cols for the 2-D ones."""
+        cfg = ffi.new("GPT2Config*", (self.max_seq_len, self.vocab_size, self.padded_vocab_size,
+                                      self.num_layers, self.num_heads, self.channels))
+        dims = ffi.new("size_t[16][3]")
+        lib.gpt2_parameter_dims(dims, cfg)
+        shapes = {}
+        for i, name in enumerate(PARAMETER_NAMES):
+            layers, rows, cols = dims[i]
+            shape = (layers,) if lib.GPT2_PARAMETER_PER_LAYER[i] else ()
+            shapes[name] = shape + ((rows, cols) if lib.GPT2_PARAMETER_IS_MATRIX[i] else (rows,))
+        return shapes
 
     def num_parameters(self) -> int:
         return sum(math.prod(s) for s in self.parameter_shapes().values())
