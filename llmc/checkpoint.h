@@ -47,23 +47,21 @@ static inline FILE* checkpoint_open(const char* path, GPT2Config* cfg, int* vers
     read_header_check(f, path, header, CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16, "model checkpoint");
     if (header[1] == 4) { llmc_die("%s: unsupported model checkpoint version 4 (expected 3 = fp32 or 5 = bf16)", path); }
     *version = header[1];
-    struct { const char* name; int index; int lo; int hi; } fields[] = {
-        {"maxT (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
-        {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
-        {"channels C (header[6])", 6, 1, 1 << 17}, {"padded vocab Vp (header[7])", 7, 1, 1 << 24},
+    // each header field, its allowed range and where it goes; cfg is filled only once all are valid
+    struct { const char* name; int index; int lo; int hi; int* dst; } fields[] = {
+        {"maxT (header[2])", 2, 1, 1 << 20, &cfg->max_seq_len}, {"vocab size V (header[3])", 3, 1, 1 << 24, &cfg->vocab_size},
+        {"layers L (header[4])", 4, 1, 4096, &cfg->num_layers}, {"heads NH (header[5])", 5, 1, 1 << 16, &cfg->num_heads},
+        {"channels C (header[6])", 6, 1, 1 << 17, &cfg->channels},
+        {"padded vocab Vp (header[7])", 7, 1, 1 << 24, &cfg->padded_vocab_size},
     };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+    const size_t num_fields = sizeof(fields) / sizeof(fields[0]);
+    for (size_t i = 0; i < num_fields; i++) {
         int v = header[fields[i].index];
         if (v < fields[i].lo || v > fields[i].hi) {
             llmc_die("%s: bad model checkpoint header: %s = %d is outside [%d, %d]", path, fields[i].name, v, fields[i].lo, fields[i].hi);
         }
     }
-    cfg->max_seq_len = header[2];
-    cfg->vocab_size = header[3];
-    cfg->num_layers = header[4];
-    cfg->num_heads = header[5];
-    cfg->channels = header[6];
-    cfg->padded_vocab_size = header[7];
+    for (size_t i = 0; i < num_fields; i++) { *fields[i].dst = header[fields[i].index]; }
     if (cfg->padded_vocab_size < cfg->vocab_size) {
         llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
     }
@@ -101,16 +99,9 @@ static inline void checkpoint_read_params(FILE* f, const char* path, int version
 }
 
 static inline void checkpoint_write(const char* path, const GPT2Config* cfg, const float* params, size_t n) {
-    int header[256];
-    memset(header, 0, sizeof(header));
-    header[0] = CHECKPOINT_MAGIC;
-    header[1] = CHECKPOINT_VERSION_FP32;
-    header[2] = cfg->max_seq_len;
-    header[3] = cfg->vocab_size;
-    header[4] = cfg->num_layers;
-    header[5] = cfg->num_heads;
-    header[6] = cfg->channels;
-    header[7] = cfg->padded_vocab_size;
+    // the layout above; the rest of the header is zero
+    int header[256] = {CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
+                       cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, header, sizeof(int), 256);
@@ -145,14 +136,9 @@ static inline uint64_t state_get_u64(const int* header, int index) {
 
 static inline void train_state_write(const char* path, const TrainState* s, const float* m, const float* v,
                                      const void* extra) {
-    int header[256];
-    memset(header, 0, sizeof(header));
-    header[0] = TRAIN_STATE_MAGIC;
-    header[1] = TRAIN_STATE_VERSION;
-    header[2] = s->num_processes;
-    header[3] = s->process_rank;
-    header[4] = s->zero_stage;
-    header[5] = s->should_shuffle;
+    // the layout above; the fields not set are zero
+    int header[256] = {TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, s->num_processes, s->process_rank, s->zero_stage,
+                       s->should_shuffle};
     header[10] = s->step;
     state_put_u64(header, 20, s->rng_state);
     state_put_u64(header, 30, s->shard_idx);
