@@ -116,7 +116,9 @@ static inline void mm_pack_a(float* dst, const float* A, int lda, int transA, in
     }
 }
 
-// packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, MM_NR), columns past nc zero
+// C (M, N) is cut into MM_MC x MM_NC tiles, numbered row by row; each thread of a driver takes whole tiles
+static inline int mm_tile_count(int M, int N) { return ((M + MM_MC - 1) / MM_MC) * ((N + MM_NC - 1) / MM_NC); }
+
 // C[i0:i0+mc, j0:j0+nc] *= beta before a tile accumulates into it (beta 0 clears, so NaNs in C do not leak)
 static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int nc, float beta) {
     for (int i = 0; i < mc; i++) {
@@ -126,6 +128,18 @@ static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int 
     }
 }
 
+// starts tile number `tile` of C (M, N): its corner (*i0, *j0) and size *mc x *nc (smaller at the edges),
+// with that part of C scaled by beta
+static inline void mm_tile_start(int tile, int M, int N, float* C, int ldc, float beta, int* i0, int* j0, int* mc, int* nc) {
+    int ntiles = (N + MM_NC - 1) / MM_NC;
+    *i0 = (tile / ntiles) * MM_MC;
+    *j0 = (tile % ntiles) * MM_NC;
+    *mc = M - *i0 < MM_MC ? M - *i0 : MM_MC;
+    *nc = N - *j0 < MM_NC ? N - *j0 : MM_NC;
+    mm_scale_tile(C, ldc, *i0, *j0, *mc, *nc, beta);
+}
+
+// packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, MM_NR), columns past nc zero
 static inline void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
     for (int p = 0; p * MM_NR < nc; p++) {
         float* panel = dst + (size_t)p * kc * MM_NR;
@@ -186,8 +200,7 @@ static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float*
 // C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel
 static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    int mtiles = (M + MM_MC - 1) / MM_MC, ntiles = (N + MM_NC - 1) / MM_NC;
-    int ntile_total = mtiles * ntiles;
+    int ntile_total = mm_tile_count(M, N);
     #pragma omp parallel
     {
         // per-thread packing buffers, allocated once per thread for the life of the program
@@ -195,10 +208,8 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
         static __thread float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
         #pragma omp for schedule(static)
         for (int tile = 0; tile < ntile_total; tile++) {
-            int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
-            int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-            int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
-            mm_scale_tile(C, ldc, i0, j0, mc, nc, beta);
+            int i0, j0, mc, nc;
+            mm_tile_start(tile, M, N, C, ldc, beta, &i0, &j0, &mc, &nc);
             for (int k0 = 0; k0 < K; k0 += MM_KC) {
                 int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
                 mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc);
@@ -361,14 +372,11 @@ static void matmul_gemm_blocked_bf16(int transA, int transB, int M, int N, int K
     uint32_t* bp = mm_bf16_buffer(1, (size_t)npanels * KP * MM_NR + 1);
     mm_pack_bf16(ap, A, lda, !transA, M, K, MM_MR);
     mm_pack_bf16(bp, B, ldb, transB, N, K, MM_NR);
-    int mtiles = (M + MM_MC - 1) / MM_MC, ntiles = (N + MM_NC - 1) / MM_NC;
-    int ntile_total = mtiles * ntiles;
+    int ntile_total = mm_tile_count(M, N);
     #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < ntile_total; tile++) {
-        int i0 = (tile / ntiles) * MM_MC, j0 = (tile % ntiles) * MM_NC;
-        int mc = M - i0 < MM_MC ? M - i0 : MM_MC;
-        int nc = N - j0 < MM_NC ? N - j0 : MM_NC;
-        mm_scale_tile(C, ldc, i0, j0, mc, nc, beta);
+        int i0, j0, mc, nc;
+        mm_tile_start(tile, M, N, C, ldc, beta, &i0, &j0, &mc, &nc);
         for (int p0 = 0; p0 < KP; p0 += MM_KCP) {
             int np = KP - p0 < MM_KCP ? KP - p0 : MM_KCP;
             for (int ii = 0; ii < mc; ii += MM_MR) {
