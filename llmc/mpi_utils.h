@@ -64,32 +64,36 @@ static inline void allreduce_mean_floats(float* buf, size_t n, const ProcessGrou
 #endif
 }
 
+// buf[i] <- sum over ranks of buf[i], for n floats (host scalars: losses, counts)
+static inline void allreduce_sum_floats(float* buf, size_t n, const ProcessGroup* pg) {
+#ifdef USE_MPI
+    if (pg->num_processes == 1) { return; }
+    if (n > (size_t)INT_MAX) { llmc_die("internal: %zu floats are too many for one MPI_Allreduce", n); }
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+#else
+    (void)buf; (void)n; (void)pg;
+#endif
+}
+
 static inline float allreduce_mean_float(float x, const ProcessGroup* pg) {
     allreduce_mean_floats(&x, 1, pg);
     return x;
 }
 
-static inline int allreduce_sum_int(int x, const ProcessGroup* pg) {
+// x summed (take_max 0) or maximised (take_max 1) over ranks
+static inline int allreduce_int(int x, int take_max, const ProcessGroup* pg) {
 #ifdef USE_MPI
     if (pg->num_processes > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, take_max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
     }
 #else
-    (void)pg;
+    (void)take_max; (void)pg;
 #endif
     return x;
 }
 
-static inline int allreduce_max_int(int x, const ProcessGroup* pg) {
-#ifdef USE_MPI
-    if (pg->num_processes > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    }
-#else
-    (void)pg;
-#endif
-    return x;
-}
+static inline int allreduce_sum_int(int x, const ProcessGroup* pg) { return allreduce_int(x, 0, pg); }
+static inline int allreduce_max_int(int x, const ProcessGroup* pg) { return allreduce_int(x, 1, pg); }
 
 // ZeRO-1: after each rank updated its own shard of params (zero_shard), give every rank
 // every shard. Needs the shard sizes to fit an int (true below 2^31 * nproc parameters).
