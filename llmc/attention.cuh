@@ -79,41 +79,33 @@ static inline HD size_t attention_concat_offset(size_t idx, int T, int NH, int H
 __global__ static void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* inp,
                                                 int B, int T, int NH, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t N = (size_t)B * NH * T * HS;
-    if (idx >= N) { return; }
+    if (idx >= (size_t)B * NH * T * HS) { return; }
+    const floatX* src = inp + attention_qkv_offset(idx, T, NH, HS);
     size_t C = (size_t)NH * HS;
-    size_t src = attention_qkv_offset(idx, T, NH, HS);
-    q[idx] = inp[src];
-    k[idx] = inp[src + C];
-    v[idx] = inp[src + 2 * C];
+    q[idx] = src[0]; k[idx] = src[C]; v[idx] = src[2 * C];
 }
 
 // the reverse: dq, dk, dv (B, NH, T, HS) -> dinp (B, T, 3, NH, HS)
 __global__ static void attention_permute_backward_kernel(floatX* dinp, const floatX* dq, const floatX* dk, const floatX* dv,
                                                          int B, int T, int NH, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t N = (size_t)B * NH * T * HS;
-    if (idx >= N) { return; }
+    if (idx >= (size_t)B * NH * T * HS) { return; }
+    floatX* dst = dinp + attention_qkv_offset(idx, T, NH, HS);
     size_t C = (size_t)NH * HS;
-    size_t dst = attention_qkv_offset(idx, T, NH, HS);
-    dinp[dst] = dq[idx];
-    dinp[dst + C] = dk[idx];
-    dinp[dst + 2 * C] = dv[idx];
+    dst[0] = dq[idx]; dst[C] = dk[idx]; dst[2 * C] = dv[idx];
 }
 
 // y (B, NH, T, HS) -> out (B, T, NH, HS)
 __global__ static void attention_unpermute_kernel(floatX* out, const floatX* y, int B, int T, int NH, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t N = (size_t)B * NH * T * HS;
-    if (idx >= N) { return; }
+    if (idx >= (size_t)B * NH * T * HS) { return; }
     out[attention_concat_offset(idx, T, NH, HS)] = y[idx];
 }
 
 // dout (B, T, NH, HS) -> dy (B, NH, T, HS)
 __global__ static void attention_unpermute_backward_kernel(floatX* dy, const floatX* dout, int B, int T, int NH, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t N = (size_t)B * NH * T * HS;
-    if (idx >= N) { return; }
+    if (idx >= (size_t)B * NH * T * HS) { return; }
     dy[idx] = dout[attention_concat_offset(idx, T, NH, HS)];
 }
 
