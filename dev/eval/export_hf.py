@@ -90,26 +90,27 @@ def param_shapes(cfg: dict[str, int]) -> dict[str, tuple[int, ...]]:
 # ----------------------------------------------------------------------------- Hugging Face layout
 
 
+# llmc's per-layer tensors -> their Hugging Face names under transformer.h.{l}., in the order they are written;
+# True marks a Conv1D weight, stored (in, out) by Hugging Face, i.e. transposed from llmc's (out, in)
+HF_LAYER_TENSORS: dict[str, tuple[str, bool]] = {
+    "ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
+    "qkvw": ("attn.c_attn.weight", True), "qkvb": ("attn.c_attn.bias", False),
+    "attprojw": ("attn.c_proj.weight", True), "attprojb": ("attn.c_proj.bias", False),
+    "ln2w": ("ln_2.weight", False), "ln2b": ("ln_2.bias", False),
+    "fcw": ("mlp.c_fc.weight", True), "fcb": ("mlp.c_fc.bias", False),
+    "fcprojw": ("mlp.c_proj.weight", True), "fcprojb": ("mlp.c_proj.bias", False),
+}
+
+
 def hf_state_dict(cfg: dict[str, int], t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """Hugging Face GPT-2 names; Conv1D weights are stored (in, out), i.e. transposed from llmc's (out, in)."""
+    """Hugging Face GPT-2 names (HF_LAYER_TENSORS for the per-layer ones), Conv1D weights transposed."""
     def cast(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float32).astype(np.float16 if dtype == "float16" else np.float32)
 
     sd = {"transformer.wte.weight": cast(t["wte"][: cfg["V"]]), "transformer.wpe.weight": cast(t["wpe"])}
     for l in tqdm(range(cfg["L"]), desc="layers", unit="layer", disable=cfg["L"] < 4):
-        p = f"transformer.h.{l}."
-        sd[p + "ln_1.weight"] = cast(t["ln1w"][l])
-        sd[p + "ln_1.bias"] = cast(t["ln1b"][l])
-        sd[p + "attn.c_attn.weight"] = cast(t["qkvw"][l].T)
-        sd[p + "attn.c_attn.bias"] = cast(t["qkvb"][l])
-        sd[p + "attn.c_proj.weight"] = cast(t["attprojw"][l].T)
-        sd[p + "attn.c_proj.bias"] = cast(t["attprojb"][l])
-        sd[p + "ln_2.weight"] = cast(t["ln2w"][l])
-        sd[p + "ln_2.bias"] = cast(t["ln2b"][l])
-        sd[p + "mlp.c_fc.weight"] = cast(t["fcw"][l].T)
-        sd[p + "mlp.c_fc.bias"] = cast(t["fcb"][l])
-        sd[p + "mlp.c_proj.weight"] = cast(t["fcprojw"][l].T)
-        sd[p + "mlp.c_proj.bias"] = cast(t["fcprojb"][l])
+        for name, (hf_name, conv1d) in HF_LAYER_TENSORS.items():
+            sd[f"transformer.h.{l}.{hf_name}"] = cast(t[name][l].T if conv1d else t[name][l])
     sd["transformer.ln_f.weight"] = cast(t["lnfw"])
     sd["transformer.ln_f.bias"] = cast(t["lnfb"])
     return sd
