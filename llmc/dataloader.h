@@ -6,11 +6,11 @@ Token shard format (llm.c-compatible): a header of 256 int32, then the tokens.
     llama-3: header[0] = 20240801, header[1] = 7, header[2] = ntok, then ntok uint32 tokens
 Every shard matched by the glob, train or val, is validated at init, not when the loader reaches
 it: magic, version, header token count against the real file size, at least one batch of tokens,
-and every token id in [0, vocab_size) (in [0, 2^31) when vocab_size is 0, so ids fit an int). The
-ids are read in 1 MiB chunks and checked with a max-reduction the compiler vectorises, so a bad id
-deep in the last shard stops the run before the first step. Any problem stops the program with one
-line "error: <shard>: <reason>", e.g.
-    error: train.bin: token id 60000 at position 15000 is outside [0, 50257)
+and every token id below vocab_size (below 2^31 when vocab_size is 0, so ids fit an int). The ids
+are read in 1 MiB chunks and checked with a max-reduction the compiler vectorises, so a bad id deep
+in the last shard stops the run before the first step. Any problem stops the program with one line
+"error: <shard>: <reason>", e.g. (the wording of dev/data/data_common.py's reader)
+    error: train.bin: token id 60000 at position 15000 >= vocab size 50257
 (position counts tokens from the start of the shard's token array). Each batch is checked again as
 it is read, which only fires if a shard is rewritten while training runs.
 
@@ -132,26 +132,28 @@ static inline size_t shard_find_bad_token(const void* tokens, size_t n, int toke
 }
 
 // dies naming the shard and the position if one of tokens[0..n), the shard's tokens from
-// position first_pos on, is >= bound
+// position first_pos on, is out of range for vocab_size (see shard_token_bound)
 static inline void shard_check_tokens(const char* path, const void* tokens, size_t n, int token_bytes,
-                                      uint32_t bound, size_t first_pos) {
-    size_t bad = shard_find_bad_token(tokens, n, token_bytes, bound);
-    if (bad < n) {
-        llmc_die("%s: token id %u at position %zu is outside [0, %u)", path,
-                 shard_token_at(tokens, token_bytes, bad), first_pos + bad, bound);
+                                      int vocab_size, size_t first_pos) {
+    size_t bad = shard_find_bad_token(tokens, n, token_bytes, shard_token_bound(vocab_size));
+    if (bad == n) { return; }
+    uint32_t tok = shard_token_at(tokens, token_bytes, bad);
+    if (vocab_size > 0) {
+        llmc_die("%s: token id %u at position %zu >= vocab size %d", path, tok, first_pos + bad, vocab_size);
     }
+    llmc_die("%s: token id %u at position %zu does not fit an int (>= 2^31)", path, tok, first_pos + bad);
 }
 
 // checks all ntok tokens of the shard f, positioned just after its header (as shard_read_header
 // leaves it), reading them into chunk (DATALOADER_CHECK_CHUNK_BYTES) piece by piece
-static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok, int token_bytes, uint32_t bound,
+static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok, int token_bytes, int vocab_size,
                                           void* chunk) {
-    if (token_bytes == 2 && bound > UINT16_MAX) { return; }  // nothing can be out of range
+    if (token_bytes == 2 && shard_token_bound(vocab_size) > UINT16_MAX) { return; }  // nothing can be out of range
     size_t chunk_tokens = DATALOADER_CHECK_CHUNK_BYTES / (size_t)token_bytes;
     for (size_t pos = 0; pos < ntok; pos += chunk_tokens) {
         size_t n = ntok - pos < chunk_tokens ? ntok - pos : chunk_tokens;
         freadCheck(chunk, (size_t)token_bytes, n, f, path);
-        shard_check_tokens(path, chunk, n, token_bytes, bound, pos);
+        shard_check_tokens(path, chunk, n, token_bytes, vocab_size, pos);
     }
 }
 
@@ -283,7 +285,7 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
         FILE* f = fopenCheck(path, "rb");
         int token_bytes = 0;
         size_t ntok = shard_read_header(f, path, &token_bytes);
-        shard_check_all_tokens(f, path, ntok, token_bytes, shard_token_bound(vocab_size), chunk);
+        shard_check_all_tokens(f, path, ntok, token_bytes, vocab_size, chunk);
         fcloseCheck(f, path);
         if (i == 0) {
             l->token_bytes = token_bytes;
@@ -347,7 +349,7 @@ static inline void dataloader_next_batch(DataLoader* l) {
     fseekCheck(l->tokens_file, (long)offset, SEEK_SET, l->current_path);
     freadCheck(l->buffer, (size_t)l->token_bytes, BT + 1, l->tokens_file, l->current_path);
     // init checked every id; this only fires if the shard was rewritten since
-    shard_check_tokens(l->current_path, l->buffer, BT + 1, l->token_bytes, shard_token_bound(l->vocab_size), start);
+    shard_check_tokens(l->current_path, l->buffer, BT + 1, l->token_bytes, l->vocab_size, start);
     for (size_t i = 0; i < BT; i++) {
         l->inputs[i] = (int)shard_token_at(l->buffer, l->token_bytes, i);
         l->targets[i] = (int)shard_token_at(l->buffer, l->token_bytes, i + 1);

@@ -48,7 +48,7 @@ def assert_refused_before_training(proc, bad: Path) -> None:
     """Exit 1, exactly one error line naming the shard and the bad id's position, no training step printed."""
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     errors = error_lines(proc.stderr)
-    assert errors == [f"error: {bad}: token id {BAD_ID} at position {BAD_POS} is outside [0, {V})"], proc.stderr[-2000:]
+    assert errors == [f"error: {bad}: token id {BAD_ID} at position {BAD_POS} >= vocab size {V}"], proc.stderr[-2000:]
     assert step_lines(proc.stdout) == [], proc.stdout[-2000:]
 
 
@@ -90,4 +90,4 @@ def test_pyllmc_dataloader_refuses_a_bad_id_when_constructed(tmp_path: Path) -> 
     bad = write_shard(tmp_path / "bad_train.bin", BAD_POS)
     with pytest.raises(LlmcError) as info:
         DataLoader(str(bad), B=1, T=32)
-    assert str(info.value) == f"{bad}: token id {BAD_ID} at position {BAD_POS} is outside [0, {V})"
+    assert str(info.value) == f"{bad}: token id {BAD_ID} at position {BAD_POS} >= vocab size {V}"

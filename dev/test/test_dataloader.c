@@ -241,7 +241,7 @@ static void test_bad_shards(void) {
 
     // token ids: shard tokens are 50250 + i; the 8th (position 7) is 50257
     write_shard(g_path, 20240520, 1, 2, 100, 50250, -1);
-    expect_die("token >= vocab", open_and_read, &args, g_path, "token id 50257 at position 7 is outside [0, 50257)");
+    expect_die("token >= vocab", open_and_read, &args, g_path, "token id 50257 at position 7 >= vocab size 50257");
     LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 3};
     char err[4096];
     CHECK(run_in_child(open_and_read, &novocab, err, sizeof(err)) == 0, "vocab_size 0 disables the check (%s)", err);
@@ -307,18 +307,18 @@ static void test_token_ids_checked_at_init(void) {
 
     // deep in the first shard: the third chunk, and the very last token
     write_big_shard(g_path, 2, ntok, 50257, 2 * 524288 + 15000, 60000);
-    snprintf(want, sizeof(want), "error: %s: token id 60000 at position %zu is outside [0, 50257)", g_path,
+    snprintf(want, sizeof(want), "error: %s: token id 60000 at position %zu >= vocab size 50257", g_path,
              (size_t)2 * 524288 + 15000);
     expect_die("bad id deep in the first shard", open_and_read, &init_only, want, NULL);
     write_big_shard(g_path, 2, ntok, 50257, ntok - 1, 50257);
-    snprintf(want, sizeof(want), "%s: token id 50257 at position %zu is outside [0, 50257)", g_path, ntok - 1);
+    snprintf(want, sizeof(want), "%s: token id 50257 at position %zu >= vocab size 50257", g_path, ntok - 1);
     expect_die("bad id as the last token", open_and_read, &init_only, want, NULL);
 
     // the second of two shards, found before the loader reaches it
     write_big_shard(g_path, 2, ntok, 50257, ntok, 0);
     shard_path(g_path, sizeof(g_path), "deep", "b.bin");
     write_big_shard(g_path, 2, 20000, 50257, 15000, 60000);
-    snprintf(want, sizeof(want), "%s: token id 60000 at position 15000 is outside [0, 50257)", g_path);
+    snprintf(want, sizeof(want), "%s: token id 60000 at position 15000 >= vocab size 50257", g_path);
     expect_die("bad id in the second of two shards", open_and_read, &init_only, want, NULL);
     remove(g_path);
 
@@ -331,11 +331,11 @@ static void test_token_ids_checked_at_init(void) {
     CHECK(run_in_child(open_and_read, &llama, err, sizeof(err)) == 0, "a correct uint32 shard with ids up to 128255 passes (%s)", err);
     write_big_shard(g_path, 4, 700000, 128256, 654321, 128256);
     llama.batches = 0;
-    snprintf(want, sizeof(want), "%s: token id 128256 at position 654321 is outside [0, 128256)", g_path);
+    snprintf(want, sizeof(want), "%s: token id 128256 at position 654321 >= vocab size 128256", g_path);
     expect_die("uint32 id = vocab deep in the shard", open_and_read, &llama, want, NULL);
     write_big_shard(g_path, 4, 700000, 128256, 300001, 0x80000000u);
     LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 0};
-    snprintf(want, sizeof(want), "%s: token id 2147483648 at position 300001 is outside [0, 2147483648)", g_path);
+    snprintf(want, sizeof(want), "%s: token id 2147483648 at position 300001 does not fit an int (>= 2^31)", g_path);
     expect_die("uint32 id that does not fit an int, vocab_size 0", open_and_read, &novocab, want, NULL);
 }
 
@@ -354,7 +354,7 @@ static void test_shard_rewritten_after_init(void) {
     set_pattern("rewrite");
     shard_path(g_path, sizeof(g_path), "rewrite", "x.bin");
     write_big_shard(g_path, 2, 10000, 50257, 10000, 0);
-    expect_die("shard rewritten after init", rewrite_then_read, NULL, g_path, "token id 50300 at position 5003 is outside [0, 50257)");
+    expect_die("shard rewritten after init", rewrite_then_read, NULL, g_path, "token id 50300 at position 5003 >= vocab size 50257");
 }
 
 static void test_free_twice(void) {
