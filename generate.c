@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
         }
         gpt2_build_from_checkpoint(&model, args.model_path);
     }
-    if (args.check_kv) { gpt2_allocate_state(&model, 1, model.config.max_seq_len, 0, 0); }
+    if (args.check_kv) { gpt2_allocate_activations(&model, 1, model.config.max_seq_len); }
 
     BPE bpe;
     bpe_init(&bpe, args.bpe_path);

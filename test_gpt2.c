@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
            cfg.num_heads, cfg.channels, cfg.max_seq_len, V, Vp, model.num_parameters);
     printf("debug state %s: B=%d T=%d, %d steps of AdamW (lr %g, betas %g %g, eps %g, wd %g, clip %g)\n",
            args.state_path, B, T, d.nsteps, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, d.grad_clip);
-    gpt2_allocate_state(&model, B, T, 0, model.num_parameters);
+    gpt2_allocate_activations(&model, B, T);
+    gpt2_allocate_optimizer(&model, 0, model.num_parameters);
 
     // forward and backward on the recorded batch
     gpt2_forward(&model, d.x, d.y, B, T);

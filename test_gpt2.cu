@@ -31,6 +31,19 @@ static const ArgSpec TEST_ARG_TABLE[] = {
 #define TEST_ARG_COUNT ((int)(sizeof(TEST_ARG_TABLE) / sizeof(TEST_ARG_TABLE[0])))
 
 // one optimizer step on (x, y): returns the loss before the update
+// replaces the parameters with those of a checkpoint of the same shape (the resume check)
+static void gpt2_reload_parameters(GPT2* model, const char* path) {
+    int version = 0;
+    GPT2Config ckpt_cfg;
+    FILE* f = checkpoint_open(path, &ckpt_cfg, &version);
+    if (memcmp(&ckpt_cfg, &model->config, sizeof(GPT2Config)) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
+    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    checkpoint_read_params(f, path, version, host, model->num_parameters);
+    fcloseCheck(f, path);
+    gpt2_upload_parameters(model, host);
+    free(host);
+}
+
 static float test_train_step(GPT2* model, MultiGpu* mg, const DebugState* d, int t) {
     const int BT = d->B * d->T;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(floatX), model->stream));
@@ -116,23 +129,30 @@ int main(int argc, char** argv) {
         check_scalar(stdout, &report, name, loss, d.losses[step], tol.step_loss_atol);
     }
 
-    // 4. bit-exact resume
+    // 4. bit-exact resume, through the functions trainer_run saves and loads a checkpoint with
     mkdir_p_check(args.tmp_dir);
+    GpuTrainer gpu;
+    gpu_trainer_init(&gpu, &model, &mg);
     TrainerDetectors detectors;
-    init_detector(&detectors.loss);
-    init_detector(&detectors.grad_norm);
+    trainer_detectors_init(&detectors);
     const int resume_steps = 3;
     const int saved_step = d.nsteps;
-    gpt2_save(&model, &mg, args.tmp_dir, saved_step, NULL, 0, &detectors);
+    char model_path[4200], state_path[4200];
+    trainer_checkpoint_path(model_path, sizeof(model_path), args.tmp_dir, "model", saved_step, -1);
+    trainer_checkpoint_path(state_path, sizeof(state_path), args.tmp_dir, "state", saved_step, 0);
+    TrainState saved;
+    memset(&saved, 0, sizeof(saved));
+    saved.num_processes = 1;
+    saved.step = saved_step;
+    gpu_save_model(&gpu, model_path);
+    gpu_save_state(&gpu, state_path, &saved, &detectors);
     float first[resume_steps], second[resume_steps];
     for (int i = 0; i < resume_steps; i++) { first[i] = test_train_step(&model, &mg, &d, saved_step + i + 1); }
     float* params_first = (float*)mallocCheck(model.num_parameters * sizeof(float));
     gpt2_download_parameters(&model, params_first);
-    char model_path[4096], state_path[4096];
-    checkpoint_paths(model_path, state_path, sizeof(model_path), args.tmp_dir, saved_step, 0);
     gpt2_reload_parameters(&model, model_path);
-    uint64_t rng = 0;
-    gpt2_load_state(&model, &mg, args.tmp_dir, saved_step, NULL, &rng, &detectors);
+    TrainState expect = saved, got;
+    gpu_load_state(&gpu, state_path, &expect, &got, &detectors);
     for (int i = 0; i < resume_steps; i++) { second[i] = test_train_step(&model, &mg, &d, saved_step + i + 1); }
     gpt2_download_parameters(&model, staging_f);
     check_bitwise(stdout, &report, "resume loss", first, second, resume_steps);
@@ -140,6 +160,7 @@ int main(int argc, char** argv) {
     unlink(model_path);
     unlink(state_path);
     rmdir(args.tmp_dir);
+    gpu_trainer_free(&gpu);
 
     check_report_summary(stdout, &report);
     free(params_first);

@@ -5,8 +5,9 @@ Read it top to bottom:
   1. the layers, each a forward and a backward function with its shapes in a comment
   2. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
   3. forward, backward, gradient norm, AdamW update
-  4. the training program: command line (llmc/args.h), data, validation, sampling,
-     checkpoints and resume, data parallel over MPI processes (llmc/mpi_utils.h)
+  4. the training program: what the CPU brings (its layers, MPI) to the training loop that
+     llmc/trainer.h runs for every trainer (data, validation, sampling, checkpoints and resume,
+     signals), and main()
 
 Shapes: B batch, T time (sequence length), C channels, V vocab (50257), Vp padded vocab
 (50304), L layers, NH heads, HS = C / NH head size, OC output channels of a matmul.
@@ -24,9 +25,6 @@ The model matches train_gpt2.py (PyTorch): tanh GELU, LayerNorm eps 1e-5, lm_hea
 wte, causal attention scaled by 1/sqrt(HS), loss = mean cross-entropy over B*T tokens.
 test_gpt2.c includes this file with TESTING defined (then main() is left out).
 */
-#include <ctype.h>
-#include <dirent.h>
-#include <glob.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,12 +37,14 @@ test_gpt2.c includes this file with TESTING defined (then main() is left out).
 
 #include "llmc/utils.h"
 #include "llmc/layer_math.h"
+#include "llmc/adamw.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/init.h"
 #include "llmc/checkpoint.h"
 #include "llmc/matmul.h"
 #include "llmc/vecmath.h"
+#include "llmc/trainer.h"
 
 // ----------------------------------------------------------------------------
 // all the individual layers' forward and backward passes
@@ -565,9 +565,8 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
     gpt2_init_params_from_scratch(model->params_memory, cfg, seed);
 }
 
-// allocates activations for batches of up to B x T tokens and the AdamW moments for the
-// parameter slice [opt_offset, opt_offset + opt_size)
-void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t opt_size) {
+// activations and their gradients for batches of up to B x T tokens
+void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->batch_size = B;
     model->seq_len = T;
     model->num_activations = point_activations(&model->acts, NULL, &model->config, B, T, 0);
@@ -578,6 +577,22 @@ void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t op
     point_activations(&model->grads_acts, model->grads_acts_memory, &model->config, B, T, 1);
     model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
+}
+
+// frees the activations (pyllmc reallocates them for a bigger batch; the optimizer state stays)
+void gpt2_free_activations(GPT2* model) {
+    free(model->acts_memory);
+    free(model->grads_acts_memory);
+    free(model->inputs);
+    free(model->targets);
+    model->acts_memory = model->grads_acts_memory = NULL;
+    model->inputs = model->targets = NULL;
+    model->batch_size = model->seq_len = 0;
+}
+
+// the AdamW moments of the parameter slice [opt_offset, opt_offset + opt_size): all of it, or
+// with ZeRO-1 this process's shard (llmc/zero.h)
+void gpt2_allocate_optimizer(GPT2* model, size_t opt_offset, size_t opt_size) {
     model->opt_offset = opt_offset;
     model->opt_size = opt_size;
     model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
@@ -588,7 +603,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, size_t opt_offset, size_t op
 // (model->mean_loss); targets may be NULL (inference: logits only). B x T may be smaller
 // than what the activations were allocated for (sampling uses B=1 and a growing T).
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
-    if (model->acts_memory == NULL) { llmc_die("internal: gpt2_allocate_state was not called"); }
+    if (model->acts_memory == NULL) { llmc_die("internal: gpt2_allocate_activations was not called"); }
     if ((size_t)B * T > (size_t)model->batch_size * model->seq_len || T > model->seq_len) {
         llmc_die("internal: forward of %dx%d tokens exceeds the %dx%d allocated", B, T, model->batch_size, model->seq_len);
     }
@@ -723,7 +738,7 @@ float gpt2_grad_norm(const GPT2* model) {
     return (float)sqrt(total);
 }
 
-// One AdamW step (layer_math.h, PyTorch semantics) on this process's parameter slice.
+// One AdamW step (llmc/adamw.h, PyTorch semantics) on this process's parameter slice.
 // Gradients are first scaled by grad_scale (global-norm clipping; 1 = none). Weight decay
 // applies to the 2-D weight matrices only. t is the 1-based step number.
 void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
@@ -759,79 +774,15 @@ void gpt2_free(GPT2* model) {
     free(model->targets);
 }
 
-// the gradient-clipping factor for clip value grad_clip (0 = off): like
-// torch.nn.utils.clip_grad_norm_, scale by grad_clip / (norm + 1e-6) when norm > grad_clip
-float grad_clip_scale(float grad_norm, float grad_clip) {
-    if (grad_clip <= 0.0f || !(grad_norm > grad_clip)) { return 1.0f; }
-    return grad_clip / (grad_norm + 1e-6f);
-}
-
 // ----------------------------------------------------------------------------
-// the training program: everything below is only for ./train_gpt2
+// the training program: everything below is only for ./train_gpt2. The loop, checkpoints, signals
+// and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); this file brings
+// its layers (TrainerOps) and MPI (TrainerComm).
 
 #ifndef TESTING
 #include "llmc/args.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
-#include "llmc/logger.h"
-#include "llmc/outlier_detector.h"
 #include "llmc/zero.h"
 #include "llmc/mpi_utils.h"
-#include <signal.h>
-
-// optimizer settings shared with train_gpt2.py (no flags: they are the reference's defaults)
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define GRAD_CLIP 1.0f
-#define INIT_SEED 42u
-#define SAMPLER_SEED 1337u
-#define TOKENIZER_PATH "gpt2_tokenizer.bin"
-
-// SIGINT / SIGTERM: the handler only records the signal; the training loop notices it after the
-// current step, writes a checkpoint (with -o) and exits with 128 + the signal. SA_RESETHAND: a
-// second signal kills at once, which is safe too (checkpoint files are written atomically).
-static volatile sig_atomic_t stop_signal = 0;
-
-void on_stop_signal(int sig) { stop_signal = sig; }
-
-void install_stop_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-double wall_time_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// the command that writes a missing data file, from its name
-const char* data_hint(const char* pattern) {
-    if (strstr(pattern, "tinyshakespeare") != NULL) { return "python dev/data/tinyshakespeare.py"; }
-    if (strstr(pattern, "tinystories") != NULL) { return "python dev/data/tinystories.py"; }
-    if (strstr(pattern, "fineweb") != NULL) { return "python dev/data/fineweb.py"; }
-    if (strstr(pattern, "hellaswag") != NULL) { return "python dev/data/hellaswag.py"; }
-    return "one of the dev/data/*.py scripts";
-}
-
-// dies with one line naming the flag, the pattern and the command that creates the data
-void require_data_files(const char* pattern, const char* flag) {
-    glob_t g;
-    int rc = glob(pattern, 0, NULL, &g);
-    size_t n = rc == 0 ? g.gl_pathc : 0;
-    if (rc == 0) { globfree(&g); }
-    if (n == 0) {
-        llmc_die("%s: no such file (flag %s; run %s to create it)", pattern, flag, data_hint(pattern));
-    }
-}
 
 // builds the model from a descriptor (dN, gpt2:dN, gpt3:cN) or a checkpoint path
 void gpt2_build(GPT2* model, const char* load) {
@@ -840,7 +791,7 @@ void gpt2_build(GPT2* model, const char* load) {
     int kind = model_config_from_descriptor(load, &cfg, &why);
     if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
     if (kind == 1) {
-        gpt2_build_from_scratch(model, &cfg, INIT_SEED);
+        gpt2_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
         return;
     }
     if (!file_exists(load)) {
@@ -849,183 +800,75 @@ void gpt2_build(GPT2* model, const char* load) {
     gpt2_build_from_checkpoint(model, load);
 }
 
-void printf0(const ProcessGroup* pg, const char* fmt, ...) LLMC_PRINTF(2, 3);
-void printf0(const ProcessGroup* pg, const char* fmt, ...) {
-    if (pg->process_rank != 0) { return; }
-    va_list args;
-    va_start(args, fmt);
-    vprintf(fmt, args);
-    va_end(args);
-}
-
-// mean loss over `steps` batches of the validation set, averaged over processes
-float evaluate_val_loss(GPT2* model, DataLoader* loader, int steps, const ProcessGroup* pg) {
-    dataloader_reset(loader);
-    double sum = 0.0;
-    for (int i = 0; i < steps; i++) {
-        dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->targets, (int)loader->B, (int)loader->T);
-        sum += model->mean_loss;
-    }
-    return allreduce_mean_float((float)(sum / steps), pg);
-}
-
-// HellaSwag accuracy: the completion with the lowest mean loss should be the labelled one
-float evaluate_hellaswag(GPT2* model, EvalLoader* loader, const ProcessGroup* pg) {
-    evalloader_reset(loader);
-    int correct = 0, total = 0;
-    for (int i = 0; i < loader->num_batches; i++) {
-        evalloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->targets, (int)loader->B, (int)loader->T);
-        correct += evalloader_stat_losses(loader, model->acts.losses);
-        total += loader->num_examples_in_batch;
-    }
-    correct = allreduce_sum_int(correct, pg);
-    total = allreduce_sum_int(total, pg);
-    return total > 0 ? (float)correct / (float)total : 0.0f;
-}
-
-// samples gen_tokens tokens after <|endoftext|> and prints them (decoded when the tokenizer
-// is there, else as ids). The context is the last T tokens when gen_tokens exceeds T.
-void generate_sample(GPT2* model, Tokenizer* tokenizer, Sampler* sampler, int gen_tokens) {
-    int Vp = model->config.padded_vocab_size;
-    int maxlen = model->seq_len;
-    int* tokens = (int*)mallocCheck(((size_t)gen_tokens + 1) * sizeof(int));
-    tokens[0] = tokenizer->init_ok ? tokenizer->eot_token : GPT2_VOCAB_SIZE - 1;
-    printf("generating:\n---\n");
-    for (int t = 1; t <= gen_tokens; t++) {
-        int len = t < maxlen ? t : maxlen;
-        gpt2_forward(model, tokens + t - len, NULL, 1, len);
-        const float* logits = model->acts.logits + (size_t)(len - 1) * Vp;
-        int next = sampler_sample(sampler, logits);
-        tokens[t] = next;
-        const char* piece = tokenizer->init_ok ? tokenizer_decode(tokenizer, (uint32_t)next) : NULL;
-        if (piece != NULL) { safe_printf(piece); }
-        else { printf("%d ", next); }
-        fflush(stdout);
-    }
-    printf("\n---\n");
-    free(tokens);
-}
-
-// ---- checkpoints in the output dir: model_%08d.bin (rank 0), state_%08d_%05d.bin (each
-// rank), then DONE_%08d (rank 0, after every rank finished): only steps with a DONE marker
-// count, so a run killed while writing never resumes from a half-written checkpoint.
-
-void checkpoint_path(char* buf, size_t size, const char* dir, const char* kind, int step, int rank) {
-    int n;
-    if (rank >= 0) { n = snprintf(buf, size, "%s/%s_%08d_%05d.bin", dir, kind, step, rank); }
-    else if (strcmp(kind, "DONE") == 0) { n = snprintf(buf, size, "%s/DONE_%08d", dir, step); }
-    else { n = snprintf(buf, size, "%s/%s_%08d.bin", dir, kind, step); }
-    if (n < 0 || (size_t)n >= size) { llmc_die("%s: output directory path too long", dir); }
-}
-
-// steps with a DONE marker in dir, ascending; returns how many (at most max)
-int list_checkpoints(const char* dir, int* steps, int max) {
-    DIR* d = opendir(dir);
-    if (d == NULL) { return 0; }
-    int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%d%c", &step, &tail) == 1 && strlen(e->d_name) == 13 && step >= 0 && n < max) {
-            steps[n++] = step;
-        }
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) { // insertion sort, n is small
-        int s = steps[i], j = i - 1;
-        while (j >= 0 && steps[j] > s) { steps[j + 1] = steps[j]; j--; }
-        steps[j + 1] = s;
-    }
-    return n;
-}
-
-// the extra state saved with the optimizer: the two outlier detectors' windows
 typedef struct {
-    OutlierDetector loss_outliers;
-    OutlierDetector grad_norm_outliers;
-} TrainExtraState;
+    GPT2* model;
+    const ProcessGroup* pg;
+    int B, T;
+    int zero_stage;
+} CpuTrainer;
 
-void save_checkpoint(const char* dir, int step, GPT2* model, DataLoader* loader, Sampler* sampler,
-                     TrainExtraState* extra, int zero_stage, int keep, int major_every, const ProcessGroup* pg) {
-    char path[4200];
-    if (pg->process_rank == 0) {
-        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
-        checkpoint_write(path, &model->config, model->params_memory, model->num_parameters);
-    }
-    TrainState s;
-    memset(&s, 0, sizeof(s));
-    s.num_processes = pg->num_processes;
-    s.process_rank = pg->process_rank;
-    s.zero_stage = zero_stage;
-    s.should_shuffle = loader->should_shuffle;
-    s.step = step;
-    s.rng_state = sampler->rng_state;
-    s.shard_idx = loader->current_shard_idx;
-    s.sample_idx = loader->current_sample_idx;
-    s.num_parameters = model->num_parameters;
-    s.opt_offset = model->opt_offset;
-    s.opt_size = model->opt_size;
-    s.extra_bytes = (uint32_t)sizeof(TrainExtraState);
-    checkpoint_path(path, sizeof(path), dir, "state", step, pg->process_rank);
-    train_state_write(path, &s, model->m_memory, model->v_memory, extra);
-    process_group_barrier();
-    if (pg->process_rank == 0) {
-        checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
-        AtomicFile af;
-        atomic_file_open(&af, path);
-        atomic_file_commit(&af);
-    }
-    process_group_barrier();
-    // keep only the newest `keep` checkpoints (0 = all) and every major one (step % major_every == 0)
-    if (keep > 0) {
-        int steps[4096];
-        int n = list_checkpoints(dir, steps, 4096);
-        process_group_barrier(); // everyone listed before anyone deletes
-        for (int i = 0; i < n - keep; i++) {
-            if (major_every > 0 && steps[i] % major_every == 0) { continue; }
-            if (pg->process_rank == 0) {
-                checkpoint_path(path, sizeof(path), dir, "DONE", steps[i], -1);
-                unlink(path);
-                checkpoint_path(path, sizeof(path), dir, "model", steps[i], -1);
-                unlink(path);
-            }
-            checkpoint_path(path, sizeof(path), dir, "state", steps[i], pg->process_rank);
-            unlink(path);
-        }
-    }
+static void cpu_zero_grad(void* ctx) { gpt2_zero_grad(((CpuTrainer*)ctx)->model); }
+
+static float cpu_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
+    CpuTrainer* c = (CpuTrainer*)ctx;
+    gpt2_forward(c->model, inputs, targets, c->B, c->T);
+    gpt2_backward(c->model, loss_scale);
+    (void)last;
+    return c->model->mean_loss;
 }
 
-// restores everything but the parameters (read earlier from model_%08d.bin); returns the step
-int load_train_state(const char* dir, int step, GPT2* model, DataLoader* loader, Sampler* sampler,
-                     TrainExtraState* extra, int zero_stage, const ProcessGroup* pg) {
-    char path[4200];
-    checkpoint_path(path, sizeof(path), dir, "state", step, pg->process_rank);
-    TrainState expect, got;
-    memset(&expect, 0, sizeof(expect));
-    expect.num_processes = pg->num_processes;
-    expect.process_rank = pg->process_rank;
-    expect.zero_stage = zero_stage;
-    expect.should_shuffle = loader->should_shuffle;
-    expect.num_parameters = model->num_parameters;
-    expect.opt_offset = model->opt_offset;
-    expect.opt_size = model->opt_size;
-    expect.extra_bytes = (uint32_t)sizeof(TrainExtraState);
-    train_state_read(path, &expect, &got, model->m_memory, model->v_memory, extra);
-    if (got.step != step) { llmc_die("%s: holds step %d, expected %d", path, got.step, step); }
-    sampler->rng_state = got.rng_state;
-    dataloader_resume(loader, (size_t)got.shard_idx, (size_t)got.sample_idx);
-    return got.step;
+static float cpu_grad_norm(void* ctx) {
+    CpuTrainer* c = (CpuTrainer*)ctx;
+    allreduce_mean_floats(c->model->grads_memory, c->model->num_parameters, c->pg);
+    return gpt2_grad_norm(c->model);
 }
 
-// "1:02:03" for a number of seconds
-void format_duration(char* buf, size_t size, double seconds) {
-    if (!(seconds >= 0.0) || seconds > 1e8) { snprintf(buf, size, "?"); return; }
-    long s = (long)(seconds + 0.5);
-    snprintf(buf, size, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+static void cpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+    CpuTrainer* c = (CpuTrainer*)ctx;
+    gpt2_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    if (c->zero_stage == 1) { allgather_param_shards(c->model->params_memory, c->model->num_parameters, c->pg); }
 }
+
+static const float* cpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
+    CpuTrainer* c = (CpuTrainer*)ctx;
+    gpt2_forward(c->model, inputs, targets, c->B, c->T);
+    return c->model->acts.losses;
+}
+
+static const float* cpu_next_token_logits(void* ctx, const int* tokens, int len) {
+    GPT2* model = ((CpuTrainer*)ctx)->model;
+    gpt2_forward(model, tokens, NULL, 1, len);
+    return model->acts.logits + (size_t)(len - 1) * model->config.padded_vocab_size;
+}
+
+static void cpu_save_model(void* ctx, const char* path) {
+    GPT2* model = ((CpuTrainer*)ctx)->model;
+    checkpoint_write(path, &model->config, model->params_memory, model->num_parameters);
+}
+
+// the training state holds this process's AdamW slice and the outlier windows
+static void cpu_state_fields(const GPT2* model, TrainState* s) {
+    s->num_parameters = model->num_parameters;
+    s->opt_offset = model->opt_offset;
+    s->opt_size = model->opt_size;
+    s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
+}
+
+static void cpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    GPT2* model = ((CpuTrainer*)ctx)->model;
+    cpu_state_fields(model, s);
+    train_state_write(path, s, model->m_memory, model->v_memory, d);
+}
+
+static void cpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    GPT2* model = ((CpuTrainer*)ctx)->model;
+    cpu_state_fields(model, expect);
+    train_state_read(path, expect, got, model->m_memory, model->v_memory, d);
+}
+
+static void mpi_barrier_op(void* ctx) { (void)ctx; process_group_barrier(); }
+
+static void mpi_sum_floats_op(void* ctx, float* values, int n) { allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx); }
 
 int main(int argc, char** argv) {
     ProcessGroup pg = process_group_init(&argc, &argv);
@@ -1036,191 +879,51 @@ int main(int argc, char** argv) {
         llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
-    const char* out_dir = args.output_log_dir[0] != '\0' ? args.output_log_dir : NULL;
-    if ((args.checkpoint_every > 0 || args.resume) && out_dir == NULL) {
-        llmc_die("flag %s needs an output directory (-o)", args.resume ? "-y" : "-n");
-    }
-    int B = args.B, T = args.T;
 
-    // data first: a missing file should say so before the model is loaded
-    require_data_files(args.train_data_pattern, "-i");
-    int use_val = args.val_loss_every > 0 && args.val_data_pattern[0] != '\0';
-    if (use_val) { require_data_files(args.val_data_pattern, "-j"); }
-    if (args.hellaswag_eval && !file_exists(args.hellaswag_path)) {
-        llmc_die("%s: no such file (flag -h 1 needs the HellaSwag eval file, see -he; run %s to create it)",
-                 args.hellaswag_path, data_hint("hellaswag"));
-    }
-
-    // the model: resuming takes the latest complete checkpoint in -o, else -e
-    int resume_step = -1;
-    if (args.resume) {
-        int steps[4096];
-        int n = list_checkpoints(out_dir, steps, 4096);
-        if (n > 0) { resume_step = steps[n - 1]; }
-        else { printf0(&pg, "resume: no complete checkpoint in %s, starting from -e %s\n", out_dir, args.load_filename); }
-    }
+    // data and flags first (a missing file says so before the model is loaded), then the model:
+    // the newest complete checkpoint in -o when resuming, else -e
+    int resume_step = trainer_prepare(&args, rank);
     GPT2 model;
-    char resume_model_path[4200];
+    char model_path[4200];
+    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
     if (resume_step >= 0) {
-        checkpoint_path(resume_model_path, sizeof(resume_model_path), out_dir, "model", resume_step, -1);
-        gpt2_build_from_checkpoint(&model, resume_model_path);
+        trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
+        gpt2_build_from_checkpoint(&model, model_path);
     } else {
         gpt2_build(&model, args.load_filename);
     }
     GPT2Config cfg = model.config;
-    if (T > cfg.max_seq_len) {
-        llmc_die("flag -t: T = %d is larger than the model's max sequence length %d (-e %s)", T, cfg.max_seq_len, args.load_filename);
+    if (args.T > cfg.max_seq_len) {
+        llmc_die("flag -t: T = %d is larger than the model's max sequence length %d (-e %s)", args.T, cfg.max_seq_len, model_path);
     }
-    int tokens_per_micro_step = B * T * nproc;
-    int total_batch = args.total_batch_size == -1 ? tokens_per_micro_step : args.total_batch_size;
-    if (total_batch <= 0 || total_batch % tokens_per_micro_step != 0) {
-        llmc_die("flag -d: total batch %d tokens is not a positive multiple of B*T*processes = %d*%d*%d = %d",
-                 total_batch, B, T, nproc, tokens_per_micro_step);
-    }
-    int grad_accum_steps = total_batch / tokens_per_micro_step;
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, args.shuffle, cfg.vocab_size);
-    if (use_val) { dataloader_init(&val_loader, args.val_data_pattern, B, T, rank, nproc, 0, cfg.vocab_size); }
-    EvalLoader eval_loader;
-    if (args.hellaswag_eval) { evalloader_init(&eval_loader, args.hellaswag_path, B, T, rank, nproc); }
-    int max_steps = args.max_steps;
-    if (max_steps == -1) {
-        max_steps = (int)(train_loader.num_tokens / (size_t)total_batch);
-        if (max_steps < 1) { llmc_die("%s: smaller than one total batch of %d tokens (flag -x -1)", args.train_data_pattern, total_batch); }
-    }
-    if (resume_step > max_steps) {
-        llmc_die("flag -x: %d steps, but the checkpoint in %s is already at step %d", max_steps, out_dir, resume_step);
-    }
-
+    TrainerComm comm = {rank, nproc, &pg, mpi_barrier_op, mpi_sum_floats_op};
+    Trainer trainer;
+    trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
     ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
-    gpt2_allocate_state(&model, B, T, shard.offset, shard.size);
-    LearningRateScheduler lr_scheduler;
-    lr_scheduler_init(&lr_scheduler, args.lr_scheduler_type, args.learning_rate, args.warmup_iterations,
-                      max_steps, args.final_learning_rate_frac);
-    Tokenizer tokenizer;
-    memset(&tokenizer, 0, sizeof(tokenizer));
-    if (rank == 0) { tokenizer_init(&tokenizer, TOKENIZER_PATH); } // only rank 0 samples
-    Sampler sampler;
-    sampler_init(&sampler, cfg.vocab_size, 1.0f, 0, 1.0f, SAMPLER_SEED);
-    TrainExtraState extra;
-    memset(&extra, 0, sizeof(extra));
-    init_detector(&extra.loss_outliers);
-    init_detector(&extra.grad_norm_outliers);
-    int start_step = 0;
-    if (resume_step >= 0) {
-        start_step = load_train_state(out_dir, resume_step, &model, &train_loader, &sampler, &extra, args.zero_stage, &pg);
-    }
-    if (out_dir != NULL && rank == 0) { mkdir_p_check(out_dir); }
-    process_group_barrier();
-    Logger logger;
-    logger_init(&logger, out_dir, rank, resume_step >= 0);
+    gpt2_allocate_activations(&model, args.B, args.T);
+    gpt2_allocate_optimizer(&model, shard.offset, shard.size);
 
     // what this run does
-    printf0(&pg, "+-------------------------------------------------------------------------+\n");
-    if (rank == 0) { args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, stdout); }
-    printf0(&pg, "+-------------------------------------------------------------------------+\n");
-    printf0(&pg, "model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n",
-            resume_step >= 0 ? resume_model_path : args.load_filename, cfg.num_layers, cfg.num_heads, cfg.channels,
-            cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
-    printf0(&pg, "train: %zu tokens; batch %d tokens = %d processes x B=%d x T=%d x %d accumulation steps; %d steps\n",
-            train_loader.num_tokens, total_batch, nproc, B, T, grad_accum_steps, max_steps);
-    if (use_val) { printf0(&pg, "val: %zu tokens, %d batches every %d steps\n", val_loader.num_tokens, args.val_max_steps, args.val_loss_every); }
-    if (args.zero_stage == 1) { printf0(&pg, "ZeRO-1: rank %d owns %zu of %zu AdamW parameters\n", rank, shard.size, model.num_parameters); }
+    if (rank == 0) {
+        printf("+-------------------------------------------------------------------------+\n");
+        args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, stdout);
+        printf("+-------------------------------------------------------------------------+\n");
+        printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", model_path, cfg.num_layers,
+               cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
+        if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
 #ifdef _OPENMP
-    printf0(&pg, "threads: %d OpenMP threads x %d processes\n", omp_get_max_threads(), nproc);
+        printf("threads: %d OpenMP threads x %d processes\n", omp_get_max_threads(), nproc);
 #endif
-    if (resume_step >= 0) { printf0(&pg, "resumed from %s at step %d\n", resume_model_path, start_step); }
-    if (!tokenizer.init_ok) { printf0(&pg, "samples will be printed as token ids (no %s)\n", TOKENIZER_PATH); }
-
-    double time_sum = 0.0;
-    int time_count = 0;
-    int exit_status = 0;
-    install_stop_handlers();
-    for (int step = start_step; step <= max_steps; step++) {
-        int last_step = step == max_steps;
-        // the evaluations, sample and checkpoint of a resumed step were done before it was saved
-        int resumed_here = step == resume_step;
-        if (use_val && !resumed_here && (step % args.val_loss_every == 0 || last_step)) {
-            float val_loss = evaluate_val_loss(&model, &val_loader, args.val_max_steps, &pg);
-            printf0(&pg, "val loss %.6f\n", val_loss);
-            logger_log_val(&logger, step, val_loss);
-        }
-        if (args.hellaswag_eval && !resumed_here && args.val_loss_every > 0 && (step % args.val_loss_every == 0 || last_step)) {
-            float acc = evaluate_hellaswag(&model, &eval_loader, &pg);
-            printf0(&pg, "HellaSwag: %.4f\n", acc);
-            logger_log_eval(&logger, step, acc);
-        }
-        if (rank == 0 && !resumed_here && args.sample_every > 0 && ((step > 0 && step % args.sample_every == 0) || last_step)) {
-            generate_sample(&model, &tokenizer, &sampler, args.gen_tokens);
-        }
-        if (out_dir != NULL && args.checkpoint_every > 0 && !resumed_here &&
-            ((step > 0 && step % args.checkpoint_every == 0) || last_step)) {
-            save_checkpoint(out_dir, step, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep,
-                            args.checkpoints_major_every, &pg);
-            printf0(&pg, "wrote checkpoint for step %d to %s\n", step, out_dir);
-        }
-        if (last_step) { break; }
-
-        // one optimizer step: accumulate gradients over the micro-batches
-        double t0 = wall_time_s();
-        gpt2_zero_grad(&model);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < grad_accum_steps; micro++) {
-            if (args.overfit_single_batch) { dataloader_reset(&train_loader); }
-            dataloader_next_batch(&train_loader);
-            gpt2_forward(&model, train_loader.inputs, train_loader.targets, B, T);
-            loss_sum += model.mean_loss;
-            gpt2_backward(&model, 1.0f / (float)grad_accum_steps);
-        }
-        float loss = allreduce_mean_float((float)(loss_sum / grad_accum_steps), &pg);
-        allreduce_mean_floats(model.grads_memory, model.num_parameters, &pg);
-        float grad_norm = gpt2_grad_norm(&model);
-        double zloss = update_detector(&extra.loss_outliers, (double)loss);
-        double zgrad = update_detector(&extra.grad_norm_outliers, (double)grad_norm);
-        int skip_loss = args.skip_update_lossz > 0.0f && isfinite(zloss) && zloss > args.skip_update_lossz;
-        int skip_grad = args.skip_update_gradz > 0.0f && isfinite(zgrad) && zgrad > args.skip_update_gradz;
-        float lr = get_learning_rate(&lr_scheduler, step);
-        if (!skip_loss && !skip_grad) {
-            gpt2_update(&model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, args.weight_decay,
-                        grad_clip_scale(grad_norm, GRAD_CLIP), step + 1);
-            if (args.zero_stage == 1) { allgather_param_shards(model.params_memory, model.num_parameters, &pg); }
-        }
-        double dt = wall_time_s() - t0;
-        if (step > start_step || max_steps - start_step == 1) { time_sum += dt; time_count++; } // the first step warms up
-        double avg = time_count > 0 ? time_sum / time_count : dt;
-        char eta[32];
-        format_duration(eta, sizeof(eta), avg * (max_steps - step - 1));
-        char note[64] = "";
-        if (skip_loss) { snprintf(note, sizeof(note), " | update skipped (loss z %.1f)", zloss); }
-        else if (skip_grad) { snprintf(note, sizeof(note), " | update skipped (norm z %.1f)", zgrad); }
-        printf0(&pg, "step %d/%d | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s\n",
-                step + 1, max_steps, loss, lr, grad_norm, 1000.0 * dt, total_batch / dt, eta, note);
-        fflush(stdout);
-        logger_log_train(&logger, step, loss, lr, grad_norm);
-        // SIGINT/SIGTERM: every process stops after this same step (a signal on any rank counts)
-        if (allreduce_sum_int(stop_signal != 0, &pg) > 0) {
-            int sig = stop_signal != 0 ? (int)stop_signal : SIGTERM;
-            if (out_dir != NULL) {
-                save_checkpoint(out_dir, step + 1, &model, &train_loader, &sampler, &extra, args.zero_stage, args.checkpoints_keep,
-                                args.checkpoints_major_every, &pg);
-                printf0(&pg, "%s: wrote checkpoint for step %d to %s (resume with -y 1)\n", strsignal(sig), step + 1, out_dir);
-            } else {
-                printf0(&pg, "%s: stopped after step %d (no -o: no checkpoint written)\n", strsignal(sig), step + 1);
-            }
-            exit_status = 128 + sig;
-            break;
-        }
     }
-    if (time_count > 0) { printf0(&pg, "average step time %.1f ms\n", 1000.0 * time_sum / time_count); }
 
-    dataloader_free(&train_loader);
-    if (use_val) { dataloader_free(&val_loader); }
-    if (args.hellaswag_eval) { evalloader_free(&eval_loader); }
-    tokenizer_free(&tokenizer);
-    sampler_free(&sampler);
+    CpuTrainer cpu = {&model, &pg, args.B, args.T, args.zero_stage};
+    TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_grad_norm, cpu_update, cpu_forward_losses,
+                      cpu_next_token_logits, cpu_save_model, cpu_save_state, cpu_load_state};
+    int status = trainer_run(&trainer, &ops);
+
+    trainer_free(&trainer);
     gpt2_free(&model);
     process_group_finalize();
-    return exit_status;
+    return status;
 }
 #endif

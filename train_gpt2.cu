@@ -39,7 +39,7 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include "llmc/logger.h"
 #include "llmc/outlier_detector.h"
 #include "llmc/mfu.h"
-#include "llmc/trainer_host.cuh"
+#include "llmc/trainer.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/cublas_common.cuh"
 #include "llmc/encoder.cuh"
@@ -55,36 +55,9 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
 
-typedef struct {
-    floatX* wte;      // (Vp, C)
-    floatX* wpe;      // (maxT, C)
-    floatX* ln1w;     // (L, C)
-    floatX* ln1b;     // (L, C)
-    floatX* qkvw;     // (L, 3*C, C)
-    floatX* qkvb;     // (L, 3*C)
-    floatX* attprojw; // (L, C, C)
-    floatX* attprojb; // (L, C)
-    floatX* ln2w;     // (L, C)
-    floatX* ln2b;     // (L, C)
-    floatX* fcw;      // (L, 4*C, C)
-    floatX* fcb;      // (L, 4*C)
-    floatX* fcprojw;  // (L, C, 4*C)
-    floatX* fcprojb;  // (L, C)
-    floatX* lnfw;     // (C)
-    floatX* lnfb;     // (C)
-} ParameterTensors;
-
-// points the 16 tensors into one allocation, checkpoint order
-static void point_parameters(ParameterTensors* p, floatX* memory, const size_t sizes[GPT2_NUM_PARAMETER_TENSORS]) {
-    floatX** ptrs[GPT2_NUM_PARAMETER_TENSORS] = {
-        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
-        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
-    floatX* it = memory;
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
-        *(ptrs[i]) = it;
-        it += sizes[i];
-    }
-}
+// the 16 parameter tensors in checkpoint order, and LayerParams: one layer's 12 of them
+// (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
+GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, floatX)
 
 typedef struct {
     floatX* encoded;    // (B, T, C)
@@ -229,8 +202,8 @@ static void gpt2_allocate_parameters(GPT2* model, size_t padded) {
     model->grads_memory = (floatX*)cudaMallocCheck(bytes);
     cudaCheck(cudaMemset(model->params_memory, 0, bytes));
     cudaCheck(cudaMemset(model->grads_memory, 0, bytes));
-    point_parameters(&model->params, model->params_memory, model->param_sizes);
-    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    gpt2_point_parameters(&model->params, model->params_memory, &model->config);
+    gpt2_point_parameters(&model->grads, model->grads_memory, &model->config);
 }
 
 // host fp32 parameters -> device floatX (round to nearest)
@@ -356,10 +329,55 @@ static void gpt2_free(GPT2* model) {
 // ----------------------------------------------------------------------------
 // forward, backward, update
 
-// per-layer views of the activations
-static floatX* layer_ln1(const GPT2* m, int l) { return m->acts.ln1 + (m->recompute >= 2 ? 0 : (size_t)l * m->B * m->T * m->config.channels); }
-static floatX* layer_ln2(const GPT2* m, int l) { return m->acts.ln2 + (m->recompute >= 2 ? 0 : (size_t)l * m->B * m->T * m->config.channels); }
-static floatX* layer_fch_gelu(const GPT2* m, int l) { return m->acts.fch_gelu + (m->recompute >= 1 ? 0 : (size_t)l * m->B * m->T * 4 * m->config.channels); }
+// one layer's activations: residual is its input (encoded, or the previous layer's residual3);
+// ln1, ln2 (-r 2) and fch_gelu (-r 1 and 2) are one buffer shared by all layers when recomputed
+typedef struct {
+    floatX* residual;   // (B, T, C)
+    floatX* ln1;        // (B, T, C)
+    float* ln1_mean;    // (B, T)
+    float* ln1_rstd;    // (B, T)
+    floatX* qkvr;       // (3, B, NH, T, HS); with cuDNN (B, T, 3C)
+#ifdef ENABLE_CUDNN
+    float* att_stats;   // (B, NH, T)
+#else
+    floatX* att;        // (B, NH, T, T)
+#endif
+    floatX* atty;       // (B, T, C)
+    floatX* residual2;  // (B, T, C)
+    floatX* ln2;        // (B, T, C)
+    float* ln2_mean;    // (B, T)
+    float* ln2_rstd;    // (B, T)
+    floatX* fch;        // (B, T, 4C)
+    floatX* fch_gelu;   // (B, T, 4C)
+    floatX* residual3;  // (B, T, C)
+} LayerActs;
+
+// layer l's view of the activations
+static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
+    const ActivationTensors* a = &model->acts;
+    size_t BT = (size_t)model->B * model->T, C = model->config.channels, NH = model->config.num_heads;
+    size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
+    LayerActs v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    v.ln1 = a->ln1 + l_ln * BT * C;
+    v.ln1_mean = a->ln1_mean + (size_t)l * BT;
+    v.ln1_rstd = a->ln1_rstd + (size_t)l * BT;
+    v.qkvr = a->qkvr + (size_t)l * BT * 3 * C;
+#ifdef ENABLE_CUDNN
+    v.att_stats = a->att_stats + (size_t)l * cudnn_att_stats_layer_stride(model->B, model->T, (int)NH);
+#else
+    v.att = a->att + (size_t)l * BT * NH * model->T;
+#endif
+    v.atty = a->atty + (size_t)l * BT * C;
+    v.residual2 = a->residual2 + (size_t)l * BT * C;
+    v.ln2 = a->ln2 + l_ln * BT * C;
+    v.ln2_mean = a->ln2_mean + (size_t)l * BT;
+    v.ln2_rstd = a->ln2_rstd + (size_t)l * BT;
+    v.fch = a->fch + (size_t)l * BT * 4 * C;
+    v.fch_gelu = a->fch_gelu + l_gelu * BT * 4 * C;
+    v.residual3 = a->residual3 + (size_t)l * BT * C;
+    return v;
+}
 
 // inputs, targets: host (B, T) token ids; targets may be NULL (logits only, in acts.output).
 // With targets: per-token losses, their mean in model->mean_loss, and dlogits (scaled by dloss) in acts.output.
@@ -368,66 +386,61 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     const int BT = B * T;
+    const GPT2Config* cfg = &model->config;
     cudaStream_t stream = model->stream;
     CublasContext* ctx = &model->cublas;
     ParameterTensors p = model->params;
-    ActivationTensors a = model->acts;
+    ActivationTensors acts = model->acts;
     cudaCheck(cudaMemcpyAsync(model->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
     if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
     }
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream);
-    layernorm_forward(layer_ln1(model, 0), a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, stream);
+    encoder_forward(acts.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream); // (B,T,C)
+    // each layer ends with the next layernorm fused into its last residual add, so the first
+    // layernorm runs on its own
+    layernorm_forward(gpt2_layer_acts(model, 0).ln1, acts.ln1_mean, acts.ln1_rstd, acts.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
-        size_t btc = (size_t)BT * C;
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * btc;
-        floatX* l_ln1 = layer_ln1(model, l);
-        floatX* l_qkvr = a.qkvr + (size_t)l * 3 * btc;
-        floatX* l_atty = a.atty + (size_t)l * btc;
-        floatX* l_residual2 = a.residual2 + (size_t)l * btc;
-        floatX* l_ln2 = layer_ln2(model, l);
-        floatX* l_fch = a.fch + (size_t)l * 4 * btc;
-        floatX* l_fch_gelu = layer_fch_gelu(model, l);
-        floatX* l_residual3 = a.residual3 + (size_t)l * btc;
+        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        LayerActs a = gpt2_layer_acts(model, l);
         // attention block
 #ifdef ENABLE_CUDNN
         // qkv (B, T, 3, NH, HS) stays where the matmul writes it; no backward follows when !write_dlogits
-        float* l_stats = a.att_stats + (size_t)l * cudnn_att_stats_layer_stride(B, T, NH);
-        matmul_forward(ctx, l_qkvr, l_ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, NULL);
-        cudnn_attention_forward(model->cudnn, l_atty, l_stats, l_qkvr, B, T, NH, C / NH, !write_dlogits);
+        matmul_forward(ctx, a.qkvr, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL);
+        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, C / NH, !write_dlogits);
 #else
-        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
-        matmul_forward(ctx, a.scratch_bt4c, l_ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, NULL);
-        attention_forward(ctx, l_atty, l_qkvr, l_att, a.scratch_bt4c, a.scratch_btc, B, T, C, NH);
+        matmul_forward(ctx, acts.scratch_bt4c, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL); // (B,T,3C)
+        attention_forward(ctx, a.atty, a.qkvr, a.att, acts.scratch_bt4c, acts.scratch_btc, B, T, C, NH);
 #endif
-        matmul_forward(ctx, a.scratch_btc, l_atty, p.attprojw + (size_t)l * C * C, p.attprojb + (size_t)l * C, BT, C, C, NULL);
-        fused_residual_forward(l_residual2, l_ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
-                               residual, a.scratch_btc, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, stream);
+        matmul_forward(ctx, acts.scratch_btc, a.atty, w.attprojw, w.attprojb, BT, C, C, NULL); // (B,T,C)
+        // residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
+        fused_residual_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, acts.scratch_btc, w.ln2w, w.ln2b,
+                               BT, C, stream);
         // MLP block
         if (model->gelu_fusion) {
-            matmul_forward(ctx, l_fch_gelu, l_ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + (size_t)l * 4 * C, BT, C, 4 * C, l_fch);
+            matmul_forward(ctx, a.fch_gelu, a.ln2, w.fcw, w.fcb, BT, C, 4 * C, a.fch); // (B,T,4C)
         } else {
-            matmul_forward(ctx, l_fch, l_ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + (size_t)l * 4 * C, BT, C, 4 * C, NULL);
-            gelu_forward(l_fch_gelu, l_fch, (size_t)BT * 4 * C, stream);
+            matmul_forward(ctx, a.fch, a.ln2, w.fcw, w.fcb, BT, C, 4 * C, NULL);
+            gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, stream);
         }
-        matmul_forward(ctx, a.scratch_btc, l_fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + (size_t)l * C, BT, 4 * C, C, NULL);
-        // residual, then the next layernorm (the next layer's ln1, or the final one)
+        matmul_forward(ctx, acts.scratch_btc, a.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, NULL); // (B,T,C)
+        // residual3 = residual2 + fcproj, then the next layernorm (the next layer's ln1, or the final one)
         if (l + 1 < L) {
-            fused_residual_forward(l_residual3, layer_ln1(model, l + 1), a.ln1_mean + (size_t)(l + 1) * BT,
-                                   a.ln1_rstd + (size_t)(l + 1) * BT, l_residual2, a.scratch_btc,
-                                   p.ln1w + (size_t)(l + 1) * C, p.ln1b + (size_t)(l + 1) * C, BT, C, stream);
+            LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
+            LayerActs an = gpt2_layer_acts(model, l + 1);
+            fused_residual_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, acts.scratch_btc,
+                                   wn.ln1w, wn.ln1b, BT, C, stream);
         } else {
-            fused_residual_forward(l_residual3, a.lnf, a.lnf_mean, a.lnf_rstd, l_residual2, a.scratch_btc,
+            fused_residual_forward(a.residual3, acts.lnf, acts.lnf_mean, acts.lnf_rstd, a.residual2, acts.scratch_btc,
                                    p.lnfw, p.lnfb, BT, C, stream);
         }
     }
-    matmul_forward(ctx, a.output, a.lnf, p.wte, NULL, BT, C, Vp, NULL);
+    matmul_forward(ctx, acts.output, acts.lnf, p.wte, NULL, BT, C, Vp, NULL); // (B,T,Vp)
     if (targets == NULL) {
         model->mean_loss = -1.0f;
         return;
     }
-    fused_classifier(a.output, a.losses, model->targets, dloss, BT, V, Vp, write_dlogits, stream);
-    cudaCheck(cudaMemcpyAsync(model->losses_host, a.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    fused_classifier(acts.output, acts.losses, model->targets, dloss, BT, V, Vp, write_dlogits, stream);
+    cudaCheck(cudaMemcpyAsync(model->losses_host, acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }
@@ -442,74 +455,58 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int Vp = model->config.padded_vocab_size;
     const int BT = B * T;
-    const size_t btc = (size_t)BT * C;
+    const GPT2Config* cfg = &model->config;
     cudaStream_t stream = model->stream;
     CublasContext* ctx = &model->cublas;
-    ParameterTensors p = model->params;
-    ParameterTensors g = model->grads;
-    ActivationTensors a = model->acts;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors acts = model->acts;
     GradRange ranges[GPT2_NUM_PARAMETER_TENSORS];
 
-    cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
-    // lm head (weights tied with wte): dlogits (B, T, Vp) are in a.output
-    matmul_backward(ctx, a.scratch_btc, g.wte, NULL, a.output, a.lnf, p.wte, a.fscratch, BT, C, Vp, NULL);
-    floatX* last_residual = a.residual3 + (size_t)(L - 1) * btc;
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.fscratch, a.scratch_btc, last_residual, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, BT, C, stream);
+    cudaCheck(cudaMemsetAsync(acts.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
+    // lm head (weights tied with wte): dlogits (B, T, Vp) are in acts.output
+    matmul_backward(ctx, acts.scratch_btc, g.wte, NULL, acts.output, acts.lnf, p.wte, acts.fscratch, BT, C, Vp, NULL);
+    layernorm_backward(acts.dresidual, g.lnfw, g.lnfb, acts.fscratch, acts.scratch_btc, gpt2_layer_acts(model, L - 1).residual3,
+                       p.lnfw, acts.lnf_mean, acts.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * btc;
-        floatX* l_ln1 = layer_ln1(model, l);
-        floatX* l_qkvr = a.qkvr + (size_t)l * 3 * btc;
-        floatX* l_atty = a.atty + (size_t)l * btc;
-        floatX* l_residual2 = a.residual2 + (size_t)l * btc;
-        floatX* l_ln2 = layer_ln2(model, l);
-        floatX* l_fch = a.fch + (size_t)l * 4 * btc;
-        floatX* l_fch_gelu = layer_fch_gelu(model, l);
-        float* l_ln1_mean = a.ln1_mean + (size_t)l * BT;
-        float* l_ln1_rstd = a.ln1_rstd + (size_t)l * BT;
-        float* l_ln2_mean = a.ln2_mean + (size_t)l * BT;
-        float* l_ln2_rstd = a.ln2_rstd + (size_t)l * BT;
+        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        LayerParams dw = gpt2_layer_params(&model->grads, cfg, l);
+        LayerActs a = gpt2_layer_acts(model, l);
         // recompute what the forward pass did not keep
         if (model->recompute >= 2) {
-            layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, BT, C, stream);
-            layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, stream);
+            layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, w.ln1w, w.ln1b, BT, C, stream);
+            layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, BT, C, stream);
         }
         if (model->recompute >= 1) {
-            gelu_forward(l_fch_gelu, l_fch, (size_t)BT * 4 * C, stream);
+            gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, stream);
         }
         // MLP block: dresidual is the gradient of this layer's output
-        matmul_backward(ctx, a.scratch_bt4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + (size_t)l * C, a.dresidual,
-                        l_fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, a.fscratch, BT, 4 * C, C,
-                        model->gelu_fusion ? l_fch : NULL);
+        matmul_backward(ctx, acts.scratch_bt4c, dw.fcprojw, dw.fcprojb, acts.dresidual, a.fch_gelu, w.fcprojw, acts.fscratch,
+                        BT, 4 * C, C, model->gelu_fusion ? a.fch : NULL);
         if (!model->gelu_fusion) {
-            gelu_backward_inplace(a.scratch_bt4c, l_fch, (size_t)BT * 4 * C, stream);
+            gelu_backward_inplace(acts.scratch_bt4c, a.fch, (size_t)BT * 4 * C, stream);
         }
-        matmul_backward(ctx, a.scratch_btc, g.fcw + (size_t)l * 4 * C * C, g.fcb + (size_t)l * 4 * C, a.scratch_bt4c,
-                        l_ln2, p.fcw + (size_t)l * 4 * C * C, a.fscratch, BT, C, 4 * C, NULL);
-        layernorm_backward(a.dresidual, g.ln2w + (size_t)l * C, g.ln2b + (size_t)l * C, a.fscratch, a.scratch_btc,
-                           l_residual2, p.ln2w + (size_t)l * C, l_ln2_mean, l_ln2_rstd, BT, C, stream);
+        matmul_backward(ctx, acts.scratch_btc, dw.fcw, dw.fcb, acts.scratch_bt4c, a.ln2, w.fcw, acts.fscratch, BT, C, 4 * C, NULL);
+        layernorm_backward(acts.dresidual, dw.ln2w, dw.ln2b, acts.fscratch, acts.scratch_btc, a.residual2, w.ln2w,
+                           a.ln2_mean, a.ln2_rstd, BT, C, stream);
         // attention block: dresidual is now the gradient of residual2
-        matmul_backward(ctx, a.scratch_btc, g.attprojw + (size_t)l * C * C, g.attprojb + (size_t)l * C, a.dresidual,
-                        l_atty, p.attprojw + (size_t)l * C * C, a.fscratch, BT, C, C, NULL);
+        matmul_backward(ctx, acts.scratch_btc, dw.attprojw, dw.attprojb, acts.dresidual, a.atty, w.attprojw, acts.fscratch,
+                        BT, C, C, NULL);
 #ifdef ENABLE_CUDNN
         // scratch_btc holds d(atty); dqkv (B, T, 3, NH, HS) goes straight into scratch_bt4c
-        float* l_stats = a.att_stats + (size_t)l * cudnn_att_stats_layer_stride(B, T, NH);
-        cudnn_attention_backward(model->cudnn, a.scratch_bt4c, a.scratch_btc, l_qkvr, l_atty, l_stats, B, T, NH, C / NH);
+        cudnn_attention_backward(model->cudnn, acts.scratch_bt4c, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, C / NH);
 #else
-        floatX* l_att = a.att + (size_t)l * B * NH * T * T;
-        attention_backward(ctx, a.scratch_bt4c, a.dqkvr, a.datt, a.dy, a.scratch_btc, l_qkvr, l_att, B, T, C, NH);
+        attention_backward(ctx, acts.scratch_bt4c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
 #endif
-        matmul_backward(ctx, a.scratch_btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + (size_t)l * 3 * C, a.scratch_bt4c,
-                        l_ln1, p.qkvw + (size_t)l * 3 * C * C, a.fscratch, BT, C, 3 * C, NULL);
-        layernorm_backward(a.dresidual, g.ln1w + (size_t)l * C, g.ln1b + (size_t)l * C, a.fscratch, a.scratch_btc,
-                           residual, p.ln1w + (size_t)l * C, l_ln1_mean, l_ln1_rstd, BT, C, stream);
+        matmul_backward(ctx, acts.scratch_btc, dw.qkvw, dw.qkvb, acts.scratch_bt4c, a.ln1, w.qkvw, acts.fscratch, BT, C, 3 * C, NULL);
+        layernorm_backward(acts.dresidual, dw.ln1w, dw.ln1b, acts.fscratch, acts.scratch_btc, a.residual, w.ln1w,
+                           a.ln1_mean, a.ln1_rstd, BT, C, stream);
         if (reduce) {
             int n = grad_layer_ranges(&model->config, l, ranges);
             multi_gpu_reduce_ranges(mg, model->grads_memory, ranges, n, stream);
         }
     }
     token_groups_build(&model->token_groups, inputs);
-    encoder_backward(g.wte, g.wpe, a.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
+    encoder_backward(g.wte, g.wpe, acts.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
     if (reduce) {
         int n = grad_layer_ranges(&model->config, -1, ranges);
         multi_gpu_reduce_ranges(mg, model->grads_memory, ranges, n, stream);
@@ -546,202 +543,151 @@ static void gpt2_update(GPT2* model, MultiGpu* mg, float lr, float beta1, float 
 }
 
 // ----------------------------------------------------------------------------
-// checkpoints: model_%08d.bin (rank 0, fp32 values of the parameters) and state_%08d_%05d.bin per
-// rank (AdamW m, v of the shard; extra blob = the outlier detectors, then the fp32 master weights)
+// what the GPU trainer brings to llmc/trainer.h's loop (the loop, checkpoints, signals and every rule
+// of training are shared with train_gpt2.c there): its kernels, device memory and NCCL
 
-static void checkpoint_paths(char* model_path, char* state_path, size_t cap, const char* dir, int step, int rank) {
-    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
-    snprintf(state_path, cap, "%s/state_%08d_%05d.bin", dir, step, rank);
+typedef struct {
+    GPT2* model;
+    MultiGpu* mg;
+    int* tokens;             // (B, T) host staging for next_token_logits
+    float* logits_row;       // (V) host
+    floatX* logits_staging;  // (V) host
+} GpuTrainer;
+
+static void gpu_trainer_init(GpuTrainer* g, GPT2* model, MultiGpu* mg) {
+    g->model = model;
+    g->mg = mg;
+    g->tokens = (int*)mallocCheck((size_t)model->B * model->T * sizeof(int));
+    g->logits_row = (float*)mallocCheck((size_t)model->config.vocab_size * sizeof(float));
+    g->logits_staging = (floatX*)mallocCheck((size_t)model->config.vocab_size * sizeof(floatX));
 }
 
-// loader may be NULL (test_gpt2cu): the data position is then saved as 0
-static void gpt2_save(GPT2* model, MultiGpu* mg, const char* dir, int step, const DataLoader* loader, uint64_t rng_state,
-                      const TrainerDetectors* detectors) {
-    char model_path[4096], state_path[4096];
-    checkpoint_paths(model_path, state_path, sizeof(model_path), dir, step, mg->process_rank);
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    if (mg->process_rank == 0) {
-        float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-        gpt2_download_parameters(model, host);
-        checkpoint_write(model_path, &model->config, host, model->num_parameters);
-        free(host);
-    }
-    size_t shard = mg->shard.size;
-    size_t extra_bytes = state_extra_bytes(shard, model->master_weights != NULL);
-    if (!state_extra_fits(extra_bytes)) {
-        llmc_die("%s: the fp32 master weights of this rank (%zu bytes) do not fit a training state; use -z 1 over more GPUs or -w 0",
-                 state_path, extra_bytes);
-    }
-    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
-    char* extra = (char*)mallocCheck(extra_bytes);
-    float* master = model->master_weights != NULL ? (float*)mallocCheck(shard * sizeof(float) + 1) : NULL;
-    cudaCheck(cudaMemcpy(m, model->m_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, model->v_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    if (master != NULL) { cudaCheck(cudaMemcpy(master, model->master_weights, shard * sizeof(float), cudaMemcpyDeviceToHost)); }
-    state_extra_pack(extra, detectors, master, shard);
-    TrainState s = train_state_describe(mg->num_processes, mg->process_rank, mg->zero_stage,
-                                        loader != NULL ? loader->should_shuffle : 0, step, rng_state,
-                                        loader != NULL ? loader->current_shard_idx : 0,
-                                        loader != NULL ? loader->current_sample_idx : 0,
-                                        model->num_parameters, mg->shard, extra_bytes);
-    train_state_write(state_path, &s, m, v, extra);
-    free(master);
-    free(m);
-    free(v);
-    free(extra);
-    multi_gpu_barrier(mg);
+static void gpu_trainer_free(GpuTrainer* g) {
+    free(g->tokens);
+    free(g->logits_row);
+    free(g->logits_staging);
 }
 
-// restores optimizer state, data position (loader may be NULL), RNG and detectors from state_<step>_<rank>.bin
-static void gpt2_load_state(GPT2* model, MultiGpu* mg, const char* dir, int step, DataLoader* loader, uint64_t* rng_state,
-                            TrainerDetectors* detectors) {
-    char model_path[4096], state_path[4096];
-    checkpoint_paths(model_path, state_path, sizeof(model_path), dir, step, mg->process_rank);
-    size_t shard = mg->shard.size;
-    size_t extra_bytes = state_extra_bytes(shard, model->master_weights != NULL);
-    TrainState got;
-    TrainState expect = train_state_describe(mg->num_processes, mg->process_rank, mg->zero_stage,
-                                             loader != NULL ? loader->should_shuffle : 0, step, 0, 0, 0,
-                                             model->num_parameters, mg->shard, extra_bytes);
-    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
-    char* extra = (char*)mallocCheck(extra_bytes);
-    train_state_read(state_path, &expect, &got, m, v, extra);
-    if (got.step != step) { llmc_die("%s: holds step %d, expected %d", state_path, got.step, step); }
-    cudaCheck(cudaMemcpy(model->m_memory, m, shard * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->v_memory, v, shard * sizeof(float), cudaMemcpyHostToDevice));
-    float* master = model->master_weights != NULL ? (float*)mallocCheck(shard * sizeof(float) + 1) : NULL;
-    state_extra_unpack(extra, detectors, master, shard);
-    if (master != NULL) {
-        cudaCheck(cudaMemcpy(model->master_weights, master, shard * sizeof(float), cudaMemcpyHostToDevice));
-        free(master);
-    }
-    if (loader != NULL) { dataloader_resume(loader, (size_t)got.shard_idx, (size_t)got.sample_idx); }
-    *rng_state = got.rng_state;
-    free(m);
-    free(v);
-    free(extra);
+static void gpu_zero_grad(void* ctx) {
+    GPT2* m = ((GpuTrainer*)ctx)->model;
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(floatX), m->stream));
 }
 
-// replaces the parameters with those of a checkpoint of the same shape (resume)
-static void gpt2_reload_parameters(GPT2* model, const char* path) {
-    int version = 0;
-    GPT2Config ckpt_cfg;
-    FILE* f = checkpoint_open(path, &ckpt_cfg, &version);
-    if (memcmp(&ckpt_cfg, &model->config, sizeof(GPT2Config)) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
-    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-    checkpoint_read_params(f, path, version, host, model->num_parameters);
-    fcloseCheck(f, path);
-    gpt2_upload_parameters(model, host);
+// the last micro-batch's backward starts each finished layer's gradient reduction over the processes
+static float gpu_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GPT2* m = g->model;
+    gpt2_forward(m, inputs, targets, loss_scale / (float)(m->B * m->T), 1);
+    gpt2_backward(m, inputs, g->mg, last);
+    return m->mean_loss;
+}
+
+static float gpu_grad_norm(void* ctx) { return gpt2_grad_norm(((GpuTrainer*)ctx)->model, ((GpuTrainer*)ctx)->mg); }
+
+static void gpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    gpt2_update(g->model, g->mg, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    cudaCheck(cudaStreamSynchronize(g->model->stream)); // the step's time includes the update
+}
+
+static const float* gpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
+    GPT2* m = ((GpuTrainer*)ctx)->model;
+    gpt2_forward(m, inputs, targets, 0.0f, 0);
+    return m->losses_host;
+}
+
+// a full (B, T) forward with tokens[0..len) in the first row (the rest is padding the causal
+// attention never lets position len - 1 see), then that position's logits
+static const float* gpu_next_token_logits(void* ctx, const int* tokens, int len) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GPT2* m = g->model;
+    const int BT = m->B * m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    for (int i = 0; i < BT; i++) { g->tokens[i] = i < len ? tokens[i] : tokens[0]; }
+    gpt2_forward(m, g->tokens, NULL, 0.0f, 0);
+    cudaCheck(cudaMemcpy(g->logits_staging, m->acts.output + (size_t)(len - 1) * Vp, (size_t)V * sizeof(floatX),
+                         cudaMemcpyDeviceToHost));
+    float_from_floatX_host(g->logits_row, g->logits_staging, (size_t)V);
+    return g->logits_row;
+}
+
+// rank 0: fp32 values of the parameters
+static void gpu_save_model(void* ctx, const char* path) {
+    GPT2* m = ((GpuTrainer*)ctx)->model;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    gpt2_download_parameters(m, host);
+    checkpoint_write(path, &m->config, host, m->num_parameters);
     free(host);
 }
 
-// the latest step with a model checkpoint in dir, or -1
-static int find_latest_checkpoint(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int latest = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int step = -1;
-        char tail[8];
-        if (sscanf(e->d_name, "model_%8d.bi%1s", &step, tail) == 2 && strlen(e->d_name) == 18 && step > latest) {
-            latest = step;
-        }
+// the training state holds this rank's ZeRO shard: AdamW m, v, and after the detectors its fp32
+// master weights (bf16 builds with -w 1)
+static size_t gpu_state_fields(const GpuTrainer* g, TrainState* s, const char* path) {
+    size_t shard = g->mg->shard.size;
+    size_t master = g->model->master_weights != NULL ? shard : 0;
+    size_t extra = trainer_state_extra_bytes(master);
+    if (!trainer_state_extra_fits(extra)) {
+        llmc_die("%s: the fp32 master weights of this rank (%zu bytes) do not fit a training state; use -z 1 over more GPUs or -w 0",
+                 path, extra);
     }
-    closedir(d);
-    return latest;
+    s->num_parameters = g->model->num_parameters;
+    s->opt_offset = g->mg->shard.offset;
+    s->opt_size = shard;
+    s->extra_bytes = (uint32_t)extra;
+    return master;
 }
 
-// -nk: keep only the newest `keep` checkpoints (rank 0 removes model files, each rank its state);
-// -nm: never remove a major one (step a multiple of major_every)
-static void remove_old_checkpoints(const char* dir, int current_step, int every, int keep, int major_every, int rank) {
-    if (keep <= 0 || every <= 0) { return; }
-    for (int step = current_step - keep * every; step >= 0; step -= every) {
-        if (major_every > 0 && step % major_every == 0) { continue; }
-        char model_path[4096], state_path[4096];
-        checkpoint_paths(model_path, state_path, sizeof(model_path), dir, step, rank);
-        if (rank == 0) { unlink(model_path); }
-        unlink(state_path);
-    }
+static void gpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GPT2* model = g->model;
+    size_t shard = g->mg->shard.size, master = gpu_state_fields(g, s, path);
+    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
+    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
+    float* w = (float*)mallocCheck(master * sizeof(float) + 1);
+    char* extra = (char*)mallocCheck(s->extra_bytes);
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    cudaCheck(cudaMemcpy(m, model->m_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(v, model->v_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
+    if (master > 0) { cudaCheck(cudaMemcpy(w, model->master_weights, master * sizeof(float), cudaMemcpyDeviceToHost)); }
+    trainer_state_extra_pack(extra, d, w, master);
+    train_state_write(path, s, m, v, extra);
+    free(m);
+    free(v);
+    free(w);
+    free(extra);
 }
+
+static void gpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GPT2* model = g->model;
+    size_t shard = g->mg->shard.size, master = gpu_state_fields(g, expect, path);
+    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
+    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
+    float* w = (float*)mallocCheck(master * sizeof(float) + 1);
+    char* extra = (char*)mallocCheck(expect->extra_bytes);
+    train_state_read(path, expect, got, m, v, extra);
+    trainer_state_extra_unpack(extra, d, w, master);
+    cudaCheck(cudaMemcpy(model->m_memory, m, shard * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, v, shard * sizeof(float), cudaMemcpyHostToDevice));
+    if (master > 0) { cudaCheck(cudaMemcpy(model->master_weights, w, master * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(m);
+    free(v);
+    free(w);
+    free(extra);
+}
+
+static TrainerOps gpu_trainer_ops(GpuTrainer* g) {
+    TrainerOps ops = {g, gpu_zero_grad, gpu_forward_backward, gpu_grad_norm, gpu_update, gpu_forward_losses,
+                      gpu_next_token_logits, gpu_save_model, gpu_save_state, gpu_load_state};
+    return ops;
+}
+
+static void gpu_barrier_op(void* ctx) { multi_gpu_barrier((MultiGpu*)ctx); }
+
+static void gpu_sum_floats_op(void* ctx, float* values, int n) { multi_gpu_sum_host_floats((MultiGpu*)ctx, values, n); }
 
 // ----------------------------------------------------------------------------
-// evaluation and sampling
-
-static float gpt2_validate(GPT2* model, DataLoader* loader, int num_batches, MultiGpu* mg) {
-    dataloader_reset(loader);
-    double sum = 0.0;
-    for (int i = 0; i < num_batches; i++) {
-        dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->targets, 0.0f, 0);
-        sum += model->mean_loss;
-    }
-    float mean = num_batches > 0 ? (float)(sum / num_batches) : 0.0f;
-    // average over ranks
-    if (mg->num_processes > 1) {
-        cudaCheck(cudaMemcpy(model->acts.norm, &mean, sizeof(float), cudaMemcpyHostToDevice));
-        multi_gpu_sum_floats(mg, model->acts.norm, 1, model->stream);
-        cudaCheck(cudaMemcpyAsync(&mean, model->acts.norm, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaStreamSynchronize(model->stream));
-        mean /= (float)mg->num_processes;
-    }
-    return mean;
-}
-
-// HellaSwag accuracy over this rank's examples, summed over ranks
-static float gpt2_hellaswag(GPT2* model, EvalLoader* eval, MultiGpu* mg) {
-    evalloader_reset(eval);
-    float counts[2] = {0.0f, 0.0f};  // correct, total
-    for (int i = 0; i < eval->num_batches; i++) {
-        evalloader_next_batch(eval);
-        gpt2_forward(model, eval->inputs, eval->targets, 0.0f, 0);
-        counts[0] += (float)evalloader_stat_losses(eval, model->losses_host);
-        counts[1] += (float)eval->num_examples_in_batch;
-    }
-    if (mg->num_processes > 1) {
-        cudaCheck(cudaMemcpy(model->acts.norm, counts, sizeof(counts), cudaMemcpyHostToDevice));
-        multi_gpu_sum_floats(mg, model->acts.norm, 2, model->stream);
-        cudaCheck(cudaMemcpyAsync(counts, model->acts.norm, sizeof(counts), cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaStreamSynchronize(model->stream));
-    }
-    return counts[1] > 0.0f ? counts[0] / counts[1] : 0.0f;
-}
-
-// prints gen_tokens sampled tokens after <|endoftext|> (full B x T forwards, so no KV cache needed)
-static void gpt2_sample(GPT2* model, Tokenizer* tokenizer, Sampler* sampler, int gen_tokens, int* gen_buffer, float* logits_row,
-                        floatX* logits_staging) {
-    const int B = model->B, T = model->T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int eot = tokenizer->init_ok ? tokenizer->eot_token : GPT2_VOCAB_SIZE - 1;
-    for (int i = 0; i < B * T; i++) { gen_buffer[i] = eot; }
-    int n = gen_tokens < T ? gen_tokens : T - 1;
-    printf("generating:\n---\n");
-    for (int t = 1; t <= n; t++) {
-        gpt2_forward(model, gen_buffer, NULL, 0.0f, 0);
-        cudaCheck(cudaMemcpy(logits_staging, model->acts.output + (size_t)(t - 1) * Vp, (size_t)V * sizeof(floatX), cudaMemcpyDeviceToHost));
-        float_from_floatX_host(logits_row, logits_staging, (size_t)V);
-        int next = sampler_sample(sampler, logits_row);
-        gen_buffer[t] = next;
-        if (tokenizer->init_ok) {
-            const char* piece = tokenizer_decode(tokenizer, (uint32_t)next);
-            if (piece != NULL) { safe_printf(piece); }
-        } else {
-            printf("%d ", next);
-        }
-        fflush(stdout);
-    }
-    printf("\n---\n");
-}
-
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// ----------------------------------------------------------------------------
-// main training loop
+// main
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -752,7 +698,6 @@ int main(int argc, char** argv) {
     multi_gpu_init(&mg, &argc, &argv, args.num_processes, args.process_rank, args.gpus_per_node, args.nccl_init_method,
                    args.server_ip, args.fs_path, args.zero_stage, 0);
     const int rank = mg.process_rank, nproc = mg.num_processes;
-    const int B = args.B, T = args.T;
     DeviceInfo dev;
     device_info_query(&dev, mg.local_device_idx);
     cudaStream_t stream;
@@ -764,25 +709,27 @@ int main(int argc, char** argv) {
         args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, stdout);
     }
 
-    // the model
-    GPT2 model;
-    if (!file_exists(args.load_filename)) {
-        GPT2Config probe;
-        const char* why = "";
-        if (model_config_from_descriptor(args.load_filename, &probe, &why) == 0) {
-            llmc_die("-e %s: no such checkpoint (python train_gpt2.py writes gpt2_124M.bin; or use -e d12 to start from scratch)",
-                     args.load_filename);
-        }
+    // data and flags first (a missing file says so before the model is loaded), then the model:
+    // the newest complete checkpoint in -o when resuming, else -e
+    int resume_step = trainer_prepare(&args, rank);
+    char model_path[4200];
+    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
+    if (resume_step >= 0) { trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1); }
+    GPT2Config probe;
+    const char* why = "";
+    if (!file_exists(model_path) && model_config_from_descriptor(model_path, &probe, &why) == 0) {
+        llmc_die("-e %s: no such checkpoint (python train_gpt2.py writes gpt2_124M.bin; or use -e d12 to start from scratch)", model_path);
     }
-    gpt2_build(&model, args.load_filename, mg.zero_stage, nproc);
+    GPT2 model;
+    gpt2_build(&model, model_path, mg.zero_stage, nproc);
     mg.num_parameters = model.num_parameters;
     mg.shard = zero_shard(model.num_parameters, mg.zero_stage, nproc, rank);
-    gpt2_allocate_state(&model, B, T, args.recompute, mg.shard, args.use_master_weights, stream);
+    gpt2_allocate_state(&model, args.B, args.T, args.recompute, mg.shard, args.use_master_weights, stream);
     model.gelu_fusion = args.gelu_fusion;  // -ge
     const GPT2Config* cfg = &model.config;
     if (rank == 0) {
-        printf("model: L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", cfg->num_layers,
-               cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
+        printf("model: %s L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", model_path,
+               cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
                model.num_parameters, (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
 #ifdef ENABLE_CUDNN
         printf("attention: cuDNN flash attention, %.2f GiB of cuDNN workspace\n",
@@ -790,149 +737,22 @@ int main(int argc, char** argv) {
 #endif
     }
 
-    // data
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data_pattern, B, T, rank, nproc, args.shuffle, cfg->vocab_size);
-    int have_val = args.val_data_pattern[0] != '\0' && args.val_loss_every > 0;
-    if (have_val) { dataloader_init(&val_loader, args.val_data_pattern, B, T, rank, nproc, 0, cfg->vocab_size); }
-    EvalLoader eval_loader;
-    int have_eval = args.hellaswag_eval;
-    if (have_eval) {
-        if (B % 4 != 0) { llmc_die("-h 1: HellaSwag needs -b to be a multiple of 4 (got %d)", B); }
-        evalloader_init(&eval_loader, args.hellaswag_path, B, T, rank, nproc);
-    }
-    const int tokens_per_fwdbwd = B * T * nproc;
-    const char* why = "";
-    const int grad_accum_steps = grad_accum_steps_for(args.total_batch_size, B, T, nproc, &why);
-    if (grad_accum_steps < 0) { llmc_die("-d %d: %s (B*T*processes = %d)", args.total_batch_size, why, tokens_per_fwdbwd); }
-    const int total_batch_size = grad_accum_steps * tokens_per_fwdbwd;
-    int max_steps = args.max_steps;
-    if (max_steps == -1) {
-        max_steps = (int)(train_loader.num_tokens / (size_t)total_batch_size);
-        if (max_steps < 1) { max_steps = 1; }
-    }
-    if (rank == 0) {
-        printf("batch: %d tokens per step = %d micro-batches of %d x %d on %d process(es); %d steps\n",
-               total_batch_size, grad_accum_steps, B, T, nproc, max_steps);
-    }
+    TrainerComm comm = {rank, nproc, &mg, gpu_barrier_op, gpu_sum_floats_op};
+    Trainer trainer;
+    trainer_init(&trainer, &args, comm, cfg->vocab_size, resume_step);
+    trainer.peak_flops = gpu_peak_flops(dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
+    trainer.flops_per_step = gpt2_flops_per_step(model.num_parameters, cfg->num_layers, cfg->channels, args.T,
+                                                 (size_t)trainer.total_batch);
+    GpuTrainer gpu;
+    gpu_trainer_init(&gpu, &model, &mg);
+    TrainerOps ops = gpu_trainer_ops(&gpu);
+    int status = trainer_run(&trainer, &ops);
 
-    // schedule, logging, sampling, outliers
-    LearningRateScheduler lr_scheduler;
-    lr_scheduler_init(&lr_scheduler, args.lr_scheduler_type, args.learning_rate, args.warmup_iterations, max_steps,
-                      args.final_learning_rate_frac);
-    Logger logger;
-    const char* out_dir = args.output_log_dir[0] != '\0' ? args.output_log_dir : NULL;
-    if (out_dir != NULL && rank == 0) { mkdir_p_check(out_dir); }
-    multi_gpu_barrier(&mg);
-    int resume_step = -1;
-    if (args.resume) {
-        if (out_dir == NULL) { llmc_die("-y 1 needs -o (the directory holding the checkpoints)"); }
-        resume_step = find_latest_checkpoint(out_dir);
-        if (resume_step < 0 && rank == 0) { printf("resume: no checkpoint in %s, starting from step 0\n", out_dir); }
-    }
-    logger_init(&logger, out_dir, rank, resume_step >= 0);
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, "gpt2_tokenizer.bin");
-    Sampler sampler;
-    sampler_init(&sampler, cfg->vocab_size, 1.0f, 0, 1.0f, 1337);
-    TrainerDetectors detectors;
-    init_detector(&detectors.loss);
-    init_detector(&detectors.grad_norm);
-    int start_step = 0;
-    if (resume_step >= 0) {
-        char model_path[4096], state_path[4096];
-        checkpoint_paths(model_path, state_path, sizeof(model_path), out_dir, resume_step, rank);
-        gpt2_reload_parameters(&model, model_path);
-        gpt2_load_state(&model, &mg, out_dir, resume_step, &train_loader, &sampler.rng_state, &detectors);
-        start_step = resume_step;
-        if (rank == 0) { printf("resumed from %s at step %d\n", model_path, start_step); }
-    }
-
-    int* gen_buffer = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    float* logits_row = (float*)mallocCheck((size_t)cfg->vocab_size * sizeof(float));
-    floatX* logits_staging = (floatX*)mallocCheck((size_t)cfg->vocab_size * sizeof(floatX));
-    const double peak = gpu_peak_flops(dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
-    const double flops_per_step = gpt2_flops_per_step(model.num_parameters, cfg->num_layers, cfg->channels, T, (size_t)total_batch_size);
-    const float dloss = 1.0f / (float)(B * T * grad_accum_steps);
-    double total_time = 0.0;
-    int timed_steps = 0;
-
-    for (int step = start_step; step <= max_steps; step++) {
-        int last_step = step == max_steps;
-        if (have_val && step_is_due(step, args.val_loss_every, last_step)) {
-            float val_loss = gpt2_validate(&model, &val_loader, args.val_max_steps, &mg);
-            if (rank == 0) { printf("step %d: val loss %f\n", step, val_loss); }
-            logger_log_val(&logger, step, val_loss);
-        }
-        if (have_eval && step_is_due(step, args.val_loss_every > 0 ? args.val_loss_every : max_steps, last_step)) {
-            float acc = gpt2_hellaswag(&model, &eval_loader, &mg);
-            if (rank == 0) { printf("step %d: HellaSwag accuracy %.4f\n", step, acc); }
-            logger_log_eval(&logger, step, acc);
-        }
-        if (rank == 0 && step > 0 && step_is_due(step, args.sample_every, last_step)) {
-            gpt2_sample(&model, &tokenizer, &sampler, args.gen_tokens, gen_buffer, logits_row, logits_staging);
-        }
-        if (out_dir != NULL && step > start_step && step_is_due(step, args.checkpoint_every, last_step)) {
-            gpt2_save(&model, &mg, out_dir, step, &train_loader, sampler.rng_state, &detectors);
-            remove_old_checkpoints(out_dir, step, args.checkpoint_every, args.checkpoints_keep,
-                                   args.checkpoints_major_every, rank);
-            if (rank == 0) { printf("wrote checkpoint for step %d to %s\n", step, out_dir); }
-        }
-        if (last_step) { break; }
-
-        // one optimizer step: grad_accum_steps micro-batches, then the update
-        double t0 = wall_seconds();
-        cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), stream));
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < grad_accum_steps; micro++) {
-            if (!(args.overfit_single_batch && (step > 0 || micro > 0))) { dataloader_next_batch(&train_loader); }
-            gpt2_forward(&model, train_loader.inputs, train_loader.targets, dloss, 1);
-            loss_sum += model.mean_loss;
-            gpt2_backward(&model, train_loader.inputs, &mg, micro == grad_accum_steps - 1);
-        }
-        float step_loss = (float)(loss_sum / grad_accum_steps);
-        if (nproc > 1) {
-            cudaCheck(cudaMemcpy(model.acts.norm, &step_loss, sizeof(float), cudaMemcpyHostToDevice));
-            multi_gpu_sum_floats(&mg, model.acts.norm, 1, stream);
-            cudaCheck(cudaMemcpyAsync(&step_loss, model.acts.norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
-            cudaCheck(cudaStreamSynchronize(stream));
-            step_loss /= (float)nproc;
-        }
-        float grad_norm = gpt2_grad_norm(&model, &mg);
-        double loss_z = update_detector(&detectors.loss, (double)step_loss);
-        double norm_z = update_detector(&detectors.grad_norm, (double)grad_norm);
-        int skip = update_should_skip(loss_z, norm_z, args.skip_update_lossz, args.skip_update_gradz, grad_norm);
-        float lr = get_learning_rate(&lr_scheduler, step);
-        if (!skip) {
-            float grad_scale = grad_clip_scale(grad_norm, 1.0f);
-            gpt2_update(&model, &mg, lr, 0.9f, 0.95f, 1e-8f, args.weight_decay, grad_scale, step + 1);
-        }
-        cudaCheck(cudaStreamSynchronize(stream));
-        double dt = wall_seconds() - t0;
-        if (step > start_step) { total_time += dt; timed_steps++; }  // the first step warms up
-        char mfu[32];
-        mfu_format(mfu, sizeof(mfu), flops_per_step, dt, peak);
-        if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %6.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU %s%s\n", step + 1, max_steps,
-                   step_loss, grad_norm, lr, 1000.0 * dt, total_batch_size / dt, mfu, skip ? " | update skipped (outlier)" : "");
-        }
-        logger_log_train(&logger, step, step_loss, lr, grad_norm);
-    }
-    if (rank == 0 && timed_steps > 0) {
-        printf("average step time %.3f ms over %d steps\n", 1000.0 * total_time / timed_steps, timed_steps);
-    }
-
-    free(gen_buffer);
-    free(logits_row);
-    free(logits_staging);
-    dataloader_free(&train_loader);
-    if (have_val) { dataloader_free(&val_loader); }
-    if (have_eval) { evalloader_free(&eval_loader); }
-    tokenizer_free(&tokenizer);
-    sampler_free(&sampler);
+    gpu_trainer_free(&gpu);
+    trainer_free(&trainer);
     gpt2_free(&model);
     cudaCheck(cudaStreamDestroy(stream));
     multi_gpu_free(&mg);
-    return 0;
+    return status;
 }
 #endif // TESTING

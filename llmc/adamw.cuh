@@ -6,7 +6,7 @@ llmc/adamw.cuh: the AdamW update on the GPU.
         updates params[global_offset + i], i < n, from grads[global_offset + i] * grad_scale;
         m, v and master (fp32 master weights, or NULL) are indexed by local_offset + i (the rank's shard)
 
-The per-element rule is layer_math.h's adamw_update_one (PyTorch AdamW, the same function the CPU
+The per-element rule is llmc/adamw.h's adamw_update_one (PyTorch AdamW, the same function the CPU
 trainer calls). bf16 parameters are written from the fp32 result with stochastic rounding whose
 random bits are a hash of (seed, global index): identical whatever the ZeRO sharding, and
 reproducible on resume. The trainer calls this once per parameter tensor (weight decay only on
@@ -15,6 +15,7 @@ the 2-D weights).
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
 
+#include "adamw.h"
 #include "cuda_common.cuh"
 
 __global__ static void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,

@@ -5,7 +5,7 @@ llmc/cuda_common.cuh: what every GPU file of llmc needs.
     floatX                     the activation/parameter type: bf16 (PRECISION=BF16) or float (FP32)
     Packed128<T>               16-byte vector loads and stores (x128 = Packed128<floatX>)
     warp_reduce_sum/max        warp-level reductions; block_reduce_sum for a whole block
-    stochastic_round           float -> floatX, bf16 via layer_math.h's shared rounding rule
+    stochastic_round           float -> floatX, bf16 via llmc/bf16.h's shared rounding rule
 
 The precision is chosen at build time (make PRECISION=BF16|FP32); FP16 is refused at build time
 because it needs loss scaling, which llmc does not implement.
@@ -20,6 +20,7 @@ because it needs loss scaling, which llmc does not implement.
 #include <stdlib.h>
 #include "utils.h"
 #include "layer_math.h"
+#include "bf16.h"
 
 // ----------------------------------------------------------------------------
 // error checking: one line, then exit(1)
@@ -165,7 +166,7 @@ __device__ static inline float block_reduce_sum(float val) {
 }
 
 // ----------------------------------------------------------------------------
-// stochastic rounding (the rule itself lives in layer_math.h, tested on the CPU)
+// stochastic rounding (the rule itself lives in llmc/bf16.h, tested on the CPU)
 
 __device__ static inline void stochastic_round(float in, float* out, uint32_t seed, uint32_t index) {
     (void)seed;

@@ -177,10 +177,14 @@ typedef struct {
     cudaStream_t nccl_stream; // communication runs here, overlapped with the compute stream
     cudaEvent_t compute_ready;
     cudaEvent_t nccl_done;
+    float* host_sums;         // device scratch of MULTI_GPU_HOST_SUM_MAX floats for multi_gpu_sum_host_floats
 #ifdef USE_NCCL
     ncclComm_t comm;
 #endif
 } MultiGpu;
+
+// the most host floats one multi_gpu_sum_host_floats call sums (losses, counts, a signal flag)
+#define MULTI_GPU_HOST_SUM_MAX 16
 
 #ifdef USE_NCCL
 // rank 0 serves the id to the others over TCP
@@ -297,6 +301,7 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
     mg->num_parameters = num_parameters;
     mg->shard = zero_shard(num_parameters, mg->zero_stage, mg->num_processes, mg->process_rank);
     cudaCheck(cudaStreamCreateWithFlags(&mg->nccl_stream, cudaStreamNonBlocking));
+    mg->host_sums = (float*)cudaMallocCheck(MULTI_GPU_HOST_SUM_MAX * sizeof(float));
     cudaCheck(cudaEventCreateWithFlags(&mg->compute_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&mg->nccl_done, cudaEventDisableTiming));
 #ifdef USE_NCCL
@@ -321,6 +326,7 @@ static inline void multi_gpu_free(MultiGpu* mg) {
 #ifdef USE_NCCL
     if (mg->num_processes > 1) { ncclCheck(ncclCommDestroy(mg->comm)); }
 #endif
+    cudaCheck(cudaFree(mg->host_sums));
     cudaCheck(cudaEventDestroy(mg->compute_ready));
     cudaCheck(cudaEventDestroy(mg->nccl_done));
     cudaCheck(cudaStreamDestroy(mg->nccl_stream));
@@ -397,21 +403,30 @@ static inline void multi_gpu_gather_params(MultiGpu* mg, floatX* params, cudaStr
 #endif
 }
 
+// in-place sum of n host floats over all ranks (the loss of a step, validation losses, HellaSwag
+// counts, the signal flag): through the one small device buffer, on the NCCL stream
+static inline void multi_gpu_sum_host_floats(MultiGpu* mg, float* values, int n) {
+    if (mg->num_processes == 1) { return; }
+    if (n < 1 || n > MULTI_GPU_HOST_SUM_MAX) { llmc_die("internal: multi_gpu_sum_host_floats of %d floats", n); }
+#ifdef USE_NCCL
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(mg->host_sums, values, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    ncclCheck(ncclAllReduce(mg->host_sums, mg->host_sums, (size_t)n, ncclFloat, ncclSum, mg->comm, mg->nccl_stream));
+    cudaCheck(cudaStreamSynchronize(mg->nccl_stream));
+    cudaCheck(cudaMemcpy(values, mg->host_sums, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+#else
+    (void)values;
+#endif
+}
+
 static inline void multi_gpu_barrier(MultiGpu* mg) {
 #ifdef USE_MPI
     if (mg->used_mpi && mg->num_processes > 1) { MPI_Barrier(MPI_COMM_WORLD); }
 #endif
-#ifdef USE_NCCL
     if (!mg->used_mpi && mg->num_processes > 1) {
-        // a one-float all-reduce is a barrier for the non-MPI launches
-        float* d = (float*)cudaMallocCheck(sizeof(float));
-        cudaCheck(cudaMemset(d, 0, sizeof(float)));
-        cudaCheck(cudaDeviceSynchronize());
-        ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, mg->comm, mg->nccl_stream));
-        cudaCheck(cudaStreamSynchronize(mg->nccl_stream));
-        cudaCheck(cudaFree(d));
+        float zero = 0.0f; // a one-float all-reduce is a barrier for the non-MPI launches
+        multi_gpu_sum_host_floats(mg, &zero, 1);
     }
-#endif
 }
 #endif // __CUDACC__
 

@@ -164,6 +164,25 @@ static inline UpdateDecision trainer_judge_update(TrainerDetectors* d, float los
     return u;
 }
 
+// The extra blob of a training state (llmc/checkpoint.h): the detectors, then `master_count` fp32
+// values (the GPU trainer's master weights of its shard in bf16 builds with -w 1; 0 elsewhere).
+static inline size_t trainer_state_extra_bytes(size_t master_count) {
+    return sizeof(TrainerDetectors) + master_count * sizeof(float);
+}
+
+// the state format stores the blob size in 32 bits
+static inline int trainer_state_extra_fits(size_t bytes) { return bytes <= (size_t)UINT32_MAX; }
+
+static inline void trainer_state_extra_pack(char* extra, const TrainerDetectors* d, const float* master, size_t master_count) {
+    memcpy(extra, d, sizeof(TrainerDetectors));
+    if (master_count > 0) { memcpy(extra + sizeof(TrainerDetectors), master, master_count * sizeof(float)); }
+}
+
+static inline void trainer_state_extra_unpack(const char* extra, TrainerDetectors* d, float* master, size_t master_count) {
+    memcpy(d, extra, sizeof(TrainerDetectors));
+    if (master_count > 0) { memcpy(master, extra + sizeof(TrainerDetectors), master_count * sizeof(float)); }
+}
+
 // what runs at the top of a step, before its optimizer step
 typedef struct {
     int val;         // validation loss (-v, with -j)
@@ -190,6 +209,19 @@ static inline TrainerDue trainer_due(const TrainArgs* a, int step, int max_steps
                    (stopping || (a->checkpoint_every > 0 && (last || (step > 0 && step % a->checkpoint_every == 0))));
     d.stop = last || stopping;
     return d;
+}
+
+// The progress line of an optimizer step (step is 0-based; mfu may be ""), the same for every trainer:
+// step 12/40 | loss 5.123456 | lr 3.00e-04 | norm 1.2345 | 1234.5 ms | 207 tok/s | ETA 0:00:34
+static inline void trainer_progress_line(char* buf, size_t size, int step, int max_steps, float loss, float lr,
+                                         float grad_norm, double seconds, long long tokens, double eta_seconds,
+                                         const char* mfu, const UpdateDecision* u) {
+    char eta[32];
+    trainer_format_duration(eta, sizeof(eta), eta_seconds);
+    int n = snprintf(buf, size, "step %d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s | ETA %s", step + 1,
+                     max_steps, loss, lr, grad_norm, 1000.0 * seconds, (double)tokens / seconds,
+                     mfu[0] != '\0' ? " | MFU " : "", mfu, eta);
+    if (u->skip && n > 0 && (size_t)n < size) { snprintf(buf + n, size - (size_t)n, " | update skipped (%s)", u->why); }
 }
 
 // ----------------------------------------------------------------------------
@@ -623,16 +655,11 @@ static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
         if (!u.skip) { ops->update(ops->ctx, lr, a->weight_decay, grad_clip_scale(grad_norm, TRAINER_GRAD_CLIP), step + 1); }
         double dt = trainer_wall_seconds() - t0;
         if (step > start || tr->max_steps - start == 1) { time_sum += dt; time_count++; } // the first step warms up
-        char eta[32], mfu[48] = "";
-        trainer_format_duration(eta, sizeof(eta), (time_count > 0 ? time_sum / time_count : dt) * (tr->max_steps - step - 1));
-        if (tr->peak_flops > 0.0) {
-            char m[32];
-            mfu_format(m, sizeof(m), tr->flops_per_step, dt, tr->peak_flops);
-            snprintf(mfu, sizeof(mfu), " | MFU %s", m);
-        }
-        trainer_printf0(tr, "step %d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s%s%s%s\n", step + 1,
-                        tr->max_steps, loss, lr, grad_norm, 1000.0 * dt, (double)tr->total_batch / dt, mfu, eta,
-                        u.skip ? " | update skipped (" : "", u.why, u.skip ? ")" : "");
+        char mfu[32] = "", line[512];
+        if (tr->peak_flops > 0.0) { mfu_format(mfu, sizeof(mfu), tr->flops_per_step, dt, tr->peak_flops); }
+        double eta = (time_count > 0 ? time_sum / time_count : dt) * (tr->max_steps - step - 1);
+        trainer_progress_line(line, sizeof(line), step, tr->max_steps, loss, lr, grad_norm, dt, tr->total_batch, eta, mfu, &u);
+        trainer_printf0(tr, "%s\n", line);
         logger_log_train(&tr->logger, step, loss, lr, grad_norm);
         // a signal on any process stops every process after this same step
         float signalled[2] = {trainer_stop_signal_ != 0 ? 1.0f : 0.0f, (float)trainer_stop_signal_};

@@ -34,7 +34,19 @@ over <path>, so a crash or a full disk never leaves a half-written file behind.
 // ----------------------------------------------------------------------------
 // dying with one line
 
-// prints "error: " + message + "\n" to stderr and exits with status 1
+// A program that embeds llmc (pyllmc, in a Python process) may install a fatal-error hook: llmc_die
+// calls it after printing its line, and the hook does not return (pyllmc longjmps back to the call
+// that failed and raises a Python exception). Without a hook, llmc_die exits with status 1.
+typedef void (*LlmcFatalHook)(void);
+
+static inline LlmcFatalHook* llmc_fatal_hook_slot(void) {
+    static LlmcFatalHook hook = NULL; // one per program: llmc is compiled as one translation unit
+    return &hook;
+}
+
+static inline void llmc_set_fatal_hook(LlmcFatalHook hook) { *llmc_fatal_hook_slot() = hook; }
+
+// prints "error: " + message + "\n" to stderr and exits with status 1 (or runs the fatal-error hook)
 static inline LLMC_NORETURN LLMC_PRINTF(1, 2) void llmc_die(const char* fmt, ...) {
     char msg[8192];
     va_list args;
@@ -48,6 +60,8 @@ static inline LLMC_NORETURN LLMC_PRINTF(1, 2) void llmc_die(const char* fmt, ...
     fflush(stdout);
     fprintf(stderr, "error: %s\n", msg);
     fflush(stderr);
+    LlmcFatalHook hook = *llmc_fatal_hook_slot();
+    if (hook != NULL) { hook(); }
     exit(1);
 }
 

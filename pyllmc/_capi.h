@@ -7,12 +7,12 @@ building a model, (re)allocating activations, one AdamW step, sampling, saving, 
 No layer code lives here; the layers are train_gpt2.c's.
 
 Errors. llmc's loaders report bad input with llmc_die(): one line on stderr, then exit(1). That
-would kill the Python interpreter, so while a wrapper marked "guarded" runs, exit() is redirected
-to a longjmp back into the wrapper and stderr goes to a memory buffer. A guarded wrapper returns 0
-on success and 1 on error; pyllmc_last_error() then holds the message (without "error: "), which
-the Python side raises as pyllmc.LlmcError. Anything printed to stderr by a successful call is
-passed through. The Python side validates inputs first, so the guard is a safety net; it is not
-thread-safe (one guarded call at a time per process).
+would kill the Python interpreter, so while a wrapper marked "guarded" runs, llmc/utils.h's
+fatal-error hook longjmps back into the wrapper and stderr goes to a memory buffer. A guarded
+wrapper returns 0 on success and 1 on error; pyllmc_last_error() then holds the message (without
+"error: "), which the Python side raises as pyllmc.LlmcError. Anything printed to stderr by a
+successful call is passed through. The Python side validates inputs first, so the guard is a safety
+net; it is not thread-safe (one guarded call at a time per process).
 */
 #ifndef PYLLMC_CAPI_H
 #define PYLLMC_CAPI_H
@@ -38,26 +38,23 @@ typedef struct {
 static PyllmcGuard pyllmc_guard_;
 static char pyllmc_error_[8192];
 
-static void pyllmc_exit_(int status) __attribute__((noreturn));
-static void pyllmc_exit_(int status) {
+// llmc_die's hook while a guarded wrapper runs: back into the wrapper, which returns 1
+static void pyllmc_fatal_(void) {
     if (pyllmc_guard_.active) {
         pyllmc_guard_.active = 0;
         longjmp(pyllmc_guard_.env, 1);
     }
-    exit(status);
 }
 
-// every exit() in the llmc code below becomes pyllmc_exit_() (<stdlib.h> is already included,
-// so its own declaration of exit is untouched)
-#define exit(status) pyllmc_exit_(status)
 #include "../train_gpt2.c"
 #include "../llmc/sampler.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/tokenizer.h"
 #include "../llmc/schedulers.h"
-#undef exit
+#include "../llmc/trainer.h"
 
 static void pyllmc_capture_begin_(void) {
+    llmc_set_fatal_hook(pyllmc_fatal_);
     pyllmc_error_[0] = '\0';
     pyllmc_guard_.saved_stderr = stderr;
     pyllmc_guard_.captured = NULL;
@@ -93,7 +90,7 @@ static void pyllmc_capture_end_(int failed) {
     pyllmc_guard_.captured = NULL;
 }
 
-// Runs the statements with exit() turned into a return of 1 from the enclosing function (0 on success).
+// Runs the statements with llmc_die turned into a return of 1 from the enclosing function (0 on success).
 #define PYLLMC_GUARDED(...)                                    \
     do {                                                       \
         pyllmc_capture_begin_();                               \
@@ -111,7 +108,7 @@ static void pyllmc_capture_end_(int failed) {
 static const char* pyllmc_last_error(void) { return pyllmc_error_; }
 
 // ----------------------------------------------------------------------------
-// one AdamW step on a single array (layer_math.h's per-element rule, PyTorch semantics)
+// one AdamW step on a single array (llmc/adamw.h's per-element rule, PyTorch semantics)
 
 static void pyllmc_adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                                 float learning_rate, float beta1, float beta2, float eps,
@@ -157,8 +154,8 @@ static int pyllmc_config_from_descriptor(const char* desc, GPT2Config* cfg, char
     return kind;
 }
 
-// Activations (and their gradients) for batches of up to B x T tokens, keeping the AdamW
-// moments: grows the allocation when a forward needs more, never shrinks it. guarded
+// Activations (and their gradients) for batches of up to B x T tokens: grows the allocation when
+// a forward needs more, never shrinks it (the optimizer state is separate and stays). guarded
 static int pyllmc_model_ensure_activations(GPT2* model, int B, int T) {
     PYLLMC_GUARDED({
         int fits = model->acts_memory != NULL && (size_t)B * T <= (size_t)model->batch_size * model->seq_len &&
@@ -169,20 +166,8 @@ static int pyllmc_model_ensure_activations(GPT2* model, int B, int T) {
             size_t old_tokens = (size_t)model->batch_size * model->seq_len;
             if (old_tokens > tokens) { tokens = old_tokens; }
             int newB = (int)((tokens + (size_t)newT - 1) / (size_t)newT);
-            float* m = model->m_memory;
-            float* v = model->v_memory;
-            size_t opt_offset = model->opt_offset, opt_size = model->opt_size;
-            free(model->acts_memory);
-            free(model->grads_acts_memory);
-            free(model->inputs);
-            free(model->targets);
-            gpt2_allocate_state(model, newB, newT, 0, 0);  // its (empty) moments are replaced below
-            free(model->m_memory);
-            free(model->v_memory);
-            model->m_memory = m;
-            model->v_memory = v;
-            model->opt_offset = opt_offset;
-            model->opt_size = opt_size;
+            gpt2_free_activations(model);
+            gpt2_allocate_activations(model, newB, newT);
             model->mean_loss = -1.0f;
         }
     });
@@ -201,12 +186,7 @@ static int pyllmc_model_backward(GPT2* model, float loss_scale) {
 // AdamW moments for all parameters, allocated on the first step. guarded
 static int pyllmc_model_ensure_optimizer(GPT2* model) {
     PYLLMC_GUARDED({
-        if (model->m_memory == NULL) {
-            model->m_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
-            model->v_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
-            model->opt_offset = 0;
-            model->opt_size = model->num_parameters;
-        }
+        if (model->m_memory == NULL) { gpt2_allocate_optimizer(model, 0, model->num_parameters); }
     });
 }
 
@@ -245,6 +225,27 @@ static void pyllmc_model_free(GPT2* model) {
     gpt2_free(model);
     memset(model, 0, sizeof(*model));
 }
+
+// AdamW on every parameter with gradients multiplied by grad_scale (llmc/trainer.h's clip factor)
+static void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t) {
+    gpt2_update(model, learning_rate, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+}
+
+// ----------------------------------------------------------------------------
+// the trainers' command line (llmc/args.h) and rules (llmc/trainer.h), for pyllmc.train
+
+// fills *out from argv with the trainers' own table; --help prints it and exits 0. guarded
+static int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv) {
+    PYLLMC_GUARDED(args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, out, argc, argv,
+                              "Trains GPT-2 with llmc's C engine from Python; data-parallel under mpirun (mpi4py). "
+                              "The flags are ./train_gpt2's; flags marked as another trainer's are refused."));
+}
+
+static int pyllmc_train_arg_count(void) { return TRAIN_ARG_COUNT; }
+
+// the flag and the field offset of row i of the table
+static const char* pyllmc_train_arg_flag(int i) { return TRAIN_ARG_TABLE[i].flag; }
+static size_t pyllmc_train_arg_offset(int i) { return TRAIN_ARG_TABLE[i].offset; }
 
 // ----------------------------------------------------------------------------
 // data loader (llmc/dataloader.h), heap-allocated for Python

@@ -20,7 +20,13 @@ import pyllmc.model as model_module
 from pyllmc._core import ffi, lib
 from pyllmc.data import DataLoader
 from pyllmc.model import GPT2
-from pyllmc.train import Parser
+
+
+class Parser(argparse.ArgumentParser):
+    """An unknown or malformed flag is one `error:` line (exit 2), not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 class TimedLib:

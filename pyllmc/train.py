@@ -3,89 +3,71 @@
     python -m pyllmc.train -e d12 -i "dev/data/tinyshakespeare/*train.bin" -b 4 -t 64 -x 40
     mpirun -np 2 python -m pyllmc.train -e d12 -b 2 -t 64 -x 40      # same tokens per step as -b 4
 
-The flags are ./train_gpt2's (a subset: no resume, HellaSwag, ZeRO or outlier skipping). Each process
-reads its own slice of every batch exactly like the C data loader; after the backward passes the
-gradients are averaged in place with one MPI Allreduce on the flat gradient buffer (a numpy view into
-C memory, no copies), then every process takes the same AdamW step.
+The flags are ./train_gpt2's, parsed by the same C table (llmc/args.h), and every rule of training is
+llmc/trainer.h's, called through cffi: gradient accumulation, -x -1, what runs at the top of a step
+(validation, sample, checkpoint), clipping, the -sl / -sg skip rule, the AdamW constants, the progress
+line. What this file does itself is the loop, in Python, and the gradient average over processes: one
+mpi4py Allreduce on the flat gradient buffer (a numpy view into C memory, no copies). It writes model
+checkpoints (-n) but no training state, so the flags that need one (-y, -nk, -nm), ZeRO, HellaSwag,
+-p and the GPU trainer's flags are refused with one error line: ./train_gpt2 has them.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
+import glob
+import itertools
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from pyllmc._core import LlmcError, ffi, lib
-from pyllmc.data import LR_SCHEDULES, DataLoader, LRScheduler, Tokenizer
+from pyllmc._core import LlmcError, check_rc, ffi, lib
+from pyllmc.data import DataLoader, LRScheduler, Tokenizer
 from pyllmc.model import GPT2
 
-INIT_SEED = 42
-SAMPLER_SEED = 1337
-TS = "dev/data/tinyshakespeare"
+PROG = "python -m pyllmc.train"
+TOKENIZER_PATH = "gpt2_tokenizer.bin"
+# TrainArgs fields this driver does not implement: their flags must keep the table's defaults
+UNSUPPORTED = ("resume", "checkpoints_keep", "checkpoints_major_every", "hellaswag_eval", "hellaswag_path",
+               "zero_stage", "recompute", "gelu_fusion", "use_master_weights", "precision", "num_processes",
+               "process_rank", "gpus_per_node", "nccl_init_method", "server_ip", "fs_path")
 
 
 class UserError(Exception):
     """Bad flags or files: reported as one line, exit status 1."""
 
 
-class Parser(argparse.ArgumentParser):
-    """An unknown or malformed flag is one `error:` line (exit 2), not a usage dump."""
+class Args:
+    """The C TrainArgs filled by llmc/args.h's parser (its strings point into argv, kept alive here)."""
 
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+    def __init__(self, argv: list[str]):
+        self._strings = [ffi.new("char[]", os.fsencode(s)) for s in [PROG, *argv]]
+        self._argv = ffi.new("char*[]", self._strings)
+        self.c = ffi.new("TrainArgs*")
+        check_rc(lib.pyllmc_parse_train_args(self.c, len(self._strings), self._argv))
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m pyllmc.train", add_help=False,
-                                description="Trains GPT-2 with llmc's C engine from Python; "
-                                            "data-parallel under mpirun (gradients averaged with mpi4py).",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    a = p.add_argument
-    a("--help", action="help", help="show this help and exit")
-    a("-i", dest="train_data", default=f"{TS}/tiny_shakespeare_train.bin", help="train token shards (glob)")
-    a("-j", dest="val_data", default=f"{TS}/tiny_shakespeare_val.bin", help="validation token shards (glob; '' = none)")
-    a("-e", dest="model", default="gpt2_124M.bin", help="checkpoint to start from, or dN / gpt2:dN / gpt3:cN from scratch")
-    a("-o", dest="output_dir", default="", help="output directory for main.log and checkpoints ('' = none)")
-    a("-b", dest="B", type=int, default=4, help="micro-batch size B (per process)")
-    a("-t", dest="T", type=int, default=64, help="sequence length T")
-    a("-d", dest="total_batch", type=int, default=-1, help="total batch in tokens (-1 = B*T*processes; more = gradient accumulation)")
-    a("-x", dest="max_steps", type=int, default=40, help="optimizer steps (-1 = one epoch of -i)")
-    a("-k", dest="schedule", default="cosine", choices=LR_SCHEDULES, help="learning rate schedule")
-    a("-l", dest="lr", type=float, default=3e-4, help="peak learning rate")
-    a("-u", dest="warmup", type=int, default=0, help="warmup steps")
-    a("-q", dest="final_frac", type=float, default=1.0, help="final learning rate as a fraction of the peak")
-    a("-c", dest="weight_decay", type=float, default=0.0, help="AdamW weight decay (2-D weights only)")
-    a("-v", dest="val_every", type=int, default=10, help="validation loss every N steps (0 = never)")
-    a("-m", dest="val_steps", type=int, default=10, help="validation batches per evaluation")
-    a("-s", dest="sample_every", type=int, default=20, help="print a text sample every N steps (0 = never)")
-    a("-g", dest="gen_tokens", type=int, default=64, help="tokens per sample")
-    a("-n", dest="checkpoint_every", type=int, default=0, help="write model_%%08d.bin to -o every N steps and at the end (0 = never)")
-    a("-a", dest="overfit", type=int, default=0, choices=(0, 1), help="1 = train on the first batch only")
-    a("--grad_clip", type=float, default=1.0, help="clip gradients to this global norm (0 = off)")
-    a("--tokenizer", default="gpt2_tokenizer.bin", help="tokenizer for decoding samples")
-    return p
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.c, name)
+        return ffi.string(value).decode() if isinstance(value, ffi.CData) else value
 
 
-def check_args(args: argparse.Namespace) -> None:
-    for flag, value, lo in (("-b", args.B, 1), ("-t", args.T, 1), ("-m", args.val_steps, 1), ("-g", args.gen_tokens, 1),
-                            ("-u", args.warmup, 0), ("-v", args.val_every, 0), ("-s", args.sample_every, 0),
-                            ("-n", args.checkpoint_every, 0)):
-        if value < lo:
-            raise UserError(f"flag {flag}: must be >= {lo}, got {value}")
-    if args.max_steps < -1 or args.max_steps == 0:
-        raise UserError(f"flag -x: must be >= 1 or -1 (one epoch), got {args.max_steps}")
-    if not (math.isfinite(args.lr) and args.lr >= 0):
-        raise UserError(f"flag -l: learning rate must be a finite number >= 0, got {args.lr}")
-    if not 0.0 <= args.final_frac <= 1.0:
-        raise UserError(f"flag -q: must be in [0, 1], got {args.final_frac}")
-    if args.checkpoint_every > 0 and not args.output_dir:
-        raise UserError("flag -n needs an output directory (-o)")
+def flag_of(field: str) -> str:
+    """The command-line flag of a TrainArgs field, from the C table."""
+    offset = ffi.offsetof("TrainArgs", field)
+    for i in range(lib.pyllmc_train_arg_count()):
+        if lib.pyllmc_train_arg_offset(i) == offset:
+            return ffi.string(lib.pyllmc_train_arg_flag(i)).decode()
+    raise KeyError(field)
+
+
+def check_supported(args: Args) -> None:
+    defaults = Args([])
+    for field in UNSUPPORTED:
+        if getattr(args, field) != getattr(defaults, field):
+            raise UserError(f"flag {flag_of(field)}: not supported by {PROG} (./train_gpt2 has it)")
 
 
 def mpi_setup() -> tuple[Any, int, int]:
@@ -98,124 +80,159 @@ def mpi_setup() -> tuple[Any, int, int]:
     return comm, comm.Get_rank(), comm.Get_size()
 
 
+def require_files(pattern: str, flag: str) -> None:
+    if not glob.glob(pattern):
+        raise UserError(f"{pattern}: no such file (flag {flag}; run python dev/data/tinyshakespeare.py to create it)")
+
+
 def build_model(spec: str) -> GPT2:
-    """A descriptor (dN, gpt2:dN, gpt3:cN) inits from scratch with seed 42, anything else is a checkpoint."""
+    """A descriptor (dN, gpt2:dN, gpt3:cN) inits from scratch with the trainers' seed, anything else is a checkpoint."""
     cfg = ffi.new("GPT2Config*")
     why = ffi.new("char[256]")
     kind = lib.pyllmc_config_from_descriptor(spec.encode(), cfg, why, 256)
     if kind < 0:
         raise UserError(f"-e {spec}: bad model descriptor: {ffi.string(why).decode()}")
     if kind == 1:
-        return GPT2.from_scratch(spec, seed=INIT_SEED)
+        return GPT2.from_scratch(spec, seed=lib.TRAINER_INIT_SEED)
     if not Path(spec).is_file():
         raise UserError(f"{spec}: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, "
                         "or use -e d12 to init from scratch)")
     return GPT2.from_checkpoint(spec)
 
 
-def allreduce_mean(x: float, comm: Any) -> float:
+def checked(value: int, why: Any, message: str) -> int:
+    """A trainer.h rule's result, or its reason as a UserError."""
+    if value < 0:
+        raise UserError(f"{message}: {ffi.string(why[0]).decode()}")
+    return value
+
+
+def mean_over(comm: Any, x: float) -> float:
     return x if comm is None else comm.allreduce(x) / comm.Get_size()
 
 
-def evaluate(model: GPT2, loader: DataLoader, steps: int, comm: Any) -> float:
+def val_loss(model: GPT2, loader: DataLoader, batches: int, comm: Any) -> float:
     loader.reset()
     total = 0.0
-    for _ in range(steps):
+    for _ in range(batches):
         x, y = loader.next_batch()
         total += model.forward(x, y, return_logits=False)[1]
-    return allreduce_mean(total / steps, comm)
+    return mean_over(comm, total / batches)
 
 
-def train(args: argparse.Namespace, comm: Any, rank: int, nproc: int) -> None:
-    say = print if rank == 0 else (lambda *a, **k: None)
-    for flag, pattern in (("-i", args.train_data), ("-j", args.val_data if args.val_every > 0 else "")):
-        if pattern and not __import__("glob").glob(pattern):
-            raise UserError(f"{pattern}: no such file (flag {flag}; run python dev/data/tinyshakespeare.py to create it)")
-    model = build_model(args.model)
+def average_gradients(model: GPT2, comm: Any) -> None:
+    if comm is None or comm.Get_size() == 1:
+        return
+    from mpi4py import MPI
+    comm.Allreduce(MPI.IN_PLACE, model.grads_flat, op=MPI.SUM)  # in place on the C buffer
+    model.grads_flat *= np.float32(1.0 / comm.Get_size())
+
+
+def progress_line(step: int, max_steps: int, loss: float, lr: float, norm: float, dt: float, tokens: int,
+                  eta: float, decision: Any) -> str:
+    buf = ffi.new("char[512]")
+    d = ffi.new("UpdateDecision*")
+    d[0] = decision
+    lib.trainer_progress_line(buf, 512, step, max_steps, loss, lr, norm, dt, tokens, eta, b"", d)
+    return ffi.string(buf).decode()
+
+
+def train(args: Args, comm: Any, rank: int, nproc: int) -> None:
+    say: Callable[..., None] = print if rank == 0 else (lambda *a, **k: None)
+    check_supported(args)
+    out_dir = args.output_log_dir
+    if args.checkpoint_every > 0 and not out_dir:
+        raise UserError("flag -n needs an output directory (-o)")
+    have_val = args.val_loss_every > 0 and bool(args.val_data_pattern)
+    require_files(args.train_data_pattern, "-i")
+    if have_val:
+        require_files(args.val_data_pattern, "-j")
+    model = build_model(args.load_filename)
     cfg = model.config
     B, T = args.B, args.T
     if T > cfg.max_seq_len:
         raise UserError(f"flag -t: T = {T} is larger than the model's max sequence length {cfg.max_seq_len}")
-    micro_tokens = B * T * nproc
-    total_batch = micro_tokens if args.total_batch == -1 else args.total_batch
-    if total_batch <= 0 or total_batch % micro_tokens != 0:
-        raise UserError(f"flag -d: total batch {total_batch} tokens is not a positive multiple of "
-                        f"B*T*processes = {B}*{T}*{nproc} = {micro_tokens}")
-    accum = total_batch // micro_tokens
-    train_loader = DataLoader(args.train_data, B, T, rank, nproc, vocab_size=cfg.vocab_size)
-    use_val = args.val_every > 0 and bool(args.val_data)
-    val_loader = DataLoader(args.val_data, B, T, rank, nproc, vocab_size=cfg.vocab_size) if use_val else None
-    max_steps = args.max_steps if args.max_steps != -1 else train_loader.num_tokens // total_batch
-    if max_steps < 1:
-        raise UserError(f"{args.train_data}: smaller than one total batch of {total_batch} tokens (flag -x -1)")
-    schedule = LRScheduler(args.schedule, args.lr, args.warmup, max_steps, args.final_frac)
-    tokenizer = Tokenizer(args.tokenizer) if rank == 0 and args.sample_every > 0 else None
+    why = ffi.new("char*[1]")
+    accum = checked(lib.trainer_grad_accum_steps(args.total_batch_size, B, T, nproc, why), why,
+                    f"flag -d: {args.total_batch_size}")
+    total_batch = accum * B * T * nproc
+    train_loader = DataLoader(args.train_data_pattern, B, T, rank, nproc, shuffle=bool(args.shuffle),
+                              vocab_size=cfg.vocab_size)
+    val_loader = DataLoader(args.val_data_pattern, B, T, rank, nproc, vocab_size=cfg.vocab_size) if have_val else None
+    max_steps = checked(lib.trainer_max_steps(args.max_steps, train_loader.num_tokens, total_batch, why), why,
+                        args.train_data_pattern)
+    schedule = LRScheduler(args.lr_scheduler_type, args.learning_rate, args.warmup_iterations, max_steps,
+                           args.final_learning_rate_frac)
+    tokenizer = Tokenizer(TOKENIZER_PATH) if rank == 0 and args.sample_every > 0 else None
     log = None
-    if args.output_dir:
-        out = Path(args.output_dir)
-        if rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            log = open(out / "main.log", "w")
-    say(f"model: {args.model} L={cfg.num_layers} NH={cfg.num_heads} C={cfg.channels} maxT={cfg.max_seq_len} "
+    if out_dir and rank == 0:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        log = open(Path(out_dir) / "main.log", "w")
+    say(f"model: {args.load_filename} L={cfg.num_layers} NH={cfg.num_heads} C={cfg.channels} maxT={cfg.max_seq_len} "
         f"V={cfg.vocab_size} Vp={cfg.padded_vocab_size}, {model.num_parameters} parameters")
     say(f"train: {train_loader.num_tokens} tokens; batch {total_batch} tokens = {nproc} processes x B={B} x T={T} "
         f"x {accum} accumulation steps; {max_steps} steps")
 
+    detectors = ffi.new("TrainerDetectors*")
+    lib.trainer_detectors_init(detectors)
     step_times: list[float] = []
-    for step in range(max_steps + 1):
-        last = step == max_steps
-        if val_loader is not None and (step % args.val_every == 0 or last):
-            val_loss = evaluate(model, val_loader, args.val_steps, comm)
-            say(f"val loss {val_loss:.6f}")
+    for step in itertools.count():
+        due = lib.trainer_due(args.c, step, max_steps, -1, int(have_val), int(bool(out_dir)), 0)
+        if due.val:
+            loss = val_loss(model, val_loader, args.val_max_steps, comm)
+            say(f"step {step}: val loss {loss:.6f}")
             if log:
-                log.write(f"s:{step} tel:{val_loss:f}\n")
+                log.write(f"s:{step} tel:{loss:f}\n")
                 log.flush()
-        if tokenizer is not None and ((step > 0 and step % args.sample_every == 0) or last):
+        if due.sample and tokenizer is not None:
             tokens = model.generate([tokenizer.eot_token], min(args.gen_tokens, cfg.max_seq_len - 1),
-                                    temperature=1.0, seed=SAMPLER_SEED + step)
+                                    temperature=1.0, seed=lib.TRAINER_SAMPLER_SEED + step)
             say(f"generating:\n---\n{tokenizer.decode(tokens[1:])}\n---")
-        if args.checkpoint_every > 0 and ((step > 0 and step % args.checkpoint_every == 0) or last):
-            if rank == 0:
-                model.save(Path(args.output_dir) / f"model_{step:08d}.bin")
-                say(f"wrote checkpoint for step {step} to {args.output_dir}")
-        if last:
+        if due.checkpoint and rank == 0:
+            path = ffi.new("char[4200]")
+            lib.trainer_checkpoint_path(path, 4200, out_dir.encode(), b"model", step, -1)
+            model.save(ffi.string(path).decode())
+            say(f"wrote checkpoint for step {step} to {out_dir}")
+        if due.stop:
             break
 
         t0 = time.perf_counter()
         model.zero_grad()
         loss_sum = 0.0
         for _ in range(accum):
-            if args.overfit:
+            if args.overfit_single_batch:
                 train_loader.reset()
             x, y = train_loader.next_batch()
             loss_sum += model.forward(x, y, return_logits=False)[1]
             model.backward(1.0 / accum)
-        loss = loss_sum / accum
-        if comm is not None and nproc > 1:
-            from mpi4py import MPI
-            comm.Allreduce(MPI.IN_PLACE, model.grads_flat, op=MPI.SUM)  # in place on the C buffer
-            model.grads_flat *= np.float32(1.0 / nproc)
-            loss = allreduce_mean(loss, comm)
+        loss = mean_over(comm, loss_sum / accum)
+        average_gradients(model, comm)
+        norm = model.grad_norm()
+        decision = lib.trainer_judge_update(detectors, loss, norm, args.skip_update_lossz, args.skip_update_gradz)
         lr = schedule(step)
-        norm = model.step(lr, weight_decay=args.weight_decay, grad_clip=args.grad_clip)
+        if not decision.skip:
+            check_rc(lib.pyllmc_model_ensure_optimizer(model._c))
+            lib.pyllmc_model_update(model._c, lr, args.weight_decay, lib.grad_clip_scale(norm, lib.TRAINER_GRAD_CLIP),
+                                    step + 1)
         dt = time.perf_counter() - t0
         step_times.append(dt)
-        say(f"step {step + 1}/{max_steps} | loss {loss:.6f} | lr {lr:.2e} | norm {norm:.4f} | "
-            f"{1000 * dt:.1f} ms | {total_batch / dt:.0f} tok/s", flush=True)
+        timed = step_times[1:] or step_times  # the first step warms up
+        eta = sum(timed) / len(timed) * (max_steps - step - 1)
+        say(progress_line(step, max_steps, loss, lr, norm, dt, total_batch, eta, decision), flush=True)
         if log:
             log.write(f"s:{step} trl:{loss:f} lr:{lr:f} norm:{norm:f}\n")
             log.flush()
-    timed = step_times[1:] or step_times  # the first step warms up
-    say(f"average step time {1000 * sum(timed) / len(timed):.1f} ms")
+    if step_times:
+        timed = step_times[1:] or step_times
+        say(f"average step time {1000 * sum(timed) / len(timed):.1f} ms")
     if log:
         log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     comm, rank, nproc = mpi_setup()
     try:
-        check_args(args)
+        args = Args(sys.argv[1:] if argv is None else argv)
         train(args, comm, rank, nproc)
     except (UserError, LlmcError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

@@ -46,10 +46,11 @@ def test_help_lists_the_trainer_flags(built):
     assert "mpirun" in out or "data-parallel" in out
 
 
-@pytest.mark.parametrize("module", ["pyllmc.train", "pyllmc.bench"])
-def test_unknown_flag_is_one_error_line(built, module):
+# pyllmc.train parses with the C trainers' own table, so it fails like ./train_gpt2 (status 1)
+@pytest.mark.parametrize("module,status", [("pyllmc.train", 1), ("pyllmc.bench", 2)])
+def test_unknown_flag_is_one_error_line(built, module, status):
     proc = run([sys.executable, "-m", module, "--no-such-flag", "1"], check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == status
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--no-such-flag" in lines[0], proc.stderr
 
@@ -59,7 +60,7 @@ def test_unknown_flag_is_one_error_line(built, module):
     (["-e", "d0"], "-e d0: bad model descriptor"),
     (["-e", "missing_model.bin"], "missing_model.bin: no such checkpoint"),
     (["-e", "d1", "-t", "2000", "-v", "0"], "flag -t: T = 2000 is larger"),
-    (["-e", "d1", "-b", "0"], "flag -b: must be >= 1"),
+    (["-e", "d1", "-b", "0"], "flag -b: value \"0\" is out of range"),
 ])
 def test_bad_flags_give_one_error_line(built, tinyshakespeare, args, needle):
     proc = run([sys.executable, "-m", "pyllmc.train", "-s", "0", *args], check=False, env=ENV)

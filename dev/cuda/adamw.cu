@@ -2,7 +2,7 @@
 dev/cuda/adamw.cu: one AdamW step over a parameter tensor (fp32 master weights, floatX params).
 
     version 1: the update written out inline (PyTorch AdamW formula), params rounded to nearest
-    version 2: the production kernel (llmc/adamw.cuh): layer_math.h's adamw_update_one, the CPU
+    version 2: the production kernel (llmc/adamw.cuh): llmc/adamw.h's adamw_update_one, the CPU
                trainer's function, and stochastic rounding of the parameters in BF16 builds
 The CPU reference calls adamw_update_one in fp32 on the host.
 */

@@ -9,7 +9,7 @@ strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
     against the exact fp32 inputs with bf16's rounding error budget
 Tolerances: fp32 |err| <= 1e-5 * (|beta*C| + sum_k |a||b|) per element (K * 2^-24 rounding
 with margin); bf16 vs rounded inputs 1e-5 of the same scale; bf16 vs exact inputs 2^-7 of it.
-Also: bf16 rounding matches llmc/layer_math.h, and the blocked kernel gives bit-identical
+Also: bf16 rounding matches llmc/bf16.h, and the blocked kernel gives bit-identical
 results on 1 and 2 threads; llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
@@ -18,7 +18,7 @@ element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7
 #include <stdio.h>
 #include <stdlib.h>
 #include "llmc/matmul.h"
-#include "llmc/layer_math.h"
+#include "llmc/bf16.h"
 #include "llmc/vecmath.h"
 #include "test_common.h"
 
@@ -132,7 +132,7 @@ static void check_thread_determinism(MatmulPrecision p) {
 }
 
 static void check_bf16_rounding(void) {
-    // round to nearest even, like llmc/layer_math.h's bf16_bits_round_nearest (the GPU trainer's rule)
+    // round to nearest even, like llmc/bf16.h's bf16_bits_round_nearest (the GPU trainer's rule)
     const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0039063f, 3.14159265f, -2.5e-3f,
                               65504.0f, 1e-40f, 3.389531e38f, INFINITY, -INFINITY};
     for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); i++) {
@@ -143,7 +143,7 @@ static void check_bf16_rounding(void) {
         float x = rand_uniform() * powf(2.0f, (float)(i % 60 - 30));
         if (mm_bf16_round(x) != bf16_bits_round_nearest(x)) { mismatches++; }
     }
-    CHECK(mismatches == 0, "bf16 rounding: %d of 100000 random values differ from layer_math.h", mismatches);
+    CHECK(mismatches == 0, "bf16 rounding: %d of 100000 random values differ from bf16.h", mismatches);
     CHECK(mm_bf16_round(1.00390625f) == 0x3f80, "tie 1 + 2^-8 rounds to even (1.0)");
     CHECK(mm_bf16_round(1.01171875f) == 0x3f82, "tie 1 + 3*2^-8 rounds to even (1 + 2^-6)");
     CHECK(isnan(mm_bf16_to_float(mm_bf16_round(NAN))), "NaN stays NaN");

@@ -11,7 +11,7 @@ gradients are exact and small, and every step changes the weights.
 #include <signal.h>
 #include <sys/stat.h>
 #include "llmc/trainer.h"
-#include "llmc/layer_math.h"
+#include "llmc/adamw.h"
 #include "dev/test/test_common.h"
 
 #define NPARAM 16

@@ -1,8 +1,8 @@
 /*
-dev/test/test_layer_math.c: llmc/layer_math.h on the CPU -- the bf16 round-to-nearest-even and
+dev/test/test_bf16.c: llmc/bf16.h on the CPU -- the bf16 round-to-nearest-even and
 stochastic rounding the GPU kernels use, and the hash that drives the stochastic rounding.
 */
-#include "../../llmc/layer_math.h"
+#include "../../llmc/bf16.h"
 #include "test_common.h"
 
 // ----------------------------------------------------------------------------
