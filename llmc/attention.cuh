@@ -17,7 +17,7 @@ cudnn_attention_backward (llmc/cudnn_att.h, code in llmc/cudnn_att.cpp) instead 
 q, k, v are read in place from the qkv matmul output (B, T, 3, NH, HS) through strides, the output is
 (B, T, NH, HS), and each layer keeps only its (B, NH, T) fp32 softmax statistics instead of the
 (B, NH, T, T) attention matrix. That path compiles and links in CI (make test-cuda-build), its
-layouts are checked on the CPU against the index maps below (dev/test/test_cuda_host.c) and its graphs
+layouts are checked on the CPU against the index maps below (dev/test/test_attention_host.c) and its graphs
 pass the cuDNN frontend's validation for sm_80 and sm_90 (dev/test/cudnn_graph_check.cpp); it has
 never been executed on a GPU.
 */
@@ -29,7 +29,7 @@ never been executed on a GPU.
 
 // ----------------------------------------------------------------------------
 // host half: the six batched GEMMs of attention as GemmSpecs (plain C, checked on the CPU against
-// row-major loops in dev/test/test_cuda_host.c). Per head: q, k, v, y, dy (T, HS) and att (T, T),
+// row-major loops in dev/test/test_attention_host.c). Per head: q, k, v, y, dy (T, HS) and att (T, T),
 // row-major; a batch of B*NH heads laid out one after another.
 
 enum { ATT_Q = 0, ATT_K, ATT_V, ATT_ATT, ATT_Y, ATT_DY, ATT_DATT, ATT_DQ, ATT_DK, ATT_DV, ATT_NUM_OPERANDS };

@@ -18,7 +18,7 @@ llmc/cudnn_att.cpp, compiled once as a host C++ object (the cuDNN frontend is he
 to compile) and linked into train_gpt2cu / test_gpt2cu.
 
 The first half of this header is plain C (no CUDA, no cuDNN): the tensor layouts handed to cuDNN,
-the cache key and the shape rules, checked on the CPU by dev/test/test_cuda_host.c.
+the cache key and the shape rules, checked on the CPU by dev/test/test_cudnn_att_host.c.
 */
 #ifndef LLMC_CUDNN_ATT_H
 #define LLMC_CUDNN_ATT_H

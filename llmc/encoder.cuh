@@ -74,7 +74,7 @@ __global__ static void wte_backward_kernel(floatX* dwte, const floatX* dout, con
 #endif // __CUDACC__
 
 // host bookkeeping for the wte backward: the B*T positions grouped by token id, in increasing
-// position order within a group. Plain C, tested on the CPU (dev/test/test_cuda_host.c).
+// position order within a group. Plain C, tested on the CPU (dev/test/test_encoder_host.c).
 typedef struct {
     int num_groups;     // distinct tokens in the batch
     int* token_ids;     // (num_groups) the token of each group, increasing

@@ -11,7 +11,7 @@ llmc/matmul.cuh: the linear layers, on cuBLASLt.
 All matrices are row-major in llmc; cuBLAS is column-major, so each GEMM describes the transposed
 problem (row-major X is column-major X^T). Those descriptions are GemmSpec values built by small
 plain-C functions (the host half of this file), which name the operands playing A, B and D; the CPU
-test (dev/test/test_cuda_host.c) runs every spec through gemm_reference, a CPU implementation of
+test (dev/test/test_gemm_host.c) runs every spec through gemm_reference, a CPU implementation of
 cuBLAS's column-major semantics, and compares with row-major loops. Bias gradients use our own
 deterministic column sum (fixed reduction order) rather than atomics.
 */

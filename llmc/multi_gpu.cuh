@@ -2,7 +2,7 @@
 llmc/multi_gpu.cuh: data-parallel training over GPUs and nodes with NCCL (+ MPI, TCP or a shared
 file system to exchange the NCCL id), and ZeRO-1 sharding of the optimizer state.
 
-Host half (plain C, compiled by gcc in dev/test/test_cuda_host.c):
+Host half (plain C, compiled by gcc in dev/test/test_multi_gpu_host.c):
     multi_gpu_check_args(...)        validates -pn -pr -pg -pi -ps -pf; returns NULL or the reason
     grad_layer_ranges(cfg, l, ..)    the [lo, hi) ranges of the flat gradient vector that layer l owns
     grad_reduce_ops(lo, hi, ..)      the NCCL calls that reduce one range: element counts, offsets, roots
