@@ -59,95 +59,76 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 // (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
 GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, floatX)
 
-typedef struct {
-    floatX* encoded;    // (B, T, C)
-    floatX* ln1;        // (L, B, T, C), one layer's worth with recompute >= 2
-    float* ln1_mean;    // (L, B, T)
-    float* ln1_rstd;    // (L, B, T)
-    floatX* atty;       // (L, B, T, C)
+// The activations, in buffer order: X(type, name, layers, count). A tensor is `layers` slices of
+// `count` elements, layer l's slice at (l % layers) * count: layers = 1 for the tensors outside
+// the layers and for a buffer that all layers share because it is recomputed (-r 1: fch_gelu;
+// -r 2: also ln1, ln2). A tensor of 0 elements is not used by this build (its pointer is NULL).
+// Sizes are written in B, T, BT = B*T, C, NH, L, Vp and ln_layers, gelu_layers.
+#define GPU_ACTIVATIONS(X) \
+    X(floatX, encoded,      1, BT * C)      /* (B, T, C) */ \
+    GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, lnf,          1, BT * C)      /* (B, T, C) */ \
+    X(float,  lnf_mean,     1, BT) \
+    X(float,  lnf_rstd,     1, BT) \
+    X(float,  losses,       1, BT) \
+    X(floatX, output,       1, BT * Vp)     /* (B, T, Vp) logits, then dlogits */ \
+    X(floatX, scratch_bt4c, 1, BT * 4 * C)  /* (B, T, 4C) qkv / dfch */ \
+    X(floatX, scratch_btc,  1, BT * C)      /* (B, T, C) */ \
+    /* backward only */ \
+    X(floatX, dresidual,    1, BT * C)      /* (B, T, C) gradient of the residual stream */ \
+    GPU_ATTENTION_BACKWARD_BUFFERS(X) \
+    /* column-sum partials of bias and layernorm gradients */ \
+    X(float,  fscratch,     1, 4 * C * (BIAS_GRAD_ROW_CHUNKS > LAYERNORM_ROW_CHUNKS ? BIAS_GRAD_ROW_CHUNKS : LAYERNORM_ROW_CHUNKS)) \
+    X(float,  norm,         1, 1 + GLOBAL_NORM_BLOCKS) /* squared gradient norm and its partial sums */
+
+#define GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, ln1,       ln_layers,   BT * C)      /* (L, B, T, C) layernorm of the layer's input */ \
+    X(float,  ln1_mean,  L,           BT)          /* (L, B, T) */ \
+    X(float,  ln1_rstd,  L,           BT) \
+    X(floatX, qkvr,      L,           BT * 3 * C)  /* (L, 3, B, NH, T, HS) q, k, v head-major; with cuDNN (L, B, T, 3C) */ \
+    GPU_ATTENTION_ACTIVATIONS(X) \
+    X(floatX, atty,      L,           BT * C)      /* (L, B, T, C) attention output, before its projection */ \
+    X(floatX, residual2, L,           BT * C)      /* (L, B, T, C) input + attention projection */ \
+    X(floatX, ln2,       ln_layers,   BT * C) \
+    X(float,  ln2_mean,  L,           BT) \
+    X(float,  ln2_rstd,  L,           BT) \
+    X(floatX, fch,       L,           BT * 4 * C)  /* (L, B, T, 4C) input of the GELU */ \
+    X(floatX, fch_gelu,  gelu_layers, BT * 4 * C) \
+    X(floatX, residual3, L,           BT * C)      /* (L, B, T, C) residual2 + MLP output, the layer's output */
+
 #ifdef ENABLE_CUDNN
-    float* att_stats;   // (L, B, NH, T) log-sum-exp of each softmax row, for cuDNN's backward (layers 256-byte aligned)
+// cuDNN keeps (B, NH, T) fp32 softmax statistics (log-sum-exp of each row) per layer instead of
+// the attention matrix (layers 256-byte aligned), and its backward needs no buffers of ours
+#define GPU_ATTENTION_ACTIVATIONS(X) X(float, att_stats, L, cudnn_att_stats_layer_stride(B, T, (int)NH))
+#define GPU_ATTENTION_BACKWARD_BUFFERS(X)
 #else
-    floatX* att;        // (L, B, NH, T, T)
+#define GPU_ATTENTION_ACTIVATIONS(X) X(floatX, att, L, B * NH * T * T) /* (L, B, NH, T, T) */
+#define GPU_ATTENTION_BACKWARD_BUFFERS(X) \
+    X(floatX, dqkvr, 1, BT * 3 * C)     /* (3, B, NH, T, HS) */ \
+    X(floatX, datt,  1, B * NH * T * T) /* (B, NH, T, T) */ \
+    X(floatX, dy,    1, BT * C)         /* (B, NH, T, HS) */
 #endif
-    floatX* residual2;  // (L, B, T, C)
-    floatX* ln2;        // (L, B, T, C), one layer's worth with recompute >= 2
-    float* ln2_mean;    // (L, B, T)
-    float* ln2_rstd;    // (L, B, T)
-    floatX* fch;        // (L, B, T, 4C) input of the GELU
-    floatX* fch_gelu;   // (L, B, T, 4C), one layer's worth with recompute >= 1
-    floatX* residual3;  // (L, B, T, C)
-    floatX* lnf;        // (B, T, C)
-    float* lnf_mean;    // (B, T)
-    float* lnf_rstd;    // (B, T)
-    float* losses;      // (B, T)
-    floatX* qkvr;       // (L, 3, B, NH, T, HS) q, k, v head-major; with cuDNN (L, B, T, 3C), the qkv matmul output
-    floatX* output;     // (B, T, Vp) logits, then dlogits
-    floatX* scratch_bt4c;  // (B, T, 4C) qkv / dfch
-    floatX* scratch_btc;   // (B, T, C)
-    // backward only
-    floatX* dresidual;  // (B, T, C) gradient of the residual stream
-    floatX* dqkvr;      // (3, B, NH, T, HS); NULL with cuDNN (it writes dqkv straight into scratch_bt4c)
-    floatX* datt;       // (B, NH, T, T); NULL with cuDNN
-    floatX* dy;         // (B, NH, T, HS); NULL with cuDNN
-    float* fscratch;    // column-sum partials of bias and layernorm gradients
-    float* norm;        // (1 + GLOBAL_NORM_BLOCKS) squared norm and its partial sums
-} ActivationTensors;
 
-// one row of the activation table: where the pointer goes, how many elements, element size (0 elements: NULL)
-typedef struct {
-    void** ptr;
-    size_t count;
-    size_t elem;
-} ActivationSpec;
+#define GPU_ACT_FIELD_(type, name, layers, count) type* name;
+typedef struct { GPU_ACTIVATIONS(GPU_ACT_FIELD_) } ActivationTensors;
 
-#define NUM_ACTIVATION_TENSORS 26
+// one layer's activations: residual is its input (encoded, or the previous layer's residual3),
+// the others are layer l's slices (without the L)
+typedef struct { floatX* residual; GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD_) } LayerActs;
 
-static void activation_table(ActivationSpec t[NUM_ACTIVATION_TENSORS], ActivationTensors* a, const GPT2Config* cfg,
-                             int B, int T, int recompute) {
-    size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T;
-    size_t fx = sizeof(floatX), f = sizeof(float);
-    size_t layers_ln = recompute >= 2 ? 1 : L;
-    size_t layers_gelu = recompute >= 1 ? 1 : L;
-    size_t fscratch = 4 * C * (BIAS_GRAD_ROW_CHUNKS > LAYERNORM_ROW_CHUNKS ? BIAS_GRAD_ROW_CHUNKS : LAYERNORM_ROW_CHUNKS);
-#ifdef ENABLE_CUDNN
-    // cuDNN keeps fp32 softmax statistics instead of the attention matrix and needs no backward buffers
-    ActivationSpec att_row = {(void**)&a->att_stats, L * cudnn_att_stats_layer_stride(B, T, (int)NH), f};
-    size_t bwd_att = 0, bwd_qkvr = 0, bwd_dy = 0;
-#else
-    ActivationSpec att_row = {(void**)&a->att, L * B * NH * T * T, fx};
-    size_t bwd_att = B * NH * T * T, bwd_qkvr = BT * 3 * C, bwd_dy = BT * C;
-#endif
-    ActivationSpec rows[NUM_ACTIVATION_TENSORS] = {
-        {(void**)&a->encoded, BT * C, fx},
-        {(void**)&a->ln1, layers_ln * BT * C, fx},
-        {(void**)&a->ln1_mean, L * BT, f},
-        {(void**)&a->ln1_rstd, L * BT, f},
-        {(void**)&a->atty, L * BT * C, fx},
-        att_row,
-        {(void**)&a->residual2, L * BT * C, fx},
-        {(void**)&a->ln2, layers_ln * BT * C, fx},
-        {(void**)&a->ln2_mean, L * BT, f},
-        {(void**)&a->ln2_rstd, L * BT, f},
-        {(void**)&a->fch, L * BT * 4 * C, fx},
-        {(void**)&a->fch_gelu, layers_gelu * BT * 4 * C, fx},
-        {(void**)&a->residual3, L * BT * C, fx},
-        {(void**)&a->lnf, BT * C, fx},
-        {(void**)&a->lnf_mean, BT, f},
-        {(void**)&a->lnf_rstd, BT, f},
-        {(void**)&a->losses, BT, f},
-        {(void**)&a->qkvr, L * BT * 3 * C, fx},
-        {(void**)&a->output, BT * Vp, fx},
-        {(void**)&a->scratch_bt4c, BT * 4 * C, fx},
-        {(void**)&a->scratch_btc, BT * C, fx},
-        {(void**)&a->dresidual, BT * C, fx},
-        {(void**)&a->dqkvr, bwd_qkvr, fx},
-        {(void**)&a->datt, bwd_att, fx},
-        {(void**)&a->dy, bwd_dy, fx},
-        {(void**)&a->fscratch, fscratch, f},
-    };
-    memcpy(t, rows, sizeof(rows));
+#define GPU_ACT_POINT_(type, name, layers, count) { \
+        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
+        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
+        offset += (bytes + 255) / 256 * 256; \
+    }
+// Points the activations for micro-batches of B x T at recompute level -r into memory (NULL:
+// only counts), each tensor 256-byte aligned; returns the bytes they take.
+static size_t point_activations(ActivationTensors* a, char* memory, const GPT2Config* cfg, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
+    size_t offset = 0;
+    GPU_ACTIVATIONS(GPU_ACT_POINT_)
+    return offset;
 }
 
 typedef struct {
@@ -269,21 +250,9 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     model->recompute = recompute;
     model->gelu_fusion = 0;
     model->stream = stream;
-    ActivationSpec table[NUM_ACTIVATION_TENSORS];
-    activation_table(table, &model->acts, cfg, B, T, recompute);
-    size_t total = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        total += (table[i].count * table[i].elem + 255) / 256 * 256;  // 256-byte aligned tensors
-    }
-    total += (1 + GLOBAL_NORM_BLOCKS) * sizeof(float);
-    model->acts_bytes = total;
-    model->acts_memory = cudaMallocCheck(total);
-    char* it = (char*)model->acts_memory;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        *(table[i].ptr) = table[i].count > 0 ? it : NULL;
-        it += (table[i].count * table[i].elem + 255) / 256 * 256;
-    }
-    model->acts.norm = (float*)it;
+    model->acts_bytes = point_activations(&model->acts, NULL, cfg, B, T, recompute);
+    model->acts_memory = cudaMallocCheck(model->acts_bytes);
+    point_activations(&model->acts, (char*)model->acts_memory, cfg, B, T, recompute);
     model->inputs = (int*)cudaMallocCheck((size_t)B * T * sizeof(int));
     model->targets = (int*)cudaMallocCheck((size_t)B * T * sizeof(int));
     cudaCheck(cudaMallocHost((void**)&model->losses_host, (size_t)B * T * sizeof(float)));
@@ -329,53 +298,16 @@ static void gpt2_free(GPT2* model) {
 // ----------------------------------------------------------------------------
 // forward, backward, update
 
-// one layer's activations: residual is its input (encoded, or the previous layer's residual3);
-// ln1, ln2 (-r 2) and fch_gelu (-r 1 and 2) are one buffer shared by all layers when recomputed
-typedef struct {
-    floatX* residual;   // (B, T, C)
-    floatX* ln1;        // (B, T, C)
-    float* ln1_mean;    // (B, T)
-    float* ln1_rstd;    // (B, T)
-    floatX* qkvr;       // (3, B, NH, T, HS); with cuDNN (B, T, 3C)
-#ifdef ENABLE_CUDNN
-    float* att_stats;   // (B, NH, T)
-#else
-    floatX* att;        // (B, NH, T, T)
-#endif
-    floatX* atty;       // (B, T, C)
-    floatX* residual2;  // (B, T, C)
-    floatX* ln2;        // (B, T, C)
-    float* ln2_mean;    // (B, T)
-    float* ln2_rstd;    // (B, T)
-    floatX* fch;        // (B, T, 4C)
-    floatX* fch_gelu;   // (B, T, 4C)
-    floatX* residual3;  // (B, T, C)
-} LayerActs;
-
+#define GPU_ACT_LAYER_(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
 // layer l's view of the activations
 static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
     const ActivationTensors* a = &model->acts;
-    size_t BT = (size_t)model->B * model->T, C = model->config.channels, NH = model->config.num_heads;
-    size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
+    int B = model->B, T = model->T;
+    size_t BT = (size_t)B * T, C = model->config.channels, NH = model->config.num_heads, L = model->config.num_layers;
+    size_t ln_layers = model->recompute >= 2 ? 1 : L, gelu_layers = model->recompute >= 1 ? 1 : L;
     LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    v.ln1 = a->ln1 + l_ln * BT * C;
-    v.ln1_mean = a->ln1_mean + (size_t)l * BT;
-    v.ln1_rstd = a->ln1_rstd + (size_t)l * BT;
-    v.qkvr = a->qkvr + (size_t)l * BT * 3 * C;
-#ifdef ENABLE_CUDNN
-    v.att_stats = a->att_stats + (size_t)l * cudnn_att_stats_layer_stride(model->B, model->T, (int)NH);
-#else
-    v.att = a->att + (size_t)l * BT * NH * model->T;
-#endif
-    v.atty = a->atty + (size_t)l * BT * C;
-    v.residual2 = a->residual2 + (size_t)l * BT * C;
-    v.ln2 = a->ln2 + l_ln * BT * C;
-    v.ln2_mean = a->ln2_mean + (size_t)l * BT;
-    v.ln2_rstd = a->ln2_rstd + (size_t)l * BT;
-    v.fch = a->fch + (size_t)l * BT * 4 * C;
-    v.fch_gelu = a->fch_gelu + l_gelu * BT * 4 * C;
-    v.residual3 = a->residual3 + (size_t)l * BT * C;
+    GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER_)
     return v;
 }
 
