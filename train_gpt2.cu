@@ -216,7 +216,7 @@ static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc)
         gpt2_init_common(model, &cfg);
         gpt2_allocate_parameters(model, zero_padded_size(model->num_parameters, zero_stage, nproc));
         float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-        gpt2_init_params_from_scratch(host, &model->config, 42);  // llmc/init.h, as train_gpt2.c
+        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/init.h, as train_gpt2.c
         gpt2_upload_parameters(model, host);
         free(host);
         return;
@@ -552,60 +552,67 @@ static void gpu_save_model(void* ctx, const char* path) {
     free(host);
 }
 
-// the training state holds this rank's ZeRO shard: AdamW m, v, and after the detectors its fp32
-// master weights (bf16 builds with -w 1)
-static size_t gpu_state_fields(const GpuTrainer* g, TrainState* s, const char* path) {
-    size_t shard = g->mg->shard.size;
-    size_t master = g->model->master_weights != NULL ? shard : 0;
-    size_t extra = trainer_state_extra_bytes(master);
+// The training state holds this rank's ZeRO shard: AdamW m, v, and after the detectors its fp32
+// master weights (bf16 builds with -w 1). Host copies of them, on the way to or from the file.
+typedef struct {
+    size_t shard, master;  // element counts (master 0: none)
+    float* m;
+    float* v;
+    float* w;
+    char* extra;
+} GpuStateStaging;
+
+// fills the optimizer fields of s and allocates the host copies
+static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, const char* path) {
+    GpuStateStaging st;
+    st.shard = g->mg->shard.size;
+    st.master = g->model->master_weights != NULL ? st.shard : 0;
+    size_t extra = trainer_state_extra_bytes(st.master);
     if (!trainer_state_extra_fits(extra)) {
         llmc_die("%s: the fp32 master weights of this rank (%zu bytes) do not fit a training state; use -z 1 over more GPUs or -w 0",
                  path, extra);
     }
     s->num_parameters = g->model->num_parameters;
     s->opt_offset = g->mg->shard.offset;
-    s->opt_size = shard;
+    s->opt_size = st.shard;
     s->extra_bytes = (uint32_t)extra;
-    return master;
+    st.m = (float*)mallocCheck(st.shard * sizeof(float) + 1);
+    st.v = (float*)mallocCheck(st.shard * sizeof(float) + 1);
+    st.w = (float*)mallocCheck(st.master * sizeof(float) + 1);
+    st.extra = (char*)mallocCheck(extra);
+    return st;
+}
+
+static void gpu_state_staging_free(GpuStateStaging* st) {
+    free(st->m);
+    free(st->v);
+    free(st->w);
+    free(st->extra);
 }
 
 static void gpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     GPT2* model = g->model;
-    size_t shard = g->mg->shard.size, master = gpu_state_fields(g, s, path);
-    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* w = (float*)mallocCheck(master * sizeof(float) + 1);
-    char* extra = (char*)mallocCheck(s->extra_bytes);
+    GpuStateStaging st = gpu_state_staging(g, s, path);
     cudaCheck(cudaStreamSynchronize(model->stream));
-    cudaCheck(cudaMemcpy(m, model->m_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, model->v_memory, shard * sizeof(float), cudaMemcpyDeviceToHost));
-    if (master > 0) { cudaCheck(cudaMemcpy(w, model->master_weights, master * sizeof(float), cudaMemcpyDeviceToHost)); }
-    trainer_state_extra_pack(extra, d, w, master);
-    train_state_write(path, s, m, v, extra);
-    free(m);
-    free(v);
-    free(w);
-    free(extra);
+    cudaCheck(cudaMemcpy(st.m, model->m_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(st.v, model->v_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
+    if (st.master > 0) { cudaCheck(cudaMemcpy(st.w, model->master_weights, st.master * sizeof(float), cudaMemcpyDeviceToHost)); }
+    trainer_state_extra_pack(st.extra, d, st.w, st.master);
+    train_state_write(path, s, st.m, st.v, st.extra);
+    gpu_state_staging_free(&st);
 }
 
 static void gpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     GPT2* model = g->model;
-    size_t shard = g->mg->shard.size, master = gpu_state_fields(g, expect, path);
-    float* m = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* v = (float*)mallocCheck(shard * sizeof(float) + 1);
-    float* w = (float*)mallocCheck(master * sizeof(float) + 1);
-    char* extra = (char*)mallocCheck(expect->extra_bytes);
-    train_state_read(path, expect, got, m, v, extra);
-    trainer_state_extra_unpack(extra, d, w, master);
-    cudaCheck(cudaMemcpy(model->m_memory, m, shard * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->v_memory, v, shard * sizeof(float), cudaMemcpyHostToDevice));
-    if (master > 0) { cudaCheck(cudaMemcpy(model->master_weights, w, master * sizeof(float), cudaMemcpyHostToDevice)); }
-    free(m);
-    free(v);
-    free(w);
-    free(extra);
+    GpuStateStaging st = gpu_state_staging(g, expect, path);
+    train_state_read(path, expect, got, st.m, st.v, st.extra);
+    trainer_state_extra_unpack(st.extra, d, st.w, st.master);
+    cudaCheck(cudaMemcpy(model->m_memory, st.m, st.shard * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, st.v, st.shard * sizeof(float), cudaMemcpyHostToDevice));
+    if (st.master > 0) { cudaCheck(cudaMemcpy(model->master_weights, st.w, st.master * sizeof(float), cudaMemcpyHostToDevice)); }
+    gpu_state_staging_free(&st);
 }
 
 static TrainerOps gpu_trainer_ops(GpuTrainer* g) {

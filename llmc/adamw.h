@@ -3,20 +3,14 @@ llmc/adamw.h: the AdamW rule, one element at a time, shared by the CPU trainer (
 GPU kernel (llmc/adamw.cuh) and pyllmc, so every trainer takes the same step. Its constants
 (betas, eps) are the reference's, in llmc/trainer.h.
 
-Every function is HD: a plain static inline function in C, __host__ __device__ under nvcc.
+Every function is HD (llmc/host_device.h): plain C on the CPU, __host__ __device__ under nvcc.
 */
 #ifndef LLMC_ADAMW_H
 #define LLMC_ADAMW_H
 
 #include <math.h>
 
-#ifndef HD
-#ifdef __CUDACC__
-#define HD __host__ __device__
-#else
-#define HD
-#endif
-#endif
+#include "host_device.h"
 
 // AdamW, PyTorch semantics (torch.optim.AdamW, single-tensor path):
 //   p -= lr * wd * p

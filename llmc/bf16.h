@@ -3,7 +3,7 @@ llmc/bf16.h: bfloat16 as bits, for the GPU trainer's kernels and the CPU's bf16 
 on the CPU (dev/test/test_bf16.c): round to nearest even, stochastic rounding, and the stateless
 hash that gives stochastic rounding its random bits. bf16 is the top 16 bits of an IEEE float32.
 
-Every function is HD: a plain static inline function in C, __host__ __device__ under nvcc.
+Every function is HD (llmc/host_device.h): plain C on the CPU, __host__ __device__ under nvcc.
 */
 #ifndef LLMC_BF16_H
 #define LLMC_BF16_H
@@ -11,13 +11,7 @@ Every function is HD: a plain static inline function in C, __host__ __device__ u
 #include <stdint.h>
 #include <string.h>
 
-#ifndef HD
-#ifdef __CUDACC__
-#define HD __host__ __device__
-#else
-#define HD
-#endif
-#endif
+#include "host_device.h"
 
 static inline HD float bf16_bits_to_float(uint16_t bits) {
     uint32_t u = ((uint32_t)bits) << 16;

@@ -31,19 +31,19 @@ static inline void gpt2_init_params_from_scratch(float* params, const GPT2Config
     manual_seed(&rng, seed);
     double std = 0.02;
     double proj_std = 0.02 / sqrt(2.0 * L);
-    normal_d(t[0], (size_t)cfg->vocab_size * C, 0.0, std, &rng);   // wte (V, C), pad rows stay 0
-    normal_d(t[1], (size_t)cfg->max_seq_len * C, 0.0, std, &rng);  // wpe (maxT, C)
+    normal_d(t[GPT2_PARAM_wte], (size_t)cfg->vocab_size * C, 0.0, std, &rng);   // (V, C), pad rows stay 0
+    normal_d(t[GPT2_PARAM_wpe], (size_t)cfg->max_seq_len * C, 0.0, std, &rng);  // (maxT, C)
     for (int l = 0; l < L; l++) {
-        normal_d(t[4] + (size_t)l * 3 * C * C, 3 * C * C, 0.0, std, &rng);        // qkvw (3C, C)
-        normal_d(t[6] + (size_t)l * C * C, C * C, 0.0, proj_std, &rng);           // attprojw (C, C)
-        normal_d(t[10] + (size_t)l * 4 * C * C, 4 * C * C, 0.0, std, &rng);       // fcw (4C, C)
-        normal_d(t[12] + (size_t)l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);  // fcprojw (C, 4C)
+        normal_d(t[GPT2_PARAM_qkvw] + (size_t)l * 3 * C * C, 3 * C * C, 0.0, std, &rng);           // (3C, C)
+        normal_d(t[GPT2_PARAM_attprojw] + (size_t)l * C * C, C * C, 0.0, proj_std, &rng);         // (C, C)
+        normal_d(t[GPT2_PARAM_fcw] + (size_t)l * 4 * C * C, 4 * C * C, 0.0, std, &rng);           // (4C, C)
+        normal_d(t[GPT2_PARAM_fcprojw] + (size_t)l * 4 * C * C, 4 * C * C, 0.0, proj_std, &rng);  // (C, 4C)
     }
     for (size_t i = 0; i < (size_t)L * C; i++) {
-        t[2][i] = 1.0f;  // ln1w
-        t[8][i] = 1.0f;  // ln2w
+        t[GPT2_PARAM_ln1w][i] = 1.0f;
+        t[GPT2_PARAM_ln2w][i] = 1.0f;
     }
-    for (size_t i = 0; i < C; i++) { t[14][i] = 1.0f; }  // lnfw
+    for (size_t i = 0; i < C; i++) { t[GPT2_PARAM_lnfw][i] = 1.0f; }
 }
 
 #endif // LLMC_INIT_H

@@ -3,20 +3,14 @@ llmc/layer_math.h: the scalar math of the layers, shared by the CPU trainer (tra
 GPU kernels (the llmc .cuh files), so both compute the same GELU and layernorm statistics. The optimizer's
 rule is llmc/adamw.h, bf16 rounding llmc/bf16.h.
 
-Every function is HD: a plain static inline function in C, __host__ __device__ under nvcc.
+Every function is HD (llmc/host_device.h): plain C on the CPU, __host__ __device__ under nvcc.
 */
 #ifndef LLMC_LAYER_MATH_H
 #define LLMC_LAYER_MATH_H
 
 #include <math.h>
 
-#ifndef HD
-#ifdef __CUDACC__
-#define HD __host__ __device__
-#else
-#define HD
-#endif
-#endif
+#include "host_device.h"
 
 // ----------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's "gelu_new", torch's approximate="tanh")

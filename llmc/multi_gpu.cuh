@@ -70,7 +70,7 @@ static inline void grad_tensor_offsets(const GPT2Config* cfg, size_t offsets[GPT
 }
 
 // 1 for the per-layer tensors (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb
-static inline int grad_tensor_is_per_layer(int i) { return i >= 2 && i <= 13; }
+static inline int grad_tensor_is_per_layer(int i) { return GPT2_PARAMETER_PER_LAYER[i]; }
 
 // the ranges of layer `layer` (12 of them), or with layer = -1 the 4 tensors outside the layers
 // (wte, wpe, lnfw, lnfb); returns how many were written to out (capacity 16)
