@@ -346,14 +346,17 @@ class DebugOptimizer:
     grad_clip: float = 1.0
 
 
-def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer):
-    """fp32 CPU forward/backward on one batch, then `opt.steps` AdamW steps on it: (logits, loss, grads, losses)."""
-    ref = copy.deepcopy(model).cpu().float()
+def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                    dtype: torch.dtype = torch.float32):
+    """CPU forward/backward on one batch in `dtype`, then `opt.steps` AdamW steps on it: (logits, loss, grads, losses)."""
+    ref = copy.deepcopy(model).cpu().to(dtype)
     optimizer = ref.configure_optimizers(opt.weight_decay, opt.lr, (opt.beta1, opt.beta2), opt.eps)
     logits, loss, grads, losses = None, None, None, []
     for step in range(opt.steps):
         optimizer.zero_grad(set_to_none=True)
         step_logits, step_loss = ref(x, y)
+        if dtype != torch.float32:  # the model's loss is float32 for autocast; a float64 rerun needs float64
+            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.view(-1))
         step_loss.backward()
         if step == 0:
             logits, loss = step_logits.detach(), step_loss.detach()
@@ -365,24 +368,47 @@ def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOpti
     return logits, loss, grads, losses
 
 
+def reference_loss_noise(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                         losses: list[float]) -> list[float]:
+    """Float32 rounding noise of each reference step loss: |loss_fp32 - loss_fp64| of the same steps.
+
+    AdamW turns gradients at the float32 noise floor into updates of size lr, so a correct float32
+    implementation that merely sums in another order (another BLAS, CPU or GPU) drifts from
+    `losses` by an amount that depends on the batch. Rerunning the same steps from the same
+    weights in float64 gives the distance of one correct float32 run from exact arithmetic; the
+    tests allow a multiple of it (llmc/tensor_check.h, step_loss_tolerance). float64 rather than
+    a perturbed float32 rerun: it needs no choice of perturbation, it is the error itself, and
+    perturbing the weights by 1 ulp does not reach it (d12, B=4, T=64 on the val shard, step 3:
+    two 1-ulp reruns moved the loss by 3e-6 and 4e-6, the float64 rerun by 1.9e-4, and the C
+    trainer differs from this reference by 1.9e-4). Costs one float64 run of the steps (~2x the
+    float32 ones on a CPU).
+    """
+    exact = reference_steps(model, x, y, opt, torch.float64)[3]
+    return [abs(a - b) for a, b in zip(losses, exact)]
+
+
 def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
-    """Debug state: one batch, its logits, loss and every gradient, then the losses of `opt.steps` reference steps."""
+    """Debug state: one batch, its logits, loss and every gradient, the losses of `opt.steps` reference
+    steps, then each step loss's float32 noise (header[11] = their count; after everything llm.c reads)."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses = reference_steps(model, x, y, opt)
+    noise = reference_loss_noise(model, x, y, opt, losses)
     B, T = x.shape
     settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
     chunks = [
-        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings]),
+        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings, len(noise)]),
         x.to(torch.int32).numpy().tobytes(),
         y.to(torch.int32).numpy().tobytes(),
         logits.float().numpy().tobytes(),
         loss.float().numpy().tobytes(),
         *(g.float().numpy().tobytes() for g in grads),
         np.asarray(losses, dtype=np.float32).tobytes(),
+        np.asarray(noise, dtype=np.float32).tobytes(),
     ]
     atomic_write(filename, chunks)
-    print0(f"wrote {filename} (B={B}, T={T}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f})")
+    summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
+    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
 
 
 # ----------------------------------------------------------------------------- data

@@ -3,10 +3,18 @@ llmc/debug_state.h: the reference tensors written by python train_gpt2.py --writ
 read by both test programs (test_gpt2.c on the CPU, test_gpt2.cu on the GPU).
 
 int32 header of 256: [0]=20240327 [1]=2 [2]=B [3]=T [4]=nsteps [5..10]=fp32 bit patterns of
-lr, beta1, beta2, eps, weight_decay, grad_clip. Body: x int32[B*T], y int32[B*T], logits
-fp32[B*T*V] (V unpadded), loss fp32, the 16 parameter gradients fp32 in checkpoint order (wte
-with Vp rows), then nsteps fp32 losses (losses[i] is the loss before optimizer step i+1).
-Every inconsistency (header, size, token ids) is one error line naming the file.
+lr, beta1, beta2, eps, weight_decay, grad_clip, [11]=nnoise (0 or nsteps). Body: x int32[B*T],
+y int32[B*T], logits fp32[B*T*V] (V unpadded), loss fp32, the 16 parameter gradients fp32 in
+checkpoint order (wte with Vp rows), then nsteps fp32 losses (losses[i] is the loss before
+optimizer step i+1), then nnoise fp32 loss noises: loss_noise[i] = |losses[i] - the same loss
+when the reference reruns its steps in float64|, the float32 rounding noise of that step's loss
+(train_gpt2.py, reference_loss_noise). The noise section comes last and the version stays 2, so
+llm.c's reader (which reads up to the gradients) still reads these files.
+
+Files without the noise section (nnoise = 0: written before it existed) still load with
+has_loss_noise = 0; the tests then check step losses with their fixed fallback tolerance
+(llmc/tensor_check.h, step_loss_tolerance). Every inconsistency (header, size, token ids, a
+negative or non-finite noise) is one error line naming the file.
 */
 #ifndef LLMC_DEBUG_STATE_H
 #define LLMC_DEBUG_STATE_H
@@ -30,6 +38,8 @@ typedef struct {
     float loss;
     float* grads;   // (num_parameters) checkpoint order, wte with Vp rows
     float* losses;  // (nsteps)
+    int has_loss_noise;   // 1 if the file has the noise section (header[11] == nsteps)
+    float* loss_noise;    // (nsteps) float32 noise of each step loss; zeros without the section
 } DebugState;
 
 static inline float debug_state_float_bits(int bits) {
@@ -66,25 +76,39 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
     d->eps = hp[3];
     d->weight_decay = hp[4];
     d->grad_clip = hp[5];
+    int nnoise = header[11];
+    if (nnoise != 0 && nnoise != d->nsteps) {
+        llmc_die("%s: bad debug state header: %d loss noises for %d steps (header[11] must be 0 or nsteps)",
+                 path, nnoise, d->nsteps);
+    }
+    d->has_loss_noise = nnoise > 0;
     size_t BT = (size_t)d->B * d->T, V = (size_t)cfg->vocab_size;
     size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
-                      num_parameters * sizeof(float) + (size_t)d->nsteps * sizeof(float);
+                      num_parameters * sizeof(float) + ((size_t)d->nsteps + (size_t)nnoise) * sizeof(float);
     if (file_size != expected) {
-        llmc_die("%s: debug state size mismatch: B=%d T=%d V=%zu nsteps=%d and %zu parameters need %zu bytes, the file has %zu (wrong model?)",
-                 path, d->B, d->T, V, d->nsteps, num_parameters, expected, file_size);
+        llmc_die("%s: debug state size mismatch: B=%d T=%d V=%zu nsteps=%d nnoise=%d and %zu parameters need %zu bytes, the file has %zu (wrong model?)",
+                 path, d->B, d->T, V, d->nsteps, nnoise, num_parameters, expected, file_size);
     }
     d->x = (int*)mallocCheck(BT * sizeof(int));
     d->y = (int*)mallocCheck(BT * sizeof(int));
     d->logits = (float*)mallocCheck(BT * V * sizeof(float));
     d->grads = (float*)mallocCheck(num_parameters * sizeof(float));
     d->losses = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
+    d->loss_noise = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
+    memset(d->loss_noise, 0, ((size_t)d->nsteps + 1) * sizeof(float));
     freadCheck(d->x, sizeof(int), BT, f, path);
     freadCheck(d->y, sizeof(int), BT, f, path);
     freadCheck(d->logits, sizeof(float), BT * V, f, path);
     freadCheck(&d->loss, sizeof(float), 1, f, path);
     freadCheck(d->grads, sizeof(float), num_parameters, f, path);
     freadCheck(d->losses, sizeof(float), (size_t)d->nsteps, f, path);
+    freadCheck(d->loss_noise, sizeof(float), (size_t)nnoise, f, path);
     fcloseCheck(f, path);
+    for (int i = 0; i < nnoise; i++) {
+        if (!isfinite(d->loss_noise[i]) || d->loss_noise[i] < 0.0f) {
+            llmc_die("%s: loss noise of step %d is %g (must be finite and >= 0)", path, i, d->loss_noise[i]);
+        }
+    }
     for (size_t i = 0; i < BT; i++) {
         if (d->x[i] < 0 || (size_t)d->x[i] >= V || d->y[i] < 0 || (size_t)d->y[i] >= V) {
             llmc_die("%s: token id at position %zu is outside [0, %zu) (x %d, y %d)", path, i, V, d->x[i], d->y[i]);
@@ -98,6 +122,7 @@ static inline void debug_state_free(DebugState* d) {
     free(d->logits);
     free(d->grads);
     free(d->losses);
+    free(d->loss_noise);
 }
 
 #endif // LLMC_DEBUG_STATE_H

@@ -74,13 +74,16 @@ def test_debug_state_is_self_consistent(d2_reference):
     logits = floats[: B * T * V].reshape(B * T, V)
     loss = floats[B * T * V]
     n_params = (d2_reference / "gpt2_d2.bin").stat().st_size // 4 - 256
-    assert floats.size == B * T * V + 1 + n_params + nsteps, "debug state size does not match its header"
+    assert int(h[11]) == nsteps, "header[11] counts the loss noises: one per step"
+    assert floats.size == B * T * V + 1 + n_params + 2 * nsteps, "debug state size does not match its header"
     recomputed = F.cross_entropy(torch.from_numpy(logits.astype(np.float64)), torch.from_numpy(y.astype(np.int64)))
     assert abs(recomputed.item() - float(loss)) < 1e-5
     assert np.array_equal(x[1:], y[:-1]), "targets are the inputs shifted by one"
-    losses = floats[-nsteps:]
+    losses, noise = floats[-2 * nsteps : -nsteps], floats[-nsteps:]
     assert losses[0] == pytest.approx(float(loss), abs=1e-6)
     assert losses[-1] < losses[0], "ten steps on one batch must lower its loss"
+    assert np.all(np.isfinite(noise)) and np.all(noise >= 0) and noise.max() > 0, f"loss noise {noise}"
+    assert np.all(noise < 1e-4 * losses), f"float32 noise {noise} is not small beside the losses {losses}"
 
 
 def test_tokenizer_file_decodes_every_token_like_tiktoken(d2_reference):
