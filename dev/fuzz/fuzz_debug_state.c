@@ -3,7 +3,8 @@ dev/fuzz/fuzz_debug_state.c: libFuzzer harness for the debug-state reader of llm
 (debug_state_read, used by test_gpt2.c and test_gpt2.cu), checked against a tiny model: maxT 8,
 V 5 (Vp 128), L 1, NH 2, C 8 -- the model dev/fuzz/make_corpus.py writes its debug-state seeds
 for with train_gpt2.py's writer.
-The input is the whole file. A state that loads must have its ids inside the vocabulary.
+The input is the whole file. A state that loads must have its ids inside the vocabulary and,
+with the noise section, only finite non-negative loss noises.
 */
 #include "harness.h"
 #include "../../llmc/debug_state.h"
@@ -25,6 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (dstate.B < 1 || dstate.T < 1 || dstate.T > cfg.max_seq_len || dstate.nsteps < 0) { abort(); }
         for (int i = 0; i < dstate.B * dstate.T; i++) {
             if (dstate.x[i] < 0 || dstate.x[i] >= cfg.vocab_size || dstate.y[i] < 0 || dstate.y[i] >= cfg.vocab_size) { abort(); }
+        }
+        for (int i = 0; i < dstate.nsteps; i++) {
+            if (!isfinite(dstate.loss_noise[i]) || dstate.loss_noise[i] < 0.0f) { abort(); }
+            if (!dstate.has_loss_noise && dstate.loss_noise[i] != 0.0f) { abort(); }
         }
         volatile float last = dstate.grads[num_parameters - 1];
         (void)last;
