@@ -598,7 +598,11 @@ static inline void trainer_print_plan(const Trainer* tr) {
         trainer_printf0(tr, "val: %zu tokens, %d batches every %d steps\n", tr->val_loader.num_tokens, a->val_max_steps,
                         a->val_loss_every);
     }
-    if (tr->resume_step >= 0) { trainer_printf0(tr, "resumed from %s at step %d\n", tr->out_dir, tr->resume_step); }
+    if (tr->resume_step >= 0) {
+        char path[4200];
+        trainer_checkpoint_path(path, sizeof(path), tr->out_dir, "model", tr->resume_step, -1);
+        trainer_printf0(tr, "resumed from %s at step %d\n", path, tr->resume_step);
+    }
     if (tr->comm.rank == 0 && !tr->tokenizer.init_ok && a->sample_every > 0) {
         printf("samples will be printed as token ids (no %s)\n", TRAINER_TOKENIZER_PATH);
     }
