@@ -206,6 +206,18 @@ static void make_dir(const char* name, char* out, size_t cap) {
     mkdir(out, 0755);
 }
 
+// the loop on the test shard with `flags` and -o work_dir/out (out NULL: no -o); dir receives the path
+static RunResult run_in(const char* out, const char* flags, int signal_at_call, int nan_norm_at_call, char* dir) {
+    char all[1024];
+    if (out == NULL) {
+        snprintf(all, sizeof(all), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 %s", shard_path, flags);
+    } else {
+        make_dir(out, dir, 300);
+        snprintf(all, sizeof(all), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 %s -o %s", shard_path, flags, dir);
+    }
+    return run_flags(all, signal_at_call, nan_norm_at_call);
+}
+
 static int exists(const char* dir, const char* kind, int step) {
     char path[4200];
     trainer_checkpoint_path(path, sizeof(path), dir, kind, step, strcmp(kind, "state") == 0 ? 0 : -1);
@@ -293,16 +305,10 @@ static void test_prune_list(void) {
 // the loop
 
 static void test_resume_is_bit_exact(void) {
-    char a[300], b[300], flags[1024];
-    make_dir("straight", a, sizeof(a));
-    make_dir("resumed", b, sizeof(b));
-    const char* common = "-j '' -e d1 -b 2 -t 8 -k constant -l 0.01 -v 0 -s 5 -g 6 -n 5";
-    snprintf(flags, sizeof(flags), "-i %s %s -x 20 -o %s", shard_path, common, a);
-    RunResult straight = run_flags(flags, -1, -1);
-    snprintf(flags, sizeof(flags), "-i %s %s -x 10 -o %s", shard_path, common, b);
-    RunResult first = run_flags(flags, -1, -1);
-    snprintf(flags, sizeof(flags), "-i %s %s -x 20 -o %s -y 1", shard_path, common, b);
-    RunResult second = run_flags(flags, -1, -1);
+    char a[300], b[300];
+    RunResult straight = run_in("straight", "-k constant -l 0.01 -s 5 -g 6 -n 5 -x 20", -1, -1, a);
+    RunResult first = run_in("resumed", "-k constant -l 0.01 -s 5 -g 6 -n 5 -x 10", -1, -1, b);
+    RunResult second = run_in("resumed", "-k constant -l 0.01 -s 5 -g 6 -n 5 -x 20 -y 1", -1, -1, b);
     CHECK(straight.status == 0 && first.status == 0 && second.status == 0, "all three runs exit 0");
     CHECK(first.model.ncalls == 10 && second.model.ncalls == 10, "10 + 10 steps (the resumed run trains from step 10)");
     CHECK(same_bits(straight.model.w, second.model.w, NPARAM), "resumed weights are bit-identical to the straight run's");
@@ -319,36 +325,26 @@ static void test_resume_is_bit_exact(void) {
 }
 
 static void test_signal_saves_and_resume_continues(void) {
-    char a[300], b[300], flags[1024];
-    make_dir("sig_straight", a, sizeof(a));
-    make_dir("sig", b, sizeof(b));
-    const char* common = "-j '' -e d1 -b 2 -t 8 -l 0.01 -v 0 -s 0 -x 12";
-    snprintf(flags, sizeof(flags), "-i %s %s -o %s", shard_path, common, a);
-    RunResult straight = run_flags(flags, -1, -1);
-    snprintf(flags, sizeof(flags), "-i %s %s -o %s", shard_path, common, b);
-    RunResult stopped = run_flags(flags, 4, -1); // SIGINT arrives during step 4's backward
+    char a[300], b[300];
+    RunResult straight = run_in("sig_straight", "-l 0.01 -s 0 -x 12", -1, -1, a);
+    RunResult stopped = run_in("sig", "-l 0.01 -s 0 -x 12", 4, -1, b); // SIGINT arrives during step 4's backward
     CHECK(stopped.status == 130, "SIGINT: exit status 130 (got %d)", stopped.status);
     CHECK(stopped.model.ncalls == 5, "the step that was running finishes (5 steps ran)");
     CHECK(exists(b, "DONE", 5) && exists(b, "model", 5) && exists(b, "state", 5), "a complete checkpoint for step 5");
     CHECK(trainer_latest_checkpoint(b) == 5, "listed as the newest checkpoint");
-    snprintf(flags, sizeof(flags), "-i %s %s -o %s -y 1", shard_path, common, b);
-    RunResult resumed = run_flags(flags, -1, -1);
+    RunResult resumed = run_in("sig", "-l 0.01 -s 0 -x 12 -y 1", -1, -1, b);
     CHECK(resumed.status == 0 && resumed.model.ncalls == 7, "the resumed run trains steps 5..11");
     CHECK(same_bits(straight.model.w, resumed.model.w, NPARAM), "and ends bit-identical to the run that was never stopped");
 }
 
 static void test_signal_without_output_dir_stops_cleanly(void) {
-    char flags[1024];
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 12", shard_path);
-    RunResult r = run_flags(flags, 2, -1);
+    RunResult r = run_in(NULL, "-s 0 -x 12", 2, -1, NULL);
     CHECK(r.status == 130 && r.model.ncalls == 3, "no -o: stops after the step with 128 + signal, nothing written");
 }
 
 static void test_half_written_checkpoint_is_not_resumed(void) {
-    char d[300], flags[1024], path[4200];
-    make_dir("killed", d, sizeof(d));
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 10 -n 10 -o %s", shard_path, d);
-    run_flags(flags, -1, -1);
+    char d[300], path[4200];
+    run_in("killed", "-s 0 -x 10 -n 10", -1, -1, d);
     // a run killed while saving step 20: rank 0's model is there, the other rank's state and DONE are not
     trainer_checkpoint_path(path, sizeof(path), d, "model", 20, -1);
     FILE* f = fopenCheck(path, "wb");
@@ -357,36 +353,27 @@ static void test_half_written_checkpoint_is_not_resumed(void) {
     f = fopenCheck(path, "wb");
     fcloseCheck(f, path);
     CHECK(trainer_latest_checkpoint(d) == 10, "the newest complete checkpoint is 10, not the half-written 20");
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 12 -o %s -y 1", shard_path, d);
-    RunResult r = run_flags(flags, -1, -1);
+    RunResult r = run_in("killed", "-s 0 -x 12 -y 1", -1, -1, d);
     CHECK(r.status == 0 && r.model.ncalls == 2, "-y 1 resumes from step 10");
 }
 
 static void test_keep_prunes_by_listing(void) {
-    char d[300], flags[1024];
-    make_dir("keep", d, sizeof(d));
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 23 -n 5 -nk 2 -o %s", shard_path, d);
-    run_flags(flags, -1, -1);
+    char d[300];
+    run_in("keep", "-s 0 -x 23 -n 5 -nk 2", -1, -1, d);
     int steps[16];
     int n = trainer_list_checkpoints(d, steps, 16);
     CHECK(n == 2 && steps[0] == 20 && steps[1] == 23, "-x 23 -n 5 -nk 2 keeps exactly 20 and 23 (got %d)", n);
     CHECK(!exists(d, "model", 15) && !exists(d, "state", 15) && exists(d, "model", 20) && exists(d, "state", 23),
           "the pruned checkpoints' files are gone, the kept ones' are there");
-    make_dir("major", d, sizeof(d));
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 23 -n 5 -nk 1 -nm 10 -o %s", shard_path, d);
-    run_flags(flags, -1, -1);
+    run_in("major", "-s 0 -x 23 -n 5 -nk 1 -nm 10", -1, -1, d);
     n = trainer_list_checkpoints(d, steps, 16);
     CHECK(n == 3 && steps[0] == 10 && steps[1] == 20 && steps[2] == 23, "-nk 1 -nm 10 keeps 10, 20 and the newest");
 }
 
 static void test_overfit_trains_on_the_first_batch_after_resume(void) {
-    char d[300], flags[1024];
-    make_dir("overfit", d, sizeof(d));
-    const char* common = "-j '' -e d1 -b 2 -t 8 -d 48 -v 0 -s 0 -a 1";
-    snprintf(flags, sizeof(flags), "-i %s %s -x 3 -n 3 -o %s", shard_path, common, d);
-    RunResult first = run_flags(flags, -1, -1);
-    snprintf(flags, sizeof(flags), "-i %s %s -x 5 -o %s -y 1", shard_path, common, d);
-    RunResult resumed = run_flags(flags, -1, -1);
+    char d[300];
+    RunResult first = run_in("overfit", "-d 48 -s 0 -a 1 -x 3 -n 3", -1, -1, d);
+    RunResult resumed = run_in("overfit", "-d 48 -s 0 -a 1 -x 5 -y 1", -1, -1, d);
     CHECK(first.model.ncalls == 9 && resumed.model.ncalls == 6, "3 micro-batches per step, 3 + 2 steps");
     int all_first = 1;
     for (int i = 0; i < first.model.ncalls; i++) { all_first &= first.model.first_input[i] == first.model.first_input[0]; }
@@ -395,9 +382,7 @@ static void test_overfit_trains_on_the_first_batch_after_resume(void) {
 }
 
 static void test_nan_norm_is_skipped_in_the_loop(void) {
-    char flags[1024];
-    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b 2 -t 8 -v 0 -s 0 -x 140 -sl 5 -sg 5 -k constant", shard_path);
-    RunResult r = run_flags(flags, -1, 130);
+    RunResult r = run_in(NULL, "-s 0 -x 140 -sl 5 -sg 5 -k constant", -1, 130, NULL);
     CHECK(r.status == 0 && r.model.nupdates == 139, "the NaN-norm step is not applied, the other 139 are");
     int finite = 1;
     for (int i = 0; i < OUTLIER_DETECTOR_WINDOW_SIZE; i++) {
