@@ -6,7 +6,7 @@ float64) and stores after the losses in the debug state; llmc/tensor_check.h has
 
     tol[i] = 1e-5 + 10 x max(loss_noise[0..i]), at most 1e-3 x |losses[i]|
 
-Here, on a d2 model (d12 would cost minutes per debug state on 2 cores):
+Here, on a d1 model (d12 would cost minutes per debug state on 2 cores):
 - six clean debug states, train and val shards x (B, T) in (4, 64), (2, 128), (1, 256), pass
   test_gpt2 built with every BLAS (openblas, mkl, none) and with -p bf16 (BF16 table);
 - the printed step tolerances are the rule applied to the file's noise, and the derived
@@ -36,13 +36,13 @@ import pytest
 
 from conftest import REPO, TS_TRAIN, TS_VAL, make, run
 
-MODEL = "d2"
+MODEL = "d1"
 SHAPES = [(4, 64), (2, 128), (1, 256)]
 BATCHES = [f"{shard}_B{B}_T{T}" for shard in ("train", "val") for B, T in SHAPES]
 BLAS = ["openblas", "mkl", "none"]
 TWO_THREADS = {"OMP_NUM_THREADS": "2"}
 # reference steps per test state: 4 (steps 0..3; d12's failure was at step 3) keeps the 29 runs of
-# test_gpt2 affordable, BLAS=none's blocked kernel taking ~5 s per step of d2 on 2 cores
+# test_gpt2 affordable, BLAS=none's blocked kernel taking ~3 s of CPU per step of d1
 STEPS = 4
 NOISE_MULTIPLE, STEP_ATOL, STEP_MAX_RTOL, FALLBACK_ATOL = 10.0, 1e-5, 1e-3, 1e-4
 ROW = re.compile(r"^\| (.{12}) \| +(\S+) \| +(\S+) \| +(\S+) \| (ok|FAIL) +\|", re.M)
@@ -95,7 +95,7 @@ def load_reference() -> ModuleType:
 
 
 def write_states(workdir: Path) -> None:
-    """The d2 checkpoint and one debug state per batch, written by train_gpt2.py's own writers."""
+    """The d1 checkpoint and one debug state per batch, written by train_gpt2.py's own writers."""
     ref = load_reference()
     model, _ = ref.load_model(MODEL, 42, False)
     ref.write_model(model, workdir / "model.bin", "float32")
