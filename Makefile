@@ -286,7 +286,7 @@ encode: encode.c $(LLMC_HEADERS)
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 	$(PY) dev/write_bpe.py
 
-# generate: KV-cached sampling with train_gpt2.c's model (included with TESTING), llmc/bpe.h and llmc/sampler.h
+# generate: KV-cached sampling with train_gpt2.c's model (included with LLMC_NO_MAIN), llmc/bpe.h and llmc/sampler.h
 generate: generate.c train_gpt2.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 

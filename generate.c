@@ -4,7 +4,7 @@ generate: text generation from an llmc GPT-2 checkpoint on the CPU, with a KV ca
     ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
     ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
 
-The model and its layers are train_gpt2.c's (included with TESTING defined, so its main() is
+The model and its layers are train_gpt2.c's (included with LLMC_NO_MAIN defined, so its main() is
 left out). Generation keeps every layer's keys and values in a cache: the prompt goes through
 the model once, then each new token costs the forward pass of ONE position (a matrix-vector
 product per weight matrix and attention over the cached positions), not a recompute of the
@@ -15,7 +15,7 @@ and printed as they come (flushed per token). A fixed --seed gives the same text
 --check-kv recomputes the full sequence with train_gpt2.c's gpt2_forward at every step and
 compares its last-position logits with the cached path's (fails above 1e-4): the test of the cache.
 */
-#define TESTING
+#define LLMC_NO_MAIN
 #include "train_gpt2.c"
 #include "llmc/bpe.h"
 #include "llmc/sampler.h"

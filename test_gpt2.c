@@ -16,7 +16,7 @@ noise section gets the old fixed 1e-4). With -p bf16 the GEMMs run on bf16-round
 the BF16 table applies (logits 2e-2 x max|ref|, loss 2e-2, gradients 1e-1 x max|ref|, step
 losses at least 5e-2).
 */
-#define TESTING
+#define LLMC_NO_MAIN
 #include "train_gpt2.c"
 #include "llmc/args.h"
 #include "llmc/debug_state.h"

@@ -15,7 +15,7 @@ test_gpt2.cu: the GPU trainer against the PyTorch reference, then bit-exact resu
 Exit status 0 only if every check passed (the comparison logic is llmc/tensor_check.h,
 tested on the CPU with corrupted inputs). FP32 builds use true fp32 GEMMs here (TF32 off).
 */
-#define TESTING
+#define LLMC_NO_MAIN
 #include "train_gpt2.cu"
 #include "llmc/tensor_check.h"
 

@@ -23,7 +23,7 @@ Usage (./train_gpt2 --help lists every flag with its default):
 
 The model matches train_gpt2.py (PyTorch): tanh GELU, LayerNorm eps 1e-5, lm_head tied to
 wte, causal attention scaled by 1/sqrt(HS), loss = mean cross-entropy over B*T tokens.
-test_gpt2.c includes this file with TESTING defined (then main() is left out).
+test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left out).
 */
 #include <math.h>
 #include <stdint.h>
@@ -779,7 +779,7 @@ void gpt2_free(GPT2* model) {
 // and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); this file brings
 // its layers (TrainerOps) and MPI (TrainerComm).
 
-#ifndef TESTING
+#ifndef LLMC_NO_MAIN
 #include "llmc/args.h"
 #include "llmc/zero.h"
 #include "llmc/mpi_utils.h"

@@ -628,7 +628,7 @@ static void gpu_sum_floats_op(void* ctx, float* values, int n) { multi_gpu_sum_h
 // ----------------------------------------------------------------------------
 // main
 
-#ifndef TESTING
+#ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
@@ -694,4 +694,4 @@ int main(int argc, char** argv) {
     multi_gpu_free(&mg);
     return status;
 }
-#endif // TESTING
+#endif // LLMC_NO_MAIN

@@ -3,7 +3,7 @@
     python pyllmc/_build.py        builds pyllmc/_llmc*.so in place (what `make pyllmc` runs)
     pip install -e .               builds it through setuptools' cffi_modules (setup.py)
 
-The C side is pyllmc/_capi.h, which includes train_gpt2.c (TESTING) and adds thin wrappers.
+The C side is pyllmc/_capi.h, which includes train_gpt2.c (LLMC_NO_MAIN) and adds thin wrappers.
 Compiler and linker flags: the Makefile's CFLAGS and LDLIBS (so a BLAS selected there is used here
 too), read with `make -s pyllmc-flags`; when make or the Makefile is missing, -O3 -march=native
 -fopenmp. PYLLMC_CFLAGS / PYLLMC_LDFLAGS in the environment add more.

@@ -1,7 +1,7 @@
 /*
 pyllmc/_capi.h: what the Python bindings (pyllmc/_build.py, cffi) compile against.
 
-It includes train_gpt2.c with TESTING defined (so its main() is left out), plus the sampler and
+It includes train_gpt2.c with LLMC_NO_MAIN defined (so its main() is left out), plus the sampler and
 data loader headers, and adds thin pyllmc_* wrappers for what the trainer's main() does inline:
 building a model, (re)allocating activations, one AdamW step, sampling, saving, data loading.
 No layer code lives here; the layers are train_gpt2.c's.
@@ -17,7 +17,7 @@ net; it is not thread-safe (one guarded call at a time per process).
 #ifndef PYLLMC_CAPI_H
 #define PYLLMC_CAPI_H
 
-#define TESTING
+#define LLMC_NO_MAIN
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
