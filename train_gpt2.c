@@ -879,6 +879,19 @@ int main(int argc, char** argv) {
         llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
+    // OpenMP threads: OMP_NUM_THREADS when the user set it, else each process takes its share of
+    // this node's cores (two processes with a thread per core each would fight over the cores)
+    char threads_why[96] = "OMP_NUM_THREADS";
+#ifdef _OPENMP
+    int local = process_group_local_size(&pg);
+    const char* omp_env = getenv("OMP_NUM_THREADS");
+    if (omp_env == NULL || omp_env[0] == '\0') {
+        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        int share = cores / local > 0 ? cores / local : 1;
+        omp_set_num_threads(share);
+        snprintf(threads_why, sizeof(threads_why), "%d cores / %d processes on this node; OMP_NUM_THREADS sets it", cores, local);
+    }
+#endif
 
     // data and flags first (a missing file says so before the model is loaded), then the model:
     // the newest complete checkpoint in -o when resuming, else -e
@@ -912,7 +925,7 @@ int main(int argc, char** argv) {
                cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
         if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
 #ifdef _OPENMP
-        printf("threads: %d OpenMP threads x %d processes\n", omp_get_max_threads(), nproc);
+        printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), nproc, threads_why);
 #endif
     }
 

@@ -36,6 +36,22 @@ static inline ProcessGroup process_group_init(int* argc, char*** argv) {
     return pg;
 }
 
+// how many processes of this run share this node (1 without MPI)
+static inline int process_group_local_size(const ProcessGroup* pg) {
+#ifdef USE_MPI
+    if (pg->num_processes == 1) { return 1; }
+    MPI_Comm local;
+    int n = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->process_rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &n);
+    MPI_Comm_free(&local);
+    return n;
+#else
+    (void)pg;
+    return 1;
+#endif
+}
+
 static inline void process_group_finalize(void) {
 #ifdef USE_MPI
     MPI_Finalize();

@@ -5,9 +5,11 @@ else uses d1/d2 models with small B and T.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +214,21 @@ def test_mpi_two_ranks_half_batch_match_one_rank(binaries, tmp_path: Path) -> No
     a, b = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
     assert len(a) == len(b) == 10
     assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+
+
+def test_mpi_processes_share_the_cores_when_omp_num_threads_is_unset(binaries, tmp_path: Path) -> None:
+    # two processes with a thread per core each fight over the cores (several times slower)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env.update({k: v for k, v in MPI_ENV.items() if k != "OMP_NUM_THREADS"})
+    cmd = [MPIRUN, "--oversubscribe", "-np", 2, binaries[0], "-i", TS_TRAIN, "-j", "", "-e", "d1", "-b", 2, "-t", 16,
+           "-x", 1, "-v", 0, "-s", 0]
+    proc = subprocess.run([str(c) for c in cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert f"threads: {share} OpenMP threads x 2 processes ({os.cpu_count()} cores / 2 processes on this node" in proc.stdout
+    proc = train(binaries[0], tmp_path, "-e", "d1", "-b", 2, "-t", 16, "-x", 1, "-v", 0, mpi_ranks=2,
+                 env={"OMP_NUM_THREADS": "1"})
+    assert "threads: 1 OpenMP threads x 2 processes (OMP_NUM_THREADS)" in proc.stdout
 
 
 def test_mpi_zero1_matches_zero0(binaries, tmp_path: Path) -> None:
