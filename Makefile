@@ -34,7 +34,7 @@ TS_DIR := dev/data/tinyshakespeare
 TS_TRAIN := $(TS_DIR)/tiny_shakespeare_train.bin
 TS_VAL := $(TS_DIR)/tiny_shakespeare_val.bin
 
-.PHONY: all setup data model train test test-all test-c test-py bench clean
+.PHONY: all setup setup-cuda data model train test test-all test-c test-py bench clean
 
 all: train_gpt2 test_gpt2
 
@@ -44,6 +44,13 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+# the NVIDIA wheels (requirements-cuda.txt: about 2 GB) only for the CUDA targets and the tests
+setup-cuda: $(VENV)/.installed-cuda
+
+$(VENV)/.installed-cuda: requirements-cuda.txt $(VENV)/.installed
+	$(PIP) install -q --disable-pip-version-check -r requirements-cuda.txt
 	@touch $@
 
 data: $(TS_VAL)
@@ -142,14 +149,14 @@ ifneq ($(CUDNN_PATH),)
   CUDNN_MISSING := CUDNN_PATH=$(CUDNN_PATH) has no include/cudnn.h
 else
   CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h $(NV_WHEELS)/cudnn/include/cudnn.h)))
-  CUDNN_MISSING := cuDNN not found (cudnn.h): $(PIP) install nvidia-cudnn-cu13 (or make setup), or set CUDNN_PATH=
+  CUDNN_MISSING := cuDNN not found (cudnn.h): $(PIP) install nvidia-cudnn-cu13 (or make setup-cuda), or set CUDNN_PATH=
 endif
 ifneq ($(CUDNN_FRONTEND_PATH),)
   CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard $(CUDNN_FRONTEND_PATH)/cudnn_frontend.h $(CUDNN_FRONTEND_PATH)/include/cudnn_frontend.h)))
   CUDNN_FE_MISSING := CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH) has no cudnn_frontend.h (nor include/cudnn_frontend.h)
 else
   CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(wildcard $(SITE_PACKAGES)/include/cudnn_frontend.h))
-  CUDNN_FE_MISSING := cuDNN frontend not found (cudnn_frontend.h): $(PIP) install nvidia-cudnn-frontend (or make setup), or set CUDNN_FRONTEND_PATH=
+  CUDNN_FE_MISSING := cuDNN frontend not found (cudnn_frontend.h): $(PIP) install nvidia-cudnn-frontend (or make setup-cuda), or set CUDNN_FRONTEND_PATH=
 endif
 NVRTC_WHEEL := $(patsubst %/include/nvrtc.h,%,$(firstword $(wildcard $(NV_WHEELS)/cu13/include/nvrtc.h $(NV_WHEELS)/cuda_nvrtc/include/nvrtc.h)))
 ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
@@ -193,7 +200,7 @@ cuda-info:
 
 cuda-check:
 	@test -n "$(NVCC)" || { echo "error: nvcc not found (put the CUDA toolkit's bin/ on PATH or set NVCC=)"; exit 1; }
-	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(VENV)/bin/pip install nvidia-cublas (or make setup)"; exit 1; }
+	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(VENV)/bin/pip install nvidia-cublas (or make setup-cuda)"; exit 1; }
 	@test -z "$(filter -DLLMC_BAD_PRECISION,$(PRECISION_FLAGS))" || { echo "error: PRECISION=$(PRECISION): use BF16 or FP32 (FP16 needs loss scaling, which llmc does not implement)"; exit 1; }
 	@test "$(USE_CUDNN)" != 1 || test "$(PRECISION)" = BF16 || { echo "error: USE_CUDNN=1 needs PRECISION=BF16 (cuDNN attention is bf16 only; PRECISION=$(PRECISION) uses the cuBLAS attention with USE_CUDNN=0)"; exit 1; }
 
@@ -263,7 +270,7 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
-test: setup
+test: setup setup-cuda
 	@$(MAKE) --no-print-directory test-all
 
 test-all: data test-c test-py
