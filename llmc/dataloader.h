@@ -154,16 +154,55 @@ static inline void shard_check_tokens(const char* path, const void* tokens, size
     }
 }
 
-// checks all ntok tokens of the shard f, positioned just after its header (as shard_read_header
-// leaves it), reading them into chunk (DATALOADER_CHECK_CHUNK_BYTES) piece by piece
+#ifdef _OPENMP
+#define DATALOADER_OMP(directive) _Pragma(directive)
+#else
+#define DATALOADER_OMP(directive)
+#endif
+
+// Checks all ntok tokens of the shard f, which starts them at file offset `offset` (just after the
+// header), in DATALOADER_CHECK_CHUNK_BYTES pieces read with pread: with OpenMP the pieces of a shard of
+// 16 MiB or more are shared out over the threads (reading from the page cache is memory-bound, and two
+// cores read about twice as fast as one).
+// Dies naming the first bad position.
 static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok, int token_bytes, int vocab_size,
-                                          void* chunk) {
-    if (token_bytes == 2 && shard_token_bound(vocab_size) > UINT16_MAX) { return; }  // nothing can be out of range
+                                          long offset) {
+    uint32_t bound = shard_token_bound(vocab_size);
+    if (token_bytes == 2 && bound > UINT16_MAX) { return; }  // nothing can be out of range
     size_t chunk_tokens = DATALOADER_CHECK_CHUNK_BYTES / (size_t)token_bytes;
-    for (size_t pos = 0; pos < ntok; pos += chunk_tokens) {
-        size_t n = ntok - pos < chunk_tokens ? ntok - pos : chunk_tokens;
-        freadCheck(chunk, (size_t)token_bytes, n, f, path);
-        shard_check_tokens(path, chunk, n, token_bytes, vocab_size, pos);
+    size_t nchunks = (ntok + chunk_tokens - 1) / chunk_tokens;
+    int fd = fileno(f);
+    size_t first_bad = ntok;  // the smallest bad position found
+    int failed_read = 0;
+    // small shards (fewer than 16 pieces, and so the forked death tests) stay on one thread
+    DATALOADER_OMP("omp parallel if(nchunks >= 16)")
+    {
+        void* chunk = malloc(DATALOADER_CHECK_CHUNK_BYTES);
+        DATALOADER_OMP("omp for schedule(static)")
+        for (size_t k = 0; k < nchunks; k++) {
+            size_t pos = k * chunk_tokens;
+            size_t n = ntok - pos < chunk_tokens ? ntok - pos : chunk_tokens;
+            size_t bytes = n * (size_t)token_bytes;
+            if (chunk == NULL || pread(fd, chunk, bytes, (off_t)offset + (off_t)(pos * (size_t)token_bytes)) != (ssize_t)bytes) {
+                DATALOADER_OMP("omp atomic write")
+                failed_read = 1;
+                continue;
+            }
+            size_t bad = shard_find_bad_token(chunk, n, token_bytes, bound);
+            if (bad < n) {
+                DATALOADER_OMP("omp critical(llmc_shard_first_bad)")
+                { if (pos + bad < first_bad) { first_bad = pos + bad; } }
+            }
+        }
+        free(chunk);
+    }
+    if (failed_read) { llmc_die("%s: truncated or unreadable (%zu tokens of %d bytes expected)", path, ntok, token_bytes); }
+    if (first_bad < ntok) {
+        uint32_t tok = 0;
+        if (pread(fd, &tok, (size_t)token_bytes, (off_t)offset + (off_t)(first_bad * (size_t)token_bytes)) != token_bytes) {
+            llmc_die("%s: unreadable at token %zu", path, first_bad);
+        }
+        shard_check_tokens(path, &tok, 1, token_bytes, vocab_size, first_bad); // little-endian: tok holds the id
     }
 }
 
@@ -289,13 +328,12 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     // validate every shard up front, so a bad one fails now rather than hours into training
     size_t sample_tokens = (size_t)num_processes * B * T;
     l->shard_num_tokens = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
-    void* chunk = mallocCheck(DATALOADER_CHECK_CHUNK_BYTES);
     for (size_t i = 0; i < l->num_shards; i++) {
         const char* path = l->glob_result.gl_pathv[i];
         FILE* f = fopenCheck(path, "rb");
         int token_bytes = 0;
         size_t ntok = shard_read_header(f, path, &token_bytes);
-        shard_check_all_tokens(f, path, ntok, token_bytes, vocab_size, chunk);
+        shard_check_all_tokens(f, path, ntok, token_bytes, vocab_size, ftell(f));
         fcloseCheck(f, path);
         if (i == 0) {
             l->token_bytes = token_bytes;
@@ -312,7 +350,6 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
         size_t samples = (ntok - 1) / sample_tokens;
         if (samples > l->max_shard_samples) { l->max_shard_samples = samples; }
     }
-    free(chunk);
 
     l->shard_indices = (size_t*)mallocCheck(l->num_shards * sizeof(size_t));
     for (size_t i = 0; i < l->num_shards; i++) { l->shard_indices[i] = i; }

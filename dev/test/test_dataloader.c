@@ -290,6 +290,27 @@ static void write_big_shard(const char* path, int token_bytes, size_t ntok, uint
     free(tokens);
 }
 
+// a shard of 20 check pieces: with OpenMP they are shared out over the threads, and the first bad id
+// is still the one reported whichever thread finds its piece first (run in a child: the test process
+// itself never starts an OpenMP team, so the forked child can)
+static void test_token_ids_checked_in_parallel_pieces(void) {
+    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0};
+    const size_t piece = DATALOADER_CHECK_CHUNK_BYTES / 2, ntok = 20 * piece;
+    make_subdir("pieces");
+    set_pattern("pieces");
+    shard_path(g_path, sizeof(g_path), "pieces", "a.bin");
+    uint32_t* tokens = (uint32_t*)mallocCheck(ntok * sizeof(uint32_t));
+    for (size_t i = 0; i < ntok; i++) { tokens[i] = (uint32_t)(i % 50257); }
+    tokens[17 * piece + 3] = 60001;
+    tokens[5 * piece + 11] = 60000;
+    write_tokens(g_path, 20240520, 1, 2, tokens, ntok, -1);
+    free(tokens);
+    char want[4200];
+    snprintf(want, sizeof(want), "token id 60000 at position %zu >= vocab size 50257", 5 * piece + 11);
+    expect_die("the first of two bad ids in a 20-piece shard", open_and_read, &init_only, g_path, want);
+    remove(g_path);
+}
+
 static void test_token_ids_checked_at_init(void) {
     LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0};  // no batch is read: the failure must come from init
     char err[4096];
@@ -530,6 +551,7 @@ int main(void) {
     test_bad_shards();
     test_find_bad_token();
     test_token_ids_checked_at_init();
+    test_token_ids_checked_in_parallel_pieces();
     test_shard_rewritten_after_init();
     test_free_twice();
     test_evalloader();
