@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 from pathlib import Path
 
@@ -22,11 +23,15 @@ from conftest import PYTHON, REPO, run
 HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
 FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "10"))
 FUZZ_MALLOC_LIMIT_MB = 64  # seeds are a few KB: no loader may need more for them
-# The whole process under ASan (shadow memory, its 256 MB quarantine): 0.4 GB on a quiet machine, but a
-# constant 1.27 GB from the first input in one fresh-clone run on a busy one. Over-allocation by a
-# loader is what -malloc_limit_mb catches; this only stops a runaway process.
-FUZZ_RSS_LIMIT_MB = 2560
+# The fuzzer's own memory may reach 1 GB. Linux keeps a process's peak RSS across fork and exec, and
+# libFuzzer reads that peak, so a harness started from this (by now large) pytest process starts at its
+# peak: the limit is 1 GB above it (a fresh-clone run saw 1.27 GB from the very first input otherwise).
+FUZZ_OWN_RSS_MB = 1024
 REGRESSIONS = REPO / "dev" / "fuzz" / "regressions"
+
+
+def fuzz_rss_limit_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 + FUZZ_OWN_RSS_MB
 
 
 def harness_path(name: str) -> Path:
@@ -72,7 +77,7 @@ def test_fuzz_harness_runs_without_a_crash(harnesses: dict[str, Path], corpus: P
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     cmd = [harnesses[name], f"-max_total_time={FUZZ_TIME}", "-close_fd_mask=3", "-print_final_stats=1",
-           f"-malloc_limit_mb={FUZZ_MALLOC_LIMIT_MB}", f"-rss_limit_mb={FUZZ_RSS_LIMIT_MB}", "-timeout=10",
+           f"-malloc_limit_mb={FUZZ_MALLOC_LIMIT_MB}", f"-rss_limit_mb={fuzz_rss_limit_mb()}", "-timeout=10",
            f"-artifact_prefix={artifacts}/", work]
     proc = run(cmd, check=False, timeout=FUZZ_TIME + 120,
                env={"ASAN_OPTIONS": "halt_on_error=1:detect_leaks=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
