@@ -406,7 +406,6 @@ static inline int trainer_prepare(const TrainArgs* a, int rank) {
     if ((a->checkpoint_every > 0 || a->resume) && !have_out) {
         llmc_die("flag %s needs an output directory (-o)", a->resume ? "-y" : "-n");
     }
-    if (a->B * a->T <= 0) { llmc_die("flags -b and -t must be positive"); }
     trainer_require_files_(a->train_data_pattern, "-i");
     if (a->val_loss_every > 0 && a->val_data_pattern[0] != '\0') { trainer_require_files_(a->val_data_pattern, "-j"); }
     if (a->hellaswag_eval && !file_exists(a->hellaswag_path)) {
@@ -666,9 +665,9 @@ static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
         trainer_printf0(tr, "%s\n", line);
         logger_log_train(&tr->logger, step, loss, lr, grad_norm);
         // a signal on any process stops every process after this same step
-        float signalled[2] = {trainer_stop_signal_ != 0 ? 1.0f : 0.0f, (float)trainer_stop_signal_};
-        if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, signalled, 2); }
-        if (signalled[0] > 0.0f) {
+        float signalled = trainer_stop_signal_ != 0 ? 1.0f : 0.0f;
+        if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, &signalled, 1); }
+        if (signalled > 0.0f) {
             stopping = trainer_stop_signal_ != 0 ? (int)trainer_stop_signal_ : SIGTERM; // the next top saves and stops
         }
     }
