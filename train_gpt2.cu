@@ -9,37 +9,28 @@ The story of one training step, top to bottom:
     gpt2_update       global gradient norm, clipping, AdamW (fp32 master weights, stochastic
                       rounding to bf16), then the ZeRO-1 all-gather of the updated parameters
 
-The kernels live in the llmc .cuh headers, one concern per file; the host-side pieces (command line, data,
-tokenizer, sampler, schedules, logs, checkpoints) are the same headers the CPU trainer uses.
+The kernels live in the llmc .cuh headers, one concern per file. The training loop around them (command
+line, data, evaluation, sampling, checkpoints and resume, signals, clipping and the skip rule) is
+llmc/trainer.h's trainer_run, the same loop the CPU trainer runs; this file brings its kernels, device
+memory and NCCL to it (GpuTrainer, at the end).
 Precision is chosen at build time: make train_gpt2cu PRECISION=BF16 (default) or FP32.
 make train_gpt2cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cudnn_att.h): no
 (B, NH, T, T) matrix is stored, only (B, NH, T) softmax statistics per layer (never run on a GPU yet).
 Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimizer state fp32.
 */
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "llmc/utils.h"
-#include "llmc/args.h"
 #include "llmc/model_config.h"
 #include "llmc/checkpoint.h"
 #include "llmc/zero.h"
-#include "llmc/rand.h"
 #include "llmc/init.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
-#include "llmc/logger.h"
-#include "llmc/outlier_detector.h"
 #include "llmc/mfu.h"
-#include "llmc/trainer.h"
+#include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
 #include "llmc/cuda_common.cuh"
 #include "llmc/cublas_common.cuh"
 #include "llmc/encoder.cuh"
