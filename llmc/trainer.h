@@ -447,7 +447,7 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm com
     }
     lr_scheduler_init(&tr->lr_scheduler, a->lr_scheduler_type, a->learning_rate, a->warmup_iterations, tr->max_steps,
                       a->final_learning_rate_frac);
-    if (rank == 0 && a->sample_every > 0) { tokenizer_init(&tr->tokenizer, TRAINER_TOKENIZER_PATH); } // only rank 0 samples
+    if (rank == 0) { tokenizer_init(&tr->tokenizer, TRAINER_TOKENIZER_PATH); } // only rank 0 samples; a bad file fails now
     sampler_init(&tr->sampler, vocab_size, 1.0f, 0, 1.0f, TRAINER_SAMPLER_SEED);
     trainer_detectors_init(&tr->detectors);
     if (tr->out_dir != NULL && rank == 0) { mkdir_p_check(tr->out_dir); }
