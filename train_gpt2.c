@@ -30,7 +30,6 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -768,10 +767,7 @@ void gpt2_free(GPT2* model) {
     free(model->grads_memory);
     free(model->m_memory);
     free(model->v_memory);
-    free(model->acts_memory);
-    free(model->grads_acts_memory);
-    free(model->inputs);
-    free(model->targets);
+    gpt2_free_activations(model);
 }
 
 // ----------------------------------------------------------------------------
