@@ -1,0 +1,75 @@
+# dev/cuda_cpu/cuda_cpu.mk: the CPU execution target of llmc's CUDA code (included by the root Makefile).
+#
+#   make cuda-cpu-build   translates the CUDA sources (translate.py) and builds them with the host C++
+#                         compiler against dev/cuda_cpu: test_gpt2cu and train_gpt2cu (FP32, BF16), every
+#                         dev/cuda kernel file, and the target's own tests; outputs in build/cuda_cpu/
+#   make test-cuda-cpu    builds, then runs every check on it (tests/test_cuda_cpu.py; `make test` runs it too)
+#
+# Test scaffolding only: nothing here is part of a GPU build.
+
+CUDA_CPU_DIR := dev/cuda_cpu
+CUDA_CPU_OUT := build/cuda_cpu
+CUDA_CPU_SRC := $(CUDA_CPU_OUT)/src
+CUDA_CPU_CXX ?= g++
+# -O2: the kernels run once per CUDA thread, so the emulated step is compute bound
+CUDA_CPU_CXXFLAGS := -std=c++17 -O2 -g -fopenmp -Wall -Wno-unused-function -Wno-unknown-pragmas -D__CUDACC__ \
+                     -I$(CUDA_CPU_DIR)/include -include cuda_runtime.h
+CUDA_CPU_MPI_CFLAGS := $(if $(MPICC),-DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null)))
+CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
+CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
+
+# the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
+CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.h llmc/*.cuh) \
+                   $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
+CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
+CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
+CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
+
+CUDA_CPU_PROGRAMS := $(CUDA_CPU_OUT)/test_gpt2cu_fp32 $(CUDA_CPU_OUT)/test_gpt2cu_bf16 \
+                     $(CUDA_CPU_OUT)/train_gpt2cu_fp32 $(CUDA_CPU_OUT)/train_gpt2cu_bf16 \
+                     $(CUDA_CPU_OUT)/test_device \
+                     $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
+                     $(addprefix $(CUDA_CPU_OUT)/dev-cuda/,$(CUDA_CPU_DEV_KERNELS))
+
+.PHONY: cuda-cpu-build test-cuda-cpu
+cuda-cpu-build: $(CUDA_CPU_PROGRAMS)
+
+test-cuda-cpu: cuda-cpu-build
+	$(PY) -m pytest -q tests/test_cuda_cpu.py
+
+$(CUDA_CPU_SRC)/.stamp: $(CUDA_CPU_INPUTS) $(CUDA_CPU_DIR)/translate.py
+	@mkdir -p $(CUDA_CPU_SRC)
+	@python3 $(CUDA_CPU_DIR)/translate.py --root . --out $(CUDA_CPU_SRC) $(CUDA_CPU_INPUTS)
+	@touch $@
+
+$(CUDA_CPU_OUT)/obj/%.o: $(CUDA_CPU_DIR)/%.cpp $(CUDA_CPU_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) $(BLAS_CFLAGS_openblas) $(CUDA_CPU_MPI_CFLAGS) -c $< -o $@
+
+$(CUDA_CPU_OUT)/libcuda_cpu.a: $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_OUT)/obj/%.o,$(CUDA_CPU_LIB_SRCS))
+	@rm -f $@
+	ar rcs $@ $^
+
+CUDA_CPU_DEPS := $(CUDA_CPU_SRC)/.stamp $(CUDA_CPU_OUT)/libcuda_cpu.a $(CUDA_CPU_HEADERS)
+CUDA_CPU_TRAINER_FLAGS := -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS)
+
+$(CUDA_CPU_OUT)/test_gpt2cu_%: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
+	    -x c++ $(CUDA_CPU_SRC)/test_gpt2.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+$(CUDA_CPU_OUT)/train_gpt2cu_%: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
+	    -x c++ $(CUDA_CPU_SRC)/train_gpt2.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+$(CUDA_CPU_OUT)/test_device: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_device.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+# the emulated libraries' own tests (plain C++ against the runtime)
+$(CUDA_CPU_OUT)/%: $(CUDA_CPU_DIR)/tests/%.cpp $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) $(CUDA_CPU_MPI_CFLAGS) $< $(CUDA_CPU_LIBS) -o $@
+
+# the kernel playground, in its default precision (BF16)
+$(CUDA_CPU_OUT)/dev-cuda/%: $(CUDA_CPU_DEPS)
+	@mkdir -p $(dir $@)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_BF16 -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS) \
+	    -x c++ $(CUDA_CPU_SRC)/dev/cuda/$*.cu -x none $(CUDA_CPU_LIBS) -o $@

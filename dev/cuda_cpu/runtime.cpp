@@ -1,0 +1,983 @@
+/*
+dev/cuda_cpu/runtime.cpp: the CPU execution target's runtime: device memory, streams and events,
+kernel launches on fibers, barriers and warp collectives, and the fault reports.
+
+Device memory: each cudaMalloc is its own anonymous mapping, placed so that the allocation ends
+(rounded to CUDA's 256-byte granularity) right before an inaccessible page; fresh memory is filled
+with 0xFF bytes (NaN as float and as bf16) so that a read of never-written memory shows up in the
+results. A registry of the live allocations checks every copy, memset and kernel pointer argument.
+
+Kernels: the blocks of a grid are handed out to worker threads (CUDA_CPU_THREADS, default: the CPUs
+this process may use); a worker runs one block at a time as one fiber per CUDA thread. Fibers switch
+only at barriers, in thread order, so a missing barrier changes the results instead of being hidden
+by timing luck, and a block that cannot make progress (a barrier some thread skipped) is reported.
+*/
+#include "cuda_runtime.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// what is running (for the reports)
+
+struct Launch {
+    CudaCpuLaunchConfig config;
+    const char* name;
+    const char* file;
+    int line;
+    void (*invoke)(void*);
+    void* body;
+    unsigned long long total_blocks;
+    std::atomic<unsigned long long> next_block;
+};
+
+enum FiberState { FIBER_READY = 0, FIBER_WAIT_BLOCK, FIBER_WAIT_WARP, FIBER_DONE };
+
+struct Fiber {
+    CudaCpuThread thread;  // threadIdx
+    void* sp;              // saved stack pointer while switched out
+    int state;
+    int warp;
+    int lane;
+};
+
+// one warp's collective in progress: who must arrive, who has, and the values they bring
+struct Warp {
+    int lanes;             // threads of the block in this warp (32 except a last partial warp)
+    unsigned int done_mask;
+    int arrived;
+    unsigned int mask;     // the mask of the collective in progress
+    const char* what;      // its name
+    unsigned int generation;
+    uint64_t slots[2][32]; // double-buffered: generation g writes slots[g & 1]
+};
+
+struct Worker {
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    char* stacks = nullptr;   // fiber stacks, each above a guard page
+    size_t stack_count = 0;
+    void* scheduler_sp = nullptr;
+    int live = 0;             // fibers not yet finished
+    int done = 0;
+    int block_arrived = 0;    // fibers waiting at __syncthreads
+    Launch* launch = nullptr;
+    Fiber* current = nullptr;
+    char* altstack = nullptr;
+};
+
+__thread CudaCpuThread* cuda_cpu_thread;
+__thread uint3 cuda_cpu_block_idx;
+__thread uint3 cuda_cpu_block_dim;
+__thread uint3 cuda_cpu_grid_dim;
+static __thread Worker* tl_worker;
+static __thread cudaError_t tl_last_error = cudaSuccess;
+
+static const size_t STACK_BYTES = 128 * 1024;
+static size_t page_bytes(void) {
+    static size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+// "kernel NAME (file:line) block (x,y,z) thread (x,y,z): " when called from device code
+static void where(char* buf, size_t n) {
+    buf[0] = '\0';
+    Worker* w = tl_worker;
+    if (w == nullptr || w->launch == nullptr || w->current == nullptr) { return; }
+    const Launch* L = w->launch;
+    const uint3 t = w->current->thread.idx;
+    snprintf(buf, n, "kernel %s (%s:%d) block (%u,%u,%u) thread (%u,%u,%u): ", L->name, L->file, L->line,
+             cuda_cpu_block_idx.x, cuda_cpu_block_idx.y, cuda_cpu_block_idx.z, t.x, t.y, t.z);
+}
+
+void cuda_cpu_fatal(const char* fmt, ...) {
+    char prefix[512], msg[1024];
+    where(prefix, sizeof(prefix));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "cuda_cpu: %s%s\n", prefix, msg);
+    fflush(stderr);
+    _exit(1);
+}
+
+static cudaError_t fail(cudaError_t err, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// an API call that fails on a GPU too: say why on stderr, return the error (cudaCheck reports it)
+static cudaError_t fail(cudaError_t err, const char* fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda_cpu: %s\n", msg);
+    tl_last_error = err;
+    return err;
+}
+
+// ----------------------------------------------------------------------------
+// device memory
+
+struct Allocation {
+    char* base;
+    size_t bytes;      // what was asked for
+    size_t rounded;    // rounded up to 256: [base, base + rounded) is accessible, then 64 KiB that are not
+    char* map;
+    size_t map_bytes;
+};
+
+static std::mutex g_mem_mutex;
+static std::map<uintptr_t, Allocation> g_device;  // by base address
+static std::map<uintptr_t, size_t> g_pinned;      // cudaMallocHost: host memory kernels may also read
+static size_t g_device_in_use = 0;
+static const size_t DEVICE_MEMORY_BYTES = (size_t)80 << 30;  // what cudaGetDeviceProperties reports
+static const size_t GUARD_AFTER_BYTES = 64 * 1024;
+
+static const Allocation* find_allocation_locked(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_device.upper_bound(a);
+    if (it == g_device.begin()) { return nullptr; }
+    --it;
+    const Allocation& al = it->second;
+    // a pointer one past the end is still a pointer into the allocation
+    return (a >= (uintptr_t)al.base && a <= (uintptr_t)al.base + al.bytes) ? &al : nullptr;
+}
+
+static bool is_pinned_locked(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_pinned.upper_bound(a);
+    if (it == g_pinned.begin()) { return false; }
+    --it;
+    return a >= it->first && a <= it->first + it->second;
+}
+
+int cuda_cpu_is_device_range(const void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    const Allocation* al = find_allocation_locked(ptr);
+    return al != nullptr && (uintptr_t)ptr + bytes <= (uintptr_t)al->base + al->bytes;
+}
+
+static void describe_pointer(char* buf, size_t n, const void* p) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    const Allocation* al = find_allocation_locked(p);
+    if (p == nullptr) {
+        snprintf(buf, n, "NULL");
+    } else if (al != nullptr) {
+        snprintf(buf, n, "%p (offset %zu in a device allocation of %zu bytes)", p, (size_t)((const char*)p - al->base), al->bytes);
+    } else if (is_pinned_locked(p)) {
+        snprintf(buf, n, "%p (pinned host memory)", p);
+    } else {
+        snprintf(buf, n, "%p (not device memory: a host pointer?)", p);
+    }
+}
+
+void cuda_cpu_check_device_range(const void* ptr, size_t bytes, const char* what) {
+    if (cuda_cpu_is_device_range(ptr, bytes)) { return; }
+    char desc[256];
+    describe_pointer(desc, sizeof(desc), ptr);
+    cuda_cpu_fatal("%s: %zu bytes at %s are not inside one device allocation", what, bytes, desc);
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+    if (ptr == nullptr) { return fail(cudaErrorInvalidValue, "cudaMalloc: NULL result pointer"); }
+    const size_t page = page_bytes();
+    size_t rounded = (bytes + 255) / 256 * 256;
+    if (rounded == 0) { rounded = 256; }
+    size_t data_bytes = (rounded + page - 1) / page * page;
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        if (g_device_in_use + data_bytes > DEVICE_MEMORY_BYTES) {
+            *ptr = nullptr;
+            return fail(cudaErrorMemoryAllocation, "cudaMalloc: %zu bytes do not fit in the emulated %zu GiB", bytes,
+                        DEVICE_MEMORY_BYTES >> 30);
+        }
+    }
+    size_t map_bytes = page + data_bytes + GUARD_AFTER_BYTES;  // inaccessible before and (64 KiB) after
+    char* map = (char*)mmap(nullptr, map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) { *ptr = nullptr; return fail(cudaErrorMemoryAllocation, "cudaMalloc: mmap of %zu bytes failed", map_bytes); }
+    if (mprotect(map + page, data_bytes, PROT_READ | PROT_WRITE) != 0) {
+        munmap(map, map_bytes);
+        *ptr = nullptr;
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc: mprotect failed");
+    }
+    Allocation al;
+    al.base = map + page + data_bytes - rounded;  // the end of the rounded allocation touches the guard page
+    al.bytes = bytes;
+    al.rounded = rounded;
+    al.map = map;
+    al.map_bytes = map_bytes;
+    static const bool poison = getenv("CUDA_CPU_POISON") == nullptr || atoi(getenv("CUDA_CPU_POISON")) != 0;
+    if (poison) { memset(al.base, 0xFF, rounded); }  // NaN as fp32 and as bf16
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    g_device[(uintptr_t)al.base] = al;
+    g_device_in_use += data_bytes;
+    *ptr = al.base;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+    if (ptr == nullptr) { return cudaSuccess; }
+    Allocation al;
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        auto it = g_device.find((uintptr_t)ptr);
+        if (it == g_device.end()) {
+            return fail(cudaErrorInvalidDevicePointer, "cudaFree(%p): not the start of a live device allocation (a host pointer, a double free, or an offset pointer)", ptr);
+        }
+        al = it->second;
+        g_device.erase(it);
+        g_device_in_use -= al.map_bytes - page_bytes() - GUARD_AFTER_BYTES;
+    }
+    munmap(al.map, al.map_bytes);  // a later use of the pointer faults
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+    if (ptr == nullptr) { return fail(cudaErrorInvalidValue, "cudaMallocHost: NULL result pointer"); }
+    void* p = malloc(bytes > 0 ? bytes : 1);
+    if (p == nullptr) { return fail(cudaErrorMemoryAllocation, "cudaMallocHost: %zu bytes", bytes); }
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    g_pinned[(uintptr_t)p] = bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) { return cudaMallocHost(ptr, bytes); }
+
+cudaError_t cudaFreeHost(void* ptr) {
+    if (ptr == nullptr) { return cudaSuccess; }
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        auto it = g_pinned.find((uintptr_t)ptr);
+        if (it == g_pinned.end()) { return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not memory from cudaMallocHost", ptr); }
+        g_pinned.erase(it);
+    }
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    if (free_bytes != nullptr) { *free_bytes = DEVICE_MEMORY_BYTES - g_device_in_use; }
+    if (total_bytes != nullptr) { *total_bytes = DEVICE_MEMORY_BYTES; }
+    return cudaSuccess;
+}
+
+static const char* kind_name(enum cudaMemcpyKind kind) {
+    switch (kind) {
+        case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+        case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+        case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+        case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+        case cudaMemcpyDefault: return "cudaMemcpyDefault";
+    }
+    return "an unknown cudaMemcpyKind";
+}
+
+// a side of a copy must be device memory (whole range), or must not be device memory at all
+static bool side_ok(const void* p, size_t bytes, bool device) {
+    if (device) { return cuda_cpu_is_device_range(p, bytes) != 0; }
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    return find_allocation_locked(p) == nullptr;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind) {
+    if (bytes == 0) { return cudaSuccess; }
+    if (dst == nullptr || src == nullptr) { return fail(cudaErrorInvalidValue, "%s: NULL pointer", kind_name(kind)); }
+    bool dst_device, src_device;
+    switch (kind) {
+        case cudaMemcpyHostToHost: dst_device = false; src_device = false; break;
+        case cudaMemcpyHostToDevice: dst_device = true; src_device = false; break;
+        case cudaMemcpyDeviceToHost: dst_device = false; src_device = true; break;
+        case cudaMemcpyDeviceToDevice: dst_device = true; src_device = true; break;
+        case cudaMemcpyDefault:
+            dst_device = cuda_cpu_is_device_range(dst, 1) != 0;
+            src_device = cuda_cpu_is_device_range(src, 1) != 0;
+            break;
+        default: return fail(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: invalid kind %d", (int)kind);
+    }
+    char desc[256];
+    if (!side_ok(dst, bytes, dst_device)) {
+        describe_pointer(desc, sizeof(desc), dst);
+        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the destination %s is not %s", kind_name(kind), bytes, desc,
+                    dst_device ? "inside one device allocation" : "host memory");
+    }
+    if (!side_ok(src, bytes, src_device)) {
+        describe_pointer(desc, sizeof(desc), src);
+        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the source %s is not %s", kind_name(kind), bytes, desc,
+                    src_device ? "inside one device allocation" : "host memory");
+    }
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+    if (bytes == 0) { return cudaSuccess; }
+    if (!cuda_cpu_is_device_range(ptr, bytes)) {
+        char desc[256];
+        describe_pointer(desc, sizeof(desc), ptr);
+        return fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %s: not inside one device allocation", bytes, desc);
+    }
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
+
+// ----------------------------------------------------------------------------
+// streams and events: work runs when it is issued, so the stream order is kept trivially
+
+static const unsigned int STREAM_MAGIC = 0x5354524du, EVENT_MAGIC = 0x4556454eu;
+struct CUstream_st { unsigned int magic; unsigned int flags; };
+struct CUevent_st { unsigned int magic; unsigned int flags; bool recorded; double ms; };
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+static bool stream_ok(cudaStream_t s) { return s == nullptr || s->magic == STREAM_MAGIC; }
+static bool event_ok(cudaEvent_t e) { return e != nullptr && e->magic == EVENT_MAGIC; }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+    if (stream == nullptr) { return fail(cudaErrorInvalidValue, "cudaStreamCreate: NULL result pointer"); }
+    *stream = new CUstream_st{STREAM_MAGIC, flags};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (stream == nullptr || !stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream"); }
+    stream->magic = 0;  // kept allocated so that a use after destroy is recognised
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    return stream_ok(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+    if (!stream_ok(stream) || !event_ok(event)) { return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live stream or event"); }
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+    if (event == nullptr) { return fail(cudaErrorInvalidValue, "cudaEventCreate: NULL result pointer"); }
+    *event = new CUevent_st{EVENT_MAGIC, flags, false, 0.0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    if (!event_ok(event)) { return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event"); }
+    event->magic = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    if (!event_ok(event) || !stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event or stream"); }
+    event->recorded = true;
+    event->ms = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    return event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    return event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (ms == nullptr || !event_ok(start) || !event_ok(end)) { return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: bad arguments"); }
+    if ((start->flags | end->flags) & cudaEventDisableTiming) {
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
+    }
+    if (!start->recorded || !end->recorded) { return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was never recorded"); }
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// the device
+
+cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice(%d): the CPU target has one device", device);
+}
+cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) { return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): the CPU target has one device", device); }
+    memset(prop, 0, sizeof(*prop));
+    snprintf(prop->name, sizeof(prop->name), "CPU execution target (dev/cuda_cpu, emulating sm_90)");
+    prop->totalGlobalMem = DEVICE_MEMORY_BYTES;
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->sharedMemPerBlockOptin = 227 * 1024;
+    prop->sharedMemPerMultiprocessor = 228 * 1024;
+    prop->regsPerBlock = 65536;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = 1024; prop->maxThreadsDim[1] = 1024; prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647; prop->maxGridSize[1] = 65535; prop->maxGridSize[2] = 65535;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 132;
+    prop->maxThreadsPerMultiProcessor = 2048;
+    prop->l2CacheSize = 50 * 1024 * 1024;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = tl_last_error;
+    tl_last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return tl_last_error; }
+
+const char* cudaGetErrorName(cudaError_t err) {
+    switch (err) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInitializationError: return "cudaErrorInitializationError";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
+        case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+        case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    }
+    return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInitializationError: return "initialization error";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
+        case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+        case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+
+static std::atomic<int> g_max_dynamic_shared{48 * 1024};
+cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+    if (func == nullptr) { return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: NULL function"); }
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 227 * 1024) { return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: %d bytes of dynamic shared memory is more than sm_90 has", value); }
+        // kernels are launched through closures here, so the opt-in is kept for all kernels (a looser check)
+        int cur = g_max_dynamic_shared.load();
+        while (value > cur && !g_max_dynamic_shared.compare_exchange_weak(cur, value)) {}
+    }
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// fibers: a stack pointer switch (x86-64 System V: the callee-saved registers live on the stack)
+
+extern "C" void cuda_cpu_swap(void** save_sp, void* load_sp);
+extern "C" void cuda_cpu_fiber_entry(void);
+extern "C" void cuda_cpu_fiber_main(void);
+asm(R"(
+    .text
+    .globl cuda_cpu_swap
+    .type cuda_cpu_swap, @function
+cuda_cpu_swap:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_cpu_swap, .-cuda_cpu_swap
+
+    .globl cuda_cpu_fiber_entry
+    .type cuda_cpu_fiber_entry, @function
+cuda_cpu_fiber_entry:
+    call cuda_cpu_fiber_main@PLT
+    ud2
+    .size cuda_cpu_fiber_entry, .-cuda_cpu_fiber_entry
+)");
+
+static char* stack_of(Worker* w, size_t i) { return w->stacks + i * (STACK_BYTES + page_bytes()); }
+
+static void ensure_stacks(Worker* w, size_t count) {
+    if (w->stack_count >= count) { return; }
+    const size_t page = page_bytes(), each = STACK_BYTES + page;
+    if (w->stacks != nullptr) { munmap(w->stacks, w->stack_count * each); }
+    w->stacks = (char*)mmap(nullptr, count * each, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (w->stacks == MAP_FAILED) { cuda_cpu_fatal("cannot map %zu fiber stacks", count); }
+    for (size_t i = 0; i < count; i++) { mprotect(stack_of(w, i), page, PROT_NONE); }  // the guard below each stack
+    w->stack_count = count;
+}
+
+// a fresh fiber starts in cuda_cpu_fiber_entry with the stack aligned as after a call
+static void* initial_sp(Worker* w, size_t i) {
+    uintptr_t top = (uintptr_t)(stack_of(w, i) + page_bytes() + STACK_BYTES) & ~(uintptr_t)15;
+    void** sp = (void**)(top - 8);
+    *sp = (void*)cuda_cpu_fiber_entry;
+    sp -= 6;  // r15 r14 r13 r12 rbx rbp
+    for (int k = 0; k < 6; k++) { sp[k] = nullptr; }
+    return sp;
+}
+
+static void yield_to_scheduler(Worker* w, Fiber* f) { cuda_cpu_swap(&f->sp, w->scheduler_sp); }
+
+static Worker* current_worker(const char* what) {
+    Worker* w = tl_worker;
+    if (w == nullptr || w->current == nullptr) { cuda_cpu_fatal("%s called outside a kernel", what); }
+    return w;
+}
+
+// ----------------------------------------------------------------------------
+// __syncthreads
+
+static void release_block_barrier(Worker* w) {
+    if (w->done > 0) {
+        for (Fiber& f : w->fibers) {
+            if (f.state == FIBER_DONE) {
+                cuda_cpu_fatal("__syncthreads reached by %d threads of %zu: thread (%u,%u,%u) had already exited "
+                               "(a barrier inside divergent code is undefined in CUDA)",
+                               w->block_arrived, w->fibers.size(), f.thread.idx.x, f.thread.idx.y, f.thread.idx.z);
+            }
+        }
+    }
+    for (Fiber& f : w->fibers) {
+        if (f.state == FIBER_WAIT_BLOCK) { f.state = FIBER_READY; }
+    }
+    w->block_arrived = 0;
+}
+
+void __syncthreads(void) {
+    Worker* w = current_worker("__syncthreads");
+    Fiber* f = w->current;
+    f->state = FIBER_WAIT_BLOCK;
+    w->block_arrived++;
+    if (w->block_arrived == w->live) { release_block_barrier(w); }
+    yield_to_scheduler(w, f);
+}
+
+// the block-wide votes: each thread leaves its predicate in its warp slot
+static int block_vote(int predicate, int op) {
+    Worker* w = current_worker("__syncthreads_count");
+    Fiber* f = w->current;
+    Warp& wp = w->warps[f->warp];
+    // slots[1] is not used by warp collectives during a __syncthreads (all lanes are here)
+    __syncthreads();
+    wp.slots[0][f->lane] = predicate != 0;
+    __syncthreads();
+    int count = 0;
+    for (const Warp& v : w->warps) {
+        for (int l = 0; l < v.lanes; l++) { count += (int)v.slots[0][l]; }
+    }
+    __syncthreads();
+    int n = (int)w->fibers.size();
+    return op == 0 ? count : (op == 1 ? count == n : count > 0);
+}
+int __syncthreads_count(int predicate) { return block_vote(predicate, 0); }
+int __syncthreads_and(int predicate) { return block_vote(predicate, 1); }
+int __syncthreads_or(int predicate) { return block_vote(predicate, 2); }
+
+void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// ----------------------------------------------------------------------------
+// warp collectives: every lane named in the mask must arrive at the same collective
+
+static unsigned int warp_lane_mask(const Warp& wp) { return wp.lanes == 32 ? 0xFFFFFFFFu : ((1u << wp.lanes) - 1u); }
+
+// arrive with `value`; returns once every lane of `mask` has arrived; the values are in slots[generation & 1]
+static unsigned int warp_arrive(Worker* w, Fiber* f, unsigned int mask, uint64_t value, const char* what) {
+    Warp& wp = w->warps[f->warp];
+    if ((mask & ~warp_lane_mask(wp)) != 0) {
+        cuda_cpu_fatal("%s with mask 0x%08x names lanes that do not exist (this warp has %d threads)", what, mask, wp.lanes);
+    }
+    if ((mask & (1u << f->lane)) == 0) { cuda_cpu_fatal("%s: lane %d is not in its own mask 0x%08x", what, f->lane, mask); }
+    if ((mask & wp.done_mask) != 0) {
+        cuda_cpu_fatal("%s with mask 0x%08x: lane %d named in the mask has already exited", what, mask, __builtin_ctz(mask & wp.done_mask));
+    }
+    if (wp.arrived == 0) {
+        wp.mask = mask;
+        wp.what = what;
+    } else if (wp.mask != mask || strcmp(wp.what, what) != 0) {
+        cuda_cpu_fatal("divergent warp: lane %d calls %s (mask 0x%08x) while other lanes wait in %s (mask 0x%08x)", f->lane,
+                       what, mask, wp.what, wp.mask);
+    }
+    const unsigned int generation = wp.generation;
+    wp.slots[generation & 1][f->lane] = value;
+    wp.arrived++;
+    f->state = FIBER_WAIT_WARP;
+    if (wp.arrived == __builtin_popcount(mask)) {
+        for (int l = 0; l < 32; l++) {
+            if (mask & (1u << l)) { w->fibers[(size_t)(f->warp * 32 + l)].state = FIBER_READY; }
+        }
+        wp.arrived = 0;
+        wp.generation++;
+    }
+    yield_to_scheduler(w, f);
+    return generation;
+}
+
+uint64_t cuda_cpu_shfl(unsigned int mask, uint64_t bits, int op, int arg, int width, const char* what) {
+    Worker* w = current_worker(what);
+    Fiber* f = w->current;
+    if (width <= 0 || width > 32 || (width & (width - 1)) != 0) { cuda_cpu_fatal("%s: width %d is not a power of two <= 32", what, width); }
+    const int lane = f->lane, segment = lane & ~(width - 1);
+    int src = lane;
+    switch (op) {
+        case CUDA_CPU_SHFL_IDX: src = segment + (arg & (width - 1)); break;
+        case CUDA_CPU_SHFL_UP: src = lane - arg >= segment ? lane - arg : lane; break;
+        case CUDA_CPU_SHFL_DOWN: src = lane + arg < segment + width ? lane + arg : lane; break;
+        case CUDA_CPU_SHFL_XOR: {
+            int x = lane ^ arg;
+            src = (x & ~(width - 1)) > segment || x > 31 ? lane : x;  // later groups give the caller's own value
+            break;
+        }
+    }
+    unsigned int generation = warp_arrive(w, f, mask, bits, what);
+    if ((mask & (1u << src)) == 0) {
+        cuda_cpu_fatal("%s: lane %d reads lane %d, which is not in the mask 0x%08x (undefined in CUDA)", what, lane, src, mask);
+    }
+    return w->warps[f->warp].slots[generation & 1][src];
+}
+
+void __syncwarp(unsigned int mask) {
+    Worker* w = current_worker("__syncwarp");
+    warp_arrive(w, w->current, mask, 0, "__syncwarp");
+}
+
+unsigned int __ballot_sync(unsigned int mask, int predicate) {
+    Worker* w = current_worker("__ballot_sync");
+    Fiber* f = w->current;
+    unsigned int generation = warp_arrive(w, f, mask, predicate != 0, "__ballot_sync");
+    unsigned int ballot = 0;
+    for (int l = 0; l < 32; l++) {
+        if ((mask & (1u << l)) && w->warps[f->warp].slots[generation & 1][l]) { ballot |= 1u << l; }
+    }
+    return ballot;
+}
+int __all_sync(unsigned int mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+int __any_sync(unsigned int mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+unsigned int __activemask(void) {
+    Worker* w = current_worker("__activemask");
+    const Warp& wp = w->warps[w->current->warp];
+    return warp_lane_mask(wp) & ~wp.done_mask;
+}
+
+// ----------------------------------------------------------------------------
+// running a block
+
+extern "C" void cuda_cpu_fiber_main(void) {
+    Worker* w = tl_worker;
+    w->launch->invoke(w->launch->body);
+    Fiber* f = w->current;
+    f->state = FIBER_DONE;
+    w->live--;
+    w->done++;
+    Warp& wp = w->warps[f->warp];
+    wp.done_mask |= 1u << f->lane;
+    if (wp.arrived > 0 && (wp.mask & (1u << f->lane))) {
+        cuda_cpu_fatal("lane %d exited while other lanes of its warp wait for it in %s (mask 0x%08x)", f->lane, wp.what, wp.mask);
+    }
+    if (w->block_arrived > 0) {
+        cuda_cpu_fatal("exited while %d threads of the block wait at __syncthreads (a barrier inside divergent code is undefined in CUDA)",
+                       w->block_arrived);
+    }
+    yield_to_scheduler(w, f);
+    cuda_cpu_fatal("a finished fiber was resumed");
+}
+
+static void report_deadlock(Worker* w) {
+    int at_block = 0, at_warp = 0;
+    const Fiber* example_block = nullptr;
+    const Fiber* example_warp = nullptr;
+    for (const Fiber& f : w->fibers) {
+        if (f.state == FIBER_WAIT_BLOCK) { at_block++; example_block = &f; }
+        if (f.state == FIBER_WAIT_WARP) { at_warp++; example_warp = &f; }
+    }
+    w->current = nullptr;
+    const Launch* L = w->launch;
+    cuda_cpu_fatal("kernel %s (%s:%d) block (%u,%u,%u) hangs: %d threads wait at __syncthreads (e.g. thread %u), %d in a warp "
+                   "collective (e.g. thread %u in %s): threads of one warp or block wait at different barriers",
+                   L->name, L->file, L->line, cuda_cpu_block_idx.x, cuda_cpu_block_idx.y, cuda_cpu_block_idx.z, at_block,
+                   example_block ? example_block->thread.idx.x : 0u, at_warp, example_warp ? example_warp->thread.idx.x : 0u,
+                   example_warp ? w->warps[example_warp->warp].what : "-");
+}
+
+static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
+    const dim3 g = L->config.grid, b = L->config.block;
+    cuda_cpu_block_idx = uint3{(unsigned)(linear_block % g.x), (unsigned)((linear_block / g.x) % g.y), (unsigned)(linear_block / ((unsigned long long)g.x * g.y))};
+    const size_t n = (size_t)b.x * b.y * b.z;
+    ensure_stacks(w, n);
+    w->fibers.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        Fiber& f = w->fibers[i];
+        f.thread.idx = uint3{(unsigned)(i % b.x), (unsigned)((i / b.x) % b.y), (unsigned)(i / ((size_t)b.x * b.y))};
+        f.sp = initial_sp(w, i);
+        f.state = FIBER_READY;
+        f.warp = (int)(i / 32);
+        f.lane = (int)(i % 32);
+    }
+    const size_t num_warps = (n + 31) / 32;
+    w->warps.resize(num_warps);
+    for (size_t k = 0; k < num_warps; k++) {
+        Warp& wp = w->warps[k];
+        wp.lanes = (int)(k + 1 < num_warps ? 32 : n - k * 32);
+        wp.done_mask = 0;
+        wp.arrived = 0;
+        wp.mask = 0;
+        wp.what = "";
+        wp.generation = 0;
+    }
+    w->live = (int)n;
+    w->done = 0;
+    w->block_arrived = 0;
+    while (w->live > 0) {
+        int resumed = 0;
+        for (size_t i = 0; i < n; i++) {
+            Fiber& f = w->fibers[i];
+            if (f.state != FIBER_READY) { continue; }
+            w->current = &f;
+            cuda_cpu_thread = &f.thread;
+            cuda_cpu_swap(&w->scheduler_sp, f.sp);
+            resumed++;
+        }
+        w->current = nullptr;
+        if (resumed == 0) { report_deadlock(w); }
+    }
+}
+
+static void run_blocks(Worker* w, Launch* L) {
+    w->launch = L;
+    cuda_cpu_block_dim = uint3{L->config.block.x, L->config.block.y, L->config.block.z};
+    cuda_cpu_grid_dim = uint3{L->config.grid.x, L->config.grid.y, L->config.grid.z};
+    for (;;) {
+        unsigned long long block = L->next_block.fetch_add(1);
+        if (block >= L->total_blocks) { break; }
+        run_block(w, L, block);
+    }
+    w->launch = nullptr;
+}
+
+// ----------------------------------------------------------------------------
+// faults inside kernels: one line naming the kernel, block, thread and what the address is
+
+static void fault_handler(int sig, siginfo_t* info, void*) {
+    Worker* w = tl_worker;
+    if (w == nullptr || w->launch == nullptr || w->current == nullptr) {
+        signal(sig, SIG_DFL);  // a host-code crash: let it crash as it would without us
+        return;
+    }
+    const void* addr = info->si_addr;
+    char what[256];
+    snprintf(what, sizeof(what), "%p is not device memory", addr);
+    const size_t page = page_bytes();
+    if ((uintptr_t)addr < 4096) {
+        snprintf(what, sizeof(what), "%p: a NULL pointer", addr);
+    } else if (w->stacks != nullptr && (char*)addr >= w->stacks && (char*)addr < w->stacks + w->stack_count * (STACK_BYTES + page)) {
+        snprintf(what, sizeof(what), "stack overflow of a CUDA thread (%zu KiB per thread)", STACK_BYTES / 1024);
+    } else if (g_mem_mutex.try_lock()) {
+        for (const auto& kv : g_device) {
+            const Allocation& al = kv.second;
+            if ((char*)addr >= al.map && (char*)addr < al.map + al.map_bytes) {
+                long long off = (long long)((const char*)addr - al.base);
+                snprintf(what, sizeof(what), "%p is %s a device allocation of %zu bytes (offset %lld)", addr,
+                         off < 0 ? "before" : "past the end of", al.bytes, off);
+                break;
+            }
+        }
+        g_mem_mutex.unlock();
+    }
+    cuda_cpu_fatal("invalid memory access: %s", what);
+}
+
+static void install_fault_handler_for_thread(Worker* w) {
+    const size_t alt_bytes = 64 * 1024;
+    w->altstack = (char*)malloc(alt_bytes);
+    stack_t ss;
+    ss.ss_sp = w->altstack;
+    ss.ss_size = alt_bytes;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);
+}
+
+static void install_fault_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = fault_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+}
+
+// ----------------------------------------------------------------------------
+// the worker pool
+
+struct Pool {
+    std::mutex mutex;
+    std::condition_variable start, finished;
+    Launch* job = nullptr;
+    unsigned long long generation = 0;
+    int busy = 0;
+    std::vector<std::thread> threads;
+};
+static Pool* g_pool = nullptr;
+static int g_num_workers = 1;
+
+static Worker* new_worker(void) {
+    Worker* w = new Worker();
+    install_fault_handler_for_thread(w);
+    tl_worker = w;
+    return w;
+}
+
+static void pool_thread(void) {
+    Worker* w = new_worker();
+    unsigned long long seen = 0;
+    for (;;) {
+        Launch* L;
+        {
+            std::unique_lock<std::mutex> lock(g_pool->mutex);
+            g_pool->start.wait(lock, [&] { return g_pool->generation != seen; });
+            seen = g_pool->generation;
+            L = g_pool->job;
+        }
+        run_blocks(w, L);
+        std::lock_guard<std::mutex> lock(g_pool->mutex);
+        if (--g_pool->busy == 0) { g_pool->finished.notify_all(); }
+    }
+}
+
+static int available_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) { return CPU_COUNT(&set); }
+    return 1;
+}
+
+static void runtime_init_once(void) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        install_fault_handlers();
+        const char* env = getenv("CUDA_CPU_THREADS");
+        g_num_workers = env != nullptr ? atoi(env) : available_cpus();
+        if (g_num_workers < 1) { g_num_workers = 1; }
+        if (g_num_workers > 1) {
+            g_pool = new Pool();
+            for (int i = 0; i < g_num_workers - 1; i++) {
+                g_pool->threads.emplace_back(pool_thread);
+                g_pool->threads.back().detach();
+            }
+        }
+    });
+}
+
+// ----------------------------------------------------------------------------
+// launches
+
+static bool launch_config_ok(const CudaCpuLaunchConfig& c, const char* name, const char* file, int line) {
+    const dim3 g = c.grid, b = c.block;
+    const unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
+    const char* why = nullptr;
+    char buf[256];
+    if (threads == 0 || g.x == 0 || g.y == 0 || g.z == 0) {
+        why = "an empty grid or block";
+    } else if (threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+        snprintf(buf, sizeof(buf), "a block of (%u,%u,%u) threads: at most 1024 threads, 1024 x 1024 x 64", b.x, b.y, b.z);
+        why = buf;
+    } else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
+        snprintf(buf, sizeof(buf), "a grid of (%u,%u,%u) blocks: y and z at most 65535", g.x, g.y, g.z);
+        why = buf;
+    } else if (c.shared_bytes > (size_t)g_max_dynamic_shared.load()) {
+        snprintf(buf, sizeof(buf), "%zu bytes of dynamic shared memory (48 KiB without cudaFuncSetAttribute)", c.shared_bytes);
+        why = buf;
+    } else if (c.stream != nullptr && !stream_ok(c.stream)) {
+        why = "a stream that is not live";
+    }
+    if (why == nullptr) { return true; }
+    fail(cudaErrorInvalidConfiguration, "launch of %s (%s:%d) refused: %s", name, file, line, why);
+    return false;
+}
+
+static void check_pointer_args(const CudaCpuArgs& args, const char* name, const char* file, int line) {
+    for (int i = 0; i < args.count; i++) {
+        const void* p = args.ptr[i];
+        if (p == nullptr) { continue; }
+        bool ok;
+        {
+            std::lock_guard<std::mutex> lock(g_mem_mutex);
+            ok = find_allocation_locked(p) != nullptr || is_pinned_locked(p);
+        }
+        if (!ok) {
+            char desc[256];
+            describe_pointer(desc, sizeof(desc), p);
+            cuda_cpu_fatal("launch of %s (%s:%d): argument %d is %s", name, file, line, args.index[i] + 1, desc);
+        }
+    }
+}
+
+void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, const char* file, int line,
+                         const CudaCpuArgs& args, void (*invoke)(void*), void* body) {
+    runtime_init_once();
+    if (tl_worker != nullptr && tl_worker->launch != nullptr) {
+        cuda_cpu_fatal("launch of %s from device code (dynamic parallelism is not used by llmc)", name);
+    }
+    if (!launch_config_ok(config, name, file, line)) { return; }
+    check_pointer_args(args, name, file, line);
+    if (config.shared_bytes > 0) { cuda_cpu_fatal("launch of %s: dynamic shared memory is not supported by this target yet", name); }
+    Worker* self = tl_worker != nullptr ? tl_worker : new_worker();
+    Launch L;
+    L.config = config;
+    L.name = name;
+    L.file = file;
+    L.line = line;
+    L.invoke = invoke;
+    L.body = body;
+    L.total_blocks = (unsigned long long)config.grid.x * config.grid.y * config.grid.z;
+    L.next_block.store(0);
+    if (g_pool == nullptr || L.total_blocks == 1) {
+        run_blocks(self, &L);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_pool->mutex);
+        g_pool->job = &L;
+        g_pool->busy = g_num_workers - 1;
+        g_pool->generation++;
+    }
+    g_pool->start.notify_all();
+    run_blocks(self, &L);
+    std::unique_lock<std::mutex> lock(g_pool->mutex);
+    g_pool->finished.wait(lock, [] { return g_pool->busy == 0; });
+}

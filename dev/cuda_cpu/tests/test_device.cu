@@ -1,0 +1,326 @@
+/*
+dev/cuda_cpu/tests/test_device.cu: the CPU execution target's device semantics, checked.
+
+    ./test_device            the semantics that must hold (N passed, M failed; exit 1 on a failure)
+    ./test_device <defect>   runs one defective kernel that the target must report (exit 1 with a
+                             "cuda_cpu:" line); tests/test_cuda_cpu.py runs every one of them
+
+Built by dev/cuda_cpu/cuda_cpu.mk like any CUDA source (translate.py, then the host compiler).
+*/
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../../../llmc/bf16.h"
+
+static int passed = 0, failed = 0;
+static void check(int ok, const char* what) {
+    if (ok) { passed++; } else { failed++; printf("FAIL: %s\n", what); }
+}
+#define CHECK_CUDA(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { printf("FAIL: %s: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+template <class T> static T* device_alloc(size_t n) {
+    T* p = NULL;
+    CHECK_CUDA(cudaMalloc(&p, n * sizeof(T)));
+    return p;
+}
+template <class T> static void download(T* host, const T* dev, size_t n) { CHECK_CUDA(cudaMemcpy(host, dev, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+template <class T> static void upload(T* dev, const T* host, size_t n) { CHECK_CUDA(cudaMemcpy(dev, host, n * sizeof(T), cudaMemcpyHostToDevice)); }
+
+// ----------------------------------------------------------------------------
+// kernels that must work
+
+// every thread of a 3-D grid of 3-D blocks writes its coordinates once
+__global__ void coordinates_kernel(int* out) {
+    int bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    int tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int per_block = blockDim.x * blockDim.y * blockDim.z;
+    int g = bx * per_block + tx;
+    out[4 * g + 0] = threadIdx.x + 100 * threadIdx.y + 10000 * threadIdx.z;
+    out[4 * g + 1] = blockIdx.x + 100 * blockIdx.y + 10000 * blockIdx.z;
+    out[4 * g + 2] = blockDim.x + 100 * blockDim.y + 10000 * blockDim.z;
+    out[4 * g + 3] = gridDim.x + 100 * gridDim.y + 10000 * gridDim.z;
+}
+
+// tree reduction in shared memory: every step needs the previous step's writes of other threads
+__global__ void shared_tree_sum_kernel(float* out, const float* in) {
+    __shared__ float buf[1024];
+    buf[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride) { buf[threadIdx.x] += buf[threadIdx.x + stride]; }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) { out[blockIdx.x] = buf[0]; }
+}
+
+// reversal through shared memory: thread t reads what thread n-1-t wrote
+__global__ void shared_reverse_kernel(int* out, const int* in) {
+    __shared__ int buf[256];
+    buf[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+}
+
+// out[4 * t + k]: the four shuffles of the lane value 1000 * lane + 7, with the given width
+__global__ void shuffle_kernel(int* out, int width) {
+    int lane = threadIdx.x % 32;
+    int v = 1000 * lane + 7;
+    unsigned mask = __activemask();
+    out[4 * threadIdx.x + 0] = __shfl_xor_sync(mask, v, 5 % width, width);
+    out[4 * threadIdx.x + 1] = __shfl_down_sync(mask, v, 3, width);
+    out[4 * threadIdx.x + 2] = __shfl_up_sync(mask, v, 2, width);
+    out[4 * threadIdx.x + 3] = __shfl_sync(mask, v, 6, width);
+}
+
+__global__ void vote_kernel(unsigned* out) {
+    int lane = threadIdx.x % 32;
+    out[3 * threadIdx.x + 0] = __ballot_sync(0xFFFFFFFFu, lane % 3 == 0);
+    out[3 * threadIdx.x + 1] = __all_sync(0xFFFFFFFFu, lane < 40);
+    out[3 * threadIdx.x + 2] = __any_sync(0xFFFFFFFFu, lane == 31);
+}
+
+__global__ void atomic_count_kernel(int* counter, float* fsum) {
+    atomicAdd(counter, 1);
+    atomicAdd(fsum, 0.5f);
+}
+
+__global__ void bf16_convert_kernel(__nv_bfloat16* out, float* back, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = __float2bfloat16(in[i]);
+        back[i] = __bfloat162float(out[i]);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// defects the target must report
+
+__global__ void divergent_syncthreads_kernel(float* out) {
+    if (threadIdx.x < 16) { __syncthreads(); }
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void early_return_kernel(float* out) {
+    if (threadIdx.x == 0) { return; }
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void exited_lane_shuffle_kernel(float* out) {
+    if (threadIdx.x == 3) { return; }
+    out[threadIdx.x] = __shfl_xor_sync(0xFFFFFFFFu, 1.0f, 1);
+}
+__global__ void mixed_barriers_kernel(float* out) {
+    if (threadIdx.x < 16) { __syncwarp(); } else { __syncthreads(); }
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void out_of_bounds_kernel(float* out, int n) {
+    out[n + threadIdx.x] = 1.0f;  // one past the end (n floats fill the allocation's 256-byte granules)
+}
+__global__ void write_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+
+static int run_defect(const char* name) {
+    float* d = device_alloc<float>(256);
+    if (strcmp(name, "host_pointer") == 0) {
+        float host[32];
+        write_kernel<<<1, 32>>>(host);
+    } else if (strcmp(name, "divergent_syncthreads") == 0) {
+        divergent_syncthreads_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "early_return") == 0) {
+        early_return_kernel<<<1, 64>>>(d);
+    } else if (strcmp(name, "exited_lane_shuffle") == 0) {
+        exited_lane_shuffle_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "mixed_barriers") == 0) {
+        mixed_barriers_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "out_of_bounds") == 0) {
+        out_of_bounds_kernel<<<1, 32>>>(d, 256);
+    } else if (strcmp(name, "freed_pointer") == 0) {
+        CHECK_CUDA(cudaFree(d));
+        write_kernel<<<1, 32>>>(d);
+    } else {
+        printf("unknown defect %s\n", name);
+        return 2;
+    }
+    cudaError_t err = cudaGetLastError();
+    printf("defect %s was NOT reported (%s)\n", name, cudaGetErrorString(err));
+    return 0;  // not reported: the caller's test fails on exit code 0
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    if (argc > 1) { return run_defect(argv[1]); }
+
+    // grid and block coordinates
+    {
+        dim3 grid(3, 2, 2), block(4, 3, 2);
+        int n = 3 * 2 * 2 * 4 * 3 * 2;
+        int* d = device_alloc<int>(4 * n);
+        coordinates_kernel<<<grid, block>>>(d);
+        check(cudaGetLastError() == cudaSuccess, "coordinates launch");
+        int* h = (int*)malloc(4 * n * sizeof(int));
+        download(h, d, 4 * n);
+        int ok = 1;
+        for (int bz = 0; bz < 2; bz++) for (int by = 0; by < 2; by++) for (int bx = 0; bx < 3; bx++)
+        for (int tz = 0; tz < 2; tz++) for (int ty = 0; ty < 3; ty++) for (int tx = 0; tx < 4; tx++) {
+            int g = (bx + 3 * (by + 2 * bz)) * 24 + tx + 4 * (ty + 3 * tz);
+            ok &= h[4 * g] == tx + 100 * ty + 10000 * tz && h[4 * g + 1] == bx + 100 * by + 10000 * bz;
+            ok &= h[4 * g + 2] == 4 + 300 + 20000 && h[4 * g + 3] == 3 + 200 + 20000;
+        }
+        check(ok, "threadIdx/blockIdx/blockDim/gridDim in a 3-D grid of 3-D blocks");
+        free(h);
+        cudaFree(d);
+    }
+    // shared memory and __syncthreads
+    {
+        const int blocks = 5, threads = 1024;
+        float* h = (float*)malloc(blocks * threads * sizeof(float));
+        for (int i = 0; i < blocks * threads; i++) { h[i] = (float)(i % 17); }
+        float* d_in = device_alloc<float>(blocks * threads);
+        float* d_out = device_alloc<float>(blocks);
+        upload(d_in, h, blocks * threads);
+        shared_tree_sum_kernel<<<blocks, threads>>>(d_out, d_in);
+        float out[blocks];
+        download(out, d_out, blocks);
+        int ok = 1;
+        for (int b = 0; b < blocks; b++) {
+            float ref = 0.0f;
+            for (int t = 0; t < threads; t++) { ref += h[b * threads + t]; }
+            ok &= out[b] == ref;
+        }
+        check(ok, "shared-memory tree reduction over 1024 threads with __syncthreads");
+        int hi[256], ho[256];
+        for (int i = 0; i < 256; i++) { hi[i] = 3 * i + 1; }
+        int* di = device_alloc<int>(256);
+        int* dout = device_alloc<int>(256);
+        upload(di, hi, 256);
+        shared_reverse_kernel<<<1, 256>>>(dout, di);
+        download(ho, dout, 256);
+        ok = 1;
+        for (int i = 0; i < 256; i++) { ok &= ho[i] == hi[255 - i]; }
+        check(ok, "shared-memory reversal (each thread reads another's write)");
+        free(h);
+        cudaFree(d_in); cudaFree(d_out); cudaFree(di); cudaFree(dout);
+    }
+    // warp shuffles, with widths 32, 16 and 8, in full warps and in a partial last warp (48 threads)
+    {
+        const int widths[3] = {32, 16, 8};
+        for (int threads = 32; threads <= 48; threads += 16) {
+            for (int wi = threads == 32 ? 0 : 1; wi < 3; wi++) {  // a 16-lane warp: widths <= 16 only
+                int width = widths[wi];
+                int* d = device_alloc<int>(4 * threads);
+                shuffle_kernel<<<1, threads>>>(d, width);
+                int* h = (int*)malloc(4 * threads * sizeof(int));
+                download(h, d, 4 * threads);
+                int ok = 1;
+                for (int t = 0; t < threads; t++) {
+                    int lane = t % 32, seg = lane & ~(width - 1);
+                    int src_xor = lane ^ (5 % width);
+                    int src_down = lane + 3 < seg + width ? lane + 3 : lane;
+                    int src_up = lane - 2 >= seg ? lane - 2 : lane;
+                    int src_idx = seg + 6 % width;
+                    ok &= h[4 * t + 0] == 1000 * src_xor + 7;
+                    ok &= h[4 * t + 1] == 1000 * src_down + 7;
+                    ok &= h[4 * t + 2] == 1000 * src_up + 7;
+                    ok &= h[4 * t + 3] == 1000 * src_idx + 7;
+                }
+                char what[128];
+                snprintf(what, sizeof(what), "__shfl_xor/down/up/sync lanes, width %d, %d threads", width, threads);
+                check(ok, what);
+                free(h);
+                cudaFree(d);
+            }
+        }
+    }
+    // votes
+    {
+        unsigned* d = device_alloc<unsigned>(3 * 64);
+        vote_kernel<<<1, 64>>>(d);
+        unsigned h[3 * 64];
+        download(h, d, 3 * 64);
+        unsigned ballot = 0;
+        for (int l = 0; l < 32; l += 3) { ballot |= 1u << l; }
+        int ok = 1;
+        for (int t = 0; t < 64; t++) { ok &= h[3 * t] == ballot && h[3 * t + 1] == 1 && h[3 * t + 2] == 1; }
+        check(ok, "__ballot_sync, __all_sync, __any_sync");
+        cudaFree(d);
+    }
+    // atomics across blocks that run on several worker threads
+    {
+        int* counter = device_alloc<int>(1);
+        float* fsum = device_alloc<float>(1);
+        CHECK_CUDA(cudaMemset(counter, 0, sizeof(int)));
+        CHECK_CUDA(cudaMemset(fsum, 0, sizeof(float)));
+        atomic_count_kernel<<<200, 128>>>(counter, fsum);
+        int c;
+        float s;
+        download(&c, counter, 1);
+        download(&s, fsum, 1);
+        check(c == 200 * 128 && s == 0.5f * 200 * 128, "atomicAdd (int, float) over 200 blocks");
+        cudaFree(counter); cudaFree(fsum);
+    }
+    // bf16: round to nearest even, bit for bit; NaN -> 0x7FFF; exact conversion back
+    {
+        const int n = 1 << 16;
+        float* h = (float*)malloc(n * sizeof(float));
+        uint32_t s = 12345;
+        for (int i = 0; i < n; i++) {
+            s = s * 1664525u + 1013904223u;
+            uint32_t bits = s;
+            if (i % 4 == 1) { bits = (bits & 0xFFFF0000u) | 0x8000u; }           // exact ties
+            if (i % 4 == 2) { bits = (bits & 0xFFFF0000u) | (0x7FFFu + (i & 2)); }  // just below / above a tie
+            memcpy(&h[i], &bits, 4);
+        }
+        const float specials[6] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-40f};
+        for (int k = 0; k < 6; k++) { h[k] = specials[k]; }
+        float* d_in = device_alloc<float>(n);
+        float* d_back = device_alloc<float>(n);
+        __nv_bfloat16* d_out = device_alloc<__nv_bfloat16>(n);
+        upload(d_in, h, n);
+        bf16_convert_kernel<<<n / 256, 256>>>(d_out, d_back, d_in, n);
+        uint16_t* bits = (uint16_t*)malloc(n * sizeof(uint16_t));
+        float* back = (float*)malloc(n * sizeof(float));
+        CHECK_CUDA(cudaMemcpy(bits, d_out, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        download(back, d_back, n);
+        int ok = 1, ok_back = 1;
+        for (int i = 0; i < n; i++) {
+            uint16_t want = isnan(h[i]) ? (uint16_t)0x7FFF : bf16_bits_round_nearest(h[i]);
+            ok &= bits[i] == want;
+            float exact = bf16_bits_to_float(bits[i]);
+            ok_back &= memcmp(&exact, &back[i], 4) == 0;
+        }
+        check(ok, "__float2bfloat16: round to nearest even, bit for bit (65536 values, ties, inf, NaN, subnormal)");
+        check(ok_back, "__bfloat162float: exact");
+        free(h); free(bits); free(back);
+        cudaFree(d_in); cudaFree(d_back); cudaFree(d_out);
+    }
+    // the runtime refuses what a GPU refuses
+    {
+        float* d = device_alloc<float>(16);
+        float host[16] = {0};
+        check(cudaMemcpy(d, host, 17 * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess, "a copy past the end of an allocation is refused");
+        check(cudaMemcpy(host, d, 16 * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess, "HostToDevice with a host destination is refused");
+        check(cudaMemcpy(d, host, 16 * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess, "DeviceToHost with a host source is refused");
+        check(cudaMemset(host, 0, sizeof(host)) != cudaSuccess, "cudaMemset of host memory is refused");
+        check(cudaFree(host) != cudaSuccess, "cudaFree of a host pointer is refused");
+        check(cudaFree(d + 1) != cudaSuccess, "cudaFree of an offset pointer is refused");
+        write_kernel<<<1, 2048>>>(d);
+        check(cudaGetLastError() == cudaErrorInvalidConfiguration, "a block of 2048 threads is refused at launch");
+        write_kernel<<<dim3(1, 70000), 32>>>(d);
+        check(cudaGetLastError() == cudaErrorInvalidConfiguration, "a grid of 70000 in y is refused at launch");
+        check(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
+        float fresh;
+        download(&fresh, d, 1);
+        check(isnan(fresh), "fresh device memory reads as NaN (reads of unwritten memory show up)");
+        cudaEvent_t a, b;
+        CHECK_CUDA(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventCreate(&b));
+        CHECK_CUDA(cudaEventRecord(a));
+        CHECK_CUDA(cudaEventRecord(b));
+        float ms;
+        check(cudaEventElapsedTime(&ms, a, b) != cudaSuccess, "cudaEventElapsedTime refuses an event without timing");
+        cudaFree(d);
+    }
+    printf("test_device: %d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
