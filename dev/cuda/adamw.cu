@@ -5,6 +5,8 @@ dev/cuda/adamw.cu: one AdamW step over a parameter tensor (fp32 master weights, 
     version 2: the production kernel (llmc/adamw.cuh): llmc/adamw.h's adamw_update_one, the CPU
                trainer's function, and stochastic rounding of the parameters in BF16 builds
 The CPU reference calls adamw_update_one in fp32 on the host.
+
+usage: ./adamw [version] [--quick]   (full: 2^24 parameters; --quick: 100003, a partial last block)
 */
 #include "common.h"
 #include "../../llmc/adamw.cuh"
@@ -27,7 +29,9 @@ __global__ static void adamw_v1(floatX* params, float* master, const floatX* gra
 }
 
 int main(int argc, char** argv) {
-    const size_t n = (size_t)1 << 24;
+    Playground pg = playground_init(argc, argv, 2);
+    const size_t n = pg.quick ? 100003 : (size_t)1 << 24;
+    printf("adamw: n=%zu, %s, %s\n", n, PRECISION_NAME, playground_mode(&pg));
     const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     const int t = 3;
     float* params = make_random_float(n, 1);
@@ -54,16 +58,16 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemcpy(d_m, m0, n * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v0, n * sizeof(float), cudaMemcpyHostToDevice));
     };
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() { adamw_v1<<<ceil_div(n, 512), 512>>>(d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, eps, wd, t); cudaCheckLaunch(); };
         reset();
         run();
         validate_result(d_master, ref, "version 1 master", n, 1e-5f);
         validate_result(d_m, ref_m, "version 1 m", n, 1e-6f);
         validate_result(d_v, ref_v, "version 1 v", n, 1e-6f);
-        printf("version 1: %.3f ms\n", benchmark_kernel(20, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { adamw_update(d_params, d_master, d_grads, d_m, d_v, 0, n, 0, wd, 1.0f, s, 1234u, 0); };
         reset();
         run();
@@ -71,7 +75,7 @@ int main(int argc, char** argv) {
         validate_result(d_params, ref, "version 2 (llmc) params", n, precision_tol(1e-6f, 1e-2f));
         validate_result(d_m, ref_m, "version 2 (llmc) m", n, 1e-6f);
         validate_result(d_v, ref_v, "version 2 (llmc) v", n, 1e-6f);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(20, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
     }
     free(params); free(grads); free(m0); free(v0); free(ref); free(ref_m); free(ref_v);
     cudaCheck(cudaFree(d_params)); cudaCheck(cudaFree(d_grads)); cudaCheck(cudaFree(d_master));

@@ -5,6 +5,8 @@ dev/cuda/attention_backward.cu: gradient of causal self-attention, dout (B, T, C
                into dk, dv with fp32 atomics (not deterministic)
     version 2: the production path (llmc/attention.cuh): unpermute, batched GEMMs for datt and dv,
                warp-per-row causal softmax backward, batched GEMMs for dq and dk, permute back
+
+usage: ./attention_backward [version] [--quick]   (full: B=4, T=256, GPT-2 124M's C and heads)
 */
 #include "common.h"
 #include "attention_common.h"
@@ -47,7 +49,10 @@ __global__ static void attention_backward_v1(float* dinp, const floatX* dout, co
 }
 
 int main(int argc, char** argv) {
-    const int B = 4, T = 256, C = 768, NH = 12;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 4, 256);
+    playground_announce(&pg, "attention_backward", &s);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     size_t BTC = (size_t)B * T * C, BNTT = (size_t)B * NH * T * T;
     float* inp = make_random_float(3 * BTC, 1);
     float* dout = make_random_float(BTC, 2);
@@ -70,7 +75,7 @@ int main(int argc, char** argv) {
     CublasContext ctx;
     cublas_context_init(&ctx, stream);
     attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         float* d_dinp_f = (float*)cudaMallocCheck(3 * BTC * sizeof(float));
         auto run = [&]() {
             cudaCheck(cudaMemsetAsync(d_dinp_f, 0, 3 * BTC * sizeof(float), stream));
@@ -79,14 +84,14 @@ int main(int argc, char** argv) {
         };
         run();
         validate_result(d_dinp_f, ref_dinp, "version 1 dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
-        printf("version 1: %.3f ms\n", benchmark_kernel(10, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 10, run), timing_note(&pg));
         cudaCheck(cudaFree(d_dinp_f));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { attention_backward(&ctx, d_dinp, d_dqkvr, d_datt, d_scratch, d_dout, d_qkvr, d_att, B, T, C, NH); };
         run();
         validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     cublas_context_free(&ctx);
     cudaCheck(cudaStreamDestroy(stream));

@@ -4,6 +4,8 @@ dev/cuda/attention_forward.cu: causal multi-head self-attention, inp (B, T, 3C) 
     version 1: naive, one thread per (b, t, head): scores, softmax and the weighted sum of v in registers
     version 2: the production path (llmc/attention.cuh): permute, cuBLAS batched GEMM for q k^T,
                warp-per-row causal softmax, batched GEMM with v, unpermute
+
+usage: ./attention_forward [version] [--quick]   (full: B=4, T=256, GPT-2 124M's C and heads)
 */
 #include "common.h"
 #include "attention_common.h"
@@ -40,7 +42,11 @@ __global__ static void attention_forward_v1(floatX* out, const floatX* inp, int 
 }
 
 int main(int argc, char** argv) {
-    const int B = 4, T = 256, C = 768, NH = 12;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 4, 256);
+    playground_announce(&pg, "attention_forward", &s);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    if (C / NH > 128) { llmc_die("attention_forward: version 1 keeps a head of at most 128 values in registers, not %d", C / NH); }
     size_t BTC = (size_t)B * T * C;
     float* inp = make_random_float(3 * BTC, 1);
     floatX* d_inp = to_device(inp, 3 * BTC);
@@ -56,16 +62,16 @@ int main(int argc, char** argv) {
     cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
     cublas_context_init(&ctx, stream);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() { attention_forward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_out, d_inp, B, T, C, NH); cudaCheckLaunch(); };
-        check_and_time("version 1", run, d_out, ref, BTC, tol, 10);
+        check_and_time(&pg, "version 1", run, d_out, ref, BTC, tol, 10);
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH); };
         run();
         validate_result(d_out, ref, "version 2 (llmc) out", BTC, tol);
         validate_result(d_att, ref_att, "version 2 (llmc) att", (size_t)B * NH * T * T, tol);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     cublas_context_free(&ctx);
     cudaCheck(cudaStreamDestroy(stream));

@@ -3,7 +3,17 @@ dev/cuda/common.h: helpers for the kernel playground (one file per kernel in dev
 
 Each playground file has a CPU reference, numbered kernel versions (the last one is the
 production kernel, #included from llmc/, never copied), validation of every version against
-the reference, and a benchmark. Run a file's binary with a version number to run just that one.
+the reference, and a benchmark. Every binary takes the same command line (playground_init):
+
+    ./<kernel> [version] [--quick]
+        version   run just this version (1..N); default: every version
+        --quick   (or -q) the small problem QUICK_SHAPE instead of the full one, every selected version
+                  validated exactly as in a full run (same tolerances), and one timed call per version
+                  without warm-up instead of the benchmark; the time line says so
+
+The problem is a Shape: GPT-2 124M's layer dimensions at the file's own batch size and sequence
+length (playground_shape), or with --quick one small shape for every file, chosen to keep each
+kernel's constraints and still run its loops past one warp and one block.
 */
 #ifndef LLMC_DEV_CUDA_COMMON_H
 #define LLMC_DEV_CUDA_COMMON_H
@@ -14,6 +24,7 @@ the reference, and a benchmark. Run a file's binary with a version number to run
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/cuda_common.cuh"
+#include "../../llmc/model_config.h"
 
 // deterministic host random numbers in [-1, 1) (xorshift; the playground needs no torch parity)
 static inline float* make_random_float(size_t n, uint64_t seed) {
@@ -84,13 +95,97 @@ static void validate_result(const T* d_got, const float* ref, const char* name, 
     }
 }
 
-// average milliseconds of `repeats` calls of f (after one warm-up call)
+// ----------------------------------------------------------------------------
+// the command line and the problem shape
+
+typedef struct {
+    int version;  // the one version to run, or 0: every version
+    int quick;    // --quick: QUICK_SHAPE, one timed call per version
+} Playground;
+
+static inline void playground_usage(FILE* f, const char* prog, int num_versions) {
+    fprintf(f, "usage: %s [version] [--quick]\n"
+               "  version   run just this version (1..%d); default: every version\n"
+               "  --quick   (or -q) a small problem, every selected version validated against the CPU reference\n"
+               "            with the usual tolerances, one timed call per version instead of the benchmark\n",
+            prog, num_versions);
+}
+
+// parses the command line; a bad argument prints one error line and the usage, and exits 1
+static inline Playground playground_init(int argc, char** argv, int num_versions) {
+    Playground pg = {0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "--quick") == 0 || strcmp(arg, "-q") == 0) { pg.quick = 1; continue; }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { playground_usage(stdout, argv[0], num_versions); exit(0); }
+        char* end = NULL;
+        long v = strtol(arg, &end, 10);
+        if (pg.version == 0 && end != arg && *end == '\0' && v >= 1 && v <= num_versions) { pg.version = (int)v; continue; }
+        fprintf(stderr, "%s: unexpected argument '%s' (a version is 1..%d, given at most once)\n", argv[0], arg, num_versions);
+        playground_usage(stderr, argv[0], num_versions);
+        exit(1);
+    }
+    return pg;
+}
+
+// whether to run `version`: all of them, or the one named on the command line
+static inline int version_selected(const Playground* pg, int version) { return pg->version == 0 || pg->version == version; }
+
+typedef struct {
+    int B, T;   // batch size, sequence length
+    int C, NH;  // channels and heads (head size C / NH)
+    int L;      // layers (the files that need a whole model's parameter vector)
+    int V, Vp;  // vocabulary, padded to a multiple of 128
+} Shape;
+
+// The --quick problem, shared by every file: GPT-2 d6's width (C = 384, 6 heads of 64) at B = 4, T = 128.
+// C: twelve values per lane in the warp-per-row kernels, two passes of the 256-thread blocks that loop
+// over a row's columns, a multiple of the 128-bit packet and of cuBLASLt's 16-byte alignment. B*T = 512
+// rows: each of the 32 row chunks of the deterministic column sums gets 16, two per row lane. T: causal
+// rows from 1 to 4 warps long. V = 1999 > 1024: the classifier's 1024-thread blocks make two passes over
+// a row, and Vp (a multiple of 128, as the trainer pads) adds 49 padded columns. Two layers: the whole
+// model (global_norm, nccl_all_reduce) has 4.4M parameters.
+static const Shape QUICK_SHAPE = {4, 128, 384, 6, 2, 1999, 2048};
+
+// GPT-2 124M (d12: C = 768, 12 heads, 12 layers, its vocabulary) at the given B and T, or QUICK_SHAPE
+static inline Shape playground_shape(const Playground* pg, int B, int T) {
+    if (pg->quick) { return QUICK_SHAPE; }
+    Shape s = {B, T, 768, 12, 12, GPT2_VOCAB_SIZE, GPT2_PADDED_VOCAB_SIZE};
+    return s;
+}
+
+// the model of a shape, maxT = T (for the files that work on the whole parameter vector)
+static inline GPT2Config shape_model(const Shape* s) {
+    GPT2Config cfg = {s->T, s->V, s->Vp, s->L, s->NH, s->C};
+    return cfg;
+}
+
+// "full size", or what --quick changes (for the line that says what runs)
+static inline const char* playground_mode(const Playground* pg) {
+    return pg->quick ? "--quick (small problem, one timed call per version)" : "full size";
+}
+
+// one line saying what runs, before the first version
+static inline void playground_announce(const Playground* pg, const char* name, const Shape* s) {
+    printf("%s: B=%d T=%d C=%d NH=%d L=%d V=%d Vp=%d, %s, %s\n", name, s->B, s->T, s->C, s->NH, s->L, s->V, s->Vp,
+           PRECISION_NAME, playground_mode(pg));
+}
+
+// ----------------------------------------------------------------------------
+// timing
+
+// milliseconds per call of f: the average of `repeats` calls after one warm-up call. With --quick a
+// single call without warm-up: it checks that the timed path runs, it measures nothing (timing_note).
 template <class F>
-static float benchmark_kernel(int repeats, F f) {
+static float benchmark_kernel(const Playground* pg, int repeats, F f) {
+    if (pg->quick) {
+        repeats = 1;
+    } else {
+        f();
+    }
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
-    f();
     cudaCheck(cudaEventRecord(start));
     for (int i = 0; i < repeats; i++) { f(); }
     cudaCheck(cudaEventRecord(stop));
@@ -102,19 +197,17 @@ static float benchmark_kernel(int repeats, F f) {
     return ms / repeats;
 }
 
-// which versions to run: all, or the one given as argv[1]
-static inline int version_selected(int argc, char** argv, int version) {
-    return argc < 2 || atoi(argv[1]) == version;
-}
+// appended to every time line: empty in a full run
+static inline const char* timing_note(const Playground* pg) { return pg->quick ? " (--quick: one call, not a benchmark)" : ""; }
 
 // a version with one output: a first call of run checked against the CPU reference, then the average
 // time of `repeats` calls printed as "<name>: <ms> ms<note>" (note: e.g. " (including a copy)")
 template <class T, class F>
-static void check_and_time(const char* name, F run, const T* d_out, const float* ref, size_t n, float tol, int repeats,
-                           const char* note = "") {
+static void check_and_time(const Playground* pg, const char* name, F run, const T* d_out, const float* ref, size_t n,
+                           float tol, int repeats, const char* note = "") {
     run();
     validate_result(d_out, ref, name, n, tol);
-    printf("%s: %.3f ms%s\n", name, benchmark_kernel(repeats, run), note);
+    printf("%s: %.3f ms%s%s\n", name, benchmark_kernel(pg, repeats, run), note, timing_note(pg));
 }
 
 #endif // LLMC_DEV_CUDA_COMMON_H

@@ -4,6 +4,8 @@ dev/cuda/encoder_backward.cu: gradients of the embedding tables, dwte[inp[b,t]] 
     version 1: one thread per (b, t, c) with fp32 atomicAdd (fast to write, not deterministic)
     version 2: the production kernels (llmc/encoder.cuh): host-side grouping of the positions of each
                token, one block per token summing in a fixed order; deterministic, no atomics
+
+usage: ./encoder_backward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C and vocabulary)
 */
 #include "common.h"
 #include "../../llmc/encoder.cuh"
@@ -30,16 +32,20 @@ __global__ static void encoder_backward_v1(float* dwte, float* dwpe, const float
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, C = 768, V = 50304;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "encoder_backward", &s);
+    const int B = s.B, T = s.T, C = s.C, V = s.Vp;  // dwte has the padded vocabulary's rows
     size_t N = (size_t)B * T * C;
     float* dout = make_random_float(N, 1);
-    int* inp = make_random_int((size_t)B * T, 1000, 2);  // a small range: many repeated tokens
+    const int distinct = pg.quick ? 64 : 1000;  // far fewer token ids than positions: each repeats ~8 times
+    int* inp = make_random_int((size_t)B * T, distinct, 2);
     floatX* d_dout = to_device(dout, N);
     int* d_inp = to_device_int(inp, (size_t)B * T);
     float* ref_wte = (float*)callocCheck((size_t)V * C, sizeof(float));
     float* ref_wpe = (float*)callocCheck((size_t)T * C, sizeof(float));
     encoder_backward_cpu(ref_wte, ref_wpe, dout, inp, B, T, C);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         float* d_wte = (float*)cudaMallocCheck((size_t)V * C * sizeof(float));
         float* d_wpe = (float*)cudaMallocCheck((size_t)T * C * sizeof(float));
         auto run = [&]() {
@@ -51,10 +57,10 @@ int main(int argc, char** argv) {
         run();
         validate_result(d_wte, ref_wte, "version 1 dwte", (size_t)V * C, 1e-4f);
         validate_result(d_wpe, ref_wpe, "version 1 dwpe", (size_t)T * C, 1e-4f);
-        printf("version 1: %.3f ms\n", benchmark_kernel(20, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
         cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         floatX* d_wte = (floatX*)cudaMallocCheck((size_t)V * C * sizeof(floatX));
         floatX* d_wpe = (floatX*)cudaMallocCheck((size_t)T * C * sizeof(floatX));
         TokenGroups groups;
@@ -71,7 +77,7 @@ int main(int argc, char** argv) {
         const float tol = precision_tol(1e-4f, 3e-2f);
         validate_result(d_wte, ref_wte, "version 2 (llmc) dwte", (size_t)V * C, tol);
         validate_result(d_wpe, ref_wpe, "version 2 (llmc) dwpe", (size_t)T * C, tol);
-        printf("version 2 (llmc): %.3f ms (including the host grouping)\n", benchmark_kernel(20, run));
+        printf("version 2 (llmc): %.3f ms (including the host grouping)%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
         token_groups_free(&groups);
         token_groups_device_free(&dgroups);
         cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));

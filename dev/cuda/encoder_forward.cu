@@ -3,6 +3,8 @@ dev/cuda/encoder_forward.cu: token + position embedding, out (B, T, C) = wte[inp
 
     version 1: one thread per output element
     version 2: the production kernel (llmc/encoder.cuh): one thread per 128-bit packet
+
+usage: ./encoder_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C and vocabulary)
 */
 #include "common.h"
 #include "../../llmc/encoder.cuh"
@@ -28,12 +30,15 @@ __global__ static void encoder_forward_v1(floatX* out, const int* inp, const flo
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, C = 768, V = 50304;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "encoder_forward", &s);
+    const int B = s.B, T = s.T, C = s.C, Vp = s.Vp;
     size_t N = (size_t)B * T * C;
-    float* wte = make_random_float((size_t)V * C, 1);
+    float* wte = make_random_float((size_t)Vp * C, 1);
     float* wpe = make_random_float((size_t)T * C, 2);
-    int* inp = make_random_int((size_t)B * T, V, 3);
-    floatX* d_wte = to_device(wte, (size_t)V * C);
+    int* inp = make_random_int((size_t)B * T, s.V, 3);
+    floatX* d_wte = to_device(wte, (size_t)Vp * C);
     floatX* d_wpe = to_device(wpe, (size_t)T * C);
     int* d_inp = to_device_int(inp, (size_t)B * T);
     floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
@@ -42,8 +47,8 @@ int main(int argc, char** argv) {
     const float tol = precision_tol(1e-6f, 1e-2f);
     auto v1 = [&]() { encoder_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_inp, d_wte, d_wpe, B, T, C); cudaCheckLaunch(); };
     auto v2 = [&]() { encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0); };
-    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_out, ref, N, tol, 100); }
-    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_out, ref, N, tol, 100); }
+    if (version_selected(&pg, 1)) { check_and_time(&pg, "version 1", v1, d_out, ref, N, tol, 100); }
+    if (version_selected(&pg, 2)) { check_and_time(&pg, "version 2 (llmc)", v2, d_out, ref, N, tol, 100); }
     free(wte); free(wpe); free(inp); free(ref);
     cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe)); cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_out));
     printf("encoder_forward: all versions match the CPU reference\n");

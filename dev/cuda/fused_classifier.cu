@@ -5,6 +5,8 @@ dev/cuda/fused_classifier.cu: softmax + cross-entropy loss + dlogits over the vo
                dlogits = (probs - onehot) * dloss), one thread per row
     version 2: the production kernel (llmc/fused_classifier.cuh): one block per row, online softmax,
                dlogits written in place over the logits, probabilities never stored
+
+usage: ./fused_classifier [version] [--quick]   (full: B=8, T=1024, GPT-2's vocabulary)
 */
 #include "common.h"
 #include "../../llmc/fused_classifier.cuh"
@@ -47,7 +49,10 @@ __global__ static void dlogits_v1(floatX* dlogits, const float* probs, const int
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, V = 50257, Vp = 50304, BT = B * T;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "fused_classifier", &s);
+    const int V = s.V, Vp = s.Vp, BT = s.B * s.T;
     size_t n = (size_t)BT * Vp;
     float* logits = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { logits[i] *= 10.0f; }
@@ -62,9 +67,8 @@ int main(int argc, char** argv) {
     classifier_cpu(ref_losses, ref_dlogits, logits, targets, dloss, BT, V, Vp);
     // dlogits are O(1/BT): compare them scaled up so the tolerance means the same in both checks
     for (size_t i = 0; i < n; i++) { ref_dlogits[i] *= (float)BT; }
-    floatX* d_scaled = (floatX*)cudaMallocCheck(n * sizeof(floatX));
     const float tol = precision_tol(1e-4f, 2e-2f);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         float* d_probs = (float*)cudaMallocCheck(n * sizeof(float));
         auto run = [&]() {
             softmax_v1<<<ceil_div(BT, 128), 128>>>(d_probs, d_logits, BT, V, Vp);
@@ -75,10 +79,10 @@ int main(int argc, char** argv) {
         run();
         validate_result(d_losses, ref_losses, "version 1 losses", BT, tol);
         validate_result(d_work, ref_dlogits, "version 1 dlogits x BT", n, tol);
-        printf("version 1: %.3f ms\n", benchmark_kernel(5, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 5, run), timing_note(&pg));
         cudaCheck(cudaFree(d_probs));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_logits, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
             fused_classifier(d_work, d_losses, d_targets, 1.0f, BT, V, Vp, 1, 0);
@@ -86,11 +90,11 @@ int main(int argc, char** argv) {
         run();
         validate_result(d_losses, ref_losses, "version 2 (llmc) losses", BT, tol);
         validate_result(d_work, ref_dlogits, "version 2 (llmc) dlogits x BT", n, tol);
-        printf("version 2 (llmc): %.3f ms (including a copy of the logits)\n", benchmark_kernel(20, run));
+        printf("version 2 (llmc): %.3f ms (including a copy of the logits)%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
     }
     free(logits); free(targets); free(ref_losses); free(ref_dlogits);
     cudaCheck(cudaFree(d_logits)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_work));
-    cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_scaled));
+    cudaCheck(cudaFree(d_losses));
     printf("fused_classifier: all versions match the CPU reference\n");
     return 0;
 }

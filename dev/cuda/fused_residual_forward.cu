@@ -3,6 +3,8 @@ dev/cuda/fused_residual_forward.cu: residual = a + b followed by layernorm(resid
 
     version 1: two kernels, a residual add then a layernorm (one thread per row)
     version 2: the production kernel (llmc/layernorm.cuh): one warp per row does both
+
+usage: ./fused_residual_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/layernorm.cuh"
@@ -36,7 +38,10 @@ __global__ static void layernorm_v1(floatX* out, const floatX* inp, const floatX
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, C = 768, N = B * T;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "fused_residual_forward", &s);
+    const int C = s.C, N = s.B * s.T;
     size_t NC = (size_t)N * C;
     float* a = make_random_float(NC, 1);
     float* b = make_random_float(NC, 2);
@@ -54,7 +59,7 @@ int main(int argc, char** argv) {
     float* ref_out = (float*)mallocCheck(NC * sizeof(float));
     fused_residual_forward_cpu(ref_res, ref_out, a, b, w, bias, N, C);
     const float tol = precision_tol(1e-4f, 3e-2f);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() {
             residual_v1<<<ceil_div(NC, 256), 256>>>(d_res, d_a, d_b, NC);
             layernorm_v1<<<ceil_div(N, 256), 256>>>(d_out, d_res, d_w, d_bias, N, C);
@@ -63,14 +68,14 @@ int main(int argc, char** argv) {
         run();
         validate_result(d_res, ref_res, "version 1 residual", NC, tol);
         validate_result(d_out, ref_out, "version 1 out", NC, tol);
-        printf("version 1: %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { fused_residual_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0); };
         run();
         validate_result(d_res, ref_res, "version 2 (llmc) residual", NC, tol);
         validate_result(d_out, ref_out, "version 2 (llmc) out", NC, tol);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     free(a); free(b); free(w); free(bias); free(ref_res); free(ref_out);
     cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_bias));

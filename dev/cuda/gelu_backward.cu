@@ -4,6 +4,8 @@ dev/cuda/gelu_backward.cu: GELU backward in place, d = d * gelu'(x).
     version 1: one thread per element
     version 2: the production kernel (llmc/gelu.cuh): one thread per 128-bit packet
 The CPU reference is layer_math.h's gelu_tanh_grad, the function the CPU trainer uses.
+
+usage: ./gelu_backward [version] [--quick]   (full: the MLP's B*T*4C at B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/gelu.cuh"
@@ -14,7 +16,10 @@ __global__ static void gelu_backward_v1(floatX* d, const floatX* inp, size_t N) 
 }
 
 int main(int argc, char** argv) {
-    const size_t N = (size_t)8 * 1024 * 4 * 768;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "gelu_backward", &s);
+    const size_t N = (size_t)s.B * s.T * 4 * s.C;  // the MLP's hidden activations
     float* inp = make_random_float(N, 1);
     float* dout = make_random_float(N, 2);
     for (size_t i = 0; i < N; i++) { inp[i] *= 6.0f; }
@@ -29,8 +34,8 @@ int main(int argc, char** argv) {
     auto v1 = [&]() { reset(); gelu_backward_v1<<<ceil_div(N, 256), 256>>>(d_work, d_inp, N); cudaCheckLaunch(); };
     auto v2 = [&]() { reset(); gelu_backward_inplace(d_work, d_inp, N, 0); };
     const char* note = " (including a copy)";
-    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_work, ref, N, tol, 100, note); }
-    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_work, ref, N, tol, 100, note); }
+    if (version_selected(&pg, 1)) { check_and_time(&pg, "version 1", v1, d_work, ref, N, tol, 100, note); }
+    if (version_selected(&pg, 2)) { check_and_time(&pg, "version 2 (llmc)", v2, d_work, ref, N, tol, 100, note); }
     free(inp); free(dout); free(ref);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_work));
     printf("gelu_backward: all versions match the CPU reference\n");

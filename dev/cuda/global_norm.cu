@@ -4,6 +4,8 @@ dev/cuda/global_norm.cu: the squared L2 norm of the gradient vector.
     version 1: grid-stride sums with one fp32 atomicAdd per block (order varies run to run)
     version 2: the production kernels (llmc/global_norm.cuh): a fixed number of blocks, per-block
                sums written out, one block adds them in order; bit-identical run to run
+
+usage: ./global_norm [version] [--quick]   (full: GPT-2 124M's 124475904 parameters)
 */
 #include "common.h"
 #include "../../llmc/global_norm.cuh"
@@ -15,7 +17,11 @@ __global__ static void global_norm_v1(float* out, const floatX* grads, size_t n)
 }
 
 int main(int argc, char** argv) {
-    const size_t n = 124475904;  // GPT-2 124M
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "global_norm", &s);
+    GPT2Config model = shape_model(&s);
+    const size_t n = gpt2_num_parameters(&model);  // the whole gradient vector (GPT-2 124M: 124475904)
     float* grads = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { grads[i] *= 1e-3f; }
     floatX* d_grads = to_device(grads, n);
@@ -23,15 +29,15 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) { ref += (double)grads[i] * grads[i]; }
     float ref_f = (float)ref;
     float* d_out = (float*)cudaMallocCheck((1 + GLOBAL_NORM_BLOCKS) * sizeof(float));
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() {
             cudaCheck(cudaMemset(d_out, 0, sizeof(float)));
             global_norm_v1<<<2 * GLOBAL_NORM_BLOCKS, 512>>>(d_out, d_grads, n);
             cudaCheckLaunch();
         };
-        check_and_time("version 1", run, d_out, &ref_f, 1, 1e-4f, 20);
+        check_and_time(&pg, "version 1", run, d_out, &ref_f, 1, 1e-4f, 20);
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { global_norm_squared(d_out, d_out + 1, d_grads, n, 0); };
         run();
         validate_result(d_out, &ref_f, "version 2 (llmc)", 1, 1e-4f);
@@ -40,7 +46,7 @@ int main(int argc, char** argv) {
         run();
         cudaCheck(cudaMemcpy(&again, d_out, sizeof(float), cudaMemcpyDeviceToHost));
         if (memcmp(&first, &again, sizeof(float)) != 0) { printf("FAIL: version 2 is not deterministic\n"); return 1; }
-        printf("version 2 (llmc): %.3f ms, bit-identical on a second run\n", benchmark_kernel(20, run));
+        printf("version 2 (llmc): %.3f ms, bit-identical on a second run%s\n", benchmark_kernel(&pg, 20, run), timing_note(&pg));
     }
     free(grads);
     cudaCheck(cudaFree(d_grads)); cudaCheck(cudaFree(d_out));

@@ -4,6 +4,8 @@ dev/cuda/layernorm_backward.cu: layernorm gradients, dinp += ..., dweight += ...
     version 1: one thread per row for dinp, one thread per channel for dweight/dbias (serial over rows)
     version 2: the production kernels (llmc/layernorm.cuh): a warp per row for dinp, and deterministic
                two-level column sums (row chunks, then a fixed-order final sum) for dweight/dbias
+
+usage: ./layernorm_backward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/layernorm.cuh"
@@ -65,7 +67,10 @@ __global__ static void layernorm_backward_params_v1(float* dw, float* db, const 
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, C = 768, N = B * T;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "layernorm_backward", &s);
+    const int C = s.C, N = s.B * s.T;
     float* inp = make_random_float((size_t)N * C, 1);
     float* dout = make_random_float((size_t)N * C, 2);
     float* w = make_random_float(C, 3);
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
     float* ref_dw = (float*)callocCheck(C, sizeof(float));
     float* ref_db = (float*)callocCheck(C, sizeof(float));
     layernorm_backward_cpu(ref_dinp, ref_dw, ref_db, dout, inp, w, mean, rstd, N, C);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         float* d_dinp = (float*)cudaMallocCheck((size_t)N * C * sizeof(float));
         float* d_dw = (float*)cudaMallocCheck(C * sizeof(float));
         float* d_db = (float*)cudaMallocCheck(C * sizeof(float));
@@ -100,10 +105,10 @@ int main(int argc, char** argv) {
         validate_result(d_dinp, ref_dinp, "version 1 dinp", (size_t)N * C, 1e-3f);
         validate_result(d_dw, ref_dw, "version 1 dweight", C, 1e-3f);
         validate_result(d_db, ref_db, "version 1 dbias", C, 1e-3f);
-        printf("version 1: %.3f ms\n", benchmark_kernel(10, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 10, run), timing_note(&pg));
         cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         floatX* d_dinp = (floatX*)cudaMallocCheck((size_t)N * C * sizeof(floatX));
         floatX* d_dw = (floatX*)cudaMallocCheck(C * sizeof(floatX));
         floatX* d_db = (floatX*)cudaMallocCheck(C * sizeof(floatX));
@@ -119,7 +124,7 @@ int main(int argc, char** argv) {
         validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", (size_t)N * C, tol);
         validate_result(d_dw, ref_dw, "version 2 (llmc) dweight", C, tol);
         validate_result(d_db, ref_db, "version 2 (llmc) dbias", C, tol);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(10, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 10, run), timing_note(&pg));
         cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db)); cudaCheck(cudaFree(scratch));
     }
     free(inp); free(dout); free(w); free(mean); free(rstd); free(ref_dinp); free(ref_dw); free(ref_db);

@@ -3,6 +3,8 @@ dev/cuda/layernorm_forward.cu: layernorm over the channels, out = (x - mean) * r
 
     version 1: one thread per row, three passes over the row
     version 2: the production kernel (llmc/layernorm.cuh): one warp per row, warp reductions
+
+usage: ./layernorm_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/layernorm.cuh"
@@ -35,7 +37,10 @@ __global__ static void layernorm_forward_v1(floatX* out, float* mean, float* rst
 }
 
 int main(int argc, char** argv) {
-    const int B = 8, T = 1024, C = 768, N = B * T;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 8, 1024);
+    playground_announce(&pg, "layernorm_forward", &s);
+    const int C = s.C, N = s.B * s.T;
     float* inp = make_random_float((size_t)N * C, 1);
     float* w = make_random_float(C, 2);
     float* b = make_random_float(C, 3);
@@ -50,21 +55,21 @@ int main(int argc, char** argv) {
     float* ref_rstd = (float*)mallocCheck((size_t)N * sizeof(float));
     layernorm_forward_cpu(ref, ref_mean, ref_rstd, inp, w, b, N, C);
     const float tol = precision_tol(1e-4f, 2e-2f);
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() { layernorm_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); cudaCheckLaunch(); };
         run();
         validate_result(d_out, ref, "version 1 out", (size_t)N * C, tol);
         validate_result(d_mean, ref_mean, "version 1 mean", N, 1e-4f);
         validate_result(d_rstd, ref_rstd, "version 1 rstd", N, 1e-4f);
-        printf("version 1: %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, 0); };
         run();
         validate_result(d_out, ref, "version 2 (llmc) out", (size_t)N * C, tol);
         validate_result(d_mean, ref_mean, "version 2 (llmc) mean", N, 1e-4f);
         validate_result(d_rstd, ref_rstd, "version 2 (llmc) rstd", N, 1e-4f);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     free(inp); free(w); free(b); free(ref); free(ref_mean); free(ref_rstd);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_out));

@@ -5,6 +5,8 @@ dinp = dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout.
     version 1: naive kernels, one thread per output element (dinp, dweight, dbias)
     version 2: the production path (llmc/matmul.cuh): two cuBLASLt GEMMs and the deterministic
                two-level bias column sum
+
+usage: ./matmul_backward [version] [--quick]   (full: the qkv projection, OC = 3C, at B=4, T=256, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/matmul.cuh"
@@ -54,7 +56,10 @@ __global__ static void dweight_v1(floatX* dweight, floatX* dbias, const floatX* 
 }
 
 int main(int argc, char** argv) {
-    const int BT = 4 * 256, C = 768, OC = 3 * 768;
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 4, 256);
+    playground_announce(&pg, "matmul_backward", &s);
+    const int BT = s.B * s.T, C = s.C, OC = 3 * s.C;
     float* dout = make_random_float((size_t)BT * OC, 1);
     float* inp = make_random_float((size_t)BT * C, 2);
     float* weight = make_random_float((size_t)OC * C, 3);
@@ -78,7 +83,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemsetAsync(d_dweight, 0, (size_t)OC * C * sizeof(floatX), stream));
         cudaCheck(cudaMemsetAsync(d_dbias, 0, (size_t)OC * sizeof(floatX), stream));
     };
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() {
             zero();
             dinp_v1<<<ceil_div((size_t)BT * C, 256), 256, 0, stream>>>(d_dinp, d_dout, d_weight, BT, C, OC);
@@ -89,9 +94,9 @@ int main(int argc, char** argv) {
         validate_result(d_dinp, ref_dinp, "version 1 dinp", (size_t)BT * C, tol);
         validate_result(d_dweight, ref_dweight, "version 1 dweight", (size_t)OC * C, tol);
         validate_result(d_dbias, ref_dbias, "version 1 dbias", OC, tol);
-        printf("version 1: %.3f ms\n", benchmark_kernel(5, run));
+        printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 5, run), timing_note(&pg));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() {
             zero();
             matmul_backward(&ctx, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, scratch, BT, C, OC, NULL);
@@ -100,7 +105,7 @@ int main(int argc, char** argv) {
         validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", (size_t)BT * C, tol);
         validate_result(d_dweight, ref_dweight, "version 2 (llmc) dweight", (size_t)OC * C, tol);
         validate_result(d_dbias, ref_dbias, "version 2 (llmc) dbias", OC, tol);
-        printf("version 2 (llmc): %.3f ms\n", benchmark_kernel(100, run));
+        printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     cublas_context_free(&ctx);
     cudaCheck(cudaStreamDestroy(stream));

@@ -4,6 +4,8 @@ dev/cuda/matmul_forward.cu: out (BT, OC) = inp (BT, C) @ weight (OC, C)^T + bias
     version 1: naive, one thread per output element, fp32 accumulation
     version 2: the production path (llmc/matmul.cuh): cuBLASLt with the bias epilogue
     version 3: the production path with GELU fused into the epilogue (out = gelu(x), pre_gelu = x)
+
+usage: ./matmul_forward [version] [--quick]   (full: the MLP's up-projection, OC = 4C, at B=4, T=256, GPT-2 124M's C)
 */
 #include "common.h"
 #include "../../llmc/matmul.cuh"
@@ -28,7 +30,10 @@ __global__ static void matmul_forward_v1(floatX* out, const floatX* inp, const f
 }
 
 int main(int argc, char** argv) {
-    const int BT = 4 * 256, C = 768, OC = 4 * 768;
+    Playground pg = playground_init(argc, argv, 3);
+    Shape s = playground_shape(&pg, 4, 256);
+    playground_announce(&pg, "matmul_forward", &s);
+    const int BT = s.B * s.T, C = s.C, OC = 4 * s.C;
     float* inp = make_random_float((size_t)BT * C, 1);
     float* weight = make_random_float((size_t)OC * C, 2);
     float* bias = make_random_float(OC, 3);
@@ -39,36 +44,36 @@ int main(int argc, char** argv) {
     floatX* d_pre = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
     float* ref = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
     matmul_forward_cpu(ref, inp, weight, bias, BT, C, OC);
-    // sums of 768 products of values in [-1, 1): TF32 / bf16 rounding dominates the error
+    // sums of C products of values in [-1, 1): TF32 / bf16 rounding dominates the error
     const float tol = precision_tol(2e-2f, 1e-1f);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
     cublas_context_init(&ctx, stream);
     double flops = 2.0 * BT * C * OC;
-    if (version_selected(argc, argv, 1)) {
+    if (version_selected(&pg, 1)) {
         auto run = [&]() { matmul_forward_v1<<<ceil_div((size_t)BT * OC, 256), 256, 0, stream>>>(d_out, d_inp, d_weight, d_bias, BT, C, OC); cudaCheckLaunch(); };
         run();
         validate_result(d_out, ref, "version 1", (size_t)BT * OC, tol);
-        float ms = benchmark_kernel(10, run);
-        printf("version 1: %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+        float ms = benchmark_kernel(&pg, 10, run);
+        printf("version 1: %.3f ms, %.1f TFLOP/s%s\n", ms, flops / ms * 1e-9, timing_note(&pg));
     }
-    if (version_selected(argc, argv, 2)) {
+    if (version_selected(&pg, 2)) {
         auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, NULL); };
         run();
         validate_result(d_out, ref, "version 2 (llmc)", (size_t)BT * OC, tol);
-        float ms = benchmark_kernel(100, run);
-        printf("version 2 (llmc): %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+        float ms = benchmark_kernel(&pg, 100, run);
+        printf("version 2 (llmc): %.3f ms, %.1f TFLOP/s%s\n", ms, flops / ms * 1e-9, timing_note(&pg));
     }
-    if (version_selected(argc, argv, 3)) {
+    if (version_selected(&pg, 3)) {
         float* ref_gelu = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
         for (size_t i = 0; i < (size_t)BT * OC; i++) { ref_gelu[i] = gelu_tanh_forward(ref[i]); }
         auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, d_pre); };
         run();
         validate_result(d_pre, ref, "version 3 (llmc, GELU epilogue) pre_gelu", (size_t)BT * OC, tol);
         validate_result(d_out, ref_gelu, "version 3 (llmc, GELU epilogue) out", (size_t)BT * OC, tol);
-        float ms = benchmark_kernel(100, run);
-        printf("version 3 (llmc, GELU epilogue): %.3f ms, %.1f TFLOP/s\n", ms, flops / ms * 1e-9);
+        float ms = benchmark_kernel(&pg, 100, run);
+        printf("version 3 (llmc, GELU epilogue): %.3f ms, %.1f TFLOP/s%s\n", ms, flops / ms * 1e-9, timing_note(&pg));
         free(ref_gelu);
     }
     cublas_context_free(&ctx);

@@ -1,7 +1,7 @@
 /*
 dev/cuda/nccl_all_reduce.cu: the gradient reduction across GPUs (run with mpirun, one process per GPU).
 
-    mpirun -np 2 ./nccl_all_reduce
+    mpirun -np 2 ./nccl_all_reduce [version] [--quick]   (full: GPT-2 124M's gradients; at least 2 processes)
 
     version 1: one ncclAllReduce (average) over the whole vector
     version 2: the production ZeRO-0 path (llmc/multi_gpu.cuh): per-layer ranges, averaged with
@@ -26,12 +26,19 @@ __global__ static void fill_kernel(floatX* x, size_t n, int rank) {
 
 int main(int argc, char** argv) {
     MultiGpu mg;
-    multi_gpu_init(&mg, &argc, &argv, 1, 0, 8, "mpi", "", "", 0, 0);
-    GPT2Config cfg;
-    const char* why = "";
-    model_config_from_descriptor("d12", &cfg, &why);
-    size_t n = gpt2_num_parameters(&cfg);
+    multi_gpu_init(&mg, &argc, &argv, 1, 0, 8, "mpi", "", "", 0, 0);  // MPI_Init may edit argc, argv
+    Playground pg = playground_init(argc, argv, 3);
     int nproc = mg.num_processes, rank = mg.process_rank;
+    if (nproc < 2) {
+        // one process has no communicator (multi_gpu_init makes none) and nothing to average
+        printf("nccl_all_reduce: needs at least 2 processes: mpirun -np 2 ./nccl_all_reduce\n");
+        multi_gpu_free(&mg);
+        return 1;
+    }
+    Shape s = playground_shape(&pg, 8, 1024);
+    if (rank == 0) { playground_announce(&pg, "nccl_all_reduce", &s); }
+    GPT2Config cfg = shape_model(&s);  // the layer ranges of GPT-2 124M (d12), or of the quick model
+    size_t n = gpt2_num_parameters(&cfg);
     size_t padded = zero_padded_size(n, 1, nproc);
     floatX* d_grads = (floatX*)cudaMallocCheck(padded * sizeof(floatX));
     float* ref = (float*)mallocCheck(n * sizeof(float));
@@ -41,7 +48,7 @@ int main(int argc, char** argv) {
     mg.num_parameters = n;
     const double bytes = (double)n * sizeof(floatX);
     for (int version = 1; version <= 3; version++) {
-        if (!version_selected(argc, argv, version)) { continue; }
+        if (!version_selected(&pg, version)) { continue; }
         mg.zero_stage = version == 3 ? 1 : 0;
         mg.shard = zero_shard(n, mg.zero_stage, nproc, rank);
         auto run = [&]() {
@@ -62,9 +69,10 @@ int main(int argc, char** argv) {
         cudaCheck(cudaStreamSynchronize(stream));
         validate_result(d_grads + mg.shard.offset, ref + mg.shard.offset, "reduced gradients", mg.shard.size,
                         precision_tol(1e-6f, 1e-2f));
-        float ms = benchmark_kernel(10, [&]() { run(); cudaCheck(cudaStreamSynchronize(stream)); });
+        float ms = benchmark_kernel(&pg, 10, [&]() { run(); cudaCheck(cudaStreamSynchronize(stream)); });
         if (rank == 0) {
-            printf("version %d: %.3f ms, algorithm bandwidth %.1f GB/s over %d processes\n", version, ms, bytes / ms * 1e-6, nproc);
+            printf("version %d: %.3f ms, algorithm bandwidth %.1f GB/s over %d processes%s\n", version, ms, bytes / ms * 1e-6,
+                   nproc, timing_note(&pg));
         }
     }
     free(ref);

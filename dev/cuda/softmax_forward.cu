@@ -4,6 +4,8 @@ row t keeps columns 0..t, p = exp(scale * x - max) / sum, zeros above the diagon
 
     version 1: one thread per row
     version 2: the production kernel (llmc/attention.cuh softmax_causal_forward_kernel): one warp per row
+
+usage: ./softmax_forward [version] [--quick]   (full: B=4, T=1024, GPT-2 124M's 12 heads of size 64)
 */
 #include "common.h"
 #include "../../llmc/attention.cuh"
@@ -33,8 +35,11 @@ __global__ static void softmax_causal_v1(floatX* x, float scale, int rows, int T
 }
 
 int main(int argc, char** argv) {
-    const int B = 4, NH = 12, T = 1024, rows = B * NH * T;
-    const float scale = 1.0f / sqrtf(64.0f);
+    Playground pg = playground_init(argc, argv, 2);
+    Shape s = playground_shape(&pg, 4, 1024);
+    playground_announce(&pg, "softmax_forward", &s);
+    const int T = s.T, rows = s.B * s.NH * T;
+    const float scale = 1.0f / sqrtf((float)(s.C / s.NH));
     size_t n = (size_t)rows * T;
     float* x = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { x[i] *= 20.0f; }  // large scores: the max subtraction matters
@@ -52,8 +57,8 @@ int main(int argc, char** argv) {
         cudaCheckLaunch();
     };
     const char* note = " (including a copy)";
-    if (version_selected(argc, argv, 1)) { check_and_time("version 1", v1, d_work, ref, n, tol, 10, note); }
-    if (version_selected(argc, argv, 2)) { check_and_time("version 2 (llmc)", v2, d_work, ref, n, tol, 10, note); }
+    if (version_selected(&pg, 1)) { check_and_time(&pg, "version 1", v1, d_work, ref, n, tol, 10, note); }
+    if (version_selected(&pg, 2)) { check_and_time(&pg, "version 2 (llmc)", v2, d_work, ref, n, tol, 10, note); }
     free(x); free(ref);
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_work));
     printf("softmax_forward: all versions match the CPU reference\n");
