@@ -71,6 +71,30 @@ static inline int* to_device_int(const int* h, size_t n) {
 // tolerance for the build's precision: tol_fp32 in FP32 builds, tol_bf16 in BF16 builds
 static inline float precision_tol(float tol_fp32, float tol_bf16) { return PRECISION_IS_BF16 ? tol_bf16 : tol_fp32; }
 
+// bf16 results: a tolerance cannot see a conversion that truncates instead of rounding to nearest (its
+// error, under one bf16 ulp, is far inside any useful tolerance), but the direction of the errors can.
+// Against the reference rounded to nearest even, an honest kernel's fp32 noise moves as many values
+// toward zero as away from it; truncation moves about half of all values toward zero and none away.
+template <class T>
+static void check_bf16_rounding(const T* d_got, const float* ref, const char* name, size_t n) {
+    uint16_t* bits = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(bits, d_got, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    size_t toward = 0, away = 0;
+    for (size_t i = 0; i < n; i++) {
+        float got = bf16_bits_to_float(bits[i]);
+        float nearest = bf16_bits_to_float(bf16_bits_round_nearest(ref[i]));
+        if (!isfinite(got) || got == nearest) { continue; }
+        if (fabsf(got) < fabsf(nearest)) { toward++; } else { away++; }
+    }
+    free(bits);
+    printf("  %s: %zu values differ from the reference rounded to nearest even (%zu toward zero, %zu away)\n", name,
+           toward + away, toward, away);
+    if (toward + away > n / 20 && (toward > 4 * away || away > 4 * toward)) {
+        printf("FAIL: %s is rounded in one direction (a truncating or biased bf16 conversion?)\n", name);
+        exit(1);
+    }
+}
+
 // compares a device result with the CPU reference: |got - ref| <= tol * (1 + |ref|); exits 1 on failure
 template <class T>
 static void validate_result(const T* d_got, const float* ref, const char* name, size_t n, float tol) {
@@ -93,6 +117,7 @@ static void validate_result(const T* d_got, const float* ref, const char* name, 
         printf("FAIL: %s does not match the CPU reference\n", name);
         exit(1);
     }
+    if (sizeof(T) == 2) { check_bf16_rounding(d_got, ref, name, n); }
 }
 
 // ----------------------------------------------------------------------------
