@@ -117,9 +117,10 @@ def test_nccl_cpu_two_processes() -> None:
 # the kernel playground: every version of every kernel against its CPU reference
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("kernel", [k for k in DEV_KERNELS if k != "nccl_all_reduce"])
-def test_dev_cuda_kernel(kernel: str) -> None:
-    r = run([str(binary(f"dev-cuda/{kernel}")), "--quick"])
+def test_dev_cuda_kernel(kernel: str, order: str) -> None:
+    r = run([str(binary(f"dev-cuda/{kernel}")), "--quick"], env={"CUDA_CPU_ORDER": order})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FAIL" not in r.stdout, r.stdout
 
@@ -127,3 +128,91 @@ def test_dev_cuda_kernel(kernel: str) -> None:
 def test_dev_cuda_nccl_all_reduce() -> None:
     r = run(mpirun(2) + [str(binary("dev-cuda/nccl_all_reduce")), "--quick"])
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ----------------------------------------------------------------------------
+# it must be able to fail: defects planted in copies of the production kernels, each reported
+
+# (file, original text, defective text, the dev/cuda program whose check must fail)
+PLANTED = {
+    "off_by_one_index": (
+        "llmc/layernorm.cuh",
+        "for (int c = lane; c < C; c += WARP_SIZE) { sum += to_float(row[c]); }",
+        "for (int c = lane; c <= C; c += WARP_SIZE) { sum += to_float(row[c]); }",
+        "layernorm_forward",
+    ),
+    "dropped_syncthreads": (
+        "llmc/matmul.cuh",
+        "    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
+        "    acc[threadIdx.y][threadIdx.x] = sum;\n",
+        "matmul_backward",
+    ),
+    "wrong_shuffle_offset": (
+        "llmc/cuda_common.cuh",
+        "for (int offset = 16; offset > 0; offset /= 2) { val += __shfl_xor_sync(0xffffffff, val, offset); }",
+        "for (int offset = 16; offset > 0; offset /= 2) { val += __shfl_xor_sync(0xffffffff, val, offset / 2); }",
+        "layernorm_forward",
+    ),
+    "truncating_bf16": (
+        "llmc/encoder.cuh",
+        "packed_out[k] = (floatX)(to_float(w[k]) + to_float(p[k]));",
+        "packed_out[k] = __ushort_as_bfloat16((unsigned short)(__float_as_uint(to_float(w[k]) + to_float(p[k])) >> 16));",
+        "encoder_forward",
+    ),
+    "wrong_epilogue": (
+        "llmc/matmul.cuh",
+        "case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;",
+        "case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX; break;",
+        "matmul_forward",
+    ),
+}
+
+
+def cuda_cpu_flags() -> tuple[list[str], list[str]]:
+    r = run(["make", "-s", "cuda-cpu-flags"])
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+    return lines["cxx"].split(), lines["libs"].split()
+
+
+def build_copy(tmp: Path, kernel: str, edit: tuple[str, str, str] | None) -> Path:
+    """Copies llmc/ and dev/cuda/, applies the edit, translates and builds dev/cuda/<kernel> (BF16)."""
+    src = tmp / "src"
+    shutil.copytree(REPO / "llmc", src / "llmc")
+    shutil.copytree(REPO / "dev" / "cuda", src / "dev" / "cuda", ignore=shutil.ignore_patterns("build", "*.o"))
+    if edit is not None:
+        path, original, defective = edit
+        text = (src / path).read_text()
+        assert text.count(original) == 1, f"{path} changed: the planted defect no longer applies"
+        (src / path).write_text(text.replace(original, defective))
+    files = [str(p.relative_to(src)) for p in sorted(src.rglob("*")) if p.suffix in (".h", ".cuh", ".cu")]
+    r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(src), "--out", str(tmp / "out"), *files])
+    assert r.returncode == 0, r.stderr
+    cxx, libs = cuda_cpu_flags()
+    exe = tmp / kernel
+    r = run([*cxx, "-DENABLE_BF16", "-x", "c++", str(tmp / "out/dev/cuda" / f"{kernel}.cu"), "-x", "none", *libs, "-o", str(exe)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return exe
+
+
+def test_planted_defects_harness_passes_unchanged(tmp_path: Path) -> None:
+    binary("libcuda_cpu.a")
+    exe = build_copy(tmp_path, "layernorm_forward", None)
+    r = run([str(exe), "--quick"])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("defect", sorted(PLANTED))
+def test_planted_defect_is_caught(tmp_path: Path, defect: str) -> None:
+    """Caught in at least one of the two fiber orders (a missing barrier shows only in the order
+    where the reader runs before the writer; the kernel checks above run in both)."""
+    binary("libcuda_cpu.a")
+    path, original, defective, kernel = PLANTED[defect]
+    exe = build_copy(tmp_path, kernel, (path, original, defective))
+    caught = []
+    for order in ("forward", "reverse"):
+        r = run([str(exe), "--quick"], env={"CUDA_CPU_ORDER": order})
+        if r.returncode != 0:
+            assert "FAIL" in r.stdout or "cuda_cpu:" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+            caught.append(order)
+    assert caught, f"planted defect {defect} was not caught in either order:\n{r.stdout[-3000:]}"

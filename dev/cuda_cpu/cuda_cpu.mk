@@ -73,3 +73,9 @@ $(CUDA_CPU_OUT)/dev-cuda/%: $(CUDA_CPU_DEPS)
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_BF16 -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS) \
 	    -x c++ $(CUDA_CPU_SRC)/dev/cuda/$*.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+# for tests/test_cuda_cpu.py's planted defects, which build mutated copies of the sources themselves
+.PHONY: cuda-cpu-flags
+cuda-cpu-flags:
+	@echo 'cxx: $(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS)'
+	@echo 'libs: $(abspath $(CUDA_CPU_OUT)/libcuda_cpu.a) $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp'

@@ -9,8 +9,9 @@ results. A registry of the live allocations checks every copy, memset and kernel
 
 Kernels: the blocks of a grid are handed out to worker threads (CUDA_CPU_THREADS, default: the CPUs
 this process may use); a worker runs one block at a time as one fiber per CUDA thread. Fibers switch
-only at barriers, in thread order, so a missing barrier changes the results instead of being hidden
-by timing luck, and a block that cannot make progress (a barrier some thread skipped) is reported.
+only at barriers, in thread order (or in reverse order with CUDA_CPU_ORDER=reverse), so a missing
+barrier changes the results instead of being hidden by timing luck, and a block that cannot make
+progress (a barrier some thread skipped) is reported.
 */
 #include "cuda_runtime.h"
 
@@ -735,6 +736,10 @@ static void report_deadlock(Worker* w) {
                    example_warp ? w->warps[example_warp->warp].what : "-");
 }
 
+// CUDA_CPU_ORDER=reverse: the fibers of a block run from the last thread to the first, so a read of
+// another thread's write that lacks a barrier shows in one order or the other (tests run both)
+static bool g_reverse_order = false;
+
 static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     const dim3 g = L->config.grid, b = L->config.block;
     cuda_cpu_block_idx = uint3{(unsigned)(linear_block % g.x), (unsigned)((linear_block / g.x) % g.y), (unsigned)(linear_block / ((unsigned long long)g.x * g.y))};
@@ -765,8 +770,8 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     w->block_arrived = 0;
     while (w->live > 0) {
         int resumed = 0;
-        for (size_t i = 0; i < n; i++) {
-            Fiber& f = w->fibers[i];
+        for (size_t k = 0; k < n; k++) {
+            Fiber& f = w->fibers[g_reverse_order ? n - 1 - k : k];
             if (f.state != FIBER_READY) { continue; }
             w->current = &f;
             cuda_cpu_thread = &f.thread;
@@ -892,6 +897,11 @@ static void runtime_init_once(void) {
         install_fault_handlers();
         const char* env = getenv("CUDA_CPU_THREADS");
         g_num_workers = env != nullptr ? atoi(env) : available_cpus();
+        const char* order = getenv("CUDA_CPU_ORDER");
+        g_reverse_order = order != nullptr && strcmp(order, "reverse") == 0;
+        if (order != nullptr && !g_reverse_order && strcmp(order, "forward") != 0) {
+            cuda_cpu_fatal("CUDA_CPU_ORDER=%s: use forward or reverse", order);
+        }
         if (g_num_workers < 1) { g_num_workers = 1; }
         if (g_num_workers > 1) {
             g_pool = new Pool();
