@@ -32,15 +32,21 @@ def binary(name: str) -> Path:
     return path
 
 
+# OpenBLAS's own threads would spin against the target's workers; mpirun runs as root in CI containers
+BASE_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 def run(cmd: list[str], timeout: int = 600, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ)
+    full_env.update(BASE_ENV)
     full_env.update(env or {})
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 def mpirun(n: int) -> list[str]:
     # one worker thread per process: the processes share the machine's cores
-    return [str(MPIRUN), "-np", str(n), "--oversubscribe", "-x", "CUDA_CPU_THREADS=1", "-x", "OMP_NUM_THREADS=1"]
+    return [str(MPIRUN), "-np", str(n), "--oversubscribe", "-x", "CUDA_CPU_THREADS=1", "-x", "OMP_NUM_THREADS=1",
+            "-x", "OPENBLAS_NUM_THREADS=1"]
 
 
 # ----------------------------------------------------------------------------
@@ -216,3 +222,54 @@ def test_planted_defect_is_caught(tmp_path: Path, defect: str) -> None:
             assert "FAIL" in r.stdout or "cuda_cpu:" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
             caught.append(order)
     assert caught, f"planted defect {defect} was not caught in either order:\n{r.stdout[-3000:]}"
+
+
+# ----------------------------------------------------------------------------
+# train_gpt2cu itself: two processes with ZeRO-1 against one, and resume
+
+
+def refs() -> tuple[Path, Path]:
+    model, state = REFS / "gpt2_d2.bin", REFS / "gpt2_d2_debug_state.bin"
+    if not model.exists() or not state.exists():
+        pytest.fail(f"{model} is missing: `make cuda-cpu-refs` (python dev/cuda_cpu_refs.py) writes it")
+    return model, state
+
+
+def step_losses(stdout: str) -> list[float]:
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss ([0-9.]+)", stdout, re.M)]
+
+
+def train_args(model: Path, steps: int, batch: int) -> list[str]:
+    return ["-e", str(model), "-b", str(batch), "-t", "64", "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3"]
+
+
+# the same 256-token batches: one process with B=4, or two with B=2 each (rank r reads the r-th half)
+@pytest.mark.parametrize("precision,tol", [("fp32", 1e-5), ("bf16", 1e-3)])
+def test_train_two_processes_zero1_equal_one(precision: str, tol: float) -> None:
+    model, _ = refs()
+    exe = str(binary(f"train_gpt2cu_{precision}"))
+    one = run([exe, *train_args(model, 4, 4)])
+    assert one.returncode == 0, one.stdout[-2000:] + one.stderr
+    two = run(mpirun(2) + [exe, *train_args(model, 4, 2), "-z", "1"])
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr
+    a, b = step_losses(one.stdout), step_losses(two.stdout)
+    assert len(a) == len(b) == 4, one.stdout[-1000:] + two.stdout[-1000:]
+    worst = max(abs(x - y) for x, y in zip(a, b))
+    assert worst <= tol * max(abs(x) for x in a), f"1 process {a} vs 2 processes ZeRO-1 {b}"
+
+
+def test_train_resume_is_bit_identical(tmp_path: Path) -> None:
+    """Checkpoints at steps 2 and 4; a second run resumes from the step-2 checkpoint alone and must
+    write the same step-4 model and training state, byte for byte."""
+    model, _ = refs()
+    exe = str(binary("train_gpt2cu_bf16"))
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    r = run([exe, *train_args(model, 4, 4), "-n", "2", "-o", str(straight)])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    resumed.mkdir()
+    for name in ("DONE_00000002", "model_00000002.bin", "state_00000002_00000.bin"):
+        shutil.copy(straight / name, resumed / name)
+    r = run([exe, *train_args(model, 4, 4), "-n", "2", "-o", str(resumed), "-y", "1"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    for name in ("model_00000004.bin", "state_00000004_00000.bin"):
+        assert (straight / name).read_bytes() == (resumed / name).read_bytes(), f"{name} differs after resume"

@@ -31,8 +31,15 @@ CUDA_CPU_PROGRAMS := $(CUDA_CPU_OUT)/test_gpt2cu_fp32 $(CUDA_CPU_OUT)/test_gpt2c
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
                      $(addprefix $(CUDA_CPU_OUT)/dev-cuda/,$(CUDA_CPU_DEV_KERNELS))
 
-.PHONY: cuda-cpu-build test-cuda-cpu
-cuda-cpu-build: $(CUDA_CPU_PROGRAMS)
+# a d2 model and its debug state (B=4, T=64) written by train_gpt2.py: what test_gpt2cu checks against here
+CUDA_CPU_REFS := build/cuda_cpu_refs/gpt2_d2.bin build/cuda_cpu_refs/gpt2_d2_debug_state.bin
+
+.PHONY: cuda-cpu-build cuda-cpu-refs test-cuda-cpu
+cuda-cpu-build: $(CUDA_CPU_PROGRAMS) $(CUDA_CPU_REFS)
+cuda-cpu-refs: $(CUDA_CPU_REFS)
+
+$(CUDA_CPU_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+	$(PY) dev/cuda_cpu_refs.py
 
 test-cuda-cpu: cuda-cpu-build
 	$(PY) -m pytest -q tests/test_cuda_cpu.py

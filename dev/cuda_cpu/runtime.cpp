@@ -410,13 +410,27 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // ----------------------------------------------------------------------------
 // the device
 
-cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
-cudaError_t cudaSetDevice(int device) {
-    return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice(%d): the CPU target has one device", device);
+// every process sees a node of CUDA_CPU_DEVICES devices (default 8), so that the local ranks of an
+// mpirun each select their own, as on a GPU node; each process only ever uses the one it selected
+static int device_count(void) {
+    const char* env = getenv("CUDA_CPU_DEVICES");
+    int n = env != nullptr ? atoi(env) : 8;
+    return n > 0 ? n : 1;
 }
-cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+static __thread int tl_device = 0;
+cudaError_t cudaGetDeviceCount(int* count) { *count = device_count(); return cudaSuccess; }
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= device_count()) {
+        return fail(cudaErrorInvalidDevice, "cudaSetDevice(%d): the CPU target has %d devices (CUDA_CPU_DEVICES)", device, device_count());
+    }
+    tl_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) { *device = tl_device; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-    if (device != 0) { return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): the CPU target has one device", device); }
+    if (device < 0 || device >= device_count()) {
+        return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): the CPU target has %d devices (CUDA_CPU_DEVICES)", device, device_count());
+    }
     memset(prop, 0, sizeof(*prop));
     snprintf(prop->name, sizeof(prop->name), "CPU execution target (dev/cuda_cpu, emulating sm_90)");
     prop->totalGlobalMem = DEVICE_MEMORY_BYTES;
