@@ -132,6 +132,8 @@ typedef struct {
     ParameterTensors grads;
     floatX* grads_memory;
     float* master_weights;     // fp32 copy of this rank's shard (bf16 builds with -w 1), else NULL
+    float* init_params;        // host fp32 parameters as gpt2_build read or initialised them, until
+                               // gpt2_allocate_state has made the master weights from them (then NULL)
     float* m_memory;           // AdamW moments of this rank's shard
     float* v_memory;
     ActivationTensors acts;
@@ -198,29 +200,38 @@ static void gpt2_download_parameters(const GPT2* model, float* host_params) {
 
 // -e: a checkpoint path or a model descriptor (dN, gpt2:dN, gpt3:cN)
 // zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather
+// The device gets the parameters rounded to floatX; the fp32 values stay in model->init_params
+// for the master weights (gpt2_allocate_state).
 static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc) {
     GPT2Config cfg;
     const char* why = "";
     int kind = model_config_from_descriptor(load, &cfg, &why);
     if (kind < 0) { llmc_die("-e %s: %s", load, why); }
-    if (kind == 1) {
-        gpt2_init_common(model, &cfg);
-        gpt2_allocate_parameters(model, zero_padded_size(model->num_parameters, zero_stage, nproc));
-        float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/init.h, as train_gpt2.c
-        gpt2_upload_parameters(model, host);
-        free(host);
-        return;
-    }
+    FILE* f = NULL;
     int version = 0;
-    FILE* f = checkpoint_open(load, &cfg, &version);
+    if (kind != 1) { f = checkpoint_open(load, &cfg, &version); }
     gpt2_init_common(model, &cfg);
     gpt2_allocate_parameters(model, zero_padded_size(model->num_parameters, zero_stage, nproc));
     float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-    checkpoint_read_params(f, load, version, host, model->num_parameters);
-    fcloseCheck(f, load);
+    if (kind == 1) {
+        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/init.h, as train_gpt2.c
+    } else {
+        checkpoint_read_params(f, load, version, host, model->num_parameters);
+        fcloseCheck(f, load);
+    }
     gpt2_upload_parameters(model, host);
-    free(host);
+    model->init_params = host;
+}
+
+// The fp32 master weights of this rank's shard, from the fp32 parameters on the host (a checkpoint's
+// values, or the from-scratch init), not from the floatX copy on the device: in bf16 builds that copy
+// is rounded, and training would start from the rounded weights instead of the checkpoint's.
+static void gpt2_init_master_weights(GPT2* model, const float* host_params, ZeroShard shard) {
+    if (shard.size == 0) { return; }
+    if (shard.offset + shard.size > model->num_parameters) {
+        llmc_die("internal: shard [%zu, +%zu) outside the %zu parameters", shard.offset, shard.size, model->num_parameters);
+    }
+    cudaCheck(cudaMemcpy(model->master_weights, host_params + shard.offset, shard.size * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 // activations for micro-batches of B x T, optimizer state for the shard, streams and handles
@@ -257,9 +268,12 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     cudaCheck(cudaMemset(model->v_memory, 0, shard.size * sizeof(float)));
     model->master_weights = NULL;
     if (use_master_weights && PRECISION_IS_BF16) {
+        if (model->init_params == NULL) { llmc_die("internal: gpt2_allocate_state without the fp32 parameters of gpt2_build"); }
         model->master_weights = (float*)cudaMallocCheck(shard.size * sizeof(float));
-        adamw_init_master(model->master_weights, model->params_memory, shard.offset, shard.size, stream);
+        gpt2_init_master_weights(model, model->init_params, shard);
     }
+    free(model->init_params);  // the device has the parameters, the master weights their fp32 values
+    model->init_params = NULL;
     cublas_context_init(&model->cublas, stream);
 #ifdef ENABLE_CUDNN
     model->cudnn = cudnn_attention_create(stream);
@@ -268,6 +282,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
 }
 
 static void gpt2_free(GPT2* model) {
+    free(model->init_params);
     cublas_context_free(&model->cublas);
 #ifdef ENABLE_CUDNN
     cudnn_attention_free(model->cudnn);
@@ -558,15 +573,14 @@ static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, con
     GpuStateStaging st;
     st.shard = g->mg->shard.size;
     st.master = g->model->master_weights != NULL ? st.shard : 0;
-    size_t extra = trainer_state_extra_bytes(st.master);
-    if (!trainer_state_extra_fits(extra)) {
-        llmc_die("%s: the fp32 master weights of this rank (%zu bytes) do not fit a training state; use -z 1 over more GPUs or -w 0",
-                 path, extra);
+    size_t extra = trainer_state_extra_bytes(st.master);  // 64-bit in the file: 6.2 GB for 1558M on one GPU
+    if (!trainer_state_fits(st.shard, extra)) {
+        llmc_die("%s: the optimizer state of this rank (%zu values, %zu extra bytes) does not fit in one file", path, st.shard, extra);
     }
     s->num_parameters = g->model->num_parameters;
     s->opt_offset = g->mg->shard.offset;
     s->opt_size = st.shard;
-    s->extra_bytes = (uint32_t)extra;
+    s->extra_bytes = extra;
     st.m = (float*)mallocCheck(st.shard * sizeof(float) + 1);
     st.v = (float*)mallocCheck(st.shard * sizeof(float) + 1);
     st.w = (float*)mallocCheck(st.master * sizeof(float) + 1);

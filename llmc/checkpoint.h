@@ -12,9 +12,13 @@ Training state (one file per rank, state_%08d_%05d.bin next to model_%08d.bin): 
   [20..21]=sampler RNG state (uint64)
   [30..31]=data loader shard index [32..33]=sample index (uint64 each)
   [40..41]=num_parameters [42..43]=optimizer shard offset [44..45]=shard size (uint64 each)
-  [46]=bytes of the extra blob
+  [46..47]=bytes of the extra blob (uint64: [46] the low 32 bits, [47] the high 32 bits)
 then AdamW m (shard size fp32), v (shard size fp32), then the extra blob (the trainer's
-outlier-detector windows). Every field is validated on load before anything is allocated.
+outlier-detector windows, then the GPU trainer's fp32 master weights of its shard: 6.2 GB for
+GPT-2 1558M on one GPU, so the size needs more than 32 bits). Files written before the size was
+widened have [46] = size and [47] = 0 (the rest of the header is zero), so they read unchanged.
+A state whose file would exceed 2^63 - 1 bytes (off_t) is refused with one line when written.
+Every field is validated on load before anything is allocated.
 All files are written atomically (utils.h AtomicFile).
 */
 #ifndef LLMC_CHECKPOINT_H
@@ -124,8 +128,10 @@ typedef struct {
     uint64_t num_parameters;
     uint64_t opt_offset;      // this rank's slice of the flat parameter vector (zero.h)
     uint64_t opt_size;
-    uint32_t extra_bytes;     // size of the trailing blob
+    uint64_t extra_bytes;     // size of the trailing blob
 } TrainState;
+
+#define TRAIN_STATE_HEADER_BYTES 1024
 
 static inline void state_put_u64(int* header, int index, uint64_t v) { memcpy(&header[index], &v, sizeof(v)); }
 static inline uint64_t state_get_u64(const int* header, int index) {
@@ -134,11 +140,25 @@ static inline uint64_t state_get_u64(const int* header, int index) {
     return v;
 }
 
-static inline void train_state_write(const char* path, const TrainState* s, const float* m, const float* v,
-                                     const void* extra) {
-    // the layout above; the fields not set are zero
-    int header[256] = {TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, s->num_processes, s->process_rank, s->zero_stage,
-                       s->should_shuffle};
+// The bytes of a state file with this optimizer slice and extra blob, or 0 when the file could not
+// exist (more than 2^63 - 1 bytes, the largest off_t).
+static inline uint64_t train_state_file_bytes(uint64_t opt_size, uint64_t extra_bytes) {
+    const uint64_t max_file = (uint64_t)INT64_MAX;
+    if (opt_size > (max_file - TRAIN_STATE_HEADER_BYTES) / (2 * sizeof(float))) { return 0; }
+    uint64_t fixed = TRAIN_STATE_HEADER_BYTES + opt_size * 2 * sizeof(float);
+    if (extra_bytes > max_file - fixed) { return 0; }
+    return fixed + extra_bytes;
+}
+
+// the 256-int32 header of s (the layout above; the fields not set are zero)
+static inline void train_state_header(const TrainState* s, int header[256]) {
+    memset(header, 0, TRAIN_STATE_HEADER_BYTES);
+    header[0] = TRAIN_STATE_MAGIC;
+    header[1] = TRAIN_STATE_VERSION;
+    header[2] = s->num_processes;
+    header[3] = s->process_rank;
+    header[4] = s->zero_stage;
+    header[5] = s->should_shuffle;
     header[10] = s->step;
     state_put_u64(header, 20, s->rng_state);
     state_put_u64(header, 30, s->shard_idx);
@@ -146,13 +166,39 @@ static inline void train_state_write(const char* path, const TrainState* s, cons
     state_put_u64(header, 40, s->num_parameters);
     state_put_u64(header, 42, s->opt_offset);
     state_put_u64(header, 44, s->opt_size);
-    header[46] = (int)s->extra_bytes;
+    state_put_u64(header, 46, s->extra_bytes);
+}
+
+// the inverse of train_state_header (no validation: train_state_read compares with what it expects)
+static inline void train_state_from_header(const int header[256], TrainState* s) {
+    s->num_processes = header[2];
+    s->process_rank = header[3];
+    s->zero_stage = header[4];
+    s->should_shuffle = header[5];
+    s->step = header[10];
+    s->rng_state = state_get_u64(header, 20);
+    s->shard_idx = state_get_u64(header, 30);
+    s->sample_idx = state_get_u64(header, 32);
+    s->num_parameters = state_get_u64(header, 40);
+    s->opt_offset = state_get_u64(header, 42);
+    s->opt_size = state_get_u64(header, 44);
+    s->extra_bytes = state_get_u64(header, 46);
+}
+
+static inline void train_state_write(const char* path, const TrainState* s, const float* m, const float* v,
+                                     const void* extra) {
+    if (train_state_file_bytes(s->opt_size, s->extra_bytes) == 0) {
+        llmc_die("%s: a training state of %llu optimizer values and %llu extra bytes does not fit in one file", path,
+                 (unsigned long long)s->opt_size, (unsigned long long)s->extra_bytes);
+    }
+    int header[256];
+    train_state_header(s, header);
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, header, sizeof(int), 256);
     atomic_file_write(&af, m, sizeof(float), (size_t)s->opt_size);
     atomic_file_write(&af, v, sizeof(float), (size_t)s->opt_size);
-    atomic_file_write(&af, extra, 1, s->extra_bytes);
+    atomic_file_write(&af, extra, 1, (size_t)s->extra_bytes);
     atomic_file_commit(&af);
 }
 
@@ -166,18 +212,7 @@ static inline void train_state_read(const char* path, const TrainState* expect, 
     int header[256];
     read_header_check(f, path, header, TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, TRAIN_STATE_VERSION, "training state");
     *out = *expect;
-    out->num_processes = header[2];
-    out->process_rank = header[3];
-    out->zero_stage = header[4];
-    out->should_shuffle = header[5];
-    out->step = header[10];
-    out->rng_state = state_get_u64(header, 20);
-    out->shard_idx = state_get_u64(header, 30);
-    out->sample_idx = state_get_u64(header, 32);
-    out->num_parameters = state_get_u64(header, 40);
-    out->opt_offset = state_get_u64(header, 42);
-    out->opt_size = state_get_u64(header, 44);
-    out->extra_bytes = (uint32_t)header[46];
+    train_state_from_header(header, out);
     if (out->num_processes != expect->num_processes) {
         llmc_die("%s: written by a run with %d processes, this run has %d (resume with the same number)", path, out->num_processes, expect->num_processes);
     }
@@ -196,16 +231,18 @@ static inline void train_state_read(const char* path, const TrainState* expect, 
                  (unsigned long long)expect->num_parameters, (unsigned long long)expect->opt_offset, (unsigned long long)expect->opt_size);
     }
     if (out->extra_bytes != expect->extra_bytes) {
-        llmc_die("%s: extra state is %u bytes, expected %u (written by a different build?)", path, out->extra_bytes, expect->extra_bytes);
+        llmc_die("%s: extra state is %llu bytes, expected %llu (written by a different build?)", path,
+                 (unsigned long long)out->extra_bytes, (unsigned long long)expect->extra_bytes);
     }
     if (out->step < 0) { llmc_die("%s: bad training state: step %d < 0", path, out->step); }
-    size_t expected = sizeof(header) + 2 * (size_t)out->opt_size * sizeof(float) + out->extra_bytes;
-    if (file_size != expected) {
-        llmc_die("%s: training state size mismatch: expected %zu bytes, the file has %zu", path, expected, file_size);
+    uint64_t expected = train_state_file_bytes(out->opt_size, out->extra_bytes);
+    if ((uint64_t)file_size != expected) {
+        llmc_die("%s: training state size mismatch: expected %llu bytes, the file has %zu", path,
+                 (unsigned long long)expected, file_size);
     }
     freadCheck(m, sizeof(float), (size_t)out->opt_size, f, path);
     freadCheck(v, sizeof(float), (size_t)out->opt_size, f, path);
-    freadCheck(extra, 1, out->extra_bytes, f, path);
+    freadCheck(extra, 1, (size_t)out->extra_bytes, f, path);
     fcloseCheck(f, path);
 }
 

@@ -170,8 +170,11 @@ static inline size_t trainer_state_extra_bytes(size_t master_count) {
     return sizeof(TrainerDetectors) + master_count * sizeof(float);
 }
 
-// the state format stores the blob size in 32 bits
-static inline int trainer_state_extra_fits(size_t bytes) { return bytes <= (size_t)UINT32_MAX; }
+// 1 when a state file holds an optimizer slice of opt_size values and an extra blob of extra_bytes
+// (the format's sizes are 64-bit; only a file beyond 2^63 - 1 bytes is refused, llmc/checkpoint.h)
+static inline int trainer_state_fits(size_t opt_size, size_t extra_bytes) {
+    return train_state_file_bytes((uint64_t)opt_size, (uint64_t)extra_bytes) != 0;
+}
 
 static inline void trainer_state_extra_pack(char* extra, const TrainerDetectors* d, const float* master, size_t master_count) {
     memcpy(extra, d, sizeof(TrainerDetectors));

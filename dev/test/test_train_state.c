@@ -1,7 +1,8 @@
 /*
 dev/test/test_train_state.c: training-state files as the trainers write them (llmc/checkpoint.h's
 format with llmc/trainer.h's extra blob: the outlier detectors, then the GPU trainer's fp32 master
-weights of its ZeRO shard), one per rank, written and read back bit for bit.
+weights of its ZeRO shard), one per rank, written and read back bit for bit; and the 64-bit size of
+that blob (GPT-2 1558M's master weights on one GPU are 6.2 GB), checked without allocating it.
 */
 #include "../../llmc/trainer.h"
 #include "../../llmc/zero.h"
@@ -23,7 +24,7 @@ static TrainState describe(int nproc, int rank, int zero, int step, uint64_t rng
     s.num_parameters = n;
     s.opt_offset = sh.offset;
     s.opt_size = sh.size;
-    s.extra_bytes = (uint32_t)extra_bytes;
+    s.extra_bytes = extra_bytes;
     return s;
 }
 
@@ -119,12 +120,97 @@ static void test_state_round_trips(void) {
     }
     write_states(n, 2, 1, 1, 5);
     expect_die("another rank's state file", read_rank1_as_rank0, NULL, "state_00000005_00001.bin", "rank 1");
-    CHECK(trainer_state_extra_fits(trainer_state_extra_bytes((size_t)124475904)), "GPT-2 124M master weights fit one state file");
-    CHECK(!trainer_state_extra_fits(trainer_state_extra_bytes((size_t)1557686400)), "GPT-2 1558M master weights on one GPU do not (the trainer says so)");
     remove_tree(g_state_dir);
+}
+
+// ----------------------------------------------------------------------------
+// the extra blob's size is 64-bit: [46] low and [47] high 32 bits of the header
+
+#define GPT2_1558M_PARAMS ((size_t)1557686400)
+
+// a state of a few optimizer values whose header claims `extra` bytes of extra blob
+static TrainState big_extra_state(uint64_t extra) {
+    ZeroShard sh = {0, 8};
+    return describe(1, 0, 0, 7, 1, 2, 3, 8, sh, (size_t)extra);
+}
+
+static void test_header_encodes_64_bit_sizes(void) {
+    const uint64_t extra = trainer_state_extra_bytes(GPT2_1558M_PARAMS);  // 6,230,745,600 + the detectors
+    CHECK(extra > ((uint64_t)1 << 32), "GPT-2 1558M's fp32 master weights (%llu bytes) exceed 32 bits", (unsigned long long)extra);
+    TrainState s = big_extra_state(extra), back;
+    int header[256];
+    train_state_header(&s, header);
+    CHECK((uint32_t)header[46] == (uint32_t)(extra & 0xFFFFFFFFu) && (uint32_t)header[47] == (uint32_t)(extra >> 32),
+          "header[46] holds the low and header[47] the high 32 bits of the size (got %u, %u)", (uint32_t)header[46], (uint32_t)header[47]);
+    memset(&back, 0, sizeof(back));
+    train_state_from_header(header, &back);
+    CHECK(back.extra_bytes == extra && back.opt_size == 8 && back.step == 7, "the header reads back to the same 64-bit size");
+    // a file written before the size was widened: [46] the size, [47] zero like the rest of the header
+    int old[256];
+    memset(old, 0, sizeof(old));
+    old[0] = TRAIN_STATE_MAGIC;
+    old[1] = TRAIN_STATE_VERSION;
+    old[46] = (int)trainer_state_extra_bytes(0);
+    train_state_from_header(old, &back);
+    CHECK(back.extra_bytes == trainer_state_extra_bytes(0), "an old header with [47] = 0 reads its 32-bit size unchanged");
+    CHECK(train_state_file_bytes(8, extra) == 1024 + 64 + extra, "the file size is computed in 64 bits");
+    CHECK(trainer_state_fits(GPT2_1558M_PARAMS, extra), "GPT-2 1558M with fp32 master weights on one GPU fits one state file");
+    CHECK(trainer_state_fits(124475904, trainer_state_extra_bytes(124475904)), "GPT-2 124M fits one state file");
+    CHECK(!trainer_state_fits(8, (size_t)INT64_MAX), "a state beyond 2^63 - 1 bytes does not fit");
+    CHECK(!trainer_state_fits((size_t)1 << 62, 0), "an optimizer slice beyond 2^63 - 1 bytes does not fit");
+}
+
+// the file written below: its header says 2^32 + 48 extra bytes, the file stops after m and v
+static char g_big_path[4200];
+
+// A run whose blob is 48 bytes reads a file whose blob is 2^32 + 48: a 32-bit field would have
+// taken the two for the same size.
+static void read_big_as_small(void* arg) {
+    (void)arg;
+    TrainState expect = big_extra_state(48), got;
+    float m[8], v[8];
+    char extra[48];
+    train_state_read(g_big_path, &expect, &got, m, v, extra);
+}
+
+// the right size expected, the file too short: refused before anything is read or allocated
+static void read_big_truncated(void* arg) {
+    (void)arg;
+    TrainState expect = big_extra_state(((uint64_t)1 << 32) + 48), got;
+    float m[8], v[8];
+    char extra[1];
+    train_state_read(g_big_path, &expect, &got, m, v, extra);
+}
+
+static void write_too_big(void* arg) {
+    (void)arg;
+    TrainState s = big_extra_state((uint64_t)INT64_MAX);
+    float m[8] = {0}, v[8] = {0};
+    train_state_write(g_big_path, &s, m, v, NULL);
+}
+
+static void test_big_sizes_in_files(void) {
+    char dir[4096];
+    make_temp_dir(dir, sizeof(dir));
+    snprintf(g_big_path, sizeof(g_big_path), "%s/state_00000007_00000.bin", dir);
+    TrainState s = big_extra_state(((uint64_t)1 << 32) + 48);
+    int header[256];
+    train_state_header(&s, header);
+    char file[1024 + 64];
+    memset(file, 0, sizeof(file));
+    memcpy(file, header, sizeof(header));
+    write_bytes(g_big_path, file, sizeof(file));
+    expect_die("a 4 GiB + 48 blob read as a 48-byte one", read_big_as_small, NULL, "extra state is 4294967344 bytes", "expected 48");
+    expect_die("a 4 GiB + 48 blob cut off", read_big_truncated, NULL, "expected 4294968432 bytes", "the file has 1088");
+    unlink(g_big_path);
+    expect_die("a state beyond 2^63 bytes", write_too_big, NULL, "does not fit in one file", "9223372036854775807 extra bytes");
+    CHECK(!file_exists(g_big_path), "the refused state left no file");
+    remove_tree(dir);
 }
 
 int main(void) {
     test_state_round_trips();
+    test_header_encodes_64_bit_sizes();
+    test_big_sizes_in_files();
     return test_summary();
 }
