@@ -7,6 +7,7 @@ Host half (plain C, compiled by gcc in dev/test/test_multi_gpu_host.c):
     grad_layer_ranges(cfg, l, ..)    the [lo, hi) ranges of the flat gradient vector that layer l owns
     grad_reduce_ops(lo, hi, ..)      the NCCL calls that reduce one range: element counts, offsets, roots
     zero_padded_size(n, nproc)       the allocation the ZeRO-1 all-gather needs (equal shards)
+    multi_gpu_fs_nonce/_id_path/_publish/_fetch/_retire   the -pi fs file protocol (below)
 
 Device half (nvcc with USE_NCCL): MultiGpu init/free, reduce of one layer's gradients on a
 separate stream while the backward pass continues, the scalar all-reduces, and the ZeRO-1
@@ -16,12 +17,33 @@ ZeRO-1 uses zero.h's contiguous shards of the flat parameter vector (per = ceil(
 elements, the last shard shorter). A gradient range is reduced with ncclReduce to each shard
 owner it overlaps (together: one reduce-scatter); ZeRO-0 all-reduces the range. Every count
 handed to NCCL is an element count (never bytes), computed by grad_reduce_ops and tested.
+
+-pi fs -pf DIR: rank 0 writes the NCCL id to DIR/ncclUniqueId.<nonce>.sync, the others wait for it
+and read it. A file left in DIR by an earlier launch must never be taken: its id names a rank 0 that
+is gone, and the ranks would hang in ncclCommInitRank. Three rules see to that:
+  1. the file name carries a nonce that every rank of this launch shares and no other launch has: the
+     launcher's id of the launch (multi_gpu_fs_nonce, first found wins): LLMC_RUN_ID, set by the user
+     (computed ONCE per launch and exported to every rank, e.g. LLMC_RUN_ID=$(date +%s%N) in the launch
+     script); SLURM_JOB_ID + SLURM_STEP_ID (+ SLURM_RESTART_COUNT of a requeued job) under srun;
+     PMIX_NAMESPACE under a PMIx launcher; OMPI_MCA_ess_base_jobid under Open MPI's mpirun. Without
+     any, -pi fs refuses to start (one error line). A stale file of another launch has another name.
+  2. rank 0 writes the file atomically (temporary file + rename, utils.h AtomicFile), so a reader sees
+     all of it or nothing, and refuses to start when its file already exists (a launch with the same
+     nonce died before rule 3): the launch fails with one line instead of hanging.
+  3. rank 0 removes the file as soon as its ncclCommInitRank has returned: that call returns only once
+     every rank has joined with the id, so every rank has read the file by then.
+The file holds a magic, the nonce and the id; a reader checks all three (one error line on a mismatch).
 */
 #ifndef LLMC_MULTI_GPU_CUH
 #define LLMC_MULTI_GPU_CUH
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "utils.h"
 #include "zero.h"
 #include "model_config.h"
@@ -135,6 +157,117 @@ static inline size_t zero_padded_size(size_t n, int zero_stage, int nproc) {
 }
 
 // ----------------------------------------------------------------------------
+// -pi fs: the NCCL id through a shared directory (the rules in the header comment)
+
+#define MULTI_GPU_FS_MAGIC "llmcNCCL"  // 8 bytes, then uint32 nonce length, nonce, uint32 id length, id
+#define MULTI_GPU_FS_NONCE_MAX 200
+
+// an environment lookup (getenv; tests pass their own)
+typedef const char* (*MultiGpuGetenv)(const char* name);
+static inline const char* multi_gpu_getenv(const char* name) { return getenv(name); }
+
+// The nonce of this launch into out (see the header comment); returns the variables it came from, or
+// NULL when the environment has none (out is then ""). Dies when the value is longer than
+// MULTI_GPU_FS_NONCE_MAX characters.
+static inline const char* multi_gpu_fs_nonce(char* out, size_t cap, MultiGpuGetenv get) {
+    const char* user = get("LLMC_RUN_ID");
+    const char* job = get("SLURM_JOB_ID");
+    const char* step = get("SLURM_STEP_ID") != NULL ? get("SLURM_STEP_ID") : get("SLURM_STEPID");
+    const char* restart = get("SLURM_RESTART_COUNT");
+    const char* pmix = get("PMIX_NAMESPACE");
+    const char* ompi = get("OMPI_MCA_ess_base_jobid");
+    char buf[3 * MULTI_GPU_FS_NONCE_MAX];
+    const char* source = NULL;
+    buf[0] = '\0';
+    if (user != NULL && user[0] != '\0') {
+        snprintf(buf, sizeof(buf), "%s", user);
+        source = "LLMC_RUN_ID";
+    } else if (job != NULL && job[0] != '\0') {
+        snprintf(buf, sizeof(buf), "slurm-%s.%s%s%s", job, step != NULL ? step : "batch",
+                 restart != NULL && restart[0] != '\0' ? ".r" : "", restart != NULL ? restart : "");
+        source = "SLURM_JOB_ID, SLURM_STEP_ID, SLURM_RESTART_COUNT";
+    } else if (pmix != NULL && pmix[0] != '\0') {
+        snprintf(buf, sizeof(buf), "pmix-%s", pmix);
+        source = "PMIX_NAMESPACE";
+    } else if (ompi != NULL && ompi[0] != '\0') {
+        snprintf(buf, sizeof(buf), "ompi-%s", ompi);
+        source = "OMPI_MCA_ess_base_jobid";
+    }
+    if (strlen(buf) > MULTI_GPU_FS_NONCE_MAX || strlen(buf) >= cap) {
+        llmc_die("-pi fs: the launch id from %s is longer than %d characters", source, MULTI_GPU_FS_NONCE_MAX);
+    }
+    memcpy(out, buf, strlen(buf) + 1);
+    return source;
+}
+
+// DIR/ncclUniqueId.<nonce>.sync, the nonce's characters other than [A-Za-z0-9._-] written as '_'
+static inline void multi_gpu_fs_id_path(char* out, size_t cap, const char* dir, const char* nonce) {
+    char safe[MULTI_GPU_FS_NONCE_MAX + 1];
+    size_t n = 0;
+    for (; nonce[n] != '\0' && n < MULTI_GPU_FS_NONCE_MAX; n++) {
+        char c = nonce[n];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        safe[n] = ok ? c : '_';
+    }
+    safe[n] = '\0';
+    int len = snprintf(out, cap, "%s/ncclUniqueId.%s.sync", dir, safe);
+    if (len < 0 || (size_t)len >= cap) { llmc_die("-pf %s: path too long for the NCCL id file", dir); }
+}
+
+// rank 0: writes the id with the nonce, atomically; refuses a file that is already there
+static inline void multi_gpu_fs_publish(const char* path, const char* nonce, const void* id, size_t id_bytes) {
+    if (file_exists(path)) {
+        llmc_die("%s: already exists: left by an earlier launch with the same launch id, whose ranks may read it "
+                 "(remove it, and give every launch its own LLMC_RUN_ID)", path);
+    }
+    uint32_t nonce_len = (uint32_t)strlen(nonce), id_len = (uint32_t)id_bytes;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, MULTI_GPU_FS_MAGIC, 1, 8);
+    atomic_file_write(&af, &nonce_len, sizeof(nonce_len), 1);
+    atomic_file_write(&af, nonce, 1, nonce_len);
+    atomic_file_write(&af, &id_len, sizeof(id_len), 1);
+    atomic_file_write(&af, id, 1, id_bytes);
+    atomic_file_commit(&af);
+}
+
+// the other ranks: waits up to wait_ms for rank 0's file, then reads the id, checking magic, nonce and size
+static inline void multi_gpu_fs_fetch(const char* path, const char* nonce, void* id, size_t id_bytes, int wait_ms) {
+    const int poll_ms = 100;
+    for (int waited = 0; !file_exists(path); waited += poll_ms) {
+        if (waited >= wait_ms) {
+            llmc_die("%s: rank 0 did not write it within %.1f s (-pi fs: is -pf the same shared directory for every rank, "
+                     "and the launch id \"%s\" the same?)", path, wait_ms / 1000.0, nonce);
+        }
+        struct timespec pause = {0, poll_ms * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    FILE* f = fopenCheck(path, "rb");
+    unsigned char buf[8 + 4 + MULTI_GPU_FS_NONCE_MAX + 4 + 1024];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fcloseCheck(f, path);
+    uint32_t nonce_len = 0, id_len = 0;
+    int ok = n >= 12 && memcmp(buf, MULTI_GPU_FS_MAGIC, 8) == 0;
+    if (ok) { memcpy(&nonce_len, buf + 8, 4); }
+    ok = ok && nonce_len <= MULTI_GPU_FS_NONCE_MAX && n >= 12 + (size_t)nonce_len + 4;
+    if (!ok) { llmc_die("%s: not an NCCL id file of llmc (-pi fs)", path); }
+    if (nonce_len != strlen(nonce) || memcmp(buf + 12, nonce, nonce_len) != 0) {
+        llmc_die("%s: holds the NCCL id of launch \"%.*s\", not of this launch \"%s\"", path, (int)nonce_len,
+                 (const char*)(buf + 12), nonce);
+    }
+    memcpy(&id_len, buf + 12 + nonce_len, 4);
+    if (id_len != id_bytes || n != 12 + (size_t)nonce_len + 4 + id_bytes) {
+        llmc_die("%s: the NCCL id is %zu bytes, expected %zu (-pi fs)", path, n - (12 + (size_t)nonce_len + 4), id_bytes);
+    }
+    memcpy(id, buf + 12 + nonce_len + 4, id_bytes);
+}
+
+// rank 0, once its ncclCommInitRank returned (every rank has read the file): removes it
+static inline void multi_gpu_fs_retire(const char* path) {
+    if (unlink(path) != 0) { llmc_die("%s: cannot remove the NCCL id file (%s)", path, strerror(errno)); }
+}
+
+// ----------------------------------------------------------------------------
 // device half
 
 #ifdef __CUDACC__
@@ -231,24 +364,14 @@ static inline void nccl_id_over_tcp(ncclUniqueId* id, int rank, int nproc, const
     }
 }
 
-// rank 0 writes the id atomically into the shared directory; the others wait for the file
-static inline void nccl_id_over_fs(ncclUniqueId* id, int rank, const char* dir) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/ncclUniqueId.sync", dir);
+// rank 0 publishes the id in the shared directory, the others fetch it (the -pi fs rules above);
+// rank 0 removes the file once ncclCommInitRank returned (multi_gpu_init)
+static inline void nccl_id_over_fs(ncclUniqueId* id, int rank, const char* path, const char* nonce) {
     if (rank == 0) {
-        AtomicFile af;
-        atomic_file_open(&af, path);
-        atomic_file_write(&af, id, sizeof(*id), 1);
-        atomic_file_commit(&af);
-        return;
+        multi_gpu_fs_publish(path, nonce, id, sizeof(*id));
+    } else {
+        multi_gpu_fs_fetch(path, nonce, id, sizeof(*id), MULTI_GPU_WAIT_SECONDS * 1000);
     }
-    for (int waited = 0; !file_exists(path); waited++) {
-        if (waited >= MULTI_GPU_WAIT_SECONDS) { llmc_die("%s: rank 0 did not write it within %d s (-pi fs)", path, MULTI_GPU_WAIT_SECONDS); }
-        sleep(1);
-    }
-    FILE* f = fopenCheck(path, "rb");
-    freadCheck(id, sizeof(*id), 1, f, path);
-    fcloseCheck(f, path);
 }
 #endif
 
@@ -287,6 +410,16 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
     const char* why = multi_gpu_check_args(mg->num_processes, mg->process_rank, gpus_per_node, init_method,
                                            server_ip, fs_path, have_mpi, have_nccl);
     if (why != NULL) { llmc_die("%s", why); }
+    // -pi fs: the NCCL id file of this launch (its nonce must exist before anything waits on it)
+    const int id_over_fs = strcmp(init_method, "fs") == 0 && mg->num_processes > 1;
+    char fs_nonce[MULTI_GPU_FS_NONCE_MAX + 1] = "", fs_id_path[4096] = "";
+    if (id_over_fs) {
+        if (multi_gpu_fs_nonce(fs_nonce, sizeof(fs_nonce), multi_gpu_getenv) == NULL) {
+            llmc_die("-pi fs needs an id of this launch, the same on every rank: launch with srun or mpirun, or export "
+                     "LLMC_RUN_ID (new for every launch) to every rank");
+        }
+        multi_gpu_fs_id_path(fs_id_path, sizeof(fs_id_path), fs_path, fs_nonce);
+    }
     int device_count = 0;
     cudaError_t count_err = cudaGetDeviceCount(&device_count);
     if (count_err != cudaSuccess || device_count == 0) {
@@ -310,14 +443,16 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
         if (mg->process_rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
         if (strcmp(init_method, "tcp") == 0) {
             nccl_id_over_tcp(&id, mg->process_rank, mg->num_processes, server_ip);
-        } else if (strcmp(init_method, "fs") == 0) {
-            nccl_id_over_fs(&id, mg->process_rank, fs_path);
+        } else if (id_over_fs) {
+            nccl_id_over_fs(&id, mg->process_rank, fs_id_path, fs_nonce);
         } else {
 #ifdef USE_MPI
             MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
         }
         ncclCheck(ncclCommInitRank(&mg->comm, mg->num_processes, id, mg->process_rank));
+        // every rank has joined, so every rank has read the file: no later launch can find it
+        if (id_over_fs && mg->process_rank == 0) { multi_gpu_fs_retire(fs_id_path); }
     }
 #endif
 }

@@ -1,6 +1,8 @@
 /*
 dev/test/test_multi_gpu_host.c: the host half of llmc/multi_gpu.cuh on the CPU -- the multi-process flag
-rules, NCCL element counts and offsets for every layer's gradient ranges, ZeRO-1 ownership and padding.
+rules, NCCL element counts and offsets for every layer's gradient ranges, ZeRO-1 ownership and padding,
+and the -pi fs protocol of the NCCL id (launch nonce, atomic publish, checked fetch, removal): a file
+left by an earlier launch is never taken.
 */
 #include "../../llmc/multi_gpu.cuh"
 #include "test_common.h"
@@ -112,10 +114,168 @@ static void test_zero_padding(void) {
     CHECK(zero_padded_size(10, 0, 4) == 10, "no padding without ZeRO-1");
 }
 
+// ----------------------------------------------------------------------------
+// -pi fs: the NCCL id file
+
+// a fake environment: NULL-terminated name/value pairs
+static const char* const* g_env;
+static const char* fake_getenv(const char* name) {
+    for (int i = 0; g_env[i] != NULL; i += 2) {
+        if (strcmp(g_env[i], name) == 0) { return g_env[i + 1]; }
+    }
+    return NULL;
+}
+
+static const char* nonce_of(const char* const* env, char* out, size_t cap) {
+    g_env = env;
+    return multi_gpu_fs_nonce(out, cap, fake_getenv);
+}
+
+static void test_fs_nonce(void) {
+    char n[MULTI_GPU_FS_NONCE_MAX + 1];
+    const char* none[] = {"HOME", "/root", NULL};
+    CHECK(nonce_of(none, n, sizeof(n)) == NULL && n[0] == '\0', "no launcher and no LLMC_RUN_ID: no nonce (-pi fs refuses)");
+    const char* slurm[] = {"SLURM_JOB_ID", "4242", "SLURM_STEP_ID", "3", "OMPI_MCA_ess_base_jobid", "99", NULL};
+    CHECK(nonce_of(slurm, n, sizeof(n)) != NULL && strcmp(n, "slurm-4242.3") == 0, "srun: job id and step id (%s)", n);
+    const char* requeued[] = {"SLURM_JOB_ID", "4242", "SLURM_STEP_ID", "3", "SLURM_RESTART_COUNT", "1", NULL};
+    CHECK(nonce_of(requeued, n, sizeof(n)) != NULL && strcmp(n, "slurm-4242.3.r1") == 0,
+          "a requeued Slurm job (same job and step ids) gets another nonce (%s)", n);
+    const char* old_step[] = {"SLURM_JOB_ID", "7", "SLURM_STEPID", "0", NULL};
+    CHECK(nonce_of(old_step, n, sizeof(n)) != NULL && strcmp(n, "slurm-7.0") == 0, "SLURM_STEPID, the older name (%s)", n);
+    const char* pmix[] = {"PMIX_NAMESPACE", "prterun-node1-1234@1", "OMPI_MCA_ess_base_jobid", "99", NULL};
+    CHECK(nonce_of(pmix, n, sizeof(n)) != NULL && strcmp(n, "pmix-prterun-node1-1234@1") == 0, "PMIx namespace (%s)", n);
+    const char* ompi[] = {"OMPI_MCA_ess_base_jobid", "3960078337", NULL};
+    CHECK(nonce_of(ompi, n, sizeof(n)) != NULL && strcmp(n, "ompi-3960078337") == 0, "Open MPI job id (%s)", n);
+    const char* user[] = {"LLMC_RUN_ID", "run 17", "SLURM_JOB_ID", "4242", NULL};
+    const char* src = nonce_of(user, n, sizeof(n));
+    CHECK(src != NULL && strcmp(src, "LLMC_RUN_ID") == 0 && strcmp(n, "run 17") == 0, "LLMC_RUN_ID wins over the launcher's id");
+    const char* empty_user[] = {"LLMC_RUN_ID", "", "SLURM_JOB_ID", "5", NULL};
+    CHECK(nonce_of(empty_user, n, sizeof(n)) != NULL && strcmp(n, "slurm-5.batch") == 0, "an empty LLMC_RUN_ID is no nonce (%s)", n);
+}
+
+static void long_nonce(void* arg) {
+    (void)arg;
+    static char value[400];
+    memset(value, 'x', sizeof(value) - 1);
+    const char* env[] = {"LLMC_RUN_ID", value, NULL};
+    char n[MULTI_GPU_FS_NONCE_MAX + 1];
+    nonce_of(env, n, sizeof(n));
+}
+
+static void test_fs_id_path(void) {
+    char a[4096], b[4096], c[4096];
+    multi_gpu_fs_id_path(a, sizeof(a), "/shared/sync", "slurm-4242.3");
+    CHECK(strcmp(a, "/shared/sync/ncclUniqueId.slurm-4242.3.sync") == 0, "the nonce is part of the file name (%s)", a);
+    multi_gpu_fs_id_path(b, sizeof(b), "/shared/sync", "slurm-4242.4");
+    CHECK(strcmp(a, b) != 0, "another launch, another file");
+    multi_gpu_fs_id_path(c, sizeof(c), "/shared/sync", "../x/y z@1");
+    CHECK(strcmp(c, "/shared/sync/ncclUniqueId..._x_y_z_1.sync") == 0, "no '/' or odd characters of a nonce reach the path (%s)", c);
+    expect_die("a nonce of 399 characters", long_nonce, NULL, "LLMC_RUN_ID", "longer than 200");
+}
+
+static char g_fs_dir[4096];
+static char g_fs_path[4200];
+
+// an id of NCCL's size (128 bytes), different per seed
+static void fake_id(unsigned char id[128], int seed) {
+    for (int i = 0; i < 128; i++) { id[i] = (unsigned char)(seed * 31 + i * 7); }
+}
+
+typedef struct { const char* path; const char* nonce; int wait_ms; } FetchArgs;
+
+static void fetch_into_nothing(void* arg) {
+    const FetchArgs* a = (const FetchArgs*)arg;
+    unsigned char id[128];
+    multi_gpu_fs_fetch(a->path, a->nonce, id, sizeof(id), a->wait_ms);
+}
+
+static void publish_again(void* arg) {
+    (void)arg;
+    unsigned char id[128];
+    fake_id(id, 9);
+    multi_gpu_fs_publish(g_fs_path, "launch-B", id, sizeof(id));
+}
+
+// a rank other than 0, in a child process: fetches with `nonce` and exits 0 when it got id `seed`
+static pid_t spawn_reader(const char* path, const char* nonce, int seed) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsigned char id[128], want[128];
+        fake_id(want, seed);
+        multi_gpu_fs_fetch(path, nonce, id, sizeof(id), 10000);
+        _exit(memcmp(id, want, sizeof(id)) == 0 ? 0 : 3);
+    }
+    return pid;
+}
+
+static int wait_status(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_fs_protocol(void) {
+    make_temp_dir(g_fs_dir, sizeof(g_fs_dir));
+    unsigned char id[128], got[128];
+    // a directory reused from earlier launches: the old fixed name, and launch A's file (A died before removing it)
+    char legacy[4200];
+    snprintf(legacy, sizeof(legacy), "%s/ncclUniqueId.sync", g_fs_dir);
+    fake_id(id, 1);
+    write_bytes(legacy, id, sizeof(id));
+    char stale[4200];
+    multi_gpu_fs_id_path(stale, sizeof(stale), g_fs_dir, "launch-A");
+    multi_gpu_fs_publish(stale, "launch-A", id, sizeof(id));
+    // launch B: its readers start before rank 0 has written anything and must not take A's file
+    multi_gpu_fs_id_path(g_fs_path, sizeof(g_fs_path), g_fs_dir, "launch-B");
+    pid_t readers[3];
+    for (int r = 0; r < 3; r++) { readers[r] = spawn_reader(g_fs_path, "launch-B", 2); }
+    struct timespec pause = {0, 300 * 1000000L};
+    nanosleep(&pause, NULL);
+    fake_id(id, 2);
+    multi_gpu_fs_publish(g_fs_path, "launch-B", id, sizeof(id));  // rank 0, later than its readers
+    int bad = 0;
+    for (int r = 0; r < 3; r++) { bad += wait_status(readers[r]) != 0; }
+    CHECK(bad == 0, "readers that started before rank 0 wrote get this launch's id, not the stale one (%d did not)", bad);
+    memset(got, 0, sizeof(got));
+    multi_gpu_fs_fetch(g_fs_path, "launch-B", got, sizeof(got), 0);
+    CHECK(memcmp(got, id, sizeof(id)) == 0, "a reader after rank 0 wrote gets the id at once");
+    expect_die("rank 0 of a launch with a reused nonce", publish_again, NULL, "already exists", "LLMC_RUN_ID");
+    multi_gpu_fs_retire(g_fs_path);  // after ncclCommInitRank
+    CHECK(!file_exists(g_fs_path), "rank 0 removes its file once every rank has joined");
+    FetchArgs late = {g_fs_path, "launch-B", 300};
+    expect_die("a file that is not there", fetch_into_nothing, &late, "rank 0 did not write it", "launch-B");
+    // launch C finds only A's stale file and the legacy one: it waits for its own, it never reads theirs
+    char path_c[4200];
+    multi_gpu_fs_id_path(path_c, sizeof(path_c), g_fs_dir, "launch-C");
+    FetchArgs c = {path_c, "launch-C", 300};
+    expect_die("a reader beside stale files", fetch_into_nothing, &c, "ncclUniqueId.launch-C.sync", "did not write it");
+    // two nonces with the same file name ('/' and ':' both become '_'): the nonce inside tells them apart
+    multi_gpu_fs_id_path(g_fs_path, sizeof(g_fs_path), g_fs_dir, "job/1");
+    multi_gpu_fs_publish(g_fs_path, "job/1", id, sizeof(id));
+    char other[4200];
+    multi_gpu_fs_id_path(other, sizeof(other), g_fs_dir, "job:1");
+    CHECK(strcmp(other, g_fs_path) == 0, "job/1 and job:1 share a file name");
+    FetchArgs clash = {g_fs_path, "job:1", 0};
+    expect_die("another launch's id under the same name", fetch_into_nothing, &clash, "holds the NCCL id of launch \"job/1\"", "job:1");
+    multi_gpu_fs_retire(g_fs_path);
+    // a file that is not ours, and one cut short
+    write_bytes(g_fs_path, "hello, world: not an id", 23);
+    FetchArgs garbage = {g_fs_path, "job/1", 0};
+    expect_die("a foreign file", fetch_into_nothing, &garbage, "not an NCCL id file", NULL);
+    unlink(g_fs_path);
+    multi_gpu_fs_publish(g_fs_path, "job/1", id, 100);  // 100 of the 128 bytes
+    expect_die("a short id", fetch_into_nothing, &garbage, "the NCCL id is 100 bytes", "expected 128");
+    remove_tree(g_fs_dir);
+}
+
 int main(void) {
     test_check_args();
     test_layer_ranges_cover_everything();
     test_reduce_ops();
     test_zero_padding();
+    test_fs_nonce();
+    test_fs_id_path();
+    test_fs_protocol();
     return test_summary();
 }
