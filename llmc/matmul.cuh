@@ -14,11 +14,15 @@ plain-C functions (the host half of this file), which name the operands playing 
 test (dev/test/test_gemm_host.c) runs every spec through gemm_reference, a CPU implementation of
 cuBLAS's column-major semantics, and compares with row-major loops. Bias gradients use our own
 deterministic column sum (fixed reduction order) rather than atomics.
+cuBLASLt's heuristic is told each operand's real alignment (gemm_pointer_alignment: the largest power
+of two up to 256 dividing the address; our tensors are at least 16-byte aligned), so it may pick the
+kernels that need it instead of assuming the worst case.
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
 #include <stddef.h>
+#include <stdint.h>
 #include "layer_math.h"
 
 // ----------------------------------------------------------------------------
@@ -31,6 +35,15 @@ static inline HD void row_chunk(int N, int chunks, int chunk, int* start, int* e
     int e = s + per;
     *start = s < N ? s : N;
     *end = e < N ? e : N;
+}
+
+// the largest power of two, up to 256, that divides the address p (NULL: 256), in bytes: what
+// CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES promise cuBLASLt about an operand
+static inline uint32_t gemm_pointer_alignment(const void* p) {
+    const uintptr_t address = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 1 && address % align != 0) { align >>= 1; }
+    return align;
 }
 
 typedef struct {
@@ -191,6 +204,13 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &ctx->workspace_size, sizeof(ctx->workspace_size)));
+    // the operands' real alignments (C is D: the accumulation reads and writes d)
+    const uint32_t align_a = gemm_pointer_alignment(a), align_b = gemm_pointer_alignment(b);
+    const uint32_t align_cd = gemm_pointer_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof(align_cd)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof(align_cd)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->lt_handle, desc, layout_a, layout_b, layout_d, layout_d,
