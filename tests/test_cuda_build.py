@@ -246,3 +246,129 @@ def test_gpu_run_scripts_match_the_published_runs() -> None:
         for flag, value in {**_COMMON_RUN_FLAGS, **_MULTI_NODE_FLAGS}.items():
             assert flags.get(flag) == value, f"{script.name}: {flag} is {flags.get(flag)!r}, llm.c's example used {value!r}"
         assert int(flags["-d"]) % (64 * 1024 * 16) == 0, f"{script.name}: -d does not fit 2 nodes x 8 GPUs"
+
+
+# ---------------------------------------------------------------------------- PTX for newer GPUs
+
+def _gencode_flags(nvcc_line: str) -> list[str]:
+    words = shlex.split(nvcc_line)
+    return [w for i, w in enumerate(words) if w == "-gencode" or (i > 0 and words[i - 1] == "-gencode")]
+
+
+def _fatbin_images(gencode: list[str], tmp_path: Path) -> str:
+    """the images nvcc would put in the fat binary for these -gencode flags (nvcc -dryrun: its own plan)"""
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+    proc = run(["nvcc", "-dryrun", *gencode, "-c", src, "-o", tmp_path / "k.o"], timeout=120)
+    return next(line for line in (proc.stdout + proc.stderr).splitlines() if "fatbinary" in line)
+
+
+@pytest.mark.parametrize("target", ["train_gpt2cu", "dev/cuda"])
+def test_build_without_gpu_embeds_sm80_code_and_its_ptx(target: str, tmp_path: Path) -> None:
+    """With no GPU to ask (nvidia-smi finds none), the binaries carry sm_80 machine code AND compute_80 PTX, which
+    the driver compiles for a newer GPU: with sm_80 code only, an H100 refuses to run them ("no kernel image")."""
+    assert _nvcc_available()
+    args = ["-n", "-B", "GPU_COMPUTE_CAPABILITY="]
+    args += ["train_gpt2cu"] if target == "train_gpt2cu" else ["-C", "dev/cuda", "layernorm_forward"]
+    proc = _make(*args, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    nvcc_line = next(line for line in proc.stdout.splitlines() if "nvcc" in line and " -o " in line)
+    gencode = _gencode_flags(nvcc_line)
+    assert "arch=compute_80,code=sm_80" in gencode and "arch=compute_80,code=compute_80" in gencode, nvcc_line
+    images = _fatbin_images(gencode, tmp_path)
+    assert "kind=elf,sm=80" in images and "kind=ptx,sm=80" in images, images
+    # the old flags, for contrast: machine code only
+    assert "kind=ptx" not in _fatbin_images(["-gencode", "arch=compute_80,code=sm_80"], tmp_path)
+
+
+def test_build_for_the_gpu_found_embeds_its_ptx_too() -> None:
+    proc = _make("-n", "-B", "train_gpt2cu", "GPU_COMPUTE_CAPABILITY=90", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    nvcc_line = next(line for line in proc.stdout.splitlines() if "nvcc" in line and " -o train_gpt2cu" in line)
+    assert _gencode_flags(nvcc_line) == ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
+
+
+# ---------------------------------------------------------------------------- make test-gpu with a given Python
+
+def _nvidia_dirs(python: str) -> list[str]:
+    code = "import importlib.util as u; print(*u.find_spec('nvidia').submodule_search_locations)"
+    return run([python, "-c", code], timeout=60).stdout.split()
+
+
+def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -> None:
+    """An offline GPU machine: `make test-gpu PY=python3` must use that Python as it is. The plan (make -n) of
+    test-gpu with a Python that is not the venv's (VENV points nowhere) installs nothing, creates no venv, and
+    builds against the nvidia wheels found through that Python; every check of GPU.md is in it, once."""
+    import sys
+    python = sys.executable  # an absolute path: not $(VENV)/bin/python, so make treats it as a given Python
+    novenv = tmp_path / "novenv"
+    proc = _make("-n", "test-gpu", f"PY={python}", f"VENV={novenv}", "GPU_COMPUTE_CAPABILITY=",
+                 f"TEST_GPU_LOGS={tmp_path / 'logs'}", timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "pip" not in out and "-m venv" not in out and str(novenv) not in out, out[-4000:]
+    assert not novenv.exists() and not (tmp_path / "logs").exists()
+    wheels = _nvidia_dirs(python)
+    cuda_line = next(line for line in out.splitlines() if line.startswith("CUDA: nvcc"))
+    assert any(f"cuBLAS {d}/" in cuda_line for d in wheels) and any(f"NCCL {d}/nccl" in cuda_line for d in wheels), cuda_line
+    cudnn_line = next(line for line in out.splitlines() if line.startswith("CUDA: cuDNN"))
+    assert "NOT FOUND" not in cudnn_line and any(f"cuDNN {d}/cudnn" in cudnn_line for d in wheels), cudnn_line
+    test_links = [line for line in out.splitlines() if "nvcc" in line and "-o test_gpt2cu" in line]
+    assert len(test_links) == 2 and all(any(f"-I{d}/" in line for d in wheels) for line in test_links), test_links
+    assert "-DENABLE_FP32" in test_links[0] and "-DENABLE_CUDNN" in test_links[1]
+    planned = [line for line in out.splitlines() if line.startswith("test-gpu: ") and " ... would run: " in line]
+    names = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in planned]
+    kernels = [f"dev/cuda/{p.stem}" for p in sorted((REPO / "dev" / "cuda").glob("*.cu"))]
+    assert names == ["reference tensors", "test_gpt2cu FP32", "test_gpt2cu BF16", "test_gpt2cu BF16 cuDNN",
+                     "dev/cuda build", *kernels], names
+    assert f"{python} train_gpt2.py" in out or (REPO / "gpt2_124M.bin").exists()
+
+
+def test_venv_mode_would_create_the_venv_for_contrast(tmp_path: Path) -> None:
+    """Without PY=, the data and model steps depend on the venv (made and filled with pip): what the test above
+    shows is absent with PY= is really there without it."""
+    proc = _make("-n", "-B", "data", "model", f"VENV={tmp_path / 'novenv'}", timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "-m venv" in out and "pip install" in out, out
+
+
+def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> None:
+    """dev/test_gpu.sh (what make test-gpu runs) in a stand-in tree: a make that only records its arguments,
+    a test_gpt2cu that passes, one kernel that passes and one that fails. Each check gets one PASS/FAIL line
+    with its log, the failing one's output is shown, the summary counts them, and the exit status is 1."""
+    import os
+    (tmp_path / "dev" / "cuda").mkdir(parents=True)
+    for kernel, status in [("good_kernel", 0), ("bad_kernel", 1), ("nccl_all_reduce", 0)]:
+        (tmp_path / "dev" / "cuda" / f"{kernel}.cu").write_text("")
+        exe = tmp_path / "dev" / "cuda" / kernel
+        exe.write_text(f"#!/bin/sh\necho '{kernel} table'\nexit {status}\n")
+        exe.chmod(0o755)
+    exe = tmp_path / "test_gpt2cu"
+    exe.write_text("#!/bin/sh\necho 'test_gpt2cu table'\n")
+    exe.chmod(0o755)
+    fake_make = tmp_path / "fake_make"
+    fake_make.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'make_calls'}\n")
+    fake_make.chmod(0o755)
+    fake_smi = tmp_path / "nvidia-smi"  # one GPU: nccl_all_reduce (2 processes) is skipped
+    fake_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    fake_smi.chmod(0o755)
+    env = {**os.environ, "MAKE": str(fake_make), "PY": "python3", "TEST_GPU_LOGS": "logs", "MAKEFLAGS": "",
+           "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    env.pop("TIKTOKEN_CACHE_DIR", None)
+    proc = subprocess.run(["bash", str(REPO / "dev" / "test_gpu.sh")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = lines[lines.index("test-gpu: summary") + 1:]
+    status = {line.split("test-gpu: ", 1)[1].split(" ... ")[0]: line.split(" ... ")[1].split(" ")[0] for line in summary[:-1]}
+    assert status == {"reference tensors": "PASS", "test_gpt2cu FP32": "PASS", "test_gpt2cu BF16": "PASS",
+                      "test_gpt2cu BF16 cuDNN": "PASS", "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL",
+                      "dev/cuda/good_kernel": "PASS", "dev/cuda/nccl_all_reduce": "SKIP"}, summary
+    assert summary[-1].startswith("test-gpu: 6 passed, 1 failed, 1 skipped"), summary[-1]
+    assert "    bad_kernel table" in lines, "the failing check's output is not shown"
+    assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
+    calls = (tmp_path / "make_calls").read_text().splitlines()
+    assert calls[:2] == ["--no-print-directory data model", "--no-print-directory -B test_gpt2cu PRECISION=FP32"], calls
+    assert "--no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1" in calls
+    assert not any("pip" in c or "setup" in c for c in calls), calls

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# dev/test_gpu.sh: the checks of `make test-gpu`, on a machine with an NVIDIA GPU (../shared/GPU.md).
+# make runs it and hands it MAKE, PY and its command-line variables (MAKEFLAGS), so every build below
+# uses the Python and the CUDA libraries that make found:
+#
+#   make test-gpu                     with the project's venv (made by `make setup setup-cuda`)
+#   make test-gpu PY=python3          with a Python that already has torch, numpy, tiktoken and the nvidia
+#                                     wheels (an offline GPU machine): no pip, no venv; the cuBLAS, NCCL and
+#                                     cuDNN headers and libraries are found in that Python's site-packages
+#   make -n test-gpu [PY=...]         the plan only (or TEST_GPU_DRY_RUN=1): each build as `make -n` prints
+#                                     it, each program is named, nothing is built or run
+#
+# The checks, in order, each with one line `test-gpu: <check> ... PASS|FAIL|SKIP` and its whole output in
+# $TEST_GPU_LOGS/<check>.log (the tables; the last lines of a failed one are printed too), then a summary:
+#   reference tensors       tinyshakespeare and `train_gpt2.py --write_tensors 1` (make data model)
+#   test_gpt2cu FP32        against the reference with the FP32 tolerances, then bit-exact resume
+#   test_gpt2cu BF16        the same with the BF16 tolerances
+#   test_gpt2cu BF16 cuDNN  the same with cuDNN flash attention (USE_CUDNN=1)
+#   dev/cuda build          every kernel playground binary
+#   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
+#                           needs 2 GPUs and mpirun: skipped with the reason otherwise)
+# Exit status 0 only when no check failed.
+#
+# No network: put the tinyshakespeare text and tiktoken's cache in $GPU_CACHE (default .gpu, inside the
+# checkout): .gpu/data/tinyshakespeare/input.txt and .gpu/tiktoken_cache/ (copies of ../shared/data and
+# ../shared/tiktoken_cache); they seed dev/data/tinyshakespeare/ and TIKTOKEN_CACHE_DIR.
+set -u
+
+MAKE=${MAKE:-make}
+PY=${PY:-python3}
+LOGS=${TEST_GPU_LOGS:-build/test-gpu}
+GPU_CACHE=${GPU_CACHE:-.gpu}
+DRY=${TEST_GPU_DRY_RUN:-0}
+# `make -n test-gpu`: make passes -n in the first word of MAKEFLAGS (single-letter flags, no '=')
+make_flags=${MAKEFLAGS:-}
+make_flags=${make_flags#"${make_flags%%[![:space:]]*}"}
+make_flags=${make_flags%% *}
+if [[ -n $make_flags && $make_flags != -* && $make_flags != *=* && $make_flags == *n* ]]; then DRY=1; fi
+
+passed=0
+failed=0
+skipped=0
+summary=()
+
+report() {  # report <check> <PASS|FAIL|SKIP> <detail>
+    local line="test-gpu: $1 ... $2${3:+ ($3)}"
+    echo "$line"
+    summary+=("$line")
+    case $2 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
+}
+
+mk() { "$MAKE" --no-print-directory "$@"; }
+
+# check <name> <commands>: runs the shell commands (mk: make) with their output in the check's log
+check() {
+    local name=$1 commands=$2
+    local log
+    log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_').log"
+    if [[ $DRY == 1 ]]; then
+        echo "test-gpu: $name ... would run: ${commands//mk /$MAKE }"
+        summary+=("test-gpu: $name ... planned")
+        return 0
+    fi
+    local t0=$SECONDS
+    if (eval "$commands") >"$log" 2>&1; then
+        report "$name" PASS "$((SECONDS - t0)) s, log $log"
+        return 0
+    fi
+    report "$name" FAIL "$((SECONDS - t0)) s, log $log"
+    tail -n 25 "$log" | sed 's/^/    /'
+    return 1
+}
+
+# the offline caches, when brought along
+if [[ -z ${TIKTOKEN_CACHE_DIR:-} && -d $GPU_CACHE/tiktoken_cache ]]; then
+    export TIKTOKEN_CACHE_DIR
+    TIKTOKEN_CACHE_DIR=$(cd "$GPU_CACHE/tiktoken_cache" && pwd)
+    echo "test-gpu: TIKTOKEN_CACHE_DIR=$TIKTOKEN_CACHE_DIR"
+fi
+ts_text=dev/data/tinyshakespeare/tiny_shakespeare.txt
+if [[ ! -f $ts_text && -f $GPU_CACHE/data/tinyshakespeare/input.txt && $DRY != 1 ]]; then
+    mkdir -p "$(dirname "$ts_text")" && cp "$GPU_CACHE/data/tinyshakespeare/input.txt" "$ts_text"
+    echo "test-gpu: $ts_text from $GPU_CACHE/data/tinyshakespeare/input.txt"
+fi
+
+echo "test-gpu: Python $PY ($(command -v "$PY" || echo "$PY": not found)), logs in $LOGS/"
+[[ $DRY == 1 ]] || mkdir -p "$LOGS"
+# in a dry run the builds print what they would do (make -n); the programs are only named
+if [[ $DRY == 1 ]]; then
+    mk() { "$MAKE" --no-print-directory -n "$@"; }
+    echo "test-gpu: dry run: the builds as make -n prints them"
+    mk data model
+    mk -B test_gpt2cu PRECISION=FP32
+    mk -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1
+    mk dev-cuda
+fi
+
+have_refs=1
+check "reference tensors" "mk data model" || have_refs=0
+for variant in "FP32:PRECISION=FP32" "BF16:PRECISION=BF16" "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1"; do
+    name="test_gpt2cu ${variant%%:*}"
+    if [[ $have_refs == 0 ]]; then report "$name" SKIP "no reference tensors"; continue; fi
+    check "$name" "mk -B test_gpt2cu ${variant#*:} && ./test_gpt2cu"
+done
+check "dev/cuda build" "mk -k -j $(nproc 2>/dev/null || echo 4) dev-cuda"
+for src in dev/cuda/*.cu; do
+    kernel=$(basename "$src" .cu)
+    if [[ $kernel == nccl_all_reduce ]]; then
+        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        if [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
+            report "dev/cuda/$kernel" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
+        elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
+            report "dev/cuda/$kernel" SKIP "needs mpirun"
+        else
+            check "dev/cuda/$kernel" "mk dev-cuda DEV_CUDA_TARGETS=$kernel && mpirun -np 2 ./dev/cuda/$kernel"
+        fi
+        continue
+    fi
+    check "dev/cuda/$kernel" "mk dev-cuda DEV_CUDA_TARGETS=$kernel && ./dev/cuda/$kernel"
+done
+
+echo
+echo "test-gpu: summary"
+printf '%s\n' "${summary[@]}"
+if [[ $DRY == 1 ]]; then
+    echo "test-gpu: dry run, ${#summary[@]} checks planned, nothing run"
+    exit 0
+fi
+echo "test-gpu: $passed passed, $failed failed, $skipped skipped (logs in $LOGS/)"
+[[ $failed == 0 ]]
