@@ -1,7 +1,8 @@
 # llmc: one Makefile for the Python environment, the data, the C/CUDA programs and their tests.
 #
 #   make train    set-up, tinyshakespeare, a GPT-2 124M checkpoint, then the CPU training demo
-#   make test     set-up, then every test (C unit tests, pytest, CUDA compile checks)
+#   make test     set-up, then every test (C unit tests, pytest, CUDA compile checks, and the CUDA code
+#                 executed on the CPU: dev/cuda_cpu, `make test-cuda-cpu` for just that)
 #   make bench    our CPU trainer against the PyTorch reference, side by side
 #
 # `train` and `test` re-invoke make after `setup` so that tools installed into the venv
@@ -303,7 +304,7 @@ train: setup
 test: setup setup-cuda
 	@$(MAKE) --no-print-directory test-all
 
-test-all: data test-c test-py
+test-all: data test-c cuda-cpu-build test-py
 
 test-c: $(DEV_TESTS)
 	@set -e; for t in $(DEV_TESTS); do echo "== $$t"; ./$$t; done
@@ -435,3 +436,6 @@ bench: setup
 clean-blas:
 	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none
 	rm -f dev/test/test_matmul_mkl dev/test/test_matmul_openblas dev/test/test_matmul_none
+
+# ---------------------------------------------------------------------------- the CUDA code on the CPU
+include dev/cuda_cpu/cuda_cpu.mk
