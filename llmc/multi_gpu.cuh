@@ -166,6 +166,28 @@ static inline size_t zero_padded_size(size_t n, int zero_stage, int nproc) {
 typedef const char* (*MultiGpuGetenv)(const char* name);
 static inline const char* multi_gpu_getenv(const char* name) { return getenv(name); }
 
+// With -pi tcp|fs the processes are numbered by -pn/-pr, not by MPI. A process that an MPI launcher
+// started as one of several (mpirun sets OMPI_COMM_WORLD_SIZE/RANK, MPICH's hydra PMI_SIZE/RANK) but
+// that was told -pn 1, or another rank than the launcher's, would train on its own and write the same
+// checkpoints as its siblings: NULL when the numbering agrees, else the reason (one line, in `buf`).
+static inline const char* multi_gpu_check_launcher(int num_processes, int process_rank, const char* init_method,
+                                                   MultiGpuGetenv get, char* buf, size_t cap) {
+    if (strcmp(init_method, "mpi") == 0) { return NULL; }
+    static const char* const vars[2][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}};
+    for (int k = 0; k < 2; k++) {
+        const char* size = get(vars[k][0]);
+        const char* rank = get(vars[k][1]);
+        if (size == NULL || rank == NULL || atoi(size) <= 1) { continue; }
+        if (atoi(size) != num_processes || atoi(rank) != process_rank) {
+            snprintf(buf, cap, "-pi %s: this process was launched as rank %s of %s (%s) but -pn %d -pr %d say otherwise: "
+                     "pass the launcher's numbering to -pn/-pr, or use -pi mpi", init_method, rank, size, vars[k][0],
+                     num_processes, process_rank);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
 // The nonce of this launch into out (see the header comment); returns the variables it came from, or
 // NULL when the environment has none (out is then ""). Dies when the value is longer than
 // MULTI_GPU_FS_NONCE_MAX characters.
@@ -409,6 +431,10 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
 #endif
     const char* why = multi_gpu_check_args(mg->num_processes, mg->process_rank, gpus_per_node, init_method,
                                            server_ip, fs_path, have_mpi, have_nccl);
+    if (why != NULL) { llmc_die("%s", why); }
+    char launcher_why[512];
+    why = multi_gpu_check_launcher(mg->num_processes, mg->process_rank, init_method, multi_gpu_getenv, launcher_why,
+                                   sizeof(launcher_why));
     if (why != NULL) { llmc_die("%s", why); }
     // -pi fs: the NCCL id file of this launch (its nonce must exist before anything waits on it)
     const int id_over_fs = strcmp(init_method, "fs") == 0 && mg->num_processes > 1;

@@ -153,6 +153,28 @@ static void test_fs_nonce(void) {
     CHECK(nonce_of(empty_user, n, sizeof(n)) != NULL && strcmp(n, "slurm-5.batch") == 0, "an empty LLMC_RUN_ID is no nonce (%s)", n);
 }
 
+static const char* launcher_check(const char* const* env, int nproc, int rank, const char* method) {
+    static char buf[512];
+    g_env = env;
+    return multi_gpu_check_launcher(nproc, rank, method, fake_getenv, buf, sizeof(buf));
+}
+
+static void test_launcher_numbering(void) {
+    const char* ompi_rank1[] = {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1", NULL};
+    const char* why = launcher_check(ompi_rank1, 1, 0, "fs");
+    CHECK(why != NULL && strstr(why, "rank 1 of 2") != NULL && strstr(why, "-pn 1 -pr 0") != NULL,
+          "mpirun -np 2 with -pi fs and no -pn: refused instead of two independent runs (%s)", why ? why : "NULL");
+    CHECK(launcher_check(ompi_rank1, 2, 1, "fs") == NULL, "mpirun -np 2 with -pn 2 -pr <its rank>: accepted");
+    CHECK(launcher_check(ompi_rank1, 2, 0, "tcp") != NULL, "a -pr that is not the launcher's rank is refused");
+    CHECK(launcher_check(ompi_rank1, 1, 0, "mpi") == NULL, "-pi mpi takes the numbering from MPI itself");
+    const char* hydra[] = {"PMI_SIZE", "4", "PMI_RANK", "3", NULL};
+    CHECK(launcher_check(hydra, 1, 0, "fs") != NULL && launcher_check(hydra, 4, 3, "fs") == NULL, "MPICH hydra's PMI_SIZE/PMI_RANK");
+    const char* single[] = {"OMPI_COMM_WORLD_SIZE", "1", "OMPI_COMM_WORLD_RANK", "0", NULL};
+    CHECK(launcher_check(single, 1, 0, "fs") == NULL, "mpirun -np 1: nothing to check");
+    const char* none[] = {"HOME", "/root", NULL};
+    CHECK(launcher_check(none, 2, 1, "tcp") == NULL, "no launcher (srun, or by hand): -pn/-pr are the numbering");
+}
+
 static void long_nonce(void* arg) {
     (void)arg;
     static char value[400];
@@ -275,6 +297,7 @@ int main(void) {
     test_reduce_ops();
     test_zero_padding();
     test_fs_nonce();
+    test_launcher_numbering();
     test_fs_id_path();
     test_fs_protocol();
     return test_summary();
