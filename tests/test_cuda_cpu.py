@@ -273,3 +273,37 @@ def test_train_resume_is_bit_identical(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     for name in ("model_00000004.bin", "state_00000004_00000.bin"):
         assert (straight / name).read_bytes() == (resumed / name).read_bytes(), f"{name} differs after resume"
+
+
+def test_master_weights_start_from_the_fp32_checkpoint() -> None:
+    model, _ = refs()
+    r = run([str(binary("test_train_gpu")), str(model)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"\d+ passed, 0 failed", r.stdout), r.stdout
+
+
+def test_nccl_id_over_fs_ignores_a_stale_file(tmp_path: Path) -> None:
+    """-pi fs in a reused directory: a stale id file from an earlier run (the old fixed name) is not
+    taken, the ranks agree on the new id (the emulated ncclCommInitRank compares it over MPI), and
+    rank 0 removes the file once every rank has joined."""
+    model, _ = refs()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "ncclUniqueId.sync").write_bytes(os.urandom(128))
+    train = f"{binary('train_gpt2cu_bf16')} {' '.join(train_args(model, 1, 2))} -pi fs -pf {shared} -pn 2"
+    cmd = mpirun(2) + ["-x", "LLMC_RUN_ID=cuda-cpu-test", "sh", "-c", f'exec {train} -pr "$OMPI_COMM_WORLD_RANK"']
+    r = run(cmd)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "2 processes" in r.stdout and len(step_losses(r.stdout)) == 1, r.stdout[-2000:]
+    assert sorted(p.name for p in shared.iterdir()) == ["ncclUniqueId.sync"], list(shared.iterdir())
+
+
+def test_launched_processes_without_their_numbering_are_refused(tmp_path: Path) -> None:
+    """mpirun -np 2 with -pi fs but no -pn/-pr used to start two independent one-process runs that
+    wrote the same checkpoints; now each refuses with one line."""
+    model, _ = refs()
+    cmd = mpirun(2) + ["-x", "LLMC_RUN_ID=cuda-cpu-test", str(binary("train_gpt2cu_bf16")), *train_args(model, 1, 2),
+                       "-pi", "fs", "-pf", str(tmp_path)]
+    r = run(cmd)
+    assert r.returncode != 0
+    assert "was launched as rank" in r.stderr and "-pn 1 -pr 0" in r.stderr, r.stderr[-2000:]

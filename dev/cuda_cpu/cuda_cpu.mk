@@ -27,7 +27,7 @@ CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
 CUDA_CPU_PROGRAMS := $(CUDA_CPU_OUT)/test_gpt2cu_fp32 $(CUDA_CPU_OUT)/test_gpt2cu_bf16 \
                      $(CUDA_CPU_OUT)/train_gpt2cu_fp32 $(CUDA_CPU_OUT)/train_gpt2cu_bf16 \
-                     $(CUDA_CPU_OUT)/test_device \
+                     $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
                      $(addprefix $(CUDA_CPU_OUT)/dev-cuda/,$(CUDA_CPU_DEV_KERNELS))
 
@@ -70,6 +70,10 @@ $(CUDA_CPU_OUT)/train_gpt2cu_%: $(CUDA_CPU_DEPS)
 
 $(CUDA_CPU_OUT)/test_device: $(CUDA_CPU_DEPS)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_device.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+$(CUDA_CPU_OUT)/test_train_gpu: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_BF16 $(CUDA_CPU_TRAINER_FLAGS) \
+	    -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_train_gpu.cu -x none $(CUDA_CPU_LIBS) -o $@
 
 # the emulated libraries' own tests (plain C++ against the runtime)
 $(CUDA_CPU_OUT)/%: $(CUDA_CPU_DIR)/tests/%.cpp $(CUDA_CPU_DEPS)
