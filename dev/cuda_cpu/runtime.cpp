@@ -50,7 +50,8 @@ enum FiberState { FIBER_READY = 0, FIBER_WAIT_BLOCK, FIBER_WAIT_WARP, FIBER_DONE
 
 struct Fiber {
     CudaCpuThread thread;  // threadIdx
-    void* sp;              // saved stack pointer while switched out
+    void* sp;              // saved stack pointer while switched out; NULL before it starts
+    int stack;             // which of the worker's stacks it runs on
     int state;
     int warp;
     int lane;
@@ -62,6 +63,7 @@ struct Warp {
     unsigned int done_mask;
     int arrived;
     unsigned int mask;     // the mask of the collective in progress
+    int expected;          // its number of lanes
     const char* what;      // its name
     unsigned int generation;
     uint64_t slots[2][32]; // double-buffered: generation g writes slots[g & 1]
@@ -72,6 +74,9 @@ struct Worker {
     std::vector<Warp> warps;
     char* stacks = nullptr;   // fiber stacks, each above a guard page
     size_t stack_count = 0;
+    std::vector<int> free_stacks;  // stacks of finished fibers, reused first (warm in the caches)
+    int next_stack = 0;
+    size_t position = 0;      // the running fiber's position in the scheduling order
     void* scheduler_sp = nullptr;
     int live = 0;             // fibers not yet finished
     int done = 0;
@@ -557,9 +562,10 @@ static void ensure_stacks(Worker* w, size_t count) {
     w->stack_count = count;
 }
 
-// a fresh fiber starts in cuda_cpu_fiber_entry with the stack aligned as after a call
+// a fresh fiber starts in cuda_cpu_fiber_entry with the stack aligned as after a call. The tops are
+// staggered by a few cache lines: at equal offsets every switch would land in the same cache sets.
 static void* initial_sp(Worker* w, size_t i) {
-    uintptr_t top = (uintptr_t)(stack_of(w, i) + page_bytes() + STACK_BYTES) & ~(uintptr_t)15;
+    uintptr_t top = (uintptr_t)(stack_of(w, i) + page_bytes() + STACK_BYTES - (i % 61) * 64) & ~(uintptr_t)15;
     void** sp = (void**)(top - 8);
     *sp = (void*)cuda_cpu_fiber_entry;
     sp -= 6;  // r15 r14 r13 r12 rbx rbp
@@ -567,7 +573,47 @@ static void* initial_sp(Worker* w, size_t i) {
     return sp;
 }
 
-static void yield_to_scheduler(Worker* w, Fiber* f) { cuda_cpu_swap(&f->sp, w->scheduler_sp); }
+// CUDA_CPU_ORDER=reverse: the fibers of a block run from the last thread to the first, so a read of
+// another thread's write that lacks a barrier shows in one order or the other (tests run both)
+static bool g_reverse_order = false;
+
+// the fiber at a position of the scheduling order (thread order, or its reverse)
+static inline Fiber* fiber_at(Worker* w, size_t pos) {
+    const size_t n = w->fibers.size();
+    return &w->fibers[g_reverse_order ? n - 1 - pos : pos];
+}
+
+// makes g the running fiber (giving it a stack on its first run); returns the stack pointer to switch to
+static void* enter(Worker* w, Fiber* g, size_t pos) {
+    if (g->sp == nullptr) {  // a stack a finished fiber left (warm in the caches), else a new one
+        if (!w->free_stacks.empty()) {
+            g->stack = w->free_stacks.back();
+            w->free_stacks.pop_back();
+        } else {
+            g->stack = w->next_stack++;
+        }
+        g->sp = initial_sp(w, (size_t)g->stack);
+    }
+    w->current = g;
+    w->position = pos;
+    cuda_cpu_thread = &g->thread;
+    return g->sp;
+}
+
+// f waits (or is finished): the next fiber in the order runs if it can, else the scheduler picks one.
+// Handing over directly is what the scheduler would do anyway, minus a stack switch.
+static void switch_away(Worker* w, Fiber* f) {
+    const size_t pos = w->position + 1;
+    if (pos < w->fibers.size()) {
+        Fiber* g = fiber_at(w, pos);
+        if (g->state == FIBER_READY) {
+            void* sp = enter(w, g, pos);
+            cuda_cpu_swap(&f->sp, sp);
+            return;
+        }
+    }
+    cuda_cpu_swap(&f->sp, w->scheduler_sp);
+}
 
 static Worker* current_worker(const char* what) {
     Worker* w = tl_worker;
@@ -600,7 +646,7 @@ void __syncthreads(void) {
     f->state = FIBER_WAIT_BLOCK;
     w->block_arrived++;
     if (w->block_arrived == w->live) { release_block_barrier(w); }
-    yield_to_scheduler(w, f);
+    switch_away(w, f);
 }
 
 // the block-wide votes: each thread leaves its predicate in its warp slot
@@ -645,7 +691,8 @@ static unsigned int warp_arrive(Worker* w, Fiber* f, unsigned int mask, uint64_t
     if (wp.arrived == 0) {
         wp.mask = mask;
         wp.what = what;
-    } else if (wp.mask != mask || strcmp(wp.what, what) != 0) {
+        wp.expected = __builtin_popcount(mask);
+    } else if (wp.mask != mask || (wp.what != what && strcmp(wp.what, what) != 0)) {
         cuda_cpu_fatal("divergent warp: lane %d calls %s (mask 0x%08x) while other lanes wait in %s (mask 0x%08x)", f->lane,
                        what, mask, wp.what, wp.mask);
     }
@@ -653,14 +700,14 @@ static unsigned int warp_arrive(Worker* w, Fiber* f, unsigned int mask, uint64_t
     wp.slots[generation & 1][f->lane] = value;
     wp.arrived++;
     f->state = FIBER_WAIT_WARP;
-    if (wp.arrived == __builtin_popcount(mask)) {
+    if (wp.arrived == wp.expected) {
         for (int l = 0; l < 32; l++) {
             if (mask & (1u << l)) { w->fibers[(size_t)(f->warp * 32 + l)].state = FIBER_READY; }
         }
         wp.arrived = 0;
         wp.generation++;
     }
-    yield_to_scheduler(w, f);
+    switch_away(w, f);
     return generation;
 }
 
@@ -713,10 +760,8 @@ unsigned int __activemask(void) {
 // ----------------------------------------------------------------------------
 // running a block
 
-extern "C" void cuda_cpu_fiber_main(void) {
-    Worker* w = tl_worker;
-    w->launch->invoke(w->launch->body);
-    Fiber* f = w->current;
+// the bookkeeping of a thread that returned from the kernel
+static void finish_thread(Worker* w, Fiber* f) {
     f->state = FIBER_DONE;
     w->live--;
     w->done++;
@@ -729,7 +774,31 @@ extern "C" void cuda_cpu_fiber_main(void) {
         cuda_cpu_fatal("exited while %d threads of the block wait at __syncthreads (a barrier inside divergent code is undefined in CUDA)",
                        w->block_arrived);
     }
-    yield_to_scheduler(w, f);
+}
+
+// A fiber runs its thread; when the thread returns and the next thread in the scheduling order has not
+// started, the fiber runs that one too, on the same stack: exactly what the scheduler would do next,
+// without two stack switches per thread (most kernels never wait at a barrier).
+extern "C" void cuda_cpu_fiber_main(void) {
+    Worker* w = tl_worker;
+    const size_t n = w->fibers.size();
+    for (;;) {
+        w->launch->invoke(w->launch->body);
+        Fiber* f = w->current;
+        finish_thread(w, f);
+        const size_t pos = w->position + 1;
+        if (pos >= n) { break; }
+        Fiber* g = fiber_at(w, pos);
+        if (g->state != FIBER_READY || g->sp != nullptr) { break; }
+        g->stack = f->stack;
+        g->sp = (void*)f;  // started (a real stack pointer is saved if it ever waits)
+        w->current = g;
+        w->position = pos;
+        cuda_cpu_thread = &g->thread;
+    }
+    Fiber* last = w->current;
+    w->free_stacks.push_back(last->stack);  // whoever starts on it next overwrites it; this fiber never resumes
+    switch_away(w, last);
     cuda_cpu_fatal("a finished fiber was resumed");
 }
 
@@ -750,9 +819,6 @@ static void report_deadlock(Worker* w) {
                    example_warp ? w->warps[example_warp->warp].what : "-");
 }
 
-// CUDA_CPU_ORDER=reverse: the fibers of a block run from the last thread to the first, so a read of
-// another thread's write that lacks a barrier shows in one order or the other (tests run both)
-static bool g_reverse_order = false;
 
 static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     const dim3 g = L->config.grid, b = L->config.block;
@@ -763,7 +829,8 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     for (size_t i = 0; i < n; i++) {
         Fiber& f = w->fibers[i];
         f.thread.idx = uint3{(unsigned)(i % b.x), (unsigned)((i / b.x) % b.y), (unsigned)(i / ((size_t)b.x * b.y))};
-        f.sp = initial_sp(w, i);
+        f.sp = nullptr;
+        f.stack = -1;
         f.state = FIBER_READY;
         f.warp = (int)(i / 32);
         f.lane = (int)(i % 32);
@@ -782,19 +849,29 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     w->live = (int)n;
     w->done = 0;
     w->block_arrived = 0;
+    w->free_stacks.clear();
+    w->next_stack = 0;
+    // round robin in the scheduling order, from the fiber after the one that ran last
+    size_t pos = 0;
     while (w->live > 0) {
-        int resumed = 0;
-        for (size_t k = 0; k < n; k++) {
-            Fiber& f = w->fibers[g_reverse_order ? n - 1 - k : k];
-            if (f.state != FIBER_READY) { continue; }
-            w->current = &f;
-            cuda_cpu_thread = &f.thread;
-            cuda_cpu_swap(&w->scheduler_sp, f.sp);
-            resumed++;
+        Fiber* g = nullptr;
+        size_t p = pos;
+        for (size_t tried = 0; tried < n; tried++, p++) {
+            if (p >= n) { p = 0; }
+            if (fiber_at(w, p)->state == FIBER_READY) {
+                g = fiber_at(w, p);
+                break;
+            }
         }
-        w->current = nullptr;
-        if (resumed == 0) { report_deadlock(w); }
+        if (g == nullptr) {
+            w->current = nullptr;
+            report_deadlock(w);
+        }
+        void* sp = enter(w, g, p);
+        cuda_cpu_swap(&w->scheduler_sp, sp);
+        pos = w->position + 1;
     }
+    w->current = nullptr;
 }
 
 static void run_blocks(Worker* w, Launch* L) {
