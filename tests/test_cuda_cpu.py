@@ -258,20 +258,25 @@ def test_train_two_processes_zero1_equal_one(precision: str, tol: float) -> None
     assert worst <= tol * max(abs(x) for x in a), f"1 process {a} vs 2 processes ZeRO-1 {b}"
 
 
-def test_train_resume_is_bit_identical(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_train_resume_is_bit_identical(tmp_path: Path, processes: int) -> None:
     """Checkpoints at steps 2 and 4; a second run resumes from the step-2 checkpoint alone and must
-    write the same step-4 model and training state, byte for byte."""
+    write the same step-4 model and training states (every rank's, ZeRO-1 with two), byte for byte."""
     model, _ = refs()
     exe = str(binary("train_gpt2cu_bf16"))
+    launch = mpirun(2) if processes == 2 else []
+    args = [*train_args(model, 4, 4 // processes), "-n", "2"] + (["-z", "1"] if processes == 2 else [])
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    r = run([exe, *train_args(model, 4, 4), "-n", "2", "-o", str(straight)])
+    r = run(launch + [exe, *args, "-o", str(straight)])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     resumed.mkdir()
-    for name in ("DONE_00000002", "model_00000002.bin", "state_00000002_00000.bin"):
-        shutil.copy(straight / name, resumed / name)
-    r = run([exe, *train_args(model, 4, 4), "-n", "2", "-o", str(resumed), "-y", "1"])
+    for p in straight.glob("*00000002*"):
+        shutil.copy(p, resumed / p.name)
+    r = run(launch + [exe, *args, "-o", str(resumed), "-y", "1"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
-    for name in ("model_00000004.bin", "state_00000004_00000.bin"):
+    assert "resumed from" in r.stdout
+    names = ["model_00000004.bin"] + [f"state_00000004_{rank:05d}.bin" for rank in range(processes)]
+    for name in names:
         assert (straight / name).read_bytes() == (resumed / name).read_bytes(), f"{name} differs after resume"
 
 
