@@ -1,0 +1,131 @@
+"""Small reference data for test_gpt2cu on the CPU execution target, and the bf16 noise behind its BF16 bounds.
+
+    python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2.bin + gpt2_d2_debug_state.bin
+    python dev/cuda_cpu_refs.py --model d4 -o DIR     # another small model
+    python dev/cuda_cpu_refs.py --noise               # also print the measured bf16 / fp32 noise per tensor
+
+The checkpoint and debug state are written by train_gpt2.py's own writers (load_model, write_model,
+write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1` writes them, on the
+first B x T batch of the tinyshakespeare train shard. B = 4, T = 64 by default: B splits evenly for
+every variant test_gpt2cu runs (-a 2, -a 4, two processes, two processes with -a 2); T = 64 suits the
+attention kernels and keeps the (B, T, Vp) logits at 12.9 M floats.
+
+test_gpt2cu then runs on them:
+    ./test_gpt2cu -e build/cuda_cpu_refs/gpt2_d2.bin -s build/cuda_cpu_refs/gpt2_d2_debug_state.bin [-a 2 -r 1 -ge 1]
+    mpirun -np 2 ./test_gpt2cu -e ... -s ... -z 1
+
+--noise measures what an honest computation in lower precision gives on the same batch, per tensor:
+the relative L2 error ||got - ref|| / ||ref|| of (a) the reference in float32 against the same model in
+float64 (the float32 noise) and (b) the model run entirely in bfloat16 (parameters, activations and
+gradients, fp32 accumulation inside the GEMMs, as train_gpt2cu's BF16 build) against the float32
+reference. For dwte it also splits the rows of the tokens in the batch (encoder and classifier) from the
+others (classifier only: a heavy tail of small rows that holds 1e-4..1.6e-3 of the tensor's energy).
+llmc/tensor_check.h's BF16 bounds are set from these numbers with a stated margin.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+SHARDS = REPO / "dev" / "data" / "tinyshakespeare"
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+         "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+
+
+def load_reference() -> ModuleType:
+    """train_gpt2.py as a module (its writers, model and data loader)."""
+    spec = importlib.util.spec_from_file_location("train_gpt2_reference", REPO / "train_gpt2.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def shard_path(split: str) -> Path:
+    """The tinyshakespeare shard, made by dev/data/tinyshakespeare.py when it is missing."""
+    path = SHARDS / f"tiny_shakespeare_{split}.bin"
+    if not path.exists():
+        subprocess.run([sys.executable, str(REPO / "dev" / "data" / "tinyshakespeare.py")], check=True)
+    return path
+
+
+def write_reference(ref: ModuleType, model: torch.nn.Module, stem: str, x: torch.Tensor, y: torch.Tensor,
+                    out_dir: Path, steps: int) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ref.write_model(model, out_dir / f"{stem}.bin", "float32")
+    ref.write_debug_state(model, x, y, out_dir / f"{stem}_debug_state.bin", ref.DebugOptimizer(steps=steps))
+
+
+def logits_and_grads(ref: ModuleType, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                     dtype: torch.dtype) -> list[torch.Tensor]:
+    """[logits, the 16 gradients in checkpoint order] of one forward/backward with everything in `dtype`
+    (the loss in float32 from the logits, as the fused classifier computes it), as float64."""
+    m = copy.deepcopy(model).cpu().to(dtype)
+    logits, _ = m(x, y)
+    loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+    loss.backward()
+    grads = ref.llmc_tensors(m, lambda p: p.grad.detach().clone())
+    return [logits.detach().double()] + [g.double() for g in grads]
+
+
+def rel_l2(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+def print_noise(ref: ModuleType, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, label: str) -> None:
+    f64 = logits_and_grads(ref, model, x, y, torch.float64)
+    f32 = logits_and_grads(ref, model, x, y, torch.float32)
+    b16 = logits_and_grads(ref, model, x, y, torch.bfloat16)
+    V = model.config.vocab_size
+    in_batch = torch.zeros(V, dtype=torch.bool)
+    in_batch[x.flatten()] = True
+    print(f"{label}: relative L2 error per tensor (fp32 vs fp64 | bf16 vs fp32)")
+    for name, a64, a32, a16 in zip(["logits"] + [f"d{n}" for n in NAMES], f64, f32, b16):
+        print(f"  {name:12s} {rel_l2(a32, a64):9.2e} | {rel_l2(a16, a32):9.2e}")
+    rows32, rows16 = f32[1][:V], b16[1][:V]
+    tail = ~in_batch
+    share = float((rows32[tail] ** 2).sum() / (rows32 ** 2).sum())
+    print(f"  dwte rows of the {int(in_batch.sum())} tokens in the batch: {rel_l2(rows16[in_batch], rows32[in_batch]):9.2e}; "
+          f"the other {int(tail.sum())} rows (classifier only, {share:.1e} of the energy): {rel_l2(rows16[tail], rows32[tail]):9.2e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("-o", "--out_dir", type=Path, default=REPO / "build" / "cuda_cpu_refs", help="output directory")
+    p.add_argument("--model", default="d2", help="dN: a from-scratch model of depth N (seed --seed)")
+    p.add_argument("-B", "--batch_size", type=int, default=4, help="batch size of the debug state")
+    p.add_argument("-T", "--sequence_length", type=int, default=64, help="sequence length of the debug state")
+    p.add_argument("--steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
+    p.add_argument("--split", choices=["train", "val"], default="train", help="tinyshakespeare shard of the batch")
+    p.add_argument("--seed", type=int, default=42, help="seed of the from-scratch init")
+    p.add_argument("--noise", action="store_true", help="also print the measured fp32 and bf16 noise per tensor")
+    p.add_argument("--no_write", action="store_true", help="write nothing (with --noise: only measure)")
+    args = p.parse_args(argv)
+    if not (args.model.startswith("d") and args.model[1:].isdigit()):
+        p.error(f"--model {args.model}: use dN (a small from-scratch model, e.g. d2)")
+    if args.batch_size < 1 or args.sequence_length < 1 or args.steps < 0:
+        p.error("-B and -T must be at least 1, --steps at least 0")
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    ref = load_reference()
+    model, stem = ref.load_model(args.model, args.seed, False)
+    x, y = ref.DistributedDataLoader(str(shard_path(args.split)), args.batch_size, args.sequence_length, 0, 1).next_batch()
+    if not args.no_write:
+        write_reference(ref, model, stem, x, y, args.out_dir, args.steps)
+    if args.noise:
+        print_noise(ref, model, x, y, f"{args.model} {args.split} B={args.batch_size} T={args.sequence_length}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
