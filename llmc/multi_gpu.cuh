@@ -170,18 +170,20 @@ static inline const char* multi_gpu_getenv(const char* name) { return getenv(nam
 // started as one of several (mpirun sets OMPI_COMM_WORLD_SIZE/RANK, MPICH's hydra PMI_SIZE/RANK) but
 // that was told -pn 1, or another rank than the launcher's, would train on its own and write the same
 // checkpoints as its siblings: NULL when the numbering agrees, else the reason (one line, in `buf`).
+// (A build without MPI numbers its processes by -pn/-pr whatever -pi says, so it is checked too.)
 static inline const char* multi_gpu_check_launcher(int num_processes, int process_rank, const char* init_method,
-                                                   MultiGpuGetenv get, char* buf, size_t cap) {
-    if (strcmp(init_method, "mpi") == 0) { return NULL; }
+                                                   int have_mpi, MultiGpuGetenv get, char* buf, size_t cap) {
+    if (strcmp(init_method, "mpi") == 0 && have_mpi) { return NULL; }
     static const char* const vars[2][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}};
     for (int k = 0; k < 2; k++) {
         const char* size = get(vars[k][0]);
         const char* rank = get(vars[k][1]);
         if (size == NULL || rank == NULL || atoi(size) <= 1) { continue; }
         if (atoi(size) != num_processes || atoi(rank) != process_rank) {
-            snprintf(buf, cap, "-pi %s: this process was launched as rank %s of %s (%s) but -pn %d -pr %d say otherwise: "
-                     "pass the launcher's numbering to -pn/-pr, or use -pi mpi", init_method, rank, size, vars[k][0],
-                     num_processes, process_rank);
+            snprintf(buf, cap, "%s%s: this process was launched as rank %s of %s (%s) but -pn %d -pr %d say otherwise: "
+                     "pass the launcher's numbering to -pn/-pr%s", have_mpi ? "-pi " : "this build has no MPI, -pi ",
+                     init_method, rank, size, vars[k][0], num_processes, process_rank,
+                     have_mpi ? ", or use -pi mpi" : " with -pi tcp|fs, or rebuild with MPI");
             return buf;
         }
     }
@@ -433,8 +435,8 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
                                            server_ip, fs_path, have_mpi, have_nccl);
     if (why != NULL) { llmc_die("%s", why); }
     char launcher_why[512];
-    why = multi_gpu_check_launcher(mg->num_processes, mg->process_rank, init_method, multi_gpu_getenv, launcher_why,
-                                   sizeof(launcher_why));
+    why = multi_gpu_check_launcher(mg->num_processes, mg->process_rank, init_method, have_mpi, multi_gpu_getenv,
+                                   launcher_why, sizeof(launcher_why));
     if (why != NULL) { llmc_die("%s", why); }
     // -pi fs: the NCCL id file of this launch (its nonce must exist before anything waits on it)
     const int id_over_fs = strcmp(init_method, "fs") == 0 && mg->num_processes > 1;

@@ -246,6 +246,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     do { if ((call) != MPI_SUCCESS) { return fail(ncclSystemError, "%s: %s failed", api, #call); } } while (0)
 #endif
 
+#ifdef USE_MPI
+static void finalize_mpi_we_started(void) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) { MPI_Finalize(); }
+}
+#endif
+
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
     const char* api = "ncclCommInitRank";
 #ifndef USE_MPI
@@ -255,9 +263,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (!initialized || finalized) {
-        return fail(ncclInvalidUsage, "%s: MPI is not initialised; the CPU target's NCCL runs over MPI ranks "
-                    "(start the processes with mpirun and -pi mpi)", api);
+    if (finalized) { return fail(ncclInvalidUsage, "%s: MPI was already finalised", api); }
+    if (!initialized) {
+        // -pi tcp|fs: the program itself does not start MPI, but the ranks still need a transport here,
+        // so they must have been launched by mpirun; MPI is finalised at exit
+        MPI_Init(NULL, NULL);
+        atexit(finalize_mpi_we_started);
     }
     int world_size = 0, world_rank = 0;
     MPI_CHECK(api, MPI_Comm_size(MPI_COMM_WORLD, &world_size));

@@ -153,10 +153,13 @@ static void test_fs_nonce(void) {
     CHECK(nonce_of(empty_user, n, sizeof(n)) != NULL && strcmp(n, "slurm-5.batch") == 0, "an empty LLMC_RUN_ID is no nonce (%s)", n);
 }
 
-static const char* launcher_check(const char* const* env, int nproc, int rank, const char* method) {
+static const char* launcher_check_mpi(const char* const* env, int nproc, int rank, const char* method, int have_mpi) {
     static char buf[512];
     g_env = env;
-    return multi_gpu_check_launcher(nproc, rank, method, fake_getenv, buf, sizeof(buf));
+    return multi_gpu_check_launcher(nproc, rank, method, have_mpi, fake_getenv, buf, sizeof(buf));
+}
+static const char* launcher_check(const char* const* env, int nproc, int rank, const char* method) {
+    return launcher_check_mpi(env, nproc, rank, method, 1);
 }
 
 static void test_launcher_numbering(void) {
@@ -167,6 +170,9 @@ static void test_launcher_numbering(void) {
     CHECK(launcher_check(ompi_rank1, 2, 1, "fs") == NULL, "mpirun -np 2 with -pn 2 -pr <its rank>: accepted");
     CHECK(launcher_check(ompi_rank1, 2, 0, "tcp") != NULL, "a -pr that is not the launcher's rank is refused");
     CHECK(launcher_check(ompi_rank1, 1, 0, "mpi") == NULL, "-pi mpi takes the numbering from MPI itself");
+    why = launcher_check_mpi(ompi_rank1, 1, 0, "mpi", 0);
+    CHECK(why != NULL && strstr(why, "no MPI") != NULL, "a build without MPI under mpirun is refused, whatever -pi says (%s)",
+          why ? why : "NULL");
     const char* hydra[] = {"PMI_SIZE", "4", "PMI_RANK", "3", NULL};
     CHECK(launcher_check(hydra, 1, 0, "fs") != NULL && launcher_check(hydra, 4, 3, "fs") == NULL, "MPICH hydra's PMI_SIZE/PMI_RANK");
     const char* single[] = {"OMPI_COMM_WORLD_SIZE", "1", "OMPI_COMM_WORLD_RANK", "0", NULL};

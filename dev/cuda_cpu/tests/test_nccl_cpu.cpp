@@ -17,7 +17,8 @@ AllGather, ReduceScatter, each in place and out of place, over float, bf16, half
 int64 and int8, every reduction op, with counts of 1, 1000 and one that spans several internal
 chunks; results bit-exact to a rank-order fp32 reduction rounded once (so identical on every rank);
 calls inside ncclGroupStart/End; a communicator refused on every rank for a mismatched unique id (a
-stale one), a wrong nranks or rank, and before MPI_Init; and, in child processes, a host pointer or
+stale one) and a wrong nranks or rank (ncclCommInitRank starts MPI itself when the program has not:
+-pi tcp|fs runs, tested by tests/test_cuda_cpu.py); and, in child processes, a host pointer or
 a too-small buffer ending the program with one line. Needs at least 2 ranks.
 Rank 0 prints "test_nccl_cpu: N passed, M failed" (totals over the ranks); every rank exits 1 on any failure.
 */
@@ -375,7 +376,7 @@ static void test_refused_communicators(const ncclUniqueId& shared) {
 }
 
 // ----------------------------------------------------------------------------
-// child processes: refusals before MPI_Init, and the registry's one-line reports
+// child processes: the registry's one-line reports
 
 // runs f in a child process (which must not touch MPI); returns its exit status and its stderr
 static int run_in_child(const std::function<int()>& f, std::string* err) {
@@ -466,17 +467,6 @@ static void test_registry_checks(void) {
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && strcmp(argv[1], "--death-case") == 0) { return run_death_case(argv[2]); }
-    // before MPI_Init (in a child, so this process can still initialise MPI): no communicator
-    {
-        std::string err;
-        const int code = run_in_child([]() {
-            ncclUniqueId id;
-            ncclComm_t comm = NULL;
-            ncclGetUniqueId(&id);
-            return ncclCommInitRank(&comm, 2, id, 0) == ncclInvalidUsage && comm == NULL ? 0 : 1;
-        }, &err);
-        check(code == 0 && err.find("MPI is not initialised") != std::string::npos, "ncclCommInitRank before MPI_Init is refused: %s", err.c_str());
-    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
