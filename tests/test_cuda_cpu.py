@@ -312,3 +312,33 @@ def test_launched_processes_without_their_numbering_are_refused(tmp_path: Path) 
     r = run(cmd)
     assert r.returncode != 0
     assert "was launched as rank" in r.stderr and "-pn 1 -pr 0" in r.stderr, r.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------
+# test_gpt2cu against the reference, with the variants no GPU run had exercised:
+# GELU fused into the cuBLASLt epilogues (GELU_AUX_BIAS forward, DGELU backward), recompute levels,
+# gradient accumulation over micro-batches (loss scaling, bf16 accumulation), two processes with ZeRO-1
+
+TEST_GPT2CU = [
+    ("fp32", []),
+    ("bf16", []),
+    ("fp32", ["-ge", "1", "-r", "1", "-a", "2"]),
+    ("bf16", ["-ge", "1", "-r", "2", "-a", "2"]),
+]
+
+
+@pytest.mark.parametrize("precision,flags", TEST_GPT2CU, ids=[f"{p}{''.join(f)}" for p, f in TEST_GPT2CU])
+def test_gpt2cu(tmp_path: Path, precision: str, flags: list[str]) -> None:
+    model, state = refs()
+    r = run([str(binary(f"test_gpt2cu_{precision}")), "-e", str(model), "-s", str(state), "-o", str(tmp_path / "r"), *flags])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("zero", ["0", "1"])
+def test_gpt2cu_two_processes(tmp_path: Path, zero: str) -> None:
+    model, state = refs()
+    r = run(mpirun(2) + [str(binary("test_gpt2cu_bf16")), "-e", str(model), "-s", str(state), "-o", str(tmp_path / "r"),
+                         "-z", zero, "-a", "2"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
