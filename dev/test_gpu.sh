@@ -14,8 +14,11 @@
 # $TEST_GPU_LOGS/<check>.log (the tables; the last lines of a failed one are printed too), then a summary:
 #   reference tensors       tinyshakespeare and `train_gpt2.py --write_tensors 1` (make data model)
 #   test_gpt2cu FP32        against the reference with the FP32 tolerances, then bit-exact resume
+#   test_gpt2cu FP32 -ge 1 -r 1 -a 2   GELU fused into the cuBLASLt epilogues, recompute, two micro-batches
 #   test_gpt2cu BF16        the same with the BF16 tolerances
+#   test_gpt2cu BF16 -ge 1 -r 2 -a 2
 #   test_gpt2cu BF16 cuDNN  the same with cuDNN flash attention (USE_CUDNN=1)
+#   test_gpt2cu BF16 2 processes ZeRO-1   mpirun -np 2 (needs 2 GPUs: skipped with the reason otherwise)
 #   dev/cuda build          every kernel playground binary
 #   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
 #                           needs 2 GPUs and mpirun: skipped with the reason otherwise)
@@ -97,11 +100,33 @@ fi
 
 have_refs=1
 check "reference tensors" "mk data model" || have_refs=0
-for variant in "FP32:PRECISION=FP32" "BF16:PRECISION=BF16" "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1"; do
+# name : make variables : test_gpt2cu flags (the variants: GELU in the cuBLASLt epilogues, recompute,
+# two micro-batches); a build is redone only when the make variables change
+built=""
+for variant in "FP32:PRECISION=FP32:" "FP32 -ge 1 -r 1 -a 2:PRECISION=FP32:-ge 1 -r 1 -a 2" \
+               "BF16:PRECISION=BF16:" "BF16 -ge 1 -r 2 -a 2:PRECISION=BF16:-ge 1 -r 2 -a 2" \
+               "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1:"; do
     name="test_gpt2cu ${variant%%:*}"
+    rest=${variant#*:}
+    vars=${rest%%:*}
+    flags=${rest#*:}
     if [[ $have_refs == 0 ]]; then report "$name" SKIP "no reference tensors"; continue; fi
-    check "$name" "mk -B test_gpt2cu ${variant#*:} && ./test_gpt2cu"
+    build="mk -B test_gpt2cu $vars && "
+    [[ $vars == "$built" ]] && build=""
+    check "$name" "${build}./test_gpt2cu $flags"
+    built=$vars
 done
+# two processes with ZeRO-1 (each takes half the batch): needs 2 GPUs and mpirun, after the BF16 cuDNN build
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ $have_refs == 0 ]]; then
+    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "no reference tensors"
+elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
+    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
+elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
+    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "needs mpirun"
+else
+    check "test_gpt2cu BF16 2 processes ZeRO-1" "mpirun -np 2 ./test_gpt2cu -z 1 -a 2"
+fi
 check "dev/cuda build" "mk -k -j $(nproc 2>/dev/null || echo 4) dev-cuda"
 for src in dev/cuda/*.cu; do
     kernel=$(basename "$src" .cu)

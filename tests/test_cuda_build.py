@@ -319,7 +319,8 @@ def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -
     planned = [line for line in out.splitlines() if line.startswith("test-gpu: ") and " ... would run: " in line]
     names = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in planned]
     kernels = [f"dev/cuda/{p.stem}" for p in sorted((REPO / "dev" / "cuda").glob("*.cu"))]
-    assert names == ["reference tensors", "test_gpt2cu FP32", "test_gpt2cu BF16", "test_gpt2cu BF16 cuDNN",
+    assert names == ["reference tensors", "test_gpt2cu FP32", "test_gpt2cu FP32 -ge 1 -r 1 -a 2", "test_gpt2cu BF16",
+                     "test_gpt2cu BF16 -ge 1 -r 2 -a 2", "test_gpt2cu BF16 cuDNN", "test_gpt2cu BF16 2 processes ZeRO-1",
                      "dev/cuda build", *kernels], names
     assert f"{python} train_gpt2.py" in out or (REPO / "gpt2_124M.bin").exists()
 
@@ -362,10 +363,11 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summary = lines[lines.index("test-gpu: summary") + 1:]
     status = {line.split("test-gpu: ", 1)[1].split(" ... ")[0]: line.split(" ... ")[1].split(" ")[0] for line in summary[:-1]}
-    assert status == {"reference tensors": "PASS", "test_gpt2cu FP32": "PASS", "test_gpt2cu BF16": "PASS",
-                      "test_gpt2cu BF16 cuDNN": "PASS", "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL",
+    assert status == {"reference tensors": "PASS", "test_gpt2cu FP32": "PASS", "test_gpt2cu FP32 -ge 1 -r 1 -a 2": "PASS",
+                      "test_gpt2cu BF16": "PASS", "test_gpt2cu BF16 -ge 1 -r 2 -a 2": "PASS", "test_gpt2cu BF16 cuDNN": "PASS",
+                      "test_gpt2cu BF16 2 processes ZeRO-1": "SKIP", "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL",
                       "dev/cuda/good_kernel": "PASS", "dev/cuda/nccl_all_reduce": "SKIP"}, summary
-    assert summary[-1].startswith("test-gpu: 6 passed, 1 failed, 1 skipped"), summary[-1]
+    assert summary[-1].startswith("test-gpu: 8 passed, 1 failed, 2 skipped"), summary[-1]
     assert "    bad_kernel table" in lines, "the failing check's output is not shown"
     assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
     calls = (tmp_path / "make_calls").read_text().splitlines()
