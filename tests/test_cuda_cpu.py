@@ -89,6 +89,7 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
         '    g<<<1, 1>>>("<<<");\n'
         "}\n"
         "int line_after = __LINE__;\n"
+        "__global__ void k2() { extern __shared__ __align__(16) float smem[]; }\n"
     )
     r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(tmp_path), "--out", str(tmp_path / "o"), "k.cu"])
     assert r.returncode == 0, r.stderr
@@ -100,7 +101,8 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
     assert "[&]() { k<float, 4>(x," in body[2]
     assert 'g("<<<")' in body[5]
     assert body[7] == "int line_after = __LINE__;"
-    assert len(body) == 8
+    assert body[8] == "__global__ void k2() { float* smem = (float*)cuda_cpu_dynamic_shared(); }"
+    assert len(body) == 9
 
 
 # ----------------------------------------------------------------------------

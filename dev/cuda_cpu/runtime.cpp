@@ -28,6 +28,7 @@ progress (a barrier some thread skipped) is reported.
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -77,6 +78,7 @@ struct Worker {
     std::vector<int> free_stacks;  // stacks of finished fibers, reused first (warm in the caches)
     int next_stack = 0;
     size_t position = 0;      // the running fiber's position in the scheduling order
+    std::vector<char> dynamic_shared;  // extern __shared__ of the block being run (16-byte aligned start)
     void* scheduler_sp = nullptr;
     int live = 0;             // fibers not yet finished
     int done = 0;
@@ -621,6 +623,13 @@ static Worker* current_worker(const char* what) {
     return w;
 }
 
+// extern __shared__: the launch's dynamic shared memory of the block this worker runs
+void* cuda_cpu_dynamic_shared(void) {
+    Worker* w = current_worker("extern __shared__");
+    uintptr_t p = ((uintptr_t)w->dynamic_shared.data() + 15) & ~(uintptr_t)15;
+    return (void*)p;
+}
+
 // ----------------------------------------------------------------------------
 // __syncthreads
 
@@ -851,6 +860,9 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     w->block_arrived = 0;
     w->free_stacks.clear();
     w->next_stack = 0;
+    if (L->config.shared_bytes > 0) {  // uninitialised, as on the GPU: NaN until written
+        w->dynamic_shared.assign(L->config.shared_bytes + 16, (char)0xFF);
+    }
     // round robin in the scheduling order, from the fiber after the one that ran last
     size_t pos = 0;
     while (w->live > 0) {
@@ -982,10 +994,38 @@ static int available_cpus(void) {
     return 1;
 }
 
+// CUDA_CPU_KERNEL_LOG=FILE: at exit, each kernel this process launched and how often, appended to FILE
+// (one "name count program" line per kernel), to list what a test run executed
+static std::mutex g_log_mutex;
+static std::map<std::string, long long>* g_kernel_counts = nullptr;
+
+static void write_kernel_log(void) {
+    const char* path = getenv("CUDA_CPU_KERNEL_LOG");
+    if (path == nullptr || g_kernel_counts == nullptr) { return; }
+    FILE* f = fopen(path, "a");
+    if (f == nullptr) { return; }
+    char exe[512] = "?";
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[len > 0 ? len : 1] = '\0';
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    for (const auto& kv : *g_kernel_counts) { fprintf(f, "%s %lld %s\n", kv.first.c_str(), kv.second, exe); }
+    fclose(f);
+}
+
+static void count_launch(const char* name) {
+    if (g_kernel_counts == nullptr) { return; }
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    (*g_kernel_counts)[name]++;
+}
+
 static void runtime_init_once(void) {
     static std::once_flag once;
     std::call_once(once, [] {
         install_fault_handlers();
+        if (getenv("CUDA_CPU_KERNEL_LOG") != nullptr) {
+            g_kernel_counts = new std::map<std::string, long long>();
+            atexit(write_kernel_log);
+        }
         const char* env = getenv("CUDA_CPU_THREADS");
         g_num_workers = env != nullptr ? atoi(env) : available_cpus();
         const char* order = getenv("CUDA_CPU_ORDER");
@@ -1056,7 +1096,7 @@ void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, co
     }
     if (!launch_config_ok(config, name, file, line)) { return; }
     check_pointer_args(args, name, file, line);
-    if (config.shared_bytes > 0) { cuda_cpu_fatal("launch of %s: dynamic shared memory is not supported by this target yet", name); }
+    count_launch(name);
     Worker* self = tl_worker != nullptr ? tl_worker : new_worker();
     Launch L;
     L.config = config;

@@ -6,7 +6,9 @@ The one construct of llmc's CUDA code that a host C++ compiler cannot parse is t
     cuda_cpu_launch(cuda_cpu_config(grid, block, ...), "kernel", __FILE__, __LINE__,
                     cuda_cpu_args(args), [&]() { kernel(args); })
 
-(the kernel's arguments are checked once at the launch; every CUDA thread then runs the closure).
+(the kernel's arguments are checked once at the launch; every CUDA thread then runs the closure);
+and `extern __shared__ T name[];` inside a kernel becomes a pointer to the block's dynamic shared
+memory (cuda_cpu_dynamic_shared).
 Everything else is copied as it is, with a #line directive so that compiler messages and
 __FILE__ name the original file, and each launch keeps its line.
 
@@ -16,6 +18,7 @@ __FILE__ name the original file, and each launch keeps its line.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -124,13 +127,19 @@ def rewrite_launches(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def rewrite_dynamic_shared(text: str) -> str:
+    """`extern __shared__ T name[];` (inside a kernel) -> a pointer to the block's dynamic shared memory."""
+    return DYNAMIC_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ({m.group(1)}*)cuda_cpu_dynamic_shared();", text)
+
+
 def translate_file(root: Path, out_root: Path, rel: Path) -> int:
     src = root / rel
     text = src.read_text()
-    if "extern __shared__" in text:
-        raise TranslateError(f"{rel}: dynamic shared memory (extern __shared__) is not supported by the CPU target yet")
     try:
-        body, count = rewrite_launches(text)
+        body, count = rewrite_launches(rewrite_dynamic_shared(text))
     except TranslateError as e:
         raise TranslateError(f"{rel}: {e}") from None
     dst = out_root / rel

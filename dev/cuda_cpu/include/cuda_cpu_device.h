@@ -9,6 +9,7 @@ barrier that some thread skips is reported (deadlock or divergence), never passe
 
     threadIdx, blockIdx, blockDim, gridDim, warpSize
     __shared__ variables      one copy per worker thread, i.e. per block being run
+    extern __shared__         the launch's dynamic shared memory, per block, filled with 0xFF (NaN)
     __syncthreads, __syncwarp, __shfl[_up|_down|_xor]_sync, __ballot_sync, __all_sync, __any_sync
     atomics                   real atomics (blocks of one kernel run in parallel)
     __ldcs/__stcs & co        plain loads and stores (cache hints have no meaning here)
@@ -51,6 +52,9 @@ static constexpr int warpSize = 32;
 
 // ----------------------------------------------------------------------------
 // barriers and warp collectives (dev/cuda_cpu/runtime.cpp)
+
+// what `extern __shared__ T name[];` becomes (translate.py): this block's dynamic shared memory
+void* cuda_cpu_dynamic_shared(void);
 
 void __syncthreads(void);
 int __syncthreads_count(int predicate);

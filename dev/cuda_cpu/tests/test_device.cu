@@ -74,6 +74,14 @@ __global__ void shuffle_kernel(int* out, int width) {
     out[4 * threadIdx.x + 3] = __shfl_sync(mask, v, 6, width);
 }
 
+// dynamic shared memory: the size comes from the launch
+__global__ void dynamic_reverse_kernel(int* out, const int* in) {
+    extern __shared__ int dyn[];
+    dyn[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = dyn[blockDim.x - 1 - threadIdx.x];
+}
+
 __global__ void vote_kernel(unsigned* out) {
     int lane = threadIdx.x % 32;
     out[3 * threadIdx.x + 0] = __ballot_sync(0xFFFFFFFFu, lane % 3 == 0);
@@ -201,6 +209,27 @@ int main(int argc, char** argv) {
         check(ok, "shared-memory reversal (each thread reads another's write)");
         free(h);
         cudaFree(d_in); cudaFree(d_out); cudaFree(di); cudaFree(dout);
+    }
+    // dynamic shared memory, per block
+    {
+        const int blocks = 3, threads = 512;
+        int* hi = (int*)malloc(blocks * threads * sizeof(int));
+        int* ho = (int*)malloc(blocks * threads * sizeof(int));
+        for (int i = 0; i < blocks * threads; i++) { hi[i] = 7 * i + 3; }
+        int* di = device_alloc<int>(blocks * threads);
+        int* dout = device_alloc<int>(blocks * threads);
+        upload(di, hi, blocks * threads);
+        dynamic_reverse_kernel<<<blocks, threads, threads * sizeof(int)>>>(dout, di);
+        download(ho, dout, blocks * threads);
+        int ok = 1;
+        for (int b = 0; b < blocks; b++) {
+            for (int t = 0; t < threads; t++) { ok &= ho[b * threads + t] == hi[b * threads + threads - 1 - t]; }
+        }
+        check(ok, "extern __shared__: dynamic shared memory per block, sized by the launch");
+        dynamic_reverse_kernel<<<1, 32, 64 * 1024>>>(dout, di);
+        check(cudaGetLastError() == cudaErrorInvalidConfiguration, "64 KiB of dynamic shared memory without the opt-in is refused");
+        free(hi); free(ho);
+        cudaFree(di); cudaFree(dout);
     }
     // warp shuffles, with widths 32, 16 and 8, in full warps and in a partial last warp (48 threads)
     {
