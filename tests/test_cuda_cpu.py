@@ -290,19 +290,21 @@ def test_master_weights_start_from_the_fp32_checkpoint() -> None:
 
 
 def test_nccl_id_over_fs_ignores_a_stale_file(tmp_path: Path) -> None:
-    """-pi fs in a reused directory: a stale id file from an earlier run (the old fixed name) is not
-    taken, the ranks agree on the new id (the emulated ncclCommInitRank compares it over MPI), and
+    """-pi fs in a reused directory: stale id files from earlier runs (the old fixed name, an earlier
+    launch's nonce) are not taken, the ranks agree on the new id (the emulated ncclCommInitRank compares it over MPI), and
     rank 0 removes the file once every rank has joined."""
     model, _ = refs()
     shared = tmp_path / "shared"
     shared.mkdir()
-    (shared / "ncclUniqueId.sync").write_bytes(os.urandom(128))
+    stale = ["ncclUniqueId.sync", "ncclUniqueId.cuda-cpu-earlier-run.sync"]  # the old fixed name; an earlier launch's
+    for name in stale:
+        (shared / name).write_bytes(os.urandom(128))
     train = f"{binary('train_gpt2cu_bf16')} {' '.join(train_args(model, 1, 2))} -pi fs -pf {shared} -pn 2"
     cmd = mpirun(2) + ["-x", "LLMC_RUN_ID=cuda-cpu-test", "sh", "-c", f'exec {train} -pr "$OMPI_COMM_WORLD_RANK"']
     r = run(cmd)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     assert "2 processes" in r.stdout and len(step_losses(r.stdout)) == 1, r.stdout[-2000:]
-    assert sorted(p.name for p in shared.iterdir()) == ["ncclUniqueId.sync"], list(shared.iterdir())
+    assert sorted(p.name for p in shared.iterdir()) == sorted(stale), list(shared.iterdir())
 
 
 def test_launched_processes_without_their_numbering_are_refused(tmp_path: Path) -> None:
