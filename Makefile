@@ -73,10 +73,15 @@ gpt2_124M.bin: train_gpt2.py $(TS_TRAIN) $(PY_ENV)
 	$(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --write_tensors 1 --num_iterations 0
 
 # ---------------------------------------------------------------------------- CPU trainer
+# the GEMMs' BLAS (BLAS=..., found or given) is set in "CPU speed / BLAS" below; the build names it in one line
 train_gpt2: train_gpt2.c $(LLMC_HEADERS)
+	@$(call blas_check,$(BLAS))
+	@echo "$(call blas_line,$(BLAS))"
 	$(TRAIN_CC) $(CFLAGS) $(TRAIN_DEFS) $< $(LDLIBS) -o $@
 
 test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
+	@$(call blas_check,$(BLAS))
+	@echo "$(call blas_line,$(BLAS))"
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------------------- C unit tests (dev/test)
@@ -386,56 +391,152 @@ sanitize: setup
 test-py: fuzz-deps
 
 # ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
-# GEMMs of the CPU trainer (llmc/matmul.h): BLAS=mkl | openblas | none (the blocked OpenMP kernel).
-# Both BLAS come as pip wheels in the venv (requirements.txt): mkl + mkl-devel + mkl-include, and
-# scipy-openblas32. Default: openblas, the faster one measured on this machine (README), then mkl,
-# then none when neither wheel is installed yet. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>.
+# GEMMs of the CPU trainer (llmc/matmul.h), chosen with BLAS=:
+#   openblas          the scipy-openblas32 wheel in the venv (make setup)
+#   mkl               the mkl + mkl-devel + mkl-include wheels in the venv (make setup)
+#   openblas-system   an OpenBLAS on the machine: pkg-config openblas, else cblas.h and libopenblas.so on
+#                     the usual paths (Debian/Ubuntu libopenblas-dev, Fedora openblas-devel, /opt/OpenBLAS)
+#   mkl-system        an MKL on the machine: $MKLROOT (oneAPI), else Debian's libmkl-dev
+#   none              the built-in blocked OpenMP kernel, no dependency
+# Default: the first of these that is found, in this order (openblas measured fastest here, README), so a
+# fresh clone without a venv still gets the system's BLAS. Building train_gpt2 or test_gpt2 prints one line
+# naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
+# BLAS_SEARCH_ROOT=<dir> looks for the system BLAS under <dir> instead of / (the tests' fake trees);
+# PKG_CONFIG=false skips pkg-config. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>,
+# dev/test/test_matmul_<blas>, build/gemm_peak_<blas>.
 #   make bench [BENCH_ARGS="--model d12 -B 4 -T 64 --threads 2 --steps 5"]
+blas_comma := ,
 VENV_LIB := $(abspath $(VENV)/lib)
 OPENBLAS_DIR := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/scipy_openblas32)))
 MKL_LIBS_FOUND := $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.* $(VENV_LIB)/libmkl_gnu_thread.so.* $(VENV_LIB)/libmkl_core.so.*)
 MKL_FOUND := $(and $(MKL_LIBS_FOUND),$(wildcard $(VENV)/include/mkl_cblas.h))
-BLAS ?= $(if $(wildcard $(OPENBLAS_DIR)/include/cblas.h),openblas,$(if $(MKL_FOUND),mkl,none))
+
+# the system's OpenBLAS: pkg-config first, then a directory with cblas.h and one with libopenblas.so
+PKG_CONFIG ?= pkg-config
+BLAS_SEARCH_ROOT ?=
+BLAS_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+OPENBLAS_SYS_INCS := $(addprefix $(BLAS_SEARCH_ROOT),/usr/include/openblas /usr/include/$(BLAS_MULTIARCH)/openblas* \
+  /usr/local/include/openblas /opt/OpenBLAS/include /usr/local/include /usr/include)
+OPENBLAS_SYS_LIBDIRS := $(addprefix $(BLAS_SEARCH_ROOT),/usr/lib/$(BLAS_MULTIARCH) /usr/lib/$(BLAS_MULTIARCH)/openblas* \
+  /usr/lib64 /usr/local/lib /opt/OpenBLAS/lib /usr/lib)
+ifeq ($(shell $(PKG_CONFIG) --exists openblas 2>/dev/null && echo yes),yes)
+  OPENBLAS_SYS_CFLAGS := $(shell $(PKG_CONFIG) --cflags openblas)
+  OPENBLAS_SYS_LDLIBS := $(shell $(PKG_CONFIG) --libs openblas)
+  OPENBLAS_SYS_FOUND := pkg-config openblas: $(strip $(OPENBLAS_SYS_LDLIBS))
+else
+  OPENBLAS_SYS_INC := $(patsubst %/cblas.h,%,$(firstword $(wildcard $(addsuffix /cblas.h,$(OPENBLAS_SYS_INCS)))))
+  OPENBLAS_SYS_LIB := $(patsubst %/libopenblas.so,%,$(firstword $(wildcard $(addsuffix /libopenblas.so,$(OPENBLAS_SYS_LIBDIRS)))))
+  ifneq ($(and $(OPENBLAS_SYS_INC),$(OPENBLAS_SYS_LIB)),)
+    OPENBLAS_SYS_CFLAGS := -I$(OPENBLAS_SYS_INC)
+    OPENBLAS_SYS_LDLIBS := -L$(OPENBLAS_SYS_LIB) -lopenblas
+    OPENBLAS_SYS_FOUND := $(OPENBLAS_SYS_LIB)/libopenblas.so
+  endif
+endif
+# the system's MKL: $MKLROOT, else Debian's libmkl-dev
+MKL_SYS_INC := $(patsubst %/mkl_cblas.h,%,$(firstword $(wildcard $(if $(MKLROOT),$(MKLROOT)/include/mkl_cblas.h) \
+  $(BLAS_SEARCH_ROOT)/usr/include/mkl/mkl_cblas.h)))
+MKL_SYS_LIB := $(patsubst %/libmkl_core.so,%,$(firstword $(wildcard $(if $(MKLROOT),$(MKLROOT)/lib/intel64/libmkl_core.so \
+  $(MKLROOT)/lib/libmkl_core.so) $(BLAS_SEARCH_ROOT)/usr/lib/$(BLAS_MULTIARCH)/libmkl_core.so)))
+MKL_SYS_FOUND := $(if $(and $(MKL_SYS_INC),$(MKL_SYS_LIB)),$(MKL_SYS_LIB)/libmkl_core.so)
+
+BLAS_FOUND := $(if $(wildcard $(OPENBLAS_DIR)/include/cblas.h),openblas,$(if $(MKL_FOUND),mkl,$(if \
+  $(OPENBLAS_SYS_FOUND),openblas-system,$(if $(MKL_SYS_FOUND),mkl-system,none))))
+BLAS ?= $(BLAS_FOUND)
 BLAS_CFLAGS_mkl := -DLLMC_BLAS_MKL -I$(abspath $(VENV)/include)
 BLAS_LDLIBS_mkl := -Wl,--no-as-needed $(firstword $(wildcard $(VENV_LIB)/libmkl_intel_lp64.so.*)) \
   $(firstword $(wildcard $(VENV_LIB)/libmkl_gnu_thread.so.*)) $(firstword $(wildcard $(VENV_LIB)/libmkl_core.so.*)) \
   -Wl,--as-needed -Wl,-rpath,$(VENV_LIB) -lpthread -ldl
 BLAS_CFLAGS_openblas := -DLLMC_BLAS_OPENBLAS -I$(OPENBLAS_DIR)/include
 BLAS_LDLIBS_openblas := -L$(OPENBLAS_DIR)/lib -Wl,-rpath,$(OPENBLAS_DIR)/lib -lscipy_openblas
+# a library outside the loader's default paths (pkg-config's -L, /opt/OpenBLAS) is found at run time by rpath
+BLAS_CFLAGS_openblas-system := -DLLMC_BLAS_OPENBLAS_SYSTEM $(OPENBLAS_SYS_CFLAGS)
+BLAS_LDLIBS_openblas-system := $(OPENBLAS_SYS_LDLIBS) $(patsubst -L%,-Wl$(blas_comma)-rpath$(blas_comma)%,$(filter -L%,$(OPENBLAS_SYS_LDLIBS)))
+BLAS_CFLAGS_mkl-system := -DLLMC_BLAS_MKL -I$(MKL_SYS_INC)
+BLAS_LDLIBS_mkl-system := -L$(MKL_SYS_LIB) -Wl,-rpath,$(MKL_SYS_LIB) -Wl,--no-as-needed -lmkl_intel_lp64 -lmkl_gnu_thread \
+  -lmkl_core -Wl,--as-needed -lpthread -ldl
 BLAS_CFLAGS_none :=
 BLAS_LDLIBS_none :=
-ifeq ($(filter $(BLAS),mkl openblas none),)
-  $(error BLAS=$(BLAS): use mkl, openblas or none)
+BLAS_NAMES := openblas mkl openblas-system mkl-system none
+ifeq ($(filter $(BLAS),$(BLAS_NAMES)),)
+  $(error BLAS=$(BLAS): use one of $(BLAS_NAMES))
 endif
 BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
 BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
 
+# the line a build prints: which BLAS $(1) is, and how to get the faster one
+BLAS_SETUP_HINT := for the faster scipy-openblas32 wheel (make bench, README): make setup
+blas_line = $(strip BLAS: $(1) ($(or $(BLAS_WHAT_$(1)),not found)) $(BLAS_HINT_$(1)))
+BLAS_WHAT_openblas := $(if $(OPENBLAS_DIR),the scipy-openblas32 wheel in $(VENV))
+BLAS_WHAT_mkl := $(if $(MKL_LIBS_FOUND),the mkl wheel in $(VENV))
+BLAS_WHAT_openblas-system := $(OPENBLAS_SYS_FOUND)
+BLAS_WHAT_mkl-system := $(MKL_SYS_FOUND)
+BLAS_WHAT_none := the built-in kernel of llmc/matmul.h; no OpenBLAS or MKL found
+BLAS_HINT_openblas-system := - $(BLAS_SETUP_HINT)
+BLAS_HINT_mkl-system := - $(BLAS_SETUP_HINT)
+BLAS_HINT_none := - for faster GEMMs: make setup (the scipy-openblas32 wheel in $(VENV)), or apt-get install libopenblas-dev
+
 # -fno-math-errno: sqrtf and friends may use vector instructions (AdamW); results are unchanged
 CPU_SPEED_CFLAGS := -fno-math-errno
-train_gpt2 test_gpt2 dev/test/test_matmul: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
-train_gpt2 test_gpt2 dev/test/test_matmul: LDLIBS += $(BLAS_LDLIBS)
+train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
+train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLIBS)
 
-.PHONY: blas-check
+# build/blas-flags holds the BLAS the default programs were built with; it changes only when the choice
+# does (BLAS=..., or make setup bringing the wheels), and then they are rebuilt
+BLAS_STAMP := build/blas-flags
+train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
+$(BLAS_STAMP): blas-force
+	@mkdir -p $(@D)
+	@echo '$(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS)' | cmp -s - $@ || echo '$(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS)' > $@
+blas-force:
+
+.PHONY: blas-check blas-info
+blas-info:
+	@echo "$(call blas_line,$(BLAS))"
+
+# $(call blas_check,<blas>): a shell command that fails with one error line when that BLAS was not found
+BLAS_ERROR_mkl := error: BLAS=mkl: MKL not found in $(VENV_LIB) (pip install mkl mkl-devel mkl-include, or make setup)
+BLAS_ERROR_openblas := error: BLAS=openblas: scipy-openblas32 not found in the venv (pip install scipy-openblas32, or make setup)
+BLAS_ERROR_openblas-system := error: BLAS=openblas-system: no OpenBLAS found (pkg-config openblas, or cblas.h and \
+  libopenblas.so under /usr/include and /usr/lib): apt-get install libopenblas-dev
+BLAS_ERROR_mkl-system := error: BLAS=mkl-system: no MKL found ($$MKLROOT/include/mkl_cblas.h or /usr/include/mkl): \
+  set MKLROOT or apt-get install libmkl-dev
+blas_missing = $(if $(filter $(1),$(BLAS_NAMES)),$(if $(BLAS_WHAT_$(1)),,$(BLAS_ERROR_$(1))),error: BLAS=$(1): use one of $(BLAS_NAMES))
+blas_check = $(if $(call blas_missing,$(1)),{ echo '$(call blas_missing,$(1))'; exit 1; },true)
+
 blas-check:
-	@test "$(BLAS)" != mkl -o -n "$(MKL_LIBS_FOUND)" || { echo "error: BLAS=mkl: MKL not found in $(VENV_LIB) (pip install mkl mkl-devel mkl-include, or make setup)"; exit 1; }
-	@test "$(BLAS)" != openblas -o -n "$(OPENBLAS_DIR)" || { echo "error: BLAS=openblas: scipy-openblas32 not found in the venv (pip install scipy-openblas32, or make setup)"; exit 1; }
+	@$(call blas_check,$(BLAS))
 
-train_gpt2_%: train_gpt2.c $(LLMC_HEADERS) | blas-check
+train_gpt2_%: train_gpt2.c $(LLMC_HEADERS)
+	@$(call blas_check,$*)
+	@echo "$(call blas_line,$*)"
 	$(TRAIN_CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) $(TRAIN_DEFS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
-test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) | blas-check
+test_gpt2_%: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
+	@$(call blas_check,$*)
+	@echo "$(call blas_line,$*)"
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
-dev/test/test_matmul_%: dev/test/test_matmul.c dev/test/test_common.h $(LLMC_HEADERS) | blas-check
+dev/test/test_matmul_%: dev/test/test_matmul.c dev/test/test_common.h $(LLMC_HEADERS)
+	@$(call blas_check,$*)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
+# dev/gemm_peak.c: the GEMM rate of llmc/matmul.h at a large square size (make bench measures it first)
+build/gemm_peak: dev/gemm_peak.c $(LLMC_HEADERS)
+	@$(call blas_check,$(BLAS))
+	@mkdir -p build
+	$(CC) $(CFLAGS) -I. $< $(LDLIBS) -lm -o $@
+
+build/gemm_peak_%: dev/gemm_peak.c $(LLMC_HEADERS)
+	@$(call blas_check,$*)
+	@mkdir -p build
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -lm -o $@
+
 bench: setup
-	@$(MAKE) --no-print-directory data train_gpt2
+	@$(MAKE) --no-print-directory data train_gpt2 build/gemm_peak
 	$(PY) dev/bench.py $(BENCH_ARGS)
 
 clean-blas:
-	rm -f train_gpt2_mkl train_gpt2_openblas train_gpt2_none test_gpt2_mkl test_gpt2_openblas test_gpt2_none
-	rm -f dev/test/test_matmul_mkl dev/test/test_matmul_openblas dev/test/test_matmul_none
+	rm -f $(foreach b,$(BLAS_NAMES),train_gpt2_$(b) test_gpt2_$(b) dev/test/test_matmul_$(b) build/gemm_peak_$(b)) build/gemm_peak
 
 # ---------------------------------------------------------------------------- the CUDA code on the CPU
 include dev/cuda_cpu/cuda_cpu.mk

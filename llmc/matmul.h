@@ -10,6 +10,8 @@ prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at b
 
     -DLLMC_BLAS_MKL        Intel MKL (pip wheels mkl + mkl-devel + mkl-include), cblas_sgemm
     -DLLMC_BLAS_OPENBLAS   OpenBLAS (pip wheel scipy-openblas32), scipy_cblas_sgemm
+    -DLLMC_BLAS_OPENBLAS_SYSTEM  an OpenBLAS installed on the machine (Debian's libopenblas-dev,
+                           pkg-config openblas), plain cblas_sgemm
     neither                matmul_gemm_blocked: the dependency-free kernel below
 
 The blocked kernel packs a block of op(B) into panels of MM_NR columns and a strip of op(A)
@@ -53,6 +55,12 @@ Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written o
 #include <cblas.h>          // scipy_openblas32's header: symbols carry a scipy_ prefix
 #define MATMUL_BACKEND "openblas"
 #define MATMUL_CBLAS_SGEMM scipy_cblas_sgemm
+#elif defined(LLMC_BLAS_OPENBLAS_SYSTEM)
+#include <cblas.h>          // a system OpenBLAS's header (or any cblas.h; the library is libopenblas)
+#define MATMUL_BACKEND "openblas-system"
+#define MATMUL_CBLAS_SGEMM cblas_sgemm
+void openblas_set_num_threads(int num_threads);
+int openblas_get_parallel(void); // 0 single-threaded build, 1 pthreads, 2 OpenMP
 #else
 #define MATMUL_BACKEND "blocked"
 #endif
@@ -410,6 +418,13 @@ static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, in
 #if defined(MATMUL_CBLAS_SGEMM)
 #if defined(LLMC_BLAS_OPENBLAS)
 __attribute__((constructor)) static void matmul_blas_init(void) { scipy_openblas_set_num_threads(1); }
+#elif defined(LLMC_BLAS_OPENBLAS_SYSTEM)
+// A pthreads build gets one thread. An OpenMP build is left alone: inside the trainer's parallel
+// regions it runs single-threaded by itself, and its set_num_threads would also set the trainer's
+// OpenMP thread count (it calls omp_set_num_threads).
+__attribute__((constructor)) static void matmul_blas_init(void) {
+    if (openblas_get_parallel() == 1) { openblas_set_num_threads(1); }
+}
 #else
 __attribute__((constructor)) static void matmul_blas_init(void) { mkl_set_num_threads(1); }
 #endif
@@ -457,7 +472,7 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 // ----------------------------------------------------------------------------
 // the entry point
 
-// "mkl", "openblas" or "blocked": what does the fp32 GEMMs in this build
+// "mkl", "openblas", "openblas-system" or "blocked": what does the fp32 GEMMs in this build
 static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 
 // 1 when the bf16 kernel runs on AVX512-BF16 instructions (else bf16 is emulated in fp32)

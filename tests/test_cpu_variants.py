@@ -1,5 +1,9 @@
-"""Every CPU build variant gives the reference's numbers: BLAS=mkl, BLAS=openblas, BLAS=none (the
-blocked kernel of llmc/matmul.h), and the bf16 mixed-precision path (-p bf16).
+"""Every CPU build variant gives the reference's numbers: BLAS=mkl, BLAS=openblas, BLAS=openblas-system
+(when the machine has an OpenBLAS), BLAS=none (the blocked kernel of llmc/matmul.h), and the bf16
+mixed-precision path (-p bf16). And the build finds its BLAS by itself: the venv's wheels, else a system
+OpenBLAS (pkg-config or the usual paths) or MKL ($MKLROOT), else the built-in kernel, and says which
+in one line (checked on fake venv and system trees through make's VENV, BLAS_SEARCH_ROOT, PKG_CONFIG
+and MKLROOT, with make -n: nothing is built).
 
 - dev/test/test_matmul_<blas>: the GEMMs against a double-precision reference (odd shapes)
 - test_gpt2_<blas> on the d2 reference: logits, loss, all 16 gradients and 10 AdamW losses
@@ -16,13 +20,26 @@ mostly compiling the variants.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, TS_TRAIN, make, run
 
-VARIANTS = ["mkl", "openblas", "none"]
+
+def system_blas_found(blas: str) -> bool:
+    """Whether make finds the machine's BLAS for the variant `blas` (openblas-system, mkl-system)."""
+    out = run(["make", "-s", "--no-print-directory", "blas-info", f"BLAS={blas}"]).stdout
+    return f"BLAS: {blas} (not found)" not in out
+
+
+VARIANTS = ["mkl", "openblas", "none",
+            pytest.param("openblas-system", marks=pytest.mark.skipif(not system_blas_found("openblas-system"),
+                                                                      reason="no system OpenBLAS (apt-get install libopenblas-dev)")),
+            pytest.param("mkl-system", marks=pytest.mark.skipif(not system_blas_found("mkl-system"),
+                                                                 reason="no system MKL (MKLROOT, libmkl-dev)"))]
 BF16_LOSS_TOL = 5e-3
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 TWO_THREADS = {"OMP_NUM_THREADS": "2"}
@@ -39,7 +56,7 @@ def summary_counts(output: str) -> tuple[int, int]:
 def test_matmul_variant_matches_double_reference(blas: str) -> None:
     make(f"dev/test/test_matmul_{blas}")
     proc = run([REPO / "dev" / "test" / f"test_matmul_{blas}"], env=TWO_THREADS)
-    backend = "blocked" if blas == "none" else blas
+    backend = {"none": "blocked", "mkl-system": "mkl"}.get(blas, blas)
     assert f"matmul backend: {backend}" in proc.stdout
     passed, failed = summary_counts(proc.stdout)
     assert failed == 0 and passed > 300
@@ -81,3 +98,101 @@ def test_bad_precision_flag_is_one_error_line(tinyshakespeare, tmp_path: Path) -
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "flag -p" in lines[0] and "fp16" in lines[0], proc.stderr
+
+
+# ---------------------------------------------------------------------------- which BLAS a build picks
+
+MULTIARCH = subprocess.run(["cc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+
+
+def fake_venv_with_openblas(root: Path) -> Path:
+    """A venv holding the scipy-openblas32 wheel's header (all the BLAS choice looks at)."""
+    inc = root / "venv" / "lib" / "python3.11" / "site-packages" / "scipy_openblas32" / "include"
+    inc.mkdir(parents=True)
+    (inc / "cblas.h").write_text("/* fake */\n")
+    return root / "venv"
+
+
+def fake_system_openblas(root: Path) -> tuple[Path, Path]:
+    """Debian's layout of libopenblas-dev under `root` (Fedora's without a multiarch): (include dir, lib dir)."""
+    if MULTIARCH:
+        inc, lib = root / "usr/include" / MULTIARCH / "openblas-pthread", root / "usr/lib" / MULTIARCH
+    else:
+        inc, lib = root / "usr/include/openblas", root / "usr/lib64"
+    inc.mkdir(parents=True)
+    lib.mkdir(parents=True)
+    (inc / "cblas.h").write_text("/* fake */\n")
+    (lib / "libopenblas.so").write_text("")
+    return inc, lib
+
+
+def make_vars(venv: Path, root: Path, pkg_config: str = "false", mklroot: str = "") -> list[str]:
+    return [f"VENV={venv}", f"BLAS_SEARCH_ROOT={root}", f"PKG_CONFIG={pkg_config}", f"MKLROOT={mklroot}"]
+
+
+def blas_build(vars_: list[str], env: dict[str, str] | None = None) -> tuple[str, str]:
+    """(the BLAS line, the compile command) make would print for `make train_gpt2` (make -n -B: nothing runs)."""
+    out = run(["make", "-n", "-B", "--no-print-directory", "train_gpt2", *vars_], env=env).stdout
+    lines = [ln for ln in out.splitlines() if "BLAS: " in ln and ln.lstrip().startswith("echo")]
+    assert len(lines) == 1, out
+    compile_line = next(ln for ln in out.splitlines() if "train_gpt2.c" in ln and "-o train_gpt2" in ln)
+    info = run(["make", "-s", "--no-print-directory", "blas-info", *vars_], env=env).stdout.strip()
+    assert info.startswith("BLAS: ") and info in lines[0], (info, lines[0])  # the build prints the blas-info line
+    return info, compile_line
+
+
+def test_with_the_venv_the_build_uses_its_openblas_wheel(tmp_path):
+    venv = fake_venv_with_openblas(tmp_path)
+    fake_system_openblas(tmp_path / "root")
+    line, cmd = blas_build(make_vars(venv, tmp_path / "root"))
+    assert line == f"BLAS: openblas (the scipy-openblas32 wheel in {venv})"
+    assert "-DLLMC_BLAS_OPENBLAS " in cmd and "-lscipy_openblas" in cmd
+
+
+def test_without_a_venv_the_build_finds_the_system_openblas_on_the_usual_paths(tmp_path):
+    inc, lib = fake_system_openblas(tmp_path / "root")
+    line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "root"))
+    assert line.startswith(f"BLAS: openblas-system ({lib}/libopenblas.so)") and "make setup" in line, line
+    assert f"-DLLMC_BLAS_OPENBLAS_SYSTEM -I{inc}" in cmd and f"-L{lib} -lopenblas" in cmd, cmd
+
+
+@pytest.mark.skipif(shutil.which("pkg-config") is None, reason="no pkg-config")
+def test_without_a_venv_the_build_takes_the_system_openblas_from_pkg_config(tmp_path):
+    pc = tmp_path / "pc"
+    pc.mkdir()
+    (pc / "openblas.pc").write_text(f"Name: openblas\nDescription: fake\nVersion: 0.3.21\n"
+                                    f"Libs: -L{tmp_path}/ob/lib -lopenblas\nCflags: -I{tmp_path}/ob/include\n")
+    line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "empty", pkg_config="pkg-config"),
+                           env={"PKG_CONFIG_LIBDIR": str(pc), "PKG_CONFIG_PATH": ""})
+    assert line.startswith(f"BLAS: openblas-system (pkg-config openblas: -L{tmp_path}/ob/lib -lopenblas)"), line
+    assert f"-DLLMC_BLAS_OPENBLAS_SYSTEM -I{tmp_path}/ob/include" in cmd, cmd
+    assert f"-Wl,-rpath,{tmp_path}/ob/lib" in cmd, cmd  # found at run time outside the loader's paths
+
+
+def test_without_a_venv_the_build_finds_mkl_through_mklroot(tmp_path):
+    mkl = tmp_path / "oneapi" / "mkl"
+    (mkl / "include").mkdir(parents=True)
+    (mkl / "lib" / "intel64").mkdir(parents=True)
+    (mkl / "include" / "mkl_cblas.h").write_text("/* fake */\n")
+    (mkl / "lib" / "intel64" / "libmkl_core.so").write_text("")
+    line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "empty", mklroot=str(mkl)))
+    assert line.startswith(f"BLAS: mkl-system ({mkl}/lib/intel64/libmkl_core.so)"), line
+    assert f"-DLLMC_BLAS_MKL -I{mkl}/include" in cmd and "-lmkl_core" in cmd, cmd
+
+
+def test_with_no_blas_anywhere_the_build_says_it_uses_the_built_in_kernel_and_how_to_get_a_faster_one(tmp_path):
+    line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "empty"))
+    assert line.startswith("BLAS: none (the built-in kernel of llmc/matmul.h; no OpenBLAS or MKL found)"), line
+    assert "make setup" in line and "libopenblas-dev" in line, line
+    assert "-DLLMC_BLAS" not in cmd and "blas" not in cmd.split("train_gpt2.c", 1)[1], cmd
+
+
+def test_a_variant_without_its_blas_is_one_error_line(tmp_path):
+    vars_ = make_vars(tmp_path / "novenv", tmp_path / "empty")
+    proc = run(["make", "--no-print-directory", "blas-check", "BLAS=openblas-system", *vars_], check=False)
+    assert proc.returncode != 0
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "BLAS=openblas-system: no OpenBLAS found" in errors[0], proc.stdout + proc.stderr
+    # the variant's recipe runs that check before it compiles anything (make -n: the plan only)
+    plan = run(["make", "-n", "-B", "--no-print-directory", "train_gpt2_openblas-system", *vars_]).stdout.splitlines()
+    assert errors[0] in plan[0] and "exit 1" in plan[0], plan[:3]
