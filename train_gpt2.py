@@ -170,19 +170,22 @@ class GPT(nn.Module):
         return idx
 
     def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
-                             zero_stage: int = 0) -> torch.optim.Optimizer:
-        """AdamW; weight decay only on the 2-D weights (embeddings and matmul weights)."""
+                             zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
+        """AdamW; weight decay only on the 2-D weights (embeddings and matmul weights). `fused`: torch's
+        one-kernel AdamW (AdamW(fused=True), CPU and CUDA), the same update up to float rounding."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        extra = {"fused": True} if fused else {}
         if zero_stage == 1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps)
+            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,
+                                          **extra)
             opt.add_param_group(groups[1])
             return opt
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
 
 
 def depth_config(depth: int) -> GPTConfig:
@@ -501,6 +504,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--device", default="", help="cpu|cuda|cuda:N|mps; default: the best available")
     a("--compile", type=int, default=0, help="torch.compile the model")
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
+    a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA")
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help="write the checkpoints, tokenizer and debug state")
@@ -570,7 +574,8 @@ def train(args: argparse.Namespace) -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
     autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage)
+    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage,
+                                                bool(args.fused_adamw))
 
     logfile = None
     if args.output_dir and master:

@@ -6,13 +6,26 @@ alternate (ours, PyTorch, ours, ...) for --rounds rounds; each run does --warmup
 --steps timed ones, and the per-step times of all rounds are pooled into a median. Peak resident
 memory is the child process's ru_maxrss (os.wait4), for both programs.
 
+PyTorch runs in the modes --torch lists: fp32 (eager, explicit attention) or bf16 (autocast), each
+optionally with -flash (F.scaled_dot_product_attention), -compile (torch.compile; its compilation
+falls in the untimed warm-up step) and -fused (AdamW(fused=True)), e.g. fp32-flash-compile-fused.
+Every run's ratio is taken against the fastest PyTorch mode of the run, which the table names. The
+default (--torch auto) runs the bf16 modes only on CPUs with bf16 instructions (AVX512-BF16, AMX):
+elsewhere torch emulates bf16 GEMMs and a step takes minutes.
+
+Before the trainers it measures this machine's GEMM peak: a square GEMM (--peak-size, 2 threads by
+default, median of --peak-reps) with llmc/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
+its BLAS, the built-in fp32 kernel and the bf16 kernel) and with torch (dev/gemm_peak.py, fp32 and
+bf16). Each run's GFLOP/s is reported as a fraction of the fastest fp32 GEMM measured (a bf16 run: of
+the fastest GEMM of either precision, since fp32 is always an option). The CPU heads the table.
+
 FLOPs per step (fwd + bwd) = 6 * N * tokens + 12 * L * C * T * tokens, N = the matmul parameters
 (12 * L * C^2 + V * C, lm_head included), the second term the attention scores and weighted sums.
 
 It is a benchmark, not a test: nothing here asserts a time. Example:
 
     python dev/bench.py --model d12 -B 4 -T 64 --threads 2 --steps 5
-    python dev/bench.py --ours train_gpt2_mkl,train_gpt2_openblas,train_gpt2_none --torch fp32
+    python dev/bench.py --ours train_gpt2_mkl,train_gpt2_openblas,train_gpt2_none --torch fp32,fp32-flash-compile
 """
 
 from __future__ import annotations
@@ -29,8 +42,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+) ms \|")
+PEAK_RE = re.compile(r"^gemm (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 VOCAB = 50257
+# PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags
+TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
+TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
+# --torch auto: eager fp32 (the reference's own mode), then the fast fp32 modes; the bf16 ones only where the
+# CPU has bf16 instructions (elsewhere torch emulates bf16: 112 s per d12 step on a 2-core Zen 3, 47x its fp32)
+AUTO_TORCH_FP32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
+AUTO_TORCH_BF16 = ["bf16", "bf16-flash-compile-fused"]
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# CPU flags worth naming in the table: what the GEMMs can use
+ISA_FLAGS = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"]
 
 
 @dataclass
@@ -40,9 +64,25 @@ class Run:
     name: str
     cmd: list[str]
     env: dict[str, str]
+    kind: str = "llmc"          # "llmc" or "pytorch"
+    precision: str = "fp32"     # "fp32" or "bf16": which GEMM peak it is held against
     times_ms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
+
+
+@dataclass
+class Row:
+    """One line of the table, computed from a Run's times and the GEMM peaks."""
+
+    name: str
+    median_ms: float
+    tokens_per_s: float
+    gflops: float
+    peak_fraction: float | None    # GFLOP/s over the GEMM peak its precision is held against
+    peak_rss_mb: float
+    vs_fastest_torch: float | None  # fastest PyTorch median ms / this median ms
+    vs_torch_fp32: float | None     # PyTorch eager fp32 median ms / this median ms
 
 
 def model_shape(model: str) -> tuple[int, int]:
@@ -59,6 +99,121 @@ def step_flops(model: str, B: int, T: int) -> float:
     n_matmul = 12 * L * C * C + VOCAB * C
     tokens = B * T
     return 6.0 * n_matmul * tokens + 12.0 * L * C * T * tokens
+
+
+def parse_torch_mode(mode: str) -> tuple[str, list[str]]:
+    """('fp32' | 'bf16', [features]) of a --torch mode such as bf16-flash-compile; SystemExit on anything else."""
+    precision, *features = mode.split("-")
+    bad = [f for f in features if f not in TORCH_FEATURES] + ([] if precision in TORCH_PRECISIONS else [precision])
+    if bad or len(set(features)) != len(features):
+        raise SystemExit(f"error: --torch {mode}: expected fp32 or bf16, then any of "
+                         f"{', '.join('-' + f for f in TORCH_FEATURES)} once each (e.g. fp32-flash-compile)")
+    return precision, features
+
+
+def torch_mode_flags(mode: str) -> list[str]:
+    """train_gpt2.py's flags for a --torch mode."""
+    precision, features = parse_torch_mode(mode)
+    flags = ["--dtype", TORCH_PRECISIONS[precision]]
+    for f in features:
+        flags += TORCH_FEATURES[f]
+    return flags
+
+
+def read_cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def cpuinfo_fields(cpuinfo: str) -> dict[str, str]:
+    """The first processor's 'key: value' lines of /proc/cpuinfo."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def auto_torch_modes(cpuinfo: str) -> list[str]:
+    """The PyTorch modes of --torch auto on a CPU with these /proc/cpuinfo flags."""
+    flags = set(cpuinfo_fields(cpuinfo).get("flags", "").split())
+    return AUTO_TORCH_FP32 + (AUTO_TORCH_BF16 if flags & set(BF16_CPU_FLAGS) else [])
+
+
+def cpu_description(cpuinfo: str | None = None, ncpu: int | None = None) -> str:
+    """'model name (family F, model M; the GEMM-relevant ISA flags), N logical CPUs' from /proc/cpuinfo."""
+    fields = cpuinfo_fields(read_cpuinfo() if cpuinfo is None else cpuinfo)
+    name = fields.get("model name") or fields.get("Model") or "unknown CPU"
+    flags = set(fields.get("flags", "").split())
+    isa = [f.upper() for f in ISA_FLAGS if f in flags]
+    if "avx512f" not in flags and flags:
+        isa.append("no AVX-512")
+    ident = f"family {fields['cpu family']}, model {fields['model']}" if "cpu family" in fields and "model" in fields else ""
+    details = "; ".join(x for x in (ident, ", ".join(isa)) if x)
+    ncpu = ncpu if ncpu is not None else os.cpu_count()
+    return f"{name}{f' ({details})' if details else ''}, {ncpu} logical CPU(s)"
+
+
+def parse_peaks(text: str) -> dict[str, float]:
+    """'<kernel> <precision>' -> GFLOP/s from the 'gemm <kernel> <precision> <GFLOP/s>' lines of the peak programs."""
+    return {f"{m.group(1)} {m.group(2)}": float(m.group(3)) for m in PEAK_RE.finditer(text)}
+
+
+def best_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | None:
+    """(name, GFLOP/s) of the peak a run of `precision` is held against: the fastest fp32 GEMM for fp32, the
+    fastest GEMM of either precision for bf16 (a bf16 run could always have run its GEMMs in fp32)."""
+    pool = {k: v for k, v in peaks.items() if precision == "bf16" or k.endswith(" fp32")}
+    if not pool:
+        return None
+    name = max(pool, key=lambda k: pool[k])
+    return name, pool[name]
+
+
+def peak_programs(ours: list[str]) -> list[Path]:
+    """build/gemm_peak for train_gpt2, build/gemm_peak_<blas> for train_gpt2_<blas> (same BLAS, same flags)."""
+    out: list[Path] = []
+    for binary in ours:
+        stem = Path(binary).name
+        suffix = stem[len("train_gpt2"):] if stem.startswith("train_gpt2") else ""
+        prog = REPO / "build" / f"gemm_peak{suffix}"
+        if prog not in out:
+            out.append(prog)
+    return out
+
+
+def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
+    """stdout + stderr of a command; SystemExit with its tail when it fails."""
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"error: {' '.join(cmd)} ran past --timeout {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {' '.join(cmd)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return proc.stdout + proc.stderr
+
+
+def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+    """The GEMM rates of llmc/matmul.h (one program per --ours BLAS) and of torch, at --peak-size."""
+    peaks: dict[str, float] = {}
+    n, reps = str(args.peak_size), str(args.peak_reps)
+    cmds: list[list[str]] = []
+    for prog in peak_programs([b for b in args.ours.split(",") if b]):
+        if prog.exists():
+            cmds.append([str(prog), "-n", n, "-r", reps])
+        else:
+            print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
+    cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads)])
+    for cmd in cmds:
+        print(f"GEMM peak: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
+        found = parse_peaks(run_capture(cmd, env, args.timeout))
+        print("  " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in found.items()), flush=True)
+        for k, v in found.items():
+            peaks[k] = max(v, peaks.get(k, 0.0))
+    return peaks
 
 
 def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
@@ -81,12 +236,16 @@ def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
     run.peak_rss_mb = max(run.peak_rss_mb, usage.ru_maxrss / 1024.0)
 
 
-def build_runs(args: argparse.Namespace) -> list[Run]:
-    """Our binaries x precisions, then PyTorch's modes, in the order they alternate."""
+def thread_env(args: argparse.Namespace) -> dict[str, str]:
     threads = str(args.threads)
     env = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "OMP_WAIT_POLICY": "PASSIVE" if args.passive else os.environ.get("OMP_WAIT_POLICY", "")}
-    env = {k: v for k, v in env.items() if v != ""}
+    return {k: v for k, v in env.items() if v != ""}
+
+
+def build_runs(args: argparse.Namespace) -> list[Run]:
+    """Our binaries x precisions, then PyTorch's modes, in the order they alternate."""
+    env = thread_env(args)
     nsteps = args.warmup + args.steps
     runs: list[Run] = []
     for binary in [b for b in args.ours.split(",") if b]:
@@ -98,37 +257,64 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
                    "-x", str(nsteps), "-v", "0", "-s", "0"]
             if prec != "fp32":
                 cmd += ["-p", prec]
-            runs.append(Run(f"llmc {path.name} {prec}", cmd, env))
+            runs.append(Run(f"llmc {path.name} {prec}", cmd, env, "llmc", prec))
     for mode in [m for m in args.torch.split(",") if m]:
-        dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(mode)
-        if dtype is None:
-            raise SystemExit(f"error: --torch {mode}: use fp32 and/or bf16")
+        precision, _ = parse_torch_mode(mode)
         cmd = [sys.executable, str(REPO / "train_gpt2.py"), "--model", args.model, "--input_bin", str(args.data),
                "--batch_size", str(args.B), "--sequence_length", str(args.T), "--num_iterations", str(nsteps),
-               "--val_loss_every", "0", "--sample_every", "0", "--write_tensors", "0", "--dtype", dtype, "--device", "cpu"]
-        runs.append(Run(f"pytorch {'eager fp32' if mode == 'fp32' else 'bf16 autocast'}", cmd, env))
+               "--val_loss_every", "0", "--sample_every", "0", "--write_tensors", "0", "--device", "cpu",
+               *torch_mode_flags(mode)]
+        runs.append(Run(f"pytorch {mode}", cmd, env, "pytorch", precision))
     return runs
 
 
-def print_table(runs: list[Run], args: argparse.Namespace) -> None:
-    flops = step_flops(args.model, args.B, args.T)
-    tokens = args.B * args.T
-    torch_fp32 = next((r for r in runs if r.name == "pytorch eager fp32"), None)
-    torch_bf16 = next((r for r in runs if r.name == "pytorch bf16 autocast"), None)
-    ref_fp32 = statistics.median(torch_fp32.times_ms) if torch_fp32 else None
-    ref_bf16 = statistics.median(torch_bf16.times_ms) if torch_bf16 else None
-    print(f"\nmodel {args.model}, B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
-          f"steps after {args.warmup} warm-up step(s) per run; {flops / 1e9:.1f} GFLOP per step (fwd+bwd)")
-    header = f"| {'run':<30} | {'median ms/step':>14} | {'tokens/s':>8} | {'GFLOP/s':>7} | {'peak RSS MB':>11} | {'vs torch fp32':>13} | {'vs torch bf16':>13} |"
-    print(header)
-    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+def table_rows(runs: list[Run], flops: float, tokens: int, peaks: dict[str, float]) -> tuple[list[Row], Run | None]:
+    """The table's rows, and the fastest PyTorch run (by median) that every ratio is taken against."""
+    medians = {id(r): statistics.median(r.times_ms) for r in runs}
+    torch_runs = [r for r in runs if r.kind == "pytorch"]
+    fastest = min(torch_runs, key=lambda r: medians[id(r)]) if torch_runs else None
+    eager = next((r for r in torch_runs if r.name == "pytorch fp32"), None)
+    rows = []
     for r in runs:
-        med = statistics.median(r.times_ms)
-        v32 = f"{ref_fp32 / med:.2f}x" if ref_fp32 else "-"
-        v16 = f"{ref_bf16 / med:.2f}x" if ref_bf16 else "-"
-        print(f"| {r.name:<30} | {med:>14.1f} | {tokens / (med / 1000):>8.0f} | {flops / (med / 1000) / 1e9:>7.1f} | "
-              f"{r.peak_rss_mb:>11.0f} | {v32:>13} | {v16:>13} |")
-    print("(vs = PyTorch median ms / this run's median ms: > 1 means faster than PyTorch)")
+        med = medians[id(r)]
+        gflops = flops / (med / 1000) / 1e9
+        peak = best_peak(peaks, r.precision)
+        rows.append(Row(r.name, med, tokens / (med / 1000), gflops, gflops / peak[1] if peak else None, r.peak_rss_mb,
+                        medians[id(fastest)] / med if fastest else None, medians[id(eager)] / med if eager else None))
+    return rows, fastest
+
+
+def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
+    """A markdown table of the rows; the ratio column names the fastest PyTorch mode."""
+    fastest_name = fastest.name.removeprefix("pytorch ") if fastest else "none run"
+    cols = ["run", "median ms/step", "tokens/s", "GFLOP/s", "% of GEMM peak", "peak RSS MB",
+            f"vs fastest PyTorch ({fastest_name})", "vs PyTorch fp32 eager"]
+    body = [[r.name, f"{r.median_ms:.1f}", f"{r.tokens_per_s:.0f}", f"{r.gflops:.1f}",
+             f"{100 * r.peak_fraction:.0f} %" if r.peak_fraction is not None else "-", f"{r.peak_rss_mb:.0f}",
+             f"{r.vs_fastest_torch:.2f}x" if r.vs_fastest_torch is not None else "-",
+             f"{r.vs_torch_fp32:.2f}x" if r.vs_torch_fp32 is not None else "-"] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    return [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(b) for b in body)]
+
+
+def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namespace) -> None:
+    flops = step_flops(args.model, args.B, args.T)
+    rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
+    print(f"\nCPU: {cpu_description()}")
+    print(f"model {args.model}, B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
+          f"steps after {args.warmup} warm-up step(s) per run; {flops / 1e9:.1f} GFLOP per step (fwd+bwd)")
+    if peaks:
+        print(f"GEMM peak at start ({args.peak_size}^3, {args.threads} thread(s), median of {args.peak_reps}), GFLOP/s: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in sorted(peaks.items(), key=lambda kv: -kv[1])))
+        fp32, anyp = best_peak(peaks, "fp32"), best_peak(peaks, "bf16")
+        print(f"  % of GEMM peak: fp32 runs against {fp32[0]} ({fp32[1]:.1f})" if fp32 else "  no fp32 peak measured", end="")
+        print(f", bf16 runs against {anyp[0]} ({anyp[1]:.1f})" if anyp else "")
+    if fastest:
+        print(f"fastest PyTorch mode: {fastest.name} ({statistics.median(fastest.times_ms):.1f} ms/step)")
+    print("\n".join(format_table(rows, fastest)))
+    print("(vs = PyTorch median ms / this run's median ms: > 1 means faster than that PyTorch mode; PyTorch modes: "
+          "bf16 = autocast, flash = scaled_dot_product_attention, compile = torch.compile, fused = AdamW(fused=True))")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -136,22 +322,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="d12", help="dN model, initialised from scratch in both trainers (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=64, help="sequence length (default 64)")
-    p.add_argument("--threads", type=int, default=2, help="OpenMP / BLAS / torch threads (default 2)")
+    p.add_argument("--threads", type=int, default=2, help="OpenMP / BLAS / torch threads, GEMM peak included (default 2)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run; a -compile mode "
+                   "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
     p.add_argument("--ours", default="train_gpt2", help="comma-separated llmc binaries (default train_gpt2)")
     p.add_argument("--precision", default="fp32,bf16", help="our precisions, comma-separated (default fp32,bf16)")
-    p.add_argument("--torch", default="fp32,bf16", help="PyTorch modes: fp32 (eager) and/or bf16 (autocast); '' = none")
+    p.add_argument("--torch", default="auto",
+                   help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
+                        "-compile, -fused (e.g. fp32-flash-compile-fused); '' = none; auto (default) = "
+                        f"{','.join(AUTO_TORCH_FP32)}, plus {','.join(AUTO_TORCH_BF16)} where the CPU has "
+                        f"{' or '.join(BF16_CPU_FLAGS)}")
+    p.add_argument("--peak-size", type=int, default=2048, help="n of the n^3 GEMM peak measured at start; 0 = skip (default 2048)")
+    p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="train token shard for both (default tinyshakespeare)")
     p.add_argument("--passive", type=int, default=0, help="1 = OMP_WAIT_POLICY=PASSIVE for every run")
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
     args = p.parse_args(argv)
-    for name in ("B", "T", "threads", "steps", "rounds"):
+    if args.torch == "auto":
+        args.torch = ",".join(auto_torch_modes(read_cpuinfo()))
+    for name in ("B", "T", "threads", "steps", "rounds", "peak_reps"):
         if getattr(args, name) < 1:
-            p.error(f"-{name if len(name) == 1 else '-' + name} must be >= 1")
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
+            p.error(f"-{name if len(name) == 1 else '-' + name.replace('_', '-')} must be >= 1")
+    if args.warmup < 0 or args.peak_size < 0:
+        p.error("--warmup and --peak-size must be >= 0")
+    for mode in [m for m in args.torch.split(",") if m]:
+        if "compile" in parse_torch_mode(mode)[1] and args.warmup < 1:
+            p.error(f"--torch {mode}: torch.compile compiles in the first step; it needs --warmup >= 1")
     model_shape(args.model)
     if not args.data.exists():
         p.error(f"--data {args.data}: no such file (python dev/data/tinyshakespeare.py writes it)")
@@ -163,12 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = build_runs(args)
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")
+    print(f"CPU: {cpu_description()}", flush=True)
+    print(f"PyTorch modes: {args.torch or 'none'}", flush=True)
+    peaks = measure_peaks(args, thread_env(args)) if args.peak_size > 0 else {}
     for rnd in range(args.rounds):
         for r in runs:
             print(f"round {rnd + 1}/{args.rounds}: {r.name} ...", flush=True)
             spawn_and_measure(r, args.warmup, args.timeout)
             print(f"  steps ms: {', '.join(f'{t:.0f}' for t in r.times_ms[-args.steps:])}; peak RSS {r.peak_rss_mb:.0f} MB", flush=True)
-    print_table(runs, args)
+    print_report(runs, peaks, args)
     return 0
 
 

@@ -186,6 +186,17 @@ def test_gradient_accumulation_matches_one_big_batch(tinyshakespeare, tmp_path):
                        atol=1e-5, rtol=0)
 
 
+def test_fused_adamw_gives_the_default_adamw_losses(tinyshakespeare, tmp_path):
+    """--fused_adamw 1 (torch's one-kernel AdamW on the CPU) takes the same steps as the default AdamW, up to
+    float rounding (--weight_decay on, so decoupled decay is compared too)."""
+    run([PYTHON, *train_cmd(tmp_path / "plain", "--batch_size", 4, "--weight_decay", 0.1)])
+    run([PYTHON, *train_cmd(tmp_path / "fused", "--batch_size", 4, "--weight_decay", 0.1, "--fused_adamw", 1)])
+    plain, fused = losses_from_log(tmp_path / "plain" / "main.log"), losses_from_log(tmp_path / "fused" / "main.log")
+    assert len(plain) == len(fused) == 6
+    assert np.allclose(plain, fused, atol=1e-5, rtol=0), (plain, fused)
+    assert fused[-1] < fused[0], fused
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

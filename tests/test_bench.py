@@ -1,0 +1,138 @@
+"""dev/bench.py's table logic with made-up timings (no timing is asserted anywhere), its GEMM-peak helpers
+(build/gemm_peak, dev/gemm_peak.py) at a tiny size, its --torch modes and its command line."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import PYTHON, REPO, assert_one_error_line, make, run
+
+sys.path.insert(0, str(REPO / "dev"))
+import bench  # noqa: E402
+
+FLOPS = 100e9  # per step: 1000 ms/step is 100 GFLOP/s
+TOKENS = 256
+
+
+def fake_run(name: str, kind: str, precision: str, times_ms: list[float]) -> bench.Run:
+    return bench.Run(name, [], {}, kind, precision, times_ms=times_ms, peak_rss_mb=1000.0)
+
+
+def fake_runs() -> list[bench.Run]:
+    return [fake_run("llmc train_gpt2 fp32", "llmc", "fp32", [1000.0, 1100.0, 900.0]),
+            fake_run("llmc train_gpt2 bf16", "llmc", "bf16", [500.0, 500.0]),
+            fake_run("pytorch fp32", "pytorch", "fp32", [2000.0, 2000.0, 2500.0]),
+            fake_run("pytorch fp32-flash-compile", "pytorch", "fp32", [1250.0, 1250.0]),
+            fake_run("pytorch bf16", "pytorch", "bf16", [4000.0])]
+
+
+def test_every_ratio_is_against_the_fastest_pytorch_mode_which_the_table_names():
+    rows, fastest = bench.table_rows(fake_runs(), FLOPS, TOKENS, {})
+    assert fastest is not None and fastest.name == "pytorch fp32-flash-compile"
+    by_name = {r.name: r for r in rows}
+    assert by_name["llmc train_gpt2 fp32"].median_ms == 1000.0
+    assert by_name["llmc train_gpt2 fp32"].vs_fastest_torch == pytest.approx(1.25)
+    assert by_name["llmc train_gpt2 bf16"].vs_fastest_torch == pytest.approx(2.5)
+    assert by_name["pytorch fp32-flash-compile"].vs_fastest_torch == pytest.approx(1.0)
+    assert by_name["pytorch bf16"].vs_fastest_torch == pytest.approx(1250 / 4000)
+    assert by_name["llmc train_gpt2 fp32"].vs_torch_fp32 == pytest.approx(2.0)
+    assert by_name["llmc train_gpt2 fp32"].tokens_per_s == pytest.approx(256.0)
+    table = bench.format_table(rows, fastest)
+    assert "vs fastest PyTorch (fp32-flash-compile)" in table[0]
+    assert len({len(line) for line in table}) == 1, "columns are not aligned"
+    llmc_fp32 = next(line for line in table if "llmc train_gpt2 fp32" in line)
+    assert "1.25x" in llmc_fp32 and "2.00x" in llmc_fp32
+
+
+def test_without_pytorch_runs_the_ratios_are_dashes():
+    rows, fastest = bench.table_rows(fake_runs()[:2], FLOPS, TOKENS, {})
+    assert fastest is None and all(r.vs_fastest_torch is None and r.vs_torch_fp32 is None for r in rows)
+    assert "vs fastest PyTorch (none run)" in bench.format_table(rows, fastest)[0]
+
+
+def test_peak_fraction_is_against_the_fastest_fp32_gemm_and_for_bf16_the_fastest_of_either():
+    peaks = {"openblas fp32": 200.0, "blocked fp32": 150.0, "blocked bf16": 400.0, "torch fp32": 180.0}
+    assert bench.best_peak(peaks, "fp32") == ("openblas fp32", 200.0)
+    assert bench.best_peak(peaks, "bf16") == ("blocked bf16", 400.0)
+    assert bench.best_peak({"blocked bf16": 50.0, "torch fp32": 180.0}, "bf16") == ("torch fp32", 180.0)
+    assert bench.best_peak({}, "fp32") is None
+    rows, _ = bench.table_rows(fake_runs(), FLOPS, TOKENS, peaks)
+    by_name = {r.name: r for r in rows}
+    assert by_name["llmc train_gpt2 fp32"].gflops == pytest.approx(100.0)
+    assert by_name["llmc train_gpt2 fp32"].peak_fraction == pytest.approx(0.5)   # 100 of 200
+    assert by_name["llmc train_gpt2 bf16"].peak_fraction == pytest.approx(0.5)   # 200 of 400
+    assert by_name["pytorch bf16"].peak_fraction == pytest.approx(25 / 400)
+    line = next(x for x in bench.format_table(rows, None) if "llmc train_gpt2 fp32" in x)
+    assert "50 %" in line
+
+
+def test_peak_lines_are_parsed_and_each_blas_build_has_its_peak_program():
+    text = ("gemm_peak: backend openblas, bf16 emulated in fp32, 2 thread(s), n=2048, median of 3\n"
+            "gemm openblas fp32 171.5\ngemm blocked fp32 120.0\ngemm blocked bf16 90.25\ngemm torch bf16 20.0\n")
+    assert bench.parse_peaks(text) == {"openblas fp32": 171.5, "blocked fp32": 120.0, "blocked bf16": 90.25,
+                                       "torch bf16": 20.0}
+    progs = bench.peak_programs(["train_gpt2", "train_gpt2_mkl", "/abs/train_gpt2_openblas-system", "train_gpt2"])
+    assert [p.relative_to(REPO).as_posix() for p in progs] == [
+        "build/gemm_peak", "build/gemm_peak_mkl", "build/gemm_peak_openblas-system"]
+
+
+@pytest.mark.parametrize("mode, flags", [
+    ("fp32", ["--dtype", "float32"]),
+    ("bf16", ["--dtype", "bfloat16"]),
+    ("fp32-flash", ["--dtype", "float32", "--flash", "1"]),
+    ("bf16-compile-fused", ["--dtype", "bfloat16", "--compile", "1", "--fused_adamw", "1"]),
+    ("fp32-fused-flash-compile", ["--dtype", "float32", "--fused_adamw", "1", "--flash", "1", "--compile", "1"]),
+])
+def test_torch_modes_become_train_gpt2_py_flags(mode: str, flags: list[str]):
+    assert bench.torch_mode_flags(mode) == flags
+    help_text = run([PYTHON, REPO / "train_gpt2.py", "--help"]).stdout
+    assert all(f in help_text for f in flags if f.startswith("--")), "train_gpt2.py lacks a flag bench.py passes"
+
+
+@pytest.mark.parametrize("mode", ["fp16", "fp32-flash-flash", "fp32-jit", "flash", ""])
+def test_unknown_torch_modes_are_refused(mode: str):
+    with pytest.raises(SystemExit, match="--torch"):
+        bench.parse_torch_mode(mode)
+
+
+def test_cpu_description_names_the_model_and_the_gemm_isa():
+    zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n" \
+           "flags\t\t: fpu sse avx avx2 fma bmi2\n\nprocessor\t: 1\nmodel name\t: AMD EPYC\n"
+    assert bench.cpu_description(zen3, 2) == "AMD EPYC (family 25, model 1; AVX2, FMA, no AVX-512), 2 logical CPU(s)"
+    xeon = "cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C\n" \
+           "flags\t\t: avx2 fma avx512f avx512_bf16 avx512_fp16 amx_bf16\n"
+    assert bench.cpu_description(xeon, 4) == ("Intel(R) Xeon(R) Platinum 8481C (family 6, model 143; AVX2, FMA, AVX512F, "
+                                              "AVX512_BF16, AVX512_FP16, AMX_BF16), 4 logical CPU(s)")
+    assert bench.cpu_description("", 1) == "unknown CPU, 1 logical CPU(s)"
+
+
+def test_auto_torch_modes_add_bf16_only_on_cpus_with_bf16_instructions():
+    fast_fp32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
+    assert bench.auto_torch_modes("flags\t: avx2 fma\n") == fast_fp32
+    assert bench.auto_torch_modes("flags\t: avx2 avx512f avx512_bf16\n") == fast_fp32 + ["bf16", "bf16-flash-compile-fused"]
+    assert bench.auto_torch_modes("flags\t: avx512f amx_tile amx_bf16\n")[-1] == "bf16-flash-compile-fused"
+    assert all(bench.torch_mode_flags(m) for m in bench.AUTO_TORCH_FP32 + bench.AUTO_TORCH_BF16)
+
+
+def test_gemm_peak_programs_print_a_rate_per_gemm():
+    make("build/gemm_peak")
+    out = run([REPO / "build" / "gemm_peak", "-n", 96, "-r", 1], env={"OMP_NUM_THREADS": "2"}).stdout
+    peaks = bench.parse_peaks(out)
+    assert {"blocked fp32", "blocked bf16"} <= set(peaks) and all(v > 0 for v in peaks.values()), out
+    assert len(peaks) in (2, 3), out  # plus the BLAS's fp32 line when the build has one
+    out = run([PYTHON, REPO / "dev" / "gemm_peak.py", "-n", 64, "--reps", 1, "--threads", 1]).stdout
+    peaks = bench.parse_peaks(out)
+    assert set(peaks) == {"torch fp32", "torch bf16"} and all(v > 0 for v in peaks.values()), out
+    proc = run([REPO / "build" / "gemm_peak", "-n", "0"], check=False)
+    assert_one_error_line(proc, alone=True)
+
+
+def test_bench_help_lists_its_flags_and_compile_without_warmup_is_refused(tinyshakespeare):
+    proc = run([PYTHON, REPO / "dev" / "bench.py", "--help"])
+    for flag in ("--torch", "--peak-size", "--peak-reps", "--ours", "--precision", "--warmup", "--rounds", "-flash",
+                 "-compile", "-fused"):
+        assert flag in proc.stdout, flag
+    proc = run([PYTHON, REPO / "dev" / "bench.py", "--torch", "fp32-compile", "--warmup", "0"], check=False)
+    assert proc.returncode == 2 and "needs --warmup >= 1" in proc.stderr, proc.stderr
