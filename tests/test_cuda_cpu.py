@@ -346,3 +346,12 @@ def test_gpt2cu_two_processes(tmp_path: Path, zero: str) -> None:
                          "-z", zero, "-a", "2"])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("args", [["7"], ["foo"], ["1", "2"]])
+def test_dev_cuda_bad_arguments_are_refused(args: list[str]) -> None:
+    """A bad version or argument used to run no version and still report success."""
+    r = run([str(binary("dev-cuda/layernorm_forward")), *args])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "unexpected argument" in r.stderr.splitlines()[0], r.stderr
+    assert "all versions match" not in r.stdout
