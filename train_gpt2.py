@@ -652,6 +652,9 @@ def train(args: argparse.Namespace) -> None:
     if logfile:
         logfile.close()
     if world > 1:
+        # Every rank waits for the master's checkpoint write before tearing the group down:
+        # gloo aborts a rank whose peer closes its connections while it is still leaving.
+        dist.barrier()
         dist.destroy_process_group()
 
 
