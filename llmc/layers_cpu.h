@@ -1,0 +1,409 @@
+/*
+llmc/layers_cpu.h: the transformer layers on the CPU, fp32 with OpenMP, one forward and one
+backward function per layer, each with its shapes in a comment. Every CPU model (train_gpt2.c,
+and the trainers that include it) calls these; backward functions accumulate (+=) into their
+gradients. Reductions run in a fixed order, so the same inputs and thread count give the same bits.
+
+    encoder_forward / encoder_backward           token + position embeddings
+    layernorm_forward / layernorm_backward       (and residual_layernorm_forward: add, then norm)
+    matmul_forward / matmul_backward             llmc/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
+    attention_forward / attention_backward       causal self-attention, weights recomputed in backward
+    gelu_forward / bias_gelu_forward / gelu_backward
+    residual_forward / residual_backward
+    crossentropy_softmax_forward / _backward     softmax over the first V of Vp logits, fused backward
+
+Shapes: B batch, T time, C channels, NH heads, HS = C / NH, OC output channels, V vocab, Vp padded.
+*/
+#ifndef LLMC_LAYERS_CPU_H
+#define LLMC_LAYERS_CPU_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "utils.h"
+#include "matmul.h"
+#include "vecmath.h"
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    // out is (B,T,C), inp is (B,T) token ids, wte is (Vp,C), wpe is (maxT,C)
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float* out_bt = out + ((size_t)b * T + t) * C;
+            const float* wte_ix = wte + (size_t)inp[b * T + t] * C;
+            const float* wpe_t = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { out_bt[i] = wte_ix[i] + wpe_t[i]; }
+        }
+    }
+}
+
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    // dwte is (Vp,C), dwpe is (maxT,C), dout is (B,T,C)
+    // each thread owns a slice of the channels, so rows hit by the same token never race
+    // and every element sums over (b,t) in the same order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const float* dout_bt = dout + ((size_t)b * T + t) * C;
+                float* dwte_ix = dwte + (size_t)inp[b * T + t] * C;
+                float* dwpe_t = dwpe + (size_t)t * C;
+                for (int i = c0; i < c1; i++) {
+                    dwte_ix[i] += dout_bt[i];
+                    dwpe_t[i] += dout_bt[i];
+                }
+            }
+        }
+    }
+}
+
+// one row: o (C) = layernorm(x (C)) * weight + bias, its mean and 1/std into *mean, *rstd
+static inline void layernorm_row(float* o, float* mean, float* rstd, const float* x,
+                                 const float* weight, const float* bias, int C) {
+    float m = layernorm_mean(x, C);
+    float s = layernorm_rstd(x, m, C);
+    for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+    *mean = m;
+    *rstd = s;
+}
+
+static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int B, int T, int C) {
+    // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
+    // weight and bias are (C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        layernorm_row(out + (size_t)bt * C, &mean[bt], &rstd[bt], inp + (size_t)bt * C, weight, bias, C);
+    }
+}
+
+// the residual add fused with the layernorm that reads it: one pass over each row instead of two
+// (the same arithmetic as residual_forward then layernorm_forward, so the same bits)
+static void residual_layernorm_forward(float* res_out, float* ln_out, float* mean, float* rstd, const float* inp1,
+                                const float* inp2, const float* weight, const float* bias, int B, int T, int C) {
+    // res_out, ln_out, inp1, inp2 are (B,T,C); mean, rstd are (B,T); weight, bias are (C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* a = inp1 + (size_t)bt * C;
+        const float* b = inp2 + (size_t)bt * C;
+        float* x = res_out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
+        layernorm_row(ln_out + (size_t)bt * C, &mean[bt], &rstd[bt], x, weight, bias, C);
+    }
+}
+
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
+    // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
+    int BT = B * T;
+    // 1) the input gradient, one row per iteration
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        const float* d = dout + (size_t)bt * C;
+        float m = mean[bt], s = rstd[bt];
+        // dnorm = dout * weight; we need its mean and the mean of dnorm * norm
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float* dx = dinp + (size_t)bt * C;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // 2) weight and bias gradients: each thread owns a slice of channels, rows in order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < BT; bt++) {
+            const float* x = inp + (size_t)bt * C;
+            const float* d = dout + (size_t)bt * C;
+            float m = mean[bt], s = rstd[bt];
+            for (int i = c0; i < c1; i++) {
+                dweight[i] += (x[i] - m) * s * d[i];
+                dbias[i] += d[i];
+            }
+        }
+    }
+}
+
+// ---- matmul: the hot spot. Both functions call llmc/matmul.h, which runs the GEMM on the
+// BLAS chosen at build time (make BLAS=mkl|openblas) or on its own blocked OpenMP kernel
+// (BLAS=none), in fp32 or, with -p bf16, on bf16-rounded inputs with fp32 sums.
+
+// out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
+static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int B, int T, int C, int OC) {
+    // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
+    int BT = B * T;
+    if (bias != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
+    }
+    matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
+}
+
+static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int B, int T, int C, int OC) {
+    // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
+    // all three gradients are accumulated (+=)
+    int BT = B * T;
+    // dinp (BT,C) += dout (BT,OC) . weight (OC,C)
+    matmul_gemm(matmul_precision, 0, 0, BT, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    // dweight (OC,C) += dout^T (OC,BT) . inp (BT,C)
+    matmul_gemm(matmul_precision, 1, 0, OC, C, BT, dout, OC, inp, C, 1.0f, dweight, C);
+    // dbias[o] += sum_r dout[r,o]: each thread owns a slice of columns, rows in order
+    if (dbias != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int o0 = 0; o0 < OC; o0 += 64) {
+            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+            for (int r = 0; r < BT; r++) {
+                const float* d = dout + (size_t)r * OC;
+                for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
+            }
+        }
+    }
+}
+
+// ---- attention, one (batch, head) pair at a time. Q, K, V of head h are (T,HS) with rows
+// strided by 3C inside inp (B,T,3C); its output and input gradients are strided likewise. The
+// products are GEMMs (llmc/matmul.h, always fp32, one thread each: the (b, h) pairs run in
+// parallel). The model keeps no (B,NH,T,T) attention weights: the backward recomputes each
+// head's (T,T) weights from Q and K with the same code, so they are the same bits, and memory
+// does not grow with L * B * NH * T^2 (2.4 GB for d12 at B=4, T=1024).
+
+// att (T,T) = causal softmax(scale * Q K^T), 0 above the diagonal
+static void attention_head_weights(float* att, const float* q, const float* k, int T, int C3, int HS) {
+    float scale = 1.0f / sqrtf((float)HS);
+    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, q, C3, k, C3, 0.0f, att, T);
+    for (int t = 0; t < T; t++) {
+        float* row = att + (size_t)t * T;
+        // softmax of scale * scores over the past (max subtracted for stability); 16 interleaved
+        // partial sums in a fixed order, so the loops vectorise and the result is reproducible
+        float maxval = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+            row[t2] *= scale;
+            maxval = row[t2] > maxval ? row[t2] : maxval;
+        }
+        float part[16] = {0.0f};
+        int t2 = 0;
+        for (; t2 + 16 <= t + 1; t2 += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(row[t2 + j] - maxval);
+                row[t2 + j] = e;
+                part[j] += e;
+            }
+        }
+        float sum = 0.0f;
+        for (; t2 <= t; t2++) {
+            row[t2] = vec_expf(row[t2] - maxval);
+            sum += row[t2];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float inv = 1.0f / sum;
+        for (t2 = 0; t2 < T; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
+    }
+}
+
+// given att (T,T) and dout (T,HS) (rows strided by C): dQ, dK, dV (T,HS) += their gradients;
+// datt (T,T) is scratch
+static void attention_head_backward(float* dq, float* dk, float* dv, float* datt, const float* d, const float* att,
+                                    const float* q, const float* k, const float* v, int T, int C, int HS) {
+    int C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    // out = att V: datt (T,T) = dout (T,HS) . V^T; dV (T,HS) += att^T . dout
+    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, d, C, v, C3, 0.0f, datt, T);
+    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, att, T, d, C, 1.0f, dv, C3);
+    // softmax backward, in place: dpre[t2] = scale * att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
+    for (int t = 0; t < T; t++) {
+        const float* a = att + (size_t)t * T;
+        float* g = datt + (size_t)t * T;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
+        for (int t2 = 0; t2 < T; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
+    }
+    // pre = scale * Q K^T: dQ (T,HS) += dpre . K; dK (T,HS) += dpre^T . Q
+    matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, datt, T, k, C3, 1.0f, dq, C3);
+    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
+}
+
+// per-thread (T,T) work buffers for the attention layers, kept between calls (grown when T or
+// the thread count grows): nbuf buffers per thread
+static float* attention_scratch(int T, int nbuf, int* nthreads) {
+    static void* scratch = NULL;
+    static size_t capacity = 0;
+    *nthreads = 1;
+#ifdef _OPENMP
+    *nthreads = omp_get_max_threads();
+#endif
+    return (float*)scratch_reserve(&scratch, &capacity, (size_t)*nthreads * nbuf * T * T * sizeof(float));
+}
+
+static inline int attention_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)
+// receives the attention weights, or is NULL (the trainer's case: they are recomputed)
+static void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    int C3 = 3 * C;
+    int HS = C / NH;
+    int nthreads;
+    float* scratch = attention_scratch(T, 1, &nthreads);
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float* q = inp + (size_t)b * T * C3 + h * HS;
+            float* att_bh = att != NULL ? att + ((size_t)b * NH + h) * T * T
+                                        : scratch + (size_t)attention_thread_id() * T * T;
+            attention_head_weights(att_bh, q, q + C, T, C3, HS);
+            // out (T,HS) = att_bh (T,T) . V (T,HS), out rows strided by C
+            matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, att_bh, T, q + 2 * C, C3, 0.0f, out + (size_t)b * T * C + h * HS, C);
+        }
+    }
+}
+
+// dinp (B,T,3C) += the gradient of attention_forward for dout (B,T,C). att (B,NH,T,T) holds the
+// forward's attention weights, or is NULL: then they are recomputed from inp, head by head
+static void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
+                        int B, int T, int C, int NH) {
+    int C3 = 3 * C;
+    int HS = C / NH;
+    int nthreads;
+    float* scratch = attention_scratch(T, 2, &nthreads);
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* mine = scratch + (size_t)attention_thread_id() * 2 * T * T; // datt, then att if recomputed
+            const float* q = inp + (size_t)b * T * C3 + h * HS;
+            float* dq = dinp + (size_t)b * T * C3 + h * HS;
+            const float* att_bh;
+            if (att != NULL) {
+                att_bh = att + ((size_t)b * NH + h) * T * T;
+            } else {
+                attention_head_weights(mine + (size_t)T * T, q, q + C, T, C3, HS);
+                att_bh = mine + (size_t)T * T;
+            }
+            attention_head_backward(dq, dq + C, dq + 2 * C, mine, dout + (size_t)b * T * C + h * HS, att_bh,
+                                    q, q + C, q + 2 * C, T, C, HS);
+        }
+    }
+}
+
+// GELU with llmc/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
+static void gelu_forward(float* out, const float* inp, size_t N) {
+    // out and inp are (N) = (B,T,4C)
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+}
+
+// the fc layer's bias add fused with the GELU that follows: pre (B,T,OC) holds the matmul
+// without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
+static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, int T, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < B * T; r++) {
+        float* x = pre + (size_t)r * OC;
+        float* y = out + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) {
+            x[o] += bias[o];
+            y[o] = vec_gelu_forward(x[o]);
+        }
+    }
+}
+
+static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
+}
+
+static void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
+    // out, inp1, inp2 are (N) = (B,T,C)
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }
+}
+
+static void residual_backward(float* dinp1, float* dinp2, const float* dout, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        dinp1[i] += dout[i];
+        dinp2[i] += dout[i];
+    }
+}
+
+// softmax over the first V logits and the cross-entropy of the target token, per position
+static void crossentropy_softmax_forward(float* losses, float* probs, const float* logits, const int* targets,
+                                  int B, int T, int V, int Vp) {
+    // logits, probs are (B,T,Vp) (the Vp-V padded columns are ignored, their prob is 0);
+    // targets are (B,T) ids in [0,V); losses are (B,T)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = logits + (size_t)bt * Vp;
+        float* p = probs + (size_t)bt * Vp;
+        float lane_max[16];
+        for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
+        }
+        float maxval = -INFINITY;
+        for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+        // 16 interleaved float partial sums (vectorises; a fixed order), added up in double
+        float part[16] = {0.0f};
+        for (i = 0; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(x[i + j] - maxval);
+                p[i + j] = e;
+                part[j] += e;
+            }
+        }
+        double sum = 0.0;
+        for (; i < V; i++) {
+            p[i] = vec_expf(x[i] - maxval);
+            sum += p[i];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float inv = (float)(1.0 / sum);
+        for (i = 0; i < V; i++) { p[i] *= inv; }
+        for (; i < Vp; i++) { p[i] = 0.0f; }
+        // -log softmax computed from the logits directly (no log of a rounded probability)
+        losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
+    }
+}
+
+// the fused backward of softmax + cross-entropy: dlogits = (probs - onehot(target)) * dloss
+static void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets,
+                                   int B, int T, int V, int Vp) {
+    // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T). dlogits is accumulated (+=).
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float* dl = dlogits + (size_t)bt * Vp;
+        const float* p = probs + (size_t)bt * Vp;
+        float dloss = dlosses[bt];
+        int ix = targets[bt];
+        for (int i = 0; i < V; i++) {
+            float indicator = i == ix ? 1.0f : 0.0f;
+            dl[i] += (p[i] - indicator) * dloss;
+        }
+    }
+}
+
+#endif // LLMC_LAYERS_CPU_H
