@@ -540,3 +540,7 @@ clean-blas:
 
 # ---------------------------------------------------------------------------- the CUDA code on the CPU
 include dev/cuda_cpu/cuda_cpu.mk
+
+# ---------------------------------------------------------------------------- more programs
+# mk/*.mk: the make rules of the other model families and back ends, one file each
+include $(sort $(wildcard mk/*.mk))

@@ -79,6 +79,17 @@ typedef struct {
     const char* nccl_init_method;    // -pi
     const char* server_ip;           // -ps
     const char* fs_path;             // -pf
+    // optimizer: AdamW everywhere, or Muon on the blocks' 2-D weights (AdamW on the rest)
+    const char* optimizer;           // -op
+    float muon_lr;                   // -ol
+    float muon_momentum;             // -om
+    int muon_nesterov;               // -on
+    int muon_ns_steps;               // -os
+    const char* muon_adjust_lr;      // -oa
+    // OpenCL device (the OpenCL trainer only)
+    int cl_platform;                 // -cp
+    int cl_device;                   // -cd
+    int cl_list_devices;             // -cl
 } TrainArgs;
 
 #define TRAIN_ARG(flag, type, field, def, lo, hi, help) \
@@ -130,6 +141,17 @@ static const ArgSpec TRAIN_ARG_TABLE[] = {
     TRAIN_ARG("-pi", ARG_STRING, nccl_init_method, "mpi", 0, 0, "NCCL init method: mpi|tcp|fs (GPU trainer only)"),
     TRAIN_ARG("-ps", ARG_STRING, server_ip, "", 0, 0, "server IP for -pi tcp (GPU trainer only)"),
     TRAIN_ARG("-pf", ARG_STRING, fs_path, "", 0, 0, "shared directory for -pi fs (GPU trainer only)"),
+    TRAIN_ARG("-op", ARG_STRING, optimizer, "adamw", 0, 0,
+              "optimizer: adamw|muon (muon: Muon on the blocks' 2-D weights, AdamW with -l on the rest)"),
+    TRAIN_ARG("-ol", ARG_FLOAT, muon_lr, "1e-3", 0, 1e3, "Muon peak learning rate (follows the -k schedule)"),
+    TRAIN_ARG("-om", ARG_FLOAT, muon_momentum, "0.95", 0, 1, "Muon momentum"),
+    TRAIN_ARG("-on", ARG_INT, muon_nesterov, "1", 0, 1, "1 = Nesterov momentum for Muon"),
+    TRAIN_ARG("-os", ARG_INT, muon_ns_steps, "5", 1, 100, "Newton-Schulz iterations per Muon update"),
+    TRAIN_ARG("-oa", ARG_STRING, muon_adjust_lr, "original", 0, 0,
+              "Muon lr adjustment: original (sqrt(max(1, rows/cols))) | match_rms_adamw (0.2 sqrt(max(rows, cols)))"),
+    TRAIN_ARG("-cp", ARG_INT, cl_platform, "0", 0, 1e6, "OpenCL platform index (OpenCL trainer only; -cl 1 lists them)"),
+    TRAIN_ARG("-cd", ARG_INT, cl_device, "0", 0, 1e6, "OpenCL device index within the platform (OpenCL trainer only)"),
+    TRAIN_ARG("-cl", ARG_INT, cl_list_devices, "0", 0, 1, "1 = list the OpenCL platforms and devices, then exit (OpenCL trainer only)"),
 };
 #define TRAIN_ARG_COUNT ((int)(sizeof(TRAIN_ARG_TABLE) / sizeof(TRAIN_ARG_TABLE[0])))
 

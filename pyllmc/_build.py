@@ -110,6 +110,9 @@ typedef struct {
     float skip_update_lossz; float skip_update_gradz;
     int num_processes; int process_rank; int gpus_per_node; const char* nccl_init_method; const char* server_ip;
     const char* fs_path;
+    const char* optimizer; float muon_lr; float muon_momentum; int muon_nesterov; int muon_ns_steps;
+    const char* muon_adjust_lr;
+    int cl_platform; int cl_device; int cl_list_devices;
 } TrainArgs;
 int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv);
 int pyllmc_train_arg_count(void);

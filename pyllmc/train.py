@@ -33,7 +33,9 @@ TOKENIZER_PATH = "gpt2_tokenizer.bin"
 # TrainArgs fields this driver does not implement: their flags must keep the table's defaults
 UNSUPPORTED = ("resume", "checkpoints_keep", "checkpoints_major_every", "hellaswag_eval", "hellaswag_path",
                "zero_stage", "recompute", "gelu_fusion", "use_master_weights", "precision", "num_processes",
-               "process_rank", "gpus_per_node", "nccl_init_method", "server_ip", "fs_path")
+               "process_rank", "gpus_per_node", "nccl_init_method", "server_ip", "fs_path", "optimizer", "muon_lr",
+               "muon_momentum", "muon_nesterov", "muon_ns_steps", "muon_adjust_lr", "cl_platform", "cl_device",
+               "cl_list_devices")
 
 
 class UserError(Exception):
