@@ -36,6 +36,7 @@ Prints "test_cublas_cpu: N passed, M failed"; exits 1 on any failure.
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
+#include "child_process.h"
 
 static int g_passed = 0, g_failed = 0;
 
@@ -792,35 +793,9 @@ static void test_alignment(cublasLtHandle_t lt, void* ws, size_t ws_bytes) {
 // ----------------------------------------------------------------------------
 // the registry checks, each in a child process: it must die with one line naming the operand
 
-// runs f in a child; returns its exit status (-1: killed by a signal) and its stderr
-static int run_in_child(const std::function<void()>& f, std::string* err) {
-    int fds[2];
-    die_unless(pipe(fds) == 0, "pipe");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    die_unless(pid >= 0, "fork");
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        alarm(30);  // never hang the test, whatever the child does
-        f();
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[4096];
-    ssize_t got;
-    err->clear();
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) { err->append(buf, (size_t)got); }
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static void expect_death(const char* name, const std::function<void()>& f, const char* must_contain) {
     std::string err;
-    int code = run_in_child(f, &err);
+    int code = run_in_child([&]() { f(); return 0; }, &err, 30);
     int lines = 0;
     for (char ch : err) { lines += ch == '\n'; }
     const bool ok = code == 1 && lines == 1 && err.rfind("cuda_cpu: ", 0) == 0 && err.find(must_contain) != std::string::npos &&

@@ -38,6 +38,7 @@ Rank 0 prints "test_nccl_cpu: N passed, M failed" (totals over the ranks); every
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 #include "nccl.h"
+#include "child_process.h"
 
 static int g_rank = 0, g_nranks = 1;
 static int g_passed = 0, g_failed = 0;
@@ -378,31 +379,6 @@ static void test_refused_communicators(const ncclUniqueId& shared) {
 // ----------------------------------------------------------------------------
 // child processes: the registry's one-line reports
 
-// runs f in a child process (which must not touch MPI); returns its exit status and its stderr
-static int run_in_child(const std::function<int()>& f, std::string* err) {
-    int fds[2];
-    die_unless(pipe(fds) == 0, "pipe");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    die_unless(pid >= 0, "fork");
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        alarm(60);  // never hang the test, whatever the child does
-        _exit(f());
-    }
-    close(fds[1]);
-    char buf[4096];
-    ssize_t got;
-    err->clear();
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) { err->append(buf, (size_t)got); }
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // The registry cases run in fresh single-rank MPI processes (this program, exec'd with --death-case
 // and without mpirun's environment): a collective that wrongly got past its check then completes
 // on its own instead of talking to the test's ranks through a forked copy of their MPI state.
@@ -454,7 +430,7 @@ static void test_registry_checks(void) {
             char* args[] = {self, flag, (char*)c.name, NULL};
             execve("/proc/self/exe", args, env.data());
             return 127;
-        }, &err);
+        }, &err, 60);
         // the one line of the report (MPI may add nothing: the process dies before MPI_Finalize)
         int lines = 0;
         for (char ch : err) { lines += ch == '\n'; }
