@@ -480,13 +480,18 @@ CPU_SPEED_CFLAGS := -fno-math-errno
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLIBS)
 
-# build/blas-flags holds the BLAS the default programs were built with; it changes only when the choice
-# does (BLAS=..., or make setup bringing the wheels), and then they are rebuilt
+# build/blas-flags holds the BLAS the default programs were built with; it is rewritten only when the
+# choice changes (BLAS=..., or make setup bringing the wheels), and then they are rebuilt; otherwise it
+# has no prerequisite, so `make -q train_gpt2` says they are up to date
 BLAS_STAMP := build/blas-flags
+BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS))
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
+ifneq ($(BLAS_STAMP_TEXT),$(strip $(file < $(BLAS_STAMP))))
 $(BLAS_STAMP): blas-force
+endif
+$(BLAS_STAMP):
 	@mkdir -p $(@D)
-	@echo '$(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS)' | cmp -s - $@ || echo '$(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS)' > $@
+	@echo '$(BLAS_STAMP_TEXT)' > $@
 blas-force:
 
 .PHONY: blas-check blas-info
