@@ -1,7 +1,8 @@
 """Shared pieces of the llmc dataset scripts.
 
 - downloads that never leave a half-written file behind (`download_file`),
-- the tokenizers the scripts use (`get_tokenizer`: tiktoken's gpt2, or the llama-3 tokenizer),
+- the tokenizers the scripts use (`get_tokenizer`: tiktoken's gpt2, or a llama-3 tokenizer.json from the hub or
+  a local path, `load_llama3_tokenizer`),
 - the llm.c-compatible binary formats, writers and validating readers:
     token shard: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens
                  gpt-2:   magic 20240520, version 1, uint16 tokens
@@ -128,9 +129,12 @@ def script_parser(description: str, data_dir: str | None = None, data_dir_help: 
 
 
 def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
-    """-m/--model_desc: the tokenizer and shard format."""
+    """-m/--model_desc: the tokenizer and shard format; --tokenizer: llama-3's tokenizer.json (or its directory)."""
     parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
-                        help="tokenizer and shard format (llama-3 needs its gated Hugging Face tokenizer)")
+                        help="tokenizer and shard format (llama-3: uint32 shards, <|begin_of_text|> starts every document)")
+    parser.add_argument("--tokenizer", default="",
+                        help=f"llama-3 only: a tokenizer.json or a directory holding one (default: the hub's gated "
+                             f"{LLAMA3_TOKENIZER} tokenizer)")
 
 
 def add_num_proc_arg(parser: argparse.ArgumentParser) -> None:
@@ -257,16 +261,23 @@ class Tokenizer:
     decode: Callable[[Sequence[int]], str]
 
 
-LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3.1-8B"
+LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3-8B"  # the hub's Llama 3 tokenizer (gated), used when no --tokenizer is given
+LLAMA3_BOS, LLAMA3_EOT = "<|begin_of_text|>", "<|end_of_text|>"
 
 
 @lru_cache(maxsize=None)
-def get_tokenizer(model_desc: str) -> Tokenizer:
-    """The tokenizer for "gpt-2" (tiktoken gpt2) or "llama-3" (Hugging Face, gated); cached per process."""
+def get_tokenizer(model_desc: str, tokenizer_path: str = "") -> Tokenizer:
+    """The tokenizer for "gpt-2" (tiktoken gpt2) or "llama-3" (tokenizer_path: a tokenizer.json or a directory
+    holding one; "" = the hub's gated Llama 3 tokenizer); cached per process."""
     fmt = shard_format(model_desc)
     if model_desc == "gpt-2":
+        if tokenizer_path:
+            raise DataError("--tokenizer applies to --model_desc llama-3 only (gpt-2 always uses tiktoken's gpt2)")
         return _load_gpt2(fmt)
-    return _load_llama3(fmt)
+    tok = load_llama3_tokenizer(tokenizer_path)
+    if tok.vocab_size > fmt.vocab_size:
+        raise DataError(f"{tok.source}: {tok.vocab_size} tokens, more than the llama-3 shard limit {fmt.vocab_size}")
+    return Tokenizer("llama-3", tok.bos, tok.vocab_size, tok.encode, tok.decode)
 
 
 def _load_gpt2(fmt: ShardFormat) -> Tokenizer:
@@ -293,37 +304,104 @@ def huggingface_reachable(timeout: float = 10.0) -> bool:
     return True
 
 
-def _load_llama3(fmt: ShardFormat) -> Tokenizer:
-    name = LLAMA3_TOKENIZER
+@lru_cache(maxsize=1)
+def _byte_level_decoder() -> dict[str, int]:
+    """Byte-level BPE's printable character for each byte, inverted: char -> byte (the GPT-2 / Llama 3 table)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+@dataclass(frozen=True)
+class LlamaTokenizer:
+    """A byte-level BPE tokenizer in the Llama 3 style (a `tokenizers` tokenizer.json) with its two special ids."""
+
+    source: str  # where it came from, for messages
+    tok: Any  # tokenizers.Tokenizer
+    vocab_size: int
+    bos: int  # <|begin_of_text|>: starts every document
+    eot: int  # <|end_of_text|>
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text to ids, no BOS added; special-token text is encoded as ordinary text."""
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=False)
+
+    def token_bytes(self) -> list[bytes]:
+        """The raw bytes of every id in order: byte-level pieces decoded to bytes, special tokens as their text."""
+        table = _byte_level_decoder()
+        special = {i for i, t in self.tok.get_added_tokens_decoder().items() if t.special}
+        out = []
+        for i in range(self.vocab_size):
+            piece = self.tok.id_to_token(i)
+            if piece is None:
+                raise DataError(f"{self.source}: no token has id {i} (ids must run 0..{self.vocab_size - 1})")
+            if i in special:
+                out.append(piece.encode("utf-8"))
+            elif all(ch in table for ch in piece):
+                out.append(bytes(table[ch] for ch in piece))
+            else:
+                raise DataError(f"{self.source}: token {i} {piece!r} is not byte-level BPE (need a ByteLevel tokenizer)")
+        return out
+
+
+def _llama3_tokenizer_json(path: str) -> Path:
+    """tokenizer.json for --tokenizer PATH ("" = the hub's gated Llama 3 tokenizer, from the cache or downloaded)."""
+    if path:
+        p = Path(path)
+        p = p / "tokenizer.json" if p.is_dir() else p
+        if not p.is_file():
+            raise DataError(f"--tokenizer {path}: no such tokenizer.json (pass a tokenizer.json or a directory holding one)")
+        return p
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
     try:
-        from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        raise DataError("llama-3 tokenizing needs the transformers package (pip install transformers)") from None
-    hf_logging.set_verbosity_error()
-    try:
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        return Path(hf_hub_download(LLAMA3_TOKENIZER, "tokenizer.json", local_files_only=True))
     except Exception:
-        # Not cached. Ask the hub only when it can be reached: offline, transformers retries for a minute.
         if not huggingface_reachable():
             raise DataError(
-                f"cannot load the llama-3 tokenizer {name}: it is not in the Hugging Face cache and "
-                "huggingface.co cannot be reached (offline? it is a gated repository: accept its licence "
-                "on huggingface.co and run `hf auth login` on a machine with network access)"
+                f"cannot load the llama-3 tokenizer {LLAMA3_TOKENIZER}: it is not in the Hugging Face cache and "
+                "huggingface.co cannot be reached (offline? pass --tokenizer with a local tokenizer.json or directory, "
+                "e.g. one made by dev/data/make_test_tokenizer.py)"
             ) from None
-        try:
-            tok = AutoTokenizer.from_pretrained(name)
-        except Exception as e:
-            raise DataError(
-                f"cannot load the llama-3 tokenizer {name}: {one_line(e)[:200]} "
-                "(it is a gated repository: accept its licence on huggingface.co and run `hf auth login`)"
-            ) from None
+    try:
+        return Path(hf_hub_download(LLAMA3_TOKENIZER, "tokenizer.json"))
+    except Exception as e:
+        raise DataError(
+            f"cannot load the llama-3 tokenizer {LLAMA3_TOKENIZER}: {one_line(e)[:200]} (a gated repository: accept its "
+            "licence on huggingface.co and run `hf auth login`, or pass --tokenizer with a local tokenizer.json)"
+        ) from None
 
-    def encode(text: str) -> list[int]:
-        return tok.encode(text, add_special_tokens=False, verbose=False, split_special_tokens=True)
 
-    eot = tok.encode("")[0]  # the tokenizer adds <|begin_of_text|> (128000): it delimits documents
-    return Tokenizer("llama-3", eot, fmt.vocab_size, encode, tok.decode)
+@lru_cache(maxsize=None)
+def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
+    """The Llama 3 tokenizer from --tokenizer PATH (tokenizer.json or its directory; "" = the hub's), validated:
+    it must know <|begin_of_text|> and <|end_of_text|>; DataError (one line) otherwise."""
+    json_path = _llama3_tokenizer_json(path)
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        tok = HFTokenizer.from_file(str(json_path))
+    except ImportError:
+        raise DataError("llama-3 tokenizing needs the tokenizers package (pip install tokenizers)") from None
+    except Exception as e:
+        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
+    tok.encode_special_tokens = True
+    ids = {name: tok.token_to_id(name) for name in (LLAMA3_BOS, LLAMA3_EOT)}
+    missing = [name for name, i in ids.items() if i is None]
+    if missing:
+        raise DataError(f"{json_path}: the tokenizer has no {missing[0]} token (not a Llama 3 style tokenizer)")
+    return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), ids[LLAMA3_BOS], ids[LLAMA3_EOT])
 
 
 # ----------------------------------------------------------------------------- token shards

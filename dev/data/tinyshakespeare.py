@@ -6,6 +6,7 @@ in the llm.c-compatible shard format. With gpt-2 that is 32,768 val and 305,260 
 
     python dev/data/tinyshakespeare.py                 # works from any directory
     python dev/data/tinyshakespeare.py --model_desc llama-3
+    python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer dev/data/test_tokenizer --data_dir /tmp/ts
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ def tokenize(text: str, tok: Tokenizer) -> np.ndarray:
     return np.asarray(tokens, dtype=shard_format(tok.model_desc).dtype)
 
 
-def build(data_dir: Path, model_desc: str, url: str) -> str:
+def build(data_dir: Path, model_desc: str, url: str, tokenizer: str = "") -> str:
     """Download, tokenize and write both shards; returns the summary line."""
     text_path = download_unless_cached(url, data_dir / TEXT_NAME)
     text = read_utf8(text_path, hint="; delete it to download again")
-    tokens = tokenize(text, get_tokenizer(model_desc))
+    tokens = tokenize(text, get_tokenizer(model_desc, tokenizer))
     if len(tokens) <= VAL_TOKENS:
         raise DataFormatError(
             f"{text_path}: only {len(tokens):,} tokens, need more than {VAL_TOKENS:,} for val and train; "
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_desc_arg(parser)
     parser.add_argument("--url", default=URL, help="where to download the corpus from when it is not cached")
     args = parser.parse_args(argv)
-    return run_script(lambda: build(args.data_dir, args.model_desc, args.url))
+    return run_script(lambda: build(args.data_dir, args.model_desc, args.url, args.tokenizer))
 
 
 if __name__ == "__main__":

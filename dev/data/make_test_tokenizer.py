@@ -1,0 +1,79 @@
+"""A small Llama 3 style tokenizer, trained locally in seconds, for tests and offline runs.
+
+The real Llama 3 tokenizer is gated on the Hugging Face hub. This trains a byte-level BPE with the
+`tokenizers` library on Tiny Shakespeare (the same pre-tokenizer and decoder family as Llama 3's,
+every byte in the base alphabet) and appends the two special tokens Llama 3 uses, <|begin_of_text|>
+and <|end_of_text|>, after the ordinary ids as Llama 3 does. It writes <out_dir>/tokenizer.json,
+which every --tokenizer flag accepts (the directory or the file).
+
+    python dev/data/make_test_tokenizer.py                          # -> dev/data/test_tokenizer/tokenizer.json
+    python dev/data/make_test_tokenizer.py --vocab_size 1024 --out_dir /tmp/tok
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from data_common import (
+    LLAMA3_BOS,
+    LLAMA3_EOT,
+    DataError,
+    positive_int,
+    read_utf8,
+    run_script,
+    script_parser,
+    write_atomically,
+)
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CORPUS = [HERE / "tinyshakespeare" / "tiny_shakespeare.txt",
+                  HERE.parent.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"]
+
+
+def find_corpus(path: Path | None) -> Path:
+    """The training text: --corpus, else the cached Tiny Shakespeare."""
+    if path is not None:
+        return path
+    for candidate in DEFAULT_CORPUS:
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"no corpus: {DEFAULT_CORPUS[0]} is missing (run python dev/data/tinyshakespeare.py, or pass --corpus)")
+
+
+def train_tokenizer(text: str, vocab_size: int):
+    """Byte-level BPE with `vocab_size` ordinary tokens (256 bytes + merges), then the two special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False, special_tokens=[])
+    tok.train_from_iterator(text.split("\n\n"), trainer=trainer)
+    tok.add_special_tokens([LLAMA3_BOS, LLAMA3_EOT])
+    return tok
+
+
+def build(corpus: Path | None, out_dir: Path, vocab_size: int) -> str:
+    if vocab_size < 256:
+        raise DataError(f"--vocab_size {vocab_size}: byte-level BPE needs at least the 256 byte tokens")
+    source = find_corpus(corpus)
+    tok = train_tokenizer(read_utf8(source), vocab_size)
+    path = write_atomically(out_dir / "tokenizer.json", lambda f: f.write(tok.to_str().encode("utf-8")))
+    V = tok.get_vocab_size(with_added_tokens=True)
+    return (f"wrote {path}: {V} tokens, {LLAMA3_BOS} = {tok.token_to_id(LLAMA3_BOS)}, "
+            f"{LLAMA3_EOT} = {tok.token_to_id(LLAMA3_EOT)} (trained on {source})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser("Train a small byte-level BPE tokenizer in the Llama 3 style (for tests and offline runs).")
+    parser.add_argument("--corpus", type=Path, default=None, help="training text (default: the cached Tiny Shakespeare)")
+    parser.add_argument("--out_dir", type=Path, default=HERE / "test_tokenizer", help="where tokenizer.json is written")
+    parser.add_argument("--vocab_size", type=positive_int, default=512, help="ordinary tokens (bytes + merges), before the 2 special ones")
+    args = parser.parse_args(argv)
+    return run_script(lambda: build(args.corpus, args.out_dir, args.vocab_size))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

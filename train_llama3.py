@@ -1,0 +1,797 @@
+"""
+llmc's PyTorch reference for the Llama 3 family: the model in one file (RMSNorm, rotary positions with
+Llama 3.1's frequency scaling, grouped-query attention, SwiGLU), its training loop (that of
+train_gpt2.py, imported from there) and the writers of the .bin files the C trainer reads: the Llama 3
+model file, its debug state and the Llama 3 tokenizer file.
+
+Examples:
+    python dev/data/make_test_tokenizer.py                      # a small local BPE tokenizer (offline)
+    python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer dev/data/test_tokenizer
+    python train_llama3.py --model d2 --tokenizer dev/data/test_tokenizer \\
+        --input_bin dev/data/tinyshakespeare/tiny_shakespeare_val.bin --num_iterations 20
+    python train_llama3.py --model meta-llama/Llama-3.2-1B       # needs the gated hub weights (or a local directory)
+    torchrun --nproc_per_node 2 train_llama3.py --device cpu --model d2 --tokenizer dev/data/test_tokenizer ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from train_gpt2 import (
+    DebugOptimizer,
+    DistributedDataLoader,
+    OneLineErrorParser,
+    UserError,
+    atomic_write,
+    float_bits,
+    format_eta,
+    get_lr,
+    header_bytes,
+    print0,
+    setup_distributed,
+    tensor_bytes,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
+from data_common import DataError, DataFormatError, LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
+
+MODEL_MAGIC, STATE_MAGIC, TOKENIZER_MAGIC = 20240803, 20240803, 20240328
+STATE_VERSION, TOKENIZER_VERSION = 3, 3
+MODEL_VERSIONS = {3: "float32", 5: "bfloat16"}
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def llama_ffn_hidden(n_embd: int, multiple_of: int, ffn_dim_multiplier: float) -> int:
+    """Llama's SwiGLU hidden size: 2/3 of 4C, scaled by ffn_dim_multiplier (float32, 0 = none), rounded up
+    to a multiple of multiple_of (the arithmetic in double precision, as the C reader does it)."""
+    h = int(2 * (4 * n_embd) / 3)
+    if ffn_dim_multiplier > 0:
+        h = int(float(np.float32(ffn_dim_multiplier)) * h)
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
+
+
+@dataclass
+class LlamaConfig:
+    block_size: int = 1024
+    vocab_size: int = 128256
+    n_layer: int = 16
+    n_head: int = 32
+    n_kv_head: int = 8
+    n_embd: int = 2048
+    ffn_dim_multiplier: float = 0.0  # 0 = none
+    multiple_of: int = 256
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    use_scaled_rope: bool = False
+    rope_factor: float = 0.0  # the four Llama 3.1 scaling parameters, 0 when use_scaled_rope is off
+    low_freq_factor: float = 0.0
+    high_freq_factor: float = 0.0
+    original_max_position: float = 0.0
+    tied_embeddings: bool = False
+    version_minor: int = 0  # Llama 3.<minor>; 0 for dN models from scratch
+    ffn_hidden: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of, self.ffn_dim_multiplier)
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def check_config(c: LlamaConfig, where: str) -> None:
+    """Shapes the model can be built with; a UserError naming `where` otherwise."""
+    problems = []
+    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.multiple_of) < 1:
+        problems.append("every size must be at least 1")
+    elif c.n_embd % c.n_head or c.head_size % 2:
+        problems.append(f"n_embd {c.n_embd} must be n_head {c.n_head} times an even head size")
+    elif c.n_head % c.n_kv_head:
+        problems.append(f"n_head {c.n_head} is not a multiple of n_kv_head {c.n_kv_head}")
+    if not c.norm_eps > 0 or not c.rope_theta > 0:
+        problems.append(f"norm_eps {c.norm_eps} and rope_theta {c.rope_theta} must be positive")
+    if c.use_scaled_rope and not (c.rope_factor > 0 and c.high_freq_factor > c.low_freq_factor > 0 and c.original_max_position > 0):
+        problems.append("scaled RoPE needs factor > 0, high_freq_factor > low_freq_factor > 0 and original_max_position > 0")
+    if problems:
+        raise UserError(f"{where}: bad Llama config: {problems[0]}")
+
+
+def rope_inv_freq(c: LlamaConfig) -> torch.Tensor:
+    """(HS/2,) float32 inverse frequencies theta^(-2i/HS), with Llama 3.1's scaling when use_scaled_rope:
+    long wavelengths divided by `factor`, short ones kept, the band between interpolated smoothly."""
+    HS = c.head_size
+    inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, HS, 2, dtype=torch.int64).float() / HS))
+    if not c.use_scaled_rope:
+        return inv_freq
+    low_wavelen = c.original_max_position / c.low_freq_factor
+    high_wavelen = c.original_max_position / c.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / c.rope_factor, inv_freq)
+    smooth = (c.original_max_position / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / c.rope_factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_tables(c: LlamaConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, each (block_size, HS) float32: angle t * inv_freq[i] in columns i and i + HS/2."""
+    t = torch.arange(c.block_size, dtype=torch.int64).float()
+    freqs = t[:, None] * rope_inv_freq(c)[None, :]  # (maxT, HS/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (maxT, HS)
+    return emb.cos(), emb.sin()
+
+
+def rope_apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, nh, T, HS) rotated pairwise: dimension i with i + HS/2 (transformers' rotate_half convention)."""
+    half = x.size(-1) // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float() if dtype in (torch.float16, torch.bfloat16) else x
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Grouped-query attention: NH query heads share NKV key/value heads (query head h uses kv head h // (NH/NKV))."""
+
+    def __init__(self, config: LlamaConfig, flash: bool):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.hs, self.flash = config.n_head, config.n_kv_head, config.head_size, flash
+        # one weight: the q rows, then the k rows, then the v rows (the model file's qkvw)
+        self.c_attn = nn.Linear(config.n_embd, (config.n_head + 2 * config.n_kv_head) * config.head_size, bias=False)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        NH, NKV, HS = self.n_head, self.n_kv_head, self.hs
+        q, k, v = self.c_attn(x).split([NH * HS, NKV * HS, NKV * HS], dim=2)
+        q = q.view(B, T, NH, HS).transpose(1, 2)  # (B, NH, T, HS)
+        k = k.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
+        v = v.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
+        q, k = rope_apply(q, cos, sin), rope_apply(k, cos, sin)
+        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)  # (B, NH, T, HS)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B, NH, T, T)
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~mask, float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    """SwiGLU: c_proj(silu(c_fc(x)) * c_fc2(x)); c_fc is Llama's gate (w1), c_fc2 its up (w3), c_proj its down (w2)."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.ffn_hidden, bias=False)
+        self.c_fc2 = nn.Linear(config.n_embd, config.ffn_hidden, bias=False)
+        self.c_proj = nn.Linear(config.ffn_hidden, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.silu(self.c_fc(x)) * self.c_fc2(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: LlamaConfig, flash: bool):
+        super().__init__()
+        self.ln_1 = RMSNorm(config.n_embd, config.norm_eps)
+        self.attn = CausalSelfAttention(config, flash)
+        self.ln_2 = RMSNorm(config.n_embd, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cos, sin)
+        return x + self.mlp(self.ln_2(x))
+
+
+# The model file's tensors after wte, each stacked over layers: (name, module path inside a Block).
+LAYER_TENSORS = [
+    ("ln1w", "ln_1"), ("qkvw", "attn.c_attn"), ("attprojw", "attn.c_proj"), ("ln2w", "ln_2"),
+    ("fcw", "mlp.c_fc"), ("fcw2", "mlp.c_fc2"), ("fcprojw", "mlp.c_proj"),
+]
+
+
+class Llama(nn.Module):
+    def __init__(self, config: LlamaConfig, flash: bool = False):
+        super().__init__()
+        check_config(config, "model")
+        self.config = config
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                h=nn.ModuleList([Block(config, flash) for _ in range(config.n_layer)]),
+                ln_f=RMSNorm(config.n_embd, config.norm_eps),
+            )
+        )
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tied_embeddings:
+            self.lm_head.weight = self.transformer.wte.weight
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def file_tensors(self) -> list[tuple[str, list[torch.Tensor]]]:
+        """The model file's tensors in order, each as its list of per-layer parts (one part for the global ones)."""
+        h = self.transformer.h
+        out = [("wte", [self.transformer.wte.weight])]
+        for name, path in LAYER_TENSORS:
+            out.append((name, [block.get_submodule(path).weight for block in h]))
+        out.append(("lnfw", [self.transformer.ln_f.weight]))
+        if not self.config.tied_embeddings:
+            out.append(("lm_head", [self.lm_head.weight]))
+        return out
+
+    def init_weights(self, seed: int) -> None:
+        """From scratch, one torch generator seeded with `seed` drawing normal_ once per model-file tensor, in
+        file order, over the whole tensor stacked across layers: wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head.
+        std 0.02, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); RMSNorm weights 1."""
+        g = torch.Generator().manual_seed(seed)
+        std_residual = 0.02 / math.sqrt(2 * self.config.n_layer)
+        with torch.no_grad():
+            for name, parts in self.file_tensors():
+                if name in ("ln1w", "ln2w", "lnfw"):
+                    for p in parts:
+                        p.fill_(1.0)
+                    continue
+                std = std_residual if name in ("attprojw", "fcprojw") else 0.02
+                block = torch.empty(len(parts), *parts[0].shape).normal_(0.0, std, generator=g)
+                for p, drawn in zip(parts, block):
+                    p.copy_(drawn)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
+        x = self.transformer.wte(idx)  # (B, T, C)
+        cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
+        for block in self.transformer.h:
+            x = block(x, cos, sin)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        else:
+            logits, loss = self.lm_head(x[:, [-1], :]), None
+        return (logits if return_logits else None), loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+    def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
+                             zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
+        """AdamW; weight decay on the 2-D weights only (embeddings, matmuls), not on the RMSNorm weights."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        extra = {"fused": True} if fused else {}
+        if zero_stage == 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,
+                                          **extra)
+            opt.add_param_group(groups[1])
+            return opt
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
+
+
+def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
+    """dN from scratch: L=N, C=64N, NH=N, NKV=max(1, N/2), SwiGLU hidden rounded to 32, untied head."""
+    return LlamaConfig(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth, n_kv_head=max(1, depth // 2),
+                       n_embd=64 * depth, ffn_dim_multiplier=0.0, multiple_of=32, norm_eps=1e-5, rope_theta=500000.0,
+                       use_scaled_rope=False, tied_embeddings=False, version_minor=0)
+
+
+# ----------------------------------------------------------------------------- Hugging Face import
+
+
+def ffn_rule_for(n_embd: int, hidden: int) -> tuple[float, int]:
+    """(ffn_dim_multiplier, multiple_of) whose Llama rule gives `hidden`: Meta's published pairs first, then
+    the largest power of two dividing `hidden` with no multiplier, then `hidden` itself as the multiple."""
+    candidates = [(1.5, 256), (1.0, 256), (1.3, 1024), (1.3, 256), (0.0, 256)]
+    candidates += [(0.0, 1 << k) for k in range(12, -1, -1)]
+    for mult, multiple in candidates:
+        if llama_ffn_hidden(n_embd, multiple, mult) == hidden:
+            return mult, multiple
+    h0 = int(2 * (4 * n_embd) / 3)
+    mult = float(np.float32(hidden / h0))
+    while llama_ffn_hidden(n_embd, hidden, mult) != hidden:  # int(mult * h0) overshot `hidden` by rounding
+        mult = float(np.nextafter(np.float32(mult), np.float32(0)))
+    return mult, hidden
+
+
+def config_from_hf(c, where: str) -> LlamaConfig:
+    """Our config from a transformers LlamaConfig (rope_parameters as transformers 5 normalises them)."""
+    if getattr(c, "hidden_act", "silu") != "silu" or getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False):
+        raise UserError(f"{where}: unsupported Llama variant (needs silu, no attention or MLP biases)")
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if head_dim * c.num_attention_heads != c.hidden_size:
+        raise UserError(f"{where}: head_dim {head_dim} x {c.num_attention_heads} heads != hidden size {c.hidden_size}")
+    rope = dict(getattr(c, "rope_parameters", None) or {})
+    theta = float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+    rope_type = rope.get("rope_type", "default")
+    if rope_type not in ("default", "llama3"):
+        raise UserError(f"{where}: unsupported RoPE type {rope_type!r} (default or llama3)")
+    scaled = rope_type == "llama3"
+    mult, multiple = ffn_rule_for(c.hidden_size, c.intermediate_size)
+    tied = bool(getattr(c, "tie_word_embeddings", False))
+    return LlamaConfig(
+        block_size=int(c.max_position_embeddings), vocab_size=int(c.vocab_size), n_layer=int(c.num_hidden_layers),
+        n_head=int(c.num_attention_heads), n_kv_head=int(c.num_key_value_heads or c.num_attention_heads),
+        n_embd=int(c.hidden_size), ffn_dim_multiplier=mult, multiple_of=multiple, norm_eps=float(c.rms_norm_eps),
+        rope_theta=theta, use_scaled_rope=scaled,
+        rope_factor=float(rope["factor"]) if scaled else 0.0,
+        low_freq_factor=float(rope["low_freq_factor"]) if scaled else 0.0,
+        high_freq_factor=float(rope["high_freq_factor"]) if scaled else 0.0,
+        original_max_position=float(rope["original_max_position_embeddings"]) if scaled else 0.0,
+        tied_embeddings=tied, version_minor=2 if tied else (1 if scaled else 0),
+    )
+
+
+def from_hf_model(hf, where: str, flash: bool = False) -> Llama:
+    """Our Llama from a transformers LlamaForCausalLM: q, k, v concatenated into c_attn, nothing permuted."""
+    model = Llama(config_from_hf(hf.config, where), flash)
+    sd = hf.state_dict()
+
+    def take(key: str) -> torch.Tensor:
+        if key not in sd:
+            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
+        return sd[key].float()
+
+    with torch.no_grad():
+        model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
+        for i, block in enumerate(model.transformer.h):
+            p = f"model.layers.{i}."
+            block.ln_1.weight.copy_(take(p + "input_layernorm.weight"))
+            block.attn.c_attn.weight.copy_(torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]))
+            block.attn.c_proj.weight.copy_(take(p + "self_attn.o_proj.weight"))
+            block.ln_2.weight.copy_(take(p + "post_attention_layernorm.weight"))
+            block.mlp.c_fc.weight.copy_(take(p + "mlp.gate_proj.weight"))
+            block.mlp.c_fc2.weight.copy_(take(p + "mlp.up_proj.weight"))
+            block.mlp.c_proj.weight.copy_(take(p + "mlp.down_proj.weight"))
+        model.transformer.ln_f.weight.copy_(take("model.norm.weight"))
+        if not model.config.tied_embeddings:
+            model.lm_head.weight.copy_(take("lm_head.weight"))
+    return model
+
+
+def load_hf_llama(name: str, flash: bool) -> Llama:
+    """A LlamaForCausalLM from a local directory or a hub name (the cache first; one error line offline)."""
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from data_common import huggingface_reachable
+
+    hf_logging.set_verbosity_error()
+    if Path(name).is_dir():
+        try:
+            hf = LlamaForCausalLM.from_pretrained(name, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--model {name}: not a Hugging Face Llama directory ({' '.join(str(e).split())[:200]})") from None
+        return from_hf_model(hf, f"--model {name}", flash)
+    try:
+        hf = LlamaForCausalLM.from_pretrained(name, dtype=torch.float32, local_files_only=True)
+    except OSError:
+        if not huggingface_reachable(timeout=3.0):
+            raise UserError(f"--model {name}: not a directory, not in the Hugging Face cache, and huggingface.co cannot be "
+                            "reached (offline? download it elsewhere and pass its directory)") from None
+        try:
+            hf = LlamaForCausalLM.from_pretrained(name, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--model {name}: cannot load it from the hub ({' '.join(str(e).split())[:200]}; "
+                            "gated models need their licence accepted and `hf auth login`)") from None
+    return from_hf_model(hf, f"--model {name}", flash)
+
+
+def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tuple[Llama, str]:
+    """Model from a name: dN from scratch (vocab from the tokenizer), one of our llama3 .bin files, or a Hugging
+    Face Llama (directory or hub name). Returns it and the stem of the files written for it."""
+    if name.startswith("d") and name[1:].isdigit():
+        depth = int(name[1:])
+        if depth < 1:
+            raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d2)")
+        model = Llama(depth_config(depth, vocab_size), flash)
+        model.init_weights(seed)
+        return model, f"llama3_{name}"
+    if name.endswith(".bin") and Path(name).is_file():
+        return read_model(name, flash), Path(name).stem
+    model = load_hf_llama(name, flash)
+    return model, f"llama3_{Path(name).name}"
+
+
+# ----------------------------------------------------------------------------- llmc .bin files
+
+
+def model_header(c: LlamaConfig, version: int) -> bytes:
+    ints = [MODEL_MAGIC, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd,
+            int(c.ffn_dim_multiplier), c.multiple_of, int(c.norm_eps), int(c.rope_theta), int(c.use_scaled_rope),
+            4, 3, c.version_minor, int(c.tied_embeddings), c.ffn_hidden]
+    floats = [c.ffn_dim_multiplier, c.norm_eps, c.rope_theta, c.rope_factor, c.low_freq_factor, c.high_freq_factor,
+              c.original_max_position]
+    return header_bytes(ints) + header_bytes(floats, "<f4")
+
+
+def tensor_shapes(c: LlamaConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every model-file tensor, in file order."""
+    L, C, V, F_, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_size
+    shapes = [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, (c.n_head + 2 * c.n_kv_head) * HS, C)),
+              ("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, F_, C)), ("fcw2", (L, F_, C)),
+              ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
+    return shapes + ([] if c.tied_embeddings else [("lm_head", (V, C))])
+
+
+def stacked(model: Llama, get) -> list[torch.Tensor]:
+    """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
+    return [parts[0] if name in ("wte", "lnfw", "lm_head") else torch.stack(parts)
+            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+
+
+def write_model(model: Llama, filename: str | Path, dtype: str) -> None:
+    """Llama 3 model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
+    version = {"float32": 3, "bfloat16": 5}[dtype]
+    tensors = stacked(model, lambda p: p.detach().cpu().float())
+    atomic_write(filename, [model_header(model.config, version), *(tensor_bytes(t, dtype) for t in tensors)])
+    print0(f"wrote {filename}")
+
+
+def read_header_fields(path: Path, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    if len(data) < 2048:
+        raise UserError(f"{path}: truncated: {len(data)} bytes, shorter than the 2048-byte Llama 3 header")
+    return np.frombuffer(data[:1024], dtype="<i4"), np.frombuffer(data[1024:2048], dtype="<f4")
+
+
+def config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> LlamaConfig:
+    c = LlamaConfig(
+        block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]), n_kv_head=int(hi[6]),
+        n_embd=int(hi[7]), ffn_dim_multiplier=float(hf[0]), multiple_of=int(hi[9]), norm_eps=float(hf[1]),
+        rope_theta=float(hf[2]), use_scaled_rope=bool(hi[12]), rope_factor=float(hf[3]), low_freq_factor=float(hf[4]),
+        high_freq_factor=float(hf[5]), original_max_position=float(hf[6]), tied_embeddings=bool(hi[16]),
+        version_minor=int(hi[15]),
+    ) if min(int(v) for v in hi[2:8]) > 0 and int(hi[9]) > 0 else None
+    if c is None:
+        raise UserError(f"{path}: bad header: sizes {list(map(int, hi[2:8]))} and multiple_of {int(hi[9])} must be positive")
+    check_config(c, str(path))
+    if int(hi[17]) != c.ffn_hidden:
+        raise UserError(f"{path}: header FFN hidden size {int(hi[17])} is not Llama's rule for C={c.n_embd}, "
+                        f"multiple_of={c.multiple_of}, ffn_dim_multiplier={c.ffn_dim_multiplier} ({c.ffn_hidden})")
+    return c
+
+
+def read_model(filename: str | Path, flash: bool = False) -> Llama:
+    """A Llama from one of our model files, validated (magic, version, header sizes, body length): UserError otherwise."""
+    path = Path(filename)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
+    hi, hf = read_header_fields(path, data)
+    if int(hi[0]) != MODEL_MAGIC:
+        raise UserError(f"{path}: wrong magic {int(hi[0])}, expected {MODEL_MAGIC} (a Llama 3 model file)")
+    if int(hi[1]) not in MODEL_VERSIONS:
+        raise UserError(f"{path}: wrong version {int(hi[1])}, expected 3 (float32) or 5 (bfloat16)")
+    c = config_from_header(path, hi, hf)
+    shapes = tensor_shapes(c)
+    itemsize = 4 if int(hi[1]) == 3 else 2
+    want = 2048 + sum(math.prod(s) for _, s in shapes) * itemsize
+    if len(data) != want:
+        problem = "truncated" if len(data) < want else "trailing data"
+        raise UserError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {len(data)}")
+    if itemsize == 4:
+        flat = torch.from_numpy(np.frombuffer(data, dtype="<f4", offset=2048).copy())
+    else:
+        flat = torch.from_numpy(np.frombuffer(data, dtype="<i2", offset=2048).copy()).view(torch.bfloat16).float()
+    model = Llama(c, flash)
+    pos = 0
+    with torch.no_grad():
+        for (name, parts), (_, shape) in zip(model.file_tensors(), shapes):
+            n = math.prod(shape)
+            t = flat[pos : pos + n].view(shape)
+            pos += n
+            for i, p in enumerate(parts):
+                p.copy_(t if len(parts) == 1 else t[i])
+    return model
+
+
+def tokenizer_file_bytes(tok: LlamaTokenizer) -> list[bytes]:
+    """Header and body of the Llama 3 tokenizer file; UserError when a token is empty or longer than 255 bytes."""
+    body = bytearray()
+    for i, piece in enumerate(tok.token_bytes()):
+        if not 1 <= len(piece) <= 255:
+            raise UserError(f"token {i} is {len(piece)} bytes long: the tokenizer file holds 1 to 255 bytes per token")
+        body.append(len(piece))
+        body += piece
+    return [header_bytes([TOKENIZER_MAGIC, TOKENIZER_VERSION, tok.vocab_size, tok.eot, tok.bos], "<u4"), bytes(body)]
+
+
+def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
+    """Llama 3 tokenizer file: uint32 header (vocab, end-of-text and BOS ids), then per id a length byte and its bytes."""
+    atomic_write(filename, tokenizer_file_bytes(tok))
+    print0(f"wrote {filename}")
+
+
+def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                    dtype: torch.dtype = torch.float32):
+    """CPU forward/backward on one batch in `dtype`, then `opt.steps` AdamW steps on it:
+    (logits, loss, grads in file order, losses, grad norms before clipping)."""
+    ref = copy.deepcopy(model).cpu().to(dtype)
+    optimizer = ref.configure_optimizers(opt.weight_decay, opt.lr, (opt.beta1, opt.beta2), opt.eps)
+    logits, loss, grads, losses, norms = None, None, None, [], []
+    for step in range(opt.steps):
+        optimizer.zero_grad(set_to_none=True)
+        step_logits, step_loss = ref(x, y)
+        if dtype != torch.float32:
+            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.view(-1))
+        step_loss.backward()
+        if step == 0:
+            logits, loss = step_logits.detach(), step_loss.detach()
+            grads = stacked(ref, lambda p: p.grad.detach().clone())
+        losses.append(step_loss.item())
+        max_norm = opt.grad_clip if opt.grad_clip > 0 else float("inf")
+        norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item())
+        optimizer.step()
+    return logits, loss, grads, losses, norms
+
+
+def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
+                      opt: DebugOptimizer = DebugOptimizer()) -> None:
+    """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
+    of `opt.steps` reference AdamW steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|)."""
+    x, y = x.cpu(), y.cpu()
+    logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
+    exact = reference_steps(model, x, y, opt, torch.float64)[3]
+    noise = [abs(a - b) for a, b in zip(losses, exact)]
+    B, T = x.shape
+    settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
+    head = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, opt.steps, *settings, len(noise), 0, 0, 0, 0, 0, 0])
+    chunks = [
+        head,
+        x.to(torch.int32).numpy().tobytes(),
+        y.to(torch.int32).numpy().tobytes(),
+        logits.float().numpy().tobytes(),
+        loss.float().numpy().tobytes(),
+        *(g.float().numpy().tobytes() for g in grads),
+        np.asarray(losses, dtype=np.float32).tobytes(),
+        np.asarray(norms, dtype=np.float32).tobytes(),
+        np.asarray(noise, dtype=np.float32).tobytes(),
+    ]
+    atomic_write(filename, chunks)
+    summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
+    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob; llama-3 shards)")
+    a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
+    a("--output_dir", default="", help="directory for main.log and the final checkpoint")
+    a("--model", default="meta-llama/Llama-3.2-1B",
+      help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files")
+    a("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model directory's, "
+      "else the hub's meta-llama/Meta-Llama-3-8B")
+    a("--seed", type=int, default=42, help="seed of the from-scratch init and of sampling")
+    a("--batch_size", type=int, default=4, help="micro-batch size B")
+    a("--sequence_length", type=int, default=64, help="sequence length T")
+    a("--total_batch_size", type=int, default=-1, help="tokens per optimizer step (-1 = B*T*processes, no accumulation)")
+    a("--num_iterations", type=int, default=10, help="optimizer steps")
+    a("--inference_only", type=int, default=0, help="forward only, no training")
+    a("--learning_rate", type=float, default=1e-4)
+    a("--warmup_iters", type=int, default=0)
+    a("--learning_rate_decay_frac", type=float, default=1.0, help="final LR as a fraction of --learning_rate")
+    a("--weight_decay", type=float, default=0.0)
+    a("--grad_clip", type=float, default=1.0, help="clip gradients to this global norm (0 = off)")
+    a("--val_loss_every", type=int, default=0, help="every how many steps to evaluate val loss (0 = never)")
+    a("--val_max_steps", type=int, default=20, help="batches per validation")
+    a("--sample_every", type=int, default=0, help="every how many steps to print a sample (0 = never)")
+    a("--gen_tokens", type=int, default=64, help="tokens per sample")
+    a("--overfit_single_batch", type=int, default=0, help="train on the first batch only")
+    a("--tensorcores", type=int, default=0, help="allow TF32 matmuls on CUDA")
+    a("--device", default="", help="cpu|cuda|cuda:N|mps; default: the best available")
+    a("--compile", type=int, default=0, help="torch.compile the model")
+    a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
+    a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True))")
+    a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
+    a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
+    a("--write_tensors", type=int, default=1, help="write the model files, tokenizer file and debug state")
+    a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
+    return p.parse_args(argv)
+
+
+def resolve_tokenizer(args: argparse.Namespace) -> LlamaTokenizer:
+    if args.tokenizer:
+        return load_llama3_tokenizer(args.tokenizer)
+    if Path(args.model).is_dir() and (Path(args.model) / "tokenizer.json").exists():
+        return load_llama3_tokenizer(args.model)
+    return load_llama3_tokenizer("")
+
+
+def train(args: argparse.Namespace) -> None:
+    rank, _, world, device = setup_distributed(args.device)
+    master = rank == 0
+    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    print0(f"device {device}, {world} process(es)")
+    torch.manual_seed(args.seed + rank)
+    if args.tensorcores:
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    B, T = args.batch_size, args.sequence_length
+    if B < 1 or T < 1:
+        raise UserError(f"--batch_size {B} and --sequence_length {T} must both be at least 1")
+    tokens_per_step = B * T * world
+    total_batch = args.total_batch_size if args.total_batch_size > 0 else tokens_per_step
+    if total_batch % tokens_per_step:
+        raise UserError(f"--total_batch_size {total_batch} is not a multiple of B*T*processes = {tokens_per_step}")
+    grad_accum = total_batch // tokens_per_step
+    print0(f"total batch {total_batch} tokens, {grad_accum} micro-step(s) of {B} x {T} per process")
+
+    tok = resolve_tokenizer(args)
+    model, stem = load_model(args.model, args.seed, tok.vocab_size, bool(args.flash))
+    c = model.config
+    if c.vocab_size != tok.vocab_size:
+        raise UserError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab is {c.vocab_size}")
+    if T > c.block_size:
+        raise UserError(f"--sequence_length {T} exceeds the model's block size {c.block_size}")
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(f"model {args.model}: L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
+           f"V={c.vocab_size}, {n_params:,} parameters")
+
+    train_loader = DistributedDataLoader(args.input_bin, B, T, rank, world, c.vocab_size)
+    val_loader = DistributedDataLoader(args.input_val_bin, B, T, rank, world, c.vocab_size) if args.input_val_bin else None
+
+    if args.write_tensors and master and not args.inference_only:
+        x, y = train_loader.next_batch()
+        train_loader.reset()
+        write_model(model, f"{stem}.bin", "float32")
+        write_model(model, f"{stem}_bf16.bin", "bfloat16")
+        write_tokenizer(tok, "llama3_tokenizer.bin")
+        write_debug_state(model, x, y, f"{stem}_debug_state.bin", DebugOptimizer(steps=args.debug_steps))
+
+    model.to(device)
+    model.train()
+    raw_model = model
+    if args.compile:
+        model = torch.compile(model)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
+    autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage,
+                                                bool(args.fused_adamw))
+
+    logfile = None
+    if args.output_dir and master:
+        os.makedirs(args.output_dir, exist_ok=True)
+        logfile = open(os.path.join(args.output_dir, "main.log"), "w")
+
+    def log(line: str) -> None:
+        if logfile:
+            logfile.write(line + "\n")
+            logfile.flush()
+
+    sample_rng = torch.Generator(device=device).manual_seed(args.seed)
+    first_batch = train_loader.next_batch() if args.overfit_single_batch else None
+    step_times: list[float] = []
+    for step in range(args.num_iterations + 1):
+        last_step = step == args.num_iterations
+
+        if val_loader and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last_step):
+            model.eval()
+            val_loader.reset()
+            with torch.no_grad():
+                val_loss = torch.zeros((), device=device)
+                for _ in range(args.val_max_steps):
+                    x, y = val_loader.next_batch()
+                    with ctx:
+                        _, loss = model(x.to(device), y.to(device), return_logits=False)
+                    val_loss += loss.float() / args.val_max_steps
+            if world > 1:
+                dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
+            print0(f"step {step}: val loss {val_loss.item():.6f}")
+            log(f"s:{step} tel:{val_loss.item():.6f}")
+            model.train()
+
+        if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
+            start = torch.tensor([[tok.bos]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
+            print0("---\n" + tok.decode(out[0, 1:].tolist()) + "\n---")
+
+        if last_step or args.inference_only:
+            break
+
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_acc = torch.zeros((), device=device)
+        for micro in range(grad_accum):
+            x, y = first_batch if first_batch is not None else train_loader.next_batch()
+            if world > 1:
+                model.require_backward_grad_sync = micro == grad_accum - 1
+            with ctx:
+                _, loss = model(x.to(device), y.to(device), return_logits=False)
+            loss = loss / grad_accum
+            loss_acc += loss.detach()
+            loss.backward()
+        if world > 1:
+            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+        max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        recent = sorted(step_times[-10:])[len(step_times[-10:]) // 2]
+        eta = recent * (args.num_iterations - step - 1)
+        print0(f"step {step + 1:4d}/{args.num_iterations} | loss {loss_acc.item():.6f} | lr {lr:.2e} | norm {norm.item():.4f} "
+               f"| {dt * 1000:.1f} ms | {total_batch / dt:.0f} tok/s | ETA {format_eta(eta)}")
+        log(f"s:{step} trl:{loss_acc.item():.6f} lr:{lr:.6e} norm:{norm.item():.4f}")
+
+    if args.output_dir and master and args.num_iterations > 0 and not args.inference_only:
+        write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
+    if logfile:
+        logfile.close()
+    if world > 1:
+        dist.barrier()  # the master's checkpoint is written before any rank tears the group down
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        train(args)
+    except (UserError, DataError, DataFormatError, OSError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
