@@ -84,3 +84,29 @@ def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
 def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin."""
     return write_reference(tmp_path_factory.mktemp("d2"), "d2")
+
+
+def tinyshakespeare_text() -> Path:
+    """The Tiny Shakespeare text: the data script's cache, else the machine's seed copy."""
+    cache = TS_DIR / "tiny_shakespeare.txt"
+    seed = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+    return cache if cache.exists() or not seed.exists() else seed
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer(tmp_path_factory, tinyshakespeare) -> Path:
+    """Directory holding tokenizer.json: a 514-token byte-level BPE in the Llama 3 style (dev/data/make_test_tokenizer.py;
+    <|begin_of_text|> = 512, <|end_of_text|> = 513), trained on Tiny Shakespeare in about a second."""
+    out = tmp_path_factory.mktemp("llama3_tokenizer")
+    run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out, "--corpus", tinyshakespeare_text()])
+    return out
+
+
+@pytest.fixture(scope="session")
+def llama3_tinyshakespeare(tmp_path_factory, llama3_tokenizer) -> tuple[Path, Path]:
+    """(train, val) llama-3 shards (uint32, magic 20240801 v7) of Tiny Shakespeare in the test tokenizer's ids."""
+    data_dir = tmp_path_factory.mktemp("llama3_tinyshakespeare")
+    shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
+    run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer", llama3_tokenizer,
+         "--data_dir", data_dir])
+    return data_dir / "tiny_shakespeare_train.bin", data_dir / "tiny_shakespeare_val.bin"
