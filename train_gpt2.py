@@ -171,21 +171,184 @@ class GPT(nn.Module):
 
     def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
                              zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
-        """AdamW; weight decay only on the 2-D weights (embeddings and matmul weights). `fused`: torch's
-        one-kernel AdamW (AdamW(fused=True), CPU and CUDA), the same update up to float rounding."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        extra = {"fused": True} if fused else {}
-        if zero_stage == 1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
+        """AdamW on every parameter (make_optimizer with --optimizer adamw)."""
+        settings = OptimizerSettings(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, fused=fused)
+        return make_optimizer(self, settings, gpt2_is_block_matrix, zero_stage=zero_stage)
 
-            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,
-                                          **extra)
-            opt.add_param_group(groups[1])
-            return opt
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
+
+# ----------------------------------------------------------------------------- optimizers
+
+MUON_ADJUST_LR = ("original", "match_rms_adamw")
+OPTIMIZERS = ("adamw", "muon")
+
+
+@dataclass
+class OptimizerSettings:
+    """AdamW (lr, betas, eps, fused) for everything, or with name = "muon" torch.optim.Muon on the block
+    matrices (muon_*) and AdamW on the rest. Weight decay is decoupled in both; AdamW decays 2-D tensors only."""
+    name: str = "adamw"
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    fused: bool = False
+    muon_lr: float = 1e-3
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_adjust_lr: str = "original"
+
+
+def gpt2_is_block_matrix(name: str, p: torch.Tensor) -> bool:
+    """The matrices Muon trains: the 2-D weights inside the blocks (qkv, attention projection, fc, fc projection)."""
+    return name.startswith("transformer.h.") and p.dim() == 2
+
+
+def newton_schulz(grad: torch.Tensor, steps: int, eps: float = 1e-7, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """torch.optim.Muon's orthogonalisation (torch/optim/_muon.py) with its arithmetic in `dtype` (torch: bfloat16):
+    X = G (transposed when it has more rows than columns) / max(||G||_F, eps), then `steps` times
+    X = a X + (b A + c A A) X with A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315)."""
+    a, b, c = torch.optim._muon.DEFAULT_A, torch.optim._muon.DEFAULT_B, torch.optim._muon.DEFAULT_C
+    x = grad.to(dtype)
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(steps):
+        gram = x @ x.T
+        gram_update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, gram_update, x, beta=a)
+    return x.T if tall else x
+
+
+class MuonNS(torch.optim.Muon):
+    """torch.optim.Muon with its Newton-Schulz iteration in `ns_dtype` instead of bfloat16: the reference of the
+    debug state, which the C trainer's float32 iteration is checked against. Momentum, Nesterov, weight decay
+    and lr adjustment are torch's own lines (_single_tensor_muon); with ns_dtype = bfloat16 it is torch.optim.Muon
+    bit for bit (tests/test_muon.py)."""
+
+    def __init__(self, params, ns_dtype: torch.dtype, **kwargs) -> None:
+        super().__init__(params, **kwargs)
+        self.ns_dtype = ns_dtype
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("MuonNS.step takes no closure")
+        for group in self.param_groups:
+            lr, wd, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+                update = newton_schulz(update, group["ns_steps"], group["eps"], self.ns_dtype).to(p.dtype)
+                adjusted_lr = torch.optim._muon._adjust_lr(lr, group["adjust_lr_fn"], p.shape)
+                p.mul_(1 - lr * wd)
+                p.add_(update, alpha=-adjusted_lr)
+        return None
+
+
+def owners_by_size(sizes: list[int], nproc: int) -> list[int]:
+    """Whole matrices to ranks, balanced by size: largest first (ties: lower index), each to the least
+    loaded rank (ties: lower rank). llmc/zero.h (zero_assign_whole) computes the same assignment."""
+    load = [0] * nproc
+    owner = [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        r = min(range(nproc), key=lambda r: (load[r], r))
+        owner[i] = r
+        load[r] += sizes[i]
+    return owner
+
+
+class CombinedOptimizer:
+    """Several torch optimizers stepped as one (Muon on the block matrices, AdamW on the rest). With ZeRO-1,
+    `broadcasts` lists (parameter, owner rank): after the step every owner sends its matrices to the others."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer],
+                 broadcasts: list[tuple[torch.Tensor, int]] | None = None) -> None:
+        self.optimizers = optimizers
+        self.broadcasts = broadcasts or []
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+        for p, _ in self.broadcasts:  # the matrices other ranks own are in none of this rank's optimizers
+            p.grad = None
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+        for p, owner in self.broadcasts:
+            dist.broadcast(p.data, src=owner)
+
+
+def make_adamw(groups: list[dict], s: OptimizerSettings, zero_stage: int) -> torch.optim.Optimizer:
+    """AdamW on parameter groups (each with its weight_decay); ZeRO-1 shards its state with ZeroRedundancyOptimizer."""
+    extra = {"fused": True} if s.fused else {}
+    groups = [g for g in groups if g["params"]]
+    if zero_stage == 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=s.lr, betas=s.betas,
+                                      eps=s.eps, **extra)
+        for g in groups[1:]:
+            opt.add_param_group(g)
+        return opt
+    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, **extra)
+
+
+def make_optimizer(model: nn.Module, s: OptimizerSettings, is_block_matrix: Callable[[str, torch.Tensor], bool],
+                   zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
+    """The optimizer of `s` for `model`. AdamW: weight decay on the 2-D tensors only. Muon: torch.optim.Muon on
+    the parameters is_block_matrix(name, p) picks (decoupled weight decay), AdamW on the others; each group
+    keeps its peak lr in group["initial_lr"] for the schedule. ZeRO-1 (under torch.distributed): AdamW's state
+    is sharded by ZeroRedundancyOptimizer, and Muon's matrices are owned whole (the iteration needs the whole
+    matrix), balanced by size (owners_by_size), each updated by its owner and broadcast. ns_dtype: the
+    Newton-Schulz arithmetic (None: torch.optim.Muon as it is, bfloat16; else MuonNS)."""
+    if s.name not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {s.name!r} (use adamw or muon)")
+    if s.muon_adjust_lr not in MUON_ADJUST_LR:
+        raise UserError(f"unknown Muon lr adjustment {s.muon_adjust_lr!r} (use original or match_rms_adamw)")
+    if not 1 <= s.muon_ns_steps < 100:
+        raise UserError(f"Muon Newton-Schulz steps {s.muon_ns_steps} must be in 1..99")
+    if not (s.muon_lr >= 0 and 0 <= s.muon_momentum <= 1):
+        raise UserError(f"Muon lr {s.muon_lr} must be >= 0 and momentum {s.muon_momentum} in [0, 1]")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    muon = [p for n, p in named if s.name == "muon" and is_block_matrix(n, p)]
+    muon_ids = {id(p) for p in muon}
+    rest = [p for n, p in named if id(p) not in muon_ids]
+    adamw = make_adamw([{"params": [p for p in rest if p.dim() >= 2], "weight_decay": s.weight_decay},
+                        {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}], s, zero_stage)
+    for g in adamw.param_groups:
+        g["initial_lr"] = s.lr
+    if not muon:
+        return adamw
+    broadcasts: list[tuple[torch.Tensor, int]] = []
+    mine = muon
+    if zero_stage == 1 and dist.is_initialized() and dist.get_world_size() > 1:
+        owners = owners_by_size([p.numel() for p in muon], dist.get_world_size())
+        broadcasts = list(zip(muon, owners))
+        mine = [p for p, r in broadcasts if r == dist.get_rank()]
+    kwargs = dict(lr=s.muon_lr, weight_decay=s.weight_decay, momentum=s.muon_momentum, nesterov=s.muon_nesterov,
+                  ns_steps=s.muon_ns_steps, adjust_lr_fn=s.muon_adjust_lr)
+    # a rank that owns no matrix still takes part in the broadcasts (an empty Muon is not allowed)
+    optimizers: list[torch.optim.Optimizer] = [adamw]
+    if mine:
+        muon_opt = torch.optim.Muon(mine, **kwargs) if ns_dtype is None else MuonNS(mine, ns_dtype, **kwargs)
+        for g in muon_opt.param_groups:
+            g["initial_lr"] = s.muon_lr
+        optimizers.append(muon_opt)
+    return CombinedOptimizer(optimizers, broadcasts)
+
 
 
 def depth_config(depth: int) -> GPTConfig:
@@ -339,7 +502,11 @@ def write_tokenizer(filename: str | Path) -> None:
 
 @dataclass
 class DebugOptimizer:
-    """The optimizer of the debug state's reference steps; its settings are stored in the header."""
+    """The optimizer of the debug state's reference steps; its settings are stored in the header. With
+    name = "muon": Muon (muon_*) on the block matrices, AdamW (lr, betas, eps) on the rest, both with
+    weight_decay; the Newton-Schulz iteration runs in the steps' precision (MuonNS: float32, and float64
+    for the noise rerun) where torch.optim.Muon uses bfloat16. Float settings are float32 values, as the
+    C side reads them."""
     steps: int = 10
     lr: float = 1e-4
     beta1: float = 0.9
@@ -347,13 +514,34 @@ class DebugOptimizer:
     eps: float = 1e-8
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    name: str = "adamw"
+    muon_lr: float = 1e-3
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_adjust_lr: str = "original"
+
+    def settings(self) -> OptimizerSettings:
+        f32 = lambda v: struct.unpack("<f", struct.pack("<f", v))[0]  # noqa: E731
+        return OptimizerSettings(name=self.name, lr=self.lr, weight_decay=self.weight_decay, betas=(self.beta1, self.beta2),
+                                 eps=self.eps, muon_lr=f32(self.muon_lr), muon_momentum=f32(self.muon_momentum),
+                                 muon_nesterov=self.muon_nesterov, muon_ns_steps=self.muon_ns_steps,
+                                 muon_adjust_lr=self.muon_adjust_lr)
+
+    def header_fields(self) -> list[int]:
+        """header[12..17]: optimizer (0 AdamW, 1 Muon), Muon lr and momentum (float32 bits), Nesterov, Newton-Schulz
+        steps, lr adjustment (0 original, 1 match_rms_adamw); all zero for AdamW."""
+        if self.name == "adamw":
+            return [0] * 6
+        return [1, float_bits(self.muon_lr), float_bits(self.muon_momentum), int(self.muon_nesterov), self.muon_ns_steps,
+                MUON_ADJUST_LR.index(self.muon_adjust_lr)]
 
 
 def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
                     dtype: torch.dtype = torch.float32):
-    """CPU forward/backward on one batch in `dtype`, then `opt.steps` AdamW steps on it: (logits, loss, grads, losses)."""
+    """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it: (logits, loss, grads, losses)."""
     ref = copy.deepcopy(model).cpu().to(dtype)
-    optimizer = ref.configure_optimizers(opt.weight_decay, opt.lr, (opt.beta1, opt.beta2), opt.eps)
+    optimizer = make_optimizer(ref, opt.settings(), gpt2_is_block_matrix, ns_dtype=dtype)
     logits, loss, grads, losses = None, None, None, []
     for step in range(opt.steps):
         optimizer.zero_grad(set_to_none=True)
@@ -393,14 +581,15 @@ def reference_loss_noise(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: Debu
 def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
     """Debug state: one batch, its logits, loss and every gradient, the losses of `opt.steps` reference
-    steps, then each step loss's float32 noise (header[11] = their count; after everything llm.c reads)."""
+    steps, then each step loss's float32 noise (header[11] = their count; after everything llm.c reads).
+    header[12..17] name the optimizer of the steps (DebugOptimizer.header_fields)."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses = reference_steps(model, x, y, opt)
     noise = reference_loss_noise(model, x, y, opt, losses)
     B, T = x.shape
     settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
     chunks = [
-        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings, len(noise)]),
+        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings, len(noise), *opt.header_fields()]),
         x.to(torch.int32).numpy().tobytes(),
         y.to(torch.int32).numpy().tobytes(),
         logits.float().numpy().tobytes(),
@@ -410,7 +599,7 @@ def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: st
         np.asarray(noise, dtype=np.float32).tobytes(),
     ]
     atomic_write(filename, chunks)
-    summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
+    summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
     print0(f"wrote {filename} (B={B}, T={T}, {summary})")
 
 
@@ -505,11 +694,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--compile", type=int, default=0, help="torch.compile the model")
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA")
+    a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
+      help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
+    a("--muon_lr", type=float, default=1e-3, help="Muon peak learning rate (the schedule scales it like --learning_rate)")
+    a("--muon_momentum", type=float, default=0.95, help="Muon momentum")
+    a("--muon_nesterov", type=int, default=1, choices=[0, 1], help="1 = Nesterov momentum for Muon")
+    a("--muon_ns_steps", type=int, default=5, help="Newton-Schulz iterations per Muon update (1..99)")
+    a("--muon_adjust_lr", default="original", choices=list(MUON_ADJUST_LR),
+      help="Muon lr adjustment: original = sqrt(max(1, rows/cols)), match_rms_adamw = 0.2 sqrt(max(rows, cols))")
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help="write the checkpoints, tokenizer and debug state")
     a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
     return p.parse_args(argv)
+
+
+def optimizer_settings(args: argparse.Namespace) -> OptimizerSettings:
+    return OptimizerSettings(name=args.optimizer, lr=args.learning_rate, weight_decay=args.weight_decay, betas=(0.9, 0.95),
+                             eps=1e-8, fused=bool(args.fused_adamw), muon_lr=args.muon_lr, muon_momentum=args.muon_momentum,
+                             muon_nesterov=bool(args.muon_nesterov), muon_ns_steps=args.muon_ns_steps,
+                             muon_adjust_lr=args.muon_adjust_lr)
+
+
+def debug_optimizer(args: argparse.Namespace) -> DebugOptimizer:
+    """The debug state's optimizer: the fixed AdamW settings, and with --optimizer muon the Muon flags."""
+    return DebugOptimizer(steps=args.debug_steps, name=args.optimizer, muon_lr=args.muon_lr, muon_momentum=args.muon_momentum,
+                          muon_nesterov=bool(args.muon_nesterov), muon_ns_steps=args.muon_ns_steps,
+                          muon_adjust_lr=args.muon_adjust_lr)
 
 
 def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
@@ -563,7 +774,9 @@ def train(args: argparse.Namespace) -> None:
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
         write_tokenizer("gpt2_tokenizer.bin")
-        write_debug_state(model, x, y, f"{stem}_debug_state.bin", DebugOptimizer(steps=args.debug_steps))
+        debug_opt = debug_optimizer(args)
+        name = f"{stem}_debug_state.bin" if debug_opt.name == "adamw" else f"{stem}_{debug_opt.name}_debug_state.bin"
+        write_debug_state(model, x, y, name, debug_opt)
 
     model.to(device)
     model.train()
@@ -574,8 +787,7 @@ def train(args: argparse.Namespace) -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
     autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage,
-                                                bool(args.fused_adamw))
+    optimizer = make_optimizer(raw_model, optimizer_settings(args), gpt2_is_block_matrix, zero_stage=args.zero_stage)
 
     logfile = None
     if args.output_dir and master:
@@ -634,8 +846,9 @@ def train(args: argparse.Namespace) -> None:
         max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group in optimizer.param_groups:  # AdamW's and Muon's peak lr, one schedule
+            group["lr"] = get_lr(step, group["initial_lr"], args.warmup_iters, args.num_iterations,
+                                 args.learning_rate_decay_frac)
         optimizer.step()
         if device_type == "cuda":
             torch.cuda.synchronize()

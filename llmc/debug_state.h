@@ -3,18 +3,23 @@ llmc/debug_state.h: the reference tensors written by python train_gpt2.py --writ
 read by both test programs (test_gpt2.c on the CPU, test_gpt2.cu on the GPU).
 
 int32 header of 256: [0]=20240327 [1]=2 [2]=B [3]=T [4]=nsteps [5..10]=fp32 bit patterns of
-lr, beta1, beta2, eps, weight_decay, grad_clip, [11]=nnoise (0 or nsteps). Body: x int32[B*T],
+lr, beta1, beta2, eps, weight_decay, grad_clip, [11]=nnoise (0 or nsteps), [12..17]=the optimizer
+of the steps: [12] 0 AdamW | 1 Muon, [13] Muon lr and [14] momentum (fp32 bit patterns), [15] Nesterov
+(0/1), [16] Newton-Schulz steps (1..99), [17] lr adjustment 0 original | 1 match_rms_adamw; all zero
+for AdamW (files written before these fields existed are AdamW files). Body: x int32[B*T],
 y int32[B*T], logits fp32[B*T*V] (V unpadded), loss fp32, the 16 parameter gradients fp32 in
 checkpoint order (wte with Vp rows), then nsteps fp32 losses (losses[i] is the loss before
 optimizer step i+1), then nnoise fp32 loss noises: loss_noise[i] = |losses[i] - the same loss
 when the reference reruns its steps in float64|, the float32 rounding noise of that step's loss
-(train_gpt2.py, reference_loss_noise). The noise section comes last and the version stays 2, so
+(train_gpt2.py, reference_loss_noise). With Muon the steps are train_gpt2.py's MuonNS: torch.optim.Muon
+with the Newton-Schulz iteration in float32 (torch's runs it in bfloat16), AdamW (lr, betas, eps) on
+what Muon does not train, weight_decay on both (llmc/muon.h). The noise section comes last and the version stays 2, so
 llm.c's reader (which reads up to the gradients) still reads these files.
 
 Files without the noise section (nnoise = 0: written before it existed) still load with
 has_loss_noise = 0; the tests then check step losses with their fixed fallback tolerance
 (llmc/tensor_check.h, step_loss_tolerance). Every inconsistency (header, size, token ids, a
-negative or non-finite noise) is one error line naming the file.
+negative or non-finite noise, an unknown optimizer or Muon setting) is one error line naming the file.
 */
 #ifndef LLMC_DEBUG_STATE_H
 #define LLMC_DEBUG_STATE_H
@@ -32,6 +37,10 @@ negative or non-finite noise) is one error line naming the file.
 typedef struct {
     int B, T, nsteps;
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int optimizer;          // 0 AdamW, 1 Muon (header[12]); the Muon fields are zero for AdamW
+    float muon_lr, muon_momentum;
+    int muon_nesterov, muon_ns_steps;
+    int muon_adjust_lr;     // 0 original, 1 match_rms_adamw
     int* x;         // (B, T)
     int* y;         // (B, T)
     float* logits;  // (B, T, V)
@@ -46,6 +55,40 @@ static inline float debug_state_float_bits(int bits) {
     float f;
     memcpy(&f, &bits, sizeof(f));
     return f;
+}
+
+// header[12..17]: the optimizer of the steps and its Muon settings
+static inline void debug_state_read_optimizer_(DebugState* d, const char* path, const int header[256]) {
+    d->optimizer = header[12];
+    d->muon_lr = debug_state_float_bits(header[13]);
+    d->muon_momentum = debug_state_float_bits(header[14]);
+    d->muon_nesterov = header[15];
+    d->muon_ns_steps = header[16];
+    d->muon_adjust_lr = header[17];
+    if (d->optimizer != 0 && d->optimizer != 1) {
+        llmc_die("%s: bad debug state header: optimizer header[12] = %d (0 AdamW, 1 Muon)", path, d->optimizer);
+    }
+    if (d->optimizer == 0) {
+        for (int i = 13; i <= 17; i++) {
+            if (header[i] != 0) { llmc_die("%s: bad debug state header: header[%d] = %d must be 0 for AdamW", path, i, header[i]); }
+        }
+        return;
+    }
+    if (!isfinite(d->muon_lr) || d->muon_lr < 0.0f) {
+        llmc_die("%s: bad debug state header: Muon lr header[13] = %g", path, d->muon_lr);
+    }
+    if (!isfinite(d->muon_momentum) || d->muon_momentum < 0.0f || d->muon_momentum > 1.0f) {
+        llmc_die("%s: bad debug state header: Muon momentum header[14] = %g (must be in [0, 1])", path, d->muon_momentum);
+    }
+    if (d->muon_nesterov != 0 && d->muon_nesterov != 1) {
+        llmc_die("%s: bad debug state header: Muon Nesterov header[15] = %d (0 or 1)", path, d->muon_nesterov);
+    }
+    if (d->muon_ns_steps < 1 || d->muon_ns_steps > 99) {
+        llmc_die("%s: bad debug state header: Muon Newton-Schulz steps header[16] = %d (1..99)", path, d->muon_ns_steps);
+    }
+    if (d->muon_adjust_lr != 0 && d->muon_adjust_lr != 1) {
+        llmc_die("%s: bad debug state header: Muon lr adjustment header[17] = %d (0 original, 1 match_rms_adamw)", path, d->muon_adjust_lr);
+    }
 }
 
 // reads and validates the debug state against the model's config and parameter count
@@ -82,6 +125,7 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
                  path, nnoise, d->nsteps);
     }
     d->has_loss_noise = nnoise > 0;
+    debug_state_read_optimizer_(d, path, header);
     size_t BT = (size_t)d->B * d->T, V = (size_t)cfg->vocab_size;
     size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
                       num_parameters * sizeof(float) + ((size_t)d->nsteps + (size_t)nnoise) * sizeof(float);

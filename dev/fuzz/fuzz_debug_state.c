@@ -4,7 +4,8 @@ dev/fuzz/fuzz_debug_state.c: libFuzzer harness for the debug-state reader of llm
 V 5 (Vp 128), L 1, NH 2, C 8 -- the model dev/fuzz/make_corpus.py writes its debug-state seeds
 for with train_gpt2.py's writer.
 The input is the whole file. A state that loads must have its ids inside the vocabulary and,
-with the noise section, only finite non-negative loss noises.
+with the noise section, only finite non-negative loss noises; its optimizer fields are AdamW (0) or
+Muon (1) with settings in range.
 */
 #include "harness.h"
 #include "../../llmc/debug_state.h"
@@ -31,6 +32,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (!isfinite(dstate.loss_noise[i]) || dstate.loss_noise[i] < 0.0f) { abort(); }
             if (!dstate.has_loss_noise && dstate.loss_noise[i] != 0.0f) { abort(); }
         }
+        if (dstate.optimizer != 0 && dstate.optimizer != 1) { abort(); }
+        if (dstate.optimizer == 1 && (!(dstate.muon_momentum >= 0.0f && dstate.muon_momentum <= 1.0f) ||
+                                      dstate.muon_ns_steps < 1 || dstate.muon_ns_steps > 99 ||
+                                      (dstate.muon_adjust_lr != 0 && dstate.muon_adjust_lr != 1))) { abort(); }
         volatile float last = dstate.grads[num_parameters - 1];
         (void)last;
         debug_state_free(&dstate);
