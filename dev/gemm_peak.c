@@ -102,13 +102,13 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("gemm_peak: backend %s, bf16 %s, %d thread(s), n=%d, median of %d\n", matmul_backend_name(),
-           matmul_bf16_native() ? "native (AVX512-BF16)" : "emulated in fp32", threads, n, reps);
+    printf("gemm_peak: backend %s, blocked fp32 kernel %s, bf16 %s, %d thread(s), n=%d, median of %d\n",
+           matmul_backend_name(), matmul_isa_name(matmul_isa()), matmul_bf16_native() ? "native (AVX512-BF16)" : "emulated in fp32", threads, n, reps);
     if (strcmp(matmul_backend_name(), "blocked") != 0) {
-        printf("gemm %s fp32 %.1f\n", matmul_backend_name(), gemm_rate(gemm_backend_f32, n, reps, A, B, C));
+        printf("gemm %s fp32 %.3f\n", matmul_backend_name(), gemm_rate(gemm_backend_f32, n, reps, A, B, C));
     }
-    printf("gemm blocked fp32 %.1f\n", gemm_rate(gemm_blocked_f32, n, reps, A, B, C));
-    printf("gemm blocked bf16 %.1f\n", gemm_rate(gemm_blocked_bf16, n, reps, A, B, C));
+    printf("gemm blocked fp32 %.3f\n", gemm_rate(gemm_blocked_f32, n, reps, A, B, C));
+    printf("gemm blocked bf16 %.3f\n", gemm_rate(gemm_blocked_bf16, n, reps, A, B, C));
     free(A);
     free(B);
     free(C);

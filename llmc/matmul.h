@@ -14,15 +14,19 @@ prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at b
                            pkg-config openblas), plain cblas_sgemm
     neither                matmul_gemm_blocked: the dependency-free kernel below
 
-The blocked kernel packs a block of op(B) into panels of MM_NR columns and a strip of op(A)
-into MM_MR rows, both zero-padded, and runs an MM_MR x MM_NR register tile over K with GCC
-vector extensions (no intrinsics: any compiler target; -march=native makes it AVX-512).
-Tiles of C are shared out over OpenMP threads; each element of C is summed over k in
-ascending order by one thread, so results do not depend on the thread count.
+The blocked kernel packs the columns of op(B) that one tile of C needs into panels of NR
+columns (all of K, once per column block and thread) and a strip of op(A) into MM_MR = 6 rows,
+both zero-padded, and runs a 6 x NR register tile over K blocks of MM_KC. The micro-kernel is
+chosen at run time from the CPU's features (matmul_isa; LLMC_MATMUL_ISA=avx512|avx2|generic
+forces one the CPU supports): AVX-512 (NR = 32, 12 zmm accumulators), else AVX2 + FMA (NR = 16,
+12 ymm accumulators), else the same 6 x 16 code for the build's target. Kernels are compiled with
+target attributes, so one binary built for any x86-64 runs the best of them. Tiles of C are shared
+out over OpenMP threads; each element of C is summed over k in ascending order by one thread, so
+results do not depend on the thread count (and the AVX2 and AVX-512 kernels sum in the same order).
 
 The bf16 path (MATMUL_BF16) is always this blocked kernel: while packing, A and B are
-rounded to bf16 (round to nearest even); products are summed in fp32. With AVX512-BF16
-(__AVX512BF16__, e.g. -march=native on Zen 4 / Sapphire Rapids) the inner loop is
+rounded to bf16 (round to nearest even); products are summed in fp32. On a CPU with
+AVX512-BF16 (Zen 4, Sapphire Rapids; asked at run time, matmul_bf16_native) the inner loop is
 vdpbf16ps, two k per instruction; without it the same bf16-rounded numbers are multiplied
 in fp32, which gives the same result up to the order of two-term sums. C, beta and the
 accumulation stay fp32 (mixed precision: fp32 master weights, bf16 GEMM inputs).
@@ -36,14 +40,15 @@ Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written o
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
-#define MATMUL_HAVE_AVX512BF16 1
+#define MATMUL_X86 1   // the AVX-512 / AVX2 / AVX512-BF16 kernels exist (chosen at run time)
 #else
-#define MATMUL_HAVE_AVX512BF16 0
+#define MATMUL_X86 0
 #endif
 
 #if defined(LLMC_BLAS_MKL)
@@ -78,16 +83,64 @@ static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {
     return -1;
 }
 
-// register tile, k block, and the C tile one thread computes at a time
+// register tile rows, k block, and the C tile one thread computes at a time
 #define MM_MR 6
-#define MM_NR 32
 #define MM_KC 256
-#define MM_MC 48
+#define MM_MC 72
 #define MM_NC 128
 
-// 16 floats as one GCC vector: AVX-512 with -march=native, split into smaller registers
-// otherwise. Vectors are passed by pointer only (no vector-ABI questions without AVX-512).
+// The fp32 micro-kernel is chosen at run time from what the CPU reports (not from the build's
+// -march, so one binary runs right on every x86-64):
+//   MATMUL_ISA_AVX512   6 x 32 register tile of 16-float vectors (12 zmm accumulators)
+//   MATMUL_ISA_AVX2     6 x 16 register tile of 8-float vectors (12 ymm accumulators, AVX2 + FMA)
+//   MATMUL_ISA_GENERIC  the 6 x 16 code for whatever the build targets (no AVX2: correct, slow)
+// LLMC_MATMUL_ISA=avx512|avx2|generic picks one by hand (tests run every path the CPU can);
+// asking for one the CPU lacks is an error.
+typedef enum { MATMUL_ISA_GENERIC = 0, MATMUL_ISA_AVX2 = 1, MATMUL_ISA_AVX512 = 2 } MatmulIsa;
+
+static inline const char* matmul_isa_name(MatmulIsa isa) {
+    return isa == MATMUL_ISA_AVX512 ? "avx512" : isa == MATMUL_ISA_AVX2 ? "avx2" : "generic";
+}
+
+// what this CPU can run: AVX-512 (F) with FMA, else AVX2 with FMA, else generic
+static inline MatmulIsa matmul_isa_supported(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) { return MATMUL_ISA_AVX512; }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) { return MATMUL_ISA_AVX2; }
+#endif
+    return MATMUL_ISA_GENERIC;
+}
+
+// the fp32 micro-kernel in use: decided on the first call (LLMC_MATMUL_ISA, else the best supported)
+static MatmulIsa matmul_isa(void) {
+    static int chosen = -1;
+    if (chosen >= 0) { return (MatmulIsa)chosen; }
+    MatmulIsa best = matmul_isa_supported(), isa = best;
+    const char* env = getenv("LLMC_MATMUL_ISA");
+    if (env != NULL && env[0] != '\0') {
+        if (strcmp(env, "avx512") == 0) { isa = MATMUL_ISA_AVX512; }
+        else if (strcmp(env, "avx2") == 0) { isa = MATMUL_ISA_AVX2; }
+        else if (strcmp(env, "generic") == 0) { isa = MATMUL_ISA_GENERIC; }
+        else {
+            fprintf(stderr, "error: LLMC_MATMUL_ISA=%s: use avx512, avx2 or generic\n", env);
+            exit(1);
+        }
+        if (isa > best) {
+            fprintf(stderr, "error: LLMC_MATMUL_ISA=%s: this CPU supports only %s\n", env, matmul_isa_name(best));
+            exit(1);
+        }
+    }
+    chosen = (int)isa;
+    return isa;
+}
+
+// panel width (columns of op(B) per register tile) of a micro-kernel
+static inline int mm_nr(MatmulIsa isa) { return isa == MATMUL_ISA_AVX512 ? 32 : 16; }
+
+// 16 / 8 floats as GCC vectors; passed by pointer only (no vector-ABI questions)
 typedef float mm_v16 __attribute__((vector_size(64)));
+typedef float mm_v8 __attribute__((vector_size(32)));
 
 static inline void mm_load16(mm_v16* v, const float* p) { memcpy(v, p, sizeof(*v)); }
 
@@ -109,23 +162,23 @@ static inline float mm_bf16_to_float(uint16_t b) {
     return x;
 }
 
-// element (i, k) of op(A) and (k, j) of op(B)
-static inline float mm_at(const float* X, int ld, int trans, int r, int c) {
-    return trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
-}
-
 // ----------------------------------------------------------------------------
 // fp32 blocked kernel
 
 // packs op(A)[i0:i0+mr, k0:k0+kc] as (kc, MM_MR), rows past mr zero
 static inline void mm_pack_a(float* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
-    for (int k = 0; k < kc; k++) {
-        for (int i = 0; i < MM_MR; i++) { dst[k * MM_MR + i] = i < mr ? mm_at(A, lda, transA, i0 + i, k0 + k) : 0.0f; }
+    if (transA) { // row k of the stored A holds column k of op(A): MM_MR consecutive floats
+        for (int k = 0; k < kc; k++) {
+            const float* src = A + (size_t)(k0 + k) * lda + i0;
+            for (int i = 0; i < MM_MR; i++) { dst[k * MM_MR + i] = i < mr ? src[i] : 0.0f; }
+        }
+    } else {
+        for (int i = 0; i < MM_MR; i++) {
+            const float* src = A + (size_t)(i0 + i) * lda + k0;
+            for (int k = 0; k < kc; k++) { dst[k * MM_MR + i] = i < mr ? src[k] : 0.0f; }
+        }
     }
 }
-
-// C (M, N) is cut into MM_MC x MM_NC tiles, numbered row by row; each thread of a driver takes whole tiles
-static inline int mm_tile_count(int M, int N) { return ((M + MM_MC - 1) / MM_MC) * ((N + MM_NC - 1) / MM_NC); }
 
 // C[i0:i0+mc, j0:j0+nc] *= beta before a tile accumulates into it (beta 0 clears, so NaNs in C do not leak)
 static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int nc, float beta) {
@@ -136,56 +189,67 @@ static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int 
     }
 }
 
+// C (M, N) is cut into MM_MC x MM_NC tiles, numbered down each column block of MM_NC columns
+// (a thread's consecutive tiles share their columns of op(B), packed once)
+static inline int mm_tile_count(int M, int N) { return ((M + MM_MC - 1) / MM_MC) * ((N + MM_NC - 1) / MM_NC); }
+
 // starts tile number `tile` of C (M, N): its corner (*i0, *j0) and size *mc x *nc (smaller at the edges),
 // with that part of C scaled by beta
 static inline void mm_tile_start(int tile, int M, int N, float* C, int ldc, float beta, int* i0, int* j0, int* mc, int* nc) {
-    int ntiles = (N + MM_NC - 1) / MM_NC;
-    *i0 = (tile / ntiles) * MM_MC;
-    *j0 = (tile % ntiles) * MM_NC;
+    int mtiles = (M + MM_MC - 1) / MM_MC;
+    *i0 = (tile % mtiles) * MM_MC;
+    *j0 = (tile / mtiles) * MM_NC;
     *mc = M - *i0 < MM_MC ? M - *i0 : MM_MC;
     *nc = N - *j0 < MM_NC ? N - *j0 : MM_NC;
     mm_scale_tile(C, ldc, *i0, *j0, *mc, *nc, beta);
 }
 
-// packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, MM_NR), columns past nc zero
-static inline void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
-    for (int p = 0; p * MM_NR < nc; p++) {
-        float* panel = dst + (size_t)p * kc * MM_NR;
-        int jn = nc - p * MM_NR < MM_NR ? nc - p * MM_NR : MM_NR;
-        if (!transB && jn == MM_NR) {
-            for (int k = 0; k < kc; k++) {
-                memcpy(panel + k * MM_NR, B + (size_t)(k0 + k) * ldb + j0 + p * MM_NR, MM_NR * sizeof(float));
-            }
-        } else if (transB) {
-            for (int j = 0; j < MM_NR; j++) {
-                const float* col = B + (size_t)(j0 + p * MM_NR + j) * ldb + k0;
-                for (int k = 0; k < kc; k++) { panel[k * MM_NR + j] = j < jn ? col[k] : 0.0f; }
+// packs op(B)[0:K, j0:j0+nc] as panels of (K, nr) floats, columns past nc zero
+static void mm_pack_b(float* dst, const float* B, int ldb, int transB, int K, int j0, int nc, int nr) {
+    for (int p = 0; p * nr < nc; p++) {
+        float* panel = dst + (size_t)p * K * nr;
+        int jn = nc - p * nr < nr ? nc - p * nr : nr;
+        if (!transB) {
+            for (int k = 0; k < K; k++) {
+                const float* src = B + (size_t)k * ldb + j0 + p * nr;
+                for (int j = 0; j < nr; j++) { panel[(size_t)k * nr + j] = j < jn ? src[j] : 0.0f; }
             }
         } else {
-            for (int k = 0; k < kc; k++) {
-                for (int j = 0; j < MM_NR; j++) { panel[k * MM_NR + j] = j < jn ? B[(size_t)(k0 + k) * ldb + j0 + p * MM_NR + j] : 0.0f; }
+            for (int j = 0; j < nr; j++) {
+                const float* col = B + (size_t)(j0 + p * nr + j) * ldb;
+                for (int k = 0; k < K; k++) { panel[(size_t)k * nr + j] = j < jn ? col[k] : 0.0f; }
             }
         }
     }
 }
 
-// C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, MM_NR)
-static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+// adds the register tile out (MM_MR, nrw) to C[0:mr, 0:nr]
+static inline void mm_add_tile(float* C, int ldc, int mr, int nr, const float* out, int nrw) {
+    for (int i = 0; i < mr; i++) {
+        float* c = C + (size_t)i * ldc;
+        for (int j = 0; j < nr; j++) { c[j] += out[i * nrw + j]; }
+    }
+}
+
+// C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, 32): AVX-512, one zmm pair per row
+__attribute__((target("avx512f,fma")))
+static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
     mm_v16 acc[MM_MR][2];
     for (int i = 0; i < MM_MR; i++) { acc[i][0] = (mm_v16){0}; acc[i][1] = (mm_v16){0}; }
     for (int k = 0; k < kc; k++) {
         mm_v16 b0, b1;
-        mm_load16(&b0, b + k * MM_NR);
-        mm_load16(&b1, b + k * MM_NR + 16);
+        mm_load16(&b0, b + k * 32);
+        mm_load16(&b1, b + k * 32 + 16);
         for (int i = 0; i < MM_MR; i++) {
-            mm_v16 ai = (mm_v16){0} + a[k * MM_MR + i];
+            float x = a[k * MM_MR + i];
+            mm_v16 ai = {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; // one broadcast
             acc[i][0] += ai * b0;
             acc[i][1] += ai * b1;
         }
     }
-    for (int i = 0; i < mr; i++) {
-        float* c = C + (size_t)i * ldc;
-        if (nr == MM_NR) {
+    if (nr == 32) {
+        for (int i = 0; i < mr; i++) {
+            float* c = C + (size_t)i * ldc;
             mm_v16 c0, c1;
             mm_load16(&c0, c);
             mm_load16(&c1, c + 16);
@@ -193,41 +257,111 @@ static inline void mm_kernel_f32(float* C, int ldc, int mr, int nr, const float*
             c1 += acc[i][1];
             mm_store16(c, &c0);
             mm_store16(c + 16, &c1);
-        } else {
-            float tmp[MM_NR];
-            mm_store16(tmp, &acc[i][0]);
-            mm_store16(tmp + 16, &acc[i][1]);
-            for (int j = 0; j < nr; j++) { c[j] += tmp[j]; }
+        }
+        return;
+    }
+    float out[MM_MR * 32];
+    for (int i = 0; i < MM_MR; i++) { mm_store16(out + i * 32, &acc[i][0]); mm_store16(out + i * 32 + 16, &acc[i][1]); }
+    mm_add_tile(C, ldc, mr, nr, out, 32);
+}
+
+// the 6 x 16 tile over 8-float vectors: the body of the AVX2 and the generic kernel
+__attribute__((always_inline))
+static inline void mm_kernel_f32_6x16(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+    mm_v8 acc[MM_MR][2];
+    for (int i = 0; i < MM_MR; i++) { acc[i][0] = (mm_v8){0}; acc[i][1] = (mm_v8){0}; }
+    for (int k = 0; k < kc; k++) {
+        mm_v8 b0, b1;
+        memcpy(&b0, b + k * 16, sizeof(b0));
+        memcpy(&b1, b + k * 16 + 8, sizeof(b1));
+        for (int i = 0; i < MM_MR; i++) {
+            float x = a[k * MM_MR + i];
+            mm_v8 ai = {x, x, x, x, x, x, x, x}; // one broadcast
+            acc[i][0] += ai * b0;
+            acc[i][1] += ai * b1;
         }
     }
+    if (nr == 16) {
+        for (int i = 0; i < mr; i++) {
+            float* c = C + (size_t)i * ldc;
+            mm_v8 c0, c1;
+            memcpy(&c0, c, sizeof(c0));
+            memcpy(&c1, c + 8, sizeof(c1));
+            c0 += acc[i][0];
+            c1 += acc[i][1];
+            memcpy(c, &c0, sizeof(c0));
+            memcpy(c + 8, &c1, sizeof(c1));
+        }
+        return;
+    }
+    float out[MM_MR * 16];
+    for (int i = 0; i < MM_MR; i++) { memcpy(out + i * 16, &acc[i][0], 32); memcpy(out + i * 16 + 8, &acc[i][1], 32); }
+    mm_add_tile(C, ldc, mr, nr, out, 16);
 }
+
+__attribute__((target("avx2,fma")))
+static void mm_kernel_f32_avx2(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+    mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
+}
+
+static void mm_kernel_f32_generic(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+    mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
+}
+
+typedef void (*MatmulKernelF32)(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc);
 
 // ----------------------------------------------------------------------------
 // fp32 tiled driver
 
-// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel
+// per-thread packing buffer for op(B), grown as needed and kept for the life of the thread
+static float* mm_bpack_buffer(size_t n) {
+    static __thread float* buf = NULL;
+    static __thread size_t cap = 0;
+    if (n > cap) {
+        free(buf);
+        buf = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+        if (buf == NULL) {
+            fprintf(stderr, "error: out of memory (%zu bytes for GEMM packing)\n", n * sizeof(float));
+            exit(1);
+        }
+        cap = n;
+    }
+    return buf;
+}
+
+// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel of this CPU (matmul_isa)
 static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    MatmulIsa isa = matmul_isa();
+    int nr = mm_nr(isa);
+    MatmulKernelF32 kernel = isa == MATMUL_ISA_AVX512 ? mm_kernel_f32_avx512
+                           : isa == MATMUL_ISA_AVX2 ? mm_kernel_f32_avx2 : mm_kernel_f32_generic;
     int ntile_total = mm_tile_count(M, N);
-    #pragma omp parallel
+    int Kp = K > 0 ? K : 1;
+    // a small product runs on the calling thread (waking a team costs more than it saves)
+    int parallel = ntile_total > 1 && (double)M * N * K >= 2e6;
+    #pragma omp parallel if (parallel)
     {
-        // per-thread packing buffers, allocated once per thread for the life of the program
-        static __thread float bpack[MM_KC * MM_NC] __attribute__((aligned(64)));
-        static __thread float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
+        float* bpack = mm_bpack_buffer((size_t)Kp * MM_NC);
+        float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
+        int packed_j0 = -1; // the column block whose op(B) sits in bpack
         #pragma omp for schedule(static)
         for (int tile = 0; tile < ntile_total; tile++) {
             int i0, j0, mc, nc;
             mm_tile_start(tile, M, N, C, ldc, beta, &i0, &j0, &mc, &nc);
+            if (j0 != packed_j0) {
+                mm_pack_b(bpack, B, ldb, transB, K, j0, nc, nr);
+                packed_j0 = j0;
+            }
             for (int k0 = 0; k0 < K; k0 += MM_KC) {
                 int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
-                mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc);
                 for (int ii = 0; ii < mc; ii += MM_MR) {
                     int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
                     mm_pack_a(apack, A, lda, transA, i0 + ii, mr, k0, kc);
-                    for (int jj = 0; jj < nc; jj += MM_NR) {
-                        int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
-                        mm_kernel_f32(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nr, apack,
-                                      bpack + (size_t)(jj / MM_NR) * kc * MM_NR, kc);
+                    for (int jj = 0; jj < nc; jj += nr) {
+                        int nrr = nc - jj < nr ? nc - jj : nr;
+                        kernel(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nrr, apack,
+                               bpack + (size_t)(jj / nr) * K * nr + (size_t)k0 * nr, kc);
                     }
                 }
             }
@@ -242,19 +376,46 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
 // op(B) as panels of MM_NR columns, each (KP, width) with KP = ceil(K/2); padding is zero.
 
 #define MM_KCP 128 // k pairs per cache block
+#define MM_NR 32   // bf16 panel width: the two zmm of vdpbf16ps (the emulation keeps the layout)
 
 static inline uint32_t mm_bf16_pair(float lo, float hi) {
     return (uint32_t)mm_bf16_round(lo) | ((uint32_t)mm_bf16_round(hi) << 16);
 }
 
-// out[p] = pair(x[2p], x[2p+1]) for p < n/2 (n even): contiguous k pairs
-static inline void mm_bf16_pairs_contiguous(uint32_t* out, const float* x, int n) {
+// 1 when this CPU has AVX512-BF16 (vdpbf16ps, vcvtne2ps2bf16), asked once; LLMC_BF16_NATIVE=0
+// runs the emulation on such a CPU (tests)
+static int matmul_bf16_native(void) {
+    static int native = -1;
+    if (native < 0) {
+        int has = 0;
+#if MATMUL_X86
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#endif
+        const char* env = getenv("LLMC_BF16_NATIVE");
+        if (env != NULL && strcmp(env, "0") == 0) { has = 0; }
+        native = has;
+    }
+    return native;
+}
+
+#if MATMUL_X86
+__attribute__((target("avx512f,avx512bf16")))
+static int mm_bf16_pairs_native(uint32_t* out, const float* x, int n) {
     int p = 0;
-#if MATMUL_HAVE_AVX512BF16
     for (; 2 * p + 32 <= n; p += 16) {
         __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * p + 16), _mm512_loadu_ps(x + 2 * p));
         _mm512_storeu_si512((void*)(out + p), (__m512i)v);
     }
+    return p;
+}
+#endif
+
+// out[p] = pair(x[2p], x[2p+1]) for p < n/2 (n even): contiguous k pairs
+static inline void mm_bf16_pairs_contiguous(uint32_t* out, const float* x, int n) {
+    int p = 0;
+#if MATMUL_X86
+    if (matmul_bf16_native()) { p = mm_bf16_pairs_native(out, x, n); }
 #endif
     for (; 2 * p < n; p++) { out[p] = mm_bf16_pair(x[2 * p], x[2 * p + 1]); }
 }
@@ -330,10 +491,10 @@ static void mm_pack_bf16(uint32_t* dst, const float* X, int ld, int pairs_contig
     }
 }
 
-// C[0:mr, 0:nr] += Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs
-static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint32_t* a, const uint32_t* b, int kp) {
-    float out[MM_MR][MM_NR];
-#if MATMUL_HAVE_AVX512BF16
+#if MATMUL_X86
+// out (MM_MR, MM_NR) = Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs, with vdpbf16ps
+__attribute__((target("avx512f,avx512bf16")))
+static void mm_kernel_bf16_native(float* out, const uint32_t* a, const uint32_t* b, int kp) {
     __m512 acc[MM_MR][2];
     for (int i = 0; i < MM_MR; i++) { acc[i][0] = _mm512_setzero_ps(); acc[i][1] = _mm512_setzero_ps(); }
     for (int k = 0; k < kp; k++) {
@@ -346,34 +507,43 @@ static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint3
         }
     }
     for (int i = 0; i < MM_MR; i++) {
-        _mm512_storeu_ps(out[i], acc[i][0]);
-        _mm512_storeu_ps(out[i] + 16, acc[i][1]);
+        _mm512_storeu_ps(out + i * MM_NR, acc[i][0]);
+        _mm512_storeu_ps(out + i * MM_NR + 16, acc[i][1]);
     }
-#else
-    // the same bf16 numbers, multiplied in fp32: (even k product + odd k product) per step
-    for (int i = 0; i < MM_MR; i++) {
-        for (int j = 0; j < MM_NR; j++) { out[i][j] = 0.0f; }
-    }
+}
+#endif
+
+// the same bf16 numbers, multiplied in fp32: (even k product + odd k product) per step
+static void mm_kernel_bf16_emulated(float* out, const uint32_t* a, const uint32_t* b, int kp) {
+    for (int i = 0; i < MM_MR * MM_NR; i++) { out[i] = 0.0f; }
     for (int k = 0; k < kp; k++) {
         for (int i = 0; i < MM_MR; i++) {
             uint32_t ap = a[k * MM_MR + i];
             float a0 = mm_bf16_to_float((uint16_t)(ap & 0xffffu)), a1 = mm_bf16_to_float((uint16_t)(ap >> 16));
             for (int j = 0; j < MM_NR; j++) {
                 uint32_t bp = b[k * MM_NR + j];
-                out[i][j] += a0 * mm_bf16_to_float((uint16_t)(bp & 0xffffu)) + a1 * mm_bf16_to_float((uint16_t)(bp >> 16));
+                out[i * MM_NR + j] += a0 * mm_bf16_to_float((uint16_t)(bp & 0xffffu)) + a1 * mm_bf16_to_float((uint16_t)(bp >> 16));
             }
         }
     }
+}
+
+// C[0:mr, 0:nr] += Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs
+static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint32_t* a, const uint32_t* b, int kp) {
+    float out[MM_MR * MM_NR];
+#if MATMUL_X86
+    if (matmul_bf16_native()) { mm_kernel_bf16_native(out, a, b, kp); }
+    else { mm_kernel_bf16_emulated(out, a, b, kp); }
+#else
+    mm_kernel_bf16_emulated(out, a, b, kp);
 #endif
-    for (int i = 0; i < mr; i++) {
-        float* c = C + (size_t)i * ldc;
-        for (int j = 0; j < nr; j++) { c[j] += out[i][j]; }
-    }
+    mm_add_tile(C, ldc, mr, nr, out, MM_NR);
 }
 
 // C(M,N) = beta * C + bf16(op(A)) . bf16(op(B)), fp32 sums
 static void matmul_gemm_blocked_bf16(int transA, int transB, int M, int N, int K,
                                      const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    (void)matmul_bf16_native(); // asked here, before the threads start
     int KP = (K + 1) / 2;
     int nstrips = (M + MM_MR - 1) / MM_MR, npanels = (N + MM_NR - 1) / MM_NR;
     uint32_t* ap = mm_bf16_buffer(0, (size_t)nstrips * KP * MM_MR + 1);
@@ -475,8 +645,6 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 // "mkl", "openblas", "openblas-system" or "blocked": what does the fp32 GEMMs in this build
 static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 
-// 1 when the bf16 kernel runs on AVX512-BF16 instructions (else bf16 is emulated in fp32)
-static inline int matmul_bf16_native(void) { return MATMUL_HAVE_AVX512BF16; }
 
 // C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major; lda/ldb/ldc are row strides of the
 // stored matrices (A is (M,K) or, with transA, (K,M); likewise B)
@@ -489,6 +657,67 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
     }
 #endif
     matmul_gemm_blocked(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ----------------------------------------------------------------------------
+// bf16 where it pays: the trainer's -p bf16 asks once at start-up whether this CPU's bf16 GEMM
+// beats its fp32 GEMM. Without AVX512-BF16 it cannot (bf16 is emulated in fp32: measured 0.65x
+// the fp32 step on Zen 3). With it, a short calibration decides: the bf16 kernel and the fp32
+// path (the build's BLAS or the blocked kernel) each run a trainer-sized GEMM (256 x 768 x 768,
+// 0.3 GFLOP) a few times, best of each; bf16 is used when it is at least MATMUL_BF16_MIN_GAIN
+// times faster (AVX512-BF16 at half the FMA rate, as on some Xeons, does not pass; Zen 4 does).
+// LLMC_BF16=force skips the question (the bf16 path stays testable on every CPU).
+// Returns 1 to run bf16; on 0, `reason` (n bytes) says why not, in a few words.
+
+#define MATMUL_BF16_MIN_GAIN 1.15
+
+static double mm_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// best of `reps` seconds for C (M,N) = A (M,K) . B (N,K)^T in precision prec
+static double mm_time_gemm(MatmulPrecision prec, int M, int N, int K, const float* A, const float* B, float* C, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = mm_seconds();
+        matmul_gemm(prec, 0, 1, M, N, K, A, K, B, K, 0.0f, C, N);
+        double t = mm_seconds() - t0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+static int matmul_bf16_pays(char* reason, size_t n) {
+    const char* env = getenv("LLMC_BF16");
+    if (env != NULL && strcmp(env, "force") == 0) { return 1; }
+    if (!matmul_bf16_native()) {
+        snprintf(reason, n, "this CPU has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 and run slower");
+        return 0;
+    }
+    int M = 256, N = 768, K = 768;
+    float* A = (float*)malloc((size_t)M * K * sizeof(float));
+    float* B = (float*)malloc((size_t)N * K * sizeof(float));
+    float* C = (float*)malloc((size_t)M * N * sizeof(float));
+    if (A == NULL || B == NULL || C == NULL) {
+        fprintf(stderr, "error: out of memory (bf16 calibration)\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) { A[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f; }
+    for (size_t i = 0; i < (size_t)N * K; i++) { B[i] = (float)((i * 104729u) % 1000u) * 1e-3f - 0.5f; }
+    (void)mm_time_gemm(MATMUL_FP32, M, N, K, A, B, C, 1); // warm-up: packing buffers, thread pool
+    (void)mm_time_gemm(MATMUL_BF16, M, N, K, A, B, C, 1);
+    double t32 = mm_time_gemm(MATMUL_FP32, M, N, K, A, B, C, 5);
+    double t16 = mm_time_gemm(MATMUL_BF16, M, N, K, A, B, C, 5);
+    free(A);
+    free(B);
+    free(C);
+    double flop = 2.0 * M * N * K;
+    if (t32 < MATMUL_BF16_MIN_GAIN * t16) { return 1; }
+    snprintf(reason, n, "this CPU's bf16 GEMM (AVX512-BF16) ran at %.0f GFLOP/s, its fp32 GEMM (%s) at %.0f: "
+             "less than %.2fx", flop / t16 * 1e-9, matmul_backend_name(), flop / t32 * 1e-9, MATMUL_BF16_MIN_GAIN);
+    return 0;
 }
 
 #endif // LLMC_MATMUL_H

@@ -8,7 +8,8 @@ and MKLROOT, with make -n: nothing is built).
 - dev/test/test_matmul_<blas>: the GEMMs against a double-precision reference (odd shapes)
 - test_gpt2_<blas> on the d2 reference: logits, loss, all 16 gradients and 10 AdamW losses
   within test_gpt2's tolerances
-- train_gpt2 -p bf16 vs -p fp32: 10 AdamW steps (lr 1e-3) on one batch (d2, B=4, T=64); every
+- train_gpt2 -p bf16 (LLMC_BF16=force: the bf16 GEMMs whatever the CPU) vs -p fp32: 10 AdamW steps
+  (lr 1e-3) on one batch (d2, B=4, T=64); every
   loss within BF16_LOSS_TOL = 5e-3 (absolute) of the fp32 one. bf16 rounds the GEMM inputs
   (8-bit mantissa, relative error <= 2^-9 per operand, sums in fp32); measured differences
   are <= 3e-4 here (losses 10.8 .. 8.2) and <= 1e-3 at d12. The two runs must also differ
@@ -71,11 +72,15 @@ def test_gpt2_variant_matches_reference(blas: str, d2_reference: Path) -> None:
     assert failed == 0 and passed >= 28
 
 
-def overfit_losses(binary: Path, cwd: Path, precision: str) -> list[float]:
-    """Losses (main.log, 6 decimals) of 10 steps on the first batch (d2 from scratch, B=4, T=64, constant LR)."""
-    out = cwd / precision
+def overfit_losses(binary: Path, cwd: Path, precision: str, env: dict[str, str] | None = None,
+                   name: str = "") -> list[float]:
+    """Losses (main.log, 6 decimals) of 10 steps on the first batch (d2 from scratch, B=4, T=64, constant LR).
+    -p bf16 runs the bf16 GEMMs on every CPU (LLMC_BF16=force) unless `env` says otherwise; the run's
+    output directory is cwd/<name or precision>."""
+    out = cwd / (name or precision)
     run([binary, "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 10, "-a", 1, "-k", "constant",
-         "-l", "1e-3", "-v", 0, "-s", 0, "-o", out, "-p", precision], cwd=cwd, env=ONE_THREAD)
+         "-l", "1e-3", "-v", 0, "-s", 0, "-o", out, "-p", precision], cwd=cwd,
+        env={**ONE_THREAD, "LLMC_BF16": "force", **(env or {})})
     steps = {int(m.group(1)): float(m.group(2))
              for m in re.finditer(r"^s:(\d+) trl:(\S+)", (out / "main.log").read_text(), re.M)}
     assert sorted(steps) == list(range(10)), steps

@@ -10,7 +10,8 @@ strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
 Tolerances: fp32 |err| <= 1e-5 * (|beta*C| + sum_k |a||b|) per element (K * 2^-24 rounding
 with margin); bf16 vs rounded inputs 1e-5 of the same scale; bf16 vs exact inputs 2^-7 of it.
 Also: bf16 rounding matches llmc/bf16.h, and the blocked kernel gives bit-identical
-results on 1 and 2 threads; llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
+results on 1 and 2 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
+forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
 */
@@ -177,8 +178,8 @@ static void check_vecmath(void) {
 }
 
 int main(void) {
-    printf("matmul backend: %s, bf16 kernel: %s\n", matmul_backend_name(),
-           matmul_bf16_native() ? "AVX512-BF16 (vdpbf16ps)" : "emulated in fp32");
+    printf("matmul backend: %s, blocked fp32 kernel: %s, bf16 kernel: %s\n", matmul_backend_name(),
+           matmul_isa_name(matmul_isa()), matmul_bf16_native() ? "AVX512-BF16 (vdpbf16ps)" : "emulated in fp32");
     check_bf16_rounding();
     check_vecmath();
     const int sizes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {33, 67, 7}, {67, 130, 257},

@@ -1,0 +1,107 @@
+"""The CPU code paths chosen at run time, each one run on this machine wherever it can run.
+
+- llmc/matmul.h's built-in fp32 GEMM picks its micro-kernel from what the CPU reports (AVX-512, else
+  AVX2 + FMA, else generic code); LLMC_MATMUL_ISA forces one. dev/test/test_matmul_none (the
+  kernels against a double-precision reference on odd shapes, 1 and 2 threads bit-identical) runs
+  under every kernel this CPU supports, and names the kernel it ran. A kernel the CPU lacks, or an
+  unknown name, is one error line.
+
+- train_gpt2 -p bf16 on a CPU without AVX512-BF16 prints one line saying it trains in fp32 and why,
+  then gives exactly the -p fp32 losses; LLMC_BF16=force runs the bf16 GEMMs anyway (other losses).
+
+No timing is asserted here (make bench measures speed). Runtime: about 30 s on 2 cores.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TS_TRAIN, assert_one_error_line, make, run
+
+TEST_MATMUL = REPO / "dev" / "test" / "test_matmul_none"
+
+
+def cpu_flags() -> set[str]:
+    """The feature flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        return set()
+    m = re.search(r"^flags\s*:(.*)$", info.read_text(), re.M)
+    return set(m.group(1).split()) if m else set()
+
+
+FLAGS = cpu_flags()
+HAS_AVX512 = "avx512f" in FLAGS and "fma" in FLAGS
+HAS_AVX2 = "avx2" in FLAGS and "fma" in FLAGS
+ISAS = [pytest.param("avx512", marks=pytest.mark.skipif(not HAS_AVX512, reason="this CPU has no AVX-512")),
+        pytest.param("avx2", marks=pytest.mark.skipif(not HAS_AVX2, reason="this CPU has no AVX2/FMA")),
+        "generic"]
+
+
+@pytest.fixture(scope="module")
+def test_matmul() -> Path:
+    make("dev/test/test_matmul_none")
+    return TEST_MATMUL
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_blocked_kernel_of_each_supported_isa_matches_double_reference(test_matmul: Path, isa: str) -> None:
+    proc = run([test_matmul], env={"OMP_NUM_THREADS": "2", "LLMC_MATMUL_ISA": isa})
+    assert f"blocked fp32 kernel: {isa}," in proc.stdout, proc.stdout[:300]
+    m = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
+    assert m and int(m.group(2)) == 0 and int(m.group(1)) > 300, proc.stdout[-2000:]
+
+
+def test_best_kernel_is_chosen_without_the_variable(test_matmul: Path) -> None:
+    proc = run([test_matmul], env={"OMP_NUM_THREADS": "1", "LLMC_MATMUL_ISA": ""})
+    best = "avx512" if HAS_AVX512 else "avx2" if HAS_AVX2 else "generic"
+    assert f"blocked fp32 kernel: {best}," in proc.stdout, proc.stdout[:300]
+
+
+def test_unknown_kernel_name_is_one_error_line(test_matmul: Path) -> None:
+    proc = run([test_matmul], env={"LLMC_MATMUL_ISA": "sse9"}, check=False)
+    assert assert_one_error_line(proc) == "error: LLMC_MATMUL_ISA=sse9: use avx512, avx2 or generic"
+
+
+@pytest.mark.skipif(HAS_AVX512, reason="this CPU runs AVX-512")
+def test_kernel_the_cpu_lacks_is_one_error_line(test_matmul: Path) -> None:
+    proc = run([test_matmul], env={"LLMC_MATMUL_ISA": "avx512"}, check=False)
+    best = "avx2" if HAS_AVX2 else "generic"
+    assert assert_one_error_line(proc) == f"error: LLMC_MATMUL_ISA=avx512: this CPU supports only {best}"
+
+
+# ---------------------------------------------------------------------------- -p bf16 where it pays
+# Without AVX512-BF16 the trainer refuses bf16 in one line naming the reason and trains in fp32: the
+# same losses as -p fp32, bit for bit. (On a CPU with AVX512-BF16 a short calibration decides; its
+# outcome depends on the CPU, so only the no-AVX512-BF16 case has a fixed answer to check.)
+HAS_BF16 = "avx512_bf16" in FLAGS and "avx512f" in FLAGS
+BF16_REFUSED = ("-p bf16: training in fp32 instead: this CPU has no AVX512-BF16, so bf16 GEMMs would be "
+                "emulated in fp32 and run slower (LLMC_BF16=force runs bf16)")
+
+
+def d2_overfit(tmp_path: Path, name: str, precision: str, env: dict[str, str]) -> tuple[str, list[str]]:
+    """stdout and the train-loss lines of main.log: 5 steps of d2 from scratch on one batch, 1 thread."""
+    out = tmp_path / name
+    proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 5, "-a", 1,
+                "-v", 0, "-s", 0, "-o", out, "-p", precision], cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **env})
+    return proc.stdout, re.findall(r"^s:\d+ trl:\S+", (out / "main.log").read_text(), re.M)
+
+
+@pytest.mark.skipif(HAS_BF16, reason="this CPU has AVX512-BF16: a calibration decides")
+def test_bf16_is_refused_in_one_line_and_trains_exactly_as_fp32(tinyshakespeare, tmp_path: Path) -> None:
+    make("train_gpt2")
+    out32, fp32 = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16": ""})
+    out16, bf16 = d2_overfit(tmp_path, "bf16", "bf16", {"LLMC_BF16": ""})
+    assert [line for line in out16.splitlines() if line.startswith("-p bf16")] == [BF16_REFUSED]
+    assert "-p bf16:" not in out32
+    assert len(fp32) == 5 and bf16 == fp32
+
+
+def test_bf16_forced_runs_the_bf16_gemms(tinyshakespeare, tmp_path: Path) -> None:
+    make("train_gpt2")
+    _, fp32 = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16": ""})
+    out16, bf16 = d2_overfit(tmp_path, "bf16", "bf16", {"LLMC_BF16": "force"})
+    assert "-p bf16:" not in out16
+    assert len(bf16) == 5 and bf16 != fp32
