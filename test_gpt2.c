@@ -3,9 +3,10 @@ test_gpt2.c: the CPU trainer against the PyTorch reference.
 
 train_gpt2.py --write_tensors 1 writes a checkpoint and a debug state: one batch (x, y), the
 reference logits, loss and all 16 parameter gradients for it, and the losses of `nsteps`
-AdamW steps on that batch. This program loads both, runs our forward and backward on the
-batch, prints a table of every tensor's difference, then runs the same AdamW steps and
-compares every loss. Exit status 0 only if everything is within tolerance. The reader
+optimizer steps on that batch: AdamW, or (train_gpt2.py --optimizer muon, header[12] = 1) Muon on the
+blocks' matrices with AdamW on the rest, as the header's settings say (llmc/muon.h). This program loads both, runs our forward and backward on the
+batch, prints a table of every tensor's difference, then runs the same optimizer steps
+and compares every loss. Exit status 0 only if everything is within tolerance. The reader
 (llmc/debug_state.h) and the comparison and table (llmc/tensor_check.h) are test_gpt2.cu's too.
 
 Tolerances (llmc/tensor_check.h, cpu_tolerances): logits max abs diff 1e-4, loss 1e-5, each
@@ -57,11 +58,20 @@ int main(int argc, char** argv) {
            cfg.num_heads, cfg.channels, cfg.max_seq_len, V, Vp, model.num_parameters);
     printf("debug state %s: B=%d T=%d, %d steps of AdamW (lr %g, betas %g %g, eps %g, wd %g, clip %g)\n",
            args.state_path, B, T, d.nsteps, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, d.grad_clip);
+    MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+    if (d.optimizer == OPTIMIZER_MUON) {
+        printf("  with Muon on the block matrices (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s)\n",
+               muon.lr, muon.momentum, muon.nesterov, muon.ns_steps, muon.adjust_lr == MUON_ADJUST_ORIGINAL ? "original" : "match_rms_adamw");
+    }
     TestTolerances tol = cpu_tolerances(matmul_precision == MATMUL_BF16);
     printf("precision %s\n", matmul_precision == MATMUL_BF16 ? "bf16 (GEMM inputs rounded to bf16)" : "fp32");
     step_loss_rule_print(stdout, &d, &tol);
     gpt2_allocate_activations(&model, B, T);
-    gpt2_allocate_optimizer(&model, 0, model.num_parameters);
+    if (d.optimizer == OPTIMIZER_MUON) {
+        gpt2_allocate_muon(&model, &muon, 0, 1, 0);
+    } else {
+        gpt2_allocate_optimizer(&model, 0, model.num_parameters);
+    }
 
     // forward and backward on the recorded batch
     gpt2_forward(&model, d.x, d.y, B, T);
@@ -89,7 +99,7 @@ int main(int argc, char** argv) {
         off += n;
     }
 
-    // nsteps of AdamW on the same batch; losses[i] is the loss before update i+1
+    // nsteps of the optimizer on the same batch; losses[i] is the loss before update i+1
     for (int step = 0; step < d.nsteps; step++) {
         gpt2_forward(&model, d.x, d.y, B, T);
         char name[32];
@@ -98,7 +108,12 @@ int main(int argc, char** argv) {
         gpt2_zero_grad(&model);
         gpt2_backward(&model, 1.0f);
         float norm = gpt2_grad_norm(&model);
-        gpt2_update(&model, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, grad_clip_scale(norm, d.grad_clip), step + 1);
+        float scale = grad_clip_scale(norm, d.grad_clip);
+        if (d.optimizer == OPTIMIZER_MUON) {
+            gpt2_update_muon(&model, d.lr, d.muon_lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
+        } else {
+            gpt2_update(&model, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
+        }
     }
 
     printf("\n");

@@ -4,7 +4,7 @@ train_gpt2.c: GPT-2 training on the CPU, in plain C with OpenMP.
 Read it top to bottom (the layers, each a forward and a backward function with its shapes in a
 comment, are in llmc/layers_cpu.h, shared with every CPU model):
   1. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
-  2. forward, backward, gradient norm, AdamW update
+  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/muon.h)
   3. the training program: what the CPU brings (its layers, MPI) to the training loop that
      llmc/trainer.h runs for every trainer (data, validation, sampling, checkpoints and resume,
      signals), and main()
@@ -37,6 +37,8 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/utils.h"
 #include "llmc/layer_math.h"
 #include "llmc/adamw.h"
+#include "llmc/muon.h"
+#include "llmc/zero.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/init.h"
@@ -116,6 +118,12 @@ LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int
     return v;
 }
 
+// what an optimizer unit of Muon mode is: a tensor (AdamW, rows = 0), or one layer's matrix of it
+typedef struct {
+    int tensor;       // index into the 16 parameter tensors
+    int rows, cols;   // a Muon matrix (rows, cols) row-major, as torch's weight (out, in); 0 for AdamW
+} GPT2OptUnit;
+
 typedef struct {
     GPT2Config config;
     // weights and their gradients: one flat buffer each, with named pointers into it
@@ -131,6 +139,19 @@ typedef struct {
     float* v_memory;
     size_t opt_offset;
     size_t opt_size;
+    // -op muon (gpt2_allocate_muon): Muon on each layer's qkvw, attprojw, fcw, fcprojw, AdamW on the rest.
+    // The optimizer units (one per Muon matrix, one per other tensor) and the segments of them each
+    // process owns (llmc/zero.h); m and v hold this process's segments back to back, m is a Muon
+    // matrix's momentum buffer (v is unused there)
+    int optimizer;                 // OPTIMIZER_ADAMW or OPTIMIZER_MUON
+    MuonConfig muon;
+    int num_opt_units;
+    ZeroUnit* opt_units;
+    GPT2OptUnit* opt_unit_info;
+    int num_opt_segments;
+    ZeroSegment* opt_segments;     // every process's, in flat order
+    int opt_rank;                  // this process
+    MuonScratch muon_scratch;
     // activations for batches up to batch_size x seq_len, and their gradients
     ActivationTensors acts;
     float* acts_memory;
@@ -159,6 +180,13 @@ void gpt2_allocate_parameters(GPT2* model) {
     model->v_memory = NULL;
     model->opt_offset = 0;
     model->opt_size = 0;
+    model->optimizer = OPTIMIZER_ADAMW;
+    model->num_opt_units = model->num_opt_segments = 0;
+    model->opt_units = NULL;
+    model->opt_unit_info = NULL;
+    model->opt_segments = NULL;
+    model->opt_rank = 0;
+    muon_scratch_init(&model->muon_scratch);
     model->acts_memory = NULL;
     model->grads_acts_memory = NULL;
     model->inputs = NULL;
@@ -216,6 +244,57 @@ void gpt2_allocate_optimizer(GPT2* model, size_t opt_offset, size_t opt_size) {
     model->opt_size = opt_size;
     model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
     model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+}
+
+// 1 for the tensors Muon trains: the 2-D weights inside the blocks
+static int gpt2_is_muon_tensor(int k) {
+    return k == GPT2_PARAM_qkvw || k == GPT2_PARAM_attprojw || k == GPT2_PARAM_fcw || k == GPT2_PARAM_fcprojw;
+}
+
+// Muon on the block matrices, AdamW on the rest: the optimizer units and, with ZeRO-1 over nproc
+// processes, the segments each owns (Muon matrices whole, balanced by size); this process (rank)
+// allocates the state of its own segments.
+void gpt2_allocate_muon(GPT2* model, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
+    const GPT2Config* cfg = &model->config;
+    int L = cfg->num_layers;
+    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
+    gpt2_parameter_dims(dims, cfg);
+    model->optimizer = OPTIMIZER_MUON;
+    model->muon = *muon;
+    model->opt_rank = rank;
+    int max_units = GPT2_NUM_PARAMETER_TENSORS * (L + 1);
+    model->opt_units = (ZeroUnit*)mallocCheck((size_t)max_units * sizeof(ZeroUnit));
+    model->opt_unit_info = (GPT2OptUnit*)mallocCheck((size_t)max_units * sizeof(GPT2OptUnit));
+    int n = 0;
+    size_t start = 0;
+    for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
+        size_t size = model->param_sizes[k];
+        if (gpt2_is_muon_tensor(k)) { // (L, rows, cols): one unit per layer
+            int rows = (int)dims[k][1], cols = (int)dims[k][2];
+            for (int l = 0; l < L; l++) {
+                ZeroUnit u = {start + (size_t)l * rows * cols, (size_t)rows * cols, 1};
+                GPT2OptUnit info = {k, rows, cols};
+                model->opt_units[n] = u;
+                model->opt_unit_info[n++] = info;
+            }
+        } else {
+            ZeroUnit u = {start, size, 0};
+            GPT2OptUnit info = {k, 0, 0};
+            model->opt_units[n] = u;
+            model->opt_unit_info[n++] = info;
+        }
+        start += size;
+    }
+    model->num_opt_units = n;
+    model->opt_segments = (ZeroSegment*)mallocCheck(((size_t)n + (size_t)nproc) * sizeof(ZeroSegment));
+    size_t* owned = (size_t*)mallocCheck((size_t)nproc * sizeof(size_t));
+    model->num_opt_segments = zero_plan(model->opt_units, n, zero_stage, nproc, model->opt_segments, owned);
+    int sharded = zero_stage == 1 && nproc > 1;
+    gpt2_allocate_optimizer(model, 0, owned[sharded ? rank : 0]);
+    free(owned);
+    if (!sharded) { // every segment is this process's
+        for (int i = 0; i < model->num_opt_segments; i++) { model->opt_segments[i].owner = rank; }
+    }
 }
 
 // Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
@@ -382,7 +461,41 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
     }
 }
 
+// One step of Muon mode on this process's segments: Muon (llmc/muon.h) with muon_lr on each owned
+// block matrix, AdamW (llmc/adamw.h, weight decay on 2-D tensors) with learning_rate on the other
+// owned parameters; gradients are first scaled by grad_scale. t is the 1-based step number. With
+// ZeRO-1 the caller then sends every segment from its owner to the others.
+void gpt2_update_muon(GPT2* model, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
+                      float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    float* params = model->params_memory;
+    const float* grads = model->grads_memory;
+    for (int i = 0; i < model->num_opt_segments; i++) {
+        const ZeroSegment* seg = &model->opt_segments[i];
+        if (seg->owner != model->opt_rank) { continue; }
+        const GPT2OptUnit* info = &model->opt_unit_info[seg->unit];
+        float* m = model->m_memory + seg->state;
+        float* v = model->v_memory + seg->state;
+        if (info->rows > 0) {
+            muon_update_matrix(params + seg->start, grads + seg->start, m, info->rows, info->cols, grad_scale, muon_lr,
+                               weight_decay, &model->muon, matmul_precision, &model->muon_scratch);
+            continue;
+        }
+        float wd = GPT2_PARAMETER_IS_MATRIX[info->tensor] ? weight_decay : 0.0f;
+        float* p = params + seg->start;
+        const float* g = grads + seg->start;
+        #pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < seg->size; j++) {
+            p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s);
+        }
+    }
+}
+
 void gpt2_free(GPT2* model) {
+    free(model->opt_units);
+    free(model->opt_unit_info);
+    free(model->opt_segments);
+    muon_scratch_free(&model->muon_scratch);
     free(model->params_memory);
     free(model->grads_memory);
     free(model->m_memory);
@@ -421,7 +534,22 @@ typedef struct {
     const ProcessGroup* pg;
     int B, T;
     int zero_stage;
+    LearningRateScheduler muon_lr_scheduler; // -op muon: the -k schedule of the Muon lr (-ol)
 } CpuTrainer;
+
+// ZeRO-1 with Muon: every segment of the parameters goes from the process that updated it to the others
+static void cpu_broadcast_segments(const GPT2* model, const ProcessGroup* pg) {
+#ifdef USE_MPI
+    if (pg->num_processes == 1) { return; }
+    for (int i = 0; i < model->num_opt_segments; i++) {
+        const ZeroSegment* seg = &model->opt_segments[i];
+        if (seg->size > (size_t)INT_MAX) { llmc_die("ZeRO-1: a segment of %zu parameters is too large for MPI_Bcast", seg->size); }
+        MPI_Bcast(model->params_memory + seg->start, (int)seg->size, MPI_FLOAT, seg->owner, MPI_COMM_WORLD);
+    }
+#else
+    (void)model; (void)pg;
+#endif
+}
 
 static void cpu_zero_grad(void* ctx) { gpt2_zero_grad(((CpuTrainer*)ctx)->model); }
 
@@ -441,6 +569,13 @@ static float cpu_grad_norm(void* ctx) {
 
 static void cpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
     CpuTrainer* c = (CpuTrainer*)ctx;
+    if (c->model->optimizer == OPTIMIZER_MUON) {
+        float muon_lr = get_learning_rate(&c->muon_lr_scheduler, t - 1);
+        gpt2_update_muon(c->model, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
+                         grad_scale, t);
+        if (c->zero_stage == 1) { cpu_broadcast_segments(c->model, c->pg); }
+        return;
+    }
     gpt2_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
     if (c->zero_stage == 1) { allgather_param_shards(c->model->params_memory, c->model->num_parameters, c->pg); }
 }
@@ -467,6 +602,7 @@ static void cpu_state_fields(const GPT2* model, TrainState* s) {
     s->num_parameters = model->num_parameters;
     s->opt_offset = model->opt_offset;
     s->opt_size = model->opt_size;
+    s->optimizer = model->optimizer;
     s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
 }
 
@@ -493,6 +629,12 @@ int main(int argc, char** argv) {
                "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
     if (matmul_precision_parse(args.precision, &matmul_precision) != 0) {
         llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
+    }
+    int optimizer = optimizer_parse(args.optimizer);
+    if (optimizer < 0) { llmc_die("flag -op: bad value \"%s\": use adamw or muon (run %s --help to list the flags)", args.optimizer, argv[0]); }
+    MuonConfig muon = {args.muon_lr, args.muon_momentum, args.muon_nesterov, args.muon_ns_steps, muon_adjust_parse(args.muon_adjust_lr)};
+    if (muon.adjust_lr < 0) {
+        llmc_die("flag -oa: bad value \"%s\": use original or match_rms_adamw (run %s --help to list the flags)", args.muon_adjust_lr, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
     // OpenMP threads: OMP_NUM_THREADS when the user set it, else each process takes its share of
@@ -530,7 +672,11 @@ int main(int argc, char** argv) {
     trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
     ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
     gpt2_allocate_activations(&model, args.B, args.T);
-    gpt2_allocate_optimizer(&model, shard.offset, shard.size);
+    if (optimizer == OPTIMIZER_MUON) {
+        gpt2_allocate_muon(&model, &muon, args.zero_stage, nproc, rank);
+    } else {
+        gpt2_allocate_optimizer(&model, shard.offset, shard.size);
+    }
     // -p bf16 only where this CPU's bf16 GEMM beats its fp32 one (llmc/matmul.h); all processes agree
     if (matmul_precision == MATMUL_BF16) {
         char why[256] = "another process's CPU gains nothing from bf16";
@@ -549,13 +695,22 @@ int main(int argc, char** argv) {
         printf("+-------------------------------------------------------------------------+\n");
         printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", model_path, cfg.num_layers,
                cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
-        if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
+        if (optimizer == OPTIMIZER_MUON) {
+            printf("optimizer: Muon (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s) on the %d block matrices, AdamW (lr %g) on the rest\n",
+                   muon.lr, muon.momentum, muon.nesterov, muon.ns_steps, args.muon_adjust_lr, 4 * cfg.num_layers, args.learning_rate);
+        }
+        if (args.zero_stage == 1) {
+            printf("ZeRO-1: rank 0 owns %zu of %zu parameters' optimizer state%s\n", model.opt_size, model.num_parameters,
+                   optimizer == OPTIMIZER_MUON ? " (Muon matrices whole)" : "");
+        }
 #ifdef _OPENMP
         printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), nproc, threads_why);
 #endif
     }
 
-    CpuTrainer cpu = {&model, &pg, args.B, args.T, args.zero_stage};
+    CpuTrainer cpu = {&model, &pg, args.B, args.T, args.zero_stage, {0}};
+    lr_scheduler_init(&cpu.muon_lr_scheduler, args.lr_scheduler_type, args.muon_lr, args.warmup_iterations, trainer.max_steps,
+                      args.final_learning_rate_frac);
     TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_grad_norm, cpu_update, cpu_forward_losses,
                       cpu_next_token_logits, cpu_save_model, cpu_save_state, cpu_load_state};
     int status = trainer_run(&trainer, &ops);

@@ -8,6 +8,7 @@ We write fp32 (version 3); we read 3 and 5 (bf16 is widened to fp32 on load).
 
 Training state (one file per rank, state_%08d_%05d.bin next to model_%08d.bin): 256 int32 header
   [0]=20240527 [1]=1 [2]=num_processes [3]=process_rank [4]=zero_stage [5]=should_shuffle
+  [6]=optimizer (0 AdamW, 1 Muon: m holds a Muon matrix's momentum there, v is unused; llmc/muon.h)
   [10]=step
   [20..21]=sampler RNG state (uint64)
   [30..31]=data loader shard index [32..33]=sample index (uint64 each)
@@ -121,6 +122,7 @@ typedef struct {
     int process_rank;
     int zero_stage;
     int should_shuffle;
+    int optimizer;            // 0 AdamW, 1 Muon (files from before the field are AdamW: 0)
     int step;
     uint64_t rng_state;       // the sampler's RNG
     uint64_t shard_idx;       // train data loader position after `step` steps
@@ -159,6 +161,7 @@ static inline void train_state_header(const TrainState* s, int header[256]) {
     header[3] = s->process_rank;
     header[4] = s->zero_stage;
     header[5] = s->should_shuffle;
+    header[6] = s->optimizer;
     header[10] = s->step;
     state_put_u64(header, 20, s->rng_state);
     state_put_u64(header, 30, s->shard_idx);
@@ -175,6 +178,7 @@ static inline void train_state_from_header(const int header[256], TrainState* s)
     s->process_rank = header[3];
     s->zero_stage = header[4];
     s->should_shuffle = header[5];
+    s->optimizer = header[6];
     s->step = header[10];
     s->rng_state = state_get_u64(header, 20);
     s->shard_idx = state_get_u64(header, 30);
@@ -221,6 +225,10 @@ static inline void train_state_read(const char* path, const TrainState* expect, 
     }
     if (out->zero_stage != expect->zero_stage) {
         llmc_die("%s: written with ZeRO stage %d, this run uses -z %d", path, out->zero_stage, expect->zero_stage);
+    }
+    if (out->optimizer != expect->optimizer) {
+        llmc_die("%s: written with optimizer %s, this run uses -op %s (resume with the same optimizer)", path,
+                 out->optimizer == 1 ? "muon" : out->optimizer == 0 ? "adamw" : "(unknown)", expect->optimizer == 1 ? "muon" : "adamw");
     }
     if (out->should_shuffle != expect->should_shuffle) {
         llmc_die("%s: written with data shuffling %d, this run uses %d", path, out->should_shuffle, expect->should_shuffle);
