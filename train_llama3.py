@@ -88,6 +88,10 @@ class LlamaConfig:
     ffn_hidden: int = field(init=False)
 
     def __post_init__(self) -> None:
+        # the model file stores these as float32: the reference computes with exactly what the C side reads
+        for name in ("ffn_dim_multiplier", "norm_eps", "rope_theta", "rope_factor", "low_freq_factor", "high_freq_factor",
+                     "original_max_position"):
+            setattr(self, name, float(np.float32(getattr(self, name))))
         self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of, self.ffn_dim_multiplier)
 
     @property
@@ -640,6 +644,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+class LlamaDataLoader(DistributedDataLoader):
+    """train_gpt2.py's loader, taking llama-3 shards only (uint32, magic 20240801): gpt-2 ids would read as valid."""
+
+    def _load(self, shard: int) -> None:
+        magic = int(np.fromfile(self.files[shard], dtype="<i4", count=1)[0]) if Path(self.files[shard]).stat().st_size >= 4 else 0
+        if magic == 20240520:
+            raise UserError(f"{self.files[shard]}: a gpt-2 token shard; make llama-3 shards with e.g. "
+                            "python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer PATH")
+        super()._load(shard)
+
+
 def resolve_tokenizer(args: argparse.Namespace) -> LlamaTokenizer:
     if args.tokenizer:
         return load_llama3_tokenizer(args.tokenizer)
@@ -678,8 +693,8 @@ def train(args: argparse.Namespace) -> None:
     print0(f"model {args.model}: L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
            f"V={c.vocab_size}, {n_params:,} parameters")
 
-    train_loader = DistributedDataLoader(args.input_bin, B, T, rank, world, c.vocab_size)
-    val_loader = DistributedDataLoader(args.input_val_bin, B, T, rank, world, c.vocab_size) if args.input_val_bin else None
+    train_loader = LlamaDataLoader(args.input_bin, B, T, rank, world, c.vocab_size)
+    val_loader = LlamaDataLoader(args.input_val_bin, B, T, rank, world, c.vocab_size) if args.input_val_bin else None
 
     if args.write_tensors and master and not args.inference_only:
         x, y = train_loader.next_batch()
