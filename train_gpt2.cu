@@ -7,7 +7,9 @@ The story of one training step, top to bottom:
     gpt2_backward     the same layers in reverse; each finished layer's gradients start their
                       NCCL reduction on a second stream while the next layer's backward runs
     gpt2_update       global gradient norm, clipping, AdamW (fp32 master weights, stochastic
-                      rounding to bf16), then the ZeRO-1 all-gather of the updated parameters
+                      rounding to bf16); with -op muon, Muon on the blocks' 2-D weights instead
+                      (llmc/muon.cuh; under ZeRO-1 each rank updates whole matrices and broadcasts
+                      them); then the ZeRO-1 all-gather of the updated parameters
 
 The kernels live in the llmc .cuh headers, one concern per file. The training loop around them (command
 line, data, evaluation, sampling, checkpoints and resume, signals, clipping and the skip rule) is
@@ -41,6 +43,7 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/muon.cuh"
 #include "llmc/multi_gpu.cuh"
 
 // ----------------------------------------------------------------------------
@@ -136,6 +139,16 @@ typedef struct {
                                // gpt2_allocate_state has made the master weights from them (then NULL)
     float* m_memory;           // AdamW moments of this rank's shard
     float* v_memory;
+    // -op muon: the blocks' 2-D weights are Muon's (llmc/muon.cuh); AdamW's m, v, master there go unused
+    int use_muon;
+    MuonSettings muon;
+    float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)
+    MuonMatrix* muon_mats;     // the 4 L matrices and their owners
+    int muon_count;
+    size_t muon_state_size;    // elements of Muon state this rank holds (the matrices it owns)
+    float* muon_buf;           // momentum of the matrices this rank owns
+    float* muon_master;        // their fp32 master weights (bf16 builds with -w 1), else NULL
+    MuonWorkspace muon_ws;
     ActivationTensors acts;
     void* acts_memory;
     size_t acts_bytes;
@@ -234,6 +247,36 @@ static void gpt2_init_master_weights(GPT2* model, const float* host_params, Zero
     cudaCheck(cudaMemcpy(model->master_weights, host_params + shard.offset, shard.size * sizeof(float), cudaMemcpyHostToDevice));
 }
 
+// -op muon: Muon on the blocks' 2-D weights with these settings; owners = the number of processes under
+// ZeRO-1 (each rank updates whole matrices, balanced by size), else 1. Call before gpt2_allocate_state.
+static void gpt2_use_muon(GPT2* model, const MuonSettings* settings, float peak_lr, int owners, int rank) {
+    if (model->init_params == NULL) { llmc_die("internal: gpt2_use_muon after gpt2_allocate_state"); }
+    model->use_muon = 1;
+    model->muon = *settings;
+    model->peak_lr = peak_lr;
+    model->muon_mats = (MuonMatrix*)mallocCheck(4 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
+    model->muon_count = muon_plan(&model->config, owners, rank, model->muon_mats, &model->muon_state_size);
+}
+
+// the Muon state of the matrices this rank owns: zero momentum, master weights from the fp32 parameters
+static void gpt2_allocate_muon(GPT2* model, int use_master_weights) {
+    size_t n = model->muon_state_size, max_elems = 1, max_r = 1;
+    model->muon_buf = (float*)cudaMallocCheck(n * sizeof(float) + 1);
+    cudaCheck(cudaMemset(model->muon_buf, 0, n * sizeof(float) + 1));
+    model->muon_master = use_master_weights ? (float*)cudaMallocCheck(n * sizeof(float) + 1) : NULL;
+    for (int k = 0; k < model->muon_count; k++) {
+        const MuonMatrix* m = &model->muon_mats[k];
+        size_t r = m->rows < m->cols ? m->rows : m->cols;
+        if (m->rows * m->cols > max_elems) { max_elems = m->rows * m->cols; }
+        if (r > max_r) { max_r = r; }
+        if (m->state_offset != SIZE_MAX && model->muon_master != NULL) {
+            cudaCheck(cudaMemcpy(model->muon_master + m->state_offset, model->init_params + m->offset,
+                                 m->rows * m->cols * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
+    muon_workspace_init(&model->muon_ws, max_elems, max_r);
+}
+
 // activations for micro-batches of B x T, optimizer state for the shard, streams and handles
 static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
                                 cudaStream_t stream) {
@@ -272,6 +315,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
         model->master_weights = (float*)cudaMallocCheck(shard.size * sizeof(float));
         gpt2_init_master_weights(model, model->init_params, shard);
     }
+    if (model->use_muon) { gpt2_allocate_muon(model, use_master_weights && PRECISION_IS_BF16); }
     free(model->init_params);  // the device has the parameters, the master weights their fp32 values
     model->init_params = NULL;
     cublas_context_init(&model->cublas, stream);
@@ -292,6 +336,12 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->m_memory));
     cudaCheck(cudaFree(model->v_memory));
     if (model->master_weights != NULL) { cudaCheck(cudaFree(model->master_weights)); }
+    if (model->use_muon) {
+        free(model->muon_mats);
+        cudaCheck(cudaFree(model->muon_buf));
+        if (model->muon_master != NULL) { cudaCheck(cudaFree(model->muon_master)); }
+        muon_workspace_free(&model->muon_ws);
+    }
     cudaCheck(cudaFree(model->acts_memory));
     cudaCheck(cudaFree(model->inputs));
     cudaCheck(cudaFree(model->targets));
@@ -385,6 +435,29 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
     model->mean_loss = (float)(sum / BT);
 }
 
+// 1 when the flat index i lies in a tensor Muon updates (with -op muon)
+static int gpt2_in_muon_tensor(const GPT2* model, size_t i) {
+    for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
+        if (i >= model->param_offsets[k] && i < model->param_offsets[k] + model->param_sizes[k]) {
+            return model->use_muon && muon_tensor(k);
+        }
+    }
+    return 0;
+}
+
+// starts the reduction of gradient ranges over the processes: Muon's matrices under ZeRO-1 are
+// all-reduced (their owner needs the whole matrix), the rest as the ZeRO stage says
+static void gpt2_reduce_ranges(GPT2* model, MultiGpu* mg, const GradRange* ranges, int n) {
+    GradRange muon[GPT2_NUM_PARAMETER_TENSORS], rest[GPT2_NUM_PARAMETER_TENSORS];
+    int n_muon = 0, n_rest = 0;
+    for (int r = 0; r < n; r++) {
+        if (mg->zero_stage == 1 && gpt2_in_muon_tensor(model, ranges[r].lo)) { muon[n_muon++] = ranges[r]; }
+        else { rest[n_rest++] = ranges[r]; }
+    }
+    multi_gpu_reduce_ranges_stage(mg, model->grads_memory, muon, n_muon, 0, model->stream);
+    multi_gpu_reduce_ranges(mg, model->grads_memory, rest, n_rest, model->stream);
+}
+
 // Gradients of the last forward (called with write_dlogits = 1) are ADDED to model->grads.
 // reduce: this is the last micro-batch of the step, so each finished layer's gradients start
 // their reduction over the processes (overlapped with the rest of the backward pass).
@@ -440,14 +513,14 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
                            a.ln1_mean, a.ln1_rstd, BT, C, stream);
         if (reduce) {
             int n = grad_layer_ranges(&model->config, l, ranges);
-            multi_gpu_reduce_ranges(mg, model->grads_memory, ranges, n, stream);
+            gpt2_reduce_ranges(model, mg, ranges, n);
         }
     }
     token_groups_build(&model->token_groups, inputs);
     encoder_backward(g.wte, g.wpe, acts.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
     if (reduce) {
         int n = grad_layer_ranges(&model->config, -1, ranges);
-        multi_gpu_reduce_ranges(mg, model->grads_memory, ranges, n, stream);
+        gpt2_reduce_ranges(model, mg, ranges, n);
     }
 }
 
@@ -463,19 +536,37 @@ static float gpt2_grad_norm(GPT2* model, MultiGpu* mg) {
 }
 
 // AdamW on this rank's shard, one launch per parameter tensor it overlaps (weight decay on
-// the 2-D weights only), then the ZeRO-1 all-gather
-static void gpt2_update(GPT2* model, MultiGpu* mg, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float grad_scale, int t) {
+// the 2-D weights only); with -op muon the blocks' 2-D weights get Muon at muon_lr instead, each
+// matrix from the rank that owns it (every rank under ZeRO-0), broadcast from there under ZeRO-1;
+// then the ZeRO-1 all-gather
+static void gpt2_update(GPT2* model, MultiGpu* mg, float lr, float muon_lr, float beta1, float beta2, float eps,
+                        float weight_decay, float grad_scale, int t) {
     AdamWScalars scalars = adamw_step_scalars(lr, beta1, beta2, eps, t);
     uint32_t seed = llmc_hash_u32((uint32_t)t, 0x5EEDu);
     size_t s0 = mg->shard.offset, s1 = mg->shard.offset + mg->shard.size;
     for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
         size_t t0 = model->param_offsets[i], t1 = t0 + model->param_sizes[i];
         size_t lo = t0 > s0 ? t0 : s0, hi = t1 < s1 ? t1 : s1;
-        if (hi <= lo) { continue; }
+        if (hi <= lo || (model->use_muon && muon_tensor(i))) { continue; }
         float wd = GPT2_PARAMETER_IS_MATRIX[i] ? weight_decay : 0.0f;
         adamw_update(model->params_memory, model->master_weights, model->grads_memory, model->m_memory, model->v_memory,
                      lo, hi - lo, lo - s0, wd, grad_scale, scalars, seed, model->stream);
+    }
+    if (model->use_muon) {
+        GradReduceOp* owners = (GradReduceOp*)mallocCheck((size_t)model->muon_count * sizeof(GradReduceOp));
+        for (int k = 0; k < model->muon_count; k++) {
+            const MuonMatrix* m = &model->muon_mats[k];
+            if (m->state_offset != SIZE_MAX) {
+                muon_update_matrix(&model->cublas, &model->muon_ws, model->params_memory, model->muon_master,
+                                   model->grads_memory, model->muon_buf, m, muon_lr, weight_decay, grad_scale, &model->muon,
+                                   seed, model->stream);
+            }
+            owners[k].offset = m->offset;
+            owners[k].count = m->rows * m->cols;
+            owners[k].root = m->owner;
+        }
+        if (mg->zero_stage == 1) { multi_gpu_broadcast_ranges(mg, model->params_memory, owners, model->muon_count, model->stream); }
+        free(owners);
     }
     multi_gpu_gather_params(mg, model->params_memory, model->stream);
 }
@@ -522,9 +613,15 @@ static float gpu_forward_backward(void* ctx, const int* inputs, const int* targe
 
 static float gpu_grad_norm(void* ctx) { return gpt2_grad_norm(((GpuTrainer*)ctx)->model, ((GpuTrainer*)ctx)->mg); }
 
+// the Muon lr of a step: -ol scaled by the schedule as -l is (the step's lr / -l)
+static float gpt2_muon_lr(const GPT2* model, float lr) {
+    return model->peak_lr > 0.0f ? (float)((double)model->muon.lr * (double)lr / (double)model->peak_lr) : 0.0f;
+}
+
 static void gpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    gpt2_update(g->model, g->mg, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    gpt2_update(g->model, g->mg, lr, gpt2_muon_lr(g->model, lr), TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS,
+                weight_decay, grad_scale, t);
     cudaCheck(cudaStreamSynchronize(g->model->stream)); // the step's time includes the update
 }
 
@@ -559,13 +656,17 @@ static void gpu_save_model(void* ctx, const char* path) {
 }
 
 // The training state holds this rank's ZeRO shard: AdamW m, v, and after the detectors its fp32
-// master weights (bf16 builds with -w 1). Host copies of them, on the way to or from the file.
+// master weights (bf16 builds with -w 1); with -op muon then the Muon momentum of the matrices this
+// rank owns and their fp32 master weights (when the shard has them). Host copies of them, on the way
+// to or from the file.
 typedef struct {
     size_t shard, master;  // element counts (master 0: none)
+    size_t muon, muon_master;
     float* m;
     float* v;
     float* w;
     char* extra;
+    size_t muon_at;        // where the Muon state starts in extra
 } GpuStateStaging;
 
 // fills the optimizer fields of s and allocates the host copies
@@ -573,7 +674,11 @@ static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, con
     GpuStateStaging st;
     st.shard = g->mg->shard.size;
     st.master = g->model->master_weights != NULL ? st.shard : 0;
-    size_t extra = trainer_state_extra_bytes(st.master);  // 64-bit in the file: 6.2 GB for 1558M on one GPU
+    st.muon = g->model->use_muon ? g->model->muon_state_size : 0;
+    st.muon_master = g->model->muon_master != NULL ? st.muon : 0;
+    st.muon_at = trainer_state_extra_bytes(st.master);
+    // 64-bit in the file: 6.2 GB for 1558M on one GPU
+    size_t extra = st.muon_at + (st.muon + st.muon_master) * sizeof(float);
     if (!trainer_state_fits(st.shard, extra)) {
         llmc_die("%s: the optimizer state of this rank (%zu values, %zu extra bytes) does not fit in one file", path, st.shard, extra);
     }
@@ -604,6 +709,13 @@ static void gpu_save_state(void* ctx, const char* path, TrainState* s, const Tra
     cudaCheck(cudaMemcpy(st.v, model->v_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
     if (st.master > 0) { cudaCheck(cudaMemcpy(st.w, model->master_weights, st.master * sizeof(float), cudaMemcpyDeviceToHost)); }
     trainer_state_extra_pack(st.extra, d, st.w, st.master);
+    if (st.muon > 0) {
+        float* muon = (float*)(st.extra + st.muon_at);
+        cudaCheck(cudaMemcpy(muon, model->muon_buf, st.muon * sizeof(float), cudaMemcpyDeviceToHost));
+        if (st.muon_master > 0) {
+            cudaCheck(cudaMemcpy(muon + st.muon, model->muon_master, st.muon_master * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+    }
     train_state_write(path, s, st.m, st.v, st.extra);
     gpu_state_staging_free(&st);
 }
@@ -614,6 +726,13 @@ static void gpu_load_state(void* ctx, const char* path, TrainState* expect, Trai
     GpuStateStaging st = gpu_state_staging(g, expect, path);
     train_state_read(path, expect, got, st.m, st.v, st.extra);
     trainer_state_extra_unpack(st.extra, d, st.w, st.master);
+    if (st.muon > 0) {
+        const float* muon = (const float*)(st.extra + st.muon_at);
+        cudaCheck(cudaMemcpy(model->muon_buf, muon, st.muon * sizeof(float), cudaMemcpyHostToDevice));
+        if (st.muon_master > 0) {
+            cudaCheck(cudaMemcpy(model->muon_master, muon + st.muon, st.muon_master * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
     cudaCheck(cudaMemcpy(model->m_memory, st.m, st.shard * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->v_memory, st.v, st.shard * sizeof(float), cudaMemcpyHostToDevice));
     if (st.master > 0) { cudaCheck(cudaMemcpy(model->master_weights, st.w, st.master * sizeof(float), cudaMemcpyHostToDevice)); }
@@ -630,6 +749,19 @@ static void gpu_barrier_op(void* ctx) { multi_gpu_barrier((MultiGpu*)ctx); }
 
 static void gpu_sum_floats_op(void* ctx, float* values, int n) { multi_gpu_sum_host_floats((MultiGpu*)ctx, values, n); }
 
+// -op and the Muon flags; returns 1 for muon, 0 for adamw (one error line for anything else)
+static int gpt2_optimizer_from_args(const TrainArgs* args, MuonSettings* muon) {
+    int use_muon = strcmp(args->optimizer, "muon") == 0;
+    if (!use_muon && strcmp(args->optimizer, "adamw") != 0) { llmc_die("-op %s: unknown optimizer (adamw|muon)", args->optimizer); }
+    muon->lr = args->muon_lr;
+    muon->momentum = args->muon_momentum;
+    muon->nesterov = args->muon_nesterov;
+    muon->ns_steps = args->muon_ns_steps;
+    muon->adjust = muon_adjust_from_name(args->muon_adjust_lr);
+    if (muon->adjust < 0) { llmc_die("-oa %s: unknown Muon lr adjustment (original|match_rms_adamw)", args->muon_adjust_lr); }
+    return use_muon;
+}
+
 // ----------------------------------------------------------------------------
 // main
 
@@ -638,6 +770,8 @@ int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
                "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
+    MuonSettings muon;
+    const int use_muon = gpt2_optimizer_from_args(&args, &muon);
     MultiGpu mg;
     multi_gpu_init(&mg, &argc, &argv, args.num_processes, args.process_rank, args.gpus_per_node, args.nccl_init_method,
                    args.server_ip, args.fs_path, args.zero_stage, 0);
@@ -668,6 +802,7 @@ int main(int argc, char** argv) {
     gpt2_build(&model, model_path, mg.zero_stage, nproc);
     mg.num_parameters = model.num_parameters;
     mg.shard = zero_shard(model.num_parameters, mg.zero_stage, nproc, rank);
+    if (use_muon) { gpt2_use_muon(&model, &muon, args.learning_rate, mg.zero_stage == 1 ? nproc : 1, rank); }
     gpt2_allocate_state(&model, args.B, args.T, args.recompute, mg.shard, args.use_master_weights, stream);
     model.gelu_fusion = args.gelu_fusion;  // -ge
     const GPT2Config* cfg = &model.config;

@@ -153,20 +153,23 @@ static inline void bias_backward(floatX* dbias, const floatX* dout, float* scrat
 }
 
 // ----------------------------------------------------------------------------
-// one cuBLASLt GEMM described by a GemmSpec: D (m, n) = op(A) (m, k) * op(B) (k, n) [+ D if accumulate]
+// one cuBLASLt GEMM described by a GemmSpec: D (m, n) = alpha op(A) (m, k) * op(B) (k, n) + beta D
 // epilogue: bias (length m) added, GELU with aux output, or dGELU using aux as the GELU input
 
 typedef enum { GEMM_EPI_NONE = 0, GEMM_EPI_BIAS, GEMM_EPI_GELU_AUX, GEMM_EPI_GELU_AUX_BIAS, GEMM_EPI_DGELU } GemmEpilogue;
 
-static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
-                           const GemmSpec* spec, int accumulate, GemmEpilogue epi, floatX* aux) {
+// the general form: operands of element type `type` (CUDA_R_32F or CUDA_R_16BF, bias and aux too), fp32 scalars,
+// D = alpha op(A) op(B) + beta D; compute_type as the context's, or CUBLAS_COMPUTE_32F for bf16 operands
+static inline void gemm_lt_typed(CublasContext* ctx, cudaDataType_t type, cublasComputeType_t compute_type, void* d,
+                                 const void* a, const void* b, const void* bias, const GemmSpec* spec, float alpha, float beta,
+                                 GemmEpilogue epi, void* aux) {
     const int m = spec->m, n = spec->n, k = spec->k, trans_a = spec->trans_a, trans_b = spec->trans_b;
     if (((uintptr_t)a % 16) != 0 || ((uintptr_t)b % 16) != 0 || ((uintptr_t)d % 16) != 0 ||
         (bias != NULL && ((uintptr_t)bias % 16) != 0)) {
         llmc_die("matmul: cuBLASLt operands must be 16-byte aligned (m=%d n=%d k=%d)", m, n, k);
     }
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, ctx->compute_type, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescCreate(&desc, compute_type, CUDA_R_32F));
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -182,13 +185,13 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
     }
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (epi == GEMM_EPI_BIAS || epi == GEMM_EPI_GELU_AUX_BIAS) {
-        cudaDataType_t bias_type = CUBLAS_LOWP;
+        cudaDataType_t bias_type = type;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     if (epi == GEMM_EPI_GELU_AUX || epi == GEMM_EPI_GELU_AUX_BIAS || epi == GEMM_EPI_DGELU) {
         int64_t aux_ld = m;  // the aux matrix has the shape of D
-        cudaDataType_t aux_type = CUBLAS_LOWP;
+        cudaDataType_t aux_type = type;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
@@ -196,9 +199,9 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
 
     // layouts of the stored matrices (before op)
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, spec->lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, spec->ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUBLAS_LOWP, m, n, spec->ldd));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, type, trans_a ? k : m, trans_a ? m : k, spec->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, type, trans_b ? n : k, trans_b ? k : n, spec->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, type, m, n, spec->ldd));
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -219,8 +222,6 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
         llmc_die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d",
                  m, n, k, trans_a, trans_b, (int)epi);
     }
-    const float alpha = 1.0f;
-    const float beta = accumulate ? 1.0f : 0.0f;
     cublasCheck(cublasLtMatmul(ctx->lt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d, layout_d,
                                &heuristic.algo, ctx->workspace, ctx->workspace_size, ctx->stream));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
@@ -228,6 +229,12 @@ static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// the trainer's GEMM: floatX operands, the context's compute type, D = op(A) op(B) [+ D if accumulate]
+static inline void gemm_lt(CublasContext* ctx, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
+                           const GemmSpec* spec, int accumulate, GemmEpilogue epi, floatX* aux) {
+    gemm_lt_typed(ctx, CUBLAS_LOWP, ctx->compute_type, d, a, b, bias, spec, 1.0f, accumulate ? 1.0f : 0.0f, epi, aux);
 }
 
 // ----------------------------------------------------------------------------

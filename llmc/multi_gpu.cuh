@@ -15,7 +15,8 @@ all-gather of the updated parameters, ordered after the optimizer by an event.
 
 ZeRO-1 uses zero.h's contiguous shards of the flat parameter vector (per = ceil(n / nproc)
 elements, the last shard shorter). A gradient range is reduced with ncclReduce to each shard
-owner it overlaps (together: one reduce-scatter); ZeRO-0 all-reduces the range. Every count
+owner it overlaps (together: one reduce-scatter); ZeRO-0 all-reduces the range (as ZeRO-1 does for
+Muon's matrices, which their owners update whole and broadcast: multi_gpu_broadcast_ranges). Every count
 handed to NCCL is an element count (never bytes), computed by grad_reduce_ops and tested.
 
 -pi fs -pf DIR: rank 0 writes the NCCL id to DIR/ncclUniqueId.<nonce>.sync, the others wait for it
@@ -505,16 +506,18 @@ static inline void stream_wait_stream(cudaStream_t waiter, cudaStream_t signaler
 }
 
 // starts reducing the given gradient ranges (averaged over ranks) once the compute stream has
-// produced them; the compute stream does not wait (call multi_gpu_sync before reading the grads)
-static inline void multi_gpu_reduce_ranges(MultiGpu* mg, floatX* grads, const GradRange* ranges, int num_ranges,
-                                           cudaStream_t compute) {
-    if (mg->num_processes == 1) { return; }
+// produced them; the compute stream does not wait (call multi_gpu_sync before reading the grads).
+// zero_stage 0 all-reduces them whatever mg's stage is (Muon's matrices under ZeRO-1: the owner of
+// a whole matrix needs all of its gradient).
+static inline void multi_gpu_reduce_ranges_stage(MultiGpu* mg, floatX* grads, const GradRange* ranges, int num_ranges,
+                                                 int zero_stage, cudaStream_t compute) {
+    if (mg->num_processes == 1 || num_ranges == 0) { return; }
 #ifdef USE_NCCL
     stream_wait_stream(mg->nccl_stream, compute, mg->compute_ready);
     ncclCheck(ncclGroupStart());
     for (int r = 0; r < num_ranges; r++) {
         GradReduceOp ops[64];
-        int n = grad_reduce_ops(ranges[r].lo, ranges[r].hi, mg->num_parameters, mg->zero_stage, mg->num_processes, ops, 64);
+        int n = grad_reduce_ops(ranges[r].lo, ranges[r].hi, mg->num_parameters, zero_stage, mg->num_processes, ops, 64);
         if (n == 0) { llmc_die("multi_gpu: gradient range [%zu, %zu) spans too many shards", ranges[r].lo, ranges[r].hi); }
         for (int k = 0; k < n; k++) {
             floatX* p = grads + ops[k].offset;
@@ -527,7 +530,32 @@ static inline void multi_gpu_reduce_ranges(MultiGpu* mg, floatX* grads, const Gr
     }
     ncclCheck(ncclGroupEnd());
 #else
-    (void)grads; (void)ranges; (void)num_ranges; (void)compute;
+    (void)grads; (void)ranges; (void)num_ranges; (void)zero_stage; (void)compute;
+#endif
+}
+
+static inline void multi_gpu_reduce_ranges(MultiGpu* mg, floatX* grads, const GradRange* ranges, int num_ranges,
+                                           cudaStream_t compute) {
+    multi_gpu_reduce_ranges_stage(mg, grads, ranges, num_ranges, mg->zero_stage, compute);
+}
+
+// every rank gets params[offset, offset + count) of each op from the op's root (the Muon matrices under
+// ZeRO-1, updated whole by their owners), on the NCCL stream after the compute stream's work; the
+// compute stream waits for it
+static inline void multi_gpu_broadcast_ranges(MultiGpu* mg, floatX* params, const GradReduceOp* ops, int num_ops,
+                                              cudaStream_t compute) {
+    if (mg->num_processes == 1 || num_ops == 0) { return; }
+#ifdef USE_NCCL
+    stream_wait_stream(mg->nccl_stream, compute, mg->compute_ready);
+    ncclCheck(ncclGroupStart());
+    for (int k = 0; k < num_ops; k++) {
+        floatX* p = params + ops[k].offset;
+        ncclCheck(ncclBroadcast(p, p, ops[k].count, NCCL_FLOATX, ops[k].root, mg->comm, mg->nccl_stream));
+    }
+    ncclCheck(ncclGroupEnd());
+    stream_wait_stream(compute, mg->nccl_stream, mg->nccl_done);
+#else
+    (void)params; (void)ops; (void)num_ops; (void)compute;
 #endif
 }
 
