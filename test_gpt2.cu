@@ -108,7 +108,8 @@ static float test_train_step(TestRun* r, int t) {
     const DebugState* d = r->d;
     float loss = test_forward_backward(r);
     float norm = r->ops.grad_norm(r->ops.ctx);
-    gpt2_update(r->model, r->mg, d->lr, d->beta1, d->beta2, d->eps, d->weight_decay, grad_clip_scale(norm, d->grad_clip), t);
+    gpt2_update(r->model, r->mg, d->lr, gpt2_muon_lr(r->model, d->lr), d->beta1, d->beta2, d->eps, d->weight_decay,
+                grad_clip_scale(norm, d->grad_clip), t);
     cudaCheck(cudaStreamSynchronize(r->model->stream));
     return loss;
 }
