@@ -8,6 +8,7 @@ find them: {edu_}fineweb_val_000000.bin, {edu_}fineweb_train_000001.bin, ...
     python dev/data/fineweb.py -t classic -v 10B            # HuggingFaceFW/fineweb sample-10BT
     python dev/data/fineweb.py -t edu -v 100B -s 100000000  # HuggingFaceFW/fineweb-edu sample-100BT
     python dev/data/fineweb.py --data_files my/*.parquet    # any local parquet/jsonl with a "text" column
+    python dev/data/fineweb.py --model_desc llama-3 --tokenizer path/to/tokenizer.json  # uint32 shards, BOS per document
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ def shard_path(out_dir: Path, prefix: str, index: int) -> Path:
     return out_dir / f"{prefix}_{split}_{index:06d}.bin"
 
 
-def tokenize_document(model_desc: str, item: tuple[int, Mapping[str, Any]]) -> np.ndarray:
-    """EOT followed by the tokens of one {"text": ...} row; item is (row number, row)."""
+def tokenize_document(model_desc: str, item: tuple[int, Mapping[str, Any]], tokenizer: str = "") -> np.ndarray:
+    """EOT (llama-3: <|begin_of_text|>) followed by the tokens of one {"text": ...} row; item is (row number, row);
+    tokenizer is llama-3's --tokenizer path."""
     index, row = item
     text = row.get("text") if isinstance(row, Mapping) else None
     if not isinstance(text, str):
         raise DataFormatError(f"row {index} has no 'text' string")
-    tok = get_tokenizer(model_desc)
+    tok = get_tokenizer(model_desc, tokenizer)
     tokens = [tok.eot]
     tokens.extend(tok.encode(text))
     return np.asarray(tokens, dtype=shard_format(model_desc).dtype)
@@ -81,11 +83,12 @@ def write_shards(
     model_desc: str = "gpt-2",
     num_proc: int = 1,
     source: str = "dataset",
+    tokenizer: str = "",
 ) -> list[Path]:
     """Tokenize rows ({"text": ...}) into shards of shard_size tokens in out_dir; returns the shard paths."""
     if not 1 <= shard_size < 2**31:
         raise DataError(f"--shard_size must be in 1..{2**31 - 1}, got {shard_size}")
-    get_tokenizer(model_desc)  # a missing tokenizer fails here, once, before any worker starts
+    get_tokenizer(model_desc, tokenizer)  # a missing tokenizer fails here, once, before any worker starts
     out_dir.mkdir(parents=True, exist_ok=True)
     buffer = np.empty(shard_size, dtype=shard_format(model_desc).dtype)
     filled = 0
@@ -93,7 +96,7 @@ def write_shards(
     bar: tqdm | None = None
     try:
         with document_mapper(num_proc) as imap:
-            for tokens in imap(partial(tokenize_document, model_desc), enumerate(rows), chunksize=CHUNK_SIZE):
+            for tokens in imap(partial(tokenize_document, model_desc, tokenizer=tokenizer), enumerate(rows), chunksize=CHUNK_SIZE):
                 start = 0
                 while start < len(tokens):
                     if bar is None:
@@ -198,7 +201,7 @@ def build(args: argparse.Namespace) -> str:
     dataset, source = load_local(args.data_files) if args.data_files else load_hub(args.type, args.version)
     check_text_column(dataset, source)
     shards = write_shards(dataset, args.data_dir, SHARD_PREFIXES[args.type], args.shard_size,
-                          args.model_desc, args.num_proc, source)
+                          args.model_desc, args.num_proc, source, args.tokenizer)
     return f"wrote {len(shards)} shards ({shards[0].name} … {shards[-1].name}) to {args.data_dir}"
 
 

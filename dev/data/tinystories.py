@@ -6,6 +6,7 @@ TinyStories_train.bin (all the others) in the llm.c-compatible shard format.
 
     python dev/data/tinystories.py
     python dev/data/tinystories.py --model_desc llama-3 --num_proc 4
+    python dev/data/tinystories.py --model_desc llama-3 --tokenizer dev/data/test_tokenizer
 """
 
 from __future__ import annotations
@@ -103,13 +104,15 @@ def load_stories(path: Path) -> list[str]:
     return stories
 
 
-def tokenize_shard(model_desc: str, shard: tuple[int, Path]) -> np.ndarray:
-    """All stories of one shard, shuffled reproducibly, each stripped and preceded by the EOT token.
+def tokenize_shard(model_desc: str, shard: tuple[int, Path], tokenizer: str = "") -> np.ndarray:
+    """All stories of one shard, shuffled reproducibly, each stripped and preceded by the EOT token
+    (llama-3: <|begin_of_text|>).
 
-    shard is (index of the shard within its split, path); the index seeds the shuffle.
+    shard is (index of the shard within its split, path); the index seeds the shuffle; tokenizer is
+    llama-3's --tokenizer path.
     """
     index, path = shard
-    tok = get_tokenizer(model_desc)
+    tok = get_tokenizer(model_desc, tokenizer)
     dtype = shard_format(model_desc).dtype
     stories = load_stories(path)
     random.Random(SHUFFLE_SEED + index).shuffle(stories)
@@ -131,10 +134,10 @@ def find_shards(directory: Path) -> list[Path]:
     return shards
 
 
-def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int) -> list[np.ndarray]:
+def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int, tokenizer: str = "") -> list[np.ndarray]:
     """Token arrays of the shards, in order, tokenized by a pool of num_proc processes."""
-    get_tokenizer(model_desc)  # a missing tokenizer fails here, once, before any worker starts
-    work = partial(tokenize_shard, model_desc)
+    get_tokenizer(model_desc, tokenizer)  # a missing tokenizer fails here, once, before any worker starts
+    work = partial(tokenize_shard, model_desc, tokenizer=tokenizer)
     # The shuffle seed counts shards within each split: val is shard 0, and so is the first train shard.
     items = [(0, shards[0])] + list(enumerate(shards[1:]))
     desc = f"tokenizing {len(shards)} shards"
@@ -152,11 +155,11 @@ def tokenize_shards(shards: list[Path], model_desc: str, num_proc: int) -> list[
     return arrays
 
 
-def build(data_dir: Path, model_desc: str, num_proc: int, url: str) -> str:
+def build(data_dir: Path, model_desc: str, num_proc: int, url: str, tokenizer: str = "") -> str:
     """Download (unless cached), unpack, tokenize and write both shards; returns the summary line."""
     archive = download_unless_cached(url, data_dir / ARCHIVE_NAME)
     shards = find_shards(extract_archive(archive, data_dir / EXTRACTED_NAME))
-    arrays = tokenize_shards(shards, model_desc, num_proc)
+    arrays = tokenize_shards(shards, model_desc, num_proc, tokenizer)
     splits = {"val": arrays[0], "train": np.concatenate(arrays[1:])}
     return write_splits(data_dir, "TinyStories", splits, model_desc)
 
@@ -170,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     add_num_proc_arg(parser)
     parser.add_argument("--url", default=URL, help="where to download the archive from when it is not cached")
     args = parser.parse_args(argv)
-    return run_script(lambda: build(args.data_dir, args.model_desc, args.num_proc, args.url))
+    return run_script(lambda: build(args.data_dir, args.model_desc, args.num_proc, args.url, args.tokenizer))
 
 
 if __name__ == "__main__":
