@@ -1,8 +1,14 @@
 /*
-generate: text generation from an llmc GPT-2 checkpoint on the CPU, with a KV cache.
+generate: text generation from an llmc GPT-2 or Llama 3 model file on the CPU, with a KV cache.
 
     ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
     ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
+    ./generate -e llama3_d2.bin -t llama3_tokenizer.bin --ids "128000 791"     a Llama 3 model
+
+The family comes from the model file's magic (20240326 GPT-2, 20240803 Llama 3). Llama 3 models use
+train_llama3.c's model and decode with the Llama 3 tokenizer file (llmc/tokenizer.h); the C side has
+no Llama 3 encoder, so their prompt is given as token ids (--ids; default: BOS alone). Their cache
+holds the NKV key/value heads only (GQA: NH/NKV query heads read each cached head).
 
 The model and its layers are train_gpt2.c's (included with LLMC_NO_MAIN defined, so its main() is
 left out). Generation keeps every layer's keys and values in a cache: the prompt goes through
@@ -17,6 +23,7 @@ compares its last-position logits with the cached path's (fails above 1e-4): the
 */
 #define LLMC_NO_MAIN
 #include "train_gpt2.c"
+#include "train_llama3.c"
 #include "llmc/bpe.h"
 #include "llmc/sampler.h"
 
@@ -130,12 +137,13 @@ static void linear_forward(float* out, const float* inp, const float* weight, co
     else { matmul_forward(out, inp, weight, bias, 1, n, C, OC); }
 }
 
-// causal attention of n new positions (pos0 .. pos0+n-1) over the cached keys/values 0 .. pos0+n-1
-static void attention_forward_cached(float* out, float* scores, const float* qkv, const float* key_cache,
-                                     const float* value_cache, int pos0, int n, int C, int NH, int maxT) {
-    // out is (n, C); qkv is (n, 3C) (only the queries are read); key/value_cache are (maxT, C)
-    // scores is (threads, maxT) scratch
-    int HS = C / NH;
+// causal attention of n new positions (pos0 .. pos0+n-1) over the cached keys/values 0 .. pos0+n-1;
+// query head h reads cached head h / (NH/NKV) (GPT-2: NKV = NH)
+static void attention_forward_cached(float* out, float* scores, const float* q_rows, int q_stride, const float* key_cache,
+                                     const float* value_cache, int pos0, int n, int C, int NH, int NKV, int maxT) {
+    // out is (n, C); q_rows is (n, q_stride) with the NH query heads first; key/value_cache are
+    // (maxT, NKV*HS); scores is (threads, maxT) scratch
+    int HS = C / NH, KVC = NKV * HS, rep = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for collapse(2) if ((size_t)n * (pos0 + n) * C >= (1u << 16))
     for (int t = 0; t < n; t++) {
@@ -145,11 +153,12 @@ static void attention_forward_cached(float* out, float* scores, const float* qkv
 #else
             float* s = scores;
 #endif
-            const float* q = qkv + (size_t)t * 3 * C + h * HS;
+            const float* q = q_rows + (size_t)t * q_stride + h * HS;
+            int kvh = (h / rep) * HS;
             int last = pos0 + t;   // attends to positions 0..last
             float maxval = -INFINITY;
             for (int t2 = 0; t2 <= last; t2++) {
-                const float* k = key_cache + (size_t)t2 * C + h * HS;
+                const float* k = key_cache + (size_t)t2 * KVC + kvh;
                 float dot = 0.0f;
                 for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
                 dot *= scale;
@@ -165,7 +174,7 @@ static void attention_forward_cached(float* out, float* scores, const float* qkv
             float* o = out + (size_t)t * C + h * HS;
             for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
             for (int t2 = 0; t2 <= last; t2++) {
-                const float* v = value_cache + (size_t)t2 * C + h * HS;
+                const float* v = value_cache + (size_t)t2 * KVC + kvh;
                 float a = s[t2] * inv;
                 for (int i = 0; i < HS; i++) { o[i] += a * v[i]; }
             }
@@ -193,7 +202,7 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
             memcpy(l_kc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + C, C * sizeof(float));
             memcpy(l_vc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + 2 * C, C * sizeof(float));
         }
-        attention_forward_cached(kv->atty, kv->scores, kv->qkv, l_kc, l_vc, kv->pos, n, C, NH, maxT);
+        attention_forward_cached(kv->atty, kv->scores, kv->qkv, 3 * C, l_kc, l_vc, kv->pos, n, C, NH, NH, maxT);
         linear_forward(kv->proj, kv->atty, w.attprojw, w.attprojb, n, C, C);
         residual_rows(kv->x, kv->proj, n, nC);
         // MLP block
@@ -211,11 +220,110 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
 }
 
 // ----------------------------------------------------------------------------
+// the Llama 3 KV-cached forward pass (batch 1): the cache holds NKV heads per layer
+
+typedef struct {
+    int maxT, C, L, NH, NKV, HS, QKV, FFN, V;
+    int pos;               // positions already in the cache
+    float* key_cache;      // (L, maxT, NKV*HS), keys after RoPE
+    float* value_cache;    // (L, maxT, NKV*HS)
+    float* x;              // (maxT, C) the residual stream
+    float* ln;             // (maxT, C)
+    float* rstd;           // (maxT)
+    float* qkv;            // (maxT, QKV)
+    float* atty;           // (maxT, C)
+    float* proj;           // (maxT, C)
+    float* fch;            // (maxT, FFN) gate
+    float* fch2;           // (maxT, FFN) up
+    float* scores;         // (threads, maxT)
+    float* logits;         // (V) logits of the last position
+} Llama3KVCache;
+
+static void llama3_kvcache_init(Llama3KVCache* kv, const Llama3Config* cfg) {
+    kv->maxT = cfg->max_seq_len;
+    kv->C = cfg->channels;
+    kv->L = cfg->num_layers;
+    kv->NH = cfg->num_heads;
+    kv->NKV = cfg->num_kv_heads;
+    kv->HS = kv->C / kv->NH;
+    kv->QKV = (kv->NH + 2 * kv->NKV) * kv->HS;
+    kv->FFN = cfg->ffn_hidden;
+    kv->V = cfg->vocab_size;
+    kv->pos = 0;
+    size_t T = (size_t)kv->maxT, C = (size_t)kv->C, KVC = (size_t)kv->NKV * kv->HS;
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    kv->key_cache = (float*)mallocCheck((size_t)kv->L * T * KVC * sizeof(float));
+    kv->value_cache = (float*)mallocCheck((size_t)kv->L * T * KVC * sizeof(float));
+    kv->x = (float*)mallocCheck(T * C * sizeof(float));
+    kv->ln = (float*)mallocCheck(T * C * sizeof(float));
+    kv->rstd = (float*)mallocCheck(T * sizeof(float));
+    kv->qkv = (float*)mallocCheck(T * kv->QKV * sizeof(float));
+    kv->atty = (float*)mallocCheck(T * C * sizeof(float));
+    kv->proj = (float*)mallocCheck(T * C * sizeof(float));
+    kv->fch = (float*)mallocCheck(T * kv->FFN * sizeof(float));
+    kv->fch2 = (float*)mallocCheck(T * kv->FFN * sizeof(float));
+    kv->scores = (float*)mallocCheck((size_t)nthreads * T * sizeof(float));
+    kv->logits = (float*)mallocCheck((size_t)kv->V * sizeof(float));
+}
+
+static void llama3_kvcache_free(Llama3KVCache* kv) {
+    free(kv->key_cache); free(kv->value_cache); free(kv->x); free(kv->ln); free(kv->rstd); free(kv->qkv);
+    free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch2); free(kv->scores); free(kv->logits);
+}
+
+// feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
+static void llama3_forward_cached(Llama3* model, Llama3KVCache* kv, const int* tokens, int n) {
+    const Llama3Config* cfg = &model->config;
+    int C = kv->C, NH = kv->NH, NKV = kv->NKV, HS = kv->HS, QKV = kv->QKV, FFN = kv->FFN, maxT = kv->maxT;
+    int KVC = NKV * HS, half = HS / 2;
+    if (n < 1 || kv->pos + n > maxT) {
+        llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
+    }
+    Llama3Params p = model->params;
+    size_t nC = (size_t)n * C;
+    embedding_forward(kv->x, tokens, p.wte, 1, n, C); // (n, C)
+    for (int l = 0; l < kv->L; l++) {
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        float* l_kc = kv->key_cache + (size_t)l * maxT * KVC;
+        float* l_vc = kv->value_cache + (size_t)l * maxT * KVC;
+        // attention block: q and k rotated at their absolute positions, k and v appended to the cache
+        rmsnorm_forward(kv->ln, kv->rstd, kv->x, w.ln1w, cfg->norm_eps, 1, n, C);
+        linear_forward(kv->qkv, kv->ln, w.qkvw, NULL, n, C, QKV);
+        rope_forward(kv->qkv, model->rope_cos + (size_t)kv->pos * half, model->rope_sin + (size_t)kv->pos * half,
+                     1, n, QKV, NH + NKV, HS);
+        for (int t = 0; t < n; t++) {
+            const float* row = kv->qkv + (size_t)t * QKV;
+            memcpy(l_kc + (size_t)(kv->pos + t) * KVC, row + C, KVC * sizeof(float));
+            memcpy(l_vc + (size_t)(kv->pos + t) * KVC, row + C + KVC, KVC * sizeof(float));
+        }
+        attention_forward_cached(kv->atty, kv->scores, kv->qkv, QKV, l_kc, l_vc, kv->pos, n, C, NH, NKV, maxT);
+        linear_forward(kv->proj, kv->atty, w.attprojw, NULL, n, C, C);
+        residual_rows(kv->x, kv->proj, n, nC);
+        // SwiGLU MLP block
+        rmsnorm_forward(kv->ln, kv->rstd, kv->x, w.ln2w, cfg->norm_eps, 1, n, C);
+        linear_forward(kv->fch, kv->ln, w.fcw, NULL, n, C, FFN);
+        linear_forward(kv->fch2, kv->ln, w.fcw2, NULL, n, C, FFN);
+        swiglu_forward(kv->fch, kv->fch, kv->fch2, (size_t)n * FFN);
+        linear_forward(kv->proj, kv->fch, w.fcprojw, NULL, n, FFN, C);
+        residual_rows(kv->x, kv->proj, n, nC);
+    }
+    // final RMSNorm and the lm_head (or wte when tied), for the last position only
+    rmsnorm_forward(kv->ln, kv->rstd, kv->x + (size_t)(n - 1) * C, p.lnfw, cfg->norm_eps, 1, 1, C);
+    matvec_forward(kv->logits, kv->ln, llama3_lm_head(&p, cfg), NULL, C, kv->V);
+    kv->pos += n;
+}
+
+// ----------------------------------------------------------------------------
 // generation
 
 typedef struct {
     const char* model_path;
     const char* bpe_path;
+    const char* tokenizer_path;  // Llama 3: the tokenizer file that decodes
+    const char* ids;             // Llama 3: the prompt as token ids
     const char* prompt;
     int num_tokens;
     float temperature;
@@ -299,11 +407,114 @@ static int generate_one(GPT2* model, KVCache* kv, const BPE* bpe, Sampler* sampl
     return made;
 }
 
+// ----------------------------------------------------------------------------
+// Llama 3 generation: prompt ids in, decoded bytes out
+
+// parses --ids ("id id ..." separated by spaces or commas) into ids; returns how many
+static int llama3_parse_ids(const char* s, int* ids, int max, int V) {
+    int n = 0;
+    while (*s != '\0') {
+        if (*s == ' ' || *s == ',') { s++; continue; }
+        char* end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno != 0 || v < 0 || v >= V) { llmc_die("--ids: \"%s\" is not a token id in 0..%d", s, V - 1); }
+        if (n == max) { llmc_die("--ids: more than %d ids: the prompt must leave room to generate", max); }
+        ids[n++] = (int)v;
+        s = end;
+    }
+    return n;
+}
+
+// compares the cached logits with a full llama3_forward of seq[0..T) (last position)
+static void llama3_check_kv_step(Llama3* model, const Llama3KVCache* kv, const int* seq, int T, KVCheck* chk) {
+    llama3_forward(model, seq, NULL, 1, T);
+    const float* full = model->acts.logits + (size_t)(T - 1) * model->config.vocab_size;
+    double d = 0.0;
+    for (int i = 0; i < kv->V; i++) {
+        double e = fabs((double)full[i] - (double)kv->logits[i]);
+        if (e > d) { d = e; }
+    }
+    if (d > chk->max_diff) { chk->max_diff = d; }
+    chk->checks++;
+    if (d > 1e-4) {
+        llmc_die("--check-kv: cached logits differ from a full recompute by %.3g at position %d (limit 1e-4)", d, T - 1);
+    }
+}
+
+// the whole run for a Llama 3 model file: returns the exit status
+static int llama3_generate(const GenerateArgs* args) {
+    if (args->prompt[0] != '\0' || args->interactive) {
+        llmc_die("%s is a Llama 3 model: text prompts (-p, -i) need a Llama 3 encoder, which the C side does not have; "
+                 "give the prompt as token ids with --ids", args->model_path);
+    }
+    Llama3 model;
+    llama3_build_from_file(&model, args->model_path);
+    Llama3Config cfg = model.config;
+    if (!file_exists(args->tokenizer_path)) {
+        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", args->tokenizer_path);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, args->tokenizer_path);
+    if (tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", args->tokenizer_path); }
+    if ((int)tok.vocab_size != cfg.vocab_size) {
+        llmc_die("%s: %u tokens, but the model %s has V = %d", args->tokenizer_path, tok.vocab_size, args->model_path, cfg.vocab_size);
+    }
+    int maxT = cfg.max_seq_len;
+    int* seq = (int*)mallocCheck((size_t)maxT * sizeof(int));
+    int n_prompt = args->ids != NULL ? llama3_parse_ids(args->ids, seq, maxT - 1, cfg.vocab_size) : 0;
+    if (n_prompt == 0) { seq[n_prompt++] = tok.bos_token; }
+    int budget = args->num_tokens;
+    if (n_prompt + budget > maxT) {
+        budget = maxT - n_prompt;
+        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
+    }
+    if (args->check_kv) { llama3_allocate_activations(&model, 1, maxT); }
+    Llama3KVCache kv;
+    llama3_kvcache_init(&kv, &cfg);
+    Sampler sampler;
+    sampler_init(&sampler, cfg.vocab_size, args->temperature, args->top_k, args->top_p, (uint64_t)args->seed);
+    KVCheck chk = {0.0, 0};
+    double t0 = now_sec();
+    for (int i = 0; i < n_prompt; i++) {  // echo the prompt
+        if (seq[i] != tok.bos_token) { fwriteCheck(tokenizer_decode(&tok, (uint32_t)seq[i]), 1, tokenizer_decode_length(&tok, (uint32_t)seq[i]), stdout, "stdout"); }
+    }
+    llama3_forward_cached(&model, &kv, seq, n_prompt);
+    if (args->check_kv) { llama3_check_kv_step(&model, &kv, seq, n_prompt, &chk); }
+    int T = n_prompt, made = 0;
+    while (made < budget) {
+        int next = sampler_sample(&sampler, kv.logits);
+        made++;
+        if (next == tok.eot_token && args->stop_at_eot) { break; }
+        fwriteCheck(tokenizer_decode(&tok, (uint32_t)next), 1, tokenizer_decode_length(&tok, (uint32_t)next), stdout, "stdout");
+        fflush(stdout);
+        seq[T++] = next;
+        if (made == budget) { break; }
+        llama3_forward_cached(&model, &kv, &next, 1);
+        if (args->check_kv) { llama3_check_kv_step(&model, &kv, seq, T, &chk); }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    double dt = now_sec() - t0;
+    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", made, dt, dt > 0 ? made / dt : 0.0);
+    if (args->check_kv) {
+        fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);
+    }
+    free(seq);
+    sampler_free(&sampler);
+    llama3_kvcache_free(&kv);
+    tokenizer_free(&tok);
+    llama3_free(&model);
+    return 0;
+}
+
 static void print_usage(FILE* out) {
     fprintf(out,
         "usage: ./generate [options]\n"
-        "  -e <path|dN>        model checkpoint (default gpt2_124M.bin; `make model` writes it), or dN to init from scratch\n"
+        "  -e <path|dN>        GPT-2 or Llama 3 model file (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
+        "  -t <path>           Llama 3 models: tokenizer file that decodes (default llama3_tokenizer.bin)\n"
+        "  --ids \"<id> ...\"    Llama 3 models: the prompt as token ids (default: BOS alone; no text prompts)\n"
         "  -p <text>           prompt (default: none, start of a document)\n"
         "  -n <int>            tokens to generate (default 256; stops at the context length)\n"
         "  --temperature <f>   sampling temperature, 0 = greedy (default 1.0)\n"
@@ -341,6 +552,8 @@ static float parse_float_flag(const char* flag, const char* s, float lo, float h
 static void parse_args(int argc, char** argv, GenerateArgs* a) {
     a->model_path = "gpt2_124M.bin";
     a->bpe_path = "gpt2_bpe.bin";
+    a->tokenizer_path = "llama3_tokenizer.bin";
+    a->ids = NULL;
     a->prompt = "";
     a->num_tokens = 256;
     a->temperature = 1.0f;
@@ -358,6 +571,8 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
         else if (strcmp(f, "--no-stop") == 0) { a->stop_at_eot = 0; }
         else if (strcmp(f, "-e") == 0) { a->model_path = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-b") == 0) { a->bpe_path = need_value(argc, argv, i); i++; }
+        else if (strcmp(f, "-t") == 0) { a->tokenizer_path = need_value(argc, argv, i); i++; }
+        else if (strcmp(f, "--ids") == 0) { a->ids = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-p") == 0) { a->prompt = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-n") == 0) { a->num_tokens = (int)parse_long_flag(f, need_value(argc, argv, i), 1, 1 << 20); i++; }
         else if (strcmp(f, "--temperature") == 0) { a->temperature = parse_float_flag(f, need_value(argc, argv, i), 0.0f, 100.0f); i++; }
@@ -391,6 +606,8 @@ static int read_line(char** buf, size_t* cap) {
 int main(int argc, char** argv) {
     GenerateArgs args;
     parse_args(argc, argv, &args);
+    if (llmc_model_file_magic(args.model_path) == LLAMA3_MAGIC) { return llama3_generate(&args); }
+    if (args.ids != NULL) { llmc_die("--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", args.model_path); }
 
     // the model: a checkpoint, or a descriptor (dN, gpt2:dN, gpt3:cN) initialised from scratch
     GPT2 model;

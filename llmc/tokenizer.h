@@ -1,10 +1,13 @@
 /*
-llmc/tokenizer.h: decodes GPT-2 token ids to bytes with the table in gpt2_tokenizer.bin.
+llmc/tokenizer.h: decodes token ids to bytes with the table in gpt2_tokenizer.bin (GPT-2) or
+llama3_tokenizer.bin (Llama 3).
 
 File format (llm.c-compatible): a header of 256 uint32
-    [0] = 20240328, [1] = version (1 or 2), [2] = vocab size, [3] = EOT token id (version 2 only;
-    version 1 files assume 50256)
-then for each token id in order: one uint8 length (>= 1), then that many raw bytes.
+    [0] = 20240328, [1] = version (1, 2: GPT-2; 3: Llama 3), [2] = vocab size, [3] = EOT token id
+    (versions 2 and 3; version 1 files assume 50256), [4] = BOS token id (version 3 only:
+    <|begin_of_text|>, the token every document and every sample starts with)
+then for each token id in order: one uint8 length (>= 1), then that many raw bytes (Llama 3's
+byte-level BPE pieces as real bytes, special tokens as their text).
 Every length is checked against the real file size, so a truncated or corrupt file stops the
 program with one line "error: <path>: <reason>" instead of reading garbage.
 Decoding only: encoding text is done in Python (tiktoken).
@@ -27,7 +30,9 @@ typedef struct {
     uint32_t vocab_size;
     char** token_table;  // (vocab_size,) NUL-terminated pieces, pointing into `bytes`
     int init_ok;         // 0 when the file was missing: decoding is unavailable
-    int eot_token;       // <|endoftext|>
+    int eot_token;       // <|endoftext|> (GPT-2), <|end_of_text|> (Llama 3)
+    int bos_token;       // <|begin_of_text|> (version 3), -1 for GPT-2's files
+    int version;         // 1, 2 or 3
     char* bytes;         // all pieces, each followed by a NUL
     unsigned char* token_lengths;  // (vocab_size,) byte length of each piece (a piece may contain a NUL byte)
 } Tokenizer;
@@ -51,8 +56,8 @@ static inline void tokenizer_init(Tokenizer* t, const char* path) {
     if (header[0] != TOKENIZER_MAGIC) {
         llmc_die("%s: not a tokenizer file (magic %u, expected %d)", path, header[0], TOKENIZER_MAGIC);
     }
-    if (header[1] != 1 && header[1] != 2) {
-        llmc_die("%s: unsupported tokenizer version %u (expected 1 or 2)", path, header[1]);
+    if (header[1] != 1 && header[1] != 2 && header[1] != 3) {
+        llmc_die("%s: unsupported tokenizer version %u (expected 1 or 2 for GPT-2, 3 for Llama 3)", path, header[1]);
     }
     uint32_t vocab_size = header[2];
     if (vocab_size == 0 || vocab_size > (file_bytes - sizeof(header)) / 2) {
@@ -61,6 +66,9 @@ static inline void tokenizer_init(Tokenizer* t, const char* path) {
     uint32_t eot = header[1] == 1 ? (uint32_t)TOKENIZER_V1_EOT : header[3];
     if (eot >= vocab_size) {
         llmc_die("%s: EOT token %u is not below the vocab size %u", path, eot, vocab_size);
+    }
+    if (header[1] == 3 && header[4] >= vocab_size) {
+        llmc_die("%s: BOS token %u is not below the vocab size %u", path, header[4], vocab_size);
     }
     // the pieces take (body - vocab_size) bytes; with one NUL each that is exactly the body size
     size_t body = file_bytes - sizeof(header);
@@ -95,7 +103,14 @@ static inline void tokenizer_init(Tokenizer* t, const char* path) {
     fcloseCheck(f, path);
     t->vocab_size = vocab_size;
     t->eot_token = (int)eot;
+    t->bos_token = header[1] == 3 ? (int)header[4] : -1;
+    t->version = (int)header[1];
     t->init_ok = 1;
+}
+
+// the token a sample starts from: BOS for Llama 3, <|endoftext|> for GPT-2
+static inline int tokenizer_start_token(const Tokenizer* t) {
+    return t->bos_token >= 0 ? t->bos_token : t->eot_token;
 }
 
 // the piece of token_id, or NULL when it is out of range or the tokenizer did not load

@@ -58,7 +58,9 @@ data position, outlier windows and optimizer state as the run that saved it.
 #define TRAINER_GRAD_CLIP 1.0f
 #define TRAINER_INIT_SEED 42u
 #define TRAINER_SAMPLER_SEED 1337u
+#ifndef TRAINER_TOKENIZER_PATH  // a trainer of another model family defines its own before including this file
 #define TRAINER_TOKENIZER_PATH "gpt2_tokenizer.bin"
+#endif
 
 // ----------------------------------------------------------------------------
 // the rules
@@ -502,12 +504,12 @@ static inline float trainer_hellaswag(Trainer* tr, const TrainerOps* ops) {
     return counts[1] > 0.0f ? counts[0] / counts[1] : 0.0f;
 }
 
-// rank 0: -g tokens sampled after <|endoftext|>, printed as they come (ids without a tokenizer);
+// rank 0: -g tokens sampled after the tokenizer's start token (<|endoftext|>, Llama 3's BOS), printed as they come (ids without a tokenizer);
 // the context is the last T tokens
 static inline void trainer_sample(Trainer* tr, const TrainerOps* ops) {
     int n = tr->args.gen_tokens, T = tr->args.T;
     int* tokens = (int*)mallocCheck(((size_t)n + 1) * sizeof(int));
-    tokens[0] = tr->tokenizer.init_ok ? tr->tokenizer.eot_token : tr->vocab_size - 1;
+    tokens[0] = tr->tokenizer.init_ok ? tokenizer_start_token(&tr->tokenizer) : tr->vocab_size - 1;
     printf("generating:\n---\n");
     for (int t = 1; t <= n; t++) {
         int len = t < T ? t : T;

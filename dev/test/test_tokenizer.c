@@ -71,6 +71,17 @@ int main(void) {
     CHECK(n == 13 && strcmp(buf, "Hello world!\n") == 0, "safe_fprintf skips a lone control byte and NULL (got '%s')", buf);
     tokenizer_free(&t);
 
+    // version 3 (Llama 3): EOT and BOS (header[4], 0 here) from the header; samples start at BOS
+    write_tokenizer(g_path, 20240328, 3, 5, 2, PIECES, 5, NULL, 0);
+    tokenizer_init(&t, g_path);
+    CHECK(t.init_ok == 1 && t.version == 3 && t.eot_token == 2 && t.bos_token == 0 && tokenizer_start_token(&t) == 0,
+          "v3 loads with EOT and BOS from the header");
+    tokenizer_free(&t);
+    write_tokenizer(g_path, 20240328, 2, 5, 2, PIECES, 5, NULL, 0);
+    tokenizer_init(&t, g_path);
+    CHECK(t.bos_token == -1 && tokenizer_start_token(&t) == 2, "v2 has no BOS: samples start at EOT");
+    tokenizer_free(&t);
+
     // version 1: EOT assumed 50256 (needs a vocab above it)
     {
         static const char* many[50257];
@@ -99,8 +110,8 @@ int main(void) {
     // corrupt files die with one line
     write_tokenizer(g_path, 20240326, 2, 5, 2, PIECES, 5, NULL, 0);
     expect_die("wrong magic", load, NULL, g_path, "magic 20240326");
-    write_tokenizer(g_path, 20240328, 3, 5, 2, PIECES, 5, NULL, 0);
-    expect_die("wrong version", load, NULL, g_path, "version 3");
+    write_tokenizer(g_path, 20240328, 4, 5, 2, PIECES, 5, NULL, 0);
+    expect_die("wrong version", load, NULL, g_path, "version 4");
     write_tokenizer(g_path, 20240328, 2, 6, 2, PIECES, 5, NULL, 0);
     expect_die("vocab larger than the table", load, NULL, g_path, "truncated");
     write_tokenizer(g_path, 20240328, 2, 5, 2, PIECES, 5, "\x03" "ab", 3);

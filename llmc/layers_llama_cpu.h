@@ -1,0 +1,234 @@
+/*
+llmc/layers_llama_cpu.h: the layers Llama 3 adds to llmc/layers_cpu.h, fp32 with OpenMP, one
+forward and one backward function each with its shapes in a comment. Backward functions
+accumulate (+=) into their gradients; reductions run in a fixed order (same bits for the same
+inputs and thread count). The math is transformers' LlamaForCausalLM's:
+
+    embedding_forward / embedding_backward     token embedding only (no positions)
+    rmsnorm_forward / rmsnorm_backward         x / sqrt(mean(x^2) + eps) * weight
+    rope_init / rope_forward / rope_backward   rotary positions, rotate_half convention (dimension i
+                                               pairs with i + HS/2), Llama 3.1 frequency scaling
+    repeat_kv_forward / repeat_kv_backward     GQA: the NKV key/value heads repeated into the packed
+                                               (B,T,3C) q|k|v layout attention_forward takes
+    swiglu_forward / swiglu_backward           silu(gate) * up
+
+Shapes: B batch, T time, C channels, NH query heads, NKV key/value heads, HS = C / NH head size,
+QKV = (NH + 2 NKV) HS (the qkv projection's output: q heads, then k heads, then v heads), FFN.
+*/
+#ifndef LLMC_LAYERS_LLAMA_CPU_H
+#define LLMC_LAYERS_LLAMA_CPU_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "utils.h"
+
+// out[b,t,:] = wte[inp[b,t],:]
+static void embedding_forward(float* out, const int* inp, const float* wte, int B, int T, int C) {
+    // out is (B,T,C), inp is (B,T), wte is (V,C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        memcpy(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, (size_t)C * sizeof(float));
+    }
+}
+
+static void embedding_backward(float* dwte, const float* dout, const int* inp, int B, int T, int C) {
+    // dwte is (V,C), dout is (B,T,C); threads own channel slices, rows are summed in (b,t) order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float* d = dout + (size_t)bt * C;
+            float* w = dwte + (size_t)inp[bt] * C;
+            for (int i = c0; i < c1; i++) { w[i] += d[i]; }
+        }
+    }
+}
+
+// out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row (kept for the backward)
+static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int B, int T, int C) {
+    // out, inp are (B,T,C); rstd is (B,T); weight is (C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        float* o = out + (size_t)bt * C;
+        float ss = 0.0f;
+        for (int i = 0; i < C; i++) { ss += x[i] * x[i]; }
+        float s = 1.0f / sqrtf(ss / C + eps);
+        for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
+        rstd[bt] = s;
+    }
+}
+
+static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                             const float* rstd, int B, int T, int C) {
+    // dinp, dout, inp are (B,T,C); dweight, weight are (C); rstd is (B,T)
+    int BT = B * T;
+    // dinp = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = inp * rstd
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        const float* d = dout + (size_t)bt * C;
+        float* dx = dinp + (size_t)bt * C;
+        float s = rstd[bt];
+        float dot = 0.0f;
+        for (int i = 0; i < C; i++) { dot += weight[i] * d[i] * (x[i] * s); }
+        dot /= C;
+        for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
+    }
+    // dweight[i] = sum over rows of dout * norm: threads own channel slices, rows in order
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < BT; bt++) {
+            const float* x = inp + (size_t)bt * C;
+            const float* d = dout + (size_t)bt * C;
+            for (int i = c0; i < c1; i++) { dweight[i] += d[i] * (x[i] * rstd[bt]); }
+        }
+    }
+}
+
+// The rotary tables cos, sin (maxT, HS/2): angle[t,i] = t * inv_freq[i], inv_freq[i] =
+// 1 / theta^(2i/HS), with Llama 3.1's scaling when factor > 0 (transformers' "llama3" rope type:
+// wavelengths above original_max/low_freq_factor divided by factor, below original_max/
+// high_freq_factor kept, smoothly interpolated between). float32 like transformers.
+static void rope_init(float* cos_table, float* sin_table, int maxT, int HS, float theta, float factor,
+                      float low_freq_factor, float high_freq_factor, float original_max_pos) {
+    int half = HS / 2;
+    float* inv_freq = (float*)mallocCheck((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) {
+        float f = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+        if (factor > 0.0f) {
+            float low_wavelen = original_max_pos / low_freq_factor;
+            float high_wavelen = original_max_pos / high_freq_factor;
+            float wavelen = 2.0f * (float)M_PI / f;
+            float scaled = wavelen > low_wavelen ? f / factor : f;
+            if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+                float smooth = (original_max_pos / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+            }
+            f = scaled;
+        }
+        inv_freq[i] = f;
+    }
+    for (int t = 0; t < maxT; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cos_table[(size_t)t * half + i] = (float)cos((double)angle);
+            sin_table[(size_t)t * half + i] = (float)sin((double)angle);
+        }
+    }
+    free(inv_freq);
+}
+
+// Rotates the first nheads heads of every position in place: for i < HS/2,
+// (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin) at angle[t,i]
+static void rope_forward(float* x, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS) {
+    // x is (B,T,row) with the heads to rotate at the start of each row, each HS wide; tables (maxT, HS/2)
+    int half = HS / 2;
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float* c = cos_table + (size_t)t * half;
+        const float* s = sin_table + (size_t)t * half;
+        for (int h = 0; h < nheads; h++) {
+            float* v = x + (size_t)bt * row + (size_t)h * HS;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+// the transpose of rope_forward (a rotation by -angle), in place on the gradient dx
+static void rope_backward(float* dx, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS) {
+    // dx is (B,T,row), as rope_forward's x
+    int half = HS / 2;
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float* c = cos_table + (size_t)t * half;
+        const float* s = sin_table + (size_t)t * half;
+        for (int h = 0; h < nheads; h++) {
+            float* v = dx + (size_t)bt * row + (size_t)h * HS;
+            for (int i = 0; i < half; i++) {
+                float da = v[i], db = v[i + half];
+                v[i] = da * c[i] + db * s[i];
+                v[i + half] = db * c[i] - da * s[i];
+            }
+        }
+    }
+}
+
+// out (B,T,3C) = [q | k repeated | v repeated]: query head h reads key/value head h / (NH/NKV),
+// as transformers' repeat_kv
+static void repeat_kv_forward(float* out, const float* inp, int B, int T, int NH, int NKV, int HS) {
+    // out is (B,T,3C) with C = NH*HS; inp is (B,T,QKV), QKV = (NH + 2 NKV) HS
+    size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
+    int rep = NH / NKV;
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* in = inp + (size_t)bt * QKV;
+        float* o = out + (size_t)bt * 3 * C;
+        memcpy(o, in, C * sizeof(float));
+        for (int h = 0; h < NH; h++) {
+            size_t kv = (size_t)(h / rep) * HS;
+            memcpy(o + C + (size_t)h * HS, in + C + kv, (size_t)HS * sizeof(float));
+            memcpy(o + 2 * C + (size_t)h * HS, in + C + (size_t)NKV * HS + kv, (size_t)HS * sizeof(float));
+        }
+    }
+}
+
+// dinp (B,T,QKV) += the gradient of repeat_kv_forward: each key/value head gets the sum of the
+// gradients of its NH/NKV copies, in head order
+static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int NH, int NKV, int HS) {
+    // dinp is (B,T,QKV), dout is (B,T,3C)
+    size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
+    int rep = NH / NKV;
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float* d = dinp + (size_t)bt * QKV;
+        const float* g = dout + (size_t)bt * 3 * C;
+        for (size_t i = 0; i < C; i++) { d[i] += g[i]; }
+        for (int j = 0; j < NKV; j++) {
+            float* dk = d + C + (size_t)j * HS;
+            float* dv = d + C + (size_t)NKV * HS + (size_t)j * HS;
+            for (int r = 0; r < rep; r++) {
+                const float* gk = g + C + (size_t)(j * rep + r) * HS;
+                const float* gv = g + 2 * C + (size_t)(j * rep + r) * HS;
+                for (int i = 0; i < HS; i++) {
+                    dk[i] += gk[i];
+                    dv[i] += gv[i];
+                }
+            }
+        }
+    }
+}
+
+// out = silu(gate) * up, silu(x) = x * sigmoid(x)
+static void swiglu_forward(float* out, const float* gate, const float* up, size_t N) {
+    // out, gate, up are (N) = (B,T,FFN)
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i];
+        float silu = g * (1.0f / (1.0f + expf(-g)));
+        out[i] = silu * up[i];
+    }
+}
+
+static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
+    // dgate, dup, dout, gate, up are (N) = (B,T,FFN); d silu(g)/dg = sig (1 + g (1 - sig))
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i];
+        float sig = 1.0f / (1.0f + expf(-g));
+        float silu = g * sig;
+        dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+        dup[i] += dout[i] * silu;
+    }
+}
+
+#endif // LLMC_LAYERS_LLAMA_CPU_H

@@ -1,0 +1,313 @@
+/*
+llmc/llama3_config.h: the Llama 3 model file (read, validated, written), its shapes, the dN
+descriptors and the table of its parameter tensors. train_llama3.py writes the same file.
+
+Model file, little-endian: int32 header[256]
+    [0]=20240803 [1]=3 (fp32 params) or 5 (bf16) [2]=block size maxT [3]=V [4]=L [5]=NH [6]=NKV
+    [7]=C [8]=ffn_dim_multiplier truncated [9]=multiple_of [10]=norm_eps truncated
+    [11]=rope_theta truncated (8, 10, 11: llm.c compatibility only, ignored on read)
+    [12]=use_scaled_rope (0/1) [13]=max_gen_batch_size [14]=version major (3) [15]=version minor
+    [16]=tied_embeddings (1: lm_head is wte and is not stored) [17]=FFN hidden size
+then float32 header[256]
+    [0]=ffn_dim_multiplier (0 = none) [1]=norm_eps [2]=rope_theta [3]=rope scaling factor
+    [4]=low_freq_factor [5]=high_freq_factor [6]=original_max_position_embeddings
+    (3..6 are 0 when use_scaled_rope = 0)
+then the parameters (fp32, or bf16 widened on load), no vocab padding, in the order of
+LLAMA3_PARAMETER_TENSORS below. FFN follows Llama's rule (llama3_ffn_hidden) and must match [17].
+
+Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), multiple_of 32, no
+ffn multiplier, norm_eps 1e-5, rope_theta 500000, no rope scaling, untied, maxT 1024; V is the
+tokenizer's. Every reader error is one line naming the file.
+*/
+#ifndef LLMC_LLAMA3_CONFIG_H
+#define LLMC_LLAMA3_CONFIG_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "utils.h"
+
+#define LLAMA3_MAGIC 20240803
+#define LLAMA3_VERSION_FP32 3
+#define LLAMA3_VERSION_BF16 5
+
+typedef struct {
+    int max_seq_len;      // maxT, the block size
+    int vocab_size;       // V (no padding)
+    int num_layers;       // L
+    int num_heads;        // NH
+    int num_kv_heads;     // NKV (GQA: NH / NKV query heads share one key/value head)
+    int channels;         // C
+    int ffn_hidden;       // FFN, the SwiGLU hidden size
+    int multiple_of;
+    int use_scaled_rope;  // Llama 3.1 frequency scaling
+    int tied_embeddings;  // lm_head is wte
+    int version_minor;
+    float ffn_dim_multiplier;  // 0 = none
+    float norm_eps;
+    float rope_theta;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
+} Llama3Config;
+
+// Llama's FFN hidden size: h = 4C; h = int(2h/3); with a multiplier h = int(m * h); rounded up to
+// a multiple of multiple_of (the float product as Python computes it, in double)
+static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multiple_of) {
+    long long h = 4LL * C;
+    h = (2 * h) / 3;
+    if (ffn_dim_multiplier > 0.0f) { h = (long long)((double)ffn_dim_multiplier * (double)h); }
+    return (int)(multiple_of * ((h + multiple_of - 1) / multiple_of));
+}
+
+// ----------------------------------------------------------------------------
+// the parameter tensors, in file order: X(D, name, per_layer, rows, cols, is_matrix), sizes in
+// V, C, QKV = (NH + 2 NKV) HS, FFN and VH (V, or 0 when lm_head is tied to wte). is_matrix: the
+// 2-D weights, the ones AdamW decays (as the reference's optimizer groups).
+#define LLAMA3_PARAMETER_TENSORS(X, D) \
+    X(D, wte,      0, V,   C,   1) /* token embedding */ \
+    LLAMA3_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, lnfw,     0, C,   1,   0) /* final RMSNorm */ \
+    X(D, lm_head,  0, VH,  C,   1) /* output projection, absent when tied */
+
+#define LLAMA3_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, ln1w,     1, C,   1,   0) /* RMSNorm before attention */ \
+    X(D, qkvw,     1, QKV, C,   1) /* q rows (NH HS), then k rows (NKV HS), then v rows */ \
+    X(D, attprojw, 1, C,   C,   1) /* attention output projection */ \
+    X(D, ln2w,     1, C,   1,   0) /* RMSNorm before the MLP */ \
+    X(D, fcw,      1, FFN, C,   1) /* gate projection (w1) */ \
+    X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
+    X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
+
+#define LLAMA3_PARAM_INDEX_(D, name, per_layer, rows, cols, is_matrix) LLAMA3_PARAM_##name,
+#define LLAMA3_PARAM_NAME_(D, name, per_layer, rows, cols, is_matrix) #name,
+#define LLAMA3_PARAM_IS_MATRIX_(D, name, per_layer, rows, cols, is_matrix) is_matrix,
+#define LLAMA3_PARAM_SIZE_(D, name, per_layer, rows, cols, is_matrix) (per_layer ? L : 1) * (rows) * (cols),
+
+enum { LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_INDEX_, _) LLAMA3_NUM_PARAMETER_TENSORS };
+
+static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {
+    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_NAME_, _)};
+static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {
+    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_IS_MATRIX_, _)};
+
+// the dimension names the table is written in
+#define LLAMA3_DIMS_(cfg) \
+    size_t V = (size_t)(cfg)->vocab_size, C = (size_t)(cfg)->channels, L = (size_t)(cfg)->num_layers; \
+    size_t HS = C / (size_t)(cfg)->num_heads; \
+    size_t QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) * HS; \
+    size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
+    (void)V; (void)C; (void)L; (void)HS; (void)QKV; (void)FFN; (void)VH;
+
+static inline void llama3_parameter_sizes(size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], const Llama3Config* cfg) {
+    LLAMA3_DIMS_(cfg)
+    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_SIZE_, _)};
+    memcpy(sizes, table, sizeof(table));
+}
+
+static inline size_t llama3_num_parameters(const Llama3Config* cfg) {
+    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], n = 0;
+    llama3_parameter_sizes(sizes, cfg);
+    for (int i = 0; i < LLAMA3_NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams): the struct of named pointers (weights or
+// gradients), one layer's view, llama3_point_parameters and llama3_layer_params
+#define LLAMA3_PARAM_FIELD_(D, name, per_layer, rows, cols, is_matrix) float* name;
+#define LLAMA3_PARAM_POINT_(D, name, per_layer, rows, cols, is_matrix) \
+    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
+#define LLAMA3_PARAM_LAYER_(D, name, per_layer, rows, cols, is_matrix) \
+    w.name = p->name + (size_t)l * (rows) * (cols);
+#define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) \
+    typedef struct { LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_FIELD_, _) } Params; \
+    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(LLAMA3_PARAM_FIELD_, _) } LayerParams; \
+    static inline void llama3_point_parameters(Params* p, float* memory, const Llama3Config* cfg) { \
+        LLAMA3_DIMS_(cfg) \
+        LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_POINT_, _) \
+    } \
+    static inline LayerParams llama3_layer_params(const Params* p, const Llama3Config* cfg, int l) { \
+        LLAMA3_DIMS_(cfg) \
+        LayerParams w; \
+        LLAMA3_LAYER_PARAMETER_TENSORS(LLAMA3_PARAM_LAYER_, _) \
+        return w; \
+    }
+
+// ----------------------------------------------------------------------------
+// descriptors
+
+// "dN" (N in 1..64): the from-scratch shapes above with vocab size V; 1 if desc is one, else 0
+static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3Config* cfg) {
+    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
+    int N = 0;
+    for (const char* s = desc + 1; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') { return 0; }
+        N = N * 10 + (*s - '0');
+    }
+    if (N < 1 || N > 64) { return 0; }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = V;
+    cfg->num_layers = N;
+    cfg->num_heads = N;
+    cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;
+    cfg->channels = 64 * N;
+    cfg->multiple_of = 32;
+    cfg->ffn_dim_multiplier = 0.0f;
+    cfg->ffn_hidden = llama3_ffn_hidden(cfg->channels, 0.0f, 32);
+    cfg->norm_eps = 1e-5f;
+    cfg->rope_theta = 500000.0f;
+    cfg->version_minor = 0;
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// the file
+
+// Opens a model file, validates both headers against the real size and returns the open file at
+// the first parameter; *version is 3 (fp32) or 5 (bf16).
+static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
+    FILE* f = fopenCheck(path, "rb");
+    size_t file_size = file_size_check(f, path);
+    int h[256];
+    float fh[256];
+    if (file_size < sizeof(h) + sizeof(fh)) {
+        llmc_die("%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)", path, file_size);
+    }
+    read_header_check(f, path, h, LLAMA3_MAGIC, LLAMA3_VERSION_FP32, LLAMA3_VERSION_BF16, "Llama 3 model");
+    if (h[1] == 4) { llmc_die("%s: unsupported Llama 3 model version 4 (expected 3 = fp32 or 5 = bf16)", path); }
+    freadCheck(fh, sizeof(float), 256, f, path);
+    *version = h[1];
+    struct { const char* name; int index; int lo; int hi; } fields[] = {
+        {"block size (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
+        {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
+        {"kv heads NKV (header[6])", 6, 1, 1 << 16}, {"channels C (header[7])", 7, 1, 1 << 17},
+        {"multiple_of (header[9])", 9, 1, 1 << 20}, {"use_scaled_rope (header[12])", 12, 0, 1},
+        {"version major (header[14])", 14, 3, 3}, {"tied_embeddings (header[16])", 16, 0, 1},
+        {"FFN hidden size (header[17])", 17, 1, 1 << 22},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        int v = h[fields[i].index];
+        if (v < fields[i].lo || v > fields[i].hi) {
+            llmc_die("%s: bad Llama 3 model header: %s = %d is outside [%d, %d]", path, fields[i].name, v, fields[i].lo, fields[i].hi);
+        }
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_seq_len = h[2];
+    cfg->vocab_size = h[3];
+    cfg->num_layers = h[4];
+    cfg->num_heads = h[5];
+    cfg->num_kv_heads = h[6];
+    cfg->channels = h[7];
+    cfg->multiple_of = h[9];
+    cfg->use_scaled_rope = h[12];
+    cfg->version_minor = h[15];
+    cfg->tied_embeddings = h[16];
+    cfg->ffn_hidden = h[17];
+    cfg->ffn_dim_multiplier = fh[0];
+    cfg->norm_eps = fh[1];
+    cfg->rope_theta = fh[2];
+    cfg->rope_factor = fh[3];
+    cfg->rope_low_freq_factor = fh[4];
+    cfg->rope_high_freq_factor = fh[5];
+    cfg->rope_original_max_pos = fh[6];
+    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    if (C % NH != 0 || (C / NH) % 2 != 0) {
+        llmc_die("%s: bad Llama 3 model header: C = %d must be NH = %d times an even head size", path, C, NH);
+    }
+    if (NKV > NH || NH % NKV != 0) {
+        llmc_die("%s: bad Llama 3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
+    }
+    if (!isfinite(fh[0]) || fh[0] < 0.0f || !(fh[1] > 0.0f && fh[1] < 1.0f) || !(fh[2] > 1.0f && isfinite(fh[2]))) {
+        llmc_die("%s: bad Llama 3 model header: ffn_dim_multiplier %g, norm_eps %g, rope_theta %g", path, fh[0], fh[1], fh[2]);
+    }
+    if (cfg->use_scaled_rope) {
+        int ok = fh[3] > 0.0f && fh[4] > 0.0f && fh[5] > fh[4] && fh[6] > 0.0f && isfinite(fh[3] + fh[4] + fh[5] + fh[6]);
+        if (!ok) {
+            llmc_die("%s: bad Llama 3 model header: rope scaling factor %g, low/high freq factors %g/%g, original max positions %g",
+                     path, fh[3], fh[4], fh[5], fh[6]);
+        }
+    }
+    int want = llama3_ffn_hidden(C, fh[0], cfg->multiple_of);
+    if (cfg->ffn_hidden != want) {
+        llmc_die("%s: bad Llama 3 model header: FFN hidden size %d, Llama's rule gives %d (C %d, multiplier %g, multiple_of %d)",
+                 path, cfg->ffn_hidden, want, C, fh[0], cfg->multiple_of);
+    }
+    size_t elem = *version == LLAMA3_VERSION_FP32 ? 4 : 2;
+    size_t expected = sizeof(h) + sizeof(fh) + llama3_num_parameters(cfg) * elem;
+    if (file_size != expected) {
+        llmc_die("%s: Llama 3 model size mismatch: the header (L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s, %s) needs %zu bytes, the file has %zu%s",
+                 path, cfg->num_layers, C, NH, NKV, cfg->vocab_size, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "",
+                 elem == 4 ? "fp32" : "bf16", expected, file_size, file_size < expected ? " (truncated?)" : "");
+    }
+    return f;
+}
+
+// the n parameters after the headers into params (fp32), bf16 widened
+static inline void llama3_model_read_params(FILE* f, const char* path, int version, float* params, size_t n) {
+    if (version == LLAMA3_VERSION_FP32) {
+        freadCheck(params, sizeof(float), n, f, path);
+        return;
+    }
+    const size_t chunk = 1 << 20;
+    uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
+    for (size_t done = 0; done < n; done += chunk) {
+        size_t k = n - done < chunk ? n - done : chunk;
+        freadCheck(buf, sizeof(uint16_t), k, f, path);
+        for (size_t i = 0; i < k; i++) {
+            uint32_t bits = (uint32_t)buf[i] << 16;
+            memcpy(&params[done + i], &bits, sizeof(float));
+        }
+    }
+    free(buf);
+}
+
+// writes cfg and n fp32 parameters atomically (temp file, then rename)
+static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
+    int h[256];
+    float fh[256];
+    memset(h, 0, sizeof(h));
+    memset(fh, 0, sizeof(fh));
+    h[0] = LLAMA3_MAGIC;
+    h[1] = LLAMA3_VERSION_FP32;
+    h[2] = cfg->max_seq_len;
+    h[3] = cfg->vocab_size;
+    h[4] = cfg->num_layers;
+    h[5] = cfg->num_heads;
+    h[6] = cfg->num_kv_heads;
+    h[7] = cfg->channels;
+    h[8] = (int)cfg->ffn_dim_multiplier;
+    h[9] = cfg->multiple_of;
+    h[10] = (int)cfg->norm_eps;
+    h[11] = (int)cfg->rope_theta;
+    h[12] = cfg->use_scaled_rope;
+    h[13] = 4;
+    h[14] = 3;
+    h[15] = cfg->version_minor;
+    h[16] = cfg->tied_embeddings;
+    h[17] = cfg->ffn_hidden;
+    fh[0] = cfg->ffn_dim_multiplier;
+    fh[1] = cfg->norm_eps;
+    fh[2] = cfg->rope_theta;
+    fh[3] = cfg->rope_factor;
+    fh[4] = cfg->rope_low_freq_factor;
+    fh[5] = cfg->rope_high_freq_factor;
+    fh[6] = cfg->rope_original_max_pos;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, h, sizeof(int), 256);
+    atomic_file_write(&af, fh, sizeof(float), 256);
+    atomic_file_write(&af, params, sizeof(float), n);
+    atomic_file_commit(&af);
+}
+
+// the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none
+static inline int llmc_model_file_magic(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) { return -1; }
+    int magic = -1;
+    if (fread(&magic, sizeof(int), 1, f) != 1) { magic = -1; }
+    fclose(f);
+    return magic;
+}
+
+#endif // LLMC_LLAMA3_CONFIG_H

@@ -1,0 +1,562 @@
+/*
+train_llama3.c: Llama 3 training on the CPU, in plain C with OpenMP.
+
+Read it top to bottom, like train_gpt2.c (the layers are in llmc/layers_cpu.h, shared with GPT-2,
+and llmc/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
+  1. the Llama 3 model: flat parameter / gradient / activation buffers with named pointers
+     (the file format and the parameter table are in llmc/llama3_config.h)
+  2. forward, backward, gradient norm, AdamW update
+  3. the training program: the same training loop (llmc/trainer.h), command line (llmc/args.h),
+     checkpoints, resume, MPI data parallel and ZeRO-1 as ./train_gpt2, and main()
+
+Shapes: B batch, T time, C channels, V vocab (not padded), L layers, NH query heads, NKV key/value
+heads, HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
+
+The model matches train_llama3.py and transformers' LlamaForCausalLM: pre-RMSNorm blocks,
+rotary positions on q and k (rotate_half), causal attention with NH/NKV query heads per key/value
+head scaled by 1/sqrt(HS), SwiGLU MLP down(silu(gate(x)) * up(x)), no biases, final RMSNorm, an
+lm_head (or wte when tied), loss = mean cross-entropy over B*T tokens.
+
+Usage (./train_llama3 --help lists every flag with its default):
+  ./train_llama3 -e d2 -i <llama-3 train shards> -j <val shards>   d2 from scratch
+  ./train_llama3 -e llama3_d2.bin ...                    a model file written by train_llama3.py
+  mpirun -np 2 ./train_llama3 -b 2 -z 1 ...              2 processes, each half the batch, ZeRO-1
+-e dN takes V from the Llama 3 tokenizer file (llama3_tokenizer.bin), which also decodes samples.
+test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/utils.h"
+#include "llmc/adamw.h"
+#include "llmc/rand.h"
+#include "llmc/matmul.h"
+#include "llmc/layers_cpu.h"
+#include "llmc/layers_llama_cpu.h"
+#include "llmc/llama3_config.h"
+
+#define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
+
+// ----------------------------------------------------------------------------
+// Llama 3 model definition
+
+LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
+
+// The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad),
+// each (B, T, per_token), (L, B, T, per_token) when per_layer; has_grad: the backward keeps its
+// gradient. The attention weights are not kept (attention_backward recomputes them).
+#define LLAMA3_ACTIVATION_TENSORS(X) \
+    X(encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
+    LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
+    X(lnf,      0, C,   1) /* final RMSNorm */ \
+    X(lnf_rstd, 0, 1,   0) \
+    X(logits,   0, V,   1) \
+    X(probs,    0, V,   0) \
+    X(losses,   0, 1,   1)
+
+#define LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
+    X(ln1,        1, C,     1) /* RMSNorm of the layer's input */ \
+    X(ln1_rstd,   1, 1,     0) \
+    X(qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
+    X(qkvr,       1, 3 * C, 1) /* the same with k and v repeated for every query head */ \
+    X(atty,       1, C,     1) /* attention output, before its projection */ \
+    X(attproj,    1, C,     1) \
+    X(residual2,  1, C,     1) /* input + attproj */ \
+    X(ln2,        1, C,     1) \
+    X(ln2_rstd,   1, 1,     0) \
+    X(fch,        1, FFN,   1) /* gate projection */ \
+    X(fch2,       1, FFN,   1) /* up projection */ \
+    X(fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
+    X(fcproj,     1, C,     1) \
+    X(residual3,  1, C,     1) /* residual2 + fcproj, the layer's output */
+
+#define LLAMA3_ACT_FIELD_(name, per_layer, per_token, has_grad) float* name;
+typedef struct { LLAMA3_ACTIVATION_TENSORS(LLAMA3_ACT_FIELD_) } Llama3Acts;
+// one layer's activations (or gradients): residual is the layer's input
+typedef struct { float* residual; LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ACT_FIELD_) } Llama3LayerActs;
+
+#define LLAMA3_ACT_POINT_(name, per_layer, per_token, has_grad) { \
+        size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
+        a->name = memory != NULL && size > 0 ? memory + n : NULL; \
+        n += size; \
+    }
+// points the activations (grads = 1: their gradients, has_grad tensors only) for B x T tokens
+// into memory; returns how many floats they take (memory NULL: only counts)
+static size_t llama3_point_activations(Llama3Acts* a, float* memory, const Llama3Config* cfg, int B, int T, int grads) {
+    LLAMA3_DIMS_(cfg)
+    size_t BT = (size_t)B * T, n = 0;
+    LLAMA3_ACTIVATION_TENSORS(LLAMA3_ACT_POINT_)
+    return n;
+}
+
+#define LLAMA3_ACT_LAYER_(name, per_layer, per_token, has_grad) \
+    v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
+static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
+    LLAMA3_DIMS_(cfg)
+    size_t BT = (size_t)B * T;
+    Llama3LayerActs v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ACT_LAYER_)
+    return v;
+}
+
+typedef struct {
+    Llama3Config config;
+    Llama3Params params;
+    size_t param_sizes[LLAMA3_NUM_PARAMETER_TENSORS];
+    float* params_memory;
+    size_t num_parameters;
+    Llama3Params grads;
+    float* grads_memory;
+    // AdamW moments of this process's slice [opt_offset, opt_offset + opt_size) (ZeRO-1: a shard)
+    float* m_memory;
+    float* v_memory;
+    size_t opt_offset;
+    size_t opt_size;
+    float* rope_cos;  // (maxT, HS/2)
+    float* rope_sin;
+    Llama3Acts acts;
+    float* acts_memory;
+    size_t num_activations;
+    Llama3Acts grads_acts;
+    float* grads_acts_memory;
+    size_t num_grad_activations;
+    int batch_size, seq_len;  // what the activations were allocated for
+    int* inputs;              // (B, T) of the last forward
+    int* targets;
+    int cur_B, cur_T;
+    float mean_loss;          // -1 after a forward without targets
+} Llama3;
+
+// parameters (zeroed), gradients and the rotary tables for model->config
+static void llama3_allocate_parameters(Llama3* model) {
+    const Llama3Config* cfg = &model->config;
+    llama3_parameter_sizes(model->param_sizes, cfg);
+    model->num_parameters = llama3_num_parameters(cfg);
+    model->params_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+    model->grads_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
+    llama3_point_parameters(&model->params, model->params_memory, cfg);
+    llama3_point_parameters(&model->grads, model->grads_memory, cfg);
+    int HS = cfg->channels / cfg->num_heads;
+    model->rope_cos = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
+    model->rope_sin = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
+    float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
+    rope_init(model->rope_cos, model->rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor, cfg->rope_low_freq_factor,
+              cfg->rope_high_freq_factor, cfg->rope_original_max_pos);
+    model->m_memory = model->v_memory = NULL;
+    model->opt_offset = model->opt_size = 0;
+    model->acts_memory = model->grads_acts_memory = NULL;
+    model->inputs = model->targets = NULL;
+    model->batch_size = model->seq_len = 0;
+    model->cur_B = model->cur_T = 0;
+    model->mean_loss = -1.0f;
+}
+
+static void llama3_build_from_file(Llama3* model, const char* path) {
+    int version;
+    FILE* f = llama3_model_open(path, &model->config, &version);
+    llama3_allocate_parameters(model);
+    llama3_model_read_params(f, path, version, model->params_memory, model->num_parameters);
+    fcloseCheck(f, path);
+}
+
+// From scratch, bit for bit what train_llama3.py does (llmc/rand.h reproduces torch's generator): one
+// normal draw per 2-D tensor of the model file, in file order, over the whole tensor stacked across
+// layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head): std 0.02, the residual projections
+// (attprojw, fcprojw) 0.02/sqrt(2L); RMSNorm weights 1.
+static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, unsigned int seed) {
+    model->config = *cfg;
+    llama3_allocate_parameters(model);
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    float* t = model->params_memory;
+    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
+        size_t n = model->param_sizes[k];
+        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
+            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
+            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
+        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
+            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
+        }
+        t += n;
+    }
+}
+
+static void llama3_allocate_activations(Llama3* model, int B, int T) {
+    model->batch_size = B;
+    model->seq_len = T;
+    model->num_activations = llama3_point_activations(&model->acts, NULL, &model->config, B, T, 0);
+    model->num_grad_activations = llama3_point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
+    model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
+    model->grads_acts_memory = (float*)callocCheck(model->num_grad_activations, sizeof(float));
+    llama3_point_activations(&model->acts, model->acts_memory, &model->config, B, T, 0);
+    llama3_point_activations(&model->grads_acts, model->grads_acts_memory, &model->config, B, T, 1);
+    model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
+}
+
+static void llama3_allocate_optimizer(Llama3* model, size_t opt_offset, size_t opt_size) {
+    model->opt_offset = opt_offset;
+    model->opt_size = opt_size;
+    model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
+    model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+}
+
+// the output projection: lm_head, or wte when tied (and their gradients alike)
+static float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
+    return cfg->tied_embeddings ? p->wte : p->lm_head;
+}
+
+// Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
+// B x T may be smaller than what the activations were allocated for.
+static void llama3_forward(Llama3* model, const int* inputs, const int* targets, int B, int T) {
+    if (model->acts_memory == NULL) { llmc_die("internal: llama3_allocate_activations was not called"); }
+    if ((size_t)B * T > (size_t)model->batch_size * model->seq_len || T > model->seq_len) {
+        llmc_die("internal: forward of %dx%d tokens exceeds the %dx%d allocated", B, T, model->batch_size, model->seq_len);
+    }
+    const Llama3Config* cfg = &model->config;
+    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    float eps = cfg->norm_eps;
+    for (int i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
+        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
+            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
+        }
+    }
+    memcpy(model->inputs, inputs, (size_t)B * T * sizeof(int));
+    if (targets != NULL) { memcpy(model->targets, targets, (size_t)B * T * sizeof(int)); }
+    model->cur_B = B;
+    model->cur_T = T;
+
+    Llama3Params p = model->params;
+    Llama3Acts acts = model->acts;
+    size_t BTC = (size_t)B * T * C;
+    embedding_forward(acts.encoded, inputs, p.wte, B, T, C); // (B,T,C)
+    for (int l = 0; l < L; l++) {
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
+        // attention block
+        rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, B, T, C);            // (B,T,C)
+        matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                         // (B,T,QKV)
+        rope_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);   // q and k heads
+        repeat_kv_forward(a.qkvr, a.qkv, B, T, NH, NKV, HS);                              // (B,T,3C)
+        attention_forward(a.atty, NULL, a.qkvr, B, T, C, NH);                             // (B,T,C)
+        matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                  // (B,T,C)
+        residual_forward(a.residual2, a.residual, a.attproj, BTC);                        // (B,T,C)
+        // MLP block
+        rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, B, T, C);           // (B,T,C)
+        matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, FFN);                          // (B,T,FFN)
+        matmul_forward(a.fch2, a.ln2, w.fcw2, NULL, B, T, C, FFN);                        // (B,T,FFN)
+        swiglu_forward(a.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);                 // (B,T,FFN)
+        matmul_forward(a.fcproj, a.fch_swiglu, w.fcprojw, NULL, B, T, FFN, C);            // (B,T,C)
+        residual_forward(a.residual3, a.residual2, a.fcproj, BTC);                        // (B,T,C)
+    }
+    Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
+    rmsnorm_forward(acts.lnf, acts.lnf_rstd, last.residual3, p.lnfw, eps, B, T, C);           // (B,T,C)
+    matmul_forward(acts.logits, acts.lnf, llama3_lm_head(&p, cfg), NULL, B, T, C, V);       // (B,T,V)
+    if (targets == NULL) {
+        model->mean_loss = -1.0f;
+        return;
+    }
+    crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V);
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) { sum += acts.losses[i]; }
+    model->mean_loss = (float)(sum / (B * T));
+}
+
+static void llama3_zero_grad(Llama3* model) { memset(model->grads_memory, 0, model->num_parameters * sizeof(float)); }
+
+// Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
+// to model->grads.
+static void llama3_backward(Llama3* model, float loss_scale) {
+    if (model->mean_loss < 0.0f) { llmc_die("internal: llama3_backward needs a forward pass with targets"); }
+    const Llama3Config* cfg = &model->config;
+    int B = model->cur_B, T = model->cur_T;
+    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    size_t BTC = (size_t)B * T * C;
+    Llama3Params p = model->params, g = model->grads;
+    Llama3Acts acts = model->acts, gacts = model->grads_acts;
+    memset(model->grads_acts_memory, 0, model->num_grad_activations * sizeof(float));
+
+    float dloss_mean = loss_scale / (float)(B * T);
+    for (int i = 0; i < B * T; i++) { gacts.losses[i] = dloss_mean; }
+    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->targets, B, T, V, V);
+    matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), NULL, gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V);
+    Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
+    Llama3LayerActs dlast = llama3_layer_acts(&model->grads_acts, cfg, B, T, L - 1);
+    rmsnorm_backward(dlast.residual3, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3LayerParams dw = llama3_layer_params(&model->grads, cfg, l);
+        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
+        Llama3LayerActs da = llama3_layer_acts(&model->grads_acts, cfg, B, T, l);
+        // MLP block, in reverse
+        residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
+        matmul_backward(da.fch_swiglu, dw.fcprojw, NULL, da.fcproj, a.fch_swiglu, w.fcprojw, B, T, FFN, C);
+        swiglu_backward(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);
+        matmul_backward(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN);
+        matmul_backward(da.ln2, dw.fcw2, NULL, da.fch2, a.ln2, w.fcw2, B, T, C, FFN);
+        rmsnorm_backward(da.residual2, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
+        // attention block, in reverse
+        residual_backward(da.residual, da.attproj, da.residual2, BTC);
+        matmul_backward(da.atty, dw.attprojw, NULL, da.attproj, a.atty, w.attprojw, B, T, C, C);
+        attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
+        repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
+        rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
+        matmul_backward(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV);
+        rmsnorm_backward(da.residual, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C);
+    }
+    embedding_backward(g.wte, gacts.encoded, model->inputs, B, T, C);
+}
+
+// Global L2 norm of the gradients, summed in double over fixed 64K chunks (so it does not depend
+// on the thread count) with 8 interleaved partial sums per chunk.
+static float llama3_grad_norm(const Llama3* model) {
+    const size_t chunk = 1 << 16;
+    size_t n = model->num_parameters, nchunks = (n + chunk - 1) / chunk;
+    double* partial = (double*)mallocCheck(nchunks * sizeof(double));
+    const float* g = model->grads_memory;
+    #pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i = k * chunk, end = i + chunk < n ? i + chunk : n;
+        double s8[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, s = 0.0;
+        for (; i + 8 <= end; i += 8) {
+            for (int j = 0; j < 8; j++) { s8[j] += (double)g[i + j] * g[i + j]; }
+        }
+        for (; i < end; i++) { s += (double)g[i] * g[i]; }
+        for (int j = 0; j < 8; j++) { s += s8[j]; }
+        partial[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
+    free(partial);
+    return (float)sqrt(total);
+}
+
+// One AdamW step (llmc/adamw.h) on this process's parameter slice, gradients scaled by grad_scale
+// first (clipping); weight decay on the 2-D weights only; t is 1-based.
+static void llama3_update(Llama3* model, float learning_rate, float beta1, float beta2, float eps,
+                          float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_size, start = 0;
+    float* params = model->params_memory;
+    const float* grads = model->grads_memory;
+    float* m = model->m_memory;
+    float* v = model->v_memory;
+    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
+        size_t end_k = start + model->param_sizes[k];
+        size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
+        float wd = LLAMA3_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = begin; i < end; i++) {
+            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+        }
+        start = end_k;
+    }
+}
+
+static void llama3_free(Llama3* model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    free(model->rope_cos);
+    free(model->rope_sin);
+    free(model->acts_memory);
+    free(model->grads_acts_memory);
+    free(model->inputs);
+    free(model->targets);
+}
+
+// ----------------------------------------------------------------------------
+// the training program: llmc/trainer.h runs the loop, this file brings its layers and MPI
+
+#ifndef LLMC_NO_MAIN
+#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
+#include "llmc/trainer.h"
+#include "llmc/args.h"
+#include "llmc/checkpoint.h"
+#include "llmc/tokenizer.h"
+#include "llmc/zero.h"
+#include "llmc/mpi_utils.h"
+
+// -e: dN (from scratch, V from the tokenizer file) or a Llama 3 model file
+static void llama3_build(Llama3* model, const char* load) {
+    Llama3Config cfg;
+    if (llama3_config_from_descriptor(load, 1, &cfg)) {
+        if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
+            llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
+                     LLAMA3_TOKENIZER_PATH, load);
+        }
+        Tokenizer tok;
+        tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
+        if (tok.bos_token < 0) {
+            llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
+        }
+        cfg.vocab_size = (int)tok.vocab_size;
+        tokenizer_free(&tok);
+        llama3_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
+        return;
+    }
+    if (!file_exists(load)) {
+        llmc_die("%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)", load);
+    }
+    llama3_build_from_file(model, load);
+}
+
+typedef struct {
+    Llama3* model;
+    const ProcessGroup* pg;
+    int B, T;
+    int zero_stage;
+} Llama3Trainer;
+
+static void l3_zero_grad(void* ctx) { llama3_zero_grad(((Llama3Trainer*)ctx)->model); }
+
+static float l3_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
+    Llama3Trainer* c = (Llama3Trainer*)ctx;
+    (void)last;
+    llama3_forward(c->model, inputs, targets, c->B, c->T);
+    llama3_backward(c->model, loss_scale);
+    return c->model->mean_loss;
+}
+
+static float l3_grad_norm(void* ctx) {
+    Llama3Trainer* c = (Llama3Trainer*)ctx;
+    allreduce_mean_floats(c->model->grads_memory, c->model->num_parameters, c->pg);
+    return llama3_grad_norm(c->model);
+}
+
+static void l3_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+    Llama3Trainer* c = (Llama3Trainer*)ctx;
+    llama3_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    if (c->zero_stage == 1) { allgather_param_shards(c->model->params_memory, c->model->num_parameters, c->pg); }
+}
+
+static const float* l3_forward_losses(void* ctx, const int* inputs, const int* targets) {
+    Llama3Trainer* c = (Llama3Trainer*)ctx;
+    llama3_forward(c->model, inputs, targets, c->B, c->T);
+    return c->model->acts.losses;
+}
+
+static const float* l3_next_token_logits(void* ctx, const int* tokens, int len) {
+    Llama3* model = ((Llama3Trainer*)ctx)->model;
+    llama3_forward(model, tokens, NULL, 1, len);
+    return model->acts.logits + (size_t)(len - 1) * model->config.vocab_size;
+}
+
+static void l3_save_model(void* ctx, const char* path) {
+    Llama3* model = ((Llama3Trainer*)ctx)->model;
+    llama3_model_write(path, &model->config, model->params_memory, model->num_parameters);
+}
+
+static void l3_state_fields(const Llama3* model, TrainState* s) {
+    s->num_parameters = model->num_parameters;
+    s->opt_offset = model->opt_offset;
+    s->opt_size = model->opt_size;
+    s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
+}
+
+static void l3_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    Llama3* model = ((Llama3Trainer*)ctx)->model;
+    l3_state_fields(model, s);
+    train_state_write(path, s, model->m_memory, model->v_memory, d);
+}
+
+static void l3_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    Llama3* model = ((Llama3Trainer*)ctx)->model;
+    l3_state_fields(model, expect);
+    train_state_read(path, expect, got, model->m_memory, model->v_memory, d);
+}
+
+static void l3_barrier(void* ctx) { (void)ctx; process_group_barrier(); }
+
+static void l3_sum_floats(void* ctx, float* values, int n) { allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx); }
+
+int main(int argc, char** argv) {
+    ProcessGroup pg = process_group_init(&argc, &argv);
+    // the trainers' one flag table; only -e's default differs (d2 from scratch)
+    ArgSpec table[TRAIN_ARG_COUNT];
+    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
+    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
+        if (strcmp(table[i].flag, "-e") == 0) {
+            table[i].default_value = "d2";
+            table[i].help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")";
+        }
+    }
+    TrainArgs args;
+    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, "Trains Llama 3 on the CPU.");
+    if (matmul_precision_parse(args.precision, &matmul_precision) != 0) {
+        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
+    }
+    if (strcmp(args.optimizer, "adamw") != 0) {
+        llmc_die("flag -op: \"%s\": the CPU Llama 3 trainer has AdamW only (run %s --help to list the flags)", args.optimizer, argv[0]);
+    }
+    int rank = pg.process_rank, nproc = pg.num_processes;
+    char threads_why[96] = "OMP_NUM_THREADS";
+#ifdef _OPENMP
+    int local = process_group_local_size(&pg);
+    const char* omp_env = getenv("OMP_NUM_THREADS");
+    if (omp_env == NULL || omp_env[0] == '\0') {
+        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        int share = cores / local > 0 ? cores / local : 1;
+        omp_set_num_threads(share);
+        snprintf(threads_why, sizeof(threads_why), "%d cores / %d processes on this node; OMP_NUM_THREADS sets it", cores, local);
+    }
+#endif
+
+    int resume_step = trainer_prepare(&args, rank);
+    Llama3 model;
+    char model_path[4200];
+    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
+    if (resume_step >= 0) {
+        trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
+        llama3_build_from_file(&model, model_path);
+    } else {
+        llama3_build(&model, args.load_filename);
+    }
+    Llama3Config cfg = model.config;
+    if (args.T > cfg.max_seq_len) {
+        llmc_die("flag -t: T = %d is larger than the model's block size %d (-e %s)", args.T, cfg.max_seq_len, model_path);
+    }
+    TrainerComm comm = {rank, nproc, &pg, l3_barrier, l3_sum_floats};
+    Trainer trainer;
+    trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
+    ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
+    llama3_allocate_activations(&model, args.B, args.T);
+    llama3_allocate_optimizer(&model, shard.offset, shard.size);
+
+    if (rank == 0) {
+        printf("+-------------------------------------------------------------------------+\n");
+        args_print_values(table, TRAIN_ARG_COUNT, &args, stdout);
+        printf("+-------------------------------------------------------------------------+\n");
+        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", model_path, cfg.num_layers,
+               cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.ffn_hidden, cfg.max_seq_len, cfg.vocab_size,
+               cfg.tied_embeddings ? " (tied lm_head)" : "", model.num_parameters);
+        if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
+#ifdef _OPENMP
+        printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), nproc, threads_why);
+#endif
+    }
+
+    Llama3Trainer l3 = {&model, &pg, args.B, args.T, args.zero_stage};
+    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, l3_grad_norm, l3_update, l3_forward_losses,
+                      l3_next_token_logits, l3_save_model, l3_save_state, l3_load_state};
+    int status = trainer_run(&trainer, &ops);
+
+    trainer_free(&trainer);
+    llama3_free(&model);
+    process_group_finalize();
+    return status;
+}
+#endif
