@@ -7,7 +7,7 @@ gradients. Reductions run in a fixed order, so the same inputs and thread count 
     encoder_forward / encoder_backward           token + position embeddings
     layernorm_forward / layernorm_backward       (and residual_layernorm_forward: add, then norm)
     matmul_forward / matmul_backward             llmc/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
-    attention_forward / attention_backward       causal self-attention, weights recomputed in backward
+    attention_forward / attention_backward       causal self-attention in query tiles, weights recomputed per tile in backward
     gelu_forward / bias_gelu_forward / gelu_backward
     residual_forward / residual_backward
     crossentropy_softmax_forward / _backward     softmax over the first V of Vp logits, fused backward
@@ -179,28 +179,46 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     }
 }
 
-// ---- attention, one (batch, head) pair at a time. Q, K, V of head h are (T,HS) with rows
-// strided by 3C inside inp (B,T,3C); its output and input gradients are strided likewise. The
-// products are GEMMs (llmc/matmul.h, always fp32, one thread each: the (b, h) pairs run in
-// parallel). The model keeps no (B,NH,T,T) attention weights: the backward recomputes each
-// head's (T,T) weights from Q and K with the same code, so they are the same bits, and memory
-// does not grow with L * B * NH * T^2 (2.4 GB for d12 at B=4, T=1024).
+// ---- attention. Q, K, V of head h are (T,HS) with rows strided by 3C inside inp (B,T,3C); its
+// output and input gradients are strided likewise. The products are GEMMs (llmc/matmul.h, always
+// fp32, one thread each: the heads and query tiles run in parallel).
+// The trainer's path (att == NULL) is blocked: a head's queries are taken ATT_TILE rows at a time,
+// and only that tile's scores against the keys it may see (ATT_TILE x (t0 + ATT_TILE), at most
+// ATT_TILE x T) exist at once, per thread: scores, causal softmax and the weighted sum of V per
+// tile, never a (T,T) matrix (0.5 MB per thread at T=1024 instead of 8 MB; none kept between the
+// passes). Work above the diagonal is skipped a tile at a time. The backward recomputes each
+// tile's scores and softmax with the same calls on the same numbers, so its weights are the
+// forward's bit for bit. A caller that passes att (B,NH,T,T) gets the weights written there
+// (and the backward reads them) instead.
 
-// att (T,T) = causal softmax(scale * Q K^T), 0 above the diagonal
-static void attention_head_weights(float* att, const float* q, const float* k, int T, int C3, int HS) {
-    float scale = 1.0f / sqrtf((float)HS);
-    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, q, C3, k, C3, 0.0f, att, T);
-    for (int t = 0; t < T; t++) {
-        float* row = att + (size_t)t * T;
+#define ATT_TILE 64
+
+// rows t0 .. t0+rows-1 of a head's causal softmax, in place: s (rows, ld) holds the raw scores
+// q.k for keys 0 .. t0+rows-1 on entry; on return row r holds softmax(scale * s) over keys
+// 0 .. t0+r and 0 after them (up to column `cols`)
+static void attention_softmax_rows(float* s, int ld, int t0, int rows, int cols, float scale) {
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r;
+        float* row = s + (size_t)r * ld;
         // softmax of scale * scores over the past (max subtracted for stability); 16 interleaved
         // partial sums in a fixed order, so the loops vectorise and the result is reproducible
+        float pmax[16];
+        for (int j = 0; j < 16; j++) { pmax[j] = -INFINITY; }
+        int t2 = 0;
+        for (; t2 + 16 <= t + 1; t2 += 16) {
+            for (int j = 0; j < 16; j++) {
+                row[t2 + j] *= scale;
+                pmax[j] = row[t2 + j] > pmax[j] ? row[t2 + j] : pmax[j];
+            }
+        }
         float maxval = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
+        for (; t2 <= t; t2++) {
             row[t2] *= scale;
             maxval = row[t2] > maxval ? row[t2] : maxval;
         }
+        for (int j = 0; j < 16; j++) { maxval = pmax[j] > maxval ? pmax[j] : maxval; }
         float part[16] = {0.0f};
-        int t2 = 0;
+        t2 = 0;
         for (; t2 + 16 <= t + 1; t2 += 16) {
             for (int j = 0; j < 16; j++) {
                 float e = vec_expf(row[t2 + j] - maxval);
@@ -215,42 +233,55 @@ static void attention_head_weights(float* att, const float* q, const float* k, i
         }
         for (int j = 0; j < 16; j++) { sum += part[j]; }
         float inv = 1.0f / sum;
-        for (t2 = 0; t2 < T; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
+        for (t2 = 0; t2 < cols; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
     }
 }
 
-// given att (T,T) and dout (T,HS) (rows strided by C): dQ, dK, dV (T,HS) += their gradients;
-// datt (T,T) is scratch
-static void attention_head_backward(float* dq, float* dk, float* dv, float* datt, const float* d, const float* att,
-                                    const float* q, const float* k, const float* v, int T, int C, int HS) {
-    int C3 = 3 * C;
+// p (rows, ld) = the attention weights of query rows t0 .. t0+rows-1 of one head over keys
+// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (stride C3)
+static void attention_tile_weights(float* p, int ld, const float* q, const float* k, int t0, int rows, int C3, int HS) {
+    int keys = t0 + rows;
+    matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, q + (size_t)t0 * C3, C3, k, C3, 0.0f, p, ld);
+    attention_softmax_rows(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
+}
+
+// given the weights p (rows, ld) of query rows t0 .. t0+rows-1 and their output gradient d
+// (rows, HS; stride C): dQ rows t0.. and dK, dV rows 0 .. t0+rows-1 += their gradients; dp is
+// (rows, ld) scratch
+static void attention_tile_backward(float* dq, float* dk, float* dv, float* dp, const float* p, int ld,
+                                    const float* d, const float* q, const float* k, const float* v,
+                                    int t0, int rows, int C, int HS) {
+    int C3 = 3 * C, keys = t0 + rows;
     float scale = 1.0f / sqrtf((float)HS);
-    // out = att V: datt (T,T) = dout (T,HS) . V^T; dV (T,HS) += att^T . dout
-    matmul_gemm(MATMUL_FP32, 0, 1, T, T, HS, d, C, v, C3, 0.0f, datt, T);
-    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, att, T, d, C, 1.0f, dv, C3);
-    // softmax backward, in place: dpre[t2] = scale * att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3])
-    for (int t = 0; t < T; t++) {
-        const float* a = att + (size_t)t * T;
-        float* g = datt + (size_t)t * T;
+    // out = p V: dp (rows,keys) = dout (rows,HS) . V^T; dV (keys,HS) += p^T . dout
+    matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, d, C, v, C3, 0.0f, dp, ld);
+    matmul_gemm(MATMUL_FP32, 1, 0, keys, HS, rows, p, ld, d, C, 1.0f, dv, C3);
+    // softmax backward, in place: dpre[t2] = scale * p[t2] * (dp[t2] - sum_t3 p[t3] dp[t3])
+    for (int r = 0; r < rows; r++) {
+        const float* a = p + (size_t)r * ld;
+        float* g = dp + (size_t)r * ld;
+        int t = t0 + r;
         float dot = 0.0f;
         for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
-        for (int t2 = 0; t2 < T; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
+        for (int t2 = 0; t2 < keys; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
     }
-    // pre = scale * Q K^T: dQ (T,HS) += dpre . K; dK (T,HS) += dpre^T . Q
-    matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, datt, T, k, C3, 1.0f, dq, C3);
-    matmul_gemm(MATMUL_FP32, 1, 0, T, HS, T, datt, T, q, C3, 1.0f, dk, C3);
+    // pre = scale * Q K^T: dQ (rows,HS) += dpre . K; dK (keys,HS) += dpre^T . Q
+    matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, keys, dp, ld, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+    matmul_gemm(MATMUL_FP32, 1, 0, keys, HS, rows, dp, ld, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
 }
 
-// per-thread (T,T) work buffers for the attention layers, kept between calls (grown when T or
-// the thread count grows): nbuf buffers per thread
-static float* attention_scratch(int T, int nbuf, int* nthreads) {
+// per-thread work buffers for the attention layers, kept between calls (grown when needed):
+// `floats` per thread, 64-byte aligned
+static float* attention_scratch(size_t floats, int* nthreads) {
     static void* scratch = NULL;
     static size_t capacity = 0;
     *nthreads = 1;
 #ifdef _OPENMP
     *nthreads = omp_get_max_threads();
 #endif
-    return (float*)scratch_reserve(&scratch, &capacity, (size_t)*nthreads * nbuf * T * T * sizeof(float));
+    size_t per = (floats + 15) & ~(size_t)15;
+    float* base = (float*)scratch_reserve(&scratch, &capacity, ((size_t)*nthreads * per + 16) * sizeof(float));
+    return base + ((16 - ((uintptr_t)base / sizeof(float)) % 16) % 16);
 }
 
 static inline int attention_thread_id(void) {
@@ -262,48 +293,70 @@ static inline int attention_thread_id(void) {
 }
 
 // out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)
-// receives the attention weights, or is NULL (the trainer's case: they are recomputed)
+// receives the attention weights, or is NULL (the trainer's case: blocked, nothing kept)
 static void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
     int C3 = 3 * C;
     int HS = C / NH;
+    int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     int nthreads;
-    float* scratch = attention_scratch(T, 1, &nthreads);
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
+    float* scratch = attention_scratch(att != NULL ? 0 : (size_t)ATT_TILE * ld, &nthreads);
+    size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
+    // tiles further down a head see more keys: handed out as threads free up
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float* q = inp + (size_t)b * T * C3 + h * HS;
-            float* att_bh = att != NULL ? att + ((size_t)b * NH + h) * T * T
-                                        : scratch + (size_t)attention_thread_id() * T * T;
-            attention_head_weights(att_bh, q, q + C, T, C3, HS);
-            // out (T,HS) = att_bh (T,T) . V (T,HS), out rows strided by C
-            matmul_gemm(MATMUL_FP32, 0, 0, T, HS, T, att_bh, T, q + 2 * C, C3, 0.0f, out + (size_t)b * T * C + h * HS, C);
+            for (int tile = 0; tile < ntiles; tile++) {
+                const float* q = inp + (size_t)b * T * C3 + h * HS;
+                int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+                float* p;
+                if (att != NULL) {
+                    p = att + (((size_t)b * NH + h) * T + t0) * T;
+                    for (int r = 0; r < rows; r++) {
+                        memset(p + (size_t)r * T + t0 + rows, 0, (size_t)(T - t0 - rows) * sizeof(float));
+                    }
+                } else {
+                    p = scratch + (size_t)attention_thread_id() * per;
+                }
+                attention_tile_weights(p, (int)ld, q, q + C, t0, rows, C3, HS);
+                // out rows t0.. (rows,HS) = p (rows,keys) . V (keys,HS), out rows strided by C
+                matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, t0 + rows, p, (int)ld, q + 2 * C, C3, 0.0f,
+                            out + ((size_t)b * T + t0) * C + h * HS, C);
+            }
         }
     }
 }
 
 // dinp (B,T,3C) += the gradient of attention_forward for dout (B,T,C). att (B,NH,T,T) holds the
-// forward's attention weights, or is NULL: then they are recomputed from inp, head by head
+// forward's attention weights, or is NULL: then each tile's are recomputed from inp (same bits)
 static void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
                         int B, int T, int C, int NH) {
     int C3 = 3 * C;
     int HS = C / NH;
+    int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     int nthreads;
-    float* scratch = attention_scratch(T, 2, &nthreads);
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+    size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
+    size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
+    float* scratch = attention_scratch(2 * per, &nthreads);
+    // dK and dV of a head collect from all its tiles: a head is one thread's, tiles in order
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float* mine = scratch + (size_t)attention_thread_id() * 2 * T * T; // datt, then att if recomputed
+            float* dp = scratch + (size_t)attention_thread_id() * 2 * per; // dp, then p if recomputed
             const float* q = inp + (size_t)b * T * C3 + h * HS;
             float* dq = dinp + (size_t)b * T * C3 + h * HS;
-            const float* att_bh;
-            if (att != NULL) {
-                att_bh = att + ((size_t)b * NH + h) * T * T;
-            } else {
-                attention_head_weights(mine + (size_t)T * T, q, q + C, T, C3, HS);
-                att_bh = mine + (size_t)T * T;
+            for (int tile = 0; tile < ntiles; tile++) {
+                int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+                const float* p;
+                if (att != NULL) {
+                    p = att + (((size_t)b * NH + h) * T + t0) * T;
+                } else {
+                    attention_tile_weights(dp + per, (int)ld, q, q + C, t0, rows, C3, HS);
+                    p = dp + per;
+                }
+                attention_tile_backward(dq, dq + C, dq + 2 * C, dp, p, (int)ld, dout + ((size_t)b * T + t0) * C + h * HS,
+                                        q, q + C, q + 2 * C, t0, rows, C, HS);
             }
-            attention_head_backward(dq, dq + C, dq + 2 * C, mine, dout + (size_t)b * T * C + h * HS, att_bh,
-                                    q, q + C, q + 2 * C, T, C, HS);
         }
     }
 }
