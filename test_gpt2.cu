@@ -28,11 +28,13 @@ The debug state's B must split evenly: B = 4 covers -a 2, -a 4, two processes, t
    in the batch on their own ("dwte unseen": the classifier's contribution alone, a heavy tail that
    holds 1e-4..1.6e-3 of dwte's energy and would hide inside the whole tensor's norm), and the global
    gradient norm the update clips with
-3. the reference's optimizer steps on that batch (AdamW with the debug state's settings, gradient
-   clipping, constant LR): every step's loss, within the tolerance derived from the float32 noise
+3. the reference's optimizer steps on that batch (AdamW with the debug state's settings, or, for a
+   debug state written with --optimizer muon, Muon on the blocks' 2-D weights and AdamW on the rest;
+   gradient clipping, constant LR): every step's loss, within the tolerance derived from the float32 noise
    the reference measured for that step (step_loss_tolerance in llmc/tensor_check.h, the same
    rule as test_gpt2.c's)
-4. resume: checkpoint after those steps (model by rank 0, optimizer state by every rank), run 3 more
+4. resume: checkpoint after those steps (model by rank 0, optimizer state by every rank, Muon's momentum
+   included), run 3 more
    steps, reload the checkpoint and run the same 3 steps again; the losses and the final parameters
    must match bit for bit
 Exit status 0 only if every check passed. The comparison logic and the tolerances are
@@ -103,7 +105,7 @@ static float test_forward_backward(TestRun* r) {
     return test_mean_over_processes(r->mg, (float)(loss_sum / r->micro_batches));
 }
 
-// one optimizer step with the debug state's AdamW settings; returns the loss before the update
+// one optimizer step with the debug state's settings (AdamW, or Muon and AdamW); returns the loss before the update
 static float test_train_step(TestRun* r, int t) {
     const DebugState* d = r->d;
     float loss = test_forward_backward(r);
@@ -231,6 +233,10 @@ int main(int argc, char** argv) {
     run.micro_batches = args.micro_batches;
     run.micro_B = B / (nproc * args.micro_batches);
     run.row0 = rank * (B / nproc);
+    if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
+        MuonSettings muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+        gpt2_use_muon(&model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
+    }
     gpt2_allocate_state(&model, run.micro_B, T, args.recompute, mg.shard, 1, stream);
     model.gelu_fusion = args.gelu_fusion;  // -ge
 #if !PRECISION_IS_BF16
@@ -247,6 +253,13 @@ int main(int argc, char** argv) {
             args.micro_batches, nproc, nproc > 1 ? (mg.zero_stage == 1 ? " with ZeRO-1" : " with ZeRO-0") : "", run.micro_B);
     fprintf(out, "per tensor: max abs diff <= tolerance and relative L2 error <= L2 bound; exact zeros in dwte's padded rows "
                  "and dwpe's rows past T; dwte unseen: the rows of the tokens not in the batch, on their own\n");
+    if (d.optimizer == 1) {
+        fprintf(out, "optimizer: Muon (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s) on the blocks' "
+                     "2-D weights, AdamW (lr %g) on the rest\n", d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps,
+                d.muon_adjust_lr == 1 ? "match_rms_adamw" : "original", d.lr);
+    } else {
+        fprintf(out, "optimizer: AdamW (lr %g)\n", d.lr);
+    }
     step_loss_rule_print(out, &d, &tol);
     CheckReport report = {0, 0};
 

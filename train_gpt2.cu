@@ -683,6 +683,7 @@ static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, con
         llmc_die("%s: the optimizer state of this rank (%zu values, %zu extra bytes) does not fit in one file", path, st.shard, extra);
     }
     s->num_parameters = g->model->num_parameters;
+    s->optimizer = g->model->use_muon;  // a resume with the other -op is refused (llmc/checkpoint.h)
     s->opt_offset = g->mg->shard.offset;
     s->opt_size = st.shard;
     s->extra_bytes = extra;

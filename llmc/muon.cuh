@@ -1,16 +1,18 @@
 /*
 llmc/muon.cuh: Muon (torch.optim.Muon) on the GPU, for the blocks' 2-D weights (qkvw, attprojw, fcw,
-fcprojw of every layer; AdamW keeps everything else).
+fcprojw of every layer; AdamW keeps everything else). The GPU counterpart of llmc/muon.h (the CPU
+trainer's update of one matrix): the same rules, the same settings codes (-oa: 0 original, 1 match_rms_adamw).
 
 Host half (plain C):
     muon_plan(cfg, owners, rank, out)   the 4 L Muon matrices (MuonMatrix: flat offset, rows, cols), in
                                         checkpoint order, each given to one owner: with owners = 1 every
                                         matrix is this rank's; with owners = P (ZeRO-1) largest first to
-                                        the least loaded rank (ties: the lower rank), so each rank updates
+                                        the least loaded rank (ties: the lower rank; zero.h zero_assign_whole,
+                                        as train_gpt2.c and train_gpt2.py), so each rank updates
                                         whole matrices and the ranks' element counts are balanced. Returns
                                         the count; state_offset is the matrix's place in this rank's Muon
                                         state (momentum, master weights), SIZE_MAX when another rank owns it.
-    muon_adjusted_lr(lr, rows, cols, adjust)   torch's _adjust_lr: original lr sqrt(max(1, rows/cols)),
+    muon_matrix_lr(lr, rows, cols, adjust)     torch's _adjust_lr: original lr sqrt(max(1, rows/cols)),
                                         match_rms_adamw 0.2 lr sqrt(max(rows, cols))
 
 Device half:
@@ -30,7 +32,7 @@ Per matrix it computes what torch's _single_tensor_muon computes, with g the cli
         X = a X + B X        // (r, n)
     each a cuBLASLt GEMM (the trainer's, llmc/matmul.cuh gemm_lt_typed) on floatX operands with fp32
     accumulation and one rounding of the result to floatX, as torch's matmul / addmm in that dtype
-    param = param (1 - lr weight_decay) - muon_adjusted_lr(lr) X (transposed back)
+    param = param (1 - lr weight_decay) - muon_matrix_lr(lr) X (transposed back)
 The iteration runs in the build's precision: bf16 in BF16 builds, as torch.optim.Muon (which always
 uses bf16); fp32 in FP32 builds, as the debug state's reference (train_gpt2.py MuonNS in float32).
 bf16 parameters are written from the fp32 result with the stochastic rounding of the AdamW path (a hash of
@@ -45,6 +47,7 @@ seed and the flat index), so the result does not depend on which rank updated th
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#include "zero.h"
 #include "model_config.h"
 
 // ----------------------------------------------------------------------------
@@ -90,24 +93,17 @@ static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMat
         }
         offset += dims[i][0] * per;
     }
-    // largest first (stable: checkpoint order among equals), each to the least loaded rank
+    // zero.h's rule (train_gpt2.c and train_gpt2.py assign the same way): largest first, each to the least loaded rank
     if (owners < 1) { owners = 1; }
-    size_t* load = (size_t*)calloc((size_t)owners, sizeof(size_t));
-    char* done = (char*)calloc((size_t)n + 1, 1);
-    if (load == NULL || done == NULL) { llmc_die("muon: out of host memory"); }
-    for (int k = 0; k < n; k++) {
-        int best = -1;
-        for (int j = 0; j < n; j++) {
-            if (!done[j] && (best < 0 || out[j].rows * out[j].cols > out[best].rows * out[best].cols)) { best = j; }
-        }
-        done[best] = 1;
-        int r = 0;
-        for (int q = 1; q < owners; q++) { if (load[q] < load[r]) { r = q; } }
-        out[best].owner = r;
-        load[r] += out[best].rows * out[best].cols;
-    }
-    free(done);
+    size_t* sizes = (size_t*)mallocCheck(((size_t)n + 1) * sizeof(size_t));
+    size_t* load = (size_t*)mallocCheck((size_t)owners * sizeof(size_t));
+    int* owner = (int*)mallocCheck(((size_t)n + 1) * sizeof(int));
+    for (int j = 0; j < n; j++) { sizes[j] = out[j].rows * out[j].cols; }
+    zero_assign_whole(sizes, n, owners, owner, load);
+    for (int j = 0; j < n; j++) { out[j].owner = owner[j]; }
+    free(sizes);
     free(load);
+    free(owner);
     size_t state = 0;
     for (int j = 0; j < n; j++) {
         if (owners == 1 || out[j].owner == rank) {
@@ -121,7 +117,7 @@ static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMat
 }
 
 // torch.optim.Muon's _adjust_lr, in double as Python computes it
-static inline float muon_adjusted_lr(float lr, size_t rows, size_t cols, int adjust) {
+static inline float muon_matrix_lr(float lr, size_t rows, size_t cols, int adjust) {
     double ratio = adjust == 1 ? 0.2 * sqrt((double)(rows > cols ? rows : cols))
                                : sqrt(fmax(1.0, (double)rows / (double)cols));
     return (float)((double)lr * ratio);
@@ -269,7 +265,7 @@ static inline void muon_update_matrix(CublasContext* ctx, MuonWorkspace* ws, flo
     cudaCheckLaunch();
     muon_newton_schulz(ctx, ws, r, n, settings->ns_steps, stream);
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const float alpha = -muon_adjusted_lr(lr, m->rows, m->cols, settings->adjust);
+    const float alpha = -muon_matrix_lr(lr, m->rows, m->cols, settings->adjust);
     muon_apply_kernel<<<grid, block, 0, stream>>>(params, master != NULL ? master + m->state_offset : NULL, ws->x, m->offset,
                                                   m->rows, m->cols, decay, alpha, seed);
     cudaCheckLaunch();
