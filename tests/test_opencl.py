@@ -1,0 +1,176 @@
+"""The OpenCL trainer (train_gpt2cl.c, test_gpt2cl.c, llmc/opencl*) on PoCL, OpenCL on the CPU.
+
+`make` builds both programs (mk/opencl.mk; `opencl-deps` installs the OpenCL headers, ICD loader, PoCL and
+CLBlast with apt-get when they are missing). test_gpt2cl checks every tensor against the reference's d2
+debug state, with CLBlast and with our own GEMM kernel; a corrupted state fails it; a short training run
+gives train_gpt2's losses; a resumed run continues bit for bit; bad input and a bad device are one line.
+
+Runtime on 2 cores: about 20 s of CPU for each d2 test_gpt2cl run with CLBlast, 45 s with the tiled
+kernel, a few seconds for the d1 training runs. The d12 (124M) debug state is not run here: on PoCL a
+d12 step takes tens of seconds (README: OpenCL), so its 11 forward/backward passes would take minutes.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, TS_TRAIN, TS_VAL, assert_one_error_line, make, run
+
+V, VP = 50257, 50304
+TRAIN_CL = REPO / "train_gpt2cl"
+TEST_CL = REPO / "test_gpt2cl"
+
+
+@pytest.fixture(scope="module")
+def binaries() -> tuple[Path, Path]:
+    make("train_gpt2cl", "test_gpt2cl", "train_gpt2")
+    return TRAIN_CL, TEST_CL
+
+
+def run_test_gpt2cl(d2: Path, *flags: object, gemm: str = "clblast", state: Path | None = None,
+                check: bool = True):
+    state = state or d2 / "gpt2_d2_debug_state.bin"
+    return run([TEST_CL, "-e", d2 / "gpt2_d2.bin", "-s", state, *flags], cwd=d2, env={"LLMC_CL_GEMM": gemm},
+               check=check)
+
+
+def train(binary: Path, cwd: Path, *flags: object, env: dict[str, str] | None = None, check: bool = True):
+    """Runs a trainer on tinyshakespeare in cwd (no sampling unless asked)."""
+    cmd = [binary, "-i", TS_TRAIN, "-j", TS_VAL, "-s", 0, *flags]
+    return run(cmd, cwd=cwd, env={"OMP_NUM_THREADS": "1", **(env or {})}, check=check)
+
+
+def log_values(log: Path, key: str) -> dict[int, float]:
+    """step -> value of `key` (trl, tel, norm) in a main.log."""
+    out = {}
+    for line in log.read_text().splitlines():
+        m = re.match(r"s:(\d+) (.*)", line)
+        fields = dict(f.split(":", 1) for f in m.group(2).split()) if m else {}
+        if key in fields:
+            out[int(m.group(1))] = float(fields[key])
+    return out
+
+
+# ---------------------------------------------------------------------------- against the reference
+
+@pytest.mark.parametrize("gemm", ["clblast", "tiled"])
+def test_test_gpt2cl_passes_on_d2(binaries, d2_reference: Path, gemm: str) -> None:
+    proc = run_test_gpt2cl(d2_reference, gemm=gemm)
+    print(proc.stdout)
+    name = "CLBlast" if gemm == "clblast" else "gemm_tiled"
+    assert f"GEMMs: {name}" in proc.stdout
+    assert "28 passed, 0 failed" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| d")]
+    assert len(rows) == 16 and all(row.rstrip().endswith("ok   |") for row in rows)
+
+
+def test_test_gpt2cl_fails_on_corrupted_debug_state(binaries, d2_reference: Path, tmp_path: Path) -> None:
+    src = d2_reference / "gpt2_d2_debug_state.bin"
+    header = np.fromfile(src, dtype="<i4", count=256)
+    B, T, L, C = int(header[2]), int(header[3]), 2, 128
+    num_params = VP * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C
+    grads = 1024 + 2 * B * T * 4 + B * T * V * 4 + 4
+    data = bytearray(src.read_bytes())
+    # one gradient of the first layer's qkvw (well inside the tensor), and the 4th recorded step loss
+    for offset, delta in [(grads + (VP * C + 1024 * C + 2 * L * C + 1000) * 4, 1.0), (grads + num_params * 4 + 3 * 4, 0.01)]:
+        (value,) = struct.unpack_from("<f", data, offset)
+        struct.pack_into("<f", data, offset, value + delta)
+    bad = tmp_path / "bad_state.bin"
+    bad.write_bytes(bytes(data))
+    proc = run_test_gpt2cl(d2_reference, state=bad, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "26 passed, 2 failed" in proc.stdout
+    failing = [line.split("|")[1].strip() for line in proc.stdout.splitlines() if "FAIL" in line and line.startswith("|")]
+    assert failing == ["dqkvw", "loss step 3"], proc.stdout
+
+
+def test_test_gpt2cl_rejects_truncated_debug_state(binaries, d2_reference: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "short_state.bin"
+    bad.write_bytes((d2_reference / "gpt2_d2_debug_state.bin").read_bytes()[:5000])
+    proc = run_test_gpt2cl(d2_reference, state=bad, check=False)
+    assert "size mismatch" in assert_one_error_line(proc)
+
+
+# ---------------------------------------------------------------------------- training
+
+FLAGS = ["-e", "d1", "-b", 2, "-t", 16, "-v", 4, "-m", 2, "-c", 0.1, "-u", 2, "-q", 0.1]
+
+
+def test_training_losses_match_the_cpu_trainer(binaries, tmp_path: Path) -> None:
+    train(REPO / "train_gpt2", tmp_path, *FLAGS, "-x", 8, "-o", "cpu")
+    proc = train(TRAIN_CL, tmp_path, *FLAGS, "-x", 8, "-o", "cl")
+    assert "OpenCL device:" in proc.stdout
+    for key, rtol in [("trl", 2e-6), ("tel", 2e-6), ("norm", 1e-5)]:
+        cpu, cl = log_values(tmp_path / "cpu" / "main.log", key), log_values(tmp_path / "cl" / "main.log", key)
+        assert len(cpu) >= 3 and cpu.keys() == cl.keys(), key
+        for step in cpu:
+            assert cl[step] == pytest.approx(cpu[step], rel=rtol), (key, step, cl[step], cpu[step])
+
+
+def test_resume_continues_bit_identically(binaries, d2_reference: Path, tmp_path: Path) -> None:
+    shutil.copy(d2_reference / "gpt2_tokenizer.bin", tmp_path)
+    flags = [*FLAGS, "-x", 8, "-n", 4, "-s", 4, "-g", 8]
+    straight = train(TRAIN_CL, tmp_path, *flags, "-o", "straight")
+    # the same run killed after step 4: keep only its first checkpoint, then resume
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ["model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"]:
+        shutil.copy(tmp_path / "straight" / name, part / name)
+    resumed = train(TRAIN_CL, tmp_path, *flags, "-o", "part", "-y", 1)
+    assert "resumed from" in resumed.stdout
+    a = log_values(tmp_path / "straight" / "main.log", "trl")
+    b = log_values(part / "main.log", "trl")
+    assert len(a) == 8 and sorted(b) == [4, 5, 6, 7]
+    assert all(a[s] == b[s] for s in b)
+    assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
+    assert (tmp_path / "straight" / "state_00000008_00000.bin").read_bytes() == (part / "state_00000008_00000.bin").read_bytes()
+    # the text sample at step 8 comes from the restored sampler RNG
+    sample = lambda out: out.split("generating:")[-1].split("---")[1]
+    assert sample(straight.stdout) == sample(resumed.stdout)
+
+
+def test_checkpoint_is_readable_by_the_cpu_trainer(binaries, tmp_path: Path) -> None:
+    train(TRAIN_CL, tmp_path, *FLAGS, "-x", 2, "-n", 2, "-o", "cl")
+    # the CPU trainer continues from the OpenCL trainer's model file: same format
+    proc = train(REPO / "train_gpt2", tmp_path, "-e", tmp_path / "cl" / "model_00000002.bin", "-b", 2, "-t", 16, "-x", 1,
+                 "-v", 1, "-m", 1)
+    assert re.search(r"L=1 NH=\d+ C=64", proc.stdout) and "val loss" in proc.stdout
+
+
+# ---------------------------------------------------------------------------- devices and bad input
+
+def test_list_devices_names_platform_and_device(binaries) -> None:
+    proc = run([TRAIN_CL, "-cl", 1])
+    assert re.search(r"^platform 0 \(-cp 0\): .+", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^  device 0 \(-cp 0 -cd 0\): .+ \[(CPU|GPU|accelerator|other)\], OpenCL C \d\.\d", proc.stdout, re.M)
+
+
+def test_help_lists_the_device_flags(binaries) -> None:
+    proc = run([TRAIN_CL, "--help"])
+    for flag in ["-cp", "-cd", "-cl", "-e", "-o", "-y", "-n"]:
+        assert re.search(rf"^  {re.escape(flag)}\s", proc.stdout, re.M), flag
+
+
+BAD_CASES = {
+    "device index": (["-cd", 99], {}, "no OpenCL device 99 on platform 0"),
+    "platform index": (["-cp", 99], {}, "no OpenCL platform 99"),
+    "no OpenCL driver": ([], {"OCL_ICD_VENDORS": "/nonexistent", "OCL_ICD_FILENAMES": ""}, "no OpenCL platform found"),
+    "bf16 precision": (["-p", "bf16"], {}, "fp32 only"),
+    "unknown GEMM": ([], {"LLMC_CL_GEMM": "cublas"}, "LLMC_CL_GEMM=cublas"),
+    "missing checkpoint": (["-e", "no_such_model.bin"], {}, "no such checkpoint"),
+    "T > maxT": (["-t", 2048], {}, "max sequence length 1024"),
+    "missing data": (["-i", "dev/data/tinyshakespeare/nothing_*.bin"], {}, "tinyshakespeare.py"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_gives_one_error_line(binaries, case: str) -> None:
+    flags, env, expected = BAD_CASES[case]
+    proc = run([TRAIN_CL, "-i", TS_TRAIN, "-j", TS_VAL, "-e", "d1", "-s", 0, "-x", 1, *flags], cwd=REPO, env=env,
+               check=False)
+    assert expected in assert_one_error_line(proc)
