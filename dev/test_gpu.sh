@@ -18,7 +18,11 @@
 #   test_gpt2cu BF16        the same with the BF16 tolerances
 #   test_gpt2cu BF16 -ge 1 -r 2 -a 2
 #   test_gpt2cu BF16 cuDNN  the same with cuDNN flash attention (USE_CUDNN=1)
+#   Muon reference          a d2 model and its Muon debug state (make muon-refs: train_gpt2.py --optimizer muon)
+#   test_gpt2cu FP32 Muon   -op muon's steps (Muon on the blocks' 2-D weights, AdamW on the rest) against it
+#   test_gpt2cu BF16 Muon
 #   test_gpt2cu BF16 2 processes ZeRO-1   mpirun -np 2 (needs 2 GPUs: skipped with the reason otherwise)
+#   test_gpt2cu BF16 Muon 2 processes ZeRO-1   each process owns whole Muon matrices (2 GPUs, as above)
 #   dev/cuda build          every kernel playground binary
 #   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
 #                           needs 2 GPUs and mpirun: skipped with the reason otherwise)
@@ -100,17 +104,23 @@ fi
 
 have_refs=1
 check "reference tensors" "mk data model" || have_refs=0
+have_muon_refs=1
+check "Muon reference" "mk muon-refs" || have_muon_refs=0
+MUON_FLAGS="-e build/muon_refs/gpt2_d2.bin -s build/muon_refs/gpt2_d2_muon_debug_state.bin"
 # name : make variables : test_gpt2cu flags (the variants: GELU in the cuBLASLt epilogues, recompute,
 # two micro-batches); a build is redone only when the make variables change
 built=""
 for variant in "FP32:PRECISION=FP32:" "FP32 -ge 1 -r 1 -a 2:PRECISION=FP32:-ge 1 -r 1 -a 2" \
+               "FP32 Muon:PRECISION=FP32:$MUON_FLAGS" \
                "BF16:PRECISION=BF16:" "BF16 -ge 1 -r 2 -a 2:PRECISION=BF16:-ge 1 -r 2 -a 2" \
+               "BF16 Muon:PRECISION=BF16:$MUON_FLAGS" \
                "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1:"; do
     name="test_gpt2cu ${variant%%:*}"
     rest=${variant#*:}
     vars=${rest%%:*}
     flags=${rest#*:}
     if [[ $have_refs == 0 ]]; then report "$name" SKIP "no reference tensors"; continue; fi
+    if [[ $flags == *muon_refs* && $have_muon_refs == 0 ]]; then report "$name" SKIP "no Muon reference"; continue; fi
     build="mk -B test_gpt2cu $vars && "
     [[ $vars == "$built" ]] && build=""
     check "$name" "${build}./test_gpt2cu $flags"
@@ -126,6 +136,15 @@ elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
     report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "needs mpirun"
 else
     check "test_gpt2cu BF16 2 processes ZeRO-1" "mpirun -np 2 ./test_gpt2cu -z 1 -a 2"
+fi
+if [[ $have_muon_refs == 0 ]]; then
+    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "no Muon reference"
+elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
+    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
+elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
+    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "needs mpirun"
+else
+    check "test_gpt2cu BF16 Muon 2 processes ZeRO-1" "mpirun -np 2 ./test_gpt2cu -z 1 $MUON_FLAGS"
 fi
 check "dev/cuda build" "mk -k -j $(nproc 2>/dev/null || echo 4) dev-cuda"
 for src in dev/cuda/*.cu; do

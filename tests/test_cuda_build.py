@@ -319,9 +319,10 @@ def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -
     planned = [line for line in out.splitlines() if line.startswith("test-gpu: ") and " ... would run: " in line]
     names = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in planned]
     kernels = [f"dev/cuda/{p.stem}" for p in sorted((REPO / "dev" / "cuda").glob("*.cu"))]
-    assert names == ["reference tensors", "test_gpt2cu FP32", "test_gpt2cu FP32 -ge 1 -r 1 -a 2", "test_gpt2cu BF16",
-                     "test_gpt2cu BF16 -ge 1 -r 2 -a 2", "test_gpt2cu BF16 cuDNN", "test_gpt2cu BF16 2 processes ZeRO-1",
-                     "dev/cuda build", *kernels], names
+    assert names == ["reference tensors", "Muon reference", "test_gpt2cu FP32", "test_gpt2cu FP32 -ge 1 -r 1 -a 2",
+                     "test_gpt2cu FP32 Muon", "test_gpt2cu BF16", "test_gpt2cu BF16 -ge 1 -r 2 -a 2", "test_gpt2cu BF16 Muon",
+                     "test_gpt2cu BF16 cuDNN", "test_gpt2cu BF16 2 processes ZeRO-1",
+                     "test_gpt2cu BF16 Muon 2 processes ZeRO-1", "dev/cuda build", *kernels], names
     assert f"{python} train_gpt2.py" in out or (REPO / "gpt2_124M.bin").exists()
 
 
@@ -363,14 +364,19 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summary = lines[lines.index("test-gpu: summary") + 1:]
     status = {line.split("test-gpu: ", 1)[1].split(" ... ")[0]: line.split(" ... ")[1].split(" ")[0] for line in summary[:-1]}
-    assert status == {"reference tensors": "PASS", "test_gpt2cu FP32": "PASS", "test_gpt2cu FP32 -ge 1 -r 1 -a 2": "PASS",
-                      "test_gpt2cu BF16": "PASS", "test_gpt2cu BF16 -ge 1 -r 2 -a 2": "PASS", "test_gpt2cu BF16 cuDNN": "PASS",
-                      "test_gpt2cu BF16 2 processes ZeRO-1": "SKIP", "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL",
-                      "dev/cuda/good_kernel": "PASS", "dev/cuda/nccl_all_reduce": "SKIP"}, summary
-    assert summary[-1].startswith("test-gpu: 8 passed, 1 failed, 2 skipped"), summary[-1]
+    assert status == {"reference tensors": "PASS", "Muon reference": "PASS", "test_gpt2cu FP32": "PASS",
+                      "test_gpt2cu FP32 -ge 1 -r 1 -a 2": "PASS", "test_gpt2cu FP32 Muon": "PASS", "test_gpt2cu BF16": "PASS",
+                      "test_gpt2cu BF16 -ge 1 -r 2 -a 2": "PASS", "test_gpt2cu BF16 Muon": "PASS", "test_gpt2cu BF16 cuDNN": "PASS",
+                      "test_gpt2cu BF16 2 processes ZeRO-1": "SKIP", "test_gpt2cu BF16 Muon 2 processes ZeRO-1": "SKIP",
+                      "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS",
+                      "dev/cuda/nccl_all_reduce": "SKIP"}, summary
+    assert summary[-1].startswith("test-gpu: 11 passed, 1 failed, 3 skipped"), summary[-1]
     assert "    bad_kernel table" in lines, "the failing check's output is not shown"
     assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
     calls = (tmp_path / "make_calls").read_text().splitlines()
-    assert calls[:2] == ["--no-print-directory data model", "--no-print-directory -B test_gpt2cu PRECISION=FP32"], calls
+    assert calls[:3] == ["--no-print-directory data model", "--no-print-directory muon-refs",
+                         "--no-print-directory -B test_gpt2cu PRECISION=FP32"], calls
+    for build in ["-B test_gpt2cu PRECISION=FP32", "-B test_gpt2cu PRECISION=BF16"]:  # once each: the Muon checks reuse them
+        assert calls.count(f"--no-print-directory {build}") == 1, calls
     assert "--no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1" in calls
     assert not any("pip" in c or "setup" in c for c in calls), calls
