@@ -136,3 +136,14 @@ def test_bench_help_lists_its_flags_and_compile_without_warmup_is_refused(tinysh
         assert flag in proc.stdout, flag
     proc = run([PYTHON, REPO / "dev" / "bench.py", "--torch", "fp32-compile", "--warmup", "0"], check=False)
     assert proc.returncode == 2 and "needs --warmup >= 1" in proc.stderr, proc.stderr
+
+
+def test_a_bf16_run_the_trainer_ran_in_fp32_is_named_so_and_held_against_the_fp32_peak():
+    script = ("print('-p bf16: training in fp32 instead: this CPU has no AVX512-BF16 (LLMC_BF16=force runs bf16)')\n"
+              "for i in range(1, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')")
+    r = bench.Run("llmc train_gpt2 bf16", [PYTHON, "-c", script], {}, "llmc", "bf16")
+    bench.spawn_and_measure(r, 1, 60)
+    assert r.ran_fp32 and r.times_ms == [500.0, 500.0]
+    rows, _ = bench.table_rows([r], FLOPS, TOKENS, {"blocked bf16": 400.0, "openblas fp32": 250.0})
+    assert rows[0].name == "llmc train_gpt2 bf16 (ran fp32: bf16 does not pay here)"
+    assert rows[0].peak_fraction == pytest.approx(200 / 250)
