@@ -104,7 +104,7 @@ static inline const char* matmul_isa_name(MatmulIsa isa) {
 
 // what this CPU can run: AVX-512 (F) with FMA, else AVX2 with FMA, else generic
 static inline MatmulIsa matmul_isa_supported(void) {
-#if defined(__x86_64__) || defined(__i386__)
+#if MATMUL_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) { return MATMUL_ISA_AVX512; }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) { return MATMUL_ISA_AVX2; }
@@ -231,6 +231,7 @@ static inline void mm_add_tile(float* C, int ldc, int mr, int nr, const float* o
     }
 }
 
+#if MATMUL_X86
 // C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, 32): AVX-512, one zmm pair per row
 __attribute__((target("avx512f,fma")))
 static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
@@ -264,6 +265,7 @@ static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const float*
     for (int i = 0; i < MM_MR; i++) { mm_store16(out + i * 32, &acc[i][0]); mm_store16(out + i * 32 + 16, &acc[i][1]); }
     mm_add_tile(C, ldc, mr, nr, out, 32);
 }
+#endif
 
 // the 6 x 16 tile over 8-float vectors: the body of the AVX2 and the generic kernel
 __attribute__((always_inline))
@@ -299,10 +301,12 @@ static inline void mm_kernel_f32_6x16(float* C, int ldc, int mr, int nr, const f
     mm_add_tile(C, ldc, mr, nr, out, 16);
 }
 
+#if MATMUL_X86
 __attribute__((target("avx2,fma")))
 static void mm_kernel_f32_avx2(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
     mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
 }
+#endif
 
 static void mm_kernel_f32_generic(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
     mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
@@ -334,8 +338,11 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     MatmulIsa isa = matmul_isa();
     int nr = mm_nr(isa);
-    MatmulKernelF32 kernel = isa == MATMUL_ISA_AVX512 ? mm_kernel_f32_avx512
-                           : isa == MATMUL_ISA_AVX2 ? mm_kernel_f32_avx2 : mm_kernel_f32_generic;
+    MatmulKernelF32 kernel = mm_kernel_f32_generic; // (the only one off x86, where isa is always generic)
+#if MATMUL_X86
+    if (isa == MATMUL_ISA_AVX512) { kernel = mm_kernel_f32_avx512; }
+    if (isa == MATMUL_ISA_AVX2) { kernel = mm_kernel_f32_avx2; }
+#endif
     int ntile_total = mm_tile_count(M, N);
     int Kp = K > 0 ? K : 1;
     // a small product runs on the calling thread (waking a team costs more than it saves)
