@@ -240,6 +240,18 @@ def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_pat
     assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
 
 
+def test_two_processes_with_zero1_resume_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
+    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 6, "-v", 0, "-n", 3, "-z", 1, "-c", 0.1]
+    train(ref, tmp_path, *flags, "-o", "straight", mpi_ranks=2)
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ["model_00000003.bin", "state_00000003_00000.bin", "state_00000003_00001.bin", "DONE_00000003"]:
+        shutil.copy(tmp_path / "straight" / name, part / name)
+    train(ref, tmp_path, *flags, "-o", "part", "-y", 1, mpi_ranks=2)
+    assert train_losses(tmp_path / "straight" / "main.log")[3:] == train_losses(part / "main.log")
+    assert (tmp_path / "straight" / "model_00000006.bin").read_bytes() == (part / "model_00000006.bin").read_bytes()
+
+
 @pytest.mark.parametrize("damage", ["magic", "truncated", "ffn", "kv heads", "gpt2 file", "missing"])
 def test_a_bad_model_file_gets_one_error_line(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
     data = bytearray((ref / "llama3_d2.bin").read_bytes())
