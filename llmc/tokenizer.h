@@ -42,7 +42,7 @@ static inline void tokenizer_init(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
-        fprintf(stderr, "warning: %s: cannot open tokenizer (%s); run python train_gpt2.py to write it "
+        fprintf(stderr, "warning: %s: cannot open tokenizer (%s); python train_gpt2.py (GPT-2) or train_llama3.py (Llama 3) writes it "
                         "(token ids will not be decoded)\n", path, strerror(errno));
         t->init_ok = 0;
         return;
