@@ -174,3 +174,21 @@ def test_bad_input_gives_one_error_line(binaries, case: str) -> None:
     proc = run([TRAIN_CL, "-i", TS_TRAIN, "-j", TS_VAL, "-e", "d1", "-s", 0, "-x", 1, *flags], cwd=REPO, env=env,
                check=False)
     assert expected in assert_one_error_line(proc)
+
+
+CLCHECK_PROGRAM = r"""
+#include "llmc/opencl_common.h"
+int main(void) {
+    char name[64];
+    clCheck(clGetDeviceInfo(NULL, CL_DEVICE_NAME, sizeof(name), name, NULL)); // no device: CL_INVALID_DEVICE
+    return 0;
+}
+"""
+
+
+def test_failed_opencl_call_is_one_line_naming_call_file_line_and_error(binaries, tmp_path: Path) -> None:
+    src = tmp_path / "clcheck.c"
+    src.write_text(CLCHECK_PROGRAM)
+    run(["cc", "-I", REPO, src, "-lOpenCL", "-o", tmp_path / "clcheck"])
+    line = assert_one_error_line(run([tmp_path / "clcheck"], check=False), alone=True)
+    assert re.fullmatch(r"error: OpenCL call clGetDeviceInfo failed at .*clcheck\.c:5: CL_INVALID_DEVICE \(-33\)", line), line
