@@ -32,15 +32,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from train_gpt2 import (
+    MUON_ADJUST_LR,
+    OPTIMIZERS,
     DebugOptimizer,
     DistributedDataLoader,
     OneLineErrorParser,
+    OptimizerSettings,
     UserError,
     atomic_write,
+    debug_optimizer,
     float_bits,
     format_eta,
     get_lr,
     header_bytes,
+    make_optimizer,
+    optimizer_settings,
     print0,
     setup_distributed,
     tensor_bytes,
@@ -282,7 +288,7 @@ class Llama(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         else:
             logits, loss = self.lm_head(x[:, [-1], :]), None
         return (logits if return_logits else None), loss
@@ -301,22 +307,15 @@ class Llama(nn.Module):
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
 
-    def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
-                             zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
-        """AdamW; weight decay on the 2-D weights only (embeddings, matmuls), not on the RMSNorm weights."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        extra = {"fused": True} if fused else {}
-        if zero_stage == 1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
+    def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
+        """train_gpt2.py's make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or
+        Muon on the blocks' matrices (q/k/v, attention projection, gate, up, down) and AdamW on the rest."""
+        return make_optimizer(self, s, llama_is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
 
-            opt = ZeroRedundancyOptimizer(**groups[0], optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,
-                                          **extra)
-            opt.add_param_group(groups[1])
-            return opt
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
+
+def llama_is_block_matrix(name: str, p: torch.Tensor) -> bool:
+    """The matrices Muon trains: the 2-D weights inside the blocks (not wte, not lm_head)."""
+    return name.startswith("transformer.h.") and p.dim() == 2
 
 
 def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
@@ -555,16 +554,16 @@ def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
 
 def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
                     dtype: torch.dtype = torch.float32):
-    """CPU forward/backward on one batch in `dtype`, then `opt.steps` AdamW steps on it:
+    """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it (AdamW, or Muon + AdamW):
     (logits, loss, grads in file order, losses, grad norms before clipping)."""
     ref = copy.deepcopy(model).cpu().to(dtype)
-    optimizer = ref.configure_optimizers(opt.weight_decay, opt.lr, (opt.beta1, opt.beta2), opt.eps)
+    optimizer = ref.configure_optimizers(opt.settings(), ns_dtype=dtype)
     logits, loss, grads, losses, norms = None, None, None, [], []
     for step in range(opt.steps):
         optimizer.zero_grad(set_to_none=True)
         step_logits, step_loss = ref(x, y)
         if dtype != torch.float32:
-            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.view(-1))
+            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
         step_loss.backward()
         if step == 0:
             logits, loss = step_logits.detach(), step_loss.detach()
@@ -579,14 +578,15 @@ def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOp
 def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
     """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
-    of `opt.steps` reference AdamW steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|)."""
+    of `opt.steps` reference steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17]
+    name the optimizer (0 AdamW, 1 Muon, and Muon's settings: train_gpt2.py's DebugOptimizer.header_fields)."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
     exact = reference_steps(model, x, y, opt, torch.float64)[3]
     noise = [abs(a - b) for a, b in zip(losses, exact)]
     B, T = x.shape
     settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
-    head = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, opt.steps, *settings, len(noise), 0, 0, 0, 0, 0, 0])
+    head = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, opt.steps, *settings, len(noise), *opt.header_fields()])
     chunks = [
         head,
         x.to(torch.int32).numpy().tobytes(),
@@ -638,6 +638,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True))")
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
+    a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
+      help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
+    a("--muon_lr", type=float, default=1e-3, help="Muon peak learning rate (the schedule scales it like --learning_rate)")
+    a("--muon_momentum", type=float, default=0.95, help="Muon momentum")
+    a("--muon_nesterov", type=int, default=1, choices=[0, 1], help="1 = Nesterov momentum for Muon")
+    a("--muon_ns_steps", type=int, default=5, help="Newton-Schulz iterations per Muon update (1..99)")
+    a("--muon_adjust_lr", default="original", choices=list(MUON_ADJUST_LR),
+      help="Muon lr adjustment per matrix shape (torch.optim.Muon's adjust_lr_fn)")
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help="write the model files, tokenizer file and debug state")
     a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
@@ -702,7 +710,7 @@ def train(args: argparse.Namespace) -> None:
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
         write_tokenizer(tok, "llama3_tokenizer.bin")
-        write_debug_state(model, x, y, f"{stem}_debug_state.bin", DebugOptimizer(steps=args.debug_steps))
+        write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
     model.to(device)
     model.train()
@@ -713,8 +721,7 @@ def train(args: argparse.Namespace) -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
     autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-    optimizer = raw_model.configure_optimizers(args.weight_decay, args.learning_rate, (0.9, 0.95), 1e-8, args.zero_stage,
-                                                bool(args.fused_adamw))
+    optimizer = raw_model.configure_optimizers(optimizer_settings(args), args.zero_stage)
 
     logfile = None
     if args.output_dir and master:
@@ -773,8 +780,9 @@ def train(args: argparse.Namespace) -> None:
         max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group in optimizer.param_groups:  # AdamW's and Muon's peak lr, one schedule
+            group["lr"] = get_lr(step, group["initial_lr"], args.warmup_iters, args.num_iterations,
+                                 args.learning_rate_decay_frac)
         optimizer.step()
         if device_type == "cuda":
             torch.cuda.synchronize()

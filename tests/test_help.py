@@ -15,13 +15,16 @@ from conftest import PYTHON, REPO, make, run
 HELP_FLAGS: dict[str, list[str]] = {
     "dev/data/fineweb.py": ["--type", "--version", "--shard_size", "--data_files", "--model_desc"],
     "dev/data/hellaswag.py": ["--data_dir", "--split"],
-    "dev/data/tinyshakespeare.py": ["--data_dir", "--model_desc"],
+    "dev/data/tinyshakespeare.py": ["--data_dir", "--model_desc", "--tokenizer"],
     "dev/data/tinystories.py": ["--data_dir", "--num_proc"],
+    "dev/data/make_test_tokenizer.py": ["--corpus", "--out_dir", "--vocab_size"],
+    "dev/eval/export_gguf.py": ["--input", "--output", "--dtype", "--tokenizer", "--verify"],
     "dev/eval/export_hf.py": ["--input", "--output"],
     "dev/vislog.py": ["--ema", "-o"],
     "dev/write_bpe.py": ["-o", "--unicode-tables"],
     "encode": ["-d", "-b", "gpt2_bpe.bin"],
     "generate": ["--top-k", "-i"],
+    "train_llama3.py": ["--model", "--tokenizer", "--optimizer", "--zero_stage", "--write_tensors"],
 }
 
 

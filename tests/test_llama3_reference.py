@@ -367,3 +367,25 @@ def test_bad_input_gives_one_error_line(monkeypatch, capsys, tmp_path, llama3_to
 def test_unknown_flag_gives_one_error_line(tmp_path):
     proc = run([PYTHON, REPO / "train_llama3.py", "--bogus", "1"], cwd=tmp_path, check=False)
     assert "unrecognized arguments" in assert_one_error_line(proc, status=2, alone=True)
+
+
+def test_muon_debug_state_names_the_optimizer_and_its_steps_lower_the_loss(tmp_path):
+    """--optimizer muon (train_gpt2.py's make_optimizer): Muon on the blocks' matrices, AdamW on wte, lm_head and the
+    norms; the debug state's header[12..17] carry Muon's settings, as GPT-2's do."""
+    model, _ = train_llama3.load_model("d1", seed=3, vocab_size=514)
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 514, (2, 17), generator=g)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    opt = train_llama3.DebugOptimizer(steps=4, name="muon", muon_lr=0.02, muon_ns_steps=5, muon_adjust_lr="match_rms_adamw")
+    train_llama3.write_debug_state(model, x, y, tmp_path / "muon.bin", opt)
+    h = np.fromfile(tmp_path / "muon.bin", dtype="<i4", count=256)
+    assert list(h[:5]) == [20240803, 3, 2, 16, 4] and h[11] == 4
+    assert h[12] == 1 and h[13:15].view("<f4").tolist() == pytest.approx([0.02, 0.95]) and list(h[15:18]) == [1, 5, 1]
+    losses = np.fromfile(tmp_path / "muon.bin", dtype="<f4")[-12:-8]
+    assert np.all(np.diff(losses) < 0), losses
+    adamw_steps = train_llama3.reference_steps(model, x, y, train_llama3.DebugOptimizer(steps=4))[3]
+    assert not np.allclose(losses, adamw_steps), "Muon takes other steps than AdamW"
+    muon = model.configure_optimizers(opt.settings())
+    muon_params = {id(p) for o in muon.optimizers[1:] for group in o.param_groups for p in group["params"]}
+    assert {n for n, p in model.named_parameters() if id(p) in muon_params} == {
+        f"transformer.h.0.{m}.weight" for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_fc2", "mlp.c_proj")}
