@@ -436,7 +436,7 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
         model = Llama(depth_config(depth, vocab_size), flash)
         model.init_weights(seed)
         return model, f"llama3_{name}"
-    if name.endswith(".bin") and Path(name).is_file():
+    if name.endswith(".bin"):
         return read_model(name, flash), Path(name).stem
     model = load_hf_llama(name, flash)
     return model, f"llama3_{Path(name).name}"
@@ -484,15 +484,18 @@ def read_header_fields(path: Path, data: bytes) -> tuple[np.ndarray, np.ndarray]
 
 
 def config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> LlamaConfig:
+    """The config the header describes, checked: positive sizes, a buildable shape, FFN size by Llama's rule."""
+    sizes = [int(v) for v in (*hi[2:8], hi[9])]
+    if min(sizes) < 1:
+        raise UserError(f"{path}: bad header: block size, vocab, layers, heads, kv heads, channels and multiple_of "
+                        f"{sizes} must be positive")
     c = LlamaConfig(
         block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]), n_kv_head=int(hi[6]),
         n_embd=int(hi[7]), ffn_dim_multiplier=float(hf[0]), multiple_of=int(hi[9]), norm_eps=float(hf[1]),
         rope_theta=float(hf[2]), use_scaled_rope=bool(hi[12]), rope_factor=float(hf[3]), low_freq_factor=float(hf[4]),
         high_freq_factor=float(hf[5]), original_max_position=float(hf[6]), tied_embeddings=bool(hi[16]),
         version_minor=int(hi[15]),
-    ) if min(int(v) for v in hi[2:8]) > 0 and int(hi[9]) > 0 else None
-    if c is None:
-        raise UserError(f"{path}: bad header: sizes {list(map(int, hi[2:8]))} and multiple_of {int(hi[9])} must be positive")
+    )
     check_config(c, str(path))
     if int(hi[17]) != c.ffn_hidden:
         raise UserError(f"{path}: header FFN hidden size {int(hi[17])} is not Llama's rule for C={c.n_embd}, "

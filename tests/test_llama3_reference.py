@@ -185,6 +185,7 @@ def set_int(data: bytearray, index: int, value: int) -> bytearray:
     (lambda d: d[:1500], "shorter than the 2048-byte"),
     (lambda d: set_int(d, 17, 353), "FFN hidden size 353"),
     (lambda d: set_int(d, 6, 3), "not a multiple of n_kv_head 3"),
+    (lambda d: set_int(d, 4, 0), "must be positive"),
 ])
 def test_model_file_reader_rejects_bad_files_with_one_line(tmp_path, edit, message):
     model = train_llama3.from_hf_model(tiny_hf_llama(tied=False, scaled=False), "test")
@@ -344,6 +345,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, llama3_tokenizer,
     (["--model", "d2", "--input_bin", "/nonexistent/*.bin"], "no token shards match"),
     (["--model", "d2", "--tokenizer", "/nonexistent"], "no such tokenizer.json"),
     (["--model", "d2", "--tokenizer", "NO_TOKENIZER"], "cannot load the llama-3 tokenizer"),
+    (["--model", "missing.bin"], "missing.bin: cannot read: No such file"),
 ])
 def test_bad_input_gives_one_error_line(monkeypatch, capsys, tmp_path, llama3_tokenizer, llama3_tinyshakespeare,
                                         tinyshakespeare, args, message):
