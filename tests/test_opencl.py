@@ -112,6 +112,16 @@ def test_training_losses_match_the_cpu_trainer(binaries, tmp_path: Path) -> None
             assert cl[step] == pytest.approx(cpu[step], rel=rtol), (key, step, cl[step], cpu[step])
 
 
+def test_gradient_accumulation_matches_one_larger_batch(binaries, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-t", 16, "-x", 3, "-v", 0]
+    train(TRAIN_CL, tmp_path, *flags, "-b", 4, "-o", "big")
+    train(TRAIN_CL, tmp_path, *flags, "-b", 2, "-d", 64, "-o", "accum")
+    big, accum = log_values(tmp_path / "big" / "main.log", "trl"), log_values(tmp_path / "accum" / "main.log", "trl")
+    assert len(big) == 3 and big.keys() == accum.keys()
+    for step in big:
+        assert accum[step] == pytest.approx(big[step], rel=2e-6), (step, accum[step], big[step])
+
+
 def test_resume_continues_bit_identically(binaries, d2_reference: Path, tmp_path: Path) -> None:
     shutil.copy(d2_reference / "gpt2_tokenizer.bin", tmp_path)
     flags = [*FLAGS, "-x", 8, "-n", 4, "-s", 4, "-g", 8]
