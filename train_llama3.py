@@ -1,14 +1,14 @@
 """
 llmc's PyTorch reference for the Llama 3 family: the model in one file (RMSNorm, rotary positions with
-Llama 3.1's frequency scaling, grouped-query attention, SwiGLU), its training loop (that of
-train_gpt2.py, imported from there) and the writers of the .bin files the C trainer reads: the Llama 3
-model file, its debug state and the Llama 3 tokenizer file.
+Llama 3.1's frequency scaling, grouped-query attention, SwiGLU), the training loop of train_gpt2.py (on its
+data loader, optimizers, schedule and writers, imported from there) and the writers of the .bin files the
+C trainer reads: the Llama 3 model file, its debug state and the Llama 3 tokenizer file.
 
 Examples:
     python dev/data/make_test_tokenizer.py                      # a small local BPE tokenizer (offline)
-    python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer dev/data/test_tokenizer
-    python train_llama3.py --model d2 --tokenizer dev/data/test_tokenizer \\
-        --input_bin dev/data/tinyshakespeare/tiny_shakespeare_val.bin --num_iterations 20
+    python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer dev/data/test_tokenizer \
+        --data_dir dev/data/tinyshakespeare_llama3              # (copy tiny_shakespeare.txt there to skip the download)
+    python train_llama3.py --model d2 --tokenizer dev/data/test_tokenizer --num_iterations 20
     python train_llama3.py --model meta-llama/Llama-3.2-1B       # needs the gated hub weights (or a local directory)
     torchrun --nproc_per_node 2 train_llama3.py --device cpu --model d2 --tokenizer dev/data/test_tokenizer ...
 """
@@ -612,7 +612,8 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob; llama-3 shards)")
+    a("--input_bin", default="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
+      help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)")
     a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
     a("--output_dir", default="", help="directory for main.log and the final checkpoint")
     a("--model", default="meta-llama/Llama-3.2-1B",

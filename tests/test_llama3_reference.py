@@ -391,3 +391,11 @@ def test_muon_debug_state_names_the_optimizer_and_its_steps_lower_the_loss(tmp_p
     muon_params = {id(p) for o in muon.optimizers[1:] for group in o.param_groups for p in group["params"]}
     assert {n for n, p in model.named_parameters() if id(p) in muon_params} == {
         f"transformer.h.0.{m}.weight" for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_fc2", "mlp.c_proj")}
+
+
+def test_flash_attention_gives_the_explicit_attentions_logits():
+    hf = tiny_hf_llama(tied=False, scaled=True, n_kv_head=2)
+    explicit, flash = train_llama3.from_hf_model(hf, "test"), train_llama3.from_hf_model(hf, "test", flash=True)
+    idx = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (explicit(idx, idx)[0] - flash(idx, idx)[0]).abs().max().item() < 1e-5
