@@ -275,6 +275,27 @@ def test_a_bad_model_file_gets_one_error_line(binaries, ref: Path, tmp_path: Pat
             "gpt2 file": "magic 20240326", "missing": "no such Llama 3 model file"}[damage] in line
 
 
+def test_every_mutated_header_field_loads_or_gets_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
+    """Each int32 field 1..17 and float32 field 0..6 of the model header set to hostile values: the loader either
+    takes the file (a field it ignores, or a value that still describes this file) or stops with one error line;
+    it never crashes or reads past the file. Driven through ./generate (the same loader as train_llama3, without
+    MPI's start-up cost)."""
+    good = (ref / "llama3_d2.bin").read_bytes()
+    shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
+    cases = [("<i", 4 * i, v) for i in range(1, 18) for v in (0, -1, 1 << 20, 2**31 - 1)]
+    cases += [("<f", 1024 + 4 * i, v) for i in range(7) for v in (0.0, -1.0, float("nan"), float("inf"), 1e30)]
+    outcomes = set()
+    for fmt, offset, value in cases:
+        data = bytearray(good)
+        struct.pack_into(fmt, data, offset, value)
+        (tmp_path / "m.bin").write_bytes(bytes(data))
+        proc = run([REPO / "generate", "-e", "m.bin", "-n", 1], cwd=tmp_path, env=ONE_THREAD, check=False)
+        if proc.returncode != 0:
+            assert_one_error_line(proc)
+        outcomes.add(proc.returncode)
+    assert outcomes == {0, 1}
+
+
 @pytest.mark.parametrize("damage", ["bos", "gpt2 tokenizer", "missing"])
 def test_a_bad_tokenizer_file_gets_one_error_line(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
     tok = bytearray((ref / "llama3_tokenizer.bin").read_bytes())
