@@ -399,3 +399,26 @@ def test_flash_attention_gives_the_explicit_attentions_logits():
     idx = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (explicit(idx, idx)[0] - flash(idx, idx)[0]).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("name, hidden, inter, layers, heads, kv, tied, factor, want", [
+    ("Llama-3.2-1B", 2048, 8192, 16, 32, 8, True, 32.0, (1.5, 256, 2)),
+    ("Llama-3.2-3B", 3072, 8192, 28, 24, 8, True, 32.0, (1.0, 256, 2)),
+    ("Llama-3.1-8B", 4096, 14336, 32, 32, 8, False, 8.0, (1.3, 1024, 1)),
+])
+def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inter, layers, heads, kv, tied, factor, want):
+    """The Hugging Face configs of the real models (no weights needed): Meta's ffn_dim_multiplier and multiple_of come
+    back from intermediate_size, the RoPE scaling and the tied head from the config, and the header says so."""
+    from transformers import LlamaConfig
+
+    rope = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+    hf = LlamaConfig(vocab_size=128256, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                     num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                     rope_parameters=rope, tie_word_embeddings=tied)
+    c = train_llama3.config_from_hf(hf, name)
+    assert (c.ffn_dim_multiplier, c.multiple_of, c.version_minor) == (pytest.approx(want[0]), want[1], want[2])
+    assert c.ffn_hidden == inter and c.use_scaled_rope and c.rope_factor == factor and c.tied_embeddings == tied
+    ints = np.frombuffer(train_llama3.model_header(c, 3)[:1024], dtype="<i4")
+    assert list(ints[:18]) == [20240803, 3, 131072, 128256, layers, heads, kv, hidden, int(want[0]), want[1], 0, 500000, 1,
+                               4, 3, want[2], int(tied), inter]
