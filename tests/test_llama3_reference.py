@@ -422,3 +422,17 @@ def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inte
     ints = np.frombuffer(train_llama3.model_header(c, 3)[:1024], dtype="<i4")
     assert list(ints[:18]) == [20240803, 3, 131072, 128256, layers, heads, kv, hidden, int(want[0]), want[1], 0, 500000, 1,
                                4, 3, want[2], int(tied), inter]
+
+
+def test_a_token_id_beyond_the_vocab_in_a_shard_gives_one_error_line(monkeypatch, capsys, tmp_path, llama3_tokenizer):
+    sys.path.insert(0, str(REPO / "dev" / "data"))
+    from data_common import write_datafile
+
+    tokens = np.full(4096, 5, dtype=np.int64)
+    tokens[1000] = 600  # < 128256, so the shard itself is valid, but >= the test tokenizer's 514
+    write_datafile(tmp_path / "shard.bin", tokens, "llama-3")
+    monkeypatch.chdir(tmp_path)
+    status = train_llama3.main(["--model", "d1", "--tokenizer", str(llama3_tokenizer), "--input_bin", str(tmp_path / "shard.bin"),
+                                "--num_iterations", "1", "--write_tensors", "0", "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1 and "token id 600 at position 1000 >= vocab size 514" in err[0], err
