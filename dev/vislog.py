@@ -5,11 +5,14 @@ them, the learning rate and HellaSwag accuracy. Several runs are overlaid and la
     python dev/vislog.py log124M/main.log                       # -> vislog.png
     python dev/vislog.py runA/main.log runB/main.log -o cmp.png --ema 0.9
     python dev/vislog.py a.log b.log -l baseline -l "lr 6e-4"
+    python dev/vislog.py a.log b.log --time                     # also val loss against wall time
 
 Log lines (written by the trainers, llm.c's format):
     s:STEP trl:LOSS lr:LR norm:NORM     train step (lr and norm optional)
     s:STEP tel:LOSS                     validation loss
     s:STEP eval:ACC                     HellaSwag accuracy
+Any line may also carry t:SECONDS, the training wall time at that step (dev/compare_optimizers.py
+writes such logs); --time then adds a panel of val loss against it.
 Lines that do not parse are skipped with a warning that counts them; a log with no
 parsable line at all is an error.
 """
@@ -31,6 +34,7 @@ class Run:
     lr: list[tuple[int, float]] = field(default_factory=list)
     val: list[tuple[int, float]] = field(default_factory=list)
     hella: list[tuple[int, float]] = field(default_factory=list)
+    val_time: list[tuple[float, float]] = field(default_factory=list)  # (seconds, loss) where lines have t:
     skipped: int = 0
 
 
@@ -73,6 +77,8 @@ def read_log(path: Path, label: str) -> Run:
                 run.lr.append((step, f["lr"]))
         if "tel" in f:
             run.val.append((step, f["tel"]))
+            if "t" in f:
+                run.val_time.append((f["t"], f["tel"]))
         if "eval" in f:
             run.hella.append((step, f["eval"]))
     if not (run.train or run.val or run.hella):
@@ -99,24 +105,29 @@ def default_labels(paths: list[Path]) -> list[str]:
     return labels
 
 
-def plot(runs: list[Run], out: Path, smoothing: float | None) -> None:
+def plot(runs: list[Run], out: Path, smoothing: float | None, time_panel: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = ["train", "val"]
+    if time_panel:
+        panels.append("val_time")
     if any(r.lr for r in runs):
         panels.append("lr")
     if any(r.hella for r in runs):
         panels.append("hella")
-    ncols = 2 if len(panels) == 4 else len(panels)   # 2, 3 in a row; 4 as a 2x2 grid
+    ncols = 2 if len(panels) == 4 else min(len(panels), 3)   # 2, 3 in a row; 4 as a 2x2 grid; 5 as 3 + 2
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.5 * nrows), squeeze=False)
-    titles = {"train": "train loss", "val": "val loss", "lr": "learning rate", "hella": "HellaSwag accuracy"}
+    titles = {"train": "train loss", "val": "val loss", "lr": "learning rate", "hella": "HellaSwag accuracy",
+              "val_time": "val loss against training time"}
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     for ax, panel in zip(axes.flat, panels):
         for i, r in enumerate(runs):
             color = f"C{i % 10}"
-            series = {"train": r.train, "val": r.val, "lr": r.lr, "hella": r.hella}[panel]
+            series = {"train": r.train, "val": r.val, "lr": r.lr, "hella": r.hella, "val_time": r.val_time}[panel]
             if not series:
                 continue
             series = sorted(dict(series).items())  # a resumed run may repeat steps: keep the last
@@ -128,7 +139,7 @@ def plot(runs: list[Run], out: Path, smoothing: float | None) -> None:
             else:
                 ax.plot(xs, ys, color=color, label=r.label, marker="o" if len(xs) <= 30 else None, markersize=3)
         ax.set_title(titles[panel])
-        ax.set_xlabel("step")
+        ax.set_xlabel("training time (s)" if panel == "val_time" else "step")
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(fontsize=8)
@@ -157,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="label of a run, once per log in order (default: the log's parent directory)")
     ap.add_argument("--ema", type=float, default=None, metavar="ALPHA",
                     help="smooth the train loss with an EMA of this weight in [0, 1), e.g. 0.9")
+    ap.add_argument("--time", action="store_true",
+                    help="add a panel of val loss against training time (the logs' t:SECONDS fields)")
     args = ap.parse_args(argv)
     if args.label is not None and len(args.label) != len(args.logs):
         ap.error(f"-l/--label given {len(args.label)} time(s) for {len(args.logs)} log(s)")
@@ -167,7 +180,9 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: {p}: log file not found")
     labels = args.label or default_labels(args.logs)
     runs = [read_log(p, lab) for p, lab in zip(args.logs, labels)]
-    plot(runs, args.output, args.ema)
+    if args.time and not any(r.val_time for r in runs):
+        raise SystemExit("error: --time: no val line of the logs has a t:SECONDS field")
+    plot(runs, args.output, args.ema, args.time)
     print(f"wrote {args.output} ({len(runs)} run(s))")
 
 

@@ -237,3 +237,32 @@ def test_mpi_zero1_muon_equals_one_process(binaries, tmp_path: Path) -> None:
 def test_bad_muon_flags_give_one_error_line(binaries, tmp_path: Path, flags: list[str], message: str) -> None:
     proc = train(binaries[0], tmp_path, "-e", "d1", "-x", 1, *flags, check=False)
     assert message in assert_one_error_line(proc)
+
+
+# ---------------------------------------------------------------------------- the comparison
+
+
+def test_compare_optimizers_writes_plots_and_the_equal_step_and_equal_time_numbers(binaries, tinyshakespeare,
+                                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    proc = run([PYTHON, REPO / "dev" / "compare_optimizers.py", "--model", "d1", "--batch_size", 2, "--seq_len", 16,
+                "--steps", 4, "--sweep_model", "", "--sweep_steps", 2, "--val_every", 2, "--val_batches", 1, "--adamw_lrs", 1e-3, 3e-3,
+                "--muon_lrs", 0.02, "--out", out])
+    summary = (out / "summary.txt").read_text()
+    assert "picked: AdamW lr " in summary and "equal steps (4): val loss AdamW " in summary
+    assert "equal time (" in summary and "Muon" in proc.stdout
+    for png in ("compare_optimizers.png", "compare_optimizers_time.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    timed = (out / "muon_timed.log").read_text().splitlines()
+    assert [line.split()[0] for line in timed] == ["s:0", "s:2", "s:4"] and timed[0].endswith("t:0.000")
+
+
+def test_vislog_time_panel_needs_timed_logs(tmp_path: Path) -> None:
+    log = tmp_path / "a" / "main.log"
+    log.parent.mkdir()
+    log.write_text("s:0 tel:10.5\ns:10 tel:9.0\n")
+    proc = run([PYTHON, REPO / "dev" / "vislog.py", log, "--time", "-o", tmp_path / "x.png"], check=False)
+    assert "no val line of the logs has a t:SECONDS field" in assert_one_error_line(proc)
+    log.write_text("s:0 tel:10.5 t:0\ns:10 tel:9.0 t:12.5\n")
+    run([PYTHON, REPO / "dev" / "vislog.py", log, "--time", "-o", tmp_path / "x.png"])
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
