@@ -115,7 +115,17 @@ static const char* cl_device_type_name(cl_device_id d) {
     return "other";
 }
 
-// -cl 1: one line per platform, one per device under it
+// why a device cannot run the trainer ("" when it can): it needs OpenCL C 1.2 and work groups of 256
+static const char* cl_device_unusable(const char* c_version, size_t max_work_group) {
+    int major = 0, minor = 0;
+    if (sscanf(c_version, "OpenCL C %d.%d", &major, &minor) != 2 || major * 10 + minor < 12) {
+        return "needs OpenCL C 1.2";
+    }
+    if (max_work_group < 256) { return "needs work groups of 256"; }
+    return "";
+}
+
+// -cl 1: one line per platform, one per device under it (saying whether the trainer can use it)
 static void cl_list_devices(FILE* out) {
     cl_platform_id ps[64];
     cl_uint np = cl_platforms(ps);
@@ -133,8 +143,10 @@ static void cl_list_devices(FILE* out) {
             cl_device_string(ds[j], CL_DEVICE_OPENCL_C_VERSION, version, sizeof(version));
             clCheck(clGetDeviceInfo(ds[j], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, NULL));
             clCheck(clGetDeviceInfo(ds[j], CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(wg), &wg, NULL));
-            fprintf(out, "  device %u (-cp %u -cd %u): %s [%s], %s, %.1f GiB, max work group %zu\n", j, i, j, dname,
-                    cl_device_type_name(ds[j]), version, (double)mem / (1024.0 * 1024.0 * 1024.0), wg);
+            const char* why = cl_device_unusable(version, wg);
+            fprintf(out, "  device %u (-cp %u -cd %u): %s [%s], %s, %.1f GiB, max work group %zu: %s%s\n", j, i, j, dname,
+                    cl_device_type_name(ds[j]), version, (double)mem / (1024.0 * 1024.0 * 1024.0), wg,
+                    why[0] == '\0' ? "usable" : "not usable, ", why);
         }
         if (nd == 0) { fprintf(out, "  (no devices)\n"); }
     }
@@ -171,9 +183,12 @@ static void cl_device_init(ClDevice* dev, int platform_index, int device_index) 
     cl_device_string(dev->device, CL_DEVICE_NAME, dev->device_name, sizeof(dev->device_name));
     clCheck(clGetDeviceInfo(dev->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(dev->max_alloc), &dev->max_alloc, NULL));
     clCheck(clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(dev->max_work_group), &dev->max_work_group, NULL));
-    if (dev->max_work_group < 256) {
-        llmc_die("OpenCL device %s: work groups of at most %zu work items, the kernels need 256", dev->device_name,
-                 dev->max_work_group);
+    char c_version[256];
+    cl_device_string(dev->device, CL_DEVICE_OPENCL_C_VERSION, c_version, sizeof(c_version));
+    const char* why = cl_device_unusable(c_version, dev->max_work_group);
+    if (why[0] != '\0') {
+        llmc_die("OpenCL device %s (%s, work groups of at most %zu) cannot run the trainer: it %s", dev->device_name,
+                 c_version, dev->max_work_group, why);
     }
     cl_int err;
     dev->context = clCreateContext(NULL, 1, &dev->device, NULL, NULL, &err);
