@@ -740,7 +740,47 @@ def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
     return rank, local_rank, world, device
 
 
-def train(args: argparse.Namespace) -> None:
+@dataclass
+class ModelFamily:
+    """What train_loop needs from a model family (GPT-2 here, Llama 3 in train_llama3.py); the rest is shared."""
+
+    model: nn.Module  # .config.block_size and .config.vocab_size; forward(idx, targets, return_logits) -> (logits, loss)
+    description: str  # the shape, printed after "model NAME:"
+    loader: type[DistributedDataLoader]  # the family's token shards
+    write_files: Callable[[torch.Tensor, torch.Tensor], None]  # model files, tokenizer and debug state from one batch
+    make_optimizer: Callable[[nn.Module, OptimizerSettings, int], object]  # (model, settings, zero stage)
+    make_sampler: Callable[[str], Callable[[nn.Module], str]]  # device -> (model -> sample text)
+    write_model: Callable[[nn.Module, str | Path, str], None]  # (model, file, dtype): the final checkpoint
+
+
+def gpt2_family(args: argparse.Namespace) -> ModelFamily:
+    model, stem = load_model(args.model, args.seed, bool(args.flash))
+
+    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
+        write_model(model, f"{stem}.bin", "float32")
+        write_model(model, f"{stem}_bf16.bin", "bfloat16")
+        write_tokenizer("gpt2_tokenizer.bin")
+        debug_opt = debug_optimizer(args)
+        name = f"{stem}_debug_state.bin" if debug_opt.name == "adamw" else f"{stem}_{debug_opt.name}_debug_state.bin"
+        write_debug_state(model, x, y, name, debug_opt)
+
+    def make_sampler(device: str) -> Callable[[nn.Module], str]:
+        def sample(raw_model: nn.Module) -> str:
+            enc = gpt2_encoding()
+            start = torch.tensor([[GPT2_EOT]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40)
+            return enc.decode(out[0, 1:].tolist())
+        return sample
+
+    c = model.config
+    return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} C={c.n_embd}", loader=DistributedDataLoader,
+                       write_files=write_files,
+                       make_optimizer=lambda m, s, zero: make_optimizer(m, s, gpt2_is_block_matrix, zero_stage=zero),
+                       make_sampler=make_sampler, write_model=write_model)
+
+
+def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], ModelFamily]) -> None:
+    """The reference's training: DDP/ZeRO-1, accumulation, clipping, one schedule, val loss, samples, main.log."""
     rank, _, world, device = setup_distributed(args.device)
     master = rank == 0
     device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
@@ -759,24 +799,21 @@ def train(args: argparse.Namespace) -> None:
     grad_accum = total_batch // tokens_per_step
     print0(f"total batch {total_batch} tokens, {grad_accum} micro-step(s) of {B} x {T} per process")
 
-    model, stem = load_model(args.model, args.seed, bool(args.flash))
+    family = build(args)
+    model = family.model
     if T > model.config.block_size:
         raise UserError(f"--sequence_length {T} exceeds the model's block size {model.config.block_size}")
     n_params = sum(p.numel() for p in model.parameters())
-    print0(f"model {args.model}: L={model.config.n_layer} NH={model.config.n_head} C={model.config.n_embd}, {n_params:,} parameters")
+    print0(f"model {args.model}: {family.description}, {n_params:,} parameters")
 
-    train_loader = DistributedDataLoader(args.input_bin, B, T, rank, world, model.config.vocab_size)
-    val_loader = DistributedDataLoader(args.input_val_bin, B, T, rank, world, model.config.vocab_size) if args.input_val_bin else None
+    vocab_size = model.config.vocab_size
+    train_loader = family.loader(args.input_bin, B, T, rank, world, vocab_size)
+    val_loader = family.loader(args.input_val_bin, B, T, rank, world, vocab_size) if args.input_val_bin else None
 
     if args.write_tensors and master and not args.inference_only:
         x, y = train_loader.next_batch()
         train_loader.reset()
-        write_model(model, f"{stem}.bin", "float32")
-        write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_tokenizer("gpt2_tokenizer.bin")
-        debug_opt = debug_optimizer(args)
-        name = f"{stem}_debug_state.bin" if debug_opt.name == "adamw" else f"{stem}_{debug_opt.name}_debug_state.bin"
-        write_debug_state(model, x, y, name, debug_opt)
+        family.write_files(x, y)
 
     model.to(device)
     model.train()
@@ -787,7 +824,7 @@ def train(args: argparse.Namespace) -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
     autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-    optimizer = make_optimizer(raw_model, optimizer_settings(args), gpt2_is_block_matrix, zero_stage=args.zero_stage)
+    optimizer = family.make_optimizer(raw_model, optimizer_settings(args), args.zero_stage)
 
     logfile = None
     if args.output_dir and master:
@@ -799,6 +836,7 @@ def train(args: argparse.Namespace) -> None:
             logfile.write(line + "\n")
             logfile.flush()
 
+    sample = family.make_sampler(device)
     first_batch = train_loader.next_batch() if args.overfit_single_batch else None
     step_times: list[float] = []
     for step in range(args.num_iterations + 1):
@@ -821,10 +859,7 @@ def train(args: argparse.Namespace) -> None:
             model.train()
 
         if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
-            enc = gpt2_encoding()
-            start = torch.tensor([[GPT2_EOT]], dtype=torch.long, device=device)
-            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40)
-            print0("---\n" + enc.decode(out[0, 1:].tolist()) + "\n---")
+            print0("---\n" + sample(raw_model) + "\n---")
 
         if last_step or args.inference_only:
             break
@@ -861,7 +896,7 @@ def train(args: argparse.Namespace) -> None:
         log(f"s:{step} trl:{loss_acc.item():.6f} lr:{lr:.6e} norm:{norm.item():.4f}")
 
     if args.output_dir and master and args.num_iterations > 0 and not args.inference_only:
-        write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
+        family.write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
     if logfile:
         logfile.close()
     if world > 1:
@@ -869,6 +904,10 @@ def train(args: argparse.Namespace) -> None:
         # gloo aborts a rank whose peer closes its connections while it is still leaving.
         dist.barrier()
         dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> None:
+    train_loop(args, gpt2_family)
 
 
 def main(argv: list[str] | None = None) -> int:

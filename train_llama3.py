@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import sys
-import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -36,20 +33,18 @@ from train_gpt2 import (
     OPTIMIZERS,
     DebugOptimizer,
     DistributedDataLoader,
+    ModelFamily,
     OneLineErrorParser,
     OptimizerSettings,
     UserError,
     atomic_write,
     debug_optimizer,
     float_bits,
-    format_eta,
-    get_lr,
     header_bytes,
     make_optimizer,
-    optimizer_settings,
     print0,
-    setup_distributed,
     tensor_bytes,
+    train_loop,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
@@ -675,136 +670,36 @@ def resolve_tokenizer(args: argparse.Namespace) -> LlamaTokenizer:
     return load_llama3_tokenizer("")
 
 
-def train(args: argparse.Namespace) -> None:
-    rank, _, world, device = setup_distributed(args.device)
-    master = rank == 0
-    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
-    print0(f"device {device}, {world} process(es)")
-    torch.manual_seed(args.seed + rank)
-    if args.tensorcores:
-        torch.backends.cuda.matmul.allow_tf32 = True
-
-    B, T = args.batch_size, args.sequence_length
-    if B < 1 or T < 1:
-        raise UserError(f"--batch_size {B} and --sequence_length {T} must both be at least 1")
-    tokens_per_step = B * T * world
-    total_batch = args.total_batch_size if args.total_batch_size > 0 else tokens_per_step
-    if total_batch % tokens_per_step:
-        raise UserError(f"--total_batch_size {total_batch} is not a multiple of B*T*processes = {tokens_per_step}")
-    grad_accum = total_batch // tokens_per_step
-    print0(f"total batch {total_batch} tokens, {grad_accum} micro-step(s) of {B} x {T} per process")
-
+def llama_family(args: argparse.Namespace) -> ModelFamily:
     tok = resolve_tokenizer(args)
     model, stem = load_model(args.model, args.seed, tok.vocab_size, bool(args.flash))
     c = model.config
     if c.vocab_size != tok.vocab_size:
         raise UserError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab is {c.vocab_size}")
-    if T > c.block_size:
-        raise UserError(f"--sequence_length {T} exceeds the model's block size {c.block_size}")
-    n_params = sum(p.numel() for p in model.parameters())
-    print0(f"model {args.model}: L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
-           f"V={c.vocab_size}, {n_params:,} parameters")
 
-    train_loader = LlamaDataLoader(args.input_bin, B, T, rank, world, c.vocab_size)
-    val_loader = LlamaDataLoader(args.input_val_bin, B, T, rank, world, c.vocab_size) if args.input_val_bin else None
-
-    if args.write_tensors and master and not args.inference_only:
-        x, y = train_loader.next_batch()
-        train_loader.reset()
+    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
         write_tokenizer(tok, "llama3_tokenizer.bin")
         write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
-    model.to(device)
-    model.train()
-    raw_model = model
-    if args.compile:
-        model = torch.compile(model)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
-    autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
-    ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-    optimizer = raw_model.configure_optimizers(optimizer_settings(args), args.zero_stage)
+    def make_sampler(device: str) -> Callable[[nn.Module], str]:
+        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
 
-    logfile = None
-    if args.output_dir and master:
-        os.makedirs(args.output_dir, exist_ok=True)
-        logfile = open(os.path.join(args.output_dir, "main.log"), "w")
-
-    def log(line: str) -> None:
-        if logfile:
-            logfile.write(line + "\n")
-            logfile.flush()
-
-    sample_rng = torch.Generator(device=device).manual_seed(args.seed)
-    first_batch = train_loader.next_batch() if args.overfit_single_batch else None
-    step_times: list[float] = []
-    for step in range(args.num_iterations + 1):
-        last_step = step == args.num_iterations
-
-        if val_loader and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last_step):
-            model.eval()
-            val_loader.reset()
-            with torch.no_grad():
-                val_loss = torch.zeros((), device=device)
-                for _ in range(args.val_max_steps):
-                    x, y = val_loader.next_batch()
-                    with ctx:
-                        _, loss = model(x.to(device), y.to(device), return_logits=False)
-                    val_loss += loss.float() / args.val_max_steps
-            if world > 1:
-                dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
-            print0(f"step {step}: val loss {val_loss.item():.6f}")
-            log(f"s:{step} tel:{val_loss.item():.6f}")
-            model.train()
-
-        if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
+        def sample(raw_model: nn.Module) -> str:
             start = torch.tensor([[tok.bos]], dtype=torch.long, device=device)
             out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
-            print0("---\n" + tok.decode(out[0, 1:].tolist()) + "\n---")
+            return tok.decode(out[0, 1:].tolist())
+        return sample
 
-        if last_step or args.inference_only:
-            break
+    return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
+                       f"FFN={c.ffn_hidden} V={c.vocab_size}", loader=LlamaDataLoader, write_files=write_files,
+                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero), make_sampler=make_sampler,
+                       write_model=write_model)
 
-        t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss_acc = torch.zeros((), device=device)
-        for micro in range(grad_accum):
-            x, y = first_batch if first_batch is not None else train_loader.next_batch()
-            if world > 1:
-                model.require_backward_grad_sync = micro == grad_accum - 1
-            with ctx:
-                _, loss = model(x.to(device), y.to(device), return_logits=False)
-            loss = loss / grad_accum
-            loss_acc += loss.detach()
-            loss.backward()
-        if world > 1:
-            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
-        max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
-        for group in optimizer.param_groups:  # AdamW's and Muon's peak lr, one schedule
-            group["lr"] = get_lr(step, group["initial_lr"], args.warmup_iters, args.num_iterations,
-                                 args.learning_rate_decay_frac)
-        optimizer.step()
-        if device_type == "cuda":
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        step_times.append(dt)
-        recent = sorted(step_times[-10:])[len(step_times[-10:]) // 2]
-        eta = recent * (args.num_iterations - step - 1)
-        print0(f"step {step + 1:4d}/{args.num_iterations} | loss {loss_acc.item():.6f} | lr {lr:.2e} | norm {norm.item():.4f} "
-               f"| {dt * 1000:.1f} ms | {total_batch / dt:.0f} tok/s | ETA {format_eta(eta)}")
-        log(f"s:{step} trl:{loss_acc.item():.6f} lr:{lr:.6e} norm:{norm.item():.4f}")
 
-    if args.output_dir and master and args.num_iterations > 0 and not args.inference_only:
-        write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
-    if logfile:
-        logfile.close()
-    if world > 1:
-        dist.barrier()  # the master's checkpoint is written before any rank tears the group down
-        dist.destroy_process_group()
+def train(args: argparse.Namespace) -> None:
+    train_loop(args, llama_family)
 
 
 def main(argv: list[str] | None = None) -> int:
