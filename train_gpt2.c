@@ -47,6 +47,7 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/vecmath.h"
 #include "llmc/layers_cpu.h"
 #include "llmc/trainer.h"
+#include "llmc/cpu_trainer.h"
 
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
@@ -407,58 +408,17 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, gacts.encoded, model->inputs, B, T, C);
 }
 
-// Global L2 norm of the gradients. Summed in double over fixed-size chunks, so the result
-// does not depend on the number of threads.
-float gpt2_grad_norm(const GPT2* model) {
-    const size_t chunk = 1 << 16;
-    size_t n = model->num_parameters;
-    size_t nchunks = (n + chunk - 1) / chunk;
-    static void* partial_buf = NULL; // one sum per chunk, kept between calls
-    static size_t partial_capacity = 0;
-    double* partial = (double*)scratch_reserve(&partial_buf, &partial_capacity, nchunks * sizeof(double));
-    #pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nchunks; k++) {
-        size_t end = (k + 1) * chunk < n ? (k + 1) * chunk : n;
-        // 8 interleaved partial sums (a fixed order, so it vectorises and stays deterministic)
-        const float* g = model->grads_memory;
-        double s8[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        size_t i = k * chunk;
-        for (; i + 8 <= end; i += 8) {
-            for (int j = 0; j < 8; j++) { s8[j] += (double)g[i + j] * g[i + j]; }
-        }
-        double s = 0.0;
-        for (; i < end; i++) { s += (double)g[i] * g[i]; }
-        for (int j = 0; j < 8; j++) { s += s8[j]; }
-        partial[k] = s;
-    }
-    double total = 0.0;
-    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
-    return (float)sqrt(total);
-}
+// Global L2 norm of the gradients (llmc/cpu_trainer.h: fixed chunks, does not depend on the thread count)
+float gpt2_grad_norm(const GPT2* model) { return cpu_grad_norm(model->grads_memory, model->num_parameters); }
 
 // One AdamW step (llmc/adamw.h, PyTorch semantics) on this process's parameter slice.
 // Gradients are first scaled by grad_scale (global-norm clipping; 1 = none). Weight decay
 // applies to the 2-D weight matrices only. t is the 1-based step number.
 void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
                  float weight_decay, float grad_scale, int t) {
-    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
-    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_size;
-    size_t tensor_start = 0;
-    for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
-        size_t tensor_end = tensor_start + model->param_sizes[k];
-        size_t begin = tensor_start > lo ? tensor_start : lo;
-        size_t end = tensor_end < hi ? tensor_end : hi;
-        float wd = GPT2_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f;
-        float* params = model->params_memory;
-        const float* grads = model->grads_memory;
-        float* m = model->m_memory; // m and v hold the slice: index i - lo
-        float* v = model->v_memory;
-        #pragma omp parallel for schedule(static)
-        for (size_t i = begin; i < end; i++) {
-            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
-        }
-        tensor_start = tensor_end;
-    }
+    cpu_adamw_update(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->opt_offset,
+                     model->opt_size, model->param_sizes, GPT2_PARAMETER_IS_MATRIX, GPT2_NUM_PARAMETER_TENSORS,
+                     learning_rate, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
 // One step of Muon mode on this process's segments: Muon (llmc/muon.h) with muon_lr on each owned
@@ -505,8 +465,9 @@ void gpt2_free(GPT2* model) {
 
 // ----------------------------------------------------------------------------
 // the training program: everything below is only for ./train_gpt2. The loop, checkpoints, signals
-// and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); this file brings
-// its layers (TrainerOps) and MPI (TrainerComm).
+// and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); what every CPU
+// trainer adds (gradient norm, training state, threads, MPI) in llmc/cpu_trainer.h; this file brings
+// its layers (TrainerOps).
 
 #ifndef LLMC_NO_MAIN
 #include "llmc/args.h"
@@ -530,10 +491,8 @@ void gpt2_build(GPT2* model, const char* load) {
 }
 
 typedef struct {
+    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu_trainer.h take this struct as theirs
     GPT2* model;
-    const ProcessGroup* pg;
-    int B, T;
-    int zero_stage;
     LearningRateScheduler muon_lr_scheduler; // -op muon: the -k schedule of the Muon lr (-ol)
 } CpuTrainer;
 
@@ -555,16 +514,10 @@ static void cpu_zero_grad(void* ctx) { gpt2_zero_grad(((CpuTrainer*)ctx)->model)
 
 static float cpu_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
     CpuTrainer* c = (CpuTrainer*)ctx;
-    gpt2_forward(c->model, inputs, targets, c->B, c->T);
+    gpt2_forward(c->model, inputs, targets, c->core.B, c->core.T);
     gpt2_backward(c->model, loss_scale);
     (void)last;
     return c->model->mean_loss;
-}
-
-static float cpu_grad_norm(void* ctx) {
-    CpuTrainer* c = (CpuTrainer*)ctx;
-    allreduce_mean_floats(c->model->grads_memory, c->model->num_parameters, c->pg);
-    return gpt2_grad_norm(c->model);
 }
 
 static void cpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
@@ -573,16 +526,16 @@ static void cpu_update(void* ctx, float lr, float weight_decay, float grad_scale
         float muon_lr = get_learning_rate(&c->muon_lr_scheduler, t - 1);
         gpt2_update_muon(c->model, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
                          grad_scale, t);
-        if (c->zero_stage == 1) { cpu_broadcast_segments(c->model, c->pg); }
+        if (c->core.zero_stage == 1) { cpu_broadcast_segments(c->model, c->core.pg); }
         return;
     }
     gpt2_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-    if (c->zero_stage == 1) { allgather_param_shards(c->model->params_memory, c->model->num_parameters, c->pg); }
+    cpu_trainer_gather_params(&c->core);
 }
 
 static const float* cpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
     CpuTrainer* c = (CpuTrainer*)ctx;
-    gpt2_forward(c->model, inputs, targets, c->B, c->T);
+    gpt2_forward(c->model, inputs, targets, c->core.B, c->core.T);
     return c->model->acts.losses;
 }
 
@@ -596,31 +549,6 @@ static void cpu_save_model(void* ctx, const char* path) {
     GPT2* model = ((CpuTrainer*)ctx)->model;
     checkpoint_write(path, &model->config, model->params_memory, model->num_parameters);
 }
-
-// the training state holds this process's AdamW slice and the outlier windows
-static void cpu_state_fields(const GPT2* model, TrainState* s) {
-    s->num_parameters = model->num_parameters;
-    s->opt_offset = model->opt_offset;
-    s->opt_size = model->opt_size;
-    s->optimizer = model->optimizer;
-    s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
-}
-
-static void cpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
-    GPT2* model = ((CpuTrainer*)ctx)->model;
-    cpu_state_fields(model, s);
-    train_state_write(path, s, model->m_memory, model->v_memory, d);
-}
-
-static void cpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
-    GPT2* model = ((CpuTrainer*)ctx)->model;
-    cpu_state_fields(model, expect);
-    train_state_read(path, expect, got, model->m_memory, model->v_memory, d);
-}
-
-static void mpi_barrier_op(void* ctx) { (void)ctx; process_group_barrier(); }
-
-static void mpi_sum_floats_op(void* ctx, float* values, int n) { allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx); }
 
 int main(int argc, char** argv) {
     ProcessGroup pg = process_group_init(&argc, &argv);
@@ -637,19 +565,8 @@ int main(int argc, char** argv) {
         llmc_die("flag -oa: bad value \"%s\": use original or match_rms_adamw (run %s --help to list the flags)", args.muon_adjust_lr, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
-    // OpenMP threads: OMP_NUM_THREADS when the user set it, else each process takes its share of
-    // this node's cores (two processes with a thread per core each would fight over the cores)
-    char threads_why[96] = "OMP_NUM_THREADS";
-#ifdef _OPENMP
-    int local = process_group_local_size(&pg);
-    const char* omp_env = getenv("OMP_NUM_THREADS");
-    if (omp_env == NULL || omp_env[0] == '\0') {
-        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        int share = cores / local > 0 ? cores / local : 1;
-        omp_set_num_threads(share);
-        snprintf(threads_why, sizeof(threads_why), "%d cores / %d processes on this node; OMP_NUM_THREADS sets it", cores, local);
-    }
-#endif
+    char threads_why[96];
+    cpu_set_threads(&pg, threads_why, sizeof(threads_why));
 
     // data and flags first (a missing file says so before the model is loaded), then the model:
     // the newest complete checkpoint in -o when resuming, else -e
@@ -667,7 +584,7 @@ int main(int argc, char** argv) {
     if (args.T > cfg.max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's max sequence length %d (-e %s)", args.T, cfg.max_seq_len, model_path);
     }
-    TrainerComm comm = {rank, nproc, &pg, mpi_barrier_op, mpi_sum_floats_op};
+    TrainerComm comm = cpu_trainer_comm(&pg);
     Trainer trainer;
     trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
     ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
@@ -708,11 +625,13 @@ int main(int argc, char** argv) {
 #endif
     }
 
-    CpuTrainer cpu = {&model, &pg, args.B, args.T, args.zero_stage, {0}};
+    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
+                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, model.optimizer};
+    CpuTrainer cpu = {core, &model, {0}};
     lr_scheduler_init(&cpu.muon_lr_scheduler, args.lr_scheduler_type, args.muon_lr, args.warmup_iterations, trainer.max_steps,
                       args.final_learning_rate_frac);
-    TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_grad_norm, cpu_update, cpu_forward_losses,
-                      cpu_next_token_logits, cpu_save_model, cpu_save_state, cpu_load_state};
+    TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_trainer_grad_norm, cpu_update, cpu_forward_losses,
+                      cpu_next_token_logits, cpu_save_model, cpu_trainer_save_state, cpu_trainer_load_state};
     int status = trainer_run(&trainer, &ops);
 
     trainer_free(&trainer);

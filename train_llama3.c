@@ -42,6 +42,11 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/llama3_config.h"
 
 #define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
+#ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and names llama-3 data
+#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
+#define TRAINER_DATA_FLAGS " --model_desc llama-3 --tokenizer DIR"
+#endif
+#include "llmc/cpu_trainer.h"
 
 // ----------------------------------------------------------------------------
 // Llama 3 model definition
@@ -319,50 +324,16 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     embedding_backward(g.wte, gacts.encoded, model->inputs, B, T, C);
 }
 
-// Global L2 norm of the gradients, summed in double over fixed 64K chunks (so it does not depend
-// on the thread count) with 8 interleaved partial sums per chunk.
-static float llama3_grad_norm(const Llama3* model) {
-    const size_t chunk = 1 << 16;
-    size_t n = model->num_parameters, nchunks = (n + chunk - 1) / chunk;
-    double* partial = (double*)mallocCheck(nchunks * sizeof(double));
-    const float* g = model->grads_memory;
-    #pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nchunks; k++) {
-        size_t i = k * chunk, end = i + chunk < n ? i + chunk : n;
-        double s8[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, s = 0.0;
-        for (; i + 8 <= end; i += 8) {
-            for (int j = 0; j < 8; j++) { s8[j] += (double)g[i + j] * g[i + j]; }
-        }
-        for (; i < end; i++) { s += (double)g[i] * g[i]; }
-        for (int j = 0; j < 8; j++) { s += s8[j]; }
-        partial[k] = s;
-    }
-    double total = 0.0;
-    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
-    free(partial);
-    return (float)sqrt(total);
-}
+// Global L2 norm of the gradients (llmc/cpu_trainer.h: fixed chunks, does not depend on the thread count)
+static float llama3_grad_norm(const Llama3* model) { return cpu_grad_norm(model->grads_memory, model->num_parameters); }
 
 // One AdamW step (llmc/adamw.h) on this process's parameter slice, gradients scaled by grad_scale
 // first (clipping); weight decay on the 2-D weights only; t is 1-based.
 static void llama3_update(Llama3* model, float learning_rate, float beta1, float beta2, float eps,
                           float weight_decay, float grad_scale, int t) {
-    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
-    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_size, start = 0;
-    float* params = model->params_memory;
-    const float* grads = model->grads_memory;
-    float* m = model->m_memory;
-    float* v = model->v_memory;
-    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        size_t end_k = start + model->param_sizes[k];
-        size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
-        float wd = LLAMA3_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f;
-        #pragma omp parallel for schedule(static)
-        for (size_t i = begin; i < end; i++) {
-            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
-        }
-        start = end_k;
-    }
+    cpu_adamw_update(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->opt_offset,
+                     model->opt_size, model->param_sizes, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS,
+                     learning_rate, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
 static void llama3_free(Llama3* model) {
@@ -379,11 +350,10 @@ static void llama3_free(Llama3* model) {
 }
 
 // ----------------------------------------------------------------------------
-// the training program: llmc/trainer.h runs the loop, this file brings its layers and MPI
+// the training program: llmc/trainer.h runs the loop, llmc/cpu_trainer.h brings what every CPU
+// trainer adds (gradient norm, training state, threads, MPI), this file brings its layers
 
 #ifndef LLMC_NO_MAIN
-#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
-#include "llmc/trainer.h"
 #include "llmc/args.h"
 #include "llmc/checkpoint.h"
 #include "llmc/tokenizer.h"
@@ -415,10 +385,8 @@ static void llama3_build(Llama3* model, const char* load) {
 }
 
 typedef struct {
+    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu_trainer.h take this struct as theirs
     Llama3* model;
-    const ProcessGroup* pg;
-    int B, T;
-    int zero_stage;
 } Llama3Trainer;
 
 static void l3_zero_grad(void* ctx) { llama3_zero_grad(((Llama3Trainer*)ctx)->model); }
@@ -426,26 +394,20 @@ static void l3_zero_grad(void* ctx) { llama3_zero_grad(((Llama3Trainer*)ctx)->mo
 static float l3_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
     Llama3Trainer* c = (Llama3Trainer*)ctx;
     (void)last;
-    llama3_forward(c->model, inputs, targets, c->B, c->T);
+    llama3_forward(c->model, inputs, targets, c->core.B, c->core.T);
     llama3_backward(c->model, loss_scale);
     return c->model->mean_loss;
-}
-
-static float l3_grad_norm(void* ctx) {
-    Llama3Trainer* c = (Llama3Trainer*)ctx;
-    allreduce_mean_floats(c->model->grads_memory, c->model->num_parameters, c->pg);
-    return llama3_grad_norm(c->model);
 }
 
 static void l3_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
     Llama3Trainer* c = (Llama3Trainer*)ctx;
     llama3_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-    if (c->zero_stage == 1) { allgather_param_shards(c->model->params_memory, c->model->num_parameters, c->pg); }
+    cpu_trainer_gather_params(&c->core);
 }
 
 static const float* l3_forward_losses(void* ctx, const int* inputs, const int* targets) {
     Llama3Trainer* c = (Llama3Trainer*)ctx;
-    llama3_forward(c->model, inputs, targets, c->B, c->T);
+    llama3_forward(c->model, inputs, targets, c->core.B, c->core.T);
     return c->model->acts.losses;
 }
 
@@ -459,29 +421,6 @@ static void l3_save_model(void* ctx, const char* path) {
     Llama3* model = ((Llama3Trainer*)ctx)->model;
     llama3_model_write(path, &model->config, model->params_memory, model->num_parameters);
 }
-
-static void l3_state_fields(const Llama3* model, TrainState* s) {
-    s->num_parameters = model->num_parameters;
-    s->opt_offset = model->opt_offset;
-    s->opt_size = model->opt_size;
-    s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
-}
-
-static void l3_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
-    Llama3* model = ((Llama3Trainer*)ctx)->model;
-    l3_state_fields(model, s);
-    train_state_write(path, s, model->m_memory, model->v_memory, d);
-}
-
-static void l3_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
-    Llama3* model = ((Llama3Trainer*)ctx)->model;
-    l3_state_fields(model, expect);
-    train_state_read(path, expect, got, model->m_memory, model->v_memory, d);
-}
-
-static void l3_barrier(void* ctx) { (void)ctx; process_group_barrier(); }
-
-static void l3_sum_floats(void* ctx, float* values, int n) { allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx); }
 
 int main(int argc, char** argv) {
     ProcessGroup pg = process_group_init(&argc, &argv);
@@ -503,17 +442,8 @@ int main(int argc, char** argv) {
         llmc_die("flag -op: \"%s\": the CPU Llama 3 trainer has AdamW only (run %s --help to list the flags)", args.optimizer, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
-    char threads_why[96] = "OMP_NUM_THREADS";
-#ifdef _OPENMP
-    int local = process_group_local_size(&pg);
-    const char* omp_env = getenv("OMP_NUM_THREADS");
-    if (omp_env == NULL || omp_env[0] == '\0') {
-        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        int share = cores / local > 0 ? cores / local : 1;
-        omp_set_num_threads(share);
-        snprintf(threads_why, sizeof(threads_why), "%d cores / %d processes on this node; OMP_NUM_THREADS sets it", cores, local);
-    }
-#endif
+    char threads_why[96];
+    cpu_set_threads(&pg, threads_why, sizeof(threads_why));
 
     int resume_step = trainer_prepare(&args, rank);
     Llama3 model;
@@ -529,7 +459,7 @@ int main(int argc, char** argv) {
     if (args.T > cfg.max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's block size %d (-e %s)", args.T, cfg.max_seq_len, model_path);
     }
-    TrainerComm comm = {rank, nproc, &pg, l3_barrier, l3_sum_floats};
+    TrainerComm comm = cpu_trainer_comm(&pg);
     Trainer trainer;
     trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
     ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
@@ -549,9 +479,11 @@ int main(int argc, char** argv) {
 #endif
     }
 
-    Llama3Trainer l3 = {&model, &pg, args.B, args.T, args.zero_stage};
-    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, l3_grad_norm, l3_update, l3_forward_losses,
-                      l3_next_token_logits, l3_save_model, l3_save_state, l3_load_state};
+    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
+                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, 0 /* AdamW */};
+    Llama3Trainer l3 = {core, &model};
+    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, cpu_trainer_grad_norm, l3_update, l3_forward_losses,
+                      l3_next_token_logits, l3_save_model, cpu_trainer_save_state, cpu_trainer_load_state};
     int status = trainer_run(&trainer, &ops);
 
     trainer_free(&trainer);

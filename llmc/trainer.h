@@ -61,6 +61,9 @@ data position, outlier windows and optimizer state as the run that saved it.
 #ifndef TRAINER_TOKENIZER_PATH  // a trainer of another model family defines its own before including this file
 #define TRAINER_TOKENIZER_PATH "gpt2_tokenizer.bin"
 #endif
+#ifndef TRAINER_DATA_FLAGS  // what the data scripts need for another model family's shards (Llama 3: its tokenizer)
+#define TRAINER_DATA_FLAGS ""
+#endif
 
 // ----------------------------------------------------------------------------
 // the rules
@@ -389,9 +392,9 @@ static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) {
 
 // the command that writes a missing data file, from its name
 static inline const char* trainer_data_hint(const char* pattern) {
-    if (strstr(pattern, "tinyshakespeare") != NULL) { return "python dev/data/tinyshakespeare.py"; }
-    if (strstr(pattern, "tinystories") != NULL) { return "python dev/data/tinystories.py"; }
-    if (strstr(pattern, "fineweb") != NULL) { return "python dev/data/fineweb.py"; }
+    if (strstr(pattern, "tinyshakespeare") != NULL) { return "python dev/data/tinyshakespeare.py" TRAINER_DATA_FLAGS; }
+    if (strstr(pattern, "tinystories") != NULL) { return "python dev/data/tinystories.py" TRAINER_DATA_FLAGS; }
+    if (strstr(pattern, "fineweb") != NULL) { return "python dev/data/fineweb.py" TRAINER_DATA_FLAGS; }
     if (strstr(pattern, "hellaswag") != NULL) { return "python dev/data/hellaswag.py"; }
     return "one of the dev/data/*.py scripts";
 }

@@ -311,6 +311,12 @@ def test_a_bad_tokenizer_file_gets_one_error_line(binaries, ref: Path, tmp_path:
     assert {"bos": "BOS token 100000", "gpt2 tokenizer": "not a Llama 3 one", "missing": "llama3_tokenizer.bin: no such file"}[damage] in line
 
 
+def test_missing_data_names_the_llama3_data_command(binaries, ref: Path, tmp_path: Path) -> None:
+    cmd = [REPO / "train_llama3", "-i", tmp_path / "tinyshakespeare_llama3" / "tiny_shakespeare_train.bin", "-e", "d2", "-x", 1]
+    line = assert_one_error_line(run(cmd, cwd=tmp_path, env=ONE_THREAD, check=False))
+    assert "run python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer DIR to create it" in line
+
+
 def test_out_of_range_tokens_in_the_data_get_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
     # GPT-2's uint16 shards hold ids far above the test tokenizer's vocabulary
     cmd = [REPO / "train_llama3", "-i", TS_DIR / "tiny_shakespeare_val.bin", "-j", "", "-e", "d2", "-x", 1]

@@ -1,0 +1,161 @@
+/*
+llmc/cpu_trainer.h: what every CPU trainer (train_gpt2.c, train_llama3.c) needs around its model,
+written once. Each trainer keeps only its model (layers, forward, backward, parameter table).
+
+    cpu_grad_norm(g, n)       global L2 norm of n gradients: squares summed in double over fixed 64K
+                              chunks, 8 interleaved partial sums per chunk, chunks added in order, so
+                              the result does not depend on the number of threads
+    cpu_adamw_update(...)     one AdamW step (llmc/adamw.h, torch semantics) on the slice
+                              [lo, lo + size) of num_tensors tensors laid back to back (sizes[k]
+                              floats each); gradients scaled by grad_scale first; weight decay only
+                              where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
+    cpu_set_threads(pg, ...)  OpenMP threads: OMP_NUM_THREADS when set, else this node's cores
+                              divided by the processes on the node; writes why into a buffer
+    CpuTrainerCore            the model-independent half of a trainer's TrainerOps context: the
+                              process group, B, T, ZeRO stage and the flat parameter, gradient and
+                              optimizer-state buffers. A trainer's context struct has it as its FIRST
+                              member, so cpu_trainer_grad_norm, cpu_trainer_save_state and
+                              cpu_trainer_load_state go into its TrainerOps unchanged
+    cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
+
+The training state (llmc/checkpoint.h's TrainState) holds this process's optimizer slice
+(m, v of opt_size floats at opt_offset), the optimizer code and the outlier windows.
+*/
+#ifndef LLMC_CPU_TRAINER_H
+#define LLMC_CPU_TRAINER_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "utils.h"
+#include "adamw.h"
+#include "trainer.h"
+#include "mpi_utils.h"
+
+// ----------------------------------------------------------------------------
+// the optimizer's arithmetic on flat buffers
+
+static float cpu_grad_norm(const float* g, size_t n) {
+    const size_t chunk = 1 << 16;
+    size_t nchunks = (n + chunk - 1) / chunk;
+    static void* partial_buf = NULL; // one sum per chunk, kept between calls
+    static size_t partial_capacity = 0;
+    double* partial = (double*)scratch_reserve(&partial_buf, &partial_capacity, nchunks * sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i = k * chunk, end = i + chunk < n ? i + chunk : n;
+        double s8[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, s = 0.0;
+        for (; i + 8 <= end; i += 8) {
+            for (int j = 0; j < 8; j++) { s8[j] += (double)g[i + j] * g[i + j]; }
+        }
+        for (; i < end; i++) { s += (double)g[i] * g[i]; }
+        for (int j = 0; j < 8; j++) { s += s8[j]; }
+        partial[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
+    return (float)sqrt(total);
+}
+
+static void cpu_adamw_update(float* params, const float* grads, float* m, float* v, size_t lo, size_t size,
+                             const size_t* sizes, const int* is_matrix, int num_tensors, float learning_rate,
+                             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    size_t hi = lo + size, start = 0;
+    for (int k = 0; k < num_tensors; k++) {
+        size_t end_k = start + sizes[k];
+        size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
+        float wd = is_matrix[k] ? weight_decay : 0.0f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = begin; i < end; i++) {
+            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+        }
+        start = end_k;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the program around the model
+
+// OpenMP threads: OMP_NUM_THREADS when the user set it, else each process takes its share of this
+// node's cores (two processes with a thread per core each would fight over the cores)
+static void cpu_set_threads(const ProcessGroup* pg, char* why, size_t why_size) {
+    snprintf(why, why_size, "OMP_NUM_THREADS");
+#ifdef _OPENMP
+    int local = process_group_local_size(pg);
+    const char* omp_env = getenv("OMP_NUM_THREADS");
+    if (omp_env == NULL || omp_env[0] == '\0') {
+        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        int share = cores / local > 0 ? cores / local : 1;
+        omp_set_num_threads(share);
+        snprintf(why, why_size, "%d cores / %d processes on this node; OMP_NUM_THREADS sets it", cores, local);
+    }
+#else
+    (void)pg;
+#endif
+}
+
+typedef struct {
+    const ProcessGroup* pg;
+    int B, T;
+    int zero_stage;
+    float* params;          // the flat parameters and gradients (num_parameters floats each)
+    float* grads;
+    size_t num_parameters;
+    float* m;               // this process's optimizer state: opt_size floats each, for [opt_offset, +opt_size)
+    float* v;
+    size_t opt_offset, opt_size;
+    int optimizer;          // OPTIMIZER_ADAMW or OPTIMIZER_MUON (the training state records it)
+} CpuTrainerCore;
+
+// TrainerOps.grad_norm: the gradients averaged over the processes, then their norm
+static float cpu_trainer_grad_norm(void* ctx) {
+    CpuTrainerCore* c = (CpuTrainerCore*)ctx;
+    allreduce_mean_floats(c->grads, c->num_parameters, c->pg);
+    return cpu_grad_norm(c->grads, c->num_parameters);
+}
+
+// after an AdamW step on this process's shard: with ZeRO-1 every process gets every updated parameter
+static void cpu_trainer_gather_params(const CpuTrainerCore* c) {
+    if (c->zero_stage == 1) { allgather_param_shards(c->params, c->num_parameters, c->pg); }
+}
+
+static void cpu_trainer_state_fields(const CpuTrainerCore* c, TrainState* s) {
+    s->num_parameters = c->num_parameters;
+    s->opt_offset = c->opt_offset;
+    s->opt_size = c->opt_size;
+    s->optimizer = c->optimizer;
+    s->extra_bytes = (uint32_t)trainer_state_extra_bytes(0);
+}
+
+static void cpu_trainer_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    CpuTrainerCore* c = (CpuTrainerCore*)ctx;
+    cpu_trainer_state_fields(c, s);
+    train_state_write(path, s, c->m, c->v, d);
+}
+
+static void cpu_trainer_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    CpuTrainerCore* c = (CpuTrainerCore*)ctx;
+    cpu_trainer_state_fields(c, expect);
+    train_state_read(path, expect, got, c->m, c->v, d);
+}
+
+static void cpu_trainer_barrier(void* ctx) { (void)ctx; process_group_barrier(); }
+
+static void cpu_trainer_sum_floats(void* ctx, float* values, int n) {
+    allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx);
+}
+
+static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
+    TrainerComm comm = {pg->process_rank, pg->num_processes, pg, cpu_trainer_barrier, cpu_trainer_sum_floats};
+    return comm;
+}
+
+#endif // LLMC_CPU_TRAINER_H
