@@ -154,7 +154,13 @@ def val_at_time(run: RunResult, seconds: float) -> tuple[int, float]:
 
 
 def write_timed_log(run: RunResult, path: Path) -> None:
-    path.write_text("".join(f"s:{s} tel:{v:.6f} t:{run.time_at(s):.3f}\n" for s, v in run.val))
+    """The run's main.log with t:SECONDS (training time after that many steps) on every line."""
+    lines = []
+    for line in (run.out / "main.log").read_text().splitlines():
+        m = re.match(r"s:(\d+) ", line)
+        if m:
+            lines.append(f"{line} t:{run.time_at(int(m.group(1))):.3f}\n")
+    path.write_text("".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -253,8 +253,9 @@ def test_compare_optimizers_writes_plots_and_the_equal_step_and_equal_time_numbe
     assert "equal time (" in summary and "Muon" in proc.stdout
     for png in ("compare_optimizers.png", "compare_optimizers_time.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    timed = (out / "muon_timed.log").read_text().splitlines()
+    timed = [line for line in (out / "muon_timed.log").read_text().splitlines() if " tel:" in line]
     assert [line.split()[0] for line in timed] == ["s:0", "s:2", "s:4"] and timed[0].endswith("t:0.000")
+    assert float(timed[2].split("t:")[1]) > float(timed[1].split("t:")[1]) > 0
 
 
 def test_vislog_time_panel_needs_timed_logs(tmp_path: Path) -> None:
