@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     run.micro_B = B / (nproc * args.micro_batches);
     run.row0 = rank * (B / nproc);
     if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
-        MuonSettings muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+        MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
         gpt2_use_muon(&model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
     }
     gpt2_allocate_state(&model, run.micro_B, T, args.recompute, mg.shard, 1, stream);

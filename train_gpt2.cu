@@ -141,7 +141,7 @@ typedef struct {
     float* v_memory;
     // -op muon: the blocks' 2-D weights are Muon's (llmc/muon.cuh); AdamW's m, v, master there go unused
     int use_muon;
-    MuonSettings muon;
+    MuonConfig muon;
     float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)
     MuonMatrix* muon_mats;     // the 4 L matrices and their owners
     int muon_count;
@@ -249,7 +249,7 @@ static void gpt2_init_master_weights(GPT2* model, const float* host_params, Zero
 
 // -op muon: Muon on the blocks' 2-D weights with these settings; owners = the number of processes under
 // ZeRO-1 (each rank updates whole matrices, balanced by size), else 1. Call before gpt2_allocate_state.
-static void gpt2_use_muon(GPT2* model, const MuonSettings* settings, float peak_lr, int owners, int rank) {
+static void gpt2_use_muon(GPT2* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
     if (model->init_params == NULL) { llmc_die("internal: gpt2_use_muon after gpt2_allocate_state"); }
     model->use_muon = 1;
     model->muon = *settings;
@@ -751,16 +751,16 @@ static void gpu_barrier_op(void* ctx) { multi_gpu_barrier((MultiGpu*)ctx); }
 static void gpu_sum_floats_op(void* ctx, float* values, int n) { multi_gpu_sum_host_floats((MultiGpu*)ctx, values, n); }
 
 // -op and the Muon flags; returns 1 for muon, 0 for adamw (one error line for anything else)
-static int gpt2_optimizer_from_args(const TrainArgs* args, MuonSettings* muon) {
-    int use_muon = strcmp(args->optimizer, "muon") == 0;
-    if (!use_muon && strcmp(args->optimizer, "adamw") != 0) { llmc_die("-op %s: unknown optimizer (adamw|muon)", args->optimizer); }
+static int gpt2_optimizer_from_args(const TrainArgs* args, MuonConfig* muon) {
+    int optimizer = optimizer_parse(args->optimizer);
+    if (optimizer < 0) { llmc_die("-op %s: unknown optimizer (adamw|muon)", args->optimizer); }
     muon->lr = args->muon_lr;
     muon->momentum = args->muon_momentum;
     muon->nesterov = args->muon_nesterov;
     muon->ns_steps = args->muon_ns_steps;
-    muon->adjust = muon_adjust_from_name(args->muon_adjust_lr);
-    if (muon->adjust < 0) { llmc_die("-oa %s: unknown Muon lr adjustment (original|match_rms_adamw)", args->muon_adjust_lr); }
-    return use_muon;
+    muon->adjust_lr = muon_adjust_parse(args->muon_adjust_lr);
+    if (muon->adjust_lr < 0) { llmc_die("-oa %s: unknown Muon lr adjustment (original|match_rms_adamw)", args->muon_adjust_lr); }
+    return optimizer == OPTIMIZER_MUON;
 }
 
 // ----------------------------------------------------------------------------
@@ -771,7 +771,7 @@ int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
                "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
-    MuonSettings muon;
+    MuonConfig muon;
     const int use_muon = gpt2_optimizer_from_args(&args, &muon);
     MultiGpu mg;
     multi_gpu_init(&mg, &argc, &argv, args.num_processes, args.process_rank, args.gpus_per_node, args.nccl_init_method,

@@ -480,7 +480,7 @@ int main(int argc, char** argv) {
     }
 
     CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
-                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, 0 /* AdamW */};
+                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, OPTIMIZER_ADAMW};
     Llama3Trainer l3 = {core, &model};
     TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, cpu_trainer_grad_norm, l3_update, l3_forward_losses,
                       l3_next_token_logits, l3_save_model, cpu_trainer_save_state, cpu_trainer_load_state};

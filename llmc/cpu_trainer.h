@@ -36,6 +36,7 @@ The training state (llmc/checkpoint.h's TrainState) holds this process's optimiz
 
 #include "utils.h"
 #include "adamw.h"
+#include "muon_config.h"
 #include "trainer.h"
 #include "mpi_utils.h"
 

@@ -1,7 +1,8 @@
 /*
 llmc/muon.cuh: Muon (torch.optim.Muon) on the GPU, for the blocks' 2-D weights (qkvw, attprojw, fcw,
 fcprojw of every layer; AdamW keeps everything else). The GPU counterpart of llmc/muon.h (the CPU
-trainer's update of one matrix): the same rules, the same settings codes (-oa: 0 original, 1 match_rms_adamw).
+trainer's update of one matrix): the same rules and the same settings (llmc/muon_config.h: MuonConfig, the codes, the
+Newton-Schulz coefficients, muon_adjusted_lr, the -op / -oa parsers).
 
 Host half (plain C):
     muon_plan(cfg, owners, rank, out)   the 4 L Muon matrices (MuonMatrix: flat offset, rows, cols), in
@@ -12,8 +13,6 @@ Host half (plain C):
                                         whole matrices and the ranks' element counts are balanced. Returns
                                         the count; state_offset is the matrix's place in this rank's Muon
                                         state (momentum, master weights), SIZE_MAX when another rank owns it.
-    muon_matrix_lr(lr, rows, cols, adjust)     torch's _adjust_lr: original lr sqrt(max(1, rows/cols)),
-                                        match_rms_adamw 0.2 lr sqrt(max(rows, cols))
 
 Device half:
     muon_workspace_init(ws, max_rows_cols_product, max_min_dim) / muon_workspace_free(ws)
@@ -32,7 +31,7 @@ Per matrix it computes what torch's _single_tensor_muon computes, with g the cli
         X = a X + B X        // (r, n)
     each a cuBLASLt GEMM (the trainer's, llmc/matmul.cuh gemm_lt_typed) on floatX operands with fp32
     accumulation and one rounding of the result to floatX, as torch's matmul / addmm in that dtype
-    param = param (1 - lr weight_decay) - muon_matrix_lr(lr) X (transposed back)
+    param = param (1 - lr weight_decay) - muon_adjusted_lr(lr) X (transposed back)
 The iteration runs in the build's precision: bf16 in BF16 builds, as torch.optim.Muon (which always
 uses bf16); fp32 in FP32 builds, as the debug state's reference (train_gpt2.py MuonNS in float32).
 bf16 parameters are written from the fp32 result with the stochastic rounding of the AdamW path (a hash of
@@ -49,22 +48,10 @@ seed and the flat index), so the result does not depend on which rank updated th
 #include "utils.h"
 #include "zero.h"
 #include "model_config.h"
+#include "muon_config.h"
 
 // ----------------------------------------------------------------------------
 // host half
-
-#define MUON_NS_A 3.4445f
-#define MUON_NS_B -4.7750f
-#define MUON_NS_C 2.0315f
-#define MUON_EPS 1e-7f
-
-typedef struct {
-    float lr;        // -ol: the peak learning rate (the -k schedule scales it as it scales -l)
-    float momentum;  // -om
-    int nesterov;    // -on
-    int ns_steps;    // -os
-    int adjust;      // -oa: 0 original, 1 match_rms_adamw
-} MuonSettings;
 
 typedef struct {
     size_t offset;        // first element in the flat parameter vector
@@ -114,20 +101,6 @@ static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMat
     }
     *state_size = state;
     return n;
-}
-
-// torch.optim.Muon's _adjust_lr, in double as Python computes it
-static inline float muon_matrix_lr(float lr, size_t rows, size_t cols, int adjust) {
-    double ratio = adjust == 1 ? 0.2 * sqrt((double)(rows > cols ? rows : cols))
-                               : sqrt(fmax(1.0, (double)rows / (double)cols));
-    return (float)((double)lr * ratio);
-}
-
-// -oa: 0 original, 1 match_rms_adamw, -1 anything else
-static inline int muon_adjust_from_name(const char* name) {
-    if (strcmp(name, "original") == 0) { return 0; }
-    if (strcmp(name, "match_rms_adamw") == 0) { return 1; }
-    return -1;
 }
 
 // ----------------------------------------------------------------------------
@@ -198,7 +171,7 @@ __global__ static void muon_norm_final_kernel(float* norm, const float* partial,
     float total = block_reduce_sum(sum);
     if (threadIdx.x == 0) {
         float nrm = to_float((floatX)sqrtf(total));        // the floatX tensor's norm()
-        norm[0] = to_float((floatX)fmaxf(nrm, MUON_EPS));  // .clamp(min=eps) in floatX
+        norm[0] = to_float((floatX)fmaxf(nrm, MUON_NS_EPS));  // .clamp(min=eps) in floatX
     }
 }
 
@@ -248,7 +221,7 @@ static inline void muon_newton_schulz(CublasContext* ctx, MuonWorkspace* ws, int
 // one Muon step of matrix m (this rank must own it); lr is the step's Muon learning rate (schedule applied)
 static inline void muon_update_matrix(CublasContext* ctx, MuonWorkspace* ws, floatX* params, float* master, const floatX* grads,
                                       float* buf, const MuonMatrix* m, float lr, float weight_decay, float grad_scale,
-                                      const MuonSettings* settings, uint32_t seed, cudaStream_t stream) {
+                                      const MuonConfig* settings, uint32_t seed, cudaStream_t stream) {
     const size_t n_elem = m->rows * m->cols;
     const int r = (int)(m->rows < m->cols ? m->rows : m->cols), n = (int)(m->rows < m->cols ? m->cols : m->rows);
     const int block = 512, grid = ceil_div(n_elem, block);
@@ -265,7 +238,7 @@ static inline void muon_update_matrix(CublasContext* ctx, MuonWorkspace* ws, flo
     cudaCheckLaunch();
     muon_newton_schulz(ctx, ws, r, n, settings->ns_steps, stream);
     const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const float alpha = -muon_matrix_lr(lr, m->rows, m->cols, settings->adjust);
+    const float alpha = -(float)muon_adjusted_lr((double)lr, settings->adjust_lr, m->rows, m->cols);
     muon_apply_kernel<<<grid, block, 0, stream>>>(params, master != NULL ? master + m->state_offset : NULL, ws->x, m->offset,
                                                   m->rows, m->cols, decay, alpha, seed);
     cudaCheckLaunch();

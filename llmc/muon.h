@@ -1,11 +1,9 @@
 /*
 llmc/muon.h: the Muon update of one weight matrix on the CPU, as torch.optim.Muon computes it
-(torch/optim/_muon.py, _single_tensor_muon), and the settings the trainers share.
+(torch/optim/_muon.py, _single_tensor_muon). The settings the trainers share (MuonConfig, the codes,
+the Newton-Schulz coefficients, optimizer_parse / muon_adjust_parse, muon_adjusted_lr) are in
+llmc/muon_config.h, which llmc/muon.cuh includes too.
 
-    MuonConfig            lr (the peak; the -k schedule scales it like -l), momentum, nesterov,
-                          ns_steps, adjust_lr (MUON_ADJUST_ORIGINAL | MUON_ADJUST_MATCH_RMS_ADAMW)
-    optimizer_parse / muon_adjust_parse    the -op and -oa strings -> codes (-1 for anything else)
-    muon_adjusted_lr      lr * sqrt(max(1, rows/cols)) (original) or lr * 0.2 * sqrt(max(rows, cols))
     muon_update_matrix    one matrix W (rows, cols) row-major, its gradient G, its momentum buffer M:
         g  = G * grad_scale                        (global-norm clipping, 1 = none)
         M  = lerp(M, g, 1 - momentum)              (torch's lerp: fma, two formulas by |weight| < 0.5)
@@ -18,9 +16,6 @@ llmc/muon.h: the Muon update of one weight matrix on the CPU, as torch.optim.Muo
     rounded to bf16, fp32 sums; torch's own iteration runs entirely in bfloat16). Everything else is fp32.
     Scalars that torch forms in Python doubles (1 - momentum, 1 - lr * wd, the adjusted lr) are formed in
     double here too and rounded to float once.
-
-The codes (OPTIMIZER_ADAMW 0 / OPTIMIZER_MUON 1, MUON_ADJUST_ORIGINAL 0 / MUON_ADJUST_MATCH_RMS_ADAMW 1)
-are the ones the debug state (llmc/debug_state.h header[12], [17]) and the training state store.
 
 Determinism: the element loops are OpenMP over independent elements, the Frobenius norm is summed in
 double in a fixed order, and the GEMMs are deterministic for a given thread count; the same inputs and
@@ -36,23 +31,7 @@ thread count give bit-identical updates. A MuonScratch holds the iteration's buf
 
 #include "utils.h"
 #include "matmul.h"
-
-#define OPTIMIZER_ADAMW 0
-#define OPTIMIZER_MUON 1
-#define MUON_ADJUST_ORIGINAL 0
-#define MUON_ADJUST_MATCH_RMS_ADAMW 1
-#define MUON_NS_A 3.4445f
-#define MUON_NS_B -4.7750f
-#define MUON_NS_C 2.0315f
-#define MUON_NS_EPS 1e-7f
-
-typedef struct {
-    float lr;          // peak learning rate of the Muon matrices
-    float momentum;
-    int nesterov;      // 0 or 1
-    int ns_steps;      // Newton-Schulz iterations, 1..99
-    int adjust_lr;     // MUON_ADJUST_ORIGINAL or MUON_ADJUST_MATCH_RMS_ADAMW
-} MuonConfig;
+#include "muon_config.h"
 
 typedef struct {
     float* x;      // (m, n) the iterate
@@ -61,27 +40,6 @@ typedef struct {
     float* gram2;  // (m, m) A A, then b A + c A A
     size_t capacity_mn, capacity_mm;
 } MuonScratch;
-
-static inline int optimizer_parse(const char* s) {
-    if (strcmp(s, "adamw") == 0) { return OPTIMIZER_ADAMW; }
-    if (strcmp(s, "muon") == 0) { return OPTIMIZER_MUON; }
-    return -1;
-}
-
-static inline int muon_adjust_parse(const char* s) {
-    if (strcmp(s, "original") == 0) { return MUON_ADJUST_ORIGINAL; }
-    if (strcmp(s, "match_rms_adamw") == 0) { return MUON_ADJUST_MATCH_RMS_ADAMW; }
-    return -1;
-}
-
-static inline const char* optimizer_name(int code) { return code == OPTIMIZER_MUON ? "muon" : "adamw"; }
-
-// torch's _adjust_lr for a (rows, cols) weight, in double like Python
-static inline double muon_adjusted_lr(double lr, int adjust_lr, int rows, int cols) {
-    if (adjust_lr == MUON_ADJUST_MATCH_RMS_ADAMW) { return lr * 0.2 * sqrt((double)(rows > cols ? rows : cols)); }
-    double ratio = (double)rows / (double)cols;
-    return lr * sqrt(ratio > 1.0 ? ratio : 1.0);
-}
 
 // torch.lerp(start, end, weight) for float32 on the CPU: start + w (end - start) for |w| < 0.5, else
 // end - (end - start)(1 - w), each as one fused multiply-add
