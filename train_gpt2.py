@@ -666,6 +666,19 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def add_optimizer_args(p: argparse.ArgumentParser) -> None:
+    """--optimizer and the --muon_* flags (train_gpt2.py and train_llama3.py): torch.optim.Muon's defaults."""
+    a = p.add_argument
+    a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
+      help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
+    a("--muon_lr", type=float, default=1e-3, help="Muon peak learning rate (the schedule scales it like --learning_rate)")
+    a("--muon_momentum", type=float, default=0.95, help="Muon momentum")
+    a("--muon_nesterov", type=int, default=1, choices=[0, 1], help="1 = Nesterov momentum for Muon")
+    a("--muon_ns_steps", type=int, default=5, help="Newton-Schulz iterations per Muon update (1..99)")
+    a("--muon_adjust_lr", default="original", choices=list(MUON_ADJUST_LR),
+      help="Muon lr adjustment: original = sqrt(max(1, rows/cols)), match_rms_adamw = 0.2 sqrt(max(rows, cols))")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
@@ -694,14 +707,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--compile", type=int, default=0, help="torch.compile the model")
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA")
-    a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
-      help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
-    a("--muon_lr", type=float, default=1e-3, help="Muon peak learning rate (the schedule scales it like --learning_rate)")
-    a("--muon_momentum", type=float, default=0.95, help="Muon momentum")
-    a("--muon_nesterov", type=int, default=1, choices=[0, 1], help="1 = Nesterov momentum for Muon")
-    a("--muon_ns_steps", type=int, default=5, help="Newton-Schulz iterations per Muon update (1..99)")
-    a("--muon_adjust_lr", default="original", choices=list(MUON_ADJUST_LR),
-      help="Muon lr adjustment: original = sqrt(max(1, rows/cols)), match_rms_adamw = 0.2 sqrt(max(rows, cols))")
+    add_optimizer_args(p)
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help="write the checkpoints, tokenizer and debug state")

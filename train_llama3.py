@@ -29,14 +29,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from train_gpt2 import (
-    MUON_ADJUST_LR,
-    OPTIMIZERS,
     DebugOptimizer,
     DistributedDataLoader,
     ModelFamily,
     OneLineErrorParser,
     OptimizerSettings,
     UserError,
+    add_optimizer_args,
     atomic_write,
     debug_optimizer,
     float_bits,
@@ -637,14 +636,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True))")
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
-    a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
-      help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
-    a("--muon_lr", type=float, default=1e-3, help="Muon peak learning rate (the schedule scales it like --learning_rate)")
-    a("--muon_momentum", type=float, default=0.95, help="Muon momentum")
-    a("--muon_nesterov", type=int, default=1, choices=[0, 1], help="1 = Nesterov momentum for Muon")
-    a("--muon_ns_steps", type=int, default=5, help="Newton-Schulz iterations per Muon update (1..99)")
-    a("--muon_adjust_lr", default="original", choices=list(MUON_ADJUST_LR),
-      help="Muon lr adjustment per matrix shape (torch.optim.Muon's adjust_lr_fn)")
+    add_optimizer_args(p)
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help="write the model files, tokenizer file and debug state")
     a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
