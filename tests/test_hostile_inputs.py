@@ -228,7 +228,8 @@ TOKENIZER_CASES: list[Case] = [
     ("one byte of trailing data", lambda b: b + b"x", "trailing"),
     ("header only", lambda b: b[:1024], "vocab size"),
     ("zero length", lambda b: b"", "tokenizer"),
-    ("version 3", lambda b: u32(b, 1, 3), "version 3"),
+    ("version 4", lambda b: u32(b, 1, 4), "version 4"),
+    ("version 3 with BOS >= vocab", lambda b: u32(u32(b, 1, 3), 4, 50257), "BOS token 50257"),
 ]
 
 
