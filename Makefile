@@ -475,16 +475,18 @@ BLAS_HINT_openblas-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_mkl-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_none := - for faster GEMMs: make setup (the scipy-openblas32 wheel in $(VENV)), or apt-get install libopenblas-dev
 
-# -fno-math-errno: sqrtf and friends may use vector instructions (AdamW); results are unchanged
-CPU_SPEED_CFLAGS := -fno-math-errno
+# -fno-math-errno: sqrtf and friends may use vector instructions (AdamW); -fno-trapping-math: the
+# clamps in llmc/vecmath.h may become vector blends (without it GCC leaves GELU and the softmax
+# exps scalar); neither changes a result (llmc never enables floating-point traps)
+CPU_SPEED_CFLAGS := -fno-math-errno -fno-trapping-math
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLIBS)
 
 # build/blas-flags holds the BLAS the default programs were built with; it is rewritten only when the
-# choice changes (BLAS=..., or make setup bringing the wheels), and then they are rebuilt; otherwise it
+# choice or CPU_SPEED_CFLAGS change (BLAS=..., or make setup bringing the wheels), and then they are rebuilt; otherwise it
 # has no prerequisite, so `make -q train_gpt2` says they are up to date
 BLAS_STAMP := build/blas-flags
-BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS))
+BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS) $(CPU_SPEED_CFLAGS))
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
 ifneq ($(BLAS_STAMP_TEXT),$(strip $(file < $(BLAS_STAMP))))
 $(BLAS_STAMP): blas-force
