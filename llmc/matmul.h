@@ -14,15 +14,15 @@ prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at b
                            pkg-config openblas), plain cblas_sgemm
     neither                matmul_gemm_blocked: the dependency-free kernel below
 
-The blocked kernel packs the columns of op(B) that one tile of C needs into panels of NR
-columns (all of K, once per column block and thread) and a strip of op(A) into MM_MR = 6 rows,
-both zero-padded, and runs a 6 x NR register tile over K blocks of MM_KC. The micro-kernel is
+The blocked kernel gives each thread a rectangle of C, packs a K block of op(B) into panels of
+NR columns and a block of op(A) into strips of MM_MR = 6 rows, both zero-padded, and runs a
+6 x NR register tile over them (matmul_gemm_blocked_f32 has the loop order). The micro-kernel is
 chosen at run time from the CPU's features (matmul_isa; LLMC_MATMUL_ISA=avx512|avx2|generic
 forces one the CPU supports): AVX-512 (NR = 32, 12 zmm accumulators), else AVX2 + FMA (NR = 16,
 12 ymm accumulators), else the same 6 x 16 code for the build's target. Kernels are compiled with
-target attributes, so one binary built for any x86-64 runs the best of them. Tiles of C are shared
-out over OpenMP threads; each element of C is summed over k in ascending order by one thread, so
-results do not depend on the thread count (and the AVX2 and AVX-512 kernels sum in the same order).
+target attributes, so one binary built for any x86-64 runs the best of them. Each element of C is
+summed over k in ascending order by one thread, so results do not depend on the thread count (and
+the AVX2 and AVX-512 kernels sum in the same order).
 
 The bf16 path (MATMUL_BF16) is always this blocked kernel: while packing, A and B are
 rounded to bf16 (round to nearest even); products are summed in fp32. On a CPU with
@@ -83,11 +83,16 @@ static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {
     return -1;
 }
 
-// register tile rows, k block, and the C tile one thread computes at a time
+// register tile rows; k block; rows of op(A) packed at a time (fp32) and the bf16 path's C tile
+// (MM_MC x MM_NC); columns of op(B) packed per k block (fp32: kc x 512 floats, 512 KB at kc 256);
+// how many rows ahead the row-by-row packing of op(B) prefetches. (Measured on a Zen 3 at the
+// trainer's shapes: MM_MC 48-144 and MM_NCB 256-1024 all within a few per cent of each other.)
 #define MM_MR 6
 #define MM_KC 256
 #define MM_MC 72
 #define MM_NC 128
+#define MM_NCB 512
+#define MM_PREFETCH_ROWS 8
 
 // The fp32 micro-kernel is chosen at run time from what the CPU reports (not from the build's
 // -march, so one binary runs right on every x86-64):
@@ -204,20 +209,41 @@ static inline void mm_tile_start(int tile, int M, int N, float* C, int ldc, floa
     mm_scale_tile(C, ldc, *i0, *j0, *mc, *nc, beta);
 }
 
-// packs op(B)[0:K, j0:j0+nc] as panels of (K, nr) floats, columns past nc zero
-static void mm_pack_b(float* dst, const float* B, int ldb, int transB, int K, int j0, int nc, int nr) {
-    for (int p = 0; p * nr < nc; p++) {
-        float* panel = dst + (size_t)p * K * nr;
+// packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, nr) floats, columns past nc zero
+static void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc, int nr) {
+    int npanels = (nc + nr - 1) / nr;
+    if (!transB) {
+        // row by row: each row's nc floats are one contiguous read, and the row MM_PREFETCH_ROWS
+        // ahead is asked for early (rows are ldb apart: a tall op(B), such as the lm_head's
+        // (50304, 768) weight in the backward, otherwise waits on memory for every cache line)
+        for (int k = 0; k < kc; k++) {
+            const float* row = B + (size_t)(k0 + k) * ldb + j0;
+            if (k + MM_PREFETCH_ROWS < kc) {
+                const char* ahead = (const char*)(row + (size_t)MM_PREFETCH_ROWS * ldb);
+                for (int b = 0; b < nc * (int)sizeof(float); b += 64) { __builtin_prefetch(ahead + b, 0, 0); }
+            }
+            for (int p = 0; p < npanels; p++) {
+                float* dst_row = dst + (size_t)p * kc * nr + (size_t)k * nr;
+                int jn = nc - p * nr < nr ? nc - p * nr : nr;
+                if (jn == nr) { memcpy(dst_row, row + p * nr, (size_t)nr * sizeof(float)); }
+                else { for (int j = 0; j < nr; j++) { dst_row[j] = j < jn ? row[p * nr + j] : 0.0f; } }
+            }
+        }
+        return;
+    }
+    // op(B) = B^T: a panel's nr columns are nr rows of B, read side by side (nr sequential
+    // streams) so each packed row of the panel is written whole
+    for (int p = 0; p < npanels; p++) {
+        float* panel = dst + (size_t)p * kc * nr;
         int jn = nc - p * nr < nr ? nc - p * nr : nr;
-        if (!transB) {
-            for (int k = 0; k < K; k++) {
-                const float* src = B + (size_t)k * ldb + j0 + p * nr;
-                for (int j = 0; j < nr; j++) { panel[(size_t)k * nr + j] = j < jn ? src[j] : 0.0f; }
+        const float* rows = B + (size_t)(j0 + p * nr) * ldb + k0;
+        if (jn == nr) {
+            for (int k = 0; k < kc; k++) {
+                for (int j = 0; j < nr; j++) { panel[(size_t)k * nr + j] = rows[(size_t)j * ldb + k]; }
             }
         } else {
-            for (int j = 0; j < nr; j++) {
-                const float* col = B + (size_t)(j0 + p * nr + j) * ldb;
-                for (int k = 0; k < K; k++) { panel[(size_t)k * nr + j] = j < jn ? col[k] : 0.0f; }
+            for (int k = 0; k < kc; k++) {
+                for (int j = 0; j < nr; j++) { panel[(size_t)k * nr + j] = j < jn ? rows[(size_t)j * ldb + k] : 0.0f; }
             }
         }
     }
@@ -317,23 +343,59 @@ typedef void (*MatmulKernelF32)(float* C, int ldc, int mr, int nr, const float* 
 // ----------------------------------------------------------------------------
 // fp32 tiled driver
 
-// per-thread packing buffer for op(B), grown as needed and kept for the life of the thread
-static float* mm_bpack_buffer(size_t n) {
-    static __thread float* buf = NULL;
-    static __thread size_t cap = 0;
-    if (n > cap) {
-        free(buf);
-        buf = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
-        if (buf == NULL) {
+// per-thread packing buffers for op(B) and op(A), grown as needed and kept for the life of the thread
+static float* mm_pack_buffer(int which, size_t n) {
+    static __thread float* buf[2] = {NULL, NULL};
+    static __thread size_t cap[2] = {0, 0};
+    if (n > cap[which]) {
+        free(buf[which]);
+        buf[which] = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+        if (buf[which] == NULL) {
             fprintf(stderr, "error: out of memory (%zu bytes for GEMM packing)\n", n * sizeof(float));
             exit(1);
         }
-        cap = n;
+        cap[which] = n;
     }
-    return buf;
+    return buf[which];
 }
 
-// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel of this CPU (matmul_isa)
+// How the threads share C (M, N): a grid of pr x pc rectangles, pr * pc = nthreads, the one with
+// the least packing (each thread packs its rows of op(A) and its columns of op(B): M/pr + N/pc);
+// row edges fall on multiples of MM_MR, column edges on multiples of nr.
+static void mm_thread_grid(int M, int N, int nthreads, int nr, int* pr, int* pc) {
+    int best_pr = 1;
+    double best = 1e300;
+    for (int r = 1; r <= nthreads; r++) {
+        if (nthreads % r != 0) { continue; }
+        int c = nthreads / r;
+        if (r > 1 && (M + MM_MR - 1) / MM_MR < r) { continue; }
+        if (c > 1 && (N + nr - 1) / nr < c) { continue; }
+        double cost = (double)M / r + (double)N / c;
+        if (cost < best) { best = cost; best_pr = r; }
+    }
+    *pr = best_pr;
+    *pc = nthreads / best_pr;
+}
+
+// [*lo, *hi) of part `part` of `parts` of [0, n), edges on multiples of `unit`
+static inline void mm_split(int n, int parts, int part, int unit, int* lo, int* hi) {
+    int units = (n + unit - 1) / unit;
+    *lo = (int)((long)units * part / parts) * unit;
+    *hi = (int)((long)units * (part + 1) / parts) * unit;
+    *lo = *lo < n ? *lo : n;
+    *hi = *hi < n ? *hi : n;
+}
+
+// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel of this CPU (matmul_isa).
+// Each thread computes its rectangle of C (mm_thread_grid) in the usual cache-blocked order:
+//   for each block of MM_NCB columns:
+//     for each K block of MM_KC:    pack op(B) (kc, ncb) as panels of nr columns       (L2/L3)
+//       for each block of MM_MC rows: pack op(A) (mc, kc) as strips of MM_MR rows    (L2)
+//         for each panel:           one (kc, nr) panel stays in L1 ...
+//           for each strip:         ... while the strips stream past it: C += strip . panel
+// so op(A) and op(B) are each read from memory about once per call, whatever their shapes (the
+// trainer's run from (256, 50304) . (50304, 768) to (50304, 256) . (256, 768)). Every element of C
+// adds its K blocks in ascending order: results do not depend on the thread count.
 static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     MatmulIsa isa = matmul_isa();
@@ -343,32 +405,42 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
     if (isa == MATMUL_ISA_AVX512) { kernel = mm_kernel_f32_avx512; }
     if (isa == MATMUL_ISA_AVX2) { kernel = mm_kernel_f32_avx2; }
 #endif
-    int ntile_total = mm_tile_count(M, N);
-    int Kp = K > 0 ? K : 1;
     // a small product runs on the calling thread (waking a team costs more than it saves)
-    int parallel = ntile_total > 1 && (double)M * N * K >= 2e6;
+    int parallel = (M > MM_MR || N > nr) && (double)M * N * K >= 2e6;
     #pragma omp parallel if (parallel)
     {
-        float* bpack = mm_bpack_buffer((size_t)Kp * MM_NC);
-        float apack[MM_KC * MM_MR] __attribute__((aligned(64)));
-        int packed_j0 = -1; // the column block whose op(B) sits in bpack
-        #pragma omp for schedule(static)
-        for (int tile = 0; tile < ntile_total; tile++) {
-            int i0, j0, mc, nc;
-            mm_tile_start(tile, M, N, C, ldc, beta, &i0, &j0, &mc, &nc);
-            if (j0 != packed_j0) {
-                mm_pack_b(bpack, B, ldb, transB, K, j0, nc, nr);
-                packed_j0 = j0;
-            }
-            for (int k0 = 0; k0 < K; k0 += MM_KC) {
-                int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
-                for (int ii = 0; ii < mc; ii += MM_MR) {
-                    int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
-                    mm_pack_a(apack, A, lda, transA, i0 + ii, mr, k0, kc);
-                    for (int jj = 0; jj < nc; jj += nr) {
-                        int nrr = nc - jj < nr ? nc - jj : nr;
-                        kernel(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nrr, apack,
-                               bpack + (size_t)(jj / nr) * K * nr + (size_t)k0 * nr, kc);
+        int nthreads = 1, thread = 0;
+#ifdef _OPENMP
+        nthreads = omp_get_num_threads();
+        thread = omp_get_thread_num();
+#endif
+        int pr, pc, r0, r1, c0, c1;
+        mm_thread_grid(M, N, nthreads, nr, &pr, &pc);
+        mm_split(M, pr, thread / pc, MM_MR, &r0, &r1);
+        mm_split(N, pc, thread % pc, nr, &c0, &c1);
+        if (r0 < r1 && c0 < c1) {
+            mm_scale_tile(C, ldc, r0, c0, r1 - r0, c1 - c0, beta);
+            float* bpack = mm_pack_buffer(0, (size_t)MM_KC * MM_NCB);
+            float* apack = mm_pack_buffer(1, (size_t)MM_KC * MM_MC);
+            for (int j0 = c0; j0 < c1; j0 += MM_NCB) {
+                int nc = c1 - j0 < MM_NCB ? c1 - j0 : MM_NCB;
+                for (int k0 = 0; k0 < K; k0 += MM_KC) {
+                    int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
+                    mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc, nr);
+                    for (int i0 = r0; i0 < r1; i0 += MM_MC) {
+                        int mc = r1 - i0 < MM_MC ? r1 - i0 : MM_MC;
+                        for (int ii = 0; ii < mc; ii += MM_MR) {
+                            int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
+                            mm_pack_a(apack + (size_t)ii * kc, A, lda, transA, i0 + ii, mr, k0, kc);
+                        }
+                        for (int jj = 0; jj < nc; jj += nr) {
+                            int nrr = nc - jj < nr ? nc - jj : nr;
+                            const float* panel = bpack + (size_t)jj * kc;
+                            for (int ii = 0; ii < mc; ii += MM_MR) {
+                                int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
+                                kernel(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nrr, apack + (size_t)ii * kc, panel, kc);
+                            }
+                        }
                     }
                 }
             }

@@ -10,7 +10,7 @@ strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
 Tolerances: fp32 |err| <= 1e-5 * (|beta*C| + sum_k |a||b|) per element (K * 2^-24 rounding
 with margin); bf16 vs rounded inputs 1e-5 of the same scale; bf16 vs exact inputs 2^-7 of it.
 Also: bf16 rounding matches llmc/bf16.h, and the blocked kernel gives bit-identical
-results on 1 and 2 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
+results on 1 to 4 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
 forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
@@ -109,24 +109,28 @@ static void check_shape(int M, int N, int K, int ta, int tb, float beta, int pad
     free(A); free(B); free(C0); free(C); free(ref); free(scale);
 }
 
-// the blocked kernel sums each element in one fixed order: 1 and 2 threads agree bit for bit
+// the blocked kernel sums each element in one fixed order: 1, 2, 3 and 4 threads agree bit for bit
+// (they share C out as different grids of rectangles)
 static void check_thread_determinism(MatmulPrecision p) {
 #ifdef _OPENMP
-    int M = 131, N = 301, K = 515;
+    int M = 131, N = 1100, K = 515;
     float* A = (float*)malloc((size_t)M * K * sizeof(float));
     float* B = (float*)malloc((size_t)N * K * sizeof(float));
     float* C1 = (float*)calloc((size_t)M * N, sizeof(float));
-    float* C2 = (float*)calloc((size_t)M * N, sizeof(float));
+    float* Cn = (float*)calloc((size_t)M * N, sizeof(float));
     for (size_t i = 0; i < (size_t)M * K; i++) { A[i] = rand_uniform(); }
     for (size_t i = 0; i < (size_t)N * K; i++) { B[i] = rand_uniform(); }
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     matmul_gemm_blocked(p, 0, 1, M, N, K, A, K, B, K, 0.0f, C1, N);
-    omp_set_num_threads(2);
-    matmul_gemm_blocked(p, 0, 1, M, N, K, A, K, B, K, 0.0f, C2, N);
+    for (int threads = 2; threads <= 4; threads++) {
+        omp_set_num_threads(threads);
+        matmul_gemm_blocked(p, 0, 1, M, N, K, A, K, B, K, 0.0f, Cn, N);
+        CHECK(memcmp(C1, Cn, (size_t)M * N * sizeof(float)) == 0, "blocked %s: 1 and %d threads differ",
+              p == MATMUL_BF16 ? "bf16" : "fp32", threads);
+    }
     omp_set_num_threads(saved);
-    CHECK(memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0, "blocked %s: 1 and 2 threads differ", p == MATMUL_BF16 ? "bf16" : "fp32");
-    free(A); free(B); free(C1); free(C2);
+    free(A); free(B); free(C1); free(Cn);
 #else
     CHECK(1, "no OpenMP: single-threaded");
 #endif
@@ -183,7 +187,9 @@ int main(void) {
     check_bf16_rounding();
     check_vecmath();
     const int sizes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {33, 67, 7}, {67, 130, 257},
-                            {130, 257, 300}, {6, 32, 256}, {48, 128, 512}, {257, 5, 300}, {3, 300, 1}, {4, 4, 0}};
+                            {130, 257, 300}, {6, 32, 256}, {48, 128, 512}, {257, 5, 300}, {3, 300, 1}, {4, 4, 0},
+                            // several column blocks per thread, many K blocks, a tall thin C
+                            {40, 1100, 300}, {70, 40, 1100}, {1500, 24, 70}};
     const float betas[] = {0.0f, 1.0f, 0.5f};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         for (int ta = 0; ta < 2; ta++) {
