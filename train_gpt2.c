@@ -594,16 +594,7 @@ int main(int argc, char** argv) {
     } else {
         gpt2_allocate_optimizer(&model, shard.offset, shard.size);
     }
-    // -p bf16 only where this CPU's bf16 GEMM beats its fp32 one (llmc/matmul.h); all processes agree
-    if (matmul_precision == MATMUL_BF16) {
-        char why[256] = "another process's CPU gains nothing from bf16";
-        float pays = (float)matmul_bf16_pays(why, sizeof(why));
-        allreduce_sum_floats(&pays, 1, &pg);
-        if (pays < (float)nproc) {
-            matmul_precision = MATMUL_FP32;
-            if (rank == 0) { printf("-p bf16: training in fp32 instead: %s (LLMC_BF16=force runs bf16)\n", why); }
-        }
-    }
+    cpu_choose_precision(&pg);
 
     // what this run does
     if (rank == 0) {

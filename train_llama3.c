@@ -465,6 +465,7 @@ int main(int argc, char** argv) {
     ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
     llama3_allocate_activations(&model, args.B, args.T);
     llama3_allocate_optimizer(&model, shard.offset, shard.size);
+    cpu_choose_precision(&pg);
 
     if (rank == 0) {
         printf("+-------------------------------------------------------------------------+\n");

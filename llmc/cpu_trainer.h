@@ -11,6 +11,9 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
     cpu_set_threads(pg, ...)  OpenMP threads: OMP_NUM_THREADS when set, else this node's cores
                               divided by the processes on the node; writes why into a buffer
+    cpu_choose_precision(pg)  -p bf16 only where it pays: keeps matmul_precision at bf16 when every
+                              process's CPU runs our bf16 GEMM faster than its fp32 one
+                              (llmc/matmul.h's matmul_bf16_pays), else fp32 and one line saying why
     CpuTrainerCore            the model-independent half of a trainer's TrainerOps context: the
                               process group, B, T, ZeRO stage and the flat parameter, gradient and
                               optimizer-state buffers. A trainer's context struct has it as its FIRST
@@ -37,6 +40,7 @@ The training state (llmc/checkpoint.h's TrainState) holds this process's optimiz
 #include "utils.h"
 #include "adamw.h"
 #include "muon_config.h"
+#include "matmul.h"
 #include "trainer.h"
 #include "mpi_utils.h"
 
@@ -101,6 +105,19 @@ static void cpu_set_threads(const ProcessGroup* pg, char* why, size_t why_size) 
 #else
     (void)pg;
 #endif
+}
+
+// -p bf16 only where this CPU's bf16 GEMM beats its fp32 one; all processes agree (one slow CPU
+// in the job and everyone trains fp32, so the processes keep computing the same numbers)
+static void cpu_choose_precision(const ProcessGroup* pg) {
+    if (matmul_precision != MATMUL_BF16) { return; }
+    char why[256] = "another process's CPU gains nothing from bf16";
+    float pays = (float)matmul_bf16_pays(why, sizeof(why));
+    allreduce_sum_floats(&pays, 1, pg);
+    if (pays < (float)pg->num_processes) {
+        matmul_precision = MATMUL_FP32;
+        if (pg->process_rank == 0) { printf("-p bf16: training in fp32 instead: %s (LLMC_BF16=force runs bf16)\n", why); }
+    }
 }
 
 typedef struct {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,14 @@ PYTHON = sys.executable
 TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
 TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
+
+
+# The one line train_gpt2 / train_llama3 -p bf16 print when bf16 does not pay on this CPU (then they
+# train in fp32): no AVX512-BF16 at all, or the start-up calibration measured too small a gain.
+BF16_DECLINED = re.compile(
+    r"-p bf16: training in fp32 instead: this CPU (has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 "
+    r"and run slower|'s bf16 GEMM \(AVX512-BF16\) ran at \d+ GFLOP/s, its fp32 GEMM \([a-z-]+\) at \d+: less "
+    r"than \d\.\d+x) \(LLMC_BF16=force runs bf16\)")
 
 
 def run(cmd: list[object], cwd: Path | str = REPO, check: bool = True, env: dict[str, str] | None = None,

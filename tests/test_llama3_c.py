@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import PYTHON, REPO, TS_DIR, assert_one_error_line, make, run  # noqa: E402
+from conftest import BF16_DECLINED, PYTHON, REPO, TS_DIR, assert_one_error_line, make, run  # noqa: E402
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
@@ -79,17 +79,17 @@ def ref(tmp_path_factory, tinyshakespeare) -> Path:
     return write_references(tmp_path_factory.mktemp("llama3"))
 
 
-def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True):
+def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True, env: dict[str, str] | None = None):
     """./train_llama3 on the tinyshakespeare llama-3 shards of `ref`, with its tokenizer file, in cwd."""
     cwd.mkdir(parents=True, exist_ok=True)
     if not (cwd / "llama3_tokenizer.bin").exists():
         shutil.copy(ref / "llama3_tokenizer.bin", cwd)
     cmd = [REPO / "train_llama3", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j", ref / "ts" / "tiny_shakespeare_val.bin",
            "-s", 0, *flags]
-    env = ONE_THREAD
+    base = ONE_THREAD
     if mpi_ranks:
-        cmd, env = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd], MPI_ENV
-    return run(cmd, cwd=cwd, env=env, check=check)
+        cmd, base = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd], MPI_ENV
+    return run(cmd, cwd=cwd, env={**base, **(env or {})}, check=check)
 
 
 def train_losses(log: Path) -> list[float]:
@@ -213,6 +213,20 @@ def test_training_lowers_the_loss_and_prints_decoded_samples(binaries, ref: Path
     assert len(vals) == 3 and vals[2] < vals[0] - 0.8, proc.stdout
     sample = proc.stdout.split("generating:\n---\n")[1].split("\n---")[0]
     assert re.search(r"[a-z]{2,} [a-z]", sample), sample  # decoded words, not token ids
+
+
+def test_bf16_runs_only_where_it_pays_else_one_line_and_exactly_fp32(binaries, ref: Path, tmp_path: Path) -> None:
+    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 4, "-v", 0, "-o", "out"]
+    fp32 = train(ref, tmp_path / "fp32", *flags, "-p", "fp32", env={"LLMC_BF16": ""})
+    bf16 = train(ref, tmp_path / "bf16", *flags, "-p", "bf16", env={"LLMC_BF16": ""})
+    said = [line for line in bf16.stdout.splitlines() if line.startswith("-p bf16")]
+    losses = [train_losses(tmp_path / run / "out" / "main.log") for run in ["fp32", "bf16"]]
+    assert "-p bf16:" not in fp32.stdout and len(losses[0]) == 4
+    if said:  # no AVX512-BF16, or the calibration found no gain: fp32, bit for bit
+        assert len(said) == 1 and BF16_DECLINED.fullmatch(said[0]), said
+        assert losses[1] == losses[0]
+    else:
+        assert losses[1] != losses[0] and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
 
 
 def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
