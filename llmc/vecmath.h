@@ -7,8 +7,10 @@ element-wise layers (glibc's expf/tanhf are scalar calls and kept GELU at ~10% o
     vec_gelu_forward(x), vec_gelu_grad(x)   GPT-2's tanh GELU and its derivative, the
                   formulas of llmc/layer_math.h with vec_tanhf in place of tanhf
 
-No lookup tables, no branches, no calls: a loop over these with -O3 becomes AVX-512 / AVX2
-code (no -ffast-math needed; it would break the rounding trick in vec_expf). dev/test/test_matmul.c checks
+No lookup tables, no branches, no calls: a loop over these with -O3 -fno-trapping-math becomes
+AVX-512 / AVX2 code (GCC keeps the clamps as branches, and the loop scalar, unless it may assume
+that comparisons do not trap; the Makefile's CPU_SPEED_CFLAGS has the flag). No -ffast-math: it
+would break the rounding trick in vec_expf. dev/test/test_matmul.c checks
 the error bounds against libm over the whole range.
 */
 #ifndef LLMC_VECMATH_H
