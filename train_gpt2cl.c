@@ -81,73 +81,30 @@ void cl_runtime_free(ClRuntime* rt) {
 
 void encoder_forward(const ClRuntime* rt, ClTensor out, cl_mem inp, ClTensor wte, ClTensor wpe, int B, int T, int C) {
     // out is (B,T,C), inp is (B,T) token ids, wte is (Vp,C), wpe is (maxT,C)
-    ClArgs a = cl_args(rt->k.encoder_forward);
-    cl_arg_tensor(&a, out);
-    cl_arg_mem(&a, inp);
-    cl_arg_tensor(&a, wte);
-    cl_arg_tensor(&a, wpe);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)B * T * C);
+    cl_launch(&rt->dev, rt->k.encoder_forward, (size_t)B * T * C, cl_t(out), cl_m(inp), cl_t(wte), cl_t(wpe),
+              cl_i(B * T), cl_i(T), cl_i(C));
 }
 
 void encoder_backward(const ClRuntime* rt, ClTensor dwte, ClTensor dwpe, ClTensor dout, cl_mem inp, int B, int T, int C) {
     // dwte is (Vp,C), dwpe is (maxT,C), dout is (B,T,C)
-    ClArgs a = cl_args(rt->k.encoder_backward_wte);
-    cl_arg_tensor(&a, dwte);
-    cl_arg_tensor(&a, dout);
-    cl_arg_mem(&a, inp);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)C);
-    a = cl_args(rt->k.encoder_backward_wpe);
-    cl_arg_tensor(&a, dwpe);
-    cl_arg_tensor(&a, dout);
-    cl_arg_int(&a, B);
-    cl_arg_int(&a, T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)T * C);
+    cl_launch(&rt->dev, rt->k.encoder_backward_wte, (size_t)C, cl_t(dwte), cl_t(dout), cl_m(inp), cl_i(B * T), cl_i(C));
+    cl_launch(&rt->dev, rt->k.encoder_backward_wpe, (size_t)T * C, cl_t(dwpe), cl_t(dout), cl_i(B), cl_i(T), cl_i(C));
 }
 
 void layernorm_forward(const ClRuntime* rt, ClTensor out, ClTensor mean, ClTensor rstd, ClTensor inp, ClTensor weight,
                        ClTensor bias, int B, int T, int C) {
     // out and inp are (B,T,C), mean and rstd are (B,T), weight and bias are (C)
-    ClArgs a = cl_args(rt->k.layernorm_forward);
-    cl_arg_tensor(&a, out);
-    cl_arg_tensor(&a, mean);
-    cl_arg_tensor(&a, rstd);
-    cl_arg_tensor(&a, inp);
-    cl_arg_tensor(&a, weight);
-    cl_arg_tensor(&a, bias);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)B * T);
+    cl_launch(&rt->dev, rt->k.layernorm_forward, (size_t)B * T, cl_t(out), cl_t(mean), cl_t(rstd), cl_t(inp),
+              cl_t(weight), cl_t(bias), cl_i(B * T), cl_i(C));
 }
 
 void layernorm_backward(const ClRuntime* rt, ClTensor dinp, ClTensor dweight, ClTensor dbias, ClTensor dout, ClTensor inp,
                         ClTensor weight, ClTensor mean, ClTensor rstd, int B, int T, int C) {
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
-    ClArgs a = cl_args(rt->k.layernorm_backward_dinp);
-    cl_arg_tensor(&a, dinp);
-    cl_arg_tensor(&a, dout);
-    cl_arg_tensor(&a, inp);
-    cl_arg_tensor(&a, weight);
-    cl_arg_tensor(&a, mean);
-    cl_arg_tensor(&a, rstd);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)B * T);
-    a = cl_args(rt->k.layernorm_backward_dparams);
-    cl_arg_tensor(&a, dweight);
-    cl_arg_tensor(&a, dbias);
-    cl_arg_tensor(&a, dout);
-    cl_arg_tensor(&a, inp);
-    cl_arg_tensor(&a, mean);
-    cl_arg_tensor(&a, rstd);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, C);
-    cl_launch(&rt->dev, &a, (size_t)C);
+    cl_launch(&rt->dev, rt->k.layernorm_backward_dinp, (size_t)B * T, cl_t(dinp), cl_t(dout), cl_t(inp), cl_t(weight),
+              cl_t(mean), cl_t(rstd), cl_i(B * T), cl_i(C));
+    cl_launch(&rt->dev, rt->k.layernorm_backward_dparams, (size_t)C, cl_t(dweight), cl_t(dbias), cl_t(dout), cl_t(inp),
+              cl_t(mean), cl_t(rstd), cl_i(B * T), cl_i(C));
 }
 
 // out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]; has_bias 0: no bias
@@ -157,12 +114,7 @@ void matmul_forward(const ClRuntime* rt, ClTensor out, ClTensor inp, ClTensor we
     int BT = B * T;
     cl_gemm(&rt->gemm, &rt->dev, 0, 1, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
     if (!has_bias) { return; }
-    ClArgs a = cl_args(rt->k.add_bias);
-    cl_arg_tensor(&a, out);
-    cl_arg_tensor(&a, bias);
-    cl_arg_int(&a, BT);
-    cl_arg_int(&a, OC);
-    cl_launch(&rt->dev, &a, (size_t)BT * OC);
+    cl_launch(&rt->dev, rt->k.add_bias, (size_t)BT * OC, cl_t(out), cl_t(bias), cl_i(BT), cl_i(OC));
 }
 
 void matmul_backward(const ClRuntime* rt, ClTensor dinp, ClTensor dweight, ClTensor dbias, int has_bias, ClTensor dout,
@@ -174,25 +126,13 @@ void matmul_backward(const ClRuntime* rt, ClTensor dinp, ClTensor dweight, ClTen
     // dweight (OC,C) += dout^T (OC,BT) . inp (BT,C)
     cl_gemm(&rt->gemm, &rt->dev, 1, 0, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!has_bias) { return; }
-    ClArgs a = cl_args(rt->k.bias_backward);
-    cl_arg_tensor(&a, dbias);
-    cl_arg_tensor(&a, dout);
-    cl_arg_int(&a, BT);
-    cl_arg_int(&a, OC);
-    cl_launch(&rt->dev, &a, (size_t)OC);
+    cl_launch(&rt->dev, rt->k.bias_backward, (size_t)OC, cl_t(dbias), cl_t(dout), cl_i(BT), cl_i(OC));
 }
 
 void attention_forward(const ClRuntime* rt, ClTensor out, ClTensor att, ClTensor qkv, int B, int T, int C, int NH) {
     // out is (B,T,C), att is (B,NH,T,T) (kept for the backward), qkv is (B,T,3C)
-    ClArgs a = cl_args(rt->k.attention_forward);
-    cl_arg_tensor(&a, out);
-    cl_arg_tensor(&a, att);
-    cl_arg_tensor(&a, qkv);
-    cl_arg_int(&a, B);
-    cl_arg_int(&a, T);
-    cl_arg_int(&a, C);
-    cl_arg_int(&a, NH);
-    cl_launch(&rt->dev, &a, (size_t)B * T * NH);
+    cl_launch(&rt->dev, rt->k.attention_forward, (size_t)B * T * NH, cl_t(out), cl_t(att), cl_t(qkv), cl_i(B), cl_i(T),
+              cl_i(C), cl_i(NH));
 }
 
 void attention_backward(const ClRuntime* rt, ClTensor dqkv, ClTensor dpre, ClTensor dout, ClTensor att, ClTensor qkv,
@@ -200,83 +140,41 @@ void attention_backward(const ClRuntime* rt, ClTensor dqkv, ClTensor dpre, ClTen
     // dqkv, qkv are (B,T,3C); dout is (B,T,C); att is (B,NH,T,T); dpre (B,NH,T,T) is scratch
     cl_kernel ks[2] = {rt->k.attention_backward_query, rt->k.attention_backward_kv};
     for (int i = 0; i < 2; i++) { // the query side writes dpre, the key/value side reads it
-        ClArgs a = cl_args(ks[i]);
-        cl_arg_tensor(&a, dqkv);
-        cl_arg_tensor(&a, dpre);
-        cl_arg_tensor(&a, dout);
-        cl_arg_tensor(&a, att);
-        cl_arg_tensor(&a, qkv);
-        cl_arg_int(&a, B);
-        cl_arg_int(&a, T);
-        cl_arg_int(&a, C);
-        cl_arg_int(&a, NH);
-        cl_launch(&rt->dev, &a, (size_t)B * T * NH);
+        cl_launch(&rt->dev, ks[i], (size_t)B * T * NH, cl_t(dqkv), cl_t(dpre), cl_t(dout), cl_t(att), cl_t(qkv), cl_i(B),
+                  cl_i(T), cl_i(C), cl_i(NH));
     }
 }
 
 void gelu_forward(const ClRuntime* rt, ClTensor out, ClTensor inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
-    ClArgs a = cl_args(rt->k.gelu_forward);
-    cl_arg_tensor(&a, out);
-    cl_arg_tensor(&a, inp);
-    cl_arg_ulong(&a, N);
-    cl_launch(&rt->dev, &a, N);
+    cl_launch(&rt->dev, rt->k.gelu_forward, N, cl_t(out), cl_t(inp), cl_u(N));
 }
 
 void gelu_backward(const ClRuntime* rt, ClTensor dinp, ClTensor inp, ClTensor dout, size_t N) {
-    ClArgs a = cl_args(rt->k.gelu_backward);
-    cl_arg_tensor(&a, dinp);
-    cl_arg_tensor(&a, inp);
-    cl_arg_tensor(&a, dout);
-    cl_arg_ulong(&a, N);
-    cl_launch(&rt->dev, &a, N);
+    cl_launch(&rt->dev, rt->k.gelu_backward, N, cl_t(dinp), cl_t(inp), cl_t(dout), cl_u(N));
 }
 
 void residual_forward(const ClRuntime* rt, ClTensor out, ClTensor inp1, ClTensor inp2, size_t N) {
     // out, inp1, inp2 are (N) = (B,T,C)
-    ClArgs a = cl_args(rt->k.residual_forward);
-    cl_arg_tensor(&a, out);
-    cl_arg_tensor(&a, inp1);
-    cl_arg_tensor(&a, inp2);
-    cl_arg_ulong(&a, N);
-    cl_launch(&rt->dev, &a, N);
+    cl_launch(&rt->dev, rt->k.residual_forward, N, cl_t(out), cl_t(inp1), cl_t(inp2), cl_u(N));
 }
 
 void residual_backward(const ClRuntime* rt, ClTensor dinp1, ClTensor dinp2, ClTensor dout, size_t N) {
-    ClArgs a = cl_args(rt->k.residual_backward);
-    cl_arg_tensor(&a, dinp1);
-    cl_arg_tensor(&a, dinp2);
-    cl_arg_tensor(&a, dout);
-    cl_arg_ulong(&a, N);
-    cl_launch(&rt->dev, &a, N);
+    cl_launch(&rt->dev, rt->k.residual_backward, N, cl_t(dinp1), cl_t(dinp2), cl_t(dout), cl_u(N));
 }
 
 void crossentropy_softmax_forward(const ClRuntime* rt, ClTensor losses, ClTensor probs, ClTensor logits, cl_mem targets,
                                   int B, int T, int V, int Vp) {
     // losses is (B,T); probs, logits are (B,T,Vp) (the padded columns get probability 0); targets (B,T)
-    ClArgs a = cl_args(rt->k.crossentropy_forward);
-    cl_arg_tensor(&a, losses);
-    cl_arg_tensor(&a, probs);
-    cl_arg_tensor(&a, logits);
-    cl_arg_mem(&a, targets);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, V);
-    cl_arg_int(&a, Vp);
-    cl_launch(&rt->dev, &a, (size_t)B * T);
+    cl_launch(&rt->dev, rt->k.crossentropy_forward, (size_t)B * T, cl_t(losses), cl_t(probs), cl_t(logits), cl_m(targets),
+              cl_i(B * T), cl_i(V), cl_i(Vp));
 }
 
 void crossentropy_softmax_backward(const ClRuntime* rt, ClTensor dlogits, ClTensor dlosses, ClTensor probs, cl_mem targets,
                                    int B, int T, int V, int Vp) {
     // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T)
-    ClArgs a = cl_args(rt->k.crossentropy_backward);
-    cl_arg_tensor(&a, dlogits);
-    cl_arg_tensor(&a, dlosses);
-    cl_arg_tensor(&a, probs);
-    cl_arg_mem(&a, targets);
-    cl_arg_int(&a, B * T);
-    cl_arg_int(&a, V);
-    cl_arg_int(&a, Vp);
-    cl_launch(&rt->dev, &a, (size_t)B * T * V);
+    cl_launch(&rt->dev, rt->k.crossentropy_backward, (size_t)B * T * V, cl_t(dlogits), cl_t(dlosses), cl_t(probs),
+              cl_m(targets), cl_i(B * T), cl_i(V), cl_i(Vp));
 }
 
 // ----------------------------------------------------------------------------
@@ -417,8 +315,14 @@ void gpt2_allocate_parameters(GPT2* model, ClRuntime* rt) {
     model->mean_loss = -1.0f;
 }
 
-void gpt2_upload_parameters(GPT2* model, const float* params) {
-    cl_write(&model->rt->dev, model->params_memory, 0, params, model->num_parameters * sizeof(float));
+// copies the parameters (or gradients, or a moment) to host memory dst (num_parameters floats)
+void gpt2_read_buffer(const GPT2* model, cl_mem mem, float* dst) {
+    cl_read(&model->rt->dev, mem, 0, dst, model->num_parameters * sizeof(float));
+}
+
+// copies host memory src (num_parameters floats) to the parameters (or a moment)
+void gpt2_write_buffer(const GPT2* model, cl_mem mem, const float* src) {
+    cl_write(&model->rt->dev, mem, 0, src, model->num_parameters * sizeof(float));
 }
 
 void gpt2_build_from_checkpoint(GPT2* model, ClRuntime* rt, const char* path) {
@@ -427,7 +331,7 @@ void gpt2_build_from_checkpoint(GPT2* model, ClRuntime* rt, const char* path) {
     gpt2_allocate_parameters(model, rt);
     checkpoint_read_params(f, path, version, model->host_scratch, model->num_parameters);
     fcloseCheck(f, path);
-    gpt2_upload_parameters(model, model->host_scratch);
+    gpt2_write_buffer(model, model->params_memory, model->host_scratch);
 }
 
 // init from scratch on the host exactly like train_gpt2.py (llmc/init.h), then to the device
@@ -435,7 +339,7 @@ void gpt2_build_from_scratch(GPT2* model, ClRuntime* rt, const GPT2Config* cfg, 
     model->config = *cfg;
     gpt2_allocate_parameters(model, rt);
     gpt2_init_params_from_scratch(model->host_scratch, cfg, seed);
-    gpt2_upload_parameters(model, model->host_scratch);
+    gpt2_write_buffer(model, model->params_memory, model->host_scratch);
 }
 
 void gpt2_allocate_activations(GPT2* model, int B, int T) {
@@ -509,7 +413,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         return;
     }
     crossentropy_softmax_forward(rt, acts.losses, acts.probs, acts.logits, model->targets, B, T, V, Vp); // (B,T)
-    cl_read(dev, acts.losses.mem, acts.losses.off * sizeof(float), model->host_losses, (size_t)B * T * sizeof(float));
+    cl_read_tensor(dev, acts.losses, model->host_losses, (size_t)B * T);
     double sum = 0.0;
     for (int i = 0; i < B * T; i++) { sum += model->host_losses[i]; }
     model->mean_loss = (float)(sum / (B * T));
@@ -537,7 +441,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     // the loss is the mean over B*T positions: each position's dloss is loss_scale / (B*T)
     float dloss_mean = loss_scale / (float)(B * T);
     for (int i = 0; i < B * T; i++) { model->host_losses[i] = dloss_mean; }
-    cl_write(dev, gacts.losses.mem, gacts.losses.off * sizeof(float), model->host_losses, (size_t)B * T * sizeof(float));
+    cl_write_tensor(dev, gacts.losses, model->host_losses, (size_t)B * T);
     crossentropy_softmax_backward(rt, gacts.logits, gacts.losses, acts.probs, model->targets, B, T, V, Vp);
     matmul_backward(rt, gacts.lnf, g.wte, g.wte, 0, gacts.logits, acts.lnf, p.wte, B, T, C, Vp);
     LayerActs last = layer_acts(&model->acts, cfg, B, T, model->seq_len, L - 1);
@@ -571,12 +475,8 @@ float gpt2_grad_norm(GPT2* model) {
     const ClRuntime* rt = model->rt;
     size_t n = model->num_parameters;
     size_t nchunks = (n + GRAD_NORM_CHUNK - 1) / GRAD_NORM_CHUNK;
-    ClArgs a = cl_args(rt->k.sum_squares_chunks);
-    cl_arg_mem(&a, model->norm_partial);
-    cl_arg_mem(&a, model->grads_memory);
-    cl_arg_ulong(&a, n);
-    cl_arg_ulong(&a, GRAD_NORM_CHUNK);
-    cl_launch(&rt->dev, &a, nchunks);
+    cl_launch(&rt->dev, rt->k.sum_squares_chunks, nchunks, cl_m(model->norm_partial), cl_m(model->grads_memory), cl_u(n),
+              cl_u(GRAD_NORM_CHUNK));
     cl_read(&rt->dev, model->norm_partial, 0, model->host_scratch, nchunks * sizeof(float));
     double total = 0.0;
     for (size_t k = 0; k < nchunks; k++) { total += (double)model->host_scratch[k]; }
@@ -592,30 +492,13 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
     size_t off = 0;
     for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
         size_t n = model->param_sizes[k];
-        ClArgs a = cl_args(rt->k.adamw_update);
-        cl_arg_mem(&a, model->params_memory);
-        cl_arg_mem(&a, model->grads_memory);
-        cl_arg_mem(&a, model->m_memory);
-        cl_arg_mem(&a, model->v_memory);
-        cl_arg_ulong(&a, off);
-        cl_arg_ulong(&a, n);
-        cl_arg_float(&a, s.lr);
-        cl_arg_float(&a, s.beta1);
-        cl_arg_float(&a, s.beta2);
-        cl_arg_float(&a, s.eps);
-        cl_arg_float(&a, s.step_size);
-        cl_arg_float(&a, s.bc2_sqrt);
-        cl_arg_float(&a, GPT2_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f);
-        cl_arg_float(&a, grad_scale);
-        cl_launch(&rt->dev, &a, n);
+        float wd = GPT2_PARAMETER_IS_MATRIX[k] ? weight_decay : 0.0f;
+        cl_launch(&rt->dev, rt->k.adamw_update, n, cl_m(model->params_memory), cl_m(model->grads_memory),
+                  cl_m(model->m_memory), cl_m(model->v_memory), cl_u(off), cl_u(n), cl_f(s.lr), cl_f(s.beta1),
+                  cl_f(s.beta2), cl_f(s.eps), cl_f(s.step_size), cl_f(s.bc2_sqrt), cl_f(wd), cl_f(grad_scale));
         off += n;
     }
     clCheck(clFinish(rt->dev.queue));
-}
-
-// copies the parameters (or gradients, or a moment) to host memory dst (num_parameters floats)
-void gpt2_read_buffer(const GPT2* model, cl_mem mem, float* dst) {
-    cl_read(&model->rt->dev, mem, 0, dst, model->num_parameters * sizeof(float));
 }
 
 void gpt2_free(GPT2* model) {
@@ -672,7 +555,7 @@ static const float* cl_next_token_logits(void* ctx, const int* tokens, int len) 
     gpt2_forward(model, tokens, NULL, 1, len);
     size_t Vp = (size_t)model->config.padded_vocab_size;
     ClTensor logits = cl_at(model->acts.logits, (size_t)(len - 1) * Vp);
-    cl_read(&model->rt->dev, logits.mem, logits.off * sizeof(float), model->host_logits, Vp * sizeof(float));
+    cl_read_tensor(&model->rt->dev, logits, model->host_logits, Vp);
     return model->host_logits;
 }
 
@@ -703,8 +586,8 @@ static void cl_load_state(void* ctx, const char* path, TrainState* expect, Train
     GPT2* model = c->model;
     cl_state_fields(model, expect);
     train_state_read(path, expect, got, c->m_host, c->v_host, d);
-    cl_write(&model->rt->dev, model->m_memory, 0, c->m_host, model->num_parameters * sizeof(float));
-    cl_write(&model->rt->dev, model->v_memory, 0, c->v_host, model->num_parameters * sizeof(float));
+    gpt2_write_buffer(model, model->m_memory, c->m_host);
+    gpt2_write_buffer(model, model->v_memory, c->v_host);
 }
 
 // builds the model from a descriptor (dN, gpt2:dN, gpt3:cN) or a checkpoint path

@@ -13,10 +13,13 @@ a CPU, the AMD, Intel or NVIDIA GPU drivers).
     ClTensor                              a buffer and an element offset into it: the trainer keeps its
                                           parameters, gradients and activations in one buffer each
     cl_alloc, cl_write, cl_read, cl_fill_zero    buffers of floats (or bytes), blocking copies
-    ClArgs + cl_arg_tensor/int/ulong/float/mem, cl_launch(args, global)
-                                          sets a kernel's arguments in order and enqueues it over
-                                          `global` work items in work groups of CL_WORK_GROUP
-                                          (global rounded up: every kernel guards its id)
+    cl_read_tensor, cl_write_tensor       n floats from or to a tensor
+    cl_launch(dev, kernel, n, cl_t(out), cl_i(C), ...)
+                                          sets a kernel's arguments in order (cl_t a tensor, cl_m a
+                                          buffer, cl_i int, cl_u ulong, cl_f float) and enqueues it over
+                                          n work items in work groups of CL_WORK_GROUP (n rounded up:
+                                          every kernel guards its id); cl_set_args(kernel, CL_ARGS(...))
+                                          only sets them, for a launch of another shape
 
 Every kernel of llmc/opencl/NAME.cl takes a tensor as two arguments, (__global float* x, ulong x_off).
 */
@@ -265,44 +268,68 @@ static void cl_fill_zero(const ClDevice* dev, cl_mem m, size_t bytes) {
     if (bytes > 0) { clCheck(clEnqueueFillBuffer(dev->queue, m, &zero, sizeof(zero), 0, bytes, 0, NULL, NULL)); }
 }
 
+// n floats from or to the tensor t
+static void cl_read_tensor(const ClDevice* dev, ClTensor t, float* dst, size_t n) {
+    cl_read(dev, t.mem, t.off * sizeof(float), dst, n * sizeof(float));
+}
+
+static void cl_write_tensor(const ClDevice* dev, ClTensor t, const float* src, size_t n) {
+    cl_write(dev, t.mem, t.off * sizeof(float), src, n * sizeof(float));
+}
+
 // ----------------------------------------------------------------------------
-// kernel launches: ClArgs a = cl_args(k); cl_arg_tensor(&a, t); ...; cl_launch(dev, &a, n)
+// kernel launches: cl_launch(dev, kernel, n, cl_t(out), cl_t(inp), cl_i(C), ...)
 
+// one argument of a kernel, typed by its constructor: cl_t a tensor (two kernel arguments, the
+// buffer and its ulong offset), cl_m a buffer, cl_i an int, cl_u a ulong, cl_f a float
 typedef struct {
-    cl_kernel kernel;
-    cl_uint n;
-} ClArgs;
+    enum { CL_ARG_TENSOR, CL_ARG_MEM, CL_ARG_INT, CL_ARG_ULONG, CL_ARG_FLOAT } kind;
+    union {
+        ClTensor t;
+        cl_mem m;
+        cl_int i;
+        cl_ulong u;
+        cl_float f;
+    } v;
+} ClArg;
 
-static inline ClArgs cl_args(cl_kernel k) {
-    ClArgs a = {k, 0};
-    return a;
+static inline ClArg cl_t(ClTensor t) { ClArg a = {CL_ARG_TENSOR, {.t = t}}; return a; }
+static inline ClArg cl_m(cl_mem m) { ClArg a = {CL_ARG_MEM, {.m = m}}; return a; }
+static inline ClArg cl_i(int v) { ClArg a = {CL_ARG_INT, {.i = v}}; return a; }
+static inline ClArg cl_u(size_t v) { ClArg a = {CL_ARG_ULONG, {.u = (cl_ulong)v}}; return a; }
+static inline ClArg cl_f(float v) { ClArg a = {CL_ARG_FLOAT, {.f = v}}; return a; }
+
+// a list of ClArg as the two arguments (array, count) of cl_set_args
+#define CL_ARGS(...) (const ClArg[]){__VA_ARGS__}, sizeof((const ClArg[]){__VA_ARGS__}) / sizeof(ClArg)
+
+// sets the kernel's arguments in order, from the first
+static void cl_set_args(cl_kernel k, const ClArg* args, size_t nargs) {
+    cl_uint n = 0;
+    for (size_t i = 0; i < nargs; i++) {
+        const ClArg* a = &args[i];
+        switch (a->kind) {
+            case CL_ARG_TENSOR: {
+                cl_ulong off = (cl_ulong)a->v.t.off;
+                clCheck(clSetKernelArg(k, n++, sizeof(cl_mem), &a->v.t.mem));
+                clCheck(clSetKernelArg(k, n++, sizeof(off), &off));
+                break;
+            }
+            case CL_ARG_MEM: clCheck(clSetKernelArg(k, n++, sizeof(cl_mem), &a->v.m)); break;
+            case CL_ARG_INT: clCheck(clSetKernelArg(k, n++, sizeof(cl_int), &a->v.i)); break;
+            case CL_ARG_ULONG: clCheck(clSetKernelArg(k, n++, sizeof(cl_ulong), &a->v.u)); break;
+            case CL_ARG_FLOAT: clCheck(clSetKernelArg(k, n++, sizeof(cl_float), &a->v.f)); break;
+        }
+    }
 }
 
-static inline void cl_arg_mem(ClArgs* a, cl_mem m) { clCheck(clSetKernelArg(a->kernel, a->n++, sizeof(cl_mem), &m)); }
-
-static inline void cl_arg_ulong(ClArgs* a, size_t v) {
-    cl_ulong x = (cl_ulong)v;
-    clCheck(clSetKernelArg(a->kernel, a->n++, sizeof(x), &x));
-}
-
-static inline void cl_arg_int(ClArgs* a, int v) {
-    cl_int x = v;
-    clCheck(clSetKernelArg(a->kernel, a->n++, sizeof(x), &x));
-}
-
-static inline void cl_arg_float(ClArgs* a, float v) { clCheck(clSetKernelArg(a->kernel, a->n++, sizeof(v), &v)); }
-
-static inline void cl_arg_tensor(ClArgs* a, ClTensor t) {
-    cl_arg_mem(a, t.mem);
-    cl_arg_ulong(a, t.off);
-}
-
-// enqueues the kernel over n work items (n rounded up to a multiple of CL_WORK_GROUP)
-static void cl_launch(const ClDevice* dev, const ClArgs* a, size_t n) {
+// sets the arguments and enqueues the kernel over n work items (n rounded up to a multiple of CL_WORK_GROUP)
+static void cl_launch_args(const ClDevice* dev, cl_kernel k, size_t n, const ClArg* args, size_t nargs) {
     if (n == 0) { return; }
+    cl_set_args(k, args, nargs);
     size_t local = CL_WORK_GROUP;
     size_t global = (n + local - 1) / local * local;
-    clCheck(clEnqueueNDRangeKernel(dev->queue, a->kernel, 1, NULL, &global, &local, 0, NULL, NULL));
+    clCheck(clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
 }
+#define cl_launch(dev, kernel, n, ...) cl_launch_args((dev), (kernel), (n), CL_ARGS(__VA_ARGS__))
 
 #endif // LLMC_OPENCL_COMMON_H

@@ -94,20 +94,8 @@ static void cl_gemm(const ClGemm* g, const ClDevice* dev, int transA, int transB
         return;
     }
 #endif
-    ClArgs a = cl_args(g->tiled);
-    cl_arg_int(&a, M);
-    cl_arg_int(&a, N);
-    cl_arg_int(&a, K);
-    cl_arg_float(&a, alpha);
-    cl_arg_tensor(&a, A);
-    cl_arg_int(&a, lda);
-    cl_arg_int(&a, transA);
-    cl_arg_tensor(&a, B);
-    cl_arg_int(&a, ldb);
-    cl_arg_int(&a, transB);
-    cl_arg_float(&a, beta);
-    cl_arg_tensor(&a, C);
-    cl_arg_int(&a, ldc);
+    cl_set_args(g->tiled, CL_ARGS(cl_i(M), cl_i(N), cl_i(K), cl_f(alpha), cl_t(A), cl_i(lda), cl_i(transA), cl_t(B),
+                                  cl_i(ldb), cl_i(transB), cl_f(beta), cl_t(C), cl_i(ldc)));
     size_t local[2] = {CL_GEMM_LOCAL, CL_GEMM_LOCAL};
     size_t global[2] = {(size_t)(N + CL_GEMM_TILE - 1) / CL_GEMM_TILE * CL_GEMM_LOCAL,
                         (size_t)(M + CL_GEMM_TILE - 1) / CL_GEMM_TILE * CL_GEMM_LOCAL};
