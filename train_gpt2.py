@@ -59,6 +59,20 @@ class GPTConfig:
     n_embd: int = 768
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(HS), causal) v for q, k, v (B, NH, T, HS), the heads side by side again: (B, T, NH * HS).
+    flash: scaled_dot_product_attention; else the explicit product (train_llama3.py's attention too)."""
+    B, NH, T, HS = q.size()
+    if flash:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B, NH, T, T)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        att = att.masked_fill(~mask, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+    return y.transpose(1, 2).contiguous().view(B, T, NH * HS)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, flash: bool):
         super().__init__()
@@ -66,21 +80,12 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.n_head, self.n_embd, self.flash = config.n_head, config.n_embd, flash
-        mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
-        self.register_buffer("mask", mask.view(1, 1, config.block_size, config.block_size), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, HS)
-        if self.flash:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-            y = F.softmax(att, dim=-1) @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        return self.c_proj(causal_attention(q, k, v, self.flash))
 
 
 class MLP(nn.Module):
@@ -107,7 +112,35 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class CausalLM(nn.Module):
+    """What GPT and train_llama3.py's Llama share after their blocks: the head's logits and loss, and sampling.
+    Subclasses have .config.block_size, .lm_head and forward(idx) -> (logits, loss)."""
+
+    def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool):
+        """x (B, T, C) after the final norm: (logits or None, mean cross-entropy over targets or None)."""
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        else:
+            logits, loss = self.lm_head(x[:, [-1], :]), None  # only the last position is needed
+        return (logits if return_logits else None), loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+class GPT(CausalLM):
     def __init__(self, config: GPTConfig, flash: bool = False):
         super().__init__()
         self.config = config
@@ -148,26 +181,7 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
         for block in self.transformer.h:
             x = block(x)
-        x = self.transformer.ln_f(x)
-        if targets is not None:
-            logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
-        else:
-            logits, loss = self.lm_head(x[:, [-1], :]), None  # only the last position is needed
-        return (logits if return_logits else None), loss
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None):
-        for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / max(temperature, 1e-6)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
+        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
 
     def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
                              zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
@@ -537,30 +551,34 @@ class DebugOptimizer:
                 MUON_ADJUST_LR.index(self.muon_adjust_lr)]
 
 
-def reference_steps(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
-                    dtype: torch.dtype = torch.float32):
-    """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it: (logits, loss, grads, losses)."""
+def reference_steps(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                    dtype: torch.dtype = torch.float32,
+                    is_block_matrix: Callable[[str, torch.Tensor], bool] = gpt2_is_block_matrix,
+                    file_tensors: Callable[[CausalLM, Callable], list[torch.Tensor]] = llmc_tensors):
+    """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it (AdamW, or Muon on the
+    matrices is_block_matrix picks and AdamW on the rest): (logits, loss, grads in file_tensors' order, losses,
+    grad norms before clipping). GPT-2's by default; train_llama3.py passes the Llama's two."""
     ref = copy.deepcopy(model).cpu().to(dtype)
-    optimizer = make_optimizer(ref, opt.settings(), gpt2_is_block_matrix, ns_dtype=dtype)
-    logits, loss, grads, losses = None, None, None, []
+    optimizer = make_optimizer(ref, opt.settings(), is_block_matrix, ns_dtype=dtype)
+    logits, loss, grads, losses, norms = None, None, None, [], []
     for step in range(opt.steps):
         optimizer.zero_grad(set_to_none=True)
         step_logits, step_loss = ref(x, y)
         if dtype != torch.float32:  # the model's loss is float32 for autocast; a float64 rerun needs float64
-            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.view(-1))
+            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
         step_loss.backward()
         if step == 0:
             logits, loss = step_logits.detach(), step_loss.detach()
-            grads = llmc_tensors(ref, lambda p: p.grad.detach().clone())
+            grads = file_tensors(ref, lambda p: p.grad.detach().clone())
         losses.append(step_loss.item())
-        if opt.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), opt.grad_clip)
+        max_norm = opt.grad_clip if opt.grad_clip > 0 else float("inf")  # the norm is recorded either way
+        norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item())
         optimizer.step()
-    return logits, loss, grads, losses
+    return logits, loss, grads, losses, norms
 
 
-def reference_loss_noise(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
-                         losses: list[float]) -> list[float]:
+def reference_loss_noise(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                         losses: list[float], steps: Callable = reference_steps) -> list[float]:
     """Float32 rounding noise of each reference step loss: |loss_fp32 - loss_fp64| of the same steps.
 
     AdamW turns gradients at the float32 noise floor into updates of size lr, so a correct float32
@@ -574,8 +592,27 @@ def reference_loss_noise(model: GPT, x: torch.Tensor, y: torch.Tensor, opt: Debu
     trainer differs from this reference by 1.9e-4). Costs one float64 run of the steps (~2x the
     float32 ones on a CPU).
     """
-    exact = reference_steps(model, x, y, opt, torch.float64)[3]
+    exact = steps(model, x, y, opt, torch.float64)[3]
     return [abs(a - b) for a, b in zip(losses, exact)]
+
+
+def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.Tensor, y: torch.Tensor,
+                       logits: torch.Tensor, loss: torch.Tensor, grads: list[torch.Tensor],
+                       per_step: list[list[float]]) -> list[bytes]:
+    """A debug state's bytes (GPT-2's and train_llama3.py's layout): the header (B, T, steps, the AdamW settings as
+    float32 bits, the noise count, DebugOptimizer.header_fields), the batch, its logits, loss and gradients, then
+    each per-step series as float32, the loss noise last."""
+    B, T = x.shape
+    settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
+    return [
+        header_bytes([magic, version, B, T, opt.steps, *settings, len(per_step[-1]), *opt.header_fields()]),
+        x.to(torch.int32).numpy().tobytes(),
+        y.to(torch.int32).numpy().tobytes(),
+        logits.float().numpy().tobytes(),
+        loss.float().numpy().tobytes(),
+        *(g.float().numpy().tobytes() for g in grads),
+        *(np.asarray(values, dtype=np.float32).tobytes() for values in per_step),
+    ]
 
 
 def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
@@ -584,21 +621,10 @@ def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: st
     steps, then each step loss's float32 noise (header[11] = their count; after everything llm.c reads).
     header[12..17] name the optimizer of the steps (DebugOptimizer.header_fields)."""
     x, y = x.cpu(), y.cpu()
-    logits, loss, grads, losses = reference_steps(model, x, y, opt)
+    logits, loss, grads, losses, _ = reference_steps(model, x, y, opt)
     noise = reference_loss_noise(model, x, y, opt, losses)
+    atomic_write(filename, debug_state_chunks(STATE_MAGIC, 2, opt, x, y, logits, loss, grads, [losses, noise]))
     B, T = x.shape
-    settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
-    chunks = [
-        header_bytes([STATE_MAGIC, 2, B, T, opt.steps, *settings, len(noise), *opt.header_fields()]),
-        x.to(torch.int32).numpy().tobytes(),
-        y.to(torch.int32).numpy().tobytes(),
-        logits.float().numpy().tobytes(),
-        loss.float().numpy().tobytes(),
-        *(g.float().numpy().tobytes() for g in grads),
-        np.asarray(losses, dtype=np.float32).tobytes(),
-        np.asarray(noise, dtype=np.float32).tobytes(),
-    ]
-    atomic_write(filename, chunks)
     summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
     print0(f"wrote {filename} (B={B}, T={T}, {summary})")
 
@@ -679,20 +705,16 @@ def add_optimizer_args(p: argparse.ArgumentParser) -> None:
       help="Muon lr adjustment: original = sqrt(max(1, rows/cols)), match_rms_adamw = 0.2 sqrt(max(rows, cols))")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_args(p: argparse.ArgumentParser, learning_rate: float) -> None:
+    """The flags from --seed to --flash (train_gpt2.py and train_llama3.py): batch, schedule, evaluation, device."""
     a = p.add_argument
-    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob)")
-    a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
-    a("--output_dir", default="", help="directory for main.log and the final checkpoint")
-    a("--model", default="gpt2", help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory")
     a("--seed", type=int, default=42, help="seed of the from-scratch init and of sampling")
     a("--batch_size", type=int, default=4, help="micro-batch size B")
     a("--sequence_length", type=int, default=64, help="sequence length T")
     a("--total_batch_size", type=int, default=-1, help="tokens per optimizer step (-1 = B*T*processes, no accumulation)")
     a("--num_iterations", type=int, default=10, help="optimizer steps")
     a("--inference_only", type=int, default=0, help="forward only, no training")
-    a("--learning_rate", type=float, default=3e-4)
+    a("--learning_rate", type=float, default=learning_rate)
     a("--warmup_iters", type=int, default=0)
     a("--learning_rate_decay_frac", type=float, default=1.0, help="final LR as a fraction of --learning_rate")
     a("--weight_decay", type=float, default=0.0)
@@ -706,6 +728,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--device", default="", help="cpu|cuda|cuda:N|mps; default: the best available")
     a("--compile", type=int, default=0, help="torch.compile the model")
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob)")
+    a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
+    a("--output_dir", default="", help="directory for main.log and the final checkpoint")
+    a("--model", default="gpt2", help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory")
+    add_run_args(p, learning_rate=3e-4)
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA")
     add_optimizer_args(p)
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
@@ -916,17 +948,23 @@ def train(args: argparse.Namespace) -> None:
     train_loop(args, gpt2_family)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_main(train: Callable[[argparse.Namespace], None], args: argparse.Namespace,
+             errors: tuple[type[Exception], ...], message: Callable[[Exception], str] = str) -> int:
+    """train(args) as a command: one of `errors` prints one `error: message(e)` line and exits 1, Ctrl-C 130."""
     try:
         train(args)
-    except (UserError, DataFormatError, OSError) as e:  # OSError: e.g. --output_dir is a file
-        print(f"error: {e}", file=sys.stderr)
+    except errors as e:
+        print(f"error: {message(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    # OSError: e.g. --output_dir is a file
+    return run_main(train, parse_args(argv), (UserError, DataFormatError, OSError))
 
 
 if __name__ == "__main__":

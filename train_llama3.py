@@ -16,7 +16,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from train_gpt2 import (
+    CausalLM,
     DebugOptimizer,
     DistributedDataLoader,
     ModelFamily,
@@ -36,12 +36,17 @@ from train_gpt2 import (
     OptimizerSettings,
     UserError,
     add_optimizer_args,
+    add_run_args,
     atomic_write,
+    causal_attention,
     debug_optimizer,
-    float_bits,
+    debug_state_chunks,
     header_bytes,
     make_optimizer,
     print0,
+    reference_loss_noise,
+    reference_steps as gpt2_reference_steps,
+    run_main,
     tensor_bytes,
     train_loop,
 )
@@ -172,7 +177,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()
+        B, T, _ = x.size()
         NH, NKV, HS = self.n_head, self.n_kv_head, self.hs
         q, k, v = self.c_attn(x).split([NH * HS, NKV * HS, NKV * HS], dim=2)
         q = q.view(B, T, NH, HS).transpose(1, 2)  # (B, NH, T, HS)
@@ -180,15 +185,7 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
         q, k = rope_apply(q, cos, sin), rope_apply(k, cos, sin)
         k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)  # (B, NH, T, HS)
-        if self.flash:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B, NH, T, T)
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            att = att.masked_fill(~mask, float("-inf"))
-            y = F.softmax(att, dim=-1) @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        return self.c_proj(causal_attention(q, k, v, self.flash))
 
 
 class MLP(nn.Module):
@@ -224,7 +221,7 @@ LAYER_TENSORS = [
 ]
 
 
-class Llama(nn.Module):
+class Llama(CausalLM):
     def __init__(self, config: LlamaConfig, flash: bool = False):
         super().__init__()
         check_config(config, "model")
@@ -279,27 +276,7 @@ class Llama(nn.Module):
         cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
         for block in self.transformer.h:
             x = block(x, cos, sin)
-        x = self.transformer.ln_f(x)
-        if targets is not None:
-            logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
-        else:
-            logits, loss = self.lm_head(x[:, [-1], :]), None
-        return (logits if return_logits else None), loss
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / max(temperature, 1e-6)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
+        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
         """train_gpt2.py's make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or
@@ -551,25 +528,9 @@ def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
 
 def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
                     dtype: torch.dtype = torch.float32):
-    """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it (AdamW, or Muon + AdamW):
+    """train_gpt2.py's reference steps on the Llama (AdamW, or Muon on the blocks' matrices + AdamW):
     (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    ref = copy.deepcopy(model).cpu().to(dtype)
-    optimizer = ref.configure_optimizers(opt.settings(), ns_dtype=dtype)
-    logits, loss, grads, losses, norms = None, None, None, [], []
-    for step in range(opt.steps):
-        optimizer.zero_grad(set_to_none=True)
-        step_logits, step_loss = ref(x, y)
-        if dtype != torch.float32:
-            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
-        step_loss.backward()
-        if step == 0:
-            logits, loss = step_logits.detach(), step_loss.detach()
-            grads = stacked(ref, lambda p: p.grad.detach().clone())
-        losses.append(step_loss.item())
-        max_norm = opt.grad_clip if opt.grad_clip > 0 else float("inf")
-        norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item())
-        optimizer.step()
-    return logits, loss, grads, losses, norms
+    return gpt2_reference_steps(model, x, y, opt, dtype, llama_is_block_matrix, stacked)
 
 
 def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
@@ -579,23 +540,10 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
     name the optimizer (0 AdamW, 1 Muon, and Muon's settings: train_gpt2.py's DebugOptimizer.header_fields)."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
-    exact = reference_steps(model, x, y, opt, torch.float64)[3]
-    noise = [abs(a - b) for a, b in zip(losses, exact)]
-    B, T = x.shape
-    settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
-    head = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, opt.steps, *settings, len(noise), *opt.header_fields()])
-    chunks = [
-        head,
-        x.to(torch.int32).numpy().tobytes(),
-        y.to(torch.int32).numpy().tobytes(),
-        logits.float().numpy().tobytes(),
-        loss.float().numpy().tobytes(),
-        *(g.float().numpy().tobytes() for g in grads),
-        np.asarray(losses, dtype=np.float32).tobytes(),
-        np.asarray(norms, dtype=np.float32).tobytes(),
-        np.asarray(noise, dtype=np.float32).tobytes(),
-    ]
+    noise = reference_loss_noise(model, x, y, opt, losses, reference_steps)
+    chunks = debug_state_chunks(STATE_MAGIC, STATE_VERSION, opt, x, y, logits, loss, grads, [losses, norms, noise])
     atomic_write(filename, chunks)
+    B, T = x.shape
     summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
     print0(f"wrote {filename} (B={B}, T={T}, {summary})")
 
@@ -614,26 +562,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
       help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files")
     a("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model directory's, "
       "else the hub's meta-llama/Meta-Llama-3-8B")
-    a("--seed", type=int, default=42, help="seed of the from-scratch init and of sampling")
-    a("--batch_size", type=int, default=4, help="micro-batch size B")
-    a("--sequence_length", type=int, default=64, help="sequence length T")
-    a("--total_batch_size", type=int, default=-1, help="tokens per optimizer step (-1 = B*T*processes, no accumulation)")
-    a("--num_iterations", type=int, default=10, help="optimizer steps")
-    a("--inference_only", type=int, default=0, help="forward only, no training")
-    a("--learning_rate", type=float, default=1e-4)
-    a("--warmup_iters", type=int, default=0)
-    a("--learning_rate_decay_frac", type=float, default=1.0, help="final LR as a fraction of --learning_rate")
-    a("--weight_decay", type=float, default=0.0)
-    a("--grad_clip", type=float, default=1.0, help="clip gradients to this global norm (0 = off)")
-    a("--val_loss_every", type=int, default=0, help="every how many steps to evaluate val loss (0 = never)")
-    a("--val_max_steps", type=int, default=20, help="batches per validation")
-    a("--sample_every", type=int, default=0, help="every how many steps to print a sample (0 = never)")
-    a("--gen_tokens", type=int, default=64, help="tokens per sample")
-    a("--overfit_single_batch", type=int, default=0, help="train on the first batch only")
-    a("--tensorcores", type=int, default=0, help="allow TF32 matmuls on CUDA")
-    a("--device", default="", help="cpu|cuda|cuda:N|mps; default: the best available")
-    a("--compile", type=int, default=0, help="torch.compile the model")
-    a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
+    add_run_args(p, learning_rate=1e-4)
     a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True))")
     a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
     add_optimizer_args(p)
@@ -695,16 +624,9 @@ def train(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        train(args)
-    except (UserError, DataError, DataFormatError, OSError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    # the tokenizer's and transformers' messages can span lines: one line each
+    return run_main(train, parse_args(argv), (UserError, DataError, DataFormatError, OSError),
+                    lambda e: " ".join(str(e).split()))
 
 
 if __name__ == "__main__":
