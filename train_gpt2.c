@@ -555,9 +555,7 @@ int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
                "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
-    if (matmul_precision_parse(args.precision, &matmul_precision) != 0) {
-        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
-    }
+    cpu_parse_precision(args.precision, argv[0]);
     int optimizer = optimizer_parse(args.optimizer);
     if (optimizer < 0) { llmc_die("flag -op: bad value \"%s\": use adamw or muon (run %s --help to list the flags)", args.optimizer, argv[0]); }
     MuonConfig muon = {args.muon_lr, args.muon_momentum, args.muon_nesterov, args.muon_ns_steps, muon_adjust_parse(args.muon_adjust_lr)};
@@ -565,29 +563,16 @@ int main(int argc, char** argv) {
         llmc_die("flag -oa: bad value \"%s\": use original or match_rms_adamw (run %s --help to list the flags)", args.muon_adjust_lr, argv[0]);
     }
     int rank = pg.process_rank, nproc = pg.num_processes;
-    char threads_why[96];
-    cpu_set_threads(&pg, threads_why, sizeof(threads_why));
-
-    // data and flags first (a missing file says so before the model is loaded), then the model:
-    // the newest complete checkpoint in -o when resuming, else -e
-    int resume_step = trainer_prepare(&args, rank);
+    CpuTrainerRun run;
     GPT2 model;
-    char model_path[4200];
-    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
-    if (resume_step >= 0) {
-        trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
-        gpt2_build_from_checkpoint(&model, model_path);
+    if (cpu_trainer_prepare(&run, &args, &pg) >= 0) {
+        gpt2_build_from_checkpoint(&model, run.model_path);
     } else {
         gpt2_build(&model, args.load_filename);
     }
     GPT2Config cfg = model.config;
-    if (args.T > cfg.max_seq_len) {
-        llmc_die("flag -t: T = %d is larger than the model's max sequence length %d (-e %s)", args.T, cfg.max_seq_len, model_path);
-    }
-    TrainerComm comm = cpu_trainer_comm(&pg);
     Trainer trainer;
-    trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
-    ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
+    ZeroShard shard = cpu_trainer_start(&run, &trainer, cfg.vocab_size, cfg.max_seq_len, "max sequence length", model.num_parameters);
     gpt2_allocate_activations(&model, args.B, args.T);
     if (optimizer == OPTIMIZER_MUON) {
         gpt2_allocate_muon(&model, &muon, args.zero_stage, nproc, rank);
@@ -598,10 +583,8 @@ int main(int argc, char** argv) {
 
     // what this run does
     if (rank == 0) {
-        printf("+-------------------------------------------------------------------------+\n");
-        args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, stdout);
-        printf("+-------------------------------------------------------------------------+\n");
-        printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", model_path, cfg.num_layers,
+        cpu_trainer_print_flags(TRAIN_ARG_TABLE, &args);
+        printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", run.model_path, cfg.num_layers,
                cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
         if (optimizer == OPTIMIZER_MUON) {
             printf("optimizer: Muon (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s) on the %d block matrices, AdamW (lr %g) on the rest\n",
@@ -611,9 +594,7 @@ int main(int argc, char** argv) {
             printf("ZeRO-1: rank 0 owns %zu of %zu parameters' optimizer state%s\n", model.opt_size, model.num_parameters,
                    optimizer == OPTIMIZER_MUON ? " (Muon matrices whole)" : "");
         }
-#ifdef _OPENMP
-        printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), nproc, threads_why);
-#endif
+        cpu_trainer_print_threads(&run);
     }
 
     CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,

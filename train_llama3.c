@@ -435,49 +435,31 @@ int main(int argc, char** argv) {
     }
     TrainArgs args;
     args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, "Trains Llama 3 on the CPU.");
-    if (matmul_precision_parse(args.precision, &matmul_precision) != 0) {
-        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", args.precision, argv[0]);
-    }
+    cpu_parse_precision(args.precision, argv[0]);
     if (strcmp(args.optimizer, "adamw") != 0) {
         llmc_die("flag -op: \"%s\": the CPU Llama 3 trainer has AdamW only (run %s --help to list the flags)", args.optimizer, argv[0]);
     }
-    int rank = pg.process_rank, nproc = pg.num_processes;
-    char threads_why[96];
-    cpu_set_threads(&pg, threads_why, sizeof(threads_why));
-
-    int resume_step = trainer_prepare(&args, rank);
+    CpuTrainerRun run;
     Llama3 model;
-    char model_path[4200];
-    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
-    if (resume_step >= 0) {
-        trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
-        llama3_build_from_file(&model, model_path);
+    if (cpu_trainer_prepare(&run, &args, &pg) >= 0) {
+        llama3_build_from_file(&model, run.model_path);
     } else {
         llama3_build(&model, args.load_filename);
     }
     Llama3Config cfg = model.config;
-    if (args.T > cfg.max_seq_len) {
-        llmc_die("flag -t: T = %d is larger than the model's block size %d (-e %s)", args.T, cfg.max_seq_len, model_path);
-    }
-    TrainerComm comm = cpu_trainer_comm(&pg);
     Trainer trainer;
-    trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
-    ZeroShard shard = zero_shard(model.num_parameters, args.zero_stage, nproc, rank);
+    ZeroShard shard = cpu_trainer_start(&run, &trainer, cfg.vocab_size, cfg.max_seq_len, "block size", model.num_parameters);
     llama3_allocate_activations(&model, args.B, args.T);
     llama3_allocate_optimizer(&model, shard.offset, shard.size);
     cpu_choose_precision(&pg);
 
-    if (rank == 0) {
-        printf("+-------------------------------------------------------------------------+\n");
-        args_print_values(table, TRAIN_ARG_COUNT, &args, stdout);
-        printf("+-------------------------------------------------------------------------+\n");
-        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", model_path, cfg.num_layers,
+    if (pg.process_rank == 0) {
+        cpu_trainer_print_flags(table, &args);
+        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", run.model_path, cfg.num_layers,
                cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.ffn_hidden, cfg.max_seq_len, cfg.vocab_size,
                cfg.tied_embeddings ? " (tied lm_head)" : "", model.num_parameters);
         if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
-#ifdef _OPENMP
-        printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), nproc, threads_why);
-#endif
+        cpu_trainer_print_threads(&run);
     }
 
     CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,

@@ -20,6 +20,16 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               member, so cpu_trainer_grad_norm, cpu_trainer_save_state and
                               cpu_trainer_load_state go into its TrainerOps unchanged
     cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
+    cpu_parse_precision(value, argv0)
+                              -p fp32 | bf16 into matmul_precision (the trainers and their test programs)
+    CpuTrainerRun             a trainer main()'s start-up, whatever the model, around its model's calls:
+      cpu_trainer_prepare(run, args, pg)   threads, the flags and data (trainer_prepare), and the model to
+                              load: run->model_path, the resumed step's checkpoint (run->resume_step >= 0)
+                              or -e; returns run->resume_step
+      cpu_trainer_start(run, trainer, V, maxT, maxT_name, num_parameters)   once the model is loaded: -t
+                              against its maxT, trainer_init, and this process's ZeRO shard (returned)
+      cpu_trainer_print_flags(table, args), cpu_trainer_print_threads(run)   rank 0's first and last
+                              lines of what the run does; the trainer prints its model's lines between
 
 The training state (llmc/checkpoint.h's TrainState) holds this process's optimizer slice
 (m, v of opt_size floats at opt_offset), the optimizer code and the outlier windows.
@@ -43,6 +53,7 @@ The training state (llmc/checkpoint.h's TrainState) holds this process's optimiz
 #include "matmul.h"
 #include "trainer.h"
 #include "mpi_utils.h"
+#include "zero.h"
 
 // ----------------------------------------------------------------------------
 // the optimizer's arithmetic on flat buffers
@@ -174,6 +185,65 @@ static void cpu_trainer_sum_floats(void* ctx, float* values, int n) {
 static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
     TrainerComm comm = {pg->process_rank, pg->num_processes, pg, cpu_trainer_barrier, cpu_trainer_sum_floats};
     return comm;
+}
+
+// ----------------------------------------------------------------------------
+// a trainer's main() around its model
+
+static void cpu_parse_precision(const char* value, const char* argv0) {
+    if (matmul_precision_parse(value, &matmul_precision) != 0) {
+        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", value, argv0);
+    }
+}
+
+typedef struct {
+    ProcessGroup* pg;
+    const TrainArgs* args;
+    int resume_step;          // the step resumed from (-y 1 and a complete checkpoint in -o), else -1
+    char model_path[4200];    // the model to load: that step's checkpoint, else -e
+    char threads_why[96];     // where the OpenMP thread count comes from
+} CpuTrainerRun;
+
+// data and flags first (a missing file says so before the model is loaded), then the model to load:
+// the newest complete checkpoint in -o when resuming, else -e
+static int cpu_trainer_prepare(CpuTrainerRun* run, const TrainArgs* args, ProcessGroup* pg) {
+    run->pg = pg;
+    run->args = args;
+    cpu_set_threads(pg, run->threads_why, sizeof(run->threads_why));
+    run->resume_step = trainer_prepare(args, pg->process_rank);
+    snprintf(run->model_path, sizeof(run->model_path), "%s", args->load_filename);
+    if (run->resume_step >= 0) {
+        trainer_checkpoint_path(run->model_path, sizeof(run->model_path), args->output_log_dir, "model", run->resume_step, -1);
+    }
+    return run->resume_step;
+}
+
+// once the model is loaded: -t within its longest sequence (max_T, called max_T_name in the error), the
+// training loop for its vocab_size, and this process's ZeRO shard of its num_parameters
+static ZeroShard cpu_trainer_start(const CpuTrainerRun* run, Trainer* trainer, int vocab_size, int max_T,
+                                   const char* max_T_name, size_t num_parameters) {
+    const TrainArgs* args = run->args;
+    if (args->T > max_T) {
+        llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args->T, max_T_name, max_T, run->model_path);
+    }
+    trainer_init(trainer, args, cpu_trainer_comm(run->pg), vocab_size, run->resume_step);
+    return zero_shard(num_parameters, args->zero_stage, run->pg->num_processes, run->pg->process_rank);
+}
+
+// what this run does (rank 0): first the flags and their values, ...
+static void cpu_trainer_print_flags(const ArgSpec* table, const TrainArgs* args) {
+    printf("+-------------------------------------------------------------------------+\n");
+    args_print_values(table, TRAIN_ARG_COUNT, args, stdout);
+    printf("+-------------------------------------------------------------------------+\n");
+}
+
+// ... then the trainer's model lines, and last the threads
+static void cpu_trainer_print_threads(const CpuTrainerRun* run) {
+#ifdef _OPENMP
+    printf("threads: %d OpenMP threads x %d processes (%s)\n", omp_get_max_threads(), run->pg->num_processes, run->threads_why);
+#else
+    (void)run;
+#endif
 }
 
 #endif // LLMC_CPU_TRAINER_H
