@@ -16,6 +16,10 @@ with the Newton-Schulz iteration in float32 (torch's runs it in bfloat16), AdamW
 what Muon does not train, weight_decay on both (llmc/muon.h). The noise section comes last and the version stays 2, so
 llm.c's reader (which reads up to the gradients) still reads these files.
 
+Other models' debug states are this layout with their own magic and version (DebugStateFormat), and
+can carry each step's reference gradient norm after the losses (test_llama3.c's Llama 3 states):
+debug_state_read_format reads them all, debug_state_read the GPT-2 one.
+
 Files without the noise section (nnoise = 0: written before it existed) still load with
 has_loss_noise = 0; the tests then check step losses with their fixed fallback tolerance
 (llmc/tensor_check.h, step_loss_tolerance). Every inconsistency (header, size, token ids, a
@@ -49,7 +53,19 @@ typedef struct {
     float* losses;  // (nsteps)
     int has_loss_noise;   // 1 if the file has the noise section (header[11] == nsteps)
     float* loss_noise;    // (nsteps) float32 noise of each step loss; zeros without the section
+    float* grad_norms;    // (nsteps) the reference's gradient norm before clipping, per step; NULL if the format has none
 } DebugState;
+
+// what tells one model's debug state file from another's
+typedef struct {
+    int magic, version;
+    const char* name;          // "debug state": the file is "not a <name>"
+    const char* max_T_name;    // what the model calls its longest sequence, in the error on T
+    int has_grad_norms;        // nsteps gradient norms follow the losses
+    const char* adamw_only;    // NULL: header[12..17] give AdamW or Muon; else the program that checks AdamW only
+} DebugStateFormat;
+
+static const DebugStateFormat DEBUG_STATE_GPT2 = {DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, "debug state", "max", 0, NULL};
 
 static inline float debug_state_float_bits(int bits) {
     float f;
@@ -91,19 +107,31 @@ static inline void debug_state_read_optimizer_(DebugState* d, const char* path, 
     }
 }
 
-// reads and validates the debug state against the model's config and parameter count
-static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
+// a format that checks AdamW only: header[12] must be 0, the Muon fields are not read
+static inline void debug_state_require_adamw_(DebugState* d, const char* path, const DebugStateFormat* fmt, const int header[256]) {
+    if (header[12] != 0) {
+        llmc_die("%s: the reference steps use optimizer %d (1 = Muon); %s checks AdamW (0) only", path, header[12], fmt->adamw_only);
+    }
+    d->optimizer = 0;
+    d->muon_lr = d->muon_momentum = 0.0f;
+    d->muon_nesterov = d->muon_ns_steps = d->muon_adjust_lr = 0;
+}
+
+// reads and validates a debug state of the given format against the model's longest sequence (max_T),
+// vocab size and parameter count
+static inline void debug_state_read_format(DebugState* d, const char* path, const DebugStateFormat* fmt, int max_T,
+                                           int vocab_size, size_t num_parameters) {
     FILE* f = fopenCheck(path, "rb");
     size_t file_size = file_size_check(f, path);
     int header[256];
-    if (file_size < sizeof(header)) { llmc_die("%s: not a debug state (%zu bytes, shorter than the header)", path, file_size); }
-    read_header_check(f, path, header, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION, "debug state");
+    if (file_size < sizeof(header)) { llmc_die("%s: not a %s (%zu bytes, shorter than the header)", path, fmt->name, file_size); }
+    read_header_check(f, path, header, fmt->magic, fmt->version, fmt->version, fmt->name);
     d->B = header[2];
     d->T = header[3];
     d->nsteps = header[4];
     if (d->B < 1 || d->B > 65536) { llmc_die("%s: bad debug state header: B = %d", path, d->B); }
-    if (d->T < 1 || d->T > cfg->max_seq_len) {
-        llmc_die("%s: bad debug state header: T = %d (the model's max is %d)", path, d->T, cfg->max_seq_len);
+    if (d->T < 1 || d->T > max_T) {
+        llmc_die("%s: bad debug state header: T = %d (the model's %s is %d)", path, d->T, fmt->max_T_name, max_T);
     }
     if (d->nsteps < 0 || d->nsteps > 100000) { llmc_die("%s: bad debug state header: nsteps = %d", path, d->nsteps); }
     float hp[6];
@@ -125,10 +153,15 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
                  path, nnoise, d->nsteps);
     }
     d->has_loss_noise = nnoise > 0;
-    debug_state_read_optimizer_(d, path, header);
-    size_t BT = (size_t)d->B * d->T, V = (size_t)cfg->vocab_size;
+    if (fmt->adamw_only != NULL) {
+        debug_state_require_adamw_(d, path, fmt, header);
+    } else {
+        debug_state_read_optimizer_(d, path, header);
+    }
+    size_t BT = (size_t)d->B * d->T, V = (size_t)vocab_size;
+    size_t per_step = (size_t)d->nsteps * (fmt->has_grad_norms ? 2 : 1); // losses, and norms
     size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
-                      num_parameters * sizeof(float) + ((size_t)d->nsteps + (size_t)nnoise) * sizeof(float);
+                      num_parameters * sizeof(float) + (per_step + (size_t)nnoise) * sizeof(float);
     if (file_size != expected) {
         llmc_die("%s: debug state size mismatch: B=%d T=%d V=%zu nsteps=%d nnoise=%d and %zu parameters need %zu bytes, the file has %zu (wrong model?)",
                  path, d->B, d->T, V, d->nsteps, nnoise, num_parameters, expected, file_size);
@@ -140,12 +173,14 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
     d->losses = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
     d->loss_noise = (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float));
     memset(d->loss_noise, 0, ((size_t)d->nsteps + 1) * sizeof(float));
+    d->grad_norms = fmt->has_grad_norms ? (float*)mallocCheck(((size_t)d->nsteps + 1) * sizeof(float)) : NULL;
     freadCheck(d->x, sizeof(int), BT, f, path);
     freadCheck(d->y, sizeof(int), BT, f, path);
     freadCheck(d->logits, sizeof(float), BT * V, f, path);
     freadCheck(&d->loss, sizeof(float), 1, f, path);
     freadCheck(d->grads, sizeof(float), num_parameters, f, path);
     freadCheck(d->losses, sizeof(float), (size_t)d->nsteps, f, path);
+    if (fmt->has_grad_norms) { freadCheck(d->grad_norms, sizeof(float), (size_t)d->nsteps, f, path); }
     freadCheck(d->loss_noise, sizeof(float), (size_t)nnoise, f, path);
     fcloseCheck(f, path);
     for (int i = 0; i < nnoise; i++) {
@@ -160,6 +195,11 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
     }
 }
 
+// the GPT-2 debug state, checked against the model's config and parameter count
+static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
+    debug_state_read_format(d, path, &DEBUG_STATE_GPT2, cfg->max_seq_len, cfg->vocab_size, num_parameters);
+}
+
 static inline void debug_state_free(DebugState* d) {
     free(d->x);
     free(d->y);
@@ -167,6 +207,7 @@ static inline void debug_state_free(DebugState* d) {
     free(d->grads);
     free(d->losses);
     free(d->loss_noise);
+    free(d->grad_norms);
 }
 
 #endif // LLMC_DEBUG_STATE_H

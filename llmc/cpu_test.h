@@ -1,0 +1,139 @@
+/*
+llmc/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
+once: the flags, the lines that say what is checked, the table rows and the verdict. Each program keeps
+its model's calls (build, forward, backward, update) and its model's line.
+
+    cpu_test_args_parse(a, argc, argv, p)   -e model, -s debug state, -p precision (defaults and the
+                                          error lines from the program's CpuTestProgram); both files
+                                          must exist
+    cpu_test_begin(t, state_path, d, l2)  the tolerances of the precision (llmc/tensor_check.h,
+                                          cpu_tolerances), then the debug state's line (with its Muon
+                                          settings), the precision and the step-loss rule
+    cpu_test_table_header(t)              the table: narrow, or with l2 the relative L2 columns too
+    cpu_test_tensor(t, name, got, ref, n, rtol, atol, l2_bound)   one row; l2_bound applies in the wide table only
+    cpu_test_scalar(t, name, got, ref, atol)
+    cpu_test_grads(t, grads, sizes, names, n)   a row per gradient tensor ("d" name; none for size 0)
+    cpu_test_step_loss(t, step, loss)     the loss before optimizer step step + 1 (step_loss_tolerance)
+    cpu_test_finish(t)                    the summary line; returns the exit status
+*/
+#ifndef LLMC_CPU_TEST_H
+#define LLMC_CPU_TEST_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "utils.h"
+#include "args.h"
+#include "matmul.h"
+#include "muon_config.h"
+#include "cpu_trainer.h"
+#include "debug_state.h"
+#include "tensor_check.h"
+
+typedef struct {
+    const char* model_path;
+    const char* state_path;
+    const char* precision;
+} CpuTestArgs;
+
+// what differs between the test programs' command lines
+typedef struct {
+    const char* about;          // --help's first line
+    const char* script;         // the reference that writes both files: "train_gpt2.py"
+    const char* model_kind;     // "model checkpoint": -e's help and its "no such" line
+    const char* model_default;
+    const char* state_default;
+} CpuTestProgram;
+
+static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p) {
+    char model_help[128], state_help[128];
+    snprintf(model_help, sizeof(model_help), "%s written by %s", p->model_kind, p->script);
+    snprintf(state_help, sizeof(state_help), "debug state written by %s", p->script);
+    const ArgSpec table[] = {
+        {"-e", ARG_STRING, offsetof(CpuTestArgs, model_path), p->model_default, 0, 0, model_help},
+        {"-s", ARG_STRING, offsetof(CpuTestArgs, state_path), p->state_default, 0, 0, state_help},
+        {"-p", ARG_STRING, offsetof(CpuTestArgs, precision), "fp32", 0, 0, "GEMM precision: fp32 | bf16 (bf16-rounded inputs, fp32 sums)"},
+    };
+    args_parse(table, (int)(sizeof(table) / sizeof(table[0])), a, argc, argv, p->about);
+    cpu_parse_precision(a->precision, argv[0]);
+    if (!file_exists(a->model_path)) {
+        llmc_die("%s: no such %s (python %s --write_tensors 1 writes it)", a->model_path, p->model_kind, p->script);
+    }
+    if (!file_exists(a->state_path)) {
+        llmc_die("%s: no such debug state (python %s --write_tensors 1 writes it)", a->state_path, p->script);
+    }
+}
+
+typedef struct {
+    const DebugState* d;
+    TestTolerances tol;
+    int l2;               // the wide table: relative L2 columns, and the logits and gradients held to their L2 bounds
+    CheckReport report;
+} CpuTest;
+
+static void cpu_test_begin(CpuTest* t, const char* state_path, const DebugState* d, int l2) {
+    t->d = d;
+    t->tol = cpu_tolerances(matmul_precision == MATMUL_BF16);
+    t->l2 = l2;
+    t->report = (CheckReport){0, 0};
+    printf("debug state %s: B=%d T=%d, %d steps of AdamW (lr %g, betas %g %g, eps %g, wd %g, clip %g)\n",
+           state_path, d->B, d->T, d->nsteps, d->lr, d->beta1, d->beta2, d->eps, d->weight_decay, d->grad_clip);
+    if (d->optimizer == OPTIMIZER_MUON) {
+        printf("  with Muon on the block matrices (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s)\n",
+               d->muon_lr, d->muon_momentum, d->muon_nesterov, d->muon_ns_steps,
+               d->muon_adjust_lr == MUON_ADJUST_ORIGINAL ? "original" : "match_rms_adamw");
+    }
+    printf("precision %s\n", matmul_precision == MATMUL_BF16 ? "bf16 (GEMM inputs rounded to bf16)" : "fp32");
+    step_loss_rule_print(stdout, d, &t->tol);
+}
+
+static void cpu_test_table_header(const CpuTest* t) {
+    if (t->l2) {
+        check_table_header_l2(stdout);
+    } else {
+        check_table_header(stdout);
+    }
+}
+
+static void cpu_test_row_(CpuTest* t, const char* name, const TensorCheck* c) {
+    if (t->l2) {
+        check_table_row_l2(stdout, &t->report, name, c);
+    } else {
+        check_table_row(stdout, &t->report, name, c);
+    }
+}
+
+static void cpu_test_tensor(CpuTest* t, const char* name, const float* got, const float* ref, size_t n, double rtol,
+                            double atol, double l2_bound) {
+    TensorCheck c = tensor_check_l2(got, ref, n, rtol, atol, t->l2 ? l2_bound : 0.0);
+    cpu_test_row_(t, name, &c);
+}
+
+static void cpu_test_scalar(CpuTest* t, const char* name, float got, float ref, double atol) {
+    cpu_test_tensor(t, name, &got, &ref, 1, 0.0, atol, 0.0);
+}
+
+// grads and the reference's: n tensors of sizes[k] floats back to back
+static void cpu_test_grads(CpuTest* t, const float* grads, const size_t* sizes, const char* const* names, int n) {
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        if (sizes[k] == 0) { continue; } // Llama 3's lm_head when tied
+        char name[32];
+        snprintf(name, sizeof(name), "d%s", names[k]);
+        cpu_test_tensor(t, name, grads + off, t->d->grads + off, sizes[k], t->tol.grad_rtol, 0.0, t->tol.grad_l2);
+        off += sizes[k];
+    }
+}
+
+static void cpu_test_step_loss(CpuTest* t, int step, float loss) {
+    char name[32];
+    snprintf(name, sizeof(name), "loss step %d", step);
+    cpu_test_scalar(t, name, loss, t->d->losses[step], step_loss_tolerance(t->d, step, &t->tol));
+}
+
+static int cpu_test_finish(const CpuTest* t) {
+    printf("\n");
+    check_report_summary(stdout, &t->report);
+    return check_report_exit_code(&t->report);
+}
+
+#endif // LLMC_CPU_TEST_H
