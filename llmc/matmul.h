@@ -36,6 +36,7 @@ Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written o
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,20 +344,51 @@ typedef void (*MatmulKernelF32)(float* C, int ldc, int mr, int nr, const float* 
 // ----------------------------------------------------------------------------
 // fp32 tiled driver
 
-// per-thread packing buffers for op(B) and op(A), grown as needed and kept for the life of the thread
+// per-thread packing buffers for op(B) and op(A), grown as needed and kept for the life of the
+// thread. They hang on a pthread key whose destructor frees them when the thread ends: OpenMP ends
+// threads when a team shrinks (omp_set_num_threads), and a __thread pointer would leak them then.
+typedef struct {
+    float* buf[2];
+    size_t cap[2];
+} MmPackBuffers;
+
+static pthread_key_t mm_pack_key;
+static pthread_once_t mm_pack_key_once = PTHREAD_ONCE_INIT;
+
+static void mm_pack_buffers_free(void* p) {
+    MmPackBuffers* b = (MmPackBuffers*)p;
+    free(b->buf[0]);
+    free(b->buf[1]);
+    free(b);
+}
+
+static void mm_pack_key_create(void) {
+    if (pthread_key_create(&mm_pack_key, mm_pack_buffers_free) != 0) {
+        fprintf(stderr, "error: pthread_key_create failed (GEMM packing buffers)\n");
+        exit(1);
+    }
+}
+
 static float* mm_pack_buffer(int which, size_t n) {
-    static __thread float* buf[2] = {NULL, NULL};
-    static __thread size_t cap[2] = {0, 0};
-    if (n > cap[which]) {
-        free(buf[which]);
-        buf[which] = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
-        if (buf[which] == NULL) {
+    pthread_once(&mm_pack_key_once, mm_pack_key_create);
+    MmPackBuffers* b = (MmPackBuffers*)pthread_getspecific(mm_pack_key);
+    if (b == NULL) {
+        b = (MmPackBuffers*)calloc(1, sizeof(MmPackBuffers));
+        if (b == NULL || pthread_setspecific(mm_pack_key, b) != 0) {
+            fprintf(stderr, "error: out of memory (GEMM packing buffers)\n");
+            exit(1);
+        }
+    }
+    if (n > b->cap[which]) {
+        free(b->buf[which]);
+        b->buf[which] = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+        if (b->buf[which] == NULL) {
             fprintf(stderr, "error: out of memory (%zu bytes for GEMM packing)\n", n * sizeof(float));
             exit(1);
         }
-        cap[which] = n;
+        b->cap[which] = n;
     }
-    return buf[which];
+    return b->buf[which];
 }
 
 // How the threads share C (M, N): a grid of pr x pc rectangles, pr * pc = nthreads, the one with
