@@ -11,6 +11,8 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
     cpu_set_threads(pg, ...)  OpenMP threads: OMP_NUM_THREADS when set, else this node's cores
                               divided by the processes on the node; writes why into a buffer
+    cpu_parse_precision(value, argv0)
+                              -p fp32 | bf16 into matmul_precision (the trainers and their test programs)
     cpu_choose_precision(pg)  -p bf16 only where it pays: keeps matmul_precision at bf16 when every
                               process's CPU runs our bf16 GEMM faster than its fp32 one
                               (llmc/matmul.h's matmul_bf16_pays), else fp32 and one line saying why
@@ -20,8 +22,6 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               member, so cpu_trainer_grad_norm, cpu_trainer_save_state and
                               cpu_trainer_load_state go into its TrainerOps unchanged
     cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
-    cpu_parse_precision(value, argv0)
-                              -p fp32 | bf16 into matmul_precision (the trainers and their test programs)
     CpuTrainerRun             a trainer main()'s start-up, whatever the model, around its model's calls:
       cpu_trainer_prepare(run, args, pg)   threads, the flags and data (trainer_prepare), and the model to
                               load: run->model_path, the resumed step's checkpoint (run->resume_step >= 0)
@@ -118,6 +118,13 @@ static void cpu_set_threads(const ProcessGroup* pg, char* why, size_t why_size) 
 #endif
 }
 
+// -p fp32 | bf16 into matmul_precision (the trainers and their test programs); a bad value is one line
+static void cpu_parse_precision(const char* value, const char* argv0) {
+    if (matmul_precision_parse(value, &matmul_precision) != 0) {
+        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", value, argv0);
+    }
+}
+
 // -p bf16 only where this CPU's bf16 GEMM beats its fp32 one; all processes agree (one slow CPU
 // in the job and everyone trains fp32, so the processes keep computing the same numbers)
 static void cpu_choose_precision(const ProcessGroup* pg) {
@@ -189,12 +196,6 @@ static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
 
 // ----------------------------------------------------------------------------
 // a trainer's main() around its model
-
-static void cpu_parse_precision(const char* value, const char* argv0) {
-    if (matmul_precision_parse(value, &matmul_precision) != 0) {
-        llmc_die("flag -p: bad value \"%s\": use fp32 or bf16 (run %s --help to list the flags)", value, argv0);
-    }
-}
 
 typedef struct {
     ProcessGroup* pg;
