@@ -539,8 +539,8 @@ build/gemm_peak_%: dev/gemm_peak.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -lm -o $@
 
 bench: setup
-	@$(MAKE) --no-print-directory data train_gpt2 build/gemm_peak
-	$(PY) dev/bench.py $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory data
+	MAKE="$(MAKE)" $(PY) dev/bench.py $(BENCH_ARGS)
 
 clean-blas:
 	rm -f $(foreach b,$(BLAS_NAMES),train_gpt2_$(b) test_gpt2_$(b) dev/test/test_matmul_$(b) build/gemm_peak_$(b)) build/gemm_peak

@@ -13,6 +13,9 @@ Every run's ratio is taken against the fastest PyTorch mode of the run, which th
 default (--torch auto) runs the bf16 modes only on CPUs with bf16 instructions (AVX512-BF16, AMX):
 elsewhere torch emulates bf16 GEMMs and a step takes minutes.
 
+The --ours programs named without a path (train_gpt2, train_gpt2_none, ...) are built first with make,
+with their GEMM-peak programs, so a run times the sources as they are (--build 0 skips that).
+
 Before the trainers it measures this machine's GEMM peak: a square GEMM (--peak-size, 2 threads by
 default, median of --peak-reps) with llmc/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
 its BLAS, the built-in fp32 kernel and the bf16 kernel) and with torch (dev/gemm_peak.py, fp32 and
@@ -188,6 +191,30 @@ def peak_programs(ours: list[str]) -> list[Path]:
     return out
 
 
+def make_targets(ours: list[str]) -> list[str]:
+    """The make targets of the --ours programs given by name (train_gpt2, train_gpt2_<blas>, ...) and of their
+    GEMM-peak programs; a program given by absolute path is taken as it is."""
+    targets: list[str] = []
+    for binary in ours:
+        if Path(binary).is_absolute():
+            continue
+        targets += [binary, str(peak_programs([binary])[0].relative_to(REPO))]
+    return list(dict.fromkeys(targets))
+
+
+def build_programs(targets: list[str]) -> None:
+    """make what is benchmarked (make bench and a direct run alike): stale or missing programs are rebuilt."""
+    if not targets:
+        return
+    cmd = [os.environ.get("MAKE", "make"), "--no-print-directory", *targets]
+    print(f"building: {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stdout + proc.stderr).strip().splitlines() or [""]
+        why = next((line for line in lines if "error" in line.lower() and not line.startswith("make")), lines[-1])
+        raise SystemExit(f"error: --ours: make {' '.join(targets)} failed: {why.strip()}")
+
+
 def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
     """stdout + stderr of a command; SystemExit with its tail when it fails."""
     try:
@@ -336,7 +363,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run; a -compile mode "
                    "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
-    p.add_argument("--ours", default="train_gpt2", help="comma-separated llmc binaries (default train_gpt2)")
+    p.add_argument("--ours", default="train_gpt2", help="comma-separated llmc binaries (default train_gpt2); "
+                   "given by name they are built first with make, with their GEMM-peak programs")
+    p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
     p.add_argument("--precision", default="fp32,bf16", help="our precisions, comma-separated (default fp32,bf16)")
     p.add_argument("--torch", default="auto",
                    help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
@@ -367,6 +396,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.build:
+        build_programs(make_targets([b for b in args.ours.split(",") if b]))
     runs = build_runs(args)
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")

@@ -14,8 +14,9 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
     cpu_parse_precision(value, argv0)
                               -p fp32 | bf16 into matmul_precision (the trainers and their test programs)
     cpu_choose_precision(pg)  -p bf16 only where it pays: keeps matmul_precision at bf16 when every
-                              process's CPU runs our bf16 GEMM faster than its fp32 one
-                              (llmc/matmul.h's matmul_bf16_pays), else fp32 and one line saying why
+                              process's CPU runs our bf16 GEMM at least 1.15x its fp32 one
+                              (llmc/matmul.h's matmul_bf16_pays), else fp32; one line says which
+                              and why (the two measured rates, or no AVX512-BF16)
     CpuTrainerCore            the model-independent half of a trainer's TrainerOps context: the
                               process group, B, T, ZeRO stage and the flat parameter, gradient and
                               optimizer-state buffers. A trainer's context struct has it as its FIRST
@@ -42,6 +43,7 @@ The training state (llmc/checkpoint.h's TrainState) holds this process's optimiz
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -126,15 +128,20 @@ static void cpu_parse_precision(const char* value, const char* argv0) {
 }
 
 // -p bf16 only where this CPU's bf16 GEMM beats its fp32 one; all processes agree (one slow CPU
-// in the job and everyone trains fp32, so the processes keep computing the same numbers)
+// in the job and everyone trains fp32, so the processes keep computing the same numbers). Rank 0
+// says which and why in one line, unless LLMC_BF16=force took the question away.
 static void cpu_choose_precision(const ProcessGroup* pg) {
     if (matmul_precision != MATMUL_BF16) { return; }
-    char why[256] = "another process's CPU gains nothing from bf16";
+    char why[256] = "";
     float pays = (float)matmul_bf16_pays(why, sizeof(why));
+    float mine = pays;
     allreduce_sum_floats(&pays, 1, pg);
     if (pays < (float)pg->num_processes) {
         matmul_precision = MATMUL_FP32;
+        if (mine > 0.0f) { snprintf(why, sizeof(why), "another process's CPU gains nothing from bf16"); }
         if (pg->process_rank == 0) { printf("-p bf16: training in fp32 instead: %s (LLMC_BF16=force runs bf16)\n", why); }
+    } else if (pg->process_rank == 0 && strcmp(why, "LLMC_BF16=force") != 0) {
+        printf("-p bf16: training in bf16: %s\n", why);
     }
 }
 

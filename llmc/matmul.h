@@ -775,10 +775,12 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
 // beats its fp32 GEMM. Without AVX512-BF16 it cannot (bf16 is emulated in fp32: measured 0.65x
 // the fp32 step on Zen 3). With it, a short calibration decides: the bf16 kernel and the fp32
 // path (the build's BLAS or the blocked kernel) each run a trainer-sized GEMM (256 x 768 x 768,
-// 0.3 GFLOP) a few times, best of each; bf16 is used when it is at least MATMUL_BF16_MIN_GAIN
-// times faster (AVX512-BF16 at half the FMA rate, as on some Xeons, does not pass; Zen 4 does).
-// LLMC_BF16=force skips the question (the bf16 path stays testable on every CPU).
-// Returns 1 to run bf16; on 0, `reason` (n bytes) says why not, in a few words.
+// 0.3 GFLOP) a few times, best of each; bf16 is used when its rate is at least MATMUL_BF16_MIN_GAIN
+// times the fp32 rate (AVX512-BF16 at half the FMA rate, as on some Xeons, does not pass; Zen 4 does).
+// LLMC_BF16=force skips the question (the bf16 path stays testable on every CPU), and
+// LLMC_BF16_RATES=BF16,FP32 (GFLOP/s) supplies the two rates instead of measuring them, as if this
+// CPU had AVX512-BF16, so tests steer the decision both ways on any CPU.
+// Returns 1 to run bf16; `reason` (n bytes) says why, in a few words, either way.
 
 #define MATMUL_BF16_MIN_GAIN 1.15
 
@@ -800,13 +802,8 @@ static double mm_time_gemm(MatmulPrecision prec, int M, int N, int K, const floa
     return best;
 }
 
-static int matmul_bf16_pays(char* reason, size_t n) {
-    const char* env = getenv("LLMC_BF16");
-    if (env != NULL && strcmp(env, "force") == 0) { return 1; }
-    if (!matmul_bf16_native()) {
-        snprintf(reason, n, "this CPU has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 and run slower");
-        return 0;
-    }
+// the calibration itself: the bf16 and fp32 rates of a trainer-sized GEMM, in GFLOP/s
+static void mm_measure_bf16_fp32_rates(double* bf16_gflops, double* fp32_gflops) {
     int M = 256, N = 768, K = 768;
     float* A = (float*)malloc((size_t)M * K * sizeof(float));
     float* B = (float*)malloc((size_t)N * K * sizeof(float));
@@ -824,11 +821,41 @@ static int matmul_bf16_pays(char* reason, size_t n) {
     free(A);
     free(B);
     free(C);
-    double flop = 2.0 * M * N * K;
-    if (t32 < MATMUL_BF16_MIN_GAIN * t16) { return 1; }
-    snprintf(reason, n, "this CPU's bf16 GEMM (AVX512-BF16) ran at %.0f GFLOP/s, its fp32 GEMM (%s) at %.0f: "
-             "less than %.2fx", flop / t16 * 1e-9, matmul_backend_name(), flop / t32 * 1e-9, MATMUL_BF16_MIN_GAIN);
-    return 0;
+    double gflop = 2.0 * M * N * K * 1e-9;
+    *bf16_gflops = gflop / t16;
+    *fp32_gflops = gflop / t32;
+}
+
+// the decision from the two rates: bf16 when it is at least MATMUL_BF16_MIN_GAIN times as fast
+static int matmul_bf16_decide(double bf16_gflops, double fp32_gflops, char* reason, size_t n) {
+    int pays = bf16_gflops >= MATMUL_BF16_MIN_GAIN * fp32_gflops;
+    snprintf(reason, n, "this CPU's bf16 GEMM (AVX512-BF16) ran at %.0f GFLOP/s, its fp32 GEMM (%s) at %.0f: %s %.2fx",
+             bf16_gflops, matmul_backend_name(), fp32_gflops, pays ? "at least" : "less than", MATMUL_BF16_MIN_GAIN);
+    return pays;
+}
+
+static int matmul_bf16_pays(char* reason, size_t n) {
+    const char* env = getenv("LLMC_BF16");
+    if (env != NULL && strcmp(env, "force") == 0) {
+        snprintf(reason, n, "LLMC_BF16=force");
+        return 1;
+    }
+    double bf16_gflops, fp32_gflops;
+    const char* rates = getenv("LLMC_BF16_RATES");
+    if (rates != NULL && rates[0] != '\0') {
+        char end = 0;
+        if (sscanf(rates, "%lf,%lf%c", &bf16_gflops, &fp32_gflops, &end) != 2 || !(bf16_gflops > 0.0) || !(fp32_gflops > 0.0)) {
+            fprintf(stderr, "error: LLMC_BF16_RATES=%s: use BF16,FP32 (two positive GFLOP/s rates, e.g. 180,100)\n", rates);
+            exit(1);
+        }
+        return matmul_bf16_decide(bf16_gflops, fp32_gflops, reason, n);
+    }
+    if (!matmul_bf16_native()) {
+        snprintf(reason, n, "this CPU has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 and run slower");
+        return 0;
+    }
+    mm_measure_bf16_fp32_rates(&bf16_gflops, &fp32_gflops);
+    return matmul_bf16_decide(bf16_gflops, fp32_gflops, reason, n);
 }
 
 #endif // LLMC_MATMUL_H

@@ -18,12 +18,51 @@ TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
 
 
-# The one line train_gpt2 / train_llama3 -p bf16 print when bf16 does not pay on this CPU (then they
-# train in fp32): no AVX512-BF16 at all, or the start-up calibration measured too small a gain.
-BF16_DECLINED = re.compile(
-    r"-p bf16: training in fp32 instead: this CPU (has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 "
-    r"and run slower|'s bf16 GEMM \(AVX512-BF16\) ran at \d+ GFLOP/s, its fp32 GEMM \([a-z-]+\) at \d+: less "
-    r"than \d\.\d+x) \(LLMC_BF16=force runs bf16\)")
+# The lines train_gpt2 / train_llama3 -p bf16 print: bf16 does not pay because this CPU has no AVX512-BF16 (then
+# they train in fp32), or the decision from the two GEMM rates, either way.
+BF16_NO_AVX512_BF16 = ("-p bf16: training in fp32 instead: this CPU has no AVX512-BF16, so bf16 GEMMs would be "
+                       "emulated in fp32 and run slower (LLMC_BF16=force runs bf16)")
+# the line of a decision taken from the two GEMM rates (measured, or injected with LLMC_BF16_RATES=BF16,FP32)
+BF16_RATES_LINE = re.compile(
+    r"-p bf16: training in (bf16|fp32 instead): this CPU's bf16 GEMM \(AVX512-BF16\) ran at (\d+) GFLOP/s, its fp32 "
+    r"GEMM \([a-z-]+\) at (\d+): (at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
+BF16_MIN_GAIN = 1.15  # llmc/matmul.h's MATMUL_BF16_MIN_GAIN
+HAS_AVX512_BF16 = Path("/proc/cpuinfo").exists() and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+
+# -p bf16's decision steered both ways on any CPU: (environment, bf16 kept). The rates are GFLOP/s, bf16
+# first; 184,106 is what a Zen 4 measured (kept), 106,184 an AVX512-BF16 at half the FMA rate (refused).
+BF16_INJECTED_DECISIONS = [
+    ({"LLMC_BF16_RATES": "184,106"}, True),
+    ({"LLMC_BF16_RATES": "115,100"}, True),
+    ({"LLMC_BF16_RATES": "114,100"}, False),
+    ({"LLMC_BF16_RATES": "106,184"}, False),
+    ({"LLMC_BF16_NATIVE": "0"}, False),
+]
+
+
+def bf16_decision(stdout: str, env: dict[str, str]) -> bool:
+    """Checks the one -p bf16 line of a trainer's stdout against what it was given and returns whether bf16 was
+    kept. Injected rates must be echoed exactly and decide by the 1.15x rule; a real calibration's rounded rates
+    must agree with the decision it printed (an inverted comparison fails here on any CPU with AVX512-BF16);
+    LLMC_BF16_NATIVE=0, or a CPU without AVX512-BF16, gives the no-AVX512-BF16 line."""
+    said = [line for line in stdout.splitlines() if line.startswith("-p bf16")]
+    assert len(said) == 1, said
+    rates = env.get("LLMC_BF16_RATES")
+    if not rates and (env.get("LLMC_BF16_NATIVE") == "0" or not HAS_AVX512_BF16):
+        assert said[0] == BF16_NO_AVX512_BF16, said
+        return False
+    m = BF16_RATES_LINE.fullmatch(said[0])
+    assert m, said
+    kept, bf16, fp32 = m[1] == "bf16", float(m[2]), float(m[3])
+    assert kept == (m[4] == "at least") and kept == (m[5] is None), said
+    if rates:
+        given = [float(r) for r in rates.split(",")]
+        assert [bf16, fp32] == given and kept == (given[0] >= BF16_MIN_GAIN * given[1]), said
+    elif kept:  # printed rates are rounded to whole GFLOP/s
+        assert bf16 + 0.5 >= BF16_MIN_GAIN * (fp32 - 0.5), f"bf16 kept although {said[0]}"
+    else:
+        assert bf16 - 0.5 < BF16_MIN_GAIN * (fp32 + 0.5), f"bf16 refused although {said[0]}"
+    return kept
 
 
 def run(cmd: list[object], cwd: Path | str = REPO, check: bool = True, env: dict[str, str] | None = None,

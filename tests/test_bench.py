@@ -147,3 +147,20 @@ def test_a_bf16_run_the_trainer_ran_in_fp32_is_named_so_and_held_against_the_fp3
     rows, _ = bench.table_rows([r], FLOPS, TOKENS, {"blocked bf16": 400.0, "openblas fp32": 250.0})
     assert rows[0].name == "llmc train_gpt2 bf16 (ran fp32: bf16 does not pay here)"
     assert rows[0].peak_fraction == pytest.approx(200 / 250)
+
+
+def test_programs_named_by_ours_are_built_with_their_peak_programs():
+    assert bench.make_targets(["train_gpt2", "train_gpt2_none", "/opt/x/train_gpt2", "train_gpt2"]) == [
+        "train_gpt2", "build/gemm_peak", "train_gpt2_none", "build/gemm_peak_none"]
+    for path in [REPO / "train_gpt2_none", REPO / "build" / "gemm_peak_none"]:
+        path.unlink(missing_ok=True)
+    bench.build_programs(bench.make_targets(["train_gpt2_none"]))
+    assert (REPO / "train_gpt2_none").exists() and (REPO / "build" / "gemm_peak_none").exists()
+    assert run(["make", "-q", "train_gpt2_none", "build/gemm_peak_none"], check=False).returncode == 0
+
+
+def test_a_program_make_cannot_build_is_one_error_line(tinyshakespeare):
+    proc = run([PYTHON, REPO / "dev" / "bench.py", "--ours", "train_gpt2_nosuch", "--torch", "", "--peak-size", 0],
+               check=False)
+    line = assert_one_error_line(proc)
+    assert line.startswith("error: --ours: make train_gpt2_nosuch build/gemm_peak_nosuch failed: "), line

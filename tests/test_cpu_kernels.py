@@ -7,8 +7,9 @@
   unknown name, is one error line.
 
 - train_gpt2 -p bf16 where bf16 does not pay (no AVX512-BF16, or the start-up calibration says so)
-  prints one line saying it trains in fp32 and why, then gives exactly the -p fp32 losses;
-  LLMC_BF16=force runs the bf16 GEMMs anyway (other losses).
+  prints one line saying it trains in fp32 and why, then gives exactly the -p fp32 losses; where
+  it pays, one line with the two rates, then exactly the LLMC_BF16=force losses. The calibration's
+  rates are injected (LLMC_BF16_RATES) so both answers are proven on every CPU.
 
 No timing is asserted here (make bench measures speed). Runtime: about 30 s on 2 cores.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BF16_DECLINED, REPO, TS_TRAIN, assert_one_error_line, make, run
+from conftest import BF16_INJECTED_DECISIONS, REPO, TS_TRAIN, assert_one_error_line, bf16_decision, make, run
 
 TEST_MATMUL = REPO / "dev" / "test" / "test_matmul_none"
 
@@ -75,39 +76,57 @@ def test_kernel_the_cpu_lacks_is_one_error_line(test_matmul: Path) -> None:
 
 # ---------------------------------------------------------------------------- -p bf16 where it pays
 # Where bf16 does not pay the trainer says so in one line naming the reason and trains in fp32: the
-# same losses as -p fp32, bit for bit. Without AVX512-BF16 that is the answer; with it a short
-# calibration decides (the CPU's answer), and either way the run must be one of the two outcomes.
-HAS_BF16 = "avx512_bf16" in FLAGS and "avx512f" in FLAGS
-BF16_REFUSED = ("-p bf16: training in fp32 instead: this CPU has no AVX512-BF16, so bf16 GEMMs would be "
-                "emulated in fp32 and run slower (LLMC_BF16=force runs bf16)")
+# same losses as -p fp32, bit for bit; where it pays it says so with the two rates and trains in
+# bf16: the losses of LLMC_BF16=force. Both answers are steered on every CPU by injecting the
+# calibration's rates (LLMC_BF16_RATES) or hiding AVX512-BF16 (LLMC_BF16_NATIVE=0); the real
+# calibration is checked for agreeing with the rates it prints.
 
 
 def d2_overfit(tmp_path: Path, name: str, precision: str, env: dict[str, str]) -> tuple[str, list[str]]:
     """stdout and the train-loss lines of main.log: 5 steps of d2 from scratch on one batch, 1 thread."""
     out = tmp_path / name
     proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 5, "-a", 1,
-                "-v", 0, "-s", 0, "-o", out, "-p", precision], cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **env})
+                "-v", 0, "-s", 0, "-o", out, "-p", precision], cwd=tmp_path,
+               env={"OMP_NUM_THREADS": "1", "LLMC_BF16": "", "LLMC_BF16_RATES": "", **env})
     return proc.stdout, re.findall(r"^s:\d+ trl:\S+", (out / "main.log").read_text(), re.M)
 
 
-def test_bf16_runs_only_where_it_pays_else_one_line_and_exactly_fp32(tinyshakespeare, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def fp32_and_bf16_losses(tinyshakespeare, tmp_path_factory) -> tuple[list[str], list[str]]:
+    """The d2 losses of -p fp32 and of -p bf16 with LLMC_BF16=force (no -p bf16 line)."""
     make("train_gpt2")
-    out32, fp32 = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16": ""})
-    out16, bf16 = d2_overfit(tmp_path, "bf16", "bf16", {"LLMC_BF16": ""})
-    assert "-p bf16:" not in out32 and len(fp32) == 5
-    said = [line for line in out16.splitlines() if line.startswith("-p bf16")]
-    if not HAS_BF16:
-        assert said == [BF16_REFUSED]
-    if said:
-        assert len(said) == 1 and BF16_DECLINED.fullmatch(said[0]), said
-        assert bf16 == fp32
-    else:  # the calibration found bf16 faster: it trains in bf16 (other numbers)
-        assert len(bf16) == 5 and bf16 != fp32
+    tmp = tmp_path_factory.mktemp("bf16")
+    out32, fp32 = d2_overfit(tmp, "fp32", "fp32", {})
+    out16, bf16 = d2_overfit(tmp, "bf16", "bf16", {"LLMC_BF16": "force"})
+    assert "-p bf16:" not in out32 + out16 and len(fp32) == len(bf16) == 5
+    assert bf16 != fp32
+    return fp32, bf16
 
 
-def test_bf16_forced_runs_the_bf16_gemms(tinyshakespeare, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("env", "kept"), BF16_INJECTED_DECISIONS, ids=lambda v: str(v).replace(" ", ""))
+def test_bf16_decision_steered_both_ways(fp32_and_bf16_losses, tmp_path: Path, env: dict[str, str], kept: bool) -> None:
+    out, losses = d2_overfit(tmp_path, "run", "bf16", env)
+    assert bf16_decision(out, env) == kept
+    assert losses == fp32_and_bf16_losses[1 if kept else 0]
+
+
+def test_bf16_real_calibration_agrees_with_its_rates(fp32_and_bf16_losses, tmp_path: Path) -> None:
+    out, losses = d2_overfit(tmp_path, "run", "bf16", {})
+    kept = bf16_decision(out, {})
+    assert losses == fp32_and_bf16_losses[1 if kept else 0]
+
+
+@pytest.mark.parametrize("rates", ["fast", "184", "184,106,1", "0,100", "184,-1", "184,106x"])
+def test_bad_injected_rates_are_one_error_line(tmp_path: Path, rates: str) -> None:
     make("train_gpt2")
-    _, fp32 = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16": ""})
-    out16, bf16 = d2_overfit(tmp_path, "bf16", "bf16", {"LLMC_BF16": "force"})
-    assert "-p bf16:" not in out16
-    assert len(bf16) == 5 and bf16 != fp32
+    proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 1, "-p", "bf16", "-o", tmp_path],
+               cwd=tmp_path, env={"LLMC_BF16": "", "LLMC_BF16_RATES": rates}, check=False)
+    assert assert_one_error_line(proc) == (f"error: LLMC_BF16_RATES={rates}: use BF16,FP32 (two positive GFLOP/s "
+                                           "rates, e.g. 180,100)")
+
+
+def test_fp32_run_never_calibrates(tinyshakespeare, tmp_path: Path) -> None:
+    """-p fp32 asks nothing about bf16: no line, and the injected rates are not even read."""
+    make("train_gpt2")
+    out, losses = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16_RATES": "bad"})
+    assert "-p bf16" not in out and len(losses) == 5

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import BF16_DECLINED, PYTHON, REPO, TS_DIR, assert_one_error_line, make, run  # noqa: E402
+from conftest import BF16_INJECTED_DECISIONS, PYTHON, REPO, TS_DIR, assert_one_error_line, bf16_decision, make, run  # noqa: E402
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
@@ -215,18 +215,60 @@ def test_training_lowers_the_loss_and_prints_decoded_samples(binaries, ref: Path
     assert re.search(r"[a-z]{2,} [a-z]", sample), sample  # decoded words, not token ids
 
 
-def test_bf16_runs_only_where_it_pays_else_one_line_and_exactly_fp32(binaries, ref: Path, tmp_path: Path) -> None:
-    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 4, "-v", 0, "-o", "out"]
-    fp32 = train(ref, tmp_path / "fp32", *flags, "-p", "fp32", env={"LLMC_BF16": ""})
-    bf16 = train(ref, tmp_path / "bf16", *flags, "-p", "bf16", env={"LLMC_BF16": ""})
-    said = [line for line in bf16.stdout.splitlines() if line.startswith("-p bf16")]
-    losses = [train_losses(tmp_path / run / "out" / "main.log") for run in ["fp32", "bf16"]]
-    assert "-p bf16:" not in fp32.stdout and len(losses[0]) == 4
-    if said:  # no AVX512-BF16, or the calibration found no gain: fp32, bit for bit
-        assert len(said) == 1 and BF16_DECLINED.fullmatch(said[0]), said
-        assert losses[1] == losses[0]
-    else:
-        assert losses[1] != losses[0] and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+@pytest.fixture(scope="module")
+def fp32_and_bf16_losses(binaries, ref: Path, tmp_path_factory) -> tuple[list[float], list[float]]:
+    """4 steps of d2 with -p fp32 and with -p bf16 under LLMC_BF16=force (neither prints a -p bf16 line)."""
+    tmp = tmp_path_factory.mktemp("llama3_bf16")
+    fp32 = bf16_run(ref, tmp / "fp32", "fp32", {})
+    bf16 = bf16_run(ref, tmp / "bf16", "bf16", {"LLMC_BF16": "force"})
+    assert "-p bf16:" not in fp32[0] + bf16[0] and len(fp32[1]) == len(bf16[1]) == 4
+    assert fp32[1] != bf16[1]
+    return fp32[1], bf16[1]
+
+
+def bf16_run(ref: Path, cwd: Path, precision: str, env: dict[str, str]) -> tuple[str, list[float]]:
+    """stdout and train losses of 4 d2 steps in the given -p precision."""
+    proc = train(ref, cwd, "-e", "d2", "-b", 2, "-t", 32, "-x", 4, "-v", 0, "-o", "out", "-p", precision,
+                 env={"LLMC_BF16": "", "LLMC_BF16_RATES": "", **env})
+    return proc.stdout, train_losses(cwd / "out" / "main.log")
+
+
+@pytest.mark.parametrize(("env", "kept"), BF16_INJECTED_DECISIONS, ids=lambda v: str(v).replace(" ", ""))
+def test_bf16_decision_steered_both_ways(fp32_and_bf16_losses, ref: Path, tmp_path: Path, env: dict[str, str],
+                                         kept: bool) -> None:
+    out, losses = bf16_run(ref, tmp_path, "bf16", env)
+    assert bf16_decision(out, env) == kept
+    assert losses == fp32_and_bf16_losses[1 if kept else 0]
+
+
+def test_bf16_real_calibration_agrees_with_its_rates(fp32_and_bf16_losses, ref: Path, tmp_path: Path) -> None:
+    out, losses = bf16_run(ref, tmp_path, "bf16", {})
+    assert losses == fp32_and_bf16_losses[1 if bf16_decision(out, {}) else 0]
+
+
+def test_bf16_processes_agree_on_fp32_when_one_cpu_gains_nothing(binaries, ref: Path, tmp_path: Path) -> None:
+    """mpirun with one rank whose CPU pays and one whose does not: both train fp32, and rank 0 says why in one
+    line: its own rates when it is the one refusing, else that another process's CPU gains nothing."""
+    cmd = [REPO / "train_llama3", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j", "", "-s", 0, "-e", "d2",
+           "-b", 1, "-t", 32, "-x", 3, "-v", 0, "-p"]
+    losses = {}
+    for rates in [("184,106", "106,184"), ("106,184", "184,106"), None]:
+        out = tmp_path / ("fp32" if rates is None else rates[0])
+        out.mkdir()
+        shutil.copy(ref / "llama3_tokenizer.bin", out)
+        if rates is None:
+            mpmd = ["-np", 2, *cmd, "fp32", "-o", "out"]
+        else:
+            mpmd = [arg for r in rates for arg in ["-np", 1, "-x", f"LLMC_BF16_RATES={r}", *cmd, "bf16", "-o", "out", ":"]][:-1]
+        proc = run([MPIRUN, "--oversubscribe", *mpmd], cwd=out, env={**MPI_ENV, "LLMC_BF16": ""})
+        said = [line for line in proc.stdout.splitlines() if line.startswith("-p bf16")]
+        if rates == ("184,106", "106,184"):
+            assert said == ["-p bf16: training in fp32 instead: another process's CPU gains nothing from bf16 "
+                            "(LLMC_BF16=force runs bf16)"]
+        elif rates is not None:
+            assert len(said) == 1 and not bf16_decision(said[0], {"LLMC_BF16_RATES": rates[0]})
+        losses[rates] = train_losses(out / "out" / "main.log")
+    assert len(losses[None]) == 3 and all(v == losses[None] for v in losses.values()), losses
 
 
 def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
