@@ -16,7 +16,7 @@ prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at b
 
 The blocked kernel gives each thread a rectangle of C, packs a K block of op(B) into panels of
 NR columns and a block of op(A) into strips of MM_MR = 6 rows, both zero-padded, and runs a
-6 x NR register tile over them (matmul_gemm_blocked_f32 has the loop order). The micro-kernel is
+6 x NR register tile over them (mm_gemm_blocked has the loop order). The fp32 micro-kernel is
 chosen at run time from the CPU's features (matmul_isa; LLMC_MATMUL_ISA=avx512|avx2|generic
 forces one the CPU supports): AVX-512 (NR = 32, 12 zmm accumulators), else AVX2 + FMA (NR = 16,
 12 ymm accumulators), else the same 6 x 16 code for the build's target. Kernels are compiled with
@@ -24,12 +24,14 @@ target attributes, so one binary built for any x86-64 runs the best of them. Eac
 summed over k in ascending order by one thread, so results do not depend on the thread count (and
 the AVX2 and AVX-512 kernels sum in the same order).
 
-The bf16 path (MATMUL_BF16) is always this blocked kernel: while packing, A and B are
-rounded to bf16 (round to nearest even); products are summed in fp32. On a CPU with
-AVX512-BF16 (Zen 4, Sapphire Rapids; asked at run time, matmul_bf16_native) the inner loop is
-vdpbf16ps, two k per instruction; without it the same bf16-rounded numbers are multiplied
-in fp32, which gives the same result up to the order of two-term sums. C, beta and the
-accumulation stay fp32 (mixed precision: fp32 master weights, bf16 GEMM inputs).
+The bf16 path (MATMUL_BF16) is always this blocked driver (mm_gemm_blocked, one loop order for
+both precisions) with a bf16 packing and micro-kernel: while a K block is packed, A and B are
+rounded to bf16 (round to nearest even) and stored as pairs of consecutive k; products are summed
+in fp32. On a CPU with AVX512-BF16 (Zen 4, Sapphire Rapids; asked at run time,
+matmul_bf16_native) the inner loop is vdpbf16ps, two k per instruction; without it the same
+bf16-rounded numbers are multiplied in fp32, which gives the same result up to the order of
+two-term sums. C, beta and the accumulation stay fp32 (mixed precision: fp32 master weights, bf16
+GEMM inputs).
 Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written on it ran at
 0.8x MKL's own sgemm (no bf16 fast path on AMD), while this kernel runs at ~1.5x sgemm.
 */
@@ -84,14 +86,14 @@ static inline int matmul_precision_parse(const char* s, MatmulPrecision* out) {
     return -1;
 }
 
-// register tile rows; k block; rows of op(A) packed at a time (fp32) and the bf16 path's C tile
-// (MM_MC x MM_NC); columns of op(B) packed per k block (fp32: kc x 512 floats, 512 KB at kc 256);
-// how many rows ahead the row-by-row packing of op(B) prefetches. (Measured on a Zen 3 at the
-// trainer's shapes: MM_MC 48-144 and MM_NCB 256-1024 all within a few per cent of each other.)
+// register tile rows; k block (even: a block's bf16 pairs start on an even k); rows of op(A)
+// packed at a time; columns of op(B) packed per k block (fp32: kc x 512 floats, 512 KB at kc 256;
+// bf16 half that); how many rows ahead the row-by-row packing of op(B) prefetches. (Measured on a
+// Zen 3 at the trainer's shapes: MM_MC 48-144 and MM_NCB 256-1024 all within a few per cent of
+// each other.)
 #define MM_MR 6
 #define MM_KC 256
 #define MM_MC 72
-#define MM_NC 128
 #define MM_NCB 512
 #define MM_PREFETCH_ROWS 8
 
@@ -171,8 +173,9 @@ static inline float mm_bf16_to_float(uint16_t b) {
 // ----------------------------------------------------------------------------
 // fp32 blocked kernel
 
-// packs op(A)[i0:i0+mr, k0:k0+kc] as (kc, MM_MR), rows past mr zero
-static inline void mm_pack_a(float* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
+// packs op(A)[i0:i0+mr, k0:k0+kc] as (kc, MM_MR) floats, rows past mr zero
+static void mm_pack_a(void* dstv, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
+    float* dst = (float*)dstv;
     if (transA) { // row k of the stored A holds column k of op(A): MM_MR consecutive floats
         for (int k = 0; k < kc; k++) {
             const float* src = A + (size_t)(k0 + k) * lda + i0;
@@ -195,23 +198,15 @@ static inline void mm_scale_tile(float* C, int ldc, int i0, int j0, int mc, int 
     }
 }
 
-// C (M, N) is cut into MM_MC x MM_NC tiles, numbered down each column block of MM_NC columns
-// (a thread's consecutive tiles share their columns of op(B), packed once)
-static inline int mm_tile_count(int M, int N) { return ((M + MM_MC - 1) / MM_MC) * ((N + MM_NC - 1) / MM_NC); }
-
-// starts tile number `tile` of C (M, N): its corner (*i0, *j0) and size *mc x *nc (smaller at the edges),
-// with that part of C scaled by beta
-static inline void mm_tile_start(int tile, int M, int N, float* C, int ldc, float beta, int* i0, int* j0, int* mc, int* nc) {
-    int mtiles = (M + MM_MC - 1) / MM_MC;
-    *i0 = (tile % mtiles) * MM_MC;
-    *j0 = (tile / mtiles) * MM_NC;
-    *mc = M - *i0 < MM_MC ? M - *i0 : MM_MC;
-    *nc = N - *j0 < MM_NC ? N - *j0 : MM_NC;
-    mm_scale_tile(C, ldc, *i0, *j0, *mc, *nc, beta);
+// asks early for the n floats at row (a row of a tall operand read row by row, MM_PREFETCH_ROWS ahead)
+static inline void mm_prefetch_row(const float* row, int n) {
+    const char* bytes = (const char*)row;
+    for (int b = 0; b < n * (int)sizeof(float); b += 64) { __builtin_prefetch(bytes + b, 0, 0); }
 }
 
 // packs op(B)[k0:k0+kc, j0:j0+nc] as panels of (kc, nr) floats, columns past nc zero
-static void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc, int nr) {
+static void mm_pack_b(void* dstv, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc, int nr) {
+    float* dst = (float*)dstv;
     int npanels = (nc + nr - 1) / nr;
     if (!transB) {
         // row by row: each row's nc floats are one contiguous read, and the row MM_PREFETCH_ROWS
@@ -219,10 +214,7 @@ static void mm_pack_b(float* dst, const float* B, int ldb, int transB, int k0, i
         // (50304, 768) weight in the backward, otherwise waits on memory for every cache line)
         for (int k = 0; k < kc; k++) {
             const float* row = B + (size_t)(k0 + k) * ldb + j0;
-            if (k + MM_PREFETCH_ROWS < kc) {
-                const char* ahead = (const char*)(row + (size_t)MM_PREFETCH_ROWS * ldb);
-                for (int b = 0; b < nc * (int)sizeof(float); b += 64) { __builtin_prefetch(ahead + b, 0, 0); }
-            }
+            if (k + MM_PREFETCH_ROWS < kc) { mm_prefetch_row(row + (size_t)MM_PREFETCH_ROWS * ldb, nc); }
             for (int p = 0; p < npanels; p++) {
                 float* dst_row = dst + (size_t)p * kc * nr + (size_t)k * nr;
                 int jn = nc - p * nr < nr ? nc - p * nr : nr;
@@ -261,7 +253,9 @@ static inline void mm_add_tile(float* C, int ldc, int mr, int nr, const float* o
 #if MATMUL_X86
 // C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, 32): AVX-512, one zmm pair per row
 __attribute__((target("avx512f,fma")))
-static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
+static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const void* apack, const void* bpanel, int kc) {
+    const float* a = (const float*)apack;
+    const float* b = (const float*)bpanel;
     mm_v16 acc[MM_MR][2];
     for (int i = 0; i < MM_MR; i++) { acc[i][0] = (mm_v16){0}; acc[i][1] = (mm_v16){0}; }
     for (int k = 0; k < kc; k++) {
@@ -330,25 +324,42 @@ static inline void mm_kernel_f32_6x16(float* C, int ldc, int mr, int nr, const f
 
 #if MATMUL_X86
 __attribute__((target("avx2,fma")))
-static void mm_kernel_f32_avx2(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
-    mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
+static void mm_kernel_f32_avx2(float* C, int ldc, int mr, int nr, const void* apack, const void* bpanel, int kc) {
+    mm_kernel_f32_6x16(C, ldc, mr, nr, (const float*)apack, (const float*)bpanel, kc);
 }
 #endif
 
-static void mm_kernel_f32_generic(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc) {
-    mm_kernel_f32_6x16(C, ldc, mr, nr, a, b, kc);
+static void mm_kernel_f32_generic(float* C, int ldc, int mr, int nr, const void* apack, const void* bpanel, int kc) {
+    mm_kernel_f32_6x16(C, ldc, mr, nr, (const float*)apack, (const float*)bpanel, kc);
 }
 
-typedef void (*MatmulKernelF32)(float* C, int ldc, int mr, int nr, const float* a, const float* b, int kc);
-
 // ----------------------------------------------------------------------------
-// fp32 tiled driver
+// the blocked driver (fp32 and bf16)
 
-// per-thread packing buffers for op(B) and op(A), grown as needed and kept for the life of the
-// thread. They hang on a pthread key whose destructor frees them when the thread ends: OpenMP ends
-// threads when a team shrinks (omp_set_num_threads), and a __thread pointer would leak them then.
+// What the driver needs of an element type: how op(A) and op(B) are packed and the micro-kernel
+// over the packed blocks. A packed element is 4 bytes and holds k_per_elem consecutive k (a float,
+// or two bf16 in a uint32), so a K block of kc is packed depth = ceil(kc / k_per_elem) deep:
+//   pack_a   op(A)[i0:i0+mr, k0:k0+kc] as one strip (depth, MM_MR), rows past mr zero
+//   pack_b   op(B)[k0:k0+kc, j0:j0+nc] as panels of (depth, nr), columns past nc zero
+//   kernel   C[0:mr, 0:nr] += strip . panel, summed over the block from zero, then added to C
+typedef void (*MmPackA)(void* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc);
+typedef void (*MmPackB)(void* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc, int nr);
+typedef void (*MmKernel)(float* C, int ldc, int mr, int nr, const void* apack, const void* bpanel, int depth);
+
 typedef struct {
-    float* buf[2];
+    int nr;          // panel width: columns of op(B) per register tile
+    int k_per_elem;  // 1 (fp32) or 2 (bf16 pairs)
+    MmPackA pack_a;
+    MmPackB pack_b;
+    MmKernel kernel;
+} MmGemmKind;
+
+// per-thread packing buffers for op(B) and op(A) (4-byte elements), grown as needed and kept for
+// the life of the thread. They hang on a pthread key whose destructor frees them when the thread
+// ends: OpenMP ends threads when a team shrinks (omp_set_num_threads), and a __thread pointer would
+// leak them then.
+typedef struct {
+    uint32_t* buf[2];
     size_t cap[2];
 } MmPackBuffers;
 
@@ -369,7 +380,8 @@ static void mm_pack_key_create(void) {
     }
 }
 
-static float* mm_pack_buffer(int which, size_t n) {
+// this thread's buffer `which` (0: op(B), 1: op(A)), at least n 4-byte elements
+static uint32_t* mm_pack_buffer(int which, size_t n) {
     pthread_once(&mm_pack_key_once, mm_pack_key_create);
     MmPackBuffers* b = (MmPackBuffers*)pthread_getspecific(mm_pack_key);
     if (b == NULL) {
@@ -381,9 +393,9 @@ static float* mm_pack_buffer(int which, size_t n) {
     }
     if (n > b->cap[which]) {
         free(b->buf[which]);
-        b->buf[which] = (float*)aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+        b->buf[which] = (uint32_t*)aligned_alloc(64, (n * sizeof(uint32_t) + 63) & ~(size_t)63);
         if (b->buf[which] == NULL) {
-            fprintf(stderr, "error: out of memory (%zu bytes for GEMM packing)\n", n * sizeof(float));
+            fprintf(stderr, "error: out of memory (%zu bytes for GEMM packing)\n", n * sizeof(uint32_t));
             exit(1);
         }
         b->cap[which] = n;
@@ -418,7 +430,7 @@ static inline void mm_split(int n, int parts, int part, int unit, int* lo, int* 
     *hi = *hi < n ? *hi : n;
 }
 
-// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel of this CPU (matmul_isa).
+// C(M,N) = beta * C + op(A) . op(B) with the packing and micro-kernel of `g`.
 // Each thread computes its rectangle of C (mm_thread_grid) in the usual cache-blocked order:
 //   for each block of MM_NCB columns:
 //     for each K block of MM_KC:    pack op(B) (kc, ncb) as panels of nr columns       (L2/L3)
@@ -428,15 +440,9 @@ static inline void mm_split(int n, int parts, int part, int unit, int* lo, int* 
 // so op(A) and op(B) are each read from memory about once per call, whatever their shapes (the
 // trainer's run from (256, 50304) . (50304, 768) to (50304, 256) . (256, 768)). Every element of C
 // adds its K blocks in ascending order: results do not depend on the thread count.
-static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
-                                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    MatmulIsa isa = matmul_isa();
-    int nr = mm_nr(isa);
-    MatmulKernelF32 kernel = mm_kernel_f32_generic; // (the only one off x86, where isa is always generic)
-#if MATMUL_X86
-    if (isa == MATMUL_ISA_AVX512) { kernel = mm_kernel_f32_avx512; }
-    if (isa == MATMUL_ISA_AVX2) { kernel = mm_kernel_f32_avx2; }
-#endif
+static void mm_gemm_blocked(const MmGemmKind* g, int transA, int transB, int M, int N, int K,
+                            const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    int nr = g->nr;
     // a small product runs on the calling thread (waking a team costs more than it saves)
     int parallel = (M > MM_MR || N > nr) && (double)M * N * K >= 2e6;
     #pragma omp parallel if (parallel)
@@ -452,25 +458,26 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
         mm_split(N, pc, thread % pc, nr, &c0, &c1);
         if (r0 < r1 && c0 < c1) {
             mm_scale_tile(C, ldc, r0, c0, r1 - r0, c1 - c0, beta);
-            float* bpack = mm_pack_buffer(0, (size_t)MM_KC * MM_NCB);
-            float* apack = mm_pack_buffer(1, (size_t)MM_KC * MM_MC);
+            uint32_t* bpack = mm_pack_buffer(0, (size_t)MM_KC * MM_NCB);
+            uint32_t* apack = mm_pack_buffer(1, (size_t)MM_KC * MM_MC);
             for (int j0 = c0; j0 < c1; j0 += MM_NCB) {
                 int nc = c1 - j0 < MM_NCB ? c1 - j0 : MM_NCB;
                 for (int k0 = 0; k0 < K; k0 += MM_KC) {
                     int kc = K - k0 < MM_KC ? K - k0 : MM_KC;
-                    mm_pack_b(bpack, B, ldb, transB, k0, kc, j0, nc, nr);
+                    int depth = (kc + g->k_per_elem - 1) / g->k_per_elem;
+                    g->pack_b(bpack, B, ldb, transB, k0, kc, j0, nc, nr);
                     for (int i0 = r0; i0 < r1; i0 += MM_MC) {
                         int mc = r1 - i0 < MM_MC ? r1 - i0 : MM_MC;
                         for (int ii = 0; ii < mc; ii += MM_MR) {
                             int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
-                            mm_pack_a(apack + (size_t)ii * kc, A, lda, transA, i0 + ii, mr, k0, kc);
+                            g->pack_a(apack + (size_t)ii * depth, A, lda, transA, i0 + ii, mr, k0, kc);
                         }
                         for (int jj = 0; jj < nc; jj += nr) {
                             int nrr = nc - jj < nr ? nc - jj : nr;
-                            const float* panel = bpack + (size_t)jj * kc;
+                            const uint32_t* panel = bpack + (size_t)jj * depth;
                             for (int ii = 0; ii < mc; ii += MM_MR) {
                                 int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
-                                kernel(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nrr, apack + (size_t)ii * kc, panel, kc);
+                                g->kernel(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nrr, apack + (size_t)ii * depth, panel, depth);
                             }
                         }
                     }
@@ -480,13 +487,25 @@ static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
     }
 }
 
-// ----------------------------------------------------------------------------
-// bf16: both operands are converted once per call into packed bf16 pairs (two consecutive k
-// in one uint32, even k in the low half: the operand layout of vdpbf16ps), then tiles of C
-// run a MM_MR x MM_NR register tile over the pairs. op(A) is packed as strips of MM_MR rows,
-// op(B) as panels of MM_NR columns, each (KP, width) with KP = ceil(K/2); padding is zero.
+// C(M,N) = beta * C + op(A) . op(B) with the fp32 blocked kernel of this CPU (matmul_isa)
+static void matmul_gemm_blocked_f32(int transA, int transB, int M, int N, int K,
+                                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    MatmulIsa isa = matmul_isa();
+    MmGemmKind g = {mm_nr(isa), 1, mm_pack_a, mm_pack_b, mm_kernel_f32_generic}; // (generic: the only one off x86)
+#if MATMUL_X86
+    if (isa == MATMUL_ISA_AVX512) { g.kernel = mm_kernel_f32_avx512; }
+    if (isa == MATMUL_ISA_AVX2) { g.kernel = mm_kernel_f32_avx2; }
+#endif
+    mm_gemm_blocked(&g, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
 
-#define MM_KCP 128 // k pairs per cache block
+// ----------------------------------------------------------------------------
+// bf16: the same driver; while a K block is packed its elements are rounded to bf16 and stored
+// as pairs (two consecutive k in one uint32, even k in the low half: the operand layout of
+// vdpbf16ps), op(A) as strips of MM_MR rows, op(B) as panels of MM_NR columns, each
+// (ceil(kc/2), width); padding (and the odd k of an odd K) is zero. The MM_MR x MM_NR register
+// tile sums a K block's pairs from zero in fp32 and adds the block to C.
+
 #define MM_NR 32   // bf16 panel width: the two zmm of vdpbf16ps (the emulation keeps the layout)
 
 static inline uint32_t mm_bf16_pair(float lo, float hi) {
@@ -531,75 +550,63 @@ static inline void mm_bf16_pairs_contiguous(uint32_t* out, const float* x, int n
     for (; 2 * p < n; p++) { out[p] = mm_bf16_pair(x[2 * p], x[2 * p + 1]); }
 }
 
-// grow-only scratch for the packed operands: MATMUL_BF16 calls must not run concurrently
-// (the trainer makes them from one thread; fp32 calls may come from inside parallel loops)
-static uint32_t* mm_bf16_scratch[2];
-static size_t mm_bf16_scratch_size[2];
-
-static inline uint32_t* mm_bf16_buffer(int which, size_t n) {
-    if (n > mm_bf16_scratch_size[which]) {
-        free(mm_bf16_scratch[which]);
-        mm_bf16_scratch[which] = (uint32_t*)malloc(n * sizeof(uint32_t));
-        if (mm_bf16_scratch[which] == NULL) {
-            fprintf(stderr, "error: out of memory (%zu bytes for bf16 GEMM operands)\n", n * sizeof(uint32_t));
-            exit(1);
+// Packs rows [r0, r0+rn) of X = op(stored X), k in [k0, k0+kc), as bf16 pairs in blocks of W rows
+// (W = MM_MR or MM_NR): block b is (kp, W), kp = ceil(kc/2), its [p][w] = pair(X(r0+b*W+w, k0+2p),
+// X(r0+b*W+w, k0+2p+1)); rows past rn and the k past an odd kc are zero.
+// pairs_contiguous: X(r, k) is stored at X[r*ld + k] (a row's pairs side by side);
+// otherwise at X[k*ld + r] (rows k and k+1 of the stored matrix hold a pair's two halves).
+static void mm_pack_bf16(uint32_t* dst, const float* X, int ld, int pairs_contiguous, int r0, int rn, int k0, int kc, int W) {
+    int kp = (kc + 1) / 2;
+    int nblk = (rn + W - 1) / W;
+    if (pairs_contiguous) {
+        // row by row: a row's kc floats are one contiguous read, converted, then spread over the
+        // row's column w of its block
+        uint32_t pairs[MM_KC / 2];
+        for (int r = 0; r < nblk * W; r++) {
+            uint32_t* d = dst + (size_t)(r / W) * kp * W + r % W;
+            if (r >= rn) {
+                for (int p = 0; p < kp; p++) { d[(size_t)p * W] = 0u; }
+                continue;
+            }
+            const float* x = X + (size_t)(r0 + r) * ld + k0;
+            mm_bf16_pairs_contiguous(pairs, x, kc & ~1);
+            if (kc & 1) { pairs[kp - 1] = mm_bf16_pair(x[kc - 1], 0.0f); }
+            for (int p = 0; p < kp; p++) { d[(size_t)p * W] = pairs[p]; }
         }
-        mm_bf16_scratch_size[which] = n;
+        return;
     }
-    return mm_bf16_scratch[which];
+    // pair by pair: rows k0+2p and k0+2p+1 of the stored matrix hold pair p of every row of X;
+    // they are read front to back (the rows MM_PREFETCH_ROWS ahead asked for early, as for fp32's
+    // op(B)) and each block gets its W pairs in turn
+    for (int p = 0; p < kp; p++) {
+        const float* lo = X + (size_t)(k0 + 2 * p) * ld + r0;
+        const float* hi = 2 * p + 1 < kc ? lo + ld : NULL;
+        for (int k = 2 * p + MM_PREFETCH_ROWS; k < 2 * p + MM_PREFETCH_ROWS + 2 && k < kc; k++) {
+            mm_prefetch_row(lo + (size_t)(k - 2 * p) * ld, rn);
+        }
+        for (int blk = 0; blk < nblk; blk++) {
+            int w0 = blk * W, wn = rn - w0 < W ? rn - w0 : W;
+            uint32_t* dp = dst + ((size_t)blk * kp + p) * W;
+            if (wn == W && hi != NULL) {
+                for (int w = 0; w < W; w++) { dp[w] = mm_bf16_pair(lo[w0 + w], hi[w0 + w]); }
+            } else {
+                for (int w = 0; w < W; w++) {
+                    float a = w < wn ? lo[w0 + w] : 0.0f;
+                    float b = (w < wn && hi != NULL) ? hi[w0 + w] : 0.0f;
+                    dp[w] = mm_bf16_pair(a, b);
+                }
+            }
+        }
+    }
 }
 
-// Packs X (R, K) = op(stored X) into blocks of W rows: dst[blk][kpair][w] (width W = MM_MR or MM_NR).
-// pairs_contiguous: element (r, k) is stored at X[r*ld + k] (the k pairs sit side by side);
-// otherwise at X[k*ld + r] (rows k and k+1 of the stored matrix hold the two halves).
-static void mm_pack_bf16(uint32_t* dst, const float* X, int ld, int pairs_contiguous, int R, int K, int W) {
-    int KP = (K + 1) / 2;
-    int nblk = (R + W - 1) / W;
-    if (pairs_contiguous) {
-        // per block of W rows: each row's pairs are converted (a contiguous read), then spread
-        // over the block's column w
-        #pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblk; blk++) {
-            uint32_t row[512]; // pairs of one row, 512 at a time
-            uint32_t* d = dst + (size_t)blk * KP * W;
-            int r0 = blk * W, rn = R - r0 < W ? R - r0 : W;
-            for (int w = 0; w < W; w++) {
-                if (w >= rn) {
-                    for (int p = 0; p < KP; p++) { d[(size_t)p * W + w] = 0u; }
-                    continue;
-                }
-                const float* x = X + (size_t)(r0 + w) * ld;
-                for (int p0 = 0; p0 < KP; p0 += 512) {
-                    int np = KP - p0 < 512 ? KP - p0 : 512;
-                    int kn = 2 * np <= K - 2 * p0 ? 2 * np : (K - 2 * p0) & ~1;
-                    mm_bf16_pairs_contiguous(row, x + 2 * p0, kn);
-                    if (kn < 2 * np) { row[np - 1] = mm_bf16_pair(x[K - 1], 0.0f); } // odd K
-                    for (int p = 0; p < np; p++) { d[(size_t)(p0 + p) * W + w] = row[p]; }
-                }
-            }
-        }
-    } else {
-        // rows 2p and 2p+1 of the stored matrix hold pair p of every output row: read them
-        // front to back (sequential reads) and write W pairs into each block in turn
-        #pragma omp parallel for schedule(static)
-        for (int p = 0; p < KP; p++) {
-            const float* lo = X + (size_t)(2 * p) * ld;
-            const float* hi = 2 * p + 1 < K ? lo + ld : NULL;
-            for (int blk = 0; blk < nblk; blk++) {
-                int r0 = blk * W, rn = R - r0 < W ? R - r0 : W;
-                uint32_t* dp = dst + ((size_t)blk * KP + p) * W;
-                if (rn == W && hi != NULL) {
-                    for (int w = 0; w < W; w++) { dp[w] = mm_bf16_pair(lo[r0 + w], hi[r0 + w]); }
-                } else {
-                    for (int w = 0; w < W; w++) {
-                        float a = w < rn ? lo[r0 + w] : 0.0f;
-                        float b = (w < rn && hi != NULL) ? hi[r0 + w] : 0.0f;
-                        dp[w] = mm_bf16_pair(a, b);
-                    }
-                }
-            }
-        }
-    }
+// one strip of op(A) and the panels of op(B) of a K block, as bf16 pairs (MmGemmKind's pack_a, pack_b)
+static void mm_pack_a_bf16(void* dst, const float* A, int lda, int transA, int i0, int mr, int k0, int kc) {
+    mm_pack_bf16((uint32_t*)dst, A, lda, !transA, i0, mr, k0, kc, MM_MR);
+}
+
+static void mm_pack_b_bf16(void* dst, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc, int nr) {
+    mm_pack_bf16((uint32_t*)dst, B, ldb, transB, j0, nc, k0, kc, nr);
 }
 
 #if MATMUL_X86
@@ -639,8 +646,10 @@ static void mm_kernel_bf16_emulated(float* out, const uint32_t* a, const uint32_
     }
 }
 
-// C[0:mr, 0:nr] += Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs
-static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint32_t* a, const uint32_t* b, int kp) {
+// C[0:mr, 0:nr] += Astrip (kp, MM_MR) . Bpanel (kp, MM_NR) over kp k pairs (MmGemmKind's kernel)
+static void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const void* apack, const void* bpanel, int kp) {
+    const uint32_t* a = (const uint32_t*)apack;
+    const uint32_t* b = (const uint32_t*)bpanel;
     float out[MM_MR * MM_NR];
 #if MATMUL_X86
     if (matmul_bf16_native()) { mm_kernel_bf16_native(out, a, b, kp); }
@@ -655,30 +664,8 @@ static inline void mm_kernel_bf16(float* C, int ldc, int mr, int nr, const uint3
 static void matmul_gemm_blocked_bf16(int transA, int transB, int M, int N, int K,
                                      const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     (void)matmul_bf16_native(); // asked here, before the threads start
-    int KP = (K + 1) / 2;
-    int nstrips = (M + MM_MR - 1) / MM_MR, npanels = (N + MM_NR - 1) / MM_NR;
-    uint32_t* ap = mm_bf16_buffer(0, (size_t)nstrips * KP * MM_MR + 1);
-    uint32_t* bp = mm_bf16_buffer(1, (size_t)npanels * KP * MM_NR + 1);
-    mm_pack_bf16(ap, A, lda, !transA, M, K, MM_MR);
-    mm_pack_bf16(bp, B, ldb, transB, N, K, MM_NR);
-    int ntile_total = mm_tile_count(M, N);
-    #pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < ntile_total; tile++) {
-        int i0, j0, mc, nc;
-        mm_tile_start(tile, M, N, C, ldc, beta, &i0, &j0, &mc, &nc);
-        for (int p0 = 0; p0 < KP; p0 += MM_KCP) {
-            int np = KP - p0 < MM_KCP ? KP - p0 : MM_KCP;
-            for (int ii = 0; ii < mc; ii += MM_MR) {
-                int mr = mc - ii < MM_MR ? mc - ii : MM_MR;
-                const uint32_t* a = ap + ((size_t)(i0 + ii) / MM_MR * KP + p0) * MM_MR;
-                for (int jj = 0; jj < nc; jj += MM_NR) {
-                    int nr = nc - jj < MM_NR ? nc - jj : MM_NR;
-                    const uint32_t* b = bp + ((size_t)(j0 + jj) / MM_NR * KP + p0) * MM_NR;
-                    mm_kernel_bf16(C + (size_t)(i0 + ii) * ldc + j0 + jj, ldc, mr, nr, a, b, np);
-                }
-            }
-        }
-    }
+    MmGemmKind g = {MM_NR, 2, mm_pack_a_bf16, mm_pack_b_bf16, mm_kernel_bf16};
+    mm_gemm_blocked(&g, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 // C(M,N) = beta * C + op(A) . op(B) with the dependency-free kernels (fp32 or bf16 inputs)

@@ -9,8 +9,11 @@ strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
     against the exact fp32 inputs with bf16's rounding error budget
 Tolerances: fp32 |err| <= 1e-5 * (|beta*C| + sum_k |a||b|) per element (K * 2^-24 rounding
 with margin); bf16 vs rounded inputs 1e-5 of the same scale; bf16 vs exact inputs 2^-7 of it.
-Also: bf16 rounding matches llmc/bf16.h, and the blocked kernel gives bit-identical
-results on 1 to 4 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
+Also: bf16 rounding matches llmc/bf16.h; the bf16 GEMM on shapes spanning several K, column
+and row blocks (tall thin C included) equals, bit for bit on 1 to 4 threads, a reference that
+rounds the inputs to bf16 and sums in fp32 in the kernel's order (gemm_bf16_kernel_order; with
+AVX512-BF16 the threads agree bit for bit and the error is checked instead); the blocked kernel
+gives bit-identical results on 1 to 4 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
 forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
@@ -136,6 +139,96 @@ static void check_thread_determinism(MatmulPrecision p) {
 #endif
 }
 
+// bf16(op(A)) . bf16(op(B)) summed the way the emulated bf16 kernel sums: C scaled by beta (0
+// clears it), then for each K block of MM_KC a sum from zero over the block's k pairs,
+// s += a(k) b(k) + a(k+1) b(k+1) (the k past an odd K counts as 0 . 0), added to C
+static void gemm_bf16_kernel_order(int ta, int tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                                   float beta, float* C, int ldc) {
+    for (int i = 0; i < M; i++) { // a pass of its own: beta * C stays a rounded product (not fused into a sum)
+        for (int j = 0; j < N; j++) {
+            float* c = &C[(size_t)i * ldc + j];
+            if (beta == 0.0f) { *c = 0.0f; } else if (beta != 1.0f) { *c *= beta; }
+        }
+    }
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            float c = C[(size_t)i * ldc + j];
+            for (int k0 = 0; k0 < K; k0 += MM_KC) {
+                int k1 = K - k0 < MM_KC ? K : k0 + MM_KC;
+                float s = 0.0f;
+                for (int k = k0; k < k1; k += 2) {
+                    float a0 = round_bf16(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+                    float b0 = round_bf16(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                    float a1 = 0.0f, b1 = 0.0f;
+                    if (k + 1 < k1) {
+                        a1 = round_bf16(ta ? A[(size_t)(k + 1) * lda + i] : A[(size_t)i * lda + k + 1]);
+                        b1 = round_bf16(tb ? B[(size_t)j * ldb + k + 1] : B[(size_t)(k + 1) * ldb + j]);
+                    }
+                    s += a0 * b0 + a1 * b1;
+                }
+                c += s;
+            }
+            C[(size_t)i * ldc + j] = c;
+        }
+    }
+}
+
+// The bf16 GEMM on shapes that span several K blocks (odd K, an odd last block of 1 or 3 k),
+// several column blocks of MM_NCB and row blocks of MM_MC, a tall thin and a short wide C, every
+// transpose, beta 0 / 1 / 0.5 and padded rows, on 1 to 4 threads. Emulated (no AVX512-BF16, or
+// LLMC_BF16_NATIVE=0): bit for bit gemm_bf16_kernel_order on every thread count. With vdpbf16ps
+// (its two-term sums round their own way): within 1e-5 of the rounded inputs' double reference,
+// and bit for bit the same on every thread count.
+static void check_bf16_blocks(void) {
+    const int shapes[][3] = {{40, 1100, 600}, {131, 560, 515}, {1500, 24, 300}, {7, 1200, 257}, {3, 5, 1}};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    int emulated = !matmul_bf16_native();
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        for (int t = 0; t < 4; t++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)(s + t) % 3;
+            float beta = betas[(s + t) % 3];
+            int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            size_t asz = (size_t)(ta ? K : M) * lda, bsz = (size_t)(tb ? N : K) * ldb, csz = (size_t)M * ldc;
+            float* A = (float*)malloc(asz * sizeof(float));
+            float* B = (float*)malloc(bsz * sizeof(float));
+            float* C0 = (float*)malloc(csz * sizeof(float));
+            float* ref = (float*)malloc(csz * sizeof(float));
+            float* C = (float*)malloc(csz * sizeof(float));
+            double* dref = (double*)malloc((size_t)M * N * sizeof(double));
+            double* scale = (double*)malloc((size_t)M * N * sizeof(double));
+            for (size_t i = 0; i < asz; i++) { A[i] = rand_uniform(); }
+            for (size_t i = 0; i < bsz; i++) { B[i] = rand_uniform(); }
+            for (size_t i = 0; i < csz; i++) { C0[i] = rand_uniform(); }
+            memcpy(ref, C0, csz * sizeof(float));
+            gemm_bf16_kernel_order(ta, tb, M, N, K, A, lda, B, ldb, beta, ref, ldc);
+            gemm_reference(ta, tb, M, N, K, A, lda, B, ldb, beta, C0, ldc, 1, dref, scale);
+            for (int threads = 1; threads <= 4; threads++) {
+#ifdef _OPENMP
+                int saved = omp_get_max_threads();
+                omp_set_num_threads(threads);
+#endif
+                memcpy(C, C0, csz * sizeof(float));
+                matmul_gemm_blocked(MATMUL_BF16, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+                omp_set_num_threads(saved);
+#endif
+                if (threads == 1 || !emulated) {
+                    double w = worst_error(C, ldc, M, N, dref, scale, 1e-5);
+                    CHECK(w <= 1.0, "bf16 blocks M=%d N=%d K=%d transA=%d transB=%d beta=%g: error %.3g x tolerance",
+                          M, N, K, ta, tb, beta, w);
+                }
+                if (!emulated && threads == 1) { memcpy(ref, C, csz * sizeof(float)); continue; }
+                size_t differ = 0;
+                for (size_t i = 0; i < csz; i++) { differ += memcmp(&C[i], &ref[i], sizeof(float)) != 0; }
+                CHECK(differ == 0, "bf16 blocks M=%d N=%d K=%d transA=%d transB=%d beta=%g, %d thread(s): %zu elements "
+                      "differ from %s", M, N, K, ta, tb, beta, threads, differ,
+                      emulated ? "the kernel-order reference" : "1 thread");
+            }
+            free(A); free(B); free(C0); free(ref); free(C); free(dref); free(scale);
+        }
+    }
+}
+
 static void check_bf16_rounding(void) {
     // round to nearest even, like llmc/bf16.h's bf16_bits_round_nearest (the GPU trainer's rule)
     const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0039063f, 3.14159265f, -2.5e-3f,
@@ -201,5 +294,6 @@ int main(void) {
     }
     check_thread_determinism(MATMUL_FP32);
     check_thread_determinism(MATMUL_BF16);
+    check_bf16_blocks();
     return test_summary();
 }
