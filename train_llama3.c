@@ -42,9 +42,9 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/llama3_config.h"
 
 #define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
-#ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and names llama-3 data
+#ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and reads llama-3 shards only
 #define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
-#define TRAINER_DATA_FLAGS " --model_desc llama-3 --tokenizer DIR"
+#define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3
 #endif
 #include "llmc/cpu_trainer.h"
 

@@ -4,8 +4,15 @@ llmc/dataloader.h: token shards -> (B, T) batches of inputs and targets, and the
 Token shard format (llm.c-compatible): a header of 256 int32, then the tokens.
     GPT-2:   header[0] = 20240520, header[1] = 1, header[2] = ntok, then ntok uint16 tokens
     llama-3: header[0] = 20240801, header[1] = 7, header[2] = ntok, then ntok uint32 tokens
+A loader reads ONE of the two (ShardFormat, given to dataloader_init): a trainer the format of its
+model family (llmc/trainer.h's TRAINER_SHARD_FORMAT). A shard of the other format is refused, as
+every GPT-2 id is also a valid Llama 3 id and the run would otherwise train on the wrong tokenization:
+    error: x.bin: a gpt-2 token shard (magic 20240520, uint16 tokens), but this model reads llama-3
+    shards (magic 20240801, uint32 tokens); python dev/data/tinyshakespeare.py --model_desc llama-3
+    --tokenizer DIR writes them                                          (one line, wrapped here)
+shard_data_command names the dev/data script and flags that write a format (from the shard's name).
 Every shard matched by the glob, train or val, is validated at init, not when the loader reaches
-it: magic, version, header token count against the real file size, at least one batch of tokens,
+it: format, magic, version, header token count against the real file size, at least one batch of tokens,
 and every token id below vocab_size (below 2^31 when vocab_size is 0, so ids fit an int). The ids
 are read in 1 MiB chunks and checked with a max-reduction the compiler vectorises, so a bad id deep
 in the last shard stops the run before the first step. Any problem stops the program with one line
@@ -52,11 +59,70 @@ No memory is allocated per batch.
 #define DATALOADER_SHUFFLE_SEED 42u
 
 // ----------------------------------------------------------------------------
-// shard headers
+// shard formats and headers
 
-// reads and validates a shard's header against the file's real size;
-// returns the number of tokens and sets *token_bytes (2 or 4). Dies with one line on any problem.
-static inline size_t shard_read_header(FILE* f, const char* path, int* token_bytes) {
+// the two token shard formats; every loader reads exactly one of them
+typedef enum { SHARD_FORMAT_GPT2, SHARD_FORMAT_LLAMA3 } ShardFormat;
+
+typedef struct {
+    const char* name;        // the dev/data scripts' --model_desc: "gpt-2" or "llama-3"
+    int magic;               // header[0]
+    int version;             // header[1]
+    int token_bytes;         // 2 or 4
+    const char* token_type;  // "uint16" or "uint32"
+    const char* data_flags;  // what the dev/data scripts need to write it ("": their default)
+} ShardFormatSpec;
+
+static inline const ShardFormatSpec* shard_format_spec(ShardFormat format) {
+    static const ShardFormatSpec specs[2] = {
+        {"gpt-2", DATALOADER_MAGIC_GPT2, DATALOADER_VERSION_GPT2, 2, "uint16", ""},
+        {"llama-3", DATALOADER_MAGIC_LLAMA3, DATALOADER_VERSION_LLAMA3, 4, "uint32",
+         "--model_desc llama-3 --tokenizer DIR"},
+    };
+    return &specs[format == SHARD_FORMAT_LLAMA3 ? 1 : 0];
+}
+
+// Into buf: the command that writes shards of `format` for data named like `pattern`, e.g.
+// "python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer DIR", or for a name no
+// script writes "one of the dev/data/*.py scripts with --model_desc llama-3 --tokenizer DIR". Returns buf.
+static inline const char* shard_data_command(char* buf, size_t size, const char* pattern, ShardFormat format) {
+    static const char* const datasets[3] = {"tinyshakespeare", "tinystories", "fineweb"};
+    const char* flags = shard_format_spec(format)->data_flags;
+    for (int i = 0; i < 3; i++) {
+        if (strstr(pattern, datasets[i]) != NULL) {
+            snprintf(buf, size, "python dev/data/%s.py%s%s", datasets[i], flags[0] ? " " : "", flags);
+            return buf;
+        }
+    }
+    snprintf(buf, size, "one of the dev/data/*.py scripts%s%s", flags[0] ? " with " : "", flags);
+    return buf;
+}
+
+// dies with one line if header[0..1] is not a shard of `format` (the other format: names both and
+// the command that writes the right one)
+static inline void shard_check_format(const char* path, const int* header, ShardFormat format) {
+    const ShardFormatSpec* want = shard_format_spec(format);
+    ShardFormat other_format = format == SHARD_FORMAT_GPT2 ? SHARD_FORMAT_LLAMA3 : SHARD_FORMAT_GPT2;
+    const ShardFormatSpec* other = shard_format_spec(other_format);
+    if (header[0] == other->magic) {
+        char command[256];
+        llmc_die("%s: a %s token shard (magic %d, %s tokens), but this model reads %s shards (magic %d, %s tokens); "
+                 "%s writes them", path, other->name, other->magic, other->token_type, want->name, want->magic,
+                 want->token_type, shard_data_command(command, sizeof(command), path, format));
+    }
+    if (header[0] != want->magic) {
+        llmc_die("%s: not a token shard (magic %d, expected %d or %d)", path, header[0],
+                 DATALOADER_MAGIC_GPT2, DATALOADER_MAGIC_LLAMA3);
+    }
+    if (header[1] != want->version) {
+        llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1], want->version,
+                 want->magic);
+    }
+}
+
+// reads and validates a shard's header against `format` and the file's real size; returns the
+// number of tokens. Dies with one line on any problem.
+static inline size_t shard_read_header(FILE* f, const char* path, ShardFormat format) {
     size_t file_bytes = file_size_check(f, path);
     int header[DATALOADER_HEADER_INTS];
     if (file_bytes < sizeof(header)) {
@@ -64,27 +130,12 @@ static inline size_t shard_read_header(FILE* f, const char* path, int* token_byt
     }
     fseekCheck(f, 0, SEEK_SET, path);
     freadCheck(header, sizeof(int), DATALOADER_HEADER_INTS, f, path);
-    if (header[0] == DATALOADER_MAGIC_GPT2) {
-        if (header[1] != DATALOADER_VERSION_GPT2) {
-            llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1],
-                     DATALOADER_VERSION_GPT2, DATALOADER_MAGIC_GPT2);
-        }
-        *token_bytes = 2;
-    } else if (header[0] == DATALOADER_MAGIC_LLAMA3) {
-        if (header[1] != DATALOADER_VERSION_LLAMA3) {
-            llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1],
-                     DATALOADER_VERSION_LLAMA3, DATALOADER_MAGIC_LLAMA3);
-        }
-        *token_bytes = 4;
-    } else {
-        llmc_die("%s: not a token shard (magic %d, expected %d or %d)", path, header[0],
-                 DATALOADER_MAGIC_GPT2, DATALOADER_MAGIC_LLAMA3);
-    }
+    shard_check_format(path, header, format);
     if (header[2] <= 0) {
         llmc_die("%s: empty shard (header says %d tokens)", path, header[2]);
     }
     size_t ntok = (size_t)header[2];
-    size_t expected = sizeof(header) + ntok * (size_t)(*token_bytes);
+    size_t expected = sizeof(header) + ntok * (size_t)shard_format_spec(format)->token_bytes;
     if (file_bytes != expected) {
         llmc_die("%s: size mismatch (header says %zu tokens = %zu bytes, file has %zu bytes)%s", path, ntok,
                  expected, file_bytes, file_bytes < expected ? ": truncated" : "");
@@ -243,12 +294,13 @@ typedef struct {
     size_t T;
     int should_shuffle;
     int vocab_size;  // 0 = no token range check
+    ShardFormat format;         // every shard must be of this format
     // the shards
     glob_t glob_result;
     size_t num_shards;
     size_t* shard_num_tokens;   // (num_shards,)
     size_t num_tokens;          // total over all shards
-    int token_bytes;            // 2 (uint16, GPT-2) or 4 (uint32, llama-3), the same for all shards
+    int token_bytes;            // of the format: 2 (uint16, GPT-2) or 4 (uint32, llama-3)
     size_t max_shard_samples;
     // the current shard
     FILE* tokens_file;
@@ -285,9 +337,8 @@ static inline void dataloader_load_shard_(DataLoader* l) {
     l->current_file_idx = file_idx;
     l->current_path = l->glob_result.gl_pathv[file_idx];
     l->tokens_file = fopenCheck(l->current_path, "rb");
-    int token_bytes = 0;
-    size_t ntok = shard_read_header(l->tokens_file, l->current_path, &token_bytes);
-    if (ntok != l->shard_num_tokens[file_idx] || token_bytes != l->token_bytes) {
+    size_t ntok = shard_read_header(l->tokens_file, l->current_path, l->format);
+    if (ntok != l->shard_num_tokens[file_idx]) {
         llmc_die("%s: shard changed on disk since the data loader started", l->current_path);
     }
     size_t sample_tokens = (size_t)l->num_processes * l->B * l->T;
@@ -300,8 +351,10 @@ static inline void dataloader_load_shard_(DataLoader* l) {
     }
 }
 
+// format: the shard format this loader reads (the model family's); a shard of the other one is refused
 static inline void dataloader_init(DataLoader* l, const char* filename_pattern, size_t B, size_t T,
-                                   int process_rank, int num_processes, int should_shuffle, int vocab_size) {
+                                   int process_rank, int num_processes, int should_shuffle, int vocab_size,
+                                   ShardFormat format) {
     memset(l, 0, sizeof(*l));
     if (B == 0 || T == 0) {
         llmc_die("%s: data loader needs B >= 1 and T >= 1 (got B=%zu, T=%zu)", filename_pattern, B, T);
@@ -315,6 +368,8 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     l->T = T;
     l->should_shuffle = should_shuffle;
     l->vocab_size = vocab_size;
+    l->format = format;
+    l->token_bytes = shard_format_spec(format)->token_bytes;
 
     int rc = glob(filename_pattern, 0, NULL, &l->glob_result);
     if (rc == GLOB_NOMATCH || (rc == 0 && l->glob_result.gl_pathc == 0)) {
@@ -331,16 +386,9 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     for (size_t i = 0; i < l->num_shards; i++) {
         const char* path = l->glob_result.gl_pathv[i];
         FILE* f = fopenCheck(path, "rb");
-        int token_bytes = 0;
-        size_t ntok = shard_read_header(f, path, &token_bytes);
-        shard_check_all_tokens(f, path, ntok, token_bytes, vocab_size, ftell(f));
+        size_t ntok = shard_read_header(f, path, format);
+        shard_check_all_tokens(f, path, ntok, l->token_bytes, vocab_size, ftell(f));
         fcloseCheck(f, path);
-        if (i == 0) {
-            l->token_bytes = token_bytes;
-        } else if (token_bytes != l->token_bytes) {
-            llmc_die("%s: %d-byte tokens, but %s has %d-byte tokens (mixed shard formats)", path, token_bytes,
-                     l->glob_result.gl_pathv[0], l->token_bytes);
-        }
         if (ntok < sample_tokens + 1) {
             llmc_die("%s: too small for one batch (%zu tokens, need at least %zu = %d processes x B=%zu x T=%zu + 1)",
                      path, ntok, sample_tokens + 1, num_processes, B, T);

@@ -61,8 +61,8 @@ data position, outlier windows and optimizer state as the run that saved it.
 #ifndef TRAINER_TOKENIZER_PATH  // a trainer of another model family defines its own before including this file
 #define TRAINER_TOKENIZER_PATH "gpt2_tokenizer.bin"
 #endif
-#ifndef TRAINER_DATA_FLAGS  // what the data scripts need for another model family's shards (Llama 3: its tokenizer)
-#define TRAINER_DATA_FLAGS ""
+#ifndef TRAINER_SHARD_FORMAT  // the token shards the model family reads (llmc/dataloader.h's ShardFormat)
+#define TRAINER_SHARD_FORMAT SHARD_FORMAT_GPT2
 #endif
 
 // ----------------------------------------------------------------------------
@@ -390,13 +390,9 @@ static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) {
 // ----------------------------------------------------------------------------
 // start-up
 
-// the command that writes a missing data file, from its name
-static inline const char* trainer_data_hint(const char* pattern) {
-    if (strstr(pattern, "tinyshakespeare") != NULL) { return "python dev/data/tinyshakespeare.py" TRAINER_DATA_FLAGS; }
-    if (strstr(pattern, "tinystories") != NULL) { return "python dev/data/tinystories.py" TRAINER_DATA_FLAGS; }
-    if (strstr(pattern, "fineweb") != NULL) { return "python dev/data/fineweb.py" TRAINER_DATA_FLAGS; }
-    if (strstr(pattern, "hellaswag") != NULL) { return "python dev/data/hellaswag.py"; }
-    return "one of the dev/data/*.py scripts";
+// the command that writes missing token shards, from their name, in this model family's format
+static inline const char* trainer_data_hint(char* buf, size_t size, const char* pattern) {
+    return shard_data_command(buf, size, pattern, TRAINER_SHARD_FORMAT);
 }
 
 static inline void trainer_require_files_(const char* pattern, const char* flag) {
@@ -404,7 +400,11 @@ static inline void trainer_require_files_(const char* pattern, const char* flag)
     int rc = glob(pattern, 0, NULL, &g);
     size_t n = rc == 0 ? g.gl_pathc : 0;
     if (rc == 0) { globfree(&g); }
-    if (n == 0) { llmc_die("%s: no such file (flag %s; run %s to create it)", pattern, flag, trainer_data_hint(pattern)); }
+    if (n == 0) {
+        char hint[256];
+        llmc_die("%s: no such file (flag %s; run %s to create it)", pattern, flag,
+                 trainer_data_hint(hint, sizeof(hint), pattern));
+    }
 }
 
 // Checks the flags that depend on each other and that every data file exists, before a model is
@@ -417,8 +417,8 @@ static inline int trainer_prepare(const TrainArgs* a, int rank) {
     trainer_require_files_(a->train_data_pattern, "-i");
     if (a->val_loss_every > 0 && a->val_data_pattern[0] != '\0') { trainer_require_files_(a->val_data_pattern, "-j"); }
     if (a->hellaswag_eval && !file_exists(a->hellaswag_path)) {
-        llmc_die("%s: no such file (flag -h 1 needs the HellaSwag eval file, see -he; run %s to create it)",
-                 a->hellaswag_path, trainer_data_hint("hellaswag"));
+        llmc_die("%s: no such file (flag -h 1 needs the HellaSwag eval file, see -he; "
+                 "run python dev/data/hellaswag.py to create it)", a->hellaswag_path);
     }
     if (!a->resume) { return -1; }
     int step = trainer_latest_checkpoint(a->output_log_dir);
@@ -429,7 +429,8 @@ static inline int trainer_prepare(const TrainArgs* a, int rank) {
 }
 
 // Loaders, schedule, tokenizer, sampler, logger and, when resuming, nothing yet of the state
-// (trainer_run loads it). vocab_size: the model's V (token ids are checked against it).
+// (trainer_run loads it). vocab_size: the model's V (token ids are checked against it); the shards
+// must be of the family's TRAINER_SHARD_FORMAT.
 static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm comm, int vocab_size, int resume_step) {
     memset(tr, 0, sizeof(*tr));
     tr->args = *a;
@@ -444,9 +445,12 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm com
         llmc_die("flag -d: %d: %s (B*T*processes = %d*%d*%d)", a->total_batch_size, why, B, T, nproc);
     }
     tr->total_batch = (long long)tr->grad_accum_steps * B * T * nproc;
-    dataloader_init(&tr->train_loader, a->train_data_pattern, B, T, rank, nproc, a->shuffle, vocab_size);
+    dataloader_init(&tr->train_loader, a->train_data_pattern, B, T, rank, nproc, a->shuffle, vocab_size,
+                    TRAINER_SHARD_FORMAT);
     tr->have_val = a->val_loss_every > 0 && a->val_data_pattern[0] != '\0';
-    if (tr->have_val) { dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size); }
+    if (tr->have_val) {
+        dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size, TRAINER_SHARD_FORMAT);
+    }
     if (a->hellaswag_eval) { evalloader_init(&tr->eval_loader, a->hellaswag_path, B, T, rank, nproc); }
     tr->max_steps = trainer_max_steps(a->max_steps, tr->train_loader.num_tokens, tr->total_batch, &why);
     if (tr->max_steps < 0) { llmc_die("%s: %s", a->train_data_pattern, why); }

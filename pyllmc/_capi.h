@@ -250,14 +250,14 @@ static size_t pyllmc_train_arg_offset(int i) { return TRAIN_ARG_TABLE[i].offset;
 // ----------------------------------------------------------------------------
 // data loader (llmc/dataloader.h), heap-allocated for Python
 
-// guarded; *out is NULL on error
+// guarded; *out is NULL on error. GPT-2 token shards only, like ./train_gpt2
 static int pyllmc_dataloader_new(DataLoader** out, const char* pattern, int B, int T, int rank, int nproc,
                                  int shuffle, int vocab_size) {
     *out = NULL;
     PYLLMC_GUARDED({
         DataLoader* l = (DataLoader*)mallocCheck(sizeof(DataLoader));
         *out = l;
-        dataloader_init(l, pattern, (size_t)B, (size_t)T, rank, nproc, shuffle, vocab_size);
+        dataloader_init(l, pattern, (size_t)B, (size_t)T, rank, nproc, shuffle, vocab_size, SHARD_FORMAT_GPT2);
     });
 }
 

@@ -374,10 +374,52 @@ def test_missing_data_names_the_llama3_data_command(binaries, ref: Path, tmp_pat
 
 
 def test_out_of_range_tokens_in_the_data_get_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
-    # GPT-2's uint16 shards hold ids far above the test tokenizer's vocabulary
-    cmd = [REPO / "train_llama3", "-i", TS_DIR / "tiny_shakespeare_val.bin", "-j", "", "-e", "d2", "-x", 1]
+    vocab = int(np.fromfile(ref / "llama3_tokenizer.bin", dtype="<u4", count=3)[2])
+    data = bytearray((ref / "ts" / "tiny_shakespeare_train.bin").read_bytes())
+    struct.pack_into("<I", data, 1024 + 4 * 100, vocab)  # token 100 = the vocabulary size
+    shard = tmp_path / "train.bin"
+    shard.write_bytes(bytes(data))
+    cmd = [REPO / "train_llama3", "-i", shard, "-j", "", "-e", "d2", "-x", 1]
     shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
-    assert "vocab" in assert_one_error_line(run(cmd, cwd=tmp_path, env=ONE_THREAD, check=False))
+    line = assert_one_error_line(run(cmd, cwd=tmp_path, env=ONE_THREAD, check=False))
+    assert line == f"error: {shard}: token id {vocab} at position 100 >= vocab size {vocab}"
+
+
+def write_tokens(path: Path, tokens: np.ndarray, model_desc: str) -> Path:
+    """tokens as a gpt-2 (magic 20240520, version 1, uint16) or llama-3 (20240801, 7, uint32) token shard."""
+    magic, version, dtype = {"gpt-2": (20240520, 1, "<u2"), "llama-3": (20240801, 7, "<u4")}[model_desc]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [magic, version, len(tokens)]
+    path.write_bytes(header.tobytes() + tokens.astype(dtype).tobytes())
+    return path
+
+
+@pytest.mark.parametrize("flag", ["-i", "-j"])
+def test_a_gpt2_shard_of_valid_llama3_ids_gets_one_error_line_and_the_llama3_shard_trains(binaries, ref: Path,
+                                                                                        tmp_path: Path, flag: str) -> None:
+    """The first 4,000 ids of the llama-3 train shard written in both formats: every id is below the vocabulary,
+    so only the format tells them apart. The llama-3 shard trains a step; the gpt-2 one, given as train (-i) or
+    val (-j) data, stops ./train_llama3 before its first step with one line naming both formats and the
+    command that writes llama-3 shards for the data the shard's name says (dev/data/tinyshakespeare)."""
+    tokens = np.fromfile(ref / "ts" / "tiny_shakespeare_train.bin", dtype="<u4", offset=1024)[:4000]
+    llama3 = write_tokens(tmp_path / "llama3" / "tinyshakespeare" / "tiny_shakespeare_train.bin", tokens, "llama-3")
+    gpt2 = write_tokens(tmp_path / "gpt2" / "tinyshakespeare" / "tiny_shakespeare_train.bin", tokens, "gpt-2")
+    shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
+    flags = ["-e", "d2", "-b", 1, "-t", 32, "-x", 1, "-s", 0, "-v", 1, "-m", 1]
+
+    def train_on(shard: Path):
+        data = ["-i", shard, "-j", llama3] if flag == "-i" else ["-i", llama3, "-j", shard]
+        return run([REPO / "train_llama3", *data, *flags], cwd=tmp_path, env=ONE_THREAD, check=False)
+
+    trained = train_on(llama3)
+    assert trained.returncode == 0 and "\nstep 1/1 |" in trained.stdout, trained.stdout[-2000:] + trained.stderr[-2000:]
+    refused = train_on(gpt2)
+    line = assert_one_error_line(refused)
+    assert line == (f"error: {gpt2}: a gpt-2 token shard (magic 20240520, uint16 tokens), but this model reads llama-3 "
+                    "shards (magic 20240801, uint32 tokens); python dev/data/tinyshakespeare.py --model_desc llama-3 "
+                    "--tokenizer DIR writes them")
+    assert not re.search(r"^step ", refused.stdout, re.M), refused.stdout[-2000:]
 
 
 # ---------------------------------------------------------------------------- generate

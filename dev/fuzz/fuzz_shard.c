@@ -1,7 +1,7 @@
 /*
 dev/fuzz/fuzz_shard.c: libFuzzer harness for the token-shard DataLoader of llmc/dataloader.h.
-Input: 4 parameter bytes (B, T, flags: shuffle / 2 processes / vocab check, resume position),
-then the shard file. A shard that loads must give batches whose every id is below the vocab
+Input: 4 parameter bytes (B, T, flags: shuffle / 2 processes / vocab check / resume / llama-3
+format expected, resume position), then the shard file. A shard that loads must give batches whose every id is below the vocab
 size and whose targets are the inputs shifted by one.
 */
 #include "harness.h"
@@ -18,9 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int nproc = (flags & 2) ? 2 : 1;
     int rank = (flags & 4) ? nproc - 1 : 0;
     int vocab = (flags & 8) ? 50257 : ((flags & 16) ? 1000 : 0);
+    ShardFormat format = (flags & 64) ? SHARD_FORMAT_LLAMA3 : SHARD_FORMAT_GPT2;
     const char* path = fuzz_write_file(data, size);
     FUZZ_BEGIN
-        dataloader_init(&loader, path, B, T, rank, nproc, shuffle, vocab);
+        dataloader_init(&loader, path, B, T, rank, nproc, shuffle, vocab, format);
         if (flags & 32) { dataloader_resume(&loader, resume >> 4, resume & 15); }
         for (int step = 0; step < 6; step++) {
             dataloader_next_batch(&loader);

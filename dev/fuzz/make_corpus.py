@@ -88,11 +88,12 @@ def write_data_seeds(out: Path) -> None:
     d = out / "shard"
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        # parameter bytes: B-1, T-1, flags (1 shuffle, 2 two processes, 4 last rank, 8/16 vocab check, 32 resume), resume
+        # parameter bytes: B-1, T-1, flags (1 shuffle, 2 two processes, 4 last rank, 8/16 vocab check, 32 resume,
+        # 64 llama-3 format expected), resume
         for name, model_desc, ntok, params in [
             ("gpt2", "gpt-2", 97, bytes([1, 7, 8, 0])),
             ("gpt2_shuffle", "gpt-2", 200, bytes([0, 3, 1 | 2 | 4 | 16 | 32, 0x12])),
-            ("llama3", "llama-3", 65, bytes([3, 3, 0, 0])),
+            ("llama3", "llama-3", 65, bytes([3, 3, 64, 0])),
         ]:
             path = Path(tmp) / f"{name}.bin"
             write_datafile(path, rng.integers(0, 1000, ntok), model_desc)

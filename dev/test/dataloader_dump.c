@@ -2,7 +2,7 @@
 dev/test/dataloader_dump.c: writes what llmc/dataloader.h produces, for tests/test_c_headers.py.
 
 usage: dataloader_dump PATTERN B T RANK NPROC SHUFFLE VOCAB NBATCHES
-    stdout per batch: int32 inputs (B*T), int32 targets (B*T), uint64 shard_idx, uint64 sample_idx
+    reads GPT-2 token shards (uint16), like ./train_gpt2; stdout per batch: int32 inputs (B*T), int32 targets (B*T), uint64 shard_idx, uint64 sample_idx
 usage: dataloader_dump --eval PATH B T RANK NPROC
     stdout: int32 num_batches, then per batch: int32 examples in the batch, int32 inputs (B*T),
     int32 targets (B*T), uint8 mask (B*T)
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     }
     size_t B = strtoul(argv[2], NULL, 10), T = strtoul(argv[3], NULL, 10);
     DataLoader l;
-    dataloader_init(&l, argv[1], B, T, atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
+    dataloader_init(&l, argv[1], B, T, atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]), SHARD_FORMAT_GPT2);
     int nbatches = atoi(argv[8]);
     for (int b = 0; b < nbatches; b++) {
         dataloader_next_batch(&l);

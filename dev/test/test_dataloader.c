@@ -49,12 +49,12 @@ static void make_subdir(const char* sub) {
 
 static void set_pattern(const char* sub) { snprintf(g_pattern, sizeof(g_pattern), "%s/%s/*.bin", g_dir, sub); }
 
-// a loader over g_pattern with the given settings, one batch read
-typedef struct { size_t B, T; int rank, nproc, shuffle, vocab, batches; } LoaderArgs;
+// a loader over g_pattern with the given settings and expected shard format, `batches` batches read
+typedef struct { size_t B, T; int rank, nproc, shuffle, vocab, batches; ShardFormat format; } LoaderArgs;
 static void open_and_read(void* arg) {
     LoaderArgs* a = (LoaderArgs*)arg;
     DataLoader l;
-    dataloader_init(&l, g_pattern, a->B, a->T, a->rank, a->nproc, a->shuffle, a->vocab);
+    dataloader_init(&l, g_pattern, a->B, a->T, a->rank, a->nproc, a->shuffle, a->vocab, a->format);
     for (int i = 0; i < a->batches; i++) { dataloader_next_batch(&l); }
     dataloader_free(&l);
 }
@@ -72,7 +72,7 @@ static void test_order_without_shuffle(void) {
     write_shard(g_path, 20240520, 1, 2, 8 * 5 + 1, 0, -1);  // exactly 5 samples of B*T = 8
     set_pattern("order");
     DataLoader l;
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257, SHARD_FORMAT_GPT2);
     CHECK(l.num_shards == 1 && l.num_tokens == 41 && l.shard_num_samples == 5, "one shard, 41 tokens, 5 samples");
     int ok = 1;
     for (int k = 0; k < 12; k++) {
@@ -89,7 +89,7 @@ static void test_order_without_shuffle(void) {
 
     // one token fewer: only 4 samples fit (a sample needs B*T+1 tokens)
     write_shard(g_path, 20240520, 1, 2, 8 * 5, 0, -1);
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 0);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 0, SHARD_FORMAT_GPT2);
     CHECK(l.shard_num_samples == 4, "40 tokens hold 4 samples of 8 (+1)");
     dataloader_free(&l);
 }
@@ -104,9 +104,9 @@ static void test_rank_slicing(int shuffle) {
     }
     set_pattern("ranks");
     DataLoader one, r0, r1;
-    dataloader_init(&one, g_pattern, 4, 4, 0, 1, shuffle, 50257);
-    dataloader_init(&r0, g_pattern, 2, 4, 0, 2, shuffle, 50257);
-    dataloader_init(&r1, g_pattern, 2, 4, 1, 2, shuffle, 50257);
+    dataloader_init(&one, g_pattern, 4, 4, 0, 1, shuffle, 50257, SHARD_FORMAT_GPT2);
+    dataloader_init(&r0, g_pattern, 2, 4, 0, 2, shuffle, 50257, SHARD_FORMAT_GPT2);
+    dataloader_init(&r1, g_pattern, 2, 4, 1, 2, shuffle, 50257, SHARD_FORMAT_GPT2);
     int ok = 1;
     for (int k = 0; k < 40; k++) {  // several epochs over 3 + 4 + 5 samples
         dataloader_next_batch(&one);
@@ -131,7 +131,7 @@ static void test_shard_rollover(void) {
     write_shard(g_path, 20240520, 1, 2, 8 * 3 + 1, 2000, -1);  // 3 samples
     set_pattern("roll");
     DataLoader l;
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257, SHARD_FORMAT_GPT2);
     const int expect_first[7] = {100, 108, 2000, 2008, 2016, 100, 108};
     int ok = 1;
     for (int k = 0; k < 7; k++) {
@@ -156,9 +156,9 @@ static int cmp_int(const void* a, const void* b) { return (*(const int*)a > *(co
 static void test_shuffle(void) {
     set_pattern("ranks");  // written by test_rank_slicing: 3 shards of 3, 4, 5 samples of 16 tokens
     DataLoader a, b, plain;
-    dataloader_init(&a, g_pattern, 4, 4, 0, 1, 1, 50257);
-    dataloader_init(&b, g_pattern, 4, 4, 0, 1, 1, 50257);
-    dataloader_init(&plain, g_pattern, 4, 4, 0, 1, 0, 50257);
+    dataloader_init(&a, g_pattern, 4, 4, 0, 1, 1, 50257, SHARD_FORMAT_GPT2);
+    dataloader_init(&b, g_pattern, 4, 4, 0, 1, 1, 50257, SHARD_FORMAT_GPT2);
+    dataloader_init(&plain, g_pattern, 4, 4, 0, 1, 0, 50257, SHARD_FORMAT_GPT2);
     int sa[12], sb[12], sp[12], sa2[12];
     epoch_starts(&a, sa, 12);
     epoch_starts(&b, sb, 12);
@@ -189,10 +189,10 @@ static void test_resume(int shuffle) {
     int ok = 1;
     for (int stop = 0; stop < 30; stop += 7) {
         DataLoader a, b;
-        dataloader_init(&a, g_pattern, 2, 4, 1, 2, shuffle, 50257);
+        dataloader_init(&a, g_pattern, 2, 4, 1, 2, shuffle, 50257, SHARD_FORMAT_GPT2);
         for (int k = 0; k < stop; k++) { dataloader_next_batch(&a); }
         size_t shard = a.current_shard_idx, sample = a.current_sample_idx;
-        dataloader_init(&b, g_pattern, 2, 4, 1, 2, shuffle, 50257);
+        dataloader_init(&b, g_pattern, 2, 4, 1, 2, shuffle, 50257, SHARD_FORMAT_GPT2);
         dataloader_next_batch(&b);  // move it somewhere else first
         dataloader_resume(&b, shard, sample);
         for (int k = 0; k < 20; k++) {
@@ -212,14 +212,60 @@ static void test_llama3_shards(void) {
     write_shard(g_path, 20240801, 7, 4, 8 * 2 + 1, 100000, -1);
     set_pattern("u32");
     DataLoader l;
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 128256);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 128256, SHARD_FORMAT_LLAMA3);
     dataloader_next_batch(&l);
     CHECK(l.token_bytes == 4 && batch_is_consecutive(&l, 100000), "uint32 llama-3 shards are read");
     dataloader_free(&l);
 }
 
+// a loader refuses a shard of the other format with one line naming both formats and the command
+// that writes the one it reads; a shard's name picks the dev/data script in that command
+static void test_shard_of_the_other_format(void) {
+    LoaderArgs llama = {2, 4, 0, 1, 0, 128256, 1, SHARD_FORMAT_LLAMA3};
+    LoaderArgs gpt2 = {2, 4, 0, 1, 0, 50257, 1, SHARD_FORMAT_GPT2};
+    char want[4400];
+    make_subdir("formats");
+    set_pattern("formats");
+    shard_path(g_path, sizeof(g_path), "formats", "x.bin");
+
+    write_shard(g_path, 20240520, 1, 2, 8 * 2 + 1, 100, -1);
+    snprintf(want, sizeof(want), "error: %s: a gpt-2 token shard (magic 20240520, uint16 tokens), but this model reads "
+             "llama-3 shards (magic 20240801, uint32 tokens); one of the dev/data/*.py scripts with --model_desc llama-3 "
+             "--tokenizer DIR writes them\n", g_path);
+    expect_die("a gpt-2 shard given to a llama-3 loader", open_and_read, &llama, want, NULL);
+    write_shard(g_path, 20240801, 7, 4, 8 * 2 + 1, 100, -1);
+    snprintf(want, sizeof(want), "error: %s: a llama-3 token shard (magic 20240801, uint32 tokens), but this model reads "
+             "gpt-2 shards (magic 20240520, uint16 tokens); one of the dev/data/*.py scripts writes them\n", g_path);
+    expect_die("a llama-3 shard given to a gpt-2 loader", open_and_read, &gpt2, want, NULL);
+    write_shard(g_path, 20240801, 1, 4, 8 * 2 + 1, 100, -1);
+    expect_die("llama-3 magic, gpt-2 version", open_and_read, &llama, g_path,
+               "unsupported token shard version 1 (expected 7 for magic 20240801)");
+
+    // a glob of a llama-3 shard (x.bin) and a gpt-2 one (y.bin): init names the second
+    write_shard(g_path, 20240801, 7, 4, 8 * 2 + 1, 100, -1);
+    char second[2048];
+    shard_path(second, sizeof(second), "formats", "y.bin");
+    write_shard(second, 20240520, 1, 2, 8 * 2 + 1, 100, -1);
+    expect_die("a gpt-2 shard among llama-3 ones", open_and_read, &llama, second, "a gpt-2 token shard");
+    remove(second);
+    remove(g_path);
+
+    shard_path(g_path, sizeof(g_path), "formats", "tinyshakespeare_val.bin");
+    write_shard(g_path, 20240520, 1, 2, 8 * 2 + 1, 100, -1);
+    expect_die("the script named from the shard's name", open_and_read, &llama, g_path,
+               "; python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer DIR writes them");
+    remove(g_path);
+
+    char command[256];
+    CHECK(strcmp(shard_data_command(command, sizeof(command), "dev/data/fineweb10B/fineweb_train_*.bin", SHARD_FORMAT_GPT2),
+                 "python dev/data/fineweb.py") == 0, "gpt-2 shards: the script without flags (%s)", command);
+    CHECK(strcmp(shard_data_command(command, sizeof(command), "tinystories/x.bin", SHARD_FORMAT_LLAMA3),
+                 "python dev/data/tinystories.py --model_desc llama-3 --tokenizer DIR") == 0,
+          "llama-3 shards: the script with its flags (%s)", command);
+}
+
 static void test_bad_shards(void) {
-    LoaderArgs args = {2, 4, 0, 1, 0, 50257, 1};
+    LoaderArgs args = {2, 4, 0, 1, 0, 50257, 1, SHARD_FORMAT_GPT2};
     make_subdir("bad");
     set_pattern("bad");
     shard_path(g_path, sizeof(g_path), "bad", "x.bin");
@@ -242,7 +288,7 @@ static void test_bad_shards(void) {
     // token ids: shard tokens are 50250 + i; the 8th (position 7) is 50257
     write_shard(g_path, 20240520, 1, 2, 100, 50250, -1);
     expect_die("token >= vocab", open_and_read, &args, g_path, "token id 50257 at position 7 >= vocab size 50257");
-    LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 3};
+    LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 3, SHARD_FORMAT_GPT2};
     char err[4096];
     CHECK(run_in_child(open_and_read, &novocab, err, sizeof(err)) == 0, "vocab_size 0 disables the check (%s)", err);
 
@@ -294,7 +340,7 @@ static void write_big_shard(const char* path, int token_bytes, size_t ntok, uint
 // is still the one reported whichever thread finds its piece first (run in a child: the test process
 // itself never starts an OpenMP team, so the forked child can)
 static void test_token_ids_checked_in_parallel_pieces(void) {
-    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0};
+    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0, SHARD_FORMAT_GPT2};
     const size_t piece = DATALOADER_CHECK_CHUNK_BYTES / 2, ntok = 20 * piece;
     make_subdir("pieces");
     set_pattern("pieces");
@@ -312,7 +358,7 @@ static void test_token_ids_checked_in_parallel_pieces(void) {
 }
 
 static void test_token_ids_checked_at_init(void) {
-    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0};  // no batch is read: the failure must come from init
+    LoaderArgs init_only = {2, 4, 0, 1, 0, 50257, 0, SHARD_FORMAT_GPT2};  // no batch is read: the failure must come from init
     char err[4096];
     char want[4200];
     // 3 chunks of the init check (524,288 uint16 tokens each) and a part; ids 0..50256
@@ -323,7 +369,7 @@ static void test_token_ids_checked_at_init(void) {
     write_big_shard(g_path, 2, ntok, 50257, ntok, 0);
     CHECK(run_in_child(open_and_read, &init_only, err, sizeof(err)) == 0 && err[0] == '\0',
           "a correct shard with ids up to 50256 passes init (%s)", err);
-    LoaderArgs read_some = {2, 4, 0, 1, 0, 50257, 5};
+    LoaderArgs read_some = {2, 4, 0, 1, 0, 50257, 5, SHARD_FORMAT_GPT2};
     CHECK(run_in_child(open_and_read, &read_some, err, sizeof(err)) == 0, "and its batches are read (%s)", err);
 
     // deep in the first shard: the third chunk, and the very last token
@@ -348,14 +394,14 @@ static void test_token_ids_checked_at_init(void) {
     set_pattern("deep32");
     shard_path(g_path, sizeof(g_path), "deep32", "x.bin");
     write_big_shard(g_path, 4, 700000, 128256, 700000, 0);
-    LoaderArgs llama = {2, 4, 0, 1, 0, 128256, 2};
+    LoaderArgs llama = {2, 4, 0, 1, 0, 128256, 2, SHARD_FORMAT_LLAMA3};
     CHECK(run_in_child(open_and_read, &llama, err, sizeof(err)) == 0, "a correct uint32 shard with ids up to 128255 passes (%s)", err);
     write_big_shard(g_path, 4, 700000, 128256, 654321, 128256);
     llama.batches = 0;
     snprintf(want, sizeof(want), "%s: token id 128256 at position 654321 >= vocab size 128256", g_path);
     expect_die("uint32 id = vocab deep in the shard", open_and_read, &llama, want, NULL);
     write_big_shard(g_path, 4, 700000, 128256, 300001, 0x80000000u);
-    LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 0};
+    LoaderArgs novocab = {2, 4, 0, 1, 0, 0, 0, SHARD_FORMAT_LLAMA3};
     snprintf(want, sizeof(want), "%s: token id 2147483648 at position 300001 does not fit an int (>= 2^31)", g_path);
     expect_die("uint32 id that does not fit an int, vocab_size 0", open_and_read, &novocab, want, NULL);
 }
@@ -364,7 +410,7 @@ static void test_token_ids_checked_at_init(void) {
 static void rewrite_then_read(void* arg) {
     (void)arg;
     DataLoader l;
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257, SHARD_FORMAT_GPT2);
     write_big_shard(g_path, 2, 10000, 50257, 5003, 50300);  // past what stdio may have buffered at init
     for (int k = 0; k <= 5003 / 8; k++) { dataloader_next_batch(&l); }  // batch k holds tokens 8k .. 8k+8
     dataloader_free(&l);
@@ -381,7 +427,7 @@ static void test_shard_rewritten_after_init(void) {
 static void test_free_twice(void) {
     set_pattern("order");
     DataLoader l;
-    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257);
+    dataloader_init(&l, g_pattern, 2, 4, 0, 1, 0, 50257, SHARD_FORMAT_GPT2);
     dataloader_free(&l);
     CHECK(l.buffer == NULL && l.tokens_file == NULL && l.num_shards == 0, "dataloader_free leaves the struct zeroed");
     dataloader_free(&l);  // would be a double free if anything were left
@@ -548,6 +594,7 @@ int main(void) {
     test_resume(0);
     test_resume(1);
     test_llama3_shards();
+    test_shard_of_the_other_format();
     test_bad_shards();
     test_find_bad_token();
     test_token_ids_checked_at_init();
