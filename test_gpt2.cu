@@ -168,7 +168,7 @@ static void gpt2_reload_parameters(GPT2* model, const char* path) {
     FILE* f = checkpoint_open(path, &ckpt_cfg, &version);
     if (memcmp(&ckpt_cfg, &model->config, sizeof(GPT2Config)) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
     float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
-    checkpoint_read_params(f, path, version, host, model->num_parameters);
+    model_file_read_params(f, path, version, host, model->num_parameters);
     fcloseCheck(f, path);
     gpt2_upload_parameters(model, host);
     free(host);

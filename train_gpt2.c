@@ -202,7 +202,7 @@ void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     int version;
     FILE* f = checkpoint_open(path, &model->config, &version);
     gpt2_allocate_parameters(model);
-    checkpoint_read_params(f, path, version, model->params_memory, model->num_parameters);
+    model_file_read_params(f, path, version, model->params_memory, model->num_parameters);
     fcloseCheck(f, path);
 }
 

@@ -229,7 +229,7 @@ static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc)
     if (kind == 1) {
         gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/init.h, as train_gpt2.c
     } else {
-        checkpoint_read_params(f, load, version, host, model->num_parameters);
+        model_file_read_params(f, load, version, host, model->num_parameters);
         fcloseCheck(f, load);
     }
     gpt2_upload_parameters(model, host);

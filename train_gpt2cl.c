@@ -329,7 +329,7 @@ void gpt2_build_from_checkpoint(GPT2* model, ClRuntime* rt, const char* path) {
     int version;
     FILE* f = checkpoint_open(path, &model->config, &version);
     gpt2_allocate_parameters(model, rt);
-    checkpoint_read_params(f, path, version, model->host_scratch, model->num_parameters);
+    model_file_read_params(f, path, version, model->host_scratch, model->num_parameters);
     fcloseCheck(f, path);
     gpt2_write_buffer(model, model->params_memory, model->host_scratch);
 }

@@ -167,7 +167,7 @@ static void llama3_build_from_file(Llama3* model, const char* path) {
     int version;
     FILE* f = llama3_model_open(path, &model->config, &version);
     llama3_allocate_parameters(model);
-    llama3_model_read_params(f, path, version, model->params_memory, model->num_parameters);
+    model_file_read_params(f, path, version, model->params_memory, model->num_parameters);
     fcloseCheck(f, path);
 }
 

@@ -4,7 +4,8 @@ llmc/checkpoint.h: model checkpoints and training state on disk.
 Model checkpoint (llm.c-compatible): 256 int32 header
   [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp
 then the 16 parameter tensors in checkpoint order (model_config.h), wte with Vp rows.
-We write fp32 (version 3); we read 3 and 5 (bf16 is widened to fp32 on load).
+We write fp32 (version 3); we read 3 and 5 (bf16 is widened to fp32 on load). The reading,
+checking and atomic writing are llmc/model_file.h's; GPT2_MODEL_FILE describes this file to it.
 
 Training state (one file per rank, state_%08d_%05d.bin next to model_%08d.bin): 256 int32 header
   [0]=20240527 [1]=1 [2]=num_processes [3]=process_rank [4]=zero_stage [5]=should_shuffle
@@ -30,88 +31,56 @@ All files are written atomically (utils.h AtomicFile).
 #include <string.h>
 #include "utils.h"
 #include "model_config.h"
+#include "model_file.h"
 
 #define CHECKPOINT_MAGIC 20240326
-#define CHECKPOINT_VERSION_FP32 3
-#define CHECKPOINT_VERSION_BF16 5
 #define TRAIN_STATE_MAGIC 20240527
 #define TRAIN_STATE_VERSION 1
 
 // ----------------------------------------------------------------------------
-// model checkpoint
+// model checkpoint: GPT-2's model file (llmc/model_file.h reads and writes it)
+
+static const ModelHeaderField GPT2_HEADER_FIELDS[] = {
+    {"maxT (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
+    {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
+    {"channels C (header[6])", 6, 1, 1 << 17}, {"padded vocab Vp (header[7])", 7, 1, 1 << 24},
+};
+static const ModelFileFormat GPT2_MODEL_FILE = {
+    "model checkpoint", "%s: not a model checkpoint (file is %zu bytes, shorter than the 1024-byte header)",
+    CHECKPOINT_MAGIC, 0, GPT2_HEADER_FIELDS, (int)(sizeof(GPT2_HEADER_FIELDS) / sizeof(GPT2_HEADER_FIELDS[0])),
+};
 
 // Opens a checkpoint, validates its header against its real size and returns the open file
 // positioned at the first parameter. *version is 3 (fp32) or 5 (bf16).
 static inline FILE* checkpoint_open(const char* path, GPT2Config* cfg, int* version) {
-    FILE* f = fopenCheck(path, "rb");
-    size_t file_size = file_size_check(f, path);
-    int header[256];
-    if (file_size < sizeof(header)) {
-        llmc_die("%s: not a model checkpoint (file is %zu bytes, shorter than the 1024-byte header)", path, file_size);
-    }
-    read_header_check(f, path, header, CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16, "model checkpoint");
-    if (header[1] == 4) { llmc_die("%s: unsupported model checkpoint version 4 (expected 3 = fp32 or 5 = bf16)", path); }
-    *version = header[1];
-    // each header field, its allowed range and where it goes; cfg is filled only once all are valid
-    struct { const char* name; int index; int lo; int hi; int* dst; } fields[] = {
-        {"maxT (header[2])", 2, 1, 1 << 20, &cfg->max_seq_len}, {"vocab size V (header[3])", 3, 1, 1 << 24, &cfg->vocab_size},
-        {"layers L (header[4])", 4, 1, 4096, &cfg->num_layers}, {"heads NH (header[5])", 5, 1, 1 << 16, &cfg->num_heads},
-        {"channels C (header[6])", 6, 1, 1 << 17, &cfg->channels},
-        {"padded vocab Vp (header[7])", 7, 1, 1 << 24, &cfg->padded_vocab_size},
-    };
-    const size_t num_fields = sizeof(fields) / sizeof(fields[0]);
-    for (size_t i = 0; i < num_fields; i++) {
-        int v = header[fields[i].index];
-        if (v < fields[i].lo || v > fields[i].hi) {
-            llmc_die("%s: bad model checkpoint header: %s = %d is outside [%d, %d]", path, fields[i].name, v, fields[i].lo, fields[i].hi);
-        }
-    }
-    for (size_t i = 0; i < num_fields; i++) { *fields[i].dst = header[fields[i].index]; }
+    ModelFileHeader h;
+    FILE* f = model_file_open(path, &GPT2_MODEL_FILE, &h);
+    *version = h.version;
+    cfg->max_seq_len = h.ints[2];
+    cfg->vocab_size = h.ints[3];
+    cfg->num_layers = h.ints[4];
+    cfg->num_heads = h.ints[5];
+    cfg->channels = h.ints[6];
+    cfg->padded_vocab_size = h.ints[7];
     if (cfg->padded_vocab_size < cfg->vocab_size) {
         llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
     }
     if (cfg->channels % cfg->num_heads != 0) {
         llmc_die("%s: bad model checkpoint header: channels C = %d is not a multiple of heads NH = %d", path, cfg->channels, cfg->num_heads);
     }
-    size_t elem_bytes = (*version == CHECKPOINT_VERSION_FP32) ? 4 : 2;
-    size_t expected = sizeof(header) + gpt2_num_parameters(cfg) * elem_bytes;
-    if (file_size != expected) {
-        llmc_die("%s: model checkpoint size mismatch: the header (L=%d C=%d Vp=%d maxT=%d, %s) needs %zu bytes, the file has %zu%s",
-                 path, cfg->num_layers, cfg->channels, cfg->padded_vocab_size, cfg->max_seq_len,
-                 elem_bytes == 4 ? "fp32" : "bf16", expected, file_size, file_size < expected ? " (truncated?)" : "");
-    }
+    char shape[128];
+    snprintf(shape, sizeof(shape), "L=%d C=%d Vp=%d maxT=%d", cfg->num_layers, cfg->channels, cfg->padded_vocab_size,
+             cfg->max_seq_len);
+    model_file_check_size(path, &GPT2_MODEL_FILE, &h, gpt2_num_parameters(cfg), shape);
     return f;
 }
 
-// reads the n parameters that follow the header into params (fp32), widening bf16
-static inline void checkpoint_read_params(FILE* f, const char* path, int version, float* params, size_t n) {
-    if (version == CHECKPOINT_VERSION_FP32) {
-        freadCheck(params, sizeof(float), n, f, path);
-        return;
-    }
-    // bf16 is the upper half of an fp32: read in chunks and shift into place
-    const size_t chunk = 1 << 20;
-    uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
-    for (size_t done = 0; done < n; done += chunk) {
-        size_t k = n - done < chunk ? n - done : chunk;
-        freadCheck(buf, sizeof(uint16_t), k, f, path);
-        for (size_t i = 0; i < k; i++) {
-            uint32_t bits = (uint32_t)buf[i] << 16;
-            memcpy(&params[done + i], &bits, sizeof(float));
-        }
-    }
-    free(buf);
-}
-
 static inline void checkpoint_write(const char* path, const GPT2Config* cfg, const float* params, size_t n) {
-    // the layout above; the rest of the header is zero
-    int header[256] = {CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
-                       cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    atomic_file_write(&af, header, sizeof(int), 256);
-    atomic_file_write(&af, params, sizeof(float), n);
-    atomic_file_commit(&af);
+    ModelFileHeader h;  // the layout above; the rest of the header is zero
+    memset(&h, 0, sizeof(h));
+    int fields[] = {cfg->max_seq_len, cfg->vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
+    memcpy(&h.ints[2], fields, sizeof(fields));
+    model_file_write(path, &GPT2_MODEL_FILE, &h, params, n);
 }
 
 // ----------------------------------------------------------------------------

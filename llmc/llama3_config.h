@@ -17,7 +17,8 @@ LLAMA3_PARAMETER_TENSORS below. FFN follows Llama's rule (llama3_ffn_hidden) and
 
 Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), multiple_of 32, no
 ffn multiplier, norm_eps 1e-5, rope_theta 500000, no rope scaling, untied, maxT 1024; V is the
-tokenizer's. Every reader error is one line naming the file.
+tokenizer's. Every reader error is one line naming the file; the reading, checking and atomic
+writing common to every family are llmc/model_file.h's (LLAMA3_MODEL_FILE describes this file).
 */
 #ifndef LLMC_LLAMA3_CONFIG_H
 #define LLMC_LLAMA3_CONFIG_H
@@ -27,10 +28,9 @@ tokenizer's. Every reader error is one line naming the file.
 #include <stdio.h>
 #include <string.h>
 #include "utils.h"
+#include "model_file.h"
 
 #define LLAMA3_MAGIC 20240803
-#define LLAMA3_VERSION_FP32 3
-#define LLAMA3_VERSION_BF16 5
 
 typedef struct {
     int max_seq_len;      // maxT, the block size
@@ -163,34 +163,27 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
 // ----------------------------------------------------------------------------
 // the file
 
+static const ModelHeaderField LLAMA3_HEADER_FIELDS[] = {
+    {"block size (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
+    {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
+    {"kv heads NKV (header[6])", 6, 1, 1 << 16}, {"channels C (header[7])", 7, 1, 1 << 17},
+    {"multiple_of (header[9])", 9, 1, 1 << 20}, {"use_scaled_rope (header[12])", 12, 0, 1},
+    {"version major (header[14])", 14, 3, 3}, {"tied_embeddings (header[16])", 16, 0, 1},
+    {"FFN hidden size (header[17])", 17, 1, 1 << 22},
+};
+static const ModelFileFormat LLAMA3_MODEL_FILE = {
+    "Llama 3 model", "%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)",
+    LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, (int)(sizeof(LLAMA3_HEADER_FIELDS) / sizeof(LLAMA3_HEADER_FIELDS[0])),
+};
+
 // Opens a model file, validates both headers against the real size and returns the open file at
 // the first parameter; *version is 3 (fp32) or 5 (bf16).
 static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
-    FILE* f = fopenCheck(path, "rb");
-    size_t file_size = file_size_check(f, path);
-    int h[256];
-    float fh[256];
-    if (file_size < sizeof(h) + sizeof(fh)) {
-        llmc_die("%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)", path, file_size);
-    }
-    read_header_check(f, path, h, LLAMA3_MAGIC, LLAMA3_VERSION_FP32, LLAMA3_VERSION_BF16, "Llama 3 model");
-    if (h[1] == 4) { llmc_die("%s: unsupported Llama 3 model version 4 (expected 3 = fp32 or 5 = bf16)", path); }
-    freadCheck(fh, sizeof(float), 256, f, path);
-    *version = h[1];
-    struct { const char* name; int index; int lo; int hi; } fields[] = {
-        {"block size (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
-        {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
-        {"kv heads NKV (header[6])", 6, 1, 1 << 16}, {"channels C (header[7])", 7, 1, 1 << 17},
-        {"multiple_of (header[9])", 9, 1, 1 << 20}, {"use_scaled_rope (header[12])", 12, 0, 1},
-        {"version major (header[14])", 14, 3, 3}, {"tied_embeddings (header[16])", 16, 0, 1},
-        {"FFN hidden size (header[17])", 17, 1, 1 << 22},
-    };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        int v = h[fields[i].index];
-        if (v < fields[i].lo || v > fields[i].hi) {
-            llmc_die("%s: bad Llama 3 model header: %s = %d is outside [%d, %d]", path, fields[i].name, v, fields[i].lo, fields[i].hi);
-        }
-    }
+    ModelFileHeader mh;
+    FILE* f = model_file_open(path, &LLAMA3_MODEL_FILE, &mh);
+    const int* h = mh.ints;
+    const float* fh = mh.floats;
+    *version = mh.version;
     memset(cfg, 0, sizeof(*cfg));
     cfg->max_seq_len = h[2];
     cfg->vocab_size = h[3];
@@ -232,43 +225,20 @@ static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* 
         llmc_die("%s: bad Llama 3 model header: FFN hidden size %d, Llama's rule gives %d (C %d, multiplier %g, multiple_of %d)",
                  path, cfg->ffn_hidden, want, C, fh[0], cfg->multiple_of);
     }
-    size_t elem = *version == LLAMA3_VERSION_FP32 ? 4 : 2;
-    size_t expected = sizeof(h) + sizeof(fh) + llama3_num_parameters(cfg) * elem;
-    if (file_size != expected) {
-        llmc_die("%s: Llama 3 model size mismatch: the header (L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s, %s) needs %zu bytes, the file has %zu%s",
-                 path, cfg->num_layers, C, NH, NKV, cfg->vocab_size, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "",
-                 elem == 4 ? "fp32" : "bf16", expected, file_size, file_size < expected ? " (truncated?)" : "");
-    }
+    char shape[160];
+    snprintf(shape, sizeof(shape), "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s", cfg->num_layers, C, NH, NKV, cfg->vocab_size,
+             cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "");
+    model_file_check_size(path, &LLAMA3_MODEL_FILE, &mh, llama3_num_parameters(cfg), shape);
     return f;
 }
 
-// the n parameters after the headers into params (fp32), bf16 widened
-static inline void llama3_model_read_params(FILE* f, const char* path, int version, float* params, size_t n) {
-    if (version == LLAMA3_VERSION_FP32) {
-        freadCheck(params, sizeof(float), n, f, path);
-        return;
-    }
-    const size_t chunk = 1 << 20;
-    uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
-    for (size_t done = 0; done < n; done += chunk) {
-        size_t k = n - done < chunk ? n - done : chunk;
-        freadCheck(buf, sizeof(uint16_t), k, f, path);
-        for (size_t i = 0; i < k; i++) {
-            uint32_t bits = (uint32_t)buf[i] << 16;
-            memcpy(&params[done + i], &bits, sizeof(float));
-        }
-    }
-    free(buf);
-}
-
-// writes cfg and n fp32 parameters atomically (temp file, then rename)
+// writes cfg and n fp32 parameters atomically (temp file, then rename); header[8], [10] and [11]
+// hold the truncated floats as llm.c's files do, [13] its max_gen_batch_size
 static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
-    int h[256];
-    float fh[256];
-    memset(h, 0, sizeof(h));
-    memset(fh, 0, sizeof(fh));
-    h[0] = LLAMA3_MAGIC;
-    h[1] = LLAMA3_VERSION_FP32;
+    ModelFileHeader mh;
+    memset(&mh, 0, sizeof(mh));
+    int* h = mh.ints;
+    float* fh = mh.floats;
     h[2] = cfg->max_seq_len;
     h[3] = cfg->vocab_size;
     h[4] = cfg->num_layers;
@@ -292,22 +262,7 @@ static inline void llama3_model_write(const char* path, const Llama3Config* cfg,
     fh[4] = cfg->rope_low_freq_factor;
     fh[5] = cfg->rope_high_freq_factor;
     fh[6] = cfg->rope_original_max_pos;
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    atomic_file_write(&af, h, sizeof(int), 256);
-    atomic_file_write(&af, fh, sizeof(float), 256);
-    atomic_file_write(&af, params, sizeof(float), n);
-    atomic_file_commit(&af);
-}
-
-// the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none
-static inline int llmc_model_file_magic(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) { return -1; }
-    int magic = -1;
-    if (fread(&magic, sizeof(int), 1, f) != 1) { magic = -1; }
-    fclose(f);
-    return magic;
+    model_file_write(path, &LLAMA3_MODEL_FILE, &mh, params, n);
 }
 
 #endif // LLMC_LLAMA3_CONFIG_H

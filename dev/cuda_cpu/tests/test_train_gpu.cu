@@ -23,7 +23,7 @@ static void check_master_weights(const char* path, int nproc, int rank) {
     int version = 0;
     FILE* f = checkpoint_open(path, &cfg, &version);
     float* want = (float*)mallocCheck(model.num_parameters * sizeof(float));
-    checkpoint_read_params(f, path, version, want, model.num_parameters);
+    model_file_read_params(f, path, version, want, model.num_parameters);
     fcloseCheck(f, path);
 
     float* master = (float*)mallocCheck(shard.size * sizeof(float));
