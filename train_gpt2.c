@@ -56,35 +56,12 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 // (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
 GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, float)
 
-// The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad).
-// Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer. has_grad: the backward
-// pass keeps its gradient (the layernorm statistics and the probabilities need none).
+// The activations of a forward pass, in buffer order (llmc/model_config.h has the table: encoded,
+// then per layer ln1, ln1_mean, ln1_rstd, qkv, atty, attproj, residual2, ln2, ..., fch, fch_gelu,
+// fcproj, residual3, then lnf, logits, probs, losses; each (B, T, ...) or (L, B, T, ...)).
 // The attention weights are not kept: attention_backward recomputes them.
-#define CPU_ACTIVATION_TENSORS(X) \
-    X(encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
-    CPU_LAYER_ACTIVATION_TENSORS(X) \
-    X(lnf,      0, C,  1) /* final layernorm */ \
-    X(lnf_mean, 0, 1,  0) \
-    X(lnf_rstd, 0, 1,  0) \
-    X(logits,   0, Vp, 1) \
-    X(probs,    0, Vp, 0) \
-    X(losses,   0, 1,  1)
-
-#define CPU_LAYER_ACTIVATION_TENSORS(X) \
-    X(ln1,       1, C,     1) /* layernorm of the layer's input */ \
-    X(ln1_mean,  1, 1,     0) \
-    X(ln1_rstd,  1, 1,     0) \
-    X(qkv,       1, 3 * C, 1) \
-    X(atty,      1, C,     1) /* attention output, before its projection */ \
-    X(attproj,   1, C,     1) \
-    X(residual2, 1, C,     1) /* input + attproj */ \
-    X(ln2,       1, C,     1) \
-    X(ln2_mean,  1, 1,     0) \
-    X(ln2_rstd,  1, 1,     0) \
-    X(fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
-    X(fch_gelu,  1, 4 * C, 1) \
-    X(fcproj,    1, C,     1) \
-    X(residual3, 1, C,     1) /* residual2 + fcproj, the layer's output */
+#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_NO_ATT)
+#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_NO_ATT)
 
 #define CPU_ACT_FIELD_(name, per_layer, per_token, has_grad) float* name;
 typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD_) } ActivationTensors;

@@ -202,35 +202,10 @@ LayerParams layer_params(const ParameterTensors* p, const GPT2Config* cfg, int l
     return w;
 }
 
-// The activations, in buffer order: X(name, per_layer, per_token, has_grad). Each tensor is
-// (B,T,per_token), (L,B,T,per_token) when per_layer; has_grad: the backward keeps its gradient.
-// att holds each layer's attention weights (B,NH,T,T): NH*T values per token.
-#define CL_ACTIVATION_TENSORS(X) \
-    X(encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
-    CL_LAYER_ACTIVATION_TENSORS(X) \
-    X(lnf,      0, C,  1) /* final layernorm */ \
-    X(lnf_mean, 0, 1,  0) \
-    X(lnf_rstd, 0, 1,  0) \
-    X(logits,   0, Vp, 1) \
-    X(probs,    0, Vp, 0) \
-    X(losses,   0, 1,  1)
-
-#define CL_LAYER_ACTIVATION_TENSORS(X) \
-    X(ln1,       1, C,      1) /* layernorm of the layer's input */ \
-    X(ln1_mean,  1, 1,      0) \
-    X(ln1_rstd,  1, 1,      0) \
-    X(qkv,       1, 3 * C,  1) \
-    X(att,       1, NH * T, 0) /* attention weights (B,NH,T,T) */ \
-    X(atty,      1, C,      1) /* attention output, before its projection */ \
-    X(attproj,   1, C,      1) \
-    X(residual2, 1, C,      1) /* input + attproj */ \
-    X(ln2,       1, C,      1) \
-    X(ln2_mean,  1, 1,      0) \
-    X(ln2_rstd,  1, 1,      0) \
-    X(fch,       1, 4 * C,  1) /* MLP hidden layer, before the GELU */ \
-    X(fch_gelu,  1, 4 * C,  1) \
-    X(fcproj,    1, C,      1) \
-    X(residual3, 1, C,      1) /* residual2 + fcproj, the layer's output */
+// The activations, in buffer order: GPT-2's table (llmc/model_config.h), with att, each layer's
+// attention weights (B, NH, T, T), kept for the backward.
+#define CL_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT)
+#define CL_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT)
 
 #define CL_ACT_FIELD_(name, per_layer, per_token, has_grad) ClTensor name;
 typedef struct { CL_ACTIVATION_TENSORS(CL_ACT_FIELD_) } ActivationTensors;

@@ -129,6 +129,44 @@ static inline size_t gpt2_num_parameters(const GPT2Config* cfg) {
         return w; \
     }
 
+// ----------------------------------------------------------------------------
+// The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad),
+// every backend's table (the CPU and OpenCL trainers expand it into their structs and pointers).
+// Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer, written in C, Vp, NH
+// and T. has_grad: the backward pass keeps its gradient (the layernorm statistics and the
+// probabilities need none). ATT(X) stands where the attention weights (B, NH, T, T) go:
+// GPT2_KEEP_ATT for a backend that keeps them for the backward (OpenCL), GPT2_NO_ATT for one
+// whose attention backward recomputes them (the CPU trainer).
+#define GPT2_ACTIVATION_TENSORS(X, ATT) \
+    X(encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
+    GPT2_LAYER_ACTIVATION_TENSORS(X, ATT) \
+    X(lnf,      0, C,  1) /* final layernorm */ \
+    X(lnf_mean, 0, 1,  0) \
+    X(lnf_rstd, 0, 1,  0) \
+    X(logits,   0, Vp, 1) \
+    X(probs,    0, Vp, 0) \
+    X(losses,   0, 1,  1)
+
+#define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT) \
+    X(ln1,       1, C,     1) /* layernorm of the layer's input */ \
+    X(ln1_mean,  1, 1,     0) \
+    X(ln1_rstd,  1, 1,     0) \
+    X(qkv,       1, 3 * C, 1) \
+    ATT(X) \
+    X(atty,      1, C,     1) /* attention output, before its projection */ \
+    X(attproj,   1, C,     1) \
+    X(residual2, 1, C,     1) /* input + attproj */ \
+    X(ln2,       1, C,     1) \
+    X(ln2_mean,  1, 1,     0) \
+    X(ln2_rstd,  1, 1,     0) \
+    X(fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
+    X(fch_gelu,  1, 4 * C, 1) \
+    X(fcproj,    1, C,     1) \
+    X(residual3, 1, C,     1) /* residual2 + fcproj, the layer's output */
+
+#define GPT2_KEEP_ATT(X) X(att, 1, NH * T, 0) /* attention weights (B, NH, T, T) */
+#define GPT2_NO_ATT(X)
+
 // parses a positive decimal integer filling the whole string; -1 if it is not one
 static inline int model_config_parse_int(const char* s) {
     if (s == NULL || *s == '\0') { return -1; }
