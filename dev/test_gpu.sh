@@ -27,6 +27,8 @@
 #   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
 #                           needs 2 GPUs and mpirun: skipped with the reason otherwise)
 # Exit status 0 only when no check failed.
+# The throughput half of a GPU visit is the other command, `make bench-gpu` (dev/bench_gpu.py): our GPU trainers
+# beside the PyTorch references, one table of ms/step, tokens/s, MFU, peak memory and the ratio.
 #
 # No network: put the tinyshakespeare text and tiktoken's cache in $GPU_CACHE (default .gpu, inside the
 # checkout): .gpu/data/tinyshakespeare/input.txt and .gpu/tiktoken_cache/ (copies of ../shared/data and
