@@ -3,12 +3,16 @@ generate: text generation from an llmc GPT-2 or Llama 3 model file on the CPU, w
 
     ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
     ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
-    ./generate -e llama3_d2.bin -t llama3_tokenizer.bin --ids "128000 791"     a Llama 3 model
+    ./generate -e llama3_d2.bin -t llama3_tokenizer.bin -p "ROMEO:"          a Llama 3 model
+    ./generate -e llama3_d2.bin -t llama3_tokenizer.bin --ids "128000 791"   its prompt as token ids
 
 The family comes from the model file's magic (20240326 GPT-2, 20240803 Llama 3). Llama 3 models use
-train_llama3.c's model and decode with the Llama 3 tokenizer file (llmc/tokenizer.h); the C side has
-no Llama 3 encoder, so their prompt is given as token ids (--ids; default: BOS alone). Their cache
-holds the NKV key/value heads only (GQA: NH/NKV query heads read each cached head).
+train_llama3.c's model and the Llama 3 tokenizer file (llmc/tokenizer.h): it decodes, and its token
+bytes are the BPE ranks that encode a text prompt (llmc/bpe.h, bpe_init_llama3: the same ids as the
+`tokenizers` library on the tokenizer.json; text that looks like a special token stays text). A text
+prompt starts with BOS; --ids gives the ids as they are (default: BOS alone). --print-ids prints the
+prompt's ids to stderr. The Llama 3 cache holds the NKV key/value heads only (GQA: NH/NKV query heads
+read each cached head).
 
 The model and its layers are train_gpt2.c's (included with LLMC_NO_MAIN defined, so its main() is
 left out). Generation keeps every layer's keys and values in a cache: the prompt goes through
@@ -325,6 +329,7 @@ typedef struct {
     const char* tokenizer_path;  // Llama 3: the tokenizer file that decodes
     const char* ids;             // Llama 3: the prompt as token ids
     const char* prompt;
+    int print_ids;               // print the prompt's token ids to stderr
     int num_tokens;
     float temperature;
     int top_k;
@@ -344,6 +349,13 @@ static double now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// "prompt ids: 1 2 3" on stderr (--print-ids)
+static void print_prompt_ids(const int* ids, int n) {
+    fprintf(stderr, "prompt ids:");
+    for (int k = 0; k < n; k++) { fprintf(stderr, " %d", ids[k]); }
+    fputc('\n', stderr);
 }
 
 // compares the cached logits with a full forward of seq[0..T) (last position)
@@ -370,6 +382,7 @@ static int generate_one(GPT2* model, KVCache* kv, const BPE* bpe, Sampler* sampl
     int* seq = (int*)mallocCheck(((size_t)maxT + plen + 1) * sizeof(int));
     int n_prompt = (int)bpe_encode(bpe, (const unsigned char*)prompt, plen, 1, seq);
     if (n_prompt == 0) { seq[n_prompt++] = bpe->eot_token; }   // no prompt: start a new document
+    if (args->print_ids) { print_prompt_ids(seq, n_prompt); }
     if (n_prompt >= maxT) {
         llmc_die("-p: the prompt is %d tokens, the model's context is %d (it must leave room to generate)", n_prompt, maxT);
     }
@@ -442,12 +455,81 @@ static void llama3_check_kv_step(Llama3* model, const Llama3KVCache* kv, const i
     }
 }
 
+// a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
+// dies when it leaves no room to generate in the context maxT. seq needs room for maxT ids.
+static int llama3_encode_prompt(const BPE* bpe, const Tokenizer* tok, const char* text, int* seq, int maxT) {
+    size_t len = strlen(text);
+    int* ids = (int*)mallocCheck((len + 1) * sizeof(int));
+    size_t n = bpe_encode(bpe, (const unsigned char*)text, len, 0, ids);
+    if (n + 1 >= (size_t)maxT) {
+        llmc_die("-p: the prompt is %zu tokens with BOS, the model's context is %d (it must leave room to generate)", n + 1, maxT);
+    }
+    seq[0] = tok->bos_token;
+    memcpy(seq + 1, ids, n * sizeof(int));
+    free(ids);
+    return (int)n + 1;
+}
+
+// generates a continuation of the prompt seq[0..n_prompt), streaming it to stdout after the prompt's
+// text (echo, or the decoded ids when echo is NULL); returns tokens generated
+static int llama3_generate_one(Llama3* model, Llama3KVCache* kv, Tokenizer* tok, Sampler* sampler, const GenerateArgs* args,
+                               int* seq, int n_prompt, const char* echo, KVCheck* chk) {
+    int maxT = kv->maxT;
+    if (args->print_ids) { print_prompt_ids(seq, n_prompt); }
+    int budget = args->num_tokens;
+    if (n_prompt + budget > maxT) {
+        budget = maxT - n_prompt;
+        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
+    }
+    if (echo != NULL) {
+        fwriteCheck(echo, 1, strlen(echo), stdout, "stdout");
+    } else {
+        for (int i = 0; i < n_prompt; i++) {
+            if (seq[i] != tok->bos_token) { fwriteCheck(tokenizer_decode(tok, (uint32_t)seq[i]), 1, tokenizer_decode_length(tok, (uint32_t)seq[i]), stdout, "stdout"); }
+        }
+    }
+    fflush(stdout);
+    kv->pos = 0;
+    llama3_forward_cached(model, kv, seq, n_prompt);
+    if (args->check_kv) { llama3_check_kv_step(model, kv, seq, n_prompt, chk); }
+    int T = n_prompt, made = 0;
+    while (made < budget) {
+        int next = sampler_sample(sampler, kv->logits);
+        made++;
+        if (next == tok->eot_token && args->stop_at_eot) { break; }
+        fwriteCheck(tokenizer_decode(tok, (uint32_t)next), 1, tokenizer_decode_length(tok, (uint32_t)next), stdout, "stdout");
+        fflush(stdout);
+        seq[T++] = next;
+        if (made == budget) { break; }
+        llama3_forward_cached(model, kv, &next, 1);
+        if (args->check_kv) { llama3_check_kv_step(model, kv, seq, T, chk); }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    return made;
+}
+
+// reads one line of stdin without its newline into a growing buffer; returns 0 at end of input
+static int read_line(char** buf, size_t* cap) {
+    size_t n = 0;
+    int c;
+    while ((c = getchar()) != EOF && c != '\n') {
+        if (n + 1 >= *cap) {
+            *cap *= 2;
+            char* bigger = (char*)realloc(*buf, *cap);
+            if (bigger == NULL) { llmc_die("stdin: out of memory reading a line of %zu bytes", *cap); }
+            *buf = bigger;
+        }
+        (*buf)[n++] = (char)c;
+    }
+    (*buf)[n] = '\0';
+    return !(c == EOF && n == 0);
+}
+
 // the whole run for a Llama 3 model file: returns the exit status
 static int llama3_generate(const GenerateArgs* args) {
-    if (args->prompt[0] != '\0' || args->interactive) {
-        llmc_die("%s is a Llama 3 model: text prompts (-p, -i) need a Llama 3 encoder, which the C side does not have; "
-                 "give the prompt as token ids with --ids", args->model_path);
-    }
+    int text = args->prompt[0] != '\0' || args->interactive;
+    if (text && args->ids != NULL) { llmc_die("--ids: give the prompt either as text (-p, -i) or as token ids (--ids), not both"); }
     Llama3 model;
     llama3_build_from_file(&model, args->model_path);
     Llama3Config cfg = model.config;
@@ -460,15 +542,10 @@ static int llama3_generate(const GenerateArgs* args) {
     if ((int)tok.vocab_size != cfg.vocab_size) {
         llmc_die("%s: %u tokens, but the model %s has V = %d", args->tokenizer_path, tok.vocab_size, args->model_path, cfg.vocab_size);
     }
+    BPE bpe;
+    if (text) { bpe_init_llama3(&bpe, &tok, args->tokenizer_path); }
     int maxT = cfg.max_seq_len;
     int* seq = (int*)mallocCheck((size_t)maxT * sizeof(int));
-    int n_prompt = args->ids != NULL ? llama3_parse_ids(args->ids, seq, maxT - 1, cfg.vocab_size) : 0;
-    if (n_prompt == 0) { seq[n_prompt++] = tok.bos_token; }
-    int budget = args->num_tokens;
-    if (n_prompt + budget > maxT) {
-        budget = maxT - n_prompt;
-        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
-    }
     if (args->check_kv) { llama3_allocate_activations(&model, 1, maxT); }
     Llama3KVCache kv;
     llama3_kvcache_init(&kv, &cfg);
@@ -476,25 +553,26 @@ static int llama3_generate(const GenerateArgs* args) {
     sampler_init(&sampler, cfg.vocab_size, args->temperature, args->top_k, args->top_p, (uint64_t)args->seed);
     KVCheck chk = {0.0, 0};
     double t0 = now_sec();
-    for (int i = 0; i < n_prompt; i++) {  // echo the prompt
-        if (seq[i] != tok.bos_token) { fwriteCheck(tokenizer_decode(&tok, (uint32_t)seq[i]), 1, tokenizer_decode_length(&tok, (uint32_t)seq[i]), stdout, "stdout"); }
+    int made = 0;
+    if (args->interactive) {
+        int tty = isatty(fileno(stdin));
+        size_t cap = 256;
+        char* line = (char*)mallocCheck(cap);
+        for (;;) {
+            if (tty) { fprintf(stderr, "> "); fflush(stderr); }
+            if (!read_line(&line, &cap)) { break; }
+            int n_prompt = llama3_encode_prompt(&bpe, &tok, line, seq, maxT);
+            made += llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
+        }
+        free(line);
+    } else if (text) {
+        int n_prompt = llama3_encode_prompt(&bpe, &tok, args->prompt, seq, maxT);
+        made = llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, args->prompt, &chk);
+    } else {
+        int n_prompt = args->ids != NULL ? llama3_parse_ids(args->ids, seq, maxT - 1, cfg.vocab_size) : 0;
+        if (n_prompt == 0) { seq[n_prompt++] = tok.bos_token; }
+        made = llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
     }
-    llama3_forward_cached(&model, &kv, seq, n_prompt);
-    if (args->check_kv) { llama3_check_kv_step(&model, &kv, seq, n_prompt, &chk); }
-    int T = n_prompt, made = 0;
-    while (made < budget) {
-        int next = sampler_sample(&sampler, kv.logits);
-        made++;
-        if (next == tok.eot_token && args->stop_at_eot) { break; }
-        fwriteCheck(tokenizer_decode(&tok, (uint32_t)next), 1, tokenizer_decode_length(&tok, (uint32_t)next), stdout, "stdout");
-        fflush(stdout);
-        seq[T++] = next;
-        if (made == budget) { break; }
-        llama3_forward_cached(&model, &kv, &next, 1);
-        if (args->check_kv) { llama3_check_kv_step(&model, &kv, seq, T, &chk); }
-    }
-    fputc('\n', stdout);
-    fflush(stdout);
     double dt = now_sec() - t0;
     fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", made, dt, dt > 0 ? made / dt : 0.0);
     if (args->check_kv) {
@@ -503,6 +581,7 @@ static int llama3_generate(const GenerateArgs* args) {
     free(seq);
     sampler_free(&sampler);
     llama3_kvcache_free(&kv);
+    if (text) { bpe_free(&bpe); }
     tokenizer_free(&tok);
     llama3_free(&model);
     return 0;
@@ -513,9 +592,10 @@ static void print_usage(FILE* out) {
         "usage: ./generate [options]\n"
         "  -e <path|dN>        GPT-2 or Llama 3 model file (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
-        "  -t <path>           Llama 3 models: tokenizer file that decodes (default llama3_tokenizer.bin)\n"
-        "  --ids \"<id> ...\"    Llama 3 models: the prompt as token ids (default: BOS alone; no text prompts)\n"
-        "  -p <text>           prompt (default: none, start of a document)\n"
+        "  -t <path>           Llama 3 models: tokenizer file that encodes and decodes (default llama3_tokenizer.bin)\n"
+        "  --ids \"<id> ...\"    Llama 3 models: the prompt as token ids, instead of -p (default: BOS alone)\n"
+        "  -p <text>           prompt (default: none, start of a document; Llama 3: BOS, then the text)\n"
+        "  --print-ids         print the prompt's token ids to stderr (\"prompt ids: ...\")\n"
         "  -n <int>            tokens to generate (default 256; stops at the context length)\n"
         "  --temperature <f>   sampling temperature, 0 = greedy (default 1.0)\n"
         "  --top-k <int>       keep the k most likely tokens, 0 = off (default 0)\n"
@@ -555,6 +635,7 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
     a->tokenizer_path = "llama3_tokenizer.bin";
     a->ids = NULL;
     a->prompt = "";
+    a->print_ids = 0;
     a->num_tokens = 256;
     a->temperature = 1.0f;
     a->top_k = 0;
@@ -569,6 +650,7 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
         else if (strcmp(f, "-i") == 0) { a->interactive = 1; }
         else if (strcmp(f, "--check-kv") == 0) { a->check_kv = 1; }
         else if (strcmp(f, "--no-stop") == 0) { a->stop_at_eot = 0; }
+        else if (strcmp(f, "--print-ids") == 0) { a->print_ids = 1; }
         else if (strcmp(f, "-e") == 0) { a->model_path = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-b") == 0) { a->bpe_path = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-t") == 0) { a->tokenizer_path = need_value(argc, argv, i); i++; }
@@ -584,23 +666,6 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
             exit(1);
         }
     }
-}
-
-// reads one line of stdin without its newline into a growing buffer; returns 0 at end of input
-static int read_line(char** buf, size_t* cap) {
-    size_t n = 0;
-    int c;
-    while ((c = getchar()) != EOF && c != '\n') {
-        if (n + 1 >= *cap) {
-            *cap *= 2;
-            char* bigger = (char*)realloc(*buf, *cap);
-            if (bigger == NULL) { llmc_die("stdin: out of memory reading a line of %zu bytes", *cap); }
-            *buf = bigger;
-        }
-        (*buf)[n++] = (char)c;
-    }
-    (*buf)[n] = '\0';
-    return !(c == EOF && n == 0);
 }
 
 int main(int argc, char** argv) {

@@ -1,6 +1,8 @@
 /*
-llmc/bpe.h: GPT-2 byte-level BPE *encoding* in C (text -> token ids), exactly like
-tiktoken's "gpt2" encoding. The decoder side is just the token bytes (bpe_token_bytes).
+llmc/bpe.h: byte-level BPE *encoding* in C (text -> token ids) for GPT-2, exactly like tiktoken's
+"gpt2" encoding, and for Llama 3, exactly like the `tokenizers` library on Llama 3's tokenizer.json.
+The decoder side is just the token bytes (bpe_token_bytes, or llmc/tokenizer.h).
+The two differ only in where the ranks come from and in the pre-tokenisation pattern (BPE.pattern).
 
 How GPT-2 encodes text:
 1. Pre-tokenisation splits the text into pieces with this regex (tiktoken's pattern):
@@ -15,14 +17,25 @@ How GPT-2 encodes text:
    This is implemented by hand below (bpe_next_piece): UTF-8 is decoded on the fly and
    characters are classified with llmc/unicode_tables.h (generated from Python's
    unicodedata by dev/write_bpe.py; \s is Unicode White_Space).
+   Llama 3 splits with its tokenizer.json's pattern instead (bpe_next_piece_llama3):
+       (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n]*
+       | \s*[\r\n]+ | \s+(?!\S) | \s+
+   i.e. a contraction in any letter case (Oniguruma's case folding, which `tokenizers` uses, also
+   matches 's as U+017F); a run of letters, with one optional leading character that is neither
+   \r, \n, letter nor number; one to three numbers; an optional ' ' and a run of "other"
+   characters with the \r and \n right after it; a whitespace run up to its last \r or \n;
+   then GPT-2's two whitespace rules. Its classes are the same tables (checked against
+   `tokenizers`' regex engine over every code point: \s is equal, \p{L} and \p{N} are equal on
+   every code point the tables' Unicode version assigns; later ones are OTHER here).
 2. Each piece that is itself a token is emitted as is. Otherwise the piece starts as one
    part per byte, and repeatedly the adjacent pair of parts whose concatenated bytes form
    the token of lowest rank (ties: leftmost) is merged, until no pair is a token. The ids
-   are the ranks of the final parts. Short pieces use a scan over an array (like tiktoken);
+   are the ranks of the final parts. Llama 3's ranks are its token ids (its vocabulary comes from
+   tiktoken's ranks; its tokenizer.json sets ignore_merges, so a piece that is a token is kept whole). Short pieces use a scan over an array (like tiktoken);
    long pieces use a linked list and a min-heap, so a megabyte without spaces stays fast.
    Ranks are looked up in an open-addressing hash map keyed by the token bytes.
 
-Invalid UTF-8 (tiktoken only takes valid text, so this is llmc's own rule): every byte that
+Invalid UTF-8 (tiktoken and `tokenizers` only take valid text, so this is llmc's own rule): every byte that
 does not start a valid, shortest-form UTF-8 sequence (no surrogates, <= U+10FFFF) is one
 "other" character of its own. Pre-tokenisation goes on around it and byte-level BPE encodes
 it like any byte, so decoding the ids always gives back the exact input bytes.
@@ -40,6 +53,11 @@ File format of gpt2_bpe.bin, written by `python dev/write_bpe.py` (little-endian
         [5] = max_len: longest token in bytes (1..255)
     body: for each rank r = 0 .. n_tokens-1: uint8 length (1..max_len), then the raw bytes.
     Every single byte 0..255 is a token and no two tokens are equal.
+
+Llama 3 (bpe_init_llama3): the ranks come from the tokenizer file version 3 (llama3_tokenizer.bin,
+llmc/tokenizer.h), which holds every token's bytes in id order. Its ordinary tokens are the ids
+below the first special one, min(BOS, EOT), and each one's rank is its id; the ids from there on
+are special tokens (their text), which bpe_encode never produces from text.
 */
 #ifndef LLMC_BPE_H
 #define LLMC_BPE_H
@@ -51,6 +69,7 @@ File format of gpt2_bpe.bin, written by `python dev/write_bpe.py` (little-endian
 #include <string.h>
 
 #include "utils.h"
+#include "tokenizer.h"
 #include "unicode_tables.h"
 
 #define BPE_MAGIC 20240530
@@ -58,9 +77,13 @@ File format of gpt2_bpe.bin, written by `python dev/write_bpe.py` (little-endian
 #define BPE_EOT_TEXT "<|endoftext|>"
 #define BPE_NO_RANK INT32_MAX
 
+enum { BPE_PATTERN_GPT2 = 0, BPE_PATTERN_LLAMA3 = 1 };
+
 typedef struct {
+    int pattern;             // pre-tokenisation: BPE_PATTERN_GPT2 or BPE_PATTERN_LLAMA3
     int n_tokens;            // mergeable tokens, ranks 0..n_tokens-1
-    int eot_token;           // id of <|endoftext|>
+    int eot_token;           // id of the end-of-text token
+    const char* eot_text;    // its text: "<|endoftext|>" (GPT-2), "<|end_of_text|>" (Llama 3)
     int max_token_len;       // longest token in bytes
     unsigned char* blob;     // token bytes concatenated in rank order
     uint32_t* offsets;       // (n_tokens+1,) token r is blob[offsets[r] .. offsets[r+1])
@@ -89,6 +112,40 @@ static inline int32_t bpe_rank(const BPE* b, const unsigned char* p, size_t n) {
         uint32_t off = b->offsets[r];
         if (b->offsets[r + 1] - off == n && memcmp(b->blob + off, p, n) == 0) { return r; }
         i = (i + 1) & b->slot_mask;
+    }
+}
+
+// builds the rank lookup of the n_tokens tokens in b->blob / b->offsets: every single byte must be a
+// token and no two tokens equal (path names the file in the error line)
+static inline void bpe_index(BPE* b, const char* path) {
+    int n = b->n_tokens;
+    // hash map at most half full
+    uint32_t nslots = 1;
+    while (nslots < 2u * (uint32_t)n) { nslots <<= 1; }
+    b->slot_mask = nslots - 1;
+    b->slots = (int32_t*)mallocCheck((size_t)nslots * sizeof(int32_t));
+    for (uint32_t i = 0; i < nslots; i++) { b->slots[i] = -1; }
+    for (int i = 0; i < 256; i++) { b->byte_rank[i] = BPE_NO_RANK; }
+    for (int r = 0; r < n; r++) {
+        const unsigned char* p = b->blob + b->offsets[r];
+        uint32_t len = b->offsets[r + 1] - b->offsets[r];
+        if (len == 1) {
+            if (b->byte_rank[p[0]] != BPE_NO_RANK) { llmc_die("%s: tokens %d and %d are equal", path, b->byte_rank[p[0]], r); }
+            b->byte_rank[p[0]] = r;
+            continue;
+        }
+        uint32_t i = bpe_hash(p, len) & b->slot_mask;
+        while (b->slots[i] >= 0) {
+            int32_t o = b->slots[i];
+            if (b->offsets[o + 1] - b->offsets[o] == len && memcmp(b->blob + b->offsets[o], p, len) == 0) {
+                llmc_die("%s: tokens %d and %d are equal", path, o, r);
+            }
+            i = (i + 1) & b->slot_mask;
+        }
+        b->slots[i] = r;
+    }
+    for (int i = 0; i < 256; i++) {
+        if (b->byte_rank[i] == BPE_NO_RANK) { llmc_die("%s: byte 0x%02x is not a token (every single byte must be)", path, i); }
     }
 }
 
@@ -137,35 +194,39 @@ static inline void bpe_init(BPE* b, const char* path) {
     b->offsets[n] = (uint32_t)out;
     free(body);
     if (out != (size_t)total) { llmc_die("%s: token lengths sum to %zu, header field total_bytes = %d", path, out, total); }
+    b->pattern = BPE_PATTERN_GPT2;
+    b->eot_text = BPE_EOT_TEXT;
+    bpe_index(b, path);
+}
 
-    // hash map at most half full
-    uint32_t nslots = 1;
-    while (nslots < 2u * (uint32_t)n) { nslots <<= 1; }
-    b->slot_mask = nslots - 1;
-    b->slots = (int32_t*)mallocCheck((size_t)nslots * sizeof(int32_t));
-    for (uint32_t i = 0; i < nslots; i++) { b->slots[i] = -1; }
-    for (int i = 0; i < 256; i++) { b->byte_rank[i] = BPE_NO_RANK; }
+// Llama 3's ranks from its tokenizer file t (read from path), as described at the top
+static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path) {
+    int n = t->bos_token < t->eot_token ? t->bos_token : t->eot_token;
+    if (t->version != 3 || t->bos_token < 0) { llmc_die("%s: not a Llama 3 tokenizer file (version %d, expected 3)", path, t->version); }
+    if (n < 256) {
+        llmc_die("%s: the first special token is id %d: byte-level BPE needs the 256 byte tokens below it", path, n);
+    }
+    size_t total = 0;
+    int max_len = 0;
     for (int r = 0; r < n; r++) {
-        const unsigned char* p = b->blob + b->offsets[r];
-        uint32_t len = b->offsets[r + 1] - b->offsets[r];
-        if (len == 1) {
-            if (b->byte_rank[p[0]] != BPE_NO_RANK) { llmc_die("%s: tokens %d and %d are equal", path, b->byte_rank[p[0]], r); }
-            b->byte_rank[p[0]] = r;
-            continue;
-        }
-        uint32_t i = bpe_hash(p, len) & b->slot_mask;
-        while (b->slots[i] >= 0) {
-            int32_t o = b->slots[i];
-            if (b->offsets[o + 1] - b->offsets[o] == len && memcmp(b->blob + b->offsets[o], p, len) == 0) {
-                llmc_die("%s: tokens %d and %d are equal", path, o, r);
-            }
-            i = (i + 1) & b->slot_mask;
-        }
-        b->slots[i] = r;
+        total += t->token_lengths[r];
+        if (t->token_lengths[r] > max_len) { max_len = t->token_lengths[r]; }
     }
-    for (int i = 0; i < 256; i++) {
-        if (b->byte_rank[i] == BPE_NO_RANK) { llmc_die("%s: byte 0x%02x is not a token (every single byte must be)", path, i); }
+    b->pattern = BPE_PATTERN_LLAMA3;
+    b->n_tokens = n;
+    b->eot_token = t->eot_token;
+    b->eot_text = t->token_table[t->eot_token];
+    b->max_token_len = max_len;
+    b->blob = (unsigned char*)mallocCheck(total);
+    b->offsets = (uint32_t*)mallocCheck(((size_t)n + 1) * sizeof(uint32_t));
+    size_t out = 0;
+    for (int r = 0; r < n; r++) {
+        b->offsets[r] = (uint32_t)out;
+        memcpy(b->blob + out, t->token_table[r], t->token_lengths[r]);
+        out += t->token_lengths[r];
     }
+    b->offsets[n] = (uint32_t)out;
+    bpe_index(b, path);
 }
 
 static inline void bpe_free(BPE* b) {
@@ -175,11 +236,11 @@ static inline void bpe_free(BPE* b) {
     b->blob = NULL; b->offsets = NULL; b->slots = NULL;
 }
 
-// bytes of token id (eot_token gives "<|endoftext|>"); NULL if id is not a token
+// bytes of token id (eot_token gives its text, eot_text); NULL if id is not a token
 static inline const unsigned char* bpe_token_bytes(const BPE* b, int id, size_t* len) {
     if (id == b->eot_token) {
-        *len = strlen(BPE_EOT_TEXT);
-        return (const unsigned char*)BPE_EOT_TEXT;
+        *len = strlen(b->eot_text);
+        return (const unsigned char*)b->eot_text;
     }
     if (id < 0 || id >= b->n_tokens) { *len = 0; return NULL; }
     *len = b->offsets[id + 1] - b->offsets[id];
@@ -256,6 +317,73 @@ static inline size_t bpe_next_piece(const unsigned char* s, size_t n, size_t i) 
     }
     if (j == n) { return n; }
     return last > i ? last : j;
+}
+
+static inline int bpe_is_newline(unsigned char c) { return c == '\r' || c == '\n'; }
+
+static inline unsigned char bpe_ascii_lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c; }
+
+// Llama 3: end of the contraction (?i:'s|'t|'re|'ve|'m|'ll|'d) at i, or i when there is none
+static inline size_t bpe_llama3_contraction(const unsigned char* s, size_t n, size_t i) {
+    if (s[i] != '\'' || i + 1 >= n) { return i; }
+    unsigned char a = bpe_ascii_lower(s[i + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') { return i + 2; }
+    if (i + 2 >= n) { return i; }
+    if (s[i + 1] == 0xC5 && s[i + 2] == 0xBF) { return i + 3; }   // U+017F, which case-folds to s
+    unsigned char b2 = bpe_ascii_lower(s[i + 2]);
+    if ((a == 'r' && b2 == 'e') || (a == 'v' && b2 == 'e') || (a == 'l' && b2 == 'l')) { return i + 3; }
+    return i;
+}
+
+// Llama 3: end of the piece starting at i (i < n), following its pattern in the comment at the top
+static inline size_t bpe_next_piece_llama3(const unsigned char* s, size_t n, size_t i) {
+    size_t j = bpe_llama3_contraction(s, n, i);
+    if (j > i) { return j; }
+    int c0;
+    size_t len0 = bpe_char_at(s, n, i, &c0);
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if (c0 == UCLASS_LETTER) { return bpe_run_end(s, n, i + len0, UCLASS_LETTER); }
+    if (c0 != UCLASS_NUMBER && !bpe_is_newline(s[i]) && i + len0 < n) {
+        int c1;
+        size_t len1 = bpe_char_at(s, n, i + len0, &c1);
+        if (c1 == UCLASS_LETTER) { return bpe_run_end(s, n, i + len0 + len1, UCLASS_LETTER); }
+    }
+    // \p{N}{1,3}
+    if (c0 == UCLASS_NUMBER) {
+        j = i + len0;
+        for (int k = 1; k < 3 && j < n; k++) {
+            int c;
+            size_t len = bpe_char_at(s, n, j, &c);
+            if (c != UCLASS_NUMBER) { break; }
+            j += len;
+        }
+        return j;
+    }
+    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+    j = i;
+    if (s[i] == ' ' && i + 1 < n) {
+        int c1;
+        bpe_char_at(s, n, i + 1, &c1);
+        if (c1 == UCLASS_OTHER) { j = i + 1; }
+    }
+    if (j > i || c0 == UCLASS_OTHER) {
+        j = bpe_run_end(s, n, j, UCLASS_OTHER);
+        while (j < n && bpe_is_newline(s[j])) { j++; }
+        return j;
+    }
+    // whitespace: '\s*[\r\n]+' (the run up to its last \r or \n), then '\s+(?!\S)', then '\s+'
+    size_t end = i, last = i, after_newline = i;
+    while (end < n) {
+        int c;
+        size_t len = bpe_char_at(s, n, end, &c);
+        if (c != UCLASS_SPACE) { break; }
+        if (bpe_is_newline(s[end])) { after_newline = end + 1; }
+        last = end;
+        end += len;
+    }
+    if (after_newline > i) { return after_newline; }
+    if (end == n) { return n; }
+    return last > i ? last : end;
 }
 
 // ----------------------------------------------------------------------------
@@ -389,21 +517,21 @@ static inline size_t bpe_encode_piece(const BPE* b, const unsigned char* p, size
 static inline size_t bpe_encode_ordinary(const BPE* b, const unsigned char* text, size_t n, int* out) {
     size_t cnt = 0, i = 0;
     while (i < n) {
-        size_t j = bpe_next_piece(text, n, i);
+        size_t j = b->pattern == BPE_PATTERN_LLAMA3 ? bpe_next_piece_llama3(text, n, i) : bpe_next_piece(text, n, i);
         cnt += bpe_encode_piece(b, text + i, j - i, out + cnt);
         i = j;
     }
     return cnt;
 }
 
-// encodes text[0..n); allow_special = 1 turns each "<|endoftext|>" into eot_token.
+// encodes text[0..n); allow_special = 1 turns each occurrence of eot_text into eot_token.
 // out needs room for n ids (a text of n bytes never needs more). Returns the number of ids.
 static inline size_t bpe_encode(const BPE* b, const unsigned char* text, size_t n, int allow_special, int* out) {
     if (!allow_special) { return bpe_encode_ordinary(b, text, n, out); }
-    const size_t elen = strlen(BPE_EOT_TEXT);
+    const size_t elen = strlen(b->eot_text);
     size_t cnt = 0, seg = 0;
     for (size_t i = 0; i + elen <= n; ) {
-        if (text[i] == '<' && memcmp(text + i, BPE_EOT_TEXT, elen) == 0) {
+        if (text[i] == (unsigned char)b->eot_text[0] && memcmp(text + i, b->eot_text, elen) == 0) {
             cnt += bpe_encode_ordinary(b, text + seg, i - seg, out + cnt);
             out[cnt++] = b->eot_token;
             i += elen;

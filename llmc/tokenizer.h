@@ -10,7 +10,8 @@ then for each token id in order: one uint8 length (>= 1), then that many raw byt
 byte-level BPE pieces as real bytes, special tokens as their text).
 Every length is checked against the real file size, so a truncated or corrupt file stops the
 program with one line "error: <path>: <reason>" instead of reading garbage.
-Decoding only: encoding text is done in Python (tiktoken).
+Decoding only; llmc/bpe.h encodes text (GPT-2: gpt2_bpe.bin; Llama 3: bpe_init_llama3 takes the ranks
+from a version 3 file read here).
 */
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H

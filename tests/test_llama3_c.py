@@ -437,7 +437,10 @@ def test_generate_prints_decoded_text_from_a_llama_model_and_its_gqa_cache_match
     a = run([REPO / "generate", "-e", model, *flags, "--ids", "512"], env=ONE_THREAD).stdout
     b = run([REPO / "generate", "-e", model, *flags, "--ids", "512"], env=ONE_THREAD).stdout
     assert a == b and re.search(r"[a-z]{2,} [a-z]", a), a
-    line = assert_one_error_line(run([REPO / "generate", "-e", model, *flags, "-p", "Hello"], check=False))
+    # a text prompt is BOS + its ids (tests/test_llama3_encode.py compares them with the tokenizers library)
+    c = run([REPO / "generate", "-e", model, *flags, "-p", "ROMEO:", "--print-ids"], env=ONE_THREAD)
+    assert re.search(r"^prompt ids: 512( \d+)+$", c.stderr, re.M) and c.stdout.startswith("ROMEO:"), c.stderr
+    line = assert_one_error_line(run([REPO / "generate", "-e", model, *flags, "-p", "Hello", "--ids", "512"], check=False))
     assert "--ids" in line
 
 

@@ -1,10 +1,13 @@
 """A small Llama 3 style tokenizer, trained locally in seconds, for tests and offline runs.
 
 The real Llama 3 tokenizer is gated on the Hugging Face hub. This trains a byte-level BPE with the
-`tokenizers` library on Tiny Shakespeare (the same pre-tokenizer and decoder family as Llama 3's,
-every byte in the base alphabet) and appends the two special tokens Llama 3 uses, <|begin_of_text|>
-and <|end_of_text|>, after the ordinary ids as Llama 3 does. It writes <out_dir>/tokenizer.json,
-which every --tokenizer flag accepts (the directory or the file).
+`tokenizers` library on Tiny Shakespeare and gives it the form of Llama 3's tokenizer.json: Llama 3's
+pre-tokenizer (its split pattern, then byte-level without the GPT-2 regex), every byte in the base
+alphabet, the merges derived from the ranks the way they are for Llama 3's tiktoken vocabulary (every
+split of a token into two tokens, ordered by the merged token's id) with ignore_merges, and the two
+special tokens Llama 3 uses, <|begin_of_text|> and <|end_of_text|>, after the ordinary ids. So a
+token's rank is its id, which is what the C encoder (llmc/bpe.h, bpe_init_llama3) relies on. It
+writes <out_dir>/tokenizer.json, which every --tokenizer flag accepts (the directory or the file).
 
     python dev/data/make_test_tokenizer.py                          # -> dev/data/test_tokenizer/tokenizer.json
     python dev/data/make_test_tokenizer.py --vocab_size 1024 --out_dir /tmp/tok
@@ -27,6 +30,9 @@ from data_common import (
 )
 
 HERE = Path(__file__).resolve().parent
+# Llama 3's pre-tokenizer split pattern (its tokenizer.json), which llmc/bpe.h implements by hand
+LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                        r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 DEFAULT_CORPUS = [HERE / "tinyshakespeare" / "tiny_shakespeare.txt",
                   HERE.parent.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"]
 
@@ -41,16 +47,31 @@ def find_corpus(path: Path | None) -> Path:
     raise DataError(f"no corpus: {DEFAULT_CORPUS[0]} is missing (run python dev/data/tinyshakespeare.py, or pass --corpus)")
 
 
+def rank_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """Merges that make BPE by merge rank equal BPE by token rank (= id): every split of a token into two
+    tokens, ordered by the token's id, then by the ids of its two halves (how Llama 3's are derived)."""
+    merges = []
+    for token, rank in vocab.items():
+        splits = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in vocab and token[i:] in vocab]
+        merges += [(rank, vocab[a], vocab[b], a, b) for a, b in splits]
+    return [(a, b) for *_, a, b in sorted(merges)]
+
+
 def train_tokenizer(text: str, vocab_size: int):
     """Byte-level BPE with `vocab_size` ordinary tokens (256 bytes + merges), then the two special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3_SPLIT_PATTERN), "isolated"),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False, special_tokens=[])
-    tok.train_from_iterator(text.split("\n\n"), trainer=trainer)
+    trained.train_from_iterator(text.split("\n\n"), trainer=trainer)
+    vocab = trained.get_vocab()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=rank_merges(vocab), ignore_merges=True))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([LLAMA3_BOS, LLAMA3_EOT])
     return tok
 
