@@ -3,7 +3,7 @@ dev/fuzz/fuzz_bpe.c: libFuzzer harness for llmc/bpe.h: the gpt2_bpe.bin loader (
 when the file loads, the encoder on the rest of the input.
 Input: a 4-byte little-endian length n, then n bytes of BPE file, then text. Every text must
 encode to ids that decode back to exactly its bytes (llmc's rule, also for invalid UTF-8), with
-and without special tokens.
+and without special tokens, split by GPT-2's pattern and by Llama 3's.
 */
 #include "harness.h"
 #include "../../llmc/bpe.h"
@@ -25,7 +25,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         bpe_init(&bpe, path);
         int* ids = (int*)mallocCheck((text_len + 1) * sizeof(int));
         unsigned char* back = (unsigned char*)mallocCheck(text_len + 1);
-        for (int special = 0; special < 2; special++) {
+        for (int run = 0; run < 4; run++) {
+            int special = run & 1;
+            bpe.pattern = run < 2 ? BPE_PATTERN_GPT2 : BPE_PATTERN_LLAMA3;
             size_t count = bpe_encode(&bpe, text, text_len, special, ids);
             if (count > text_len) { abort(); }
             size_t at = 0;
