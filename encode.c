@@ -4,6 +4,7 @@ encode: GPT-2 BPE from the command line, with llmc/bpe.h (the same ids as tiktok
     ./encode < text.txt            token ids of stdin, space-separated on one line
     ./encode -d < ids.txt          decodes whitespace-separated ids back to the exact bytes
     ./encode -d -t gpt2_tokenizer.bin < ids.txt   the same with the llm.c-format tokenizer (llmc/tokenizer.h)
+    ./encode -t llama3_tokenizer.bin < text.txt   Llama 3 ids (the tokenizer file's ranks, Llama 3's split pattern)
     ./encode --allow-special       "<|endoftext|>" in the text becomes token 50256
     ./encode --bench 5 < text.txt  encodes stdin 5 times, prints the median MB/s to stderr
     ./encode -b path/gpt2_bpe.bin  the BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)
@@ -24,8 +25,9 @@ static void print_usage(FILE* out) {
         "  default: reads text on stdin, prints the token ids space-separated on one line\n"
         "  -d               decode: reads whitespace-separated ids on stdin, writes the raw bytes\n"
         "  -b <path>        BPE ranks file (default: gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
-        "  -t <path>        with -d: decode with this llm.c-format tokenizer (gpt2_tokenizer.bin) instead\n"
-        "  --allow-special  encode \"<|endoftext|>\" as the special token (default: as ordinary text)\n"
+        "  -t <path>        with -d: decode with this llm.c-format tokenizer (gpt2_tokenizer.bin) instead;\n"
+        "                   without -d, a Llama 3 tokenizer file (llama3_tokenizer.bin) encodes with Llama 3's BPE\n"
+        "  --allow-special  encode \"<|endoftext|>\" (Llama 3: \"<|end_of_text|>\") as the special token (default: as text)\n"
         "  --bench <n>      encode stdin n times and print the median throughput in MB/s to stderr\n"
         "  -h, --help       this help\n");
 }
@@ -159,14 +161,23 @@ int main(int argc, char** argv) {
         }
     }
     if (tokenizer_path != NULL) {
-        if (!decode) { llmc_die("-t: only used with -d (encoding needs the BPE ranks file, -b)"); }
         if (!file_exists(tokenizer_path)) {
-            llmc_die("%s: tokenizer not found (`python train_gpt2.py` writes gpt2_tokenizer.bin)", tokenizer_path);
+            llmc_die("%s: tokenizer not found (`python train_gpt2.py` writes gpt2_tokenizer.bin, `python train_llama3.py` llama3_tokenizer.bin)", tokenizer_path);
         }
         Tokenizer tok;
         tokenizer_init(&tok, tokenizer_path);
         if (!tok.init_ok) { return 1; }   // tokenizer_init printed why
-        run_decode(NULL, &tok);
+        if (decode) {
+            run_decode(NULL, &tok);
+        } else {
+            if (tok.version != 3) {
+                llmc_die("-t %s: a GPT-2 tokenizer file (version %d) only decodes (-d); GPT-2 encodes with the BPE ranks file (-b)", tokenizer_path, tok.version);
+            }
+            BPE bpe;
+            bpe_init_llama3(&bpe, &tok, tokenizer_path);
+            run_encode(&bpe, allow_special, bench);
+            bpe_free(&bpe);
+        }
         tokenizer_free(&tok);
     } else {
         BPE bpe;

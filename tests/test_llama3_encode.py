@@ -1,6 +1,7 @@
-"""Llama 3 text prompts in C: `./generate -e <llama3 model> -p TEXT` encodes TEXT with llmc/bpe.h (Llama 3's split
-pattern, ranks = token ids of the tokenizer file) and must give exactly the ids of the `tokenizers` library on the
-same tokenizer.json (the local test tokenizer, in the form of Llama 3's: dev/data/make_test_tokenizer.py)."""
+"""Llama 3 text prompts in C: `./generate -e <llama3 model> -p TEXT` (and `./encode -t llama3_tokenizer.bin`) encode
+TEXT with llmc/bpe.h (Llama 3's split pattern, ranks = token ids of the tokenizer file) and must give exactly the ids
+of the `tokenizers` library on the same tokenizer.json (the local test tokenizer, in the form of Llama 3's:
+dev/data/make_test_tokenizer.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import REPO, assert_one_error_line, make, run  # noqa: E402
+from conftest import REPO, assert_one_error_line, make, run, tinyshakespeare_text  # noqa: E402
 
 sys.path.insert(0, str(REPO / "dev" / "data"))
 from data_common import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
@@ -46,7 +47,7 @@ TEXTS = [
 def llama3(tmp_path_factory, llama3_tokenizer: Path) -> tuple[Path, Path, LlamaTokenizer]:
     """(model file, tokenizer file, the tokenizers-library tokenizer): a small random Llama 3 model with a
     context of 1024 and the test tokenizer's llama3_tokenizer.bin, both from train_llama3.py's writers."""
-    make("generate")
+    make("generate", "encode")
     sys.path.insert(0, str(REPO))
     import train_llama3 as ref
 
@@ -125,3 +126,30 @@ def test_a_tokenizer_file_without_the_256_byte_tokens_before_its_specials_is_one
     bad.write_bytes(bytes(data))
     proc = run([REPO / "generate", "-e", model, "-t", bad, "-p", "Hello", "-n", 1], check=False)
     assert "the first special token is id 100" in assert_one_error_line(proc)
+
+
+def c_encode(tok_file: Path, text: str, *flags: str) -> list[int]:
+    out = run([REPO / "encode", "-t", tok_file, *flags], input=text.encode()).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_encode_tool_gives_the_tokenizers_librarys_ids_on_tinyshakespeare_and_every_text(llama3) -> None:
+    _, tok_file, tok = llama3
+    text = tinyshakespeare_text().read_text(encoding="utf-8")
+    assert c_encode(tok_file, text) == tok.encode(text)
+    joined = "\n".join(TEXTS)
+    assert c_encode(tok_file, joined) == tok.encode(joined)
+
+
+def test_encode_tool_allow_special_turns_end_of_text_into_its_id(llama3) -> None:
+    _, tok_file, tok = llama3
+    text = "one<|end_of_text|>two <|begin_of_text|>"
+    assert c_encode(tok_file, text, "--allow-special") == [*tok.encode("one"), tok.eot, *tok.encode("two <|begin_of_text|>")]
+
+
+def test_encode_tool_with_a_gpt2_tokenizer_file_is_one_error_line(llama3, tmp_path: Path) -> None:
+    data = bytearray(llama3[1].read_bytes())
+    data[4:8] = (2).to_bytes(4, "little")  # header [1]: version 2, a GPT-2 tokenizer file
+    gpt2 = tmp_path / "gpt2_tokenizer.bin"
+    gpt2.write_bytes(bytes(data))
+    assert "only decodes (-d)" in assert_one_error_line(run([REPO / "encode", "-t", gpt2], check=False, input="Hello"))
