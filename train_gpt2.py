@@ -22,7 +22,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -31,7 +31,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_common import DataFormatError, read_datafile  # noqa: E402
+from model_file import (  # noqa: E402
+    GPT2_LAYER_PARAMETERS,
+    VERSIONS,
+    Gpt2Header,
+    ModelFileError,
+    atomic_write,
+    gpt2_header_bytes,
+    gpt2_padded_vocab,
+    header_bytes,
+    read_gpt2,
+    write_model_file,
+)
 
 GPT2_VOCAB = 50257
 GPT2_EOT = 50256
@@ -40,7 +53,7 @@ DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
 # dN models with published GPT-2 shapes; any other N gets C = 64*N, NH = N (head size 64)
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 
-MODEL_MAGIC, STATE_MAGIC, TOKENIZER_MAGIC = 20240326, 20240327, 20240328
+STATE_MAGIC, TOKENIZER_MAGIC = 20240327, 20240328
 
 
 class UserError(Exception):
@@ -430,68 +443,53 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
     return from_hf_model(hf, flash), f"gpt2_{PRETRAINED[name]}"
 
 
-# ----------------------------------------------------------------------------- llmc .bin writers
-
-
-def padded_vocab(V: int) -> int:
-    return (V + 127) // 128 * 128
+# ----------------------------------------------------------------------------- llmc .bin files
 
 
 def llmc_tensors(model: GPT, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
     """The 16 tensors of the checkpoint, in order, stacked over layers; wte padded with zero rows to Vp."""
     tr, h = model.transformer, model.transformer.h
     wte = get(tr.wte.weight)
-    wte = torch.cat([wte, torch.zeros(padded_vocab(wte.size(0)) - wte.size(0), wte.size(1), dtype=wte.dtype)])
-    per_layer = [
-        lambda b: b.ln_1.weight, lambda b: b.ln_1.bias, lambda b: b.attn.c_attn.weight, lambda b: b.attn.c_attn.bias,
-        lambda b: b.attn.c_proj.weight, lambda b: b.attn.c_proj.bias, lambda b: b.ln_2.weight, lambda b: b.ln_2.bias,
-        lambda b: b.mlp.c_fc.weight, lambda b: b.mlp.c_fc.bias, lambda b: b.mlp.c_proj.weight, lambda b: b.mlp.c_proj.bias,
-    ]
-    stacked = [torch.stack([get(f(b)) for b in h]) for f in per_layer]
+    wte = torch.cat([wte, torch.zeros(gpt2_padded_vocab(wte.size(0)) - wte.size(0), wte.size(1), dtype=wte.dtype)])
+    stacked = [torch.stack([get(b.get_parameter(path)) for b in h]) for path in GPT2_LAYER_PARAMETERS.values()]
     return [wte, get(tr.wpe.weight), *stacked, get(tr.ln_f.weight), get(tr.ln_f.bias)]
-
-
-def header_bytes(values: Iterable[int], dtype: str = "<i4") -> bytes:
-    header = np.zeros(256, dtype=dtype)
-    vals = list(values)
-    header[: len(vals)] = vals
-    return header.tobytes()
 
 
 def float_bits(x: float) -> int:
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
-def atomic_write(path: str | Path, chunks: Iterable[bytes]) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename: a crash never leaves a half file."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def tensor_bytes(t: torch.Tensor, dtype: str) -> bytes:
-    t = t.detach().cpu()
-    if dtype == "float32":
-        return t.float().numpy().tobytes()
-    return t.bfloat16().view(torch.int16).numpy().tobytes()
-
-
 def write_model(model: GPT, filename: str | Path, dtype: str) -> None:
     """Checkpoint: header (version 3 fp32, 5 bf16) then the 16 tensors."""
     c = model.config
-    version = {"float32": 3, "bfloat16": 5}[dtype]
-    head = header_bytes([MODEL_MAGIC, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_embd, padded_vocab(c.vocab_size)])
-    tensors = llmc_tensors(model, lambda p: p.detach().cpu().float())
-    atomic_write(filename, [head, *(tensor_bytes(t, dtype) for t in tensors)])
+    header = Gpt2Header(VERSIONS[dtype], c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_embd,
+                        gpt2_padded_vocab(c.vocab_size))
+    write_model_file(filename, gpt2_header_bytes(header), llmc_tensors(model, lambda p: p.detach().cpu().float()), dtype)
     print0(f"wrote {filename}")
+
+
+def read_model_file(read: Callable[[str | Path], tuple], filename: str | Path) -> tuple:
+    """One of model_file.py's readers on `filename`, a bad file raised as a UserError (one `error:` line)."""
+    try:
+        return read(filename)
+    except ModelFileError as e:
+        raise UserError(str(e)) from None
+
+
+def read_model(filename: str | Path, flash: bool = False) -> GPT:
+    """A GPT from one of our checkpoints (fp32 or bf16), validated like the C loader: UserError otherwise."""
+    h, t = read_model_file(read_gpt2, filename)
+    model = GPT(GPTConfig(block_size=h.maxT, vocab_size=h.V, n_layer=h.L, n_head=h.NH, n_embd=h.C), flash)
+    tr = model.transformer
+    with torch.no_grad():
+        tr.wte.weight.copy_(torch.from_numpy(t["wte"][: h.V]))
+        tr.wpe.weight.copy_(torch.from_numpy(t["wpe"]))
+        for name, path in GPT2_LAYER_PARAMETERS.items():
+            for l, block in enumerate(tr.h):
+                block.get_parameter(path).copy_(torch.from_numpy(t[name][l]))
+        tr.ln_f.weight.copy_(torch.from_numpy(t["lnfw"]))
+        tr.ln_f.bias.copy_(torch.from_numpy(t["lnfb"]))
+    return model
 
 
 def gpt2_encoding():

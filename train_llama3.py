@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -37,88 +36,44 @@ from train_gpt2 import (
     UserError,
     add_optimizer_args,
     add_run_args,
-    atomic_write,
     causal_attention,
     debug_optimizer,
     debug_state_chunks,
-    header_bytes,
     make_optimizer,
     print0,
+    read_model_file,
     reference_loss_noise,
     reference_steps as gpt2_reference_steps,
     run_main,
-    tensor_bytes,
     train_loop,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
 from data_common import DataError, DataFormatError, LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
+from model_file import (  # noqa: E402
+    VERSIONS,
+    LlamaConfig,
+    atomic_write,
+    header_bytes,
+    llama3_header_bytes,
+    llama_config_problem,
+    llama_ffn_hidden,
+    read_llama3,
+    write_model_file,
+)
 
-MODEL_MAGIC, STATE_MAGIC, TOKENIZER_MAGIC = 20240803, 20240803, 20240328
+STATE_MAGIC, TOKENIZER_MAGIC = 20240803, 20240328
 STATE_VERSION, TOKENIZER_VERSION = 3, 3
-MODEL_VERSIONS = {3: "float32", 5: "bfloat16"}
 
 
 # ----------------------------------------------------------------------------- the model
 
 
-def llama_ffn_hidden(n_embd: int, multiple_of: int, ffn_dim_multiplier: float) -> int:
-    """Llama's SwiGLU hidden size: 2/3 of 4C, scaled by ffn_dim_multiplier (float32, 0 = none), rounded up
-    to a multiple of multiple_of (the arithmetic in double precision, as the C reader does it)."""
-    h = int(2 * (4 * n_embd) / 3)
-    if ffn_dim_multiplier > 0:
-        h = int(float(np.float32(ffn_dim_multiplier)) * h)
-    return multiple_of * ((h + multiple_of - 1) // multiple_of)
-
-
-@dataclass
-class LlamaConfig:
-    block_size: int = 1024
-    vocab_size: int = 128256
-    n_layer: int = 16
-    n_head: int = 32
-    n_kv_head: int = 8
-    n_embd: int = 2048
-    ffn_dim_multiplier: float = 0.0  # 0 = none
-    multiple_of: int = 256
-    norm_eps: float = 1e-5
-    rope_theta: float = 500000.0
-    use_scaled_rope: bool = False
-    rope_factor: float = 0.0  # the four Llama 3.1 scaling parameters, 0 when use_scaled_rope is off
-    low_freq_factor: float = 0.0
-    high_freq_factor: float = 0.0
-    original_max_position: float = 0.0
-    tied_embeddings: bool = False
-    version_minor: int = 0  # Llama 3.<minor>; 0 for dN models from scratch
-    ffn_hidden: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        # the model file stores these as float32: the reference computes with exactly what the C side reads
-        for name in ("ffn_dim_multiplier", "norm_eps", "rope_theta", "rope_factor", "low_freq_factor", "high_freq_factor",
-                     "original_max_position"):
-            setattr(self, name, float(np.float32(getattr(self, name))))
-        self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of, self.ffn_dim_multiplier)
-
-    @property
-    def head_size(self) -> int:
-        return self.n_embd // self.n_head
-
-
 def check_config(c: LlamaConfig, where: str) -> None:
     """Shapes the model can be built with; a UserError naming `where` otherwise."""
-    problems = []
-    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.multiple_of) < 1:
-        problems.append("every size must be at least 1")
-    elif c.n_embd % c.n_head or c.head_size % 2:
-        problems.append(f"n_embd {c.n_embd} must be n_head {c.n_head} times an even head size")
-    elif c.n_head % c.n_kv_head:
-        problems.append(f"n_head {c.n_head} is not a multiple of n_kv_head {c.n_kv_head}")
-    if not c.norm_eps > 0 or not c.rope_theta > 0:
-        problems.append(f"norm_eps {c.norm_eps} and rope_theta {c.rope_theta} must be positive")
-    if c.use_scaled_rope and not (c.rope_factor > 0 and c.high_freq_factor > c.low_freq_factor > 0 and c.original_max_position > 0):
-        problems.append("scaled RoPE needs factor > 0, high_freq_factor > low_freq_factor > 0 and original_max_position > 0")
-    if problems:
-        raise UserError(f"{where}: bad Llama config: {problems[0]}")
+    problem = llama_config_problem(c)
+    if problem:
+        raise UserError(f"{where}: bad Llama config: {problem}")
 
 
 def rope_inv_freq(c: LlamaConfig) -> torch.Tensor:
@@ -416,24 +371,6 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
 # ----------------------------------------------------------------------------- llmc .bin files
 
 
-def model_header(c: LlamaConfig, version: int) -> bytes:
-    ints = [MODEL_MAGIC, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd,
-            int(c.ffn_dim_multiplier), c.multiple_of, int(c.norm_eps), int(c.rope_theta), int(c.use_scaled_rope),
-            4, 3, c.version_minor, int(c.tied_embeddings), c.ffn_hidden]
-    floats = [c.ffn_dim_multiplier, c.norm_eps, c.rope_theta, c.rope_factor, c.low_freq_factor, c.high_freq_factor,
-              c.original_max_position]
-    return header_bytes(ints) + header_bytes(floats, "<f4")
-
-
-def tensor_shapes(c: LlamaConfig) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every model-file tensor, in file order."""
-    L, C, V, F_, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_size
-    shapes = [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, (c.n_head + 2 * c.n_kv_head) * HS, C)),
-              ("attprojw", (L, C, C)), ("ln2w", (L, C)), ("fcw", (L, F_, C)), ("fcw2", (L, F_, C)),
-              ("fcprojw", (L, C, F_)), ("lnfw", (C,))]
-    return shapes + ([] if c.tied_embeddings else [("lm_head", (V, C))])
-
-
 def stacked(model: Llama, get) -> list[torch.Tensor]:
     """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
     return [parts[0] if name in ("wte", "lnfw", "lm_head") else torch.stack(parts)
@@ -442,68 +379,18 @@ def stacked(model: Llama, get) -> list[torch.Tensor]:
 
 def write_model(model: Llama, filename: str | Path, dtype: str) -> None:
     """Llama 3 model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
-    version = {"float32": 3, "bfloat16": 5}[dtype]
-    tensors = stacked(model, lambda p: p.detach().cpu().float())
-    atomic_write(filename, [model_header(model.config, version), *(tensor_bytes(t, dtype) for t in tensors)])
+    header = llama3_header_bytes(model.config, VERSIONS[dtype])
+    write_model_file(filename, header, stacked(model, lambda p: p.detach().cpu().float()), dtype)
     print0(f"wrote {filename}")
-
-
-def read_header_fields(path: Path, data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    if len(data) < 2048:
-        raise UserError(f"{path}: truncated: {len(data)} bytes, shorter than the 2048-byte Llama 3 header")
-    return np.frombuffer(data[:1024], dtype="<i4"), np.frombuffer(data[1024:2048], dtype="<f4")
-
-
-def config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> LlamaConfig:
-    """The config the header describes, checked: positive sizes, a buildable shape, FFN size by Llama's rule."""
-    sizes = [int(v) for v in (*hi[2:8], hi[9])]
-    if min(sizes) < 1:
-        raise UserError(f"{path}: bad header: block size, vocab, layers, heads, kv heads, channels and multiple_of "
-                        f"{sizes} must be positive")
-    c = LlamaConfig(
-        block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]), n_kv_head=int(hi[6]),
-        n_embd=int(hi[7]), ffn_dim_multiplier=float(hf[0]), multiple_of=int(hi[9]), norm_eps=float(hf[1]),
-        rope_theta=float(hf[2]), use_scaled_rope=bool(hi[12]), rope_factor=float(hf[3]), low_freq_factor=float(hf[4]),
-        high_freq_factor=float(hf[5]), original_max_position=float(hf[6]), tied_embeddings=bool(hi[16]),
-        version_minor=int(hi[15]),
-    )
-    check_config(c, str(path))
-    if int(hi[17]) != c.ffn_hidden:
-        raise UserError(f"{path}: header FFN hidden size {int(hi[17])} is not Llama's rule for C={c.n_embd}, "
-                        f"multiple_of={c.multiple_of}, ffn_dim_multiplier={c.ffn_dim_multiplier} ({c.ffn_hidden})")
-    return c
 
 
 def read_model(filename: str | Path, flash: bool = False) -> Llama:
     """A Llama from one of our model files, validated (magic, version, header sizes, body length): UserError otherwise."""
-    path = Path(filename)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
-    hi, hf = read_header_fields(path, data)
-    if int(hi[0]) != MODEL_MAGIC:
-        raise UserError(f"{path}: wrong magic {int(hi[0])}, expected {MODEL_MAGIC} (a Llama 3 model file)")
-    if int(hi[1]) not in MODEL_VERSIONS:
-        raise UserError(f"{path}: wrong version {int(hi[1])}, expected 3 (float32) or 5 (bfloat16)")
-    c = config_from_header(path, hi, hf)
-    shapes = tensor_shapes(c)
-    itemsize = 4 if int(hi[1]) == 3 else 2
-    want = 2048 + sum(math.prod(s) for _, s in shapes) * itemsize
-    if len(data) != want:
-        problem = "truncated" if len(data) < want else "trailing data"
-        raise UserError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {len(data)}")
-    if itemsize == 4:
-        flat = torch.from_numpy(np.frombuffer(data, dtype="<f4", offset=2048).copy())
-    else:
-        flat = torch.from_numpy(np.frombuffer(data, dtype="<i2", offset=2048).copy()).view(torch.bfloat16).float()
+    c, tensors = read_model_file(read_llama3, filename)
     model = Llama(c, flash)
-    pos = 0
     with torch.no_grad():
-        for (name, parts), (_, shape) in zip(model.file_tensors(), shapes):
-            n = math.prod(shape)
-            t = flat[pos : pos + n].view(shape)
-            pos += n
+        for name, parts in model.file_tensors():
+            t = torch.from_numpy(tensors[name])
             for i, p in enumerate(parts):
                 p.copy_(t if len(parts) == 1 else t[i])
     return model

@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from model_file import GPT2_FIELDS, read_gpt2_header
 from pyllmc._core import INT_MAX, LlmcError, check_ids, check_rc, ffi, lib
 
-CHECKPOINT_MAGIC = 20240326
-CHECKPOINT_VERSIONS = {3: 4, 5: 2}  # version -> bytes per parameter (fp32, bf16)
 # the parameter table of llmc/model_config.h, checkpoint order
 PARAMETER_NAMES = tuple(ffi.string(lib.GPT2_PARAMETER_NAMES[i]).decode() for i in range(lib.GPT2_NUM_PARAMETER_TENSORS))
 
@@ -54,9 +53,11 @@ class GPT2Config:
         return cls(c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels)
 
     def validate(self) -> None:
-        limits = {"max_seq_len": 1 << 20, "vocab_size": 1 << 24, "padded_vocab_size": 1 << 24,
-                  "num_layers": 4096, "num_heads": 1 << 16, "channels": 1 << 17}
-        for name, hi in limits.items():
+        # the checkpoint header's limits (model_file.py, llmc/checkpoint.h), under this class's field names
+        fields = {"max_seq_len": "maxT", "vocab_size": "V", "padded_vocab_size": "Vp", "num_layers": "L",
+                  "num_heads": "NH", "channels": "C"}
+        for name, header_field in fields.items():
+            hi = GPT2_FIELDS[header_field][2]
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 1 <= v <= hi:
                 raise ValueError(f"GPT2Config.{name} = {v!r} is outside [1, {hi}]")
@@ -93,31 +94,14 @@ class _CArray:
 
 
 def read_checkpoint_header(path: str | os.PathLike) -> tuple[GPT2Config, int]:
-    """Validates a model checkpoint's header and size in Python: (config, version). Raises
+    """Validates a model checkpoint's header and size in Python (model_file.py): (config, version). Raises
     FileNotFoundError / ValueError naming the file instead of letting the C loader exit."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model checkpoint")
-    size = path.stat().st_size
-    if size < 1024:
-        raise ValueError(f"{path}: not a model checkpoint (file is {size} bytes, shorter than the 1024-byte header)")
-    header = np.fromfile(path, dtype="<i4", count=256)
-    if header[0] != CHECKPOINT_MAGIC:
-        raise ValueError(f"{path}: not a model checkpoint file (magic {header[0]}, expected {CHECKPOINT_MAGIC})")
-    version = int(header[1])
-    if version not in CHECKPOINT_VERSIONS:
-        raise ValueError(f"{path}: unsupported model checkpoint version {version} (expected 3 = fp32 or 5 = bf16)")
-    maxT, V, L, NH, C, Vp = (int(h) for h in header[2:8])
-    cfg = GPT2Config(max_seq_len=maxT, vocab_size=V, padded_vocab_size=Vp, num_layers=L, num_heads=NH, channels=C)
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise ValueError(f"{path}: bad model checkpoint header: {e}") from None
-    expected = 1024 + cfg.num_parameters() * CHECKPOINT_VERSIONS[version]
-    if size != expected:
-        raise ValueError(f"{path}: model checkpoint size mismatch: the header (L={cfg.num_layers} C={cfg.channels} "
-                         f"Vp={cfg.padded_vocab_size} maxT={cfg.max_seq_len}) needs {expected} bytes, the file has {size}")
-    return cfg, version
+    h = read_gpt2_header(path)
+    return GPT2Config(max_seq_len=h.maxT, vocab_size=h.V, padded_vocab_size=h.Vp, num_layers=h.L, num_heads=h.NH,
+                      channels=h.C), h.version
 
 
 def _token_array(name: str, a: Any, V: int, maxT: int) -> np.ndarray:

@@ -35,9 +35,18 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "dev" / "data"))
 sys.path.insert(0, str(REPO))
-from export_hf import HF_LAYER_TENSORS, ExportError, bytes_to_unicode, merge_of, read_checkpoint  # noqa: E402
+from export_hf import ExportError, bytes_to_unicode, merge_of  # noqa: E402
+from model_file import (  # noqa: E402
+    GPT2_MAGIC,
+    LLAMA3_MAGIC,
+    Gpt2Header,
+    LlamaConfig,
+    ModelFileError,
+    read_gpt2,
+    read_llama3,
+    read_magic,
+)
 
-GPT2_MAGIC, LLAMA3_MAGIC = 20240326, 20240803
 GPT2_VOCAB, GPT2_EOT = 50257, 50256
 DTYPES = ("f32", "f16", "bf16")
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types
@@ -70,14 +79,14 @@ def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, HS // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def gpt2_tensors(cfg: dict[str, int], t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def gpt2_tensors(h: Gpt2Header, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """llama.cpp's gpt2 tensor names; wte without its padding rows, repeated as output.weight (as llama.cpp's converter)."""
-    out = {"token_embd.weight": t["wte"][: cfg["V"]], "position_embd.weight": t["wpe"]}
+    out = {"token_embd.weight": t["wte"][: h.V], "position_embd.weight": t["wpe"]}
     names = {"ln1w": "attn_norm.weight", "ln1b": "attn_norm.bias", "qkvw": "attn_qkv.weight", "qkvb": "attn_qkv.bias",
              "attprojw": "attn_output.weight", "attprojb": "attn_output.bias", "ln2w": "ffn_norm.weight",
              "ln2b": "ffn_norm.bias", "fcw": "ffn_up.weight", "fcb": "ffn_up.bias", "fcprojw": "ffn_down.weight",
              "fcprojb": "ffn_down.bias"}
-    for l in range(cfg["L"]):
+    for l in range(h.L):
         for ours, theirs in names.items():
             out[f"blk.{l}.{theirs}"] = t[ours][l]
     out["output_norm.weight"], out["output_norm.bias"] = t["lnfw"], t["lnfb"]
@@ -85,7 +94,7 @@ def gpt2_tensors(cfg: dict[str, int], t: dict[str, np.ndarray]) -> dict[str, np.
     return out
 
 
-def llama_rope_factors(c) -> np.ndarray:
+def llama_rope_factors(c: LlamaConfig) -> np.ndarray:
     """llama.cpp's rope_freqs: per frequency, the divisor Llama 3.1's scaling applies (1 short, factor long)."""
     HS = c.head_size
     factors = []
@@ -102,23 +111,20 @@ def llama_rope_factors(c) -> np.ndarray:
     return np.asarray(factors, dtype=np.float32)
 
 
-def llama_tensors(model) -> dict[str, np.ndarray]:
-    """llama.cpp's llama tensor names from our Llama (train_llama3.py): q and k rows permuted."""
-    c = model.config
+def llama_tensors(c: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """llama.cpp's llama tensor names from our Llama 3 model file's tensors: q and k rows permuted."""
     HS = c.head_size
-    get = lambda p: p.detach().cpu().float().numpy()  # noqa: E731
-    out = {"token_embd.weight": get(model.transformer.wte.weight)}
-    for l, b in enumerate(model.transformer.h):
-        qkv = get(b.attn.c_attn.weight)
-        q, k, v = np.split(qkv, [c.n_head * HS, (c.n_head + c.n_kv_head) * HS])
-        out.update({f"blk.{l}.attn_norm.weight": get(b.ln_1.weight), f"blk.{l}.attn_q.weight": permute_rotary(q, c.n_head),
+    out = {"token_embd.weight": t["wte"]}
+    for l in range(c.n_layer):
+        q, k, v = np.split(t["qkvw"][l], [c.n_head * HS, (c.n_head + c.n_kv_head) * HS])
+        out.update({f"blk.{l}.attn_norm.weight": t["ln1w"][l], f"blk.{l}.attn_q.weight": permute_rotary(q, c.n_head),
                     f"blk.{l}.attn_k.weight": permute_rotary(k, c.n_kv_head), f"blk.{l}.attn_v.weight": v,
-                    f"blk.{l}.attn_output.weight": get(b.attn.c_proj.weight), f"blk.{l}.ffn_norm.weight": get(b.ln_2.weight),
-                    f"blk.{l}.ffn_gate.weight": get(b.mlp.c_fc.weight), f"blk.{l}.ffn_up.weight": get(b.mlp.c_fc2.weight),
-                    f"blk.{l}.ffn_down.weight": get(b.mlp.c_proj.weight)})
-    out["output_norm.weight"] = get(model.transformer.ln_f.weight)
+                    f"blk.{l}.attn_output.weight": t["attprojw"][l], f"blk.{l}.ffn_norm.weight": t["ln2w"][l],
+                    f"blk.{l}.ffn_gate.weight": t["fcw"][l], f"blk.{l}.ffn_up.weight": t["fcw2"][l],
+                    f"blk.{l}.ffn_down.weight": t["fcprojw"][l]})
+    out["output_norm.weight"] = t["lnfw"]
     if not c.tied_embeddings:
-        out["output.weight"] = get(model.lm_head.weight)
+        out["output.weight"] = t["lm_head"]
     if c.use_scaled_rope:
         out["rope_freqs.weight"] = llama_rope_factors(c)
     return out
@@ -172,26 +178,6 @@ def llama_vocab(tokenizer: str) -> tuple[list[str], list[int], list[str], int, i
 # ----------------------------------------------------------------------------- writing
 
 
-def read_magic(path: Path) -> int:
-    try:
-        with path.open("rb") as f:
-            head = f.read(4)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot read ({e.strerror or e})") from None
-    if len(head) < 4:
-        raise ExportError(f"{path}: not a model file (shorter than a header)")
-    return int(np.frombuffer(head, dtype="<i4")[0])
-
-
-def load_llama(path: Path):
-    import train_llama3
-
-    try:
-        return train_llama3.read_model(path)
-    except train_llama3.UserError as e:
-        raise ExportError(str(e)) from None
-
-
 def write_gguf(path: Path, arch: str, metadata, tensors: dict[str, np.ndarray], dtype: str) -> None:
     """GGUF via gguf's writer, written beside `path` and renamed into place (a crash leaves no half file)."""
     import gguf
@@ -220,20 +206,20 @@ def write_gguf(path: Path, arch: str, metadata, tensors: dict[str, np.ndarray], 
 
 
 def export_gpt2(src: Path, out: Path, dtype: str) -> None:
-    cfg, t = read_checkpoint(src)
-    if cfg["V"] != GPT2_VOCAB:
-        raise ExportError(f"{src}: vocab size {cfg['V']} is not GPT-2's {GPT2_VOCAB}: no tokenizer to store with it")
+    h, t = read_gpt2(src)
+    if h.V != GPT2_VOCAB:
+        raise ExportError(f"{src}: vocab size {h.V} is not GPT-2's {GPT2_VOCAB}: no tokenizer to store with it")
     tokens, types, merges = gpt2_vocab()
 
     def metadata(w) -> None:
         w.add_name(src.stem)
-        w.add_context_length(cfg["maxT"])
-        w.add_embedding_length(cfg["C"])
-        w.add_feed_forward_length(4 * cfg["C"])
-        w.add_block_count(cfg["L"])
-        w.add_head_count(cfg["NH"])
+        w.add_context_length(h.maxT)
+        w.add_embedding_length(h.C)
+        w.add_feed_forward_length(4 * h.C)
+        w.add_block_count(h.L)
+        w.add_head_count(h.NH)
         w.add_layer_norm_eps(1e-5)
-        w.add_vocab_size(cfg["V"])
+        w.add_vocab_size(h.V)
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("gpt-2")
         w.add_token_list(tokens)
@@ -242,13 +228,12 @@ def export_gpt2(src: Path, out: Path, dtype: str) -> None:
         w.add_bos_token_id(GPT2_EOT)
         w.add_eos_token_id(GPT2_EOT)
 
-    write_gguf(out, "gpt2", metadata, gpt2_tensors(cfg, t), dtype)
-    print(f"wrote {out} (gpt2, L={cfg['L']} NH={cfg['NH']} C={cfg['C']} V={cfg['V']}, {dtype})")
+    write_gguf(out, "gpt2", metadata, gpt2_tensors(h, t), dtype)
+    print(f"wrote {out} (gpt2, L={h.L} NH={h.NH} C={h.C} V={h.V}, {dtype})")
 
 
 def export_llama(src: Path, out: Path, dtype: str, tokenizer: str) -> None:
-    model = load_llama(src)
-    c = model.config
+    c, t = read_llama3(src)
     tokens, types, merges, bos, eot, pre = llama_vocab(tokenizer)
     if len(tokens) != c.vocab_size:
         raise ExportError(f"the tokenizer has {len(tokens)} tokens but {src} has a vocab of {c.vocab_size}")
@@ -274,7 +259,7 @@ def export_llama(src: Path, out: Path, dtype: str, tokenizer: str) -> None:
         w.add_eos_token_id(eot)
         w.add_add_bos_token(True)
 
-    write_gguf(out, "llama", metadata, llama_tensors(model), dtype)
+    write_gguf(out, "llama", metadata, llama_tensors(c, t), dtype)
     print(f"wrote {out} (llama, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
           f"V={c.vocab_size}{', scaled RoPE' if c.use_scaled_rope else ''}{', tied' if c.tied_embeddings else ''}, {dtype})")
 
@@ -381,25 +366,15 @@ def gguf_logits(reader, tokens: list[int]) -> np.ndarray:
 def reference_logits(src: Path, tokens: list[int]) -> np.ndarray:
     """Our PyTorch model's logits (T, V) on the model file's weights."""
     import torch
+    import train_gpt2
+    import train_llama3
 
+    read_model = train_llama3.read_model if read_magic(src) == LLAMA3_MAGIC else train_gpt2.read_model
+    try:
+        model = read_model(src)
+    except train_gpt2.UserError as e:
+        raise ExportError(str(e)) from None
     idx = torch.tensor([tokens])
-    if read_magic(src) == LLAMA3_MAGIC:
-        model = load_llama(src)
-    else:
-        import train_gpt2
-
-        cfg, t = read_checkpoint(src)
-        model = train_gpt2.GPT(train_gpt2.GPTConfig(block_size=cfg["maxT"], vocab_size=cfg["V"], n_layer=cfg["L"],
-                                                    n_head=cfg["NH"], n_embd=cfg["C"]))
-        sd = model.state_dict()  # our GPT's names are Hugging Face's; its Linear weights keep llmc's (out, in)
-        with torch.no_grad():
-            sd["transformer.wte.weight"].copy_(torch.from_numpy(t["wte"][: cfg["V"]].copy()))
-            sd["transformer.wpe.weight"].copy_(torch.from_numpy(t["wpe"].copy()))
-            for l in range(cfg["L"]):
-                for name, (hf_name, _) in HF_LAYER_TENSORS.items():
-                    sd[f"transformer.h.{l}.{hf_name}"].copy_(torch.from_numpy(t[name][l].copy()))
-            sd["transformer.ln_f.weight"].copy_(torch.from_numpy(t["lnfw"].copy()))
-            sd["transformer.ln_f.bias"].copy_(torch.from_numpy(t["lnfb"].copy()))
     model.eval()
     with torch.no_grad():
         logits, _ = model(idx, idx)
@@ -446,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         export(args.input, args.output, args.dtype, args.tokenizer)
         if args.verify:
             verify(args.input, args.output, args.dtype, args.verify, args.tokenizer)
-    except ExportError as e:
+    except (ExportError, ModelFileError) as e:  # a bad model file: model_file.py's line
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
     return 0

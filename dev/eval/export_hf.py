@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-MODEL_MAGIC = 20240326
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+from model_file import GPT2_LAYER_PARAMETERS, Gpt2Header, ModelFileError, read_gpt2  # noqa: E402
+
 GPT2_VOCAB = 50257
 
 
@@ -36,96 +38,42 @@ class ExportError(Exception):
 # ----------------------------------------------------------------------------- reading the checkpoint
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, int], dict[str, np.ndarray]]:
-    """Header fields and the 16 tensors (float32) of an llmc checkpoint, validated like the C loader."""
+def read_checkpoint(path: Path) -> tuple[Gpt2Header, dict[str, np.ndarray]]:
+    """Header and the 16 tensors (float32) of an llmc checkpoint, validated like the C loader (model_file.py)."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            raw_header = f.read(1024)
-            if len(raw_header) < 1024:
-                raise ExportError(f"{path}: not a model checkpoint file (file too short for the 1024-byte header)")
-            h = np.frombuffer(raw_header, dtype="<i4")
-            if h[0] != MODEL_MAGIC:
-                raise ExportError(f"{path}: not a model checkpoint file (magic {h[0]}, expected {MODEL_MAGIC})")
-            if h[1] not in (3, 5):
-                raise ExportError(f"{path}: unsupported model checkpoint version {h[1]} (expected 3 = fp32 or 5 = bf16)")
-            cfg = {k: int(h[i]) for i, k in enumerate(["magic", "version", "maxT", "V", "L", "NH", "C", "Vp"])}
-            for k in ("maxT", "V", "L", "NH", "C", "Vp"):
-                if not 0 < cfg[k] < 1 << 24:
-                    raise ExportError(f"{path}: header field {k} = {cfg[k]} out of range")
-            if cfg["C"] % cfg["NH"]:
-                raise ExportError(f"{path}: header field C = {cfg['C']} is not divisible by NH = {cfg['NH']}")
-            if cfg["Vp"] < cfg["V"]:
-                raise ExportError(f"{path}: header field Vp = {cfg['Vp']} is smaller than V = {cfg['V']}")
-            shapes = param_shapes(cfg)
-            n = sum(int(np.prod(s)) for s in shapes.values())
-            itemsize = 4 if cfg["version"] == 3 else 2
-            expected = 1024 + n * itemsize
-            if size != expected:
-                raise ExportError(f"{path}: file size {size} bytes does not match the header "
-                                  f"(expected {expected} for {n} parameters of {itemsize} bytes)")
-            flat = np.fromfile(f, dtype="<f4" if itemsize == 4 else "<u2", count=n)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot read ({e.strerror or e})") from None
-    if itemsize == 2:  # bf16 -> fp32: the bf16 bits are the high half of the fp32 bits
-        flat = (flat.astype(np.uint32) << 16).view(np.float32)
-    tensors, at = {}, 0
-    for name, shape in shapes.items():
-        k = int(np.prod(shape))
-        tensors[name] = flat[at:at + k].reshape(shape)
-        at += k
-    return cfg, tensors
-
-
-def param_shapes(cfg: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """The 16 checkpoint tensors in file order (llm.c-compatible layout)."""
-    L, C, maxT, Vp = cfg["L"], cfg["C"], cfg["maxT"], cfg["Vp"]
-    return {
-        "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C), "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
-        "attprojw": (L, C, C), "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C),
-        "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,),
-    }
+        return read_gpt2(path)
+    except ModelFileError as e:
+        raise ExportError(str(e)) from None
 
 
 # ----------------------------------------------------------------------------- Hugging Face layout
 
 
-# llmc's per-layer tensors -> their Hugging Face names under transformer.h.{l}., in the order they are written;
-# True marks a Conv1D weight, stored (in, out) by Hugging Face, i.e. transposed from llmc's (out, in)
-HF_LAYER_TENSORS: dict[str, tuple[str, bool]] = {
-    "ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
-    "qkvw": ("attn.c_attn.weight", True), "qkvb": ("attn.c_attn.bias", False),
-    "attprojw": ("attn.c_proj.weight", True), "attprojb": ("attn.c_proj.bias", False),
-    "ln2w": ("ln_2.weight", False), "ln2b": ("ln_2.bias", False),
-    "fcw": ("mlp.c_fc.weight", True), "fcb": ("mlp.c_fc.bias", False),
-    "fcprojw": ("mlp.c_proj.weight", True), "fcprojb": ("mlp.c_proj.bias", False),
-}
-
-
-def hf_state_dict(cfg: dict[str, int], t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """Hugging Face GPT-2 names (HF_LAYER_TENSORS for the per-layer ones), Conv1D weights transposed."""
+def hf_state_dict(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """Hugging Face GPT-2 names (our per-layer names are theirs: GPT2_LAYER_PARAMETERS). The per-layer matrices
+    (3-D in the file) are Conv1D weights there, stored (in, out): transposed from llmc's (out, in)."""
     def cast(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float32).astype(np.float16 if dtype == "float16" else np.float32)
 
-    sd = {"transformer.wte.weight": cast(t["wte"][: cfg["V"]]), "transformer.wpe.weight": cast(t["wpe"])}
-    for l in tqdm(range(cfg["L"]), desc="layers", unit="layer", disable=cfg["L"] < 4):
-        for name, (hf_name, conv1d) in HF_LAYER_TENSORS.items():
-            sd[f"transformer.h.{l}.{hf_name}"] = cast(t[name][l].T if conv1d else t[name][l])
+    sd = {"transformer.wte.weight": cast(t["wte"][: h.V]), "transformer.wpe.weight": cast(t["wpe"])}
+    for l in tqdm(range(h.L), desc="layers", unit="layer", disable=h.L < 4):
+        for name, hf_name in GPT2_LAYER_PARAMETERS.items():
+            sd[f"transformer.h.{l}.{hf_name}"] = cast(t[name][l].T if t[name].ndim == 3 else t[name][l])
     sd["transformer.ln_f.weight"] = cast(t["lnfw"])
     sd["transformer.ln_f.bias"] = cast(t["lnfb"])
     return sd
 
 
-def hf_config(cfg: dict[str, int], dtype: str) -> dict:
+def hf_config(h: Gpt2Header, dtype: str) -> dict:
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": cfg["V"],
-        "n_positions": cfg["maxT"],
-        "n_ctx": cfg["maxT"],
-        "n_embd": cfg["C"],
-        "n_layer": cfg["L"],
-        "n_head": cfg["NH"],
+        "vocab_size": h.V,
+        "n_positions": h.maxT,
+        "n_ctx": h.maxT,
+        "n_embd": h.C,
+        "n_layer": h.L,
+        "n_head": h.NH,
         "n_inner": None,
         "activation_function": "gelu_new",
         "resid_pdrop": 0.0,
@@ -205,23 +153,23 @@ def write_tokenizer_files(out: Path) -> None:
 def export(ckpt: Path, out: Path, dtype: str, tokenizer: bool) -> None:
     from safetensors.numpy import save_file
 
-    cfg, tensors = read_checkpoint(ckpt)
-    print(f"{ckpt}: version {cfg['version']} ({'fp32' if cfg['version'] == 3 else 'bf16'}), "
-          f"L={cfg['L']} NH={cfg['NH']} C={cfg['C']} maxT={cfg['maxT']} V={cfg['V']} (padded {cfg['Vp']})")
-    if tokenizer and cfg["V"] != GPT2_VOCAB:
-        print(f"warning: vocab size {cfg['V']} is not GPT-2's {GPT2_VOCAB}: no tokenizer files written", file=sys.stderr)
+    h, tensors = read_checkpoint(ckpt)
+    print(f"{ckpt}: version {h.version} ({'fp32' if h.version == 3 else 'bf16'}), "
+          f"L={h.L} NH={h.NH} C={h.C} maxT={h.maxT} V={h.V} (padded {h.Vp})")
+    if tokenizer and h.V != GPT2_VOCAB:
+        print(f"warning: vocab size {h.V} is not GPT-2's {GPT2_VOCAB}: no tokenizer files written", file=sys.stderr)
         tokenizer = False
     out.mkdir(parents=True, exist_ok=True)
     # everything goes to a scratch directory beside `out`, then each file is renamed into place
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
     try:
-        sd = hf_state_dict(cfg, tensors, dtype)
+        sd = hf_state_dict(h, tensors, dtype)
         steps = ["model.safetensors", "config.json"] + (["tokenizer files"] if tokenizer else [])
         for step in tqdm(steps, desc="writing", unit="file"):
             if step == "model.safetensors":
                 save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             elif step == "config.json":
-                (tmp / "config.json").write_text(json.dumps(hf_config(cfg, dtype), indent=2) + "\n")
+                (tmp / "config.json").write_text(json.dumps(hf_config(h, dtype), indent=2) + "\n")
             else:
                 write_tokenizer_files(tmp)
         for f in sorted(tmp.iterdir()):
