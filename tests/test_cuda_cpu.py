@@ -67,15 +67,29 @@ DEFECTS = {
     "exited_lane_shuffle": "lane 3 exited while other lanes of its warp wait for it in __shfl_xor_sync",
     "mixed_barriers": "hangs: 16 threads wait at __syncthreads",
     "out_of_bounds": "past the end of a device allocation of 1024 bytes",
+    # initcheck: shared memory is uninitialised at every block's start
+    "unwritten_shared": r"kernel unwritten_shared_kernel .* block \(0,0,0\) thread \(31,0,0\): initcheck: reads 4 bytes at "
+                        r"offset 128 of __shared__ row \(132 bytes, dev/cuda_cpu/tests/test_device.cu:\d+\) that no thread",
+    "previous_block_shared": r"block \(1,0,0\) thread \(\d+,0,0\): initcheck: reads 4 bytes at offset 0 of __shared__ carry ",
+    "unwritten_dynamic_shared": r"thread \(\d+,0,0\): initcheck: reads 4 bytes at offset 128 of the extern __shared__ arena \(256 bytes\)",
+    "shared_out_of_bounds": r"thread \(8,0,0\): 4 bytes at offset 32 are outside __shared__ small \(32 bytes",
 }
+# one worker: block 1 runs where block 0 ran and finds its write, which it must not see
+DEFECT_ENV = {"previous_block_shared": {"CUDA_CPU_THREADS": "1"}}
 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_device_defect_is_reported(defect: str) -> None:
-    r = run([str(binary("test_device")), defect])
+    r = run([str(binary("test_device")), defect], env=DEFECT_ENV.get(defect))
     assert r.returncode == 1, f"defect {defect} not reported:\n{r.stdout}{r.stderr}"
     lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
     assert len(lines) == 1 and re.search(DEFECTS[defect], lines[0]), r.stderr
+
+
+def test_initcheck_off_reads_the_poison_unreported() -> None:
+    """CUDA_CPU_INITCHECK=0: the unwritten element is read (0xFF bytes) and nothing is reported."""
+    r = run([str(binary("test_device")), "unwritten_shared"], env={"CUDA_CPU_INITCHECK": "0"})
+    assert r.returncode == 0 and "defect unwritten_shared was NOT reported" in r.stdout, r.stdout + r.stderr
 
 
 def test_translate_keeps_lines(tmp_path: Path) -> None:
@@ -90,6 +104,8 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
         "}\n"
         "int line_after = __LINE__;\n"
         "__global__ void k2() { extern __shared__ __align__(16) float smem[]; }\n"
+        "__global__ void k3() { __shared__ float acc[8]\n"
+        "                                         [32]; __shared__ int n; }\n"
     )
     r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(tmp_path), "--out", str(tmp_path / "o"), "k.cu"])
     assert r.returncode == 0, r.stderr
@@ -101,8 +117,24 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
     assert "[&]() { k<float, 4>(x," in body[2]
     assert 'g("<<<")' in body[5]
     assert body[7] == "int line_after = __LINE__;"
-    assert body[8] == "__global__ void k2() { float* smem = (float*)cuda_cpu_dynamic_shared(); }"
-    assert len(body) == 9
+    assert body[8] == "__global__ void k2() { CudaCpuSharedPtr<float> smem = cuda_cpu_dynamic_shared<float>(); }"
+    assert body[9] == ('__global__ void k3() { static CudaCpuSharedSite cuda_cpu_site_acc = {"acc", __FILE__, __LINE__, -1}; '
+                       "CudaCpuSharedRef<float[8][32]> acc = cuda_cpu_static_shared<float[8][32]>(&cuda_cpu_site_acc);")
+    assert body[10].strip() == ('static CudaCpuSharedSite cuda_cpu_site_n = {"n", __FILE__, __LINE__, -1}; '
+                                "CudaCpuSharedRef<int> n = cuda_cpu_static_shared<int>(&cuda_cpu_site_n); }")
+    assert len(body) == 11
+
+
+@pytest.mark.parametrize("code, error", [
+    ("__shared__ float a[4], b[4];", "line 2: a __shared__ declaration translate.py cannot rewrite"),
+    ("__shared__ float a[4]; int n = sizeof(a) / 4;", r"line 2: sizeof of a __shared__ variable \(a\)"),
+    ("__shared__ float a[4]; auto x = a[0];", r"line 2: `auto` initialised from a __shared__ variable \(a\)"),
+])
+def test_translate_refuses_shared_it_cannot_rewrite(tmp_path: Path, code: str, error: str) -> None:
+    (tmp_path / "k.cu").write_text(f"// {code}\n__global__ void k() {{ {code} }}\n")
+    r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(tmp_path), "--out", str(tmp_path / "o"), "k.cu"])
+    assert r.returncode == 1
+    assert re.fullmatch(rf"translate.py: k.cu: {error}.*\n", r.stderr), r.stderr
 
 
 # ----------------------------------------------------------------------------
@@ -208,6 +240,19 @@ def test_planted_defects_harness_passes_unchanged(tmp_path: Path) -> None:
     exe = build_copy(tmp_path, "layernorm_forward", None)
     r = run([str(exe), "--quick"])
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_planted_unguarded_shared_read_is_reported_by_initcheck(tmp_path: Path) -> None:
+    """block_reduce_sum without its `lane < num_warps` guard: with 512 threads, lanes 16..31 read
+    shared_val entries that no warp wrote (garbage on a GPU); initcheck names the first of them."""
+    binary("libcuda_cpu.a")
+    edit = ("llmc/cuda_common.cuh", "float v = (lane < num_warps) ? shared_val[lane] : 0.0f;", "float v = shared_val[lane];")
+    exe = build_copy(tmp_path, "global_norm", edit)
+    r = run([str(exe), "--quick"], env={"CUDA_CPU_ORDER": "forward"})
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
+    assert len(lines) == 1 and re.search(r"kernel global_norm\S* .* thread \(16,0,0\): initcheck: reads 4 bytes at offset 64 "
+                                         r"of __shared__ shared_val \(128 bytes, llmc/cuda_common.cuh:\d+\)", lines[0]), r.stderr
 
 
 @pytest.mark.parametrize("defect", sorted(PLANTED))

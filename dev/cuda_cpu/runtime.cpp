@@ -12,6 +12,11 @@ this process may use); a worker runs one block at a time as one fiber per CUDA t
 only at barriers, in thread order (or in reverse order with CUDA_CPU_ORDER=reverse), so a missing
 barrier changes the results instead of being hidden by timing luck, and a block that cannot make
 progress (a barrier some thread skipped) is reported.
+
+Shared memory: every static __shared__ variable and the extern arena is storage of the worker for the
+block it runs, filled with 0xFF at each block's start (uninitialised, as on the GPU), with a shadow
+byte per byte that says whether a thread of the block wrote it since; with initcheck on, a read of an
+unwritten byte is reported (cuda_cpu_device.h has the accessors translate.py's rewrite goes through).
 */
 #include "cuda_runtime.h"
 
@@ -28,6 +33,7 @@ progress (a barrier some thread skipped) is reported.
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <string>
 #include <mutex>
 #include <thread>
@@ -70,6 +76,14 @@ struct Warp {
     uint64_t slots[2][32]; // double-buffered: generation g writes slots[g & 1]
 };
 
+// a static __shared__ variable of the block a worker runs (one per declaration site and worker)
+struct StaticShared {
+    CudaCpuShared var;
+    std::vector<char> storage;            // data starts 64-byte aligned inside it
+    std::vector<unsigned char> written;
+    unsigned long long block_serial = 0;  // the block it was last poisoned for
+};
+
 struct Worker {
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
@@ -79,6 +93,10 @@ struct Worker {
     int next_stack = 0;
     size_t position = 0;      // the running fiber's position in the scheduling order
     std::vector<char> dynamic_shared;  // extern __shared__ of the block being run (16-byte aligned start)
+    std::vector<unsigned char> dynamic_written;
+    CudaCpuShared dynamic_var = {};
+    std::vector<std::unique_ptr<StaticShared>> static_shared;  // by site id (stable addresses)
+    unsigned long long block_serial = 0;  // counts the blocks this worker started
     void* scheduler_sp = nullptr;
     int live = 0;             // fibers not yet finished
     int done = 0;
@@ -112,7 +130,13 @@ static void where(char* buf, size_t n) {
              cuda_cpu_block_idx.x, cuda_cpu_block_idx.y, cuda_cpu_block_idx.z, t.x, t.y, t.z);
 }
 
+// one line and exit 1; when workers running other blocks hit a fault at the same time, the first one
+// reports and the others wait for its exit (one line per failed run)
 void cuda_cpu_fatal(const char* fmt, ...) {
+    static std::atomic<int> reporting{0};
+    if (reporting.exchange(1) != 0) {
+        for (;;) { pause(); }
+    }
     char prefix[512], msg[1024];
     where(prefix, sizeof(prefix));
     va_list ap;
@@ -623,11 +647,86 @@ static Worker* current_worker(const char* what) {
     return w;
 }
 
+// ----------------------------------------------------------------------------
+// shared memory: per block, poisoned at its start, with the shadow initcheck reads
+
+int cuda_cpu_initcheck = 1;
+
 // extern __shared__: the launch's dynamic shared memory of the block this worker runs
-void* cuda_cpu_dynamic_shared(void) {
+CudaCpuShared* cuda_cpu_dynamic_shared_block(void) {
     Worker* w = current_worker("extern __shared__");
-    uintptr_t p = ((uintptr_t)w->dynamic_shared.data() + 15) & ~(uintptr_t)15;
-    return (void*)p;
+    return &w->dynamic_var;
+}
+
+// the arena of a block about to run: shared_bytes of 0xFF, nothing written
+static void reset_dynamic_shared(Worker* w, size_t shared_bytes) {
+    w->dynamic_shared.assign(shared_bytes + 16, (char)0xFF);
+    w->dynamic_written.assign(shared_bytes, 0);
+    CudaCpuShared& v = w->dynamic_var;
+    v.data = (char*)(((uintptr_t)w->dynamic_shared.data() + 15) & ~(uintptr_t)15);
+    v.written = w->dynamic_written.data();
+    v.bytes = shared_bytes;
+    v.escaped = 0;
+    v.name = nullptr;
+    v.file = nullptr;
+    v.line = 0;
+}
+
+static int register_shared_site(CudaCpuSharedSite* site) {
+    static std::mutex mutex;
+    static int next_id = 0;
+    std::lock_guard<std::mutex> lock(mutex);
+    int id = __atomic_load_n(&site->id, __ATOMIC_ACQUIRE);
+    if (id < 0) {
+        id = next_id++;
+        __atomic_store_n(&site->id, id, __ATOMIC_RELEASE);
+    }
+    return id;
+}
+
+// a static __shared__ declaration executed by a thread: the variable of the block being run, poisoned
+// by the first thread of the block that reaches the declaration (no thread can have used it before)
+CudaCpuShared* cuda_cpu_static_shared_block(CudaCpuSharedSite* site, size_t bytes) {
+    Worker* w = current_worker("__shared__");
+    int id = __atomic_load_n(&site->id, __ATOMIC_ACQUIRE);
+    if (id < 0) { id = register_shared_site(site); }
+    if ((size_t)id >= w->static_shared.size()) { w->static_shared.resize((size_t)id + 1); }
+    std::unique_ptr<StaticShared>& s = w->static_shared[(size_t)id];
+    if (!s) {
+        s.reset(new StaticShared());
+        s->storage.resize(bytes + 64);
+        s->written.resize(bytes);
+        CudaCpuShared& v = s->var;
+        v.data = (char*)(((uintptr_t)s->storage.data() + 63) & ~(uintptr_t)63);
+        v.written = s->written.data();
+        v.bytes = bytes;
+        v.name = site->name;
+        v.file = site->file;
+        v.line = site->line;
+    }
+    if (s->block_serial != w->block_serial) {  // uninitialised, as on the GPU: NaN until written
+        memset(s->var.data, 0xFF, bytes);
+        memset(s->var.written, 0, bytes);
+        s->var.escaped = 0;
+        s->block_serial = w->block_serial;
+    }
+    return &s->var;
+}
+
+// one line: what was read (or accessed out of bounds) where; the prefix names kernel, block and thread
+void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes, int unwritten) {
+    char what[256];
+    if (v->name != nullptr) {
+        snprintf(what, sizeof(what), "__shared__ %s (%zu bytes, %s:%d)", v->name, v->bytes, v->file, v->line);
+    } else {
+        snprintf(what, sizeof(what), "the extern __shared__ arena (%zu bytes)", v->bytes);
+    }
+    const long long off = (long long)((const char*)p - v->data);
+    if (unwritten) {
+        cuda_cpu_fatal("initcheck: reads %zu bytes at offset %lld of %s that no thread of this block has written "
+                       "(shared memory is uninitialised at a block's start)", bytes, off, what);
+    }
+    cuda_cpu_fatal("%zu bytes at offset %lld are outside %s", bytes, off, what);
 }
 
 // ----------------------------------------------------------------------------
@@ -860,9 +959,8 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
     w->block_arrived = 0;
     w->free_stacks.clear();
     w->next_stack = 0;
-    if (L->config.shared_bytes > 0) {  // uninitialised, as on the GPU: NaN until written
-        w->dynamic_shared.assign(L->config.shared_bytes + 16, (char)0xFF);
-    }
+    w->block_serial++;  // the static __shared__ variables are poisoned again when first declared
+    reset_dynamic_shared(w, L->config.shared_bytes);
     // round robin in the scheduling order, from the fiber after the one that ran last
     size_t pos = 0;
     while (w->live > 0) {
@@ -1030,6 +1128,8 @@ static void runtime_init_once(void) {
         g_num_workers = env != nullptr ? atoi(env) : available_cpus();
         const char* order = getenv("CUDA_CPU_ORDER");
         g_reverse_order = order != nullptr && strcmp(order, "reverse") == 0;
+        const char* initcheck = getenv("CUDA_CPU_INITCHECK");
+        cuda_cpu_initcheck = initcheck == nullptr || atoi(initcheck) != 0;
         if (order != nullptr && !g_reverse_order && strcmp(order, "forward") != 0) {
             cuda_cpu_fatal("CUDA_CPU_ORDER=%s: use forward or reverse", order);
         }

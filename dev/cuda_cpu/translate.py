@@ -6,9 +6,17 @@ The one construct of llmc's CUDA code that a host C++ compiler cannot parse is t
     cuda_cpu_launch(cuda_cpu_config(grid, block, ...), "kernel", __FILE__, __LINE__,
                     cuda_cpu_args(args), [&]() { kernel(args); })
 
-(the kernel's arguments are checked once at the launch; every CUDA thread then runs the closure);
-and `extern __shared__ T name[];` inside a kernel becomes a pointer to the block's dynamic shared
-memory (cuda_cpu_dynamic_shared).
+(the kernel's arguments are checked once at the launch; every CUDA thread then runs the closure).
+Shared memory is per block and its reads are checked (initcheck), so its declarations are rewritten
+into the accessors of dev/cuda_cpu/include/cuda_cpu_device.h, each on its own line:
+
+    __shared__ float acc[8][32];    ->  static CudaCpuSharedSite cuda_cpu_site_acc = {"acc", __FILE__, __LINE__, -1};
+                                        CudaCpuSharedRef<float[8][32]> acc = cuda_cpu_static_shared<float[8][32]>(&cuda_cpu_site_acc);
+    extern __shared__ float buf[];  ->  CudaCpuSharedPtr<float> buf = cuda_cpu_dynamic_shared<float>();
+
+A `__shared__` it cannot rewrite (several variables in one declaration, an initialiser, a namespace-
+scope variable outside a function), `sizeof` of a shared variable and `auto x = shared...` (which
+would bind the accessor, not copy the value) are refused with the line.
 Everything else is copied as it is, with a #line directive so that compiler messages and
 __FILE__ name the original file, and each launch keeps its line.
 
@@ -127,19 +135,95 @@ def rewrite_launches(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
-DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*\[\s*\]\s*;")
+SHARED_ALIGN = r"(?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s+)?"
+SHARED_TYPE = r"([A-Za-z_][\w:<>, ]*?)"
+DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+" + SHARED_ALIGN + SHARED_TYPE + r"\s+(\w+)\s*\[\s*\]\s*;")
+STATIC_SHARED = re.compile(r"__shared__\s+" + SHARED_ALIGN + SHARED_TYPE + r"\s+(\w+)\s*((?:\[[^\[\];]+\]\s*)*);")
 
 
-def rewrite_dynamic_shared(text: str) -> str:
-    """`extern __shared__ T name[];` (inside a kernel) -> a pointer to the block's dynamic shared memory."""
-    return DYNAMIC_SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ({m.group(1)}*)cuda_cpu_dynamic_shared();", text)
+def line_of(text: str, i: int) -> int:
+    return text.count("\n", 0, i) + 1
+
+
+def rewrite_shared(text: str) -> tuple[str, list[str]]:
+    """Shared declarations -> the accessors of cuda_cpu_device.h; returns the text and the variables' names."""
+    out: list[str] = []
+    names: list[str] = []
+    i = copied = 0
+    while i < len(text):
+        j = skip_literal_or_comment(text, i)
+        if j != i:
+            i = j
+            continue
+        if not (text[i].isalpha() or text[i] == "_") or (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            i += 1
+            continue
+        dynamic = DYNAMIC_SHARED.match(text, i) if text.startswith("extern", i) else None
+        static = STATIC_SHARED.match(text, i) if text.startswith("__shared__", i) else None
+        if dynamic is not None:
+            elem, name = dynamic.group(1).strip(), dynamic.group(2)
+            replacement = f"CudaCpuSharedPtr<{elem}> {name} = cuda_cpu_dynamic_shared<{elem}>();"
+            end = dynamic.end()
+        elif static is not None:
+            base, name, dims = static.group(1).strip(), static.group(2), "".join(static.group(3).split())
+            if base in ("static", "extern", "const", "volatile"):
+                raise TranslateError(f"line {line_of(text, i)}: `__shared__ {base} ...`: write `__shared__ T name[...];`")
+            ty = f"{base}{dims}"
+            site = f"cuda_cpu_site_{name}"
+            replacement = (f'static CudaCpuSharedSite {site} = {{"{name}", __FILE__, __LINE__, -1}}; '
+                           f"CudaCpuSharedRef<{ty}> {name} = cuda_cpu_static_shared<{ty}>(&{site});")
+            end = static.end()
+        elif text.startswith("__shared__", i) and not text[i + 10 : i + 11].isalnum() and text[i + 10 : i + 11] != "_":
+            raise TranslateError(f"line {line_of(text, i)}: a __shared__ declaration translate.py cannot rewrite "
+                                 "(one variable per declaration, no initialiser: `__shared__ T name[N];`)")
+        else:
+            i += 1
+            while i < len(text) and (text[i].isalnum() or text[i] == "_"):
+                i += 1
+            continue
+        names.append(name)
+        out.append(text[copied:i])
+        out.append(replacement + "\n" * text.count("\n", i, end))
+        copied = i = end
+    out.append(text[copied:])
+    return "".join(out), names
+
+
+def code_only(text: str) -> str:
+    """text with its comments and literals blanked (newlines kept, so positions and lines still match)."""
+    out: list[str] = []
+    i = copied = 0
+    while i < len(text):
+        j = skip_literal_or_comment(text, i)
+        if j == i:
+            i += 1
+            continue
+        out.append(text[copied:i])
+        out.append("".join(c if c == "\n" else " " for c in text[i:j]))
+        copied = i = j
+    out.append(text[copied:])
+    return "".join(out)
+
+
+def refuse_value_uses(text: str, names: list[str]) -> None:
+    """sizeof and auto would see the accessor, not the variable: refused rather than silently wrong."""
+    text = code_only(text)
+    for name in sorted(set(names)):
+        for pattern, what in ((rf"\bsizeof\s*\(?\s*{name}\b", "sizeof of a __shared__ variable"),
+                              (rf"\bauto\b[\s&*]*\w+\s*=\s*{name}\b", "`auto` initialised from a __shared__ variable")):
+            m = re.search(pattern, text)
+            if m is not None:
+                raise TranslateError(f"line {line_of(text, m.start())}: {what} ({name}): the CPU target cannot "
+                                     "translate it; name the type (sizeof(float) * N, float x = ...)")
 
 
 def translate_file(root: Path, out_root: Path, rel: Path) -> int:
     src = root / rel
     text = src.read_text()
     try:
-        body, count = rewrite_launches(rewrite_dynamic_shared(text))
+        shared, names = rewrite_shared(text)
+        refuse_value_uses(text, names)
+        body, count = rewrite_launches(shared)
     except TranslateError as e:
         raise TranslateError(f"{rel}: {e}") from None
     dst = out_root / rel

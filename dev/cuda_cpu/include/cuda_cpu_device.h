@@ -8,8 +8,10 @@ every thread that must arrive has arrived, so shared memory and shuffles behave 
 barrier that some thread skips is reported (deadlock or divergence), never passed.
 
     threadIdx, blockIdx, blockDim, gridDim, warpSize
-    __shared__ variables      one copy per worker thread, i.e. per block being run
+    __shared__ variables      per block, filled with 0xFF (NaN) at every block's start
     extern __shared__         the launch's dynamic shared memory, per block, filled with 0xFF (NaN)
+    initcheck                 a read of shared memory that no thread of the block wrote since the
+                              block started is reported (CUDA_CPU_INITCHECK=0 turns it off)
     __syncthreads, __syncwarp, __shfl[_up|_down|_xor]_sync, __ballot_sync, __all_sync, __any_sync
     atomics                   real atomics (blocks of one kernel run in parallel)
     __ldcs/__stcs & co        plain loads and stores (cache hints have no meaning here)
@@ -32,7 +34,6 @@ call of cuda_cpu_launch below; the CUDA sources themselves are not changed.
 #define __launch_bounds__(...)
 #define __constant__
 #define __managed__
-#define __shared__ static thread_local
 
 // ----------------------------------------------------------------------------
 // the executing thread and block
@@ -52,9 +53,6 @@ static constexpr int warpSize = 32;
 
 // ----------------------------------------------------------------------------
 // barriers and warp collectives (dev/cuda_cpu/runtime.cpp)
-
-// what `extern __shared__ T name[];` becomes (translate.py): this block's dynamic shared memory
-void* cuda_cpu_dynamic_shared(void);
 
 void __syncthreads(void);
 int __syncthreads_count(int predicate);
@@ -92,6 +90,146 @@ template <class T> static inline T __shfl_down_sync(unsigned int mask, T v, unsi
 }
 template <class T> static inline T __shfl_xor_sync(unsigned int mask, T v, int lane_mask, int width = 32) {
     return cuda_cpu_shfl_typed(mask, v, CUDA_CPU_SHFL_XOR, lane_mask, width, "__shfl_xor_sync");
+}
+
+// ----------------------------------------------------------------------------
+// shared memory (translate.py rewrites the declarations)
+//
+//     __shared__ float acc[8][32];   ->  static CudaCpuSharedSite cuda_cpu_site_acc = {"acc", __FILE__, __LINE__, -1};
+//                                        CudaCpuSharedRef<float[8][32]> acc = cuda_cpu_static_shared<float[8][32]>(&cuda_cpu_site_acc);
+//     extern __shared__ float buf[]; ->  CudaCpuSharedPtr<float> buf = cuda_cpu_dynamic_shared<float>();
+//
+// Each variable (and the extern arena) is storage of the block being run, filled with 0xFF at the
+// block's start, with a shadow byte per byte: 1 once a thread of the block wrote it. Elements are
+// read and written through CudaCpuSharedRef, which checks the access against the variable's extent
+// and, with initcheck on (the default; CUDA_CPU_INITCHECK=0 turns it off), that every byte read was
+// written by this block. A raw pointer taken from a variable (`&acc[i][j]`, `acc[i]` passed as a
+// float*, a cast of the arena pointer) makes the whole variable count as written for the rest of the
+// block: accesses through raw pointers are not seen.
+
+// one shared variable, or the extern arena, of the block being run
+struct CudaCpuShared {
+    char* data;
+    unsigned char* written;  // one byte per byte of data: 1 once a thread of the block wrote it
+    size_t bytes;
+    int escaped;             // a raw pointer was taken: reads are no longer checked
+    const char* name;        // the variable's name; NULL for the extern arena
+    const char* file;
+    int line;
+};
+// a static __shared__ declaration (one per declaration site; id given by the runtime at first use)
+struct CudaCpuSharedSite {
+    const char* name;
+    const char* file;
+    int line;
+    int id;
+};
+
+extern int cuda_cpu_initcheck;  // CUDA_CPU_INITCHECK (default 1), read once at the first launch
+CudaCpuShared* cuda_cpu_static_shared_block(CudaCpuSharedSite* site, size_t bytes);
+CudaCpuShared* cuda_cpu_dynamic_shared_block(void);
+void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes, int unwritten) __attribute__((noreturn));
+
+static inline size_t cuda_cpu_shared_offset(const CudaCpuShared* v, const void* p, size_t bytes) {
+    size_t off = (size_t)((const char*)p - v->data);  // below the start wraps to a huge offset
+    if (off > v->bytes || bytes > v->bytes - off) { cuda_cpu_shared_report(v, p, bytes, 0); }
+    return off;
+}
+static inline void cuda_cpu_shared_read(const CudaCpuShared* v, const void* p, size_t bytes) {
+    size_t off = cuda_cpu_shared_offset(v, p, bytes);
+    if (!cuda_cpu_initcheck || v->escaped) { return; }
+    for (size_t k = 0; k < bytes; k++) {
+        if (!v->written[off + k]) { cuda_cpu_shared_report(v, p, bytes, 1); }
+    }
+}
+static inline void cuda_cpu_shared_write(CudaCpuShared* v, const void* p, size_t bytes) {
+    size_t off = cuda_cpu_shared_offset(v, p, bytes);
+    if (cuda_cpu_initcheck) { memset(v->written + off, 1, bytes); }
+}
+
+// a place in shared memory: an element (T a scalar or a struct) ...
+template <class T> struct CudaCpuSharedRef {
+    T* p;
+    CudaCpuShared* v;
+    operator T() const {
+        cuda_cpu_shared_read(v, p, sizeof(T));
+        return *p;
+    }
+    CudaCpuSharedRef& operator=(const T& x) {
+        cuda_cpu_shared_write(v, p, sizeof(T));
+        *p = x;
+        return *this;
+    }
+    CudaCpuSharedRef& operator=(const CudaCpuSharedRef& o) { return *this = (T)o; }  // assigns the value, not the place
+    template <class U> CudaCpuSharedRef& operator+=(const U& x) { T t = *this; t += x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator-=(const U& x) { T t = *this; t -= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator*=(const U& x) { T t = *this; t *= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator/=(const U& x) { T t = *this; t /= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator%=(const U& x) { T t = *this; t %= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator&=(const U& x) { T t = *this; t &= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator|=(const U& x) { T t = *this; t |= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator^=(const U& x) { T t = *this; t ^= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator<<=(const U& x) { T t = *this; t <<= x; return *this = t; }
+    template <class U> CudaCpuSharedRef& operator>>=(const U& x) { T t = *this; t >>= x; return *this = t; }
+    CudaCpuSharedRef& operator++() { T t = *this; ++t; return *this = t; }
+    CudaCpuSharedRef& operator--() { T t = *this; --t; return *this = t; }
+    T operator++(int) { T t = *this; T u = t; ++u; *this = u; return t; }
+    T operator--(int) { T t = *this; T u = t; --u; *this = u; return t; }
+    T* operator&() const {  // a raw pointer: from here on the variable's accesses are not seen
+        v->escaped = 1;
+        return p;
+    }
+};
+// ... or an array, indexed down to its elements (a sub-array is held by a pointer to its first element)
+template <class E> static inline auto cuda_cpu_shared_first(E* q) {
+    if constexpr (std::is_array<E>::value) { return &(*q)[0]; } else { return q; }
+}
+template <class E, size_t N> struct CudaCpuSharedRef<E[N]> {
+    E* p;
+    CudaCpuShared* v;
+    template <class I> CudaCpuSharedRef<E> operator[](I i) const {
+        static_assert(std::is_integral<I>::value || std::is_enum<I>::value, "a shared array index must be an integer");
+        return CudaCpuSharedRef<E>{cuda_cpu_shared_first(p + i), v};
+    }
+    operator E*() const {  // the array as a pointer: from here on the variable's accesses are not seen
+        v->escaped = 1;
+        return p;
+    }
+};
+
+// the extern arena as a pointer to T
+template <class T> struct CudaCpuSharedPtr {
+    T* p;
+    CudaCpuShared* v;
+    template <class I> CudaCpuSharedRef<T> operator[](I i) const {
+        static_assert(std::is_integral<I>::value || std::is_enum<I>::value, "a shared array index must be an integer");
+        return CudaCpuSharedRef<T>{p + i, v};
+    }
+    CudaCpuSharedRef<T> operator*() const { return CudaCpuSharedRef<T>{p, v}; }
+    template <class I> CudaCpuSharedPtr operator+(I i) const { return CudaCpuSharedPtr{p + i, v}; }
+    template <class I> CudaCpuSharedPtr operator-(I i) const { return CudaCpuSharedPtr{p - i, v}; }
+    ptrdiff_t operator-(const CudaCpuSharedPtr& o) const { return p - o.p; }
+    template <class I> CudaCpuSharedPtr& operator+=(I i) { p += i; return *this; }
+    template <class I> CudaCpuSharedPtr& operator-=(I i) { p -= i; return *this; }
+    CudaCpuSharedPtr& operator++() { ++p; return *this; }
+    CudaCpuSharedPtr& operator--() { --p; return *this; }
+    bool operator==(const CudaCpuSharedPtr& o) const { return p == o.p; }
+    bool operator!=(const CudaCpuSharedPtr& o) const { return p != o.p; }
+    bool operator<(const CudaCpuSharedPtr& o) const { return p < o.p; }
+    template <class U> operator U*() const {  // a raw pointer (a cast, a call): from here on the arena is not seen
+        v->escaped = 1;
+        return (U*)p;
+    }
+};
+
+template <class T> static inline CudaCpuSharedRef<T> cuda_cpu_static_shared(CudaCpuSharedSite* site) {
+    CudaCpuShared* v = cuda_cpu_static_shared_block(site, sizeof(T));
+    typedef typename std::conditional<std::is_array<T>::value, typename std::remove_extent<T>::type, T>::type First;
+    return CudaCpuSharedRef<T>{(First*)v->data, v};
+}
+template <class T> static inline CudaCpuSharedPtr<T> cuda_cpu_dynamic_shared(void) {
+    CudaCpuShared* v = cuda_cpu_dynamic_shared_block();
+    return CudaCpuSharedPtr<T>{(T*)v->data, v};
 }
 
 // ----------------------------------------------------------------------------

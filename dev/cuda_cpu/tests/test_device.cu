@@ -82,6 +82,25 @@ __global__ void dynamic_reverse_kernel(int* out, const int* in) {
     out[blockIdx.x * blockDim.x + threadIdx.x] = dyn[blockDim.x - 1 - threadIdx.x];
 }
 
+// static __shared__ is per block: thread 0 writes it, every thread of the block reads it
+__global__ void block_broadcast_kernel(float* out) {
+    __shared__ float value;
+    if (threadIdx.x == 0) { value = 10.0f * blockIdx.x; }
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = value + threadIdx.x;
+}
+
+// what a block finds in a static __shared__ variable at its start (read through a raw pointer, which
+// initcheck does not see), then overwritten for whichever block runs next
+__global__ void shared_at_block_start_kernel(unsigned int* out) {
+    __shared__ unsigned int cell[4];
+    unsigned int* raw = &cell[0];
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = raw[blockIdx.x % 4];
+        for (int k = 0; k < 4; k++) { raw[k] = blockIdx.x; }
+    }
+}
+
 __global__ void vote_kernel(unsigned* out) {
     int lane = threadIdx.x % 32;
     out[3 * threadIdx.x + 0] = __ballot_sync(0xFFFFFFFFu, lane % 3 == 0);
@@ -126,6 +145,30 @@ __global__ void out_of_bounds_kernel(float* out, int n) {
     out[n + threadIdx.x] = 1.0f;  // one past the end (n floats fill the allocation's 256-byte granules)
 }
 __global__ void write_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+__global__ void unwritten_shared_kernel(float* out) {
+    __shared__ float row[33];
+    row[threadIdx.x] = 1.0f;  // 32 threads write row[0..31]
+    __syncthreads();
+    out[threadIdx.x] = row[threadIdx.x + 1];  // thread 31 reads row[32], which no thread wrote
+}
+__global__ void previous_block_shared_kernel(float* out) {
+    __shared__ float carry;
+    if (blockIdx.x == 0 && threadIdx.x == 0) { carry = 1.0f; }  // only block 0 writes it
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = carry;
+}
+__global__ void unwritten_dynamic_shared_kernel(float* out) {
+    extern __shared__ float arena[];
+    arena[threadIdx.x] = 2.0f;
+    __syncthreads();
+    out[threadIdx.x] = arena[threadIdx.x] + arena[blockDim.x];  // arena[32]: inside the arena, never written
+}
+__global__ void shared_out_of_bounds_kernel(float* out) {
+    __shared__ float small[8];
+    small[threadIdx.x] = 1.0f;  // 32 threads, 8 elements
+    __syncthreads();
+    out[threadIdx.x] = small[threadIdx.x % 8];
+}
 
 static int run_defect(const char* name) {
     float* d = device_alloc<float>(256);
@@ -142,6 +185,14 @@ static int run_defect(const char* name) {
         mixed_barriers_kernel<<<1, 32>>>(d);
     } else if (strcmp(name, "out_of_bounds") == 0) {
         out_of_bounds_kernel<<<1, 32>>>(d, 256);
+    } else if (strcmp(name, "unwritten_shared") == 0) {
+        unwritten_shared_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "previous_block_shared") == 0) {
+        previous_block_shared_kernel<<<2, 32>>>(d);
+    } else if (strcmp(name, "unwritten_dynamic_shared") == 0) {
+        unwritten_dynamic_shared_kernel<<<1, 32, 64 * sizeof(float)>>>(d);
+    } else if (strcmp(name, "shared_out_of_bounds") == 0) {
+        shared_out_of_bounds_kernel<<<1, 32>>>(d);
     } else if (strcmp(name, "freed_pointer") == 0) {
         CHECK_CUDA(cudaFree(d));
         write_kernel<<<1, 32>>>(d);
@@ -230,6 +281,26 @@ int main(int argc, char** argv) {
         check(cudaGetLastError() == cudaErrorInvalidConfiguration, "64 KiB of dynamic shared memory without the opt-in is refused");
         free(hi); free(ho);
         cudaFree(di); cudaFree(dout);
+    }
+    // static __shared__: per block, and NaN (0xFF bytes) at every block's start, whichever worker runs it
+    {
+        const int blocks = 40, threads = 64;
+        float* d = device_alloc<float>(blocks * threads);
+        block_broadcast_kernel<<<blocks, threads>>>(d);
+        float* h = (float*)malloc(blocks * threads * sizeof(float));
+        download(h, d, blocks * threads);
+        int ok = 1;
+        for (int i = 0; i < blocks * threads; i++) { ok &= h[i] == 10.0f * (i / threads) + (i % threads); }
+        check(ok, "static __shared__ written by one thread is read by its whole block, in 40 blocks");
+        unsigned int* d_start = device_alloc<unsigned int>(blocks);
+        shared_at_block_start_kernel<<<blocks, 32>>>(d_start);
+        unsigned int start[blocks];
+        download(start, d_start, blocks);
+        ok = 1;
+        for (int b = 0; b < blocks; b++) { ok &= start[b] == 0xFFFFFFFFu; }
+        check(ok, "static __shared__ holds 0xFF bytes at every block's start, not the previous block's values");
+        free(h);
+        cudaFree(d); cudaFree(d_start);
     }
     // warp shuffles, with widths 32, 16 and 8, in full warps and in a partial last warp (48 threads)
     {
