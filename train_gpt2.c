@@ -96,12 +96,6 @@ LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int
     return v;
 }
 
-// what an optimizer unit of Muon mode is: a tensor (AdamW, rows = 0), or one layer's matrix of it
-typedef struct {
-    int tensor;       // index into the 16 parameter tensors
-    int rows, cols;   // a Muon matrix (rows, cols) row-major, as torch's weight (out, in); 0 for AdamW
-} GPT2OptUnit;
-
 typedef struct {
     GPT2Config config;
     // weights and their gradients: one flat buffer each, with named pointers into it
@@ -117,19 +111,11 @@ typedef struct {
     float* v_memory;
     size_t opt_offset;
     size_t opt_size;
-    // -op muon (gpt2_allocate_muon): Muon on each layer's qkvw, attprojw, fcw, fcprojw, AdamW on the rest.
-    // The optimizer units (one per Muon matrix, one per other tensor) and the segments of them each
-    // process owns (llmc/zero.h); m and v hold this process's segments back to back, m is a Muon
+    // -op muon (gpt2_allocate_muon): Muon on each layer's qkvw, attprojw, fcw, fcprojw, AdamW on the rest
+    // (llmc/cpu_trainer.h's plan); m and v hold this process's segments back to back, m is a Muon
     // matrix's momentum buffer (v is unused there)
     int optimizer;                 // OPTIMIZER_ADAMW or OPTIMIZER_MUON
-    MuonConfig muon;
-    int num_opt_units;
-    ZeroUnit* opt_units;
-    GPT2OptUnit* opt_unit_info;
-    int num_opt_segments;
-    ZeroSegment* opt_segments;     // every process's, in flat order
-    int opt_rank;                  // this process
-    MuonScratch muon_scratch;
+    CpuMuon muon;
     // activations for batches up to batch_size x seq_len, and their gradients
     ActivationTensors acts;
     float* acts_memory;
@@ -159,12 +145,7 @@ void gpt2_allocate_parameters(GPT2* model) {
     model->opt_offset = 0;
     model->opt_size = 0;
     model->optimizer = OPTIMIZER_ADAMW;
-    model->num_opt_units = model->num_opt_segments = 0;
-    model->opt_units = NULL;
-    model->opt_unit_info = NULL;
-    model->opt_segments = NULL;
-    model->opt_rank = 0;
-    muon_scratch_init(&model->muon_scratch);
+    cpu_muon_init(&model->muon);
     model->acts_memory = NULL;
     model->grads_acts_memory = NULL;
     model->inputs = NULL;
@@ -224,55 +205,16 @@ void gpt2_allocate_optimizer(GPT2* model, size_t opt_offset, size_t opt_size) {
     model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
 }
 
-// 1 for the tensors Muon trains: the 2-D weights inside the blocks
-static int gpt2_is_muon_tensor(int k) {
-    return k == GPT2_PARAM_qkvw || k == GPT2_PARAM_attprojw || k == GPT2_PARAM_fcw || k == GPT2_PARAM_fcprojw;
-}
-
-// Muon on the block matrices, AdamW on the rest: the optimizer units and, with ZeRO-1 over nproc
-// processes, the segments each owns (Muon matrices whole, balanced by size); this process (rank)
-// allocates the state of its own segments.
+// Muon on the block matrices (the per-layer 2-D weights), AdamW on the rest: the optimizer units and, with
+// ZeRO-1 over nproc processes, the segments each owns (Muon matrices whole, balanced by size); this
+// process (rank) allocates the state of its own segments.
 void gpt2_allocate_muon(GPT2* model, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
-    const GPT2Config* cfg = &model->config;
-    int L = cfg->num_layers;
     size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
-    gpt2_parameter_dims(dims, cfg);
+    gpt2_parameter_dims(dims, &model->config);
     model->optimizer = OPTIMIZER_MUON;
-    model->muon = *muon;
-    model->opt_rank = rank;
-    int max_units = GPT2_NUM_PARAMETER_TENSORS * (L + 1);
-    model->opt_units = (ZeroUnit*)mallocCheck((size_t)max_units * sizeof(ZeroUnit));
-    model->opt_unit_info = (GPT2OptUnit*)mallocCheck((size_t)max_units * sizeof(GPT2OptUnit));
-    int n = 0;
-    size_t start = 0;
-    for (int k = 0; k < GPT2_NUM_PARAMETER_TENSORS; k++) {
-        size_t size = model->param_sizes[k];
-        if (gpt2_is_muon_tensor(k)) { // (L, rows, cols): one unit per layer
-            int rows = (int)dims[k][1], cols = (int)dims[k][2];
-            for (int l = 0; l < L; l++) {
-                ZeroUnit u = {start + (size_t)l * rows * cols, (size_t)rows * cols, 1};
-                GPT2OptUnit info = {k, rows, cols};
-                model->opt_units[n] = u;
-                model->opt_unit_info[n++] = info;
-            }
-        } else {
-            ZeroUnit u = {start, size, 0};
-            GPT2OptUnit info = {k, 0, 0};
-            model->opt_units[n] = u;
-            model->opt_unit_info[n++] = info;
-        }
-        start += size;
-    }
-    model->num_opt_units = n;
-    model->opt_segments = (ZeroSegment*)mallocCheck(((size_t)n + (size_t)nproc) * sizeof(ZeroSegment));
-    size_t* owned = (size_t*)mallocCheck((size_t)nproc * sizeof(size_t));
-    model->num_opt_segments = zero_plan(model->opt_units, n, zero_stage, nproc, model->opt_segments, owned);
-    int sharded = zero_stage == 1 && nproc > 1;
-    gpt2_allocate_optimizer(model, 0, owned[sharded ? rank : 0]);
-    free(owned);
-    if (!sharded) { // every segment is this process's
-        for (int i = 0; i < model->num_opt_segments; i++) { model->opt_segments[i].owner = rank; }
-    }
+    size_t owned = cpu_muon_plan(&model->muon, muon, (const size_t(*)[3])dims, GPT2_PARAMETER_PER_LAYER, GPT2_PARAMETER_IS_MATRIX,
+                                 GPT2_NUM_PARAMETER_TENSORS, zero_stage, nproc, rank);
+    gpt2_allocate_optimizer(model, 0, owned);
 }
 
 // Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
@@ -404,35 +346,12 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
 // ZeRO-1 the caller then sends every segment from its owner to the others.
 void gpt2_update_muon(GPT2* model, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
                       float weight_decay, float grad_scale, int t) {
-    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
-    float* params = model->params_memory;
-    const float* grads = model->grads_memory;
-    for (int i = 0; i < model->num_opt_segments; i++) {
-        const ZeroSegment* seg = &model->opt_segments[i];
-        if (seg->owner != model->opt_rank) { continue; }
-        const GPT2OptUnit* info = &model->opt_unit_info[seg->unit];
-        float* m = model->m_memory + seg->state;
-        float* v = model->v_memory + seg->state;
-        if (info->rows > 0) {
-            muon_update_matrix(params + seg->start, grads + seg->start, m, info->rows, info->cols, grad_scale, muon_lr,
-                               weight_decay, &model->muon, matmul_precision, &model->muon_scratch);
-            continue;
-        }
-        float wd = GPT2_PARAMETER_IS_MATRIX[info->tensor] ? weight_decay : 0.0f;
-        float* p = params + seg->start;
-        const float* g = grads + seg->start;
-        #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < seg->size; j++) {
-            p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s);
-        }
-    }
+    cpu_muon_update(&model->muon, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                    GPT2_PARAMETER_IS_MATRIX, learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
 void gpt2_free(GPT2* model) {
-    free(model->opt_units);
-    free(model->opt_unit_info);
-    free(model->opt_segments);
-    muon_scratch_free(&model->muon_scratch);
+    cpu_muon_free(&model->muon);
     free(model->params_memory);
     free(model->grads_memory);
     free(model->m_memory);
@@ -470,22 +389,7 @@ void gpt2_build(GPT2* model, const char* load) {
 typedef struct {
     CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu_trainer.h take this struct as theirs
     GPT2* model;
-    LearningRateScheduler muon_lr_scheduler; // -op muon: the -k schedule of the Muon lr (-ol)
 } CpuTrainer;
-
-// ZeRO-1 with Muon: every segment of the parameters goes from the process that updated it to the others
-static void cpu_broadcast_segments(const GPT2* model, const ProcessGroup* pg) {
-#ifdef USE_MPI
-    if (pg->num_processes == 1) { return; }
-    for (int i = 0; i < model->num_opt_segments; i++) {
-        const ZeroSegment* seg = &model->opt_segments[i];
-        if (seg->size > (size_t)INT_MAX) { llmc_die("ZeRO-1: a segment of %zu parameters is too large for MPI_Bcast", seg->size); }
-        MPI_Bcast(model->params_memory + seg->start, (int)seg->size, MPI_FLOAT, seg->owner, MPI_COMM_WORLD);
-    }
-#else
-    (void)model; (void)pg;
-#endif
-}
 
 static void cpu_zero_grad(void* ctx) { gpt2_zero_grad(((CpuTrainer*)ctx)->model); }
 
@@ -495,19 +399,6 @@ static float cpu_forward_backward(void* ctx, const int* inputs, const int* targe
     gpt2_backward(c->model, loss_scale);
     (void)last;
     return c->model->mean_loss;
-}
-
-static void cpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
-    CpuTrainer* c = (CpuTrainer*)ctx;
-    if (c->model->optimizer == OPTIMIZER_MUON) {
-        float muon_lr = get_learning_rate(&c->muon_lr_scheduler, t - 1);
-        gpt2_update_muon(c->model, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
-                         grad_scale, t);
-        if (c->core.zero_stage == 1) { cpu_broadcast_segments(c->model, c->core.pg); }
-        return;
-    }
-    gpt2_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-    cpu_trainer_gather_params(&c->core);
 }
 
 static const float* cpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
@@ -533,12 +424,8 @@ int main(int argc, char** argv) {
     args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
                "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
     cpu_parse_precision(args.precision, argv[0]);
-    int optimizer = optimizer_parse(args.optimizer);
-    if (optimizer < 0) { llmc_die("flag -op: bad value \"%s\": use adamw or muon (run %s --help to list the flags)", args.optimizer, argv[0]); }
-    MuonConfig muon = {args.muon_lr, args.muon_momentum, args.muon_nesterov, args.muon_ns_steps, muon_adjust_parse(args.muon_adjust_lr)};
-    if (muon.adjust_lr < 0) {
-        llmc_die("flag -oa: bad value \"%s\": use original or match_rms_adamw (run %s --help to list the flags)", args.muon_adjust_lr, argv[0]);
-    }
+    MuonConfig muon;
+    int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);
     int rank = pg.process_rank, nproc = pg.num_processes;
     CpuTrainerRun run;
     GPT2 model;
@@ -557,29 +444,22 @@ int main(int argc, char** argv) {
         gpt2_allocate_optimizer(&model, shard.offset, shard.size);
     }
     cpu_choose_precision(&pg);
+    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
+                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, model.optimizer,
+                           model.param_sizes, GPT2_PARAMETER_IS_MATRIX, GPT2_NUM_PARAMETER_TENSORS, &model.muon, {0}};
+    cpu_trainer_schedule_muon(&core, &args, trainer.max_steps);
 
     // what this run does
     if (rank == 0) {
         cpu_trainer_print_flags(TRAIN_ARG_TABLE, &args);
         printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", run.model_path, cfg.num_layers,
                cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.num_parameters);
-        if (optimizer == OPTIMIZER_MUON) {
-            printf("optimizer: Muon (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s) on the %d block matrices, AdamW (lr %g) on the rest\n",
-                   muon.lr, muon.momentum, muon.nesterov, muon.ns_steps, args.muon_adjust_lr, 4 * cfg.num_layers, args.learning_rate);
-        }
-        if (args.zero_stage == 1) {
-            printf("ZeRO-1: rank 0 owns %zu of %zu parameters' optimizer state%s\n", model.opt_size, model.num_parameters,
-                   optimizer == OPTIMIZER_MUON ? " (Muon matrices whole)" : "");
-        }
+        cpu_trainer_print_optimizer(&core, &args);
         cpu_trainer_print_threads(&run);
     }
 
-    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
-                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, model.optimizer};
-    CpuTrainer cpu = {core, &model, {0}};
-    lr_scheduler_init(&cpu.muon_lr_scheduler, args.lr_scheduler_type, args.muon_lr, args.warmup_iterations, trainer.max_steps,
-                      args.final_learning_rate_frac);
-    TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_trainer_grad_norm, cpu_update, cpu_forward_losses,
+    CpuTrainer cpu = {core, &model};
+    TrainerOps ops = {&cpu, cpu_zero_grad, cpu_forward_backward, cpu_trainer_grad_norm, cpu_trainer_update, cpu_forward_losses,
                       cpu_next_token_logits, cpu_save_model, cpu_trainer_save_state, cpu_trainer_load_state};
     int status = trainer_run(&trainer, &ops);
 

@@ -5,7 +5,8 @@ Read it top to bottom, like train_gpt2.c (the layers are in llmc/layers_cpu.h, s
 and llmc/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
   1. the Llama 3 model: flat parameter / gradient / activation buffers with named pointers
      (the file format and the parameter table are in llmc/llama3_config.h)
-  2. forward, backward, gradient norm, AdamW update
+  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/muon.h,
+     planned and stepped by llmc/cpu_trainer.h as for GPT-2)
   3. the training program: the same training loop (llmc/trainer.h), command line (llmc/args.h),
      checkpoints, resume, MPI data parallel and ZeRO-1 as ./train_gpt2, and main()
 
@@ -21,6 +22,7 @@ Usage (./train_llama3 --help lists every flag with its default):
   ./train_llama3 -e d2 -i <llama-3 train shards> -j <val shards>   d2 from scratch
   ./train_llama3 -e llama3_d2.bin ...                    a model file written by train_llama3.py
   mpirun -np 2 ./train_llama3 -b 2 -z 1 ...              2 processes, each half the batch, ZeRO-1
+  ./train_llama3 -op muon -ol 0.02 ...                   Muon on qkvw, attprojw, fcw, fcw2, fcprojw, AdamW on the rest
 -e dN takes V from the Llama 3 tokenizer file (llama3_tokenizer.bin), which also decodes samples.
 test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 */
@@ -119,11 +121,15 @@ typedef struct {
     size_t num_parameters;
     Llama3Params grads;
     float* grads_memory;
-    // AdamW moments of this process's slice [opt_offset, opt_offset + opt_size) (ZeRO-1: a shard)
+    // AdamW moments of this process's slice [opt_offset, opt_offset + opt_size) (ZeRO-1: a shard), or with
+    // -op muon (llama3_allocate_muon) the state of this process's segments back to back: Muon on each
+    // layer's qkvw, attprojw, fcw, fcw2, fcprojw (m its momentum), AdamW on wte, lm_head and the norms
     float* m_memory;
     float* v_memory;
     size_t opt_offset;
     size_t opt_size;
+    int optimizer;    // OPTIMIZER_ADAMW or OPTIMIZER_MUON
+    CpuMuon muon;
     float* rope_cos;  // (maxT, HS/2)
     float* rope_sin;
     Llama3Acts acts;
@@ -156,6 +162,8 @@ static void llama3_allocate_parameters(Llama3* model) {
               cfg->rope_high_freq_factor, cfg->rope_original_max_pos);
     model->m_memory = model->v_memory = NULL;
     model->opt_offset = model->opt_size = 0;
+    model->optimizer = OPTIMIZER_ADAMW;
+    cpu_muon_init(&model->muon);
     model->acts_memory = model->grads_acts_memory = NULL;
     model->inputs = model->targets = NULL;
     model->batch_size = model->seq_len = 0;
@@ -212,6 +220,17 @@ static void llama3_allocate_optimizer(Llama3* model, size_t opt_offset, size_t o
     model->opt_size = opt_size;
     model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
     model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+}
+
+// Muon on the blocks' matrices, AdamW on the rest (train_llama3.py's split), planned like GPT-2's
+// (llmc/cpu_trainer.h): with ZeRO-1 over nproc processes each owns whole matrices and a shard of the rest
+static void llama3_allocate_muon(Llama3* model, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
+    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
+    llama3_parameter_dims(dims, &model->config);
+    model->optimizer = OPTIMIZER_MUON;
+    size_t owned = cpu_muon_plan(&model->muon, muon, (const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER,
+                                 LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS, zero_stage, nproc, rank);
+    llama3_allocate_optimizer(model, 0, owned);
 }
 
 // the output projection: lm_head, or wte when tied (and their gradients alike)
@@ -336,7 +355,16 @@ static void llama3_update(Llama3* model, float learning_rate, float beta1, float
                      learning_rate, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
+// One step of Muon mode on this process's segments (cpu_muon_update): Muon with muon_lr on the owned
+// matrices, AdamW with learning_rate on the other owned parameters
+static void llama3_update_muon(Llama3* model, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
+                               float weight_decay, float grad_scale, int t) {
+    cpu_muon_update(&model->muon, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                    LLAMA3_PARAMETER_IS_MATRIX, learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+
 static void llama3_free(Llama3* model) {
+    cpu_muon_free(&model->muon);
     free(model->params_memory);
     free(model->grads_memory);
     free(model->m_memory);
@@ -399,12 +427,6 @@ static float l3_forward_backward(void* ctx, const int* inputs, const int* target
     return c->model->mean_loss;
 }
 
-static void l3_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
-    Llama3Trainer* c = (Llama3Trainer*)ctx;
-    llama3_update(c->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-    cpu_trainer_gather_params(&c->core);
-}
-
 static const float* l3_forward_losses(void* ctx, const int* inputs, const int* targets) {
     Llama3Trainer* c = (Llama3Trainer*)ctx;
     llama3_forward(c->model, inputs, targets, c->core.B, c->core.T);
@@ -436,9 +458,8 @@ int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, "Trains Llama 3 on the CPU.");
     cpu_parse_precision(args.precision, argv[0]);
-    if (strcmp(args.optimizer, "adamw") != 0) {
-        llmc_die("flag -op: \"%s\": the CPU Llama 3 trainer has AdamW only (run %s --help to list the flags)", args.optimizer, argv[0]);
-    }
+    MuonConfig muon;
+    int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);
     CpuTrainerRun run;
     Llama3 model;
     if (cpu_trainer_prepare(&run, &args, &pg) >= 0) {
@@ -450,22 +471,28 @@ int main(int argc, char** argv) {
     Trainer trainer;
     ZeroShard shard = cpu_trainer_start(&run, &trainer, cfg.vocab_size, cfg.max_seq_len, "block size", model.num_parameters);
     llama3_allocate_activations(&model, args.B, args.T);
-    llama3_allocate_optimizer(&model, shard.offset, shard.size);
+    if (optimizer == OPTIMIZER_MUON) {
+        llama3_allocate_muon(&model, &muon, args.zero_stage, pg.num_processes, pg.process_rank);
+    } else {
+        llama3_allocate_optimizer(&model, shard.offset, shard.size);
+    }
     cpu_choose_precision(&pg);
+    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
+                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, model.optimizer,
+                           model.param_sizes, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS, &model.muon, {0}};
+    cpu_trainer_schedule_muon(&core, &args, trainer.max_steps);
 
     if (pg.process_rank == 0) {
         cpu_trainer_print_flags(table, &args);
         printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", run.model_path, cfg.num_layers,
                cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.ffn_hidden, cfg.max_seq_len, cfg.vocab_size,
                cfg.tied_embeddings ? " (tied lm_head)" : "", model.num_parameters);
-        if (args.zero_stage == 1) { printf("ZeRO-1: rank 0 owns %zu of %zu AdamW parameters\n", shard.size, model.num_parameters); }
+        cpu_trainer_print_optimizer(&core, &args);
         cpu_trainer_print_threads(&run);
     }
 
-    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
-                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, OPTIMIZER_ADAMW};
     Llama3Trainer l3 = {core, &model};
-    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, cpu_trainer_grad_norm, l3_update, l3_forward_losses,
+    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, cpu_trainer_grad_norm, cpu_trainer_update, l3_forward_losses,
                       l3_next_token_logits, l3_save_model, cpu_trainer_save_state, cpu_trainer_load_state};
     int status = trainer_run(&trainer, &ops);
 

@@ -62,10 +62,9 @@ typedef struct {
     const char* name;          // "debug state": the file is "not a <name>"
     const char* max_T_name;    // what the model calls its longest sequence, in the error on T
     int has_grad_norms;        // nsteps gradient norms follow the losses
-    const char* adamw_only;    // NULL: header[12..17] give AdamW or Muon; else the program that checks AdamW only
 } DebugStateFormat;
 
-static const DebugStateFormat DEBUG_STATE_GPT2 = {DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, "debug state", "max", 0, NULL};
+static const DebugStateFormat DEBUG_STATE_GPT2 = {DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, "debug state", "max", 0};
 
 static inline float debug_state_float_bits(int bits) {
     float f;
@@ -107,16 +106,6 @@ static inline void debug_state_read_optimizer_(DebugState* d, const char* path, 
     }
 }
 
-// a format that checks AdamW only: header[12] must be 0, the Muon fields are not read
-static inline void debug_state_require_adamw_(DebugState* d, const char* path, const DebugStateFormat* fmt, const int header[256]) {
-    if (header[12] != 0) {
-        llmc_die("%s: the reference steps use optimizer %d (1 = Muon); %s checks AdamW (0) only", path, header[12], fmt->adamw_only);
-    }
-    d->optimizer = 0;
-    d->muon_lr = d->muon_momentum = 0.0f;
-    d->muon_nesterov = d->muon_ns_steps = d->muon_adjust_lr = 0;
-}
-
 // reads and validates a debug state of the given format against the model's longest sequence (max_T),
 // vocab size and parameter count
 static inline void debug_state_read_format(DebugState* d, const char* path, const DebugStateFormat* fmt, int max_T,
@@ -153,11 +142,7 @@ static inline void debug_state_read_format(DebugState* d, const char* path, cons
                  path, nnoise, d->nsteps);
     }
     d->has_loss_noise = nnoise > 0;
-    if (fmt->adamw_only != NULL) {
-        debug_state_require_adamw_(d, path, fmt, header);
-    } else {
-        debug_state_read_optimizer_(d, path, header);
-    }
+    debug_state_read_optimizer_(d, path, header);
     size_t BT = (size_t)d->B * d->T, V = (size_t)vocab_size;
     size_t per_step = (size_t)d->nsteps * (fmt->has_grad_norms ? 2 : 1); // losses, and norms
     size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +

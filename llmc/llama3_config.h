@@ -82,6 +82,8 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
 #define LLAMA3_PARAM_NAME_(D, name, per_layer, rows, cols, is_matrix) #name,
 #define LLAMA3_PARAM_IS_MATRIX_(D, name, per_layer, rows, cols, is_matrix) is_matrix,
 #define LLAMA3_PARAM_SIZE_(D, name, per_layer, rows, cols, is_matrix) (per_layer ? L : 1) * (rows) * (cols),
+#define LLAMA3_PARAM_PER_LAYER_(D, name, per_layer, rows, cols, is_matrix) per_layer,
+#define LLAMA3_PARAM_DIMS_(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
 
 enum { LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_INDEX_, _) LLAMA3_NUM_PARAMETER_TENSORS };
 
@@ -89,6 +91,8 @@ static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = 
     LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_NAME_, _)};
 static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {
     LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_IS_MATRIX_, _)};
+static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {
+    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_PER_LAYER_, _)};
 
 // the dimension names the table is written in
 #define LLAMA3_DIMS_(cfg) \
@@ -102,6 +106,13 @@ static inline void llama3_parameter_sizes(size_t sizes[LLAMA3_NUM_PARAMETER_TENS
     LLAMA3_DIMS_(cfg)
     const size_t table[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_SIZE_, _)};
     memcpy(sizes, table, sizeof(table));
+}
+
+// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer tensors, else 1
+static inline void llama3_parameter_dims(size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], const Llama3Config* cfg) {
+    LLAMA3_DIMS_(cfg)
+    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_DIMS_, _)};
+    memcpy(dims, table, sizeof(table));
 }
 
 static inline size_t llama3_num_parameters(const Llama3Config* cfg) {

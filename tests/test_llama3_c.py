@@ -24,19 +24,22 @@ from conftest import BF16_INJECTED_DECISIONS, PYTHON, REPO, TS_DIR, assert_one_e
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: spinning OpenMP threads only hurt on a busy machine
+MUON = ["-op", "muon", "-ol", 0.02]  # Muon on the blocks' matrices, AdamW (-l) on the rest
 
 
 # ---------------------------------------------------------------------------- reference files
 
 
-def write_gqa_reference(out: Path) -> None:
+def write_gqa_reference(out: Path, dest: Path | None = None, muon: dict[str, object] | None = None) -> None:
     """llama3_gqa.bin and its debug state, written in this process by train_llama3.py's own writers (one torch
     import fewer than a second run of the script): a small model exercising what d2 does not, 4 query heads per
     key/value head, a tied head, Llama 3.1 RoPE scaling (original_max_position 32, so the T=64 batch reaches
-    every band) and an FFN multiplier; the batch is the first of the train shard, as the script takes it."""
+    every band) and an FFN multiplier; the batch is the first of the train shard, as the script takes it.
+    Read from `out` (tokenizer, shard), written into dest (default out); with muon (DebugOptimizer's muon_*
+    settings) the state's steps are Muon on the blocks' matrices and AdamW on the rest."""
     sys.path.insert(0, str(REPO))
     import train_llama3 as ref
-    from train_gpt2 import DistributedDataLoader
+    from train_gpt2 import DebugOptimizer, DistributedDataLoader
 
     vocab = int(np.fromfile(out / "llama3_tokenizer.bin", dtype="<u4", count=3)[2])
     cfg = ref.LlamaConfig(block_size=128, vocab_size=vocab, n_layer=2, n_head=4, n_kv_head=1, n_embd=128,
@@ -45,9 +48,11 @@ def write_gqa_reference(out: Path) -> None:
                           tied_embeddings=True, version_minor=1)
     model = ref.Llama(cfg)
     model.init_weights(7)
-    ref.write_model(model, out / "llama3_gqa.bin", "float32")
+    dest = dest or out
+    ref.write_model(model, dest / "llama3_gqa.bin", "float32")
     x, y = DistributedDataLoader(str(out / "ts" / "tiny_shakespeare_train.bin"), 4, 64, 0, 1, vocab).next_batch()
-    ref.write_debug_state(model, x, y, out / "llama3_gqa_debug_state.bin")
+    opt = DebugOptimizer(name="muon", **muon) if muon else DebugOptimizer()
+    ref.write_debug_state(model, x, y, dest / "llama3_gqa_debug_state.bin", opt)
 
 
 def write_references(out: Path) -> Path:
@@ -271,8 +276,10 @@ def test_bf16_processes_agree_on_fp32_when_one_cpu_gains_nothing(binaries, ref: 
     assert len(losses[None]) == 3 and all(v == losses[None] for v in losses.values()), losses
 
 
-def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
-    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 8, "-v", 4, "-m", 2, "-n", 4, "-c", 0.1, "-u", 2, "-s", 8, "-g", 8]
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 8, "-v", 4, "-m", 2, "-n", 4, "-c", 0.1, "-u", 2, "-s", 8, "-g", 8,
+             *(MUON if optimizer == "muon" else [])]
     straight = train(ref, tmp_path, *flags, "-o", "straight")
     part = tmp_path / "part"
     part.mkdir()
@@ -284,6 +291,8 @@ def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path) -
     assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
     sample = lambda out: out.split("generating:")[-1].split("---")[1]
     assert sample(straight.stdout) == sample(resumed.stdout)
+    # the training state records the optimizer (its momentum / moments continue the run)
+    assert np.fromfile(part / "state_00000008_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
 
 
 def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_path: Path) -> None:
@@ -420,6 +429,107 @@ def test_a_gpt2_shard_of_valid_llama3_ids_gets_one_error_line_and_the_llama3_sha
                     "shards (magic 20240801, uint32 tokens); python dev/data/tinyshakespeare.py --model_desc llama-3 "
                     "--tokenizer DIR writes them")
     assert not re.search(r"^step ", refused.stdout, re.M), refused.stdout[-2000:]
+
+
+# ---------------------------------------------------------------------------- Muon (-op muon)
+
+GQA_MUON = {"muon_lr": 0.02, "muon_momentum": 0.9, "muon_ns_steps": 4, "muon_adjust_lr": "match_rms_adamw"}
+
+
+@pytest.fixture(scope="module")
+def muon_ref(ref: Path, tmp_path_factory) -> Path:
+    """llama3_d2.bin with the debug state of train_llama3.py --optimizer muon (torch's Muon defaults), and
+    llama3_gqa.bin with a Muon debug state of the other settings (GQA_MUON): 10 steps each."""
+    out = tmp_path_factory.mktemp("llama3_muon")
+    run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", ref / "tok", "--input_bin",
+         ref / "ts" / "tiny_shakespeare_train.bin", "--num_iterations", 0, "--optimizer", "muon"], cwd=out, env=ONE_THREAD)
+    write_gqa_reference(ref, out, GQA_MUON)
+    return out
+
+
+@pytest.mark.parametrize("model,precision", [("llama3_d2", "fp32"), ("llama3_d2", "bf16"), ("llama3_gqa", "fp32")])
+def test_test_llama3_passes_on_the_muon_debug_states(binaries, muon_ref: Path, model: str, precision: str) -> None:
+    out = test_llama3(muon_ref, model, "-p", precision).stdout
+    said = {"llama3_d2": "(lr 0.001, momentum 0.95, nesterov 1, 5 Newton-Schulz steps, lr adjustment original)",
+            "llama3_gqa": "(lr 0.02, momentum 0.9, nesterov 1, 4 Newton-Schulz steps, lr adjustment match_rms_adamw)"}[model]
+    assert f"with Muon on the block matrices {said}" in out, out
+    assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+    for name in ["loss step 9", "norm step 9"]:
+        assert re.search(rf"^\| {name} .*\| ok +\|$", out, re.M), (name, out)
+
+
+@pytest.mark.parametrize("what", ["loss", "momentum"])
+def test_test_llama3_fails_on_a_corrupted_muon_state(binaries, muon_ref: Path, tmp_path: Path, what: str) -> None:
+    state = bytearray((muon_ref / "llama3_d2_debug_state.bin").read_bytes())
+    nsteps = struct.unpack_from("<i", state, 16)[0]
+    losses = len(state) - 3 * 4 * nsteps  # the step losses, their grad norms, their noises
+    if what == "loss":
+        struct.pack_into("<f", state, losses + 3 * 4, struct.unpack_from("<f", state, losses + 3 * 4)[0] + 0.01)
+    else:
+        struct.pack_into("<f", state, 14 * 4, 0.5)
+    (tmp_path / "llama3_d2_debug_state.bin").write_bytes(bytes(state))
+    shutil.copy(muon_ref / "llama3_d2.bin", tmp_path)
+    proc = test_llama3(tmp_path, "llama3_d2", check=False)
+    assert proc.returncode == 1, proc.stdout
+    failing = [line for line in proc.stdout.splitlines() if "FAIL" in line]
+    assert failing and all("loss step" in line or "norm step" in line for line in failing), failing
+    if what == "loss":
+        assert len(failing) == 1 and "loss step 3" in failing[0]
+
+
+def test_muon_training_lowers_the_loss(binaries, ref: Path, tmp_path: Path) -> None:
+    proc = train(ref, tmp_path, "-e", "d2", "-b", 8, "-t", 64, "-x", 40, "-l", 1e-3, *MUON, "-v", 20, "-m", 4, "-o", "out")
+    assert "optimizer: Muon (lr 0.02, momentum 0.95, nesterov 1, 5 Newton-Schulz steps, lr adjustment original) on the 10 block matrices" in proc.stdout
+    losses = train_losses(tmp_path / "out" / "main.log")
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.8, losses
+    vals = [float(v) for v in re.findall(r"val loss (\S+)", proc.stdout)]
+    assert len(vals) == 3 and vals[2] < vals[0] - 0.8, proc.stdout
+
+
+def test_mpi_zero1_muon_equals_one_process(binaries, ref: Path, tmp_path: Path) -> None:
+    common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0, "-c", 0.1, *MUON]
+    train(ref, tmp_path, *common, "-b", 4, "-o", "one")
+    proc = train(ref, tmp_path, *common, "-b", 2, "-z", 1, "-n", 6, "-o", "z1", mpi_ranks=2)
+    assert "(Muon matrices whole)" in proc.stdout, proc.stdout
+    train(ref, tmp_path, *common, "-b", 2, "-z", 0, "-o", "z0", mpi_ranks=2)
+    one, z1, z0 = (train_losses(tmp_path / d / "main.log") for d in ("one", "z1", "z0"))
+    assert z1 == z0  # every matrix updated whole by its owner and broadcast: the bits of every process updating all
+    assert len(one) == 6 and max(abs(a - b) for a, b in zip(one, z1)) <= 1e-5, (one, z1)
+    # each rank's state: its shard of the AdamW parameters and the matrices train_gpt2.py's owners_by_size gives it
+    sys.path.insert(0, str(REPO))
+    from train_gpt2 import owners_by_size
+    h = np.fromfile(ref / "llama3_d2.bin", dtype="<i4", count=256)
+    L, offsets = int(h[4]), param_offsets(ref / "llama3_d2.bin")
+    blocks = ["qkvw", "attprojw", "fcw", "fcw2", "fcprojw"]
+    matrices = [offsets[name][1] // L for name in blocks for _ in range(L)]
+    adamw = sum(n for _, n in offsets.values()) - sum(matrices)
+    owners = owners_by_size(matrices, 2)
+    for rank in range(2):
+        header = np.fromfile(tmp_path / "z1" / f"state_00000006_{rank:05d}.bin", dtype="<u8", count=128)
+        shard = min(-(-adamw // 2), adamw - rank * -(-adamw // 2))
+        assert header[22] == shard + sum(n for n, o in zip(matrices, owners) if o == rank)
+
+
+def test_muon_resume_of_an_adamw_state_is_refused_in_one_line(binaries, ref: Path, tmp_path: Path) -> None:
+    flags = ["-e", "d2", "-b", 1, "-t", 32, "-v", 0, "-n", 2, "-o", "out"]
+    train(ref, tmp_path, *flags, "-x", 2)
+    proc = train(ref, tmp_path, *flags, "-x", 4, "-y", 1, *MUON, check=False)
+    assert "written with optimizer adamw, this run uses -op muon" in assert_one_error_line(proc)
+
+
+@pytest.mark.parametrize("flags,message", [(["-op", "sgd"], 'flag -op: bad value "sgd"'),
+                                           (["-op", "muon", "-oa", "spectral"], 'flag -oa: bad value "spectral"'),
+                                           (["-op", "muon", "-os", "0"], "-os")])
+def test_bad_muon_flags_give_one_error_line(binaries, ref: Path, tmp_path: Path, flags: list[str], message: str) -> None:
+    proc = train(ref, tmp_path, "-e", "d2", "-x", 1, *flags, check=False)
+    assert message in assert_one_error_line(proc)
+
+
+def test_help_lists_the_muon_flags(binaries) -> None:
+    out = run([REPO / "train_llama3", "--help"]).stdout
+    for flag in ["-op", "-ol", "-om", "-on", "-os", "-oa"]:
+        assert re.search(rf"^\s*{flag}\s", out, re.M), (flag, out)
 
 
 # ---------------------------------------------------------------------------- generate
