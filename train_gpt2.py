@@ -236,11 +236,11 @@ def newton_schulz(grad: torch.Tensor, steps: int, eps: float = 1e-7, dtype: torc
     X = G (transposed when it has more rows than columns) / max(||G||_F, eps), then `steps` times
     X = a X + (b A + c A A) X with A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315)."""
     a, b, c = torch.optim._muon.DEFAULT_A, torch.optim._muon.DEFAULT_B, torch.optim._muon.DEFAULT_C
-    x = grad.to(dtype)
+    x = grad.to(dtype)  # grad itself when it already is `dtype`: never written to (it may be the momentum buffer)
     tall = grad.size(0) > grad.size(1)
     if tall:
         x = x.T
-    x.div_(x.norm().clamp(min=eps))
+    x = x / x.norm().clamp(min=eps)
     for _ in range(steps):
         gram = x @ x.T
         gram_update = torch.addmm(gram, gram, gram, beta=b, alpha=c)

@@ -1,6 +1,7 @@
 """The C side of Llama 3: test_llama3 against train_llama3.py's debug states (a d2 state, GQA 2:1, and a GQA
-4:1 state with a tied head and Llama 3.1 RoPE scaling), its failure on corrupted states, train_llama3's init,
-resume, MPI + ZeRO-1, bad input, training on tinyshakespeare with the local test tokenizer, and ./generate.
+4:1 state with a tied head and Llama 3.1 RoPE scaling; Muon states of both), its failure on corrupted states,
+train_llama3's init, resume, MPI + ZeRO-1 (AdamW and -op muon), bad input, training on tinyshakespeare with the
+local test tokenizer, and ./generate.
 
 As a script it writes the reference files into a directory (what `make llama3-debug-states` runs):
     python tests/test_llama3_c.py --out_dir build/llama3
@@ -433,7 +434,8 @@ def test_a_gpt2_shard_of_valid_llama3_ids_gets_one_error_line_and_the_llama3_sha
 
 # ---------------------------------------------------------------------------- Muon (-op muon)
 
-GQA_MUON = {"muon_lr": 0.02, "muon_momentum": 0.9, "muon_ns_steps": 4, "muon_adjust_lr": "match_rms_adamw"}
+GQA_MUON = {"muon_lr": 0.02, "muon_momentum": 0.9, "muon_nesterov": False, "muon_ns_steps": 4,
+            "muon_adjust_lr": "match_rms_adamw"}
 
 
 @pytest.fixture(scope="module")
@@ -451,7 +453,7 @@ def muon_ref(ref: Path, tmp_path_factory) -> Path:
 def test_test_llama3_passes_on_the_muon_debug_states(binaries, muon_ref: Path, model: str, precision: str) -> None:
     out = test_llama3(muon_ref, model, "-p", precision).stdout
     said = {"llama3_d2": "(lr 0.001, momentum 0.95, nesterov 1, 5 Newton-Schulz steps, lr adjustment original)",
-            "llama3_gqa": "(lr 0.02, momentum 0.9, nesterov 1, 4 Newton-Schulz steps, lr adjustment match_rms_adamw)"}[model]
+            "llama3_gqa": "(lr 0.02, momentum 0.9, nesterov 0, 4 Newton-Schulz steps, lr adjustment match_rms_adamw)"}[model]
     assert f"with Muon on the block matrices {said}" in out, out
     assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
     for name in ["loss step 9", "norm step 9"]:

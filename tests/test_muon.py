@@ -87,6 +87,17 @@ def test_reference_muon_in_bfloat16_is_torch_muon_bit_for_bit(shape: tuple[int, 
     assert torch.equal(theirs, ours)
 
 
+def test_newton_schulz_leaves_its_input_alone_in_every_dtype() -> None:
+    # without Nesterov the input is the momentum buffer itself: in float32 / float64 (the debug state's
+    # steps) .to(dtype) does not copy, and an in-place normalisation would rescale the buffer
+    for grad_dtype, dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64), (torch.float32, torch.bfloat16)):
+        for shape in ((48, 16), (16, 48)):
+            g = torch.randn(*shape, generator=torch.Generator().manual_seed(2), dtype=grad_dtype)
+            before = g.clone()
+            ref.newton_schulz(g, 3, dtype=dtype)
+            assert torch.equal(g, before), (dtype, shape)
+
+
 def test_newton_schulz_in_float64_orthogonalises_roughly() -> None:
     # the quintic iteration drives every singular value into roughly [0.7, 1.2] (torch's docstring)
     g = torch.randn(64, 160, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
