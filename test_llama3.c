@@ -5,7 +5,7 @@ python train_llama3.py --model <dN | model.bin> --write_tensors 1 writes a model
 state: one batch (x, y), the reference logits, loss and every parameter gradient for it, the losses
 and gradient norms of `nsteps` optimizer steps on that batch, and the float32 noise of each step loss.
 The steps are AdamW, or (train_llama3.py --optimizer muon, header[12] = 1) Muon on the blocks' matrices
-(qkvw, attprojw, fcw, fcw2, fcprojw) with AdamW on the rest, as the header's settings say (llmc/muon.h).
+(qkvw, attprojw, fcw, fcw2, fcprojw) with AdamW on the rest, as the header's settings say (llmc/cpu/muon.h).
 This program loads both, runs our forward and backward on the batch, prints a table of every
 tensor's difference, then runs the same optimizer steps and compares every loss and gradient norm.
 Exit status 0 only if everything is within tolerance.
@@ -23,7 +23,7 @@ norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relat
 */
 #define LLMC_NO_MAIN
 #include "train_llama3.c"
-#include "llmc/cpu_test.h"
+#include "llmc/cpu/cpu_test.h"
 
 #define LLAMA3_STATE_MAGIC 20240803
 #define LLAMA3_STATE_VERSION 3

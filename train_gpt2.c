@@ -2,9 +2,9 @@
 train_gpt2.c: GPT-2 training on the CPU, in plain C with OpenMP.
 
 Read it top to bottom (the layers, each a forward and a backward function with its shapes in a
-comment, are in llmc/layers_cpu.h, shared with every CPU model):
+comment, are in llmc/cpu/layers_cpu.h, shared with every CPU model):
   1. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
-  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/muon.h)
+  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/cpu/muon.h)
   3. the training program: what the CPU brings (its layers, MPI) to the training loop that
      llmc/trainer.h runs for every trainer (data, validation, sampling, checkpoints and resume,
      signals), and main()
@@ -37,17 +37,17 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/utils.h"
 #include "llmc/layer_math.h"
 #include "llmc/adamw.h"
-#include "llmc/muon.h"
+#include "llmc/cpu/muon.h"
 #include "llmc/zero.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/init.h"
 #include "llmc/checkpoint.h"
-#include "llmc/matmul.h"
-#include "llmc/vecmath.h"
-#include "llmc/layers_cpu.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/vecmath.h"
+#include "llmc/cpu/layers_cpu.h"
 #include "llmc/trainer.h"
-#include "llmc/cpu_trainer.h"
+#include "llmc/cpu/cpu_trainer.h"
 
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
@@ -112,7 +112,7 @@ typedef struct {
     size_t opt_offset;
     size_t opt_size;
     // -op muon (gpt2_allocate_muon): Muon on each layer's qkvw, attprojw, fcw, fcprojw, AdamW on the rest
-    // (llmc/cpu_trainer.h's plan); m and v hold this process's segments back to back, m is a Muon
+    // (llmc/cpu/cpu_trainer.h's plan); m and v hold this process's segments back to back, m is a Muon
     // matrix's momentum buffer (v is unused there)
     int optimizer;                 // OPTIMIZER_ADAMW or OPTIMIZER_MUON
     CpuMuon muon;
@@ -327,7 +327,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, gacts.encoded, model->inputs, B, T, C);
 }
 
-// Global L2 norm of the gradients (llmc/cpu_trainer.h: fixed chunks, does not depend on the thread count)
+// Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
 float gpt2_grad_norm(const GPT2* model) { return cpu_grad_norm(model->grads_memory, model->num_parameters); }
 
 // One AdamW step (llmc/adamw.h, PyTorch semantics) on this process's parameter slice.
@@ -340,7 +340,7 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
                      learning_rate, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
-// One step of Muon mode on this process's segments: Muon (llmc/muon.h) with muon_lr on each owned
+// One step of Muon mode on this process's segments: Muon (llmc/cpu/muon.h) with muon_lr on each owned
 // block matrix, AdamW (llmc/adamw.h, weight decay on 2-D tensors) with learning_rate on the other
 // owned parameters; gradients are first scaled by grad_scale. t is the 1-based step number. With
 // ZeRO-1 the caller then sends every segment from its owner to the others.
@@ -362,7 +362,7 @@ void gpt2_free(GPT2* model) {
 // ----------------------------------------------------------------------------
 // the training program: everything below is only for ./train_gpt2. The loop, checkpoints, signals
 // and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); what every CPU
-// trainer adds (gradient norm, training state, threads, MPI) in llmc/cpu_trainer.h; this file brings
+// trainer adds (gradient norm, training state, threads, MPI) in llmc/cpu/cpu_trainer.h; this file brings
 // its layers (TrainerOps).
 
 #ifndef LLMC_NO_MAIN
@@ -387,7 +387,7 @@ void gpt2_build(GPT2* model, const char* load) {
 }
 
 typedef struct {
-    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu_trainer.h take this struct as theirs
+    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu/cpu_trainer.h take this struct as theirs
     GPT2* model;
 } CpuTrainer;
 

@@ -8,7 +8,7 @@ The story of one training step, top to bottom:
                       NCCL reduction on a second stream while the next layer's backward runs
     gpt2_update       global gradient norm, clipping, AdamW (fp32 master weights, stochastic
                       rounding to bf16); with -op muon, Muon on the blocks' 2-D weights instead
-                      (llmc/muon.cuh; under ZeRO-1 each rank updates whole matrices and broadcasts
+                      (llmc/cuda/muon.cuh; under ZeRO-1 each rank updates whole matrices and broadcasts
                       them); then the ZeRO-1 all-gather of the updated parameters
 
 The kernels live in the llmc .cuh headers, one concern per file. The training loop around them (command
@@ -16,7 +16,7 @@ line, data, evaluation, sampling, checkpoints and resume, signals, clipping and 
 llmc/trainer.h's trainer_run, the same loop the CPU trainer runs; this file brings its kernels, device
 memory and NCCL to it (GpuTrainer, at the end).
 Precision is chosen at build time: make train_gpt2cu PRECISION=BF16 (default) or FP32.
-make train_gpt2cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cudnn_att.h): no
+make train_gpt2cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cuda/cudnn_att.h): no
 (B, NH, T, T) matrix is stored, only (B, NH, T) softmax statistics per layer (never run on a GPU yet).
 Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimizer state fp32.
 */
@@ -33,18 +33,18 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include "llmc/init.h"
 #include "llmc/mfu.h"
 #include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
-#include "llmc/cuda_common.cuh"
-#include "llmc/cublas_common.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/fused_classifier.cuh"
-#include "llmc/global_norm.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/muon.cuh"
-#include "llmc/multi_gpu.cuh"
+#include "llmc/cuda/cuda_common.cuh"
+#include "llmc/cuda/cublas_common.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/fused_classifier.cuh"
+#include "llmc/cuda/global_norm.cuh"
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/muon.cuh"
+#include "llmc/cuda/multi_gpu.cuh"
 
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
@@ -139,7 +139,7 @@ typedef struct {
                                // gpt2_allocate_state has made the master weights from them (then NULL)
     float* m_memory;           // AdamW moments of this rank's shard
     float* v_memory;
-    // -op muon: the blocks' 2-D weights are Muon's (llmc/muon.cuh); AdamW's m, v, master there go unused
+    // -op muon: the blocks' 2-D weights are Muon's (llmc/cuda/muon.cuh); AdamW's m, v, master there go unused
     int use_muon;
     MuonConfig muon;
     float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)

@@ -1,12 +1,12 @@
 /*
 train_llama3.c: Llama 3 training on the CPU, in plain C with OpenMP.
 
-Read it top to bottom, like train_gpt2.c (the layers are in llmc/layers_cpu.h, shared with GPT-2,
-and llmc/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
+Read it top to bottom, like train_gpt2.c (the layers are in llmc/cpu/layers_cpu.h, shared with GPT-2,
+and llmc/cpu/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
   1. the Llama 3 model: flat parameter / gradient / activation buffers with named pointers
      (the file format and the parameter table are in llmc/llama3_config.h)
-  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/muon.h,
-     planned and stepped by llmc/cpu_trainer.h as for GPT-2)
+  2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/cpu/muon.h,
+     planned and stepped by llmc/cpu/cpu_trainer.h as for GPT-2)
   3. the training program: the same training loop (llmc/trainer.h), command line (llmc/args.h),
      checkpoints, resume, MPI data parallel and ZeRO-1 as ./train_gpt2, and main()
 
@@ -38,9 +38,9 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/utils.h"
 #include "llmc/adamw.h"
 #include "llmc/rand.h"
-#include "llmc/matmul.h"
-#include "llmc/layers_cpu.h"
-#include "llmc/layers_llama_cpu.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/layers_cpu.h"
+#include "llmc/cpu/layers_llama_cpu.h"
 #include "llmc/llama3_config.h"
 
 #define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
@@ -48,7 +48,7 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
 #define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3
 #endif
-#include "llmc/cpu_trainer.h"
+#include "llmc/cpu/cpu_trainer.h"
 
 // ----------------------------------------------------------------------------
 // Llama 3 model definition
@@ -223,7 +223,7 @@ static void llama3_allocate_optimizer(Llama3* model, size_t opt_offset, size_t o
 }
 
 // Muon on the blocks' matrices, AdamW on the rest (train_llama3.py's split), planned like GPT-2's
-// (llmc/cpu_trainer.h): with ZeRO-1 over nproc processes each owns whole matrices and a shard of the rest
+// (llmc/cpu/cpu_trainer.h): with ZeRO-1 over nproc processes each owns whole matrices and a shard of the rest
 static void llama3_allocate_muon(Llama3* model, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
     size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
     llama3_parameter_dims(dims, &model->config);
@@ -343,7 +343,7 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     embedding_backward(g.wte, gacts.encoded, model->inputs, B, T, C);
 }
 
-// Global L2 norm of the gradients (llmc/cpu_trainer.h: fixed chunks, does not depend on the thread count)
+// Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
 static float llama3_grad_norm(const Llama3* model) { return cpu_grad_norm(model->grads_memory, model->num_parameters); }
 
 // One AdamW step (llmc/adamw.h) on this process's parameter slice, gradients scaled by grad_scale
@@ -378,7 +378,7 @@ static void llama3_free(Llama3* model) {
 }
 
 // ----------------------------------------------------------------------------
-// the training program: llmc/trainer.h runs the loop, llmc/cpu_trainer.h brings what every CPU
+// the training program: llmc/trainer.h runs the loop, llmc/cpu/cpu_trainer.h brings what every CPU
 // trainer adds (gradient norm, training state, threads, MPI), this file brings its layers
 
 #ifndef LLMC_NO_MAIN
@@ -413,7 +413,7 @@ static void llama3_build(Llama3* model, const char* load) {
 }
 
 typedef struct {
-    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu_trainer.h take this struct as theirs
+    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu/cpu_trainer.h take this struct as theirs
     Llama3* model;
 } Llama3Trainer;
 

@@ -17,7 +17,7 @@ The --ours programs named without a path (train_gpt2, train_gpt2_none, ...) are 
 with their GEMM-peak programs, so a run times the sources as they are (--build 0 skips that).
 
 Before the trainers it measures this machine's GEMM peak: a square GEMM (--peak-size, 2 threads by
-default, median of --peak-reps) with llmc/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
+default, median of --peak-reps) with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
 its BLAS, the built-in fp32 kernel and the bf16 kernel) and with torch (dev/gemm_peak.py, fp32 and
 bf16). Each run's GFLOP/s is reported as a fraction of the fastest fp32 GEMM measured (a bf16 run: of
 the fastest GEMM of either precision, since fp32 is always an option). The CPU heads the table.
@@ -242,7 +242,7 @@ def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
 
 
 def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    """The GEMM rates of llmc/matmul.h (one program per --ours BLAS) and of torch, at --peak-size."""
+    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS) and of torch, at --peak-size."""
     peaks: dict[str, float] = {}
     n, reps = str(args.peak_size), str(args.peak_reps)
     cmds: list[list[str]] = []

@@ -1,5 +1,5 @@
 /*
-dev/gemm_peak.c: the GEMM rate of llmc/matmul.h on this machine, at a large square size.
+dev/gemm_peak.c: the GEMM rate of llmc/cpu/matmul.h on this machine, at a large square size.
 
     build/gemm_peak [-n 2048] [-r 3]        (make build/gemm_peak, or build/gemm_peak_<blas>)
 
@@ -21,7 +21,7 @@ before the trainers and reports their step rate as a fraction of the best of the
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "llmc/matmul.h"
+#include "llmc/cpu/matmul.h"
 
 typedef void (*GemmFn)(int n, const float* A, const float* B, float* C);
 

@@ -1,6 +1,6 @@
 /*
 llmc/adamw.h: the AdamW rule, one element at a time, shared by the CPU trainer (gpt2_update), the
-GPU kernel (llmc/adamw.cuh) and pyllmc, so every trainer takes the same step. Its constants
+GPU kernel (llmc/cuda/adamw.cuh) and pyllmc, so every trainer takes the same step. Its constants
 (betas, eps) are the reference's, in llmc/trainer.h.
 
 Every function is HD (llmc/host_device.h): plain C on the CPU, __host__ __device__ under nvcc.

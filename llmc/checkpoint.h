@@ -9,7 +9,7 @@ checking and atomic writing are llmc/model_file.h's; GPT2_MODEL_FILE describes t
 
 Training state (one file per rank, state_%08d_%05d.bin next to model_%08d.bin): 256 int32 header
   [0]=20240527 [1]=1 [2]=num_processes [3]=process_rank [4]=zero_stage [5]=should_shuffle
-  [6]=optimizer (0 AdamW, 1 Muon: m holds a Muon matrix's momentum there, v is unused; llmc/muon.h)
+  [6]=optimizer (0 AdamW, 1 Muon: m holds a Muon matrix's momentum there, v is unused; llmc/cpu/muon.h)
   [10]=step
   [20..21]=sampler RNG state (uint64)
   [30..31]=data loader shard index [32..33]=sample index (uint64 each)

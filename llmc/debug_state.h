@@ -13,7 +13,7 @@ optimizer step i+1), then nnoise fp32 loss noises: loss_noise[i] = |losses[i] - 
 when the reference reruns its steps in float64|, the float32 rounding noise of that step's loss
 (train_gpt2.py, reference_loss_noise). With Muon the steps are train_gpt2.py's MuonNS: torch.optim.Muon
 with the Newton-Schulz iteration in float32 (torch's runs it in bfloat16), AdamW (lr, betas, eps) on
-what Muon does not train, weight_decay on both (llmc/muon.h). The noise section comes last and the version stays 2, so
+what Muon does not train, weight_decay on both (llmc/cpu/muon.h). The noise section comes last and the version stays 2, so
 llm.c's reader (which reads up to the gradients) still reads these files.
 
 Other models' debug states are this layout with their own magic and version (DebugStateFormat), and

@@ -1,6 +1,6 @@
 /*
-llmc/muon_config.h: the Muon settings every trainer shares (the CPU update is llmc/muon.h, the GPU
-one llmc/muon.cuh; both include this file, which needs no matmul).
+llmc/muon_config.h: the Muon settings every trainer shares (the CPU update is llmc/cpu/muon.h, the GPU
+one llmc/cuda/muon.cuh; both include this file, which needs no matmul).
 
     OPTIMIZER_ADAMW 0 / OPTIMIZER_MUON 1               -op; the debug state (llmc/debug_state.h
                                                         header[12]) and the training state store them

@@ -14,7 +14,7 @@ ranks by zero_assign_whole (largest first, ties by lower index, each to the leas
 to the lower rank: train_gpt2.py's owners_by_size), the splittable units' concatenation is cut into
 zero_shard's contiguous shards. Without ZeRO (stage 0, or one process) a rank owns every unit and its
 state offsets are the flat offsets.
-Shared by the CPU trainers (llmc/cpu_trainer.h: train_gpt2.c, train_llama3.c) and the GPU one (train_gpt2.cu).
+Shared by the CPU trainers (llmc/cpu/cpu_trainer.h: train_gpt2.c, train_llama3.c) and the GPU one (train_gpt2.cu).
 */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H

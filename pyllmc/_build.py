@@ -195,7 +195,7 @@ def make_builder() -> FFI:
         extra_link_args=ldflags,
         libraries=["m"],
         py_limited_api=False,  # the same file name as `make pyllmc` builds
-        depends=[str(p) for p in [REPO / "train_gpt2.c", REPO / "pyllmc" / "_capi.h", *sorted((REPO / "llmc").glob("*.h"))]],
+        depends=[str(p) for p in [REPO / "train_gpt2.c", REPO / "pyllmc" / "_capi.h", *sorted((REPO / "llmc").glob("**/*.h"))]],
     )
     return ffibuilder
 

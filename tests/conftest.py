@@ -26,7 +26,7 @@ BF16_NO_AVX512_BF16 = ("-p bf16: training in fp32 instead: this CPU has no AVX51
 BF16_RATES_LINE = re.compile(
     r"-p bf16: training in (bf16|fp32 instead): this CPU's bf16 GEMM \(AVX512-BF16\) ran at (\d+) GFLOP/s, its fp32 "
     r"GEMM \([a-z-]+\) at (\d+): (at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
-BF16_MIN_GAIN = 1.15  # llmc/matmul.h's MATMUL_BF16_MIN_GAIN
+BF16_MIN_GAIN = 1.15  # llmc/cpu/matmul.h's MATMUL_BF16_MIN_GAIN
 HAS_AVX512_BF16 = Path("/proc/cpuinfo").exists() and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
 
 # -p bf16's decision steered both ways on any CPU: (environment, bf16 kept). The rates are GFLOP/s, bf16

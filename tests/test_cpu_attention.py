@@ -1,4 +1,4 @@
-"""llmc/layers_cpu.h's attention (the CPU trainers' causal self-attention) against torch's
+"""llmc/cpu/layers_cpu.h's attention (the CPU trainers' causal self-attention) against torch's
 scaled_dot_product_attention, forward and backward, in float64.
 
 dev/test/attention_dump runs attention_forward then attention_backward on tensors this file

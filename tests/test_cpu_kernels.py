@@ -1,6 +1,6 @@
 """The CPU code paths chosen at run time, each one run on this machine wherever it can run.
 
-- llmc/matmul.h's built-in fp32 GEMM picks its micro-kernel from what the CPU reports (AVX-512, else
+- llmc/cpu/matmul.h's built-in fp32 GEMM picks its micro-kernel from what the CPU reports (AVX-512, else
   AVX2 + FMA, else generic code); LLMC_MATMUL_ISA forces one. dev/test/test_matmul_none (the
   kernels against a double-precision reference on odd shapes, 1 and 2 threads bit-identical) runs
   under every kernel this CPU supports, and names the kernel it ran. A kernel the CPU lacks, or an

@@ -1,5 +1,5 @@
 """Every CPU build variant gives the reference's numbers: BLAS=mkl, BLAS=openblas, BLAS=openblas-system
-(when the machine has an OpenBLAS), BLAS=none (the blocked kernel of llmc/matmul.h), and the bf16
+(when the machine has an OpenBLAS), BLAS=none (the blocked kernel of llmc/cpu/matmul.h), and the bf16
 mixed-precision path (-p bf16). And the build finds its BLAS by itself: the venv's wheels, else a system
 OpenBLAS (pkg-config or the usual paths) or MKL ($MKLROOT), else the built-in kernel, and says which
 in one line (checked on fake venv and system trees through make's VENV, BLAS_SEARCH_ROOT, PKG_CONFIG
@@ -187,7 +187,7 @@ def test_without_a_venv_the_build_finds_mkl_through_mklroot(tmp_path):
 
 def test_with_no_blas_anywhere_the_build_says_it_uses_the_built_in_kernel_and_how_to_get_a_faster_one(tmp_path):
     line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "empty"))
-    assert line.startswith("BLAS: none (the built-in kernel of llmc/matmul.h; no OpenBLAS or MKL found)"), line
+    assert line.startswith("BLAS: none (the built-in kernel of llmc/cpu/matmul.h; no OpenBLAS or MKL found)"), line
     assert "make setup" in line and "libopenblas-dev" in line, line
     assert "-DLLMC_BLAS" not in cmd and "blas" not in cmd.split("train_gpt2.c", 1)[1], cmd
 

@@ -36,7 +36,7 @@ def test_every_cuda_file_compiles_for_sm80_and_sm90_with_werror(cuda_build: subp
     assert cuda_build.returncode == 0, f"make test-cuda-build failed:\n{out[-6000:]}"
     assert "all CUDA files compiled for sm_80 and sm_90 with -Werror" in out
     for name in ["train_gpt2.cu BF16", "train_gpt2.cu FP32", "test_gpt2.cu FP32", "test_gpt2.cu BF16",
-                 "llmc/cudnn_att.cpp", "dev/test/cudnn_graph_check.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
+                 "llmc/cuda/cudnn_att.cpp", "dev/test/cudnn_graph_check.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
         assert f"nvcc {name}" in out, f"{name} was not part of the build check"
     assert (BUILD_DIR / "train_gpt2cu_cudnn").exists()
     dev_files = sorted(p.name for p in (REPO / "dev" / "cuda").glob("*.cu"))
@@ -118,8 +118,8 @@ def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 def test_cudnn_build_compiles_the_attention_object_and_links_cudnn() -> None:
     proc = _make("-n", "-B", "train_gpt2cu", "USE_CUDNN=1", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    compile_obj = next(line for line in proc.stdout.splitlines() if "llmc/cudnn_att.cpp" in line)
-    assert "-DENABLE_CUDNN" in compile_obj and "-Werror" in compile_obj and "-c llmc/cudnn_att.cpp" in compile_obj
+    compile_obj = next(line for line in proc.stdout.splitlines() if "llmc/cuda/cudnn_att.cpp" in line)
+    assert "-DENABLE_CUDNN" in compile_obj and "-Werror" in compile_obj and "-c llmc/cuda/cudnn_att.cpp" in compile_obj
     link = next(line for line in proc.stdout.splitlines() if "train_gpt2.cu" in line and "-o train_gpt2cu" in line)
     assert "-DENABLE_CUDNN" in link and "build/cudnn_att.o" in link and "-l:libcudnn.so.9" in link
     assert "rpath=" in link.split("build/cudnn_att.o", 1)[1], "libcudnn.so.9 is linked without an rpath"
@@ -169,14 +169,14 @@ def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.Com
 
 def test_no_boolean_constants_that_lie(tmp_path: Path) -> None:
     """llm.c once defined a constant named False whose value was true: we define no such names at all. A translation
-    unit with the GPU trainer, every llmc/*.cuh, mfu.h and cudnn_att.h, compiled with the Makefile's nvcc flags, declares the four
+    unit with the GPU trainer, every llmc/cuda/*.cuh, mfu.h and cudnn_att.h, compiled with the Makefile's nvcc flags, declares the four
     names itself; a macro or a constant of that name in any header makes it fail to compile."""
     nvcc_line = next(line for line in _make("-n", "-B", "train_gpt2cu", timeout=120).stdout.splitlines()
                      if "nvcc" in line and " train_gpt2.cu " in line)
     flags = shlex.split(nvcc_line.split(" train_gpt2.cu ", 1)[0])
-    headers = [*sorted((REPO / "llmc").glob("*.cuh")), REPO / "llmc" / "mfu.h", REPO / "llmc" / "cudnn_att.h"]
+    headers = [*sorted((REPO / "llmc" / "cuda").glob("*.cuh")), REPO / "llmc" / "mfu.h", REPO / "llmc" / "cuda" / "cudnn_att.h"]
     unit = tmp_path / "names.cu"
-    unit.write_text('#include "train_gpt2.cu"\n' + "".join(f'#include "llmc/{h.name}"\n' for h in headers) +
+    unit.write_text('#include "train_gpt2.cu"\n' + "".join(f'#include "{h.relative_to(REPO).as_posix()}"\n' for h in headers) +
                     "static int True = 0, False = 0, TRUE = 0, FALSE = 0;\n"
                     "int names_are_free(void) { return True + False + TRUE + FALSE; }\n")
     run([*flags, "-c", unit, "-o", tmp_path / "names.o"], timeout=600)

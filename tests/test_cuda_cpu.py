@@ -176,31 +176,31 @@ def test_dev_cuda_nccl_all_reduce() -> None:
 # (file, original text, defective text, the dev/cuda program whose check must fail)
 PLANTED = {
     "off_by_one_index": (
-        "llmc/layernorm.cuh",
+        "llmc/cuda/layernorm.cuh",
         "for (int c = lane; c < C; c += WARP_SIZE) { sum += to_float(row[c]); }",
         "for (int c = lane; c <= C; c += WARP_SIZE) { sum += to_float(row[c]); }",
         "layernorm_forward",
     ),
     "dropped_syncthreads": (
-        "llmc/matmul.cuh",
+        "llmc/cuda/matmul.cuh",
         "    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
         "    acc[threadIdx.y][threadIdx.x] = sum;\n",
         "matmul_backward",
     ),
     "wrong_shuffle_offset": (
-        "llmc/cuda_common.cuh",
+        "llmc/cuda/cuda_common.cuh",
         "for (int offset = 16; offset > 0; offset /= 2) { val += __shfl_xor_sync(0xffffffff, val, offset); }",
         "for (int offset = 16; offset > 0; offset /= 2) { val += __shfl_xor_sync(0xffffffff, val, offset / 2); }",
         "layernorm_forward",
     ),
     "truncating_bf16": (
-        "llmc/encoder.cuh",
+        "llmc/cuda/encoder.cuh",
         "packed_out[k] = (floatX)(to_float(w[k]) + to_float(p[k]));",
         "packed_out[k] = __ushort_as_bfloat16((unsigned short)(__float_as_uint(to_float(w[k]) + to_float(p[k])) >> 16));",
         "encoder_forward",
     ),
     "wrong_epilogue": (
-        "llmc/matmul.cuh",
+        "llmc/cuda/matmul.cuh",
         "case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;",
         "case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX; break;",
         "matmul_forward",
@@ -246,13 +246,13 @@ def test_planted_unguarded_shared_read_is_reported_by_initcheck(tmp_path: Path) 
     """block_reduce_sum without its `lane < num_warps` guard: with 512 threads, lanes 16..31 read
     shared_val entries that no warp wrote (garbage on a GPU); initcheck names the first of them."""
     binary("libcuda_cpu.a")
-    edit = ("llmc/cuda_common.cuh", "float v = (lane < num_warps) ? shared_val[lane] : 0.0f;", "float v = shared_val[lane];")
+    edit = ("llmc/cuda/cuda_common.cuh", "float v = (lane < num_warps) ? shared_val[lane] : 0.0f;", "float v = shared_val[lane];")
     exe = build_copy(tmp_path, "global_norm", edit)
     r = run([str(exe), "--quick"], env={"CUDA_CPU_ORDER": "forward"})
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
     assert len(lines) == 1 and re.search(r"kernel global_norm\S* .* thread \(16,0,0\): initcheck: reads 4 bytes at offset 64 "
-                                         r"of __shared__ shared_val \(128 bytes, llmc/cuda_common.cuh:\d+\)", lines[0]), r.stderr
+                                         r"of __shared__ shared_val \(128 bytes, llmc/cuda/cuda_common.cuh:\d+\)", lines[0]), r.stderr
 
 
 @pytest.mark.parametrize("defect", sorted(PLANTED))

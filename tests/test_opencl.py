@@ -187,7 +187,7 @@ def test_bad_input_gives_one_error_line(binaries, case: str) -> None:
 
 
 CLCHECK_PROGRAM = r"""
-#include "llmc/opencl_common.h"
+#include "llmc/opencl/opencl_common.h"
 int main(void) {
     char name[64];
     clCheck(clGetDeviceInfo(NULL, CL_DEVICE_NAME, sizeof(name), name, NULL)); // no device: CL_INVALID_DEVICE

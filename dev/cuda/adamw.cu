@@ -2,14 +2,14 @@
 dev/cuda/adamw.cu: one AdamW step over a parameter tensor (fp32 master weights, floatX params).
 
     version 1: the update written out inline (PyTorch AdamW formula), params rounded to nearest
-    version 2: the production kernel (llmc/adamw.cuh): llmc/adamw.h's adamw_update_one, the CPU
+    version 2: the production kernel (llmc/cuda/adamw.cuh): llmc/adamw.h's adamw_update_one, the CPU
                trainer's function, and stochastic rounding of the parameters in BF16 builds
 The CPU reference calls adamw_update_one in fp32 on the host.
 
 usage: ./adamw [version] [--quick]   (full: 2^24 parameters; --quick: 100003, a partial last block)
 */
 #include "common.h"
-#include "../../llmc/adamw.cuh"
+#include "../../llmc/cuda/adamw.cuh"
 
 __global__ static void adamw_v1(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                                 float lr, float beta1, float beta2, float eps, float wd, int t) {

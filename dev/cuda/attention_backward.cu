@@ -3,14 +3,14 @@ dev/cuda/attention_backward.cu: gradient of causal self-attention, dout (B, T, C
 
     version 1: naive, one thread per (b, t, head): recomputes its attention row, writes dq and adds
                into dk, dv with fp32 atomics (not deterministic)
-    version 2: the production path (llmc/attention.cuh): unpermute, batched GEMMs for datt and dv,
+    version 2: the production path (llmc/cuda/attention.cuh): unpermute, batched GEMMs for datt and dv,
                warp-per-row causal softmax backward, batched GEMMs for dq and dk, permute back
 
 usage: ./attention_backward [version] [--quick]   (full: B=4, T=256, GPT-2 124M's C and heads)
 */
 #include "common.h"
 #include "attention_common.h"
-#include "../../llmc/attention.cuh"
+#include "../../llmc/cuda/attention.cuh"
 
 // dinp (B, T, 3C) fp32, zeroed by the caller; att (B, NH, T, T) from the forward pass
 __global__ static void attention_backward_v1(float* dinp, const floatX* dout, const floatX* inp, const floatX* att,

@@ -2,14 +2,14 @@
 dev/cuda/attention_forward.cu: causal multi-head self-attention, inp (B, T, 3C) -> out (B, T, C).
 
     version 1: naive, one thread per (b, t, head): scores, softmax and the weighted sum of v in registers
-    version 2: the production path (llmc/attention.cuh): permute, cuBLAS batched GEMM for q k^T,
+    version 2: the production path (llmc/cuda/attention.cuh): permute, cuBLAS batched GEMM for q k^T,
                warp-per-row causal softmax, batched GEMM with v, unpermute
 
 usage: ./attention_forward [version] [--quick]   (full: B=4, T=256, GPT-2 124M's C and heads)
 */
 #include "common.h"
 #include "attention_common.h"
-#include "../../llmc/attention.cuh"
+#include "../../llmc/cuda/attention.cuh"
 
 __global__ static void attention_forward_v1(floatX* out, const floatX* inp, int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;

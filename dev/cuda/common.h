@@ -23,7 +23,7 @@ kernel's constraints and still run its loops past one warp and one block.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/cuda_common.cuh"
+#include "../../llmc/cuda/cuda_common.cuh"
 #include "../../llmc/model_config.h"
 
 // deterministic host random numbers in [-1, 1) (xorshift; the playground needs no torch parity)

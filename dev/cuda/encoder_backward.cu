@@ -2,13 +2,13 @@
 dev/cuda/encoder_backward.cu: gradients of the embedding tables, dwte[inp[b,t]] += dout[b,t], dwpe[t] += sum_b dout[b,t].
 
     version 1: one thread per (b, t, c) with fp32 atomicAdd (fast to write, not deterministic)
-    version 2: the production kernels (llmc/encoder.cuh): host-side grouping of the positions of each
+    version 2: the production kernels (llmc/cuda/encoder.cuh): host-side grouping of the positions of each
                token, one block per token summing in a fixed order; deterministic, no atomics
 
 usage: ./encoder_backward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C and vocabulary)
 */
 #include "common.h"
-#include "../../llmc/encoder.cuh"
+#include "../../llmc/cuda/encoder.cuh"
 
 static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
     for (int b = 0; b < B; b++) {

@@ -2,12 +2,12 @@
 dev/cuda/encoder_forward.cu: token + position embedding, out (B, T, C) = wte[inp] + wpe[t].
 
     version 1: one thread per output element
-    version 2: the production kernel (llmc/encoder.cuh): one thread per 128-bit packet
+    version 2: the production kernel (llmc/cuda/encoder.cuh): one thread per 128-bit packet
 
 usage: ./encoder_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C and vocabulary)
 */
 #include "common.h"
-#include "../../llmc/encoder.cuh"
+#include "../../llmc/cuda/encoder.cuh"
 
 static void encoder_forward_cpu(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
     for (int b = 0; b < B; b++) {

@@ -3,13 +3,13 @@ dev/cuda/fused_classifier.cu: softmax + cross-entropy loss + dlogits over the vo
 
     version 1: three kernels that materialise the probabilities (softmax, cross-entropy, then
                dlogits = (probs - onehot) * dloss), one thread per row
-    version 2: the production kernel (llmc/fused_classifier.cuh): one block per row, online softmax,
+    version 2: the production kernel (llmc/cuda/fused_classifier.cuh): one block per row, online softmax,
                dlogits written in place over the logits, probabilities never stored
 
 usage: ./fused_classifier [version] [--quick]   (full: B=8, T=1024, GPT-2's vocabulary)
 */
 #include "common.h"
-#include "../../llmc/fused_classifier.cuh"
+#include "../../llmc/cuda/fused_classifier.cuh"
 
 static void classifier_cpu(float* losses, float* dlogits, const float* logits, const int* targets, float dloss, int BT, int V, int Vp) {
     for (int n = 0; n < BT; n++) {

@@ -2,12 +2,12 @@
 dev/cuda/fused_residual_forward.cu: residual = a + b followed by layernorm(residual), in one kernel.
 
     version 1: two kernels, a residual add then a layernorm (one thread per row)
-    version 2: the production kernel (llmc/layernorm.cuh): one warp per row does both
+    version 2: the production kernel (llmc/cuda/layernorm.cuh): one warp per row does both
 
 usage: ./fused_residual_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/layernorm.cuh"
+#include "../../llmc/cuda/layernorm.cuh"
 
 static void fused_residual_forward_cpu(float* residual, float* out, const float* a, const float* b, const float* w,
                                        const float* bias, int N, int C) {

@@ -2,13 +2,13 @@
 dev/cuda/gelu_forward.cu: GELU (tanh approximation), elementwise.
 
     version 1: one thread per element
-    version 2: the production kernel (llmc/gelu.cuh): one thread per 128-bit packet
+    version 2: the production kernel (llmc/cuda/gelu.cuh): one thread per 128-bit packet
 The CPU reference is layer_math.h's gelu_tanh_forward, the function the CPU trainer uses.
 
 usage: ./gelu_forward [version] [--quick]   (full: the MLP's B*T*4C at B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/gelu.cuh"
+#include "../../llmc/cuda/gelu.cuh"
 
 __global__ static void gelu_forward_v1(floatX* out, const floatX* inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

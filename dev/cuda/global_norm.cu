@@ -2,13 +2,13 @@
 dev/cuda/global_norm.cu: the squared L2 norm of the gradient vector.
 
     version 1: grid-stride sums with one fp32 atomicAdd per block (order varies run to run)
-    version 2: the production kernels (llmc/global_norm.cuh): a fixed number of blocks, per-block
+    version 2: the production kernels (llmc/cuda/global_norm.cuh): a fixed number of blocks, per-block
                sums written out, one block adds them in order; bit-identical run to run
 
 usage: ./global_norm [version] [--quick]   (full: GPT-2 124M's 124475904 parameters)
 */
 #include "common.h"
-#include "../../llmc/global_norm.cuh"
+#include "../../llmc/cuda/global_norm.cuh"
 
 // the production kernel's per-block sums (global_norm_block_sum), added up with atomics instead
 __global__ static void global_norm_v1(float* out, const floatX* grads, size_t n) {

@@ -2,13 +2,13 @@
 dev/cuda/layernorm_backward.cu: layernorm gradients, dinp += ..., dweight += ..., dbias += ...
 
     version 1: one thread per row for dinp, one thread per channel for dweight/dbias (serial over rows)
-    version 2: the production kernels (llmc/layernorm.cuh): a warp per row for dinp, and deterministic
+    version 2: the production kernels (llmc/cuda/layernorm.cuh): a warp per row for dinp, and deterministic
                two-level column sums (row chunks, then a fixed-order final sum) for dweight/dbias
 
 usage: ./layernorm_backward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/layernorm.cuh"
+#include "../../llmc/cuda/layernorm.cuh"
 
 static void layernorm_backward_cpu(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                                    const float* mean, const float* rstd, int N, int C) {

@@ -2,12 +2,12 @@
 dev/cuda/layernorm_forward.cu: layernorm over the channels, out = (x - mean) * rstd * w + b.
 
     version 1: one thread per row, three passes over the row
-    version 2: the production kernel (llmc/layernorm.cuh): one warp per row, warp reductions
+    version 2: the production kernel (llmc/cuda/layernorm.cuh): one warp per row, warp reductions
 
 usage: ./layernorm_forward [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/layernorm.cuh"
+#include "../../llmc/cuda/layernorm.cuh"
 
 static void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N, int C) {
     for (int n = 0; n < N; n++) {

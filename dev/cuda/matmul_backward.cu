@@ -3,13 +3,13 @@ dev/cuda/matmul_backward.cu: gradients of out = inp @ weight^T + bias:
 dinp = dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout.
 
     version 1: naive kernels, one thread per output element (dinp, dweight, dbias)
-    version 2: the production path (llmc/matmul.cuh): two cuBLASLt GEMMs and the deterministic
+    version 2: the production path (llmc/cuda/matmul.cuh): two cuBLASLt GEMMs and the deterministic
                two-level bias column sum
 
 usage: ./matmul_backward [version] [--quick]   (full: the qkv projection, OC = 3C, at B=4, T=256, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/matmul.cuh"
+#include "../../llmc/cuda/matmul.cuh"
 
 static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                                 int BT, int C, int OC) {

@@ -2,13 +2,13 @@
 dev/cuda/matmul_forward.cu: out (BT, OC) = inp (BT, C) @ weight (OC, C)^T + bias (OC).
 
     version 1: naive, one thread per output element, fp32 accumulation
-    version 2: the production path (llmc/matmul.cuh): cuBLASLt with the bias epilogue
+    version 2: the production path (llmc/cuda/matmul.cuh): cuBLASLt with the bias epilogue
     version 3: the production path with GELU fused into the epilogue (out = gelu(x), pre_gelu = x)
 
 usage: ./matmul_forward [version] [--quick]   (full: the MLP's up-projection, OC = 4C, at B=4, T=256, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/matmul.cuh"
+#include "../../llmc/cuda/matmul.cuh"
 
 static void matmul_forward_cpu(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC) {
     for (int n = 0; n < BT; n++) {

@@ -4,14 +4,14 @@ dev/cuda/nccl_all_reduce.cu: the gradient reduction across GPUs (run with mpirun
     mpirun -np 2 ./nccl_all_reduce [version] [--quick]   (full: GPT-2 124M's gradients; at least 2 processes)
 
     version 1: one ncclAllReduce (average) over the whole vector
-    version 2: the production ZeRO-0 path (llmc/multi_gpu.cuh): per-layer ranges, averaged with
+    version 2: the production ZeRO-0 path (llmc/cuda/multi_gpu.cuh): per-layer ranges, averaged with
                all-reduces on the NCCL stream
     version 3: the production ZeRO-1 path: per-layer ranges reduced to their shard owners (ncclReduce),
                i.e. a reduce-scatter; each rank checks only the shard it owns
 Rank r fills the gradients with r + 1 + (i % 7) / 8, so the average is known in closed form.
 */
 #include "common.h"
-#include "../../llmc/multi_gpu.cuh"
+#include "../../llmc/cuda/multi_gpu.cuh"
 
 #if !defined(USE_NCCL) || !defined(USE_MPI)
 int main(void) {

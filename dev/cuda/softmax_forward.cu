@@ -3,12 +3,12 @@ dev/cuda/softmax_forward.cu: the causal softmax of attention, in place on (B*NH*
 row t keeps columns 0..t, p = exp(scale * x - max) / sum, zeros above the diagonal.
 
     version 1: one thread per row
-    version 2: the production kernel (llmc/attention.cuh softmax_causal_forward_kernel): one warp per row
+    version 2: the production kernel (llmc/cuda/attention.cuh softmax_causal_forward_kernel): one warp per row
 
 usage: ./softmax_forward [version] [--quick]   (full: B=4, T=1024, GPT-2 124M's 12 heads of size 64)
 */
 #include "common.h"
-#include "../../llmc/attention.cuh"
+#include "../../llmc/cuda/attention.cuh"
 
 static void softmax_causal_cpu(float* out, const float* x, float scale, int rows, int T) {
     for (int r = 0; r < rows; r++) {

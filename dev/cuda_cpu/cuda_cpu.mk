@@ -19,7 +19,7 @@ CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --show
 CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
 
 # the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
-CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.h llmc/*.cuh) \
+CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
                    $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
 CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)

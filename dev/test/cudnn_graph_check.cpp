@@ -1,5 +1,5 @@
 /*
-dev/test/cudnn_graph_check.cpp: the cuDNN attention graphs of llmc/cudnn_att.cpp, validated without a GPU.
+dev/test/cudnn_graph_check.cpp: the cuDNN attention graphs of llmc/cuda/cudnn_att.cpp, validated without a GPU.
 
 For each shape, the forward (training and inference) and backward graphs are described by the same code
 the trainer runs and checked by the cuDNN frontend for sm_80 and sm_90: tensor shapes and strides,
@@ -12,7 +12,7 @@ Built and linked by `make test-cuda-build` (USE_CUDNN object), run by tests/test
 #include <stdio.h>
 #include <string.h>
 
-#include "../../llmc/cudnn_att.h"
+#include "../../llmc/cuda/cudnn_att.h"
 
 static int passed = 0;
 static int failed = 0;

@@ -1,9 +1,9 @@
 /*
-dev/test/test_attention_host.c: the host half of llmc/attention.cuh on the CPU -- every cuBLAS call of the
+dev/test/test_attention_host.c: the host half of llmc/cuda/attention.cuh on the CPU -- every cuBLAS call of the
 attention forward and backward (scores, y, datt, dv, dq, dk) run through gemm_reference and compared with
 plain row-major loops; the permute/unpermute index maps between the qkv matmul output and the heads.
 */
-#include "../../llmc/attention.cuh"
+#include "../../llmc/cuda/attention.cuh"
 #include "test_common.h"
 
 // ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 /*
-dev/test/test_cudnn_att_host.c: llmc/cudnn_att.h on the CPU -- the q/k/v/out/stats strides of cuDNN attention
-against the cuBLAS path's permute index maps (llmc/attention.cuh), 16-byte alignment, stats sizing, the
+dev/test/test_cudnn_att_host.c: llmc/cuda/cudnn_att.h on the CPU -- the q/k/v/out/stats strides of cuDNN attention
+against the cuBLAS path's permute index maps (llmc/cuda/attention.cuh), 16-byte alignment, stats sizing, the
 graph cache key and the shape rules.
 */
-#include "../../llmc/attention.cuh"
-#include "../../llmc/cudnn_att.h"
+#include "../../llmc/cuda/attention.cuh"
+#include "../../llmc/cuda/cudnn_att.h"
 #include "test_common.h"
 
 // every element cuDNN reads or writes through the strided layouts is the one the cuBLAS path's

@@ -1,8 +1,8 @@
 /*
-dev/test/test_encoder_host.c: the host half of llmc/encoder.cuh on the CPU -- the token grouping behind the
+dev/test/test_encoder_host.c: the host half of llmc/cuda/encoder.cuh on the CPU -- the token grouping behind the
 deterministic wte gradient, and a token id outside the vocabulary as one error line.
 */
-#include "../../llmc/encoder.cuh"
+#include "../../llmc/cuda/encoder.cuh"
 #include "test_common.h"
 
 // ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 /*
-dev/test/test_fused_classifier_host.c: the host half of llmc/fused_classifier.cuh on the CPU -- the online
+dev/test/test_fused_classifier_host.c: the host half of llmc/cuda/fused_classifier.cuh on the CPU -- the online
 softmax merge behind the fused classifier, folded the way the kernel's threads, warps and block do.
 */
-#include "../../llmc/fused_classifier.cuh"
+#include "../../llmc/cuda/fused_classifier.cuh"
 #include "test_common.h"
 
 static void test_online_softmax_merge(void) {

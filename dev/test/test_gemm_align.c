@@ -1,10 +1,10 @@
 /*
-dev/test/test_gemm_align.c: gemm_pointer_alignment (llmc/matmul.cuh), the alignment gemm_lt promises
+dev/test/test_gemm_align.c: gemm_pointer_alignment (llmc/cuda/matmul.cuh), the alignment gemm_lt promises
 cuBLASLt for each operand (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, whose default of 256
 would let the heuristic pick kernels that our 16-byte aligned tensors cannot feed): the largest power
 of two up to 256 that divides the address, never more than the address has.
 */
-#include "../../llmc/matmul.cuh"
+#include "../../llmc/cuda/matmul.cuh"
 #include "../../llmc/model_config.h"
 #include "test_common.h"
 

@@ -1,9 +1,9 @@
 /*
-dev/test/test_gemm_host.c: the host half of llmc/matmul.cuh on the CPU -- every linear layer's cuBLAS call
+dev/test/test_gemm_host.c: the host half of llmc/cuda/matmul.cuh on the CPU -- every linear layer's cuBLAS call
 (transposes, leading dimensions, operand roles) run through gemm_reference, a CPU model of cuBLAS, and
 compared with plain row-major loops; the row chunks of the bias-gradient column sums.
 */
-#include "../../llmc/matmul.cuh"
+#include "../../llmc/cuda/matmul.cuh"
 #include "test_common.h"
 
 // ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /*
-dev/test/test_matmul.c: llmc/matmul.h's GEMMs against a naive double-precision reference.
+dev/test/test_matmul.c: llmc/cpu/matmul.h's GEMMs against a naive double-precision reference.
 
 For odd shapes (1, 5, 7, 33, 67, 130, 257, 300, ...), all four transpose combinations, row
 strides larger than the matrix (sub-matrices) and beta in {0, 1, 0.5}, it checks
@@ -14,16 +14,16 @@ and row blocks (tall thin C included) equals, bit for bit on 1 to 4 threads, a r
 rounds the inputs to bf16 and sums in fp32 in the kernel's order (gemm_bf16_kernel_order; with
 AVX512-BF16 the threads agree bit for bit and the error is checked instead); the blocked kernel
 gives bit-identical results on 1 to 4 threads (the blocked fp32 kernel is the one matmul_isa() picks: LLMC_MATMUL_ISA
-forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
+forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/cpu/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/matmul.h"
+#include "llmc/cpu/matmul.h"
 #include "llmc/bf16.h"
-#include "llmc/vecmath.h"
+#include "llmc/cpu/vecmath.h"
 #include "test_common.h"
 
 static unsigned long long rng_state = 88172645463325252ULL;

@@ -1,10 +1,10 @@
 /*
-dev/test/test_multi_gpu_host.c: the host half of llmc/multi_gpu.cuh on the CPU -- the multi-process flag
+dev/test/test_multi_gpu_host.c: the host half of llmc/cuda/multi_gpu.cuh on the CPU -- the multi-process flag
 rules, NCCL element counts and offsets for every layer's gradient ranges, ZeRO-1 ownership and padding,
 and the -pi fs protocol of the NCCL id (launch nonce, atomic publish, checked fetch, removal): a file
 left by an earlier launch is never taken.
 */
-#include "../../llmc/multi_gpu.cuh"
+#include "../../llmc/cuda/multi_gpu.cuh"
 #include "test_common.h"
 
 static void test_check_args(void) {

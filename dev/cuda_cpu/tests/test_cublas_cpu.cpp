@@ -187,7 +187,7 @@ static bool near_enough(double got, double want, double tol, int32_t type) {
 }
 
 // ----------------------------------------------------------------------------
-// one cuBLASLt matmul the way llmc/matmul.cuh's gemm_lt issues it
+// one cuBLASLt matmul the way llmc/cuda/matmul.cuh's gemm_lt issues it
 
 struct LtCall {
     int32_t ab_type, d_type;

@@ -336,7 +336,7 @@ static void test_collectives(ncclComm_t comm) {
     check(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, comm, 0) == ncclSuccess, "ncclAllReduce of 0 elements");
 }
 
-// what llmc/multi_gpu.cuh does per layer: a group of all-reduces and reduces to shard owners
+// what llmc/cuda/multi_gpu.cuh does per layer: a group of all-reduces and reduces to shard owners
 static void test_group(ncclComm_t comm) {
     const size_t n = 4096, size = type_size(ncclBfloat16);
     const int salt = 9000;

@@ -1,5 +1,5 @@
 /*
-llmc/opencl_matmul.h: the GEMMs of the OpenCL trainer, through CLBlast or our own tiled kernel
+llmc/opencl/opencl_matmul.h: the GEMMs of the OpenCL trainer, through CLBlast or our own tiled kernel
 (llmc/opencl/matmul.cl, gemm_tiled).
 
     cl_gemm_init(g, dev, program)   picks the implementation: CLBlast (built with USE_CLBLAST, the

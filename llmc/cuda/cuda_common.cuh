@@ -1,5 +1,5 @@
 /*
-llmc/cuda_common.cuh: what every GPU file of llmc needs.
+llmc/cuda/cuda_common.cuh: what every GPU file of llmc needs.
 
     cudaCheck(call)            a failed CUDA call dies with ONE line naming the call site
     floatX                     the activation/parameter type: bf16 (PRECISION=BF16) or float (FP32)
@@ -18,9 +18,9 @@ because it needs loss scaling, which llmc does not implement.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "utils.h"
-#include "layer_math.h"
-#include "bf16.h"
+#include "../utils.h"
+#include "../layer_math.h"
+#include "../bf16.h"
 
 // ----------------------------------------------------------------------------
 // error checking: one line, then exit(1)

@@ -1,5 +1,5 @@
 /*
-llmc/encoder.cuh: token + position embedding, forward and backward.
+llmc/cuda/encoder.cuh: token + position embedding, forward and backward.
 
     encoder_forward(out, inp, wte, wpe, B, T, C)       out (B,T,C) = wte[inp[b,t]] + wpe[t]
     encoder_backward(dwte, dwpe, dout, inp_host, ..)   dwte[token] += dout rows of that token, dwpe[t] += sum_b dout[b,t]
@@ -13,7 +13,7 @@ The host half (TokenGroups) is plain C and compiles with gcc, so the CPU tests e
 #define LLMC_ENCODER_CUH
 
 #include <string.h>
-#include "utils.h"
+#include "../utils.h"
 
 #ifdef __CUDACC__
 #include "cuda_common.cuh"

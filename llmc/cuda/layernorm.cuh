@@ -1,5 +1,5 @@
 /*
-llmc/layernorm.cuh: layernorm forward/backward and the fused residual + layernorm forward.
+llmc/cuda/layernorm.cuh: layernorm forward/backward and the fused residual + layernorm forward.
 
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, C)       one warp per row, N = B*T
     fused_residual_forward(residual, out, mean, rstd, inp1, inp2, weight, bias, N, C)

@@ -1,5 +1,5 @@
 /*
-llmc/opencl_common.h: the OpenCL runtime for the OpenCL trainer (train_gpt2cl.c): devices, errors,
+llmc/opencl/opencl_common.h: the OpenCL runtime for the OpenCL trainer (train_gpt2cl.c): devices, errors,
 programs, buffers and kernel launches. Plain C over the OpenCL 1.2 API (ocl-icd + any driver: PoCL on
 a CPU, the AMD, Intel or NVIDIA GPU drivers).
 
@@ -32,7 +32,7 @@ Every kernel of llmc/opencl/NAME.cl takes a tensor as two arguments, (__global f
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "../utils.h"
 
 #define CL_WORK_GROUP 64
 

@@ -1,5 +1,5 @@
 /*
-llmc/adamw.cuh: the AdamW update on the GPU.
+llmc/cuda/adamw.cuh: the AdamW update on the GPU.
 
     adamw_update(params, master, grads, m, v, global_offset, n, local_offset, weight_decay, grad_scale,
                  scalars, seed, stream)
@@ -15,7 +15,7 @@ the 2-D weights).
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
 
-#include "adamw.h"
+#include "../adamw.h"
 #include "cuda_common.cuh"
 
 __global__ static void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,

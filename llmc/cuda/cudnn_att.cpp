@@ -1,6 +1,6 @@
 /*
-llmc/cudnn_att.cpp: causal self-attention through cuDNN's fused flash-attention graphs (USE_CUDNN=1).
-The interface and the layouts are in llmc/cudnn_att.h; this file is the cuDNN frontend side.
+llmc/cuda/cudnn_att.cpp: causal self-attention through cuDNN's fused flash-attention graphs (USE_CUDNN=1).
+The interface and the layouts are in llmc/cuda/cudnn_att.h; this file is the cuDNN frontend side.
 
 Each call looks up its graph by (B, T, NH, HS, is_inference); a miss builds it: describe q, k, v
 (strided views into the qkv matmul output), declare the SDPA node (causal, scale 1/sqrt(HS)), then
@@ -13,7 +13,7 @@ BF16 in and out; softmax statistics and accumulation in fp32. The backward asks 
 deterministic algorithm, so two runs with the same seed give the same bits.
 */
 #ifndef ENABLE_CUDNN
-#error "llmc/cudnn_att.cpp is built only with USE_CUDNN=1 (-DENABLE_CUDNN)"
+#error "llmc/cuda/cudnn_att.cpp is built only with USE_CUDNN=1 (-DENABLE_CUDNN)"
 #endif
 
 #include <math.h>
@@ -29,7 +29,7 @@ deterministic algorithm, so two runs with the same seed give the same bits.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
-#include "utils.h"
+#include "../utils.h"
 #include "cudnn_att.h"
 
 namespace fe = cudnn_frontend;

@@ -1,5 +1,5 @@
 /*
-llmc/gelu.cuh: GELU (tanh approximation), forward and backward, elementwise.
+llmc/cuda/gelu.cuh: GELU (tanh approximation), forward and backward, elementwise.
 
     gelu_forward(out, inp, N)            out = gelu(inp)
     gelu_backward_inplace(d_in_out, inp, N)   d = d * gelu'(inp)

@@ -1,8 +1,8 @@
 /*
-llmc/muon.h: the Muon update of one weight matrix on the CPU, as torch.optim.Muon computes it
+llmc/cpu/muon.h: the Muon update of one weight matrix on the CPU, as torch.optim.Muon computes it
 (torch/optim/_muon.py, _single_tensor_muon). The settings the trainers share (MuonConfig, the codes,
 the Newton-Schulz coefficients, optimizer_parse / muon_adjust_parse, muon_adjusted_lr) are in
-llmc/muon_config.h, which llmc/muon.cuh includes too.
+llmc/muon_config.h, which llmc/cuda/muon.cuh includes too.
 
     muon_update_matrix    one matrix W (rows, cols) row-major, its gradient G, its momentum buffer M:
         g  = G * grad_scale                        (global-norm clipping, 1 = none)
@@ -12,7 +12,7 @@ llmc/muon_config.h, which llmc/muon.cuh includes too.
              then ns_steps times  A = X X^T (m,m),  B = b A + c A A (m,m),  X = a X + B X (m,n),
              (a, b, c) = (3.4445, -4.7750, 2.0315); O = X (transposed back)
         W  = W * (1 - lr * weight_decay) - muon_adjusted_lr(lr) * O      (the subtraction as one fma)
-    The GEMMs are llmc/matmul.h's matmul_gemm in the precision passed: MATMUL_FP32, or MATMUL_BF16 (inputs
+    The GEMMs are llmc/cpu/matmul.h's matmul_gemm in the precision passed: MATMUL_FP32, or MATMUL_BF16 (inputs
     rounded to bf16, fp32 sums; torch's own iteration runs entirely in bfloat16). Everything else is fp32.
     Scalars that torch forms in Python doubles (1 - momentum, 1 - lr * wd, the adjusted lr) are formed in
     double here too and rounded to float once.
@@ -29,9 +29,9 @@ thread count give bit-identical updates. A MuonScratch holds the iteration's buf
 #include <stddef.h>
 #include <string.h>
 
-#include "utils.h"
+#include "../utils.h"
 #include "matmul.h"
-#include "muon_config.h"
+#include "../muon_config.h"
 
 typedef struct {
     float* x;      // (m, n) the iterate

@@ -1,5 +1,5 @@
 /*
-llmc/vecmath.h: branch-free float math that compilers vectorise, for the CPU trainer's
+llmc/cpu/vecmath.h: branch-free float math that compilers vectorise, for the CPU trainer's
 element-wise layers (glibc's expf/tanhf are scalar calls and kept GELU at ~10% of a step).
 
     vec_expf(x)   e^x, relative error < 2e-7 for x in [-87, 88] (clamped outside)
@@ -19,7 +19,7 @@ the error bounds against libm over the whole range.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "layer_math.h"
+#include "../layer_math.h"
 
 static inline float vec_expf(float x) {
     x = x < -87.0f ? -87.0f : x; // (NaN passes both tests and stays NaN through p)

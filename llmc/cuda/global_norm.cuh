@@ -1,5 +1,5 @@
 /*
-llmc/global_norm.cuh: the squared L2 norm of (a slice of) the flat gradient vector.
+llmc/cuda/global_norm.cuh: the squared L2 norm of (a slice of) the flat gradient vector.
 
     global_norm_squared(out, partial, grads, n, stream)   out[0] = sum of grads[i]^2 over i < n
     global_norm_block_sum(grads, n)                        device: one block's grid-stride share of that sum

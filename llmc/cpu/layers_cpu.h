@@ -1,12 +1,12 @@
 /*
-llmc/layers_cpu.h: the transformer layers on the CPU, fp32 with OpenMP, one forward and one
+llmc/cpu/layers_cpu.h: the transformer layers on the CPU, fp32 with OpenMP, one forward and one
 backward function per layer, each with its shapes in a comment. Every CPU model (train_gpt2.c,
 and the trainers that include it) calls these; backward functions accumulate (+=) into their
 gradients. Reductions run in a fixed order, so the same inputs and thread count give the same bits.
 
     encoder_forward / encoder_backward           token + position embeddings
     layernorm_forward / layernorm_backward       (and residual_layernorm_forward: add, then norm)
-    matmul_forward / matmul_backward             llmc/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
+    matmul_forward / matmul_backward             llmc/cpu/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
     attention_forward / attention_backward       causal self-attention in query tiles, weights recomputed per tile in backward
     gelu_forward / bias_gelu_forward / gelu_backward
     residual_forward / residual_backward
@@ -24,7 +24,7 @@ Shapes: B batch, T time, C channels, NH heads, HS = C / NH, OC output channels, 
 #include <omp.h>
 #endif
 
-#include "utils.h"
+#include "../utils.h"
 #include "matmul.h"
 #include "vecmath.h"
 
@@ -141,7 +141,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// ---- matmul: the hot spot. Both functions call llmc/matmul.h, which runs the GEMM on the
+// ---- matmul: the hot spot. Both functions call llmc/cpu/matmul.h, which runs the GEMM on the
 // BLAS chosen at build time (make BLAS=mkl|openblas) or on its own blocked OpenMP kernel
 // (BLAS=none), in fp32 or, with -p bf16, on bf16-rounded inputs with fp32 sums.
 
@@ -180,7 +180,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 }
 
 // ---- attention. Q, K, V of head h are (T,HS) with rows strided by 3C inside inp (B,T,3C); its
-// output and input gradients are strided likewise. The products are GEMMs (llmc/matmul.h, always
+// output and input gradients are strided likewise. The products are GEMMs (llmc/cpu/matmul.h, always
 // fp32, one thread each: the heads and query tiles run in parallel).
 // The trainer's path (att == NULL) is blocked: a head's queries are taken ATT_TILE rows at a time,
 // and only that tile's scores against the keys it may see (ATT_TILE x (t0 + ATT_TILE), at most
@@ -361,7 +361,7 @@ static void attention_backward(float* dinp, const float* dout, const float* inp,
     }
 }
 
-// GELU with llmc/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
+// GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
 static void gelu_forward(float* out, const float* inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
     #pragma omp parallel for schedule(static)

@@ -1,5 +1,5 @@
 /*
-llmc/layers_llama_cpu.h: the layers Llama 3 adds to llmc/layers_cpu.h, fp32 with OpenMP, one
+llmc/cpu/layers_llama_cpu.h: the layers Llama 3 adds to llmc/cpu/layers_cpu.h, fp32 with OpenMP, one
 forward and one backward function each with its shapes in a comment. Backward functions
 accumulate (+=) into their gradients; reductions run in a fixed order (same bits for the same
 inputs and thread count). The math is transformers' LlamaForCausalLM's:
@@ -22,7 +22,7 @@ QKV = (NH + 2 NKV) HS (the qkv projection's output: q heads, then k heads, then 
 #include <stdlib.h>
 #include <string.h>
 
-#include "utils.h"
+#include "../utils.h"
 
 // out[b,t,:] = wte[inp[b,t],:]
 static void embedding_forward(float* out, const int* inp, const float* wte, int B, int T, int C) {

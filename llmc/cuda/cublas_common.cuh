@@ -1,5 +1,5 @@
 /*
-llmc/cublas_common.cuh: the cuBLAS / cuBLASLt handles, workspace and error checking.
+llmc/cuda/cublas_common.cuh: the cuBLAS / cuBLASLt handles, workspace and error checking.
 
     CublasContext ctx;  cublas_context_init(&ctx, stream);  ...  cublas_context_free(&ctx);
 

@@ -1,5 +1,5 @@
 /*
-llmc/matmul.h: the CPU GEMMs behind train_gpt2.c's matmul layers.
+llmc/cpu/matmul.h: the CPU GEMMs behind train_gpt2.c's matmul layers.
 
 One entry point, row-major like the rest of llmc:
 

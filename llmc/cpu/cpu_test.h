@@ -1,5 +1,5 @@
 /*
-llmc/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
+llmc/cpu/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
 once: the flags, the lines that say what is checked, the table rows and the verdict. Each program keeps
 its model's calls (build, forward, backward, update) and its model's line.
 
@@ -21,13 +21,13 @@ its model's calls (build, forward, backward, update) and its model's line.
 
 #include <stddef.h>
 #include <stdio.h>
-#include "utils.h"
-#include "args.h"
+#include "../utils.h"
+#include "../args.h"
 #include "matmul.h"
-#include "muon_config.h"
+#include "../muon_config.h"
 #include "cpu_trainer.h"
-#include "debug_state.h"
-#include "tensor_check.h"
+#include "../debug_state.h"
+#include "../tensor_check.h"
 
 typedef struct {
     const char* model_path;

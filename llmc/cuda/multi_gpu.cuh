@@ -1,5 +1,5 @@
 /*
-llmc/multi_gpu.cuh: data-parallel training over GPUs and nodes with NCCL (+ MPI, TCP or a shared
+llmc/cuda/multi_gpu.cuh: data-parallel training over GPUs and nodes with NCCL (+ MPI, TCP or a shared
 file system to exchange the NCCL id), and ZeRO-1 sharding of the optimizer state.
 
 Host half (plain C, compiled by gcc in dev/test/test_multi_gpu_host.c):
@@ -45,9 +45,9 @@ The file holds a magic, the nonce and the id; a reader checks all three (one err
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "utils.h"
-#include "zero.h"
-#include "model_config.h"
+#include "../utils.h"
+#include "../zero.h"
+#include "../model_config.h"
 
 // ----------------------------------------------------------------------------
 // host half

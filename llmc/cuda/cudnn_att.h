@@ -1,5 +1,5 @@
 /*
-llmc/cudnn_att.h: cuDNN flash attention (USE_CUDNN=1), the interface and its host-side arithmetic.
+llmc/cuda/cudnn_att.h: cuDNN flash attention (USE_CUDNN=1), the interface and its host-side arithmetic.
 
     CudnnAttention* att = cudnn_attention_create(stream);     one cuDNN handle, workspace, graph cache
     cudnn_attention_prepare(att, B, T, NH, HS);               optional: build the graphs up front
@@ -14,7 +14,7 @@ llmc/cudnn_att.h: cuDNN flash attention (USE_CUDNN=1), the interface and its hos
 
 BF16 only. The graphs (one forward, one backward) are built once per (B, T, NH, HS, is_inference)
 and cached in the CudnnAttention; cuDNN failures die with one line. The code lives in
-llmc/cudnn_att.cpp, compiled once as a host C++ object (the cuDNN frontend is header-only and slow
+llmc/cuda/cudnn_att.cpp, compiled once as a host C++ object (the cuDNN frontend is header-only and slow
 to compile) and linked into train_gpt2cu / test_gpt2cu.
 
 The first half of this header is plain C (no CUDA, no cuDNN): the tensor layouts handed to cuDNN,
@@ -132,7 +132,7 @@ static inline void cudnn_att_key_unpack(uint64_t key, int* B, int* T, int* NH, i
 }
 
 // ----------------------------------------------------------------------------
-// the cuDNN calls (C++: llmc/cudnn_att.cpp)
+// the cuDNN calls (C++: llmc/cuda/cudnn_att.cpp)
 
 #if defined(__cplusplus) && defined(ENABLE_CUDNN)
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 /*
-llmc/matmul.cuh: the linear layers, on cuBLASLt.
+llmc/cuda/matmul.cuh: the linear layers, on cuBLASLt.
 
     matmul_forward(ctx, out, inp, weight, bias, B*T, C, OC, pre_gelu)
         out = inp @ weight^T + bias         // inp (BT, C), weight (OC, C), out (BT, OC)
@@ -23,7 +23,7 @@ kernels that need it instead of assuming the worst case.
 
 #include <stddef.h>
 #include <stdint.h>
-#include "layer_math.h"
+#include "../layer_math.h"
 
 // ----------------------------------------------------------------------------
 // host half: GEMM descriptions and the row partition of the column sums (plain C)

@@ -1,5 +1,5 @@
 /*
-llmc/fused_classifier.cuh: softmax + cross-entropy + its gradient in one pass over the logits.
+llmc/cuda/fused_classifier.cuh: softmax + cross-entropy + its gradient in one pass over the logits.
 
     fused_classifier(logits, losses, targets, dloss, BT, V, Vp, write_dlogits)
         logits (BT, Vp): on return (write_dlogits) the gradient of the loss w.r.t. the logits,
@@ -14,7 +14,7 @@ gradient directly. Numerically stable (max subtracted before exp); reductions in
 #define LLMC_FUSED_CLASSIFIER_CUH
 
 #include <math.h>
-#include "layer_math.h"
+#include "../layer_math.h"
 
 // ----------------------------------------------------------------------------
 // host half (plain C, tested on the CPU): the online softmax's merge rule

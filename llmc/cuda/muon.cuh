@@ -1,6 +1,6 @@
 /*
-llmc/muon.cuh: Muon (torch.optim.Muon) on the GPU, for the blocks' 2-D weights (qkvw, attprojw, fcw,
-fcprojw of every layer; AdamW keeps everything else). The GPU counterpart of llmc/muon.h (the CPU
+llmc/cuda/muon.cuh: Muon (torch.optim.Muon) on the GPU, for the blocks' 2-D weights (qkvw, attprojw, fcw,
+fcprojw of every layer; AdamW keeps everything else). The GPU counterpart of llmc/cpu/muon.h (the CPU
 trainer's update of one matrix): the same rules and the same settings (llmc/muon_config.h: MuonConfig, the codes, the
 Newton-Schulz coefficients, muon_adjusted_lr, the -op / -oa parsers).
 
@@ -29,7 +29,7 @@ Per matrix it computes what torch's _single_tensor_muon computes, with g the cli
         A = X X^T            // (r, r)
         B = b A + c A A      // (r, r)
         X = a X + B X        // (r, n)
-    each a cuBLASLt GEMM (the trainer's, llmc/matmul.cuh gemm_lt_typed) on floatX operands with fp32
+    each a cuBLASLt GEMM (the trainer's, llmc/cuda/matmul.cuh gemm_lt_typed) on floatX operands with fp32
     accumulation and one rounding of the result to floatX, as torch's matmul / addmm in that dtype
     param = param (1 - lr weight_decay) - muon_adjusted_lr(lr) X (transposed back)
 The iteration runs in the build's precision: bf16 in BF16 builds, as torch.optim.Muon (which always
@@ -45,10 +45,10 @@ seed and the flat index), so the result does not depend on which rank updated th
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "utils.h"
-#include "zero.h"
-#include "model_config.h"
-#include "muon_config.h"
+#include "../utils.h"
+#include "../zero.h"
+#include "../model_config.h"
+#include "../muon_config.h"
 
 // ----------------------------------------------------------------------------
 // host half

@@ -1,5 +1,5 @@
 /*
-llmc/attention.cuh: causal multi-head self-attention, forward and backward, our own kernels
+llmc/cuda/attention.cuh: causal multi-head self-attention, forward and backward, our own kernels
 around cuBLAS strided-batched GEMMs.
 
     attention_forward(ctx, out, qkvr, att, inp, scratch, B, T, C, NH)
@@ -13,7 +13,7 @@ The softmax keeps its running max and sum in fp32 and subtracts the max before e
 Row-major (T, T) and (T, HS) matrices are handed to column-major cuBLAS as their transposes.
 
 cuDNN flash attention (make USE_CUDNN=1, BF16 only): train_gpt2.cu then calls cudnn_attention_forward /
-cudnn_attention_backward (llmc/cudnn_att.h, code in llmc/cudnn_att.cpp) instead of the two functions here.
+cudnn_attention_backward (llmc/cuda/cudnn_att.h, code in llmc/cuda/cudnn_att.cpp) instead of the two functions here.
 q, k, v are read in place from the qkv matmul output (B, T, 3, NH, HS) through strides, the output is
 (B, T, NH, HS), and each layer keeps only its (B, NH, T) fp32 softmax statistics instead of the
 (B, NH, T, T) attention matrix. That path compiles and links in CI (make test-cuda-build), its

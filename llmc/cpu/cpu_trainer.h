@@ -1,5 +1,5 @@
 /*
-llmc/cpu_trainer.h: what every CPU trainer (train_gpt2.c, train_llama3.c) needs around its model,
+llmc/cpu/cpu_trainer.h: what every CPU trainer (train_gpt2.c, train_llama3.c) needs around its model,
 written once. Each trainer keeps only its model (layers, forward, backward, parameter table).
 
     cpu_grad_norm(g, n)       global L2 norm of n gradients: squares summed in double over fixed 64K
@@ -9,7 +9,7 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               [lo, lo + size) of num_tensors tensors laid back to back (sizes[k]
                               floats each); gradients scaled by grad_scale first; weight decay only
                               where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
-    CpuMuon                   -op muon on a model's flat parameters: Muon (llmc/muon.h) on the blocks' 2-D
+    CpuMuon                   -op muon on a model's flat parameters: Muon (llmc/cpu/muon.h) on the blocks' 2-D
                               weights (the tensors both per_layer[k] and is_matrix[k], one matrix per layer),
                               AdamW on the rest. cpu_muon_plan(mu, cfg, dims, per_layer, is_matrix, n, zero_stage,
                               nproc, rank) lists the optimizer units and, with ZeRO-1, the segments each process
@@ -23,7 +23,7 @@ written once. Each trainer keeps only its model (layers, forward, backward, para
                               -p fp32 | bf16 into matmul_precision (the trainers and their test programs)
     cpu_choose_precision(pg)  -p bf16 only where it pays: keeps matmul_precision at bf16 when every
                               process's CPU runs our bf16 GEMM at least 1.15x its fp32 one
-                              (llmc/matmul.h's matmul_bf16_pays), else fp32; one line says which
+                              (llmc/cpu/matmul.h's matmul_bf16_pays), else fp32; one line says which
                               and why (the two measured rates, or no AVX512-BF16)
     CpuTrainerCore            the model-independent half of a trainer's TrainerOps context: the
                               process group, B, T, ZeRO stage and the flat parameter, gradient and
@@ -63,13 +63,13 @@ The training state (llmc/checkpoint.h's TrainState) holds this process's optimiz
 #include <omp.h>
 #endif
 
-#include "utils.h"
-#include "adamw.h"
+#include "../utils.h"
+#include "../adamw.h"
 #include "muon.h"
 #include "matmul.h"
-#include "trainer.h"
-#include "mpi_utils.h"
-#include "zero.h"
+#include "../trainer.h"
+#include "../mpi_utils.h"
+#include "../zero.h"
 
 // ----------------------------------------------------------------------------
 // the optimizer's arithmetic on flat buffers
