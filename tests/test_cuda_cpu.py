@@ -205,6 +205,25 @@ PLANTED = {
         "case GEMM_EPI_GELU_AUX_BIAS: epilogue = CUBLASLT_EPILOGUE_GELU_AUX; break;",
         "matmul_forward",
     ),
+    # Llama 3: the 3.1 scaling divides every frequency above the low-frequency wavelength (not only the long ones)
+    "wrong_rope_frequency": (
+        "llmc/cuda/rope.cuh",
+        "double scaled = wavelen > low_wavelen ? f / factor : f;",
+        "double scaled = wavelen > high_wavelen ? f / factor : f;",
+        "rope",
+    ),
+    "kv_head_in_wrong_query_group": (
+        "llmc/cuda/repeat_kv.cuh",
+        "int kv = h / (NH / NKV);",
+        "int kv = h % NKV;",
+        "repeat_kv",
+    ),
+    "swiglu_backward_without_gate_term": (
+        "llmc/cuda/swiglu.cuh",
+        "dg[k] = (floatX)(dk * to_float(u[k]) * sig * (1.0f + gk * (1.0f - sig)));",
+        "dg[k] = (floatX)(dk * to_float(u[k]) * sig);",
+        "swiglu",
+    ),
 }
 
 

@@ -56,6 +56,14 @@ static inline floatX* to_device(float* h, size_t n) {
     return d;
 }
 
+// host floats rounded to floatX in place, as a kernel that stores them rounds them (nothing in FP32 builds)
+static inline void floatX_round_host(float* h, size_t n) {
+    floatX* staging = (floatX*)mallocCheck(n * sizeof(floatX));
+    floatX_from_float_host(staging, h, n);
+    float_from_floatX_host(h, staging, n);
+    free(staging);
+}
+
 static inline float* to_device_float(const float* h, size_t n) {
     float* d = (float*)cudaMallocCheck(n * sizeof(float));
     cudaCheck(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -161,6 +169,8 @@ typedef struct {
     int C, NH;  // channels and heads (head size C / NH)
     int L;      // layers (the files that need a whole model's parameter vector)
     int V, Vp;  // vocabulary, padded to a multiple of 128
+    int NKV;    // Llama 3's key/value heads (grouped-query attention: NH / NKV query heads share one)
+    int FFN;    // Llama 3's SwiGLU hidden size
 } Shape;
 
 // The --quick problem, shared by every file: GPT-2 d6's width (C = 384, 6 heads of 64) at B = 4, T = 128.
@@ -169,13 +179,16 @@ typedef struct {
 // rows: each of the 32 row chunks of the deterministic column sums gets 16, two per row lane. T: causal
 // rows from 1 to 4 warps long. V = 1999 > 1024: the classifier's 1024-thread blocks make two passes over
 // a row, and Vp (a multiple of 128, as the trainer pads) adds 49 padded columns. Two layers: the whole
-// model (global_norm, nccl_all_reduce) has 4.4M parameters.
-static const Shape QUICK_SHAPE = {4, 128, 384, 6, 2, 1999, 2048};
+// model (global_norm, nccl_all_reduce) has 4.4M parameters. Llama 3's kernels: 2 key/value heads, each
+// shared by 3 query heads (h / 3 and h % 2 differ, so a head mapped to the wrong group shows), and the
+// SwiGLU hidden size of a Llama 3 of this width (llama3_ffn_hidden(384, none, 32)).
+static const Shape QUICK_SHAPE = {4, 128, 384, 6, 2, 1999, 2048, 2, 1024};
 
-// GPT-2 124M (d12: C = 768, 12 heads, 12 layers, its vocabulary) at the given B and T, or QUICK_SHAPE
+// GPT-2 124M (d12: C = 768, 12 heads, 12 layers, its vocabulary) at the given B and T, or QUICK_SHAPE;
+// Llama 3's kernels at that width: 4 key/value heads (groups of 3), FFN = llama3_ffn_hidden(768, none, 32)
 static inline Shape playground_shape(const Playground* pg, int B, int T) {
     if (pg->quick) { return QUICK_SHAPE; }
-    Shape s = {B, T, 768, 12, 12, GPT2_VOCAB_SIZE, GPT2_PADDED_VOCAB_SIZE};
+    Shape s = {B, T, 768, 12, 12, GPT2_VOCAB_SIZE, GPT2_PADDED_VOCAB_SIZE, 4, 2048};
     return s;
 }
 
