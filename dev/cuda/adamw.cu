@@ -35,12 +35,12 @@ int main(int argc, char** argv) {
     const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     const int t = 3;
     float* params = make_random_float(n, 1);
-    float* grads = make_random_float(n, 2);
+    float *grads;
     float* m0 = make_random_float(n, 3);
     float* v0 = make_random_float(n, 4);
     for (size_t i = 0; i < n; i++) { m0[i] *= 0.1f; v0[i] = v0[i] * v0[i] * 0.01f; }
     floatX* d_params = to_device(params, n);    // params (and the reference's copy) rounded to floatX
-    floatX* d_grads = to_device(grads, n);
+    floatX* d_grads = random_input(&grads, n, 2);
     float* ref = (float*)mallocCheck(n * sizeof(float));
     float* ref_m = (float*)mallocCheck(n * sizeof(float));
     float* ref_v = (float*)mallocCheck(n * sizeof(float));

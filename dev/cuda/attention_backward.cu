@@ -20,22 +20,22 @@ __global__ static void attention_backward_v1(float* dinp, const floatX* dout, co
     int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* a = att + (((size_t)b * NH + h) * T + t) * T;
-    const floatX* d = dout + ((size_t)b * T + t) * C + h * HS;
-    const floatX* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
-    float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * HS;
+    const floatX* a = att + att_offset(b, h, t, NH, T);
+    const floatX* d = dout + head_offset(b, t, h, T, C, HS);
+    const floatX* q = inp + qkv_offset(b, t, 0, h, T, C, HS);
+    float* dq = dinp + qkv_offset(b, t, 0, h, T, C, HS);
     float dot = 0.0f;
     for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        const floatX* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
         float datt = 0.0f;
         for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
         dot += to_float(a[t2]) * datt;
     }
     for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
-        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
-        float* dk = dinp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
-        float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        const floatX* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
+        const floatX* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
+        float* dk = dinp + qkv_offset(b, t2, 1, h, T, C, HS);
+        float* dv = dinp + qkv_offset(b, t2, 2, h, T, C, HS);
         float datt = 0.0f;
         for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
         float p = to_float(a[t2]);
@@ -49,15 +49,13 @@ __global__ static void attention_backward_v1(float* dinp, const floatX* dout, co
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 4, 256);
-    playground_announce(&pg, "attention_backward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "attention_backward", 4, 256);
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     size_t BTC = (size_t)B * T * C, BNTT = (size_t)B * NH * T * T;
-    float* inp = make_random_float(3 * BTC, 1);
-    float* dout = make_random_float(BTC, 2);
-    floatX* d_inp = to_device(inp, 3 * BTC);
-    floatX* d_dout = to_device(dout, BTC);
+    float *inp, *dout;
+    floatX* d_inp = random_input(&inp, 3 * BTC, 1);
+    floatX* d_dout = random_input(&dout, BTC, 2);
     float* ref_out = (float*)mallocCheck(BTC * sizeof(float));
     float* ref_att = (float*)mallocCheck(BNTT * sizeof(float));
     float* ref_dinp = (float*)callocCheck(3 * BTC, sizeof(float));

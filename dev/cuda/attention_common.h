@@ -7,6 +7,16 @@ shared by attention_forward.cu and attention_backward.cu. inp (B, T, 3C) = [q | 
 
 #include <math.h>
 #include <stddef.h>
+#include "../../llmc/host_device.h"
+
+// offsets into the tensors of one head h at position t of sequence b (HS = C / NH), for the references
+// and the naive kernels: q (part 0), k (1) or v (2) in the packed (B, T, 3C) input, the head's slice of
+// a (B, T, C) output, its attention row in (B, NH, T, T)
+static inline HD size_t qkv_offset(int b, int t, int part, int h, int T, int C, int HS) {
+    return ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * HS;
+}
+static inline HD size_t head_offset(int b, int t, int h, int T, int C, int HS) { return ((size_t)b * T + t) * C + (size_t)h * HS; }
+static inline HD size_t att_offset(int b, int h, int t, int NH, int T) { return (((size_t)b * NH + h) * T + t) * T; }
 
 // out (B, T, C), att (B, NH, T, T) softmax weights (0 above the diagonal)
 static void attention_forward_cpu(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
@@ -15,11 +25,11 @@ static void attention_forward_cpu(float* out, float* att, const float* inp, int 
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             for (int h = 0; h < NH; h++) {
-                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float* q = inp + qkv_offset(b, t, 0, h, T, C, HS);
+                float* a = att + att_offset(b, h, t, NH, T);
                 float maxval = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    const float* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
                     float dot = 0.0f;
                     for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
                     a[t2] = dot * scale;
@@ -28,10 +38,10 @@ static void attention_forward_cpu(float* out, float* att, const float* inp, int 
                 float sum = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxval); sum += a[t2]; }
                 for (int t2 = 0; t2 < T; t2++) { a[t2] = t2 <= t ? a[t2] / sum : 0.0f; }
-                float* o = out + ((size_t)b * T + t) * C + h * HS;
+                float* o = out + head_offset(b, t, h, T, C, HS);
                 for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+                    const float* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
                     for (int i = 0; i < HS; i++) { o[i] += a[t2] * v[i]; }
                 }
             }
@@ -47,22 +57,22 @@ static void attention_backward_cpu(float* dinp, const float* dout, const float* 
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             for (int h = 0; h < NH; h++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* d = dout + ((size_t)b * T + t) * C + h * HS;
-                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
-                float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * HS;
+                const float* a = att + att_offset(b, h, t, NH, T);
+                const float* d = dout + head_offset(b, t, h, T, C, HS);
+                const float* q = inp + qkv_offset(b, t, 0, h, T, C, HS);
+                float* dq = dinp + qkv_offset(b, t, 0, h, T, C, HS);
                 float dot = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
-                    float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+                    const float* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
+                    float* dv = dinp + qkv_offset(b, t2, 2, h, T, C, HS);
                     datt[t2] = 0.0f;
                     for (int i = 0; i < HS; i++) { datt[t2] += d[i] * v[i]; dv[i] += a[t2] * d[i]; }
                     dot += a[t2] * datt[t2];
                 }
                 for (int t2 = 0; t2 <= t; t2++) {
                     float dpre = a[t2] * (datt[t2] - dot) * scale;
-                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
-                    float* dk = dinp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    const float* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
+                    float* dk = dinp + qkv_offset(b, t2, 1, h, T, C, HS);
                     for (int i = 0; i < HS; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
                 }
             }

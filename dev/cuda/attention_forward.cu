@@ -17,10 +17,10 @@ __global__ static void attention_forward_v1(floatX* out, const floatX* inp, int 
     int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = inp + ((size_t)b * T + t) * 3 * C + h * HS;
+    const floatX* q = inp + qkv_offset(b, t, 0, h, T, C, HS);
     float maxval = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+        const floatX* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
         float dot = 0.0f;
         for (int i = 0; i < HS; i++) { dot += to_float(q[i]) * to_float(k[i]); }
         maxval = fmaxf(maxval, dot * scale);
@@ -29,27 +29,26 @@ __global__ static void attention_forward_v1(floatX* out, const floatX* inp, int 
     float acc[128];  // HS <= 128
     for (int i = 0; i < HS; i++) { acc[i] = 0.0f; }
     for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * HS;
-        const floatX* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
+        const floatX* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
+        const floatX* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
         float dot = 0.0f;
         for (int i = 0; i < HS; i++) { dot += to_float(q[i]) * to_float(k[i]); }
         float p = expf(dot * scale - maxval);
         sum += p;
         for (int i = 0; i < HS; i++) { acc[i] += p * to_float(v[i]); }
     }
-    floatX* o = out + ((size_t)b * T + t) * C + h * HS;
+    floatX* o = out + head_offset(b, t, h, T, C, HS);
     for (int i = 0; i < HS; i++) { o[i] = (floatX)(acc[i] / sum); }
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 4, 256);
-    playground_announce(&pg, "attention_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "attention_forward", 4, 256);
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     if (C / NH > 128) { llmc_die("attention_forward: version 1 keeps a head of at most 128 values in registers, not %d", C / NH); }
     size_t BTC = (size_t)B * T * C;
-    float* inp = make_random_float(3 * BTC, 1);
-    floatX* d_inp = to_device(inp, 3 * BTC);
+    float *inp;
+    floatX* d_inp = random_input(&inp, 3 * BTC, 1);
     floatX* d_out = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
     floatX* d_qkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
     floatX* d_att = (floatX*)cudaMallocCheck((size_t)B * NH * T * T * sizeof(floatX));

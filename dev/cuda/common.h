@@ -64,6 +64,13 @@ static inline void floatX_round_host(float* h, size_t n) {
     free(staging);
 }
 
+// a kernel's random input: *host gets values in [-1, 1) rounded as the device holds them (what the CPU
+// reference reads), the result is their device copy
+static inline floatX* random_input(float** host, size_t n, uint64_t seed) {
+    *host = make_random_float(n, seed);
+    return to_device(*host, n);
+}
+
 static inline float* to_device_float(const float* h, size_t n) {
     float* d = (float*)cudaMallocCheck(n * sizeof(float));
     cudaCheck(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -207,6 +214,14 @@ static inline const char* playground_mode(const Playground* pg) {
 static inline void playground_announce(const Playground* pg, const char* name, const Shape* s) {
     printf("%s: B=%d T=%d C=%d NH=%d L=%d V=%d Vp=%d, %s, %s\n", name, s->B, s->T, s->C, s->NH, s->L, s->V, s->Vp,
            PRECISION_NAME, playground_mode(pg));
+}
+
+// every file's start: the command line, the problem (full size at B and T, or QUICK_SHAPE) and its line
+static inline Shape playground_start(Playground* pg, int argc, char** argv, int num_versions, const char* name, int B, int T) {
+    *pg = playground_init(argc, argv, num_versions);
+    Shape s = playground_shape(pg, B, T);
+    playground_announce(pg, name, &s);
+    return s;
 }
 
 // ----------------------------------------------------------------------------

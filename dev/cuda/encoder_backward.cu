@@ -32,15 +32,14 @@ __global__ static void encoder_backward_v1(float* dwte, float* dwpe, const float
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "encoder_backward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "encoder_backward", 8, 1024);
     const int B = s.B, T = s.T, C = s.C, V = s.Vp;  // dwte has the padded vocabulary's rows
     size_t N = (size_t)B * T * C;
-    float* dout = make_random_float(N, 1);
+    float *dout;
     const int distinct = pg.quick ? 64 : 1000;  // far fewer token ids than positions: each repeats ~8 times
     int* inp = make_random_int((size_t)B * T, distinct, 2);
-    floatX* d_dout = to_device(dout, N);
+    floatX* d_dout = random_input(&dout, N, 1);
     int* d_inp = to_device_int(inp, (size_t)B * T);
     float* ref_wte = (float*)callocCheck((size_t)V * C, sizeof(float));
     float* ref_wpe = (float*)callocCheck((size_t)T * C, sizeof(float));

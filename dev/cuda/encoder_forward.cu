@@ -30,16 +30,14 @@ __global__ static void encoder_forward_v1(floatX* out, const int* inp, const flo
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "encoder_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "encoder_forward", 8, 1024);
     const int B = s.B, T = s.T, C = s.C, Vp = s.Vp;
     size_t N = (size_t)B * T * C;
-    float* wte = make_random_float((size_t)Vp * C, 1);
-    float* wpe = make_random_float((size_t)T * C, 2);
+    float *wte, *wpe;
     int* inp = make_random_int((size_t)B * T, s.V, 3);
-    floatX* d_wte = to_device(wte, (size_t)Vp * C);
-    floatX* d_wpe = to_device(wpe, (size_t)T * C);
+    floatX* d_wte = random_input(&wte, (size_t)Vp * C, 1);
+    floatX* d_wpe = random_input(&wpe, (size_t)T * C, 2);
     int* d_inp = to_device_int(inp, (size_t)B * T);
     floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
     float* ref = (float*)mallocCheck(N * sizeof(float));

@@ -49,9 +49,8 @@ __global__ static void dlogits_v1(floatX* dlogits, const float* probs, const int
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "fused_classifier", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "fused_classifier", 8, 1024);
     const int V = s.V, Vp = s.Vp, BT = s.B * s.T;
     size_t n = (size_t)BT * Vp;
     float* logits = make_random_float(n, 1);

@@ -38,19 +38,15 @@ __global__ static void layernorm_v1(floatX* out, const floatX* inp, const floatX
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "fused_residual_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "fused_residual_forward", 8, 1024);
     const int C = s.C, N = s.B * s.T;
     size_t NC = (size_t)N * C;
-    float* a = make_random_float(NC, 1);
-    float* b = make_random_float(NC, 2);
-    float* w = make_random_float(C, 3);
-    float* bias = make_random_float(C, 4);
-    floatX* d_a = to_device(a, NC);
-    floatX* d_b = to_device(b, NC);
-    floatX* d_w = to_device(w, C);
-    floatX* d_bias = to_device(bias, C);
+    float *a, *b, *w, *bias;
+    floatX* d_a = random_input(&a, NC, 1);
+    floatX* d_b = random_input(&b, NC, 2);
+    floatX* d_w = random_input(&w, C, 3);
+    floatX* d_bias = random_input(&bias, C, 4);
     floatX* d_res = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
     floatX* d_out = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
     float* d_mean = (float*)cudaMallocCheck((size_t)N * sizeof(float));

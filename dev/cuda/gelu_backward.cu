@@ -16,15 +16,14 @@ __global__ static void gelu_backward_v1(floatX* d, const floatX* inp, size_t N) 
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "gelu_backward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "gelu_backward", 8, 1024);
     const size_t N = (size_t)s.B * s.T * 4 * s.C;  // the MLP's hidden activations
     float* inp = make_random_float(N, 1);
-    float* dout = make_random_float(N, 2);
+    float *dout;
     for (size_t i = 0; i < N; i++) { inp[i] *= 6.0f; }
     floatX* d_inp = to_device(inp, N);
-    floatX* d_dout = to_device(dout, N);
+    floatX* d_dout = random_input(&dout, N, 2);
     floatX* d_work = (floatX*)cudaMallocCheck(N * sizeof(floatX));
     float* ref = (float*)mallocCheck(N * sizeof(float));
     for (size_t i = 0; i < N; i++) { ref[i] = dout[i] * gelu_tanh_grad(inp[i]); }

@@ -16,9 +16,8 @@ __global__ static void gelu_forward_v1(floatX* out, const floatX* inp, size_t N)
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "gelu_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "gelu_forward", 8, 1024);
     const size_t N = (size_t)s.B * s.T * 4 * s.C;  // the MLP's hidden activations
     float* inp = make_random_float(N, 1);
     for (size_t i = 0; i < N; i++) { inp[i] *= 6.0f; }

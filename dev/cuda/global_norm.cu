@@ -17,9 +17,8 @@ __global__ static void global_norm_v1(float* out, const floatX* grads, size_t n)
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "global_norm", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "global_norm", 8, 1024);
     GPT2Config model = shape_model(&s);
     const size_t n = gpt2_num_parameters(&model);  // the whole gradient vector (GPT-2 124M: 124475904)
     float* grads = make_random_float(n, 1);

@@ -67,16 +67,13 @@ __global__ static void layernorm_backward_params_v1(float* dw, float* db, const 
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "layernorm_backward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "layernorm_backward", 8, 1024);
     const int C = s.C, N = s.B * s.T;
-    float* inp = make_random_float((size_t)N * C, 1);
-    float* dout = make_random_float((size_t)N * C, 2);
-    float* w = make_random_float(C, 3);
-    floatX* d_inp = to_device(inp, (size_t)N * C);
-    floatX* d_dout = to_device(dout, (size_t)N * C);
-    floatX* d_w = to_device(w, C);
+    float *inp, *dout, *w;
+    floatX* d_inp = random_input(&inp, (size_t)N * C, 1);
+    floatX* d_dout = random_input(&dout, (size_t)N * C, 2);
+    floatX* d_w = random_input(&w, C, 3);
     float* mean = (float*)mallocCheck((size_t)N * sizeof(float));
     float* rstd = (float*)mallocCheck((size_t)N * sizeof(float));
     for (int n = 0; n < N; n++) {

@@ -37,16 +37,13 @@ __global__ static void layernorm_forward_v1(floatX* out, float* mean, float* rst
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "layernorm_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "layernorm_forward", 8, 1024);
     const int C = s.C, N = s.B * s.T;
-    float* inp = make_random_float((size_t)N * C, 1);
-    float* w = make_random_float(C, 2);
-    float* b = make_random_float(C, 3);
-    floatX* d_inp = to_device(inp, (size_t)N * C);
-    floatX* d_w = to_device(w, C);
-    floatX* d_b = to_device(b, C);
+    float *inp, *w, *b;
+    floatX* d_inp = random_input(&inp, (size_t)N * C, 1);
+    floatX* d_w = random_input(&w, C, 2);
+    floatX* d_b = random_input(&b, C, 3);
     floatX* d_out = (floatX*)cudaMallocCheck((size_t)N * C * sizeof(floatX));
     float* d_mean = (float*)cudaMallocCheck((size_t)N * sizeof(float));
     float* d_rstd = (float*)cudaMallocCheck((size_t)N * sizeof(float));

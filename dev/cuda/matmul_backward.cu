@@ -56,16 +56,13 @@ __global__ static void dweight_v1(floatX* dweight, floatX* dbias, const floatX* 
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 4, 256);
-    playground_announce(&pg, "matmul_backward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "matmul_backward", 4, 256);
     const int BT = s.B * s.T, C = s.C, OC = 3 * s.C;
-    float* dout = make_random_float((size_t)BT * OC, 1);
-    float* inp = make_random_float((size_t)BT * C, 2);
-    float* weight = make_random_float((size_t)OC * C, 3);
-    floatX* d_dout = to_device(dout, (size_t)BT * OC);
-    floatX* d_inp = to_device(inp, (size_t)BT * C);
-    floatX* d_weight = to_device(weight, (size_t)OC * C);
+    float *dout, *inp, *weight;
+    floatX* d_dout = random_input(&dout, (size_t)BT * OC, 1);
+    floatX* d_inp = random_input(&inp, (size_t)BT * C, 2);
+    floatX* d_weight = random_input(&weight, (size_t)OC * C, 3);
     floatX* d_dinp = (floatX*)cudaMallocCheck((size_t)BT * C * sizeof(floatX));
     floatX* d_dweight = (floatX*)cudaMallocCheck((size_t)OC * C * sizeof(floatX));
     floatX* d_dbias = (floatX*)cudaMallocCheck((size_t)OC * sizeof(floatX));

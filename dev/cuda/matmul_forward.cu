@@ -30,16 +30,13 @@ __global__ static void matmul_forward_v1(floatX* out, const floatX* inp, const f
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 3);
-    Shape s = playground_shape(&pg, 4, 256);
-    playground_announce(&pg, "matmul_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 3, "matmul_forward", 4, 256);
     const int BT = s.B * s.T, C = s.C, OC = 4 * s.C;
-    float* inp = make_random_float((size_t)BT * C, 1);
-    float* weight = make_random_float((size_t)OC * C, 2);
-    float* bias = make_random_float(OC, 3);
-    floatX* d_inp = to_device(inp, (size_t)BT * C);
-    floatX* d_weight = to_device(weight, (size_t)OC * C);
-    floatX* d_bias = to_device(bias, OC);
+    float *inp, *weight, *bias;
+    floatX* d_inp = random_input(&inp, (size_t)BT * C, 1);
+    floatX* d_weight = random_input(&weight, (size_t)OC * C, 2);
+    floatX* d_bias = random_input(&bias, OC, 3);
     floatX* d_out = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
     floatX* d_pre = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
     float* ref = (float*)mallocCheck((size_t)BT * OC * sizeof(float));

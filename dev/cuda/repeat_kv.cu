@@ -42,16 +42,14 @@ __global__ static void repeat_kv_backward_v1(float* dinp, const floatX* dout, in
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "repeat_kv", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "repeat_kv", 8, 1024);
     const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.C / s.NH;
     printf("  NKV=%d: query heads in groups of %d share a key/value head\n", NKV, NH / NKV);
     size_t n_in = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * 3 * s.C;
-    float* inp = make_random_float(n_in, 1);
-    float* dout = make_random_float(n_out, 2);
-    floatX* d_inp = to_device(inp, n_in);
-    floatX* d_dout = to_device(dout, n_out);
+    float *inp, *dout;
+    floatX* d_inp = random_input(&inp, n_in, 1);
+    floatX* d_dout = random_input(&dout, n_out, 2);
     float* ref_out = (float*)mallocCheck(n_out * sizeof(float));
     repeat_kv_forward(ref_out, inp, B, T, NH, NKV, HS);
     float* ref_dinp = (float*)callocCheck(n_in, sizeof(float));

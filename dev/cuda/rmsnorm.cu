@@ -52,19 +52,15 @@ __global__ static void rmsnorm_backward_dweight_v1(float* dw, const floatX* dout
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 3);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "rmsnorm", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 3, "rmsnorm", 8, 1024);
     const int C = s.C, N = s.B * s.T;
     size_t NC = (size_t)N * C;
-    float* inp = make_random_float(NC, 1);
-    float* inp2 = make_random_float(NC, 2);
-    float* dout = make_random_float(NC, 3);
-    float* w = make_random_float(C, 4);
-    floatX* d_inp = to_device(inp, NC);
-    floatX* d_inp2 = to_device(inp2, NC);
-    floatX* d_dout = to_device(dout, NC);
-    floatX* d_w = to_device(w, C);
+    float *inp, *inp2, *dout, *w;
+    floatX* d_inp = random_input(&inp, NC, 1);
+    floatX* d_inp2 = random_input(&inp2, NC, 2);
+    floatX* d_dout = random_input(&dout, NC, 3);
+    floatX* d_w = random_input(&w, C, 4);
     // the references: forward, backward from the forward's rstd, and the fused residual's forward
     float* ref_out = (float*)mallocCheck(NC * sizeof(float));
     float* ref_rstd = (float*)mallocCheck((size_t)N * sizeof(float));

@@ -35,16 +35,15 @@ __global__ static void rope_v1(floatX* x, const float* cos_table, const float* s
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "rope", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "rope", 8, 1024);
     const int B = s.B, T = s.T, HS = s.C / s.NH, nheads = s.NH + s.NKV, row = (s.NH + 2 * s.NKV) * HS;
     printf("  NKV=%d HS=%d: %d heads of %d rotate in rows of %d\n", s.NKV, HS, nheads, HS, row);
     size_t n = (size_t)B * T * row, ntab = (size_t)T * (HS / 2);
     float* x = make_random_float(n, 1);
-    float* dx = make_random_float(n, 2);
+    float *dx;
     floatX* d_x = to_device(x, n);    // the inputs, kept; each run rotates a copy
-    floatX* d_dx = to_device(dx, n);
+    floatX* d_dx = random_input(&dx, n, 2);
     floatX* d_work = (floatX*)cudaMallocCheck(n * sizeof(floatX));
     float* ref_cos = (float*)mallocCheck(ntab * sizeof(float));
     float* ref_sin = (float*)mallocCheck(ntab * sizeof(float));

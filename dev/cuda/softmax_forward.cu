@@ -35,9 +35,8 @@ __global__ static void softmax_causal_v1(floatX* x, float scale, int rows, int T
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 4, 1024);
-    playground_announce(&pg, "softmax_forward", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "softmax_forward", 4, 1024);
     const int T = s.T, rows = s.B * s.NH * T;
     const float scale = 1.0f / sqrtf((float)(s.C / s.NH));
     size_t n = (size_t)rows * T;

@@ -29,19 +29,17 @@ __global__ static void swiglu_backward_v1(floatX* dgate, floatX* dup, const floa
 }
 
 int main(int argc, char** argv) {
-    Playground pg = playground_init(argc, argv, 2);
-    Shape s = playground_shape(&pg, 8, 1024);
-    playground_announce(&pg, "swiglu", &s);
+    Playground pg;
+    Shape s = playground_start(&pg, argc, argv, 2, "swiglu", 8, 1024);
     const size_t N = (size_t)s.B * s.T * s.FFN;
     printf("  FFN=%d: %zu values\n", s.FFN, N);
     // gate in [-4, 4): silu's curved part and both tails
     float* gate = make_random_float(N, 1);
     for (size_t i = 0; i < N; i++) { gate[i] *= 4.0f; }
-    float* up = make_random_float(N, 2);
-    float* dout = make_random_float(N, 3);
+    float *up, *dout;
     floatX* d_gate = to_device(gate, N);
-    floatX* d_up = to_device(up, N);
-    floatX* d_dout = to_device(dout, N);
+    floatX* d_up = random_input(&up, N, 2);
+    floatX* d_dout = random_input(&dout, N, 3);
     float* ref_out = (float*)mallocCheck(N * sizeof(float));
     swiglu_forward(ref_out, gate, up, N);
     float* ref_dgate = (float*)callocCheck(N, sizeof(float));
