@@ -5,6 +5,7 @@ llmc/cuda/cuda_common.cuh: what every GPU file of llmc needs.
     floatX                     the activation/parameter type: bf16 (PRECISION=BF16) or float (FP32)
     Packed128<T>               16-byte vector loads and stores (x128 = Packed128<floatX>)
     warp_reduce_sum/max        warp-level reductions; block_reduce_sum for a whole block
+    residual_add_row           a warp's row of residual = inp1 + inp2 (the fused residual + norm kernels)
     stochastic_round           float -> floatX, bf16 via llmc/bf16.h's shared rounding rule
 
 The precision is chosen at build time (make PRECISION=BF16|FP32); FP16 is refused at build time
@@ -163,6 +164,13 @@ __device__ static inline float block_reduce_sum(float val) {
     __syncthreads();
     float v = (lane < num_warps) ? shared_val[lane] : 0.0f;
     return warp_reduce_sum(v);
+}
+
+// one warp, one row of C values (the fused residual + norm kernels): residual = inp1 + inp2, rounded to
+// floatX, then __syncwarp, so that the lanes go on to read the row as stored
+__device__ static inline void residual_add_row(floatX* residual, const floatX* inp1, const floatX* inp2, int C, int lane) {
+    for (int c = lane; c < C; c += WARP_SIZE) { residual[c] = (floatX)(to_float(inp1[c]) + to_float(inp2[c])); }
+    __syncwarp();
 }
 
 // ----------------------------------------------------------------------------

@@ -67,10 +67,7 @@ __global__ static void fused_residual_forward_kernel(floatX* residual, floatX* o
     int lane = threadIdx.x % WARP_SIZE;
     if (row >= N) { return; }
     size_t off = (size_t)row * C;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        residual[off + c] = (floatX)(to_float(inp1[off + c]) + to_float(inp2[off + c]));
-    }
-    __syncwarp();
+    residual_add_row(residual + off, inp1 + off, inp2 + off, C, lane);
     layernorm_row(out + off, mean + row, rstd + row, residual + off, weight, bias, C, lane);
 }
 
