@@ -429,14 +429,18 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
         return model, f"gpt2_{Path(name).name}"
     if name not in PRETRAINED:
         raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12) or a directory")
-    from transformers import GPT2LMHeadModel
-
+    depth = {"gpt2": 12, "gpt2-medium": 24, "gpt2-large": 36, "gpt2-xl": 48}[name]
+    try:
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        print0(f"warning: pretrained '{name}' weights need the transformers package, which is not installed: "
+               f"initialising d{depth} from scratch instead")
+        return load_model(f"d{depth}", seed, flash)
     try:
         hf = GPT2LMHeadModel.from_pretrained(name, local_files_only=True)
     except OSError:
         hf = GPT2LMHeadModel.from_pretrained(name) if huggingface_reachable() else None
     if hf is None:
-        depth = {"gpt2": 12, "gpt2-medium": 24, "gpt2-large": 36, "gpt2-xl": 48}[name]
         print0(f"warning: pretrained '{name}' weights cannot be downloaded (no connection to huggingface.co): "
                f"initialising d{depth} from scratch instead")
         return load_model(f"d{depth}", seed, flash)

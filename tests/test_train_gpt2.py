@@ -140,6 +140,18 @@ def test_pretrained_weights_offline_fall_back_to_scratch(monkeypatch, tmp_path, 
     assert len(out.strip().splitlines()) == 1
 
 
+def test_pretrained_weights_without_transformers_fall_back_to_scratch(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `from transformers import ...` raises ImportError
+    load_model, scratch = train_gpt2.load_model, []
+    # the fallback's own call (d12 from scratch) is recorded, not run: the offline test above builds a d12
+    monkeypatch.setattr(train_gpt2, "load_model", lambda name, seed, flash: (scratch.append((name, seed)), "stem")[1])
+    assert load_model("gpt2", seed=42, flash=False) == "stem"
+    assert scratch == [("d12", 42)]
+    out = capsys.readouterr().out
+    assert out == ("warning: pretrained 'gpt2' weights need the transformers package, which is not installed: "
+                   "initialising d12 from scratch instead\n")
+
+
 def test_cosine_schedule_warmup_and_edges():
     assert train_gpt2.get_lr(0, 1.0, 0, 10, 0.1) == pytest.approx(1.0)
     assert train_gpt2.get_lr(10, 1.0, 0, 10, 0.1) == pytest.approx(0.1)
