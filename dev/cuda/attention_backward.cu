@@ -68,10 +68,8 @@ int main(int argc, char** argv) {
     floatX* d_dinp = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
     floatX* d_dqkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
     floatX* d_datt = (floatX*)cudaMallocCheck(BNTT * sizeof(floatX));
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
-    cublas_context_init(&ctx, stream);
+    cudaStream_t stream = playground_cublas_init(&ctx);
     attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH);
     if (version_selected(&pg, 1)) {
         float* d_dinp_f = (float*)cudaMallocCheck(3 * BTC * sizeof(float));
@@ -91,8 +89,7 @@ int main(int argc, char** argv) {
         validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", 3 * BTC, precision_tol(1e-2f, 1e-1f));
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    cublas_context_free(&ctx);
-    cudaCheck(cudaStreamDestroy(stream));
+    playground_cublas_free(&ctx, stream);
     free(inp); free(dout); free(ref_out); free(ref_att); free(ref_dinp);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_qkvr));
     cudaCheck(cudaFree(d_att)); cudaCheck(cudaFree(d_scratch)); cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dqkvr));

@@ -57,10 +57,8 @@ int main(int argc, char** argv) {
     float* ref_att = (float*)mallocCheck((size_t)B * NH * T * T * sizeof(float));
     attention_forward_cpu(ref, ref_att, inp, B, T, C, NH);
     const float tol = precision_tol(1e-2f, 5e-2f);
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
-    cublas_context_init(&ctx, stream);
+    cudaStream_t stream = playground_cublas_init(&ctx);
     if (version_selected(&pg, 1)) {
         auto run = [&]() { attention_forward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_out, d_inp, B, T, C, NH); cudaCheckLaunch(); };
         check_and_time(&pg, "version 1", run, d_out, ref, BTC, tol, 10);
@@ -72,8 +70,7 @@ int main(int argc, char** argv) {
         validate_result(d_att, ref_att, "version 2 (llmc) att", (size_t)B * NH * T * T, tol);
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    cublas_context_free(&ctx);
-    cudaCheck(cudaStreamDestroy(stream));
+    playground_cublas_free(&ctx, stream);
     free(inp); free(ref); free(ref_att);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_qkvr)); cudaCheck(cudaFree(d_att)); cudaCheck(cudaFree(d_scratch));
     printf("attention_forward: all versions match the CPU reference\n");

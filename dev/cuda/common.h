@@ -24,6 +24,7 @@ kernel's constraints and still run its loops past one warp and one block.
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/cuda/cuda_common.cuh"
+#include "../../llmc/cuda/cublas_common.cuh"
 #include "../../llmc/model_config.h"
 
 // deterministic host random numbers in [-1, 1) (xorshift; the playground needs no torch parity)
@@ -222,6 +223,20 @@ static inline Shape playground_start(Playground* pg, int argc, char** argv, int 
     Shape s = playground_shape(pg, B, T);
     playground_announce(pg, name, &s);
     return s;
+}
+
+// the cuBLAS files' set-up: a stream of their own with llmc's CublasContext on it; playground_cublas_free
+// undoes both
+static inline cudaStream_t playground_cublas_init(CublasContext* ctx) {
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    cublas_context_init(ctx, stream);
+    return stream;
+}
+
+static inline void playground_cublas_free(CublasContext* ctx, cudaStream_t stream) {
+    cublas_context_free(ctx);
+    cudaCheck(cudaStreamDestroy(stream));
 }
 
 // ----------------------------------------------------------------------------

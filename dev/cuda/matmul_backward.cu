@@ -72,10 +72,8 @@ int main(int argc, char** argv) {
     float* ref_dbias = (float*)callocCheck(OC, sizeof(float));
     matmul_backward_cpu(ref_dinp, ref_dweight, ref_dbias, dout, inp, weight, BT, C, OC);
     const float tol = precision_tol(3e-2f, 1e-1f);
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
-    cublas_context_init(&ctx, stream);
+    cudaStream_t stream = playground_cublas_init(&ctx);
     auto zero = [&]() {
         cudaCheck(cudaMemsetAsync(d_dweight, 0, (size_t)OC * C * sizeof(floatX), stream));
         cudaCheck(cudaMemsetAsync(d_dbias, 0, (size_t)OC * sizeof(floatX), stream));
@@ -104,8 +102,7 @@ int main(int argc, char** argv) {
         validate_result(d_dbias, ref_dbias, "version 2 (llmc) dbias", OC, tol);
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    cublas_context_free(&ctx);
-    cudaCheck(cudaStreamDestroy(stream));
+    playground_cublas_free(&ctx, stream);
     free(dout); free(inp); free(weight); free(ref_dinp); free(ref_dweight); free(ref_dbias);
     cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_dinp));
     cudaCheck(cudaFree(d_dweight)); cudaCheck(cudaFree(d_dbias)); cudaCheck(cudaFree(scratch));

@@ -43,10 +43,8 @@ int main(int argc, char** argv) {
     matmul_forward_cpu(ref, inp, weight, bias, BT, C, OC);
     // sums of C products of values in [-1, 1): TF32 / bf16 rounding dominates the error
     const float tol = precision_tol(2e-2f, 1e-1f);
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream));
     CublasContext ctx;
-    cublas_context_init(&ctx, stream);
+    cudaStream_t stream = playground_cublas_init(&ctx);
     double flops = 2.0 * BT * C * OC;
     if (version_selected(&pg, 1)) {
         auto run = [&]() { matmul_forward_v1<<<ceil_div((size_t)BT * OC, 256), 256, 0, stream>>>(d_out, d_inp, d_weight, d_bias, BT, C, OC); cudaCheckLaunch(); };
@@ -73,8 +71,7 @@ int main(int argc, char** argv) {
         printf("version 3 (llmc, GELU epilogue): %.3f ms, %.1f TFLOP/s%s\n", ms, flops / ms * 1e-9, timing_note(&pg));
         free(ref_gelu);
     }
-    cublas_context_free(&ctx);
-    cudaCheck(cudaStreamDestroy(stream));
+    playground_cublas_free(&ctx, stream);
     free(inp); free(weight); free(bias); free(ref);
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_bias));
     cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_pre));
