@@ -133,13 +133,14 @@ __global__ static void bias_grad_partial_kernel(float* partial, const floatX* do
     }
 }
 
-// adds the partial sums (in a fixed order) into dbias
-__global__ static void bias_grad_final_kernel(floatX* dbias, const float* partial, int OC, int chunks) {
+// out (OC) += the row chunks' partial column sums, partial (chunks, OC), added in chunk order: the second
+// half of the deterministic column sums (the bias gradient here, RMSNorm's weight gradient in rmsnorm.cuh)
+__global__ static void add_partial_sums_kernel(floatX* out, const float* partial, int OC, int chunks) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) { return; }
-    float total = to_float(dbias[c]);
+    float total = to_float(out[c]);
     for (int k = 0; k < chunks; k++) { total += partial[(size_t)k * OC + c]; }
-    dbias[c] = (floatX)total;
+    out[c] = (floatX)total;
 }
 
 // scratch: at least BIAS_GRAD_ROW_CHUNKS * OC floats
@@ -148,7 +149,7 @@ static inline void bias_backward(floatX* dbias, const floatX* dout, float* scrat
     dim3 grid(ceil_div(OC, 32), BIAS_GRAD_ROW_CHUNKS);
     bias_grad_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, OC);
     cudaCheckLaunch();
-    bias_grad_final_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, BIAS_GRAD_ROW_CHUNKS);
+    add_partial_sums_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, BIAS_GRAD_ROW_CHUNKS);
     cudaCheckLaunch();
 }
 

@@ -8,7 +8,8 @@ the GPU side of llmc/cpu/layers_llama_cpu.h's rmsnorm_forward / rmsnorm_backward
         residual = inp1 + inp2, then out = rmsnorm(residual): one pass over the row instead of two kernels
     rmsnorm_backward(dinp, dweight, scratch, dout, inp, weight, rstd, N, C)
         dinp += rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = inp * rstd;
-        dweight += column sums of dout * norm (deterministic: row chunks, then a fixed-order final sum)
+        dweight += column sums of dout * norm (deterministic: a thread per row chunk and column, then the
+        chunks added in order by matmul.cuh's add_partial_sums_kernel; no atomics, no shared memory)
 
 Statistics are float32 whatever the activation type; eps is the model's norm_eps (Llama 3: 1e-5).
 */
@@ -95,35 +96,19 @@ __global__ static void rmsnorm_backward_dinp_kernel(floatX* dinp, const floatX* 
     }
 }
 
-// partial column sums of dout * norm over a chunk of rows
-// block (32 columns, 8 row lanes), grid (C/32, RMSNORM_ROW_CHUNKS); partial: (chunks, C)
+// partial column sums of dout * norm: one thread per (row chunk, column) adds its chunk's rows in order
+// (a warp reads 32 neighbouring columns of a row; no shared memory); partial (chunks, C)
 __global__ static void rmsnorm_backward_partial_kernel(float* partial, const floatX* dout, const floatX* inp,
                                                        const float* rstd, int N, int C) {
-    __shared__ float acc[8][32];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    int row_start, row_end;
-    row_chunk(N, (int)gridDim.y, (int)blockIdx.y, &row_start, &row_end);
-    float sw = 0.0f;
-    if (c < C) {
-        for (int n = row_start + threadIdx.y; n < row_end; n += blockDim.y) {
-            sw += to_float(dout[(size_t)n * C + c]) * (to_float(inp[(size_t)n * C + c]) * rstd[n]);
-        }
-    }
-    acc[threadIdx.y][threadIdx.x] = sw;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float tw = 0.0f;
-        for (int k = 0; k < 8; k++) { tw += acc[k][threadIdx.x]; }
-        partial[(size_t)blockIdx.y * C + c] = tw;
-    }
-}
-
-__global__ static void rmsnorm_backward_final_kernel(floatX* dweight, const float* partial, int C, int chunks) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) { return; }
-    float tw = to_float(dweight[c]);
-    for (int k = 0; k < chunks; k++) { tw += partial[(size_t)k * C + c]; }
-    dweight[c] = (floatX)tw;
+    int row_start, row_end;
+    row_chunk(N, (int)gridDim.y, (int)blockIdx.y, &row_start, &row_end);
+    float sum = 0.0f;
+    for (int n = row_start; n < row_end; n++) {
+        sum += to_float(dout[(size_t)n * C + c]) * (to_float(inp[(size_t)n * C + c]) * rstd[n]);
+    }
+    partial[(size_t)blockIdx.y * C + c] = sum;
 }
 
 // scratch: at least RMSNORM_ROW_CHUNKS * C floats
@@ -134,11 +119,10 @@ static inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratc
     const int rows_per_block = block_size / WARP_SIZE;
     rmsnorm_backward_dinp_kernel<<<ceil_div(N, rows_per_block), block_size, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
-    dim3 block(32, 8);
-    dim3 grid(ceil_div(C, 32), RMSNORM_ROW_CHUNKS);
-    rmsnorm_backward_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, inp, rstd, N, C);
+    dim3 grid(ceil_div(C, 128), RMSNORM_ROW_CHUNKS);
+    rmsnorm_backward_partial_kernel<<<grid, 128, 0, stream>>>(scratch, dout, inp, rstd, N, C);
     cudaCheckLaunch();
-    rmsnorm_backward_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, scratch, C, RMSNORM_ROW_CHUNKS);
+    add_partial_sums_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, scratch, C, RMSNORM_ROW_CHUNKS);
     cudaCheckLaunch();
 }
 
