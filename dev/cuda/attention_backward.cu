@@ -25,19 +25,12 @@ __global__ static void attention_backward_v1(float* dinp, const floatX* dout, co
     const floatX* q = inp + qkv_offset(b, t, 0, h, T, C, HS);
     float* dq = dinp + qkv_offset(b, t, 0, h, T, C, HS);
     float dot = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
-        float datt = 0.0f;
-        for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
-        dot += to_float(a[t2]) * datt;
-    }
+    for (int t2 = 0; t2 <= t; t2++) { dot += to_float(a[t2]) * attention_datt(d, inp, b, t2, h, T, C, HS); }
     for (int t2 = 0; t2 <= t; t2++) {
         const floatX* k = inp + qkv_offset(b, t2, 1, h, T, C, HS);
-        const floatX* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
         float* dk = dinp + qkv_offset(b, t2, 1, h, T, C, HS);
         float* dv = dinp + qkv_offset(b, t2, 2, h, T, C, HS);
-        float datt = 0.0f;
-        for (int i = 0; i < HS; i++) { datt += to_float(d[i]) * to_float(v[i]); }
+        float datt = attention_datt(d, inp, b, t2, h, T, C, HS);
         float p = to_float(a[t2]);
         float dpre = p * (datt - dot) * scale;
         for (int i = 0; i < HS; i++) {

@@ -8,6 +8,7 @@ shared by attention_forward.cu and attention_backward.cu. inp (B, T, 3C) = [q | 
 #include <math.h>
 #include <stddef.h>
 #include "../../llmc/host_device.h"
+#include "../../llmc/cuda/cuda_common.cuh"
 
 // offsets into the tensors of one head h at position t of sequence b (HS = C / NH), for the references
 // and the naive kernels: q (part 0), k (1) or v (2) in the packed (B, T, 3C) input, the head's slice of
@@ -17,6 +18,16 @@ static inline HD size_t qkv_offset(int b, int t, int part, int h, int T, int C, 
 }
 static inline HD size_t head_offset(int b, int t, int h, int T, int C, int HS) { return ((size_t)b * T + t) * C + (size_t)h * HS; }
 static inline HD size_t att_offset(int b, int h, int t, int NH, int T) { return (((size_t)b * NH + h) * T + t) * T; }
+
+// the gradient of one attention weight, (b, h, t) looking at t2: the head's output gradient d (HS values)
+// dotted with v at t2 (float or floatX inputs, summed in float)
+template <class X>
+static inline HD float attention_datt(const X* d, const X* inp, int b, int t2, int h, int T, int C, int HS) {
+    const X* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
+    float sum = 0.0f;
+    for (int i = 0; i < HS; i++) { sum += to_float(d[i]) * to_float(v[i]); }
+    return sum;
+}
 
 // out (B, T, C), att (B, NH, T, T) softmax weights (0 above the diagonal)
 static void attention_forward_cpu(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
@@ -63,10 +74,9 @@ static void attention_backward_cpu(float* dinp, const float* dout, const float* 
                 float* dq = dinp + qkv_offset(b, t, 0, h, T, C, HS);
                 float dot = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + qkv_offset(b, t2, 2, h, T, C, HS);
                     float* dv = dinp + qkv_offset(b, t2, 2, h, T, C, HS);
-                    datt[t2] = 0.0f;
-                    for (int i = 0; i < HS; i++) { datt[t2] += d[i] * v[i]; dv[i] += a[t2] * d[i]; }
+                    for (int i = 0; i < HS; i++) { dv[i] += a[t2] * d[i]; }
+                    datt[t2] = attention_datt(d, inp, b, t2, h, T, C, HS);
                     dot += a[t2] * datt[t2];
                 }
                 for (int t2 = 0; t2 <= t; t2++) {
