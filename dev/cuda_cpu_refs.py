@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -43,12 +42,9 @@ NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "
 
 def load_reference() -> ModuleType:
     """train_gpt2.py as a module (its writers, model and data loader)."""
-    spec = importlib.util.spec_from_file_location("train_gpt2_reference", REPO / "train_gpt2.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(REPO))
+    import train_gpt2
+    return train_gpt2
 
 
 def shard_path(split: str) -> Path:

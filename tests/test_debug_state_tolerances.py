@@ -29,18 +29,19 @@ Runtime: 190 s of CPU (python 40 s, the 29 test_gpt2 runs the rest, BLAS=none 6 
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
 from conftest import REPO, TS_TRAIN, TS_VAL, make, run
+
+sys.path.insert(0, str(REPO))
+import train_gpt2 as ref  # noqa: E402
 
 MODEL = "d1"
 SHAPES = [(4, 64), (2, 128), (1, 256)]
@@ -91,18 +92,8 @@ class Row:
     ok: bool
 
 
-def load_reference() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_gpt2_tolerances_ref", REPO / "train_gpt2.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def write_states(workdir: Path) -> None:
     """The d1 checkpoint and one debug state per batch, written by train_gpt2.py's own writers."""
-    ref = load_reference()
     model, _ = ref.load_model(MODEL, 42, False)
     ref.write_model(model, workdir / "model.bin", "float32")
     for shard, path in (("train", TS_TRAIN), ("val", TS_VAL)):
