@@ -42,6 +42,7 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/layers_cpu.h"
 #include "llmc/cpu/layers_llama_cpu.h"
 #include "llmc/llama3_config.h"
+#include "llmc/tokenizer.h"
 
 #define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
 #ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and reads llama-3 shards only
@@ -83,99 +84,63 @@ LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
     X(fcproj,     1, C,     1) \
     X(residual3,  1, C,     1) /* residual2 + fcproj, the layer's output */
 
-#define LLAMA3_ACT_FIELD_(name, per_layer, per_token, has_grad) float* name;
-typedef struct { LLAMA3_ACTIVATION_TENSORS(LLAMA3_ACT_FIELD_) } Llama3Acts;
+typedef struct { LLAMA3_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3Acts;
 // one layer's activations (or gradients): residual is the layer's input
-typedef struct { float* residual; LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ACT_FIELD_) } Llama3LayerActs;
+typedef struct { float* residual; LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3LayerActs;
 
-#define LLAMA3_ACT_POINT_(name, per_layer, per_token, has_grad) { \
-        size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
-        a->name = memory != NULL && size > 0 ? memory + n : NULL; \
-        n += size; \
-    }
 // points the activations (grads = 1: their gradients, has_grad tensors only) for B x T tokens
 // into memory; returns how many floats they take (memory NULL: only counts)
 static size_t llama3_point_activations(Llama3Acts* a, float* memory, const Llama3Config* cfg, int B, int T, int grads) {
     LLAMA3_DIMS_(cfg)
     size_t BT = (size_t)B * T, n = 0;
-    LLAMA3_ACTIVATION_TENSORS(LLAMA3_ACT_POINT_)
+    LLAMA3_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
 }
 
-#define LLAMA3_ACT_LAYER_(name, per_layer, per_token, has_grad) \
-    v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
 static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
     LLAMA3_DIMS_(cfg)
     size_t BT = (size_t)B * T;
     Llama3LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ACT_LAYER_)
+    LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
     return v;
 }
 
 typedef struct {
     Llama3Config config;
-    Llama3Params params;
-    size_t param_sizes[LLAMA3_NUM_PARAMETER_TENSORS];
-    float* params_memory;
-    size_t num_parameters;
+    Llama3Params params;      // named pointers into cpu's flat buffers: weights, gradients,
     Llama3Params grads;
-    float* grads_memory;
-    // AdamW moments of this process's slice [opt_offset, opt_offset + opt_size) (ZeRO-1: a shard), or with
-    // -op muon (llama3_allocate_muon) the state of this process's segments back to back: Muon on each
-    // layer's qkvw, attprojw, fcw, fcw2, fcprojw (m its momentum), AdamW on wte, lm_head and the norms
-    float* m_memory;
-    float* v_memory;
-    size_t opt_offset;
-    size_t opt_size;
-    int optimizer;    // OPTIMIZER_ADAMW or OPTIMIZER_MUON
-    CpuMuon muon;
-    float* rope_cos;  // (maxT, HS/2)
-    float* rope_sin;
-    Llama3Acts acts;
-    float* acts_memory;
-    size_t num_activations;
+    Llama3Acts acts;          // activations and their gradients (has_grad tensors only)
     Llama3Acts grads_acts;
-    float* grads_acts_memory;
-    size_t num_grad_activations;
-    int batch_size, seq_len;  // what the activations were allocated for
-    int* inputs;              // (B, T) of the last forward
-    int* targets;
-    int cur_B, cur_T;
-    float mean_loss;          // -1 after a forward without targets
+    float* rope_cos;          // (maxT, HS/2)
+    float* rope_sin;
+    // the flat buffers, the optimizer state (AdamW, or -op muon: Muon on each layer's qkvw, attprojw, fcw,
+    // fcw2, fcprojw, AdamW on wte, lm_head and the norms) and the current batch (llmc/cpu/cpu_model.h)
+    CpuModel cpu;
 } Llama3;
 
 // parameters (zeroed), gradients and the rotary tables for model->config
 static void llama3_allocate_parameters(Llama3* model) {
     const Llama3Config* cfg = &model->config;
-    llama3_parameter_sizes(model->param_sizes, cfg);
-    model->num_parameters = llama3_num_parameters(cfg);
-    model->params_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
-    model->grads_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
-    llama3_point_parameters(&model->params, model->params_memory, cfg);
-    llama3_point_parameters(&model->grads, model->grads_memory, cfg);
+    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
+    llama3_parameter_dims(dims, cfg);
+    cpu_model_init(&model->cpu, "llama3", cfg->vocab_size, cfg->max_seq_len, (const size_t(*)[3])dims,
+                   LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_NUM_PARAMETER_TENSORS);
+    llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
+    llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     int HS = cfg->channels / cfg->num_heads;
     model->rope_cos = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     model->rope_sin = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
     rope_init(model->rope_cos, model->rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor, cfg->rope_low_freq_factor,
               cfg->rope_high_freq_factor, cfg->rope_original_max_pos);
-    model->m_memory = model->v_memory = NULL;
-    model->opt_offset = model->opt_size = 0;
-    model->optimizer = OPTIMIZER_ADAMW;
-    cpu_muon_init(&model->muon);
-    model->acts_memory = model->grads_acts_memory = NULL;
-    model->inputs = model->targets = NULL;
-    model->batch_size = model->seq_len = 0;
-    model->cur_B = model->cur_T = 0;
-    model->mean_loss = -1.0f;
 }
 
 static void llama3_build_from_file(Llama3* model, const char* path) {
     int version;
     FILE* f = llama3_model_open(path, &model->config, &version);
     llama3_allocate_parameters(model);
-    model_file_read_params(f, path, version, model->params_memory, model->num_parameters);
+    model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
     fcloseCheck(f, path);
 }
 
@@ -189,9 +154,9 @@ static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, un
     mt19937_state rng;
     manual_seed(&rng, seed);
     double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
-    float* t = model->params_memory;
+    float* t = model->cpu.params_memory;
     for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        size_t n = model->param_sizes[k];
+        size_t n = model->cpu.param_sizes[k];
         if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
             int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
             normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
@@ -202,35 +167,16 @@ static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, un
     }
 }
 
+// activations and their gradients for batches of up to B x T tokens
 static void llama3_allocate_activations(Llama3* model, int B, int T) {
-    model->batch_size = B;
-    model->seq_len = T;
-    model->num_activations = llama3_point_activations(&model->acts, NULL, &model->config, B, T, 0);
-    model->num_grad_activations = llama3_point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
-    model->acts_memory = (float*)callocCheck(model->num_activations, sizeof(float));
-    model->grads_acts_memory = (float*)callocCheck(model->num_grad_activations, sizeof(float));
-    llama3_point_activations(&model->acts, model->acts_memory, &model->config, B, T, 0);
-    llama3_point_activations(&model->grads_acts, model->grads_acts_memory, &model->config, B, T, 1);
-    model->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    model->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
-}
-
-static void llama3_allocate_optimizer(Llama3* model, size_t opt_offset, size_t opt_size) {
-    model->opt_offset = opt_offset;
-    model->opt_size = opt_size;
-    model->m_memory = (float*)callocCheck(opt_size, sizeof(float));
-    model->v_memory = (float*)callocCheck(opt_size, sizeof(float));
-}
-
-// Muon on the blocks' matrices, AdamW on the rest (train_llama3.py's split), planned like GPT-2's
-// (llmc/cpu/cpu_trainer.h): with ZeRO-1 over nproc processes each owns whole matrices and a shard of the rest
-static void llama3_allocate_muon(Llama3* model, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
-    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
-    llama3_parameter_dims(dims, &model->config);
-    model->optimizer = OPTIMIZER_MUON;
-    size_t owned = cpu_muon_plan(&model->muon, muon, (const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER,
-                                 LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS, zero_stage, nproc, rank);
-    llama3_allocate_optimizer(model, 0, owned);
+    size_t n = llama3_point_activations(&model->acts, NULL, &model->config, B, T, 0);
+    size_t n_grads = llama3_point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
+    cpu_model_allocate_activations(&model->cpu, B, T, n, n_grads);
+    llama3_point_activations(&model->acts, model->cpu.acts_memory, &model->config, B, T, 0);
+    llama3_point_activations(&model->grads_acts, model->cpu.grads_acts_memory, &model->config, B, T, 1);
+    model->cpu.logits = model->acts.logits;
+    model->cpu.losses = model->acts.losses;
+    model->cpu.logits_stride = model->config.vocab_size;
 }
 
 // the output projection: lm_head, or wte when tied (and their gradients alike)
@@ -241,24 +187,11 @@ static float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
 // Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
 // B x T may be smaller than what the activations were allocated for.
 static void llama3_forward(Llama3* model, const int* inputs, const int* targets, int B, int T) {
-    if (model->acts_memory == NULL) { llmc_die("internal: llama3_allocate_activations was not called"); }
-    if ((size_t)B * T > (size_t)model->batch_size * model->seq_len || T > model->seq_len) {
-        llmc_die("internal: forward of %dx%d tokens exceeds the %dx%d allocated", B, T, model->batch_size, model->seq_len);
-    }
+    cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     const Llama3Config* cfg = &model->config;
     int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
     float eps = cfg->norm_eps;
-    for (int i = 0; i < B * T; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
-        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
-            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
-        }
-    }
-    memcpy(model->inputs, inputs, (size_t)B * T * sizeof(int));
-    if (targets != NULL) { memcpy(model->targets, targets, (size_t)B * T * sizeof(int)); }
-    model->cur_B = B;
-    model->cur_T = T;
 
     Llama3Params p = model->params;
     Llama3Acts acts = model->acts;
@@ -286,34 +219,22 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     rmsnorm_forward(acts.lnf, acts.lnf_rstd, last.residual3, p.lnfw, eps, B, T, C);           // (B,T,C)
     matmul_forward(acts.logits, acts.lnf, llama3_lm_head(&p, cfg), NULL, B, T, C, V);       // (B,T,V)
-    if (targets == NULL) {
-        model->mean_loss = -1.0f;
-        return;
-    }
-    crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V);
-    double sum = 0.0;
-    for (int i = 0; i < B * T; i++) { sum += acts.losses[i]; }
-    model->mean_loss = (float)(sum / (B * T));
+    if (targets != NULL) { crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V); } // (B,T)
+    cpu_model_end_forward(&model->cpu, targets != NULL);
 }
-
-static void llama3_zero_grad(Llama3* model) { memset(model->grads_memory, 0, model->num_parameters * sizeof(float)); }
 
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
 // to model->grads.
 static void llama3_backward(Llama3* model, float loss_scale) {
-    if (model->mean_loss < 0.0f) { llmc_die("internal: llama3_backward needs a forward pass with targets"); }
+    Llama3Params p = model->params, g = model->grads;
+    Llama3Acts acts = model->acts, gacts = model->grads_acts;
+    cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
     const Llama3Config* cfg = &model->config;
-    int B = model->cur_B, T = model->cur_T;
+    int B = model->cpu.cur_B, T = model->cpu.cur_T;
     int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
     size_t BTC = (size_t)B * T * C;
-    Llama3Params p = model->params, g = model->grads;
-    Llama3Acts acts = model->acts, gacts = model->grads_acts;
-    memset(model->grads_acts_memory, 0, model->num_grad_activations * sizeof(float));
-
-    float dloss_mean = loss_scale / (float)(B * T);
-    for (int i = 0; i < B * T; i++) { gacts.losses[i] = dloss_mean; }
-    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->targets, B, T, V, V);
+    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
     matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), NULL, gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V);
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     Llama3LayerActs dlast = llama3_layer_acts(&model->grads_acts, cfg, B, T, L - 1);
@@ -340,58 +261,24 @@ static void llama3_backward(Llama3* model, float loss_scale) {
         matmul_backward(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV);
         rmsnorm_backward(da.residual, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C);
     }
-    embedding_backward(g.wte, gacts.encoded, model->inputs, B, T, C);
-}
-
-// Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
-static float llama3_grad_norm(const Llama3* model) { return cpu_grad_norm(model->grads_memory, model->num_parameters); }
-
-// One AdamW step (llmc/adamw.h) on this process's parameter slice, gradients scaled by grad_scale
-// first (clipping); weight decay on the 2-D weights only; t is 1-based.
-static void llama3_update(Llama3* model, float learning_rate, float beta1, float beta2, float eps,
-                          float weight_decay, float grad_scale, int t) {
-    cpu_adamw_update(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->opt_offset,
-                     model->opt_size, model->param_sizes, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS,
-                     learning_rate, beta1, beta2, eps, weight_decay, grad_scale, t);
-}
-
-// One step of Muon mode on this process's segments (cpu_muon_update): Muon with muon_lr on the owned
-// matrices, AdamW with learning_rate on the other owned parameters
-static void llama3_update_muon(Llama3* model, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
-                               float weight_decay, float grad_scale, int t) {
-    cpu_muon_update(&model->muon, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                    LLAMA3_PARAMETER_IS_MATRIX, learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    embedding_backward(g.wte, gacts.encoded, model->cpu.inputs, B, T, C);
 }
 
 static void llama3_free(Llama3* model) {
-    cpu_muon_free(&model->muon);
-    free(model->params_memory);
-    free(model->grads_memory);
-    free(model->m_memory);
-    free(model->v_memory);
     free(model->rope_cos);
     free(model->rope_sin);
-    free(model->acts_memory);
-    free(model->grads_acts_memory);
-    free(model->inputs);
-    free(model->targets);
+    cpu_model_free(&model->cpu);
 }
 
 // ----------------------------------------------------------------------------
 // the training program: llmc/trainer.h runs the loop, llmc/cpu/cpu_trainer.h brings what every CPU
-// trainer adds (gradient norm, training state, threads, MPI), this file brings its layers
+// trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
+// model's calls
 
-#ifndef LLMC_NO_MAIN
-#include "llmc/args.h"
-#include "llmc/checkpoint.h"
-#include "llmc/tokenizer.h"
-#include "llmc/zero.h"
-#include "llmc/mpi_utils.h"
-
-// -e: dN (from scratch, V from the tokenizer file) or a Llama 3 model file
-static void llama3_build(Llama3* model, const char* load) {
+// -e: dN (from scratch, V from the tokenizer file) or a Llama 3 model file; from_file: a model file
+static void llama3_build(Llama3* model, const char* load, int from_file) {
     Llama3Config cfg;
-    if (llama3_config_from_descriptor(load, 1, &cfg)) {
+    if (!from_file && llama3_config_from_descriptor(load, 1, &cfg)) {
         if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
             llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
                      LLAMA3_TOKENIZER_PATH, load);
@@ -406,99 +293,36 @@ static void llama3_build(Llama3* model, const char* load) {
         llama3_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
         return;
     }
-    if (!file_exists(load)) {
+    if (!from_file && !file_exists(load)) {
         llmc_die("%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)", load);
     }
     llama3_build_from_file(model, load);
 }
 
-typedef struct {
-    CpuTrainerCore core; // first: the generic TrainerOps of llmc/cpu/cpu_trainer.h take this struct as theirs
-    Llama3* model;
-} Llama3Trainer;
-
-static void l3_zero_grad(void* ctx) { llama3_zero_grad(((Llama3Trainer*)ctx)->model); }
-
-static float l3_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
-    Llama3Trainer* c = (Llama3Trainer*)ctx;
-    (void)last;
-    llama3_forward(c->model, inputs, targets, c->core.B, c->core.T);
-    llama3_backward(c->model, loss_scale);
-    return c->model->mean_loss;
+// the model's line of what the run does
+static void llama3_describe(const Llama3* model, const char* path) {
+    const Llama3Config* cfg = &model->config;
+    printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", path, cfg->num_layers,
+           cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+           cfg->tied_embeddings ? " (tied lm_head)" : "", model->cpu.num_parameters);
 }
 
-static const float* l3_forward_losses(void* ctx, const int* inputs, const int* targets) {
-    Llama3Trainer* c = (Llama3Trainer*)ctx;
-    llama3_forward(c->model, inputs, targets, c->core.B, c->core.T);
-    return c->model->acts.losses;
+static void llama3_write(const Llama3* model, const char* path) {
+    llama3_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
 }
 
-static const float* l3_next_token_logits(void* ctx, const int* tokens, int len) {
-    Llama3* model = ((Llama3Trainer*)ctx)->model;
-    llama3_forward(model, tokens, NULL, 1, len);
-    return model->acts.logits + (size_t)(len - 1) * model->config.vocab_size;
-}
+CPU_MODEL_CALLS(Llama3, llama3)
 
-static void l3_save_model(void* ctx, const char* path) {
-    Llama3* model = ((Llama3Trainer*)ctx)->model;
-    llama3_model_write(path, &model->config, model->params_memory, model->num_parameters);
-}
+#ifndef LLMC_NO_MAIN
 
 int main(int argc, char** argv) {
-    ProcessGroup pg = process_group_init(&argc, &argv);
     // the trainers' one flag table; only -e's default differs (d2 from scratch)
-    ArgSpec table[TRAIN_ARG_COUNT];
-    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
-    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
-        if (strcmp(table[i].flag, "-e") == 0) {
-            table[i].default_value = "d2";
-            table[i].help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")";
-        }
-    }
-    TrainArgs args;
-    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, "Trains Llama 3 on the CPU.");
-    cpu_parse_precision(args.precision, argv[0]);
-    MuonConfig muon;
-    int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);
-    CpuTrainerRun run;
+    static const CpuTrainerFamily family = {
+        "Trains Llama 3 on the CPU.", "d2",
+        "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
+        "block size",
+    };
     Llama3 model;
-    if (cpu_trainer_prepare(&run, &args, &pg) >= 0) {
-        llama3_build_from_file(&model, run.model_path);
-    } else {
-        llama3_build(&model, args.load_filename);
-    }
-    Llama3Config cfg = model.config;
-    Trainer trainer;
-    ZeroShard shard = cpu_trainer_start(&run, &trainer, cfg.vocab_size, cfg.max_seq_len, "block size", model.num_parameters);
-    llama3_allocate_activations(&model, args.B, args.T);
-    if (optimizer == OPTIMIZER_MUON) {
-        llama3_allocate_muon(&model, &muon, args.zero_stage, pg.num_processes, pg.process_rank);
-    } else {
-        llama3_allocate_optimizer(&model, shard.offset, shard.size);
-    }
-    cpu_choose_precision(&pg);
-    CpuTrainerCore core = {&pg, args.B, args.T, args.zero_stage, model.params_memory, model.grads_memory, model.num_parameters,
-                           model.m_memory, model.v_memory, model.opt_offset, model.opt_size, model.optimizer,
-                           model.param_sizes, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_NUM_PARAMETER_TENSORS, &model.muon, {0}};
-    cpu_trainer_schedule_muon(&core, &args, trainer.max_steps);
-
-    if (pg.process_rank == 0) {
-        cpu_trainer_print_flags(table, &args);
-        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", run.model_path, cfg.num_layers,
-               cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.ffn_hidden, cfg.max_seq_len, cfg.vocab_size,
-               cfg.tied_embeddings ? " (tied lm_head)" : "", model.num_parameters);
-        cpu_trainer_print_optimizer(&core, &args);
-        cpu_trainer_print_threads(&run);
-    }
-
-    Llama3Trainer l3 = {core, &model};
-    TrainerOps ops = {&l3, l3_zero_grad, l3_forward_backward, cpu_trainer_grad_norm, cpu_trainer_update, l3_forward_losses,
-                      l3_next_token_logits, l3_save_model, cpu_trainer_save_state, cpu_trainer_load_state};
-    int status = trainer_run(&trainer, &ops);
-
-    trainer_free(&trainer);
-    llama3_free(&model);
-    process_group_finalize();
-    return status;
+    return cpu_trainer_main(argc, argv, &family, &model, &llama3_calls, &model.cpu);
 }
 #endif

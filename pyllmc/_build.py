@@ -28,11 +28,16 @@ typedef struct {
 typedef struct { float* logits; float* probs; float* losses; ...; } ActivationTensors;
 
 typedef struct {
-    GPT2Config config;
     float* params_memory; size_t num_parameters; float* grads_memory;
     float* m_memory; float* v_memory; size_t opt_offset; size_t opt_size;
-    ActivationTensors acts;
     int batch_size; int seq_len; int cur_B; int cur_T; float mean_loss;
+    ...;
+} CpuModel;
+
+typedef struct {
+    GPT2Config config;
+    ActivationTensors acts;
+    CpuModel cpu;
     ...;
 } GPT2;
 
@@ -86,8 +91,8 @@ void pyllmc_model_discard(GPT2* model);
 int pyllmc_model_ensure_activations(GPT2* model, int B, int T);
 int pyllmc_model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T);
 int pyllmc_model_backward(GPT2* model, float loss_scale);
-void gpt2_zero_grad(GPT2* model);
-float gpt2_grad_norm(const GPT2* model);
+void pyllmc_model_zero_grad(GPT2* model);
+float pyllmc_model_grad_norm(const GPT2* model);
 int pyllmc_model_ensure_optimizer(GPT2* model);
 float pyllmc_model_step(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
                         float weight_decay, float grad_clip, int t);

@@ -126,8 +126,8 @@ static void pyllmc_adamw_update(float* params, const float* grads, float* m, flo
 
 // frees what a failed build left behind and zeroes the struct
 static void pyllmc_model_reset_(GPT2* model) {
-    free(model->params_memory);
-    free(model->grads_memory);
+    free(model->cpu.params_memory);
+    free(model->cpu.grads_memory);
     memset(model, 0, sizeof(*model));
 }
 
@@ -158,17 +158,17 @@ static int pyllmc_config_from_descriptor(const char* desc, GPT2Config* cfg, char
 // a forward needs more, never shrinks it (the optimizer state is separate and stays). guarded
 static int pyllmc_model_ensure_activations(GPT2* model, int B, int T) {
     PYLLMC_GUARDED({
-        int fits = model->acts_memory != NULL && (size_t)B * T <= (size_t)model->batch_size * model->seq_len &&
-                   T <= model->seq_len;
+        int fits = model->cpu.acts_memory != NULL && (size_t)B * T <= (size_t)model->cpu.batch_size * model->cpu.seq_len &&
+                   T <= model->cpu.seq_len;
         if (!fits) {
-            int newT = T > model->seq_len ? T : model->seq_len;
+            int newT = T > model->cpu.seq_len ? T : model->cpu.seq_len;
             size_t tokens = (size_t)B * T;
-            size_t old_tokens = (size_t)model->batch_size * model->seq_len;
+            size_t old_tokens = (size_t)model->cpu.batch_size * model->cpu.seq_len;
             if (old_tokens > tokens) { tokens = old_tokens; }
             int newB = (int)((tokens + (size_t)newT - 1) / (size_t)newT);
-            gpt2_free_activations(model);
+            cpu_model_free_activations(&model->cpu);
             gpt2_allocate_activations(model, newB, newT);
-            model->mean_loss = -1.0f;
+            model->cpu.mean_loss = -1.0f;
         }
     });
 }
@@ -183,10 +183,14 @@ static int pyllmc_model_backward(GPT2* model, float loss_scale) {
     PYLLMC_GUARDED(gpt2_backward(model, loss_scale));
 }
 
+static void pyllmc_model_zero_grad(GPT2* model) { cpu_model_zero_grad(&model->cpu); }
+
+static float pyllmc_model_grad_norm(const GPT2* model) { return cpu_model_grad_norm(&model->cpu); }
+
 // AdamW moments for all parameters, allocated on the first step. guarded
 static int pyllmc_model_ensure_optimizer(GPT2* model) {
     PYLLMC_GUARDED({
-        if (model->m_memory == NULL) { gpt2_allocate_optimizer(model, 0, model->num_parameters); }
+        if (model->cpu.m_memory == NULL) { cpu_model_allocate_optimizer(&model->cpu, 0, model->cpu.num_parameters); }
     });
 }
 
@@ -194,8 +198,8 @@ static int pyllmc_model_ensure_optimizer(GPT2* model) {
 // AdamW on every parameter (weight decay on the 2-D weights only). Returns the norm.
 static float pyllmc_model_step(GPT2* model, float learning_rate, float beta1, float beta2, float eps,
                                float weight_decay, float grad_clip, int t) {
-    float norm = gpt2_grad_norm(model);
-    gpt2_update(model, learning_rate, beta1, beta2, eps, weight_decay, grad_clip_scale(norm, grad_clip), t);
+    float norm = cpu_model_grad_norm(&model->cpu);
+    cpu_model_update(&model->cpu, learning_rate, beta1, beta2, eps, weight_decay, grad_clip_scale(norm, grad_clip), t);
     return norm;
 }
 
@@ -218,7 +222,7 @@ static int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_t
 
 // writes an fp32 checkpoint atomically. guarded
 static int pyllmc_model_save(GPT2* model, const char* path) {
-    PYLLMC_GUARDED(checkpoint_write(path, &model->config, model->params_memory, model->num_parameters));
+    PYLLMC_GUARDED(checkpoint_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters));
 }
 
 static void pyllmc_model_free(GPT2* model) {
@@ -228,7 +232,7 @@ static void pyllmc_model_free(GPT2* model) {
 
 // AdamW on every parameter with gradients multiplied by grad_scale (llmc/trainer.h's clip factor)
 static void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t) {
-    gpt2_update(model, learning_rate, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    cpu_model_update(&model->cpu, learning_rate, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
 }
 
 // ----------------------------------------------------------------------------

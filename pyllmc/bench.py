@@ -60,11 +60,11 @@ def python_step(model: GPT2, x: np.ndarray, y: np.ndarray) -> float:
 
 def raw_step(model: GPT2, x: np.ndarray, y: np.ndarray, t: int) -> float:
     c = model._c
-    lib.gpt2_zero_grad(c)
+    lib.pyllmc_model_zero_grad(c)
     lib.pyllmc_model_forward(c, ffi.from_buffer("int[]", x), ffi.from_buffer("int[]", y), x.shape[0], x.shape[1])
     lib.pyllmc_model_backward(c, 1.0)
     lib.pyllmc_model_step(c, 3e-4, 0.9, 0.95, 1e-8, 0.0, 1.0, t)
-    return float(c.mean_loss)
+    return float(c.cpu.mean_loss)
 
 
 def main() -> None:

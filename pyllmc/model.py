@@ -132,11 +132,11 @@ class GPT2:
         self.config = GPT2Config._from_c(self._c.config)
         self.t = 0  # optimizer steps taken
         self._finalizer = weakref.finalize(self, lib.pyllmc_model_free, self._c)
-        n = int(self._c.num_parameters)
+        n = int(self._c.cpu.num_parameters)
         if n != self.config.num_parameters():
             raise LlmcError(f"internal: C model has {n} parameters, the config says {self.config.num_parameters()}")
-        self.params_flat: np.ndarray = np.asarray(_CArray(self, self._c.params_memory, (n,), "<f4"))
-        self.grads_flat: np.ndarray = np.asarray(_CArray(self, self._c.grads_memory, (n,), "<f4"))
+        self.params_flat: np.ndarray = np.asarray(_CArray(self, self._c.cpu.params_memory, (n,), "<f4"))
+        self.grads_flat: np.ndarray = np.asarray(_CArray(self, self._c.cpu.grads_memory, (n,), "<f4"))
         self.params: dict[str, np.ndarray] = self._named(self.params_flat)
         self.grads: dict[str, np.ndarray] = self._named(self.grads_flat)
 
@@ -181,7 +181,7 @@ class GPT2:
 
     @property
     def num_parameters(self) -> int:
-        return int(self._c.num_parameters)
+        return int(self._c.cpu.num_parameters)
 
     # ------------------------------------------------------------------------ training
 
@@ -199,7 +199,7 @@ class GPT2:
         check_rc(lib.pyllmc_model_ensure_activations(self._c, B, T))
         y_ptr = ffi.NULL if y is None else ffi.from_buffer("int[]", y)
         check_rc(lib.pyllmc_model_forward(self._c, ffi.from_buffer("int[]", x), y_ptr, B, T))
-        loss = float(self._c.mean_loss) if y is not None else None
+        loss = float(self._c.cpu.mean_loss) if y is not None else None
         logits = None
         if return_logits:
             Vp, V = cfg.padded_vocab_size, cfg.vocab_size
@@ -209,12 +209,12 @@ class GPT2:
 
     def zero_grad(self) -> None:
         """Sets every gradient to zero (backward accumulates)."""
-        lib.gpt2_zero_grad(self._c)
+        lib.pyllmc_model_zero_grad(self._c)
 
     def backward(self, loss_scale: float = 1.0) -> None:
         """Backward pass of the last forward (which must have had targets). Gradients are ADDED to
         self.grads, like PyTorch's .backward(); loss_scale multiplies the loss (1/accumulation steps)."""
-        if not self._c.mean_loss >= 0.0:
+        if not self._c.cpu.mean_loss >= 0.0:
             raise RuntimeError("backward() needs a forward(idx, targets) with targets first "
                                "(a forward without targets or generate() came in between)")
         if not math.isfinite(loss_scale):
@@ -223,7 +223,7 @@ class GPT2:
 
     def grad_norm(self) -> float:
         """Global L2 norm of the gradients (what step() clips)."""
-        return float(lib.gpt2_grad_norm(self._c))
+        return float(lib.pyllmc_model_grad_norm(self._c))
 
     def step(self, lr: float, beta1: float = 0.9, beta2: float = 0.95, eps: float = 1e-8,
              weight_decay: float = 0.0, grad_clip: float = 1.0) -> float:

@@ -1,7 +1,7 @@
 /*
 llmc/cpu/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
-once: the flags, the lines that say what is checked, the table rows and the verdict. Each program keeps
-its model's calls (build, forward, backward, update) and its model's line.
+once: the flags, the lines that say what is checked, the table rows, the steps and the verdict. Each program
+gives its model's calls (build, forward, backward), its tensor names, its debug-state format and its model's line.
 
     cpu_test_args_parse(a, argc, argv, p)   -e model, -s debug state, -p precision (defaults and the
                                           error lines from the program's CpuTestProgram); both files
@@ -15,17 +15,25 @@ its model's calls (build, forward, backward, update) and its model's line.
     cpu_test_grads(t, grads, sizes, names, n)   a row per gradient tensor ("d" name; none for size 0)
     cpu_test_step_loss(t, step, loss)     the loss before optimizer step step + 1 (step_loss_tolerance)
     cpu_test_finish(t)                    the summary line; returns the exit status
+    cpu_test_main(argc, argv, p, model, calls, cm)   a test program's main(): all of the above around the
+                                          model's calls (llmc/cpu/cpu_model.h) and the program's
+                                          CpuTestProgram
 */
 #ifndef LLMC_CPU_TEST_H
 #define LLMC_CPU_TEST_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "../utils.h"
 #include "../args.h"
 #include "matmul.h"
 #include "../muon_config.h"
+#include "cpu_model.h"
 #include "cpu_trainer.h"
+#include "../trainer.h"
 #include "../debug_state.h"
 #include "../tensor_check.h"
 
@@ -35,13 +43,17 @@ typedef struct {
     const char* precision;
 } CpuTestArgs;
 
-// what differs between the test programs' command lines
+// what differs between the test programs
 typedef struct {
     const char* about;          // --help's first line
     const char* script;         // the reference that writes both files: "train_gpt2.py"
     const char* model_kind;     // "model checkpoint": -e's help and its "no such" line
     const char* model_default;
     const char* state_default;
+    const char* const* param_names;   // the model's tensor table: the gradient rows are "d" + name
+    const DebugStateFormat* state_format;   // the family's debug state (llmc/debug_state.h)
+    int wide;                   // the wide table (relative L2 columns and bounds) and every step's gradient norm
+    void (*describe)(const void* model, const char* model_path);   // prints the model's line
 } CpuTestProgram;
 
 static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p) {
@@ -134,6 +146,71 @@ static int cpu_test_finish(const CpuTest* t) {
     printf("\n");
     check_report_summary(stdout, &t->report);
     return check_report_exit_code(&t->report);
+}
+
+// A test program's main(): the model (calls->build from the model file), the debug state, the forward and
+// backward on its batch against the reference (logits, loss, every gradient), then its optimizer steps
+// (losses, and with p->wide the gradient norms). Returns the exit status.
+static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, void* model, const CpuModelCalls* calls,
+                         CpuModel* cm) {
+    CpuTestArgs args;
+    cpu_test_args_parse(&args, argc, argv, p);
+    calls->build(model, args.model_path, 1);
+    DebugState d;
+    debug_state_read_format(&d, args.state_path, p->state_format, cm->max_seq_len, cm->vocab_size, cm->num_parameters);
+    p->describe(model, args.model_path);
+    int B = d.B, T = d.T, V = cm->vocab_size;
+    CpuTest t;
+    cpu_test_begin(&t, args.state_path, &d, p->wide);
+    double norm_rtol = t.tol.is_bf16 ? 5e-2 : 1e-4;
+    calls->allocate_activations(model, B, T);
+    if (d.optimizer == OPTIMIZER_MUON) {
+        MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+        cpu_model_allocate_muon(cm, &muon, 0, 1, 0);
+    } else {
+        cpu_model_allocate_optimizer(cm, 0, cm->num_parameters);
+    }
+
+    // forward and backward on the recorded batch
+    calls->forward(model, d.x, d.y, B, T);
+    cpu_model_zero_grad(cm);
+    calls->backward(model, 1.0f);
+
+    cpu_test_table_header(&t);
+    // logits: ours are (B,T,logits_stride) (GPT-2 pads V), the reference's (B,T,V)
+    float* logits = (float*)mallocCheck((size_t)B * T * V * sizeof(float));
+    for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+        memcpy(logits + bt * V, cm->logits + bt * cm->logits_stride, (size_t)V * sizeof(float));
+    }
+    cpu_test_tensor(&t, "logits", logits, d.logits, (size_t)B * T * V, t.tol.logits_rtol, t.tol.logits_atol, t.tol.logits_l2);
+    free(logits);
+    cpu_test_scalar(&t, "loss", cm->mean_loss, d.loss, t.tol.loss_atol);
+    cpu_test_grads(&t, cm->grads_memory, cm->param_sizes, p->param_names, cm->num_tensors);
+
+    // nsteps of the optimizer on the same batch; losses[i] is the loss before update i+1, grad_norms[i] its norm
+    for (int step = 0; step < d.nsteps; step++) {
+        calls->forward(model, d.x, d.y, B, T);
+        cpu_test_step_loss(&t, step, cm->mean_loss);
+        cpu_model_zero_grad(cm);
+        calls->backward(model, 1.0f);
+        float norm = cpu_model_grad_norm(cm);
+        if (p->wide) {
+            char name[32];
+            snprintf(name, sizeof(name), "norm step %d", step);
+            cpu_test_scalar(&t, name, norm, d.grad_norms[step], norm_rtol * fabs((double)d.grad_norms[step]));
+        }
+        float scale = grad_clip_scale(norm, d.grad_clip);
+        if (d.optimizer == OPTIMIZER_MUON) {
+            cpu_model_update_muon(cm, d.lr, d.muon_lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
+        } else {
+            cpu_model_update(cm, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
+        }
+    }
+
+    int status = cpu_test_finish(&t);
+    debug_state_free(&d);
+    calls->free(model);
+    return status;
 }
 
 #endif // LLMC_CPU_TEST_H

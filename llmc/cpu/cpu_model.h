@@ -1,0 +1,456 @@
+/*
+llmc/cpu/cpu_model.h: what every CPU model (train_gpt2.c's GPT2, train_llama3.c's Llama3) holds around its
+tensors, written once: the flat parameter and gradient buffers, the optimizer state and its arithmetic, the
+activation buffers and the current batch. A model struct has a CpuModel named cpu beside its named pointers
+(params, grads, acts, grads_acts) into these buffers; the model's own code is its tables, forward and backward.
+
+    cpu_grad_norm(g, n)       global L2 norm of n gradients: squares summed in double over fixed 64K
+                              chunks, 8 interleaved partial sums per chunk, chunks added in order, so
+                              the result does not depend on the number of threads
+    cpu_adamw_update(...)     one AdamW step (llmc/adamw.h, torch semantics) on the slice
+                              [lo, lo + size) of num_tensors tensors laid back to back (sizes[k]
+                              floats each); gradients scaled by grad_scale first; weight decay only
+                              where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
+    CpuMuon                   -op muon on a model's flat parameters: Muon (llmc/cpu/muon.h) on the blocks' 2-D
+                              weights (the tensors both per_layer[k] and is_matrix[k], one matrix per layer),
+                              AdamW on the rest. cpu_muon_plan(mu, cfg, dims, per_layer, is_matrix, n, zero_stage,
+                              nproc, rank) lists the optimizer units and, with ZeRO-1, the segments each process
+                              owns (llmc/zero.h: Muon matrices whole, balanced by size) and returns this process's
+                              state length (m and v hold its segments back to back, m is a matrix's momentum);
+                              cpu_muon_update steps the owned segments; cpu_muon_broadcast sends every segment
+                              from its owner to the others (ZeRO-1); cpu_muon_free
+    CpuModel                  the buffers: model->cpu.params_memory, .grads_memory, .m_memory, ...
+    cpu_model_init(cm, family, V, maxT, dims, is_matrix, per_layer, n)   zeroed parameters and gradients for
+                              the model's tensor table (dims[k] = slices, rows, cols); family names the model
+                              in internal error lines
+    cpu_model_allocate_activations(cm, B, T, num_activations, num_grad_activations)   for batches of up
+                              to B x T tokens (the model points its named activations into them, and
+                              cm->logits, cm->losses at its output)
+    cpu_model_free_activations(cm)
+    cpu_model_allocate_optimizer(cm, offset, size)   AdamW moments of the parameter slice [offset, +size):
+                              all of it, or with ZeRO-1 this process's shard (llmc/zero.h)
+    cpu_model_allocate_muon(cm, muon, zero_stage, nproc, rank)   -op muon: the Muon plan and its state
+    cpu_model_begin_forward(cm, inputs, targets, B, T)   token ids checked against [0, V), the batch kept
+    cpu_model_end_forward(cm, with_targets)   the mean of the B x T losses into mean_loss (-1 without targets)
+    cpu_model_begin_backward(cm, dlosses, loss_scale)   zeroed activation gradients, every position's dloss
+    cpu_model_zero_grad(cm), cpu_model_grad_norm(cm)
+    cpu_model_update(cm, ...) one AdamW step on this process's slice
+    cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
+    cpu_model_free(cm)
+    CpuModelCalls, CPU_MODEL_CALLS(Model, prefix)   a family's calls for the programs around the model
+*/
+#ifndef LLMC_CPU_MODEL_H
+#define LLMC_CPU_MODEL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../utils.h"
+#include "../adamw.h"
+#include "../muon_config.h"
+#include "../mpi_utils.h"
+#include "../zero.h"
+#include "muon.h"
+#include "matmul.h"
+
+// ----------------------------------------------------------------------------
+// the optimizer's arithmetic on flat buffers
+
+static float cpu_grad_norm(const float* g, size_t n) {
+    const size_t chunk = 1 << 16;
+    size_t nchunks = (n + chunk - 1) / chunk;
+    static void* partial_buf = NULL; // one sum per chunk, kept between calls
+    static size_t partial_capacity = 0;
+    double* partial = (double*)scratch_reserve(&partial_buf, &partial_capacity, nchunks * sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i = k * chunk, end = i + chunk < n ? i + chunk : n;
+        double s8[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, s = 0.0;
+        for (; i + 8 <= end; i += 8) {
+            for (int j = 0; j < 8; j++) { s8[j] += (double)g[i + j] * g[i + j]; }
+        }
+        for (; i < end; i++) { s += (double)g[i] * g[i]; }
+        for (int j = 0; j < 8; j++) { s += s8[j]; }
+        partial[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
+    return (float)sqrt(total);
+}
+
+static void cpu_adamw_update(float* params, const float* grads, float* m, float* v, size_t lo, size_t size,
+                             const size_t* sizes, const int* is_matrix, int num_tensors, float learning_rate,
+                             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    size_t hi = lo + size, start = 0;
+    for (int k = 0; k < num_tensors; k++) {
+        size_t end_k = start + sizes[k];
+        size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
+        float wd = is_matrix[k] ? weight_decay : 0.0f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = begin; i < end; i++) {
+            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+        }
+        start = end_k;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Muon mode: Muon on the blocks' matrices, AdamW on the rest
+
+typedef struct {
+    int tensor;       // index into the model's parameter tensors
+    int rows, cols;   // a Muon matrix (rows, cols) row-major, as torch's weight (out, in); 0 for AdamW
+} CpuOptUnit;
+
+typedef struct {
+    MuonConfig config;
+    int num_units;
+    ZeroUnit* units;          // one per Muon matrix, one per other tensor, in flat order
+    CpuOptUnit* unit_info;
+    int num_segments;
+    ZeroSegment* segments;    // every process's, in flat order
+    int rank;                 // this process
+    MuonScratch scratch;
+} CpuMuon;
+
+static void cpu_muon_init(CpuMuon* mu) {
+    memset(mu, 0, sizeof(*mu));
+    muon_scratch_init(&mu->scratch);
+}
+
+// dims[k] = (slices, rows, cols) of tensor k: the per-layer matrices are slices = L matrices of (rows, cols)
+static size_t cpu_muon_plan(CpuMuon* mu, const MuonConfig* cfg, const size_t (*dims)[3], const int* per_layer,
+                            const int* is_matrix, int num_tensors, int zero_stage, int nproc, int rank) {
+    mu->config = *cfg;
+    mu->rank = rank;
+    size_t max_units = (size_t)num_tensors;
+    for (int k = 0; k < num_tensors; k++) { max_units += dims[k][0]; }
+    mu->units = (ZeroUnit*)mallocCheck(max_units * sizeof(ZeroUnit));
+    mu->unit_info = (CpuOptUnit*)mallocCheck(max_units * sizeof(CpuOptUnit));
+    int n = 0;
+    size_t start = 0;
+    for (int k = 0; k < num_tensors; k++) {
+        size_t slices = dims[k][0], rows = dims[k][1], cols = dims[k][2], size = slices * rows * cols;
+        if (per_layer[k] && is_matrix[k]) { // (L, rows, cols): one unit per layer
+            for (size_t l = 0; l < slices; l++) {
+                ZeroUnit u = {start + l * rows * cols, rows * cols, 1};
+                CpuOptUnit info = {k, (int)rows, (int)cols};
+                mu->units[n] = u;
+                mu->unit_info[n++] = info;
+            }
+        } else {
+            ZeroUnit u = {start, size, 0};
+            CpuOptUnit info = {k, 0, 0};
+            mu->units[n] = u;
+            mu->unit_info[n++] = info;
+        }
+        start += size;
+    }
+    mu->num_units = n;
+    mu->segments = (ZeroSegment*)mallocCheck(((size_t)n + (size_t)nproc) * sizeof(ZeroSegment));
+    size_t* owned = (size_t*)callocCheck((size_t)nproc, sizeof(size_t));
+    mu->num_segments = zero_plan(mu->units, n, zero_stage, nproc, mu->segments, owned);
+    int sharded = zero_stage == 1 && nproc > 1;
+    size_t mine = owned[sharded ? rank : 0];
+    free(owned);
+    if (!sharded) { // every segment is this process's
+        for (int i = 0; i < mu->num_segments; i++) { mu->segments[i].owner = rank; }
+    }
+    return mine;
+}
+
+// the number of Muon matrices of the plan
+static int cpu_muon_num_matrices(const CpuMuon* mu) {
+    int n = 0;
+    for (int i = 0; i < mu->num_units; i++) { n += mu->unit_info[i].rows > 0; }
+    return n;
+}
+
+// One step on this process's segments: Muon with muon_lr (this step's) on each owned matrix, AdamW
+// (weight decay where is_matrix) with learning_rate on the other owned parameters; gradients are first
+// scaled by grad_scale; m and v are this process's state; t is the 1-based step number.
+static void cpu_muon_update(CpuMuon* mu, float* params, const float* grads, float* m_state, float* v_state,
+                            const int* is_matrix, float learning_rate, float muon_lr, float beta1, float beta2,
+                            float eps, float weight_decay, float grad_scale, int t) {
+    AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    for (int i = 0; i < mu->num_segments; i++) {
+        const ZeroSegment* seg = &mu->segments[i];
+        if (seg->owner != mu->rank) { continue; }
+        const CpuOptUnit* info = &mu->unit_info[seg->unit];
+        float* m = m_state + seg->state;
+        float* v = v_state + seg->state;
+        if (info->rows > 0) {
+            muon_update_matrix(params + seg->start, grads + seg->start, m, info->rows, info->cols, grad_scale, muon_lr,
+                               weight_decay, &mu->config, matmul_precision, &mu->scratch);
+            continue;
+        }
+        float wd = is_matrix[info->tensor] ? weight_decay : 0.0f;
+        float* p = params + seg->start;
+        const float* g = grads + seg->start;
+        #pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < seg->size; j++) {
+            p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s);
+        }
+    }
+}
+
+// ZeRO-1: every segment of the parameters goes from the process that updated it to the others
+static void cpu_muon_broadcast(const CpuMuon* mu, float* params, const ProcessGroup* pg) {
+#ifdef USE_MPI
+    if (pg->num_processes == 1) { return; }
+    for (int i = 0; i < mu->num_segments; i++) {
+        const ZeroSegment* seg = &mu->segments[i];
+        if (seg->size > (size_t)INT_MAX) { llmc_die("ZeRO-1: a segment of %zu parameters is too large for MPI_Bcast", seg->size); }
+        MPI_Bcast(params + seg->start, (int)seg->size, MPI_FLOAT, seg->owner, MPI_COMM_WORLD);
+    }
+#else
+    (void)mu; (void)params; (void)pg;
+#endif
+}
+
+static void cpu_muon_free(CpuMuon* mu) {
+    free(mu->units);
+    free(mu->unit_info);
+    free(mu->segments);
+    muon_scratch_free(&mu->scratch);
+    cpu_muon_init(mu);
+}
+
+// ----------------------------------------------------------------------------
+// the model's buffers
+
+// Expanders of a model's activation table, rows X(name, per_layer, per_token, has_grad): each tensor is
+// (B, T, per_token), or (L, B, T, per_token) when per_layer; has_grad: the backward pass keeps its gradient.
+// CPU_ACT_FIELD declares a tensor's pointer; CPU_ACT_POINT, in a function with a->, memory, n, grads, L and BT,
+// points it into memory at n and counts its floats (grads = 1: the gradients, has_grad tensors only, the others
+// NULL; memory NULL: counts only); CPU_ACT_LAYER, in a function with v, a->, l and BT, points v at layer l's slice.
+#define CPU_ACT_FIELD(name, per_layer, per_token, has_grad) float* name;
+#define CPU_ACT_POINT(name, per_layer, per_token, has_grad) { \
+        size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
+        a->name = memory != NULL && size > 0 ? memory + n : NULL; \
+        n += size; \
+    }
+#define CPU_ACT_LAYER(name, per_layer, per_token, has_grad) \
+    v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
+
+#define CPU_MODEL_MAX_TENSORS 32
+
+typedef struct {
+    const char* family;         // "gpt2", "llama3": the prefix of the model's functions in internal errors
+    // weights and their gradients: one flat buffer each, num_tensors tensors back to back
+    float* params_memory;
+    float* grads_memory;
+    size_t num_parameters;
+    int num_tensors;
+    size_t param_dims[CPU_MODEL_MAX_TENSORS][3];   // (slices, rows, cols): per-layer tensors have L slices
+    size_t param_sizes[CPU_MODEL_MAX_TENSORS];
+    const int* is_matrix;       // the 2-D weights (weight decay applies to them only)
+    const int* per_layer;       // one slice per layer (with is_matrix: one Muon matrix per layer)
+    // the optimizer state of this process's slice [opt_offset, opt_offset + opt_size) of the flat
+    // parameters (everything, or with ZeRO-1 one shard), or with -op muon of its segments back to back
+    // (m is a Muon matrix's momentum, v unused there)
+    float* m_memory;
+    float* v_memory;
+    size_t opt_offset;
+    size_t opt_size;
+    int optimizer;              // OPTIMIZER_ADAMW or OPTIMIZER_MUON
+    CpuMuon muon;
+    // activations for batches up to batch_size x seq_len, and their gradients
+    float* acts_memory;
+    size_t num_activations;
+    float* grads_acts_memory;
+    size_t num_grad_activations;
+    int batch_size;
+    int seq_len;
+    // the current batch (set by the forward pass)
+    int* inputs;                // (B, T)
+    int* targets;               // (B, T)
+    int cur_B, cur_T;           // sizes of the last forward pass
+    float mean_loss;            // mean loss of the last forward pass with targets, -1 without
+    // where the programs around the model read its output: logits (B, T, logits_stride) of which the first
+    // vocab_size count, the per-token losses (B, T) (the model points them when it allocates activations)
+    const float* logits;
+    const float* losses;
+    int logits_stride;
+    int vocab_size;             // V: token ids are in [0, V)
+    int max_seq_len;            // the longest sequence the model takes
+} CpuModel;
+
+static void cpu_model_init(CpuModel* cm, const char* family, int vocab_size, int max_seq_len, const size_t (*dims)[3],
+                           const int* is_matrix, const int* per_layer, int num_tensors) {
+    if (num_tensors > CPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d tensors, CpuModel holds %d", num_tensors, CPU_MODEL_MAX_TENSORS); }
+    memset(cm, 0, sizeof(*cm));
+    cm->family = family;
+    cm->vocab_size = vocab_size;
+    cm->max_seq_len = max_seq_len;
+    cm->num_tensors = num_tensors;
+    for (int k = 0; k < num_tensors; k++) {
+        memcpy(cm->param_dims[k], dims[k], sizeof(cm->param_dims[k]));
+        cm->param_sizes[k] = dims[k][0] * dims[k][1] * dims[k][2];
+        cm->num_parameters += cm->param_sizes[k];
+    }
+    cm->is_matrix = is_matrix;
+    cm->per_layer = per_layer;
+    cm->params_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
+    cm->grads_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
+    cm->optimizer = OPTIMIZER_ADAMW;
+    cpu_muon_init(&cm->muon);
+    cm->mean_loss = -1.0f;
+}
+
+static void cpu_model_allocate_activations(CpuModel* cm, int B, int T, size_t num_activations, size_t num_grad_activations) {
+    cm->batch_size = B;
+    cm->seq_len = T;
+    cm->num_activations = num_activations;
+    cm->num_grad_activations = num_grad_activations;
+    cm->acts_memory = (float*)callocCheck(num_activations, sizeof(float));
+    cm->grads_acts_memory = (float*)callocCheck(num_grad_activations, sizeof(float));
+    cm->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    cm->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
+}
+
+// frees the activations (pyllmc reallocates them for a bigger batch; the optimizer state stays)
+static void cpu_model_free_activations(CpuModel* cm) {
+    free(cm->acts_memory);
+    free(cm->grads_acts_memory);
+    free(cm->inputs);
+    free(cm->targets);
+    cm->acts_memory = cm->grads_acts_memory = NULL;
+    cm->inputs = cm->targets = NULL;
+    cm->batch_size = cm->seq_len = 0;
+}
+
+static void cpu_model_allocate_optimizer(CpuModel* cm, size_t opt_offset, size_t opt_size) {
+    cm->opt_offset = opt_offset;
+    cm->opt_size = opt_size;
+    cm->m_memory = (float*)callocCheck(opt_size, sizeof(float));
+    cm->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+}
+
+// Muon on the block matrices (the per-layer 2-D weights), AdamW on the rest: the optimizer units and, with
+// ZeRO-1 over nproc processes, the segments each owns (Muon matrices whole, balanced by size); this process
+// (rank) allocates the state of its own segments.
+static void cpu_model_allocate_muon(CpuModel* cm, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
+    cm->optimizer = OPTIMIZER_MUON;
+    size_t owned = cpu_muon_plan(&cm->muon, muon, (const size_t(*)[3])cm->param_dims, cm->per_layer, cm->is_matrix,
+                                 cm->num_tensors, zero_stage, nproc, rank);
+    cpu_model_allocate_optimizer(cm, 0, owned);
+}
+
+// the start of a forward pass on inputs (B,T) and targets (B,T) or NULL: every id within [0, V), the batch
+// kept for the backward pass. B x T may be smaller than what the activations were allocated for.
+static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* targets, int B, int T) {
+    int V = cm->vocab_size;
+    if (cm->acts_memory == NULL) { llmc_die("internal: %s_allocate_activations was not called", cm->family); }
+    if ((size_t)B * T > (size_t)cm->batch_size * cm->seq_len || T > cm->seq_len) {
+        llmc_die("internal: forward of %dx%d tokens exceeds the %dx%d allocated", B, T, cm->batch_size, cm->seq_len);
+    }
+    for (int i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
+        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
+            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
+        }
+    }
+    memcpy(cm->inputs, inputs, (size_t)B * T * sizeof(int));
+    if (targets != NULL) { memcpy(cm->targets, targets, (size_t)B * T * sizeof(int)); }
+    cm->cur_B = B;
+    cm->cur_T = T;
+}
+
+// the loss of the forward pass: the mean of its B x T per-token losses (summed in double, in order), or -1
+// after a forward pass without targets (inference: logits only)
+static void cpu_model_end_forward(CpuModel* cm, int with_targets) {
+    if (!with_targets) {
+        cm->mean_loss = -1.0f;
+        return;
+    }
+    int n = cm->cur_B * cm->cur_T;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) { sum += cm->losses[i]; }
+    cm->mean_loss = (float)(sum / n);
+}
+
+// The start of the backward pass of the last forward (which must have had targets): the activation
+// gradients zeroed, and since the loss is the mean over B*T positions, each position's dloss is
+// loss_scale / (B*T).
+static void cpu_model_begin_backward(CpuModel* cm, float* dlosses, float loss_scale) {
+    if (cm->mean_loss < 0.0f) { llmc_die("internal: %s_backward needs a forward pass with targets", cm->family); }
+    int n = cm->cur_B * cm->cur_T;
+    memset(cm->grads_acts_memory, 0, cm->num_grad_activations * sizeof(float));
+    float dloss_mean = loss_scale / (float)n;
+    for (int i = 0; i < n; i++) { dlosses[i] = dloss_mean; }
+}
+
+static void cpu_model_zero_grad(CpuModel* cm) { memset(cm->grads_memory, 0, cm->num_parameters * sizeof(float)); }
+
+// Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
+static float cpu_model_grad_norm(const CpuModel* cm) { return cpu_grad_norm(cm->grads_memory, cm->num_parameters); }
+
+// One AdamW step (llmc/adamw.h, PyTorch semantics) on this process's parameter slice. Gradients are
+// first scaled by grad_scale (global-norm clipping; 1 = none). Weight decay applies to the 2-D weight
+// matrices only. t is the 1-based step number.
+static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, int t) {
+    cpu_adamw_update(cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->opt_offset, cm->opt_size,
+                     cm->param_sizes, cm->is_matrix, cm->num_tensors, learning_rate, beta1, beta2, eps, weight_decay,
+                     grad_scale, t);
+}
+
+// One step of Muon mode on this process's segments: Muon (llmc/cpu/muon.h) with muon_lr on each owned block
+// matrix, AdamW (weight decay on 2-D tensors) with learning_rate on the other owned parameters; gradients are
+// first scaled by grad_scale. t is the 1-based step number. With ZeRO-1 the caller then sends every segment
+// from its owner to the others.
+static void cpu_model_update_muon(CpuModel* cm, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
+                                  float weight_decay, float grad_scale, int t) {
+    cpu_muon_update(&cm->muon, cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->is_matrix,
+                    learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+
+static void cpu_model_free(CpuModel* cm) {
+    cpu_muon_free(&cm->muon);
+    free(cm->params_memory);
+    free(cm->grads_memory);
+    free(cm->m_memory);
+    free(cm->v_memory);
+    cpu_model_free_activations(cm);
+}
+
+// ----------------------------------------------------------------------------
+// the model's calls, for the programs around it (llmc/cpu/cpu_trainer.h's TrainerOps and main, llmc/cpu/cpu_test.h)
+
+typedef struct {
+    void (*build)(void* model, const char* load, int from_file);   // -e: a descriptor or a model file; from_file:
+                                                                   // a model file (a resumed checkpoint)
+    void (*describe)(const void* model, const char* path);         // the model's line (rank 0 prints it)
+    void (*allocate_activations)(void* model, int B, int T);
+    void (*forward)(void* model, const int* inputs, const int* targets, int B, int T);
+    void (*backward)(void* model, float loss_scale);
+    void (*write)(const void* model, const char* path);            // the model file
+    void (*free)(void* model);
+} CpuModelCalls;
+
+// CPU_MODEL_CALLS(Model, prefix) writes the CpuModelCalls named prefix_calls of a model type whose functions
+// are prefix_build(Model*, load, from_file), prefix_describe(const Model*, path),
+// prefix_allocate_activations(Model*, B, T), prefix_forward(Model*, inputs, targets, B, T),
+// prefix_backward(Model*, loss_scale), prefix_write(const Model*, path) and prefix_free(Model*).
+#define CPU_MODEL_CALLS(Model, prefix) \
+    static void prefix##_build_(void* m, const char* load, int from_file) { prefix##_build((Model*)m, load, from_file); } \
+    static void prefix##_describe_(const void* m, const char* path) { prefix##_describe((const Model*)m, path); } \
+    static void prefix##_allocate_activations_(void* m, int B, int T) { prefix##_allocate_activations((Model*)m, B, T); } \
+    static void prefix##_forward_(void* m, const int* inputs, const int* targets, int B, int T) { \
+        prefix##_forward((Model*)m, inputs, targets, B, T); \
+    } \
+    static void prefix##_backward_(void* m, float loss_scale) { prefix##_backward((Model*)m, loss_scale); } \
+    static void prefix##_write_(const void* m, const char* path) { prefix##_write((const Model*)m, path); } \
+    static void prefix##_free_(void* m) { prefix##_free((Model*)m); } \
+    static const CpuModelCalls prefix##_calls = {prefix##_build_, prefix##_describe_, prefix##_allocate_activations_, \
+                                                 prefix##_forward_, prefix##_backward_, prefix##_write_, prefix##_free_};
+
+#endif // LLMC_CPU_MODEL_H
