@@ -4,7 +4,9 @@ file system to exchange the NCCL id), and ZeRO-1 sharding of the optimizer state
 
 Host half (plain C, compiled by gcc in dev/test/test_multi_gpu_host.c):
     multi_gpu_check_args(...)        validates -pn -pr -pg -pi -ps -pf; returns NULL or the reason
-    grad_layer_ranges(cfg, l, ..)    the [lo, hi) ranges of the flat gradient vector that layer l owns
+    grad_table_layer_ranges(..)      the [lo, hi) ranges of the flat gradient vector that layer l owns, for
+                                     any model's tensor table (offsets, sizes, per-layer flags)
+    grad_layer_ranges(cfg, l, ..)    the same for GPT-2's table
     grad_reduce_ops(lo, hi, ..)      the NCCL calls that reduce one range: element counts, offsets, roots
     zero_padded_size(n, nproc)       the allocation the ZeRO-1 all-gather needs (equal shards)
     multi_gpu_fs_nonce/_id_path/_publish/_fetch/_retire   the -pi fs file protocol (below)
@@ -92,28 +94,34 @@ static inline void grad_tensor_offsets(const GPT2Config* cfg, size_t offsets[GPT
     }
 }
 
-// 1 for the per-layer tensors (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb
-static inline int grad_tensor_is_per_layer(int i) { return GPT2_PARAMETER_PER_LAYER[i]; }
-
-// the ranges of layer `layer` (12 of them), or with layer = -1 the 4 tensors outside the layers
-// (wte, wpe, lnfw, lnfb); returns how many were written to out (capacity 16)
-static inline int grad_layer_ranges(const GPT2Config* cfg, int layer, GradRange out[GPT2_NUM_PARAMETER_TENSORS]) {
-    size_t offsets[GPT2_NUM_PARAMETER_TENSORS], sizes[GPT2_NUM_PARAMETER_TENSORS];
-    grad_tensor_offsets(cfg, offsets, sizes);
+// For num_tensors tensors laid back to back (offsets[i], sizes[i] elements; per_layer[i]: num_layers slices
+// of equal size, one per layer): the ranges of layer `layer`, one per per-layer tensor, or with layer = -1
+// the tensors outside the layers; returns how many were written to out (capacity num_tensors)
+static inline int grad_table_layer_ranges(const size_t* offsets, const size_t* sizes, const int* per_layer, int num_tensors,
+                                          int num_layers, int layer, GradRange* out) {
     int n = 0;
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
-        if (layer < 0 && !grad_tensor_is_per_layer(i)) {
+    for (int i = 0; i < num_tensors; i++) {
+        if (layer < 0 && !per_layer[i]) {
             out[n].lo = offsets[i];
             out[n].hi = offsets[i] + sizes[i];
             n++;
-        } else if (layer >= 0 && grad_tensor_is_per_layer(i)) {
-            size_t per_layer = sizes[i] / (size_t)cfg->num_layers;
-            out[n].lo = offsets[i] + (size_t)layer * per_layer;
-            out[n].hi = out[n].lo + per_layer;
+        } else if (layer >= 0 && per_layer[i]) {
+            size_t per = sizes[i] / (size_t)num_layers;
+            out[n].lo = offsets[i] + (size_t)layer * per;
+            out[n].hi = out[n].lo + per;
             n++;
         }
     }
     return n;
+}
+
+// GPT-2: the ranges of layer `layer` (12 of them), or with layer = -1 the 4 tensors outside the layers
+// (wte, wpe, lnfw, lnfb); returns how many were written to out (capacity 16)
+static inline int grad_layer_ranges(const GPT2Config* cfg, int layer, GradRange out[GPT2_NUM_PARAMETER_TENSORS]) {
+    size_t offsets[GPT2_NUM_PARAMETER_TENSORS], sizes[GPT2_NUM_PARAMETER_TENSORS];
+    grad_tensor_offsets(cfg, offsets, sizes);
+    return grad_table_layer_ranges(offsets, sizes, GPT2_PARAMETER_PER_LAYER, GPT2_NUM_PARAMETER_TENSORS, cfg->num_layers,
+                                   layer, out);
 }
 
 typedef struct {

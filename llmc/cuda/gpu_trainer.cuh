@@ -1,0 +1,616 @@
+/*
+llmc/cuda/gpu_trainer.cuh: what every GPU trainer does on the host around its model, written once: the flat
+parameter, gradient and optimizer buffers laid out from the model's tensor table, the ZeRO-1 shard, the update
+(AdamW, Muon), the gradient norm and reduction, the NCCL TrainerComm, saving and loading the GPU training state,
+the TrainerOps that llmc/trainer.h's trainer_run drives, and main()'s start-up. A trainer (train_gpt2.cu) keeps
+its model: the activations, the kernels' calls, forward and backward, its model file.
+
+    GpuModel                  the model-independent half of a GPU model. A model's struct derives from it
+                              (struct GPT2 : GpuModel { config, activations, ... }), so every gpu_model_* call
+                              takes the model itself. It holds:
+                              the tensor table: num_tensors tensors of param_sizes[k] elements laid back to
+                                back in file order at param_offsets[k] (num_parameters in all), their names,
+                                is_matrix (AdamW decays these; with per_layer also Muon's matrices) and
+                                per_layer (L slices of one layer each) flags, L and V;
+                              params_memory, grads_memory: floatX, one allocation each, padded for the ZeRO-1
+                                all-gather (zero_padded_size); m_memory, v_memory, master_weights: fp32 AdamW
+                                moments and master weights of this rank's shard; the Muon state;
+                              B, T, the batch buffers, and what a forward pass leaves for the trainer:
+                                mean_loss, losses_host (B, T), logits (B, T, logits_stride) on the device;
+                              norm_scratch (1 + GLOBAL_NORM_BLOCKS device floats, the model's), cublas, stream
+    gpu_model_init(m, sizes, n, names, is_matrix, per_layer, L, V)
+                              the table, from the model's X-macro table (GPT2_PARAMETER_TENSORS) expanded to
+                              sizes and flags; zeroes everything else
+    gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
+    gpu_model_upload_parameters(m, host) / gpu_model_download_parameters(m, host)
+                              host fp32 <-> device floatX (rounded to nearest / exact)
+    gpu_model_set_init_params(m, host)   uploads host (fp32, malloc'd) and keeps it for the master weights
+                              (gpu_model_allocate_state frees it): a checkpoint's values or the from-scratch init
+    gpu_model_use_muon(m, settings, peak_lr, mats, count, state_size)   -op muon with the model's plan (mats,
+                              malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
+    gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
+                              state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
+    gpu_model_free(m)
+    gpu_model_layer_ranges(m, l, out)      the gradient ranges of layer l (-1: the tensors outside the layers)
+    gpu_model_reduce_ranges(m, mg, ranges, n)   starts their reduction over the processes
+    gpu_model_grad_norm(m, mg)             the global gradient norm (waits for the reductions)
+    gpu_model_update(m, mg, lr, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t)
+                              AdamW on the shard (Muon on its matrices), then the ZeRO-1 all-gather
+    gpu_model_muon_lr(m, lr)  the step's Muon lr
+    GpuModelCalls             the model's calls the trainer drives: forward(m, inputs, targets, dloss,
+                              write_dlogits), backward(m, inputs, mg, reduce), write_model(m, path, params)
+    GpuTrainer, gpu_trainer_init(g, m, calls, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
+                              the TrainerOps of a model; gpu_save_model, gpu_save_state, gpu_load_state are
+                              its checkpoint calls (test programs call them directly)
+    gpu_trainer_comm(mg)      the TrainerComm over NCCL / MPI
+    gpu_parse_optimizer(args, muon)        -op and the Muon flags; 1 for muon
+    GpuTrainerRun             main()'s start-up, whatever the model, around its model's calls:
+      gpu_trainer_prepare(run, args, argc, argv, program)   -op, the processes and this process's GPU, rank 0's
+                              banner and flags, the data and flags (trainer_prepare), the model to load
+                              (run->model_path: the resumed step's checkpoint, else -e); returns run->resume_step
+      gpu_trainer_shard(run, m)            once the model is built: this rank's ZeRO shard; run->muon_owners
+      gpu_trainer_start(run, trainer, m)   the TrainerComm, trainer_init, the GPU's peak FLOP/s
+      gpu_trainer_finish(run)              the stream and the processes
+*/
+#ifndef LLMC_GPU_TRAINER_CUH
+#define LLMC_GPU_TRAINER_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../utils.h"
+#include "../zero.h"
+#include "../checkpoint.h"
+#include "../mfu.h"
+#include "../muon_config.h"
+#include "../trainer.h"
+#include "cuda_common.cuh"
+#include "cublas_common.cuh"
+#include "global_norm.cuh"
+#include "adamw.cuh"
+#include "muon.cuh"
+#include "multi_gpu.cuh"
+
+// the most parameter tensors a model's table may have
+#define GPU_MODEL_MAX_TENSORS 32
+
+struct GpuModel {
+    // the tensor table, file order
+    int num_tensors;
+    const char* const* names;
+    const int* is_matrix;
+    const int* per_layer;
+    size_t param_sizes[GPU_MODEL_MAX_TENSORS];
+    size_t param_offsets[GPU_MODEL_MAX_TENSORS];
+    size_t num_parameters;
+    int num_layers;            // L
+    int vocab_size;            // V
+    floatX* params_memory;     // padded for the ZeRO-1 all-gather (zero_padded_size)
+    floatX* grads_memory;
+    float* master_weights;     // fp32 copy of this rank's shard (bf16 builds with -w 1), else NULL
+    float* init_params;        // host fp32 parameters as the model read or initialised them, until
+                               // gpu_model_allocate_state has made the master weights from them (then NULL)
+    float* m_memory;           // AdamW moments of this rank's shard
+    float* v_memory;
+    // -op muon: the blocks' 2-D weights are Muon's (llmc/cuda/muon.cuh); AdamW's m, v, master there go unused
+    int use_muon;
+    MuonConfig muon;
+    float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)
+    MuonMatrix* muon_mats;     // the matrices and their owners
+    int muon_count;
+    size_t muon_state_size;    // elements of Muon state this rank holds (the matrices it owns)
+    float* muon_buf;           // momentum of the matrices this rank owns
+    float* muon_master;        // their fp32 master weights (bf16 builds with -w 1), else NULL
+    MuonWorkspace muon_ws;
+    int B, T;                  // the batch size and sequence length of a forward pass
+    int* inputs;               // (B, T) device
+    int* targets;              // (B, T) device
+    float* losses_host;        // (B, T) pinned, the last forward's per-token losses
+    float mean_loss;           // their mean (-1 after a forward without targets)
+    floatX* logits;            // (B, T, logits_stride) device: the last forward's logits (V used per row)
+    size_t logits_stride;
+    float* norm_scratch;       // (1 + GLOBAL_NORM_BLOCKS) device: the squared norm, then its partial sums
+    float* norm_host;          // pinned scalar
+    CublasContext cublas;
+    cudaStream_t stream;
+};
+
+static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, const char* const* names, const int* is_matrix,
+                           const int* per_layer, int num_layers, int vocab_size) {
+    if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
+    memset(m, 0, sizeof(*m));
+    m->num_tensors = num_tensors;
+    m->names = names;
+    m->is_matrix = is_matrix;
+    m->per_layer = per_layer;
+    size_t off = 0;
+    for (int i = 0; i < num_tensors; i++) {
+        m->param_sizes[i] = sizes[i];
+        m->param_offsets[i] = off;
+        off += sizes[i];
+    }
+    m->num_parameters = off;
+    m->num_layers = num_layers;
+    m->vocab_size = vocab_size;
+    m->mean_loss = -1.0f;
+}
+
+// parameters and gradients on the device; padded so that the ZeRO-1 all-gather stays in bounds
+static void gpu_model_allocate_parameters(GpuModel* m, int zero_stage, int nproc) {
+    size_t bytes = zero_padded_size(m->num_parameters, zero_stage, nproc) * sizeof(floatX);
+    m->params_memory = (floatX*)cudaMallocCheck(bytes);
+    m->grads_memory = (floatX*)cudaMallocCheck(bytes);
+    cudaCheck(cudaMemset(m->params_memory, 0, bytes));
+    cudaCheck(cudaMemset(m->grads_memory, 0, bytes));
+}
+
+// host fp32 parameters -> device floatX (round to nearest)
+static void gpu_model_upload_parameters(GpuModel* m, const float* host_params) {
+    size_t n = m->num_parameters;
+    floatX* staging = (floatX*)mallocCheck(n * sizeof(floatX));
+    floatX_from_float_host(staging, host_params, n);
+    cudaCheck(cudaMemcpy(m->params_memory, staging, n * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(staging);
+}
+
+// device floatX parameters -> host fp32 (exact)
+static void gpu_model_download_parameters(const GpuModel* m, float* host_params) {
+    size_t n = m->num_parameters;
+    floatX* staging = (floatX*)mallocCheck(n * sizeof(floatX));
+    cudaCheck(cudaMemcpy(staging, m->params_memory, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    float_from_floatX_host(host_params, staging, n);
+    free(staging);
+}
+
+// The device gets the parameters rounded to floatX; the fp32 values stay in m->init_params for the master
+// weights (gpu_model_allocate_state), not the floatX copy: in bf16 builds that copy is rounded, and training
+// would start from the rounded weights instead of the checkpoint's. host: malloc'd, owned from here on.
+static void gpu_model_set_init_params(GpuModel* m, float* host) {
+    gpu_model_upload_parameters(m, host);
+    m->init_params = host;
+}
+
+// -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
+// state_size: the elements of Muon state this rank holds) with these settings. Before gpu_model_allocate_state.
+static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, float peak_lr, MuonMatrix* mats, int count,
+                               size_t state_size) {
+    if (m->init_params == NULL) { llmc_die("internal: gpu_model_use_muon after gpu_model_allocate_state"); }
+    m->use_muon = 1;
+    m->muon = *settings;
+    m->peak_lr = peak_lr;
+    m->muon_mats = mats;
+    m->muon_count = count;
+    m->muon_state_size = state_size;
+}
+
+// the fp32 master weights of this rank's shard, from the fp32 parameters on the host
+static void gpu_model_init_master_weights(GpuModel* m, const float* host_params, ZeroShard shard) {
+    if (shard.size == 0) { return; }
+    if (shard.offset + shard.size > m->num_parameters) {
+        llmc_die("internal: shard [%zu, +%zu) outside the %zu parameters", shard.offset, shard.size, m->num_parameters);
+    }
+    cudaCheck(cudaMemcpy(m->master_weights, host_params + shard.offset, shard.size * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// the Muon state of the matrices this rank owns: zero momentum, master weights from the fp32 parameters
+static void gpu_model_allocate_muon(GpuModel* m, int use_master_weights) {
+    size_t n = m->muon_state_size, max_elems = 1, max_r = 1;
+    m->muon_buf = (float*)cudaMallocCheck(n * sizeof(float) + 1);
+    cudaCheck(cudaMemset(m->muon_buf, 0, n * sizeof(float) + 1));
+    m->muon_master = use_master_weights ? (float*)cudaMallocCheck(n * sizeof(float) + 1) : NULL;
+    for (int k = 0; k < m->muon_count; k++) {
+        const MuonMatrix* mat = &m->muon_mats[k];
+        size_t r = mat->rows < mat->cols ? mat->rows : mat->cols;
+        if (mat->rows * mat->cols > max_elems) { max_elems = mat->rows * mat->cols; }
+        if (r > max_r) { max_r = r; }
+        if (mat->state_offset != SIZE_MAX && m->muon_master != NULL) {
+            cudaCheck(cudaMemcpy(m->muon_master + mat->state_offset, m->init_params + mat->offset,
+                                 mat->rows * mat->cols * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
+    muon_workspace_init(&m->muon_ws, max_elems, max_r);
+}
+
+// the buffers of forward passes of B x T tokens, the optimizer state of this rank's shard (AdamW moments,
+// master weights with -w 1 in bf16 builds, Muon's), then the cuBLAS context on the stream
+static void gpu_model_allocate_state(GpuModel* m, int B, int T, ZeroShard shard, int use_master_weights, cudaStream_t stream) {
+    m->B = B;
+    m->T = T;
+    m->stream = stream;
+    m->inputs = (int*)cudaMallocCheck((size_t)B * T * sizeof(int));
+    m->targets = (int*)cudaMallocCheck((size_t)B * T * sizeof(int));
+    cudaCheck(cudaMallocHost((void**)&m->losses_host, (size_t)B * T * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&m->norm_host, sizeof(float)));
+    m->m_memory = (float*)cudaMallocCheck(shard.size * sizeof(float));
+    m->v_memory = (float*)cudaMallocCheck(shard.size * sizeof(float));
+    cudaCheck(cudaMemset(m->m_memory, 0, shard.size * sizeof(float)));
+    cudaCheck(cudaMemset(m->v_memory, 0, shard.size * sizeof(float)));
+    m->master_weights = NULL;
+    if (use_master_weights && PRECISION_IS_BF16) {
+        if (m->init_params == NULL) { llmc_die("internal: gpu_model_allocate_state without the model's fp32 parameters"); }
+        m->master_weights = (float*)cudaMallocCheck(shard.size * sizeof(float));
+        gpu_model_init_master_weights(m, m->init_params, shard);
+    }
+    if (m->use_muon) { gpu_model_allocate_muon(m, use_master_weights && PRECISION_IS_BF16); }
+    free(m->init_params);  // the device has the parameters, the master weights their fp32 values
+    m->init_params = NULL;
+    cublas_context_init(&m->cublas, stream);
+}
+
+static void gpu_model_free(GpuModel* m) {
+    free(m->init_params);
+    cublas_context_free(&m->cublas);
+    cudaCheck(cudaFree(m->params_memory));
+    cudaCheck(cudaFree(m->grads_memory));
+    cudaCheck(cudaFree(m->m_memory));
+    cudaCheck(cudaFree(m->v_memory));
+    if (m->master_weights != NULL) { cudaCheck(cudaFree(m->master_weights)); }
+    if (m->use_muon) {
+        free(m->muon_mats);
+        cudaCheck(cudaFree(m->muon_buf));
+        if (m->muon_master != NULL) { cudaCheck(cudaFree(m->muon_master)); }
+        muon_workspace_free(&m->muon_ws);
+    }
+    cudaCheck(cudaFree(m->inputs));
+    cudaCheck(cudaFree(m->targets));
+    cudaCheck(cudaFreeHost(m->losses_host));
+    cudaCheck(cudaFreeHost(m->norm_host));
+}
+
+// ----------------------------------------------------------------------------
+// gradients and the update
+
+// the gradient ranges of layer l, or with l = -1 those of the tensors outside the layers; returns how
+// many were written to out (capacity num_tensors)
+static int gpu_model_layer_ranges(const GpuModel* m, int l, GradRange* out) {
+    return grad_table_layer_ranges(m->param_offsets, m->param_sizes, m->per_layer, m->num_tensors, m->num_layers, l, out);
+}
+
+// 1 for tensor k when Muon updates it (-op muon): the blocks' 2-D weights
+static int gpu_model_is_muon_tensor(const GpuModel* m, int k) { return m->use_muon && m->is_matrix[k] && m->per_layer[k]; }
+
+// 1 when the flat index i lies in a tensor Muon updates
+static int gpu_model_in_muon_tensor(const GpuModel* m, size_t i) {
+    for (int k = 0; k < m->num_tensors; k++) {
+        if (i >= m->param_offsets[k] && i < m->param_offsets[k] + m->param_sizes[k]) { return gpu_model_is_muon_tensor(m, k); }
+    }
+    return 0;
+}
+
+// starts the reduction of gradient ranges over the processes: Muon's matrices under ZeRO-1 are
+// all-reduced (their owner needs the whole matrix), the rest as the ZeRO stage says
+static void gpu_model_reduce_ranges(GpuModel* m, MultiGpu* mg, const GradRange* ranges, int n) {
+    GradRange muon[GPU_MODEL_MAX_TENSORS], rest[GPU_MODEL_MAX_TENSORS];
+    int n_muon = 0, n_rest = 0;
+    for (int r = 0; r < n; r++) {
+        if (mg->zero_stage == 1 && gpu_model_in_muon_tensor(m, ranges[r].lo)) { muon[n_muon++] = ranges[r]; }
+        else { rest[n_rest++] = ranges[r]; }
+    }
+    multi_gpu_reduce_ranges_stage(mg, m->grads_memory, muon, n_muon, 0, m->stream);
+    multi_gpu_reduce_ranges(mg, m->grads_memory, rest, n_rest, m->stream);
+}
+
+// the squared norm of the (reduced) gradients this rank owns, summed over ranks; waits for the reductions
+static float gpu_model_grad_norm(GpuModel* m, MultiGpu* mg) {
+    cudaStream_t stream = m->stream;
+    multi_gpu_sync(mg, stream);
+    global_norm_squared(m->norm_scratch, m->norm_scratch + 1, m->grads_memory + mg->shard.offset, mg->shard.size, stream);
+    if (mg->zero_stage == 1) { multi_gpu_sum_floats(mg, m->norm_scratch, 1, stream); }
+    cudaCheck(cudaMemcpyAsync(m->norm_host, m->norm_scratch, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    return sqrtf(*m->norm_host);
+}
+
+// AdamW on this rank's shard, one launch per parameter tensor it overlaps (weight decay on
+// the 2-D weights only); with -op muon the blocks' 2-D weights get Muon at muon_lr instead, each
+// matrix from the rank that owns it (every rank under ZeRO-0), broadcast from there under ZeRO-1;
+// then the ZeRO-1 all-gather
+static void gpu_model_update(GpuModel* m, MultiGpu* mg, float lr, float muon_lr, float beta1, float beta2, float eps,
+                             float weight_decay, float grad_scale, int t) {
+    AdamWScalars scalars = adamw_step_scalars(lr, beta1, beta2, eps, t);
+    uint32_t seed = llmc_hash_u32((uint32_t)t, 0x5EEDu);
+    size_t s0 = mg->shard.offset, s1 = mg->shard.offset + mg->shard.size;
+    for (int i = 0; i < m->num_tensors; i++) {
+        size_t t0 = m->param_offsets[i], t1 = t0 + m->param_sizes[i];
+        size_t lo = t0 > s0 ? t0 : s0, hi = t1 < s1 ? t1 : s1;
+        if (hi <= lo || gpu_model_is_muon_tensor(m, i)) { continue; }
+        float wd = m->is_matrix[i] ? weight_decay : 0.0f;
+        adamw_update(m->params_memory, m->master_weights, m->grads_memory, m->m_memory, m->v_memory,
+                     lo, hi - lo, lo - s0, wd, grad_scale, scalars, seed, m->stream);
+    }
+    if (m->use_muon) {
+        GradReduceOp* owners = (GradReduceOp*)mallocCheck((size_t)m->muon_count * sizeof(GradReduceOp));
+        for (int k = 0; k < m->muon_count; k++) {
+            const MuonMatrix* mat = &m->muon_mats[k];
+            if (mat->state_offset != SIZE_MAX) {
+                muon_update_matrix(&m->cublas, &m->muon_ws, m->params_memory, m->muon_master, m->grads_memory, m->muon_buf,
+                                   mat, muon_lr, weight_decay, grad_scale, &m->muon, seed, m->stream);
+            }
+            owners[k].offset = mat->offset;
+            owners[k].count = mat->rows * mat->cols;
+            owners[k].root = mat->owner;
+        }
+        if (mg->zero_stage == 1) { multi_gpu_broadcast_ranges(mg, m->params_memory, owners, m->muon_count, m->stream); }
+        free(owners);
+    }
+    multi_gpu_gather_params(mg, m->params_memory, m->stream);
+}
+
+// the Muon lr of a step: -ol scaled by the schedule as -l is (the step's lr / -l)
+static float gpu_model_muon_lr(const GpuModel* m, float lr) {
+    return m->peak_lr > 0.0f ? (float)((double)m->muon.lr * (double)lr / (double)m->peak_lr) : 0.0f;
+}
+
+// ----------------------------------------------------------------------------
+// what the GPU trainer brings to llmc/trainer.h's loop (the loop, checkpoints, signals and every rule
+// of training are shared with the CPU trainers there): the model's kernels, device memory and NCCL
+
+// the model's calls
+typedef struct {
+    // inputs, targets: host (B, T) token ids; targets may be NULL (logits only). With targets: per-token
+    // losses in losses_host, their mean in mean_loss, and with write_dlogits the dlogits (scaled by dloss)
+    // in place of the logits
+    void (*forward)(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits);
+    // the gradients of the last forward (write_dlogits = 1) ADDED to grads_memory; reduce: the step's last
+    // micro-batch, so each finished layer's gradients start their reduction over the processes
+    void (*backward)(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce);
+    // the model file of these fp32 parameters (num_parameters of them)
+    void (*write_model)(const GpuModel* m, const char* path, const float* params);
+} GpuModelCalls;
+
+typedef struct {
+    GpuModel* model;
+    GpuModelCalls calls;
+    MultiGpu* mg;
+    int* tokens;             // (B, T) host staging for next_token_logits
+    float* logits_row;       // (V) host
+    floatX* logits_staging;  // (V) host
+} GpuTrainer;
+
+static void gpu_trainer_init(GpuTrainer* g, GpuModel* model, GpuModelCalls calls, MultiGpu* mg) {
+    g->model = model;
+    g->calls = calls;
+    g->mg = mg;
+    g->tokens = (int*)mallocCheck((size_t)model->B * model->T * sizeof(int));
+    g->logits_row = (float*)mallocCheck((size_t)model->vocab_size * sizeof(float));
+    g->logits_staging = (floatX*)mallocCheck((size_t)model->vocab_size * sizeof(floatX));
+}
+
+static void gpu_trainer_free(GpuTrainer* g) {
+    free(g->tokens);
+    free(g->logits_row);
+    free(g->logits_staging);
+}
+
+static void gpu_zero_grad(void* ctx) {
+    GpuModel* m = ((GpuTrainer*)ctx)->model;
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(floatX), m->stream));
+}
+
+// the last micro-batch's backward starts each finished layer's gradient reduction over the processes
+static float gpu_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GpuModel* m = g->model;
+    g->calls.forward(m, inputs, targets, loss_scale / (float)(m->B * m->T), 1);
+    g->calls.backward(m, inputs, g->mg, last);
+    return m->mean_loss;
+}
+
+static float gpu_grad_norm(void* ctx) { return gpu_model_grad_norm(((GpuTrainer*)ctx)->model, ((GpuTrainer*)ctx)->mg); }
+
+static void gpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    gpu_model_update(g->model, g->mg, lr, gpu_model_muon_lr(g->model, lr), TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2,
+                     TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    cudaCheck(cudaStreamSynchronize(g->model->stream)); // the step's time includes the update
+}
+
+static const float* gpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    g->calls.forward(g->model, inputs, targets, 0.0f, 0);
+    return g->model->losses_host;
+}
+
+// a full (B, T) forward with tokens[0..len) in the first row (the rest is padding the causal
+// attention never lets position len - 1 see), then that position's logits
+static const float* gpu_next_token_logits(void* ctx, const int* tokens, int len) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GpuModel* m = g->model;
+    const int BT = m->B * m->T, V = m->vocab_size;
+    for (int i = 0; i < BT; i++) { g->tokens[i] = i < len ? tokens[i] : tokens[0]; }
+    g->calls.forward(m, g->tokens, NULL, 0.0f, 0);
+    cudaCheck(cudaMemcpy(g->logits_staging, m->logits + (size_t)(len - 1) * m->logits_stride, (size_t)V * sizeof(floatX),
+                         cudaMemcpyDeviceToHost));
+    float_from_floatX_host(g->logits_row, g->logits_staging, (size_t)V);
+    return g->logits_row;
+}
+
+// rank 0: fp32 values of the parameters
+static void gpu_save_model(void* ctx, const char* path) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GpuModel* m = g->model;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    gpu_model_download_parameters(m, host);
+    g->calls.write_model(m, path, host);
+    free(host);
+}
+
+// The training state holds this rank's ZeRO shard: AdamW m, v, and after the detectors its fp32
+// master weights (bf16 builds with -w 1); with -op muon then the Muon momentum of the matrices this
+// rank owns and their fp32 master weights (when the shard has them). Host copies of them, on the way
+// to or from the file.
+typedef struct {
+    size_t shard, master;  // element counts (master 0: none)
+    size_t muon, muon_master;
+    float* m;
+    float* v;
+    float* w;
+    char* extra;
+    size_t muon_at;        // where the Muon state starts in extra
+} GpuStateStaging;
+
+// fills the optimizer fields of s and allocates the host copies
+static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, const char* path) {
+    GpuStateStaging st;
+    st.shard = g->mg->shard.size;
+    st.master = g->model->master_weights != NULL ? st.shard : 0;
+    st.muon = g->model->use_muon ? g->model->muon_state_size : 0;
+    st.muon_master = g->model->muon_master != NULL ? st.muon : 0;
+    st.muon_at = trainer_state_extra_bytes(st.master);
+    // 64-bit in the file: 6.2 GB for 1558M on one GPU
+    size_t extra = st.muon_at + (st.muon + st.muon_master) * sizeof(float);
+    if (!trainer_state_fits(st.shard, extra)) {
+        llmc_die("%s: the optimizer state of this rank (%zu values, %zu extra bytes) does not fit in one file", path, st.shard, extra);
+    }
+    s->num_parameters = g->model->num_parameters;
+    s->optimizer = g->model->use_muon;  // a resume with the other -op is refused (llmc/checkpoint.h)
+    s->opt_offset = g->mg->shard.offset;
+    s->opt_size = st.shard;
+    s->extra_bytes = extra;
+    st.m = (float*)mallocCheck(st.shard * sizeof(float) + 1);
+    st.v = (float*)mallocCheck(st.shard * sizeof(float) + 1);
+    st.w = (float*)mallocCheck(st.master * sizeof(float) + 1);
+    st.extra = (char*)mallocCheck(extra);
+    return st;
+}
+
+static void gpu_state_staging_free(GpuStateStaging* st) {
+    free(st->m);
+    free(st->v);
+    free(st->w);
+    free(st->extra);
+}
+
+static void gpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GpuModel* model = g->model;
+    GpuStateStaging st = gpu_state_staging(g, s, path);
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    cudaCheck(cudaMemcpy(st.m, model->m_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(st.v, model->v_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
+    if (st.master > 0) { cudaCheck(cudaMemcpy(st.w, model->master_weights, st.master * sizeof(float), cudaMemcpyDeviceToHost)); }
+    trainer_state_extra_pack(st.extra, d, st.w, st.master);
+    if (st.muon > 0) {
+        float* muon = (float*)(st.extra + st.muon_at);
+        cudaCheck(cudaMemcpy(muon, model->muon_buf, st.muon * sizeof(float), cudaMemcpyDeviceToHost));
+        if (st.muon_master > 0) {
+            cudaCheck(cudaMemcpy(muon + st.muon, model->muon_master, st.muon_master * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+    }
+    train_state_write(path, s, st.m, st.v, st.extra);
+    gpu_state_staging_free(&st);
+}
+
+static void gpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    GpuModel* model = g->model;
+    GpuStateStaging st = gpu_state_staging(g, expect, path);
+    train_state_read(path, expect, got, st.m, st.v, st.extra);
+    trainer_state_extra_unpack(st.extra, d, st.w, st.master);
+    if (st.muon > 0) {
+        const float* muon = (const float*)(st.extra + st.muon_at);
+        cudaCheck(cudaMemcpy(model->muon_buf, muon, st.muon * sizeof(float), cudaMemcpyHostToDevice));
+        if (st.muon_master > 0) {
+            cudaCheck(cudaMemcpy(model->muon_master, muon + st.muon, st.muon_master * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
+    cudaCheck(cudaMemcpy(model->m_memory, st.m, st.shard * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, st.v, st.shard * sizeof(float), cudaMemcpyHostToDevice));
+    if (st.master > 0) { cudaCheck(cudaMemcpy(model->master_weights, st.w, st.master * sizeof(float), cudaMemcpyHostToDevice)); }
+    gpu_state_staging_free(&st);
+}
+
+static TrainerOps gpu_trainer_ops(GpuTrainer* g) {
+    TrainerOps ops = {g, gpu_zero_grad, gpu_forward_backward, gpu_grad_norm, gpu_update, gpu_forward_losses,
+                      gpu_next_token_logits, gpu_save_model, gpu_save_state, gpu_load_state};
+    return ops;
+}
+
+static void gpu_barrier_op(void* ctx) { multi_gpu_barrier((MultiGpu*)ctx); }
+
+static void gpu_sum_floats_op(void* ctx, float* values, int n) { multi_gpu_sum_host_floats((MultiGpu*)ctx, values, n); }
+
+static TrainerComm gpu_trainer_comm(MultiGpu* mg) {
+    TrainerComm comm = {mg->process_rank, mg->num_processes, mg, gpu_barrier_op, gpu_sum_floats_op};
+    return comm;
+}
+
+// -op and the Muon flags; returns 1 for muon, 0 for adamw (one error line for anything else)
+static int gpu_parse_optimizer(const TrainArgs* args, MuonConfig* muon) {
+    int optimizer = optimizer_parse(args->optimizer);
+    if (optimizer < 0) { llmc_die("-op %s: unknown optimizer (adamw|muon)", args->optimizer); }
+    muon->lr = args->muon_lr;
+    muon->momentum = args->muon_momentum;
+    muon->nesterov = args->muon_nesterov;
+    muon->ns_steps = args->muon_ns_steps;
+    muon->adjust_lr = muon_adjust_parse(args->muon_adjust_lr);
+    if (muon->adjust_lr < 0) { llmc_die("-oa %s: unknown Muon lr adjustment (original|match_rms_adamw)", args->muon_adjust_lr); }
+    return optimizer == OPTIMIZER_MUON;
+}
+
+// ----------------------------------------------------------------------------
+// a trainer's main() around its model
+
+typedef struct {
+    const TrainArgs* args;
+    int use_muon;             // -op muon, with these settings
+    MuonConfig muon;
+    int muon_owners;          // the ranks Muon's matrices are spread over: the processes under ZeRO-1, else 1
+    MultiGpu mg;
+    DeviceInfo dev;
+    cudaStream_t stream;
+    int resume_step;          // the step resumed from (-y 1 and a complete checkpoint in -o), else -1
+    char model_path[4200];    // the model to load: that step's checkpoint, else -e
+} GpuTrainerRun;
+
+// -op (refused before the processes start), the processes (-pn -pr -pg -pi -ps -pf, MPI) and this
+// process's GPU and stream; rank 0 prints the banner (program, GPU, precision, processes, ZeRO stage) and
+// the flags; then the data and flags (a missing file says so before the model is loaded) and the model to
+// load: the newest complete checkpoint in -o when resuming, else -e. Returns run->resume_step.
+static int gpu_trainer_prepare(GpuTrainerRun* run, const TrainArgs* args, int* argc, char*** argv, const char* program) {
+    run->args = args;
+    run->use_muon = gpu_parse_optimizer(args, &run->muon);
+    multi_gpu_init(&run->mg, argc, argv, args->num_processes, args->process_rank, args->gpus_per_node, args->nccl_init_method,
+                   args->server_ip, args->fs_path, args->zero_stage, 0);
+    const int rank = run->mg.process_rank;
+    run->muon_owners = run->mg.zero_stage == 1 ? run->mg.num_processes : 1;
+    device_info_query(&run->dev, run->mg.local_device_idx);
+    cudaCheck(cudaStreamCreate(&run->stream));
+    if (rank == 0) {
+        printf("+-------------------------------------------------------------+\n");
+        printf("| %s: %s, precision %s, %d process(es), ZeRO-%d\n", program, run->dev.name, PRECISION_NAME,
+               run->mg.num_processes, run->mg.zero_stage);
+        printf("+-------------------------------------------------------------+\n");
+        args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, args, stdout);
+    }
+    run->resume_step = trainer_prepare(args, rank);
+    snprintf(run->model_path, sizeof(run->model_path), "%s", args->load_filename);
+    if (run->resume_step >= 0) {
+        trainer_checkpoint_path(run->model_path, sizeof(run->model_path), args->output_log_dir, "model", run->resume_step, -1);
+    }
+    return run->resume_step;
+}
+
+// once the model's parameters are known: this rank's ZeRO shard of them, kept in the process group
+static ZeroShard gpu_trainer_shard(GpuTrainerRun* run, const GpuModel* m) {
+    run->mg.num_parameters = m->num_parameters;
+    run->mg.shard = zero_shard(m->num_parameters, run->mg.zero_stage, run->mg.num_processes, run->mg.process_rank);
+    return run->mg.shard;
+}
+
+// once the model's state is allocated: the training loop's set-up (trainer_init) over this run's processes,
+// and the GPU's peak FLOP/s at the build's precision (the model sets trainer->flops_per_step)
+static void gpu_trainer_start(GpuTrainerRun* run, Trainer* trainer, const GpuModel* m) {
+    trainer_init(trainer, run->args, gpu_trainer_comm(&run->mg), m->vocab_size, run->resume_step);
+    trainer->peak_flops = gpu_peak_flops(run->dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
+}
+
+static void gpu_trainer_finish(GpuTrainerRun* run) {
+    cudaCheck(cudaStreamDestroy(run->stream));
+    multi_gpu_free(&run->mg);
+}
+
+#endif // LLMC_GPU_TRAINER_CUH
