@@ -26,6 +26,7 @@ All files are written atomically (utils.h AtomicFile).
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,28 +41,26 @@ All files are written atomically (utils.h AtomicFile).
 // ----------------------------------------------------------------------------
 // model checkpoint: GPT-2's model file (llmc/model_file.h reads and writes it)
 
+// header[2..7]: maxT, V, L, NH, C, Vp, each within its range
+#define GPT2_FIELD_(name, index, hi, member) {name, MODEL_FIELD_INT, index, 1, hi, offsetof(GPT2Config, member)}
 static const ModelHeaderField GPT2_HEADER_FIELDS[] = {
-    {"maxT (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
-    {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
-    {"channels C (header[6])", 6, 1, 1 << 17}, {"padded vocab Vp (header[7])", 7, 1, 1 << 24},
+    GPT2_FIELD_("maxT (header[2])", 2, 1 << 20, max_seq_len), GPT2_FIELD_("vocab size V (header[3])", 3, 1 << 24, vocab_size),
+    GPT2_FIELD_("layers L (header[4])", 4, 4096, num_layers), GPT2_FIELD_("heads NH (header[5])", 5, 1 << 16, num_heads),
+    GPT2_FIELD_("channels C (header[6])", 6, 1 << 17, channels),
+    GPT2_FIELD_("padded vocab Vp (header[7])", 7, 1 << 24, padded_vocab_size),
 };
 static const ModelFileFormat GPT2_MODEL_FILE = {
     "model checkpoint", "%s: not a model checkpoint (file is %zu bytes, shorter than the 1024-byte header)",
     CHECKPOINT_MAGIC, 0, GPT2_HEADER_FIELDS, (int)(sizeof(GPT2_HEADER_FIELDS) / sizeof(GPT2_HEADER_FIELDS[0])),
+    sizeof(GPT2Config),
 };
 
 // Opens a checkpoint, validates its header against its real size and returns the open file
 // positioned at the first parameter. *version is 3 (fp32) or 5 (bf16).
 static inline FILE* checkpoint_open(const char* path, GPT2Config* cfg, int* version) {
     ModelFileHeader h;
-    FILE* f = model_file_open(path, &GPT2_MODEL_FILE, &h);
+    FILE* f = model_file_open(path, &GPT2_MODEL_FILE, &h, cfg);
     *version = h.version;
-    cfg->max_seq_len = h.ints[2];
-    cfg->vocab_size = h.ints[3];
-    cfg->num_layers = h.ints[4];
-    cfg->num_heads = h.ints[5];
-    cfg->channels = h.ints[6];
-    cfg->padded_vocab_size = h.ints[7];
     if (cfg->padded_vocab_size < cfg->vocab_size) {
         llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
     }
@@ -76,11 +75,7 @@ static inline FILE* checkpoint_open(const char* path, GPT2Config* cfg, int* vers
 }
 
 static inline void checkpoint_write(const char* path, const GPT2Config* cfg, const float* params, size_t n) {
-    ModelFileHeader h;  // the layout above; the rest of the header is zero
-    memset(&h, 0, sizeof(h));
-    int fields[] = {cfg->max_seq_len, cfg->vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
-    memcpy(&h.ints[2], fields, sizeof(fields));
-    model_file_write(path, &GPT2_MODEL_FILE, &h, params, n);
+    model_file_write(path, &GPT2_MODEL_FILE, cfg, params, n);
 }
 
 // ----------------------------------------------------------------------------

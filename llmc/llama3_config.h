@@ -24,6 +24,7 @@ writing common to every family are llmc/model_file.h's (LLAMA3_MODEL_FILE descri
 #define LLMC_LLAMA3_CONFIG_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,21 +79,12 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
     X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
     X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
 
-#define LLAMA3_PARAM_INDEX_(D, name, per_layer, rows, cols, is_matrix) LLAMA3_PARAM_##name,
-#define LLAMA3_PARAM_NAME_(D, name, per_layer, rows, cols, is_matrix) #name,
-#define LLAMA3_PARAM_IS_MATRIX_(D, name, per_layer, rows, cols, is_matrix) is_matrix,
-#define LLAMA3_PARAM_SIZE_(D, name, per_layer, rows, cols, is_matrix) (per_layer ? L : 1) * (rows) * (cols),
-#define LLAMA3_PARAM_PER_LAYER_(D, name, per_layer, rows, cols, is_matrix) per_layer,
-#define LLAMA3_PARAM_DIMS_(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
+// expanded with llmc/model_file.h's TENSOR_* (LLAMA3_PARAM_wte = 0 ..., and the count)
+enum { LLAMA3_PARAMETER_TENSORS(TENSOR_INDEX, LLAMA3_PARAM_) LLAMA3_NUM_PARAMETER_TENSORS };
 
-enum { LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_INDEX_, _) LLAMA3_NUM_PARAMETER_TENSORS };
-
-static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {
-    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_NAME_, _)};
-static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {
-    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_IS_MATRIX_, _)};
-static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {
-    LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_PER_LAYER_, _)};
+static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_NAME, _)};
+static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
+static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
 // the dimension names the table is written in
 #define LLAMA3_DIMS_(cfg) \
@@ -102,44 +94,35 @@ static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {
     size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
     (void)V; (void)C; (void)L; (void)HS; (void)QKV; (void)FFN; (void)VH;
 
-static inline void llama3_parameter_sizes(size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], const Llama3Config* cfg) {
-    LLAMA3_DIMS_(cfg)
-    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_SIZE_, _)};
-    memcpy(sizes, table, sizeof(table));
-}
-
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer tensors, else 1
 static inline void llama3_parameter_dims(size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], const Llama3Config* cfg) {
     LLAMA3_DIMS_(cfg)
-    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_DIMS_, _)};
+    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
     memcpy(dims, table, sizeof(table));
 }
 
-static inline size_t llama3_num_parameters(const Llama3Config* cfg) {
-    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], n = 0;
-    llama3_parameter_sizes(sizes, cfg);
-    for (int i = 0; i < LLAMA3_NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
-    return n;
+// the elements of each parameter tensor into sizes (when not NULL), file order; returns their sum
+static inline size_t llama3_parameter_sizes(size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], const Llama3Config* cfg) {
+    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
+    llama3_parameter_dims(dims, cfg);
+    return tensor_table_sizes((const size_t(*)[3])dims, LLAMA3_NUM_PARAMETER_TENSORS, sizes);
 }
+
+static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return llama3_parameter_sizes(NULL, cfg); }
 
 // LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams): the struct of named pointers (weights or
 // gradients), one layer's view, llama3_point_parameters and llama3_layer_params
-#define LLAMA3_PARAM_FIELD_(D, name, per_layer, rows, cols, is_matrix) float* name;
-#define LLAMA3_PARAM_POINT_(D, name, per_layer, rows, cols, is_matrix) \
-    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
-#define LLAMA3_PARAM_LAYER_(D, name, per_layer, rows, cols, is_matrix) \
-    w.name = p->name + (size_t)l * (rows) * (cols);
 #define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) \
-    typedef struct { LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_FIELD_, _) } Params; \
-    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(LLAMA3_PARAM_FIELD_, _) } LayerParams; \
+    typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, float) } Params; \
+    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } LayerParams; \
     static inline void llama3_point_parameters(Params* p, float* memory, const Llama3Config* cfg) { \
         LLAMA3_DIMS_(cfg) \
-        LLAMA3_PARAMETER_TENSORS(LLAMA3_PARAM_POINT_, _) \
+        LLAMA3_PARAMETER_TENSORS(TENSOR_POINT, _) \
     } \
     static inline LayerParams llama3_layer_params(const Params* p, const Llama3Config* cfg, int l) { \
         LLAMA3_DIMS_(cfg) \
         LayerParams w; \
-        LLAMA3_LAYER_PARAMETER_TENSORS(LLAMA3_PARAM_LAYER_, _) \
+        LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_LAYER, _) \
         return w; \
     }
 
@@ -174,46 +157,43 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
 // ----------------------------------------------------------------------------
 // the file
 
+// Where each member of Llama3Config stands: int header[2..7], [9], [12], [15..17] (the named ones within their
+// ranges), float header[0..6]; for llm.c's readers also the truncated floats in header[8], [10] and [11], its
+// max_gen_batch_size 4 in [13] and the major version 3 in [14]
+#define LLAMA3_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(Llama3Config, member)}
+#define LLAMA3_FLOAT_(kind, index, member) {NULL, kind, index, 0, 0, offsetof(Llama3Config, member)}
 static const ModelHeaderField LLAMA3_HEADER_FIELDS[] = {
-    {"block size (header[2])", 2, 1, 1 << 20}, {"vocab size V (header[3])", 3, 1, 1 << 24},
-    {"layers L (header[4])", 4, 1, 4096}, {"heads NH (header[5])", 5, 1, 1 << 16},
-    {"kv heads NKV (header[6])", 6, 1, 1 << 16}, {"channels C (header[7])", 7, 1, 1 << 17},
-    {"multiple_of (header[9])", 9, 1, 1 << 20}, {"use_scaled_rope (header[12])", 12, 0, 1},
-    {"version major (header[14])", 14, 3, 3}, {"tied_embeddings (header[16])", 16, 0, 1},
-    {"FFN hidden size (header[17])", 17, 1, 1 << 22},
+    LLAMA3_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len), LLAMA3_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
+    LLAMA3_INT_("layers L (header[4])", 4, 1, 4096, num_layers), LLAMA3_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
+    LLAMA3_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
+    LLAMA3_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
+    LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 8, ffn_dim_multiplier),
+    LLAMA3_INT_("multiple_of (header[9])", 9, 1, 1 << 20, multiple_of),
+    LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 10, norm_eps), LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 11, rope_theta),
+    LLAMA3_INT_("use_scaled_rope (header[12])", 12, 0, 1, use_scaled_rope),
+    {NULL, MODEL_FIELD_CONST, 13, 4, 4, 0},
+    {"version major (header[14])", MODEL_FIELD_CONST, 14, 3, 3, 0},
+    LLAMA3_INT_(NULL, 15, 0, 0, version_minor),
+    LLAMA3_INT_("tied_embeddings (header[16])", 16, 0, 1, tied_embeddings),
+    LLAMA3_INT_("FFN hidden size (header[17])", 17, 1, 1 << 22, ffn_hidden),
+    LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 0, ffn_dim_multiplier), LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 1, norm_eps),
+    LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 2, rope_theta), LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 3, rope_factor),
+    LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 4, rope_low_freq_factor), LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 5, rope_high_freq_factor),
+    LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 6, rope_original_max_pos),
 };
 static const ModelFileFormat LLAMA3_MODEL_FILE = {
     "Llama 3 model", "%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)",
     LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, (int)(sizeof(LLAMA3_HEADER_FIELDS) / sizeof(LLAMA3_HEADER_FIELDS[0])),
+    sizeof(Llama3Config),
 };
 
 // Opens a model file, validates both headers against the real size and returns the open file at
 // the first parameter; *version is 3 (fp32) or 5 (bf16).
 static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
     ModelFileHeader mh;
-    FILE* f = model_file_open(path, &LLAMA3_MODEL_FILE, &mh);
-    const int* h = mh.ints;
+    FILE* f = model_file_open(path, &LLAMA3_MODEL_FILE, &mh, cfg);
     const float* fh = mh.floats;
     *version = mh.version;
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_seq_len = h[2];
-    cfg->vocab_size = h[3];
-    cfg->num_layers = h[4];
-    cfg->num_heads = h[5];
-    cfg->num_kv_heads = h[6];
-    cfg->channels = h[7];
-    cfg->multiple_of = h[9];
-    cfg->use_scaled_rope = h[12];
-    cfg->version_minor = h[15];
-    cfg->tied_embeddings = h[16];
-    cfg->ffn_hidden = h[17];
-    cfg->ffn_dim_multiplier = fh[0];
-    cfg->norm_eps = fh[1];
-    cfg->rope_theta = fh[2];
-    cfg->rope_factor = fh[3];
-    cfg->rope_low_freq_factor = fh[4];
-    cfg->rope_high_freq_factor = fh[5];
-    cfg->rope_original_max_pos = fh[6];
     int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     if (C % NH != 0 || (C / NH) % 2 != 0) {
         llmc_die("%s: bad Llama 3 model header: C = %d must be NH = %d times an even head size", path, C, NH);
@@ -243,37 +223,9 @@ static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* 
     return f;
 }
 
-// writes cfg and n fp32 parameters atomically (temp file, then rename); header[8], [10] and [11]
-// hold the truncated floats as llm.c's files do, [13] its max_gen_batch_size
+// writes cfg and n fp32 parameters atomically (temp file, then rename)
 static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
-    ModelFileHeader mh;
-    memset(&mh, 0, sizeof(mh));
-    int* h = mh.ints;
-    float* fh = mh.floats;
-    h[2] = cfg->max_seq_len;
-    h[3] = cfg->vocab_size;
-    h[4] = cfg->num_layers;
-    h[5] = cfg->num_heads;
-    h[6] = cfg->num_kv_heads;
-    h[7] = cfg->channels;
-    h[8] = (int)cfg->ffn_dim_multiplier;
-    h[9] = cfg->multiple_of;
-    h[10] = (int)cfg->norm_eps;
-    h[11] = (int)cfg->rope_theta;
-    h[12] = cfg->use_scaled_rope;
-    h[13] = 4;
-    h[14] = 3;
-    h[15] = cfg->version_minor;
-    h[16] = cfg->tied_embeddings;
-    h[17] = cfg->ffn_hidden;
-    fh[0] = cfg->ffn_dim_multiplier;
-    fh[1] = cfg->norm_eps;
-    fh[2] = cfg->rope_theta;
-    fh[3] = cfg->rope_factor;
-    fh[4] = cfg->rope_low_freq_factor;
-    fh[5] = cfg->rope_high_freq_factor;
-    fh[6] = cfg->rope_original_max_pos;
-    model_file_write(path, &LLAMA3_MODEL_FILE, &mh, params, n);
+    model_file_write(path, &LLAMA3_MODEL_FILE, cfg, params, n);
 }
 
 #endif // LLMC_LLAMA3_CONFIG_H

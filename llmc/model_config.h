@@ -16,6 +16,7 @@ Vocabulary: V = 50257, padded to Vp = 50304 (a multiple of 128).
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "model_file.h"
 
 #define GPT2_VOCAB_SIZE 50257
 #define GPT2_PADDED_VOCAB_SIZE 50304
@@ -60,45 +61,30 @@ typedef struct {
     X(D, fcprojw,  1, C,     4 * C, 1) /* MLP down-projection */ \
     X(D, fcprojb,  1, C,     1,     0)
 
-#define GPT2_PARAM_INDEX_(D, name, per_layer, rows, cols, is_matrix) GPT2_PARAM_##name,
-#define GPT2_PARAM_NAME_(D, name, per_layer, rows, cols, is_matrix) #name,
-#define GPT2_PARAM_IS_MATRIX_(D, name, per_layer, rows, cols, is_matrix) is_matrix,
-#define GPT2_PARAM_PER_LAYER_(D, name, per_layer, rows, cols, is_matrix) per_layer,
-#define GPT2_PARAM_DIMS_(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
+// expanded with llmc/model_file.h's TENSOR_* (GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, and the count)
+enum { GPT2_PARAMETER_TENSORS(TENSOR_INDEX, GPT2_PARAM_) GPT2_NUM_PARAMETER_TENSORS };
 
-// GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, and the count
-enum { GPT2_PARAMETER_TENSORS(GPT2_PARAM_INDEX_, _) GPT2_NUM_PARAMETER_TENSORS };
-
-static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {
-    GPT2_PARAMETER_TENSORS(GPT2_PARAM_NAME_, _)};
-static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {
-    GPT2_PARAMETER_TENSORS(GPT2_PARAM_IS_MATRIX_, _)};
-static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {
-    GPT2_PARAMETER_TENSORS(GPT2_PARAM_PER_LAYER_, _)};
+static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_NAME, _)};
+static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
+static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
 // (slices, rows, cols) of each parameter tensor, checkpoint order: slices is L for the
 // per-layer tensors, else 1; cols is 1 for vectors
 static inline void gpt2_parameter_dims(size_t dims[GPT2_NUM_PARAMETER_TENSORS][3], const GPT2Config* cfg) {
     size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
     size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers;
-    const size_t table[GPT2_NUM_PARAMETER_TENSORS][3] = {GPT2_PARAMETER_TENSORS(GPT2_PARAM_DIMS_, _)};
+    const size_t table[GPT2_NUM_PARAMETER_TENSORS][3] = {GPT2_PARAMETER_TENSORS(TENSOR_DIMS, _)};
     memcpy(dims, table, sizeof(table));
 }
 
-// number of elements of each parameter tensor, checkpoint order
-static inline void gpt2_parameter_sizes(size_t sizes[GPT2_NUM_PARAMETER_TENSORS], const GPT2Config* cfg) {
+// the elements of each parameter tensor into sizes (when not NULL), checkpoint order; returns their sum
+static inline size_t gpt2_parameter_sizes(size_t sizes[GPT2_NUM_PARAMETER_TENSORS], const GPT2Config* cfg) {
     size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
     gpt2_parameter_dims(dims, cfg);
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) { sizes[i] = dims[i][0] * dims[i][1] * dims[i][2]; }
+    return tensor_table_sizes((const size_t(*)[3])dims, GPT2_NUM_PARAMETER_TENSORS, sizes);
 }
 
-static inline size_t gpt2_num_parameters(const GPT2Config* cfg) {
-    size_t sizes[GPT2_NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(sizes, cfg);
-    size_t n = 0;
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
-    return n;
-}
+static inline size_t gpt2_num_parameters(const GPT2Config* cfg) { return gpt2_parameter_sizes(NULL, cfg); }
 
 // GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) declares, for element type Elem
 // (float on the CPU, floatX on the GPU; once per program):
@@ -109,23 +95,18 @@ static inline size_t gpt2_num_parameters(const GPT2Config* cfg) {
 //                points p's tensors into one flat buffer of gpt2_num_parameters(cfg) elements
 //   LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l)
 //                layer l's view of p (weights or gradients alike)
-#define GPT2_PARAM_FIELD_(Elem, name, per_layer, rows, cols, is_matrix) Elem* name;
-#define GPT2_PARAM_POINT_(D, name, per_layer, rows, cols, is_matrix) \
-    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
-#define GPT2_PARAM_LAYER_(D, name, per_layer, rows, cols, is_matrix) \
-    w.name = p->name + (size_t)l * (rows) * (cols);
 #define GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) \
-    typedef struct { GPT2_PARAMETER_TENSORS(GPT2_PARAM_FIELD_, Elem) } Params; \
-    typedef struct { GPT2_LAYER_PARAMETER_TENSORS(GPT2_PARAM_FIELD_, Elem) } LayerParams; \
+    typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } Params; \
+    typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
     static inline void gpt2_point_parameters(Params* p, Elem* memory, const GPT2Config* cfg) { \
         size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels; \
         size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers; \
-        GPT2_PARAMETER_TENSORS(GPT2_PARAM_POINT_, _) \
+        GPT2_PARAMETER_TENSORS(TENSOR_POINT, _) \
     } \
     static inline LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l) { \
         size_t C = (size_t)cfg->channels; \
         LayerParams w; \
-        GPT2_LAYER_PARAMETER_TENSORS(GPT2_PARAM_LAYER_, _) \
+        GPT2_LAYER_PARAMETER_TENSORS(TENSOR_LAYER, _) \
         return w; \
     }
 

@@ -6,19 +6,23 @@ parameters, 5 = bf16, widened to fp32 on read; we write fp32), for some families
 header[256] after it, then the parameters in the family's tensor order.
 
 A family describes its file as data, a ModelFileFormat: the magic, whether a float header follows,
-the names its error lines use and its int header fields with their allowed ranges. Its reader
-(llmc/checkpoint.h for GPT-2, llmc/llama3_config.h for Llama 3) then reads in four steps:
+the names its error lines use and its header fields: where each member of its config struct stands
+(an int or a float header slot), the range an int field may take, and what is written only for llm.c
+(a float's truncated copy in an int slot, a constant). Its reader (llmc/checkpoint.h for GPT-2,
+llmc/llama3_config.h for Llama 3) then reads in four steps:
     model_file_open         the headers, checked against the real file size, magic, version and the
-                            ranges of the fields; the open file stands at the first parameter
-    (the family)            fills its config from the header and checks what only it knows
+                            ranges of the fields, and the config filled from them; the open file stands
+                            at the first parameter
+    (the family)            checks what only it knows
     model_file_check_size   the size its parameter count implies against the file's
     model_file_read_params  the parameters into fp32
-and writes with model_file_write (atomically: temporary file, then rename). Every error is one line
-naming the file.
+and writes the config and the parameters with model_file_write (atomically: temporary file, then
+rename). Every error is one line naming the file.
 */
 #ifndef LLMC_MODEL_FILE_H
 #define LLMC_MODEL_FILE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,11 +31,21 @@ naming the file.
 #define MODEL_FILE_VERSION_FP32 3
 #define MODEL_FILE_VERSION_BF16 5
 
-// one int header field: its name in error lines, its index and the values it may take
+enum {
+    MODEL_FIELD_INT,             // int header[index] <-> an int member of the config
+    MODEL_FIELD_FLOAT,           // float header[index] <-> a float member
+    MODEL_FIELD_INT_OF_FLOAT,    // int header[index] = (int) a float member: written for llm.c, not read
+    MODEL_FIELD_CONST,           // int header[index] = lo: written; read and checked only when named
+};
+
+// one header field: its name in error lines (NULL: not checked), what it holds, its index, the values it
+// may take when named (an int field, or a constant: lo = hi) and its config member's offset
 typedef struct {
     const char* name;
+    int kind;
     int index;
     int lo, hi;
+    size_t offset;
 } ModelHeaderField;
 
 typedef struct {
@@ -41,6 +55,7 @@ typedef struct {
     int float_header;            // 1: a float32 header[256] follows the int32 one
     const ModelHeaderField* fields;
     int num_fields;
+    size_t config_size;          // the family's config struct
 } ModelFileFormat;
 
 typedef struct {
@@ -54,8 +69,9 @@ static inline size_t model_file_header_bytes(const ModelFileFormat* fmt) {
     return 256 * sizeof(int) + (fmt->float_header ? 256 * sizeof(float) : 0);
 }
 
-// Opens path, reads and checks its headers into *h and returns the file at the first parameter.
-static inline FILE* model_file_open(const char* path, const ModelFileFormat* fmt, ModelFileHeader* h) {
+// Opens path, reads and checks its headers into *h, fills the config (zeroed first) from them and returns
+// the file at the first parameter.
+static inline FILE* model_file_open(const char* path, const ModelFileFormat* fmt, ModelFileHeader* h, void* config) {
     FILE* f = fopenCheck(path, "rb");
     memset(h, 0, sizeof(*h));
     h->file_size = file_size_check(f, path);
@@ -64,12 +80,16 @@ static inline FILE* model_file_open(const char* path, const ModelFileFormat* fmt
     if (h->ints[1] == 4) { llmc_die("%s: unsupported %s version 4 (expected 3 = fp32 or 5 = bf16)", path, fmt->what); }
     h->version = h->ints[1];
     if (fmt->float_header) { freadCheck(h->floats, sizeof(float), 256, f, path); }
+    memset(config, 0, fmt->config_size);
     for (int i = 0; i < fmt->num_fields; i++) {
         const ModelHeaderField* field = &fmt->fields[i];
+        char* member = (char*)config + field->offset;
         int v = h->ints[field->index];
-        if (v < field->lo || v > field->hi) {
+        if (field->name != NULL && field->kind != MODEL_FIELD_FLOAT && (v < field->lo || v > field->hi)) {
             llmc_die("%s: bad %s header: %s = %d is outside [%d, %d]", path, fmt->what, field->name, v, field->lo, field->hi);
         }
+        if (field->kind == MODEL_FIELD_INT) { memcpy(member, &v, sizeof(int)); }
+        if (field->kind == MODEL_FIELD_FLOAT) { memcpy(member, &h->floats[field->index], sizeof(float)); }
     }
     return f;
 }
@@ -105,17 +125,68 @@ static inline void model_file_read_params(FILE* f, const char* path, int version
     free(buf);
 }
 
-// Writes the headers of h (ints[0] and [1] set here: the magic, fp32) and n fp32 parameters atomically.
-static inline void model_file_write(const char* path, const ModelFileFormat* fmt, ModelFileHeader* h,
-                                    const float* params, size_t n) {
-    h->ints[0] = fmt->magic;
-    h->ints[1] = MODEL_FILE_VERSION_FP32;
+// Writes the headers (the magic, fp32, the config's fields; the rest zero) and n fp32 parameters atomically.
+static inline void model_file_write(const char* path, const ModelFileFormat* fmt, const void* config, const float* params,
+                                    size_t n) {
+    ModelFileHeader h;
+    memset(&h, 0, sizeof(h));
+    h.ints[0] = fmt->magic;
+    h.ints[1] = MODEL_FILE_VERSION_FP32;
+    for (int i = 0; i < fmt->num_fields; i++) {
+        const ModelHeaderField* field = &fmt->fields[i];
+        const char* member = (const char*)config + field->offset;
+        if (field->kind == MODEL_FIELD_INT) {
+            memcpy(&h.ints[field->index], member, sizeof(int));
+        } else if (field->kind == MODEL_FIELD_FLOAT) {
+            memcpy(&h.floats[field->index], member, sizeof(float));
+        } else if (field->kind == MODEL_FIELD_INT_OF_FLOAT) {
+            float x;
+            memcpy(&x, member, sizeof(float));
+            h.ints[field->index] = (int)x;
+        } else {
+            h.ints[field->index] = field->lo;
+        }
+    }
     AtomicFile af;
     atomic_file_open(&af, path);
-    atomic_file_write(&af, h->ints, sizeof(int), 256);
-    if (fmt->float_header) { atomic_file_write(&af, h->floats, sizeof(float), 256); }
+    atomic_file_write(&af, h.ints, sizeof(int), 256);
+    if (fmt->float_header) { atomic_file_write(&af, h.floats, sizeof(float), 256); }
     atomic_file_write(&af, params, sizeof(float), n);
     atomic_file_commit(&af);
+}
+
+// ----------------------------------------------------------------------------
+// the tensor table: the parameters in file order, one row per tensor, X(D, name, per_layer, rows, cols,
+// is_matrix). A tensor is one (rows, cols) slice, or with per_layer L slices stacked (layer l's starts at
+// l * rows * cols); vectors have cols = 1; is_matrix marks the 2-D weights. Every family's table
+// (llmc/model_config.h, llmc/llama3_config.h) is expanded with these; D is what the expansion passes:
+//   TENSOR_INDEX     with D a prefix: the enum entry D##name
+//   TENSOR_NAME, TENSOR_IS_MATRIX, TENSOR_PER_LAYER   array initialisers
+//   TENSOR_DIMS      {slices, rows, cols}, written in the family's dimension names and L
+//   TENSOR_FIELD     with D an element type: the struct member D* name
+//   TENSOR_POINT     p->name into a flat buffer memory, which moves past it
+//   TENSOR_LAYER     w.name at layer l's slice of p->name
+#define TENSOR_INDEX(D, name, per_layer, rows, cols, is_matrix) D##name,
+#define TENSOR_NAME(D, name, per_layer, rows, cols, is_matrix) #name,
+#define TENSOR_IS_MATRIX(D, name, per_layer, rows, cols, is_matrix) is_matrix,
+#define TENSOR_PER_LAYER(D, name, per_layer, rows, cols, is_matrix) per_layer,
+#define TENSOR_DIMS(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
+#define TENSOR_FIELD(D, name, per_layer, rows, cols, is_matrix) D* name;
+#define TENSOR_POINT(D, name, per_layer, rows, cols, is_matrix) \
+    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
+#define TENSOR_LAYER(D, name, per_layer, rows, cols, is_matrix) \
+    w.name = p->name + (size_t)l * (rows) * (cols);
+
+// the elements of each of n tensors of dims[k] = (slices, rows, cols) into sizes (when not NULL); returns
+// their sum, the parameter count
+static inline size_t tensor_table_sizes(const size_t (*dims)[3], int n, size_t* sizes) {
+    size_t total = 0;
+    for (int k = 0; k < n; k++) {
+        size_t size = dims[k][0] * dims[k][1] * dims[k][2];
+        if (sizes != NULL) { sizes[k] = size; }
+        total += size;
+    }
+    return total;
 }
 
 // the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none

@@ -53,7 +53,7 @@ static const char* const GPT2_PARAMETER_NAMES[16];
 static const int GPT2_PARAMETER_IS_MATRIX[16];
 static const int GPT2_PARAMETER_PER_LAYER[16];
 void gpt2_parameter_dims(size_t dims[16][3], const GPT2Config* cfg);
-void gpt2_parameter_sizes(size_t sizes[16], const GPT2Config* cfg);
+size_t gpt2_parameter_sizes(size_t sizes[16], const GPT2Config* cfg);
 size_t gpt2_num_parameters(const GPT2Config* cfg);
 
 /* the layers (train_gpt2.c) */
