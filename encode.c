@@ -54,17 +54,6 @@ static unsigned char* read_stdin(size_t* n_out) {
     return buf;
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 static void run_encode(const BPE* bpe, int allow_special, int bench) {
     size_t n;
     unsigned char* text = read_stdin(&n);
@@ -73,9 +62,9 @@ static void run_encode(const BPE* bpe, int allow_special, int bench) {
         double* mbps = (double*)mallocCheck((size_t)bench * sizeof(double));
         size_t cnt = 0;
         for (int r = 0; r < bench; r++) {
-            double t0 = now_seconds();
+            double t0 = wall_seconds();
             cnt = bpe_encode(bpe, text, n, allow_special, ids);
-            double dt = now_seconds() - t0;
+            double dt = wall_seconds() - t0;
             mbps[r] = (double)n / 1e6 / (dt > 0 ? dt : 1e-9);
         }
         qsort(mbps, (size_t)bench, sizeof(double), compare_doubles);

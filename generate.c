@@ -34,61 +34,61 @@ compares its last-position logits with the cached path's (fails above 1e-4): the
 #include <unistd.h>
 
 // ----------------------------------------------------------------------------
-// the KV-cached forward pass (batch 1)
+// the KV-cached forward pass (batch 1), of either family: the cache holds NKV key/value heads per layer
+// (GPT-2: NKV = NH) and the work buffers of up to maxT positions
 
 typedef struct {
-    int maxT, C, L, NH, V;
+    int maxT, C, L, NH, NKV, HS, QKV, FFN, V;
     int pos;               // positions already in the cache
-    int cap;               // most positions one gpt2_forward_cached call takes
-    float* key_cache;      // (L, maxT, C)
-    float* value_cache;    // (L, maxT, C)
-    float* x;              // (cap, C) the residual stream
-    float* ln;             // (cap, C)
-    float* mean;           // (cap)
-    float* rstd;           // (cap)
-    float* qkv;            // (cap, 3C)
-    float* atty;           // (cap, C)
-    float* proj;           // (cap, C)
-    float* fch;            // (cap, 4C)
-    float* fch_gelu;       // (cap, 4C)
+    float* key_cache;      // (L, maxT, NKV*HS), Llama 3's after RoPE
+    float* value_cache;    // (L, maxT, NKV*HS)
+    float* x;              // (maxT, C) the residual stream
+    float* ln;             // (maxT, C)
+    float* mean;           // (maxT)
+    float* rstd;           // (maxT)
+    float* qkv;            // (maxT, QKV) the NH query heads, then the NKV key and value heads
+    float* atty;           // (maxT, C)
+    float* proj;           // (maxT, C)
+    float* fch;            // (maxT, FFN) the MLP's first hidden layer (GPT-2: fc, Llama 3: the gate)
+    float* fch2;           // (maxT, FFN) its second (GPT-2: gelu(fc), Llama 3: the up projection)
     float* scores;         // (threads, maxT) attention scores scratch
     float* logits;         // (V) logits of the last position
-    int nthreads;
 } KVCache;
 
-static void kvcache_init(KVCache* kv, const GPT2Config* cfg) {
-    kv->maxT = cfg->max_seq_len;
-    kv->C = cfg->channels;
-    kv->L = cfg->num_layers;
-    kv->NH = cfg->num_heads;
-    kv->V = cfg->vocab_size;
+static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int FFN, int V) {
+    kv->maxT = maxT;
+    kv->C = C;
+    kv->L = L;
+    kv->NH = NH;
+    kv->NKV = NKV;
+    kv->HS = C / NH;
+    kv->QKV = (NH + 2 * NKV) * kv->HS;
+    kv->FFN = FFN;
+    kv->V = V;
     kv->pos = 0;
-    kv->cap = kv->maxT;
-    size_t C = (size_t)kv->C, cap = (size_t)kv->cap;
+    size_t T = (size_t)maxT, KVC = (size_t)NKV * kv->HS;
+    int nthreads = 1;
 #ifdef _OPENMP
-    kv->nthreads = omp_get_max_threads();
-#else
-    kv->nthreads = 1;
+    nthreads = omp_get_max_threads();
 #endif
-    kv->key_cache = (float*)mallocCheck((size_t)kv->L * kv->maxT * C * sizeof(float));
-    kv->value_cache = (float*)mallocCheck((size_t)kv->L * kv->maxT * C * sizeof(float));
-    kv->x = (float*)mallocCheck(cap * C * sizeof(float));
-    kv->ln = (float*)mallocCheck(cap * C * sizeof(float));
-    kv->mean = (float*)mallocCheck(cap * sizeof(float));
-    kv->rstd = (float*)mallocCheck(cap * sizeof(float));
-    kv->qkv = (float*)mallocCheck(cap * 3 * C * sizeof(float));
-    kv->atty = (float*)mallocCheck(cap * C * sizeof(float));
-    kv->proj = (float*)mallocCheck(cap * C * sizeof(float));
-    kv->fch = (float*)mallocCheck(cap * 4 * C * sizeof(float));
-    kv->fch_gelu = (float*)mallocCheck(cap * 4 * C * sizeof(float));
-    kv->scores = (float*)mallocCheck((size_t)kv->nthreads * kv->maxT * sizeof(float));
-    kv->logits = (float*)mallocCheck((size_t)kv->V * sizeof(float));
+    kv->key_cache = (float*)mallocCheck((size_t)L * T * KVC * sizeof(float));
+    kv->value_cache = (float*)mallocCheck((size_t)L * T * KVC * sizeof(float));
+    kv->x = (float*)mallocCheck(T * C * sizeof(float));
+    kv->ln = (float*)mallocCheck(T * C * sizeof(float));
+    kv->mean = (float*)mallocCheck(T * sizeof(float));
+    kv->rstd = (float*)mallocCheck(T * sizeof(float));
+    kv->qkv = (float*)mallocCheck(T * kv->QKV * sizeof(float));
+    kv->atty = (float*)mallocCheck(T * C * sizeof(float));
+    kv->proj = (float*)mallocCheck(T * C * sizeof(float));
+    kv->fch = (float*)mallocCheck(T * FFN * sizeof(float));
+    kv->fch2 = (float*)mallocCheck(T * FFN * sizeof(float));
+    kv->scores = (float*)mallocCheck((size_t)nthreads * T * sizeof(float));
+    kv->logits = (float*)mallocCheck((size_t)V * sizeof(float));
 }
 
 static void kvcache_free(KVCache* kv) {
     free(kv->key_cache); free(kv->value_cache); free(kv->x); free(kv->ln); free(kv->mean); free(kv->rstd);
-    free(kv->qkv); free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch_gelu); free(kv->scores);
-    free(kv->logits);
+    free(kv->qkv); free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch2); free(kv->scores); free(kv->logits);
 }
 
 // out[o] = bias[o] + weight[o,:] . inp, for one position. Each dot product keeps MV_LANES
@@ -189,7 +189,7 @@ static void attention_forward_cached(float* out, float* scores, const float* q_r
 // feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
 static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int n) {
     int C = kv->C, L = kv->L, NH = kv->NH, maxT = kv->maxT;
-    if (n < 1 || n > kv->cap || kv->pos + n > maxT) {
+    if (n < 1 || kv->pos + n > maxT) {
         llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
     }
     ParameterTensors p = model->params;
@@ -212,8 +212,8 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
         // MLP block
         layernorm_rows(kv, kv->ln, kv->x, w.ln2w, w.ln2b, n, C);
         linear_forward(kv->fch, kv->ln, w.fcw, w.fcb, n, C, 4 * C);
-        gelu_rows(kv->fch_gelu, kv->fch, n, nC * 4);
-        linear_forward(kv->proj, kv->fch_gelu, w.fcprojw, w.fcprojb, n, 4 * C, C);
+        gelu_rows(kv->fch2, kv->fch, n, nC * 4);
+        linear_forward(kv->proj, kv->fch2, w.fcprojw, w.fcprojb, n, 4 * C, C);
         residual_rows(kv->x, kv->proj, n, nC);
     }
     // final layernorm and the tied lm_head, for the last position only
@@ -224,62 +224,10 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
 }
 
 // ----------------------------------------------------------------------------
-// the Llama 3 KV-cached forward pass (batch 1): the cache holds NKV heads per layer
-
-typedef struct {
-    int maxT, C, L, NH, NKV, HS, QKV, FFN, V;
-    int pos;               // positions already in the cache
-    float* key_cache;      // (L, maxT, NKV*HS), keys after RoPE
-    float* value_cache;    // (L, maxT, NKV*HS)
-    float* x;              // (maxT, C) the residual stream
-    float* ln;             // (maxT, C)
-    float* rstd;           // (maxT)
-    float* qkv;            // (maxT, QKV)
-    float* atty;           // (maxT, C)
-    float* proj;           // (maxT, C)
-    float* fch;            // (maxT, FFN) gate
-    float* fch2;           // (maxT, FFN) up
-    float* scores;         // (threads, maxT)
-    float* logits;         // (V) logits of the last position
-} Llama3KVCache;
-
-static void llama3_kvcache_init(Llama3KVCache* kv, const Llama3Config* cfg) {
-    kv->maxT = cfg->max_seq_len;
-    kv->C = cfg->channels;
-    kv->L = cfg->num_layers;
-    kv->NH = cfg->num_heads;
-    kv->NKV = cfg->num_kv_heads;
-    kv->HS = kv->C / kv->NH;
-    kv->QKV = (kv->NH + 2 * kv->NKV) * kv->HS;
-    kv->FFN = cfg->ffn_hidden;
-    kv->V = cfg->vocab_size;
-    kv->pos = 0;
-    size_t T = (size_t)kv->maxT, C = (size_t)kv->C, KVC = (size_t)kv->NKV * kv->HS;
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
-    kv->key_cache = (float*)mallocCheck((size_t)kv->L * T * KVC * sizeof(float));
-    kv->value_cache = (float*)mallocCheck((size_t)kv->L * T * KVC * sizeof(float));
-    kv->x = (float*)mallocCheck(T * C * sizeof(float));
-    kv->ln = (float*)mallocCheck(T * C * sizeof(float));
-    kv->rstd = (float*)mallocCheck(T * sizeof(float));
-    kv->qkv = (float*)mallocCheck(T * kv->QKV * sizeof(float));
-    kv->atty = (float*)mallocCheck(T * C * sizeof(float));
-    kv->proj = (float*)mallocCheck(T * C * sizeof(float));
-    kv->fch = (float*)mallocCheck(T * kv->FFN * sizeof(float));
-    kv->fch2 = (float*)mallocCheck(T * kv->FFN * sizeof(float));
-    kv->scores = (float*)mallocCheck((size_t)nthreads * T * sizeof(float));
-    kv->logits = (float*)mallocCheck((size_t)kv->V * sizeof(float));
-}
-
-static void llama3_kvcache_free(Llama3KVCache* kv) {
-    free(kv->key_cache); free(kv->value_cache); free(kv->x); free(kv->ln); free(kv->rstd); free(kv->qkv);
-    free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch2); free(kv->scores); free(kv->logits);
-}
+// the Llama 3 KV-cached forward pass (batch 1)
 
 // feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
-static void llama3_forward_cached(Llama3* model, Llama3KVCache* kv, const int* tokens, int n) {
+static void llama3_forward_cached(Llama3* model, KVCache* kv, const int* tokens, int n) {
     const Llama3Config* cfg = &model->config;
     int C = kv->C, NH = kv->NH, NKV = kv->NKV, HS = kv->HS, QKV = kv->QKV, FFN = kv->FFN, maxT = kv->maxT;
     int KVC = NKV * HS, half = HS / 2;
@@ -345,12 +293,6 @@ typedef struct {
     int checks;
 } KVCheck;
 
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // "prompt ids: 1 2 3" on stderr (--print-ids)
 static void print_prompt_ids(const int* ids, int n) {
     fprintf(stderr, "prompt ids:");
@@ -358,13 +300,27 @@ static void print_prompt_ids(const int* ids, int n) {
     fputc('\n', stderr);
 }
 
+// What the generation loop needs of a model, whatever its family: its KV-cached forward pass (the
+// family's cache: tokens in at the cache's position, the last position's logits out), the full forward
+// of train_gpt2.c / train_llama3.c that --check-kv compares with, and how a token is written out.
+typedef struct {
+    void* model;                      // GPT2 or Llama3
+    const CpuModelCalls* calls;       // its calls (llmc/cpu/cpu_model.h): the full forward
+    const CpuModel* cpu;              // the full forward's logits
+    KVCache* kv;                      // its cache, and the cache's logits of the last position
+    void (*forward_cached)(void* model, KVCache* kv, const int* tokens, int n);
+    int eot;                          // the token that ends a document
+    void (*write_token)(void* decoder, int id);   // the token's bytes to stdout
+    void* decoder;
+} Generator;
+
 // compares the cached logits with a full forward of seq[0..T) (last position)
-static void check_kv_step(GPT2* model, const KVCache* kv, const int* seq, int T, KVCheck* chk) {
-    gpt2_forward(model, seq, NULL, 1, T);
-    const float* full = model->acts.logits + (size_t)(T - 1) * model->config.padded_vocab_size;
+static void check_kv_step(const Generator* g, const int* seq, int T, KVCheck* chk) {
+    g->calls->forward(g->model, seq, NULL, 1, T);
+    const float* full = g->cpu->logits + (size_t)(T - 1) * g->cpu->logits_stride;
     double d = 0.0;
-    for (int i = 0; i < kv->V; i++) {
-        double e = fabs((double)full[i] - (double)kv->logits[i]);
+    for (int i = 0; i < g->kv->V; i++) {
+        double e = fabs((double)full[i] - (double)g->kv->logits[i]);
         if (e > d) { d = e; }
     }
     if (d > chk->max_diff) { chk->max_diff = d; }
@@ -374,10 +330,56 @@ static void check_kv_step(GPT2* model, const KVCache* kv, const int* seq, int T,
     }
 }
 
+// how many tokens to generate after n_prompt: -n, or up to the model's context (and a note that says so)
+static int generate_budget(const GenerateArgs* args, int n_prompt, int maxT) {
+    int budget = args->num_tokens;
+    if (n_prompt + budget > maxT) {
+        budget = maxT - n_prompt;
+        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
+    }
+    return budget;
+}
+
+// Generates up to budget tokens after the prompt seq[0..n_prompt) from a fresh cache, each written to stdout
+// as it comes, then a newline; stops at the end-of-document token unless --no-stop. seq needs room for maxT
+// ids. Returns the tokens generated.
+static int generate_tokens(const Generator* g, Sampler* sampler, const GenerateArgs* args, int* seq, int n_prompt,
+                           int budget, KVCheck* chk) {
+    g->kv->pos = 0;
+    g->forward_cached(g->model, g->kv, seq, n_prompt);
+    if (args->check_kv) { check_kv_step(g, seq, n_prompt, chk); }
+    int T = n_prompt, made = 0;
+    while (made < budget) {
+        int next = sampler_sample(sampler, g->kv->logits);
+        made++;
+        if (next == g->eot && args->stop_at_eot) { break; }
+        g->write_token(g->decoder, next);
+        fflush(stdout);
+        seq[T++] = next;
+        if (made == budget) { break; }
+        g->forward_cached(g->model, g->kv, &next, 1);
+        if (args->check_kv) { check_kv_step(g, seq, T, chk); }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    return made;
+}
+
+// GPT-2's cached forward and its token bytes (the BPE ranks file's), for the Generator
+static void gpt2_forward_cached_(void* model, KVCache* kv, const int* tokens, int n) {
+    gpt2_forward_cached((GPT2*)model, kv, tokens, n);
+}
+
+static void gpt2_write_token(void* bpe, int id) {
+    size_t len;
+    const unsigned char* bytes = bpe_token_bytes((const BPE*)bpe, id, &len);
+    if (bytes != NULL) { fwriteCheck(bytes, 1, len, stdout, "stdout"); }
+}
+
 // generates a continuation of `prompt` (bytes), streaming it to stdout; returns tokens generated
-static int generate_one(GPT2* model, KVCache* kv, const BPE* bpe, Sampler* sampler, const GenerateArgs* args,
-                        const char* prompt, int echo_prompt, KVCheck* chk) {
-    int maxT = kv->maxT;
+static int generate_one(const Generator* g, const BPE* bpe, Sampler* sampler, const GenerateArgs* args, const char* prompt,
+                        int echo_prompt, KVCheck* chk) {
+    int maxT = g->kv->maxT;
     size_t plen = strlen(prompt);
     int* seq = (int*)mallocCheck(((size_t)maxT + plen + 1) * sizeof(int));
     int n_prompt = (int)bpe_encode(bpe, (const unsigned char*)prompt, plen, 1, seq);
@@ -386,36 +388,12 @@ static int generate_one(GPT2* model, KVCache* kv, const BPE* bpe, Sampler* sampl
     if (n_prompt >= maxT) {
         llmc_die("-p: the prompt is %d tokens, the model's context is %d (it must leave room to generate)", n_prompt, maxT);
     }
-    int budget = args->num_tokens;
-    if (n_prompt + budget > maxT) {
-        budget = maxT - n_prompt;
-        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
-    }
+    int budget = generate_budget(args, n_prompt, maxT);
     if (echo_prompt) {
         fwriteCheck(prompt, 1, plen, stdout, "stdout");
         fflush(stdout);
     }
-    kv->pos = 0;
-    gpt2_forward_cached(model, kv, seq, n_prompt);
-    if (args->check_kv) { check_kv_step(model, kv, seq, n_prompt, chk); }
-    int T = n_prompt, made = 0;
-    while (made < budget) {
-        int next = sampler_sample(sampler, kv->logits);
-        made++;
-        if (next == bpe->eot_token && args->stop_at_eot) { break; }
-        size_t len;
-        const unsigned char* bytes = bpe_token_bytes(bpe, next, &len);
-        if (bytes != NULL) {
-            fwriteCheck(bytes, 1, len, stdout, "stdout");
-            fflush(stdout);
-        }
-        seq[T++] = next;
-        if (made == budget) { break; }
-        gpt2_forward_cached(model, kv, &next, 1);
-        if (args->check_kv) { check_kv_step(model, kv, seq, T, chk); }
-    }
-    fputc('\n', stdout);
-    fflush(stdout);
+    int made = generate_tokens(g, sampler, args, seq, n_prompt, budget, chk);
     free(seq);
     return made;
 }
@@ -439,20 +417,14 @@ static int llama3_parse_ids(const char* s, int* ids, int max, int V) {
     return n;
 }
 
-// compares the cached logits with a full llama3_forward of seq[0..T) (last position)
-static void llama3_check_kv_step(Llama3* model, const Llama3KVCache* kv, const int* seq, int T, KVCheck* chk) {
-    llama3_forward(model, seq, NULL, 1, T);
-    const float* full = model->acts.logits + (size_t)(T - 1) * model->config.vocab_size;
-    double d = 0.0;
-    for (int i = 0; i < kv->V; i++) {
-        double e = fabs((double)full[i] - (double)kv->logits[i]);
-        if (e > d) { d = e; }
-    }
-    if (d > chk->max_diff) { chk->max_diff = d; }
-    chk->checks++;
-    if (d > 1e-4) {
-        llmc_die("--check-kv: cached logits differ from a full recompute by %.3g at position %d (limit 1e-4)", d, T - 1);
-    }
+// Llama 3's cached forward and its token bytes (the tokenizer file's), for the Generator
+static void llama3_forward_cached_(void* model, KVCache* kv, const int* tokens, int n) {
+    llama3_forward_cached((Llama3*)model, kv, tokens, n);
+}
+
+static void llama3_write_token(void* tok, int id) {
+    Tokenizer* t = (Tokenizer*)tok;
+    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
 }
 
 // a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
@@ -472,57 +444,49 @@ static int llama3_encode_prompt(const BPE* bpe, const Tokenizer* tok, const char
 
 // generates a continuation of the prompt seq[0..n_prompt), streaming it to stdout after the prompt's
 // text (echo, or the decoded ids when echo is NULL); returns tokens generated
-static int llama3_generate_one(Llama3* model, Llama3KVCache* kv, Tokenizer* tok, Sampler* sampler, const GenerateArgs* args,
+static int llama3_generate_one(const Generator* g, Tokenizer* tok, Sampler* sampler, const GenerateArgs* args,
                                int* seq, int n_prompt, const char* echo, KVCheck* chk) {
-    int maxT = kv->maxT;
     if (args->print_ids) { print_prompt_ids(seq, n_prompt); }
-    int budget = args->num_tokens;
-    if (n_prompt + budget > maxT) {
-        budget = maxT - n_prompt;
-        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
-    }
+    int budget = generate_budget(args, n_prompt, g->kv->maxT);
     if (echo != NULL) {
         fwriteCheck(echo, 1, strlen(echo), stdout, "stdout");
     } else {
         for (int i = 0; i < n_prompt; i++) {
-            if (seq[i] != tok->bos_token) { fwriteCheck(tokenizer_decode(tok, (uint32_t)seq[i]), 1, tokenizer_decode_length(tok, (uint32_t)seq[i]), stdout, "stdout"); }
+            if (seq[i] != tok->bos_token) { llama3_write_token(tok, seq[i]); }
         }
     }
     fflush(stdout);
-    kv->pos = 0;
-    llama3_forward_cached(model, kv, seq, n_prompt);
-    if (args->check_kv) { llama3_check_kv_step(model, kv, seq, n_prompt, chk); }
-    int T = n_prompt, made = 0;
-    while (made < budget) {
-        int next = sampler_sample(sampler, kv->logits);
-        made++;
-        if (next == tok->eot_token && args->stop_at_eot) { break; }
-        fwriteCheck(tokenizer_decode(tok, (uint32_t)next), 1, tokenizer_decode_length(tok, (uint32_t)next), stdout, "stdout");
-        fflush(stdout);
-        seq[T++] = next;
-        if (made == budget) { break; }
-        llama3_forward_cached(model, kv, &next, 1);
-        if (args->check_kv) { llama3_check_kv_step(model, kv, seq, T, chk); }
-    }
-    fputc('\n', stdout);
-    fflush(stdout);
-    return made;
+    return generate_tokens(g, sampler, args, seq, n_prompt, budget, chk);
 }
 
-// reads one line of stdin without its newline into a growing buffer; returns 0 at end of input
-static int read_line(char** buf, size_t* cap) {
+// the prompts of -i: one per stdin line, without its newline, "> " before each when stdin is a terminal
+typedef struct {
+    char* line;
+    size_t cap;
+    int tty;
+} PromptReader;
+
+static void prompt_reader_init(PromptReader* r) {
+    r->tty = isatty(fileno(stdin));
+    r->cap = 256;
+    r->line = (char*)mallocCheck(r->cap);
+}
+
+// the next prompt into r->line; returns 0 at end of input
+static int prompt_reader_next(PromptReader* r) {
+    if (r->tty) { fprintf(stderr, "> "); fflush(stderr); }
     size_t n = 0;
     int c;
     while ((c = getchar()) != EOF && c != '\n') {
-        if (n + 1 >= *cap) {
-            *cap *= 2;
-            char* bigger = (char*)realloc(*buf, *cap);
-            if (bigger == NULL) { llmc_die("stdin: out of memory reading a line of %zu bytes", *cap); }
-            *buf = bigger;
+        if (n + 1 >= r->cap) {
+            r->cap *= 2;
+            char* bigger = (char*)realloc(r->line, r->cap);
+            if (bigger == NULL) { llmc_die("stdin: out of memory reading a line of %zu bytes", r->cap); }
+            r->line = bigger;
         }
-        (*buf)[n++] = (char)c;
+        r->line[n++] = (char)c;
     }
-    (*buf)[n] = '\0';
+    r->line[n] = '\0';
     return !(c == EOF && n == 0);
 }
 
@@ -547,40 +511,38 @@ static int llama3_generate(const GenerateArgs* args) {
     int maxT = cfg.max_seq_len;
     int* seq = (int*)mallocCheck((size_t)maxT * sizeof(int));
     if (args->check_kv) { llama3_allocate_activations(&model, 1, maxT); }
-    Llama3KVCache kv;
-    llama3_kvcache_init(&kv, &cfg);
+    KVCache kv;
+    kvcache_init(&kv, maxT, cfg.channels, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.ffn_hidden, cfg.vocab_size);
     Sampler sampler;
     sampler_init(&sampler, cfg.vocab_size, args->temperature, args->top_k, args->top_p, (uint64_t)args->seed);
     KVCheck chk = {0.0, 0};
-    double t0 = now_sec();
+    Generator g = {&model, &llama3_calls, &model.cpu, &kv, llama3_forward_cached_, tok.eot_token, llama3_write_token, &tok};
+    double t0 = wall_seconds();
     int made = 0;
     if (args->interactive) {
-        int tty = isatty(fileno(stdin));
-        size_t cap = 256;
-        char* line = (char*)mallocCheck(cap);
-        for (;;) {
-            if (tty) { fprintf(stderr, "> "); fflush(stderr); }
-            if (!read_line(&line, &cap)) { break; }
-            int n_prompt = llama3_encode_prompt(&bpe, &tok, line, seq, maxT);
-            made += llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
+        PromptReader prompts;
+        prompt_reader_init(&prompts);
+        while (prompt_reader_next(&prompts)) {
+            int n_prompt = llama3_encode_prompt(&bpe, &tok, prompts.line, seq, maxT);
+            made += llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
         }
-        free(line);
+        free(prompts.line);
     } else if (text) {
         int n_prompt = llama3_encode_prompt(&bpe, &tok, args->prompt, seq, maxT);
-        made = llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, args->prompt, &chk);
+        made = llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, args->prompt, &chk);
     } else {
         int n_prompt = args->ids != NULL ? llama3_parse_ids(args->ids, seq, maxT - 1, cfg.vocab_size) : 0;
         if (n_prompt == 0) { seq[n_prompt++] = tok.bos_token; }
-        made = llama3_generate_one(&model, &kv, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
+        made = llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
     }
-    double dt = now_sec() - t0;
+    double dt = wall_seconds() - t0;
     fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", made, dt, dt > 0 ? made / dt : 0.0);
     if (args->check_kv) {
         fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);
     }
     free(seq);
     sampler_free(&sampler);
-    llama3_kvcache_free(&kv);
+    kvcache_free(&kv);
     if (text) { bpe_free(&bpe); }
     tokenizer_free(&tok);
     llama3_free(&model);
@@ -697,27 +659,24 @@ int main(int argc, char** argv) {
         llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args.bpe_path, bpe.eot_token + 1, model.config.vocab_size);
     }
     KVCache kv;
-    kvcache_init(&kv, &model.config);
+    kvcache_init(&kv, model.config.max_seq_len, model.config.channels, model.config.num_layers, model.config.num_heads,
+                 model.config.num_heads, 4 * model.config.channels, model.config.vocab_size);
     Sampler sampler;
     sampler_init(&sampler, model.config.vocab_size, args.temperature, args.top_k, args.top_p, (uint64_t)args.seed);
     KVCheck chk = { 0.0, 0 };
+    Generator g = {&model, &gpt2_calls, &model.cpu, &kv, gpt2_forward_cached_, bpe.eot_token, gpt2_write_token, &bpe};
 
-    double t0 = now_sec();
+    double t0 = wall_seconds();
     int total = 0;
     if (args.interactive) {
-        int tty = isatty(fileno(stdin));
-        size_t cap = 256;
-        char* line = (char*)mallocCheck(cap);
-        for (;;) {
-            if (tty) { fprintf(stderr, "> "); fflush(stderr); }
-            if (!read_line(&line, &cap)) { break; }
-            total += generate_one(&model, &kv, &bpe, &sampler, &args, line, 0, &chk);
-        }
-        free(line);
+        PromptReader prompts;
+        prompt_reader_init(&prompts);
+        while (prompt_reader_next(&prompts)) { total += generate_one(&g, &bpe, &sampler, &args, prompts.line, 0, &chk); }
+        free(prompts.line);
     } else {
-        total = generate_one(&model, &kv, &bpe, &sampler, &args, args.prompt, 1, &chk);
+        total = generate_one(&g, &bpe, &sampler, &args, args.prompt, 1, &chk);
     }
-    double dt = now_sec() - t0;
+    double dt = wall_seconds() - t0;
     fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", total, dt, dt > 0 ? total / dt : 0.0);
     if (args.check_kv) {
         fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);

@@ -37,26 +37,15 @@ static void gemm_blocked_bf16(int n, const float* A, const float* B, float* C) {
     matmul_gemm_blocked(MATMUL_BF16, 0, 1, n, n, n, A, n, B, n, 0.0f, C, n);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 // median GFLOP/s of `reps` timed calls after one untimed one
 static double gemm_rate(GemmFn fn, int n, int reps, const float* A, const float* B, float* C) {
     double* secs = malloc(sizeof(double) * (size_t)reps);
     if (secs == NULL) { fprintf(stderr, "error: out of memory\n"); exit(1); }
     fn(n, A, B, C);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_seconds();
+        double t0 = wall_seconds();
         fn(n, A, B, C);
-        secs[r] = now_seconds() - t0;
+        secs[r] = wall_seconds() - t0;
     }
     qsort(secs, (size_t)reps, sizeof(double), compare_doubles);
     double median = reps % 2 ? secs[reps / 2] : 0.5 * (secs[reps / 2 - 1] + secs[reps / 2]);

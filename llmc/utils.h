@@ -21,6 +21,7 @@ over <path>, so a crash or a full disk never leaves a half-written file behind.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -245,6 +246,19 @@ static inline void atomic_file_commit(AtomicFile* af) {
 
 // ----------------------------------------------------------------------------
 // small helpers
+
+// seconds on the monotonic clock, for timing (only differences mean anything)
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// qsort's comparison of two doubles, ascending
+static inline int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
 
 static inline int file_exists(const char* path) {
     struct stat st;

@@ -44,6 +44,7 @@ Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written o
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "../utils.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -771,19 +772,13 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
 
 #define MATMUL_BF16_MIN_GAIN 1.15
 
-static double mm_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // best of `reps` seconds for C (M,N) = A (M,K) . B (N,K)^T in precision prec
 static double mm_time_gemm(MatmulPrecision prec, int M, int N, int K, const float* A, const float* B, float* C, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = mm_seconds();
+        double t0 = wall_seconds();
         matmul_gemm(prec, 0, 1, M, N, K, A, K, B, K, 0.0f, C, N);
-        double t = mm_seconds() - t0;
+        double t = wall_seconds() - t0;
         best = t < best ? t : best;
     }
     return best;
