@@ -35,7 +35,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "dev" / "data"))
 sys.path.insert(0, str(REPO))
-from export_hf import ExportError, bytes_to_unicode, merge_of  # noqa: E402
+from export_hf import ExportError, gpt2_bpe  # noqa: E402
 from model_file import (  # noqa: E402
     GPT2_MAGIC,
     LLAMA3_MAGIC,
@@ -136,23 +136,14 @@ def llama_tensors(c: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, np.ndar
 @lru_cache(maxsize=1)
 def gpt2_vocab() -> tuple[list[str], list[int], list[str]]:
     """tokens (byte-level strings), token types and merges of tiktoken's gpt2 encoding (the merges take seconds)."""
-    import tiktoken
-
-    try:
-        enc = tiktoken.get_encoding("gpt2")
-    except Exception as e:  # tiktoken raises requests' errors when offline
-        raise ExportError(f"cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR): {type(e).__name__}") from None
-    b2u = bytes_to_unicode()
-    show = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
-    ranks = enc._mergeable_ranks
+    _, ranks, pairs, show = gpt2_bpe()
     tokens = [""] * GPT2_VOCAB
     for tok, r in ranks.items():
         tokens[r] = show(tok)
     tokens[GPT2_EOT] = "<|endoftext|>"
     types = [TOKEN_NORMAL] * GPT2_VOCAB
     types[GPT2_EOT] = TOKEN_CONTROL
-    merges = [f"{show(a)} {show(b)}" for a, b in (merge_of(ranks, tok) for tok, _ in sorted(ranks.items(), key=lambda kv: kv[1])
-                                                if len(tok) > 1)]
+    merges = [f"{show(a)} {show(b)}" for a, b in pairs]
     return tokens, types, merges
 
 

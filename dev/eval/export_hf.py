@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -124,21 +125,28 @@ def merge_of(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
     return parts[0], parts[1]
 
 
-def write_tokenizer_files(out: Path) -> None:
-    """vocab.json + merges.txt from tiktoken's gpt2 ranks, then transformers' fast tokenizer files from them."""
+def gpt2_bpe() -> tuple[int, dict[bytes, int], list[tuple[bytes, bytes]], Callable[[bytes], str]]:
+    """tiktoken's gpt2 encoding as BPE: its end-of-text id, its ranks, its merges in rank order (the merges take
+    seconds) and the byte-level printer of a token (bytes_to_unicode) that vocab.json, merges.txt and GGUF use."""
     import tiktoken
-    from transformers import GPT2TokenizerFast
 
     try:
         enc = tiktoken.get_encoding("gpt2")
     except Exception as e:  # tiktoken raises requests' errors when offline
         raise ExportError(f"cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR): {type(e).__name__}") from None
     b2u = bytes_to_unicode()
-    show = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
     ranks = enc._mergeable_ranks
-    vocab = {show(tok): r for tok, r in ranks.items()}
-    vocab["<|endoftext|>"] = enc.eot_token
     merges = [merge_of(ranks, tok) for tok, _ in sorted(ranks.items(), key=lambda kv: kv[1]) if len(tok) > 1]
+    return enc.eot_token, ranks, merges, lambda b: "".join(b2u[x] for x in b)
+
+
+def write_tokenizer_files(out: Path) -> None:
+    """vocab.json + merges.txt from tiktoken's gpt2 ranks, then transformers' fast tokenizer files from them."""
+    from transformers import GPT2TokenizerFast
+
+    eot, ranks, merges, show = gpt2_bpe()
+    vocab = {show(tok): r for tok, r in ranks.items()}
+    vocab["<|endoftext|>"] = eot
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{show(a)} {show(b)}\n" for a, b in merges), encoding="utf-8")
     tok = GPT2TokenizerFast(vocab=vocab, merges=[(show(a), show(b)) for a, b in merges],
