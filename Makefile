@@ -322,7 +322,13 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
+# `make test`: everything the tests run is built first, TEST_JOBS at a time (test-build, at the end of this file);
+# then the C unit tests, and pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker;
+# tests/conftest.py writes the shared reference files once for all of them). TEST_JOBS=1: one thing at a time.
+TEST_JOBS ?= 2
 test: setup setup-cuda
+	@$(MAKE) --no-print-directory fuzz-deps opencl-deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@$(MAKE) --no-print-directory test-all
 
 test-all: data test-c cuda-cpu-build test-py
@@ -331,7 +337,7 @@ test-c: $(DEV_TESTS)
 	@set -e; for t in $(DEV_TESTS); do echo "== $$t"; ./$$t; done
 
 test-py:
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) tests
 
 clean: clean-cuda clean-pyllmc
 	rm -f train_gpt2 test_gpt2 train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)
@@ -567,3 +573,11 @@ include dev/cuda_cpu/cuda_cpu.mk
 # ---------------------------------------------------------------------------- more programs
 # mk/*.mk: the make rules of the other model families and back ends, one file each
 include $(sort $(wildcard mk/*.mk))
+
+# ---------------------------------------------------------------------------- what the tests run
+# built by `make test` before any test runs (in parallel), so that pytest's own make calls find it up to date
+TEST_BLAS_VARIANTS := openblas mkl none
+.PHONY: test-build
+test-build: data $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
+            $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
+            train_llama3 test_llama3 train_gpt2cl test_gpt2cl $(FUZZ_BINS)

@@ -1,4 +1,8 @@
-"""Shared pytest fixtures: the repo, the tinyshakespeare shards, and reference files written by train_gpt2.py."""
+"""Shared pytest fixtures: the repo, the tinyshakespeare shards, and reference files written by train_gpt2.py.
+
+Under pytest-xdist (`make test` runs `pytest -n 2`) every worker is its own process: the reference files are
+written once per run into a directory the workers share (shared_dir), and builds through make() take turns.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -92,8 +98,32 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, status: int = 1, al
     return errors[0]
 
 
+def repo_lock(name: str) -> FileLock:
+    """A lock on something in the repository that pytest-xdist workers must not build at the same time."""
+    (REPO / "build").mkdir(exist_ok=True)
+    return FileLock(str(REPO / "build" / f".{name}.lock"))
+
+
 def make(*targets: str) -> None:
-    run(["make", "--no-print-directory", *targets])
+    """Builds the targets; one make at a time in the repository (pytest-xdist workers take turns)."""
+    with repo_lock("make"):
+        run(["make", "--no-print-directory", *targets])
+
+
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], object]) -> Path:
+    """The directory `name`, filled by write(directory) once per test run: pytest-xdist workers share it (the
+    first one writes it under a lock, the others wait for it), a plain run has it in its own temp directory."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out, written = root / name, root / f"{name}.written"
+    with FileLock(str(root / f"{name}.lock")):
+        if not written.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            write(out)
+            written.touch()
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -104,13 +134,14 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def tinyshakespeare() -> tuple[Path, Path]:
     """(train, val) shards, made by dev/data/tinyshakespeare.py if they are not there yet."""
-    if not (TS_TRAIN.exists() and TS_VAL.exists()):
-        seed = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
-        cache = TS_DIR / "tiny_shakespeare.txt"
-        if seed.exists() and not cache.exists():
-            TS_DIR.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(seed, cache)
-        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py"])
+    with repo_lock("tinyshakespeare"):
+        if not (TS_TRAIN.exists() and TS_VAL.exists()):
+            seed = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+            cache = TS_DIR / "tiny_shakespeare.txt"
+            if seed.exists() and not cache.exists():
+                TS_DIR.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(seed, cache)
+            run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py"])
     return TS_TRAIN, TS_VAL
 
 
@@ -125,13 +156,13 @@ def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64) -> Path:
 @pytest.fixture(scope="session")
 def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12)."""
-    return write_reference(tmp_path_factory.mktemp("d12"), "d12")
+    return shared_dir(tmp_path_factory, "d12", lambda out: write_reference(out, "d12"))
 
 
 @pytest.fixture(scope="session")
 def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin."""
-    return write_reference(tmp_path_factory.mktemp("d2"), "d2")
+    return shared_dir(tmp_path_factory, "d2", lambda out: write_reference(out, "d2"))
 
 
 def tinyshakespeare_text() -> Path:
@@ -145,16 +176,17 @@ def tinyshakespeare_text() -> Path:
 def llama3_tokenizer(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding tokenizer.json: a 514-token byte-level BPE in the Llama 3 style (dev/data/make_test_tokenizer.py;
     <|begin_of_text|> = 512, <|end_of_text|> = 513), trained on Tiny Shakespeare in about a second."""
-    out = tmp_path_factory.mktemp("llama3_tokenizer")
-    run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out, "--corpus", tinyshakespeare_text()])
-    return out
+    return shared_dir(tmp_path_factory, "llama3_tokenizer", lambda out: run(
+        [PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out, "--corpus", tinyshakespeare_text()]))
 
 
 @pytest.fixture(scope="session")
 def llama3_tinyshakespeare(tmp_path_factory, llama3_tokenizer) -> tuple[Path, Path]:
     """(train, val) llama-3 shards (uint32, magic 20240801 v7) of Tiny Shakespeare in the test tokenizer's ids."""
-    data_dir = tmp_path_factory.mktemp("llama3_tinyshakespeare")
-    shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
-    run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer", llama3_tokenizer,
-         "--data_dir", data_dir])
+    def write(data_dir: Path) -> None:
+        shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
+        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer",
+             llama3_tokenizer, "--data_dir", data_dir])
+
+    data_dir = shared_dir(tmp_path_factory, "llama3_tinyshakespeare", write)
     return data_dir / "tiny_shakespeare_train.bin", data_dir / "tiny_shakespeare_val.bin"

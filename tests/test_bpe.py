@@ -16,7 +16,7 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoke
 
 import tiktoken  # noqa: E402  (after the cache directory is set)
 
-from conftest import assert_one_error_line, run  # noqa: E402
+from conftest import assert_one_error_line, make, run  # noqa: E402
 
 ENC = tiktoken.get_encoding("gpt2")
 
@@ -30,7 +30,7 @@ def corpus_path() -> Path:
 
 @pytest.fixture(scope="module")
 def encode_bin() -> Path:
-    subprocess.run(["make", "-s", "encode"], cwd=REPO, check=True)
+    make("encode")
     return REPO / "encode"
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import make
+
 REPO = Path(__file__).resolve().parent.parent
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(REPO.parent / "shared" / "tiktoken_cache")
@@ -102,7 +104,7 @@ def test_export_greedy_text_matches_the_c_forward(exported: tuple[Path, Path, li
     from transformers import GPT2LMHeadModel
 
     ckpt, hf_dir, _ = exported
-    subprocess.run(["make", "-s", "generate"], cwd=REPO, check=True)
+    make("generate")
     bpe = tmp_path / "gpt2_bpe.bin"
     subprocess.run([sys.executable, str(REPO / "dev" / "write_bpe.py"), "-o", str(bpe)], check=True, capture_output=True)
     prompt = "First Citizen: we are accounted poor"

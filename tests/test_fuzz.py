@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, run
+from conftest import PYTHON, REPO, make, run
 
 HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
 FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "10"))
@@ -41,7 +41,7 @@ def harness_path(name: str) -> Path:
 @pytest.fixture(scope="module")
 def harnesses() -> dict[str, Path]:
     """Every harness built (make installs clang first when it is missing)."""
-    run(["make", "--no-print-directory", "fuzz-deps"] + [f"dev/fuzz/fuzz_{h}" for h in HARNESSES])
+    make("fuzz-deps", *(f"dev/fuzz/fuzz_{h}" for h in HARNESSES))
     return {h: harness_path(h) for h in HARNESSES}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_one_error_line, run
+from conftest import assert_one_error_line, make, run
 
 REPO = Path(__file__).resolve().parent.parent
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
@@ -36,7 +36,7 @@ def write_checkpoint(path: Path, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    subprocess.run(["make", "-s", "generate"], cwd=REPO, check=True)
+    make("generate")
     d = tmp_path_factory.mktemp("generate")
     subprocess.run([sys.executable, str(REPO / "dev" / "write_bpe.py"), "-o", str(d / "gpt2_bpe.bin")], check=True,
                    capture_output=True)
