@@ -145,18 +145,23 @@ def tinyshakespeare() -> tuple[Path, Path]:
     return TS_TRAIN, TS_VAL
 
 
-def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64) -> Path:
-    """Run train_gpt2.py in `workdir` to write the checkpoint, tokenizer and debug state for `model`."""
+def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64, steps: int = 10) -> Path:
+    """Run train_gpt2.py in `workdir` to write the checkpoint, tokenizer and debug state (with `steps` optimizer
+    steps) for `model`."""
     workdir.mkdir(parents=True, exist_ok=True)
     run([PYTHON, REPO / "train_gpt2.py", "--model", model, "--input_bin", TS_TRAIN, "--batch_size", B,
-         "--sequence_length", T, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42], cwd=workdir)
+         "--sequence_length", T, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42, "--debug_steps", steps],
+        cwd=workdir)
     return workdir
 
 
 @pytest.fixture(scope="session")
 def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
-    """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12)."""
-    return shared_dir(tmp_path_factory, "d12", lambda out: write_reference(out, "d12"))
+    """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12).
+    The debug state holds 4 optimizer steps (d2's holds 10): at 124M parameters each step costs the reference
+    seconds in float32 and again in float64 (its loss noise), and steps 0..3 reach step 3, where d12's step losses
+    once broke a fixed tolerance (tests/test_debug_state_tolerances.py)."""
+    return shared_dir(tmp_path_factory, "d12", lambda out: write_reference(out, "d12", steps=4))
 
 
 @pytest.fixture(scope="session")
