@@ -70,16 +70,6 @@ typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } ActivationTensors;
 // the previous layer's residual3), the others are layer l's slices, each (B,T,...)
 typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } LayerActs;
 
-// Points the activations for B x T tokens into memory and returns how many floats they take
-// (memory NULL: only counts). With grads = 1 they are the activations' gradients: only the
-// has_grad tensors get memory, the others are NULL.
-size_t point_activations(ActivationTensors* a, float* memory, const GPT2Config* cfg, int B, int T, int grads) {
-    size_t C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T, n = 0;
-    CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
-    return n;
-}
-
 // layer l's view of the activations (or of their gradients) of the current B x T tokens
 LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int l) {
     size_t C = cfg->channels, BT = (size_t)B * T;
@@ -127,16 +117,22 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
     gpt2_init_params_from_scratch(model->cpu.params_memory, cfg, seed);
 }
 
-// activations and their gradients for batches of up to B x T tokens
+// Points the activations for B x T tokens into memory and returns how many floats they take
+// (memory NULL: only counts). With grads = 1 they are the activations' gradients: only the
+// has_grad tensors get memory, the others are NULL.
+size_t point_activations(void* m, float* memory, int B, int T, int grads) {
+    GPT2* model = (GPT2*)m;
+    ActivationTensors* a = grads ? &model->grads_acts : &model->acts;
+    size_t C = model->config.channels, L = model->config.num_layers, Vp = model->config.padded_vocab_size;
+    size_t BT = (size_t)B * T, n = 0;
+    CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
+    return n;
+}
+
+// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,Vp)
 void gpt2_allocate_activations(GPT2* model, int B, int T) {
-    size_t n = point_activations(&model->acts, NULL, &model->config, B, T, 0);
-    size_t n_grads = point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
-    cpu_model_allocate_activations(&model->cpu, B, T, n, n_grads);
-    point_activations(&model->acts, model->cpu.acts_memory, &model->config, B, T, 0);
-    point_activations(&model->grads_acts, model->cpu.grads_acts_memory, &model->config, B, T, 1);
-    model->cpu.logits = model->acts.logits;
-    model->cpu.losses = model->acts.losses;
-    model->cpu.logits_stride = model->config.padded_vocab_size;
+    cpu_model_allocate_activations(&model->cpu, B, T, point_activations, model);
+    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.padded_vocab_size, model->acts.losses);
 }
 
 // Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
@@ -201,10 +197,8 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
-        LayerParams dw = gpt2_layer_params(&model->grads, cfg, l);
-        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
-        LayerActs da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, l);
+        LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
+        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l), da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, l);
         // MLP block, in reverse (da.residual3 holds the gradient of the layer's output)
         residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
         matmul_backward(da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw, B, T, 4 * C, C);

@@ -88,24 +88,6 @@ typedef struct { LLAMA3_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3Acts;
 // one layer's activations (or gradients): residual is the layer's input
 typedef struct { float* residual; LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3LayerActs;
 
-// points the activations (grads = 1: their gradients, has_grad tensors only) for B x T tokens
-// into memory; returns how many floats they take (memory NULL: only counts)
-static size_t llama3_point_activations(Llama3Acts* a, float* memory, const Llama3Config* cfg, int B, int T, int grads) {
-    LLAMA3_DIMS_(cfg)
-    size_t BT = (size_t)B * T, n = 0;
-    LLAMA3_ACTIVATION_TENSORS(CPU_ACT_POINT)
-    return n;
-}
-
-static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
-    LLAMA3_DIMS_(cfg)
-    size_t BT = (size_t)B * T;
-    Llama3LayerActs v;
-    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
-    return v;
-}
-
 typedef struct {
     Llama3Config config;
     Llama3Params params;      // named pointers into cpu's flat buffers: weights, gradients,
@@ -118,6 +100,16 @@ typedef struct {
     // fcw2, fcprojw, AdamW on wte, lm_head and the norms) and the current batch (llmc/cpu/cpu_model.h)
     CpuModel cpu;
 } Llama3;
+
+// layer l's view of the activations (or of their gradients) of the current B x T tokens
+static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
+    LLAMA3_DIMS_(cfg)
+    size_t BT = (size_t)B * T;
+    Llama3LayerActs v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
+    return v;
+}
 
 // parameters (zeroed), gradients and the rotary tables for model->config
 static void llama3_allocate_parameters(Llama3* model) {
@@ -167,16 +159,21 @@ static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, un
     }
 }
 
-// activations and their gradients for batches of up to B x T tokens
+// points the activations (grads = 1: their gradients, has_grad tensors only) for B x T tokens
+// into memory; returns how many floats they take (memory NULL: only counts)
+static size_t llama3_point_activations(void* m, float* memory, int B, int T, int grads) {
+    Llama3* model = (Llama3*)m;
+    Llama3Acts* a = grads ? &model->grads_acts : &model->acts;
+    LLAMA3_DIMS_(&model->config)
+    size_t BT = (size_t)B * T, n = 0;
+    LLAMA3_ACTIVATION_TENSORS(CPU_ACT_POINT)
+    return n;
+}
+
+// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
 static void llama3_allocate_activations(Llama3* model, int B, int T) {
-    size_t n = llama3_point_activations(&model->acts, NULL, &model->config, B, T, 0);
-    size_t n_grads = llama3_point_activations(&model->grads_acts, NULL, &model->config, B, T, 1);
-    cpu_model_allocate_activations(&model->cpu, B, T, n, n_grads);
-    llama3_point_activations(&model->acts, model->cpu.acts_memory, &model->config, B, T, 0);
-    llama3_point_activations(&model->grads_acts, model->cpu.grads_acts_memory, &model->config, B, T, 1);
-    model->cpu.logits = model->acts.logits;
-    model->cpu.losses = model->acts.losses;
-    model->cpu.logits_stride = model->config.vocab_size;
+    cpu_model_allocate_activations(&model->cpu, B, T, llama3_point_activations, model);
+    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
 }
 
 // the output projection: lm_head, or wte when tied (and their gradients alike)
@@ -241,10 +238,8 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     rmsnorm_backward(dlast.residual3, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
-        Llama3LayerParams dw = llama3_layer_params(&model->grads, cfg, l);
-        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
-        Llama3LayerActs da = llama3_layer_acts(&model->grads_acts, cfg, B, T, l);
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l), dw = llama3_layer_params(&model->grads, cfg, l);
+        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l), da = llama3_layer_acts(&model->grads_acts, cfg, B, T, l);
         // MLP block, in reverse
         residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
         matmul_backward(da.fch_swiglu, dw.fcprojw, NULL, da.fcproj, a.fch_swiglu, w.fcprojw, B, T, FFN, C);

@@ -23,9 +23,9 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_init(cm, family, V, maxT, dims, is_matrix, per_layer, n)   zeroed parameters and gradients for
                               the model's tensor table (dims[k] = slices, rows, cols); family names the model
                               in internal error lines
-    cpu_model_allocate_activations(cm, B, T, num_activations, num_grad_activations)   for batches of up
-                              to B x T tokens (the model points its named activations into them, and
-                              cm->logits, cm->losses at its output)
+    cpu_model_allocate_activations(cm, B, T, point, model)   for batches of up to B x T tokens: the
+                              model's point function counts its named activations and points them in
+    cpu_model_set_output(cm, logits, stride, losses)   where the model's logits and losses are
     cpu_model_free_activations(cm)
     cpu_model_allocate_optimizer(cm, offset, size)   AdamW moments of the parameter slice [offset, +size):
                               all of it, or with ZeRO-1 this process's shard (llmc/zero.h)
@@ -275,7 +275,7 @@ typedef struct {
     int cur_B, cur_T;           // sizes of the last forward pass
     float mean_loss;            // mean loss of the last forward pass with targets, -1 without
     // where the programs around the model read its output: logits (B, T, logits_stride) of which the first
-    // vocab_size count, the per-token losses (B, T) (the model points them when it allocates activations)
+    // vocab_size count, the per-token losses (B, T) (cpu_model_set_output)
     const float* logits;
     const float* losses;
     int logits_stride;
@@ -305,15 +305,28 @@ static void cpu_model_init(CpuModel* cm, const char* family, int vocab_size, int
     cm->mean_loss = -1.0f;
 }
 
-static void cpu_model_allocate_activations(CpuModel* cm, int B, int T, size_t num_activations, size_t num_grad_activations) {
+// point(model, memory, B, T, grads) points the model's named activations for B x T tokens (grads = 1: their
+// gradients) into memory and returns how many floats they take (memory NULL: counts only)
+typedef size_t (*CpuPointActivations)(void* model, float* memory, int B, int T, int grads);
+
+static void cpu_model_allocate_activations(CpuModel* cm, int B, int T, CpuPointActivations point, void* model) {
     cm->batch_size = B;
     cm->seq_len = T;
-    cm->num_activations = num_activations;
-    cm->num_grad_activations = num_grad_activations;
-    cm->acts_memory = (float*)callocCheck(num_activations, sizeof(float));
-    cm->grads_acts_memory = (float*)callocCheck(num_grad_activations, sizeof(float));
+    cm->num_activations = point(model, NULL, B, T, 0);
+    cm->num_grad_activations = point(model, NULL, B, T, 1);
+    cm->acts_memory = (float*)callocCheck(cm->num_activations, sizeof(float));
+    cm->grads_acts_memory = (float*)callocCheck(cm->num_grad_activations, sizeof(float));
+    point(model, cm->acts_memory, B, T, 0);
+    point(model, cm->grads_acts_memory, B, T, 1);
     cm->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     cm->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
+}
+
+// where the programs around the model read its output: logits (B, T, logits_stride), per-token losses (B, T)
+static void cpu_model_set_output(CpuModel* cm, const float* logits, int logits_stride, const float* losses) {
+    cm->logits = logits;
+    cm->logits_stride = logits_stride;
+    cm->losses = losses;
 }
 
 // frees the activations (pyllmc reallocates them for a bigger batch; the optimizer state stays)

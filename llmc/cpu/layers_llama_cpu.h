@@ -122,9 +122,10 @@ static void rope_init(float* cos_table, float* sin_table, int maxT, int HS, floa
     free(inv_freq);
 }
 
-// Rotates the first nheads heads of every position in place: for i < HS/2,
-// (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin) at angle[t,i]
-static void rope_forward(float* x, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS) {
+// Rotates the first nheads heads of every position in place by sign * angle[t,i]: for i < HS/2,
+// (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin) with sin of sign * angle
+static void rope_rotate(float* x, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS,
+                        float sign) {
     // x is (B,T,row) with the heads to rotate at the start of each row, each HS wide; tables (maxT, HS/2)
     int half = HS / 2;
     #pragma omp parallel for
@@ -135,32 +136,22 @@ static void rope_forward(float* x, const float* cos_table, const float* sin_tabl
         for (int h = 0; h < nheads; h++) {
             float* v = x + (size_t)bt * row + (size_t)h * HS;
             for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * c[i] - b * s[i];
-                v[i + half] = b * c[i] + a * s[i];
+                float a = v[i], b = v[i + half], si = sign * s[i];
+                v[i] = a * c[i] - b * si;
+                v[i + half] = b * c[i] + a * si;
             }
         }
     }
 }
 
-// the transpose of rope_forward (a rotation by -angle), in place on the gradient dx
+// rotates the first nheads heads of x (B,T,row) at their positions (RoPE)
+static void rope_forward(float* x, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS) {
+    rope_rotate(x, cos_table, sin_table, B, T, row, nheads, HS, 1.0f);
+}
+
+// the transpose of rope_forward (a rotation by -angle), in place on the gradient dx (B,T,row)
 static void rope_backward(float* dx, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS) {
-    // dx is (B,T,row), as rope_forward's x
-    int half = HS / 2;
-    #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        int t = bt % T;
-        const float* c = cos_table + (size_t)t * half;
-        const float* s = sin_table + (size_t)t * half;
-        for (int h = 0; h < nheads; h++) {
-            float* v = dx + (size_t)bt * row + (size_t)h * HS;
-            for (int i = 0; i < half; i++) {
-                float da = v[i], db = v[i + half];
-                v[i] = da * c[i] + db * s[i];
-                v[i + half] = db * c[i] - da * s[i];
-            }
-        }
-    }
+    rope_rotate(dx, cos_table, sin_table, B, T, row, nheads, HS, -1.0f);
 }
 
 // out (B,T,3C) = [q | k repeated | v repeated]: query head h reads key/value head h / (NH/NKV),
