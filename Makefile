@@ -218,7 +218,7 @@ CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
 CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/cuda/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
+CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu test_llama3cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
@@ -258,6 +258,14 @@ train_gpt2cu_cudnn: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cu
 test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
+# the Llama 3 GPU trainer and its test (llmc's own attention kernels; PRECISION as above)
+LLAMA3_CUDA_SRCS := train_llama3.cu $(wildcard llmc/cuda/*.cuh)
+train_llama3cu: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_BASE_INC) $< $(CUDA_BASE_LIBS) -o $@
+
+test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_BASE_INC) $< $(CUDA_BASE_LIBS) -o $@
+
 # every dev/cuda binary, or DEV_CUDA_TARGETS="layernorm_forward ..." only
 DEV_CUDA_TARGETS ?=
 dev-cuda: | cuda-check
@@ -275,6 +283,10 @@ test-cuda-build: | cuda-check cudnn-check
 	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
 	run "test_gpt2.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
 	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
+	run "train_llama3.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_BASE_INC) train_llama3.cu $(CUDA_BASE_LIBS) -o $(CUDA_BUILD_DIR)/train_llama3cu; \
+	run "train_llama3.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_llama3.cu -o $(CUDA_BUILD_DIR)/train_llama3cu_fp32.o; \
+	run "test_llama3.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_llama3.cu -o $(CUDA_BUILD_DIR)/test_llama3cu_fp32.o; \
+	run "test_llama3.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_llama3.cu -o $(CUDA_BUILD_DIR)/test_llama3cu_bf16.o; \
 	echo "nvcc llmc/cuda/cudnn_att.cpp (host C++, cuDNN frontend)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cuda/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
 	echo "nvcc dev/test/cudnn_graph_check.cpp (linked with that object; run by tests/test_cuda_build.py)"; \
@@ -312,7 +324,7 @@ bench-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" $(PY) dev/bench_gpu.py --gpu-cache "$(GPU_CACHE)" $(BENCH_GPU_ARGS)
 
 clean-cuda:
-	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
+	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu test_llama3cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
 	$(MAKE) -C dev/cuda clean
 
 # ---------------------------------------------------------------------------- top-level commands

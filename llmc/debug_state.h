@@ -65,6 +65,8 @@ typedef struct {
 } DebugStateFormat;
 
 static const DebugStateFormat DEBUG_STATE_GPT2 = {DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, "debug state", "max", 0};
+// the Llama 3 debug state train_llama3.py writes
+static const DebugStateFormat DEBUG_STATE_LLAMA3 = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
 static inline float debug_state_float_bits(int bits) {
     float f;

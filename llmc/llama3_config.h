@@ -88,10 +88,10 @@ static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLA
 
 // the dimension names the table is written in
 #define LLAMA3_DIMS_(cfg) \
-    size_t V = (size_t)(cfg)->vocab_size, C = (size_t)(cfg)->channels, L = (size_t)(cfg)->num_layers; \
-    size_t HS = C / (size_t)(cfg)->num_heads; \
-    size_t QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) * HS; \
-    size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
+    const size_t V = (size_t)(cfg)->vocab_size, C = (size_t)(cfg)->channels, L = (size_t)(cfg)->num_layers; \
+    const size_t HS = C / (size_t)(cfg)->num_heads; \
+    const size_t QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) * HS; \
+    const size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
     (void)V; (void)C; (void)L; (void)HS; (void)QKV; (void)FFN; (void)VH;
 
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer tensors, else 1
@@ -112,10 +112,12 @@ static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return lla
 
 // LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams): the struct of named pointers (weights or
 // gradients), one layer's view, llama3_point_parameters and llama3_layer_params
-#define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) \
-    typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, float) } Params; \
-    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } LayerParams; \
-    static inline void llama3_point_parameters(Params* p, float* memory, const Llama3Config* cfg) { \
+#define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, float)
+// the same for element type Elem (floatX on the GPU)
+#define LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, Elem) \
+    typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } Params; \
+    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
+    static inline void llama3_point_parameters(Params* p, Elem* memory, const Llama3Config* cfg) { \
         LLAMA3_DIMS_(cfg) \
         LLAMA3_PARAMETER_TENSORS(TENSOR_POINT, _) \
     } \

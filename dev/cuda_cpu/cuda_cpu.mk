@@ -1,8 +1,9 @@
 # dev/cuda_cpu/cuda_cpu.mk: the CPU execution target of llmc's CUDA code (included by the root Makefile).
 #
 #   make cuda-cpu-build   translates the CUDA sources (translate.py) and builds them with the host C++
-#                         compiler against dev/cuda_cpu: test_gpt2cu and train_gpt2cu (FP32, BF16), every
-#                         dev/cuda kernel file, and the target's own tests; outputs in build/cuda_cpu/
+#                         compiler against dev/cuda_cpu: test_gpt2cu, train_gpt2cu, test_llama3cu and
+#                         train_llama3cu (FP32, BF16), every dev/cuda kernel file, and the target's own tests;
+#                         outputs in build/cuda_cpu/
 #   make test-cuda-cpu    builds, then runs every check on it (tests/test_cuda_cpu.py; `make test` runs it too)
 #
 # Test scaffolding only: nothing here is part of a GPU build.
@@ -19,7 +20,7 @@ CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --show
 CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
 
 # the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
-CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
+CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu train_llama3.cu test_llama3.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
                    $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
 CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
@@ -27,6 +28,8 @@ CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
 CUDA_CPU_PROGRAMS := $(CUDA_CPU_OUT)/test_gpt2cu_fp32 $(CUDA_CPU_OUT)/test_gpt2cu_bf16 \
                      $(CUDA_CPU_OUT)/train_gpt2cu_fp32 $(CUDA_CPU_OUT)/train_gpt2cu_bf16 \
+                     $(CUDA_CPU_OUT)/test_llama3cu_fp32 $(CUDA_CPU_OUT)/test_llama3cu_bf16 \
+                     $(CUDA_CPU_OUT)/train_llama3cu_fp32 $(CUDA_CPU_OUT)/train_llama3cu_bf16 \
                      $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
                      $(addprefix $(CUDA_CPU_OUT)/dev-cuda/,$(CUDA_CPU_DEV_KERNELS))
@@ -67,6 +70,14 @@ $(CUDA_CPU_OUT)/test_gpt2cu_%: $(CUDA_CPU_DEPS)
 $(CUDA_CPU_OUT)/train_gpt2cu_%: $(CUDA_CPU_DEPS)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
 	    -x c++ $(CUDA_CPU_SRC)/train_gpt2.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+$(CUDA_CPU_OUT)/test_llama3cu_%: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
+	    -x c++ $(CUDA_CPU_SRC)/test_llama3.cu -x none $(CUDA_CPU_LIBS) -o $@
+
+$(CUDA_CPU_OUT)/train_llama3cu_%: $(CUDA_CPU_DEPS)
+	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
+	    -x c++ $(CUDA_CPU_SRC)/train_llama3.cu -x none $(CUDA_CPU_LIBS) -o $@
 
 $(CUDA_CPU_OUT)/test_device: $(CUDA_CPU_DEPS)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_device.cu -x none $(CUDA_CPU_LIBS) -o $@

@@ -3,6 +3,7 @@ llmc/cuda/encoder.cuh: token + position embedding, forward and backward.
 
     encoder_forward(out, inp, wte, wpe, B, T, C)       out (B,T,C) = wte[inp[b,t]] + wpe[t]
     encoder_backward(dwte, dwpe, dout, inp_host, ..)   dwte[token] += dout rows of that token, dwpe[t] += sum_b dout[b,t]
+With wpe and dwpe NULL (Llama 3: no position table) the same calls are the token embedding alone.
 
 The backward is deterministic: the host groups the positions of each distinct token (a counting
 sort of the B*T token ids it already has), then one block per distinct token sums its rows in a
@@ -18,7 +19,7 @@ The host half (TokenGroups) is plain C and compiles with gcc, so the CPU tests e
 #ifdef __CUDACC__
 #include "cuda_common.cuh"
 
-// out (B,T,C), inp (B,T) token ids, wte (Vp,C), wpe (maxT,C); C a multiple of x128::size
+// out (B,T,C), inp (B,T) token ids, wte (Vp,C), wpe (maxT,C) or NULL; C a multiple of x128::size
 __global__ static void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                               int B, int T, int C) {
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
@@ -28,8 +29,12 @@ __global__ static void encoder_forward_kernel(floatX* out, const int* inp, const
     int t = bt % T;
     int c = (int)(idx % C);
     int token = inp[bt];
-    x128 packed_out;
     x128 w = load128cs(wte + (size_t)token * C + c);
+    if (wpe == NULL) {
+        store128(out + idx, w);
+        return;
+    }
+    x128 packed_out;
     x128 p = load128cs(wpe + (size_t)t * C + c);
     for (int k = 0; k < x128::size; k++) {
         packed_out[k] = (floatX)(to_float(w[k]) + to_float(p[k]));
@@ -139,13 +144,15 @@ static inline void token_groups_device_init(TokenGroupsDevice* d, int BT) {
     d->buffer = (int*)cudaMallocCheck(((size_t)3 * BT + 1) * sizeof(int));
 }
 
-// dwte (Vp, C), dwpe (maxT, C), dout (B, T, C); groups built from this micro-batch's inputs on the host.
+// dwte (Vp, C), dwpe (maxT, C) or NULL, dout (B, T, C); groups built from this micro-batch's inputs on the host.
 // The host groups are copied synchronously with respect to the stream (the caller reuses them next step).
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const TokenGroups* groups,
                                     TokenGroupsDevice* dgroups, int B, int T, int C, cudaStream_t stream) {
     const int block_size = 256;
-    wpe_backward_kernel<<<ceil_div((size_t)T * C, block_size), block_size, 0, stream>>>(dwpe, dout, B, T, C);
-    cudaCheckLaunch();
+    if (dwpe != NULL) {
+        wpe_backward_kernel<<<ceil_div((size_t)T * C, block_size), block_size, 0, stream>>>(dwpe, dout, B, T, C);
+        cudaCheckLaunch();
+    }
     int n = groups->num_groups;
     int* d_token_ids = dgroups->buffer;
     int* d_starts = d_token_ids + dgroups->BT;

@@ -1,0 +1,469 @@
+/*
+train_llama3.cu: Llama 3 training on NVIDIA GPUs, one process per GPU, over many GPUs and nodes.
+
+The story of one training step, top to bottom (the model of train_llama3.c and train_llama3.py):
+    llama3_forward    token embedding -> L x (RMSNorm, qkv projection, RoPE on q and k, GQA key/value
+                      repetition, causal attention, projection, residual, RMSNorm, SwiGLU MLP, residual)
+                      -> final RMSNorm -> lm_head (or wte when tied) -> fused classifier (loss and dlogits)
+    llama3_backward   the same layers in reverse; each finished layer's gradients start their NCCL
+                      reduction while the next layer's backward runs
+    gpu_model_update  global gradient norm, clipping, AdamW (fp32 master weights, stochastic rounding to
+                      bf16) on this rank's ZeRO-1 shard, then the all-gather of the updated parameters
+
+The kernels live in the llmc/cuda .cuh headers (rmsnorm, rope, repeat_kv, swiglu are Llama's; matmul,
+attention, fused_classifier, encoder, adamw are shared with GPT-2). The training loop (flags, data,
+evaluation, sampling, checkpoints and resume, signals) is llmc/trainer.h's trainer_run, and everything a GPU
+trainer does on the host around its model (flat buffers, ZeRO-1, the update, NCCL, the training state, the
+start-up) is llmc/cuda/gpu_trainer.cuh's, as for train_gpt2.cu. This file brings Llama 3 to them: its tensor
+table (llmc/llama3_config.h), activations, forward and backward (LLAMA3_CALLS, at the end). It reads and
+writes the model files of train_llama3.c and train_llama3.py, so a checkpoint of either trainer continues in
+the other.
+Precision is chosen at build time: make train_llama3cu PRECISION=BF16 (default) or FP32.
+Shapes: B batch, T time, C channels, V vocab (not padded), L layers, NH query heads, NKV key/value heads,
+HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/llama3_config.h"
+#include "llmc/rand.h"
+#include "llmc/mfu.h"
+#include "llmc/tokenizer.h"
+#define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
+#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH  // samples decoded with the Llama 3 tokenizer
+#define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3      // llama-3 token shards (uint32)
+#include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
+#include "llmc/cuda/cuda_common.cuh"
+#include "llmc/cuda/cublas_common.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/rmsnorm.cuh"
+#include "llmc/cuda/rope.cuh"
+#include "llmc/cuda/repeat_kv.cuh"
+#include "llmc/cuda/swiglu.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/fused_classifier.cuh"
+#include "llmc/cuda/multi_gpu.cuh"
+#include "llmc/cuda/gpu_trainer.cuh"  // the flat buffers, ZeRO-1, the update, NCCL, the training state, start-up
+
+// ----------------------------------------------------------------------------
+// Llama 3 model definition
+
+// the parameter tensors in file order (llmc/llama3_config.h: wte, per layer ln1w qkvw attprojw ln2w fcw fcw2
+// fcprojw, lnfw, lm_head) as floatX views, and one layer's view
+LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
+
+// The activations, in buffer order: X(type, name, layers, count), as train_gpt2.cu's: a tensor is `layers`
+// slices of `count` elements, layer l's at (l % layers) * count; layers = 1 for the tensors outside the
+// layers and for a buffer all layers share because the backward recomputes it (-r 1: fch_swiglu; -r 2:
+// also ln1, ln2). Sizes in B, T, BT, C, NH, L, V, QKV, FFN, maxT, HS and norm_layers, swiglu_layers.
+#define LLAMA3_GPU_ACTIVATIONS(X) \
+    X(floatX, encoded,      1, BT * C)        /* (B, T, C) token embeddings */ \
+    LLAMA3_GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, lnf,          1, BT * C)        /* (B, T, C) final RMSNorm */ \
+    X(float,  lnf_rstd,     1, BT) \
+    X(float,  losses,       1, BT) \
+    X(floatX, output,       1, BT * V)        /* (B, T, V) logits, then dlogits */ \
+    X(floatX, scratch_qkv,  1, BT * QKV)      /* (B, T, QKV) the qkv projection, rotated; its gradient */ \
+    X(floatX, scratch_bt3c, 1, BT * 3 * C)    /* (B, T, 3C) q|k|v with k, v repeated; its gradient */ \
+    X(floatX, scratch_btc,  1, BT * C)        /* (B, T, C) */ \
+    X(float,  rope_cos,     1, maxT * (HS / 2)) /* (maxT, HS/2) the rotary tables */ \
+    X(float,  rope_sin,     1, maxT * (HS / 2)) \
+    /* backward only */ \
+    X(floatX, dresidual,    1, BT * C)        /* (B, T, C) gradient of the residual stream */ \
+    X(floatX, dswiglu,      1, BT * FFN)      /* (B, T, FFN) gradient of fch_swiglu */ \
+    X(floatX, dfch,         1, BT * FFN)      /* gradient of the gate projection */ \
+    X(floatX, dfch2,        1, BT * FFN)      /* gradient of the up projection */ \
+    X(floatX, dqkvr,        1, BT * 3 * C)    /* attention_backward's work buffers */ \
+    X(floatX, datt,         1, B * NH * T * T) \
+    X(floatX, dy,           1, BT * C) \
+    X(float,  fscratch,     1, RMSNORM_ROW_CHUNKS * C) /* column-sum partials of the RMSNorm weight gradients */ \
+    X(float,  norm,         1, 1 + GLOBAL_NORM_BLOCKS) /* squared gradient norm and its partial sums */
+
+#define LLAMA3_GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, ln1,        norm_layers,   BT * C)        /* (L, B, T, C) RMSNorm of the layer's input */ \
+    X(float,  ln1_rstd,   L,             BT)            /* (L, B, T) */ \
+    X(floatX, qkvr,       L,             BT * 3 * C)    /* (L, 3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
+    X(floatX, att,        L,             B * NH * T * T) /* (L, B, NH, T, T) */ \
+    X(floatX, atty,       L,             BT * C)        /* (L, B, T, C) attention output, before its projection */ \
+    X(floatX, residual2,  L,             BT * C)        /* (L, B, T, C) input + attention projection */ \
+    X(floatX, ln2,        norm_layers,   BT * C) \
+    X(float,  ln2_rstd,   L,             BT) \
+    X(floatX, fch,        L,             BT * FFN)      /* (L, B, T, FFN) gate projection */ \
+    X(floatX, fch2,       L,             BT * FFN)      /* up projection */ \
+    X(floatX, fch_swiglu, swiglu_layers, BT * FFN)      /* silu(gate) * up */ \
+    X(floatX, residual3,  L,             BT * C)        /* (L, B, T, C) residual2 + MLP output, the layer's output */
+
+#define LLAMA3_GPU_ACT_FIELD_(type, name, layers, count) type* name;
+typedef struct { LLAMA3_GPU_ACTIVATIONS(LLAMA3_GPU_ACT_FIELD_) } Llama3Acts;
+// one layer's activations: residual is its input (encoded, or the previous layer's residual3)
+typedef struct { floatX* residual; LLAMA3_GPU_LAYER_ACTIVATIONS(LLAMA3_GPU_ACT_FIELD_) } Llama3LayerActs;
+
+// the dimension names the activation table is written in
+#define LLAMA3_GPU_DIMS_(cfg, B, T, recompute) \
+    LLAMA3_DIMS_(cfg) \
+    const size_t BT = (size_t)(B) * (T), NH = (size_t)(cfg)->num_heads, maxT = (size_t)(cfg)->max_seq_len; \
+    const size_t norm_layers = (recompute) >= 2 ? 1 : L, swiglu_layers = (recompute) >= 1 ? 1 : L; \
+    (void)BT; (void)NH; (void)maxT; (void)norm_layers; (void)swiglu_layers;
+
+#define LLAMA3_GPU_ACT_POINT_(type, name, layers, count) { \
+        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
+        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
+        offset += (bytes + 255) / 256 * 256; \
+    }
+// Points the activations for micro-batches of B x T at recompute level -r into memory (NULL: only
+// counts), each tensor 256-byte aligned; returns the bytes they take.
+static size_t llama3_point_activations(Llama3Acts* a, char* memory, const Llama3Config* cfg, int B, int T, int recompute) {
+    LLAMA3_GPU_DIMS_(cfg, B, T, recompute)
+    size_t offset = 0;
+    LLAMA3_GPU_ACTIVATIONS(LLAMA3_GPU_ACT_POINT_)
+    return offset;
+}
+
+// a GPU model (llmc/cuda/gpu_trainer.cuh) with Llama 3's shape, named views and activations
+struct Llama3 : GpuModel {
+    Llama3Config config;
+    Llama3Params params;       // views into params_memory, grads_memory
+    Llama3Params grads;
+    Llama3Acts acts;
+    void* acts_memory;
+    size_t acts_bytes;
+    int recompute;             // -r: 0 none, 1 SwiGLU, 2 SwiGLU + RMSNorms
+    TokenGroups token_groups;  // host bookkeeping of the embedding backward
+    TokenGroupsDevice token_groups_device;
+};
+
+// From scratch, bit for bit what train_llama3.py (and train_llama3.c) does: one normal draw per 2-D
+// tensor, in file order, over the whole tensor stacked across layers, std 0.02, the residual
+// projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1. host: num_parameters floats.
+static void llama3_init_params_from_scratch(float* host, const Llama3Config* cfg, const size_t* sizes, unsigned int seed) {
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
+        size_t n = sizes[k];
+        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
+            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
+            normal_d(host, n, 0.0, residual ? proj_std : std, &rng);
+        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
+            for (size_t i = 0; i < n; i++) { host[i] = 1.0f; }
+        }
+        host += n;
+    }
+}
+
+// the vocab size of the Llama 3 tokenizer file, for -e dN
+static int llama3_tokenizer_vocab_size(const char* desc) {
+    if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
+        llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
+                 LLAMA3_TOKENIZER_PATH, desc);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
+    if (tok.bos_token < 0) {
+        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
+    }
+    int V = (int)tok.vocab_size;
+    tokenizer_free(&tok);
+    return V;
+}
+
+// -e: a Llama 3 model file, or dN from scratch (V from the tokenizer file); from_file: a model file whatever
+// its name (a resumed checkpoint). zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather.
+// The device gets the parameters rounded to floatX; the fp32 values stay for the master weights.
+static void llama3_build(Llama3* model, const char* load, int from_file, int zero_stage, int nproc) {
+    Llama3Config cfg;
+    FILE* f = NULL;
+    int version = 0;
+    int scratch = !from_file && llama3_config_from_descriptor(load, 1, &cfg);
+    if (scratch) {
+        cfg.vocab_size = llama3_tokenizer_vocab_size(load);
+    } else {
+        if (!file_exists(load)) {
+            llmc_die("%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)", load);
+        }
+        f = llama3_model_open(load, &cfg, &version);
+    }
+    memset(model, 0, sizeof(*model));
+    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
+    llama3_parameter_sizes(sizes, &cfg);
+    gpu_model_init(model, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
+                   LLAMA3_PARAMETER_PER_LAYER, cfg.num_layers, cfg.vocab_size);
+    model->config = cfg;
+    gpu_model_allocate_parameters(model, zero_stage, nproc);
+    llama3_point_parameters(&model->params, model->params_memory, &model->config);
+    llama3_point_parameters(&model->grads, model->grads_memory, &model->config);
+    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    if (scratch) {
+        llama3_init_params_from_scratch(host, &cfg, sizes, TRAINER_INIT_SEED);
+    } else {
+        model_file_read_params(f, load, version, host, model->num_parameters);
+        fcloseCheck(f, load);
+    }
+    gpu_model_set_init_params(model, host);
+}
+
+// activations for micro-batches of B x T, the rotary tables, optimizer state for the shard, cuBLAS
+static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
+                                  cudaStream_t stream) {
+    const Llama3Config* cfg = &model->config;
+    if (T > cfg->max_seq_len) { llmc_die("-t %d: longer than the model's block size %d", T, cfg->max_seq_len); }
+    const int HS = cfg->channels / cfg->num_heads;
+    if (cfg->channels % cfg->num_heads != 0 || HS % 8 != 0 || cfg->ffn_hidden % 8 != 0) {
+        llmc_die("model: the head size C/NH = %d/%d and the FFN size %d must be multiples of 8", cfg->channels, cfg->num_heads,
+                 cfg->ffn_hidden);
+    }
+    if (cfg->num_heads % cfg->num_kv_heads != 0) {
+        llmc_die("model: NH = %d query heads do not split into groups of the NKV = %d key/value heads", cfg->num_heads,
+                 cfg->num_kv_heads);
+    }
+    model->recompute = recompute;
+    model->acts_bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
+    model->acts_memory = cudaMallocCheck(model->acts_bytes);
+    llama3_point_activations(&model->acts, (char*)model->acts_memory, cfg, B, T, recompute);
+    model->logits = model->acts.output;
+    model->logits_stride = (size_t)cfg->vocab_size;
+    model->norm_scratch = model->acts.norm;
+    float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
+    rope_tables(model->acts.rope_cos, model->acts.rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor,
+                cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_max_pos, stream);
+    gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
+    token_groups_init(&model->token_groups, B * T, cfg->vocab_size);
+    token_groups_device_init(&model->token_groups_device, B * T);
+}
+
+static void llama3_free(Llama3* model) {
+    gpu_model_free(model);
+    cudaCheck(cudaFree(model->acts_memory));
+    token_groups_free(&model->token_groups);
+    token_groups_device_free(&model->token_groups_device);
+}
+
+// ----------------------------------------------------------------------------
+// forward, backward
+
+#define LLAMA3_GPU_ACT_LAYER_(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
+// layer l's view of the activations
+static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
+    const Llama3Acts* a = &model->acts;
+    const int B = model->B, T = model->T;
+    LLAMA3_GPU_DIMS_(&model->config, B, T, model->recompute)
+    Llama3LayerActs v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    LLAMA3_GPU_LAYER_ACTIVATIONS(LLAMA3_GPU_ACT_LAYER_)
+    return v;
+}
+
+// the output projection: lm_head, or wte when tied (and their gradients alike)
+static floatX* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) { return cfg->tied_embeddings ? p->wte : p->lm_head; }
+
+// the SwiGLU MLP's two input projections: fch = ln2 @ fcw^T (gate), fch2 = ln2 @ fcw2^T (up)
+static void llama3_mlp_in_forward(CublasContext* ctx, const Llama3LayerParams* w, const Llama3LayerActs* a, int BT, int C, int FFN) {
+    matmul_forward(ctx, a->fch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);   // (B,T,FFN)
+    matmul_forward(ctx, a->fch2, a->ln2, w->fcw2, NULL, BT, C, FFN, NULL); // (B,T,FFN)
+}
+
+// their backward: dln2 (B,T,C) = dfch @ fcw + dfch2 @ fcw2 (written), dfcw += dfch^T ln2, dfcw2 += dfch2^T ln2
+static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama3LayerParams* dw, const Llama3LayerParams* w,
+                                   const Llama3LayerActs* a, const floatX* dfch, const floatX* dfch2, int BT, int C, int FFN) {
+    matmul_backward(ctx, dln2, dw->fcw, NULL, dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
+    // the up projection's dinp is added to the gate's (accumulate = 1), as its dweight is
+    const floatX* ops[LIN_NUM_OPERANDS] = {a->ln2, w->fcw2, NULL, dln2, dw->fcw2, dfch2};
+    GemmSpec dwspec = linear_dweight_spec(BT, C, FFN);
+    gemm_lt(ctx, (floatX*)ops[dwspec.d], ops[dwspec.a], ops[dwspec.b], NULL, &dwspec, 1, GEMM_EPI_NONE, NULL);
+    GemmSpec dispec = linear_dinp_spec(BT, C, FFN);
+    gemm_lt(ctx, (floatX*)ops[dispec.d], ops[dispec.a], ops[dispec.b], NULL, &dispec, 1, GEMM_EPI_NONE, NULL);
+}
+
+// inputs, targets: host (B, T) token ids; targets may be NULL (logits only, in acts.output).
+// With targets: per-token losses, their mean in model->mean_loss, and with write_dlogits the dlogits
+// (scaled by dloss) in acts.output.
+static void llama3_forward(Llama3* model, const int* inputs, const int* targets, float dloss, int write_dlogits) {
+    const Llama3Config* cfg = &model->config;
+    const int B = model->B, T = model->T, BT = B * T;
+    const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size;
+    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    const float eps = cfg->norm_eps;
+    cudaStream_t stream = model->stream;
+    CublasContext* ctx = &model->cublas;
+    Llama3Params p = model->params;
+    Llama3Acts acts = model->acts;
+    cudaCheck(cudaMemcpyAsync(model->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (targets != NULL) {
+        cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+    }
+    encoder_forward(acts.encoded, model->inputs, p.wte, NULL, B, T, C, stream); // (B,T,C), no position table
+    // each layer ends with the next RMSNorm fused into its last residual add, so the first runs on its own
+    rmsnorm_forward(llama3_layer_acts(model, 0).ln1, acts.ln1_rstd, acts.encoded, p.ln1w, eps, BT, C, stream);
+    for (int l = 0; l < L; l++) {
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3LayerActs a = llama3_layer_acts(model, l);
+        // attention block
+        matmul_forward(ctx, acts.scratch_qkv, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);                   // (B,T,QKV)
+        rope_forward(acts.scratch_qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);  // q and k heads
+        repeat_kv_forward(acts.scratch_bt3c, acts.scratch_qkv, B, T, NH, NKV, HS, stream);              // (B,T,3C)
+        attention_forward(ctx, a.atty, a.qkvr, a.att, acts.scratch_bt3c, acts.scratch_btc, B, T, C, NH); // (B,T,C)
+        matmul_forward(ctx, acts.scratch_btc, a.atty, w.attprojw, NULL, BT, C, C, NULL);                 // (B,T,C)
+        // residual2 = residual + attproj, ln2 = rmsnorm(residual2) in one pass
+        fused_residual_rmsnorm_forward(a.residual2, a.ln2, a.ln2_rstd, a.residual, acts.scratch_btc, w.ln2w, eps, BT, C, stream);
+        // MLP block
+        llama3_mlp_in_forward(ctx, &w, &a, BT, C, FFN);
+        swiglu_forward(a.fch_swiglu, a.fch, a.fch2, (size_t)BT * FFN, stream);                           // (B,T,FFN)
+        matmul_forward(ctx, acts.scratch_btc, a.fch_swiglu, w.fcprojw, NULL, BT, FFN, C, NULL);          // (B,T,C)
+        // residual3 = residual2 + fcproj, then the next RMSNorm (the next layer's ln1, or the final one)
+        if (l + 1 < L) {
+            Llama3LayerParams wn = llama3_layer_params(&model->params, cfg, l + 1);
+            Llama3LayerActs an = llama3_layer_acts(model, l + 1);
+            fused_residual_rmsnorm_forward(a.residual3, an.ln1, an.ln1_rstd, a.residual2, acts.scratch_btc, wn.ln1w, eps, BT, C,
+                                           stream);
+        } else {
+            fused_residual_rmsnorm_forward(a.residual3, acts.lnf, acts.lnf_rstd, a.residual2, acts.scratch_btc, p.lnfw, eps, BT, C,
+                                           stream);
+        }
+    }
+    matmul_forward(ctx, acts.output, acts.lnf, llama3_lm_head(&p, cfg), NULL, BT, C, V, NULL); // (B,T,V)
+    if (targets == NULL) {
+        model->mean_loss = -1.0f;
+        return;
+    }
+    fused_classifier(acts.output, acts.losses, model->targets, dloss, BT, V, V, write_dlogits, stream);
+    cudaCheck(cudaMemcpyAsync(model->losses_host, acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }
+    model->mean_loss = (float)(sum / BT);
+}
+
+// starts the reduction over the processes of layer l's gradients (-1: the tensors outside the layers), the
+// empty lm_head of a tied model left out
+static void llama3_reduce_layer(Llama3* model, MultiGpu* mg, int l) {
+    GradRange ranges[LLAMA3_NUM_PARAMETER_TENSORS];
+    int n = gpu_model_layer_ranges(model, l, ranges), kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (ranges[i].hi > ranges[i].lo) { ranges[kept++] = ranges[i]; }
+    }
+    gpu_model_reduce_ranges(model, mg, ranges, kept);
+}
+
+// Gradients of the last forward (called with write_dlogits = 1) are ADDED to model->grads.
+// reduce: the step's last micro-batch, so each finished layer's gradients start their reduction
+// over the processes (overlapped with the rest of the backward pass).
+static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int reduce) {
+    const Llama3Config* cfg = &model->config;
+    const int B = model->B, T = model->T, BT = B * T;
+    const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size;
+    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    const float eps = cfg->norm_eps;
+    cudaStream_t stream = model->stream;
+    CublasContext* ctx = &model->cublas;
+    Llama3Params p = model->params, g = model->grads;
+    Llama3Acts acts = model->acts;
+
+    cudaCheck(cudaMemsetAsync(acts.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
+    // lm head (or wte when tied): dlogits (B, T, V) are in acts.output
+    matmul_backward(ctx, acts.scratch_btc, llama3_lm_head(&g, cfg), NULL, acts.output, acts.lnf, llama3_lm_head(&p, cfg), NULL,
+                    BT, C, V, NULL);
+    rmsnorm_backward(acts.dresidual, g.lnfw, acts.fscratch, acts.scratch_btc, llama3_layer_acts(model, L - 1).residual3, p.lnfw,
+                     acts.lnf_rstd, BT, C, stream);
+    for (int l = L - 1; l >= 0; l--) {
+        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3LayerParams dw = llama3_layer_params(&model->grads, cfg, l);
+        Llama3LayerActs a = llama3_layer_acts(model, l);
+        // recompute what the forward pass did not keep
+        if (model->recompute >= 2) {
+            rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, BT, C, stream);
+            rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, BT, C, stream);
+        }
+        if (model->recompute >= 1) {
+            swiglu_forward(a.fch_swiglu, a.fch, a.fch2, (size_t)BT * FFN, stream);
+        }
+        // MLP block: dresidual is the gradient of this layer's output
+        matmul_backward(ctx, acts.dswiglu, dw.fcprojw, NULL, acts.dresidual, a.fch_swiglu, w.fcprojw, NULL, BT, FFN, C, NULL);
+        swiglu_backward(acts.dfch, acts.dfch2, acts.dswiglu, a.fch, a.fch2, (size_t)BT * FFN, stream);
+        llama3_mlp_in_backward(ctx, acts.scratch_btc, &dw, &w, &a, acts.dfch, acts.dfch2, BT, C, FFN);
+        rmsnorm_backward(acts.dresidual, dw.ln2w, acts.fscratch, acts.scratch_btc, a.residual2, w.ln2w, a.ln2_rstd, BT, C, stream);
+        // attention block: dresidual is now the gradient of residual2
+        matmul_backward(ctx, acts.scratch_btc, dw.attprojw, NULL, acts.dresidual, a.atty, w.attprojw, NULL, BT, C, C, NULL);
+        attention_backward(ctx, acts.scratch_bt3c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
+        repeat_kv_backward(acts.scratch_qkv, acts.scratch_bt3c, B, T, NH, NKV, HS, stream);              // (B,T,QKV)
+        rope_backward(acts.scratch_qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);
+        matmul_backward(ctx, acts.scratch_btc, dw.qkvw, NULL, acts.scratch_qkv, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);
+        rmsnorm_backward(acts.dresidual, dw.ln1w, acts.fscratch, acts.scratch_btc, a.residual, w.ln1w, a.ln1_rstd, BT, C, stream);
+        if (reduce) { llama3_reduce_layer(model, mg, l); }
+    }
+    token_groups_build(&model->token_groups, inputs);
+    encoder_backward(g.wte, NULL, acts.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
+    if (reduce) { llama3_reduce_layer(model, mg, -1); }
+}
+
+// ----------------------------------------------------------------------------
+// what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop)
+
+static void llama3_forward_call(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) {
+    llama3_forward((Llama3*)m, inputs, targets, dloss, write_dlogits);
+}
+
+static void llama3_backward_call(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce) {
+    llama3_backward((Llama3*)m, inputs, mg, reduce);
+}
+
+static void llama3_write_model(const GpuModel* m, const char* path, const float* params) {
+    llama3_model_write(path, &((const Llama3*)m)->config, params, m->num_parameters);
+}
+
+static const GpuModelCalls LLAMA3_CALLS = {llama3_forward_call, llama3_backward_call, llama3_write_model};
+
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef LLMC_NO_MAIN
+int main(int argc, char** argv) {
+    // the trainers' one flag table; only -e's default and help differ (d2 from scratch), as train_llama3.c's
+    ArgSpec table[TRAIN_ARG_COUNT];
+    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
+    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
+        if (strcmp(table[i].flag, "-e") == 0) {
+            table[i].default_value = "d2";
+            table[i].help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")";
+        }
+    }
+    TrainArgs args;
+    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv,
+               "train_llama3cu: Llama 3 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
+    // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
+    GpuTrainerRun run;
+    gpu_trainer_prepare(&run, &args, &argc, &argv, "train_llama3cu");
+    if (run.use_muon) { llmc_die("-op muon: train_llama3cu has AdamW only (./train_llama3 -op muon trains Llama 3 with Muon on the CPU)"); }
+    const int rank = run.mg.process_rank;
+    Llama3 model;
+    llama3_build(&model, run.model_path, run.resume_step >= 0, run.mg.zero_stage, run.mg.num_processes);
+    ZeroShard shard = gpu_trainer_shard(&run, &model);
+    llama3_allocate_state(&model, args.B, args.T, args.recompute, shard, args.use_master_weights, run.stream);
+    const Llama3Config* cfg = &model.config;
+    if (rank == 0) {
+        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters, %.2f GiB of activations\n",
+               run.model_path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden,
+               cfg->max_seq_len, cfg->vocab_size, cfg->tied_embeddings ? " (tied lm_head)" : "", model.num_parameters,
+               (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
+    }
+
+    Trainer trainer;
+    gpu_trainer_start(&run, &trainer, &model);
+    trainer.flops_per_step = gpt2_flops_per_step(model.num_parameters, cfg->num_layers, cfg->channels, args.T,
+                                                 (size_t)trainer.total_batch);
+    GpuTrainer gpu;
+    gpu_trainer_init(&gpu, &model, LLAMA3_CALLS, &run.mg);
+    TrainerOps ops = gpu_trainer_ops(&gpu);
+    int status = trainer_run(&trainer, &ops);
+
+    gpu_trainer_free(&gpu);
+    trainer_free(&trainer);
+    llama3_free(&model);
+    gpu_trainer_finish(&run);
+    return status;
+}
+#endif // LLMC_NO_MAIN
