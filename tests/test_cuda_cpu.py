@@ -73,23 +73,64 @@ DEFECTS = {
     "previous_block_shared": r"block \(1,0,0\) thread \(\d+,0,0\): initcheck: reads 4 bytes at offset 0 of __shared__ carry ",
     "unwritten_dynamic_shared": r"thread \(\d+,0,0\): initcheck: reads 4 bytes at offset 128 of the extern __shared__ arena \(256 bytes\)",
     "shared_out_of_bounds": r"thread \(8,0,0\): 4 bytes at offset 32 are outside __shared__ small \(32 bytes",
+    # initcheck of device memory: per page, since cudaMalloc
+    "fresh_device_read": r"kernel copy_kernel \(dev/cuda_cpu/tests/test_device.cu:\d+\) block \(0,0,0\) thread \(0,0,0\): initcheck: "
+                         r"reads device memory at offset 0 of an allocation of 128 bytes that nothing has written since cudaMalloc",
+    "fresh_device_copy": r"^cuda_cpu: cudaMemcpyDeviceToHost: initcheck: reads device memory at offset 0 of an allocation of 32 bytes "
+                         r"that nothing has written since cudaMalloc \(checked per \d+-byte page\)$",
+    # stream order: streams are queues that run only as CUDA guarantees
+    "missing_event_wait": r"^cuda_cpu: stream order: cudaMemcpyAsync on a non-blocking stream would run before cudaMemset, issued "
+                          r"earlier to a blocking stream, and nothing orders the two .* both use 256 bytes at offset 0 of a "
+                          r"device allocation and the second writes them$",
+    "host_read_before_sync": r"^cuda_cpu: cudaMemcpyDeviceToHost of 128 bytes reads device memory at offset 0 of an allocation of "
+                             r"1024 bytes while kernel write_kernel \(dev/cuda_cpu/tests/test_device.cu:\d+\), issued to a "
+                             r"non-blocking stream this copy does not wait for, may still write it",
+    # racecheck: the same verdict in both fiber orders (the threads named depend on the order)
+    "race_hidden_by_order": r"kernel race_hidden_by_order_kernel .* thread \(0,0,0\): racecheck: reads 4 bytes at offset 0 of "
+                            r"__shared__ value \(4 bytes, dev/cuda_cpu/tests/test_device.cu:\d+\) at dev/cuda_cpu/tests/"
+                            r"test_device.cu:\d+; thread \(32,0,0\) wrote them at dev/cuda_cpu/tests/test_device.cu:\d+",
+    "warp_exchange_without_syncwarp": r"thread \(\d+,0,0\): racecheck: writes 4 bytes at offset \d+ of __shared__ lanes "
+                                      r"\(128 bytes, .*\) at dev/cuda_cpu/tests/test_device.cu:\d+; thread \(\d+,0,0\) read "
+                                      r"them at dev/cuda_cpu/tests/test_device.cu:\d+",
+    "reuse_without_barrier": r"thread \(\d+,0,0\): racecheck: reads 4 bytes at offset \d+ of __shared__ buf \(256 bytes, "
+                             r".*\) at dev/cuda_cpu/tests/test_device.cu:\d+; thread \(\d+,0,0\) wrote them at "
+                             r"dev/cuda_cpu/tests/test_device.cu:\d+",
 }
 # one worker: block 1 runs where block 0 ran and finds its write, which it must not see
 DEFECT_ENV = {"previous_block_shared": {"CUDA_CPU_THREADS": "1"}}
 
 
-@pytest.mark.parametrize("defect", sorted(DEFECTS))
-def test_device_defect_is_reported(defect: str) -> None:
-    r = run([str(binary("test_device")), defect], env=DEFECT_ENV.get(defect))
+# initcheck's and racecheck's verdicts do not depend on the fiber order: those defects run in both
+ORDER_FREE = ["unwritten_shared", "previous_block_shared", "unwritten_dynamic_shared", "race_hidden_by_order",
+              "warp_exchange_without_syncwarp", "reuse_without_barrier"]
+DEFECT_RUNS = [(d, "forward") for d in sorted(DEFECTS)] + [(d, "reverse") for d in ORDER_FREE]
+
+
+@pytest.mark.parametrize("defect,order", DEFECT_RUNS)
+def test_device_defect_is_reported(defect: str, order: str) -> None:
+    r = run([str(binary("test_device")), defect], env={"CUDA_CPU_ORDER": order, **DEFECT_ENV.get(defect, {})})
     assert r.returncode == 1, f"defect {defect} not reported:\n{r.stdout}{r.stderr}"
     lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
     assert len(lines) == 1 and re.search(DEFECTS[defect], lines[0]), r.stderr
 
 
-def test_initcheck_off_reads_the_poison_unreported() -> None:
-    """CUDA_CPU_INITCHECK=0: the unwritten element is read (0xFF bytes) and nothing is reported."""
-    r = run([str(binary("test_device")), "unwritten_shared"], env={"CUDA_CPU_INITCHECK": "0"})
-    assert r.returncode == 0 and "defect unwritten_shared was NOT reported" in r.stdout, r.stdout + r.stderr
+# each check switched off: its defect runs to the end unreported (with the 0xFF poison, or in the wrong order)
+CHECK_OFF = [
+    ("CUDA_CPU_INITCHECK", "unwritten_shared", "defect unwritten_shared was NOT reported"),
+    ("CUDA_CPU_INITCHECK", "fresh_device_copy", "fresh device memory reads NaN with initcheck off"),
+    ("CUDA_CPU_RACECHECK", "race_hidden_by_order", "defect race_hidden_by_order was NOT reported"),
+    ("CUDA_CPU_STREAM_ORDER", "missing_event_wait", "defect missing_event_wait was NOT reported"),
+]
+
+
+@pytest.mark.parametrize("variable,defect,expected", CHECK_OFF)
+def test_a_check_switched_off_lets_its_defect_pass(variable: str, defect: str, expected: str) -> None:
+    r = run([str(binary("test_device")), defect], env={variable: "0"})
+    assert r.returncode == 0 and expected in r.stdout, r.stdout + r.stderr
+
+
+def translate(root: Path, out: Path, files: list[str]) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(root), "--out", str(out), *files])
 
 
 def test_translate_keeps_lines(tmp_path: Path) -> None:
@@ -107,15 +148,16 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
         "__global__ void k3() { __shared__ float acc[8]\n"
         "                                         [32]; __shared__ int n; }\n"
     )
-    r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(tmp_path), "--out", str(tmp_path / "o"), "k.cu"])
+    r = translate(tmp_path, tmp_path / "o", ["k.cu"])
     assert r.returncode == 0, r.stderr
     out = (tmp_path / "o" / "k.cu").read_text().splitlines()
     assert out[0] == '#line 1 "k.cu"'
     body = out[1:]
     assert body[0] == "// not a launch: k<<<1, 2>>>(x)"
     assert body[2].strip().startswith('cuda_cpu_launch(cuda_cpu_config(dim3(n, 2), 256, 0, s), "k<float, 4>"')
-    assert "[&]() { k<float, 4>(x," in body[2]
-    assert 'g("<<<")' in body[5]
+    assert body[2].endswith('[](const auto&... cuda_cpu_a) { k<float, 4>(cuda_cpu_a...); }, x,')
+    assert body[5].strip() == ('cuda_cpu_launch(cuda_cpu_config(1, 1), "g", __FILE__, __LINE__, '
+                               '[](const auto&... cuda_cpu_a) { g(cuda_cpu_a...); }, "<<<");')
     assert body[7] == "int line_after = __LINE__;"
     assert body[8] == "__global__ void k2() { CudaCpuSharedPtr<float> smem = cuda_cpu_dynamic_shared<float>(); }"
     assert body[9] == ('__global__ void k3() { static CudaCpuSharedSite cuda_cpu_site_acc = {"acc", __FILE__, __LINE__, -1}; '
@@ -132,7 +174,7 @@ def test_translate_keeps_lines(tmp_path: Path) -> None:
 ])
 def test_translate_refuses_shared_it_cannot_rewrite(tmp_path: Path, code: str, error: str) -> None:
     (tmp_path / "k.cu").write_text(f"// {code}\n__global__ void k() {{ {code} }}\n")
-    r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(tmp_path), "--out", str(tmp_path / "o"), "k.cu"])
+    r = translate(tmp_path, tmp_path / "o", ["k.cu"])
     assert r.returncode == 1
     assert re.fullmatch(rf"translate.py: k.cu: {error}.*\n", r.stderr), r.stderr
 
@@ -180,12 +222,6 @@ PLANTED = {
         "for (int c = lane; c < C; c += WARP_SIZE) { sum += to_float(row[c]); }",
         "for (int c = lane; c <= C; c += WARP_SIZE) { sum += to_float(row[c]); }",
         "layernorm_forward",
-    ),
-    "dropped_syncthreads": (
-        "llmc/cuda/matmul.cuh",
-        "    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
-        "    acc[threadIdx.y][threadIdx.x] = sum;\n",
-        "matmul_backward",
     ),
     "wrong_shuffle_offset": (
         "llmc/cuda/cuda_common.cuh",
@@ -245,7 +281,7 @@ def build_copy(tmp: Path, kernel: str, edit: tuple[str, str, str] | None) -> Pat
         assert text.count(original) == 1, f"{path} changed: the planted defect no longer applies"
         (src / path).write_text(text.replace(original, defective))
     files = [str(p.relative_to(src)) for p in sorted(src.rglob("*")) if p.suffix in (".h", ".cuh", ".cu")]
-    r = run([sys.executable, str(REPO / "dev/cuda_cpu/translate.py"), "--root", str(src), "--out", str(tmp / "out"), *files])
+    r = translate(src, tmp / "out", files)
     assert r.returncode == 0, r.stderr
     cxx, libs = cuda_cpu_flags()
     exe = tmp / kernel
@@ -272,6 +308,22 @@ def test_planted_unguarded_shared_read_is_reported_by_initcheck(tmp_path: Path) 
     lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
     assert len(lines) == 1 and re.search(r"kernel global_norm\S* .* thread \(16,0,0\): initcheck: reads 4 bytes at offset 64 "
                                          r"of __shared__ shared_val \(128 bytes, llmc/cuda/cuda_common.cuh:\d+\)", lines[0]), r.stderr
+
+
+def test_planted_dropped_syncthreads_is_reported_by_racecheck_in_both_orders(tmp_path: Path) -> None:
+    """bias_grad_partial_kernel without the barrier between the rows' writes of acc and row 0's sums:
+    each fiber order alone shows it only by chance; racecheck names it in both."""
+    binary("libcuda_cpu.a")
+    edit = ("llmc/cuda/matmul.cuh", "    acc[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
+            "    acc[threadIdx.y][threadIdx.x] = sum;\n")
+    exe = build_copy(tmp_path, "matmul_backward", edit)
+    for order in ("forward", "reverse"):
+        r = run([str(exe), "--quick"], env={"CUDA_CPU_ORDER": order})
+        assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+        lines = [line for line in r.stderr.splitlines() if line.startswith("cuda_cpu:")]
+        assert len(lines) == 1 and re.search(r"kernel bias_grad_partial_kernel .* racecheck: (reads|writes) 4 bytes at offset \d+ of "
+                                             r"__shared__ acc \(1024 bytes, llmc/cuda/matmul.cuh:\d+\) at llmc/cuda/matmul.cuh:\d+; "
+                                             r"thread \(\d+,\d+,0\) (wrote|read) them at llmc/cuda/matmul.cuh:\d+", lines[0]), r.stderr
 
 
 @pytest.mark.parametrize("defect", sorted(PLANTED))

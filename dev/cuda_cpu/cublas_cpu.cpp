@@ -163,9 +163,12 @@ static size_t matrix_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batc
     return (size_t)(ld * (cols - 1) + rows) + (size_t)((batch - 1) * stride);
 }
 
-// dies with one line (the registry's) unless the whole extent lies in one device allocation
+// dies with one line (the registry's) unless the whole extent lies in one device allocation; when the
+// GEMM runs (use != OPERAND_CHECKED), an operand it reads must have been written (initcheck) and one it
+// writes counts as written from then on
+enum OperandUse { OPERAND_CHECKED, OPERAND_READ, OPERAND_WRITTEN };
 static void check_operand(const char* api, const char* name, const void* ptr, int32_t type, int64_t rows, int64_t cols,
-                          int64_t ld, int64_t batch, int64_t stride) {
+                          int64_t ld, int64_t batch, int64_t stride, OperandUse use) {
     size_t elements = matrix_extent(rows, cols, ld, batch, stride);
     if (elements == 0) { return; }
     char what[256];
@@ -176,7 +179,13 @@ static void check_operand(const char* api, const char* name, const void* ptr, in
         snprintf(what, sizeof(what), "%s %s (%s %lld x %lld, ld %lld)", api, name, type_name(type), (long long)rows,
                  (long long)cols, (long long)ld);
     }
-    cuda_cpu_check_device_range(ptr, elements * type_size(type), what);
+    if (use == OPERAND_CHECKED) {
+        cuda_cpu_check_device_range(ptr, elements * type_size(type), what);
+    } else if (use == OPERAND_READ) {
+        cuda_cpu_device_reads(ptr, elements * type_size(type), what);
+    } else {
+        cuda_cpu_device_writes((void*)ptr, elements * type_size(type), what);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -455,16 +464,25 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     g.tf32 = gemm_ex_uses_tf32(handle, computeType, Atype);
     g.epi.bias_grad = BGRAD_NONE;
     if (batchCount == 0 || m == 0 || n == 0) { return CUBLAS_STATUS_SUCCESS; }
-    check_operand(api, "A", A, Atype, a_rows, g.trans_a ? m : k, lda, batchCount, strideA);
-    check_operand(api, "B", B, Btype, b_rows, g.trans_b ? k : n, ldb, batchCount, strideB);
-    check_operand(api, "C", C, Ctype, m, n, ldc, batchCount, strideC);
-    for (int batch = 0; batch < batchCount; batch++) {
-        g.a = (const char*)A + (size_t)(batch * strideA) * type_size(Atype); g.a_type = Atype; g.lda = lda;
-        g.b = (const char*)B + (size_t)(batch * strideB) * type_size(Btype); g.b_type = Btype; g.ldb = ldb;
-        g.d = (char*)C + (size_t)(batch * strideC) * type_size(Ctype); g.d_type = Ctype; g.ldd = ldc;
-        g.c = g.d; g.c_type = Ctype; g.ldc = ldc;
-        gemm_run(g);
-    }
+    check_operand(api, "A", A, Atype, a_rows, g.trans_a ? m : k, lda, batchCount, strideA, OPERAND_CHECKED);
+    check_operand(api, "B", B, Btype, b_rows, g.trans_b ? k : n, ldb, batchCount, strideB, OPERAND_CHECKED);
+    check_operand(api, "C", C, Ctype, m, n, ldc, batchCount, strideC, OPERAND_CHECKED);
+    const CudaCpuUse uses[3] = {{A, 0, matrix_extent(a_rows, g.trans_a ? m : k, lda, batchCount, strideA) * type_size(Atype)},
+                                {B, 0, matrix_extent(b_rows, g.trans_b ? k : n, ldb, batchCount, strideB) * type_size(Btype)},
+                                {C, 1, matrix_extent(m, n, ldc, batchCount, strideC) * type_size(Ctype)}};
+    cuda_cpu_enqueue(handle->stream, api, {uses[0], uses[1], uses[2]}, [=]() mutable {  // in stream order
+        check_operand(api, "A", A, Atype, a_rows, g.trans_a ? m : k, lda, batchCount, strideA, OPERAND_READ);
+        check_operand(api, "B", B, Btype, b_rows, g.trans_b ? k : n, ldb, batchCount, strideB, OPERAND_READ);
+        if (g.beta != 0.0f) { check_operand(api, "C", C, Ctype, m, n, ldc, batchCount, strideC, OPERAND_READ); }
+        check_operand(api, "C", C, Ctype, m, n, ldc, batchCount, strideC, OPERAND_WRITTEN);
+        for (int batch = 0; batch < batchCount; batch++) {
+            g.a = (const char*)A + (size_t)(batch * strideA) * type_size(Atype); g.a_type = Atype; g.lda = lda;
+            g.b = (const char*)B + (size_t)(batch * strideB) * type_size(Btype); g.b_type = Btype; g.ldb = ldb;
+            g.d = (char*)C + (size_t)(batch * strideC) * type_size(Ctype); g.d_type = Ctype; g.ldd = ldc;
+            g.c = g.d; g.c_type = Ctype; g.ldc = ldc;
+            gemm_run(g);
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -796,7 +814,7 @@ static float read_scalar(const char* api, const char* name, const void* p, int32
     if (pointer_mode == CUBLASLT_POINTER_MODE_DEVICE) {
         char what[128];
         snprintf(what, sizeof(what), "%s %s (device pointer mode)", api, name);
-        cuda_cpu_check_device_range(p, sizeof(float), what);
+        cuda_cpu_device_reads(p, sizeof(float), what);
     }
     return *(const float*)p;
 }
@@ -807,7 +825,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               void* D, cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo,
                               void* workspace, size_t workspaceSizeInBytes, cudaStream_t stream) {
     const char* api = "cublasLtMatmul";
-    (void)stream;  // synchronous: runs now
     if (handle == NULL) { return fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: NULL handle", api); }
     LtProblem p;
     cublasStatus_t st = lt_problem(api, desc, Adesc, Bdesc, Cdesc, Ddesc, &p);
@@ -827,20 +844,42 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (workspaceSizeInBytes > 0) { cuda_cpu_check_device_range(workspace, workspaceSizeInBytes, "cublasLtMatmul workspace"); }
     const int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
     const int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
-    check_operand(api, "A", A, g.a_type, a_rows, a_cols, g.lda, p.batch, p.stride_a);
-    check_operand(api, "B", B, g.b_type, b_rows, b_cols, g.ldb, p.batch, p.stride_b);
-    if (g.beta != 0.0f) { check_operand(api, "C", C, g.c_type, g.m, g.n, g.ldc, p.batch, p.stride_c); }
-    check_operand(api, "D", D, g.d_type, g.m, g.n, g.ldd, p.batch, p.stride_d);
-    if (p.needs_bias) { check_operand(api, "bias", desc->bias, g.epi.bias_type, p.bias_length, 1, std::max<int64_t>(1, p.bias_length), 1, 0); }
-    if (p.needs_aux) { check_operand(api, "aux", desc->aux, g.epi.aux_type, g.m, g.n, g.epi.aux_ld, 1, 0); }
-    g.epi.bias = desc->bias;
-    g.epi.aux = desc->aux;
-    for (int64_t batch = 0; batch < p.batch; batch++) {
-        g.a = (const char*)A + (size_t)(batch * p.stride_a) * type_size(g.a_type);
-        g.b = (const char*)B + (size_t)(batch * p.stride_b) * type_size(g.b_type);
-        g.c = C == NULL ? NULL : (const char*)C + (size_t)(batch * p.stride_c) * type_size(g.c_type);  // unread when beta is 0
-        g.d = (char*)D + (size_t)(batch * p.stride_d) * type_size(g.d_type);
-        gemm_run(g);
-    }
+    // every operand, checked now and used when the GEMM runs in stream order
+    const void* bias = desc->bias;
+    void* aux = desc->aux;
+    auto operands = [=](bool run) {
+        const OperandUse read = run ? OPERAND_READ : OPERAND_CHECKED, written = run ? OPERAND_WRITTEN : OPERAND_CHECKED;
+        check_operand(api, "A", A, g.a_type, a_rows, a_cols, g.lda, p.batch, p.stride_a, read);
+        check_operand(api, "B", B, g.b_type, b_rows, b_cols, g.ldb, p.batch, p.stride_b, read);
+        if (g.beta != 0.0f) { check_operand(api, "C", C, g.c_type, g.m, g.n, g.ldc, p.batch, p.stride_c, read); }
+        check_operand(api, "D", D, g.d_type, g.m, g.n, g.ldd, p.batch, p.stride_d, written);
+        if (p.needs_bias) {  // added to D, or (a bias-gradient epilogue) written
+            check_operand(api, "bias", bias, g.epi.bias_type, p.bias_length, 1, std::max<int64_t>(1, p.bias_length), 1, 0,
+                          g.epi.bias_grad == BGRAD_NONE ? read : written);
+        }
+        if (p.needs_aux) {  // read by dGELU, written by the forward GELU epilogues
+            check_operand(api, "aux", aux, g.epi.aux_type, g.m, g.n, g.epi.aux_ld, 1, 0, g.epi.dgelu ? read : written);
+        }
+    };
+    operands(false);
+    g.epi.bias = bias;
+    g.epi.aux = aux;
+    const CudaCpuUse uses[6] = {
+        {A, 0, matrix_extent(a_rows, a_cols, g.lda, p.batch, p.stride_a) * type_size(g.a_type)},
+        {B, 0, matrix_extent(b_rows, b_cols, g.ldb, p.batch, p.stride_b) * type_size(g.b_type)},
+        {g.beta != 0.0f ? C : nullptr, 0, matrix_extent(g.m, g.n, g.ldc, p.batch, p.stride_c) * type_size(g.c_type)},
+        {D, 1, matrix_extent(g.m, g.n, g.ldd, p.batch, p.stride_d) * type_size(g.d_type)},
+        {p.needs_bias ? bias : nullptr, g.epi.bias_grad != BGRAD_NONE, (size_t)p.bias_length * type_size(g.epi.bias_type)},
+        {p.needs_aux ? aux : nullptr, !g.epi.dgelu, matrix_extent(g.m, g.n, g.epi.aux_ld, 1, 0) * type_size(g.epi.aux_type)}};
+    cuda_cpu_enqueue(stream, api, {uses[0], uses[1], uses[2], uses[3], uses[4], uses[5]}, [=]() mutable {
+        operands(true);
+        for (int64_t batch = 0; batch < p.batch; batch++) {
+            g.a = (const char*)A + (size_t)(batch * p.stride_a) * type_size(g.a_type);
+            g.b = (const char*)B + (size_t)(batch * p.stride_b) * type_size(g.b_type);
+            g.c = C == NULL ? NULL : (const char*)C + (size_t)(batch * p.stride_c) * type_size(g.c_type);  // unread when beta is 0
+            g.d = (char*)D + (size_t)(batch * p.stride_d) * type_size(g.d_type);
+            gemm_run(g);
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -227,6 +227,22 @@ static void check_buffer(const char* api, const char* name, const void* buf, siz
     cuda_cpu_check_device_range(buf, count * type_size(type), what);
 }
 
+// when the collective runs: a sendbuff must have been written (initcheck), a recvbuff counts as written
+static void use_buffer(const char* api, const char* name, const void* buf, size_t count, ncclDataType_t type) {
+    if (count == 0) { return; }
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s (%zu elements of %s)", api, name, count, type_name(type));
+    if (strcmp(name, "sendbuff") == 0) {
+        cuda_cpu_device_reads(buf, count * type_size(type), what);
+    } else {
+        cuda_cpu_device_writes((void*)buf, count * type_size(type), what);
+    }
+}
+
+// an MPI call of a collective running in stream order: its failure ends the program with one line
+#define MPI_RUN(api, call) \
+    do { if ((call) != MPI_SUCCESS) { cuda_cpu_fatal("%s: %s failed", api, #call); } } while (0)
+
 // ----------------------------------------------------------------------------
 // communicators
 
@@ -308,6 +324,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm == NULL) { return fail(ncclInvalidArgument, "ncclCommDestroy: NULL communicator"); }
+    cudaDeviceSynchronize();  // its collectives still pending in stream order run first
 #ifdef USE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -351,62 +368,75 @@ static size_t chunk_elements(ncclDataType_t type) { return std::max<size_t>(1, C
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
     const char* api = "ncclAllReduce";
-    (void)stream;
     ncclResult_t r = check_reduction(api, comm, datatype, op);
     if (r != ncclSuccess) { return r; }
     check_buffer(api, "sendbuff", sendbuff, count, datatype);
     check_buffer(api, "recvbuff", recvbuff, count, datatype);
-    const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
-    std::vector<char> gathered(std::min(count, chunk) * size * (size_t)comm->nranks);
-    for (size_t c0 = 0; c0 < count; c0 += chunk) {
-        const size_t n = std::min(chunk, count - c0);
-        MPI_CHECK(api, MPI_Allgather((const char*)sendbuff + c0 * size, (int)(n * size), MPI_BYTE, gathered.data(),
-                                     (int)(n * size), MPI_BYTE, comm->mpi));
-        reduce_blocks(gathered.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size);
-    }
+    const size_t bytes = count * type_size(datatype);
+    cuda_cpu_enqueue(stream, api, {{sendbuff, 0, bytes}, {recvbuff, 1, bytes}}, [=]() {
+        use_buffer(api, "sendbuff", sendbuff, count, datatype);
+        use_buffer(api, "recvbuff", recvbuff, count, datatype);
+        const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
+        std::vector<char> gathered(std::min(count, chunk) * size * (size_t)comm->nranks);
+        for (size_t c0 = 0; c0 < count; c0 += chunk) {
+            const size_t n = std::min(chunk, count - c0);
+            MPI_RUN(api, MPI_Allgather((const char*)sendbuff + c0 * size, (int)(n * size), MPI_BYTE, gathered.data(),
+                                       (int)(n * size), MPI_BYTE, comm->mpi));
+            reduce_blocks(gathered.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size);
+        }
+    });
     return ncclSuccess;
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
                         ncclComm_t comm, cudaStream_t stream) {
     const char* api = "ncclReduce";
-    (void)stream;
     ncclResult_t r = check_reduction(api, comm, datatype, op);
     if (r == ncclSuccess) { r = check_root(api, comm, root); }
     if (r != ncclSuccess) { return r; }
     const bool is_root = comm->rank == root;
     check_buffer(api, "sendbuff", sendbuff, count, datatype);
     if (is_root) { check_buffer(api, "recvbuff", recvbuff, count, datatype); }
-    const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
-    std::vector<char> gathered(is_root ? std::min(count, chunk) * size * (size_t)comm->nranks : 0);
-    for (size_t c0 = 0; c0 < count; c0 += chunk) {
-        const size_t n = std::min(chunk, count - c0);
-        MPI_CHECK(api, MPI_Gather((const char*)sendbuff + c0 * size, (int)(n * size), MPI_BYTE, gathered.data(),
-                                  (int)(n * size), MPI_BYTE, root, comm->mpi));
-        if (is_root) { reduce_blocks(gathered.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size); }
-    }
+    const size_t bytes = count * type_size(datatype);
+    cuda_cpu_enqueue(stream, api, {{sendbuff, 0, bytes}, {is_root ? recvbuff : nullptr, 1, bytes}}, [=]() {
+        use_buffer(api, "sendbuff", sendbuff, count, datatype);
+        if (is_root) { use_buffer(api, "recvbuff", recvbuff, count, datatype); }
+        const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
+        std::vector<char> gathered(is_root ? std::min(count, chunk) * size * (size_t)comm->nranks : 0);
+        for (size_t c0 = 0; c0 < count; c0 += chunk) {
+            const size_t n = std::min(chunk, count - c0);
+            MPI_RUN(api, MPI_Gather((const char*)sendbuff + c0 * size, (int)(n * size), MPI_BYTE, gathered.data(),
+                                    (int)(n * size), MPI_BYTE, root, comm->mpi));
+            if (is_root) { reduce_blocks(gathered.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size); }
+        }
+    });
     return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
     const char* api = "ncclBroadcast";
-    (void)stream;
     ncclResult_t r = check_call(api, comm, datatype);
     if (r == ncclSuccess) { r = check_root(api, comm, root); }
     if (r != ncclSuccess) { return r; }
-    const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
-    if (comm->rank == root) {
-        check_buffer(api, "sendbuff", sendbuff, count, datatype);  // only the root's is read
-        check_buffer(api, "recvbuff", recvbuff, count, datatype);
-        if (sendbuff != recvbuff && count > 0) { memmove(recvbuff, sendbuff, count * size); }
-    } else {
-        check_buffer(api, "recvbuff", recvbuff, count, datatype);
-    }
-    for (size_t c0 = 0; c0 < count; c0 += chunk) {
-        const size_t n = std::min(chunk, count - c0);
-        MPI_CHECK(api, MPI_Bcast((char*)recvbuff + c0 * size, (int)(n * size), MPI_BYTE, root, comm->mpi));
-    }
+    const bool is_root = comm->rank == root;
+    if (is_root) { check_buffer(api, "sendbuff", sendbuff, count, datatype); }  // only the root's is read
+    check_buffer(api, "recvbuff", recvbuff, count, datatype);
+    const size_t bytes = count * type_size(datatype);
+    cuda_cpu_enqueue(stream, api, {{is_root ? sendbuff : nullptr, 0, bytes}, {recvbuff, 1, bytes}}, [=]() {
+        const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
+        if (is_root) {
+            use_buffer(api, "sendbuff", sendbuff, count, datatype);
+            use_buffer(api, "recvbuff", recvbuff, count, datatype);
+            if (sendbuff != recvbuff && count > 0) { memmove(recvbuff, sendbuff, count * size); }
+        } else {
+            use_buffer(api, "recvbuff", recvbuff, count, datatype);
+        }
+        for (size_t c0 = 0; c0 < count; c0 += chunk) {
+            const size_t n = std::min(chunk, count - c0);
+            MPI_RUN(api, MPI_Bcast((char*)recvbuff + c0 * size, (int)(n * size), MPI_BYTE, root, comm->mpi));
+        }
+    });
     return ncclSuccess;
 }
 
@@ -415,22 +445,26 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
     const char* api = "ncclAllGather";
-    (void)stream;
     ncclResult_t r = check_call(api, comm, datatype);
     if (r != ncclSuccess) { return r; }
     check_buffer(api, "sendbuff", sendbuff, sendcount, datatype);
     check_buffer(api, "recvbuff", recvbuff, sendcount * (size_t)comm->nranks, datatype);
-    const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
-    const size_t most = std::min(sendcount, chunk) * size;
-    std::vector<char> mine(most), gathered(most * (size_t)comm->nranks);
-    for (size_t c0 = 0; c0 < sendcount; c0 += chunk) {
-        const size_t n = std::min(chunk, sendcount - c0), bytes = n * size;
-        memcpy(mine.data(), (const char*)sendbuff + c0 * size, bytes);
-        MPI_CHECK(api, MPI_Allgather(mine.data(), (int)bytes, MPI_BYTE, gathered.data(), (int)bytes, MPI_BYTE, comm->mpi));
-        for (int rank = 0; rank < comm->nranks; rank++) {
-            memcpy((char*)recvbuff + ((size_t)rank * sendcount + c0) * size, gathered.data() + (size_t)rank * bytes, bytes);
+    const size_t bytes = sendcount * type_size(datatype);
+    cuda_cpu_enqueue(stream, api, {{sendbuff, 0, bytes}, {recvbuff, 1, bytes * (size_t)comm->nranks}}, [=]() {
+        use_buffer(api, "sendbuff", sendbuff, sendcount, datatype);
+        use_buffer(api, "recvbuff", recvbuff, sendcount * (size_t)comm->nranks, datatype);
+        const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
+        const size_t most = std::min(sendcount, chunk) * size;
+        std::vector<char> mine(most), gathered(most * (size_t)comm->nranks);
+        for (size_t c0 = 0; c0 < sendcount; c0 += chunk) {
+            const size_t n = std::min(chunk, sendcount - c0), bytes = n * size;
+            memcpy(mine.data(), (const char*)sendbuff + c0 * size, bytes);
+            MPI_RUN(api, MPI_Allgather(mine.data(), (int)bytes, MPI_BYTE, gathered.data(), (int)bytes, MPI_BYTE, comm->mpi));
+            for (int rank = 0; rank < comm->nranks; rank++) {
+                memcpy((char*)recvbuff + ((size_t)rank * sendcount + c0) * size, gathered.data() + (size_t)rank * bytes, bytes);
+            }
         }
-    }
+    });
     return ncclSuccess;
 }
 
@@ -439,22 +473,26 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
     const char* api = "ncclReduceScatter";
-    (void)stream;
     ncclResult_t r = check_reduction(api, comm, datatype, op);
     if (r != ncclSuccess) { return r; }
     check_buffer(api, "sendbuff", sendbuff, recvcount * (size_t)comm->nranks, datatype);
     check_buffer(api, "recvbuff", recvbuff, recvcount, datatype);
-    const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
-    const size_t most = std::min(recvcount, chunk) * size * (size_t)comm->nranks;
-    std::vector<char> outgoing(most), incoming(most);
-    for (size_t c0 = 0; c0 < recvcount; c0 += chunk) {
-        const size_t n = std::min(chunk, recvcount - c0), bytes = n * size;
-        for (int rank = 0; rank < comm->nranks; rank++) {  // block `rank` of the message goes to that rank
-            memcpy(outgoing.data() + (size_t)rank * bytes, (const char*)sendbuff + ((size_t)rank * recvcount + c0) * size, bytes);
+    const size_t bytes = recvcount * type_size(datatype);
+    cuda_cpu_enqueue(stream, api, {{sendbuff, 0, bytes * (size_t)comm->nranks}, {recvbuff, 1, bytes}}, [=]() {
+        use_buffer(api, "sendbuff", sendbuff, recvcount * (size_t)comm->nranks, datatype);
+        use_buffer(api, "recvbuff", recvbuff, recvcount, datatype);
+        const size_t size = type_size(datatype), chunk = chunk_elements(datatype);
+        const size_t most = std::min(recvcount, chunk) * size * (size_t)comm->nranks;
+        std::vector<char> outgoing(most), incoming(most);
+        for (size_t c0 = 0; c0 < recvcount; c0 += chunk) {
+            const size_t n = std::min(chunk, recvcount - c0), bytes = n * size;
+            for (int rank = 0; rank < comm->nranks; rank++) {  // block `rank` of the message goes to that rank
+                memcpy(outgoing.data() + (size_t)rank * bytes, (const char*)sendbuff + ((size_t)rank * recvcount + c0) * size, bytes);
+            }
+            MPI_RUN(api, MPI_Alltoall(outgoing.data(), (int)bytes, MPI_BYTE, incoming.data(), (int)bytes, MPI_BYTE, comm->mpi));
+            reduce_blocks(incoming.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size);
         }
-        MPI_CHECK(api, MPI_Alltoall(outgoing.data(), (int)bytes, MPI_BYTE, incoming.data(), (int)bytes, MPI_BYTE, comm->mpi));
-        reduce_blocks(incoming.data(), comm->nranks, n, datatype, op, (char*)recvbuff + c0 * size);
-    }
+    });
     return ncclSuccess;
 }
 

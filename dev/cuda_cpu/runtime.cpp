@@ -4,8 +4,11 @@ kernel launches on fibers, barriers and warp collectives, and the fault reports.
 
 Device memory: each cudaMalloc is its own anonymous mapping, placed so that the allocation ends
 (rounded to CUDA's 256-byte granularity) right before an inaccessible page; fresh memory is filled
-with 0xFF bytes (NaN as float and as bf16) so that a read of never-written memory shows up in the
-results. A registry of the live allocations checks every copy, memset and kernel pointer argument.
+with 0xFF bytes (NaN as float and as bf16) and, with initcheck, kept inaccessible a page at a time
+until something writes it, so that a read of never-written memory is reported. A registry of the
+live allocations checks every copy, memset and kernel pointer argument.
+
+Streams: each is a queue that runs only when CUDA guarantees it has run (stream order, below).
 
 Kernels: the blocks of a grid are handed out to worker threads (CUDA_CPU_THREADS, default: the CPUs
 this process may use); a worker runs one block at a time as one fiber per CUDA thread. Fibers switch
@@ -15,11 +18,13 @@ progress (a barrier some thread skipped) is reported.
 
 Shared memory: every static __shared__ variable and the extern arena is storage of the worker for the
 block it runs, filled with 0xFF at each block's start (uninitialised, as on the GPU), with a shadow
-byte per byte that says whether a thread of the block wrote it since; with initcheck on, a read of an
-unwritten byte is reported (cuda_cpu_device.h has the accessors translate.py's rewrite goes through).
+record per byte (its last writer and the reads since, each with its barrier epoch, warp-collective
+count and place in the code): initcheck reports a read of an unwritten byte, racecheck two threads'
+accesses that no barrier orders (cuda_cpu_device.h has the accessors translate.py's rewrite goes through).
 */
 #include "cuda_runtime.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -28,10 +33,14 @@ unwritten byte is reported (cuda_cpu_device.h has the accessors translate.py's r
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,13 +83,41 @@ struct Warp {
     const char* what;      // its name
     unsigned int generation;
     uint64_t slots[2][32]; // double-buffered: generation g writes slots[g & 1]
+    std::vector<unsigned int> synced;  // the mask of each collective this warp completed in this block, in order
+};
+
+// what initcheck and racecheck know of one byte of shared memory in the block being run: its last
+// writer and the reads since, each with the block's barrier epoch and the warp's collective count
+// at the access (an access at count g of its warp precedes collective g of that warp and follows
+// collectives 0..g-1). 0xFF bytes are the state at a block's start: no writer, no reader.
+static const uint16_t NO_THREAD = 0xFFFF, SEVERAL_WARPS = 0xFFFE;
+struct CudaCpuShadow {
+    const void* w_pc;       // where the last write is (a return address in the kernel's code)
+    const void* r_pc;       // where the first read of r_epoch is
+    uint32_t w_epoch, w_gen;
+    uint32_t r_epoch, r_gen;  // the reads' epoch and the latest reader's collective count
+    uint32_t r_mask;        // the lanes of r_warp that read it in r_epoch
+    uint16_t w_tid;         // the last writer (linear thread index); NO_THREAD: unwritten in this block
+    uint16_t r_tid;         // the first reader in r_epoch
+    uint16_t r_warp;        // the readers' warp, or SEVERAL_WARPS
+    uint16_t unused;
+};
+
+// a read of a shared byte no thread had written: reported at the next barrier or the block's end
+// unless a write by another thread, unordered with it, makes it a race first (so the verdict does
+// not depend on which of the two fibers ran first)
+struct PendingRead {
+    CudaCpuShared* var;
+    size_t off, bytes;
+    int tid;
+    const void* pc;
 };
 
 // a static __shared__ variable of the block a worker runs (one per declaration site and worker)
 struct StaticShared {
     CudaCpuShared var;
     std::vector<char> storage;            // data starts 64-byte aligned inside it
-    std::vector<unsigned char> written;
+    std::vector<CudaCpuShadow> shadow;
     unsigned long long block_serial = 0;  // the block it was last poisoned for
 };
 
@@ -93,7 +130,7 @@ struct Worker {
     int next_stack = 0;
     size_t position = 0;      // the running fiber's position in the scheduling order
     std::vector<char> dynamic_shared;  // extern __shared__ of the block being run (16-byte aligned start)
-    std::vector<unsigned char> dynamic_written;
+    std::vector<CudaCpuShadow> dynamic_shadow;
     CudaCpuShared dynamic_var = {};
     std::vector<std::unique_ptr<StaticShared>> static_shared;  // by site id (stable addresses)
     unsigned long long block_serial = 0;  // counts the blocks this worker started
@@ -101,6 +138,8 @@ struct Worker {
     int live = 0;             // fibers not yet finished
     int done = 0;
     int block_arrived = 0;    // fibers waiting at __syncthreads
+    unsigned int epoch = 0;   // __syncthreads passed by the block so far
+    PendingRead unwritten = {};  // the first read of an unwritten shared byte, reported at the next barrier
     Launch* launch = nullptr;
     Fiber* current = nullptr;
     char* altstack = nullptr;
@@ -137,7 +176,7 @@ void cuda_cpu_fatal(const char* fmt, ...) {
     if (reporting.exchange(1) != 0) {
         for (;;) { pause(); }
     }
-    char prefix[512], msg[1024];
+    char prefix[512], msg[2048];
     where(prefix, sizeof(prefix));
     va_list ap;
     va_start(ap, fmt);
@@ -171,6 +210,7 @@ struct Allocation {
     size_t rounded;    // rounded up to 256: [base, base + rounded) is accessible, then 64 KiB that are not
     char* map;
     size_t map_bytes;
+    unsigned char* fresh;  // initcheck: per page of [map + page, ...): 1 while nothing wrote it (inaccessible till then)
 };
 
 static std::mutex g_mem_mutex;
@@ -225,7 +265,86 @@ void cuda_cpu_check_device_range(const void* ptr, size_t bytes, const char* what
     cuda_cpu_fatal("%s: %zu bytes at %s are not inside one device allocation", what, bytes, desc);
 }
 
+// ----------------------------------------------------------------------------
+// initcheck of device memory, a page at a time: a fresh allocation's pages are inaccessible; the first
+// write to a page (a fault with the write flag, or a copy, memset, cuBLAS or NCCL output) opens it,
+// and a read of a page nothing wrote is reported. Page granularity: a page written in part counts as
+// written.
+
+static void runtime_init_once(void);
+static bool g_device_initcheck = false;  // CUDA_CPU_INITCHECK, read at the first cudaMalloc or launch
+
+static size_t first_page(const Allocation& al, const void* p) { return (size_t)((const char*)p - (al.map + page_bytes())) / page_bytes(); }
+
+// opens the pages of [p, p + bytes) of al that nothing had written
+static void open_pages_locked(const Allocation& al, const void* p, size_t bytes) {
+    if (al.fresh == nullptr || bytes == 0) { return; }
+    const size_t page = page_bytes(), last = first_page(al, (const char*)p + bytes - 1);
+    for (size_t i = first_page(al, p); i <= last; i++) {
+        if (al.fresh[i]) {
+            mprotect(al.map + page + i * page, page, PROT_READ | PROT_WRITE);
+            al.fresh[i] = 0;
+        }
+    }
+}
+
+static void describe_unwritten(char* buf, size_t n, const Allocation& al, const void* p) {
+    snprintf(buf, n, "initcheck: reads device memory at offset %lld of an allocation of %zu bytes that nothing has written "
+             "since cudaMalloc (checked per %zu-byte page)", (long long)((const char*)p - al.base), al.bytes, page_bytes());
+}
+
+void cuda_cpu_device_reads(const void* ptr, size_t bytes, const char* what) {
+    cuda_cpu_check_device_range(ptr, bytes, what);
+    if (!g_device_initcheck || bytes == 0) { return; }
+    char msg[512] = "";
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        const Allocation* al = find_allocation_locked(ptr);
+        if (al->fresh == nullptr) { return; }
+        const size_t page = page_bytes(), last = first_page(*al, (const char*)ptr + bytes - 1);
+        for (size_t i = first_page(*al, ptr); i <= last; i++) {
+            if (al->fresh[i]) {
+                const char* at = std::max((const char*)ptr, (const char*)al->map + page + i * page);
+                describe_unwritten(msg, sizeof(msg), *al, at);
+                break;
+            }
+        }
+    }
+    if (msg[0] != '\0') { cuda_cpu_fatal("%s: %s", what, msg); }
+}
+
+void cuda_cpu_device_writes(void* ptr, size_t bytes, const char* what) {
+    cuda_cpu_check_device_range(ptr, bytes, what);
+    if (!g_device_initcheck) { return; }
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    open_pages_locked(*find_allocation_locked(ptr), ptr, bytes);
+}
+
+// a fault on a page of device memory that nothing wrote: a write opens the page and is retried (true);
+// a read is reported; anything else is not ours (false)
+static bool device_initcheck_fault(const void* addr, bool write) {
+    if (!g_device_initcheck) { return false; }
+    char msg[512];
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        auto it = g_device.upper_bound((uintptr_t)addr);
+        if (it == g_device.begin()) { return false; }
+        --it;
+        const Allocation& al = it->second;
+        const char* data = al.map + page_bytes();
+        if (al.fresh == nullptr || (const char*)addr < data || (const char*)addr >= al.base + al.rounded) { return false; }
+        if (!al.fresh[first_page(al, addr)]) { return true; }  // another thread opened it meanwhile: retry
+        if (write) {
+            open_pages_locked(al, addr, 1);
+            return true;
+        }
+        describe_unwritten(msg, sizeof(msg), al, addr);
+    }
+    cuda_cpu_fatal("%s", msg);
+}
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+    runtime_init_once();
     if (ptr == nullptr) { return fail(cudaErrorInvalidValue, "cudaMalloc: NULL result pointer"); }
     const size_t page = page_bytes();
     size_t rounded = (bytes + 255) / 256 * 256;
@@ -253,8 +372,14 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     al.rounded = rounded;
     al.map = map;
     al.map_bytes = map_bytes;
+    al.fresh = nullptr;
     static const bool poison = getenv("CUDA_CPU_POISON") == nullptr || atoi(getenv("CUDA_CPU_POISON")) != 0;
     if (poison) { memset(al.base, 0xFF, rounded); }  // NaN as fp32 and as bf16
+    if (g_device_initcheck) {  // inaccessible until written
+        al.fresh = (unsigned char*)malloc(data_bytes / page);
+        memset(al.fresh, 1, data_bytes / page);
+        mprotect(map + page, data_bytes, PROT_NONE);
+    }
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     g_device[(uintptr_t)al.base] = al;
     g_device_in_use += data_bytes;
@@ -262,8 +387,11 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     return cudaSuccess;
 }
 
+static void run_all_streams(void);
+
 cudaError_t cudaFree(void* ptr) {
     if (ptr == nullptr) { return cudaSuccess; }
+    run_all_streams();  // as on the GPU: a free waits for the device
     Allocation al;
     {
         std::lock_guard<std::mutex> lock(g_mem_mutex);
@@ -276,6 +404,7 @@ cudaError_t cudaFree(void* ptr) {
         g_device_in_use -= al.map_bytes - page_bytes() - GUARD_AFTER_BYTES;
     }
     munmap(al.map, al.map_bytes);  // a later use of the pointer faults
+    free(al.fresh);
     return cudaSuccess;
 }
 
@@ -292,6 +421,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) { return cudaM
 
 cudaError_t cudaFreeHost(void* ptr) {
     if (ptr == nullptr) { return cudaSuccess; }
+    run_all_streams();
     {
         std::lock_guard<std::mutex> lock(g_mem_mutex);
         auto it = g_pinned.find((uintptr_t)ptr);
@@ -327,57 +457,54 @@ static bool side_ok(const void* p, size_t bytes, bool device) {
     return find_allocation_locked(p) == nullptr;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind) {
-    if (bytes == 0) { return cudaSuccess; }
-    if (dst == nullptr || src == nullptr) { return fail(cudaErrorInvalidValue, "%s: NULL pointer", kind_name(kind)); }
-    bool dst_device, src_device;
-    switch (kind) {
-        case cudaMemcpyHostToHost: dst_device = false; src_device = false; break;
-        case cudaMemcpyHostToDevice: dst_device = true; src_device = false; break;
-        case cudaMemcpyDeviceToHost: dst_device = false; src_device = true; break;
-        case cudaMemcpyDeviceToDevice: dst_device = true; src_device = true; break;
-        case cudaMemcpyDefault:
-            dst_device = cuda_cpu_is_device_range(dst, 1) != 0;
-            src_device = cuda_cpu_is_device_range(src, 1) != 0;
-            break;
-        default: return fail(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: invalid kind %d", (int)kind);
-    }
-    char desc[256];
-    if (!side_ok(dst, bytes, dst_device)) {
-        describe_pointer(desc, sizeof(desc), dst);
-        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the destination %s is not %s", kind_name(kind), bytes, desc,
-                    dst_device ? "inside one device allocation" : "host memory");
-    }
-    if (!side_ok(src, bytes, src_device)) {
-        describe_pointer(desc, sizeof(desc), src);
-        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the source %s is not %s", kind_name(kind), bytes, desc,
-                    src_device ? "inside one device allocation" : "host memory");
-    }
-    memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, bytes, kind);
-}
-
-cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
-    if (bytes == 0) { return cudaSuccess; }
-    if (!cuda_cpu_is_device_range(ptr, bytes)) {
-        char desc[256];
-        describe_pointer(desc, sizeof(desc), ptr);
-        return fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %s: not inside one device allocation", bytes, desc);
-    }
-    memset(ptr, value, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
-
 // ----------------------------------------------------------------------------
-// streams and events: work runs when it is issued, so the stream order is kept trivially
+// streams and events
+//
+// Stream order (CUDA_CPU_STREAM_ORDER, default 1): every stream is a queue, and work runs only when
+// CUDA guarantees it has run: at cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize,
+// a synchronous copy, cudaFree. A synchronize runs what it waits for and nothing else, in stream
+// order, after the events each stream waits for (cudaStreamWaitEvent); cudaDeviceSynchronize runs
+// the stream with the newest work first. Work on the legacy default stream (stream 0: cudaMemcpy,
+// cudaMemset, launches without a stream) waits for every blocking stream and they wait for it;
+// streams created with cudaStreamNonBlocking do not. So a missing event wait between two streams
+// runs the reader before the writer and gives stale data, and a host read through a synchronous
+// copy of memory that pending work still uses is reported. CUDA_CPU_STREAM_ORDER=0: every launch,
+// copy and collective runs when it is issued.
 
 static const unsigned int STREAM_MAGIC = 0x5354524du, EVENT_MAGIC = 0x4556454eu;
-struct CUstream_st { unsigned int magic; unsigned int flags; };
-struct CUevent_st { unsigned int magic; unsigned int flags; bool recorded; double ms; };
+struct Use {
+    uintptr_t base;        // the allocation
+    uintptr_t lo, hi;      // the bytes used; the whole allocation when not known (a kernel's pointer)
+    int writes;
+    bool known;
+};
+struct PendingWork {
+    unsigned long long seq;  // issue order over all streams
+    std::string what;        // "kernel NAME (file:line)", "ncclAllReduce", "cudaMemcpyAsync", ...
+    std::vector<Use> uses;   // the device memory it uses
+    std::vector<std::pair<CUstream_st*, unsigned long long>> after;  // (stream, seq) that must have run first
+    std::function<void()> work;
+};
+struct CUstream_st {
+    unsigned int magic;
+    unsigned int flags;
+    std::deque<PendingWork> queue;
+    unsigned long long last;  // seq of the last work issued to it
+    unsigned long long done;  // seq of the last work it ran
+};
+struct CUevent_st {
+    unsigned int magic;
+    unsigned int flags;
+    bool recorded;
+    double ms;
+    CUstream_st* stream;  // where it was last recorded, and the record's seq
+    unsigned long long seq;
+};
+
+static bool g_stream_order = true;  // CUDA_CPU_STREAM_ORDER, read once
+static unsigned long long g_issued = 0;
+static CUstream_st g_legacy_stream = {STREAM_MAGIC, cudaStreamDefault, {}, 0, 0};
+static std::vector<CUstream_st*> g_streams = {&g_legacy_stream};  // the live ones
 
 static double now_ms(void) {
     struct timespec ts;
@@ -386,28 +513,236 @@ static double now_ms(void) {
 }
 static bool stream_ok(cudaStream_t s) { return s == nullptr || s->magic == STREAM_MAGIC; }
 static bool event_ok(cudaEvent_t e) { return e != nullptr && e->magic == EVENT_MAGIC; }
+static CUstream_st* resolve(cudaStream_t s) { return s == nullptr ? &g_legacy_stream : s; }
+static bool blocking(const CUstream_st* s) { return (s->flags & cudaStreamNonBlocking) == 0; }
+
+static const char* stream_kind(const CUstream_st* s) {
+    return s == &g_legacy_stream ? "the legacy stream" : (blocking(s) ? "a blocking stream" : "a non-blocking stream");
+}
+
+// work w of stream s is about to run: work issued before it to another stream and still pending is
+// not ordered before it by any wait; the two must not share an allocation that one of them writes
+static void check_unordered(const CUstream_st* s, const PendingWork& w) {
+    if (w.uses.empty()) { return; }
+    for (const CUstream_st* t : g_streams) {
+        if (t == s) { continue; }
+        for (const PendingWork& o : t->queue) {
+            if (o.seq > w.seq) { break; }
+            for (const Use& a : w.uses) {
+                for (const Use& b : o.uses) {
+                    // a kernel's extent is not known: only ranges both sides state are compared
+                    if (!a.known || !b.known || !(a.writes || b.writes) || a.hi <= b.lo || b.hi <= a.lo) { continue; }
+                    const uintptr_t lo = std::max(a.lo, b.lo);
+                    cuda_cpu_fatal("stream order: %s on %s would run before %s, issued earlier to %s, and nothing orders the "
+                                   "two (no cudaStreamWaitEvent, no synchronize); both use %zu bytes at offset %zu of a device "
+                                   "allocation and %s", w.what.c_str(), stream_kind(s), o.what.c_str(), stream_kind(t),
+                                   (size_t)(std::min(a.hi, b.hi) - lo), (size_t)(lo - a.base),
+                                   a.writes && b.writes ? "both write them" : (a.writes ? "the first writes them" : "the second writes them"));
+                }
+            }
+        }
+    }
+}
+
+// runs stream s up to and including its work numbered seq (first what that work waits for)
+static void run_stream_until(CUstream_st* s, unsigned long long seq) {
+    while (s->done < seq && !s->queue.empty()) {
+        PendingWork w = std::move(s->queue.front());
+        s->queue.pop_front();
+        for (const auto& dep : w.after) { run_stream_until(dep.first, dep.second); }
+        check_unordered(s, w);
+        w.work();
+        s->done = w.seq;
+    }
+}
+
+// everything issued: the stream whose newest work is newest runs first
+static void run_all_streams(void) {
+    for (;;) {
+        CUstream_st* pick = nullptr;
+        for (CUstream_st* s : g_streams) {
+            if (!s->queue.empty() && (pick == nullptr || s->last > pick->last)) { pick = s; }
+        }
+        if (pick == nullptr) { return; }
+        run_stream_until(pick, pick->last);
+    }
+}
+
+// the allocations behind the pointers (host and unknown pointers are not tracked)
+static void note_uses(PendingWork* w, const CudaCpuUse* uses, size_t n) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    for (size_t i = 0; i < n; i++) {
+        const Allocation* al = uses[i].ptr != nullptr ? find_allocation_locked(uses[i].ptr) : nullptr;
+        if (al == nullptr) { continue; }
+        const uintptr_t base = (uintptr_t)al->base, p = (uintptr_t)uses[i].ptr;
+        const bool known = uses[i].bytes > 0;
+        w->uses.push_back(Use{base, known ? p : base, known ? p + uses[i].bytes : base + al->bytes, uses[i].writes, known});
+    }
+}
+
+void cuda_cpu_enqueue(cudaStream_t stream, const char* what, std::initializer_list<CudaCpuUse> uses, std::function<void()> work) {
+    runtime_init_once();
+    if (!g_stream_order) {
+        work();
+        return;
+    }
+    CUstream_st* s = resolve(stream);
+    PendingWork w;
+    w.seq = ++g_issued;
+    w.what = what;
+    note_uses(&w, uses.begin(), uses.size());
+    if (s == &g_legacy_stream) {  // the legacy stream waits for every blocking stream ...
+        for (CUstream_st* t : g_streams) {
+            if (t != s && blocking(t) && t->last > t->done) { w.after.emplace_back(t, t->last); }
+        }
+    } else if (blocking(s) && g_legacy_stream.last > g_legacy_stream.done) {  // ... and they wait for it
+        w.after.emplace_back(&g_legacy_stream, g_legacy_stream.last);
+    }
+    w.work = std::move(work);
+    s->queue.push_back(std::move(w));
+    s->last = g_issued;
+}
+
+// the host reads [src, src + bytes) of device memory: work still pending on a stream it did not wait
+// for must not use that allocation (it may still write it)
+static void check_host_read(const void* src, size_t bytes, const char* what) {
+    uintptr_t lo, hi;
+    {
+        std::lock_guard<std::mutex> lock(g_mem_mutex);
+        const Allocation* al = find_allocation_locked(src);
+        if (al == nullptr) { return; }
+        lo = (uintptr_t)al->base;
+        hi = lo + al->bytes;
+    }
+    for (const CUstream_st* s : g_streams) {
+        for (const PendingWork& w : s->queue) {
+            for (const Use& use : w.uses) {
+                if (use.writes && use.lo < (uintptr_t)src + bytes && (uintptr_t)src < use.hi) {
+                    cuda_cpu_fatal("%s of %zu bytes reads device memory at offset %zu of an allocation of %zu bytes while %s, "
+                                   "issued to %s this copy does not wait for, may still write it (synchronize that stream or "
+                                   "wait for an event first)", what, bytes, (size_t)((uintptr_t)src - lo), hi - lo,
+                                   w.what.c_str(), stream_kind(s));
+                }
+            }
+        }
+    }
+}
+
+// checks a copy's arguments; on success says which sides are device memory
+static cudaError_t check_copy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, bool* dst_device, bool* src_device) {
+    if (dst == nullptr || src == nullptr) { return fail(cudaErrorInvalidValue, "%s: NULL pointer", kind_name(kind)); }
+    switch (kind) {
+        case cudaMemcpyHostToHost: *dst_device = false; *src_device = false; break;
+        case cudaMemcpyHostToDevice: *dst_device = true; *src_device = false; break;
+        case cudaMemcpyDeviceToHost: *dst_device = false; *src_device = true; break;
+        case cudaMemcpyDeviceToDevice: *dst_device = true; *src_device = true; break;
+        case cudaMemcpyDefault:
+            *dst_device = cuda_cpu_is_device_range(dst, 1) != 0;
+            *src_device = cuda_cpu_is_device_range(src, 1) != 0;
+            break;
+        default: return fail(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: invalid kind %d", (int)kind);
+    }
+    char desc[256];
+    if (!side_ok(dst, bytes, *dst_device)) {
+        describe_pointer(desc, sizeof(desc), dst);
+        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the destination %s is not %s", kind_name(kind), bytes, desc,
+                    *dst_device ? "inside one device allocation" : "host memory");
+    }
+    if (!side_ok(src, bytes, *src_device)) {
+        describe_pointer(desc, sizeof(desc), src);
+        return fail(cudaErrorInvalidValue, "%s of %zu bytes: the source %s is not %s", kind_name(kind), bytes, desc,
+                    *src_device ? "inside one device allocation" : "host memory");
+    }
+    return cudaSuccess;
+}
+
+static bool is_pinned(const void* p) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    return is_pinned_locked(p);
+}
+
+// a copy in stream order. Pageable host memory: the source is taken when the copy is issued, and a
+// copy into it returns once done (CUDA's rules); pinned memory is read or written when the copy runs
+static cudaError_t copy_in_order(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream,
+                                 bool synchronous) {
+    if (bytes == 0) { return cudaSuccess; }
+    if (!stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "%s: not a live stream", kind_name(kind)); }
+    bool dst_device = false, src_device = false;
+    cudaError_t err = check_copy(dst, src, bytes, kind, &dst_device, &src_device);
+    if (err != cudaSuccess) { return err; }
+    const char* name = kind_name(kind);
+    std::shared_ptr<std::vector<char>> staged;
+    if (!src_device && !is_pinned(src) && g_stream_order) {
+        staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
+    }
+    const bool host_waits = synchronous || (!dst_device && !is_pinned(dst));
+    cuda_cpu_enqueue(stream, synchronous ? "cudaMemcpy" : "cudaMemcpyAsync", {{dst, 1, bytes}, {src, 0, bytes}}, [=]() {
+        if (host_waits && src_device && !dst_device) { check_host_read(src, bytes, name); }
+        if (src_device) { cuda_cpu_device_reads(src, bytes, name); }
+        if (dst_device) { cuda_cpu_device_writes(dst, bytes, name); }
+        memmove(dst, staged ? staged->data() : src, bytes);
+    });
+    if (host_waits) {
+        CUstream_st* s = resolve(stream);
+        run_stream_until(s, s->last);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind) {
+    return copy_in_order(dst, src, bytes, kind, nullptr, true);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    return copy_in_order(dst, src, bytes, kind, stream, false);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) { return cudaSuccess; }
+    if (!cuda_cpu_is_device_range(ptr, bytes)) {
+        char desc[256];
+        describe_pointer(desc, sizeof(desc), ptr);
+        return fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes at %s: not inside one device allocation", bytes, desc);
+    }
+    if (!stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: not a live stream"); }
+    cuda_cpu_enqueue(stream, "cudaMemset", {{ptr, 1, bytes}}, [=]() {
+        cuda_cpu_device_writes(ptr, bytes, "cudaMemset");
+        memset(ptr, value, bytes);
+    });
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, nullptr); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
     if (stream == nullptr) { return fail(cudaErrorInvalidValue, "cudaStreamCreate: NULL result pointer"); }
-    *stream = new CUstream_st{STREAM_MAGIC, flags};
+    *stream = new CUstream_st{STREAM_MAGIC, flags, {}, 0, 0};
+    g_streams.push_back(*stream);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     if (stream == nullptr || !stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream"); }
+    run_stream_until(stream, stream->last);  // its work still completes
+    g_streams.erase(std::find(g_streams.begin(), g_streams.end(), stream));
     stream->magic = 0;  // kept allocated so that a use after destroy is recognised
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    return stream_ok(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
+    if (!stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream"); }
+    CUstream_st* s = resolve(stream);
+    run_stream_until(s, s->last);
+    return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
     if (!stream_ok(stream) || !event_ok(event)) { return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live stream or event"); }
+    if (event->stream == nullptr || !g_stream_order) { return cudaSuccess; }  // never recorded: nothing to wait for
+    CUstream_st* s = resolve(stream);
+    cuda_cpu_enqueue(stream, "cudaStreamWaitEvent", {}, [] {});
+    s->queue.back().after.emplace_back(event->stream, event->seq);
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
     if (event == nullptr) { return fail(cudaErrorInvalidValue, "cudaEventCreate: NULL result pointer"); }
-    *event = new CUevent_st{EVENT_MAGIC, flags, false, 0.0};
+    *event = new CUevent_st{EVENT_MAGIC, flags, false, 0.0, nullptr, 0};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
@@ -419,14 +754,19 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (!event_ok(event) || !stream_ok(stream)) { return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event or stream"); }
     event->recorded = true;
-    event->ms = now_ms();
+    cuda_cpu_enqueue(stream, "cudaEventRecord", {}, [event] { event->ms = now_ms(); });
+    event->stream = resolve(stream);
+    event->seq = event->stream->last;
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    return event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
+    if (!event_ok(event)) { return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event"); }
+    if (event->stream != nullptr) { run_stream_until(event->stream, event->seq); }
+    return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-    return event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
+    if (!event_ok(event)) { return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event"); }
+    return event->stream == nullptr || event->stream->done >= event->seq ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (ms == nullptr || !event_ok(start) || !event_ok(end)) { return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: bad arguments"); }
@@ -480,7 +820,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->l2CacheSize = 50 * 1024 * 1024;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    run_all_streams();
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = tl_last_error;
@@ -648,9 +991,10 @@ static Worker* current_worker(const char* what) {
 }
 
 // ----------------------------------------------------------------------------
-// shared memory: per block, poisoned at its start, with the shadow initcheck reads
+// shared memory: per block, poisoned at its start, with the shadow initcheck and racecheck keep
 
 int cuda_cpu_initcheck = 1;
+int cuda_cpu_racecheck = 1;
 
 // extern __shared__: the launch's dynamic shared memory of the block this worker runs
 CudaCpuShared* cuda_cpu_dynamic_shared_block(void) {
@@ -658,13 +1002,14 @@ CudaCpuShared* cuda_cpu_dynamic_shared_block(void) {
     return &w->dynamic_var;
 }
 
-// the arena of a block about to run: shared_bytes of 0xFF, nothing written
+// the arena of a block about to run: shared_bytes of 0xFF, no access recorded
 static void reset_dynamic_shared(Worker* w, size_t shared_bytes) {
     w->dynamic_shared.assign(shared_bytes + 16, (char)0xFF);
-    w->dynamic_written.assign(shared_bytes, 0);
+    w->dynamic_shadow.resize(shared_bytes);
+    memset((void*)w->dynamic_shadow.data(), 0xFF, shared_bytes * sizeof(CudaCpuShadow));
     CudaCpuShared& v = w->dynamic_var;
     v.data = (char*)(((uintptr_t)w->dynamic_shared.data() + 15) & ~(uintptr_t)15);
-    v.written = w->dynamic_written.data();
+    v.shadow = w->dynamic_shadow.data();
     v.bytes = shared_bytes;
     v.escaped = 0;
     v.name = nullptr;
@@ -695,10 +1040,10 @@ CudaCpuShared* cuda_cpu_static_shared_block(CudaCpuSharedSite* site, size_t byte
     if (!s) {
         s.reset(new StaticShared());
         s->storage.resize(bytes + 64);
-        s->written.resize(bytes);
+        s->shadow.resize(bytes);
         CudaCpuShared& v = s->var;
         v.data = (char*)(((uintptr_t)s->storage.data() + 63) & ~(uintptr_t)63);
-        v.written = s->written.data();
+        v.shadow = s->shadow.data();
         v.bytes = bytes;
         v.name = site->name;
         v.file = site->file;
@@ -706,27 +1051,159 @@ CudaCpuShared* cuda_cpu_static_shared_block(CudaCpuSharedSite* site, size_t byte
     }
     if (s->block_serial != w->block_serial) {  // uninitialised, as on the GPU: NaN until written
         memset(s->var.data, 0xFF, bytes);
-        memset(s->var.written, 0, bytes);
+        memset((void*)s->var.shadow, 0xFF, bytes * sizeof(CudaCpuShadow));
         s->var.escaped = 0;
         s->block_serial = w->block_serial;
     }
     return &s->var;
 }
 
-// one line: what was read (or accessed out of bounds) where; the prefix names kernel, block and thread
-void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes, int unwritten) {
-    char what[256];
+static void describe_shared(char* buf, size_t n, const CudaCpuShared* v) {
     if (v->name != nullptr) {
-        snprintf(what, sizeof(what), "__shared__ %s (%zu bytes, %s:%d)", v->name, v->bytes, v->file, v->line);
+        snprintf(buf, n, "__shared__ %s (%zu bytes, %s:%d)", v->name, v->bytes, v->file, v->line);
     } else {
-        snprintf(what, sizeof(what), "the extern __shared__ arena (%zu bytes)", v->bytes);
+        snprintf(buf, n, "the extern __shared__ arena (%zu bytes)", v->bytes);
     }
-    const long long off = (long long)((const char*)p - v->data);
-    if (unwritten) {
-        cuda_cpu_fatal("initcheck: reads %zu bytes at offset %lld of %s that no thread of this block has written "
-                       "(shared memory is uninitialised at a block's start)", bytes, off, what);
+}
+
+// an element access outside the variable or the arena
+void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes) {
+    char what[256];
+    describe_shared(what, sizeof(what), v);
+    cuda_cpu_fatal("%zu bytes at offset %lld are outside %s", bytes, (long long)((const char*)p - v->data), what);
+}
+
+// file:line of a return address in the kernel's code: the innermost inlined frame outside this
+// target's headers (addr2line reads the program's debug information; the translated sources keep the
+// original file names and lines through #line)
+static void source_line(char* buf, size_t n, const void* pc) {
+    snprintf(buf, n, "?");
+    Dl_info info;
+    if (pc == nullptr || dladdr(pc, &info) == 0 || info.dli_fname == nullptr) { return; }
+    uintptr_t addr = (uintptr_t)pc - 1;  // inside the call instruction
+    FILE* elf = fopen(info.dli_fname, "rb");
+    if (elf != nullptr) {  // a position-independent program is symbolised by offset, a fixed one by address
+        unsigned char ident[18] = {0};
+        if (fread(ident, 1, sizeof(ident), elf) == sizeof(ident) && ident[16] == 3 /* ET_DYN */) { addr -= (uintptr_t)info.dli_fbase; }
+        fclose(elf);
     }
-    cuda_cpu_fatal("%zu bytes at offset %lld are outside %s", bytes, off, what);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "addr2line -i -e '%s' 0x%lx 2>/dev/null", info.dli_fname, (unsigned long)addr);
+    FILE* out = popen(cmd, "r");
+    if (out == nullptr) { return; }
+    char line[1024], cwd[512];
+    const size_t cwd_len = getcwd(cwd, sizeof(cwd)) != nullptr ? strlen(cwd) : 0;
+    while (fgets(line, sizeof(line), out) != nullptr) {
+        line[strcspn(line, " \n")] = '\0';  // drops " (discriminator N)"
+        if (line[0] != '?' && strstr(line, "cuda_cpu_device.h") == nullptr) {
+            const bool under_cwd = cwd_len > 0 && strncmp(line, cwd, cwd_len) == 0 && line[cwd_len] == '/';
+            snprintf(buf, n, "%.*s", (int)(n - 1), under_cwd ? line + cwd_len + 1 : line);  // relative to where it runs
+            break;
+        }
+    }
+    pclose(out);
+}
+
+static void thread_name(char* buf, size_t n, const Worker* w, int tid) {
+    const uint3 t = w->fibers[(size_t)tid].thread.idx;
+    snprintf(buf, n, "thread (%u,%u,%u)", t.x, t.y, t.z);
+}
+
+// the read recorded in unwritten is reported as the thread that made it
+static void report_unwritten_read(Worker* w) {
+    const PendingRead& r = w->unwritten;
+    char what[256], at[512];
+    describe_shared(what, sizeof(what), r.var);
+    source_line(at, sizeof(at), r.pc);
+    w->current = &w->fibers[(size_t)r.tid];
+    cuda_cpu_fatal("initcheck: reads %zu bytes at offset %zu of %s that no thread of this block has written, at %s "
+                   "(shared memory is uninitialised at a block's start)", r.bytes, r.off, what, at);
+}
+
+// the running thread's access at offset off races with an earlier access by thread other at other_pc
+// (other < 0: a thread of another warp, not recorded)
+static void report_race(Worker* w, CudaCpuShared* v, size_t off, size_t bytes, int write, const void* pc, int other,
+                        const void* other_pc, int other_wrote) {
+    char what[256], here[512], there[512], them[64];
+    describe_shared(what, sizeof(what), v);
+    source_line(here, sizeof(here), pc);
+    if (other_pc != nullptr) {
+        source_line(there, sizeof(there), other_pc);
+    } else {
+        snprintf(there, sizeof(there), "a place not recorded");
+    }
+    if (other >= 0) {
+        thread_name(them, sizeof(them), w, other);
+    } else {
+        snprintf(them, sizeof(them), "a thread of another warp");
+    }
+    cuda_cpu_fatal("racecheck: %s %zu bytes at offset %zu of %s at %s; %s %s them at %s, and no __syncthreads (nor, in one "
+                   "warp, a warp collective of both lanes) orders the two", write ? "writes" : "reads", bytes, off, what, here,
+                   them, other_wrote ? "wrote" : "read", there);
+}
+
+// whether warp wp completed, at a count in [from, to), a collective whose mask holds all of lanes
+static bool warp_synced(const Warp& wp, uint32_t from, uint32_t to, unsigned int lanes) {
+    for (uint32_t g = from; g < to; g++) {
+        if ((wp.synced[g] & lanes) == lanes) { return true; }
+    }
+    return false;
+}
+
+// every element access of a shared variable with initcheck or racecheck on: the shadow of each byte
+// is checked against the running thread's access, then updated
+void cuda_cpu_shared_access(CudaCpuShared* v, size_t off, size_t bytes, int write) {
+    const void* pc = __builtin_return_address(0);
+    Worker* w = tl_worker;
+    const Fiber* f = w->current;
+    const int tid = (int)(f - w->fibers.data());
+    const Warp& wp = w->warps[(size_t)f->warp];
+    const uint32_t gen = (uint32_t)wp.synced.size(), epoch = w->epoch, lane_bit = 1u << f->lane;
+    for (size_t k = off; k < off + bytes; k++) {
+        CudaCpuShadow& s = v->shadow[k];
+        if (cuda_cpu_racecheck && s.w_tid != NO_THREAD && s.w_tid != tid && s.w_epoch == epoch &&
+            !(s.w_tid / 32 == f->warp && warp_synced(wp, s.w_gen, gen, lane_bit | 1u << (s.w_tid % 32)))) {
+            report_race(w, v, off, bytes, write, pc, s.w_tid, s.w_pc, 1);
+        }
+        if (write) {
+            if (cuda_cpu_racecheck && s.r_epoch == epoch) {  // every read of this epoch must be ordered before
+                int reader = s.r_tid;
+                const void* reader_pc = s.r_pc;
+                bool ordered = false;
+                if (s.r_warp == f->warp) {
+                    const unsigned int others = s.r_mask & ~lane_bit;
+                    ordered = others == 0 || warp_synced(wp, s.r_gen, gen, others | lane_bit);
+                    if (reader == tid && others != 0) { reader = f->warp * 32 + __builtin_ctz(others); reader_pc = nullptr; }
+                } else if (reader == tid) {
+                    reader = -1;
+                    reader_pc = nullptr;
+                }
+                if (!ordered) { report_race(w, v, off, bytes, write, pc, reader, reader_pc, 0); }
+            }
+            s.w_tid = (uint16_t)tid;
+            s.w_epoch = epoch;
+            s.w_gen = gen;
+            s.w_pc = pc;
+            s.r_epoch = UINT32_MAX;
+        } else {
+            if (s.w_tid == NO_THREAD && cuda_cpu_initcheck && w->unwritten.var == nullptr) {
+                w->unwritten = PendingRead{v, off, bytes, tid, pc};
+            }
+            if (s.r_epoch != epoch) {
+                s.r_epoch = epoch;
+                s.r_gen = gen;
+                s.r_mask = lane_bit;
+                s.r_tid = (uint16_t)tid;
+                s.r_warp = (uint16_t)f->warp;
+                s.r_pc = pc;
+            } else if (s.r_warp == f->warp) {
+                s.r_mask |= lane_bit;
+                s.r_gen = gen;
+            } else {
+                s.r_warp = SEVERAL_WARPS;
+            }
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -742,10 +1219,12 @@ static void release_block_barrier(Worker* w) {
             }
         }
     }
+    if (w->unwritten.var != nullptr) { report_unwritten_read(w); }
     for (Fiber& f : w->fibers) {
         if (f.state == FIBER_WAIT_BLOCK) { f.state = FIBER_READY; }
     }
     w->block_arrived = 0;
+    w->epoch++;
 }
 
 void __syncthreads(void) {
@@ -814,6 +1293,7 @@ static unsigned int warp_arrive(Worker* w, Fiber* f, unsigned int mask, uint64_t
         }
         wp.arrived = 0;
         wp.generation++;
+        wp.synced.push_back(mask);
     }
     switch_away(w, f);
     return generation;
@@ -953,10 +1433,13 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
         wp.mask = 0;
         wp.what = "";
         wp.generation = 0;
+        wp.synced.clear();
     }
     w->live = (int)n;
     w->done = 0;
     w->block_arrived = 0;
+    w->epoch = 0;
+    w->unwritten = PendingRead{};
     w->free_stacks.clear();
     w->next_stack = 0;
     w->block_serial++;  // the static __shared__ variables are poisoned again when first declared
@@ -981,6 +1464,7 @@ static void run_block(Worker* w, Launch* L, unsigned long long linear_block) {
         cuda_cpu_swap(&w->scheduler_sp, sp);
         pos = w->position + 1;
     }
+    if (w->unwritten.var != nullptr) { report_unwritten_read(w); }
     w->current = nullptr;
 }
 
@@ -999,7 +1483,9 @@ static void run_blocks(Worker* w, Launch* L) {
 // ----------------------------------------------------------------------------
 // faults inside kernels: one line naming the kernel, block, thread and what the address is
 
-static void fault_handler(int sig, siginfo_t* info, void*) {
+static void fault_handler(int sig, siginfo_t* info, void* context) {
+    const bool write = (((ucontext_t*)context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;  // x86-64 page-fault error code
+    if (sig == SIGSEGV && device_initcheck_fault(info->si_addr, write)) { return; }
     Worker* w = tl_worker;
     if (w == nullptr || w->launch == nullptr || w->current == nullptr) {
         signal(sig, SIG_DFL);  // a host-code crash: let it crash as it would without us
@@ -1120,6 +1606,7 @@ static void runtime_init_once(void) {
     static std::once_flag once;
     std::call_once(once, [] {
         install_fault_handlers();
+        atexit(run_all_streams);  // work still queued at exit runs (and is checked) before the process ends
         if (getenv("CUDA_CPU_KERNEL_LOG") != nullptr) {
             g_kernel_counts = new std::map<std::string, long long>();
             atexit(write_kernel_log);
@@ -1130,6 +1617,11 @@ static void runtime_init_once(void) {
         g_reverse_order = order != nullptr && strcmp(order, "reverse") == 0;
         const char* initcheck = getenv("CUDA_CPU_INITCHECK");
         cuda_cpu_initcheck = initcheck == nullptr || atoi(initcheck) != 0;
+        g_device_initcheck = cuda_cpu_initcheck != 0;
+        const char* stream_order = getenv("CUDA_CPU_STREAM_ORDER");
+        g_stream_order = stream_order == nullptr || atoi(stream_order) != 0;
+        const char* racecheck = getenv("CUDA_CPU_RACECHECK");
+        cuda_cpu_racecheck = racecheck == nullptr || atoi(racecheck) != 0;
         if (order != nullptr && !g_reverse_order && strcmp(order, "forward") != 0) {
             cuda_cpu_fatal("CUDA_CPU_ORDER=%s: use forward or reverse", order);
         }
@@ -1188,15 +1680,9 @@ static void check_pointer_args(const CudaCpuArgs& args, const char* name, const 
     }
 }
 
-void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, const char* file, int line,
-                         const CudaCpuArgs& args, void (*invoke)(void*), void* body) {
-    runtime_init_once();
-    if (tl_worker != nullptr && tl_worker->launch != nullptr) {
-        cuda_cpu_fatal("launch of %s from device code (dynamic parallelism is not used by llmc)", name);
-    }
-    if (!launch_config_ok(config, name, file, line)) { return; }
-    check_pointer_args(args, name, file, line);
-    count_launch(name);
+// runs a launch now, on this thread and the pool
+static void run_launch(const CudaCpuLaunchConfig& config, const char* name, const char* file, int line, void (*invoke)(void*),
+                       void* body) {
     Worker* self = tl_worker != nullptr ? tl_worker : new_worker();
     Launch L;
     L.config = config;
@@ -1221,4 +1707,29 @@ void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, co
     run_blocks(self, &L);
     std::unique_lock<std::mutex> lock(g_pool->mutex);
     g_pool->finished.wait(lock, [] { return g_pool->busy == 0; });
+}
+
+void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, const char* file, int line,
+                         const CudaCpuArgs& args, void (*invoke)(void*), void* owner, void (*drop)(void*)) {
+    runtime_init_once();
+    if (tl_worker != nullptr && tl_worker->launch != nullptr) {
+        cuda_cpu_fatal("launch of %s from device code (dynamic parallelism is not used by llmc)", name);
+    }
+    if (!launch_config_ok(config, name, file, line)) {
+        drop(owner);
+        return;
+    }
+    check_pointer_args(args, name, file, line);
+    count_launch(name);
+    char what[512];
+    snprintf(what, sizeof(what), "kernel %s (%s:%d)", name, file, line);
+    cuda_cpu_enqueue(config.stream, what, {}, [=]() {
+        run_launch(config, name, file, line, invoke, owner);
+        drop(owner);
+    });
+    if (g_stream_order) {  // the device memory it uses, for the stream-order checks
+        std::vector<CudaCpuUse> uses;
+        for (int i = 0; i < args.count; i++) { uses.push_back(CudaCpuUse{args.ptr[i], args.writes[i], 0}); }
+        note_uses(&resolve(config.stream)->queue.back(), uses.data(), uses.size());
+    }
 }

@@ -4,9 +4,10 @@ The one construct of llmc's CUDA code that a host C++ compiler cannot parse is t
 `kernel<<<grid, block[, shared[, stream]]>>>(args);`. Each becomes
 
     cuda_cpu_launch(cuda_cpu_config(grid, block, ...), "kernel", __FILE__, __LINE__,
-                    cuda_cpu_args(args), [&]() { kernel(args); })
+                    [](const auto&... cuda_cpu_a) { kernel(cuda_cpu_a...); }, args)
 
-(the kernel's arguments are checked once at the launch; every CUDA thread then runs the closure).
+(the arguments are evaluated once, at the launch, checked and kept by value until the kernel runs in
+stream order; every CUDA thread then calls the kernel with them).
 Shared memory is per block and its reads are checked (initcheck), so its declarations are rewritten
 into the accessors of dev/cuda_cpu/include/cuda_cpu_device.h, each on its own line:
 
@@ -124,7 +125,7 @@ def rewrite_launches(text: str) -> tuple[str, int]:
         original = text[start : close + 1]
         replacement = (
             f'cuda_cpu_launch(cuda_cpu_config({flat(config)}), "{flat(name)}", __FILE__, __LINE__, '
-            f"cuda_cpu_args({flat(args)}), [&]() {{ {flat(name)}({args}); }})"
+            f"[](const auto&... cuda_cpu_a) {{ {flat(name)}(cuda_cpu_a...); }}{', ' if args.strip() else ''}{args})"
         )
         replacement += "\n" * (original.count("\n") - replacement.count("\n"))
         out.append(text[copied:start])

@@ -12,6 +12,8 @@ barrier that some thread skips is reported (deadlock or divergence), never passe
     extern __shared__         the launch's dynamic shared memory, per block, filled with 0xFF (NaN)
     initcheck                 a read of shared memory that no thread of the block wrote since the
                               block started is reported (CUDA_CPU_INITCHECK=0 turns it off)
+    racecheck                 two threads' accesses of one shared byte, one a write, that no barrier
+                              orders are reported (CUDA_CPU_RACECHECK=0 turns it off)
     __syncthreads, __syncwarp, __shfl[_up|_down|_xor]_sync, __ballot_sync, __all_sync, __any_sync
     atomics                   real atomics (blocks of one kernel run in parallel)
     __ldcs/__stcs & co        plain loads and stores (cache hints have no meaning here)
@@ -25,6 +27,7 @@ call of cuda_cpu_launch below; the CUDA sources themselves are not changed.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <tuple>
 #include <type_traits>
 
 #define __global__
@@ -100,19 +103,26 @@ template <class T> static inline T __shfl_xor_sync(unsigned int mask, T v, int l
 //     extern __shared__ float buf[]; ->  CudaCpuSharedPtr<float> buf = cuda_cpu_dynamic_shared<float>();
 //
 // Each variable (and the extern arena) is storage of the block being run, filled with 0xFF at the
-// block's start, with a shadow byte per byte: 1 once a thread of the block wrote it. Elements are
-// read and written through CudaCpuSharedRef, which checks the access against the variable's extent
-// and, with initcheck on (the default; CUDA_CPU_INITCHECK=0 turns it off), that every byte read was
-// written by this block. A raw pointer taken from a variable (`&acc[i][j]`, `acc[i]` passed as a
-// float*, a cast of the arena pointer) makes the whole variable count as written for the rest of the
-// block: accesses through raw pointers are not seen.
+// block's start, with a shadow record per byte (runtime.cpp): which thread last wrote it and which
+// threads read it since, with the barrier epoch and warp-collective count of each access. Elements
+// are read and written through CudaCpuSharedRef, which checks the access against the variable's
+// extent and hands it to cuda_cpu_shared_access, where
+//   initcheck (CUDA_CPU_INITCHECK, default 1) reports a read of a byte no thread of the block wrote;
+//   racecheck (CUDA_CPU_RACECHECK, default 1) reports two accesses of one byte by different threads,
+//     at least one a write, that no __syncthreads orders and, within a warp, no warp collective
+//     (shuffle, vote, __syncwarp) whose mask holds both lanes.
+// Both verdicts depend on what the threads access, not on the order the fibers run in. A raw
+// pointer taken from a variable (`&acc[i][j]`, `acc[i]` passed as a float*, a cast of the arena
+// pointer) stops both checks for that variable for the rest of the block: accesses through raw
+// pointers are not seen.
 
 // one shared variable, or the extern arena, of the block being run
+struct CudaCpuShadow;
 struct CudaCpuShared {
     char* data;
-    unsigned char* written;  // one byte per byte of data: 1 once a thread of the block wrote it
+    CudaCpuShadow* shadow;   // one record per byte of data (runtime.cpp)
     size_t bytes;
-    int escaped;             // a raw pointer was taken: reads are no longer checked
+    int escaped;             // a raw pointer was taken: accesses are no longer checked
     const char* name;        // the variable's name; NULL for the extern arena
     const char* file;
     int line;
@@ -126,36 +136,37 @@ struct CudaCpuSharedSite {
 };
 
 extern int cuda_cpu_initcheck;  // CUDA_CPU_INITCHECK (default 1), read once at the first launch
+extern int cuda_cpu_racecheck;  // CUDA_CPU_RACECHECK (default 1), read once at the first launch
 CudaCpuShared* cuda_cpu_static_shared_block(CudaCpuSharedSite* site, size_t bytes);
 CudaCpuShared* cuda_cpu_dynamic_shared_block(void);
-void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes, int unwritten) __attribute__((noreturn));
+void cuda_cpu_shared_report(const CudaCpuShared* v, const void* p, size_t bytes) __attribute__((noreturn));
+// an element access of bytes at offset off; not inlined: its return address is the access's place in the kernel
+void cuda_cpu_shared_access(CudaCpuShared* v, size_t off, size_t bytes, int write) __attribute__((noinline));
 
-static inline size_t cuda_cpu_shared_offset(const CudaCpuShared* v, const void* p, size_t bytes) {
+#define CUDA_CPU_INLINE inline __attribute__((always_inline))
+static CUDA_CPU_INLINE size_t cuda_cpu_shared_offset(const CudaCpuShared* v, const void* p, size_t bytes) {
     size_t off = (size_t)((const char*)p - v->data);  // below the start wraps to a huge offset
-    if (off > v->bytes || bytes > v->bytes - off) { cuda_cpu_shared_report(v, p, bytes, 0); }
+    if (off > v->bytes || bytes > v->bytes - off) { cuda_cpu_shared_report(v, p, bytes); }
     return off;
 }
-static inline void cuda_cpu_shared_read(const CudaCpuShared* v, const void* p, size_t bytes) {
+static CUDA_CPU_INLINE void cuda_cpu_shared_read(CudaCpuShared* v, const void* p, size_t bytes) {
     size_t off = cuda_cpu_shared_offset(v, p, bytes);
-    if (!cuda_cpu_initcheck || v->escaped) { return; }
-    for (size_t k = 0; k < bytes; k++) {
-        if (!v->written[off + k]) { cuda_cpu_shared_report(v, p, bytes, 1); }
-    }
+    if ((cuda_cpu_initcheck | cuda_cpu_racecheck) && !v->escaped) { cuda_cpu_shared_access(v, off, bytes, 0); }
 }
-static inline void cuda_cpu_shared_write(CudaCpuShared* v, const void* p, size_t bytes) {
+static CUDA_CPU_INLINE void cuda_cpu_shared_write(CudaCpuShared* v, const void* p, size_t bytes) {
     size_t off = cuda_cpu_shared_offset(v, p, bytes);
-    if (cuda_cpu_initcheck) { memset(v->written + off, 1, bytes); }
+    if ((cuda_cpu_initcheck | cuda_cpu_racecheck) && !v->escaped) { cuda_cpu_shared_access(v, off, bytes, 1); }
 }
 
 // a place in shared memory: an element (T a scalar or a struct) ...
 template <class T> struct CudaCpuSharedRef {
     T* p;
     CudaCpuShared* v;
-    operator T() const {
+    CUDA_CPU_INLINE operator T() const {
         cuda_cpu_shared_read(v, p, sizeof(T));
         return *p;
     }
-    CudaCpuSharedRef& operator=(const T& x) {
+    CUDA_CPU_INLINE CudaCpuSharedRef& operator=(const T& x) {
         cuda_cpu_shared_write(v, p, sizeof(T));
         *p = x;
         return *this;
@@ -347,11 +358,14 @@ struct CudaCpuArgs {
     int count;
     int index[CUDA_CPU_MAX_POINTER_ARGS];
     const void* ptr[CUDA_CPU_MAX_POINTER_ARGS];
+    int writes[CUDA_CPU_MAX_POINTER_ARGS];  // a pointer to non-const: the kernel may write through it
 };
 template <class T> static inline void cuda_cpu_note_arg(CudaCpuArgs* args, int* position, const T& value) {
-    if constexpr (std::is_pointer<typename std::decay<T>::type>::value) {
+    typedef typename std::decay<T>::type P;
+    if constexpr (std::is_pointer<P>::value) {
         if (args->count < CUDA_CPU_MAX_POINTER_ARGS) {
             args->index[args->count] = *position;
+            args->writes[args->count] = !std::is_const<typename std::remove_pointer<P>::type>::value;
             args->ptr[args->count] = (const void*)value;
             args->count++;
         }
@@ -367,14 +381,20 @@ template <class... A> static inline CudaCpuArgs cuda_cpu_args(const A&... values
     return args;
 }
 
+// body(...) is called with the launch's argument values by every CUDA thread; owner keeps it (and
+// the values) alive until the kernel has run, in stream order, and drop deletes it
 void cuda_cpu_run_kernel(const CudaCpuLaunchConfig& config, const char* name, const char* file, int line,
-                         const CudaCpuArgs& args, void (*invoke)(void*), void* body);
+                         const CudaCpuArgs& args, void (*invoke)(void*), void* owner, void (*drop)(void*));
 
-// body: a closure that calls the kernel with its arguments; every CUDA thread of the grid runs it
-template <class F>
-static inline void cuda_cpu_launch(CudaCpuLaunchConfig config, const char* name, const char* file, int line,
-                                   const CudaCpuArgs& args, F body) {
-    cuda_cpu_run_kernel(config, name, file, line, args, [](void* b) { (*(F*)b)(); }, (void*)&body);
+// kernel: a generic lambda that calls the kernel with its arguments; the arguments are evaluated once,
+// here, as in CUDA, and kept by value until the kernel runs
+template <class F, class... A>
+static inline void cuda_cpu_launch(CudaCpuLaunchConfig config, const char* name, const char* file, int line, F kernel,
+                                   A&&... values) {
+    auto body = [kernel, captured = std::make_tuple(values...)]() { std::apply(kernel, captured); };
+    typedef decltype(body) Body;
+    cuda_cpu_run_kernel(config, name, file, line, cuda_cpu_args(values...), [](void* b) { (*(Body*)b)(); },
+                        new Body(std::move(body)), [](void* b) { delete (Body*)b; });
 }
 
 #endif // CUDA_CPU_DEVICE_H

@@ -18,6 +18,8 @@ order as they are called (everything is synchronous), which is one legal schedul
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <functional>
+#include <initializer_list>
 #include "library_types.h"
 
 typedef enum cudaError {
@@ -149,6 +151,18 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F* func, enum 
 int cuda_cpu_is_device_range(const void* ptr, size_t bytes);
 // dies with one line naming `what` unless [ptr, ptr + bytes) lies inside one live device allocation
 void cuda_cpu_check_device_range(const void* ptr, size_t bytes, const char* what);
+// the same, for an operation that reads the range (initcheck: dies when part of it was never written
+// since cudaMalloc) or writes it (it counts as written from now on)
+void cuda_cpu_device_reads(const void* ptr, size_t bytes, const char* what);
+void cuda_cpu_device_writes(void* ptr, size_t bytes, const char* what);
+// issues work to a stream: it runs in stream order (runtime.cpp; at once with CUDA_CPU_STREAM_ORDER=0);
+// uses: the device memory it reads or writes (bytes 0: an extent not known, as for a kernel's pointers)
+struct CudaCpuUse {
+    const void* ptr;
+    int writes;
+    size_t bytes;
+};
+void cuda_cpu_enqueue(cudaStream_t stream, const char* what, std::initializer_list<CudaCpuUse> uses, std::function<void()> work);
 // prints "cuda_cpu: <message>" (one line) and exits 1: a defect the GPU would show as a fault or a hang
 void cuda_cpu_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

@@ -37,20 +37,8 @@ Prints "test_cublas_cpu: N passed, M failed"; exits 1 on any failure.
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 #include "child_process.h"
+#include "tally.h"
 
-static int g_passed = 0, g_failed = 0;
-
-static void check(bool ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char* fmt, ...) {
-    if (ok) { g_passed++; return; }
-    g_failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
 
 // runs one group of checks and says how it went
 static void section(const char* name, const std::function<void()>& body) {

@@ -101,6 +101,28 @@ __global__ void shared_at_block_start_kernel(unsigned int* out) {
     }
 }
 
+// what racecheck must accept: lanes exchange through shared memory ordered by __syncwarp (both
+// halves of the warp, then only the lower half with a partial mask), and a buffer reused after a barrier
+__global__ void ordered_exchange_kernel(float* out) {
+    __shared__ float lanes[64];
+    const int lane = threadIdx.x % 32, base = threadIdx.x - lane;
+    lanes[threadIdx.x] = (float)threadIdx.x;
+    __syncwarp();
+    float partner = lanes[base + (lane ^ 1)];
+    __syncwarp();
+    lanes[threadIdx.x] = partner;  // overwrites what lane ^ 1 read: ordered by the __syncwarp above
+    if (lane < 16) {
+        __syncwarp(0x0000FFFFu);
+        partner += lanes[base + (lane ^ 2)];
+    }
+    __syncthreads();
+    float mirrored = lanes[63 - threadIdx.x];  // another warp's element, which...
+    __syncthreads();
+    lanes[threadIdx.x] = partner + mirrored;  // ...is rewritten only after the barrier
+    __syncthreads();
+    out[threadIdx.x] = lanes[threadIdx.x];
+}
+
 __global__ void vote_kernel(unsigned* out) {
     int lane = threadIdx.x % 32;
     out[3 * threadIdx.x + 0] = __ballot_sync(0xFFFFFFFFu, lane % 3 == 0);
@@ -145,6 +167,7 @@ __global__ void out_of_bounds_kernel(float* out, int n) {
     out[n + threadIdx.x] = 1.0f;  // one past the end (n floats fill the allocation's 256-byte granules)
 }
 __global__ void write_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+__global__ void copy_kernel(float* out, const float* in) { out[threadIdx.x] = in[threadIdx.x]; }
 __global__ void unwritten_shared_kernel(float* out) {
     __shared__ float row[33];
     row[threadIdx.x] = 1.0f;  // 32 threads write row[0..31]
@@ -170,6 +193,33 @@ __global__ void shared_out_of_bounds_kernel(float* out) {
     out[threadIdx.x] = small[threadIdx.x % 8];
 }
 
+// racecheck: warp 1 writes, warp 0 reads, and no __syncthreads between them. Both fiber orders run
+// the write first (warp 0 waits in its shuffle while warp 1 runs), so the result is right in both;
+// the race is reported all the same
+__global__ void race_hidden_by_order_kernel(float* out) {
+    __shared__ float value;
+    if (threadIdx.x == 32) { value = 5.0f; }
+    float one = __shfl_sync(0xFFFFFFFFu, 1.0f, 0);
+    if (threadIdx.x == 0) { out[0] = value * one; }
+}
+// racecheck: lanes exchange through shared memory without __syncwarp (warp-synchronous code, which
+// Volta and later do not guarantee)
+__global__ void warp_exchange_without_syncwarp_kernel(float* out) {
+    __shared__ float lanes[32];
+    lanes[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = lanes[threadIdx.x ^ 1];
+}
+// racecheck: a read and a later write of another thread in the same barrier interval (the buffer is
+// reused without a __syncthreads after its last read)
+__global__ void reuse_without_barrier_kernel(float* out) {
+    __shared__ float buf[64];
+    buf[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    float mine = buf[63 - threadIdx.x];
+    buf[threadIdx.x] = 2.0f * mine;
+    out[threadIdx.x] = mine;
+}
+
 static int run_defect(const char* name) {
     float* d = device_alloc<float>(256);
     if (strcmp(name, "host_pointer") == 0) {
@@ -193,6 +243,33 @@ static int run_defect(const char* name) {
         unwritten_dynamic_shared_kernel<<<1, 32, 64 * sizeof(float)>>>(d);
     } else if (strcmp(name, "shared_out_of_bounds") == 0) {
         shared_out_of_bounds_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "race_hidden_by_order") == 0) {
+        race_hidden_by_order_kernel<<<1, 64>>>(d);
+    } else if (strcmp(name, "warp_exchange_without_syncwarp") == 0) {
+        warp_exchange_without_syncwarp_kernel<<<1, 32>>>(d);
+    } else if (strcmp(name, "reuse_without_barrier") == 0) {
+        reuse_without_barrier_kernel<<<1, 64>>>(d);
+    } else if (strcmp(name, "fresh_device_read") == 0) {  // initcheck: a kernel reads memory nothing wrote
+        float* fresh = device_alloc<float>(32);
+        copy_kernel<<<1, 32>>>(d, fresh);
+    } else if (strcmp(name, "fresh_device_copy") == 0) {  // initcheck: a copy to the host of memory nothing wrote
+        float* fresh = device_alloc<float>(8);
+        float h[8];
+        download(h, fresh, 8);
+        printf("fresh device memory reads %s with initcheck off (0xFF bytes)\n", isnan(h[0]) ? "NaN" : "a number");
+    } else if (strcmp(name, "missing_event_wait") == 0) {  // stream order: b reads what a writes, unordered
+        cudaStream_t a, b;
+        CHECK_CUDA(cudaStreamCreate(&a));
+        CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaMemsetAsync(d, 0, 64 * sizeof(float), a));
+        CHECK_CUDA(cudaMemcpyAsync(d + 64, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));  // no cudaStreamWaitEvent
+        CHECK_CUDA(cudaStreamSynchronize(b));
+    } else if (strcmp(name, "host_read_before_sync") == 0) {  // stream order: the host reads what a stream still writes
+        cudaStream_t s;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        write_kernel<<<1, 32, 0, s>>>(d);
+        float h[32];
+        download(h, d, 32);  // cudaMemcpy waits for the legacy stream's work only, not for s
     } else if (strcmp(name, "freed_pointer") == 0) {
         CHECK_CUDA(cudaFree(d));
         write_kernel<<<1, 32>>>(d);
@@ -200,7 +277,8 @@ static int run_defect(const char* name) {
         printf("unknown defect %s\n", name);
         return 2;
     }
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = cudaDeviceSynchronize();  // kernels run in stream order: by now at the latest
+    if (err == cudaSuccess) { err = cudaGetLastError(); }
     printf("defect %s was NOT reported (%s)\n", name, cudaGetErrorString(err));
     return 0;  // not reported: the caller's test fails on exit code 0
 }
@@ -301,6 +379,45 @@ int main(int argc, char** argv) {
         check(ok, "static __shared__ holds 0xFF bytes at every block's start, not the previous block's values");
         free(h);
         cudaFree(d); cudaFree(d_start);
+    }
+    // shared memory ordered by __syncwarp (full and partial masks) and __syncthreads: no race reported
+    {
+        float* d = device_alloc<float>(64);
+        ordered_exchange_kernel<<<1, 64>>>(d);
+        float h[64];
+        download(h, d, 64);
+        int ok = 1;
+        for (int t = 0; t < 64; t++) {
+            const int lane = t % 32, base = t - lane;
+            float partner = (float)(base + (lane ^ 1));
+            if (lane < 16) { partner += (float)(base + ((lane ^ 2) ^ 1)); }
+            const int u = 63 - t, ulane = u % 32, ubase = u - ulane;
+            ok &= h[t] == partner + (float)(ubase + (ulane ^ 1));
+        }
+        check(ok, "lanes exchanging through shared memory with __syncwarp (full and partial mask) and __syncthreads");
+        cudaFree(d);
+    }
+    // stream order: work waits for the event it is told to wait for, and only then runs
+    {
+        float* d = device_alloc<float>(128);
+        cudaStream_t a, b;
+        cudaEvent_t written;
+        CHECK_CUDA(cudaStreamCreate(&a));
+        CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+        write_kernel<<<1, 64, 0, a>>>(d);
+        CHECK_CUDA(cudaEventRecord(written, a));
+        CHECK_CUDA(cudaStreamWaitEvent(b, written, 0));
+        CHECK_CUDA(cudaMemcpyAsync(d + 64, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));
+        check(cudaEventQuery(written) == cudaErrorNotReady, "an event recorded behind pending work is not ready before a synchronize");
+        CHECK_CUDA(cudaStreamSynchronize(b));
+        check(cudaEventQuery(written) == cudaSuccess, "synchronizing the waiting stream runs the work it waits for");
+        float h[128];
+        download(h, d, 128);
+        int ok = 1;
+        for (int i = 0; i < 128; i++) { ok &= h[i] == 1.0f; }
+        check(ok, "a copy on a non-blocking stream after cudaStreamWaitEvent sees the kernel's writes");
+        cudaFree(d);
     }
     // warp shuffles, with widths 32, 16 and 8, in full warps and in a partial last warp (48 threads)
     {
@@ -409,9 +526,6 @@ int main(int argc, char** argv) {
         write_kernel<<<dim3(1, 70000), 32>>>(d);
         check(cudaGetLastError() == cudaErrorInvalidConfiguration, "a grid of 70000 in y is refused at launch");
         check(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
-        float fresh;
-        download(&fresh, d, 1);
-        check(isnan(fresh), "fresh device memory reads as NaN (reads of unwritten memory show up)");
         cudaEvent_t a, b;
         CHECK_CUDA(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
         CHECK_CUDA(cudaEventCreate(&b));

@@ -39,21 +39,9 @@ Rank 0 prints "test_nccl_cpu: N passed, M failed" (totals over the ranks); every
 #include "cuda_runtime.h"
 #include "nccl.h"
 #include "child_process.h"
+#include "tally.h"
 
 static int g_rank = 0, g_nranks = 1;
-static int g_passed = 0, g_failed = 0;
-
-static void check(bool ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char* fmt, ...) {
-    if (ok) { g_passed++; return; }
-    g_failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("rank %d: FAIL: ", g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
 
 static void die_unless(bool ok, const char* what) {
     if (!ok) {
@@ -377,20 +365,25 @@ static void test_refused_communicators(const ncclUniqueId& shared) {
 }
 
 // ----------------------------------------------------------------------------
-// child processes: the registry's one-line reports
+// child processes: the registry's and the stream-order check's one-line reports
 
 // The registry cases run in fresh single-rank MPI processes (this program, exec'd with --death-case
 // and without mpirun's environment): a collective that wrongly got past its check then completes
 // on its own instead of talking to the test's ranks through a forked copy of their MPI state.
 struct DeathCase {
     const char* name;
-    const char* must_contain;  // in the one line on stderr
+    const char* must_contain;  // in the one line on stderr, with also_contains
+    const char* also_contains;
 };
+static const char* NOT_DEVICE = "not inside one device allocation";
 static const DeathCase DEATH_CASES[] = {
-    {"host-sendbuff", "ncclAllReduce sendbuff (256 elements of float)"},
-    {"allgather-recvbuff-short", "ncclAllGather recvbuff (256 elements of float)"},
-    {"reducescatter-sendbuff-short", "ncclReduceScatter sendbuff (256 elements of float)"},
-    {"reduce-recvbuff-short", "ncclReduce recvbuff (256 elements of bf16)"},
+    {"host-sendbuff", "ncclAllReduce sendbuff (256 elements of float)", NOT_DEVICE},
+    {"allgather-recvbuff-short", "ncclAllGather recvbuff (256 elements of float)", NOT_DEVICE},
+    {"reducescatter-sendbuff-short", "ncclReduceScatter sendbuff (256 elements of float)", NOT_DEVICE},
+    {"reduce-recvbuff-short", "ncclReduce recvbuff (256 elements of bf16)", NOT_DEVICE},
+    // the collective's result read on the compute stream, which never waited for the communication stream
+    {"allreduce-result-unwaited", "stream order: cudaMemcpyAsync on a blocking stream would run before ncclAllReduce, issued "
+                                  "earlier to a non-blocking stream", "both use 1020 bytes at offset 0 of a device allocation"},
 };
 
 // in the exec'd child: calls the collective that must die; returns 0 if it did not
@@ -409,6 +402,16 @@ static int run_death_case(const char* name) {
     if (strcmp(name, "allgather-recvbuff-short") == 0) { ncclAllGather(dev, short_by_one, n, ncclFloat, comm, 0); }
     if (strcmp(name, "reducescatter-sendbuff-short") == 0) { ncclReduceScatter(short_by_one, dev, n, ncclFloat, ncclSum, comm, 0); }
     if (strcmp(name, "reduce-recvbuff-short") == 0) { ncclReduce(dev, bf16_short, n, ncclBfloat16, ncclSum, 0, comm, 0); }
+    if (strcmp(name, "allreduce-result-unwaited") == 0) {
+        cudaStream_t compute, communication;
+        cudaStreamCreate(&compute);
+        cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking);
+        cudaMemset(dev, 0, n * 4);
+        cudaDeviceSynchronize();
+        ncclAllReduce(dev, dev, n, ncclFloat, ncclSum, comm, communication);
+        cudaMemcpyAsync(short_by_one, dev, (n - 1) * 4, cudaMemcpyDeviceToDevice, compute);  // no cudaStreamWaitEvent
+        cudaStreamSynchronize(compute);
+    }
     MPI_Finalize();
     return 0;
 }
@@ -435,7 +438,7 @@ static void test_registry_checks(void) {
         int lines = 0;
         for (char ch : err) { lines += ch == '\n'; }
         const bool ok = code == 1 && lines == 1 && err.rfind("cuda_cpu: ", 0) == 0 && err.find(c.must_contain) != std::string::npos &&
-                        err.find("not inside one device allocation") != std::string::npos;
+                        err.find(c.also_contains) != std::string::npos;
         check(ok, "%s ends the program with one line: exit %d, stderr: %s", c.name, code, err.c_str());
     }
 }
@@ -445,6 +448,7 @@ int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--death-case") == 0) { return run_death_case(argv[2]); }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    snprintf(g_tally_prefix, sizeof(g_tally_prefix), "rank %d: ", g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
     die_unless(g_nranks >= 2, "run with mpirun -np 2 (or more)");
 
