@@ -87,7 +87,7 @@ $(CUDA_CPU_OUT)/test_train_gpu: $(CUDA_CPU_DEPS)
 	    -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_train_gpu.cu -x none $(CUDA_CPU_LIBS) -o $@
 
 # the emulated libraries' own tests (plain C++ against the runtime)
-$(CUDA_CPU_OUT)/%: $(CUDA_CPU_DIR)/tests/%.cpp $(CUDA_CPU_DIR)/tests/child_process.h $(CUDA_CPU_DEPS)
+$(CUDA_CPU_OUT)/%: $(CUDA_CPU_DIR)/tests/%.cpp $(wildcard $(CUDA_CPU_DIR)/tests/*.h) $(CUDA_CPU_DEPS)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) $(CUDA_CPU_MPI_CFLAGS) $< $(CUDA_CPU_LIBS) -o $@
 
 # the kernel playground, in its default precision (BF16)
