@@ -98,6 +98,16 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, status: int = 1, al
     return errors[0]
 
 
+def killed_after(run_dir: Path, part: Path, step: int, ranks: int = 1) -> Path:
+    """`part`: what a trainer's run in run_dir leaves when it is killed after its step-`step` checkpoint, that
+    checkpoint alone (the model, every rank's training state, the DONE marker); a run with -y 1 resumes from it."""
+    part.mkdir()
+    states = [f"state_{step:08d}_{rank:05d}.bin" for rank in range(ranks)]
+    for name in [f"model_{step:08d}.bin", *states, f"DONE_{step:08d}"]:
+        shutil.copy(run_dir / name, part / name)
+    return part
+
+
 def repo_lock(name: str) -> FileLock:
     """A lock on something in the repository that pytest-xdist workers must not build at the same time."""
     (REPO / "build").mkdir(exist_ok=True)
@@ -181,8 +191,11 @@ def tinyshakespeare_text() -> Path:
 def llama3_tokenizer(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding tokenizer.json: a 514-token byte-level BPE in the Llama 3 style (dev/data/make_test_tokenizer.py;
     <|begin_of_text|> = 512, <|end_of_text|> = 513), trained on Tiny Shakespeare in about a second."""
-    return shared_dir(tmp_path_factory, "llama3_tokenizer", lambda out: run(
-        [PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out, "--corpus", tinyshakespeare_text()]))
+    def write(out: Path) -> None:
+        run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out,
+             "--corpus", tinyshakespeare_text()])
+
+    return shared_dir(tmp_path_factory, "llama3_tokenizer", write)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import BF16_INJECTED_DECISIONS, PYTHON, REPO, TS_DIR, assert_one_error_line, bf16_decision, make, run  # noqa: E402
+from conftest import (BF16_INJECTED_DECISIONS, PYTHON, REPO, TS_DIR, assert_one_error_line,  # noqa: E402
+                      bf16_decision, killed_after, make, run)
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
@@ -282,10 +283,7 @@ def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, o
     flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 8, "-v", 4, "-m", 2, "-n", 4, "-c", 0.1, "-u", 2, "-s", 8, "-g", 8,
              *(MUON if optimizer == "muon" else [])]
     straight = train(ref, tmp_path, *flags, "-o", "straight")
-    part = tmp_path / "part"
-    part.mkdir()
-    for name in ["model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"]:
-        shutil.copy(tmp_path / "straight" / name, part / name)
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
     resumed = train(ref, tmp_path, *flags, "-o", "part", "-y", 1)
     assert "resumed from" in resumed.stdout
     assert train_losses(tmp_path / "straight" / "main.log")[4:] == train_losses(part / "main.log")
@@ -309,10 +307,7 @@ def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_pat
 def test_two_processes_with_zero1_resume_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
     flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 6, "-v", 0, "-n", 3, "-z", 1, "-c", 0.1]
     train(ref, tmp_path, *flags, "-o", "straight", mpi_ranks=2)
-    part = tmp_path / "part"
-    part.mkdir()
-    for name in ["model_00000003.bin", "state_00000003_00000.bin", "state_00000003_00001.bin", "DONE_00000003"]:
-        shutil.copy(tmp_path / "straight" / name, part / name)
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 3, ranks=2)
     train(ref, tmp_path, *flags, "-o", "part", "-y", 1, mpi_ranks=2)
     assert train_losses(tmp_path / "straight" / "main.log")[3:] == train_losses(part / "main.log")
     assert (tmp_path / "straight" / "model_00000006.bin").read_bytes() == (part / "model_00000006.bin").read_bytes()

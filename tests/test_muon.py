@@ -7,7 +7,6 @@ steps in float32 and again in float64) and the two-process runs.
 from __future__ import annotations
 
 import math
-import shutil
 import struct
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, make, run
+from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
 
 sys.path.insert(0, str(REPO))
 import train_gpt2 as ref  # noqa: E402
@@ -204,10 +203,7 @@ FLAGS = ["-e", "d1", "-b", 2, "-t", 16, "-v", 0, "-op", "muon", "-ol", 0.02, "-c
 
 def test_muon_resume_continues_bit_identically(binaries, tmp_path: Path) -> None:
     train(binaries[0], tmp_path, *FLAGS, "-x", 8, "-n", 4, "-o", "straight")
-    part = tmp_path / "part"
-    part.mkdir()
-    for name in ["model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"]:
-        shutil.copy(tmp_path / "straight" / name, part / name)
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
     train(binaries[0], tmp_path, *FLAGS, "-x", 8, "-n", 4, "-o", "part", "-y", 1)
     assert train_losses(tmp_path / "straight" / "main.log")[4:] == train_losses(part / "main.log")
     assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TS_TRAIN, TS_VAL, assert_one_error_line, make, run
+from conftest import REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
 
 V, VP = 50257, 50304
 TRAIN_CL = REPO / "train_gpt2cl"
@@ -127,10 +127,7 @@ def test_resume_continues_bit_identically(binaries, d2_reference: Path, tmp_path
     flags = [*FLAGS, "-x", 8, "-n", 4, "-s", 4, "-g", 8]
     straight = train(TRAIN_CL, tmp_path, *flags, "-o", "straight")
     # the same run killed after step 4: keep only its first checkpoint, then resume
-    part = tmp_path / "part"
-    part.mkdir()
-    for name in ["model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"]:
-        shutil.copy(tmp_path / "straight" / name, part / name)
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
     resumed = train(TRAIN_CL, tmp_path, *flags, "-o", "part", "-y", 1)
     assert "resumed from" in resumed.stdout
     a = log_values(tmp_path / "straight" / "main.log", "trl")
