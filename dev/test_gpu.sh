@@ -23,6 +23,11 @@
 #   test_gpt2cu BF16 Muon
 #   test_gpt2cu BF16 2 processes ZeRO-1   mpirun -np 2 (needs 2 GPUs: skipped with the reason otherwise)
 #   test_gpt2cu BF16 Muon 2 processes ZeRO-1   each process owns whole Muon matrices (2 GPUs, as above)
+#   Llama 3 reference       train_llama3.py's d2 (GQA 2:1, untied head) and GQA 4:1 (tied head, Llama 3.1 RoPE
+#                           scaling) states, AdamW and Muon, with the local test tokenizer (make llama3-debug-states)
+#   test_llama3cu FP32 d2, FP32 GQA -r 2 -a 2, FP32 Muon d2, FP32 Muon GQA, BF16 d2, BF16 GQA -r 1, BF16 Muon GQA
+#                           train_llama3.cu against them with the same tolerance rules, then bit-exact resume
+#   test_llama3cu BF16 2 processes ZeRO-1, BF16 Muon 2 processes ZeRO-1   (2 GPUs, as above)
 #   dev/cuda build          every kernel playground binary
 #   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
 #                           needs 2 GPUs and mpirun: skipped with the reason otherwise)
@@ -101,6 +106,8 @@ if [[ $DRY == 1 ]]; then
     mk data model
     mk -B test_gpt2cu PRECISION=FP32
     mk -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1
+    mk llama3-debug-states
+    mk -B test_llama3cu PRECISION=FP32
     mk dev-cuda
 fi
 
@@ -109,50 +116,66 @@ check "reference tensors" "mk data model" || have_refs=0
 have_muon_refs=1
 check "Muon reference" "mk muon-refs" || have_muon_refs=0
 MUON_FLAGS="-e build/muon_refs/gpt2_d2.bin -s build/muon_refs/gpt2_d2_muon_debug_state.bin"
-# name : make variables : test_gpt2cu flags (the variants: GELU in the cuBLASLt epilogues, recompute,
-# two micro-batches); a build is redone only when the make variables change
-built=""
-for variant in "FP32:PRECISION=FP32:" "FP32 -ge 1 -r 1 -a 2:PRECISION=FP32:-ge 1 -r 1 -a 2" \
-               "FP32 Muon:PRECISION=FP32:$MUON_FLAGS" \
-               "BF16:PRECISION=BF16:" "BF16 -ge 1 -r 2 -a 2:PRECISION=BF16:-ge 1 -r 2 -a 2" \
-               "BF16 Muon:PRECISION=BF16:$MUON_FLAGS" \
-               "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1:"; do
-    name="test_gpt2cu ${variant%%:*}"
-    rest=${variant#*:}
-    vars=${rest%%:*}
-    flags=${rest#*:}
-    if [[ $have_refs == 0 ]]; then report "$name" SKIP "no reference tensors"; continue; fi
-    if [[ $flags == *muon_refs* && $have_muon_refs == 0 ]]; then report "$name" SKIP "no Muon reference"; continue; fi
-    build="mk -B test_gpt2cu $vars && "
-    [[ $vars == "$built" ]] && build=""
-    check "$name" "${build}./test_gpt2cu $flags"
-    built=$vars
-done
-# two processes with ZeRO-1 (each takes half the batch): needs 2 GPUs and mpirun, after the BF16 cuDNN build
+# run_variants <program> <have refs> <have Muon refs> <variant>...: each variant "name:make variables:flags"
+# (GELU in the cuBLASLt epilogues, recompute, micro-batches, another state); a build is redone only when the
+# make variables change
+run_variants() {
+    local program=$1 refs=$2 muon_refs=$3 built="" variant name rest vars flags build
+    shift 3
+    for variant in "$@"; do
+        name="$program ${variant%%:*}"
+        rest=${variant#*:}
+        vars=${rest%%:*}
+        flags=${rest#*:}
+        if [[ $refs == 0 ]]; then report "$name" SKIP "no reference tensors"; continue; fi
+        if [[ $name == *Muon* && $muon_refs == 0 ]]; then report "$name" SKIP "no Muon reference"; continue; fi
+        build="mk -B $program $vars && "
+        [[ $vars == "$built" ]] && build=""
+        check "$name" "${build}./$program $flags"
+        built=$vars
+    done
+}
+run_variants test_gpt2cu $have_refs $have_muon_refs \
+    "FP32:PRECISION=FP32:" "FP32 -ge 1 -r 1 -a 2:PRECISION=FP32:-ge 1 -r 1 -a 2" "FP32 Muon:PRECISION=FP32:$MUON_FLAGS" \
+    "BF16:PRECISION=BF16:" "BF16 -ge 1 -r 2 -a 2:PRECISION=BF16:-ge 1 -r 2 -a 2" "BF16 Muon:PRECISION=BF16:$MUON_FLAGS" \
+    "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1:"
+# two_processes <program> <name> <have refs> <flags>: mpirun -np 2 (each process half the batch, ZeRO-1), after
+# the program's last build; needs 2 GPUs and mpirun, SKIP with the reason otherwise
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [[ $have_refs == 0 ]]; then
-    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "no reference tensors"
-elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
-    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
-elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
-    report "test_gpt2cu BF16 2 processes ZeRO-1" SKIP "needs mpirun"
-else
-    check "test_gpt2cu BF16 2 processes ZeRO-1" "mpirun -np 2 ./test_gpt2cu -z 1 -a 2"
-fi
-if [[ $have_muon_refs == 0 ]]; then
-    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "no Muon reference"
-elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
-    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
-elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
-    report "test_gpt2cu BF16 Muon 2 processes ZeRO-1" SKIP "needs mpirun"
-else
-    check "test_gpt2cu BF16 Muon 2 processes ZeRO-1" "mpirun -np 2 ./test_gpt2cu -z 1 $MUON_FLAGS"
-fi
+two_processes() {
+    local program=$1 name=$2 refs=$3 flags=$4
+    if [[ $refs == 0 ]]; then
+        report "$name" SKIP "no reference tensors"
+    elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
+        report "$name" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
+    elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
+        report "$name" SKIP "needs mpirun"
+    else
+        check "$name" "mpirun -np 2 ./$program $flags"
+    fi
+}
+two_processes test_gpt2cu "test_gpt2cu BF16 2 processes ZeRO-1" $have_refs "-z 1 -a 2"
+two_processes test_gpt2cu "test_gpt2cu BF16 Muon 2 processes ZeRO-1" $have_muon_refs "-z 1 $MUON_FLAGS"
+# Llama 3 (make llama3-debug-states, dev/llama3_refs.py): d2 (GQA 2:1, untied head) and GQA 4:1 (tied head,
+# Llama 3.1 RoPE scaling, an FFN multiplier), AdamW and Muon states; then two processes with ZeRO-1
+have_llama_refs=1
+check "Llama 3 reference" "mk llama3-debug-states" || have_llama_refs=0
+L3=build/llama3
+L3_D2="-e $L3/llama3_d2.bin -s $L3/llama3_d2_debug_state.bin"
+L3_GQA="-e $L3/llama3_gqa.bin -s $L3/llama3_gqa_debug_state.bin"
+L3_MUON_D2="-e $L3/muon/llama3_d2.bin -s $L3/muon/llama3_d2_debug_state.bin"
+L3_MUON_GQA="-e $L3/muon/llama3_gqa.bin -s $L3/muon/llama3_gqa_debug_state.bin"
+run_variants test_llama3cu $have_llama_refs $have_llama_refs \
+    "FP32 d2:PRECISION=FP32:$L3_D2" "FP32 GQA -r 2 -a 2:PRECISION=FP32:$L3_GQA -r 2 -a 2" \
+    "FP32 Muon d2:PRECISION=FP32:$L3_MUON_D2" "FP32 Muon GQA:PRECISION=FP32:$L3_MUON_GQA" \
+    "BF16 d2:PRECISION=BF16:$L3_D2" "BF16 GQA -r 1:PRECISION=BF16:$L3_GQA -r 1" \
+    "BF16 Muon GQA:PRECISION=BF16:$L3_MUON_GQA"
+two_processes test_llama3cu "test_llama3cu BF16 2 processes ZeRO-1" $have_llama_refs "$L3_GQA -z 1 -a 2"
+two_processes test_llama3cu "test_llama3cu BF16 Muon 2 processes ZeRO-1" $have_llama_refs "$L3_MUON_GQA -z 1"
 check "dev/cuda build" "mk -k -j $(nproc 2>/dev/null || echo 4) dev-cuda"
 for src in dev/cuda/*.cu; do
     kernel=$(basename "$src" .cu)
     if [[ $kernel == nccl_all_reduce ]]; then
-        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
         if [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
             report "dev/cuda/$kernel" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
         elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then

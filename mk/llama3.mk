@@ -16,11 +16,13 @@ test_llama3: test_llama3.c train_llama3.c $(LLMC_HEADERS)
 	@$(call blas_check,$(BLAS))
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
-# train_llama3.py's d2 (GQA 2:1) and GQA 4:1 (tied head, scaled RoPE) model files and debug states, the local
-# test tokenizer and llama-3 tinyshakespeare shards, written in $(LLAMA3_REF) (git-ignored); e.g.
+# train_llama3.py's d2 (GQA 2:1) and GQA 4:1 (tied head, scaled RoPE) model files and debug states, AdamW
+# and Muon, the local test tokenizer and llama-3 tinyshakespeare shards, written in $(LLAMA3_REF) (git-ignored;
+# dev/llama3_refs.py says what each file is); e.g.
 #   ./test_llama3 -e build/llama3/llama3_d2.bin -s build/llama3/llama3_d2_debug_state.bin
-$(LLAMA3_REF)/.written: train_llama3.py dev/data/make_test_tokenizer.py tests/test_llama3_c.py $(TS_TRAIN) $(PY_ENV)
-	$(PY) tests/test_llama3_c.py --out_dir $(LLAMA3_REF)
+#   ./test_llama3cu -e build/llama3/muon/llama3_gqa.bin -s build/llama3/muon/llama3_gqa_debug_state.bin
+$(LLAMA3_REF)/.written: dev/llama3_refs.py train_llama3.py train_gpt2.py dev/data/make_test_tokenizer.py $(TS_TRAIN) $(PY_ENV)
+	$(PY) dev/llama3_refs.py --out_dir $(LLAMA3_REF) --muon
 	@touch $@
 
 .PHONY: llama3-debug-states test-llama3 clean-llama3

@@ -295,6 +295,13 @@ def _nvidia_dirs(python: str) -> list[str]:
     return run([python, "-c", code], timeout=60).stdout.split()
 
 
+# test-gpu's Llama 3 checks, in order: the references, then test_llama3cu's variants, then two processes
+LLAMA3_GPU_CHECKS = ["Llama 3 reference", "test_llama3cu FP32 d2", "test_llama3cu FP32 GQA -r 2 -a 2", "test_llama3cu FP32 Muon d2",
+                     "test_llama3cu FP32 Muon GQA", "test_llama3cu BF16 d2", "test_llama3cu BF16 GQA -r 1",
+                     "test_llama3cu BF16 Muon GQA", "test_llama3cu BF16 2 processes ZeRO-1",
+                     "test_llama3cu BF16 Muon 2 processes ZeRO-1"]
+
+
 def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -> None:
     """An offline GPU machine: `make test-gpu PY=python3` must use that Python as it is. The plan (make -n) of
     test-gpu with a Python that is not the venv's (VENV points nowhere) installs nothing, creates no venv, and
@@ -322,7 +329,7 @@ def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -
     assert names == ["reference tensors", "Muon reference", "test_gpt2cu FP32", "test_gpt2cu FP32 -ge 1 -r 1 -a 2",
                      "test_gpt2cu FP32 Muon", "test_gpt2cu BF16", "test_gpt2cu BF16 -ge 1 -r 2 -a 2", "test_gpt2cu BF16 Muon",
                      "test_gpt2cu BF16 cuDNN", "test_gpt2cu BF16 2 processes ZeRO-1",
-                     "test_gpt2cu BF16 Muon 2 processes ZeRO-1", "dev/cuda build", *kernels], names
+                     "test_gpt2cu BF16 Muon 2 processes ZeRO-1", *LLAMA3_GPU_CHECKS, "dev/cuda build", *kernels], names
     assert f"{python} train_gpt2.py" in out or (REPO / "gpt2_124M.bin").exists()
 
 
@@ -346,9 +353,10 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
         exe = tmp_path / "dev" / "cuda" / kernel
         exe.write_text(f"#!/bin/sh\necho '{kernel} table'\nexit {status}\n")
         exe.chmod(0o755)
-    exe = tmp_path / "test_gpt2cu"
-    exe.write_text("#!/bin/sh\necho 'test_gpt2cu table'\n")
-    exe.chmod(0o755)
+    for program in ["test_gpt2cu", "test_llama3cu"]:
+        exe = tmp_path / program
+        exe.write_text(f"#!/bin/sh\necho '{program} table'\n")
+        exe.chmod(0o755)
     fake_make = tmp_path / "fake_make"
     fake_make.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'make_calls'}\n")
     fake_make.chmod(0o755)
@@ -368,15 +376,19 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
                       "test_gpt2cu FP32 -ge 1 -r 1 -a 2": "PASS", "test_gpt2cu FP32 Muon": "PASS", "test_gpt2cu BF16": "PASS",
                       "test_gpt2cu BF16 -ge 1 -r 2 -a 2": "PASS", "test_gpt2cu BF16 Muon": "PASS", "test_gpt2cu BF16 cuDNN": "PASS",
                       "test_gpt2cu BF16 2 processes ZeRO-1": "SKIP", "test_gpt2cu BF16 Muon 2 processes ZeRO-1": "SKIP",
+                      **{name: "SKIP" if "2 processes" in name else "PASS" for name in LLAMA3_GPU_CHECKS},
                       "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS",
                       "dev/cuda/nccl_all_reduce": "SKIP"}, summary
-    assert summary[-1].startswith("test-gpu: 11 passed, 1 failed, 3 skipped"), summary[-1]
+    assert summary[-1].startswith("test-gpu: 19 passed, 1 failed, 5 skipped"), summary[-1]
     assert "    bad_kernel table" in lines, "the failing check's output is not shown"
     assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
+    assert (tmp_path / "logs" / "test_llama3cu_BF16_GQA_-r_1.log").read_text() == "test_llama3cu table\n"
     calls = (tmp_path / "make_calls").read_text().splitlines()
     assert calls[:3] == ["--no-print-directory data model", "--no-print-directory muon-refs",
                          "--no-print-directory -B test_gpt2cu PRECISION=FP32"], calls
-    for build in ["-B test_gpt2cu PRECISION=FP32", "-B test_gpt2cu PRECISION=BF16"]:  # once each: the Muon checks reuse them
+    assert "--no-print-directory llama3-debug-states" in calls
+    for build in ["-B test_gpt2cu PRECISION=FP32", "-B test_gpt2cu PRECISION=BF16", "-B test_llama3cu PRECISION=FP32",
+                  "-B test_llama3cu PRECISION=BF16"]:  # once each: the Muon and the other states' checks reuse them
         assert calls.count(f"--no-print-directory {build}") == 1, calls
     assert "--no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1" in calls
     assert not any("pip" in c or "setup" in c for c in calls), calls
