@@ -3,13 +3,11 @@
 train_llama3's init, resume, MPI + ZeRO-1 (AdamW and -op muon), bad input, training on tinyshakespeare with the
 local test tokenizer, and ./generate.
 
-As a script it writes the reference files into a directory (what `make llama3-debug-states` runs):
-    python tests/test_llama3_c.py --out_dir build/llama3
+The reference files are dev/llama3_refs.py's (also `make llama3-debug-states`).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import struct
@@ -20,8 +18,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import (BF16_INJECTED_DECISIONS, PYTHON, REPO, TS_DIR, assert_one_error_line,  # noqa: E402
+from conftest import (BF16_INJECTED_DECISIONS, REPO, assert_one_error_line,  # noqa: E402
                       bf16_decision, killed_after, make, run)
+
+sys.path.insert(0, str(REPO / "dev"))
+from llama3_refs import write_gqa_reference, write_muon_references, write_references  # noqa: E402,F401
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
@@ -30,49 +31,6 @@ MUON = ["-op", "muon", "-ol", 0.02]  # Muon on the blocks' matrices, AdamW (-l) 
 
 
 # ---------------------------------------------------------------------------- reference files
-
-
-def write_gqa_reference(out: Path, dest: Path | None = None, muon: dict[str, object] | None = None) -> None:
-    """llama3_gqa.bin and its debug state, written in this process by train_llama3.py's own writers (one torch
-    import fewer than a second run of the script): a small model exercising what d2 does not, 4 query heads per
-    key/value head, a tied head, Llama 3.1 RoPE scaling (original_max_position 32, so the T=64 batch reaches
-    every band) and an FFN multiplier; the batch is the first of the train shard, as the script takes it.
-    Read from `out` (tokenizer, shard), written into dest (default out); with muon (DebugOptimizer's muon_*
-    settings) the state's steps are Muon on the blocks' matrices and AdamW on the rest."""
-    sys.path.insert(0, str(REPO))
-    import train_llama3 as ref
-    from train_gpt2 import DebugOptimizer, DistributedDataLoader
-
-    vocab = int(np.fromfile(out / "llama3_tokenizer.bin", dtype="<u4", count=3)[2])
-    cfg = ref.LlamaConfig(block_size=128, vocab_size=vocab, n_layer=2, n_head=4, n_kv_head=1, n_embd=128,
-                          ffn_dim_multiplier=1.3, multiple_of=64, norm_eps=1e-6, rope_theta=10000.0, use_scaled_rope=True,
-                          rope_factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=32.0,
-                          tied_embeddings=True, version_minor=1)
-    model = ref.Llama(cfg)
-    model.init_weights(7)
-    dest = dest or out
-    ref.write_model(model, dest / "llama3_gqa.bin", "float32")
-    x, y = DistributedDataLoader(str(out / "ts" / "tiny_shakespeare_train.bin"), 4, 64, 0, 1, vocab).next_batch()
-    opt = DebugOptimizer(name="muon", **muon) if muon else DebugOptimizer()
-    ref.write_debug_state(model, x, y, dest / "llama3_gqa_debug_state.bin", opt)
-
-
-def write_references(out: Path) -> Path:
-    """In `out`: the test tokenizer (tok/), tinyshakespeare llama-3 shards (ts/), and from train_llama3.py
-    llama3_tokenizer.bin, llama3_d2{,_bf16,_debug_state}.bin and llama3_gqa{,_debug_state}.bin."""
-    out.mkdir(parents=True, exist_ok=True)
-    run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out / "tok"])
-    text = TS_DIR / "tiny_shakespeare.txt"
-    if not text.exists():
-        text = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
-    (out / "ts").mkdir(exist_ok=True)
-    shutil.copyfile(text, out / "ts" / "tiny_shakespeare.txt")
-    run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer", out / "tok",
-         "--data_dir", out / "ts"])
-    run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", out / "tok", "--input_bin",
-         out / "ts" / "tiny_shakespeare_train.bin", "--num_iterations", 0], cwd=out, env=ONE_THREAD)
-    write_gqa_reference(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -429,19 +387,11 @@ def test_a_gpt2_shard_of_valid_llama3_ids_gets_one_error_line_and_the_llama3_sha
 
 # ---------------------------------------------------------------------------- Muon (-op muon)
 
-GQA_MUON = {"muon_lr": 0.02, "muon_momentum": 0.9, "muon_nesterov": False, "muon_ns_steps": 4,
-            "muon_adjust_lr": "match_rms_adamw"}
-
-
 @pytest.fixture(scope="module")
 def muon_ref(ref: Path, tmp_path_factory) -> Path:
     """llama3_d2.bin with the debug state of train_llama3.py --optimizer muon (torch's Muon defaults), and
     llama3_gqa.bin with a Muon debug state of the other settings (GQA_MUON): 10 steps each."""
-    out = tmp_path_factory.mktemp("llama3_muon")
-    run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", ref / "tok", "--input_bin",
-         ref / "ts" / "tiny_shakespeare_train.bin", "--num_iterations", 0, "--optimizer", "muon"], cwd=out, env=ONE_THREAD)
-    write_gqa_reference(ref, out, GQA_MUON)
-    return out
+    return write_muon_references(ref, tmp_path_factory.mktemp("llama3_muon"))
 
 
 @pytest.mark.parametrize("model,precision", [("llama3_d2", "fp32"), ("llama3_d2", "bf16"), ("llama3_gqa", "fp32")])
@@ -549,16 +499,3 @@ def test_generate_prints_decoded_text_from_a_llama_model_and_its_gqa_cache_match
     assert re.search(r"^prompt ids: 512( \d+)+$", c.stderr, re.M) and c.stdout.startswith("ROMEO:"), c.stderr
     line = assert_one_error_line(run([REPO / "generate", "-e", model, *flags, "-p", "Hello", "--ids", "512"], check=False))
     assert "--ids" in line
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description="Writes the Llama 3 reference files the C tests use (train_llama3.py's "
-                                "d2 and GQA debug states, the local test tokenizer and llama-3 tinyshakespeare shards).")
-    p.add_argument("--out_dir", type=Path, default=REPO / "build" / "llama3", help="where to write them")
-    args = p.parse_args()
-    write_references(args.out_dir.resolve())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
