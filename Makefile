@@ -312,8 +312,8 @@ test-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" TEST_GPU_LOGS="$(TEST_GPU_LOGS)" GPU_CACHE="$(GPU_CACHE)" TEST_GPU_DRY_RUN="$(TEST_GPU_DRY_RUN)" \
 	    bash dev/test_gpu.sh
 
-# The throughput half of a GPU visit in one command (dev/bench_gpu.py says how): train_gpt2cu (and train_llama3cu
-# once it exists; until then one "not built" line) at d12, T=1024, B=8,16,32, cuDNN attention off/on, -r 0/1,
+# The throughput half of a GPU visit in one command (dev/bench_gpu.py says how): train_gpt2cu and train_llama3cu
+# at d12, T=1024, B=8,16,32, cuDNN attention off/on (train_gpt2cu; train_llama3cu has no cuDNN build), -r 0/1,
 # beside train_gpt2.py (train_llama3.py) with bf16 autocast and torch.compile at the same B and T, in one table:
 # ms/step, tokens/s, MFU, peak GPU memory, the ratio to PyTorch. It builds what it times (train_gpt2cu with
 # USE_CUDNN=0, train_gpt2cu_cudnn, the data); one log per run in build/bench-gpu/.

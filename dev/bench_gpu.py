@@ -16,10 +16,11 @@ bf16 peak, with llmc/mfu.h's FLOPs (6 N + 12 L C T per token, N the model's para
 GPU's memory.used during the run above what it was before it, polled with nvidia-smi (the CUDA context included,
 the same for both programs).
 
-A program of --ours that make has no rule for and that is not on disk (train_llama3cu until it exists) is one
-line, `bench-gpu: <program>: not built ...`, and one row; a build or run that fails becomes a row saying so, with
-its log in --logs, and the other runs go on. Llama 3 runs read build/llama3/ (make llama3-debug-states: the test
-tokenizer and tinyshakespeare llama-3 shards).
+A program of --ours that make has no rule for and that is not on disk is one line, `bench-gpu: <program>: not
+built ...`, and one row; a build or run that fails becomes a row saying so, with its log in --logs, and the other
+runs go on. Llama 3 runs go in build/llama3/ (make llama3-debug-states: the test tokenizer, whose
+llama3_tokenizer.bin gives `-e d12` its vocab, and tinyshakespeare llama-3 shards); train_llama3cu has no cuDNN
+build (llmc's attention kernels), so it runs with cuDNN off only.
 
     make bench-gpu PY=python3 [BENCH_GPU_ARGS="-B 16,32 --steps 30"]    builds what it times, then runs
     make -n bench-gpu                                                   the plan only (also --dry-run)
@@ -58,6 +59,7 @@ FAMILIES = {"train_gpt2cu": "gpt2", "train_llama3cu": "llama3"}
 REFERENCES = {"gpt2": "train_gpt2.py", "llama3": "train_llama3.py"}
 DEFAULT_TORCH_FLAGS = "--dtype bfloat16 --compile 1 --flash 1 --fused_adamw 1 --tensorcores 1"
 CUDNN_SUFFIX = "_cudnn"
+HAS_CUDNN_BUILD = {"train_gpt2cu": True, "train_llama3cu": False}  # train_llama3cu: llmc's attention kernels only
 CUDNN_BANNER = "attention: cuDNN"  # the line train_gpt2cu prints when built with cuDNN attention
 MISSING = "not built"
 
@@ -80,6 +82,7 @@ class Run:
     cudnn: bool | None           # None: a reference (its attention is torch's)
     recompute: int | None
     cmd: list[str] = field(default_factory=list)
+    cwd: Path = REPO             # where it runs: Llama 3 runs where llama3_tokenizer.bin is (-e dN reads its V)
     status: str = ""             # "" when measured, else why there is no number ("not built ...", "exit 1 ...")
     times_ms: list[float] = field(default_factory=list)
     peak_mib: float | None = None
@@ -232,8 +235,10 @@ def make_args(program: str, cudnn: bool) -> list[str]:
 
 
 def our_command(program: str, cudnn: bool, recompute: int, args: argparse.Namespace, B: int) -> list[str]:
-    data = LLAMA3_SHARD if FAMILIES[program] == "llama3" else args.data
-    return [f"./{binary_name(program, cudnn)}", "-e", args.model, "-i", str(data), "-j", "", "-b", str(B), "-t", str(args.T),
+    llama = FAMILIES[program] == "llama3"
+    data = LLAMA3_SHARD if llama else args.data
+    binary = str(REPO / binary_name(program, cudnn)) if llama else f"./{binary_name(program, cudnn)}"
+    return [binary, "-e", args.model, "-i", str(data), "-j", "", "-b", str(B), "-t", str(args.T),
             "-x", str(args.warmup + args.steps), "-v", "0", "-s", "0", "-r", str(recompute)]
 
 
@@ -257,13 +262,20 @@ def plan_runs(args: argparse.Namespace, available: dict[str, bool]) -> list[Run]
         if not available[program]:
             runs.append(Run(program, family, args.B[0], args.T, False, None, status=MISSING))
             continue
+        cwd = LLAMA3_DIR if family == "llama3" else REPO
         for B in args.B:
-            for cudnn in args.cudnn:
+            for cudnn in cudnn_levels(program, args):
                 for r in args.recompute:
-                    runs.append(Run(program, family, B, args.T, bool(cudnn), r, our_command(program, bool(cudnn), r, args, B)))
+                    runs.append(Run(program, family, B, args.T, bool(cudnn), r, our_command(program, bool(cudnn), r, args, B),
+                                    cwd))
             if args.torch:
                 runs.append(Run(REFERENCES[family], family, B, args.T, None, None, reference_command(family, args, B)))
     return runs
+
+
+def cudnn_levels(program: str, args: argparse.Namespace) -> list[int]:
+    """--cudnn's levels that the program has a build for (a program without a cuDNN build runs --cudnn 0 only)."""
+    return [c for c in args.cudnn if not c or HAS_CUDNN_BUILD.get(program, True)]
 
 
 def build_goals(args: argparse.Namespace, available: dict[str, bool]) -> list[list[str]]:
@@ -274,7 +286,7 @@ def build_goals(args: argparse.Namespace, available: dict[str, bool]) -> list[li
             continue
         if FAMILIES[program] == "llama3":
             goals.append(["llama3-debug-states"])
-        goals += [make_args(program, bool(c)) for c in args.cudnn]
+        goals += [make_args(program, bool(c)) for c in cudnn_levels(program, args)]
     return goals
 
 
@@ -376,7 +388,7 @@ def run_and_measure(run: Run, warmup: int, timeout: float, log: Path, query: Cal
     a wrong build becomes the run's status."""
     with MemoryPoller(query, interval_s) as poller:
         try:
-            proc = subprocess.run(run.cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+            proc = subprocess.run(run.cmd, cwd=run.cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
             output, code = proc.stdout, proc.returncode
         except subprocess.TimeoutExpired as e:
@@ -467,7 +479,8 @@ def print_plan(goals: list[list[str]], runs: list[Run], build: bool) -> None:
             print(f"bench-gpu: would build: {' '.join([*make_base(), *goal])}")
     for r in runs:
         if r.cmd:
-            print(f"bench-gpu: would run: {' '.join(c if c else repr(c) for c in r.cmd)}")
+            where = "" if r.cwd == REPO else f" (in {r.cwd.relative_to(REPO)})"
+            print(f"bench-gpu: would run: {' '.join(c if c else repr(c) for c in r.cmd)}{where}")
     print(f"bench-gpu: {sum(1 for r in runs if r.cmd)} runs planned")
 
 
