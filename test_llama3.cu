@@ -12,7 +12,9 @@ the verdict) and the same tolerances (llmc/tensor_check.h gpu_tolerances):
    fcprojw, lnfw, lm_head when not tied), the rows of dwte whose token is not in the batch on their own
    ("dwte unseen": exactly zero with an untied head, the classifier's contribution alone with a tied one),
    and the global gradient norm
-3. the reference's AdamW steps on that batch: every step's loss (step_loss_tolerance, the rule of test_gpt2cu)
+3. the reference's optimizer steps on that batch: AdamW, or for a debug state of train_llama3.py --optimizer muon,
+   Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw and AdamW on the rest; every step's loss
+   (step_loss_tolerance, the rule of test_gpt2cu)
 4. resume: checkpoint, 3 steps, reload, the same 3 steps: losses and parameters bit for bit
 Variants: -r 1|2 (the backward recomputes SwiGLU, and the RMSNorms too), -a N (gradient accumulation),
 mpirun -np P ./test_llama3cu -z 0|1 (each process its rows, all-reduce or ZeRO-1).
@@ -81,11 +83,14 @@ int main(int argc, char** argv) {
     const Llama3Config* cfg = &model.config;
     DebugState d;
     debug_state_read_format(&d, args.state_path, &DEBUG_STATE_LLAMA3, cfg->max_seq_len, cfg->vocab_size, model.num_parameters);
-    if (d.optimizer != 0) { llmc_die("%s: a Muon debug state; test_llama3cu checks AdamW steps only", args.state_path); }
     const int B = d.B, T = d.T, V = cfg->vocab_size, C = cfg->channels;
     const size_t BT = (size_t)B * T;
     GpuTestRun run;
     gpu_test_run_init(&run, &model, &mg, &d, args.state_path, args.micro_batches);
+    if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
+        MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+        llama3_use_muon(&model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
+    }
     llama3_allocate_state(&model, run.micro_B, T, args.recompute, mg.shard, 1, stream);
     gpu_test_exact_fp32(&model);
     gpu_test_run_start(&run, LLAMA3_CALLS);

@@ -8,7 +8,8 @@ The story of one training step, top to bottom (the model of train_llama3.c and t
     llama3_backward   the same layers in reverse; each finished layer's gradients start their NCCL
                       reduction while the next layer's backward runs
     gpu_model_update  global gradient norm, clipping, AdamW (fp32 master weights, stochastic rounding to
-                      bf16) on this rank's ZeRO-1 shard, then the all-gather of the updated parameters
+                      bf16) on this rank's ZeRO-1 shard; with -op muon, Muon on each layer's qkvw, attprojw, fcw,
+                      fcw2, fcprojw instead (llmc/cuda/muon.cuh, as ./train_llama3 -op muon); then the all-gather
 
 The kernels live in the llmc/cuda .cuh headers (rmsnorm, rope, repeat_kv, swiglu are Llama's; matmul,
 attention, fused_classifier, encoder, adamw are shared with GPT-2). The training loop (flags, data,
@@ -47,6 +48,7 @@ HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/fused_classifier.cuh"
+#include "llmc/cuda/muon.cuh"
 #include "llmc/cuda/multi_gpu.cuh"
 #include "llmc/cuda/gpu_trainer.cuh"  // the flat buffers, ZeRO-1, the update, NCCL, the training state, start-up
 
@@ -205,6 +207,18 @@ static void llama3_build(Llama3* model, const char* load, int from_file, int zer
         fcloseCheck(f, load);
     }
     gpu_model_set_init_params(model, host);
+}
+
+// -op muon: Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw (5 L matrices) with these settings, AdamW on
+// the rest; owners = the number of processes under ZeRO-1 (each rank updates whole matrices), else 1. Call before
+// llama3_allocate_state.
+static void llama3_use_muon(Llama3* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
+    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], state_size = 0;
+    llama3_parameter_dims(dims, &model->config);
+    MuonMatrix* mats = (MuonMatrix*)mallocCheck(5 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
+    int count = muon_plan_table((const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_PARAMETER_IS_MATRIX,
+                                LLAMA3_NUM_PARAMETER_TENSORS, owners, rank, mats, &state_size);
+    gpu_model_use_muon(model, settings, peak_lr, mats, count, state_size);
 }
 
 // activations for micro-batches of B x T, the rotary tables, optimizer state for the shard, cuBLAS
@@ -437,11 +451,11 @@ int main(int argc, char** argv) {
     // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
     GpuTrainerRun run;
     gpu_trainer_prepare(&run, &args, &argc, &argv, "train_llama3cu");
-    if (run.use_muon) { llmc_die("-op muon: train_llama3cu has AdamW only (./train_llama3 -op muon trains Llama 3 with Muon on the CPU)"); }
     const int rank = run.mg.process_rank;
     Llama3 model;
     llama3_build(&model, run.model_path, run.resume_step >= 0, run.mg.zero_stage, run.mg.num_processes);
     ZeroShard shard = gpu_trainer_shard(&run, &model);
+    if (run.use_muon) { llama3_use_muon(&model, &run.muon, args.learning_rate, run.muon_owners, rank); }
     llama3_allocate_state(&model, args.B, args.T, args.recompute, shard, args.use_master_weights, run.stream);
     const Llama3Config* cfg = &model.config;
     if (rank == 0) {

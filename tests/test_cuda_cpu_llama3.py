@@ -1,9 +1,10 @@
 """The Llama 3 GPU trainer, executed on the CPU execution target (dev/cuda_cpu): test_llama3cu (FP32 and BF16)
-against train_llama3.py's debug states, with recompute, gradient accumulation and two processes with ZeRO-1;
-train_llama3cu with two processes and ZeRO-1 against one, and resume bit for bit.
+against train_llama3.py's debug states, with recompute, gradient accumulation, two processes with ZeRO-1 and
+Muon; train_llama3cu with two processes and ZeRO-1 against one, and resume bit for bit.
 
 The references, written once per test run: the d2 state (GQA 2:1, untied lm_head) and the GQA 4:1 state of
-tests/test_llama3_c.py (tied head, Llama 3.1 RoPE scaling, an FFN multiplier), B=4, T=64, 10 AdamW steps.
+tests/test_llama3_c.py (tied head, Llama 3.1 RoPE scaling, an FFN multiplier), B=4, T=64, 10 AdamW steps; and
+in muon/ the d2 state of train_llama3.py --optimizer muon (Muon on the blocks' matrices, AdamW on the rest).
 `make cuda-cpu-build` builds the programs (`make test` does it before pytest).
 """
 
@@ -23,7 +24,7 @@ from test_llama3_c import write_gqa_reference
 @pytest.fixture(scope="session")
 def llama3_cuda_refs(tmp_path_factory, llama3_tokenizer: Path, llama3_tinyshakespeare: tuple[Path, Path]) -> Path:
     """llama3_d2{,_debug_state}.bin, llama3_gqa{,_debug_state}.bin and llama3_tokenizer.bin in one directory, with
-    the llama-3 tinyshakespeare shards in its ts/."""
+    the llama-3 tinyshakespeare shards in its ts/ and the d2 model and Muon debug state in its muon/."""
     train, val = llama3_tinyshakespeare
 
     def write(out: Path) -> None:
@@ -32,6 +33,10 @@ def llama3_cuda_refs(tmp_path_factory, llama3_tokenizer: Path, llama3_tinyshakes
             shutil.copyfile(shard, out / "ts" / shard.name)
         run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", llama3_tokenizer, "--input_bin",
              out / "ts" / train.name, "--num_iterations", 0], cwd=out, env={"OMP_NUM_THREADS": "1"})
+        (out / "muon").mkdir()
+        run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", llama3_tokenizer, "--input_bin",
+             out / "ts" / train.name, "--num_iterations", 0, "--optimizer", "muon"], cwd=out / "muon",
+            env={"OMP_NUM_THREADS": "1"})
         write_gqa_reference(out)
 
     return shared_dir(tmp_path_factory, "llama3_cuda_refs", write)
@@ -67,6 +72,15 @@ def test_test_llama3cu_passes_on_the_reference_states(llama3_cuda_refs: Path, tm
 
 def test_test_llama3cu_two_processes_with_zero1(llama3_cuda_refs: Path, tmp_path: Path) -> None:
     test_llama3cu(llama3_cuda_refs, tmp_path, "bf16", "llama3_gqa", "-z", "1", launch=mpirun(2))
+
+
+@pytest.mark.parametrize("precision,processes", [("fp32", 1), ("bf16", 2)])
+def test_test_llama3cu_passes_on_the_muon_state(llama3_cuda_refs: Path, tmp_path: Path, precision: str, processes: int) -> None:
+    """Muon's steps against the reference's; with two processes ZeRO-1, each rank updating whole matrices."""
+    flags = ["-z", "1"] if processes == 2 else []
+    out = test_llama3cu(llama3_cuda_refs / "muon", tmp_path, precision, "llama3_d2", *flags,
+                        launch=mpirun(2) if processes == 2 else None)
+    assert "optimizer: Muon" in out and re.search(r"^\| loss step 9 +\|.*ok", out, re.M), out[-3000:]
 
 
 def train_args(refs: Path, steps: int, batch: int) -> list[object]:

@@ -5,6 +5,8 @@ trainer's update of one matrix): the same rules and the same settings (llmc/muon
 Newton-Schulz coefficients, muon_adjusted_lr, the -op / -oa parsers).
 
 Host half (plain C):
+    muon_plan_table(dims, per_layer, is_matrix, n, owners, rank, out, state_size)   the same for any model's
+                                        tensor table (dims[k] = slices, rows, cols): the per-layer 2-D weights
     muon_plan(cfg, owners, rank, out)   the 4 L Muon matrices (MuonMatrix: flat offset, rows, cols), in
                                         checkpoint order, each given to one owner: with owners = 1 every
                                         matrix is this rank's; with owners = P (ZeRO-1) largest first to
@@ -60,17 +62,16 @@ typedef struct {
     size_t state_offset;  // where its momentum (and master weights) start in the owner's Muon state; SIZE_MAX elsewhere
 } MuonMatrix;
 
-// 1 for the tensors Muon updates: the blocks' 2-D weights
-static inline int muon_tensor(int i) { return GPT2_PARAMETER_IS_MATRIX[i] && GPT2_PARAMETER_PER_LAYER[i]; }
-
-// fills out (capacity 4 L) and returns the number of matrices; *state_size: this rank's Muon state in elements
-static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMatrix* out, size_t* state_size) {
-    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3], offset = 0;
-    gpt2_parameter_dims(dims, cfg);
+// A model's Muon matrices: every slice of the tensors that are per layer and 2-D (the blocks' weights), from its
+// table in file order (dims[k] = slices, rows, cols). Fills out (capacity: the slices of those tensors) and
+// returns the number of matrices; *state_size: this rank's Muon state in elements.
+static inline int muon_plan_table(const size_t (*dims)[3], const int* per_layer, const int* is_matrix, int num_tensors,
+                                  int owners, int rank, MuonMatrix* out, size_t* state_size) {
+    size_t offset = 0;
     int n = 0;
-    for (int i = 0; i < GPT2_NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < num_tensors; i++) {
         size_t per = dims[i][1] * dims[i][2];
-        for (size_t l = 0; l < dims[i][0] && muon_tensor(i); l++) {
+        for (size_t l = 0; l < dims[i][0] && per_layer[i] && is_matrix[i]; l++) {
             out[n].offset = offset + l * per;
             out[n].rows = dims[i][1];
             out[n].cols = dims[i][2];
@@ -101,6 +102,14 @@ static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMat
     }
     *state_size = state;
     return n;
+}
+
+// GPT-2's: the 4 L matrices of qkvw, attprojw, fcw, fcprojw (out: capacity 4 L)
+static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMatrix* out, size_t* state_size) {
+    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
+    gpt2_parameter_dims(dims, cfg);
+    return muon_plan_table((const size_t(*)[3])dims, GPT2_PARAMETER_PER_LAYER, GPT2_PARAMETER_IS_MATRIX, GPT2_NUM_PARAMETER_TENSORS,
+                           owners, rank, out, state_size);
 }
 
 // ----------------------------------------------------------------------------
