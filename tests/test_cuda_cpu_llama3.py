@@ -1,6 +1,7 @@
 """The Llama 3 GPU trainer, executed on the CPU execution target (dev/cuda_cpu): test_llama3cu (FP32 and BF16)
 against train_llama3.py's debug states, with recompute, gradient accumulation, two processes with ZeRO-1 and
-Muon; train_llama3cu with two processes and ZeRO-1 against one, and resume bit for bit.
+Muon; train_llama3cu with two processes and ZeRO-1 against one, resume bit for bit, and its checkpoint resumed by
+the CPU trainer ./train_llama3.
 
 The references, written once per test run: the d2 state (GQA 2:1, untied lm_head) and the GQA 4:1 state of
 tests/test_llama3_c.py (tied head, Llama 3.1 RoPE scaling, an FFN multiplier), B=4, T=64, 10 AdamW steps; and
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, run, shared_dir
+from conftest import PYTHON, REPO, make, run, shared_dir
 from test_cuda_cpu import BASE_ENV, binary, mpirun, step_losses
 from test_llama3_c import write_gqa_reference
 
@@ -88,8 +89,8 @@ def train_args(refs: Path, steps: int, batch: int) -> list[object]:
             refs / "ts" / "tiny_shakespeare_val.bin", "-b", batch, "-t", 64, "-x", steps, "-v", 0, "-s", 0, "-l", "1e-3"]
 
 
-def train_llama3cu(refs: Path, launch: list[str], *args: object) -> str:
-    r = run([*launch, binary("train_llama3cu_bf16"), *args], cwd=refs, env=BASE_ENV, check=False)
+def train_llama3cu(refs: Path, launch: list[str], *args: object, precision: str = "bf16") -> str:
+    r = run([*launch, binary(f"train_llama3cu_{precision}"), *args], cwd=refs, env=BASE_ENV, check=False)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return r.stdout
 
@@ -115,3 +116,20 @@ def test_train_llama3cu_resume_is_bit_identical(llama3_cuda_refs: Path, tmp_path
     for name in ("model_00000004.bin", "state_00000004_00000.bin"):
         assert (straight / name).read_bytes() == (resumed / name).read_bytes(), f"{name} differs after resume"
     assert (straight / "model_00000004.bin").read_bytes()[:4] == (20240803).to_bytes(4, "little")
+
+
+def test_a_checkpoint_of_train_llama3cu_continues_in_train_llama3(llama3_cuda_refs: Path, tmp_path: Path) -> None:
+    """train_llama3cu (FP32) writes the step-2 checkpoint, the CPU trainer resumes from it: its steps 3 and 4 are
+    the GPU run's within float32 noise."""
+    make("train_llama3")
+    args = [*train_args(llama3_cuda_refs, 4, 4), "-n", 2]
+    gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
+    gpu_losses = step_losses(train_llama3cu(llama3_cuda_refs, [], *args, "-o", gpu, precision="fp32"))
+    cpu.mkdir()
+    for p in gpu.glob("*00000002*"):
+        shutil.copy(p, cpu / p.name)
+    r = run([REPO / "train_llama3", *args, "-o", cpu, "-y", 1], cwd=llama3_cuda_refs, env={"OMP_NUM_THREADS": "1"})
+    assert "resumed from" in r.stdout
+    cpu_losses = step_losses(r.stdout)
+    assert len(gpu_losses) == 4 and len(cpu_losses) == 2, r.stdout[-2000:]
+    assert max(abs(a - b) for a, b in zip(gpu_losses[2:], cpu_losses)) <= 1e-5 * gpu_losses[2], (gpu_losses, cpu_losses)
