@@ -139,11 +139,12 @@ run_variants test_gpt2cu $have_refs $have_muon_refs \
     "FP32:PRECISION=FP32:" "FP32 -ge 1 -r 1 -a 2:PRECISION=FP32:-ge 1 -r 1 -a 2" "FP32 Muon:PRECISION=FP32:$MUON_FLAGS" \
     "BF16:PRECISION=BF16:" "BF16 -ge 1 -r 2 -a 2:PRECISION=BF16:-ge 1 -r 2 -a 2" "BF16 Muon:PRECISION=BF16:$MUON_FLAGS" \
     "BF16 cuDNN:PRECISION=BF16 USE_CUDNN=1:"
-# two_processes <program> <name> <have refs> <flags>: mpirun -np 2 (each process half the batch, ZeRO-1), after
-# the program's last build; needs 2 GPUs and mpirun, SKIP with the reason otherwise
+# two_processes <name> <have refs> <command>: a check that runs 2 processes (mpirun -np 2: each process half
+# the batch, ZeRO-1, or one half of an all-reduce), after the program's last build; needs 2 GPUs and mpirun,
+# SKIP with the reason otherwise
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 two_processes() {
-    local program=$1 name=$2 refs=$3 flags=$4
+    local name=$1 refs=$2 command=$3
     if [[ $refs == 0 ]]; then
         report "$name" SKIP "no reference tensors"
     elif [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
@@ -151,11 +152,11 @@ two_processes() {
     elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
         report "$name" SKIP "needs mpirun"
     else
-        check "$name" "mpirun -np 2 ./$program $flags"
+        check "$name" "$command"
     fi
 }
-two_processes test_gpt2cu "test_gpt2cu BF16 2 processes ZeRO-1" $have_refs "-z 1 -a 2"
-two_processes test_gpt2cu "test_gpt2cu BF16 Muon 2 processes ZeRO-1" $have_muon_refs "-z 1 $MUON_FLAGS"
+two_processes "test_gpt2cu BF16 2 processes ZeRO-1" $have_refs "mpirun -np 2 ./test_gpt2cu -z 1 -a 2"
+two_processes "test_gpt2cu BF16 Muon 2 processes ZeRO-1" $have_muon_refs "mpirun -np 2 ./test_gpt2cu -z 1 $MUON_FLAGS"
 # Llama 3 (make llama3-debug-states, dev/llama3_refs.py): d2 (GQA 2:1, untied head) and GQA 4:1 (tied head,
 # Llama 3.1 RoPE scaling, an FFN multiplier), AdamW and Muon states; then two processes with ZeRO-1
 have_llama_refs=1
@@ -170,19 +171,13 @@ run_variants test_llama3cu $have_llama_refs $have_llama_refs \
     "FP32 Muon d2:PRECISION=FP32:$L3_MUON_D2" "FP32 Muon GQA:PRECISION=FP32:$L3_MUON_GQA" \
     "BF16 d2:PRECISION=BF16:$L3_D2" "BF16 GQA -r 1:PRECISION=BF16:$L3_GQA -r 1" \
     "BF16 Muon GQA:PRECISION=BF16:$L3_MUON_GQA"
-two_processes test_llama3cu "test_llama3cu BF16 2 processes ZeRO-1" $have_llama_refs "$L3_GQA -z 1 -a 2"
-two_processes test_llama3cu "test_llama3cu BF16 Muon 2 processes ZeRO-1" $have_llama_refs "$L3_MUON_GQA -z 1"
+two_processes "test_llama3cu BF16 2 processes ZeRO-1" $have_llama_refs "mpirun -np 2 ./test_llama3cu $L3_GQA -z 1 -a 2"
+two_processes "test_llama3cu BF16 Muon 2 processes ZeRO-1" $have_llama_refs "mpirun -np 2 ./test_llama3cu $L3_MUON_GQA -z 1"
 check "dev/cuda build" "mk -k -j $(nproc 2>/dev/null || echo 4) dev-cuda"
 for src in dev/cuda/*.cu; do
     kernel=$(basename "$src" .cu)
     if [[ $kernel == nccl_all_reduce ]]; then
-        if [[ $DRY != 1 && ${gpus:-0} -lt 2 ]]; then
-            report "dev/cuda/$kernel" SKIP "needs 2 GPUs, this machine has ${gpus:-0}"
-        elif [[ $DRY != 1 ]] && ! command -v mpirun >/dev/null; then
-            report "dev/cuda/$kernel" SKIP "needs mpirun"
-        else
-            check "dev/cuda/$kernel" "mk dev-cuda DEV_CUDA_TARGETS=$kernel && mpirun -np 2 ./dev/cuda/$kernel"
-        fi
+        two_processes "dev/cuda/$kernel" 1 "mk dev-cuda DEV_CUDA_TARGETS=$kernel && mpirun -np 2 ./dev/cuda/$kernel"
         continue
     fi
     check "dev/cuda/$kernel" "mk dev-cuda DEV_CUDA_TARGETS=$kernel && ./dev/cuda/$kernel"
