@@ -455,13 +455,53 @@ def test_gpt2cu(tmp_path: Path, precision: str, flags: list[str]) -> None:
     assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
 
 
-@pytest.mark.parametrize("zero", ["0", "1"])
-def test_gpt2cu_two_processes(tmp_path: Path, zero: str) -> None:
+# (ZeRO stage, CUDA_CPU_STREAM_ORDER): the default order runs a synchronized stream's work before the other streams';
+# order 2 runs the other streams first (the communication stream before the compute stream's earlier work)
+TWO_PROCESS_RUNS = [("0", "1"), ("1", "1"), ("1", "2")]
+
+
+@pytest.mark.parametrize("zero,order", TWO_PROCESS_RUNS, ids=[f"z{z}-order{o}" for z, o in TWO_PROCESS_RUNS])
+def test_gpt2cu_two_processes(tmp_path: Path, zero: str, order: str) -> None:
     model, state = refs()
-    r = run(mpirun(2) + [str(binary("test_gpt2cu_bf16")), "-e", str(model), "-s", str(state), "-o", str(tmp_path / "r"),
-                         "-z", zero, "-a", "2"])
+    r = run(mpirun(2) + ["-x", f"CUDA_CPU_STREAM_ORDER={order}", str(binary("test_gpt2cu_bf16")), "-e", str(model), "-s",
+                         str(state), "-o", str(tmp_path / "r"), "-z", zero, "-a", "2"])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
+
+
+def test_planted_missing_wait_for_the_compute_stream_is_reported(tmp_path: Path) -> None:
+    """multi_gpu.cuh's gradient reduction without the communication stream's wait for the compute stream: the
+    all-reduce may read gradients the backward has not written yet. In the default order the compute stream's
+    earlier work happens to run first (the test passes: a defect the default order cannot see); with the other
+    streams run first (CUDA_CPU_STREAM_ORDER=2) the all-reduce reaches a gradient range a pending GEMM still
+    writes, and the run fails with the stream-order line."""
+    binary("libcuda_cpu.a")
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "llmc", src / "llmc")
+    for name in ("train_gpt2.cu", "test_gpt2.cu"):
+        shutil.copy(REPO / name, src / name)
+    wait = "    stream_wait_stream(mg->nccl_stream, compute, mg->compute_ready);\n    ncclCheck(ncclGroupStart());\n    for (int r = 0;"
+    text = (src / "llmc/cuda/multi_gpu.cuh").read_text()
+    assert text.count(wait) == 1, "llmc/cuda/multi_gpu.cuh changed: the planted defect no longer applies"
+    (src / "llmc/cuda/multi_gpu.cuh").write_text(text.replace(wait, "    ncclCheck(ncclGroupStart());\n    for (int r = 0;"))
+    files = [str(p.relative_to(src)) for p in sorted(src.rglob("*")) if p.suffix in (".h", ".cuh", ".cu")]
+    r = translate(src, tmp_path / "out", files)
+    assert r.returncode == 0, r.stderr
+    cxx, libs = cuda_cpu_flags()
+    exe = tmp_path / "test_gpt2cu_bf16"
+    r = run([*cxx, "-DENABLE_BF16", f"-I{tmp_path / 'out'}", "-x", "c++", str(tmp_path / "out" / "test_gpt2.cu"), "-x", "none",
+             *libs, "-o", str(exe)], cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    model, state = refs()
+    results = {}
+    for order in ("1", "2"):
+        results[order] = run(mpirun(2) + ["-x", f"CUDA_CPU_STREAM_ORDER={order}", str(exe), "-e", str(model), "-s", str(state),
+                                          "-o", str(tmp_path / f"r{order}"), "-z", "0"])
+    assert results["1"].returncode == 0, results["1"].stdout[-2000:] + results["1"].stderr[-2000:]
+    eager = results["2"]
+    assert eager.returncode != 0, eager.stdout[-2000:]
+    assert re.search(r"^cuda_cpu: stream order: ncclAllReduce on a non-blocking stream would run before \S+, issued earlier to "
+                     r"a blocking stream, and nothing orders the two", eager.stderr, re.M), eager.stderr[-3000:]
 
 
 @pytest.mark.parametrize("args", [["7"], ["foo"], ["1", "2"]])

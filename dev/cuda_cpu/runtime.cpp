@@ -468,8 +468,13 @@ static bool side_ok(const void* p, size_t bytes, bool device) {
 // cudaMemset, launches without a stream) waits for every blocking stream and they wait for it;
 // streams created with cudaStreamNonBlocking do not. So a missing event wait between two streams
 // runs the reader before the writer and gives stale data, and a host read through a synchronous
-// copy of memory that pending work still uses is reported. CUDA_CPU_STREAM_ORDER=0: every launch,
-// copy and collective runs when it is issued.
+// copy of memory that pending work still uses is reported. CUDA_CPU_STREAM_ORDER=2: the other order,
+// as legal: before each piece of work of the stream being run, every other stream runs all it can
+// (after what it waits for), so a reader that does not wait for its writer's stream runs before the
+// writer (the communication stream reducing gradients the compute stream has not written yet); the
+// default order catches the converse (a compute stream that does not wait for the communication
+// stream reads before the reduction). CUDA_CPU_STREAM_ORDER=0: every launch, copy and collective runs
+// when it is issued.
 
 static const unsigned int STREAM_MAGIC = 0x5354524du, EVENT_MAGIC = 0x4556454eu;
 struct Use {
@@ -491,6 +496,7 @@ struct CUstream_st {
     std::deque<PendingWork> queue;
     unsigned long long last;  // seq of the last work issued to it
     unsigned long long done;  // seq of the last work it ran
+    bool running;             // run_stream_until is inside it (CUDA_CPU_STREAM_ORDER=2 does not start it again)
 };
 struct CUevent_st {
     unsigned int magic;
@@ -501,9 +507,10 @@ struct CUevent_st {
     unsigned long long seq;
 };
 
-static bool g_stream_order = true;  // CUDA_CPU_STREAM_ORDER, read once
+static bool g_stream_order = true;   // CUDA_CPU_STREAM_ORDER, read once: not 0
+static bool g_streams_eager = false;  // CUDA_CPU_STREAM_ORDER=2: the other streams run first
 static unsigned long long g_issued = 0;
-static CUstream_st g_legacy_stream = {STREAM_MAGIC, cudaStreamDefault, {}, 0, 0};
+static CUstream_st g_legacy_stream = {STREAM_MAGIC, cudaStreamDefault, {}, 0, 0, false};
 static std::vector<CUstream_st*> g_streams = {&g_legacy_stream};  // the live ones
 
 static double now_ms(void) {
@@ -544,9 +551,25 @@ static void check_unordered(const CUstream_st* s, const PendingWork& w) {
     }
 }
 
+static void run_stream_until(CUstream_st* s, unsigned long long seq);
+
+// CUDA_CPU_STREAM_ORDER=2: every other stream that is not already being run runs all it has issued
+static void run_other_streams_first(const CUstream_st* s) {
+    for (size_t i = 0; i < g_streams.size(); i++) {
+        CUstream_st* t = g_streams[i];
+        if (t != s && !t->running && !t->queue.empty()) { run_stream_until(t, t->last); }
+    }
+}
+
 // runs stream s up to and including its work numbered seq (first what that work waits for)
 static void run_stream_until(CUstream_st* s, unsigned long long seq) {
+    const bool was_running = s->running;
+    s->running = true;
     while (s->done < seq && !s->queue.empty()) {
+        if (g_streams_eager) {
+            run_other_streams_first(s);
+            if (s->done >= seq || s->queue.empty()) { break; }  // they needed s's work: it ran in order
+        }
         PendingWork w = std::move(s->queue.front());
         s->queue.pop_front();
         for (const auto& dep : w.after) { run_stream_until(dep.first, dep.second); }
@@ -554,6 +577,7 @@ static void run_stream_until(CUstream_st* s, unsigned long long seq) {
         w.work();
         s->done = w.seq;
     }
+    s->running = was_running;
 }
 
 // everything issued: the stream whose newest work is newest runs first
@@ -714,7 +738,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAs
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
     if (stream == nullptr) { return fail(cudaErrorInvalidValue, "cudaStreamCreate: NULL result pointer"); }
-    *stream = new CUstream_st{STREAM_MAGIC, flags, {}, 0, 0};
+    *stream = new CUstream_st{STREAM_MAGIC, flags, {}, 0, 0, false};
     g_streams.push_back(*stream);
     return cudaSuccess;
 }
@@ -1620,6 +1644,7 @@ static void runtime_init_once(void) {
         g_device_initcheck = cuda_cpu_initcheck != 0;
         const char* stream_order = getenv("CUDA_CPU_STREAM_ORDER");
         g_stream_order = stream_order == nullptr || atoi(stream_order) != 0;
+        g_streams_eager = stream_order != nullptr && atoi(stream_order) == 2;
         const char* racecheck = getenv("CUDA_CPU_RACECHECK");
         cuda_cpu_racecheck = racecheck == nullptr || atoi(racecheck) != 0;
         if (order != nullptr && !g_reverse_order && strcmp(order, "forward") != 0) {
