@@ -298,44 +298,23 @@ typedef TestTolerances GpuTolerances;
 #define BF16_LOGITS_L2 3e-2
 #define BF16_GRAD_L2 3e-2
 
-// test_gpt2.cu's: FP32 builds use true fp32 GEMMs (TF32 off); BF16 builds keep activations and gradients in bf16
+// The tolerance rows. test_gpt2.cu's FP32 builds use true fp32 GEMMs (TF32 off); its BF16 builds keep
+// activations and gradients in bf16. test_gpt2.c's fp32 runs the CPU trainer in fp32 throughout; with -p bf16
+// its GEMMs round their inputs to bf16 (fp32 sums, fp32 activations), which the GPU's BF16 row covers. Its
+// rows report the relative L2 error; a check made with tensor_check_l2 and these bounds holds it to them.
+//                          logits: rtol  atol  L2              loss  grads: rtol  L2            steps  is_bf16
+#define GPU_FP32_TOLERANCES {        1e-5, 0.0,  FP32_LOGITS_L2, 1e-4,        2e-3, FP32_GRAD_L2, 2e-4,  0}
+#define CPU_FP32_TOLERANCES {        0.0,  1e-4, FP32_LOGITS_L2, 1e-5,        1e-3, FP32_GRAD_L2, 1e-4,  0}
+#define BF16_TOLERANCES     {        2e-2, 0.0,  BF16_LOGITS_L2, 2e-2,        1e-1, BF16_GRAD_L2, 5e-2,  1}
+
 static inline TestTolerances gpu_tolerances(int is_bf16) {
-    TestTolerances t;
-    t.is_bf16 = is_bf16;
-    t.logits_atol = 0.0;
-    if (is_bf16) {
-        t.logits_rtol = 2e-2;
-        t.logits_l2 = BF16_LOGITS_L2;
-        t.loss_atol = 2e-2;
-        t.grad_rtol = 1e-1;
-        t.grad_l2 = BF16_GRAD_L2;
-        t.step_loss_atol = 5e-2;
-    } else {
-        t.logits_rtol = 1e-5;
-        t.logits_l2 = FP32_LOGITS_L2;
-        t.loss_atol = 1e-4;
-        t.grad_rtol = 2e-3;
-        t.grad_l2 = FP32_GRAD_L2;
-        t.step_loss_atol = 2e-4;
-    }
-    return t;
+    static const TestTolerances table[2] = {GPU_FP32_TOLERANCES, BF16_TOLERANCES};
+    return table[is_bf16 ? 1 : 0];
 }
 
-// test_gpt2.c's: fp32 runs the CPU trainer in fp32 throughout; with -p bf16 its GEMMs round their
-// inputs to bf16 (fp32 sums, fp32 activations), which the GPU's BF16 table covers. Its rows report the
-// relative L2 error; a check made with tensor_check_l2 and these bounds holds it to them.
 static inline TestTolerances cpu_tolerances(int is_bf16) {
-    if (is_bf16) { return gpu_tolerances(1); }
-    TestTolerances t;
-    t.is_bf16 = 0;
-    t.logits_rtol = 0.0;
-    t.logits_atol = 1e-4;
-    t.logits_l2 = FP32_LOGITS_L2;
-    t.loss_atol = 1e-5;
-    t.grad_rtol = 1e-3;
-    t.grad_l2 = FP32_GRAD_L2;
-    t.step_loss_atol = 1e-4;
-    return t;
+    static const TestTolerances table[2] = {CPU_FP32_TOLERANCES, BF16_TOLERANCES};
+    return table[is_bf16 ? 1 : 0];
 }
 
 // the derived step-loss rule (see the top of this file)

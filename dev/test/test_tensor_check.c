@@ -17,6 +17,13 @@ static float uniform_pm1(uint32_t* state) {
     return (float)((*state >> 8) & 0xFFFFFF) / (float)(1 << 23) - 1.0f;
 }
 
+// n deterministic uniform values in [-1, 1) from seed (malloc'd)
+static float* uniform_tensor(size_t n, uint32_t seed) {
+    float* x = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { x[i] = uniform_pm1(&seed); }
+    return x;
+}
+
 // ref * (1 + rel * u), u uniform in [-1, 1): the per-element noise of an honest lower-precision computation
 // (rel = 2^-8: bf16 rounding of the result and of its inputs, about 2.3e-3 relative L2 error)
 static void add_relative_noise(float* got, const float* ref, size_t n, float rel, uint32_t seed) {
@@ -186,10 +193,8 @@ static void test_table_rows(void) {
 static void test_bf16_bounds_catch_a_tenth_wrong_by_2x(void) {
     const size_t n = 100000;
     TestTolerances t = gpu_tolerances(1);
-    float* ref = (float*)malloc(n * sizeof(float));
+    float* ref = uniform_tensor(n, 3);
     float* got = (float*)malloc(n * sizeof(float));
-    uint32_t s = 3;
-    for (size_t i = 0; i < n; i++) { ref[i] = uniform_pm1(&s); }
     ref[12345] = 20.0f;  // one outlier sets max|ref|: the old rule's tolerance (0.1 x 20 = 2) exceeds every other value
     add_relative_noise(got, ref, n, 1.0f / 256.0f, 11);
     TensorCheck c = tensor_check_l2(got, ref, n, t.grad_rtol, 0.0, t.grad_l2);
@@ -252,10 +257,8 @@ static void test_heavy_tail_rows_are_checked_on_their_own(void) {
 static void test_fp32_bound_catches_tf32_sized_errors(void) {
     const size_t n = 100000;
     TestTolerances t = gpu_tolerances(0);
-    float* ref = (float*)malloc(n * sizeof(float));
+    float* ref = uniform_tensor(n, 17);
     float* got = (float*)malloc(n * sizeof(float));
-    uint32_t s = 17;
-    for (size_t i = 0; i < n; i++) { ref[i] = uniform_pm1(&s); }
     add_relative_noise(got, ref, n, 1e-6f, 19);  // a few ulps of float32 per element
     TensorCheck c = tensor_check_l2(got, ref, n, t.grad_rtol, 0.0, t.grad_l2);
     CHECK(c.ok, "float32-sized noise (rel L2 %.1e) passes the FP32 bound %.0e", c.rel_l2, t.grad_l2);
