@@ -732,21 +732,54 @@ def add_run_args(p: argparse.ArgumentParser, learning_rate: float) -> None:
     a("--flash", type=int, default=0, help="scaled_dot_product_attention (flash) instead of explicit attention")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@dataclass(frozen=True)
+class TrainerCli:
+    """The trainers' command line (trainer_parser) with GPT-2's defaults; train_llama3.py overrides what it changes."""
+
+    description: str | None  # the script's docstring, shown by --help
+    input_bin: str = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin"  # the family's token shards
+    input_bin_help: str = "train token shards (glob)"
+    model: str = "gpt2"
+    model_help: str = "gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory"
+    learning_rate: float = 3e-4
+    fused_adamw_help: str = "1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA"
+    write_tensors_help: str = "write the checkpoints, tokenizer and debug state"
+    add_family_args: Callable[[argparse.ArgumentParser], None] | None = None  # the family's own flags, after --model
+    dtype_before_optimizer: bool = False  # --dtype listed before the --optimizer flags instead of after them
+
+
+def add_dtype_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
+
+
+def trainer_parser(cli: TrainerCli) -> OneLineErrorParser:
+    """The command line of train_gpt2.py and train_llama3.py: every flag once, the family's parts from `cli`."""
+    p = OneLineErrorParser(description=cli.description, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("--input_bin", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin", help="train token shards (glob)")
+    a("--input_bin", default=cli.input_bin, help=cli.input_bin_help)
     a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
     a("--output_dir", default="", help="directory for main.log and the final checkpoint")
-    a("--model", default="gpt2", help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory")
-    add_run_args(p, learning_rate=3e-4)
-    a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA")
+    a("--model", default=cli.model, help=cli.model_help)
+    if cli.add_family_args is not None:
+        cli.add_family_args(p)
+    add_run_args(p, learning_rate=cli.learning_rate)
+    a("--fused_adamw", type=int, default=0, help=cli.fused_adamw_help)
+    if cli.dtype_before_optimizer:
+        add_dtype_arg(p)
     add_optimizer_args(p)
-    a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
+    if not cli.dtype_before_optimizer:
+        add_dtype_arg(p)
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
-    a("--write_tensors", type=int, default=1, help="write the checkpoints, tokenizer and debug state")
+    a("--write_tensors", type=int, default=1, help=cli.write_tensors_help)
     a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
-    return p.parse_args(argv)
+    return p
+
+
+GPT2_CLI = TrainerCli(description=__doc__)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return trainer_parser(GPT2_CLI).parse_args(argv)
 
 
 def optimizer_settings(args: argparse.Namespace) -> OptimizerSettings:

@@ -31,11 +31,9 @@ from train_gpt2 import (
     DebugOptimizer,
     DistributedDataLoader,
     ModelFamily,
-    OneLineErrorParser,
     OptimizerSettings,
+    TrainerCli,
     UserError,
-    add_optimizer_args,
-    add_run_args,
     causal_attention,
     debug_optimizer,
     debug_state_chunks,
@@ -46,6 +44,7 @@ from train_gpt2 import (
     reference_steps as gpt2_reference_steps,
     run_main,
     train_loop,
+    trainer_parser,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
@@ -438,25 +437,27 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
 # ----------------------------------------------------------------------------- training
 
 
+def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model "
+                   "directory's, else the hub's meta-llama/Meta-Llama-3-8B")
+
+
+LLAMA3_CLI = TrainerCli(
+    description=__doc__,
+    input_bin="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
+    input_bin_help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)",
+    model="meta-llama/Llama-3.2-1B",
+    model_help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files",
+    learning_rate=1e-4,
+    fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
+    write_tensors_help="write the model files, tokenizer file and debug state",
+    add_family_args=add_tokenizer_arg,
+    dtype_before_optimizer=True,
+)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a = p.add_argument
-    a("--input_bin", default="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
-      help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)")
-    a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
-    a("--output_dir", default="", help="directory for main.log and the final checkpoint")
-    a("--model", default="meta-llama/Llama-3.2-1B",
-      help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files")
-    a("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model directory's, "
-      "else the hub's meta-llama/Meta-Llama-3-8B")
-    add_run_args(p, learning_rate=1e-4)
-    a("--fused_adamw", type=int, default=0, help="1 = torch's fused AdamW kernel (AdamW(fused=True))")
-    a("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
-    add_optimizer_args(p)
-    a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
-    a("--write_tensors", type=int, default=1, help="write the model files, tokenizer file and debug state")
-    a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
-    return p.parse_args(argv)
+    return trainer_parser(LLAMA3_CLI).parse_args(argv)
 
 
 class LlamaDataLoader(DistributedDataLoader):
