@@ -72,21 +72,26 @@ def test_llama3_model_file_reads_back_the_written_tensors(files):
     assert model_file.read_llama3_header(files["llama_bf16"]) == (TINY_LLAMA, 5)
 
 
+# damage that both readers refuse: (what is damaged, the damage, the GPT-2 checkpoint's line, the Llama 3 model file's)
+BOTH_FAMILIES = [
+    ("truncated", lambda d: d[:-4], "model checkpoint size mismatch: the header (L=2 C=8 Vp=128 maxT=8, fp32) needs",
+     "truncated: the header's config needs"),
+    ("shorter than the header", lambda d: d[:100], "not a model checkpoint (file is 100 bytes, too short for the",
+     "truncated: 100 bytes, shorter than the 2048-byte Llama 3 header"),
+    ("wrong version", lambda d: set_int(d, 1, 4), "unsupported model checkpoint version 4 (expected 3 = fp32 or 5 = bf16)",
+     "wrong version 4, expected 3 (float32) or 5 (bfloat16)"),
+]
 # (file, what is damaged, the damage, what the one line says)
-DAMAGE = [
-    ("gpt2", "truncated", lambda d: d[:-4], "model checkpoint size mismatch: the header (L=2 C=8 Vp=128 maxT=8, fp32) needs"),
+DAMAGE = [(family, what, edit, line) for what, edit, *lines in BOTH_FAMILIES for family, line in zip(("gpt2", "llama"), lines)] + [
     ("gpt2", "trailing data", lambda d: d + b"\0\0", "needs 12416 bytes, the file size is 12418"),
-    ("gpt2", "shorter than the header", lambda d: d[:100], "not a model checkpoint (file is 100 bytes, too short for the"),
     ("gpt2", "wrong magic", lambda d: set_int(d, 0, 20240803), "not a model checkpoint file (magic 20240803, expected 20240326)"),
-    ("gpt2", "wrong version", lambda d: set_int(d, 1, 4), "unsupported model checkpoint version 4 (expected 3 = fp32 or 5 = bf16)"),
     ("gpt2", "L out of range", lambda d: set_int(d, 4, 5000), "layers L (header[4]) = 5000 is outside [1, 4096]"),
     ("gpt2", "Vp below V", lambda d: set_int(d, 7, 4), "padded vocab Vp = 4 is smaller than V = 5"),
     ("gpt2", "C not a multiple of NH", lambda d: set_int(d, 5, 3), "channels C = 8 is not a multiple of heads NH = 3"),
-    ("llama", "truncated", lambda d: d[:-4], "truncated: the header's config needs"),
     ("llama", "trailing data", lambda d: d + b"\0\0\0\0", "trailing data: the header's config needs"),
-    ("llama", "shorter than the header", lambda d: d[:1500], "truncated: 1500 bytes, shorter than the 2048-byte Llama 3 header"),
+    ("llama", "shorter than the header, longer than GPT-2's", lambda d: d[:1500],
+     "truncated: 1500 bytes, shorter than the 2048-byte Llama 3 header"),
     ("llama", "wrong magic", lambda d: set_int(d, 0, 20240326), "wrong magic 20240326, expected 20240803 (a Llama 3 model file)"),
-    ("llama", "wrong version", lambda d: set_int(d, 1, 4), "wrong version 4, expected 3 (float32) or 5 (bfloat16)"),
     ("llama", "zero layers", lambda d: set_int(d, 4, 0), "must be positive"),
     ("llama", "FFN size off the rule", lambda d: set_int(d, 17, 17), "FFN hidden size 17 is not Llama's rule"),
 ]
