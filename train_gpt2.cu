@@ -201,7 +201,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
         llmc_die("model: channels C = %d must be a multiple of 8 and of the head count %d", cfg->channels, cfg->num_heads);
     }
 #ifdef ENABLE_CUDNN
-    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->channels / cfg->num_heads);
+    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads);
     if (why != NULL) { llmc_die("-b %d -t %d with %d heads of size %d: cuDNN attention cannot run it: %s", B, T,
                                 cfg->num_heads, cfg->channels / cfg->num_heads, why); }
 #endif
@@ -218,7 +218,7 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     token_groups_device_init(&model->token_groups_device, B * T);
 #ifdef ENABLE_CUDNN
     model->cudnn = cudnn_attention_create(stream);
-    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->channels / cfg->num_heads);
+    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads);
 #endif
 }
 
@@ -275,7 +275,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
 #ifdef ENABLE_CUDNN
         // qkv (B, T, 3, NH, HS) stays where the matmul writes it; no backward follows when !write_dlogits
         matmul_forward(ctx, a.qkvr, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL);
-        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, C / NH, !write_dlogits);
+        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NH, C / NH, !write_dlogits);
 #else
         matmul_forward(ctx, acts.scratch_bt4c, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL); // (B,T,3C)
         attention_forward(ctx, a.atty, a.qkvr, a.att, acts.scratch_bt4c, acts.scratch_btc, B, T, C, NH);
@@ -362,7 +362,7 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
                         BT, C, C, NULL);
 #ifdef ENABLE_CUDNN
         // scratch_btc holds d(atty); dqkv (B, T, 3, NH, HS) goes straight into scratch_bt4c
-        cudnn_attention_backward(model->cudnn, acts.scratch_bt4c, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, C / NH);
+        cudnn_attention_backward(model->cudnn, acts.scratch_bt4c, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NH, C / NH);
 #else
         attention_backward(ctx, acts.scratch_bt4c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
 #endif

@@ -2,8 +2,9 @@
 llmc/cuda/cudnn_att.cpp: causal self-attention through cuDNN's fused flash-attention graphs (USE_CUDNN=1).
 The interface and the layouts are in llmc/cuda/cudnn_att.h; this file is the cuDNN frontend side.
 
-Each call looks up its graph by (B, T, NH, HS, is_inference); a miss builds it: describe q, k, v
-(strided views into the qkv matmul output), declare the SDPA node (causal, scale 1/sqrt(HS)), then
+Each call looks up its graph by (B, T, NH, NKV, HS, is_inference); a miss builds it: describe q, k, v
+(strided views into the qkv matmul output; k and v with NKV heads, which cuDNN shares among NH / NKV query
+heads and whose gradients it sums over them), declare the SDPA node (causal, scale 1/sqrt(HS)), then
 validate, lower to a backend operation graph, ask the heuristics for engine configs, keep the
 supported ones and build their plans. The workspace is one device buffer that grows to the largest
 graph's need. Every tensor gets a fixed uid, so a call binds its pointers by uid.
@@ -51,9 +52,9 @@ static void cudnn_att_check_status(cudnnStatus_t status, const char* what, const
 }
 static void cudnn_att_check_fe(const fe::error_t& err, const char* what, uint64_t key, const char* file, int line) {
     if (err.is_bad()) {
-        int B, T, NH, HS, is_inference;
-        cudnn_att_key_unpack(key, &B, &T, &NH, &HS, &is_inference);
-        llmc_die("cuDNN attention: %s failed for B=%d T=%d NH=%d HS=%d%s: %s (%s:%d)", what, B, T, NH, HS,
+        int B, T, NH, NKV, HS, is_inference;
+        cudnn_att_key_unpack(key, &B, &T, &NH, &NKV, &HS, &is_inference);
+        llmc_die("cuDNN attention: %s failed for B=%d T=%d NH=%d NKV=%d HS=%d%s: %s (%s:%d)", what, B, T, NH, NKV, HS,
                  is_inference ? " (inference)" : "", err.err_msg.c_str(), file, line);
     }
 }
@@ -120,16 +121,16 @@ static GraphPtr new_graph(int sm_version) {
 }
 
 // a graph input with one of the layouts of cudnn_att.h
-static TensorPtr graph_input(const GraphPtr& graph, const char* name, int64_t uid, int which, int B, int T, int NH, int HS) {
-    CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, HS);
+static TensorPtr graph_input(const GraphPtr& graph, const char* name, int64_t uid, int which, int B, int T, int NH, int NKV, int HS) {
+    CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, NKV, HS);
     fe::graph::Tensor_attributes attrs;
     attrs.set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l)).set_data_type(layout_type(which));
     return graph->tensor(attrs);
 }
 
 // marks a node output as a graph output with one of the layouts of cudnn_att.h
-static void graph_output(const TensorPtr& t, const char* name, int64_t uid, int which, int B, int T, int NH, int HS) {
-    CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, HS);
+static void graph_output(const TensorPtr& t, const char* name, int64_t uid, int which, int B, int T, int NH, int NKV, int HS) {
+    CudnnAttLayout l = cudnn_att_layout(which, B, T, NH, NKV, HS);
     t->set_output(true).set_name(name).set_uid(uid).set_dim(layout_dims(l)).set_stride(layout_strides(l)).set_data_type(layout_type(which));
 }
 
@@ -151,37 +152,37 @@ static void graph_finish(CudnnAttention* att, const GraphPtr& graph, uint64_t ke
     }
 }
 
-static void shape_check(int B, int T, int NH, int HS) {
-    const char* why = cudnn_att_shape_error(B, T, NH, HS);
-    if (why != NULL) { llmc_die("cuDNN attention: B=%d T=%d NH=%d HS=%d: %s", B, T, NH, HS, why); }
+static void shape_check(int B, int T, int NH, int NKV, int HS) {
+    const char* why = cudnn_att_shape_error(B, T, NH, NKV, HS);
+    if (why != NULL) { llmc_die("cuDNN attention: B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why); }
 }
 
 // the forward graph's description: q, k, v in -> out (+ stats when training)
-static GraphPtr describe_forward(int B, int T, int NH, int HS, int is_inference, int sm_version) {
+static GraphPtr describe_forward(int B, int T, int NH, int NKV, int HS, int is_inference, int sm_version) {
     GraphPtr graph = new_graph(sm_version);
-    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, HS);
-    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, HS);
-    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, HS);
+    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, NKV, HS);
+    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, NKV, HS);
+    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, NKV, HS);
     fe::graph::SDPA_attributes opts;
     opts.set_name("attention_forward")
         .set_generate_stats(is_inference == 0)
         .set_causal_mask(true)
         .set_attn_scale(1.0f / sqrtf((float)HS));
     auto outputs = graph->sdpa(q, k, v, opts);  // {O, Stats}
-    graph_output(outputs[0], "out", UID_O, CUDNN_ATT_O, B, T, NH, HS);
-    if (!is_inference) { graph_output(outputs[1], "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, HS); }
+    graph_output(outputs[0], "out", UID_O, CUDNN_ATT_O, B, T, NH, NKV, HS);
+    if (!is_inference) { graph_output(outputs[1], "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, NKV, HS); }
     return graph;
 }
 
 // the backward graph's description: q, k, v, out, dout, stats in -> dq, dk, dv
-static GraphPtr describe_backward(int B, int T, int NH, int HS, int sm_version) {
+static GraphPtr describe_backward(int B, int T, int NH, int NKV, int HS, int sm_version) {
     GraphPtr graph = new_graph(sm_version);
-    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, HS);
-    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, HS);
-    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, HS);
-    TensorPtr o = graph_input(graph, "out", UID_O, CUDNN_ATT_O, B, T, NH, HS);
-    TensorPtr dout = graph_input(graph, "dout", UID_DO, CUDNN_ATT_O, B, T, NH, HS);
-    TensorPtr stats = graph_input(graph, "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, HS);
+    TensorPtr q = graph_input(graph, "q", UID_Q, CUDNN_ATT_Q, B, T, NH, NKV, HS);
+    TensorPtr k = graph_input(graph, "k", UID_K, CUDNN_ATT_K, B, T, NH, NKV, HS);
+    TensorPtr v = graph_input(graph, "v", UID_V, CUDNN_ATT_V, B, T, NH, NKV, HS);
+    TensorPtr o = graph_input(graph, "out", UID_O, CUDNN_ATT_O, B, T, NH, NKV, HS);
+    TensorPtr dout = graph_input(graph, "dout", UID_DO, CUDNN_ATT_O, B, T, NH, NKV, HS);
+    TensorPtr stats = graph_input(graph, "stats", UID_STATS, CUDNN_ATT_STATS, B, T, NH, NKV, HS);
     fe::graph::SDPA_backward_attributes opts;
     // deterministic: llmc promises bit-identical runs and resumes; cuDNN then keeps dP = dO V^T in the
     // workspace, a transient (B, NH, T, T) bf16 buffer shared by every layer
@@ -190,44 +191,44 @@ static GraphPtr describe_backward(int B, int T, int NH, int HS, int sm_version) 
         .set_attn_scale(1.0f / sqrtf((float)HS))
         .set_deterministic_algorithm(true);
     auto grads = graph->sdpa_backward(q, k, v, o, dout, stats, opts);  // {dQ, dK, dV}
-    graph_output(grads[0], "dq", UID_DQ, CUDNN_ATT_Q, B, T, NH, HS);
-    graph_output(grads[1], "dk", UID_DK, CUDNN_ATT_K, B, T, NH, HS);
-    graph_output(grads[2], "dv", UID_DV, CUDNN_ATT_V, B, T, NH, HS);
+    graph_output(grads[0], "dq", UID_DQ, CUDNN_ATT_Q, B, T, NH, NKV, HS);
+    graph_output(grads[1], "dk", UID_DK, CUDNN_ATT_K, B, T, NH, NKV, HS);
+    graph_output(grads[2], "dv", UID_DV, CUDNN_ATT_V, B, T, NH, NKV, HS);
     return graph;
 }
 
-static const fe::graph::Graph& forward_graph(CudnnAttention* att, int B, int T, int NH, int HS, int is_inference) {
-    uint64_t key = cudnn_att_key(B, T, NH, HS, is_inference);
+static const fe::graph::Graph& forward_graph(CudnnAttention* att, int B, int T, int NH, int NKV, int HS, int is_inference) {
+    uint64_t key = cudnn_att_key(B, T, NH, NKV, HS, is_inference);
     auto it = att->forward_graphs.find(key);
     if (it != att->forward_graphs.end()) { return *it->second; }
-    shape_check(B, T, NH, HS);
-    GraphPtr graph = describe_forward(B, T, NH, HS, is_inference, 0);
+    shape_check(B, T, NH, NKV, HS);
+    GraphPtr graph = describe_forward(B, T, NH, NKV, HS, is_inference, 0);
     graph_finish(att, graph, key);
     att->forward_graphs.emplace(key, graph);
     return *graph;
 }
 
-static const fe::graph::Graph& backward_graph(CudnnAttention* att, int B, int T, int NH, int HS) {
-    uint64_t key = cudnn_att_key(B, T, NH, HS, 0);
+static const fe::graph::Graph& backward_graph(CudnnAttention* att, int B, int T, int NH, int NKV, int HS) {
+    uint64_t key = cudnn_att_key(B, T, NH, NKV, HS, 0);
     auto it = att->backward_graphs.find(key);
     if (it != att->backward_graphs.end()) { return *it->second; }
-    shape_check(B, T, NH, HS);
-    GraphPtr graph = describe_backward(B, T, NH, HS, 0);
+    shape_check(B, T, NH, NKV, HS);
+    GraphPtr graph = describe_backward(B, T, NH, NKV, HS, 0);
     graph_finish(att, graph, key);
     att->backward_graphs.emplace(key, graph);
     return *graph;
 }
 
-void cudnn_attention_prepare(CudnnAttention* att, int B, int T, int NH, int HS) {
-    forward_graph(att, B, T, NH, HS, 0);
-    forward_graph(att, B, T, NH, HS, 1);
-    backward_graph(att, B, T, NH, HS);
+void cudnn_attention_prepare(CudnnAttention* att, int B, int T, int NH, int NKV, int HS) {
+    forward_graph(att, B, T, NH, NKV, HS, 0);
+    forward_graph(att, B, T, NH, NKV, HS, 1);
+    backward_graph(att, B, T, NH, NKV, HS);
 }
 
-int cudnn_attention_check_graphs(int B, int T, int NH, int HS, int sm_version, char* why, size_t why_size) {
+int cudnn_attention_check_graphs(int B, int T, int NH, int NKV, int HS, int sm_version, char* why, size_t why_size) {
     const char* names[3] = {"forward (training)", "forward (inference)", "backward"};
     for (int i = 0; i < 3; i++) {
-        GraphPtr graph = i < 2 ? describe_forward(B, T, NH, HS, i, sm_version) : describe_backward(B, T, NH, HS, sm_version);
+        GraphPtr graph = i < 2 ? describe_forward(B, T, NH, NKV, HS, i, sm_version) : describe_backward(B, T, NH, NKV, HS, sm_version);
         fe::error_t err = graph->validate();
         if (err.is_bad()) {
             snprintf(why, why_size, "%s graph: %s", names[i], err.err_msg.c_str());
@@ -242,38 +243,38 @@ int cudnn_attention_check_graphs(int B, int T, int NH, int HS, int sm_version, c
 // the calls
 
 // pointer to a layout's first element inside a bf16 buffer
-static void* at_layout(const __nv_bfloat16* base, int which, int B, int T, int NH, int HS) {
-    return (void*)(base + cudnn_att_layout(which, B, T, NH, HS).offset);
+static void* at_layout(const __nv_bfloat16* base, int which, int B, int T, int NH, int NKV, int HS) {
+    return (void*)(base + cudnn_att_layout(which, B, T, NH, NKV, HS).offset);
 }
 
 void cudnn_attention_forward(CudnnAttention* att, __nv_bfloat16* out, float* stats, const __nv_bfloat16* qkv,
-                             int B, int T, int NH, int HS, int is_inference) {
-    const fe::graph::Graph& graph = forward_graph(att, B, T, NH, HS, is_inference);
+                             int B, int T, int NH, int NKV, int HS, int is_inference) {
+    const fe::graph::Graph& graph = forward_graph(att, B, T, NH, NKV, HS, is_inference);
     std::unordered_map<int64_t, void*> pack = {
-        {UID_Q, at_layout(qkv, CUDNN_ATT_Q, B, T, NH, HS)},
-        {UID_K, at_layout(qkv, CUDNN_ATT_K, B, T, NH, HS)},
-        {UID_V, at_layout(qkv, CUDNN_ATT_V, B, T, NH, HS)},
+        {UID_Q, at_layout(qkv, CUDNN_ATT_Q, B, T, NH, NKV, HS)},
+        {UID_K, at_layout(qkv, CUDNN_ATT_K, B, T, NH, NKV, HS)},
+        {UID_V, at_layout(qkv, CUDNN_ATT_V, B, T, NH, NKV, HS)},
         {UID_O, (void*)out},
     };
     if (!is_inference) { pack[UID_STATS] = (void*)stats; }
     feCheck(graph.execute(att->handle, pack, att->workspace), "running the forward graph",
-            cudnn_att_key(B, T, NH, HS, is_inference));
+            cudnn_att_key(B, T, NH, NKV, HS, is_inference));
 }
 
 void cudnn_attention_backward(CudnnAttention* att, __nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
-                              int B, int T, int NH, int HS) {
-    const fe::graph::Graph& graph = backward_graph(att, B, T, NH, HS);
+                              int B, int T, int NH, int NKV, int HS) {
+    const fe::graph::Graph& graph = backward_graph(att, B, T, NH, NKV, HS);
     std::unordered_map<int64_t, void*> pack = {
-        {UID_Q, at_layout(qkv, CUDNN_ATT_Q, B, T, NH, HS)},
-        {UID_K, at_layout(qkv, CUDNN_ATT_K, B, T, NH, HS)},
-        {UID_V, at_layout(qkv, CUDNN_ATT_V, B, T, NH, HS)},
+        {UID_Q, at_layout(qkv, CUDNN_ATT_Q, B, T, NH, NKV, HS)},
+        {UID_K, at_layout(qkv, CUDNN_ATT_K, B, T, NH, NKV, HS)},
+        {UID_V, at_layout(qkv, CUDNN_ATT_V, B, T, NH, NKV, HS)},
         {UID_O, (void*)out},
         {UID_DO, (void*)dout},
         {UID_STATS, (void*)stats},
-        {UID_DQ, at_layout(dqkv, CUDNN_ATT_Q, B, T, NH, HS)},
-        {UID_DK, at_layout(dqkv, CUDNN_ATT_K, B, T, NH, HS)},
-        {UID_DV, at_layout(dqkv, CUDNN_ATT_V, B, T, NH, HS)},
+        {UID_DQ, at_layout(dqkv, CUDNN_ATT_Q, B, T, NH, NKV, HS)},
+        {UID_DK, at_layout(dqkv, CUDNN_ATT_K, B, T, NH, NKV, HS)},
+        {UID_DV, at_layout(dqkv, CUDNN_ATT_V, B, T, NH, NKV, HS)},
     };
-    feCheck(graph.execute(att->handle, pack, att->workspace), "running the backward graph", cudnn_att_key(B, T, NH, HS, 0));
+    feCheck(graph.execute(att->handle, pack, att->workspace), "running the backward graph", cudnn_att_key(B, T, NH, NKV, HS, 0));
 }
