@@ -152,6 +152,14 @@ def damaged_copy(src: Path, dst: Path, damage: Callable[[bytes], bytes]) -> Path
     dst.write_bytes(damage(src.read_bytes()))
     return dst
 
+
+def length_cases(short: str, too_long: str, header_only: str, empty: str) -> list[Case]:
+    """The damage to a file's length: one byte short, one byte too long, its 1024-byte header only, no bytes at all;
+    each with the keyword of the line that refuses it ("" leaves that case out)."""
+    cases: list[Case] = [("one byte short", lambda b: b[:-1], short), ("one byte too long", lambda b: b + b"\0", too_long),
+                         ("header only", lambda b: b[:1024], header_only), ("zero length", lambda b: b"", empty)]
+    return [case for case in cases if case[2]]
+
 CHECKPOINT_CASES: list[Case] = [
     ("V = 2^30", lambda b: i32(b, 3, 1 << 30), "vocab size V"),
     ("L, C, V, Vp at their limits (3 PB)", lambda b: i32(i32(i32(i32(i32(b, 4, 4096), 6, 1 << 17), 3, 1 << 24), 7, 1 << 24), 5, 1),
@@ -163,11 +171,8 @@ CHECKPOINT_CASES: list[Case] = [
     ("Vp < V", lambda b: i32(b, 7, 4), "padded vocab"),
     ("version 4", lambda b: i32(b, 1, 4), "version 4"),
     ("bf16 version on an fp32 body", lambda b: i32(b, 1, 5), "size mismatch"),
-    ("one byte short", lambda b: b[:-1], "size mismatch"),
-    ("one byte too long", lambda b: b + b"\0", "size mismatch"),
-    ("header only", lambda b: b[:1024], "size mismatch"),
-    ("zero length", lambda b: b"", "1024-byte header"),
     ("wrong magic (a token shard)", lambda b: i32(b, 0, 20240520), "magic"),
+    *length_cases("size mismatch", "size mismatch", "size mismatch", "1024-byte header"),
 ]
 
 
@@ -199,10 +204,8 @@ DEBUG_STATE_CASES: list[Case] = [
     ("learning rate NaN", lambda b: u32(b, 5, 0x7FC00000), "optimizer setting"),
     ("token id 65535 with vocab 5", lambda b: i32(b, 256, 65535), "token id"),
     ("negative token id", lambda b: i32(b, 256 + 8, -1), "token id"),
-    ("one byte short", lambda b: b[:-1], "size mismatch"),
-    ("header only", lambda b: b[:1024], "size mismatch"),
-    ("zero length", lambda b: b"", "debug state"),
     ("wrong magic (a checkpoint)", lambda b: i32(b, 0, 20240326), "magic"),
+    *length_cases("size mismatch", "", "size mismatch", "debug state"),
 ]
 
 
@@ -226,10 +229,9 @@ TOKENIZER_CASES: list[Case] = [
     ("EOT >= vocab", lambda b: u32(b, 3, 50257), "EOT"),
     ("token of length 0", lambda b: b[:1024] + b"\0" + b[1025:], "length 0"),
     ("one byte of trailing data", lambda b: b + b"x", "trailing"),
-    ("header only", lambda b: b[:1024], "vocab size"),
-    ("zero length", lambda b: b"", "tokenizer"),
     ("version 4", lambda b: u32(b, 1, 4), "version 4"),
     ("version 3 with BOS >= vocab", lambda b: u32(u32(b, 1, 3), 4, 50257), "BOS token 50257"),
+    *length_cases("", "", "vocab size", "tokenizer"),
 ]
 
 
@@ -247,13 +249,11 @@ SHARD_CASES: list[Case] = [
     ("ntok = 2^31-1", lambda b: i32(b, 2, 2**31 - 1), "size mismatch"),
     ("ntok negative", lambda b: i32(b, 2, -5), "-5"),
     ("ntok zero, header only", lambda b: i32(b[:1024], 2, 0), "empty"),
-    ("one byte too long", lambda b: b + b"\0", "size mismatch"),
-    ("one byte short", lambda b: b[:-1], "size mismatch"),
     ("token id 65535 with vocab 50257", lambda b: u16_at(b, 1024 + 2 * 5, 65535), "65535"),
     # ./train_gpt2 reads gpt-2 shards only; the Python reader, which takes both, finds the size wrong
     ("llama-3 magic on uint16 tokens", lambda b: i32(i32(b, 0, 20240801), 1, 7), "a llama-3 token shard"),
     ("version 2", lambda b: i32(b, 1, 2), "version 2"),
-    ("zero length", lambda b: b"", "1024-byte header"),
+    *length_cases("size mismatch", "size mismatch", "", "1024-byte header"),
 ]
 
 
@@ -316,10 +316,7 @@ EVAL_CASES: list[Case] = [
     ("longest example 2^30 bytes", lambda b: i32(b, 3, 1 << 30), "longest example"),
     ("token id 50300", lambda b: u16_at(b, 1024 + 2 * 6, 50300), "token id"),
     ("label 7", lambda b: u16_at(b, 1024 + 2 * 3, 7), "label"),
-    ("one byte short", lambda b: b[:-1], "truncated"),
-    ("one byte too long", lambda b: b + b"\0", "trailing"),
-    ("header only", lambda b: b[:1024], "examples"),
-    ("zero length", lambda b: b"", "eval"),
+    *length_cases("truncated", "trailing", "examples", "eval"),
 ]
 
 
@@ -461,9 +458,7 @@ BPE_CASES: list[Case] = [
     ("total_bytes 2^31-1", lambda b: i32(b, 4, 2**31 - 1), "total_bytes"),
     ("token of length 0", lambda b: b[:1024] + b"\0" + b[1025:], "length 0"),
     ("two equal tokens", lambda b: b[:1024 + 2] + b[1024:1025] + b[1025:1026] + b[1024 + 4:], "equal"),
-    ("one byte short", lambda b: b[:-1], "does not match"),
-    ("header only", lambda b: b[:1024], "does not match"),
-    ("zero length", lambda b: b"", "BPE"),
+    *length_cases("does not match", "", "does not match", "BPE"),
 ]
 
 
