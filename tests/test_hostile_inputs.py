@@ -160,6 +160,7 @@ def length_cases(short: str, too_long: str, header_only: str, empty: str) -> lis
                          ("header only", lambda b: b[:1024], header_only), ("zero length", lambda b: b"", empty)]
     return [case for case in cases if case[2]]
 
+
 CHECKPOINT_CASES: list[Case] = [
     ("V = 2^30", lambda b: i32(b, 3, 1 << 30), "vocab size V"),
     ("L, C, V, Vp at their limits (3 PB)", lambda b: i32(i32(i32(i32(i32(b, 4, 4096), 6, 1 << 17), 3, 1 << 24), 7, 1 << 24), 5, 1),
