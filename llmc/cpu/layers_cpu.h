@@ -6,6 +6,7 @@ gradients. Reductions run in a fixed order, so the same inputs and thread count 
 
     encoder_forward / encoder_backward           token + position embeddings
     layernorm_forward / layernorm_backward       (and residual_layernorm_forward: add, then norm)
+    norm_weight_backward                         the weight and bias gradients of LayerNorm and RMSNorm
     matmul_forward / matmul_backward             llmc/cpu/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
     attention_forward / attention_backward       causal self-attention in query tiles, weights recomputed per tile in backward
     gelu_forward / bias_gelu_forward / gelu_backward
@@ -98,6 +99,28 @@ static void residual_layernorm_forward(float* res_out, float* ln_out, float* mea
     }
 }
 
+// The weight (and bias) gradients of a normalisation layer (LayerNorm here, RMSNorm in
+// llmc/cpu/layers_llama_cpu.h): dweight[i] += sum over rows of norm * dout, norm = (inp - mean) * rstd
+// (mean NULL: 0, RMSNorm's), dbias[i] += sum of dout (dbias NULL: none). Each thread owns a slice
+// of the channels and sums the rows in order.
+static void norm_weight_backward(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                                 const float* rstd, int BT, int C) {
+    // dweight, dbias are (C); dout, inp are (BT,C); mean, rstd are (BT)
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < BT; bt++) {
+            const float* x = inp + (size_t)bt * C;
+            const float* d = dout + (size_t)bt * C;
+            float m = mean != NULL ? mean[bt] : 0.0f, s = rstd[bt];
+            for (int i = c0; i < c1; i++) { dweight[i] += (x[i] - m) * s * d[i]; }
+            if (dbias != NULL) {
+                for (int i = c0; i < c1; i++) { dbias[i] += d[i]; }
+            }
+        }
+    }
+}
+
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
@@ -125,20 +148,8 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
             dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
-    // 2) weight and bias gradients: each thread owns a slice of channels, rows in order
-    #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += 64) {
-        int c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int bt = 0; bt < BT; bt++) {
-            const float* x = inp + (size_t)bt * C;
-            const float* d = dout + (size_t)bt * C;
-            float m = mean[bt], s = rstd[bt];
-            for (int i = c0; i < c1; i++) {
-                dweight[i] += (x[i] - m) * s * d[i];
-                dbias[i] += d[i];
-            }
-        }
-    }
+    // 2) weight and bias gradients
+    norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C);
 }
 
 // ---- matmul: the hot spot. Both functions call llmc/cpu/matmul.h, which runs the GEMM on the

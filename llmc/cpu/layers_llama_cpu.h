@@ -23,6 +23,7 @@ QKV = (NH + 2 NKV) HS (the qkv projection's output: q heads, then k heads, then 
 #include <string.h>
 
 #include "../utils.h"
+#include "layers_cpu.h"   // norm_weight_backward, and llmc/cpu/vecmath.h
 
 // out[b,t,:] = wte[inp[b,t],:]
 static void embedding_forward(float* out, const int* inp, const float* wte, int B, int T, int C) {
@@ -77,16 +78,8 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
         dot /= C;
         for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
     }
-    // dweight[i] = sum over rows of dout * norm: threads own channel slices, rows in order
-    #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += 64) {
-        int c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int bt = 0; bt < BT; bt++) {
-            const float* x = inp + (size_t)bt * C;
-            const float* d = dout + (size_t)bt * C;
-            for (int i = c0; i < c1; i++) { dweight[i] += d[i] * (x[i] * rstd[bt]); }
-        }
-    }
+    // dweight[i] += sum over rows of dout * norm (llmc/cpu/layers_cpu.h's, with no mean and no bias)
+    norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
 }
 
 // The rotary tables cos, sin (maxT, HS/2): angle[t,i] = t * inv_freq[i], inv_freq[i] =
