@@ -13,7 +13,8 @@
                  context length, context tokens, then per completion: length, tokens
 
 - what every dataset script's command line and main() share: `script_parser`, `add_model_desc_arg`,
-  `add_num_proc_arg`, `positive_int`, `run_script`, and the split writer `write_splits`.
+  `corpus_parser` and `add_url_arg` (a downloaded corpus), `add_num_proc_arg`, `positive_int`, `run_script`, and
+  the split writer `write_splits`.
 
 Every problem with a file is reported as a `DataError` whose message is one line naming the file
 and what is wrong; the scripts print it as `error: <message>` and exit 1 (`run_script`).
@@ -135,6 +136,19 @@ def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default="",
                         help=f"llama-3 only: a tokenizer.json or a directory holding one (default: the hub's gated "
                              f"{LLAMA3_TOKENIZER} tokenizer)")
+
+
+def corpus_parser(description: str, data_dir: str, data_dir_help: str) -> argparse.ArgumentParser:
+    """The parser of a script that tokenizes one downloaded corpus into shards: script_parser's --data_dir, then
+    add_model_desc_arg's -m/--model_desc and --tokenizer."""
+    parser = script_parser(description, data_dir, data_dir_help)
+    add_model_desc_arg(parser)
+    return parser
+
+
+def add_url_arg(parser: argparse.ArgumentParser, url: str, what: str) -> None:
+    """--url: where the corpus (`what`: the file's kind, in the help) is downloaded from when it is not cached."""
+    parser.add_argument("--url", default=url, help=f"where to download the {what} from when it is not cached")
 
 
 def add_num_proc_arg(parser: argparse.ArgumentParser) -> None:

@@ -19,12 +19,12 @@ import numpy as np
 from data_common import (
     DataFormatError,
     Tokenizer,
-    add_model_desc_arg,
+    add_url_arg,
+    corpus_parser,
     download_unless_cached,
     get_tokenizer,
     read_utf8,
     run_script,
-    script_parser,
     shard_format,
     write_splits,
 )
@@ -63,12 +63,9 @@ def build(data_dir: Path, model_desc: str, url: str, tokenizer: str = "") -> str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = script_parser(
-        "Tokenize Tiny Shakespeare into llmc token shards (tiny_shakespeare_{val,train}.bin).",
-        "tinyshakespeare", f"where {TEXT_NAME} is cached and the shards are written",
-    )
-    add_model_desc_arg(parser)
-    parser.add_argument("--url", default=URL, help="where to download the corpus from when it is not cached")
+    parser = corpus_parser("Tokenize Tiny Shakespeare into llmc token shards (tiny_shakespeare_{val,train}.bin).",
+                           "tinyshakespeare", f"where {TEXT_NAME} is cached and the shards are written")
+    add_url_arg(parser, URL, "corpus")
     args = parser.parse_args(argv)
     return run_script(lambda: build(args.data_dir, args.model_desc, args.url, args.tokenizer))
 

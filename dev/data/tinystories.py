@@ -28,13 +28,13 @@ from tqdm import tqdm
 from data_common import (
     DataError,
     DataFormatError,
-    add_model_desc_arg,
     add_num_proc_arg,
+    add_url_arg,
+    corpus_parser,
     download_unless_cached,
     get_tokenizer,
     one_line,
     run_script,
-    script_parser,
     shard_format,
     write_splits,
 )
@@ -165,13 +165,10 @@ def build(data_dir: Path, model_desc: str, num_proc: int, url: str, tokenizer: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = script_parser(
-        "Tokenize TinyStories into llmc token shards (TinyStories_{val,train}.bin).",
-        "tinystories", f"where {ARCHIVE_NAME} is cached and unpacked and the shards are written",
-    )
-    add_model_desc_arg(parser)
+    parser = corpus_parser("Tokenize TinyStories into llmc token shards (TinyStories_{val,train}.bin).",
+                           "tinystories", f"where {ARCHIVE_NAME} is cached and unpacked and the shards are written")
     add_num_proc_arg(parser)
-    parser.add_argument("--url", default=URL, help="where to download the archive from when it is not cached")
+    add_url_arg(parser, URL, "archive")
     args = parser.parse_args(argv)
     return run_script(lambda: build(args.data_dir, args.model_desc, args.num_proc, args.url, args.tokenizer))
 
