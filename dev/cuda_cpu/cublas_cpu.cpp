@@ -16,6 +16,7 @@ every element of D is one thread's dot product over all of k).
 */
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,16 +106,8 @@ static const char* status_name(cublasStatus_t status) {
     }
 }
 
-static cublasStatus_t fail(cublasStatus_t status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static cublasStatus_t fail(cublasStatus_t status, const char* fmt, ...) {
-    char message[512];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(message, sizeof(message), fmt, args);
-    va_end(args);
-    fprintf(stderr, "cuda_cpu: %s (%s)\n", message, status_name(status));
-    return status;
-}
+// the message, then the status's name in parentheses
+#define fail(status, fmt, ...) (cuda_cpu_report(fmt " (%s)", ##__VA_ARGS__, status_name(status)), (status))
 
 // ----------------------------------------------------------------------------
 // elements
@@ -431,13 +424,7 @@ static bool gemm_ex_uses_tf32(const cublasContext* handle, int32_t compute, int3
            (compute == CUBLAS_COMPUTE_32F && base_mode == CUBLAS_TF32_TENSOR_OP_MATH && a_type == CUDA_R_32F);
 }
 
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                          int m, int n, int k, const void* alpha,
-                                          const void* A, cudaDataType_t Atype, int lda, long long strideA,
-                                          const void* B, cudaDataType_t Btype, int ldb, long long strideB,
-                                          const void* beta,
-                                          void* C, cudaDataType_t Ctype, int ldc, long long strideC,
-                                          int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+cublasStatus_t cublasGemmStridedBatchedEx(CUBLAS_GEMM_STRIDED_BATCHED_EX_PARAMS) {
     const char* api = "cublasGemmStridedBatchedEx";
     (void)algo;  // an algorithm choice changes speed, not the result
     if (handle == NULL) { return fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: NULL handle", api); }
@@ -487,6 +474,91 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
 }
 
 // ----------------------------------------------------------------------------
+// attributes: the objects that take them (descriptor, layout, preference) share one table and one setter
+
+enum AttributeOwner { MATMUL_DESC = 0, MATRIX_LAYOUT, MATMUL_PREFERENCE };
+
+struct AttributeField {
+    AttributeOwner owner;
+    int attr;
+    size_t offset, size;  // the field it sets in the owner's struct
+};
+
+#define DESC(attr, f) {MATMUL_DESC, CUBLASLT_MATMUL_DESC_##attr, offsetof(cublasLtMatmulDescOpaque, f), \
+                       sizeof(((cublasLtMatmulDescOpaque*)0)->f)}
+#define LAYOUT(attr, f) {MATRIX_LAYOUT, CUBLASLT_MATRIX_LAYOUT_##attr, offsetof(cublasLtMatrixLayoutOpaque, f), \
+                         sizeof(((cublasLtMatrixLayoutOpaque*)0)->f)}
+#define PREF(attr, f) {MATMUL_PREFERENCE, CUBLASLT_MATMUL_PREF_##attr, offsetof(cublasLtMatmulPreferenceOpaque, f), \
+                       sizeof(((cublasLtMatmulPreferenceOpaque*)0)->f)}
+// every attribute emulated; a descriptor's others (scale pointers, amax, fast accumulation, fill mode)
+// would change the result
+static const AttributeField ATTRIBUTE_FIELDS[] = {
+    DESC(COMPUTE_TYPE, compute_type),
+    DESC(SCALE_TYPE, scale_type),
+    DESC(POINTER_MODE, pointer_mode),
+    DESC(TRANSA, trans_a),
+    DESC(TRANSB, trans_b),
+    DESC(TRANSC, trans_c),
+    DESC(EPILOGUE, epilogue),
+    DESC(BIAS_POINTER, bias),
+    DESC(BIAS_DATA_TYPE, bias_type),
+    DESC(BIAS_BATCH_STRIDE, bias_batch_stride),
+    DESC(EPILOGUE_AUX_POINTER, aux),
+    DESC(EPILOGUE_AUX_LD, aux_ld),
+    DESC(EPILOGUE_AUX_BATCH_STRIDE, aux_batch_stride),
+    DESC(EPILOGUE_AUX_DATA_TYPE, aux_type),
+    DESC(SM_COUNT_TARGET, sm_count_target),
+    LAYOUT(TYPE, type),
+    LAYOUT(ORDER, order),
+    LAYOUT(ROWS, rows),
+    LAYOUT(COLS, cols),
+    LAYOUT(LD, ld),
+    LAYOUT(BATCH_COUNT, batch_count),
+    LAYOUT(STRIDED_BATCH_OFFSET, batch_stride),
+    LAYOUT(PLANE_OFFSET, plane_offset),
+    PREF(SEARCH_MODE, search_mode),
+    PREF(MAX_WORKSPACE_BYTES, max_workspace_bytes),
+    PREF(REDUCTION_SCHEME_MASK, reduction_scheme_mask),
+    PREF(MIN_ALIGNMENT_A_BYTES, min_alignment[ALIGN_A]),
+    PREF(MIN_ALIGNMENT_B_BYTES, min_alignment[ALIGN_B]),
+    PREF(MIN_ALIGNMENT_C_BYTES, min_alignment[ALIGN_C]),
+    PREF(MIN_ALIGNMENT_D_BYTES, min_alignment[ALIGN_D]),
+    PREF(MAX_WAVES_COUNT, max_waves_count),
+    PREF(IMPL_MASK, impl_mask),
+};
+#undef DESC
+#undef LAYOUT
+#undef PREF
+
+// per owner: its name in messages, and the answer to an attribute the table does not list for it
+struct AttributeOwnerInfo {
+    const char* name;
+    cublasStatus_t unlisted_status;
+    const char* unlisted_why;
+};
+static const AttributeOwnerInfo ATTRIBUTE_OWNERS[] = {
+    {"descriptor", CUBLAS_STATUS_NOT_SUPPORTED, "is not emulated"},
+    {"layout", CUBLAS_STATUS_INVALID_VALUE, "is not a layout attribute"},
+    {"preference", CUBLAS_STATUS_INVALID_VALUE, "is not a preference attribute"},
+};
+
+// the SetAttribute calls: copies a value of exactly the attribute's size, as cuBLASLt insists
+static cublasStatus_t set_attribute(const char* api, AttributeOwner owner, void* object, int attr, const void* buf, size_t size) {
+    const AttributeOwnerInfo& info = ATTRIBUTE_OWNERS[owner];
+    if (object == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: NULL %s", api, info.name); }
+    for (const AttributeField& field : ATTRIBUTE_FIELDS) {
+        if (field.owner != owner || field.attr != attr) { continue; }
+        if (buf == NULL || size != field.size) {
+            return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: attribute %d takes %zu bytes, got %zu%s", api, attr, field.size, size,
+                        buf == NULL ? " (NULL buffer)" : "");
+        }
+        memcpy((char*)object + field.offset, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return fail(info.unlisted_status, "%s: attribute %d %s", api, attr, info.unlisted_why);
+}
+
+// ----------------------------------------------------------------------------
 // cuBLASLt: handles, descriptors, layouts, preferences
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -498,16 +570,6 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
     if (handle == NULL) { return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy: NULL handle"); }
     free(handle);
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-// copies an attribute value of exactly the attribute's size, as cuBLASLt insists
-static cublasStatus_t set_field(const char* api, int attr, void* field, size_t field_size, const void* buf, size_t size) {
-    if (buf == NULL || size != field_size) {
-        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: attribute %d takes %zu bytes, got %zu%s", api, attr, field_size, size,
-                    buf == NULL ? " (NULL buffer)" : "");
-    }
-    memcpy(field, buf, size);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -526,40 +588,6 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComput
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-    free(desc);
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
-                                              const void* buf, size_t sizeInBytes) {
-    const char* api = "cublasLtMatmulDescSetAttribute";
-    if (desc == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: NULL descriptor", api); }
-    cublasLtMatmulDescOpaque* d = desc;
-#define FIELD(f) set_field(api, attr, &d->f, sizeof(d->f), buf, sizeInBytes)
-    switch (attr) {
-        case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return FIELD(compute_type);
-        case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return FIELD(scale_type);
-        case CUBLASLT_MATMUL_DESC_POINTER_MODE: return FIELD(pointer_mode);
-        case CUBLASLT_MATMUL_DESC_TRANSA: return FIELD(trans_a);
-        case CUBLASLT_MATMUL_DESC_TRANSB: return FIELD(trans_b);
-        case CUBLASLT_MATMUL_DESC_TRANSC: return FIELD(trans_c);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE: return FIELD(epilogue);
-        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return FIELD(bias);
-        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return FIELD(bias_type);
-        case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return FIELD(bias_batch_stride);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return FIELD(aux);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return FIELD(aux_ld);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return FIELD(aux_batch_stride);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return FIELD(aux_type);
-        case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: return FIELD(sm_count_target);
-        default:
-            // scale pointers, amax, fast accumulation, fill mode: they would change the result
-            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated", api, (int)attr);
-    }
-#undef FIELD
-}
-
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
     if (layout == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate: layout is NULL"); }
     cublasLtMatrixLayoutOpaque* l = (cublasLtMatrixLayoutOpaque*)calloc(1, sizeof(cublasLtMatrixLayoutOpaque));
@@ -574,31 +602,6 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-    free(layout);
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
-                                                const void* buf, size_t sizeInBytes) {
-    const char* api = "cublasLtMatrixLayoutSetAttribute";
-    if (layout == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: NULL layout", api); }
-    cublasLtMatrixLayoutOpaque* l = layout;
-#define FIELD(f) set_field(api, attr, &l->f, sizeof(l->f), buf, sizeInBytes)
-    switch (attr) {
-        case CUBLASLT_MATRIX_LAYOUT_TYPE: return FIELD(type);
-        case CUBLASLT_MATRIX_LAYOUT_ORDER: return FIELD(order);
-        case CUBLASLT_MATRIX_LAYOUT_ROWS: return FIELD(rows);
-        case CUBLASLT_MATRIX_LAYOUT_COLS: return FIELD(cols);
-        case CUBLASLT_MATRIX_LAYOUT_LD: return FIELD(ld);
-        case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return FIELD(batch_count);
-        case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return FIELD(batch_stride);
-        case CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET: return FIELD(plane_offset);
-        default: return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: attribute %d is not a layout attribute", api, (int)attr);
-    }
-#undef FIELD
-}
-
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
     if (pref == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate: pref is NULL"); }
     cublasLtMatmulPreferenceOpaque* p = (cublasLtMatmulPreferenceOpaque*)calloc(1, sizeof(cublasLtMatmulPreferenceOpaque));
@@ -611,30 +614,25 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) 
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-    free(pref);
-    return CUBLAS_STATUS_SUCCESS;
+// destroying a descriptor, layout or preference frees its one allocation
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { free(desc); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) { free(layout); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { free(pref); return CUBLAS_STATUS_SUCCESS; }
+
+// setting an attribute goes through the table above (set_attribute)
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t sizeInBytes) {
+    return set_attribute("cublasLtMatmulDescSetAttribute", MATMUL_DESC, desc, attr, buf, sizeInBytes);
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t sizeInBytes) {
+    return set_attribute("cublasLtMatrixLayoutSetAttribute", MATRIX_LAYOUT, layout, attr, buf, sizeInBytes);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void* buf, size_t sizeInBytes) {
-    const char* api = "cublasLtMatmulPreferenceSetAttribute";
-    if (pref == NULL) { return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: NULL preference", api); }
-    cublasLtMatmulPreferenceOpaque* p = pref;
-#define FIELD(f) set_field(api, attr, &p->f, sizeof(p->f), buf, sizeInBytes)
-    switch (attr) {
-        case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return FIELD(search_mode);
-        case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return FIELD(max_workspace_bytes);
-        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: return FIELD(reduction_scheme_mask);
-        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return FIELD(min_alignment[ALIGN_A]);
-        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return FIELD(min_alignment[ALIGN_B]);
-        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return FIELD(min_alignment[ALIGN_C]);
-        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return FIELD(min_alignment[ALIGN_D]);
-        case CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT: return FIELD(max_waves_count);
-        case CUBLASLT_MATMUL_PREF_IMPL_MASK: return FIELD(impl_mask);
-        default: return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: attribute %d is not a preference attribute", api, (int)attr);
-    }
-#undef FIELD
+    return set_attribute("cublasLtMatmulPreferenceSetAttribute", MATMUL_PREFERENCE, pref, attr, buf, sizeInBytes);
 }
 
 // ----------------------------------------------------------------------------

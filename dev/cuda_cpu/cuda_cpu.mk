@@ -26,10 +26,9 @@ CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
-CUDA_CPU_PROGRAMS := $(CUDA_CPU_OUT)/test_gpt2cu_fp32 $(CUDA_CPU_OUT)/test_gpt2cu_bf16 \
-                     $(CUDA_CPU_OUT)/train_gpt2cu_fp32 $(CUDA_CPU_OUT)/train_gpt2cu_bf16 \
-                     $(CUDA_CPU_OUT)/test_llama3cu_fp32 $(CUDA_CPU_OUT)/test_llama3cu_bf16 \
-                     $(CUDA_CPU_OUT)/train_llama3cu_fp32 $(CUDA_CPU_OUT)/train_llama3cu_bf16 \
+# the trainers and their tests, each in FP32 and BF16 (test_gpt2cu_fp32 is test_gpt2.cu with ENABLE_FP32)
+CUDA_CPU_TRAINERS := test_gpt2 train_gpt2 test_llama3 train_llama3
+CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(program)cu_fp32 $(CUDA_CPU_OUT)/$(program)cu_bf16) \
                      $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
                      $(addprefix $(CUDA_CPU_OUT)/dev-cuda/,$(CUDA_CPU_DEV_KERNELS))
@@ -63,21 +62,13 @@ $(CUDA_CPU_OUT)/libcuda_cpu.a: $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_OUT)/
 CUDA_CPU_DEPS := $(CUDA_CPU_SRC)/.stamp $(CUDA_CPU_OUT)/libcuda_cpu.a $(CUDA_CPU_HEADERS)
 CUDA_CPU_TRAINER_FLAGS := -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS)
 
-$(CUDA_CPU_OUT)/test_gpt2cu_%: $(CUDA_CPU_DEPS)
-	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
-	    -x c++ $(CUDA_CPU_SRC)/test_gpt2.cu -x none $(CUDA_CPU_LIBS) -o $@
-
-$(CUDA_CPU_OUT)/train_gpt2cu_%: $(CUDA_CPU_DEPS)
-	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
-	    -x c++ $(CUDA_CPU_SRC)/train_gpt2.cu -x none $(CUDA_CPU_LIBS) -o $@
-
-$(CUDA_CPU_OUT)/test_llama3cu_%: $(CUDA_CPU_DEPS)
-	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
-	    -x c++ $(CUDA_CPU_SRC)/test_llama3.cu -x none $(CUDA_CPU_LIBS) -o $@
-
-$(CUDA_CPU_OUT)/train_llama3cu_%: $(CUDA_CPU_DEPS)
-	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -DENABLE_$(shell echo $* | tr a-z A-Z) $(CUDA_CPU_TRAINER_FLAGS) -I$(CUDA_CPU_SRC) \
-	    -x c++ $(CUDA_CPU_SRC)/train_llama3.cu -x none $(CUDA_CPU_LIBS) -o $@
+# test_gpt2cu_fp32 ... train_llama3cu_bf16: one rule per source; the suffix picks ENABLE_FP32 or ENABLE_BF16
+define CUDA_CPU_TRAINER_RULE
+$$(CUDA_CPU_OUT)/$(1)cu_%: $$(CUDA_CPU_DEPS)
+	$$(CUDA_CPU_CXX) $$(CUDA_CPU_CXXFLAGS) -DENABLE_$$(shell echo $$* | tr a-z A-Z) $$(CUDA_CPU_TRAINER_FLAGS) -I$$(CUDA_CPU_SRC) \
+	    -x c++ $$(CUDA_CPU_SRC)/$(1).cu -x none $$(CUDA_CPU_LIBS) -o $$@
+endef
+$(foreach program,$(CUDA_CPU_TRAINERS),$(eval $(call CUDA_CPU_TRAINER_RULE,$(program))))
 
 $(CUDA_CPU_OUT)/test_device: $(CUDA_CPU_DEPS)
 	$(CUDA_CPU_CXX) $(CUDA_CPU_CXXFLAGS) -x c++ $(CUDA_CPU_SRC)/$(CUDA_CPU_DIR)/tests/test_device.cu -x none $(CUDA_CPU_LIBS) -o $@

@@ -40,16 +40,7 @@ struct ncclComm {
 static thread_local int g_group_depth = 0;
 
 // a call that NCCL refuses too: say why on stderr (one line), return the status
-static ncclResult_t fail(ncclResult_t result, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static ncclResult_t fail(ncclResult_t result, const char* fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "cuda_cpu: NCCL: %s\n", msg);
-    return result;
-}
+#define fail(result, fmt, ...) (cuda_cpu_report("NCCL: " fmt, ##__VA_ARGS__), (result))
 
 const char* ncclGetErrorString(ncclResult_t result) {
     switch (result) {

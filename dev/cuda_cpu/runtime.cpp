@@ -188,18 +188,17 @@ void cuda_cpu_fatal(const char* fmt, ...) {
     _exit(1);
 }
 
-static cudaError_t fail(cudaError_t err, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-// an API call that fails on a GPU too: say why on stderr, return the error (cudaCheck reports it)
-static cudaError_t fail(cudaError_t err, const char* fmt, ...) {
+void cuda_cpu_report(const char* fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fprintf(stderr, "cuda_cpu: %s\n", msg);
-    tl_last_error = err;
-    return err;
 }
+
+// an API call that fails on a GPU too: say why on stderr, return the error (cudaCheck reports it)
+#define fail(err, ...) (cuda_cpu_report(__VA_ARGS__), tl_last_error = (err))
 
 // ----------------------------------------------------------------------------
 // device memory

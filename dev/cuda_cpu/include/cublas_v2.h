@@ -84,13 +84,15 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode);
 
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                          int m, int n, int k, const void* alpha,
-                                          const void* A, cudaDataType_t Atype, int lda, long long strideA,
-                                          const void* B, cudaDataType_t Btype, int ldb, long long strideB,
-                                          const void* beta,
-                                          void* C, cudaDataType_t Ctype, int ldc, long long strideC,
-                                          int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+// cublasGemmStridedBatchedEx's parameters, written once for its declaration below and its definition
+// in dev/cuda_cpu/cublas_cpu.cpp
+#define CUBLAS_GEMM_STRIDED_BATCHED_EX_PARAMS \
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, \
+    const void* alpha, const void* A, cudaDataType_t Atype, int lda, long long strideA, \
+    const void* B, cudaDataType_t Btype, int ldb, long long strideB, const void* beta, \
+    void* C, cudaDataType_t Ctype, int ldc, long long strideC, \
+    int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo
+cublasStatus_t cublasGemmStridedBatchedEx(CUBLAS_GEMM_STRIDED_BATCHED_EX_PARAMS);
 
 #ifdef __cplusplus
 }

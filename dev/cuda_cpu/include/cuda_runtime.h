@@ -165,6 +165,9 @@ struct CudaCpuUse {
 void cuda_cpu_enqueue(cudaStream_t stream, const char* what, std::initializer_list<CudaCpuUse> uses, std::function<void()> work);
 // prints "cuda_cpu: <message>" (one line) and exits 1: a defect the GPU would show as a fault or a hang
 void cuda_cpu_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// prints "cuda_cpu: <message>" (one line) and returns: why a call that fails on a GPU too was refused
+// (the runtime, cuBLAS and NCCL each wrap it in their own fail(), which returns their error code)
+void cuda_cpu_report(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #include "cuda_cpu_device.h"
 

@@ -243,6 +243,17 @@ static cublasStatus_t lt_call(cublasLtHandle_t lt, LtCall* call, void* workspace
     return st;
 }
 
+// D = A B (no transposes, alpha 1, beta 0, no epilogue) in the matrices' own types, sizes and lds
+static LtCall product_call(const Matrix& A, const Matrix& B, const Matrix& D, cublasComputeType_t compute) {
+    LtCall call;
+    memset(&call, 0, sizeof(call));
+    call.ab_type = A.type; call.d_type = D.type; call.compute = compute;
+    call.epilogue = CUBLASLT_EPILOGUE_DEFAULT; call.alpha = 1.0f; call.beta = 0.0f; call.bias_type = -1;
+    call.m = D.rows; call.n = D.cols; call.k = A.cols; call.lda = A.ld; call.ldb = B.ld; call.ldc = D.ld; call.ldd = D.ld;
+    call.a = A.dev; call.b = B.dev; call.c = D.dev; call.d = D.dev;
+    return call;
+}
+
 // ----------------------------------------------------------------------------
 // every epilogue x transposes x types x beta against the reference
 
@@ -437,13 +448,7 @@ static void test_tf32_rounding(cublasLtHandle_t lt, void* ws, size_t ws_bytes) {
     upload(&B);
     for (int use_tf32 = 0; use_tf32 < 2; use_tf32++) {
         Matrix D = matrix_new(CUDA_R_32F, m, 1, m);
-        LtCall call;
-        memset(&call, 0, sizeof(call));
-        call.ab_type = CUDA_R_32F; call.d_type = CUDA_R_32F;
-        call.compute = use_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-        call.epilogue = CUBLASLT_EPILOGUE_DEFAULT; call.alpha = 1.0f; call.beta = 0.0f; call.bias_type = -1;
-        call.m = m; call.n = 1; call.k = 1; call.lda = m; call.ldb = 1; call.ldc = m; call.ldd = m;
-        call.a = A.dev; call.b = B.dev; call.c = D.dev; call.d = D.dev;
+        LtCall call = product_call(A, B, D, use_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
         cublasStatus_t st = lt_call(lt, &call, ws, ws_bytes);
         bool pad;
         std::vector<double> got = download(D, &pad);
@@ -475,12 +480,7 @@ static void test_bf16_output_rounding(cublasLtHandle_t lt, void* ws, size_t ws_b
     B.v[0] = round_bf16(1.0 + 3.0 / 128.0);  // 1.0234375: 8 significant bits
     upload(&B);
     Matrix D = matrix_new(CUDA_R_16BF, m, 1, m);
-    LtCall call;
-    memset(&call, 0, sizeof(call));
-    call.ab_type = CUDA_R_16BF; call.d_type = CUDA_R_16BF; call.compute = CUBLAS_COMPUTE_32F;
-    call.epilogue = CUBLASLT_EPILOGUE_DEFAULT; call.alpha = 1.0f; call.beta = 0.0f; call.bias_type = -1;
-    call.m = m; call.n = 1; call.k = 1; call.lda = m; call.ldb = 1; call.ldc = m; call.ldd = m;
-    call.a = A.dev; call.b = B.dev; call.c = D.dev; call.d = D.dev;
+    LtCall call = product_call(A, B, D, CUBLAS_COMPUTE_32F);
     cublasStatus_t st = lt_call(lt, &call, ws, ws_bytes);
     bool pad;
     std::vector<double> got = download(D, &pad);
@@ -500,11 +500,8 @@ static void test_bf16_output_rounding(cublasLtHandle_t lt, void* ws, size_t ws_b
     for (size_t i = 0; i < bias.v.size(); i++) { bias.v[i] = round_bf16((double)((int)(rng.uniform() * 1000.0))); }
     upload(&A2); upload(&B2); upload(&bias);
     Matrix D2 = matrix_new(CUDA_R_16BF, m2, n2, m2);
-    memset(&call, 0, sizeof(call));
-    call.ab_type = CUDA_R_16BF; call.d_type = CUDA_R_16BF; call.compute = CUBLAS_COMPUTE_32F;
-    call.epilogue = CUBLASLT_EPILOGUE_BIAS; call.alpha = 1.0f; call.beta = 0.0f; call.bias = bias.dev; call.bias_type = -1;
-    call.m = m2; call.n = n2; call.k = k2; call.lda = m2; call.ldb = k2; call.ldc = m2; call.ldd = m2;
-    call.a = A2.dev; call.b = B2.dev; call.c = D2.dev; call.d = D2.dev;
+    call = product_call(A2, B2, D2, CUBLAS_COMPUTE_32F);
+    call.epilogue = CUBLASLT_EPILOGUE_BIAS; call.bias = bias.dev;
     st = lt_call(lt, &call, ws, ws_bytes);
     std::vector<double> got2 = download(D2, &pad);
     int bad2 = 0, inexact = 0;
@@ -527,12 +524,7 @@ static void test_beta_zero_ignores_c(cublasLtHandle_t lt, void* ws, size_t ws_by
     Rng rng = {5};
     Matrix A = matrix_random(CUDA_R_16BF, 32, 16, 32, &rng, 1.0), B = matrix_random(CUDA_R_16BF, 16, 8, 16, &rng, 1.0);
     Matrix D = matrix_new(CUDA_R_16BF, 32, 8, 32);  // all NaN
-    LtCall call;
-    memset(&call, 0, sizeof(call));
-    call.ab_type = CUDA_R_16BF; call.d_type = CUDA_R_16BF; call.compute = CUBLAS_COMPUTE_32F;
-    call.epilogue = CUBLASLT_EPILOGUE_DEFAULT; call.alpha = 1.0f; call.beta = 0.0f; call.bias_type = -1;
-    call.m = 32; call.n = 8; call.k = 16; call.lda = 32; call.ldb = 16; call.ldc = 32; call.ldd = 32;
-    call.a = A.dev; call.b = B.dev; call.c = D.dev; call.d = D.dev;
+    LtCall call = product_call(A, B, D, CUBLAS_COMPUTE_32F);
     cublasStatus_t st = lt_call(lt, &call, ws, ws_bytes);
     bool pad;
     std::vector<double> got = download(D, &pad);

@@ -220,63 +220,71 @@ __global__ void reuse_without_barrier_kernel(float* out) {
     out[threadIdx.x] = mine;
 }
 
+// the planted defects: each gets 256 floats of device memory and does one thing the target must report
+struct Defect {
+    const char* name;
+    void (*plant)(float* d);
+};
+
+static const Defect DEFECTS[] = {
+    {"host_pointer", [](float*) {
+         float host[32];
+         write_kernel<<<1, 32>>>(host);
+     }},
+    {"divergent_syncthreads", [](float* d) { divergent_syncthreads_kernel<<<1, 32>>>(d); }},
+    {"early_return", [](float* d) { early_return_kernel<<<1, 64>>>(d); }},
+    {"exited_lane_shuffle", [](float* d) { exited_lane_shuffle_kernel<<<1, 32>>>(d); }},
+    {"mixed_barriers", [](float* d) { mixed_barriers_kernel<<<1, 32>>>(d); }},
+    {"out_of_bounds", [](float* d) { out_of_bounds_kernel<<<1, 32>>>(d, 256); }},
+    {"unwritten_shared", [](float* d) { unwritten_shared_kernel<<<1, 32>>>(d); }},
+    {"previous_block_shared", [](float* d) { previous_block_shared_kernel<<<2, 32>>>(d); }},
+    {"unwritten_dynamic_shared", [](float* d) { unwritten_dynamic_shared_kernel<<<1, 32, 64 * sizeof(float)>>>(d); }},
+    {"shared_out_of_bounds", [](float* d) { shared_out_of_bounds_kernel<<<1, 32>>>(d); }},
+    {"race_hidden_by_order", [](float* d) { race_hidden_by_order_kernel<<<1, 64>>>(d); }},
+    {"warp_exchange_without_syncwarp", [](float* d) { warp_exchange_without_syncwarp_kernel<<<1, 32>>>(d); }},
+    {"reuse_without_barrier", [](float* d) { reuse_without_barrier_kernel<<<1, 64>>>(d); }},
+    {"fresh_device_read", [](float* d) {  // initcheck: a kernel reads memory nothing wrote
+         float* fresh = device_alloc<float>(32);
+         copy_kernel<<<1, 32>>>(d, fresh);
+     }},
+    {"fresh_device_copy", [](float*) {  // initcheck: a copy to the host of memory nothing wrote
+         float* fresh = device_alloc<float>(8);
+         float h[8];
+         download(h, fresh, 8);
+         printf("fresh device memory reads %s with initcheck off (0xFF bytes)\n", isnan(h[0]) ? "NaN" : "a number");
+     }},
+    {"missing_event_wait", [](float* d) {  // stream order: b reads what a writes, unordered
+         cudaStream_t a, b;
+         CHECK_CUDA(cudaStreamCreate(&a));
+         CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+         CHECK_CUDA(cudaMemsetAsync(d, 0, 64 * sizeof(float), a));
+         CHECK_CUDA(cudaMemcpyAsync(d + 64, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));  // no cudaStreamWaitEvent
+         CHECK_CUDA(cudaStreamSynchronize(b));
+     }},
+    {"host_read_before_sync", [](float* d) {  // stream order: the host reads what a stream still writes
+         cudaStream_t s;
+         CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+         write_kernel<<<1, 32, 0, s>>>(d);
+         float h[32];
+         download(h, d, 32);  // cudaMemcpy waits for the legacy stream's work only, not for s
+     }},
+    {"freed_pointer", [](float* d) {
+         CHECK_CUDA(cudaFree(d));
+         write_kernel<<<1, 32>>>(d);
+     }},
+};
+
 static int run_defect(const char* name) {
-    float* d = device_alloc<float>(256);
-    if (strcmp(name, "host_pointer") == 0) {
-        float host[32];
-        write_kernel<<<1, 32>>>(host);
-    } else if (strcmp(name, "divergent_syncthreads") == 0) {
-        divergent_syncthreads_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "early_return") == 0) {
-        early_return_kernel<<<1, 64>>>(d);
-    } else if (strcmp(name, "exited_lane_shuffle") == 0) {
-        exited_lane_shuffle_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "mixed_barriers") == 0) {
-        mixed_barriers_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "out_of_bounds") == 0) {
-        out_of_bounds_kernel<<<1, 32>>>(d, 256);
-    } else if (strcmp(name, "unwritten_shared") == 0) {
-        unwritten_shared_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "previous_block_shared") == 0) {
-        previous_block_shared_kernel<<<2, 32>>>(d);
-    } else if (strcmp(name, "unwritten_dynamic_shared") == 0) {
-        unwritten_dynamic_shared_kernel<<<1, 32, 64 * sizeof(float)>>>(d);
-    } else if (strcmp(name, "shared_out_of_bounds") == 0) {
-        shared_out_of_bounds_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "race_hidden_by_order") == 0) {
-        race_hidden_by_order_kernel<<<1, 64>>>(d);
-    } else if (strcmp(name, "warp_exchange_without_syncwarp") == 0) {
-        warp_exchange_without_syncwarp_kernel<<<1, 32>>>(d);
-    } else if (strcmp(name, "reuse_without_barrier") == 0) {
-        reuse_without_barrier_kernel<<<1, 64>>>(d);
-    } else if (strcmp(name, "fresh_device_read") == 0) {  // initcheck: a kernel reads memory nothing wrote
-        float* fresh = device_alloc<float>(32);
-        copy_kernel<<<1, 32>>>(d, fresh);
-    } else if (strcmp(name, "fresh_device_copy") == 0) {  // initcheck: a copy to the host of memory nothing wrote
-        float* fresh = device_alloc<float>(8);
-        float h[8];
-        download(h, fresh, 8);
-        printf("fresh device memory reads %s with initcheck off (0xFF bytes)\n", isnan(h[0]) ? "NaN" : "a number");
-    } else if (strcmp(name, "missing_event_wait") == 0) {  // stream order: b reads what a writes, unordered
-        cudaStream_t a, b;
-        CHECK_CUDA(cudaStreamCreate(&a));
-        CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-        CHECK_CUDA(cudaMemsetAsync(d, 0, 64 * sizeof(float), a));
-        CHECK_CUDA(cudaMemcpyAsync(d + 64, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));  // no cudaStreamWaitEvent
-        CHECK_CUDA(cudaStreamSynchronize(b));
-    } else if (strcmp(name, "host_read_before_sync") == 0) {  // stream order: the host reads what a stream still writes
-        cudaStream_t s;
-        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        write_kernel<<<1, 32, 0, s>>>(d);
-        float h[32];
-        download(h, d, 32);  // cudaMemcpy waits for the legacy stream's work only, not for s
-    } else if (strcmp(name, "freed_pointer") == 0) {
-        CHECK_CUDA(cudaFree(d));
-        write_kernel<<<1, 32>>>(d);
-    } else {
+    const Defect* defect = nullptr;
+    for (const Defect& candidate : DEFECTS) {
+        if (strcmp(name, candidate.name) == 0) { defect = &candidate; }
+    }
+    if (defect == nullptr) {
         printf("unknown defect %s\n", name);
         return 2;
     }
+    float* d = device_alloc<float>(256);
+    defect->plant(d);
     cudaError_t err = cudaDeviceSynchronize();  // kernels run in stream order: by now at the latest
     if (err == cudaSuccess) { err = cudaGetLastError(); }
     printf("defect %s was NOT reported (%s)\n", name, cudaGetErrorString(err));
