@@ -313,8 +313,8 @@ static void apply_epilogue(const Gemm& g, int64_t j0, int64_t width, const float
 #define GEMM_MIN_BLOCK_COLUMNS ((int64_t)256)
 
 static int64_t block_columns(int64_t m, int64_t n) {
-    const char* env = getenv("CUDA_CPU_GEMM_BLOCK_COLUMNS");
-    int64_t columns = env != NULL && atoll(env) > 0 ? atoll(env) : std::max(GEMM_MIN_BLOCK_COLUMNS, GEMM_BLOCK_ELEMENTS / m);
+    const int64_t asked = cuda_cpu_switch("CUDA_CPU_GEMM_BLOCK_COLUMNS");
+    const int64_t columns = asked > 0 ? asked : std::max(GEMM_MIN_BLOCK_COLUMNS, GEMM_BLOCK_ELEMENTS / m);
     return std::min(columns, n);
 }
 

@@ -201,6 +201,57 @@ void cuda_cpu_report(const char* fmt, ...) {
 #define fail(err, ...) (cuda_cpu_report(__VA_ARGS__), tl_last_error = (err))
 
 // ----------------------------------------------------------------------------
+// the CUDA_CPU_* switches (dev/cuda_cpu/README.md): each is read through cuda_cpu_switch, which takes
+// only what this table lists and ends the program on anything else with one line naming the variable,
+// its value and what it takes (read with atoi, "foo" or "" would have turned a check off)
+
+struct Switch {
+    const char* name;
+    long long unset;        // the value when the variable is not set
+    long long lo, hi;       // it takes the whole numbers lo..hi, written as plain digits,
+    const char* words[2];   // or, where given, these two words (the value is the word's index)
+    const char* accepts;    // what it takes, for the error line (nullptr: the range lo..hi)
+};
+
+static const Switch SWITCHES[] = {
+    {"CUDA_CPU_THREADS", 0, 1, 1024, {}, nullptr},  // unset: the CPUs the process may use
+    {"CUDA_CPU_ORDER", 0, 0, 1, {"forward", "reverse"}, "forward or reverse"},
+    {"CUDA_CPU_INITCHECK", 1, 0, 1, {}, "0 (off) or 1 (on)"},
+    {"CUDA_CPU_RACECHECK", 1, 0, 1, {}, "0 (off) or 1 (on)"},
+    {"CUDA_CPU_STREAM_ORDER", 1, 0, 2, {}, "0 (off), 1 (on) or 2 (on, every other stream first)"},
+    {"CUDA_CPU_POISON", 1, 0, 1, {}, "0 (off) or 1 (on)"},
+    {"CUDA_CPU_DEVICES", 8, 1, 1024, {}, nullptr},
+    {"CUDA_CPU_GEMM_BLOCK_COLUMNS", 0, 1, 2147483647, {}, nullptr},  // unset: by the GEMM's shape
+};
+
+long long cuda_cpu_switch(const char* name) {
+    const Switch* sw = nullptr;
+    for (const Switch& candidate : SWITCHES) {
+        if (strcmp(candidate.name, name) == 0) { sw = &candidate; }
+    }
+    if (sw == nullptr) { cuda_cpu_fatal("%s is not one of the switches in runtime.cpp", name); }
+    const char* value = getenv(name);
+    if (value == nullptr) { return sw->unset; }
+    if (sw->words[0] != nullptr) {
+        for (int i = 0; i < 2; i++) {
+            if (strcmp(value, sw->words[i]) == 0) { return i; }
+        }
+    } else {
+        const size_t digits = strspn(value, "0123456789");
+        const long long n = digits > 0 && digits <= 18 && value[digits] == '\0' ? strtoll(value, nullptr, 10) : -1;
+        if (n >= sw->lo && n <= sw->hi) { return n; }
+    }
+    if (sw->accepts != nullptr) { cuda_cpu_fatal("%s=%s: use %s", name, value, sw->accepts); }
+    cuda_cpu_fatal("%s=%s: use a whole number from %lld to %lld", name, value, sw->lo, sw->hi);
+}
+
+// every switch, at the first call that needs the runtime: a malformed one stops even a program that
+// never reaches the code reading it
+static void check_switches(void) {
+    for (const Switch& sw : SWITCHES) { cuda_cpu_switch(sw.name); }
+}
+
+// ----------------------------------------------------------------------------
 // device memory
 
 struct Allocation {
@@ -372,7 +423,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     al.map = map;
     al.map_bytes = map_bytes;
     al.fresh = nullptr;
-    static const bool poison = getenv("CUDA_CPU_POISON") == nullptr || atoi(getenv("CUDA_CPU_POISON")) != 0;
+    static const bool poison = cuda_cpu_switch("CUDA_CPU_POISON") != 0;
     if (poison) { memset(al.base, 0xFF, rounded); }  // NaN as fp32 and as bf16
     if (g_device_initcheck) {  // inaccessible until written
         al.fresh = (unsigned char*)malloc(data_bytes / page);
@@ -807,9 +858,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // every process sees a node of CUDA_CPU_DEVICES devices (default 8), so that the local ranks of an
 // mpirun each select their own, as on a GPU node; each process only ever uses the one it selected
 static int device_count(void) {
-    const char* env = getenv("CUDA_CPU_DEVICES");
-    int n = env != nullptr ? atoi(env) : 8;
-    return n > 0 ? n : 1;
+    return (int)cuda_cpu_switch("CUDA_CPU_DEVICES");
 }
 static __thread int tl_device = 0;
 cudaError_t cudaGetDeviceCount(int* count) { *count = device_count(); return cudaSuccess; }
@@ -1634,22 +1683,16 @@ static void runtime_init_once(void) {
             g_kernel_counts = new std::map<std::string, long long>();
             atexit(write_kernel_log);
         }
-        const char* env = getenv("CUDA_CPU_THREADS");
-        g_num_workers = env != nullptr ? atoi(env) : available_cpus();
-        const char* order = getenv("CUDA_CPU_ORDER");
-        g_reverse_order = order != nullptr && strcmp(order, "reverse") == 0;
-        const char* initcheck = getenv("CUDA_CPU_INITCHECK");
-        cuda_cpu_initcheck = initcheck == nullptr || atoi(initcheck) != 0;
+        check_switches();
+        const long long threads = cuda_cpu_switch("CUDA_CPU_THREADS");
+        g_num_workers = threads > 0 ? (int)threads : available_cpus();
+        g_reverse_order = cuda_cpu_switch("CUDA_CPU_ORDER") == 1;
+        cuda_cpu_initcheck = (int)cuda_cpu_switch("CUDA_CPU_INITCHECK");
         g_device_initcheck = cuda_cpu_initcheck != 0;
-        const char* stream_order = getenv("CUDA_CPU_STREAM_ORDER");
-        g_stream_order = stream_order == nullptr || atoi(stream_order) != 0;
-        g_streams_eager = stream_order != nullptr && atoi(stream_order) == 2;
-        const char* racecheck = getenv("CUDA_CPU_RACECHECK");
-        cuda_cpu_racecheck = racecheck == nullptr || atoi(racecheck) != 0;
-        if (order != nullptr && !g_reverse_order && strcmp(order, "forward") != 0) {
-            cuda_cpu_fatal("CUDA_CPU_ORDER=%s: use forward or reverse", order);
-        }
-        if (g_num_workers < 1) { g_num_workers = 1; }
+        const long long stream_order = cuda_cpu_switch("CUDA_CPU_STREAM_ORDER");
+        g_stream_order = stream_order != 0;
+        g_streams_eager = stream_order == 2;
+        cuda_cpu_racecheck = (int)cuda_cpu_switch("CUDA_CPU_RACECHECK");
         if (g_num_workers > 1) {
             g_pool = new Pool();
             for (int i = 0; i < g_num_workers - 1; i++) {

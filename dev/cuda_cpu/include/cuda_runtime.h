@@ -168,6 +168,9 @@ void cuda_cpu_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2), n
 // prints "cuda_cpu: <message>" (one line) and returns: why a call that fails on a GPU too was refused
 // (the runtime, cuBLAS and NCCL each wrap it in their own fail(), which returns their error code)
 void cuda_cpu_report(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// the value of a CUDA_CPU_* switch (the table in runtime.cpp: its default when unset); a value the
+// switch does not take ends the program with one line naming the variable, the value and what it takes
+long long cuda_cpu_switch(const char* name);
 
 #include "cuda_cpu_device.h"
 

@@ -4,6 +4,8 @@ dev/cuda_cpu/tests/test_device.cu: the CPU execution target's device semantics, 
     ./test_device            the semantics that must hold (N passed, M failed; exit 1 on a failure)
     ./test_device <defect>   runs one defective kernel that the target must report (exit 1 with a
                              "cuda_cpu:" line); tests/test_cuda_cpu.py runs every one of them
+    ./test_device switch NAME  starts the runtime and prints NAME=<value of the CUDA_CPU_* switch NAME>
+                             (the semantics run it with malformed and valid values)
 
 Built by dev/cuda_cpu/cuda_cpu.mk like any CUDA source (translate.py, then the host compiler).
 */
@@ -12,6 +14,9 @@ Built by dev/cuda_cpu/cuda_cpu.mk like any CUDA source (translate.py, then the h
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <string>
 #include "../../../llmc/bf16.h"
 
 static int passed = 0, failed = 0;
@@ -292,8 +297,78 @@ static int run_defect(const char* name) {
 }
 
 // ----------------------------------------------------------------------------
+// the CUDA_CPU_* switches: a malformed value stops the program at its first CUDA call (exit 1) with one
+// line naming the variable, the value and what it takes; a valid one is read as its number (exit 0)
+
+struct SwitchCase {
+    const char* name;
+    const char* value;
+    int status;        // the exit status of `test_device switch NAME` with NAME=VALUE
+    const char* line;  // and the one line it writes
+};
+
+static const SwitchCase SWITCH_CASES[] = {
+    {"CUDA_CPU_RACECHECK", "foo", 1, "cuda_cpu: CUDA_CPU_RACECHECK=foo: use 0 (off) or 1 (on)"},
+    {"CUDA_CPU_RACECHECK", "2", 1, "cuda_cpu: CUDA_CPU_RACECHECK=2: use 0 (off) or 1 (on)"},
+    {"CUDA_CPU_INITCHECK", "2x", 1, "cuda_cpu: CUDA_CPU_INITCHECK=2x: use 0 (off) or 1 (on)"},
+    {"CUDA_CPU_INITCHECK", "", 1, "cuda_cpu: CUDA_CPU_INITCHECK=: use 0 (off) or 1 (on)"},
+    {"CUDA_CPU_STREAM_ORDER", "3", 1, "cuda_cpu: CUDA_CPU_STREAM_ORDER=3: use 0 (off), 1 (on) or 2 (on, every other stream first)"},
+    {"CUDA_CPU_STREAM_ORDER", "-1", 1, "cuda_cpu: CUDA_CPU_STREAM_ORDER=-1: use 0 (off), 1 (on) or 2 (on, every other stream first)"},
+    {"CUDA_CPU_POISON", "on", 1, "cuda_cpu: CUDA_CPU_POISON=on: use 0 (off) or 1 (on)"},
+    {"CUDA_CPU_THREADS", "0", 1, "cuda_cpu: CUDA_CPU_THREADS=0: use a whole number from 1 to 1024"},
+    {"CUDA_CPU_THREADS", "99999999999999999999", 1, "cuda_cpu: CUDA_CPU_THREADS=99999999999999999999: use a whole number from 1 to 1024"},
+    {"CUDA_CPU_DEVICES", " 2", 1, "cuda_cpu: CUDA_CPU_DEVICES= 2: use a whole number from 1 to 1024"},
+    {"CUDA_CPU_GEMM_BLOCK_COLUMNS", "+7", 1, "cuda_cpu: CUDA_CPU_GEMM_BLOCK_COLUMNS=+7: use a whole number from 1 to 2147483647"},
+    {"CUDA_CPU_ORDER", "Reverse", 1, "cuda_cpu: CUDA_CPU_ORDER=Reverse: use forward or reverse"},
+    {"CUDA_CPU_RACECHECK", "0", 0, "CUDA_CPU_RACECHECK=0"},
+    {"CUDA_CPU_INITCHECK", "1", 0, "CUDA_CPU_INITCHECK=1"},
+    {"CUDA_CPU_STREAM_ORDER", "2", 0, "CUDA_CPU_STREAM_ORDER=2"},
+    {"CUDA_CPU_POISON", "0", 0, "CUDA_CPU_POISON=0"},
+    {"CUDA_CPU_THREADS", "3", 0, "CUDA_CPU_THREADS=3"},
+    {"CUDA_CPU_DEVICES", "2", 0, "CUDA_CPU_DEVICES=2"},
+    {"CUDA_CPU_GEMM_BLOCK_COLUMNS", "7", 0, "CUDA_CPU_GEMM_BLOCK_COLUMNS=7"},
+    {"CUDA_CPU_ORDER", "reverse", 0, "CUDA_CPU_ORDER=1"},
+};
+
+// `test_device switch NAME` with NAME=VALUE in its environment: its exit status, and its stdout and
+// stderr together in *out
+static int run_with_switch(const SwitchCase& c, std::string* out) {
+    char self[512], cmd[1024];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[len > 0 ? len : 0] = '\0';
+    snprintf(cmd, sizeof(cmd), "%s='%s' '%s' switch %s 2>&1", c.name, c.value, self, c.name);
+    FILE* pipe = popen(cmd, "r");
+    if (pipe == NULL) { perror("popen"); exit(1); }
+    char chunk[512];
+    out->clear();
+    for (size_t got; (got = fread(chunk, 1, sizeof(chunk), pipe)) > 0;) { out->append(chunk, got); }
+    const int status = pclose(pipe);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void check_switches(void) {
+    for (const SwitchCase& c : SWITCH_CASES) {
+        std::string out;
+        const int status = run_with_switch(c, &out);
+        char what[512];
+        snprintf(what, sizeof(what), "%s='%s': exit %d (want %d), wrote \"%s\" (want \"%s\\n\")", c.name, c.value, status,
+                 c.status, out.c_str(), c.line);
+        check(status == c.status && out == std::string(c.line) + "\n", what);
+    }
+}
+
+// the child's side: start the runtime (it reads every switch), then print the one asked for
+static int print_switch(const char* name) {
+    float* d = device_alloc<float>(1);
+    printf("%s=%lld\n", name, cuda_cpu_switch(name));
+    cudaFree(d);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
+    if (argc == 3 && strcmp(argv[1], "switch") == 0) { return print_switch(argv[2]); }
     if (argc > 1) { return run_defect(argv[1]); }
 
     // grid and block coordinates
@@ -543,6 +618,7 @@ int main(int argc, char** argv) {
         check(cudaEventElapsedTime(&ms, a, b) != cudaSuccess, "cudaEventElapsedTime refuses an event without timing");
         cudaFree(d);
     }
+    check_switches();
     printf("test_device: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
