@@ -153,8 +153,6 @@ typedef float mm_v8 __attribute__((vector_size(32)));
 
 static inline void mm_load16(mm_v16* v, const float* p) { memcpy(v, p, sizeof(*v)); }
 
-static inline void mm_store16(float* p, const mm_v16* v) { memcpy(p, v, sizeof(*v)); }
-
 // fp32 -> bf16 bits, round to nearest even (NaN kept quiet); the top 16 bits of a float
 static inline uint16_t mm_bf16_round(float x) {
     uint32_t u;
@@ -251,6 +249,34 @@ static inline void mm_add_tile(float* C, int ldc, int mr, int nr, const float* o
     }
 }
 
+// C[0:mr, 0:nr] += acc, the fp32 micro-kernels' register tile: MM_MR rows of two vectors of type VT
+// (W floats each, so 2 * W columns). A full-width tile is added row by row in vectors; a narrower one
+// is stored to memory and added by mm_add_tile. A macro, so that each kernel adds its own vector type
+// inside its own target attribute.
+#define MM_ADD_REGISTER_TILE(VT, C, ldc, mr, nr, acc)                                  \
+    do {                                                                              \
+        enum { W = sizeof(VT) / sizeof(float) };                                      \
+        if ((nr) == 2 * W) {                                                          \
+            for (int i = 0; i < (mr); i++) {                                          \
+                float* c = (C) + (size_t)i * (ldc);                                   \
+                VT c0, c1;                                                            \
+                memcpy(&c0, c, sizeof(c0));                                           \
+                memcpy(&c1, c + W, sizeof(c1));                                       \
+                c0 += (acc)[i][0];                                                    \
+                c1 += (acc)[i][1];                                                    \
+                memcpy(c, &c0, sizeof(c0));                                           \
+                memcpy(c + W, &c1, sizeof(c1));                                       \
+            }                                                                         \
+        } else {                                                                      \
+            float out[MM_MR * 2 * W];                                                 \
+            for (int i = 0; i < MM_MR; i++) {                                         \
+                memcpy(out + i * 2 * W, &(acc)[i][0], sizeof(VT));                    \
+                memcpy(out + i * 2 * W + W, &(acc)[i][1], sizeof(VT));                \
+            }                                                                         \
+            mm_add_tile(C, ldc, mr, nr, out, 2 * W);                                  \
+        }                                                                             \
+    } while (0)
+
 #if MATMUL_X86
 // C[0:mr, 0:nr] += Apack (kc, MM_MR) . Bpanel (kc, 32): AVX-512, one zmm pair per row
 __attribute__((target("avx512f,fma")))
@@ -270,22 +296,7 @@ static void mm_kernel_f32_avx512(float* C, int ldc, int mr, int nr, const void* 
             acc[i][1] += ai * b1;
         }
     }
-    if (nr == 32) {
-        for (int i = 0; i < mr; i++) {
-            float* c = C + (size_t)i * ldc;
-            mm_v16 c0, c1;
-            mm_load16(&c0, c);
-            mm_load16(&c1, c + 16);
-            c0 += acc[i][0];
-            c1 += acc[i][1];
-            mm_store16(c, &c0);
-            mm_store16(c + 16, &c1);
-        }
-        return;
-    }
-    float out[MM_MR * 32];
-    for (int i = 0; i < MM_MR; i++) { mm_store16(out + i * 32, &acc[i][0]); mm_store16(out + i * 32 + 16, &acc[i][1]); }
-    mm_add_tile(C, ldc, mr, nr, out, 32);
+    MM_ADD_REGISTER_TILE(mm_v16, C, ldc, mr, nr, acc);
 }
 #endif
 
@@ -305,22 +316,7 @@ static inline void mm_kernel_f32_6x16(float* C, int ldc, int mr, int nr, const f
             acc[i][1] += ai * b1;
         }
     }
-    if (nr == 16) {
-        for (int i = 0; i < mr; i++) {
-            float* c = C + (size_t)i * ldc;
-            mm_v8 c0, c1;
-            memcpy(&c0, c, sizeof(c0));
-            memcpy(&c1, c + 8, sizeof(c1));
-            c0 += acc[i][0];
-            c1 += acc[i][1];
-            memcpy(c, &c0, sizeof(c0));
-            memcpy(c + 8, &c1, sizeof(c1));
-        }
-        return;
-    }
-    float out[MM_MR * 16];
-    for (int i = 0; i < MM_MR; i++) { memcpy(out + i * 16, &acc[i][0], 32); memcpy(out + i * 16 + 8, &acc[i][1], 32); }
-    mm_add_tile(C, ldc, mr, nr, out, 16);
+    MM_ADD_REGISTER_TILE(mm_v8, C, ldc, mr, nr, acc);
 }
 
 #if MATMUL_X86

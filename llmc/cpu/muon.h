@@ -58,21 +58,19 @@ static inline void muon_scratch_free(MuonScratch* s) {
     muon_scratch_init(s);
 }
 
+// grows *a and *b, two buffers of *capacity floats each, to hold n floats each (contents are not kept)
+static inline void muon_scratch_grow_pair(float** a, float** b, size_t* capacity, size_t n) {
+    if (n <= *capacity) { return; }
+    free(*a);
+    free(*b);
+    *a = (float*)mallocCheck(n * sizeof(float));
+    *b = (float*)mallocCheck(n * sizeof(float));
+    *capacity = n;
+}
+
 static inline void muon_scratch_reserve(MuonScratch* s, size_t mn, size_t mm) {
-    if (mn > s->capacity_mn) {
-        free(s->x);
-        free(s->xn);
-        s->x = (float*)mallocCheck(mn * sizeof(float));
-        s->xn = (float*)mallocCheck(mn * sizeof(float));
-        s->capacity_mn = mn;
-    }
-    if (mm > s->capacity_mm) {
-        free(s->gram);
-        free(s->gram2);
-        s->gram = (float*)mallocCheck(mm * sizeof(float));
-        s->gram2 = (float*)mallocCheck(mm * sizeof(float));
-        s->capacity_mm = mm;
-    }
+    muon_scratch_grow_pair(&s->x, &s->xn, &s->capacity_mn, mn);
+    muon_scratch_grow_pair(&s->gram, &s->gram2, &s->capacity_mm, mm);
 }
 
 // The Newton-Schulz iteration on s->x (m, n), m <= n, already normalised; the result is left in s->x.
