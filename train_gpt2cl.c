@@ -482,10 +482,8 @@ void gpt2_free(GPT2* model) {
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++) {
         if (mems[i] != NULL) { clReleaseMemObject(mems[i]); }
     }
-    free(model->host_scratch);
-    free(model->host_targets);
-    free(model->host_losses);
-    free(model->host_logits);
+    void* host[] = {model->host_scratch, model->host_targets, model->host_losses, model->host_logits};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) { free(host[i]); }
 }
 
 // ----------------------------------------------------------------------------
