@@ -1,7 +1,7 @@
 """The Llama 3 GPU trainer, executed on the CPU execution target (dev/cuda_cpu): test_llama3cu (FP32 and BF16)
 against train_llama3.py's debug states, with recompute, gradient accumulation, two processes with ZeRO-1 and
-Muon; train_llama3cu with two processes and ZeRO-1 against one, resume bit for bit, and its checkpoint resumed by
-the CPU trainer ./train_llama3.
+Muon; train_llama3cu with two processes and ZeRO-1 against one, resume bit for bit, and checkpoints passed both
+ways between it and the CPU trainer ./train_llama3.
 
 The references, written once per test run: the d2 state (GQA 2:1, untied lm_head) and the GQA 4:1 state of
 tests/test_llama3_c.py (tied head, Llama 3.1 RoPE scaling, an FFN multiplier), B=4, T=64, 10 AdamW steps; and
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -118,18 +119,39 @@ def test_train_llama3cu_resume_is_bit_identical(llama3_cuda_refs: Path, tmp_path
     assert (straight / "model_00000004.bin").read_bytes()[:4] == (20240803).to_bytes(4, "little")
 
 
+def train_llama3(refs: Path, *args: object) -> str:
+    make("train_llama3")
+    return run([REPO / "train_llama3", *args], cwd=refs, env={"OMP_NUM_THREADS": "1"}).stdout
+
+
+def continued_losses(tmp_path: Path, first: Callable[[Path], str], second: Callable[[Path], str]) -> tuple[list[float], list[float]]:
+    """first(out) trains 4 steps with checkpoints at steps 2 and 4 in out; second(out) resumes (-y 1) from the step-2
+    checkpoint alone (model and training state), copied into its own out: the step losses of each (4, then 2)."""
+    one, two = tmp_path / "first", tmp_path / "second"
+    first_losses = step_losses(first(one))
+    two.mkdir()
+    for p in one.glob("*00000002*"):
+        shutil.copy(p, two / p.name)
+    out = second(two)
+    assert "resumed from" in out, out[-2000:]
+    second_losses = step_losses(out)
+    assert len(first_losses) == 4 and len(second_losses) == 2, (first_losses, out[-2000:])
+    return first_losses, second_losses
+
+
 def test_a_checkpoint_of_train_llama3cu_continues_in_train_llama3(llama3_cuda_refs: Path, tmp_path: Path) -> None:
     """train_llama3cu (FP32) writes the step-2 checkpoint, the CPU trainer resumes from it: its steps 3 and 4 are
     the GPU run's within float32 noise."""
-    make("train_llama3")
     args = [*train_args(llama3_cuda_refs, 4, 4), "-n", 2]
-    gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
-    gpu_losses = step_losses(train_llama3cu(llama3_cuda_refs, [], *args, "-o", gpu, precision="fp32"))
-    cpu.mkdir()
-    for p in gpu.glob("*00000002*"):
-        shutil.copy(p, cpu / p.name)
-    r = run([REPO / "train_llama3", *args, "-o", cpu, "-y", 1], cwd=llama3_cuda_refs, env={"OMP_NUM_THREADS": "1"})
-    assert "resumed from" in r.stdout
-    cpu_losses = step_losses(r.stdout)
-    assert len(gpu_losses) == 4 and len(cpu_losses) == 2, r.stdout[-2000:]
-    assert max(abs(a - b) for a, b in zip(gpu_losses[2:], cpu_losses)) <= 1e-5 * gpu_losses[2], (gpu_losses, cpu_losses)
+    gpu, cpu = continued_losses(tmp_path, lambda out: train_llama3cu(llama3_cuda_refs, [], *args, "-o", out, precision="fp32"),
+                                lambda out: train_llama3(llama3_cuda_refs, *args, "-o", out, "-y", 1))
+    assert max(abs(a - b) for a, b in zip(gpu[2:], cpu)) <= 1e-5 * gpu[2], (gpu, cpu)
+
+
+def test_a_checkpoint_of_train_llama3_continues_in_train_llama3cu(llama3_cuda_refs: Path, tmp_path: Path) -> None:
+    """The other way: ./train_llama3 writes the step-2 checkpoint, train_llama3cu (FP32) resumes from it: its steps 3
+    and 4 are the CPU run's within the same bound."""
+    args = [*train_args(llama3_cuda_refs, 4, 4), "-n", 2]
+    cpu, gpu = continued_losses(tmp_path, lambda out: train_llama3(llama3_cuda_refs, *args, "-o", out),
+                                lambda out: train_llama3cu(llama3_cuda_refs, [], *args, "-o", out, "-y", 1, precision="fp32"))
+    assert max(abs(a - b) for a, b in zip(cpu[2:], gpu)) <= 1e-5 * cpu[2], (cpu, gpu)
