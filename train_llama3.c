@@ -58,7 +58,11 @@ LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
 
 // The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad),
 // each (B, T, per_token), (L, B, T, per_token) when per_layer; has_grad: the backward keeps its
-// gradient. The attention weights are not kept (attention_backward recomputes them).
+// gradient, of one layer only for per_layer tensors (the backward needs one layer's at a time, so
+// every layer reuses the same slice, which stays in cache). The residual adds copy their output's
+// gradient to both inputs, so the residual stream has one gradient, updated in place from the last
+// layer's output back to the embeddings: encoded's. The attention weights are not kept
+// (attention_backward recomputes them).
 #define LLAMA3_ACTIVATION_TENSORS(X) \
     X(encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
     LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
@@ -74,15 +78,15 @@ LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
     X(qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
     X(qkvr,       1, 3 * C, 1) /* the same with k and v repeated for every query head */ \
     X(atty,       1, C,     1) /* attention output, before its projection */ \
-    X(attproj,    1, C,     1) \
-    X(residual2,  1, C,     1) /* input + attproj */ \
+    X(attproj,    1, C,     0) \
+    X(residual2,  1, C,     0) /* input + attproj */ \
     X(ln2,        1, C,     1) \
     X(ln2_rstd,   1, 1,     0) \
     X(fch,        1, FFN,   1) /* gate projection */ \
     X(fch2,       1, FFN,   1) /* up projection */ \
     X(fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
-    X(fcproj,     1, C,     1) \
-    X(residual3,  1, C,     1) /* residual2 + fcproj, the layer's output */
+    X(fcproj,     1, C,     0) \
+    X(residual3,  1, C,     0) /* residual2 + fcproj, the layer's output */
 
 typedef struct { LLAMA3_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3Acts;
 // one layer's activations (or gradients): residual is the layer's input
@@ -159,15 +163,27 @@ static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, un
     }
 }
 
-// points the activations (grads = 1: their gradients, has_grad tensors only) for B x T tokens
-// into memory; returns how many floats they take (memory NULL: only counts)
+// points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the
+// per-layer ones) for B x T tokens into memory; returns how many floats they take (memory NULL: only counts)
 static size_t llama3_point_activations(void* m, float* memory, int B, int T, int grads) {
     Llama3* model = (Llama3*)m;
     Llama3Acts* a = grads ? &model->grads_acts : &model->acts;
-    LLAMA3_DIMS_(&model->config)
+    const Llama3Config* cfg = &model->config;
+    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = grads ? 1 : (size_t)cfg->num_layers;
+    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T, n = 0;
     LLAMA3_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
+}
+
+// zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
+#define LLAMA3_ZERO_GRAD(name, per_layer, per_token, has_grad) \
+    if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
+static void llama3_zero_layer_grads(Llama3LayerActs* da, const Llama3Config* cfg, int B, int T) {
+    LLAMA3_DIMS_(cfg)
+    size_t BT = (size_t)B * T;
+    LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ZERO_GRAD)
 }
 
 // activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
@@ -221,7 +237,8 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
 }
 
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
-// to model->grads.
+// to model->grads. dres, the residual stream's gradient, is each residual add's output gradient and
+// so also its branch's (attproj's, fcproj's); the RMSNorms add their input gradients to it.
 static void llama3_backward(Llama3* model, float loss_scale) {
     Llama3Params p = model->params, g = model->grads;
     Llama3Acts acts = model->acts, gacts = model->grads_acts;
@@ -230,33 +247,32 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     int B = model->cpu.cur_B, T = model->cpu.cur_T;
     int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
-    size_t BTC = (size_t)B * T * C;
     crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
     matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), NULL, gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V);
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
-    Llama3LayerActs dlast = llama3_layer_acts(&model->grads_acts, cfg, B, T, L - 1);
-    rmsnorm_backward(dlast.residual3, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
+    float* dres = gacts.encoded; // (B,T,C): the last layer's output gradient first
+    rmsnorm_backward(dres, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
 
+    Llama3LayerActs da = llama3_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
         Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l), dw = llama3_layer_params(&model->grads, cfg, l);
-        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l), da = llama3_layer_acts(&model->grads_acts, cfg, B, T, l);
-        // MLP block, in reverse
-        residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
-        matmul_backward(da.fch_swiglu, dw.fcprojw, NULL, da.fcproj, a.fch_swiglu, w.fcprojw, B, T, FFN, C);
+        Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
+        if (l < L - 1) { llama3_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
+        // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        matmul_backward(da.fch_swiglu, dw.fcprojw, NULL, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C);
         swiglu_backward(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);
         matmul_backward(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN);
         matmul_backward(da.ln2, dw.fcw2, NULL, da.fch2, a.ln2, w.fcw2, B, T, C, FFN);
-        rmsnorm_backward(da.residual2, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
-        // attention block, in reverse
-        residual_backward(da.residual, da.attproj, da.residual2, BTC);
-        matmul_backward(da.atty, dw.attprojw, NULL, da.attproj, a.atty, w.attprojw, B, T, C, C);
+        rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
+        // attention block, in reverse: dres is residual2's gradient, and attproj's
+        matmul_backward(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C);
         attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
         repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
         rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
         matmul_backward(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV);
-        rmsnorm_backward(da.residual, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C);
+        rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
-    embedding_backward(g.wte, gacts.encoded, model->cpu.inputs, B, T, C);
+    embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);
 }
 
 static void llama3_free(Llama3* model) {
