@@ -257,6 +257,13 @@ static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok
     }
 }
 
+// every loader's place among the processes: rank in [0, num_processes); `path` names the data in the error
+static inline void loader_check_rank(const char* path, int process_rank, int num_processes) {
+    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
+        llmc_die("%s: bad process rank %d of %d", path, process_rank, num_processes);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // shuffling
 
@@ -359,9 +366,7 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     if (B == 0 || T == 0) {
         llmc_die("%s: data loader needs B >= 1 and T >= 1 (got B=%zu, T=%zu)", filename_pattern, B, T);
     }
-    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
-        llmc_die("%s: bad process rank %d of %d", filename_pattern, process_rank, num_processes);
-    }
+    loader_check_rank(filename_pattern, process_rank, num_processes);
     l->process_rank = process_rank;
     l->num_processes = num_processes;
     l->B = B;
@@ -455,12 +460,8 @@ static inline void dataloader_next_batch(DataLoader* l) {
 // releases everything and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void dataloader_free(DataLoader* l) {
     if (l->tokens_file != NULL) { fclose(l->tokens_file); }
-    free(l->buffer);
-    free(l->inputs);
-    free(l->targets);
-    free(l->shard_indices);
-    free(l->sample_indices);
-    free(l->shard_num_tokens);
+    void* buffers[] = {l->buffer, l->inputs, l->targets, l->shard_indices, l->sample_indices, l->shard_num_tokens};
+    FREE_ALL(buffers);
     if (l->num_shards > 0) { globfree(&l->glob_result); }
     memset(l, 0, sizeof(*l));
 }
@@ -588,9 +589,7 @@ static inline void evalloader_init(EvalLoader* l, const char* path, size_t B, si
         llmc_die("%s: the eval loader needs B to be a multiple of %d and T >= 1 (got B=%zu, T=%zu)", path,
                  EVAL_NUM_COMPLETIONS, B, T);
     }
-    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
-        llmc_die("%s: bad process rank %d of %d", path, process_rank, num_processes);
-    }
+    loader_check_rank(path, process_rank, num_processes);
     l->B = B;
     l->T = T;
     l->process_rank = process_rank;
@@ -709,12 +708,8 @@ static inline int evalloader_stat_losses(EvalLoader* l, const float* losses) {
 // releases everything and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void evalloader_free(EvalLoader* l) {
     if (l->eval_file != NULL) { fclose(l->eval_file); }
-    free(l->buffer);
-    free(l->example_offsets);
-    free(l->labels);
-    free(l->inputs);
-    free(l->targets);
-    free(l->mask);
+    void* buffers[] = {l->buffer, l->example_offsets, l->labels, l->inputs, l->targets, l->mask};
+    FREE_ALL(buffers);
     memset(l, 0, sizeof(*l));
 }
 

@@ -188,13 +188,8 @@ static inline void debug_state_read(DebugState* d, const char* path, const GPT2C
 }
 
 static inline void debug_state_free(DebugState* d) {
-    free(d->x);
-    free(d->y);
-    free(d->logits);
-    free(d->grads);
-    free(d->losses);
-    free(d->loss_noise);
-    free(d->grad_norms);
+    void* buffers[] = {d->x, d->y, d->logits, d->grads, d->losses, d->loss_noise, d->grad_norms};
+    FREE_ALL(buffers);
 }
 
 #endif // LLMC_DEBUG_STATE_H

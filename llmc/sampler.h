@@ -184,13 +184,11 @@ static inline int sampler_sample(Sampler* s, const float* logits) {
     return sampler_draw_(s, s->indices, n);
 }
 
+// releases the scratch buffers and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void sampler_free(Sampler* s) {
-    free(s->probs);
-    free(s->indices);
-    free(s->candidates);
-    s->probs = NULL;
-    s->indices = NULL;
-    s->candidates = NULL;
+    void* buffers[] = {s->probs, s->indices, s->candidates};
+    FREE_ALL(buffers);
+    memset(s, 0, sizeof(*s));
 }
 
 #endif // LLMC_SAMPLER_H

@@ -148,14 +148,11 @@ static inline void safe_printf(const char* piece) {
     safe_fprintf(stdout, piece);
 }
 
+// releases the pieces and leaves the struct zeroed (init_ok = 0), as a missing file does (a second free is harmless)
 static inline void tokenizer_free(Tokenizer* t) {
-    free(t->token_table);
-    free(t->bytes);
-    free(t->token_lengths);
-    t->token_table = NULL;
-    t->bytes = NULL;
-    t->token_lengths = NULL;
-    t->init_ok = 0;
+    void* buffers[] = {t->token_table, t->bytes, t->token_lengths};
+    FREE_ALL(buffers);
+    memset(t, 0, sizeof(*t));
 }
 
 #endif // LLMC_TOKENIZER_H

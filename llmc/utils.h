@@ -159,6 +159,14 @@ static inline void* scratch_reserve(void** buf, size_t* capacity, size_t bytes) 
     return *buf;
 }
 
+// frees each buffer of an array of the pointers a struct owns: its _free function lists them once,
+//     void* buffers[] = {s->probs, s->indices};
+//     FREE_ALL(buffers);
+static inline void free_all(void* const* buffers, size_t n) {
+    for (size_t i = 0; i < n; i++) { free(buffers[i]); }
+}
+#define FREE_ALL(buffers) free_all((buffers), sizeof(buffers) / sizeof((buffers)[0]))
+
 // ----------------------------------------------------------------------------
 // the 256 x int32 header every llmc binary file starts with
 
