@@ -41,6 +41,24 @@ All files are written atomically (utils.h AtomicFile).
 // ----------------------------------------------------------------------------
 // model checkpoint: GPT-2's model file (llmc/model_file.h reads and writes it)
 
+// what only GPT-2 knows about its header (model_file_open calls it, then gpt2_model_file_parameters)
+static inline void gpt2_model_file_check(const char* path, const void* config) {
+    const GPT2Config* cfg = (const GPT2Config*)config;
+    if (cfg->padded_vocab_size < cfg->vocab_size) {
+        llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
+    }
+    if (cfg->channels % cfg->num_heads != 0) {
+        llmc_die("%s: bad model checkpoint header: channels C = %d is not a multiple of heads NH = %d", path, cfg->channels, cfg->num_heads);
+    }
+}
+
+static inline size_t gpt2_model_file_parameters(const void* config, char* shape, size_t shape_size) {
+    const GPT2Config* cfg = (const GPT2Config*)config;
+    snprintf(shape, shape_size, "L=%d C=%d Vp=%d maxT=%d", cfg->num_layers, cfg->channels, cfg->padded_vocab_size,
+             cfg->max_seq_len);
+    return gpt2_num_parameters(cfg);
+}
+
 // header[2..7]: maxT, V, L, NH, C, Vp, each within its range
 #define GPT2_FIELD_(name, index, hi, member) {name, MODEL_FIELD_INT, index, 1, hi, offsetof(GPT2Config, member)}
 static const ModelHeaderField GPT2_HEADER_FIELDS[] = {
@@ -49,34 +67,14 @@ static const ModelHeaderField GPT2_HEADER_FIELDS[] = {
     GPT2_FIELD_("channels C (header[6])", 6, 1 << 17, channels),
     GPT2_FIELD_("padded vocab Vp (header[7])", 7, 1 << 24, padded_vocab_size),
 };
-static const ModelFileFormat GPT2_MODEL_FILE = {
+static const ModelFileFormat GPT2_MODEL_FILE = MODEL_FILE_FORMAT(
     "model checkpoint", "%s: not a model checkpoint (file is %zu bytes, shorter than the 1024-byte header)",
-    CHECKPOINT_MAGIC, 0, GPT2_HEADER_FIELDS, (int)(sizeof(GPT2_HEADER_FIELDS) / sizeof(GPT2_HEADER_FIELDS[0])),
-    sizeof(GPT2Config),
-};
+    CHECKPOINT_MAGIC, 0, GPT2_HEADER_FIELDS, GPT2Config, gpt2_model_file_check, gpt2_model_file_parameters);
 
-// Opens a checkpoint, validates its header against its real size and returns the open file
-// positioned at the first parameter. *version is 3 (fp32) or 5 (bf16).
-static inline FILE* checkpoint_open(const char* path, GPT2Config* cfg, int* version) {
-    ModelFileHeader h;
-    FILE* f = model_file_open(path, &GPT2_MODEL_FILE, &h, cfg);
-    *version = h.version;
-    if (cfg->padded_vocab_size < cfg->vocab_size) {
-        llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
-    }
-    if (cfg->channels % cfg->num_heads != 0) {
-        llmc_die("%s: bad model checkpoint header: channels C = %d is not a multiple of heads NH = %d", path, cfg->channels, cfg->num_heads);
-    }
-    char shape[128];
-    snprintf(shape, sizeof(shape), "L=%d C=%d Vp=%d maxT=%d", cfg->num_layers, cfg->channels, cfg->padded_vocab_size,
-             cfg->max_seq_len);
-    model_file_check_size(path, &GPT2_MODEL_FILE, &h, gpt2_num_parameters(cfg), shape);
-    return f;
-}
-
-static inline void checkpoint_write(const char* path, const GPT2Config* cfg, const float* params, size_t n) {
-    model_file_write(path, &GPT2_MODEL_FILE, cfg, params, n);
-}
+// checkpoint_open(path, cfg, version) opens a checkpoint, validates its header against its real size and
+// returns the open file positioned at the first parameter; *version is 3 (fp32) or 5 (bf16).
+// checkpoint_write(path, cfg, params, n) writes cfg and n fp32 parameters atomically.
+MODEL_FILE_FUNCTIONS(checkpoint_open, checkpoint_write, GPT2Config, GPT2_MODEL_FILE)
 
 // ----------------------------------------------------------------------------
 // training state
@@ -99,12 +97,22 @@ typedef struct {
 
 #define TRAIN_STATE_HEADER_BYTES 1024
 
-static inline void state_put_u64(int* header, int index, uint64_t v) { memcpy(&header[index], &v, sizeof(v)); }
-static inline uint64_t state_get_u64(const int* header, int index) {
-    uint64_t v;
-    memcpy(&v, &header[index], sizeof(v));
-    return v;
-}
+// Where each member of TrainState stands in the header (the layout above): an int in header[index], or a
+// uint64 in header[index..index+1]
+typedef struct {
+    int index;
+    size_t bytes;    // sizeof(int) or sizeof(uint64_t)
+    size_t offset;   // the member's offset in TrainState
+} TrainStateField;
+#define TRAIN_STATE_FIELD_(index, member) {index, sizeof(((TrainState*)0)->member), offsetof(TrainState, member)}
+static const TrainStateField TRAIN_STATE_FIELDS[] = {
+    TRAIN_STATE_FIELD_(2, num_processes), TRAIN_STATE_FIELD_(3, process_rank), TRAIN_STATE_FIELD_(4, zero_stage),
+    TRAIN_STATE_FIELD_(5, should_shuffle), TRAIN_STATE_FIELD_(6, optimizer), TRAIN_STATE_FIELD_(10, step),
+    TRAIN_STATE_FIELD_(20, rng_state), TRAIN_STATE_FIELD_(30, shard_idx), TRAIN_STATE_FIELD_(32, sample_idx),
+    TRAIN_STATE_FIELD_(40, num_parameters), TRAIN_STATE_FIELD_(42, opt_offset), TRAIN_STATE_FIELD_(44, opt_size),
+    TRAIN_STATE_FIELD_(46, extra_bytes),
+};
+#define TRAIN_STATE_NUM_FIELDS ((int)(sizeof(TRAIN_STATE_FIELDS) / sizeof(TRAIN_STATE_FIELDS[0])))
 
 // The bytes of a state file with this optimizer slice and extra blob, or 0 when the file could not
 // exist (more than 2^63 - 1 bytes, the largest off_t).
@@ -121,36 +129,18 @@ static inline void train_state_header(const TrainState* s, int header[256]) {
     memset(header, 0, TRAIN_STATE_HEADER_BYTES);
     header[0] = TRAIN_STATE_MAGIC;
     header[1] = TRAIN_STATE_VERSION;
-    header[2] = s->num_processes;
-    header[3] = s->process_rank;
-    header[4] = s->zero_stage;
-    header[5] = s->should_shuffle;
-    header[6] = s->optimizer;
-    header[10] = s->step;
-    state_put_u64(header, 20, s->rng_state);
-    state_put_u64(header, 30, s->shard_idx);
-    state_put_u64(header, 32, s->sample_idx);
-    state_put_u64(header, 40, s->num_parameters);
-    state_put_u64(header, 42, s->opt_offset);
-    state_put_u64(header, 44, s->opt_size);
-    state_put_u64(header, 46, s->extra_bytes);
+    for (int i = 0; i < TRAIN_STATE_NUM_FIELDS; i++) {
+        const TrainStateField* field = &TRAIN_STATE_FIELDS[i];
+        memcpy(&header[field->index], (const char*)s + field->offset, field->bytes);
+    }
 }
 
 // the inverse of train_state_header (no validation: train_state_read compares with what it expects)
 static inline void train_state_from_header(const int header[256], TrainState* s) {
-    s->num_processes = header[2];
-    s->process_rank = header[3];
-    s->zero_stage = header[4];
-    s->should_shuffle = header[5];
-    s->optimizer = header[6];
-    s->step = header[10];
-    s->rng_state = state_get_u64(header, 20);
-    s->shard_idx = state_get_u64(header, 30);
-    s->sample_idx = state_get_u64(header, 32);
-    s->num_parameters = state_get_u64(header, 40);
-    s->opt_offset = state_get_u64(header, 42);
-    s->opt_size = state_get_u64(header, 44);
-    s->extra_bytes = state_get_u64(header, 46);
+    for (int i = 0; i < TRAIN_STATE_NUM_FIELDS; i++) {
+        const TrainStateField* field = &TRAIN_STATE_FIELDS[i];
+        memcpy((char*)s + field->offset, &header[field->index], field->bytes);
+    }
 }
 
 static inline void train_state_write(const char* path, const TrainState* s, const float* m, const float* v,

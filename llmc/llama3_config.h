@@ -94,39 +94,17 @@ static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLA
     const size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
     (void)V; (void)C; (void)L; (void)HS; (void)QKV; (void)FFN; (void)VH;
 
-// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer tensors, else 1
-static inline void llama3_parameter_dims(size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], const Llama3Config* cfg) {
-    LLAMA3_DIMS_(cfg)
-    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
-    memcpy(dims, table, sizeof(table));
-}
-
-// the elements of each parameter tensor into sizes (when not NULL), file order; returns their sum
-static inline size_t llama3_parameter_sizes(size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS], const Llama3Config* cfg) {
-    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
-    llama3_parameter_dims(dims, cfg);
-    return tensor_table_sizes((const size_t(*)[3])dims, LLAMA3_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return llama3_parameter_sizes(NULL, cfg); }
+// llama3_parameter_dims, llama3_parameter_sizes, llama3_num_parameters (llmc/model_file.h's TENSOR_TABLE_SIZES),
+// file order
+TENSOR_TABLE_SIZES(llama3, Llama3Config, LLAMA3_PARAMETER_TENSORS, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_DIMS_)
 
 // LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams): the struct of named pointers (weights or
 // gradients), one layer's view, llama3_point_parameters and llama3_layer_params
 #define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, float)
-// the same for element type Elem (floatX on the GPU)
+// the same for element type Elem (floatX on the GPU; llmc/model_file.h's TENSOR_TABLE_POINTERS)
 #define LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, Elem) \
-    typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } Params; \
-    typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
-    static inline void llama3_point_parameters(Params* p, Elem* memory, const Llama3Config* cfg) { \
-        LLAMA3_DIMS_(cfg) \
-        LLAMA3_PARAMETER_TENSORS(TENSOR_POINT, _) \
-    } \
-    static inline LayerParams llama3_layer_params(const Params* p, const Llama3Config* cfg, int l) { \
-        LLAMA3_DIMS_(cfg) \
-        LayerParams w; \
-        LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_LAYER, _) \
-        return w; \
-    }
+    TENSOR_TABLE_POINTERS(llama3, Llama3Config, LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, LLAMA3_DIMS_, \
+                          Params, LayerParams, Elem)
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -159,6 +137,43 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
 // ----------------------------------------------------------------------------
 // the file
 
+// what only Llama 3 knows about its headers (model_file_open calls it, then llama3_model_file_parameters)
+static inline void llama3_model_file_check(const char* path, const void* config) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    if (C % NH != 0 || (C / NH) % 2 != 0) {
+        llmc_die("%s: bad Llama 3 model header: C = %d must be NH = %d times an even head size", path, C, NH);
+    }
+    if (NKV > NH || NH % NKV != 0) {
+        llmc_die("%s: bad Llama 3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
+    }
+    float m = cfg->ffn_dim_multiplier, eps = cfg->norm_eps, theta = cfg->rope_theta;
+    if (!isfinite(m) || m < 0.0f || !(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
+        llmc_die("%s: bad Llama 3 model header: ffn_dim_multiplier %g, norm_eps %g, rope_theta %g", path, m, eps, theta);
+    }
+    if (cfg->use_scaled_rope) {
+        float factor = cfg->rope_factor, low = cfg->rope_low_freq_factor, high = cfg->rope_high_freq_factor;
+        float max_pos = cfg->rope_original_max_pos;
+        int ok = factor > 0.0f && low > 0.0f && high > low && max_pos > 0.0f && isfinite(factor + low + high + max_pos);
+        if (!ok) {
+            llmc_die("%s: bad Llama 3 model header: rope scaling factor %g, low/high freq factors %g/%g, original max positions %g",
+                     path, factor, low, high, max_pos);
+        }
+    }
+    int want = llama3_ffn_hidden(C, m, cfg->multiple_of);
+    if (cfg->ffn_hidden != want) {
+        llmc_die("%s: bad Llama 3 model header: FFN hidden size %d, Llama's rule gives %d (C %d, multiplier %g, multiple_of %d)",
+                 path, cfg->ffn_hidden, want, C, m, cfg->multiple_of);
+    }
+}
+
+static inline size_t llama3_model_file_parameters(const void* config, char* shape, size_t shape_size) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s", cfg->num_layers, cfg->channels, cfg->num_heads,
+             cfg->num_kv_heads, cfg->vocab_size, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "");
+    return llama3_num_parameters(cfg);
+}
+
 // Where each member of Llama3Config stands: int header[2..7], [9], [12], [15..17] (the named ones within their
 // ranges), float header[0..6]; for llm.c's readers also the truncated floats in header[8], [10] and [11], its
 // max_gen_batch_size 4 in [13] and the major version 3 in [14]
@@ -183,51 +198,13 @@ static const ModelHeaderField LLAMA3_HEADER_FIELDS[] = {
     LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 4, rope_low_freq_factor), LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 5, rope_high_freq_factor),
     LLAMA3_FLOAT_(MODEL_FIELD_FLOAT, 6, rope_original_max_pos),
 };
-static const ModelFileFormat LLAMA3_MODEL_FILE = {
+static const ModelFileFormat LLAMA3_MODEL_FILE = MODEL_FILE_FORMAT(
     "Llama 3 model", "%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)",
-    LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, (int)(sizeof(LLAMA3_HEADER_FIELDS) / sizeof(LLAMA3_HEADER_FIELDS[0])),
-    sizeof(Llama3Config),
-};
+    LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, Llama3Config, llama3_model_file_check, llama3_model_file_parameters);
 
-// Opens a model file, validates both headers against the real size and returns the open file at
-// the first parameter; *version is 3 (fp32) or 5 (bf16).
-static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
-    ModelFileHeader mh;
-    FILE* f = model_file_open(path, &LLAMA3_MODEL_FILE, &mh, cfg);
-    const float* fh = mh.floats;
-    *version = mh.version;
-    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    if (C % NH != 0 || (C / NH) % 2 != 0) {
-        llmc_die("%s: bad Llama 3 model header: C = %d must be NH = %d times an even head size", path, C, NH);
-    }
-    if (NKV > NH || NH % NKV != 0) {
-        llmc_die("%s: bad Llama 3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
-    }
-    if (!isfinite(fh[0]) || fh[0] < 0.0f || !(fh[1] > 0.0f && fh[1] < 1.0f) || !(fh[2] > 1.0f && isfinite(fh[2]))) {
-        llmc_die("%s: bad Llama 3 model header: ffn_dim_multiplier %g, norm_eps %g, rope_theta %g", path, fh[0], fh[1], fh[2]);
-    }
-    if (cfg->use_scaled_rope) {
-        int ok = fh[3] > 0.0f && fh[4] > 0.0f && fh[5] > fh[4] && fh[6] > 0.0f && isfinite(fh[3] + fh[4] + fh[5] + fh[6]);
-        if (!ok) {
-            llmc_die("%s: bad Llama 3 model header: rope scaling factor %g, low/high freq factors %g/%g, original max positions %g",
-                     path, fh[3], fh[4], fh[5], fh[6]);
-        }
-    }
-    int want = llama3_ffn_hidden(C, fh[0], cfg->multiple_of);
-    if (cfg->ffn_hidden != want) {
-        llmc_die("%s: bad Llama 3 model header: FFN hidden size %d, Llama's rule gives %d (C %d, multiplier %g, multiple_of %d)",
-                 path, cfg->ffn_hidden, want, C, fh[0], cfg->multiple_of);
-    }
-    char shape[160];
-    snprintf(shape, sizeof(shape), "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s", cfg->num_layers, C, NH, NKV, cfg->vocab_size,
-             cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "");
-    model_file_check_size(path, &LLAMA3_MODEL_FILE, &mh, llama3_num_parameters(cfg), shape);
-    return f;
-}
-
-// writes cfg and n fp32 parameters atomically (temp file, then rename)
-static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
-    model_file_write(path, &LLAMA3_MODEL_FILE, cfg, params, n);
-}
+// llama3_model_open(path, cfg, version) opens a model file, validates both headers against the real size
+// and returns the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
+// llama3_model_write(path, cfg, params, n) writes cfg and n fp32 parameters atomically (temp file, then rename).
+MODEL_FILE_FUNCTIONS(llama3_model_open, llama3_model_write, Llama3Config, LLAMA3_MODEL_FILE)
 
 #endif // LLMC_LLAMA3_CONFIG_H

@@ -68,47 +68,22 @@ static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {GPT
 static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
 static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
-// (slices, rows, cols) of each parameter tensor, checkpoint order: slices is L for the
-// per-layer tensors, else 1; cols is 1 for vectors
-static inline void gpt2_parameter_dims(size_t dims[GPT2_NUM_PARAMETER_TENSORS][3], const GPT2Config* cfg) {
-    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
-    size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers;
-    const size_t table[GPT2_NUM_PARAMETER_TENSORS][3] = {GPT2_PARAMETER_TENSORS(TENSOR_DIMS, _)};
-    memcpy(dims, table, sizeof(table));
-}
+// the dimension names the table is written in
+#define GPT2_DIMS_(cfg) \
+    const size_t Vp = (size_t)(cfg)->padded_vocab_size, C = (size_t)(cfg)->channels; \
+    const size_t maxT = (size_t)(cfg)->max_seq_len, L = (size_t)(cfg)->num_layers; \
+    (void)Vp; (void)C; (void)maxT; (void)L;
 
-// the elements of each parameter tensor into sizes (when not NULL), checkpoint order; returns their sum
-static inline size_t gpt2_parameter_sizes(size_t sizes[GPT2_NUM_PARAMETER_TENSORS], const GPT2Config* cfg) {
-    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
-    gpt2_parameter_dims(dims, cfg);
-    return tensor_table_sizes((const size_t(*)[3])dims, GPT2_NUM_PARAMETER_TENSORS, sizes);
-}
+// gpt2_parameter_dims, gpt2_parameter_sizes, gpt2_num_parameters (llmc/model_file.h's TENSOR_TABLE_SIZES),
+// checkpoint order
+TENSOR_TABLE_SIZES(gpt2, GPT2Config, GPT2_PARAMETER_TENSORS, GPT2_NUM_PARAMETER_TENSORS, GPT2_DIMS_)
 
-static inline size_t gpt2_num_parameters(const GPT2Config* cfg) { return gpt2_parameter_sizes(NULL, cfg); }
-
-// GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) declares, for element type Elem
-// (float on the CPU, floatX on the GPU; once per program):
-//   Params       one Elem* per parameter tensor, checkpoint order (the model's weights, or
-//                its gradients)
-//   LayerParams  the 12 tensors of one layer (ln1w ... fcprojb), each pointing at layer l's slice
-//   void gpt2_point_parameters(Params* p, Elem* memory, const GPT2Config* cfg)
-//                points p's tensors into one flat buffer of gpt2_num_parameters(cfg) elements
-//   LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l)
-//                layer l's view of p (weights or gradients alike)
+// GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem): the struct of named pointers (weights or
+// gradients, element type Elem), one layer's view (the 12 tensors ln1w ... fcprojb), gpt2_point_parameters
+// and gpt2_layer_params (llmc/model_file.h's TENSOR_TABLE_POINTERS)
 #define GPT2_DECLARE_PARAMETER_TENSORS(Params, LayerParams, Elem) \
-    typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } Params; \
-    typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
-    static inline void gpt2_point_parameters(Params* p, Elem* memory, const GPT2Config* cfg) { \
-        size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels; \
-        size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers; \
-        GPT2_PARAMETER_TENSORS(TENSOR_POINT, _) \
-    } \
-    static inline LayerParams gpt2_layer_params(const Params* p, const GPT2Config* cfg, int l) { \
-        size_t C = (size_t)cfg->channels; \
-        LayerParams w; \
-        GPT2_LAYER_PARAMETER_TENSORS(TENSOR_LAYER, _) \
-        return w; \
-    }
+    TENSOR_TABLE_POINTERS(gpt2, GPT2Config, GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, GPT2_DIMS_, \
+                          Params, LayerParams, Elem)
 
 // ----------------------------------------------------------------------------
 // The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad),

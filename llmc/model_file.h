@@ -8,13 +8,13 @@ header[256] after it, then the parameters in the family's tensor order.
 A family describes its file as data, a ModelFileFormat: the magic, whether a float header follows,
 the names its error lines use and its header fields: where each member of its config struct stands
 (an int or a float header slot), the range an int field may take, and what is written only for llm.c
-(a float's truncated copy in an int slot, a constant). Its reader (llmc/checkpoint.h for GPT-2,
-llmc/llama3_config.h for Llama 3) then reads in four steps:
+(a float's truncated copy in an int slot, a constant), and what only it knows: its own checks of the
+config and its parameter count. Its reader (llmc/checkpoint.h for GPT-2, llmc/llama3_config.h for Llama 3)
+then reads in two steps:
     model_file_open         the headers, checked against the real file size, magic, version and the
-                            ranges of the fields, and the config filled from them; the open file stands
-                            at the first parameter
-    (the family)            checks what only it knows
-    model_file_check_size   the size its parameter count implies against the file's
+                            ranges of the fields, the config filled from them, the family's checks, and
+                            the size its parameter count implies against the file's; the open file
+                            stands at the first parameter
     model_file_read_params  the parameters into fp32
 and writes the config and the parameters with model_file_write (atomically: temporary file, then
 rename). Every error is one line naming the file.
@@ -56,7 +56,17 @@ typedef struct {
     const ModelHeaderField* fields;
     int num_fields;
     size_t config_size;          // the family's config struct
+    // what only the family knows, called once the fields are read and in range: its own checks of the config
+    // (one llmc_die line naming path), then its parameter count, with the shape the size error line names
+    // ("L=2 C=128 ...") written into shape
+    void (*check)(const char* path, const void* config);
+    size_t (*num_parameters)(const void* config, char* shape, size_t shape_size);
 } ModelFileFormat;
+
+// a family's ModelFileFormat, its fields an array of ModelHeaderField
+#define MODEL_FILE_FORMAT(what, too_short, magic, float_header, fields, Config, check, num_parameters) \
+    {what, too_short, magic, float_header, fields, (int)(sizeof(fields) / sizeof((fields)[0])), sizeof(Config), \
+     check, num_parameters}
 
 typedef struct {
     int ints[256];
@@ -71,7 +81,7 @@ static inline size_t model_file_header_bytes(const ModelFileFormat* fmt) {
 
 // Opens path, reads and checks its headers into *h, fills the config (zeroed first) from them and returns
 // the file at the first parameter.
-static inline FILE* model_file_open(const char* path, const ModelFileFormat* fmt, ModelFileHeader* h, void* config) {
+static inline FILE* model_file_read_header(const char* path, const ModelFileFormat* fmt, ModelFileHeader* h, void* config) {
     FILE* f = fopenCheck(path, "rb");
     memset(h, 0, sizeof(*h));
     h->file_size = file_size_check(f, path);
@@ -104,6 +114,19 @@ static inline void model_file_check_size(const char* path, const ModelFileFormat
         llmc_die("%s: %s size mismatch: the header (%s, %s) needs %zu bytes, the file has %zu%s", path, fmt->what, shape,
                  elem_bytes == 4 ? "fp32" : "bf16", expected, h->file_size, h->file_size < expected ? " (truncated?)" : "");
     }
+}
+
+// Opens path, reads and checks its headers, fills the config (zeroed first) from them, runs the family's checks
+// and checks the file's size; returns the file at the first parameter, *version 3 (fp32) or 5 (bf16).
+static inline FILE* model_file_open(const char* path, const ModelFileFormat* fmt, void* config, int* version) {
+    ModelFileHeader h;
+    FILE* f = model_file_read_header(path, fmt, &h, config);
+    *version = h.version;
+    fmt->check(path, config);
+    char shape[160];
+    size_t num_parameters = fmt->num_parameters(config, shape, sizeof(shape));
+    model_file_check_size(path, fmt, &h, num_parameters, shape);
+    return f;
 }
 
 // the n parameters after the headers into params (fp32); bf16 is the upper half of an fp32
@@ -155,6 +178,17 @@ static inline void model_file_write(const char* path, const ModelFileFormat* fmt
     atomic_file_commit(&af);
 }
 
+// a family's typed entry points to its file `format` (a ModelFileFormat):
+//   FILE* open_fn(const char* path, Config* cfg, int* version)                          model_file_open
+//   void write_fn(const char* path, const Config* cfg, const float* params, size_t n)   model_file_write
+#define MODEL_FILE_FUNCTIONS(open_fn, write_fn, Config, format) \
+    static inline FILE* open_fn(const char* path, Config* cfg, int* version) { \
+        return model_file_open(path, &(format), cfg, version); \
+    } \
+    static inline void write_fn(const char* path, const Config* cfg, const float* params, size_t n) { \
+        model_file_write(path, &(format), cfg, params, n); \
+    }
+
 // ----------------------------------------------------------------------------
 // the tensor table: the parameters in file order, one row per tensor, X(D, name, per_layer, rows, cols,
 // is_matrix). A tensor is one (rows, cols) slice, or with per_layer L slices stacked (layer l's starts at
@@ -188,6 +222,50 @@ static inline size_t tensor_table_sizes(const size_t (*dims)[3], int n, size_t* 
     }
     return total;
 }
+
+// What a family's table gives, defined once for every family. FAMILY is the functions' prefix (gpt2, llama3),
+// Config its config struct, TENSORS and LAYER_TENSORS its tables, N their tensor count and DIMS(cfg) the
+// declarations of the dimension names the table is written in (L among them), as const size_t.
+// TENSOR_TABLE_SIZES(FAMILY, Config, TENSORS, N, DIMS) defines
+//   void FAMILY_parameter_dims(size_t dims[N][3], const Config* cfg)   (slices, rows, cols) of each tensor, file
+//                                                                       order: slices is L for the per-layer ones
+//   size_t FAMILY_parameter_sizes(size_t sizes[N], const Config* cfg)  the elements of each tensor into sizes
+//                                                                       (when not NULL); returns their sum
+//   size_t FAMILY_num_parameters(const Config* cfg)
+#define TENSOR_TABLE_SIZES(FAMILY, Config, TENSORS, N, DIMS) \
+    static inline void FAMILY##_parameter_dims(size_t dims[N][3], const Config* cfg) { \
+        DIMS(cfg) \
+        const size_t table[N][3] = {TENSORS(TENSOR_DIMS, _)}; \
+        memcpy(dims, table, sizeof(table)); \
+    } \
+    static inline size_t FAMILY##_parameter_sizes(size_t sizes[N], const Config* cfg) { \
+        size_t dims[N][3]; \
+        FAMILY##_parameter_dims(dims, cfg); \
+        return tensor_table_sizes((const size_t(*)[3])dims, N, sizes); \
+    } \
+    static inline size_t FAMILY##_num_parameters(const Config* cfg) { return FAMILY##_parameter_sizes(NULL, cfg); }
+
+// TENSOR_TABLE_POINTERS(FAMILY, Config, TENSORS, LAYER_TENSORS, DIMS, Params, LayerParams, Elem) declares, for
+// element type Elem (float on the CPU, floatX on the GPU; once per program):
+//   Params       one Elem* per parameter tensor, file order (the model's weights, or its gradients)
+//   LayerParams  the tensors of one layer, each pointing at layer l's slice
+//   void FAMILY_point_parameters(Params* p, Elem* memory, const Config* cfg)
+//                points p's tensors into one flat buffer of FAMILY_num_parameters(cfg) elements
+//   LayerParams FAMILY_layer_params(const Params* p, const Config* cfg, int l)
+//                layer l's view of p (weights or gradients alike)
+#define TENSOR_TABLE_POINTERS(FAMILY, Config, TENSORS, LAYER_TENSORS, DIMS, Params, LayerParams, Elem) \
+    typedef struct { TENSORS(TENSOR_FIELD, Elem) } Params; \
+    typedef struct { LAYER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
+    static inline void FAMILY##_point_parameters(Params* p, Elem* memory, const Config* cfg) { \
+        DIMS(cfg) \
+        TENSORS(TENSOR_POINT, _) \
+    } \
+    static inline LayerParams FAMILY##_layer_params(const Params* p, const Config* cfg, int l) { \
+        DIMS(cfg) \
+        LayerParams w; \
+        LAYER_TENSORS(TENSOR_LAYER, _) \
+        return w; \
+    }
 
 // the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none
 static inline int llmc_model_file_magic(const char* path) {
