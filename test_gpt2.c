@@ -36,7 +36,4 @@ static const CpuTestProgram TEST_GPT2 = {
     GPT2_PARAMETER_NAMES, &DEBUG_STATE_GPT2, 0, gpt2_test_describe,
 };
 
-int main(int argc, char** argv) {
-    GPT2 model;
-    return cpu_test_main(argc, argv, &TEST_GPT2, &model, &gpt2_calls, &model.cpu);
-}
+CPU_TEST_MAIN(GPT2, TEST_GPT2, gpt2_calls)

@@ -25,11 +25,6 @@ norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relat
 #include "train_llama3.c"
 #include "llmc/cpu/cpu_test.h"
 
-#define LLAMA3_STATE_MAGIC 20240803
-#define LLAMA3_STATE_VERSION 3
-
-static const DebugStateFormat LLAMA3_DEBUG_STATE = {LLAMA3_STATE_MAGIC, LLAMA3_STATE_VERSION, "Llama 3 debug state", "block size", 1};
-
 // the model's line: its shape, and what d2 does not exercise (a tied head, Llama 3.1 RoPE scaling)
 static void llama3_test_describe(const void* m, const char* path) {
     const Llama3* model = (const Llama3*)m;
@@ -43,10 +38,7 @@ static void llama3_test_describe(const void* m, const char* path) {
 static const CpuTestProgram TEST_LLAMA3 = {
     "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
     "train_llama3.py", "Llama 3 model file", "llama3_d2.bin", "llama3_d2_debug_state.bin",
-    LLAMA3_PARAMETER_NAMES, &LLAMA3_DEBUG_STATE, 1, llama3_test_describe,
+    LLAMA3_PARAMETER_NAMES, &DEBUG_STATE_LLAMA3, 1, llama3_test_describe,
 };
 
-int main(int argc, char** argv) {
-    Llama3 model;
-    return cpu_test_main(argc, argv, &TEST_LLAMA3, &model, &llama3_calls, &model.cpu);
-}
+CPU_TEST_MAIN(Llama3, TEST_LLAMA3, llama3_calls)

@@ -18,6 +18,7 @@ gives its model's calls (build, forward, backward), its tensor names, its debug-
     cpu_test_main(argc, argv, p, model, calls, cm)   a test program's main(): all of the above around the
                                           model's calls (llmc/cpu/cpu_model.h) and the program's
                                           CpuTestProgram
+    CPU_TEST_MAIN(Model, program, calls)  defines main() as cpu_test_main on a Model
 */
 #ifndef LLMC_CPU_TEST_H
 #define LLMC_CPU_TEST_H
@@ -212,5 +213,13 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, void* m
     calls->free(model);
     return status;
 }
+
+// A test program's main(): CPU_TEST_MAIN(GPT2, TEST_GPT2, gpt2_calls) runs cpu_test_main with the program's
+// CpuTestProgram on a Model (the struct whose member cpu is its CpuModel) built by its calls.
+#define CPU_TEST_MAIN(Model, program, calls) \
+    int main(int argc, char** argv) { \
+        Model model; \
+        return cpu_test_main(argc, argv, &(program), &model, &(calls), &model.cpu); \
+    }
 
 #endif // LLMC_CPU_TEST_H
