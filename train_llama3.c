@@ -124,6 +124,7 @@ static void llama3_allocate_parameters(Llama3* model) {
                    LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_NUM_PARAMETER_TENSORS);
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
+    model->cpu.lazy_zero_grad = 1; // llama3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
     int HS = cfg->channels / cfg->num_heads;
     model->rope_cos = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     model->rope_sin = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
@@ -236,8 +237,16 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
     cpu_model_end_forward(&model->cpu, targets != NULL);
 }
 
+// a linear layer's backward (no bias): dinp += its gradient; dweight += its gradient, or = when
+// overwrite (the gradients are stale, llmc/cpu/cpu_model.h's cpu_model_zero_grad)
+static void llama3_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                                   int B, int T, int C, int OC, int overwrite) {
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC);
+    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, overwrite ? 0.0f : 1.0f);
+}
+
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
-// to model->grads. dres, the residual stream's gradient, is each residual add's output gradient and
+// to model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's gradient, is each residual add's output gradient and
 // so also its branch's (attproj's, fcproj's); the RMSNorms add their input gradients to it.
 static void llama3_backward(Llama3* model, float loss_scale) {
     Llama3Params p = model->params, g = model->grads;
@@ -247,8 +256,19 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     int B = model->cpu.cur_B, T = model->cpu.cur_T;
     int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    // stale gradients: the weight GEMMs below overwrite theirs (every matrix, each layer's slice, once),
+    // the RMSNorm weights and the untied wte only add, so they start from zero
+    int fresh = model->cpu.grads_stale;
+    if (fresh) {
+        const size_t* n = model->cpu.param_sizes;
+        memset(g.ln1w, 0, n[LLAMA3_PARAM_ln1w] * sizeof(float));
+        memset(g.ln2w, 0, n[LLAMA3_PARAM_ln2w] * sizeof(float));
+        memset(g.lnfw, 0, n[LLAMA3_PARAM_lnfw] * sizeof(float));
+        if (!cfg->tied_embeddings) { memset(g.wte, 0, n[LLAMA3_PARAM_wte] * sizeof(float)); }
+        model->cpu.grads_stale = 0;
+    }
     crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
-    matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), NULL, gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V);
+    llama3_matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V, fresh);
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     float* dres = gacts.encoded; // (B,T,C): the last layer's output gradient first
     rmsnorm_backward(dres, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
@@ -259,17 +279,17 @@ static void llama3_backward(Llama3* model, float loss_scale) {
         Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
         if (l < L - 1) { llama3_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        matmul_backward(da.fch_swiglu, dw.fcprojw, NULL, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C);
+        llama3_matmul_backward(da.fch_swiglu, dw.fcprojw, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, fresh);
         swiglu_backward(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);
-        matmul_backward(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN);
-        matmul_backward(da.ln2, dw.fcw2, NULL, da.fch2, a.ln2, w.fcw2, B, T, C, FFN);
+        llama3_matmul_backward(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
+        llama3_matmul_backward(da.ln2, dw.fcw2, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, fresh);
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        matmul_backward(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C);
+        llama3_matmul_backward(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
         attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
         repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
         rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        matmul_backward(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV);
+        llama3_matmul_backward(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
         rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
     embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);

@@ -33,7 +33,10 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_begin_forward(cm, inputs, targets, B, T)   token ids checked against [0, V), the batch kept
     cpu_model_end_forward(cm, with_targets)   the mean of the B x T losses into mean_loss (-1 without targets)
     cpu_model_begin_backward(cm, dlosses, loss_scale)   zeroed activation gradients, every position's dloss
-    cpu_model_zero_grad(cm), cpu_model_grad_norm(cm)
+    cpu_model_zero_grad(cm)   the gradients zeroed, or in a model with lazy_zero_grad set (train_llama3.c)
+                              marked stale: they count as zero, and the model's next backward overwrites them
+                              instead of adding to them (its weight GEMMs then write and never read them)
+    cpu_model_grad_norm(cm)
     cpu_model_update(cm, ...) one AdamW step on this process's slice
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
     cpu_model_free(cm)
@@ -252,6 +255,8 @@ typedef struct {
     size_t param_dims[CPU_MODEL_MAX_TENSORS][3];   // (slices, rows, cols): per-layer tensors have L slices
     size_t param_sizes[CPU_MODEL_MAX_TENSORS];
     const int* is_matrix;       // the 2-D weights (weight decay applies to them only)
+    int lazy_zero_grad;         // set by a model whose backward honours grads_stale
+    int grads_stale;            // the gradients count as zero (lazy_zero_grad after cpu_model_zero_grad)
     const int* per_layer;       // one slice per layer (with is_matrix: one Muon matrix per layer)
     // the optimizer state of this process's slice [opt_offset, opt_offset + opt_size) of the flat
     // parameters (everything, or with ZeRO-1 one shard), or with -op muon of its segments back to back
@@ -401,7 +406,13 @@ static void cpu_model_begin_backward(CpuModel* cm, float* dlosses, float loss_sc
     for (int i = 0; i < n; i++) { dlosses[i] = dloss_mean; }
 }
 
-static void cpu_model_zero_grad(CpuModel* cm) { memset(cm->grads_memory, 0, cm->num_parameters * sizeof(float)); }
+static void cpu_model_zero_grad(CpuModel* cm) {
+    if (cm->lazy_zero_grad) {
+        cm->grads_stale = 1;
+        return;
+    }
+    memset(cm->grads_memory, 0, cm->num_parameters * sizeof(float));
+}
 
 // Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
 static float cpu_model_grad_norm(const CpuModel* cm) { return cpu_grad_norm(cm->grads_memory, cm->num_parameters); }

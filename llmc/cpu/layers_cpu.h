@@ -8,6 +8,7 @@ gradients. Reductions run in a fixed order, so the same inputs and thread count 
     layernorm_forward / layernorm_backward       (and residual_layernorm_forward: add, then norm)
     norm_weight_backward                         the weight and bias gradients of LayerNorm and RMSNorm
     matmul_forward / matmul_backward             llmc/cpu/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
+    matmul_backward_input / _weight              its two halves (the weight's may overwrite instead of add)
     attention_forward / attention_backward       causal self-attention in query tiles, weights recomputed per tile in backward
     gelu_forward / bias_gelu_forward / gelu_backward
     residual_forward / residual_backward
@@ -168,15 +169,25 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }
 
+// matmul_backward's input gradient: dinp (B,T,C) += dout (B,T,OC) . weight (OC,C)
+static void matmul_backward_input(float* dinp, const float* dout, const float* weight, int B, int T, int C, int OC) {
+    matmul_gemm(matmul_precision, 0, 0, B * T, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+}
+
+// matmul_backward's weight gradient: dweight (OC,C) = beta * dweight + dout^T (OC,B*T) . inp (B*T,C);
+// beta 1 accumulates, beta 0 overwrites (dweight's old contents are then never read)
+static void matmul_backward_weight(float* dweight, const float* dout, const float* inp, int B, int T, int C, int OC,
+                                   float beta) {
+    matmul_gemm(matmul_precision, 1, 0, OC, C, B * T, dout, OC, inp, C, beta, dweight, C);
+}
+
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int B, int T, int C, int OC) {
     // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
     // all three gradients are accumulated (+=)
     int BT = B * T;
-    // dinp (BT,C) += dout (BT,OC) . weight (OC,C)
-    matmul_gemm(matmul_precision, 0, 0, BT, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
-    // dweight (OC,C) += dout^T (OC,BT) . inp (BT,C)
-    matmul_gemm(matmul_precision, 1, 0, OC, C, BT, dout, OC, inp, C, 1.0f, dweight, C);
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC);
+    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, 1.0f);
     // dbias[o] += sum_r dout[r,o]: each thread owns a slice of columns, rows in order
     if (dbias != NULL) {
         #pragma omp parallel for schedule(static)
