@@ -54,9 +54,7 @@ static void rmsnorm_forward(float* out, float* rstd, const float* inp, const flo
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = inp + (size_t)bt * C;
         float* o = out + (size_t)bt * C;
-        float ss = 0.0f;
-        for (int i = 0; i < C; i++) { ss += x[i] * x[i]; }
-        float s = 1.0f / sqrtf(ss / C + eps);
+        float s = 1.0f / sqrtf(vec_dot3(x, NULL, x, C) / C + eps);
         for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
         rstd[bt] = s;
     }
@@ -73,9 +71,7 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
         const float* d = dout + (size_t)bt * C;
         float* dx = dinp + (size_t)bt * C;
         float s = rstd[bt];
-        float dot = 0.0f;
-        for (int i = 0; i < C; i++) { dot += weight[i] * d[i] * (x[i] * s); }
-        dot /= C;
+        float dot = vec_dot3(weight, d, x, C) * s / C;
         for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
     }
     // dweight[i] += sum over rows of dout * norm (llmc/cpu/layers_cpu.h's, with no mean and no bias)

@@ -6,6 +6,8 @@ element-wise layers (glibc's expf/tanhf are scalar calls and kept GELU at ~10% o
     vec_tanhf(x)  tanh(x) = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|), absolute error < 3e-7
     vec_gelu_forward(x), vec_gelu_grad(x)   GPT-2's tanh GELU and its derivative, the
                   formulas of llmc/layer_math.h with vec_tanhf in place of tanhf
+    vec_dot3(a, b, c, n)   sum of a[i] b[i] c[i] (b NULL: of a[i] c[i]) in 16 interleaved partial
+                  sums, added up in a fixed order (one running sum would not vectorise)
 
 No lookup tables, no branches, no calls: a loop over these with -O3 -fno-trapping-math becomes
 AVX-512 / AVX2 code (GCC keeps the clamps as branches, and the loop scalar, unless it may assume
@@ -62,6 +64,18 @@ static inline float vec_gelu_grad(float x) {
     float sech2 = 1.0f - th * th;
     float du_dx = GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
+}
+
+static inline float vec_dot3(const float* a, const float* b, const float* c, int n) {
+    float part[16] = {0.0f};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) { part[j] += a[i + j] * (b != NULL ? b[i + j] : 1.0f) * c[i + j]; }
+    }
+    float sum = 0.0f;
+    for (; i < n; i++) { sum += a[i] * (b != NULL ? b[i] : 1.0f) * c[i]; }
+    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    return sum;
 }
 
 #endif // LLMC_VECMATH_H
