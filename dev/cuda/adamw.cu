@@ -50,9 +50,9 @@ int main(int argc, char** argv) {
         ref_v[i] = v0[i];
         ref[i] = adamw_update_one(params[i], grads[i], &ref_m[i], &ref_v[i], wd, s);
     }
-    float* d_master = (float*)cudaMallocCheck(n * sizeof(float));
-    float* d_m = (float*)cudaMallocCheck(n * sizeof(float));
-    float* d_v = (float*)cudaMallocCheck(n * sizeof(float));
+    float* d_master = device_alloc<float>(n);
+    float* d_m = device_alloc<float>(n);
+    float* d_v = device_alloc<float>(n);
     auto reset = [&]() {
         cudaCheck(cudaMemcpy(d_master, params, n * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m0, n * sizeof(float), cudaMemcpyHostToDevice));

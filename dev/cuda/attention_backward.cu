@@ -42,9 +42,8 @@ __global__ static void attention_backward_v1(float* dinp, const floatX* dout, co
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "attention_backward", 4, 256);
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    Playground pg = playground_start(argc, argv, 2, "attention_backward", 4, 256);
+    const int B = pg.shape.B, T = pg.shape.T, C = pg.shape.C, NH = pg.shape.NH;
     size_t BTC = (size_t)B * T * C, BNTT = (size_t)B * NH * T * T;
     float *inp, *dout;
     floatX* d_inp = random_input(&inp, 3 * BTC, 1);
@@ -54,18 +53,18 @@ int main(int argc, char** argv) {
     float* ref_dinp = (float*)callocCheck(3 * BTC, sizeof(float));
     attention_forward_cpu(ref_out, ref_att, inp, B, T, C, NH);
     attention_backward_cpu(ref_dinp, dout, inp, ref_att, B, T, C, NH);
-    floatX* d_out = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
-    floatX* d_qkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
-    floatX* d_att = (floatX*)cudaMallocCheck(BNTT * sizeof(floatX));
-    floatX* d_scratch = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
-    floatX* d_dinp = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
-    floatX* d_dqkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
-    floatX* d_datt = (floatX*)cudaMallocCheck(BNTT * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(BTC);
+    floatX* d_qkvr = device_alloc<floatX>(3 * BTC);
+    floatX* d_att = device_alloc<floatX>(BNTT);
+    floatX* d_scratch = device_alloc<floatX>(BTC);
+    floatX* d_dinp = device_alloc<floatX>(3 * BTC);
+    floatX* d_dqkvr = device_alloc<floatX>(3 * BTC);
+    floatX* d_datt = device_alloc<floatX>(BNTT);
     CublasContext ctx;
     cudaStream_t stream = playground_cublas_init(&ctx);
     attention_forward(&ctx, d_out, d_qkvr, d_att, d_inp, d_scratch, B, T, C, NH);
     if (version_selected(&pg, 1)) {
-        float* d_dinp_f = (float*)cudaMallocCheck(3 * BTC * sizeof(float));
+        float* d_dinp_f = device_alloc<float>(3 * BTC);
         auto run = [&]() {
             cudaCheck(cudaMemsetAsync(d_dinp_f, 0, 3 * BTC * sizeof(float), stream));
             attention_backward_v1<<<ceil_div(B * T * NH, 128), 128, 0, stream>>>(d_dinp_f, d_dout, d_inp, d_att, B, T, C, NH);

@@ -42,17 +42,16 @@ __global__ static void attention_forward_v1(floatX* out, const floatX* inp, int 
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "attention_forward", 4, 256);
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    Playground pg = playground_start(argc, argv, 2, "attention_forward", 4, 256);
+    const int B = pg.shape.B, T = pg.shape.T, C = pg.shape.C, NH = pg.shape.NH;
     if (C / NH > 128) { llmc_die("attention_forward: version 1 keeps a head of at most 128 values in registers, not %d", C / NH); }
     size_t BTC = (size_t)B * T * C;
     float *inp;
     floatX* d_inp = random_input(&inp, 3 * BTC, 1);
-    floatX* d_out = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
-    floatX* d_qkvr = (floatX*)cudaMallocCheck(3 * BTC * sizeof(floatX));
-    floatX* d_att = (floatX*)cudaMallocCheck((size_t)B * NH * T * T * sizeof(floatX));
-    floatX* d_scratch = (floatX*)cudaMallocCheck(BTC * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(BTC);
+    floatX* d_qkvr = device_alloc<floatX>(3 * BTC);
+    floatX* d_att = device_alloc<floatX>((size_t)B * NH * T * T);
+    floatX* d_scratch = device_alloc<floatX>(BTC);
     float* ref = (float*)mallocCheck(BTC * sizeof(float));
     float* ref_att = (float*)mallocCheck((size_t)B * NH * T * T * sizeof(float));
     attention_forward_cpu(ref, ref_att, inp, B, T, C, NH);

@@ -46,12 +46,18 @@ static inline int* make_random_int(size_t n, int max, uint64_t seed) {
     return x;
 }
 
+// a new device array of n T (uninitialised)
+template <class T>
+static T* device_alloc(size_t n) {
+    return (T*)cudaMallocCheck(n * sizeof(T));
+}
+
 // host fp32 -> new device floatX buffer (and the host floats rounded the same way, for the reference)
 static inline floatX* to_device(float* h, size_t n) {
     floatX* staging = (floatX*)mallocCheck(n * sizeof(floatX));
     floatX_from_float_host(staging, h, n);
     float_from_floatX_host(h, staging, n);  // the reference sees exactly the device's inputs
-    floatX* d = (floatX*)cudaMallocCheck(n * sizeof(floatX));
+    floatX* d = device_alloc<floatX>(n);
     cudaCheck(cudaMemcpy(d, staging, n * sizeof(floatX), cudaMemcpyHostToDevice));
     free(staging);
     return d;
@@ -72,14 +78,29 @@ static inline floatX* random_input(float** host, size_t n, uint64_t seed) {
     return to_device(*host, n);
 }
 
+// a kernel's random input as one object: host (values in [-1, 1) rounded as the device holds them, what the
+// CPU reference reads) and dev (their device copy), both freed when it goes out of scope. A file declares
+// its inputs in one line, each with its count and seed: Input inp((size_t)N * C, 1), w(C, 2);
+struct Input {
+    float* host;
+    floatX* dev;
+    Input(size_t n, uint64_t seed) { dev = random_input(&host, n, seed); }
+    ~Input() {
+        free(host);
+        cudaCheck(cudaFree(dev));
+    }
+    Input(const Input&) = delete;
+    Input& operator=(const Input&) = delete;
+};
+
 static inline float* to_device_float(const float* h, size_t n) {
-    float* d = (float*)cudaMallocCheck(n * sizeof(float));
+    float* d = device_alloc<float>(n);
     cudaCheck(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
     return d;
 }
 
 static inline int* to_device_int(const int* h, size_t n) {
-    int* d = (int*)cudaMallocCheck(n * sizeof(int));
+    int* d = device_alloc<int>(n);
     cudaCheck(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
     return d;
 }
@@ -140,8 +161,18 @@ static void validate_result(const T* d_got, const float* ref, const char* name, 
 // the command line and the problem shape
 
 typedef struct {
+    int B, T;   // batch size, sequence length
+    int C, NH;  // channels and heads (head size C / NH)
+    int L;      // layers (the files that need a whole model's parameter vector)
+    int V, Vp;  // vocabulary, padded to a multiple of 128
+    int NKV;    // Llama 3's key/value heads (grouped-query attention: NH / NKV query heads share one)
+    int FFN;    // Llama 3's SwiGLU hidden size
+} Shape;
+
+typedef struct {
     int version;  // the one version to run, or 0: every version
     int quick;    // --quick: QUICK_SHAPE, one timed call per version
+    Shape shape;  // the problem (playground_start fills it; zero after playground_init alone)
 } Playground;
 
 static inline void playground_usage(FILE* f, const char* prog, int num_versions) {
@@ -154,7 +185,7 @@ static inline void playground_usage(FILE* f, const char* prog, int num_versions)
 
 // parses the command line; a bad argument prints one error line and the usage, and exits 1
 static inline Playground playground_init(int argc, char** argv, int num_versions) {
-    Playground pg = {0, 0};
+    Playground pg = {};
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--quick") == 0 || strcmp(arg, "-q") == 0) { pg.quick = 1; continue; }
@@ -171,15 +202,6 @@ static inline Playground playground_init(int argc, char** argv, int num_versions
 
 // whether to run `version`: all of them, or the one named on the command line
 static inline int version_selected(const Playground* pg, int version) { return pg->version == 0 || pg->version == version; }
-
-typedef struct {
-    int B, T;   // batch size, sequence length
-    int C, NH;  // channels and heads (head size C / NH)
-    int L;      // layers (the files that need a whole model's parameter vector)
-    int V, Vp;  // vocabulary, padded to a multiple of 128
-    int NKV;    // Llama 3's key/value heads (grouped-query attention: NH / NKV query heads share one)
-    int FFN;    // Llama 3's SwiGLU hidden size
-} Shape;
 
 // The --quick problem, shared by every file: GPT-2 d6's width (C = 384, 6 heads of 64) at B = 4, T = 128.
 // C: twelve values per lane in the warp-per-row kernels, two passes of the 256-thread blocks that loop
@@ -217,12 +239,13 @@ static inline void playground_announce(const Playground* pg, const char* name, c
            PRECISION_NAME, playground_mode(pg));
 }
 
-// every file's start: the command line, the problem (full size at B and T, or QUICK_SHAPE) and its line
-static inline Shape playground_start(Playground* pg, int argc, char** argv, int num_versions, const char* name, int B, int T) {
-    *pg = playground_init(argc, argv, num_versions);
-    Shape s = playground_shape(pg, B, T);
-    playground_announce(pg, name, &s);
-    return s;
+// every file's start: the command line, the problem in pg.shape (full size at B and T, or QUICK_SHAPE)
+// and its line
+static inline Playground playground_start(int argc, char** argv, int num_versions, const char* name, int B, int T) {
+    Playground pg = playground_init(argc, argv, num_versions);
+    pg.shape = playground_shape(&pg, B, T);
+    playground_announce(&pg, name, &pg.shape);
+    return pg;
 }
 
 // the cuBLAS files' set-up: a stream of their own with llmc's CublasContext on it; playground_cublas_free

@@ -32,9 +32,8 @@ __global__ static void encoder_backward_v1(float* dwte, float* dwpe, const float
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "encoder_backward", 8, 1024);
-    const int B = s.B, T = s.T, C = s.C, V = s.Vp;  // dwte has the padded vocabulary's rows
+    Playground pg = playground_start(argc, argv, 2, "encoder_backward", 8, 1024);
+    const int B = pg.shape.B, T = pg.shape.T, C = pg.shape.C, V = pg.shape.Vp;  // dwte has the padded vocabulary's rows
     size_t N = (size_t)B * T * C;
     float *dout;
     const int distinct = pg.quick ? 64 : 1000;  // far fewer token ids than positions: each repeats ~8 times
@@ -45,8 +44,8 @@ int main(int argc, char** argv) {
     float* ref_wpe = (float*)callocCheck((size_t)T * C, sizeof(float));
     encoder_backward_cpu(ref_wte, ref_wpe, dout, inp, B, T, C);
     if (version_selected(&pg, 1)) {
-        float* d_wte = (float*)cudaMallocCheck((size_t)V * C * sizeof(float));
-        float* d_wpe = (float*)cudaMallocCheck((size_t)T * C * sizeof(float));
+        float* d_wte = device_alloc<float>((size_t)V * C);
+        float* d_wpe = device_alloc<float>((size_t)T * C);
         auto run = [&]() {
             cudaCheck(cudaMemset(d_wte, 0, (size_t)V * C * sizeof(float)));
             cudaCheck(cudaMemset(d_wpe, 0, (size_t)T * C * sizeof(float)));
@@ -60,8 +59,8 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));
     }
     if (version_selected(&pg, 2)) {
-        floatX* d_wte = (floatX*)cudaMallocCheck((size_t)V * C * sizeof(floatX));
-        floatX* d_wpe = (floatX*)cudaMallocCheck((size_t)T * C * sizeof(floatX));
+        floatX* d_wte = device_alloc<floatX>((size_t)V * C);
+        floatX* d_wpe = device_alloc<floatX>((size_t)T * C);
         TokenGroups groups;
         token_groups_init(&groups, B * T, V);
         TokenGroupsDevice dgroups;

@@ -30,16 +30,15 @@ __global__ static void encoder_forward_v1(floatX* out, const int* inp, const flo
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "encoder_forward", 8, 1024);
-    const int B = s.B, T = s.T, C = s.C, Vp = s.Vp;
+    Playground pg = playground_start(argc, argv, 2, "encoder_forward", 8, 1024);
+    const int B = pg.shape.B, T = pg.shape.T, C = pg.shape.C, Vp = pg.shape.Vp;
     size_t N = (size_t)B * T * C;
     float *wte, *wpe;
-    int* inp = make_random_int((size_t)B * T, s.V, 3);
+    int* inp = make_random_int((size_t)B * T, pg.shape.V, 3);
     floatX* d_wte = random_input(&wte, (size_t)Vp * C, 1);
     floatX* d_wpe = random_input(&wpe, (size_t)T * C, 2);
     int* d_inp = to_device_int(inp, (size_t)B * T);
-    floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(N);
     float* ref = (float*)mallocCheck(N * sizeof(float));
     encoder_forward_cpu(ref, inp, wte, wpe, B, T, C);
     const float tol = precision_tol(1e-6f, 1e-2f);

@@ -49,17 +49,16 @@ __global__ static void dlogits_v1(floatX* dlogits, const float* probs, const int
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "fused_classifier", 8, 1024);
-    const int V = s.V, Vp = s.Vp, BT = s.B * s.T;
+    Playground pg = playground_start(argc, argv, 2, "fused_classifier", 8, 1024);
+    const int V = pg.shape.V, Vp = pg.shape.Vp, BT = pg.shape.B * pg.shape.T;
     size_t n = (size_t)BT * Vp;
     float* logits = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { logits[i] *= 10.0f; }
     int* targets = make_random_int(BT, V, 2);
     floatX* d_logits = to_device(logits, n);
     int* d_targets = to_device_int(targets, BT);
-    floatX* d_work = (floatX*)cudaMallocCheck(n * sizeof(floatX));
-    float* d_losses = (float*)cudaMallocCheck((size_t)BT * sizeof(float));
+    floatX* d_work = device_alloc<floatX>(n);
+    float* d_losses = device_alloc<float>(BT);
     const float dloss = 1.0f / BT;
     float* ref_losses = (float*)mallocCheck((size_t)BT * sizeof(float));
     float* ref_dlogits = (float*)mallocCheck(n * sizeof(float));
@@ -68,7 +67,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) { ref_dlogits[i] *= (float)BT; }
     const float tol = precision_tol(1e-4f, 2e-2f);
     if (version_selected(&pg, 1)) {
-        float* d_probs = (float*)cudaMallocCheck(n * sizeof(float));
+        float* d_probs = device_alloc<float>(n);
         auto run = [&]() {
             softmax_v1<<<ceil_div(BT, 128), 128>>>(d_probs, d_logits, BT, V, Vp);
             crossentropy_v1<<<ceil_div(BT, 128), 128>>>(d_losses, d_probs, d_targets, BT, Vp);

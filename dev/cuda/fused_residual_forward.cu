@@ -38,27 +38,22 @@ __global__ static void layernorm_v1(floatX* out, const floatX* inp, const floatX
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "fused_residual_forward", 8, 1024);
-    const int C = s.C, N = s.B * s.T;
+    Playground pg = playground_start(argc, argv, 2, "fused_residual_forward", 8, 1024);
+    const int C = pg.shape.C, N = pg.shape.B * pg.shape.T;
     size_t NC = (size_t)N * C;
-    float *a, *b, *w, *bias;
-    floatX* d_a = random_input(&a, NC, 1);
-    floatX* d_b = random_input(&b, NC, 2);
-    floatX* d_w = random_input(&w, C, 3);
-    floatX* d_bias = random_input(&bias, C, 4);
-    floatX* d_res = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
-    floatX* d_out = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
-    float* d_mean = (float*)cudaMallocCheck((size_t)N * sizeof(float));
-    float* d_rstd = (float*)cudaMallocCheck((size_t)N * sizeof(float));
+    Input a(NC, 1), b(NC, 2), w(C, 3), bias(C, 4);
+    floatX* d_res = device_alloc<floatX>(NC);
+    floatX* d_out = device_alloc<floatX>(NC);
+    float* d_mean = device_alloc<float>(N);
+    float* d_rstd = device_alloc<float>(N);
     float* ref_res = (float*)mallocCheck(NC * sizeof(float));
     float* ref_out = (float*)mallocCheck(NC * sizeof(float));
-    fused_residual_forward_cpu(ref_res, ref_out, a, b, w, bias, N, C);
+    fused_residual_forward_cpu(ref_res, ref_out, a.host, b.host, w.host, bias.host, N, C);
     const float tol = precision_tol(1e-4f, 3e-2f);
     if (version_selected(&pg, 1)) {
         auto run = [&]() {
-            residual_v1<<<ceil_div(NC, 256), 256>>>(d_res, d_a, d_b, NC);
-            layernorm_v1<<<ceil_div(N, 256), 256>>>(d_out, d_res, d_w, d_bias, N, C);
+            residual_v1<<<ceil_div(NC, 256), 256>>>(d_res, a.dev, b.dev, NC);
+            layernorm_v1<<<ceil_div(N, 256), 256>>>(d_out, d_res, w.dev, bias.dev, N, C);
             cudaCheckLaunch();
         };
         run();
@@ -67,14 +62,13 @@ int main(int argc, char** argv) {
         printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     if (version_selected(&pg, 2)) {
-        auto run = [&]() { fused_residual_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0); };
+        auto run = [&]() { fused_residual_forward(d_res, d_out, d_mean, d_rstd, a.dev, b.dev, w.dev, bias.dev, N, C, 0); };
         run();
         validate_result(d_res, ref_res, "version 2 (llmc) residual", NC, tol);
         validate_result(d_out, ref_out, "version 2 (llmc) out", NC, tol);
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    free(a); free(b); free(w); free(bias); free(ref_res); free(ref_out);
-    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_bias));
+    free(ref_res); free(ref_out);
     cudaCheck(cudaFree(d_res)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_mean)); cudaCheck(cudaFree(d_rstd));
     printf("fused_residual_forward: all versions match the CPU reference\n");
     return 0;

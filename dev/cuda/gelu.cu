@@ -22,15 +22,14 @@ __global__ static void gelu_backward_v1(floatX* d, const floatX* inp, size_t N) 
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "gelu", 8, 1024);
-    const size_t N = (size_t)s.B * s.T * 4 * s.C;  // the MLP's hidden activations
+    Playground pg = playground_start(argc, argv, 2, "gelu", 8, 1024);
+    const size_t N = (size_t)pg.shape.B * pg.shape.T * 4 * pg.shape.C;  // the MLP's hidden activations
     float* inp = make_random_float(N, 1);
     for (size_t i = 0; i < N; i++) { inp[i] *= 6.0f; }
     floatX* d_inp = to_device(inp, N);
     float* dout;
     floatX* d_dout = random_input(&dout, N, 2);
-    floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(N);
     float* ref_out = (float*)mallocCheck(N * sizeof(float));
     float* ref_dinp = (float*)mallocCheck(N * sizeof(float));
     for (size_t i = 0; i < N; i++) {

@@ -17,9 +17,8 @@ __global__ static void global_norm_v1(float* out, const floatX* grads, size_t n)
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "global_norm", 8, 1024);
-    GPT2Config model = shape_model(&s);
+    Playground pg = playground_start(argc, argv, 2, "global_norm", 8, 1024);
+    GPT2Config model = shape_model(&pg.shape);
     const size_t n = gpt2_num_parameters(&model);  // the whole gradient vector (GPT-2 124M: 124475904)
     float* grads = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { grads[i] *= 1e-3f; }
@@ -27,7 +26,7 @@ int main(int argc, char** argv) {
     double ref = 0.0;
     for (size_t i = 0; i < n; i++) { ref += (double)grads[i] * grads[i]; }
     float ref_f = (float)ref;
-    float* d_out = (float*)cudaMallocCheck((1 + GLOBAL_NORM_BLOCKS) * sizeof(float));
+    float* d_out = device_alloc<float>(1 + GLOBAL_NORM_BLOCKS);
     if (version_selected(&pg, 1)) {
         auto run = [&]() {
             cudaCheck(cudaMemset(d_out, 0, sizeof(float)));

@@ -67,35 +67,31 @@ __global__ static void layernorm_backward_params_v1(float* dw, float* db, const 
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "layernorm_backward", 8, 1024);
-    const int C = s.C, N = s.B * s.T;
-    float *inp, *dout, *w;
-    floatX* d_inp = random_input(&inp, (size_t)N * C, 1);
-    floatX* d_dout = random_input(&dout, (size_t)N * C, 2);
-    floatX* d_w = random_input(&w, C, 3);
+    Playground pg = playground_start(argc, argv, 2, "layernorm_backward", 8, 1024);
+    const int C = pg.shape.C, N = pg.shape.B * pg.shape.T;
+    Input inp((size_t)N * C, 1), dout((size_t)N * C, 2), w(C, 3);
     float* mean = (float*)mallocCheck((size_t)N * sizeof(float));
     float* rstd = (float*)mallocCheck((size_t)N * sizeof(float));
     for (int n = 0; n < N; n++) {
-        mean[n] = layernorm_mean(inp + (size_t)n * C, C);
-        rstd[n] = layernorm_rstd(inp + (size_t)n * C, mean[n], C);
+        mean[n] = layernorm_mean(inp.host + (size_t)n * C, C);
+        rstd[n] = layernorm_rstd(inp.host + (size_t)n * C, mean[n], C);
     }
     float* d_mean = to_device_float(mean, N);
     float* d_rstd = to_device_float(rstd, N);
     float* ref_dinp = (float*)callocCheck((size_t)N * C, sizeof(float));
     float* ref_dw = (float*)callocCheck(C, sizeof(float));
     float* ref_db = (float*)callocCheck(C, sizeof(float));
-    layernorm_backward_cpu(ref_dinp, ref_dw, ref_db, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward_cpu(ref_dinp, ref_dw, ref_db, dout.host, inp.host, w.host, mean, rstd, N, C);
     if (version_selected(&pg, 1)) {
-        float* d_dinp = (float*)cudaMallocCheck((size_t)N * C * sizeof(float));
-        float* d_dw = (float*)cudaMallocCheck(C * sizeof(float));
-        float* d_db = (float*)cudaMallocCheck(C * sizeof(float));
+        float* d_dinp = device_alloc<float>((size_t)N * C);
+        float* d_dw = device_alloc<float>(C);
+        float* d_db = device_alloc<float>(C);
         auto run = [&]() {
             cudaCheck(cudaMemset(d_dinp, 0, (size_t)N * C * sizeof(float)));
             cudaCheck(cudaMemset(d_dw, 0, C * sizeof(float)));
             cudaCheck(cudaMemset(d_db, 0, C * sizeof(float)));
-            layernorm_backward_dinp_v1<<<ceil_div(N, 256), 256>>>(d_dinp, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
-            layernorm_backward_params_v1<<<ceil_div(C, 256), 256>>>(d_dw, d_db, d_dout, d_inp, d_mean, d_rstd, N, C);
+            layernorm_backward_dinp_v1<<<ceil_div(N, 256), 256>>>(d_dinp, dout.dev, inp.dev, w.dev, d_mean, d_rstd, N, C);
+            layernorm_backward_params_v1<<<ceil_div(C, 256), 256>>>(d_dw, d_db, dout.dev, inp.dev, d_mean, d_rstd, N, C);
             cudaCheckLaunch();
         };
         run();
@@ -106,15 +102,15 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db));
     }
     if (version_selected(&pg, 2)) {
-        floatX* d_dinp = (floatX*)cudaMallocCheck((size_t)N * C * sizeof(floatX));
-        floatX* d_dw = (floatX*)cudaMallocCheck(C * sizeof(floatX));
-        floatX* d_db = (floatX*)cudaMallocCheck(C * sizeof(floatX));
-        float* scratch = (float*)cudaMallocCheck(2 * LAYERNORM_ROW_CHUNKS * C * sizeof(float));
+        floatX* d_dinp = device_alloc<floatX>((size_t)N * C);
+        floatX* d_dw = device_alloc<floatX>(C);
+        floatX* d_db = device_alloc<floatX>(C);
+        float* scratch = device_alloc<float>(2 * LAYERNORM_ROW_CHUNKS * C);
         auto run = [&]() {
             cudaCheck(cudaMemset(d_dinp, 0, (size_t)N * C * sizeof(floatX)));
             cudaCheck(cudaMemset(d_dw, 0, C * sizeof(floatX)));
             cudaCheck(cudaMemset(d_db, 0, C * sizeof(floatX)));
-            layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0);
+            layernorm_backward(d_dinp, d_dw, d_db, scratch, dout.dev, inp.dev, w.dev, d_mean, d_rstd, N, C, 0);
         };
         run();
         const float tol = precision_tol(1e-3f, 5e-2f);
@@ -124,8 +120,7 @@ int main(int argc, char** argv) {
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 10, run), timing_note(&pg));
         cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db)); cudaCheck(cudaFree(scratch));
     }
-    free(inp); free(dout); free(w); free(mean); free(rstd); free(ref_dinp); free(ref_dw); free(ref_db);
-    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_w));
+    free(mean); free(rstd); free(ref_dinp); free(ref_dw); free(ref_db);
     cudaCheck(cudaFree(d_mean)); cudaCheck(cudaFree(d_rstd));
     printf("layernorm_backward: all versions match the CPU reference\n");
     return 0;

@@ -37,23 +37,19 @@ __global__ static void layernorm_forward_v1(floatX* out, float* mean, float* rst
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "layernorm_forward", 8, 1024);
-    const int C = s.C, N = s.B * s.T;
-    float *inp, *w, *b;
-    floatX* d_inp = random_input(&inp, (size_t)N * C, 1);
-    floatX* d_w = random_input(&w, C, 2);
-    floatX* d_b = random_input(&b, C, 3);
-    floatX* d_out = (floatX*)cudaMallocCheck((size_t)N * C * sizeof(floatX));
-    float* d_mean = (float*)cudaMallocCheck((size_t)N * sizeof(float));
-    float* d_rstd = (float*)cudaMallocCheck((size_t)N * sizeof(float));
+    Playground pg = playground_start(argc, argv, 2, "layernorm_forward", 8, 1024);
+    const int C = pg.shape.C, N = pg.shape.B * pg.shape.T;
+    Input inp((size_t)N * C, 1), w(C, 2), b(C, 3);
+    floatX* d_out = device_alloc<floatX>((size_t)N * C);
+    float* d_mean = device_alloc<float>(N);
+    float* d_rstd = device_alloc<float>(N);
     float* ref = (float*)mallocCheck((size_t)N * C * sizeof(float));
     float* ref_mean = (float*)mallocCheck((size_t)N * sizeof(float));
     float* ref_rstd = (float*)mallocCheck((size_t)N * sizeof(float));
-    layernorm_forward_cpu(ref, ref_mean, ref_rstd, inp, w, b, N, C);
+    layernorm_forward_cpu(ref, ref_mean, ref_rstd, inp.host, w.host, b.host, N, C);
     const float tol = precision_tol(1e-4f, 2e-2f);
     if (version_selected(&pg, 1)) {
-        auto run = [&]() { layernorm_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); cudaCheckLaunch(); };
+        auto run = [&]() { layernorm_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_mean, d_rstd, inp.dev, w.dev, b.dev, N, C); cudaCheckLaunch(); };
         run();
         validate_result(d_out, ref, "version 1 out", (size_t)N * C, tol);
         validate_result(d_mean, ref_mean, "version 1 mean", N, 1e-4f);
@@ -61,15 +57,15 @@ int main(int argc, char** argv) {
         printf("version 1: %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     if (version_selected(&pg, 2)) {
-        auto run = [&]() { layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, 0); };
+        auto run = [&]() { layernorm_forward(d_out, d_mean, d_rstd, inp.dev, w.dev, b.dev, N, C, 0); };
         run();
         validate_result(d_out, ref, "version 2 (llmc) out", (size_t)N * C, tol);
         validate_result(d_mean, ref_mean, "version 2 (llmc) mean", N, 1e-4f);
         validate_result(d_rstd, ref_rstd, "version 2 (llmc) rstd", N, 1e-4f);
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
-    free(inp); free(w); free(b); free(ref); free(ref_mean); free(ref_rstd);
-    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_out));
+    free(ref); free(ref_mean); free(ref_rstd);
+    cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_mean)); cudaCheck(cudaFree(d_rstd));
     printf("layernorm_forward: all versions match the CPU reference\n");
     return 0;

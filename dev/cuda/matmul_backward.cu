@@ -56,21 +56,17 @@ __global__ static void dweight_v1(floatX* dweight, floatX* dbias, const floatX* 
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "matmul_backward", 4, 256);
-    const int BT = s.B * s.T, C = s.C, OC = 3 * s.C;
-    float *dout, *inp, *weight;
-    floatX* d_dout = random_input(&dout, (size_t)BT * OC, 1);
-    floatX* d_inp = random_input(&inp, (size_t)BT * C, 2);
-    floatX* d_weight = random_input(&weight, (size_t)OC * C, 3);
-    floatX* d_dinp = (floatX*)cudaMallocCheck((size_t)BT * C * sizeof(floatX));
-    floatX* d_dweight = (floatX*)cudaMallocCheck((size_t)OC * C * sizeof(floatX));
-    floatX* d_dbias = (floatX*)cudaMallocCheck((size_t)OC * sizeof(floatX));
-    float* scratch = (float*)cudaMallocCheck((size_t)BIAS_GRAD_ROW_CHUNKS * OC * sizeof(float));
+    Playground pg = playground_start(argc, argv, 2, "matmul_backward", 4, 256);
+    const int BT = pg.shape.B * pg.shape.T, C = pg.shape.C, OC = 3 * pg.shape.C;
+    Input dout((size_t)BT * OC, 1), inp((size_t)BT * C, 2), weight((size_t)OC * C, 3);
+    floatX* d_dinp = device_alloc<floatX>((size_t)BT * C);
+    floatX* d_dweight = device_alloc<floatX>((size_t)OC * C);
+    floatX* d_dbias = device_alloc<floatX>(OC);
+    float* scratch = device_alloc<float>((size_t)BIAS_GRAD_ROW_CHUNKS * OC);
     float* ref_dinp = (float*)callocCheck((size_t)BT * C, sizeof(float));
     float* ref_dweight = (float*)callocCheck((size_t)OC * C, sizeof(float));
     float* ref_dbias = (float*)callocCheck(OC, sizeof(float));
-    matmul_backward_cpu(ref_dinp, ref_dweight, ref_dbias, dout, inp, weight, BT, C, OC);
+    matmul_backward_cpu(ref_dinp, ref_dweight, ref_dbias, dout.host, inp.host, weight.host, BT, C, OC);
     const float tol = precision_tol(3e-2f, 1e-1f);
     CublasContext ctx;
     cudaStream_t stream = playground_cublas_init(&ctx);
@@ -81,8 +77,8 @@ int main(int argc, char** argv) {
     if (version_selected(&pg, 1)) {
         auto run = [&]() {
             zero();
-            dinp_v1<<<ceil_div((size_t)BT * C, 256), 256, 0, stream>>>(d_dinp, d_dout, d_weight, BT, C, OC);
-            dweight_v1<<<ceil_div((size_t)OC * C, 256), 256, 0, stream>>>(d_dweight, d_dbias, d_dout, d_inp, BT, C, OC);
+            dinp_v1<<<ceil_div((size_t)BT * C, 256), 256, 0, stream>>>(d_dinp, dout.dev, weight.dev, BT, C, OC);
+            dweight_v1<<<ceil_div((size_t)OC * C, 256), 256, 0, stream>>>(d_dweight, d_dbias, dout.dev, inp.dev, BT, C, OC);
             cudaCheckLaunch();
         };
         run();
@@ -94,7 +90,7 @@ int main(int argc, char** argv) {
     if (version_selected(&pg, 2)) {
         auto run = [&]() {
             zero();
-            matmul_backward(&ctx, d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, scratch, BT, C, OC, NULL);
+            matmul_backward(&ctx, d_dinp, d_dweight, d_dbias, dout.dev, inp.dev, weight.dev, scratch, BT, C, OC, NULL);
         };
         run();
         validate_result(d_dinp, ref_dinp, "version 2 (llmc) dinp", (size_t)BT * C, tol);
@@ -103,8 +99,8 @@ int main(int argc, char** argv) {
         printf("version 2 (llmc): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
     }
     playground_cublas_free(&ctx, stream);
-    free(dout); free(inp); free(weight); free(ref_dinp); free(ref_dweight); free(ref_dbias);
-    cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_dinp));
+    free(ref_dinp); free(ref_dweight); free(ref_dbias);
+    cudaCheck(cudaFree(d_dinp));
     cudaCheck(cudaFree(d_dweight)); cudaCheck(cudaFree(d_dbias)); cudaCheck(cudaFree(scratch));
     printf("matmul_backward: all versions match the CPU reference\n");
     return 0;

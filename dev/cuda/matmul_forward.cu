@@ -30,31 +30,27 @@ __global__ static void matmul_forward_v1(floatX* out, const floatX* inp, const f
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 3, "matmul_forward", 4, 256);
-    const int BT = s.B * s.T, C = s.C, OC = 4 * s.C;
-    float *inp, *weight, *bias;
-    floatX* d_inp = random_input(&inp, (size_t)BT * C, 1);
-    floatX* d_weight = random_input(&weight, (size_t)OC * C, 2);
-    floatX* d_bias = random_input(&bias, OC, 3);
-    floatX* d_out = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
-    floatX* d_pre = (floatX*)cudaMallocCheck((size_t)BT * OC * sizeof(floatX));
+    Playground pg = playground_start(argc, argv, 3, "matmul_forward", 4, 256);
+    const int BT = pg.shape.B * pg.shape.T, C = pg.shape.C, OC = 4 * pg.shape.C;
+    Input inp((size_t)BT * C, 1), weight((size_t)OC * C, 2), bias(OC, 3);
+    floatX* d_out = device_alloc<floatX>((size_t)BT * OC);
+    floatX* d_pre = device_alloc<floatX>((size_t)BT * OC);
     float* ref = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
-    matmul_forward_cpu(ref, inp, weight, bias, BT, C, OC);
+    matmul_forward_cpu(ref, inp.host, weight.host, bias.host, BT, C, OC);
     // sums of C products of values in [-1, 1): TF32 / bf16 rounding dominates the error
     const float tol = precision_tol(2e-2f, 1e-1f);
     CublasContext ctx;
     cudaStream_t stream = playground_cublas_init(&ctx);
     double flops = 2.0 * BT * C * OC;
     if (version_selected(&pg, 1)) {
-        auto run = [&]() { matmul_forward_v1<<<ceil_div((size_t)BT * OC, 256), 256, 0, stream>>>(d_out, d_inp, d_weight, d_bias, BT, C, OC); cudaCheckLaunch(); };
+        auto run = [&]() { matmul_forward_v1<<<ceil_div((size_t)BT * OC, 256), 256, 0, stream>>>(d_out, inp.dev, weight.dev, bias.dev, BT, C, OC); cudaCheckLaunch(); };
         run();
         validate_result(d_out, ref, "version 1", (size_t)BT * OC, tol);
         float ms = benchmark_kernel(&pg, 10, run);
         printf("version 1: %.3f ms, %.1f TFLOP/s%s\n", ms, flops / ms * 1e-9, timing_note(&pg));
     }
     if (version_selected(&pg, 2)) {
-        auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, NULL); };
+        auto run = [&]() { matmul_forward(&ctx, d_out, inp.dev, weight.dev, bias.dev, BT, C, OC, NULL); };
         run();
         validate_result(d_out, ref, "version 2 (llmc)", (size_t)BT * OC, tol);
         float ms = benchmark_kernel(&pg, 100, run);
@@ -63,7 +59,7 @@ int main(int argc, char** argv) {
     if (version_selected(&pg, 3)) {
         float* ref_gelu = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
         for (size_t i = 0; i < (size_t)BT * OC; i++) { ref_gelu[i] = gelu_tanh_forward(ref[i]); }
-        auto run = [&]() { matmul_forward(&ctx, d_out, d_inp, d_weight, d_bias, BT, C, OC, d_pre); };
+        auto run = [&]() { matmul_forward(&ctx, d_out, inp.dev, weight.dev, bias.dev, BT, C, OC, d_pre); };
         run();
         validate_result(d_pre, ref, "version 3 (llmc, GELU epilogue) pre_gelu", (size_t)BT * OC, tol);
         validate_result(d_out, ref_gelu, "version 3 (llmc, GELU epilogue) out", (size_t)BT * OC, tol);
@@ -72,8 +68,7 @@ int main(int argc, char** argv) {
         free(ref_gelu);
     }
     playground_cublas_free(&ctx, stream);
-    free(inp); free(weight); free(bias); free(ref);
-    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_weight)); cudaCheck(cudaFree(d_bias));
+    free(ref);
     cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_pre));
     printf("matmul_forward: all versions match the CPU reference\n");
     return 0;

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     GPT2Config cfg = shape_model(&s);  // the layer ranges of GPT-2 124M (d12), or of the quick model
     size_t n = gpt2_num_parameters(&cfg);
     size_t padded = zero_padded_size(n, 1, nproc);
-    floatX* d_grads = (floatX*)cudaMallocCheck(padded * sizeof(floatX));
+    floatX* d_grads = device_alloc<floatX>(padded);
     float* ref = (float*)mallocCheck(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { ref[i] = (float)(nproc + 1) / 2.0f + (float)(i % 7) / 8.0f; }
     cudaStream_t stream;

@@ -42,11 +42,10 @@ __global__ static void repeat_kv_backward_v1(float* dinp, const floatX* dout, in
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "repeat_kv", 8, 1024);
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.C / s.NH;
+    Playground pg = playground_start(argc, argv, 2, "repeat_kv", 8, 1024);
+    const int B = pg.shape.B, T = pg.shape.T, NH = pg.shape.NH, NKV = pg.shape.NKV, HS = pg.shape.C / pg.shape.NH;
     printf("  NKV=%d: query heads in groups of %d share a key/value head\n", NKV, NH / NKV);
-    size_t n_in = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * 3 * s.C;
+    size_t n_in = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * 3 * pg.shape.C;
     float *inp, *dout;
     floatX* d_inp = random_input(&inp, n_in, 1);
     floatX* d_dout = random_input(&dout, n_out, 2);
@@ -54,11 +53,11 @@ int main(int argc, char** argv) {
     repeat_kv_forward(ref_out, inp, B, T, NH, NKV, HS);
     float* ref_dinp = (float*)callocCheck(n_in, sizeof(float));
     repeat_kv_backward(ref_dinp, dout, B, T, NH, NKV, HS);
-    floatX* d_out = (floatX*)cudaMallocCheck(n_out * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(n_out);
     const float copy_tol = 0.0f;  // the forward copies values: exact
     const float sum_tol = precision_tol(1e-6f, 1e-2f);
     if (version_selected(&pg, 1)) {
-        float* d_dinp = (float*)cudaMallocCheck(n_in * sizeof(float));
+        float* d_dinp = device_alloc<float>(n_in);
         auto forward = [&]() {
             repeat_kv_forward_v1<<<ceil_div(n_out, 256), 256>>>(d_out, d_inp, B, T, NH, NKV, HS);
             cudaCheckLaunch();
@@ -72,7 +71,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFree(d_dinp));
     }
     if (version_selected(&pg, 2)) {
-        floatX* d_dinp = (floatX*)cudaMallocCheck(n_in * sizeof(floatX));
+        floatX* d_dinp = device_alloc<floatX>(n_in);
         auto forward = [&]() { repeat_kv_forward(d_out, d_inp, B, T, NH, NKV, HS, 0); };
         auto backward = [&]() { repeat_kv_backward(d_dinp, d_dout, B, T, NH, NKV, HS, 0); };
         check_and_time(&pg, "version 2 (llmc) forward", forward, d_out, ref_out, n_out, copy_tol, 100);

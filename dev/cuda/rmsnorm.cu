@@ -52,41 +52,36 @@ __global__ static void rmsnorm_backward_dweight_v1(float* dw, const floatX* dout
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 3, "rmsnorm", 8, 1024);
-    const int C = s.C, N = s.B * s.T;
+    Playground pg = playground_start(argc, argv, 3, "rmsnorm", 8, 1024);
+    const int C = pg.shape.C, N = pg.shape.B * pg.shape.T;
     size_t NC = (size_t)N * C;
-    float *inp, *inp2, *dout, *w;
-    floatX* d_inp = random_input(&inp, NC, 1);
-    floatX* d_inp2 = random_input(&inp2, NC, 2);
-    floatX* d_dout = random_input(&dout, NC, 3);
-    floatX* d_w = random_input(&w, C, 4);
+    Input inp(NC, 1), inp2(NC, 2), dout(NC, 3), w(C, 4);
     // the references: forward, backward from the forward's rstd, and the fused residual's forward
     float* ref_out = (float*)mallocCheck(NC * sizeof(float));
     float* ref_rstd = (float*)mallocCheck((size_t)N * sizeof(float));
-    rmsnorm_forward(ref_out, ref_rstd, inp, w, EPS, s.B, s.T, C);
+    rmsnorm_forward(ref_out, ref_rstd, inp.host, w.host, EPS, pg.shape.B, pg.shape.T, C);
     float* ref_dinp = (float*)callocCheck(NC, sizeof(float));
     float* ref_dw = (float*)callocCheck(C, sizeof(float));
-    rmsnorm_backward(ref_dinp, ref_dw, dout, inp, w, ref_rstd, s.B, s.T, C);
+    rmsnorm_backward(ref_dinp, ref_dw, dout.host, inp.host, w.host, ref_rstd, pg.shape.B, pg.shape.T, C);
     float* ref_res = (float*)mallocCheck(NC * sizeof(float));
     float* ref_res_out = (float*)mallocCheck(NC * sizeof(float));
     float* ref_res_rstd = (float*)mallocCheck((size_t)N * sizeof(float));
-    for (size_t i = 0; i < NC; i++) { ref_res[i] = inp[i] + inp2[i]; }
+    for (size_t i = 0; i < NC; i++) { ref_res[i] = inp.host[i] + inp2.host[i]; }
     floatX_round_host(ref_res, NC);  // the fused kernel normalises the residual as stored
-    rmsnorm_forward(ref_res_out, ref_res_rstd, ref_res, w, EPS, s.B, s.T, C);
+    rmsnorm_forward(ref_res_out, ref_res_rstd, ref_res, w.host, EPS, pg.shape.B, pg.shape.T, C);
     float* d_rstd = to_device_float(ref_rstd, N);
-    float* d_rstd_out = (float*)cudaMallocCheck((size_t)N * sizeof(float));
+    float* d_rstd_out = device_alloc<float>(N);
     const float rstd_tol = 1e-5f;  // float32 in both precisions
     if (version_selected(&pg, 1)) {
-        float* d_out = (float*)cudaMallocCheck(NC * sizeof(float));
-        float* d_dinp = (float*)cudaMallocCheck(NC * sizeof(float));
-        float* d_dw = (float*)cudaMallocCheck(C * sizeof(float));
+        float* d_out = device_alloc<float>(NC);
+        float* d_dinp = device_alloc<float>(NC);
+        float* d_dw = device_alloc<float>(C);
         auto run = [&]() {
-            rmsnorm_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_rstd_out, d_inp, d_w, N, C);
+            rmsnorm_forward_v1<<<ceil_div(N, 256), 256>>>(d_out, d_rstd_out, inp.dev, w.dev, N, C);
             cudaCheck(cudaMemset(d_dinp, 0, NC * sizeof(float)));
             cudaCheck(cudaMemset(d_dw, 0, C * sizeof(float)));
-            rmsnorm_backward_dinp_v1<<<ceil_div(N, 256), 256>>>(d_dinp, d_dout, d_inp, d_w, d_rstd, N, C);
-            rmsnorm_backward_dweight_v1<<<ceil_div(C, 256), 256>>>(d_dw, d_dout, d_inp, d_rstd, N, C);
+            rmsnorm_backward_dinp_v1<<<ceil_div(N, 256), 256>>>(d_dinp, dout.dev, inp.dev, w.dev, d_rstd, N, C);
+            rmsnorm_backward_dweight_v1<<<ceil_div(C, 256), 256>>>(d_dw, dout.dev, inp.dev, d_rstd, N, C);
             cudaCheckLaunch();
         };
         run();
@@ -97,16 +92,16 @@ int main(int argc, char** argv) {
         printf("version 1 (forward + backward): %.3f ms%s\n", benchmark_kernel(&pg, 10, run), timing_note(&pg));
         cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw));
     }
-    floatX* d_out = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(NC);
     if (version_selected(&pg, 2)) {
-        floatX* d_dinp = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
-        floatX* d_dw = (floatX*)cudaMallocCheck(C * sizeof(floatX));
-        float* scratch = (float*)cudaMallocCheck(RMSNORM_ROW_CHUNKS * C * sizeof(float));
-        auto forward = [&]() { rmsnorm_forward(d_out, d_rstd_out, d_inp, d_w, EPS, N, C, STREAM); };
+        floatX* d_dinp = device_alloc<floatX>(NC);
+        floatX* d_dw = device_alloc<floatX>(C);
+        float* scratch = device_alloc<float>(RMSNORM_ROW_CHUNKS * C);
+        auto forward = [&]() { rmsnorm_forward(d_out, d_rstd_out, inp.dev, w.dev, EPS, N, C, STREAM); };
         auto backward = [&]() {
             cudaCheck(cudaMemset(d_dinp, 0, NC * sizeof(floatX)));
             cudaCheck(cudaMemset(d_dw, 0, C * sizeof(floatX)));
-            rmsnorm_backward(d_dinp, d_dw, scratch, d_dout, d_inp, d_w, d_rstd, N, C, STREAM);
+            rmsnorm_backward(d_dinp, d_dw, scratch, dout.dev, inp.dev, w.dev, d_rstd, N, C, STREAM);
         };
         forward();
         validate_result(d_out, ref_out, "version 2 (llmc) out", NC, precision_tol(1e-4f, 3e-2f));
@@ -119,8 +114,8 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(scratch));
     }
     if (version_selected(&pg, 3)) {
-        floatX* d_res = (floatX*)cudaMallocCheck(NC * sizeof(floatX));
-        auto run = [&]() { fused_residual_rmsnorm_forward(d_res, d_out, d_rstd_out, d_inp, d_inp2, d_w, EPS, N, C, STREAM); };
+        floatX* d_res = device_alloc<floatX>(NC);
+        auto run = [&]() { fused_residual_rmsnorm_forward(d_res, d_out, d_rstd_out, inp.dev, inp2.dev, w.dev, EPS, N, C, STREAM); };
         run();
         const float tol = precision_tol(1e-4f, 3e-2f);
         validate_result(d_res, ref_res, "version 3 (llmc fused residual) residual", NC, tol);
@@ -129,9 +124,8 @@ int main(int argc, char** argv) {
         printf("version 3 (llmc fused residual): %.3f ms%s\n", benchmark_kernel(&pg, 100, run), timing_note(&pg));
         cudaCheck(cudaFree(d_res));
     }
-    free(inp); free(inp2); free(dout); free(w); free(ref_out); free(ref_rstd); free(ref_dinp); free(ref_dw);
+    free(ref_out); free(ref_rstd); free(ref_dinp); free(ref_dw);
     free(ref_res); free(ref_res_out); free(ref_res_rstd);
-    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_inp2)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_w));
     cudaCheck(cudaFree(d_rstd)); cudaCheck(cudaFree(d_rstd_out)); cudaCheck(cudaFree(d_out));
     printf("rmsnorm: all versions match the CPU reference\n");
     return 0;

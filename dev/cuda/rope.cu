@@ -35,8 +35,8 @@ __global__ static void rope_v1(floatX* x, const float* cos_table, const float* s
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "rope", 8, 1024);
+    Playground pg = playground_start(argc, argv, 2, "rope", 8, 1024);
+    const Shape s = pg.shape;
     const int B = s.B, T = s.T, HS = s.C / s.NH, nheads = s.NH + s.NKV, row = (s.NH + 2 * s.NKV) * HS;
     printf("  NKV=%d HS=%d: %d heads of %d rotate in rows of %d\n", s.NKV, HS, nheads, HS, row);
     size_t n = (size_t)B * T * row, ntab = (size_t)T * (HS / 2);
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     float *dx;
     floatX* d_x = to_device(x, n);    // the inputs, kept; each run rotates a copy
     floatX* d_dx = random_input(&dx, n, 2);
-    floatX* d_work = (floatX*)cudaMallocCheck(n * sizeof(floatX));
+    floatX* d_work = device_alloc<floatX>(n);
     float* ref_cos = (float*)mallocCheck(ntab * sizeof(float));
     float* ref_sin = (float*)mallocCheck(ntab * sizeof(float));
     rope_init(ref_cos, ref_sin, T, HS, THETA, FACTOR, LOW_FREQ, HIGH_FREQ, ORIGINAL_MAX_POS);
@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFree(d_cos)); cudaCheck(cudaFree(d_sin));
     }
     if (version_selected(&pg, 2)) {
-        float* d_cos = (float*)cudaMallocCheck(ntab * sizeof(float));
-        float* d_sin = (float*)cudaMallocCheck(ntab * sizeof(float));
+        float* d_cos = device_alloc<float>(ntab);
+        float* d_sin = device_alloc<float>(ntab);
         auto tables = [&]() { rope_tables(d_cos, d_sin, T, HS, THETA, FACTOR, LOW_FREQ, HIGH_FREQ, ORIGINAL_MAX_POS, 0); };
         tables();
         validate_result(d_cos, ref_cos, "version 2 (llmc) cos table", ntab, 1e-4f);

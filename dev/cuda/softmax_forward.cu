@@ -35,15 +35,14 @@ __global__ static void softmax_causal_v1(floatX* x, float scale, int rows, int T
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "softmax_forward", 4, 1024);
-    const int T = s.T, rows = s.B * s.NH * T;
-    const float scale = 1.0f / sqrtf((float)(s.C / s.NH));
+    Playground pg = playground_start(argc, argv, 2, "softmax_forward", 4, 1024);
+    const int T = pg.shape.T, rows = pg.shape.B * pg.shape.NH * T;
+    const float scale = 1.0f / sqrtf((float)(pg.shape.C / pg.shape.NH));
     size_t n = (size_t)rows * T;
     float* x = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { x[i] *= 20.0f; }  // large scores: the max subtraction matters
     floatX* d_x = to_device(x, n);
-    floatX* d_work = (floatX*)cudaMallocCheck(n * sizeof(floatX));
+    floatX* d_work = device_alloc<floatX>(n);
     float* ref = (float*)mallocCheck(n * sizeof(float));
     softmax_causal_cpu(ref, x, scale, rows, T);
     const float tol = precision_tol(1e-5f, 1e-2f);

@@ -29,10 +29,9 @@ __global__ static void swiglu_backward_v1(floatX* dgate, floatX* dup, const floa
 }
 
 int main(int argc, char** argv) {
-    Playground pg;
-    Shape s = playground_start(&pg, argc, argv, 2, "swiglu", 8, 1024);
-    const size_t N = (size_t)s.B * s.T * s.FFN;
-    printf("  FFN=%d: %zu values\n", s.FFN, N);
+    Playground pg = playground_start(argc, argv, 2, "swiglu", 8, 1024);
+    const size_t N = (size_t)pg.shape.B * pg.shape.T * pg.shape.FFN;
+    printf("  FFN=%d: %zu values\n", pg.shape.FFN, N);
     // gate in [-4, 4): silu's curved part and both tails
     float* gate = make_random_float(N, 1);
     for (size_t i = 0; i < N; i++) { gate[i] *= 4.0f; }
@@ -45,9 +44,9 @@ int main(int argc, char** argv) {
     float* ref_dgate = (float*)callocCheck(N, sizeof(float));
     float* ref_dup = (float*)callocCheck(N, sizeof(float));
     swiglu_backward(ref_dgate, ref_dup, dout, gate, up, N);
-    floatX* d_out = (floatX*)cudaMallocCheck(N * sizeof(floatX));
-    floatX* d_dgate = (floatX*)cudaMallocCheck(N * sizeof(floatX));
-    floatX* d_dup = (floatX*)cudaMallocCheck(N * sizeof(floatX));
+    floatX* d_out = device_alloc<floatX>(N);
+    floatX* d_dgate = device_alloc<floatX>(N);
+    floatX* d_dup = device_alloc<floatX>(N);
     const float tol = precision_tol(1e-4f, 1e-2f);
     for (int version = 1; version <= 2; version++) {
         if (!version_selected(&pg, version)) { continue; }
