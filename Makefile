@@ -218,7 +218,7 @@ CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
 CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/cuda/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu test_llama3cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
+CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
@@ -258,13 +258,18 @@ train_gpt2cu_cudnn: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cu
 test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
-# the Llama 3 GPU trainer and its test (llmc's own attention kernels; PRECISION as above)
+# the Llama 3 GPU trainer and its test (PRECISION and USE_CUDNN as above: llmc's attention kernels, or cuDNN's
+# grouped-query flash attention)
 LLAMA3_CUDA_SRCS := train_llama3.cu $(wildcard llmc/cuda/*.cuh)
-train_llama3cu: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_BASE_INC) $< $(CUDA_BASE_LIBS) -o $@
+train_llama3cu: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
-test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_BASE_INC) $< $(CUDA_BASE_LIBS) -o $@
+# train_llama3cu with cuDNN attention (BF16) whatever USE_CUDNN says, as train_gpt2cu_cudnn
+train_llama3cu_cudnn: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) $< $(CUDNN_OBJ) $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $@
+
+test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
 
 # every dev/cuda binary, or DEV_CUDA_TARGETS="layernorm_forward ..." only
 DEV_CUDA_TARGETS ?=
@@ -273,7 +278,8 @@ dev-cuda: | cuda-check
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
 # One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
-# and once more with cuDNN attention (its llmc/cuda/cudnn_att.cpp object compiled fresh with -Werror).
+# and once more with cuDNN attention (its llmc/cuda/cudnn_att.cpp object compiled fresh with -Werror), as is
+# train_llama3cu (grouped-query attention through the same object).
 CUDA_BUILD_DIR ?= build/cuda-check
 test-cuda-build: | cuda-check cudnn-check
 	@rm -rf $(CUDA_BUILD_DIR)/dev-cuda && mkdir -p $(CUDA_BUILD_DIR)
@@ -294,6 +300,10 @@ test-cuda-build: | cuda-check cudnn-check
 	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/cudnn_graph_check; \
 	run "train_gpt2.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_gpt2.cu \
 	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_gpt2cu_cudnn; \
+	run "train_llama3.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_llama3.cu \
+	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_llama3cu_cudnn; \
+	run "test_llama3.cu BF16 USE_CUDNN=1" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) -c test_llama3.cu \
+	    -o $(CUDA_BUILD_DIR)/test_llama3cu_cudnn.o; \
 	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
@@ -313,10 +323,11 @@ test-gpu: | cuda-check
 	    bash dev/test_gpu.sh
 
 # The throughput half of a GPU visit in one command (dev/bench_gpu.py says how): train_gpt2cu and train_llama3cu
-# at d12, T=1024, B=8,16,32, cuDNN attention off/on (train_gpt2cu; train_llama3cu has no cuDNN build), -r 0/1,
+# at d12, T=1024, B=8,16,32, cuDNN attention off/on, -r 0/1,
 # beside train_gpt2.py (train_llama3.py) with bf16 autocast and torch.compile at the same B and T, in one table:
-# ms/step, tokens/s, MFU, peak GPU memory, the ratio to PyTorch. It builds what it times (train_gpt2cu with
-# USE_CUDNN=0, train_gpt2cu_cudnn, the data); one log per run in build/bench-gpu/.
+# ms/step, tokens/s, MFU, peak GPU memory, the ratio to PyTorch. It builds what it times (train_gpt2cu and
+# train_llama3cu with USE_CUDNN=0, train_gpt2cu_cudnn and train_llama3cu_cudnn, the data); one log per run in
+# build/bench-gpu/.
 #   make bench-gpu PY=python3 [BENCH_GPU_ARGS="-B 16,32 --steps 30"]   an offline GPU machine, as test-gpu
 #   make -n bench-gpu                                                  the plan, nothing built or run
 BENCH_GPU_ARGS ?=
@@ -324,7 +335,7 @@ bench-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" $(PY) dev/bench_gpu.py --gpu-cache "$(GPU_CACHE)" $(BENCH_GPU_ARGS)
 
 clean-cuda:
-	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu test_llama3cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
+	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
 	$(MAKE) -C dev/cuda clean
 
 # ---------------------------------------------------------------------------- top-level commands

@@ -20,6 +20,10 @@ table (llmc/llama3_config.h), activations, forward and backward (LLAMA3_CALLS, a
 writes the model files of train_llama3.c and train_llama3.py, so a checkpoint of either trainer continues in
 the other.
 Precision is chosen at build time: make train_llama3cu PRECISION=BF16 (default) or FP32.
+make train_llama3cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cuda/cudnn_att.h): q, k, v
+read in place from the rotated (B, T, QKV) projection, grouped-query attention done by cuDNN (no repetition of k
+and v), fp32 softmax statistics per layer instead of the (B, NH, T, T) attention matrix; dq, dk, dv written back
+in the projection's layout.
 Shapes: B batch, T time, C channels, V vocab (not padded), L layers, NH query heads, NKV key/value heads,
 HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 */
@@ -71,7 +75,7 @@ LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
     X(float,  losses,       1, BT) \
     X(floatX, output,       1, BT * V)        /* (B, T, V) logits, then dlogits */ \
     X(floatX, scratch_qkv,  1, BT * QKV)      /* (B, T, QKV) the qkv projection, rotated; its gradient */ \
-    X(floatX, scratch_bt3c, 1, BT * 3 * C)    /* (B, T, 3C) q|k|v with k, v repeated; its gradient */ \
+    LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
     X(floatX, scratch_btc,  1, BT * C)        /* (B, T, C) */ \
     X(float,  rope_cos,     1, maxT * (HS / 2)) /* (maxT, HS/2) the rotary tables */ \
     X(float,  rope_sin,     1, maxT * (HS / 2)) \
@@ -80,17 +84,14 @@ LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
     X(floatX, dswiglu,      1, BT * FFN)      /* (B, T, FFN) gradient of fch_swiglu */ \
     X(floatX, dfch,         1, BT * FFN)      /* gradient of the gate projection */ \
     X(floatX, dfch2,        1, BT * FFN)      /* gradient of the up projection */ \
-    X(floatX, dqkvr,        1, BT * 3 * C)    /* attention_backward's work buffers */ \
-    X(floatX, datt,         1, B * NH * T * T) \
-    X(floatX, dy,           1, BT * C) \
+    LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
     X(float,  fscratch,     1, RMSNORM_ROW_CHUNKS * C) /* column-sum partials of the RMSNorm weight gradients */ \
     X(float,  norm,         1, 1 + GLOBAL_NORM_BLOCKS) /* squared gradient norm and its partial sums */
 
 #define LLAMA3_GPU_LAYER_ACTIVATIONS(X) \
     X(floatX, ln1,        norm_layers,   BT * C)        /* (L, B, T, C) RMSNorm of the layer's input */ \
     X(float,  ln1_rstd,   L,             BT)            /* (L, B, T) */ \
-    X(floatX, qkvr,       L,             BT * 3 * C)    /* (L, 3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
-    X(floatX, att,        L,             B * NH * T * T) /* (L, B, NH, T, T) */ \
+    LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
     X(floatX, atty,       L,             BT * C)        /* (L, B, T, C) attention output, before its projection */ \
     X(floatX, residual2,  L,             BT * C)        /* (L, B, T, C) input + attention projection */ \
     X(floatX, ln2,        norm_layers,   BT * C) \
@@ -99,6 +100,26 @@ LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
     X(floatX, fch2,       L,             BT * FFN)      /* up projection */ \
     X(floatX, fch_swiglu, swiglu_layers, BT * FFN)      /* silu(gate) * up */ \
     X(floatX, residual3,  L,             BT * C)        /* (L, B, T, C) residual2 + MLP output, the layer's output */
+
+#ifdef ENABLE_CUDNN
+// cuDNN reads q, k, v from each layer's rotated projection and keeps (B, NH, T) fp32 softmax statistics (log-sum-exp
+// of each row, layers 256-byte aligned) instead of the attention matrix; nothing repeated, no backward buffers of ours
+#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
+    X(floatX, qkvr,       L,             BT * QKV)      /* (L, B, T, QKV) q|k|v per token, rotated */ \
+    X(float,  att_stats,  L,             cudnn_att_stats_layer_stride(B, T, (int)NH)) /* (L, B, NH, T) */
+#define LLAMA3_GPU_REPEAT_KV_BUFFER(X)
+#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X)
+#else
+#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
+    X(floatX, qkvr,       L,             BT * 3 * C)    /* (L, 3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
+    X(floatX, att,        L,             B * NH * T * T) /* (L, B, NH, T, T) */
+#define LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
+    X(floatX, scratch_bt3c, 1, BT * 3 * C)    /* (B, T, 3C) q|k|v with k, v repeated; its gradient */
+#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
+    X(floatX, dqkvr,        1, BT * 3 * C)    /* attention_backward's work buffers */ \
+    X(floatX, datt,         1, B * NH * T * T) \
+    X(floatX, dy,           1, BT * C)
+#endif
 
 #define LLAMA3_GPU_ACT_FIELD_(type, name, layers, count) type* name;
 typedef struct { LLAMA3_GPU_ACTIVATIONS(LLAMA3_GPU_ACT_FIELD_) } Llama3Acts;
@@ -137,6 +158,9 @@ struct Llama3 : GpuModel {
     int recompute;             // -r: 0 none, 1 SwiGLU, 2 SwiGLU + RMSNorms
     TokenGroups token_groups;  // host bookkeeping of the embedding backward
     TokenGroupsDevice token_groups_device;
+#ifdef ENABLE_CUDNN
+    CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
+#endif
 };
 
 // From scratch, bit for bit what train_llama3.py (and train_llama3.c) does: one normal draw per 2-D
@@ -235,6 +259,11 @@ static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, Ze
         llmc_die("model: NH = %d query heads do not split into groups of the NKV = %d key/value heads", cfg->num_heads,
                  cfg->num_kv_heads);
     }
+#ifdef ENABLE_CUDNN
+    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
+    if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
+                                B, T, cfg->num_heads, cfg->num_kv_heads, HS, why); }
+#endif
     model->recompute = recompute;
     model->acts_bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
     model->acts_memory = cudaMallocCheck(model->acts_bytes);
@@ -248,9 +277,16 @@ static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, Ze
     gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
     token_groups_init(&model->token_groups, B * T, cfg->vocab_size);
     token_groups_device_init(&model->token_groups_device, B * T);
+#ifdef ENABLE_CUDNN
+    model->cudnn = cudnn_attention_create(stream);
+    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->num_kv_heads, HS);
+#endif
 }
 
 static void llama3_free(Llama3* model) {
+#ifdef ENABLE_CUDNN
+    cudnn_attention_free(model->cudnn);
+#endif
     gpu_model_free(model);
     cudaCheck(cudaFree(model->acts_memory));
     token_groups_free(&model->token_groups);
@@ -317,10 +353,18 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
         Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(model, l);
         // attention block
+#ifdef ENABLE_CUDNN
+        // q|k|v (B, T, QKV) stays where the matmul writes it, rotated in place; cuDNN's grouped-query attention
+        // reads the NKV key/value heads for the NH query heads; no backward follows when !write_dlogits
+        matmul_forward(ctx, a.qkvr, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);                             // (B,T,QKV)
+        rope_forward(a.qkvr, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);            // q and k heads
+        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NKV, HS, !write_dlogits); // (B,T,C)
+#else
         matmul_forward(ctx, acts.scratch_qkv, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);                   // (B,T,QKV)
         rope_forward(acts.scratch_qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);  // q and k heads
         repeat_kv_forward(acts.scratch_bt3c, acts.scratch_qkv, B, T, NH, NKV, HS, stream);              // (B,T,3C)
         attention_forward(ctx, a.atty, a.qkvr, a.att, acts.scratch_bt3c, acts.scratch_btc, B, T, C, NH); // (B,T,C)
+#endif
         matmul_forward(ctx, acts.scratch_btc, a.atty, w.attprojw, NULL, BT, C, C, NULL);                 // (B,T,C)
         // residual2 = residual + attproj, ln2 = rmsnorm(residual2) in one pass
         fused_residual_rmsnorm_forward(a.residual2, a.ln2, a.ln2_rstd, a.residual, acts.scratch_btc, w.ln2w, eps, BT, C, stream);
@@ -402,8 +446,14 @@ static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int 
         rmsnorm_backward(acts.dresidual, dw.ln2w, acts.fscratch, acts.scratch_btc, a.residual2, w.ln2w, a.ln2_rstd, BT, C, stream);
         // attention block: dresidual is now the gradient of residual2
         matmul_backward(ctx, acts.scratch_btc, dw.attprojw, NULL, acts.dresidual, a.atty, w.attprojw, NULL, BT, C, C, NULL);
+#ifdef ENABLE_CUDNN
+        // scratch_btc holds d(atty); dq|dk|dv (B, T, QKV) goes straight into scratch_qkv, dk and dv summed by cuDNN
+        // over each group's query heads
+        cudnn_attention_backward(model->cudnn, acts.scratch_qkv, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NKV, HS);
+#else
         attention_backward(ctx, acts.scratch_bt3c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
         repeat_kv_backward(acts.scratch_qkv, acts.scratch_bt3c, B, T, NH, NKV, HS, stream);              // (B,T,QKV)
+#endif
         rope_backward(acts.scratch_qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);
         matmul_backward(ctx, acts.scratch_btc, dw.qkvw, NULL, acts.scratch_qkv, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);
         rmsnorm_backward(acts.dresidual, dw.ln1w, acts.fscratch, acts.scratch_btc, a.residual, w.ln1w, a.ln1_rstd, BT, C, stream);
@@ -463,6 +513,10 @@ int main(int argc, char** argv) {
                run.model_path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden,
                cfg->max_seq_len, cfg->vocab_size, cfg->tied_embeddings ? " (tied lm_head)" : "", model.num_parameters,
                (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
+#ifdef ENABLE_CUDNN
+        printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
+               cfg->num_heads, cfg->num_kv_heads, (double)cudnn_attention_workspace_bytes(model.cudnn) / (1024.0 * 1024.0 * 1024.0));
+#endif
     }
 
     Trainer trainer;

@@ -19,8 +19,8 @@ the same for both programs).
 A program of --ours that make has no rule for and that is not on disk is one line, `bench-gpu: <program>: not
 built ...`, and one row; a build or run that fails becomes a row saying so, with its log in --logs, and the other
 runs go on. Llama 3 runs go in build/llama3/ (make llama3-debug-states: the test tokenizer, whose
-llama3_tokenizer.bin gives `-e d12` its vocab, and tinyshakespeare llama-3 shards); train_llama3cu has no cuDNN
-build (llmc's attention kernels), so it runs with cuDNN off only.
+llama3_tokenizer.bin gives `-e d12` its vocab, and tinyshakespeare llama-3 shards); train_llama3cu_cudnn is
+train_llama3cu with cuDNN's grouped-query flash attention.
 
     make bench-gpu PY=python3 [BENCH_GPU_ARGS="-B 16,32 --steps 30"]    builds what it times, then runs
     make -n bench-gpu                                                   the plan only (also --dry-run)
@@ -59,8 +59,7 @@ FAMILIES = {"train_gpt2cu": "gpt2", "train_llama3cu": "llama3"}
 REFERENCES = {"gpt2": "train_gpt2.py", "llama3": "train_llama3.py"}
 DEFAULT_TORCH_FLAGS = "--dtype bfloat16 --compile 1 --flash 1 --fused_adamw 1 --tensorcores 1"
 CUDNN_SUFFIX = "_cudnn"
-HAS_CUDNN_BUILD = {"train_gpt2cu": True, "train_llama3cu": False}  # train_llama3cu: llmc's attention kernels only
-CUDNN_BANNER = "attention: cuDNN"  # the line train_gpt2cu prints when built with cuDNN attention
+CUDNN_BANNER = "attention: cuDNN"  # the line each program prints when built with cuDNN attention
 MISSING = "not built"
 
 
@@ -264,18 +263,13 @@ def plan_runs(args: argparse.Namespace, available: dict[str, bool]) -> list[Run]
             continue
         cwd = LLAMA3_DIR if family == "llama3" else REPO
         for B in args.B:
-            for cudnn in cudnn_levels(program, args):
+            for cudnn in args.cudnn:
                 for r in args.recompute:
                     runs.append(Run(program, family, B, args.T, bool(cudnn), r, our_command(program, bool(cudnn), r, args, B),
                                     cwd))
             if args.torch:
                 runs.append(Run(REFERENCES[family], family, B, args.T, None, None, reference_command(family, args, B)))
     return runs
-
-
-def cudnn_levels(program: str, args: argparse.Namespace) -> list[int]:
-    """--cudnn's levels that the program has a build for (a program without a cuDNN build runs --cudnn 0 only)."""
-    return [c for c in args.cudnn if not c or HAS_CUDNN_BUILD.get(program, True)]
 
 
 def build_goals(args: argparse.Namespace, available: dict[str, bool]) -> list[list[str]]:
@@ -286,7 +280,7 @@ def build_goals(args: argparse.Namespace, available: dict[str, bool]) -> list[li
             continue
         if FAMILIES[program] == "llama3":
             goals.append(["llama3-debug-states"])
-        goals += [make_args(program, bool(c)) for c in cudnn_levels(program, args)]
+        goals += [make_args(program, bool(c)) for c in args.cudnn]
     return goals
 
 

@@ -27,6 +27,8 @@
 #                           scaling) states, AdamW and Muon, with the local test tokenizer (make llama3-debug-states)
 #   test_llama3cu FP32 d2, FP32 GQA -r 2 -a 2, FP32 Muon d2, FP32 Muon GQA, BF16 d2, BF16 GQA -r 1, BF16 Muon GQA
 #                           train_llama3.cu against them with the same tolerance rules, then bit-exact resume
+#   test_llama3cu BF16 cuDNN d2, BF16 cuDNN GQA -r 1   the same with cuDNN's grouped-query flash attention
+#                           (USE_CUDNN=1: q, k, v read in place from the projection, no repetition of k and v)
 #   test_llama3cu BF16 2 processes ZeRO-1, BF16 Muon 2 processes ZeRO-1   (2 GPUs, as above)
 #   dev/cuda build          every kernel playground binary
 #   dev/cuda/<kernel>       each kernel, all its versions, against its CPU reference (nccl_all_reduce
@@ -108,6 +110,7 @@ if [[ $DRY == 1 ]]; then
     mk -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1
     mk llama3-debug-states
     mk -B test_llama3cu PRECISION=FP32
+    mk -B test_llama3cu PRECISION=BF16 USE_CUDNN=1
     mk dev-cuda
 fi
 
@@ -169,6 +172,7 @@ L3_MUON_GQA="-e $L3/muon/llama3_gqa.bin -s $L3/muon/llama3_gqa_debug_state.bin"
 run_variants test_llama3cu $have_llama_refs $have_llama_refs \
     "FP32 d2:PRECISION=FP32:$L3_D2" "FP32 GQA -r 2 -a 2:PRECISION=FP32:$L3_GQA -r 2 -a 2" \
     "FP32 Muon d2:PRECISION=FP32:$L3_MUON_D2" "FP32 Muon GQA:PRECISION=FP32:$L3_MUON_GQA" \
+    "BF16 cuDNN d2:PRECISION=BF16 USE_CUDNN=1:$L3_D2" "BF16 cuDNN GQA -r 1:PRECISION=BF16 USE_CUDNN=1:$L3_GQA -r 1" \
     "BF16 d2:PRECISION=BF16:$L3_D2" "BF16 GQA -r 1:PRECISION=BF16:$L3_GQA -r 1" \
     "BF16 Muon GQA:PRECISION=BF16:$L3_MUON_GQA"
 two_processes "test_llama3cu BF16 2 processes ZeRO-1" $have_llama_refs "mpirun -np 2 ./test_llama3cu $L3_GQA -z 1 -a 2"

@@ -143,22 +143,24 @@ def test_a_missing_program_is_one_line_and_one_row(monkeypatch: pytest.MonkeyPat
     assert not any(r.family == "llama3" and r.cmd for r in runs), "no reference run for a program not built"
 
 
-def test_llama3_runs_have_no_cudnn_build_and_run_beside_the_llama3_tokenizer():
-    """train_llama3cu -e d12 takes V from ./llama3_tokenizer.bin: its runs go in build/llama3/ (the binary by its full
-    path); it has no cuDNN build, so --cudnn 0,1 gives it the cuDNN-off runs alone, and make builds the plain one."""
+def test_llama3_runs_go_beside_the_llama3_tokenizer_with_cudnn_off_and_on():
+    """train_llama3cu -e d12 takes V from ./llama3_tokenizer.bin: its runs go in build/llama3/ (the binaries by their
+    full path); --cudnn 0,1 gives it the plain build's runs and train_llama3cu_cudnn's, and make builds both."""
     args = bench_gpu.parse_args(["-B", "4", "--cudnn", "0,1", "--recompute", "0,1"])
     runs = [r for r in bench_gpu.plan_runs(args, {"train_gpt2cu": True, "train_llama3cu": True}) if r.family == "llama3"]
     ours = [r for r in runs if not r.is_reference]
-    assert [(r.cudnn, r.recompute) for r in ours] == [(False, 0), (False, 1)]
-    assert all(r.cwd == bench_gpu.LLAMA3_DIR and r.cmd[0] == str(REPO / "train_llama3cu") for r in ours)
+    assert [(r.cudnn, r.recompute) for r in ours] == [(False, 0), (False, 1), (True, 0), (True, 1)]
+    assert all(r.cwd == bench_gpu.LLAMA3_DIR for r in ours)
+    assert [r.cmd[0] for r in ours] == [str(REPO / "train_llama3cu")] * 2 + [str(REPO / "train_llama3cu_cudnn")] * 2
     assert (bench_gpu.LLAMA3_DIR / "tok") in [Path(c) for c in runs[-1].cmd], "the reference reads the same tokenizer"
     goals = bench_gpu.build_goals(args, {"train_gpt2cu": True, "train_llama3cu": True})
-    assert ["train_llama3cu", "PRECISION=BF16", "USE_CUDNN=0"] in goals and ["train_llama3cu_cudnn"] not in goals
+    assert ["train_llama3cu", "PRECISION=BF16", "USE_CUDNN=0"] in goals and ["train_llama3cu_cudnn"] in goals
     assert ["train_gpt2cu_cudnn"] in goals
 
 
-def test_make_rules_are_found_for_train_gpt2cu_and_its_cudnn_build_only():
-    assert bench_gpu.has_make_rule("train_gpt2cu") and bench_gpu.has_make_rule("train_gpt2cu_cudnn")
+def test_make_rules_are_found_for_both_programs_and_their_cudnn_builds():
+    for program in ["train_gpt2cu", "train_gpt2cu_cudnn", "train_llama3cu", "train_llama3cu_cudnn"]:
+        assert bench_gpu.has_make_rule(program), program
     assert not bench_gpu.has_make_rule("train_nosuchcu")
 
 

@@ -36,9 +36,10 @@ def test_every_cuda_file_compiles_for_sm80_and_sm90_with_werror(cuda_build: subp
     assert cuda_build.returncode == 0, f"make test-cuda-build failed:\n{out[-6000:]}"
     assert "all CUDA files compiled for sm_80 and sm_90 with -Werror" in out
     for name in ["train_gpt2.cu BF16", "train_gpt2.cu FP32", "test_gpt2.cu FP32", "test_gpt2.cu BF16",
-                 "llmc/cuda/cudnn_att.cpp", "dev/test/cudnn_graph_check.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)"]:
+                 "llmc/cuda/cudnn_att.cpp", "dev/test/cudnn_graph_check.cpp", "train_gpt2.cu BF16 USE_CUDNN=1 (linked)",
+                 "train_llama3.cu BF16 USE_CUDNN=1 (linked)", "test_llama3.cu BF16 USE_CUDNN=1"]:
         assert f"nvcc {name}" in out, f"{name} was not part of the build check"
-    assert (BUILD_DIR / "train_gpt2cu_cudnn").exists()
+    assert (BUILD_DIR / "train_gpt2cu_cudnn").exists() and (BUILD_DIR / "train_llama3cu_cudnn").exists()
     dev_files = sorted(p.name for p in (REPO / "dev" / "cuda").glob("*.cu"))
     assert len(dev_files) >= 15
     for name in dev_files:
@@ -115,12 +116,14 @@ def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
     return [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error: ")]
 
 
-def test_cudnn_build_compiles_the_attention_object_and_links_cudnn() -> None:
-    proc = _make("-n", "-B", "train_gpt2cu", "USE_CUDNN=1", timeout=120)
+@pytest.mark.parametrize("program, source", [("train_gpt2cu", "train_gpt2.cu"), ("train_llama3cu", "train_llama3.cu"),
+                                             ("test_llama3cu", "test_llama3.cu")])
+def test_cudnn_build_compiles_the_attention_object_and_links_cudnn(program: str, source: str) -> None:
+    proc = _make("-n", "-B", program, "USE_CUDNN=1", timeout=120)
     assert proc.returncode == 0, proc.stderr
     compile_obj = next(line for line in proc.stdout.splitlines() if "llmc/cuda/cudnn_att.cpp" in line)
     assert "-DENABLE_CUDNN" in compile_obj and "-Werror" in compile_obj and "-c llmc/cuda/cudnn_att.cpp" in compile_obj
-    link = next(line for line in proc.stdout.splitlines() if "train_gpt2.cu" in line and "-o train_gpt2cu" in line)
+    link = next(line for line in proc.stdout.splitlines() if source in line and f"-o {program}" in line)
     assert "-DENABLE_CUDNN" in link and "build/cudnn_att.o" in link and "-l:libcudnn.so.9" in link
     assert "rpath=" in link.split("build/cudnn_att.o", 1)[1], "libcudnn.so.9 is linked without an rpath"
 
@@ -149,15 +152,21 @@ def test_cudnn_attention_graphs_pass_the_frontend_validation_without_gpu(cuda_bu
     proc = subprocess.run([str(BUILD_DIR / "cudnn_graph_check")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     closing = re.fullmatch(r"(\d+) passed, 0 failed", proc.stdout.strip().splitlines()[-1])
-    assert closing is not None and int(closing.group(1)) >= 40, proc.stdout
+    assert closing is not None and int(closing.group(1)) >= 90, proc.stdout
     assert "s_q = s_kv = 1" in proc.stdout or "T = 1" in proc.stdout, "the T = 1 refusal was not exercised"
+    # Llama 3's grouped-query shapes (NKV < NH) among the validated graphs, and the frontend's GQA refusal
+    graphs = re.search(r"^(\d+) graphs validated by the frontend", proc.stdout, re.MULTILINE)
+    assert graphs is not None and int(graphs.group(1)) >= 90, proc.stdout
+    assert "NH=6 NKV=4 HS=64 sm_90: forward (training) graph: For group-query attention" in proc.stdout, proc.stdout
 
 
-def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.CompletedProcess, tmp_path: Path) -> None:
-    """The linked USE_CUDNN=1 trainer starts (libcudnn.so.9 and libnvrtc found through the rpath),
-    prints its help, and without a GPU stops with one error line."""
+@pytest.mark.parametrize("program", ["train_gpt2cu_cudnn", "train_llama3cu_cudnn"])
+def test_cudnn_binary_loads_its_libraries_without_gpu(cuda_build: subprocess.CompletedProcess, program: str,
+                                                      tmp_path: Path) -> None:
+    """The linked USE_CUDNN=1 trainers (GPT-2, and Llama 3 with grouped-query attention) start (libcudnn.so.9 and
+    libnvrtc found through the rpath), print their help, and without a GPU stop with one error line."""
     assert cuda_build.returncode == 0
-    exe = str(BUILD_DIR / "train_gpt2cu_cudnn")
+    exe = str(BUILD_DIR / program)
     proc = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "  -r " in proc.stdout
@@ -297,7 +306,8 @@ def _nvidia_dirs(python: str) -> list[str]:
 
 # test-gpu's Llama 3 checks, in order: the references, then test_llama3cu's variants, then two processes
 LLAMA3_GPU_CHECKS = ["Llama 3 reference", "test_llama3cu FP32 d2", "test_llama3cu FP32 GQA -r 2 -a 2", "test_llama3cu FP32 Muon d2",
-                     "test_llama3cu FP32 Muon GQA", "test_llama3cu BF16 d2", "test_llama3cu BF16 GQA -r 1",
+                     "test_llama3cu FP32 Muon GQA", "test_llama3cu BF16 cuDNN d2", "test_llama3cu BF16 cuDNN GQA -r 1",
+                     "test_llama3cu BF16 d2", "test_llama3cu BF16 GQA -r 1",
                      "test_llama3cu BF16 Muon GQA", "test_llama3cu BF16 2 processes ZeRO-1",
                      "test_llama3cu BF16 Muon 2 processes ZeRO-1"]
 
@@ -323,6 +333,9 @@ def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -
     test_links = [line for line in out.splitlines() if "nvcc" in line and "-o test_gpt2cu" in line]
     assert len(test_links) == 2 and all(any(f"-I{d}/" in line for d in wheels) for line in test_links), test_links
     assert "-DENABLE_FP32" in test_links[0] and "-DENABLE_CUDNN" in test_links[1]
+    llama_links = [line for line in out.splitlines() if "nvcc" in line and "-o test_llama3cu" in line]
+    assert len(llama_links) == 2 and "-DENABLE_FP32" in llama_links[0], llama_links
+    assert "-DENABLE_CUDNN" in llama_links[1] and "build/cudnn_att.o" in llama_links[1] and "-l:libcudnn.so.9" in llama_links[1]
     planned = [line for line in out.splitlines() if line.startswith("test-gpu: ") and " ... would run: " in line]
     names = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in planned]
     kernels = [f"dev/cuda/{p.stem}" for p in sorted((REPO / "dev" / "cuda").glob("*.cu"))]
@@ -379,7 +392,7 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
                       **{name: "SKIP" if "2 processes" in name else "PASS" for name in LLAMA3_GPU_CHECKS},
                       "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS",
                       "dev/cuda/nccl_all_reduce": "SKIP"}, summary
-    assert summary[-1].startswith("test-gpu: 19 passed, 1 failed, 5 skipped"), summary[-1]
+    assert summary[-1].startswith("test-gpu: 21 passed, 1 failed, 5 skipped"), summary[-1]
     assert "    bad_kernel table" in lines, "the failing check's output is not shown"
     assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
     assert (tmp_path / "logs" / "test_llama3cu_BF16_GQA_-r_1.log").read_text() == "test_llama3cu table\n"
@@ -391,4 +404,6 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
                   "-B test_llama3cu PRECISION=BF16"]:  # once each: the Muon and the other states' checks reuse them
         assert calls.count(f"--no-print-directory {build}") == 1, calls
     assert "--no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1" in calls
+    assert calls.count("--no-print-directory -B test_llama3cu PRECISION=BF16 USE_CUDNN=1") == 1, calls
+    assert (tmp_path / "logs" / "test_llama3cu_BF16_cuDNN_GQA_-r_1.log").read_text() == "test_llama3cu table\n"
     assert not any("pip" in c or "setup" in c for c in calls), calls

@@ -12,9 +12,10 @@ around cuBLAS strided-batched GEMMs.
 The softmax keeps its running max and sum in fp32 and subtracts the max before exponentiating.
 Row-major (T, T) and (T, HS) matrices are handed to column-major cuBLAS as their transposes.
 
-cuDNN flash attention (make USE_CUDNN=1, BF16 only): train_gpt2.cu then calls cudnn_attention_forward /
-cudnn_attention_backward (llmc/cuda/cudnn_att.h, code in llmc/cuda/cudnn_att.cpp) instead of the two functions here.
-q, k, v are read in place from the qkv matmul output (B, T, 3, NH, HS) through strides, the output is
+cuDNN flash attention (make USE_CUDNN=1, BF16 only): train_gpt2.cu and train_llama3.cu then call
+cudnn_attention_forward / cudnn_attention_backward (llmc/cuda/cudnn_att.h, code in llmc/cuda/cudnn_att.cpp)
+instead of the two functions here. q, k, v are read in place from the qkv matmul output (B, T, 3, NH, HS)
+through strides (Llama 3: (B, T, NH + 2 NKV, HS), k and v with their NKV heads, no repeat_kv), the output is
 (B, T, NH, HS), and each layer keeps only its (B, NH, T) fp32 softmax statistics instead of the
 (B, NH, T, T) attention matrix. That path compiles and links in CI (make test-cuda-build), its
 layouts are checked on the CPU against the index maps below (dev/test/test_attention_host.c) and its graphs
