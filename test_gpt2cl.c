@@ -38,12 +38,7 @@ int main(int argc, char** argv) {
     TestArgs args;
     args_parse(TEST_ARG_TABLE, (int)(sizeof(TEST_ARG_TABLE) / sizeof(TEST_ARG_TABLE[0])), &args, argc, argv,
                "Checks the OpenCL trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.");
-    if (!file_exists(args.model_path)) {
-        llmc_die("%s: no such model checkpoint (python train_gpt2.py --write_tensors 1 writes it)", args.model_path);
-    }
-    if (!file_exists(args.state_path)) {
-        llmc_die("%s: no such debug state (python train_gpt2.py --write_tensors 1 writes it)", args.state_path);
-    }
+    debug_state_require_files(args.model_path, "model checkpoint", args.state_path, "train_gpt2.py");
     ClRuntime rt;
     cl_runtime_init(&rt, args.cl_platform, args.cl_device);
     GPT2 model;

@@ -385,19 +385,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
 // ----------------------------------------------------------------------------
 // what GPT-2 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop)
 
-static void gpt2_forward_call(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) {
-    gpt2_forward((GPT2*)m, inputs, targets, dloss, write_dlogits);
+static void gpt2_write_model(const GPT2* model, const char* path, const float* params) {
+    checkpoint_write(path, &model->config, params, model->num_parameters);
 }
 
-static void gpt2_backward_call(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce) {
-    gpt2_backward((GPT2*)m, inputs, mg, reduce);
-}
-
-static void gpt2_write_model(const GpuModel* m, const char* path, const float* params) {
-    checkpoint_write(path, &((const GPT2*)m)->config, params, m->num_parameters);
-}
-
-static const GpuModelCalls GPT2_CALLS = {gpt2_forward_call, gpt2_backward_call, gpt2_write_model};
+GPU_MODEL_CALLS(GPT2_CALLS, GPT2, gpt2)
 
 // ----------------------------------------------------------------------------
 // main
@@ -410,7 +402,6 @@ int main(int argc, char** argv) {
     // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
     GpuTrainerRun run;
     gpu_trainer_prepare(&run, &args, &argc, &argv, "train_gpt2cu");
-    const int rank = run.mg.process_rank;
     GPT2Config probe;
     const char* why = "";
     if (!file_exists(run.model_path) && model_config_from_descriptor(run.model_path, &probe, &why) == 0) {
@@ -419,12 +410,10 @@ int main(int argc, char** argv) {
     }
     GPT2 model;
     gpt2_build(&model, run.model_path, run.mg.zero_stage, run.mg.num_processes);
-    ZeroShard shard = gpu_trainer_shard(&run, &model);
-    if (run.use_muon) { gpt2_use_muon(&model, &run.muon, args.learning_rate, run.muon_owners, rank); }
-    gpt2_allocate_state(&model, args.B, args.T, args.recompute, shard, args.use_master_weights, run.stream);
+    gpu_trainer_allocate(&run, &model, GPT2_CALLS);  // the shard, -op muon, the state
     model.gelu_fusion = args.gelu_fusion;  // -ge
     const GPT2Config* cfg = &model.config;
-    if (rank == 0) {
+    if (run.mg.process_rank == 0) {
         printf("model: %s L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", run.model_path,
                cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
                model.num_parameters, (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
@@ -434,19 +423,6 @@ int main(int argc, char** argv) {
 #endif
     }
 
-    Trainer trainer;
-    gpu_trainer_start(&run, &trainer, &model);
-    trainer.flops_per_step = gpt2_flops_per_step(model.num_parameters, cfg->num_layers, cfg->channels, args.T,
-                                                 (size_t)trainer.total_batch);
-    GpuTrainer gpu;
-    gpu_trainer_init(&gpu, &model, GPT2_CALLS, &run.mg);
-    TrainerOps ops = gpu_trainer_ops(&gpu);
-    int status = trainer_run(&trainer, &ops);
-
-    gpu_trainer_free(&gpu);
-    trainer_free(&trainer);
-    gpt2_free(&model);
-    gpu_trainer_finish(&run);
-    return status;
+    return gpu_trainer_train(&run, &model, GPT2_CALLS, cfg->channels);
 }
 #endif // LLMC_NO_MAIN

@@ -308,6 +308,19 @@ static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
     return v;
 }
 
+// the sizes forward and backward are written in (ints, as the kernels take them), the settings, the stream, cuBLAS
+// and the activations
+#define LLAMA3_STEP_SIZES_(model) \
+    const Llama3Config* cfg = &(model)->config; \
+    const int B = (model)->B, T = (model)->T, BT = B * T; \
+    const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size; \
+    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden; \
+    const float eps = cfg->norm_eps; \
+    cudaStream_t stream = (model)->stream; \
+    CublasContext* ctx = &(model)->cublas; \
+    Llama3Acts acts = (model)->acts; \
+    (void)L; (void)V; (void)HS; (void)QKV; (void)FFN; (void)eps;
+
 // the output projection: lm_head, or wte when tied (and their gradients alike)
 static floatX* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) { return cfg->tied_embeddings ? p->wte : p->lm_head; }
 
@@ -333,15 +346,8 @@ static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama
 // With targets: per-token losses, their mean in model->mean_loss, and with write_dlogits the dlogits
 // (scaled by dloss) in acts.output.
 static void llama3_forward(Llama3* model, const int* inputs, const int* targets, float dloss, int write_dlogits) {
-    const Llama3Config* cfg = &model->config;
-    const int B = model->B, T = model->T, BT = B * T;
-    const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size;
-    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
-    const float eps = cfg->norm_eps;
-    cudaStream_t stream = model->stream;
-    CublasContext* ctx = &model->cublas;
+    LLAMA3_STEP_SIZES_(model)
     Llama3Params p = model->params;
-    Llama3Acts acts = model->acts;
     cudaCheck(cudaMemcpyAsync(model->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
     if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
@@ -411,15 +417,8 @@ static void llama3_reduce_layer(Llama3* model, MultiGpu* mg, int l) {
 // reduce: the step's last micro-batch, so each finished layer's gradients start their reduction
 // over the processes (overlapped with the rest of the backward pass).
 static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int reduce) {
-    const Llama3Config* cfg = &model->config;
-    const int B = model->B, T = model->T, BT = B * T;
-    const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size;
-    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
-    const float eps = cfg->norm_eps;
-    cudaStream_t stream = model->stream;
-    CublasContext* ctx = &model->cublas;
+    LLAMA3_STEP_SIZES_(model)
     Llama3Params p = model->params, g = model->grads;
-    Llama3Acts acts = model->acts;
 
     cudaCheck(cudaMemsetAsync(acts.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
     // lm head (or wte when tied): dlogits (B, T, V) are in acts.output
@@ -467,19 +466,11 @@ static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int 
 // ----------------------------------------------------------------------------
 // what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop)
 
-static void llama3_forward_call(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) {
-    llama3_forward((Llama3*)m, inputs, targets, dloss, write_dlogits);
+static void llama3_write_model(const Llama3* model, const char* path, const float* params) {
+    llama3_model_write(path, &model->config, params, model->num_parameters);
 }
 
-static void llama3_backward_call(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce) {
-    llama3_backward((Llama3*)m, inputs, mg, reduce);
-}
-
-static void llama3_write_model(const GpuModel* m, const char* path, const float* params) {
-    llama3_model_write(path, &((const Llama3*)m)->config, params, m->num_parameters);
-}
-
-static const GpuModelCalls LLAMA3_CALLS = {llama3_forward_call, llama3_backward_call, llama3_write_model};
+GPU_MODEL_CALLS(LLAMA3_CALLS, Llama3, llama3)
 
 // ----------------------------------------------------------------------------
 // main
@@ -501,14 +492,11 @@ int main(int argc, char** argv) {
     // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
     GpuTrainerRun run;
     gpu_trainer_prepare(&run, &args, &argc, &argv, "train_llama3cu");
-    const int rank = run.mg.process_rank;
     Llama3 model;
     llama3_build(&model, run.model_path, run.resume_step >= 0, run.mg.zero_stage, run.mg.num_processes);
-    ZeroShard shard = gpu_trainer_shard(&run, &model);
-    if (run.use_muon) { llama3_use_muon(&model, &run.muon, args.learning_rate, run.muon_owners, rank); }
-    llama3_allocate_state(&model, args.B, args.T, args.recompute, shard, args.use_master_weights, run.stream);
+    gpu_trainer_allocate(&run, &model, LLAMA3_CALLS);  // the shard, -op muon, the state
     const Llama3Config* cfg = &model.config;
-    if (rank == 0) {
+    if (run.mg.process_rank == 0) {
         printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters, %.2f GiB of activations\n",
                run.model_path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden,
                cfg->max_seq_len, cfg->vocab_size, cfg->tied_embeddings ? " (tied lm_head)" : "", model.num_parameters,
@@ -519,19 +507,6 @@ int main(int argc, char** argv) {
 #endif
     }
 
-    Trainer trainer;
-    gpu_trainer_start(&run, &trainer, &model);
-    trainer.flops_per_step = gpt2_flops_per_step(model.num_parameters, cfg->num_layers, cfg->channels, args.T,
-                                                 (size_t)trainer.total_batch);
-    GpuTrainer gpu;
-    gpu_trainer_init(&gpu, &model, LLAMA3_CALLS, &run.mg);
-    TrainerOps ops = gpu_trainer_ops(&gpu);
-    int status = trainer_run(&trainer, &ops);
-
-    gpu_trainer_free(&gpu);
-    trainer_free(&trainer);
-    llama3_free(&model);
-    gpu_trainer_finish(&run);
-    return status;
+    return gpu_trainer_train(&run, &model, LLAMA3_CALLS, cfg->channels);
 }
 #endif // LLMC_NO_MAIN

@@ -18,7 +18,8 @@ llm.c's reader (which reads up to the gradients) still reads these files.
 
 Other models' debug states are this layout with their own magic and version (DebugStateFormat), and
 can carry each step's reference gradient norm after the losses (test_llama3.c's Llama 3 states):
-debug_state_read_format reads them all, debug_state_read the GPT-2 one.
+debug_state_read_format reads them all, debug_state_read the GPT-2 one. debug_state_require_files: a test
+program's model file and debug state exist, else the line that names the missing one and its writer.
 
 Files without the noise section (nnoise = 0: written before it existed) still load with
 has_loss_noise = 0; the tests then check step losses with their fixed fallback tolerance
@@ -185,6 +186,18 @@ static inline void debug_state_read_format(DebugState* d, const char* path, cons
 // the GPT-2 debug state, checked against the model's config and parameter count
 static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
     debug_state_read_format(d, path, &DEBUG_STATE_GPT2, cfg->max_seq_len, cfg->vocab_size, num_parameters);
+}
+
+// a test program's two input files exist, else one line naming the one missing and the reference script that writes
+// both (model_kind: "model checkpoint", what the program calls its model file)
+static inline void debug_state_require_files(const char* model_path, const char* model_kind, const char* state_path,
+                                             const char* script) {
+    if (!file_exists(model_path)) {
+        llmc_die("%s: no such %s (python %s --write_tensors 1 writes it)", model_path, model_kind, script);
+    }
+    if (!file_exists(state_path)) {
+        llmc_die("%s: no such debug state (python %s --write_tensors 1 writes it)", state_path, script);
+    }
 }
 
 static inline void debug_state_free(DebugState* d) {

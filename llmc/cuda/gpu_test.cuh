@@ -15,11 +15,18 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
     gpu_test_logits(r, logits)   every process's rows of the logits (B, T, V) in fp32, on every process
     gpu_test_grads(r, grads)  the step's reduced gradients, all of them, in fp32, on every process
     gpu_test_print_optimizer(out, d)   the debug state's optimizer, one line
-    gpu_test_resume(r, out, report, tmp_dir, reload)   checkpoint through the trainer's save calls, 3 steps,
-                              reload (the model's reload of its parameters from the checkpoint, then the state),
+    gpu_test_resume(r, out, report, tmp_dir, p)   checkpoint through the trainer's save calls, 3 steps,
+                              reload (the parameters from the checkpoint through the program's model file
+                              reader, then the state),
                               the same 3 steps again: the losses and the final parameters bit for bit
     gpu_test_verdict(r, out, report)   the summary line; the exit status, non-zero on every process if any
                               process failed a check
+    GpuTestProgram            what differs between the test programs: their flags' defaults and help, their
+                              model's calls (its GpuModelCalls; build, shape, lines, checks, the reader of its
+                              model file)
+    gpu_test_main(argc, argv, p, model)   a test program's main(): the flags (-e -s -o [-ge] -r -a -z), the
+                              processes, the model and debug state, then steps 1-4 of test_gpt2.cu around the
+                              program's calls; returns the exit status
 */
 #ifndef LLMC_GPU_TEST_CUH
 #define LLMC_GPU_TEST_CUH
@@ -30,6 +37,7 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
 #include <string.h>
 #include <unistd.h>
 #include "../utils.h"
+#include "../args.h"
 #include "../debug_state.h"
 #include "../tensor_check.h"
 #include "gpu_trainer.cuh"
@@ -62,6 +70,48 @@ static void gpu_test_exact_fp32(GpuModel* m) {
     (void)m;
 #endif
 }
+
+typedef struct {
+    const char* model_path;
+    const char* state_path;
+    const char* tmp_dir;
+    int gelu_fusion;
+    int recompute;
+    int micro_batches;
+    int zero_stage;
+} GpuTestArgs;
+
+// what the checks need of the model's shape
+typedef struct {
+    const void* config;     // the model's config struct (the resume check's model file must have the same)
+    size_t config_size;
+    int max_seq_len;        // the debug state's T is checked against it
+    int channels;           // C: the width of wte's rows (tensor 0 of every family's table)
+} GpuTestShape;
+
+// what differs between the GPU test programs; the model's calls take the program's model struct (a GpuModel)
+typedef struct {
+    const char* about;           // --help's text
+    const char* script;          // the reference that writes both files: "train_gpt2.py"
+    const char* model_kind;      // "checkpoint": what -e names in its "no such" line
+    const char* model_help;      // -e's help
+    const char* model_default;
+    const char* state_default;
+    const char* tmp_default;     // -o: the resume check's scratch directory
+    const char* recompute_help;  // -r's help
+    const char* zeros_note;      // the exact zeros the gradient rows check, for the line that says what is checked
+    const DebugStateFormat* state_format;
+    GpuModelCalls calls;         // forward, backward, the model file, Muon, state, free (GPU_MODEL_CALLS)
+    // the model file at path, its parameters padded for ZeRO stage zero_stage over nproc processes
+    void (*build)(GpuModel* m, const char* path, int zero_stage, int nproc);
+    GpuTestShape (*shape)(const GpuModel* m);
+    void (*describe)(FILE* out, const GpuModel* m);  // the model's shape, in the first line
+    void (*set_gelu_fusion)(GpuModel* m, int on);   // -ge; NULL: the program has no -ge
+    // the exact zeros of gradient tensor k (grad: its values; T: the debug state's) added to c; NULL: none
+    void (*exact_zeros)(TensorCheck* c, const GpuModel* m, int k, const float* grad, int T);
+    // the resume check's reader: a model file of the family opened at its parameters, its shape in cfg
+    FILE* (*open_model)(const char* path, void* cfg, int* version);
+} GpuTestProgram;
 
 // this process's part of the debug state's batch, and the trainer ops that feed it to the model
 typedef struct {
@@ -203,12 +253,27 @@ static void gpu_test_print_optimizer(FILE* out, const DebugState* d) {
     }
 }
 
+// replaces the parameters with those of a model file of the program's family and of the same shape (the
+// resume check)
+static void gpu_test_reload_parameters(const GpuTestProgram* p, GpuModel* m, const char* path) {
+    int version = 0;
+    GpuTestShape shape = p->shape(m);
+    void* cfg = mallocCheck(shape.config_size);
+    FILE* f = p->open_model(path, cfg, &version);
+    if (memcmp(cfg, shape.config, shape.config_size) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
+    free(cfg);
+    float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    model_file_read_params(f, path, version, host, m->num_parameters);
+    fcloseCheck(f, path);
+    gpu_model_upload_parameters(m, host);
+    free(host);
+}
+
 // Bit-exact resume, through the functions trainer_run saves and loads a checkpoint with: after the debug
 // state's steps, the model (rank 0) and every rank's optimizer state to tmp_dir, 3 more steps; then reload
-// (the model's: its parameters from the model file at path) and the state, and the same 3 steps again. The
+// (the program's family's model file: its parameters) and the state, and the same 3 steps again. The
 // losses and the final parameters must match bit for bit. Removes the files and tmp_dir.
-static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const char* tmp_dir,
-                            void (*reload)(GpuModel* m, const char* path)) {
+static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const char* tmp_dir, const GpuTestProgram* p) {
     MultiGpu* mg = r->mg;
     GpuModel* m = r->model;
     const int rank = mg->process_rank;
@@ -235,7 +300,7 @@ static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const
     float* params_first = (float*)mallocCheck(m->num_parameters * sizeof(float));
     float* params_second = (float*)mallocCheck(m->num_parameters * sizeof(float));
     gpu_model_download_parameters(m, params_first);
-    reload(m, model_path);
+    gpu_test_reload_parameters(p, m, model_path);
     TrainState expect = saved, got;
     gpu_load_state(&r->gpu, state_path, &expect, &got, &detectors);
     for (int i = 0; i < resume_steps; i++) { second[i] = gpu_test_train_step(r, saved_step + i + 1); }
@@ -262,6 +327,152 @@ static int gpu_test_verdict(GpuTestRun* r, FILE* out, const CheckReport* report)
                 failures, nproc);
     }
     return check_report_exit_code(report) != 0 || failures > 0.0f ? 1 : 0;
+}
+
+// ----------------------------------------------------------------------------
+// a test program's main() around its model
+
+
+static void gpu_test_args_parse(GpuTestArgs* a, int argc, char** argv, const GpuTestProgram* p) {
+    char state_help[128];
+    snprintf(state_help, sizeof(state_help), "debug state written by %s", p->script);
+    const ArgSpec all[] = {
+        {"-e", ARG_STRING, offsetof(GpuTestArgs, model_path), p->model_default, 0, 0, p->model_help},
+        {"-s", ARG_STRING, offsetof(GpuTestArgs, state_path), p->state_default, 0, 0, state_help},
+        {"-o", ARG_STRING, offsetof(GpuTestArgs, tmp_dir), p->tmp_default, 0, 0, "scratch directory for the resume check"},
+        {"-ge", ARG_INT, offsetof(GpuTestArgs, gelu_fusion), "0", 0, 1, "1 = GELU fused into the cuBLASLt epilogues (forward and backward)"},
+        {"-r", ARG_INT, offsetof(GpuTestArgs, recompute), "0", 0, 2, p->recompute_help},
+        {"-a", ARG_INT, offsetof(GpuTestArgs, micro_batches), "1", 1, 65536,
+         "gradient accumulation: each process's rows of the batch as N micro-batches"},
+        {"-z", ARG_INT, offsetof(GpuTestArgs, zero_stage), "0", 0, 1,
+         "ZeRO stage when run as several processes (mpirun -np 2): 0 all-reduce, 1 sharded optimizer"},
+    };
+    const int count = (int)(sizeof(all) / sizeof(all[0]));
+    ArgSpec table[sizeof(all) / sizeof(all[0])];
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        if (strcmp(all[i].flag, "-ge") != 0 || p->set_gelu_fusion != NULL) { table[n++] = all[i]; }
+    }
+    memset(a, 0, sizeof(*a));
+    args_parse(table, n, a, argc, argv, p->about);
+    debug_state_require_files(a->model_path, p->model_kind, a->state_path, p->script);
+}
+
+
+// steps 1 and 2: the logits, the loss, every gradient tensor (with the exact zeros the program names), the rows of
+// dwte whose token is not in the batch on their own, and the global gradient norm
+static void gpu_test_check_gradients(GpuTestRun* r, const GpuTestProgram* p, FILE* out, CheckReport* report,
+                                     const TestTolerances* tol) {
+    GpuModel* m = r->model;
+    const DebugState* d = r->d;
+    const int T = d->T, V = m->vocab_size, C = p->shape(m).channels;
+    const size_t BT = (size_t)d->B * T;
+    // 1. logits
+    float* logits = (float*)mallocCheck(BT * V * sizeof(float));
+    gpu_test_logits(r, logits);
+    check_table_header_l2(out);
+    TensorCheck c = tensor_check_l2(logits, d->logits, BT * V, tol->logits_rtol, tol->logits_atol, tol->logits_l2);
+    check_table_row_l2(out, report, "logits", &c);
+    free(logits);
+
+    // 2. loss, gradients, gradient norm
+    float loss = gpu_test_forward_backward(r);
+    check_scalar_l2(out, report, "loss", loss, d->loss, tol->loss_atol);
+    float* grads = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    gpu_test_grads(r, grads);
+    for (int k = 0; k < m->num_tensors; k++) {
+        size_t off = m->param_offsets[k], n = m->param_sizes[k];
+        if (n == 0) { continue; }  // Llama 3's lm_head when tied
+        char name[32];
+        snprintf(name, sizeof(name), "d%s", m->names[k]);
+        c = tensor_check_l2(grads + off, d->grads + off, n, tol->grad_rtol, 0.0, tol->grad_l2);
+        if (p->exact_zeros != NULL) { p->exact_zeros(&c, m, k, grads + off, T); }
+        check_table_row_l2(out, report, name, &c);
+    }
+    // wte (tensor 0): rows of C, the first V of them tokens (GPT-2 pads to Vp)
+    const size_t rows = m->param_sizes[0] / (size_t)C;
+    unsigned char* unseen = (unsigned char*)mallocCheck(rows);
+    for (size_t v = 0; v < rows; v++) { unseen[v] = v < (size_t)V; }
+    for (size_t i = 0; i < BT; i++) { unseen[d->x[i]] = 0; }
+    c = tensor_check_rows(grads, d->grads, (size_t)C, unseen, rows, tol->grad_rtol, 0.0, tol->grad_l2);
+    check_table_row_l2(out, report, "dwte unseen", &c);
+    free(unseen);
+    free(grads);
+    float norm = r->ops.grad_norm(r->ops.ctx);
+    float ref_norm = (float)gpu_test_l2_norm(d->grads, m->num_parameters);
+    check_scalar_l2(out, report, "grad norm", norm, ref_norm, tol->grad_l2 * ref_norm);
+}
+
+// A test program's main(): the model (p->build from the model file) and the debug state, each process its rows
+// of the batch; steps 1-4 (the logits, the gradients, the reference's optimizer steps, bit-exact resume) and
+// the verdict. model: the program's model struct. Returns the exit status.
+static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuModel* model) {
+    GpuTestArgs args;
+    gpu_test_args_parse(&args, argc, argv, p);
+
+    // processes: from MPI when launched by mpirun (the trainer's default -pi mpi), else one
+    MultiGpu mg;
+    gpu_test_processes(&mg, &argc, &argv, args.zero_stage);
+    const int rank = mg.process_rank, nproc = mg.num_processes;
+    FILE* out = rank == 0 ? stdout : fopenCheck("/dev/null", "w");
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    DeviceInfo dev;
+    device_info_query(&dev, mg.local_device_idx);
+
+    p->build(model, args.model_path, mg.zero_stage, nproc);
+    mg.num_parameters = model->num_parameters;
+    mg.shard = zero_shard(model->num_parameters, mg.zero_stage, nproc, rank);
+    DebugState d;
+    debug_state_read_format(&d, args.state_path, p->state_format, p->shape(model).max_seq_len, model->vocab_size,
+                            model->num_parameters);
+    GpuTestRun run;
+    gpu_test_run_init(&run, model, &mg, &d, args.state_path, args.micro_batches);
+    if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
+        MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
+        p->calls.use_muon(model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
+    }
+    p->calls.allocate_state(model, run.micro_B, d.T, args.recompute, mg.shard, 1, stream);
+    if (p->set_gelu_fusion != NULL) { p->set_gelu_fusion(model, args.gelu_fusion); }  // -ge
+    gpu_test_exact_fp32(model);
+    gpu_test_run_start(&run, p->calls);
+
+    TestTolerances tol = gpu_tolerances(PRECISION_IS_BF16);
+    fprintf(out, "%s, precision %s; model %s (", dev.name, PRECISION_NAME, args.model_path);
+    p->describe(out, model);
+    fprintf(out, "), debug state B=%d T=%d, %d steps\n", d.B, d.T, d.nsteps);
+    fprintf(out, "variant: ");
+    if (p->set_gelu_fusion != NULL) { fprintf(out, "-ge %d ", args.gelu_fusion); }
+    fprintf(out, "-r %d -a %d, %d process(es)%s: micro-batches of B=%d\n", args.recompute, args.micro_batches, nproc,
+            nproc > 1 ? (mg.zero_stage == 1 ? " with ZeRO-1" : " with ZeRO-0") : "", run.micro_B);
+    fprintf(out, "per tensor: max abs diff <= tolerance and relative L2 error <= L2 bound; %sdwte unseen: the rows of the "
+                 "tokens not in the batch, on their own\n", p->zeros_note);
+    gpu_test_print_optimizer(out, &d);
+    step_loss_rule_print(out, &d, &tol);
+    CheckReport report = {0, 0};
+
+    // 1., 2. the logits, the loss, the gradients and their norm
+    gpu_test_check_gradients(&run, p, out, &report, &tol);
+
+    // 3. the reference's optimizer steps
+    for (int step = 0; step < d.nsteps; step++) {
+        float step_loss = gpu_test_train_step(&run, step + 1);
+        char name[32];
+        snprintf(name, sizeof(name), "loss step %d", step);
+        check_scalar_l2(out, &report, name, step_loss, d.losses[step], step_loss_tolerance(&d, step, &tol));
+    }
+
+    // 4. bit-exact resume
+    gpu_test_resume(&run, out, &report, args.tmp_dir, p);
+
+    int status = gpu_test_verdict(&run, out, &report);
+    gpu_trainer_free(&run.gpu);
+    debug_state_free(&d);
+    p->calls.free(model);
+    cudaCheck(cudaStreamDestroy(stream));
+    if (out != stdout) { fclose(out); }
+    multi_gpu_free(&mg);
+    return status;
 }
 
 #endif // LLMC_GPU_TEST_CUH

@@ -38,7 +38,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               AdamW on the shard (Muon on its matrices), then the ZeRO-1 all-gather
     gpu_model_muon_lr(m, lr)  the step's Muon lr
     GpuModelCalls             the model's calls the trainer drives: forward(m, inputs, targets, dloss,
-                              write_dlogits), backward(m, inputs, mg, reduce), write_model(m, path, params)
+                              write_dlogits), backward(m, inputs, mg, reduce), write_model(m, path, params); and
+                              those the programs around it make: use_muon, allocate_state, free;
+                              GPU_MODEL_CALLS(name, Model, prefix) writes them from the model's functions
     GpuTrainer, gpu_trainer_init(g, m, calls, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
                               the TrainerOps of a model; gpu_save_model, gpu_save_state, gpu_load_state are
                               its checkpoint calls (test programs call them directly)
@@ -48,9 +50,10 @@ its model: the activations, the kernels' calls, forward and backward, its model 
       gpu_trainer_prepare(run, args, argc, argv, program)   -op, the processes and this process's GPU, rank 0's
                               banner and flags, the data and flags (trainer_prepare), the model to load
                               (run->model_path: the resumed step's checkpoint, else -e); returns run->resume_step
-      gpu_trainer_shard(run, m)            once the model is built: this rank's ZeRO shard; run->muon_owners
-      gpu_trainer_start(run, trainer, m)   the TrainerComm, trainer_init, the GPU's peak FLOP/s
-      gpu_trainer_finish(run)              the stream and the processes
+      gpu_trainer_allocate(run, m, calls)  once the model is built: this rank's ZeRO shard, -op muon, the state
+      gpu_trainer_train(run, m, calls, C)  once the model's state is allocated: the TrainerComm, trainer_init,
+                              the GPU's peak FLOP/s and a step's FLOPs, trainer_run over the model's calls; then
+                              the model, the stream and the processes freed; returns the exit status
 */
 #ifndef LLMC_GPU_TRAINER_CUH
 #define LLMC_GPU_TRAINER_CUH
@@ -119,8 +122,8 @@ struct GpuModel {
 
 static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, const char* const* names, const int* is_matrix,
                            const int* per_layer, int num_layers, int vocab_size) {
-    if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
     memset(m, 0, sizeof(*m));
+    if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
     m->num_tensors = num_tensors;
     m->names = names;
     m->is_matrix = is_matrix;
@@ -347,7 +350,7 @@ static float gpu_model_muon_lr(const GpuModel* m, float lr) {
 // what the GPU trainer brings to llmc/trainer.h's loop (the loop, checkpoints, signals and every rule
 // of training are shared with the CPU trainers there): the model's kernels, device memory and NCCL
 
-// the model's calls
+// the model's calls: those the trainer drives, and those the programs around the model make
 typedef struct {
     // inputs, targets: host (B, T) token ids; targets may be NULL (logits only). With targets: per-token
     // losses in losses_host, their mean in mean_loss, and with write_dlogits the dlogits (scaled by dloss)
@@ -358,7 +361,39 @@ typedef struct {
     void (*backward)(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce);
     // the model file of these fp32 parameters (num_parameters of them)
     void (*write_model)(const GpuModel* m, const char* path, const float* params);
+    // -op muon with these settings over owners processes (before allocate_state)
+    void (*use_muon)(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank);
+    // the activations for B x T tokens at recompute level -r, the optimizer state of the shard, cuBLAS on stream
+    void (*allocate_state)(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
+                           cudaStream_t stream);
+    void (*free)(GpuModel* m);
 } GpuModelCalls;
+
+// GPU_MODEL_CALLS(name, Model, prefix) writes the GpuModelCalls `name` of a model type (derived from GpuModel)
+// whose functions are prefix_forward(Model*, inputs, targets, dloss, write_dlogits), prefix_backward(Model*,
+// inputs, mg, reduce), prefix_write_model(const Model*, path, params), prefix_use_muon(Model*, settings,
+// peak_lr, owners, rank), prefix_allocate_state(Model*, B, T, recompute, shard, use_master_weights, stream)
+// and prefix_free(Model*)
+#define GPU_MODEL_CALLS(name, Model, prefix) \
+    static void prefix##_forward_(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) { \
+        prefix##_forward((Model*)m, inputs, targets, dloss, write_dlogits); \
+    } \
+    static void prefix##_backward_(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce) { \
+        prefix##_backward((Model*)m, inputs, mg, reduce); \
+    } \
+    static void prefix##_write_model_(const GpuModel* m, const char* path, const float* params) { \
+        prefix##_write_model((const Model*)m, path, params); \
+    } \
+    static void prefix##_use_muon_(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank) { \
+        prefix##_use_muon((Model*)m, settings, peak_lr, owners, rank); \
+    } \
+    static void prefix##_allocate_state_(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights, \
+                                         cudaStream_t stream) { \
+        prefix##_allocate_state((Model*)m, B, T, recompute, shard, use_master_weights, stream); \
+    } \
+    static void prefix##_free_(GpuModel* m) { prefix##_free((Model*)m); } \
+    static const GpuModelCalls name = {prefix##_forward_, prefix##_backward_, prefix##_write_model_, prefix##_use_muon_, \
+                                       prefix##_allocate_state_, prefix##_free_};
 
 typedef struct {
     GpuModel* model;
@@ -594,23 +629,37 @@ static int gpu_trainer_prepare(GpuTrainerRun* run, const TrainArgs* args, int* a
     return run->resume_step;
 }
 
-// once the model's parameters are known: this rank's ZeRO shard of them, kept in the process group
-static ZeroShard gpu_trainer_shard(GpuTrainerRun* run, const GpuModel* m) {
+// once the model is built: this rank's ZeRO shard of its parameters (kept in the process group), -op muon with
+// the run's settings, and the model's state for micro-batches of -b x -t (-r, -w)
+static void gpu_trainer_allocate(GpuTrainerRun* run, GpuModel* m, GpuModelCalls calls) {
+    const TrainArgs* args = run->args;
     run->mg.num_parameters = m->num_parameters;
     run->mg.shard = zero_shard(m->num_parameters, run->mg.zero_stage, run->mg.num_processes, run->mg.process_rank);
-    return run->mg.shard;
+    if (run->use_muon) { calls.use_muon(m, &run->muon, args->learning_rate, run->muon_owners, run->mg.process_rank); }
+    calls.allocate_state(m, args->B, args->T, args->recompute, run->mg.shard, args->use_master_weights, run->stream);
 }
 
-// once the model's state is allocated: the training loop's set-up (trainer_init) over this run's processes,
-// and the GPU's peak FLOP/s at the build's precision (the model sets trainer->flops_per_step)
-static void gpu_trainer_start(GpuTrainerRun* run, Trainer* trainer, const GpuModel* m) {
-    trainer_init(trainer, run->args, gpu_trainer_comm(&run->mg), m->vocab_size, run->resume_step);
-    trainer->peak_flops = gpu_peak_flops(run->dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
-}
+// once the model's state is allocated: the training loop (trainer_init over this run's processes, the GPU's peak
+// FLOP/s at the build's precision and a step's FLOPs, gpt2_flops_per_step with the model's L and C = channels;
+// trainer_run through the model's GpuTrainer), then the model (calls.free), the stream and the processes are
+// freed. Returns trainer_run's exit status.
+static int gpu_trainer_train(GpuTrainerRun* run, GpuModel* m, GpuModelCalls calls, int channels) {
+    Trainer trainer;
+    trainer_init(&trainer, run->args, gpu_trainer_comm(&run->mg), m->vocab_size, run->resume_step);
+    trainer.peak_flops = gpu_peak_flops(run->dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
+    trainer.flops_per_step = gpt2_flops_per_step(m->num_parameters, m->num_layers, channels, run->args->T,
+                                                 (size_t)trainer.total_batch);
+    GpuTrainer gpu;
+    gpu_trainer_init(&gpu, m, calls, &run->mg);
+    TrainerOps ops = gpu_trainer_ops(&gpu);
+    int status = trainer_run(&trainer, &ops);
 
-static void gpu_trainer_finish(GpuTrainerRun* run) {
+    gpu_trainer_free(&gpu);
+    trainer_free(&trainer);
+    calls.free(m);
     cudaCheck(cudaStreamDestroy(run->stream));
     multi_gpu_free(&run->mg);
+    return status;
 }
 
 #endif // LLMC_GPU_TRAINER_CUH
