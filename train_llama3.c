@@ -44,7 +44,6 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/llama3_config.h"
 #include "llmc/tokenizer.h"
 
-#define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
 #ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and reads llama-3 shards only
 #define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
 #define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3
@@ -310,17 +309,7 @@ static void llama3_free(Llama3* model) {
 static void llama3_build(Llama3* model, const char* load, int from_file) {
     Llama3Config cfg;
     if (!from_file && llama3_config_from_descriptor(load, 1, &cfg)) {
-        if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
-            llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
-                     LLAMA3_TOKENIZER_PATH, load);
-        }
-        Tokenizer tok;
-        tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
-        if (tok.bos_token < 0) {
-            llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
-        }
-        cfg.vocab_size = (int)tok.vocab_size;
-        tokenizer_free(&tok);
+        cfg.vocab_size = llama3_tokenizer_vocab_size(load);
         llama3_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
         return;
     }

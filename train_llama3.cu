@@ -38,7 +38,6 @@ HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 #include "llmc/rand.h"
 #include "llmc/mfu.h"
 #include "llmc/tokenizer.h"
-#define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"
 #define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH  // samples decoded with the Llama 3 tokenizer
 #define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3      // llama-3 token shards (uint32)
 #include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
@@ -180,22 +179,6 @@ static void llama3_init_params_from_scratch(float* host, const Llama3Config* cfg
         }
         host += n;
     }
-}
-
-// the vocab size of the Llama 3 tokenizer file, for -e dN
-static int llama3_tokenizer_vocab_size(const char* desc) {
-    if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
-        llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
-                 LLAMA3_TOKENIZER_PATH, desc);
-    }
-    Tokenizer tok;
-    tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
-    if (tok.bos_token < 0) {
-        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
-    }
-    int V = (int)tok.vocab_size;
-    tokenizer_free(&tok);
-    return V;
 }
 
 // -e: a Llama 3 model file, or dN from scratch (V from the tokenizer file); from_file: a model file whatever

@@ -17,8 +17,9 @@ LLAMA3_PARAMETER_TENSORS below. FFN follows Llama's rule (llama3_ffn_hidden) and
 
 Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), multiple_of 32, no
 ffn multiplier, norm_eps 1e-5, rope_theta 500000, no rope scaling, untied, maxT 1024; V is the
-tokenizer's. Every reader error is one line naming the file; the reading, checking and atomic
-writing common to every family are llmc/model_file.h's (LLAMA3_MODEL_FILE describes this file).
+tokenizer's (llama3_tokenizer_vocab_size reads it from LLAMA3_TOKENIZER_PATH). Every reader error is one
+line naming the file; the reading, checking and atomic writing common to every family are llmc/model_file.h's
+(LLAMA3_MODEL_FILE describes this file).
 */
 #ifndef LLMC_LLAMA3_CONFIG_H
 #define LLMC_LLAMA3_CONFIG_H
@@ -30,8 +31,10 @@ writing common to every family are llmc/model_file.h's (LLAMA3_MODEL_FILE descri
 #include <string.h>
 #include "utils.h"
 #include "model_file.h"
+#include "tokenizer.h"
 
 #define LLAMA3_MAGIC 20240803
+#define LLAMA3_TOKENIZER_PATH "llama3_tokenizer.bin"  // the Llama 3 tokenizer file the trainers read
 
 typedef struct {
     int max_seq_len;      // maxT, the block size
@@ -132,6 +135,23 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
     cfg->rope_theta = 500000.0f;
     cfg->version_minor = 0;
     return 1;
+}
+
+// the vocab size of the Llama 3 tokenizer file LLAMA3_TOKENIZER_PATH, for -e desc (dN); one error line when the file
+// is missing or is a GPT-2 tokenizer's
+static inline int llama3_tokenizer_vocab_size(const char* desc) {
+    if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
+        llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
+                 LLAMA3_TOKENIZER_PATH, desc);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
+    if (tok.bos_token < 0) {
+        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
+    }
+    int V = (int)tok.vocab_size;
+    tokenizer_free(&tok);
+    return V;
 }
 
 // ----------------------------------------------------------------------------
