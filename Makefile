@@ -346,8 +346,9 @@ train: setup
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
 # `make test`: everything the tests run is built first, TEST_JOBS at a time (test-build, at the end of this file);
-# then the C unit tests, and pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker;
-# tests/conftest.py writes the shared reference files once for all of them). TEST_JOBS=1: one thing at a time.
+# then the C unit tests, and pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the
+# longest files first: tests/conftest.py LONGEST_FIRST; it also writes the shared reference files once for all
+# workers). TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test: setup setup-cuda
 	@$(MAKE) --no-print-directory fuzz-deps opencl-deps
@@ -360,7 +361,7 @@ test-c: $(DEV_TESTS)
 	@set -e; for t in $(DEV_TESTS); do echo "== $$t"; ./$$t; done
 
 test-py:
-	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) tests
+	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder) tests
 
 clean: clean-cuda clean-pyllmc
 	rm -f train_gpt2 test_gpt2 train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)

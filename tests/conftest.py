@@ -136,6 +136,24 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Calla
     return out
 
 
+# The test files that cost the most CPU time, most first. `make test` runs pytest-xdist with --dist loadfile
+# --no-loadscope-reorder: each file goes whole to the next free worker in this order, so the long files start
+# at once and the short ones fill the gaps at the end (instead of a long file starting last on one worker while
+# the other sits idle). The order changes only the schedule, never what a test checks.
+LONGEST_FIRST = [  # per-file sums of `pytest --durations=0`, most first
+    "test_cuda_cpu.py", "test_c_trainer.py", "test_cuda_build.py", "test_debug_state_tolerances.py",
+    "test_sanitizers.py", "test_muon.py", "test_llama3_reference.py", "test_train_gpt2.py", "test_llama3_c.py",
+    "test_bench.py", "test_cuda_cpu_llama3.py", "test_cuda_cpu_muon.py", "test_opencl.py", "test_fuzz.py",
+    "test_cpu_variants.py", "test_cpu_kernels.py", "test_bench_gpu.py", "test_c_headers.py", "test_llama3_encode.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Orders the collected tests by LONGEST_FIRST (the other files after them, as collected); stable within a file."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
