@@ -106,44 +106,27 @@ GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, floatX)
     X(floatX, dy,    1, BT * C)         /* (B, NH, T, HS) */
 #endif
 
-#define GPU_ACT_FIELD_(type, name, layers, count) type* name;
-typedef struct { GPU_ACTIVATIONS(GPU_ACT_FIELD_) } ActivationTensors;
+typedef struct { GPU_ACTIVATIONS(GPU_ACT_FIELD) } ActivationTensors;
 
 // one layer's activations: residual is its input (encoded, or the previous layer's residual3),
 // the others are layer l's slices (without the L)
-typedef struct { floatX* residual; GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD_) } LayerActs;
+typedef struct { floatX* residual; GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD) } LayerActs;
 
-#define GPU_ACT_POINT_(type, name, layers, count) { \
-        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
-        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
-        offset += (bytes + 255) / 256 * 256; \
-    }
 // Points the activations for micro-batches of B x T at recompute level -r into memory (NULL:
 // only counts), each tensor 256-byte aligned; returns the bytes they take.
 static size_t point_activations(ActivationTensors* a, char* memory, const GPT2Config* cfg, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
     size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
     size_t offset = 0;
-    GPU_ACTIVATIONS(GPU_ACT_POINT_)
+    GPU_ACTIVATIONS(GPU_ACT_POINT)
     return offset;
 }
 
 // a GPU model (llmc/cuda/gpu_trainer.cuh: the tensor table, the flat parameters and gradients, the optimizer
-// state, the batch buffers, cuBLAS, the stream) with GPT-2's shape, named views and activations
-struct GPT2 : GpuModel {
-    GPT2Config config;
-    ParameterTensors params;   // views into params_memory, grads_memory
-    ParameterTensors grads;
-    ActivationTensors acts;
-    void* acts_memory;
-    size_t acts_bytes;
-    int recompute;             // -r: 0 none, 1 GELU, 2 GELU + layernorms
+// state, the batch buffers, cuBLAS, the stream) with GPT-2's shape, named views and activations (recomputed
+// at -r 1: GELU, -r 2: GELU + layernorms)
+struct GPT2 : GpuModelOf<GPT2Config, ParameterTensors, ActivationTensors> {
     int gelu_fusion;           // -ge 1: GELU fused into the cuBLASLt epilogues (forward and backward)
-    TokenGroups token_groups;  // host bookkeeping of the encoder backward
-    TokenGroupsDevice token_groups_device;
-#ifdef ENABLE_CUDNN
-    CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
-#endif
 };
 
 // the table (llmc/model_config.h) as gpu_trainer.cuh reads it
@@ -205,37 +188,22 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     if (why != NULL) { llmc_die("-b %d -t %d with %d heads of size %d: cuDNN attention cannot run it: %s", B, T,
                                 cfg->num_heads, cfg->channels / cfg->num_heads, why); }
 #endif
-    model->recompute = recompute;
     model->gelu_fusion = 0;
-    model->acts_bytes = point_activations(&model->acts, NULL, cfg, B, T, recompute);
-    model->acts_memory = cudaMallocCheck(model->acts_bytes);
-    point_activations(&model->acts, (char*)model->acts_memory, cfg, B, T, recompute);
-    model->logits = model->acts.output;
+    size_t bytes = point_activations(&model->acts, NULL, cfg, B, T, recompute);
+    char* memory = gpu_model_allocate_activations(model, bytes, recompute, B * T, cfg->padded_vocab_size);
+    point_activations(&model->acts, memory, cfg, B, T, recompute);
+    model->logits = model->acts.output;  // (B, T, Vp)
     model->logits_stride = (size_t)cfg->padded_vocab_size;
     model->norm_scratch = model->acts.norm;
     gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
-    token_groups_init(&model->token_groups, B * T, cfg->padded_vocab_size);
-    token_groups_device_init(&model->token_groups_device, B * T);
-#ifdef ENABLE_CUDNN
-    model->cudnn = cudnn_attention_create(stream);
-    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads);
-#endif
+    gpu_model_prepare_attention(model, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads, stream);
 }
 
-static void gpt2_free(GPT2* model) {
-#ifdef ENABLE_CUDNN
-    cudnn_attention_free(model->cudnn);
-#endif
-    gpu_model_free(model);
-    cudaCheck(cudaFree(model->acts_memory));
-    token_groups_free(&model->token_groups);
-    token_groups_device_free(&model->token_groups_device);
-}
+static void gpt2_free(GPT2* model) { gpu_model_free(model); }
 
 // ----------------------------------------------------------------------------
 // forward, backward, update
 
-#define GPU_ACT_LAYER_(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
 // layer l's view of the activations
 static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
     const ActivationTensors* a = &model->acts;
@@ -244,7 +212,7 @@ static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
     size_t ln_layers = model->recompute >= 2 ? 1 : L, gelu_layers = model->recompute >= 1 ? 1 : L;
     LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER_)
+    GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER)
     return v;
 }
 
@@ -260,10 +228,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
     CublasContext* ctx = &model->cublas;
     ParameterTensors p = model->params;
     ActivationTensors acts = model->acts;
-    cudaCheck(cudaMemcpyAsync(model->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (targets != NULL) {
-        cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-    }
+    gpu_model_upload_batch(model, inputs, targets);
     encoder_forward(acts.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream); // (B,T,C)
     // each layer ends with the next layernorm fused into its last residual add, so the first
     // layernorm runs on its own
@@ -304,16 +269,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
         }
     }
     matmul_forward(ctx, acts.output, acts.lnf, p.wte, NULL, BT, C, Vp, NULL); // (B,T,Vp)
-    if (targets == NULL) {
-        model->mean_loss = -1.0f;
-        return;
-    }
-    fused_classifier(acts.output, acts.losses, model->targets, dloss, BT, V, Vp, write_dlogits, stream);
-    cudaCheck(cudaMemcpyAsync(model->losses_host, acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaStreamSynchronize(stream));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }
-    model->mean_loss = (float)(sum / BT);
+    gpu_model_loss(model, targets, acts.losses, dloss, V, write_dlogits);
 }
 
 // Gradients of the last forward (called with write_dlogits = 1) are ADDED to model->grads.
@@ -396,12 +352,11 @@ GPU_MODEL_CALLS(GPT2_CALLS, GPT2, gpt2)
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {
+    // the flags, -op, the processes, the GPU, the banner, the data; the model to load in run.model_path
     TrainArgs args;
-    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
-               "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
-    // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
     GpuTrainerRun run;
-    gpu_trainer_prepare(&run, &args, &argc, &argv, "train_gpt2cu");
+    gpu_trainer_prepare(&run, &args, TRAIN_ARG_TABLE, &argc, &argv, "train_gpt2cu",
+                        "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
     GPT2Config probe;
     const char* why = "";
     if (!file_exists(run.model_path) && model_config_from_descriptor(run.model_path, &probe, &why) == 0) {

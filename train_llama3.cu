@@ -120,10 +120,9 @@ LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
     X(floatX, dy,           1, BT * C)
 #endif
 
-#define LLAMA3_GPU_ACT_FIELD_(type, name, layers, count) type* name;
-typedef struct { LLAMA3_GPU_ACTIVATIONS(LLAMA3_GPU_ACT_FIELD_) } Llama3Acts;
+typedef struct { LLAMA3_GPU_ACTIVATIONS(GPU_ACT_FIELD) } Llama3Acts;
 // one layer's activations: residual is its input (encoded, or the previous layer's residual3)
-typedef struct { floatX* residual; LLAMA3_GPU_LAYER_ACTIVATIONS(LLAMA3_GPU_ACT_FIELD_) } Llama3LayerActs;
+typedef struct { floatX* residual; LLAMA3_GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD) } Llama3LayerActs;
 
 // the dimension names the activation table is written in
 #define LLAMA3_GPU_DIMS_(cfg, B, T, recompute) \
@@ -132,35 +131,18 @@ typedef struct { floatX* residual; LLAMA3_GPU_LAYER_ACTIVATIONS(LLAMA3_GPU_ACT_F
     const size_t norm_layers = (recompute) >= 2 ? 1 : L, swiglu_layers = (recompute) >= 1 ? 1 : L; \
     (void)BT; (void)NH; (void)maxT; (void)norm_layers; (void)swiglu_layers;
 
-#define LLAMA3_GPU_ACT_POINT_(type, name, layers, count) { \
-        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
-        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
-        offset += (bytes + 255) / 256 * 256; \
-    }
 // Points the activations for micro-batches of B x T at recompute level -r into memory (NULL: only
 // counts), each tensor 256-byte aligned; returns the bytes they take.
 static size_t llama3_point_activations(Llama3Acts* a, char* memory, const Llama3Config* cfg, int B, int T, int recompute) {
     LLAMA3_GPU_DIMS_(cfg, B, T, recompute)
     size_t offset = 0;
-    LLAMA3_GPU_ACTIVATIONS(LLAMA3_GPU_ACT_POINT_)
+    LLAMA3_GPU_ACTIVATIONS(GPU_ACT_POINT)
     return offset;
 }
 
-// a GPU model (llmc/cuda/gpu_trainer.cuh) with Llama 3's shape, named views and activations
-struct Llama3 : GpuModel {
-    Llama3Config config;
-    Llama3Params params;       // views into params_memory, grads_memory
-    Llama3Params grads;
-    Llama3Acts acts;
-    void* acts_memory;
-    size_t acts_bytes;
-    int recompute;             // -r: 0 none, 1 SwiGLU, 2 SwiGLU + RMSNorms
-    TokenGroups token_groups;  // host bookkeeping of the embedding backward
-    TokenGroupsDevice token_groups_device;
-#ifdef ENABLE_CUDNN
-    CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
-#endif
-};
+// a GPU model (llmc/cuda/gpu_trainer.cuh) with Llama 3's shape, named views and activations (recomputed at
+// -r 1: SwiGLU, -r 2: SwiGLU + RMSNorms)
+struct Llama3 : GpuModelOf<Llama3Config, Llama3Params, Llama3Acts> {};
 
 // From scratch, bit for bit what train_llama3.py (and train_llama3.c) does: one normal draw per 2-D
 // tensor, in file order, over the whole tensor stacked across layers, std 0.02, the residual
@@ -247,39 +229,24 @@ static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, Ze
     if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
                                 B, T, cfg->num_heads, cfg->num_kv_heads, HS, why); }
 #endif
-    model->recompute = recompute;
-    model->acts_bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
-    model->acts_memory = cudaMallocCheck(model->acts_bytes);
-    llama3_point_activations(&model->acts, (char*)model->acts_memory, cfg, B, T, recompute);
-    model->logits = model->acts.output;
-    model->logits_stride = (size_t)cfg->vocab_size;
-    model->norm_scratch = model->acts.norm;
+    size_t bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
+    char* memory = gpu_model_allocate_activations(model, bytes, recompute, B * T, cfg->vocab_size);
+    llama3_point_activations(&model->acts, memory, cfg, B, T, recompute);
     float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
     rope_tables(model->acts.rope_cos, model->acts.rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor,
                 cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_max_pos, stream);
+    model->logits = model->acts.output;  // (B, T, V)
+    model->logits_stride = (size_t)cfg->vocab_size;
+    model->norm_scratch = model->acts.norm;
     gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
-    token_groups_init(&model->token_groups, B * T, cfg->vocab_size);
-    token_groups_device_init(&model->token_groups_device, B * T);
-#ifdef ENABLE_CUDNN
-    model->cudnn = cudnn_attention_create(stream);
-    cudnn_attention_prepare(model->cudnn, B, T, cfg->num_heads, cfg->num_kv_heads, HS);
-#endif
+    gpu_model_prepare_attention(model, B, T, cfg->num_heads, cfg->num_kv_heads, HS, stream);
 }
 
-static void llama3_free(Llama3* model) {
-#ifdef ENABLE_CUDNN
-    cudnn_attention_free(model->cudnn);
-#endif
-    gpu_model_free(model);
-    cudaCheck(cudaFree(model->acts_memory));
-    token_groups_free(&model->token_groups);
-    token_groups_device_free(&model->token_groups_device);
-}
+static void llama3_free(Llama3* model) { gpu_model_free(model); }
 
 // ----------------------------------------------------------------------------
 // forward, backward
 
-#define LLAMA3_GPU_ACT_LAYER_(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
 // layer l's view of the activations
 static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
     const Llama3Acts* a = &model->acts;
@@ -287,7 +254,7 @@ static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
     LLAMA3_GPU_DIMS_(&model->config, B, T, model->recompute)
     Llama3LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    LLAMA3_GPU_LAYER_ACTIVATIONS(LLAMA3_GPU_ACT_LAYER_)
+    LLAMA3_GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER)
     return v;
 }
 
@@ -331,10 +298,7 @@ static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama
 static void llama3_forward(Llama3* model, const int* inputs, const int* targets, float dloss, int write_dlogits) {
     LLAMA3_STEP_SIZES_(model)
     Llama3Params p = model->params;
-    cudaCheck(cudaMemcpyAsync(model->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (targets != NULL) {
-        cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-    }
+    gpu_model_upload_batch(model, inputs, targets);
     encoder_forward(acts.encoded, model->inputs, p.wte, NULL, B, T, C, stream); // (B,T,C), no position table
     // each layer ends with the next RMSNorm fused into its last residual add, so the first runs on its own
     rmsnorm_forward(llama3_layer_acts(model, 0).ln1, acts.ln1_rstd, acts.encoded, p.ln1w, eps, BT, C, stream);
@@ -373,16 +337,7 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
         }
     }
     matmul_forward(ctx, acts.output, acts.lnf, llama3_lm_head(&p, cfg), NULL, BT, C, V, NULL); // (B,T,V)
-    if (targets == NULL) {
-        model->mean_loss = -1.0f;
-        return;
-    }
-    fused_classifier(acts.output, acts.losses, model->targets, dloss, BT, V, V, write_dlogits, stream);
-    cudaCheck(cudaMemcpyAsync(model->losses_host, acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaStreamSynchronize(stream));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }
-    model->mean_loss = (float)(sum / BT);
+    gpu_model_loss(model, targets, acts.losses, dloss, V, write_dlogits);
 }
 
 // starts the reduction over the processes of layer l's gradients (-1: the tensors outside the layers), the
@@ -469,12 +424,11 @@ int main(int argc, char** argv) {
             table[i].help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")";
         }
     }
+    // the flags, -op, the processes, the GPU, the banner, the data; the model to load in run.model_path
     TrainArgs args;
-    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv,
-               "train_llama3cu: Llama 3 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
-    // -op, the processes, the GPU, the banner and flags, the data; the model to load in run.model_path
     GpuTrainerRun run;
-    gpu_trainer_prepare(&run, &args, &argc, &argv, "train_llama3cu");
+    gpu_trainer_prepare(&run, &args, table, &argc, &argv, "train_llama3cu",
+                        "train_llama3cu: Llama 3 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
     Llama3 model;
     llama3_build(&model, run.model_path, run.resume_step >= 0, run.mg.zero_stage, run.mg.num_processes);
     gpu_trainer_allocate(&run, &model, LLAMA3_CALLS);  // the shard, -op muon, the state

@@ -7,7 +7,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 
     GpuModel                  the model-independent half of a GPU model. A model's struct derives from it
                               (struct GPT2 : GpuModel { config, activations, ... }), so every gpu_model_* call
-                              takes the model itself. It holds:
+                              takes the model itself; GpuModelOf<Config, Params, Acts> adds the model's config,
+                              its parameter and gradient views and activations. GpuModel holds:
                               the tensor table: num_tensors tensors of param_sizes[k] elements laid back to
                                 back in file order at param_offsets[k] (num_parameters in all), their names,
                                 is_matrix (AdamW decays these; with per_layer also Muon's matrices) and
@@ -17,7 +18,10 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                                 moments and master weights of this rank's shard; the Muon state;
                               B, T, the batch buffers, and what a forward pass leaves for the trainer:
                                 mean_loss, losses_host (B, T), logits (B, T, logits_stride) on the device;
-                              norm_scratch (1 + GLOBAL_NORM_BLOCKS device floats, the model's), cublas, stream
+                              norm_scratch (1 + GLOBAL_NORM_BLOCKS device floats, the model's), cublas, stream;
+                              the activations' one allocation, -r, the encoder backward's token groups, cuDNN
+    GPU_ACT_FIELD, GPU_ACT_POINT, GPU_ACT_LAYER   a model's activation table (X-macro rows) expanded to its
+                              struct's pointers, pointed into memory, and layer l's views
     gpu_model_init(m, sizes, n, names, is_matrix, per_layer, L, V)
                               the table, from the model's X-macro table (GPT2_PARAMETER_TENSORS) expanded to
                               sizes and flags; zeroes everything else
@@ -30,6 +34,11 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
     gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
                               state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
+    gpu_model_allocate_activations(m, bytes, recompute, BT, V)   the activations' memory (returned for the
+                              table to point into), the token groups of BT tokens over V rows
+    gpu_model_prepare_attention(m, B, T, NH, NKV, HS, stream)   cuDNN builds: the attention graphs
+    gpu_model_upload_batch(m, inputs, targets) / gpu_model_loss(m, targets, losses, dloss, V, write_dlogits)
+                              a forward's start (the tokens to the device) and end (the classifier, mean_loss)
     gpu_model_free(m)
     gpu_model_layer_ranges(m, l, out)      the gradient ranges of layer l (-1: the tensors outside the layers)
     gpu_model_reduce_ranges(m, mg, ranges, n)   starts their reduction over the processes
@@ -47,7 +56,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_trainer_comm(mg)      the TrainerComm over NCCL / MPI
     gpu_parse_optimizer(args, muon)        -op and the Muon flags; 1 for muon
     GpuTrainerRun             main()'s start-up, whatever the model, around its model's calls:
-      gpu_trainer_prepare(run, args, argc, argv, program)   -op, the processes and this process's GPU, rank 0's
+      gpu_trainer_prepare(run, args, table, argc, argv, program, description)   -op, the processes and this process's GPU, rank 0's
                               banner and flags, the data and flags (trainer_prepare), the model to load
                               (run->model_path: the resumed step's checkpoint, else -e); returns run->resume_step
       gpu_trainer_allocate(run, m, calls)  once the model is built: this rank's ZeRO shard, -op muon, the state
@@ -71,6 +80,11 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 #include "../trainer.h"
 #include "cuda_common.cuh"
 #include "cublas_common.cuh"
+#include "encoder.cuh"
+#include "fused_classifier.cuh"
+#ifdef ENABLE_CUDNN
+#include "cudnn_att.h"
+#endif
 #include "global_norm.cuh"
 #include "adamw.cuh"
 #include "muon.cuh"
@@ -118,7 +132,38 @@ struct GpuModel {
     float* norm_host;          // pinned scalar
     CublasContext cublas;
     cudaStream_t stream;
+    // the activations: one allocation the model's table points into (gpu_model_allocate_activations)
+    void* acts_memory;
+    size_t acts_bytes;
+    int recompute;             // -r: 0 none, 1 the MLP activation, 2 also the norms
+    TokenGroups token_groups;  // host bookkeeping of the encoder backward
+    TokenGroupsDevice token_groups_device;
+#ifdef ENABLE_CUDNN
+    CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
+#endif
 };
+
+// a model's struct: GpuModel with the model's config, its named views of the parameters and gradients, and its
+// activations (struct GPT2 : GpuModelOf<GPT2Config, ParameterTensors, ActivationTensors> { ... })
+template <typename Config, typename Params, typename Acts>
+struct GpuModelOf : GpuModel {
+    Config config;
+    Params params;             // views into params_memory, grads_memory
+    Params grads;
+    Acts acts;                 // in acts_memory
+};
+
+// A model's activation table has rows X(type, name, layers, count): `layers` slices of `count` elements,
+// layer l's slice at (l % layers) * count. GPU_ACT_FIELD declares a row's pointer; GPU_ACT_POINT points it
+// at `offset` in `memory` (NULL: only counts; a row of 0 elements gets NULL), 256-byte aligned, and moves
+// `offset` past it; GPU_ACT_LAYER sets layer l's view v.name of a->name.
+#define GPU_ACT_FIELD(type, name, layers, count) type* name;
+#define GPU_ACT_POINT(type, name, layers, count) { \
+        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
+        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
+        offset += (bytes + 255) / 256 * 256; \
+    }
+#define GPU_ACT_LAYER(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
 
 static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, const char* const* names, const int* is_matrix,
                            const int* per_layer, int num_layers, int vocab_size) {
@@ -242,7 +287,62 @@ static void gpu_model_allocate_state(GpuModel* m, int B, int T, ZeroShard shard,
     cublas_context_init(&m->cublas, stream);
 }
 
+// the activations for micro-batches of BT tokens at recompute level -r: `bytes` (as the model's table counts
+// them) in one allocation, returned for the table to point into, and the encoder backward's bookkeeping of the
+// tokens over V rows of wte
+static char* gpu_model_allocate_activations(GpuModel* m, size_t bytes, int recompute, int BT, int V) {
+    m->recompute = recompute;
+    m->acts_bytes = bytes;
+    m->acts_memory = cudaMallocCheck(bytes);
+    token_groups_init(&m->token_groups, BT, V);
+    token_groups_device_init(&m->token_groups_device, BT);
+    return (char*)m->acts_memory;
+}
+
+// cuDNN builds: the attention graphs for B x T with NH query heads over NKV key/value heads of size HS (the
+// explicit attention needs nothing)
+static void gpu_model_prepare_attention(GpuModel* m, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+#ifdef ENABLE_CUDNN
+    m->cudnn = cudnn_attention_create(stream);
+    cudnn_attention_prepare(m->cudnn, B, T, NH, NKV, HS);
+#else
+    (void)m; (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)stream;
+#endif
+}
+
+// a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device
+static void gpu_model_upload_batch(GpuModel* m, const int* inputs, const int* targets) {
+    const size_t BT = (size_t)m->B * m->T;
+    cudaCheck(cudaMemcpyAsync(m->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets != NULL) {
+        cudaCheck(cudaMemcpyAsync(m->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    }
+}
+
+// a forward's end, once the logits are written: without targets mean_loss = -1; with them the per-token losses
+// (B, T) of the V used logits of each row, their mean in mean_loss, and with write_dlogits the dlogits (scaled by
+// dloss) over the logits
+static void gpu_model_loss(GpuModel* m, const int* targets, float* losses, float dloss, int V, int write_dlogits) {
+    if (targets == NULL) {
+        m->mean_loss = -1.0f;
+        return;
+    }
+    const int BT = m->B * m->T;
+    fused_classifier(m->logits, losses, m->targets, dloss, BT, V, (int)m->logits_stride, write_dlogits, m->stream);
+    cudaCheck(cudaMemcpyAsync(m->losses_host, losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) { sum += m->losses_host[i]; }
+    m->mean_loss = (float)(sum / BT);
+}
+
 static void gpu_model_free(GpuModel* m) {
+#ifdef ENABLE_CUDNN
+    cudnn_attention_free(m->cudnn);
+#endif
+    cudaCheck(cudaFree(m->acts_memory));
+    token_groups_free(&m->token_groups);
+    token_groups_device_free(&m->token_groups_device);
     free(m->init_params);
     cublas_context_free(&m->cublas);
     cudaCheck(cudaFree(m->params_memory));
@@ -601,11 +701,14 @@ typedef struct {
     char model_path[4200];    // the model to load: that step's checkpoint, else -e
 } GpuTrainerRun;
 
-// -op (refused before the processes start), the processes (-pn -pr -pg -pi -ps -pf, MPI) and this
+// the flags (table: the trainers' TRAIN_ARG_COUNT rows; description heads --help), -op (refused before the
+// processes start), the processes (-pn -pr -pg -pi -ps -pf, MPI) and this
 // process's GPU and stream; rank 0 prints the banner (program, GPU, precision, processes, ZeRO stage) and
 // the flags; then the data and flags (a missing file says so before the model is loaded) and the model to
 // load: the newest complete checkpoint in -o when resuming, else -e. Returns run->resume_step.
-static int gpu_trainer_prepare(GpuTrainerRun* run, const TrainArgs* args, int* argc, char*** argv, const char* program) {
+static int gpu_trainer_prepare(GpuTrainerRun* run, TrainArgs* args, const ArgSpec* table, int* argc, char*** argv,
+                               const char* program, const char* description) {
+    args_parse(table, TRAIN_ARG_COUNT, args, *argc, *argv, description);
     run->args = args;
     run->use_muon = gpu_parse_optimizer(args, &run->muon);
     multi_gpu_init(&run->mg, argc, argv, args->num_processes, args->process_rank, args->gpus_per_node, args->nccl_init_method,
