@@ -252,6 +252,17 @@ def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, o
     assert np.fromfile(part / "state_00000008_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
 
 
+def test_gradient_accumulation_matches_larger_batch(binaries, ref: Path, tmp_path: Path) -> None:
+    """Two micro-steps of B=2 add up to one step of B=4: the first backward after zero_grad overwrites the
+    gradients it marked stale (cpu_model.h's lazy_zero_grad), the second must add to them."""
+    common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0]
+    train(ref, tmp_path, *common, "-b", 4, "-o", "big")
+    train(ref, tmp_path, *common, "-b", 2, "-d", 2 * 2 * 32, "-o", "accum")
+    a, b = train_losses(tmp_path / "big" / "main.log"), train_losses(tmp_path / "accum" / "main.log")
+    assert len(a) == len(b) == 6
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
+
+
 def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_path: Path) -> None:
     common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0, "-c", 0.1]
     train(ref, tmp_path, *common, "-b", 4, "-o", "one")
