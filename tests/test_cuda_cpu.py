@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import debug_state_first_steps
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "cuda_cpu"
 REFS = REPO / "build" / "cuda_cpu_refs"
@@ -353,6 +355,16 @@ def refs() -> tuple[Path, Path]:
     return model, state
 
 
+# The two-process and stream-order runs check the first FEW_STEPS of the state's 10 optimizer steps: every step runs
+# the same kernels, collectives and stream waits, and the one-process test_gpt2cu runs check all 10.
+FEW_STEPS = 3
+
+
+def refs_few_steps(tmp_path: Path) -> tuple[Path, Path]:
+    model, state = refs()
+    return model, debug_state_first_steps(state, tmp_path / f"gpt2_d2_debug_state_{FEW_STEPS}_steps.bin", FEW_STEPS)
+
+
 def step_losses(stdout: str) -> list[float]:
     return [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \| loss ([0-9.]+)", stdout, re.M)]
 
@@ -462,7 +474,7 @@ TWO_PROCESS_RUNS = [("0", "1"), ("1", "1"), ("1", "2")]
 
 @pytest.mark.parametrize("zero,order", TWO_PROCESS_RUNS, ids=[f"z{z}-order{o}" for z, o in TWO_PROCESS_RUNS])
 def test_gpt2cu_two_processes(tmp_path: Path, zero: str, order: str) -> None:
-    model, state = refs()
+    model, state = refs_few_steps(tmp_path)
     r = run(mpirun(2) + ["-x", f"CUDA_CPU_STREAM_ORDER={order}", str(binary("test_gpt2cu_bf16")), "-e", str(model), "-s",
                          str(state), "-o", str(tmp_path / "r"), "-z", zero, "-a", "2"])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
@@ -492,7 +504,7 @@ def test_planted_missing_wait_for_the_compute_stream_is_reported(tmp_path: Path)
     r = run([*cxx, "-DENABLE_BF16", f"-I{tmp_path / 'out'}", "-x", "c++", str(tmp_path / "out" / "test_gpt2.cu"), "-x", "none",
              *libs, "-o", str(exe)], cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]
-    model, state = refs()
+    model, state = refs_few_steps(tmp_path)
     results = {}
     for order in ("1", "2"):
         results[order] = run(mpirun(2) + ["-x", f"CUDA_CPU_STREAM_ORDER={order}", str(exe), "-e", str(model), "-s", str(state),

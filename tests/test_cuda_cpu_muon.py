@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import re
 import shutil
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, debug_state_first_steps
 from test_cuda_cpu import binary, mpirun, run, step_losses, train_args
 
 REPO = Path(__file__).resolve().parent.parent
 MUON_REFS = REPO / "build" / "muon_refs"
-HEADER_NSTEPS, HEADER_NNOISE, HEADER_NESTEROV = 4, 11, 15
 
 
 def muon_refs() -> tuple[Path, Path]:
@@ -46,24 +44,9 @@ def test_gpt2cu_checks_the_muon_steps_against_the_reference(tmp_path: Path, prec
     assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
 
 
-def truncated_with_other_nesterov(state: Path, out: Path, steps: int) -> Path:
-    """A copy of the debug state with its first `steps` step losses (and noises) and the Nesterov flag flipped."""
-    data = bytearray(state.read_bytes())
-    header = list(struct.unpack_from("<256i", data))
-    nsteps, nnoise = header[HEADER_NSTEPS], header[HEADER_NNOISE]
-    assert nsteps >= steps and nnoise in (0, nsteps)
-    body_end = len(data) - 4 * (nsteps + nnoise)
-    losses = data[body_end:body_end + 4 * steps]
-    noise = data[body_end + 4 * nsteps:body_end + 4 * nsteps + 4 * steps] if nnoise else b""
-    header[HEADER_NSTEPS], header[HEADER_NNOISE] = steps, steps if nnoise else 0
-    header[HEADER_NESTEROV] = 1 - header[HEADER_NESTEROV]
-    out.write_bytes(struct.pack("<256i", *header) + bytes(data[1024:body_end]) + bytes(losses) + bytes(noise))
-    return out
-
-
 def test_gpt2cu_fails_on_a_muon_debug_state_with_the_other_nesterov_setting(tmp_path: Path) -> None:
     model, state = muon_refs()
-    bad = truncated_with_other_nesterov(state, tmp_path / "bad_debug_state.bin", 4)
+    bad = debug_state_first_steps(state, tmp_path / "bad_debug_state.bin", 4, flip_nesterov=True)
     r = run_test_gpt2cu(model, bad, tmp_path / "r")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     # the first step has no momentum yet; the Nesterov term shows from the third on (measured: step 3 is
