@@ -364,8 +364,6 @@ test:
 	@$(MAKE) --no-print-directory test-all TEST_C_DONE=1
 
 TEST_C_DONE ?=
-# waiting threads sleep instead of spinning while other tests (or pip) share the cores (tests/conftest.py says why)
-test test-all test-c test-py: export OMP_WAIT_POLICY ?= PASSIVE
 test-all: data $(if $(TEST_C_DONE),,test-c) cuda-cpu-build test-py
 
 test-c: $(DEV_TESTS)

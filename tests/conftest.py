@@ -20,13 +20,6 @@ from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-
-# `make test` runs two tests at a time on a 2-core machine, and most of them start programs with 2 threads (OpenMP,
-# torch) or 2 MPI processes. Threads that spin while they wait (libgomp's default at barriers, Open MPI's in blocking
-# calls) then take the cores from the ones that work: two 2-thread train_llama3 runs side by side took 10.9 s
-# spinning, 4.5 s sleeping. Every program the tests start waits passively; results do not depend on it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
 TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
