@@ -357,12 +357,12 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
-# `make test`: everything the tests run is built first, TEST_JOBS at a time (test-build, at the end of this file);
-# then the C unit tests, and pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the
-# longest files first: tests/conftest.py LONGEST_FIRST; it also writes the shared reference files once for all
-# workers). TEST_JOBS=1: one thing at a time.
-# The C unit tests need only the C compiler: they build and run beside the Python set-up (pip keeps one core busy),
-# and test-all then skips them (TEST_C_DONE=1).
+# `make test`, in this order: the C unit tests (they need only the C compiler) build and run beside the Python
+# set-up, where pip keeps one core busy; the fuzzing and OpenCL tool checks; everything the tests run is built,
+# TEST_JOBS at a time (test-build, at the end of this file); then pytest on TEST_JOBS workers (pytest-xdist, each
+# file's tests on one worker, the longest files first: tests/conftest.py LONGEST_FIRST; it also writes the shared
+# reference files once for all workers), test-all skipping the C unit tests already run (TEST_C_DONE=1).
+# TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-c
@@ -467,6 +467,7 @@ test-py: fuzz-deps
 # PKG_CONFIG=false skips pkg-config. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>,
 # dev/test/test_matmul_<blas>, build/gemm_peak_<blas>.
 #   make bench [BENCH_ARGS="--model d12 -B 4 -T 64 --threads 2 --steps 5"]
+#   make bench BENCH_ARGS="--family llama3 --model d6"      train_llama3 against train_llama3.py
 blas_comma := ,
 VENV_LIB := $(abspath $(VENV)/lib)
 OPENBLAS_DIR := $(abspath $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/scipy_openblas32)))

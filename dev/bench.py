@@ -1,7 +1,9 @@
-"""Benchmark: llmc's CPU trainer (train_gpt2) against the PyTorch reference (train_gpt2.py), side by side.
+"""Benchmark: llmc's CPU trainer (train_gpt2) against the PyTorch reference (train_gpt2.py), side by side;
+with --family llama3, train_llama3 against train_llama3.py.
 
 Both train the same model (initialised from scratch with seed 42 in both: `-e dN` / `--model dN`),
-on the same tinyshakespeare tokens, with the same B, T, AdamW settings and thread count. Runs
+on the same tinyshakespeare tokens (Llama 3: the local test tokenizer's llama-3 shards and its 514-token
+vocabulary, from `make llama3-debug-states`, in build/llama3, where both run), with the same B, T, AdamW settings and thread count. Runs
 alternate (ours, PyTorch, ours, ...) for --rounds rounds; each run does --warmup untimed steps and
 --steps timed ones, and the per-step times of all rounds are pooled into a median. Peak resident
 memory is the child process's ru_maxrss (os.wait4), for both programs.
@@ -25,12 +27,14 @@ A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not
 named so in the table and held against the fp32 peak.
 
 FLOPs per step (fwd + bwd) = 6 * N * tokens + 12 * L * C * T * tokens, N = the matmul parameters
-(12 * L * C^2 + V * C, lm_head included), the second term the attention scores and weighted sums.
+(GPT-2: 12 * L * C^2 + V * C, lm_head included; Llama 3: the q, k, v, o projections with NKV key/value
+heads, the three SwiGLU matrices and the lm_head), the second term the attention scores and weighted sums.
 
 It is a benchmark, not a test: nothing here asserts a time. Example:
 
     python dev/bench.py --model d12 -B 4 -T 64 --threads 2 --steps 5
     python dev/bench.py --ours train_gpt2_mkl,train_gpt2_openblas,train_gpt2_none --torch fp32,fp32-flash-compile
+    python dev/bench.py --family llama3 --model d6 --steps 10 --rounds 3
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+
 PEAK_RE = re.compile(r"^gemm (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 VOCAB = 50257
+LLAMA3_DIR = REPO / "build" / "llama3"  # `make llama3-debug-states`: the test tokenizer, its shards, llama3_tokenizer.bin
+LLAMA3_DATA = LLAMA3_DIR / "ts" / "tiny_shakespeare_train.bin"
+LLAMA3_TOKENIZER = LLAMA3_DIR / "llama3_tokenizer.bin"
+# per model family: our trainer, its reference, the data it trains on, the directory both run in
+FAMILIES = {"gpt2": ("train_gpt2", "train_gpt2.py", DEFAULT_DATA, REPO),
+            "llama3": ("train_llama3", "train_llama3.py", LLAMA3_DATA, LLAMA3_DIR)}
 # PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags
 TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
 TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
@@ -72,6 +82,7 @@ class Run:
     env: dict[str, str]
     kind: str = "llmc"          # "llmc" or "pytorch"
     precision: str = "fp32"     # "fp32" or "bf16": which GEMM peak it is held against
+    cwd: Path = REPO
     times_ms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
@@ -100,10 +111,21 @@ def model_shape(model: str) -> tuple[int, int]:
     return depth, DEPTH_SHAPES.get(depth, (64 * depth, depth))[0]
 
 
-def step_flops(model: str, B: int, T: int) -> float:
+def llama3_vocab(tokenizer: Path = LLAMA3_TOKENIZER) -> int:
+    """V of a Llama 3 dN model: train_llama3 takes it from llama3_tokenizer.bin (header int 2)."""
+    return int.from_bytes(tokenizer.read_bytes()[8:12], "little")
+
+
+def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VOCAB) -> float:
     """FLOPs of one forward + backward pass over B x T tokens."""
     L, C = model_shape(model)
-    n_matmul = 12 * L * C * C + VOCAB * C
+    if family == "llama3":  # dN: NH = N heads of 64, NKV = max(1, N/2), SwiGLU hidden by Llama's rule (multiple of 32)
+        from model_file import llama_ffn_hidden
+        nh, nkv = L, max(1, L // 2)
+        per_layer = C * C + 2 * C * (C // nh) * nkv + C * C + 3 * C * llama_ffn_hidden(C, 32, 0.0)
+        n_matmul = L * per_layer + vocab * C
+    else:
+        n_matmul = 12 * L * C * C + vocab * C
     tokens = B * T
     return 6.0 * n_matmul * tokens + 12.0 * L * C * T * tokens
 
@@ -194,7 +216,8 @@ def best_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | No
 
 
 def peak_programs(ours: list[str]) -> list[Path]:
-    """build/gemm_peak for train_gpt2, build/gemm_peak_<blas> for train_gpt2_<blas> (same BLAS, same flags)."""
+    """build/gemm_peak for train_gpt2 and train_llama3 (the same GEMMs), build/gemm_peak_<blas> for
+    train_gpt2_<blas> (same BLAS, same flags)."""
     out: list[Path] = []
     for binary in ours:
         stem = Path(binary).name
@@ -264,7 +287,7 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, fl
 def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
     """Run the child once; keep the timed steps' ms, the losses and the peak RSS (os.wait4 reaps it with its rusage)."""
     with open(os.devnull, "rb") as devnull:
-        proc = subprocess.Popen(run.cmd, cwd=REPO, env={**os.environ, **run.env}, stdin=devnull,
+        proc = subprocess.Popen(run.cmd, cwd=run.cwd, env={**os.environ, **run.env}, stdin=devnull,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = proc.stdout.read().splitlines()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -296,6 +319,8 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
     """Our binaries x precisions, then PyTorch's modes, in the order they alternate."""
     env = thread_env(args)
     nsteps = args.warmup + args.steps
+    _, reference, _, cwd = FAMILIES[args.family]
+    tokenizer = ["--tokenizer", str(LLAMA3_DIR / "tok" / "tokenizer.json")] if args.family == "llama3" else []
     runs: list[Run] = []
     for binary in [b for b in args.ours.split(",") if b]:
         path = Path(binary) if Path(binary).is_absolute() else REPO / binary
@@ -306,14 +331,14 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
                    "-x", str(nsteps), "-v", "0", "-s", "0"]
             if prec != "fp32":
                 cmd += ["-p", prec]
-            runs.append(Run(f"llmc {path.name} {prec}", cmd, env, "llmc", prec))
+            runs.append(Run(f"llmc {path.name} {prec}", cmd, env, "llmc", prec, cwd=cwd))
     for mode in [m for m in args.torch.split(",") if m]:
         precision, _ = parse_torch_mode(mode)
-        cmd = [sys.executable, str(REPO / "train_gpt2.py"), "--model", args.model, "--input_bin", str(args.data),
+        cmd = [sys.executable, str(REPO / reference), "--model", args.model, *tokenizer, "--input_bin", str(args.data),
                "--batch_size", str(args.B), "--sequence_length", str(args.T), "--num_iterations", str(nsteps),
                "--val_loss_every", "0", "--sample_every", "0", "--write_tensors", "0", "--device", "cpu",
                *torch_mode_flags(mode)]
-        runs.append(Run(f"pytorch {mode}", cmd, env, "pytorch", precision))
+        runs.append(Run(f"pytorch {mode}", cmd, env, "pytorch", precision, cwd=cwd))
     return runs
 
 
@@ -347,10 +372,11 @@ def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
 
 
 def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namespace) -> None:
-    flops = step_flops(args.model, args.B, args.T)
+    vocab = llama3_vocab() if args.family == "llama3" else VOCAB
+    flops = step_flops(args.model, args.B, args.T, args.family, vocab)
     rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
     print(f"\nCPU: {cpu_description()}")
-    print(f"model {args.model}, B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
+    print(f"{args.family} model {args.model} (V={vocab}), B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
           f"steps after {args.warmup} warm-up step(s) per run; {flops / 1e9:.1f} GFLOP per step (fwd+bwd)")
     if peaks:
         print(f"GEMM peak at start ({args.peak_size}^3, {args.threads} thread(s), median of {args.peak_reps}), GFLOP/s: "
@@ -367,6 +393,8 @@ def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namesp
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", default="gpt2", choices=sorted(FAMILIES),
+                   help="gpt2: train_gpt2 against train_gpt2.py; llama3: train_llama3 against train_llama3.py (default gpt2)")
     p.add_argument("--model", default="d12", help="dN model, initialised from scratch in both trainers (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=64, help="sequence length (default 64)")
@@ -375,10 +403,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run; a -compile mode "
                    "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
-    p.add_argument("--ours", default="train_gpt2", help="comma-separated llmc binaries (default train_gpt2); "
+    p.add_argument("--ours", default=None, help="comma-separated llmc binaries (default train_gpt2, or train_llama3); "
                    "given by name they are built first with make, with their GEMM-peak programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
-    p.add_argument("--precision", default="fp32,bf16", help="our precisions, comma-separated (default fp32,bf16)")
+    p.add_argument("--precision", default=None, help="our precisions, comma-separated (default fp32,bf16; Llama 3: fp32, "
+                   "train_llama3 trains in fp32 only)")
     p.add_argument("--torch", default="auto",
                    help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
                         "-compile, -fused (e.g. fp32-flash-compile-fused); '' = none; auto (default) = "
@@ -386,10 +415,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"{' or '.join(BF16_CPU_FLAGS)}")
     p.add_argument("--peak-size", type=int, default=2048, help="n of the n^3 GEMM peak measured at start; 0 = skip (default 2048)")
     p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="train token shard for both (default tinyshakespeare)")
+    p.add_argument("--data", type=Path, default=None, help="train token shard for both (default tinyshakespeare; Llama 3: "
+                   "its llama-3 shard in build/llama3, written by make llama3-debug-states)")
     p.add_argument("--passive", type=int, default=0, help="1 = OMP_WAIT_POLICY=PASSIVE for every run")
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
     args = p.parse_args(argv)
+    trainer, _, data, _ = FAMILIES[args.family]
+    args.ours = trainer if args.ours is None else args.ours
+    args.precision = ("fp32,bf16" if args.family == "gpt2" else "fp32") if args.precision is None else args.precision
+    if args.family == "llama3" and args.precision != "fp32":
+        p.error(f"--precision {args.precision}: train_llama3 trains in fp32 only")
+    args.data = data if args.data is None else args.data
     if args.torch == "auto":
         args.torch = ",".join(auto_torch_modes(read_cpuinfo()))
     for name in ("B", "T", "threads", "steps", "rounds", "peak_reps"):
@@ -401,7 +437,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if "compile" in parse_torch_mode(mode)[1] and args.warmup < 1:
             p.error(f"--torch {mode}: torch.compile compiles in the first step; it needs --warmup >= 1")
     model_shape(args.model)
-    if not args.data.exists():
+    if not args.data.exists() and not (args.build and args.data == LLAMA3_DATA):  # make llama3-debug-states writes that one
         p.error(f"--data {args.data}: no such file (python dev/data/tinyshakespeare.py writes it)")
     return args
 
@@ -409,7 +445,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build:
-        build_programs(make_targets([b for b in args.ours.split(",") if b]))
+        llama3_files = ["llama3-debug-states"] if args.family == "llama3" else []
+        build_programs(make_targets([b for b in args.ours.split(",") if b]) + llama3_files)
     runs = build_runs(args)
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")

@@ -164,3 +164,33 @@ def test_a_program_make_cannot_build_is_one_error_line(tinyshakespeare):
                check=False)
     line = assert_one_error_line(proc)
     assert line.startswith("error: --ours: make train_gpt2_nosuch build/gemm_peak_nosuch failed: "), line
+
+
+def test_llama3_flops_count_gqa_and_swiglu_by_hand():
+    # d6: L=6, C=384, 6 query heads of 64, 3 key/value heads, SwiGLU hidden 1024 (2/3 of 4C), V=514
+    per_layer = 384 * 384 + 2 * 384 * 64 * 3 + 384 * 384 + 3 * 384 * 1024
+    n_matmul = 6 * per_layer + 514 * 384
+    want = 6.0 * n_matmul * 256 + 12.0 * 6 * 384 * 64 * 256
+    assert bench.step_flops("d6", 4, 64, "llama3", 514) == want == 15_704_653_824
+    assert bench.step_flops("d6", 4, 64) == 6.0 * (12 * 6 * 384 * 384 + 50257 * 384) * 256 + 12.0 * 6 * 384 * 64 * 256
+
+
+def test_llama3_family_runs_train_llama3_and_its_reference_in_the_llama3_directory():
+    args = bench.parse_args(["--family", "llama3", "--model", "d6", "--torch", "fp32,fp32-flash"])
+    assert args.ours == "train_llama3" and args.precision == "fp32" and args.data == bench.LLAMA3_DATA
+    runs = bench.build_runs(args)
+    assert [r.name for r in runs] == ["llmc train_llama3 fp32", "pytorch fp32", "pytorch fp32-flash"]
+    assert all(r.cwd == bench.LLAMA3_DIR for r in runs)
+    ours, reference = runs[0].cmd, runs[1].cmd
+    assert ours[0] == str(REPO / "train_llama3") and ours[1:3] == ["-e", "d6"] and "-p" not in ours
+    assert ours[ours.index("-i") + 1] == str(bench.LLAMA3_DATA)
+    assert reference[1] == str(REPO / "train_llama3.py")
+    assert reference[reference.index("--tokenizer") + 1] == str(bench.LLAMA3_DIR / "tok" / "tokenizer.json")
+    assert reference[reference.index("--input_bin") + 1] == str(bench.LLAMA3_DATA)
+    assert bench.peak_programs(["train_llama3"]) == [REPO / "build" / "gemm_peak"]
+
+
+def test_llama3_family_refuses_bf16(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--family", "llama3", "--precision", "fp32,bf16"])
+    assert e.value.code == 2 and "train_llama3 trains in fp32 only" in capsys.readouterr().err

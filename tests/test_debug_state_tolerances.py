@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TS_TRAIN, TS_VAL, make, run
+from conftest import DEBUG_STATE_NNOISE, DEBUG_STATE_NSTEPS, REPO, TS_TRAIN, TS_VAL, make, run
 
 sys.path.insert(0, str(REPO))
 import train_gpt2 as ref  # noqa: E402
@@ -117,7 +117,7 @@ def layout(states: Path, name: str) -> Layout:
     maxT, V, L, C, Vp = (int(v) for v in (m[2], m[3], m[4], m[6], m[7]))
     sizes = [Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
              L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C]
-    return Layout(int(h[2]), int(h[3]), V, int(h[4]), sizes)
+    return Layout(int(h[2]), int(h[3]), V, int(h[DEBUG_STATE_NSTEPS]), sizes)
 
 
 def floats_at(path: Path, offset: int, count: int) -> np.ndarray:
@@ -264,11 +264,11 @@ def test_only_the_damaged_rows_fail(damaged_run) -> None:
 
 
 def without_noise_section(states: Path, tmp_path: Path) -> Path:
-    """The train (4, 64) state as files were written before the noise section: header[11] = 0, no noise."""
+    """The train (4, 64) state as files were written before the noise section: a noise count of 0, no noise."""
     path = states / f"{BATCHES[0]}.bin"
     lay = layout(states, path.name)
     data = bytearray(path.read_bytes()[: lay.noise])
-    struct.pack_into("<i", data, 4 * 11, 0)
+    struct.pack_into("<i", data, 4 * DEBUG_STATE_NNOISE, 0)
     out = tmp_path / "old.bin"
     out.write_bytes(bytes(data))
     return out

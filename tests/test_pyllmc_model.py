@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make
+from conftest import DEBUG_STATE_NNOISE, make
 
 LOGITS_TOL, LOSS_TOL, GRAD_REL_TOL, STEP_LOSS_TOL = 1e-5, 1e-5, 1e-5, 2e-5
 
@@ -58,7 +58,7 @@ def read_debug_state(path: Path, num_parameters: int) -> DebugState:
     loss = float(body[o]); o += 1
     grads = body[o:o + num_parameters]; o += num_parameters
     losses = body[o:o + nsteps]; o += nsteps
-    o += int(header[11])  # the float32 noise of each step loss (test_gpt2's tolerance), not used here
+    o += int(header[DEBUG_STATE_NNOISE])  # the float32 noise of each step loss (test_gpt2's tolerance), not used here
     assert o == body.size
     return DebugState(x, y, logits, loss, grads, losses, *settings)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PYTHON, REPO, run
+from conftest import DEBUG_STATE_NNOISE, DEBUG_STATE_NSTEPS, PYTHON, REPO, run
 
 sys.path.insert(0, str(REPO))
 import train_gpt2  # noqa: E402
@@ -63,7 +63,7 @@ def test_debug_state_is_self_consistent(d2_reference):
     path = d2_reference / "gpt2_d2_debug_state.bin"
     h = read_header(path)
     assert h[0] == 20240327 and h[1] == 2
-    B, T, nsteps = int(h[2]), int(h[3]), int(h[4])
+    B, T, nsteps = int(h[2]), int(h[3]), int(h[DEBUG_STATE_NSTEPS])
     assert (B, T, nsteps) == (4, 64, 10)
     settings = h[5:11].astype("<i4").view("<f4")
     assert np.allclose(settings, [1e-4, 0.9, 0.95, 1e-8, 0.1, 1.0])
@@ -74,7 +74,7 @@ def test_debug_state_is_self_consistent(d2_reference):
     logits = floats[: B * T * V].reshape(B * T, V)
     loss = floats[B * T * V]
     n_params = (d2_reference / "gpt2_d2.bin").stat().st_size // 4 - 256
-    assert int(h[11]) == nsteps, "header[11] counts the loss noises: one per step"
+    assert int(h[DEBUG_STATE_NNOISE]) == nsteps, "the header counts the loss noises: one per step"
     assert floats.size == B * T * V + 1 + n_params + 2 * nsteps, "debug state size does not match its header"
     recomputed = F.cross_entropy(torch.from_numpy(logits.astype(np.float64)), torch.from_numpy(y.astype(np.int64)))
     assert abs(recomputed.item() - float(loss)) < 1e-5
