@@ -621,4 +621,4 @@ TEST_BLAS_VARIANTS := openblas mkl none
 .PHONY: test-build
 test-build: data $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
             $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
-            train_llama3 test_llama3 train_gpt2cl test_gpt2cl $(FUZZ_BINS)
+            train_llama3 test_llama3 llama3-debug-states train_gpt2cl test_gpt2cl $(FUZZ_BINS)

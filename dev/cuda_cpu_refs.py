@@ -1,11 +1,12 @@
 """Small reference data for test_gpt2cu on the CPU execution target, and the bf16 noise behind its BF16 bounds.
 
-    python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2.bin + gpt2_d2_debug_state.bin
+    python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2{,_bf16,_debug_state}.bin, gpt2_tokenizer.bin
     python dev/cuda_cpu_refs.py --model d4 -o DIR     # another small model
     python dev/cuda_cpu_refs.py --noise               # also print the measured bf16 / fp32 noise per tensor
 
-The checkpoint and debug state are written by train_gpt2.py's own writers (load_model, write_model,
-write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1` writes them, on the
+The checkpoints (fp32, bf16), tokenizer and debug state are written by train_gpt2.py's own writers (load_model,
+write_model, write_tokenizer, write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1`
+writes them (the tests' d2 reference is this directory: tests/conftest.py d2_reference), on the
 first B x T batch of the tinyshakespeare train shard. B = 4, T = 64 by default: B splits evenly for
 every variant test_gpt2cu runs (-a 2, -a 4, two processes, two processes with -a 2); T = 64 suits the
 attention kernels and keeps the (B, T, Vp) logits at 12.9 M floats.
@@ -59,6 +60,8 @@ def write_reference(ref: ModuleType, model: torch.nn.Module, stem: str, x: torch
                     out_dir: Path, steps: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     ref.write_model(model, out_dir / f"{stem}.bin", "float32")
+    ref.write_model(model, out_dir / f"{stem}_bf16.bin", "bfloat16")
+    ref.write_tokenizer(out_dir / "gpt2_tokenizer.bin")
     ref.write_debug_state(model, x, y, out_dir / f"{stem}_debug_state.bin", ref.DebugOptimizer(steps=steps))
 
 

@@ -24,6 +24,15 @@ TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
 TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
 
+# Under pytest-xdist (make test: TEST_JOBS workers, as many as the machine has cores) the programs a test starts
+# run on one thread unless the test sets the count itself: with a thread per core in each worker's program, two
+# programs' threads take turns on the cores and OpenMP's waiting threads spin through the other's time slices
+# (one core loaded by something else: test_gpt2cu 61 -> 57 s, the DDP reference runs 101 -> 88 s).
+ONE_THREAD_PER_WORKER = {"OMP_NUM_THREADS": "1", "CUDA_CPU_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for _name, _value in ONE_THREAD_PER_WORKER.items():
+        os.environ.setdefault(_name, _value)
+
 
 # The lines train_gpt2 / train_llama3 -p bf16 print: bf16 does not pay because this CPU has no AVX512-BF16 (then
 # they train in fp32), or the decision from the two GEMM rates, either way.
@@ -220,10 +229,34 @@ def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
     return shared_dir(tmp_path_factory, "d12", lambda out: write_reference(out, "d12", steps=4))
 
 
+D2_REFERENCE = REPO / "build" / "cuda_cpu_refs"
+D2_FILES = ["gpt2_d2.bin", "gpt2_d2_bf16.bin", "gpt2_d2_debug_state.bin", "gpt2_tokenizer.bin"]
+
+
 @pytest.fixture(scope="session")
 def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
-    """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin."""
-    return shared_dir(tmp_path_factory, "d2", lambda out: write_reference(out, "d2"))
+    """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin, as
+    write_reference(out, "d2") writes them: `make cuda-cpu-refs` writes them once (dev/cuda_cpu_refs.py, with
+    train_gpt2.py's writers on the same batch; `make test` builds them before pytest, and the GPU target's tests
+    read them there); each test run gets its own copy."""
+    make("cuda-cpu-refs")
+
+    def copy(out: Path) -> None:
+        for name in D2_FILES:
+            shutil.copyfile(D2_REFERENCE / name, out / name)
+
+    return shared_dir(tmp_path_factory, "d2", copy)
+
+
+@pytest.fixture(scope="session")
+def llama3_references(tmp_path_factory, tinyshakespeare) -> Path:
+    """dev/llama3_refs.py's files (`make llama3-debug-states`, built once in build/llama3 before pytest runs):
+    the test tokenizer (tok/), the llama-3 tinyshakespeare shards (ts/), llama3_tokenizer.bin, train_llama3.py's
+    d2 (GQA 2:1) and GQA 4:1 models and debug states, and their Muon states in muon/; each test run gets its own
+    copy."""
+    make("llama3-debug-states")
+    return shared_dir(tmp_path_factory, "llama3_references",
+                      lambda out: shutil.copytree(REPO / "build" / "llama3", out, dirs_exist_ok=True))
 
 
 def tinyshakespeare_text() -> Path:

@@ -3,9 +3,10 @@ against train_llama3.py's debug states, with recompute, gradient accumulation, t
 Muon; train_llama3cu with two processes and ZeRO-1 against one, resume bit for bit, and checkpoints passed both
 ways between it and the CPU trainer ./train_llama3.
 
-The references, written once per test run: the d2 state (GQA 2:1, untied lm_head) and the GQA 4:1 state of
-tests/test_llama3_c.py (tied head, Llama 3.1 RoPE scaling, an FFN multiplier), B=4, T=64, 10 AdamW steps; and
-in muon/ the d2 state of train_llama3.py --optimizer muon (Muon on the blocks' matrices, AdamW on the rest).
+The references are dev/llama3_refs.py's (`make llama3-debug-states`, the files test_llama3 checks against): the d2
+state (GQA 2:1, untied lm_head) and the GQA 4:1 state (tied head, Llama 3.1 RoPE scaling, an FFN multiplier),
+B=4, T=64, 10 AdamW steps; and in muon/ the d2 state of train_llama3.py --optimizer muon (Muon on the blocks'
+matrices, AdamW on the rest).
 `make cuda-cpu-build` builds the programs (`make test` does it before pytest).
 """
 
@@ -18,30 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, make, run, shared_dir
+from conftest import REPO, make, run
 from test_cuda_cpu import BASE_ENV, binary, mpirun, step_losses
-from test_llama3_c import write_gqa_reference
 
 
 @pytest.fixture(scope="session")
-def llama3_cuda_refs(tmp_path_factory, llama3_tokenizer: Path, llama3_tinyshakespeare: tuple[Path, Path]) -> Path:
+def llama3_cuda_refs(llama3_references: Path) -> Path:
     """llama3_d2{,_debug_state}.bin, llama3_gqa{,_debug_state}.bin and llama3_tokenizer.bin in one directory, with
-    the llama-3 tinyshakespeare shards in its ts/ and the d2 model and Muon debug state in its muon/."""
-    train, val = llama3_tinyshakespeare
-
-    def write(out: Path) -> None:
-        (out / "ts").mkdir()
-        for shard in (train, val):
-            shutil.copyfile(shard, out / "ts" / shard.name)
-        run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", llama3_tokenizer, "--input_bin",
-             out / "ts" / train.name, "--num_iterations", 0], cwd=out, env={"OMP_NUM_THREADS": "1"})
-        (out / "muon").mkdir()
-        run([PYTHON, REPO / "train_llama3.py", "--model", "d2", "--tokenizer", llama3_tokenizer, "--input_bin",
-             out / "ts" / train.name, "--num_iterations", 0, "--optimizer", "muon"], cwd=out / "muon",
-            env={"OMP_NUM_THREADS": "1"})
-        write_gqa_reference(out)
-
-    return shared_dir(tmp_path_factory, "llama3_cuda_refs", write)
+    the llama-3 tinyshakespeare shards in its ts/ and the d2 model and Muon debug state in its muon/
+    (dev/llama3_refs.py's, the files test_llama3 checks against)."""
+    return llama3_references
 
 
 def test_llama3cu(refs: Path, tmp_path: Path, precision: str, model: str, *flags: str, launch: list[str] | None = None) -> str:

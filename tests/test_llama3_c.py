@@ -3,7 +3,7 @@
 train_llama3's init, resume, MPI + ZeRO-1 (AdamW and -op muon), bad input, training on tinyshakespeare with the
 local test tokenizer, and ./generate.
 
-The reference files are dev/llama3_refs.py's (also `make llama3-debug-states`).
+The reference files are dev/llama3_refs.py's, from `make llama3-debug-states` (tests/conftest.py llama3_references).
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import (BF16_INJECTED_DECISIONS, REPO, assert_one_error_line,  # noqa: E402
                       bf16_decision, killed_after, make, run)
 
-sys.path.insert(0, str(REPO / "dev"))
-from llama3_refs import write_gqa_reference, write_muon_references, write_references  # noqa: E402,F401
-
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: spinning OpenMP threads only hurt on a busy machine
@@ -40,8 +37,8 @@ def binaries() -> Path:
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory, tinyshakespeare) -> Path:
-    return write_references(tmp_path_factory.mktemp("llama3"))
+def ref(llama3_references: Path) -> Path:
+    return llama3_references
 
 
 def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True, env: dict[str, str] | None = None):
@@ -399,10 +396,10 @@ def test_a_gpt2_shard_of_valid_llama3_ids_gets_one_error_line_and_the_llama3_sha
 # ---------------------------------------------------------------------------- Muon (-op muon)
 
 @pytest.fixture(scope="module")
-def muon_ref(ref: Path, tmp_path_factory) -> Path:
+def muon_ref(ref: Path) -> Path:
     """llama3_d2.bin with the debug state of train_llama3.py --optimizer muon (torch's Muon defaults), and
-    llama3_gqa.bin with a Muon debug state of the other settings (GQA_MUON): 10 steps each."""
-    return write_muon_references(ref, tmp_path_factory.mktemp("llama3_muon"))
+    llama3_gqa.bin with a Muon debug state of the other settings (dev/llama3_refs.py GQA_MUON): 10 steps each."""
+    return ref / "muon"
 
 
 @pytest.mark.parametrize("model,precision", [("llama3_d2", "fp32"), ("llama3_d2", "bf16"), ("llama3_gqa", "fp32")])
