@@ -358,14 +358,15 @@ train: setup
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
 # `make test`, in this order: the C unit tests (they need only the C compiler) build and run beside the Python
-# set-up, where pip keeps one core busy; the fuzzing and OpenCL tool checks; everything the tests run is built,
+# set-up, where pip keeps one core busy, and so do the reference files (test-refs) once the Python packages are
+# in, beside pip's NVIDIA wheels; the fuzzing and OpenCL tool checks; everything the tests run is built,
 # TEST_JOBS at a time (test-build, at the end of this file); then pytest on TEST_JOBS workers (pytest-xdist, each
 # file's tests on one worker, the longest files first: tests/conftest.py LONGEST_FIRST; it also writes the shared
 # reference files once for all workers), test-all skipping the C unit tests already run (TEST_C_DONE=1).
 # TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-c
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-c test-refs
 	@$(MAKE) --no-print-directory fuzz-deps opencl-deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@$(MAKE) --no-print-directory test-all TEST_C_DONE=1
@@ -619,6 +620,21 @@ include $(sort $(wildcard mk/*.mk))
 # built by `make test` before any test runs (in parallel), so that pytest's own make calls find it up to date
 TEST_BLAS_VARIANTS := openblas mkl none
 .PHONY: test-build
-test-build: data $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
+test-build: data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
             $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
-            train_llama3 test_llama3 llama3-debug-states train_gpt2cl test_gpt2cl $(FUZZ_BINS)
+            train_llama3 test_llama3 train_gpt2cl test_gpt2cl $(FUZZ_BINS)
+
+# The reference files the tests compare with, written once (tests/conftest.py copies them for each test run):
+# GPT-2 d2 (build/cuda_cpu_refs, also the GPU target's), GPT-2 d12 (the 124M shape, 4 debug steps: test_gpt2's
+# d12 check), Llama 3 (build/llama3). They need only the Python packages, not the NVIDIA wheels: `make test`
+# writes them while pip installs those.
+TEST_D12_DIR := build/refs_d12
+TEST_D12_REFS := $(addprefix $(TEST_D12_DIR)/,gpt2_124M.bin gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_tokenizer.bin)
+.PHONY: test-refs
+test-refs: cuda-cpu-refs llama3-debug-states $(TEST_D12_REFS)
+
+# glibc's malloc keeps the freed GB-sized tensors in the heap instead of giving them back and faulting them in again
+# at the next step (74 s -> 58 s on 2 cores, the same files)
+$(TEST_D12_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+	MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456 \
+	    $(PY) dev/cuda_cpu_refs.py --model d12 --steps 4 -o $(TEST_D12_DIR)

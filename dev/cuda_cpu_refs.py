@@ -2,6 +2,7 @@
 
     python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2{,_bf16,_debug_state}.bin, gpt2_tokenizer.bin
     python dev/cuda_cpu_refs.py --model d4 -o DIR     # another small model
+    python dev/cuda_cpu_refs.py --model d12 --steps 4 -o build/refs_d12   # test_gpt2's d12 reference (make test-refs)
     python dev/cuda_cpu_refs.py --noise               # also print the measured bf16 / fp32 noise per tensor
 
 The checkpoints (fp32, bf16), tokenizer and debug state are written by train_gpt2.py's own writers (load_model,

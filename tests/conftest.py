@@ -220,13 +220,26 @@ def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64, steps: i
     return workdir
 
 
+def copy_reference(make_target: str, source: Path, names: list[str]) -> Callable[[Path], None]:
+    """A shared_dir writer: make `make_target` (up to date after `make test`'s test-refs), then copy the named
+    files of `source` into the test run's directory."""
+    def copy(out: Path) -> None:
+        make(make_target)
+        for name in names:
+            shutil.copyfile(source / name, out / name)
+    return copy
+
+
 @pytest.fixture(scope="session")
 def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
-    """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12).
+    """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12),
+    as write_reference(out, "d12", steps=4) writes them: `make build/refs_d12/gpt2_124M.bin` writes them once
+    (dev/cuda_cpu_refs.py --model d12 --steps 4, with train_gpt2.py's writers on the same batch).
     The debug state holds 4 optimizer steps (d2's holds 10): at 124M parameters each step costs the reference
     seconds in float32 and again in float64 (its loss noise), and steps 0..3 reach step 3, where d12's step losses
     once broke a fixed tolerance (tests/test_debug_state_tolerances.py)."""
-    return shared_dir(tmp_path_factory, "d12", lambda out: write_reference(out, "d12", steps=4))
+    names = ["gpt2_124M.bin", "gpt2_124M_bf16.bin", "gpt2_124M_debug_state.bin", "gpt2_tokenizer.bin"]
+    return shared_dir(tmp_path_factory, "d12", copy_reference("build/refs_d12/gpt2_124M.bin", REPO / "build" / "refs_d12", names))
 
 
 D2_REFERENCE = REPO / "build" / "cuda_cpu_refs"
@@ -239,13 +252,7 @@ def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
     write_reference(out, "d2") writes them: `make cuda-cpu-refs` writes them once (dev/cuda_cpu_refs.py, with
     train_gpt2.py's writers on the same batch; `make test` builds them before pytest, and the GPU target's tests
     read them there); each test run gets its own copy."""
-    make("cuda-cpu-refs")
-
-    def copy(out: Path) -> None:
-        for name in D2_FILES:
-            shutil.copyfile(D2_REFERENCE / name, out / name)
-
-    return shared_dir(tmp_path_factory, "d2", copy)
+    return shared_dir(tmp_path_factory, "d2", copy_reference("cuda-cpu-refs", D2_REFERENCE, D2_FILES))
 
 
 @pytest.fixture(scope="session")
@@ -254,9 +261,11 @@ def llama3_references(tmp_path_factory, tinyshakespeare) -> Path:
     the test tokenizer (tok/), the llama-3 tinyshakespeare shards (ts/), llama3_tokenizer.bin, train_llama3.py's
     d2 (GQA 2:1) and GQA 4:1 models and debug states, and their Muon states in muon/; each test run gets its own
     copy."""
-    make("llama3-debug-states")
-    return shared_dir(tmp_path_factory, "llama3_references",
-                      lambda out: shutil.copytree(REPO / "build" / "llama3", out, dirs_exist_ok=True))
+    def copy(out: Path) -> None:
+        make("llama3-debug-states")
+        shutil.copytree(REPO / "build" / "llama3", out, dirs_exist_ok=True)
+
+    return shared_dir(tmp_path_factory, "llama3_references", copy)
 
 
 def tinyshakespeare_text() -> Path:
