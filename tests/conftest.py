@@ -233,7 +233,8 @@ def copy_reference(make_target: str, source: Path, names: list[str]) -> Callable
 @pytest.fixture(scope="session")
 def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding gpt2_124M.bin, gpt2_124M_bf16.bin, gpt2_124M_debug_state.bin, gpt2_tokenizer.bin (d12),
-    as write_reference(out, "d12", steps=4) writes them: `make build/refs_d12/gpt2_124M.bin` writes them once
+    as write_reference(out, "d12", steps=4) writes them (byte for byte at the same torch thread count):
+    `make build/refs_d12/gpt2_124M.bin` writes them once
     (dev/cuda_cpu_refs.py --model d12 --steps 4, with train_gpt2.py's writers on the same batch).
     The debug state holds 4 optimizer steps (d2's holds 10): at 124M parameters each step costs the reference
     seconds in float32 and again in float64 (its loss noise), and steps 0..3 reach step 3, where d12's step losses

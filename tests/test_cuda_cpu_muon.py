@@ -33,13 +33,21 @@ def run_test_gpt2cu(model: Path, state: Path, out: Path, precision: str = "fp32"
     return run([str(binary(f"test_gpt2cu_{precision}")), "-e", str(model), "-s", str(state), "-o", str(out)])
 
 
+# FP32 checks all 10 Muon steps of the state at its tight tolerances, BF16 the first 4 (the same kernels each step;
+# momentum reaches the update from the second step, the Nesterov term from the third)
+MUON_STEPS = {"fp32": 10, "bf16": 4}
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_gpt2cu_checks_the_muon_steps_against_the_reference(tmp_path: Path, precision: str) -> None:
     model, state = muon_refs()
+    steps = MUON_STEPS[precision]
+    if steps < 10:
+        state = debug_state_first_steps(state, tmp_path / f"muon_{steps}_steps.bin", steps)
     r = run_test_gpt2cu(model, state, tmp_path / "r", precision)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "optimizer: Muon" in r.stdout, r.stdout[:2000]
-    assert re.search(r"^\| loss step 9 .*\| ok", r.stdout, re.M), r.stdout[-2000:]
+    assert re.search(rf"^\| loss step {steps - 1} .*\| ok", r.stdout, re.M), r.stdout[-2000:]
     assert re.search(r"^\| resume params \| bitwise: ok", r.stdout, re.M), r.stdout[-2000:]
     assert re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-2000:]
 
