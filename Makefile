@@ -357,18 +357,17 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
-# `make test`, in this order: the C unit tests (they need only the C compiler) build and run beside the Python
-# set-up, where pip keeps one core busy, and so do the reference files (test-refs) once the Python packages are
-# in, beside pip's NVIDIA wheels; the fuzzing and OpenCL tool checks; everything the tests run is built,
-# TEST_JOBS at a time (test-build, at the end of this file); then pytest on TEST_JOBS workers (pytest-xdist, each
-# file's tests on one worker, the longest files first: tests/conftest.py LONGEST_FIRST; it also writes the shared
-# reference files once for all workers), test-all skipping the C unit tests already run (TEST_C_DONE=1).
+# `make test`, in this order: the C unit tests and the fuzzing and OpenCL tool checks (they need only the C
+# compiler and the system's packages) beside pip's install of the Python packages, which keeps one core busy;
+# then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
+# (test-refs) and everything else the tests run (test-build, at the end of this file), TEST_JOBS at a time; then
+# pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the longest files first:
+# tests/conftest.py LONGEST_FIRST), test-all skipping the C unit tests already run (TEST_C_DONE=1).
 # TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-c test-refs
-	@$(MAKE) --no-print-directory fuzz-deps opencl-deps
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup test-c fuzz-deps opencl-deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-refs test-build
 	@$(MAKE) --no-print-directory test-all TEST_C_DONE=1
 
 TEST_C_DONE ?=

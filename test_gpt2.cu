@@ -35,8 +35,8 @@ The debug state's B must split evenly: B = 4 covers -a 2, -a 4, two processes, t
    the reference measured for that step (step_loss_tolerance in llmc/tensor_check.h, the same
    rule as test_gpt2.c's)
 4. resume: checkpoint after those steps (model by rank 0, optimizer state by every rank, Muon's momentum
-   included), run 3 more
-   steps, reload the checkpoint and run the same 3 steps again; the losses and the final parameters
+   included), run 2 more
+   steps, reload the checkpoint and run the same 2 steps again; the losses and the final parameters
    must match bit for bit
 Exit status 0 only if every check passed. The comparison logic and the tolerances are
 llmc/tensor_check.h's (gpu_tolerances: max-abs, relative L2 error, exact zeros; tested on the CPU with

@@ -15,7 +15,7 @@ the verdict) and the same tolerances (llmc/tensor_check.h gpu_tolerances):
 3. the reference's optimizer steps on that batch: AdamW, or for a debug state of train_llama3.py --optimizer muon,
    Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw and AdamW on the rest; every step's loss
    (step_loss_tolerance, the rule of test_gpt2cu)
-4. resume: checkpoint, 3 steps, reload, the same 3 steps: losses and parameters bit for bit
+4. resume: checkpoint, 2 steps, reload, the same 2 steps: losses and parameters bit for bit
 Variants: -r 1|2 (the backward recomputes SwiGLU, and the RMSNorms too), -a N (gradient accumulation),
 mpirun -np P ./test_llama3cu -z 0|1 (each process its rows, all-reduce or ZeRO-1).
 Exit status 0 only if every check passed.

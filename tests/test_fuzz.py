@@ -1,6 +1,7 @@
 """libFuzzer harnesses of every C file loader (dev/fuzz/), under AddressSanitizer and UBSan.
 
-Each harness runs for FUZZ_TIME seconds (default 10; `make fuzz FUZZ_TIME=60` for longer) on a seed
+Each harness runs for FUZZ_TIME seconds (default 5, as in `make test`; `make fuzz` runs 20, `make fuzz FUZZ_TIME=60`
+longer) on a seed
 corpus written by llmc's own writers (dev/fuzz/make_corpus.py) and must finish without a crash, a
 sanitizer report, a leak of the loader's memory or files, or an allocation above
 FUZZ_MALLOC_LIMIT_MB (a header that claims more than the file holds must be refused before anything
@@ -21,7 +22,7 @@ import pytest
 from conftest import PYTHON, REPO, make, run
 
 HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
-FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "10"))
+FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "5"))
 FUZZ_MALLOC_LIMIT_MB = 64  # seeds are a few KB: no loader may need more for them
 # The fuzzer's own memory may reach 1 GB. Linux keeps a process's peak RSS across fork and exec, and
 # libFuzzer reads that peak, so a harness started from this (by now large) pytest process starts at its
