@@ -120,6 +120,7 @@ def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VO
     """FLOPs of one forward + backward pass over B x T tokens."""
     L, C = model_shape(model)
     if family == "llama3":  # dN: NH = N heads of 64, NKV = max(1, N/2), SwiGLU hidden by Llama's rule (multiple of 32)
+        sys.path.insert(0, str(REPO))
         from model_file import llama_ffn_hidden
         nh, nkv = L, max(1, L // 2)
         per_layer = C * C + 2 * C * (C // nh) * nkv + C * C + 3 * C * llama_ffn_hidden(C, 32, 0.0)

@@ -190,6 +190,13 @@ def test_llama3_family_runs_train_llama3_and_its_reference_in_the_llama3_directo
     assert bench.peak_programs(["train_llama3"]) == [REPO / "build" / "gemm_peak"]
 
 
+def test_llama3_flops_need_no_path_set_up_by_the_caller():
+    """dev/bench.py run as a script has dev/ on sys.path, not the repository root (where model_file.py is)."""
+    code = ("import sys; sys.path.insert(0, 'dev'); import bench; "
+            "print(bench.step_flops('d6', 4, 64, 'llama3', 514))")
+    assert run([PYTHON, "-c", code], cwd=REPO, env={"PYTHONSAFEPATH": "1"}).stdout.strip() == "15704653824.0"
+
+
 def test_llama3_family_refuses_bf16(capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--family", "llama3", "--precision", "fp32,bf16"])
