@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from model_file import llama_ffn_hidden  # noqa: E402  (the Llama rule the reference and the C reader use)
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"
 BF16_REFUSED = "-p bf16: training in fp32 instead"  # train_gpt2's line where bf16 does not pay
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+) ms \|")
@@ -120,8 +122,6 @@ def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VO
     """FLOPs of one forward + backward pass over B x T tokens."""
     L, C = model_shape(model)
     if family == "llama3":  # dN: NH = N heads of 64, NKV = max(1, N/2), SwiGLU hidden by Llama's rule (multiple of 32)
-        sys.path.insert(0, str(REPO))
-        from model_file import llama_ffn_hidden
         nh, nkv = L, max(1, L // 2)
         per_layer = C * C + 2 * C * (C // nh) * nkv + C * C + 3 * C * llama_ffn_hidden(C, 32, 0.0)
         n_matmul = L * per_layer + vocab * C

@@ -204,19 +204,13 @@ def tinyshakespeare() -> tuple[Path, Path]:
     return TS_TRAIN, TS_VAL
 
 
-# For the reference writers: glibc's malloc hands every freed block over 32 MB back to the kernel and the next step
-# faults it in again, page by page; at d12 (float32 and float64 steps, GB-sized tensors) that was 51 s of system
-# time in a 74 s run. Kept in the heap: 58 s, the same files byte for byte.
-KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36), "MALLOC_TOP_PAD_": str(1 << 28)}
-
-
 def write_reference(workdir: Path, model: str, B: int = 4, T: int = 64, steps: int = 10) -> Path:
     """Run train_gpt2.py in `workdir` to write the checkpoint, tokenizer and debug state (with `steps` optimizer
     steps) for `model`."""
     workdir.mkdir(parents=True, exist_ok=True)
     run([PYTHON, REPO / "train_gpt2.py", "--model", model, "--input_bin", TS_TRAIN, "--batch_size", B,
          "--sequence_length", T, "--num_iterations", 0, "--write_tensors", 1, "--seed", 42, "--debug_steps", steps],
-        cwd=workdir, env=KEEP_FREED_MEMORY)
+        cwd=workdir)
     return workdir
 
 
