@@ -4,6 +4,14 @@
     python dev/cuda_cpu_refs.py --model d4 -o DIR     # another small model
     python dev/cuda_cpu_refs.py --model d12 --steps 4 -o build/refs_d12   # test_gpt2's d12 reference (make test-refs)
     python dev/cuda_cpu_refs.py --noise               # also print the measured bf16 / fp32 noise per tensor
+    python dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509   # the small-vocabulary set
+
+--vocab_size V (below GPT-2's 50,257) makes the same d2 with a V-token vocabulary (padded as GPT-2's, to a multiple
+of 128), its batch the tinyshakespeare tokens modulo V, and writes train/val shards of the first tokens of each
+split modulo V for the trainers (no tokenizer: GPT-2's does not fit). GPT-2's token embedding (the classifier's weights) is over 90% of d2's parameters
+and most of a step on the CPU execution target; the GPU target's variant runs use this set (the plain FP32 and BF16
+test_gpt2cu runs keep GPT-2's vocabulary, whose 50,257 columns take the fused classifier's loops through many
+passes). --muon also writes the debug state of Muon steps ({stem}_muon_debug_state.bin, train_gpt2.py's defaults).
 
 The checkpoints (fp32, bf16), tokenizer and debug state are written by train_gpt2.py's own writers (load_model,
 write_model, write_tokenizer, write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1`
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -58,12 +67,28 @@ def shard_path(split: str) -> Path:
 
 
 def write_reference(ref: ModuleType, model: torch.nn.Module, stem: str, x: torch.Tensor, y: torch.Tensor,
-                    out_dir: Path, steps: int) -> None:
+                    out_dir: Path, steps: int, muon: bool = False) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     ref.write_model(model, out_dir / f"{stem}.bin", "float32")
     ref.write_model(model, out_dir / f"{stem}_bf16.bin", "bfloat16")
-    ref.write_tokenizer(out_dir / "gpt2_tokenizer.bin")
+    if model.config.vocab_size == ref.GPT2_VOCAB:
+        ref.write_tokenizer(out_dir / "gpt2_tokenizer.bin")
     ref.write_debug_state(model, x, y, out_dir / f"{stem}_debug_state.bin", ref.DebugOptimizer(steps=steps))
+    if muon:
+        ref.write_debug_state(model, x, y, out_dir / f"{stem}_muon_debug_state.bin",
+                              ref.DebugOptimizer(steps=steps, name="muon"))
+
+
+SMALL_VOCAB_SHARD_TOKENS = 1 << 15  # per split: the trainers' tests read at most a few thousand
+
+
+def write_small_vocab_shards(out_dir: Path, vocab_size: int) -> None:
+    """tinyshakespeare_{train,val}.bin: the first tokens of each split modulo vocab_size, in the GPT-2 shard format."""
+    from data_common import read_datafile, write_datafile
+
+    for split in ("train", "val"):
+        tokens = read_datafile(str(shard_path(split)))[:SMALL_VOCAB_SHARD_TOKENS].astype("int64") % vocab_size
+        write_datafile(out_dir / f"tinyshakespeare_{split}.bin", tokens)
 
 
 def logits_and_grads(ref: ModuleType, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -109,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
     p.add_argument("--split", choices=["train", "val"], default="train", help="tinyshakespeare shard of the batch")
     p.add_argument("--seed", type=int, default=42, help="seed of the from-scratch init")
+    p.add_argument("--vocab_size", type=int, default=50257, help="vocabulary size (below 50257: tokens modulo it)")
+    p.add_argument("--muon", action="store_true", help="also write the debug state of Muon steps")
     p.add_argument("--noise", action="store_true", help="also print the measured fp32 and bf16 noise per tensor")
     p.add_argument("--no_write", action="store_true", help="write nothing (with --noise: only measure)")
     args = p.parse_args(argv)
@@ -116,12 +143,20 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--model {args.model}: use dN (a small from-scratch model, e.g. d2)")
     if args.batch_size < 1 or args.sequence_length < 1 or args.steps < 0:
         p.error("-B and -T must be at least 1, --steps at least 0")
+    if not 2 <= args.vocab_size <= 50257:
+        p.error(f"--vocab_size {args.vocab_size}: use 2..50257")
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     ref = load_reference()
     model, stem = ref.load_model(args.model, args.seed, False)
     x, y = ref.DistributedDataLoader(str(shard_path(args.split)), args.batch_size, args.sequence_length, 0, 1).next_batch()
+    if args.vocab_size != ref.GPT2_VOCAB:
+        model = ref.GPT(dataclasses.replace(model.config, vocab_size=args.vocab_size), False)
+        model.init_weights(args.seed)
+        x, y = x % args.vocab_size, y % args.vocab_size
     if not args.no_write:
-        write_reference(ref, model, stem, x, y, args.out_dir, args.steps)
+        write_reference(ref, model, stem, x, y, args.out_dir, args.steps, args.muon)
+        if args.vocab_size != ref.GPT2_VOCAB:
+            write_small_vocab_shards(args.out_dir, args.vocab_size)
     if args.noise:
         print_noise(ref, model, x, y, f"{args.model} {args.split} B={args.batch_size} T={args.sequence_length}")
     return 0

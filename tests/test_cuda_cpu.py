@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from conftest import debug_state_first_steps
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "cuda_cpu"
 REFS = REPO / "build" / "cuda_cpu_refs"
+SMALL_REFS = REFS / "vocab509"
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 DEV_KERNELS = sorted(p.stem for p in (REPO / "dev" / "cuda").glob("*.cu"))
 
@@ -349,10 +351,40 @@ def test_planted_defect_is_caught(tmp_path: Path, defect: str) -> None:
 
 
 def refs() -> tuple[Path, Path]:
+    """GPT-2's d2 with GPT-2's vocabulary: the plain test_gpt2cu runs."""
     model, state = REFS / "gpt2_d2.bin", REFS / "gpt2_d2_debug_state.bin"
     if not model.exists() or not state.exists():
         pytest.fail(f"{model} is missing: `make cuda-cpu-refs` (python dev/cuda_cpu_refs.py) writes it")
     return model, state
+
+
+def small_refs() -> tuple[Path, Path]:
+    """The same d2 with a 509-token vocabulary (padded to 512), its debug state and shards of tokens modulo 509:
+    every other run. GPT-2's 50,257-row classifier is over 90% of d2's parameters and most of a step on this target;
+    the runs below check flags, processes, streams and resume, which no vocabulary size changes."""
+    model, state = SMALL_REFS / "gpt2_d2.bin", SMALL_REFS / "gpt2_d2_debug_state.bin"
+    if not model.exists() or not state.exists():
+        pytest.fail(f"{model} is missing: `make cuda-cpu-refs` (python dev/cuda_cpu_refs.py --vocab_size 509) writes it")
+    return model, state
+
+
+def test_small_vocab_reference_is_gpt2s_d2_on_tokens_modulo_509() -> None:
+    """The small set is the d2 of refs() but for the vocabulary (509, padded to 512), and its batch and shards are
+    GPT-2's tinyshakespeare tokens modulo 509 in the GPT-2 shard format."""
+    (model, state), (small_model, small_state) = refs(), small_refs()
+    header, small = (struct.unpack_from("<8i", path.read_bytes()) for path in (model, small_model))
+    assert small[3] == 509 and small[7] == 512, small  # V, Vp
+    assert small[:3] + small[4:7] == header[:3] + header[4:7], (header, small)  # magic, version, maxT, L, NH, C
+    B, T = struct.unpack_from("<256i", state.read_bytes())[2:4]
+    tokens = [struct.unpack_from(f"<{2 * B * T}i", path.read_bytes(), 1024) for path in (state, small_state)]
+    assert [t % 509 for t in tokens[0]] == list(tokens[1])
+    for split in ("train", "val"):
+        shard = (SMALL_REFS / f"tinyshakespeare_{split}.bin").read_bytes()
+        magic, version, ntok = struct.unpack_from("<3i", shard)
+        ids = struct.unpack_from(f"<{ntok}H", shard, 1024)
+        full = (REPO / "dev/data/tinyshakespeare" / f"tiny_shakespeare_{split}.bin").read_bytes()
+        assert (magic, version) == (20240520, 1) and ntok >= 4096 and max(ids) < 509
+        assert list(ids) == [t % 509 for t in struct.unpack_from(f"<{ntok}H", full, 1024)], split
 
 
 # The two-process, stream-order and variant (-ge, -r, -a) runs check the first FEW_STEPS of the state's 10 optimizer
@@ -362,7 +394,7 @@ FEW_STEPS = 3
 
 
 def refs_few_steps(tmp_path: Path) -> tuple[Path, Path]:
-    model, state = refs()
+    model, state = small_refs()
     return model, debug_state_first_steps(state, tmp_path / f"gpt2_d2_debug_state_{FEW_STEPS}_steps.bin", FEW_STEPS)
 
 
@@ -371,13 +403,16 @@ def step_losses(stdout: str) -> list[float]:
 
 
 def train_args(model: Path, steps: int, batch: int) -> list[str]:
-    return ["-e", str(model), "-b", str(batch), "-t", "64", "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3"]
+    """A short train_gpt2cu run of the small-vocabulary d2 `model` on the shards beside it."""
+    return ["-e", str(model), "-i", str(model.parent / "tinyshakespeare_train.bin"), "-j",
+            str(model.parent / "tinyshakespeare_val.bin"), "-b", str(batch), "-t", "64", "-x", str(steps), "-v", "0",
+            "-s", "0", "-l", "1e-3"]
 
 
 # the same 256-token batches: one process with B=4, or two with B=2 each (rank r reads the r-th half)
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-5), ("bf16", 1e-3)])
 def test_train_two_processes_zero1_equal_one(precision: str, tol: float) -> None:
-    model, _ = refs()
+    model, _ = small_refs()
     exe = str(binary(f"train_gpt2cu_{precision}"))
     one = run([exe, *train_args(model, 4, 4)])
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr
@@ -393,7 +428,7 @@ def test_train_two_processes_zero1_equal_one(precision: str, tol: float) -> None
 def test_train_resume_is_bit_identical(tmp_path: Path, processes: int) -> None:
     """Checkpoints at steps 2 and 4; a second run resumes from the step-2 checkpoint alone and must
     write the same step-4 model and training states (every rank's, ZeRO-1 with two), byte for byte."""
-    model, _ = refs()
+    model, _ = small_refs()
     exe = str(binary("train_gpt2cu_bf16"))
     launch = mpirun(2) if processes == 2 else []
     args = [*train_args(model, 4, 4 // processes), "-n", "2"] + (["-z", "1"] if processes == 2 else [])
@@ -422,7 +457,7 @@ def test_nccl_id_over_fs_ignores_a_stale_file(tmp_path: Path) -> None:
     """-pi fs in a reused directory: stale id files from earlier runs (the old fixed name, an earlier
     launch's nonce) are not taken, the ranks agree on the new id (the emulated ncclCommInitRank compares it over MPI), and
     rank 0 removes the file once every rank has joined."""
-    model, _ = refs()
+    model, _ = small_refs()
     shared = tmp_path / "shared"
     shared.mkdir()
     stale = ["ncclUniqueId.sync", "ncclUniqueId.cuda-cpu-earlier-run.sync"]  # the old fixed name; an earlier launch's
@@ -439,7 +474,7 @@ def test_nccl_id_over_fs_ignores_a_stale_file(tmp_path: Path) -> None:
 def test_launched_processes_without_their_numbering_are_refused(tmp_path: Path) -> None:
     """mpirun -np 2 with -pi fs but no -pn/-pr used to start two independent one-process runs that
     wrote the same checkpoints; now each refuses with one line."""
-    model, _ = refs()
+    model, _ = small_refs()
     cmd = mpirun(2) + ["-x", "LLMC_RUN_ID=cuda-cpu-test", str(binary("train_gpt2cu_bf16")), *train_args(model, 1, 2),
                        "-pi", "fs", "-pf", str(tmp_path)]
     r = run(cmd)

@@ -37,13 +37,20 @@ CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(pr
 # a d2 model (and its bf16 copy), its debug state (B=4, T=64) and the tokenizer, written by train_gpt2.py's writers:
 # what test_gpt2cu checks against here, and the d2 reference of every other test (tests/conftest.py d2_reference)
 CUDA_CPU_REFS := $(addprefix build/cuda_cpu_refs/,gpt2_d2.bin gpt2_d2_bf16.bin gpt2_d2_debug_state.bin gpt2_tokenizer.bin)
+# the same d2 with a 509-token vocabulary, its AdamW and Muon debug states and shards of tokens modulo 509: the GPU
+# target's other runs (variants, processes, streams, resume, Muon), at a fraction of GPT-2's classifier's cost
+CUDA_CPU_SMALL_REFS := $(addprefix build/cuda_cpu_refs/vocab509/,gpt2_d2.bin gpt2_d2_bf16.bin gpt2_d2_debug_state.bin \
+                       gpt2_d2_muon_debug_state.bin tinyshakespeare_train.bin tinyshakespeare_val.bin)
 
 .PHONY: cuda-cpu-build cuda-cpu-refs test-cuda-cpu
-cuda-cpu-build: $(CUDA_CPU_PROGRAMS) $(CUDA_CPU_REFS)
-cuda-cpu-refs: $(CUDA_CPU_REFS)
+cuda-cpu-build: $(CUDA_CPU_PROGRAMS) $(CUDA_CPU_REFS) $(CUDA_CPU_SMALL_REFS)
+cuda-cpu-refs: $(CUDA_CPU_REFS) $(CUDA_CPU_SMALL_REFS)
 
 $(CUDA_CPU_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
 	$(PY) dev/cuda_cpu_refs.py
+
+$(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
 	$(PY) -m pytest -q tests/test_cuda_cpu.py
