@@ -250,6 +250,20 @@ def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
     return shared_dir(tmp_path_factory, "d2", copy_reference("cuda-cpu-refs", D2_REFERENCE, D2_FILES))
 
 
+D2_SMALL_VOCAB_FILES = ["gpt2_d2.bin", "gpt2_d2_bf16.bin", "gpt2_d2_debug_state.bin", "gpt2_d2_muon_debug_state.bin",
+                        "tinyshakespeare_train.bin", "tinyshakespeare_val.bin"]
+
+
+@pytest.fixture(scope="session")
+def d2_small_vocab_reference(tmp_path_factory, tinyshakespeare) -> Path:
+    """The d2 of d2_reference with a 509-token vocabulary (padded to 512): its models, AdamW and Muon debug states
+    (the batch's tokens modulo 509) and train/val shards of tinyshakespeare's tokens modulo 509, no tokenizer
+    (`make cuda-cpu-refs`: dev/cuda_cpu_refs.py --vocab_size 509 --muon). For the runs where GPT-2's 50,257-row
+    classifier would be most of the time and none of what is checked."""
+    return shared_dir(tmp_path_factory, "d2_small_vocab",
+                      copy_reference("cuda-cpu-refs", D2_REFERENCE / "vocab509", D2_SMALL_VOCAB_FILES))
+
+
 @pytest.fixture(scope="session")
 def llama3_references(tmp_path_factory, tinyshakespeare) -> Path:
     """dev/llama3_refs.py's files (`make llama3-debug-states`, built once in build/llama3 before pytest runs):

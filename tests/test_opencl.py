@@ -58,9 +58,12 @@ def log_values(log: Path, key: str) -> dict[int, float]:
 
 # ---------------------------------------------------------------------------- against the reference
 
-@pytest.mark.parametrize("gemm", ["clblast", "tiled"])
-def test_test_gpt2cl_passes_on_d2(binaries, d2_reference: Path, gemm: str) -> None:
-    proc = run_test_gpt2cl(d2_reference, gemm=gemm)
+# CLBlast (the default GEMMs) on GPT-2's vocabulary; our tiled kernel on the d2 with 509 tokens (padded to 512: the
+# classifier's columns are 8 tiles of 64, as GPT-2's 50,304 are 786), where the classifier is no longer 90% of the
+# run: 22 s -> 1.7 s on one Zen 3 core
+@pytest.mark.parametrize("gemm,reference", [("clblast", "d2_reference"), ("tiled", "d2_small_vocab_reference")])
+def test_test_gpt2cl_passes_on_d2(binaries, request: pytest.FixtureRequest, gemm: str, reference: str) -> None:
+    proc = run_test_gpt2cl(request.getfixturevalue(reference), gemm=gemm)
     print(proc.stdout)
     name = "CLBlast" if gemm == "clblast" else "gemm_tiled"
     assert f"GEMMs: {name}" in proc.stdout

@@ -37,16 +37,25 @@ static float rand_uniform(void) {
 
 static float round_bf16(float x) { return mm_bf16_to_float(mm_bf16_round(x)); }
 
+// a copy of the n floats of X rounded to bf16 (rounded once, not in every product of the references)
+static float* rounded_copy(const float* X, size_t n) {
+    float* r = (float*)malloc((n + 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) { r[i] = round_bf16(X[i]); }
+    return r;
+}
+
 // C = beta*C + op(A) op(B) in double; scale[i] = |beta*C| + sum |a||b| (the error scale)
 static void gemm_reference(int ta, int tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                            float beta, const float* C0, int ldc, int bf16_inputs, double* out, double* scale) {
+    float* Ar = bf16_inputs ? rounded_copy(A, (size_t)(ta ? K : M) * lda) : NULL;
+    float* Br = bf16_inputs ? rounded_copy(B, (size_t)(tb ? N : K) * ldb) : NULL;
+    if (bf16_inputs) { A = Ar; B = Br; }
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
             double c = (double)beta * C0[(size_t)i * ldc + j], s = fabs(c);
             for (int k = 0; k < K; k++) {
                 float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
                 float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                if (bf16_inputs) { a = round_bf16(a); b = round_bf16(b); }
                 c += (double)a * b;
                 s += fabs((double)a * b);
             }
@@ -54,6 +63,7 @@ static void gemm_reference(int ta, int tb, int M, int N, int K, const float* A, 
             scale[(size_t)i * N + j] = s;
         }
     }
+    free(Ar); free(Br);
 }
 
 typedef void (*gemm_fn)(MatmulPrecision, int, int, int, int, int, const float*, int, const float*, int, float, float*, int);
@@ -83,11 +93,15 @@ static void check_shape(int M, int N, int K, int ta, int tb, float beta, int pad
     float* B = (float*)malloc((bsz + 1) * sizeof(float));
     float* C0 = (float*)malloc((csz + 1) * sizeof(float));
     float* C = (float*)malloc((csz + 1) * sizeof(float));
-    double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
-    double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+    double* ref[2], * scale[2];  // the double references of the fp32 inputs [0] and of their bf16 roundings [1]
     for (size_t i = 0; i < asz; i++) { A[i] = rand_uniform(); }
     for (size_t i = 0; i < bsz; i++) { B[i] = rand_uniform(); }
     for (size_t i = 0; i < csz; i++) { C0[i] = rand_uniform(); }
+    for (int r = 0; r < 2; r++) {
+        ref[r] = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+        scale[r] = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+        gemm_reference(ta, tb, M, N, K, A, lda, B, ldb, beta, C0, ldc, r, ref[r], scale[r]);
+    }
 
     struct { const char* name; gemm_fn fn; MatmulPrecision p; int bf16_ref; double tol; } cases[] = {
         {"matmul_gemm fp32 (" MATMUL_BACKEND ")", gemm_entry, MATMUL_FP32, 0, 1e-5},
@@ -96,10 +110,9 @@ static void check_shape(int M, int N, int K, int ta, int tb, float beta, int pad
         {"matmul_gemm bf16 vs fp32 inputs", gemm_entry, MATMUL_BF16, 0, 1.0 / 128.0},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        gemm_reference(ta, tb, M, N, K, A, lda, B, ldb, beta, C0, ldc, cases[c].bf16_ref, ref, scale);
         memcpy(C, C0, csz * sizeof(float));
         cases[c].fn(cases[c].p, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-        double w = worst_error(C, ldc, M, N, ref, scale, cases[c].tol);
+        double w = worst_error(C, ldc, M, N, ref[cases[c].bf16_ref], scale[cases[c].bf16_ref], cases[c].tol);
         CHECK(w <= 1.0, "%s M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d: error %.3g x tolerance",
               cases[c].name, M, N, K, ta, tb, beta, pad, w);
         // the padding columns of C (beyond N in each row) are never written
@@ -109,7 +122,8 @@ static void check_shape(int M, int N, int K, int ta, int tb, float beta, int pad
         }
         CHECK(untouched, "%s M=%d N=%d K=%d: wrote outside the N columns", cases[c].name, M, N, K);
     }
-    free(A); free(B); free(C0); free(C); free(ref); free(scale);
+    free(A); free(B); free(C0); free(C);
+    for (int r = 0; r < 2; r++) { free(ref[r]); free(scale[r]); }
 }
 
 // the blocked kernel sums each element in one fixed order: 1, 2, 3 and 4 threads agree bit for bit
@@ -144,6 +158,7 @@ static void check_thread_determinism(MatmulPrecision p) {
 // s += a(k) b(k) + a(k+1) b(k+1) (the k past an odd K counts as 0 . 0), added to C
 static void gemm_bf16_kernel_order(int ta, int tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                                    float beta, float* C, int ldc) {
+    float* Ar = rounded_copy(A, (size_t)(ta ? K : M) * lda), * Br = rounded_copy(B, (size_t)(tb ? N : K) * ldb);
     for (int i = 0; i < M; i++) { // a pass of its own: beta * C stays a rounded product (not fused into a sum)
         for (int j = 0; j < N; j++) {
             float* c = &C[(size_t)i * ldc + j];
@@ -157,12 +172,12 @@ static void gemm_bf16_kernel_order(int ta, int tb, int M, int N, int K, const fl
                 int k1 = K - k0 < MM_KC ? K : k0 + MM_KC;
                 float s = 0.0f;
                 for (int k = k0; k < k1; k += 2) {
-                    float a0 = round_bf16(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-                    float b0 = round_bf16(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                    float a0 = ta ? Ar[(size_t)k * lda + i] : Ar[(size_t)i * lda + k];
+                    float b0 = tb ? Br[(size_t)j * ldb + k] : Br[(size_t)k * ldb + j];
                     float a1 = 0.0f, b1 = 0.0f;
                     if (k + 1 < k1) {
-                        a1 = round_bf16(ta ? A[(size_t)(k + 1) * lda + i] : A[(size_t)i * lda + k + 1]);
-                        b1 = round_bf16(tb ? B[(size_t)j * ldb + k + 1] : B[(size_t)(k + 1) * ldb + j]);
+                        a1 = ta ? Ar[(size_t)(k + 1) * lda + i] : Ar[(size_t)i * lda + k + 1];
+                        b1 = tb ? Br[(size_t)j * ldb + k + 1] : Br[(size_t)(k + 1) * ldb + j];
                     }
                     s += a0 * b0 + a1 * b1;
                 }
@@ -171,6 +186,7 @@ static void gemm_bf16_kernel_order(int ta, int tb, int M, int N, int K, const fl
             C[(size_t)i * ldc + j] = c;
         }
     }
+    free(Ar); free(Br);
 }
 
 // The bf16 GEMM on shapes that span several K blocks (odd K, an odd last block of 1 or 3 k),
