@@ -291,7 +291,8 @@ dev-cuda: | cuda-check
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
 # One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
 # and once more with cuDNN attention (its llmc/cuda/cudnn_att.cpp object compiled fresh with -Werror), as is
-# train_llama3cu (grouped-query attention through the same object).
+# train_llama3cu (grouped-query attention through the same object). test_llama3.cu is compiled in BF16 once, with
+# cuDNN: it has no cuDNN branch of its own, and train_llama3.cu's BF16 code without cuDNN is the linked build's.
 CUDA_BUILD_DIR ?= build/cuda-check
 test-cuda-build: | cuda-check cudnn-check
 	@rm -rf $(CUDA_BUILD_DIR)/dev-cuda && mkdir -p $(CUDA_BUILD_DIR)
@@ -304,7 +305,6 @@ test-cuda-build: | cuda-check cudnn-check
 	run "train_llama3.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_BASE_INC) train_llama3.cu $(CUDA_BASE_LIBS) -o $(CUDA_BUILD_DIR)/train_llama3cu; \
 	run "train_llama3.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_llama3.cu -o $(CUDA_BUILD_DIR)/train_llama3cu_fp32.o; \
 	run "test_llama3.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_llama3.cu -o $(CUDA_BUILD_DIR)/test_llama3cu_fp32.o; \
-	run "test_llama3.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_llama3.cu -o $(CUDA_BUILD_DIR)/test_llama3cu_bf16.o; \
 	echo "nvcc llmc/cuda/cudnn_att.cpp (host C++, cuDNN frontend)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cuda/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
 	echo "nvcc dev/test/cudnn_graph_check.cpp (linked with that object; run by tests/test_cuda_build.py)"; \
@@ -357,8 +357,9 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
-# `make test`, in this order: the C unit tests and the fuzzing and OpenCL tool checks (they need only the C
-# compiler and the system's packages) beside pip's install of the Python packages, which keeps one core busy;
+# `make test`, in this order: the C unit tests, the sanitizer builds and the fuzzing and OpenCL tool checks (they
+# need only the C compiler and the system's packages) beside pip's install of the Python packages, which keeps one
+# core busy;
 # then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
 # (test-refs) and everything else the tests run (test-build, at the end of this file), TEST_JOBS at a time; then
 # pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the longest files first:
@@ -366,7 +367,7 @@ train: setup
 # TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup test-c fuzz-deps opencl-deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup test-c san-build fuzz-deps opencl-deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-refs test-build
 	@$(MAKE) --no-print-directory test-all TEST_C_DONE=1
 
@@ -375,6 +376,21 @@ test-all: data $(if $(TEST_C_DONE),,test-c) cuda-cpu-build test-py
 
 test-c: $(DEV_TESTS)
 	@set -e; for t in $(DEV_TESTS); do echo "== $$t"; ./$$t; done
+
+# the C unit tests, test_gpt2, train_gpt2 (one process, no MPI, the built-in GEMMs), encode and generate built with
+# ASan + UBSan, halting on the first error, for tests/test_sanitizers.py (which runs them); float-cast-overflow (a NaN
+# or huge float converted to an int) is not part of gcc's "undefined" group
+SAN_CFLAGS := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined,float-cast-overflow -std=gnu11 -fopenmp -Wno-psabi -I.
+SAN_DIR := build/sanitize
+.PHONY: san-build
+san-build: $(addprefix $(SAN_DIR)/,$(notdir $(DEV_TESTS)) test_gpt2 train_gpt2 encode generate)
+$(SAN_DIR)/%: dev/test/%.c $(wildcard dev/test/*.h) $(LLMC_HEADERS) $(wildcard llmc/cuda/*.cuh)
+	@mkdir -p $(SAN_DIR)
+	$(CC) $(SAN_CFLAGS) $< -lm -o $@
+$(SAN_DIR)/%: %.c $(LLMC_HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CC) $(SAN_CFLAGS) $< -lm -o $@
 
 test-py:
 	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder) tests

@@ -1,9 +1,10 @@
 """The C unit tests, test_gpt2, a short train_gpt2 run, encode and generate under ASan + UBSan.
 
 Every dev/test/test_*.c, test_gpt2.c, train_gpt2.c (single process, no MPI), encode.c and
-generate.c are built with gcc -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
--fno-sanitize-recover=undefined,float-cast-overflow
-and run with ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
+generate.c are built with -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+-fno-sanitize-recover=undefined,float-cast-overflow (the Makefile's SAN_CFLAGS: `make san-build` writes them
+into build/sanitize/, `make test` beside pip's install, and each test makes its program up to date) and run with
+ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
 sanitizers log to files (log_path) with their own exit codes (86 ASan, 87 UBSan), so a death test
 that expects "exit 1 and one error line" cannot mistake a sanitizer report for a clean refusal;
 any report in the logs fails the test. allocator_may_return_null=1 lets the tests of mallocCheck
@@ -22,12 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TS_TRAIN, run, write_reference
+from conftest import REPO, TS_TRAIN, make, run, write_reference
 
-CC = os.environ.get("CC", "gcc")
-# float-cast-overflow (a NaN or huge float converted to int) is not part of gcc's "undefined" group
-SAN_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer",
-             "-fno-sanitize-recover=undefined,float-cast-overflow", "-std=gnu11", "-fopenmp", "-Wno-psabi", f"-I{REPO}"]
 UNIT_TESTS = sorted(p.stem for p in (REPO / "dev" / "test").glob("test_*.c"))
 
 
@@ -51,9 +48,10 @@ def sanitizer_reports(log_dir: Path) -> list[str]:
     return reports
 
 
-def build(source: Path, out: Path) -> Path:
-    run([CC, *SAN_FLAGS, source, "-lm", "-o", out])
-    return out
+def build(name: str) -> Path:
+    """build/sanitize/<name> (make san-build), up to date."""
+    make(f"build/sanitize/{name}")
+    return REPO / "build" / "sanitize" / name
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +61,7 @@ def san_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", UNIT_TESTS)
 def test_unit_test_is_clean_under_asan_and_ubsan(san_dir: Path, name: str) -> None:
-    exe = build(REPO / "dev" / "test" / f"{name}.c", san_dir / name)
+    exe = build(name)
     logs = san_dir / f"logs_{name}"
     proc = run([exe], cwd=REPO, check=False, env=sanitizer_env(logs), timeout=900)
     reports = sanitizer_reports(logs)
@@ -80,7 +78,7 @@ def d1_reference(tmp_path_factory, tinyshakespeare) -> Path:
 
 
 def test_test_gpt2_is_clean_under_asan_and_ubsan(san_dir: Path, d1_reference: Path) -> None:
-    exe = build(REPO / "test_gpt2.c", san_dir / "test_gpt2")
+    exe = build("test_gpt2")
     logs = san_dir / "logs_test_gpt2"
     proc = run([exe, "-e", "gpt2_d1.bin", "-s", "gpt2_d1_debug_state.bin"], cwd=d1_reference, check=False,
                env=sanitizer_env(logs), timeout=900)
@@ -99,7 +97,7 @@ def test_train_gpt2_run_and_resume_are_clean_under_asan_and_ubsan(san_dir: Path,
     examples = [{"label": i % 4, "ctx_tokens": rng.integers(0, 50257, 3 + i).tolist(),
                  "ending_tokens": [rng.integers(0, 50257, 1 + k).tolist() for k in range(4)]} for i in range(5)]
     write_evalfile(d1_reference / "eval.bin", examples)
-    exe = build(REPO / "train_gpt2.c", san_dir / "train_gpt2")
+    exe = build("train_gpt2")
     logs = san_dir / "logs_train_gpt2"
     flags = ["-e", "gpt2_d1.bin", "-i", TS_TRAIN, "-j", TS_TRAIN, "-b", 4, "-t", 16, "-v", 2, "-m", 1, "-s", 2, "-g", 3,
              "-h", 1, "-he", "eval.bin", "-n", 2, "-o", "run"]
@@ -116,8 +114,8 @@ def test_train_gpt2_run_and_resume_are_clean_under_asan_and_ubsan(san_dir: Path,
 def test_encode_and_generate_are_clean_under_asan_and_ubsan(san_dir: Path, d1_reference: Path) -> None:
     """The BPE encoder on tricky text (invalid UTF-8, a long run, special tokens), then KV-cached sampling."""
     run([sys.executable, REPO / "dev" / "write_bpe.py", "-o", d1_reference / "gpt2_bpe.bin"])
-    encode = build(REPO / "encode.c", san_dir / "encode")
-    generate = build(REPO / "generate.c", san_dir / "generate")
+    encode = build("encode")
+    generate = build("generate")
     logs = san_dir / "logs_tools"
     env = sanitizer_env(logs)
     text = ("First Citizen:\nBefore we proceed, hear me speak.<|endoftext|>caf\u00e9 \u65e5\u672c 12345 \U0001f600 "

@@ -180,22 +180,28 @@ def test_training_logs_and_progress(tinyshakespeare, tmp_path):
     assert (tmp_path / "run" / "model_00000006.bin").exists()
 
 
+@pytest.fixture(scope="module")
+def batch4_losses(tinyshakespeare, tmp_path_factory) -> list[float]:
+    """The 6 step losses of one process with B=4: what DDP and gradient accumulation must reproduce."""
+    out = tmp_path_factory.mktemp("batch4")
+    run([PYTHON, *train_cmd(out, "--batch_size", 4)])
+    return losses_from_log(out / "main.log")
+
+
 @pytest.mark.parametrize("zero_stage", [0, 1])
-def test_ddp_two_processes_reproduce_one(tinyshakespeare, tmp_path, zero_stage):
-    run([PYTHON, *train_cmd(tmp_path / "single", "--batch_size", 4)])
+def test_ddp_two_processes_reproduce_one(batch4_losses, tmp_path, zero_stage):
     torchrun = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2]
     run([*torchrun, *train_cmd(tmp_path / "ddp", "--batch_size", 2, "--zero_stage", zero_stage)],
         env={"OMP_NUM_THREADS": "1"})
-    single, ddp = losses_from_log(tmp_path / "single" / "main.log"), losses_from_log(tmp_path / "ddp" / "main.log")
-    assert len(single) == len(ddp) == 6
-    assert np.allclose(single, ddp, atol=1e-5, rtol=0), (single, ddp)
+    ddp = losses_from_log(tmp_path / "ddp" / "main.log")
+    assert len(batch4_losses) == len(ddp) == 6
+    assert np.allclose(batch4_losses, ddp, atol=1e-5, rtol=0), (batch4_losses, ddp)
 
 
-def test_gradient_accumulation_matches_one_big_batch(tinyshakespeare, tmp_path):
-    run([PYTHON, *train_cmd(tmp_path / "big", "--batch_size", 4)])
+def test_gradient_accumulation_matches_one_big_batch(batch4_losses, tmp_path):
     run([PYTHON, *train_cmd(tmp_path / "accum", "--batch_size", 2, "--total_batch_size", 4 * 32)])
-    assert np.allclose(losses_from_log(tmp_path / "big" / "main.log"), losses_from_log(tmp_path / "accum" / "main.log"),
-                       atol=1e-5, rtol=0)
+    accum = losses_from_log(tmp_path / "accum" / "main.log")
+    assert len(accum) == 6 and np.allclose(batch4_losses, accum, atol=1e-5, rtol=0), (batch4_losses, accum)
 
 
 def test_fused_adamw_gives_the_default_adamw_losses(tinyshakespeare, tmp_path):
