@@ -397,7 +397,7 @@ test-py:
 
 clean: clean-cuda clean-pyllmc
 	rm -f train_gpt2 test_gpt2 train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)
-	rm -rf __pycache__ tests/__pycache__ .pytest_cache
+	rm -rf __pycache__ tests/__pycache__ .pytest_cache $(SAN_DIR)
 
 # ---------------------------------------------------------------------------- Tools (H5): encode, generate
 # encode: GPT-2 BPE in C (llmc/bpe.h); it reads gpt2_bpe.bin, which `make gpt2_bpe.bin` writes from tiktoken.
