@@ -359,8 +359,7 @@ train: setup
 
 # `make test`, in this order: the C unit tests, the sanitizer builds and the fuzzing and OpenCL tool checks (they
 # need only the C compiler and the system's packages) beside pip's install of the Python packages, which keeps one
-# core busy;
-# then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
+# core busy; then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
 # (test-refs) and everything else the tests run (test-build, at the end of this file), TEST_JOBS at a time; then
 # pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the longest files first:
 # tests/conftest.py LONGEST_FIRST), test-all skipping the C unit tests already run (TEST_C_DONE=1).

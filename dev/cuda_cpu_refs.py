@@ -8,10 +8,10 @@
 
 --vocab_size V (below GPT-2's 50,257) makes the same d2 with a V-token vocabulary (padded as GPT-2's, to a multiple
 of 128), its batch the tinyshakespeare tokens modulo V, and writes train/val shards of the first tokens of each
-split modulo V for the trainers (no tokenizer: GPT-2's does not fit). GPT-2's token embedding (the classifier's weights) is over 90% of d2's parameters
-and most of a step on the CPU execution target; the GPU target's variant runs use this set (the plain FP32 and BF16
-test_gpt2cu runs keep GPT-2's vocabulary, whose 50,257 columns take the fused classifier's loops through many
-passes). --muon also writes the debug state of Muon steps ({stem}_muon_debug_state.bin, train_gpt2.py's defaults).
+split modulo V for the trainers (no tokenizer: GPT-2's does not fit). GPT-2's token embedding (the classifier's
+weights) is over 90% of d2's parameters and most of a step on the CPU execution target; the GPU target's variant
+runs use this set (the plain FP32 and BF16 test_gpt2cu runs keep GPT-2's vocabulary, whose 50,257 columns take the
+fused classifier's loops through many passes). --muon also writes the debug state of Muon steps ({stem}_muon_debug_state.bin, train_gpt2.py's defaults).
 
 The checkpoints (fp32, bf16), tokenizer and debug state are written by train_gpt2.py's own writers (load_model,
 write_model, write_tokenizer, write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1`

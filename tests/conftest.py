@@ -250,6 +250,7 @@ def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
     return shared_dir(tmp_path_factory, "d2", copy_reference("cuda-cpu-refs", D2_REFERENCE, D2_FILES))
 
 
+D2_SMALL_VOCAB_REFERENCE = D2_REFERENCE / "vocab509"  # `make cuda-cpu-refs` (dev/cuda_cpu/cuda_cpu.mk)
 D2_SMALL_VOCAB_FILES = ["gpt2_d2.bin", "gpt2_d2_bf16.bin", "gpt2_d2_debug_state.bin", "gpt2_d2_muon_debug_state.bin",
                         "tinyshakespeare_train.bin", "tinyshakespeare_val.bin"]
 
@@ -261,7 +262,7 @@ def d2_small_vocab_reference(tmp_path_factory, tinyshakespeare) -> Path:
     (`make cuda-cpu-refs`: dev/cuda_cpu_refs.py --vocab_size 509 --muon). For the runs where GPT-2's 50,257-row
     classifier would be most of the time and none of what is checked."""
     return shared_dir(tmp_path_factory, "d2_small_vocab",
-                      copy_reference("cuda-cpu-refs", D2_REFERENCE / "vocab509", D2_SMALL_VOCAB_FILES))
+                      copy_reference("cuda-cpu-refs", D2_SMALL_VOCAB_REFERENCE, D2_SMALL_VOCAB_FILES))
 
 
 @pytest.fixture(scope="session")

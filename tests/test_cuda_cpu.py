@@ -19,12 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import debug_state_first_steps
+from conftest import D2_REFERENCE as REFS, D2_SMALL_VOCAB_REFERENCE as SMALL_REFS, debug_state_first_steps
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "cuda_cpu"
-REFS = REPO / "build" / "cuda_cpu_refs"
-SMALL_REFS = REFS / "vocab509"
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 DEV_KERNELS = sorted(p.stem for p in (REPO / "dev" / "cuda").glob("*.cu"))
 
@@ -385,6 +383,14 @@ def test_small_vocab_reference_is_gpt2s_d2_on_tokens_modulo_509() -> None:
         full = (REPO / "dev/data/tinyshakespeare" / f"tiny_shakespeare_{split}.bin").read_bytes()
         assert (magic, version) == (20240520, 1) and ntok >= 4096 and max(ids) < 509
         assert list(ids) == [t % 509 for t in struct.unpack_from(f"<{ntok}H", full, 1024)], split
+
+
+@pytest.mark.parametrize("value", ["1", "50258", "ten"])
+def test_refs_script_refuses_a_bad_vocab_size(value: str) -> None:
+    r = run([sys.executable, str(REPO / "dev/cuda_cpu_refs.py"), "--vocab_size", value, "--no_write"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "error:" in last and "--vocab_size" in last and value in last, r.stderr
 
 
 # The two-process, stream-order and variant (-ge, -r, -a) runs check the first FEW_STEPS of the state's 10 optimizer

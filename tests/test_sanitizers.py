@@ -1,10 +1,9 @@
 """The C unit tests, test_gpt2, a short train_gpt2 run, encode and generate under ASan + UBSan.
 
 Every dev/test/test_*.c, test_gpt2.c, train_gpt2.c (single process, no MPI), encode.c and
-generate.c are built with -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
--fno-sanitize-recover=undefined,float-cast-overflow (the Makefile's SAN_CFLAGS: `make san-build` writes them
-into build/sanitize/, `make test` beside pip's install, and each test makes its program up to date) and run with
-ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
+generate.c are built with ASan + UBSan (+ float-cast-overflow), -O1 -g, no recovery: the Makefile's SAN_CFLAGS
+(`make san-build` writes them into build/sanitize/, `make test` beside pip's install, and each test makes its
+program up to date); they run with ASan/UBSan halting on the first error (halt_on_error=1, print_stacktrace=1). The
 sanitizers log to files (log_path) with their own exit codes (86 ASan, 87 UBSan), so a death test
 that expects "exit 1 and one error line" cannot mistake a sanitizer report for a clean refusal;
 any report in the logs fails the test. allocator_may_return_null=1 lets the tests of mallocCheck
