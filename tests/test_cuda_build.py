@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_one_error_line, make, run
+from test_gpu_visit import GPU_CHECKS, PREPARATION, TWO_PROCESSES
 
 BUILD_DIR = REPO / "build" / "cuda-check"
 
@@ -304,14 +305,6 @@ def _nvidia_dirs(python: str) -> list[str]:
     return run([python, "-c", code], timeout=60).stdout.split()
 
 
-# test-gpu's Llama 3 checks, in order: the references, then test_llama3cu's variants, then two processes
-LLAMA3_GPU_CHECKS = ["Llama 3 reference", "test_llama3cu FP32 d2", "test_llama3cu FP32 GQA -r 2 -a 2", "test_llama3cu FP32 Muon d2",
-                     "test_llama3cu FP32 Muon GQA", "test_llama3cu BF16 cuDNN d2", "test_llama3cu BF16 cuDNN GQA -r 1",
-                     "test_llama3cu BF16 d2", "test_llama3cu BF16 GQA -r 1",
-                     "test_llama3cu BF16 Muon GQA", "test_llama3cu BF16 2 processes ZeRO-1",
-                     "test_llama3cu BF16 Muon 2 processes ZeRO-1"]
-
-
 def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -> None:
     """An offline GPU machine: `make test-gpu PY=python3` must use that Python as it is. The plan (make -n) of
     test-gpu with a Python that is not the venv's (VENV points nowhere) installs nothing, creates no venv, and
@@ -330,19 +323,17 @@ def test_test_gpu_with_a_given_python_plans_no_pip_and_no_venv(tmp_path: Path) -
     assert any(f"cuBLAS {d}/" in cuda_line for d in wheels) and any(f"NCCL {d}/nccl" in cuda_line for d in wheels), cuda_line
     cudnn_line = next(line for line in out.splitlines() if line.startswith("CUDA: cuDNN"))
     assert "NOT FOUND" not in cudnn_line and any(f"cuDNN {d}/cudnn" in cudnn_line for d in wheels), cudnn_line
-    test_links = [line for line in out.splitlines() if "nvcc" in line and "-o test_gpt2cu" in line]
-    assert len(test_links) == 2 and all(any(f"-I{d}/" in line for d in wheels) for line in test_links), test_links
-    assert "-DENABLE_FP32" in test_links[0] and "-DENABLE_CUDNN" in test_links[1]
-    llama_links = [line for line in out.splitlines() if "nvcc" in line and "-o test_llama3cu" in line]
-    assert len(llama_links) == 2 and "-DENABLE_FP32" in llama_links[0], llama_links
-    assert "-DENABLE_CUDNN" in llama_links[1] and "build/cudnn_att.o" in llama_links[1] and "-l:libcudnn.so.9" in llama_links[1]
+    for program in ["test_gpt2cu", "test_llama3cu"]:  # built once per configuration (make -n gpu-build)
+        links = {config: next((line for line in out.splitlines() if "nvcc" in line
+                               and line.endswith(f"-o build/gpu/bin/{config}/{program}")), "")
+                 for config in ["fp32", "bf16", "bf16-cudnn"]}
+        assert all(any(f"-I{d}/" in line for d in wheels) for line in links.values()), links
+        assert "-DENABLE_FP32" in links["fp32"] and "-DENABLE_CUDNN" not in links["bf16"], links
+        assert "build/cudnn_att.o" in links["bf16-cudnn"] and "-l:libcudnn.so.9" in links["bf16-cudnn"], links
     planned = [line for line in out.splitlines() if line.startswith("test-gpu: ") and " ... would run: " in line]
     names = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in planned]
     kernels = [f"dev/cuda/{p.stem}" for p in sorted((REPO / "dev" / "cuda").glob("*.cu"))]
-    assert names == ["reference tensors", "Muon reference", "test_gpt2cu FP32", "test_gpt2cu FP32 -ge 1 -r 1 -a 2",
-                     "test_gpt2cu FP32 Muon", "test_gpt2cu BF16", "test_gpt2cu BF16 -ge 1 -r 2 -a 2", "test_gpt2cu BF16 Muon",
-                     "test_gpt2cu BF16 cuDNN", "test_gpt2cu BF16 2 processes ZeRO-1",
-                     "test_gpt2cu BF16 Muon 2 processes ZeRO-1", *LLAMA3_GPU_CHECKS, "dev/cuda build", *kernels], names
+    assert names == [*PREPARATION, *GPU_CHECKS, *TWO_PROCESSES, *kernels], names
     assert f"{python} train_gpt2.py" in out or (REPO / "gpt2_124M.bin").exists()
 
 
@@ -354,56 +345,3 @@ def test_venv_mode_would_create_the_venv_for_contrast(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     assert "-m venv" in out and "pip install" in out, out
 
-
-def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> None:
-    """dev/test_gpu.sh (what make test-gpu runs) in a stand-in tree: a make that only records its arguments,
-    a test_gpt2cu that passes, one kernel that passes and one that fails. Each check gets one PASS/FAIL line
-    with its log, the failing one's output is shown, the summary counts them, and the exit status is 1."""
-    import os
-    (tmp_path / "dev" / "cuda").mkdir(parents=True)
-    for kernel, status in [("good_kernel", 0), ("bad_kernel", 1), ("nccl_all_reduce", 0)]:
-        (tmp_path / "dev" / "cuda" / f"{kernel}.cu").write_text("")
-        exe = tmp_path / "dev" / "cuda" / kernel
-        exe.write_text(f"#!/bin/sh\necho '{kernel} table'\nexit {status}\n")
-        exe.chmod(0o755)
-    for program in ["test_gpt2cu", "test_llama3cu"]:
-        exe = tmp_path / program
-        exe.write_text(f"#!/bin/sh\necho '{program} table'\n")
-        exe.chmod(0o755)
-    fake_make = tmp_path / "fake_make"
-    fake_make.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'make_calls'}\n")
-    fake_make.chmod(0o755)
-    fake_smi = tmp_path / "nvidia-smi"  # one GPU: nccl_all_reduce (2 processes) is skipped
-    fake_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
-    fake_smi.chmod(0o755)
-    env = {**os.environ, "MAKE": str(fake_make), "PY": "python3", "TEST_GPU_LOGS": "logs", "MAKEFLAGS": "",
-           "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    env.pop("TIKTOKEN_CACHE_DIR", None)
-    proc = subprocess.run(["bash", str(REPO / "dev" / "test_gpu.sh")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
-    lines = proc.stdout.splitlines()
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    summary = lines[lines.index("test-gpu: summary") + 1:]
-    status = {line.split("test-gpu: ", 1)[1].split(" ... ")[0]: line.split(" ... ")[1].split(" ")[0] for line in summary[:-1]}
-    assert status == {"reference tensors": "PASS", "Muon reference": "PASS", "test_gpt2cu FP32": "PASS",
-                      "test_gpt2cu FP32 -ge 1 -r 1 -a 2": "PASS", "test_gpt2cu FP32 Muon": "PASS", "test_gpt2cu BF16": "PASS",
-                      "test_gpt2cu BF16 -ge 1 -r 2 -a 2": "PASS", "test_gpt2cu BF16 Muon": "PASS", "test_gpt2cu BF16 cuDNN": "PASS",
-                      "test_gpt2cu BF16 2 processes ZeRO-1": "SKIP", "test_gpt2cu BF16 Muon 2 processes ZeRO-1": "SKIP",
-                      **{name: "SKIP" if "2 processes" in name else "PASS" for name in LLAMA3_GPU_CHECKS},
-                      "dev/cuda build": "PASS", "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS",
-                      "dev/cuda/nccl_all_reduce": "SKIP"}, summary
-    assert summary[-1].startswith("test-gpu: 21 passed, 1 failed, 5 skipped"), summary[-1]
-    assert "    bad_kernel table" in lines, "the failing check's output is not shown"
-    assert (tmp_path / "logs" / "test_gpt2cu_FP32.log").read_text() == "test_gpt2cu table\n"
-    assert (tmp_path / "logs" / "test_llama3cu_BF16_GQA_-r_1.log").read_text() == "test_llama3cu table\n"
-    calls = (tmp_path / "make_calls").read_text().splitlines()
-    assert calls[:3] == ["--no-print-directory data model", "--no-print-directory muon-refs",
-                         "--no-print-directory -B test_gpt2cu PRECISION=FP32"], calls
-    assert "--no-print-directory llama3-debug-states" in calls
-    for build in ["-B test_gpt2cu PRECISION=FP32", "-B test_gpt2cu PRECISION=BF16", "-B test_llama3cu PRECISION=FP32",
-                  "-B test_llama3cu PRECISION=BF16"]:  # once each: the Muon and the other states' checks reuse them
-        assert calls.count(f"--no-print-directory {build}") == 1, calls
-    assert "--no-print-directory -B test_gpt2cu PRECISION=BF16 USE_CUDNN=1" in calls
-    assert calls.count("--no-print-directory -B test_llama3cu PRECISION=BF16 USE_CUDNN=1") == 1, calls
-    assert (tmp_path / "logs" / "test_llama3cu_BF16_cuDNN_GQA_-r_1.log").read_text() == "test_llama3cu table\n"
-    assert not any("pip" in c or "setup" in c for c in calls), calls

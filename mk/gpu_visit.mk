@@ -1,0 +1,68 @@
+# mk/gpu_visit.mk: a short visit to an NVIDIA GPU (a lent machine, minutes of it), and what it builds.
+#
+#   make gpu-pack                here, before the visit: .gpu/ with what an offline GPU machine lacks
+#                                (tinyshakespeare, tiktoken's cache, the cuDNN frontend headers); carry .gpu
+#   make gpu-visit PY=python3 GPU_VISIT_OUT=$OUT [GPU_VISIT_BUDGET=420]
+#                                there: every build and reference at once, the correctness checks of
+#                                make test-gpu (most telling first), a short make bench-gpu, then each dev/cuda
+#                                kernel once (--quick), all inside the budget; dev/gpu_visit.sh says how
+#   make -n gpu-visit            the plan, nothing built or run
+#   make gpu-build               the programs both use, in parallel with make -j: test_gpt2cu and test_llama3cu
+#                                in each configuration under build/gpu/bin/<fp32|bf16|bf16-cudnn>/, the
+#                                trainers make bench-gpu times, and every dev/cuda kernel
+#   make gpu-refs                the reference files make test-gpu checks against (make -j: side by side)
+
+GPU_BIN := build/gpu/bin
+GPU_CONFIGS := fp32 bf16 bf16-cudnn
+GPU_TEST_PROGRAMS := $(foreach c,$(GPU_CONFIGS),$(GPU_BIN)/$(c)/test_gpt2cu $(GPU_BIN)/$(c)/test_llama3cu)
+GPU_VISIT_BUDGET ?= 420
+GPU_VISIT_OUT ?= build/gpu-visit/out
+
+# each configuration's defines, objects and libraries (pattern-specific: the directory names the build)
+$(GPU_BIN)/fp32/%: GPU_CONFIG_FLAGS := -DENABLE_FP32
+$(GPU_BIN)/bf16/%: GPU_CONFIG_FLAGS := -DENABLE_BF16
+$(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_FLAGS := -DENABLE_BF16 -DENABLE_CUDNN
+$(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_OBJS := $(CUDNN_OBJ)
+$(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_LIBS := $(CUDNN_LINK)
+$(GPU_BIN)/bf16-cudnn/test_gpt2cu $(GPU_BIN)/bf16-cudnn/test_llama3cu: $(CUDNN_OBJ) | cudnn-check
+
+$(GPU_BIN)/%/test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	@mkdir -p $(@D)
+	$(call cuda_program,$(GPU_CONFIG_FLAGS),$(GPU_CONFIG_OBJS),$(GPU_CONFIG_LIBS))
+
+$(GPU_BIN)/%/test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
+	@mkdir -p $(@D)
+	$(call cuda_program,$(GPU_CONFIG_FLAGS),$(GPU_CONFIG_OBJS),$(GPU_CONFIG_LIBS))
+
+.PHONY: gpu-build gpu-refs gpu-pack gpu-visit clean-gpu-visit
+# the trainers as make bench-gpu builds them (BF16, cuDNN attention off and on)
+gpu-build: $(GPU_TEST_PROGRAMS) train_gpt2cu train_gpt2cu_cudnn train_llama3cu train_llama3cu_cudnn dev-cuda
+
+gpu-refs: data model muon-refs llama3-debug-states
+
+gpu-visit: | cuda-check
+	@MAKE="$(MAKE)" PY="$(PY)" GPU_VISIT_BUDGET="$(GPU_VISIT_BUDGET)" GPU_VISIT_OUT="$(GPU_VISIT_OUT)" \
+	    GPU_CACHE="$(GPU_CACHE)" bash dev/gpu_visit.sh
+
+# What the GPU machine has no network for, into $(GPU_CACHE) (git-ignored; name it in the device call's carry):
+# the tinyshakespeare text and tiktoken's GPT-2 files (from where this checkout's tests find them) and the
+# header-only cuDNN frontend (the nvidia-cudnn-frontend wheel's include/, which make test-gpu's cuDNN builds need);
+# commit.txt names the commit the visit runs (the copy of the checkout there has no git history).
+GPU_PACK_TEXT := $(firstword $(wildcard $(TS_DIR)/tiny_shakespeare.txt ../shared/data/tinyshakespeare/input.txt))
+GPU_PACK_TIKTOKEN := $(firstword $(TIKTOKEN_CACHE_DIR) $(wildcard ../shared/tiktoken_cache))
+gpu-pack:
+	@test -n "$(GPU_PACK_TEXT)" || { echo "error: no tinyshakespeare text: run make data first"; exit 1; }
+	@test -n "$(GPU_PACK_TIKTOKEN)" && test -d "$(GPU_PACK_TIKTOKEN)" || { echo "error: no tiktoken cache: set TIKTOKEN_CACHE_DIR to one that has the gpt2 files"; exit 1; }
+	@test -n "$(CUDNN_FE_INC)" || { echo "error: $(CUDNN_FE_MISSING)"; exit 1; }
+	@rm -rf $(GPU_CACHE)/data $(GPU_CACHE)/tiktoken_cache $(GPU_CACHE)/cudnn_frontend
+	@mkdir -p $(GPU_CACHE)/data/tinyshakespeare $(GPU_CACHE)/tiktoken_cache $(GPU_CACHE)/cudnn_frontend
+	cp $(GPU_PACK_TEXT) $(GPU_CACHE)/data/tinyshakespeare/input.txt
+	cp -r $(GPU_PACK_TIKTOKEN)/. $(GPU_CACHE)/tiktoken_cache/
+	cp -r $(CUDNN_FE_INC) $(GPU_CACHE)/cudnn_frontend/include
+	@echo "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo ' + uncommitted changes')" > $(GPU_CACHE)/commit.txt
+	@echo "gpu-pack: $(GPU_CACHE) holds $$(du -sh $(GPU_CACHE) | cut -f1); on the GPU machine, carry $(GPU_CACHE) and run:"
+	@echo "    make gpu-visit PY=python3 GPU_VISIT_OUT=\$$OUT GPU_VISIT_BUDGET=$(GPU_VISIT_BUDGET)"
+
+clean: clean-gpu-visit
+clean-gpu-visit:
+	rm -rf build/gpu build/gpu-visit
