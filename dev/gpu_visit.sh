@@ -44,6 +44,7 @@ if [[ -z ${CUDNN_FRONTEND_PATH:-} && -f $GPU_CACHE/cudnn_frontend/include/cudnn_
 fi
 
 test_budget=$((BUDGET * TEST_SHARE / 100))
+if ((test_budget < 1)); then test_budget=1; fi  # TEST_GPU_BUDGET=0 would mean no limit
 bench_args=(--build 0 --model d12 -T 1024 -B "$BENCH_B" --cudnn 1,0 --recompute 0 --steps 20 --warmup 5
             --gpu-cache "$GPU_CACHE" --logs "$WORK/bench-gpu")
 if [[ $DRY == 1 ]]; then
@@ -67,6 +68,7 @@ rm -rf "$WORK/test-gpu" "$WORK/bench-gpu"
     echo "--- $PY"; "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n 1
     echo "--- CPU"; lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)):'
     echo "--- cuDNN frontend: ${CUDNN_FRONTEND_PATH:-the site-packages of $PY}"
+    echo "--- what make finds"; "$MAKE" --no-print-directory cuda-info 2>&1 | grep '^CUDA: '
 } >"$OUT/facts.txt" 2>&1
 cat "$OUT/facts.txt"
 

@@ -178,6 +178,7 @@ def test_gpu_visit_brings_back_four_files_and_ends_with_the_summary_and_the_tabl
     assert sorted(p.name for p in out.iterdir()) == ["bench-gpu.txt", "facts.txt", "logs.tar.gz", "test-gpu.txt"]
     facts = (out / "facts.txt").read_text()
     assert "commit: abc1234" in facts and "budget: 300 s (test-gpu 165 s)" in facts, facts
+    assert "--- what make finds" in facts and "--no-print-directory cuda-info" in (tmp_path / "make_calls").read_text()
     assert "test-gpu: budget 165 s" in (out / "test-gpu.txt").read_text()
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
@@ -201,6 +202,19 @@ def test_gpu_visit_exit_status_is_test_gpus_and_no_time_left_means_no_bench(tmp_
     assert not (tmp_path / "bench_args").exists(), "bench-gpu ran with no time left"
     assert (tmp_path / "out" / "bench-gpu.txt").read_text().startswith("bench-gpu: not run: ")
     assert "test_gpt2cu FP32 ... FAIL (stopped at the end of TEST_GPU_BUDGET=4 s" in proc.stdout
+
+
+def test_a_budget_too_small_for_any_check_skips_them_all(tmp_path: Path) -> None:
+    """GPU_VISIT_BUDGET=1: test-gpu gets 1 s (not 0, which would mean no limit), so the slow build uses it up
+    and every later check is SKIP; bench-gpu does not run."""
+    env = visit_stand_in(tmp_path)
+    _script(tmp_path / "fake_make", f"echo \"$@\" >> {tmp_path / 'make_calls'}\n"
+                                    "case \"$*\" in *gpu-build*) sleep 3;; esac")
+    proc = run_visit(tmp_path, {**env, "GPU_VISIT_BUDGET": "1"}, timeout=60)
+    assert "test-gpu: budget 1 s" in proc.stdout
+    summary = summary_of((tmp_path / "out" / "test-gpu.txt").read_text())
+    assert all(summary[name] == "SKIP (out of time: TEST_GPU_BUDGET=1 s)" for name in GPU_CHECKS), summary
+    assert not (tmp_path / "bench_args").exists()
 
 
 @pytest.mark.parametrize("variables", [{"GPU_VISIT_BUDGET": "ten"}, {"GPU_VISIT_BUDGET": "0"},
