@@ -326,7 +326,7 @@ test-cuda-build: | cuda-check cudnn-check
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 # On a machine with an NVIDIA GPU, every GPU check in one command (dev/test_gpu.sh says which, in order):
-# every build and reference file at once (make -j gpu-build gpu-refs: mk/gpu_visit.mk), then test_gpt2cu and
+# every build at once (make -j gpu-build: mk/gpu_visit.mk) beside the reference files, then test_gpt2cu and
 # test_llama3cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
 # against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
 #   make test-gpu                 the venv (make setup setup-cuda first)

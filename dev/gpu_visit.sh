@@ -28,10 +28,9 @@ TEST_SHARE=${GPU_VISIT_TEST_SHARE:-55}
 BENCH_B=${GPU_VISIT_BENCH_B:-16}
 WORK=build/gpu-visit
 DRY=0
-make_flags=${MAKEFLAGS:-}
-make_flags=${make_flags#"${make_flags%%[![:space:]]*}"}
-make_flags=${make_flags%% *}
-if [[ -n $make_flags && $make_flags != -* && $make_flags != *=* && $make_flags == *n* ]]; then DRY=1; fi
+# shellcheck source=dev/make_dry_run.sh
+source "$(dirname "${BASH_SOURCE[0]}")/make_dry_run.sh"
+if make_dry_run; then DRY=1; fi
 if ! [[ $BUDGET =~ ^[0-9]+$ && $BUDGET -ge 1 && $TEST_SHARE =~ ^[0-9]+$ && $TEST_SHARE -ge 1 && $TEST_SHARE -le 100 ]]; then
     echo "error: GPU_VISIT_BUDGET=$BUDGET must be a whole number of seconds >= 1 and GPU_VISIT_TEST_SHARE=$TEST_SHARE a percentage, 1 to 100"
     exit 2

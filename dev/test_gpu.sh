@@ -48,11 +48,14 @@ QUICK=${TEST_GPU_QUICK:-0}
 BIN=build/gpu/bin
 JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 4)  # nproc honours those
 export MAKE
-# `make -n test-gpu`: make passes -n in the first word of MAKEFLAGS (single-letter flags, no '=')
-make_flags=${MAKEFLAGS:-}
-make_flags=${make_flags#"${make_flags%%[![:space:]]*}"}
-make_flags=${make_flags%% *}
-if [[ -n $make_flags && $make_flags != -* && $make_flags != *=* && $make_flags == *n* ]]; then DRY=1; fi
+# `make -n test-gpu`: the plan only
+# shellcheck source=dev/make_dry_run.sh
+source "$(dirname "${BASH_SOURCE[0]}")/make_dry_run.sh"
+if make_dry_run; then DRY=1; fi
+if ! [[ $BUDGET =~ ^[0-9]+$ ]]; then
+    echo "error: TEST_GPU_BUDGET=$BUDGET must be a whole number of seconds (0: no limit)"
+    exit 2
+fi
 
 # every check's line goes to one file, so checks run in the background report too
 results=$(mktemp)

@@ -143,6 +143,15 @@ def test_the_budget_stops_a_running_check_and_skips_the_later_ones(tmp_path: Pat
     assert all(summary[name] == "SKIP (out of time: TEST_GPU_BUDGET=3 s)" for name in later), summary
 
 
+@pytest.mark.parametrize("budget", ["ten", "-5", "1.5"])
+def test_test_gpu_refuses_a_bad_budget_in_one_line(tmp_path: Path, budget: str) -> None:
+    env = stand_in(tmp_path)
+    proc = run_test_gpu(tmp_path, {**env, "TEST_GPU_BUDGET": budget})
+    assert proc.returncode == 2 and proc.stderr == ""
+    assert proc.stdout == f"error: TEST_GPU_BUDGET={budget} must be a whole number of seconds (0: no limit)\n"
+    assert not (tmp_path / "make_calls").exists()
+
+
 # ---------------------------------------------------------------------------- make gpu-visit
 
 
@@ -150,7 +159,8 @@ def visit_stand_in(tmp_path: Path, bench_body: str = "") -> dict[str, str]:
     """The stand-in tree of test_gpu.sh plus the real dev/test_gpu.sh and a dev/bench_gpu.py that records its
     arguments and prints a table."""
     env = stand_in(tmp_path)
-    (tmp_path / "dev" / "test_gpu.sh").write_text((REPO / "dev" / "test_gpu.sh").read_text())
+    for script in ["test_gpu.sh", "make_dry_run.sh"]:
+        (tmp_path / "dev" / script).write_text((REPO / "dev" / script).read_text())
     (tmp_path / "dev" / "bench_gpu.py").write_text(
         "import sys\n"
         f"open({str(tmp_path / 'bench_args')!r}, 'w').write(' '.join(sys.argv[1:]))\n"
@@ -255,6 +265,23 @@ def test_gpu_build_builds_each_configuration_under_its_own_name() -> None:
     for trainer in ["train_gpt2cu", "train_gpt2cu_cudnn", "train_llama3cu", "train_llama3cu_cudnn"]:
         assert any(line.endswith(f"-o {trainer}") for line in lines), trainer
     assert any("-C dev/cuda" in line for line in proc.stdout.splitlines())
+
+
+def test_make_n_gpu_visit_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
+    """make -n gpu-visit: the budget split, test-gpu's plan (every check named, kernels on --quick) and
+    bench-gpu's (its runs with the rest of the budget); nothing is built, run or written to GPU_VISIT_OUT."""
+    import sys
+    out = tmp_path / "out"
+    proc = _make("-n", "gpu-visit", f"PY={sys.executable}", f"GPU_VISIT_OUT={out}", "GPU_VISIT_BUDGET=400",
+                 f"VENV={tmp_path / 'novenv'}", "GPU_COMPUTE_CAPABILITY=")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "gpu-visit: dry run: budget 400 s, test-gpu 220 s of it, the rest for bench-gpu" in proc.stdout
+    planned = [line.split("test-gpu: ", 1)[1].split(" ... ", 1)[0] for line in proc.stdout.splitlines()
+               if line.startswith("test-gpu: ") and " ... would run: " in line]
+    assert planned[:len(PREPARATION) + len(GPU_CHECKS)] == PREPARATION + GPU_CHECKS, planned
+    assert "test-gpu: dev/cuda/rope ... would run: ./dev/cuda/rope --quick" in proc.stdout
+    assert "bench-gpu: dry run, nothing built or run" in proc.stdout and "bench-gpu: 6 runs planned" in proc.stdout
+    assert not out.exists()
 
 
 def test_gpu_pack_fills_the_carry_folder(tmp_path: Path) -> None:
