@@ -368,16 +368,16 @@ train: setup
 	else $(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --input_val_bin "$(TS_DIR)/*val.bin" \
 	     --num_iterations 40 --val_loss_every 10 --sample_every 20 --write_tensors 0; fi
 
-# `make test`, in this order: the C unit tests, the sanitizer builds and the fuzzing and OpenCL tool checks (they
-# need only the C compiler and the system's packages) beside pip's install of the Python packages, which keeps one
-# core busy; then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
+# `make test`, in this order: the C unit tests, the sanitizer builds and the system packages (system-packages: one
+# apt-get for clang and OpenCL, the only apt-get of the run) beside pip's install of the Python packages, which keeps
+# one core busy; then, in one make (its BLAS and MPI found in the venv now), pip's NVIDIA wheels beside the reference files
 # (test-refs) and everything else the tests run (test-build, at the end of this file), TEST_JOBS at a time; then
 # pytest on TEST_JOBS workers (pytest-xdist, each file's tests on one worker, the longest files first:
 # tests/conftest.py LONGEST_FIRST), test-all skipping the C unit tests already run (TEST_C_DONE=1).
 # TEST_JOBS=1: one thing at a time.
 TEST_JOBS ?= 2
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup test-c san-build fuzz-deps opencl-deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup test-c san-build system-packages
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) setup-cuda test-refs test-build
 	@$(MAKE) --no-print-directory test-all TEST_C_DONE=1
 
@@ -443,28 +443,28 @@ clean-pyllmc:
 	rm -rf pyllmc/__pycache__ pyllmc.egg-info
 
 # ---------------------------------------------------------------------------- Reliability (H8): fuzzing, sanitizers, crash safety
-# libFuzzer harnesses (dev/fuzz/fuzz_*.c, one per file loader) need clang with compiler-rt; `fuzz-deps`
-# installs them with apt-get when clang cannot build a libFuzzer target (root, or sudo).
+# libFuzzer harnesses (dev/fuzz/fuzz_*.c, one per file loader) need clang with compiler-rt, which `system-packages`
+# installs when it is missing (root, or sudo).
 #   make fuzz       harnesses for FUZZ_TIME seconds each on a fresh seed corpus, plus the regression inputs
 #   make sanitize   the dev/test unit tests and test_gpt2 (tiny model) under AddressSanitizer + UBSan
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 20
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. -Wall -Wno-unused-function -Wno-psabi
 FUZZ_BINS := $(patsubst %.c,%,$(wildcard dev/fuzz/fuzz_*.c))
-FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const char* d, unsigned long n) { return 0; }\n' | \
-	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1
-SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: fuzz-deps fuzz-build fuzz sanitize
-fuzz-deps:
-	@if ! { $(FUZZ_PROBE); }; then \
-	  echo "fuzz-deps: installing clang and its libFuzzer runtime with apt-get"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang >/dev/null && \
-	  { $(FUZZ_PROBE) || $(SUDO) apt-get install -y -qq libclang-rt-$$(clang -dumpversion | cut -d. -f1)-dev >/dev/null; }; \
-	  $(FUZZ_PROBE) || { echo "error: $(FUZZ_CC) cannot build libFuzzer targets (apt-get install clang libclang-rt-<version>-dev)"; exit 1; }; \
-	fi
+# ---------------------------------------------------------------------------- system packages (apt-get)
+# Everything make installs with apt-get, in one step (dev/system_packages.sh: one apt-get update, one apt-get install,
+# the package database lock waited for): clang and its libFuzzer runtime, the OpenCL headers, ICD loader, PoCL and
+# CLBlast. Without root or sudo it names the packages and the tests skipped without them, and succeeds; the groups
+# still missing are listed in SYSPKG_STATUS, which leaves their programs out of test-build (and the tests skip them).
+SYSPKG_STATUS := build/system-packages.missing
+SYSPKG_MISSING = $(shell cut -d: -f1 $(SYSPKG_STATUS) 2>/dev/null)
+.PHONY: system-packages
+system-packages:
+	@CC="$(CC)" FUZZ_CC="$(FUZZ_CC)" SYSPKG_STATUS="$(SYSPKG_STATUS)" dev/system_packages.sh
 
-dev/fuzz/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/harness.h $(LLMC_HEADERS) train_gpt2.c test_gpt2.c | fuzz-deps
+.PHONY: fuzz-build fuzz sanitize
+dev/fuzz/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/harness.h $(LLMC_HEADERS) train_gpt2.c test_gpt2.c | system-packages
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $< -lm -o $@
 
 fuzz-build: $(FUZZ_BINS)
@@ -474,9 +474,6 @@ fuzz: setup
 
 sanitize: setup
 	$(PY) -m pytest -q tests/test_sanitizers.py
-
-# `make test` checks the fuzzing toolchain before pytest runs (the fuzz tests need clang)
-test-py: fuzz-deps
 
 # ---------------------------------------------------------------------------- CPU speed / BLAS (H6)
 # GEMMs of the CPU trainer (llmc/cpu/matmul.h), chosen with BLAS=:
@@ -644,10 +641,13 @@ include $(sort $(wildcard mk/*.mk))
 # ---------------------------------------------------------------------------- what the tests run
 # built by `make test` before any test runs (in parallel), so that pytest's own make calls find it up to date
 TEST_BLAS_VARIANTS := openblas mkl none
+# (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
+TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
+             $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
+             train_llama3 test_llama3 $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
+             $(if $(filter fuzz,$(SYSPKG_MISSING)),,$(FUZZ_BINS))
 .PHONY: test-build
-test-build: data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
-            $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
-            train_llama3 test_llama3 train_gpt2cl test_gpt2cl $(FUZZ_BINS)
+test-build: $(TEST_BUILD)
 
 # The reference files the tests compare with, written once (tests/conftest.py copies them for each test run):
 # GPT-2 d2 (build/cuda_cpu_refs, also the GPU target's), GPT-2 d12 (the 124M shape, 4 debug steps: test_gpt2's
@@ -663,3 +663,9 @@ test-refs: cuda-cpu-refs llama3-debug-states $(TEST_D12_REFS)
 $(TEST_D12_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
 	MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456 \
 	    $(PY) dev/cuda_cpu_refs.py --model d12 --steps 4 -o $(TEST_D12_DIR)
+
+# `make test` as a machine that has never seen the project: the system packages removed, a fresh clone of HEAD, an
+# empty HOME and TMPDIR, CI's entry point (dev/test_fresh.sh; TEST_FRESH_ARGS=--keep-packages keeps the packages)
+.PHONY: test-fresh
+test-fresh:
+	dev/test_fresh.sh $(TEST_FRESH_ARGS)

@@ -1,24 +1,15 @@
 # ---------------------------------------------------------------------------- OpenCL trainer (issue 17)
 # train_gpt2cl / test_gpt2cl: GPT-2 through OpenCL (train_gpt2cl.c, llmc/opencl_*.h, llmc/opencl/*.cl).
 # The OpenCL headers, the ICD loader, PoCL (OpenCL on the CPU, what the tests run on) and CLBlast come
-# from the system; `opencl-deps` installs what is missing with apt-get (root, or sudo) and says so.
+# from the system; `system-packages` (Makefile) installs what is missing with apt-get (root, or sudo) and says so.
 # The kernels are embedded at build time: build/opencl_kernels.h holds llmc/opencl/*.cl as one string,
 # so the binaries run from any directory. A build without CLBlast's header uses our tiled GEMM only.
 OPENCL_CL := $(sort $(wildcard llmc/opencl/*.cl))
-OPENCL_DEPS_PKGS := ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
-OPENCL_PROBE := printf '\#include <CL/cl.h>\n\#include <clblast_c.h>\nint main(void) { cl_uint n = 0; return (int)clGetPlatformIDs(0, 0, &n); }\n' | \
-	$(CC) -x c - -lclblast -lOpenCL -o /dev/null >/dev/null 2>&1 && ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1
-# recursive (=): looked at when a recipe runs, after opencl-deps may have installed CLBlast
+# recursive (=): looked at when a recipe runs, after system-packages may have installed CLBlast
 OPENCL_CFLAGS = $(shell test -e /usr/include/clblast_c.h -o -e /usr/local/include/clblast_c.h && echo -DUSE_CLBLAST)
 OPENCL_LDLIBS = $(if $(OPENCL_CFLAGS),-lclblast) -lOpenCL
 
-.PHONY: opencl-deps test-opencl
-opencl-deps:
-	@if ! { $(OPENCL_PROBE); }; then \
-	  echo "opencl-deps: installing the OpenCL headers, ICD loader, PoCL and CLBlast with apt-get ($(OPENCL_DEPS_PKGS))"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(OPENCL_DEPS_PKGS) >/dev/null; \
-	  $(OPENCL_PROBE) || { echo "error: no OpenCL build environment (apt-get install $(OPENCL_DEPS_PKGS))"; exit 1; }; \
-	fi
+.PHONY: test-opencl
 
 build/opencl_kernels.h: $(OPENCL_CL) mk/opencl.mk
 	@mkdir -p build
@@ -29,16 +20,14 @@ build/opencl_kernels.h: $(OPENCL_CL) mk/opencl.mk
 
 OPENCL_SRC_DEPS := $(LLMC_HEADERS) build/opencl_kernels.h
 
-train_gpt2cl: train_gpt2cl.c $(OPENCL_SRC_DEPS) | opencl-deps
+train_gpt2cl: train_gpt2cl.c $(OPENCL_SRC_DEPS) | system-packages
 	$(CC) $(CFLAGS) -Ibuild $(OPENCL_CFLAGS) $< $(OPENCL_LDLIBS) $(LDLIBS) -o $@
 
-test_gpt2cl: test_gpt2cl.c train_gpt2cl.c $(OPENCL_SRC_DEPS) | opencl-deps
+test_gpt2cl: test_gpt2cl.c train_gpt2cl.c $(OPENCL_SRC_DEPS) | system-packages
 	$(CC) $(CFLAGS) -Ibuild $(OPENCL_CFLAGS) $< $(OPENCL_LDLIBS) $(LDLIBS) -o $@
 
 test-opencl: train_gpt2cl test_gpt2cl
 	$(PY) -m pytest -q tests/test_opencl.py
-
-test-py: opencl-deps
 
 clean: clean-opencl
 .PHONY: clean-opencl

@@ -151,6 +151,20 @@ def make(*targets: str) -> None:
         run(["make", "--no-print-directory", *targets])
 
 
+SYSPKG_STATUS = REPO / "build" / "system-packages.missing"
+
+
+def require_system_packages(group: str) -> None:
+    """`make system-packages` (dev/system_packages.sh installs what is missing when it can), then a skip naming the
+    reason when `group` ("fuzz", "opencl") is still missing: only where the machine gives neither root nor sudo.
+    With root a package that cannot be installed fails make here, so nothing is skipped."""
+    make("system-packages")
+    for line in SYSPKG_STATUS.read_text().splitlines():
+        name, _, why = line.partition(": ")
+        if name == group:
+            pytest.skip(f"the system packages of '{group}' are missing: {why}")
+
+
 def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], object]) -> Path:
     """The directory `name`, filled by write(directory) once per test run: pytest-xdist workers share it (the
     first one writes it under a lock, the others wait for it), a plain run has it in its own temp directory."""

@@ -1,6 +1,6 @@
 """The OpenCL trainer (train_gpt2cl.c, test_gpt2cl.c, llmc/opencl*) on PoCL, OpenCL on the CPU.
 
-`make` builds both programs (mk/opencl.mk; `opencl-deps` installs the OpenCL headers, ICD loader, PoCL and
+`make` builds both programs (mk/opencl.mk; `make system-packages` installs the OpenCL headers, ICD loader, PoCL and
 CLBlast with apt-get when they are missing). test_gpt2cl checks every tensor against the reference's d2
 debug state, with CLBlast and with our own GEMM kernel; a corrupted state fails it; a short training run
 gives train_gpt2's losses; a resumed run continues bit for bit; bad input and a bad device are one line.
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TS_TRAIN, TS_VAL, assert_one_error_line, debug_state_first_steps, killed_after, make, run
+from conftest import (REPO, TS_TRAIN, TS_VAL, assert_one_error_line, debug_state_first_steps, killed_after, make,
+                      require_system_packages, run)
 
 V, VP = 50257, 50304
 TRAIN_CL = REPO / "train_gpt2cl"
@@ -28,6 +29,7 @@ TEST_CL = REPO / "test_gpt2cl"
 
 @pytest.fixture(scope="module")
 def binaries() -> tuple[Path, Path]:
+    require_system_packages("opencl")
     make("train_gpt2cl", "test_gpt2cl", "train_gpt2")
     return TRAIN_CL, TEST_CL
 

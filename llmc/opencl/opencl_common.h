@@ -87,7 +87,7 @@ static cl_uint cl_platforms(cl_platform_id* out) {
     cl_int err = clGetPlatformIDs(64, out, &n);
     if (err == -1001 || (err == CL_SUCCESS && n == 0)) {
         llmc_die("no OpenCL platform found (install a driver: apt-get install pocl-opencl-icd runs OpenCL on the CPU; "
-                 "make opencl-deps does it)");
+                 "make system-packages does it)");
     }
     clCheck(err);
     return n > 64 ? 64 : n;

@@ -46,7 +46,7 @@ static void cl_gemm_init(ClGemm* g, const ClDevice* dev, cl_program program) {
 #ifdef USE_CLBLAST
     g->use_clblast = strcmp(want, "tiled") != 0;
 #else
-    if (strcmp(want, "clblast") == 0) { llmc_die("LLMC_CL_GEMM=clblast: this build has no CLBlast (make opencl-deps installs it)"); }
+    if (strcmp(want, "clblast") == 0) { llmc_die("LLMC_CL_GEMM=clblast: this build has no CLBlast (make system-packages installs it)"); }
     g->use_clblast = 0;
 #endif
     if (!g->use_clblast && wg < CL_GEMM_LOCAL * CL_GEMM_LOCAL) {
