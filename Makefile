@@ -482,7 +482,10 @@ sanitize: setup
 #   openblas-system   an OpenBLAS on the machine: pkg-config openblas, else cblas.h and libopenblas.so on
 #                     the usual paths (Debian/Ubuntu libopenblas-dev, Fedora openblas-devel, /opt/OpenBLAS)
 #   mkl-system        an MKL on the machine: $MKLROOT (oneAPI), else Debian's libmkl-dev
+#   onednn            oneDNN's matmul primitive: the onednn-cpu-gomp + onednn-devel-cpu-gomp wheels (make setup)
 #   none              the built-in blocked OpenMP kernel, no dependency
+# Every choice but none also links oneDNN when its wheels are in the venv (-DLLMC_ONEDNN): -p bf16 runs its GEMMs
+# on oneDNN's bf16 kernels (llmc/cpu/matmul.h); ONEDNN=0 leaves it out (the built-in bf16 kernel then).
 # Default: the first of these that is found, in this order (openblas measured fastest here, README), so a
 # fresh clone without a venv still gets the system's BLAS. Building train_gpt2 or test_gpt2 prints one line
 # naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
@@ -540,9 +543,21 @@ BLAS_LDLIBS_openblas-system := $(OPENBLAS_SYS_LDLIBS) $(patsubst -L%,-Wl$(blas_c
 BLAS_CFLAGS_mkl-system := -DLLMC_BLAS_MKL -I$(MKL_SYS_INC)
 BLAS_LDLIBS_mkl-system := -L$(MKL_SYS_LIB) -Wl,-rpath,$(MKL_SYS_LIB) -Wl,--no-as-needed -lmkl_intel_lp64 -lmkl_gnu_thread \
   -lmkl_core -Wl,--as-needed -lpthread -ldl
+# oneDNN (the wheels' libdnnl.so.3, linked by that name): the bf16 GEMMs of every BLAS but none, and BLAS=onednn's fp32
+ONEDNN ?= 1
+ONEDNN_LIB := $(firstword $(wildcard $(VENV_LIB)/libdnnl.so.3))
+ONEDNN_FOUND := $(if $(and $(ONEDNN_LIB),$(wildcard $(VENV)/include/oneapi/dnnl/dnnl.h)),$(ONEDNN_LIB))
+ONEDNN_CFLAGS := -DLLMC_ONEDNN -I$(abspath $(VENV)/include)
+ONEDNN_LDLIBS := $(ONEDNN_LIB) -Wl,-rpath,$(VENV_LIB)
+BLAS_CFLAGS_onednn := -DLLMC_BLAS_ONEDNN $(ONEDNN_CFLAGS)
+BLAS_LDLIBS_onednn := $(ONEDNN_LDLIBS)
 BLAS_CFLAGS_none :=
 BLAS_LDLIBS_none :=
-BLAS_NAMES := openblas mkl openblas-system mkl-system none
+BLAS_NAMES := openblas mkl openblas-system mkl-system onednn none
+# $(call with_onednn,<blas>,<flags>): the flags, plus oneDNN's for the bf16 GEMMs where it is found and wanted
+with_onednn = $(2) $(if $(and $(filter-out none onednn,$(1)),$(ONEDNN_FOUND),$(filter 1,$(ONEDNN))),$(3))
+$(foreach b,openblas mkl openblas-system mkl-system,$(eval BLAS_CFLAGS_$(b) := $(call with_onednn,$(b),$(BLAS_CFLAGS_$(b)),$(ONEDNN_CFLAGS))))
+$(foreach b,openblas mkl openblas-system mkl-system,$(eval BLAS_LDLIBS_$(b) := $(call with_onednn,$(b),$(BLAS_LDLIBS_$(b)),$(ONEDNN_LDLIBS))))
 ifeq ($(filter $(BLAS),$(BLAS_NAMES)),)
   $(error BLAS=$(BLAS): use one of $(BLAS_NAMES))
 endif
@@ -551,11 +566,13 @@ BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
 
 # the line a build prints: which BLAS $(1) is, and how to get the faster one
 BLAS_SETUP_HINT := for the faster scipy-openblas32 wheel (make bench, README): make setup
-blas_line = $(strip BLAS: $(1) ($(or $(BLAS_WHAT_$(1)),not found)) $(BLAS_HINT_$(1)))
+blas_line = $(strip BLAS: $(1) ($(or $(BLAS_WHAT_$(1)),not found)$(if $(and $(BLAS_WHAT_$(1)),$(findstring \
+  -DLLMC_ONEDNN,$(BLAS_CFLAGS_$(1)))),; bf16 GEMMs on oneDNN)) $(BLAS_HINT_$(1)))
 BLAS_WHAT_openblas := $(if $(OPENBLAS_DIR),the scipy-openblas32 wheel in $(VENV))
 BLAS_WHAT_mkl := $(if $(MKL_LIBS_FOUND),the mkl wheel in $(VENV))
 BLAS_WHAT_openblas-system := $(OPENBLAS_SYS_FOUND)
 BLAS_WHAT_mkl-system := $(MKL_SYS_FOUND)
+BLAS_WHAT_onednn := $(if $(ONEDNN_FOUND),the onednn-cpu-gomp wheel in $(VENV))
 BLAS_WHAT_none := the built-in kernel of llmc/cpu/matmul.h; no OpenBLAS or MKL found
 BLAS_HINT_openblas-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_mkl-system := - $(BLAS_SETUP_HINT)
@@ -593,6 +610,7 @@ BLAS_ERROR_openblas-system := error: BLAS=openblas-system: no OpenBLAS found (pk
   libopenblas.so under /usr/include and /usr/lib): apt-get install libopenblas-dev
 BLAS_ERROR_mkl-system := error: BLAS=mkl-system: no MKL found ($$MKLROOT/include/mkl_cblas.h or /usr/include/mkl): \
   set MKLROOT or apt-get install libmkl-dev
+BLAS_ERROR_onednn := error: BLAS=onednn: oneDNN not found in the venv (pip install onednn-cpu-gomp onednn-devel-cpu-gomp, or make setup)
 blas_missing = $(if $(filter $(1),$(BLAS_NAMES)),$(if $(BLAS_WHAT_$(1)),,$(BLAS_ERROR_$(1))),error: BLAS=$(1): use one of $(BLAS_NAMES))
 blas_check = $(if $(call blas_missing,$(1)),{ echo '$(call blas_missing,$(1))'; exit 1; },true)
 
@@ -640,7 +658,7 @@ include $(sort $(wildcard mk/*.mk))
 
 # ---------------------------------------------------------------------------- what the tests run
 # built by `make test` before any test runs (in parallel), so that pytest's own make calls find it up to date
-TEST_BLAS_VARIANTS := openblas mkl none
+TEST_BLAS_VARIANTS := openblas mkl onednn none
 # (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
 TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
              $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \

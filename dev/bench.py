@@ -20,11 +20,20 @@ with their GEMM-peak programs, so a run times the sources as they are (--build 0
 
 Before the trainers it measures this machine's GEMM peak: a square GEMM (--peak-size, 2 threads by
 default, median of --peak-reps) with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
-its BLAS, the built-in fp32 kernel and the bf16 kernel) and with torch (dev/gemm_peak.py, fp32 and
-bf16). Each run's GFLOP/s is reported as a fraction of the fastest fp32 GEMM measured (a bf16 run: of
-the fastest GEMM of either precision, since fp32 is always an option). The CPU heads the table.
+its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the built-in fp32 and bf16 kernels) and with
+torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported as a fraction of the fastest fp32
+GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32 is always an option). For
+GPT-2 the same programs also time the GEMMs of one training step at the run's shapes (gemm_peak -s: every
+layer's forward, input-gradient and weight-gradient GEMMs and the lm_head's), and each run is held against
+the best such rate of its precision too ("% of step-GEMM peak"). The CPU heads the table.
 A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not pay on this CPU) is
-named so in the table and held against the fp32 peak.
+named so in the table and held against the fp32 peak. The precision bf16-force runs -p bf16 with
+LLMC_BF16=force: the bf16 path timed even where the calibration would refuse it (the default adds it on CPUs
+with bf16 instructions).
+
+Our trainers run with LLMC_GEMM_TIME=1 (llmc/cpu/matmul.h): each prints the time its GEMMs took, and the
+table gives the time per step outside them ("outside GEMMs", roundings to bf16 and the refresh of the bf16
+weights included): the overhead of a path, comparable on any CPU.
 
 FLOPs per step (fwd + bwd) = 6 * N * tokens + 12 * L * C * T * tokens, N = the matmul parameters
 (GPT-2: 12 * L * C^2 + V * C, lm_head included; Llama 3: the q, k, v, o projections with NKV key/value
@@ -34,6 +43,7 @@ It is a benchmark, not a test: nothing here asserts a time. Example:
 
     python dev/bench.py --model d12 -B 4 -T 64 --threads 2 --steps 5
     python dev/bench.py --ours train_gpt2_mkl,train_gpt2_openblas,train_gpt2_none --torch fp32,fp32-flash-compile
+    python dev/bench.py --ours train_gpt2_onednn --precision fp32,bf16-force -T 1024 --torch ""
     python dev/bench.py --family llama3 --model d6 --steps 10 --rounds 3
 """
 
@@ -55,6 +65,13 @@ DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_tra
 BF16_REFUSED = "-p bf16: training in fp32 instead"  # train_gpt2's line where bf16 does not pay
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+) ms \|")
 PEAK_RE = re.compile(r"^gemm (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
+STEP_PEAK_RE = re.compile(r"^gemm-step (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
+GEMM_TIME_RE = re.compile(r"^gemm time: ([0-9.]+) ms in (\d+) calls", re.M)
+# our precisions: -p fp32, -p bf16 (bf16 where the calibration says it pays), bf16 with LLMC_BF16=force
+OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"})}
+# the default --ours for GPT-2: the OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the
+# built-in kernels
+DEFAULT_OURS_GPT2 = "train_gpt2_openblas,train_gpt2_onednn,train_gpt2_none"
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 VOCAB = 50257
 LLAMA3_DIR = REPO / "build" / "llama3"  # `make llama3-debug-states`: the test tokenizer, its shards, llama3_tokenizer.bin
@@ -89,6 +106,7 @@ class Run:
     losses: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     ran_fp32: bool = False      # a -p bf16 run that the trainer ran in fp32 (bf16 does not pay on this CPU)
+    outside_gemm_ms: list[float] = field(default_factory=list)  # per run: ms per step outside the GEMMs
 
 
 @dataclass
@@ -100,6 +118,8 @@ class Row:
     tokens_per_s: float
     gflops: float
     peak_fraction: float | None    # GFLOP/s over the GEMM peak its precision is held against
+    step_peak_fraction: float | None  # GFLOP/s over the best GEMM rate of its precision at the step's shapes
+    outside_gemm_ms: float | None  # mean ms per step outside the GEMMs (llmc runs)
     peak_rss_mb: float
     vs_fastest_torch: float | None  # fastest PyTorch median ms / this median ms
     vs_torch_fp32: float | None     # PyTorch eager fp32 median ms / this median ms
@@ -202,14 +222,26 @@ def markdown_table(cols: list[str], body: list[list[str]]) -> list[str]:
 
 
 def parse_peaks(text: str) -> dict[str, float]:
-    """'<kernel> <precision>' -> GFLOP/s from the 'gemm <kernel> <precision> <GFLOP/s>' lines of the peak programs."""
-    return {f"{m.group(1)} {m.group(2)}": float(m.group(3)) for m in PEAK_RE.finditer(text)}
+    """'<kernel> <precision>' -> GFLOP/s from the 'gemm <kernel> <precision> <GFLOP/s>' lines of the peak programs,
+    and 'step <kernel> <precision>' from their 'gemm-step ...' lines (the GEMMs of a training step)."""
+    peaks = {f"{m.group(1)} {m.group(2)}": float(m.group(3)) for m in PEAK_RE.finditer(text)}
+    peaks.update({f"step {m.group(1)} {m.group(2)}": float(m.group(3)) for m in STEP_PEAK_RE.finditer(text)})
+    return peaks
+
+
+def best_step_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | None:
+    """(name, GFLOP/s) of the fastest GEMM of `precision` at a training step's shapes."""
+    pool = {k: v for k, v in peaks.items() if k.startswith("step ") and k.endswith(" " + precision)}
+    if not pool:
+        return None
+    name = max(pool, key=lambda k: pool[k])
+    return name, pool[name]
 
 
 def best_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | None:
     """(name, GFLOP/s) of the peak a run of `precision` is held against: the fastest fp32 GEMM for fp32, the
     fastest GEMM of either precision for bf16 (a bf16 run could always have run its GEMMs in fp32)."""
-    pool = {k: v for k, v in peaks.items() if precision == "bf16" or k.endswith(" fp32")}
+    pool = {k: v for k, v in peaks.items() if not k.startswith("step ") and (precision == "bf16" or k.endswith(" fp32"))}
     if not pool:
         return None
     name = max(pool, key=lambda k: pool[k])
@@ -265,14 +297,22 @@ def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
     return proc.stdout + proc.stderr
 
 
+def step_shape(args: argparse.Namespace) -> str:
+    """gemm_peak's -s BT,C,Vp,L for a GPT-2 run of these flags."""
+    L, C = model_shape(args.model)
+    return f"{args.B * args.T},{C},{(VOCAB + 127) // 128 * 128},{L}"
+
+
 def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS) and of torch, at --peak-size."""
+    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS; for GPT-2 also at a step's shapes) and of
+    torch, at --peak-size."""
     peaks: dict[str, float] = {}
     n, reps = str(args.peak_size), str(args.peak_reps)
+    shape = ["-s", step_shape(args)] if args.family == "gpt2" else []
     cmds: list[list[str]] = []
     for prog in peak_programs([b for b in args.ours.split(",") if b]):
         if prog.exists():
-            cmds.append([str(prog), "-n", n, "-r", reps])
+            cmds.append([str(prog), "-n", n, "-r", reps, *shape])
         else:
             print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
     cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads)])
@@ -302,6 +342,9 @@ def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
         raise SystemExit(f"error: {run.name}: expected more than {warmup} step lines, got {len(steps)}:\n{tail}")
     run.times_ms += [ms for _, ms in steps[warmup:]]
     run.losses = [loss for loss, _ in steps]
+    gemm = [m for m in (GEMM_TIME_RE.match(line) for line in lines) if m]
+    if gemm:  # every step's time, warm-up included, against every GEMM's
+        run.outside_gemm_ms.append((sum(ms for _, ms in steps) - float(gemm[-1].group(1))) / len(steps))
     run.peak_rss_mb = max(run.peak_rss_mb, usage.ru_maxrss / 1024.0)
     refusal = [line for line in lines if line.startswith(BF16_REFUSED)]
     if refusal:
@@ -328,11 +371,11 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
         if not path.exists():
             raise SystemExit(f"error: --ours {binary}: no such program (make {path.name})")
         for prec in [p for p in args.precision.split(",") if p]:
+            flags, extra_env = OUR_PRECISIONS[prec]
             cmd = [str(path), "-e", args.model, "-i", str(args.data), "-j", "", "-b", str(args.B), "-t", str(args.T),
-                   "-x", str(nsteps), "-v", "0", "-s", "0"]
-            if prec != "fp32":
-                cmd += ["-p", prec]
-            runs.append(Run(f"llmc {path.name} {prec}", cmd, env, "llmc", prec, cwd=cwd))
+                   "-x", str(nsteps), "-v", "0", "-s", "0", *flags]
+            runs.append(Run(f"llmc {path.name} {prec}", cmd, {**env, "LLMC_GEMM_TIME": "1", **extra_env}, "llmc",
+                            prec.removesuffix("-force"), cwd=cwd))
     for mode in [m for m in args.torch.split(",") if m]:
         precision, _ = parse_torch_mode(mode)
         cmd = [sys.executable, str(REPO / reference), "--model", args.model, *tokenizer, "--input_bin", str(args.data),
@@ -353,9 +396,12 @@ def table_rows(runs: list[Run], flops: float, tokens: int, peaks: dict[str, floa
     for r in runs:
         med = medians[id(r)]
         gflops = flops / (med / 1000) / 1e9
-        peak = best_peak(peaks, "fp32" if r.ran_fp32 else r.precision)
+        ran = "fp32" if r.ran_fp32 else r.precision
+        peak, step_peak = best_peak(peaks, ran), best_step_peak(peaks, ran)
         name = r.name + (" (ran fp32: bf16 does not pay here)" if r.ran_fp32 else "")
-        rows.append(Row(name, med, tokens / (med / 1000), gflops, gflops / peak[1] if peak else None, r.peak_rss_mb,
+        outside = statistics.mean(r.outside_gemm_ms) if r.outside_gemm_ms else None
+        rows.append(Row(name, med, tokens / (med / 1000), gflops, gflops / peak[1] if peak else None,
+                        gflops / step_peak[1] if step_peak else None, outside, r.peak_rss_mb,
                         medians[id(fastest)] / med if fastest else None, medians[id(eager)] / med if eager else None))
     return rows, fastest
 
@@ -363,10 +409,12 @@ def table_rows(runs: list[Run], flops: float, tokens: int, peaks: dict[str, floa
 def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
     """A markdown table of the rows; the ratio column names the fastest PyTorch mode."""
     fastest_name = fastest.name.removeprefix("pytorch ") if fastest else "none run"
-    cols = ["run", "median ms/step", "tokens/s", "GFLOP/s", "% of GEMM peak", "peak RSS MB",
-            f"vs fastest PyTorch ({fastest_name})", "vs PyTorch fp32 eager"]
-    body = [[r.name, f"{r.median_ms:.1f}", f"{r.tokens_per_s:.0f}", f"{r.gflops:.1f}",
-             f"{100 * r.peak_fraction:.0f} %" if r.peak_fraction is not None else "-", f"{r.peak_rss_mb:.0f}",
+    cols = ["run", "median ms/step", "tokens/s", "GFLOP/s", "% of GEMM peak", "% of step-GEMM peak",
+            "outside GEMMs ms/step", "peak RSS MB", f"vs fastest PyTorch ({fastest_name})", "vs PyTorch fp32 eager"]
+    pct = lambda x: f"{100 * x:.0f} %" if x is not None else "-"
+    body = [[r.name, f"{r.median_ms:.1f}", f"{r.tokens_per_s:.0f}", f"{r.gflops:.1f}", pct(r.peak_fraction),
+             pct(r.step_peak_fraction), f"{r.outside_gemm_ms:.1f}" if r.outside_gemm_ms is not None else "-",
+             f"{r.peak_rss_mb:.0f}",
              f"{r.vs_fastest_torch:.2f}x" if r.vs_fastest_torch is not None else "-",
              f"{r.vs_torch_fp32:.2f}x" if r.vs_torch_fp32 is not None else "-"] for r in rows]
     return markdown_table(cols, body)
@@ -385,6 +433,10 @@ def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namesp
         fp32, anyp = best_peak(peaks, "fp32"), best_peak(peaks, "bf16")
         print(f"  % of GEMM peak: fp32 runs against {fp32[0]} ({fp32[1]:.1f})" if fp32 else "  no fp32 peak measured", end="")
         print(f", bf16 runs against {anyp[0]} ({anyp[1]:.1f})" if anyp else "")
+        s32, s16 = best_step_peak(peaks, "fp32"), best_step_peak(peaks, "bf16")
+        if s32 or s16:
+            print("  % of step-GEMM peak (the GEMMs of one step at these shapes): "
+                  + ", ".join(f"{p} runs against {s[0].removeprefix('step ')} ({s[1]:.1f})" for p, s in (("fp32", s32), ("bf16", s16)) if s))
     if fastest:
         print(f"fastest PyTorch mode: {fastest.name} ({statistics.median(fastest.times_ms):.1f} ms/step)")
     print("\n".join(format_table(rows, fastest)))
@@ -404,11 +456,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run; a -compile mode "
                    "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
-    p.add_argument("--ours", default=None, help="comma-separated llmc binaries (default train_gpt2, or train_llama3); "
-                   "given by name they are built first with make, with their GEMM-peak programs")
+    p.add_argument("--ours", default=None, help=f"comma-separated llmc binaries (default {DEFAULT_OURS_GPT2}, or "
+                   "train_llama3); given by name they are built first with make, with their GEMM-peak programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
-    p.add_argument("--precision", default=None, help="our precisions, comma-separated (default fp32,bf16; Llama 3: fp32, "
-                   "train_llama3 trains in fp32 only)")
+    p.add_argument("--precision", default=None, help="our precisions, comma-separated: fp32, bf16 (where it pays), "
+                   "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions; "
+                   "Llama 3: fp32, train_llama3 trains in fp32 only)")
     p.add_argument("--torch", default="auto",
                    help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
                         "-compile, -fused (e.g. fp32-flash-compile-fused); '' = none; auto (default) = "
@@ -422,8 +475,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
     args = p.parse_args(argv)
     trainer, _, data, _ = FAMILIES[args.family]
-    args.ours = trainer if args.ours is None else args.ours
-    args.precision = ("fp32,bf16" if args.family == "gpt2" else "fp32") if args.precision is None else args.precision
+    args.ours = (DEFAULT_OURS_GPT2 if args.family == "gpt2" else trainer) if args.ours is None else args.ours
+    if args.precision is None:
+        has_bf16 = set(cpuinfo_fields(read_cpuinfo()).get("flags", "").split()) & set(BF16_CPU_FLAGS)
+        args.precision = ("fp32,bf16" + (",bf16-force" if has_bf16 else "")) if args.family == "gpt2" else "fp32"
+    bad = [p for p in args.precision.split(",") if p and p not in OUR_PRECISIONS]
+    if bad:
+        p.error(f"--precision {args.precision}: use {', '.join(OUR_PRECISIONS)}")
     if args.family == "llama3" and args.precision != "fp32":
         p.error(f"--precision {args.precision}: train_llama3 trains in fp32 only")
     args.data = data if args.data is None else args.data

@@ -9,8 +9,8 @@ trains with the C engine, data-parallel under mpirun (mpi4py). Build: `make pyll
 """
 
 from pyllmc._core import LlmcError
-from pyllmc.model import GPT2, GPT2Config, read_checkpoint_header
+from pyllmc.model import GPT2, GPT2Config, precision, read_checkpoint_header, set_precision
 
-__all__ = ["GPT2", "GPT2Config", "LlmcError", "read_checkpoint_header", "layers"]
+__all__ = ["GPT2", "GPT2Config", "LlmcError", "precision", "read_checkpoint_header", "set_precision", "layers"]
 
 from pyllmc import layers  # noqa: E402

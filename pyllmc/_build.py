@@ -102,6 +102,13 @@ int pyllmc_model_save(GPT2* model, const char* path);
 void pyllmc_model_free(GPT2* model);
 
 void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t);
+void pyllmc_model_params_changed(GPT2* model);
+
+/* -p fp32 | bf16 (llmc/cpu/matmul.h, llmc/cpu/cpu_trainer.h) */
+int pyllmc_set_precision(const char* value);
+const char* pyllmc_precision(void);
+int pyllmc_bf16_pays(int* pays, char* why, size_t n);
+void pyllmc_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n);
 
 /* the trainers' command line (llmc/args.h) and training rules (llmc/trainer.h) */
 typedef struct {

@@ -230,6 +230,25 @@ static void pyllmc_model_free(GPT2* model) {
     memset(model, 0, sizeof(*model));
 }
 
+// the parameters were written from Python: -p bf16's copy of them is rounded again before the next forward
+static void pyllmc_model_params_changed(GPT2* model) { cpu_model_params_changed(&model->cpu); }
+
+// -p fp32 | bf16 into llmc/cpu/matmul.h's matmul_precision (the GEMMs of every model in this process); -1 for a
+// bad value
+static int pyllmc_set_precision(const char* value) { return matmul_precision_parse(value, &matmul_precision); }
+
+static const char* pyllmc_precision(void) { return matmul_precision == MATMUL_BF16 ? "bf16" : "fp32"; }
+
+// whether bf16 GEMMs pay on this CPU (the trainers' question: llmc/cpu/matmul.h's matmul_bf16_pays); why (n bytes)
+// gets the reason. guarded
+static int pyllmc_bf16_pays(int* pays, char* why, size_t n) { PYLLMC_GUARDED(*pays = matmul_bf16_pays(why, n)); }
+
+// -p bf16's outcome once every process has answered (llmc/cpu/cpu_trainer.h's cpu_precision_outcome): precision set,
+// the line to print into line ("" for none)
+static void pyllmc_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n) {
+    cpu_precision_outcome(all_pay, mine, why, line, n);
+}
+
 // AdamW on every parameter with gradients multiplied by grad_scale (llmc/trainer.h's clip factor)
 static void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t) {
     cpu_model_update(&model->cpu, learning_rate, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);

@@ -183,6 +183,11 @@ class GPT2:
     def num_parameters(self) -> int:
         return int(self._c.cpu.num_parameters)
 
+    def params_changed(self) -> None:
+        """Call after writing self.params / self.params_flat in place when training in bf16 (set_precision): the
+        bf16 copy of the weights the GEMMs read is then rounded again before the next forward."""
+        lib.pyllmc_model_params_changed(self._c)
+
     # ------------------------------------------------------------------------ training
 
     def forward(self, idx: Any, targets: Any = None, return_logits: bool = True) -> tuple[np.ndarray | None, float | None]:
@@ -287,3 +292,17 @@ class GPT2:
         c = self.config
         return (f"GPT2(L={c.num_layers}, NH={c.num_heads}, C={c.channels}, maxT={c.max_seq_len}, "
                 f"V={c.vocab_size}, Vp={c.padded_vocab_size}, {self.num_parameters} parameters)")
+
+
+def set_precision(precision: str) -> None:
+    """The GEMMs' precision for every model in this process, as ./train_gpt2 -p: "fp32", or "bf16" (inputs rounded
+    to bf16, sums and master weights in fp32; on oneDNN where the build has it). This sets it unconditionally;
+    pyllmc.train asks first whether bf16 pays on this CPU, as the C trainers do."""
+    if lib.pyllmc_set_precision(str(precision).encode()) != 0:
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+
+
+def precision() -> str:
+    """The GEMMs' precision now: "fp32" or "bf16"."""
+    return ffi.string(lib.pyllmc_precision()).decode()
+

@@ -32,7 +32,7 @@ PROG = "python -m pyllmc.train"
 TOKENIZER_PATH = "gpt2_tokenizer.bin"
 # TrainArgs fields this driver does not implement: their flags must keep the table's defaults
 UNSUPPORTED = ("resume", "checkpoints_keep", "checkpoints_major_every", "hellaswag_eval", "hellaswag_path",
-               "zero_stage", "recompute", "gelu_fusion", "use_master_weights", "precision", "num_processes",
+               "zero_stage", "recompute", "gelu_fusion", "use_master_weights", "num_processes",
                "process_rank", "gpus_per_node", "nccl_init_method", "server_ip", "fs_path", "optimizer", "muon_lr",
                "muon_momentum", "muon_nesterov", "muon_ns_steps", "muon_adjust_lr", "cl_platform", "cl_device",
                "cl_list_devices")
@@ -102,6 +102,23 @@ def build_model(spec: str) -> GPT2:
     return GPT2.from_checkpoint(spec)
 
 
+def choose_precision(value: str, comm: Any, say: Callable[..., None]) -> None:
+    """-p fp32 | bf16 as the C trainers take it: bf16 only where every process's CPU gains from it, in one line."""
+    if lib.pyllmc_set_precision(value.encode()) != 0:
+        raise UserError(f'flag -p: bad value "{value}": use fp32 or bf16 (run {PROG} --help to list the flags)')
+    if value != "bf16":
+        return
+    pays, why, line = ffi.new("int*"), ffi.new("char[256]"), ffi.new("char[320]")
+    check_rc(lib.pyllmc_bf16_pays(pays, why, 256))
+    all_pay = pays[0]
+    if comm is not None:
+        from mpi4py import MPI
+        all_pay = comm.allreduce(pays[0], op=MPI.MIN)
+    lib.pyllmc_precision_outcome(int(all_pay), pays[0], why, line, 320)
+    if line[0] != b"\0":
+        say(ffi.string(line).decode())
+
+
 def checked(value: int, why: Any, message: str) -> int:
     """A trainer.h rule's result, or its reason as a UserError."""
     if value < 0:
@@ -149,6 +166,7 @@ def train(args: Args, comm: Any, rank: int, nproc: int) -> None:
     require_files(args.train_data_pattern, "-i")
     if have_val:
         require_files(args.val_data_pattern, "-j")
+    choose_precision(args.precision, comm, say)
     model = build_model(args.load_filename)
     cfg = model.config
     B, T = args.B, args.T

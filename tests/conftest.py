@@ -34,43 +34,60 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ.setdefault(_name, _value)
 
 
-# The lines train_gpt2 / train_llama3 -p bf16 print: bf16 does not pay because this CPU has no AVX512-BF16 (then
-# they train in fp32), or the decision from the two GEMM rates, either way.
+# The lines train_gpt2 / train_llama3 -p bf16 print. Their default build runs bf16 GEMMs on oneDNN (the wheels of
+# make setup): where oneDNN has no bf16 kernel (an AVX2-only CPU, or ONEDNN_MAX_CPU_ISA=AVX2 on any) they train in
+# fp32 and say so; with the built-in kernel (LLMC_BF16_GEMM=builtin) a CPU without AVX512-BF16 (or
+# LLMC_BF16_NATIVE=0) gives the emulation line; otherwise the decision from the two GEMM rates, either way.
 BF16_NO_AVX512_BF16 = ("-p bf16: training in fp32 instead: this CPU has no AVX512-BF16, so bf16 GEMMs would be "
                        "emulated in fp32 and run slower (LLMC_BF16=force runs bf16)")
+BF16_ONEDNN_REFUSED = re.compile(r"-p bf16: training in fp32 instead: oneDNN has no bf16 GEMM kernel on this CPU "
+                                 r"\(oneDNN \d+\.\d+\.\d+, [a-z0-9_]+\) \(LLMC_BF16=force runs bf16\)")
 # the line of a decision taken from the two GEMM rates (measured, or injected with LLMC_BF16_RATES=BF16,FP32)
 BF16_RATES_LINE = re.compile(
-    r"-p bf16: training in (bf16|fp32 instead): this CPU's bf16 GEMM \(AVX512-BF16\) ran at (\d+) GFLOP/s, its fp32 "
-    r"GEMM \([a-z-]+\) at (\d+): (at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
+    r"-p bf16: training in (bf16|fp32 instead): (oneDNN's bf16 GEMM \(([^()]+)\)|the built-in bf16 GEMM "
+    r"\((?:AVX512-BF16|emulated in fp32)\)) ran at (\d+) GFLOP/s, the fp32 GEMM \([a-z-]+\) at (\d+): "
+    r"(at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
 BF16_MIN_GAIN = 1.15  # llmc/cpu/matmul.h's MATMUL_BF16_MIN_GAIN
 HAS_AVX512_BF16 = Path("/proc/cpuinfo").exists() and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+HAS_AMX_BF16 = Path("/proc/cpuinfo").exists() and "amx_bf16" in Path("/proc/cpuinfo").read_text()
 
 # -p bf16's decision steered both ways on any CPU: (environment, bf16 kept). The rates are GFLOP/s, bf16
-# first; 184,106 is what a Zen 4 measured (kept), 106,184 an AVX512-BF16 at half the FMA rate (refused).
+# first; 184,106 is what a Zen 4 measured (kept), 106,184 an AVX512-BF16 at half the FMA rate (refused);
+# ONEDNN_MAX_CPU_ISA=AVX2 takes oneDNN's bf16 kernels away on every CPU (the AVX2-only CPU's path), and the built-in
+# kernel without AVX512-BF16 would be emulated.
 BF16_INJECTED_DECISIONS = [
     ({"LLMC_BF16_RATES": "184,106"}, True),
     ({"LLMC_BF16_RATES": "115,100"}, True),
     ({"LLMC_BF16_RATES": "114,100"}, False),
     ({"LLMC_BF16_RATES": "106,184"}, False),
-    ({"LLMC_BF16_NATIVE": "0"}, False),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),
+    ({"LLMC_BF16_GEMM": "builtin", "LLMC_BF16_NATIVE": "0"}, False),
 ]
 
 
 def bf16_decision(stdout: str, env: dict[str, str]) -> bool:
     """Checks the one -p bf16 line of a trainer's stdout against what it was given and returns whether bf16 was
     kept. Injected rates must be echoed exactly and decide by the 1.15x rule; a real calibration's rounded rates
-    must agree with the decision it printed (an inverted comparison fails here on any CPU with AVX512-BF16);
-    LLMC_BF16_NATIVE=0, or a CPU without AVX512-BF16, gives the no-AVX512-BF16 line."""
+    must agree with the decision it printed (an inverted comparison fails here on any CPU with AVX512-BF16) and
+    name oneDNN's kernel; ONEDNN_MAX_CPU_ISA=AVX2, or a CPU without AVX512-BF16 or AMX, gives oneDNN's refusal;
+    LLMC_BF16_GEMM=builtin with LLMC_BF16_NATIVE=0 (or without AVX512-BF16) gives the emulation line."""
     said = [line for line in stdout.splitlines() if line.startswith("-p bf16")]
     assert len(said) == 1, said
     rates = env.get("LLMC_BF16_RATES")
-    if not rates and (env.get("LLMC_BF16_NATIVE") == "0" or not HAS_AVX512_BF16):
+    builtin = env.get("LLMC_BF16_GEMM") == "builtin"
+    if not rates and builtin and (env.get("LLMC_BF16_NATIVE") == "0" or not HAS_AVX512_BF16):
         assert said[0] == BF16_NO_AVX512_BF16, said
+        return False
+    if not rates and not builtin and (env.get("ONEDNN_MAX_CPU_ISA") == "AVX2" or not (HAS_AVX512_BF16 or HAS_AMX_BF16)):
+        assert BF16_ONEDNN_REFUSED.fullmatch(said[0]), said
         return False
     m = BF16_RATES_LINE.fullmatch(said[0])
     assert m, said
-    kept, bf16, fp32 = m[1] == "bf16", float(m[2]), float(m[3])
-    assert kept == (m[4] == "at least") and kept == (m[5] is None), said
+    kept, bf16, fp32 = m[1] == "bf16", float(m[4]), float(m[5])
+    assert kept == (m[6] == "at least") and kept == (m[7] is None), said
+    assert builtin == m[2].startswith("the built-in"), said  # the GEMM that was asked for is the one named
+    if not rates and not builtin:  # a real oneDNN calibration names the kernel oneDNN picked
+        assert m[3].startswith(("brg:", "brgemm", "gemm:")) and "ref" not in m[3], said
     if rates:
         given = [float(r) for r in rates.split(",")]
         assert [bf16, fp32] == given and kept == (given[0] >= BF16_MIN_GAIN * given[1]), said

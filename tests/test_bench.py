@@ -68,6 +68,50 @@ def test_peak_fraction_is_against_the_fastest_fp32_gemm_and_for_bf16_the_fastest
     assert "50 %" in line
 
 
+def test_step_gemm_peaks_time_a_training_steps_shapes_and_hold_each_run_against_its_precision(tinyshakespeare):
+    make("build/gemm_peak_onednn")
+    out = run([REPO / "build" / "gemm_peak_onednn", "-n", 64, "-r", 1, "-s", "32,64,128,2"],
+              env={"OMP_NUM_THREADS": "2"}).stdout
+    peaks = bench.parse_peaks(out)
+    steps = {k for k in peaks if k.startswith("step ")}
+    assert {"step onednn fp32", "step blocked fp32", "step blocked bf16"} <= steps, out
+    assert all(v > 0 for v in peaks.values()), out
+    assert bench.best_step_peak({"step onednn fp32": 150.0, "step blocked fp32": 120.0, "onednn fp32": 900.0}, "fp32") \
+        == ("step onednn fp32", 150.0)
+    assert bench.best_peak({"step onednn fp32": 999.0, "onednn fp32": 150.0}, "fp32") == ("onednn fp32", 150.0)
+    args = bench.parse_args(["--model", "d2", "-B", "2", "-T", "16", "--torch", ""])
+    assert bench.step_shape(args) == "32,128,50304,2"
+    rows, _ = bench.table_rows([fake_run("llmc train_gpt2 fp32", "llmc", "fp32", [1000.0])], FLOPS, TOKENS,
+                               {"step onednn fp32": 200.0, "onednn fp32": 400.0})
+    assert rows[0].step_peak_fraction == pytest.approx(0.5) and rows[0].peak_fraction == pytest.approx(0.25)
+    for bad in ("32,64,128", "0,64,128,2", "32,64,128,2,1", "a,b,c,d"):
+        assert_one_error_line(run([REPO / "build" / "gemm_peak_onednn", "-s", bad], check=False), alone=True)
+
+
+def test_time_outside_the_gemms_comes_from_the_trainers_gemm_clock():
+    script = ("for i in range(1, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')\n"
+              "print('gemm time: 1200.0 ms in 42 calls (LLMC_GEMM_TIME=1)')")
+    r = bench.Run("llmc train_gpt2 fp32", [PYTHON, "-c", script], {}, "llmc", "fp32")
+    bench.spawn_and_measure(r, 1, 60)
+    assert r.outside_gemm_ms == [pytest.approx(100.0)]  # (3 x 500 - 1200) / 3
+    rows, _ = bench.table_rows([r], FLOPS, TOKENS, {})
+    assert rows[0].outside_gemm_ms == pytest.approx(100.0)
+    assert "100.0" in next(x for x in bench.format_table(rows, None) if "llmc train_gpt2 fp32" in x)
+
+
+def test_our_precisions_and_default_programs():
+    args = bench.parse_args(["--precision", "fp32,bf16,bf16-force", "--torch", ""])
+    assert args.ours == "train_gpt2_openblas,train_gpt2_onednn,train_gpt2_none"
+    runs = {r.name: r for r in bench.build_runs(bench.parse_args(["--ours", "train_gpt2", "--precision",
+                                                                   "fp32,bf16,bf16-force", "--torch", ""]))}
+    forced, decided, fp32 = runs["llmc train_gpt2 bf16-force"], runs["llmc train_gpt2 bf16"], runs["llmc train_gpt2 fp32"]
+    assert forced.precision == "bf16" and forced.env["LLMC_BF16"] == "force" and forced.cmd[-2:] == ["-p", "bf16"]
+    assert "LLMC_BF16" not in decided.env and decided.cmd[-2:] == ["-p", "bf16"] and "-p" not in fp32.cmd
+    assert all(r.env["LLMC_GEMM_TIME"] == "1" for r in runs.values())
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--precision", "fp16"])
+
+
 def test_peak_lines_are_parsed_and_each_blas_build_has_its_peak_program():
     text = ("gemm_peak: backend openblas, bf16 emulated in fp32, 2 thread(s), n=2048, median of 3\n"
             "gemm openblas fp32 171.5\ngemm blocked fp32 120.0\ngemm blocked bf16 90.25\ngemm torch bf16 20.0\n")
@@ -121,7 +165,8 @@ def test_gemm_peak_programs_print_a_rate_per_gemm():
     out = run([REPO / "build" / "gemm_peak", "-n", 96, "-r", 1], env={"OMP_NUM_THREADS": "2"}).stdout
     peaks = bench.parse_peaks(out)
     assert {"blocked fp32", "blocked bf16"} <= set(peaks) and all(v > 0 for v in peaks.values()), out
-    assert len(peaks) in (2, 3), out  # plus the BLAS's fp32 line when the build has one
+    # plus the BLAS's fp32 line and oneDNN's bf16 one when the build has them
+    assert len(peaks) in (2, 3, 4), out
     out = run([PYTHON, REPO / "dev" / "gemm_peak.py", "-n", 64, "--reps", 1, "--threads", 1]).stdout
     peaks = bench.parse_peaks(out)
     assert set(peaks) == {"torch fp32", "torch bf16"} and all(v > 0 for v in peaks.values()), out

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TS_TRAIN, make, run
+from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, TS_TRAIN, assert_one_error_line, make, run
 
 
 def system_blas_found(blas: str) -> bool:
@@ -36,7 +36,7 @@ def system_blas_found(blas: str) -> bool:
     return f"BLAS: {blas} (not found)" not in out
 
 
-VARIANTS = ["mkl", "openblas", "none",
+VARIANTS = ["mkl", "openblas", "onednn", "none",
             pytest.param("openblas-system", marks=pytest.mark.skipif(not system_blas_found("openblas-system"),
                                                                       reason="no system OpenBLAS (apt-get install libopenblas-dev)")),
             pytest.param("mkl-system", marks=pytest.mark.skipif(not system_blas_found("mkl-system"),
@@ -72,6 +72,57 @@ def test_gpt2_variant_matches_reference(blas: str, d2_reference: Path) -> None:
     assert failed == 0 and passed >= 28
 
 
+# the two bf16 GEMMs, each asked for by name (LLMC_BF16_GEMM), so a run states which one it took: oneDNN's needs a
+# CPU with AVX512-BF16 or AMX (elsewhere oneDNN has no bf16 kernel: its refusal is tested below and in
+# tests/test_cpu_kernels.py), the built-in one runs on every CPU (emulated in fp32 without AVX512-BF16)
+BF16_GEMMS = [pytest.param("onednn", marks=pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
+                                                              reason="no AVX512-BF16 or AMX: oneDNN has no bf16 kernel")),
+              "builtin"]
+BF16_GEMM_NAMES = {"onednn": "oneDNN's bf16 GEMM (", "builtin": "the built-in bf16 GEMM ("}
+
+
+@pytest.mark.parametrize("path, env", [
+    ("refused", {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    pytest.param("kernel", {}, marks=pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
+                                                        reason="no AVX512-BF16 or AMX: oneDNN has no bf16 kernel")),
+])
+def test_onednn_bf16_takes_the_path_it_is_told_to_expect(path: str, env: dict[str, str]) -> None:
+    """dev/test/test_matmul_onednn with LLMC_TEST_ONEDNN_BF16 set: the kernel path (oneDNN's bf16 against the rounded
+    inputs' reference, the weight mirrors) or, with ONEDNN_MAX_CPU_ISA=AVX2 on any CPU, the refusal (-1, C kept,
+    the built-in kernel behind matmul_gemm); told the other path, it fails."""
+    make("dev/test/test_matmul_onednn")
+    binary = REPO / "dev" / "test" / "test_matmul_onednn"
+    proc = run([binary], env={**TWO_THREADS, "LLMC_TEST_ONEDNN_BF16": path, **env})
+    said = re.search(r"^oneDNN bf16 path: (.*)$", proc.stdout, re.M)
+    assert said and said[1].startswith("refused: no bf16 kernel" if path == "refused" else "brg"), proc.stdout
+    assert summary_counts(proc.stdout)[1] == 0
+    other = "kernel" if path == "refused" else "refused"
+    proc = run([binary], env={**TWO_THREADS, "LLMC_TEST_ONEDNN_BF16": other, **env}, check=False)
+    assert proc.returncode != 0 and f"expected the {other} path, this run took the other" in proc.stdout
+
+
+@pytest.mark.parametrize("gemm", BF16_GEMMS)
+def test_gpt2_bf16_matches_reference_within_bf16_tolerances(gemm: str, d2_reference: Path) -> None:
+    make("test_gpt2")
+    proc = run([REPO / "test_gpt2", "-e", "gpt2_d2.bin", "-s", "gpt2_d2_debug_state.bin", "-p", "bf16"],
+               cwd=d2_reference, env={**TWO_THREADS, "LLMC_BF16_GEMM": gemm})
+    assert f"precision bf16 (GEMM inputs rounded to bf16) on {BF16_GEMM_NAMES[gemm]}" in proc.stdout, proc.stdout
+    passed, failed = summary_counts(proc.stdout)
+    assert failed == 0 and passed >= 28
+
+
+@pytest.mark.parametrize("env, line", [
+    ({"LLMC_BF16_GEMM": "fast"}, "error: LLMC_BF16_GEMM=fast: use builtin or onednn"),
+    ({"LLMC_BF16_GEMM": "onednn", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+     "error: LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"),
+])
+def test_a_bf16_gemm_that_cannot_be_had_is_one_error_line(tinyshakespeare, tmp_path: Path, env, line) -> None:
+    make("train_gpt2")
+    proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 1, "-p", "bf16", "-o", tmp_path],
+               cwd=tmp_path, env={"LLMC_BF16": "force", **env}, check=False)
+    assert assert_one_error_line(proc) == line
+
+
 def overfit_losses(binary: Path, cwd: Path, precision: str, env: dict[str, str] | None = None,
                    name: str = "") -> list[float]:
     """Losses (main.log, 6 decimals) of 10 steps on the first batch (d2 from scratch, B=4, T=64, constant LR).
@@ -87,10 +138,11 @@ def overfit_losses(binary: Path, cwd: Path, precision: str, env: dict[str, str] 
     return [steps[k] for k in range(10)]
 
 
-def test_bf16_losses_follow_fp32_within_tolerance(tinyshakespeare, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gemm", BF16_GEMMS)
+def test_bf16_losses_follow_fp32_within_tolerance(tinyshakespeare, tmp_path: Path, gemm: str) -> None:
     make("train_gpt2")
     fp32 = overfit_losses(REPO / "train_gpt2", tmp_path, "fp32")
-    bf16 = overfit_losses(REPO / "train_gpt2", tmp_path, "bf16")
+    bf16 = overfit_losses(REPO / "train_gpt2", tmp_path, "bf16", {"LLMC_BF16_GEMM": gemm})
     diffs = [abs(a - b) for a, b in zip(fp32, bf16)]
     assert max(diffs) <= BF16_LOSS_TOL, f"fp32 {fp32}\nbf16 {bf16}"
     assert max(diffs) > 0.0, "-p bf16 gave exactly the fp32 losses: the flag does not reach the GEMMs"

@@ -79,6 +79,32 @@ def test_python_driver_matches_the_c_trainer(built, tinyshakespeare, tmp_path):
     assert py[2] < py[0]  # it learns
 
 
+@pytest.mark.parametrize("env", [{"LLMC_BF16": "force"}, {"LLMC_BF16_RATES": "184,106"}, {"LLMC_BF16_RATES": "106,184"}],
+                         ids=["forced", "pays", "does-not-pay"])
+def test_python_driver_takes_p_bf16_as_the_c_trainer_does(built, tinyshakespeare, tmp_path, env):
+    """-p bf16: the same decision line (or none under LLMC_BF16=force) and the same losses as ./train_gpt2 -p bf16;
+    where bf16 is kept the losses differ from -p fp32's (the flag reaches the GEMMs)."""
+    train, _ = tinyshakespeare
+    make("train_gpt2")
+    runs = {}
+    for name, cmd in (("c", [REPO / "train_gpt2"]), ("py", [sys.executable, "-m", "pyllmc.train"])):
+        proc = run([*cmd, *flags(train, tmp_path / name, 4), "-p", "bf16"], env={**ENV, **env})
+        said = [line for line in proc.stdout.splitlines() if line.startswith("-p bf16")]
+        runs[name] = (said, train_losses(tmp_path / name / "main.log"))
+    assert runs["py"][0] == runs["c"][0] and len(runs["c"][0]) == (0 if "LLMC_BF16" in env else 1), runs
+    assert max(abs(a - b) for a, b in zip(runs["c"][1], runs["py"][1])) <= LOSS_TOL, runs
+    run([REPO / "train_gpt2", *flags(train, tmp_path / "fp32", 4)], env=ENV)
+    kept = env.get("LLMC_BF16_RATES") != "106,184"
+    assert (runs["py"][1] != train_losses(tmp_path / "fp32" / "main.log")) == kept, runs
+
+
+def test_python_driver_refuses_a_bad_precision_in_one_line(built, tinyshakespeare):
+    proc = run([sys.executable, "-m", "pyllmc.train", "-e", "d1", "-s", "0", "-p", "fp16"], check=False, env=ENV)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ['error: flag -p: bad value "fp16": use fp32 or bf16 (run python -m '
+                                                'pyllmc.train --help to list the flags)'], proc.stderr
+
+
 def test_mpirun_two_processes_reproduce_one_process(built, tinyshakespeare, tmp_path):
     train, _ = tinyshakespeare
     run([sys.executable, "-m", "pyllmc.train", *flags(train, tmp_path / "one", 4)], env=ENV)

@@ -17,6 +17,9 @@ gives bit-identical results on 1 to 4 threads (the blocked fp32 kernel is the on
 forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/cpu/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
+In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
+built-in kernel and the reference on 1-3 threads (check_onednn_fp32), and its bf16 path, the one the environment
+says to expect (LLMC_TEST_ONEDNN_BF16=kernel|refused; check_onednn_bf16), with the weight mirrors.
 */
 #include <math.h>
 #include <stdio.h>
@@ -290,9 +293,209 @@ static void check_vecmath(void) {
     CHECK(isnan(vec_expf(NAN)) && isnan(vec_tanhf(NAN)), "NaN propagates");
 }
 
+#if defined(LLMC_ONEDNN)
+// fills a stored operand and the C of a GEMM with random values; returns the sizes via the pointers
+typedef struct { float* A, * B, * C0, * C; int lda, ldb, ldc; size_t asz, bsz, csz; } GemmCase;
+
+static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad) {
+    GemmCase g;
+    g.lda = (ta ? M : K) + pad; g.ldb = (tb ? K : N) + pad; g.ldc = N + pad;
+    g.asz = (size_t)(ta ? K : M) * g.lda; g.bsz = (size_t)(tb ? N : K) * g.ldb; g.csz = (size_t)M * g.ldc;
+    g.A = (float*)malloc((g.asz + 1) * sizeof(float));
+    g.B = (float*)malloc((g.bsz + 1) * sizeof(float));
+    g.C0 = (float*)malloc((g.csz + 1) * sizeof(float));
+    g.C = (float*)malloc((g.csz + 1) * sizeof(float));
+    for (size_t i = 0; i < g.asz; i++) { g.A[i] = rand_uniform(); }
+    for (size_t i = 0; i < g.bsz; i++) { g.B[i] = rand_uniform(); }
+    for (size_t i = 0; i < g.csz; i++) { g.C0[i] = rand_uniform(); }
+    return g;
+}
+
+static void gemm_case_free(GemmCase* g) { free(g->A); free(g->B); free(g->C0); free(g->C); }
+
+// the padding columns of C (beyond N in each row) kept their values
+static int padding_untouched(const GemmCase* g, int M, int N) {
+    for (int i = 0; i < M; i++) {
+        for (int j = N; j < g->ldc; j++) { if (g->C[(size_t)i * g->ldc + j] != g->C0[(size_t)i * g->ldc + j]) { return 0; } }
+    }
+    return 1;
+}
+
+// oneDNN's fp32 GEMM (onednn_gemm, called directly whatever the build's BLAS) against the built-in fp32 kernel
+// and the double reference: every transpose, row strides larger than the rows, ragged and tiny shapes, beta 0, 1
+// and 0.5, on 1, 2 and 3 threads
+static void check_onednn_fp32(void) {
+    const int shapes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {67, 130, 257}, {257, 5, 300},
+                             {3, 300, 1}, {256, 768, 96}, {40, 1100, 300}};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    int checked = 0;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        for (int t = 0; t < 4; t++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 5;
+            float beta = betas[(s + t) % 3];
+            GemmCase g = gemm_case(M, N, K, ta, tb, pad);
+            double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+            double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+            gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, 0, ref, scale);
+            float* builtin = (float*)malloc((g.csz + 1) * sizeof(float));
+            memcpy(builtin, g.C0, g.csz * sizeof(float));
+            matmul_gemm_blocked(MATMUL_FP32, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, builtin, g.ldc);
+            for (int threads = 1; threads <= 3; threads++) {
+                int saved = omp_get_max_threads();
+                omp_set_num_threads(threads);
+                memcpy(g.C, g.C0, g.csz * sizeof(float));
+                int rc = onednn_gemm(ONEDNN_F32, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
+                omp_set_num_threads(saved);
+                CHECK(rc == 0, "oneDNN fp32 M=%d N=%d K=%d: no kernel (%d)", M, N, K, rc);
+                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                CHECK(w <= 1.0, "oneDNN fp32 M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d, %d thread(s): error %.3g "
+                      "x tolerance", M, N, K, ta, tb, beta, pad, threads, w);
+                double vs_builtin = 0.0; // each element against the built-in kernel's, on the same error scale
+                for (int i = 0; i < M; i++) {
+                    for (int j = 0; j < N; j++) {
+                        double d = fabs((double)g.C[(size_t)i * g.ldc + j] - builtin[(size_t)i * g.ldc + j]);
+                        double r = d / (2e-5 * scale[(size_t)i * N + j] + 1e-30);
+                        if (!(r <= vs_builtin)) { vs_builtin = r; }
+                    }
+                }
+                CHECK(vs_builtin <= 1.0, "oneDNN fp32 M=%d N=%d K=%d transA=%d transB=%d: %.3g x tolerance from the "
+                      "built-in kernel", M, N, K, ta, tb, vs_builtin);
+                CHECK(padding_untouched(&g, M, N), "oneDNN fp32 M=%d N=%d K=%d: wrote outside the N columns", M, N, K);
+                checked++;
+            }
+            free(ref); free(scale); free(builtin);
+            gemm_case_free(&g);
+        }
+    }
+    printf("oneDNN fp32 (%s): %d GEMMs against the built-in kernel and the double reference\n",
+           onednn_gemm_kernel(ONEDNN_F32, 256, 768, 768), checked);
+}
+
+// oneDNN's bf16 GEMM, on the path the test is told to expect (LLMC_TEST_ONEDNN_BF16: "kernel" where the CPU has
+// AVX512-BF16 or AMX, "refused" on an AVX2-only CPU or under ONEDNN_MAX_CPU_ISA=AVX2; unset, CPUID's flags say
+// which), so a run that takes the other path fails instead of passing on whichever it took.
+//   kernel:  the bf16 GEMM against the double reference of the bf16-rounded inputs (1e-5) on 1-3 threads, every
+//            transpose, padded rows; an operand in a registered mirror is read from the mirror (a mirror of zeros
+//            gives C = beta * C), and with the true mirror the result is the reference's
+//   refused: onednn_gemm(ONEDNN_BF16) returns -1 and leaves C alone; matmul_gemm(MATMUL_BF16) still gives the
+//            right result (the built-in kernel)
+// what the CPU says (CPUID): AVX512-BF16 or AMX-BF16 means oneDNN has a bf16 kernel, unless ONEDNN_MAX_CPU_ISA caps
+// it (then the caller must say which path it expects)
+static const char* onednn_bf16_expected_from_cpu(void) {
+    const char* cap = getenv("ONEDNN_MAX_CPU_ISA");
+    if (cap != NULL && cap[0] != '\0') { return NULL; }
+    __builtin_cpu_init();
+    int bf16 = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+    return bf16 ? "kernel" : "refused";
+}
+
+static void check_onednn_bf16(void) {
+    const char* expect = getenv("LLMC_TEST_ONEDNN_BF16");
+    if (expect == NULL || expect[0] == '\0') { expect = onednn_bf16_expected_from_cpu(); }
+    const char* kernel = matmul_bf16_onednn_kernel();
+    int has_kernel = kernel[0] != '\0';
+    char version[96];
+    onednn_version(version, sizeof(version));
+    printf("oneDNN bf16 path: %s (%s), expected: %s\n", has_kernel ? kernel : "refused: no bf16 kernel", version,
+           expect != NULL ? expect : "not said");
+    CHECK(expect != NULL && (strcmp(expect, "kernel") == 0 || strcmp(expect, "refused") == 0),
+          "LLMC_TEST_ONEDNN_BF16=kernel|refused must say which oneDNN bf16 path this run is to take (it follows from "
+          "CPUID only without ONEDNN_MAX_CPU_ISA)");
+    if (expect == NULL) { return; }
+    CHECK(has_kernel == (strcmp(expect, "kernel") == 0), "oneDNN bf16: expected the %s path, this run took the other "
+          "(%s)", expect, version);
+    const int shapes[][3] = {{1, 1, 1}, {7, 33, 67}, {67, 130, 257}, {256, 768, 96}, {3, 300, 1}, {40, 1100, 300}};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        for (int t = 0; t < 4; t++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 3;
+            float beta = betas[(s + t) % 3];
+            GemmCase g = gemm_case(M, N, K, ta, tb, pad);
+            double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+            double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+            gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, 1, ref, scale);
+            if (!has_kernel) {
+                memcpy(g.C, g.C0, g.csz * sizeof(float));
+                uint16_t dummy[2] = {0, 0};
+                int rc = onednn_gemm(ONEDNN_BF16, ta, tb, M, N, K, dummy, g.lda, dummy, g.ldb, beta, g.C, g.ldc);
+                CHECK(rc == -1 && memcmp(g.C, g.C0, g.csz * sizeof(float)) == 0,
+                      "oneDNN bf16 refused M=%d N=%d K=%d: returned %d and %s C", M, N, K, rc,
+                      memcmp(g.C, g.C0, g.csz * sizeof(float)) == 0 ? "kept" : "changed");
+                memcpy(g.C, g.C0, g.csz * sizeof(float));
+                matmul_gemm(MATMUL_BF16, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
+                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                CHECK(w <= 1.0, "bf16 after oneDNN's refusal M=%d N=%d K=%d: error %.3g x tolerance", M, N, K, w);
+            } else {
+                for (int threads = 1; threads <= 3; threads++) {
+                    int saved = omp_get_max_threads();
+                    omp_set_num_threads(threads);
+                    memcpy(g.C, g.C0, g.csz * sizeof(float));
+                    int rc = matmul_gemm_onednn_bf16(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
+                    omp_set_num_threads(saved);
+                    double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                    CHECK(rc == 0 && w <= 1.0, "oneDNN bf16 M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d, %d "
+                          "thread(s): rc %d, error %.3g x tolerance", M, N, K, ta, tb, beta, pad, threads, rc, w);
+                    CHECK(padding_untouched(&g, M, N), "oneDNN bf16 M=%d N=%d K=%d: wrote outside the N columns", M, N, K);
+                }
+                // B in a mirror of zeros: C = beta * C, so the mirror, not B, was read
+                uint16_t* mirror = (uint16_t*)calloc(g.bsz + 1, sizeof(uint16_t));
+                matmul_bf16_mirror_add(g.B, g.bsz, mirror);
+                memcpy(g.C, g.C0, g.csz * sizeof(float));
+                matmul_gemm(MATMUL_BF16, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
+                int scaled_only = 1;
+                for (int i = 0; i < M; i++) {
+                    for (int j = 0; j < N; j++) {
+                        size_t at = (size_t)i * g.ldc + j;
+                        if (g.C[at] != (beta == 0.0f ? 0.0f : beta * g.C0[at])) { scaled_only = 0; }
+                    }
+                }
+                CHECK(scaled_only, "oneDNN bf16 M=%d N=%d K=%d transA=%d transB=%d: a registered mirror of B was not "
+                      "the B the GEMM read", M, N, K, ta, tb);
+                // the true mirror: the reference's result (oneDNN may sum in another order for the mirror's
+                // padded row stride than for the dense copy a call makes, so not bit for bit)
+                matmul_round_bf16(mirror, g.B, 1, g.bsz, g.bsz);
+                memcpy(g.C, g.C0, g.csz * sizeof(float));
+                matmul_gemm(MATMUL_BF16, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
+                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                CHECK(w <= 1.0, "oneDNN bf16 M=%d N=%d K=%d transA=%d transB=%d, B from its mirror: error %.3g x "
+                      "tolerance", M, N, K, ta, tb, w);
+                matmul_bf16_mirror_remove(g.B);
+                free(mirror);
+            }
+            free(ref); free(scale);
+            gemm_case_free(&g);
+        }
+    }
+}
+#endif
+
+// matmul_round_bf16 (the vectorised rounding of the oneDNN path) equals mm_bf16_round element for element,
+// specials included, and honours the row stride
+static void check_round_bf16_rows(void) {
+    const int rows = 37, cols = 129, ld = 140;
+    float* X = (float*)malloc((size_t)rows * ld * sizeof(float));
+    uint16_t* out = (uint16_t*)malloc((size_t)rows * cols * sizeof(uint16_t));
+    const float specials[] = {0.0f, -0.0f, 1.00390625f, 1.01171875f, 1e-40f, 3.389531e38f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < (size_t)rows * ld; i++) {
+        X[i] = i % 11 == 0 ? specials[(i / 11) % 9] : rand_uniform() * powf(2.0f, (float)((int)(i % 50) - 25));
+    }
+    matmul_round_bf16(out, X, rows, cols, ld);
+    int mismatches = 0;
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) { mismatches += out[(size_t)r * cols + c] != mm_bf16_round(X[(size_t)r * ld + c]); }
+    }
+    CHECK(mismatches == 0, "matmul_round_bf16: %d of %d values differ from mm_bf16_round", mismatches, rows * cols);
+    free(X); free(out);
+}
+
 int main(void) {
     printf("matmul backend: %s, blocked fp32 kernel: %s, bf16 kernel: %s\n", matmul_backend_name(),
            matmul_isa_name(matmul_isa()), matmul_bf16_native() ? "AVX512-BF16 (vdpbf16ps)" : "emulated in fp32");
+    check_round_bf16_rows();
+#if defined(LLMC_ONEDNN)
+    check_onednn_fp32();
+    check_onednn_bf16();
+#endif
     check_bf16_rounding();
     check_vecmath();
     const int sizes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {33, 67, 7}, {67, 130, 257},

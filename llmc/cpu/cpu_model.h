@@ -39,6 +39,8 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_grad_norm(cm)
     cpu_model_update(cm, ...) one AdamW step on this process's slice
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
+    cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
+                              at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
     cpu_model_free(cm)
     CpuModelCalls, CPU_MODEL_CALLS(Model, prefix)   a family's calls for the programs around the model
 */
@@ -258,6 +260,10 @@ typedef struct {
     int lazy_zero_grad;         // set by a model whose backward honours grads_stale
     int grads_stale;            // the gradients count as zero (lazy_zero_grad after cpu_model_zero_grad)
     const int* per_layer;       // one slice per layer (with is_matrix: one Muon matrix per layer)
+    // -p bf16 on oneDNN: the parameters rounded to bf16, the GEMMs' copy of the weights (llmc/cpu/matmul.h's mirror),
+    // made at the first forward pass after the parameters changed (an optimizer step, a load)
+    uint16_t* params_bf16;
+    int params_bf16_stale;
     // the optimizer state of this process's slice [opt_offset, opt_offset + opt_size) of the flat
     // parameters (everything, or with ZeRO-1 one shard), or with -op muon of its segments back to back
     // (m is a Muon matrix's momentum, v unused there)
@@ -308,6 +314,28 @@ static void cpu_model_init(CpuModel* cm, const char* family, int vocab_size, int
     cm->optimizer = OPTIMIZER_ADAMW;
     cpu_muon_init(&cm->muon);
     cm->mean_loss = -1.0f;
+    cm->params_bf16_stale = 1;
+}
+
+// the parameters were written (loaded, initialised, set from Python): the bf16 copy is rounded again before the
+// next forward pass reads it
+static void cpu_model_params_changed(CpuModel* cm) { cm->params_bf16_stale = 1; }
+
+// -p bf16 with oneDNN's GEMMs: the bf16 copy of the parameters, made (and registered with llmc/cpu/matmul.h) at
+// the first forward pass and rounded again after each change, so each weight is rounded once per optimizer step
+// instead of in every GEMM that reads it. Nothing happens in fp32 or with the built-in bf16 kernel (it rounds its
+// operands as it packs them).
+static void cpu_model_refresh_bf16(CpuModel* cm) {
+    if (matmul_precision != MATMUL_BF16 || matmul_bf16_gemm() != MATMUL_BF16_ONEDNN) { return; }
+    if (cm->params_bf16 == NULL) {
+        cm->params_bf16 = (uint16_t*)mallocCheck(cm->num_parameters * sizeof(uint16_t));
+        matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);
+        cm->params_bf16_stale = 1;
+    }
+    if (cm->params_bf16_stale) {
+        matmul_round_bf16(cm->params_bf16, cm->params_memory, 1, cm->num_parameters, cm->num_parameters);
+        cm->params_bf16_stale = 0;
+    }
 }
 
 // point(model, memory, B, T, grads) points the model's named activations for B x T tokens (grads = 1: their
@@ -380,6 +408,7 @@ static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* 
     if (targets != NULL) { memcpy(cm->targets, targets, (size_t)B * T * sizeof(int)); }
     cm->cur_B = B;
     cm->cur_T = T;
+    cpu_model_refresh_bf16(cm);
 }
 
 // the loss of the forward pass: the mean of its B x T per-token losses (summed in double, in order), or -1
@@ -425,6 +454,7 @@ static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, flo
     cpu_adamw_update(cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->opt_offset, cm->opt_size,
                      cm->param_sizes, cm->is_matrix, cm->num_tensors, learning_rate, beta1, beta2, eps, weight_decay,
                      grad_scale, t);
+    cpu_model_params_changed(cm);
 }
 
 // One step of Muon mode on this process's segments: Muon (llmc/cpu/muon.h) with muon_lr on each owned block
@@ -435,10 +465,13 @@ static void cpu_model_update_muon(CpuModel* cm, float learning_rate, float muon_
                                   float weight_decay, float grad_scale, int t) {
     cpu_muon_update(&cm->muon, cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->is_matrix,
                     learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    cpu_model_params_changed(cm);
 }
 
 static void cpu_model_free(CpuModel* cm) {
     cpu_muon_free(&cm->muon);
+    if (cm->params_bf16 != NULL) { matmul_bf16_mirror_remove(cm->params_memory); }
+    free(cm->params_bf16);
     free(cm->params_memory);
     free(cm->grads_memory);
     free(cm->m_memory);

@@ -95,7 +95,9 @@ static void cpu_test_begin(CpuTest* t, const char* state_path, const DebugState*
                d->muon_lr, d->muon_momentum, d->muon_nesterov, d->muon_ns_steps,
                d->muon_adjust_lr == MUON_ADJUST_ORIGINAL ? "original" : "match_rms_adamw");
     }
-    printf("precision %s\n", matmul_precision == MATMUL_BF16 ? "bf16 (GEMM inputs rounded to bf16)" : "fp32");
+    char gemm[128] = "";
+    if (matmul_precision == MATMUL_BF16) { matmul_bf16_gemm_describe(gemm, sizeof(gemm)); }
+    printf("precision %s%s\n", matmul_precision == MATMUL_BF16 ? "bf16 (GEMM inputs rounded to bf16) on " : "fp32", gemm);
     step_loss_rule_print(stdout, d, &t->tol);
 }
 

@@ -92,19 +92,28 @@ static int cpu_parse_optimizer(const TrainArgs* args, const char* argv0, MuonCon
 // -p bf16 only where this CPU's bf16 GEMM beats its fp32 one; all processes agree (one slow CPU
 // in the job and everyone trains fp32, so the processes keep computing the same numbers). Rank 0
 // says which and why in one line, unless LLMC_BF16=force took the question away.
+// the outcome of -p bf16 once every process has answered matmul_bf16_pays: matmul_precision set, and into line
+// (n bytes) what rank 0 prints ("" for nothing: LLMC_BF16=force took the question away). all_pay: every process's
+// answer was yes; mine, why: this process's answer and reason. pyllmc.train says the same through it.
+static void cpu_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n) {
+    line[0] = '\0';
+    if (!all_pay) {
+        matmul_precision = MATMUL_FP32;
+        snprintf(line, n, "-p bf16: training in fp32 instead: %s (LLMC_BF16=force runs bf16)",
+                 mine ? "another process's CPU gains nothing from bf16" : why);
+    } else if (strcmp(why, "LLMC_BF16=force") != 0) {
+        snprintf(line, n, "-p bf16: training in bf16: %s", why);
+    }
+}
+
 static void cpu_choose_precision(const ProcessGroup* pg) {
     if (matmul_precision != MATMUL_BF16) { return; }
-    char why[256] = "";
-    float pays = (float)matmul_bf16_pays(why, sizeof(why));
-    float mine = pays;
+    char why[256] = "", line[320];
+    int mine = matmul_bf16_pays(why, sizeof(why));
+    float pays = (float)mine;
     allreduce_sum_floats(&pays, 1, pg);
-    if (pays < (float)pg->num_processes) {
-        matmul_precision = MATMUL_FP32;
-        if (mine > 0.0f) { snprintf(why, sizeof(why), "another process's CPU gains nothing from bf16"); }
-        if (pg->process_rank == 0) { printf("-p bf16: training in fp32 instead: %s (LLMC_BF16=force runs bf16)\n", why); }
-    } else if (pg->process_rank == 0 && strcmp(why, "LLMC_BF16=force") != 0) {
-        printf("-p bf16: training in bf16: %s\n", why);
-    }
+    cpu_precision_outcome(pays >= (float)pg->num_processes, mine, why, line, sizeof(line));
+    if (pg->process_rank == 0 && line[0] != '\0') { printf("%s\n", line); }
 }
 
 // ----------------------------------------------------------------------------

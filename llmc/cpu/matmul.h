@@ -12,7 +12,9 @@ prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at b
     -DLLMC_BLAS_OPENBLAS   OpenBLAS (pip wheel scipy-openblas32), scipy_cblas_sgemm
     -DLLMC_BLAS_OPENBLAS_SYSTEM  an OpenBLAS installed on the machine (Debian's libopenblas-dev,
                            pkg-config openblas), plain cblas_sgemm
-    neither                matmul_gemm_blocked: the dependency-free kernel below
+    -DLLMC_BLAS_ONEDNN     oneDNN's matmul primitive (llmc/cpu/onednn_gemm.h; pip wheels onednn-cpu-gomp +
+                           onednn-devel-cpu-gomp)
+    none of them           matmul_gemm_blocked: the dependency-free kernel below
 
 The blocked kernel gives each thread a rectangle of C, packs a K block of op(B) into panels of
 NR columns and a block of op(A) into strips of MM_MR = 6 rows, both zero-padded, and runs a
@@ -34,6 +36,14 @@ two-term sums. C, beta and the accumulation stay fp32 (mixed precision: fp32 mas
 GEMM inputs).
 Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written on it ran at
 0.8x MKL's own sgemm (no bf16 fast path on AMD), while this kernel runs at ~1.5x sgemm.
+
+With oneDNN in the build (-DLLMC_ONEDNN: every build whose BLAS is not none, when the wheels are there) the bf16
+GEMMs run on oneDNN's bf16 kernels instead (brgemm on AVX512-BF16, AMX tiles on Intel CPUs that have them), on bf16
+operands: an operand inside a registered mirror (matmul_bf16_mirror_add: a model's parameters, rounded to bf16 once
+per optimizer step by llmc/cpu/cpu_model.h) is read from its bf16 copy; any other is rounded once per call into a
+per-thread buffer (matmul_round_bf16, the same rounding as above). Where oneDNN has no bf16 kernel (AVX2-only CPUs,
+or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them; LLMC_BF16_GEMM=builtin|onednn chooses by hand
+(matmul_bf16_gemm), so the built-in path stays selectable and timeable on every CPU.
 */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
@@ -70,8 +80,16 @@ Why not MKL's cblas_gemm_bf16bf16f32: on the AMD EPYC (Zen 4) this was written o
 #define MATMUL_CBLAS_SGEMM cblas_sgemm
 void openblas_set_num_threads(int num_threads);
 int openblas_get_parallel(void); // 0 single-threaded build, 1 pthreads, 2 OpenMP
+#elif defined(LLMC_BLAS_ONEDNN)
+#ifndef LLMC_ONEDNN
+#define LLMC_ONEDNN 1
+#endif
+#define MATMUL_BACKEND "onednn"
 #else
 #define MATMUL_BACKEND "blocked"
+#endif
+#if defined(LLMC_ONEDNN)
+#include "onednn_gemm.h"
 #endif
 
 typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
@@ -674,6 +692,183 @@ static void matmul_gemm_blocked(MatmulPrecision prec, int transA, int transB, in
 }
 
 // ----------------------------------------------------------------------------
+// The GEMMs' own time, for make bench's "outside the GEMMs" column: with LLMC_GEMM_TIME=1 every matmul_gemm called
+// outside an OpenMP parallel region (the matmul layers, the lm_head, Muon; not the attention's per-head products,
+// which run inside one) adds the seconds of its BLAS / oneDNN / built-in kernel call to matmul_gemm_seconds, the
+// bf16 roundings of its operands left out; the program prints the total at exit (gemm time: ...).
+static double matmul_gemm_seconds = 0.0;
+static long matmul_gemm_calls = 0;
+
+static void mm_gemm_clock_report(void) {
+    printf("gemm time: %.1f ms in %ld calls (LLMC_GEMM_TIME=1)\n", 1000.0 * matmul_gemm_seconds, matmul_gemm_calls);
+}
+
+static int mm_gemm_clock_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char* env = getenv("LLMC_GEMM_TIME");
+        on = env != NULL && strcmp(env, "1") == 0;
+        if (on) { atexit(mm_gemm_clock_report); }
+    }
+#ifdef _OPENMP
+    if (omp_in_parallel()) { return 0; }
+#endif
+    return on;
+}
+
+// the clock starts again from zero (after the start-up calibration, which is not training)
+static void matmul_gemm_clock_reset(void) {
+    matmul_gemm_seconds = 0.0;
+    matmul_gemm_calls = 0;
+}
+
+static inline double mm_clock_start(void) { return mm_gemm_clock_on() ? wall_seconds() : 0.0; }
+
+static inline void mm_clock_stop(double t0) {
+    if (t0 != 0.0) {
+        matmul_gemm_seconds += wall_seconds() - t0;
+        matmul_gemm_calls++;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// bf16 on oneDNN: bf16 operands, a weight read from its mirror, anything else rounded once per call
+
+// dst[0:n] = src[0:n] rounded to bf16 as mm_bf16_round does (nearest even, NaN kept quiet), without branches so
+// that the compiler vectorises it
+static void mm_round_bf16_row(uint16_t* dst, const float* src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof(u));
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t quiet_nan = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    }
+}
+
+// dst (rows, cols) = the (rows, cols) matrix X (row stride ld) rounded to bf16, rows shared by the threads
+static void matmul_round_bf16(uint16_t* dst, const float* X, size_t rows, size_t cols, size_t ld) {
+    #pragma omp parallel for schedule(static) if (rows * cols >= ((size_t)1 << 16))
+    for (size_t r = 0; r < rows; r++) { mm_round_bf16_row(dst + r * cols, X + r * ld, cols); }
+}
+
+// Mirrors: bf16 copies of fp32 buffers that bf16 GEMMs read again and again (a model's parameters). An operand that
+// lies wholly inside a registered [base, base + n) is read from the copy at the same offset, not rounded again. The
+// owner keeps the copy equal to the rounded buffer before a bf16 GEMM reads it (llmc/cpu/cpu_model.h refreshes its
+// parameters' copy at the first forward pass after they changed). Registered and removed outside any GEMM.
+#define MATMUL_MAX_MIRRORS 16
+typedef struct {
+    const float* base;
+    size_t n;
+    const uint16_t* bf16;
+} MatmulBf16Mirror;
+static MatmulBf16Mirror mm_mirrors[MATMUL_MAX_MIRRORS];
+static int mm_num_mirrors = 0;
+
+static void matmul_bf16_mirror_add(const float* base, size_t n, const uint16_t* bf16) {
+    if (mm_num_mirrors == MATMUL_MAX_MIRRORS) { llmc_die("internal: more than %d bf16 mirrors", MATMUL_MAX_MIRRORS); }
+    mm_mirrors[mm_num_mirrors++] = (MatmulBf16Mirror){base, n, bf16};
+}
+
+static void matmul_bf16_mirror_remove(const float* base) {
+    for (int i = 0; i < mm_num_mirrors; i++) {
+        if (mm_mirrors[i].base == base) {
+            mm_mirrors[i] = mm_mirrors[--mm_num_mirrors];
+            return;
+        }
+    }
+}
+
+// the bf16 copy of the stored (rows, cols) operand X (row stride ld) when one mirror holds all of it, else NULL
+static const uint16_t* mm_bf16_mirror_of(const float* X, size_t rows, size_t cols, size_t ld) {
+    uintptr_t x = (uintptr_t)X;
+    size_t extent = (rows - 1) * ld + cols;
+    for (int i = 0; i < mm_num_mirrors; i++) {
+        const MatmulBf16Mirror* m = &mm_mirrors[i];
+        uintptr_t base = (uintptr_t)m->base;
+        if (x >= base && (x - base) % sizeof(float) == 0 && (x - base) / sizeof(float) + extent <= m->n) {
+            return m->bf16 + (x - base) / sizeof(float);
+        }
+    }
+    return NULL;
+}
+
+// a stored operand (rows, cols, row stride ld) as bf16: its mirror, or rounded into this thread's packing buffer
+// `which` (dense: its row stride, *ld_out, is then cols)
+static const uint16_t* mm_bf16_operand(const float* X, int rows, int cols, int ld, int which, int* ld_out) {
+    const uint16_t* mirror = mm_bf16_mirror_of(X, (size_t)rows, (size_t)cols, (size_t)ld);
+    *ld_out = ld;
+    if (mirror != NULL) { return mirror; }
+    uint16_t* buf = (uint16_t*)mm_pack_buffer(which, ((size_t)rows * cols + 1) / 2);
+    matmul_round_bf16(buf, X, (size_t)rows, (size_t)cols, (size_t)ld);
+    *ld_out = cols;
+    return buf;
+}
+
+// Which code runs the bf16 GEMMs, decided once: oneDNN in a build that has it, else the built-in kernel above.
+// Where oneDNN has no bf16 kernel on this CPU (only its reference code, or nothing) -p bf16 trains in fp32, and a
+// bf16 GEMM that is run anyway (LLMC_BF16=force) falls back to the built-in kernel. LLMC_BF16_GEMM=builtin|onednn
+// chooses by hand; onednn where oneDNN has no bf16 kernel is an error.
+typedef enum { MATMUL_BF16_BUILTIN = 0, MATMUL_BF16_ONEDNN = 1 } MatmulBf16Gemm;
+static MatmulBf16Gemm mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
+static char mm_bf16_onednn_kernel[96] = ""; // the kernel oneDNN picks for a trainer-sized bf16 GEMM, "" for none
+static pthread_once_t mm_bf16_gemm_once = PTHREAD_ONCE_INIT;
+
+static void mm_bf16_gemm_decide(void) {
+#if defined(LLMC_ONEDNN)
+    const char* kernel = onednn_gemm_kernel(ONEDNN_BF16, 256, 768, 768);
+    snprintf(mm_bf16_onednn_kernel, sizeof(mm_bf16_onednn_kernel), "%s", kernel != NULL ? kernel : "");
+#endif
+    int onednn_has = mm_bf16_onednn_kernel[0] != '\0';
+    const char* env = getenv("LLMC_BF16_GEMM");
+    if (env == NULL || env[0] == '\0') {
+#if defined(LLMC_ONEDNN)
+        mm_bf16_gemm_chosen = MATMUL_BF16_ONEDNN; // also where it has no bf16 kernel: -p bf16 then trains fp32
+#else
+        mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
+#endif
+    } else if (strcmp(env, "builtin") == 0) {
+        mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
+    } else if (strcmp(env, "onednn") == 0) {
+#if !defined(LLMC_ONEDNN)
+        llmc_die("LLMC_BF16_GEMM=onednn: this build has no oneDNN (build with BLAS=onednn, or a BLAS other than none "
+                 "with the onednn-cpu-gomp wheels: make setup)");
+#endif
+        if (!onednn_has) { llmc_die("LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"); }
+        mm_bf16_gemm_chosen = MATMUL_BF16_ONEDNN;
+    } else {
+        llmc_die("LLMC_BF16_GEMM=%s: use builtin or onednn", env);
+    }
+}
+
+static MatmulBf16Gemm matmul_bf16_gemm(void) {
+    pthread_once(&mm_bf16_gemm_once, mm_bf16_gemm_decide);
+    return mm_bf16_gemm_chosen;
+}
+
+// the kernel oneDNN picks for bf16 GEMMs here ("brg:avx512_core_bf16"), or "" where it has none (or no oneDNN)
+static const char* matmul_bf16_onednn_kernel(void) {
+    pthread_once(&mm_bf16_gemm_once, mm_bf16_gemm_decide);
+    return mm_bf16_onednn_kernel;
+}
+
+#if defined(LLMC_ONEDNN)
+// C(M,N) = beta * C + bf16(op(A)) . bf16(op(B)) on oneDNN, fp32 sums; -1 when oneDNN has no kernel for it
+static int matmul_gemm_onednn_bf16(int transA, int transB, int M, int N, int K, const float* A, int lda,
+                                   const float* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) { return 0; }
+    if (K <= 0) { return onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, NULL, lda, NULL, ldb, beta, C, ldc); }
+    int lda16, ldb16;
+    const uint16_t* A16 = mm_bf16_operand(A, transA ? K : M, transA ? M : K, lda, 1, &lda16);
+    const uint16_t* B16 = mm_bf16_operand(B, transB ? N : K, transB ? K : N, ldb, 0, &ldb16);
+    double t0 = mm_clock_start();
+    int rc = onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, C, ldc);
+    mm_clock_stop(t0);
+    return rc;
+}
+#endif
+
+// ----------------------------------------------------------------------------
 // fp32 through the BLAS: the trainer's OpenMP threads each run a single-threaded cblas call on
 // one slab of C (a range of its columns or of its rows). The BLAS's own threading is
 // not used: OpenBLAS's pthreads pool competes with the OpenMP threads for the cores (the
@@ -737,7 +932,7 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 // ----------------------------------------------------------------------------
 // the entry point
 
-// "mkl", "openblas", "openblas-system" or "blocked": what does the fp32 GEMMs in this build
+// "mkl", "openblas", "openblas-system", "onednn" or "blocked": what does the fp32 GEMMs in this build
 static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 
 
@@ -745,25 +940,46 @@ static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 // stored matrices (A is (M,K) or, with transA, (K,M); likewise B)
 static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
                                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-#if defined(MATMUL_CBLAS_SGEMM)
-    if (prec == MATMUL_FP32) {
-        matmul_cblas_slabs(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+#if defined(LLMC_ONEDNN)
+    if (prec == MATMUL_BF16 && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
+        matmul_gemm_onednn_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
         return;
     }
 #endif
+#if defined(LLMC_BLAS_ONEDNN)
+    // (a shape oneDNN has only its reference code for falls through to the blocked kernel)
+    if (prec == MATMUL_FP32) {
+        double t0 = mm_clock_start();
+        int rc = onednn_gemm(ONEDNN_F32, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        mm_clock_stop(t0);
+        if (rc == 0) { return; }
+    }
+#elif defined(MATMUL_CBLAS_SGEMM)
+    if (prec == MATMUL_FP32) {
+        double t0 = mm_clock_start();
+        matmul_cblas_slabs(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        mm_clock_stop(t0);
+        return;
+    }
+#endif
+    double t0 = mm_clock_start();
     matmul_gemm_blocked(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    mm_clock_stop(t0);
 }
 
 // ----------------------------------------------------------------------------
 // bf16 where it pays: the trainer's -p bf16 asks once at start-up whether this CPU's bf16 GEMM
-// beats its fp32 GEMM. Without AVX512-BF16 it cannot (bf16 is emulated in fp32: measured 0.65x
-// the fp32 step on Zen 3). With it, a short calibration decides: the bf16 kernel and the fp32
-// path (the build's BLAS or the blocked kernel) each run a trainer-sized GEMM (256 x 768 x 768,
-// 0.3 GFLOP) a few times, best of each; bf16 is used when its rate is at least MATMUL_BF16_MIN_GAIN
-// times the fp32 rate (AVX512-BF16 at half the FMA rate, as on some Xeons, does not pass; Zen 4 does).
+// beats its fp32 GEMM. The bf16 GEMM is oneDNN's in a build with oneDNN (matmul_bf16_gemm), else
+// the built-in kernel. Where it has no bf16 kernel (oneDNN on an AVX2-only CPU, or under
+// ONEDNN_MAX_CPU_ISA=AVX2), or the built-in one would be emulated in fp32 (no AVX512-BF16: measured
+// 0.65x the fp32 step on Zen 3), it cannot. Otherwise a short calibration decides: the bf16 GEMM and
+// the fp32 path (the build's BLAS, oneDNN or the blocked kernel) each run a trainer-sized GEMM
+// (256 x 768 x 768, 0.3 GFLOP, its B read as the trainer reads a weight: from a mirror) a few times,
+// best of each; bf16 is used when its rate is at least MATMUL_BF16_MIN_GAIN times the fp32 rate
+// (AVX512-BF16 at half the FMA rate, as on some Xeons, may not pass; Zen 4 does).
 // LLMC_BF16=force skips the question (the bf16 path stays testable on every CPU), and
 // LLMC_BF16_RATES=BF16,FP32 (GFLOP/s) supplies the two rates instead of measuring them, as if this
-// CPU had AVX512-BF16, so tests steer the decision both ways on any CPU.
+// CPU had a bf16 kernel, so tests steer the decision both ways on any CPU.
 // Returns 1 to run bf16; `reason` (n bytes) says why, in a few words, either way.
 
 #define MATMUL_BF16_MIN_GAIN 1.15
@@ -783,32 +999,46 @@ static double mm_time_gemm(MatmulPrecision prec, int M, int N, int K, const floa
 // the calibration itself: the bf16 and fp32 rates of a trainer-sized GEMM, in GFLOP/s
 static void mm_measure_bf16_fp32_rates(double* bf16_gflops, double* fp32_gflops) {
     int M = 256, N = 768, K = 768;
-    float* A = (float*)malloc((size_t)M * K * sizeof(float));
-    float* B = (float*)malloc((size_t)N * K * sizeof(float));
-    float* C = (float*)malloc((size_t)M * N * sizeof(float));
-    if (A == NULL || B == NULL || C == NULL) {
-        fprintf(stderr, "error: out of memory (bf16 calibration)\n");
-        exit(1);
-    }
+    float* A = (float*)mallocCheck((size_t)M * K * sizeof(float));
+    float* B = (float*)mallocCheck((size_t)N * K * sizeof(float));
+    float* C = (float*)mallocCheck((size_t)M * N * sizeof(float));
+    uint16_t* B16 = (uint16_t*)mallocCheck((size_t)N * K * sizeof(uint16_t));
     for (size_t i = 0; i < (size_t)M * K; i++) { A[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f; }
     for (size_t i = 0; i < (size_t)N * K; i++) { B[i] = (float)((i * 104729u) % 1000u) * 1e-3f - 0.5f; }
-    (void)mm_time_gemm(MATMUL_FP32, M, N, K, A, B, C, 1); // warm-up: packing buffers, thread pool
+    matmul_round_bf16(B16, B, (size_t)N, (size_t)K, (size_t)K); // B is a weight: rounded once, as the trainer's are
+    matmul_bf16_mirror_add(B, (size_t)N * K, B16);
+    (void)mm_time_gemm(MATMUL_FP32, M, N, K, A, B, C, 1); // warm-up: packing buffers, thread pool, primitives
     (void)mm_time_gemm(MATMUL_BF16, M, N, K, A, B, C, 1);
     double t32 = mm_time_gemm(MATMUL_FP32, M, N, K, A, B, C, 5);
     double t16 = mm_time_gemm(MATMUL_BF16, M, N, K, A, B, C, 5);
+    matmul_bf16_mirror_remove(B);
+    matmul_gemm_clock_reset(); // the calibration is not training
     free(A);
     free(B);
     free(C);
+    free(B16);
     double gflop = 2.0 * M * N * K * 1e-9;
     *bf16_gflops = gflop / t16;
     *fp32_gflops = gflop / t32;
 }
 
+// what runs the bf16 GEMMs, in words: "oneDNN's bf16 GEMM (brg:avx512_core_bf16)", "the built-in bf16 GEMM (AVX512-BF16)"
+static void matmul_bf16_gemm_describe(char* buf, size_t n) {
+    if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN) {
+        const char* kernel = matmul_bf16_onednn_kernel();
+        snprintf(buf, n, "oneDNN's bf16 GEMM (%s)", kernel[0] != '\0' ? kernel : "no kernel on this CPU");
+    } else {
+        snprintf(buf, n, "the built-in bf16 GEMM (%s)", matmul_bf16_native() ? "AVX512-BF16" : "emulated in fp32");
+    }
+}
+
 // the decision from the two rates: bf16 when it is at least MATMUL_BF16_MIN_GAIN times as fast
 static int matmul_bf16_decide(double bf16_gflops, double fp32_gflops, char* reason, size_t n) {
     int pays = bf16_gflops >= MATMUL_BF16_MIN_GAIN * fp32_gflops;
-    snprintf(reason, n, "this CPU's bf16 GEMM (AVX512-BF16) ran at %.0f GFLOP/s, its fp32 GEMM (%s) at %.0f: %s %.2fx",
-             bf16_gflops, matmul_backend_name(), fp32_gflops, pays ? "at least" : "less than", MATMUL_BF16_MIN_GAIN);
+    char gemm[128];
+    matmul_bf16_gemm_describe(gemm, sizeof(gemm));
+    snprintf(reason, n, "%s ran at %.0f GFLOP/s, the fp32 GEMM (%s) at %.0f: %s %.2fx", gemm, bf16_gflops,
+             matmul_backend_name(), fp32_gflops, pays ? "at least" : "less than", MATMUL_BF16_MIN_GAIN);
     return pays;
 }
 
@@ -823,12 +1053,19 @@ static int matmul_bf16_pays(char* reason, size_t n) {
     if (rates != NULL && rates[0] != '\0') {
         char end = 0;
         if (sscanf(rates, "%lf,%lf%c", &bf16_gflops, &fp32_gflops, &end) != 2 || !(bf16_gflops > 0.0) || !(fp32_gflops > 0.0)) {
-            fprintf(stderr, "error: LLMC_BF16_RATES=%s: use BF16,FP32 (two positive GFLOP/s rates, e.g. 180,100)\n", rates);
-            exit(1);
+            llmc_die("LLMC_BF16_RATES=%s: use BF16,FP32 (two positive GFLOP/s rates, e.g. 180,100)", rates);
         }
         return matmul_bf16_decide(bf16_gflops, fp32_gflops, reason, n);
     }
-    if (!matmul_bf16_native()) {
+    if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN && matmul_bf16_onednn_kernel()[0] == '\0') {
+        char version[96] = "";
+#if defined(LLMC_ONEDNN)
+        onednn_version(version, sizeof(version));
+#endif
+        snprintf(reason, n, "oneDNN has no bf16 GEMM kernel on this CPU (%s)", version);
+        return 0;
+    }
+    if (matmul_bf16_gemm() == MATMUL_BF16_BUILTIN && !matmul_bf16_native()) {
         snprintf(reason, n, "this CPU has no AVX512-BF16, so bf16 GEMMs would be emulated in fp32 and run slower");
         return 0;
     }
