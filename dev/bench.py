@@ -66,7 +66,7 @@ BF16_REFUSED = "-p bf16: training in fp32 instead"  # train_gpt2's line where bf
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+) ms \|")
 PEAK_RE = re.compile(r"^gemm (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
 STEP_PEAK_RE = re.compile(r"^gemm-step (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
-GEMM_TIME_RE = re.compile(r"^gemm time: ([0-9.]+) ms in (\d+) calls", re.M)
+GEMM_TIME_RE = re.compile(r"^gemm time: ([0-9.]+) ms in (\d+) calls over (\d+) steps", re.M)
 # our precisions: -p fp32, -p bf16 (bf16 where the calibration says it pays), bf16 with LLMC_BF16=force
 OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"})}
 # the default --ours for GPT-2: the OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the
@@ -343,8 +343,9 @@ def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
     run.times_ms += [ms for _, ms in steps[warmup:]]
     run.losses = [loss for loss, _ in steps]
     gemm = [m for m in (GEMM_TIME_RE.match(line) for line in lines) if m]
-    if gemm:  # every step's time, warm-up included, against every GEMM's
-        run.outside_gemm_ms.append((sum(ms for _, ms in steps) - float(gemm[-1].group(1))) / len(steps))
+    counted = int(gemm[-1].group(3)) if gemm else 0
+    if counted > 0:  # the GEMM clock leaves the first step out: so does the mean it is taken from
+        run.outside_gemm_ms.append((sum(ms for _, ms in steps[-counted:]) - float(gemm[-1].group(1))) / counted)
     run.peak_rss_mb = max(run.peak_rss_mb, usage.ru_maxrss / 1024.0)
     refusal = [line for line in lines if line.startswith(BF16_REFUSED)]
     if refusal:

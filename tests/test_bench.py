@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import PYTHON, REPO, assert_one_error_line, make, run
+from conftest import PYTHON, REPO, TS_TRAIN, assert_one_error_line, make, run
 
 sys.path.insert(0, str(REPO / "dev"))
 import bench  # noqa: E402
@@ -88,15 +88,24 @@ def test_step_gemm_peaks_time_a_training_steps_shapes_and_hold_each_run_against_
         assert_one_error_line(run([REPO / "build" / "gemm_peak_onednn", "-s", bad], check=False), alone=True)
 
 
-def test_time_outside_the_gemms_comes_from_the_trainers_gemm_clock():
-    script = ("for i in range(1, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')\n"
-              "print('gemm time: 1200.0 ms in 42 calls (LLMC_GEMM_TIME=1)')")
+def test_time_outside_the_gemms_comes_from_the_trainers_gemm_clock(tinyshakespeare):
+    script = ("print('step 1/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 5000.0 ms | 512 tok/s')\n"
+              "for i in range(2, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')\n"
+              "print('gemm time: 800.0 ms in 42 calls over 2 steps (LLMC_GEMM_TIME=1, the first step left out)')")
     r = bench.Run("llmc train_gpt2 fp32", [PYTHON, "-c", script], {}, "llmc", "fp32")
     bench.spawn_and_measure(r, 1, 60)
-    assert r.outside_gemm_ms == [pytest.approx(100.0)]  # (3 x 500 - 1200) / 3
+    assert r.outside_gemm_ms == [pytest.approx(100.0)]  # (2 x 500 - 800) / 2: the warm-up step left out
     rows, _ = bench.table_rows([r], FLOPS, TOKENS, {})
     assert rows[0].outside_gemm_ms == pytest.approx(100.0)
     assert "100.0" in next(x for x in bench.format_table(rows, None) if "llmc train_gpt2 fp32" in x)
+    # the trainer's clock itself: the steps after the first, and less GEMM time than those steps took
+    make("train_gpt2")
+    out = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 4, "-v", 0, "-s", 0],
+              env={"LLMC_GEMM_TIME": "1", "OMP_NUM_THREADS": "1"}).stdout
+    clock = bench.GEMM_TIME_RE.search(out)
+    steps = bench.parse_steps(out.splitlines())
+    assert clock and int(clock[3]) == 3 and int(clock[2]) > 0, out
+    assert 0.0 < float(clock[1]) < sum(ms for _, ms in steps[1:]), out
 
 
 def test_our_precisions_and_default_programs():

@@ -129,7 +129,11 @@ typedef struct {
     LearningRateScheduler muon_lr_scheduler; // -op muon: the -k schedule of the Muon lr, from -ol
 } CpuTrainer;
 
-static void cpu_trainer_zero_grad(void* ctx) { cpu_model_zero_grad(((CpuTrainer*)ctx)->cpu); }
+// each optimizer step begins here (llmc/trainer.h): the GEMM clock of LLMC_GEMM_TIME=1 is told
+static void cpu_trainer_zero_grad(void* ctx) {
+    matmul_gemm_clock_step();
+    cpu_model_zero_grad(((CpuTrainer*)ctx)->cpu);
+}
 
 static float cpu_trainer_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
     CpuTrainer* c = (CpuTrainer*)ctx;
