@@ -19,7 +19,8 @@ element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3.
 In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
 built-in kernel and the reference on 1-3 threads (check_onednn_fp32), and its bf16 path, the one the environment
-says to expect (LLMC_TEST_ONEDNN_BF16=kernel|refused; check_onednn_bf16), with the weight mirrors.
+says to expect (LLMC_TEST_ONEDNN_BF16=kernel|refused; check_onednn_bf16), with the weight mirrors; a failing oneDNN
+status is one error line naming the GEMM (check_onednn_error_line).
 */
 #include <math.h>
 #include <stdio.h>
@@ -371,6 +372,20 @@ static void check_onednn_fp32(void) {
            onednn_gemm_kernel(ONEDNN_F32, 256, 768, 768), checked);
 }
 
+// a oneDNN call that fails (a negative row stride: dnnl_memory_desc_create_with_strides refuses it) is one error
+// line naming the GEMM and the call, and exit 1
+static void onednn_bad_stride(void* arg) {
+    (void)arg;
+    float A[4] = {0}, B[4] = {0}, C[4] = {0};
+    onednn_gemm(ONEDNN_F32, 0, 0, 2, 2, 2, A, -2, B, 2, 0.0f, C, 2);
+}
+
+static void check_onednn_error_line(void) {
+    expect_die("oneDNN failing status", onednn_bad_stride, NULL,
+               "oneDNN fp32 GEMM (M=2 N=2 K=2, transA=0 transB=0, lda=-2 ldb=2 ldc=2)",
+               "dnnl_memory_desc_create_with_strides failed: invalid_arguments");
+}
+
 // oneDNN's bf16 GEMM, on the path the test is told to expect (LLMC_TEST_ONEDNN_BF16: "kernel" where the CPU has
 // AVX512-BF16 or AMX, "refused" on an AVX2-only CPU or under ONEDNN_MAX_CPU_ISA=AVX2; unset, CPUID's flags say
 // which), so a run that takes the other path fails instead of passing on whichever it took.
@@ -495,6 +510,7 @@ int main(void) {
 #if defined(LLMC_ONEDNN)
     check_onednn_fp32();
     check_onednn_bf16();
+    check_onednn_error_line();
 #endif
     check_bf16_rounding();
     check_vecmath();
