@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import glob
 import math
 import os
@@ -976,6 +977,10 @@ def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], M
         # Every rank waits for the master's checkpoint write before tearing the group down:
         # gloo aborts a rank whose peer closes its connections while it is still leaving.
         dist.barrier()
+        # DDP's reducer and ZeroRedundancyOptimizer hold the group: released first, its gloo threads end here
+        # rather than at interpreter exit (a rank once aborted there: "terminate called without an active exception")
+        del model, optimizer
+        gc.collect()
         dist.destroy_process_group()
 
 

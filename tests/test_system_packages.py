@@ -225,3 +225,23 @@ def test_test_build_leaves_out_the_programs_of_a_missing_group(tmp_path: Path) -
     status_file.write_text("opencl: not root\nfuzz: not root\n")
     assert [p for p in without_fuzz if p not in ("train_gpt2cl", "test_gpt2cl")] == make_value("TEST_BUILD",
                                                                                                  status_file)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--bogus"], "error: dev/test_fresh.sh: unknown argument '--bogus' (--keep-packages, --dir DIR, --log FILE, --help)"),
+    (["--dir", str(REPO / "sub")], f"error: dev/test_fresh.sh: --dir {REPO / 'sub'} is this checkout or inside it"),
+    (["--dir", str(REPO)], f"error: dev/test_fresh.sh: --dir {REPO} is this checkout or inside it"),
+])
+def test_test_fresh_refuses_bad_arguments_before_touching_anything(args: list[str], line: str) -> None:
+    proc = subprocess.run(["bash", REPO / "dev" / "test_fresh.sh", *args], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr.splitlines()) == (2, "", [line])
+
+
+def test_test_fresh_without_root_or_sudo_refuses_to_remove_packages(fake: Path) -> None:
+    env = {"PATH": f"{fake / 'bin'}:/usr/bin:/bin", "FAKE": str(fake), "FAKE_UID": "1000", "FAKE_SUDO": "0"}
+    proc = subprocess.run(["bash", REPO / "dev" / "test_fresh.sh", "--dir", fake / "clone"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["error: dev/test_fresh.sh: removing the system packages needs root or a "
+                                        "password-less sudo (--keep-packages keeps them)"]
+    assert not (fake / "clone").exists() and calls(fake) == []
