@@ -48,8 +48,9 @@ BF16_RATES_LINE = re.compile(
     r"\((?:AVX512-BF16|emulated in fp32)\)) ran at (\d+) GFLOP/s, the fp32 GEMM \([a-z-]+\) at (\d+): "
     r"(at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
 BF16_MIN_GAIN = 1.15  # llmc/cpu/matmul.h's MATMUL_BF16_MIN_GAIN
-HAS_AVX512_BF16 = Path("/proc/cpuinfo").exists() and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
-HAS_AMX_BF16 = Path("/proc/cpuinfo").exists() and "amx_bf16" in Path("/proc/cpuinfo").read_text()
+CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+HAS_AVX512_BF16 = "avx512_bf16" in CPUINFO
+HAS_AMX_BF16 = "amx_bf16" in CPUINFO
 
 # -p bf16's decision steered both ways on any CPU: (environment, bf16 kept). The rates are GFLOP/s, bf16
 # first; 184,106 is what a Zen 4 measured (kept), 106,184 an AVX512-BF16 at half the FMA rate (refused);

@@ -295,10 +295,11 @@ static void check_vecmath(void) {
 }
 
 #if defined(LLMC_ONEDNN)
-// fills a stored operand and the C of a GEMM with random values; returns the sizes via the pointers
-typedef struct { float* A, * B, * C0, * C; int lda, ldb, ldc; size_t asz, bsz, csz; } GemmCase;
+// a GEMM to check: random op(A), op(B) and C0 stored with `pad` extra columns, C to compute into, and the double
+// reference of the fp32 inputs (bf16_ref 0) or of their bf16 roundings (1) with its error scale
+typedef struct { float* A, * B, * C0, * C; int lda, ldb, ldc; size_t asz, bsz, csz; double* ref, * scale; } GemmCase;
 
-static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad) {
+static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad, float beta, int bf16_ref) {
     GemmCase g;
     g.lda = (ta ? M : K) + pad; g.ldb = (tb ? K : N) + pad; g.ldc = N + pad;
     g.asz = (size_t)(ta ? K : M) * g.lda; g.bsz = (size_t)(tb ? N : K) * g.ldb; g.csz = (size_t)M * g.ldc;
@@ -309,10 +310,13 @@ static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad) {
     for (size_t i = 0; i < g.asz; i++) { g.A[i] = rand_uniform(); }
     for (size_t i = 0; i < g.bsz; i++) { g.B[i] = rand_uniform(); }
     for (size_t i = 0; i < g.csz; i++) { g.C0[i] = rand_uniform(); }
+    g.ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+    g.scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
+    gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, bf16_ref, g.ref, g.scale);
     return g;
 }
 
-static void gemm_case_free(GemmCase* g) { free(g->A); free(g->B); free(g->C0); free(g->C); }
+static void gemm_case_free(GemmCase* g) { free(g->A); free(g->B); free(g->C0); free(g->C); free(g->ref); free(g->scale); }
 
 // the padding columns of C (beyond N in each row) kept their values
 static int padding_untouched(const GemmCase* g, int M, int N) {
@@ -334,10 +338,8 @@ static void check_onednn_fp32(void) {
         for (int t = 0; t < 4; t++) {
             int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 5;
             float beta = betas[(s + t) % 3];
-            GemmCase g = gemm_case(M, N, K, ta, tb, pad);
-            double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
-            double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
-            gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, 0, ref, scale);
+            GemmCase g = gemm_case(M, N, K, ta, tb, pad, beta, 0);
+            const double* ref = g.ref, * scale = g.scale;
             float* builtin = (float*)malloc((g.csz + 1) * sizeof(float));
             memcpy(builtin, g.C0, g.csz * sizeof(float));
             matmul_gemm_blocked(MATMUL_FP32, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, builtin, g.ldc);
@@ -364,7 +366,7 @@ static void check_onednn_fp32(void) {
                 CHECK(padding_untouched(&g, M, N), "oneDNN fp32 M=%d N=%d K=%d: wrote outside the N columns", M, N, K);
                 checked++;
             }
-            free(ref); free(scale); free(builtin);
+            free(builtin);
             gemm_case_free(&g);
         }
     }
@@ -425,10 +427,8 @@ static void check_onednn_bf16(void) {
         for (int t = 0; t < 4; t++) {
             int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 3;
             float beta = betas[(s + t) % 3];
-            GemmCase g = gemm_case(M, N, K, ta, tb, pad);
-            double* ref = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
-            double* scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
-            gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, 1, ref, scale);
+            GemmCase g = gemm_case(M, N, K, ta, tb, pad, beta, 1);
+            const double* ref = g.ref, * scale = g.scale;
             if (!has_kernel) {
                 memcpy(g.C, g.C0, g.csz * sizeof(float));
                 uint16_t dummy[2] = {0, 0};
@@ -477,7 +477,6 @@ static void check_onednn_bf16(void) {
                 matmul_bf16_mirror_remove(g.B);
                 free(mirror);
             }
-            free(ref); free(scale);
             gemm_case_free(&g);
         }
     }

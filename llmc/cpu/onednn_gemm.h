@@ -19,8 +19,8 @@ of the process: a trainer's GEMMs come in a few dozen shapes, and creating a pri
 small one. The cache is a hash table behind a mutex; running a primitive needs no lock.
 Threads: oneDNN built on GNU OpenMP runs a GEMM on omp_get_max_threads() threads, the trainer's -t / OMP_NUM_THREADS;
 inside an OpenMP parallel region it runs on the calling thread alone (the cache keys a primitive by which of the two
-it was made for). The scratchpad is the caller's (dnnl_scratchpad_mode_user): one buffer per thread, so several
-threads may run the same primitive at once.
+it was made for). The scratchpad is the caller's (dnnl_scratchpad_mode_user): one buffer per thread (freed with
+the thread, like its stream), so several threads may run the same primitive at once.
 ONEDNN_MAX_CPU_ISA (oneDNN's own variable, e.g. AVX2) caps the instructions it uses: on an AVX512-BF16 CPU, AVX2
 takes away its bf16 kernels, which is how the tests reach the refusal path there.
 */
@@ -169,10 +169,46 @@ static OnednnKey onednn_key(int dtype, int transA, int transB, int M, int N, int
     return k;
 }
 
-// per thread: a stream (oneDNN streams are not shared between threads) and the scratchpad
-static __thread dnnl_stream_t onednn_stream = NULL;
-static __thread void* onednn_scratch = NULL;
-static __thread size_t onednn_scratch_capacity = 0;
+// Per thread: a stream (oneDNN streams are not shared between threads) and the scratchpad. They hang on a pthread
+// key whose destructor frees them when the thread ends (OpenMP ends threads when a team shrinks), as
+// llmc/cpu/matmul.h's packing buffers do.
+typedef struct {
+    dnnl_stream_t stream;
+    void* scratch;
+    size_t scratch_capacity;
+} OnednnThread;
+
+static pthread_key_t onednn_thread_key;
+static pthread_once_t onednn_thread_key_once = PTHREAD_ONCE_INIT;
+
+static void onednn_thread_free(void* p) {
+    OnednnThread* t = (OnednnThread*)p;
+    if (t->stream != NULL) { dnnl_stream_destroy(t->stream); }
+    free(t->scratch);
+    free(t);
+}
+
+static void onednn_thread_key_create(void) {
+    if (pthread_key_create(&onednn_thread_key, onednn_thread_free) != 0) { llmc_die("pthread_key_create failed (oneDNN streams)"); }
+}
+
+// this thread's stream, and a scratchpad of at least `bytes`
+static OnednnThread* onednn_thread(size_t bytes, const OnednnKey* k) {
+    pthread_once(&onednn_thread_key_once, onednn_thread_key_create);
+    OnednnThread* t = (OnednnThread*)pthread_getspecific(onednn_thread_key);
+    if (t == NULL) {
+        t = (OnednnThread*)calloc(1, sizeof(OnednnThread));
+        if (t == NULL || pthread_setspecific(onednn_thread_key, t) != 0) { onednn_check(dnnl_out_of_memory, "calloc", k); }
+        onednn_check(dnnl_stream_create(&t->stream, onednn.engine, dnnl_stream_default_flags), "dnnl_stream_create", k);
+    }
+    if (bytes > t->scratch_capacity) {
+        free(t->scratch);
+        t->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (t->scratch == NULL) { onednn_check(dnnl_out_of_memory, "aligned_alloc (scratchpad)", k); }
+        t->scratch_capacity = bytes;
+    }
+    return t;
+}
 
 static int onednn_gemm(OnednnType dtype, int transA, int transB, int M, int N, int K, const void* A, int lda,
                        const void* B, int ldb, float beta, float* C, int ldc) {
@@ -186,15 +222,7 @@ static int onednn_gemm(OnednnType dtype, int transA, int transB, int M, int N, i
     }
     OnednnEntry* e = onednn_entry(&k);
     if (e->status == dnnl_unimplemented) { return -1; }
-    if (onednn_stream == NULL) {
-        onednn_check(dnnl_stream_create(&onednn_stream, onednn.engine, dnnl_stream_default_flags), "dnnl_stream_create", &k);
-    }
-    if (e->scratch_bytes > onednn_scratch_capacity) {
-        free(onednn_scratch);
-        onednn_scratch = aligned_alloc(64, (e->scratch_bytes + 63) & ~(size_t)63);
-        if (onednn_scratch == NULL) { onednn_check(dnnl_out_of_memory, "aligned_alloc (scratchpad)", &k); }
-        onednn_scratch_capacity = e->scratch_bytes;
-    }
+    OnednnThread* t = onednn_thread(e->scratch_bytes, &k);
     dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
     onednn_check(dnnl_memory_create(&mem[0], e->src_md, onednn.engine, (void*)A), "dnnl_memory_create", &k);
     onednn_check(dnnl_memory_create(&mem[1], e->weights_md, onednn.engine, (void*)B), "dnnl_memory_create", &k);
@@ -202,11 +230,11 @@ static int onednn_gemm(OnednnType dtype, int transA, int transB, int M, int N, i
     int nargs = 3;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
     if (e->scratch_bytes > 0) {
-        onednn_check(dnnl_memory_create(&mem[3], e->scratch_md, onednn.engine, onednn_scratch), "dnnl_memory_create", &k);
+        onednn_check(dnnl_memory_create(&mem[3], e->scratch_md, onednn.engine, t->scratch), "dnnl_memory_create", &k);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[3]};
     }
-    onednn_check(dnnl_primitive_execute(e->primitive, onednn_stream, nargs, args), "dnnl_primitive_execute", &k);
-    onednn_check(dnnl_stream_wait(onednn_stream), "dnnl_stream_wait", &k);
+    onednn_check(dnnl_primitive_execute(e->primitive, t->stream, nargs, args), "dnnl_primitive_execute", &k);
+    onednn_check(dnnl_stream_wait(t->stream), "dnnl_stream_wait", &k);
     for (int i = 0; i < 4; i++) {
         if (mem[i] != NULL) { dnnl_memory_destroy(mem[i]); }
     }
