@@ -192,11 +192,11 @@ static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int
     if (n < 1 || kv->pos + n > maxT) {
         llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
     }
-    ParameterTensors p = model->params;
+    GPT2Params p = model->params;
     size_t nC = (size_t)n * C;
     encoder_forward(kv->x, tokens, p.wte, p.wpe + (size_t)kv->pos * C, 1, n, C); // (n, C)
     for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&model->params, &model->config, l);
+        GPT2LayerParams w = gpt2_layer_params(&model->params, &model->config, l);
         float* l_kc = kv->key_cache + (size_t)l * maxT * C;
         float* l_vc = kv->value_cache + (size_t)l * maxT * C;
         // attention block
@@ -640,7 +640,7 @@ int main(int argc, char** argv) {
     GPT2 model;
     GPT2Config cfg;
     const char* why;
-    int desc = model_config_from_descriptor(args.model_path, &cfg, &why);
+    int desc = gpt2_config_from_descriptor(args.model_path, &cfg, &why);
     if (desc < 0) { llmc_die("-e %s: %s", args.model_path, why); }
     if (desc == 1) {
         gpt2_build_from_scratch(&model, &cfg, 42);

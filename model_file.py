@@ -8,7 +8,7 @@ GPT-2 checkpoint (llm.c-compatible; llmc/checkpoint.h reads it in C with the sam
   then 16 tensors: wte (Vp, C; rows V.. are zero), wpe (maxT, C), ln1w ln1b (L, C), qkvw (L, 3C, C), qkvb (L, 3C),
   attprojw (L, C, C), attprojb ln2w ln2b (L, C), fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C),
   lnfw lnfb (C,).
-Llama 3 model file (llmc/llama3_config.h reads it in C):
+Llama 3 model file (llmc/llama3.h reads it in C):
   256 int32: [0]=20240803 [1]=3 or 5 [2]=block size [3]=V [4]=L [5]=NH [6]=NKV [7]=C [8]=int(ffn_dim_multiplier)
   [9]=multiple_of [10]=int(norm_eps) [11]=int(rope_theta) [12]=use_scaled_rope [13]=4 [14]=3 (major version)
   [15]=minor version [16]=tied embeddings [17]=FFN hidden size F;

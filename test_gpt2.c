@@ -32,8 +32,10 @@ static void gpt2_test_describe(const void* m, const char* path) {
 
 static const CpuTestProgram TEST_GPT2 = {
     "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
-    "train_gpt2.py", "model checkpoint", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
-    GPT2_PARAMETER_NAMES, &DEBUG_STATE_GPT2, 0, gpt2_test_describe,
+    "model checkpoint", "gpt2_124M.bin", "gpt2_124M_debug_state.bin", 0, gpt2_test_describe,
 };
 
-CPU_TEST_MAIN(GPT2, TEST_GPT2, gpt2_calls)
+int main(int argc, char** argv) {
+    GPT2 model;
+    return cpu_test_main(argc, argv, &TEST_GPT2, &GPT2_FAMILY, &model, &gpt2_calls, &model.cpu);
+}

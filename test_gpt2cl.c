@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     gpt2_build_from_checkpoint(&model, &rt, args.model_path);
     GPT2Config cfg = model.config;
     DebugState d;
-    debug_state_read(&d, args.state_path, &cfg, model.num_parameters);
+    gpt2_debug_state_read(&d, args.state_path, &cfg, model.num_parameters);
     int B = d.B, T = d.T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     printf("OpenCL device: %s (platform %d: %s); GEMMs: %s\n", rt.dev.device_name, args.cl_platform,
            rt.dev.platform_name, rt.gemm.name);

@@ -37,8 +37,10 @@ static void llama3_test_describe(const void* m, const char* path) {
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_LLAMA3 = {
     "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
-    "train_llama3.py", "Llama 3 model file", "llama3_d2.bin", "llama3_d2_debug_state.bin",
-    LLAMA3_PARAMETER_NAMES, &DEBUG_STATE_LLAMA3, 1, llama3_test_describe,
+    "Llama 3 model file", "llama3_d2.bin", "llama3_d2_debug_state.bin", 1, llama3_test_describe,
 };
 
-CPU_TEST_MAIN(Llama3, TEST_LLAMA3, llama3_calls)
+int main(int argc, char** argv) {
+    Llama3 model;
+    return cpu_test_main(argc, argv, &TEST_LLAMA3, &LLAMA3_FAMILY, &model, &llama3_calls, &model.cpu);
+}

@@ -40,10 +40,7 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/adamw.h"
 #include "llmc/cpu/muon.h"
 #include "llmc/zero.h"
-#include "llmc/model_config.h"
-#include "llmc/rand.h"
-#include "llmc/init.h"
-#include "llmc/checkpoint.h"
+#include "llmc/gpt2.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/vecmath.h"
 #include "llmc/cpu/layers_cpu.h"
@@ -53,11 +50,11 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
 
-// the 16 parameter tensors in checkpoint order, and LayerParams: one layer's 12 of them
-// (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
-GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, float)
+// the 16 parameter tensors in checkpoint order (GPT2Params), and one layer's 12 of them (GPT2LayerParams):
+// llmc/gpt2.h has the table (wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...), gpt2_point_parameters
+// and gpt2_layer_params
 
-// The activations of a forward pass, in buffer order (llmc/model_config.h has the table: encoded,
+// The activations of a forward pass, in buffer order (llmc/gpt2.h has the table: encoded,
 // then per layer ln1, ln1_mean, ln1_rstd, qkv, atty, attproj, residual2, ln2, ..., fch, fch_gelu,
 // fcproj, residual3, then lnf, logits, probs, losses; each (B, T, ...) or (L, B, T, ...)).
 // The attention weights are not kept: attention_backward recomputes them.
@@ -83,8 +80,8 @@ typedef struct {
     GPT2Config config;
     // named pointers into the flat buffers of cpu: the weights and their gradients, the activations for
     // batches up to cpu.batch_size x cpu.seq_len and their gradients (only the has_grad tensors)
-    ParameterTensors params;
-    ParameterTensors grads;
+    GPT2Params params;
+    GPT2Params grads;
     ActivationTensors acts;
     ActivationTensors grads_acts;
     // the flat buffers, the optimizer state (AdamW, or -op muon: Muon on each layer's qkvw, attprojw, fcw,
@@ -94,23 +91,20 @@ typedef struct {
 
 // allocates parameters (zeroed) and gradients for model->config
 void gpt2_allocate_parameters(GPT2* model) {
-    size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
-    gpt2_parameter_dims(dims, &model->config);
-    cpu_model_init(&model->cpu, "gpt2", model->config.vocab_size, model->config.max_seq_len, (const size_t(*)[3])dims,
-                   GPT2_PARAMETER_IS_MATRIX, GPT2_PARAMETER_PER_LAYER, GPT2_NUM_PARAMETER_TENSORS);
+    cpu_model_init(&model->cpu, &GPT2_FAMILY, &model->config, model->config.vocab_size, model->config.max_seq_len);
     gpt2_point_parameters(&model->params, model->cpu.params_memory, &model->config);
     gpt2_point_parameters(&model->grads, model->cpu.grads_memory, &model->config);
 }
 
 void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     int version;
-    FILE* f = checkpoint_open(path, &model->config, &version);
+    FILE* f = gpt2_model_open(path, &model->config, &version);
     gpt2_allocate_parameters(model);
     model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py (llmc/init.h, shared with the GPU trainer)
+// init from scratch exactly like train_gpt2.py (llmc/gpt2.h, shared with the GPU trainer)
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
     model->config = *cfg;
     gpt2_allocate_parameters(model);
@@ -120,7 +114,7 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
 // Points the activations for B x T tokens into memory and returns how many floats they take
 // (memory NULL: only counts). With grads = 1 they are the activations' gradients: only the
 // has_grad tensors get memory, the others are NULL.
-size_t point_activations(void* m, float* memory, int B, int T, int grads) {
+size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
     GPT2* model = (GPT2*)m;
     ActivationTensors* a = grads ? &model->grads_acts : &model->acts;
     size_t C = model->config.channels, L = model->config.num_layers, Vp = model->config.padded_vocab_size;
@@ -130,27 +124,29 @@ size_t point_activations(void* m, float* memory, int B, int T, int grads) {
 }
 
 // activations and their gradients for batches of up to B x T tokens; the logits are (B,T,Vp)
-void gpt2_allocate_activations(GPT2* model, int B, int T) {
-    cpu_model_allocate_activations(&model->cpu, B, T, point_activations, model);
+void gpt2_allocate_activations(void* m, int B, int T) {
+    GPT2* model = (GPT2*)m;
+    cpu_model_allocate_activations(&model->cpu, B, T, gpt2_point_activations, model);
     cpu_model_set_output(&model->cpu, model->acts.logits, model->config.padded_vocab_size, model->acts.losses);
 }
 
 // Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
 // (model->cpu.mean_loss); targets may be NULL (inference: logits only). B x T may be smaller
 // than what the activations were allocated for (sampling uses B=1 and a growing T).
-void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) {
+    GPT2* model = (GPT2*)m;
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
     const GPT2Config* cfg = &model->config;
-    ParameterTensors p = model->params;
+    GPT2Params p = model->params;
     ActivationTensors acts = model->acts;
     encoder_forward(acts.encoded, inputs, p.wte, p.wpe, B, T, C); // (B,T,C)
     // each layer ends with the next layernorm fused into its last residual add, so the first
     // layernorm runs on its own
     layernorm_forward(acts.ln1, acts.ln1_mean, acts.ln1_rstd, acts.encoded, p.ln1w, p.ln1b, B, T, C);
     for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // attention block (its layernorm ran already)
         matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);          // (B,T,3C)
@@ -164,7 +160,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         // residual3 = residual2 + fcproj, and in the same pass the layernorm after this layer:
         // the next layer's ln1, or lnf after the last
         if (l + 1 < L) {
-            LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
+            GPT2LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
             LayerActs an = gpt2_layer_acts(&model->acts, cfg, B, T, l + 1);
             residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, a.fcproj, wn.ln1w, wn.ln1b, B, T, C);
         } else {
@@ -179,9 +175,10 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 // Backward pass of the last forward (which must have had targets). Gradients are ADDED to
 // model->grads (cpu_model_zero_grad first); loss_scale multiplies the mean loss, e.g.
 // 1/grad_accum_steps when gradients of several micro-batches are accumulated.
-void gpt2_backward(GPT2* model, float loss_scale) {
+void gpt2_backward(void* m, float loss_scale) {
+    GPT2* model = (GPT2*)m;
     const GPT2Config* cfg = &model->config;
-    ParameterTensors p = model->params, g = model->grads;
+    GPT2Params p = model->params, g = model->grads;
     ActivationTensors acts = model->acts, gacts = model->grads_acts;
     // the activation gradients zeroed, each position's dloss = loss_scale / (B*T) (the loss is their mean)
     cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
@@ -197,7 +194,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
+        GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l), da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, l);
         // MLP block, in reverse (da.residual3 holds the gradient of the layer's output)
         residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
@@ -215,7 +212,7 @@ void gpt2_backward(GPT2* model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, gacts.encoded, model->cpu.inputs, B, T, C);
 }
 
-void gpt2_free(GPT2* model) { cpu_model_free(&model->cpu); }
+void gpt2_free(void* m) { cpu_model_free(&((GPT2*)m)->cpu); }
 
 // ----------------------------------------------------------------------------
 // the training program: the model's calls (test_gpt2.c runs them too), then main(). The loop, checkpoints,
@@ -224,42 +221,43 @@ void gpt2_free(GPT2* model) { cpu_model_free(&model->cpu); }
 // llmc/cpu/cpu_trainer.h.
 
 // -e: a descriptor (dN, gpt2:dN, gpt3:cN) to init from scratch, or a checkpoint path; from_file: a checkpoint
-void gpt2_build(GPT2* model, const char* load, int from_file) {
+void gpt2_build(void* m, const char* load, int from_file) {
+    GPT2* model = (GPT2*)m;
     if (!from_file) {
         GPT2Config cfg;
         const char* why;
-        int kind = model_config_from_descriptor(load, &cfg, &why);
+        int kind = gpt2_config_from_descriptor(load, &cfg, &why);
         if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
         if (kind == 1) {
             gpt2_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
             return;
         }
-        if (!file_exists(load)) {
-            llmc_die("%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)", load);
-        }
+        if (!file_exists(load)) { llmc_die(GPT2_FAMILY.missing_model, load); }
     }
     gpt2_build_from_checkpoint(model, load);
 }
 
 // the model's line of what the run does
-void gpt2_describe(const GPT2* model, const char* path) {
+void gpt2_describe(const void* m, const char* path) {
+    const GPT2* model = (const GPT2*)m;
     const GPT2Config* cfg = &model->config;
     printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", path, cfg->num_layers, cfg->num_heads,
            cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->cpu.num_parameters);
 }
 
-void gpt2_write(const GPT2* model, const char* path) {
-    checkpoint_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
+void gpt2_write(const void* m, const char* path) {
+    const GPT2* model = (const GPT2*)m;
+    gpt2_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
 }
 
-CPU_MODEL_CALLS(GPT2, gpt2)
+// the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the GPT2 as void*)
+static const CpuModelCalls gpt2_calls = {gpt2_build, gpt2_describe, gpt2_allocate_activations, gpt2_forward, gpt2_backward,
+                                         gpt2_write, gpt2_free};
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {
-    static const CpuTrainerFamily family = {
-        "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.", NULL, NULL, "max sequence length",
-    };
     GPT2 model;
-    return cpu_trainer_main(argc, argv, &family, &model, &gpt2_calls, &model.cpu);
+    return cpu_trainer_main(argc, argv, "Trains GPT-2 on the CPU. With no flags: the tinyshakespeare demo on gpt2_124M.bin.",
+                            &GPT2_FAMILY, &model, &gpt2_calls, &model.cpu);
 }
 #endif

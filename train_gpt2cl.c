@@ -32,8 +32,7 @@ One process, one device; fp32 only. test_gpt2cl.c includes this file with LLMC_N
 
 #include "llmc/utils.h"
 #include "llmc/adamw.h"
-#include "llmc/model_config.h"
-#include "llmc/init.h"
+#include "llmc/gpt2.h"
 #include "llmc/checkpoint.h"
 #include "llmc/opencl/opencl_common.h"
 #include "llmc/opencl/opencl_matmul.h"
@@ -180,7 +179,7 @@ void crossentropy_softmax_backward(const ClRuntime* rt, ClTensor dlogits, ClTens
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
 
-// the 16 parameter tensors in checkpoint order (llmc/model_config.h's table), as tensors of one buffer
+// the 16 parameter tensors in checkpoint order (llmc/gpt2.h's table), as tensors of one buffer
 #define CL_PARAM_FIELD_(D, name, per_layer, rows, cols, is_matrix) ClTensor name;
 typedef struct { GPT2_PARAMETER_TENSORS(CL_PARAM_FIELD_, _) } ParameterTensors;
 typedef struct { GPT2_LAYER_PARAMETER_TENSORS(CL_PARAM_FIELD_, _) } LayerParams;
@@ -202,16 +201,16 @@ LayerParams layer_params(const ParameterTensors* p, const GPT2Config* cfg, int l
     return w;
 }
 
-// The activations, in buffer order: GPT-2's table (llmc/model_config.h), with att, each layer's
+// The activations, in buffer order: GPT-2's table (llmc/gpt2.h), with att, each layer's
 // attention weights (B, NH, T, T), kept for the backward.
 #define CL_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT)
 #define CL_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT)
 
-#define CL_ACT_FIELD_(name, per_layer, per_token, has_grad) ClTensor name;
+#define CL_ACT_FIELD_(type, name, per_layer, per_token, has_grad) ClTensor name;
 typedef struct { CL_ACTIVATION_TENSORS(CL_ACT_FIELD_) } ActivationTensors;
 typedef struct { ClTensor residual; CL_LAYER_ACTIVATION_TENSORS(CL_ACT_FIELD_) } LayerActs;
 
-#define CL_ACT_POINT_(name, per_layer, per_token, has_grad) { \
+#define CL_ACT_POINT_(type, name, per_layer, per_token, has_grad) { \
         size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
         a->name.mem = size > 0 ? mem : NULL; \
         a->name.off = n; \
@@ -226,7 +225,7 @@ size_t point_activations(ActivationTensors* a, cl_mem mem, const GPT2Config* cfg
     return n;
 }
 
-#define CL_ACT_LAYER_(name, per_layer, per_token, has_grad) v.name = cl_at(a->name, (size_t)l * BT * (per_token));
+#define CL_ACT_LAYER_(type, name, per_layer, per_token, has_grad) v.name = cl_at(a->name, (size_t)l * BT * (per_token));
 // layer l's view of the activations (or their gradients) of the current B x T tokens (T_alloc: the
 // T the buffers were allocated for, which sets att's per-token size)
 LayerActs layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int T_alloc, int l) {
@@ -302,14 +301,14 @@ void gpt2_write_buffer(const GPT2* model, cl_mem mem, const float* src) {
 
 void gpt2_build_from_checkpoint(GPT2* model, ClRuntime* rt, const char* path) {
     int version;
-    FILE* f = checkpoint_open(path, &model->config, &version);
+    FILE* f = gpt2_model_open(path, &model->config, &version);
     gpt2_allocate_parameters(model, rt);
     model_file_read_params(f, path, version, model->host_scratch, model->num_parameters);
     fcloseCheck(f, path);
     gpt2_write_buffer(model, model->params_memory, model->host_scratch);
 }
 
-// init from scratch on the host exactly like train_gpt2.py (llmc/init.h), then to the device
+// init from scratch on the host exactly like train_gpt2.py (llmc/gpt2.h), then to the device
 void gpt2_build_from_scratch(GPT2* model, ClRuntime* rt, const GPT2Config* cfg, unsigned int seed) {
     model->config = *cfg;
     gpt2_allocate_parameters(model, rt);
@@ -535,7 +534,7 @@ static const float* cl_next_token_logits(void* ctx, const int* tokens, int len) 
 static void cl_save_model(void* ctx, const char* path) {
     GPT2* model = ((ClTrainer*)ctx)->model;
     gpt2_read_buffer(model, model->params_memory, model->host_scratch);
-    checkpoint_write(path, &model->config, model->host_scratch, model->num_parameters);
+    gpt2_model_write(path, &model->config, model->host_scratch, model->num_parameters);
 }
 
 // one process: the state holds all AdamW moments and the outlier windows
@@ -567,15 +566,13 @@ static void cl_load_state(void* ctx, const char* path, TrainState* expect, Train
 static void gpt2_build(GPT2* model, ClRuntime* rt, const char* load) {
     GPT2Config cfg;
     const char* why;
-    int kind = model_config_from_descriptor(load, &cfg, &why);
+    int kind = gpt2_config_from_descriptor(load, &cfg, &why);
     if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
     if (kind == 1) {
         gpt2_build_from_scratch(model, rt, &cfg, TRAINER_INIT_SEED);
         return;
     }
-    if (!file_exists(load)) {
-        llmc_die("%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)", load);
-    }
+    if (!file_exists(load)) { llmc_die(GPT2_FAMILY.missing_model, load); }
     gpt2_build_from_checkpoint(model, rt, load);
 }
 
@@ -601,7 +598,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     check_flags(&args, argv[0]);
-    int resume_step = trainer_prepare(&args, 0);
+    int resume_step = trainer_prepare(&args, &GPT2_FAMILY, 0);
     ClRuntime rt;
     cl_runtime_init(&rt, args.cl_platform, args.cl_device);
     GPT2 model;
@@ -619,7 +616,7 @@ int main(int argc, char** argv) {
     }
     TrainerComm comm = {0, 1, NULL, NULL, NULL};
     Trainer trainer;
-    trainer_init(&trainer, &args, comm, cfg.vocab_size, resume_step);
+    trainer_init(&trainer, &args, &GPT2_FAMILY, comm, cfg.vocab_size, resume_step);
     gpt2_allocate_activations(&model, args.B, args.T);
 
     printf("+-------------------------------------------------------------------------+\n");

@@ -4,7 +4,7 @@ train_llama3.c: Llama 3 training on the CPU, in plain C with OpenMP.
 Read it top to bottom, like train_gpt2.c (the layers are in llmc/cpu/layers_cpu.h, shared with GPT-2,
 and llmc/cpu/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
   1. the Llama 3 model: flat parameter / gradient / activation buffers with named pointers
-     (the file format and the parameter table are in llmc/llama3_config.h)
+     (the family: the file format and the parameter table, in llmc/llama3.h)
   2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/cpu/muon.h,
      planned and stepped by llmc/cpu/cpu_trainer.h as for GPT-2)
   3. the training program: the same training loop (llmc/trainer.h), command line (llmc/args.h),
@@ -41,21 +41,15 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/layers_cpu.h"
 #include "llmc/cpu/layers_llama_cpu.h"
-#include "llmc/llama3_config.h"
+#include "llmc/llama3.h"
 #include "llmc/tokenizer.h"
 
-#ifndef LLMC_NO_MAIN // ./train_llama3's training loop samples with the Llama 3 tokenizer and reads llama-3 shards only
-#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH
-#define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3
-#endif
 #include "llmc/cpu/cpu_trainer.h"
 
 // ----------------------------------------------------------------------------
 // Llama 3 model definition
 
-LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
-
-// The activations of a forward pass, in buffer order: X(name, per_layer, per_token, has_grad),
+// The activations of a forward pass, in buffer order: X(type, name, per_layer, per_token, has_grad),
 // each (B, T, per_token), (L, B, T, per_token) when per_layer; has_grad: the backward keeps its
 // gradient, of one layer only for per_layer tensors (the backward needs one layer's at a time, so
 // every layer reuses the same slice, which stays in cache). The residual adds copy their output's
@@ -63,29 +57,29 @@ LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
 // layer's output back to the embeddings: encoded's. The attention weights are not kept
 // (attention_backward recomputes them).
 #define LLAMA3_ACTIVATION_TENSORS(X) \
-    X(encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
+    X(float, encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
     LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
-    X(lnf,      0, C,   1) /* final RMSNorm */ \
-    X(lnf_rstd, 0, 1,   0) \
-    X(logits,   0, V,   1) \
-    X(probs,    0, V,   0) \
-    X(losses,   0, 1,   1)
+    X(float, lnf,      0, C,   1) /* final RMSNorm */ \
+    X(float, lnf_rstd, 0, 1,   0) \
+    X(float, logits,   0, V,   1) \
+    X(float, probs,    0, V,   0) \
+    X(float, losses,   0, 1,   1)
 
 #define LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
-    X(ln1,        1, C,     1) /* RMSNorm of the layer's input */ \
-    X(ln1_rstd,   1, 1,     0) \
-    X(qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
-    X(qkvr,       1, 3 * C, 1) /* the same with k and v repeated for every query head */ \
-    X(atty,       1, C,     1) /* attention output, before its projection */ \
-    X(attproj,    1, C,     0) \
-    X(residual2,  1, C,     0) /* input + attproj */ \
-    X(ln2,        1, C,     1) \
-    X(ln2_rstd,   1, 1,     0) \
-    X(fch,        1, FFN,   1) /* gate projection */ \
-    X(fch2,       1, FFN,   1) /* up projection */ \
-    X(fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
-    X(fcproj,     1, C,     0) \
-    X(residual3,  1, C,     0) /* residual2 + fcproj, the layer's output */
+    X(float, ln1,        1, C,     1) /* RMSNorm of the layer's input */ \
+    X(float, ln1_rstd,   1, 1,     0) \
+    X(float, qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
+    X(float, qkvr,       1, 3 * C, 1) /* the same with k and v repeated for every query head */ \
+    X(float, atty,       1, C,     1) /* attention output, before its projection */ \
+    X(float, attproj,    1, C,     0) \
+    X(float, residual2,  1, C,     0) /* input + attproj */ \
+    X(float, ln2,        1, C,     1) \
+    X(float, ln2_rstd,   1, 1,     0) \
+    X(float, fch,        1, FFN,   1) /* gate projection */ \
+    X(float, fch2,       1, FFN,   1) /* up projection */ \
+    X(float, fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
+    X(float, fcproj,     1, C,     0) \
+    X(float, residual3,  1, C,     0) /* residual2 + fcproj, the layer's output */
 
 typedef struct { LLAMA3_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3Acts;
 // one layer's activations (or gradients): residual is the layer's input
@@ -106,7 +100,8 @@ typedef struct {
 
 // layer l's view of the activations (or of their gradients) of the current B x T tokens
 static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
-    LLAMA3_DIMS_(cfg)
+    const size_t C = (size_t)cfg->channels, QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T;
     Llama3LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
@@ -117,10 +112,7 @@ static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config
 // parameters (zeroed), gradients and the rotary tables for model->config
 static void llama3_allocate_parameters(Llama3* model) {
     const Llama3Config* cfg = &model->config;
-    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3];
-    llama3_parameter_dims(dims, cfg);
-    cpu_model_init(&model->cpu, "llama3", cfg->vocab_size, cfg->max_seq_len, (const size_t(*)[3])dims,
-                   LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_NUM_PARAMETER_TENSORS);
+    cpu_model_init(&model->cpu, &LLAMA3_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // llama3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
@@ -178,16 +170,18 @@ static size_t llama3_point_activations(void* m, float* memory, int B, int T, int
 }
 
 // zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
-#define LLAMA3_ZERO_GRAD(name, per_layer, per_token, has_grad) \
+#define LLAMA3_ZERO_GRAD(type, name, per_layer, per_token, has_grad) \
     if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
 static void llama3_zero_layer_grads(Llama3LayerActs* da, const Llama3Config* cfg, int B, int T) {
-    LLAMA3_DIMS_(cfg)
+    const size_t C = (size_t)cfg->channels, QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T;
     LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ZERO_GRAD)
 }
 
 // activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
-static void llama3_allocate_activations(Llama3* model, int B, int T) {
+static void llama3_allocate_activations(void* m, int B, int T) {
+    Llama3* model = (Llama3*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, llama3_point_activations, model);
     cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
 }
@@ -199,7 +193,8 @@ static float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
 
 // Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
 // B x T may be smaller than what the activations were allocated for.
-static void llama3_forward(Llama3* model, const int* inputs, const int* targets, int B, int T) {
+static void llama3_forward(void* m, const int* inputs, const int* targets, int B, int T) {
+    Llama3* model = (Llama3*)m;
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     const Llama3Config* cfg = &model->config;
     int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
@@ -247,7 +242,8 @@ static void llama3_matmul_backward(float* dinp, float* dweight, const float* dou
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
 // to model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's gradient, is each residual add's output gradient and
 // so also its branch's (attproj's, fcproj's); the RMSNorms add their input gradients to it.
-static void llama3_backward(Llama3* model, float loss_scale) {
+static void llama3_backward(void* m, float loss_scale) {
+    Llama3* model = (Llama3*)m;
     Llama3Params p = model->params, g = model->grads;
     Llama3Acts acts = model->acts, gacts = model->grads_acts;
     cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
@@ -294,7 +290,8 @@ static void llama3_backward(Llama3* model, float loss_scale) {
     embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);
 }
 
-static void llama3_free(Llama3* model) {
+static void llama3_free(void* m) {
+    Llama3* model = (Llama3*)m;
     free(model->rope_cos);
     free(model->rope_sin);
     cpu_model_free(&model->cpu);
@@ -306,7 +303,8 @@ static void llama3_free(Llama3* model) {
 // model's calls
 
 // -e: dN (from scratch, V from the tokenizer file) or a Llama 3 model file; from_file: a model file
-static void llama3_build(Llama3* model, const char* load, int from_file) {
+static void llama3_build(void* m, const char* load, int from_file) {
+    Llama3* model = (Llama3*)m;
     Llama3Config cfg;
     if (!from_file && llama3_config_from_descriptor(load, 1, &cfg)) {
         cfg.vocab_size = llama3_tokenizer_vocab_size(load);
@@ -314,35 +312,33 @@ static void llama3_build(Llama3* model, const char* load, int from_file) {
         return;
     }
     if (!from_file && !file_exists(load)) {
-        llmc_die("%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)", load);
+        llmc_die(LLAMA3_FAMILY.missing_model, load);
     }
     llama3_build_from_file(model, load);
 }
 
 // the model's line of what the run does
-static void llama3_describe(const Llama3* model, const char* path) {
+static void llama3_describe(const void* m, const char* path) {
+    const Llama3* model = (const Llama3*)m;
     const Llama3Config* cfg = &model->config;
     printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", path, cfg->num_layers,
            cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
            cfg->tied_embeddings ? " (tied lm_head)" : "", model->cpu.num_parameters);
 }
 
-static void llama3_write(const Llama3* model, const char* path) {
+static void llama3_write(const void* m, const char* path) {
+    const Llama3* model = (const Llama3*)m;
     llama3_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
 }
 
-CPU_MODEL_CALLS(Llama3, llama3)
+// the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the Llama3 as void*)
+static const CpuModelCalls llama3_calls = {llama3_build, llama3_describe, llama3_allocate_activations, llama3_forward,
+                                           llama3_backward, llama3_write, llama3_free};
 
 #ifndef LLMC_NO_MAIN
 
 int main(int argc, char** argv) {
-    // the trainers' one flag table; only -e's default differs (d2 from scratch)
-    static const CpuTrainerFamily family = {
-        "Trains Llama 3 on the CPU.", "d2",
-        "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
-        "block size",
-    };
     Llama3 model;
-    return cpu_trainer_main(argc, argv, &family, &model, &llama3_calls, &model.cpu);
+    return cpu_trainer_main(argc, argv, "Trains Llama 3 on the CPU.", &LLAMA3_FAMILY, &model, &llama3_calls, &model.cpu);
 }
 #endif

@@ -51,7 +51,7 @@ from bench import DEFAULT_DATA, REPO, markdown_table, model_shape, parse_steps  
 MFU_HEADER = REPO / "llmc" / "mfu.h"
 # a row of llmc/mfu.h's GPU_PEAK_TABLE: {"name part", bf16 TFLOP/s, tf32 TFLOP/s}
 PEAK_ROW_RE = re.compile(r'\{"([^"]+)",\s*([0-9.]+),\s*([0-9.]+)\}')
-GPT2_PADDED_VOCAB = 50304  # llmc/model_config.h's Vp: train_gpt2cu's parameter count, hence its FLOPs
+GPT2_PADDED_VOCAB = 50304  # llmc/gpt2.h's Vp: train_gpt2cu's parameter count, hence its FLOPs
 MAX_T = 1024               # block size of the dN models (wpe rows)
 LLAMA3_DIR = REPO / "build" / "llama3"
 LLAMA3_SHARD = LLAMA3_DIR / "ts" / "tiny_shakespeare_train.bin"
@@ -135,13 +135,13 @@ def gpt2_num_parameters(L: int, C: int) -> int:
 
 
 def llama3_ffn_hidden(C: int, multiple_of: int = 32) -> int:
-    """llmc/llama3_config.h's FFN size without a multiplier: int(2 * 4C / 3) rounded up to multiple_of."""
+    """llmc/llama3.h's FFN size without a multiplier: int(2 * 4C / 3) rounded up to multiple_of."""
     h = (2 * 4 * C) // 3
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
 
 def llama3_num_parameters(L: int, V: int) -> int:
-    """The parameters of a from-scratch Llama 3 dL (llmc/llama3_config.h's descriptor: C = 64 L, NH = L,
+    """The parameters of a from-scratch Llama 3 dL (llmc/llama3.h's descriptor: C = 64 L, NH = L,
     NKV = max(1, L / 2), untied head): wte, L blocks, the final RMSNorm and lm_head."""
     C, NH, NKV = 64 * L, L, max(1, L // 2)
     qkv = (NH + 2 * NKV) * (C // NH)

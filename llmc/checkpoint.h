@@ -1,11 +1,6 @@
 /*
-llmc/checkpoint.h: model checkpoints and training state on disk.
-
-Model checkpoint (llm.c-compatible): 256 int32 header
-  [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp
-then the 16 parameter tensors in checkpoint order (model_config.h), wte with Vp rows.
-We write fp32 (version 3); we read 3 and 5 (bf16 is widened to fp32 on load). The reading,
-checking and atomic writing are llmc/model_file.h's; GPT2_MODEL_FILE describes this file to it.
+llmc/checkpoint.h: the training state on disk, beside a checkpoint's model file (each family's model file is
+described in its header, llmc/gpt2.h, llmc/llama3.h, and read and written by llmc/model_file.h).
 
 Training state (one file per rank, state_%08d_%05d.bin next to model_%08d.bin): 256 int32 header
   [0]=20240527 [1]=1 [2]=num_processes [3]=process_rank [4]=zero_stage [5]=should_shuffle
@@ -31,50 +26,9 @@ All files are written atomically (utils.h AtomicFile).
 #include <stdio.h>
 #include <string.h>
 #include "utils.h"
-#include "model_config.h"
-#include "model_file.h"
 
-#define CHECKPOINT_MAGIC 20240326
 #define TRAIN_STATE_MAGIC 20240527
 #define TRAIN_STATE_VERSION 1
-
-// ----------------------------------------------------------------------------
-// model checkpoint: GPT-2's model file (llmc/model_file.h reads and writes it)
-
-// what only GPT-2 knows about its header (model_file_open calls it, then gpt2_model_file_parameters)
-static inline void gpt2_model_file_check(const char* path, const void* config) {
-    const GPT2Config* cfg = (const GPT2Config*)config;
-    if (cfg->padded_vocab_size < cfg->vocab_size) {
-        llmc_die("%s: bad model checkpoint header: padded vocab Vp = %d is smaller than V = %d", path, cfg->padded_vocab_size, cfg->vocab_size);
-    }
-    if (cfg->channels % cfg->num_heads != 0) {
-        llmc_die("%s: bad model checkpoint header: channels C = %d is not a multiple of heads NH = %d", path, cfg->channels, cfg->num_heads);
-    }
-}
-
-static inline size_t gpt2_model_file_parameters(const void* config, char* shape, size_t shape_size) {
-    const GPT2Config* cfg = (const GPT2Config*)config;
-    snprintf(shape, shape_size, "L=%d C=%d Vp=%d maxT=%d", cfg->num_layers, cfg->channels, cfg->padded_vocab_size,
-             cfg->max_seq_len);
-    return gpt2_num_parameters(cfg);
-}
-
-// header[2..7]: maxT, V, L, NH, C, Vp, each within its range
-#define GPT2_FIELD_(name, index, hi, member) {name, MODEL_FIELD_INT, index, 1, hi, offsetof(GPT2Config, member)}
-static const ModelHeaderField GPT2_HEADER_FIELDS[] = {
-    GPT2_FIELD_("maxT (header[2])", 2, 1 << 20, max_seq_len), GPT2_FIELD_("vocab size V (header[3])", 3, 1 << 24, vocab_size),
-    GPT2_FIELD_("layers L (header[4])", 4, 4096, num_layers), GPT2_FIELD_("heads NH (header[5])", 5, 1 << 16, num_heads),
-    GPT2_FIELD_("channels C (header[6])", 6, 1 << 17, channels),
-    GPT2_FIELD_("padded vocab Vp (header[7])", 7, 1 << 24, padded_vocab_size),
-};
-static const ModelFileFormat GPT2_MODEL_FILE = MODEL_FILE_FORMAT(
-    "model checkpoint", "%s: not a model checkpoint (file is %zu bytes, shorter than the 1024-byte header)",
-    CHECKPOINT_MAGIC, 0, GPT2_HEADER_FIELDS, GPT2Config, gpt2_model_file_check, gpt2_model_file_parameters);
-
-// checkpoint_open(path, cfg, version) opens a checkpoint, validates its header against its real size and
-// returns the open file positioned at the first parameter; *version is 3 (fp32) or 5 (bf16).
-// checkpoint_write(path, cfg, params, n) writes cfg and n fp32 parameters atomically.
-MODEL_FILE_FUNCTIONS(checkpoint_open, checkpoint_write, GPT2Config, GPT2_MODEL_FILE)
 
 // ----------------------------------------------------------------------------
 // training state

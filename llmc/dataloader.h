@@ -5,7 +5,7 @@ Token shard format (llm.c-compatible): a header of 256 int32, then the tokens.
     GPT-2:   header[0] = 20240520, header[1] = 1, header[2] = ntok, then ntok uint16 tokens
     llama-3: header[0] = 20240801, header[1] = 7, header[2] = ntok, then ntok uint32 tokens
 A loader reads ONE of the two (ShardFormat, given to dataloader_init): a trainer the format of its
-model family (llmc/trainer.h's TRAINER_SHARD_FORMAT). A shard of the other format is refused, as
+model family (llmc/model_family.h's shard_format). A shard of the other format is refused, as
 every GPT-2 id is also a valid Llama 3 id and the run would otherwise train on the wrong tokenization:
     error: x.bin: a gpt-2 token shard (magic 20240520, uint16 tokens), but this model reads llama-3
     shards (magic 20240801, uint32 tokens); python dev/data/tinyshakespeare.py --model_desc llama-3
@@ -61,8 +61,9 @@ No memory is allocated per batch.
 // ----------------------------------------------------------------------------
 // shard formats and headers
 
-// the two token shard formats; every loader reads exactly one of them
-typedef enum { SHARD_FORMAT_GPT2, SHARD_FORMAT_LLAMA3 } ShardFormat;
+// the token shard formats, indices into SHARD_FORMATS below; every loader reads exactly one of them (its model
+// family's, llmc/model_family.h)
+typedef enum { SHARD_FORMAT_GPT2, SHARD_FORMAT_LLAMA3, SHARD_FORMAT_COUNT } ShardFormat;
 
 typedef struct {
     const char* name;        // the dev/data scripts' --model_desc: "gpt-2" or "llama-3"
@@ -73,14 +74,12 @@ typedef struct {
     const char* data_flags;  // what the dev/data scripts need to write it ("": their default)
 } ShardFormatSpec;
 
-static inline const ShardFormatSpec* shard_format_spec(ShardFormat format) {
-    static const ShardFormatSpec specs[2] = {
-        {"gpt-2", DATALOADER_MAGIC_GPT2, DATALOADER_VERSION_GPT2, 2, "uint16", ""},
-        {"llama-3", DATALOADER_MAGIC_LLAMA3, DATALOADER_VERSION_LLAMA3, 4, "uint32",
-         "--model_desc llama-3 --tokenizer DIR"},
-    };
-    return &specs[format == SHARD_FORMAT_LLAMA3 ? 1 : 0];
-}
+static const ShardFormatSpec SHARD_FORMATS[SHARD_FORMAT_COUNT] = {
+    {"gpt-2", DATALOADER_MAGIC_GPT2, DATALOADER_VERSION_GPT2, 2, "uint16", ""},
+    {"llama-3", DATALOADER_MAGIC_LLAMA3, DATALOADER_VERSION_LLAMA3, 4, "uint32", "--model_desc llama-3 --tokenizer DIR"},
+};
+
+static inline const ShardFormatSpec* shard_format_spec(ShardFormat format) { return &SHARD_FORMATS[format]; }
 
 // Into buf: the command that writes shards of `format` for data named like `pattern`, e.g.
 // "python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer DIR", or for a name no
@@ -98,13 +97,13 @@ static inline const char* shard_data_command(char* buf, size_t size, const char*
     return buf;
 }
 
-// dies with one line if header[0..1] is not a shard of `format` (the other format: names both and
+// dies with one line if header[0..1] is not a shard of `format` (a shard of another format: names both and
 // the command that writes the right one)
 static inline void shard_check_format(const char* path, const int* header, ShardFormat format) {
     const ShardFormatSpec* want = shard_format_spec(format);
-    ShardFormat other_format = format == SHARD_FORMAT_GPT2 ? SHARD_FORMAT_LLAMA3 : SHARD_FORMAT_GPT2;
-    const ShardFormatSpec* other = shard_format_spec(other_format);
-    if (header[0] == other->magic) {
+    for (int k = 0; k < SHARD_FORMAT_COUNT; k++) {
+        const ShardFormatSpec* other = &SHARD_FORMATS[k];
+        if (k == (int)format || header[0] != other->magic) { continue; }
         char command[256];
         llmc_die("%s: a %s token shard (magic %d, %s tokens), but this model reads %s shards (magic %d, %s tokens); "
                  "%s writes them", path, other->name, other->magic, other->token_type, want->name, want->magic,

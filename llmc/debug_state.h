@@ -18,7 +18,7 @@ llm.c's reader (which reads up to the gradients) still reads these files.
 
 Other models' debug states are this layout with their own magic and version (DebugStateFormat), and
 can carry each step's reference gradient norm after the losses (test_llama3.c's Llama 3 states):
-debug_state_read_format reads them all, debug_state_read the GPT-2 one. debug_state_require_files: a test
+debug_state_read_format reads them all (a family's header names its format: llmc/gpt2.h's GPT2_DEBUG_STATE). debug_state_require_files: a test
 program's model file and debug state exist, else the line that names the missing one and its writer.
 
 Files without the noise section (nnoise = 0: written before it existed) still load with
@@ -34,7 +34,6 @@ negative or non-finite noise, an unknown optimizer or Muon setting) is one error
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
-#include "model_config.h"
 
 #define DEBUG_STATE_MAGIC 20240327
 #define DEBUG_STATE_VERSION 2
@@ -64,10 +63,6 @@ typedef struct {
     const char* max_T_name;    // what the model calls its longest sequence, in the error on T
     int has_grad_norms;        // nsteps gradient norms follow the losses
 } DebugStateFormat;
-
-static const DebugStateFormat DEBUG_STATE_GPT2 = {DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, "debug state", "max", 0};
-// the Llama 3 debug state train_llama3.py writes
-static const DebugStateFormat DEBUG_STATE_LLAMA3 = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
 static inline float debug_state_float_bits(int bits) {
     float f;
@@ -181,11 +176,6 @@ static inline void debug_state_read_format(DebugState* d, const char* path, cons
             llmc_die("%s: token id at position %zu is outside [0, %zu) (x %d, y %d)", path, i, V, d->x[i], d->y[i]);
         }
     }
-}
-
-// the GPT-2 debug state, checked against the model's config and parameter count
-static inline void debug_state_read(DebugState* d, const char* path, const GPT2Config* cfg, size_t num_parameters) {
-    debug_state_read_format(d, path, &DEBUG_STATE_GPT2, cfg->max_seq_len, cfg->vocab_size, num_parameters);
 }
 
 // a test program's two input files exist, else one line naming the one missing and the reference script that writes

@@ -9,7 +9,7 @@ A family describes its file as data, a ModelFileFormat: the magic, whether a flo
 the names its error lines use and its header fields: where each member of its config struct stands
 (an int or a float header slot), the range an int field may take, and what is written only for llm.c
 (a float's truncated copy in an int slot, a constant), and what only it knows: its own checks of the
-config and its parameter count. Its reader (llmc/checkpoint.h for GPT-2, llmc/llama3_config.h for Llama 3)
+config and its parameter count. Its reader (llmc/gpt2.h for GPT-2, llmc/llama3.h for Llama 3)
 then reads in two steps:
     model_file_open         the headers, checked against the real file size, magic, version and the
                             ranges of the fields, the config filled from them, the family's checks, and
@@ -178,43 +178,31 @@ static inline void model_file_write(const char* path, const ModelFileFormat* fmt
     atomic_file_commit(&af);
 }
 
-// a family's typed entry points to its file `format` (a ModelFileFormat):
-//   FILE* open_fn(const char* path, Config* cfg, int* version)                          model_file_open
-//   void write_fn(const char* path, const Config* cfg, const float* params, size_t n)   model_file_write
-#define MODEL_FILE_FUNCTIONS(open_fn, write_fn, Config, format) \
-    static inline FILE* open_fn(const char* path, Config* cfg, int* version) { \
-        return model_file_open(path, &(format), cfg, version); \
-    } \
-    static inline void write_fn(const char* path, const Config* cfg, const float* params, size_t n) { \
-        model_file_write(path, &(format), cfg, params, n); \
-    }
-
 // ----------------------------------------------------------------------------
 // the tensor table: the parameters in file order, one row per tensor, X(D, name, per_layer, rows, cols,
 // is_matrix). A tensor is one (rows, cols) slice, or with per_layer L slices stacked (layer l's starts at
 // l * rows * cols); vectors have cols = 1; is_matrix marks the 2-D weights. Every family's table
-// (llmc/model_config.h, llmc/llama3_config.h) is expanded with these; D is what the expansion passes:
+// (llmc/gpt2.h, llmc/llama3.h) is expanded with these; D is what the expansion passes:
 //   TENSOR_INDEX     with D a prefix: the enum entry D##name
 //   TENSOR_NAME, TENSOR_IS_MATRIX, TENSOR_PER_LAYER   array initialisers
 //   TENSOR_DIMS      {slices, rows, cols}, written in the family's dimension names and L
 //   TENSOR_FIELD     with D an element type: the struct member D* name
-//   TENSOR_POINT     p->name into a flat buffer memory, which moves past it
-//   TENSOR_LAYER     w.name at layer l's slice of p->name
 #define TENSOR_INDEX(D, name, per_layer, rows, cols, is_matrix) D##name,
 #define TENSOR_NAME(D, name, per_layer, rows, cols, is_matrix) #name,
 #define TENSOR_IS_MATRIX(D, name, per_layer, rows, cols, is_matrix) is_matrix,
 #define TENSOR_PER_LAYER(D, name, per_layer, rows, cols, is_matrix) per_layer,
 #define TENSOR_DIMS(D, name, per_layer, rows, cols, is_matrix) {per_layer ? L : 1, rows, cols},
 #define TENSOR_FIELD(D, name, per_layer, rows, cols, is_matrix) D* name;
-#define TENSOR_POINT(D, name, per_layer, rows, cols, is_matrix) \
-    p->name = memory; memory += (per_layer ? L : 1) * (rows) * (cols);
-#define TENSOR_LAYER(D, name, per_layer, rows, cols, is_matrix) \
-    w.name = p->name + (size_t)l * (rows) * (cols);
 
-// the elements of each of n tensors of dims[k] = (slices, rows, cols) into sizes (when not NULL); returns
-// their sum, the parameter count
-static inline size_t tensor_table_sizes(const size_t (*dims)[3], int n, size_t* sizes) {
-    size_t total = 0;
+// A family's tensor table at a config: (slices, rows, cols) of each tensor into dims, file order (slices is L for the
+// per-layer ones; llmc/gpt2.h's gpt2_parameter_dims)
+typedef void (*TensorDimsFn)(size_t (*dims)[3], const void* config);
+#define TENSOR_TABLE_MAX 64
+
+// the elements of each of the n tensors into sizes (when not NULL); returns their sum, the parameter count
+static inline size_t tensor_table_sizes(TensorDimsFn table, const void* config, int n, size_t* sizes) {
+    size_t dims[TENSOR_TABLE_MAX][3], total = 0;
+    table(dims, config);
     for (int k = 0; k < n; k++) {
         size_t size = dims[k][0] * dims[k][1] * dims[k][2];
         if (sizes != NULL) { sizes[k] = size; }
@@ -223,49 +211,33 @@ static inline size_t tensor_table_sizes(const size_t (*dims)[3], int n, size_t* 
     return total;
 }
 
-// What a family's table gives, defined once for every family. FAMILY is the functions' prefix (gpt2, llama3),
-// Config its config struct, TENSORS and LAYER_TENSORS its tables, N their tensor count and DIMS(cfg) the
-// declarations of the dimension names the table is written in (L among them), as const size_t.
-// TENSOR_TABLE_SIZES(FAMILY, Config, TENSORS, N, DIMS) defines
-//   void FAMILY_parameter_dims(size_t dims[N][3], const Config* cfg)   (slices, rows, cols) of each tensor, file
-//                                                                       order: slices is L for the per-layer ones
-//   size_t FAMILY_parameter_sizes(size_t sizes[N], const Config* cfg)  the elements of each tensor into sizes
-//                                                                       (when not NULL); returns their sum
-//   size_t FAMILY_num_parameters(const Config* cfg)
-#define TENSOR_TABLE_SIZES(FAMILY, Config, TENSORS, N, DIMS) \
-    static inline void FAMILY##_parameter_dims(size_t dims[N][3], const Config* cfg) { \
-        DIMS(cfg) \
-        const size_t table[N][3] = {TENSORS(TENSOR_DIMS, _)}; \
-        memcpy(dims, table, sizeof(table)); \
-    } \
-    static inline size_t FAMILY##_parameter_sizes(size_t sizes[N], const Config* cfg) { \
-        size_t dims[N][3]; \
-        FAMILY##_parameter_dims(dims, cfg); \
-        return tensor_table_sizes((const size_t(*)[3])dims, N, sizes); \
-    } \
-    static inline size_t FAMILY##_num_parameters(const Config* cfg) { return FAMILY##_parameter_sizes(NULL, cfg); }
-
-// TENSOR_TABLE_POINTERS(FAMILY, Config, TENSORS, LAYER_TENSORS, DIMS, Params, LayerParams, Elem) declares, for
-// element type Elem (float on the CPU, floatX on the GPU; once per program):
-//   Params       one Elem* per parameter tensor, file order (the model's weights, or its gradients)
-//   LayerParams  the tensors of one layer, each pointing at layer l's slice
-//   void FAMILY_point_parameters(Params* p, Elem* memory, const Config* cfg)
-//                points p's tensors into one flat buffer of FAMILY_num_parameters(cfg) elements
-//   LayerParams FAMILY_layer_params(const Params* p, const Config* cfg, int l)
-//                layer l's view of p (weights or gradients alike)
-#define TENSOR_TABLE_POINTERS(FAMILY, Config, TENSORS, LAYER_TENSORS, DIMS, Params, LayerParams, Elem) \
-    typedef struct { TENSORS(TENSOR_FIELD, Elem) } Params; \
-    typedef struct { LAYER_TENSORS(TENSOR_FIELD, Elem) } LayerParams; \
-    static inline void FAMILY##_point_parameters(Params* p, Elem* memory, const Config* cfg) { \
-        DIMS(cfg) \
-        TENSORS(TENSOR_POINT, _) \
-    } \
-    static inline LayerParams FAMILY##_layer_params(const Params* p, const Config* cfg, int l) { \
-        DIMS(cfg) \
-        LayerParams w; \
-        LAYER_TENSORS(TENSOR_LAYER, _) \
-        return w; \
+// Points the n tensor pointers of a struct of named pointers (one Elem* per tensor in table order and nothing else:
+// a family's Params) into one flat buffer of elements of elem_bytes, back to back. The struct is written a pointer at
+// a time through memcpy, so any element type serves (float on the CPU, floatX on the GPU).
+static inline void tensor_table_point(TensorDimsFn table, const void* config, int n, void* pointers, void* memory,
+                                      size_t elem_bytes) {
+    size_t dims[TENSOR_TABLE_MAX][3];
+    table(dims, config);
+    char* at = (char*)memory;
+    for (int k = 0; k < n; k++) {
+        memcpy((char*)pointers + (size_t)k * sizeof(void*), &at, sizeof(void*));
+        at += dims[k][0] * dims[k][1] * dims[k][2] * elem_bytes;
     }
+}
+
+// Layer l's view of the per-layer tensors first .. first+count-1 of a struct of named pointers (params): into layer
+// (a struct of count pointers of the same element type), each pointer moved to its tensor's layer-l slice
+static inline void tensor_table_layer(TensorDimsFn table, const void* config, int first, int count, void* layer,
+                                      const void* params, size_t elem_bytes, int l) {
+    size_t dims[TENSOR_TABLE_MAX][3];
+    table(dims, config);
+    for (int k = 0; k < count; k++) {
+        char* at;
+        memcpy(&at, (const char*)params + (size_t)(first + k) * sizeof(void*), sizeof(void*));
+        at += (size_t)l * dims[first + k][1] * dims[first + k][2] * elem_bytes;
+        memcpy((char*)layer + (size_t)k * sizeof(void*), &at, sizeof(void*));
+    }
+}
 
 // the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none
 static inline int llmc_model_file_magic(const char* path) {

@@ -3,7 +3,7 @@ llmc/tensor_check.h: the comparison and reporting logic of both test programs (t
 test_gpt2.cu), in plain C so that the CPU tests (dev/test/test_tensor_check.c) check it with
 corrupted inputs: a test that cannot fail is worse than none. Each program has its own tolerance table.
 
-    debug_state_read(d, path, cfg, num_parameters)    the reference tensors (llmc/debug_state.h)
+    gpt2_debug_state_read(d, path, cfg, num_parameters)   the reference tensors (llmc/gpt2.h, llmc/debug_state.h)
     tensor_check(got, ref, n, rtol, atol)             max |got - ref| <= atol + rtol * max|ref|, all finite
                                                       (reports the relative L2 error without holding it)
     tensor_check_l2(got, ref, n, rtol, atol, l2)      the same, and ||got - ref|| / ||ref|| <= l2
@@ -91,7 +91,6 @@ dominates there.
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
-#include "model_config.h"
 #include "debug_state.h"
 
 // ----------------------------------------------------------------------------

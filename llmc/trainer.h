@@ -50,6 +50,7 @@ data position, outlier windows and optimizer state as the run that saved it.
 #include "logger.h"
 #include "outlier_detector.h"
 #include "mfu.h"
+#include "model_family.h"
 
 // the reference's optimizer and seeds (train_gpt2.py); no flags: they are fixed like there
 #define TRAINER_ADAMW_BETA1 0.9f
@@ -58,12 +59,6 @@ data position, outlier windows and optimizer state as the run that saved it.
 #define TRAINER_GRAD_CLIP 1.0f
 #define TRAINER_INIT_SEED 42u
 #define TRAINER_SAMPLER_SEED 1337u
-#ifndef TRAINER_TOKENIZER_PATH  // a trainer of another model family defines its own before including this file
-#define TRAINER_TOKENIZER_PATH "gpt2_tokenizer.bin"
-#endif
-#ifndef TRAINER_SHARD_FORMAT  // the token shards the model family reads (llmc/dataloader.h's ShardFormat)
-#define TRAINER_SHARD_FORMAT SHARD_FORMAT_GPT2
-#endif
 
 // ----------------------------------------------------------------------------
 // the rules
@@ -344,6 +339,7 @@ typedef struct {
 
 typedef struct {
     TrainArgs args;
+    const ModelFamily* family;    // the model's: its shard format, its tokenizer (llmc/model_family.h)
     TrainerComm comm;
     const char* out_dir;          // -o, NULL for none
     int vocab_size;
@@ -390,12 +386,7 @@ static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) {
 // ----------------------------------------------------------------------------
 // start-up
 
-// the command that writes missing token shards, from their name, in this model family's format
-static inline const char* trainer_data_hint(char* buf, size_t size, const char* pattern) {
-    return shard_data_command(buf, size, pattern, TRAINER_SHARD_FORMAT);
-}
-
-static inline void trainer_require_files_(const char* pattern, const char* flag) {
+static inline void trainer_require_files_(const char* pattern, const char* flag, const ModelFamily* family) {
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     size_t n = rc == 0 ? g.gl_pathc : 0;
@@ -403,19 +394,19 @@ static inline void trainer_require_files_(const char* pattern, const char* flag)
     if (n == 0) {
         char hint[256];
         llmc_die("%s: no such file (flag %s; run %s to create it)", pattern, flag,
-                 trainer_data_hint(hint, sizeof(hint), pattern));
+                 shard_data_command(hint, sizeof(hint), pattern, family->shard_format));
     }
 }
 
 // Checks the flags that depend on each other and that every data file exists, before a model is
 // built; returns the step to resume from (-y 1: the newest complete checkpoint in -o), or -1.
-static inline int trainer_prepare(const TrainArgs* a, int rank) {
+static inline int trainer_prepare(const TrainArgs* a, const ModelFamily* family, int rank) {
     int have_out = a->output_log_dir[0] != '\0';
     if ((a->checkpoint_every > 0 || a->resume) && !have_out) {
         llmc_die("flag %s needs an output directory (-o)", a->resume ? "-y" : "-n");
     }
-    trainer_require_files_(a->train_data_pattern, "-i");
-    if (a->val_loss_every > 0 && a->val_data_pattern[0] != '\0') { trainer_require_files_(a->val_data_pattern, "-j"); }
+    trainer_require_files_(a->train_data_pattern, "-i", family);
+    if (a->val_loss_every > 0 && a->val_data_pattern[0] != '\0') { trainer_require_files_(a->val_data_pattern, "-j", family); }
     if (a->hellaswag_eval && !file_exists(a->hellaswag_path)) {
         llmc_die("%s: no such file (flag -h 1 needs the HellaSwag eval file, see -he; "
                  "run python dev/data/hellaswag.py to create it)", a->hellaswag_path);
@@ -430,10 +421,12 @@ static inline int trainer_prepare(const TrainArgs* a, int rank) {
 
 // Loaders, schedule, tokenizer, sampler, logger and, when resuming, nothing yet of the state
 // (trainer_run loads it). vocab_size: the model's V (token ids are checked against it); the shards
-// must be of the family's TRAINER_SHARD_FORMAT.
-static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm comm, int vocab_size, int resume_step) {
+// must be of the family's format, and its tokenizer decodes the samples.
+static inline void trainer_init(Trainer* tr, const TrainArgs* a, const ModelFamily* family, TrainerComm comm, int vocab_size,
+                                int resume_step) {
     memset(tr, 0, sizeof(*tr));
     tr->args = *a;
+    tr->family = family;
     tr->comm = comm;
     tr->out_dir = a->output_log_dir[0] != '\0' ? a->output_log_dir : NULL;
     tr->vocab_size = vocab_size;
@@ -446,10 +439,10 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm com
     }
     tr->total_batch = (long long)tr->grad_accum_steps * B * T * nproc;
     dataloader_init(&tr->train_loader, a->train_data_pattern, B, T, rank, nproc, a->shuffle, vocab_size,
-                    TRAINER_SHARD_FORMAT);
+                    family->shard_format);
     tr->have_val = a->val_loss_every > 0 && a->val_data_pattern[0] != '\0';
     if (tr->have_val) {
-        dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size, TRAINER_SHARD_FORMAT);
+        dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size, family->shard_format);
     }
     if (a->hellaswag_eval) { evalloader_init(&tr->eval_loader, a->hellaswag_path, B, T, rank, nproc); }
     tr->max_steps = trainer_max_steps(a->max_steps, tr->train_loader.num_tokens, tr->total_batch, &why);
@@ -459,7 +452,7 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, TrainerComm com
     }
     lr_scheduler_init(&tr->lr_scheduler, a->lr_scheduler_type, a->learning_rate, a->warmup_iterations, tr->max_steps,
                       a->final_learning_rate_frac);
-    if (rank == 0) { tokenizer_init(&tr->tokenizer, TRAINER_TOKENIZER_PATH); } // only rank 0 samples; a bad file fails now
+    if (rank == 0) { tokenizer_init(&tr->tokenizer, family->tokenizer_path); } // only rank 0 samples; a bad file fails now
     sampler_init(&tr->sampler, vocab_size, 1.0f, 0, 1.0f, TRAINER_SAMPLER_SEED);
     trainer_detectors_init(&tr->detectors);
     if (tr->out_dir != NULL && rank == 0) { mkdir_p_check(tr->out_dir); }
@@ -615,7 +608,7 @@ static inline void trainer_print_plan(const Trainer* tr) {
         trainer_printf0(tr, "resumed from %s at step %d\n", path, tr->resume_step);
     }
     if (tr->comm.rank == 0 && !tr->tokenizer.init_ok && a->sample_every > 0) {
-        printf("samples will be printed as token ids (no %s)\n", TRAINER_TOKENIZER_PATH);
+        printf("samples will be printed as token ids (no %s)\n", tr->family->tokenizer_path);
     }
 }
 

@@ -149,7 +149,7 @@ static void pyllmc_model_discard(GPT2* model) { pyllmc_model_reset_(model); }
 // -1 if it is a bad one (why then says what is wrong)
 static int pyllmc_config_from_descriptor(const char* desc, GPT2Config* cfg, char* why, size_t why_size) {
     const char* reason = "";
-    int kind = model_config_from_descriptor(desc, cfg, &reason);
+    int kind = gpt2_config_from_descriptor(desc, cfg, &reason);
     snprintf(why, why_size, "%s", reason);
     return kind;
 }
@@ -222,7 +222,7 @@ static int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_t
 
 // writes an fp32 checkpoint atomically. guarded
 static int pyllmc_model_save(GPT2* model, const char* path) {
-    PYLLMC_GUARDED(checkpoint_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters));
+    PYLLMC_GUARDED(gpt2_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters));
 }
 
 static void pyllmc_model_free(GPT2* model) {

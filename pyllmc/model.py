@@ -23,7 +23,7 @@ import numpy as np
 from model_file import GPT2_FIELDS, read_gpt2_header
 from pyllmc._core import INT_MAX, LlmcError, check_ids, check_rc, ffi, lib
 
-# the parameter table of llmc/model_config.h, checkpoint order
+# the parameter table of llmc/gpt2.h, checkpoint order
 PARAMETER_NAMES = tuple(ffi.string(lib.GPT2_PARAMETER_NAMES[i]).decode() for i in range(lib.GPT2_NUM_PARAMETER_TENSORS))
 
 
@@ -39,7 +39,7 @@ class GPT2Config:
 
     @classmethod
     def from_descriptor(cls, desc: str) -> GPT2Config:
-        """dN / gpt2:dN / gpt3:cN, exactly as `./train_gpt2 -e` reads them (llmc/model_config.h)."""
+        """dN / gpt2:dN / gpt3:cN, exactly as `./train_gpt2 -e` reads them (llmc/gpt2.h)."""
         cfg = ffi.new("GPT2Config*")
         why = ffi.new("char[256]")
         kind = lib.pyllmc_config_from_descriptor(str(desc).encode(), cfg, why, 256)

@@ -25,7 +25,7 @@ kernel's constraints and still run its loops past one warp and one block.
 #include <string.h>
 #include "../../llmc/cuda/cuda_common.cuh"
 #include "../../llmc/cuda/cublas_common.cuh"
-#include "../../llmc/model_config.h"
+#include "../../llmc/gpt2.h"
 
 // deterministic host random numbers in [-1, 1) (xorshift; the playground needs no torch parity)
 static inline float* make_random_float(size_t n, uint64_t seed) {

@@ -1,10 +1,11 @@
 /*
 dev/fuzz/fuzz_checkpoint.c: libFuzzer harness for the model checkpoint reader of llmc/checkpoint.h
 (fp32 version 3 and bf16 version 5), called the way gpt2_build_from_checkpoint calls it:
-checkpoint_open, allocate the parameters the header implies, model_file_read_params.
+gpt2_model_open, allocate the parameters the header implies, model_file_read_params.
 The input is the whole file. A file that loads must hold exactly the parameters its header says.
 */
 #include "harness.h"
+#include "../../llmc/gpt2.h"
 #include "../../llmc/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -12,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_BEGIN
         GPT2Config cfg;
         int version = 0;
-        FILE* f = checkpoint_open(path, &cfg, &version);
+        FILE* f = gpt2_model_open(path, &cfg, &version);
         if (version != MODEL_FILE_VERSION_FP32 && version != MODEL_FILE_VERSION_BF16) { abort(); }
         if (cfg.vocab_size > cfg.padded_vocab_size || cfg.num_heads < 1 || cfg.channels % cfg.num_heads != 0) { abort(); }
         size_t n = gpt2_num_parameters(&cfg);

@@ -8,7 +8,7 @@ with the noise section, only finite non-negative loss noises; its optimizer fiel
 Muon (1) with settings in range.
 */
 #include "harness.h"
-#include "../../llmc/debug_state.h"
+#include "../../llmc/gpt2.h"
 
 static DebugState dstate;
 
@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cfg.channels = 8;
     size_t num_parameters = gpt2_num_parameters(&cfg);
     FUZZ_BEGIN
-        debug_state_read(&dstate, path, &cfg, num_parameters);
+        gpt2_debug_state_read(&dstate, path, &cfg, num_parameters);
         if (dstate.B < 1 || dstate.T < 1 || dstate.T > cfg.max_seq_len || dstate.nsteps < 0) { abort(); }
         for (int i = 0; i < dstate.B * dstate.T; i++) {
             if (dstate.x[i] < 0 || dstate.x[i] >= cfg.vocab_size || dstate.y[i] < 0 || dstate.y[i] >= cfg.vocab_size) { abort(); }

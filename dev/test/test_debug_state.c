@@ -2,7 +2,7 @@
 dev/test/test_debug_state.c: llmc/debug_state.h, the reference tensors the test programs read -- a small
 debug state round-trips, and a truncated file or a wrong magic is one error line naming the file.
 */
-#include "../../llmc/debug_state.h"
+#include "../../llmc/gpt2.h"
 #include "test_common.h"
 
 // a small model: 3 layers of 2 heads, C 64, V 100 padded to 128, maxT 32
@@ -39,7 +39,7 @@ static void read_state(void* arg) {
     snprintf(path, sizeof(path), "%s/%s", g_dir, (const char*)arg);
     GPT2Config cfg = small_config();
     DebugState d;
-    debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
+    gpt2_debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
 }
 
 static void test_debug_state(void) {
@@ -49,7 +49,7 @@ static void test_debug_state(void) {
     write_debug_state(path, DEBUG_STATE_MAGIC, 0);
     GPT2Config cfg = small_config();
     DebugState d;
-    debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
+    gpt2_debug_state_read(&d, path, &cfg, gpt2_num_parameters(&cfg));
     CHECK(d.B == 1 && d.T == 2 && d.nsteps == 2 && d.y[1] == 3 && d.loss == 4.5f && fabsf(d.beta2 - 0.95f) < 1e-7f,
           "a debug state round-trips (B, T, steps, tokens, loss, optimizer settings)");
     debug_state_free(&d);

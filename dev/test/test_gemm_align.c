@@ -5,7 +5,7 @@ would let the heuristic pick kernels that our 16-byte aligned tensors cannot fee
 of two up to 256 that divides the address, never more than the address has.
 */
 #include "../../llmc/cuda/matmul.cuh"
-#include "../../llmc/model_config.h"
+#include "../../llmc/gpt2.h"
 #include "test_common.h"
 
 static void test_alignment_of_addresses(void) {

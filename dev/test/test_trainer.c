@@ -11,6 +11,7 @@ gradients are exact and small, and every step changes the weights.
 #include <signal.h>
 #include <sys/stat.h>
 #include "llmc/trainer.h"
+#include "llmc/gpt2.h"
 #include "llmc/adamw.h"
 #include "dev/test/test_common.h"
 
@@ -174,7 +175,7 @@ static RunResult run_flags(const char* flags, int signal_at_call, int nan_norm_a
     f->signal_at_call = signal_at_call;
     f->nan_norm_at_call = nan_norm_at_call;
     for (int i = 0; i < NPARAM; i++) { f->w[i] = 0.01f * (float)i; }
-    int resume_step = trainer_prepare(&args, 0);
+    int resume_step = trainer_prepare(&args, &GPT2_FAMILY, 0);
     if (resume_step >= 0) {
         char path[4200];
         trainer_checkpoint_path(path, sizeof(path), args.output_log_dir, "model", resume_step, -1);
@@ -182,7 +183,7 @@ static RunResult run_flags(const char* flags, int signal_at_call, int nan_norm_a
     }
     TrainerComm comm = {0, 1, NULL, NULL, NULL};
     Trainer tr;
-    trainer_init(&tr, &args, comm, VOCAB, resume_step);
+    trainer_init(&tr, &args, &GPT2_FAMILY, comm, VOCAB, resume_step);
     TrainerOps ops = fake_ops(f);
     fflush(stdout);
     int saved_stdout = dup(1); // the loop's progress lines are not this test's output

@@ -20,9 +20,9 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
                               cpu_muon_update steps the owned segments; cpu_muon_broadcast sends every segment
                               from its owner to the others (ZeRO-1); cpu_muon_free
     CpuModel                  the buffers: model->cpu.params_memory, .grads_memory, .m_memory, ...
-    cpu_model_init(cm, family, V, maxT, dims, is_matrix, per_layer, n)   zeroed parameters and gradients for
-                              the model's tensor table (dims[k] = slices, rows, cols); family names the model
-                              in internal error lines
+    cpu_model_init(cm, family, config, V, maxT)   zeroed parameters and gradients for the family's tensor
+                              table at this config (llmc/model_family.h); the family's name stands in internal
+                              error lines
     cpu_model_allocate_activations(cm, B, T, point, model)   for batches of up to B x T tokens: the
                               model's point function counts its named activations and points them in
     cpu_model_set_output(cm, logits, stride, losses)   where the model's logits and losses are
@@ -42,7 +42,7 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
     cpu_model_free(cm)
-    CpuModelCalls, CPU_MODEL_CALLS(Model, prefix)   a family's calls for the programs around the model
+    CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*
 */
 #ifndef LLMC_CPU_MODEL_H
 #define LLMC_CPU_MODEL_H
@@ -61,6 +61,7 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
 #include "../muon_config.h"
 #include "../mpi_utils.h"
 #include "../zero.h"
+#include "../model_family.h"
 #include "muon.h"
 #include "matmul.h"
 
@@ -231,18 +232,18 @@ static void cpu_muon_free(CpuMuon* mu) {
 // ----------------------------------------------------------------------------
 // the model's buffers
 
-// Expanders of a model's activation table, rows X(name, per_layer, per_token, has_grad): each tensor is
+// Expanders of a model's activation table, rows X(type, name, per_layer, per_token, has_grad): each tensor is
 // (B, T, per_token), or (L, B, T, per_token) when per_layer; has_grad: the backward pass keeps its gradient.
 // CPU_ACT_FIELD declares a tensor's pointer; CPU_ACT_POINT, in a function with a->, memory, n, grads, L and BT,
 // points it into memory at n and counts its floats (grads = 1: the gradients, has_grad tensors only, the others
 // NULL; memory NULL: counts only); CPU_ACT_LAYER, in a function with v, a->, l and BT, points v at layer l's slice.
-#define CPU_ACT_FIELD(name, per_layer, per_token, has_grad) float* name;
-#define CPU_ACT_POINT(name, per_layer, per_token, has_grad) { \
+#define CPU_ACT_FIELD(type, name, per_layer, per_token, has_grad) type* name;
+#define CPU_ACT_POINT(type, name, per_layer, per_token, has_grad) { \
         size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
         a->name = memory != NULL && size > 0 ? memory + n : NULL; \
         n += size; \
     }
-#define CPU_ACT_LAYER(name, per_layer, per_token, has_grad) \
+#define CPU_ACT_LAYER(type, name, per_layer, per_token, has_grad) \
     v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
 
 #define CPU_MODEL_MAX_TENSORS 32
@@ -294,21 +295,22 @@ typedef struct {
     int max_seq_len;            // the longest sequence the model takes
 } CpuModel;
 
-static void cpu_model_init(CpuModel* cm, const char* family, int vocab_size, int max_seq_len, const size_t (*dims)[3],
-                           const int* is_matrix, const int* per_layer, int num_tensors) {
+// the flat buffers of a model of this family and config (its tensor table, llmc/model_family.h), zeroed
+static void cpu_model_init(CpuModel* cm, const ModelFamily* family, const void* config, int vocab_size, int max_seq_len) {
+    int num_tensors = family->num_tensors;
     if (num_tensors > CPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d tensors, CpuModel holds %d", num_tensors, CPU_MODEL_MAX_TENSORS); }
     memset(cm, 0, sizeof(*cm));
-    cm->family = family;
+    cm->family = family->name;
     cm->vocab_size = vocab_size;
     cm->max_seq_len = max_seq_len;
     cm->num_tensors = num_tensors;
+    model_family_dims(family, config, cm->param_dims);
     for (int k = 0; k < num_tensors; k++) {
-        memcpy(cm->param_dims[k], dims[k], sizeof(cm->param_dims[k]));
-        cm->param_sizes[k] = dims[k][0] * dims[k][1] * dims[k][2];
+        cm->param_sizes[k] = cm->param_dims[k][0] * cm->param_dims[k][1] * cm->param_dims[k][2];
         cm->num_parameters += cm->param_sizes[k];
     }
-    cm->is_matrix = is_matrix;
-    cm->per_layer = per_layer;
+    cm->is_matrix = family->tensor_is_matrix;
+    cm->per_layer = family->tensor_per_layer;
     cm->params_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
     cm->grads_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
     cm->optimizer = OPTIMIZER_ADAMW;
@@ -492,22 +494,5 @@ typedef struct {
     void (*write)(const void* model, const char* path);            // the model file
     void (*free)(void* model);
 } CpuModelCalls;
-
-// CPU_MODEL_CALLS(Model, prefix) writes the CpuModelCalls named prefix_calls of a model type whose functions
-// are prefix_build(Model*, load, from_file), prefix_describe(const Model*, path),
-// prefix_allocate_activations(Model*, B, T), prefix_forward(Model*, inputs, targets, B, T),
-// prefix_backward(Model*, loss_scale), prefix_write(const Model*, path) and prefix_free(Model*).
-#define CPU_MODEL_CALLS(Model, prefix) \
-    static void prefix##_build_(void* m, const char* load, int from_file) { prefix##_build((Model*)m, load, from_file); } \
-    static void prefix##_describe_(const void* m, const char* path) { prefix##_describe((const Model*)m, path); } \
-    static void prefix##_allocate_activations_(void* m, int B, int T) { prefix##_allocate_activations((Model*)m, B, T); } \
-    static void prefix##_forward_(void* m, const int* inputs, const int* targets, int B, int T) { \
-        prefix##_forward((Model*)m, inputs, targets, B, T); \
-    } \
-    static void prefix##_backward_(void* m, float loss_scale) { prefix##_backward((Model*)m, loss_scale); } \
-    static void prefix##_write_(const void* m, const char* path) { prefix##_write((const Model*)m, path); } \
-    static void prefix##_free_(void* m) { prefix##_free((Model*)m); } \
-    static const CpuModelCalls prefix##_calls = {prefix##_build_, prefix##_describe_, prefix##_allocate_activations_, \
-                                                 prefix##_forward_, prefix##_backward_, prefix##_write_, prefix##_free_};
 
 #endif // LLMC_CPU_MODEL_H

@@ -15,10 +15,9 @@ gives its model's calls (build, forward, backward), its tensor names, its debug-
     cpu_test_grads(t, grads, sizes, names, n)   a row per gradient tensor ("d" name; none for size 0)
     cpu_test_step_loss(t, step, loss)     the loss before optimizer step step + 1 (step_loss_tolerance)
     cpu_test_finish(t)                    the summary line; returns the exit status
-    cpu_test_main(argc, argv, p, model, calls, cm)   a test program's main(): all of the above around the
+    cpu_test_main(argc, argv, p, family, model, calls, cm)   a test program's main(): all of the above around the
                                           model's calls (llmc/cpu/cpu_model.h) and the program's
                                           CpuTestProgram
-    CPU_TEST_MAIN(Model, program, calls)  defines main() as cpu_test_main on a Model
 */
 #ifndef LLMC_CPU_TEST_H
 #define LLMC_CPU_TEST_H
@@ -47,20 +46,17 @@ typedef struct {
 // what differs between the test programs
 typedef struct {
     const char* about;          // --help's first line
-    const char* script;         // the reference that writes both files: "train_gpt2.py"
     const char* model_kind;     // "model checkpoint": -e's help and its "no such" line
     const char* model_default;
     const char* state_default;
-    const char* const* param_names;   // the model's tensor table: the gradient rows are "d" + name
-    const DebugStateFormat* state_format;   // the family's debug state (llmc/debug_state.h)
     int wide;                   // the wide table (relative L2 columns and bounds) and every step's gradient norm
     void (*describe)(const void* model, const char* model_path);   // prints the model's line
 } CpuTestProgram;
 
-static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p) {
+static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p, const char* script) {
     char model_help[128], state_help[128];
-    snprintf(model_help, sizeof(model_help), "%s written by %s", p->model_kind, p->script);
-    snprintf(state_help, sizeof(state_help), "debug state written by %s", p->script);
+    snprintf(model_help, sizeof(model_help), "%s written by %s", p->model_kind, script);
+    snprintf(state_help, sizeof(state_help), "debug state written by %s", script);
     const ArgSpec table[] = {
         {"-e", ARG_STRING, offsetof(CpuTestArgs, model_path), p->model_default, 0, 0, model_help},
         {"-s", ARG_STRING, offsetof(CpuTestArgs, state_path), p->state_default, 0, 0, state_help},
@@ -69,10 +65,10 @@ static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const Cpu
     args_parse(table, (int)(sizeof(table) / sizeof(table[0])), a, argc, argv, p->about);
     cpu_parse_precision(a->precision, argv[0]);
     if (!file_exists(a->model_path)) {
-        llmc_die("%s: no such %s (python %s --write_tensors 1 writes it)", a->model_path, p->model_kind, p->script);
+        llmc_die("%s: no such %s (python %s --write_tensors 1 writes it)", a->model_path, p->model_kind, script);
     }
     if (!file_exists(a->state_path)) {
-        llmc_die("%s: no such debug state (python %s --write_tensors 1 writes it)", a->state_path, p->script);
+        llmc_die("%s: no such debug state (python %s --write_tensors 1 writes it)", a->state_path, script);
     }
 }
 
@@ -154,13 +150,13 @@ static int cpu_test_finish(const CpuTest* t) {
 // A test program's main(): the model (calls->build from the model file), the debug state, the forward and
 // backward on its batch against the reference (logits, loss, every gradient), then its optimizer steps
 // (losses, and with p->wide the gradient norms). Returns the exit status.
-static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, void* model, const CpuModelCalls* calls,
-                         CpuModel* cm) {
+static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const ModelFamily* family, void* model,
+                         const CpuModelCalls* calls, CpuModel* cm) {
     CpuTestArgs args;
-    cpu_test_args_parse(&args, argc, argv, p);
+    cpu_test_args_parse(&args, argc, argv, p, family->reference);
     calls->build(model, args.model_path, 1);
     DebugState d;
-    debug_state_read_format(&d, args.state_path, p->state_format, cm->max_seq_len, cm->vocab_size, cm->num_parameters);
+    debug_state_read_format(&d, args.state_path, family->debug_state, cm->max_seq_len, cm->vocab_size, cm->num_parameters);
     p->describe(model, args.model_path);
     int B = d.B, T = d.T, V = cm->vocab_size;
     CpuTest t;
@@ -188,7 +184,7 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, void* m
     cpu_test_tensor(&t, "logits", logits, d.logits, (size_t)B * T * V, t.tol.logits_rtol, t.tol.logits_atol, t.tol.logits_l2);
     free(logits);
     cpu_test_scalar(&t, "loss", cm->mean_loss, d.loss, t.tol.loss_atol);
-    cpu_test_grads(&t, cm->grads_memory, cm->param_sizes, p->param_names, cm->num_tensors);
+    cpu_test_grads(&t, cm->grads_memory, cm->param_sizes, family->tensor_names, cm->num_tensors);
 
     // nsteps of the optimizer on the same batch; losses[i] is the loss before update i+1, grad_norms[i] its norm
     for (int step = 0; step < d.nsteps; step++) {
@@ -215,13 +211,5 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, void* m
     calls->free(model);
     return status;
 }
-
-// A test program's main(): CPU_TEST_MAIN(GPT2, TEST_GPT2, gpt2_calls) runs cpu_test_main with the program's
-// CpuTestProgram on a Model (the struct whose member cpu is its CpuModel) built by its calls.
-#define CPU_TEST_MAIN(Model, program, calls) \
-    int main(int argc, char** argv) { \
-        Model model; \
-        return cpu_test_main(argc, argv, &(program), &model, &(calls), &model.cpu); \
-    }
 
 #endif // LLMC_CPU_TEST_H

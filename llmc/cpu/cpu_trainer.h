@@ -1,7 +1,8 @@
 /*
 llmc/cpu/cpu_trainer.h: what every CPU trainer (train_gpt2.c, train_llama3.c) does around its model,
 written once. Each trainer keeps only its model (tables, layers, forward, backward) and gives its calls
-(llmc/cpu/cpu_model.h's CpuModelCalls) and a few words (CpuTrainerFamily) to cpu_trainer_main.
+(llmc/cpu/cpu_model.h's CpuModelCalls), its family's description (llmc/model_family.h) and its --help line to
+cpu_trainer_main.
 
     cpu_set_threads(pg, ...)  OpenMP threads: OMP_NUM_THREADS when set, else this node's cores
                               divided by the processes on the node; writes why into a buffer
@@ -19,7 +20,7 @@ written once. Each trainer keeps only its model (tables, layers, forward, backwa
                               training state (llmc/checkpoint.h's TrainState) holds this process's optimizer
                               slice, the optimizer code and the outlier windows.
     cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
-    cpu_trainer_main(argc, argv, family, model, calls, cpu)   a trainer's main(): flags, threads, data,
+    cpu_trainer_main(argc, argv, about, family, model, calls, cpu)   a trainer's main(): flags, threads, data,
                               the model (-e, or the resumed step's checkpoint), -t against the model's
                               maxT, trainer_init, the optimizer state (this process's ZeRO shard or Muon
                               plan), the precision, rank 0's lines of what the run does (flags, the model's
@@ -219,14 +220,6 @@ static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
 // ----------------------------------------------------------------------------
 // a trainer's main() around its model
 
-// what a trainer's main() needs of its family beside the model's calls
-typedef struct {
-    const char* about;          // --help's first line
-    const char* load_default;   // -e's default and help when they are not the table's (NULL: the table's)
-    const char* load_help;
-    const char* max_T_name;     // what -t is checked against, in its error line: "max sequence length"
-} CpuTrainerFamily;
-
 // what this run does (rank 0): the flags and their values, the model's line, the optimizer's (Muon's
 // settings; with ZeRO-1 what rank 0 owns) and the threads
 static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, const CpuTrainer* c, const char* model_path,
@@ -256,19 +249,19 @@ static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, c
 // resuming), -t against the model's longest sequence, the optimizer's state (AdamW on this process's ZeRO
 // shard, or the Muon plan), the precision, the lines of what the run does, then llmc/trainer.h's loop.
 // model is the family's model struct (unbuilt), cpu its CpuModel. Returns the exit status.
-static int cpu_trainer_main(int argc, char** argv, const CpuTrainerFamily* family, void* model, const CpuModelCalls* calls,
-                            CpuModel* cpu) {
+static int cpu_trainer_main(int argc, char** argv, const char* about, const ModelFamily* family, void* model,
+                            const CpuModelCalls* calls, CpuModel* cpu) {
     ProcessGroup pg = process_group_init(&argc, &argv);
     ArgSpec table[TRAIN_ARG_COUNT];
     memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
-    for (int i = 0; i < TRAIN_ARG_COUNT && family->load_default != NULL; i++) {
+    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
         if (strcmp(table[i].flag, "-e") == 0) {
             table[i].default_value = family->load_default;
             table[i].help = family->load_help;
         }
     }
     TrainArgs args;
-    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, family->about);
+    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, about);
     cpu_parse_precision(args.precision, argv[0]);
     MuonConfig muon;
     int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);
@@ -276,7 +269,7 @@ static int cpu_trainer_main(int argc, char** argv, const CpuTrainerFamily* famil
     cpu_set_threads(&pg, threads_why, sizeof(threads_why));
 
     // data and flags first (a missing file says so before the model is loaded), then the model
-    int resume_step = trainer_prepare(&args, pg.process_rank);
+    int resume_step = trainer_prepare(&args, family, pg.process_rank);
     char model_path[4200];
     snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
     if (resume_step >= 0) {
@@ -287,7 +280,7 @@ static int cpu_trainer_main(int argc, char** argv, const CpuTrainerFamily* famil
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, cpu->max_seq_len, model_path);
     }
     Trainer trainer;
-    trainer_init(&trainer, &args, cpu_trainer_comm(&pg), cpu->vocab_size, resume_step);
+    trainer_init(&trainer, &args, family, cpu_trainer_comm(&pg), cpu->vocab_size, resume_step);
     ZeroShard shard = zero_shard(cpu->num_parameters, args.zero_stage, pg.num_processes, pg.process_rank);
     calls->allocate_activations(model, args.B, args.T);
     if (optimizer == OPTIMIZER_MUON) {

@@ -49,7 +49,7 @@ The file holds a magic, the nonce and the id; a reader checks all three (one err
 #include <unistd.h>
 #include "../utils.h"
 #include "../zero.h"
-#include "../model_config.h"
+#include "../gpt2.h"
 
 // ----------------------------------------------------------------------------
 // host half

@@ -49,7 +49,7 @@ seed and the flat index), so the result does not depend on which rank updated th
 #include <string.h>
 #include "../utils.h"
 #include "../zero.h"
-#include "../model_config.h"
+#include "../gpt2.h"
 #include "../muon_config.h"
 
 // ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 /*
-llmc/llama3_config.h: the Llama 3 model file (read, validated, written), its shapes, the dN
-descriptors and the table of its parameter tensors. train_llama3.py writes the same file.
+llmc/llama3.h: the Llama 3 family, described once for every backend: the model file (read, validated, written),
+its shapes, the dN descriptors, the table of its parameter tensors, and LLAMA3_FAMILY, the description the
+programs around a model read (llmc/model_family.h). train_llama3.py writes the same file.
 
 Model file, little-endian: int32 header[256]
     [0]=20240803 [1]=3 (fp32 params) or 5 (bf16) [2]=block size maxT [3]=V [4]=L [5]=NH [6]=NKV
@@ -21,8 +22,8 @@ tokenizer's (llama3_tokenizer_vocab_size reads it from LLAMA3_TOKENIZER_PATH). E
 line naming the file; the reading, checking and atomic writing common to every family are llmc/model_file.h's
 (LLAMA3_MODEL_FILE describes this file).
 */
-#ifndef LLMC_LLAMA3_CONFIG_H
-#define LLMC_LLAMA3_CONFIG_H
+#ifndef LLMC_LLAMA3_H
+#define LLMC_LLAMA3_H
 
 #include <math.h>
 #include <stddef.h>
@@ -31,6 +32,7 @@ line naming the file; the reading, checking and atomic writing common to every f
 #include <string.h>
 #include "utils.h"
 #include "model_file.h"
+#include "model_family.h"
 #include "tokenizer.h"
 
 #define LLAMA3_MAGIC 20240803
@@ -84,30 +86,46 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
 
 // expanded with llmc/model_file.h's TENSOR_* (LLAMA3_PARAM_wte = 0 ..., and the count)
 enum { LLAMA3_PARAMETER_TENSORS(TENSOR_INDEX, LLAMA3_PARAM_) LLAMA3_NUM_PARAMETER_TENSORS };
+enum { LLAMA3_NUM_LAYER_TENSORS = LLAMA3_PARAM_fcprojw - LLAMA3_PARAM_ln1w + 1 };
 
 static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_NAME, _)};
 static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
 static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
-// the dimension names the table is written in
-#define LLAMA3_DIMS_(cfg) \
-    const size_t V = (size_t)(cfg)->vocab_size, C = (size_t)(cfg)->channels, L = (size_t)(cfg)->num_layers; \
-    const size_t HS = C / (size_t)(cfg)->num_heads; \
-    const size_t QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) * HS; \
-    const size_t FFN = (size_t)(cfg)->ffn_hidden, VH = (cfg)->tied_embeddings ? 0 : V; \
-    (void)V; (void)C; (void)L; (void)HS; (void)QKV; (void)FFN; (void)VH;
+// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
+static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    // the dimension names the table is written in
+    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
+    const size_t HS = C / (size_t)cfg->num_heads;
+    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
+    const size_t FFN = (size_t)cfg->ffn_hidden, VH = cfg->tied_embeddings ? 0 : V;
+    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
+    memcpy(dims, table, sizeof(table));
+}
 
-// llama3_parameter_dims, llama3_parameter_sizes, llama3_num_parameters (llmc/model_file.h's TENSOR_TABLE_SIZES),
-// file order
-TENSOR_TABLE_SIZES(llama3, Llama3Config, LLAMA3_PARAMETER_TENSORS, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_DIMS_)
+// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
+static inline size_t llama3_parameter_sizes(size_t* sizes, const Llama3Config* cfg) {
+    return tensor_table_sizes(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, sizes);
+}
 
-// LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams): the struct of named pointers (weights or
-// gradients), one layer's view, llama3_point_parameters and llama3_layer_params
-#define LLAMA3_DECLARE_PARAMETER_TENSORS(Params, LayerParams) LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, float)
-// the same for element type Elem (floatX on the GPU; llmc/model_file.h's TENSOR_TABLE_POINTERS)
-#define LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Params, LayerParams, Elem) \
-    TENSOR_TABLE_POINTERS(llama3, Llama3Config, LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, LLAMA3_DIMS_, \
-                          Params, LayerParams, Elem)
+static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return llama3_parameter_sizes(NULL, cfg); }
+
+// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 7 of them
+typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3Params;
+typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3LayerParams;
+
+// points p's tensors into one flat buffer of llama3_num_parameters(cfg) floats, file order
+static inline void llama3_point_parameters(Llama3Params* p, float* memory, const Llama3Config* cfg) {
+    tensor_table_point(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
+}
+
+// layer l's view of p (weights or gradients alike)
+static inline Llama3LayerParams llama3_layer_params(const Llama3Params* p, const Llama3Config* cfg, int l) {
+    Llama3LayerParams w;
+    tensor_table_layer(llama3_parameter_dims, cfg, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
+    return w;
+}
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -222,9 +240,30 @@ static const ModelFileFormat LLAMA3_MODEL_FILE = MODEL_FILE_FORMAT(
     "Llama 3 model", "%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)",
     LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, Llama3Config, llama3_model_file_check, llama3_model_file_parameters);
 
-// llama3_model_open(path, cfg, version) opens a model file, validates both headers against the real size
-// and returns the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
-// llama3_model_write(path, cfg, params, n) writes cfg and n fp32 parameters atomically (temp file, then rename).
-MODEL_FILE_FUNCTIONS(llama3_model_open, llama3_model_write, Llama3Config, LLAMA3_MODEL_FILE)
+// llama3_model_open(path, cfg, version) opens a model file, validates both headers against the real size and returns
+// the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
+static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
+    return model_file_open(path, &LLAMA3_MODEL_FILE, cfg, version);
+}
 
-#endif // LLMC_LLAMA3_CONFIG_H
+// writes cfg and n fp32 parameters atomically (temporary file, then rename)
+static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
+    model_file_write(path, &LLAMA3_MODEL_FILE, cfg, params, n);
+}
+
+// ----------------------------------------------------------------------------
+// the description
+
+// the Llama 3 debug state train_llama3.py writes (llmc/debug_state.h)
+static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
+
+static const ModelFamily LLAMA3_FAMILY = {
+    "llama3", &LLAMA3_MODEL_FILE, SHARD_FORMAT_LLAMA3, LLAMA3_TOKENIZER_PATH,
+    "d2", "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
+    "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
+    "block size", &LLAMA3_DEBUG_STATE, "train_llama3.py",
+    LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER,
+    llama3_parameter_dims,
+};
+
+#endif // LLMC_LLAMA3_H
