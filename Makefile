@@ -486,7 +486,7 @@ sanitize: setup
 #   none              the built-in blocked OpenMP kernel, no dependency
 # Every choice but none also links oneDNN when its wheels are in the venv (-DLLMC_ONEDNN): -p bf16 runs its GEMMs
 # on oneDNN's bf16 kernels (llmc/cpu/matmul.h); ONEDNN=0 leaves it out (the built-in bf16 kernel then).
-# Default: the first of these that is found, in this order (openblas measured fastest here, README), so a
+# Default: the first of these that is found, in this order (openblas measured fastest here, doc/cpu-speed.md), so a
 # fresh clone without a venv still gets the system's BLAS. Building train_gpt2 or test_gpt2 prints one line
 # naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
 # BLAS_SEARCH_ROOT=<dir> looks for the system BLAS under <dir> instead of / (the tests' fake trees);
@@ -565,7 +565,7 @@ BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
 BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
 
 # the line a build prints: which BLAS $(1) is, and how to get the faster one
-BLAS_SETUP_HINT := for the faster scipy-openblas32 wheel (make bench, README): make setup
+BLAS_SETUP_HINT := for the faster scipy-openblas32 wheel (make bench, doc/cpu-speed.md): make setup
 blas_line = $(strip BLAS: $(1) ($(or $(BLAS_WHAT_$(1)),not found)$(if $(and $(BLAS_WHAT_$(1)),$(findstring \
   -DLLMC_ONEDNN,$(BLAS_CFLAGS_$(1)))),; bf16 GEMMs on oneDNN)) $(BLAS_HINT_$(1)))
 BLAS_WHAT_openblas := $(if $(OPENBLAS_DIR),the scipy-openblas32 wheel in $(VENV))

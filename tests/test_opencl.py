@@ -7,7 +7,7 @@ gives train_gpt2's losses; a resumed run continues bit for bit; bad input and a 
 
 Runtime on 2 cores: about 20 s of CPU for each d2 test_gpt2cl run with CLBlast, 45 s with the tiled
 kernel, a few seconds for the d1 training runs. The d12 (124M) debug state is not run here: on PoCL a
-d12 step takes tens of seconds (README: OpenCL), so its 11 forward/backward passes would take minutes.
+d12 step takes tens of seconds (doc/opencl.md: speed on PoCL), so its 11 forward/backward passes would take minutes.
 """
 from __future__ import annotations
 
