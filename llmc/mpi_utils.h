@@ -4,6 +4,12 @@ llmc/mpi_utils.h: the few MPI collectives the CPU trainer uses, behind small fun
 Built with -DUSE_MPI (the Makefile does so when mpicc is found) these call MPI; otherwise
 they are the single-process identities, so train_gpt2.c has no #ifdefs of its own.
 All counts are element counts (floats), never bytes; large buffers go in INT_MAX chunks.
+
+A program that embeds the CPU trainer and has its own way to talk to the other processes brings it
+as a ProcessComm (pyllmc: mpi4py, its extension is built without MPI): a ProcessGroup made by
+process_group_with(comm, rank, nproc) sends every collective below through it instead of MPI. The
+comm needs only a barrier, an in-place sum and a broadcast of floats; the ZeRO-1 all-gather is one
+broadcast per rank's shard (the same bytes as MPI_Allgatherv).
 */
 #ifndef LLMC_MPI_UTILS_H
 #define LLMC_MPI_UTILS_H
@@ -17,15 +23,26 @@ All counts are element counts (floats), never bytes; large buffers go in INT_MAX
 #include <mpi.h>
 #endif
 
+// the communication a host program brings instead of MPI; n is at most INT_MAX (the callers chunk)
+typedef struct {
+    void* ctx;
+    int local_size;                                                // processes of this run on this node
+    void (*barrier)(void* ctx);
+    void (*sum_floats)(void* ctx, float* buf, int n);              // in place, over all processes
+    void (*bcast_floats)(void* ctx, float* buf, int n, int root);  // root's buf to every process
+} ProcessComm;
+
 typedef struct {
     int process_rank;
     int num_processes;
+    const ProcessComm* comm;  // NULL: MPI (USE_MPI) or the only process
 } ProcessGroup;
 
 static inline ProcessGroup process_group_init(int* argc, char*** argv) {
     ProcessGroup pg;
     pg.process_rank = 0;
     pg.num_processes = 1;
+    pg.comm = NULL;
 #ifndef USE_MPI
     (void)argc; (void)argv;
 #else
@@ -36,8 +53,15 @@ static inline ProcessGroup process_group_init(int* argc, char*** argv) {
     return pg;
 }
 
+// rank of nproc processes that talk through comm (process_group_finalize is then the host's business)
+static inline ProcessGroup process_group_with(const ProcessComm* comm, int rank, int nproc) {
+    ProcessGroup pg = {rank, nproc, comm};
+    return pg;
+}
+
 // how many processes of this run share this node (1 without MPI)
 static inline int process_group_local_size(const ProcessGroup* pg) {
+    if (pg->comm != NULL) { return pg->comm->local_size; }
 #ifdef USE_MPI
     if (pg->num_processes == 1) { return 1; }
     MPI_Comm local;
@@ -58,64 +82,74 @@ static inline void process_group_finalize(void) {
 #endif
 }
 
-static inline void process_group_barrier(void) {
+static inline void process_group_barrier(const ProcessGroup* pg) {
+    if (pg->comm != NULL) {
+        if (pg->num_processes > 1) { pg->comm->barrier(pg->comm->ctx); }
+        return;
+    }
 #ifdef USE_MPI
     MPI_Barrier(MPI_COMM_WORLD);
 #endif
 }
 
+// buf[i] <- sum over ranks of buf[i] for n <= INT_MAX floats, through the group's comm or MPI
+static inline void process_group_sum_floats_(float* buf, int n, const ProcessGroup* pg) {
+    if (pg->comm != NULL) {
+        pg->comm->sum_floats(pg->comm->ctx, buf, n);
+        return;
+    }
+#ifdef USE_MPI
+    MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+#else
+    (void)buf; (void)n;
+#endif
+}
+
+// rank root's n <= INT_MAX floats at buf to every rank
+static inline void process_group_bcast_floats(float* buf, int n, int root, const ProcessGroup* pg) {
+    if (pg->num_processes == 1) { return; }
+    if (pg->comm != NULL) {
+        pg->comm->bcast_floats(pg->comm->ctx, buf, n, root);
+        return;
+    }
+#ifdef USE_MPI
+    MPI_Bcast(buf, n, MPI_FLOAT, root, MPI_COMM_WORLD);
+#else
+    (void)buf; (void)n; (void)root;
+#endif
+}
+
 // buf[i] <- mean over ranks of buf[i], for n floats (sum in MPI, then one division)
 static inline void allreduce_mean_floats(float* buf, size_t n, const ProcessGroup* pg) {
-#ifdef USE_MPI
-    if (pg->num_processes == 1) { return; }
+    if (pg->num_processes == 1) { return; } // without MPI or a comm there is only one
     for (size_t done = 0; done < n;) {
         size_t chunk = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
-        MPI_Allreduce(MPI_IN_PLACE, buf + done, (int)chunk, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        process_group_sum_floats_(buf + done, (int)chunk, pg);
         done += chunk;
     }
     float inv = 1.0f / (float)pg->num_processes;
     for (size_t i = 0; i < n; i++) { buf[i] *= inv; }
-#else
-    (void)buf; (void)n; (void)pg;
-#endif
 }
 
 // buf[i] <- sum over ranks of buf[i], for n floats (host scalars: losses, counts)
 static inline void allreduce_sum_floats(float* buf, size_t n, const ProcessGroup* pg) {
-#ifdef USE_MPI
     if (pg->num_processes == 1) { return; }
     if (n > (size_t)INT_MAX) { llmc_die("internal: %zu floats are too many for one MPI_Allreduce", n); }
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-#else
-    (void)buf; (void)n; (void)pg;
-#endif
+    process_group_sum_floats_(buf, (int)n, pg);
 }
-
-static inline float allreduce_mean_float(float x, const ProcessGroup* pg) {
-    allreduce_mean_floats(&x, 1, pg);
-    return x;
-}
-
-// x summed (take_max 0) or maximised (take_max 1) over ranks
-static inline int allreduce_int(int x, int take_max, const ProcessGroup* pg) {
-#ifdef USE_MPI
-    if (pg->num_processes > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, take_max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
-    }
-#else
-    (void)take_max; (void)pg;
-#endif
-    return x;
-}
-
-static inline int allreduce_sum_int(int x, const ProcessGroup* pg) { return allreduce_int(x, 0, pg); }
-static inline int allreduce_max_int(int x, const ProcessGroup* pg) { return allreduce_int(x, 1, pg); }
-
 // ZeRO-1: after each rank updated its own shard of params (zero_shard), give every rank
 // every shard. Needs the shard sizes to fit an int (true below 2^31 * nproc parameters).
 static inline void allgather_param_shards(float* params, size_t n, const ProcessGroup* pg) {
-#ifdef USE_MPI
     if (pg->num_processes == 1) { return; }
+    if (pg->comm != NULL) { // one broadcast per shard, from its owner
+        for (int r = 0; r < pg->num_processes; r++) {
+            ZeroShard s = zero_shard(n, 1, pg->num_processes, r);
+            if (s.size > (size_t)INT_MAX) { llmc_die("ZeRO-1: %zu parameters are too many for one broadcast per shard", n); }
+            process_group_bcast_floats(params + s.offset, (int)s.size, r, pg);
+        }
+        return;
+    }
+#ifdef USE_MPI
     int nproc = pg->num_processes;
     int* counts = (int*)mallocCheck((size_t)nproc * sizeof(int));
     int* displs = (int*)mallocCheck((size_t)nproc * sizeof(int));

@@ -1,8 +1,8 @@
 /*
 llmc/trainer.h: the host side of training, written once for every trainer. Plain C (no CUDA, no
-MPI): train_gpt2.c and train_gpt2.cu run their training loop through trainer_run, pyllmc calls the
-same rules one by one (pyllmc/train.py), and dev/test/test_trainer.c drives the whole loop with a
-small CPU model, so what the GPU trainer does between its kernels is tested without a GPU.
+MPI): train_gpt2.c and train_gpt2.cu run their training loop through trainer_run, and so does pyllmc
+(pyllmc/train.py runs train_gpt2.c's main() through cffi); dev/test/test_trainer.c drives the whole
+loop with a small CPU model, so what the GPU trainer does between its kernels is tested without a GPU.
 
 What a trainer brings (TrainerOps, TrainerComm): its kernels and memory (forward + backward of a
 micro-batch, the gradient norm, the optimizer update, per-token losses, next-token logits, writing

@@ -101,16 +101,14 @@ int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_total, i
 int pyllmc_model_save(GPT2* model, const char* path);
 void pyllmc_model_free(GPT2* model);
 
-void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t);
 void pyllmc_model_params_changed(GPT2* model);
 
-/* -p fp32 | bf16 (llmc/cpu/matmul.h, llmc/cpu/cpu_trainer.h) */
+/* -p fp32 | bf16 (llmc/cpu/matmul.h) */
 int pyllmc_set_precision(const char* value);
 const char* pyllmc_precision(void);
-int pyllmc_bf16_pays(int* pays, char* why, size_t n);
-void pyllmc_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n);
 
-/* the trainers' command line (llmc/args.h) and training rules (llmc/trainer.h) */
+/* the trainers' command line (llmc/args.h), ./train_gpt2's main() (llmc/cpu/cpu_trainer.h) and the training
+   constants (llmc/trainer.h) */
 typedef struct {
     const char* train_data_pattern; const char* val_data_pattern; const char* load_filename; const char* output_log_dir;
     int B; int T; int total_batch_size; int max_steps; const char* lr_scheduler_type; float learning_rate;
@@ -131,25 +129,25 @@ int pyllmc_train_arg_count(void);
 const char* pyllmc_train_arg_flag(int i);
 size_t pyllmc_train_arg_offset(int i);
 
+/* the processes' communication (llmc/mpi_utils.h): pyllmc/train.py's mpi4py calls */
+typedef struct {
+    void* ctx; int local_size;
+    void (*barrier)(void* ctx);
+    void (*sum_floats)(void* ctx, float* buf, int n);
+    void (*bcast_floats)(void* ctx, float* buf, int n, int root);
+} ProcessComm;
+extern "Python" void pyllmc_comm_barrier(void* ctx);
+extern "Python" void pyllmc_comm_sum_floats(void* ctx, float* buf, int n);
+extern "Python" void pyllmc_comm_bcast_floats(void* ctx, float* buf, int n, int root);
+int pyllmc_train_main(int argc, char** argv, const ProcessComm* comm, int rank, int nproc, int* failed);
+
 static const float TRAINER_ADAMW_BETA1;
 static const float TRAINER_ADAMW_BETA2;
 static const float TRAINER_ADAMW_EPS;
 static const float TRAINER_GRAD_CLIP;
 static const unsigned int TRAINER_INIT_SEED;
 static const unsigned int TRAINER_SAMPLER_SEED;
-typedef struct { ...; } TrainerDetectors;
-typedef struct { int skip; double loss_z; double norm_z; char why[64]; } UpdateDecision;
-typedef struct { int val; int eval; int sample; int checkpoint; int stop; } TrainerDue;
-void trainer_detectors_init(TrainerDetectors* d);
-UpdateDecision trainer_judge_update(TrainerDetectors* d, float loss, float grad_norm, float skip_lossz, float skip_gradz);
-TrainerDue trainer_due(const TrainArgs* a, int step, int max_steps, int resume_step, int have_val, int have_out_dir,
-                       int stopping);
-int trainer_grad_accum_steps(long long total, int B, int T, int nproc, const char** why);
-int trainer_max_steps(int requested, size_t train_tokens, long long total_batch, const char** why);
 float grad_clip_scale(float norm, float clip);
-void trainer_progress_line(char* buf, size_t size, int step, int max_steps, float loss, float lr, float grad_norm,
-                           double seconds, long long tokens, double eta_seconds, const char* mfu, const UpdateDecision* u);
-void trainer_checkpoint_path(char* buf, size_t size, const char* dir, const char* kind, int step, int rank);
 
 /* data loader (llmc/dataloader.h) */
 int pyllmc_dataloader_new(DataLoader** out, const char* pattern, int B, int T, int rank, int nproc,

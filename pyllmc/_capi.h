@@ -4,7 +4,9 @@ pyllmc/_capi.h: what the Python bindings (pyllmc/_build.py, cffi) compile agains
 It includes train_gpt2.c with LLMC_NO_MAIN defined (so its main() is left out), plus the sampler and
 data loader headers, and adds thin pyllmc_* wrappers for what the trainer's main() does inline:
 building a model, (re)allocating activations, one AdamW step, sampling, saving, data loading.
-No layer code lives here; the layers are train_gpt2.c's.
+No layer code lives here; the layers are train_gpt2.c's. pyllmc_train_main is ./train_gpt2's main()
+itself (llmc/cpu/cpu_trainer.h's cpu_trainer_main_in_group) for python -m pyllmc.train, its
+processes talking through the ProcessComm that pyllmc/train.py builds from mpi4py.
 
 Errors. llmc's loaders report bad input with llmc_die(): one line on stderr, then exit(1). That
 would kill the Python interpreter, so while a wrapper marked "guarded" runs, llmc/utils.h's
@@ -239,29 +241,36 @@ static int pyllmc_set_precision(const char* value) { return matmul_precision_par
 
 static const char* pyllmc_precision(void) { return matmul_precision == MATMUL_BF16 ? "bf16" : "fp32"; }
 
-// whether bf16 GEMMs pay on this CPU (the trainers' question: llmc/cpu/matmul.h's matmul_bf16_pays); why (n bytes)
-// gets the reason. guarded
-static int pyllmc_bf16_pays(int* pays, char* why, size_t n) { PYLLMC_GUARDED(*pays = matmul_bf16_pays(why, n)); }
-
-// -p bf16's outcome once every process has answered (llmc/cpu/cpu_trainer.h's cpu_precision_outcome): precision set,
-// the line to print into line ("" for none)
-static void pyllmc_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n) {
-    cpu_precision_outcome(all_pay, mine, why, line, n);
-}
-
-// AdamW on every parameter with gradients multiplied by grad_scale (llmc/trainer.h's clip factor)
-static void pyllmc_model_update(GPT2* model, float learning_rate, float weight_decay, float grad_scale, int t) {
-    cpu_model_update(&model->cpu, learning_rate, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-}
-
 // ----------------------------------------------------------------------------
-// the trainers' command line (llmc/args.h) and rules (llmc/trainer.h), for pyllmc.train
+// python -m pyllmc.train: the trainers' command line (llmc/args.h), then ./train_gpt2's main()
+
+#define PYLLMC_TRAIN_ABOUT                                                                                   \
+    "Trains GPT-2 with ./train_gpt2's C trainer from Python; data-parallel under mpirun (mpi4py). The flags " \
+    "are ./train_gpt2's; the GPU and OpenCL trainers' flags are refused."
 
 // fills *out from argv with the trainers' own table; --help prints it and exits 0. guarded
 static int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv) {
-    PYLLMC_GUARDED(args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, out, argc, argv,
-                              "Trains GPT-2 with llmc's C engine from Python; data-parallel under mpirun (mpi4py). "
-                              "The flags are ./train_gpt2's; flags marked as another trainer's are refused."));
+    PYLLMC_GUARDED(args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, out, argc, argv, PYLLMC_TRAIN_ABOUT));
+}
+
+// ./train_gpt2's main() on argv (argv[0] names the program in the error lines), as process rank of nproc that talk
+// through comm (NULL: the only process). Returns the exit status: 0, or 128 + the signal that stopped the run. When
+// llmc_die stopped it, its one error line is on stderr already, *failed is 1 and the status 1: the caller ends the
+// process (what the run allocated is not freed).
+static int pyllmc_train_main(int argc, char** argv, const ProcessComm* comm, int rank, int nproc, int* failed) {
+    GPT2 model;
+    memset(&model, 0, sizeof(model));
+    *failed = 0;
+    llmc_set_fatal_hook(pyllmc_fatal_);
+    if (setjmp(pyllmc_guard_.env) != 0) {
+        *failed = 1;
+        return 1;
+    }
+    pyllmc_guard_.active = 1;
+    int status = cpu_trainer_main_in_group(process_group_with(comm, rank, nproc), argc, argv, PYLLMC_TRAIN_ABOUT,
+                                           &GPT2_FAMILY, &model, &gpt2_calls, &model.cpu);
+    pyllmc_guard_.active = 0;
+    return status;
 }
 
 static int pyllmc_train_arg_count(void) { return TRAIN_ARG_COUNT; }

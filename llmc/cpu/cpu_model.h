@@ -209,16 +209,12 @@ static void cpu_muon_update(CpuMuon* mu, float* params, const float* grads, floa
 
 // ZeRO-1: every segment of the parameters goes from the process that updated it to the others
 static void cpu_muon_broadcast(const CpuMuon* mu, float* params, const ProcessGroup* pg) {
-#ifdef USE_MPI
     if (pg->num_processes == 1) { return; }
     for (int i = 0; i < mu->num_segments; i++) {
         const ZeroSegment* seg = &mu->segments[i];
         if (seg->size > (size_t)INT_MAX) { llmc_die("ZeRO-1: a segment of %zu parameters is too large for MPI_Bcast", seg->size); }
-        MPI_Bcast(params + seg->start, (int)seg->size, MPI_FLOAT, seg->owner, MPI_COMM_WORLD);
+        process_group_bcast_floats(params + seg->start, (int)seg->size, seg->owner, pg); // MPI, or the host's comm
     }
-#else
-    (void)mu; (void)params; (void)pg;
-#endif
 }
 
 static void cpu_muon_free(CpuMuon* mu) {

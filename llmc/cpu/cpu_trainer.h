@@ -25,6 +25,9 @@ cpu_trainer_main.
                               maxT, trainer_init, the optimizer state (this process's ZeRO shard or Muon
                               plan), the precision, rank 0's lines of what the run does (flags, the model's
                               line, the optimizer's, the threads), the training loop; returns the status
+    cpu_trainer_main_in_group(pg, argc, argv, about, family, model, calls, cpu)
+                              the same in a process group set up by the caller: pyllmc.train runs ./train_gpt2's
+                              main() through it, its processes talking through mpi4py (llmc/mpi_utils.h's ProcessComm)
 */
 #ifndef LLMC_CPU_TRAINER_H
 #define LLMC_CPU_TRAINER_H
@@ -95,7 +98,7 @@ static int cpu_parse_optimizer(const TrainArgs* args, const char* argv0, MuonCon
 // says which and why in one line, unless LLMC_BF16=force took the question away.
 // the outcome of -p bf16 once every process has answered matmul_bf16_pays: matmul_precision set, and into line
 // (n bytes) what rank 0 prints ("" for nothing: LLMC_BF16=force took the question away). all_pay: every process's
-// answer was yes; mine, why: this process's answer and reason. pyllmc.train says the same through it.
+// answer was yes; mine, why: this process's answer and reason.
 static void cpu_precision_outcome(int all_pay, int mine, const char* why, char* line, size_t n) {
     line[0] = '\0';
     if (!all_pay) {
@@ -206,7 +209,7 @@ static void cpu_trainer_load_state(void* ctx, const char* path, TrainState* expe
     train_state_read(path, expect, got, cm->m_memory, cm->v_memory, d);
 }
 
-static void cpu_trainer_barrier(void* ctx) { (void)ctx; process_group_barrier(); }
+static void cpu_trainer_barrier(void* ctx) { process_group_barrier((const ProcessGroup*)ctx); }
 
 static void cpu_trainer_sum_floats(void* ctx, float* values, int n) {
     allreduce_sum_floats(values, (size_t)n, (const ProcessGroup*)ctx);
@@ -249,9 +252,9 @@ static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, c
 // resuming), -t against the model's longest sequence, the optimizer's state (AdamW on this process's ZeRO
 // shard, or the Muon plan), the precision, the lines of what the run does, then llmc/trainer.h's loop.
 // model is the family's model struct (unbuilt), cpu its CpuModel. Returns the exit status.
-static int cpu_trainer_main(int argc, char** argv, const char* about, const ModelFamily* family, void* model,
-                            const CpuModelCalls* calls, CpuModel* cpu) {
-    ProcessGroup pg = process_group_init(&argc, &argv);
+// pg: the processes, set up by the caller (cpu_trainer_main below, or pyllmc with its own comm).
+static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, const char* about, const ModelFamily* family,
+                                     void* model, const CpuModelCalls* calls, CpuModel* cpu) {
     ArgSpec table[TRAIN_ARG_COUNT];
     memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
     for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
@@ -301,6 +304,14 @@ static int cpu_trainer_main(int argc, char** argv, const char* about, const Mode
 
     trainer_free(&trainer);
     calls->free(model);
+    return status;
+}
+
+// the same, with MPI started and finished around it (a program's main())
+static int cpu_trainer_main(int argc, char** argv, const char* about, const ModelFamily* family, void* model,
+                            const CpuModelCalls* calls, CpuModel* cpu) {
+    ProcessGroup pg = process_group_init(&argc, &argv);
+    int status = cpu_trainer_main_in_group(pg, argc, argv, about, family, model, calls, cpu);
     process_group_finalize();
     return status;
 }
