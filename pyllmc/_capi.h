@@ -257,18 +257,14 @@ static void pyllmc_model_update(GPT2* model, float learning_rate, float weight_d
 // ----------------------------------------------------------------------------
 // the trainers' command line (llmc/args.h) and rules (llmc/trainer.h), for pyllmc.train
 
-// fills *out from argv with the trainers' own table; --help prints it and exits 0. guarded
+// fills *out from argv with the trainers' own table, as pyllmc.train's backend: --help prints its flags and exits 0,
+// a flag of the other trainers only (training state, HellaSwag, ZeRO, Muon, GPU, OpenCL) is refused. guarded
 static int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv) {
-    PYLLMC_GUARDED(args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, out, argc, argv,
-                              "Trains GPT-2 with llmc's C engine from Python; data-parallel under mpirun (mpi4py). "
-                              "The flags are ./train_gpt2's; flags marked as another trainer's are refused."));
+    PYLLMC_GUARDED(train_args_parse(TRAIN_ARG_TABLE, TRAIN_PYLLMC, out, argc, argv,
+                                    "Trains GPT-2 with llmc's C engine from Python; data-parallel under mpirun (mpi4py). "
+                                    "The flags are ./train_gpt2's but for resume, checkpoint pruning, HellaSwag, ZeRO "
+                                    "and Muon."));
 }
-
-static int pyllmc_train_arg_count(void) { return TRAIN_ARG_COUNT; }
-
-// the flag and the field offset of row i of the table
-static const char* pyllmc_train_arg_flag(int i) { return TRAIN_ARG_TABLE[i].flag; }
-static size_t pyllmc_train_arg_offset(int i) { return TRAIN_ARG_TABLE[i].offset; }
 
 // ----------------------------------------------------------------------------
 // data loader (llmc/dataloader.h), heap-allocated for Python

@@ -8,8 +8,9 @@ llmc/trainer.h's, called through cffi: gradient accumulation, -x -1, what runs a
 (validation, sample, checkpoint), clipping, the -sl / -sg skip rule, the AdamW constants, the progress
 line. What this file does itself is the loop, in Python, and the gradient average over processes: one
 mpi4py Allreduce on the flat gradient buffer (a numpy view into C memory, no copies). It writes model
-checkpoints (-n) but no training state, so the flags that need one (-y, -nk, -nm), ZeRO, HellaSwag,
--p and the GPU trainer's flags are refused with one error line: ./train_gpt2 has them.
+checkpoints (-n) but no training state: the table's rows say which flags this program takes (TRAIN_PYLLMC
+in llmc/args.h), and the parser refuses the others in one error line naming the programs that take them
+(the training state's -y, -nk, -nm, ZeRO, HellaSwag, Muon, the GPU and OpenCL trainers' flags).
 """
 
 from __future__ import annotations
@@ -30,12 +31,6 @@ from pyllmc.model import GPT2
 
 PROG = "python -m pyllmc.train"
 TOKENIZER_PATH = "gpt2_tokenizer.bin"
-# TrainArgs fields this driver does not implement: their flags must keep the table's defaults
-UNSUPPORTED = ("resume", "checkpoints_keep", "checkpoints_major_every", "hellaswag_eval", "hellaswag_path",
-               "zero_stage", "recompute", "gelu_fusion", "use_master_weights", "num_processes",
-               "process_rank", "gpus_per_node", "nccl_init_method", "server_ip", "fs_path", "optimizer", "muon_lr",
-               "muon_momentum", "muon_nesterov", "muon_ns_steps", "muon_adjust_lr", "cl_platform", "cl_device",
-               "cl_list_devices")
 
 
 class UserError(Exception):
@@ -54,22 +49,6 @@ class Args:
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.c, name)
         return ffi.string(value).decode() if isinstance(value, ffi.CData) else value
-
-
-def flag_of(field: str) -> str:
-    """The command-line flag of a TrainArgs field, from the C table."""
-    offset = ffi.offsetof("TrainArgs", field)
-    for i in range(lib.pyllmc_train_arg_count()):
-        if lib.pyllmc_train_arg_offset(i) == offset:
-            return ffi.string(lib.pyllmc_train_arg_flag(i)).decode()
-    raise KeyError(field)
-
-
-def check_supported(args: Args) -> None:
-    defaults = Args([])
-    for field in UNSUPPORTED:
-        if getattr(args, field) != getattr(defaults, field):
-            raise UserError(f"flag {flag_of(field)}: not supported by {PROG} (./train_gpt2 has it)")
 
 
 def mpi_setup() -> tuple[Any, int, int]:
@@ -158,7 +137,6 @@ def progress_line(step: int, max_steps: int, loss: float, lr: float, norm: float
 
 def train(args: Args, comm: Any, rank: int, nproc: int) -> None:
     say: Callable[..., None] = print if rank == 0 else (lambda *a, **k: None)
-    check_supported(args)
     out_dir = args.output_log_dir
     if args.checkpoint_every > 0 and not out_dir:
         raise UserError("flag -n needs an output directory (-o)")
