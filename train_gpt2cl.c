@@ -584,15 +584,12 @@ static void check_flags(const TrainArgs* a, const char* prog) {
     if (strcmp(a->optimizer, "adamw") != 0) {
         llmc_die("flag -op: %s: the OpenCL trainer has AdamW only (run %s --help to list the flags)", a->optimizer, prog);
     }
-    if (a->num_processes != 1 || a->process_rank != 0) {
-        llmc_die("flags -pn / -pr: the OpenCL trainer runs as one process on one device");
-    }
 }
 
 int main(int argc, char** argv) {
     TrainArgs args;
-    args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, argc, argv,
-               "Trains GPT-2 through OpenCL (fp32, one device; -cl 1 lists the devices). With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
+    train_args_parse(TRAIN_ARG_TABLE, TRAIN_OPENCL, &args, argc, argv,
+                     "Trains GPT-2 through OpenCL (fp32, one device; -cl 1 lists the devices). With no flags: the tinyshakespeare demo on gpt2_124M.bin.");
     if (args.cl_list_devices) {
         cl_list_devices(stdout);
         return 0;
@@ -620,7 +617,7 @@ int main(int argc, char** argv) {
     gpt2_allocate_activations(&model, args.B, args.T);
 
     printf("+-------------------------------------------------------------------------+\n");
-    args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, &args, stdout);
+    train_args_print_values(TRAIN_ARG_TABLE, TRAIN_OPENCL, &args, stdout);
     printf("+-------------------------------------------------------------------------+\n");
     printf("OpenCL device: %s (platform %d: %s, device %d); GEMMs: %s\n", rt.dev.device_name, args.cl_platform,
            rt.dev.platform_name, args.cl_device, rt.gemm.name);

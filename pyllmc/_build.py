@@ -125,9 +125,6 @@ typedef struct {
     int cl_platform; int cl_device; int cl_list_devices;
 } TrainArgs;
 int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv);
-int pyllmc_train_arg_count(void);
-const char* pyllmc_train_arg_flag(int i);
-size_t pyllmc_train_arg_offset(int i);
 
 /* the processes' communication (llmc/mpi_utils.h): pyllmc/train.py's mpi4py calls */
 typedef struct {

@@ -248,9 +248,10 @@ static const char* pyllmc_precision(void) { return matmul_precision == MATMUL_BF
     "Trains GPT-2 with ./train_gpt2's C trainer from Python; data-parallel under mpirun (mpi4py). The flags " \
     "are ./train_gpt2's; the GPU and OpenCL trainers' flags are refused."
 
-// fills *out from argv with the trainers' own table; --help prints it and exits 0. guarded
+// fills *out from argv with the trainers' own table, as ./train_gpt2 reads it (pyllmc.train runs its main()): --help
+// prints the CPU trainers' flags and exits 0, a flag of the GPU or OpenCL trainers is refused in one line. guarded
 static int pyllmc_parse_train_args(TrainArgs* out, int argc, char** argv) {
-    PYLLMC_GUARDED(args_parse(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, out, argc, argv, PYLLMC_TRAIN_ABOUT));
+    PYLLMC_GUARDED(train_args_parse(TRAIN_ARG_TABLE, TRAIN_CPU, out, argc, argv, PYLLMC_TRAIN_ABOUT));
 }
 
 // ./train_gpt2's main() on argv (argv[0] names the program in the error lines), as process rank of nproc that talk
@@ -272,12 +273,6 @@ static int pyllmc_train_main(int argc, char** argv, const ProcessComm* comm, int
     pyllmc_guard_.active = 0;
     return status;
 }
-
-static int pyllmc_train_arg_count(void) { return TRAIN_ARG_COUNT; }
-
-// the flag and the field offset of row i of the table
-static const char* pyllmc_train_arg_flag(int i) { return TRAIN_ARG_TABLE[i].flag; }
-static size_t pyllmc_train_arg_offset(int i) { return TRAIN_ARG_TABLE[i].offset; }
 
 // ----------------------------------------------------------------------------
 // data loader (llmc/dataloader.h), heap-allocated for Python

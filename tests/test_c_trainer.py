@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, killed_after, make, run
+from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
 
 V, VP = 50257, 50304
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
@@ -307,11 +307,20 @@ def test_sample_is_decoded_with_the_tokenizer(binaries, d2_ref: Path, tmp_path: 
     assert "gpt2_tokenizer.bin" not in proc.stderr
 
 
-def test_help_lists_every_flag(binaries) -> None:
+def test_help_lists_the_cpu_trainers_flags(binaries) -> None:
+    """The CPU trainers' rows of the table (test_help.py checks every trainer's list exactly)."""
     proc = run([binaries[0], "--help"])
     for flag in ["-i", "-j", "-e", "-o", "-b", "-t", "-d", "-x", "-k", "-l", "-u", "-q", "-c", "-v", "-m", "-s",
-                 "-g", "-n", "-nk", "-nm", "-y", "-a", "-h", "-z", "-r", "-ge", "-sl", "-sg", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"]:
+                 "-g", "-n", "-nk", "-nm", "-y", "-a", "-h", "-z", "-p", "-sl", "-sg", "-op", "-ol"]:
         assert re.search(rf"^  {re.escape(flag)}\s", proc.stdout, re.M), flag
+    for flag in ["-r", "-ge", "-w", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf", "-cp", "-cd", "-cl"]:
+        assert not re.search(rf"^  {re.escape(flag)}\s", proc.stdout, re.M), flag
+
+
+def test_gpu_trainers_flag_is_refused_in_one_line(binaries) -> None:
+    proc = run(["./train_gpt2", "-r", 1], check=False)
+    assert assert_one_error_line(proc, alone=True) == (
+        "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu), not of ./train_gpt2")
 
 
 # ---------------------------------------------------------------------------- bad input

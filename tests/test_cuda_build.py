@@ -92,11 +92,12 @@ def test_unknown_flag_fails_with_one_line(cuda_build: subprocess.CompletedProces
 
 
 def _table_flags() -> set[str]:
-    """The flags of the one argument table both trainers parse, as the CPU trainer's --help lists them
-    (test_c_trainer.py holds its help and parser together)."""
+    """The GPU trainers' flags, as train_gpt2cu's --help lists them, built for the CPU execution target (dev/cuda_cpu):
+    the same host code and table (test_help.py holds each trainer's help and parser together)."""
     import re
-    make("train_gpt2")
-    return set(re.findall(r"^  (-[a-z]+) ", run([REPO / "train_gpt2", "--help"], timeout=60).stdout, re.MULTILINE))
+    gpu_trainer = "build/cuda_cpu/train_gpt2cu_fp32"
+    make(gpu_trainer)
+    return set(re.findall(r"^  (-[a-z]+) ", run([REPO / gpu_trainer, "--help"], timeout=60).stdout, re.MULTILINE))
 
 
 def test_gpu_run_scripts_use_only_flags_the_parser_knows() -> None:

@@ -1,6 +1,7 @@
 """--help of every script and program: exit 0, a usage text on stdout listing the main flags, nothing on stderr.
-Stricter checks stay with their programs: the trainers' help lists every flag of the argument table
-(test_c_trainer.py, test_cuda_build.py, test_pyllmc_mpi.py)."""
+The trainers (./train_gpt2, ./train_llama3, the GPU trainers through dev/cuda_cpu, ./train_gpt2cl, pyllmc.train)
+share one argument table (llmc/args.h): each one's help lists exactly its backend's flags, the parser takes
+each of them, and another backend's flag is refused in one line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, make, run
+from conftest import PYTHON, REPO, make, require_system_packages, run
 
 # program (a script under the repo, or a make target) -> flags (and default files) its help must list
 HELP_FLAGS: dict[str, list[str]] = {
@@ -39,3 +40,84 @@ def test_help_exits_zero_and_lists_the_main_flags(program: str, tmp_path: Path) 
     assert proc.stdout.startswith("usage: ") and proc.stderr == "", proc.stdout + proc.stderr
     missing = [f for f in HELP_FLAGS[program] if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", proc.stdout)]
     assert not missing, f"{program} --help does not list {missing}:\n{proc.stdout}"
+
+
+# ---------------------------------------------------------------------------- the trainers' flags, per backend
+# Every trainer parses llmc/args.h's one table; each row says which backends take its flag. Written out here, so
+# that a row moving to another backend is a visible change: each program's --help lists exactly its backend's
+# flags, and every other backend's flag is refused in one line that names the programs taking it.
+
+COMMON_FLAGS = ["-i", "-j", "-e", "-o", "-b", "-t", "-d", "-x", "-k", "-l", "-u", "-q", "-c", "-v", "-m", "-s", "-g",
+                "-n", "-a", "-sh", "-sl", "-sg"]
+STATE_FLAGS = ["-nk", "-nm", "-y", "-h", "-he"]  # the trainers in C keep a training state (and HellaSwag)
+MUON_FLAGS = ["-op", "-ol", "-om", "-on", "-os", "-oa"]
+BACKEND_FLAGS: dict[str, set[str]] = {
+    "cpu": {*COMMON_FLAGS, *STATE_FLAGS, *MUON_FLAGS, "-z", "-p"},
+    "gpu": {*COMMON_FLAGS, *STATE_FLAGS, *MUON_FLAGS, "-z", "-r", "-ge", "-w", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"},
+    "opencl": {*COMMON_FLAGS, *STATE_FLAGS, "-p", "-op", "-cp", "-cd", "-cl"},
+}
+BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3)",
+                 "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu)",
+                 "opencl": "the OpenCL trainer (./train_gpt2cl)"}
+ALL_FLAGS = set().union(*BACKEND_FLAGS.values())
+# program -> (its backend, make targets, command as run from the repository: argv[0] is the name it reports)
+TRAINERS: dict[str, tuple[str, list[str], list[str]]] = {
+    "train_gpt2": ("cpu", ["train_gpt2"], ["./train_gpt2"]),
+    "train_llama3": ("cpu", ["train_llama3"], ["./train_llama3"]),
+    # the GPU trainers through the CPU execution target (dev/cuda_cpu): the same host code and flag table
+    "train_gpt2cu": ("gpu", ["build/cuda_cpu/train_gpt2cu_fp32"], ["./build/cuda_cpu/train_gpt2cu_fp32"]),
+    "train_llama3cu": ("gpu", ["build/cuda_cpu/train_llama3cu_fp32"], ["./build/cuda_cpu/train_llama3cu_fp32"]),
+    "train_gpt2cl": ("opencl", ["train_gpt2cl"], ["./train_gpt2cl"]),
+    # pyllmc runs ./train_gpt2's main(): the CPU trainers' flags, the program named as it is run
+    "pyllmc.train": ("cpu", ["pyllmc"], [PYTHON, "-m", "pyllmc.train"]),
+}
+
+
+def trainer_command(program: str) -> tuple[str, list[str]]:
+    """The program's backend and command, built (the OpenCL trainer only where its system packages are)."""
+    backend, targets, cmd = TRAINERS[program]
+    if backend == "opencl":
+        require_system_packages("opencl")
+    make(*targets)
+    return backend, cmd
+
+
+def refusal(flag: str, prog: str) -> str:
+    """The one line a program refuses another backend's flag with."""
+    takers = [BACKEND_NAMES[b] for b, flags in BACKEND_FLAGS.items() if flag in flags]
+    names = takers[0] if len(takers) == 1 else ", ".join(takers[:-1]) + " and " + takers[-1]
+    return f"error: flag {flag}: a flag of {names}, not of {prog}"
+
+
+def help_flags(cmd: list[str]) -> dict[str, str]:
+    """flag -> default, as the program's --help lists them."""
+    proc = run([*cmd, "--help"], timeout=120)
+    assert proc.stdout.startswith("usage: ") and proc.stderr == "", proc.stdout + proc.stderr
+    assert "trainer only" not in proc.stdout and "GPU trainer" not in proc.stdout, proc.stdout
+    return dict(re.findall(r'^  (-[a-z]+) +(?:int|float|str) .* \(default: "(.*)"\)$', proc.stdout, re.M))
+
+
+@pytest.mark.parametrize("program", list(TRAINERS))
+def test_trainer_help_lists_exactly_its_backends_flags(program: str) -> None:
+    backend, cmd = trainer_command(program)
+    assert set(help_flags(cmd)) == BACKEND_FLAGS[backend]
+
+
+@pytest.mark.parametrize("program", list(TRAINERS))
+def test_trainer_refuses_another_backends_flag_in_one_line(program: str) -> None:
+    backend, cmd = trainer_command(program)
+    prog = cmd[0] if program != "pyllmc.train" else "python -m pyllmc.train"
+    for flag in sorted(ALL_FLAGS - BACKEND_FLAGS[backend]):
+        proc = run([*cmd, "-x", "1", flag, "1"], check=False, timeout=120)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", refusal(flag, prog) + "\n"), (flag, proc.stderr)
+
+
+@pytest.mark.parametrize("program", list(TRAINERS))
+def test_trainer_accepts_every_flag_of_its_backend(program: str) -> None:
+    """Every listed flag with its default, then --help: the parser reads the pairs in order, so reaching --help
+    (exit 0) means each flag before it was taken; the flags every backend shares are among them."""
+    backend, cmd = trainer_command(program)
+    defaults = help_flags(cmd)
+    assert set(COMMON_FLAGS) <= set(defaults)
+    proc = run([*cmd, *[x for flag, value in defaults.items() for x in (flag, value)], "--help"], timeout=120)
+    assert proc.stdout.startswith("usage: ") and proc.stderr == "", proc.stderr

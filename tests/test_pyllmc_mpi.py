@@ -178,12 +178,13 @@ def test_python_driver_stops_on_sigterm_with_a_checkpoint(built, tinyshakespeare
     assert f"DONE_{int(stopped.group(1)):08d}" in written(tmp_path / "out")
 
 
-@pytest.mark.parametrize("args,program", [(["-r", "1"], "./train_gpt2cu"), (["-pi", "tcp"], "./train_gpt2cu"),
-                                          (["-cd", "1"], "./train_gpt2cl")])
-def test_other_trainers_flags_are_refused_in_one_line(built, args, program):
+@pytest.mark.parametrize("args,takers", [(["-r", "1"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu)"),
+                                         (["-pi", "tcp"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu)"),
+                                         (["-cd", "1"], "the OpenCL trainer (./train_gpt2cl)")])
+def test_other_trainers_flags_are_refused_in_one_line(built, args, takers):
     proc = run([*PY_TRAINER, "-e", "d1", "-s", "0", *args], check=False, env=ENV)
     line = assert_one_error_line(proc, alone=True)
-    assert line == f"error: flag {args[0]}: not supported by python -m pyllmc.train (a flag of {program})"
+    assert line == f"error: flag {args[0]}: a flag of {takers}, not of python -m pyllmc.train"
 
 
 def test_help_lists_the_trainer_flags(built):

@@ -228,7 +228,7 @@ static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
 static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, const CpuTrainer* c, const char* model_path,
                                   const char* threads_why) {
     printf("+-------------------------------------------------------------------------+\n");
-    args_print_values(table, TRAIN_ARG_COUNT, args, stdout);
+    train_args_print_values(table, TRAIN_CPU, args, stdout);
     printf("+-------------------------------------------------------------------------+\n");
     c->calls->describe(c->model, model_path);
     const CpuModel* cm = c->cpu;
@@ -264,7 +264,7 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
         }
     }
     TrainArgs args;
-    args_parse(table, TRAIN_ARG_COUNT, &args, argc, argv, about);
+    train_args_parse(table, TRAIN_CPU, &args, argc, argv, about);
     cpu_parse_precision(args.precision, argv[0]);
     MuonConfig muon;
     int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);

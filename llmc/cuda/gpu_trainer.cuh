@@ -708,7 +708,7 @@ typedef struct {
 // load: the newest complete checkpoint in -o when resuming, else -e. Returns run->resume_step.
 static int gpu_trainer_prepare(GpuTrainerRun* run, TrainArgs* args, const ArgSpec* table, int* argc, char*** argv,
                                const char* program, const char* description) {
-    args_parse(table, TRAIN_ARG_COUNT, args, *argc, *argv, description);
+    train_args_parse(table, TRAIN_GPU, args, *argc, *argv, description);
     run->args = args;
     run->use_muon = gpu_parse_optimizer(args, &run->muon);
     multi_gpu_init(&run->mg, argc, argv, args->num_processes, args->process_rank, args->gpus_per_node, args->nccl_init_method,
@@ -722,7 +722,7 @@ static int gpu_trainer_prepare(GpuTrainerRun* run, TrainArgs* args, const ArgSpe
         printf("| %s: %s, precision %s, %d process(es), ZeRO-%d\n", program, run->dev.name, PRECISION_NAME,
                run->mg.num_processes, run->mg.zero_stage);
         printf("+-------------------------------------------------------------+\n");
-        args_print_values(TRAIN_ARG_TABLE, TRAIN_ARG_COUNT, args, stdout);
+        train_args_print_values(TRAIN_ARG_TABLE, TRAIN_GPU, args, stdout);
     }
     run->resume_step = trainer_prepare(args, rank);
     snprintf(run->model_path, sizeof(run->model_path), "%s", args->load_filename);
