@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,8 @@ import tiktoken
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "fineweb.py"
-sys.path.insert(0, str(REPO / "dev" / "data"))
-
-from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
-from data_common import DataFormatError, read_datafile  # noqa: E402
+from conftest import PYTHON, assert_one_error_line, run
+from token_shards import DataFormatError, read_datafile
 from fineweb import write_shards  # noqa: E402
 
 TEXTS = [f"Document {i}: " + " ".join(["the quick brown fox", "jumps over", "the lazy dog."][: i % 3 + 1]) * (i % 4 + 1)

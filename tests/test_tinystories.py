@@ -6,7 +6,6 @@ import io
 import json
 import random
 import subprocess
-import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -16,10 +15,8 @@ import tiktoken
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "tinystories.py"
-sys.path.insert(0, str(REPO / "dev" / "data"))
-
-from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
-from data_common import read_datafile  # noqa: E402
+from conftest import PYTHON, assert_one_error_line, run
+from token_shards import read_datafile
 
 SHARDS = {
     "data00.json": ["Once upon a time there was a cat.", "  Tom had a red ball.\n", "The sun was hot."],
