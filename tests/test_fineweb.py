@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,11 @@ import tiktoken
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "fineweb.py"
-from conftest import PYTHON, assert_one_error_line, run
-from token_shards import DataFormatError, read_datafile
+sys.path.insert(0, str(REPO / "dev" / "data"))  # the script's module (dev/data is not installed)
+
+from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
 from fineweb import write_shards  # noqa: E402
+from token_shards import DataFormatError, read_datafile  # noqa: E402
 
 TEXTS = [f"Document {i}: " + " ".join(["the quick brown fox", "jumps over", "the lazy dog."][: i % 3 + 1]) * (i % 4 + 1)
          for i in range(30)] + ["", "Ünïcödé and emoji 🙂 survive.", "<|endoftext|> is ordinary text here."]

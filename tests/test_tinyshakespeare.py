@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "dev" / "data" / "tinyshakespeare.py"
 from conftest import PYTHON, assert_one_error_line, run
 from token_shards import read_datafile
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "dev" / "data" / "tinyshakespeare.py"
 
 CORPUS_SEEDS = [
     REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare.txt",

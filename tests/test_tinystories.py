@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "dev" / "data" / "tinystories.py"
 from conftest import PYTHON, assert_one_error_line, run
 from token_shards import read_datafile
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "dev" / "data" / "tinystories.py"
 
 SHARDS = {
     "data00.json": ["Once upon a time there was a cat.", "  Tom had a red ball.\n", "The sun was hot."],
