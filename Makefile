@@ -20,6 +20,10 @@ ifeq ($(PY),$(VENV)/bin/python)
   PY_ENV := $(VENV)/.installed
 else
   PY_ENV :=
+  # nothing installed there: the repository root on its path stands in for the project's install (make setup)
+  ifeq ($(filter $(CURDIR),$(subst :, ,$(PYTHONPATH))),)
+    export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+  endif
 endif
 
 # ---------------------------------------------------------------------------- C (CPU)
@@ -63,9 +67,13 @@ unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX ?= $(CURDIR)/build/pycache
 endif
 
-$(VENV)/.installed: requirements.txt
+# Then the project itself, editable (pyproject.toml): the repository root's modules (model_file, token_shards, the
+# families, the references) import from any directory, as the dev/ scripts and the tests import them; pyllmc's
+# extension is left to `make pyllmc` (PYLLMC_NO_EXTENSION, setup.py).
+$(VENV)/.installed: requirements.txt pyproject.toml setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check $(PIP_NO_COMPILE) -r requirements.txt
+	PYLLMC_NO_EXTENSION=1 $(PIP) install -q --disable-pip-version-check $(PIP_NO_COMPILE) --no-deps -e .
 	@touch $@
 
 # the NVIDIA wheels (requirements-cuda.txt: about 2 GB) only for the CUDA targets and the tests

@@ -1,7 +1,9 @@
 """
-The model files of both families, described once: header fields, validation, tensor table, reader and
-writer. train_gpt2.py and train_llama3.py write them through here; train_llama3.py, dev/eval/export_hf.py,
-dev/eval/export_gguf.py and pyllmc read them through here. numpy only (torch just to write a torch tensor).
+The model files of both families, described once: header fields, validation, tensor shapes, reader and
+writer; each family's magic, header length and tensor order are its description's (gpt2_family.py,
+llama3_family.py). train_gpt2.py and train_llama3.py write them through here; train_llama3.py,
+dev/eval/export_hf.py, dev/eval/export_gguf.py and pyllmc read them through here. numpy only (torch just to
+write a torch tensor).
 
 GPT-2 checkpoint (llm.c-compatible; llmc/checkpoint.h reads it in C with the same rules):
   256 int32: [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp
@@ -30,10 +32,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
-GPT2_MAGIC, LLAMA3_MAGIC = 20240326, 20240803
-GPT2_HEADER_BYTES, LLAMA3_HEADER_BYTES = 1024, 2048
-VERSIONS = {"float32": 3, "bfloat16": 5}  # tensor dtype -> the header's version field
-ITEMSIZE = {3: 4, 5: 2}  # version -> bytes per parameter
+from family import MODEL_VERSIONS
+from gpt2_family import GPT2, VOCAB_PADDING
+from llama3_family import LLAMA3
+
+GPT2_MAGIC, LLAMA3_MAGIC = GPT2.model_magic, LLAMA3.model_magic
+GPT2_HEADER_BYTES, LLAMA3_HEADER_BYTES = GPT2.model_header_bytes, LLAMA3.model_header_bytes
+VERSIONS = MODEL_VERSIONS  # tensor dtype -> the header's version field
+ITEMSIZE = {VERSIONS["float32"]: 4, VERSIONS["bfloat16"]: 2}  # version -> bytes per parameter
 
 
 class ModelFileError(ValueError):
@@ -151,22 +157,13 @@ GPT2_FIELDS: dict[str, tuple[int, str, int]] = {
     "C": (6, "channels C (header[6])", 1 << 17), "Vp": (7, "padded vocab Vp (header[7])", 1 << 24),
 }
 
-# the per-layer tensors in file order -> the parameter of a block each one stacks (our GPT's names are Hugging
-# Face's: transformer.h.{l}.<name>); the 3-D ones (qkvw, attprojw, fcw, fcprojw) are (out, in) matrices
-GPT2_LAYER_PARAMETERS: dict[str, str] = {
-    "ln1w": "ln_1.weight", "ln1b": "ln_1.bias", "qkvw": "attn.c_attn.weight", "qkvb": "attn.c_attn.bias",
-    "attprojw": "attn.c_proj.weight", "attprojb": "attn.c_proj.bias", "ln2w": "ln_2.weight", "ln2b": "ln_2.bias",
-    "fcw": "mlp.c_fc.weight", "fcb": "mlp.c_fc.bias", "fcprojw": "mlp.c_proj.weight", "fcprojb": "mlp.c_proj.bias",
-}
-
-
 def gpt2_padded_vocab(V: int) -> int:
-    """Vp: V rounded up to a multiple of 128."""
-    return (V + 127) // 128 * 128
+    """Vp: V rounded up to a multiple of 128 (gpt2_family.VOCAB_PADDING)."""
+    return (V + VOCAB_PADDING - 1) // VOCAB_PADDING * VOCAB_PADDING
 
 
 def gpt2_tensor_shapes(h: Gpt2Header) -> dict[str, tuple[int, ...]]:
-    """The 16 checkpoint tensors in file order."""
+    """The 16 checkpoint tensors in file order (GPT2.tensor_names)."""
     L, C = h.L, h.C
     return {
         "wte": (h.Vp, C), "wpe": (h.maxT, C), "ln1w": (L, C), "ln1b": (L, C), "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
@@ -201,7 +198,7 @@ def read_gpt2_header(path: str | Path) -> Gpt2Header:
     path = Path(path)
     size = file_size(path)
     if size < GPT2_HEADER_BYTES:
-        raise ModelFileError(f"{path}: not a model checkpoint (file is {size} bytes, too short for the 1024-byte header)")
+        raise ModelFileError(f"{path}: not a model checkpoint (file is {size} bytes, too short for the {GPT2_HEADER_BYTES}-byte header)")
     h = gpt2_check_header(path, read_ints(path, "<i4", 256))
     expected = GPT2_HEADER_BYTES + sum(math.prod(s) for s in gpt2_tensor_shapes(h).values()) * ITEMSIZE[h.version]
     if size != expected:
@@ -279,7 +276,7 @@ def llama_config_problem(c: LlamaConfig) -> str:
 
 
 def llama3_tensor_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every model-file tensor in file order."""
+    """Every model-file tensor in file order (LLAMA3.tensor_names; lm_head only when the embeddings are untied)."""
     L, C, V, F, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_size
     shapes = {"wte": (V, C), "ln1w": (L, C), "qkvw": (L, (c.n_head + 2 * c.n_kv_head) * HS, C), "attprojw": (L, C, C),
               "ln2w": (L, C), "fcw": (L, F, C), "fcw2": (L, F, C), "fcprojw": (L, C, F), "lnfw": (C,)}
@@ -322,7 +319,7 @@ def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
     path = Path(path)
     size = file_size(path)
     if size < LLAMA3_HEADER_BYTES:
-        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the 2048-byte Llama 3 header")
+        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {LLAMA3_HEADER_BYTES}-byte Llama 3 header")
     hi, hf = read_ints(path, "<i4", 256), read_ints(path, "<f4", 256, offset=1024)
     if int(hi[0]) != LLAMA3_MAGIC:
         raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {LLAMA3_MAGIC} (a Llama 3 model file)")

@@ -31,11 +31,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_common import DataFormatError, read_datafile  # noqa: E402
-from model_file import (  # noqa: E402
-    GPT2_LAYER_PARAMETERS,
+from family import Family
+from gpt2_family import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
+from model_file import (
     VERSIONS,
     Gpt2Header,
     ModelFileError,
@@ -46,15 +44,14 @@ from model_file import (  # noqa: E402
     read_gpt2,
     write_model_file,
 )
+from token_shards import DataFormatError, read_datafile
 
-GPT2_VOCAB = 50257
-GPT2_EOT = 50256
 PRETRAINED = {"gpt2": "124M", "gpt2-medium": "355M", "gpt2-large": "774M", "gpt2-xl": "1558M"}
 DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
 # dN models with published GPT-2 shapes; any other N gets C = 64*N, NH = N (head size 64)
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 
-STATE_MAGIC, TOKENIZER_MAGIC = 20240327, 20240328
+STATE_MAGIC, TOKENIZER_MAGIC = GPT2.debug_state_magic, GPT2.tokenizer_magic
 
 
 class UserError(Exception):
@@ -418,7 +415,7 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
             raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d12)")
         model = GPT(depth_config(depth), flash)
         model.init_weights(seed)
-        return model, f"gpt2_{DEPTH_SIZES.get(depth, name)}"
+        return model, f"{GPT2.name}_{DEPTH_SIZES.get(depth, name)}"
     if Path(name).is_dir():
         from transformers import GPT2LMHeadModel
 
@@ -427,7 +424,7 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
         except (OSError, ValueError) as e:
             raise UserError(f"--model {name}: not a Hugging Face GPT-2 directory ({' '.join(str(e).split())[:200]})") from None
         model = from_hf_model(hf, flash)
-        return model, f"gpt2_{Path(name).name}"
+        return model, f"{GPT2.name}_{Path(name).name}"
     if name not in PRETRAINED:
         raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12) or a directory")
     depth = {"gpt2": 12, "gpt2-medium": 24, "gpt2-large": 36, "gpt2-xl": 48}[name]
@@ -445,7 +442,7 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
         print0(f"warning: pretrained '{name}' weights cannot be downloaded (no connection to huggingface.co): "
                f"initialising d{depth} from scratch instead")
         return load_model(f"d{depth}", seed, flash)
-    return from_hf_model(hf, flash), f"gpt2_{PRETRAINED[name]}"
+    return from_hf_model(hf, flash), f"{GPT2.name}_{PRETRAINED[name]}"
 
 
 # ----------------------------------------------------------------------------- llmc .bin files
@@ -456,7 +453,7 @@ def llmc_tensors(model: GPT, get: Callable[[torch.Tensor], torch.Tensor]) -> lis
     tr, h = model.transformer, model.transformer.h
     wte = get(tr.wte.weight)
     wte = torch.cat([wte, torch.zeros(gpt2_padded_vocab(wte.size(0)) - wte.size(0), wte.size(1), dtype=wte.dtype)])
-    stacked = [torch.stack([get(b.get_parameter(path)) for b in h]) for path in GPT2_LAYER_PARAMETERS.values()]
+    stacked = [torch.stack([get(b.get_parameter(path)) for b in h]) for path in LAYER_PARAMETERS.values()]
     return [wte, get(tr.wpe.weight), *stacked, get(tr.ln_f.weight), get(tr.ln_f.bias)]
 
 
@@ -489,7 +486,7 @@ def read_model(filename: str | Path, flash: bool = False) -> GPT:
     with torch.no_grad():
         tr.wte.weight.copy_(torch.from_numpy(t["wte"][: h.V]))
         tr.wpe.weight.copy_(torch.from_numpy(t["wpe"]))
-        for name, path in GPT2_LAYER_PARAMETERS.items():
+        for name, path in LAYER_PARAMETERS.items():
             for l, block in enumerate(tr.h):
                 block.get_parameter(path).copy_(torch.from_numpy(t[name][l]))
         tr.ln_f.weight.copy_(torch.from_numpy(t["lnfw"]))
@@ -513,7 +510,7 @@ def write_tokenizer(filename: str | Path) -> None:
     enc = gpt2_encoding()
     pieces = [enc.decode_bytes([i]) for i in range(enc.max_token_value + 1)]
     body = b"".join(struct.pack("<B", len(b)) + b for b in pieces)
-    atomic_write(filename, [header_bytes([TOKENIZER_MAGIC, 2, len(pieces), enc.eot_token], "<u4"), body])
+    atomic_write(filename, [header_bytes([TOKENIZER_MAGIC, GPT2.tokenizer_version, len(pieces), enc.eot_token], "<u4"), body])
     print0(f"wrote {filename}")
 
 
@@ -626,7 +623,7 @@ def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: st
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses, _ = reference_steps(model, x, y, opt)
     noise = reference_loss_noise(model, x, y, opt, losses)
-    atomic_write(filename, debug_state_chunks(STATE_MAGIC, 2, opt, x, y, logits, loss, grads, [losses, noise]))
+    atomic_write(filename, debug_state_chunks(STATE_MAGIC, GPT2.debug_state_version, opt, x, y, logits, loss, grads, [losses, noise]))
     B, T = x.shape
     summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
     print0(f"wrote {filename} (B={B}, T={T}, {summary})")
@@ -735,14 +732,11 @@ def add_run_args(p: argparse.ArgumentParser, learning_rate: float) -> None:
 
 @dataclass(frozen=True)
 class TrainerCli:
-    """The trainers' command line (trainer_parser) with GPT-2's defaults; train_llama3.py overrides what it changes."""
+    """The trainers' command line (trainer_parser): the family's defaults (--input_bin, --model, --learning_rate)
+    from its description, GPT-2's wording of the rest; train_llama3.py overrides what it changes."""
 
     description: str | None  # the script's docstring, shown by --help
-    input_bin: str = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin"  # the family's token shards
-    input_bin_help: str = "train token shards (glob)"
-    model: str = "gpt2"
-    model_help: str = "gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory"
-    learning_rate: float = 3e-4
+    family: Family
     fused_adamw_help: str = "1 = torch's fused AdamW kernel (AdamW(fused=True)), CPU or CUDA"
     write_tensors_help: str = "write the checkpoints, tokenizer and debug state"
     add_family_args: Callable[[argparse.ArgumentParser], None] | None = None  # the family's own flags, after --model
@@ -757,13 +751,13 @@ def trainer_parser(cli: TrainerCli) -> OneLineErrorParser:
     """The command line of train_gpt2.py and train_llama3.py: every flag once, the family's parts from `cli`."""
     p = OneLineErrorParser(description=cli.description, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("--input_bin", default=cli.input_bin, help=cli.input_bin_help)
+    a("--input_bin", default=cli.family.default_input_bin, help=cli.family.input_bin_help)
     a("--input_val_bin", default="", help="validation token shards (glob); empty = no validation")
     a("--output_dir", default="", help="directory for main.log and the final checkpoint")
-    a("--model", default=cli.model, help=cli.model_help)
+    a("--model", default=cli.family.default_model, help=cli.family.model_help)
     if cli.add_family_args is not None:
         cli.add_family_args(p)
-    add_run_args(p, learning_rate=cli.learning_rate)
+    add_run_args(p, learning_rate=cli.family.learning_rate)
     a("--fused_adamw", type=int, default=0, help=cli.fused_adamw_help)
     if cli.dtype_before_optimizer:
         add_dtype_arg(p)
@@ -776,7 +770,7 @@ def trainer_parser(cli: TrainerCli) -> OneLineErrorParser:
     return p
 
 
-GPT2_CLI = TrainerCli(description=__doc__)
+GPT2_CLI = TrainerCli(description=__doc__, family=GPT2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -833,7 +827,7 @@ def gpt2_family(args: argparse.Namespace) -> ModelFamily:
     def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_tokenizer("gpt2_tokenizer.bin")
+        write_tokenizer(GPT2.tokenizer_file)
         debug_opt = debug_optimizer(args)
         name = f"{stem}_debug_state.bin" if debug_opt.name == "adamw" else f"{stem}_{debug_opt.name}_debug_state.bin"
         write_debug_state(model, x, y, name, debug_opt)

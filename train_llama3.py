@@ -47,9 +47,10 @@ from train_gpt2 import (
     trainer_parser,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "dev" / "data"))
-from data_common import DataError, DataFormatError, LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
-from model_file import (  # noqa: E402
+from gpt2_family import GPT2
+from llama3_family import HUB_TOKENIZER, LLAMA3
+from llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
+from model_file import (
     VERSIONS,
     LlamaConfig,
     atomic_write,
@@ -60,9 +61,10 @@ from model_file import (  # noqa: E402
     read_llama3,
     write_model_file,
 )
+from token_shards import DataError, DataFormatError
 
-STATE_MAGIC, TOKENIZER_MAGIC = 20240803, 20240328
-STATE_VERSION, TOKENIZER_VERSION = 3, 3
+STATE_MAGIC, TOKENIZER_MAGIC = LLAMA3.debug_state_magic, LLAMA3.tokenizer_magic
+STATE_VERSION, TOKENIZER_VERSION = LLAMA3.debug_state_version, LLAMA3.tokenizer_version
 
 
 # ----------------------------------------------------------------------------- the model
@@ -328,8 +330,6 @@ def load_hf_llama(name: str, flash: bool) -> Llama:
     from transformers import LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from data_common import huggingface_reachable
-
     hf_logging.set_verbosity_error()
     if Path(name).is_dir():
         try:
@@ -360,11 +360,11 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
             raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d2)")
         model = Llama(depth_config(depth, vocab_size), flash)
         model.init_weights(seed)
-        return model, f"llama3_{name}"
+        return model, f"{LLAMA3.name}_{name}"
     if name.endswith(".bin"):
         return read_model(name, flash), Path(name).stem
     model = load_hf_llama(name, flash)
-    return model, f"llama3_{Path(name).name}"
+    return model, f"{LLAMA3.name}_{Path(name).name}"
 
 
 # ----------------------------------------------------------------------------- llmc .bin files
@@ -439,16 +439,12 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
 
 def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model "
-                   "directory's, else the hub's meta-llama/Meta-Llama-3-8B")
+                   f"directory's, else the hub's {HUB_TOKENIZER}")
 
 
 LLAMA3_CLI = TrainerCli(
     description=__doc__,
-    input_bin="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
-    input_bin_help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)",
-    model="meta-llama/Llama-3.2-1B",
-    model_help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files",
-    learning_rate=1e-4,
+    family=LLAMA3,
     fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
     write_tensors_help="write the model files, tokenizer file and debug state",
     add_family_args=add_tokenizer_arg,
@@ -465,7 +461,7 @@ class LlamaDataLoader(DistributedDataLoader):
 
     def _load(self, shard: int) -> None:
         magic = int(np.fromfile(self.files[shard], dtype="<i4", count=1)[0]) if Path(self.files[shard]).stat().st_size >= 4 else 0
-        if magic == 20240520:
+        if magic == GPT2.shards.magic:
             raise UserError(f"{self.files[shard]}: a gpt-2 token shard; make llama-3 shards with e.g. "
                             "python dev/data/tinyshakespeare.py --model_desc llama-3 --tokenizer PATH")
         super()._load(shard)
@@ -489,7 +485,7 @@ def llama_family(args: argparse.Namespace) -> ModelFamily:
     def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_tokenizer(tok, "llama3_tokenizer.bin")
+        write_tokenizer(tok, LLAMA3.tokenizer_file)
         write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
     def make_sampler(device: str) -> Callable[[nn.Module], str]:

@@ -58,9 +58,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model_file import llama_ffn_hidden  # the Llama rule the reference and the C reader use
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from model_file import llama_ffn_hidden  # noqa: E402  (the Llama rule the reference and the C reader use)
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"
 BF16_REFUSED = "-p bf16: training in fp32 instead"  # train_gpt2's line where bf16 does not pay
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+) ms \|")

@@ -45,8 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import DEFAULT_DATA, REPO, markdown_table, model_shape, parse_steps  # noqa: E402
+from bench import DEFAULT_DATA, REPO, markdown_table, model_shape, parse_steps
 
 MFU_HEADER = REPO / "llmc" / "mfu.h"
 # a row of llmc/mfu.h's GPU_PEAK_TABLE: {"name part", bf16 TFLOP/s, tf32 TFLOP/s}

@@ -45,15 +45,15 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from gpt2_family import GPT2
+
 REPO = Path(__file__).resolve().parent.parent
 SHARDS = REPO / "dev" / "data" / "tinyshakespeare"
-NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
-         "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+NAMES = list(GPT2.tensor_names)
 
 
 def load_reference() -> ModuleType:
     """train_gpt2.py as a module (its writers, model and data loader)."""
-    sys.path.insert(0, str(REPO))
     import train_gpt2
     return train_gpt2
 
@@ -84,7 +84,7 @@ SMALL_VOCAB_SHARD_TOKENS = 1 << 15  # per split: the trainers' tests read at mos
 
 def write_small_vocab_shards(out_dir: Path, vocab_size: int) -> None:
     """tinyshakespeare_{train,val}.bin: the first tokens of each split modulo vocab_size, in the GPT-2 shard format."""
-    from data_common import read_datafile, write_datafile
+    from token_shards import read_datafile, write_datafile
 
     for split in ("train", "val"):
         tokens = read_datafile(str(shard_path(split)))[:SMALL_VOCAB_SHARD_TOKENS].astype("int64") % vocab_size

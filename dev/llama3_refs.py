@@ -60,7 +60,6 @@ def write_gqa_reference(out: Path, dest: Path | None = None, muon: dict[str, obj
     every band) and an FFN multiplier; the batch is the first of the train shard, as the script takes it. Read
     from `out` (tokenizer, shard), written into dest (default out); with muon (DebugOptimizer's muon_* settings)
     the state's steps are Muon on the blocks' matrices and AdamW on the rest."""
-    sys.path.insert(0, str(REPO))
     import train_llama3 as ref
     from train_gpt2 import DebugOptimizer, DistributedDataLoader
 

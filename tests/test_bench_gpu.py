@@ -48,7 +48,6 @@ def test_flops_per_step_is_llmc_mfu_h_formula_with_train_gpt2cu_parameter_count(
 
 @pytest.mark.parametrize("depth", [2, 4, 12])
 def test_llama3_parameter_count_matches_train_llama3_py_from_scratch_model(depth: int):
-    sys.path.insert(0, str(REPO))
     import train_llama3
     model, _ = train_llama3.load_model(f"d{depth}", 42, 512)
     assert bench_gpu.llama3_num_parameters(depth, 512) == sum(p.numel() for p in model.parameters())

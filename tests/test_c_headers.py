@@ -325,11 +325,8 @@ def test_dataloader_shuffled_ranks_tile_the_single_process_batch(dataloader_dump
 
 
 def test_dataloader_reads_shards_written_by_dev_data(dataloader_dump: Path, tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "dev" / "data"))
-    try:
-        from data_common import write_datafile
-    finally:
-        sys.path.pop(0)
+    from token_shards import write_datafile
+
     toks = np.arange(1, 300) % 50257
     write_datafile(tmp_path / "written_val_000000.bin", toks)
     (x, y, _, _), = read_batches(dataloader_dump, str(tmp_path / "written_val_*.bin"), 2, 10, 0, 1, 0, 1)

@@ -15,7 +15,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,8 +23,7 @@ import pytest
 
 from conftest import REPO, assert_one_error_line, make
 
-sys.path.insert(0, str(REPO / "dev" / "data"))
-from data_common import write_datafile  # noqa: E402
+from token_shards import write_datafile
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TINY = dict(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8)
@@ -39,7 +37,6 @@ def inputs(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     write_datafile(d / "shard_gpt2.bin", rng.integers(0, 50257, 1 << 16))
     write_datafile(d / "shard_tiny.bin", rng.integers(0, 5, 1 << 14))
-    sys.path.insert(0, str(REPO))
     import train_gpt2 as ref
 
     model = ref.GPT(ref.GPTConfig(**TINY))

@@ -1,4 +1,5 @@
-"""dev/data/data_common.py: shard and eval formats (writers, validating readers) and the download helper."""
+"""token_shards.py and dev/data/data_common.py: shard and eval formats (writers, validating readers) and the download
+helper."""
 
 from __future__ import annotations
 
@@ -16,17 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
-from data_common import (  # noqa: E402
-    DataError,
-    DataFormatError,
-    DownloadError,
-    read_datafile,
-    read_evalfile,
-    write_datafile,
-    write_evalfile,
-    write_atomically,
-    download_file,
-)
+from data_common import DownloadError, download_file, read_evalfile, write_evalfile  # noqa: E402
+from token_shards import DataError, DataFormatError, read_datafile, write_atomically, write_datafile  # noqa: E402
 
 
 def header_of(path: Path) -> np.ndarray:

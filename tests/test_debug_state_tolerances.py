@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 import struct
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +39,7 @@ import pytest
 
 from conftest import DEBUG_STATE_NNOISE, DEBUG_STATE_NSTEPS, REPO, TS_TRAIN, TS_VAL, make, run
 
-sys.path.insert(0, str(REPO))
-import train_gpt2 as ref  # noqa: E402
+import train_gpt2 as ref
 
 MODEL = "d1"
 SHAPES = [(4, 64), (2, 128), (1, 256)]

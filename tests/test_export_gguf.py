@@ -14,7 +14,6 @@ import torch
 
 from conftest import PYTHON, REPO, assert_one_error_line, run
 
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "dev" / "eval"))
 import export_gguf  # noqa: E402
 import train_gpt2  # noqa: E402

@@ -34,7 +34,8 @@ import pytest
 from conftest import PYTHON, REPO, make
 
 sys.path.insert(0, str(REPO / "dev" / "data"))
-from data_common import DataFormatError, read_datafile, read_evalfile, write_datafile, write_evalfile  # noqa: E402
+from data_common import read_evalfile, write_evalfile  # noqa: E402
+from token_shards import DataFormatError, read_datafile, write_datafile  # noqa: E402
 
 AS_LIMIT = 512 << 20  # address-space limit of every C run (bytes): a tiny model trains in 400 MB
 # the tiny model every C case loads: maxT 8, V 5 (Vp 128), L 1, NH 2, C 8

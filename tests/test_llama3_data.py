@@ -4,7 +4,6 @@ uint32 shards (magic 20240801, version 7), <|begin_of_text|> before every docume
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +11,9 @@ import pytest
 
 from conftest import PYTHON, REPO, assert_one_error_line, run, tinyshakespeare_text
 
-sys.path.insert(0, str(REPO / "dev" / "data"))
-from data_common import load_llama3_tokenizer, read_datafile  # noqa: E402
-from test_tinystories import SHARDS, make_archive, shard_bytes  # noqa: E402
+from llama3_tokenizer import load_llama3_tokenizer
+from test_tinystories import SHARDS, make_archive, shard_bytes
+from token_shards import read_datafile
 
 DATA = REPO / "dev" / "data"
 BOS, EOT = 512, 513

@@ -15,8 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import REPO, assert_one_error_line, make, run, tinyshakespeare_text  # noqa: E402
 
-sys.path.insert(0, str(REPO / "dev" / "data"))
-from data_common import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
+from llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
@@ -48,7 +47,6 @@ def llama3(tmp_path_factory, llama3_tokenizer: Path) -> tuple[Path, Path, LlamaT
     """(model file, tokenizer file, the tokenizers-library tokenizer): a small random Llama 3 model with a
     context of 1024 and the test tokenizer's llama3_tokenizer.bin, both from train_llama3.py's writers."""
     make("generate", "encode")
-    sys.path.insert(0, str(REPO))
     import train_llama3 as ref
 
     out = tmp_path_factory.mktemp("llama3_encode")

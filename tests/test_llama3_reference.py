@@ -4,7 +4,6 @@ model / debug-state / tokenizer files it writes and their readers, Hugging Face 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +13,10 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, assert_one_error_line, run
 
-sys.path.insert(0, str(REPO))
-import model_file  # noqa: E402
-import train_llama3  # noqa: E402
-from train_llama3 import UserError  # noqa: E402
-
-sys.path.insert(0, str(REPO / "dev" / "data"))
-from data_common import load_llama3_tokenizer  # noqa: E402
+import model_file
+import train_llama3
+from llama3_tokenizer import load_llama3_tokenizer
+from train_llama3 import UserError
 
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 16, "rope_theta": 500000.0}
@@ -426,8 +422,7 @@ def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inte
 
 
 def test_a_token_id_beyond_the_vocab_in_a_shard_gives_one_error_line(monkeypatch, capsys, tmp_path, llama3_tokenizer):
-    sys.path.insert(0, str(REPO / "dev" / "data"))
-    from data_common import write_datafile
+    from token_shards import write_datafile
 
     tokens = np.full(4096, 5, dtype=np.int64)
     tokens[1000] = 600  # < 128256, so the shard itself is valid, but >= the test tokenizer's 514

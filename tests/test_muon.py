@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,7 @@ import torch
 
 from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
 
-sys.path.insert(0, str(REPO))
-import train_gpt2 as ref  # noqa: E402
+import train_gpt2 as ref
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}

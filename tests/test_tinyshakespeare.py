@@ -5,18 +5,16 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import tiktoken
 
+from conftest import PYTHON, assert_one_error_line, run
+from token_shards import read_datafile
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "tinyshakespeare.py"
-sys.path.insert(0, str(REPO / "dev" / "data"))
-
-from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
-from data_common import read_datafile  # noqa: E402
 
 CORPUS_SEEDS = [
     REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare.txt",

@@ -6,7 +6,6 @@ import io
 import json
 import random
 import subprocess
-import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -14,12 +13,11 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from conftest import PYTHON, assert_one_error_line, run
+from token_shards import read_datafile
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "tinystories.py"
-sys.path.insert(0, str(REPO / "dev" / "data"))
-
-from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
-from data_common import read_datafile  # noqa: E402
 
 SHARDS = {
     "data00.json": ["Once upon a time there was a cat.", "  Tom had a red ball.\n", "The sun was hot."],

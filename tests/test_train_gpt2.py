@@ -13,8 +13,7 @@ import torch.nn.functional as F
 
 from conftest import DEBUG_STATE_NNOISE, DEBUG_STATE_NSTEPS, PYTHON, REPO, run
 
-sys.path.insert(0, str(REPO))
-import train_gpt2  # noqa: E402
+import train_gpt2
 
 
 def read_header(path: Path, dtype: str = "<i4") -> np.ndarray:

@@ -2,25 +2,24 @@
 
 - downloads that never leave a half-written file behind (`download_file`),
 - the tokenizers the scripts use (`get_tokenizer`: tiktoken's gpt2, or a llama-3 tokenizer.json from the hub or
-  a local path, `load_llama3_tokenizer`),
-- the llm.c-compatible binary formats, writers and validating readers:
-    token shard: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens
-                 gpt-2:   magic 20240520, version 1, uint16 tokens
-                 llama-3: magic 20240801, version 7, uint32 tokens
+  a local path, llama3_tokenizer.py's `load_llama3_tokenizer`),
+- the eval file, its writer and validating reader:
     eval file:   int32 header[256] = {20240522, 1, number of examples, longest example in bytes, 0...},
                  then per example a uint16 record:
                  65535, record bytes, example index, label, completions (4),
                  context length, context tokens, then per completion: length, tokens
+  (the token shards, their writer and reader and the errors of every data file are token_shards.py's, in the
+  repository root, which the references import too),
 
 - what every dataset script's command line and main() share: `script_parser`, `add_model_desc_arg`,
   `corpus_parser` and `add_url_arg` (a downloaded corpus), `add_num_proc_arg`, `positive_int`, `run_script`, and
   the split writer `write_splits`.
 
-Every problem with a file is reported as a `DataError` whose message is one line naming the file
+Every problem with a file is reported as a `DataError` (token_shards.py) whose message is one line naming the file
 and what is wrong; the scripts print it as `error: <message>` and exit 1 (`run_script`).
 
-Importing this module has no side effects (train_gpt2.py imports `read_datafile` and
-`DataFormatError` from it).
+The root modules (token_shards, llama3_tokenizer, the families) are imported as installed: `make setup` installs
+the project into the venv. Importing this module has no side effects.
 """
 
 from __future__ import annotations
@@ -28,75 +27,44 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
-import secrets
 import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4  # every llm.c-compatible file starts with 256 little-endian int32
+import gpt2_family
+from family import ShardFormat
+from llama3_family import HUB_TOKENIZER
+from llama3_tokenizer import load_llama3_tokenizer
+from token_shards import (
+    HEADER_BYTES,
+    HEADER_INTS,
+    MODEL_DESCS,
+    DataError,
+    DataFormatError,
+    check_token_range,
+    one_line,
+    read_header,
+    shard_format,
+    write_atomically,
+    write_datafile,
+    wrong_magic,
+)
 
 EVAL_MAGIC = 20240522
 EVAL_VERSION = 1
 EVAL_START_MARKER = 65535  # first uint16 of every eval record
 EVAL_NUM_COMPLETIONS = 4  # HellaSwag: four endings per example (the C eval loader expects 4)
-EVAL_VOCAB_SIZE = 50257  # eval files hold gpt-2 tokens as uint16
-
-# Magic numbers of the other llmc/llm.c files, to say what a wrongly passed file is.
-KNOWN_MAGICS = {
-    20240326: "a model checkpoint",
-    20240327: "a debug state file",
-    20240328: "a tokenizer file",
-    20240522: "an eval file",
-    20240527: "a training state file",
-}
-
-
-class DataError(Exception):
-    """A problem the user can fix; the message is one line naming the file (or flag) at fault."""
+EVAL_VOCAB_SIZE = gpt2_family.VOCAB_SIZE  # eval files hold gpt-2 tokens as uint16
 
 
 class DownloadError(DataError):
     """A download failed (offline, refused, timed out, cut short, HTTP error)."""
-
-
-class DataFormatError(DataError, ValueError):
-    """A file is not in the format it should be (wrong magic, truncated, out-of-range token, ...)."""
-
-
-@dataclass(frozen=True)
-class ShardFormat:
-    model_desc: str
-    magic: int
-    version: int
-    dtype: np.dtype  # little-endian token type on disk
-    vocab_size: int  # default upper bound (exclusive) for token ids
-
-
-SHARD_FORMATS: dict[str, ShardFormat] = {
-    "gpt-2": ShardFormat("gpt-2", 20240520, 1, np.dtype("<u2"), 50257),
-    "llama-3": ShardFormat("llama-3", 20240801, 7, np.dtype("<u4"), 128256),
-}
-MODEL_DESCS = tuple(SHARD_FORMATS)
-_FORMAT_BY_MAGIC = {fmt.magic: fmt for fmt in SHARD_FORMATS.values()}
-
-
-def shard_format(model_desc: str) -> ShardFormat:
-    """The shard format for a model descriptor ("gpt-2" or "llama-3")."""
-    if model_desc not in SHARD_FORMATS:
-        raise DataError(f"unknown model descriptor {model_desc!r}, expected one of {', '.join(MODEL_DESCS)}")
-    return SHARD_FORMATS[model_desc]
-
-
-def one_line(message: object) -> str:
-    """A message flattened to one line (library exceptions sometimes span several)."""
-    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
 
 def report_error(error: BaseException) -> int:
@@ -135,7 +103,7 @@ def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
                         help="tokenizer and shard format (llama-3: uint32 shards, <|begin_of_text|> starts every document)")
     parser.add_argument("--tokenizer", default="",
                         help=f"llama-3 only: a tokenizer.json or a directory holding one (default: the hub's gated "
-                             f"{LLAMA3_TOKENIZER} tokenizer)")
+                             f"{HUB_TOKENIZER} tokenizer)")
 
 
 def corpus_parser(description: str, data_dir: str, data_dir_help: str) -> argparse.ArgumentParser:
@@ -176,37 +144,6 @@ def read_utf8(path: Path, hint: str = "") -> str:
         raise DataFormatError(f"{path}: not UTF-8 text (bad byte at offset {e.start}){hint}") from None
     except OSError as e:
         raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
-# ----------------------------------------------------------------------------- atomic writes
-
-
-def write_atomically(path: Path, write: Callable[[Any], None]) -> Path:
-    """Call write(file) on a temporary file in path's directory, then rename it to path.
-
-    On any failure (or Ctrl-C) the temporary file is removed and path is left untouched, so a
-    file that exists under its final name is always complete.
-    """
-    path = Path(path)
-    # Not tempfile.mkstemp: its 0600 mode would stay on the final file; this honours the umask.
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
-        raise
-    return path
 
 
 # ----------------------------------------------------------------------------- downloads
@@ -275,10 +212,6 @@ class Tokenizer:
     decode: Callable[[Sequence[int]], str]
 
 
-LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3-8B"  # the hub's Llama 3 tokenizer (gated), used when no --tokenizer is given
-LLAMA3_BOS, LLAMA3_EOT = "<|begin_of_text|>", "<|end_of_text|>"
-
-
 @lru_cache(maxsize=None)
 def get_tokenizer(model_desc: str, tokenizer_path: str = "") -> Tokenizer:
     """The tokenizer for "gpt-2" (tiktoken gpt2) or "llama-3" (tokenizer_path: a tokenizer.json or a directory
@@ -307,154 +240,7 @@ def _load_gpt2(fmt: ShardFormat) -> Tokenizer:
     return Tokenizer("gpt-2", enc.eot_token, fmt.vocab_size, enc.encode_ordinary, enc.decode)
 
 
-def huggingface_reachable(timeout: float = 10.0) -> bool:
-    """False when HF_HUB_OFFLINE is set or huggingface.co does not answer within timeout seconds."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        return False
-    try:
-        urllib.request.urlopen(urllib.request.Request("https://huggingface.co", method="HEAD"), timeout=timeout).close()
-    except (OSError, http.client.HTTPException, ValueError):
-        return False
-    return True
-
-
-@lru_cache(maxsize=1)
-def _byte_level_decoder() -> dict[str, int]:
-    """Byte-level BPE's printable character for each byte, inverted: char -> byte (the GPT-2 / Llama 3 table)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
-@dataclass(frozen=True)
-class LlamaTokenizer:
-    """A byte-level BPE tokenizer in the Llama 3 style (a `tokenizers` tokenizer.json) with its two special ids."""
-
-    source: str  # where it came from, for messages
-    tok: Any  # tokenizers.Tokenizer
-    vocab_size: int
-    bos: int  # <|begin_of_text|>: starts every document
-    eot: int  # <|end_of_text|>
-
-    def encode(self, text: str) -> list[int]:
-        """Plain text to ids, no BOS added; special-token text is encoded as ordinary text."""
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=False)
-
-    def token_bytes(self) -> list[bytes]:
-        """The raw bytes of every id in order: byte-level pieces decoded to bytes, special tokens as their text."""
-        table = _byte_level_decoder()
-        special = {i for i, t in self.tok.get_added_tokens_decoder().items() if t.special}
-        out = []
-        for i in range(self.vocab_size):
-            piece = self.tok.id_to_token(i)
-            if piece is None:
-                raise DataError(f"{self.source}: no token has id {i} (ids must run 0..{self.vocab_size - 1})")
-            if i in special:
-                out.append(piece.encode("utf-8"))
-            elif all(ch in table for ch in piece):
-                out.append(bytes(table[ch] for ch in piece))
-            else:
-                raise DataError(f"{self.source}: token {i} {piece!r} is not byte-level BPE (need a ByteLevel tokenizer)")
-        return out
-
-
-def _llama3_tokenizer_json(path: str) -> Path:
-    """tokenizer.json for --tokenizer PATH ("" = the hub's gated Llama 3 tokenizer, from the cache or downloaded)."""
-    if path:
-        p = Path(path)
-        p = p / "tokenizer.json" if p.is_dir() else p
-        if not p.is_file():
-            raise DataError(f"--tokenizer {path}: no such tokenizer.json (pass a tokenizer.json or a directory holding one)")
-        return p
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-    try:
-        return Path(hf_hub_download(LLAMA3_TOKENIZER, "tokenizer.json", local_files_only=True))
-    except Exception:
-        if not huggingface_reachable():
-            raise DataError(
-                f"cannot load the llama-3 tokenizer {LLAMA3_TOKENIZER}: it is not in the Hugging Face cache and "
-                "huggingface.co cannot be reached (offline? pass --tokenizer with a local tokenizer.json or directory, "
-                "e.g. one made by dev/data/make_test_tokenizer.py)"
-            ) from None
-    try:
-        return Path(hf_hub_download(LLAMA3_TOKENIZER, "tokenizer.json"))
-    except Exception as e:
-        raise DataError(
-            f"cannot load the llama-3 tokenizer {LLAMA3_TOKENIZER}: {one_line(e)[:200]} (a gated repository: accept its "
-            "licence on huggingface.co and run `hf auth login`, or pass --tokenizer with a local tokenizer.json)"
-        ) from None
-
-
-@lru_cache(maxsize=None)
-def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
-    """The Llama 3 tokenizer from --tokenizer PATH (tokenizer.json or its directory; "" = the hub's), validated:
-    it must know <|begin_of_text|> and <|end_of_text|>; DataError (one line) otherwise."""
-    json_path = _llama3_tokenizer_json(path)
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        tok = HFTokenizer.from_file(str(json_path))
-    except ImportError:
-        raise DataError("llama-3 tokenizing needs the tokenizers package (pip install tokenizers)") from None
-    except Exception as e:
-        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
-    tok.encode_special_tokens = True
-    ids = {name: tok.token_to_id(name) for name in (LLAMA3_BOS, LLAMA3_EOT)}
-    missing = [name for name, i in ids.items() if i is None]
-    if missing:
-        raise DataError(f"{json_path}: the tokenizer has no {missing[0]} token (not a Llama 3 style tokenizer)")
-    return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), ids[LLAMA3_BOS], ids[LLAMA3_EOT])
-
-
 # ----------------------------------------------------------------------------- token shards
-
-
-def _check_token_range(where: str, tokens: np.ndarray, vocab_size: int) -> None:
-    if tokens.size == 0:
-        return
-    if tokens.min() < 0:
-        position = int(np.argmax(tokens < 0))
-        raise DataFormatError(f"{where}: token id {int(tokens[position])} at position {position} is negative")
-    if tokens.max() >= vocab_size:
-        position = int(np.argmax(tokens >= vocab_size))
-        raise DataFormatError(
-            f"{where}: token id {int(tokens[position])} at position {position} >= vocab size {vocab_size}"
-        )
-
-
-def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model_desc: str = "gpt-2") -> Path:
-    """Write a token shard (header + tokens) atomically; token ids must be < the model's vocab size."""
-    fmt = shard_format(model_desc)
-    path = Path(filename)
-    tokens = np.asarray(toks if isinstance(toks, (np.ndarray, list, tuple)) else list(toks))
-    if tokens.size == 0:
-        tokens = tokens.astype(np.int64)
-    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
-        raise DataFormatError(f"{path}: tokens must be a 1-D sequence of integers, got {tokens.dtype} {tokens.shape}")
-    if len(tokens) >= 2**31:
-        raise DataFormatError(f"{path}: {len(tokens):,} tokens do not fit the int32 header count")
-    _check_token_range(str(path), tokens, fmt.vocab_size)
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2] = fmt.magic, fmt.version, len(tokens)
-    body = np.ascontiguousarray(tokens, dtype=fmt.dtype)
-
-    def write(f: Any) -> None:
-        f.write(header.tobytes())
-        f.write(memoryview(body).cast("B"))
-
-    return write_atomically(path, write)
 
 
 def write_splits(data_dir: Path, name: str, splits: Mapping[str, np.ndarray], model_desc: str) -> str:
@@ -466,63 +252,6 @@ def write_splits(data_dir: Path, name: str, splits: Mapping[str, np.ndarray], mo
         write_datafile(path, tokens, model_desc)
     counts = ", ".join(f"{len(tokens):,} {split} tokens" for split, tokens in splits.items())
     return f"{name} ({model_desc}): {counts}"
-
-
-def _read_header(path: Path, kind: str) -> tuple[np.ndarray, int]:
-    """(header as int32[256], file size); names the file when it is missing or too short."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            raw = f.read(HEADER_BYTES)
-    except FileNotFoundError:
-        raise DataFormatError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise DataFormatError(f"{path}: is a directory, expected {kind}") from None
-    except OSError as e:
-        raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(raw) < HEADER_BYTES:
-        raise DataFormatError(f"{path}: truncated: {len(raw)} bytes, shorter than the {HEADER_BYTES}-byte header")
-    return np.frombuffer(raw, dtype="<i4"), size
-
-
-def _wrong_magic(path: Path, magic: int, expected: str, kind: str) -> DataFormatError:
-    what = KNOWN_MAGICS.get(magic)
-    why = f"this is {what}, not {kind}" if what else f"not {kind}"
-    return DataFormatError(f"{path}: wrong magic {magic}, expected {expected} ({why})")
-
-
-def read_datafile(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
-    """The tokens of a shard (a read-only np.memmap, uint16 or uint32 as the header says), validated.
-
-    vocab_size defaults to 50257 for gpt-2 shards and 128256 for llama-3 shards.
-    """
-    path = Path(path)
-    header, size = _read_header(path, "a token shard")
-    magic, version, ntok = int(header[0]), int(header[1]), int(header[2])
-    fmt = _FORMAT_BY_MAGIC.get(magic)
-    if fmt is None:
-        expected = " or ".join(str(f.magic) for f in SHARD_FORMATS.values())
-        raise _wrong_magic(path, magic, expected, "a token shard")
-    if version != fmt.version:
-        raise DataFormatError(
-            f"{path}: wrong version {version} for magic {magic} ({fmt.model_desc}), expected {fmt.version}"
-        )
-    if ntok < 0:
-        raise DataFormatError(f"{path}: negative token count {ntok} in the header")
-    expected_bytes = ntok * fmt.dtype.itemsize
-    actual_bytes = size - HEADER_BYTES
-    if actual_bytes != expected_bytes:
-        problem = "truncated" if actual_bytes < expected_bytes else "trailing data"
-        raise DataFormatError(
-            f"{path}: {problem}: header says {ntok} tokens ({expected_bytes} bytes) "
-            f"but {actual_bytes} bytes follow the header"
-        )
-    if ntok == 0:
-        tokens: np.ndarray = np.zeros(0, dtype=fmt.dtype)
-    else:
-        tokens = np.memmap(path, dtype=fmt.dtype, mode="r", offset=HEADER_BYTES, shape=(ntok,))
-    _check_token_range(str(path), tokens, fmt.vocab_size if vocab_size is None else vocab_size)
-    return tokens
 
 
 # ----------------------------------------------------------------------------- eval files
@@ -544,7 +273,7 @@ def _eval_record(index: int, example: Mapping[str, Any]) -> list[int]:
     if not ctx_tokens or not all(ending_tokens):
         raise DataFormatError(f"{where}: the context and every completion need at least one token")
     for name, tokens in [("context", ctx_tokens)] + [(f"completion {k}", e) for k, e in enumerate(ending_tokens)]:
-        _check_token_range(f"{where} {name}", np.asarray(tokens, dtype=np.int64), EVAL_VOCAB_SIZE)
+        check_token_range(f"{where} {name}", np.asarray(tokens, dtype=np.int64), EVAL_VOCAB_SIZE)
     record = [EVAL_START_MARKER, 0, index, label, len(ending_tokens), len(ctx_tokens), *ctx_tokens]
     for ending in ending_tokens:
         record += [len(ending), *ending]
@@ -612,10 +341,10 @@ def read_evalfile(path: str | Path, vocab_size: int = EVAL_VOCAB_SIZE) -> list[d
     Each example is {"index", "label", "ctx_tokens": list[int], "ending_tokens": list[list[int]]}.
     """
     path = Path(path)
-    header, _ = _read_header(path, "an eval file")
+    header, _ = read_header(path, "an eval file")
     magic, version, num_examples, longest = (int(v) for v in header[:4])
     if magic != EVAL_MAGIC:
-        raise _wrong_magic(path, magic, str(EVAL_MAGIC), "an eval file")
+        raise wrong_magic(path, magic, str(EVAL_MAGIC), "an eval file")
     if version != EVAL_VERSION:
         raise DataFormatError(f"{path}: wrong version {version} for magic {magic} (eval file), expected {EVAL_VERSION}")
     if num_examples < 0 or longest < 0:
@@ -654,7 +383,7 @@ def read_evalfile(path: str | Path, vocab_size: int = EVAL_VOCAB_SIZE) -> list[d
                 f"{path}: example {i}: record length field says {record_bytes} bytes but the record is {actual_bytes}"
             )
         for name, tokens in [("context", ctx_tokens)] + [(f"completion {k}", e) for k, e in enumerate(ending_tokens)]:
-            _check_token_range(f"{path}: example {i} {name}", np.asarray(tokens), vocab_size)
+            check_token_range(f"{path}: example {i} {name}", np.asarray(tokens), vocab_size)
         longest_seen = max(longest_seen, actual_bytes)
         examples.append({"index": index, "label": label, "ctx_tokens": ctx_tokens, "ending_tokens": ending_tokens})
     if stream.pos != len(stream.values):

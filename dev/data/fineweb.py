@@ -26,19 +26,15 @@ import numpy as np
 from tqdm import tqdm
 
 from data_common import (
-    DataError,
-    DataFormatError,
     add_model_desc_arg,
     add_num_proc_arg,
     get_tokenizer,
-    huggingface_reachable,
-    one_line,
     positive_int,
     run_script,
     script_parser,
-    shard_format,
-    write_datafile,
 )
+from llama3_tokenizer import huggingface_reachable
+from token_shards import DataError, DataFormatError, one_line, shard_format, write_datafile
 
 HUB_DATASETS = {"classic": "HuggingFaceFW/fineweb", "edu": "HuggingFaceFW/fineweb-edu"}
 HUB_CONFIGS = {"10B": "sample-10BT", "100B": "sample-100BT"}

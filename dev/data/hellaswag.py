@@ -19,7 +19,6 @@ from tqdm import tqdm
 
 from data_common import (
     EVAL_NUM_COMPLETIONS,
-    DataFormatError,
     Tokenizer,
     download_unless_cached,
     get_tokenizer,
@@ -28,6 +27,7 @@ from data_common import (
     script_parser,
     write_evalfile,
 )
+from token_shards import DataFormatError
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{split}.jsonl"
 SPLITS = ("val", "train")  # the test split has no labels

@@ -18,16 +18,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data_common import (
-    LLAMA3_BOS,
-    LLAMA3_EOT,
-    DataError,
-    positive_int,
-    read_utf8,
-    run_script,
-    script_parser,
-    write_atomically,
-)
+from data_common import positive_int, read_utf8, run_script, script_parser
+from llama3_family import BOS as LLAMA3_BOS, EOT as LLAMA3_EOT
+from token_shards import DataError, write_atomically
 
 HERE = Path(__file__).resolve().parent
 # Llama 3's pre-tokenizer split pattern (its tokenizer.json), which llmc/bpe.h implements by hand

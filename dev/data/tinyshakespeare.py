@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from data_common import (
-    DataFormatError,
     Tokenizer,
     add_url_arg,
     corpus_parser,
@@ -25,9 +24,9 @@ from data_common import (
     get_tokenizer,
     read_utf8,
     run_script,
-    shard_format,
     write_splits,
 )
+from token_shards import DataFormatError, shard_format
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TEXT_NAME = "tiny_shakespeare.txt"

@@ -26,18 +26,15 @@ import numpy as np
 from tqdm import tqdm
 
 from data_common import (
-    DataError,
-    DataFormatError,
     add_num_proc_arg,
     add_url_arg,
     corpus_parser,
     download_unless_cached,
     get_tokenizer,
-    one_line,
     run_script,
-    shard_format,
     write_splits,
 )
+from token_shards import DataError, DataFormatError, one_line, shard_format
 
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz"
 ARCHIVE_NAME = "TinyStories_all_data.tar.gz"

@@ -30,13 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "dev" / "data"))
-sys.path.insert(0, str(REPO))
-from export_hf import ExportError, gpt2_bpe  # noqa: E402
-from model_file import (  # noqa: E402
+import gpt2_family
+from export_hf import ExportError, gpt2_bpe
+from llama3_family import HUB_TOKENIZER
+from model_file import (
     GPT2_MAGIC,
     LLAMA3_MAGIC,
     Gpt2Header,
@@ -47,7 +44,7 @@ from model_file import (  # noqa: E402
     read_magic,
 )
 
-GPT2_VOCAB, GPT2_EOT = 50257, 50256
+GPT2_VOCAB, GPT2_EOT = gpt2_family.VOCAB_SIZE, gpt2_family.EOT
 DTYPES = ("f32", "f16", "bf16")
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types
 
@@ -149,7 +146,8 @@ def gpt2_vocab() -> tuple[list[str], list[int], list[str]]:
 
 def llama_vocab(tokenizer: str) -> tuple[list[str], list[int], list[str], int, int, str]:
     """tokens, token types, merges, BOS id, end-of-text id and llama.cpp's pre-tokenizer name of a Llama 3 tokenizer."""
-    from data_common import DataError, load_llama3_tokenizer
+    from llama3_tokenizer import load_llama3_tokenizer
+    from token_shards import DataError
 
     try:
         tok = load_llama3_tokenizer(tokenizer)
@@ -374,7 +372,7 @@ def reference_logits(src: Path, tokens: list[int]) -> np.ndarray:
 
 def prompt_tokens(src: Path, prompt: str, tokenizer: str) -> list[int]:
     if read_magic(src) == LLAMA3_MAGIC:
-        from data_common import load_llama3_tokenizer
+        from llama3_tokenizer import load_llama3_tokenizer
 
         tok = load_llama3_tokenizer(tokenizer)
         return [tok.bos, *tok.encode(prompt)]
@@ -404,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", type=Path, required=True, help="the .gguf file to write")
     ap.add_argument("--dtype", choices=DTYPES, default="f32", help="type of the matmul weights (1-D tensors stay f32)")
     ap.add_argument("--tokenizer", default="", help="Llama 3 only: tokenizer.json or its directory (default: the hub's "
-                    "meta-llama/Meta-Llama-3-8B); GPT-2 uses tiktoken's gpt2")
+                    f"{HUB_TOKENIZER}); GPT-2 uses tiktoken's gpt2")
     ap.add_argument("--verify", default="", metavar="PROMPT",
                     help="after writing, recompute this prompt's logits from the GGUF file alone and compare")
     args = ap.parse_args(argv)

@@ -26,10 +26,10 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from model_file import GPT2_LAYER_PARAMETERS, Gpt2Header, ModelFileError, read_gpt2  # noqa: E402
+import gpt2_family
+from model_file import Gpt2Header, ModelFileError, read_gpt2
 
-GPT2_VOCAB = 50257
+GPT2_VOCAB = gpt2_family.VOCAB_SIZE
 
 
 class ExportError(Exception):
@@ -51,14 +51,14 @@ def read_checkpoint(path: Path) -> tuple[Gpt2Header, dict[str, np.ndarray]]:
 
 
 def hf_state_dict(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """Hugging Face GPT-2 names (our per-layer names are theirs: GPT2_LAYER_PARAMETERS). The per-layer matrices
+    """Hugging Face GPT-2 names (our per-layer names are theirs: gpt2_family.LAYER_PARAMETERS). The per-layer matrices
     (3-D in the file) are Conv1D weights there, stored (in, out): transposed from llmc's (out, in)."""
     def cast(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float32).astype(np.float16 if dtype == "float16" else np.float32)
 
     sd = {"transformer.wte.weight": cast(t["wte"][: h.V]), "transformer.wpe.weight": cast(t["wpe"])}
     for l in tqdm(range(h.L), desc="layers", unit="layer", disable=h.L < 4):
-        for name, hf_name in GPT2_LAYER_PARAMETERS.items():
+        for name, hf_name in gpt2_family.LAYER_PARAMETERS.items():
             sd[f"transformer.h.{l}.{hf_name}"] = cast(t[name][l].T if t[name].ndim == 3 else t[name][l])
     sd["transformer.ln_f.weight"] = cast(t["lnfw"])
     sd["transformer.ln_f.bias"] = cast(t["lnfb"])

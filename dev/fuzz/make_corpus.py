@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+# write_bpe.py and data_common.py are scripts' modules in dev/ and dev/data/, not installed like the root's
 sys.path.insert(0, str(REPO / "dev"))
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
@@ -82,7 +82,8 @@ def write_tokenizer_seeds(out: Path) -> None:
 def write_data_seeds(out: Path) -> None:
     import numpy as np
 
-    from data_common import write_datafile, write_evalfile
+    from data_common import write_evalfile
+    from token_shards import write_datafile
 
     rng = np.random.default_rng(0)
     d = out / "shard"
