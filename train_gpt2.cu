@@ -168,11 +168,11 @@ static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc)
 // -op muon: Muon on the blocks' 2-D weights (the 4 L matrices of muon_plan) with these settings; owners = the
 // number of processes under ZeRO-1 (each rank updates whole matrices, balanced by size), else 1. Call before
 // gpt2_allocate_state.
-static void gpt2_use_muon(GPT2* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
+static void gpt2_use_muon(GPT2* model, const MuonConfig* settings, int owners, int rank) {
     MuonMatrix* mats = (MuonMatrix*)mallocCheck(4 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
     size_t state_size = 0;
     int count = muon_plan(&model->config, owners, rank, mats, &state_size);
-    gpu_model_use_muon(model, settings, peak_lr, mats, count, state_size);
+    gpu_model_use_muon(model, settings, mats, count, state_size);
 }
 
 // activations for micro-batches of B x T, optimizer state for the shard, streams and handles

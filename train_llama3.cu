@@ -201,13 +201,13 @@ static void llama3_build(Llama3* model, const char* load, int from_file, int zer
 // -op muon: Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw (5 L matrices) with these settings, AdamW on
 // the rest; owners = the number of processes under ZeRO-1 (each rank updates whole matrices), else 1. Call before
 // llama3_allocate_state.
-static void llama3_use_muon(Llama3* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
+static void llama3_use_muon(Llama3* model, const MuonConfig* settings, int owners, int rank) {
     size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], state_size = 0;
     llama3_parameter_dims(dims, &model->config);
     MuonMatrix* mats = (MuonMatrix*)mallocCheck(5 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
     int count = muon_plan_table((const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_PARAMETER_IS_MATRIX,
                                 LLAMA3_NUM_PARAMETER_TENSORS, owners, rank, mats, &state_size);
-    gpu_model_use_muon(model, settings, peak_lr, mats, count, state_size);
+    gpu_model_use_muon(model, settings, mats, count, state_size);
 }
 
 // activations for micro-batches of B x T, the rotary tables, optimizer state for the shard, cuBLAS

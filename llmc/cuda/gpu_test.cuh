@@ -11,7 +11,8 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
                               split evenly); gpu_test_run_start(r, calls) once the model's state is allocated
     gpu_test_forward_backward(r)   one step's gradients as trainer_run computes them; the loss (mean over
                               micro-batches and processes)
-    gpu_test_train_step(r, t) one optimizer step with the debug state's settings; the loss before it
+    gpu_test_train_step(r, t) one optimizer step with the debug state's settings and learning rates; the loss
+                              before it
     gpu_test_logits(r, logits)   every process's rows of the logits (B, T, V) in fp32, on every process
     gpu_test_grads(r, grads)  the step's reduced gradients, all of them, in fp32, on every process
     gpu_test_print_optimizer(out, d)   the debug state's optimizer, one line
@@ -173,12 +174,13 @@ static float gpu_test_forward_backward(GpuTestRun* r) {
     return gpu_test_mean_over_processes(r->mg, (float)(loss_sum / r->micro_batches));
 }
 
-// one optimizer step with the debug state's settings (AdamW, or Muon and AdamW); returns the loss before the update
+// one optimizer step with the debug state's settings (AdamW, or Muon and AdamW: both at the state's constant
+// learning rates, the Muon lr 0 for AdamW as trainer_run gives it); returns the loss before the update
 static float gpu_test_train_step(GpuTestRun* r, int t) {
     const DebugState* d = r->d;
     float loss = gpu_test_forward_backward(r);
     float norm = r->ops.grad_norm(r->ops.ctx);
-    gpu_model_update(r->model, r->mg, d->lr, gpu_model_muon_lr(r->model, d->lr), d->beta1, d->beta2, d->eps, d->weight_decay,
+    gpu_model_update(r->model, r->mg, d->lr, d->optimizer == 1 ? d->muon_lr : 0.0f, d->beta1, d->beta2, d->eps, d->weight_decay,
                      grad_clip_scale(norm, d->grad_clip), t);
     cudaCheck(cudaStreamSynchronize(r->model->stream));
     return loss;
@@ -432,7 +434,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuMode
     gpu_test_run_init(&run, model, &mg, &d, args.state_path, args.micro_batches);
     if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
         MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
-        p->calls.use_muon(model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
+        p->calls.use_muon(model, &muon, mg.zero_stage == 1 ? nproc : 1, rank);
     }
     p->calls.allocate_state(model, run.micro_B, d.T, args.recompute, mg.shard, 1, stream);
     if (p->set_gelu_fusion != NULL) { p->set_gelu_fusion(model, args.gelu_fusion); }  // -ge

@@ -30,7 +30,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               host fp32 <-> device floatX (rounded to nearest / exact)
     gpu_model_set_init_params(m, host)   uploads host (fp32, malloc'd) and keeps it for the master weights
                               (gpu_model_allocate_state frees it): a checkpoint's values or the from-scratch init
-    gpu_model_use_muon(m, settings, peak_lr, mats, count, state_size)   -op muon with the model's plan (mats,
+    gpu_model_use_muon(m, settings, mats, count, state_size)   -op muon with the model's plan (mats,
                               malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
     gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
                               state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
@@ -44,8 +44,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_model_reduce_ranges(m, mg, ranges, n)   starts their reduction over the processes
     gpu_model_grad_norm(m, mg)             the global gradient norm (waits for the reductions)
     gpu_model_update(m, mg, lr, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t)
-                              AdamW on the shard (Muon on its matrices), then the ZeRO-1 all-gather
-    gpu_model_muon_lr(m, lr)  the step's Muon lr
+                              AdamW on the shard at lr (Muon on its matrices at muon_lr: trainer_run's, from
+                              the -ol schedule), then the ZeRO-1 all-gather
     GpuModelCalls             the model's calls the trainer drives: forward(m, inputs, targets, dloss,
                               write_dlogits), backward(m, inputs, mg, reduce), write_model(m, path, params); and
                               those the programs around it make: use_muon, allocate_state, free;
@@ -114,7 +114,6 @@ struct GpuModel {
     // -op muon: the blocks' 2-D weights are Muon's (llmc/cuda/muon.cuh); AdamW's m, v, master there go unused
     int use_muon;
     MuonConfig muon;
-    float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)
     MuonMatrix* muon_mats;     // the matrices and their owners
     int muon_count;
     size_t muon_state_size;    // elements of Muon state this rank holds (the matrices it owns)
@@ -222,12 +221,10 @@ static void gpu_model_set_init_params(GpuModel* m, float* host) {
 
 // -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
 // state_size: the elements of Muon state this rank holds) with these settings. Before gpu_model_allocate_state.
-static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, float peak_lr, MuonMatrix* mats, int count,
-                               size_t state_size) {
+static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatrix* mats, int count, size_t state_size) {
     if (m->init_params == NULL) { llmc_die("internal: gpu_model_use_muon after gpu_model_allocate_state"); }
     m->use_muon = 1;
     m->muon = *settings;
-    m->peak_lr = peak_lr;
     m->muon_mats = mats;
     m->muon_count = count;
     m->muon_state_size = state_size;
@@ -441,11 +438,6 @@ static void gpu_model_update(GpuModel* m, MultiGpu* mg, float lr, float muon_lr,
     multi_gpu_gather_params(mg, m->params_memory, m->stream);
 }
 
-// the Muon lr of a step: -ol scaled by the schedule as -l is (the step's lr / -l)
-static float gpu_model_muon_lr(const GpuModel* m, float lr) {
-    return m->peak_lr > 0.0f ? (float)((double)m->muon.lr * (double)lr / (double)m->peak_lr) : 0.0f;
-}
-
 // ----------------------------------------------------------------------------
 // what the GPU trainer brings to llmc/trainer.h's loop (the loop, checkpoints, signals and every rule
 // of training are shared with the CPU trainers there): the model's kernels, device memory and NCCL
@@ -462,7 +454,7 @@ typedef struct {
     // the model file of these fp32 parameters (num_parameters of them)
     void (*write_model)(const GpuModel* m, const char* path, const float* params);
     // -op muon with these settings over owners processes (before allocate_state)
-    void (*use_muon)(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank);
+    void (*use_muon)(GpuModel* m, const MuonConfig* settings, int owners, int rank);
     // the activations for B x T tokens at recompute level -r, the optimizer state of the shard, cuBLAS on stream
     void (*allocate_state)(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
                            cudaStream_t stream);
@@ -472,7 +464,7 @@ typedef struct {
 // GPU_MODEL_CALLS(name, Model, prefix) writes the GpuModelCalls `name` of a model type (derived from GpuModel)
 // whose functions are prefix_forward(Model*, inputs, targets, dloss, write_dlogits), prefix_backward(Model*,
 // inputs, mg, reduce), prefix_write_model(const Model*, path, params), prefix_use_muon(Model*, settings,
-// peak_lr, owners, rank), prefix_allocate_state(Model*, B, T, recompute, shard, use_master_weights, stream)
+// owners, rank), prefix_allocate_state(Model*, B, T, recompute, shard, use_master_weights, stream)
 // and prefix_free(Model*)
 #define GPU_MODEL_CALLS(name, Model, prefix) \
     static void prefix##_forward_(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) { \
@@ -484,8 +476,8 @@ typedef struct {
     static void prefix##_write_model_(const GpuModel* m, const char* path, const float* params) { \
         prefix##_write_model((const Model*)m, path, params); \
     } \
-    static void prefix##_use_muon_(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank) { \
-        prefix##_use_muon((Model*)m, settings, peak_lr, owners, rank); \
+    static void prefix##_use_muon_(GpuModel* m, const MuonConfig* settings, int owners, int rank) { \
+        prefix##_use_muon((Model*)m, settings, owners, rank); \
     } \
     static void prefix##_allocate_state_(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights, \
                                          cudaStream_t stream) { \
@@ -535,10 +527,11 @@ static float gpu_forward_backward(void* ctx, const int* inputs, const int* targe
 
 static float gpu_grad_norm(void* ctx) { return gpu_model_grad_norm(((GpuTrainer*)ctx)->model, ((GpuTrainer*)ctx)->mg); }
 
-static void gpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+// lr, muon_lr: trainer_run's, each from its own schedule (-l, -ol)
+static void gpu_update(void* ctx, float lr, float muon_lr, float weight_decay, float grad_scale, int t) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    gpu_model_update(g->model, g->mg, lr, gpu_model_muon_lr(g->model, lr), TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2,
-                     TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
+    gpu_model_update(g->model, g->mg, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
+                     grad_scale, t);
     cudaCheck(cudaStreamSynchronize(g->model->stream)); // the step's time includes the update
 }
 
@@ -738,7 +731,7 @@ static void gpu_trainer_allocate(GpuTrainerRun* run, GpuModel* m, GpuModelCalls 
     const TrainArgs* args = run->args;
     run->mg.num_parameters = m->num_parameters;
     run->mg.shard = zero_shard(m->num_parameters, run->mg.zero_stage, run->mg.num_processes, run->mg.process_rank);
-    if (run->use_muon) { calls.use_muon(m, &run->muon, args->learning_rate, run->muon_owners, run->mg.process_rank); }
+    if (run->use_muon) { calls.use_muon(m, &run->muon, run->muon_owners, run->mg.process_rank); }
     calls.allocate_state(m, args->B, args->T, args->recompute, run->mg.shard, args->use_master_weights, run->stream);
 }
 
