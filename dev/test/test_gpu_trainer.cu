@@ -32,7 +32,7 @@ static void test_model_init(GpuModel* m, const Llama3Config* cfg) {
     size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
     llama3_parameter_sizes(sizes, cfg);
     gpu_model_init(m, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
-                   LLAMA3_PARAMETER_PER_LAYER, cfg->num_layers, cfg->vocab_size);
+                   LLAMA3_PARAMETER_PER_LAYER, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len);
 }
 
 static void check_table(const Llama3Config* cfg) {
@@ -137,7 +137,7 @@ static void check_rank(const Llama3Config* cfg, int nproc, int rank) {
     // 5. the training state round trip
     GpuTrainer g;
     memset(&g, 0, sizeof(g));
-    g.model = &m;
+    g.gpu = &m;
     g.mg = &mg;
     char path[64];
     snprintf(path, sizeof(path), "test_gpu_trainer_state_%d.bin", rank);
