@@ -7,7 +7,7 @@ test_gpt2.cu: the GPU trainer against the PyTorch reference, then bit-exact resu
 
 The model is driven the way train_gpt2.cu's training loop drives it (llmc/trainer.h trainer_run, through
 the GpuTrainer ops; llmc/cuda/gpu_test.cuh does it, the flags, the gathers, the checks, the resume check
-and the verdict, for every GPU test program; this file brings GPT-2's calls and lines): per optimizer step zero_grad, forward_backward of each micro-batch with loss scale
+and the verdict, for every GPU test program; this file brings GPT-2's calls (train_gpt2.cu's gpt2_calls) and lines): per optimizer step zero_grad, forward_backward of each micro-batch with loss scale
 1/N (the last one starting the gradient reduction over the processes), the loss averaged over the
 processes, the global gradient norm, clipping, gpu_model_update. Variants, each checked against the same
 debug state and the same tolerances:
@@ -46,41 +46,37 @@ corrupted inputs). FP32 builds use true fp32 GEMMs here (TF32 off).
 #include "train_gpt2.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-static void gpt2_test_build(GpuModel* m, const char* path, int zero_stage, int nproc) { gpt2_build((GPT2*)m, path, zero_stage, nproc); }
-
-static GpuTestShape gpt2_test_shape(const GpuModel* m) {
-    const GPT2Config* cfg = &((const GPT2*)m)->config;
-    GpuTestShape shape = {cfg, sizeof(*cfg), cfg->max_seq_len, cfg->channels};
+static GpuTestShape gpt2_test_shape(const void* model) {
+    const GPT2Config* cfg = &((const GPT2*)model)->config;
+    GpuTestShape shape = {cfg, sizeof(*cfg)};
     return shape;
 }
 
-static void gpt2_test_describe(FILE* out, const GpuModel* m) {
-    const GPT2Config* cfg = &((const GPT2*)m)->config;
+static void gpt2_test_describe(FILE* out, const void* model) {
+    const GPT2Config* cfg = &((const GPT2*)model)->config;
     fprintf(out, "L=%d C=%d NH=%d", cfg->num_layers, cfg->channels, cfg->num_heads);
 }
 
-static void gpt2_test_set_gelu_fusion(GpuModel* m, int on) { ((GPT2*)m)->gelu_fusion = on; }
-
 // the exact zeros a correct gradient has: wte's padded rows V..Vp-1, wpe's rows T..maxT-1
-static void gpt2_test_exact_zeros(TensorCheck* c, const GpuModel* m, int k, const float* grad, int T) {
-    const GPT2Config* cfg = &((const GPT2*)m)->config;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, C = cfg->channels;
+static void gpt2_test_exact_zeros(TensorCheck* c, const void* model, int k, const float* grad, int T) {
+    const GPT2* m = (const GPT2*)model;
+    const int V = m->config.vocab_size, Vp = m->config.padded_vocab_size, C = m->config.channels;
     if (k == GPT2_PARAM_wte) { tensor_check_zero(c, grad, (size_t)V * C, (size_t)Vp * C); }
-    if (k == GPT2_PARAM_wpe) { tensor_check_zero(c, grad, (size_t)T * C, m->param_sizes[k]); }
+    if (k == GPT2_PARAM_wpe) { tensor_check_zero(c, grad, (size_t)T * C, m->gpu.param_sizes[k]); }
 }
 
-static FILE* gpt2_test_open(const char* path, void* cfg, int* version) { return checkpoint_open(path, (GPT2Config*)cfg, version); }
+static FILE* gpt2_test_open(const char* path, void* cfg, int* version) { return gpt2_model_open(path, (GPT2Config*)cfg, version); }
 
 static const GpuTestProgram TEST_GPT2CU = {
     "test_gpt2cu: checks the GPU trainer against python train_gpt2.py --write_tensors 1, then bit-exact resume.\n"
     "Run it as several processes with mpirun -np 2 ./test_gpt2cu [-z 1].",
     "train_gpt2.py", "checkpoint", "model checkpoint written by train_gpt2.py", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
     "test_gpt2cu_resume", "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms",
-    "exact zeros in dwte's padded rows and dwpe's rows past T; ", &DEBUG_STATE_GPT2, GPT2_CALLS,
-    gpt2_test_build, gpt2_test_shape, gpt2_test_describe, gpt2_test_set_gelu_fusion, gpt2_test_exact_zeros, gpt2_test_open,
+    "exact zeros in dwte's padded rows and dwpe's rows past T; ", &GPT2_DEBUG_STATE, &gpt2_calls,
+    gpt2_test_shape, gpt2_test_describe, gpt2_test_exact_zeros, gpt2_test_open,
 };
 
 int main(int argc, char** argv) {
     GPT2 model;
-    return gpu_test_main(argc, argv, &TEST_GPT2CU, &model);
+    return gpu_test_main(argc, argv, &TEST_GPT2CU, &model, &model.gpu);
 }

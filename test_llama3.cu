@@ -24,37 +24,32 @@ Exit status 0 only if every check passed.
 #include "train_llama3.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-static void llama3_test_build(GpuModel* m, const char* path, int zero_stage, int nproc) {
-    llama3_build((Llama3*)m, path, 1, zero_stage, nproc);
-}
-
 // the shape, and what d2 does not exercise (a tied head, Llama 3.1 RoPE scaling)
-static void llama3_test_describe(FILE* out, const GpuModel* m) {
-    const Llama3Config* cfg = &((const Llama3*)m)->config;
+static void llama3_test_describe(FILE* out, const void* model) {
+    const Llama3Config* cfg = &((const Llama3*)model)->config;
     fprintf(out, "Llama 3 L=%d C=%d NH=%d NKV=%d FFN=%d%s%s", cfg->num_layers, cfg->channels, cfg->num_heads,
             cfg->num_kv_heads, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied lm_head" : "",
             cfg->use_scaled_rope ? ", scaled RoPE" : "");
 }
 
-static GpuTestShape llama3_test_shape(const GpuModel* m) {
-    const Llama3Config* cfg = &((const Llama3*)m)->config;
-    GpuTestShape shape = {cfg, sizeof(*cfg), cfg->max_seq_len, cfg->channels};
+static GpuTestShape llama3_test_shape(const void* model) {
+    const Llama3Config* cfg = &((const Llama3*)model)->config;
+    GpuTestShape shape = {cfg, sizeof(*cfg)};
     return shape;
 }
 
 static FILE* llama3_test_open(const char* path, void* cfg, int* version) { return llama3_model_open(path, (Llama3Config*)cfg, version); }
 
-// no -ge (SwiGLU has no cuBLASLt epilogue here), no exact zeros (no padded rows, no position table)
+// no -ge (llama3_calls has none), no exact zeros (no padded rows, no position table)
 static const GpuTestProgram TEST_LLAMA3CU = {
     "test_llama3cu: checks the Llama 3 GPU trainer against python train_llama3.py --write_tensors 1, then bit-exact "
     "resume.\nRun it as several processes with mpirun -np 2 ./test_llama3cu [-z 1].",
     "train_llama3.py", "Llama 3 model file", "Llama 3 model file written by train_llama3.py", "llama3_d2.bin",
     "llama3_d2_debug_state.bin", "test_llama3cu_resume", "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms",
-    "", &DEBUG_STATE_LLAMA3, LLAMA3_CALLS,
-    llama3_test_build, llama3_test_shape, llama3_test_describe, NULL, NULL, llama3_test_open,
+    "", &LLAMA3_DEBUG_STATE, &llama3_calls, llama3_test_shape, llama3_test_describe, NULL, llama3_test_open,
 };
 
 int main(int argc, char** argv) {
     Llama3 model;
-    return gpu_test_main(argc, argv, &TEST_LLAMA3CU, &model);
+    return gpu_test_main(argc, argv, &TEST_LLAMA3CU, &model, &model.gpu);
 }

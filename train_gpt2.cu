@@ -16,7 +16,7 @@ line, data, evaluation, sampling, checkpoints and resume, signals, clipping and 
 llmc/trainer.h's trainer_run, the same loop the CPU trainer runs. What every GPU trainer does on the host
 (the flat parameter, gradient and optimizer buffers, ZeRO-1, AdamW and Muon, NCCL, the training state, the
 start-up) is llmc/cuda/gpu_trainer.cuh's; this file brings GPT-2 to it: its tensor table, activations,
-forward and backward (GPT2_CALLS, at the end).
+forward and backward, and its calls (gpt2_calls, at the end).
 Precision is chosen at build time: make train_gpt2cu PRECISION=BF16 (default) or FP32.
 make train_gpt2cu USE_CUDNN=1 (BF16) runs attention as cuDNN flash attention (llmc/cuda/cudnn_att.h): no
 (B, NH, T, T) matrix is stored, only (B, NH, T) softmax statistics per layer (never run on a GPU yet).
@@ -29,10 +29,9 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 #include <string.h>
 
 #include "llmc/utils.h"
-#include "llmc/model_config.h"
+#include "llmc/gpt2.h"
 #include "llmc/checkpoint.h"
 #include "llmc/zero.h"
-#include "llmc/init.h"
 #include "llmc/mfu.h"
 #include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
 #include "llmc/cuda/cuda_common.cuh"
@@ -52,134 +51,170 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 // ----------------------------------------------------------------------------
 // GPT-2 model definition
 
-// the 16 parameter tensors in checkpoint order, and LayerParams: one layer's 12 of them
-// (llmc/model_config.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
-GPT2_DECLARE_PARAMETER_TENSORS(ParameterTensors, LayerParams, floatX)
+// the 16 parameter tensors in checkpoint order as floatX views, and LayerParams: one layer's 12 of them
+// (llmc/gpt2.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
+typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } ParameterTensors;
+typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } LayerParams;
 
-// The activations, in buffer order: X(type, name, layers, count). A tensor is `layers` slices of
-// `count` elements, layer l's slice at (l % layers) * count: layers = 1 for the tensors outside
-// the layers and for a buffer that all layers share because it is recomputed (-r 1: fch_gelu;
-// -r 2: also ln1, ln2). A tensor of 0 elements is not used by this build (its pointer is NULL).
-// Sizes are written in B, T, BT = B*T, C, NH, L, Vp and ln_layers, gelu_layers.
-#define GPU_ACTIVATIONS(X) \
-    X(floatX, encoded,      1, BT * C)      /* (B, T, C) */ \
-    GPU_LAYER_ACTIVATIONS(X) \
-    X(floatX, lnf,          1, BT * C)      /* (B, T, C) */ \
-    X(float,  lnf_mean,     1, BT) \
-    X(float,  lnf_rstd,     1, BT) \
-    X(float,  losses,       1, BT) \
-    X(floatX, output,       1, BT * Vp)     /* (B, T, Vp) logits, then dlogits */ \
-    X(floatX, scratch_bt4c, 1, BT * 4 * C)  /* (B, T, 4C) qkv / dfch */ \
-    X(floatX, scratch_btc,  1, BT * C)      /* (B, T, C) */ \
+static void gpt2_point_parameters(ParameterTensors* p, floatX* memory, const GPT2Config* cfg) {
+    tensor_table_point(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, p, memory, sizeof(floatX));
+}
+
+static LayerParams gpt2_layer_params(const ParameterTensors* p, const GPT2Config* cfg, int l) {
+    LayerParams w;
+    tensor_table_layer(gpt2_parameter_dims, cfg, GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS, &w, p, sizeof(floatX), l);
+    return w;
+}
+
+// The activations, in buffer order: rows X(type, name, per_layer, per_token, has_grad), the CPU's rows
+// (llmc/gpt2.h GPT2_ACTIVATION_TENSORS) with the element type in front (llmc/cuda/gpu_trainer.cuh GPU_ACT_*).
+// A tensor is (B, T, per_token), or (L, B, T, per_token) when per_layer; keep_ln and keep_gelu are 0 when the
+// backward recomputes those (-r 2: ln1, ln2; -r 1: fch_gelu), so all layers share one slice. has_grad: the backward
+// needs the tensor's gradient (the GPU writes gradients into the scratch rows; 1 where it does not distinguish).
+// Sizes in C, NH, T, Vp. The work buffers that do not grow with B x T follow the table (gpt2_point_activations).
+#define GPT2_GPU_ACTIVATIONS(X) \
+    X(floatX, encoded,      0, C,     1) /* token + position embeddings, the first layer's input */ \
+    GPT2_GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, lnf,          0, C,     1) /* final layernorm */ \
+    X(float,  lnf_mean,     0, 1,     0) \
+    X(float,  lnf_rstd,     0, 1,     0) \
+    X(float,  losses,       0, 1,     1) \
+    X(floatX, output,       0, Vp,    1) /* logits, then dlogits */ \
+    X(floatX, scratch_bt4c, 0, 4 * C, 1) /* qkv / dfch */ \
+    X(floatX, scratch_btc,  0, C,     1) \
     /* backward only */ \
-    X(floatX, dresidual,    1, BT * C)      /* (B, T, C) gradient of the residual stream */ \
-    GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    /* column-sum partials of bias and layernorm gradients */ \
-    X(float,  fscratch,     1, 4 * C * (BIAS_GRAD_ROW_CHUNKS > LAYERNORM_ROW_CHUNKS ? BIAS_GRAD_ROW_CHUNKS : LAYERNORM_ROW_CHUNKS)) \
-    X(float,  norm,         1, 1 + GLOBAL_NORM_BLOCKS) /* squared gradient norm and its partial sums */
+    X(floatX, dresidual,    0, C,     0) /* gradient of the residual stream */ \
+    GPT2_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 
-#define GPU_LAYER_ACTIVATIONS(X) \
-    X(floatX, ln1,       ln_layers,   BT * C)      /* (L, B, T, C) layernorm of the layer's input */ \
-    X(float,  ln1_mean,  L,           BT)          /* (L, B, T) */ \
-    X(float,  ln1_rstd,  L,           BT) \
-    X(floatX, qkvr,      L,           BT * 3 * C)  /* (L, 3, B, NH, T, HS) q, k, v head-major; with cuDNN (L, B, T, 3C) */ \
-    GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, atty,      L,           BT * C)      /* (L, B, T, C) attention output, before its projection */ \
-    X(floatX, residual2, L,           BT * C)      /* (L, B, T, C) input + attention projection */ \
-    X(floatX, ln2,       ln_layers,   BT * C) \
-    X(float,  ln2_mean,  L,           BT) \
-    X(float,  ln2_rstd,  L,           BT) \
-    X(floatX, fch,       L,           BT * 4 * C)  /* (L, B, T, 4C) input of the GELU */ \
-    X(floatX, fch_gelu,  gelu_layers, BT * 4 * C) \
-    X(floatX, residual3, L,           BT * C)      /* (L, B, T, C) residual2 + MLP output, the layer's output */
+#define GPT2_GPU_LAYER_ACTIVATIONS(X) \
+    X(floatX, ln1,       keep_ln,   C,     1) /* layernorm of the layer's input */ \
+    X(float,  ln1_mean,  1,         1,     0) \
+    X(float,  ln1_rstd,  1,         1,     0) \
+    X(floatX, qkvr,      1,         3 * C, 1) /* (3, B, NH, T, HS) q, k, v head-major; with cuDNN (B, T, 3C) */ \
+    GPT2_GPU_ATTENTION_ACTIVATIONS(X) \
+    X(floatX, atty,      1,         C,     1) /* attention output, before its projection */ \
+    X(floatX, residual2, 1,         C,     1) /* input + attention projection */ \
+    X(floatX, ln2,       keep_ln,   C,     1) \
+    X(float,  ln2_mean,  1,         1,     0) \
+    X(float,  ln2_rstd,  1,         1,     0) \
+    X(floatX, fch,       1,         4 * C, 1) /* input of the GELU */ \
+    X(floatX, fch_gelu,  keep_gelu, 4 * C, 1) \
+    X(floatX, residual3, 1,         C,     1) /* residual2 + MLP output, the layer's output */
 
 #ifdef ENABLE_CUDNN
 // cuDNN keeps (B, NH, T) fp32 softmax statistics (log-sum-exp of each row) per layer instead of
-// the attention matrix (layers 256-byte aligned), and its backward needs no buffers of ours
-#define GPU_ATTENTION_ACTIVATIONS(X) X(float, att_stats, L, cudnn_att_stats_layer_stride(B, T, (int)NH))
-#define GPU_ATTENTION_BACKWARD_BUFFERS(X)
+// the attention matrix, and its backward needs no buffers of ours
+#define GPT2_GPU_ATTENTION_ACTIVATIONS(X) X(float, att_stats, 1, NH, 0)
+#define GPT2_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 #else
-#define GPU_ATTENTION_ACTIVATIONS(X) X(floatX, att, L, B * NH * T * T) /* (L, B, NH, T, T) */
-#define GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(floatX, dqkvr, 1, BT * 3 * C)     /* (3, B, NH, T, HS) */ \
-    X(floatX, datt,  1, B * NH * T * T) /* (B, NH, T, T) */ \
-    X(floatX, dy,    1, BT * C)         /* (B, NH, T, HS) */
+#define GPT2_GPU_ATTENTION_ACTIVATIONS(X) X(floatX, att, 1, NH * T, 1) /* (B, NH, T, T) */
+#define GPT2_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
+    X(floatX, dqkvr, 0, 3 * C,  0) /* (3, B, NH, T, HS) */ \
+    X(floatX, datt,  0, NH * T, 0) /* (B, NH, T, T) */ \
+    X(floatX, dy,    0, C,      0) /* (B, NH, T, HS) */
 #endif
 
-typedef struct { GPU_ACTIVATIONS(GPU_ACT_FIELD) } ActivationTensors;
+typedef struct {
+    GPT2_GPU_ACTIVATIONS(GPU_ACT_FIELD)
+    float* fscratch;  // column-sum partials of the bias and layernorm gradients
+    float* norm;      // (1 + GLOBAL_NORM_BLOCKS) the squared gradient norm and its partial sums
+} ActivationTensors;
 
 // one layer's activations: residual is its input (encoded, or the previous layer's residual3),
 // the others are layer l's slices (without the L)
-typedef struct { floatX* residual; GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD) } LayerActs;
+typedef struct { floatX* residual; GPT2_GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD) } LayerActs;
 
 // Points the activations for micro-batches of B x T at recompute level -r into memory (NULL:
-// only counts), each tensor 256-byte aligned; returns the bytes they take.
-static size_t point_activations(ActivationTensors* a, char* memory, const GPT2Config* cfg, int B, int T, int recompute) {
-    size_t BT = (size_t)B * T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
+// only counts), each slice 256-byte aligned, then the work buffers; returns the bytes they take.
+static size_t gpt2_point_activations(ActivationTensors* a, char* memory, const GPT2Config* cfg, int B, int T, int recompute) {
+    const size_t BT = (size_t)B * T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    const int keep_ln = recompute < 2, keep_gelu = recompute < 1;
     size_t offset = 0;
-    GPU_ACTIVATIONS(GPU_ACT_POINT)
+    GPT2_GPU_ACTIVATIONS(GPU_ACT_POINT)
+    const size_t chunks = BIAS_GRAD_ROW_CHUNKS > LAYERNORM_ROW_CHUNKS ? BIAS_GRAD_ROW_CHUNKS : LAYERNORM_ROW_CHUNKS;
+    a->fscratch = (float*)gpu_act_point(memory, &offset, 1, 4 * C * chunks * sizeof(float));
+    a->norm = (float*)gpu_act_point(memory, &offset, 1, (1 + GLOBAL_NORM_BLOCKS) * sizeof(float));
     return offset;
 }
 
-// a GPU model (llmc/cuda/gpu_trainer.cuh: the tensor table, the flat parameters and gradients, the optimizer
-// state, the batch buffers, cuBLAS, the stream) with GPT-2's shape, named views and activations (recomputed
-// at -r 1: GELU, -r 2: GELU + layernorms)
-struct GPT2 : GpuModelOf<GPT2Config, ParameterTensors, ActivationTensors> {
+// GPT-2 on the GPU: its config, named views of the parameters and gradients, activations (recomputed at -r 1: GELU,
+// -r 2: GELU + layernorms), and its GpuModel (llmc/cuda/gpu_trainer.cuh: the tensor table, the flat parameters and
+// gradients, the optimizer state, the batch buffers, cuBLAS, the stream)
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;   // views into gpu.params_memory
+    ParameterTensors grads;    // views into gpu.grads_memory
+    ActivationTensors acts;    // in gpu.acts_memory
     int gelu_fusion;           // -ge 1: GELU fused into the cuBLASLt epilogues (forward and backward)
-};
+    GpuModel gpu;
+} GPT2;
 
-// the table (llmc/model_config.h) as gpu_trainer.cuh reads it
-static void gpt2_init_common(GPT2* model, const GPT2Config* cfg) {
-    memset(model, 0, sizeof(*model));
-    size_t sizes[GPT2_NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(sizes, cfg);
-    gpu_model_init(model, sizes, GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX,
-                   GPT2_PARAMETER_PER_LAYER, cfg->num_layers, cfg->vocab_size);
-    model->config = *cfg;
-}
-
-// -e: a checkpoint path or a model descriptor (dN, gpt2:dN, gpt3:cN)
-// zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather
-// The device gets the parameters rounded to floatX; the fp32 values stay in model->init_params
-// for the master weights (gpt2_allocate_state).
-static void gpt2_build(GPT2* model, const char* load, int zero_stage, int nproc) {
+// -e: a model descriptor (dN, gpt2:dN, gpt3:cN) to init from scratch, or a checkpoint path; from_file: a checkpoint
+// whatever its name (a resumed one). zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather.
+// The device gets the parameters rounded to floatX; the fp32 values stay in gpu.init_params for the master
+// weights (gpt2_allocate_state).
+static void gpt2_build(void* m, const char* load, int from_file, int zero_stage, int nproc) {
+    GPT2* model = (GPT2*)m;
     GPT2Config cfg;
-    const char* why = "";
-    int kind = model_config_from_descriptor(load, &cfg, &why);
-    if (kind < 0) { llmc_die("-e %s: %s", load, why); }
+    int kind = 0;  // 1: a descriptor, from scratch
+    if (!from_file) {
+        const char* why = "";
+        kind = gpt2_config_from_descriptor(load, &cfg, &why);
+        if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
+        if (kind != 1 && !file_exists(load)) { llmc_die(GPT2_FAMILY.missing_model, load); }
+    }
     FILE* f = NULL;
     int version = 0;
-    if (kind != 1) { f = checkpoint_open(load, &cfg, &version); }
-    gpt2_init_common(model, &cfg);
-    gpu_model_allocate_parameters(model, zero_stage, nproc);
-    gpt2_point_parameters(&model->params, model->params_memory, &model->config);
-    gpt2_point_parameters(&model->grads, model->grads_memory, &model->config);
-    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    if (kind != 1) { f = gpt2_model_open(load, &cfg, &version); }
+    memset(model, 0, sizeof(*model));
+    model->config = cfg;
+    size_t sizes[GPT2_NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(sizes, &cfg);
+    gpu_model_init(&model->gpu, sizes, GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX,
+                   GPT2_PARAMETER_PER_LAYER, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
+    gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
+    gpt2_point_parameters(&model->params, model->gpu.params_memory, &model->config);
+    gpt2_point_parameters(&model->grads, model->gpu.grads_memory, &model->config);
+    float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
     if (kind == 1) {
-        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/init.h, as train_gpt2.c
+        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/gpt2.h, as train_gpt2.c
     } else {
-        model_file_read_params(f, load, version, host, model->num_parameters);
+        model_file_read_params(f, load, version, host, model->gpu.num_parameters);
         fcloseCheck(f, load);
     }
-    gpu_model_set_init_params(model, host);
+    gpu_model_set_init_params(&model->gpu, host);
+}
+
+// rank 0's line of the model (and of cuDNN's attention)
+static void gpt2_describe(const void* m, const char* path) {
+    const GPT2* model = (const GPT2*)m;
+    const GPT2Config* cfg = &model->config;
+    printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", path, cfg->num_layers,
+           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->gpu.num_parameters,
+           (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
+#ifdef ENABLE_CUDNN
+    printf("attention: cuDNN flash attention, %.2f GiB of cuDNN workspace\n",
+           (double)cudnn_attention_workspace_bytes(model->gpu.cudnn) / (1024.0 * 1024.0 * 1024.0));
+#endif
 }
 
 // -op muon: Muon on the blocks' 2-D weights (the 4 L matrices of muon_plan) with these settings; owners = the
 // number of processes under ZeRO-1 (each rank updates whole matrices, balanced by size), else 1. Call before
 // gpt2_allocate_state.
-static void gpt2_use_muon(GPT2* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
+static void gpt2_use_muon(void* m, const MuonConfig* settings, int owners, int rank) {
+    GPT2* model = (GPT2*)m;
     MuonMatrix* mats = (MuonMatrix*)mallocCheck(4 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
     size_t state_size = 0;
     int count = muon_plan(&model->config, owners, rank, mats, &state_size);
-    gpu_model_use_muon(model, settings, peak_lr, mats, count, state_size);
+    gpu_model_use_muon(&model->gpu, settings, mats, count, state_size);
 }
 
-// activations for micro-batches of B x T, optimizer state for the shard, streams and handles
-static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
+// activations for micro-batches of B x T (T at most the model's maxT: the callers check it), optimizer state for
+// the shard, streams and handles
+static void gpt2_allocate_state(void* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
                                 cudaStream_t stream) {
+    GPT2* model = (GPT2*)m;
     const GPT2Config* cfg = &model->config;
-    if (T > cfg->max_seq_len) { llmc_die("-t %d: longer than the model's maximum sequence length %d", T, cfg->max_seq_len); }
     if (cfg->channels % cfg->num_heads != 0 || cfg->channels % 8 != 0) {
         llmc_die("model: channels C = %d must be a multiple of 8 and of the head count %d", cfg->channels, cfg->num_heads);
     }
@@ -188,18 +223,17 @@ static void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, ZeroSh
     if (why != NULL) { llmc_die("-b %d -t %d with %d heads of size %d: cuDNN attention cannot run it: %s", B, T,
                                 cfg->num_heads, cfg->channels / cfg->num_heads, why); }
 #endif
-    model->gelu_fusion = 0;
-    size_t bytes = point_activations(&model->acts, NULL, cfg, B, T, recompute);
-    char* memory = gpu_model_allocate_activations(model, bytes, recompute, B * T, cfg->padded_vocab_size);
-    point_activations(&model->acts, memory, cfg, B, T, recompute);
-    model->logits = model->acts.output;  // (B, T, Vp)
-    model->logits_stride = (size_t)cfg->padded_vocab_size;
-    model->norm_scratch = model->acts.norm;
-    gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
-    gpu_model_prepare_attention(model, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads, stream);
+    size_t bytes = gpt2_point_activations(&model->acts, NULL, cfg, B, T, recompute);
+    char* memory = gpu_model_allocate_activations(&model->gpu, bytes, recompute, B * T, cfg->padded_vocab_size);
+    gpt2_point_activations(&model->acts, memory, cfg, B, T, recompute);
+    model->gpu.logits = model->acts.output;  // (B, T, Vp)
+    model->gpu.logits_stride = (size_t)cfg->padded_vocab_size;
+    model->gpu.norm_scratch = model->acts.norm;
+    gpu_model_allocate_state(&model->gpu, B, T, shard, use_master_weights, stream);
+    gpu_model_prepare_attention(&model->gpu, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads, stream);
 }
 
-static void gpt2_free(GPT2* model) { gpu_model_free(model); }
+static void gpt2_free(void* m) { gpu_model_free(&((GPT2*)m)->gpu); }
 
 // ----------------------------------------------------------------------------
 // forward, backward, update
@@ -207,29 +241,31 @@ static void gpt2_free(GPT2* model) { gpu_model_free(model); }
 // layer l's view of the activations
 static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
     const ActivationTensors* a = &model->acts;
-    int B = model->B, T = model->T;
-    size_t BT = (size_t)B * T, C = model->config.channels, NH = model->config.num_heads, L = model->config.num_layers;
-    size_t ln_layers = model->recompute >= 2 ? 1 : L, gelu_layers = model->recompute >= 1 ? 1 : L;
+    const int T = model->gpu.T;
+    const size_t BT = (size_t)model->gpu.B * T, C = model->config.channels, NH = model->config.num_heads;
+    const int keep_ln = model->gpu.recompute < 2, keep_gelu = model->gpu.recompute < 1;
+    (void)T;  // the explicit attention's rows only
     LayerActs v;
-    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
-    GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER)
+    v.residual = l == 0 ? a->encoded : (floatX*)gpu_act_slice(a->residual3, l - 1, BT * C * sizeof(floatX));
+    GPT2_GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER)
     return v;
 }
 
 // inputs, targets: host (B, T) token ids; targets may be NULL (logits only, in acts.output).
-// With targets: per-token losses, their mean in model->mean_loss, and dlogits (scaled by dloss) in acts.output.
-static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, float dloss, int write_dlogits) {
-    const int B = model->B, T = model->T;
+// With targets: per-token losses, their mean in model->gpu.mean_loss, and dlogits (scaled by dloss) in acts.output.
+static void gpt2_forward(void* m, const int* inputs, const int* targets, float dloss, int write_dlogits) {
+    GPT2* model = (GPT2*)m;
+    const int B = model->gpu.B, T = model->gpu.T;
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     const int BT = B * T;
     const GPT2Config* cfg = &model->config;
-    cudaStream_t stream = model->stream;
-    CublasContext* ctx = &model->cublas;
+    cudaStream_t stream = model->gpu.stream;
+    CublasContext* ctx = &model->gpu.cublas;
     ParameterTensors p = model->params;
     ActivationTensors acts = model->acts;
-    gpu_model_upload_batch(model, inputs, targets);
-    encoder_forward(acts.encoded, model->inputs, p.wte, p.wpe, B, T, C, stream); // (B,T,C)
+    gpu_model_upload_batch(&model->gpu, inputs, targets);
+    encoder_forward(acts.encoded, model->gpu.inputs, p.wte, p.wpe, B, T, C, stream); // (B,T,C)
     // each layer ends with the next layernorm fused into its last residual add, so the first
     // layernorm runs on its own
     layernorm_forward(gpt2_layer_acts(model, 0).ln1, acts.ln1_mean, acts.ln1_rstd, acts.encoded, p.ln1w, p.ln1b, BT, C, stream);
@@ -240,7 +276,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
 #ifdef ENABLE_CUDNN
         // qkv (B, T, 3, NH, HS) stays where the matmul writes it; no backward follows when !write_dlogits
         matmul_forward(ctx, a.qkvr, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL);
-        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NH, C / NH, !write_dlogits);
+        cudnn_attention_forward(model->gpu.cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NH, C / NH, !write_dlogits);
 #else
         matmul_forward(ctx, acts.scratch_bt4c, a.ln1, w.qkvw, w.qkvb, BT, C, 3 * C, NULL); // (B,T,3C)
         attention_forward(ctx, a.atty, a.qkvr, a.att, acts.scratch_bt4c, acts.scratch_btc, B, T, C, NH);
@@ -269,20 +305,21 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, flo
         }
     }
     matmul_forward(ctx, acts.output, acts.lnf, p.wte, NULL, BT, C, Vp, NULL); // (B,T,Vp)
-    gpu_model_loss(model, targets, acts.losses, dloss, V, write_dlogits);
+    gpu_model_loss(&model->gpu, targets, acts.losses, dloss, V, write_dlogits);
 }
 
 // Gradients of the last forward (called with write_dlogits = 1) are ADDED to model->grads.
 // reduce: this is the last micro-batch of the step, so each finished layer's gradients start
 // their reduction over the processes (overlapped with the rest of the backward pass).
-static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int reduce) {
-    const int B = model->B, T = model->T;
+static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) {
+    GPT2* model = (GPT2*)m;
+    const int B = model->gpu.B, T = model->gpu.T;
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int Vp = model->config.padded_vocab_size;
     const int BT = B * T;
     const GPT2Config* cfg = &model->config;
-    cudaStream_t stream = model->stream;
-    CublasContext* ctx = &model->cublas;
+    cudaStream_t stream = model->gpu.stream;
+    CublasContext* ctx = &model->gpu.cublas;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors acts = model->acts;
     GradRange ranges[GPT2_NUM_PARAMETER_TENSORS];
@@ -297,11 +334,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
         LayerParams dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(model, l);
         // recompute what the forward pass did not keep
-        if (model->recompute >= 2) {
+        if (model->gpu.recompute >= 2) {
             layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, w.ln1w, w.ln1b, BT, C, stream);
             layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, BT, C, stream);
         }
-        if (model->recompute >= 1) {
+        if (model->gpu.recompute >= 1) {
             gelu_forward(a.fch_gelu, a.fch, (size_t)BT * 4 * C, stream);
         }
         // MLP block: dresidual is the gradient of this layer's output
@@ -318,7 +355,7 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
                         BT, C, C, NULL);
 #ifdef ENABLE_CUDNN
         // scratch_btc holds d(atty); dqkv (B, T, 3, NH, HS) goes straight into scratch_bt4c
-        cudnn_attention_backward(model->cudnn, acts.scratch_bt4c, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NH, C / NH);
+        cudnn_attention_backward(model->gpu.cudnn, acts.scratch_bt4c, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NH, C / NH);
 #else
         attention_backward(ctx, acts.scratch_bt4c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
 #endif
@@ -326,58 +363,42 @@ static void gpt2_backward(GPT2* model, const int* inputs, MultiGpu* mg, int redu
         layernorm_backward(acts.dresidual, dw.ln1w, dw.ln1b, acts.fscratch, acts.scratch_btc, a.residual, w.ln1w,
                            a.ln1_mean, a.ln1_rstd, BT, C, stream);
         if (reduce) {
-            int n = gpu_model_layer_ranges(model, l, ranges);
-            gpu_model_reduce_ranges(model, mg, ranges, n);
+            int n = gpu_model_layer_ranges(&model->gpu, l, ranges);
+            gpu_model_reduce_ranges(&model->gpu, mg, ranges, n);
         }
     }
-    token_groups_build(&model->token_groups, inputs);
-    encoder_backward(g.wte, g.wpe, acts.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
+    token_groups_build(&model->gpu.token_groups, inputs);
+    encoder_backward(g.wte, g.wpe, acts.dresidual, &model->gpu.token_groups, &model->gpu.token_groups_device, B, T, C, stream);
     if (reduce) {
-        int n = gpu_model_layer_ranges(model, -1, ranges);
-        gpu_model_reduce_ranges(model, mg, ranges, n);
+        int n = gpu_model_layer_ranges(&model->gpu, -1, ranges);
+        gpu_model_reduce_ranges(&model->gpu, mg, ranges, n);
     }
 }
 
 // ----------------------------------------------------------------------------
-// what GPT-2 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop)
+// what GPT-2 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
+// calls, each taking the GPT2 struct, as one table
 
-static void gpt2_write_model(const GPT2* model, const char* path, const float* params) {
-    checkpoint_write(path, &model->config, params, model->num_parameters);
+static void gpt2_set_gelu_fusion(void* model, int on) { ((GPT2*)model)->gelu_fusion = on; }
+
+static void gpt2_write_model(const void* model, const char* path, const float* params) {
+    const GPT2* m = (const GPT2*)model;
+    gpt2_model_write(path, &m->config, params, m->gpu.num_parameters);
 }
 
-GPU_MODEL_CALLS(GPT2_CALLS, GPT2, gpt2)
+static const GpuModelCalls gpt2_calls = {
+    gpt2_build, gpt2_describe, gpt2_use_muon, gpt2_allocate_state, gpt2_set_gelu_fusion,
+    gpt2_forward, gpt2_backward, gpt2_write_model, gpt2_free,
+};
 
 // ----------------------------------------------------------------------------
 // main
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {
-    // the flags, -op, the processes, the GPU, the banner, the data; the model to load in run.model_path
-    TrainArgs args;
-    GpuTrainerRun run;
-    gpu_trainer_prepare(&run, &args, TRAIN_ARG_TABLE, &argc, &argv, "train_gpt2cu",
-                        "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
-    GPT2Config probe;
-    const char* why = "";
-    if (!file_exists(run.model_path) && model_config_from_descriptor(run.model_path, &probe, &why) == 0) {
-        llmc_die("-e %s: no such checkpoint (python train_gpt2.py writes gpt2_124M.bin; or use -e d12 to start from scratch)",
-                 run.model_path);
-    }
     GPT2 model;
-    gpt2_build(&model, run.model_path, run.mg.zero_stage, run.mg.num_processes);
-    gpu_trainer_allocate(&run, &model, GPT2_CALLS);  // the shard, -op muon, the state
-    model.gelu_fusion = args.gelu_fusion;  // -ge
-    const GPT2Config* cfg = &model.config;
-    if (run.mg.process_rank == 0) {
-        printf("model: %s L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", run.model_path,
-               cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
-               model.num_parameters, (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-#ifdef ENABLE_CUDNN
-        printf("attention: cuDNN flash attention, %.2f GiB of cuDNN workspace\n",
-               (double)cudnn_attention_workspace_bytes(model.cudnn) / (1024.0 * 1024.0 * 1024.0));
-#endif
-    }
-
-    return gpu_trainer_train(&run, &model, GPT2_CALLS, cfg->channels);
+    return gpu_trainer_main(argc, argv, "train_gpt2cu",
+                            "train_gpt2cu: GPT-2 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)",
+                            &GPT2_FAMILY, &model, &gpt2_calls, &model.gpu);
 }
 #endif // LLMC_NO_MAIN

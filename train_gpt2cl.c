@@ -511,7 +511,9 @@ static float cl_forward_backward(void* ctx, const int* inputs, const int* target
 
 static float cl_grad_norm(void* ctx) { return gpt2_grad_norm(((ClTrainer*)ctx)->model); }
 
-static void cl_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+// AdamW only (-op muon is refused at start-up), so muon_lr is always 0
+static void cl_update(void* ctx, float lr, float muon_lr, float weight_decay, float grad_scale, int t) {
+    (void)muon_lr;
     gpt2_update(((ClTrainer*)ctx)->model, lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
                 grad_scale, t);
 }

@@ -16,7 +16,7 @@ attention, fused_classifier, encoder, adamw are shared with GPT-2). The training
 evaluation, sampling, checkpoints and resume, signals) is llmc/trainer.h's trainer_run, and everything a GPU
 trainer does on the host around its model (flat buffers, ZeRO-1, the update, NCCL, the training state, the
 start-up) is llmc/cuda/gpu_trainer.cuh's, as for train_gpt2.cu. This file brings Llama 3 to them: its tensor
-table (llmc/llama3_config.h), activations, forward and backward (LLAMA3_CALLS, at the end). It reads and
+table (llmc/llama3.h), activations, forward and backward, and its calls (llama3_calls, at the end). It reads and
 writes the model files of train_llama3.c and train_llama3.py, so a checkpoint of either trainer continues in
 the other.
 Precision is chosen at build time: make train_llama3cu PRECISION=BF16 (default) or FP32.
@@ -34,12 +34,10 @@ HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 #include <string.h>
 
 #include "llmc/utils.h"
-#include "llmc/llama3_config.h"
+#include "llmc/llama3.h"
 #include "llmc/rand.h"
 #include "llmc/mfu.h"
 #include "llmc/tokenizer.h"
-#define TRAINER_TOKENIZER_PATH LLAMA3_TOKENIZER_PATH  // samples decoded with the Llama 3 tokenizer
-#define TRAINER_SHARD_FORMAT SHARD_FORMAT_LLAMA3      // llama-3 token shards (uint32)
 #include "llmc/trainer.h"  // the training loop, its flags (args.h), data, tokenizer, sampler, schedules, logs
 #include "llmc/cuda/cuda_common.cuh"
 #include "llmc/cuda/cublas_common.cuh"
@@ -58,91 +56,112 @@ HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 // ----------------------------------------------------------------------------
 // Llama 3 model definition
 
-// the parameter tensors in file order (llmc/llama3_config.h: wte, per layer ln1w qkvw attprojw ln2w fcw fcw2
+// the parameter tensors in file order (llmc/llama3.h: wte, per layer ln1w qkvw attprojw ln2w fcw fcw2
 // fcprojw, lnfw, lm_head) as floatX views, and one layer's view
-LLAMA3_DECLARE_PARAMETER_TENSORS_OF(Llama3Params, Llama3LayerParams, floatX)
+typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3GpuParams;
+typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3GpuLayerParams;
 
-// The activations, in buffer order: X(type, name, layers, count), as train_gpt2.cu's: a tensor is `layers`
-// slices of `count` elements, layer l's at (l % layers) * count; layers = 1 for the tensors outside the
-// layers and for a buffer all layers share because the backward recomputes it (-r 1: fch_swiglu; -r 2:
-// also ln1, ln2). Sizes in B, T, BT, C, NH, L, V, QKV, FFN, maxT, HS and norm_layers, swiglu_layers.
+static void llama3_point_parameters(Llama3GpuParams* p, floatX* memory, const Llama3Config* cfg) {
+    tensor_table_point(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, p, memory, sizeof(floatX));
+}
+
+static Llama3GpuLayerParams llama3_layer_params(const Llama3GpuParams* p, const Llama3Config* cfg, int l) {
+    Llama3GpuLayerParams w;
+    tensor_table_layer(llama3_parameter_dims, cfg, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS, &w, p, sizeof(floatX), l);
+    return w;
+}
+
+// The activations, in buffer order: rows X(type, name, per_layer, per_token, has_grad), the CPU's rows
+// (llmc/llama3.h) with the element type in front, as train_gpt2.cu's (llmc/cuda/gpu_trainer.cuh GPU_ACT_*):
+// a tensor is (B, T, per_token), or (L, B, T, per_token) when per_layer; keep_norms and keep_swiglu are 0 when the
+// backward recomputes those (-r 2: ln1, ln2; -r 1: fch_swiglu), so all layers share one slice. has_grad: the
+// backward needs the tensor's gradient (1 where the GPU does not distinguish). Sizes in C, NH, T, V, QKV, FFN. The
+// work buffers that do not grow with B x T (the rotary tables among them) follow the table (llama3_point_activations).
 #define LLAMA3_GPU_ACTIVATIONS(X) \
-    X(floatX, encoded,      1, BT * C)        /* (B, T, C) token embeddings */ \
+    X(floatX, encoded,      0, C,     1) /* token embeddings */ \
     LLAMA3_GPU_LAYER_ACTIVATIONS(X) \
-    X(floatX, lnf,          1, BT * C)        /* (B, T, C) final RMSNorm */ \
-    X(float,  lnf_rstd,     1, BT) \
-    X(float,  losses,       1, BT) \
-    X(floatX, output,       1, BT * V)        /* (B, T, V) logits, then dlogits */ \
-    X(floatX, scratch_qkv,  1, BT * QKV)      /* (B, T, QKV) the qkv projection, rotated; its gradient */ \
+    X(floatX, lnf,          0, C,     1) /* final RMSNorm */ \
+    X(float,  lnf_rstd,     0, 1,     0) \
+    X(float,  losses,       0, 1,     1) \
+    X(floatX, output,       0, V,     1) /* logits, then dlogits */ \
+    X(floatX, scratch_qkv,  0, QKV,   1) /* the qkv projection, rotated; its gradient */ \
     LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
-    X(floatX, scratch_btc,  1, BT * C)        /* (B, T, C) */ \
-    X(float,  rope_cos,     1, maxT * (HS / 2)) /* (maxT, HS/2) the rotary tables */ \
-    X(float,  rope_sin,     1, maxT * (HS / 2)) \
+    X(floatX, scratch_btc,  0, C,     1) \
     /* backward only */ \
-    X(floatX, dresidual,    1, BT * C)        /* (B, T, C) gradient of the residual stream */ \
-    X(floatX, dswiglu,      1, BT * FFN)      /* (B, T, FFN) gradient of fch_swiglu */ \
-    X(floatX, dfch,         1, BT * FFN)      /* gradient of the gate projection */ \
-    X(floatX, dfch2,        1, BT * FFN)      /* gradient of the up projection */ \
-    LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(float,  fscratch,     1, RMSNORM_ROW_CHUNKS * C) /* column-sum partials of the RMSNorm weight gradients */ \
-    X(float,  norm,         1, 1 + GLOBAL_NORM_BLOCKS) /* squared gradient norm and its partial sums */
+    X(floatX, dresidual,    0, C,     0) /* gradient of the residual stream */ \
+    X(floatX, dswiglu,      0, FFN,   0) /* gradient of fch_swiglu */ \
+    X(floatX, dfch,         0, FFN,   0) /* gradient of the gate projection */ \
+    X(floatX, dfch2,        0, FFN,   0) /* gradient of the up projection */ \
+    LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 
 #define LLAMA3_GPU_LAYER_ACTIVATIONS(X) \
-    X(floatX, ln1,        norm_layers,   BT * C)        /* (L, B, T, C) RMSNorm of the layer's input */ \
-    X(float,  ln1_rstd,   L,             BT)            /* (L, B, T) */ \
+    X(floatX, ln1,        keep_norms,  C,   1) /* RMSNorm of the layer's input */ \
+    X(float,  ln1_rstd,   1,           1,   0) \
     LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, atty,       L,             BT * C)        /* (L, B, T, C) attention output, before its projection */ \
-    X(floatX, residual2,  L,             BT * C)        /* (L, B, T, C) input + attention projection */ \
-    X(floatX, ln2,        norm_layers,   BT * C) \
-    X(float,  ln2_rstd,   L,             BT) \
-    X(floatX, fch,        L,             BT * FFN)      /* (L, B, T, FFN) gate projection */ \
-    X(floatX, fch2,       L,             BT * FFN)      /* up projection */ \
-    X(floatX, fch_swiglu, swiglu_layers, BT * FFN)      /* silu(gate) * up */ \
-    X(floatX, residual3,  L,             BT * C)        /* (L, B, T, C) residual2 + MLP output, the layer's output */
+    X(floatX, atty,       1,           C,   1) /* attention output, before its projection */ \
+    X(floatX, residual2,  1,           C,   1) /* input + attention projection */ \
+    X(floatX, ln2,        keep_norms,  C,   1) \
+    X(float,  ln2_rstd,   1,           1,   0) \
+    X(floatX, fch,        1,           FFN, 1) /* gate projection */ \
+    X(floatX, fch2,       1,           FFN, 1) /* up projection */ \
+    X(floatX, fch_swiglu, keep_swiglu, FFN, 1) /* silu(gate) * up */ \
+    X(floatX, residual3,  1,           C,   1) /* residual2 + MLP output, the layer's output */
 
 #ifdef ENABLE_CUDNN
 // cuDNN reads q, k, v from each layer's rotated projection and keeps (B, NH, T) fp32 softmax statistics (log-sum-exp
-// of each row, layers 256-byte aligned) instead of the attention matrix; nothing repeated, no backward buffers of ours
+// of each row) instead of the attention matrix; nothing repeated, no backward buffers of ours
 #define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, qkvr,       L,             BT * QKV)      /* (L, B, T, QKV) q|k|v per token, rotated */ \
-    X(float,  att_stats,  L,             cudnn_att_stats_layer_stride(B, T, (int)NH)) /* (L, B, NH, T) */
+    X(floatX, qkvr,       1,           QKV, 1) /* q|k|v per token, rotated */ \
+    X(float,  att_stats,  1,           NH,  0) /* (B, NH, T) */
 #define LLAMA3_GPU_REPEAT_KV_BUFFER(X)
 #define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 #else
 #define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, qkvr,       L,             BT * 3 * C)    /* (L, 3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
-    X(floatX, att,        L,             B * NH * T * T) /* (L, B, NH, T, T) */
+    X(floatX, qkvr,       1,           3 * C,  1) /* (3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
+    X(floatX, att,        1,           NH * T, 1) /* (B, NH, T, T) */
 #define LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
-    X(floatX, scratch_bt3c, 1, BT * 3 * C)    /* (B, T, 3C) q|k|v with k, v repeated; its gradient */
+    X(floatX, scratch_bt3c, 0, 3 * C,  1) /* q|k|v with k, v repeated; its gradient */
 #define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(floatX, dqkvr,        1, BT * 3 * C)    /* attention_backward's work buffers */ \
-    X(floatX, datt,         1, B * NH * T * T) \
-    X(floatX, dy,           1, BT * C)
+    X(floatX, dqkvr,        0, 3 * C,  0) /* attention_backward's work buffers */ \
+    X(floatX, datt,         0, NH * T, 0) \
+    X(floatX, dy,           0, C,      0)
 #endif
 
-typedef struct { LLAMA3_GPU_ACTIVATIONS(GPU_ACT_FIELD) } Llama3Acts;
+typedef struct {
+    LLAMA3_GPU_ACTIVATIONS(GPU_ACT_FIELD)
+    float* rope_cos;  // (maxT, HS/2) the rotary tables
+    float* rope_sin;
+    float* fscratch;  // column-sum partials of the RMSNorm weight gradients
+    float* norm;      // (1 + GLOBAL_NORM_BLOCKS) the squared gradient norm and its partial sums
+} Llama3Acts;
 // one layer's activations: residual is its input (encoded, or the previous layer's residual3)
 typedef struct { floatX* residual; LLAMA3_GPU_LAYER_ACTIVATIONS(GPU_ACT_FIELD) } Llama3LayerActs;
 
-// the dimension names the activation table is written in
-#define LLAMA3_GPU_DIMS_(cfg, B, T, recompute) \
-    LLAMA3_DIMS_(cfg) \
-    const size_t BT = (size_t)(B) * (T), NH = (size_t)(cfg)->num_heads, maxT = (size_t)(cfg)->max_seq_len; \
-    const size_t norm_layers = (recompute) >= 2 ? 1 : L, swiglu_layers = (recompute) >= 1 ? 1 : L; \
-    (void)BT; (void)NH; (void)maxT; (void)norm_layers; (void)swiglu_layers;
-
 // Points the activations for micro-batches of B x T at recompute level -r into memory (NULL: only
-// counts), each tensor 256-byte aligned; returns the bytes they take.
+// counts), each slice 256-byte aligned, then the work buffers; returns the bytes they take.
 static size_t llama3_point_activations(Llama3Acts* a, char* memory, const Llama3Config* cfg, int B, int T, int recompute) {
-    LLAMA3_GPU_DIMS_(cfg, B, T, recompute)
+    const size_t BT = (size_t)B * T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, V = cfg->vocab_size;
+    const size_t HS = C / NH, QKV = (NH + 2 * (size_t)cfg->num_kv_heads) * HS, FFN = cfg->ffn_hidden;
+    const int keep_norms = recompute < 2, keep_swiglu = recompute < 1;
     size_t offset = 0;
     LLAMA3_GPU_ACTIVATIONS(GPU_ACT_POINT)
+    const size_t rope_bytes = (size_t)cfg->max_seq_len * (HS / 2) * sizeof(float);
+    a->rope_cos = (float*)gpu_act_point(memory, &offset, 1, rope_bytes);
+    a->rope_sin = (float*)gpu_act_point(memory, &offset, 1, rope_bytes);
+    a->fscratch = (float*)gpu_act_point(memory, &offset, 1, RMSNORM_ROW_CHUNKS * C * sizeof(float));
+    a->norm = (float*)gpu_act_point(memory, &offset, 1, (1 + GLOBAL_NORM_BLOCKS) * sizeof(float));
     return offset;
 }
 
-// a GPU model (llmc/cuda/gpu_trainer.cuh) with Llama 3's shape, named views and activations (recomputed at
-// -r 1: SwiGLU, -r 2: SwiGLU + RMSNorms)
-struct Llama3 : GpuModelOf<Llama3Config, Llama3Params, Llama3Acts> {};
+// Llama 3 on the GPU: its config, named views of the parameters and gradients, activations (recomputed at -r 1:
+// SwiGLU, -r 2: SwiGLU + RMSNorms), and its GpuModel (llmc/cuda/gpu_trainer.cuh)
+typedef struct {
+    Llama3Config config;
+    Llama3GpuParams params;   // views into gpu.params_memory
+    Llama3GpuParams grads;    // views into gpu.grads_memory
+    Llama3Acts acts;       // in gpu.acts_memory
+    GpuModel gpu;
+} Llama3;
 
 // From scratch, bit for bit what train_llama3.py (and train_llama3.c) does: one normal draw per 2-D
 // tensor, in file order, over the whole tensor stacked across layers, std 0.02, the residual
@@ -166,7 +185,8 @@ static void llama3_init_params_from_scratch(float* host, const Llama3Config* cfg
 // -e: a Llama 3 model file, or dN from scratch (V from the tokenizer file); from_file: a model file whatever
 // its name (a resumed checkpoint). zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather.
 // The device gets the parameters rounded to floatX; the fp32 values stay for the master weights.
-static void llama3_build(Llama3* model, const char* load, int from_file, int zero_stage, int nproc) {
+static void llama3_build(void* m, const char* load, int from_file, int zero_stage, int nproc) {
+    Llama3* model = (Llama3*)m;
     Llama3Config cfg;
     FILE* f = NULL;
     int version = 0;
@@ -175,46 +195,62 @@ static void llama3_build(Llama3* model, const char* load, int from_file, int zer
         cfg.vocab_size = llama3_tokenizer_vocab_size(load);
     } else {
         if (!file_exists(load)) {
-            llmc_die("%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)", load);
+            llmc_die(LLAMA3_FAMILY.missing_model, load);
         }
         f = llama3_model_open(load, &cfg, &version);
     }
     memset(model, 0, sizeof(*model));
     size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
     llama3_parameter_sizes(sizes, &cfg);
-    gpu_model_init(model, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
-                   LLAMA3_PARAMETER_PER_LAYER, cfg.num_layers, cfg.vocab_size);
+    gpu_model_init(&model->gpu, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
+                   LLAMA3_PARAMETER_PER_LAYER, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
     model->config = cfg;
-    gpu_model_allocate_parameters(model, zero_stage, nproc);
-    llama3_point_parameters(&model->params, model->params_memory, &model->config);
-    llama3_point_parameters(&model->grads, model->grads_memory, &model->config);
-    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
+    llama3_point_parameters(&model->params, model->gpu.params_memory, &model->config);
+    llama3_point_parameters(&model->grads, model->gpu.grads_memory, &model->config);
+    float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
     if (scratch) {
         llama3_init_params_from_scratch(host, &cfg, sizes, TRAINER_INIT_SEED);
     } else {
-        model_file_read_params(f, load, version, host, model->num_parameters);
+        model_file_read_params(f, load, version, host, model->gpu.num_parameters);
         fcloseCheck(f, load);
     }
-    gpu_model_set_init_params(model, host);
+    gpu_model_set_init_params(&model->gpu, host);
+}
+
+// rank 0's line of the model (and of cuDNN's attention)
+static void llama3_describe(const void* m, const char* path) {
+    const Llama3* model = (const Llama3*)m;
+    const Llama3Config* cfg = &model->config;
+    printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters, %.2f GiB of activations\n", path,
+           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+           cfg->tied_embeddings ? " (tied lm_head)" : "", model->gpu.num_parameters,
+           (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
+#ifdef ENABLE_CUDNN
+    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
+           cfg->num_heads, cfg->num_kv_heads, (double)cudnn_attention_workspace_bytes(model->gpu.cudnn) / (1024.0 * 1024.0 * 1024.0));
+#endif
 }
 
 // -op muon: Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw (5 L matrices) with these settings, AdamW on
 // the rest; owners = the number of processes under ZeRO-1 (each rank updates whole matrices), else 1. Call before
 // llama3_allocate_state.
-static void llama3_use_muon(Llama3* model, const MuonConfig* settings, float peak_lr, int owners, int rank) {
+static void llama3_use_muon(void* m, const MuonConfig* settings, int owners, int rank) {
+    Llama3* model = (Llama3*)m;
     size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], state_size = 0;
     llama3_parameter_dims(dims, &model->config);
     MuonMatrix* mats = (MuonMatrix*)mallocCheck(5 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
     int count = muon_plan_table((const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_PARAMETER_IS_MATRIX,
                                 LLAMA3_NUM_PARAMETER_TENSORS, owners, rank, mats, &state_size);
-    gpu_model_use_muon(model, settings, peak_lr, mats, count, state_size);
+    gpu_model_use_muon(&model->gpu, settings, mats, count, state_size);
 }
 
-// activations for micro-batches of B x T, the rotary tables, optimizer state for the shard, cuBLAS
-static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
+// activations for micro-batches of B x T (T at most the model's maxT: the callers check it), the rotary tables,
+// optimizer state for the shard, cuBLAS
+static void llama3_allocate_state(void* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
                                   cudaStream_t stream) {
+    Llama3* model = (Llama3*)m;
     const Llama3Config* cfg = &model->config;
-    if (T > cfg->max_seq_len) { llmc_die("-t %d: longer than the model's block size %d", T, cfg->max_seq_len); }
     const int HS = cfg->channels / cfg->num_heads;
     if (cfg->channels % cfg->num_heads != 0 || HS % 8 != 0 || cfg->ffn_hidden % 8 != 0) {
         llmc_die("model: the head size C/NH = %d/%d and the FFN size %d must be multiples of 8", cfg->channels, cfg->num_heads,
@@ -230,19 +266,19 @@ static void llama3_allocate_state(Llama3* model, int B, int T, int recompute, Ze
                                 B, T, cfg->num_heads, cfg->num_kv_heads, HS, why); }
 #endif
     size_t bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
-    char* memory = gpu_model_allocate_activations(model, bytes, recompute, B * T, cfg->vocab_size);
+    char* memory = gpu_model_allocate_activations(&model->gpu, bytes, recompute, B * T, cfg->vocab_size);
     llama3_point_activations(&model->acts, memory, cfg, B, T, recompute);
     float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
     rope_tables(model->acts.rope_cos, model->acts.rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor,
                 cfg->rope_low_freq_factor, cfg->rope_high_freq_factor, cfg->rope_original_max_pos, stream);
-    model->logits = model->acts.output;  // (B, T, V)
-    model->logits_stride = (size_t)cfg->vocab_size;
-    model->norm_scratch = model->acts.norm;
-    gpu_model_allocate_state(model, B, T, shard, use_master_weights, stream);
-    gpu_model_prepare_attention(model, B, T, cfg->num_heads, cfg->num_kv_heads, HS, stream);
+    model->gpu.logits = model->acts.output;  // (B, T, V)
+    model->gpu.logits_stride = (size_t)cfg->vocab_size;
+    model->gpu.norm_scratch = model->acts.norm;
+    gpu_model_allocate_state(&model->gpu, B, T, shard, use_master_weights, stream);
+    gpu_model_prepare_attention(&model->gpu, B, T, cfg->num_heads, cfg->num_kv_heads, HS, stream);
 }
 
-static void llama3_free(Llama3* model) { gpu_model_free(model); }
+static void llama3_free(void* m) { gpu_model_free(&((Llama3*)m)->gpu); }
 
 // ----------------------------------------------------------------------------
 // forward, backward
@@ -250,10 +286,14 @@ static void llama3_free(Llama3* model) { gpu_model_free(model); }
 // layer l's view of the activations
 static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
     const Llama3Acts* a = &model->acts;
-    const int B = model->B, T = model->T;
-    LLAMA3_GPU_DIMS_(&model->config, B, T, model->recompute)
+    const Llama3Config* cfg = &model->config;
+    const int T = model->gpu.T;
+    const size_t BT = (size_t)model->gpu.B * T, C = cfg->channels, NH = cfg->num_heads, HS = C / NH;
+    const size_t QKV = (NH + 2 * (size_t)cfg->num_kv_heads) * HS, FFN = cfg->ffn_hidden;
+    const int keep_norms = model->gpu.recompute < 2, keep_swiglu = model->gpu.recompute < 1;
+    (void)T; (void)QKV;  // the rows of one attention build only
     Llama3LayerActs v;
-    v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
+    v.residual = l == 0 ? a->encoded : (floatX*)gpu_act_slice(a->residual3, l - 1, BT * C * sizeof(floatX));
     LLAMA3_GPU_LAYER_ACTIVATIONS(GPU_ACT_LAYER)
     return v;
 }
@@ -262,26 +302,26 @@ static Llama3LayerActs llama3_layer_acts(const Llama3* model, int l) {
 // and the activations
 #define LLAMA3_STEP_SIZES_(model) \
     const Llama3Config* cfg = &(model)->config; \
-    const int B = (model)->B, T = (model)->T, BT = B * T; \
+    const int B = (model)->gpu.B, T = (model)->gpu.T, BT = B * T; \
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads, V = cfg->vocab_size; \
     const int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden; \
     const float eps = cfg->norm_eps; \
-    cudaStream_t stream = (model)->stream; \
-    CublasContext* ctx = &(model)->cublas; \
+    cudaStream_t stream = (model)->gpu.stream; \
+    CublasContext* ctx = &(model)->gpu.cublas; \
     Llama3Acts acts = (model)->acts; \
     (void)L; (void)V; (void)HS; (void)QKV; (void)FFN; (void)eps;
 
 // the output projection: lm_head, or wte when tied (and their gradients alike)
-static floatX* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) { return cfg->tied_embeddings ? p->wte : p->lm_head; }
+static floatX* llama3_lm_head(const Llama3GpuParams* p, const Llama3Config* cfg) { return cfg->tied_embeddings ? p->wte : p->lm_head; }
 
 // the SwiGLU MLP's two input projections: fch = ln2 @ fcw^T (gate), fch2 = ln2 @ fcw2^T (up)
-static void llama3_mlp_in_forward(CublasContext* ctx, const Llama3LayerParams* w, const Llama3LayerActs* a, int BT, int C, int FFN) {
+static void llama3_mlp_in_forward(CublasContext* ctx, const Llama3GpuLayerParams* w, const Llama3LayerActs* a, int BT, int C, int FFN) {
     matmul_forward(ctx, a->fch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);   // (B,T,FFN)
     matmul_forward(ctx, a->fch2, a->ln2, w->fcw2, NULL, BT, C, FFN, NULL); // (B,T,FFN)
 }
 
 // their backward: dln2 (B,T,C) = dfch @ fcw + dfch2 @ fcw2 (written), dfcw += dfch^T ln2, dfcw2 += dfch2^T ln2
-static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama3LayerParams* dw, const Llama3LayerParams* w,
+static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama3GpuLayerParams* dw, const Llama3GpuLayerParams* w,
                                    const Llama3LayerActs* a, const floatX* dfch, const floatX* dfch2, int BT, int C, int FFN) {
     matmul_backward(ctx, dln2, dw->fcw, NULL, dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
     // the up projection's dinp is added to the gate's (accumulate = 1), as its dweight is
@@ -293,17 +333,18 @@ static void llama3_mlp_in_backward(CublasContext* ctx, floatX* dln2, const Llama
 }
 
 // inputs, targets: host (B, T) token ids; targets may be NULL (logits only, in acts.output).
-// With targets: per-token losses, their mean in model->mean_loss, and with write_dlogits the dlogits
+// With targets: per-token losses, their mean in model->gpu.mean_loss, and with write_dlogits the dlogits
 // (scaled by dloss) in acts.output.
-static void llama3_forward(Llama3* model, const int* inputs, const int* targets, float dloss, int write_dlogits) {
+static void llama3_forward(void* m, const int* inputs, const int* targets, float dloss, int write_dlogits) {
+    Llama3* model = (Llama3*)m;
     LLAMA3_STEP_SIZES_(model)
-    Llama3Params p = model->params;
-    gpu_model_upload_batch(model, inputs, targets);
-    encoder_forward(acts.encoded, model->inputs, p.wte, NULL, B, T, C, stream); // (B,T,C), no position table
+    Llama3GpuParams p = model->params;
+    gpu_model_upload_batch(&model->gpu, inputs, targets);
+    encoder_forward(acts.encoded, model->gpu.inputs, p.wte, NULL, B, T, C, stream); // (B,T,C), no position table
     // each layer ends with the next RMSNorm fused into its last residual add, so the first runs on its own
     rmsnorm_forward(llama3_layer_acts(model, 0).ln1, acts.ln1_rstd, acts.encoded, p.ln1w, eps, BT, C, stream);
     for (int l = 0; l < L; l++) {
-        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3GpuLayerParams w = llama3_layer_params(&model->params, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(model, l);
         // attention block
 #ifdef ENABLE_CUDNN
@@ -311,7 +352,7 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
         // reads the NKV key/value heads for the NH query heads; no backward follows when !write_dlogits
         matmul_forward(ctx, a.qkvr, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);                             // (B,T,QKV)
         rope_forward(a.qkvr, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);            // q and k heads
-        cudnn_attention_forward(model->cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NKV, HS, !write_dlogits); // (B,T,C)
+        cudnn_attention_forward(model->gpu.cudnn, a.atty, a.att_stats, a.qkvr, B, T, NH, NKV, HS, !write_dlogits); // (B,T,C)
 #else
         matmul_forward(ctx, acts.scratch_qkv, a.ln1, w.qkvw, NULL, BT, C, QKV, NULL);                   // (B,T,QKV)
         rope_forward(acts.scratch_qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream);  // q and k heads
@@ -327,7 +368,7 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
         matmul_forward(ctx, acts.scratch_btc, a.fch_swiglu, w.fcprojw, NULL, BT, FFN, C, NULL);          // (B,T,C)
         // residual3 = residual2 + fcproj, then the next RMSNorm (the next layer's ln1, or the final one)
         if (l + 1 < L) {
-            Llama3LayerParams wn = llama3_layer_params(&model->params, cfg, l + 1);
+            Llama3GpuLayerParams wn = llama3_layer_params(&model->params, cfg, l + 1);
             Llama3LayerActs an = llama3_layer_acts(model, l + 1);
             fused_residual_rmsnorm_forward(a.residual3, an.ln1, an.ln1_rstd, a.residual2, acts.scratch_btc, wn.ln1w, eps, BT, C,
                                            stream);
@@ -337,26 +378,27 @@ static void llama3_forward(Llama3* model, const int* inputs, const int* targets,
         }
     }
     matmul_forward(ctx, acts.output, acts.lnf, llama3_lm_head(&p, cfg), NULL, BT, C, V, NULL); // (B,T,V)
-    gpu_model_loss(model, targets, acts.losses, dloss, V, write_dlogits);
+    gpu_model_loss(&model->gpu, targets, acts.losses, dloss, V, write_dlogits);
 }
 
 // starts the reduction over the processes of layer l's gradients (-1: the tensors outside the layers), the
 // empty lm_head of a tied model left out
 static void llama3_reduce_layer(Llama3* model, MultiGpu* mg, int l) {
     GradRange ranges[LLAMA3_NUM_PARAMETER_TENSORS];
-    int n = gpu_model_layer_ranges(model, l, ranges), kept = 0;
+    int n = gpu_model_layer_ranges(&model->gpu, l, ranges), kept = 0;
     for (int i = 0; i < n; i++) {
         if (ranges[i].hi > ranges[i].lo) { ranges[kept++] = ranges[i]; }
     }
-    gpu_model_reduce_ranges(model, mg, ranges, kept);
+    gpu_model_reduce_ranges(&model->gpu, mg, ranges, kept);
 }
 
 // Gradients of the last forward (called with write_dlogits = 1) are ADDED to model->grads.
 // reduce: the step's last micro-batch, so each finished layer's gradients start their reduction
 // over the processes (overlapped with the rest of the backward pass).
-static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int reduce) {
+static void llama3_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) {
+    Llama3* model = (Llama3*)m;
     LLAMA3_STEP_SIZES_(model)
-    Llama3Params p = model->params, g = model->grads;
+    Llama3GpuParams p = model->params, g = model->grads;
 
     cudaCheck(cudaMemsetAsync(acts.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
     // lm head (or wte when tied): dlogits (B, T, V) are in acts.output
@@ -365,15 +407,15 @@ static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int 
     rmsnorm_backward(acts.dresidual, g.lnfw, acts.fscratch, acts.scratch_btc, llama3_layer_acts(model, L - 1).residual3, p.lnfw,
                      acts.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
-        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
-        Llama3LayerParams dw = llama3_layer_params(&model->grads, cfg, l);
+        Llama3GpuLayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3GpuLayerParams dw = llama3_layer_params(&model->grads, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(model, l);
         // recompute what the forward pass did not keep
-        if (model->recompute >= 2) {
+        if (model->gpu.recompute >= 2) {
             rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, BT, C, stream);
             rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, BT, C, stream);
         }
-        if (model->recompute >= 1) {
+        if (model->gpu.recompute >= 1) {
             swiglu_forward(a.fch_swiglu, a.fch, a.fch2, (size_t)BT * FFN, stream);
         }
         // MLP block: dresidual is the gradient of this layer's output
@@ -386,7 +428,7 @@ static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int 
 #ifdef ENABLE_CUDNN
         // scratch_btc holds d(atty); dq|dk|dv (B, T, QKV) goes straight into scratch_qkv, dk and dv summed by cuDNN
         // over each group's query heads
-        cudnn_attention_backward(model->cudnn, acts.scratch_qkv, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NKV, HS);
+        cudnn_attention_backward(model->gpu.cudnn, acts.scratch_qkv, acts.scratch_btc, a.qkvr, a.atty, a.att_stats, B, T, NH, NKV, HS);
 #else
         attention_backward(ctx, acts.scratch_bt3c, acts.dqkvr, acts.datt, acts.dy, acts.scratch_btc, a.qkvr, a.att, B, T, C, NH);
         repeat_kv_backward(acts.scratch_qkv, acts.scratch_bt3c, B, T, NH, NKV, HS, stream);              // (B,T,QKV)
@@ -396,54 +438,34 @@ static void llama3_backward(Llama3* model, const int* inputs, MultiGpu* mg, int 
         rmsnorm_backward(acts.dresidual, dw.ln1w, acts.fscratch, acts.scratch_btc, a.residual, w.ln1w, a.ln1_rstd, BT, C, stream);
         if (reduce) { llama3_reduce_layer(model, mg, l); }
     }
-    token_groups_build(&model->token_groups, inputs);
-    encoder_backward(g.wte, NULL, acts.dresidual, &model->token_groups, &model->token_groups_device, B, T, C, stream);
+    token_groups_build(&model->gpu.token_groups, inputs);
+    encoder_backward(g.wte, NULL, acts.dresidual, &model->gpu.token_groups, &model->gpu.token_groups_device, B, T, C, stream);
     if (reduce) { llama3_reduce_layer(model, mg, -1); }
 }
 
 // ----------------------------------------------------------------------------
-// what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop)
+// what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
+// calls, each taking the Llama3 struct, as one table
 
-static void llama3_write_model(const Llama3* model, const char* path, const float* params) {
-    llama3_model_write(path, &model->config, params, model->num_parameters);
+static void llama3_write_model(const void* model, const char* path, const float* params) {
+    const Llama3* m = (const Llama3*)model;
+    llama3_model_write(path, &m->config, params, m->gpu.num_parameters);
 }
 
-GPU_MODEL_CALLS(LLAMA3_CALLS, Llama3, llama3)
+// no -ge: SwiGLU has no cuBLASLt epilogue here
+static const GpuModelCalls llama3_calls = {
+    llama3_build, llama3_describe, llama3_use_muon, llama3_allocate_state, NULL,
+    llama3_forward, llama3_backward, llama3_write_model, llama3_free,
+};
 
 // ----------------------------------------------------------------------------
 // main
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {
-    // the trainers' one flag table; only -e's default and help differ (d2 from scratch), as train_llama3.c's
-    ArgSpec table[TRAIN_ARG_COUNT];
-    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
-    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
-        if (strcmp(table[i].flag, "-e") == 0) {
-            table[i].default_value = "d2";
-            table[i].help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")";
-        }
-    }
-    // the flags, -op, the processes, the GPU, the banner, the data; the model to load in run.model_path
-    TrainArgs args;
-    GpuTrainerRun run;
-    gpu_trainer_prepare(&run, &args, table, &argc, &argv, "train_llama3cu",
-                        "train_llama3cu: Llama 3 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)");
     Llama3 model;
-    llama3_build(&model, run.model_path, run.resume_step >= 0, run.mg.zero_stage, run.mg.num_processes);
-    gpu_trainer_allocate(&run, &model, LLAMA3_CALLS);  // the shard, -op muon, the state
-    const Llama3Config* cfg = &model.config;
-    if (run.mg.process_rank == 0) {
-        printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters, %.2f GiB of activations\n",
-               run.model_path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden,
-               cfg->max_seq_len, cfg->vocab_size, cfg->tied_embeddings ? " (tied lm_head)" : "", model.num_parameters,
-               (double)model.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-#ifdef ENABLE_CUDNN
-        printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
-               cfg->num_heads, cfg->num_kv_heads, (double)cudnn_attention_workspace_bytes(model.cudnn) / (1024.0 * 1024.0 * 1024.0));
-#endif
-    }
-
-    return gpu_trainer_train(&run, &model, LLAMA3_CALLS, cfg->channels);
+    return gpu_trainer_main(argc, argv, "train_llama3cu",
+                            "train_llama3cu: Llama 3 training on NVIDIA GPUs (bf16 mixed precision, multi-GPU with NCCL)",
+                            &LLAMA3_FAMILY, &model, &llama3_calls, &model.gpu);
 }
 #endif // LLMC_NO_MAIN

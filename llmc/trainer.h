@@ -18,7 +18,8 @@ Everything else is here:
                          a multiple of N); a run killed while saving resumes from the previous one
     the loop             val loss, HellaSwag, sample, checkpoint, then one optimizer step of
                          grad-accumulated micro-batches (-a 1: every micro-batch is the first batch),
-                         clipping, skipping, the progress line and main.log
+                         clipping, skipping, the step's learning rates (-l and, with -op muon, -ol, each
+                         on the -k/-u/-q schedule) handed to the update, the progress line and main.log
     signals              SIGINT/SIGTERM finish the step; the next step's scheduled evaluations run as
                          they would have, a checkpoint is written (with -o) and trainer_run returns
                          128 + the signal (130 / 143). A second signal kills at once (files are atomic).
@@ -50,6 +51,7 @@ data position, outlier windows and optimizer state as the run that saved it.
 #include "logger.h"
 #include "outlier_detector.h"
 #include "mfu.h"
+#include "muon_config.h"
 #include "model_family.h"
 
 // the reference's optimizer and seeds (train_gpt2.py); no flags: they are fixed like there
@@ -321,8 +323,9 @@ typedef struct {
     float (*forward_backward)(void* ctx, const int* inputs, const int* targets, float loss_scale, int last);
     // the gradients averaged over processes; returns their global L2 norm
     float (*grad_norm)(void* ctx);
-    // AdamW with the TRAINER_ADAMW constants, the gradients multiplied by grad_scale first; t is 1-based
-    void (*update)(void* ctx, float lr, float weight_decay, float grad_scale, int t);
+    // AdamW with the TRAINER_ADAMW constants at lr (with -op muon, Muon at muon_lr on its matrices; 0 for
+    // AdamW), the gradients multiplied by grad_scale first; t is 1-based
+    void (*update)(void* ctx, float lr, float muon_lr, float weight_decay, float grad_scale, int t);
     // forward only: the (B, T) per-token losses, in host memory
     const float* (*forward_losses)(void* ctx, const int* inputs, const int* targets);
     // forward only on tokens[0..len) (len <= T): the logits (V, host memory) after the last token
@@ -354,6 +357,8 @@ typedef struct {
     Sampler sampler;
     Logger logger;
     LearningRateScheduler lr_scheduler;
+    int use_muon;                 // -op muon: the Muon lr follows -k from -ol as the lr does from -l
+    LearningRateScheduler muon_lr_scheduler;
     TrainerDetectors detectors;
     int resume_step;              // the checkpoint resumed from, -1 for a fresh run
     double flops_per_step;        // with peak_flops > 0 the progress line shows the MFU
@@ -452,6 +457,11 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, const ModelFami
     }
     lr_scheduler_init(&tr->lr_scheduler, a->lr_scheduler_type, a->learning_rate, a->warmup_iterations, tr->max_steps,
                       a->final_learning_rate_frac);
+    tr->use_muon = optimizer_parse(a->optimizer) == OPTIMIZER_MUON;
+    if (tr->use_muon) {
+        lr_scheduler_init(&tr->muon_lr_scheduler, a->lr_scheduler_type, a->muon_lr, a->warmup_iterations, tr->max_steps,
+                          a->final_learning_rate_frac);
+    }
     if (rank == 0) { tokenizer_init(&tr->tokenizer, family->tokenizer_path); } // only rank 0 samples; a bad file fails now
     sampler_init(&tr->sampler, vocab_size, 1.0f, 0, 1.0f, TRAINER_SAMPLER_SEED);
     trainer_detectors_init(&tr->detectors);
@@ -660,7 +670,8 @@ static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
         float grad_norm = ops->grad_norm(ops->ctx);
         UpdateDecision u = trainer_judge_update(&tr->detectors, loss, grad_norm, a->skip_update_lossz, a->skip_update_gradz);
         float lr = get_learning_rate(&tr->lr_scheduler, step);
-        if (!u.skip) { ops->update(ops->ctx, lr, a->weight_decay, grad_clip_scale(grad_norm, TRAINER_GRAD_CLIP), step + 1); }
+        float muon_lr = tr->use_muon ? get_learning_rate(&tr->muon_lr_scheduler, step) : 0.0f;
+        if (!u.skip) { ops->update(ops->ctx, lr, muon_lr, a->weight_decay, grad_clip_scale(grad_norm, TRAINER_GRAD_CLIP), step + 1); }
         double dt = trainer_wall_seconds() - t0;
         if (step > start || tr->max_steps - start == 1) { time_sum += dt; time_count++; } // the first step warms up
         char mfu[32] = "", line[512];

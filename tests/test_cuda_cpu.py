@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import D2_REFERENCE as REFS, D2_SMALL_VOCAB_REFERENCE as SMALL_REFS, debug_state_first_steps
+from conftest import D2_REFERENCE as REFS, D2_SMALL_VOCAB_REFERENCE as SMALL_REFS, assert_one_error_line, debug_state_first_steps, make
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "cuda_cpu"
@@ -413,6 +413,19 @@ def train_args(model: Path, steps: int, batch: int) -> list[str]:
     return ["-e", str(model), "-i", str(model.parent / "tinyshakespeare_train.bin"), "-j",
             str(model.parent / "tinyshakespeare_val.bin"), "-b", str(batch), "-t", "64", "-x", str(steps), "-v", "0",
             "-s", "0", "-l", "1e-3"]
+
+
+# start-up errors the CPU and GPU trainers share: one wording, so ./train_gpt2 and train_gpt2cu print the same line
+SHARED_ERRORS = {"missing checkpoint": ["-e", "no_such_model.bin"], "bad descriptor": ["-e", "d0"], "T > maxT": ["-t", "2048"]}
+
+
+@pytest.mark.parametrize("case", SHARED_ERRORS)
+def test_train_gpt2cu_says_a_shared_start_up_error_in_the_cpu_trainers_words(case: str) -> None:
+    make("train_gpt2")
+    model, _ = small_refs()
+    args = [*train_args(model, 1, 4), *SHARED_ERRORS[case]]
+    cpu = assert_one_error_line(run([str(REPO / "train_gpt2"), *args]))
+    assert assert_one_error_line(run([str(binary("train_gpt2cu_fp32")), *args])) == cpu
 
 
 # the same 256-token batches: one process with B=4, or two with B=2 each (rank r reads the r-th half)

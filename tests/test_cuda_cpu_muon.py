@@ -61,11 +61,13 @@ def test_gpt2cu_fails_on_a_muon_debug_state_with_the_other_nesterov_setting(tmp_
     assert re.search(r"^\| loss step 3 .*\| FAIL", r.stdout, re.M), r.stdout[-3000:]
 
 
-def test_train_rejects_an_unknown_optimizer_in_one_line() -> None:
+@pytest.mark.parametrize("flags,message", [(["-op", "sgd"], 'flag -op: bad value "sgd": use adamw or muon'),
+                                           (["-op", "muon", "-oa", "spectral"], 'flag -oa: bad value "spectral"')])
+def test_train_rejects_a_bad_optimizer_flag_in_one_line_in_the_cpu_trainers_words(flags: list[str], message: str) -> None:
+    """The words of ./train_gpt2 (tests/test_muon.py checks the same lines there)."""
     model, _ = muon_refs()
-    r = run([str(binary("train_gpt2cu_fp32")), *train_args(model, 1, 4), "-op", "sgd"])
-    line = assert_one_error_line(r)
-    assert "-op sgd" in line and "adamw|muon" in line, line
+    r = run([str(binary("train_gpt2cu_fp32")), *train_args(model, 1, 4), *flags])
+    assert message in assert_one_error_line(r)
 
 
 def test_train_muon_two_processes_zero1_equal_one_and_resume_byte_for_byte(tmp_path: Path) -> None:

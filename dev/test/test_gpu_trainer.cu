@@ -1,6 +1,6 @@
 /*
 dev/test/test_gpu_trainer.cu: llmc/cuda/gpu_trainer.cuh fed from a second model's tensor table, Llama 3's
-(llmc/llama3_config.h: no wpe, no biases, GQA qkvw, SwiGLU's fcw and fcw2, an untied lm_head), at d2 with
+(llmc/llama3.h: no wpe, no biases, GQA qkvw, SwiGLU's fcw and fcw2, an untied lm_head), at d2 with
 V = 512. Built and run on the CPU execution target, BF16 (tests/test_gpu_trainer.py).
 
     ./test_gpu_trainer      (N passed, M failed; exit 1 on a failure)
@@ -16,10 +16,8 @@ V = 512. Built and run on the CPU execution target, BF16 (tests/test_gpu_trainer
    master weights bit for bit
 */
 #include "../../llmc/cuda/gpu_trainer.cuh"
-#include "../../llmc/llama3_config.h"
+#include "../../llmc/llama3.h"
 #include "test_common.h"
-
-LLAMA3_DECLARE_PARAMETER_TENSORS(Llama3Params, Llama3LayerParams)
 
 static Llama3Config test_config(void) {
     Llama3Config cfg;
@@ -32,7 +30,7 @@ static void test_model_init(GpuModel* m, const Llama3Config* cfg) {
     size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
     llama3_parameter_sizes(sizes, cfg);
     gpu_model_init(m, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
-                   LLAMA3_PARAMETER_PER_LAYER, cfg->num_layers, cfg->vocab_size);
+                   LLAMA3_PARAMETER_PER_LAYER, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len);
 }
 
 static void check_table(const Llama3Config* cfg) {
@@ -137,7 +135,7 @@ static void check_rank(const Llama3Config* cfg, int nproc, int rank) {
     // 5. the training state round trip
     GpuTrainer g;
     memset(&g, 0, sizeof(g));
-    g.model = &m;
+    g.gpu = &m;
     g.mg = &mg;
     char path[64];
     snprintf(path, sizeof(path), "test_gpu_trainer_state_%d.bin", rank);

@@ -28,6 +28,8 @@ typedef struct {
     int ncalls;
     int first_input[MAX_CALLS];     // inputs[0] of every forward_backward
     float step_loss[MAX_CALLS];     // the loss handed to update (per update call)
+    float lr[MAX_CALLS];            // the learning rates handed to update (per update call)
+    float muon_lr[MAX_CALLS];
     int nupdates;
     int sampled[MAX_CALLS];         // tokens[len - 1] of every next_token_logits call
     int nsampled;
@@ -67,11 +69,15 @@ static float fake_grad_norm(void* ctx) {
     return (float)sqrt(s);
 }
 
-static void fake_update(void* ctx, float lr, float wd, float grad_scale, int t) {
+static void fake_update(void* ctx, float lr, float muon_lr, float wd, float grad_scale, int t) {
     FakeModel* f = (FakeModel*)ctx;
     AdamWScalars s = adamw_step_scalars(lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, t);
     for (int i = 0; i < NPARAM; i++) { f->w[i] = adamw_update_one(f->w[i], f->g[i] * grad_scale, &f->m[i], &f->v[i], wd, s); }
-    if (f->nupdates < MAX_CALLS) { f->step_loss[f->nupdates] = (float)t; }
+    if (f->nupdates < MAX_CALLS) {
+        f->step_loss[f->nupdates] = (float)t;
+        f->lr[f->nupdates] = lr;
+        f->muon_lr[f->nupdates] = muon_lr;
+    }
     f->nupdates++;
 }
 
@@ -392,6 +398,31 @@ static void test_nan_norm_is_skipped_in_the_loop(void) {
     CHECK(finite && isfinite(outlier_zscore(&r.detectors.grad_norm, 1.0)), "the windows hold no NaN after it");
 }
 
+// both learning rates come from trainer_run: -l and, with -op muon, -ol, each through its own -k/-u/-q schedule
+// (the CPU and GPU updates use what they are given); AdamW runs get a Muon lr of 0
+static void test_update_gets_both_scheduled_learning_rates(void) {
+    const char* schedule = "-s 0 -x 7 -l 1e-3 -k cosine -u 2 -q 0.1";
+    char flags[256];
+    snprintf(flags, sizeof(flags), "%s -op muon -ol 0.02", schedule);
+    RunResult r = run_in(NULL, flags, -1, -1, NULL);
+    LearningRateScheduler adamw, muon;
+    lr_scheduler_init(&adamw, "cosine", 1e-3f, 2, 7, 0.1f);
+    lr_scheduler_init(&muon, "cosine", 0.02f, 2, 7, 0.1f);
+    int same = r.status == 0 && r.model.nupdates == 7, scaled_differs = 0;
+    for (int step = 0; step < 7 && same; step++) {
+        float lr = get_learning_rate(&adamw, step), muon_lr = get_learning_rate(&muon, step);
+        same &= same_bits(&r.model.lr[step], &lr, 1) && same_bits(&r.model.muon_lr[step], &muon_lr, 1);
+        // the rescaling the GPU trainer did before (-ol * lr / -l) is not always the schedule's value bit for bit
+        scaled_differs |= (float)((double)0.02f * (double)lr / (double)1e-3f) != muon_lr;
+    }
+    CHECK(same, "-op muon: every update gets the -l schedule's lr and the -ol schedule's Muon lr, bit for bit");
+    CHECK(scaled_differs, "the check can tell the schedule of -ol from -ol * lr / -l");
+    r = run_in(NULL, schedule, -1, -1, NULL);
+    int zero = r.status == 0 && r.model.nupdates == 7;
+    for (int i = 0; i < r.model.nupdates && zero; i++) { zero &= r.model.muon_lr[i] == 0.0f; }
+    CHECK(zero, "-op adamw: the Muon lr handed to update is 0");
+}
+
 static void test_tiny_data_with_epoch_steps_is_an_error(void) {
     char small[300];
     snprintf(small, sizeof(small), "%s/small.bin", work_dir);
@@ -422,6 +453,7 @@ int main(void) {
     test_keep_prunes_by_listing();
     test_overfit_trains_on_the_first_batch_after_resume();
     test_nan_norm_is_skipped_in_the_loop();
+    test_update_gets_both_scheduled_learning_rates();
     test_tiny_data_with_epoch_steps_is_an_error();
 
     char cmd[400];

@@ -16,7 +16,7 @@ cpu_trainer_main.
     CpuTrainer                the TrainerOps context of a CPU model: the process group, B, T, ZeRO stage,
                               the model with its calls and its CpuModel buffers. cpu_trainer_update steps
                               either optimizer: AdamW on this process's slice then the ZeRO-1 all-gather, or
-                              Muon mode then cpu_muon_broadcast; the Muon lr follows -k from -ol. The
+                              Muon mode (at the Muon lr trainer_run gives it) then cpu_muon_broadcast. The
                               training state (llmc/checkpoint.h's TrainState) holds this process's optimizer
                               slice, the optimizer code and the outlier windows.
     cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
@@ -130,7 +130,6 @@ typedef struct {
     void* model;                 // the family's model struct, and its calls (llmc/cpu/cpu_model.h)
     const CpuModelCalls* calls;
     CpuModel* cpu;               // the model's buffers: parameters, gradients, optimizer state, output
-    LearningRateScheduler muon_lr_scheduler; // -op muon: the -k schedule of the Muon lr, from -ol
 } CpuTrainer;
 
 // each optimizer step begins here (llmc/trainer.h): the GEMM clock of LLMC_GEMM_TIME=1 is told
@@ -173,11 +172,10 @@ static float cpu_trainer_grad_norm(void* ctx) {
 
 // TrainerOps.update: one step of the model's optimizer on this process's part (torch semantics), then with
 // ZeRO-1 every process gets every updated parameter
-static void cpu_trainer_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+static void cpu_trainer_update(void* ctx, float lr, float muon_lr, float weight_decay, float grad_scale, int t) {
     CpuTrainer* c = (CpuTrainer*)ctx;
     CpuModel* cm = c->cpu;
     if (cm->optimizer == OPTIMIZER_MUON) {
-        float muon_lr = get_learning_rate(&c->muon_lr_scheduler, t - 1);
         cpu_model_update_muon(cm, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
                               grad_scale, t);
         if (c->zero_stage == 1) { cpu_muon_broadcast(&cm->muon, cm->params_memory, c->pg); }
@@ -292,9 +290,7 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
         cpu_model_allocate_optimizer(cpu, shard.offset, shard.size);
     }
     cpu_choose_precision(&pg);
-    CpuTrainer c = {&pg, args.B, args.T, args.zero_stage, model, calls, cpu, {0}};
-    lr_scheduler_init(&c.muon_lr_scheduler, args.lr_scheduler_type, args.muon_lr, args.warmup_iterations, trainer.max_steps,
-                      args.final_learning_rate_frac);
+    CpuTrainer c = {&pg, args.B, args.T, args.zero_stage, model, calls, cpu};
     if (pg.process_rank == 0) { cpu_trainer_print_run(table, &args, &c, model_path, threads_why); }
 
     TrainerOps ops = {&c, cpu_trainer_zero_grad, cpu_trainer_forward_backward, cpu_trainer_grad_norm, cpu_trainer_update,

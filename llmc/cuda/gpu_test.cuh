@@ -7,11 +7,12 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
                               refused when a launcher started several but this build has no MPI)
     gpu_test_exact_fp32(m)    FP32 builds: true fp32 GEMMs (TF32 off), for the tight tolerances
     GpuTestRun                the model's GpuTrainer and ops, the debug state, this process's rows and micro-batches
-    gpu_test_run_init(r, model, mg, d, state_path, micro_batches)   this process's rows (dies when B does not
+    gpu_test_run_init(r, model, gpu, mg, d, state_path, micro_batches)   this process's rows (dies when B does not
                               split evenly); gpu_test_run_start(r, calls) once the model's state is allocated
     gpu_test_forward_backward(r)   one step's gradients as trainer_run computes them; the loss (mean over
                               micro-batches and processes)
-    gpu_test_train_step(r, t) one optimizer step with the debug state's settings; the loss before it
+    gpu_test_train_step(r, t) one optimizer step with the debug state's settings and learning rates; the loss
+                              before it
     gpu_test_logits(r, logits)   every process's rows of the logits (B, T, V) in fp32, on every process
     gpu_test_grads(r, grads)  the step's reduced gradients, all of them, in fp32, on every process
     gpu_test_print_optimizer(out, d)   the debug state's optimizer, one line
@@ -22,11 +23,12 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
     gpu_test_verdict(r, out, report)   the summary line; the exit status, non-zero on every process if any
                               process failed a check
     GpuTestProgram            what differs between the test programs: their flags' defaults and help, their
-                              model's calls (its GpuModelCalls; build, shape, lines, checks, the reader of its
-                              model file)
-    gpu_test_main(argc, argv, p, model)   a test program's main(): the flags (-e -s -o [-ge] -r -a -z), the
-                              processes, the model and debug state, then steps 1-4 of test_gpt2.cu around the
-                              program's calls; returns the exit status
+                              model's calls (the trainer's GpuModelCalls table), and the shape, lines, checks and
+                              model file reader of the test
+    gpu_test_main(argc, argv, p, model, gpu)   a test program's main() (model: its model struct, gpu the
+                              GpuModel in it): the flags (-e -s -o [-ge] -r -a -z), the processes, the model and
+                              debug state, then steps 1-4 of test_gpt2.cu around the program's calls; returns the
+                              exit status
 */
 #ifndef LLMC_GPU_TEST_CUH
 #define LLMC_GPU_TEST_CUH
@@ -81,15 +83,14 @@ typedef struct {
     int zero_stage;
 } GpuTestArgs;
 
-// what the checks need of the model's shape
+// the model's config struct (the resume check's model file must have the same)
 typedef struct {
-    const void* config;     // the model's config struct (the resume check's model file must have the same)
+    const void* config;
     size_t config_size;
-    int max_seq_len;        // the debug state's T is checked against it
-    int channels;           // C: the width of wte's rows (tensor 0 of every family's table)
 } GpuTestShape;
 
-// what differs between the GPU test programs; the model's calls take the program's model struct (a GpuModel)
+// what differs between the GPU test programs; the model's calls take the program's model struct (which holds its
+// GpuModel)
 typedef struct {
     const char* about;           // --help's text
     const char* script;          // the reference that writes both files: "train_gpt2.py"
@@ -101,23 +102,22 @@ typedef struct {
     const char* recompute_help;  // -r's help
     const char* zeros_note;      // the exact zeros the gradient rows check, for the line that says what is checked
     const DebugStateFormat* state_format;
-    GpuModelCalls calls;         // forward, backward, the model file, Muon, state, free (GPU_MODEL_CALLS)
-    // the model file at path, its parameters padded for ZeRO stage zero_stage over nproc processes
-    void (*build)(GpuModel* m, const char* path, int zero_stage, int nproc);
-    GpuTestShape (*shape)(const GpuModel* m);
-    void (*describe)(FILE* out, const GpuModel* m);  // the model's shape, in the first line
-    void (*set_gelu_fusion)(GpuModel* m, int on);   // -ge; NULL: the program has no -ge
+    const GpuModelCalls* calls;  // the trainer's: build, Muon, state, -ge (NULL: the program has no -ge), forward,
+                                 // backward, the model file, free
+    GpuTestShape (*shape)(const void* model);
+    void (*describe)(FILE* out, const void* model);  // the model's shape, in the first line
     // the exact zeros of gradient tensor k (grad: its values; T: the debug state's) added to c; NULL: none
-    void (*exact_zeros)(TensorCheck* c, const GpuModel* m, int k, const float* grad, int T);
+    void (*exact_zeros)(TensorCheck* c, const void* model, int k, const float* grad, int T);
     // the resume check's reader: a model file of the family opened at its parameters, its shape in cfg
     FILE* (*open_model)(const char* path, void* cfg, int* version);
 } GpuTestProgram;
 
 // this process's part of the debug state's batch, and the trainer ops that feed it to the model
 typedef struct {
-    GpuModel* model;
+    void* model;        // the program's model struct, and its GpuModel
+    GpuModel* gpu;
     MultiGpu* mg;
-    GpuTrainer gpu;
+    GpuTrainer trainer;
     TrainerOps ops;
     const DebugState* d;
     int row0;           // the first row of the batch this process takes
@@ -127,8 +127,8 @@ typedef struct {
 
 // this process's rows and micro-batches of the debug state's batch (the model's state is then allocated for
 // micro-batches of r->micro_B rows, and gpu_test_run_start gives the run its ops)
-static void gpu_test_run_init(GpuTestRun* r, GpuModel* model, MultiGpu* mg, const DebugState* d, const char* state_path,
-                              int micro_batches) {
+static void gpu_test_run_init(GpuTestRun* r, void* model, GpuModel* gpu, MultiGpu* mg, const DebugState* d,
+                              const char* state_path, int micro_batches) {
     const int nproc = mg->num_processes;
     if (d->B % (nproc * micro_batches) != 0) {
         llmc_die("%s: B = %d rows do not split into %d processes x %d micro-batches (-a) of equal size", state_path, d->B,
@@ -136,6 +136,7 @@ static void gpu_test_run_init(GpuTestRun* r, GpuModel* model, MultiGpu* mg, cons
     }
     memset(r, 0, sizeof(*r));
     r->model = model;
+    r->gpu = gpu;
     r->mg = mg;
     r->d = d;
     r->micro_batches = micro_batches;
@@ -143,9 +144,9 @@ static void gpu_test_run_init(GpuTestRun* r, GpuModel* model, MultiGpu* mg, cons
     r->row0 = mg->process_rank * (d->B / nproc);
 }
 
-static void gpu_test_run_start(GpuTestRun* r, GpuModelCalls calls) {
-    gpu_trainer_init(&r->gpu, r->model, calls, r->mg);
-    r->ops = gpu_trainer_ops(&r->gpu);
+static void gpu_test_run_start(GpuTestRun* r, const GpuModelCalls* calls) {
+    gpu_trainer_init(&r->trainer, r->model, calls, r->gpu, r->mg);
+    r->ops = gpu_trainer_ops(&r->trainer);
 }
 
 // rows of micro-batch `micro` of this process, in a (B, T) array of the debug state
@@ -173,14 +174,15 @@ static float gpu_test_forward_backward(GpuTestRun* r) {
     return gpu_test_mean_over_processes(r->mg, (float)(loss_sum / r->micro_batches));
 }
 
-// one optimizer step with the debug state's settings (AdamW, or Muon and AdamW); returns the loss before the update
+// one optimizer step with the debug state's settings (AdamW, or Muon and AdamW: both at the state's constant
+// learning rates, the Muon lr 0 for AdamW as trainer_run gives it); returns the loss before the update
 static float gpu_test_train_step(GpuTestRun* r, int t) {
     const DebugState* d = r->d;
     float loss = gpu_test_forward_backward(r);
     float norm = r->ops.grad_norm(r->ops.ctx);
-    gpu_model_update(r->model, r->mg, d->lr, gpu_model_muon_lr(r->model, d->lr), d->beta1, d->beta2, d->eps, d->weight_decay,
+    gpu_model_update(r->gpu, r->mg, d->lr, d->optimizer == 1 ? d->muon_lr : 0.0f, d->beta1, d->beta2, d->eps, d->weight_decay,
                      grad_clip_scale(norm, d->grad_clip), t);
-    cudaCheck(cudaStreamSynchronize(r->model->stream));
+    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
     return loss;
 }
 
@@ -206,14 +208,14 @@ static void gpu_test_allgather_host_floats(MultiGpu* mg, float* all, const float
 // the logits (B, T, V) of the whole batch on every process: this process's rows from forward passes without
 // targets, micro-batch by micro-batch, then every process's gathered
 static void gpu_test_logits(GpuTestRun* r, float* logits) {
-    GpuModel* m = r->model;
+    GpuModel* m = r->gpu;
     const size_t V = (size_t)m->vocab_size, S = m->logits_stride, BT = (size_t)r->micro_B * r->d->T;
     const size_t local = BT * r->micro_batches * V;
     float* mine = (float*)mallocCheck(local * sizeof(float));
     floatX* staging_x = (floatX*)mallocCheck(BT * S * sizeof(floatX));
     float* staging_f = (float*)mallocCheck(BT * S * sizeof(float));
     for (int micro = 0; micro < r->micro_batches; micro++) {
-        r->gpu.calls.forward(m, gpu_test_micro_rows(r, r->d->x, micro), NULL, 0.0f, 0);
+        r->trainer.calls->forward(r->model, gpu_test_micro_rows(r, r->d->x, micro), NULL, 0.0f, 0);
         cudaCheck(cudaMemcpy(staging_x, m->logits, BT * S * sizeof(floatX), cudaMemcpyDeviceToHost));
         float_from_floatX_host(staging_f, staging_x, BT * S);
         for (size_t bt = 0; bt < BT; bt++) { memcpy(mine + ((size_t)micro * BT + bt) * V, staging_f + bt * S, V * sizeof(float)); }
@@ -227,7 +229,7 @@ static void gpu_test_logits(GpuTestRun* r, float* logits) {
 // the step's reduced gradients, all of them, on every process: with ZeRO-1 a process holds only its own
 // shard reduced, so the shards are all-gathered first (the same collective as the parameters' after the update)
 static void gpu_test_grads(GpuTestRun* r, float* grads) {
-    GpuModel* m = r->model;
+    GpuModel* m = r->gpu;
     floatX* staging = (floatX*)mallocCheck(m->num_parameters * sizeof(floatX));
     multi_gpu_sync(r->mg, m->stream);
     multi_gpu_gather_params(r->mg, m->grads_memory, m->stream);
@@ -255,9 +257,9 @@ static void gpu_test_print_optimizer(FILE* out, const DebugState* d) {
 
 // replaces the parameters with those of a model file of the program's family and of the same shape (the
 // resume check)
-static void gpu_test_reload_parameters(const GpuTestProgram* p, GpuModel* m, const char* path) {
+static void gpu_test_reload_parameters(const GpuTestProgram* p, const void* model, GpuModel* m, const char* path) {
     int version = 0;
-    GpuTestShape shape = p->shape(m);
+    GpuTestShape shape = p->shape(model);
     void* cfg = mallocCheck(shape.config_size);
     FILE* f = p->open_model(path, cfg, &version);
     if (memcmp(cfg, shape.config, shape.config_size) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
@@ -277,7 +279,7 @@ static void gpu_test_reload_parameters(const GpuTestProgram* p, GpuModel* m, con
 // count, the stochastic-rounding seed). Removes the files and tmp_dir.
 static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const char* tmp_dir, const GpuTestProgram* p) {
     MultiGpu* mg = r->mg;
-    GpuModel* m = r->model;
+    GpuModel* m = r->gpu;
     const int rank = mg->process_rank;
     if (rank == 0) { mkdir_p_check(tmp_dir); }
     multi_gpu_barrier(mg);
@@ -294,17 +296,17 @@ static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const
     saved.process_rank = rank;
     saved.zero_stage = mg->zero_stage;
     saved.step = saved_step;
-    if (rank == 0) { gpu_save_model(&r->gpu, model_path); }
-    gpu_save_state(&r->gpu, state_path, &saved, &detectors);
+    if (rank == 0) { gpu_save_model(&r->trainer, model_path); }
+    gpu_save_state(&r->trainer, state_path, &saved, &detectors);
     multi_gpu_barrier(mg);  // every file in place
     float first[resume_steps], second[resume_steps];
     for (int i = 0; i < resume_steps; i++) { first[i] = gpu_test_train_step(r, saved_step + i + 1); }
     float* params_first = (float*)mallocCheck(m->num_parameters * sizeof(float));
     float* params_second = (float*)mallocCheck(m->num_parameters * sizeof(float));
     gpu_model_download_parameters(m, params_first);
-    gpu_test_reload_parameters(p, m, model_path);
+    gpu_test_reload_parameters(p, r->model, m, model_path);
     TrainState expect = saved, got;
-    gpu_load_state(&r->gpu, state_path, &expect, &got, &detectors);
+    gpu_load_state(&r->trainer, state_path, &expect, &got, &detectors);
     for (int i = 0; i < resume_steps; i++) { second[i] = gpu_test_train_step(r, saved_step + i + 1); }
     gpu_model_download_parameters(m, params_second);
     check_bitwise(out, report, "resume loss", first, second, resume_steps);
@@ -353,7 +355,7 @@ static void gpu_test_args_parse(GpuTestArgs* a, int argc, char** argv, const Gpu
     ArgSpec table[sizeof(all) / sizeof(all[0])];
     int n = 0;
     for (int i = 0; i < count; i++) {
-        if (strcmp(all[i].flag, "-ge") != 0 || p->set_gelu_fusion != NULL) { table[n++] = all[i]; }
+        if (strcmp(all[i].flag, "-ge") != 0 || p->calls->set_gelu_fusion != NULL) { table[n++] = all[i]; }
     }
     memset(a, 0, sizeof(*a));
     args_parse(table, n, a, argc, argv, p->about);
@@ -365,9 +367,9 @@ static void gpu_test_args_parse(GpuTestArgs* a, int argc, char** argv, const Gpu
 // dwte whose token is not in the batch on their own, and the global gradient norm
 static void gpu_test_check_gradients(GpuTestRun* r, const GpuTestProgram* p, FILE* out, CheckReport* report,
                                      const TestTolerances* tol) {
-    GpuModel* m = r->model;
+    GpuModel* m = r->gpu;
     const DebugState* d = r->d;
-    const int T = d->T, V = m->vocab_size, C = p->shape(m).channels;
+    const int T = d->T, V = m->vocab_size, C = m->channels;
     const size_t BT = (size_t)d->B * T;
     // 1. logits
     float* logits = (float*)mallocCheck(BT * V * sizeof(float));
@@ -388,7 +390,7 @@ static void gpu_test_check_gradients(GpuTestRun* r, const GpuTestProgram* p, FIL
         char name[32];
         snprintf(name, sizeof(name), "d%s", m->names[k]);
         c = tensor_check_l2(grads + off, d->grads + off, n, tol->grad_rtol, 0.0, tol->grad_l2);
-        if (p->exact_zeros != NULL) { p->exact_zeros(&c, m, k, grads + off, T); }
+        if (p->exact_zeros != NULL) { p->exact_zeros(&c, r->model, k, grads + off, T); }
         check_table_row_l2(out, report, name, &c);
     }
     // wte (tensor 0): rows of C, the first V of them tokens (GPT-2 pads to Vp)
@@ -405,10 +407,10 @@ static void gpu_test_check_gradients(GpuTestRun* r, const GpuTestProgram* p, FIL
     check_scalar_l2(out, report, "grad norm", norm, ref_norm, tol->grad_l2 * ref_norm);
 }
 
-// A test program's main(): the model (p->build from the model file) and the debug state, each process its rows
-// of the batch; steps 1-4 (the logits, the gradients, the reference's optimizer steps, bit-exact resume) and
-// the verdict. model: the program's model struct. Returns the exit status.
-static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuModel* model) {
+// A test program's main(): the model (its build call, from the model file) and the debug state, each process its
+// rows of the batch; steps 1-4 (the logits, the gradients, the reference's optimizer steps, bit-exact resume) and
+// the verdict. model: the program's model struct, gpu its GpuModel. Returns the exit status.
+static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* model, GpuModel* gpu) {
     GpuTestArgs args;
     gpu_test_args_parse(&args, argc, argv, p);
 
@@ -422,21 +424,20 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuMode
     DeviceInfo dev;
     device_info_query(&dev, mg.local_device_idx);
 
-    p->build(model, args.model_path, mg.zero_stage, nproc);
-    mg.num_parameters = model->num_parameters;
-    mg.shard = zero_shard(model->num_parameters, mg.zero_stage, nproc, rank);
+    p->calls->build(model, args.model_path, 1, mg.zero_stage, nproc);
+    mg.num_parameters = gpu->num_parameters;
+    mg.shard = zero_shard(gpu->num_parameters, mg.zero_stage, nproc, rank);
     DebugState d;
-    debug_state_read_format(&d, args.state_path, p->state_format, p->shape(model).max_seq_len, model->vocab_size,
-                            model->num_parameters);
+    debug_state_read_format(&d, args.state_path, p->state_format, gpu->max_seq_len, gpu->vocab_size, gpu->num_parameters);
     GpuTestRun run;
-    gpu_test_run_init(&run, model, &mg, &d, args.state_path, args.micro_batches);
+    gpu_test_run_init(&run, model, gpu, &mg, &d, args.state_path, args.micro_batches);
     if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
         MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
-        p->calls.use_muon(model, &muon, d.lr, mg.zero_stage == 1 ? nproc : 1, rank);
+        p->calls->use_muon(model, &muon, mg.zero_stage == 1 ? nproc : 1, rank);
     }
-    p->calls.allocate_state(model, run.micro_B, d.T, args.recompute, mg.shard, 1, stream);
-    if (p->set_gelu_fusion != NULL) { p->set_gelu_fusion(model, args.gelu_fusion); }  // -ge
-    gpu_test_exact_fp32(model);
+    p->calls->allocate_state(model, run.micro_B, d.T, args.recompute, mg.shard, 1, stream);
+    if (p->calls->set_gelu_fusion != NULL) { p->calls->set_gelu_fusion(model, args.gelu_fusion); }  // -ge
+    gpu_test_exact_fp32(gpu);
     gpu_test_run_start(&run, p->calls);
 
     TestTolerances tol = gpu_tolerances(PRECISION_IS_BF16);
@@ -444,7 +445,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuMode
     p->describe(out, model);
     fprintf(out, "), debug state B=%d T=%d, %d steps\n", d.B, d.T, d.nsteps);
     fprintf(out, "variant: ");
-    if (p->set_gelu_fusion != NULL) { fprintf(out, "-ge %d ", args.gelu_fusion); }
+    if (p->calls->set_gelu_fusion != NULL) { fprintf(out, "-ge %d ", args.gelu_fusion); }
     fprintf(out, "-r %d -a %d, %d process(es)%s: micro-batches of B=%d\n", args.recompute, args.micro_batches, nproc,
             nproc > 1 ? (mg.zero_stage == 1 ? " with ZeRO-1" : " with ZeRO-0") : "", run.micro_B);
     fprintf(out, "per tensor: max abs diff <= tolerance and relative L2 error <= L2 bound; %sdwte unseen: the rows of the "
@@ -468,9 +469,9 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, GpuMode
     gpu_test_resume(&run, out, &report, args.tmp_dir, p);
 
     int status = gpu_test_verdict(&run, out, &report);
-    gpu_trainer_free(&run.gpu);
+    gpu_trainer_free(&run.trainer);
     debug_state_free(&d);
-    p->calls.free(model);
+    p->calls->free(model);
     cudaCheck(cudaStreamDestroy(stream));
     if (out != stdout) { fclose(out); }
     multi_gpu_free(&mg);

@@ -5,14 +5,14 @@ parameter, gradient and optimizer buffers laid out from the model's tensor table
 the TrainerOps that llmc/trainer.h's trainer_run drives, and main()'s start-up. A trainer (train_gpt2.cu) keeps
 its model: the activations, the kernels' calls, forward and backward, its model file.
 
-    GpuModel                  the model-independent half of a GPU model. A model's struct derives from it
-                              (struct GPT2 : GpuModel { config, activations, ... }), so every gpu_model_* call
-                              takes the model itself; GpuModelOf<Config, Params, Acts> adds the model's config,
-                              its parameter and gradient views and activations. GpuModel holds:
+    GpuModel                  the model-independent half of a GPU model. A model's struct holds one
+                              (typedef struct { GPT2Config config; ParameterTensors params, grads;
+                              ActivationTensors acts; ...; GpuModel gpu; } GPT2, as the CPU models hold a
+                              CpuModel), and every gpu_model_* call takes that GpuModel. It holds:
                               the tensor table: num_tensors tensors of param_sizes[k] elements laid back to
                                 back in file order at param_offsets[k] (num_parameters in all), their names,
                                 is_matrix (AdamW decays these; with per_layer also Muon's matrices) and
-                                per_layer (L slices of one layer each) flags, L and V;
+                                per_layer (L slices of one layer each) flags, L, C, V and the longest sequence;
                               params_memory, grads_memory: floatX, one allocation each, padded for the ZeRO-1
                                 all-gather (zero_padded_size); m_memory, v_memory, master_weights: fp32 AdamW
                                 moments and master weights of this rank's shard; the Muon state;
@@ -20,9 +20,10 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                                 mean_loss, losses_host (B, T), logits (B, T, logits_stride) on the device;
                               norm_scratch (1 + GLOBAL_NORM_BLOCKS device floats, the model's), cublas, stream;
                               the activations' one allocation, -r, the encoder backward's token groups, cuDNN
-    GPU_ACT_FIELD, GPU_ACT_POINT, GPU_ACT_LAYER   a model's activation table (X-macro rows) expanded to its
-                              struct's pointers, pointed into memory, and layer l's views
-    gpu_model_init(m, sizes, n, names, is_matrix, per_layer, L, V)
+    GPU_ACT_FIELD, GPU_ACT_POINT, GPU_ACT_LAYER   a model's activation table, rows X(type, name, per_layer,
+                              per_token, has_grad) as the CPU's, expanded to its struct's pointers, pointed into
+                              memory (gpu_act_point), and layer l's views (gpu_act_slice)
+    gpu_model_init(m, sizes, n, names, is_matrix, per_layer, L, C, V, maxT)
                               the table, from the model's X-macro table (GPT2_PARAMETER_TENSORS) expanded to
                               sizes and flags; zeroes everything else
     gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
@@ -30,7 +31,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               host fp32 <-> device floatX (rounded to nearest / exact)
     gpu_model_set_init_params(m, host)   uploads host (fp32, malloc'd) and keeps it for the master weights
                               (gpu_model_allocate_state frees it): a checkpoint's values or the from-scratch init
-    gpu_model_use_muon(m, settings, peak_lr, mats, count, state_size)   -op muon with the model's plan (mats,
+    gpu_model_use_muon(m, settings, mats, count, state_size)   -op muon with the model's plan (mats,
                               malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
     gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
                               state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
@@ -44,25 +45,24 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_model_reduce_ranges(m, mg, ranges, n)   starts their reduction over the processes
     gpu_model_grad_norm(m, mg)             the global gradient norm (waits for the reductions)
     gpu_model_update(m, mg, lr, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t)
-                              AdamW on the shard (Muon on its matrices), then the ZeRO-1 all-gather
-    gpu_model_muon_lr(m, lr)  the step's Muon lr
-    GpuModelCalls             the model's calls the trainer drives: forward(m, inputs, targets, dloss,
-                              write_dlogits), backward(m, inputs, mg, reduce), write_model(m, path, params); and
-                              those the programs around it make: use_muon, allocate_state, free;
-                              GPU_MODEL_CALLS(name, Model, prefix) writes them from the model's functions
-    GpuTrainer, gpu_trainer_init(g, m, calls, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
+                              AdamW on the shard at lr (Muon on its matrices at muon_lr: trainer_run's, from
+                              the -ol schedule), then the ZeRO-1 all-gather
+    GpuModelCalls             the model's calls, each taking the model's struct: those the trainer drives
+                              (forward, backward, write_model) and those the programs around it make (build,
+                              describe, use_muon, allocate_state, set_gelu_fusion, free); a model writes them
+                              out and hands them over as one table (static const GpuModelCalls gpt2_calls)
+    GpuTrainer, gpu_trainer_init(g, model, calls, gpu, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
                               the TrainerOps of a model; gpu_save_model, gpu_save_state, gpu_load_state are
                               its checkpoint calls (test programs call them directly)
     gpu_trainer_comm(mg)      the TrainerComm over NCCL / MPI
-    gpu_parse_optimizer(args, muon)        -op and the Muon flags; 1 for muon
-    GpuTrainerRun             main()'s start-up, whatever the model, around its model's calls:
-      gpu_trainer_prepare(run, args, table, argc, argv, program, description)   -op, the processes and this process's GPU, rank 0's
-                              banner and flags, the data and flags (trainer_prepare), the model to load
-                              (run->model_path: the resumed step's checkpoint, else -e); returns run->resume_step
-      gpu_trainer_allocate(run, m, calls)  once the model is built: this rank's ZeRO shard, -op muon, the state
-      gpu_trainer_train(run, m, calls, C)  once the model's state is allocated: the TrainerComm, trainer_init,
-                              the GPU's peak FLOP/s and a step's FLOPs, trainer_run over the model's calls; then
-                              the model, the stream and the processes freed; returns the exit status
+    gpu_parse_optimizer(args, argv0, muon) -op and the Muon flags; 1 for muon
+    gpu_trainer_main(argc, argv, program, about, family, model, calls, gpu)   a trainer's main() (as llmc/cpu/
+                              cpu_trainer.h's cpu_trainer_main): the flags, -op, the processes and this process's GPU, rank 0's
+                              banner and flags, the data, the model (-e, or the resumed step's checkpoint), -t
+                              against the model's maxT, this rank's ZeRO shard, -op muon, the state, -ge, the
+                              model's line, trainer_init with the GPU's peak FLOP/s and a step's FLOPs, the
+                              training loop; returns the exit status. family: the model family's description
+                              (llmc/model_family.h): -e's default and help, -t's name, the shards, the tokenizer
 */
 #ifndef LLMC_GPU_TRAINER_CUH
 #define LLMC_GPU_TRAINER_CUH
@@ -93,7 +93,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 // the most parameter tensors a model's table may have
 #define GPU_MODEL_MAX_TENSORS 32
 
-struct GpuModel {
+typedef struct {
     // the tensor table, file order
     int num_tensors;
     const char* const* names;
@@ -103,7 +103,9 @@ struct GpuModel {
     size_t param_offsets[GPU_MODEL_MAX_TENSORS];
     size_t num_parameters;
     int num_layers;            // L
+    int channels;              // C (a step's FLOPs count with it)
     int vocab_size;            // V
+    int max_seq_len;           // the longest sequence the model takes (-t is checked against it)
     floatX* params_memory;     // padded for the ZeRO-1 all-gather (zero_padded_size)
     floatX* grads_memory;
     float* master_weights;     // fp32 copy of this rank's shard (bf16 builds with -w 1), else NULL
@@ -114,7 +116,6 @@ struct GpuModel {
     // -op muon: the blocks' 2-D weights are Muon's (llmc/cuda/muon.cuh); AdamW's m, v, master there go unused
     int use_muon;
     MuonConfig muon;
-    float peak_lr;             // -l: the Muon lr of a step is muon.lr * (the step's lr / peak_lr)
     MuonMatrix* muon_mats;     // the matrices and their owners
     int muon_count;
     size_t muon_state_size;    // elements of Muon state this rank holds (the matrices it owns)
@@ -141,32 +142,39 @@ struct GpuModel {
 #ifdef ENABLE_CUDNN
     CudnnAttention* cudnn;     // cuDNN handle, workspace and the cached attention graphs
 #endif
-};
+} GpuModel;
 
-// a model's struct: GpuModel with the model's config, its named views of the parameters and gradients, and its
-// activations (struct GPT2 : GpuModelOf<GPT2Config, ParameterTensors, ActivationTensors> { ... })
-template <typename Config, typename Params, typename Acts>
-struct GpuModelOf : GpuModel {
-    Config config;
-    Params params;             // views into params_memory, grads_memory
-    Params grads;
-    Acts acts;                 // in acts_memory
-};
+// A model's activation table has rows X(type, name, per_layer, per_token, has_grad), the CPU's rows
+// (llmc/cpu/cpu_model.h) with the element type in front: each tensor is (B, T, per_token), or (L, B, T, per_token)
+// when per_layer (a row's per_layer is 0 when the backward recomputes it, -r: all layers share one slice);
+// has_grad: the backward needs its gradient (the GPU keeps no per-tensor gradient buffers: the backward writes
+// gradients into scratch rows, so nothing reads the column here). Every slice (one layer's, or the whole tensor)
+// starts 256-byte aligned. GPU_ACT_FIELD declares a row's pointer; GPU_ACT_POINT, in a function with a->, memory,
+// offset, L and BT, points it at offset in memory (NULL: only counts; a row of 0 elements gets NULL) and moves
+// offset past it; GPU_ACT_LAYER, in a function with v, a->, l and BT, sets layer l's view v.name of a->name.
+#define GPU_ACT_FIELD(type, name, per_layer, per_token, has_grad) type* name;
+#define GPU_ACT_POINT(type, name, per_layer, per_token, has_grad) \
+    a->name = (type*)gpu_act_point(memory, &offset, (per_layer) ? L : 1, BT * (size_t)(per_token) * sizeof(type));
+#define GPU_ACT_LAYER(type, name, per_layer, per_token, has_grad) \
+    v.name = (type*)gpu_act_slice(a->name, (per_layer) ? l : 0, BT * (size_t)(per_token) * sizeof(type));
 
-// A model's activation table has rows X(type, name, layers, count): `layers` slices of `count` elements,
-// layer l's slice at (l % layers) * count. GPU_ACT_FIELD declares a row's pointer; GPU_ACT_POINT points it
-// at `offset` in `memory` (NULL: only counts; a row of 0 elements gets NULL), 256-byte aligned, and moves
-// `offset` past it; GPU_ACT_LAYER sets layer l's view v.name of a->name.
-#define GPU_ACT_FIELD(type, name, layers, count) type* name;
-#define GPU_ACT_POINT(type, name, layers, count) { \
-        size_t bytes = (size_t)(layers) * (count) * sizeof(type); \
-        a->name = memory != NULL && bytes > 0 ? (type*)(memory + offset) : NULL; \
-        offset += (bytes + 255) / 256 * 256; \
-    }
-#define GPU_ACT_LAYER(type, name, layers, count) v.name = a->name + (size_t)l % (layers) * (count);
+// the bytes of one slice of `bytes` in the activations' memory: rounded up to 256, so every slice starts aligned
+static size_t gpu_act_slice_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// slices of `bytes` each at offset in memory (memory NULL: only counts; 0 bytes: NULL); moves offset past them
+static void* gpu_act_point(char* memory, size_t* offset, size_t slices, size_t bytes) {
+    void* p = memory != NULL && bytes > 0 ? (void*)(memory + *offset) : NULL;
+    *offset += slices * gpu_act_slice_bytes(bytes);
+    return p;
+}
+
+// slice `index` of a tensor whose slices are `bytes` each (NULL stays NULL)
+static void* gpu_act_slice(void* tensor, int index, size_t bytes) {
+    return tensor != NULL ? (void*)((char*)tensor + (size_t)index * gpu_act_slice_bytes(bytes)) : NULL;
+}
 
 static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, const char* const* names, const int* is_matrix,
-                           const int* per_layer, int num_layers, int vocab_size) {
+                           const int* per_layer, int num_layers, int channels, int vocab_size, int max_seq_len) {
     memset(m, 0, sizeof(*m));
     if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
     m->num_tensors = num_tensors;
@@ -181,7 +189,9 @@ static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, co
     }
     m->num_parameters = off;
     m->num_layers = num_layers;
+    m->channels = channels;
     m->vocab_size = vocab_size;
+    m->max_seq_len = max_seq_len;
     m->mean_loss = -1.0f;
 }
 
@@ -222,12 +232,10 @@ static void gpu_model_set_init_params(GpuModel* m, float* host) {
 
 // -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
 // state_size: the elements of Muon state this rank holds) with these settings. Before gpu_model_allocate_state.
-static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, float peak_lr, MuonMatrix* mats, int count,
-                               size_t state_size) {
+static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatrix* mats, int count, size_t state_size) {
     if (m->init_params == NULL) { llmc_die("internal: gpu_model_use_muon after gpu_model_allocate_state"); }
     m->use_muon = 1;
     m->muon = *settings;
-    m->peak_lr = peak_lr;
     m->muon_mats = mats;
     m->muon_count = count;
     m->muon_state_size = state_size;
@@ -441,76 +449,56 @@ static void gpu_model_update(GpuModel* m, MultiGpu* mg, float lr, float muon_lr,
     multi_gpu_gather_params(mg, m->params_memory, m->stream);
 }
 
-// the Muon lr of a step: -ol scaled by the schedule as -l is (the step's lr / -l)
-static float gpu_model_muon_lr(const GpuModel* m, float lr) {
-    return m->peak_lr > 0.0f ? (float)((double)m->muon.lr * (double)lr / (double)m->peak_lr) : 0.0f;
-}
-
 // ----------------------------------------------------------------------------
 // what the GPU trainer brings to llmc/trainer.h's loop (the loop, checkpoints, signals and every rule
 // of training are shared with the CPU trainers there): the model's kernels, device memory and NCCL
 
-// the model's calls: those the trainer drives, and those the programs around the model make
+// A model's calls, each taking the model's struct (which holds its GpuModel): those the trainer drives and
+// those the programs around the model make. A model writes them out as functions of its own and hands them over
+// as one table (static const GpuModelCalls gpt2_calls = {...} in train_gpt2.cu), as the CPU models do.
 typedef struct {
+    // -e: a model file or a descriptor to init from scratch; from_file: a model file whatever its name (a resumed
+    // checkpoint). The parameters are padded for ZeRO stage zero_stage over nproc processes.
+    void (*build)(void* model, const char* load, int from_file, int zero_stage, int nproc);
+    // rank 0's line of the model (path: what -e or the resume loaded)
+    void (*describe)(const void* model, const char* path);
+    // -op muon with these settings, Muon's matrices spread over owners processes (before allocate_state)
+    void (*use_muon)(void* model, const MuonConfig* settings, int owners, int rank);
+    // the activations for B x T tokens at recompute level -r, the optimizer state of the shard, cuBLAS on stream
+    void (*allocate_state)(void* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
+                           cudaStream_t stream);
+    // -ge: GELU fused into the cuBLASLt epilogues; NULL for a model without the option
+    void (*set_gelu_fusion)(void* model, int on);
     // inputs, targets: host (B, T) token ids; targets may be NULL (logits only). With targets: per-token
     // losses in losses_host, their mean in mean_loss, and with write_dlogits the dlogits (scaled by dloss)
     // in place of the logits
-    void (*forward)(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits);
+    void (*forward)(void* model, const int* inputs, const int* targets, float dloss, int write_dlogits);
     // the gradients of the last forward (write_dlogits = 1) ADDED to grads_memory; reduce: the step's last
     // micro-batch, so each finished layer's gradients start their reduction over the processes
-    void (*backward)(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce);
+    void (*backward)(void* model, const int* inputs, MultiGpu* mg, int reduce);
     // the model file of these fp32 parameters (num_parameters of them)
-    void (*write_model)(const GpuModel* m, const char* path, const float* params);
-    // -op muon with these settings over owners processes (before allocate_state)
-    void (*use_muon)(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank);
-    // the activations for B x T tokens at recompute level -r, the optimizer state of the shard, cuBLAS on stream
-    void (*allocate_state)(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
-                           cudaStream_t stream);
-    void (*free)(GpuModel* m);
+    void (*write_model)(const void* model, const char* path, const float* params);
+    void (*free)(void* model);
 } GpuModelCalls;
 
-// GPU_MODEL_CALLS(name, Model, prefix) writes the GpuModelCalls `name` of a model type (derived from GpuModel)
-// whose functions are prefix_forward(Model*, inputs, targets, dloss, write_dlogits), prefix_backward(Model*,
-// inputs, mg, reduce), prefix_write_model(const Model*, path, params), prefix_use_muon(Model*, settings,
-// peak_lr, owners, rank), prefix_allocate_state(Model*, B, T, recompute, shard, use_master_weights, stream)
-// and prefix_free(Model*)
-#define GPU_MODEL_CALLS(name, Model, prefix) \
-    static void prefix##_forward_(GpuModel* m, const int* inputs, const int* targets, float dloss, int write_dlogits) { \
-        prefix##_forward((Model*)m, inputs, targets, dloss, write_dlogits); \
-    } \
-    static void prefix##_backward_(GpuModel* m, const int* inputs, MultiGpu* mg, int reduce) { \
-        prefix##_backward((Model*)m, inputs, mg, reduce); \
-    } \
-    static void prefix##_write_model_(const GpuModel* m, const char* path, const float* params) { \
-        prefix##_write_model((const Model*)m, path, params); \
-    } \
-    static void prefix##_use_muon_(GpuModel* m, const MuonConfig* settings, float peak_lr, int owners, int rank) { \
-        prefix##_use_muon((Model*)m, settings, peak_lr, owners, rank); \
-    } \
-    static void prefix##_allocate_state_(GpuModel* m, int B, int T, int recompute, ZeroShard shard, int use_master_weights, \
-                                         cudaStream_t stream) { \
-        prefix##_allocate_state((Model*)m, B, T, recompute, shard, use_master_weights, stream); \
-    } \
-    static void prefix##_free_(GpuModel* m) { prefix##_free((Model*)m); } \
-    static const GpuModelCalls name = {prefix##_forward_, prefix##_backward_, prefix##_write_model_, prefix##_use_muon_, \
-                                       prefix##_allocate_state_, prefix##_free_};
-
 typedef struct {
-    GpuModel* model;
-    GpuModelCalls calls;
+    void* model;             // the model's struct, its calls, and its GpuModel
+    const GpuModelCalls* calls;
+    GpuModel* gpu;
     MultiGpu* mg;
     int* tokens;             // (B, T) host staging for next_token_logits
     float* logits_row;       // (V) host
     floatX* logits_staging;  // (V) host
 } GpuTrainer;
 
-static void gpu_trainer_init(GpuTrainer* g, GpuModel* model, GpuModelCalls calls, MultiGpu* mg) {
+static void gpu_trainer_init(GpuTrainer* g, void* model, const GpuModelCalls* calls, GpuModel* gpu, MultiGpu* mg) {
     g->model = model;
     g->calls = calls;
+    g->gpu = gpu;
     g->mg = mg;
-    g->tokens = (int*)mallocCheck((size_t)model->B * model->T * sizeof(int));
-    g->logits_row = (float*)mallocCheck((size_t)model->vocab_size * sizeof(float));
-    g->logits_staging = (floatX*)mallocCheck((size_t)model->vocab_size * sizeof(floatX));
+    g->tokens = (int*)mallocCheck((size_t)gpu->B * gpu->T * sizeof(int));
+    g->logits_row = (float*)mallocCheck((size_t)gpu->vocab_size * sizeof(float));
+    g->logits_staging = (floatX*)mallocCheck((size_t)gpu->vocab_size * sizeof(floatX));
 }
 
 static void gpu_trainer_free(GpuTrainer* g) {
@@ -520,42 +508,43 @@ static void gpu_trainer_free(GpuTrainer* g) {
 }
 
 static void gpu_zero_grad(void* ctx) {
-    GpuModel* m = ((GpuTrainer*)ctx)->model;
+    GpuModel* m = ((GpuTrainer*)ctx)->gpu;
     cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(floatX), m->stream));
 }
 
 // the last micro-batch's backward starts each finished layer's gradient reduction over the processes
 static float gpu_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    GpuModel* m = g->model;
-    g->calls.forward(m, inputs, targets, loss_scale / (float)(m->B * m->T), 1);
-    g->calls.backward(m, inputs, g->mg, last);
+    GpuModel* m = g->gpu;
+    g->calls->forward(g->model, inputs, targets, loss_scale / (float)(m->B * m->T), 1);
+    g->calls->backward(g->model, inputs, g->mg, last);
     return m->mean_loss;
 }
 
-static float gpu_grad_norm(void* ctx) { return gpu_model_grad_norm(((GpuTrainer*)ctx)->model, ((GpuTrainer*)ctx)->mg); }
+static float gpu_grad_norm(void* ctx) { return gpu_model_grad_norm(((GpuTrainer*)ctx)->gpu, ((GpuTrainer*)ctx)->mg); }
 
-static void gpu_update(void* ctx, float lr, float weight_decay, float grad_scale, int t) {
+// lr, muon_lr: trainer_run's, each from its own schedule (-l, -ol)
+static void gpu_update(void* ctx, float lr, float muon_lr, float weight_decay, float grad_scale, int t) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    gpu_model_update(g->model, g->mg, lr, gpu_model_muon_lr(g->model, lr), TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2,
-                     TRAINER_ADAMW_EPS, weight_decay, grad_scale, t);
-    cudaCheck(cudaStreamSynchronize(g->model->stream)); // the step's time includes the update
+    gpu_model_update(g->gpu, g->mg, lr, muon_lr, TRAINER_ADAMW_BETA1, TRAINER_ADAMW_BETA2, TRAINER_ADAMW_EPS, weight_decay,
+                     grad_scale, t);
+    cudaCheck(cudaStreamSynchronize(g->gpu->stream)); // the step's time includes the update
 }
 
 static const float* gpu_forward_losses(void* ctx, const int* inputs, const int* targets) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    g->calls.forward(g->model, inputs, targets, 0.0f, 0);
-    return g->model->losses_host;
+    g->calls->forward(g->model, inputs, targets, 0.0f, 0);
+    return g->gpu->losses_host;
 }
 
 // a full (B, T) forward with tokens[0..len) in the first row (the rest is padding the causal
 // attention never lets position len - 1 see), then that position's logits
 static const float* gpu_next_token_logits(void* ctx, const int* tokens, int len) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    GpuModel* m = g->model;
+    GpuModel* m = g->gpu;
     const int BT = m->B * m->T, V = m->vocab_size;
     for (int i = 0; i < BT; i++) { g->tokens[i] = i < len ? tokens[i] : tokens[0]; }
-    g->calls.forward(m, g->tokens, NULL, 0.0f, 0);
+    g->calls->forward(g->model, g->tokens, NULL, 0.0f, 0);
     cudaCheck(cudaMemcpy(g->logits_staging, m->logits + (size_t)(len - 1) * m->logits_stride, (size_t)V * sizeof(floatX),
                          cudaMemcpyDeviceToHost));
     float_from_floatX_host(g->logits_row, g->logits_staging, (size_t)V);
@@ -565,11 +554,11 @@ static const float* gpu_next_token_logits(void* ctx, const int* tokens, int len)
 // rank 0: fp32 values of the parameters
 static void gpu_save_model(void* ctx, const char* path) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    GpuModel* m = g->model;
+    GpuModel* m = g->gpu;
     cudaCheck(cudaStreamSynchronize(m->stream));
     float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
     gpu_model_download_parameters(m, host);
-    g->calls.write_model(m, path, host);
+    g->calls->write_model(g->model, path, host);
     free(host);
 }
 
@@ -591,17 +580,17 @@ typedef struct {
 static GpuStateStaging gpu_state_staging(const GpuTrainer* g, TrainState* s, const char* path) {
     GpuStateStaging st;
     st.shard = g->mg->shard.size;
-    st.master = g->model->master_weights != NULL ? st.shard : 0;
-    st.muon = g->model->use_muon ? g->model->muon_state_size : 0;
-    st.muon_master = g->model->muon_master != NULL ? st.muon : 0;
+    st.master = g->gpu->master_weights != NULL ? st.shard : 0;
+    st.muon = g->gpu->use_muon ? g->gpu->muon_state_size : 0;
+    st.muon_master = g->gpu->muon_master != NULL ? st.muon : 0;
     st.muon_at = trainer_state_extra_bytes(st.master);
     // 64-bit in the file: 6.2 GB for 1558M on one GPU
     size_t extra = st.muon_at + (st.muon + st.muon_master) * sizeof(float);
     if (!trainer_state_fits(st.shard, extra)) {
         llmc_die("%s: the optimizer state of this rank (%zu values, %zu extra bytes) does not fit in one file", path, st.shard, extra);
     }
-    s->num_parameters = g->model->num_parameters;
-    s->optimizer = g->model->use_muon;  // a resume with the other -op is refused (llmc/checkpoint.h)
+    s->num_parameters = g->gpu->num_parameters;
+    s->optimizer = g->gpu->use_muon;  // a resume with the other -op is refused (llmc/checkpoint.h)
     s->opt_offset = g->mg->shard.offset;
     s->opt_size = st.shard;
     s->extra_bytes = extra;
@@ -621,7 +610,7 @@ static void gpu_state_staging_free(GpuStateStaging* st) {
 
 static void gpu_save_state(void* ctx, const char* path, TrainState* s, const TrainerDetectors* d) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    GpuModel* model = g->model;
+    GpuModel* model = g->gpu;
     GpuStateStaging st = gpu_state_staging(g, s, path);
     cudaCheck(cudaStreamSynchronize(model->stream));
     cudaCheck(cudaMemcpy(st.m, model->m_memory, st.shard * sizeof(float), cudaMemcpyDeviceToHost));
@@ -641,7 +630,7 @@ static void gpu_save_state(void* ctx, const char* path, TrainState* s, const Tra
 
 static void gpu_load_state(void* ctx, const char* path, TrainState* expect, TrainState* got, TrainerDetectors* d) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    GpuModel* model = g->model;
+    GpuModel* model = g->gpu;
     GpuStateStaging st = gpu_state_staging(g, expect, path);
     train_state_read(path, expect, got, st.m, st.v, st.extra);
     trainer_state_extra_unpack(st.extra, d, st.w, st.master);
@@ -673,95 +662,98 @@ static TrainerComm gpu_trainer_comm(MultiGpu* mg) {
     return comm;
 }
 
-// -op and the Muon flags; returns 1 for muon, 0 for adamw (one error line for anything else)
-static int gpu_parse_optimizer(const TrainArgs* args, MuonConfig* muon) {
+// -op and the Muon flags into *muon; returns 1 for muon, 0 for adamw; a bad value is one line in the CPU trainers'
+// words (llmc/cpu/cpu_trainer.h cpu_parse_optimizer; argv0 names the program)
+static int gpu_parse_optimizer(const TrainArgs* args, const char* argv0, MuonConfig* muon) {
     int optimizer = optimizer_parse(args->optimizer);
-    if (optimizer < 0) { llmc_die("-op %s: unknown optimizer (adamw|muon)", args->optimizer); }
+    if (optimizer < 0) { llmc_die("flag -op: bad value \"%s\": use adamw or muon (run %s --help to list the flags)", args->optimizer, argv0); }
     muon->lr = args->muon_lr;
     muon->momentum = args->muon_momentum;
     muon->nesterov = args->muon_nesterov;
     muon->ns_steps = args->muon_ns_steps;
     muon->adjust_lr = muon_adjust_parse(args->muon_adjust_lr);
-    if (muon->adjust_lr < 0) { llmc_die("-oa %s: unknown Muon lr adjustment (original|match_rms_adamw)", args->muon_adjust_lr); }
+    if (muon->adjust_lr < 0) {
+        llmc_die("flag -oa: bad value \"%s\": use original or match_rms_adamw (run %s --help to list the flags)", args->muon_adjust_lr,
+                 argv0);
+    }
     return optimizer == OPTIMIZER_MUON;
 }
 
 // ----------------------------------------------------------------------------
 // a trainer's main() around its model
 
-typedef struct {
-    const TrainArgs* args;
-    int use_muon;             // -op muon, with these settings
+// A GPU trainer's main(): the flags (-op refused before the processes start), the processes (-pn -pr -pg -pi -ps
+// -pf, MPI) and this process's GPU and stream; rank 0's banner (program, GPU, precision, processes, ZeRO stage) and
+// flags; the data (a missing file says so before the model is loaded); the model (-e, or the newest complete
+// checkpoint in -o when resuming), -t against its longest sequence, this rank's ZeRO shard, -op muon, the state for
+// micro-batches of -b x -t (-r, -w), -ge; rank 0's line of the model; then llmc/trainer.h's loop (the GPU's peak
+// FLOP/s at the build's precision and a step's FLOPs for the MFU) through the model's GpuTrainer. model is the
+// family's model struct (unbuilt), gpu its GpuModel. Returns the exit status.
+static int gpu_trainer_main(int argc, char** argv, const char* program, const char* about, const ModelFamily* family,
+                            void* model, const GpuModelCalls* calls, GpuModel* gpu) {
+    ArgSpec table[TRAIN_ARG_COUNT];
+    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
+    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
+        if (strcmp(table[i].flag, "-e") == 0) {
+            table[i].default_value = family->load_default;
+            table[i].help = family->load_help;
+        }
+    }
+    TrainArgs args;
+    train_args_parse(table, TRAIN_GPU, &args, argc, argv, about);
     MuonConfig muon;
-    int muon_owners;          // the ranks Muon's matrices are spread over: the processes under ZeRO-1, else 1
+    const int use_muon = gpu_parse_optimizer(&args, argv[0], &muon);
     MultiGpu mg;
+    multi_gpu_init(&mg, &argc, &argv, args.num_processes, args.process_rank, args.gpus_per_node, args.nccl_init_method,
+                   args.server_ip, args.fs_path, args.zero_stage, 0);
+    const int rank = mg.process_rank;
     DeviceInfo dev;
+    device_info_query(&dev, mg.local_device_idx);
     cudaStream_t stream;
-    int resume_step;          // the step resumed from (-y 1 and a complete checkpoint in -o), else -1
-    char model_path[4200];    // the model to load: that step's checkpoint, else -e
-} GpuTrainerRun;
-
-// the flags (table: the trainers' TRAIN_ARG_COUNT rows; description heads --help), -op (refused before the
-// processes start), the processes (-pn -pr -pg -pi -ps -pf, MPI) and this
-// process's GPU and stream; rank 0 prints the banner (program, GPU, precision, processes, ZeRO stage) and
-// the flags; then the data and flags (a missing file says so before the model is loaded) and the model to
-// load: the newest complete checkpoint in -o when resuming, else -e. Returns run->resume_step.
-static int gpu_trainer_prepare(GpuTrainerRun* run, TrainArgs* args, const ArgSpec* table, int* argc, char*** argv,
-                               const char* program, const char* description) {
-    train_args_parse(table, TRAIN_GPU, args, *argc, *argv, description);
-    run->args = args;
-    run->use_muon = gpu_parse_optimizer(args, &run->muon);
-    multi_gpu_init(&run->mg, argc, argv, args->num_processes, args->process_rank, args->gpus_per_node, args->nccl_init_method,
-                   args->server_ip, args->fs_path, args->zero_stage, 0);
-    const int rank = run->mg.process_rank;
-    run->muon_owners = run->mg.zero_stage == 1 ? run->mg.num_processes : 1;
-    device_info_query(&run->dev, run->mg.local_device_idx);
-    cudaCheck(cudaStreamCreate(&run->stream));
+    cudaCheck(cudaStreamCreate(&stream));
     if (rank == 0) {
         printf("+-------------------------------------------------------------+\n");
-        printf("| %s: %s, precision %s, %d process(es), ZeRO-%d\n", program, run->dev.name, PRECISION_NAME,
-               run->mg.num_processes, run->mg.zero_stage);
+        printf("| %s: %s, precision %s, %d process(es), ZeRO-%d\n", program, dev.name, PRECISION_NAME,
+               mg.num_processes, mg.zero_stage);
         printf("+-------------------------------------------------------------+\n");
-        train_args_print_values(TRAIN_ARG_TABLE, TRAIN_GPU, args, stdout);
+        train_args_print_values(table, TRAIN_GPU, &args, stdout);
     }
-    run->resume_step = trainer_prepare(args, rank);
-    snprintf(run->model_path, sizeof(run->model_path), "%s", args->load_filename);
-    if (run->resume_step >= 0) {
-        trainer_checkpoint_path(run->model_path, sizeof(run->model_path), args->output_log_dir, "model", run->resume_step, -1);
+
+    // data and flags first (a missing file says so before the model is loaded), then the model
+    const int resume_step = trainer_prepare(&args, family, rank);
+    char model_path[4200];
+    snprintf(model_path, sizeof(model_path), "%s", args.load_filename);
+    if (resume_step >= 0) {
+        trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
     }
-    return run->resume_step;
-}
+    calls->build(model, model_path, resume_step >= 0, mg.zero_stage, mg.num_processes);
+    if (args.T > gpu->max_seq_len) {
+        llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, gpu->max_seq_len, model_path);
+    }
+    // this rank's ZeRO shard of the parameters (kept in the process group); Muon's matrices go whole to the ranks
+    // under ZeRO-1, else every rank updates them all
+    mg.num_parameters = gpu->num_parameters;
+    mg.shard = zero_shard(gpu->num_parameters, mg.zero_stage, mg.num_processes, rank);
+    if (use_muon) { calls->use_muon(model, &muon, mg.zero_stage == 1 ? mg.num_processes : 1, rank); }
+    calls->allocate_state(model, args.B, args.T, args.recompute, mg.shard, args.use_master_weights, stream);
+    if (calls->set_gelu_fusion != NULL) { calls->set_gelu_fusion(model, args.gelu_fusion); }
+    if (rank == 0) { calls->describe(model, model_path); }
 
-// once the model is built: this rank's ZeRO shard of its parameters (kept in the process group), -op muon with
-// the run's settings, and the model's state for micro-batches of -b x -t (-r, -w)
-static void gpu_trainer_allocate(GpuTrainerRun* run, GpuModel* m, GpuModelCalls calls) {
-    const TrainArgs* args = run->args;
-    run->mg.num_parameters = m->num_parameters;
-    run->mg.shard = zero_shard(m->num_parameters, run->mg.zero_stage, run->mg.num_processes, run->mg.process_rank);
-    if (run->use_muon) { calls.use_muon(m, &run->muon, args->learning_rate, run->muon_owners, run->mg.process_rank); }
-    calls.allocate_state(m, args->B, args->T, args->recompute, run->mg.shard, args->use_master_weights, run->stream);
-}
-
-// once the model's state is allocated: the training loop (trainer_init over this run's processes, the GPU's peak
-// FLOP/s at the build's precision and a step's FLOPs, gpt2_flops_per_step with the model's L and C = channels;
-// trainer_run through the model's GpuTrainer), then the model (calls.free), the stream and the processes are
-// freed. Returns trainer_run's exit status.
-static int gpu_trainer_train(GpuTrainerRun* run, GpuModel* m, GpuModelCalls calls, int channels) {
     Trainer trainer;
-    trainer_init(&trainer, run->args, gpu_trainer_comm(&run->mg), m->vocab_size, run->resume_step);
-    trainer.peak_flops = gpu_peak_flops(run->dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
-    trainer.flops_per_step = gpt2_flops_per_step(m->num_parameters, m->num_layers, channels, run->args->T,
+    trainer_init(&trainer, &args, family, gpu_trainer_comm(&mg), gpu->vocab_size, resume_step);
+    trainer.peak_flops = gpu_peak_flops(dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
+    trainer.flops_per_step = gpt2_flops_per_step(gpu->num_parameters, gpu->num_layers, gpu->channels, args.T,
                                                  (size_t)trainer.total_batch);
-    GpuTrainer gpu;
-    gpu_trainer_init(&gpu, m, calls, &run->mg);
-    TrainerOps ops = gpu_trainer_ops(&gpu);
+    GpuTrainer g;
+    gpu_trainer_init(&g, model, calls, gpu, &mg);
+    TrainerOps ops = gpu_trainer_ops(&g);
     int status = trainer_run(&trainer, &ops);
 
-    gpu_trainer_free(&gpu);
+    gpu_trainer_free(&g);
     trainer_free(&trainer);
-    calls.free(m);
-    cudaCheck(cudaStreamDestroy(run->stream));
-    multi_gpu_free(&run->mg);
+    calls->free(model);
+    cudaCheck(cudaStreamDestroy(stream));
+    multi_gpu_free(&mg);
     return status;
 }
 

@@ -13,22 +13,22 @@ dev/cuda_cpu/tests/test_train_gpu.cu: GPU-trainer state that test_gpt2cu does no
 
 static void check_master_weights(const char* path, int nproc, int rank) {
     GPT2 model;
-    gpt2_build(&model, path, 1, nproc);
-    ZeroShard shard = zero_shard(model.num_parameters, 1, nproc, rank);
+    gpt2_build(&model, path, 1, 1, nproc);  // a checkpoint, padded for ZeRO-1 over nproc
+    ZeroShard shard = zero_shard(model.gpu.num_parameters, 1, nproc, rank);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     gpt2_allocate_state(&model, 2, 64, 0, shard, 1, stream);
 
     GPT2Config cfg;
     int version = 0;
-    FILE* f = checkpoint_open(path, &cfg, &version);
-    float* want = (float*)mallocCheck(model.num_parameters * sizeof(float));
-    model_file_read_params(f, path, version, want, model.num_parameters);
+    FILE* f = gpt2_model_open(path, &cfg, &version);
+    float* want = (float*)mallocCheck(model.gpu.num_parameters * sizeof(float));
+    model_file_read_params(f, path, version, want, model.gpu.num_parameters);
     fcloseCheck(f, path);
 
     float* master = (float*)mallocCheck(shard.size * sizeof(float));
-    CHECK(model.master_weights != NULL, "BF16 with -w 1 allocates master weights");
-    cudaCheck(cudaMemcpy(master, model.master_weights, shard.size * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(model.gpu.master_weights != NULL, "BF16 with -w 1 allocates master weights");
+    cudaCheck(cudaMemcpy(master, model.gpu.master_weights, shard.size * sizeof(float), cudaMemcpyDeviceToHost));
     size_t differ = 0, not_bf16 = 0;
     for (size_t i = 0; i < shard.size; i++) {
         float w = want[shard.offset + i];
@@ -40,10 +40,10 @@ static void check_master_weights(const char* path, int nproc, int rank) {
     CHECK(differ == 0, "rank %d of %d: master weights equal the checkpoint's fp32 values bit for bit (%zu of %zu differ)", rank,
           nproc, differ, shard.size);
 
-    floatX* device = (floatX*)mallocCheck(model.num_parameters * sizeof(floatX));
-    cudaCheck(cudaMemcpy(device, model.params_memory, model.num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
+    floatX* device = (floatX*)mallocCheck(model.gpu.num_parameters * sizeof(floatX));
+    cudaCheck(cudaMemcpy(device, model.gpu.params_memory, model.gpu.num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
     size_t wrong = 0;
-    for (size_t i = 0; i < model.num_parameters; i++) {
+    for (size_t i = 0; i < model.gpu.num_parameters; i++) {
         uint16_t bits;
         memcpy(&bits, &device[i], sizeof(bits));
         wrong += bits != bf16_bits_round_nearest(want[i]);
