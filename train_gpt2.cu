@@ -52,19 +52,10 @@ Activations and parameters are floatX (bf16 or fp32); statistics, losses, optimi
 // GPT-2 model definition
 
 // the 16 parameter tensors in checkpoint order as floatX views, and LayerParams: one layer's 12 of them
-// (llmc/gpt2.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...)
+// (llmc/gpt2.h has the table: wte (Vp,C), wpe (maxT,C), ln1w (L,C), qkvw (L,3C,C), ...), pointed into the device
+// buffers by gpu_model_point, a layer's view made by gpu_model_layer (llmc/cuda/gpu_trainer.cuh)
 typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } ParameterTensors;
 typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } LayerParams;
-
-static void gpt2_point_parameters(ParameterTensors* p, floatX* memory, const GPT2Config* cfg) {
-    tensor_table_point(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, p, memory, sizeof(floatX));
-}
-
-static LayerParams gpt2_layer_params(const ParameterTensors* p, const GPT2Config* cfg, int l) {
-    LayerParams w;
-    tensor_table_layer(gpt2_parameter_dims, cfg, GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS, &w, p, sizeof(floatX), l);
-    return w;
-}
 
 // The activations, in buffer order: rows X(type, name, per_layer, per_token, has_grad), the CPU's rows
 // (llmc/gpt2.h GPT2_ACTIVATION_TENSORS) with the element type in front (llmc/cuda/gpu_trainer.cuh GPU_ACT_*).
@@ -168,13 +159,10 @@ static void gpt2_build(void* m, const char* load, int from_file, int zero_stage,
     if (kind != 1) { f = gpt2_model_open(load, &cfg, &version); }
     memset(model, 0, sizeof(*model));
     model->config = cfg;
-    size_t sizes[GPT2_NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(sizes, &cfg);
-    gpu_model_init(&model->gpu, sizes, GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX,
-                   GPT2_PARAMETER_PER_LAYER, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
+    gpu_model_init(&model->gpu, &GPT2_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
     gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
-    gpt2_point_parameters(&model->params, model->gpu.params_memory, &model->config);
-    gpt2_point_parameters(&model->grads, model->gpu.grads_memory, &model->config);
+    gpu_model_point(&model->gpu, &model->params, model->gpu.params_memory);
+    gpu_model_point(&model->gpu, &model->grads, model->gpu.grads_memory);
     float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
     if (kind == 1) {
         gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/gpt2.h, as train_gpt2.c
@@ -259,7 +247,6 @@ static void gpt2_forward(void* m, const int* inputs, const int* targets, float d
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     const int BT = B * T;
-    const GPT2Config* cfg = &model->config;
     cudaStream_t stream = model->gpu.stream;
     CublasContext* ctx = &model->gpu.cublas;
     ParameterTensors p = model->params;
@@ -270,7 +257,7 @@ static void gpt2_forward(void* m, const int* inputs, const int* targets, float d
     // layernorm runs on its own
     layernorm_forward(gpt2_layer_acts(model, 0).ln1, acts.ln1_mean, acts.ln1_rstd, acts.encoded, p.ln1w, p.ln1b, BT, C, stream);
     for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
+        LayerParams w = gpu_model_layer<LayerParams>(&model->gpu, &model->params, l);
         LayerActs a = gpt2_layer_acts(model, l);
         // attention block
 #ifdef ENABLE_CUDNN
@@ -295,7 +282,7 @@ static void gpt2_forward(void* m, const int* inputs, const int* targets, float d
         matmul_forward(ctx, acts.scratch_btc, a.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, NULL); // (B,T,C)
         // residual3 = residual2 + fcproj, then the next layernorm (the next layer's ln1, or the final one)
         if (l + 1 < L) {
-            LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
+            LayerParams wn = gpu_model_layer<LayerParams>(&model->gpu, &model->params, l + 1);
             LayerActs an = gpt2_layer_acts(model, l + 1);
             fused_residual_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, acts.scratch_btc,
                                    wn.ln1w, wn.ln1b, BT, C, stream);
@@ -317,7 +304,6 @@ static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) 
     const int L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int Vp = model->config.padded_vocab_size;
     const int BT = B * T;
-    const GPT2Config* cfg = &model->config;
     cudaStream_t stream = model->gpu.stream;
     CublasContext* ctx = &model->gpu.cublas;
     ParameterTensors p = model->params, g = model->grads;
@@ -330,8 +316,8 @@ static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) 
     layernorm_backward(acts.dresidual, g.lnfw, g.lnfb, acts.fscratch, acts.scratch_btc, gpt2_layer_acts(model, L - 1).residual3,
                        p.lnfw, acts.lnf_mean, acts.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
-        LayerParams w = gpt2_layer_params(&model->params, cfg, l);
-        LayerParams dw = gpt2_layer_params(&model->grads, cfg, l);
+        LayerParams w = gpu_model_layer<LayerParams>(&model->gpu, &model->params, l);
+        LayerParams dw = gpu_model_layer<LayerParams>(&model->gpu, &model->grads, l);
         LayerActs a = gpt2_layer_acts(model, l);
         // recompute what the forward pass did not keep
         if (model->gpu.recompute >= 2) {
@@ -381,14 +367,9 @@ static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) 
 
 static void gpt2_set_gelu_fusion(void* model, int on) { ((GPT2*)model)->gelu_fusion = on; }
 
-static void gpt2_write_model(const void* model, const char* path, const float* params) {
-    const GPT2* m = (const GPT2*)model;
-    gpt2_model_write(path, &m->config, params, m->gpu.num_parameters);
-}
-
 static const GpuModelCalls gpt2_calls = {
     gpt2_build, gpt2_describe, gpt2_use_muon, gpt2_allocate_state, gpt2_set_gelu_fusion,
-    gpt2_forward, gpt2_backward, gpt2_write_model, gpt2_free,
+    gpt2_forward, gpt2_backward, gpt2_free,
 };
 
 // ----------------------------------------------------------------------------

@@ -61,16 +61,6 @@ HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3GpuParams;
 typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3GpuLayerParams;
 
-static void llama3_point_parameters(Llama3GpuParams* p, floatX* memory, const Llama3Config* cfg) {
-    tensor_table_point(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, p, memory, sizeof(floatX));
-}
-
-static Llama3GpuLayerParams llama3_layer_params(const Llama3GpuParams* p, const Llama3Config* cfg, int l) {
-    Llama3GpuLayerParams w;
-    tensor_table_layer(llama3_parameter_dims, cfg, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS, &w, p, sizeof(floatX), l);
-    return w;
-}
-
 // The activations, in buffer order: rows X(type, name, per_layer, per_token, has_grad), the CPU's rows
 // (llmc/llama3.h) with the element type in front, as train_gpt2.cu's (llmc/cuda/gpu_trainer.cuh GPU_ACT_*):
 // a tensor is (B, T, per_token), or (L, B, T, per_token) when per_layer; keep_norms and keep_swiglu are 0 when the
@@ -200,14 +190,12 @@ static void llama3_build(void* m, const char* load, int from_file, int zero_stag
         f = llama3_model_open(load, &cfg, &version);
     }
     memset(model, 0, sizeof(*model));
-    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
-    llama3_parameter_sizes(sizes, &cfg);
-    gpu_model_init(&model->gpu, sizes, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX,
-                   LLAMA3_PARAMETER_PER_LAYER, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
     model->config = cfg;
+    gpu_model_init(&model->gpu, &LLAMA3_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
+    const size_t* sizes = model->gpu.param_sizes;
     gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
-    llama3_point_parameters(&model->params, model->gpu.params_memory, &model->config);
-    llama3_point_parameters(&model->grads, model->gpu.grads_memory, &model->config);
+    gpu_model_point(&model->gpu, &model->params, model->gpu.params_memory);
+    gpu_model_point(&model->gpu, &model->grads, model->gpu.grads_memory);
     float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
     if (scratch) {
         llama3_init_params_from_scratch(host, &cfg, sizes, TRAINER_INIT_SEED);
@@ -344,7 +332,7 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, float
     // each layer ends with the next RMSNorm fused into its last residual add, so the first runs on its own
     rmsnorm_forward(llama3_layer_acts(model, 0).ln1, acts.ln1_rstd, acts.encoded, p.ln1w, eps, BT, C, stream);
     for (int l = 0; l < L; l++) {
-        Llama3GpuLayerParams w = llama3_layer_params(&model->params, cfg, l);
+        Llama3GpuLayerParams w = gpu_model_layer<Llama3GpuLayerParams>(&model->gpu, &model->params, l);
         Llama3LayerActs a = llama3_layer_acts(model, l);
         // attention block
 #ifdef ENABLE_CUDNN
@@ -368,7 +356,7 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, float
         matmul_forward(ctx, acts.scratch_btc, a.fch_swiglu, w.fcprojw, NULL, BT, FFN, C, NULL);          // (B,T,C)
         // residual3 = residual2 + fcproj, then the next RMSNorm (the next layer's ln1, or the final one)
         if (l + 1 < L) {
-            Llama3GpuLayerParams wn = llama3_layer_params(&model->params, cfg, l + 1);
+            Llama3GpuLayerParams wn = gpu_model_layer<Llama3GpuLayerParams>(&model->gpu, &model->params, l + 1);
             Llama3LayerActs an = llama3_layer_acts(model, l + 1);
             fused_residual_rmsnorm_forward(a.residual3, an.ln1, an.ln1_rstd, a.residual2, acts.scratch_btc, wn.ln1w, eps, BT, C,
                                            stream);
@@ -407,8 +395,8 @@ static void llama3_backward(void* m, const int* inputs, MultiGpu* mg, int reduce
     rmsnorm_backward(acts.dresidual, g.lnfw, acts.fscratch, acts.scratch_btc, llama3_layer_acts(model, L - 1).residual3, p.lnfw,
                      acts.lnf_rstd, BT, C, stream);
     for (int l = L - 1; l >= 0; l--) {
-        Llama3GpuLayerParams w = llama3_layer_params(&model->params, cfg, l);
-        Llama3GpuLayerParams dw = llama3_layer_params(&model->grads, cfg, l);
+        Llama3GpuLayerParams w = gpu_model_layer<Llama3GpuLayerParams>(&model->gpu, &model->params, l);
+        Llama3GpuLayerParams dw = gpu_model_layer<Llama3GpuLayerParams>(&model->gpu, &model->grads, l);
         Llama3LayerActs a = llama3_layer_acts(model, l);
         // recompute what the forward pass did not keep
         if (model->gpu.recompute >= 2) {
@@ -447,15 +435,10 @@ static void llama3_backward(void* m, const int* inputs, MultiGpu* mg, int reduce
 // what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
 // calls, each taking the Llama3 struct, as one table
 
-static void llama3_write_model(const void* model, const char* path, const float* params) {
-    const Llama3* m = (const Llama3*)model;
-    llama3_model_write(path, &m->config, params, m->gpu.num_parameters);
-}
-
 // no -ge: SwiGLU has no cuBLASLt epilogue here
 static const GpuModelCalls llama3_calls = {
     llama3_build, llama3_describe, llama3_use_muon, llama3_allocate_state, NULL,
-    llama3_forward, llama3_backward, llama3_write_model, llama3_free,
+    llama3_forward, llama3_backward, llama3_free,
 };
 
 // ----------------------------------------------------------------------------

@@ -338,6 +338,7 @@ static const ModelFamily GPT2_FAMILY = {
     "max sequence length",
     &GPT2_DEBUG_STATE, "train_gpt2.py",
     GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX, GPT2_PARAMETER_PER_LAYER, gpt2_parameter_dims,
+    GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS,
 };
 
 #endif // LLMC_GPT2_H

@@ -263,7 +263,7 @@ static const ModelFamily LLAMA3_FAMILY = {
     "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
     "block size", &LLAMA3_DEBUG_STATE, "train_llama3.py",
     LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER,
-    llama3_parameter_dims,
+    llama3_parameter_dims, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS,
 };
 
 #endif // LLMC_LLAMA3_H

@@ -38,6 +38,8 @@ typedef struct {
     const int* tensor_is_matrix;          // the 2-D weights: AdamW decays them, Muon trains the per-layer ones
     const int* tensor_per_layer;          // L slices, one per layer
     TensorDimsFn tensor_dims;             // (slices, rows, cols) of each, for a config (llmc/model_file.h)
+    int first_layer_tensor;               // one layer's tensors: num_layer_tensors rows from this one, back to back
+    int num_layer_tensors;
 } ModelFamily;
 
 static inline void model_family_dims(const ModelFamily* f, const void* config, size_t (*dims)[3]) {

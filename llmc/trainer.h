@@ -403,6 +403,21 @@ static inline void trainer_require_files_(const char* pattern, const char* flag,
     }
 }
 
+// The flags of a trainer of `backend` running a model of `family` into *args: the trainers' table (llmc/args.h) with
+// the family's -e default and help, copied into table (TRAIN_ARG_COUNT rows, printed later with the run's values);
+// --help (about heads it) prints the backend's rows and exits, a bad or another backend's flag is one error line.
+static inline void trainer_parse_args(TrainArgs* args, ArgSpec* table, int backend, const ModelFamily* family, int argc,
+                                      char** argv, const char* about) {
+    memcpy(table, TRAIN_ARG_TABLE, TRAIN_ARG_COUNT * sizeof(ArgSpec));
+    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
+        if (strcmp(table[i].flag, "-e") == 0) {
+            table[i].default_value = family->load_default;
+            table[i].help = family->load_help;
+        }
+    }
+    train_args_parse(table, backend, args, argc, argv, about);
+}
+
 // Checks the flags that depend on each other and that every data file exists, before a model is
 // built; returns the step to resume from (-y 1: the newest complete checkpoint in -o), or -1.
 static inline int trainer_prepare(const TrainArgs* a, const ModelFamily* family, int rank) {

@@ -254,15 +254,8 @@ static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, c
 static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, const char* about, const ModelFamily* family,
                                      void* model, const CpuModelCalls* calls, CpuModel* cpu) {
     ArgSpec table[TRAIN_ARG_COUNT];
-    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
-    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
-        if (strcmp(table[i].flag, "-e") == 0) {
-            table[i].default_value = family->load_default;
-            table[i].help = family->load_help;
-        }
-    }
     TrainArgs args;
-    train_args_parse(table, TRAIN_CPU, &args, argc, argv, about);
+    trainer_parse_args(&args, table, TRAIN_CPU, family, argc, argv, about);
     cpu_parse_precision(args.precision, argv[0]);
     MuonConfig muon;
     int optimizer = cpu_parse_optimizer(&args, argv[0], &muon);

@@ -23,9 +23,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     GPU_ACT_FIELD, GPU_ACT_POINT, GPU_ACT_LAYER   a model's activation table, rows X(type, name, per_layer,
                               per_token, has_grad) as the CPU's, expanded to its struct's pointers, pointed into
                               memory (gpu_act_point), and layer l's views (gpu_act_slice)
-    gpu_model_init(m, sizes, n, names, is_matrix, per_layer, L, C, V, maxT)
-                              the table, from the model's X-macro table (GPT2_PARAMETER_TENSORS) expanded to
-                              sizes and flags; zeroes everything else
+    gpu_model_init(m, family, config, L, C, V, maxT)
+                              the family's tensor table at the model's config (llmc/model_family.h); zeroes
+                              everything else
     gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
     gpu_model_upload_parameters(m, host) / gpu_model_download_parameters(m, host)
                               host fp32 <-> device floatX (rounded to nearest / exact)
@@ -47,10 +47,11 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_model_update(m, mg, lr, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t)
                               AdamW on the shard at lr (Muon on its matrices at muon_lr: trainer_run's, from
                               the -ol schedule), then the ZeRO-1 all-gather
-    GpuModelCalls             the model's calls, each taking the model's struct: those the trainer drives
-                              (forward, backward, write_model) and those the programs around it make (build,
-                              describe, use_muon, allocate_state, set_gelu_fusion, free); a model writes them
-                              out and hands them over as one table (static const GpuModelCalls gpt2_calls)
+    GpuModelCalls             the model's calls, each taking the model's struct as void*: those the trainer drives
+                              (forward, backward) and those the programs around it make (build, describe,
+                              use_muon, allocate_state, set_gelu_fusion, free); a model writes them out and hands
+                              them over as one table (static const GpuModelCalls gpt2_calls). Its model file is
+                              written from its family and config (gpu_save_model, llmc/model_file.h)
     GpuTrainer, gpu_trainer_init(g, model, calls, gpu, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
                               the TrainerOps of a model; gpu_save_model, gpu_save_state, gpu_load_state are
                               its checkpoint calls (test programs call them directly)
@@ -77,6 +78,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 #include "../checkpoint.h"
 #include "../mfu.h"
 #include "../muon_config.h"
+#include "../model_family.h"
 #include "../trainer.h"
 #include "cuda_common.cuh"
 #include "cublas_common.cuh"
@@ -94,6 +96,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 #define GPU_MODEL_MAX_TENSORS 32
 
 typedef struct {
+    const ModelFamily* family;  // the model's family (llmc/model_family.h) and its config: what its model file holds
+    const void* config;
     // the tensor table, file order
     int num_tensors;
     const char* const* names;
@@ -173,26 +177,47 @@ static void* gpu_act_slice(void* tensor, int index, size_t bytes) {
     return tensor != NULL ? (void*)((char*)tensor + (size_t)index * gpu_act_slice_bytes(bytes)) : NULL;
 }
 
-static void gpu_model_init(GpuModel* m, const size_t* sizes, int num_tensors, const char* const* names, const int* is_matrix,
-                           const int* per_layer, int num_layers, int channels, int vocab_size, int max_seq_len) {
+// the tensor table of a model of this family and config (llmc/model_family.h; config stays the model's, it is
+// what its model file is written from), zeroes everything else
+static void gpu_model_init(GpuModel* m, const ModelFamily* family, const void* config, int num_layers, int channels,
+                           int vocab_size, int max_seq_len) {
     memset(m, 0, sizeof(*m));
+    const int num_tensors = family->num_tensors;
     if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
+    m->family = family;
+    m->config = config;
     m->num_tensors = num_tensors;
-    m->names = names;
-    m->is_matrix = is_matrix;
-    m->per_layer = per_layer;
+    m->names = family->tensor_names;
+    m->is_matrix = family->tensor_is_matrix;
+    m->per_layer = family->tensor_per_layer;
+    size_t sizes[GPU_MODEL_MAX_TENSORS];
+    m->num_parameters = tensor_table_sizes(family->tensor_dims, config, num_tensors, sizes);
     size_t off = 0;
     for (int i = 0; i < num_tensors; i++) {
         m->param_sizes[i] = sizes[i];
         m->param_offsets[i] = off;
         off += sizes[i];
     }
-    m->num_parameters = off;
     m->num_layers = num_layers;
     m->channels = channels;
     m->vocab_size = vocab_size;
     m->max_seq_len = max_seq_len;
     m->mean_loss = -1.0f;
+}
+
+// points views (the model's struct of floatX pointers, one per parameter tensor in table order) into memory: the
+// device parameters or gradients
+static void gpu_model_point(const GpuModel* m, void* views, floatX* memory) {
+    tensor_table_point(m->family->tensor_dims, m->config, m->num_tensors, views, memory, sizeof(floatX));
+}
+
+// layer l's view (a struct of one layer's floatX pointers) of the model's parameter or gradient views
+template <typename LayerViews, typename Views>
+static LayerViews gpu_model_layer(const GpuModel* m, const Views* views, int l) {
+    const ModelFamily* f = m->family;
+    LayerViews w;
+    tensor_table_layer(f->tensor_dims, m->config, f->first_layer_tensor, f->num_layer_tensors, &w, views, sizeof(floatX), l);
+    return w;
 }
 
 // parameters and gradients on the device; padded so that the ZeRO-1 all-gather stays in bounds
@@ -477,7 +502,6 @@ typedef struct {
     // micro-batch, so each finished layer's gradients start their reduction over the processes
     void (*backward)(void* model, const int* inputs, MultiGpu* mg, int reduce);
     // the model file of these fp32 parameters (num_parameters of them)
-    void (*write_model)(const void* model, const char* path, const float* params);
     void (*free)(void* model);
 } GpuModelCalls;
 
@@ -558,7 +582,7 @@ static void gpu_save_model(void* ctx, const char* path) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
     gpu_model_download_parameters(m, host);
-    g->calls->write_model(g->model, path, host);
+    model_file_write(path, m->family->model_file, m->config, host, m->num_parameters);
     free(host);
 }
 
@@ -692,15 +716,8 @@ static int gpu_parse_optimizer(const TrainArgs* args, const char* argv0, MuonCon
 static int gpu_trainer_main(int argc, char** argv, const char* program, const char* about, const ModelFamily* family,
                             void* model, const GpuModelCalls* calls, GpuModel* gpu) {
     ArgSpec table[TRAIN_ARG_COUNT];
-    memcpy(table, TRAIN_ARG_TABLE, sizeof(table));
-    for (int i = 0; i < TRAIN_ARG_COUNT; i++) {
-        if (strcmp(table[i].flag, "-e") == 0) {
-            table[i].default_value = family->load_default;
-            table[i].help = family->load_help;
-        }
-    }
     TrainArgs args;
-    train_args_parse(table, TRAIN_GPU, &args, argc, argv, about);
+    trainer_parse_args(&args, table, TRAIN_GPU, family, argc, argv, about);
     MuonConfig muon;
     const int use_muon = gpu_parse_optimizer(&args, argv[0], &muon);
     MultiGpu mg;
