@@ -425,8 +425,9 @@ encode: encode.c $(LLMC_HEADERS)
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 	$(PY) dev/write_bpe.py
 
-# generate: KV-cached sampling with train_gpt2.c's and train_llama3.c's models (included with LLMC_NO_MAIN), llmc/bpe.h, llmc/tokenizer.h and llmc/sampler.h
-generate: generate.c train_gpt2.c train_llama3.c $(LLMC_HEADERS)
+# generate: KV-cached sampling with every family's inference (llmc/cpu/kv_cache.h, llmc/cpu/gpt2_inference.h,
+# llmc/cpu/llama3_inference.h), llmc/bpe.h, llmc/tokenizer.h and llmc/sampler.h
+generate: generate.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------------------- Python bindings (H7): pyllmc

@@ -6,270 +6,45 @@ generate: text generation from an llmc GPT-2 or Llama 3 model file on the CPU, w
     ./generate -e llama3_d2.bin -t llama3_tokenizer.bin -p "ROMEO:"          a Llama 3 model
     ./generate -e llama3_d2.bin -t llama3_tokenizer.bin --ids "128000 791"   its prompt as token ids
 
-The family comes from the model file's magic (20240326 GPT-2, 20240803 Llama 3). Llama 3 models use
-train_llama3.c's model and the Llama 3 tokenizer file (llmc/tokenizer.h): it decodes, and its token
-bytes are the BPE ranks that encode a text prompt (llmc/bpe.h, bpe_init_llama3: the same ids as the
-`tokenizers` library on the tokenizer.json; text that looks like a special token stays text). A text
-prompt starts with BOS; --ids gives the ids as they are (default: BOS alone). --print-ids prints the
-prompt's ids to stderr. The Llama 3 cache holds the NKV key/value heads only (GQA: NH/NKV query heads
-read each cached head).
+The family comes from the model file's magic (llmc/model_family.h's model_family_by_magic over the families'
+descriptions, llmc/gpt2.h and llmc/llama3.h; no model file, e.g. -e dN, is GPT-2's). Each family brings only
+hooks and data (GenerateFamily below): its model and tokenizer, its cached forward pass (llmc/cpu/gpt2_inference.h,
+llmc/cpu/llama3_inference.h, over llmc/cpu/kv_cache.h), its prompt encoder, its token writer, its start and end
+tokens; one generation loop runs every family. The prompt goes through the model once, then each new token costs
+the forward pass of ONE position, not a recompute of the whole sequence. Tokens are drawn with llmc/sampler.h and
+printed as they come (flushed per token). A fixed --seed gives the same text every run.
 
-The model and its layers are train_gpt2.c's (included with LLMC_NO_MAIN defined, so its main() is
-left out). Generation keeps every layer's keys and values in a cache: the prompt goes through
-the model once, then each new token costs the forward pass of ONE position (a matrix-vector
-product per weight matrix and attention over the cached positions), not a recompute of the
-whole sequence. Prompts are encoded with llmc/bpe.h (the same ids as tiktoken's gpt2; the
-text "<|endoftext|>" in a prompt is the special token), tokens are drawn with llmc/sampler.h
-and printed as they come (flushed per token). A fixed --seed gives the same text every run.
+GPT-2 prompts are encoded with llmc/bpe.h (the same ids as tiktoken's gpt2; the text "<|endoftext|>" in a prompt
+is the special token); no prompt is <|endoftext|> alone. Llama 3 models use the Llama 3 tokenizer file
+(llmc/tokenizer.h): it decodes, and its token bytes are the BPE ranks that encode a text prompt (llmc/bpe.h,
+bpe_init_llama3: the same ids as the `tokenizers` library on the tokenizer.json; text that looks like a special
+token stays text). A text prompt starts with BOS; --ids gives the ids as they are (default: BOS alone), and a
+prompt not given as -p text (--ids, a line of -i) is printed decoded. --print-ids prints the prompt's ids to
+stderr.
 
---check-kv recomputes the full sequence with train_gpt2.c's gpt2_forward at every step and
-compares its last-position logits with the cached path's (fails above 1e-4): the test of the cache.
+--check-kv recomputes the whole sequence at every step in a second, fresh cache fed all of it in one pass (the
+prompt path: GEMMs over every position) and compares its last-position logits with the incremental cache's (one
+position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_cache.h's kv_check_step).
 */
-#define LLMC_NO_MAIN
-#include "train_gpt2.c"
-#include "train_llama3.c"
-#include "llmc/bpe.h"
-#include "llmc/sampler.h"
-
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-// ----------------------------------------------------------------------------
-// the KV-cached forward pass (batch 1), of either family: the cache holds NKV key/value heads per layer
-// (GPT-2: NKV = NH) and the work buffers of up to maxT positions
-
-typedef struct {
-    int maxT, C, L, NH, NKV, HS, QKV, FFN, V;
-    int pos;               // positions already in the cache
-    float* key_cache;      // (L, maxT, NKV*HS), Llama 3's after RoPE
-    float* value_cache;    // (L, maxT, NKV*HS)
-    float* x;              // (maxT, C) the residual stream
-    float* ln;             // (maxT, C)
-    float* mean;           // (maxT)
-    float* rstd;           // (maxT)
-    float* qkv;            // (maxT, QKV) the NH query heads, then the NKV key and value heads
-    float* atty;           // (maxT, C)
-    float* proj;           // (maxT, C)
-    float* fch;            // (maxT, FFN) the MLP's first hidden layer (GPT-2: fc, Llama 3: the gate)
-    float* fch2;           // (maxT, FFN) its second (GPT-2: gelu(fc), Llama 3: the up projection)
-    float* scores;         // (threads, maxT) attention scores scratch
-    float* logits;         // (V) logits of the last position
-} KVCache;
-
-static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int FFN, int V) {
-    kv->maxT = maxT;
-    kv->C = C;
-    kv->L = L;
-    kv->NH = NH;
-    kv->NKV = NKV;
-    kv->HS = C / NH;
-    kv->QKV = (NH + 2 * NKV) * kv->HS;
-    kv->FFN = FFN;
-    kv->V = V;
-    kv->pos = 0;
-    size_t T = (size_t)maxT, KVC = (size_t)NKV * kv->HS;
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
-    kv->key_cache = (float*)mallocCheck((size_t)L * T * KVC * sizeof(float));
-    kv->value_cache = (float*)mallocCheck((size_t)L * T * KVC * sizeof(float));
-    kv->x = (float*)mallocCheck(T * C * sizeof(float));
-    kv->ln = (float*)mallocCheck(T * C * sizeof(float));
-    kv->mean = (float*)mallocCheck(T * sizeof(float));
-    kv->rstd = (float*)mallocCheck(T * sizeof(float));
-    kv->qkv = (float*)mallocCheck(T * kv->QKV * sizeof(float));
-    kv->atty = (float*)mallocCheck(T * C * sizeof(float));
-    kv->proj = (float*)mallocCheck(T * C * sizeof(float));
-    kv->fch = (float*)mallocCheck(T * FFN * sizeof(float));
-    kv->fch2 = (float*)mallocCheck(T * FFN * sizeof(float));
-    kv->scores = (float*)mallocCheck((size_t)nthreads * T * sizeof(float));
-    kv->logits = (float*)mallocCheck((size_t)V * sizeof(float));
-}
-
-static void kvcache_free(KVCache* kv) {
-    free(kv->key_cache); free(kv->value_cache); free(kv->x); free(kv->ln); free(kv->mean); free(kv->rstd);
-    free(kv->qkv); free(kv->atty); free(kv->proj); free(kv->fch); free(kv->fch2); free(kv->scores); free(kv->logits);
-}
-
-// out[o] = bias[o] + weight[o,:] . inp, for one position. Each dot product keeps MV_LANES
-// independent partial sums (so the compiler can use SIMD without reordering float math) and
-// adds them in a fixed order: the result does not depend on the thread count.
-#define MV_LANES 16
-static void matvec_forward(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
-    // out is (OC), inp is (C), weight is (OC, C), bias is (OC) or NULL
-    int Cv = C - C % MV_LANES;
-    #pragma omp parallel for schedule(static) if ((size_t)OC * C >= (1u << 16))
-    for (int o = 0; o < OC; o++) {
-        const float* w = weight + (size_t)o * C;
-        float acc[MV_LANES] = {0.0f};
-        for (int c = 0; c < Cv; c += MV_LANES) {
-            for (int j = 0; j < MV_LANES; j++) { acc[j] += w[c + j] * inp[c + j]; }
-        }
-        float s = 0.0f;
-        for (int j = 0; j < MV_LANES; j++) { s += acc[j]; }
-        for (int c = Cv; c < C; c++) { s += w[c] * inp[c]; }
-        out[o] = s + (bias != NULL ? bias[o] : 0.0f);
-    }
-}
-
-// The element-wise layers over n positions: train_gpt2.c's functions for a prompt, a plain loop
-// for one position (the same math; a parallel region would cost more than the work).
-static void layernorm_rows(KVCache* kv, float* out, const float* inp, const float* weight, const float* bias, int n, int C) {
-    // out and inp are (n, C), weight and bias are (C)
-    if (n > 1) { layernorm_forward(out, kv->mean, kv->rstd, inp, weight, bias, 1, n, C); return; }
-    float m = layernorm_mean(inp, C);
-    float s = layernorm_rstd(inp, m, C);
-    for (int i = 0; i < C; i++) { out[i] = (inp[i] - m) * s * weight[i] + bias[i]; }
-}
-
-static void gelu_rows(float* out, const float* inp, int n, size_t N) {
-    // out and inp are (N) = (n, 4C)
-    if (n > 1) { gelu_forward(out, inp, N); return; }
-    for (size_t i = 0; i < N; i++) { out[i] = gelu_tanh_forward(inp[i]); }
-}
-
-static void residual_rows(float* x, const float* y, int n, size_t N) {
-    // x += y, both (N) = (n, C)
-    if (n > 1) { residual_forward(x, x, y, N); return; }
-    for (size_t i = 0; i < N; i++) { x[i] += y[i]; }
-}
-
-// a linear layer over n positions: one position is a matrix-vector product
-static void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int n, int C, int OC) {
-    // out is (n, OC), inp is (n, C)
-    if (n == 1) { matvec_forward(out, inp, weight, bias, C, OC); }
-    else { matmul_forward(out, inp, weight, bias, 1, n, C, OC); }
-}
-
-// causal attention of n new positions (pos0 .. pos0+n-1) over the cached keys/values 0 .. pos0+n-1;
-// query head h reads cached head h / (NH/NKV) (GPT-2: NKV = NH)
-static void attention_forward_cached(float* out, float* scores, const float* q_rows, int q_stride, const float* key_cache,
-                                     const float* value_cache, int pos0, int n, int C, int NH, int NKV, int maxT) {
-    // out is (n, C); q_rows is (n, q_stride) with the NH query heads first; key/value_cache are
-    // (maxT, NKV*HS); scores is (threads, maxT) scratch
-    int HS = C / NH, KVC = NKV * HS, rep = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(2) if ((size_t)n * (pos0 + n) * C >= (1u << 16))
-    for (int t = 0; t < n; t++) {
-        for (int h = 0; h < NH; h++) {
-#ifdef _OPENMP
-            float* s = scores + (size_t)omp_get_thread_num() * maxT;
-#else
-            float* s = scores;
-#endif
-            const float* q = q_rows + (size_t)t * q_stride + h * HS;
-            int kvh = (h / rep) * HS;
-            int last = pos0 + t;   // attends to positions 0..last
-            float maxval = -INFINITY;
-            for (int t2 = 0; t2 <= last; t2++) {
-                const float* k = key_cache + (size_t)t2 * KVC + kvh;
-                float dot = 0.0f;
-                for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
-                dot *= scale;
-                s[t2] = dot;
-                if (dot > maxval) { maxval = dot; }
-            }
-            float sum = 0.0f;
-            for (int t2 = 0; t2 <= last; t2++) {
-                s[t2] = expf(s[t2] - maxval);
-                sum += s[t2];
-            }
-            float inv = 1.0f / sum;
-            float* o = out + (size_t)t * C + h * HS;
-            for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
-            for (int t2 = 0; t2 <= last; t2++) {
-                const float* v = value_cache + (size_t)t2 * KVC + kvh;
-                float a = s[t2] * inv;
-                for (int i = 0; i < HS; i++) { o[i] += a * v[i]; }
-            }
-        }
-    }
-}
-
-// feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
-static void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, int n) {
-    int C = kv->C, L = kv->L, NH = kv->NH, maxT = kv->maxT;
-    if (n < 1 || kv->pos + n > maxT) {
-        llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
-    }
-    GPT2Params p = model->params;
-    size_t nC = (size_t)n * C;
-    encoder_forward(kv->x, tokens, p.wte, p.wpe + (size_t)kv->pos * C, 1, n, C); // (n, C)
-    for (int l = 0; l < L; l++) {
-        GPT2LayerParams w = gpt2_layer_params(&model->params, &model->config, l);
-        float* l_kc = kv->key_cache + (size_t)l * maxT * C;
-        float* l_vc = kv->value_cache + (size_t)l * maxT * C;
-        // attention block
-        layernorm_rows(kv, kv->ln, kv->x, w.ln1w, w.ln1b, n, C);
-        linear_forward(kv->qkv, kv->ln, w.qkvw, w.qkvb, n, C, 3 * C);
-        for (int t = 0; t < n; t++) {
-            memcpy(l_kc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + C, C * sizeof(float));
-            memcpy(l_vc + (size_t)(kv->pos + t) * C, kv->qkv + (size_t)t * 3 * C + 2 * C, C * sizeof(float));
-        }
-        attention_forward_cached(kv->atty, kv->scores, kv->qkv, 3 * C, l_kc, l_vc, kv->pos, n, C, NH, NH, maxT);
-        linear_forward(kv->proj, kv->atty, w.attprojw, w.attprojb, n, C, C);
-        residual_rows(kv->x, kv->proj, n, nC);
-        // MLP block
-        layernorm_rows(kv, kv->ln, kv->x, w.ln2w, w.ln2b, n, C);
-        linear_forward(kv->fch, kv->ln, w.fcw, w.fcb, n, C, 4 * C);
-        gelu_rows(kv->fch2, kv->fch, n, nC * 4);
-        linear_forward(kv->proj, kv->fch2, w.fcprojw, w.fcprojb, n, 4 * C, C);
-        residual_rows(kv->x, kv->proj, n, nC);
-    }
-    // final layernorm and the tied lm_head, for the last position only
-    const float* last = kv->x + (size_t)(n - 1) * C;
-    layernorm_rows(kv, kv->ln, last, p.lnfw, p.lnfb, 1, C);
-    matvec_forward(kv->logits, kv->ln, p.wte, NULL, C, kv->V);
-    kv->pos += n;
-}
+#include "llmc/utils.h"
+#include "llmc/model_family.h"
+#include "llmc/gpt2.h"
+#include "llmc/llama3.h"
+#include "llmc/tokenizer.h"
+#include "llmc/bpe.h"
+#include "llmc/sampler.h"
+#include "llmc/cpu/kv_cache.h"
+#include "llmc/cpu/gpt2_inference.h"
+#include "llmc/cpu/llama3_inference.h"
 
 // ----------------------------------------------------------------------------
-// the Llama 3 KV-cached forward pass (batch 1)
-
-// feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
-static void llama3_forward_cached(Llama3* model, KVCache* kv, const int* tokens, int n) {
-    const Llama3Config* cfg = &model->config;
-    int C = kv->C, NH = kv->NH, NKV = kv->NKV, HS = kv->HS, QKV = kv->QKV, FFN = kv->FFN, maxT = kv->maxT;
-    int KVC = NKV * HS, half = HS / 2;
-    if (n < 1 || kv->pos + n > maxT) {
-        llmc_die("internal: cached forward of %d tokens at position %d exceeds the context %d", n, kv->pos, maxT);
-    }
-    Llama3Params p = model->params;
-    size_t nC = (size_t)n * C;
-    embedding_forward(kv->x, tokens, p.wte, 1, n, C); // (n, C)
-    for (int l = 0; l < kv->L; l++) {
-        Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
-        float* l_kc = kv->key_cache + (size_t)l * maxT * KVC;
-        float* l_vc = kv->value_cache + (size_t)l * maxT * KVC;
-        // attention block: q and k rotated at their absolute positions, k and v appended to the cache
-        rmsnorm_forward(kv->ln, kv->rstd, kv->x, w.ln1w, cfg->norm_eps, 1, n, C);
-        linear_forward(kv->qkv, kv->ln, w.qkvw, NULL, n, C, QKV);
-        rope_forward(kv->qkv, model->rope_cos + (size_t)kv->pos * half, model->rope_sin + (size_t)kv->pos * half,
-                     1, n, QKV, NH + NKV, HS);
-        for (int t = 0; t < n; t++) {
-            const float* row = kv->qkv + (size_t)t * QKV;
-            memcpy(l_kc + (size_t)(kv->pos + t) * KVC, row + C, KVC * sizeof(float));
-            memcpy(l_vc + (size_t)(kv->pos + t) * KVC, row + C + KVC, KVC * sizeof(float));
-        }
-        attention_forward_cached(kv->atty, kv->scores, kv->qkv, QKV, l_kc, l_vc, kv->pos, n, C, NH, NKV, maxT);
-        linear_forward(kv->proj, kv->atty, w.attprojw, NULL, n, C, C);
-        residual_rows(kv->x, kv->proj, n, nC);
-        // SwiGLU MLP block
-        rmsnorm_forward(kv->ln, kv->rstd, kv->x, w.ln2w, cfg->norm_eps, 1, n, C);
-        linear_forward(kv->fch, kv->ln, w.fcw, NULL, n, C, FFN);
-        linear_forward(kv->fch2, kv->ln, w.fcw2, NULL, n, C, FFN);
-        swiglu_forward(kv->fch, kv->fch, kv->fch2, (size_t)n * FFN);
-        linear_forward(kv->proj, kv->fch, w.fcprojw, NULL, n, FFN, C);
-        residual_rows(kv->x, kv->proj, n, nC);
-    }
-    // final RMSNorm and the lm_head (or wte when tied), for the last position only
-    rmsnorm_forward(kv->ln, kv->rstd, kv->x + (size_t)(n - 1) * C, p.lnfw, cfg->norm_eps, 1, 1, C);
-    matvec_forward(kv->logits, kv->ln, llama3_lm_head(&p, cfg), NULL, C, kv->V);
-    kv->pos += n;
-}
-
-// ----------------------------------------------------------------------------
-// generation
+// the command line's settings
 
 typedef struct {
     const char* model_path;
@@ -288,10 +63,171 @@ typedef struct {
     int stop_at_eot;
 } GenerateArgs;
 
+// A model ready to generate, whatever its family: what the generation loop reads besides the family's hooks.
+// The family's open hook fills it (generator_set).
+typedef struct GenerateFamily GenerateFamily;
 typedef struct {
-    double max_diff;   // largest |cached - full| logit difference seen (--check-kv)
-    int checks;
-} KVCheck;
+    const GenerateFamily* family;
+    const void* model;              // the family's inference struct (GPT2Inference, Llama3Inference)
+    KVCache kv;                     // the model's cache, its whole context
+    int vocab_size;                 // V: the logits sampled, the ids --ids takes
+    int start_token;                // the prompt when there is none (GPT-2 <|endoftext|>, Llama 3 BOS); never echoed
+    int end_token;                  // the token that ends a document
+    const void* tokenizer;          // what the family's encode and write_token read
+    void* state;                    // what open made, for close
+} Generator;
+
+// A family, as generate sees it: its description (the magic of its model files), its hooks and its data.
+struct GenerateFamily {
+    const ModelFamily* family;
+    const char* no_ids;        // the error line of --ids when the family takes no token-id prompts (%s: -e), else NULL
+    int echo_prompt_tokens;    // a prompt not given as -p text (--ids, a line of -i) is printed decoded (else not at all)
+    // the model of -e, its tokenizer (the encoder only when text: a prompt comes as text), the cache; one error line each
+    void (*open)(Generator* g, const GenerateArgs* args, int text);
+    KVForwardFn forward_cached;    // the cached forward pass (llmc/cpu/kv_cache.h)
+    // a text prompt's ids into seq (room for maxT + strlen(text) ids); may die when they leave no room in maxT
+    int (*encode)(const void* tokenizer, const char* text, int* seq, int maxT);
+    void (*write_token)(const void* tokenizer, int id);   // the token's bytes to stdout
+    void (*close)(void* state);    // frees what open made (the model, the tokenizer, state itself)
+};
+
+static void generator_set(Generator* g, const void* model, int vocab_size, int start_token, int end_token,
+                          const void* tokenizer, void* state) {
+    Generator set = {g->family, model, g->kv, vocab_size, start_token, end_token, tokenizer, state};
+    *g = set;
+}
+
+// ----------------------------------------------------------------------------
+// GPT-2: a model file or a descriptor (dN, gpt2:dN, gpt3:cN) from scratch, the BPE ranks file (-b)
+
+typedef struct {
+    GPT2Inference model;
+    BPE bpe;
+} GPT2Generator;
+
+static int gpt2_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    return (int)bpe_encode((const BPE*)tokenizer, (const unsigned char*)text, strlen(text), 1, seq);
+}
+
+static void gpt2_write_token(const void* tokenizer, int id) {
+    size_t len;
+    const unsigned char* bytes = bpe_token_bytes((const BPE*)tokenizer, id, &len);
+    if (bytes != NULL) { fwriteCheck(bytes, 1, len, stdout, "stdout"); }
+}
+
+static void gpt2_generator_close(void* state) {
+    GPT2Generator* s = (GPT2Generator*)state;
+    bpe_free(&s->bpe);
+    gpt2_inference_free(&s->model);
+    free(s);
+}
+
+static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    GPT2Generator* s = (GPT2Generator*)mallocCheck(sizeof(GPT2Generator));
+    GPT2Config cfg;
+    const char* why;
+    int desc = gpt2_config_from_descriptor(args->model_path, &cfg, &why);
+    if (desc < 0) { llmc_die("-e %s: %s", args->model_path, why); }
+    if (desc == 1) {
+        gpt2_inference_from_scratch(&s->model, &cfg, 42);
+        fprintf(stderr, "note: %s is initialised from scratch (seed 42): expect random text\n", args->model_path);
+    } else {
+        if (!file_exists(args->model_path)) {
+            llmc_die("%s: checkpoint not found (`make model` writes gpt2_124M.bin; or pass -e dN for a random model)", args->model_path);
+        }
+        gpt2_inference_load(&s->model, args->model_path);
+    }
+    int V = s->model.config.vocab_size;
+    bpe_init(&s->bpe, args->bpe_path);
+    if (s->bpe.eot_token >= V) {
+        llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args->bpe_path, s->bpe.eot_token + 1, V);
+    }
+    gpt2_inference_cache(&s->model, &g->kv);
+    generator_set(g, &s->model, V, s->bpe.eot_token, s->bpe.eot_token, &s->bpe, s);
+}
+
+// ----------------------------------------------------------------------------
+// Llama 3: a model file, the Llama 3 tokenizer file (-t) that decodes and, for text prompts, encodes
+
+typedef struct {
+    Llama3Inference model;
+    Tokenizer tok;
+    BPE bpe;        // the tokenizer's ranks, for text prompts only
+    int has_bpe;
+} Llama3Generator;
+
+// a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
+// dies when it leaves no room to generate in the context maxT
+static int llama3_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    const Llama3Generator* s = (const Llama3Generator*)tokenizer;
+    size_t len = strlen(text);
+    int* ids = (int*)mallocCheck((len + 1) * sizeof(int));
+    size_t n = bpe_encode(&s->bpe, (const unsigned char*)text, len, 0, ids);
+    if (n + 1 >= (size_t)maxT) {
+        llmc_die("-p: the prompt is %zu tokens with BOS, the model's context is %d (it must leave room to generate)", n + 1, maxT);
+    }
+    seq[0] = s->tok.bos_token;
+    memcpy(seq + 1, ids, n * sizeof(int));
+    free(ids);
+    return (int)n + 1;
+}
+
+static void llama3_write_token(const void* tokenizer, int id) {
+    const Tokenizer* t = &((const Llama3Generator*)tokenizer)->tok;
+    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
+}
+
+static void llama3_generator_close(void* state) {
+    Llama3Generator* s = (Llama3Generator*)state;
+    if (s->has_bpe) { bpe_free(&s->bpe); }
+    tokenizer_free(&s->tok);
+    llama3_inference_free(&s->model);
+    free(s);
+}
+
+static void llama3_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    Llama3Generator* s = (Llama3Generator*)mallocCheck(sizeof(Llama3Generator));
+    llama3_inference_load(&s->model, args->model_path);
+    int V = s->model.config.vocab_size;
+    if (!file_exists(args->tokenizer_path)) {
+        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", args->tokenizer_path);
+    }
+    tokenizer_init(&s->tok, args->tokenizer_path);
+    if (s->tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", args->tokenizer_path); }
+    if ((int)s->tok.vocab_size != V) {
+        llmc_die("%s: %u tokens, but the model %s has V = %d", args->tokenizer_path, s->tok.vocab_size, args->model_path, V);
+    }
+    s->has_bpe = text;
+    if (text) { bpe_init_llama3(&s->bpe, &s->tok, args->tokenizer_path); }
+    llama3_inference_cache(&s->model, &g->kv);
+    generator_set(g, &s->model, V, s->tok.bos_token, s->tok.eot_token, s, s);
+}
+
+// ----------------------------------------------------------------------------
+// the families, found by their model files' magic
+
+static const GenerateFamily GENERATE_FAMILIES[] = {
+    {&GPT2_FAMILY, "--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", 0, gpt2_generator_open,
+     gpt2_forward_cached, gpt2_encode_prompt, gpt2_write_token, gpt2_generator_close},
+    {&LLAMA3_FAMILY, NULL, 1, llama3_generator_open,
+     llama3_forward_cached, llama3_encode_prompt, llama3_write_token, llama3_generator_close},
+};
+enum { NUM_GENERATE_FAMILIES = sizeof(GENERATE_FAMILIES) / sizeof(GENERATE_FAMILIES[0]) };
+
+// the family of the model file at path; GPT-2's when it is none (a descriptor, a missing file, an unknown magic:
+// GPT-2's loader says which)
+static const GenerateFamily* generate_family_of(const char* path) {
+    const ModelFamily* families[NUM_GENERATE_FAMILIES];
+    for (int i = 0; i < NUM_GENERATE_FAMILIES; i++) { families[i] = GENERATE_FAMILIES[i].family; }
+    const ModelFamily* f = model_family_by_magic(families, NUM_GENERATE_FAMILIES, llmc_model_file_magic(path));
+    for (int i = 0; i < NUM_GENERATE_FAMILIES; i++) {
+        if (GENERATE_FAMILIES[i].family == f) { return &GENERATE_FAMILIES[i]; }
+    }
+    return &GENERATE_FAMILIES[0];
+}
+
+// ----------------------------------------------------------------------------
+// the generation loop, one for every family
 
 // "prompt ids: 1 2 3" on stderr (--print-ids)
 static void print_prompt_ids(const int* ids, int n) {
@@ -300,109 +236,8 @@ static void print_prompt_ids(const int* ids, int n) {
     fputc('\n', stderr);
 }
 
-// What the generation loop needs of a model, whatever its family: its KV-cached forward pass (the
-// family's cache: tokens in at the cache's position, the last position's logits out), the full forward
-// of train_gpt2.c / train_llama3.c that --check-kv compares with, and how a token is written out.
-typedef struct {
-    void* model;                      // GPT2 or Llama3
-    const CpuModelCalls* calls;       // its calls (llmc/cpu/cpu_model.h): the full forward
-    const CpuModel* cpu;              // the full forward's logits
-    KVCache* kv;                      // its cache, and the cache's logits of the last position
-    void (*forward_cached)(void* model, KVCache* kv, const int* tokens, int n);
-    int eot;                          // the token that ends a document
-    void (*write_token)(void* decoder, int id);   // the token's bytes to stdout
-    void* decoder;
-} Generator;
-
-// compares the cached logits with a full forward of seq[0..T) (last position)
-static void check_kv_step(const Generator* g, const int* seq, int T, KVCheck* chk) {
-    g->calls->forward(g->model, seq, NULL, 1, T);
-    const float* full = g->cpu->logits + (size_t)(T - 1) * g->cpu->logits_stride;
-    double d = 0.0;
-    for (int i = 0; i < g->kv->V; i++) {
-        double e = fabs((double)full[i] - (double)g->kv->logits[i]);
-        if (e > d) { d = e; }
-    }
-    if (d > chk->max_diff) { chk->max_diff = d; }
-    chk->checks++;
-    if (d > 1e-4) {
-        llmc_die("--check-kv: cached logits differ from a full recompute by %.3g at position %d (limit 1e-4)", d, T - 1);
-    }
-}
-
-// how many tokens to generate after n_prompt: -n, or up to the model's context (and a note that says so)
-static int generate_budget(const GenerateArgs* args, int n_prompt, int maxT) {
-    int budget = args->num_tokens;
-    if (n_prompt + budget > maxT) {
-        budget = maxT - n_prompt;
-        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
-    }
-    return budget;
-}
-
-// Generates up to budget tokens after the prompt seq[0..n_prompt) from a fresh cache, each written to stdout
-// as it comes, then a newline; stops at the end-of-document token unless --no-stop. seq needs room for maxT
-// ids. Returns the tokens generated.
-static int generate_tokens(const Generator* g, Sampler* sampler, const GenerateArgs* args, int* seq, int n_prompt,
-                           int budget, KVCheck* chk) {
-    g->kv->pos = 0;
-    g->forward_cached(g->model, g->kv, seq, n_prompt);
-    if (args->check_kv) { check_kv_step(g, seq, n_prompt, chk); }
-    int T = n_prompt, made = 0;
-    while (made < budget) {
-        int next = sampler_sample(sampler, g->kv->logits);
-        made++;
-        if (next == g->eot && args->stop_at_eot) { break; }
-        g->write_token(g->decoder, next);
-        fflush(stdout);
-        seq[T++] = next;
-        if (made == budget) { break; }
-        g->forward_cached(g->model, g->kv, &next, 1);
-        if (args->check_kv) { check_kv_step(g, seq, T, chk); }
-    }
-    fputc('\n', stdout);
-    fflush(stdout);
-    return made;
-}
-
-// GPT-2's cached forward and its token bytes (the BPE ranks file's), for the Generator
-static void gpt2_forward_cached_(void* model, KVCache* kv, const int* tokens, int n) {
-    gpt2_forward_cached((GPT2*)model, kv, tokens, n);
-}
-
-static void gpt2_write_token(void* bpe, int id) {
-    size_t len;
-    const unsigned char* bytes = bpe_token_bytes((const BPE*)bpe, id, &len);
-    if (bytes != NULL) { fwriteCheck(bytes, 1, len, stdout, "stdout"); }
-}
-
-// generates a continuation of `prompt` (bytes), streaming it to stdout; returns tokens generated
-static int generate_one(const Generator* g, const BPE* bpe, Sampler* sampler, const GenerateArgs* args, const char* prompt,
-                        int echo_prompt, KVCheck* chk) {
-    int maxT = g->kv->maxT;
-    size_t plen = strlen(prompt);
-    int* seq = (int*)mallocCheck(((size_t)maxT + plen + 1) * sizeof(int));
-    int n_prompt = (int)bpe_encode(bpe, (const unsigned char*)prompt, plen, 1, seq);
-    if (n_prompt == 0) { seq[n_prompt++] = bpe->eot_token; }   // no prompt: start a new document
-    if (args->print_ids) { print_prompt_ids(seq, n_prompt); }
-    if (n_prompt >= maxT) {
-        llmc_die("-p: the prompt is %d tokens, the model's context is %d (it must leave room to generate)", n_prompt, maxT);
-    }
-    int budget = generate_budget(args, n_prompt, maxT);
-    if (echo_prompt) {
-        fwriteCheck(prompt, 1, plen, stdout, "stdout");
-        fflush(stdout);
-    }
-    int made = generate_tokens(g, sampler, args, seq, n_prompt, budget, chk);
-    free(seq);
-    return made;
-}
-
-// ----------------------------------------------------------------------------
-// Llama 3 generation: prompt ids in, decoded bytes out
-
 // parses --ids ("id id ..." separated by spaces or commas) into ids; returns how many
-static int llama3_parse_ids(const char* s, int* ids, int max, int V) {
+static int parse_ids(const char* s, int* ids, int max, int V) {
     int n = 0;
     while (*s != '\0') {
         if (*s == ' ' || *s == ',') { s++; continue; }
@@ -417,46 +252,71 @@ static int llama3_parse_ids(const char* s, int* ids, int max, int V) {
     return n;
 }
 
-// Llama 3's cached forward and its token bytes (the tokenizer file's), for the Generator
-static void llama3_forward_cached_(void* model, KVCache* kv, const int* tokens, int n) {
-    llama3_forward_cached((Llama3*)model, kv, tokens, n);
-}
-
-static void llama3_write_token(void* tok, int id) {
-    Tokenizer* t = (Tokenizer*)tok;
-    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
-}
-
-// a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
-// dies when it leaves no room to generate in the context maxT. seq needs room for maxT ids.
-static int llama3_encode_prompt(const BPE* bpe, const Tokenizer* tok, const char* text, int* seq, int maxT) {
-    size_t len = strlen(text);
-    int* ids = (int*)mallocCheck((len + 1) * sizeof(int));
-    size_t n = bpe_encode(bpe, (const unsigned char*)text, len, 0, ids);
-    if (n + 1 >= (size_t)maxT) {
-        llmc_die("-p: the prompt is %zu tokens with BOS, the model's context is %d (it must leave room to generate)", n + 1, maxT);
+// how many tokens to generate after n_prompt: -n, or up to the model's context (and a note that says so)
+static int generate_budget(const GenerateArgs* args, int n_prompt, int maxT) {
+    int budget = args->num_tokens;
+    if (n_prompt + budget > maxT) {
+        budget = maxT - n_prompt;
+        fprintf(stderr, "note: stopping after %d tokens at the model's context length %d\n", budget, maxT);
     }
-    seq[0] = tok->bos_token;
-    memcpy(seq + 1, ids, n * sizeof(int));
-    free(ids);
-    return (int)n + 1;
+    return budget;
 }
 
-// generates a continuation of the prompt seq[0..n_prompt), streaming it to stdout after the prompt's
-// text (echo, or the decoded ids when echo is NULL); returns tokens generated
-static int llama3_generate_one(const Generator* g, Tokenizer* tok, Sampler* sampler, const GenerateArgs* args,
-                               int* seq, int n_prompt, const char* echo, KVCheck* chk) {
+// Generates up to budget tokens after the prompt seq[0..n_prompt) from a fresh cache, each written to stdout
+// as it comes, then a newline; stops at the end-of-document token unless --no-stop. seq needs room for maxT
+// ids. With --check-kv (full: a second cache) each step's logits are checked. Returns the tokens generated.
+static int generate_tokens(Generator* g, Sampler* sampler, const GenerateArgs* args, int* seq, int n_prompt,
+                           int budget, KVCache* full, KVCheck* chk) {
+    KVCache* kv = &g->kv;
+    KVForwardFn forward = g->family->forward_cached;
+    kv->pos = 0;
+    forward(g->model, kv, seq, n_prompt);
+    if (args->check_kv) { kv_check_step(chk, full, forward, g->model, kv, seq, n_prompt); }
+    int T = n_prompt, made = 0;
+    while (made < budget) {
+        int next = sampler_sample(sampler, kv->logits);
+        made++;
+        if (next == g->end_token && args->stop_at_eot) { break; }
+        g->family->write_token(g->tokenizer, next);
+        fflush(stdout);
+        seq[T++] = next;
+        if (made == budget) { break; }
+        forward(g->model, kv, &next, 1);
+        if (args->check_kv) { kv_check_step(chk, full, forward, g->model, kv, seq, T); }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    return made;
+}
+
+// One prompt, continued on stdout: text (-p, a line of -i) encoded by the family, or ids (--ids); the start token
+// alone when it is empty. echo_text: -p's text is printed before the continuation; otherwise the prompt's tokens
+// are, decoded, when the family says so. Returns the tokens generated.
+static int generate_prompt(Generator* g, Sampler* sampler, const GenerateArgs* args, const char* text, const char* ids,
+                           int echo_text, KVCache* full, KVCheck* chk) {
+    int maxT = g->kv.maxT;
+    size_t len = strlen(text);
+    int* seq = (int*)mallocCheck(((size_t)maxT + len + 1) * sizeof(int));
+    int n_prompt = 0;
+    if (ids != NULL) { n_prompt = parse_ids(ids, seq, maxT - 1, g->vocab_size); }
+    else if (len > 0) { n_prompt = g->family->encode(g->tokenizer, text, seq, maxT); }
+    if (n_prompt == 0) { seq[n_prompt++] = g->start_token; }   // no prompt: start a new document
     if (args->print_ids) { print_prompt_ids(seq, n_prompt); }
-    int budget = generate_budget(args, n_prompt, g->kv->maxT);
-    if (echo != NULL) {
-        fwriteCheck(echo, 1, strlen(echo), stdout, "stdout");
-    } else {
+    if (n_prompt >= maxT) {
+        llmc_die("-p: the prompt is %d tokens, the model's context is %d (it must leave room to generate)", n_prompt, maxT);
+    }
+    int budget = generate_budget(args, n_prompt, maxT);
+    if (echo_text) {
+        fwriteCheck(text, 1, len, stdout, "stdout");
+    } else if (g->family->echo_prompt_tokens) {
         for (int i = 0; i < n_prompt; i++) {
-            if (seq[i] != tok->bos_token) { llama3_write_token(tok, seq[i]); }
+            if (seq[i] != g->start_token) { g->family->write_token(g->tokenizer, seq[i]); }
         }
     }
     fflush(stdout);
-    return generate_tokens(g, sampler, args, seq, n_prompt, budget, chk);
+    int made = generate_tokens(g, sampler, args, seq, n_prompt, budget, full, chk);
+    free(seq);
+    return made;
 }
 
 // the prompts of -i: one per stdin line, without its newline, "> " before each when stdin is a terminal
@@ -490,64 +350,9 @@ static int prompt_reader_next(PromptReader* r) {
     return !(c == EOF && n == 0);
 }
 
-// the whole run for a Llama 3 model file: returns the exit status
-static int llama3_generate(const GenerateArgs* args) {
-    int text = args->prompt[0] != '\0' || args->interactive;
-    if (text && args->ids != NULL) { llmc_die("--ids: give the prompt either as text (-p, -i) or as token ids (--ids), not both"); }
-    Llama3 model;
-    llama3_build_from_file(&model, args->model_path);
-    Llama3Config cfg = model.config;
-    if (!file_exists(args->tokenizer_path)) {
-        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", args->tokenizer_path);
-    }
-    Tokenizer tok;
-    tokenizer_init(&tok, args->tokenizer_path);
-    if (tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", args->tokenizer_path); }
-    if ((int)tok.vocab_size != cfg.vocab_size) {
-        llmc_die("%s: %u tokens, but the model %s has V = %d", args->tokenizer_path, tok.vocab_size, args->model_path, cfg.vocab_size);
-    }
-    BPE bpe;
-    if (text) { bpe_init_llama3(&bpe, &tok, args->tokenizer_path); }
-    int maxT = cfg.max_seq_len;
-    int* seq = (int*)mallocCheck((size_t)maxT * sizeof(int));
-    if (args->check_kv) { llama3_allocate_activations(&model, 1, maxT); }
-    KVCache kv;
-    kvcache_init(&kv, maxT, cfg.channels, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.ffn_hidden, cfg.vocab_size);
-    Sampler sampler;
-    sampler_init(&sampler, cfg.vocab_size, args->temperature, args->top_k, args->top_p, (uint64_t)args->seed);
-    KVCheck chk = {0.0, 0};
-    Generator g = {&model, &llama3_calls, &model.cpu, &kv, llama3_forward_cached_, tok.eot_token, llama3_write_token, &tok};
-    double t0 = wall_seconds();
-    int made = 0;
-    if (args->interactive) {
-        PromptReader prompts;
-        prompt_reader_init(&prompts);
-        while (prompt_reader_next(&prompts)) {
-            int n_prompt = llama3_encode_prompt(&bpe, &tok, prompts.line, seq, maxT);
-            made += llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
-        }
-        free(prompts.line);
-    } else if (text) {
-        int n_prompt = llama3_encode_prompt(&bpe, &tok, args->prompt, seq, maxT);
-        made = llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, args->prompt, &chk);
-    } else {
-        int n_prompt = args->ids != NULL ? llama3_parse_ids(args->ids, seq, maxT - 1, cfg.vocab_size) : 0;
-        if (n_prompt == 0) { seq[n_prompt++] = tok.bos_token; }
-        made = llama3_generate_one(&g, &tok, &sampler, args, seq, n_prompt, NULL, &chk);
-    }
-    double dt = wall_seconds() - t0;
-    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", made, dt, dt > 0 ? made / dt : 0.0);
-    if (args->check_kv) {
-        fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);
-    }
-    free(seq);
-    sampler_free(&sampler);
-    kvcache_free(&kv);
-    if (text) { bpe_free(&bpe); }
-    tokenizer_free(&tok);
-    llama3_free(&model);
-    return 0;
-}
+
+// ----------------------------------------------------------------------------
+// the command line
 
 static void print_usage(FILE* out) {
     fprintf(out,
@@ -630,60 +435,40 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
     }
 }
 
+
 int main(int argc, char** argv) {
     GenerateArgs args;
     parse_args(argc, argv, &args);
-    if (llmc_model_file_magic(args.model_path) == LLAMA3_MAGIC) { return llama3_generate(&args); }
-    if (args.ids != NULL) { llmc_die("--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", args.model_path); }
-
-    // the model: a checkpoint, or a descriptor (dN, gpt2:dN, gpt3:cN) initialised from scratch
-    GPT2 model;
-    GPT2Config cfg;
-    const char* why;
-    int desc = gpt2_config_from_descriptor(args.model_path, &cfg, &why);
-    if (desc < 0) { llmc_die("-e %s: %s", args.model_path, why); }
-    if (desc == 1) {
-        gpt2_build_from_scratch(&model, &cfg, 42);
-        fprintf(stderr, "note: %s is initialised from scratch (seed 42): expect random text\n", args.model_path);
-    } else {
-        if (!file_exists(args.model_path)) {
-            llmc_die("%s: checkpoint not found (`make model` writes gpt2_124M.bin; or pass -e dN for a random model)", args.model_path);
-        }
-        gpt2_build_from_checkpoint(&model, args.model_path);
-    }
-    if (args.check_kv) { gpt2_allocate_activations(&model, 1, model.config.max_seq_len); }
-
-    BPE bpe;
-    bpe_init(&bpe, args.bpe_path);
-    if (bpe.eot_token >= model.config.vocab_size) {
-        llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args.bpe_path, bpe.eot_token + 1, model.config.vocab_size);
-    }
-    KVCache kv;
-    kvcache_init(&kv, model.config.max_seq_len, model.config.channels, model.config.num_layers, model.config.num_heads,
-                 model.config.num_heads, 4 * model.config.channels, model.config.vocab_size);
+    Generator g;
+    g.family = generate_family_of(args.model_path);
+    if (args.ids != NULL && g.family->no_ids != NULL) { llmc_die(g.family->no_ids, args.model_path); }
+    int text = args.prompt[0] != '\0' || args.interactive;
+    if (text && args.ids != NULL) { llmc_die("--ids: give the prompt either as text (-p, -i) or as token ids (--ids), not both"); }
+    g.family->open(&g, &args, text);
+    KVCache full;   // --check-kv: the full recompute's cache
+    if (args.check_kv) { kvcache_init_like(&full, &g.kv); }
     Sampler sampler;
-    sampler_init(&sampler, model.config.vocab_size, args.temperature, args.top_k, args.top_p, (uint64_t)args.seed);
-    KVCheck chk = { 0.0, 0 };
-    Generator g = {&model, &gpt2_calls, &model.cpu, &kv, gpt2_forward_cached_, bpe.eot_token, gpt2_write_token, &bpe};
+    sampler_init(&sampler, g.vocab_size, args.temperature, args.top_k, args.top_p, (uint64_t)args.seed);
+    KVCheck chk = {0.0, 0};
 
     double t0 = wall_seconds();
-    int total = 0;
+    int made = 0;
     if (args.interactive) {
         PromptReader prompts;
         prompt_reader_init(&prompts);
-        while (prompt_reader_next(&prompts)) { total += generate_one(&g, &bpe, &sampler, &args, prompts.line, 0, &chk); }
+        while (prompt_reader_next(&prompts)) { made += generate_prompt(&g, &sampler, &args, prompts.line, NULL, 0, &full, &chk); }
         free(prompts.line);
     } else {
-        total = generate_one(&g, &bpe, &sampler, &args, args.prompt, 1, &chk);
+        made = generate_prompt(&g, &sampler, &args, args.prompt, args.ids, args.ids == NULL, &full, &chk);
     }
     double dt = wall_seconds() - t0;
-    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", total, dt, dt > 0 ? total / dt : 0.0);
+    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s)\n", made, dt, dt > 0 ? made / dt : 0.0);
     if (args.check_kv) {
         fprintf(stderr, "check-kv: %d steps, max |cached - full| logit difference %.3g\n", chk.checks, chk.max_diff);
+        kvcache_free(&full);
     }
     sampler_free(&sampler);
-    kvcache_free(&kv);
-    bpe_free(&bpe);
-    gpt2_free(&model);
+    kvcache_free(&g.kv);
+    g.family->close(g.state);
     return 0;
 }

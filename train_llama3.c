@@ -24,7 +24,7 @@ Usage (./train_llama3 --help lists every flag with its default):
   mpirun -np 2 ./train_llama3 -b 2 -z 1 ...              2 processes, each half the batch, ZeRO-1
   ./train_llama3 -op muon -ol 0.02 ...                   Muon on qkvw, attprojw, fcw, fcw2, fcprojw, AdamW on the rest
 -e dN takes V from the Llama 3 tokenizer file (llama3_tokenizer.bin), which also decodes samples.
-test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
+test_llama3.c includes this file with LLMC_NO_MAIN defined.
 */
 #include <math.h>
 #include <stdint.h>
@@ -42,6 +42,7 @@ test_llama3.c and generate.c include this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/layers_cpu.h"
 #include "llmc/cpu/layers_llama_cpu.h"
 #include "llmc/llama3.h"
+#include "llmc/cpu/llama3_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
 
 #include "llmc/cpu/cpu_trainer.h"
@@ -116,12 +117,7 @@ static void llama3_allocate_parameters(Llama3* model) {
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // llama3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
-    int HS = cfg->channels / cfg->num_heads;
-    model->rope_cos = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
-    model->rope_sin = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
-    float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
-    rope_init(model->rope_cos, model->rope_sin, cfg->max_seq_len, HS, cfg->rope_theta, factor, cfg->rope_low_freq_factor,
-              cfg->rope_high_freq_factor, cfg->rope_original_max_pos);
+    llama3_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/llama3_inference.h, shared with generate
 }
 
 static void llama3_build_from_file(Llama3* model, const char* path) {
@@ -184,11 +180,6 @@ static void llama3_allocate_activations(void* m, int B, int T) {
     Llama3* model = (Llama3*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, llama3_point_activations, model);
     cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
-}
-
-// the output projection: lm_head, or wte when tied (and their gradients alike)
-static float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
-    return cfg->tied_embeddings ? p->wte : p->lm_head;
 }
 
 // Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.

@@ -127,6 +127,11 @@ static inline Llama3LayerParams llama3_layer_params(const Llama3Params* p, const
     return w;
 }
 
+// the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
+static inline float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
+    return cfg->tied_embeddings ? p->wte : p->lm_head;
+}
+
 // ----------------------------------------------------------------------------
 // descriptors
 

@@ -115,7 +115,7 @@ static inline int tokenizer_start_token(const Tokenizer* t) {
 }
 
 // the piece of token_id, or NULL when it is out of range or the tokenizer did not load
-static inline const char* tokenizer_decode(Tokenizer* t, uint32_t token_id) {
+static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t token_id) {
     if (!t->init_ok || token_id >= t->vocab_size) {
         return NULL;
     }
@@ -123,7 +123,7 @@ static inline const char* tokenizer_decode(Tokenizer* t, uint32_t token_id) {
 }
 
 // the byte length of token_id's piece (0 when out of range)
-static inline size_t tokenizer_decode_length(Tokenizer* t, uint32_t token_id) {
+static inline size_t tokenizer_decode_length(const Tokenizer* t, uint32_t token_id) {
     if (!t->init_ok || token_id >= t->vocab_size) {
         return 0;
     }

@@ -99,7 +99,7 @@ def test_transformers_loads_export_with_same_logits(exported: tuple[Path, Path, 
 
 
 def test_export_greedy_text_matches_the_c_forward(exported: tuple[Path, Path, list[np.ndarray]], tmp_path: Path) -> None:
-    # the C model (./generate, train_gpt2.c's layers) and the exported HF model pick the same 20 greedy tokens
+    # the C model (./generate, llmc/cpu/gpt2_inference.h) and the exported HF model pick the same 20 greedy tokens
     import tiktoken
     from transformers import GPT2LMHeadModel
 

@@ -1,0 +1,91 @@
+/*
+llmc/cpu/gpt2_inference.h: GPT-2 inference on the CPU, batch 1: the weights (from a model file, or -e dN from
+scratch) and the forward pass with a key/value cache (llmc/cpu/kv_cache.h). generate.c runs it; the math is
+train_gpt2.c's forward pass (tanh GELU, LayerNorm eps 1e-5, lm_head tied to wte), one position at a time.
+
+    GPT2Inference                              the config and the named weights of one flat buffer (llmc/gpt2.h)
+    gpt2_inference_load(m, path)               from a model file (llmc/gpt2.h's gpt2_model_open)
+    gpt2_inference_from_scratch(m, cfg, seed)  what train_gpt2.py's init draws (llmc/gpt2.h)
+    gpt2_inference_cache(m, kv)                a cache of the model's shapes, its whole context
+    gpt2_forward_cached(model, kv, tokens, n)  a KVForwardFn: tokens in at kv->pos, the last position's logits out
+    gpt2_inference_free(m)
+*/
+#ifndef LLMC_GPT2_INFERENCE_H
+#define LLMC_GPT2_INFERENCE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../utils.h"
+#include "../gpt2.h"
+#include "layers_cpu.h"
+#include "kv_cache.h"
+
+typedef struct {
+    GPT2Config config;
+    GPT2Params params;   // named pointers into memory
+    float* memory;       // gpt2_num_parameters(&config) floats, the model file's order
+} GPT2Inference;
+
+// the weights' buffer for m->config, the named pointers into it
+static void gpt2_inference_allocate(GPT2Inference* m) {
+    m->memory = (float*)callocCheck(gpt2_num_parameters(&m->config), sizeof(float));
+    gpt2_point_parameters(&m->params, m->memory, &m->config);
+}
+
+static void gpt2_inference_load(GPT2Inference* m, const char* path) {
+    int version;
+    FILE* f = gpt2_model_open(path, &m->config, &version);
+    gpt2_inference_allocate(m);
+    model_file_read_params(f, path, version, m->memory, gpt2_num_parameters(&m->config));
+    fcloseCheck(f, path);
+}
+
+static void gpt2_inference_from_scratch(GPT2Inference* m, const GPT2Config* cfg, unsigned int seed) {
+    m->config = *cfg;
+    gpt2_inference_allocate(m);
+    gpt2_init_params_from_scratch(m->memory, cfg, seed);
+}
+
+static void gpt2_inference_cache(const GPT2Inference* m, KVCache* kv) {
+    const GPT2Config* cfg = &m->config;
+    kvcache_init(kv, cfg->max_seq_len, cfg->channels, cfg->num_layers, cfg->num_heads, cfg->num_heads, 4 * cfg->channels,
+                 cfg->vocab_size);
+}
+
+static void gpt2_inference_free(GPT2Inference* m) { free(m->memory); }
+
+// feeds tokens[0..n) at positions kv->pos .. kv->pos+n-1; kv->logits gets the last position's logits
+static void gpt2_forward_cached(const void* model, KVCache* kv, const int* tokens, int n) {
+    const GPT2Inference* m = (const GPT2Inference*)model;
+    int C = kv->C, NH = kv->NH, maxT = kv->maxT;
+    kvcache_check_room(kv, n);
+    GPT2Params p = m->params;
+    size_t nC = (size_t)n * C;
+    encoder_forward(kv->x, tokens, p.wte, p.wpe + (size_t)kv->pos * C, 1, n, C); // (n, C)
+    for (int l = 0; l < kv->L; l++) {
+        GPT2LayerParams w = gpt2_layer_params(&m->params, &m->config, l);
+        float* l_kc = kv->key_cache + (size_t)l * maxT * C;
+        float* l_vc = kv->value_cache + (size_t)l * maxT * C;
+        // attention block
+        layernorm_rows(kv, kv->ln, kv->x, w.ln1w, w.ln1b, n, C);
+        linear_forward(kv->qkv, kv->ln, w.qkvw, w.qkvb, n, C, 3 * C);                                  // (n, 3C)
+        kvcache_store(kv, l_kc, l_vc, n);
+        attention_forward_cached(kv->atty, kv->scores, kv->qkv, 3 * C, l_kc, l_vc, kv->pos, n, C, NH, NH, maxT); // (n, C)
+        linear_forward(kv->proj, kv->atty, w.attprojw, w.attprojb, n, C, C);
+        residual_rows(kv->x, kv->proj, n, nC);
+        // MLP block
+        layernorm_rows(kv, kv->ln, kv->x, w.ln2w, w.ln2b, n, C);
+        linear_forward(kv->fch, kv->ln, w.fcw, w.fcb, n, C, 4 * C);                                    // (n, 4C)
+        gelu_rows(kv->fch2, kv->fch, n, nC * 4);
+        linear_forward(kv->proj, kv->fch2, w.fcprojw, w.fcprojb, n, 4 * C, C);
+        residual_rows(kv->x, kv->proj, n, nC);
+    }
+    // final layernorm and the tied lm_head, for the last position only
+    layernorm_rows(kv, kv->ln, kv->x + (size_t)(n - 1) * C, p.lnfw, p.lnfb, 1, C);
+    matvec_forward(kv->logits, kv->ln, p.wte, NULL, C, kv->V);
+    kv->pos += n;
+}
+
+#endif // LLMC_GPT2_INFERENCE_H
