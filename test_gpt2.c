@@ -32,7 +32,7 @@ static void gpt2_test_describe(const void* m, const char* path) {
 
 static const CpuTestProgram TEST_GPT2 = {
     "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
-    "model checkpoint", "gpt2_124M.bin", "gpt2_124M_debug_state.bin", 0, gpt2_test_describe,
+    "model checkpoint", 0, gpt2_test_describe,
 };
 
 int main(int argc, char** argv) {

@@ -46,12 +46,6 @@ corrupted inputs). FP32 builds use true fp32 GEMMs here (TF32 off).
 #include "train_gpt2.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-static GpuTestShape gpt2_test_shape(const void* model) {
-    const GPT2Config* cfg = &((const GPT2*)model)->config;
-    GpuTestShape shape = {cfg, sizeof(*cfg)};
-    return shape;
-}
-
 static void gpt2_test_describe(FILE* out, const void* model) {
     const GPT2Config* cfg = &((const GPT2*)model)->config;
     fprintf(out, "L=%d C=%d NH=%d", cfg->num_layers, cfg->channels, cfg->num_heads);
@@ -65,15 +59,12 @@ static void gpt2_test_exact_zeros(TensorCheck* c, const void* model, int k, cons
     if (k == GPT2_PARAM_wpe) { tensor_check_zero(c, grad, (size_t)T * C, m->gpu.param_sizes[k]); }
 }
 
-static FILE* gpt2_test_open(const char* path, void* cfg, int* version) { return gpt2_model_open(path, (GPT2Config*)cfg, version); }
-
 static const GpuTestProgram TEST_GPT2CU = {
     "test_gpt2cu: checks the GPU trainer against python train_gpt2.py --write_tensors 1, then bit-exact resume.\n"
     "Run it as several processes with mpirun -np 2 ./test_gpt2cu [-z 1].",
-    "train_gpt2.py", "checkpoint", "model checkpoint written by train_gpt2.py", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
-    "test_gpt2cu_resume", "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms",
-    "exact zeros in dwte's padded rows and dwpe's rows past T; ", &GPT2_DEBUG_STATE, &gpt2_calls,
-    gpt2_test_shape, gpt2_test_describe, gpt2_test_exact_zeros, gpt2_test_open,
+    &GPT2_FAMILY, "checkpoint", "model checkpoint written by train_gpt2.py", "test_gpt2cu_resume",
+    "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms", "exact zeros in dwte's padded rows and dwpe's rows past T; ",
+    &gpt2_calls, gpt2_test_describe, gpt2_test_exact_zeros,
 };
 
 int main(int argc, char** argv) {

@@ -37,7 +37,7 @@ static void llama3_test_describe(const void* m, const char* path) {
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_LLAMA3 = {
     "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
-    "Llama 3 model file", "llama3_d2.bin", "llama3_d2_debug_state.bin", 1, llama3_test_describe,
+    "Llama 3 model file", 1, llama3_test_describe,
 };
 
 int main(int argc, char** argv) {

@@ -32,21 +32,12 @@ static void llama3_test_describe(FILE* out, const void* model) {
             cfg->use_scaled_rope ? ", scaled RoPE" : "");
 }
 
-static GpuTestShape llama3_test_shape(const void* model) {
-    const Llama3Config* cfg = &((const Llama3*)model)->config;
-    GpuTestShape shape = {cfg, sizeof(*cfg)};
-    return shape;
-}
-
-static FILE* llama3_test_open(const char* path, void* cfg, int* version) { return llama3_model_open(path, (Llama3Config*)cfg, version); }
-
 // no -ge (llama3_calls has none), no exact zeros (no padded rows, no position table)
 static const GpuTestProgram TEST_LLAMA3CU = {
     "test_llama3cu: checks the Llama 3 GPU trainer against python train_llama3.py --write_tensors 1, then bit-exact "
     "resume.\nRun it as several processes with mpirun -np 2 ./test_llama3cu [-z 1].",
-    "train_llama3.py", "Llama 3 model file", "Llama 3 model file written by train_llama3.py", "llama3_d2.bin",
-    "llama3_d2_debug_state.bin", "test_llama3cu_resume", "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms",
-    "", &LLAMA3_DEBUG_STATE, &llama3_calls, llama3_test_shape, llama3_test_describe, NULL, llama3_test_open,
+    &LLAMA3_FAMILY, "Llama 3 model file", "Llama 3 model file written by train_llama3.py", "test_llama3cu_resume",
+    "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms", "", &llama3_calls, llama3_test_describe, NULL,
 };
 
 int main(int argc, char** argv) {

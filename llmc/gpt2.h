@@ -336,7 +336,7 @@ static const ModelFamily GPT2_FAMILY = {
     "gpt2_124M.bin", "checkpoint to load, or dN / gpt2:dN / gpt3:cN to init from scratch (seed 42)",
     "%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)",
     "max sequence length",
-    &GPT2_DEBUG_STATE, "train_gpt2.py",
+    &GPT2_DEBUG_STATE, "train_gpt2.py", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
     GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX, GPT2_PARAMETER_PER_LAYER, gpt2_parameter_dims,
     GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS,
 };

@@ -266,7 +266,7 @@ static const ModelFamily LLAMA3_FAMILY = {
     "llama3", &LLAMA3_MODEL_FILE, SHARD_FORMAT_LLAMA3, LLAMA3_TOKENIZER_PATH,
     "d2", "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
     "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
-    "block size", &LLAMA3_DEBUG_STATE, "train_llama3.py",
+    "block size", &LLAMA3_DEBUG_STATE, "train_llama3.py", "llama3_d2.bin", "llama3_d2_debug_state.bin",
     LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER,
     llama3_parameter_dims, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS,
 };

@@ -32,6 +32,8 @@ typedef struct {
     const char* max_T_name;               // its longest sequence, in the error line of -t: "max sequence length"
     const DebugStateFormat* debug_state;  // the reference's debug state of this family (test programs)
     const char* reference;                // the reference script: "train_gpt2.py"
+    const char* reference_model;          // the model file and debug state it writes that the test programs read
+    const char* reference_state;          // by default: "gpt2_124M.bin", "gpt2_124M_debug_state.bin"
     // the parameter tensors, file order (the family's X-macro table, as arrays)
     int num_tensors;
     const char* const* tensor_names;

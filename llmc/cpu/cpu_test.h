@@ -47,19 +47,18 @@ typedef struct {
 typedef struct {
     const char* about;          // --help's first line
     const char* model_kind;     // "model checkpoint": -e's help and its "no such" line
-    const char* model_default;
-    const char* state_default;
     int wide;                   // the wide table (relative L2 columns and bounds) and every step's gradient norm
     void (*describe)(const void* model, const char* model_path);   // prints the model's line
 } CpuTestProgram;
 
-static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p, const char* script) {
+static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p, const ModelFamily* family) {
+    const char* script = family->reference;
     char model_help[128], state_help[128];
     snprintf(model_help, sizeof(model_help), "%s written by %s", p->model_kind, script);
     snprintf(state_help, sizeof(state_help), "debug state written by %s", script);
     const ArgSpec table[] = {
-        {"-e", ARG_STRING, offsetof(CpuTestArgs, model_path), p->model_default, 0, 0, model_help},
-        {"-s", ARG_STRING, offsetof(CpuTestArgs, state_path), p->state_default, 0, 0, state_help},
+        {"-e", ARG_STRING, offsetof(CpuTestArgs, model_path), family->reference_model, 0, 0, model_help},
+        {"-s", ARG_STRING, offsetof(CpuTestArgs, state_path), family->reference_state, 0, 0, state_help},
         {"-p", ARG_STRING, offsetof(CpuTestArgs, precision), "fp32", 0, 0, "GEMM precision: fp32 | bf16 (bf16-rounded inputs, fp32 sums)"},
     };
     args_parse(table, (int)(sizeof(table) / sizeof(table[0])), a, argc, argv, p->about);
@@ -153,7 +152,7 @@ static int cpu_test_finish(const CpuTest* t) {
 static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const ModelFamily* family, void* model,
                          const CpuModelCalls* calls, CpuModel* cm) {
     CpuTestArgs args;
-    cpu_test_args_parse(&args, argc, argv, p, family->reference);
+    cpu_test_args_parse(&args, argc, argv, p, family);
     calls->build(model, args.model_path, 1);
     DebugState d;
     debug_state_read_format(&d, args.state_path, family->debug_state, cm->max_seq_len, cm->vocab_size, cm->num_parameters);

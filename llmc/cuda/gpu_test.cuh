@@ -17,14 +17,14 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
     gpu_test_grads(r, grads)  the step's reduced gradients, all of them, in fp32, on every process
     gpu_test_print_optimizer(out, d)   the debug state's optimizer, one line
     gpu_test_resume(r, out, report, tmp_dir, p)   checkpoint through the trainer's save calls, 3 steps,
-                              reload (the parameters from the checkpoint through the program's model file
-                              reader, then the state),
+                              reload (the parameters from the checkpoint through its family's model file
+                              (llmc/model_file.h), then the state),
                               the same 3 steps again: the losses and the final parameters bit for bit
     gpu_test_verdict(r, out, report)   the summary line; the exit status, non-zero on every process if any
                               process failed a check
-    GpuTestProgram            what differs between the test programs: their flags' defaults and help, their
-                              model's calls (the trainer's GpuModelCalls table), and the shape, lines, checks and
-                              model file reader of the test
+    GpuTestProgram            what differs between the test programs: their family (the reference, its files as
+                              the flags' defaults, the debug state, the model file), their flags' help, their
+                              model's calls (the trainer's GpuModelCalls table), and the lines and checks of the test
     gpu_test_main(argc, argv, p, model, gpu)   a test program's main() (model: its model struct, gpu the
                               GpuModel in it): the flags (-e -s -o [-ge] -r -a -z), the processes, the model and
                               debug state, then steps 1-4 of test_gpt2.cu around the program's calls; returns the
@@ -83,33 +83,21 @@ typedef struct {
     int zero_stage;
 } GpuTestArgs;
 
-// the model's config struct (the resume check's model file must have the same)
-typedef struct {
-    const void* config;
-    size_t config_size;
-} GpuTestShape;
-
 // what differs between the GPU test programs; the model's calls take the program's model struct (which holds its
 // GpuModel)
 typedef struct {
     const char* about;           // --help's text
-    const char* script;          // the reference that writes both files: "train_gpt2.py"
+    const ModelFamily* family;   // the model's: its reference, the files it writes (the defaults), its debug state
     const char* model_kind;      // "checkpoint": what -e names in its "no such" line
     const char* model_help;      // -e's help
-    const char* model_default;
-    const char* state_default;
     const char* tmp_default;     // -o: the resume check's scratch directory
     const char* recompute_help;  // -r's help
     const char* zeros_note;      // the exact zeros the gradient rows check, for the line that says what is checked
-    const DebugStateFormat* state_format;
     const GpuModelCalls* calls;  // the trainer's: build, Muon, state, -ge (NULL: the program has no -ge), forward,
                                  // backward, the model file, free
-    GpuTestShape (*shape)(const void* model);
     void (*describe)(FILE* out, const void* model);  // the model's shape, in the first line
     // the exact zeros of gradient tensor k (grad: its values; T: the debug state's) added to c; NULL: none
     void (*exact_zeros)(TensorCheck* c, const void* model, int k, const float* grad, int T);
-    // the resume check's reader: a model file of the family opened at its parameters, its shape in cfg
-    FILE* (*open_model)(const char* path, void* cfg, int* version);
 } GpuTestProgram;
 
 // this process's part of the debug state's batch, and the trainer ops that feed it to the model
@@ -257,12 +245,12 @@ static void gpu_test_print_optimizer(FILE* out, const DebugState* d) {
 
 // replaces the parameters with those of a model file of the program's family and of the same shape (the
 // resume check)
-static void gpu_test_reload_parameters(const GpuTestProgram* p, const void* model, GpuModel* m, const char* path) {
+static void gpu_test_reload_parameters(const GpuTestProgram* p, GpuModel* m, const char* path) {
     int version = 0;
-    GpuTestShape shape = p->shape(model);
-    void* cfg = mallocCheck(shape.config_size);
-    FILE* f = p->open_model(path, cfg, &version);
-    if (memcmp(cfg, shape.config, shape.config_size) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
+    const ModelFileFormat* format = p->family->model_file;
+    void* cfg = mallocCheck(format->config_size);
+    FILE* f = model_file_open(path, format, cfg, &version);
+    if (memcmp(cfg, m->config, format->config_size) != 0) { llmc_die("%s: a different model shape than this run's model", path); }
     free(cfg);
     float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
     model_file_read_params(f, path, version, host, m->num_parameters);
@@ -304,7 +292,7 @@ static void gpu_test_resume(GpuTestRun* r, FILE* out, CheckReport* report, const
     float* params_first = (float*)mallocCheck(m->num_parameters * sizeof(float));
     float* params_second = (float*)mallocCheck(m->num_parameters * sizeof(float));
     gpu_model_download_parameters(m, params_first);
-    gpu_test_reload_parameters(p, r->model, m, model_path);
+    gpu_test_reload_parameters(p, m, model_path);
     TrainState expect = saved, got;
     gpu_load_state(&r->trainer, state_path, &expect, &got, &detectors);
     for (int i = 0; i < resume_steps; i++) { second[i] = gpu_test_train_step(r, saved_step + i + 1); }
@@ -339,10 +327,10 @@ static int gpu_test_verdict(GpuTestRun* r, FILE* out, const CheckReport* report)
 
 static void gpu_test_args_parse(GpuTestArgs* a, int argc, char** argv, const GpuTestProgram* p) {
     char state_help[128];
-    snprintf(state_help, sizeof(state_help), "debug state written by %s", p->script);
+    snprintf(state_help, sizeof(state_help), "debug state written by %s", p->family->reference);
     const ArgSpec all[] = {
-        {"-e", ARG_STRING, offsetof(GpuTestArgs, model_path), p->model_default, 0, 0, p->model_help},
-        {"-s", ARG_STRING, offsetof(GpuTestArgs, state_path), p->state_default, 0, 0, state_help},
+        {"-e", ARG_STRING, offsetof(GpuTestArgs, model_path), p->family->reference_model, 0, 0, p->model_help},
+        {"-s", ARG_STRING, offsetof(GpuTestArgs, state_path), p->family->reference_state, 0, 0, state_help},
         {"-o", ARG_STRING, offsetof(GpuTestArgs, tmp_dir), p->tmp_default, 0, 0, "scratch directory for the resume check"},
         {"-ge", ARG_INT, offsetof(GpuTestArgs, gelu_fusion), "0", 0, 1, "1 = GELU fused into the cuBLASLt epilogues (forward and backward)"},
         {"-r", ARG_INT, offsetof(GpuTestArgs, recompute), "0", 0, 2, p->recompute_help},
@@ -359,7 +347,7 @@ static void gpu_test_args_parse(GpuTestArgs* a, int argc, char** argv, const Gpu
     }
     memset(a, 0, sizeof(*a));
     args_parse(table, n, a, argc, argv, p->about);
-    debug_state_require_files(a->model_path, p->model_kind, a->state_path, p->script);
+    debug_state_require_files(a->model_path, p->model_kind, a->state_path, p->family->reference);
 }
 
 
@@ -428,7 +416,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
     mg.num_parameters = gpu->num_parameters;
     mg.shard = zero_shard(gpu->num_parameters, mg.zero_stage, nproc, rank);
     DebugState d;
-    debug_state_read_format(&d, args.state_path, p->state_format, gpu->max_seq_len, gpu->vocab_size, gpu->num_parameters);
+    debug_state_read_format(&d, args.state_path, p->family->debug_state, gpu->max_seq_len, gpu->vocab_size, gpu->num_parameters);
     GpuTestRun run;
     gpu_test_run_init(&run, model, gpu, &mg, &d, args.state_path, args.micro_batches);
     if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
