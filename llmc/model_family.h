@@ -6,7 +6,6 @@ trainers' mains (-e, -t), the model files (llmc/model_file.h), the test programs
 (which family a file is, by its magic). Nothing outside a family's header tests which family it is.
 
     ModelFamily               the description (below)
-    model_family_dims(f, config, dims)   (slices, rows, cols) of each parameter tensor, file order
     model_family_by_magic(families, n, magic)   the family whose model files start with magic, or NULL
 
 The tensor tables themselves stay X-macros in the family's header (one row per tensor): they declare the
@@ -43,10 +42,6 @@ typedef struct {
     int first_layer_tensor;               // one layer's tensors: num_layer_tensors rows from this one, back to back
     int num_layer_tensors;
 } ModelFamily;
-
-static inline void model_family_dims(const ModelFamily* f, const void* config, size_t (*dims)[3]) {
-    f->tensor_dims(dims, config);
-}
 
 // the family of families[0..n) whose model files have this magic, or NULL
 static inline const ModelFamily* model_family_by_magic(const ModelFamily* const* families, int n, int magic) {

@@ -300,7 +300,7 @@ static void cpu_model_init(CpuModel* cm, const ModelFamily* family, const void* 
     cm->vocab_size = vocab_size;
     cm->max_seq_len = max_seq_len;
     cm->num_tensors = num_tensors;
-    model_family_dims(family, config, cm->param_dims);
+    family->tensor_dims(cm->param_dims, config);
     for (int k = 0; k < num_tensors; k++) {
         cm->param_sizes[k] = cm->param_dims[k][0] * cm->param_dims[k][1] * cm->param_dims[k][2];
         cm->num_parameters += cm->param_sizes[k];
