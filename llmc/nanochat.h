@@ -1,0 +1,235 @@
+/*
+llmc/nanochat.h: nanochat's GPT, described once for every backend: the model file (read, validated, written), its
+shapes, the dN descriptors, the table of its parameter tensors, the parameters from scratch, and NANOCHAT_FAMILY,
+the description the programs around a model read (llmc/model_family.h). train_nanochat.py writes the same file.
+
+The model (transformers' NanoChatForCausalLM): token embedding, untied from the head; weightless RMSNorm on the
+embeddings, before attention and before the MLP in every block, and at the end; attention with q, k, v and output
+projections without bias, grouped-query heads, RoPE with NanoChat's rotate-half (dimension i with i + HS/2, the
+second half's sign flipped), then weightless RMSNorm on q and on k per head (QK-norm, after RoPE), causal softmax
+scaled by 1/sqrt(HS); MLP fc -> ReLU^2 -> fcproj, no bias; lm_head; logits capped as cap * tanh(logits / cap)
+when the softcap is not 0.
+
+Model file, little-endian: int32 header[256]
+    [0]=20251013 [1]=3 (fp32 params) or 5 (bf16) [2]=block size maxT [3]=V [4]=L [5]=NH [6]=NKV [7]=C
+    [8]=FFN, the MLP's hidden size
+then float32 header[256]
+    [0]=norm_eps [1]=rope_theta [2]=softcap (0 = none)
+then the parameters (fp32, or bf16 widened on load), no vocab padding, in the order of NANOCHAT_PARAMETER_TENSORS
+below. Every reader error is one line naming the file (llmc/model_file.h reads, checks and writes atomically).
+
+Descriptors for -e: dN (from scratch, N in 1..64), nanochat's depth rule: L=N, C=64N, heads of 128 (NH =
+ceil(C/128), one head of C below 128), NKV=NH, FFN=4C, maxT 1024, V=50304 (GPT-2's 50257 padded to a multiple
+of 64: it trains on GPT-2 token shards), norm_eps 1e-6, rope_theta 10000, softcap 15.
+*/
+#ifndef LLMC_NANOCHAT_H
+#define LLMC_NANOCHAT_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "utils.h"
+#include "rand.h"
+#include "model_file.h"
+#include "model_family.h"
+
+#define NANOCHAT_MAGIC 20251013
+#define NANOCHAT_TOKENIZER_PATH "nanochat_tokenizer.bin"  // train_nanochat.py writes it (GPT-2's, or the checkpoint's)
+#define NANOCHAT_SCRATCH_VOCAB 50304                       // -e dN: GPT-2's vocabulary padded to a multiple of 64
+
+typedef struct {
+    int max_seq_len;   // maxT, the block size
+    int vocab_size;    // V (no padding)
+    int num_layers;    // L
+    int num_heads;     // NH
+    int num_kv_heads;  // NKV (GQA: NH / NKV query heads share one key/value head)
+    int channels;      // C
+    int ffn_hidden;    // FFN, the ReLU^2 MLP's hidden size
+    float norm_eps;    // every RMSNorm's (none has a weight)
+    float rope_theta;
+    float softcap;     // logits = softcap * tanh(logits / softcap); 0 = none
+} NanoChatConfig;
+
+// ----------------------------------------------------------------------------
+// the parameter tensors, in file order: X(D, name, per_layer, rows, cols, is_matrix), sizes in V, C,
+// QKV = (NH + 2 NKV) HS and FFN. All are matrices: Muon trains the per-layer ones, AdamW wte and lm_head.
+#define NANOCHAT_PARAMETER_TENSORS(X, D) \
+    X(D, wte,      0, V,   C,   1) /* token embedding */ \
+    NANOCHAT_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, lm_head,  0, V,   C,   1) /* output projection, never tied */
+
+#define NANOCHAT_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, qkvw,     1, QKV, C,   1) /* q rows (NH HS), then k rows (NKV HS), then v rows */ \
+    X(D, attprojw, 1, C,   C,   1) /* attention output projection */ \
+    X(D, fcw,      1, FFN, C,   1) /* MLP in (before ReLU^2) */ \
+    X(D, fcprojw,  1, C,   FFN, 1) /* MLP out */
+
+// expanded with llmc/model_file.h's TENSOR_* (NANOCHAT_PARAM_wte = 0 ..., and the count)
+enum { NANOCHAT_PARAMETER_TENSORS(TENSOR_INDEX, NANOCHAT_PARAM_) NANOCHAT_NUM_PARAMETER_TENSORS };
+enum { NANOCHAT_NUM_LAYER_TENSORS = NANOCHAT_PARAM_fcprojw - NANOCHAT_PARAM_qkvw + 1 };
+
+static const char* const NANOCHAT_PARAMETER_NAMES[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_NAME, _)};
+static const int NANOCHAT_PARAMETER_IS_MATRIX[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
+static const int NANOCHAT_PARAMETER_PER_LAYER[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+
+// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
+static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    // the dimension names the table is written in
+    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
+    const size_t HS = C / (size_t)cfg->num_heads;
+    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
+    const size_t FFN = (size_t)cfg->ffn_hidden;
+    const size_t table[NANOCHAT_NUM_PARAMETER_TENSORS][3] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_DIMS, _)};
+    memcpy(dims, table, sizeof(table));
+}
+
+// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
+static inline size_t nanochat_parameter_sizes(size_t* sizes, const NanoChatConfig* cfg) {
+    return tensor_table_sizes(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, sizes);
+}
+
+static inline size_t nanochat_num_parameters(const NanoChatConfig* cfg) { return nanochat_parameter_sizes(NULL, cfg); }
+
+// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 4 of them
+typedef struct { NANOCHAT_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatParams;
+typedef struct { NANOCHAT_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatLayerParams;
+
+// points p's tensors into one flat buffer of nanochat_num_parameters(cfg) floats, file order
+static inline void nanochat_point_parameters(NanoChatParams* p, float* memory, const NanoChatConfig* cfg) {
+    tensor_table_point(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
+}
+
+// layer l's view of p (weights or gradients alike)
+static inline NanoChatLayerParams nanochat_layer_params(const NanoChatParams* p, const NanoChatConfig* cfg, int l) {
+    NanoChatLayerParams w;
+    tensor_table_layer(nanochat_parameter_dims, cfg, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
+    return w;
+}
+
+// ----------------------------------------------------------------------------
+// descriptors
+
+// "dN" (N in 1..64): the depth rule above; 1 if desc is one, else 0
+static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConfig* cfg) {
+    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
+    int N = 0;
+    for (const char* s = desc + 1; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') { return 0; }
+        N = N * 10 + (*s - '0');
+    }
+    if (N < 1 || N > 64) { return 0; }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = NANOCHAT_SCRATCH_VOCAB;
+    cfg->num_layers = N;
+    cfg->channels = 64 * N;
+    cfg->num_heads = (cfg->channels + 127) / 128;  // heads of 128 (d1: one head of 64)
+    cfg->num_kv_heads = cfg->num_heads;
+    cfg->ffn_hidden = 4 * cfg->channels;
+    cfg->norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->softcap = 15.0f;
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// the file
+
+// what only nanochat knows about its headers (model_file_open calls it, then nanochat_model_file_parameters)
+static inline void nanochat_model_file_check(const char* path, const void* config) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    if (C % NH != 0 || (C / NH) % 2 != 0) {
+        llmc_die("%s: bad nanochat model header: C = %d must be NH = %d times an even head size", path, C, NH);
+    }
+    if (NKV > NH || NH % NKV != 0) {
+        llmc_die("%s: bad nanochat model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
+    }
+    float eps = cfg->norm_eps, theta = cfg->rope_theta, cap = cfg->softcap;
+    if (!(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
+        llmc_die("%s: bad nanochat model header: norm_eps %g, rope_theta %g", path, eps, theta);
+    }
+    if (!(cap >= 0.0f && isfinite(cap))) {
+        llmc_die("%s: bad nanochat model header: softcap %g (0 for none, else a finite cap > 0)", path, cap);
+    }
+}
+
+static inline size_t nanochat_model_file_parameters(const void* config, char* shape, size_t shape_size) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d softcap=%g", cfg->num_layers, cfg->channels,
+             cfg->num_heads, cfg->num_kv_heads, cfg->vocab_size, cfg->ffn_hidden, cfg->softcap);
+    return nanochat_num_parameters(cfg);
+}
+
+// where each member of NanoChatConfig stands: int header[2..8], float header[0..2]
+#define NANOCHAT_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(NanoChatConfig, member)}
+#define NANOCHAT_FLOAT_(index, member) {NULL, MODEL_FIELD_FLOAT, index, 0, 0, offsetof(NanoChatConfig, member)}
+static const ModelHeaderField NANOCHAT_HEADER_FIELDS[] = {
+    NANOCHAT_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len),
+    NANOCHAT_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
+    NANOCHAT_INT_("layers L (header[4])", 4, 1, 4096, num_layers),
+    NANOCHAT_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
+    NANOCHAT_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
+    NANOCHAT_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
+    NANOCHAT_INT_("FFN hidden size (header[8])", 8, 1, 1 << 22, ffn_hidden),
+    NANOCHAT_FLOAT_(0, norm_eps), NANOCHAT_FLOAT_(1, rope_theta), NANOCHAT_FLOAT_(2, softcap),
+};
+static const ModelFileFormat NANOCHAT_MODEL_FILE = MODEL_FILE_FORMAT(
+    "nanochat model", "%s: not a nanochat model file (%zu bytes, shorter than the 2048-byte header)",
+    NANOCHAT_MAGIC, 1, NANOCHAT_HEADER_FIELDS, NanoChatConfig, nanochat_model_file_check, nanochat_model_file_parameters);
+
+// nanochat_model_open(path, cfg, version) opens a model file, validates both headers against the real size and
+// returns the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
+static inline FILE* nanochat_model_open(const char* path, NanoChatConfig* cfg, int* version) {
+    return model_file_open(path, &NANOCHAT_MODEL_FILE, cfg, version);
+}
+
+// writes cfg and n fp32 parameters atomically (temporary file, then rename)
+static inline void nanochat_model_write(const char* path, const NanoChatConfig* cfg, const float* params, size_t n) {
+    model_file_write(path, &NANOCHAT_MODEL_FILE, cfg, params, n);
+}
+
+// ----------------------------------------------------------------------------
+// from scratch
+
+// params: nanochat_num_parameters(cfg) floats, file order; bit for bit train_nanochat.py's init at this seed:
+// one mt19937 drawing wte ~ N(0, 1), then per layer qkvw and fcw ~ U(-b, b) with b = sqrt(3 / C) (the spread of
+// N(0, 1/C) at a bounded range), then lm_head ~ N(0, 0.001); the output projections start at zero, so every block
+// starts as the identity on the residual stream
+static inline void nanochat_init_params_from_scratch(float* params, const NanoChatConfig* cfg, unsigned int seed) {
+    NanoChatParams p;
+    nanochat_point_parameters(&p, params, cfg);
+    memset(params, 0, nanochat_num_parameters(cfg) * sizeof(float));
+    size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, FFN = (size_t)cfg->ffn_hidden;
+    size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    float b = (float)(pow(3.0, 0.5) * pow((double)C, -0.5));
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    normal_d(p.wte, V * C, 0.0, 1.0, &rng);  // (V, C)
+    for (int l = 0; l < cfg->num_layers; l++) {
+        NanoChatLayerParams w = nanochat_layer_params(&p, cfg, l);
+        uniform_(w.qkvw, QKV * C, -b, b, &rng);  // (QKV, C)
+        uniform_(w.fcw, FFN * C, -b, b, &rng);   // (FFN, C)
+    }
+    normal_d(p.lm_head, V * C, 0.0, 0.001, &rng);  // (V, C)
+}
+
+// ----------------------------------------------------------------------------
+// the description
+
+// the nanochat debug state train_nanochat.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
+static const DebugStateFormat NANOCHAT_DEBUG_STATE = {NANOCHAT_MAGIC, 3, "nanochat debug state", "block size", 1};
+
+static const ModelFamily NANOCHAT_FAMILY = {
+    "nanochat", &NANOCHAT_MODEL_FILE, SHARD_FORMAT_GPT2, NANOCHAT_TOKENIZER_PATH,
+    "d2", "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
+    "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
+    "block size", &NANOCHAT_DEBUG_STATE, "train_nanochat.py", "nanochat_d2.bin", "nanochat_d2_debug_state.bin",
+    NANOCHAT_NUM_PARAMETER_TENSORS, NANOCHAT_PARAMETER_NAMES, NANOCHAT_PARAMETER_IS_MATRIX, NANOCHAT_PARAMETER_PER_LAYER,
+    nanochat_parameter_dims, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS,
+};
+
+#endif // LLMC_NANOCHAT_H
