@@ -97,16 +97,22 @@ def parse_run(run: RunResult, stdout: str) -> None:
 
 def run_pair(args: argparse.Namespace, model: str, jobs: list[tuple[str, str, float, int]]) -> list[RunResult]:
     """Runs the jobs (name, optimizer, lr, steps) on `model` side by side, printing progress as their steps finish."""
-    procs, runs, logs = [], [], []
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    for name, optimizer, lr, steps in jobs:
-        out = args.out / name
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "main.log").unlink(missing_ok=True)
-        log = open(out / "stdout.txt", "w")
-        procs.append(subprocess.Popen(trainer_command(args, model, optimizer, lr, steps, out), stdout=log,
-                                      stderr=subprocess.STDOUT, cwd=REPO, env=env))
-        runs.append(RunResult(name, optimizer, lr, out))
+    runs = [RunResult(name, optimizer, lr, args.out / name) for name, optimizer, lr, _ in jobs]
+    cmds = [trainer_command(args, model, optimizer, lr, steps, r.out) for r, (_, optimizer, lr, steps) in zip(runs, jobs)]
+    run_side_by_side(runs, cmds, [steps for *_, steps in jobs], args.threads)
+    return runs
+
+
+def run_side_by_side(runs: list[RunResult], cmds: list[list[str]], steps: list[int], threads: int) -> None:
+    """Starts one trainer per run (its command, writing into run.out) at once, `threads` OpenMP threads each, prints
+    their progress every 30 s, and fills each run's step times and val losses; exits on a failed run."""
+    procs, logs = [], []
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    for r, cmd in zip(runs, cmds):
+        r.out.mkdir(parents=True, exist_ok=True)
+        (r.out / "main.log").unlink(missing_ok=True)
+        log = open(r.out / "stdout.txt", "w")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env))
         logs.append(log)
     t0 = last = time.time()
     while any(p.poll() is None for p in procs):
@@ -115,7 +121,7 @@ def run_pair(args: argparse.Namespace, model: str, jobs: list[tuple[str, str, fl
             continue
         last = time.time()
         done = [len(re.findall(r"^step \d+/", (r.out / "stdout.txt").read_text(), re.M)) for r in runs]
-        status = ", ".join(f"{r.name} {d}/{job[3]}" for r, d, job in zip(runs, done, jobs))
+        status = ", ".join(f"{r.name} {d}/{n}" for r, d, n in zip(runs, done, steps))
         print(f"  [{time.time() - t0:6.0f} s] {status}", flush=True)
     for p, log, r in zip(procs, logs, runs):
         log.close()
@@ -123,7 +129,6 @@ def run_pair(args: argparse.Namespace, model: str, jobs: list[tuple[str, str, fl
         if p.returncode != 0:
             sys.exit(f"error: {r.name} exited {p.returncode}: {text.strip().splitlines()[-1] if text.strip() else ''}")
         parse_run(r, text)
-    return runs
 
 
 def sweep(args: argparse.Namespace) -> tuple[float, float, list[str]]:
