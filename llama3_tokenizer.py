@@ -109,19 +109,24 @@ def _llama3_tokenizer_json(path: str) -> Path:
         ) from None
 
 
+def read_tokenizer_json(json_path: Path, purpose: str) -> Any:
+    """A `tokenizers` Tokenizer from a tokenizer.json; DataError (one line) when it cannot be read."""
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return HFTokenizer.from_file(str(json_path))
+    except ImportError:
+        raise DataError(f"{purpose} needs the tokenizers package (pip install tokenizers)") from None
+    except Exception as e:
+        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
+
+
 @lru_cache(maxsize=None)
 def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
     """The Llama 3 tokenizer from --tokenizer PATH (tokenizer.json or its directory; "" = the hub's), validated:
     it must know <|begin_of_text|> and <|end_of_text|>; DataError (one line) otherwise."""
     json_path = _llama3_tokenizer_json(path)
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        tok = HFTokenizer.from_file(str(json_path))
-    except ImportError:
-        raise DataError("llama-3 tokenizing needs the tokenizers package (pip install tokenizers)") from None
-    except Exception as e:
-        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
+    tok = read_tokenizer_json(json_path, "llama-3 tokenizing")
     tok.encode_special_tokens = True
     ids = {name: tok.token_to_id(name) for name in (BOS, EOT)}
     missing = [name for name, i in ids.items() if i is None]

@@ -322,22 +322,34 @@ def llama3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> Lla
     return c
 
 
-def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
-    """A Llama 3 model file's config and version (3 fp32, 5 bf16): magic, version, header sizes and file length checked."""
-    path = Path(path)
+def read_two_part_header(path: Path, magic: int, header_length: int, family: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """The file's size and its 256 int32 + 256 float32 header (the Llama 3 and nanochat model files), its length,
+    magic and version checked."""
     size = file_size(path)
-    if size < LLAMA3_HEADER_BYTES:
-        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {LLAMA3_HEADER_BYTES}-byte Llama 3 header")
+    if size < header_length:
+        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {header_length}-byte {family} header")
     hi, hf = read_ints(path, "<i4", 256), read_ints(path, "<f4", 256, offset=1024)
-    if int(hi[0]) != LLAMA3_MAGIC:
-        raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {LLAMA3_MAGIC} (a Llama 3 model file)")
+    if int(hi[0]) != magic:
+        raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {magic} (a {family} model file)")
     if int(hi[1]) not in ITEMSIZE:
         raise ModelFileError(f"{path}: wrong version {int(hi[1])}, expected 3 (float32) or 5 (bfloat16)")
-    c = llama3_config_from_header(path, hi, hf)
-    want = LLAMA3_HEADER_BYTES + sum(math.prod(s) for s in llama3_tensor_shapes(c).values()) * ITEMSIZE[int(hi[1])]
+    return size, hi, hf
+
+
+def check_body_size(path: Path, size: int, header_length: int, shapes: dict[str, tuple[int, ...]], version: int) -> None:
+    """The file holds exactly the header and the tensors of `shapes` at `version`'s width."""
+    want = header_length + sum(math.prod(s) for s in shapes.values()) * ITEMSIZE[version]
     if size != want:
         problem = "truncated" if size < want else "trailing data"
         raise ModelFileError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {size}")
+
+
+def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
+    """A Llama 3 model file's config and version (3 fp32, 5 bf16): magic, version, header sizes and file length checked."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, LLAMA3_MAGIC, LLAMA3_HEADER_BYTES, "Llama 3")
+    c = llama3_config_from_header(path, hi, hf)
+    check_body_size(path, size, LLAMA3_HEADER_BYTES, llama3_tensor_shapes(c), int(hi[1]))
     return c, int(hi[1])
 
 
@@ -409,24 +421,14 @@ def read_nanochat_header(path: str | Path) -> tuple[NanoChatConfig, int]:
     """A nanochat model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length
     checked, one ModelFileError line each."""
     path = Path(path)
-    size = file_size(path)
-    if size < NANOCHAT_HEADER_BYTES:
-        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {NANOCHAT_HEADER_BYTES}-byte nanochat header")
-    hi, hf = read_ints(path, "<i4", 256), read_ints(path, "<f4", 256, offset=1024)
-    if int(hi[0]) != NANOCHAT_MAGIC:
-        raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {NANOCHAT_MAGIC} (a nanochat model file)")
-    if int(hi[1]) not in ITEMSIZE:
-        raise ModelFileError(f"{path}: wrong version {int(hi[1])}, expected 3 (float32) or 5 (bfloat16)")
+    size, hi, hf = read_two_part_header(path, NANOCHAT_MAGIC, NANOCHAT_HEADER_BYTES, "nanochat")
     c = NanoChatConfig(block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]),
                        n_kv_head=int(hi[6]), n_embd=int(hi[7]), ffn_hidden=int(hi[8]), norm_eps=float(hf[0]),
                        rope_theta=float(hf[1]), softcap=float(hf[2]))
     problem = nanochat_config_problem(c)
     if problem:
         raise ModelFileError(f"{path}: bad nanochat header: {problem}")
-    want = NANOCHAT_HEADER_BYTES + sum(math.prod(s) for s in nanochat_tensor_shapes(c).values()) * ITEMSIZE[int(hi[1])]
-    if size != want:
-        problem = "truncated" if size < want else "trailing data"
-        raise ModelFileError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {size}")
+    check_body_size(path, size, NANOCHAT_HEADER_BYTES, nanochat_tensor_shapes(c), int(hi[1]))
     return c, int(hi[1])
 
 

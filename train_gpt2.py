@@ -615,6 +615,38 @@ def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.T
     ]
 
 
+def stacked_file_tensors(model: CausalLM, get: Callable[[torch.Tensor], torch.Tensor],
+                         global_names: tuple[str, ...]) -> list[torch.Tensor]:
+    """For a model whose file_tensors() lists (name, per-layer parts) in file order (train_llama3.py's Llama,
+    train_nanochat.py's NanoChat): each tensor stacked over layers, element = get(parameter); the ones named in
+    global_names have one part, taken as it is."""
+    return [parts[0] if name in global_names else torch.stack(parts)
+            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+
+
+def load_file_tensors(model: CausalLM, tensors: dict[str, np.ndarray]) -> None:
+    """The inverse of stacked_file_tensors: a model file's tensors (float32, by name) copied into the model."""
+    with torch.no_grad():
+        for name, parts in model.file_tensors():
+            t = torch.from_numpy(tensors[name])
+            for i, p in enumerate(parts):
+                p.copy_(t if len(parts) == 1 else t[i])
+
+
+def write_debug_state_with_norms(model: CausalLM, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
+                                 opt: DebugOptimizer, steps: Callable, magic: int, version: int) -> None:
+    """The debug state of train_llama3.py's layout (version 3): one batch, its logits, loss and every gradient (file
+    order), the losses and grad norms of `opt.steps` reference steps (`steps`: the family's reference_steps), then
+    each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17] name the optimizer."""
+    x, y = x.cpu(), y.cpu()
+    logits, loss, grads, losses, norms = steps(model, x, y, opt)
+    noise = reference_loss_noise(model, x, y, opt, losses, steps)
+    atomic_write(filename, debug_state_chunks(magic, version, opt, x, y, logits, loss, grads, [losses, norms, noise]))
+    B, T = x.shape
+    summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
+    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+
+
 def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
     """Debug state: one batch, its logits, loss and every gradient, the losses of `opt.steps` reference

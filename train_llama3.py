@@ -36,15 +36,16 @@ from train_gpt2 import (
     UserError,
     causal_attention,
     debug_optimizer,
-    debug_state_chunks,
+    load_file_tensors,
     make_optimizer,
     print0,
     read_model_file,
-    reference_loss_noise,
     reference_steps as gpt2_reference_steps,
     run_main,
+    stacked_file_tensors,
     train_loop,
     trainer_parser,
+    write_debug_state_with_norms,
 )
 
 from gpt2_family import GPT2
@@ -372,8 +373,7 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
 
 def stacked(model: Llama, get) -> list[torch.Tensor]:
     """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return [parts[0] if name in ("wte", "lnfw", "lm_head") else torch.stack(parts)
-            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+    return stacked_file_tensors(model, get, ("wte", "lnfw", "lm_head"))
 
 
 def write_model(model: Llama, filename: str | Path, dtype: str) -> None:
@@ -387,11 +387,7 @@ def read_model(filename: str | Path, flash: bool = False) -> Llama:
     """A Llama from one of our model files, validated (magic, version, header sizes, body length): UserError otherwise."""
     c, tensors = read_model_file(read_llama3, filename)
     model = Llama(c, flash)
-    with torch.no_grad():
-        for name, parts in model.file_tensors():
-            t = torch.from_numpy(tensors[name])
-            for i, p in enumerate(parts):
-                p.copy_(t if len(parts) == 1 else t[i])
+    load_file_tensors(model, tensors)
     return model
 
 
@@ -424,14 +420,7 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
     """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
     of `opt.steps` reference steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17]
     name the optimizer (0 AdamW, 1 Muon, and Muon's settings: train_gpt2.py's DebugOptimizer.header_fields)."""
-    x, y = x.cpu(), y.cpu()
-    logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
-    noise = reference_loss_noise(model, x, y, opt, losses, reference_steps)
-    chunks = debug_state_chunks(STATE_MAGIC, STATE_VERSION, opt, x, y, logits, loss, grads, [losses, norms, noise])
-    atomic_write(filename, chunks)
-    B, T = x.shape
-    summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
-    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, STATE_MAGIC, STATE_VERSION)
 
 
 # ----------------------------------------------------------------------------- training

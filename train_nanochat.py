@@ -37,22 +37,23 @@ from train_gpt2 import (
     UserError,
     causal_attention,
     debug_optimizer,
-    debug_state_chunks,
     gpt2_encoding,
     gpt2_is_block_matrix,
     huggingface_reachable,
+    load_file_tensors,
     make_optimizer,
     print0,
     read_model_file,
-    reference_loss_noise,
     reference_steps as gpt2_reference_steps,
     run_main,
+    stacked_file_tensors,
     train_loop,
     trainer_parser,
+    write_debug_state_with_norms,
 )
 
 from gpt2_family import VOCAB_SIZE as GPT2_VOCAB
-from llama3_tokenizer import LlamaTokenizer
+from llama3_tokenizer import LlamaTokenizer, read_tokenizer_json
 from model_file import (
     VERSIONS,
     NanoChatConfig,
@@ -364,8 +365,7 @@ def load_model(name: str, seed: int, flash: bool = False) -> tuple[NanoChat, str
 
 def stacked(model: NanoChat, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
     """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return [parts[0] if name in ("wte", "lm_head") else torch.stack(parts)
-            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+    return stacked_file_tensors(model, get, ("wte", "lm_head"))
 
 
 def write_model(model: NanoChat, filename: str | Path, dtype: str) -> None:
@@ -379,11 +379,7 @@ def read_model(filename: str | Path, flash: bool = False) -> NanoChat:
     """A NanoChat from one of our model files, validated (magic, version, header fields, length): UserError otherwise."""
     c, tensors = read_model_file(read_nanochat, filename)
     model = NanoChat(c, flash)
-    with torch.no_grad():
-        for name, parts in model.file_tensors():
-            t = torch.from_numpy(tensors[name])
-            for i, p in enumerate(parts):
-                p.copy_(t if len(parts) == 1 else t[i])
+    load_file_tensors(model, tensors)
     return model
 
 
@@ -396,17 +392,11 @@ def reference_steps(model: NanoChat, x: torch.Tensor, y: torch.Tensor, opt: Debu
 
 def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
-    """nanochat debug state, the Llama 3 layout: one batch, its logits, loss and every gradient (file order), the
-    losses and grad norms of `opt.steps` reference steps, then each step loss's float32 noise."""
-    x, y = x.cpu(), y.cpu()
-    logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
-    noise = reference_loss_noise(model, x, y, opt, losses, reference_steps)
-    chunks = debug_state_chunks(NANOCHAT.debug_state_magic, NANOCHAT.debug_state_version, opt, x, y, logits, loss, grads,
-                                [losses, norms, noise])
-    atomic_write(filename, chunks)
-    B, T = x.shape
-    summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
-    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+    """nanochat debug state, the Llama 3 layout (magic 20251013, version 3): one batch, its logits, loss and every
+    gradient (file order), the losses and grad norms of `opt.steps` reference steps, then each step loss's float32
+    noise; header[12..17] name the optimizer."""
+    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, NANOCHAT.debug_state_magic,
+                                 NANOCHAT.debug_state_version)
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -415,14 +405,7 @@ def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filenam
 def load_tokenizer_json(path: Path) -> LlamaTokenizer:
     """A checkpoint's own tokenizer.json (byte-level BPE, through the `tokenizers` library); its document delimiter
     is the first of BOS_NAMES it knows. DataError (one line) when it cannot be used."""
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        tok = HFTokenizer.from_file(str(path))
-    except ImportError:
-        raise DataError("a checkpoint's tokenizer.json needs the tokenizers package (pip install tokenizers)") from None
-    except Exception as e:
-        raise DataError(f"{path}: not a tokenizers tokenizer.json ({' '.join(str(e).split())[:200]})") from None
+    tok = read_tokenizer_json(path, "a checkpoint's tokenizer.json")
     bos = next((i for i in map(tok.token_to_id, BOS_NAMES) if i is not None), None)
     if bos is None:
         raise DataError(f"{path}: the tokenizer has none of {', '.join(BOS_NAMES)} (its document delimiter)")
