@@ -853,6 +853,21 @@ class ModelFamily:
     write_model: Callable[[nn.Module, str | Path, str], None]  # (model, file, dtype): the final checkpoint
 
 
+def seeded_sampler(args: argparse.Namespace, start_id: int,
+                   decode: Callable[[list[int]], str]) -> Callable[[str], Callable[[nn.Module], str]]:
+    """A ModelFamily.make_sampler whose samples (--gen_tokens after start_id, top-k 40) draw from one generator
+    seeded with --seed (train_llama3.py's and train_nanochat.py's)."""
+    def make_sampler(device: str) -> Callable[[nn.Module], str]:
+        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
+
+        def sample(raw_model: nn.Module) -> str:
+            start = torch.tensor([[start_id]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
+            return decode(out[0, 1:].tolist())
+        return sample
+    return make_sampler
+
+
 def gpt2_family(args: argparse.Namespace) -> ModelFamily:
     model, stem = load_model(args.model, args.seed, bool(args.flash))
 

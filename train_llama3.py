@@ -19,7 +19,6 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -42,6 +41,7 @@ from train_gpt2 import (
     read_model_file,
     reference_steps as gpt2_reference_steps,
     run_main,
+    seeded_sampler,
     stacked_file_tensors,
     train_loop,
     trainer_parser,
@@ -477,19 +477,10 @@ def llama_family(args: argparse.Namespace) -> ModelFamily:
         write_tokenizer(tok, LLAMA3.tokenizer_file)
         write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
-    def make_sampler(device: str) -> Callable[[nn.Module], str]:
-        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
-
-        def sample(raw_model: nn.Module) -> str:
-            start = torch.tensor([[tok.bos]], dtype=torch.long, device=device)
-            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
-            return tok.decode(out[0, 1:].tolist())
-        return sample
-
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size}", loader=LlamaDataLoader, write_files=write_files,
-                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero), make_sampler=make_sampler,
-                       write_model=write_model)
+                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
+                       make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 
 def train(args: argparse.Namespace) -> None:

@@ -46,13 +46,14 @@ from train_gpt2 import (
     read_model_file,
     reference_steps as gpt2_reference_steps,
     run_main,
+    seeded_sampler,
     stacked_file_tensors,
     train_loop,
     trainer_parser,
     write_debug_state_with_norms,
 )
 
-from gpt2_family import VOCAB_SIZE as GPT2_VOCAB
+from gpt2_family import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
 from llama3_tokenizer import LlamaTokenizer, read_tokenizer_json
 from model_file import (
     VERSIONS,
@@ -451,7 +452,7 @@ class NanoChatText:
             print0(f"no {filename}: the model has no tokenizer.json and its vocab is smaller than GPT-2's")
 
     def start_token(self) -> int:
-        return self.json.bos if self.json is not None else (gpt2_encoding().eot_token if self.gpt2 else 0)
+        return self.json.bos if self.json is not None else (GPT2_EOT if self.gpt2 else 0)
 
     def decode(self, ids: list[int]) -> str:
         if self.json is not None:
@@ -492,19 +493,10 @@ def nanochat_family(args: argparse.Namespace) -> ModelFamily:
         text.write(NANOCHAT.tokenizer_file)
         write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
-    def make_sampler(device: str) -> Callable[[nn.Module], str]:
-        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
-
-        def sample(raw_model: nn.Module) -> str:
-            start = torch.tensor([[text.start_token()]], dtype=torch.long, device=device)
-            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
-            return text.decode(out[0, 1:].tolist())
-        return sample
-
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size} softcap={c.softcap:g}", loader=DistributedDataLoader,
                        write_files=write_files, make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
-                       make_sampler=make_sampler, write_model=write_model)
+                       make_sampler=seeded_sampler(args, text.start_token(), text.decode), write_model=write_model)
 
 
 def train(args: argparse.Namespace) -> None:
