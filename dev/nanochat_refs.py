@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 REPO = Path(__file__).resolve().parent.parent
 TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
@@ -66,6 +65,7 @@ TINY_MODELS = [
 def save_tiny_model(m: TinyModel, directory: Path, seed: int) -> None:
     """A NanoChatForCausalLM of m's shape (2 layers, block size 128) with weights drawn wider than transformers' init
     (embeddings N(0, 1), matrices N(0, 0.1), lm_head N(0, 0.3): the softcap bites), saved with save_pretrained."""
+    import torch
     from transformers import NanoChatConfig, NanoChatForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -159,6 +159,8 @@ def main() -> int:
     p.add_argument("--out_dir", type=Path, default=REPO / "build" / "nanochat", help="where to write them")
     p.add_argument("--no_d2", action="store_true", help="skip the d2 from scratch (its V=50304 state is the slow one)")
     args = p.parse_args()
+    import torch
+
     torch.set_num_threads(1)  # tiny models: more threads only spin
     t0 = time.perf_counter()
     out = args.out_dir.resolve()
