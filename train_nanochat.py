@@ -54,7 +54,7 @@ from train_gpt2 import (
 )
 
 from gpt2_family import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
-from llama3_tokenizer import LlamaTokenizer, read_tokenizer_json
+from llama3_tokenizer import load_checkpoint_tokenizer
 from model_file import (
     VERSIONS,
     NanoChatConfig,
@@ -65,7 +65,7 @@ from model_file import (
     read_nanochat,
     write_model_file,
 )
-from nanochat_family import BOS_NAMES, NANOCHAT, VOCAB_SIZE
+from nanochat_family import NANOCHAT, VOCAB_SIZE
 from token_shards import DataError, DataFormatError
 
 # ----------------------------------------------------------------------------- the model
@@ -403,16 +403,6 @@ def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filenam
 # ----------------------------------------------------------------------------- tokenizer
 
 
-def load_tokenizer_json(path: Path) -> LlamaTokenizer:
-    """A checkpoint's own tokenizer.json (byte-level BPE, through the `tokenizers` library); its document delimiter
-    is the first of BOS_NAMES it knows. DataError (one line) when it cannot be used."""
-    tok = read_tokenizer_json(path, "a checkpoint's tokenizer.json")
-    bos = next((i for i in map(tok.token_to_id, BOS_NAMES) if i is not None), None)
-    if bos is None:
-        raise DataError(f"{path}: the tokenizer has none of {', '.join(BOS_NAMES)} (its document delimiter)")
-    return LlamaTokenizer(str(path), tok, tok.get_vocab_size(with_added_tokens=True), bos, bos)
-
-
 def write_tokenizer(pieces: list[bytes], eot: int, filename: str | Path) -> None:
     """GPT-2's tokenizer file format (version 2): uint32 header (vocab, end-of-text id), then per id a length byte
     and its bytes; UserError when a token is empty or longer than 255 bytes."""
@@ -430,16 +420,11 @@ class NanoChatText:
     directory's), else GPT-2's encoding when the vocabulary holds it, else none (ids only)."""
 
     def __init__(self, args: argparse.Namespace, model_dir: Path | None, vocab_size: int):
-        path = Path(args.tokenizer) if args.tokenizer else (model_dir / "tokenizer.json" if model_dir else None)
-        if path is not None and path.is_dir():
-            path = path / "tokenizer.json"
         self.json = None
-        if path is not None and (args.tokenizer or path.is_file()):
-            if not path.is_file():
-                raise UserError(f"--tokenizer {args.tokenizer}: no such tokenizer.json")
-            self.json = load_tokenizer_json(path)
+        if args.tokenizer or (model_dir is not None and (model_dir / "tokenizer.json").is_file()):
+            self.json = load_checkpoint_tokenizer(args.tokenizer or str(model_dir))
             if self.json.vocab_size > vocab_size:
-                raise UserError(f"{path}: {self.json.vocab_size} tokens, more than the model's vocab {vocab_size}")
+                raise UserError(f"{self.json.source}: {self.json.vocab_size} tokens, more than the model's vocab {vocab_size}")
         self.gpt2 = self.json is None and vocab_size >= GPT2_VOCAB
 
     def write(self, filename: str) -> None:

@@ -5,6 +5,7 @@ NanoChat directory."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -16,11 +17,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PYTHON, REPO, TS_VAL, run
+from conftest import PYTHON, REPO, TS_VAL, run, tinyshakespeare_text
 
 import model_file
 import train_nanochat
 from model_file import ModelFileError, NanoChatConfig
+from token_shards import DataFormatError, read_datafile, write_datafile
 from train_gpt2 import DebugOptimizer, OptimizerSettings, UserError
 
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
@@ -255,7 +257,8 @@ def test_muon_trains_the_blocks_matrices_and_adamw_the_embeddings_and_head(tmp_p
     assert tail("adamw")[0] == tail("muon")[0] and tail("adamw")[2] != tail("muon")[2]
 
 
-def test_tokenizer_file_comes_from_the_checkpoints_tokenizer_json(tmp_path):
+def tiny_bpe_tokenizer(directory: Path):
+    """A byte-level BPE tokenizer.json in `directory` (the kind a NanoChat checkpoint carries): <|bos|> is id 0."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -264,11 +267,14 @@ def test_tokenizer_file_comes_from_the_checkpoints_tokenizer_json(tmp_path):
     trainer = trainers.BpeTrainer(vocab_size=280, special_tokens=["<|bos|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(["First Citizen: before we proceed any further, hear me speak."] * 20, trainer)
-    d = tmp_path / "hf"
-    d.mkdir()
-    tok.save(str(d / "tokenizer.json"))
-    import argparse
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    return tok
 
+
+def test_tokenizer_file_comes_from_the_checkpoints_tokenizer_json(tmp_path):
+    d = tmp_path / "hf"
+    tok = tiny_bpe_tokenizer(d)
     text = train_nanochat.NanoChatText(argparse.Namespace(tokenizer=""), d, V)
     text.write(str(tmp_path / "tok.bin"))
     n = tok.get_vocab_size()
@@ -284,6 +290,28 @@ def test_tokenizer_file_comes_from_the_checkpoints_tokenizer_json(tmp_path):
     assert b"".join(pieces[i] for i in ids) == b"hear me speak" and text.decode(ids) == "hear me speak"
     with pytest.raises(UserError, match="more than the model's vocab 100"):
         train_nanochat.NanoChatText(argparse.Namespace(tokenizer=""), d, 100)
+
+
+def test_text_for_such_a_model_is_tokenized_with_its_tokenizer_json(tmp_path):
+    text = tinyshakespeare_text()
+    tok = tiny_bpe_tokenizer(tmp_path / "tok")
+    (tmp_path / "ts").mkdir()
+    (tmp_path / "ts" / "tiny_shakespeare.txt").write_bytes(text.read_bytes())
+    run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "gpt-2", "--tokenizer", tmp_path / "tok",
+         "--data_dir", tmp_path / "ts"])
+    val = read_datafile(tmp_path / "ts" / "tiny_shakespeare_val.bin", tok.get_vocab_size())  # gpt-2 shards, ids < 280
+    first_section = text.read_text().split("\n\n")[0] + "\n\n"
+    ids = val[: 1 + len(tok.encode(first_section).ids)].tolist()
+    assert ids[0] == 0 and tok.decode(ids[1:]) == first_section  # <|bos|> starts every document
+
+
+def test_gpt2_shards_hold_ids_up_to_65535_when_the_tokenizer_has_them(tmp_path):
+    write_datafile(tmp_path / "big.bin", [0, 60000, 65535], vocab_size=65536)
+    assert read_datafile(tmp_path / "big.bin", 65536).tolist() == [0, 60000, 65535]
+    with pytest.raises(DataFormatError, match="vocab size 65537 does not fit gpt-2 shards"):
+        write_datafile(tmp_path / "bad.bin", [0], vocab_size=65537)
+    with pytest.raises(DataFormatError, match="token id 60000 at position 1 >= vocab size 50257"):
+        write_datafile(tmp_path / "bad.bin", [0, 60000])  # GPT-2's vocab by default
 
 
 def test_export_hf_writes_a_nanochat_directory_transformers_loads_with_the_same_logits(tmp_path):
