@@ -240,6 +240,12 @@ def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
     def bad(field: str, why: str) -> UserError:
         return UserError(f"{where}: config.json {field} = {cfg.get(field)!r}: {why}")
 
+    def number(field: str, default: float, kind: type) -> Any:
+        value = cfg.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)):
+            raise bad(field, f"must be {'an integer' if kind is int else 'a number'}")
+        return kind(value)
+
     if cfg.get("model_type", "nanochat") != "nanochat":
         raise bad("model_type", "not a NanoChat model")
     if cfg.get("hidden_act", "relu2") != "relu2":
@@ -248,8 +254,8 @@ def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
         raise bad("attention_bias", "the nanochat family has no biases")
     if cfg.get("tie_word_embeddings", False):
         raise bad("tie_word_embeddings", "the nanochat family's lm_head is never tied to the embeddings")
-    C, NH = int(cfg.get("hidden_size", 768)), int(cfg.get("num_attention_heads", 6))
-    NKV = int(cfg.get("num_key_value_heads") or NH)
+    C, NH = number("hidden_size", 768, int), number("num_attention_heads", 6, int)
+    NKV = NH if cfg.get("num_key_value_heads") is None else number("num_key_value_heads", NH, int)
     if NH < 1 or C % NH:
         raise bad("num_attention_heads", f"does not divide hidden_size {C}")
     if (C // NH) % 2:
@@ -263,15 +269,17 @@ def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
     if rope_type != "default":
         field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
         raise UserError(f"{where}: config.json {field} has rope_type {rope_type!r}: the nanochat family runs default RoPE only")
-    softcap = cfg.get("final_logit_softcapping", 15.0)
-    if softcap is not None and not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap > 0):
+    softcap = None if cfg.get("final_logit_softcapping", 15.0) is None else number("final_logit_softcapping", 15.0, float)
+    if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
         raise bad("final_logit_softcapping", "must be a finite number > 0, or null for none")
+    theta = rope["rope_theta"] if "rope_theta" in rope else cfg.get("rope_theta", 10000.0)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise UserError(f"{where}: config.json rope_theta = {theta!r}: must be a number")
     c = NanoChatConfig(
-        block_size=int(cfg.get("max_position_embeddings", 2048)), vocab_size=int(cfg.get("vocab_size", VOCAB_SIZE)),
-        n_layer=int(cfg.get("num_hidden_layers", 12)), n_head=NH, n_kv_head=NKV, n_embd=C,
-        ffn_hidden=int(cfg.get("intermediate_size", 8192)), norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-        softcap=0.0 if softcap is None else float(softcap),
+        block_size=number("max_position_embeddings", 2048, int), vocab_size=number("vocab_size", VOCAB_SIZE, int),
+        n_layer=number("num_hidden_layers", 12, int), n_head=NH, n_kv_head=NKV, n_embd=C,
+        ffn_hidden=number("intermediate_size", 8192, int), norm_eps=number("rms_norm_eps", 1e-6, float),
+        rope_theta=float(theta), softcap=0.0 if softcap is None else softcap,
     )
     check_config(c, where)
     return c

@@ -114,7 +114,8 @@ def saved_config(tmp_path: Path, **changes) -> Path:
     ("hidden_act", "gelu"), ("attention_bias", True), ("tie_word_embeddings", True), ("head_dim", 32),
     ("rope_parameters", {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
     ("final_logit_softcapping", 0.0), ("final_logit_softcapping", float("nan")), ("final_logit_softcapping", -1.0),
-    ("num_attention_heads", 5), ("num_key_value_heads", 3), ("model_type", "llama"),
+    ("num_attention_heads", 5), ("num_key_value_heads", 3), ("num_key_value_heads", 0), ("model_type", "llama"),
+    ("hidden_size", "64"), ("rms_norm_eps", None), ("num_hidden_layers", 2.5),
 ])
 def test_hf_import_refuses_a_field_the_family_cannot_run_in_one_line(tmp_path, monkeypatch, capsys, field, value):
     d = saved_config(tmp_path, **{field: value})
