@@ -1,7 +1,9 @@
 """
 Llama 3 style tokenizers: a `tokenizers` tokenizer.json (byte-level BPE) with <|begin_of_text|> and
-<|end_of_text|>, from a local path or the hub's gated Meta Llama 3 tokenizer (llama3_family.HUB_TOKENIZER).
-train_llama3.py writes its tokenizer file from one; the data scripts (dev/data/data_common.py) tokenize with it.
+<|end_of_text|>, from a local path or the hub's gated Meta Llama 3 tokenizer (llama3_family.HUB_TOKENIZER);
+and a checkpoint's own tokenizer.json of the same kind whose documents start with <|bos|> (a NanoChat's,
+load_checkpoint_tokenizer). train_llama3.py and train_nanochat.py write their tokenizer files from them; the data
+scripts (dev/data/data_common.py) tokenize with them.
 A tokenizer that cannot be loaded is a DataError (token_shards.py) with a one-line message.
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from llama3_family import BOS, EOT, HUB_TOKENIZER
+from nanochat_family import BOS_NAMES
 from token_shards import DataError, one_line
 
 
@@ -109,19 +112,24 @@ def _llama3_tokenizer_json(path: str) -> Path:
         ) from None
 
 
+def read_tokenizer_json(json_path: Path, purpose: str) -> Any:
+    """A `tokenizers` Tokenizer from a tokenizer.json; DataError (one line) when it cannot be read."""
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return HFTokenizer.from_file(str(json_path))
+    except ImportError:
+        raise DataError(f"{purpose} needs the tokenizers package (pip install tokenizers)") from None
+    except Exception as e:
+        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
+
+
 @lru_cache(maxsize=None)
 def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
     """The Llama 3 tokenizer from --tokenizer PATH (tokenizer.json or its directory; "" = the hub's), validated:
     it must know <|begin_of_text|> and <|end_of_text|>; DataError (one line) otherwise."""
     json_path = _llama3_tokenizer_json(path)
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        tok = HFTokenizer.from_file(str(json_path))
-    except ImportError:
-        raise DataError("llama-3 tokenizing needs the tokenizers package (pip install tokenizers)") from None
-    except Exception as e:
-        raise DataError(f"{json_path}: not a tokenizers tokenizer.json ({one_line(e)[:200]})") from None
+    tok = read_tokenizer_json(json_path, "llama-3 tokenizing")
     tok.encode_special_tokens = True
     ids = {name: tok.token_to_id(name) for name in (BOS, EOT)}
     missing = [name for name, i in ids.items() if i is None]
@@ -129,3 +137,18 @@ def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
         raise DataError(f"{json_path}: the tokenizer has no {missing[0]} token (not a Llama 3 style tokenizer)")
     return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), ids[BOS], ids[EOT])
 
+
+
+@lru_cache(maxsize=None)
+def load_checkpoint_tokenizer(path: str) -> LlamaTokenizer:
+    """A checkpoint's own tokenizer.json (PATH: the file or a directory holding it; a NanoChat's), byte-level BPE
+    whose document delimiter is the first of nanochat_family.BOS_NAMES it knows (its bos and eot); DataError (one
+    line) otherwise."""
+    json_path = Path(path) / "tokenizer.json" if Path(path).is_dir() else Path(path)
+    if not json_path.is_file():
+        raise DataError(f"--tokenizer {path}: no such tokenizer.json (pass a tokenizer.json or a directory holding one)")
+    tok = read_tokenizer_json(json_path, "a checkpoint's tokenizer.json")
+    bos = next((i for i in map(tok.token_to_id, BOS_NAMES) if i is not None), None)
+    if bos is None:
+        raise DataError(f"{json_path}: the tokenizer has none of {', '.join(BOS_NAMES)} (its document delimiter)")
+    return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), bos, bos)

@@ -1,7 +1,8 @@
 """
-The model files of both families, described once: header fields, validation, tensor shapes, reader and
+The model files of every family, described once: header fields, validation, tensor shapes, reader and
 writer; each family's magic, header length and tensor order are its description's (gpt2_family.py,
-llama3_family.py). train_gpt2.py and train_llama3.py write them through here; train_llama3.py,
+llama3_family.py, nanochat_family.py). The train_*.py references write them through here; train_llama3.py,
+train_nanochat.py,
 dev/eval/export_hf.py, dev/eval/export_gguf.py and pyllmc read them through here. numpy only (torch just to
 write a torch tensor).
 
@@ -18,6 +19,11 @@ Llama 3 model file (llmc/llama3.h reads it in C):
   [5]=high_freq_factor [6]=original max positions
   then wte (V, C), ln1w (L, C), qkvw (L, (NH + 2 NKV) HS, C), attprojw (L, C, C), ln2w (L, C), fcw (L, F, C),
   fcw2 (L, F, C), fcprojw (L, C, F), lnfw (C,), and lm_head (V, C) unless the embeddings are tied.
+nanochat model file (llmc/nanochat.h reads it in C):
+  256 int32: [0]=20251013 [1]=3 or 5 [2]=block size [3]=V [4]=L [5]=NH [6]=NKV [7]=C [8]=FFN (MLP hidden size);
+  then 256 float32: [0]=norm_eps [1]=rope_theta [2]=softcap (0 = none)
+  then wte (V, C), qkvw (L, (NH + 2 NKV) HS, C), attprojw (L, C, C), fcw (L, FFN, C), fcprojw (L, C, FFN),
+  lm_head (V, C).
 Tensors are float32 (version 3) or bfloat16 (version 5, the high half of the float32 bits; widened when read).
 A file that cannot be read raises ModelFileError (a ValueError): one line naming the file and what is wrong.
 """
@@ -35,9 +41,11 @@ import numpy as np
 from family import MODEL_VERSIONS
 from gpt2_family import GPT2, VOCAB_PADDING
 from llama3_family import LLAMA3
+from nanochat_family import NANOCHAT
 
-GPT2_MAGIC, LLAMA3_MAGIC = GPT2.model_magic, LLAMA3.model_magic
+GPT2_MAGIC, LLAMA3_MAGIC, NANOCHAT_MAGIC = GPT2.model_magic, LLAMA3.model_magic, NANOCHAT.model_magic
 GPT2_HEADER_BYTES, LLAMA3_HEADER_BYTES = GPT2.model_header_bytes, LLAMA3.model_header_bytes
+NANOCHAT_HEADER_BYTES = NANOCHAT.model_header_bytes
 VERSIONS = MODEL_VERSIONS  # tensor dtype -> the header's version field
 ITEMSIZE = {VERSIONS["float32"]: 4, VERSIONS["bfloat16"]: 2}  # version -> bytes per parameter
 
@@ -314,22 +322,34 @@ def llama3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> Lla
     return c
 
 
-def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
-    """A Llama 3 model file's config and version (3 fp32, 5 bf16): magic, version, header sizes and file length checked."""
-    path = Path(path)
+def read_two_part_header(path: Path, magic: int, header_length: int, family: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """The file's size and its 256 int32 + 256 float32 header (the Llama 3 and nanochat model files), its length,
+    magic and version checked."""
     size = file_size(path)
-    if size < LLAMA3_HEADER_BYTES:
-        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {LLAMA3_HEADER_BYTES}-byte Llama 3 header")
+    if size < header_length:
+        raise ModelFileError(f"{path}: truncated: {size} bytes, shorter than the {header_length}-byte {family} header")
     hi, hf = read_ints(path, "<i4", 256), read_ints(path, "<f4", 256, offset=1024)
-    if int(hi[0]) != LLAMA3_MAGIC:
-        raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {LLAMA3_MAGIC} (a Llama 3 model file)")
+    if int(hi[0]) != magic:
+        raise ModelFileError(f"{path}: wrong magic {int(hi[0])}, expected {magic} (a {family} model file)")
     if int(hi[1]) not in ITEMSIZE:
         raise ModelFileError(f"{path}: wrong version {int(hi[1])}, expected 3 (float32) or 5 (bfloat16)")
-    c = llama3_config_from_header(path, hi, hf)
-    want = LLAMA3_HEADER_BYTES + sum(math.prod(s) for s in llama3_tensor_shapes(c).values()) * ITEMSIZE[int(hi[1])]
+    return size, hi, hf
+
+
+def check_body_size(path: Path, size: int, header_length: int, shapes: dict[str, tuple[int, ...]], version: int) -> None:
+    """The file holds exactly the header and the tensors of `shapes` at `version`'s width."""
+    want = header_length + sum(math.prod(s) for s in shapes.values()) * ITEMSIZE[version]
     if size != want:
         problem = "truncated" if size < want else "trailing data"
         raise ModelFileError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {size}")
+
+
+def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
+    """A Llama 3 model file's config and version (3 fp32, 5 bf16): magic, version, header sizes and file length checked."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, LLAMA3_MAGIC, LLAMA3_HEADER_BYTES, "Llama 3")
+    c = llama3_config_from_header(path, hi, hf)
+    check_body_size(path, size, LLAMA3_HEADER_BYTES, llama3_tensor_shapes(c), int(hi[1]))
     return c, int(hi[1])
 
 
@@ -337,3 +357,82 @@ def read_llama3(path: str | Path) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
     """A Llama 3 model file: its config and its tensors (float32, file order)."""
     c, version = read_llama3_header(path)
     return c, read_tensors(Path(path), LLAMA3_HEADER_BYTES, version, llama3_tensor_shapes(c))
+
+
+# ----------------------------------------------------------------------------- nanochat model file
+
+
+@dataclass
+class NanoChatConfig:
+    """A nanochat GPT's shape and hyperparameters: everything its model file's header holds."""
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 6
+    n_kv_head: int = 6
+    n_embd: int = 768
+    ffn_hidden: int = 3072
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    softcap: float = 15.0  # logits = softcap * tanh(logits / softcap); 0 = none
+
+    def __post_init__(self) -> None:
+        # the model file stores these as float32: the reference computes with exactly what the C side reads
+        for name in ("norm_eps", "rope_theta", "softcap"):
+            setattr(self, name, float(np.float32(getattr(self, name))))
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def nanochat_config_problem(c: NanoChatConfig) -> str:
+    """What keeps the model from being built with these shapes ("" when nothing does): llmc/nanochat.h's checks."""
+    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.ffn_hidden) < 1:
+        return "every size must be at least 1"
+    if c.n_embd % c.n_head:
+        return f"channels C {c.n_embd} is not a multiple of heads NH {c.n_head}"
+    if c.head_size % 2:
+        return f"head size {c.head_size} (C / NH) must be even for RoPE"
+    if c.n_kv_head > c.n_head or c.n_head % c.n_kv_head:
+        return f"heads NH {c.n_head} is not a multiple of kv heads NKV {c.n_kv_head}"
+    if not 0 < c.norm_eps < 1:
+        return f"norm_eps {c.norm_eps} must be in (0, 1)"
+    if not (math.isfinite(c.rope_theta) and c.rope_theta > 1):
+        return f"rope_theta {c.rope_theta} must be finite and > 1"
+    if not (math.isfinite(c.softcap) and c.softcap >= 0):
+        return f"softcap {c.softcap} must be finite and >= 0 (0 = none)"
+    return ""
+
+
+def nanochat_tensor_shapes(c: NanoChatConfig) -> dict[str, tuple[int, ...]]:
+    """Every model-file tensor in file order (NANOCHAT.tensor_names)."""
+    L, C, V, F, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_size
+    return {"wte": (V, C), "qkvw": (L, (c.n_head + 2 * c.n_kv_head) * HS, C), "attprojw": (L, C, C),
+            "fcw": (L, F, C), "fcprojw": (L, C, F), "lm_head": (V, C)}
+
+
+def nanochat_header_bytes(c: NanoChatConfig, version: int) -> bytes:
+    ints = [NANOCHAT_MAGIC, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.ffn_hidden]
+    return header_bytes(ints) + header_bytes([c.norm_eps, c.rope_theta, c.softcap], "<f4")
+
+
+def read_nanochat_header(path: str | Path) -> tuple[NanoChatConfig, int]:
+    """A nanochat model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length
+    checked, one ModelFileError line each."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, NANOCHAT_MAGIC, NANOCHAT_HEADER_BYTES, "nanochat")
+    c = NanoChatConfig(block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]),
+                       n_kv_head=int(hi[6]), n_embd=int(hi[7]), ffn_hidden=int(hi[8]), norm_eps=float(hf[0]),
+                       rope_theta=float(hf[1]), softcap=float(hf[2]))
+    problem = nanochat_config_problem(c)
+    if problem:
+        raise ModelFileError(f"{path}: bad nanochat header: {problem}")
+    check_body_size(path, size, NANOCHAT_HEADER_BYTES, nanochat_tensor_shapes(c), int(hi[1]))
+    return c, int(hi[1])
+
+
+def read_nanochat(path: str | Path) -> tuple[NanoChatConfig, dict[str, np.ndarray]]:
+    """A nanochat model file: its config and its tensors (float32, file order)."""
+    c, version = read_nanochat_header(path)
+    return c, read_tensors(Path(path), NANOCHAT_HEADER_BYTES, version, nanochat_tensor_shapes(c))

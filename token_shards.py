@@ -112,10 +112,15 @@ def check_token_range(where: str, tokens: np.ndarray, vocab_size: int) -> None:
         )
 
 
-def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model_desc: str = "gpt-2") -> Path:
-    """Write a token shard (header + tokens) atomically; token ids must be < the model's vocab size."""
+def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model_desc: str = "gpt-2",
+                   vocab_size: int | None = None) -> Path:
+    """Write a token shard (header + tokens) atomically; token ids must be < vocab_size (default: the format's
+    vocab size; a tokenizer's own may be larger, up to what the format's token type holds: 65536 for gpt-2)."""
     fmt = shard_format(model_desc)
     path = Path(filename)
+    vocab_size = fmt.vocab_size if vocab_size is None else vocab_size
+    if not 1 <= vocab_size <= np.iinfo(fmt.dtype).max + 1:
+        raise DataFormatError(f"{path}: vocab size {vocab_size} does not fit {model_desc} shards ({fmt.dtype.name} ids)")
     tokens = np.asarray(toks if isinstance(toks, (np.ndarray, list, tuple)) else list(toks))
     if tokens.size == 0:
         tokens = tokens.astype(np.int64)
@@ -123,7 +128,7 @@ def write_datafile(filename: str | Path, toks: Iterable[int] | np.ndarray, model
         raise DataFormatError(f"{path}: tokens must be a 1-D sequence of integers, got {tokens.dtype} {tokens.shape}")
     if len(tokens) >= 2**31:
         raise DataFormatError(f"{path}: {len(tokens):,} tokens do not fit the int32 header count")
-    check_token_range(str(path), tokens, fmt.vocab_size)
+    check_token_range(str(path), tokens, vocab_size)
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = fmt.magic, fmt.version, len(tokens)
     body = np.ascontiguousarray(tokens, dtype=fmt.dtype)

@@ -571,8 +571,11 @@ def reference_steps(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt: Debu
             logits, loss = step_logits.detach(), step_loss.detach()
             grads = file_tensors(ref, lambda p: p.grad.detach().clone())
         losses.append(step_loss.item())
-        max_norm = opt.grad_clip if opt.grad_clip > 0 else float("inf")  # the norm is recorded either way
-        norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item())
+        # the recorded norm is summed in float64, as the C trainers sum it: torch's float32 norm of a 6.4M-element
+        # lm_head gradient is 2e-5 relative off, past the tests' 1e-4 after a few steps (nanochat d2)
+        norms.append(math.sqrt(sum(p.grad.double().square().sum().item() for p in ref.parameters() if p.grad is not None)))
+        max_norm = opt.grad_clip if opt.grad_clip > 0 else float("inf")
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
         optimizer.step()
     return logits, loss, grads, losses, norms
 
@@ -613,6 +616,38 @@ def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.T
         *(g.float().numpy().tobytes() for g in grads),
         *(np.asarray(values, dtype=np.float32).tobytes() for values in per_step),
     ]
+
+
+def stacked_file_tensors(model: CausalLM, get: Callable[[torch.Tensor], torch.Tensor],
+                         global_names: tuple[str, ...]) -> list[torch.Tensor]:
+    """For a model whose file_tensors() lists (name, per-layer parts) in file order (train_llama3.py's Llama,
+    train_nanochat.py's NanoChat): each tensor stacked over layers, element = get(parameter); the ones named in
+    global_names have one part, taken as it is."""
+    return [parts[0] if name in global_names else torch.stack(parts)
+            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+
+
+def load_file_tensors(model: CausalLM, tensors: dict[str, np.ndarray]) -> None:
+    """The inverse of stacked_file_tensors: a model file's tensors (float32, by name) copied into the model."""
+    with torch.no_grad():
+        for name, parts in model.file_tensors():
+            t = torch.from_numpy(tensors[name])
+            for i, p in enumerate(parts):
+                p.copy_(t if len(parts) == 1 else t[i])
+
+
+def write_debug_state_with_norms(model: CausalLM, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
+                                 opt: DebugOptimizer, steps: Callable, magic: int, version: int) -> None:
+    """The debug state of train_llama3.py's layout (version 3): one batch, its logits, loss and every gradient (file
+    order), the losses and grad norms of `opt.steps` reference steps (`steps`: the family's reference_steps), then
+    each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17] name the optimizer."""
+    x, y = x.cpu(), y.cpu()
+    logits, loss, grads, losses, norms = steps(model, x, y, opt)
+    noise = reference_loss_noise(model, x, y, opt, losses, steps)
+    atomic_write(filename, debug_state_chunks(magic, version, opt, x, y, logits, loss, grads, [losses, norms, noise]))
+    B, T = x.shape
+    summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
+    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
 
 
 def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
@@ -819,6 +854,21 @@ class ModelFamily:
     make_optimizer: Callable[[nn.Module, OptimizerSettings, int], object]  # (model, settings, zero stage)
     make_sampler: Callable[[str], Callable[[nn.Module], str]]  # device -> (model -> sample text)
     write_model: Callable[[nn.Module, str | Path, str], None]  # (model, file, dtype): the final checkpoint
+
+
+def seeded_sampler(args: argparse.Namespace, start_id: int,
+                   decode: Callable[[list[int]], str]) -> Callable[[str], Callable[[nn.Module], str]]:
+    """A ModelFamily.make_sampler whose samples (--gen_tokens after start_id, top-k 40) draw from one generator
+    seeded with --seed (train_llama3.py's and train_nanochat.py's)."""
+    def make_sampler(device: str) -> Callable[[nn.Module], str]:
+        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
+
+        def sample(raw_model: nn.Module) -> str:
+            start = torch.tensor([[start_id]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
+            return decode(out[0, 1:].tolist())
+        return sample
+    return make_sampler
 
 
 def gpt2_family(args: argparse.Namespace) -> ModelFamily:

@@ -19,7 +19,6 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -36,15 +35,17 @@ from train_gpt2 import (
     UserError,
     causal_attention,
     debug_optimizer,
-    debug_state_chunks,
+    load_file_tensors,
     make_optimizer,
     print0,
     read_model_file,
-    reference_loss_noise,
     reference_steps as gpt2_reference_steps,
     run_main,
+    seeded_sampler,
+    stacked_file_tensors,
     train_loop,
     trainer_parser,
+    write_debug_state_with_norms,
 )
 
 from gpt2_family import GPT2
@@ -372,8 +373,7 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
 
 def stacked(model: Llama, get) -> list[torch.Tensor]:
     """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return [parts[0] if name in ("wte", "lnfw", "lm_head") else torch.stack(parts)
-            for name, parts in ((n, [get(p) for p in ps]) for n, ps in model.file_tensors())]
+    return stacked_file_tensors(model, get, ("wte", "lnfw", "lm_head"))
 
 
 def write_model(model: Llama, filename: str | Path, dtype: str) -> None:
@@ -387,11 +387,7 @@ def read_model(filename: str | Path, flash: bool = False) -> Llama:
     """A Llama from one of our model files, validated (magic, version, header sizes, body length): UserError otherwise."""
     c, tensors = read_model_file(read_llama3, filename)
     model = Llama(c, flash)
-    with torch.no_grad():
-        for name, parts in model.file_tensors():
-            t = torch.from_numpy(tensors[name])
-            for i, p in enumerate(parts):
-                p.copy_(t if len(parts) == 1 else t[i])
+    load_file_tensors(model, tensors)
     return model
 
 
@@ -424,14 +420,7 @@ def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: 
     """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
     of `opt.steps` reference steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17]
     name the optimizer (0 AdamW, 1 Muon, and Muon's settings: train_gpt2.py's DebugOptimizer.header_fields)."""
-    x, y = x.cpu(), y.cpu()
-    logits, loss, grads, losses, norms = reference_steps(model, x, y, opt)
-    noise = reference_loss_noise(model, x, y, opt, losses, reference_steps)
-    chunks = debug_state_chunks(STATE_MAGIC, STATE_VERSION, opt, x, y, logits, loss, grads, [losses, norms, noise])
-    atomic_write(filename, chunks)
-    B, T = x.shape
-    summary = f"reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
-    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, STATE_MAGIC, STATE_VERSION)
 
 
 # ----------------------------------------------------------------------------- training
@@ -488,19 +477,10 @@ def llama_family(args: argparse.Namespace) -> ModelFamily:
         write_tokenizer(tok, LLAMA3.tokenizer_file)
         write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
 
-    def make_sampler(device: str) -> Callable[[nn.Module], str]:
-        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
-
-        def sample(raw_model: nn.Module) -> str:
-            start = torch.tensor([[tok.bos]], dtype=torch.long, device=device)
-            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
-            return tok.decode(out[0, 1:].tolist())
-        return sample
-
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size}", loader=LlamaDataLoader, write_files=write_files,
-                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero), make_sampler=make_sampler,
-                       write_model=write_model)
+                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
+                       make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 
 def train(args: argparse.Namespace) -> None:

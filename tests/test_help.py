@@ -21,11 +21,13 @@ HELP_FLAGS: dict[str, list[str]] = {
     "dev/data/make_test_tokenizer.py": ["--corpus", "--out_dir", "--vocab_size"],
     "dev/eval/export_gguf.py": ["--input", "--output", "--dtype", "--tokenizer", "--verify"],
     "dev/eval/export_hf.py": ["--input", "--output"],
+    "dev/nanochat_refs.py": ["--out_dir", "--no_d2"],
     "dev/vislog.py": ["--ema", "-o"],
     "dev/write_bpe.py": ["-o", "--unicode-tables"],
     "encode": ["-d", "-b", "gpt2_bpe.bin"],
     "generate": ["--top-k", "-i"],
     "train_llama3.py": ["--model", "--tokenizer", "--optimizer", "--zero_stage", "--write_tensors"],
+    "train_nanochat.py": ["--model", "--tokenizer", "--optimizer", "--muon_lr", "--write_tensors", "--debug_steps"],
 }
 
 

@@ -78,7 +78,7 @@ def test_fineweb_llama3_shards_hold_every_document_after_a_bos(tmp_path, llama3_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model_desc", "gpt-2", "--tokenizer", "TOKENIZER"], "--tokenizer applies to --model_desc llama-3 only"),
+    (["--model_desc", "gpt-2", "--tokenizer", "TOKENIZER"], "has none of <|bos|>, <|endoftext|>"),
     (["--model_desc", "llama-3", "--tokenizer", "/nonexistent/tok"], "no such tokenizer.json"),
     (["--model_desc", "llama-3", "--tokenizer", "NO_BOS"], "has no <|begin_of_text|> token"),
     (["--model_desc", "llama-3", "--tokenizer", "NOT_JSON"], "not a tokenizers tokenizer.json"),

@@ -15,6 +15,7 @@ import train_gpt2
 import train_llama3
 from gpt2_family import GPT2
 from llama3_family import LLAMA3
+from nanochat_family import NANOCHAT
 
 TINY_GPT2 = train_gpt2.GPTConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_embd=8)
 TINY_LLAMA = model_file.LlamaConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_kv_head=1, n_embd=8, multiple_of=4)
@@ -106,17 +107,18 @@ def test_a_damaged_model_file_is_refused_with_one_line(files, tmp_path, family, 
 
 
 def test_a_missing_file_is_one_line_and_the_error_is_a_value_error(tmp_path):
-    for read in (model_file.read_gpt2, model_file.read_llama3, model_file.read_magic):
+    for read in (model_file.read_gpt2, model_file.read_llama3, model_file.read_nanochat, model_file.read_magic):
         with pytest.raises(ValueError, match=f"^{tmp_path / 'nope.bin'}: cannot read: No such file or directory$"):
             read(tmp_path / "nope.bin")
 
 
 def test_the_tensor_shapes_follow_each_familys_tensor_table():
-    """model_file's shapes name the tensors of the families' descriptions (gpt2_family.py, llama3_family.py), in
-    their order; a Llama with tied embeddings leaves lm_head out of its file."""
+    """model_file's shapes name the tensors of the families' descriptions (gpt2_family.py, llama3_family.py,
+    nanochat_family.py), in their order; a Llama with tied embeddings leaves lm_head out of its file."""
     gpt2 = model_file.Gpt2Header(3, maxT=8, V=5, L=2, NH=2, C=8, Vp=128)
     assert tuple(model_file.gpt2_tensor_shapes(gpt2)) == GPT2.tensor_names
     assert tuple(model_file.llama3_tensor_shapes(TINY_LLAMA)) == LLAMA3.tensor_names
     tied = dataclasses.replace(TINY_LLAMA, tied_embeddings=True)
     assert tuple(model_file.llama3_tensor_shapes(tied)) == LLAMA3.tensor_names[:-1]
     assert LLAMA3.tensor_names[-1] == "lm_head"
+    assert tuple(model_file.nanochat_tensor_shapes(model_file.NanoChatConfig())) == NANOCHAT.tensor_names

@@ -2,7 +2,8 @@
 
 - downloads that never leave a half-written file behind (`download_file`),
 - the tokenizers the scripts use (`get_tokenizer`: tiktoken's gpt2, or a llama-3 tokenizer.json from the hub or
-  a local path, llama3_tokenizer.py's `load_llama3_tokenizer`),
+  a local path, llama3_tokenizer.py's `load_llama3_tokenizer`, or for gpt-2 shards a checkpoint's own
+  tokenizer.json, a NanoChat's: `load_checkpoint_tokenizer`),
 - the eval file, its writer and validating reader:
     eval file:   int32 header[256] = {20240522, 1, number of examples, longest example in bytes, 0...},
                  then per example a uint16 record:
@@ -40,7 +41,7 @@ import numpy as np
 import gpt2_family
 from family import ShardFormat
 from llama3_family import HUB_TOKENIZER
-from llama3_tokenizer import load_llama3_tokenizer
+from llama3_tokenizer import load_checkpoint_tokenizer, load_llama3_tokenizer
 from token_shards import (
     HEADER_BYTES,
     HEADER_INTS,
@@ -102,8 +103,9 @@ def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
                         help="tokenizer and shard format (llama-3: uint32 shards, <|begin_of_text|> starts every document)")
     parser.add_argument("--tokenizer", default="",
-                        help=f"llama-3 only: a tokenizer.json or a directory holding one (default: the hub's gated "
-                             f"{HUB_TOKENIZER} tokenizer)")
+                        help=f"a tokenizer.json or a directory holding one: llama-3's (default: the hub's gated "
+                             f"{HUB_TOKENIZER} tokenizer), or with gpt-2 a checkpoint's own (a NanoChat's: <|bos|> "
+                             f"starts every document, ids below 65536; default: tiktoken's gpt2)")
 
 
 def corpus_parser(description: str, data_dir: str, data_dir_help: str) -> argparse.ArgumentParser:
@@ -214,12 +216,16 @@ class Tokenizer:
 
 @lru_cache(maxsize=None)
 def get_tokenizer(model_desc: str, tokenizer_path: str = "") -> Tokenizer:
-    """The tokenizer for "gpt-2" (tiktoken gpt2) or "llama-3" (tokenizer_path: a tokenizer.json or a directory
-    holding one; "" = the hub's gated Llama 3 tokenizer); cached per process."""
+    """The tokenizer for "gpt-2" (tiktoken gpt2, or tokenizer_path: a checkpoint's tokenizer.json or its directory)
+    or "llama-3" (tokenizer_path: a tokenizer.json or a directory holding one; "" = the hub's gated Llama 3
+    tokenizer); cached per process."""
     fmt = shard_format(model_desc)
+    if model_desc == "gpt-2" and tokenizer_path:
+        tok = load_checkpoint_tokenizer(tokenizer_path)
+        if tok.vocab_size > np.iinfo(fmt.dtype).max + 1:
+            raise DataError(f"{tok.source}: {tok.vocab_size} tokens, more than gpt-2 shards' uint16 ids hold")
+        return Tokenizer("gpt-2", tok.bos, tok.vocab_size, tok.encode, tok.decode)
     if model_desc == "gpt-2":
-        if tokenizer_path:
-            raise DataError("--tokenizer applies to --model_desc llama-3 only (gpt-2 always uses tiktoken's gpt2)")
         return _load_gpt2(fmt)
     tok = load_llama3_tokenizer(tokenizer_path)
     if tok.vocab_size > fmt.vocab_size:
@@ -243,13 +249,15 @@ def _load_gpt2(fmt: ShardFormat) -> Tokenizer:
 # ----------------------------------------------------------------------------- token shards
 
 
-def write_splits(data_dir: Path, name: str, splits: Mapping[str, np.ndarray], model_desc: str) -> str:
-    """Write {name}_{split}.bin in data_dir for each split (e.g. val, train); returns the summary line
-    `name (model_desc): N val tokens, M train tokens`."""
+def write_splits(data_dir: Path, name: str, splits: Mapping[str, np.ndarray], model_desc: str,
+                 tokenizer: str = "") -> str:
+    """Write {name}_{split}.bin in data_dir for each split (e.g. val, train), ids checked against the vocab of the
+    tokenizer (get_tokenizer's); returns the summary line `name (model_desc): N val tokens, M train tokens`."""
+    vocab_size = get_tokenizer(model_desc, tokenizer).vocab_size
     for split, tokens in splits.items():
         path = data_dir / f"{name}_{split}.bin"
         print(f"writing {len(tokens):,} tokens to {path}")
-        write_datafile(path, tokens, model_desc)
+        write_datafile(path, tokens, model_desc, vocab_size)
     counts = ", ".join(f"{len(tokens):,} {split} tokens" for split, tokens in splits.items())
     return f"{name} ({model_desc}): {counts}"
 

@@ -84,7 +84,8 @@ def write_shards(
     """Tokenize rows ({"text": ...}) into shards of shard_size tokens in out_dir; returns the shard paths."""
     if not 1 <= shard_size < 2**31:
         raise DataError(f"--shard_size must be in 1..{2**31 - 1}, got {shard_size}")
-    get_tokenizer(model_desc, tokenizer)  # a missing tokenizer fails here, once, before any worker starts
+    # a missing tokenizer fails here, once, before any worker starts; its vocab bounds the shards' ids
+    vocab_size = get_tokenizer(model_desc, tokenizer).vocab_size
     out_dir.mkdir(parents=True, exist_ok=True)
     buffer = np.empty(shard_size, dtype=shard_format(model_desc).dtype)
     filled = 0
@@ -103,7 +104,8 @@ def write_shards(
                     start += take
                     bar.update(take)
                     if filled == shard_size:
-                        written.append(write_datafile(shard_path(out_dir, prefix, len(written)), buffer, model_desc))
+                        path = shard_path(out_dir, prefix, len(written))
+                        written.append(write_datafile(path, buffer, model_desc, vocab_size))
                         bar.close()
                         bar = None
                         filled = 0
@@ -113,7 +115,7 @@ def write_shards(
         if bar is not None:
             bar.close()
     if filled:
-        written.append(write_datafile(shard_path(out_dir, prefix, len(written)), buffer[:filled], model_desc))
+        written.append(write_datafile(shard_path(out_dir, prefix, len(written)), buffer[:filled], model_desc, vocab_size))
     if not written:
         raise DataFormatError(f"{source}: no documents")
     return written

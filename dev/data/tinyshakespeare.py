@@ -58,7 +58,7 @@ def build(data_dir: Path, model_desc: str, url: str, tokenizer: str = "") -> str
             "delete it to download again"
         )
     splits = {"val": tokens[:VAL_TOKENS], "train": tokens[VAL_TOKENS:]}
-    return write_splits(data_dir, "tiny_shakespeare", splits, model_desc)
+    return write_splits(data_dir, "tiny_shakespeare", splits, model_desc, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,7 +158,7 @@ def build(data_dir: Path, model_desc: str, num_proc: int, url: str, tokenizer: s
     shards = find_shards(extract_archive(archive, data_dir / EXTRACTED_NAME))
     arrays = tokenize_shards(shards, model_desc, num_proc, tokenizer)
     splits = {"val": arrays[0], "train": np.concatenate(arrays[1:])}
-    return write_splits(data_dir, "TinyStories", splits, model_desc)
+    return write_splits(data_dir, "TinyStories", splits, model_desc, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,506 @@
+"""
+llmc's PyTorch reference for the nanochat family: nanochat's GPT in one file (weightless RMSNorm, rotary positions
+with NanoChat's rotate-half sign, QK-norm after RoPE, grouped-query attention, ReLU^2 MLP, untied head, logit
+softcap), as transformers' NanoChatForCausalLM defines it; the training loop of train_gpt2.py (its data loader,
+AdamW and Muon, schedule and writers, imported from there) and the writers of the .bin files the C trainer reads:
+the nanochat model file, its debug state and the tokenizer file.
+
+Examples:
+    python train_nanochat.py --model d2 --num_iterations 20                      # from scratch, GPT-2 token shards
+    python train_nanochat.py --model d2 --optimizer muon --num_iterations 20     # Muon on the blocks' matrices
+    python train_nanochat.py --model path/to/nanochat-hf --input_bin SHARD --write_tensors 1 --num_iterations 0 \\
+        --batch_size 2 --sequence_length 64 --device cpu                          # import a Hugging Face NanoChat
+    python train_nanochat.py --model karpathy/nanochat-d32 ...                   # a hub name (the cache, else a download)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from train_gpt2 import (
+    CausalLM,
+    DebugOptimizer,
+    DistributedDataLoader,
+    ModelFamily,
+    OptimizerSettings,
+    TrainerCli,
+    UserError,
+    causal_attention,
+    debug_optimizer,
+    gpt2_encoding,
+    gpt2_is_block_matrix,
+    huggingface_reachable,
+    load_file_tensors,
+    make_optimizer,
+    print0,
+    read_model_file,
+    reference_steps as gpt2_reference_steps,
+    run_main,
+    seeded_sampler,
+    stacked_file_tensors,
+    train_loop,
+    trainer_parser,
+    write_debug_state_with_norms,
+)
+
+from gpt2_family import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
+from llama3_tokenizer import load_checkpoint_tokenizer
+from model_file import (
+    VERSIONS,
+    NanoChatConfig,
+    atomic_write,
+    header_bytes,
+    nanochat_config_problem,
+    nanochat_header_bytes,
+    read_nanochat,
+    write_model_file,
+)
+from nanochat_family import NANOCHAT, VOCAB_SIZE
+from token_shards import DataError, DataFormatError
+
+# ----------------------------------------------------------------------------- the model
+
+
+def check_config(c: NanoChatConfig, where: str) -> None:
+    """Shapes the model can be built with; a UserError naming `where` otherwise."""
+    problem = nanochat_config_problem(c)
+    if problem:
+        raise UserError(f"{where}: bad nanochat config: {problem}")
+
+
+def rmsnorm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Weightless RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps), in float32 for 16-bit inputs."""
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
+
+
+def rope_tables(c: NanoChatConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, each (block_size, HS) float32: angle t * theta^(-2i/HS) in columns i and i + HS/2."""
+    HS = c.head_size
+    inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, HS, 2, dtype=torch.int64).float() / HS))  # (HS/2,)
+    freqs = torch.arange(c.block_size, dtype=torch.int64).float()[:, None] * inv_freq[None, :]  # (maxT, HS/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (maxT, HS)
+    return emb.cos(), emb.sin()
+
+
+def rope_apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, nh, T, HS) rotated pairwise, dimension i with i + HS/2, with NanoChat's sign:
+    rot(x) = cat(x2, -x1) (Llama's is cat(-x2, x1): the rotation runs the other way)."""
+    half = x.size(-1) // 2
+    rotated = torch.cat((x[..., half:], -x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class CausalSelfAttention(nn.Module):
+    """Grouped-query attention with QK-norm after RoPE: query head h uses kv head h // (NH/NKV)."""
+
+    def __init__(self, config: NanoChatConfig, flash: bool):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.hs = config.n_head, config.n_kv_head, config.head_size
+        self.eps, self.flash = config.norm_eps, flash
+        # one weight: the q rows, then the k rows, then the v rows (the model file's qkvw)
+        self.c_attn = nn.Linear(config.n_embd, (config.n_head + 2 * config.n_kv_head) * config.head_size, bias=False)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.size()
+        NH, NKV, HS = self.n_head, self.n_kv_head, self.hs
+        q, k, v = self.c_attn(x).split([NH * HS, NKV * HS, NKV * HS], dim=2)
+        q = q.view(B, T, NH, HS).transpose(1, 2)  # (B, NH, T, HS)
+        k = k.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
+        v = v.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
+        q, k = rope_apply(q, cos, sin), rope_apply(k, cos, sin)
+        q, k = rmsnorm(q, self.eps), rmsnorm(k, self.eps)  # QK-norm, per head, after RoPE
+        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)  # (B, NH, T, HS)
+        return self.c_proj(causal_attention(q, k, v, self.flash))
+
+
+class MLP(nn.Module):
+    """c_proj(relu(c_fc(x))^2): transformers' fc1 and fc2."""
+
+    def __init__(self, config: NanoChatConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.ffn_hidden, bias=False)
+        self.c_proj = nn.Linear(config.ffn_hidden, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config: NanoChatConfig, flash: bool):
+        super().__init__()
+        self.eps = config.norm_eps
+        self.attn = CausalSelfAttention(config, flash)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(rmsnorm(x, self.eps), cos, sin)
+        return x + self.mlp(rmsnorm(x, self.eps))
+
+
+class SoftcappedHead(nn.Linear):
+    """lm_head, then softcap * tanh(logits / softcap) when softcap > 0: bounded logits, the head of CausalLM."""
+
+    def __init__(self, n_embd: int, vocab_size: int, softcap: float):
+        super().__init__(n_embd, vocab_size, bias=False)
+        self.softcap = softcap
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(x)
+        return self.softcap * torch.tanh(logits / self.softcap) if self.softcap > 0 else logits
+
+
+# The model file's per-layer tensors, each stacked over layers: (name, module path inside a Block).
+LAYER_TENSORS = [("qkvw", "attn.c_attn"), ("attprojw", "attn.c_proj"), ("fcw", "mlp.c_fc"), ("fcprojw", "mlp.c_proj")]
+
+
+class NanoChat(CausalLM):
+    def __init__(self, config: NanoChatConfig, flash: bool = False):
+        super().__init__()
+        check_config(config, "model")
+        self.config = config
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                h=nn.ModuleList([Block(config, flash) for _ in range(config.n_layer)]),
+            )
+        )
+        self.lm_head = SoftcappedHead(config.n_embd, config.vocab_size, config.softcap)  # never tied to wte
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def file_tensors(self) -> list[tuple[str, list[torch.Tensor]]]:
+        """The model file's tensors in order, each as its list of per-layer parts (one part for wte and lm_head)."""
+        out = [("wte", [self.transformer.wte.weight])]
+        for name, path in LAYER_TENSORS:
+            out.append((name, [block.get_submodule(path).weight for block in self.transformer.h]))
+        out.append(("lm_head", [self.lm_head.weight]))
+        return out
+
+    def init_weights(self, seed: int) -> None:
+        """From scratch (nanochat's init), one torch generator seeded with `seed`, in this order: wte ~ N(0, 1);
+        per layer qkvw then fcw ~ U(-b, b), b = sqrt(3 / C) (computed in double, used as float32); lm_head ~
+        N(0, 0.001); the output projections attprojw and fcprojw zero. llmc/nanochat.h draws the same numbers."""
+        g = torch.Generator().manual_seed(seed)
+        bound = float(np.float32(3.0 ** 0.5 * self.config.n_embd ** -0.5))
+        with torch.no_grad():
+            self.transformer.wte.weight.normal_(0.0, 1.0, generator=g)
+            for block in self.transformer.h:
+                block.attn.c_attn.weight.uniform_(-bound, bound, generator=g)
+                block.mlp.c_fc.weight.uniform_(-bound, bound, generator=g)
+                block.attn.c_proj.weight.zero_()
+                block.mlp.c_proj.weight.zero_()
+            self.lm_head.weight.normal_(0.0, 0.001, generator=g)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
+        eps = self.config.norm_eps
+        x = rmsnorm(self.transformer.wte(idx), eps)  # (B, T, C)
+        cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
+        for block in self.transformer.h:
+            x = block(x, cos, sin)
+        return self.head_and_loss(rmsnorm(x, eps), targets, return_logits)
+
+    def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
+        """train_gpt2.py's make_optimizer: AdamW on everything, or Muon on the blocks' matrices (qkvw, attprojw,
+        fcw, fcprojw of each layer) and AdamW on wte and lm_head (nanochat's split)."""
+        return make_optimizer(self, s, gpt2_is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
+
+
+def depth_config(depth: int) -> NanoChatConfig:
+    """dN from scratch (nanochat's depth rule): L=N, C=64N, heads of 128 (one head of C when C < 128), MHA,
+    FFN=4C, GPT-2's vocabulary padded to 50304, softcap 15."""
+    C = 64 * depth
+    NH = max(1, math.ceil(C / 128))
+    return NanoChatConfig(block_size=1024, vocab_size=VOCAB_SIZE, n_layer=depth, n_head=NH, n_kv_head=NH, n_embd=C,
+                          ffn_hidden=4 * C, norm_eps=1e-6, rope_theta=10000.0, softcap=15.0)
+
+
+# ----------------------------------------------------------------------------- Hugging Face import
+
+
+def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
+    """Our config from a NanoChat config.json (as a dict); a UserError naming the first field the family cannot
+    run: another activation, biases, tied embeddings, a head_dim other than C/NH, scaled RoPE, a softcap of 0,
+    NaN or below 0, heads that do not divide."""
+    def bad(field: str, why: str) -> UserError:
+        return UserError(f"{where}: config.json {field} = {cfg.get(field)!r}: {why}")
+
+    def number(field: str, default: float, kind: type) -> Any:
+        value = cfg.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)):
+            raise bad(field, f"must be {'an integer' if kind is int else 'a number'}")
+        return kind(value)
+
+    if cfg.get("model_type", "nanochat") != "nanochat":
+        raise bad("model_type", "not a NanoChat model")
+    if cfg.get("hidden_act", "relu2") != "relu2":
+        raise bad("hidden_act", "the nanochat family runs relu2 only")
+    if cfg.get("attention_bias", False):
+        raise bad("attention_bias", "the nanochat family has no biases")
+    if cfg.get("tie_word_embeddings", False):
+        raise bad("tie_word_embeddings", "the nanochat family's lm_head is never tied to the embeddings")
+    C, NH = number("hidden_size", 768, int), number("num_attention_heads", 6, int)
+    NKV = NH if cfg.get("num_key_value_heads") is None else number("num_key_value_heads", NH, int)
+    if NH < 1 or C % NH:
+        raise bad("num_attention_heads", f"does not divide hidden_size {C}")
+    if (C // NH) % 2:
+        raise bad("num_attention_heads", f"head size hidden_size / num_attention_heads = {C // NH} must be even for RoPE")
+    if NKV < 1 or NKV > NH or NH % NKV:
+        raise bad("num_key_value_heads", f"does not divide num_attention_heads {NH}")
+    if cfg.get("head_dim") not in (None, C // NH):
+        raise bad("head_dim", f"the nanochat family's head size is hidden_size / num_attention_heads = {C // NH}")
+    rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
+        raise UserError(f"{where}: config.json {field} has rope_type {rope_type!r}: the nanochat family runs default RoPE only")
+    softcap = None if cfg.get("final_logit_softcapping", 15.0) is None else number("final_logit_softcapping", 15.0, float)
+    if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
+        raise bad("final_logit_softcapping", "must be a finite number > 0, or null for none")
+    theta = rope["rope_theta"] if "rope_theta" in rope else cfg.get("rope_theta", 10000.0)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise UserError(f"{where}: config.json rope_theta = {theta!r}: must be a number")
+    c = NanoChatConfig(
+        block_size=number("max_position_embeddings", 2048, int), vocab_size=number("vocab_size", VOCAB_SIZE, int),
+        n_layer=number("num_hidden_layers", 12, int), n_head=NH, n_kv_head=NKV, n_embd=C,
+        ffn_hidden=number("intermediate_size", 8192, int), norm_eps=number("rms_norm_eps", 1e-6, float),
+        rope_theta=float(theta), softcap=0.0 if softcap is None else softcap,
+    )
+    check_config(c, where)
+    return c
+
+
+def from_hf_state_dict(config: NanoChatConfig, sd: dict[str, torch.Tensor], where: str, flash: bool = False) -> NanoChat:
+    """Our NanoChat from NanoChatForCausalLM's tensors: q, k, v concatenated into c_attn, fc1 / fc2 as c_fc / c_proj."""
+    model = NanoChat(config, flash)
+
+    def take(key: str) -> torch.Tensor:
+        if key not in sd:
+            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
+        return sd[key].float()
+
+    with torch.no_grad():
+        model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
+        for i, block in enumerate(model.transformer.h):
+            p = f"model.layers.{i}."
+            block.attn.c_attn.weight.copy_(torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]))
+            block.attn.c_proj.weight.copy_(take(p + "self_attn.o_proj.weight"))
+            block.mlp.c_fc.weight.copy_(take(p + "mlp.fc1.weight"))
+            block.mlp.c_proj.weight.copy_(take(p + "mlp.fc2.weight"))
+        model.lm_head.weight.copy_(take("lm_head.weight"))
+    return model
+
+
+def from_hf_model(hf, where: str = "model", flash: bool = False) -> NanoChat:
+    """Our NanoChat from a transformers NanoChatForCausalLM (its config checked as config_from_hf does)."""
+    return from_hf_state_dict(config_from_hf(hf.config.to_dict(), where), hf.state_dict(), where, flash)
+
+
+def hf_model_dir(name: str) -> Path:
+    """The local directory of --model NAME: the directory itself, else the hub's snapshot (the cache first)."""
+    if Path(name).is_dir():
+        return Path(name)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:
+        if not huggingface_reachable(timeout=3.0):
+            raise UserError(f"--model {name}: not a directory, not in the Hugging Face cache, and huggingface.co cannot be "
+                            "reached (offline? download it elsewhere and pass its directory)") from None
+    try:
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"]))
+    except Exception as e:
+        raise UserError(f"--model {name}: cannot download it from the hub ({' '.join(str(e).split())[:200]})") from None
+
+
+def load_hf_nanochat(name: str, flash: bool) -> tuple[NanoChat, Path]:
+    """A NanoChatForCausalLM from a local directory or a hub name, its config.json checked before any weight is
+    read; returns our model and the directory."""
+    where = f"--model {name}"
+    directory = hf_model_dir(name)
+    try:
+        cfg = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{where}: not a Hugging Face model directory (config.json: {' '.join(str(e).split())[:200]})") from None
+    config = config_from_hf(cfg, where)
+    from transformers import NanoChatForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        hf = NanoChatForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise UserError(f"{where}: cannot load its weights ({' '.join(str(e).split())[:200]})") from None
+    return from_hf_state_dict(config, hf.state_dict(), where, flash), directory
+
+
+def load_model(name: str, seed: int, flash: bool = False) -> tuple[NanoChat, str, Path | None]:
+    """Model from a name: dN from scratch, one of our nanochat .bin files, or a Hugging Face NanoChat (directory or
+    hub name). Returns it, the stem of the files written for it, and the Hugging Face directory (None otherwise)."""
+    if name.startswith("d") and name[1:].isdigit():
+        depth = int(name[1:])
+        if not 1 <= depth <= 64:
+            raise UserError(f"--model {name}: the depth must be in 1..64 (e.g. d2)")
+        config = depth_config(depth)
+        check_config(config, f"--model {name}")
+        model = NanoChat(config, flash)
+        model.init_weights(seed)
+        return model, f"{NANOCHAT.name}_{name}", None
+    if name.endswith(".bin"):
+        return read_model(name, flash), Path(name).stem, None
+    model, directory = load_hf_nanochat(name, flash)
+    return model, f"{NANOCHAT.name}_{Path(name).name}", directory
+
+
+# ----------------------------------------------------------------------------- llmc .bin files
+
+
+def stacked(model: NanoChat, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
+    """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
+    return stacked_file_tensors(model, get, ("wte", "lm_head"))
+
+
+def write_model(model: NanoChat, filename: str | Path, dtype: str) -> None:
+    """nanochat model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
+    header = nanochat_header_bytes(model.config, VERSIONS[dtype])
+    write_model_file(filename, header, stacked(model, lambda p: p.detach().cpu().float()), dtype)
+    print0(f"wrote {filename}")
+
+
+def read_model(filename: str | Path, flash: bool = False) -> NanoChat:
+    """A NanoChat from one of our model files, validated (magic, version, header fields, length): UserError otherwise."""
+    c, tensors = read_model_file(read_nanochat, filename)
+    model = NanoChat(c, flash)
+    load_file_tensors(model, tensors)
+    return model
+
+
+def reference_steps(model: NanoChat, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
+                    dtype: torch.dtype = torch.float32):
+    """train_gpt2.py's reference steps on the NanoChat (AdamW, or Muon on the blocks' matrices + AdamW):
+    (logits, loss, grads in file order, losses, grad norms before clipping)."""
+    return gpt2_reference_steps(model, x, y, opt, dtype, gpt2_is_block_matrix, stacked)
+
+
+def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
+                      opt: DebugOptimizer = DebugOptimizer()) -> None:
+    """nanochat debug state, the Llama 3 layout (magic 20251013, version 3): one batch, its logits, loss and every
+    gradient (file order), the losses and grad norms of `opt.steps` reference steps, then each step loss's float32
+    noise; header[12..17] name the optimizer."""
+    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, NANOCHAT.debug_state_magic,
+                                 NANOCHAT.debug_state_version)
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def write_tokenizer(pieces: list[bytes], eot: int, filename: str | Path) -> None:
+    """GPT-2's tokenizer file format (version 2): uint32 header (vocab, end-of-text id), then per id a length byte
+    and its bytes; UserError when a token is empty or longer than 255 bytes."""
+    for i, piece in enumerate(pieces):
+        if not 1 <= len(piece) <= 255:
+            raise UserError(f"token {i} is {len(piece)} bytes long: the tokenizer file holds 1 to 255 bytes per token")
+    body = b"".join(bytes([len(p)]) + p for p in pieces)
+    header = header_bytes([NANOCHAT.tokenizer_magic, NANOCHAT.tokenizer_version, len(pieces), eot], "<u4")
+    atomic_write(filename, [header, body])
+    print0(f"wrote {filename}")
+
+
+class NanoChatText:
+    """The model's tokenizer for the files and samples: a tokenizer.json (--tokenizer, or the Hugging Face
+    directory's), else GPT-2's encoding when the vocabulary holds it, else none (ids only)."""
+
+    def __init__(self, args: argparse.Namespace, model_dir: Path | None, vocab_size: int):
+        self.json = None
+        if args.tokenizer or (model_dir is not None and (model_dir / "tokenizer.json").is_file()):
+            self.json = load_checkpoint_tokenizer(args.tokenizer or str(model_dir))
+            if self.json.vocab_size > vocab_size:
+                raise UserError(f"{self.json.source}: {self.json.vocab_size} tokens, more than the model's vocab {vocab_size}")
+        self.gpt2 = self.json is None and vocab_size >= GPT2_VOCAB
+
+    def write(self, filename: str) -> None:
+        if self.json is not None:
+            write_tokenizer(self.json.token_bytes(), self.json.eot, filename)
+        elif self.gpt2:
+            enc = gpt2_encoding()
+            write_tokenizer([enc.decode_bytes([i]) for i in range(enc.max_token_value + 1)], enc.eot_token, filename)
+        else:
+            print0(f"no {filename}: the model has no tokenizer.json and its vocab is smaller than GPT-2's")
+
+    def start_token(self) -> int:
+        return self.json.bos if self.json is not None else (GPT2_EOT if self.gpt2 else 0)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.json is not None:
+            return self.json.decode(ids)
+        return gpt2_encoding().decode(ids) if self.gpt2 else " ".join(map(str, ids))
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the Hugging "
+                   "Face model directory's, else GPT-2's encoding")
+
+
+NANOCHAT_CLI = TrainerCli(
+    description=__doc__,
+    family=NANOCHAT,
+    fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
+    write_tensors_help="write the model files, tokenizer file and debug state",
+    add_family_args=add_tokenizer_arg,
+    dtype_before_optimizer=True,
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return trainer_parser(NANOCHAT_CLI).parse_args(argv)
+
+
+def nanochat_family(args: argparse.Namespace) -> ModelFamily:
+    model, stem, model_dir = load_model(args.model, args.seed, bool(args.flash))
+    c = model.config
+    text = NanoChatText(args, model_dir, c.vocab_size)
+
+    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
+        write_model(model, f"{stem}.bin", "float32")
+        write_model(model, f"{stem}_bf16.bin", "bfloat16")
+        text.write(NANOCHAT.tokenizer_file)
+        write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
+
+    return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
+                       f"FFN={c.ffn_hidden} V={c.vocab_size} softcap={c.softcap:g}", loader=DistributedDataLoader,
+                       write_files=write_files, make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
+                       make_sampler=seeded_sampler(args, text.start_token(), text.decode), write_model=write_model)
+
+
+def train(args: argparse.Namespace) -> None:
+    train_loop(args, nanochat_family)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # the tokenizer's and transformers' messages can span lines: one line each
+    return run_main(train, parse_args(argv), (UserError, DataError, DataFormatError, OSError),
+                    lambda e: " ".join(str(e).split()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
