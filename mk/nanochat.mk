@@ -16,7 +16,17 @@ test_nanochat: test_nanochat.c train_nanochat.c $(LLMC_HEADERS)
 	@$(call blas_check,$(BLAS))
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
-.PHONY: test-nanochat clean-nanochat
+# dev/nanochat_refs.py's model files and debug states (train_nanochat.py's d2 from scratch, and random tiny
+# NanoChatForCausalLM models of several shapes imported; AdamW and Muon), nanochat_tokenizer.bin, written in
+# $(NANOCHAT_REF) (git-ignored); e.g.
+#   ./test_nanochat -e build/nanochat/nanochat_d2.bin -s build/nanochat/nanochat_d2_debug_state.bin
+$(NANOCHAT_REF)/.written: dev/nanochat_refs.py train_nanochat.py nanochat_family.py model_file.py $(TS_TRAIN) $(PY_ENV)
+	$(PY) dev/nanochat_refs.py --out_dir $(NANOCHAT_REF)
+	@touch $@
+
+.PHONY: nanochat-debug-states test-nanochat clean-nanochat
+nanochat-debug-states: $(NANOCHAT_REF)/.written
+
 test-nanochat: train_nanochat test_nanochat
 	$(PY) -m pytest -q tests/test_nanochat_c.py
 
