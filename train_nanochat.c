@@ -150,12 +150,10 @@ static size_t nanochat_point_activations(void* m, float* memory, int B, int T, i
 }
 
 // zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
-#define NANOCHAT_ZERO_GRAD(type, name, per_layer, per_token, has_grad) \
-    if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
 static void nanochat_zero_layer_grads(NanoChatLayerActs* da, const NanoChatConfig* cfg, int B, int T) {
     NANOCHAT_ACT_DIMS(cfg);
     size_t BT = (size_t)B * T;
-    NANOCHAT_LAYER_ACTIVATION_TENSORS(NANOCHAT_ZERO_GRAD)
+    NANOCHAT_LAYER_ACTIVATION_TENSORS(CPU_ACT_ZERO_GRAD)
 }
 
 // activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
@@ -207,14 +205,6 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
     cpu_model_end_forward(&model->cpu, targets != NULL);
 }
 
-// a linear layer's backward (no bias): dinp += its gradient; dweight += its gradient, or = when
-// overwrite (the gradients are stale, llmc/cpu/cpu_model.h's cpu_model_zero_grad)
-static void nanochat_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                                     int B, int T, int C, int OC, int overwrite) {
-    matmul_backward_input(dinp, dout, weight, B, T, C, OC);
-    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, overwrite ? 0.0f : 1.0f);
-}
-
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED to
 // model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's
 // gradient, is each residual add's output gradient and so also its branch's (attproj's, fcproj's); the
@@ -237,7 +227,7 @@ static void nanochat_backward(void* m, float loss_scale) {
     }
     crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
     if (cfg->softcap > 0.0f) { softcap_backward(gacts.logits, acts.logits, cfg->softcap, (size_t)BT * V); }
-    nanochat_matmul_backward(gacts.lnf, g.lm_head, gacts.logits, acts.lnf, p.lm_head, B, T, C, V, fresh);
+    matmul_backward_nobias(gacts.lnf, g.lm_head, gacts.logits, acts.lnf, p.lm_head, B, T, C, V, fresh);
     float* dres = gacts.x0; // (B,T,C): the last layer's output gradient first
     rmsnorm_plain_backward(dres, gacts.lnf, acts.lnf, acts.lnf_rstd, BT, C, 1, C);
 
@@ -247,17 +237,17 @@ static void nanochat_backward(void* m, float loss_scale) {
         NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
         if (l < L - 1) { nanochat_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        nanochat_matmul_backward(da.fch_relu2, dw.fcprojw, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, fresh);
+        matmul_backward_nobias(da.fch_relu2, dw.fcprojw, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, fresh);
         relu2_backward(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN);
-        nanochat_matmul_backward(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
+        matmul_backward_nobias(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
         rmsnorm_plain_backward(dres, da.ln2, a.ln2, a.ln2_rstd, BT, C, 1, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        nanochat_matmul_backward(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
+        matmul_backward_nobias(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
         attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
         repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
         qk_norm_backward(da.qkv, a.qkv, a.qk_rstd, B, T, NH, NKV, HS);
         nanochat_rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        nanochat_matmul_backward(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
+        matmul_backward_nobias(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
         rmsnorm_plain_backward(dres, da.ln1, a.ln1, a.ln1_rstd, BT, C, 1, C); // the layer input's gradient
     }
     rmsnorm_plain_backward(gacts.encoded, dres, acts.x0, acts.x0_rstd, BT, C, 1, C);

@@ -170,10 +170,15 @@ def test_test_nanochat_fails_on_a_corrupted_copy_of_each_state(binaries, ref: Pa
         assert re.search(r"^\d+ passed, 1 failed$", proc.stdout, re.M)
 
 
-def test_test_nanochat_passes_with_bf16_matmuls(binaries, ref: Path) -> None:
-    s = next(s for s in states(ref) if s.model.name == "nanochat_gqa.bin" and not s.muon)
-    out = test_nanochat(s.model, s.state, "-p", "bf16").stdout
-    assert "bf16 (GEMM inputs rounded to bf16)" in out and re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+def test_test_nanochat_passes_with_bf16_matmuls_and_reads_bf16_model_files(binaries, ref: Path, tmp_path: Path) -> None:
+    for s in states(ref):
+        if s.model.name in ("nanochat_gqa.bin", "nanochat_mqa.bin"):
+            out = test_nanochat(s.model, s.state, "-p", "bf16").stdout
+            assert "bf16 (GEMM inputs rounded to bf16)" in out and re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+    # the bf16 d2 file is the fp32 one rounded: widened on load, the bf16 table holds (its first 3 steps)
+    state = debug_state_first_steps(ref / "nanochat_d2_debug_state.bin", tmp_path / "d2_debug_state.bin", 3, grad_norms=True)
+    out = test_nanochat(ref / "nanochat_d2_bf16.bin", state, "-p", "bf16").stdout
+    assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
 
 
 # ---------------------------------------------------------------------------- train_nanochat
