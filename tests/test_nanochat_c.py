@@ -103,6 +103,12 @@ def train(data: tuple[Path, Path], cwd: Path, *flags: object, mpi_ranks: int = 0
     return run(cmd, cwd=cwd, env={**base, **(env or {})}, check=check)
 
 
+def small(ref: Path) -> tuple[list[object], tuple[Path, Path]]:
+    """-e of the imported GQA model (V=512, about 100k parameters) and its shards (tinyshakespeare's GPT-2 ids modulo
+    512): the checks of the training machinery, at a fraction of d2's cost (its 13M parameters' checkpoints)."""
+    return ["-e", ref / "nanochat_gqa.bin"], (ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin")
+
+
 def train_losses(log: Path) -> list[float]:
     """The s:N trl:LOSS values of a main.log, in step order."""
     found = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:(\S+)", log.read_text(), re.M)}
@@ -190,32 +196,40 @@ def test_init_from_scratch_equals_train_nanochat_py_bit_for_bit(binaries, ref: P
     assert (tmp_path / "out" / "model_00000000.bin").read_bytes() == d2.read_bytes()
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_training_prints_every_step_and_lowers_the_loss(binaries, tinyshakespeare, tmp_path: Path, optimizer: str) -> None:
-    proc = train(tinyshakespeare, tmp_path, "-e", "d2", "-b", 4, "-t", 64, "-x", 30, "-l", 3e-3, "-v", 15, "-m", 2,
-                 "-o", "out", *(MUON if optimizer == "muon" else []))
-    printed = [float(v) for v in re.findall(r"^step \d+/30 \| loss (\S+)", proc.stdout, re.M)]
-    assert printed == pytest.approx(train_losses(tmp_path / "out" / "main.log"), abs=1e-6) and len(printed) == 30
-    assert sum(printed[-5:]) / 5 < sum(printed[:5]) / 5 - 2.0, printed
+@pytest.mark.parametrize("optimizer,flags", [("adamw", ["-b", 4, "-t", 64, "-x", 30, "-v", 15]),
+                                             ("muon", ["-b", 2, "-t", 32, "-x", 20, "-v", 10, *MUON])])
+def test_training_prints_every_step_and_lowers_the_loss(binaries, tinyshakespeare, tmp_path: Path, optimizer: str,
+                                                        flags: list[object]) -> None:
+    proc = train(tinyshakespeare, tmp_path, "-e", "d2", "-l", 3e-3, "-m", 2, "-o", "out", *flags)
+    steps = flags[flags.index("-x") + 1]
+    printed = [float(v) for v in re.findall(rf"^step \d+/{steps} \| loss (\S+)", proc.stdout, re.M)]
+    assert printed == pytest.approx(train_losses(tmp_path / "out" / "main.log"), abs=1e-6) and len(printed) == steps
+    assert sum(printed[-5:]) / 5 < sum(printed[:5]) / 5 - 1.5, printed
     vals = [float(v) for v in re.findall(r"val loss (\S+)", proc.stdout)]
     assert len(vals) == 3 and vals[2] < vals[0] - 2.0, proc.stdout
+    if optimizer == "muon":
+        assert "optimizer: Muon (lr 0.02, momentum 0.95, nesterov 1, 5 Newton-Schulz steps" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_resume_continues_bit_identically(binaries, tinyshakespeare, tmp_path: Path, optimizer: str) -> None:
-    flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 6, "-v", 0, "-n", 3, "-c", 0.1, *(MUON if optimizer == "muon" else [])]
-    train(tinyshakespeare, tmp_path, *flags, "-o", "straight")
-    part = killed_after(tmp_path / "straight", tmp_path / "part", 3)
-    resumed = train(tinyshakespeare, tmp_path, *flags, "-o", "part", "-y", 1)
+def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    model, data = small(ref)
+    flags = [*model, "-b", 2, "-t", 32, "-x", 4, "-v", 0, "-n", 2, "-c", 0.1, *(MUON if optimizer == "muon" else [])]
+    train(data, tmp_path, *flags, "-o", "straight")
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 2)
+    resumed = train(data, tmp_path, *flags, "-o", "part", "-y", 1)
     assert "resumed from" in resumed.stdout
-    assert train_losses(tmp_path / "straight" / "main.log")[3:] == train_losses(part / "main.log")
-    assert (tmp_path / "straight" / "model_00000006.bin").read_bytes() == (part / "model_00000006.bin").read_bytes()
+    assert train_losses(tmp_path / "straight" / "main.log")[2:] == train_losses(part / "main.log")
+    assert (tmp_path / "straight" / "model_00000004.bin").read_bytes() == (part / "model_00000004.bin").read_bytes()
+    # the training state records the optimizer (its momentum / moments continue the run)
+    assert np.fromfile(part / "state_00000004_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
 
 
-def test_two_processes_with_zero1_muon_equal_one_process(binaries, tinyshakespeare, tmp_path: Path) -> None:
-    common = ["-e", "d2", "-t", 32, "-x", 4, "-v", 0, "-c", 0.1, *MUON]
-    train(tinyshakespeare, tmp_path, *common, "-b", 4, "-o", "one")
-    proc = train(tinyshakespeare, tmp_path, *common, "-b", 2, "-z", 1, "-o", "two", mpi_ranks=2)
+def test_two_processes_with_zero1_muon_equal_one_process(binaries, ref: Path, tmp_path: Path) -> None:
+    model, data = small(ref)
+    common = [*model, "-t", 32, "-x", 4, "-v", 0, "-c", 0.1, *MUON]
+    train(data, tmp_path, *common, "-b", 4, "-o", "one")
+    proc = train(data, tmp_path, *common, "-b", 2, "-z", 1, "-o", "two", mpi_ranks=2)
     assert "2 processes" in proc.stdout and "(Muon matrices whole)" in proc.stdout, proc.stdout
     one, two = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
     assert len(one) == len(two) == 4 and max(abs(a - b) for a, b in zip(one, two)) <= 1e-5, (one, two)
