@@ -314,3 +314,15 @@ def test_generate_runs_a_nanochat_model_and_its_cache_matches(binaries, ref: Pat
     a = run([REPO / "generate", *flags, "-p", "ROMEO:", "--print-ids"], env=ONE_THREAD)
     assert re.search(r"^prompt ids: 33676 4720 25$", a.stderr, re.M), a.stderr  # tiktoken's gpt2 ids
     assert a.stdout.startswith("ROMEO:") and a.stdout == run([REPO / "generate", *flags, "-p", "ROMEO:"], env=ONE_THREAD).stdout
+    # a tokenizer file of another vocabulary decodes but takes no text prompt; without one, a prompt must be --ids
+    tok = tmp_path / "small_tokenizer.bin"
+    header = np.zeros(256, dtype="<u4")
+    header[:4] = [20240328, 2, 512, 511]
+    tok.write_bytes(header.tobytes() + b"".join(bytes([1, i % 256]) if i < 256 else b"\x02" + i.to_bytes(2, "big")
+                                                 for i in range(512)))
+    gqa = ["-e", ref / "nanochat_gqa.bin", "-n", 4]
+    line = assert_one_error_line(run([REPO / "generate", *gqa, "-t", tok, "-p", "Hi"], check=False))
+    assert "text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids" in line, line
+    assert run([REPO / "generate", *gqa, "-t", tok, "--ids", "7 8"], env=ONE_THREAD).returncode == 0
+    line = assert_one_error_line(run([REPO / "generate", *gqa, "-t", tmp_path / "none.bin"], check=False))
+    assert "none.bin: no such nanochat tokenizer file" in line and "--ids" in line, line
