@@ -6,6 +6,7 @@ pass, one position at a time.
 
     nanochat_rope_tables(cfg, cos, sin)            the rotary tables (maxT, HS/2) of a config (llmc/cpu/layers_llama_cpu.h)
     NanoChatInference                              the config, the named weights of one flat buffer (llmc/nanochat.h), the tables
+    nanochat_inference_init(m, cfg)                the buffers for cfg (weights zeroed)
     nanochat_inference_load(m, path)               from a model file (llmc/nanochat.h's nanochat_model_open)
     nanochat_inference_cache(m, kv)                a cache of the model's shapes, its whole context
     nanochat_forward_cached(model, kv, tokens, n)  a KVForwardFn: tokens in at kv->pos, the last position's logits out
@@ -41,14 +42,19 @@ typedef struct {
     float* rope_sin;
 } NanoChatInference;
 
+static void nanochat_inference_init(NanoChatInference* m, const NanoChatConfig* cfg) {
+    m->config = *cfg;
+    m->memory = (float*)callocCheck(nanochat_num_parameters(cfg), sizeof(float));
+    nanochat_point_parameters(&m->params, m->memory, cfg);
+    nanochat_rope_tables(cfg, &m->rope_cos, &m->rope_sin);
+}
+
 static void nanochat_inference_load(NanoChatInference* m, const char* path) {
     int version;
-    FILE* f = nanochat_model_open(path, &m->config, &version);
-    size_t n = nanochat_num_parameters(&m->config);
-    m->memory = (float*)mallocCheck(n * sizeof(float));
-    nanochat_point_parameters(&m->params, m->memory, &m->config);
-    nanochat_rope_tables(&m->config, &m->rope_cos, &m->rope_sin);
-    model_file_read_params(f, path, version, m->memory, n);
+    NanoChatConfig cfg;
+    FILE* f = nanochat_model_open(path, &cfg, &version);
+    nanochat_inference_init(m, &cfg);
+    model_file_read_params(f, path, version, m->memory, nanochat_num_parameters(&cfg));
     fcloseCheck(f, path);
 }
 
