@@ -309,6 +309,14 @@ def test_generate_runs_a_nanochat_model_and_its_cache_matches(binaries, ref: Pat
                     "-t", tmp_path / "none.bin"], env=ONE_THREAD)
         assert "check-kv: 8 steps" in proc.stderr, proc.stderr
         assert re.fullmatch(r"( <\d+>){11}\n", proc.stdout), proc.stdout  # no tokenizer: the ids
+        # the cached forward is the model's: greedy after the state's first row of inputs picks the reference's argmax
+        B, T = struct.unpack_from("<2i", s.state.read_bytes()[:16], 8)
+        V = int(np.fromfile(s.model, dtype="<i4", count=4)[3])
+        x = np.fromfile(s.state, dtype="<i4", count=T, offset=1024)
+        logits = np.fromfile(s.state, dtype="<f4", count=V, offset=1024 + 8 * B * T + 4 * (T - 1) * V)
+        proc = run([REPO / "generate", "-e", s.model, "--ids", " ".join(map(str, x)), "-n", 1, "--temperature", 0,
+                    "--no-stop", "-t", tmp_path / "none.bin"], env=ONE_THREAD)
+        assert proc.stdout.split()[-1] == f"<{int(np.argmax(logits))}>", (s.name, proc.stdout[-100:])
     # with GPT-2's vocabulary in nanochat_tokenizer.bin: text prompts, decoded text, the same text for the same seed
     flags = ["-e", ref / "nanochat_d2.bin", "-t", ref / "nanochat_tokenizer.bin", "-n", 8, "--seed", 5, "--no-stop"]
     a = run([REPO / "generate", *flags, "-p", "ROMEO:", "--print-ids"], env=ONE_THREAD)
