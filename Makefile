@@ -671,19 +671,19 @@ TEST_BLAS_VARIANTS := openblas mkl onednn none
 # (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
 TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
              $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
-             train_llama3 test_llama3 $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
+             train_llama3 test_llama3 train_nanochat test_nanochat $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
              $(if $(filter fuzz,$(SYSPKG_MISSING)),,$(FUZZ_BINS))
 .PHONY: test-build
 test-build: $(TEST_BUILD)
 
 # The reference files the tests compare with, written once (tests/conftest.py copies them for each test run):
 # GPT-2 d2 (build/cuda_cpu_refs, also the GPU target's), GPT-2 d12 (the 124M shape, 4 debug steps: test_gpt2's
-# d12 check), Llama 3 (build/llama3). They need only the Python packages, not the NVIDIA wheels: `make test`
+# d12 check), Llama 3 (build/llama3), nanochat (build/nanochat). They need only the Python packages, not the NVIDIA wheels: `make test`
 # writes them while pip installs those.
 TEST_D12_DIR := build/refs_d12
 TEST_D12_REFS := $(addprefix $(TEST_D12_DIR)/,gpt2_124M.bin gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_tokenizer.bin)
 .PHONY: test-refs
-test-refs: cuda-cpu-refs llama3-debug-states $(TEST_D12_REFS)
+test-refs: cuda-cpu-refs llama3-debug-states nanochat-debug-states $(TEST_D12_REFS)
 
 # glibc's malloc keeps the freed GB-sized tensors in the heap instead of giving them back and faulting them in again
 # at the next step (74 s -> 58 s on 2 cores, the same files)

@@ -1,5 +1,5 @@
 /*
-generate: text generation from an llmc GPT-2 or Llama 3 model file on the CPU, with a KV cache.
+generate: text generation from an llmc GPT-2, Llama 3 or nanochat model file on the CPU, with a KV cache.
 
     ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
     ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
@@ -36,12 +36,14 @@ position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_ca
 #include "llmc/model_family.h"
 #include "llmc/gpt2.h"
 #include "llmc/llama3.h"
+#include "llmc/nanochat.h"
 #include "llmc/tokenizer.h"
 #include "llmc/bpe.h"
 #include "llmc/sampler.h"
 #include "llmc/cpu/kv_cache.h"
 #include "llmc/cpu/gpt2_inference.h"
 #include "llmc/cpu/llama3_inference.h"
+#include "llmc/cpu/nanochat_inference.h"
 
 // ----------------------------------------------------------------------------
 // the command line's settings
@@ -49,7 +51,7 @@ position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_ca
 typedef struct {
     const char* model_path;
     const char* bpe_path;
-    const char* tokenizer_path;  // Llama 3: the tokenizer file that decodes
+    const char* tokenizer_path;  // Llama 3, nanochat: the tokenizer file that decodes (NULL: the family's own file)
     const char* ids;             // Llama 3: the prompt as token ids
     const char* prompt;
     int print_ids;               // print the prompt's token ids to stderr
@@ -189,18 +191,79 @@ static void llama3_generator_open(Generator* g, const GenerateArgs* args, int te
     Llama3Generator* s = (Llama3Generator*)mallocCheck(sizeof(Llama3Generator));
     llama3_inference_load(&s->model, args->model_path);
     int V = s->model.config.vocab_size;
-    if (!file_exists(args->tokenizer_path)) {
-        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", args->tokenizer_path);
+    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : LLAMA3_FAMILY.tokenizer_path;
+    if (!file_exists(tok_path)) {
+        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", tok_path);
     }
-    tokenizer_init(&s->tok, args->tokenizer_path);
-    if (s->tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", args->tokenizer_path); }
+    tokenizer_init(&s->tok, tok_path);
+    if (s->tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", tok_path); }
     if ((int)s->tok.vocab_size != V) {
-        llmc_die("%s: %u tokens, but the model %s has V = %d", args->tokenizer_path, s->tok.vocab_size, args->model_path, V);
+        llmc_die("%s: %u tokens, but the model %s has V = %d", tok_path, s->tok.vocab_size, args->model_path, V);
     }
     s->has_bpe = text;
-    if (text) { bpe_init_llama3(&s->bpe, &s->tok, args->tokenizer_path); }
+    if (text) { bpe_init_llama3(&s->bpe, &s->tok, tok_path); }
     llama3_inference_cache(&s->model, &g->kv);
     generator_set(g, &s->model, V, s->tok.bos_token, s->tok.eot_token, s, s);
+}
+
+// ----------------------------------------------------------------------------
+// nanochat: a model file; its tokenizer file (-t, default nanochat_tokenizer.bin, the GPT-2 file format) decodes
+// and, for GPT-2's vocabulary (the ids below <|endoftext|> = 50256 are the BPE ranks), encodes text prompts with
+// GPT-2's pre-tokenisation. Without the file, --ids prompts still run and the tokens are printed as ids.
+
+typedef struct {
+    NanoChatInference model;
+    Tokenizer tok;      // init_ok = 0 when the file is missing
+    BPE bpe;            // the tokenizer's ranks, for text prompts only
+    int has_bpe;
+} NanoChatGenerator;
+
+static int nanochat_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    const NanoChatGenerator* s = (const NanoChatGenerator*)tokenizer;
+    return (int)bpe_encode(&s->bpe, (const unsigned char*)text, strlen(text), 1, seq);
+}
+
+static void nanochat_write_token(const void* tokenizer, int id) {
+    const Tokenizer* t = &((const NanoChatGenerator*)tokenizer)->tok;
+    if (!t->init_ok || id >= (int)t->vocab_size) { // no tokenizer file, or a padding id past its vocabulary
+        printf(" <%d>", id);
+        return;
+    }
+    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
+}
+
+static void nanochat_generator_close(void* state) {
+    NanoChatGenerator* s = (NanoChatGenerator*)state;
+    if (s->has_bpe) { bpe_free(&s->bpe); }
+    tokenizer_free(&s->tok);
+    nanochat_inference_free(&s->model);
+    free(s);
+}
+
+static void nanochat_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    NanoChatGenerator* s = (NanoChatGenerator*)callocCheck(1, sizeof(NanoChatGenerator));
+    nanochat_inference_load(&s->model, args->model_path);
+    int V = s->model.config.vocab_size;
+    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : NANOCHAT_FAMILY.tokenizer_path;
+    if (file_exists(tok_path)) {
+        tokenizer_init(&s->tok, tok_path);
+        if ((int)s->tok.vocab_size > V) {
+            llmc_die("%s: %u tokens, more than the model %s's V = %d", tok_path, s->tok.vocab_size, args->model_path, V);
+        }
+    } else if (args->ids == NULL) {
+        llmc_die("%s: no such nanochat tokenizer file (flag -t; python train_nanochat.py writes nanochat_tokenizer.bin): "
+                 "without it, give the prompt as --ids", tok_path);
+    }
+    if (text) {
+        if (s->tok.eot_token != TOKENIZER_V1_EOT || s->tok.bos_token >= 0) {
+            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids", tok_path);
+        }
+        bpe_init_from_tokenizer(&s->bpe, &s->tok, tok_path, s->tok.eot_token, BPE_PATTERN_GPT2);
+        s->has_bpe = 1;
+    }
+    nanochat_inference_cache(&s->model, &g->kv);
+    int start = s->tok.init_ok ? tokenizer_start_token(&s->tok) : 0;
+    generator_set(g, &s->model, V, start, s->tok.init_ok ? s->tok.eot_token : -1, s, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -211,6 +274,8 @@ static const GenerateFamily GENERATE_FAMILIES[] = {
      gpt2_forward_cached, gpt2_encode_prompt, gpt2_write_token, gpt2_generator_close},
     {&LLAMA3_FAMILY, NULL, 1, llama3_generator_open,
      llama3_forward_cached, llama3_encode_prompt, llama3_write_token, llama3_generator_close},
+    {&NANOCHAT_FAMILY, NULL, 1, nanochat_generator_open,
+     nanochat_forward_cached, nanochat_encode_prompt, nanochat_write_token, nanochat_generator_close},
 };
 enum { NUM_GENERATE_FAMILIES = sizeof(GENERATE_FAMILIES) / sizeof(GENERATE_FAMILIES[0]) };
 
@@ -357,10 +422,11 @@ static int prompt_reader_next(PromptReader* r) {
 static void print_usage(FILE* out) {
     fprintf(out,
         "usage: ./generate [options]\n"
-        "  -e <path|dN>        GPT-2 or Llama 3 model file (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
+        "  -e <path|dN>        GPT-2, Llama 3 or nanochat model file (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
-        "  -t <path>           Llama 3 models: tokenizer file that encodes and decodes (default llama3_tokenizer.bin)\n"
-        "  --ids \"<id> ...\"    Llama 3 models: the prompt as token ids, instead of -p (default: BOS alone)\n"
+        "  -t <path>           Llama 3, nanochat models: tokenizer file that encodes and decodes (default llama3_tokenizer.bin,\n"
+        "                      nanochat_tokenizer.bin)\n"
+        "  --ids \"<id> ...\"    Llama 3, nanochat models: the prompt as token ids, instead of -p (default: BOS alone)\n"
         "  -p <text>           prompt (default: none, start of a document; Llama 3: BOS, then the text)\n"
         "  --print-ids         print the prompt's token ids to stderr (\"prompt ids: ...\")\n"
         "  -n <int>            tokens to generate (default 256; stops at the context length)\n"
@@ -399,7 +465,7 @@ static float parse_float_flag(const char* flag, const char* s, float lo, float h
 static void parse_args(int argc, char** argv, GenerateArgs* a) {
     a->model_path = "gpt2_124M.bin";
     a->bpe_path = "gpt2_bpe.bin";
-    a->tokenizer_path = "llama3_tokenizer.bin";
+    a->tokenizer_path = NULL;  // the family's
     a->ids = NULL;
     a->prompt = "";
     a->print_ids = 0;

@@ -166,13 +166,11 @@ static size_t llama3_point_activations(void* m, float* memory, int B, int T, int
 }
 
 // zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
-#define LLAMA3_ZERO_GRAD(type, name, per_layer, per_token, has_grad) \
-    if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
 static void llama3_zero_layer_grads(Llama3LayerActs* da, const Llama3Config* cfg, int B, int T) {
     const size_t C = (size_t)cfg->channels, QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
     const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T;
-    LLAMA3_LAYER_ACTIVATION_TENSORS(LLAMA3_ZERO_GRAD)
+    LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_ZERO_GRAD)
 }
 
 // activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
@@ -222,14 +220,6 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, int B
     cpu_model_end_forward(&model->cpu, targets != NULL);
 }
 
-// a linear layer's backward (no bias): dinp += its gradient; dweight += its gradient, or = when
-// overwrite (the gradients are stale, llmc/cpu/cpu_model.h's cpu_model_zero_grad)
-static void llama3_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                                   int B, int T, int C, int OC, int overwrite) {
-    matmul_backward_input(dinp, dout, weight, B, T, C, OC);
-    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, overwrite ? 0.0f : 1.0f);
-}
-
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
 // to model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's gradient, is each residual add's output gradient and
 // so also its branch's (attproj's, fcproj's); the RMSNorms add their input gradients to it.
@@ -254,7 +244,7 @@ static void llama3_backward(void* m, float loss_scale) {
         model->cpu.grads_stale = 0;
     }
     crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
-    llama3_matmul_backward(gacts.lnf, llama3_lm_head(&g, cfg), gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V, fresh);
+    matmul_backward_nobias(gacts.lnf, llama3_lm_head(&g, cfg), gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V, fresh);
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     float* dres = gacts.encoded; // (B,T,C): the last layer's output gradient first
     rmsnorm_backward(dres, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
@@ -265,17 +255,17 @@ static void llama3_backward(void* m, float loss_scale) {
         Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
         if (l < L - 1) { llama3_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        llama3_matmul_backward(da.fch_swiglu, dw.fcprojw, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, fresh);
+        matmul_backward_nobias(da.fch_swiglu, dw.fcprojw, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, fresh);
         swiglu_backward(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);
-        llama3_matmul_backward(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
-        llama3_matmul_backward(da.ln2, dw.fcw2, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, fresh);
+        matmul_backward_nobias(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
+        matmul_backward_nobias(da.ln2, dw.fcw2, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, fresh);
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        llama3_matmul_backward(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
+        matmul_backward_nobias(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
         attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
         repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
         rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        llama3_matmul_backward(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
+        matmul_backward_nobias(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
         rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
     embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);

@@ -199,20 +199,16 @@ static inline void bpe_init(BPE* b, const char* path) {
     bpe_index(b, path);
 }
 
-// Llama 3's ranks from its tokenizer file t (read from path), as described at the top
-static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path) {
-    int n = t->bos_token < t->eot_token ? t->bos_token : t->eot_token;
-    if (t->version != 3 || t->bos_token < 0) { llmc_die("%s: not a Llama 3 tokenizer file (version %d, expected 3)", path, t->version); }
-    if (n < 256) {
-        llmc_die("%s: the first special token is id %d: byte-level BPE needs the 256 byte tokens below it", path, n);
-    }
+// the ranks of a tokenizer file t (read from path) whose first n tokens are the mergeable ones, each one's rank its
+// id (Llama 3's; also GPT-2's vocabulary, below <|endoftext|>), pre-tokenised with pattern
+static inline void bpe_init_from_tokenizer(BPE* b, const Tokenizer* t, const char* path, int n, int pattern) {
     size_t total = 0;
     int max_len = 0;
     for (int r = 0; r < n; r++) {
         total += t->token_lengths[r];
         if (t->token_lengths[r] > max_len) { max_len = t->token_lengths[r]; }
     }
-    b->pattern = BPE_PATTERN_LLAMA3;
+    b->pattern = pattern;
     b->n_tokens = n;
     b->eot_token = t->eot_token;
     b->eot_text = t->token_table[t->eot_token];
@@ -227,6 +223,16 @@ static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path)
     }
     b->offsets[n] = (uint32_t)out;
     bpe_index(b, path);
+}
+
+// Llama 3's ranks from its tokenizer file t (read from path), as described at the top
+static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path) {
+    int n = t->bos_token < t->eot_token ? t->bos_token : t->eot_token;
+    if (t->version != 3 || t->bos_token < 0) { llmc_die("%s: not a Llama 3 tokenizer file (version %d, expected 3)", path, t->version); }
+    if (n < 256) {
+        llmc_die("%s: the first special token is id %d: byte-level BPE needs the 256 byte tokens below it", path, n);
+    }
+    bpe_init_from_tokenizer(b, t, path, n, BPE_PATTERN_LLAMA3);
 }
 
 static inline void bpe_free(BPE* b) {

@@ -43,7 +43,7 @@ static inline void tokenizer_init(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
-        fprintf(stderr, "warning: %s: cannot open tokenizer (%s); python train_gpt2.py (GPT-2) or train_llama3.py (Llama 3) writes it "
+        fprintf(stderr, "warning: %s: cannot open tokenizer (%s); python train_gpt2.py (GPT-2), train_llama3.py (Llama 3) or train_nanochat.py (nanochat) writes it "
                         "(token ids will not be decoded)\n", path, strerror(errno));
         t->init_ok = 0;
         return;

@@ -140,20 +140,25 @@ def killed_after(run_dir: Path, part: Path, step: int, ranks: int = 1) -> Path:
 DEBUG_STATE_NSTEPS, DEBUG_STATE_NNOISE, DEBUG_STATE_NESTEROV = 4, 11, 15
 
 
-def debug_state_first_steps(state: Path, out: Path, steps: int, flip_nesterov: bool = False) -> Path:
-    """A copy of the debug state `state` at `out` that holds only its first `steps` step losses (and their noises),
-    so a test program checks those steps and no more; with flip_nesterov, Muon's Nesterov flag is flipped too."""
+def debug_state_first_steps(state: Path, out: Path, steps: int, flip_nesterov: bool = False,
+                            grad_norms: bool = False) -> Path:
+    """A copy of the debug state `state` at `out` that holds only its first `steps` step losses (and their noises,
+    and with grad_norms their gradient norms: the Llama 3 layout's section after the losses), so a test program
+    checks those steps and no more; with flip_nesterov, Muon's Nesterov flag is flipped too."""
     data = bytearray(state.read_bytes())
     header = list(struct.unpack_from("<256i", data))
     nsteps, nnoise = header[DEBUG_STATE_NSTEPS], header[DEBUG_STATE_NNOISE]
     assert nsteps >= steps and nnoise in (0, nsteps), (nsteps, nnoise, steps)
-    body_end = len(data) - 4 * (nsteps + nnoise)
-    losses = data[body_end:body_end + 4 * steps]
-    noise = data[body_end + 4 * nsteps:body_end + 4 * nsteps + 4 * steps] if nnoise else b""
+    sections = [nsteps, nsteps, nnoise] if grad_norms else [nsteps, nnoise]
+    body_end = len(data) - 4 * sum(sections)
+    kept, at = [], body_end
+    for n in sections:
+        kept.append(bytes(data[at:at + 4 * min(steps, n)]))
+        at += 4 * n
     header[DEBUG_STATE_NSTEPS], header[DEBUG_STATE_NNOISE] = steps, steps if nnoise else 0
     if flip_nesterov:
         header[DEBUG_STATE_NESTEROV] = 1 - header[DEBUG_STATE_NESTEROV]
-    out.write_bytes(struct.pack("<256i", *header) + bytes(data[1024:body_end]) + bytes(losses) + bytes(noise))
+    out.write_bytes(struct.pack("<256i", *header) + bytes(data[1024:body_end]) + b"".join(kept))
     return out
 
 
@@ -206,8 +211,8 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Calla
 LONGEST_FIRST = [  # per-file sums of `pytest --durations=0`, most first
     "test_cuda_cpu.py", "test_c_trainer.py", "test_cuda_build.py", "test_debug_state_tolerances.py",
     "test_sanitizers.py", "test_muon.py", "test_llama3_reference.py", "test_train_gpt2.py", "test_llama3_c.py",
-    "test_bench.py", "test_nanochat_reference.py", "test_cuda_cpu_llama3.py", "test_cuda_cpu_muon.py", "test_opencl.py",
-    "test_fuzz.py", "test_cpu_variants.py", "test_cpu_kernels.py", "test_bench_gpu.py", "test_c_headers.py",
+    "test_nanochat_c.py", "test_bench.py", "test_nanochat_reference.py", "test_cuda_cpu_llama3.py", "test_cuda_cpu_muon.py",
+    "test_opencl.py", "test_fuzz.py", "test_cpu_variants.py", "test_cpu_kernels.py", "test_bench_gpu.py", "test_c_headers.py",
     "test_llama3_encode.py",
 ]
 

@@ -1,5 +1,5 @@
 """--help of every script and program: exit 0, a usage text on stdout listing the main flags, nothing on stderr.
-The trainers (./train_gpt2, ./train_llama3, the GPU trainers through dev/cuda_cpu, ./train_gpt2cl, pyllmc.train)
+The trainers (./train_gpt2, ./train_llama3, ./train_nanochat, the GPU trainers through dev/cuda_cpu, ./train_gpt2cl, pyllmc.train)
 share one argument table (llmc/args.h): each one's help lists exactly its backend's flags, the parser takes
 each of them, and another backend's flag is refused in one line."""
 
@@ -26,6 +26,7 @@ HELP_FLAGS: dict[str, list[str]] = {
     "dev/write_bpe.py": ["-o", "--unicode-tables"],
     "encode": ["-d", "-b", "gpt2_bpe.bin"],
     "generate": ["--top-k", "-i"],
+    "test_nanochat": ["-e", "-s", "-p", "nanochat_d2.bin"],
     "train_llama3.py": ["--model", "--tokenizer", "--optimizer", "--zero_stage", "--write_tensors"],
     "train_nanochat.py": ["--model", "--tokenizer", "--optimizer", "--muon_lr", "--write_tensors", "--debug_steps"],
 }
@@ -58,7 +59,7 @@ BACKEND_FLAGS: dict[str, set[str]] = {
     "gpu": {*COMMON_FLAGS, *STATE_FLAGS, *MUON_FLAGS, "-z", "-r", "-ge", "-w", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"},
     "opencl": {*COMMON_FLAGS, *STATE_FLAGS, "-p", "-op", "-cp", "-cd", "-cl"},
 }
-BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3)",
+BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat)",
                  "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu)",
                  "opencl": "the OpenCL trainer (./train_gpt2cl)"}
 ALL_FLAGS = set().union(*BACKEND_FLAGS.values())
@@ -66,6 +67,7 @@ ALL_FLAGS = set().union(*BACKEND_FLAGS.values())
 TRAINERS: dict[str, tuple[str, list[str], list[str]]] = {
     "train_gpt2": ("cpu", ["train_gpt2"], ["./train_gpt2"]),
     "train_llama3": ("cpu", ["train_llama3"], ["./train_llama3"]),
+    "train_nanochat": ("cpu", ["train_nanochat"], ["./train_nanochat"]),
     # the GPU trainers through the CPU execution target (dev/cuda_cpu): the same host code and flag table
     "train_gpt2cu": ("gpu", ["build/cuda_cpu/train_gpt2cu_fp32"], ["./build/cuda_cpu/train_gpt2cu_fp32"]),
     "train_llama3cu": ("gpu", ["build/cuda_cpu/train_llama3cu_fp32"], ["./build/cuda_cpu/train_llama3cu_fp32"]),

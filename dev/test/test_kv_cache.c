@@ -1,15 +1,16 @@
 /*
 dev/test/test_kv_cache.c: unit tests of llmc/cpu/kv_cache.h and the families' cached forward passes
-(llmc/cpu/gpt2_inference.h, llmc/cpu/llama3_inference.h) on tiny random models:
+(llmc/cpu/gpt2_inference.h, llmc/cpu/llama3_inference.h, llmc/cpu/nanochat_inference.h) on tiny random models:
   - the cache fed one token at a time, or in chunks of several, gives the logits of a fresh cache fed the whole
     sequence at once (kv_check_step, the check of generate --check-kv, passes at every step)
   - the check fails, with generate's one error line, when the cache is corrupted (a changed value, a NaN key)
   - a cached forward past the context is refused in one line
 GPT-2 runs with C = 40 (not a multiple of matvec_forward's 16 lanes), Llama 3 with GQA (NH = 4, NKV = 2), RoPE
-scaling, and tied and untied lm_heads.
+scaling, and tied and untied lm_heads, nanochat with MQA (NH = 4, NKV = 1), QK-norm and the logit softcap.
 */
 #include "llmc/cpu/gpt2_inference.h"
 #include "llmc/cpu/llama3_inference.h"
+#include "llmc/cpu/nanochat_inference.h"
 #include "dev/test/test_common.h"
 
 #define SEQ 14   // tokens fed: a 3-token prompt, then one at a time
@@ -47,6 +48,14 @@ static void llama3_tiny(Llama3Inference* m, int tied) {
                         .rope_original_max_pos = 8.0f};
     llama3_inference_init(m, &cfg);
     fill_random(m->memory, llama3_num_parameters(&cfg), 2 + tied);
+}
+
+static void nanochat_tiny(NanoChatInference* m) {
+    // MQA, a head size of 6 (RoPE's halves of 3), a softcap low enough to bend the logits
+    NanoChatConfig cfg = {.max_seq_len = MAXT, .vocab_size = 50, .num_layers = 2, .num_heads = 4, .num_kv_heads = 1,
+                          .channels = 24, .ffn_hidden = 40, .norm_eps = 1e-6f, .rope_theta = 100.0f, .softcap = 2.0f};
+    nanochat_inference_init(m, &cfg);
+    fill_random(m->memory, nanochat_num_parameters(&cfg), 4);
 }
 
 static void case_init(Case* c, const void* model, KVForwardFn forward, const KVCache* kv) {
@@ -131,8 +140,10 @@ int main(void) {
     Llama3Inference llama[2];   // untied, tied
     llama3_tiny(&llama[0], 0);
     llama3_tiny(&llama[1], 1);
-    const char* names[3] = {"gpt2", "llama3", "llama3 tied"};
-    Case cases[3];
+    NanoChatInference nanochat;
+    nanochat_tiny(&nanochat);
+    const char* names[4] = {"gpt2", "llama3", "llama3 tied", "nanochat"};
+    Case cases[4];
     KVCache kv;
     gpt2_inference_cache(&gpt2, &kv);
     case_init(&cases[0], &gpt2, gpt2_forward_cached, &kv);
@@ -141,13 +152,17 @@ int main(void) {
         CHECK(kv.NKV == 2 && kv.QKV == (4 + 2 * 2) * 8, "llama3 cache: NKV %d, QKV %d", kv.NKV, kv.QKV);
         case_init(&cases[1 + k], &llama[k], llama3_forward_cached, &kv);
     }
-    for (int k = 0; k < 3; k++) { test_check_fails(names[k], &cases[k]); }  // first: no OpenMP thread started yet
-    for (int k = 0; k < 3; k++) {
+    nanochat_inference_cache(&nanochat, &kv);
+    CHECK(kv.NKV == 1 && kv.QKV == (4 + 2 * 1) * 6, "nanochat cache: NKV %d, QKV %d", kv.NKV, kv.QKV);
+    case_init(&cases[3], &nanochat, nanochat_forward_cached, &kv);
+    for (int k = 0; k < 4; k++) { test_check_fails(names[k], &cases[k]); }  // first: no OpenMP thread started yet
+    for (int k = 0; k < 4; k++) {
         test_cached_equals_full(names[k], &cases[k]);
         case_free(&cases[k]);
     }
     gpt2_inference_free(&gpt2);
     llama3_inference_free(&llama[0]);
     llama3_inference_free(&llama[1]);
+    nanochat_inference_free(&nanochat);
     return test_summary();
 }

@@ -241,6 +241,9 @@ static void cpu_muon_free(CpuMuon* mu) {
     }
 #define CPU_ACT_LAYER(type, name, per_layer, per_token, has_grad) \
     v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
+// CPU_ACT_ZERO_GRAD, in a function with da (a layer's gradient view) and BT, zeroes that layer's activation gradients
+#define CPU_ACT_ZERO_GRAD(type, name, per_layer, per_token, has_grad) \
+    if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
 
 #define CPU_MODEL_MAX_TENSORS 32
 

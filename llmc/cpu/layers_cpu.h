@@ -9,6 +9,7 @@ gradients. Reductions run in a fixed order, so the same inputs and thread count 
     norm_weight_backward                         the weight and bias gradients of LayerNorm and RMSNorm
     matmul_forward / matmul_backward             llmc/cpu/matmul.h's GEMM (BLAS or built-in, fp32 or bf16)
     matmul_backward_input / _weight              its two halves (the weight's may overwrite instead of add)
+    matmul_backward_nobias                       both halves of a layer without bias (Llama 3's, nanochat's)
     attention_forward / attention_backward       causal self-attention in query tiles, weights recomputed per tile in backward
     gelu_forward / bias_gelu_forward / gelu_backward
     residual_forward / residual_backward
@@ -179,6 +180,14 @@ static void matmul_backward_input(float* dinp, const float* dout, const float* w
 static void matmul_backward_weight(float* dweight, const float* dout, const float* inp, int B, int T, int C, int OC,
                                    float beta) {
     matmul_gemm(matmul_precision, 1, 0, OC, C, B * T, dout, OC, inp, C, beta, dweight, C);
+}
+
+// a linear layer's backward without bias (Llama 3's, nanochat's): dinp += its gradient; dweight += its gradient,
+// or = when overwrite (the gradients are stale, llmc/cpu/cpu_model.h's cpu_model_zero_grad)
+static void matmul_backward_nobias(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                                   int B, int T, int C, int OC, int overwrite) {
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC);
+    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, overwrite ? 0.0f : 1.0f);
 }
 
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -1,0 +1,36 @@
+/*
+test_nanochat.c: the CPU nanochat trainer against the PyTorch reference.
+
+python train_nanochat.py --model <dN | HF NanoChat dir> --write_tensors 1 writes a model file and a debug state
+(llmc/debug_state.h, the Llama 3 layout with magic 20251013): one batch (x, y), the reference logits (after the
+softcap), loss and every parameter gradient for it, the losses and gradient norms of `nsteps` optimizer steps on
+that batch, and the float32 noise of each step loss. The steps are AdamW, or Muon on the blocks' matrices (qkvw,
+attprojw, fcw, fcprojw) with AdamW on wte and lm_head, as the state's header says (llmc/cpu/muon.h).
+This program loads both, runs our forward and backward on the batch, prints a table of every tensor's difference,
+then runs the same optimizer steps and compares every loss and gradient norm. Exit status 0 only if everything is
+within tolerance (llmc/tensor_check.h's cpu_tolerances, as test_llama3: logits 1e-4, loss 1e-5, gradients 1e-3 of
+their largest and relative L2 3e-5, step losses by the reference's float32 noise, gradient norms relative 1e-4;
+-p bf16 the BF16 table).
+*/
+#define LLMC_NO_MAIN
+#include "train_nanochat.c"
+#include "llmc/cpu/cpu_test.h"
+
+static void nanochat_test_describe(const void* m, const char* path) {
+    const NanoChat* model = (const NanoChat*)m;
+    const NanoChatConfig* cfg = &model->config;
+    printf("model %s: nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d, softcap %g, %zu parameters\n", path,
+           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
+           cfg->vocab_size, cfg->softcap, model->cpu.num_parameters);
+}
+
+// the wide table: relative L2 columns, and every step's gradient norm
+static const CpuTestProgram TEST_NANOCHAT = {
+    "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
+    "nanochat model file", 1, nanochat_test_describe,
+};
+
+int main(int argc, char** argv) {
+    NanoChat model;
+    return cpu_test_main(argc, argv, &TEST_NANOCHAT, &NANOCHAT_FAMILY, &model, &nanochat_calls, &model.cpu);
+}

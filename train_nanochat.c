@@ -1,0 +1,310 @@
+/*
+train_nanochat.c: nanochat's GPT trained on the CPU, in plain C with OpenMP.
+
+Read it top to bottom, like train_llama3.c (the layers are llmc/cpu/layers_cpu.h's, shared by every family,
+llmc/cpu/layers_llama_cpu.h's embedding, rotary tables and GQA key/value sharing, and
+llmc/cpu/layers_nanochat_cpu.h's, the ones nanochat adds: weightless RMSNorm, QK-norm, NanoChat's RoPE sign,
+ReLU^2, the logit softcap):
+  1. the model: flat parameter / gradient / activation buffers with named pointers (the family: the file
+     format and the parameter table, in llmc/nanochat.h)
+  2. forward, backward; the update (AdamW, or Muon on the blocks' matrices), gradient norm, training state,
+     MPI and ZeRO-1 are llmc/cpu/cpu_trainer.h's, as for GPT-2 and Llama 3
+  3. the training program: the same loop (llmc/trainer.h) and command line (llmc/args.h) as ./train_gpt2
+
+Shapes: B batch, T time, C channels, V vocab (not padded), L layers, NH query heads, NKV key/value heads,
+HS = C / NH, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size.
+
+The model matches train_nanochat.py and transformers' NanoChatForCausalLM: the embeddings normalised
+(weightless RMSNorm), pre-norm blocks (weightless), q and k rotated (NanoChat's rotate_half) then normalised
+per head (QK-norm), causal attention with NH/NKV query heads per key/value head scaled by 1/sqrt(HS), MLP
+fcproj(relu(fc(x))^2), no biases, a final weightless RMSNorm, an lm_head untied from wte, logits capped as
+cap * tanh(logits / cap) when the model file's softcap is not 0, loss = mean cross-entropy over B*T tokens.
+
+Usage (./train_nanochat --help lists every flag with its default):
+  ./train_nanochat -e d2 -i <gpt-2 train shards> -j <val shards>   d2 from scratch (V = 50304)
+  ./train_nanochat -e nanochat_d2.bin ...                           a model file written by train_nanochat.py
+  ./train_nanochat -op muon -ol 0.02 ...                            Muon on qkvw, attprojw, fcw, fcprojw, AdamW on wte, lm_head
+  mpirun -np 2 ./train_nanochat -b 2 -z 1 ...                       2 processes, each half the batch, ZeRO-1
+test_nanochat.c includes this file with LLMC_NO_MAIN defined.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/utils.h"
+#include "llmc/adamw.h"
+#include "llmc/rand.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/layers_cpu.h"
+#include "llmc/cpu/layers_llama_cpu.h"
+#include "llmc/cpu/layers_nanochat_cpu.h"
+#include "llmc/nanochat.h"
+#include "llmc/cpu/nanochat_inference.h"  // the rotary tables (and generate's cached forward pass)
+#include "llmc/tokenizer.h"
+
+#include "llmc/cpu/cpu_trainer.h"
+
+// ----------------------------------------------------------------------------
+// nanochat model definition
+
+// The activations of a forward pass, in buffer order: X(type, name, per_layer, per_token, has_grad),
+// each (B, T, per_token), (L, B, T, per_token) when per_layer; has_grad: the backward keeps its gradient,
+// of one layer only for per_layer tensors (every layer reuses the same slice). The residual stream has one
+// gradient, updated in place from the last layer's output back to the first layer's input: x0's. The
+// weightless norms keep their output and rstd (their backward needs no input); the attention weights are not
+// kept (attention_backward recomputes them).
+#define NANOCHAT_ACTIVATION_TENSORS(X) \
+    X(float, encoded,      0, C,   1) /* token embeddings */ \
+    X(float, x0,           0, C,   1) /* their RMSNorm, the first layer's input */ \
+    X(float, x0_rstd,      0, 1,   0) \
+    NANOCHAT_LAYER_ACTIVATION_TENSORS(X) \
+    X(float, lnf,          0, C,   1) /* final RMSNorm */ \
+    X(float, lnf_rstd,     0, 1,   0) \
+    X(float, logits,       0, V,   1) /* capped when the softcap is on */ \
+    X(float, probs,        0, V,   0) \
+    X(float, losses,       0, 1,   1)
+
+#define NANOCHAT_LAYER_ACTIVATION_TENSORS(X) \
+    X(float, ln1,          1, C,        1) /* RMSNorm of the layer's input */ \
+    X(float, ln1_rstd,     1, 1,        0) \
+    X(float, qkv,          1, QKV,      1) /* q, k, v heads: q and k rotated (RoPE), then normalised (QK-norm) */ \
+    X(float, qk_rstd,      1, NH + NKV, 0) /* QK-norm's, per q and k head */ \
+    X(float, qkvr,         1, 3 * C,    1) /* qkv with k and v repeated for every query head */ \
+    X(float, atty,         1, C,        1) /* attention output, before its projection */ \
+    X(float, attproj,      1, C,        0) \
+    X(float, residual2,    1, C,        0) /* input + attproj */ \
+    X(float, ln2,          1, C,        1) \
+    X(float, ln2_rstd,     1, 1,        0) \
+    X(float, fch,          1, FFN,      1) /* fc */ \
+    X(float, fch_relu2,    1, FFN,      1) /* relu(fc)^2 */ \
+    X(float, fcproj,       1, C,        0) \
+    X(float, residual3,    1, C,        0) /* residual2 + fcproj, the layer's output */
+
+typedef struct { NANOCHAT_ACTIVATION_TENSORS(CPU_ACT_FIELD) } NanoChatActs;
+// one layer's activations (or gradients): residual is the layer's input
+typedef struct { float* residual; NANOCHAT_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } NanoChatLayerActs;
+
+typedef struct {
+    NanoChatConfig config;
+    NanoChatParams params;    // named pointers into cpu's flat buffers: weights, gradients,
+    NanoChatParams grads;
+    NanoChatActs acts;        // activations and their gradients (has_grad tensors only)
+    NanoChatActs grads_acts;
+    float* rope_cos;          // (maxT, HS/2)
+    float* rope_sin;
+    // the flat buffers, the optimizer state (AdamW, or -op muon: Muon on each layer's qkvw, attprojw, fcw,
+    // fcprojw, AdamW on wte and lm_head) and the current batch (llmc/cpu/cpu_model.h)
+    CpuModel cpu;
+} NanoChat;
+
+// the dimension names the activation table is written in
+#define NANOCHAT_ACT_DIMS(cfg) \
+    const size_t C = (size_t)(cfg)->channels, NH = (size_t)(cfg)->num_heads, NKV = (size_t)(cfg)->num_kv_heads; \
+    const size_t QKV = (NH + 2 * NKV) * (C / NH), FFN = (size_t)(cfg)->ffn_hidden; \
+    (void)NH; (void)NKV; (void)QKV; (void)FFN
+
+// layer l's view of the activations (or of their gradients) of the current B x T tokens
+static NanoChatLayerActs nanochat_layer_acts(const NanoChatActs* a, const NanoChatConfig* cfg, int B, int T, int l) {
+    NANOCHAT_ACT_DIMS(cfg);
+    size_t BT = (size_t)B * T;
+    NanoChatLayerActs v;
+    v.residual = l == 0 ? a->x0 : a->residual3 + (size_t)(l - 1) * BT * C;
+    NANOCHAT_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
+    return v;
+}
+
+// parameters (zeroed), gradients and the rotary tables for model->config
+static void nanochat_allocate_parameters(NanoChat* model) {
+    const NanoChatConfig* cfg = &model->config;
+    cpu_model_init(&model->cpu, &NANOCHAT_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
+    nanochat_point_parameters(&model->params, model->cpu.params_memory, cfg);
+    nanochat_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
+    model->cpu.lazy_zero_grad = 1; // nanochat_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
+    nanochat_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/nanochat_inference.h, shared with generate
+}
+
+static void nanochat_build_from_file(NanoChat* model, const char* path) {
+    int version;
+    FILE* f = nanochat_model_open(path, &model->config, &version);
+    nanochat_allocate_parameters(model);
+    model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
+    fcloseCheck(f, path);
+}
+
+// points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the
+// per-layer ones) for B x T tokens into memory; returns how many floats they take (memory NULL: only counts)
+static size_t nanochat_point_activations(void* m, float* memory, int B, int T, int grads) {
+    NanoChat* model = (NanoChat*)m;
+    NanoChatActs* a = grads ? &model->grads_acts : &model->acts;
+    const NanoChatConfig* cfg = &model->config;
+    NANOCHAT_ACT_DIMS(cfg);
+    const size_t V = (size_t)cfg->vocab_size, L = grads ? 1 : (size_t)cfg->num_layers;
+    size_t BT = (size_t)B * T, n = 0;
+    NANOCHAT_ACTIVATION_TENSORS(CPU_ACT_POINT)
+    return n;
+}
+
+// zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
+static void nanochat_zero_layer_grads(NanoChatLayerActs* da, const NanoChatConfig* cfg, int B, int T) {
+    NANOCHAT_ACT_DIMS(cfg);
+    size_t BT = (size_t)B * T;
+    NANOCHAT_LAYER_ACTIVATION_TENSORS(CPU_ACT_ZERO_GRAD)
+}
+
+// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
+static void nanochat_allocate_activations(void* m, int B, int T) {
+    NanoChat* model = (NanoChat*)m;
+    cpu_model_allocate_activations(&model->cpu, B, T, nanochat_point_activations, model);
+    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
+}
+
+// Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
+// B x T may be smaller than what the activations were allocated for.
+static void nanochat_forward(void* m, const int* inputs, const int* targets, int B, int T) {
+    NanoChat* model = (NanoChat*)m;
+    cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
+    const NanoChatConfig* cfg = &model->config;
+    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden, BT = B * T;
+    float eps = cfg->norm_eps;
+
+    NanoChatParams p = model->params;
+    NanoChatActs acts = model->acts;
+    size_t BTC = (size_t)BT * C;
+    embedding_forward(acts.encoded, inputs, p.wte, B, T, C);                                // (B,T,C)
+    rmsnorm_plain_forward(acts.x0, acts.x0_rstd, acts.encoded, eps, BT, C, 1, C);           // (B,T,C)
+    for (int l = 0; l < L; l++) {
+        NanoChatLayerParams w = nanochat_layer_params(&model->params, cfg, l);
+        NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
+        // attention block
+        rmsnorm_plain_forward(a.ln1, a.ln1_rstd, a.residual, eps, BT, C, 1, C);                   // (B,T,C)
+        matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                                 // (B,T,QKV)
+        nanochat_rope_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);  // q and k heads
+        qk_norm_forward(a.qkv, a.qk_rstd, eps, B, T, NH, NKV, HS);                                // q and k heads
+        repeat_kv_forward(a.qkvr, a.qkv, B, T, NH, NKV, HS);                                      // (B,T,3C)
+        attention_forward(a.atty, NULL, a.qkvr, B, T, C, NH);                                     // (B,T,C)
+        matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                          // (B,T,C)
+        residual_forward(a.residual2, a.residual, a.attproj, BTC);                                // (B,T,C)
+        // MLP block
+        rmsnorm_plain_forward(a.ln2, a.ln2_rstd, a.residual2, eps, BT, C, 1, C);                  // (B,T,C)
+        matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, FFN);                                  // (B,T,FFN)
+        relu2_forward(a.fch_relu2, a.fch, (size_t)BT * FFN);                                      // (B,T,FFN)
+        matmul_forward(a.fcproj, a.fch_relu2, w.fcprojw, NULL, B, T, FFN, C);                     // (B,T,C)
+        residual_forward(a.residual3, a.residual2, a.fcproj, BTC);                                // (B,T,C)
+    }
+    NanoChatLayerActs last = nanochat_layer_acts(&model->acts, cfg, B, T, L - 1);
+    rmsnorm_plain_forward(acts.lnf, acts.lnf_rstd, last.residual3, eps, BT, C, 1, C);           // (B,T,C)
+    matmul_forward(acts.logits, acts.lnf, p.lm_head, NULL, B, T, C, V);                         // (B,T,V)
+    if (cfg->softcap > 0.0f) { softcap_forward(acts.logits, cfg->softcap, (size_t)BT * V); }    // (B,T,V)
+    if (targets != NULL) { crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V); } // (B,T)
+    cpu_model_end_forward(&model->cpu, targets != NULL);
+}
+
+// Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED to
+// model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's
+// gradient, is each residual add's output gradient and so also its branch's (attproj's, fcproj's); the
+// RMSNorms add their input gradients to it.
+static void nanochat_backward(void* m, float loss_scale) {
+    NanoChat* model = (NanoChat*)m;
+    NanoChatParams p = model->params, g = model->grads;
+    NanoChatActs acts = model->acts, gacts = model->grads_acts;
+    cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
+    const NanoChatConfig* cfg = &model->config;
+    int B = model->cpu.cur_B, T = model->cpu.cur_T, BT = B * T;
+    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
+    // stale gradients: the weight GEMMs below overwrite theirs (every matrix, each layer's slice, once), the
+    // embedding's only adds, so it starts from zero
+    int fresh = model->cpu.grads_stale;
+    if (fresh) {
+        memset(g.wte, 0, model->cpu.param_sizes[NANOCHAT_PARAM_wte] * sizeof(float));
+        model->cpu.grads_stale = 0;
+    }
+    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
+    if (cfg->softcap > 0.0f) { softcap_backward(gacts.logits, acts.logits, cfg->softcap, (size_t)BT * V); }
+    matmul_backward_nobias(gacts.lnf, g.lm_head, gacts.logits, acts.lnf, p.lm_head, B, T, C, V, fresh);
+    float* dres = gacts.x0; // (B,T,C): the last layer's output gradient first
+    rmsnorm_plain_backward(dres, gacts.lnf, acts.lnf, acts.lnf_rstd, BT, C, 1, C);
+
+    NanoChatLayerActs da = nanochat_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
+    for (int l = L - 1; l >= 0; l--) {
+        NanoChatLayerParams w = nanochat_layer_params(&model->params, cfg, l), dw = nanochat_layer_params(&model->grads, cfg, l);
+        NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
+        if (l < L - 1) { nanochat_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
+        // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        matmul_backward_nobias(da.fch_relu2, dw.fcprojw, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, fresh);
+        relu2_backward(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN);
+        matmul_backward_nobias(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
+        rmsnorm_plain_backward(dres, da.ln2, a.ln2, a.ln2_rstd, BT, C, 1, C);
+        // attention block, in reverse: dres is residual2's gradient, and attproj's
+        matmul_backward_nobias(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
+        attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
+        repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
+        qk_norm_backward(da.qkv, a.qkv, a.qk_rstd, B, T, NH, NKV, HS);
+        nanochat_rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
+        matmul_backward_nobias(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
+        rmsnorm_plain_backward(dres, da.ln1, a.ln1, a.ln1_rstd, BT, C, 1, C); // the layer input's gradient
+    }
+    rmsnorm_plain_backward(gacts.encoded, dres, acts.x0, acts.x0_rstd, BT, C, 1, C);
+    embedding_backward(g.wte, gacts.encoded, model->cpu.inputs, B, T, C);
+}
+
+static void nanochat_free(void* m) {
+    NanoChat* model = (NanoChat*)m;
+    free(model->rope_cos);
+    free(model->rope_sin);
+    cpu_model_free(&model->cpu);
+}
+
+// ----------------------------------------------------------------------------
+// the training program: llmc/trainer.h runs the loop, llmc/cpu/cpu_trainer.h brings what every CPU
+// trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
+// model's calls
+
+// -e: dN (from scratch, bit for bit train_nanochat.py's init) or a nanochat model file; from_file: a model file
+static void nanochat_build(void* m, const char* load, int from_file) {
+    NanoChat* model = (NanoChat*)m;
+    NanoChatConfig cfg;
+    if (!from_file && nanochat_config_from_descriptor(load, &cfg)) {
+        model->config = cfg;
+        nanochat_allocate_parameters(model);
+        nanochat_init_params_from_scratch(model->cpu.params_memory, &model->config, TRAINER_INIT_SEED);
+        return;
+    }
+    if (!from_file && !file_exists(load)) {
+        llmc_die(NANOCHAT_FAMILY.missing_model, load);
+    }
+    nanochat_build_from_file(model, load);
+}
+
+// the model's line of what the run does
+static void nanochat_describe(const void* m, const char* path) {
+    const NanoChat* model = (const NanoChat*)m;
+    const NanoChatConfig* cfg = &model->config;
+    printf("model: %s nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap %g, %zu parameters\n", path,
+           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
+           cfg->vocab_size, cfg->softcap, model->cpu.num_parameters);
+}
+
+static void nanochat_write(const void* m, const char* path) {
+    const NanoChat* model = (const NanoChat*)m;
+    nanochat_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
+}
+
+// the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the NanoChat as void*)
+static const CpuModelCalls nanochat_calls = {nanochat_build, nanochat_describe, nanochat_allocate_activations,
+                                             nanochat_forward, nanochat_backward, nanochat_write, nanochat_free};
+
+#ifndef LLMC_NO_MAIN
+
+int main(int argc, char** argv) {
+    NanoChat model;
+    return cpu_trainer_main(argc, argv, "Trains nanochat's GPT on the CPU.", &NANOCHAT_FAMILY, &model, &nanochat_calls,
+                            &model.cpu);
+}
+#endif
