@@ -33,6 +33,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               (gpu_model_allocate_state frees it): a checkpoint's values or the from-scratch init
     gpu_model_use_muon(m, settings, mats, count, state_size)   -op muon with the model's plan (mats,
                               malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
+    gpu_model_use_muon_on_layers(m, settings, owners, rank)   the plan of every per-layer 2-D weight of the table
     gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
                               state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
     gpu_model_allocate_activations(m, bytes, recompute, BT, V)   the activations' memory (returned for the
@@ -133,6 +134,8 @@ typedef struct {
     float mean_loss;           // their mean (-1 after a forward without targets)
     floatX* logits;            // (B, T, logits_stride) device: the last forward's logits (V used per row)
     size_t logits_stride;
+    float logit_softcap;       // > 0: the logits are capped (the model's forward caps them; the classifier's
+                               // gradient is then the one before the cap), 0 none
     float* norm_scratch;       // (1 + GLOBAL_NORM_BLOCKS) device: the squared norm, then its partial sums
     float* norm_host;          // pinned scalar
     CublasContext cublas;
@@ -266,6 +269,17 @@ static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatr
     m->muon_state_size = state_size;
 }
 
+// -op muon on every per-layer 2-D weight of the model's tensor table (llmc/model_family.h), the matrices spread over
+// owners processes (muon_plan_table); before gpu_model_allocate_state
+static void gpu_model_use_muon_on_layers(GpuModel* m, const MuonConfig* settings, int owners, int rank) {
+    size_t dims[GPU_MODEL_MAX_TENSORS][3], state_size = 0, count = 0;
+    m->family->tensor_dims(dims, m->config);
+    for (int k = 0; k < m->num_tensors; k++) { count += m->per_layer[k] && m->is_matrix[k] ? dims[k][0] : 0; }
+    MuonMatrix* mats = (MuonMatrix*)mallocCheck((count + 1) * sizeof(MuonMatrix));
+    int n = muon_plan_table((const size_t(*)[3])dims, m->per_layer, m->is_matrix, m->num_tensors, owners, rank, mats, &state_size);
+    gpu_model_use_muon(m, settings, mats, n, state_size);
+}
+
 // the fp32 master weights of this rank's shard, from the fp32 parameters on the host
 static void gpu_model_init_master_weights(GpuModel* m, const float* host_params, ZeroShard shard) {
     if (shard.size == 0) { return; }
@@ -361,7 +375,8 @@ static void gpu_model_loss(GpuModel* m, const int* targets, float* losses, float
         return;
     }
     const int BT = m->B * m->T;
-    fused_classifier(m->logits, losses, m->targets, dloss, BT, V, (int)m->logits_stride, write_dlogits, m->stream);
+    fused_classifier(m->logits, losses, m->targets, dloss, BT, V, (int)m->logits_stride, m->logit_softcap, write_dlogits,
+                     m->stream);
     cudaCheck(cudaMemcpyAsync(m->losses_host, losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     double sum = 0.0;
