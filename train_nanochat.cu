@@ -205,9 +205,10 @@ static void nanochat_allocate_state(void* m, int B, int T, int recompute, ZeroSh
     NanoChat* model = (NanoChat*)m;
     const NanoChatConfig* cfg = &model->config;
     const int HS = cfg->channels / cfg->num_heads;
-    if (HS % 8 != 0 || cfg->ffn_hidden % 8 != 0) {
-        llmc_die("model: the head size C/NH = %d/%d and the FFN size %d must be multiples of 8", cfg->channels, cfg->num_heads,
-                 cfg->ffn_hidden);
+    // the kernels move heads and MLP rows in 128-bit packets: 4 values in FP32, 8 in BF16
+    if (HS % x128::size != 0 || cfg->ffn_hidden % x128::size != 0) {
+        llmc_die("model: the head size C/NH = %d/%d and the FFN size %d must be multiples of %d in this build (%s)", cfg->channels,
+                 cfg->num_heads, cfg->ffn_hidden, x128::size, PRECISION_NAME);
     }
 #ifdef ENABLE_CUDNN
     const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
