@@ -165,17 +165,9 @@ static void nanochat_build(void* m, const char* load, int from_file, int zero_st
     memset(model, 0, sizeof(*model));
     model->config = cfg;
     gpu_model_init(&model->gpu, &NANOCHAT_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
-    gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
-    gpu_model_point(&model->gpu, &model->params, model->gpu.params_memory);
-    gpu_model_point(&model->gpu, &model->grads, model->gpu.grads_memory);
     model->gpu.logit_softcap = cfg.softcap;
-    float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
-    if (scratch) {
-        nanochat_init_params_from_scratch(host, &cfg, TRAINER_INIT_SEED);
-    } else {
-        model_file_read_params(f, load, version, host, model->gpu.num_parameters);
-        fcloseCheck(f, load);
-    }
+    float* host = gpu_model_load_parameters(&model->gpu, &model->params, &model->grads, f, load, version, zero_stage, nproc);
+    if (scratch) { nanochat_init_params_from_scratch(host, &cfg, TRAINER_INIT_SEED); }
     gpu_model_set_init_params(&model->gpu, host);
 }
 
@@ -186,10 +178,7 @@ static void nanochat_describe(const void* m, const char* path) {
     printf("model: %s nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap=%g, %zu parameters, %.2f GiB of activations\n",
            path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
            cfg->vocab_size, cfg->softcap, model->gpu.num_parameters, (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-#ifdef ENABLE_CUDNN
-    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
-           cfg->num_heads, cfg->num_kv_heads, (double)cudnn_attention_workspace_bytes(model->gpu.cudnn) / (1024.0 * 1024.0 * 1024.0));
-#endif
+    gpu_model_describe_attention(&model->gpu, cfg->num_heads, cfg->num_kv_heads);
 }
 
 // -op muon: Muon on each layer's qkvw (one matrix: q, k and v orthogonalised together), attprojw, fcw, fcprojw
@@ -210,11 +199,7 @@ static void nanochat_allocate_state(void* m, int B, int T, int recompute, ZeroSh
         llmc_die("model: the head size C/NH = %d/%d and the FFN size %d must be multiples of %d in this build (%s)", cfg->channels,
                  cfg->num_heads, cfg->ffn_hidden, x128::size, PRECISION_NAME);
     }
-#ifdef ENABLE_CUDNN
-    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
-    if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
-                                B, T, cfg->num_heads, cfg->num_kv_heads, HS, why); }
-#endif
+    gpu_model_check_attention(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
     size_t bytes = nanochat_point_activations(&model->acts, NULL, cfg, B, T, recompute);
     char* memory = gpu_model_allocate_activations(&model->gpu, bytes, recompute, B * T, cfg->vocab_size);
     nanochat_point_activations(&model->acts, memory, cfg, B, T, recompute);

@@ -27,6 +27,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               the family's tensor table at the model's config (llmc/model_family.h); zeroes
                               everything else
     gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
+    gpu_model_load_parameters(m, params, grads, f, path, version, zero_stage, nproc)   those, the model's views of
+                              them, and the host fp32 values (read from the open model file f, or for the caller
+                              to fill from scratch when f is NULL)
     gpu_model_upload_parameters(m, host) / gpu_model_download_parameters(m, host)
                               host fp32 <-> device floatX (rounded to nearest / exact)
     gpu_model_set_init_params(m, host)   uploads host (fp32, malloc'd) and keeps it for the master weights
@@ -39,6 +42,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_model_allocate_activations(m, bytes, recompute, BT, V)   the activations' memory (returned for the
                               table to point into), the token groups of BT tokens over V rows
     gpu_model_prepare_attention(m, B, T, NH, NKV, HS, stream)   cuDNN builds: the attention graphs
+    gpu_model_check_attention(B, T, NH, NKV, HS), gpu_model_describe_attention(m, NH, NKV)   cuDNN builds: -b and -t
+                              against what cuDNN's grouped-query attention runs, and its line
     gpu_model_upload_batch(m, inputs, targets) / gpu_model_loss(m, targets, losses, dloss, V, write_dlogits)
                               a forward's start (the tokens to the device) and end (the classifier, mean_loss)
     gpu_model_free(m)
@@ -258,6 +263,24 @@ static void gpu_model_set_init_params(GpuModel* m, float* host) {
     m->init_params = host;
 }
 
+// The parameters of a model whose config is known (gpu_model_init first): the device parameters and gradients
+// (padded for the ZeRO-1 all-gather), the model's views of both (its structs of floatX pointers, table order),
+// and their fp32 values on the host, returned (malloc'd, num_parameters of them; hand them to
+// gpu_model_set_init_params): read from f, the model file `path` open at its first parameter (then closed), or
+// left for the caller to fill when f is NULL (from scratch).
+static float* gpu_model_load_parameters(GpuModel* m, void* params, void* grads, FILE* f, const char* path, int version,
+                                        int zero_stage, int nproc) {
+    gpu_model_allocate_parameters(m, zero_stage, nproc);
+    gpu_model_point(m, params, m->params_memory);
+    gpu_model_point(m, grads, m->grads_memory);
+    float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    if (f != NULL) {
+        model_file_read_params(f, path, version, host, m->num_parameters);
+        fcloseCheck(f, path);
+    }
+    return host;
+}
+
 // -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
 // state_size: the elements of Muon state this rank holds) with these settings. Before gpu_model_allocate_state.
 static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatrix* mats, int count, size_t state_size) {
@@ -354,6 +377,27 @@ static void gpu_model_prepare_attention(GpuModel* m, int B, int T, int NH, int N
     cudnn_attention_prepare(m->cudnn, B, T, NH, NKV, HS);
 #else
     (void)m; (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)stream;
+#endif
+}
+
+// grouped-query attention of NH query heads over NKV key/value heads of HS: in cuDNN builds, -b B and -t T checked
+// against what cuDNN's attention runs (one line when it cannot), and rank 0's line of it (gpu_model_describe_attention)
+static void gpu_model_check_attention(int B, int T, int NH, int NKV, int HS) {
+#ifdef ENABLE_CUDNN
+    const char* why = cudnn_att_shape_error(B, T, NH, NKV, HS);
+    if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
+                                B, T, NH, NKV, HS, why); }
+#else
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS;
+#endif
+}
+
+static void gpu_model_describe_attention(const GpuModel* m, int NH, int NKV) {
+#ifdef ENABLE_CUDNN
+    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
+           NH, NKV, (double)cudnn_attention_workspace_bytes(m->cudnn) / (1024.0 * 1024.0 * 1024.0));
+#else
+    (void)m; (void)NH; (void)NKV;
 #endif
 }
 
