@@ -183,3 +183,15 @@ def test_train_nanochatcu_trains_from_the_reference_model(nanochat_refs: Path, t
     assert re.search(rf"^-op +{'muon' if 'muon' in flags else 'adamw'} ", r.stdout, re.M), r.stdout[-3000:]
     saved = tmp_path / "out" / "model_00000003.bin"
     assert saved.read_bytes()[:4] == (20251013).to_bytes(4, "little"), "the checkpoint is not a nanochat model file"
+
+
+@pytest.mark.parametrize("program", ["test_nanochatcu_fp32", "train_nanochatcu_bf16"])
+def test_another_familys_model_file_is_refused_in_one_line(nanochat_refs: Path, tmp_path: Path, program: str) -> None:
+    """A Llama 3 model file (its header: magic 20240803) given to the nanochat programs: one line naming the file."""
+    llama = tmp_path / "llama3.bin"
+    llama.write_bytes(struct.pack("<256i", 20240803, 3, *[0] * 254) + bytes(2048))
+    ts = nanochat_refs / "ts" / "tiny_shakespeare_val.bin"
+    args = ["-s", nanochat_refs / "nanochat_gqa_debug_state.bin"] if program.startswith("test") else ["-i", ts, "-j", ts, "-x", "1"]
+    r = run([binary(program), "-e", llama, *args], cwd=tmp_path, env=BASE_ENV)
+    assert r.returncode != 0 and r.stderr.strip() == f"error: {llama}: not a nanochat model file (magic 20240803, expected 20251013)", \
+        r.stdout[-2000:] + r.stderr
