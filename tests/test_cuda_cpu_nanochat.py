@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, make, shared_dir
-from test_cuda_cpu import BASE_ENV, binary, run, step_losses
+from test_cuda_cpu import BASE_ENV, binary, mpirun, run, step_losses
 
 
 @pytest.fixture(scope="session")
@@ -34,10 +34,11 @@ def nanochat_refs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_dir(tmp_path_factory, "nanochat_cuda_refs", copy)
 
 
-def test_nanochatcu(refs: Path, tmp_path: Path, precision: str, model: str, *flags: str, passes: bool = True) -> str:
-    """test_nanochatcu_<precision> on refs/<model>.bin and its debug state; its output, after the exit status is
-    checked: 0 with every check passed, or (passes False) 1 with some check failed."""
-    r = run([binary(f"test_nanochatcu_{precision}"), "-e", refs / f"{model}.bin", "-s", refs / f"{model}_debug_state.bin",
+def test_nanochatcu(refs: Path, tmp_path: Path, precision: str, model: str, *flags: str, passes: bool = True,
+                    processes: int = 1) -> str:
+    """test_nanochatcu_<precision> on refs/<model>.bin and its debug state (as `processes` MPI processes); its output,
+    after the exit status is checked: 0 with every check passed, or (passes False) 1 with some check failed."""
+    r = run([*(mpirun(processes) if processes > 1 else []), binary(f"test_nanochatcu_{precision}"), "-e", refs / f"{model}.bin", "-s", refs / f"{model}_debug_state.bin",
              "-o", tmp_path / "resume", *flags], env=BASE_ENV)
     if passes:
         assert r.returncode == 0 and re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-4000:] + r.stderr[-2000:]
@@ -79,22 +80,24 @@ def state_layout(model: Path, state: bytes) -> dict[str, int]:
 
 
 # precision, references (build/nanochat or its muon/), model, flags: FP32 with the tight tolerances, BF16 with the BF16
-# rules; between them MHA, GQA and MQA, softcap 15, 5 and none, AdamW and both Muon settings, recompute, accumulation
+# rules; between them MHA, GQA and MQA, softcap 15, 5 and none, AdamW and both Muon settings, recompute, accumulation,
+# and two processes with ZeRO-1 (each rank its rows, Muon's matrices owned whole by one rank or the other)
 TEST_NANOCHATCU = [
-    ("fp32", "", "nanochat_gqa", []),
-    ("fp32", "", "nanochat_mqa", ["-r", "2", "-a", "2"]),
-    ("fp32", "muon", "nanochat_mqa", []),
-    ("bf16", "", "nanochat_mha", ["-r", "1"]),
-    ("bf16", "", "nanochat_gqa", []),
-    ("bf16", "muon", "nanochat_gqa", []),
+    ("fp32", "", "nanochat_gqa", [], 1),
+    ("fp32", "", "nanochat_mqa", ["-r", "2", "-a", "2"], 1),
+    ("fp32", "muon", "nanochat_mqa", [], 1),
+    ("bf16", "", "nanochat_mha", ["-r", "1"], 1),
+    ("bf16", "", "nanochat_gqa", [], 1),
+    ("bf16", "muon", "nanochat_gqa", ["-z", "1"], 2),
 ]
 
 
-@pytest.mark.parametrize("precision,where,model,flags", TEST_NANOCHATCU,
-                         ids=[f"{p}-{w + '/' if w else ''}{m}{''.join(f)}" for p, w, m, f in TEST_NANOCHATCU])
+@pytest.mark.parametrize("precision,where,model,flags,processes", TEST_NANOCHATCU,
+                         ids=[f"{p}-{w + '/' if w else ''}{m}{''.join(f)}{'-2procs' if n > 1 else ''}"
+                              for p, w, m, f, n in TEST_NANOCHATCU])
 def test_test_nanochatcu_passes_on_the_reference_states(nanochat_refs: Path, tmp_path: Path, precision: str, where: str,
-                                                         model: str, flags: list[str]) -> None:
-    out = test_nanochatcu(nanochat_refs / where, tmp_path, precision, model, *flags)
+                                                         model: str, flags: list[str], processes: int) -> None:
+    out = test_nanochatcu(nanochat_refs / where, tmp_path, precision, model, *flags, processes=processes)
     for row in ("logits", "loss", "dwte", "dqkvw", "dattprojw", "dfcw", "dfcprojw", "dlm_head", "dwte unseen", "grad norm",
                 "loss step 9", "resume params"):
         assert re.search(rf"^\| {row} +\|.*ok", out, re.M), f"no passing row {row}:\n{out[-3000:]}"
