@@ -106,15 +106,10 @@ typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3Gp
 #define LLAMA3_GPU_REPEAT_KV_BUFFER(X)
 #define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 #else
-#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, qkvr,       1,           3 * C,  1) /* (3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
-    X(floatX, att,        1,           NH * T, 1) /* (B, NH, T, T) */
-#define LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
-    X(floatX, scratch_bt3c, 0, 3 * C,  1) /* q|k|v with k, v repeated; its gradient */
-#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(floatX, dqkvr,        0, 3 * C,  0) /* attention_backward's work buffers */ \
-    X(floatX, datt,         0, NH * T, 0) \
-    X(floatX, dy,           0, C,      0)
+// llmc/cuda/repeat_kv.cuh's rows: q, k, v head-major with k and v repeated, the attention matrix, work buffers
+#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) REPEAT_KV_ATTENTION_LAYER_ACTIVATIONS(X)
+#define LLAMA3_GPU_REPEAT_KV_BUFFER(X) REPEAT_KV_ATTENTION_BUFFER(X)
+#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) REPEAT_KV_ATTENTION_BACKWARD_BUFFERS(X)
 #endif
 
 typedef struct {
