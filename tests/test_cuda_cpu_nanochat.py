@@ -198,3 +198,22 @@ def test_another_familys_model_file_is_refused_in_one_line(nanochat_refs: Path, 
     r = run([binary(program), "-e", llama, *args], cwd=tmp_path, env=BASE_ENV)
     assert r.returncode != 0 and r.stderr.strip() == f"error: {llama}: not a nanochat model file (magic 20240803, expected 20251013)", \
         r.stdout[-2000:] + r.stderr
+
+
+def test_train_nanochatcu_from_scratch_is_the_references_d2(nanochat_refs: Path, tmp_path: Path) -> None:
+    """-e d2: the GPU trainer's init from scratch (llmc/nanochat.h, seed 42) is train_nanochat.py's: one step on the
+    first batch of the GPT-2 validation shard, the batch of the d2 debug state, has its loss and gradient norm
+    (FP32: float32 noise; the norm as printed, 4 decimals)."""
+    ts = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_val.bin"
+    r = run([binary("train_nanochatcu_fp32"), "-e", "d2", "-i", ts, "-j", ts, "-b", "4", "-t", "64", "-x", "1", "-v", "0",
+             "-s", "0"], cwd=tmp_path, env=BASE_ENV)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    step = re.search(r"^step 1/1 \| loss ([0-9.]+) \| lr [^|]+\| norm ([0-9.]+) ", r.stdout, re.M)
+    assert step, r.stdout[-3000:]
+    model = tmp_path / "d2.bin"  # the reference's model file gives the state's layout
+    shutil.copy(nanochat_refs / "nanochat_d2.bin", model)
+    data = (nanochat_refs / "nanochat_d2_debug_state.bin").read_bytes()
+    lay = state_layout(model, data)
+    loss, norm = struct.unpack_from("<f", data, lay["losses"])[0], struct.unpack_from("<f", data, lay["losses"] + 4 * lay["nsteps"])[0]
+    assert abs(float(step.group(1)) - loss) <= 1e-5 * loss and abs(float(step.group(2)) - norm) <= 1e-4 + 1e-4 * norm, \
+        (step.groups(), loss, norm)
