@@ -1,6 +1,7 @@
 """The nanochat GPU trainer, executed on the CPU execution target (dev/cuda_cpu): test_nanochatcu (FP32 with the tight
 tolerances, BF16 with the BF16 rules) against train_nanochat.py's debug states of random tiny Hugging Face NanoChat
-models, and its failure on corrupted copies of them; train_nanochatcu training a few steps.
+models, and its failure on corrupted copies of them; train_nanochatcu training a few steps, from scratch as the
+reference does, and its checkpoints passed both ways between it and the CPU trainer ./train_nanochat.
 
 The references are dev/nanochat_refs.py's (`make nanochat-debug-states`, build/nanochat/): nanochat_mha (MHA,
 softcap 15, V=50304), nanochat_gqa (GQA 2:1, softcap 5, FFN not 4C), nanochat_mqa (MQA, no softcap, rope_theta 500,
@@ -22,6 +23,7 @@ import pytest
 
 from conftest import REPO, make, shared_dir
 from test_cuda_cpu import BASE_ENV, binary, mpirun, run, step_losses
+from test_cuda_cpu_llama3 import continued_losses
 
 
 @pytest.fixture(scope="session")
@@ -217,3 +219,28 @@ def test_train_nanochatcu_from_scratch_is_the_references_d2(nanochat_refs: Path,
     loss, norm = struct.unpack_from("<f", data, lay["losses"])[0], struct.unpack_from("<f", data, lay["losses"] + 4 * lay["nsteps"])[0]
     assert abs(float(step.group(1)) - loss) <= 1e-5 * loss and abs(float(step.group(2)) - norm) <= 1e-4 + 1e-4 * norm, \
         (step.groups(), loss, norm)
+
+
+def train_args(refs: Path) -> list[object]:
+    """4 AdamW steps of the GQA model on its shards, checkpoints at steps 2 and 4."""
+    return ["-e", refs / "nanochat_gqa.bin", "-i", refs / "ts" / "tiny_shakespeare_train.bin", "-j",
+            refs / "ts" / "tiny_shakespeare_val.bin", "-b", 4, "-t", 64, "-x", 4, "-v", 0, "-s", 0, "-l", "1e-3", "-n", 2]
+
+
+def train(program: Path, refs: Path, out: Path, *flags: object) -> str:
+    r = run([str(a) for a in (program, *train_args(refs), "-o", out, *flags)], cwd=refs, env={**BASE_ENV, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.mark.parametrize("first", ["train_nanochatcu", "train_nanochat"])
+def test_a_checkpoint_continues_in_the_other_trainer(nanochat_refs: Path, tmp_path: Path, first: str) -> None:
+    """The step-2 checkpoint (model and AdamW state) of train_nanochatcu (FP32) resumed by the CPU trainer, and the
+    other way: steps 3 and 4 are the first run's within float32 noise (AdamW's update of near-zero gradients, about
+    1e-5 of the loss after one step)."""
+    make("train_nanochat")
+    gpu, cpu = binary("train_nanochatcu_fp32"), REPO / "train_nanochat"
+    one, two = (gpu, cpu) if first == "train_nanochatcu" else (cpu, gpu)
+    a, b = continued_losses(tmp_path, lambda out: train(one, nanochat_refs, out),
+                            lambda out: train(two, nanochat_refs, out, "-y", 1))
+    assert max(abs(x - y) for x, y in zip(a[2:], b)) <= 5e-5 * a[2], (a, b)
