@@ -106,15 +106,10 @@ typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, floatX) } Llama3Gp
 #define LLAMA3_GPU_REPEAT_KV_BUFFER(X)
 #define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X)
 #else
-#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) \
-    X(floatX, qkvr,       1,           3 * C,  1) /* (3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
-    X(floatX, att,        1,           NH * T, 1) /* (B, NH, T, T) */
-#define LLAMA3_GPU_REPEAT_KV_BUFFER(X) \
-    X(floatX, scratch_bt3c, 0, 3 * C,  1) /* q|k|v with k, v repeated; its gradient */
-#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(floatX, dqkvr,        0, 3 * C,  0) /* attention_backward's work buffers */ \
-    X(floatX, datt,         0, NH * T, 0) \
-    X(floatX, dy,           0, C,      0)
+// llmc/cuda/repeat_kv.cuh's rows: q, k, v head-major with k and v repeated, the attention matrix, work buffers
+#define LLAMA3_GPU_ATTENTION_ACTIVATIONS(X) REPEAT_KV_ATTENTION_LAYER_ACTIVATIONS(X)
+#define LLAMA3_GPU_REPEAT_KV_BUFFER(X) REPEAT_KV_ATTENTION_BUFFER(X)
+#define LLAMA3_GPU_ATTENTION_BACKWARD_BUFFERS(X) REPEAT_KV_ATTENTION_BACKWARD_BUFFERS(X)
 #endif
 
 typedef struct {
@@ -192,17 +187,8 @@ static void llama3_build(void* m, const char* load, int from_file, int zero_stag
     memset(model, 0, sizeof(*model));
     model->config = cfg;
     gpu_model_init(&model->gpu, &LLAMA3_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
-    const size_t* sizes = model->gpu.param_sizes;
-    gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
-    gpu_model_point(&model->gpu, &model->params, model->gpu.params_memory);
-    gpu_model_point(&model->gpu, &model->grads, model->gpu.grads_memory);
-    float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
-    if (scratch) {
-        llama3_init_params_from_scratch(host, &cfg, sizes, TRAINER_INIT_SEED);
-    } else {
-        model_file_read_params(f, load, version, host, model->gpu.num_parameters);
-        fcloseCheck(f, load);
-    }
+    float* host = gpu_model_load_parameters(&model->gpu, &model->params, &model->grads, f, load, version, zero_stage, nproc);
+    if (scratch) { llama3_init_params_from_scratch(host, &cfg, model->gpu.param_sizes, TRAINER_INIT_SEED); }
     gpu_model_set_init_params(&model->gpu, host);
 }
 
@@ -214,10 +200,7 @@ static void llama3_describe(const void* m, const char* path) {
            cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
            cfg->tied_embeddings ? " (tied lm_head)" : "", model->gpu.num_parameters,
            (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-#ifdef ENABLE_CUDNN
-    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
-           cfg->num_heads, cfg->num_kv_heads, (double)cudnn_attention_workspace_bytes(model->gpu.cudnn) / (1024.0 * 1024.0 * 1024.0));
-#endif
+    gpu_model_describe_attention(&model->gpu, cfg->num_heads, cfg->num_kv_heads);
 }
 
 // -op muon: Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw (5 L matrices) with these settings, AdamW on
@@ -248,11 +231,7 @@ static void llama3_allocate_state(void* m, int B, int T, int recompute, ZeroShar
         llmc_die("model: NH = %d query heads do not split into groups of the NKV = %d key/value heads", cfg->num_heads,
                  cfg->num_kv_heads);
     }
-#ifdef ENABLE_CUDNN
-    const char* why = cudnn_att_shape_error(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
-    if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
-                                B, T, cfg->num_heads, cfg->num_kv_heads, HS, why); }
-#endif
+    gpu_model_check_attention(B, T, cfg->num_heads, cfg->num_kv_heads, HS);
     size_t bytes = llama3_point_activations(&model->acts, NULL, cfg, B, T, recompute);
     char* memory = gpu_model_allocate_activations(&model->gpu, bytes, recompute, B * T, cfg->vocab_size);
     llama3_point_activations(&model->acts, memory, cfg, B, T, recompute);

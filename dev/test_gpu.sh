@@ -11,8 +11,8 @@
 #                                     it, each program is named, nothing is built or run
 #
 # Lent GPU time is short (make gpu-visit runs this inside a budget), so everything that needs no GPU runs at
-# once: `make -k -j gpu-build` (every configuration of test_gpt2cu and test_llama3cu under build/gpu/bin/,
-# the trainers, the dev/cuda kernels) beside the reference files (the data first, then the three reference
+# once: `make -k -j gpu-build` (every configuration of test_gpt2cu, test_llama3cu and test_nanochatcu under build/gpu/bin/,
+# the trainers, the dev/cuda kernels) beside the reference files (the data first, then the four reference
 # sets side by side). Then the checks that need the GPU, the most telling first:
 #   test_gpt2cu FP32, BF16, BF16 cuDNN       against the reference (`train_gpt2.py --write_tensors 1`) with
 #                                            the FP32 / BF16 tolerances, then bit-exact resume
@@ -24,6 +24,9 @@
 #                                            Muon states (make muon-refs, make llama3-debug-states)
 #   test_gpt2cu FP32 -ge 1 -r 1 -a 2, BF16 -ge 1 -r 2 -a 2   GELU in the cuBLASLt epilogues, recompute,
 #                                            two micro-batches
+#   test_nanochatcu FP32 GQA, BF16 MHA -r 1, BF16 cuDNN GQA, FP32 Muon MQA, BF16 Muon GQA   against
+#                                            train_nanochat.py's imports of tiny NanoChat models (make
+#                                            nanochat-debug-states: softcap 5, 15 and none)
 #   2 processes (ZeRO-1, AdamW and Muon, both families)   mpirun -np 2: needs 2 GPUs and mpirun, else SKIP
 #   dev/cuda/<kernel>                        each kernel, all its versions, against its CPU reference
 #                                            (TEST_GPU_QUICK=1: --quick, a small shape and one timed call)
@@ -136,12 +139,14 @@ check "data" "mk data"
 beside "reference tensors" "mk model"
 beside "Muon reference" "mk muon-refs"
 beside "Llama 3 reference" "mk llama3-debug-states"
+beside "nanochat reference" "mk nanochat-debug-states"
 wait
 passed() { grep -qF "test-gpu: $1 ... PASS" "$results"; }
 have_refs=0; passed "reference tensors" && have_refs=1
 have_muon_refs=0; passed "Muon reference" && have_muon_refs=1
 have_llama_refs=0; passed "Llama 3 reference" && have_llama_refs=1
-if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; fi
+have_nanochat_refs=0; passed "nanochat reference" && have_nanochat_refs=1
+if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; have_nanochat_refs=1; fi
 
 # ---------------------------------------------------------------------------- the checks on the GPU
 # run_test <name> <references ok> <binary under build/gpu/bin/> <flags>
@@ -173,6 +178,16 @@ run_test "test_llama3cu FP32 Muon GQA" $have_llama_refs fp32/test_llama3cu "$L3_
 run_test "test_llama3cu BF16 Muon GQA" $have_llama_refs bf16/test_llama3cu "$L3_MUON_GQA"
 run_test "test_gpt2cu FP32 -ge 1 -r 1 -a 2" $have_refs fp32/test_gpt2cu "-ge 1 -r 1 -a 2"
 run_test "test_gpt2cu BF16 -ge 1 -r 2 -a 2" $have_refs bf16/test_gpt2cu "-ge 1 -r 2 -a 2"
+NC=build/nanochat
+NC_GQA="-e $NC/nanochat_gqa.bin -s $NC/nanochat_gqa_debug_state.bin"
+NC_MHA="-e $NC/nanochat_mha.bin -s $NC/nanochat_mha_debug_state.bin"
+NC_MUON_MQA="-e $NC/muon/nanochat_mqa.bin -s $NC/muon/nanochat_mqa_debug_state.bin"
+NC_MUON_GQA="-e $NC/muon/nanochat_gqa.bin -s $NC/muon/nanochat_gqa_debug_state.bin"
+run_test "test_nanochatcu FP32 GQA" $have_nanochat_refs fp32/test_nanochatcu "$NC_GQA"
+run_test "test_nanochatcu BF16 MHA -r 1" $have_nanochat_refs bf16/test_nanochatcu "$NC_MHA -r 1"
+run_test "test_nanochatcu BF16 cuDNN GQA" $have_nanochat_refs bf16-cudnn/test_nanochatcu "$NC_GQA"
+run_test "test_nanochatcu FP32 Muon MQA" $have_nanochat_refs fp32/test_nanochatcu "$NC_MUON_MQA"
+run_test "test_nanochatcu BF16 Muon GQA" $have_nanochat_refs bf16/test_nanochatcu "$NC_MUON_GQA"
 
 # two_processes <name> <references ok> <command>: 2 processes (mpirun -np 2: each process half the batch,
 # ZeRO-1, or one half of an all-reduce); needs 2 GPUs and mpirun, SKIP with the reason otherwise

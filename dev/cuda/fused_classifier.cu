@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     if (version_selected(&pg, 2)) {
         auto run = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_logits, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            fused_classifier(d_work, d_losses, d_targets, 1.0f, BT, V, Vp, 1, 0);
+            fused_classifier(d_work, d_losses, d_targets, 1.0f, BT, V, Vp, 0.0f, 1, 0);
         };
         run();
         validate_result(d_losses, ref_losses, "version 2 (llmc) losses", BT, tol);

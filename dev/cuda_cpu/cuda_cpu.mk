@@ -21,14 +21,14 @@ CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --show
 CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
 
 # the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
-CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu train_llama3.cu test_llama3.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
+CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu train_llama3.cu test_llama3.cu train_nanochat.cu test_nanochat.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
                    $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
 CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
 # the trainers and their tests, each in FP32 and BF16 (test_gpt2cu_fp32 is test_gpt2.cu with ENABLE_FP32)
-CUDA_CPU_TRAINERS := test_gpt2 train_gpt2 test_llama3 train_llama3
+CUDA_CPU_TRAINERS := test_gpt2 train_gpt2 test_llama3 train_llama3 test_nanochat train_nanochat
 CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(program)cu_fp32 $(CUDA_CPU_OUT)/$(program)cu_bf16) \
                      $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
@@ -53,7 +53,7 @@ $(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
 	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
-	$(PY) -m pytest -q tests/test_cuda_cpu.py
+	$(PY) -m pytest -q tests/test_cuda_cpu.py tests/test_cuda_cpu_nanochat.py
 
 $(CUDA_CPU_SRC)/.stamp: $(CUDA_CPU_INPUTS) $(CUDA_CPU_DIR)/translate.py
 	@mkdir -p $(CUDA_CPU_SRC)
@@ -71,7 +71,7 @@ $(CUDA_CPU_OUT)/libcuda_cpu.a: $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_OUT)/
 CUDA_CPU_DEPS := $(CUDA_CPU_SRC)/.stamp $(CUDA_CPU_OUT)/libcuda_cpu.a $(CUDA_CPU_HEADERS)
 CUDA_CPU_TRAINER_FLAGS := -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS)
 
-# test_gpt2cu_fp32 ... train_llama3cu_bf16: one rule per source; the suffix picks ENABLE_FP32 or ENABLE_BF16
+# test_gpt2cu_fp32 ... train_nanochatcu_bf16: one rule per source; the suffix picks ENABLE_FP32 or ENABLE_BF16
 define CUDA_CPU_TRAINER_RULE
 $$(CUDA_CPU_OUT)/$(1)cu_%: $$(CUDA_CPU_DEPS)
 	$$(CUDA_CPU_CXX) $$(CUDA_CPU_CXXFLAGS) -DENABLE_$$(shell echo $$* | tr a-z A-Z) $$(CUDA_CPU_TRAINER_FLAGS) -I$$(CUDA_CPU_SRC) \

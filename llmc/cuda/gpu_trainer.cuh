@@ -27,17 +27,23 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               the family's tensor table at the model's config (llmc/model_family.h); zeroes
                               everything else
     gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
+    gpu_model_load_parameters(m, params, grads, f, path, version, zero_stage, nproc)   those, the model's views of
+                              them, and the host fp32 values (read from the open model file f, or for the caller
+                              to fill from scratch when f is NULL)
     gpu_model_upload_parameters(m, host) / gpu_model_download_parameters(m, host)
                               host fp32 <-> device floatX (rounded to nearest / exact)
     gpu_model_set_init_params(m, host)   uploads host (fp32, malloc'd) and keeps it for the master weights
                               (gpu_model_allocate_state frees it): a checkpoint's values or the from-scratch init
     gpu_model_use_muon(m, settings, mats, count, state_size)   -op muon with the model's plan (mats,
                               malloc'd, owned from then on; muon_plan for GPT-2); before gpu_model_allocate_state
+    gpu_model_use_muon_on_layers(m, settings, owners, rank)   the plan of every per-layer 2-D weight of the table
     gpu_model_allocate_state(m, B, T, shard, use_master_weights, stream)   batch buffers, the shard's optimizer
                               state (master weights from the kept fp32 parameters), the Muon state, cuBLAS
     gpu_model_allocate_activations(m, bytes, recompute, BT, V)   the activations' memory (returned for the
                               table to point into), the token groups of BT tokens over V rows
     gpu_model_prepare_attention(m, B, T, NH, NKV, HS, stream)   cuDNN builds: the attention graphs
+    gpu_model_check_attention(B, T, NH, NKV, HS), gpu_model_describe_attention(m, NH, NKV)   cuDNN builds: -b and -t
+                              against what cuDNN's grouped-query attention runs, and its line
     gpu_model_upload_batch(m, inputs, targets) / gpu_model_loss(m, targets, losses, dloss, V, write_dlogits)
                               a forward's start (the tokens to the device) and end (the classifier, mean_loss)
     gpu_model_free(m)
@@ -133,6 +139,8 @@ typedef struct {
     float mean_loss;           // their mean (-1 after a forward without targets)
     floatX* logits;            // (B, T, logits_stride) device: the last forward's logits (V used per row)
     size_t logits_stride;
+    float logit_softcap;       // > 0: the logits are capped (the model's forward caps them; the classifier's
+                               // gradient is then the one before the cap), 0 none
     float* norm_scratch;       // (1 + GLOBAL_NORM_BLOCKS) device: the squared norm, then its partial sums
     float* norm_host;          // pinned scalar
     CublasContext cublas;
@@ -255,6 +263,24 @@ static void gpu_model_set_init_params(GpuModel* m, float* host) {
     m->init_params = host;
 }
 
+// The parameters of a model whose config is known (gpu_model_init first): the device parameters and gradients
+// (padded for the ZeRO-1 all-gather), the model's views of both (its structs of floatX pointers, table order),
+// and their fp32 values on the host, returned (malloc'd, num_parameters of them; hand them to
+// gpu_model_set_init_params): read from f, the model file `path` open at its first parameter (then closed), or
+// left for the caller to fill when f is NULL (from scratch).
+static float* gpu_model_load_parameters(GpuModel* m, void* params, void* grads, FILE* f, const char* path, int version,
+                                        int zero_stage, int nproc) {
+    gpu_model_allocate_parameters(m, zero_stage, nproc);
+    gpu_model_point(m, params, m->params_memory);
+    gpu_model_point(m, grads, m->grads_memory);
+    float* host = (float*)mallocCheck(m->num_parameters * sizeof(float));
+    if (f != NULL) {
+        model_file_read_params(f, path, version, host, m->num_parameters);
+        fcloseCheck(f, path);
+    }
+    return host;
+}
+
 // -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
 // state_size: the elements of Muon state this rank holds) with these settings. Before gpu_model_allocate_state.
 static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatrix* mats, int count, size_t state_size) {
@@ -264,6 +290,17 @@ static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatr
     m->muon_mats = mats;
     m->muon_count = count;
     m->muon_state_size = state_size;
+}
+
+// -op muon on every per-layer 2-D weight of the model's tensor table (llmc/model_family.h), the matrices spread over
+// owners processes (muon_plan_table); before gpu_model_allocate_state
+static void gpu_model_use_muon_on_layers(GpuModel* m, const MuonConfig* settings, int owners, int rank) {
+    size_t dims[GPU_MODEL_MAX_TENSORS][3], state_size = 0, count = 0;
+    m->family->tensor_dims(dims, m->config);
+    for (int k = 0; k < m->num_tensors; k++) { count += m->per_layer[k] && m->is_matrix[k] ? dims[k][0] : 0; }
+    MuonMatrix* mats = (MuonMatrix*)mallocCheck((count + 1) * sizeof(MuonMatrix));
+    int n = muon_plan_table((const size_t(*)[3])dims, m->per_layer, m->is_matrix, m->num_tensors, owners, rank, mats, &state_size);
+    gpu_model_use_muon(m, settings, mats, n, state_size);
 }
 
 // the fp32 master weights of this rank's shard, from the fp32 parameters on the host
@@ -343,6 +380,27 @@ static void gpu_model_prepare_attention(GpuModel* m, int B, int T, int NH, int N
 #endif
 }
 
+// grouped-query attention of NH query heads over NKV key/value heads of HS: in cuDNN builds, -b B and -t T checked
+// against what cuDNN's attention runs (one line when it cannot), and rank 0's line of it (gpu_model_describe_attention)
+static void gpu_model_check_attention(int B, int T, int NH, int NKV, int HS) {
+#ifdef ENABLE_CUDNN
+    const char* why = cudnn_att_shape_error(B, T, NH, NKV, HS);
+    if (why != NULL) { llmc_die("-b %d -t %d with %d query heads over %d key/value heads of size %d: cuDNN attention cannot run it: %s",
+                                B, T, NH, NKV, HS, why); }
+#else
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS;
+#endif
+}
+
+static void gpu_model_describe_attention(const GpuModel* m, int NH, int NKV) {
+#ifdef ENABLE_CUDNN
+    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
+           NH, NKV, (double)cudnn_attention_workspace_bytes(m->cudnn) / (1024.0 * 1024.0 * 1024.0));
+#else
+    (void)m; (void)NH; (void)NKV;
+#endif
+}
+
 // a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device
 static void gpu_model_upload_batch(GpuModel* m, const int* inputs, const int* targets) {
     const size_t BT = (size_t)m->B * m->T;
@@ -361,7 +419,8 @@ static void gpu_model_loss(GpuModel* m, const int* targets, float* losses, float
         return;
     }
     const int BT = m->B * m->T;
-    fused_classifier(m->logits, losses, m->targets, dloss, BT, V, (int)m->logits_stride, write_dlogits, m->stream);
+    fused_classifier(m->logits, losses, m->targets, dloss, BT, V, (int)m->logits_stride, m->logit_softcap, write_dlogits,
+                     m->stream);
     cudaCheck(cudaMemcpyAsync(m->losses_host, losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     double sum = 0.0;

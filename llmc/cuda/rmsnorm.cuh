@@ -11,6 +11,7 @@ the GPU side of llmc/cpu/layers_llama_cpu.h's rmsnorm_forward / rmsnorm_backward
         dweight += column sums of dout * norm (deterministic: a thread per row chunk and column, then the
         chunks added in order by matmul.cuh's add_partial_sums_kernel; no atomics, no shared memory)
 
+Weightless mode (nanochat's norms): weight NULL scales by 1; the backward then takes dweight and scratch NULL.
 Statistics are float32 whatever the activation type; eps is the model's norm_eps (Llama 3: 1e-5).
 */
 #ifndef LLMC_RMSNORM_CUH
@@ -21,6 +22,9 @@ Statistics are float32 whatever the activation type; eps is the model's norm_eps
 
 #define RMSNORM_ROW_CHUNKS 32
 
+// the weight of column c, 1 in the weightless mode
+__device__ static inline float rmsnorm_weight(const floatX* weight, int c) { return weight != NULL ? to_float(weight[c]) : 1.0f; }
+
 // one warp normalises one row of C values and writes out and rstd
 __device__ static inline void rmsnorm_row(floatX* out, float* rstd_out, const floatX* row, const floatX* weight,
                                           float eps, int C, int lane) {
@@ -30,7 +34,7 @@ __device__ static inline void rmsnorm_row(floatX* out, float* rstd_out, const fl
         ss += x * x;
     }
     float s = rsqrtf(warp_reduce_sum(ss) / C + eps);
-    for (int c = lane; c < C; c += WARP_SIZE) { out[c] = (floatX)(to_float(weight[c]) * (to_float(row[c]) * s)); }
+    for (int c = lane; c < C; c += WARP_SIZE) { out[c] = (floatX)(rmsnorm_weight(weight, c) * (to_float(row[c]) * s)); }
     if (lane == 0 && rstd_out != NULL) { *rstd_out = s; }
 }
 
@@ -86,11 +90,11 @@ __global__ static void rmsnorm_backward_dinp_kernel(floatX* dinp, const floatX* 
     float s = rstd[row];
     float dot = 0.0f;
     for (int c = lane; c < C; c += WARP_SIZE) {
-        dot += to_float(weight[c]) * to_float(dout[off + c]) * (to_float(inp[off + c]) * s);
+        dot += rmsnorm_weight(weight, c) * to_float(dout[off + c]) * (to_float(inp[off + c]) * s);
     }
     dot = warp_reduce_sum(dot) / C;
     for (int c = lane; c < C; c += WARP_SIZE) {
-        float dnorm = to_float(weight[c]) * to_float(dout[off + c]);
+        float dnorm = rmsnorm_weight(weight, c) * to_float(dout[off + c]);
         float dval = s * (dnorm - to_float(inp[off + c]) * s * dot);
         dinp[off + c] = (floatX)(to_float(dinp[off + c]) + dval);
     }
@@ -111,7 +115,7 @@ __global__ static void rmsnorm_backward_partial_kernel(float* partial, const flo
     partial[(size_t)blockIdx.y * C + c] = sum;
 }
 
-// scratch: at least RMSNORM_ROW_CHUNKS * C floats
+// scratch: at least RMSNORM_ROW_CHUNKS * C floats; weight NULL (weightless): no dweight, dweight and scratch NULL
 static inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
                                     const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
                                     cudaStream_t stream) {
@@ -119,6 +123,7 @@ static inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratc
     const int rows_per_block = block_size / WARP_SIZE;
     rmsnorm_backward_dinp_kernel<<<ceil_div(N, rows_per_block), block_size, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
+    if (weight == NULL) { return; }
     dim3 grid(ceil_div(C, 128), RMSNORM_ROW_CHUNKS);
     rmsnorm_backward_partial_kernel<<<grid, 128, 0, stream>>>(scratch, dout, inp, rstd, N, C);
     cudaCheckLaunch();

@@ -9,6 +9,9 @@ llmc/cpu/layers_llama_cpu.h's rope_init / rope_forward / rope_backward (same tab
     rope_forward(x, cos, sin, B, T, row, nheads, HS)    in place: the first nheads heads of each row of
         x (B,T,row) rotated, (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin)
     rope_backward(dx, cos, sin, B, T, row, nheads, HS)  in place: the transpose (a rotation by -angle)
+    rope_reverse_forward / rope_reverse_backward (same arguments)   nanochat's convention: its rotate_half is
+        cat(x2, -x1) where Llama's is cat(-x2, x1), so its pairs turn by -angle, (x[i], x[i+HS/2]) <-
+        (x[i] cos + x[i+HS/2] sin, x[i+HS/2] cos - x[i] sin): Llama's rotation in the other direction
 
 One thread per rotated pair. The tables are computed once on the device: inv_freq in double rounded to
 float32 (rope_init computes it in float32 and can be an ulp off), the angle t * inv_freq in float32 as
@@ -95,6 +98,18 @@ static inline void rope_forward(floatX* x, const float* cos_table, const float* 
 static inline void rope_backward(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int row,
                                  int nheads, int HS, cudaStream_t stream) {
     rope_rotate(dx, cos_table, sin_table, B, T, row, nheads, HS, -1.0f, stream);
+}
+
+// nanochat's rotate-half convention (a rotation by -angle): x (B,T,row) in place, as rope_forward's x
+static inline void rope_reverse_forward(floatX* x, const float* cos_table, const float* sin_table, int B, int T, int row,
+                                        int nheads, int HS, cudaStream_t stream) {
+    rope_rotate(x, cos_table, sin_table, B, T, row, nheads, HS, -1.0f, stream);
+}
+
+// its transpose (a rotation by +angle), dx in place
+static inline void rope_reverse_backward(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int row,
+                                         int nheads, int HS, cudaStream_t stream) {
+    rope_rotate(dx, cos_table, sin_table, B, T, row, nheads, HS, 1.0f, stream);
 }
 
 #endif // LLMC_ROPE_CUH
