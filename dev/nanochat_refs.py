@@ -57,8 +57,8 @@ TINY_MODELS = [
               50304, 64, 4, 4, 256, 15.0, batch=(2, 64)),
     TinyModel("gqa", "GQA (NH=4, NKV=2, HS=16), softcap 5 (tanh well away from linear), FFN 192 (not 4C), V=512",
               SMALL_VOCAB, 64, 4, 2, 192, 5.0),
-    TinyModel("mqa", "MQA (NH=4, NKV=1, HS=12), no softcap (null), rope_theta 500, eps 1e-5, FFN 128, V=512, B=2 T=32",
-              SMALL_VOCAB, 48, 4, 1, 128, None, rope_theta=500.0, norm_eps=1e-5, batch=(2, 32)),
+    TinyModel("mqa", "MQA (NH=4, NKV=1, HS=16), no softcap (null), rope_theta 500, eps 1e-5, FFN 128, V=512, B=2 T=32",
+              SMALL_VOCAB, 64, 4, 1, 128, None, rope_theta=500.0, norm_eps=1e-5, batch=(2, 32)),
 ]
 
 

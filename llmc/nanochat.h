@@ -112,7 +112,7 @@ static inline NanoChatLayerParams nanochat_layer_params(const NanoChatParams* p,
 // ----------------------------------------------------------------------------
 // descriptors
 
-// "dN" (N in 1..64): the depth rule above; 1 if desc is one, else 0
+// "dN" (N in 1..64): the depth rule above; 1 if desc is one, else 0; dies on a depth whose heads do not divide C
 static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConfig* cfg) {
     if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
     int N = 0;
@@ -132,6 +132,11 @@ static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConf
     cfg->norm_eps = 1e-6f;
     cfg->rope_theta = 10000.0f;
     cfg->softcap = 15.0f;
+    if (cfg->channels % cfg->num_heads != 0) {  // the reference refuses the same depths
+        llmc_die("-e %s: bad nanochat config: channels C %d is not a multiple of heads NH %d "
+                 "(the depth rule gives whole heads for even N and for N = 1, 3, 7, 15, 31, 63)",
+                 desc, cfg->channels, cfg->num_heads);
+    }
     return 1;
 }
 

@@ -4,9 +4,9 @@ models, and its failure on corrupted copies of them; train_nanochatcu training a
 reference does, and its checkpoints passed both ways between it and the CPU trainer ./train_nanochat.
 
 The references are dev/nanochat_refs.py's (`make nanochat-debug-states`, build/nanochat/): nanochat_mha (MHA,
-softcap 15, V=50304), nanochat_gqa (GQA 2:1, softcap 5, FFN not 4C), nanochat_mqa (MQA, no softcap, rope_theta 500,
-eps 1e-5) with 10 AdamW steps each, and in muon/ the GQA state of torch's Muon defaults and the MQA state of other Muon
-settings; their shards (GPT-2 ids modulo 512) in ts/.
+softcap 15, V=50304), nanochat_gqa (GQA 2:1, softcap 5, FFN not 4C), nanochat_mqa (MQA, HS 16, no softcap,
+rope_theta 500, eps 1e-5) with 10 AdamW steps each, and in muon/ the GQA state of torch's Muon defaults and the MQA
+state of other Muon settings; their shards (GPT-2 ids modulo 512) in ts/.
 `make cuda-cpu-build` builds the programs (`make test` does it before pytest).
 """
 
@@ -81,15 +81,17 @@ def state_layout(model: Path, state: bytes) -> dict[str, int]:
     return {"B": B, "T": T, "V": V, "nsteps": nsteps, "logits": logits, "grads": grads, "losses": grads + 4 * nparams}
 
 
-# precision, references (build/nanochat or its muon/), model, flags: FP32 with the tight tolerances, BF16 with the BF16
-# rules; between them MHA, GQA and MQA, softcap 15, 5 and none, AdamW and both Muon settings, recompute, accumulation,
-# and two processes with ZeRO-1 (each rank its rows, Muon's matrices owned whole by one rank or the other)
+# precision, references (build/nanochat or its muon/), model, flags: FP32 with the tight tolerances on GQA and MQA,
+# BF16 with the BF16 rules on MHA, GQA and MQA; between them softcap 15, 5 and none, AdamW and both Muon settings,
+# recompute, accumulation, and two processes with ZeRO-1 (each rank its rows, Muon's matrices owned whole by one rank
+# or the other)
 TEST_NANOCHATCU = [
     ("fp32", "", "nanochat_gqa", [], 1),
     ("fp32", "", "nanochat_mqa", ["-r", "2", "-a", "2"], 1),
     ("fp32", "muon", "nanochat_mqa", [], 1),
     ("bf16", "", "nanochat_mha", ["-r", "1"], 1),
     ("bf16", "", "nanochat_gqa", [], 1),
+    ("bf16", "", "nanochat_mqa", ["-a", "2"], 1),
     ("bf16", "muon", "nanochat_gqa", ["-z", "1"], 2),
 ]
 
@@ -106,18 +108,21 @@ def test_test_nanochatcu_passes_on_the_reference_states(nanochat_refs: Path, tmp
     assert ("optimizer: Muon" in out) == (where == "muon"), out[-3000:]
 
 
-def test_test_nanochatcu_bf16_on_the_mqa_state(nanochat_refs: Path, tmp_path: Path) -> None:
-    """BF16 moves heads in packets of 8 values: the MQA state passes when its head size is a multiple of 8, and is
-    refused in one line naming the sizes when it is not (HS = 12 runs in FP32 only)."""
-    h = model_header(nanochat_refs / "nanochat_mqa.bin")
-    HS = h["C"] // h["NH"]
-    if HS % 8 == 0 and h["FFN"] % 8 == 0:
-        test_nanochatcu(nanochat_refs, tmp_path, "bf16", "nanochat_mqa")
-        return
-    r = run([binary("test_nanochatcu_bf16"), "-e", nanochat_refs / "nanochat_mqa.bin", "-s",
-             nanochat_refs / "nanochat_mqa_debug_state.bin", "-o", tmp_path / "resume"], env=BASE_ENV)
+def test_test_nanochatcu_bf16_refuses_a_head_size_not_a_multiple_of_8(nanochat_refs: Path, tmp_path: Path) -> None:
+    """BF16 moves heads in packets of 8 values: a model of head size 12 (C=48, NH=4, MQA) is refused in one line
+    naming the sizes (FP32 runs any even head size)."""
+    from model_file import NanoChatConfig
+    from train_nanochat import NanoChat, write_model
+
+    model = NanoChat(NanoChatConfig(block_size=64, vocab_size=512, n_layer=1, n_head=4, n_kv_head=1, n_embd=48,
+                                    ffn_hidden=128, softcap=0.0))
+    model.init_weights(1)
+    write_model(model, tmp_path / "hs12.bin", "float32")
+    shard = nanochat_refs / "ts" / "tiny_shakespeare_train.bin"
+    r = run([binary("train_nanochatcu_bf16"), "-e", tmp_path / "hs12.bin", "-i", shard, "-j", "", "-b", "2", "-t", "32",
+             "-x", "1"], env=BASE_ENV, cwd=tmp_path)
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0, r.stdout[-2000:] + r.stderr
-    assert f"head size C/NH = {h['C']}/{h['NH']}" in r.stderr and "multiples of 8 in this build (BF16)" in r.stderr, r.stderr
+    assert "head size C/NH = 48/4" in r.stderr and "multiples of 8 in this build (BF16)" in r.stderr, r.stderr
 
 
 # precision, references, model, what is corrupted, the one row that must fail

@@ -298,6 +298,14 @@ def test_a_missing_model_names_the_reference(binaries, tinyshakespeare, tmp_path
     assert "nope.bin: no such nanochat model file" in line and "train_nanochat.py" in line, line
 
 
+
+@pytest.mark.parametrize("depth", ["d5", "d9"])
+def test_a_depth_whose_heads_do_not_divide_gets_the_references_error_line(binaries, tinyshakespeare, tmp_path: Path,
+                                                                          depth: str) -> None:
+    line = assert_one_error_line(train(tinyshakespeare, tmp_path, "-e", depth, "-x", 1, check=False))
+    assert f"-e {depth}: bad nanochat config: channels C {64 * int(depth[1:])} is not a multiple of heads NH" in line, line
+
+
 # ---------------------------------------------------------------------------- generate
 
 
