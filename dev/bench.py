@@ -1,5 +1,6 @@
 """Benchmark: llmc's CPU trainer (train_gpt2) against the PyTorch reference (train_gpt2.py), side by side;
-with --family llama3, train_llama3 against train_llama3.py.
+with --family llama3, train_llama3 against train_llama3.py; with --family nanochat, train_nanochat against
+train_nanochat.py.
 
 Both train the same model (initialised from scratch with seed 42 in both: `-e dN` / `--model dN`),
 on the same tinyshakespeare tokens (Llama 3: the local test tokenizer's llama-3 shards and its 514-token
@@ -79,7 +80,9 @@ LLAMA3_DATA = LLAMA3_DIR / "ts" / "tiny_shakespeare_train.bin"
 LLAMA3_TOKENIZER = LLAMA3_DIR / "llama3_tokenizer.bin"
 # per model family: our trainer, its reference, the data it trains on, the directory both run in
 FAMILIES = {"gpt2": ("train_gpt2", "train_gpt2.py", DEFAULT_DATA, REPO),
-            "llama3": ("train_llama3", "train_llama3.py", LLAMA3_DATA, LLAMA3_DIR)}
+            "llama3": ("train_llama3", "train_llama3.py", LLAMA3_DATA, LLAMA3_DIR),
+            "nanochat": ("train_nanochat", "train_nanochat.py", DEFAULT_DATA, REPO)}
+NANOCHAT_VOCAB = 50304  # nanochat's dN: GPT-2's vocabulary padded to a multiple of 64 (llmc/nanochat.h)
 # PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags
 TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
 TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
@@ -141,11 +144,13 @@ def llama3_vocab(tokenizer: Path = LLAMA3_TOKENIZER) -> int:
 def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VOCAB) -> float:
     """FLOPs of one forward + backward pass over B x T tokens."""
     L, C = model_shape(model)
+    if family == "nanochat":
+        C = 64 * L  # nanochat's depth rule: C = 64 N whatever N
     if family == "llama3":  # dN: NH = N heads of 64, NKV = max(1, N/2), SwiGLU hidden by Llama's rule (multiple of 32)
         nh, nkv = L, max(1, L // 2)
         per_layer = C * C + 2 * C * (C // nh) * nkv + C * C + 3 * C * llama_ffn_hidden(C, 32, 0.0)
         n_matmul = L * per_layer + vocab * C
-    else:
+    else:  # GPT-2; nanochat's dN alike (NKV = NH, MLP 4C, the untied head is the only V x C GEMM)
         n_matmul = 12 * L * C * C + vocab * C
     tokens = B * T
     return 6.0 * n_matmul * tokens + 12.0 * L * C * T * tokens
@@ -422,7 +427,7 @@ def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
 
 
 def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namespace) -> None:
-    vocab = llama3_vocab() if args.family == "llama3" else VOCAB
+    vocab = {"llama3": llama3_vocab, "nanochat": lambda: NANOCHAT_VOCAB}.get(args.family, lambda: VOCAB)()
     flops = step_flops(args.model, args.B, args.T, args.family, vocab)
     rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
     print(f"\nCPU: {cpu_description()}")
@@ -448,7 +453,8 @@ def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namesp
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", default="gpt2", choices=sorted(FAMILIES),
-                   help="gpt2: train_gpt2 against train_gpt2.py; llama3: train_llama3 against train_llama3.py (default gpt2)")
+                   help="gpt2: train_gpt2 against train_gpt2.py; llama3: train_llama3 against train_llama3.py; nanochat: "
+                   "train_nanochat against train_nanochat.py (default gpt2)")
     p.add_argument("--model", default="d12", help="dN model, initialised from scratch in both trainers (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=64, help="sequence length (default 64)")
@@ -458,7 +464,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
     p.add_argument("--ours", default=None, help=f"comma-separated llmc binaries (default {DEFAULT_OURS_GPT2}, or "
-                   "train_llama3); given by name they are built first with make, with their GEMM-peak programs")
+                   "train_llama3, train_nanochat); given by name they are built first with make, with their GEMM-peak programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
     p.add_argument("--precision", default=None, help="our precisions, comma-separated: fp32, bf16 (where it pays), "
                    "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions; "

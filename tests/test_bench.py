@@ -255,3 +255,23 @@ def test_llama3_family_refuses_bf16(capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--family", "llama3", "--precision", "fp32,bf16"])
     assert e.value.code == 2 and "train_llama3 trains in fp32 only" in capsys.readouterr().err
+
+
+def test_nanochat_flops_count_its_depth_rule_and_untied_head_by_hand():
+    # d6: L=6, C=64*6=384, 3 heads of 128 (NKV=NH), MLP 4C, V=50304; the untied head is the only V x C GEMM
+    n_matmul = 6 * (384 * 3 * 384 + 384 * 384 + 2 * 384 * 4 * 384) + 50304 * 384
+    want = 6.0 * n_matmul * 256 + 12.0 * 6 * 384 * 64 * 256
+    assert bench.step_flops("d6", 4, 64, "nanochat", bench.NANOCHAT_VOCAB) == want
+    # d12 is C=768 in both rules; d24 is C=1536 for nanochat (GPT-2's d24 is C=1024)
+    assert bench.step_flops("d24", 1, 1, "nanochat", 0) == 6.0 * 12 * 24 * 1536 * 1536 + 12.0 * 24 * 1536
+
+
+def test_nanochat_family_runs_train_nanochat_and_its_reference_on_the_gpt2_shards():
+    args = bench.parse_args(["--family", "nanochat", "--model", "d2", "--torch", "fp32"])
+    assert args.ours == "train_nanochat" and args.data == bench.DEFAULT_DATA
+    runs = bench.build_runs(args)
+    assert [r.name for r in runs] == ["llmc train_nanochat fp32", "pytorch fp32"]
+    ours, reference = runs[0].cmd, runs[1].cmd
+    assert ours[0] == str(REPO / "train_nanochat") and ours[1:3] == ["-e", "d2"]
+    assert reference[1] == str(REPO / "train_nanochat.py") and "--tokenizer" not in reference
+    assert reference[reference.index("--model") + 1] == "d2"

@@ -342,3 +342,24 @@ def test_generate_runs_a_nanochat_model_and_its_cache_matches(binaries, ref: Pat
     assert run([REPO / "generate", *gqa, "-t", tok, "--ids", "7 8"], env=ONE_THREAD).returncode == 0
     line = assert_one_error_line(run([REPO / "generate", *gqa, "-t", tmp_path / "none.bin"], check=False))
     assert "none.bin: no such nanochat tokenizer file" in line and "--ids" in line, line
+
+
+# ---------------------------------------------------------------------------- the side-by-side of doc/nanochat.md
+
+
+def test_compare_families_writes_the_table_and_the_plot(binaries, tinyshakespeare, tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    proc = run([sys.executable, REPO / "dev" / "compare_families.py", "--model", "d1", "--batch_size", 2, "--seq_len", 16,
+                "--steps", 4, "--val_every", 2, "--val_batches", 1, "--out", out])
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("CPU: ") and summary.strip() in proc.stdout, proc.stdout
+    rows = [line for line in summary.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| val loss at step | 0 | 2 | 4 | ms/step (median) |", summary
+    assert rows[2].startswith("| GPT-2 d1, AdamW lr 0.001 |"), summary
+    assert rows[3].startswith("| nanochat d1, Muon lr 0.02 + AdamW lr 0.003 |"), summary
+    for row in rows[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert len(cells) == 4 and all(float(c) > 0 for c in cells), row
+    assert (out / "compare_families.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    gpt2, nanochat = ((out / name / "stdout.txt").read_text() for name in ("gpt2", "nanochat"))
+    assert "train_gpt2" in gpt2 and "train_nanochat" in nanochat and "muon" in nanochat.lower(), nanochat[:2000]
