@@ -256,7 +256,8 @@ static void nanochat_generator_open(Generator* g, const GenerateArgs* args, int 
     }
     if (text) {
         if (s->tok.eot_token != TOKENIZER_V1_EOT || s->tok.bos_token >= 0) {
-            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids", tok_path);
+            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids, or "
+                     "encode it with the checkpoint's tokenizer.json: python dev/eval/generate_text.py --help", tok_path);
         }
         bpe_init_from_tokenizer(&s->bpe, &s->tok, tok_path, s->tok.eot_token, BPE_PATTERN_GPT2);
         s->has_bpe = 1;

@@ -41,7 +41,7 @@ typedef struct {
 // the programs that parse the trainers' table, one bit per backend; TRAIN_BACKEND_NAMES names them
 typedef enum {
     TRAIN_CPU = 1,      // ./train_gpt2, ./train_llama3, ./train_nanochat (and python -m pyllmc.train, which runs ./train_gpt2's main)
-    TRAIN_GPU = 2,      // ./train_gpt2cu, ./train_llama3cu
+    TRAIN_GPU = 2,      // ./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu
     TRAIN_OPENCL = 4,   // ./train_gpt2cl
 } TrainBackend;
 #define TRAIN_EVERY (TRAIN_CPU | TRAIN_GPU | TRAIN_OPENCL)
@@ -54,7 +54,7 @@ typedef struct {
 
 static const TrainBackendName TRAIN_BACKEND_NAMES[] = {
     {TRAIN_CPU, "the CPU trainers", "./train_gpt2, ./train_llama3, ./train_nanochat"},
-    {TRAIN_GPU, "the GPU trainers", "./train_gpt2cu, ./train_llama3cu"},
+    {TRAIN_GPU, "the GPU trainers", "./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu"},
     {TRAIN_OPENCL, "the OpenCL trainer", "./train_gpt2cl"},
 };
 

@@ -320,7 +320,7 @@ def test_help_lists_the_cpu_trainers_flags(binaries) -> None:
 def test_gpu_trainers_flag_is_refused_in_one_line(binaries) -> None:
     proc = run(["./train_gpt2", "-r", 1], check=False)
     assert assert_one_error_line(proc, alone=True) == (
-        "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu), not of ./train_gpt2")
+        "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2")
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -21,6 +21,8 @@ HELP_FLAGS: dict[str, list[str]] = {
     "dev/data/make_test_tokenizer.py": ["--corpus", "--out_dir", "--vocab_size"],
     "dev/eval/export_gguf.py": ["--input", "--output", "--dtype", "--tokenizer", "--verify"],
     "dev/eval/export_hf.py": ["--input", "--output"],
+    "dev/eval/generate_text.py": ["--tokenizer", "--prompt", "--generate"],
+    "dev/compare_families.py": ["--model", "--steps", "--val_every", "--muon_lr", "--out"],
     "dev/nanochat_refs.py": ["--out_dir", "--no_d2"],
     "dev/vislog.py": ["--ema", "-o"],
     "dev/write_bpe.py": ["-o", "--unicode-tables"],
@@ -60,7 +62,7 @@ BACKEND_FLAGS: dict[str, set[str]] = {
     "opencl": {*COMMON_FLAGS, *STATE_FLAGS, "-p", "-op", "-cp", "-cd", "-cl"},
 }
 BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat)",
-                 "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu)",
+                 "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)",
                  "opencl": "the OpenCL trainer (./train_gpt2cl)"}
 ALL_FLAGS = set().union(*BACKEND_FLAGS.values())
 # program -> (its backend, make targets, command as run from the repository: argv[0] is the name it reports)

@@ -9,6 +9,7 @@ test run (the fixture below).
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import struct
@@ -339,9 +340,30 @@ def test_generate_runs_a_nanochat_model_and_its_cache_matches(binaries, ref: Pat
     gqa = ["-e", ref / "nanochat_gqa.bin", "-n", 4]
     line = assert_one_error_line(run([REPO / "generate", *gqa, "-t", tok, "-p", "Hi"], check=False))
     assert "text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids" in line, line
+    assert "dev/eval/generate_text.py" in line, line
     assert run([REPO / "generate", *gqa, "-t", tok, "--ids", "7 8"], env=ONE_THREAD).returncode == 0
     line = assert_one_error_line(run([REPO / "generate", *gqa, "-t", tmp_path / "none.bin"], check=False))
     assert "none.bin: no such nanochat tokenizer file" in line and "--ids" in line, line
+
+
+
+def test_generate_text_encodes_a_text_prompt_with_the_checkpoints_tokenizer_json(binaries, ref: Path,
+                                                                                tmp_path: Path) -> None:
+    import train_nanochat
+    from test_nanochat_reference import tiny_bpe_tokenizer
+
+    tok = tiny_bpe_tokenizer(tmp_path / "hf")  # <|bos|> = 0, 280 tokens; the GQA model has V = 512
+    train_nanochat.NanoChatText(argparse.Namespace(tokenizer=""), tmp_path / "hf", 512).write(str(tmp_path / "tok.bin"))
+    flags = ["-e", ref / "nanochat_gqa.bin", "-t", tmp_path / "tok.bin", "-n", 6, "--seed", 3, "--print-ids"]
+    text = run([sys.executable, REPO / "dev" / "eval" / "generate_text.py", "--tokenizer", tmp_path / "hf",
+                "-p", "hear me speak", *flags], env=ONE_THREAD)
+    ids = [0, *tok.encode("hear me speak").ids]
+    assert f"prompt ids: {' '.join(map(str, ids))}" in text.stderr, text.stderr
+    by_ids = run([REPO / "generate", *flags, "--ids", " ".join(map(str, ids))], env=ONE_THREAD)
+    assert text.stdout == by_ids.stdout and text.stdout.startswith("hear me speak"), text.stdout
+    line = assert_one_error_line(run([sys.executable, REPO / "dev" / "eval" / "generate_text.py", "--tokenizer",
+                                      tmp_path / "none", "-p", "x", *flags], check=False))
+    assert "no such tokenizer.json" in line, line
 
 
 # ---------------------------------------------------------------------------- the side-by-side of doc/nanochat.md

@@ -178,8 +178,8 @@ def test_python_driver_stops_on_sigterm_with_a_checkpoint(built, tinyshakespeare
     assert f"DONE_{int(stopped.group(1)):08d}" in written(tmp_path / "out")
 
 
-@pytest.mark.parametrize("args,takers", [(["-r", "1"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu)"),
-                                         (["-pi", "tcp"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu)"),
+@pytest.mark.parametrize("args,takers", [(["-r", "1"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)"),
+                                         (["-pi", "tcp"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)"),
                                          (["-cd", "1"], "the OpenCL trainer (./train_gpt2cl)")])
 def test_other_trainers_flags_are_refused_in_one_line(built, args, takers):
     proc = run([*PY_TRAINER, "-e", "d1", "-s", "0", *args], check=False, env=ENV)
