@@ -88,7 +88,7 @@ static void test_help_matches_parser(void) {
 static void test_refusal_line(void) {
     ParseCase r = {TRAIN_CPU, "./train_gpt2", "-r", "1"};
     expect_die("-r on the CPU", parse_case, &r,
-               "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu), not of ./train_gpt2\n", NULL);
+               "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2\n", NULL);
     ParseCase z = {TRAIN_OPENCL, "./train_gpt2cl", "-z", "1"};
     expect_die("-z in OpenCL", parse_case, &z,
                "error: flag -z: a flag of the CPU trainers (./train_gpt2, ./train_llama3) and the GPU trainers (./train_gpt2cu, "
