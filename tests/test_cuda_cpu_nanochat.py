@@ -125,13 +125,17 @@ def test_test_nanochatcu_bf16_refuses_a_head_size_not_a_multiple_of_8(nanochat_r
     assert "head size C/NH = 48/4" in r.stderr and "multiples of 8 in this build (BF16)" in r.stderr, r.stderr
 
 
-# precision, references, model, what is corrupted, the one row that must fail
+# precision, references, model, what is corrupted, the one row that must fail: a corrupted copy of every state
+# TEST_NANOCHATCU passes in each precision
 CORRUPTED = [
     ("fp32", "", "nanochat_gqa", "logit", "logits"),
     ("fp32", "", "nanochat_mqa", "dqkvw k rows", "dqkvw"),
     ("fp32", "", "nanochat_mqa", "step loss", "loss step 5"),
     ("bf16", "", "nanochat_gqa", "dqkvw k rows", "dqkvw"),
     ("fp32", "muon", "nanochat_mqa", "dfcprojw", "dfcprojw"),
+    ("bf16", "", "nanochat_mha", "dfcprojw", "dfcprojw"),
+    ("bf16", "", "nanochat_mqa", "dqkvw k rows", "dqkvw"),
+    ("bf16", "muon", "nanochat_gqa", "dfcprojw", "dfcprojw"),
 ]
 
 
