@@ -6,7 +6,7 @@
 The C side is pyllmc/_capi.h, which includes train_gpt2.c (LLMC_NO_MAIN) and adds thin wrappers.
 Compiler and linker flags: the Makefile's CFLAGS and LDLIBS (so a BLAS selected there is used here
 too), read with `make -s pyllmc-flags`; when make or the Makefile is missing, -O3 -march=native
--fopenmp. PYLLMC_CFLAGS / PYLLMC_LDFLAGS in the environment add more.
+-fopenmp; then -fno-wrapv against Python's -fwrapv. PYLLMC_CFLAGS / PYLLMC_LDFLAGS in the environment add more.
 """
 
 from __future__ import annotations
@@ -187,6 +187,10 @@ def makefile_flags() -> tuple[list[str], list[str]]:
     ldflags += shlex.split(os.environ.get("PYLLMC_LDFLAGS", ""))
     # warnings that cffi's generated wrapper code triggers
     cflags += ["-Wno-unused-parameter", "-Wno-unused-function", "-Wno-missing-field-initializers"]
+    # Python's own CFLAGS come first and hold -fwrapv, which changes how gcc vectorizes the layers: on Zen 4
+    # (-march=znver4) the extension's weights then differed from ./train_gpt2's in the last bit after one step.
+    # -fno-wrapv (after them, so it wins) keeps the code ./train_gpt2 runs; -fPIC, -g and -DNDEBUG change nothing.
+    cflags += ["-fno-wrapv"]
     return cflags, ldflags
 
 
