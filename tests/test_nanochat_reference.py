@@ -258,6 +258,28 @@ def test_muon_trains_the_blocks_matrices_and_adamw_the_embeddings_and_head(tmp_p
     assert tail("adamw")[0] == tail("muon")[0] and tail("adamw")[2] != tail("muon")[2]
 
 
+def step_losses(stdout: str) -> list[float]:
+    steps = [line for line in stdout.splitlines() if line.startswith("step ") and "| loss " in line]
+    return [float(line.split("|")[1].split()[1]) for line in steps]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_two_processes_with_zero1_reproduce_one(tmp_path, optimizer):
+    """DDP (torchrun, 2 ranks of B=2, ZeRO-1) takes the same steps as one process of B=4, AdamW and Muon alike."""
+    def losses(nproc: int, batch: int, zero: int) -> list[float]:
+        torchrun = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", nproc]
+        launch = torchrun if nproc > 1 else [PYTHON]
+        proc = run([*launch, REPO / "train_nanochat.py", "--model", "d1", "--device", "cpu", "--input_bin", TS_VAL,
+                    "--batch_size", batch, "--sequence_length", 32, "--num_iterations", 4, "--write_tensors", 0,
+                    "--optimizer", optimizer, "--learning_rate", 1e-3, "--zero_stage", zero],
+                   cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+        return step_losses(proc.stdout)
+
+    one, two = losses(1, 4, 0), losses(2, 2, 1)
+    assert len(one) == len(two) == 4 and one[-1] < one[0]
+    assert np.allclose(one, two, atol=1e-5, rtol=0), (one, two)
+
+
 def tiny_bpe_tokenizer(directory: Path):
     """A byte-level BPE tokenizer.json in `directory` (the kind a NanoChat checkpoint carries): <|bos|> is id 0."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
