@@ -400,6 +400,10 @@ def from_hf_model(hf, flash: bool) -> GPT:
 
 
 def huggingface_reachable(timeout: float = 3.0) -> bool:
+    """Whether huggingface.co answers on port 443; False without asking when HF_HUB_OFFLINE is set, as the hub's own
+    library reads it, so an offline run says so instead of trying a download."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
     try:
         socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
         return True

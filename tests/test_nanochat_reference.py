@@ -258,6 +258,46 @@ def test_muon_trains_the_blocks_matrices_and_adamw_the_embeddings_and_head(tmp_p
     assert tail("adamw")[0] == tail("muon")[0] and tail("adamw")[2] != tail("muon")[2]
 
 
+def test_huggingface_reachable_honours_hf_hub_offline(monkeypatch):
+    """The hub check behind every --model NAME: a connection that succeeds counts, unless HF_HUB_OFFLINE is set."""
+    import train_gpt2
+
+    class Connection:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(train_gpt2.socket, "create_connection", lambda *a, **k: Connection())
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert train_gpt2.huggingface_reachable()
+    for value in ("1", "true", "ON"):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert not train_gpt2.huggingface_reachable()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert train_gpt2.huggingface_reachable()
+
+
+def test_a_hub_name_loads_from_the_hugging_face_cache_and_an_uncached_one_is_one_line(tmp_path):
+    """--model OWNER/NAME offline: a snapshot in the hub cache (the layout huggingface_hub writes) is loaded; a name not
+    in it gets one error line."""
+    hf = tiny_hf_nanochat(4, 2, 15.0, vocab_size=50304, n_embd=32)
+    repo = tmp_path / "hf" / "hub" / "models--someone--nanochat-tiny"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    hf.save_pretrained(str(repo / "snapshots" / commit))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {"OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    args = ["--input_bin", TS_VAL, "--write_tensors", 1, "--num_iterations", 0, "--batch_size", 2,
+            "--sequence_length", 64, "--device", "cpu"]
+    run([PYTHON, REPO / "train_nanochat.py", "--model", "someone/nanochat-tiny", *args], cwd=tmp_path, env=env)
+    c, tensors = model_file.read_nanochat(tmp_path / "nanochat_nanochat-tiny.bin")
+    assert (c.n_embd, c.n_head, c.n_kv_head, c.softcap) == (32, 4, 2, 15.0)
+    assert np.array_equal(tensors["lm_head"], hf.lm_head.weight.detach().numpy())
+    proc = run([PYTHON, REPO / "train_nanochat.py", "--model", "someone/not-cached", *args], cwd=tmp_path, env=env,
+               check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: --model someone/not-cached: not a directory, not in the Hugging Face cache")
+
+
 def step_losses(stdout: str) -> list[float]:
     steps = [line for line in stdout.splitlines() if line.startswith("step ") and "| loss " in line]
     return [float(line.split("|")[1].split()[1]) for line in steps]
