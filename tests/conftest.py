@@ -113,6 +113,11 @@ def run(cmd: list[object], cwd: Path | str = REPO, check: bool = True, env: dict
     return proc
 
 
+def losses_from_log(path: Path) -> list[float]:
+    """The train losses a reference trainer (train_gpt2.py's loop) wrote to its main.log, one per step."""
+    return [float(line.split("trl:")[1].split()[0]) for line in path.read_text().splitlines() if " trl:" in line]
+
+
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int = 1, alone: bool = False) -> str:
     """The one line of stderr starting with "error: " of a process that exited with `status` and printed no
     Python traceback; with `alone`, stderr holds that line and nothing else."""

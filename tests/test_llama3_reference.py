@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PYTHON, REPO, assert_one_error_line, run
+from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
 
 import model_file
 import train_llama3
@@ -283,10 +283,6 @@ def test_huggingface_directory_import_matches_transformers(tmp_path):
     idx = torch.randint(0, 300, (2, 33))
     with torch.no_grad():
         assert (ours(idx, idx)[0] - hf(idx).logits).abs().max().item() < 1e-5
-
-
-def losses_from_log(path: Path) -> list[float]:
-    return [float(line.split("trl:")[1].split()[0]) for line in path.read_text().splitlines() if " trl:" in line]
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # a tiny model: extra threads only contend on the shared cores

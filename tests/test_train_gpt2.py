@@ -244,3 +244,19 @@ def test_shard_with_out_of_range_token_is_rejected(tmp_path):
     assert proc.returncode == 1
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "bad.bin" in err[0] and "60000" in err[0], proc.stderr
+
+
+def test_huggingface_reachable_honours_hf_hub_offline(monkeypatch):
+    """The hub check behind every --model NAME: a connection that succeeds counts, unless HF_HUB_OFFLINE is set."""
+    class Connection:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(train_gpt2.socket, "create_connection", lambda *a, **k: Connection())
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert train_gpt2.huggingface_reachable()
+    for value in ("1", "true", "ON"):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert not train_gpt2.huggingface_reachable()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert train_gpt2.huggingface_reachable()
