@@ -64,6 +64,7 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
 #include "../model_family.h"
 #include "muon.h"
 #include "matmul.h"
+#include "phase_time.h"
 
 // ----------------------------------------------------------------------------
 // the optimizer's arithmetic on flat buffers
@@ -74,6 +75,7 @@ static float cpu_grad_norm(const float* g, size_t n) {
     static void* partial_buf = NULL; // one sum per chunk, kept between calls
     static size_t partial_capacity = 0;
     double* partial = (double*)scratch_reserve(&partial_buf, &partial_capacity, nchunks * sizeof(double));
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < nchunks; k++) {
         size_t i = k * chunk, end = i + chunk < n ? i + chunk : n;
@@ -87,24 +89,37 @@ static float cpu_grad_norm(const float* g, size_t n) {
     }
     double total = 0.0;
     for (size_t k = 0; k < nchunks; k++) { total += partial[k]; }
+    phase_end(PHASE_GRAD_NORM, t_phase, 4.0 * n, 2.0 * n);
     return (float)sqrt(total);
 }
 
-static void cpu_adamw_update(float* params, const float* grads, float* m, float* v, size_t lo, size_t size,
-                             const size_t* sizes, const int* is_matrix, int num_tensors, float learning_rate,
+// params_bf16 (NULL: none): the bf16 copy of params (-p bf16's weight mirror), written in the same pass as the update
+static void cpu_adamw_update(float* params, uint16_t* params_bf16, const float* grads, float* m, float* v, size_t lo,
+                             size_t size, const size_t* sizes, const int* is_matrix, int num_tensors, float learning_rate,
                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    double t_phase = phase_begin();
     size_t hi = lo + size, start = 0;
     for (int k = 0; k < num_tensors; k++) {
         size_t end_k = start + sizes[k];
         size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
         float wd = is_matrix[k] ? weight_decay : 0.0f;
-        #pragma omp parallel for schedule(static)
-        for (size_t i = begin; i < end; i++) {
-            params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+        if (params_bf16 != NULL) {
+            #pragma omp parallel for schedule(static)
+            for (size_t i = begin; i < end; i++) {
+                params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+                params_bf16[i] = matmul_bf16_round_value(params[i]);
+            }
+        } else {
+            #pragma omp parallel for schedule(static)
+            for (size_t i = begin; i < end; i++) {
+                params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+            }
         }
         start = end_k;
     }
+    // p, g, m, v read; p, m, v written (and the bf16 copy); about 12 flop an element
+    phase_end(PHASE_OPTIMIZER, t_phase, (double)size * (28.0 + (params_bf16 != NULL ? 2.0 : 0.0)), 12.0 * size);
 }
 
 // ----------------------------------------------------------------------------
@@ -182,10 +197,13 @@ static int cpu_muon_num_matrices(const CpuMuon* mu) {
 // One step on this process's segments: Muon with muon_lr (this step's) on each owned matrix, AdamW
 // (weight decay where is_matrix) with learning_rate on the other owned parameters; gradients are first
 // scaled by grad_scale; m and v are this process's state; t is the 1-based step number.
-static void cpu_muon_update(CpuMuon* mu, float* params, const float* grads, float* m_state, float* v_state,
-                            const int* is_matrix, float learning_rate, float muon_lr, float beta1, float beta2,
-                            float eps, float weight_decay, float grad_scale, int t) {
+// params_bf16 (NULL: none): the parameters' bf16 copy, written in the same pass as each update.
+static void cpu_muon_update(CpuMuon* mu, float* params, uint16_t* params_bf16, const float* grads, float* m_state,
+                            float* v_state, const int* is_matrix, float learning_rate, float muon_lr, float beta1,
+                            float beta2, float eps, float weight_decay, float grad_scale, int t) {
     AdamWScalars s = adamw_step_scalars(learning_rate, beta1, beta2, eps, t);
+    double t_phase = phase_begin();
+    double bytes = 0.0, flops = 0.0;
     for (int i = 0; i < mu->num_segments; i++) {
         const ZeroSegment* seg = &mu->segments[i];
         if (seg->owner != mu->rank) { continue; }
@@ -193,18 +211,35 @@ static void cpu_muon_update(CpuMuon* mu, float* params, const float* grads, floa
         float* m = m_state + seg->state;
         float* v = v_state + seg->state;
         if (info->rows > 0) {
-            muon_update_matrix(params + seg->start, grads + seg->start, m, info->rows, info->cols, grad_scale, muon_lr,
-                               weight_decay, &mu->config, matmul_precision, &mu->scratch);
+            muon_update_matrix(params + seg->start, params_bf16 != NULL ? params_bf16 + seg->start : NULL,
+                               grads + seg->start, m, info->rows, info->cols, grad_scale, muon_lr, weight_decay,
+                               &mu->config, matmul_precision, &mu->scratch);
+            // w, g, the momentum read; w, the momentum written; the Newton-Schulz GEMMs count as GEMMs
+            bytes += 20.0 * seg->size;
+            flops += 10.0 * seg->size;
             continue;
         }
         float wd = is_matrix[info->tensor] ? weight_decay : 0.0f;
         float* p = params + seg->start;
+        uint16_t* p16 = params_bf16 != NULL ? params_bf16 + seg->start : NULL;
         const float* g = grads + seg->start;
         #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < seg->size; j++) {
             p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s);
+            if (p16 != NULL) { p16[j] = matmul_bf16_round_value(p[j]); }
         }
+        bytes += 28.0 * seg->size;
+        flops += 12.0 * seg->size;
     }
+    phase_end(PHASE_OPTIMIZER, t_phase, bytes, flops);
+}
+
+// whether this process updates every segment (no ZeRO-1 sharding)
+static int cpu_muon_owns_all(const CpuMuon* mu) {
+    for (int i = 0; i < mu->num_segments; i++) {
+        if (mu->segments[i].owner != mu->rank) { return 0; }
+    }
+    return 1;
 }
 
 // ZeRO-1: every segment of the parameters goes from the process that updated it to the others
@@ -333,7 +368,7 @@ static void cpu_model_refresh_bf16(CpuModel* cm) {
         matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);
         cm->params_bf16_stale = 1;
     }
-    if (cm->params_bf16_stale) {
+    if (cm->params_bf16_stale) { // (a bf16 phase of LLMC_PHASE_TIME, matmul_round_bf16's own)
         matmul_round_bf16(cm->params_bf16, cm->params_memory, 1, cm->num_parameters, cm->num_parameters);
         cm->params_bf16_stale = 0;
     }
@@ -441,21 +476,33 @@ static void cpu_model_zero_grad(CpuModel* cm) {
         cm->grads_stale = 1;
         return;
     }
+    double t_phase = phase_begin();
     memset(cm->grads_memory, 0, cm->num_parameters * sizeof(float));
+    phase_end(PHASE_ZERO, t_phase, 4.0 * cm->num_parameters, 0.0);
 }
 
 // Global L2 norm of the gradients (llmc/cpu/cpu_trainer.h: fixed chunks, does not depend on the thread count)
 static float cpu_model_grad_norm(const CpuModel* cm) { return cpu_grad_norm(cm->grads_memory, cm->num_parameters); }
+
+// The bf16 copy of the parameters for an update to write as it goes, or NULL: only when the copy exists (-p bf16 on
+// oneDNN) and this process updates every parameter (with ZeRO-1 the other shards arrive by broadcast, and the copy
+// is rounded again at the next forward pass, cpu_model_refresh_bf16)
+static uint16_t* cpu_model_update_mirror(const CpuModel* cm) {
+    if (cm->params_bf16 == NULL) { return NULL; }
+    if (cm->optimizer == OPTIMIZER_MUON) { return cpu_muon_owns_all(&cm->muon) ? cm->params_bf16 : NULL; }
+    return cm->opt_offset == 0 && cm->opt_size == cm->num_parameters ? cm->params_bf16 : NULL;
+}
 
 // One AdamW step (llmc/adamw.h, PyTorch semantics) on this process's parameter slice. Gradients are
 // first scaled by grad_scale (global-norm clipping; 1 = none). Weight decay applies to the 2-D weight
 // matrices only. t is the 1-based step number.
 static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, int t) {
-    cpu_adamw_update(cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->opt_offset, cm->opt_size,
-                     cm->param_sizes, cm->is_matrix, cm->num_tensors, learning_rate, beta1, beta2, eps, weight_decay,
-                     grad_scale, t);
-    cpu_model_params_changed(cm);
+    uint16_t* mirror = cpu_model_update_mirror(cm);
+    cpu_adamw_update(cm->params_memory, mirror, cm->grads_memory, cm->m_memory, cm->v_memory, cm->opt_offset,
+                     cm->opt_size, cm->param_sizes, cm->is_matrix, cm->num_tensors, learning_rate, beta1, beta2, eps,
+                     weight_decay, grad_scale, t);
+    cm->params_bf16_stale = mirror == NULL;
 }
 
 // One step of Muon mode on this process's segments: Muon (llmc/cpu/muon.h) with muon_lr on each owned block
@@ -464,9 +511,10 @@ static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, flo
 // from its owner to the others.
 static void cpu_model_update_muon(CpuModel* cm, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
                                   float weight_decay, float grad_scale, int t) {
-    cpu_muon_update(&cm->muon, cm->params_memory, cm->grads_memory, cm->m_memory, cm->v_memory, cm->is_matrix,
+    uint16_t* mirror = cpu_model_update_mirror(cm);
+    cpu_muon_update(&cm->muon, cm->params_memory, mirror, cm->grads_memory, cm->m_memory, cm->v_memory, cm->is_matrix,
                     learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-    cpu_model_params_changed(cm);
+    cm->params_bf16_stale = mirror == NULL;
 }
 
 static void cpu_model_free(CpuModel* cm) {

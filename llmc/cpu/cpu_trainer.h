@@ -132,9 +132,11 @@ typedef struct {
     CpuModel* cpu;               // the model's buffers: parameters, gradients, optimizer state, output
 } CpuTrainer;
 
-// each optimizer step begins here (llmc/trainer.h): the GEMM clock of LLMC_GEMM_TIME=1 is told
+// each optimizer step begins here (llmc/trainer.h): the GEMM clock of LLMC_GEMM_TIME=1 and the phase account of
+// LLMC_PHASE_TIME=1 (llmc/cpu/phase_time.h) are told
 static void cpu_trainer_zero_grad(void* ctx) {
     matmul_gemm_clock_step();
+    phase_time_step();
     cpu_model_zero_grad(((CpuTrainer*)ctx)->cpu);
 }
 

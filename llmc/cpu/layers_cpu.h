@@ -29,11 +29,13 @@ Shapes: B batch, T time, C channels, NH heads, HS = C / NH, OC output channels, 
 
 #include "../utils.h"
 #include "matmul.h"
+#include "phase_time.h"
 #include "vecmath.h"
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
     // out is (B,T,C), inp is (B,T) token ids, wte is (Vp,C), wpe is (maxT,C)
+    double t_phase = phase_begin();
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -43,12 +45,15 @@ static void encoder_forward(float* out, const int* inp, const float* wte, const 
             for (int i = 0; i < C; i++) { out_bt[i] = wte_ix[i] + wpe_t[i]; }
         }
     }
+    double BTC = (double)B * T * C;
+    phase_end(PHASE_EMBEDDING, t_phase, 4.0 * (2.0 * BTC + (double)T * C), BTC); // rows of wte, wpe read; out written
 }
 
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
     // dwte is (Vp,C), dwpe is (maxT,C), dout is (B,T,C)
     // each thread owns a slice of the channels, so rows hit by the same token never race
     // and every element sums over (b,t) in the same order
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = c0 + 64 < C ? c0 + 64 : C;
@@ -64,6 +69,8 @@ static void encoder_backward(float* dwte, float* dwpe, const float* dout, const 
             }
         }
     }
+    double BTC = (double)B * T * C;
+    phase_end(PHASE_EMBEDDING, t_phase, 4.0 * (3.0 * BTC + 2.0 * T * C), 2.0 * BTC); // dout read; rows updated
 }
 
 // one row: o (C) = layernorm(x (C)) * weight + bias, its mean and 1/std into *mean, *rstd
@@ -80,10 +87,13 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
                        const float* weight, const float* bias, int B, int T, int C) {
     // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
     // weight and bias are (C)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         layernorm_row(out + (size_t)bt * C, &mean[bt], &rstd[bt], inp + (size_t)bt * C, weight, bias, C);
     }
+    double BTC = (double)B * T * C;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + 2.0 * B * T), 7.0 * BTC); // inp read, out, mean, rstd written
 }
 
 // the residual add fused with the layernorm that reads it: one pass over each row instead of two
@@ -91,6 +101,7 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
 static void residual_layernorm_forward(float* res_out, float* ln_out, float* mean, float* rstd, const float* inp1,
                                 const float* inp2, const float* weight, const float* bias, int B, int T, int C) {
     // res_out, ln_out, inp1, inp2 are (B,T,C); mean, rstd are (B,T); weight, bias are (C)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* a = inp1 + (size_t)bt * C;
@@ -99,6 +110,8 @@ static void residual_layernorm_forward(float* res_out, float* ln_out, float* mea
         for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
         layernorm_row(ln_out + (size_t)bt * C, &mean[bt], &rstd[bt], x, weight, bias, C);
     }
+    double BTC = (double)B * T * C;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BTC + 2.0 * B * T), 8.0 * BTC); // 2 read, 2 written (+ mean, rstd)
 }
 
 // The weight (and bias) gradients of a normalisation layer (LayerNorm here, RMSNorm in
@@ -108,6 +121,7 @@ static void residual_layernorm_forward(float* res_out, float* ln_out, float* mea
 static void norm_weight_backward(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                  const float* rstd, int BT, int C) {
     // dweight, dbias are (C); dout, inp are (BT,C); mean, rstd are (BT)
+    // (its callers count it in their phase: the norm's backward reads dout and inp once, compulsorily)
     #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = c0 + 64 < C ? c0 + 64 : C;
@@ -127,6 +141,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                         const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
     int BT = B * T;
+    double t_phase = phase_begin();
     // 1) the input gradient, one row per iteration
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
@@ -152,6 +167,8 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
     // 2) weight and bias gradients
     norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C);
+    double BTC = (double)BT * C;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BTC + 2.0 * BT), 10.0 * BTC); // dout, inp read; dinp updated
 }
 
 // ---- matmul: the hot spot. Both functions call llmc/cpu/matmul.h, which runs the GEMM on the
@@ -163,9 +180,11 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
                     int B, int T, int C, int OC) {
     // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
     int BT = B * T;
-    if (bias != NULL) {
+    if (bias != NULL) { // the bias copied into every row, then the GEMM adds onto it
+        double t_phase = phase_begin();
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
+        phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, 0.0);
     }
     matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }
@@ -199,6 +218,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     matmul_backward_weight(dweight, dout, inp, B, T, C, OC, 1.0f);
     // dbias[o] += sum_r dout[r,o]: each thread owns a slice of columns, rows in order
     if (dbias != NULL) {
+        double t_phase = phase_begin();
         #pragma omp parallel for schedule(static)
         for (int o0 = 0; o0 < OC; o0 += 64) {
             int o1 = o0 + 64 < OC ? o0 + 64 : OC;
@@ -207,6 +227,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                 for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
             }
         }
+        phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, (double)BT * OC);
     }
 }
 
@@ -395,13 +416,16 @@ static void attention_backward(float* dinp, const float* dout, const float* inp,
 // GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
 static void gelu_forward(float* out, const float* inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 8.0 * N);
 }
 
 // the fc layer's bias add fused with the GELU that follows: pre (B,T,OC) holds the matmul
 // without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
 static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, int T, int OC) {
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < B * T; r++) {
         float* x = pre + (size_t)r * OC;
@@ -411,25 +435,33 @@ static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, 
             y[o] = vec_gelu_forward(x[o]);
         }
     }
+    double N = (double)B * T * OC;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 9.0 * N); // pre read and written back, out written
 }
 
 static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 16.0 * N, 14.0 * N);
 }
 
 static void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
     // out, inp1, inp2 are (N) = (B,T,C)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, (double)N);
 }
 
 static void residual_backward(float* dinp1, float* dinp2, const float* dout, size_t N) {
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         dinp1[i] += dout[i];
         dinp2[i] += dout[i];
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 20.0 * N, 2.0 * N);
 }
 
 // softmax over the first V logits and the cross-entropy of the target token, per position

@@ -24,18 +24,22 @@ QKV = (NH + 2 NKV) HS (the qkv projection's output: q heads, then k heads, then 
 
 #include "../utils.h"
 #include "layers_cpu.h"   // norm_weight_backward, and llmc/cpu/vecmath.h
+#include "phase_time.h"
 
 // out[b,t,:] = wte[inp[b,t],:]
 static void embedding_forward(float* out, const int* inp, const float* wte, int B, int T, int C) {
     // out is (B,T,C), inp is (B,T), wte is (V,C)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         memcpy(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, (size_t)C * sizeof(float));
     }
+    phase_end(PHASE_EMBEDDING, t_phase, 8.0 * B * T * C, 0.0);
 }
 
 static void embedding_backward(float* dwte, const float* dout, const int* inp, int B, int T, int C) {
     // dwte is (V,C), dout is (B,T,C); threads own channel slices, rows are summed in (b,t) order
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = c0 + 64 < C ? c0 + 64 : C;
@@ -45,11 +49,13 @@ static void embedding_backward(float* dwte, const float* dout, const int* inp, i
             for (int i = c0; i < c1; i++) { w[i] += d[i]; }
         }
     }
+    phase_end(PHASE_EMBEDDING, t_phase, 12.0 * B * T * C, (double)B * T * C); // dout read, rows updated
 }
 
 // out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row (kept for the backward)
 static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int B, int T, int C) {
     // out, inp are (B,T,C); rstd is (B,T); weight is (C)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = inp + (size_t)bt * C;
@@ -58,12 +64,14 @@ static void rmsnorm_forward(float* out, float* rstd, const float* inp, const flo
         for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
         rstd[bt] = s;
     }
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * B * T * C + B * T), 4.0 * B * T * C);
 }
 
 static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                              const float* rstd, int B, int T, int C) {
     // dinp, dout, inp are (B,T,C); dweight, weight are (C); rstd is (B,T)
     int BT = B * T;
+    double t_phase = phase_begin();
     // dinp = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = inp * rstd
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
@@ -76,6 +84,7 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
     }
     // dweight[i] += sum over rows of dout * norm (llmc/cpu/layers_cpu.h's, with no mean and no bias)
     norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
+    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BT * C + BT), 10.0 * BT * C); // dout, inp read; dinp updated
 }
 
 // The rotary tables cos, sin (maxT, HS/2): angle[t,i] = t * inv_freq[i], inv_freq[i] =
@@ -117,6 +126,7 @@ static void rope_rotate(float* x, const float* cos_table, const float* sin_table
                         float sign) {
     // x is (B,T,row) with the heads to rotate at the start of each row, each HS wide; tables (maxT, HS/2)
     int half = HS / 2;
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
@@ -131,6 +141,8 @@ static void rope_rotate(float* x, const float* cos_table, const float* sin_table
             }
         }
     }
+    double n = (double)B * T * nheads * HS;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * n, 3.0 * n); // the heads read and written in place
 }
 
 // rotates the first nheads heads of x (B,T,row) at their positions (RoPE)
@@ -149,6 +161,7 @@ static void repeat_kv_forward(float* out, const float* inp, int B, int T, int NH
     // out is (B,T,3C) with C = NH*HS; inp is (B,T,QKV), QKV = (NH + 2 NKV) HS
     size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
     int rep = NH / NKV;
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* in = inp + (size_t)bt * QKV;
@@ -160,6 +173,7 @@ static void repeat_kv_forward(float* out, const float* inp, int B, int T, int NH
             memcpy(o + 2 * C + (size_t)h * HS, in + C + (size_t)NKV * HS + kv, (size_t)HS * sizeof(float));
         }
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (double)(QKV + 3 * C), 0.0);
 }
 
 // dinp (B,T,QKV) += the gradient of repeat_kv_forward: each key/value head gets the sum of the
@@ -168,6 +182,7 @@ static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int
     // dinp is (B,T,QKV), dout is (B,T,3C)
     size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
     int rep = NH / NKV;
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         float* d = dinp + (size_t)bt * QKV;
@@ -186,22 +201,26 @@ static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int
             }
         }
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (double)(2 * QKV + 3 * C), (double)B * T * 3 * C);
 }
 
 // out = silu(gate) * up, silu(x) = x * sigmoid(x) = x / (1 + e^-x) (as torch's silu), with llmc/cpu/vecmath.h's
 // branch-free e^x so the loops vectorise (glibc's expf is a scalar call)
 static void swiglu_forward(float* out, const float* gate, const float* up, size_t N) {
     // out, gate, up are (N) = (B,T,FFN)
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         float g = gate[i];
         float silu = g / (1.0f + vec_expf(-g));
         out[i] = silu * up[i];
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 8.0 * N);
 }
 
 static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
     // dgate, dup, dout, gate, up are (N) = (B,T,FFN); d silu(g)/dg = sig (1 + g (1 - sig))
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         float g = gate[i];
@@ -210,6 +229,7 @@ static void swiglu_backward(float* dgate, float* dup, const float* dout, const f
         dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
         dup[i] += dout[i] * silu;
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 28.0 * N, 16.0 * N); // dout, gate, up read; dgate, dup updated
 }
 
 #endif // LLMC_LAYERS_LLAMA_CPU_H

@@ -29,11 +29,13 @@ QKV = (NH + 2 NKV) HS (q heads, then k heads, then v heads), FFN, V vocab.
 #include "../utils.h"
 #include "layers_cpu.h"        // llmc/cpu/vecmath.h
 #include "layers_llama_cpu.h"  // rope_init, rope_rotate
+#include "phase_time.h"
 
 // out = inp * rstd in each of the first `groups` groups of D values of every row, rstd = 1 / sqrt(mean(x^2) + eps)
 // per group (kept in rstd when it is not NULL); out may be inp
 static void rmsnorm_plain_forward(float* out, float* rstd, const float* inp, float eps, int BT, int row, int groups, int D) {
     // out, inp are (BT, row), row >= groups * D; rstd is (BT, groups)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         for (int g = 0; g < groups; g++) {
@@ -45,6 +47,8 @@ static void rmsnorm_plain_forward(float* out, float* rstd, const float* inp, flo
             if (rstd != NULL) { rstd[(size_t)bt * groups + g] = s; }
         }
     }
+    double n = (double)BT * groups * D;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * n + (double)BT * groups), 3.0 * n);
 }
 
 // one group's input gradient from its output y and rstd s: rstd (dy - y mean(dy y)), added to dx (accumulate)
@@ -61,6 +65,7 @@ static inline void rmsnorm_plain_group_backward(float* dx, const float* dy, cons
 static void rmsnorm_plain_backward(float* dinp, const float* dout, const float* out, const float* rstd, int BT, int row,
                                    int groups, int D) {
     // dinp, dout, out are (BT, row); rstd is (BT, groups)
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         for (int g = 0; g < groups; g++) {
@@ -68,6 +73,8 @@ static void rmsnorm_plain_backward(float* dinp, const float* dout, const float* 
             rmsnorm_plain_group_backward(dinp + at, dout + at, out + at, rstd[(size_t)bt * groups + g], D, 1);
         }
     }
+    double n = (double)BT * groups * D;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * n + (double)BT * groups), 5.0 * n); // dout, out read; dinp updated
 }
 
 // QK-norm: the NH query and NKV key heads of qkv normalised in place (after RoPE), their rstd kept (NULL: not kept)
@@ -80,6 +87,7 @@ static void qk_norm_forward(float* qkv, float* rstd, float eps, int B, int T, in
 static void qk_norm_backward(float* dqkv, const float* qkv, const float* rstd, int B, int T, int NH, int NKV, int HS) {
     // dqkv, qkv (the forward's output) are (B,T,QKV); rstd is (B,T,NH+NKV)
     int row = (NH + 2 * NKV) * HS, groups = NH + NKV;
+    double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         for (int g = 0; g < groups; g++) {
@@ -87,6 +95,8 @@ static void qk_norm_backward(float* dqkv, const float* qkv, const float* rstd, i
             rmsnorm_plain_group_backward(dqkv + at, dqkv + at, qkv + at, rstd[(size_t)bt * groups + g], HS, 0);
         }
     }
+    double n = (double)B * T * groups * HS;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (3.0 * n + (double)B * T * groups), 5.0 * n); // in place: dqkv, qkv read
 }
 
 // NanoChat's RoPE on the first nheads heads of every row, in place: x' = x cos + rot(x) sin with rot(x) =
@@ -106,20 +116,24 @@ static void nanochat_rope_backward(float* dx, const float* cos_table, const floa
 // out = relu(inp)^2
 static void relu2_forward(float* out, const float* inp, size_t N) {
     // out, inp are (N) = (B,T,FFN)
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         float r = inp[i] > 0.0f ? inp[i] : 0.0f;
         out[i] = r * r;
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 2.0 * N);
 }
 
 static void relu2_backward(float* dinp, const float* inp, const float* dout, size_t N) {
     // dinp, inp, dout are (N) = (B,T,FFN); d relu(x)^2 / dx = 2 relu(x)
+    double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         float r = inp[i] > 0.0f ? inp[i] : 0.0f;
         dinp[i] += 2.0f * r * dout[i];
     }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 16.0 * N, 4.0 * N);
 }
 
 // the logit softcap in place: z <- cap * tanh(z / cap) (cap > 0; the caller skips it for cap 0 = none)

@@ -55,6 +55,7 @@ or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them; LLMC_BF16_GEMM=builti
 #include <string.h>
 #include <time.h>
 #include "../utils.h"
+#include "phase_time.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -178,6 +179,15 @@ static inline uint16_t mm_bf16_round(float x) {
     if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40u); }
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+// the same rounding without branches, so that loops that call it vectorise
+static inline uint16_t matmul_bf16_round_value(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 static inline float mm_bf16_to_float(uint16_t b) {
@@ -750,19 +760,15 @@ static inline void mm_clock_stop(double t0) {
 // dst[0:n] = src[0:n] rounded to bf16 as mm_bf16_round does (nearest even, NaN kept quiet), without branches so
 // that the compiler vectorises it
 static void mm_round_bf16_row(uint16_t* dst, const float* src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof(u));
-        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        uint32_t quiet_nan = (u >> 16) | 0x40u;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-    }
+    for (size_t i = 0; i < n; i++) { dst[i] = matmul_bf16_round_value(src[i]); }
 }
 
 // dst (rows, cols) = the (rows, cols) matrix X (row stride ld) rounded to bf16, rows shared by the threads
 static void matmul_round_bf16(uint16_t* dst, const float* X, size_t rows, size_t cols, size_t ld) {
+    double t = phase_begin();
     #pragma omp parallel for schedule(static) if (rows * cols >= ((size_t)1 << 16))
     for (size_t r = 0; r < rows; r++) { mm_round_bf16_row(dst + r * cols, X + r * ld, cols); }
+    phase_end(PHASE_BF16, t, 6.0 * rows * cols, 0.0); // fp32 read, bf16 written
 }
 
 // Mirrors: bf16 copies of fp32 buffers that bf16 GEMMs read again and again (a model's parameters). An operand that
@@ -949,10 +955,9 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 
 
-// C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major; lda/ldb/ldc are row strides of the
-// stored matrices (A is (M,K) or, with transA, (K,M); likewise B)
-static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
-                               const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+// the GEMM on the code this build and precision choose (matmul_gemm below)
+static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
+                                    const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
 #if defined(LLMC_ONEDNN)
     if (prec == MATMUL_BF16 && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
         matmul_gemm_onednn_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
@@ -978,6 +983,24 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
     double t0 = mm_clock_start();
     matmul_gemm_blocked(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
     mm_clock_stop(t0);
+}
+
+// C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major; lda/ldb/ldc are row strides of the
+// stored matrices (A is (M,K) or, with transA, (K,M); likewise B). With LLMC_PHASE_TIME=1 a call made outside a
+// parallel region counts as a GEMM (llmc/cpu/phase_time.h): its operands read once at the precision it reads them
+// in (bf16 on oneDNN's bf16 path, whose roundings count as bf16), C written (and read when beta is not 0).
+static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
+                               const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    double t = phase_begin();
+    mm_gemm_dispatch(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    if (t != 0.0) {
+        double operand_bytes = 4.0;
+#if defined(LLMC_ONEDNN)
+        if (prec == MATMUL_BF16 && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN) { operand_bytes = 2.0; }
+#endif
+        double bytes = operand_bytes * ((double)M * K + (double)K * N) + (beta != 0.0f ? 8.0 : 4.0) * M * N;
+        phase_end(PHASE_GEMM, t, bytes, 2.0 * M * N * K);
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@ llmc/cpu/muon.h: the Muon update of one weight matrix on the CPU, as torch.optim
 the Newton-Schulz coefficients, optimizer_parse / muon_adjust_parse, muon_adjusted_lr) are in
 llmc/muon_config.h, which llmc/cuda/muon.cuh includes too.
 
-    muon_update_matrix    one matrix W (rows, cols) row-major, its gradient G, its momentum buffer M:
+    muon_update_matrix    one matrix W (rows, cols) row-major (and its bf16 copy, when one is passed), its gradient G,
+                          its momentum buffer M:
         g  = G * grad_scale                        (global-norm clipping, 1 = none)
         M  = lerp(M, g, 1 - momentum)              (torch's lerp: fma, two formulas by |weight| < 0.5)
         U  = nesterov ? lerp(g, M, momentum) : M
@@ -95,9 +96,10 @@ static inline void muon_newton_schulz(MuonScratch* s, int m, int n, int steps, M
 
 // One Muon step of the (rows, cols) row-major matrix w with gradient g (times grad_scale) and momentum
 // buffer buf (rows * cols, zero at the first step); lr is this step's (scheduled) Muon learning rate.
-static inline void muon_update_matrix(float* w, const float* g, float* buf, int rows, int cols, float grad_scale,
-                                      float lr, float weight_decay, const MuonConfig* cfg, MatmulPrecision prec,
-                                      MuonScratch* s) {
+// w_bf16 (NULL: none) receives the updated w rounded to bf16 (-p bf16's weight copy) in the same pass.
+static inline void muon_update_matrix(float* w, uint16_t* w_bf16, const float* g, float* buf, int rows, int cols,
+                                      float grad_scale, float lr, float weight_decay, const MuonConfig* cfg,
+                                      MatmulPrecision prec, MuonScratch* s) {
     int tall = rows > cols;
     int m = tall ? cols : rows, n = tall ? rows : cols;
     size_t count = (size_t)rows * cols;
@@ -134,6 +136,7 @@ static inline void muon_update_matrix(float* w, const float* g, float* buf, int 
             size_t i = (size_t)r * cols + c;
             float o = x[tall ? (size_t)c * rows + r : i];
             w[i] = fmaf(step, o, w[i] * decay);
+            if (w_bf16 != NULL) { w_bf16[i] = matmul_bf16_round_value(w[i]); }
         }
     }
 }

@@ -1,0 +1,71 @@
+"""LLMC_PHASE_TIME=1 (llmc/cpu/phase_time.h): the CPU trainers' roofline account, one line per phase at exit.
+
+The GEMM phase's FLOPs are checked exactly against the model's shapes (every linear layer's forward, input- and
+weight-gradient GEMMs, the lm_head's), so a GEMM that is left out or counted twice fails here; the phases that
+every step runs must all be there; and without the variable nothing is printed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make, run
+
+PHASE_RE = re.compile(r"^phase (\w+): ([0-9.]+) ms, ([0-9]+) bytes, ([0-9]+) flop over (\d+) steps$", re.M)
+MODEL_RE = re.compile(r"^model: .* L=(\d+) NH=\d+ C=(\d+) .* Vp=(\d+)", re.M)
+# the phases every training step of every family runs
+EVERY_STEP = {"gemm", "norm", "elementwise", "embedding", "optimizer", "grad_norm"}
+B, T, STEPS = 2, 32, 4
+
+
+def phases(stdout: str) -> dict[str, tuple[float, float, float, int]]:
+    """{name: (ms, bytes, flops, steps)} from a trainer's phase lines."""
+    return {m[1]: (float(m[2]), float(m[3]), float(m[4]), int(m[5])) for m in PHASE_RE.finditer(stdout)}
+
+
+def train(program: str, args: list[object], phase_time: bool = True) -> str:
+    env = {"OMP_NUM_THREADS": "1", **({"LLMC_PHASE_TIME": "1"} if phase_time else {})}
+    cmd = [REPO / program, "-b", B, "-t", T, "-x", STEPS, "-v", 0, "-s", 0, *args]
+    return run(cmd, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def built(tinyshakespeare) -> tuple[Path, Path]:
+    make("train_gpt2", "train_nanochat")
+    return tinyshakespeare
+
+
+def test_gpt2_phases_cover_the_step_and_count_every_gemm(built):
+    train_bin, _ = built
+    out = train("train_gpt2", ["-e", "d2", "-i", train_bin])
+    got = phases(out)
+    assert EVERY_STEP <= set(got), sorted(got)
+    assert {p[3] for p in got.values()} == {STEPS - 1}, got  # the warm-up step left out
+    L, C, Vp = (int(x) for x in MODEL_RE.search(out).groups())
+    per_step = 6 * B * T * (12 * L * C * C + C * Vp)  # 3 GEMMs x 2 flop per multiply-add, every linear layer
+    assert got["gemm"][2] == per_step * (STEPS - 1)
+    for name, (ms, nbytes, flops, _) in got.items():
+        assert ms >= 0 and nbytes >= 0 and flops >= 0, name
+        assert nbytes > 0 or name == "zero", name
+
+
+def test_no_phase_lines_without_the_variable(built):
+    train_bin, _ = built
+    out = train("train_gpt2", ["-e", "d2", "-i", train_bin], phase_time=False)
+    assert "phase " not in out
+
+
+def test_muon_counts_its_newton_schulz_gemms_as_gemms(built):
+    train_bin, _ = built
+    adamw = phases(train("train_gpt2", ["-e", "d2", "-i", train_bin]))
+    muon = phases(train("train_gpt2", ["-e", "d2", "-i", train_bin, "-op", "muon"]))
+    assert muon["gemm"][2] > adamw["gemm"][2]
+    assert muon["optimizer"][1] > 0
+
+
+def test_nanochat_phases_cover_the_step(built):
+    train_bin, _ = built
+    got = phases(train("train_nanochat", ["-e", "d2", "-i", train_bin]))
+    assert EVERY_STEP <= set(got), sorted(got)
