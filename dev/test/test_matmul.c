@@ -265,6 +265,32 @@ static void check_bf16_rounding(void) {
     CHECK(mm_bf16_round(1.00390625f) == 0x3f80, "tie 1 + 2^-8 rounds to even (1.0)");
     CHECK(mm_bf16_round(1.01171875f) == 0x3f82, "tie 1 + 3*2^-8 rounds to even (1 + 2^-6)");
     CHECK(isnan(mm_bf16_to_float(mm_bf16_round(NAN))), "NaN stays NaN");
+    for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); i++) { // the branch-free rounding is the same
+        CHECK(matmul_bf16_round_value(specials[i]) == mm_bf16_round(specials[i]), "branch-free round of %g", specials[i]);
+    }
+    CHECK(matmul_bf16_round_value(NAN) == mm_bf16_round(NAN), "branch-free round of NaN");
+}
+
+// a mirror (a bf16 copy registered for the GEMMs) found for a covered operand, its writable copy for a layer, and
+// the staleness check of LLMC_BF16_CHECK_MIRRORS that finds the one element written without its copy
+static void check_bf16_mirrors(void) {
+    enum { ROWS = 5, COLS = 7, LD = 9 };
+    float X[ROWS * LD];
+    uint16_t X16[ROWS * LD];
+    for (int i = 0; i < ROWS * LD; i++) {
+        X[i] = rand_uniform();
+        X16[i] = matmul_bf16_round_value(X[i]);
+    }
+    matmul_bf16_mirror_add(X, ROWS * LD, X16);
+    CHECK(matmul_bf16_shadow(X + LD, 2 * LD) == X16 + LD, "a layer finds the copy of a covered range");
+    CHECK(matmul_bf16_shadow(X + LD, ROWS * LD) == NULL, "no copy for a range past the mirror's end");
+    CHECK(matmul_bf16_mirror_stale_at(X16, X, ROWS, COLS, LD) == -1, "an equal copy is not stale");
+    X[3 * LD + 4] += 1.0f; // written without its copy
+    CHECK(matmul_bf16_mirror_stale_at(X16, X, ROWS, COLS, LD) == 3 * LD + 4, "the stale element is found");
+    X[2 * LD + 8] += 1.0f; // outside the operand's columns: not read, not checked
+    CHECK(matmul_bf16_mirror_stale_at(X16, X, 3, COLS, LD) == -1, "columns past cols are not the operand's");
+    matmul_bf16_mirror_remove(X);
+    CHECK(matmul_bf16_shadow(X, LD) == NULL, "no copy once removed");
 }
 
 static void check_vecmath(void) {
@@ -512,6 +538,7 @@ int main(void) {
     check_onednn_error_line();
 #endif
     check_bf16_rounding();
+    check_bf16_mirrors();
     check_vecmath();
     const int sizes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {33, 67, 7}, {67, 130, 257},
                             {130, 257, 300}, {6, 32, 256}, {48, 128, 512}, {257, 5, 300}, {3, 300, 1}, {4, 4, 0},

@@ -281,6 +281,7 @@ static void cpu_muon_free(CpuMuon* mu) {
     if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
 
 #define CPU_MODEL_MAX_TENSORS 32
+#define CPU_MODEL_MAX_SHADOWS 16
 
 typedef struct {
     const char* family;         // "gpt2", "llama3": the prefix of the model's functions in internal errors
@@ -299,6 +300,13 @@ typedef struct {
     // made at the first forward pass after the parameters changed (an optimizer step, a load)
     uint16_t* params_bf16;
     int params_bf16_stale;
+    // and bf16 copies of the activations (and activation gradients) that GEMMs read, each written by the layer that
+    // writes the activation (llmc/cpu/matmul.h's matmul_bf16_shadow), so that no GEMM rounds its input: the model
+    // names them (cpu_model_shadow_activation) when it allocates its activations, they are made with the weights' copy
+    int num_shadows;
+    const float* shadow_fp32[CPU_MODEL_MAX_SHADOWS];
+    size_t shadow_size[CPU_MODEL_MAX_SHADOWS];
+    uint16_t* shadow_bf16[CPU_MODEL_MAX_SHADOWS];
     // the optimizer state of this process's slice [opt_offset, opt_offset + opt_size) of the flat
     // parameters (everything, or with ZeRO-1 one shard), or with -op muon of its segments back to back
     // (m is a Muon matrix's momentum, v unused there)
@@ -368,6 +376,12 @@ static void cpu_model_refresh_bf16(CpuModel* cm) {
         matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);
         cm->params_bf16_stale = 1;
     }
+    for (int i = 0; i < cm->num_shadows; i++) {
+        if (cm->shadow_bf16[i] == NULL) { // its layer writes it before any GEMM reads it
+            cm->shadow_bf16[i] = (uint16_t*)mallocCheck(cm->shadow_size[i] * sizeof(uint16_t));
+            matmul_bf16_mirror_add(cm->shadow_fp32[i], cm->shadow_size[i], cm->shadow_bf16[i]);
+        }
+    }
     if (cm->params_bf16_stale) { // (a bf16 phase of LLMC_PHASE_TIME, matmul_round_bf16's own)
         matmul_round_bf16(cm->params_bf16, cm->params_memory, 1, cm->num_parameters, cm->num_parameters);
         cm->params_bf16_stale = 0;
@@ -399,7 +413,26 @@ static void cpu_model_set_output(CpuModel* cm, const float* logits, int logits_s
 }
 
 // frees the activations (pyllmc reallocates them for a bigger batch; the optimizer state stays)
+// x (n floats) is an activation, or an activation gradient, that GEMMs read: on -p bf16 with oneDNN it gets a bf16
+// copy (a mirror), which every layer that writes x writes too. Called when the activations are allocated.
+static void cpu_model_shadow_activation(CpuModel* cm, const float* x, size_t n) {
+    if (cm->num_shadows == CPU_MODEL_MAX_SHADOWS) { llmc_die("internal: more than %d bf16 activation copies", CPU_MODEL_MAX_SHADOWS); }
+    cm->shadow_fp32[cm->num_shadows] = x;
+    cm->shadow_size[cm->num_shadows] = n;
+    cm->shadow_bf16[cm->num_shadows] = NULL;
+    cm->num_shadows++;
+}
+
+static void cpu_model_free_shadows(CpuModel* cm) {
+    for (int i = 0; i < cm->num_shadows; i++) {
+        if (cm->shadow_bf16[i] != NULL) { matmul_bf16_mirror_remove(cm->shadow_fp32[i]); }
+        free(cm->shadow_bf16[i]);
+    }
+    cm->num_shadows = 0;
+}
+
 static void cpu_model_free_activations(CpuModel* cm) {
+    cpu_model_free_shadows(cm);
     free(cm->acts_memory);
     free(cm->grads_acts_memory);
     free(cm->inputs);

@@ -771,11 +771,15 @@ static void matmul_round_bf16(uint16_t* dst, const float* X, size_t rows, size_t
     phase_end(PHASE_BF16, t, 6.0 * rows * cols, 0.0); // fp32 read, bf16 written
 }
 
-// Mirrors: bf16 copies of fp32 buffers that bf16 GEMMs read again and again (a model's parameters). An operand that
-// lies wholly inside a registered [base, base + n) is read from the copy at the same offset, not rounded again. The
-// owner keeps the copy equal to the rounded buffer before a bf16 GEMM reads it (llmc/cpu/cpu_model.h refreshes its
-// parameters' copy at the first forward pass after they changed). Registered and removed outside any GEMM.
-#define MATMUL_MAX_MIRRORS 16
+// Mirrors: bf16 copies of fp32 buffers that bf16 GEMMs read again and again (a model's parameters, and the
+// activations and activation gradients that GEMMs read). An operand that lies wholly inside a registered
+// [base, base + n) is read from the copy at the same offset, not rounded again. The owner keeps the copy equal to the
+// rounded buffer before a bf16 GEMM reads it: llmc/cpu/cpu_model.h refreshes its parameters' copy at the first
+// forward pass after they changed (or the optimizer writes it as it updates), and every layer that writes an
+// activation with a mirror writes its copy in the same pass (matmul_bf16_shadow gives it the copy). Registered and
+// removed outside any GEMM. LLMC_BF16_CHECK_MIRRORS=1 compares every mirrored operand with its fp32 buffer before
+// the GEMM reads it and stops at the first stale element (the tests run every family's -p bf16 step so).
+#define MATMUL_MAX_MIRRORS 32
 typedef struct {
     const float* base;
     size_t n;
@@ -812,12 +816,48 @@ static const uint16_t* mm_bf16_mirror_of(const float* X, size_t rows, size_t col
     return NULL;
 }
 
+// the writable bf16 copy of [X, X + n) when a registered mirror covers it, else NULL: a layer that writes X writes
+// the copy too (dst16[i] = matmul_bf16_round_value(dst[i])), so that the GEMMs that read X do not round it
+static inline uint16_t* matmul_bf16_shadow(const float* X, size_t n) {
+    if (mm_num_mirrors == 0 || X == NULL || n == 0) { return NULL; }
+    return (uint16_t*)mm_bf16_mirror_of(X, 1, n, n);
+}
+
+// the first element (r * ld + c) of the (rows, cols) operand X whose bf16 copy in mirror is not X rounded, or -1
+static long matmul_bf16_mirror_stale_at(const uint16_t* mirror, const float* X, size_t rows, size_t cols, size_t ld) {
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < cols; c++) {
+            if (mirror[r * ld + c] != matmul_bf16_round_value(X[r * ld + c])) { return (long)(r * ld + c); }
+        }
+    }
+    return -1;
+}
+
+// LLMC_BF16_CHECK_MIRRORS=1: a mirrored operand's copy must equal its fp32 buffer rounded, element for element
+static void mm_check_mirror(const uint16_t* mirror, const float* X, size_t rows, size_t cols, size_t ld) {
+    static int check = -1;
+    if (check < 0) {
+        const char* env = getenv("LLMC_BF16_CHECK_MIRRORS");
+        check = env != NULL && strcmp(env, "1") == 0;
+    }
+    if (!check) { return; }
+    long at = matmul_bf16_mirror_stale_at(mirror, X, rows, cols, ld);
+    if (at >= 0) {
+        llmc_die("internal: the bf16 copy of a %zu x %zu GEMM operand is stale at element %ld: 0x%04x, its fp32 value "
+                 "%g rounds to 0x%04x (LLMC_BF16_CHECK_MIRRORS=1)", rows, cols, at, mirror[at], X[at],
+                 matmul_bf16_round_value(X[at]));
+    }
+}
+
 // a stored operand (rows, cols, row stride ld) as bf16: its mirror, or rounded into this thread's packing buffer
 // `which` (dense: its row stride, *ld_out, is then cols)
 static const uint16_t* mm_bf16_operand(const float* X, int rows, int cols, int ld, int which, int* ld_out) {
     const uint16_t* mirror = mm_bf16_mirror_of(X, (size_t)rows, (size_t)cols, (size_t)ld);
     *ld_out = ld;
-    if (mirror != NULL) { return mirror; }
+    if (mirror != NULL) {
+        mm_check_mirror(mirror, X, (size_t)rows, (size_t)cols, (size_t)ld);
+        return mirror;
+    }
     uint16_t* buf = (uint16_t*)mm_pack_buffer(which, ((size_t)rows * cols + 1) / 2);
     matmul_round_bf16(buf, X, (size_t)rows, (size_t)cols, (size_t)ld);
     *ld_out = cols;
