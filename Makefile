@@ -651,6 +651,11 @@ build/gemm_peak_%: dev/gemm_peak.c $(LLMC_HEADERS)
 	@mkdir -p build
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -lm -o $@
 
+# dev/triad.c: memory bandwidth (STREAM's triad) and the SIMD FMA rate (make bench holds the step's phases against them)
+build/triad: dev/triad.c
+	@mkdir -p build
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+
 bench: setup
 	@$(MAKE) --no-print-directory data
 	MAKE="$(MAKE)" $(PY) dev/bench.py $(BENCH_ARGS)
@@ -670,7 +675,7 @@ include $(sort $(wildcard mk/*.mk))
 TEST_BLAS_VARIANTS := openblas mkl onednn none
 # (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
 TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
-             $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak \
+             $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak build/triad \
              train_llama3 test_llama3 train_nanochat test_nanochat $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
              $(if $(filter fuzz,$(SYSPKG_MISSING)),,$(FUZZ_BINS))
 .PHONY: test-build

@@ -1,32 +1,42 @@
 """Benchmark: llmc's CPU trainer (train_gpt2) against the PyTorch reference (train_gpt2.py), side by side;
 with --family llama3, train_llama3 against train_llama3.py; with --family nanochat, train_nanochat against
-train_nanochat.py.
+train_nanochat.py; and a roofline account of our step: each phase against its limit on this machine.
 
 Both train the same model (initialised from scratch with seed 42 in both: `-e dN` / `--model dN`),
 on the same tinyshakespeare tokens (Llama 3: the local test tokenizer's llama-3 shards and its 514-token
 vocabulary, from `make llama3-debug-states`, in build/llama3, where both run), with the same B, T, AdamW settings and thread count. Runs
 alternate (ours, PyTorch, ours, ...) for --rounds rounds; each run does --warmup untimed steps and
 --steps timed ones, and the per-step times of all rounds are pooled into a median. Peak resident
-memory is the child process's ru_maxrss (os.wait4), for both programs.
+memory is the child process's ru_maxrss (os.wait4), for every program.
 
 PyTorch runs in the modes --torch lists: fp32 (eager, explicit attention) or bf16 (autocast), each
 optionally with -flash (F.scaled_dot_product_attention), -compile (torch.compile; its compilation
-falls in the untimed warm-up step) and -fused (AdamW(fused=True)), e.g. fp32-flash-compile-fused.
-Every run's ratio is taken against the fastest PyTorch mode of the run, which the table names. The
-default (--torch auto) runs the bf16 modes only on CPUs with bf16 instructions (AVX512-BF16, AMX):
-elsewhere torch emulates bf16 GEMMs and a step takes minutes.
+falls in the untimed warm-up step) and -fused (AdamW(fused=True)), e.g. fp32-flash-compile-fused; and
+minimal-fp32 / minimal-bf16: dev/torch_minimal_step.py, the family's model as one module compiled whole, SDPA,
+bf16 autocast (minimal-bf16), AdamW(fused=True), random tokens and nothing else in the step. "minimal" is
+minimal-bf16 on CPUs with bf16 instructions (AVX512-BF16, AMX) and minimal-fp32 elsewhere, the rule of the bf16
+modes of --torch auto. PyTorch's fastest, which every run's ratio is taken against and the table names, is the
+fastest of all the PyTorch runs: the faster of the minimal step and the reference's modes. The default
+(--torch auto) runs the reference's fp32 modes, its bf16 ones only on CPUs with bf16 instructions (elsewhere torch
+emulates bf16 GEMMs and a step takes minutes), and minimal.
 
 The --ours programs named without a path (train_gpt2, train_gpt2_none, ...) are built first with make,
-with their GEMM-peak programs, so a run times the sources as they are (--build 0 skips that).
+with their GEMM-peak programs and build/triad, so a run times the sources as they are (--build 0 skips that).
+Our precisions (--precision) are the same for every family: fp32, bf16 (where the trainer's calibration says it
+pays) and bf16-force.
 
-Before the trainers it measures this machine's GEMM peak: a square GEMM (--peak-size, 2 threads by
-default, median of --peak-reps) with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary:
-its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the built-in fp32 and bf16 kernels) and with
-torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported as a fraction of the fastest fp32
-GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32 is always an option). For
-GPT-2 the same programs also time the GEMMs of one training step at the run's shapes (gemm_peak -s: every
-layer's forward, input-gradient and weight-gradient GEMMs and the lm_head's), and each run is held against
-the best such rate of its precision too ("% of step-GEMM peak"). The CPU heads the table.
+Before the trainers it measures this machine's limits:
+  - memory bandwidth and SIMD rate: build/triad (dev/triad.c) on the run's threads, three arrays of --triad-mb MB:
+    `triad: X GB/s (N threads)` (STREAM's triad, best pass) and `simd: X GFLOP/s (N threads)` (a register-resident
+    fp32 FMA loop, AVX-512 or AVX2), both printed;
+  - the GEMM peak: a square GEMM (--peak-size, median of --peak-reps) with llmc/cpu/matmul.h
+    (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the
+    built-in fp32 and bf16 kernels) and with torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported
+    as a fraction of the fastest fp32 GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32
+    is always an option). The same programs also time the GEMMs of one training step of the family at the run's
+    shapes (gemm_peak -s BT,C,Vp,L -l <the block's linear layers>: every layer's forward, input-gradient and
+    weight-gradient GEMMs and the lm_head's), and each run is held against the best such rate of its precision
+    too ("% of step-GEMM peak"). The CPU heads the table.
 A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not pay on this CPU) is
 named so in the table and held against the fp32 peak. The precision bf16-force runs -p bf16 with
 LLMC_BF16=force: the bf16 path timed even where the calibration would refuse it (the default adds it on CPUs
@@ -34,17 +44,25 @@ with bf16 instructions).
 
 Our trainers run with LLMC_GEMM_TIME=1 (llmc/cpu/matmul.h): each prints the time its GEMMs took, and the
 table gives the time per step outside them ("outside GEMMs", roundings to bf16 and the refresh of the bf16
-weights included): the overhead of a path, comparable on any CPU.
+weights included): the overhead of a path, comparable on any CPU. They also run with LLMC_PHASE_TIME=1
+(llmc/cpu/phase_time.h) and print at exit one line per phase of the step,
+`phase NAME: MS ms, BYTES bytes, FLOPS flop over N steps`; for each of our runs that printed them a phase table
+follows the main one: per phase ms/step, GB/step, GFLOP/step, its limit max(bytes / memory bandwidth, FLOPs /
+peak), peak being the step-GEMM rate of the run's precision for the GEMM-shaped phases (gemm, attention) and the
+SIMD rate for the rest, and its time as a multiple of that limit; then "other" (the counted steps' mean time less
+the phases') and the whole step (median ms/step against the sum of the phases' limits). A run without phase lines
+gets no phase table.
 
 FLOPs per step (fwd + bwd) = 6 * N * tokens + 12 * L * C * T * tokens, N = the matmul parameters
-(GPT-2: 12 * L * C^2 + V * C, lm_head included; Llama 3: the q, k, v, o projections with NKV key/value
-heads, the three SwiGLU matrices and the lm_head), the second term the attention scores and weighted sums.
+(GPT-2: 12 * L * C^2 + V * C, lm_head included; Llama 3, C = 64 L: the q, k, v, o projections with NKV
+key/value heads, the three SwiGLU matrices and the lm_head; nanochat: GPT-2's count with C = 64 L and its untied
+head), the second term the attention scores and weighted sums.
 
 It is a benchmark, not a test: nothing here asserts a time. Example:
 
     python dev/bench.py --model d12 -B 4 -T 64 --threads 2 --steps 5
     python dev/bench.py --ours train_gpt2_mkl,train_gpt2_openblas,train_gpt2_none --torch fp32,fp32-flash-compile
-    python dev/bench.py --ours train_gpt2_onednn --precision fp32,bf16-force -T 1024 --torch ""
+    python dev/bench.py --ours train_gpt2_onednn --precision fp32,bf16-force -T 1024 --torch minimal
     python dev/bench.py --family llama3 --model d6 --steps 10 --rounds 3
 """
 
@@ -68,6 +86,13 @@ STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([0-9.naif+-]+) .*\| ([0-9.]+
 PEAK_RE = re.compile(r"^gemm (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
 STEP_PEAK_RE = re.compile(r"^gemm-step (\S+) (fp32|bf16) ([0-9.]+)$", re.M)
 GEMM_TIME_RE = re.compile(r"^gemm time: ([0-9.]+) ms in (\d+) calls over (\d+) steps", re.M)
+# LLMC_PHASE_TIME=1 (llmc/cpu/phase_time.h): a trainer's totals per phase of the step, printed at exit
+PHASE_RE = re.compile(r"^phase (\w+): ([0-9.]+) ms, ([0-9.]+) bytes, ([0-9.]+) flop over (\d+) steps$")
+PHASE_NAMES = ("gemm", "attention", "norm", "elementwise", "embedding", "classifier", "optimizer", "grad_norm", "bf16", "zero")
+GEMM_PHASES = ("gemm", "attention")  # held against the step-GEMM peak; the others against the SIMD rate
+# build/triad (dev/triad.c): memory bandwidth and the SIMD FMA rate on the run's threads
+TRIAD_RE = re.compile(r"^triad: ([0-9.]+) GB/s \((\d+) threads?\)$", re.M)
+SIMD_RE = re.compile(r"^simd: ([0-9.]+) GFLOP/s \((\d+) threads?\)$", re.M)
 # our precisions: -p fp32, -p bf16 (bf16 where the calibration says it pays), bf16 with LLMC_BF16=force
 OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"})}
 # the default --ours for GPT-2: the OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the
@@ -83,16 +108,45 @@ FAMILIES = {"gpt2": ("train_gpt2", "train_gpt2.py", DEFAULT_DATA, REPO),
             "llama3": ("train_llama3", "train_llama3.py", LLAMA3_DATA, LLAMA3_DIR),
             "nanochat": ("train_nanochat", "train_nanochat.py", DEFAULT_DATA, REPO)}
 NANOCHAT_VOCAB = 50304  # nanochat's dN: GPT-2's vocabulary padded to a multiple of 64 (llmc/nanochat.h)
-# PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags
+# PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags; or minimal-<precision>, the
+# minimal compiled step of dev/torch_minimal_step.py ("minimal": bf16 where the CPU has bf16 instructions, else fp32)
+MINIMAL = "minimal"
 TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
 TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
 # --torch auto: eager fp32 (the reference's own mode), then the fast fp32 modes; the bf16 ones only where the
 # CPU has bf16 instructions (elsewhere torch emulates bf16: 112 s per d12 step on a 2-core Zen 3, 47x its fp32)
 AUTO_TORCH_FP32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
 AUTO_TORCH_BF16 = ["bf16", "bf16-flash-compile-fused"]
+AUTO_TORCH_MINIMAL = [MINIMAL]
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # CPU flags worth naming in the table: what the GEMMs can use
 ISA_FLAGS = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+
+
+@dataclass
+class PhaseTotal:
+    """One phase of the step (llmc/cpu/phase_time.h): wall time, compulsory bytes and FLOPs over `steps` steps."""
+
+    ms: float = 0.0
+    bytes: float = 0.0
+    flops: float = 0.0
+    steps: int = 0
+
+
+@dataclass
+class PhaseRow:
+    """One line of a run's phase table, per step: time, traffic, FLOPs and the limit on this machine."""
+
+    name: str
+    ms: float
+    gbytes: float | None
+    gflop: float | None
+    limit_ms: float | None  # max(bytes / bandwidth, FLOPs / peak); the step's: the sum of the phases' limits
+
+    @property
+    def multiple(self) -> float | None:
+        """The time as a multiple of the limit."""
+        return self.ms / self.limit_ms if self.limit_ms else None
 
 
 @dataclass
@@ -110,6 +164,9 @@ class Run:
     peak_rss_mb: float = 0.0
     ran_fp32: bool = False      # a -p bf16 run that the trainer ran in fp32 (bf16 does not pay on this CPU)
     outside_gemm_ms: list[float] = field(default_factory=list)  # per run: ms per step outside the GEMMs
+    phases: dict[str, PhaseTotal] = field(default_factory=dict)  # LLMC_PHASE_TIME's totals, summed over the runs
+    phase_covered_ms: float = 0.0  # the step lines' ms of the steps the phase account covered, summed over the runs
+    phase_covered_steps: int = 0
 
 
 @dataclass
@@ -141,29 +198,73 @@ def llama3_vocab(tokenizer: Path = LLAMA3_TOKENIZER) -> int:
     return int.from_bytes(tokenizer.read_bytes()[8:12], "little")
 
 
+def block_shapes(model: str, family: str = "gpt2") -> tuple[int, int, list[tuple[int, int]]]:
+    """(L, C, the linear layers of one block as (out, in) features) of a dN model of the family, as its C trainer
+    runs them. GPT-2: qkv, attention projection, fc, fc projection. Llama 3 (C = 64 N, N heads of 64, max(1, N/2) kv
+    heads): qkv, attention projection, the two SwiGLU inputs (hidden by Llama's rule, a multiple of 32), its output.
+    nanochat (C = 64 N, heads of 128, kv heads = heads, MLP 4C): GPT-2's four."""
+    L, C = model_shape(model)
+    if family in ("llama3", "nanochat"):
+        C = 64 * L  # their depth rule: C = 64 N whatever N
+    if family == "llama3":
+        qkv, ffn = (L + 2 * max(1, L // 2)) * (C // L), llama_ffn_hidden(C, 32, 0.0)
+        return L, C, [(qkv, C), (C, C), (ffn, C), (ffn, C), (C, ffn)]
+    return L, C, [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C)]
+
+
+def family_vocab(family: str) -> int:
+    """V of the family's dN models as bench runs them (Llama 3: the test tokenizer's, which needs its build)."""
+    if family == "llama3":
+        if not LLAMA3_TOKENIZER.exists():
+            raise SystemExit(f"error: no {LLAMA3_TOKENIZER}: make llama3-debug-states writes it")
+        return llama3_vocab(LLAMA3_TOKENIZER)
+    return NANOCHAT_VOCAB if family == "nanochat" else VOCAB
+
+
 def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VOCAB) -> float:
     """FLOPs of one forward + backward pass over B x T tokens."""
-    L, C = model_shape(model)
-    if family == "nanochat":
-        C = 64 * L  # nanochat's depth rule: C = 64 N whatever N
-    if family == "llama3":  # dN: NH = N heads of 64, NKV = max(1, N/2), SwiGLU hidden by Llama's rule (multiple of 32)
-        nh, nkv = L, max(1, L // 2)
-        per_layer = C * C + 2 * C * (C // nh) * nkv + C * C + 3 * C * llama_ffn_hidden(C, 32, 0.0)
-        n_matmul = L * per_layer + vocab * C
-    else:  # GPT-2; nanochat's dN alike (NKV = NH, MLP 4C, the untied head is the only V x C GEMM)
-        n_matmul = 12 * L * C * C + vocab * C
+    L, C, layer = block_shapes(model, family)
+    n_matmul = L * sum(out * inp for out, inp in layer) + vocab * C  # the untied heads: the only V x C GEMM
     tokens = B * T
     return 6.0 * n_matmul * tokens + 12.0 * L * C * T * tokens
 
 
+def minimal_precision(mode: str) -> str | None:
+    """'fp32' | 'bf16' of a minimal mode (minimal-fp32, minimal-bf16); None for any other mode."""
+    name, _, precision = mode.partition("-")
+    return precision if name == MINIMAL and precision in TORCH_PRECISIONS else None
+
+
 def parse_torch_mode(mode: str) -> tuple[str, list[str]]:
-    """('fp32' | 'bf16', [features]) of a --torch mode such as bf16-flash-compile; SystemExit on anything else."""
+    """('fp32' | 'bf16', [features]) of a --torch mode such as bf16-flash-compile (a train_gpt2.py mode) or
+    minimal-bf16 (features ['minimal']); SystemExit on anything else."""
+    minimal = minimal_precision(mode)
+    if minimal is not None:
+        return minimal, [MINIMAL]
     precision, *features = mode.split("-")
     bad = [f for f in features if f not in TORCH_FEATURES] + ([] if precision in TORCH_PRECISIONS else [precision])
     if bad or len(set(features)) != len(features):
         raise SystemExit(f"error: --torch {mode}: expected fp32 or bf16, then any of "
-                         f"{', '.join('-' + f for f in TORCH_FEATURES)} once each (e.g. fp32-flash-compile)")
+                         f"{', '.join('-' + f for f in TORCH_FEATURES)} once each (e.g. fp32-flash-compile), "
+                         f"or {MINIMAL}, {MINIMAL}-fp32, {MINIMAL}-bf16")
     return precision, features
+
+
+def resolve_minimal(mode: str, cpuinfo: str) -> str:
+    """'minimal' as minimal-bf16 on a CPU with bf16 instructions (where bf16 pays), else minimal-fp32; other modes
+    as they are (the rule of --torch auto's bf16 modes)."""
+    if mode != MINIMAL:
+        return mode
+    flags = set(cpuinfo_fields(cpuinfo).get("flags", "").split())
+    return f"{MINIMAL}-{'bf16' if flags & set(BF16_CPU_FLAGS) else 'fp32'}"
+
+
+def minimal_command(args: argparse.Namespace, precision: str) -> list[str]:
+    """dev/torch_minimal_step.py's command line for a minimal mode of this run's family, model and shapes."""
+    vocab = ["--vocab", str(family_vocab("llama3"))] if args.family == "llama3" else []
+    return [sys.executable, str(REPO / "dev" / "torch_minimal_step.py"), "--family", args.family, "--model", args.model,
+            "-B", str(args.B), "-T", str(args.T), "--dtype", precision, *vocab, "--warmup", str(args.warmup),
+            "--steps", str(args.steps), "--threads", str(args.threads)]
 
 
 def torch_mode_flags(mode: str) -> list[str]:
@@ -193,9 +294,10 @@ def cpuinfo_fields(cpuinfo: str) -> dict[str, str]:
 
 
 def auto_torch_modes(cpuinfo: str) -> list[str]:
-    """The PyTorch modes of --torch auto on a CPU with these /proc/cpuinfo flags."""
+    """The PyTorch modes of --torch auto on a CPU with these /proc/cpuinfo flags (minimal resolved)."""
     flags = set(cpuinfo_fields(cpuinfo).get("flags", "").split())
-    return AUTO_TORCH_FP32 + (AUTO_TORCH_BF16 if flags & set(BF16_CPU_FLAGS) else [])
+    modes = AUTO_TORCH_FP32 + (AUTO_TORCH_BF16 if flags & set(BF16_CPU_FLAGS) else []) + AUTO_TORCH_MINIMAL
+    return [resolve_minimal(m, cpuinfo) for m in modes]
 
 
 def cpu_description(cpuinfo: str | None = None, ncpu: int | None = None) -> str:
@@ -217,6 +319,61 @@ def parse_steps(lines: list[str]) -> list[tuple[float, float]]:
     PyTorch references print the same line), in order."""
     steps = [m for m in (STEP_RE.match(line.strip()) for line in lines) if m]
     return [(float(m.group(3)), float(m.group(4))) for m in steps]
+
+
+def parse_phases(lines: list[str]) -> dict[str, PhaseTotal]:
+    """name -> totals of each `phase NAME: MS ms, BYTES bytes, FLOPS flop over N steps` line a trainer prints at exit
+    under LLMC_PHASE_TIME=1; {} for a run without them."""
+    found = [m for m in (PHASE_RE.match(line.strip()) for line in lines) if m]
+    return {m[1]: PhaseTotal(float(m[2]), float(m[3]), float(m[4]), int(m[5])) for m in found}
+
+
+def parse_machine(text: str) -> tuple[float | None, float | None]:
+    """(memory bandwidth GB/s, SIMD GFLOP/s) of build/triad's `triad: ...` and `simd: ...` lines; None for a
+    missing line."""
+    triad, simd = TRIAD_RE.search(text), SIMD_RE.search(text)
+    return (float(triad[1]) if triad else None), (float(simd[1]) if simd else None)
+
+
+def phase_limit_ms(nbytes: float, flops: float, bandwidth_gbs: float | None, gflops: float | None) -> float | None:
+    """A pass's limit on this machine in ms: max(bytes / bandwidth, FLOPs / peak), the roofline's bound; a rate that
+    was not measured drops its term (None when neither was)."""
+    terms = [1000.0 * nbytes / (bandwidth_gbs * 1e9) if bandwidth_gbs else None,
+             1000.0 * flops / (gflops * 1e9) if gflops else None]
+    known = [t for t in terms if t is not None]
+    return max(known) if known else None
+
+
+def phase_rows(run: Run, median_ms: float, bandwidth_gbs: float | None, simd_gflops: float | None,
+               gemm_gflops: float | None) -> list[PhaseRow]:
+    """A run's phase table, per step: each phase against its limit (GEMM-shaped phases against gemm_gflops, the rest
+    against simd_gflops, all against the bandwidth), "other" (the covered steps' mean time less the phases'), and the
+    whole step: median ms/step against the sum of the phases' limits. [] for a run without phase lines."""
+    if not run.phases:
+        return []
+    rows: list[PhaseRow] = []
+    for name in sorted(run.phases, key=lambda n: PHASE_NAMES.index(n) if n in PHASE_NAMES else len(PHASE_NAMES)):
+        t = run.phases[name]
+        steps = max(t.steps, 1)
+        peak = gemm_gflops if name in GEMM_PHASES else simd_gflops
+        rows.append(PhaseRow(name, t.ms / steps, t.bytes / steps / 1e9, t.flops / steps / 1e9,
+                             phase_limit_ms(t.bytes / steps, t.flops / steps, bandwidth_gbs, peak)))
+    phases_ms = sum(r.ms for r in rows)
+    if run.phase_covered_steps:
+        rows.append(PhaseRow("other", run.phase_covered_ms / run.phase_covered_steps - phases_ms, None, None, None))
+    limits = [r.limit_ms for r in rows if r.gbytes is not None]
+    step_limit = sum(x for x in limits if x is not None) if all(x is not None for x in limits) else None
+    rows.append(PhaseRow("step", median_ms, sum(r.gbytes or 0.0 for r in rows), sum(r.gflop or 0.0 for r in rows),
+                         step_limit))
+    return rows
+
+
+def format_phase_table(rows: list[PhaseRow]) -> list[str]:
+    """A markdown table of a run's phase rows."""
+    num = lambda x, fmt: format(x, fmt) if x is not None else "-"
+    body = [[r.name, f"{r.ms:.1f}", num(r.gbytes, ".3f"), num(r.gflop, ".2f"), num(r.limit_ms, ".1f"),
+             num(r.multiple, ".2f") + ("x" if r.multiple is not None else "")] for r in rows]
+    return markdown_table(["phase", "ms/step", "GB/step", "GFLOP/step", "limit ms/step", "x limit"], body)
 
 
 def markdown_table(cols: list[str], body: list[list[str]]) -> list[str]:
@@ -303,17 +460,24 @@ def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
 
 
 def step_shape(args: argparse.Namespace) -> str:
-    """gemm_peak's -s BT,C,Vp,L for a GPT-2 run of these flags."""
-    L, C = model_shape(args.model)
-    return f"{args.B * args.T},{C},{(VOCAB + 127) // 128 * 128},{L}"
+    """gemm_peak's -s BT,C,Vp,L for a run of these flags (Vp: the lm_head's rows as the C trainer stores them;
+    GPT-2's vocabulary padded to a multiple of 128)."""
+    L, C, _ = block_shapes(args.model, args.family)
+    Vp = (VOCAB + 127) // 128 * 128 if args.family == "gpt2" else family_vocab(args.family)
+    return f"{args.B * args.T},{C},{Vp},{L}"
+
+
+def step_layers(args: argparse.Namespace) -> str:
+    """gemm_peak's -l OCxIC,...: the linear layers of one block of the family."""
+    return ",".join(f"{out}x{inp}" for out, inp in block_shapes(args.model, args.family)[2])
 
 
 def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS; for GPT-2 also at a step's shapes) and of
-    torch, at --peak-size."""
+    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS, also at one step's shapes of the family) and
+    of torch, at --peak-size."""
     peaks: dict[str, float] = {}
     n, reps = str(args.peak_size), str(args.peak_reps)
-    shape = ["-s", step_shape(args)] if args.family == "gpt2" else []
+    shape = ["-s", step_shape(args), "-l", step_layers(args)]
     cmds: list[list[str]] = []
     for prog in peak_programs([b for b in args.ours.split(",") if b]):
         if prog.exists():
@@ -328,6 +492,19 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, fl
         for k, v in found.items():
             peaks[k] = max(v, peaks.get(k, 0.0))
     return peaks
+
+
+def measure_machine(args: argparse.Namespace, env: dict[str, str]) -> tuple[float | None, float | None]:
+    """(memory bandwidth GB/s, SIMD GFLOP/s) from build/triad on the run's threads; (None, None) without it."""
+    prog = REPO / "build" / "triad"
+    if not prog.exists():
+        print("(no build/triad: make build/triad to measure the memory bandwidth and the SIMD rate)", flush=True)
+        return None, None
+    text = run_capture([str(prog), "-m", str(args.triad_mb)], env, args.timeout)
+    for line in text.splitlines():
+        if TRIAD_RE.match(line) or SIMD_RE.match(line):
+            print(line, flush=True)
+    return parse_machine(text)
 
 
 def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
@@ -351,11 +528,25 @@ def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:
     counted = int(gemm[-1].group(3)) if gemm else 0
     if counted > 0:  # the GEMM clock leaves the first step out: so does the mean it is taken from
         run.outside_gemm_ms.append((sum(ms for _, ms in steps[-counted:]) - float(gemm[-1].group(1))) / counted)
+    add_phases(run, parse_phases(lines), [ms for _, ms in steps])
     run.peak_rss_mb = max(run.peak_rss_mb, usage.ru_maxrss / 1024.0)
     refusal = [line for line in lines if line.startswith(BF16_REFUSED)]
     if refusal:
         run.ran_fp32 = True
         print(f"  {refusal[0]}", flush=True)
+
+
+def add_phases(run: Run, phases: dict[str, PhaseTotal], step_ms: list[float]) -> None:
+    """Adds one child's phase totals to the run's, and the time of the steps they cover (the last N step lines:
+    the account leaves the first step out, as the GEMM clock does)."""
+    for name, t in phases.items():
+        total = run.phases.setdefault(name, PhaseTotal())
+        total.ms, total.bytes, total.flops, total.steps = (total.ms + t.ms, total.bytes + t.bytes,
+                                                           total.flops + t.flops, total.steps + t.steps)
+    covered = max((t.steps for t in phases.values()), default=0)
+    if 0 < covered <= len(step_ms):
+        run.phase_covered_ms += sum(step_ms[-covered:])
+        run.phase_covered_steps += covered
 
 
 def thread_env(args: argparse.Namespace) -> dict[str, str]:
@@ -380,10 +571,14 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
             flags, extra_env = OUR_PRECISIONS[prec]
             cmd = [str(path), "-e", args.model, "-i", str(args.data), "-j", "", "-b", str(args.B), "-t", str(args.T),
                    "-x", str(nsteps), "-v", "0", "-s", "0", *flags]
-            runs.append(Run(f"llmc {path.name} {prec}", cmd, {**env, "LLMC_GEMM_TIME": "1", **extra_env}, "llmc",
+            runs.append(Run(f"llmc {path.name} {prec}", cmd,
+                            {**env, "LLMC_GEMM_TIME": "1", "LLMC_PHASE_TIME": "1", **extra_env}, "llmc",
                             prec.removesuffix("-force"), cwd=cwd))
     for mode in [m for m in args.torch.split(",") if m]:
-        precision, _ = parse_torch_mode(mode)
+        precision, features = parse_torch_mode(mode)
+        if features == [MINIMAL]:
+            runs.append(Run(f"pytorch {mode}", minimal_command(args, precision), env, "pytorch", precision, cwd=cwd))
+            continue
         cmd = [sys.executable, str(REPO / reference), "--model", args.model, *tokenizer, "--input_bin", str(args.data),
                "--batch_size", str(args.B), "--sequence_length", str(args.T), "--num_iterations", str(nsteps),
                "--val_loss_every", "0", "--sample_every", "0", "--write_tensors", "0", "--device", "cpu",
@@ -426,13 +621,44 @@ def format_table(rows: list[Row], fastest: Run | None) -> list[str]:
     return markdown_table(cols, body)
 
 
-def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namespace) -> None:
-    vocab = {"llama3": llama3_vocab, "nanochat": lambda: NANOCHAT_VOCAB}.get(args.family, lambda: VOCAB)()
+def phase_gemm_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | None:
+    """The rate the GEMM-shaped phases of a run of `precision` are held against: the best step-GEMM rate of that
+    precision (gemm_peak -s), else the best square GEMM's."""
+    return best_step_peak(peaks, precision) or best_peak(peaks, precision)
+
+
+def print_phase_tables(runs: list[Run], rows: list[Row], peaks: dict[str, float],
+                       machine: tuple[float | None, float | None]) -> None:
+    """For each of our runs that printed phase lines (LLMC_PHASE_TIME=1): its phases against this machine's limits."""
+    bandwidth, simd = machine
+    for run, row in zip(runs, rows):
+        ran = "fp32" if run.ran_fp32 else run.precision
+        gemm = phase_gemm_peak(peaks, ran)
+        table = phase_rows(run, row.median_ms, bandwidth, simd, gemm[1] if gemm else None)
+        if not table:
+            continue
+        steps = max(t.steps for t in run.phases.values())
+        rates = [f"memory {bandwidth:.1f} GB/s" if bandwidth else "no memory bandwidth measured",
+                 f"SIMD {simd:.1f} GFLOP/s" if simd else "no SIMD rate measured",
+                 f"gemm and attention {gemm[1]:.1f} GFLOP/s ({gemm[0]})" if gemm else "no GEMM peak measured"]
+        print(f"\nphases of {row.name}, per step ({steps} steps counted); limits: {', '.join(rates)}")
+        print("\n".join(format_phase_table(table)))
+    if any(r.phases for r in runs):
+        print("(limit = max(bytes / memory bandwidth, FLOPs / peak); other = the counted steps' mean time less the "
+              "phases'; step = the median ms/step against the sum of the phases' limits)")
+
+
+def print_report(runs: list[Run], peaks: dict[str, float], machine: tuple[float | None, float | None],
+                 args: argparse.Namespace) -> None:
+    vocab = family_vocab(args.family)
     flops = step_flops(args.model, args.B, args.T, args.family, vocab)
     rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
     print(f"\nCPU: {cpu_description()}")
     print(f"{args.family} model {args.model} (V={vocab}), B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
           f"steps after {args.warmup} warm-up step(s) per run; {flops / 1e9:.1f} GFLOP per step (fwd+bwd)")
+    if machine[0] or machine[1]:
+        print(f"memory bandwidth (triad): {machine[0] or 0:.1f} GB/s, SIMD fp32 FMA: {machine[1] or 0:.1f} GFLOP/s, "
+              f"{args.threads} thread(s)")
     if peaks:
         print(f"GEMM peak at start ({args.peak_size}^3, {args.threads} thread(s), median of {args.peak_reps}), GFLOP/s: "
               + ", ".join(f"{k} {v:.1f}" for k, v in sorted(peaks.items(), key=lambda kv: -kv[1])))
@@ -447,7 +673,9 @@ def print_report(runs: list[Run], peaks: dict[str, float], args: argparse.Namesp
         print(f"fastest PyTorch mode: {fastest.name} ({statistics.median(fastest.times_ms):.1f} ms/step)")
     print("\n".join(format_table(rows, fastest)))
     print("(vs = PyTorch median ms / this run's median ms: > 1 means faster than that PyTorch mode; PyTorch modes: "
-          "bf16 = autocast, flash = scaled_dot_product_attention, compile = torch.compile, fused = AdamW(fused=True))")
+          "bf16 = autocast, flash = scaled_dot_product_attention, compile = torch.compile, fused = AdamW(fused=True), "
+          "minimal = dev/torch_minimal_step.py's compiled step)")
+    print_phase_tables(runs, rows, peaks, machine)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -467,15 +695,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "train_llama3, train_nanochat); given by name they are built first with make, with their GEMM-peak programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
     p.add_argument("--precision", default=None, help="our precisions, comma-separated: fp32, bf16 (where it pays), "
-                   "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions; "
-                   "Llama 3: fp32, train_llama3 trains in fp32 only)")
+                   "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions)")
     p.add_argument("--torch", default="auto",
                    help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
-                        "-compile, -fused (e.g. fp32-flash-compile-fused); '' = none; auto (default) = "
+                        "-compile, -fused (e.g. fp32-flash-compile-fused); minimal-fp32, minimal-bf16: the minimal "
+                        "compiled step (dev/torch_minimal_step.py), minimal = minimal-bf16 where the CPU has bf16 "
+                        "instructions, else minimal-fp32; '' = none; auto (default) = "
                         f"{','.join(AUTO_TORCH_FP32)}, plus {','.join(AUTO_TORCH_BF16)} where the CPU has "
-                        f"{' or '.join(BF16_CPU_FLAGS)}")
+                        f"{' or '.join(BF16_CPU_FLAGS)}, plus {MINIMAL}")
     p.add_argument("--peak-size", type=int, default=2048, help="n of the n^3 GEMM peak measured at start; 0 = skip (default 2048)")
     p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
+    p.add_argument("--triad-mb", type=int, default=256, help="MB per array of build/triad's memory bandwidth "
+                   "(three arrays, far larger than the last-level cache); 0 = skip it and the SIMD rate (default 256)")
     p.add_argument("--data", type=Path, default=None, help="train token shard for both (default tinyshakespeare; Llama 3: "
                    "its llama-3 shard in build/llama3, written by make llama3-debug-states)")
     p.add_argument("--passive", type=int, default=0, help="1 = OMP_WAIT_POLICY=PASSIVE for every run")
@@ -485,22 +716,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.ours = (DEFAULT_OURS_GPT2 if args.family == "gpt2" else trainer) if args.ours is None else args.ours
     if args.precision is None:
         has_bf16 = set(cpuinfo_fields(read_cpuinfo()).get("flags", "").split()) & set(BF16_CPU_FLAGS)
-        args.precision = ("fp32,bf16" + (",bf16-force" if has_bf16 else "")) if args.family == "gpt2" else "fp32"
+        args.precision = "fp32,bf16" + (",bf16-force" if has_bf16 else "")
     bad = [p for p in args.precision.split(",") if p and p not in OUR_PRECISIONS]
     if bad:
         p.error(f"--precision {args.precision}: use {', '.join(OUR_PRECISIONS)}")
-    if args.family == "llama3" and args.precision != "fp32":
-        p.error(f"--precision {args.precision}: train_llama3 trains in fp32 only")
     args.data = data if args.data is None else args.data
     if args.torch == "auto":
         args.torch = ",".join(auto_torch_modes(read_cpuinfo()))
+    args.torch = ",".join(resolve_minimal(m, read_cpuinfo()) for m in args.torch.split(",") if m)
     for name in ("B", "T", "threads", "steps", "rounds", "peak_reps"):
         if getattr(args, name) < 1:
             p.error(f"-{name if len(name) == 1 else '-' + name.replace('_', '-')} must be >= 1")
-    if args.warmup < 0 or args.peak_size < 0:
-        p.error("--warmup and --peak-size must be >= 0")
+    if args.warmup < 0 or args.peak_size < 0 or args.triad_mb < 0:
+        p.error("--warmup, --peak-size and --triad-mb must be >= 0")
     for mode in [m for m in args.torch.split(",") if m]:
-        if "compile" in parse_torch_mode(mode)[1] and args.warmup < 1:
+        if {"compile", MINIMAL} & set(parse_torch_mode(mode)[1]) and args.warmup < 1:
             p.error(f"--torch {mode}: torch.compile compiles in the first step; it needs --warmup >= 1")
     model_shape(args.model)
     if not args.data.exists() and not (args.build and args.data == LLAMA3_DATA):  # make llama3-debug-states writes that one
@@ -512,19 +742,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build:
         llama3_files = ["llama3-debug-states"] if args.family == "llama3" else []
-        build_programs(make_targets([b for b in args.ours.split(",") if b]) + llama3_files)
+        triad = ["build/triad"] if args.triad_mb > 0 else []
+        build_programs(make_targets([b for b in args.ours.split(",") if b]) + triad + llama3_files)
     runs = build_runs(args)
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")
     print(f"CPU: {cpu_description()}", flush=True)
     print(f"PyTorch modes: {args.torch or 'none'}", flush=True)
+    machine = measure_machine(args, thread_env(args)) if args.triad_mb > 0 else (None, None)
     peaks = measure_peaks(args, thread_env(args)) if args.peak_size > 0 else {}
     for rnd in range(args.rounds):
         for r in runs:
             print(f"round {rnd + 1}/{args.rounds}: {r.name} ...", flush=True)
             spawn_and_measure(r, args.warmup, args.timeout)
             print(f"  steps ms: {', '.join(f'{t:.0f}' for t in r.times_ms[-args.steps:])}; peak RSS {r.peak_rss_mb:.0f} MB", flush=True)
-    print_report(runs, peaks, args)
+    print_report(runs, peaks, machine, args)
     return 0
 
 

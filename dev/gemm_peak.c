@@ -2,7 +2,7 @@
 dev/gemm_peak.c: the GEMM rates of llmc/cpu/matmul.h on this machine, at a large square size and at the trainer's
 shapes.
 
-    build/gemm_peak [-n 2048] [-r 3] [-s BT,C,Vp,L]      (make build/gemm_peak, or build/gemm_peak_<blas>)
+    build/gemm_peak [-n 2048] [-r 3] [-s BT,C,Vp,L [-l OCxIC,...]]   (make build/gemm_peak, or build/gemm_peak_<blas>)
 
 Times C(n,n) = A(n,n) . B(n,n)^T (the trainer's forward layout, beta 0) -r times after one untimed
 call and prints the median rate of each GEMM the build has, one line each:
@@ -25,6 +25,10 @@ input gradients and their weight gradients, and the lm_head's three, each the me
 layers' counted L times; it prints the step's GEMM FLOPs over their summed time for each GEMM of the build:
 
     gemm-step <kernel> <precision> <GFLOP/s>
+
+-l OCxIC,... gives another family's layer (up to 8 linear layers, out x in features, in their order), e.g. Llama 3
+d6: -l 768x384,384x384,1024x384,1024x384,384x1024 (qkv with 3 of 6 kv heads, attention projection, the two
+SwiGLU inputs, its output); without it a layer is GPT-2's (3C x C, C x C, 4C x C, C x 4C).
 
 Threads: OMP_NUM_THREADS, as for the trainer. FLOPs = 2 M N K per call. dev/bench.py runs it
 before the trainers and reports their step rate as a fraction of the best of these (and torch's).
@@ -116,12 +120,23 @@ static double step_rate(const StepGemm* g, int ng, StepPath path, int reps) {
     return flops / seconds / 1e9;
 }
 
-// the GEMMs of one GPT-2 step (forward, input gradients, weight gradients); returns how many
-static int step_gemms(StepGemm* g, int BT, int C, int Vp, int L) {
-    const int outs[4] = {3 * C, C, 4 * C, C}, ins[4] = {C, C, C, 4 * C}; // qkv, attproj, fc, fcproj: (OC, IC)
+#define MAX_LAYER_GEMMS 8
+
+// a layer's linear layers, (out features, in features) each
+typedef struct { int n; int out[MAX_LAYER_GEMMS], in[MAX_LAYER_GEMMS]; } LayerShapes;
+
+// GPT-2's layer: qkv, attproj, fc, fcproj
+static LayerShapes gpt2_layer(int C) {
+    return (LayerShapes){4, {3 * C, C, 4 * C, C}, {C, C, C, 4 * C}};
+}
+
+// the GEMMs of one training step (forward, input gradients, weight gradients) of L layers and the lm_head (Vp x C);
+// returns how many
+static int step_gemms(StepGemm* g, int BT, int C, int Vp, int L, LayerShapes layer) {
     int n = 0;
-    for (int i = 0; i < 5; i++) {
-        int OC = i < 4 ? outs[i] : Vp, IC = i < 4 ? ins[i] : C, times = i < 4 ? L : 1;
+    for (int i = 0; i <= layer.n; i++) {
+        int last = i == layer.n;
+        int OC = last ? Vp : layer.out[i], IC = last ? C : layer.in[i], times = last ? 1 : L;
         g[n++] = (StepGemm){BT, OC, IC, 0, 1, 1, times};   // out (BT,OC) = inp (BT,IC) . W (OC,IC)^T
         g[n++] = (StepGemm){BT, IC, OC, 0, 0, 1, times};   // dinp (BT,IC) += dout (BT,OC) . W (OC,IC)
         g[n++] = (StepGemm){OC, IC, BT, 1, 0, 0, times};   // dW (OC,IC) += dout^T (OC,BT) . inp (BT,IC)
@@ -139,6 +154,29 @@ static void parse_shape(const char* value, int* BT, int* C, int* Vp, int* L) {
     }
 }
 
+// -l OCxIC,OCxIC,...: 1 to MAX_LAYER_GEMMS linear layers
+static LayerShapes parse_layer(const char* value) {
+    LayerShapes layer = {0, {0}, {0}};
+    const char* s = value ? value : "";
+    while (*s != '\0') {
+        int out = 0, in = 0, used = 0;
+        if (layer.n == MAX_LAYER_GEMMS || sscanf(s, "%dx%d%n", &out, &in, &used) != 2 || out < 1 || in < 1 ||
+            out > 1 << 20 || in > 1 << 20 || (s[used] != ',' && s[used] != '\0')) {
+            layer.n = 0;
+            break;
+        }
+        layer.out[layer.n] = out;
+        layer.in[layer.n++] = in;
+        s += used + (s[used] == ',');
+    }
+    if (layer.n == 0 || (value != NULL && value[strlen(value) - 1] == ',')) {
+        fprintf(stderr, "error: -l wants 1 to %d linear layers OUTxIN, comma-separated (e.g. 2304x768,768x768), got '%s'\n",
+                MAX_LAYER_GEMMS, value ? value : "");
+        exit(1);
+    }
+    return layer;
+}
+
 static int parse_positive(const char* flag, const char* value) {
     char* end = NULL;
     long v = value ? strtol(value, &end, 10) : 0;
@@ -151,12 +189,15 @@ static int parse_positive(const char* flag, const char* value) {
 
 int main(int argc, char** argv) {
     int n = 2048, reps = 3, BT = 0, C_ = 0, Vp = 0, L = 0;
+    LayerShapes layer = {0, {0}, {0}};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-n") == 0) { n = parse_positive("-n", i + 1 < argc ? argv[++i] : NULL); }
         else if (strcmp(argv[i], "-r") == 0) { reps = parse_positive("-r", i + 1 < argc ? argv[++i] : NULL); }
         else if (strcmp(argv[i], "-s") == 0) { parse_shape(i + 1 < argc ? argv[++i] : NULL, &BT, &C_, &Vp, &L); }
+        else if (strcmp(argv[i], "-l") == 0) { layer = parse_layer(i + 1 < argc ? argv[++i] : NULL); }
         else {
             printf("usage: %s [-n size (default 2048)] [-r timed repeats (default 3)] [-s BT,C,Vp,L (a GPT-2 step's GEMMs)]\n"
+                   "       [-l OCxIC,... (with -s: a layer's linear layers, out x in features; default GPT-2's)]\n"
                    "prints 'gemm <kernel> <precision> <GFLOP/s>' per GEMM of this build, and with -s\n"
                    "'gemm-step <kernel> <precision> <GFLOP/s>'; threads: OMP_NUM_THREADS\n",
                    argv[0]);
@@ -198,8 +239,8 @@ int main(int argc, char** argv) {
     printf("gemm blocked fp32 %.3f\n", gemm_rate(gemm_blocked_f32, n, reps, A, B, C));
     printf("gemm blocked bf16 %.3f\n", gemm_rate(gemm_blocked_bf16, n, reps, A, B, C));
     if (BT > 0) {
-        StepGemm g[15];
-        int ng = step_gemms(g, BT, C_, Vp, L);
+        StepGemm g[3 * (MAX_LAYER_GEMMS + 1)];
+        int ng = step_gemms(g, BT, C_, Vp, L, layer.n > 0 ? layer : gpt2_layer(C_));
         StepPath paths[] = {{matmul_backend_name(), MATMUL_FP32, 0}, {"onednn", MATMUL_BF16, 0},
                             {"blocked", MATMUL_FP32, 1}, {"blocked", MATMUL_BF16, 1}};
         for (int p = 0; p < 4; p++) {

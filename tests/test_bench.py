@@ -161,11 +161,12 @@ def test_cpu_description_names_the_model_and_the_gemm_isa():
     assert bench.cpu_description("", 1) == "unknown CPU, 1 logical CPU(s)"
 
 
-def test_auto_torch_modes_add_bf16_only_on_cpus_with_bf16_instructions():
+def test_auto_torch_modes_add_bf16_only_on_cpus_with_bf16_instructions_and_always_the_minimal_step():
     fast_fp32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
-    assert bench.auto_torch_modes("flags\t: avx2 fma\n") == fast_fp32
-    assert bench.auto_torch_modes("flags\t: avx2 avx512f avx512_bf16\n") == fast_fp32 + ["bf16", "bf16-flash-compile-fused"]
-    assert bench.auto_torch_modes("flags\t: avx512f amx_tile amx_bf16\n")[-1] == "bf16-flash-compile-fused"
+    assert bench.auto_torch_modes("flags\t: avx2 fma\n") == fast_fp32 + ["minimal-fp32"]
+    assert bench.auto_torch_modes("flags\t: avx2 avx512f avx512_bf16\n") == fast_fp32 + [
+        "bf16", "bf16-flash-compile-fused", "minimal-bf16"]
+    assert bench.auto_torch_modes("flags\t: avx512f amx_tile amx_bf16\n")[-2:] == ["bf16-flash-compile-fused", "minimal-bf16"]
     assert all(bench.torch_mode_flags(m) for m in bench.AUTO_TORCH_FP32 + bench.AUTO_TORCH_BF16)
 
 
@@ -217,7 +218,7 @@ def test_a_program_make_cannot_build_is_one_error_line(tinyshakespeare):
     proc = run([PYTHON, REPO / "dev" / "bench.py", "--ours", "train_gpt2_nosuch", "--torch", "", "--peak-size", 0],
                check=False)
     line = assert_one_error_line(proc)
-    assert line.startswith("error: --ours: make train_gpt2_nosuch build/gemm_peak_nosuch failed: "), line
+    assert line.startswith("error: --ours: make train_gpt2_nosuch build/gemm_peak_nosuch build/triad failed: "), line
 
 
 def test_llama3_flops_count_gqa_and_swiglu_by_hand():
@@ -230,8 +231,8 @@ def test_llama3_flops_count_gqa_and_swiglu_by_hand():
 
 
 def test_llama3_family_runs_train_llama3_and_its_reference_in_the_llama3_directory():
-    args = bench.parse_args(["--family", "llama3", "--model", "d6", "--torch", "fp32,fp32-flash"])
-    assert args.ours == "train_llama3" and args.precision == "fp32" and args.data == bench.LLAMA3_DATA
+    args = bench.parse_args(["--family", "llama3", "--model", "d6", "--precision", "fp32", "--torch", "fp32,fp32-flash"])
+    assert args.ours == "train_llama3" and args.data == bench.LLAMA3_DATA
     runs = bench.build_runs(args)
     assert [r.name for r in runs] == ["llmc train_llama3 fp32", "pytorch fp32", "pytorch fp32-flash"]
     assert all(r.cwd == bench.LLAMA3_DIR for r in runs)
@@ -251,10 +252,16 @@ def test_llama3_flops_need_no_path_set_up_by_the_caller():
     assert run([PYTHON, "-c", code], cwd=REPO, env={"PYTHONSAFEPATH": "1"}).stdout.strip() == "15704653824.0"
 
 
-def test_llama3_family_refuses_bf16(capsys):
-    with pytest.raises(SystemExit) as e:
-        bench.parse_args(["--family", "llama3", "--precision", "fp32,bf16"])
-    assert e.value.code == 2 and "train_llama3 trains in fp32 only" in capsys.readouterr().err
+@pytest.mark.parametrize("family", ["llama3", "nanochat"])
+def test_llama3_and_nanochat_get_the_same_precisions_as_gpt2(tinyshakespeare, family: str):
+    runs = {r.name: r for r in bench.build_runs(bench.parse_args(["--family", family, "--model", "d2", "--precision",
+                                                                   "fp32,bf16,bf16-force", "--torch", ""]))}
+    trainer = f"llmc train_{family}"
+    assert list(runs) == [f"{trainer} fp32", f"{trainer} bf16", f"{trainer} bf16-force"]
+    assert runs[f"{trainer} bf16"].cmd[-2:] == ["-p", "bf16"] and runs[f"{trainer} bf16"].precision == "bf16"
+    assert runs[f"{trainer} bf16-force"].env["LLMC_BF16"] == "force" and "-p" not in runs[f"{trainer} fp32"].cmd
+    assert all(r.env["LLMC_PHASE_TIME"] == "1" and r.env["LLMC_GEMM_TIME"] == "1" for r in runs.values())
+    assert bench.parse_args(["--family", family, "--torch", ""]).precision.startswith("fp32,bf16")
 
 
 def test_nanochat_flops_count_its_depth_rule_and_untied_head_by_hand():
@@ -267,7 +274,7 @@ def test_nanochat_flops_count_its_depth_rule_and_untied_head_by_hand():
 
 
 def test_nanochat_family_runs_train_nanochat_and_its_reference_on_the_gpt2_shards():
-    args = bench.parse_args(["--family", "nanochat", "--model", "d2", "--torch", "fp32"])
+    args = bench.parse_args(["--family", "nanochat", "--model", "d2", "--precision", "fp32", "--torch", "fp32"])
     assert args.ours == "train_nanochat" and args.data == bench.DEFAULT_DATA
     runs = bench.build_runs(args)
     assert [r.name for r in runs] == ["llmc train_nanochat fp32", "pytorch fp32"]
@@ -275,3 +282,144 @@ def test_nanochat_family_runs_train_nanochat_and_its_reference_on_the_gpt2_shard
     assert ours[0] == str(REPO / "train_nanochat") and ours[1:3] == ["-e", "d2"]
     assert reference[1] == str(REPO / "train_nanochat.py") and "--tokenizer" not in reference
     assert reference[reference.index("--model") + 1] == "d2"
+
+
+# ----------------------------------------------------------------------------- the roofline account
+
+
+PHASE_LINES = ("print('phase gemm: 800.0 ms, 4000000000 bytes, 200000000000 flop over 2 steps')\n"
+               "print('phase norm: 40.0 ms, 2000000000 bytes, 1000000000 flop over 2 steps')\n"
+               "print('phase optimizer: 60.0 ms, 6000000000 bytes, 3000000000 flop over 2 steps')\n")
+STEP_LINES = ("print('step 1/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 5000.0 ms | 512 tok/s')\n"
+              "for i in range(2, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')\n")
+
+
+def test_a_phase_limit_is_the_larger_of_its_memory_time_and_its_compute_time():
+    # 2 GB at 20 GB/s = 100 ms; 1 GFLOP at 100 GFLOP/s = 10 ms: memory-bound
+    assert bench.phase_limit_ms(2e9, 1e9, 20.0, 100.0) == pytest.approx(100.0)
+    # 1 MB at 20 GB/s = 0.05 ms; 50 GFLOP at 100 GFLOP/s = 500 ms: compute-bound
+    assert bench.phase_limit_ms(1e6, 50e9, 20.0, 100.0) == pytest.approx(500.0)
+    assert bench.phase_limit_ms(2e9, 50e9, None, 100.0) == pytest.approx(500.0)  # a rate not measured drops its term
+    assert bench.phase_limit_ms(2e9, 50e9, 20.0, None) == pytest.approx(100.0)
+    assert bench.phase_limit_ms(2e9, 50e9, None, None) is None
+
+
+def test_phase_lines_become_a_table_of_each_phase_against_its_limit(tinyshakespeare):
+    r = bench.Run("llmc train_gpt2 fp32", [PYTHON, "-c", STEP_LINES + PHASE_LINES], {}, "llmc", "fp32")
+    bench.spawn_and_measure(r, 1, 60)
+    bench.spawn_and_measure(r, 1, 60)  # two rounds: the totals add up, per step stays the same
+    assert set(r.phases) == {"gemm", "norm", "optimizer"} and r.phases["gemm"].steps == 4
+    assert r.phase_covered_steps == 4 and r.phase_covered_ms == pytest.approx(2000.0)
+    # 20 GB/s memory, 50 GFLOP/s SIMD, 200 GFLOP/s step-GEMM
+    rows = {x.name: x for x in bench.phase_rows(r, 500.0, 20.0, 50.0, 200.0)}
+    assert list(rows) == ["gemm", "norm", "optimizer", "other", "step"]
+    gemm, norm, opt = rows["gemm"], rows["norm"], rows["optimizer"]
+    assert gemm.ms == pytest.approx(400.0) and gemm.gbytes == pytest.approx(2.0) and gemm.gflop == pytest.approx(100.0)
+    assert gemm.limit_ms == pytest.approx(500.0) and gemm.multiple == pytest.approx(0.8)  # 100 GFLOP at 200 GFLOP/s
+    assert norm.limit_ms == pytest.approx(50.0) and norm.multiple == pytest.approx(0.4)   # 1 GB at 20 GB/s
+    assert opt.limit_ms == pytest.approx(150.0)                                           # 3 GB at 20 GB/s
+    assert rows["other"].ms == pytest.approx(500.0 - 400.0 - 20.0 - 30.0) and rows["other"].limit_ms is None
+    step = rows["step"]
+    assert step.ms == 500.0 and step.limit_ms == pytest.approx(700.0) and step.multiple == pytest.approx(500 / 700)
+    assert step.gbytes == pytest.approx(6.0) and step.gflop == pytest.approx(102.0)
+    table = bench.format_phase_table(list(rows.values()))
+    assert len({len(line) for line in table}) == 1, "columns are not aligned"
+    assert "0.80x" in next(x for x in table if x.startswith("| gemm"))
+
+
+def test_the_gemm_phases_are_held_against_the_step_gemm_rate_of_the_runs_precision():
+    r = fake_run("llmc train_gpt2 bf16", "llmc", "bf16", [500.0])
+    r.phases = {"attention": bench.PhaseTotal(100.0, 0.0, 40e9, 1), "norm": bench.PhaseTotal(10.0, 0.0, 40e9, 1)}
+    peaks = {"step onednn bf16": 400.0, "step blocked fp32": 100.0, "onednn bf16": 800.0}
+    gemm = bench.phase_gemm_peak(peaks, "bf16")
+    assert gemm == ("step onednn bf16", 400.0) and bench.phase_gemm_peak({"onednn fp32": 90.0}, "fp32") == ("onednn fp32", 90.0)
+    rows = {x.name: x for x in bench.phase_rows(r, 500.0, None, 20.0, gemm[1])}
+    assert rows["attention"].limit_ms == pytest.approx(100.0) and rows["norm"].limit_ms == pytest.approx(2000.0)
+    assert "other" not in rows  # no step lines behind it: no covered time to take the phases from
+
+
+def test_a_run_without_phase_lines_gets_no_phase_table(tinyshakespeare, capsys):
+    r = bench.Run("llmc train_gpt2 fp32", [PYTHON, "-c", STEP_LINES], {}, "llmc", "fp32")
+    bench.spawn_and_measure(r, 1, 60)
+    assert r.phases == {} and bench.parse_phases(["phase gemm: 1 ms"]) == {}
+    assert bench.phase_rows(r, 500.0, 20.0, 50.0, 200.0) == []
+    rows, _ = bench.table_rows([r], FLOPS, TOKENS, {})
+    bench.print_phase_tables([r], rows, {}, (20.0, 50.0))
+    assert "phases of" not in capsys.readouterr().out
+
+
+def test_triad_prints_the_memory_bandwidth_and_the_simd_rate():
+    text = "triad.c: 3 arrays of 256 MB\ntriad: 25.35 GB/s (2 threads)\nsimd: 260.78 GFLOP/s (2 threads)\n"
+    assert bench.parse_machine(text) == (25.35, 260.78)
+    assert bench.parse_machine("triad: 9.5 GB/s (1 threads)\n") == (9.5, None)
+    make("build/triad")
+    out = run([REPO / "build" / "triad", "-m", 8, "-r", 1], env={"OMP_NUM_THREADS": "2"}).stdout
+    bandwidth, simd = bench.parse_machine(out)
+    assert bandwidth and simd and bandwidth > 0 and simd > 0, out
+    assert "(2 threads)" in out, out
+    for bad in (["-m", "0"], ["-r", "x"], ["--nosuch"]):
+        assert_one_error_line(run([REPO / "build" / "triad", *bad], check=False), alone=True)
+
+
+def test_gemm_peak_times_another_familys_layer_given_as_its_linear_layers():
+    make("build/gemm_peak")
+    layer = "24x16,16x16,32x16,32x16,16x32"
+    out = run([REPO / "build" / "gemm_peak", "-n", 32, "-r", 1, "-s", "16,16,64,1", "-l", layer],
+              env={"OMP_NUM_THREADS": "1"}).stdout
+    assert {"step blocked fp32", "step blocked bf16"} <= set(bench.parse_peaks(out)), out
+    for bad in ("", "16x", "16x16,", "0x16", "16x16,16", "1x1,1x1,1x1,1x1,1x1,1x1,1x1,1x1,1x1"):
+        assert_one_error_line(run([REPO / "build" / "gemm_peak", "-s", "16,16,64,1", "-l", bad], check=False), alone=True)
+
+
+def test_step_gemm_shapes_follow_each_familys_block(tinyshakespeare, tmp_path, monkeypatch):
+    tokenizer = tmp_path / "llama3_tokenizer.bin"
+    tokenizer.write_bytes((20240801).to_bytes(4, "little") + (1).to_bytes(4, "little") + (514).to_bytes(4, "little"))
+    monkeypatch.setattr(bench, "LLAMA3_TOKENIZER", tokenizer)
+    llama = bench.parse_args(["--family", "llama3", "--model", "d6", "-B", "2", "-T", "16", "--torch", "", "--build", "0",
+                              "--data", str(TS_TRAIN)])
+    # d6: C=384, 6 query heads and 3 kv heads of 64, SwiGLU hidden 1024, V=514 (untied, unpadded)
+    assert bench.step_shape(llama) == "32,384,514,6"
+    assert bench.step_layers(llama) == "768x384,384x384,1024x384,1024x384,384x1024"
+    nanochat = bench.parse_args(["--family", "nanochat", "--model", "d24", "--torch", ""])
+    assert bench.step_shape(nanochat) == "256,1536,50304,24"  # C = 64 N, the vocabulary padded to 50304
+    assert bench.step_layers(nanochat) == "4608x1536,1536x1536,6144x1536,1536x6144"
+    gpt2 = bench.parse_args(["--model", "d24", "--torch", ""])
+    assert bench.step_layers(gpt2) == "3072x1024,1024x1024,4096x1024,1024x4096"
+
+
+def test_the_minimal_mode_runs_dev_torch_minimal_step_at_the_runs_shapes(tinyshakespeare, tmp_path, monkeypatch):
+    assert bench.resolve_minimal("minimal", "flags\t: avx2 fma\n") == "minimal-fp32"
+    assert bench.resolve_minimal("minimal", "flags\t: avx512f avx512_bf16\n") == "minimal-bf16"
+    assert bench.resolve_minimal("fp32-flash", "") == "fp32-flash"
+    assert bench.parse_torch_mode("minimal-bf16") == ("bf16", ["minimal"])
+    for bad in ("minimal-fp16", "minimal-bf16-compile"):
+        with pytest.raises(SystemExit, match="minimal"):
+            bench.parse_torch_mode(bad)
+    args = bench.parse_args(["--model", "d2", "-B", "2", "-T", "16", "--steps", "3", "--warmup", "2", "--threads", "1",
+                             "--ours", "", "--torch", "minimal,minimal-fp32"])
+    assert args.torch.split(",")[1] == "minimal-fp32" and args.torch.split(",")[0] in ("minimal-fp32", "minimal-bf16")
+    run_ = bench.build_runs(args)[1]
+    assert run_.name == "pytorch minimal-fp32" and run_.kind == "pytorch" and run_.precision == "fp32"
+    assert run_.cmd == [PYTHON, str(REPO / "dev" / "torch_minimal_step.py"), "--family", "gpt2", "--model", "d2",
+                        "-B", "2", "-T", "16", "--dtype", "fp32", "--warmup", "2", "--steps", "3", "--threads", "1"]
+    tokenizer = tmp_path / "llama3_tokenizer.bin"
+    tokenizer.write_bytes(bytes(8) + (514).to_bytes(4, "little"))
+    monkeypatch.setattr(bench, "LLAMA3_TOKENIZER", tokenizer)
+    llama = bench.build_runs(bench.parse_args(["--family", "llama3", "--ours", "", "--torch", "minimal-bf16",
+                                               "--build", "0", "--data", str(TS_TRAIN)]))[0]
+    assert llama.cmd[llama.cmd.index("--vocab") + 1] == "514" and llama.cmd[llama.cmd.index("--dtype") + 1] == "bf16"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--torch", "minimal-fp32", "--warmup", "0"])  # it compiles in the first step
+
+
+def test_the_minimal_step_prints_the_step_lines_bench_reads():
+    help_text = run([PYTHON, REPO / "dev" / "torch_minimal_step.py", "--help"]).stdout
+    for flag in ("--family", "--model", "-B", "-T", "--dtype", "--warmup", "--steps", "--threads", "--vocab"):
+        assert flag in help_text, flag
+    r = bench.Run("pytorch minimal-fp32", [PYTHON, REPO / "dev" / "torch_minimal_step.py", "--model", "d1", "-B", "1",
+                                           "-T", "8", "--warmup", "1", "--steps", "2", "--threads", "1", "--compile", "0"],
+                  {}, "pytorch", "fp32")
+    r.cmd = [str(c) for c in r.cmd]
+    bench.spawn_and_measure(r, 1, 600)
+    assert len(r.times_ms) == 2 and len(r.losses) == 3 and r.peak_rss_mb > 0
+    assert all(10.0 < loss < 11.5 for loss in r.losses), r.losses  # ln(50304) = 10.83 at the start
