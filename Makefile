@@ -600,6 +600,10 @@ train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLI
 BLAS_STAMP := build/blas-flags
 BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS) $(CPU_SPEED_CFLAGS))
 train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
+# dev/test/test_attention_cpu --time also times the tiled attention's fp32 GEMMs: built with the trainers' BLAS
+dev/test/test_attention_cpu: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
+dev/test/test_attention_cpu: LDLIBS += $(BLAS_LDLIBS)
+dev/test/test_attention_cpu: $(BLAS_STAMP)
 ifneq ($(BLAS_STAMP_TEXT),$(strip $(file < $(BLAS_STAMP))))
 $(BLAS_STAMP): blas-force
 endif

@@ -2,7 +2,8 @@
 train_gpt2.c: GPT-2 training on the CPU, in plain C with OpenMP.
 
 Read it top to bottom (the layers, each a forward and a backward function with its shapes in a
-comment, are in llmc/cpu/layers_cpu.h, shared with every CPU model):
+comment, are in llmc/cpu/layers_cpu.h, and the classifier, run a chunk of rows at a time, in
+llmc/cpu/classifier_cpu.h, both shared with every CPU model):
   1. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
   2. forward and backward (the gradient norm and the update, AdamW or Muon on the blocks' matrices, work
      on the flat buffers of every CPU model: llmc/cpu/cpu_model.h)
@@ -44,6 +45,7 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/vecmath.h"
 #include "llmc/cpu/layers_cpu.h"
+#include "llmc/cpu/classifier_cpu.h"
 #include "llmc/trainer.h"
 #include "llmc/cpu/cpu_trainer.h"
 
@@ -56,10 +58,14 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 
 // The activations of a forward pass, in buffer order (llmc/gpt2.h has the table: encoded,
 // then per layer ln1, ln1_mean, ln1_rstd, qkv, atty, attproj, residual2, ln2, ..., fch, fch_gelu,
-// fcproj, residual3, then lnf, logits, probs, losses; each (B, T, ...) or (L, B, T, ...)).
-// The attention weights are not kept: attention_backward recomputes them.
-#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_NO_ATT)
-#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_NO_ATT)
+// fcproj, residual3, then lnf, losses; each (B, T, ...) or (L, B, T, ...)).
+// The attention weights are not kept: attention_backward recomputes them. Nor are the (B, T, Vp) logits:
+// the classifier runs a chunk of rows at a time (llmc/cpu/classifier_cpu.h). The backward keeps the gradients of
+// one layer (every layer reuses the same slice) and one of the residual stream, encoded's, updated in place from
+// the last layer's output back to the embeddings: a residual add copies its output's gradient to both inputs, so
+// the stream's gradient is also each branch's (attproj's, fcproj's).
+#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_NO_ATT, GPT2_CHUNKED_LOGITS, 0)
+#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_NO_ATT, 0)
 
 typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } ActivationTensors;
 
@@ -67,7 +73,8 @@ typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } ActivationTensors;
 // the previous layer's residual3), the others are layer l's slices, each (B,T,...)
 typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } LayerActs;
 
-// layer l's view of the activations (or of their gradients) of the current B x T tokens
+// layer l's view of the activations (or, with l = 0, of their gradients: residual is then the residual stream's)
+// of the current B x T tokens
 LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int l) {
     size_t C = cfg->channels, BT = (size_t)B * T;
     LayerActs v;
@@ -94,6 +101,7 @@ void gpt2_allocate_parameters(GPT2* model) {
     cpu_model_init(&model->cpu, &GPT2_FAMILY, &model->config, model->config.vocab_size, model->config.max_seq_len);
     gpt2_point_parameters(&model->params, model->cpu.params_memory, &model->config);
     gpt2_point_parameters(&model->grads, model->cpu.grads_memory, &model->config);
+    model->cpu.lazy_zero_grad = 1; // gpt2_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
 }
 
 void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
@@ -113,30 +121,39 @@ void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int se
 
 // Points the activations for B x T tokens into memory and returns how many floats they take
 // (memory NULL: only counts). With grads = 1 they are the activations' gradients: only the
-// has_grad tensors get memory, the others are NULL.
+// has_grad tensors get memory (one layer's of the per-layer ones), the others are NULL.
 size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
     GPT2* model = (GPT2*)m;
     ActivationTensors* a = grads ? &model->grads_acts : &model->acts;
-    size_t C = model->config.channels, L = model->config.num_layers, Vp = model->config.padded_vocab_size;
+    size_t C = model->config.channels, L = grads ? 1 : (size_t)model->config.num_layers;
     size_t BT = (size_t)B * T, n = 0;
     CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
 }
 
-// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,Vp)
+// activations and their gradients for batches of up to B x T tokens; the logits, when a forward pass keeps them,
+// are (B,T,Vp)
 void gpt2_allocate_activations(void* m, int B, int T) {
     GPT2* model = (GPT2*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, gpt2_point_activations, model);
-    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.padded_vocab_size, model->acts.losses);
+    cpu_model_set_output(&model->cpu, model->config.padded_vocab_size, model->acts.losses);
+}
+
+// the classifier (llmc/cpu/classifier_cpu.h): lnf through the lm_head, tied to wte, into the losses; its gradients
+// into lnf's and wte's
+static CpuClassifier gpt2_classifier(GPT2* model) {
+    CpuClassifier k = {model->acts.lnf, model->params.wte, model->grads_acts.lnf, model->grads.wte, model->acts.losses,
+                       0.0f, model->config.channels, model->config.padded_vocab_size};
+    return k;
 }
 
 // Forward pass on inputs (B,T). With targets (B,T) also the per-token losses and their mean
-// (model->cpu.mean_loss); targets may be NULL (inference: logits only). B x T may be smaller
-// than what the activations were allocated for (sampling uses B=1 and a growing T).
+// (model->cpu.mean_loss), and the classifier's gradients when a backward pass follows (cpu_model_expect_backward);
+// targets may be NULL (inference: the logits, model->cpu.logits). B x T may be smaller than what the activations
+// were allocated for (sampling uses B=1 and a growing T).
 void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) {
     GPT2* model = (GPT2*)m;
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
     const GPT2Config* cfg = &model->config;
     GPT2Params p = model->params;
@@ -167,49 +184,65 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
             residual_layernorm_forward(a.residual3, acts.lnf, acts.lnf_mean, acts.lnf_rstd, a.residual2, a.fcproj, p.lnfw, p.lnfb, B, T, C);
         }
     }
-    matmul_forward(acts.logits, acts.lnf, p.wte, NULL, B, T, C, Vp); // (B,T,Vp), lm_head tied to wte
-    if (targets != NULL) { crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, Vp); } // (B,T)
+    // the logits (B,T,Vp) = lnf . wte^T a chunk of rows at a time, the losses (B,T), and their gradients when a
+    // backward pass follows
+    CpuClassifier k = gpt2_classifier(model);
+    cpu_classifier_forward(&model->cpu, &k, targets);
     cpu_model_end_forward(&model->cpu, targets != NULL); // mean_loss
 }
 
-// Backward pass of the last forward (which must have had targets). Gradients are ADDED to
-// model->grads (cpu_model_zero_grad first); loss_scale multiplies the mean loss, e.g.
-// 1/grad_accum_steps when gradients of several micro-batches are accumulated.
+// Backward pass of the last forward (which must have had targets). Gradients are ADDED to model->grads, or written
+// over them when they are stale (cpu_model_zero_grad); loss_scale multiplies the mean loss, e.g.
+// 1/grad_accum_steps when gradients of several micro-batches are accumulated. dres, the residual stream's
+// gradient, is each residual add's output gradient and so also its branch's (fcproj's, attproj's); the
+// layernorms add their input gradients to it. Each activation gradient is written before it is read.
 void gpt2_backward(void* m, float loss_scale) {
     GPT2* model = (GPT2*)m;
     const GPT2Config* cfg = &model->config;
     GPT2Params p = model->params, g = model->grads;
     ActivationTensors acts = model->acts, gacts = model->grads_acts;
-    // the activation gradients zeroed, each position's dloss = loss_scale / (B*T) (the loss is their mean)
-    cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
+    cpu_model_begin_backward(&model->cpu);
     int B = model->cpu.cur_B, T = model->cpu.cur_T;
-    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels;
+    int L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels;
     size_t BTC = (size_t)B * T * C;
-
-    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, Vp);
-    matmul_backward(gacts.lnf, g.wte, NULL, gacts.logits, acts.lnf, p.wte, B, T, C, Vp);
-    // lnf is the layernorm of the last layer's output
+    // stale gradients: the GEMMs below overwrite theirs (the matrices, each layer's slice once, and the biases
+    // with them; wte by the classifier's, the encoder then adding to it); the layernorms' and wpe's only add, so
+    // they start from zero
+    int fresh = model->cpu.grads_stale;
+    if (fresh) {
+        const size_t* n = model->cpu.param_sizes;
+        float* zeroed[] = {g.wpe, g.ln1w, g.ln1b, g.ln2w, g.ln2b, g.lnfw, g.lnfb};
+        const size_t sizes[] = {n[GPT2_PARAM_wpe], n[GPT2_PARAM_ln1w], n[GPT2_PARAM_ln1b], n[GPT2_PARAM_ln2w],
+                                n[GPT2_PARAM_ln2b], n[GPT2_PARAM_lnfw], n[GPT2_PARAM_lnfb]};
+        for (int k = 0; k < 7; k++) { cpu_zero_floats(zeroed[k], sizes[k]); }
+    }
+    float beta = fresh ? 0.0f : 1.0f; // the weight gradients' (the input gradients' is always 0: written)
+    // the classifier: dlnf and dwte's lm_head part (in the forward pass already when it knew this backward follows)
+    CpuClassifier k = gpt2_classifier(model);
+    cpu_classifier_backward(&model->cpu, &k, loss_scale);
+    model->cpu.grads_stale = 0;
+    // lnf is the layernorm of the last layer's output: its input gradient starts the residual stream's
     LayerActs last = gpt2_layer_acts(&model->acts, cfg, B, T, L - 1);
-    LayerActs dlast = gpt2_layer_acts(&model->grads_acts, cfg, B, T, L - 1);
-    layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C);
+    float* dres = gacts.encoded; // (B,T,C)
+    layernorm_backward_into(dres, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C, 0);
 
+    LayerActs da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
         GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
-        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l), da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, l);
-        // MLP block, in reverse (da.residual3 holds the gradient of the layer's output)
-        residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
-        matmul_backward(da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw, B, T, 4 * C, C);
-        gelu_backward(da.fch, a.fch, da.fch_gelu, BTC * 4);
-        matmul_backward(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C);
-        layernorm_backward(da.residual2, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
-        // attention block, in reverse; the layer's input gradient is the previous layer's output's
-        residual_backward(da.residual, da.attproj, da.residual2, BTC);
-        matmul_backward(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, C, C);
+        LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
+        // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        matmul_backward_into(da.fch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
+        gelu_backward_into(da.fch, a.fch, da.fch_gelu, BTC * 4, 0);
+        matmul_backward_into(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
+        layernorm_backward(dres, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
+        // attention block, in reverse: dres is residual2's gradient, and attproj's
+        matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
+        cpu_zero_floats(da.qkv, BTC * 3); // attention_backward adds to it
         attention_backward(da.qkv, da.atty, a.qkv, NULL, B, T, C, NH);
-        matmul_backward(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C);
-        layernorm_backward(da.residual, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
+        matmul_backward_into(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f, beta);
+        layernorm_backward(dres, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C); // the input's gradient
     }
-    encoder_backward(g.wte, g.wpe, gacts.encoded, model->cpu.inputs, B, T, C);
+    encoder_backward(g.wte, g.wpe, dres, model->cpu.inputs, B, T, C);
 }
 
 void gpt2_free(void* m) { cpu_model_free(&((GPT2*)m)->cpu); }

@@ -41,6 +41,7 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/layers_cpu.h"
 #include "llmc/cpu/layers_llama_cpu.h"
+#include "llmc/cpu/classifier_cpu.h"
 #include "llmc/llama3.h"
 #include "llmc/cpu/llama3_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
@@ -56,30 +57,28 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
 // every layer reuses the same slice, which stays in cache). The residual adds copy their output's
 // gradient to both inputs, so the residual stream has one gradient, updated in place from the last
 // layer's output back to the embeddings: encoded's. The attention weights are not kept
-// (attention_backward recomputes them).
+// (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse).
 #define LLAMA3_ACTIVATION_TENSORS(X) \
     X(float, encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
     LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
     X(float, lnf,      0, C,   1) /* final RMSNorm */ \
     X(float, lnf_rstd, 0, 1,   0) \
-    X(float, logits,   0, V,   1) \
-    X(float, probs,    0, V,   0) \
-    X(float, losses,   0, 1,   1)
+    X(float, losses,   0, 1,   0) /* (the logits: llmc/cpu/classifier_cpu.h, a chunk of rows at a time) */
 
 #define LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
     X(float, ln1,        1, C,     1) /* RMSNorm of the layer's input */ \
     X(float, ln1_rstd,   1, 1,     0) \
     X(float, qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
-    X(float, qkvr,       1, 3 * C, 1) /* the same with k and v repeated for every query head */ \
+    X(float, att_lse,    1, NH,    0) /* each query head's log-sum-exp of its scores (blocked attention) */ \
     X(float, atty,       1, C,     1) /* attention output, before its projection */ \
-    X(float, attproj,    1, C,     0) \
+    X(float, attproj,    0, C,     0) /* (one slice: only the residual add right after reads it) */ \
     X(float, residual2,  1, C,     0) /* input + attproj */ \
     X(float, ln2,        1, C,     1) \
     X(float, ln2_rstd,   1, 1,     0) \
     X(float, fch,        1, FFN,   1) /* gate projection */ \
     X(float, fch2,       1, FFN,   1) /* up projection */ \
     X(float, fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
-    X(float, fcproj,     1, C,     0) \
+    X(float, fcproj,     0, C,     0) /* (one slice, as attproj) */ \
     X(float, residual3,  1, C,     0) /* residual2 + fcproj, the layer's output */
 
 typedef struct { LLAMA3_ACTIVATION_TENSORS(CPU_ACT_FIELD) } Llama3Acts;
@@ -101,7 +100,7 @@ typedef struct {
 
 // layer l's view of the activations (or of their gradients) of the current B x T tokens
 static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config* cfg, int B, int T, int l) {
-    const size_t C = (size_t)cfg->channels, QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const size_t C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads, QKV = (NH + 2 * (size_t)cfg->num_kv_heads) * (C / NH);
     const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T;
     Llama3LayerActs v;
@@ -157,36 +156,39 @@ static size_t llama3_point_activations(void* m, float* memory, int B, int T, int
     Llama3* model = (Llama3*)m;
     Llama3Acts* a = grads ? &model->grads_acts : &model->acts;
     const Llama3Config* cfg = &model->config;
-    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = grads ? 1 : (size_t)cfg->num_layers;
-    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const size_t C = (size_t)cfg->channels, L = grads ? 1 : (size_t)cfg->num_layers;
+    const size_t NH = (size_t)cfg->num_heads, QKV = (NH + 2 * (size_t)cfg->num_kv_heads) * (C / NH);
     const size_t FFN = (size_t)cfg->ffn_hidden;
     size_t BT = (size_t)B * T, n = 0;
     LLAMA3_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
 }
 
-// zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
-static void llama3_zero_layer_grads(Llama3LayerActs* da, const Llama3Config* cfg, int B, int T) {
-    const size_t C = (size_t)cfg->channels, QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
-    const size_t FFN = (size_t)cfg->ffn_hidden;
-    size_t BT = (size_t)B * T;
-    LLAMA3_LAYER_ACTIVATION_TENSORS(CPU_ACT_ZERO_GRAD)
-}
-
-// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
+// activations and their gradients for batches of up to B x T tokens; the logits, when a forward pass keeps them,
+// are (B,T,V)
 static void llama3_allocate_activations(void* m, int B, int T) {
     Llama3* model = (Llama3*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, llama3_point_activations, model);
-    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
+    cpu_model_set_output(&model->cpu, model->config.vocab_size, model->acts.losses);
 }
 
-// Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
+// the classifier (llmc/cpu/classifier_cpu.h): lnf through the lm_head (wte when tied) into the losses; its
+// gradients into lnf's and the lm_head's
+static CpuClassifier llama3_classifier(Llama3* model) {
+    const Llama3Config* cfg = &model->config;
+    CpuClassifier k = {model->acts.lnf, llama3_lm_head(&model->params, cfg), model->grads_acts.lnf,
+                       llama3_lm_head(&model->grads, cfg), model->acts.losses, 0.0f, cfg->channels, cfg->vocab_size};
+    return k;
+}
+
+// Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean (and the classifier's
+// gradients when a backward pass follows, cpu_model_expect_backward); without, the logits (model->cpu.logits).
 // B x T may be smaller than what the activations were allocated for.
 static void llama3_forward(void* m, const int* inputs, const int* targets, int B, int T) {
     Llama3* model = (Llama3*)m;
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     const Llama3Config* cfg = &model->config;
-    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
     float eps = cfg->norm_eps;
 
@@ -201,8 +203,7 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, int B
         rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, B, T, C);            // (B,T,C)
         matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                         // (B,T,QKV)
         rope_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);   // q and k heads
-        repeat_kv_forward(a.qkvr, a.qkv, B, T, NH, NKV, HS);                              // (B,T,3C)
-        attention_forward(a.atty, NULL, a.qkvr, B, T, C, NH);                             // (B,T,C)
+        attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);               // (B,T,C)
         matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                  // (B,T,C)
         residual_forward(a.residual2, a.residual, a.attproj, BTC);                        // (B,T,C)
         // MLP block
@@ -215,57 +216,59 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, int B
     }
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     rmsnorm_forward(acts.lnf, acts.lnf_rstd, last.residual3, p.lnfw, eps, B, T, C);           // (B,T,C)
-    matmul_forward(acts.logits, acts.lnf, llama3_lm_head(&p, cfg), NULL, B, T, C, V);       // (B,T,V)
-    if (targets != NULL) { crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V); } // (B,T)
+    CpuClassifier k = llama3_classifier(model);
+    cpu_classifier_forward(&model->cpu, &k, targets); // the logits (B,T,V) a chunk of rows at a time, the losses (B,T)
     cpu_model_end_forward(&model->cpu, targets != NULL);
 }
 
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED
-// to model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's gradient, is each residual add's output gradient and
-// so also its branch's (attproj's, fcproj's); the RMSNorms add their input gradients to it.
+// to model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's
+// gradient, is each residual add's output gradient and so also its branch's (attproj's, fcproj's); the RMSNorms add
+// their input gradients to it. Each activation gradient is written before it is read.
 static void llama3_backward(void* m, float loss_scale) {
     Llama3* model = (Llama3*)m;
     Llama3Params p = model->params, g = model->grads;
     Llama3Acts acts = model->acts, gacts = model->grads_acts;
-    cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
+    cpu_model_begin_backward(&model->cpu);
     const Llama3Config* cfg = &model->config;
     int B = model->cpu.cur_B, T = model->cpu.cur_T;
-    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
-    // stale gradients: the weight GEMMs below overwrite theirs (every matrix, each layer's slice, once),
-    // the RMSNorm weights and the untied wte only add, so they start from zero
+    // stale gradients: the weight GEMMs overwrite theirs (every matrix, each layer's slice, once; the lm_head's the
+    // classifier's), the RMSNorm weights and the untied wte only add, so they start from zero
     int fresh = model->cpu.grads_stale;
     if (fresh) {
         const size_t* n = model->cpu.param_sizes;
-        memset(g.ln1w, 0, n[LLAMA3_PARAM_ln1w] * sizeof(float));
-        memset(g.ln2w, 0, n[LLAMA3_PARAM_ln2w] * sizeof(float));
-        memset(g.lnfw, 0, n[LLAMA3_PARAM_lnfw] * sizeof(float));
-        if (!cfg->tied_embeddings) { memset(g.wte, 0, n[LLAMA3_PARAM_wte] * sizeof(float)); }
-        model->cpu.grads_stale = 0;
+        cpu_zero_floats(g.ln1w, n[LLAMA3_PARAM_ln1w]);
+        cpu_zero_floats(g.ln2w, n[LLAMA3_PARAM_ln2w]);
+        cpu_zero_floats(g.lnfw, n[LLAMA3_PARAM_lnfw]);
+        if (!cfg->tied_embeddings) { cpu_zero_floats(g.wte, n[LLAMA3_PARAM_wte]); }
     }
-    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
-    matmul_backward_nobias(gacts.lnf, llama3_lm_head(&g, cfg), gacts.logits, acts.lnf, llama3_lm_head(&p, cfg), B, T, C, V, fresh);
+    float beta = fresh ? 0.0f : 1.0f; // the weight gradients'
+    // the classifier: dlnf and the lm_head's gradient (in the forward pass already when it knew this backward follows)
+    CpuClassifier k = llama3_classifier(model);
+    cpu_classifier_backward(&model->cpu, &k, loss_scale);
+    model->cpu.grads_stale = 0;
     Llama3LayerActs last = llama3_layer_acts(&model->acts, cfg, B, T, L - 1);
     float* dres = gacts.encoded; // (B,T,C): the last layer's output gradient first
-    rmsnorm_backward(dres, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C);
+    rmsnorm_backward_into(dres, g.lnfw, gacts.lnf, last.residual3, p.lnfw, acts.lnf_rstd, B, T, C, 0);
 
     Llama3LayerActs da = llama3_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
         Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l), dw = llama3_layer_params(&model->grads, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
-        if (l < L - 1) { llama3_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        matmul_backward_nobias(da.fch_swiglu, dw.fcprojw, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, fresh);
-        swiglu_backward(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN);
-        matmul_backward_nobias(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
-        matmul_backward_nobias(da.ln2, dw.fcw2, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, fresh);
+        matmul_backward_into(da.fch_swiglu, dw.fcprojw, NULL, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, 0.0f, beta);
+        swiglu_backward_into(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN, 0);
+        matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
+        matmul_backward_into(da.ln2, dw.fcw2, NULL, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, 1.0f, beta);
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        matmul_backward_nobias(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
-        attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
-        repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
+        matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
+        cpu_zero_floats(da.qkv, (size_t)B * T * QKV); // attention_gqa_backward adds to it
+        attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
         rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        matmul_backward_nobias(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
+        matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
         rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
     embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);

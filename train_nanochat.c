@@ -43,6 +43,7 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/layers_cpu.h"
 #include "llmc/cpu/layers_llama_cpu.h"
 #include "llmc/cpu/layers_nanochat_cpu.h"
+#include "llmc/cpu/classifier_cpu.h"
 #include "llmc/nanochat.h"
 #include "llmc/cpu/nanochat_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
@@ -57,7 +58,7 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 // of one layer only for per_layer tensors (every layer reuses the same slice). The residual stream has one
 // gradient, updated in place from the last layer's output back to the first layer's input: x0's. The
 // weightless norms keep their output and rstd (their backward needs no input); the attention weights are not
-// kept (attention_backward recomputes them).
+// kept (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse).
 #define NANOCHAT_ACTIVATION_TENSORS(X) \
     X(float, encoded,      0, C,   1) /* token embeddings */ \
     X(float, x0,           0, C,   1) /* their RMSNorm, the first layer's input */ \
@@ -65,24 +66,22 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
     NANOCHAT_LAYER_ACTIVATION_TENSORS(X) \
     X(float, lnf,          0, C,   1) /* final RMSNorm */ \
     X(float, lnf_rstd,     0, 1,   0) \
-    X(float, logits,       0, V,   1) /* capped when the softcap is on */ \
-    X(float, probs,        0, V,   0) \
-    X(float, losses,       0, 1,   1)
+    X(float, losses,       0, 1,   0) /* (the logits: llmc/cpu/classifier_cpu.h, a chunk of rows at a time) */
 
 #define NANOCHAT_LAYER_ACTIVATION_TENSORS(X) \
     X(float, ln1,          1, C,        1) /* RMSNorm of the layer's input */ \
     X(float, ln1_rstd,     1, 1,        0) \
     X(float, qkv,          1, QKV,      1) /* q, k, v heads: q and k rotated (RoPE), then normalised (QK-norm) */ \
     X(float, qk_rstd,      1, NH + NKV, 0) /* QK-norm's, per q and k head */ \
-    X(float, qkvr,         1, 3 * C,    1) /* qkv with k and v repeated for every query head */ \
+    X(float, att_lse,      1, NH,       0) /* each query head's log-sum-exp of its scores (blocked attention) */ \
     X(float, atty,         1, C,        1) /* attention output, before its projection */ \
-    X(float, attproj,      1, C,        0) \
+    X(float, attproj,      0, C,        0) /* (one slice: only the residual add right after reads it) */ \
     X(float, residual2,    1, C,        0) /* input + attproj */ \
     X(float, ln2,          1, C,        1) \
     X(float, ln2_rstd,     1, 1,        0) \
     X(float, fch,          1, FFN,      1) /* fc */ \
     X(float, fch_relu2,    1, FFN,      1) /* relu(fc)^2 */ \
-    X(float, fcproj,       1, C,        0) \
+    X(float, fcproj,       0, C,        0) /* (one slice, as attproj) */ \
     X(float, residual3,    1, C,        0) /* residual2 + fcproj, the layer's output */
 
 typedef struct { NANOCHAT_ACTIVATION_TENSORS(CPU_ACT_FIELD) } NanoChatActs;
@@ -143,24 +142,27 @@ static size_t nanochat_point_activations(void* m, float* memory, int B, int T, i
     NanoChatActs* a = grads ? &model->grads_acts : &model->acts;
     const NanoChatConfig* cfg = &model->config;
     NANOCHAT_ACT_DIMS(cfg);
-    const size_t V = (size_t)cfg->vocab_size, L = grads ? 1 : (size_t)cfg->num_layers;
+    const size_t L = grads ? 1 : (size_t)cfg->num_layers;
     size_t BT = (size_t)B * T, n = 0;
     NANOCHAT_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
 }
 
-// zeroes the layer's activation gradients (the backward's per-layer slice) for B x T tokens
-static void nanochat_zero_layer_grads(NanoChatLayerActs* da, const NanoChatConfig* cfg, int B, int T) {
-    NANOCHAT_ACT_DIMS(cfg);
-    size_t BT = (size_t)B * T;
-    NANOCHAT_LAYER_ACTIVATION_TENSORS(CPU_ACT_ZERO_GRAD)
-}
-
-// activations and their gradients for batches of up to B x T tokens; the logits are (B,T,V)
+// activations and their gradients for batches of up to B x T tokens; the logits, when a forward pass keeps them,
+// are (B,T,V), capped when the softcap is on
 static void nanochat_allocate_activations(void* m, int B, int T) {
     NanoChat* model = (NanoChat*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, nanochat_point_activations, model);
-    cpu_model_set_output(&model->cpu, model->acts.logits, model->config.vocab_size, model->acts.losses);
+    cpu_model_set_output(&model->cpu, model->config.vocab_size, model->acts.losses);
+}
+
+// the classifier (llmc/cpu/classifier_cpu.h): lnf through the lm_head and the softcap into the losses; its gradients
+// into lnf's and the lm_head's
+static CpuClassifier nanochat_classifier(NanoChat* model) {
+    const NanoChatConfig* cfg = &model->config;
+    CpuClassifier k = {model->acts.lnf, model->params.lm_head, model->grads_acts.lnf, model->grads.lm_head,
+                       model->acts.losses, cfg->softcap, cfg->channels, cfg->vocab_size};
+    return k;
 }
 
 // Forward pass on inputs (B,T); with targets (B,T) also the per-token losses and their mean.
@@ -169,7 +171,7 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
     NanoChat* model = (NanoChat*)m;
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     const NanoChatConfig* cfg = &model->config;
-    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden, BT = B * T;
     float eps = cfg->norm_eps;
 
@@ -186,8 +188,7 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
         matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                                 // (B,T,QKV)
         nanochat_rope_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);  // q and k heads
         qk_norm_forward(a.qkv, a.qk_rstd, eps, B, T, NH, NKV, HS);                                // q and k heads
-        repeat_kv_forward(a.qkvr, a.qkv, B, T, NH, NKV, HS);                                      // (B,T,3C)
-        attention_forward(a.atty, NULL, a.qkvr, B, T, C, NH);                                     // (B,T,C)
+        attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                       // (B,T,C)
         matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                          // (B,T,C)
         residual_forward(a.residual2, a.residual, a.attproj, BTC);                                // (B,T,C)
         // MLP block
@@ -199,58 +200,57 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
     }
     NanoChatLayerActs last = nanochat_layer_acts(&model->acts, cfg, B, T, L - 1);
     rmsnorm_plain_forward(acts.lnf, acts.lnf_rstd, last.residual3, eps, BT, C, 1, C);           // (B,T,C)
-    matmul_forward(acts.logits, acts.lnf, p.lm_head, NULL, B, T, C, V);                         // (B,T,V)
-    if (cfg->softcap > 0.0f) { softcap_forward(acts.logits, cfg->softcap, (size_t)BT * V); }    // (B,T,V)
-    if (targets != NULL) { crossentropy_softmax_forward(acts.losses, acts.probs, acts.logits, targets, B, T, V, V); } // (B,T)
+    // the (capped) logits (B,T,V) a chunk of rows at a time, the losses (B,T), and their gradients when a backward
+    // pass follows (cpu_model_expect_backward)
+    CpuClassifier k = nanochat_classifier(model);
+    cpu_classifier_forward(&model->cpu, &k, targets);
     cpu_model_end_forward(&model->cpu, targets != NULL);
 }
 
 // Backward pass of the last forward (with targets); gradients of loss_scale * mean loss are ADDED to
 // model->grads, or written over them when they are stale (cpu_model_zero_grad). dres, the residual stream's
 // gradient, is each residual add's output gradient and so also its branch's (attproj's, fcproj's); the
-// RMSNorms add their input gradients to it.
+// RMSNorms add their input gradients to it. Each activation gradient is written before it is read.
 static void nanochat_backward(void* m, float loss_scale) {
     NanoChat* model = (NanoChat*)m;
-    NanoChatParams p = model->params, g = model->grads;
+    NanoChatParams g = model->grads;
     NanoChatActs acts = model->acts, gacts = model->grads_acts;
-    cpu_model_begin_backward(&model->cpu, gacts.losses, loss_scale);
+    cpu_model_begin_backward(&model->cpu);
     const NanoChatConfig* cfg = &model->config;
     int B = model->cpu.cur_B, T = model->cpu.cur_T, BT = B * T;
-    int V = cfg->vocab_size, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
+    int L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads, C = cfg->channels;
     int HS = C / NH, QKV = (NH + 2 * NKV) * HS, FFN = cfg->ffn_hidden;
-    // stale gradients: the weight GEMMs below overwrite theirs (every matrix, each layer's slice, once), the
-    // embedding's only adds, so it starts from zero
+    // stale gradients: the weight GEMMs overwrite theirs (every matrix, each layer's slice, once; the lm_head's the
+    // classifier's), the embedding's only adds, so it starts from zero
     int fresh = model->cpu.grads_stale;
-    if (fresh) {
-        memset(g.wte, 0, model->cpu.param_sizes[NANOCHAT_PARAM_wte] * sizeof(float));
-        model->cpu.grads_stale = 0;
-    }
-    crossentropy_softmax_backward(gacts.logits, gacts.losses, acts.probs, model->cpu.targets, B, T, V, V);
-    if (cfg->softcap > 0.0f) { softcap_backward(gacts.logits, acts.logits, cfg->softcap, (size_t)BT * V); }
-    matmul_backward_nobias(gacts.lnf, g.lm_head, gacts.logits, acts.lnf, p.lm_head, B, T, C, V, fresh);
+    if (fresh) { cpu_zero_floats(g.wte, model->cpu.param_sizes[NANOCHAT_PARAM_wte]); }
+    float beta = fresh ? 0.0f : 1.0f; // the weight gradients'
+    // the classifier: dlnf and the lm_head's gradient (in the forward pass already when it knew this backward follows)
+    CpuClassifier k = nanochat_classifier(model);
+    cpu_classifier_backward(&model->cpu, &k, loss_scale);
+    model->cpu.grads_stale = 0;
     float* dres = gacts.x0; // (B,T,C): the last layer's output gradient first
-    rmsnorm_plain_backward(dres, gacts.lnf, acts.lnf, acts.lnf_rstd, BT, C, 1, C);
+    rmsnorm_plain_backward_into(dres, gacts.lnf, acts.lnf, acts.lnf_rstd, BT, C, 1, C, 0);
 
     NanoChatLayerActs da = nanochat_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
         NanoChatLayerParams w = nanochat_layer_params(&model->params, cfg, l), dw = nanochat_layer_params(&model->grads, cfg, l);
         NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
-        if (l < L - 1) { nanochat_zero_layer_grads(&da, cfg, B, T); } // (zero for the last layer already)
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        matmul_backward_nobias(da.fch_relu2, dw.fcprojw, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, fresh);
-        relu2_backward(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN);
-        matmul_backward_nobias(da.ln2, dw.fcw, da.fch, a.ln2, w.fcw, B, T, C, FFN, fresh);
+        matmul_backward_into(da.fch_relu2, dw.fcprojw, NULL, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, 0.0f, beta);
+        relu2_backward_into(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN, 0);
+        matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
         rmsnorm_plain_backward(dres, da.ln2, a.ln2, a.ln2_rstd, BT, C, 1, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        matmul_backward_nobias(da.atty, dw.attprojw, dres, a.atty, w.attprojw, B, T, C, C, fresh);
-        attention_backward(da.qkvr, da.atty, a.qkvr, NULL, B, T, C, NH);
-        repeat_kv_backward(da.qkv, da.qkvr, B, T, NH, NKV, HS);
+        matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
+        cpu_zero_floats(da.qkv, (size_t)BT * QKV); // attention_gqa_backward adds to it
+        attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
         qk_norm_backward(da.qkv, a.qkv, a.qk_rstd, B, T, NH, NKV, HS);
         nanochat_rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        matmul_backward_nobias(da.ln1, dw.qkvw, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, fresh);
+        matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
         rmsnorm_plain_backward(dres, da.ln1, a.ln1, a.ln1_rstd, BT, C, 1, C); // the layer input's gradient
     }
-    rmsnorm_plain_backward(gacts.encoded, dres, acts.x0, acts.x0_rstd, BT, C, 1, C);
+    rmsnorm_plain_backward_into(gacts.encoded, dres, acts.x0, acts.x0_rstd, BT, C, 1, C, 0);
     embedding_backward(g.wte, gacts.encoded, model->cpu.inputs, B, T, C);
 }
 

@@ -128,38 +128,50 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
 // every backend's table (the CPU and OpenCL trainers expand it into their structs and pointers).
 // Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer, written in C, Vp, NH
 // and T. has_grad: the backward pass keeps its gradient (the layernorm statistics and the
-// probabilities need none). ATT(X) stands where the attention weights (B, NH, T, T) go:
-// GPT2_KEEP_ATT for a backend that keeps them for the backward (OpenCL), GPT2_NO_ATT for one
-// whose attention backward recomputes them (the CPU trainer).
-#define GPT2_ACTIVATION_TENSORS(X, ATT) \
+// probabilities need none). Three arguments say where backends differ:
+//   ATT(X) stands where the attention weights (B, NH, T, T) go: GPT2_KEEP_ATT for a backend that keeps them for
+//     the backward (OpenCL), GPT2_NO_ATT for one whose attention backward recomputes them (the CPU trainer);
+//   CLS(X) stands for the classifier's output: GPT2_KEEP_LOGITS, the (B, T, Vp) logits and probabilities and the
+//     losses, each with a gradient but the probabilities (OpenCL), or GPT2_CHUNKED_LOGITS, the losses only (the CPU
+//     trainer: llmc/cpu/classifier_cpu.h runs the classifier a chunk of rows at a time, its backward in the same
+//     pass, and keeps the logits elsewhere when asked);
+//   RS says how the residual stream's tensors (attproj, residual2, fcproj, residual3) are kept: 1, each per layer
+//     with a gradient of its own, the residual adds copying their output's gradient into both inputs' (OpenCL); 0,
+//     without gradients: the backward keeps one gradient of the residual stream, encoded's, and updates it in place
+//     from the last layer's output back, and as it never reads a branch's output (attproj, fcproj: only the
+//     residual add right after it does) every layer reuses one slice of those (the CPU trainer).
+#define GPT2_ACTIVATION_TENSORS(X, ATT, CLS, RS) \
     X(float, encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
-    GPT2_LAYER_ACTIVATION_TENSORS(X, ATT) \
+    GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
     X(float, lnf,      0, C,  1) /* final layernorm */ \
     X(float, lnf_mean, 0, 1,  0) \
     X(float, lnf_rstd, 0, 1,  0) \
-    X(float, logits,   0, Vp, 1) \
-    X(float, probs,    0, Vp, 0) \
-    X(float, losses,   0, 1,  1)
+    CLS(X)
 
-#define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT) \
+#define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
     X(float, ln1,       1, C,     1) /* layernorm of the layer's input */ \
     X(float, ln1_mean,  1, 1,     0) \
     X(float, ln1_rstd,  1, 1,     0) \
     X(float, qkv,       1, 3 * C, 1) \
     ATT(X) \
     X(float, atty,      1, C,     1) /* attention output, before its projection */ \
-    X(float, attproj,   1, C,     1) \
-    X(float, residual2, 1, C,     1) /* input + attproj */ \
+    X(float, attproj,   RS, C,    RS) \
+    X(float, residual2, 1, C,     RS) /* input + attproj */ \
     X(float, ln2,       1, C,     1) \
     X(float, ln2_mean,  1, 1,     0) \
     X(float, ln2_rstd,  1, 1,     0) \
     X(float, fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
     X(float, fch_gelu,  1, 4 * C, 1) \
-    X(float, fcproj,    1, C,     1) \
-    X(float, residual3, 1, C,     1) /* residual2 + fcproj, the layer's output */
+    X(float, fcproj,    RS, C,    RS) \
+    X(float, residual3, 1, C,     RS) /* residual2 + fcproj, the layer's output */
 
 #define GPT2_KEEP_ATT(X) X(float, att, 1, NH * T, 0) /* attention weights (B, NH, T, T) */
 #define GPT2_NO_ATT(X)
+#define GPT2_KEEP_LOGITS(X) \
+    X(float, logits,   0, Vp, 1) \
+    X(float, probs,    0, Vp, 0) \
+    X(float, losses,   0, 1,  1)
+#define GPT2_CHUNKED_LOGITS(X) X(float, losses, 0, 1, 0)
 
 // parses a positive decimal integer filling the whole string; -1 if it is not one
 static inline int gpt2_parse_int(const char* s) {

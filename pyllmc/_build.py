@@ -25,12 +25,13 @@ typedef struct {
     int max_seq_len; int vocab_size; int padded_vocab_size; int num_layers; int num_heads; int channels;
 } GPT2Config;
 
-typedef struct { float* logits; float* probs; float* losses; ...; } ActivationTensors;
+typedef struct { float* losses; ...; } ActivationTensors;
 
 typedef struct {
     float* params_memory; size_t num_parameters; float* grads_memory;
     float* m_memory; float* v_memory; size_t opt_offset; size_t opt_size;
     int batch_size; int seq_len; int cur_B; int cur_T; float mean_loss;
+    const float* logits; int logits_stride; int keep_logits;
     ...;
 } CpuModel;
 

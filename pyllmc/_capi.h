@@ -133,16 +133,26 @@ static void pyllmc_model_reset_(GPT2* model) {
     memset(model, 0, sizeof(*model));
 }
 
+// Python reads the gradients (model.grads): zero_grad zeroes them at once instead of marking them stale for the next
+// backward to overwrite (llmc/cpu/cpu_model.h's lazy_zero_grad, which ./train_gpt2 uses)
+static void pyllmc_model_eager_zero_grad_(GPT2* model) { model->cpu.lazy_zero_grad = 0; }
+
 // guarded
 static int pyllmc_model_init_checkpoint(GPT2* model, const char* path) {
     memset(model, 0, sizeof(*model));
-    PYLLMC_GUARDED(gpt2_build_from_checkpoint(model, path));
+    PYLLMC_GUARDED({
+        gpt2_build_from_checkpoint(model, path);
+        pyllmc_model_eager_zero_grad_(model);
+    });
 }
 
 // guarded
 static int pyllmc_model_init_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
     memset(model, 0, sizeof(*model));
-    PYLLMC_GUARDED(gpt2_build_from_scratch(model, cfg, seed));
+    PYLLMC_GUARDED({
+        gpt2_build_from_scratch(model, cfg, seed);
+        pyllmc_model_eager_zero_grad_(model);
+    });
 }
 
 static void pyllmc_model_discard(GPT2* model) { pyllmc_model_reset_(model); }
@@ -175,8 +185,9 @@ static int pyllmc_model_ensure_activations(GPT2* model, int B, int T) {
     });
 }
 
-// guarded
+// guarded; without targets the logits of every position (model->cpu.logits), with them when model->cpu.keep_logits
 static int pyllmc_model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    model->cpu.last_logits_only = 0;
     PYLLMC_GUARDED(gpt2_forward(model, inputs, targets, B, T));
 }
 
@@ -206,18 +217,19 @@ static float pyllmc_model_step(GPT2* model, float learning_rate, float beta1, fl
 }
 
 // Samples tokens[n_prompt .. n_total) one at a time with llmc/sampler.h, each from the logits
-// of a forward pass over the last `window` tokens (B = 1). guarded
+// of a forward pass over the last `window` tokens (B = 1; the classifier on the last position only). guarded
 static int pyllmc_model_generate(GPT2* model, int* tokens, int n_prompt, int n_total, int window,
                                  float temperature, int top_k, float top_p, uint64_t seed) {
     PYLLMC_GUARDED({
         Sampler sampler;
         sampler_init(&sampler, model->config.vocab_size, temperature, top_k, top_p, seed);
-        int Vp = model->config.padded_vocab_size;
+        model->cpu.last_logits_only = 1;
         for (int t = n_prompt; t < n_total; t++) {
             int len = t < window ? t : window;
             gpt2_forward(model, tokens + t - len, NULL, 1, len);
-            tokens[t] = sampler_sample(&sampler, model->acts.logits + (size_t)(len - 1) * Vp);
+            tokens[t] = sampler_sample(&sampler, model->cpu.logits);
         }
+        model->cpu.last_logits_only = 0;
         sampler_free(&sampler);
     });
 }

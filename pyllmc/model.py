@@ -203,12 +203,14 @@ class GPT2:
                 raise ValueError(f"targets: shape {y.shape} differs from idx's {x.shape}")
         check_rc(lib.pyllmc_model_ensure_activations(self._c, B, T))
         y_ptr = ffi.NULL if y is None else ffi.from_buffer("int[]", y)
+        # a forward pass with targets keeps the logits only when asked (the classifier runs a chunk of rows at a time)
+        self._c.cpu.keep_logits = 1 if return_logits else 0
         check_rc(lib.pyllmc_model_forward(self._c, ffi.from_buffer("int[]", x), y_ptr, B, T))
         loss = float(self._c.cpu.mean_loss) if y is not None else None
         logits = None
         if return_logits:
             Vp, V = cfg.padded_vocab_size, cfg.vocab_size
-            full = np.frombuffer(ffi.buffer(self._c.acts.logits, 4 * B * T * Vp), dtype=np.float32)
+            full = np.frombuffer(ffi.buffer(self._c.cpu.logits, 4 * B * T * Vp), dtype=np.float32)
             logits = full.reshape(B, T, Vp)[:, :, :V].copy()
         return logits, loss
 

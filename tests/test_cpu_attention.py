@@ -1,13 +1,15 @@
-"""llmc/cpu/layers_cpu.h's attention (the CPU trainers' causal self-attention) against torch's
+"""llmc/cpu/attention_cpu.h's attention (the CPU trainers' causal self-attention) against torch's
 scaled_dot_product_attention, forward and backward, in float64.
 
 dev/test/attention_dump runs attention_forward then attention_backward on tensors this file
-writes. The trainer's path (no weights buffer) is blocked in query tiles of 64 rows; it is checked
+writes. The tiled kernel (fp32; LLMC_ATTENTION=tiled) takes its queries in tiles of 64 rows; it is checked
 at T = 1024 (16 tiles, the GPT-2 context) and at T not a multiple of the tile (1, 63, 65, 130, 200),
 and the path that fills a (B,NH,T,T) weights buffer at T = 65. Tolerance: max |ours - torch| <=
-1e-5 of max |torch| per tensor (fp32 sums of up to T terms; measured <= 1e-6 here). The check is
-shown to fail: gradients of a shifted dout are not accepted. Bad input to the dump program is one
-error line. Runtime: about 10 s.
+1e-5 of max |torch| per tensor (fp32 sums of up to T terms; measured <= 1e-6 here). The blocked kernel
+(LLMC_ATTENTION=blocked: bf16 products, fp32 sums, online softmax over key blocks) at the same shapes:
+TOL_BF16 = 2e-2 of max |torch| (bf16 rounds Q, K, V, P, dO, dS to 8 significant bits; measured <= 8e-3).
+The check is shown to fail: gradients of a shifted dout are not accepted. Bad input to the dump program is one
+error line. Runtime: about 15 s.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from conftest import REPO, assert_one_error_line, make, run
 
 DUMP = REPO / "dev" / "test" / "attention_dump"
 TOL = 1e-5
+TOL_BF16 = 2e-2
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +34,15 @@ def dump() -> Path:
 
 
 def llmc_attention(dump: Path, tmp: Path, inp: np.ndarray, dout: np.ndarray, NH: int,
-                   weights: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(out, dinp) of attention_forward / attention_backward on inp (B,T,3C) and dout (B,T,C)."""
+                   weights: bool = False, kernel: str = "tiled") -> tuple[np.ndarray, np.ndarray]:
+    """(out, dinp) of attention_forward / attention_backward on inp (B,T,3C) and dout (B,T,C), on the kernel named."""
     B, T, C3 = inp.shape
     src, dst = tmp / "in.bin", tmp / "out.bin"
     with open(src, "wb") as f:
         f.write(np.array([B, T, C3 // 3, NH], dtype="<i4").tobytes())
         f.write(inp.astype("<f4").tobytes())
         f.write(dout.astype("<f4").tobytes())
-    run([dump, src, dst] + (["weights"] if weights else []), env={"OMP_NUM_THREADS": "2"})
+    run([dump, src, dst] + (["weights"] if weights else []), env={"OMP_NUM_THREADS": "2", "LLMC_ATTENTION": kernel})
     got = np.fromfile(dst, dtype="<f4")
     n_out = B * T * C3 // 3
     assert got.size == n_out + B * T * C3
@@ -82,6 +85,20 @@ def test_attention_matches_torch_sdpa_forward_and_backward(dump: Path, tmp_path:
         sl = slice(part * C, (part + 1) * C)
         err = rel_err(dinp[..., sl], ref_dinp[..., sl])
         assert err <= TOL, f"{name}: {err:.3e}"
+
+
+@pytest.mark.parametrize("B,T,C,NH", [(1, 1024, 128, 2), (2, 1, 32, 2), (1, 63, 64, 4), (2, 65, 48, 3), (1, 200, 32, 1)])
+def test_blocked_bf16_attention_matches_torch_sdpa_within_bf16_tolerance(dump: Path, tmp_path: Path, B: int, T: int,
+                                                                         C: int, NH: int) -> None:
+    inp, dout = inputs(B, T, C, seed=T)
+    out, dinp = llmc_attention(dump, tmp_path, inp, dout, NH, kernel="blocked")
+    ref_out, ref_dinp = torch_attention(inp, dout, NH)
+    assert rel_err(out, ref_out) <= TOL_BF16, f"out: {rel_err(out, ref_out):.3e}"
+    assert rel_err(out, ref_out) > TOL, "the blocked kernel ran in fp32"  # (so LLMC_ATTENTION=blocked took effect)
+    for name, part in (("dq", 0), ("dk", 1), ("dv", 2)):
+        sl = slice(part * C, (part + 1) * C)
+        err = rel_err(dinp[..., sl], ref_dinp[..., sl])
+        assert err <= TOL_BF16, f"{name}: {err:.3e}"
 
 
 def test_the_comparison_rejects_a_wrong_gradient(dump: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from conftest import REPO, make, run
 PHASE_RE = re.compile(r"^phase (\w+): ([0-9.]+) ms, ([0-9]+) bytes, ([0-9]+) flop over (\d+) steps$", re.M)
 MODEL_RE = re.compile(r"^model: .* L=(\d+) NH=\d+ C=(\d+) .* Vp=(\d+)", re.M)
 # the phases every training step of every family runs
-EVERY_STEP = {"gemm", "norm", "elementwise", "embedding", "optimizer", "grad_norm"}
+EVERY_STEP = {"gemm", "attention", "norm", "elementwise", "embedding", "classifier", "optimizer", "grad_norm"}
 B, T, STEPS = 2, 32, 4
 
 

@@ -25,15 +25,22 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
                               error lines
     cpu_model_allocate_activations(cm, B, T, point, model)   for batches of up to B x T tokens: the
                               model's point function counts its named activations and points them in
-    cpu_model_set_output(cm, logits, stride, losses)   where the model's logits and losses are
+    cpu_model_set_output(cm, stride, losses)   the row stride of the model's logits (llmc/cpu/classifier_cpu.h
+                              keeps them in cm->logits after a forward pass that computes them) and where its
+                              losses are
     cpu_model_free_activations(cm)
     cpu_model_allocate_optimizer(cm, offset, size)   AdamW moments of the parameter slice [offset, +size):
                               all of it, or with ZeRO-1 this process's shard (llmc/zero.h)
     cpu_model_allocate_muon(cm, muon, zero_stage, nproc, rank)   -op muon: the Muon plan and its state
     cpu_model_begin_forward(cm, inputs, targets, B, T)   token ids checked against [0, V), the batch kept
     cpu_model_end_forward(cm, with_targets)   the mean of the B x T losses into mean_loss (-1 without targets)
-    cpu_model_begin_backward(cm, dlosses, loss_scale)   zeroed activation gradients, every position's dloss
-    cpu_model_zero_grad(cm)   the gradients zeroed, or in a model with lazy_zero_grad set (train_llama3.c)
+    cpu_model_expect_backward(cm, loss_scale)   the next forward pass (with targets) is followed by the backward
+                              pass of loss_scale times its mean loss: the classifier runs its backward in the
+                              forward pass, chunk by chunk (llmc/cpu/classifier_cpu.h), never holding every logit
+    cpu_model_begin_backward(cm)   checks that the last forward pass had targets (the model's backward writes
+                              each activation gradient before it reads it: none is zeroed)
+    cpu_zero_floats(x, n)     zeroes a gradient that its backward only adds to (PHASE_ZERO)
+    cpu_model_zero_grad(cm)   the gradients zeroed, or in a model with lazy_zero_grad set (every CPU trainer's)
                               marked stale: they count as zero, and the model's next backward overwrites them
                               instead of adding to them (its weight GEMMs then write and never read them)
     cpu_model_grad_norm(cm)
@@ -267,7 +274,8 @@ static void cpu_muon_free(CpuMuon* mu) {
 // (B, T, per_token), or (L, B, T, per_token) when per_layer; has_grad: the backward pass keeps its gradient.
 // CPU_ACT_FIELD declares a tensor's pointer; CPU_ACT_POINT, in a function with a->, memory, n, grads, L and BT,
 // points it into memory at n and counts its floats (grads = 1: the gradients, has_grad tensors only, the others
-// NULL; memory NULL: counts only); CPU_ACT_LAYER, in a function with v, a->, l and BT, points v at layer l's slice.
+// NULL; memory NULL: counts only); CPU_ACT_LAYER, in a function with v, a->, l and BT, points v at layer l's slice
+// (at the one slice of a tensor that is not per_layer: every layer reuses it).
 #define CPU_ACT_FIELD(type, name, per_layer, per_token, has_grad) type* name;
 #define CPU_ACT_POINT(type, name, per_layer, per_token, has_grad) { \
         size_t size = (grads && !(has_grad)) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
@@ -275,10 +283,7 @@ static void cpu_muon_free(CpuMuon* mu) {
         n += size; \
     }
 #define CPU_ACT_LAYER(type, name, per_layer, per_token, has_grad) \
-    v.name = a->name != NULL ? a->name + (size_t)l * BT * (per_token) : NULL;
-// CPU_ACT_ZERO_GRAD, in a function with da (a layer's gradient view) and BT, zeroes that layer's activation gradients
-#define CPU_ACT_ZERO_GRAD(type, name, per_layer, per_token, has_grad) \
-    if (has_grad) { memset(da->name, 0, BT * (per_token) * sizeof(float)); }
+    v.name = a->name != NULL ? a->name + ((per_layer) ? (size_t)l : 0) * BT * (per_token) : NULL;
 
 #define CPU_MODEL_MAX_TENSORS 32
 #define CPU_MODEL_MAX_SHADOWS 16
@@ -329,10 +334,22 @@ typedef struct {
     int cur_B, cur_T;           // sizes of the last forward pass
     float mean_loss;            // mean loss of the last forward pass with targets, -1 without
     // where the programs around the model read its output: logits (B, T, logits_stride) of which the first
-    // vocab_size count, the per-token losses (B, T) (cpu_model_set_output)
+    // vocab_size count, the per-token losses (B, T) (cpu_model_set_output). logits is NULL after a forward pass that
+    // did not keep them: training's (llmc/cpu/classifier_cpu.h runs the classifier a chunk of rows at a time).
     const float* logits;
     const float* losses;
     int logits_stride;
+    int keep_logits;            // forward passes with targets keep the logits too (test programs, pyllmc); those
+                                // without targets always do
+    int last_logits_only;       // forward passes without targets keep each sequence's last position only, (B, stride)
+    float* logits_memory;       // the kept logits, allocated at the first forward pass that keeps them
+    size_t logits_capacity;     // its floats
+    // the classifier's backward in the forward pass (cpu_model_expect_backward): asked for the next forward pass,
+    // and done by the last one, with these loss scales
+    int backward_follows;
+    float backward_loss_scale;
+    int classifier_backward_done;
+    float classifier_loss_scale;
     int vocab_size;             // V: token ids are in [0, V)
     int max_seq_len;            // the longest sequence the model takes
 } CpuModel;
@@ -405,9 +422,10 @@ static void cpu_model_allocate_activations(CpuModel* cm, int B, int T, CpuPointA
     cm->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
 }
 
-// where the programs around the model read its output: logits (B, T, logits_stride), per-token losses (B, T)
-static void cpu_model_set_output(CpuModel* cm, const float* logits, int logits_stride, const float* losses) {
-    cm->logits = logits;
+// where the programs around the model read its output: logits (B, T, logits_stride) once a forward pass has kept
+// them (cm->logits), per-token losses (B, T)
+static void cpu_model_set_output(CpuModel* cm, int logits_stride, const float* losses) {
+    cm->logits = NULL;
     cm->logits_stride = logits_stride;
     cm->losses = losses;
 }
@@ -493,15 +511,26 @@ static void cpu_model_end_forward(CpuModel* cm, int with_targets) {
     cm->mean_loss = (float)(sum / n);
 }
 
-// The start of the backward pass of the last forward (which must have had targets): the activation
-// gradients zeroed, and since the loss is the mean over B*T positions, each position's dloss is
-// loss_scale / (B*T).
-static void cpu_model_begin_backward(CpuModel* cm, float* dlosses, float loss_scale) {
+// The next forward pass (with targets) is followed by the backward pass of loss_scale times its mean loss, so the
+// classifier computes its gradients as it goes (llmc/cpu/classifier_cpu.h): llmc/cpu/cpu_trainer.h's step and the
+// test programs say so; a backward pass that follows a forward pass not told runs the classifier again.
+static void cpu_model_expect_backward(CpuModel* cm, float loss_scale) {
+    cm->backward_follows = 1;
+    cm->backward_loss_scale = loss_scale;
+}
+
+// The start of the backward pass of the last forward (which must have had targets). Nothing is zeroed: the model's
+// backward writes each activation gradient before it reads it (or zeroes the few it only adds to).
+static void cpu_model_begin_backward(CpuModel* cm) {
     if (cm->mean_loss < 0.0f) { llmc_die("internal: %s_backward needs a forward pass with targets", cm->family); }
-    int n = cm->cur_B * cm->cur_T;
-    memset(cm->grads_acts_memory, 0, cm->num_grad_activations * sizeof(float));
-    float dloss_mean = loss_scale / (float)n;
-    for (int i = 0; i < n; i++) { dlosses[i] = dloss_mean; }
+}
+
+// zeroes n floats: a gradient that its backward only adds to (an activation's, or a stale parameter gradient that no
+// GEMM overwrites), counted as PHASE_ZERO
+static void cpu_zero_floats(float* x, size_t n) {
+    double t_phase = phase_begin();
+    memset(x, 0, n * sizeof(float));
+    phase_end(PHASE_ZERO, t_phase, 4.0 * n, 0.0);
 }
 
 static void cpu_model_zero_grad(CpuModel* cm) {
@@ -558,6 +587,9 @@ static void cpu_model_free(CpuModel* cm) {
     free(cm->grads_memory);
     free(cm->m_memory);
     free(cm->v_memory);
+    free(cm->logits_memory);
+    cm->logits_memory = NULL;
+    cm->logits_capacity = 0;
     cpu_model_free_activations(cm);
 }
 

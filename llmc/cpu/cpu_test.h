@@ -169,17 +169,21 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
         cpu_model_allocate_optimizer(cm, 0, cm->num_parameters);
     }
 
-    // forward and backward on the recorded batch
-    calls->forward(model, d.x, d.y, B, T);
-    cpu_model_zero_grad(cm);
-    calls->backward(model, 1.0f);
-
-    cpu_test_table_header(&t);
-    // logits: ours are (B,T,logits_stride) (GPT-2 pads V), the reference's (B,T,V)
+    // the recorded batch's logits: a forward pass without targets keeps them (training's, which a backward pass
+    // follows, runs the classifier a chunk of rows at a time and keeps none); ours are (B,T,logits_stride) (GPT-2
+    // pads V), the reference's (B,T,V)
+    calls->forward(model, d.x, NULL, B, T);
     float* logits = (float*)mallocCheck((size_t)B * T * V * sizeof(float));
     for (size_t bt = 0; bt < (size_t)B * T; bt++) {
         memcpy(logits + bt * V, cm->logits + bt * cm->logits_stride, (size_t)V * sizeof(float));
     }
+    // forward and backward on the recorded batch, as the trainers run them
+    cpu_model_zero_grad(cm);
+    cpu_model_expect_backward(cm, 1.0f);
+    calls->forward(model, d.x, d.y, B, T);
+    calls->backward(model, 1.0f);
+
+    cpu_test_table_header(&t);
     cpu_test_tensor(&t, "logits", logits, d.logits, (size_t)B * T * V, t.tol.logits_rtol, t.tol.logits_atol, t.tol.logits_l2);
     free(logits);
     cpu_test_scalar(&t, "loss", cm->mean_loss, d.loss, t.tol.loss_atol);
@@ -187,9 +191,10 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
 
     // nsteps of the optimizer on the same batch; losses[i] is the loss before update i+1, grad_norms[i] its norm
     for (int step = 0; step < d.nsteps; step++) {
+        cpu_model_zero_grad(cm);
+        cpu_model_expect_backward(cm, 1.0f);
         calls->forward(model, d.x, d.y, B, T);
         cpu_test_step_loss(&t, step, cm->mean_loss);
-        cpu_model_zero_grad(cm);
         calls->backward(model, 1.0f);
         float norm = cpu_model_grad_norm(cm);
         if (p->wide) {

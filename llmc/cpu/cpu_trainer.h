@@ -143,6 +143,7 @@ static void cpu_trainer_zero_grad(void* ctx) {
 static float cpu_trainer_forward_backward(void* ctx, const int* inputs, const int* targets, float loss_scale, int last) {
     CpuTrainer* c = (CpuTrainer*)ctx;
     (void)last;
+    cpu_model_expect_backward(c->cpu, loss_scale); // the classifier's backward runs in the forward pass
     c->calls->forward(c->model, inputs, targets, c->B, c->T);
     c->calls->backward(c->model, loss_scale);
     return c->cpu->mean_loss;
@@ -156,8 +157,10 @@ static const float* cpu_trainer_forward_losses(void* ctx, const int* inputs, con
 
 static const float* cpu_trainer_next_token_logits(void* ctx, const int* tokens, int len) {
     CpuTrainer* c = (CpuTrainer*)ctx;
+    c->cpu->last_logits_only = 1; // the classifier on the last position only
     c->calls->forward(c->model, tokens, NULL, 1, len);
-    return c->cpu->logits + (size_t)(len - 1) * c->cpu->logits_stride;
+    c->cpu->last_logits_only = 0;
+    return c->cpu->logits;
 }
 
 static void cpu_trainer_save_model(void* ctx, const char* path) {

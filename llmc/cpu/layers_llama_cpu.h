@@ -1,15 +1,19 @@
 /*
 llmc/cpu/layers_llama_cpu.h: the layers Llama 3 adds to llmc/cpu/layers_cpu.h, fp32 with OpenMP, one
 forward and one backward function each with its shapes in a comment. Backward functions
-accumulate (+=) into their gradients; reductions run in a fixed order (same bits for the same
-inputs and thread count). The math is transformers' LlamaForCausalLM's:
+accumulate (+=) into their gradients, and their _into forms (rmsnorm_backward_into,
+swiglu_backward_into) may write the input gradients instead (=, the old contents never read);
+reductions run in a fixed order (same bits for the same inputs and thread count). The math is
+transformers' LlamaForCausalLM's:
 
     embedding_forward / embedding_backward     token embedding only (no positions)
     rmsnorm_forward / rmsnorm_backward         x / sqrt(mean(x^2) + eps) * weight
     rope_init / rope_forward / rope_backward   rotary positions, rotate_half convention (dimension i
                                                pairs with i + HS/2), Llama 3.1 frequency scaling
     repeat_kv_forward / repeat_kv_backward     GQA: the NKV key/value heads repeated into the packed
-                                               (B,T,3C) q|k|v layout attention_forward takes
+                                               (B,T,3C) q|k|v layout attention_forward takes (the trainers
+                                               call attention_gqa_* instead, which reads the k/v heads where
+                                               they are; dev/test/test_attention_cpu.c checks it against this)
     swiglu_forward / swiglu_backward           silu(gate) * up
 
 Shapes: B batch, T time, C channels, NH query heads, NKV key/value heads, HS = C / NH head size,
@@ -67,8 +71,9 @@ static void rmsnorm_forward(float* out, float* rstd, const float* inp, const flo
     phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * B * T * C + B * T), 4.0 * B * T * C);
 }
 
-static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                             const float* rstd, int B, int T, int C) {
+// dinp (B,T,C) = the input gradient, added to dinp when accumulate, else written; dweight += its gradient
+static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                                  const float* rstd, int B, int T, int C, int accumulate) {
     // dinp, dout, inp are (B,T,C); dweight, weight are (C); rstd is (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
@@ -80,11 +85,21 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
         float* dx = dinp + (size_t)bt * C;
         float s = rstd[bt];
         float dot = vec_dot3(weight, d, x, C) * s / C;
-        for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
+        if (accumulate) {
+            for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
+        } else {
+            for (int i = 0; i < C; i++) { dx[i] = s * (weight[i] * d[i] - x[i] * s * dot); }
+        }
     }
     // dweight[i] += sum over rows of dout * norm (llmc/cpu/layers_cpu.h's, with no mean and no bias)
     norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
-    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BT * C + BT), 10.0 * BT * C); // dout, inp read; dinp updated
+    // dout, inp read; dinp updated (or written)
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * BT * C + BT), 10.0 * BT * C);
+}
+
+static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                             const float* rstd, int B, int T, int C) {
+    rmsnorm_backward_into(dinp, dweight, dout, inp, weight, rstd, B, T, C, 1);
 }
 
 // The rotary tables cos, sin (maxT, HS/2): angle[t,i] = t * inv_freq[i], inv_freq[i] =
@@ -218,18 +233,36 @@ static void swiglu_forward(float* out, const float* gate, const float* up, size_
     phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 8.0 * N);
 }
 
-static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
+// dgate, dup (N) = their gradients, added to them when accumulate, else written
+static void swiglu_backward_into(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N,
+                                 int accumulate) {
     // dgate, dup, dout, gate, up are (N) = (B,T,FFN); d silu(g)/dg = sig (1 + g (1 - sig))
     double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float g = gate[i];
-        float sig = 1.0f / (1.0f + vec_expf(-g));
-        float silu = g * sig;
-        dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-        dup[i] += dout[i] * silu;
+    if (accumulate) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float sig = 1.0f / (1.0f + vec_expf(-g));
+            float silu = g * sig;
+            dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+            dup[i] += dout[i] * silu;
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float sig = 1.0f / (1.0f + vec_expf(-g));
+            float silu = g * sig;
+            dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+            dup[i] = dout[i] * silu;
+        }
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 28.0 * N, 16.0 * N); // dout, gate, up read; dgate, dup updated
+    // dout, gate, up read; dgate, dup updated (or written)
+    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 28.0 : 20.0) * N, 16.0 * N);
+}
+
+static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
+    swiglu_backward_into(dgate, dup, dout, gate, up, N, 1);
 }
 
 #endif // LLMC_LAYERS_LLAMA_CPU_H

@@ -10,12 +10,14 @@ a comment. The math is transformers' NanoChatForCausalLM's:
     nanochat_rope_forward / nanochat_rope_backward   RoPE with NanoChat's rotate_half, cat(x2, -x1): Llama's
                                                      rotation by the opposite angle (layers_llama_cpu.h's rope_rotate)
     relu2_forward / relu2_backward                   relu(x)^2
-    softcap_forward / softcap_backward               cap * tanh(z / cap), in place on the logits
+    softcap_forward / softcap_backward               cap * tanh(z / cap), in place on the logits (generate's; the
+                                                     trainer's classifier caps each chunk of logits in its own pass,
+                                                     llmc/cpu/classifier_cpu.h, the same arithmetic)
 
 The weightless norms keep their output and rstd only: with y = x * rstd, dx = rstd (dy - y mean(dy y)) needs
 no x, so QK-norm runs in place on the qkv activation. Backward functions accumulate (+=) into their
-gradients, except the in-place ones (QK-norm, RoPE, softcap), which turn the output's gradient into the
-input's where it stands.
+gradients (their _into forms, rmsnorm_plain_backward_into and relu2_backward_into, may write them instead), except
+the in-place ones (QK-norm, RoPE, softcap), which turn the output's gradient into the input's where it stands.
 
 Shapes: B batch, T time, C channels, NH query heads, NKV key/value heads, HS = C / NH,
 QKV = (NH + 2 NKV) HS (q heads, then k heads, then v heads), FFN, V vocab.
@@ -61,20 +63,32 @@ static inline void rmsnorm_plain_group_backward(float* dx, const float* dy, cons
     }
 }
 
-// dinp += the gradient of rmsnorm_plain_forward from its output out and rstd
-static void rmsnorm_plain_backward(float* dinp, const float* dout, const float* out, const float* rstd, int BT, int row,
-                                   int groups, int D) {
+// dinp = the gradient of rmsnorm_plain_forward from its output out and rstd, added to dinp when accumulate, else
+// written
+static void rmsnorm_plain_backward_into(float* dinp, const float* dout, const float* out, const float* rstd, int BT,
+                                        int row, int groups, int D, int accumulate) {
     // dinp, dout, out are (BT, row); rstd is (BT, groups)
     double t_phase = phase_begin();
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         for (int g = 0; g < groups; g++) {
             size_t at = (size_t)bt * row + (size_t)g * D;
-            rmsnorm_plain_group_backward(dinp + at, dout + at, out + at, rstd[(size_t)bt * groups + g], D, 1);
+            if (accumulate) {
+                rmsnorm_plain_group_backward(dinp + at, dout + at, out + at, rstd[(size_t)bt * groups + g], D, 1);
+            } else {
+                rmsnorm_plain_group_backward(dinp + at, dout + at, out + at, rstd[(size_t)bt * groups + g], D, 0);
+            }
         }
     }
     double n = (double)BT * groups * D;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * n + (double)BT * groups), 5.0 * n); // dout, out read; dinp updated
+    // dout, out read; dinp updated (or written)
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * n + (double)BT * groups), 5.0 * n);
+}
+
+// dinp += the gradient of rmsnorm_plain_forward from its output out and rstd
+static void rmsnorm_plain_backward(float* dinp, const float* dout, const float* out, const float* rstd, int BT, int row,
+                                   int groups, int D) {
+    rmsnorm_plain_backward_into(dinp, dout, out, rstd, BT, row, groups, D, 1);
 }
 
 // QK-norm: the NH query and NKV key heads of qkv normalised in place (after RoPE), their rstd kept (NULL: not kept)
@@ -125,15 +139,28 @@ static void relu2_forward(float* out, const float* inp, size_t N) {
     phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 2.0 * N);
 }
 
-static void relu2_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+// dinp (N) = the gradient of relu2_forward for dout (N), added to dinp when accumulate, else written
+static void relu2_backward_into(float* dinp, const float* inp, const float* dout, size_t N, int accumulate) {
     // dinp, inp, dout are (N) = (B,T,FFN); d relu(x)^2 / dx = 2 relu(x)
     double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float r = inp[i] > 0.0f ? inp[i] : 0.0f;
-        dinp[i] += 2.0f * r * dout[i];
+    if (accumulate) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+            dinp[i] += 2.0f * r * dout[i];
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+            dinp[i] = 2.0f * r * dout[i];
+        }
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 16.0 * N, 4.0 * N);
+    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 16.0 : 12.0) * N, 4.0 * N);
+}
+
+static void relu2_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+    relu2_backward_into(dinp, inp, dout, N, 1);
 }
 
 // the logit softcap in place: z <- cap * tanh(z / cap) (cap > 0; the caller skips it for cap 0 = none)

@@ -1,0 +1,375 @@
+/*
+dev/test/test_attention_cpu.c: llmc/cpu/attention_cpu.h's blocked kernel (bf16 products, fp32 sums) against its tiled
+kernel (fp32), forward and backward.
+
+    dev/test/test_attention_cpu          the checks (a few seconds)
+    dev/test/test_attention_cpu --time   forward + backward times of both kernels at GPT-2 d12's shapes (B=4, NH=12,
+                                         HS=64, T=64 and 1024; medians), and one tile's products on the blocked
+                                         kernel's micro-kernel against matmul_gemm(MATMUL_BF16, ...)
+
+Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a multiple of the 64-row tile (1, 63,
+65, 97, 200), HS 16, 20 (padded to 32), 64, 128, and grouped-query heads (NH 4 / NKV 2, NH 4 / NKV 1) against the
+tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trainers' former path); the tiled kernel's
+own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
+recomputes them (the same bits); 1 thread against 2 (the same bits); the fp32 emulation of the micro-kernel
+(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line; the phase account; the
+bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written.
+
+Tolerance of blocked against tiled: max |blocked - tiled| <= ATT_BF16_TOL of max |tiled|, per tensor (out, dq, dk,
+dv; max |tiled| taken as at least 1e-3: at T=1 dq and dk are 0). Q, K, V, P, dO, dS are rounded to bf16 (8
+significant bits: relative error up to 2^-8 each) and the scores here are a few units (as in a trained model), so a
+score moves by ~1e-2 absolute and a weight by ~1% relative; sums over many keys average part of it out. Measured
+here: <= 1.0e-2 (out at T=65, HS=16), the gradients <= 1.0e-2; the bound is 2e-2.
+*/
+#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "test_common.h"
+
+#define ATT_BF16_TOL 2e-2
+#define ATT_FP32_TOL 1e-6
+
+typedef struct {
+    int B, T, NH, NKV, HS;
+} AttCase;
+
+static size_t case_qkv(const AttCase* c) { return (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HS; }
+static size_t case_out(const AttCase* c) { return (size_t)c->B * c->T * c->NH * c->HS; }
+
+// q, k, v of scale 5 (scores of a few units: neither a flat nor a one-hot softmax), dout in [-0.5, 0.5)
+static float* case_inputs(const AttCase* c, float** dout, unsigned seed) {
+    float* qkv = random_array(case_qkv(c), seed);
+    for (size_t i = 0; i < case_qkv(c); i++) { qkv[i] *= 5.0f; }
+    *dout = random_array(case_out(c), seed + 1);
+    return qkv;
+}
+
+static void use_kernel(const char* name) { setenv("LLMC_ATTENTION", name, 1); }
+
+// out and dqkv (zeroed first) of attention_gqa_forward / _backward with the kernel named; keep: the backward gets
+// the forward's out and lse (the Llama 3 and nanochat trainers' call), else neither (GPT-2's)
+static void run_gqa(const char* kernel, const AttCase* c, const float* qkv, const float* dout, float* out, float* dqkv,
+                    int keep) {
+    use_kernel(kernel);
+    float* lse = (float*)mallocCheck((size_t)c->B * c->T * c->NH * sizeof(float));
+    attention_gqa_forward(out, keep ? lse : NULL, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+    memset(dqkv, 0, case_qkv(c) * sizeof(float));
+    attention_gqa_backward(dqkv, dout, qkv, keep ? out : NULL, keep ? lse : NULL, c->B, c->T, c->NH, c->NKV, c->HS);
+    free(lse);
+}
+
+// the reference: the tiled kernel on K and V repeated for every query head, the repeats' gradients summed back
+static void run_repeated_tiled(const AttCase* c, const float* qkv, const float* dout, float* out, float* dqkv) {
+    use_kernel("tiled");
+    int C = c->NH * c->HS;
+    size_t nr = (size_t)c->B * c->T * 3 * C;
+    float* qkvr = (float*)mallocCheck(nr * sizeof(float));
+    float* dqkvr = (float*)calloc(nr, sizeof(float));
+    repeat_kv_forward(qkvr, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+    attention_forward(out, NULL, qkvr, c->B, c->T, C, c->NH);
+    attention_backward(dqkvr, dout, qkvr, NULL, c->B, c->T, C, c->NH);
+    memset(dqkv, 0, case_qkv(c) * sizeof(float));
+    repeat_kv_backward(dqkv, dqkvr, c->B, c->T, c->NH, c->NKV, c->HS);
+    free(qkvr);
+    free(dqkvr);
+}
+
+// max |a - b| / max |b| over columns [c0, c1) of rows of width `row` (n values in all), max |b| at least 1e-3 (at
+// T=1 dq is 0: a row that sees one key has no score gradient); NaN fails every check
+static double rel_err_cols(const float* a, const float* b, size_t n, int row, int c0, int c1) {
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        int col = (int)(i % (size_t)row);
+        if (col < c0 || col >= c1) { continue; }
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > diff || d != d) { diff = d; }
+        if (fabs((double)b[i]) > scale) { scale = fabs((double)b[i]); }
+    }
+    return diff / (scale > 1e-3 ? scale : 1e-3);
+}
+
+// the worst of out, dq, dk, dv relative errors of (out, dqkv) against (ref_out, ref_dqkv); each into errs[4]
+static double compare(const AttCase* c, const float* out, const float* dqkv, const float* ref_out, const float* ref_dqkv,
+                      double errs[4]) {
+    int C = c->NH * c->HS, KV = c->NKV * c->HS, QKV = C + 2 * KV;
+    errs[0] = rel_err_cols(out, ref_out, case_out(c), C, 0, C);
+    errs[1] = rel_err_cols(dqkv, ref_dqkv, case_qkv(c), QKV, 0, C);
+    errs[2] = rel_err_cols(dqkv, ref_dqkv, case_qkv(c), QKV, C, C + KV);
+    errs[3] = rel_err_cols(dqkv, ref_dqkv, case_qkv(c), QKV, C + KV, QKV);
+    double worst = 0.0;
+    for (int i = 0; i < 4; i++) { worst = errs[i] > worst || errs[i] != errs[i] ? errs[i] : worst; }
+    return worst;
+}
+
+static const AttCase MHA_CASES[] = {
+    {2, 1, 2, 2, 64}, {1, 63, 2, 2, 64}, {2, 65, 3, 3, 16}, {1, 97, 2, 2, 20}, {1, 200, 2, 2, 128}, {2, 200, 2, 2, 64},
+};
+static const AttCase GQA_CASES[] = {
+    {1, 200, 4, 2, 64}, {2, 65, 4, 1, 16}, {1, 130, 4, 1, 128}, {1, 1, 4, 2, 64},
+};
+#define NCASES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+// blocked against the reference (tiled; on repeated K/V for grouped heads), both backward calls
+static void check_blocked_case(const AttCase* c, int gqa) {
+    float* dout;
+    float* qkv = case_inputs(c, &dout, (unsigned)(c->T * 7 + c->HS));
+    float* ref_out = (float*)mallocCheck(case_out(c) * sizeof(float));
+    float* ref_dqkv = (float*)mallocCheck(case_qkv(c) * sizeof(float));
+    float* out = (float*)mallocCheck(case_out(c) * sizeof(float));
+    float* dqkv = (float*)mallocCheck(case_qkv(c) * sizeof(float));
+    float* out2 = (float*)mallocCheck(case_out(c) * sizeof(float));
+    float* dqkv2 = (float*)mallocCheck(case_qkv(c) * sizeof(float));
+    if (gqa) { run_repeated_tiled(c, qkv, dout, ref_out, ref_dqkv); }
+    else { run_gqa("tiled", c, qkv, dout, ref_out, ref_dqkv, 0); }
+    run_gqa("blocked", c, qkv, dout, out, dqkv, 1);
+    double e[4];
+    double worst = compare(c, out, dqkv, ref_out, ref_dqkv, e);
+    printf("B=%d T=%d NH=%d NKV=%d HS=%d: blocked vs tiled%s: out %.1e dq %.1e dk %.1e dv %.1e\n", c->B, c->T, c->NH,
+           c->NKV, c->HS, gqa ? " on repeated k/v" : "", e[0], e[1], e[2], e[3]);
+    CHECK(worst <= ATT_BF16_TOL, "B=%d T=%d NH=%d NKV=%d HS=%d: blocked vs tiled: out %.2e dq %.2e dk %.2e dv %.2e > %.0e",
+          c->B, c->T, c->NH, c->NKV, c->HS, e[0], e[1], e[2], e[3], ATT_BF16_TOL);
+    // the backward without the forward's out and lse runs each tile's forward again: the same bits
+    run_gqa("blocked", c, qkv, dout, out2, dqkv2, 0);
+    CHECK(memcmp(out, out2, case_out(c) * sizeof(float)) == 0 && memcmp(dqkv, dqkv2, case_qkv(c) * sizeof(float)) == 0,
+          "T=%d HS=%d: the blocked backward recomputing out and lse differs from the one given them", c->T, c->HS);
+    if (gqa) { // the tiled kernel's own grouped-query path against the repeated one
+        run_gqa("tiled", c, qkv, dout, out2, dqkv2, 0);
+        worst = compare(c, out2, dqkv2, ref_out, ref_dqkv, e);
+        CHECK(worst <= ATT_FP32_TOL, "T=%d NH=%d NKV=%d: tiled grouped-query vs repeated: out %.2e dq %.2e dk %.2e dv %.2e",
+              c->T, c->NH, c->NKV, e[0], e[1], e[2], e[3]);
+    }
+    free(qkv); free(dout); free(ref_out); free(ref_dqkv); free(out); free(dqkv); free(out2); free(dqkv2);
+}
+
+static void test_blocked_matches_tiled(void) {
+    for (int i = 0; i < NCASES(MHA_CASES); i++) { check_blocked_case(&MHA_CASES[i], 0); }
+    for (int i = 0; i < NCASES(GQA_CASES); i++) { check_blocked_case(&GQA_CASES[i], 1); }
+}
+
+// the blocked kernel on 1 thread and on 2 gives the same bits (the tiled one too)
+static void test_thread_count_does_not_change_bits(void) {
+    const AttCase c = {2, 200, 4, 2, 64};
+    const char* kernels[2] = {"blocked", "tiled"};
+    for (int k = 0; k < 2; k++) {
+        float* dout;
+        float* qkv = case_inputs(&c, &dout, 5);
+        float* out[2];
+        float* dqkv[2];
+        for (int n = 0; n < 2; n++) {
+            out[n] = (float*)mallocCheck(case_out(&c) * sizeof(float));
+            dqkv[n] = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
+            omp_set_num_threads(n + 1);
+            run_gqa(kernels[k], &c, qkv, dout, out[n], dqkv[n], 1);
+        }
+        omp_set_num_threads(2);
+        CHECK(memcmp(out[0], out[1], case_out(&c) * sizeof(float)) == 0, "%s: out differs between 1 and 2 threads", kernels[k]);
+        CHECK(memcmp(dqkv[0], dqkv[1], case_qkv(&c) * sizeof(float)) == 0, "%s: dqkv differs between 1 and 2 threads", kernels[k]);
+        free(qkv); free(dout);
+        for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
+    }
+}
+
+// in a child (matmul_bf16_native asks once per process): the fp32 emulation of the micro-kernel against tiled;
+// exits with the number of failed checks
+static void emulated_child(void* arg) {
+    (void)arg;
+    setenv("LLMC_BF16_NATIVE", "0", 1);
+    if (matmul_bf16_native()) { _exit(100); }
+    tests_failed = 0;
+    check_blocked_case(&MHA_CASES[4], 0); // T=200, HS=128
+    check_blocked_case(&GQA_CASES[1], 1); // T=65, NH 4 / NKV 1, HS=16
+    fflush(stdout);
+    _exit(tests_failed);
+}
+
+static void test_emulated_micro_kernel_matches_tiled(void) {
+    char err[4096];
+    int status = run_in_child(emulated_child, NULL, err, sizeof(err));
+    CHECK(status == 0, "the fp32 emulation of the bf16 micro-kernel: %d checks failed (status %d) %s", status, status, err);
+}
+
+// LLMC_ATTENTION: the choice, and anything else in one error line
+static void choose_flash(void* arg) {
+    (void)arg;
+    use_kernel("flash");
+    (void)attention_kernel_chosen();
+}
+
+static void test_kernel_choice(void) {
+    MatmulPrecision saved = matmul_precision;
+    unsetenv("LLMC_ATTENTION");
+    matmul_precision = MATMUL_FP32;
+    CHECK(attention_kernel_chosen() == ATTENTION_TILED, "fp32 GEMMs choose the tiled kernel");
+    matmul_precision = MATMUL_BF16;
+    CHECK(attention_kernel_chosen() == ATTENTION_BLOCKED, "bf16 GEMMs choose the blocked kernel");
+    use_kernel("tiled");
+    CHECK(attention_kernel_chosen() == ATTENTION_TILED, "LLMC_ATTENTION=tiled under bf16 GEMMs");
+    matmul_precision = MATMUL_FP32;
+    use_kernel("blocked");
+    CHECK(attention_kernel_chosen() == ATTENTION_BLOCKED, "LLMC_ATTENTION=blocked under fp32 GEMMs");
+    matmul_precision = saved;
+    expect_die("LLMC_ATTENTION=flash", choose_flash, NULL, "LLMC_ATTENTION=flash", "use tiled or blocked");
+}
+
+// each call adds its causal FLOPs (2 products forward, 4 backward) and compulsory bytes to PHASE_ATTENTION
+static void test_phase_account(void) {
+    const AttCase c = {2, 65, 4, 2, 16};
+    float* dout;
+    float* qkv = case_inputs(&c, &dout, 9);
+    float* out = (float*)mallocCheck(case_out(&c) * sizeof(float));
+    float* dqkv = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
+    double pairs = (double)c.B * c.NH * c.T * (c.T + 1) / 2.0, BT = (double)c.B * c.T;
+    double QKV = (double)(c.NH + 2 * c.NKV) * c.HS, C = (double)c.NH * c.HS;
+    phase_time_on = 1;
+    memset(&phase_account, 0, sizeof(phase_account));
+    run_gqa("blocked", &c, qkv, dout, out, dqkv, 1);
+    double flops = phase_account.flops[PHASE_ATTENTION], bytes = phase_account.bytes[PHASE_ATTENTION];
+    CHECK(flops == pairs * 2.0 * c.HS * 6.0, "phase flops %.0f, want %.0f", flops, pairs * 2.0 * c.HS * 6.0);
+    // forward: q, k, v read, out and lse written; backward: q, k, v, dout, out, lse read, dqkv written
+    double want = 4.0 * BT * ((QKV + C + c.NH) + (2.0 * QKV + 2.0 * C + c.NH));
+    CHECK(bytes == want, "phase bytes %.0f, want %.0f", bytes, want);
+    CHECK(phase_account.seconds[PHASE_ATTENTION] > 0.0 && phase_account.depth == 0, "phase time counted, phases closed");
+    phase_time_on = 0;
+    free(qkv); free(dout); free(out); free(dqkv);
+}
+
+// an output or gradient with a bf16 copy (a mirror: a GEMM reads it so) gets its copy written, both kernels
+static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
+    const AttCase c = {2, 70, 4, 2, 16};
+    const char* kernels[2] = {"blocked", "tiled"};
+    for (int k = 0; k < 2; k++) {
+        float* dout;
+        float* qkv = case_inputs(&c, &dout, 11);
+        float* out = (float*)mallocCheck(case_out(&c) * sizeof(float));
+        float* dqkv = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
+        uint16_t* out16 = (uint16_t*)calloc(case_out(&c), sizeof(uint16_t));
+        uint16_t* dqkv16 = (uint16_t*)calloc(case_qkv(&c), sizeof(uint16_t));
+        matmul_bf16_mirror_add(out, case_out(&c), out16);
+        matmul_bf16_mirror_add(dqkv, case_qkv(&c), dqkv16);
+        run_gqa(kernels[k], &c, qkv, dout, out, dqkv, 1);
+        CHECK(matmul_bf16_mirror_stale_at(out16, out, 1, case_out(&c), case_out(&c)) == -1, "%s: out's bf16 copy", kernels[k]);
+        CHECK(matmul_bf16_mirror_stale_at(dqkv16, dqkv, 1, case_qkv(&c), case_qkv(&c)) == -1, "%s: dqkv's bf16 copy", kernels[k]);
+        matmul_bf16_mirror_remove(out);
+        matmul_bf16_mirror_remove(dqkv);
+        free(qkv); free(dout); free(out); free(dqkv); free(out16); free(dqkv16);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// --time
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+// median seconds of forward + backward over reps (after one warm-up)
+static double time_fwd_bwd(const char* kernel, const AttCase* c, const float* qkv, const float* dout, float* out,
+                           float* dqkv, float* lse, int keep, int reps, double* fwd_median) {
+    use_kernel(kernel);
+    double t[64], f[64];
+    for (int r = -1; r < reps; r++) {
+        double t0 = wall_seconds();
+        attention_gqa_forward(out, keep ? lse : NULL, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+        double t1 = wall_seconds();
+        attention_gqa_backward(dqkv, dout, qkv, keep ? out : NULL, keep ? lse : NULL, c->B, c->T, c->NH, c->NKV, c->HS);
+        double t2 = wall_seconds();
+        if (r >= 0) { t[r] = t2 - t0; f[r] = t1 - t0; }
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(f, (size_t)reps, sizeof(double), cmp_double);
+    *fwd_median = f[reps / 2];
+    return t[reps / 2];
+}
+
+// one tile's S = Q K^T and O += P V (64 x 64, HS = 64) on one thread: the micro-kernel on packed operands against
+// matmul_gemm(MATMUL_BF16, ...) on the fp32 ones (which rounds and packs them per call)
+static void time_tile_products(void) {
+    omp_set_num_threads(1);
+    const int HS = 64, n = 20000;
+    AttShape sh = att_shape(64, 1, 1, HS);
+    float* q = random_array(64 * HS, 1);
+    float* k = random_array(64 * HS, 2);
+    float* v = random_array(64 * HS, 3);
+    float* p = random_array(64 * 64, 4);
+    float* s = (float*)calloc(64 * 64, sizeof(float));
+    float* o = (float*)calloc(64 * HS, sizeof(float));
+    uint16_t* q16 = (uint16_t*)calloc(64 * HS, sizeof(uint16_t));
+    uint16_t* x16 = (uint16_t*)calloc(64 * HS, sizeof(uint16_t));
+    uint16_t* p16 = (uint16_t*)calloc(64 * 64, sizeof(uint16_t));
+    uint32_t* k_dm = (uint32_t*)calloc(32 * HS, sizeof(uint32_t));
+    uint32_t* v_rp = (uint32_t*)calloc(32 * HS, sizeof(uint32_t));
+    att_round_block(q16, q, HS, 64, HS, HS);
+    att_round_block(x16, k, HS, 64, HS, HS);
+    att_layout_dmajor(k_dm, x16, HS);
+    att_round_block(x16, v, HS, 64, HS, HS);
+    att_layout_rowpair(v_rp, x16, HS);
+    for (int r = 0; r < 64; r++) { mm_round_bf16_row(p16 + r * 64, p + r * 64, 64); }
+    double flop = 2.0 * 2.0 * 64 * 64 * HS;
+    double t0 = wall_seconds();
+    for (int i = 0; i < n; i++) {
+        att_gemm(&sh, s, 64, q16, HS / 2, k_dm, 64, 64, 64, HS / 2, 0);
+        att_gemm(&sh, o, HS, p16, 32, v_rp, HS, 64, HS, 32, 1);
+    }
+    double t_micro = (wall_seconds() - t0) / n;
+    t0 = wall_seconds();
+    for (int i = 0; i < n / 10; i++) {
+        matmul_gemm(MATMUL_BF16, 0, 1, 64, 64, HS, q, HS, k, HS, 0.0f, s, 64);
+        matmul_gemm(MATMUL_BF16, 0, 0, 64, HS, 64, p, 64, v, HS, 1.0f, o, HS);
+    }
+    double t_gemm = (wall_seconds() - t0) / (n / 10);
+    char gemm[128];
+    matmul_bf16_gemm_describe(gemm, sizeof(gemm));
+    printf("one tile's S = Q K^T and O += P V (64 x 64, HS 64), one thread: micro-kernel (%s) %.2f us (%.0f GFLOP/s), "
+           "matmul_gemm(MATMUL_BF16) [%s] %.2f us (%.0f GFLOP/s)\n", sh.native ? "AVX512-BF16" : "emulated",
+           1e6 * t_micro, flop / t_micro / 1e9, gemm, 1e6 * t_gemm, flop / t_gemm / 1e9);
+    free(q); free(k); free(v); free(p); free(s); free(o); free(q16); free(x16); free(p16); free(k_dm); free(v_rp);
+}
+
+static void time_attention(void) {
+    time_tile_products();
+    int threads = 2;
+    const char* env = getenv("OMP_NUM_THREADS");
+    if (env != NULL && atoi(env) > 0) { threads = atoi(env); }
+    omp_set_num_threads(threads);
+    printf("fp32 GEMMs: %s; %d threads; medians of forward + backward (forward alone in brackets)\n", matmul_backend_name(),
+           threads);
+    const int Ts[2] = {64, 1024};
+    for (int i = 0; i < 2; i++) {
+        AttCase c = {4, Ts[i], 12, 12, 64};
+        int reps = c.T >= 1024 ? 7 : 31;
+        float* dout;
+        float* qkv = case_inputs(&c, &dout, 3);
+        float* out = (float*)mallocCheck(case_out(&c) * sizeof(float));
+        float* dqkv = (float*)calloc(case_qkv(&c), sizeof(float));
+        float* lse = (float*)mallocCheck((size_t)c.B * c.T * c.NH * sizeof(float));
+        double flops = attention_flops(c.B, c.T, c.NH, c.HS, 6), f;
+        double tt = time_fwd_bwd("tiled", &c, qkv, dout, out, dqkv, lse, 0, reps, &f);
+        printf("B=4 T=%d NH=12 HS=64: tiled fp32 %.2f ms [%.2f] (%.0f GFLOP/s)\n", c.T, 1e3 * tt, 1e3 * f, flops / tt / 1e9);
+        double tb = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 1, reps, &f);
+        printf("B=4 T=%d NH=12 HS=64: blocked bf16, out and lse kept %.2f ms [%.2f] (%.0f GFLOP/s, %.2fx tiled)\n", c.T,
+               1e3 * tb, 1e3 * f, flops / tb / 1e9, tt / tb);
+        double tr = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 0, reps, &f);
+        printf("B=4 T=%d NH=12 HS=64: blocked bf16, recomputed %.2f ms [%.2f] (%.0f GFLOP/s, %.2fx tiled)\n", c.T,
+               1e3 * tr, 1e3 * f, flops / tr / 1e9, tt / tr);
+        free(qkv); free(dout); free(out); free(dqkv); free(lse);
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc == 2 && strcmp(argv[1], "--time") == 0) {
+        time_attention();
+        return 0;
+    }
+    if (argc != 1) {
+        fprintf(stderr, "error: usage: %s [--time]\n", argv[0]);
+        return 1;
+    }
+    omp_set_num_threads(2);
+    test_kernel_choice();
+    test_emulated_micro_kernel_matches_tiled();
+    test_blocked_matches_tiled();
+    test_thread_count_does_not_change_bits();
+    test_phase_account();
+    test_bf16_copies_of_out_and_dqkv_are_written();
+    unsetenv("LLMC_ATTENTION");
+    return test_summary();
+}

@@ -1,0 +1,793 @@
+/*
+llmc/cpu/attention_cpu.h: causal self-attention on the CPU, forward and backward, for every CPU model (included by
+llmc/cpu/layers_cpu.h). Two kernels behind one set of calls:
+
+    attention_forward(out, att, inp, B, T, C, NH)             GPT-2's: inp (B,T,3C) = [q | k | v], out (B,T,C)
+    attention_backward(dinp, dout, inp, att, B, T, C, NH)     dinp (B,T,3C) += the gradient for dout (B,T,C)
+    attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS)   grouped-query attention on Llama 3's and nanochat's
+    attention_gqa_backward(dqkv, dout, qkv, out, lse,         packed heads: qkv (B,T,(NH + 2 NKV) HS) is NH q heads,
+                           B, T, NH, NKV, HS)                 then NKV k heads, then NKV v heads; query head h reads
+                                                              k/v head h / (NH/NKV); out (B,T,NH HS); dqkv += the
+                                                              gradient, a k/v head's summed over its query heads
+    attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
+
+Scores are scaled by 1/sqrt(HS); query t sees keys 0..t. HS is any size (the blocked kernel pads it to 16).
+
+The tiled kernel (fp32; the fp32 path's): a head's queries ATT_TILE rows at a time, each tile's scores against every
+key it may see at once (ATT_TILE x (t0 + ATT_TILE) floats per thread, never (T,T)), the causal softmax, the weighted
+sum of V; the products are fp32 GEMMs of llmc/cpu/matmul.h, one thread each (the heads and tiles run in parallel).
+Work above the diagonal is skipped a tile at a time. The backward recomputes each tile's weights with the same calls
+on the same numbers, so they are the forward's bit for bit. A call with att (B,NH,T,T) keeps the weights there
+instead (and the backward reads them): pyllmc and the tests; such a call always runs tiled.
+
+The blocked kernel (bf16 products; the -p bf16 path's): per query tile of one head the keys come in blocks of
+ATT_TILE with an online softmax (each row's running max m and sum l; the output so far is rescaled by e^(m_old -
+m_new) when the max grows), so a thread holds one tile x block of scores. S = Q K^T and O += P V take bf16 operands
+(Q, K, V and P rounded to nearest even, as llmc/cpu/matmul.h rounds) and sum in fp32, on a micro-kernel of
+vdpbf16ps (AVX512-BF16, asked at run time) or, on a CPU without it, the same bf16 numbers multiplied in fp32. lse
+(B,T,NH) receives each row's log-sum-exp of its scaled scores (NULL: not kept). The backward is flash attention's:
+per (query tile, key block) it recomputes S and P = e^(scale S - lse), then dP = dO V^T, dS = P (dP - D) scale with
+D = rowsum(dO o O), dQ += dS K, dK += dS^T Q, dV += P^T dO, all in bf16 with fp32 sums. Given out and lse (the Llama
+3 and nanochat trainers keep lse as an activation) it reads them; with either NULL (GPT-2's calls) it first runs
+each tile's forward again, the same code on the same numbers, so the gradient is the same bits at two products
+more per tile and block. Why a dedicated micro-kernel and not matmul_gemm(MATMUL_BF16, ...) per tile: at
+ATT_TILE = 64, HS = 64 that GEMM's rounding and packing per call cost more than the products (one tile's S and
+P V on one Zen 5 thread: 3.5-6.5 us on the micro-kernel, operands packed once per tile and block, against 13-19 us
+on oneDNN's or the built-in bf16 GEMM; dev/test/test_attention_cpu.c --time measures both).
+
+Determinism: no atomics; each sum runs in one fixed order on one thread. Both backwards give a k/v head, with all
+its query heads, to one thread, which sums dK and dV over the group's query heads, then their tiles, in order; a
+query head's dQ is that thread's too. Results do not depend on the thread count. (So a backward has B NKV tasks:
+fewer than the threads only for a small batch of few k/v heads.)
+
+Choosing: LLMC_ATTENTION=tiled|blocked, else blocked when the model's GEMMs run in bf16 (matmul_precision ==
+MATMUL_BF16: -p bf16 where llmc/cpu/cpu_trainer.h found that it pays, LLMC_BF16=force, test drivers' -p bf16) and
+tiled in fp32. Any other LLMC_ATTENTION is one error line. Each call adds its time, its compulsory bytes (q, k, v,
+out, lse, dout, dqkv at their stored fp32, once each) and its causal FLOPs without recomputation (2 products of
+2 HS flops per query-key pair forward, 4 backward) to PHASE_ATTENTION (llmc/cpu/phase_time.h). An output or input
+gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written.
+*/
+#ifndef LLMC_ATTENTION_CPU_H
+#define LLMC_ATTENTION_CPU_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../utils.h"
+#include "matmul.h"
+#include "phase_time.h"
+#include "vecmath.h"
+
+// query rows per tile, and (blocked kernel) keys per block: the diagonal block is the tile's own rows
+#define ATT_TILE 64
+
+// per-thread work buffers for the attention layers, kept between calls (grown when needed):
+// `floats` per thread, 64-byte aligned
+static float* attention_scratch(size_t floats, int* nthreads) {
+    static void* scratch = NULL;
+    static size_t capacity = 0;
+    *nthreads = 1;
+#ifdef _OPENMP
+    *nthreads = omp_get_max_threads();
+#endif
+    size_t per = (floats + 15) & ~(size_t)15;
+    float* base = (float*)scratch_reserve(&scratch, &capacity, ((size_t)*nthreads * per + 16) * sizeof(float));
+    return base + ((16 - ((uintptr_t)base / sizeof(float)) % 16) % 16);
+}
+
+static inline int attention_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// the tiled kernel (fp32). Q, K, V of a head are (T,HS) with rows strided by ld (3C for GPT-2's inp) inside the
+// packed input; its output rows are strided by C, its input gradients like the input.
+
+// rows t0 .. t0+rows-1 of a head's causal softmax, in place: s (rows, ld) holds the raw scores
+// q.k for keys 0 .. t0+rows-1 on entry; on return row r holds softmax(scale * s) over keys
+// 0 .. t0+r and 0 after them (up to column `cols`)
+static void attention_softmax_rows(float* s, int ld, int t0, int rows, int cols, float scale) {
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r;
+        float* row = s + (size_t)r * ld;
+        // softmax of scale * scores over the past (max subtracted for stability); 16 interleaved
+        // partial sums in a fixed order, so the loops vectorise and the result is reproducible
+        float pmax[16];
+        for (int j = 0; j < 16; j++) { pmax[j] = -INFINITY; }
+        int t2 = 0;
+        for (; t2 + 16 <= t + 1; t2 += 16) {
+            for (int j = 0; j < 16; j++) {
+                row[t2 + j] *= scale;
+                pmax[j] = row[t2 + j] > pmax[j] ? row[t2 + j] : pmax[j];
+            }
+        }
+        float maxval = -INFINITY;
+        for (; t2 <= t; t2++) {
+            row[t2] *= scale;
+            maxval = row[t2] > maxval ? row[t2] : maxval;
+        }
+        for (int j = 0; j < 16; j++) { maxval = pmax[j] > maxval ? pmax[j] : maxval; }
+        float part[16] = {0.0f};
+        t2 = 0;
+        for (; t2 + 16 <= t + 1; t2 += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(row[t2 + j] - maxval);
+                row[t2 + j] = e;
+                part[j] += e;
+            }
+        }
+        float sum = 0.0f;
+        for (; t2 <= t; t2++) {
+            row[t2] = vec_expf(row[t2] - maxval);
+            sum += row[t2];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float inv = 1.0f / sum;
+        for (t2 = 0; t2 < cols; t2++) { row[t2] = t2 <= t ? row[t2] * inv : 0.0f; }
+    }
+}
+
+// p (rows, ld) = the attention weights of query rows t0 .. t0+rows-1 of one head over keys
+// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (row stride ldqkv)
+static void attention_tile_weights(float* p, int ld, const float* q, const float* k, int t0, int rows, int ldqkv, int HS) {
+    int keys = t0 + rows;
+    matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, q + (size_t)t0 * ldqkv, ldqkv, k, ldqkv, 0.0f, p, ld);
+    attention_softmax_rows(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
+}
+
+// given the weights p (rows, ld) of query rows t0 .. t0+rows-1 and their output gradient d
+// (rows, HS; row stride ldd): dQ rows t0.. and dK, dV rows 0 .. t0+rows-1 += their gradients (q, k, v
+// and dq, dk, dv: row 0 of the head, row stride ldqkv); dp is (rows, ld) scratch
+static void attention_tile_backward(float* dq, float* dk, float* dv, float* dp, const float* p, int ld,
+                                    const float* d, const float* q, const float* k, const float* v,
+                                    int t0, int rows, int ldqkv, int ldd, int HS) {
+    int keys = t0 + rows;
+    float scale = 1.0f / sqrtf((float)HS);
+    // out = p V: dp (rows,keys) = dout (rows,HS) . V^T; dV (keys,HS) += p^T . dout
+    matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, d, ldd, v, ldqkv, 0.0f, dp, ld);
+    matmul_gemm(MATMUL_FP32, 1, 0, keys, HS, rows, p, ld, d, ldd, 1.0f, dv, ldqkv);
+    // softmax backward, in place: dpre[t2] = scale * p[t2] * (dp[t2] - sum_t3 p[t3] dp[t3])
+    for (int r = 0; r < rows; r++) {
+        const float* a = p + (size_t)r * ld;
+        float* g = dp + (size_t)r * ld;
+        int t = t0 + r;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) { dot += a[t2] * g[t2]; }
+        for (int t2 = 0; t2 < keys; t2++) { g[t2] = t2 <= t ? scale * a[t2] * (g[t2] - dot) : 0.0f; }
+    }
+    // pre = scale * Q K^T: dQ (rows,HS) += dpre . K; dK (keys,HS) += dpre^T . Q
+    matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, keys, dp, ld, k, ldqkv, 1.0f, dq + (size_t)t0 * ldqkv, ldqkv);
+    matmul_gemm(MATMUL_FP32, 1, 0, keys, HS, rows, dp, ld, q + (size_t)t0 * ldqkv, ldqkv, 1.0f, dk, ldqkv);
+}
+
+// out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), tiled. att (B,NH,T,T) receives the
+// attention weights, or is NULL (the trainers' case: nothing kept)
+static void attention_tiled_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, QKV = (NH + 2 * NKV) * HS, rep = NH / NKV;
+    int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
+    int nthreads;
+    size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
+    float* scratch = attention_scratch(att != NULL ? 0 : (size_t)ATT_TILE * ld, &nthreads);
+    size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
+    // tiles further down a head see more keys: handed out as threads free up
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int tile = 0; tile < ntiles; tile++) {
+                const float* q = qkv + (size_t)b * T * QKV + h * HS;
+                const float* k = qkv + (size_t)b * T * QKV + C + (h / rep) * HS;
+                int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+                float* p;
+                if (att != NULL) {
+                    p = att + (((size_t)b * NH + h) * T + t0) * T;
+                    for (int r = 0; r < rows; r++) {
+                        memset(p + (size_t)r * T + t0 + rows, 0, (size_t)(T - t0 - rows) * sizeof(float));
+                    }
+                } else {
+                    p = scratch + (size_t)attention_thread_id() * per;
+                }
+                attention_tile_weights(p, (int)ld, q, k, t0, rows, QKV, HS);
+                // out rows t0.. (rows,HS) = p (rows,keys) . V (keys,HS), out rows strided by C
+                matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, t0 + rows, p, (int)ld, k + (size_t)NKV * HS, QKV, 0.0f,
+                            out + ((size_t)b * T + t0) * C + h * HS, C);
+            }
+        }
+    }
+}
+
+// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_tiled_forward for dout (B,T,NH HS). att (B,NH,T,T)
+// holds the forward's attention weights, or is NULL: then each tile's are recomputed from qkv (same bits)
+static void attention_tiled_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                     int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, QKV = (NH + 2 * NKV) * HS, rep = NH / NKV;
+    int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
+    int nthreads;
+    size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
+    size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
+    float* scratch = attention_scratch(2 * per, &nthreads);
+    // dK and dV of a k/v head collect from all its query heads' tiles: one thread's, heads and tiles in order
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+            float* dp = scratch + (size_t)attention_thread_id() * 2 * per; // dp, then p if recomputed
+            size_t head_k = (size_t)b * T * QKV + C + (size_t)g * HS, head_v = head_k + (size_t)NKV * HS;
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                const float* q = qkv + (size_t)b * T * QKV + h * HS;
+                float* dq = dqkv + (size_t)b * T * QKV + h * HS;
+                for (int tile = 0; tile < ntiles; tile++) {
+                    int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+                    const float* p;
+                    if (att != NULL) {
+                        p = att + (((size_t)b * NH + h) * T + t0) * T;
+                    } else {
+                        attention_tile_weights(dp + per, (int)ld, q, qkv + head_k, t0, rows, QKV, HS);
+                        p = dp + per;
+                    }
+                    attention_tile_backward(dq, dqkv + head_k, dqkv + head_v, dp, p, (int)ld,
+                                            dout + ((size_t)b * T + t0) * C + h * HS, q, qkv + head_k,
+                                            qkv + head_v, t0, rows, QKV, C, HS);
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the blocked kernel (bf16 products, fp32 sums)
+//
+// Score tiles are held transposed, keys by queries: S^T = K Q^T is (ATT_TILE keys, ATT_TILE queries), so a query's
+// running max and sum, its lse and D are a column, every step over them is a vertical vector operation (no
+// reduction across a row), and P^T and dS^T enter the products in the layout they are computed in:
+//     forward    S^T = K Q^T,   O^T += V^T P^T
+//     backward   S^T = K Q^T,   dP^T = V dO^T,   dV += P^T dO,   dK += dS^T Q,   dQ^T += K^T dS^T
+// Operands are uint32 pairs of bf16, the lower index in the low half (vdpbf16ps's layout: one instruction adds
+// a0 b0 + a1 b1 to each of 16 fp32 sums); a product sums over pairs of its inner index. ATT_TILE rows of a head,
+// (ATT_TILE, HS), are rounded to x16, an (ATT_TILE, HSP) uint16 array (HSP = HS rounded up to 16; zero past HS and
+// past the last row, so that padding adds 0), and taken as:
+//   rows     [r][p] = (x[r][2p], x[r][2p+1])   x16 itself: an A operand over d (K, V) or over queries (P^T, dS^T)
+//   dmajor   [p][r] = (x[r][2p], x[r][2p+1])   a B operand over d (Q in S^T, dO in dP^T)
+//   rowpair  [q][d] = (x[2q][d], x[2q+1][d])   a B operand over rows (dO in dV, Q in dK; P^T in O^T, dS^T in dQ^T)
+//   colpair  [d][q] = (x[2q][d], x[2q+1][d])   an A operand over rows (V in O^T, K in dQ^T)
+
+#define ATT_PAIRS (ATT_TILE / 2)
+
+typedef struct {
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native;
+    float scale;
+} AttShape;
+
+static AttShape att_shape(int T, int NH, int NKV, int HS) {
+    AttShape s;
+    s.T = T; s.NH = NH; s.NKV = NKV; s.HS = HS;
+    s.HSP = (HS + 15) & ~15;
+    s.C = NH * HS;
+    s.QKV = (NH + 2 * NKV) * HS;
+    s.ntiles = (T + ATT_TILE - 1) / ATT_TILE;
+    s.native = matmul_bf16_native(); // asked here, before the threads start
+    s.scale = 1.0f / sqrtf((float)HS);
+    return s;
+}
+
+static inline uint32_t att_pair_at(const void* a, size_t i) { // pair i of a (any storage: no aliasing questions)
+    uint32_t u;
+    memcpy(&u, (const char*)a + 4 * i, sizeof(u));
+    return u;
+}
+
+// c (M,N) = (accumulate ? c : 0) + a (M, kp pairs; row stride lda pairs) . b (kp pairs, N; row stride ldb), each
+// element summed over the pairs in order; M a multiple of 4, N of 16. c's row stride is ldc.
+#if MATMUL_X86
+__attribute__((target("avx512f,avx512bf16"), always_inline))
+static inline void att_gemm_native_block(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
+                                         int kp, int accumulate, const int nv) {
+    __m512 acc[4][4];
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < nv; v++) {
+            acc[i][v] = accumulate ? _mm512_loadu_ps(c + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();
+        }
+    }
+    for (int p = 0; p < kp; p++) {
+        __m512bh bv[4];
+        for (int v = 0; v < nv; v++) { bv[v] = (__m512bh)_mm512_loadu_si512((const void*)(b + (size_t)p * ldb + 16 * v)); }
+        for (int i = 0; i < 4; i++) {
+            __m512bh ai = (__m512bh)_mm512_set1_epi32((int)att_pair_at(a, (size_t)i * lda + p));
+            for (int v = 0; v < nv; v++) { acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]); }
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < nv; v++) { _mm512_storeu_ps(c + (size_t)i * ldc + 16 * v, acc[i][v]); }
+    }
+}
+
+// 4 rows at a time, 64 columns (16 zmm sums) at a time, then 32 and 16
+__attribute__((target("avx512f,avx512bf16")))
+static void att_gemm_native(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
+                            int M, int N, int kp, int accumulate) {
+    for (int i0 = 0; i0 < M; i0 += 4) {
+        float* ci = c + (size_t)i0 * ldc;
+        const void* ai = (const char*)a + 4 * (size_t)i0 * lda;
+        int j0 = 0;
+        for (; j0 + 64 <= N; j0 += 64) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 4); }
+        if (N - j0 >= 32) {
+            att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 2);
+            j0 += 32;
+        }
+        if (N - j0 >= 16) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 1); }
+    }
+}
+#endif
+
+static inline float att_bf16_lo(uint32_t u) { return mm_bf16_to_float((uint16_t)(u & 0xffffu)); }
+static inline float att_bf16_hi(uint32_t u) { return mm_bf16_to_float((uint16_t)(u >> 16)); }
+
+// the same bf16 numbers multiplied in fp32, (even product + odd product) per pair
+static void att_gemm_emulated(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
+                              int M, int N, int kp, int accumulate) {
+    for (int i = 0; i < M; i++) {
+        float* ci = c + (size_t)i * ldc;
+        if (!accumulate) { memset(ci, 0, (size_t)N * sizeof(float)); }
+        for (int p = 0; p < kp; p++) {
+            uint32_t ap = att_pair_at(a, (size_t)i * lda + p);
+            float a0 = att_bf16_lo(ap), a1 = att_bf16_hi(ap);
+            const uint32_t* bp = b + (size_t)p * ldb;
+            for (int j = 0; j < N; j++) { ci[j] += a0 * att_bf16_lo(bp[j]) + a1 * att_bf16_hi(bp[j]); }
+        }
+    }
+}
+
+static inline void att_gemm(const AttShape* sh, float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
+                            int M, int N, int kp, int accumulate) {
+#if MATMUL_X86
+    if (sh->native) {
+        att_gemm_native(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+        return;
+    }
+#endif
+    att_gemm_emulated(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+}
+
+// x16 (ATT_TILE, HSP) = rows 0 .. rows-1 of x (row stride ld, HS columns) rounded to bf16, zero past them
+static void att_round_block(uint16_t* x16, const float* x, size_t ld, int rows, int HS, int HSP) {
+    for (int r = 0; r < ATT_TILE; r++) {
+        uint16_t* dst = x16 + (size_t)r * HSP;
+        int n = 0;
+        if (r < rows) {
+            mm_round_bf16_row(dst, x + (size_t)r * ld, (size_t)HS);
+            n = HS;
+        }
+        memset(dst + n, 0, (size_t)(HSP - n) * sizeof(uint16_t));
+    }
+}
+
+static inline uint32_t att_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+// the layouts of a rounded block x16 (ATT_TILE rows of `width` columns), see above
+static void att_layout_dmajor(uint32_t* dst, const uint16_t* x16, int width) {
+    for (int p = 0; p < width / 2; p++) {
+        for (int r = 0; r < ATT_TILE; r++) { dst[p * ATT_TILE + r] = att_pair(x16[r * width + 2 * p], x16[r * width + 2 * p + 1]); }
+    }
+}
+
+static void att_layout_rowpair(uint32_t* dst, const uint16_t* x16, int width) {
+    for (int q = 0; q < ATT_PAIRS; q++) {
+        const uint16_t* lo = x16 + (size_t)(2 * q) * width;
+        const uint16_t* hi = lo + width;
+        for (int d = 0; d < width; d++) { dst[q * width + d] = att_pair(lo[d], hi[d]); }
+    }
+}
+
+static void att_layout_colpair(uint32_t* dst, const uint16_t* x16, int width) {
+    for (int d = 0; d < width; d++) {
+        for (int q = 0; q < ATT_PAIRS; q++) { dst[d * ATT_PAIRS + q] = att_pair(x16[2 * q * width + d], x16[(2 * q + 1) * width + d]); }
+    }
+}
+
+// sum over d < HS of bf16 dO[d] times fp32 o[d * stride], in order (one function for the forward's out and for a
+// recomputed O^T, so that both give D the same bits)
+static inline float att_row_D(const uint16_t* do16, const float* o, size_t stride, int HS) {
+    float sum = 0.0f;
+    for (int d = 0; d < HS; d++) { sum += mm_bf16_to_float(do16[d]) * o[(size_t)d * stride]; }
+    return sum;
+}
+
+// a thread's work buffers (the forward uses the first group only)
+typedef struct {
+    uint16_t *x16, *q16, *p16;              // rounded blocks: packing scratch, the query tile, P^T
+    uint32_t *q_dm, *p_rp;                  // Q (dmajor), P^T (rowpair)
+    float *sT, *oT;                         // S^T (ATT_TILE, ATT_TILE), O^T (HSP, ATT_TILE)
+    float *m, *l, *alpha, *lse, *D;         // per query: running max and sum, rescale, log-sum-exp, rowsum(dO o O)
+    uint16_t *do16, *ds16;                  // backward: dO tile, dS^T
+    uint32_t *q_rp, *do_dm, *do_rp, *ds_rp;
+    float *dpT, *dqT;                       // dP^T (ATT_TILE, ATT_TILE), dQ^T (HSP, ATT_TILE)
+    uint32_t *k_rows, *v_rows, *k_cp, *v_cp; // the k/v head's blocks (K, V rows; K, V colpair), block j at j * blk
+    float *dk, *dv;                         // its dK, dV (ntiles ATT_TILE, HSP)
+} AttWork;
+
+// points w into base (NULL: only counts); returns the bytes one thread needs, a multiple of 64
+static size_t att_work_layout(AttWork* w, char* base, const AttShape* sh, int backward) {
+    size_t off = 0, tile = (size_t)ATT_TILE * sh->HSP, sq = (size_t)ATT_TILE * ATT_TILE;
+    size_t head = backward ? (size_t)sh->ntiles * tile : 0, bw = backward ? 1 : 0;
+#define ATT_TAKE(field, type, n) do { \
+        w->field = base != NULL ? (type*)(void*)(base + off) : NULL; \
+        off += ((size_t)(n) * sizeof(type) + 63) & ~(size_t)63; \
+    } while (0)
+    ATT_TAKE(x16, uint16_t, tile);
+    ATT_TAKE(q16, uint16_t, tile);
+    ATT_TAKE(p16, uint16_t, sq);
+    ATT_TAKE(q_dm, uint32_t, tile / 2);
+    ATT_TAKE(p_rp, uint32_t, sq / 2);
+    ATT_TAKE(sT, float, sq);
+    ATT_TAKE(oT, float, tile);
+    ATT_TAKE(m, float, ATT_TILE);
+    ATT_TAKE(l, float, ATT_TILE);
+    ATT_TAKE(alpha, float, ATT_TILE);
+    ATT_TAKE(lse, float, ATT_TILE);
+    ATT_TAKE(D, float, ATT_TILE);
+    ATT_TAKE(do16, uint16_t, bw * tile);
+    ATT_TAKE(ds16, uint16_t, bw * sq);
+    ATT_TAKE(q_rp, uint32_t, bw * tile / 2);
+    ATT_TAKE(do_dm, uint32_t, bw * tile / 2);
+    ATT_TAKE(do_rp, uint32_t, bw * tile / 2);
+    ATT_TAKE(ds_rp, uint32_t, bw * sq / 2);
+    ATT_TAKE(dpT, float, bw * sq);
+    ATT_TAKE(dqT, float, bw * tile);
+    ATT_TAKE(k_rows, uint32_t, head / 2);
+    ATT_TAKE(v_rows, uint32_t, head / 2);
+    ATT_TAKE(k_cp, uint32_t, head / 2);
+    ATT_TAKE(v_cp, uint32_t, head / 2);
+    ATT_TAKE(dk, float, head);
+    ATT_TAKE(dv, float, head);
+#undef ATT_TAKE
+    return off;
+}
+
+// this thread's work buffers inside the per-thread scratch (`per` bytes each)
+static inline AttWork att_work(char* scratch, size_t per, const AttShape* sh, int backward) {
+    AttWork w;
+    att_work_layout(&w, scratch + (size_t)attention_thread_id() * per, sh, backward);
+    return w;
+}
+
+// One block of S^T (w->sT: keys of block j by the tile's queries) in the forward: each query's running max and sum
+// (w->m, w->l) take the block in, w->alpha = e^(m_old - m_new) (what the output so far shrinks by), w->p16 = P^T
+// = e^(scale S^T - m_new) rounded. diag: the tile's own block, where query q sees keys k <= q only. (Padded rows
+// need no mask: zero q and k give finite scores, and what they add is multiplied by zero rows of V or dO, or not
+// written.)
+static void att_block_softmax(AttWork* w, int diag, float scale) {
+    float mx[ATT_TILE];
+    for (int q = 0; q < ATT_TILE; q++) { mx[q] = -INFINITY; }
+    for (int k = 0; k < ATT_TILE; k++) {
+        float* row = w->sT + (size_t)k * ATT_TILE;
+        for (int q = 0; q < ATT_TILE; q++) {
+            float x = diag && q < k ? -INFINITY : row[q] * scale;
+            row[q] = x;
+            mx[q] = x > mx[q] ? x : mx[q];
+        }
+    }
+    for (int q = 0; q < ATT_TILE; q++) {
+        float m_new = mx[q] > w->m[q] ? mx[q] : w->m[q];
+        w->alpha[q] = vec_expf(w->m[q] - m_new); // (the first block: e^-inf, times a sum and output of 0)
+        w->l[q] *= w->alpha[q];
+        w->m[q] = m_new;
+    }
+    for (int k = 0; k < ATT_TILE; k++) {
+        float* row = w->sT + (size_t)k * ATT_TILE;
+        for (int q = 0; q < ATT_TILE; q++) {
+            float e = vec_expf(row[q] - w->m[q]);
+            e = diag && q < k ? 0.0f : e;
+            row[q] = e;
+            w->l[q] += e;
+        }
+        mm_round_bf16_row(w->p16 + (size_t)k * ATT_TILE, row, ATT_TILE);
+    }
+}
+
+// One query tile of one head, forward: w->oT (HSP, ATT_TILE) = O^T, the normalised output of its queries,
+// w->lse = each query's log-sum-exp of its scaled scores. q_dm: the tile's Q (dmajor); k_rows, v_cp: block 0 of the
+// head's rounded K rows and V (colpair), block j kv_stride pairs further.
+static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k_rows, const uint32_t* v_cp,
+                             size_t kv_stride, int tile, const AttShape* sh) {
+    int HSP = sh->HSP;
+    for (int q = 0; q < ATT_TILE; q++) {
+        w->m[q] = -INFINITY;
+        w->l[q] = 0.0f;
+    }
+    memset(w->oT, 0, (size_t)HSP * ATT_TILE * sizeof(float));
+    for (int j = 0; j <= tile; j++) {
+        // S^T (keys, queries) = K_j Q^T
+        att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
+        att_block_softmax(w, j == tile, sh->scale);
+        if (j > 0) {
+            for (int d = 0; d < HSP; d++) {
+                float* row = w->oT + (size_t)d * ATT_TILE;
+                for (int q = 0; q < ATT_TILE; q++) { row[q] *= w->alpha[q]; }
+            }
+        }
+        // O^T (HSP, queries) += V_j^T P^T
+        att_layout_rowpair(w->p_rp, w->p16, ATT_TILE);
+        att_gemm(sh, w->oT, ATT_TILE, v_cp + j * kv_stride, ATT_PAIRS, w->p_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1);
+    }
+    float inv[ATT_TILE];
+    for (int q = 0; q < ATT_TILE; q++) {
+        inv[q] = 1.0f / w->l[q];
+        w->lse[q] = w->m[q] + logf(w->l[q]);
+    }
+    for (int d = 0; d < HSP; d++) {
+        float* row = w->oT + (size_t)d * ATT_TILE;
+        for (int q = 0; q < ATT_TILE; q++) { row[q] *= inv[q]; }
+    }
+}
+
+// the per-call buffer of the forward's rounded K and V: (B, NKV, ntiles) blocks of K rows, then V colpair
+static uint32_t* attention_kv_buffer(size_t n) {
+    static void* buf = NULL;
+    static size_t capacity = 0;
+    return (uint32_t*)scratch_reserve(&buf, &capacity, n * sizeof(uint32_t));
+}
+
+// out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), blocked; lse (B,T,NH) = each row's log-sum-exp, or NULL
+static void attention_blocked_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int HS) {
+    AttShape sh = att_shape(T, NH, NKV, HS);
+    int HSP = sh.HSP, ntiles = sh.ntiles, C = sh.C, QKV = sh.QKV, rep = NH / NKV;
+    size_t blk = (size_t)ATT_PAIRS * HSP; // pairs in one layout of one block
+    uint32_t* kv = attention_kv_buffer((size_t)B * NKV * ntiles * 2 * blk);
+    size_t per = att_work_layout(&(AttWork){0}, NULL, &sh, 0);
+    int nthreads;
+    char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
+    // every k/v head's blocks, rounded and laid out once
+    #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+            for (int j = 0; j < ntiles; j++) {
+                AttWork w = att_work(scratch, per, &sh, 0);
+                uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
+                const float* k = qkv + ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
+                int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
+                att_round_block((uint16_t*)(void*)k_rows, k, (size_t)QKV, rows, HS, HSP);
+                att_round_block(w.x16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
+                att_layout_colpair(k_rows + blk, w.x16, HSP);
+            }
+        }
+    }
+    // the query tiles, the longest (furthest down a head) handed out first
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int it = 0; it < ntiles; it++) {
+                AttWork w = att_work(scratch, per, &sh, 0);
+                int tile = ntiles - 1 - it, t0 = tile * ATT_TILE;
+                int rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+                att_round_block(w.q16, qkv + ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
+                att_layout_dmajor(w.q_dm, w.q16, HSP);
+                const uint32_t* k_rows = kv + ((size_t)b * NKV + h / rep) * ntiles * 2 * blk;
+                att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
+                for (int q = 0; q < rows; q++) {
+                    size_t bt = (size_t)b * T + t0 + q;
+                    float* o = out + bt * C + (size_t)h * HS;
+                    for (int d = 0; d < HS; d++) { o[d] = w.oT[(size_t)d * ATT_TILE + q]; }
+                    if (lse != NULL) { lse[bt * NH + h] = w.lse[q]; }
+                }
+            }
+        }
+    }
+}
+
+// The backward of k/v head g of batch row b and its query heads: dqkv += their gradients. out, lse: the forward's
+// (both given, or each tile's forward run again)
+static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                               int b, int g, AttWork* w, const AttShape* sh) {
+    int T = sh->T, HS = sh->HS, HSP = sh->HSP, C = sh->C, QKV = sh->QKV, NH = sh->NH, NKV = sh->NKV;
+    int ntiles = sh->ntiles, rep = NH / NKV, kept = out != NULL && lse != NULL;
+    float scale = sh->scale;
+    size_t blk = (size_t)ATT_PAIRS * HSP, tile_n = (size_t)ATT_TILE * HSP, bt0 = (size_t)b * T;
+    const float* k = qkv + bt0 * QKV + C + (size_t)g * HS;
+    const float* v = k + (size_t)NKV * HS;
+    // the head's K and V, every block, in the layouts the products take
+    for (int j = 0; j < ntiles; j++) {
+        int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
+        uint16_t* k16 = (uint16_t*)(void*)(w->k_rows + j * blk);
+        att_round_block(k16, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        att_layout_colpair(w->k_cp + j * blk, k16, HSP);
+        uint16_t* v16 = (uint16_t*)(void*)(w->v_rows + j * blk);
+        att_round_block(v16, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        if (!kept) { att_layout_colpair(w->v_cp + j * blk, v16, HSP); } // (for the tiles' forwards)
+    }
+    memset(w->dk, 0, (size_t)ntiles * tile_n * sizeof(float));
+    memset(w->dv, 0, (size_t)ntiles * tile_n * sizeof(float));
+    for (int h = g * rep; h < (g + 1) * rep; h++) {
+        for (int tile = 0; tile < ntiles; tile++) {
+            int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+            att_round_block(w->q16, qkv + (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
+            att_layout_dmajor(w->q_dm, w->q16, HSP);
+            att_layout_rowpair(w->q_rp, w->q16, HSP);
+            att_round_block(w->do16, dout + (bt0 + t0) * C + (size_t)h * HS, (size_t)C, rows, HS, HSP);
+            att_layout_dmajor(w->do_dm, w->do16, HSP);
+            att_layout_rowpair(w->do_rp, w->do16, HSP);
+            // each query's lse and D = rowsum(dO o O): the forward's, or its tile run again (the same bits). dO is
+            // the rounded one dP^T = V dO^T takes, so that D = sum of P dP up to P's rounding (a query that sees one
+            // key gets dS = 0, as it should); padded queries get 0 (their dO is 0)
+            if (!kept) { att_tile_forward(w, w->q_dm, w->k_rows, w->v_cp, blk, tile, sh); }
+            for (int q = 0; q < ATT_TILE; q++) {
+                w->D[q] = 0.0f;
+                if (q >= rows) {
+                    w->lse[q] = 0.0f;
+                    continue;
+                }
+                const uint16_t* do_q = w->do16 + (size_t)q * HSP;
+                if (kept) {
+                    w->lse[q] = lse[(bt0 + t0 + q) * NH + h];
+                    w->D[q] = att_row_D(do_q, out + (bt0 + t0 + q) * C + (size_t)h * HS, 1, HS);
+                } else {
+                    w->D[q] = att_row_D(do_q, w->oT + q, ATT_TILE, HS);
+                }
+            }
+            memset(w->dqT, 0, tile_n * sizeof(float));
+            for (int j = 0; j <= tile; j++) {
+                const uint32_t* k_rows = w->k_rows + j * blk;
+                // S^T = K_j Q^T, dP^T = V_j dO^T (keys, queries)
+                att_gemm(sh, w->sT, ATT_TILE, k_rows, HSP / 2, w->q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
+                att_gemm(sh, w->dpT, ATT_TILE, w->v_rows + j * blk, HSP / 2, w->do_dm, ATT_TILE, ATT_TILE, ATT_TILE,
+                         HSP / 2, 0);
+                // P^T = e^(scale S^T - lse), dS^T = P^T (dP^T - D) scale, 0 where a query does not see the key
+                int diag = j == tile;
+                for (int kk = 0; kk < ATT_TILE; kk++) {
+                    float* srow = w->sT + (size_t)kk * ATT_TILE;
+                    float* dprow = w->dpT + (size_t)kk * ATT_TILE;
+                    for (int q = 0; q < ATT_TILE; q++) {
+                        float p = vec_expf(srow[q] * scale - w->lse[q]);
+                        p = diag && q < kk ? 0.0f : p;
+                        srow[q] = p;
+                        dprow[q] = p * (dprow[q] - w->D[q]) * scale;
+                    }
+                    mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
+                    mm_round_bf16_row(w->ds16 + (size_t)kk * ATT_TILE, dprow, ATT_TILE);
+                }
+                // dV_j += P^T dO, dK_j += dS^T Q (keys, HSP); dQ^T (HSP, queries) += K_j^T dS^T
+                att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
+                att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
+                att_layout_rowpair(w->ds_rp, w->ds16, ATT_TILE);
+                att_gemm(sh, w->dqT, ATT_TILE, w->k_cp + j * blk, ATT_PAIRS, w->ds_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1);
+            }
+            for (int q = 0; q < rows; q++) {
+                float* dst = dqkv + (bt0 + t0 + q) * QKV + (size_t)h * HS;
+                for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        float* dk = dqkv + (bt0 + t) * QKV + C + (size_t)g * HS;
+        float* dv = dk + (size_t)NKV * HS;
+        const float* sk = w->dk + (size_t)t * HSP;
+        const float* sv = w->dv + (size_t)t * HSP;
+        for (int d = 0; d < HS; d++) {
+            dk[d] += sk[d];
+            dv[d] += sv[d];
+        }
+    }
+}
+
+// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_blocked_forward for dout (B,T,NH HS); out and lse are
+// the forward's (both, or either NULL: recomputed)
+static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                       const float* lse, int B, int T, int NH, int NKV, int HS) {
+    AttShape sh = att_shape(T, NH, NKV, HS);
+    size_t per = att_work_layout(&(AttWork){0}, NULL, &sh, 1);
+    int nthreads;
+    char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+            AttWork w = att_work(scratch, per, &sh, 1);
+            att_group_backward(dqkv, dout, qkv, out, lse, b, g, &w, &sh);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// choosing the kernel, and the calls
+
+typedef enum { ATTENTION_TILED = 0, ATTENTION_BLOCKED = 1 } AttentionKernel;
+
+// "tiled" / "blocked"; returns 0 on success, -1 for anything else
+static inline int attention_kernel_parse(const char* s, AttentionKernel* out) {
+    if (strcmp(s, "tiled") == 0) { *out = ATTENTION_TILED; return 0; }
+    if (strcmp(s, "blocked") == 0) { *out = ATTENTION_BLOCKED; return 0; }
+    return -1;
+}
+
+// the kernel the trainers' calls run: LLMC_ATTENTION, else blocked with bf16 GEMMs and tiled with fp32 ones
+static AttentionKernel attention_kernel_chosen(void) {
+    const char* env = getenv("LLMC_ATTENTION");
+    if (env != NULL && env[0] != '\0') {
+        AttentionKernel k;
+        if (attention_kernel_parse(env, &k) != 0) { llmc_die("LLMC_ATTENTION=%s: use tiled or blocked", env); }
+        return k;
+    }
+    return matmul_precision == MATMUL_BF16 ? ATTENTION_BLOCKED : ATTENTION_TILED;
+}
+
+// the FLOPs of `products` (T,T)-causal products of 2 HS flops per query-key pair, every head
+static inline double attention_flops(int B, int T, int NH, int HS, int products) {
+    return (double)B * NH * ((double)T * (T + 1) / 2.0) * 2.0 * HS * products;
+}
+
+// x (n floats), just written: its bf16 copy too when a GEMM reads it from one (llmc/cpu/matmul.h's mirrors of
+// activations, -p bf16 on oneDNN)
+static inline void attention_write_shadow(const float* x, size_t n) {
+    uint16_t* x16 = matmul_bf16_shadow(x, n);
+    if (x16 != NULL) { matmul_round_bf16(x16, x, 1, n, n); }
+}
+
+static inline void attention_check_heads(int NH, int NKV) {
+    if (NKV < 1 || NH % NKV != 0) { llmc_die("internal: attention with %d query heads and %d k/v heads", NH, NKV); }
+}
+
+// out (B,T,NH HS) = causal attention of qkv (B,T,(NH + 2 NKV) HS); lse (B,T,NH) receives each row's log-sum-exp
+// for the backward (blocked kernel; NULL: not kept; the tiled kernel leaves it alone)
+static void attention_gqa_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int HS) {
+    attention_check_heads(NH, NKV);
+    double t_phase = phase_begin();
+    int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
+    if (blocked) { attention_blocked_forward(out, lse, qkv, B, T, NH, NKV, HS); }
+    else { attention_tiled_forward(out, NULL, qkv, B, T, NH, NKV, HS); }
+    attention_write_shadow(out, (size_t)B * T * NH * HS);
+    double BT = (double)B * T;
+    double floats = BT * ((double)(NH + 2 * NKV) * HS + (double)NH * HS + (blocked && lse != NULL ? NH : 0));
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 2));
+}
+
+// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_gqa_forward for dout (B,T,NH HS); out and lse are the
+// forward's (the blocked kernel reads them when both are given, else recomputes them; the tiled one needs neither)
+static void attention_gqa_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                   const float* lse, int B, int T, int NH, int NKV, int HS) {
+    attention_check_heads(NH, NKV);
+    double t_phase = phase_begin();
+    int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
+    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS); }
+    else { attention_tiled_backward(dqkv, dout, qkv, NULL, B, T, NH, NKV, HS); }
+    attention_write_shadow(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS);
+    double BT = (double)B * T;
+    double floats = BT * (2.0 * (NH + 2 * NKV) * HS + (double)NH * HS);
+    if (blocked && out != NULL && lse != NULL) { floats += BT * ((double)NH * HS + NH); }
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 4));
+}
+
+// GPT-2's: out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)
+// receives the attention weights (tiled kernel), or is NULL (the trainer's case: nothing kept)
+static void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    if (att == NULL) {
+        attention_gqa_forward(out, NULL, inp, B, T, NH, NH, C / NH);
+        return;
+    }
+    double t_phase = phase_begin();
+    attention_tiled_forward(out, att, inp, B, T, NH, NH, C / NH);
+    attention_write_shadow(out, (size_t)B * T * C);
+    double BT = (double)B * T;
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * (4.0 * BT * C + (double)B * NH * T * T), attention_flops(B, T, NH, C / NH, 2));
+}
+
+// dinp (B,T,3C) += the gradient of attention_forward for dout (B,T,C). att (B,NH,T,T) holds the
+// forward's attention weights, or is NULL: then they are recomputed from inp
+static void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
+                               int B, int T, int C, int NH) {
+    if (att == NULL) {
+        attention_gqa_backward(dinp, dout, inp, NULL, NULL, B, T, NH, NH, C / NH);
+        return;
+    }
+    double t_phase = phase_begin();
+    attention_tiled_backward(dinp, dout, inp, att, B, T, NH, NH, C / NH);
+    attention_write_shadow(dinp, (size_t)B * T * 3 * C);
+    double BT = (double)B * T;
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * (7.0 * BT * C + (double)B * NH * T * T), attention_flops(B, T, NH, C / NH, 4));
+}
+
+#endif // LLMC_ATTENTION_CPU_H

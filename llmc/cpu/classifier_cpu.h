@@ -1,0 +1,326 @@
+/*
+llmc/cpu/classifier_cpu.h: the classifier of every CPU model (GPT-2, Llama 3, nanochat): the lm_head, the logit
+softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of rows, so that training never holds the
+(B,T,Vp) logits, probabilities or their gradient whole (1.65 GB of them at GPT-2 124M, B=4, T=1024).
+
+    classifier_forward_backward(losses, logits, dinp, dweight, overwrite, inp, weight, targets, dloss, softcap,
+                                BT, C, V, Vp, chunk)
+        per chunk of `chunk` rows of inp (BT,C): its logits (chunk,Vp) = inp . weight^T (weight (Vp,C), the
+        lm_head), capped as cap * tanh(z / cap) when softcap > 0; with targets (BT) each row's softmax over the
+        first V logits and its cross-entropy into losses (NULL: not kept); with dinp (the backward in the same
+        pass) dlogits = (probs - onehot(target)) * dloss (times the softcap's slope), zero in the Vp - V padded
+        columns, then dinp rows = dlogits . weight (written) and dweight (Vp,C) += dlogits^T . inp rows (written
+        by the first chunk when overwrite: stale gradients). logits (BT,Vp) keeps every chunk's (capped) logits,
+        or is NULL: one chunk of them exists at a time, in a scratch buffer that the backward's dlogits overwrite
+        in place. Without targets (NULL) only the logits (then not NULL) are computed.
+    classifier_logits(logits, inp, ld, weight, softcap, rows, C, V, Vp)
+        the (capped) logits of `rows` rows of inp, row r at inp + r * ld: generate's and sampling's last positions
+    crossentropy_softmax_forward / _backward   the same softmax and cross-entropy on whole (B,T,Vp) buffers
+                                 (pyllmc.layers' layers, and what dev/test/test_classifier.c holds the chunks to)
+    CpuClassifier, cpu_classifier_forward(cm, k, targets), cpu_classifier_backward(cm, k, loss_scale)
+        a CPU model's classifier in its forward and backward passes (llmc/cpu/cpu_model.h keeps the state): the
+        forward pass runs the chunks with the backward when one follows (cpu_model_expect_backward), so that
+        backward starts from dinp; a backward whose forward pass did not (pyllmc's forward, then backward) runs the
+        chunks again with their backward. Without targets the forward keeps the logits in cm->logits (allocated
+        at the first such pass): every position's, or with cm->last_logits_only each sequence's last.
+
+Bit for bit: a row's softmax, loss and dlogits are those of crossentropy_softmax_forward, _backward and
+llmc/cpu/layers_nanochat_cpu.h's softcap_forward, _backward (the same operations on the same numbers, each rounding
+where theirs does), and dinp's rows are the same GEMM's. dweight sums over the chunks in order, one GEMM each, so
+its sum over the BT rows runs in a different order than one GEMM over all rows (the last bits of the lm_head's
+gradient; the losses of later steps follow). The result does not depend on the thread count.
+
+The chunk's non-GEMM work counts as PHASE_CLASSIFIER (llmc/cpu/phase_time.h), its GEMMs as PHASE_GEMM
+(llmc/cpu/matmul.h).
+
+Shapes: BT rows (B*T positions), C channels, V vocab, Vp padded vocab (the logits' row stride).
+*/
+#ifndef LLMC_CLASSIFIER_CPU_H
+#define LLMC_CLASSIFIER_CPU_H
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../utils.h"
+#include "matmul.h"
+#include "vecmath.h"
+#include "phase_time.h"
+#include "cpu_model.h"
+
+// rows of a chunk: its logits are CLASSIFIER_CHUNK_ROWS x Vp floats (206 MB at GPT-2's Vp), the lm_head's gradient
+// (Vp,C) is read and written once per chunk
+#define CLASSIFIER_CHUNK_ROWS 1024
+
+// ----------------------------------------------------------------------------
+// whole buffers
+
+// softmax over the first V logits and the cross-entropy of the target token, per position
+static void crossentropy_softmax_forward(float* losses, float* probs, const float* logits, const int* targets,
+                                         int B, int T, int V, int Vp) {
+    // logits, probs are (B,T,Vp) (the Vp-V padded columns are ignored, their prob is 0);
+    // targets are (B,T) ids in [0,V); losses are (B,T)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = logits + (size_t)bt * Vp;
+        float* p = probs + (size_t)bt * Vp;
+        float lane_max[16];
+        for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
+        }
+        float maxval = -INFINITY;
+        for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+        // 16 interleaved float partial sums (vectorises; a fixed order), added up in double
+        float part[16] = {0.0f};
+        for (i = 0; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                float e = vec_expf(x[i + j] - maxval);
+                p[i + j] = e;
+                part[j] += e;
+            }
+        }
+        double sum = 0.0;
+        for (; i < V; i++) {
+            p[i] = vec_expf(x[i] - maxval);
+            sum += p[i];
+        }
+        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float inv = (float)(1.0 / sum);
+        for (i = 0; i < V; i++) { p[i] *= inv; }
+        for (; i < Vp; i++) { p[i] = 0.0f; }
+        // -log softmax computed from the logits directly (no log of a rounded probability)
+        losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
+    }
+}
+
+// the fused backward of softmax + cross-entropy: dlogits = (probs - onehot(target)) * dloss
+static void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets,
+                                          int B, int T, int V, int Vp) {
+    // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T). dlogits is accumulated (+=).
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float* dl = dlogits + (size_t)bt * Vp;
+        const float* p = probs + (size_t)bt * Vp;
+        float dloss = dlosses[bt];
+        int ix = targets[bt];
+        for (int i = 0; i < V; i++) {
+            float indicator = i == ix ? 1.0f : 0.0f;
+            dl[i] += (p[i] - indicator) * dloss;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// in chunks of rows
+
+// One row. x (Vp) holds the row's logits; with cap > 0 they are capped in place. With target >= 0 returns the
+// row's cross-entropy; e (Vp) receives the exponentials, then the probabilities (x itself when the logits are not
+// needed afterwards, or dx); with dx (Vp, may be e, and x when e is) also writes there the loss's gradient (dloss)
+// with respect to the raw logits, 0 in the padded columns.
+// The loops are those of crossentropy_softmax_forward, _backward and softcap_forward, _backward, and each value
+// that theirs store to memory is stored here too before it is read again: the compiler may fuse a product and a sum
+// into one FMA only while the product stays in a register, so this keeps their roundings.
+static inline float classifier_row(float* x, float* dx, float* e, int V, int Vp, float cap, int target, float dloss) {
+    if (cap > 0.0f) {
+        float inv = 1.0f / cap;
+        for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
+    }
+    if (target < 0) { return 0.0f; }
+    float lane_max[16];
+    for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
+    }
+    float maxval = -INFINITY;
+    for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+    for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+    float zt = x[target];
+    // the exponentials: 16 interleaved float partial sums, the tail and then the partial sums added in double
+    float part[16] = {0.0f};
+    for (i = 0; i + 16 <= V; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            float ex = vec_expf(x[i + j] - maxval);
+            e[i + j] = ex;
+            part[j] += ex;
+        }
+    }
+    double sum = 0.0;
+    for (; i < V; i++) {
+        e[i] = vec_expf(x[i] - maxval);
+        sum += e[i];
+    }
+    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    float loss = (float)(log(sum) - (double)(zt - maxval));
+    if (dx == NULL) { return loss; }
+    // the probabilities, then dlogits = (probs - onehot(target)) * dloss, times the softcap's slope 1 - tanh^2
+    float inv = (float)(1.0 / sum);
+    for (i = 0; i < V; i++) { e[i] *= inv; }
+    if (cap > 0.0f) {
+        float icap = 1.0f / cap;
+        for (i = 0; i < V; i++) {
+            float indicator = i == target ? 1.0f : 0.0f;
+            float t = x[i] * icap;
+            float d = (e[i] - indicator) * dloss;
+            d *= 1.0f - t * t;
+            dx[i] = d;
+        }
+    } else {
+        for (i = 0; i < V; i++) {
+            float indicator = i == target ? 1.0f : 0.0f;
+            dx[i] = (e[i] - indicator) * dloss;
+        }
+    }
+    for (; i < Vp; i++) { dx[i] = 0.0f; }
+    return loss;
+}
+
+// the chunks' work space: `floats` floats, kept between calls (grown when needed)
+static float* classifier_scratch(size_t floats) {
+    static void* scratch = NULL;
+    static size_t capacity = 0;
+    return (float*)scratch_reserve(&scratch, &capacity, floats * sizeof(float));
+}
+
+static inline int classifier_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// the (capped) logits (rows,Vp) of rows of inp (row r at inp + r * ld, C wide) by weight (Vp,C)
+static void classifier_logits(float* logits, const float* inp, int ld, const float* weight, float softcap, int rows,
+                              int C, int V, int Vp) {
+    matmul_gemm(matmul_precision, 0, 1, rows, Vp, C, inp, ld, weight, C, 0.0f, logits, Vp);
+    if (softcap > 0.0f) {
+        double t = phase_begin();
+        #pragma omp parallel for
+        for (int r = 0; r < rows; r++) { classifier_row(logits + (size_t)r * Vp, NULL, NULL, V, Vp, softcap, -1, 0.0f); }
+        phase_end(PHASE_CLASSIFIER, t, 2.0 * 4.0 * rows * V, 2.0 * rows * V);
+    }
+}
+
+// the classifier a chunk of rows at a time, with its backward when dinp is given (the contract at the top of the file)
+static void classifier_forward_backward(float* losses, float* logits, float* dinp, float* dweight, int overwrite,
+                                        const float* inp, const float* weight, const int* targets, float dloss,
+                                        float softcap, int BT, int C, int V, int Vp, int chunk) {
+    // losses, targets are (BT); logits are (BT,Vp) or NULL; dinp, inp are (BT,C); dweight, weight are (Vp,C)
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    int rows_max = chunk < BT ? chunk : BT;
+    int backward = dinp != NULL && targets != NULL;
+    // a chunk's logits when they are not kept, or its dlogits when they are; a row per thread for the exponentials
+    // where neither the logits nor dlogits can take them (kept logits without a backward, the softcap's backward)
+    size_t chunk_floats = (logits == NULL || backward) ? (size_t)rows_max * Vp : 0;
+    int own_row = targets != NULL && (backward ? logits == NULL && softcap > 0.0f : logits != NULL);
+    size_t row_floats = own_row ? (size_t)Vp : 0;
+    float* scratch = classifier_scratch(chunk_floats + (size_t)nthreads * row_floats);
+    float* rows_e = scratch + chunk_floats;
+    for (int r0 = 0; r0 < BT; r0 += chunk) {
+        int rows = BT - r0 < chunk ? BT - r0 : chunk;
+        float* x = logits != NULL ? logits + (size_t)r0 * Vp : scratch;
+        float* dx = !backward ? NULL : (logits != NULL ? scratch : x);
+        const float* in = inp + (size_t)r0 * C;
+        matmul_gemm(matmul_precision, 0, 1, rows, Vp, C, in, C, weight, C, 0.0f, x, Vp);
+        double t = phase_begin();
+        #pragma omp parallel for
+        for (int r = 0; r < rows; r++) {
+            float* xr = x + (size_t)r * Vp;
+            float* dxr = dx != NULL ? dx + (size_t)r * Vp : NULL;
+            float* e = own_row ? rows_e + (size_t)classifier_thread_id() * row_floats : (dxr != NULL ? dxr : xr);
+            int target = targets != NULL ? targets[r0 + r] : -1;
+            float loss = classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
+            if (losses != NULL && target >= 0) { losses[r0 + r] = loss; }
+        }
+        // bytes: the logits read (and written back capped when they are kept), dlogits written, targets and losses;
+        // flops per logit: max, subtract, exp, add; 3 more for dlogits; the softcap 2 forward, 3 backward
+        int capped = softcap > 0.0f;
+        double n = (double)rows * V;
+        double bytes = 4.0 * n * (1 + (logits != NULL && capped) + backward) + 8.0 * rows;
+        double flops = n * ((targets != NULL ? 4 : 0) + 2 * capped + (backward ? 3 + 3 * capped : 0));
+        phase_end(PHASE_CLASSIFIER, t, bytes, flops);
+        if (backward) {
+            // dinp rows = dlogits . weight; dweight (+)= dlogits^T . inp rows
+            matmul_gemm(matmul_precision, 0, 0, rows, C, Vp, dx, Vp, weight, C, 0.0f, dinp + (size_t)r0 * C, C);
+            float beta = overwrite && r0 == 0 ? 0.0f : 1.0f;
+            matmul_gemm(matmul_precision, 1, 0, Vp, C, rows, dx, Vp, in, C, beta, dweight, C);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// a CPU model's classifier
+
+typedef struct {
+    const float* inp;       // (B,T,C) the final norm's output
+    const float* weight;    // (Vp,C) the lm_head (GPT-2's and a tied Llama 3's: wte)
+    float* dinp;            // (B,T,C) inp's gradient, written by the backward
+    float* dweight;         // (Vp,C) the lm_head's gradient: added to, or written when the gradients are stale
+    float* losses;          // (B,T)
+    float softcap;          // 0: none
+    int C, Vp;              // Vp: the logits' row stride (V rounded up, or V)
+} CpuClassifier;
+
+// the logits of a forward pass that keeps them: `rows` rows of cm->logits_stride, allocated at the first such pass
+// and grown when a larger one comes (training allocates none)
+static float* cpu_classifier_logits_buffer(CpuModel* cm, size_t rows) {
+    size_t floats = rows * (size_t)cm->logits_stride;
+    if (floats > cm->logits_capacity) {
+        free(cm->logits_memory);
+        cm->logits_memory = (float*)mallocCheck(floats * sizeof(float));
+        cm->logits_capacity = floats;
+    }
+    return cm->logits_memory;
+}
+
+// the classifier in the model's forward pass on cm->cur_B x cm->cur_T positions; targets (B,T) or NULL
+static void cpu_classifier_forward(CpuModel* cm, const CpuClassifier* k, const int* targets) {
+    int B = cm->cur_B, T = cm->cur_T, V = cm->vocab_size, BT = B * T;
+    int backward = targets != NULL && cm->backward_follows;
+    float dloss = cm->backward_loss_scale / (float)BT; // the loss is the mean over BT positions
+    cm->backward_follows = 0;
+    cm->classifier_backward_done = 0;
+    cm->logits = NULL;
+    if (targets == NULL && cm->last_logits_only) { // each sequence's last position
+        float* logits = cpu_classifier_logits_buffer(cm, (size_t)B);
+        classifier_logits(logits, k->inp + (size_t)(T - 1) * k->C, T * k->C, k->weight, k->softcap, B, k->C, V, k->Vp);
+        cm->logits = logits;
+        return;
+    }
+    float* logits = targets == NULL || cm->keep_logits ? cpu_classifier_logits_buffer(cm, (size_t)BT) : NULL;
+    classifier_forward_backward(k->losses, logits, backward ? k->dinp : NULL, k->dweight, cm->grads_stale, k->inp,
+                                k->weight, targets, dloss, k->softcap, BT, k->C, V, k->Vp, CLASSIFIER_CHUNK_ROWS);
+    cm->logits = logits;
+    if (backward) {
+        cm->classifier_backward_done = 1;
+        cm->classifier_loss_scale = cm->backward_loss_scale;
+    }
+}
+
+// the classifier in the model's backward pass (of loss_scale times the mean loss): k->dinp written, k->dweight
+// added to (written when the gradients are stale); run already when the forward pass knew that this backward follows
+static void cpu_classifier_backward(CpuModel* cm, const CpuClassifier* k, float loss_scale) {
+    if (cm->classifier_backward_done) {
+        if (cm->classifier_loss_scale != loss_scale) {
+            llmc_die("internal: %s_backward(%g) after a forward pass expecting loss_scale %g", cm->family, loss_scale,
+                     cm->classifier_loss_scale);
+        }
+        cm->classifier_backward_done = 0;
+        return;
+    }
+    int BT = cm->cur_B * cm->cur_T;
+    classifier_forward_backward(NULL, NULL, k->dinp, k->dweight, cm->grads_stale, k->inp, k->weight, cm->targets,
+                                loss_scale / (float)BT, k->softcap, BT, k->C, cm->vocab_size, k->Vp, CLASSIFIER_CHUNK_ROWS);
+}
+
+#endif // LLMC_CLASSIFIER_CPU_H
