@@ -59,13 +59,15 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 // The activations of a forward pass, in buffer order (llmc/gpt2.h has the table: encoded,
 // then per layer ln1, ln1_mean, ln1_rstd, qkv, atty, attproj, residual2, ln2, ..., fch, fch_gelu,
 // fcproj, residual3, then lnf, losses; each (B, T, ...) or (L, B, T, ...)).
-// The attention weights are not kept: attention_backward recomputes them. Nor are the (B, T, Vp) logits:
+// The attention weights are not kept: the backward recomputes them (from each row's log-sum-exp, att_lse, on the
+// bf16 path). Only GEMMs read ln1, ln2 and fch_gelu: each is one slice that every layer reuses, and the backward
+// recomputes a layer's from its input, mean and rstd (fch) right before its GEMMs. Nor are the (B, T, Vp) logits:
 // the classifier runs a chunk of rows at a time (llmc/cpu/classifier_cpu.h). The backward keeps the gradients of
 // one layer (every layer reuses the same slice) and one of the residual stream, encoded's, updated in place from
 // the last layer's output back to the embeddings: a residual add copies its output's gradient to both inputs, so
 // the stream's gradient is also each branch's (attproj's, fcproj's).
-#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_NO_ATT, GPT2_CHUNKED_LOGITS, 0)
-#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_NO_ATT, 0)
+#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, GPT2_CHUNKED_LOGITS, 0)
+#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, 0)
 
 typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } ActivationTensors;
 
@@ -76,7 +78,7 @@ typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } 
 // layer l's view of the activations (or, with l = 0, of their gradients: residual is then the residual stream's)
 // of the current B x T tokens
 LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int l) {
-    size_t C = cfg->channels, BT = (size_t)B * T;
+    size_t C = cfg->channels, NH = cfg->num_heads, BT = (size_t)B * T;
     LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
     CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
@@ -126,7 +128,7 @@ size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
     GPT2* model = (GPT2*)m;
     ActivationTensors* a = grads ? &model->grads_acts : &model->acts;
     size_t C = model->config.channels, L = grads ? 1 : (size_t)model->config.num_layers;
-    size_t BT = (size_t)B * T, n = 0;
+    size_t NH = model->config.num_heads, BT = (size_t)B * T, n = 0;
     CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
     return n;
 }
@@ -136,6 +138,13 @@ size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
 void gpt2_allocate_activations(void* m, int B, int T) {
     GPT2* model = (GPT2*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, gpt2_point_activations, model);
+    // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
+    size_t C = model->config.channels, L = model->config.num_layers, BT = (size_t)B * T;
+    const ActivationTensors* a = &model->acts;
+    const ActivationTensors* d = &model->grads_acts;
+    const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_gelu, a->lnf, d->encoded, d->qkv, d->fch};
+    const size_t sizes[] = {BT * C, L * BT * C, BT * C, BT * 4 * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C};
+    for (int i = 0; i < 8; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
     cpu_model_set_output(&model->cpu, model->config.padded_vocab_size, model->acts.losses);
 }
 
@@ -167,7 +176,7 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // attention block (its layernorm ran already)
         matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);          // (B,T,3C)
-        attention_forward(a.atty, NULL, a.qkv, B, T, C, NH);                   // (B,T,C)
+        attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NH, C / NH); // (B,T,C)
         matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C); // (B,T,C)
         // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
         residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.attproj, w.ln2w, w.ln2b, B, T, C);
@@ -231,14 +240,17 @@ void gpt2_backward(void* m, float loss_scale) {
         GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                                  (B,T,4C)
         matmul_backward_into(da.fch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
         gelu_backward_into(da.fch, a.fch, da.fch_gelu, BTC * 4, 0);
+        layernorm_recompute(a.ln2, a.residual2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b, B, T, C);        // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
         matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
-        cpu_zero_floats(da.qkv, BTC * 3); // attention_backward adds to it
-        attention_backward(da.qkv, da.atty, a.qkv, NULL, B, T, C, NH);
+        cpu_zero_floats(da.qkv, BTC * 3); // attention's backward adds to it
+        attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH);
+        layernorm_recompute(a.ln1, a.residual, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b, B, T, C);         // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C); // the input's gradient
     }

@@ -129,8 +129,9 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
 // Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer, written in C, Vp, NH
 // and T. has_grad: the backward pass keeps its gradient (the layernorm statistics and the
 // probabilities need none). Three arguments say where backends differ:
-//   ATT(X) stands where the attention weights (B, NH, T, T) go: GPT2_KEEP_ATT for a backend that keeps them for
-//     the backward (OpenCL), GPT2_NO_ATT for one whose attention backward recomputes them (the CPU trainer);
+//   ATT(X) stands for what attention keeps for its backward: GPT2_KEEP_ATT, the weights (B, NH, T, T) (OpenCL),
+//     GPT2_ATT_LSE, each query row's log-sum-exp (B, T, NH) (the CPU trainer: its backward recomputes the weights
+//     from it);
 //   CLS(X) stands for the classifier's output: GPT2_KEEP_LOGITS, the (B, T, Vp) logits and probabilities and the
 //     losses, each with a gradient but the probabilities (OpenCL), or GPT2_CHUNKED_LOGITS, the losses only (the CPU
 //     trainer: llmc/cpu/classifier_cpu.h runs the classifier a chunk of rows at a time, its backward in the same
@@ -139,7 +140,9 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
 //     with a gradient of its own, the residual adds copying their output's gradient into both inputs' (OpenCL); 0,
 //     without gradients: the backward keeps one gradient of the residual stream, encoded's, and updates it in place
 //     from the last layer's output back, and as it never reads a branch's output (attproj, fcproj: only the
-//     residual add right after it does) every layer reuses one slice of those (the CPU trainer).
+//     residual add right after it does) every layer reuses one slice of those (the CPU trainer). With RS 0 the
+//     layernorms' outputs and the GELU's (ln1, ln2, fch_gelu: only GEMMs read them) are one slice too: the
+//     backward recomputes a layer's from what is kept (its input, mean and rstd; fch) right before its GEMMs.
 #define GPT2_ACTIVATION_TENSORS(X, ATT, CLS, RS) \
     X(float, encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
     GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
@@ -149,7 +152,7 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
     CLS(X)
 
 #define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
-    X(float, ln1,       1, C,     1) /* layernorm of the layer's input */ \
+    X(float, ln1,       RS, C,    1) /* layernorm of the layer's input */ \
     X(float, ln1_mean,  1, 1,     0) \
     X(float, ln1_rstd,  1, 1,     0) \
     X(float, qkv,       1, 3 * C, 1) \
@@ -157,16 +160,16 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
     X(float, atty,      1, C,     1) /* attention output, before its projection */ \
     X(float, attproj,   RS, C,    RS) \
     X(float, residual2, 1, C,     RS) /* input + attproj */ \
-    X(float, ln2,       1, C,     1) \
+    X(float, ln2,       RS, C,    1) \
     X(float, ln2_mean,  1, 1,     0) \
     X(float, ln2_rstd,  1, 1,     0) \
     X(float, fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
-    X(float, fch_gelu,  1, 4 * C, 1) \
+    X(float, fch_gelu,  RS, 4 * C, 1) \
     X(float, fcproj,    RS, C,    RS) \
     X(float, residual3, 1, C,     RS) /* residual2 + fcproj, the layer's output */
 
 #define GPT2_KEEP_ATT(X) X(float, att, 1, NH * T, 0) /* attention weights (B, NH, T, T) */
-#define GPT2_NO_ATT(X)
+#define GPT2_ATT_LSE(X) X(float, att_lse, 1, NH, 0) /* attention's log-sum-exp per query row and head */
 #define GPT2_KEEP_LOGITS(X) \
     X(float, logits,   0, Vp, 1) \
     X(float, probs,    0, Vp, 0) \

@@ -77,12 +77,27 @@ static void encoder_backward(float* dwte, float* dwpe, const float* dout, const 
     phase_end(PHASE_EMBEDDING, t_phase, 4.0 * (3.0 * BTC + 2.0 * T * C), 2.0 * BTC); // dout read; rows updated
 }
 
-// one row: o (C) = layernorm(x (C)) * weight + bias, its mean and 1/std into *mean, *rstd
-static inline void layernorm_row(float* o, float* mean, float* rstd, const float* x,
+// bf16 copies: a layer whose output a GEMM reads writes the output's bf16 copy in the same pass when it has one
+// (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow; NULL otherwise), so that no GEMM rounds it again
+static inline void bf16_copy_row(uint16_t* o16, const float* o, size_t n) {
+    if (o16 == NULL) { return; }
+    for (size_t i = 0; i < n; i++) { o16[i] = matmul_bf16_round_value(o[i]); }
+}
+
+// one row of a layernorm from its mean m and 1/std s: o (C) = (x - m) * s * weight + bias, and o16 (C) its bf16
+// copy (NULL: none). The forward pass and the backward's recompute share it, so both give the same bits.
+static inline void layernorm_apply_row(float* o, uint16_t* o16, const float* x, float m, float s, const float* weight,
+                                       const float* bias, int C) {
+    for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+    bf16_copy_row(o16, o, (size_t)C);
+}
+
+// one row: o (C) = layernorm(x (C)) * weight + bias (o16: its bf16 copy, or NULL), its mean and 1/std into *mean, *rstd
+static inline void layernorm_row(float* o, uint16_t* o16, float* mean, float* rstd, const float* x,
                                  const float* weight, const float* bias, int C) {
     float m = layernorm_mean(x, C);
     float s = layernorm_rstd(x, m, C);
-    for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+    layernorm_apply_row(o, o16, x, m, s, weight, bias, C);
     *mean = m;
     *rstd = s;
 }
@@ -92,12 +107,29 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
     // weight and bias are (C)
     double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        layernorm_row(out + (size_t)bt * C, &mean[bt], &rstd[bt], inp + (size_t)bt * C, weight, bias, C);
+        layernorm_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, &mean[bt], &rstd[bt],
+                      inp + (size_t)bt * C, weight, bias, C);
     }
     double BTC = (double)B * T * C;
     phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + 2.0 * B * T), 7.0 * BTC); // inp read, out, mean, rstd written
+}
+
+// out (B,T,C) = layernorm_forward's output again, from its input and the mean and rstd it kept (the same bits): the
+// backward's, where only a GEMM reads the output and the forward did not keep it
+static void layernorm_recompute(float* out, const float* inp, const float* mean, const float* rstd,
+                                const float* weight, const float* bias, int B, int T, int C) {
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        layernorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, inp + (size_t)bt * C,
+                            mean[bt], rstd[bt], weight, bias, C);
+    }
+    double BTC = (double)B * T * C;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + 2.0 * B * T), 4.0 * BTC);
 }
 
 // the residual add fused with the layernorm that reads it: one pass over each row instead of two
@@ -106,13 +138,15 @@ static void residual_layernorm_forward(float* res_out, float* ln_out, float* mea
                                 const float* inp2, const float* weight, const float* bias, int B, int T, int C) {
     // res_out, ln_out, inp1, inp2 are (B,T,C); mean, rstd are (B,T); weight, bias are (C)
     double t_phase = phase_begin();
+    uint16_t* ln16 = matmul_bf16_shadow(ln_out, (size_t)B * T * C);
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* a = inp1 + (size_t)bt * C;
         const float* b = inp2 + (size_t)bt * C;
         float* x = res_out + (size_t)bt * C;
         for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
-        layernorm_row(ln_out + (size_t)bt * C, &mean[bt], &rstd[bt], x, weight, bias, C);
+        layernorm_row(ln_out + (size_t)bt * C, ln16 != NULL ? ln16 + (size_t)bt * C : NULL, &mean[bt], &rstd[bt], x,
+                      weight, bias, C);
     }
     double BTC = (double)B * T * C;
     phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BTC + 2.0 * B * T), 8.0 * BTC); // 2 read, 2 written (+ mean, rstd)
@@ -148,6 +182,7 @@ static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, c
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
     // 1) the input gradient, one row per iteration
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
@@ -178,6 +213,7 @@ static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, c
                 dx[i] = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
             }
         }
+        if (dinp16 != NULL) { bf16_copy_row(dinp16 + (size_t)bt * C, dx, (size_t)C); }
     }
     // 2) weight and bias gradients
     norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C);
@@ -259,8 +295,17 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 static void gelu_forward(float* out, const float* inp, size_t N) {
     // out and inp are (N) = (B,T,4C)
     double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    if (out16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            out[i] = vec_gelu_forward(inp[i]);
+            out16[i] = matmul_bf16_round_value(out[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+    }
     phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 8.0 * N);
 }
 
@@ -268,6 +313,7 @@ static void gelu_forward(float* out, const float* inp, size_t N) {
 // without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
 static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, int T, int OC) {
     double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * OC);
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < B * T; r++) {
         float* x = pre + (size_t)r * OC;
@@ -276,6 +322,7 @@ static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, 
             x[o] += bias[o];
             y[o] = vec_gelu_forward(x[o]);
         }
+        if (out16 != NULL) { bf16_copy_row(out16 + (size_t)r * OC, y, (size_t)OC); }
     }
     double N = (double)B * T * OC;
     phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 9.0 * N); // pre read and written back, out written
@@ -284,13 +331,21 @@ static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, 
 // dinp (N) = the gradient of gelu_forward for dout (N), added to dinp when accumulate, else written
 static void gelu_backward_into(float* dinp, const float* inp, const float* dout, size_t N, int accumulate) {
     double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
     if (accumulate) {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
+    } else if (dinp16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            dinp[i] = vec_gelu_grad(inp[i]) * dout[i];
+            dinp16[i] = matmul_bf16_round_value(dinp[i]);
+        }
     } else {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(inp[i]) * dout[i]; }
     }
+    if (accumulate && dinp16 != NULL) { bf16_copy_row(dinp16, dinp, N); }
     phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 16.0 : 12.0) * N, 14.0 * N);
 }
 
