@@ -57,7 +57,9 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
 // every layer reuses the same slice, which stays in cache). The residual adds copy their output's
 // gradient to both inputs, so the residual stream has one gradient, updated in place from the last
 // layer's output back to the embeddings: encoded's. The attention weights are not kept
-// (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse).
+// (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse). Only GEMMs
+// read ln1, ln2 and fch_swiglu: each is one slice that every layer reuses, and the backward recomputes a layer's
+// from what is kept (its input and rstd; fch, fch2) right before the GEMMs that read it.
 #define LLAMA3_ACTIVATION_TENSORS(X) \
     X(float, encoded,  0, C,   1) /* token embeddings, the first layer's input */ \
     LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
@@ -66,18 +68,18 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
     X(float, losses,   0, 1,   0) /* (the logits: llmc/cpu/classifier_cpu.h, a chunk of rows at a time) */
 
 #define LLAMA3_LAYER_ACTIVATION_TENSORS(X) \
-    X(float, ln1,        1, C,     1) /* RMSNorm of the layer's input */ \
+    X(float, ln1,        0, C,     1) /* RMSNorm of the layer's input (one slice: recomputed) */ \
     X(float, ln1_rstd,   1, 1,     0) \
     X(float, qkv,        1, QKV,   1) /* q, k, v heads, q and k rotated (RoPE) */ \
     X(float, att_lse,    1, NH,    0) /* each query head's log-sum-exp of its scores (blocked attention) */ \
     X(float, atty,       1, C,     1) /* attention output, before its projection */ \
     X(float, attproj,    0, C,     0) /* (one slice: only the residual add right after reads it) */ \
     X(float, residual2,  1, C,     0) /* input + attproj */ \
-    X(float, ln2,        1, C,     1) \
+    X(float, ln2,        0, C,     1) /* (one slice: recomputed) */ \
     X(float, ln2_rstd,   1, 1,     0) \
     X(float, fch,        1, FFN,   1) /* gate projection */ \
     X(float, fch2,       1, FFN,   1) /* up projection */ \
-    X(float, fch_swiglu, 1, FFN,   1) /* silu(gate) * up */ \
+    X(float, fch_swiglu, 0, FFN,   1) /* silu(gate) * up (one slice: recomputed) */ \
     X(float, fcproj,     0, C,     0) /* (one slice, as attproj) */ \
     X(float, residual3,  1, C,     0) /* residual2 + fcproj, the layer's output */
 
@@ -169,6 +171,15 @@ static size_t llama3_point_activations(void* m, float* memory, int B, int T, int
 static void llama3_allocate_activations(void* m, int B, int T) {
     Llama3* model = (Llama3*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, llama3_point_activations, model);
+    // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
+    const Llama3Config* cfg = &model->config;
+    size_t C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, FFN = (size_t)cfg->ffn_hidden, BT = (size_t)B * T;
+    size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
+    const Llama3Acts* a = &model->acts;
+    const Llama3Acts* d = &model->grads_acts;
+    const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_swiglu, a->lnf, d->encoded, d->qkv, d->fch, d->fch2};
+    const size_t sizes[] = {BT * C, L * BT * C, BT * C, BT * FFN, BT * C, BT * C, BT * QKV, BT * FFN, BT * FFN};
+    for (int i = 0; i < 9; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
     cpu_model_set_output(&model->cpu, model->config.vocab_size, model->acts.losses);
 }
 
@@ -258,8 +269,10 @@ static void llama3_backward(void* m, float loss_scale) {
         Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l), dw = llama3_layer_params(&model->grads, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        swiglu_forward(a.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN); // the forward's, again         (B,T,FFN)
         matmul_backward_into(da.fch_swiglu, dw.fcprojw, NULL, dres, a.fch_swiglu, w.fcprojw, B, T, FFN, C, 0.0f, beta);
         swiglu_backward_into(da.fch, da.fch2, da.fch_swiglu, a.fch, a.fch2, (size_t)B * T * FFN, 0);
+        rmsnorm_recompute(a.ln2, a.residual2, a.ln2_rstd, w.ln2w, B, T, C);                               // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
         matmul_backward_into(da.ln2, dw.fcw2, NULL, da.fch2, a.ln2, w.fcw2, B, T, C, FFN, 1.0f, beta);
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
@@ -268,6 +281,7 @@ static void llama3_backward(void* m, float loss_scale) {
         cpu_zero_floats(da.qkv, (size_t)B * T * QKV); // attention_gqa_backward adds to it
         attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
         rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
+        rmsnorm_recompute(a.ln1, a.residual, a.ln1_rstd, w.ln1w, B, T, C);                                // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
         rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }

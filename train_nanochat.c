@@ -58,7 +58,10 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 // of one layer only for per_layer tensors (every layer reuses the same slice). The residual stream has one
 // gradient, updated in place from the last layer's output back to the first layer's input: x0's. The
 // weightless norms keep their output and rstd (their backward needs no input); the attention weights are not
-// kept (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse).
+// kept (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse). ln1, ln2
+// and fch_relu2 are read only by GEMMs and, for the norms, by their own backward right after those GEMMs: each is
+// one slice that every layer reuses, and the backward recomputes a layer's from what is kept (its input and rstd;
+// fch) right before the GEMMs that read it.
 #define NANOCHAT_ACTIVATION_TENSORS(X) \
     X(float, encoded,      0, C,   1) /* token embeddings */ \
     X(float, x0,           0, C,   1) /* their RMSNorm, the first layer's input */ \
@@ -69,7 +72,7 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
     X(float, losses,       0, 1,   0) /* (the logits: llmc/cpu/classifier_cpu.h, a chunk of rows at a time) */
 
 #define NANOCHAT_LAYER_ACTIVATION_TENSORS(X) \
-    X(float, ln1,          1, C,        1) /* RMSNorm of the layer's input */ \
+    X(float, ln1,          0, C,        1) /* RMSNorm of the layer's input (one slice: recomputed) */ \
     X(float, ln1_rstd,     1, 1,        0) \
     X(float, qkv,          1, QKV,      1) /* q, k, v heads: q and k rotated (RoPE), then normalised (QK-norm) */ \
     X(float, qk_rstd,      1, NH + NKV, 0) /* QK-norm's, per q and k head */ \
@@ -77,10 +80,10 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
     X(float, atty,         1, C,        1) /* attention output, before its projection */ \
     X(float, attproj,      0, C,        0) /* (one slice: only the residual add right after reads it) */ \
     X(float, residual2,    1, C,        0) /* input + attproj */ \
-    X(float, ln2,          1, C,        1) \
+    X(float, ln2,          0, C,        1) /* (one slice: recomputed) */ \
     X(float, ln2_rstd,     1, 1,        0) \
     X(float, fch,          1, FFN,      1) /* fc */ \
-    X(float, fch_relu2,    1, FFN,      1) /* relu(fc)^2 */ \
+    X(float, fch_relu2,    0, FFN,      1) /* relu(fc)^2 (one slice: recomputed) */ \
     X(float, fcproj,       0, C,        0) /* (one slice, as attproj) */ \
     X(float, residual3,    1, C,        0) /* residual2 + fcproj, the layer's output */
 
@@ -153,6 +156,15 @@ static size_t nanochat_point_activations(void* m, float* memory, int B, int T, i
 static void nanochat_allocate_activations(void* m, int B, int T) {
     NanoChat* model = (NanoChat*)m;
     cpu_model_allocate_activations(&model->cpu, B, T, nanochat_point_activations, model);
+    // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
+    const NanoChatConfig* cfg = &model->config;
+    NANOCHAT_ACT_DIMS(cfg);
+    size_t L = (size_t)cfg->num_layers, BT = (size_t)B * T;
+    const NanoChatActs* a = &model->acts;
+    const NanoChatActs* d = &model->grads_acts;
+    const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_relu2, a->lnf, d->x0, d->qkv, d->fch};
+    const size_t sizes[] = {BT * C, L * BT * C, BT * C, BT * FFN, BT * C, BT * C, BT * QKV, BT * FFN};
+    for (int i = 0; i < 8; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
     cpu_model_set_output(&model->cpu, model->config.vocab_size, model->acts.losses);
 }
 
@@ -237,8 +249,10 @@ static void nanochat_backward(void* m, float loss_scale) {
         NanoChatLayerParams w = nanochat_layer_params(&model->params, cfg, l), dw = nanochat_layer_params(&model->grads, cfg, l);
         NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
+        relu2_forward(a.fch_relu2, a.fch, (size_t)BT * FFN); // the forward's, again                     (B,T,FFN)
         matmul_backward_into(da.fch_relu2, dw.fcprojw, NULL, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, 0.0f, beta);
         relu2_backward_into(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN, 0);
+        rmsnorm_plain_recompute(a.ln2, a.residual2, a.ln2_rstd, BT, C, 1, C);                            // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
         rmsnorm_plain_backward(dres, da.ln2, a.ln2, a.ln2_rstd, BT, C, 1, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
@@ -247,6 +261,7 @@ static void nanochat_backward(void* m, float loss_scale) {
         attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
         qk_norm_backward(da.qkv, a.qkv, a.qk_rstd, B, T, NH, NKV, HS);
         nanochat_rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
+        rmsnorm_plain_recompute(a.ln1, a.residual, a.ln1_rstd, BT, C, 1, C);                             // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
         rmsnorm_plain_backward(dres, da.ln1, a.ln1, a.ln1_rstd, BT, C, 1, C); // the layer input's gradient
     }

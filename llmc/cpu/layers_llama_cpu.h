@@ -7,7 +7,8 @@ reductions run in a fixed order (same bits for the same inputs and thread count)
 transformers' LlamaForCausalLM's:
 
     embedding_forward / embedding_backward     token embedding only (no positions)
-    rmsnorm_forward / rmsnorm_backward         x / sqrt(mean(x^2) + eps) * weight
+    rmsnorm_forward / rmsnorm_backward         x / sqrt(mean(x^2) + eps) * weight (rmsnorm_recompute: the
+                                               forward's output again from its input and kept rstd)
     rope_init / rope_forward / rope_backward   rotary positions, rotate_half convention (dimension i
                                                pairs with i + HS/2), Llama 3.1 frequency scaling
     repeat_kv_forward / repeat_kv_backward     GQA: the NKV key/value heads repeated into the packed
@@ -18,6 +19,9 @@ transformers' LlamaForCausalLM's:
 
 Shapes: B batch, T time, C channels, NH query heads, NKV key/value heads, HS = C / NH head size,
 QKV = (NH + 2 NKV) HS (the qkv projection's output: q heads, then k heads, then v heads), FFN.
+
+A function that writes a tensor with a bf16 copy (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow)
+writes the copy too, in the same pass (llmc/cpu/layers_cpu.h's bf16_copy_row).
 */
 #ifndef LLMC_LAYERS_LLAMA_CPU_H
 #define LLMC_LAYERS_LLAMA_CPU_H
@@ -56,19 +60,39 @@ static void embedding_backward(float* dwte, const float* dout, const int* inp, i
     phase_end(PHASE_EMBEDDING, t_phase, 12.0 * B * T * C, (double)B * T * C); // dout read, rows updated
 }
 
+// one row of an RMSNorm from its 1/rms s: o (C) = weight * (x * s), and o16 (C) its bf16 copy (NULL: none). The
+// forward pass and the backward's recompute share it, so both give the same bits.
+static inline void rmsnorm_apply_row(float* o, uint16_t* o16, const float* x, float s, const float* weight, int C) {
+    for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
+    bf16_copy_row(o16, o, (size_t)C);
+}
+
 // out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row (kept for the backward)
 static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int B, int T, int C) {
     // out, inp are (B,T,C); rstd is (B,T); weight is (C)
     double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = inp + (size_t)bt * C;
-        float* o = out + (size_t)bt * C;
         float s = 1.0f / sqrtf(vec_dot3(x, NULL, x, C) / C + eps);
-        for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
+        rmsnorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, x, s, weight, C);
         rstd[bt] = s;
     }
     phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * B * T * C + B * T), 4.0 * B * T * C);
+}
+
+// out (B,T,C) = rmsnorm_forward's output again, from its input and the rstd it kept (the same bits): the backward's,
+// where only GEMMs read the output and the forward did not keep it
+static void rmsnorm_recompute(float* out, const float* inp, const float* rstd, const float* weight, int B, int T, int C) {
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        rmsnorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, inp + (size_t)bt * C,
+                          rstd[bt], weight, C);
+    }
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * B * T * C + B * T), 2.0 * B * T * C);
 }
 
 // dinp (B,T,C) = the input gradient, added to dinp when accumulate, else written; dweight += its gradient
@@ -77,6 +101,7 @@ static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout
     // dinp, dout, inp are (B,T,C); dweight, weight are (C); rstd is (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
     // dinp = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = inp * rstd
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
@@ -90,6 +115,7 @@ static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout
         } else {
             for (int i = 0; i < C; i++) { dx[i] = s * (weight[i] * d[i] - x[i] * s * dot); }
         }
+        if (dinp16 != NULL) { bf16_copy_row(dinp16 + (size_t)bt * C, dx, (size_t)C); }
     }
     // dweight[i] += sum over rows of dout * norm (llmc/cpu/layers_cpu.h's, with no mean and no bias)
     norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
@@ -136,12 +162,14 @@ static void rope_init(float* cos_table, float* sin_table, int maxT, int HS, floa
 }
 
 // Rotates the first nheads heads of every position in place by sign * angle[t,i]: for i < HS/2,
-// (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin) with sin of sign * angle
+// (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin) with sin of sign * angle; the bf16 copy of
+// what it rewrites too when x has one (the backward's dqkv, which the qkv GEMMs read)
 static void rope_rotate(float* x, const float* cos_table, const float* sin_table, int B, int T, int row, int nheads, int HS,
                         float sign) {
     // x is (B,T,row) with the heads to rotate at the start of each row, each HS wide; tables (maxT, HS/2)
     int half = HS / 2;
     double t_phase = phase_begin();
+    uint16_t* x16 = matmul_bf16_shadow(x, (size_t)B * T * row);
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
@@ -155,6 +183,7 @@ static void rope_rotate(float* x, const float* cos_table, const float* sin_table
                 v[i + half] = b * c[i] + a * si;
             }
         }
+        if (x16 != NULL) { bf16_copy_row(x16 + (size_t)bt * row, x + (size_t)bt * row, (size_t)nheads * HS); }
     }
     double n = (double)B * T * nheads * HS;
     phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * n, 3.0 * n); // the heads read and written in place
@@ -224,20 +253,34 @@ static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int
 static void swiglu_forward(float* out, const float* gate, const float* up, size_t N) {
     // out, gate, up are (N) = (B,T,FFN)
     double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float g = gate[i];
-        float silu = g / (1.0f + vec_expf(-g));
-        out[i] = silu * up[i];
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    if (out16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float silu = g / (1.0f + vec_expf(-g));
+            out[i] = silu * up[i];
+            out16[i] = matmul_bf16_round_value(out[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float silu = g / (1.0f + vec_expf(-g));
+            out[i] = silu * up[i];
+        }
     }
     phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 8.0 * N);
 }
 
-// dgate, dup (N) = their gradients, added to them when accumulate, else written
+// dgate, dup (N) = their gradients, added to them when accumulate, else written (and their bf16 copies when they
+// have them: the fc GEMMs read both)
 static void swiglu_backward_into(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N,
                                  int accumulate) {
     // dgate, dup, dout, gate, up are (N) = (B,T,FFN); d silu(g)/dg = sig (1 + g (1 - sig))
     double t_phase = phase_begin();
+    uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
+    uint16_t* dup16 = matmul_bf16_shadow(dup, N);
     if (accumulate) {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) {
@@ -246,6 +289,19 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
             float silu = g * sig;
             dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
             dup[i] += dout[i] * silu;
+        }
+        bf16_copy_row(dgate16, dgate, N);
+        bf16_copy_row(dup16, dup, N);
+    } else if (dgate16 != NULL && dup16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float sig = 1.0f / (1.0f + vec_expf(-g));
+            float silu = g * sig;
+            dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+            dup[i] = dout[i] * silu;
+            dgate16[i] = matmul_bf16_round_value(dgate[i]);
+            dup16[i] = matmul_bf16_round_value(dup[i]);
         }
     } else {
         #pragma omp parallel for schedule(static)
@@ -256,6 +312,8 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
             dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
             dup[i] = dout[i] * silu;
         }
+        bf16_copy_row(dgate16, dgate, N); // (one of the two has a copy)
+        bf16_copy_row(dup16, dup, N);
     }
     // dout, gate, up read; dgate, dup updated (or written)
     phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 28.0 : 20.0) * N, 16.0 * N);

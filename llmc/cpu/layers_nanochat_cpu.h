@@ -5,7 +5,9 @@ a comment. The math is transformers' NanoChatForCausalLM's:
 
     rmsnorm_plain_forward / rmsnorm_plain_backward   x * rsqrt(mean(x^2) + eps), no weight, over groups of D
                                                      values at the start of each row (a whole row: the
-                                                     residual stream's norms; the heads: QK-norm)
+                                                     residual stream's norms; the heads: QK-norm);
+                                                     rmsnorm_plain_recompute: the forward's output again
+                                                     from its input and kept rstd
     qk_norm_forward / qk_norm_backward               the weightless RMSNorm of every q and k head, in place
     nanochat_rope_forward / nanochat_rope_backward   RoPE with NanoChat's rotate_half, cat(x2, -x1): Llama's
                                                      rotation by the opposite angle (layers_llama_cpu.h's rope_rotate)
@@ -21,6 +23,9 @@ the in-place ones (QK-norm, RoPE, softcap), which turn the output's gradient int
 
 Shapes: B batch, T time, C channels, NH query heads, NKV key/value heads, HS = C / NH,
 QKV = (NH + 2 NKV) HS (q heads, then k heads, then v heads), FFN, V vocab.
+
+A function that writes a tensor with a bf16 copy (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow)
+writes the copy too, in the same pass (llmc/cpu/layers_cpu.h's bf16_copy_row).
 */
 #ifndef LLMC_LAYERS_NANOCHAT_CPU_H
 #define LLMC_LAYERS_NANOCHAT_CPU_H
@@ -33,24 +38,48 @@ QKV = (NH + 2 NKV) HS (q heads, then k heads, then v heads), FFN, V vocab.
 #include "layers_llama_cpu.h"  // rope_init, rope_rotate
 #include "phase_time.h"
 
+// one group of a weightless RMSNorm from its 1/rms s: o (D) = x * s, and o16 (D) its bf16 copy (NULL: none). The
+// forward pass and the backward's recompute share it, so both give the same bits; o may be x.
+static inline void rmsnorm_plain_apply(float* o, uint16_t* o16, const float* x, float s, int D) {
+    for (int i = 0; i < D; i++) { o[i] = x[i] * s; }
+    bf16_copy_row(o16, o, (size_t)D);
+}
+
 // out = inp * rstd in each of the first `groups` groups of D values of every row, rstd = 1 / sqrt(mean(x^2) + eps)
 // per group (kept in rstd when it is not NULL); out may be inp
 static void rmsnorm_plain_forward(float* out, float* rstd, const float* inp, float eps, int BT, int row, int groups, int D) {
     // out, inp are (BT, row), row >= groups * D; rstd is (BT, groups)
     double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)BT * row);
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         for (int g = 0; g < groups; g++) {
             size_t at = (size_t)bt * row + (size_t)g * D;
             const float* x = inp + at;
-            float* o = out + at;
             float s = 1.0f / sqrtf(vec_dot3(x, NULL, x, D) / D + eps);
-            for (int i = 0; i < D; i++) { o[i] = x[i] * s; }
+            rmsnorm_plain_apply(out + at, out16 != NULL ? out16 + at : NULL, x, s, D);
             if (rstd != NULL) { rstd[(size_t)bt * groups + g] = s; }
         }
     }
     double n = (double)BT * groups * D;
     phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * n + (double)BT * groups), 3.0 * n);
+}
+
+// out = rmsnorm_plain_forward's output again, from its input and the rstd it kept (the same bits): the backward's,
+// for a norm whose output the forward did not keep (out is not inp)
+static void rmsnorm_plain_recompute(float* out, const float* inp, const float* rstd, int BT, int row, int groups, int D) {
+    // out, inp are (BT, row); rstd is (BT, groups)
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)BT * row);
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        for (int g = 0; g < groups; g++) {
+            size_t at = (size_t)bt * row + (size_t)g * D;
+            rmsnorm_plain_apply(out + at, out16 != NULL ? out16 + at : NULL, inp + at, rstd[(size_t)bt * groups + g], D);
+        }
+    }
+    double n = (double)BT * groups * D;
+    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * n + (double)BT * groups), n);
 }
 
 // one group's input gradient from its output y and rstd s: rstd (dy - y mean(dy y)), added to dx (accumulate)
@@ -69,6 +98,7 @@ static void rmsnorm_plain_backward_into(float* dinp, const float* dout, const fl
                                         int row, int groups, int D, int accumulate) {
     // dinp, dout, out are (BT, row); rstd is (BT, groups)
     double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * row);
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         for (int g = 0; g < groups; g++) {
@@ -78,6 +108,7 @@ static void rmsnorm_plain_backward_into(float* dinp, const float* dout, const fl
             } else {
                 rmsnorm_plain_group_backward(dinp + at, dout + at, out + at, rstd[(size_t)bt * groups + g], D, 0);
             }
+            if (dinp16 != NULL) { bf16_copy_row(dinp16 + at, dinp + at, (size_t)D); }
         }
     }
     double n = (double)BT * groups * D;
@@ -102,12 +133,14 @@ static void qk_norm_backward(float* dqkv, const float* qkv, const float* rstd, i
     // dqkv, qkv (the forward's output) are (B,T,QKV); rstd is (B,T,NH+NKV)
     int row = (NH + 2 * NKV) * HS, groups = NH + NKV;
     double t_phase = phase_begin();
+    uint16_t* dqkv16 = matmul_bf16_shadow(dqkv, (size_t)B * T * row); // the qkv GEMMs' dout: its bf16 copy too
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         for (int g = 0; g < groups; g++) {
             size_t at = (size_t)bt * row + (size_t)g * HS;
             rmsnorm_plain_group_backward(dqkv + at, dqkv + at, qkv + at, rstd[(size_t)bt * groups + g], HS, 0);
         }
+        if (dqkv16 != NULL) { bf16_copy_row(dqkv16 + (size_t)bt * row, dqkv + (size_t)bt * row, (size_t)groups * HS); }
     }
     double n = (double)B * T * groups * HS;
     phase_end(PHASE_NORM, t_phase, 4.0 * (3.0 * n + (double)B * T * groups), 5.0 * n); // in place: dqkv, qkv read
@@ -131,10 +164,20 @@ static void nanochat_rope_backward(float* dx, const float* cos_table, const floa
 static void relu2_forward(float* out, const float* inp, size_t N) {
     // out, inp are (N) = (B,T,FFN)
     double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float r = inp[i] > 0.0f ? inp[i] : 0.0f;
-        out[i] = r * r;
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    if (out16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+            out[i] = r * r;
+            out16[i] = matmul_bf16_round_value(out[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+            out[i] = r * r;
+        }
     }
     phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 2.0 * N);
 }
@@ -143,11 +186,20 @@ static void relu2_forward(float* out, const float* inp, size_t N) {
 static void relu2_backward_into(float* dinp, const float* inp, const float* dout, size_t N, int accumulate) {
     // dinp, inp, dout are (N) = (B,T,FFN); d relu(x)^2 / dx = 2 relu(x)
     double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
     if (accumulate) {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) {
             float r = inp[i] > 0.0f ? inp[i] : 0.0f;
             dinp[i] += 2.0f * r * dout[i];
+        }
+        bf16_copy_row(dinp16, dinp, N);
+    } else if (dinp16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+            dinp[i] = 2.0f * r * dout[i];
+            dinp16[i] = matmul_bf16_round_value(dinp[i]);
         }
     } else {
         #pragma omp parallel for schedule(static)

@@ -1,0 +1,41 @@
+"""The bf16 copies (mirrors) of the activations the GEMMs read (llmc/cpu/matmul.h): on -p bf16 with oneDNN every
+layer that writes such an activation, or activation gradient, writes its bf16 copy in the same pass, and no GEMM
+rounds it again. LLMC_BF16_CHECK_MIRRORS=1 compares every mirrored GEMM operand with its fp32 buffer before the
+GEMM reads it and stops at the first stale element, so a writer that forgets its copy fails here. Each CPU trainer
+runs a few steps of -p bf16 (forced) so, with validation and sampling, under AdamW and Muon."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, make, run
+
+# the mirrors exist on oneDNN's bf16 path only, which needs a bf16 kernel
+pytestmark = pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
+                                reason="no AVX512-BF16 or AMX-BF16: oneDNN has no bf16 kernel, so no bf16 copies")
+
+STEPS = ["-e", "d2", "-b", 2, "-t", 32, "-x", 3, "-v", 3, "-s", 3, "-g", 8, "-p", "bf16"]
+ENV = {"OMP_NUM_THREADS": "1", "LLMC_BF16": "force", "LLMC_BF16_CHECK_MIRRORS": "1"}
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    make("train_gpt2", "train_llama3", "train_nanochat")
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("trainer", ["train_gpt2", "train_llama3", "train_nanochat"])
+def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: Path, trainer: str, optimizer: str):
+    if trainer == "train_llama3":  # its shards and tokenizer file (-e d2 takes V from it)
+        ref: Path = request.getfixturevalue("llama3_references")
+        shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
+        data = [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
+    else:
+        data = list(tinyshakespeare)
+    proc = run([REPO / trainer, "-i", data[0], "-j", data[1], *STEPS, "-op", optimizer], cwd=tmp_path, env=ENV,
+               check=False)
+    assert proc.returncode == 0, f"{trainer} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert "step 3/3" in proc.stdout
