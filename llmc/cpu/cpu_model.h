@@ -101,6 +101,7 @@ static float cpu_grad_norm(const float* g, size_t n) {
 }
 
 // params_bf16 (NULL: none): the bf16 copy of params (-p bf16's weight mirror), written in the same pass as the update
+#define CPU_ADAMW_BLOCK 4096
 static void cpu_adamw_update(float* params, uint16_t* params_bf16, const float* grads, float* m, float* v, size_t lo,
                              size_t size, const size_t* sizes, const int* is_matrix, int num_tensors, float learning_rate,
                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
@@ -111,11 +112,14 @@ static void cpu_adamw_update(float* params, uint16_t* params_bf16, const float* 
         size_t end_k = start + sizes[k];
         size_t begin = start > lo ? start : lo, end = end_k < hi ? end_k : hi;
         float wd = is_matrix[k] ? weight_decay : 0.0f;
-        if (params_bf16 != NULL) {
+        if (params_bf16 != NULL) { // a block at a time: updated, then rounded while it is in cache (both loops vectorise)
             #pragma omp parallel for schedule(static)
-            for (size_t i = begin; i < end; i++) {
-                params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
-                params_bf16[i] = matmul_bf16_round_value(params[i]);
+            for (size_t b0 = begin; b0 < end; b0 += CPU_ADAMW_BLOCK) {
+                size_t b1 = b0 + CPU_ADAMW_BLOCK < end ? b0 + CPU_ADAMW_BLOCK : end;
+                for (size_t i = b0; i < b1; i++) {
+                    params[i] = adamw_update_one(params[i], grads[i] * grad_scale, &m[i - lo], &v[i - lo], wd, s);
+                }
+                for (size_t i = b0; i < b1; i++) { params_bf16[i] = matmul_bf16_round_value(params[i]); }
             }
         } else {
             #pragma omp parallel for schedule(static)
@@ -231,9 +235,12 @@ static void cpu_muon_update(CpuMuon* mu, float* params, uint16_t* params_bf16, c
         uint16_t* p16 = params_bf16 != NULL ? params_bf16 + seg->start : NULL;
         const float* g = grads + seg->start;
         #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < seg->size; j++) {
-            p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s);
-            if (p16 != NULL) { p16[j] = matmul_bf16_round_value(p[j]); }
+        for (size_t b0 = 0; b0 < seg->size; b0 += CPU_ADAMW_BLOCK) { // as cpu_adamw_update: a block, then its copy
+            size_t b1 = b0 + CPU_ADAMW_BLOCK < seg->size ? b0 + CPU_ADAMW_BLOCK : seg->size;
+            for (size_t j = b0; j < b1; j++) { p[j] = adamw_update_one(p[j], g[j] * grad_scale, &m[j], &v[j], wd, s); }
+            if (p16 != NULL) {
+                for (size_t j = b0; j < b1; j++) { p16[j] = matmul_bf16_round_value(p[j]); }
+            }
         }
         bytes += 28.0 * seg->size;
         flops += 12.0 * seg->size;

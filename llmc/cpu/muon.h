@@ -136,7 +136,9 @@ static inline void muon_update_matrix(float* w, uint16_t* w_bf16, const float* g
             size_t i = (size_t)r * cols + c;
             float o = x[tall ? (size_t)c * rows + r : i];
             w[i] = fmaf(step, o, w[i] * decay);
-            if (w_bf16 != NULL) { w_bf16[i] = matmul_bf16_round_value(w[i]); }
+        }
+        if (w_bf16 != NULL) { // the row's copy while it is in cache
+            for (int c = 0; c < cols; c++) { w_bf16[(size_t)r * cols + c] = matmul_bf16_round_value(w[(size_t)r * cols + c]); }
         }
     }
 }
