@@ -995,6 +995,28 @@ static void matmul_cblas_slabs(int transA, int transB, int M, int N, int K, cons
 static inline const char* matmul_backend_name(void) { return MATMUL_BACKEND; }
 
 
+// Which code runs the fp32 GEMMs in a build with a BLAS (or BLAS=onednn): the BLAS, or with LLMC_FP32_GEMM=builtin
+// the built-in kernel (read once, at the first GEMM). Which is faster depends on the CPU: on a Zen 5 the built-in
+// AVX-512 kernel ran 1.6x OpenBLAS's sgemm at the d12 step's shapes, on a Zen 4 0.8x (doc/cpu-speed.md). Not measured
+// at start-up: a choice made from timings could differ between two runs on a busy machine, and with it their bits.
+// A build without a BLAS always runs the built-in kernel.
+typedef enum { MATMUL_FP32_BLAS = 0, MATMUL_FP32_BUILTIN = 1 } MatmulFp32Gemm;
+
+static MatmulFp32Gemm mm_fp32_gemm_chosen = MATMUL_FP32_BLAS;
+static pthread_once_t mm_fp32_gemm_once = PTHREAD_ONCE_INIT;
+
+static void mm_fp32_gemm_decide(void) {
+    const char* env = getenv("LLMC_FP32_GEMM");
+    if (env == NULL || env[0] == '\0' || strcmp(env, "blas") == 0) { return; }
+    if (strcmp(env, "builtin") != 0) { llmc_die("LLMC_FP32_GEMM=%s: use blas or builtin", env); }
+    mm_fp32_gemm_chosen = MATMUL_FP32_BUILTIN;
+}
+
+static MatmulFp32Gemm matmul_fp32_gemm(void) {
+    pthread_once(&mm_fp32_gemm_once, mm_fp32_gemm_decide);
+    return mm_fp32_gemm_chosen;
+}
+
 // the GEMM on the code this build and precision choose (matmul_gemm below)
 static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
@@ -1006,14 +1028,14 @@ static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB
 #endif
 #if defined(LLMC_BLAS_ONEDNN)
     // (a shape oneDNN has only its reference code for falls through to the blocked kernel)
-    if (prec == MATMUL_FP32) {
+    if (prec == MATMUL_FP32 && matmul_fp32_gemm() == MATMUL_FP32_BLAS) {
         double t0 = mm_clock_start();
         int rc = onednn_gemm(ONEDNN_F32, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
         mm_clock_stop(t0);
         if (rc == 0) { return; }
     }
 #elif defined(MATMUL_CBLAS_SGEMM)
-    if (prec == MATMUL_FP32) {
+    if (prec == MATMUL_FP32 && matmul_fp32_gemm() == MATMUL_FP32_BLAS) {
         double t0 = mm_clock_start();
         matmul_cblas_slabs(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
         mm_clock_stop(t0);
