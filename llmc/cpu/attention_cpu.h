@@ -540,7 +540,9 @@ static void attention_blocked_forward(float* out, float* lse, const float* qkv, 
     int HSP = sh.HSP, ntiles = sh.ntiles, C = sh.C, QKV = sh.QKV, rep = NH / NKV;
     size_t blk = (size_t)ATT_PAIRS * HSP; // pairs in one layout of one block
     uint32_t* kv = attention_kv_buffer((size_t)B * NKV * ntiles * 2 * blk);
-    size_t per = att_work_layout(&(AttWork){0}, NULL, &sh, 0);
+    AttWork sizes_only;
+    memset(&sizes_only, 0, sizeof(sizes_only));
+    size_t per = att_work_layout(&sizes_only, NULL, &sh, 0);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
     // every k/v head's blocks, rounded and laid out once
@@ -680,7 +682,9 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
 static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                                        const float* lse, int B, int T, int NH, int NKV, int HS) {
     AttShape sh = att_shape(T, NH, NKV, HS);
-    size_t per = att_work_layout(&(AttWork){0}, NULL, &sh, 1);
+    AttWork sizes_only;
+    memset(&sizes_only, 0, sizeof(sizes_only));
+    size_t per = att_work_layout(&sizes_only, NULL, &sh, 1);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
