@@ -39,3 +39,19 @@ def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: 
                check=False)
     assert proc.returncode == 0, f"{trainer} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert "step 3/3" in proc.stdout
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_bf16_copies_change_no_bit(built, tinyshakespeare, tmp_path: Path, optimizer: str):
+    """LLMC_BF16_COPIES=0 keeps the path without the layers' copies (each GEMM rounds its operands, the weights' copy
+    is rounded in a pass of its own): the same checkpoint, bit for bit."""
+    written = []
+    for copies in ("1", "0"):
+        out = tmp_path / copies
+        run([REPO / "train_gpt2", "-i", tinyshakespeare[0], *STEPS, "-v", 0, "-s", 0, "-op", optimizer, "-o", out,
+             "-n", 3], env={**ENV, "LLMC_BF16_COPIES": copies})
+        written.append((out / "model_00000003.bin").read_bytes())
+    assert written[0] == written[1]
+    bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,
+              env={**ENV, "LLMC_BF16_COPIES": "yes"})
+    assert bad.returncode == 1 and "error: LLMC_BF16_COPIES=yes: use 0 or 1" in bad.stderr

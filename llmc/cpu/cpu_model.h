@@ -393,6 +393,19 @@ static void cpu_model_params_changed(CpuModel* cm) { cm->params_bf16_stale = 1; 
 // the first forward pass and rounded again after each change, so each weight is rounded once per optimizer step
 // instead of in every GEMM that reads it. Nothing happens in fp32 or with the built-in bf16 kernel (it rounds its
 // operands as it packs them).
+// LLMC_BF16_COPIES=0: the bf16 path as it was before the layers wrote copies (the weights' copy rounded in a pass of
+// its own after each update, every other GEMM operand rounded by the GEMM that reads it), the same bits; kept so the
+// copies can be timed against it on CPUs where they have not been (they were timed on a Zen 5 only)
+static int cpu_model_bf16_copies(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char* env = getenv("LLMC_BF16_COPIES");
+        if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("LLMC_BF16_COPIES=%s: use 0 or 1", env); }
+        on = env == NULL || strcmp(env, "0") != 0;
+    }
+    return on;
+}
+
 static void cpu_model_refresh_bf16(CpuModel* cm) {
     if (matmul_precision != MATMUL_BF16 || matmul_bf16_gemm() != MATMUL_BF16_ONEDNN) { return; }
     if (cm->params_bf16 == NULL) {
@@ -400,7 +413,7 @@ static void cpu_model_refresh_bf16(CpuModel* cm) {
         matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);
         cm->params_bf16_stale = 1;
     }
-    for (int i = 0; i < cm->num_shadows; i++) {
+    for (int i = 0; i < cm->num_shadows && cpu_model_bf16_copies(); i++) {
         if (cm->shadow_bf16[i] == NULL) { // its layer writes it before any GEMM reads it
             cm->shadow_bf16[i] = (uint16_t*)mallocCheck(cm->shadow_size[i] * sizeof(uint16_t));
             matmul_bf16_mirror_add(cm->shadow_fp32[i], cm->shadow_size[i], cm->shadow_bf16[i]);
@@ -557,7 +570,7 @@ static float cpu_model_grad_norm(const CpuModel* cm) { return cpu_grad_norm(cm->
 // oneDNN) and this process updates every parameter (with ZeRO-1 the other shards arrive by broadcast, and the copy
 // is rounded again at the next forward pass, cpu_model_refresh_bf16)
 static uint16_t* cpu_model_update_mirror(const CpuModel* cm) {
-    if (cm->params_bf16 == NULL) { return NULL; }
+    if (cm->params_bf16 == NULL || !cpu_model_bf16_copies()) { return NULL; }
     if (cm->optimizer == OPTIMIZER_MUON) { return cpu_muon_owns_all(&cm->muon) ? cm->params_bf16 : NULL; }
     return cm->opt_offset == 0 && cm->opt_size == cm->num_parameters ? cm->params_bf16 : NULL;
 }
