@@ -275,44 +275,36 @@ static void swiglu_forward(float* out, const float* gate, const float* up, size_
 
 // dgate, dup (N) = their gradients, added to them when accumulate, else written (and their bf16 copies when they
 // have them: the fc GEMMs read both)
+// one element of swiglu's backward: the gradients of gate and up for dout, d silu(g)/dg = sig (1 + g (1 - sig))
+static inline void swiglu_grad(float dout, float g, float up, float* dgate, float* dup) {
+    float sig = 1.0f / (1.0f + vec_expf(-g));
+    float silu = g * sig;
+    *dgate = dout * up * sig * (1.0f + g * (1.0f - sig));
+    *dup = dout * silu;
+}
+
 static void swiglu_backward_into(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N,
                                  int accumulate) {
-    // dgate, dup, dout, gate, up are (N) = (B,T,FFN); d silu(g)/dg = sig (1 + g (1 - sig))
+    // dgate, dup, dout, gate, up are (N) = (B,T,FFN)
     double t_phase = phase_begin();
     uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
     uint16_t* dup16 = matmul_bf16_shadow(dup, N);
-    if (accumulate) {
+    if (!accumulate && dgate16 != NULL && dup16 != NULL) { // the copies in the same loop (the trainers' case)
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) {
-            float g = gate[i];
-            float sig = 1.0f / (1.0f + vec_expf(-g));
-            float silu = g * sig;
-            dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-            dup[i] += dout[i] * silu;
-        }
-        bf16_copy_row(dgate16, dgate, N);
-        bf16_copy_row(dup16, dup, N);
-    } else if (dgate16 != NULL && dup16 != NULL) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) {
-            float g = gate[i];
-            float sig = 1.0f / (1.0f + vec_expf(-g));
-            float silu = g * sig;
-            dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-            dup[i] = dout[i] * silu;
+            swiglu_grad(dout[i], gate[i], up[i], &dgate[i], &dup[i]);
             dgate16[i] = matmul_bf16_round_value(dgate[i]);
             dup16[i] = matmul_bf16_round_value(dup[i]);
         }
     } else {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) {
-            float g = gate[i];
-            float sig = 1.0f / (1.0f + vec_expf(-g));
-            float silu = g * sig;
-            dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-            dup[i] = dout[i] * silu;
+            float dg, du;
+            swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+            dgate[i] = accumulate ? dgate[i] + dg : dg;
+            dup[i] = accumulate ? dup[i] + du : du;
         }
-        bf16_copy_row(dgate16, dgate, N); // (one of the two has a copy)
+        bf16_copy_row(dgate16, dgate, N); // (a copy that only one of them has, or after accumulating)
         bf16_copy_row(dup16, dup, N);
     }
     // dout, gate, up read; dgate, dup updated (or written)
