@@ -67,13 +67,12 @@ unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX ?= $(CURDIR)/build/pycache
 endif
 
-# Then the project itself, editable (pyproject.toml): the repository root's modules (model_file, token_shards, the
-# families, the references) import from any directory, as the dev/ scripts and the tests import them; pyllmc's
-# extension is left to `make pyllmc` (PYLLMC_NO_EXTENSION, setup.py).
+# requirements.txt ends with the project itself, editable (pyproject.toml): the package pyllmc and the references at
+# the root import from any directory, as the dev/ scripts and the tests import them; pyllmc's extension is left to
+# `make pyllmc` (setup.py compiles nothing unless PYLLMC_EXTENSION=1).
 $(VENV)/.installed: requirements.txt pyproject.toml setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check $(PIP_NO_COMPILE) -r requirements.txt
-	PYLLMC_NO_EXTENSION=1 $(PIP) install -q --disable-pip-version-check $(PIP_NO_COMPILE) --no-deps -e .
 	@touch $@
 
 # the NVIDIA wheels (requirements-cuda.txt: about 2 GB) only for the CUDA targets and the tests

@@ -1,49 +1,7 @@
-"""
-What a model family's description holds: the two record types that gpt2_family.py and llama3_family.py fill in
-(one module per family, data only). The references (train_gpt2.py, train_llama3.py), model_file.py,
-token_shards.py and the dev/ scripts read a family's numbers and names from there instead of writing them again.
-numpy only.
-"""
+"""The old name of pyllmc.family (pyllmc/family.py): `import family` gives that very module."""
 
-from __future__ import annotations
+import sys
 
-from dataclasses import dataclass
+import pyllmc.family
 
-import numpy as np
-
-
-@dataclass(frozen=True)
-class ShardFormat:
-    """A family's token shards: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens of `dtype`."""
-
-    model_desc: str  # its name on the data scripts' command line (-m/--model_desc)
-    magic: int
-    version: int
-    dtype: np.dtype  # little-endian token type on disk
-    vocab_size: int  # default upper bound (exclusive) for token ids
-
-
-@dataclass(frozen=True)
-class Family:
-    """One model family: its files (model file, token shards, tokenizer file, debug state) and the reference's
-    defaults. The header layouts and the readers are model_file.py's; the model is the reference's."""
-
-    name: str  # the prefix of its files: gpt2_124M.bin, llama3_d2.bin
-    model_magic: int  # model file: header[0]
-    model_header_bytes: int  # model file: the header's length, the tensors follow it
-    tensor_names: tuple[str, ...]  # model file: its tensors in file order
-    shards: ShardFormat
-    tokenizer_file: str  # the tokenizer file the reference writes and the C programs decode with
-    tokenizer_magic: int
-    tokenizer_version: int
-    debug_state_magic: int  # the reference's debug state (one batch, its logits, loss and gradients, steps)
-    debug_state_version: int
-    default_model: str  # the reference's --model default
-    model_help: str
-    default_input_bin: str  # the reference's --input_bin default: the family's tinyshakespeare shard
-    input_bin_help: str
-    learning_rate: float  # the reference's --learning_rate default
-
-
-# A model file's header[1]: the dtype of its tensors, the same numbers in both families.
-MODEL_VERSIONS = {"float32": 3, "bfloat16": 5}
+sys.modules[__name__] = pyllmc.family

@@ -1,11 +1,15 @@
-"""Builds pyllmc's cffi extension (pyllmc/_build.py); the package metadata is in pyproject.toml.
+"""pyllmc's build; the package metadata is in pyproject.toml.
 
-With PYLLMC_NO_EXTENSION set (what `make setup` does) nothing is compiled: the editable install makes the
-Python modules importable, and `make pyllmc` compiles the extension in place, where that install finds it.
+A plain install (`pip install -e .`, the line in requirements.txt) compiles nothing: the pure Python modules import
+at once, and the bindings' names load the extension when first used. `make pyllmc` compiles the extension in place
+(pyllmc/_build.py), where an editable install finds it; PYLLMC_EXTENSION=1 asks pip to compile it with cffi
+(cffi_modules) as part of the install instead.
 """
 
 import os
 
 from setuptools import setup
 
-setup(cffi_modules=[] if os.environ.get("PYLLMC_NO_EXTENSION") else ["pyllmc/_build.py:ffibuilder"])
+WANT_EXTENSION = os.environ.get("PYLLMC_EXTENSION", "") not in ("", "0")
+
+setup(**({"cffi_modules": ["pyllmc/_build.py:ffibuilder"]} if WANT_EXTENSION else {}))

@@ -1,8 +1,8 @@
 """
 llmc's PyTorch reference for the Llama 3 family: the model in one file (RMSNorm, rotary positions with
-Llama 3.1's frequency scaling, grouped-query attention, SwiGLU), the training loop of train_gpt2.py (on its
-data loader, optimizers, schedule and writers, imported from there) and the writers of the .bin files the
-C trainer reads: the Llama 3 model file, its debug state and the Llama 3 tokenizer file.
+Llama 3.1's frequency scaling, grouped-query attention, SwiGLU) and the writers of the .bin files the
+C trainer reads: the Llama 3 model file, its debug state and the Llama 3 tokenizer file. The training loop,
+data loader, optimizers and schedule are the ones every family shares (pyllmc/reference/).
 
 Examples:
     python dev/data/make_test_tokenizer.py                      # a small local BPE tokenizer (offline)
@@ -25,33 +25,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train_gpt2 import (
-    CausalLM,
-    DebugOptimizer,
-    DistributedDataLoader,
-    ModelFamily,
-    OptimizerSettings,
-    TrainerCli,
-    UserError,
-    causal_attention,
-    debug_optimizer,
-    load_file_tensors,
-    make_optimizer,
-    print0,
-    read_model_file,
-    reference_steps as gpt2_reference_steps,
-    run_main,
-    seeded_sampler,
-    stacked_file_tensors,
-    train_loop,
-    trainer_parser,
-    write_debug_state_with_norms,
-)
-
-from gpt2_family import GPT2
-from llama3_family import HUB_TOKENIZER, LLAMA3
-from llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
-from model_file import (
+from pyllmc.families.gpt2 import GPT2
+from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3
+from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
+from pyllmc.model_file import (
     VERSIONS,
     LlamaConfig,
     atomic_write,
@@ -62,7 +39,15 @@ from model_file import (
     read_llama3,
     write_model_file,
 )
-from token_shards import DataError, DataFormatError
+from pyllmc.reference.causal_lm import CausalLM, causal_attention
+from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
+from pyllmc.reference.common import UserError, print0
+from pyllmc.reference.data_loader import DistributedDataLoader
+from pyllmc.reference.debug_state import DebugOptimizer, reference_steps as family_reference_steps, write_debug_state_with_norms
+from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
+from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
+from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
+from pyllmc.token_shards import DataError, DataFormatError
 
 STATE_MAGIC, TOKENIZER_MAGIC = LLAMA3.debug_state_magic, LLAMA3.tokenizer_magic
 STATE_VERSION, TOKENIZER_VERSION = LLAMA3.debug_state_version, LLAMA3.tokenizer_version
@@ -236,14 +221,9 @@ class Llama(CausalLM):
         return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
-        """train_gpt2.py's make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or
+        """The references' make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or
         Muon on the blocks' matrices (q/k/v, attention projection, gate, up, down) and AdamW on the rest."""
-        return make_optimizer(self, s, llama_is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
-
-
-def llama_is_block_matrix(name: str, p: torch.Tensor) -> bool:
-    """The matrices Muon trains: the 2-D weights inside the blocks (not wte, not lm_head)."""
-    return name.startswith("transformer.h.") and p.dim() == 2
+        return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
 
 
 def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
@@ -410,16 +390,16 @@ def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
 
 def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
                     dtype: torch.dtype = torch.float32):
-    """train_gpt2.py's reference steps on the Llama (AdamW, or Muon on the blocks' matrices + AdamW):
+    """The debug state's reference steps on the Llama (AdamW, or Muon on the blocks' matrices + AdamW):
     (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    return gpt2_reference_steps(model, x, y, opt, dtype, llama_is_block_matrix, stacked)
+    return family_reference_steps(model, x, y, opt, dtype, is_block_matrix, stacked)
 
 
 def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
     """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
     of `opt.steps` reference steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17]
-    name the optimizer (0 AdamW, 1 Muon, and Muon's settings: train_gpt2.py's DebugOptimizer.header_fields)."""
+    name the optimizer (0 AdamW, 1 Muon, and Muon's settings: DebugOptimizer.header_fields)."""
     write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, STATE_MAGIC, STATE_VERSION)
 
 
@@ -446,7 +426,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class LlamaDataLoader(DistributedDataLoader):
-    """train_gpt2.py's loader, taking llama-3 shards only (uint32, magic 20240801): gpt-2 ids would read as valid."""
+    """The references' loader, taking llama-3 shards only (uint32, magic 20240801): gpt-2 ids would read as valid."""
 
     def _load(self, shard: int) -> None:
         magic = int(np.fromfile(self.files[shard], dtype="<i4", count=1)[0]) if Path(self.files[shard]).stat().st_size >= 4 else 0

@@ -1,9 +1,9 @@
 """
 llmc's PyTorch reference for the nanochat family: nanochat's GPT in one file (weightless RMSNorm, rotary positions
 with NanoChat's rotate-half sign, QK-norm after RoPE, grouped-query attention, ReLU^2 MLP, untied head, logit
-softcap), as transformers' NanoChatForCausalLM defines it; the training loop of train_gpt2.py (its data loader,
-AdamW and Muon, schedule and writers, imported from there) and the writers of the .bin files the C trainer reads:
-the nanochat model file, its debug state and the tokenizer file.
+softcap), as transformers' NanoChatForCausalLM defines it, and the writers of the .bin files the C trainer reads:
+the nanochat model file, its debug state and the tokenizer file. The training loop, data loader, AdamW and Muon,
+schedule and debug-state steps are the ones every family shares (pyllmc/reference/).
 
 Examples:
     python train_nanochat.py --model d2 --num_iterations 20                      # from scratch, GPT-2 token shards
@@ -27,35 +27,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train_gpt2 import (
-    CausalLM,
-    DebugOptimizer,
-    DistributedDataLoader,
-    ModelFamily,
-    OptimizerSettings,
-    TrainerCli,
-    UserError,
-    causal_attention,
-    debug_optimizer,
-    gpt2_encoding,
-    gpt2_is_block_matrix,
-    huggingface_reachable,
-    load_file_tensors,
-    make_optimizer,
-    print0,
-    read_model_file,
-    reference_steps as gpt2_reference_steps,
-    run_main,
-    seeded_sampler,
-    stacked_file_tensors,
-    train_loop,
-    trainer_parser,
-    write_debug_state_with_norms,
-)
-
-from gpt2_family import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
-from llama3_tokenizer import load_checkpoint_tokenizer
-from model_file import (
+from pyllmc.families.gpt2 import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
+from pyllmc.families.nanochat import NANOCHAT, VOCAB_SIZE
+from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
+from pyllmc.model_file import (
     VERSIONS,
     NanoChatConfig,
     atomic_write,
@@ -65,8 +40,16 @@ from model_file import (
     read_nanochat,
     write_model_file,
 )
-from nanochat_family import NANOCHAT, VOCAB_SIZE
-from token_shards import DataError, DataFormatError
+from pyllmc.reference.causal_lm import CausalLM, causal_attention
+from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
+from pyllmc.reference.common import UserError, huggingface_reachable, print0
+from pyllmc.reference.data_loader import DistributedDataLoader
+from pyllmc.reference.debug_state import DebugOptimizer, reference_steps as family_reference_steps, write_debug_state_with_norms
+from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
+from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
+from pyllmc.reference.tokenizer_files import gpt2_encoding
+from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
+from pyllmc.token_shards import DataError, DataFormatError
 
 # ----------------------------------------------------------------------------- the model
 
@@ -216,9 +199,9 @@ class NanoChat(CausalLM):
         return self.head_and_loss(rmsnorm(x, eps), targets, return_logits)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
-        """train_gpt2.py's make_optimizer: AdamW on everything, or Muon on the blocks' matrices (qkvw, attprojw,
+        """The references' make_optimizer: AdamW on everything, or Muon on the blocks' matrices (qkvw, attprojw,
         fcw, fcprojw of each layer) and AdamW on wte and lm_head (nanochat's split)."""
-        return make_optimizer(self, s, gpt2_is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
+        return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
 
 
 def depth_config(depth: int) -> NanoChatConfig:
@@ -394,9 +377,9 @@ def read_model(filename: str | Path, flash: bool = False) -> NanoChat:
 
 def reference_steps(model: NanoChat, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
                     dtype: torch.dtype = torch.float32):
-    """train_gpt2.py's reference steps on the NanoChat (AdamW, or Muon on the blocks' matrices + AdamW):
+    """The debug state's reference steps on the NanoChat (AdamW, or Muon on the blocks' matrices + AdamW):
     (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    return gpt2_reference_steps(model, x, y, opt, dtype, gpt2_is_block_matrix, stacked)
+    return family_reference_steps(model, x, y, opt, dtype, is_block_matrix, stacked)
 
 
 def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filename: str | Path,

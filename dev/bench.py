@@ -77,7 +77,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_file import llama_ffn_hidden  # the Llama rule the reference and the C reader use
+from pyllmc.model_file import llama_ffn_hidden  # the Llama rule the reference and the C reader use
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"

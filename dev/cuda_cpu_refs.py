@@ -14,7 +14,7 @@ runs use this set (the plain FP32 and BF16 test_gpt2cu runs keep GPT-2's vocabul
 fused classifier's loops through many passes). --muon also writes the debug state of Muon steps ({stem}_muon_debug_state.bin, train_gpt2.py's defaults).
 
 The checkpoints (fp32, bf16), tokenizer and debug state are written by train_gpt2.py's own writers (load_model,
-write_model, write_tokenizer, write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1`
+write_model, write_gpt2_tokenizer, write_debug_state), exactly as `python train_gpt2.py --model d2 --write_tensors 1`
 writes them (the tests' d2 reference is this directory: tests/conftest.py d2_reference), on the
 first B x T batch of the tinyshakespeare train shard. B = 4, T = 64 by default: B splits evenly for
 every variant test_gpt2cu runs (-a 2, -a 4, two processes, two processes with -a 2); T = 64 suits the
@@ -45,7 +45,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from gpt2_family import GPT2
+from pyllmc.families.gpt2 import GPT2
+from pyllmc.reference.tokenizer_files import write_gpt2_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 SHARDS = REPO / "dev" / "data" / "tinyshakespeare"
@@ -72,7 +73,7 @@ def write_reference(ref: ModuleType, model: torch.nn.Module, stem: str, x: torch
     ref.write_model(model, out_dir / f"{stem}.bin", "float32")
     ref.write_model(model, out_dir / f"{stem}_bf16.bin", "bfloat16")
     if model.config.vocab_size == ref.GPT2_VOCAB:
-        ref.write_tokenizer(out_dir / "gpt2_tokenizer.bin")
+        write_gpt2_tokenizer(out_dir / "gpt2_tokenizer.bin")
     ref.write_debug_state(model, x, y, out_dir / f"{stem}_debug_state.bin", ref.DebugOptimizer(steps=steps))
     if muon:
         ref.write_debug_state(model, x, y, out_dir / f"{stem}_muon_debug_state.bin",
@@ -84,7 +85,7 @@ SMALL_VOCAB_SHARD_TOKENS = 1 << 15  # per split: the trainers' tests read at mos
 
 def write_small_vocab_shards(out_dir: Path, vocab_size: int) -> None:
     """tinyshakespeare_{train,val}.bin: the first tokens of each split modulo vocab_size, in the GPT-2 shard format."""
-    from token_shards import read_datafile, write_datafile
+    from pyllmc.token_shards import read_datafile, write_datafile
 
     for split in ("train", "val"):
         tokens = read_datafile(str(shard_path(split)))[:SMALL_VOCAB_SHARD_TOKENS].astype("int64") % vocab_size

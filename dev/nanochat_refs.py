@@ -84,7 +84,7 @@ def save_tiny_model(m: TinyModel, directory: Path, seed: int) -> None:
 
 def write_small_vocab_shards(out: Path) -> None:
     """ts/tiny_shakespeare_{train,val}.bin: tinyshakespeare's GPT-2 ids modulo SMALL_VOCAB, in the GPT-2 format."""
-    from token_shards import read_datafile, write_datafile
+    from pyllmc.token_shards import read_datafile, write_datafile
 
     (out / "ts").mkdir(exist_ok=True)
     for split in ("train", "val"):

@@ -1,7 +1,7 @@
 """cffi (API mode) builder of pyllmc._llmc: train_gpt2.c's layers and model, compiled from the repo's sources.
 
     python pyllmc/_build.py        builds pyllmc/_llmc*.so in place (what `make pyllmc` runs)
-    pip install -e .               builds it through setuptools' cffi_modules (setup.py)
+    PYLLMC_EXTENSION=1 pip install .   builds it through setuptools' cffi_modules (setup.py)
 
 The C side is pyllmc/_capi.h, which includes train_gpt2.c (LLMC_NO_MAIN) and adds thin wrappers.
 Compiler and linker flags: the Makefile's CFLAGS and LDLIBS (so a BLAS selected there is used here

@@ -9,8 +9,7 @@ import numpy as np
 try:
     from pyllmc._llmc import ffi, lib
 except ImportError as e:  # pragma: no cover - exercised only without a build
-    raise ImportError("pyllmc: the C extension pyllmc/_llmc is not built; run `make pyllmc` "
-                      f"(or `pip install -e .`) in the repository ({e})") from e
+    raise ImportError(f"pyllmc: the C extension pyllmc/_llmc is not built: run `make pyllmc` in the repository ({e})") from e
 
 INT_MAX = 2**31 - 1
 

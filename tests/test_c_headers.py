@@ -325,7 +325,7 @@ def test_dataloader_shuffled_ranks_tile_the_single_process_batch(dataloader_dump
 
 
 def test_dataloader_reads_shards_written_by_dev_data(dataloader_dump: Path, tmp_path: Path) -> None:
-    from token_shards import write_datafile
+    from pyllmc.token_shards import write_datafile
 
     toks = np.arange(1, 300) % 50257
     write_datafile(tmp_path / "written_val_000000.bin", toks)

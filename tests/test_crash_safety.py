@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REPO, assert_one_error_line, make
 
-from token_shards import write_datafile
+from pyllmc.token_shards import write_datafile
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TINY = dict(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8)

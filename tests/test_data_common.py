@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "data"))
 
 from data_common import DownloadError, download_file, read_evalfile, write_evalfile  # noqa: E402
-from token_shards import DataError, DataFormatError, read_datafile, write_atomically, write_datafile  # noqa: E402
+from pyllmc.token_shards import DataError, DataFormatError, read_datafile, write_atomically, write_datafile  # noqa: E402
 
 
 def header_of(path: Path) -> np.ndarray:

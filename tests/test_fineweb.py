@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "dev" / "data"))  # the script's module (dev/data 
 
 from conftest import PYTHON, assert_one_error_line, run  # noqa: E402
 from fineweb import write_shards  # noqa: E402
-from token_shards import DataFormatError, read_datafile  # noqa: E402
+from pyllmc.token_shards import DataFormatError, read_datafile  # noqa: E402
 
 TEXTS = [f"Document {i}: " + " ".join(["the quick brown fox", "jumps over", "the lazy dog."][: i % 3 + 1]) * (i % 4 + 1)
          for i in range(30)] + ["", "Ünïcödé and emoji 🙂 survive.", "<|endoftext|> is ordinary text here."]

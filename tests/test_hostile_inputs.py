@@ -35,7 +35,8 @@ from conftest import PYTHON, REPO, make
 
 sys.path.insert(0, str(REPO / "dev" / "data"))
 from data_common import read_evalfile, write_evalfile  # noqa: E402
-from token_shards import DataFormatError, read_datafile, write_datafile  # noqa: E402
+from pyllmc.reference.tokenizer_files import write_gpt2_tokenizer  # noqa: E402
+from pyllmc.token_shards import DataFormatError, read_datafile, write_datafile  # noqa: E402
 
 AS_LIMIT = 512 << 20  # address-space limit of every C run (bytes): a tiny model trains in 400 MB
 # the tiny model every C case loads: maxT 8, V 5 (Vp 128), L 1, NH 2, C 8
@@ -110,7 +111,7 @@ def base(tmp_path_factory) -> Path:
     x = torch.tensor([[1, 2, 3, 4], [0, 1, 2, 3]])
     y = torch.tensor([[2, 3, 4, 0], [1, 2, 3, 4]])
     ref.write_debug_state(model, x, y, d / "debug.bin", ref.DebugOptimizer(steps=2))
-    ref.write_tokenizer(d / "gpt2_tokenizer.bin")
+    write_gpt2_tokenizer(d / "gpt2_tokenizer.bin")
     rng = np.random.default_rng(0)
     write_datafile(d / "shard_gpt2.bin", rng.integers(0, 50257, 4096))
     write_datafile(d / "shard_tiny.bin", rng.integers(0, 5, 4096))

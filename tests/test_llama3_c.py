@@ -451,8 +451,8 @@ def test_mpi_zero1_muon_equals_one_process(binaries, ref: Path, tmp_path: Path) 
     one, z1, z0 = (train_losses(tmp_path / d / "main.log") for d in ("one", "z1", "z0"))
     assert z1 == z0  # every matrix updated whole by its owner and broadcast: the bits of every process updating all
     assert len(one) == 6 and max(abs(a - b) for a, b in zip(one, z1)) <= 1e-5, (one, z1)
-    # each rank's state: its shard of the AdamW parameters and the matrices train_gpt2.py's owners_by_size gives it
-    from train_gpt2 import owners_by_size
+    # each rank's state: its shard of the AdamW parameters and the matrices the references' owners_by_size gives it
+    from pyllmc.reference.optimizers import owners_by_size
     h = np.fromfile(ref / "llama3_d2.bin", dtype="<i4", count=256)
     L, offsets = int(h[4]), param_offsets(ref / "llama3_d2.bin")
     blocks = ["qkvw", "attprojw", "fcw", "fcw2", "fcprojw"]

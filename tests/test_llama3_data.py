@@ -11,9 +11,9 @@ import pytest
 
 from conftest import PYTHON, REPO, assert_one_error_line, run, tinyshakespeare_text
 
-from llama3_tokenizer import load_llama3_tokenizer
+from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 from test_tinystories import SHARDS, make_archive, shard_bytes
-from token_shards import read_datafile
+from pyllmc.token_shards import read_datafile
 
 DATA = REPO / "dev" / "data"
 BOS, EOT = 512, 513

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import REPO, assert_one_error_line, make, run, tinyshakespeare_text  # noqa: E402
 
-from llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
+from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
 
-import model_file
+from pyllmc import model_file
 import train_llama3
-from llama3_tokenizer import load_llama3_tokenizer
+from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 from train_llama3 import UserError
 
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -418,7 +418,7 @@ def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inte
 
 
 def test_a_token_id_beyond_the_vocab_in_a_shard_gives_one_error_line(monkeypatch, capsys, tmp_path, llama3_tokenizer):
-    from token_shards import write_datafile
+    from pyllmc.token_shards import write_datafile
 
     tokens = np.full(4096, 5, dtype=np.int64)
     tokens[1000] = 600  # < 128256, so the shard itself is valid, but >= the test tokenizer's 514

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-import model_file
+from pyllmc import model_file
 import train_gpt2
 import train_llama3
-from gpt2_family import GPT2
-from llama3_family import LLAMA3
-from nanochat_family import NANOCHAT
+from pyllmc.families.gpt2 import GPT2
+from pyllmc.families.llama3 import LLAMA3
+from pyllmc.families.nanochat import NANOCHAT
 
 TINY_GPT2 = train_gpt2.GPTConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_embd=8)
 TINY_LLAMA = model_file.LlamaConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_kv_head=1, n_embd=8, multiple_of=4)

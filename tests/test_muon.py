@@ -17,6 +17,8 @@ import torch
 from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
 
 import train_gpt2 as ref
+from pyllmc.reference.debug_state import DebugOptimizer
+from pyllmc.reference.optimizers import MuonNS, OptimizerSettings, is_block_matrix, make_optimizer, newton_schulz, owners_by_size
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
@@ -75,7 +77,7 @@ def test_reference_muon_in_bfloat16_is_torch_muon_bit_for_bit(shape: tuple[int, 
     ours = theirs.detach().clone().requires_grad_(True)
     kwargs = dict(lr=0.02, weight_decay=0.1, momentum=0.9, nesterov=nesterov, adjust_lr_fn=adjust, ns_steps=4)
     opt_theirs = torch.optim.Muon([theirs], **kwargs)
-    opt_ours = ref.MuonNS([ours], torch.bfloat16, **kwargs)
+    opt_ours = MuonNS([ours], torch.bfloat16, **kwargs)
     for _ in range(4):
         g = torch.randn(*shape)
         theirs.grad, ours.grad = g.clone(), g.clone()
@@ -91,21 +93,21 @@ def test_newton_schulz_leaves_its_input_alone_in_every_dtype() -> None:
         for shape in ((48, 16), (16, 48)):
             g = torch.randn(*shape, generator=torch.Generator().manual_seed(2), dtype=grad_dtype)
             before = g.clone()
-            ref.newton_schulz(g, 3, dtype=dtype)
+            newton_schulz(g, 3, dtype=dtype)
             assert torch.equal(g, before), (dtype, shape)
 
 
 def test_newton_schulz_in_float64_orthogonalises_roughly() -> None:
     # the quintic iteration drives every singular value into roughly [0.7, 1.2] (torch's docstring)
     g = torch.randn(64, 160, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    s = torch.linalg.svdvals(ref.newton_schulz(g, 5, dtype=torch.float64))
+    s = torch.linalg.svdvals(newton_schulz(g, 5, dtype=torch.float64))
     assert 0.6 < s.min().item() and s.max().item() < 1.25
 
 
 def test_make_optimizer_gives_muon_the_block_matrices_and_adamw_the_rest() -> None:
     model = ref.GPT(ref.depth_config(2))
-    opt = ref.make_optimizer(model, ref.OptimizerSettings(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.1),
-                             ref.gpt2_is_block_matrix)
+    opt = make_optimizer(model, OptimizerSettings(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.1),
+                             is_block_matrix)
     adamw, muon = opt.optimizers
     assert isinstance(adamw, torch.optim.AdamW) and type(muon) is torch.optim.Muon
     muon_ids = {id(p) for g in muon.param_groups for p in g["params"]}
@@ -120,7 +122,7 @@ def test_make_optimizer_gives_muon_the_block_matrices_and_adamw_the_rest() -> No
 
 def test_owners_by_size_balances_whole_matrices() -> None:
     sizes = [3, 1, 4, 1, 3, 1, 4, 1]  # qkvw, attprojw, fcw, fcprojw of two layers, in units of C*C
-    owners = ref.owners_by_size(sizes, 2)
+    owners = owners_by_size(sizes, 2)
     loads = [sum(s for s, o in zip(sizes, owners) if o == r) for r in range(2)]
     assert owners == [0, 0, 0, 1, 1, 0, 1, 1] and loads == [9, 9]
 
@@ -139,7 +141,7 @@ def test_reference_zero1_with_muon_equals_no_zero(tinyshakespeare, tmp_path: Pat
 def test_debug_state_header_records_muon(muon_ref: Path) -> None:
     header = np.fromfile(muon_ref / STATE, dtype="<i4", count=256)
     assert list(header[12:18]) == [1, float_bits(1e-3), float_bits(0.95), 1, 5, 0]
-    adamw = ref.DebugOptimizer().header_fields()
+    adamw = DebugOptimizer().header_fields()
     assert adamw == [0] * 6
 
 
@@ -229,7 +231,7 @@ def test_mpi_zero1_muon_equals_one_process(binaries, tmp_path: Path) -> None:
     C, Vp, maxT = 64, 50304, 1024
     muon_sizes = [3 * C * C, C * C, 4 * C * C, 4 * C * C]
     adamw = Vp * C + maxT * C + 13 * C + 2 * C
-    owners = ref.owners_by_size(muon_sizes, 2)
+    owners = owners_by_size(muon_sizes, 2)
     for rank in range(2):
         header = np.fromfile(tmp_path / "z1" / f"state_00000006_{rank:05d}.bin", dtype="<u8", count=128)
         shard = min(-(-adamw // 2), adamw - rank * -(-adamw // 2))

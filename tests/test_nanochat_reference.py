@@ -19,11 +19,13 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, TS_VAL, assert_one_error_line, losses_from_log, run, tinyshakespeare_text
 
-import model_file
+from pyllmc import model_file
 import train_nanochat
-from model_file import ModelFileError, NanoChatConfig
-from token_shards import DataFormatError, read_datafile, write_datafile
-from train_gpt2 import DebugOptimizer, OptimizerSettings, UserError
+from pyllmc.model_file import ModelFileError, NanoChatConfig
+from pyllmc.token_shards import DataFormatError, read_datafile, write_datafile
+from pyllmc.reference.common import UserError
+from pyllmc.reference.debug_state import DebugOptimizer
+from pyllmc.reference.optimizers import OptimizerSettings
 
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(REPO.parent / "shared" / "tiktoken_cache")

@@ -14,7 +14,7 @@ import numpy as np
 import tiktoken
 
 from conftest import PYTHON, assert_one_error_line, run
-from token_shards import read_datafile
+from pyllmc.token_shards import read_datafile
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "dev" / "data" / "tinystories.py"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from conftest import DEBUG_STATE_NNOISE, DEBUG_STATE_NSTEPS, PYTHON, REPO, run
 
 import train_gpt2
+from pyllmc.reference.training import get_lr
 
 
 def read_header(path: Path, dtype: str = "<i4") -> np.ndarray:
@@ -152,11 +154,11 @@ def test_pretrained_weights_without_transformers_fall_back_to_scratch(monkeypatc
 
 
 def test_cosine_schedule_warmup_and_edges():
-    assert train_gpt2.get_lr(0, 1.0, 0, 10, 0.1) == pytest.approx(1.0)
-    assert train_gpt2.get_lr(10, 1.0, 0, 10, 0.1) == pytest.approx(0.1)
-    assert train_gpt2.get_lr(0, 1.0, 4, 10, 0.0) == pytest.approx(0.25)
-    assert train_gpt2.get_lr(7, 1.0, 4, 10, 0.0) == pytest.approx(0.5)
-    assert train_gpt2.get_lr(5, 1.0, 5, 5, 0.0) == pytest.approx(0.0)  # total == warmup: no division by zero
+    assert get_lr(0, 1.0, 0, 10, 0.1) == pytest.approx(1.0)
+    assert get_lr(10, 1.0, 0, 10, 0.1) == pytest.approx(0.1)
+    assert get_lr(0, 1.0, 4, 10, 0.0) == pytest.approx(0.25)
+    assert get_lr(7, 1.0, 4, 10, 0.0) == pytest.approx(0.5)
+    assert get_lr(5, 1.0, 5, 5, 0.0) == pytest.approx(0.0)  # total == warmup: no division by zero
 
 
 def losses_from_log(path: Path) -> list[float]:
@@ -252,7 +254,7 @@ def test_huggingface_reachable_honours_hf_hub_offline(monkeypatch):
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(train_gpt2.socket, "create_connection", lambda *a, **k: Connection())
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: Connection())
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert train_gpt2.huggingface_reachable()
     for value in ("1", "true", "ON"):

@@ -38,11 +38,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-import gpt2_family
-from family import ShardFormat
-from llama3_family import HUB_TOKENIZER
-from llama3_tokenizer import load_checkpoint_tokenizer, load_llama3_tokenizer
-from token_shards import (
+import pyllmc.families.gpt2 as gpt2_family
+from pyllmc.family import ShardFormat
+from pyllmc.families.llama3 import HUB_TOKENIZER
+from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer, load_llama3_tokenizer
+from pyllmc.token_shards import (
     HEADER_BYTES,
     HEADER_INTS,
     MODEL_DESCS,

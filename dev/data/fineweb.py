@@ -33,8 +33,8 @@ from data_common import (
     run_script,
     script_parser,
 )
-from llama3_tokenizer import huggingface_reachable
-from token_shards import DataError, DataFormatError, one_line, shard_format, write_datafile
+from pyllmc.llama3_tokenizer import huggingface_reachable
+from pyllmc.token_shards import DataError, DataFormatError, one_line, shard_format, write_datafile
 
 HUB_DATASETS = {"classic": "HuggingFaceFW/fineweb", "edu": "HuggingFaceFW/fineweb-edu"}
 HUB_CONFIGS = {"10B": "sample-10BT", "100B": "sample-100BT"}

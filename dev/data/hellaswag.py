@@ -27,7 +27,7 @@ from data_common import (
     script_parser,
     write_evalfile,
 )
-from token_shards import DataFormatError
+from pyllmc.token_shards import DataFormatError
 
 URL_TEMPLATE = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{split}.jsonl"
 SPLITS = ("val", "train")  # the test split has no labels

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from data_common import positive_int, read_utf8, run_script, script_parser
-from llama3_family import BOS as LLAMA3_BOS, EOT as LLAMA3_EOT
-from token_shards import DataError, write_atomically
+from pyllmc.families.llama3 import BOS as LLAMA3_BOS, EOT as LLAMA3_EOT
+from pyllmc.token_shards import DataError, write_atomically
 
 HERE = Path(__file__).resolve().parent
 # Llama 3's pre-tokenizer split pattern (its tokenizer.json), which llmc/bpe.h implements by hand

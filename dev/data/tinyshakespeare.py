@@ -26,7 +26,7 @@ from data_common import (
     run_script,
     write_splits,
 )
-from token_shards import DataFormatError, shard_format
+from pyllmc.token_shards import DataFormatError, shard_format
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TEXT_NAME = "tiny_shakespeare.txt"

@@ -34,7 +34,7 @@ from data_common import (
     run_script,
     write_splits,
 )
-from token_shards import DataError, DataFormatError, one_line, shard_format
+from pyllmc.token_shards import DataError, DataFormatError, one_line, shard_format
 
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz"
 ARCHIVE_NAME = "TinyStories_all_data.tar.gz"

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-import gpt2_family
+import pyllmc.families.gpt2 as gpt2_family
 from export_hf import ExportError, gpt2_bpe
-from llama3_family import HUB_TOKENIZER
-from model_file import (
+from pyllmc.families.llama3 import HUB_TOKENIZER
+from pyllmc.model_file import (
     GPT2_MAGIC,
     LLAMA3_MAGIC,
     Gpt2Header,
@@ -146,8 +146,8 @@ def gpt2_vocab() -> tuple[list[str], list[int], list[str]]:
 
 def llama_vocab(tokenizer: str) -> tuple[list[str], list[int], list[str], int, int, str]:
     """tokens, token types, merges, BOS id, end-of-text id and llama.cpp's pre-tokenizer name of a Llama 3 tokenizer."""
-    from llama3_tokenizer import load_llama3_tokenizer
-    from token_shards import DataError
+    from pyllmc.llama3_tokenizer import load_llama3_tokenizer
+    from pyllmc.token_shards import DataError
 
     try:
         tok = load_llama3_tokenizer(tokenizer)
@@ -372,7 +372,7 @@ def reference_logits(src: Path, tokens: list[int]) -> np.ndarray:
 
 def prompt_tokens(src: Path, prompt: str, tokenizer: str) -> list[int]:
     if read_magic(src) == LLAMA3_MAGIC:
-        from llama3_tokenizer import load_llama3_tokenizer
+        from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 
         tok = load_llama3_tokenizer(tokenizer)
         return [tok.bos, *tok.encode(prompt)]

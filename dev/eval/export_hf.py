@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-import gpt2_family
-from model_file import NANOCHAT_MAGIC, Gpt2Header, ModelFileError, NanoChatConfig, read_gpt2, read_magic, read_nanochat
+import pyllmc.families.gpt2 as gpt2_family
+from pyllmc.model_file import NANOCHAT_MAGIC, Gpt2Header, ModelFileError, NanoChatConfig, read_gpt2, read_magic, read_nanochat
 
 GPT2_VOCAB = gpt2_family.VOCAB_SIZE
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llama3_tokenizer import DataError, load_checkpoint_tokenizer
+from pyllmc.llama3_tokenizer import DataError, load_checkpoint_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -5,7 +5,7 @@
 makes OUT_DIR/<harness>/seed_* for every harness:
     checkpoint    train_gpt2.write_model (fp32 and bf16) of a tiny GPT (maxT 8, V 5, L 1, NH 2, C 8)
     debug_state   train_gpt2.write_debug_state of that same tiny model (fuzz_debug_state.c expects it)
-    tokenizer     train_gpt2.write_tokenizer's file, cut down to its first tokens (header adjusted)
+    tokenizer     pyllmc.reference.tokenizer_files.write_gpt2_tokenizer's file, cut down to its first tokens (header adjusted)
     shard         data_common.write_datafile (gpt-2 and llama-3), behind fuzz_shard.c's 4 parameter bytes
     evalfile      data_common.write_evalfile, behind fuzz_evalfile.c's 2 parameter bytes
     bpe           write_bpe.bpe_file_bytes of tiktoken's first ranks, then texts to encode
@@ -62,13 +62,13 @@ def write_checkpoint_seeds(out: Path) -> None:
 
 
 def write_tokenizer_seeds(out: Path) -> None:
-    import train_gpt2 as ref
+    from pyllmc.reference.tokenizer_files import write_gpt2_tokenizer
 
     d = out / "tokenizer"
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         full = Path(tmp) / "gpt2_tokenizer.bin"
-        ref.write_tokenizer(full)
+        write_gpt2_tokenizer(full)
         raw = full.read_bytes()
     header, body = list(struct.unpack("<256I", raw[:1024])), raw[1024:]
     for vocab in (260, 400):
@@ -83,7 +83,7 @@ def write_data_seeds(out: Path) -> None:
     import numpy as np
 
     from data_common import write_evalfile
-    from token_shards import write_datafile
+    from pyllmc.token_shards import write_datafile
 
     rng = np.random.default_rng(0)
     d = out / "shard"

@@ -1,0 +1,2 @@
+"""The model families' descriptions, one module each (data only; pyllmc/family.py says what each field holds):
+pyllmc.families.gpt2 (GPT2), pyllmc.families.llama3 (LLAMA3), pyllmc.families.nanochat (NANOCHAT)."""

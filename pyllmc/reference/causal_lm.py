@@ -1,0 +1,54 @@
+"""
+What every family's PyTorch model shares: causal self-attention on the heads, and CausalLM, the head's logits and
+loss and sampling after a model's blocks (train_gpt2.py's GPT, train_llama3.py's Llama, train_nanochat.py's NanoChat).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(HS), causal) v for q, k, v (B, NH, T, HS), the heads side by side again: (B, T, NH * HS).
+    flash: scaled_dot_product_attention; else the explicit product (train_llama3.py's attention too)."""
+    B, NH, T, HS = q.size()
+    if flash:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B, NH, T, T)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        att = att.masked_fill(~mask, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+    return y.transpose(1, 2).contiguous().view(B, T, NH * HS)
+
+
+class CausalLM(nn.Module):
+    """What GPT and train_llama3.py's Llama share after their blocks: the head's logits and loss, and sampling.
+    Subclasses have .config.block_size, .lm_head and forward(idx) -> (logits, loss)."""
+
+    def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool):
+        """x (B, T, C) after the final norm: (logits or None, mean cross-entropy over targets or None)."""
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        else:
+            logits, loss = self.lm_head(x[:, [-1], :]), None  # only the last position is needed
+        return (logits if return_logits else None), loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx

@@ -1,0 +1,216 @@
+"""
+The references' training loop, shared by every family (train_loop): DDP and ZeRO-1 under torchrun, gradient
+accumulation, clipping, the learning-rate schedule of llmc/schedulers.h, validation loss, samples and main.log.
+A family hands it a ModelFamily: its model, data loader, writers, optimizer and sampler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from pyllmc.reference.cli import optimizer_settings
+from pyllmc.reference.common import UserError, print0
+from pyllmc.reference.data_loader import DistributedDataLoader
+from pyllmc.reference.optimizers import OptimizerSettings
+
+
+def get_lr(step: int, lr: float, warmup: int, total: int, final_frac: float) -> float:
+    """Linear warmup, then cosine decay from lr to lr * final_frac (the rule of llmc/schedulers.h)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    ratio = min(max((step - warmup) / (total - warmup), 0.0), 1.0) if total > warmup else 1.0
+    lr_min = lr * final_frac
+    return lr_min + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - lr_min)
+
+
+def format_eta(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
+    """(rank, local_rank, world_size, device), initialising torch.distributed under torchrun."""
+    if "RANK" not in os.environ:
+        if device_arg:
+            return 0, 0, 1, device_arg
+        if torch.cuda.is_available():
+            return 0, 0, 1, "cuda"
+        return 0, 0, 1, "mps" if torch.backends.mps.is_available() else "cpu"
+    rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    use_cuda = device_arg.startswith("cuda") or (not device_arg and torch.cuda.is_available())
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    device = f"cuda:{local_rank}" if use_cuda else (device_arg or "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    return rank, local_rank, world, device
+
+
+@dataclass
+class ModelFamily:
+    """What train_loop needs from a model family (GPT-2 here, Llama 3 in train_llama3.py); the rest is shared."""
+
+    model: nn.Module  # .config.block_size and .config.vocab_size; forward(idx, targets, return_logits) -> (logits, loss)
+    description: str  # the shape, printed after "model NAME:"
+    loader: type[DistributedDataLoader]  # the family's token shards
+    write_files: Callable[[torch.Tensor, torch.Tensor], None]  # model files, tokenizer and debug state from one batch
+    make_optimizer: Callable[[nn.Module, OptimizerSettings, int], object]  # (model, settings, zero stage)
+    make_sampler: Callable[[str], Callable[[nn.Module], str]]  # device -> (model -> sample text)
+    write_model: Callable[[nn.Module, str | Path, str], None]  # (model, file, dtype): the final checkpoint
+
+
+def seeded_sampler(args: argparse.Namespace, start_id: int,
+                   decode: Callable[[list[int]], str]) -> Callable[[str], Callable[[nn.Module], str]]:
+    """A ModelFamily.make_sampler whose samples (--gen_tokens after start_id, top-k 40) draw from one generator
+    seeded with --seed (train_llama3.py's and train_nanochat.py's)."""
+    def make_sampler(device: str) -> Callable[[nn.Module], str]:
+        sample_rng = torch.Generator(device=device).manual_seed(args.seed)
+
+        def sample(raw_model: nn.Module) -> str:
+            start = torch.tensor([[start_id]], dtype=torch.long, device=device)
+            out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40, generator=sample_rng)
+            return decode(out[0, 1:].tolist())
+        return sample
+    return make_sampler
+
+
+def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], ModelFamily]) -> None:
+    """The reference's training: DDP/ZeRO-1, accumulation, clipping, one schedule, val loss, samples, main.log."""
+    rank, _, world, device = setup_distributed(args.device)
+    master = rank == 0
+    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    print0(f"device {device}, {world} process(es)")
+    torch.manual_seed(args.seed + rank)
+    if args.tensorcores:
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    B, T = args.batch_size, args.sequence_length
+    if B < 1 or T < 1:
+        raise UserError(f"--batch_size {B} and --sequence_length {T} must both be at least 1")
+    tokens_per_step = B * T * world
+    total_batch = args.total_batch_size if args.total_batch_size > 0 else tokens_per_step
+    if total_batch % tokens_per_step:
+        raise UserError(f"--total_batch_size {total_batch} is not a multiple of B*T*processes = {tokens_per_step}")
+    grad_accum = total_batch // tokens_per_step
+    print0(f"total batch {total_batch} tokens, {grad_accum} micro-step(s) of {B} x {T} per process")
+
+    family = build(args)
+    model = family.model
+    if T > model.config.block_size:
+        raise UserError(f"--sequence_length {T} exceeds the model's block size {model.config.block_size}")
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(f"model {args.model}: {family.description}, {n_params:,} parameters")
+
+    vocab_size = model.config.vocab_size
+    train_loader = family.loader(args.input_bin, B, T, rank, world, vocab_size)
+    val_loader = family.loader(args.input_val_bin, B, T, rank, world, vocab_size) if args.input_val_bin else None
+
+    if args.write_tensors and master and not args.inference_only:
+        x, y = train_loader.next_batch()
+        train_loader.reset()
+        family.write_files(x, y)
+
+    model.to(device)
+    model.train()
+    raw_model = model
+    if args.compile:
+        model = torch.compile(model)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device_type == "cuda" else None)
+    autocast_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    ctx = torch.amp.autocast(device_type=device_type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+    optimizer = family.make_optimizer(raw_model, optimizer_settings(args), args.zero_stage)
+
+    logfile = None
+    if args.output_dir and master:
+        os.makedirs(args.output_dir, exist_ok=True)
+        logfile = open(os.path.join(args.output_dir, "main.log"), "w")
+
+    def log(line: str) -> None:
+        if logfile:
+            logfile.write(line + "\n")
+            logfile.flush()
+
+    sample = family.make_sampler(device)
+    first_batch = train_loader.next_batch() if args.overfit_single_batch else None
+    step_times: list[float] = []
+    for step in range(args.num_iterations + 1):
+        last_step = step == args.num_iterations
+
+        if val_loader and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last_step):
+            model.eval()
+            val_loader.reset()
+            with torch.no_grad():
+                val_loss = torch.zeros((), device=device)
+                for _ in range(args.val_max_steps):
+                    x, y = val_loader.next_batch()
+                    with ctx:
+                        _, loss = model(x.to(device), y.to(device), return_logits=False)
+                    val_loss += loss.float() / args.val_max_steps
+            if world > 1:
+                dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
+            print0(f"step {step}: val loss {val_loss.item():.6f}")
+            log(f"s:{step} tel:{val_loss.item():.6f}")
+            model.train()
+
+        if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
+            print0("---\n" + sample(raw_model) + "\n---")
+
+        if last_step or args.inference_only:
+            break
+
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_acc = torch.zeros((), device=device)
+        for micro in range(grad_accum):
+            x, y = first_batch if first_batch is not None else train_loader.next_batch()
+            if world > 1:
+                model.require_backward_grad_sync = micro == grad_accum - 1
+            with ctx:
+                _, loss = model(x.to(device), y.to(device), return_logits=False)
+            loss = loss / grad_accum
+            loss_acc += loss.detach()
+            loss.backward()
+        if world > 1:
+            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+        max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
+        for group in optimizer.param_groups:  # AdamW's and Muon's peak lr, one schedule
+            group["lr"] = get_lr(step, group["initial_lr"], args.warmup_iters, args.num_iterations,
+                                 args.learning_rate_decay_frac)
+        optimizer.step()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        recent = sorted(step_times[-10:])[len(step_times[-10:]) // 2]
+        eta = recent * (args.num_iterations - step - 1)
+        print0(f"step {step + 1:4d}/{args.num_iterations} | loss {loss_acc.item():.6f} | lr {lr:.2e} | norm {norm.item():.4f} "
+               f"| {dt * 1000:.1f} ms | {total_batch / dt:.0f} tok/s | ETA {format_eta(eta)}")
+        log(f"s:{step} trl:{loss_acc.item():.6f} lr:{lr:.6e} norm:{norm.item():.4f}")
+
+    if args.output_dir and master and args.num_iterations > 0 and not args.inference_only:
+        family.write_model(raw_model, os.path.join(args.output_dir, f"model_{args.num_iterations:08d}.bin"), "float32")
+    if logfile:
+        logfile.close()
+    if world > 1:
+        # Every rank waits for the master's checkpoint write before tearing the group down:
+        # gloo aborts a rank whose peer closes its connections while it is still leaving.
+        dist.barrier()
+        # DDP's reducer and ZeroRedundancyOptimizer hold the group: released first, its gloo threads end here
+        # rather than at interpreter exit (a rank once aborted there: "terminate called without an active exception")
+        del model, optimizer
+        gc.collect()
+        dist.destroy_process_group()
