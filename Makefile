@@ -47,6 +47,9 @@ endif
 TS_DIR := dev/data/tinyshakespeare
 TS_TRAIN := $(TS_DIR)/tiny_shakespeare_train.bin
 TS_VAL := $(TS_DIR)/tiny_shakespeare_val.bin
+# what the references (train_*.py) import from the package besides torch: a file they write depends on these too
+REFERENCE_PY := $(wildcard pyllmc/family.py pyllmc/model_file.py pyllmc/token_shards.py pyllmc/llama3_tokenizer.py \
+                           pyllmc/families/*.py pyllmc/reference/*.py)
 
 .PHONY: all setup setup-cuda data model train test test-all test-c test-py bench clean
 
@@ -90,7 +93,7 @@ $(TS_VAL) $(TS_TRAIN) &: dev/data/tinyshakespeare.py dev/data/data_common.py $(P
 # The demo checkpoint: pretrained GPT-2 124M when it can be downloaded, else d12 from scratch (it says so).
 model: gpt2_124M.bin
 
-gpt2_124M.bin: train_gpt2.py $(TS_TRAIN) $(PY_ENV)
+gpt2_124M.bin: train_gpt2.py $(REFERENCE_PY) $(TS_TRAIN) $(PY_ENV)
 	$(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --write_tensors 1 --num_iterations 0
 
 # ---------------------------------------------------------------------------- CPU trainer
@@ -695,7 +698,7 @@ test-refs: cuda-cpu-refs llama3-debug-states nanochat-debug-states $(TEST_D12_RE
 
 # glibc's malloc keeps the freed GB-sized tensors in the heap instead of giving them back and faulting them in again
 # at the next step (74 s -> 58 s on 2 cores, the same files)
-$(TEST_D12_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+$(TEST_D12_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | data
 	MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456 \
 	    $(PY) dev/cuda_cpu_refs.py --model d12 --steps 4 -o $(TEST_D12_DIR)
 

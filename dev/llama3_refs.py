@@ -61,7 +61,8 @@ def write_gqa_reference(out: Path, dest: Path | None = None, muon: dict[str, obj
     from `out` (tokenizer, shard), written into dest (default out); with muon (DebugOptimizer's muon_* settings)
     the state's steps are Muon on the blocks' matrices and AdamW on the rest."""
     import train_llama3 as ref
-    from train_gpt2 import DebugOptimizer, DistributedDataLoader
+    from pyllmc.reference.data_loader import DistributedDataLoader
+    from pyllmc.reference.debug_state import DebugOptimizer
 
     vocab = int(np.fromfile(out / "llama3_tokenizer.bin", dtype="<u4", count=3)[2])
     cfg = ref.LlamaConfig(block_size=128, vocab_size=vocab, n_layer=2, n_head=4, n_kv_head=1, n_embd=128,

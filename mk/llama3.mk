@@ -21,7 +21,7 @@ test_llama3: test_llama3.c train_llama3.c $(LLMC_HEADERS)
 # dev/llama3_refs.py says what each file is); e.g.
 #   ./test_llama3 -e build/llama3/llama3_d2.bin -s build/llama3/llama3_d2_debug_state.bin
 #   ./test_llama3cu -e build/llama3/muon/llama3_gqa.bin -s build/llama3/muon/llama3_gqa_debug_state.bin
-$(LLAMA3_REF)/.written: dev/llama3_refs.py train_llama3.py train_gpt2.py dev/data/make_test_tokenizer.py $(TS_TRAIN) $(PY_ENV)
+$(LLAMA3_REF)/.written: dev/llama3_refs.py train_llama3.py $(REFERENCE_PY) dev/data/make_test_tokenizer.py $(TS_TRAIN) $(PY_ENV)
 	$(PY) dev/llama3_refs.py --out_dir $(LLAMA3_REF) --muon
 	@touch $@
 

@@ -14,7 +14,7 @@ COMPARE_ARGS ?=
 
 muon-refs: $(MUON_REF_STATE)
 
-$(MUON_REF_STATE): train_gpt2.py $(TS_TRAIN) $(PY_ENV)
+$(MUON_REF_STATE): train_gpt2.py $(REFERENCE_PY) $(TS_TRAIN) $(PY_ENV)
 	@mkdir -p $(MUON_REFS)
 	cd $(MUON_REFS) && $(abspath $(PY)) $(CURDIR)/train_gpt2.py --model d2 --optimizer muon --device cpu \
 	    --input_bin $(CURDIR)/$(TS_TRAIN) --batch_size 4 --sequence_length 64 --num_iterations 0 --write_tensors 1

@@ -20,7 +20,7 @@ test_nanochat: test_nanochat.c train_nanochat.c $(LLMC_HEADERS)
 # NanoChatForCausalLM models of several shapes imported; AdamW and Muon), nanochat_tokenizer.bin, written in
 # $(NANOCHAT_REF) (git-ignored); e.g.
 #   ./test_nanochat -e build/nanochat/nanochat_d2.bin -s build/nanochat/nanochat_d2_debug_state.bin
-$(NANOCHAT_REF)/.written: dev/nanochat_refs.py train_nanochat.py nanochat_family.py model_file.py $(TS_TRAIN) $(PY_ENV)
+$(NANOCHAT_REF)/.written: dev/nanochat_refs.py train_nanochat.py $(REFERENCE_PY) $(TS_TRAIN) $(PY_ENV)
 	$(PY) dev/nanochat_refs.py --out_dir $(NANOCHAT_REF)
 	@touch $@
 

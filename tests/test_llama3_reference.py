@@ -365,7 +365,7 @@ def test_unknown_flag_gives_one_error_line(tmp_path):
 
 
 def test_muon_debug_state_names_the_optimizer_and_its_steps_lower_the_loss(tmp_path):
-    """--optimizer muon (train_gpt2.py's make_optimizer): Muon on the blocks' matrices, AdamW on wte, lm_head and the
+    """--optimizer muon (the references' make_optimizer): Muon on the blocks' matrices, AdamW on wte, lm_head and the
     norms; the debug state's header[12..17] carry Muon's settings, as GPT-2's do."""
     model, _ = train_llama3.load_model("d1", seed=3, vocab_size=514)
     g = torch.Generator().manual_seed(0)

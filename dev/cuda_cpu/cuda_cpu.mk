@@ -46,10 +46,10 @@ CUDA_CPU_SMALL_REFS := $(addprefix build/cuda_cpu_refs/vocab509/,gpt2_d2.bin gpt
 cuda-cpu-build: $(CUDA_CPU_PROGRAMS) $(CUDA_CPU_REFS) $(CUDA_CPU_SMALL_REFS)
 cuda-cpu-refs: $(CUDA_CPU_REFS) $(CUDA_CPU_SMALL_REFS)
 
-$(CUDA_CPU_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+$(CUDA_CPU_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | data
 	$(PY) dev/cuda_cpu_refs.py
 
-$(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py | data
+$(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | data
 	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
