@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: bool) -> torch.Tensor:
     """softmax(q k^T / sqrt(HS), causal) v for q, k, v (B, NH, T, HS), the heads side by side again: (B, T, NH * HS).
-    flash: scaled_dot_product_attention; else the explicit product (train_llama3.py's attention too)."""
+    flash: scaled_dot_product_attention; else the explicit product (every family's attention)."""
     B, NH, T, HS = q.size()
     if flash:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -27,7 +27,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: b
 
 
 class CausalLM(nn.Module):
-    """What GPT and train_llama3.py's Llama share after their blocks: the head's logits and loss, and sampling.
+    """What every family's model shares after its blocks: the head's logits and loss, and sampling.
     Subclasses have .config.block_size, .lm_head and forward(idx) -> (logits, loss)."""
 
     def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool):

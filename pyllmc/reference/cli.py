@@ -23,7 +23,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def add_optimizer_args(p: argparse.ArgumentParser) -> None:
-    """--optimizer and the --muon_* flags (train_gpt2.py and train_llama3.py): torch.optim.Muon's defaults."""
+    """--optimizer and the --muon_* flags (every train_*.py): torch.optim.Muon's defaults."""
     a = p.add_argument
     a("--optimizer", default="adamw", choices=list(OPTIMIZERS),
       help="adamw, or muon: torch.optim.Muon on the blocks' 2-D weights, AdamW (--learning_rate) on the rest")
@@ -36,7 +36,7 @@ def add_optimizer_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_args(p: argparse.ArgumentParser, learning_rate: float) -> None:
-    """The flags from --seed to --flash (train_gpt2.py and train_llama3.py): batch, schedule, evaluation, device."""
+    """The flags from --seed to --flash (every train_*.py): batch, schedule, evaluation, device."""
     a = p.add_argument
     a("--seed", type=int, default=42, help="seed of the from-scratch init and of sampling")
     a("--batch_size", type=int, default=4, help="micro-batch size B")
@@ -63,7 +63,7 @@ def add_run_args(p: argparse.ArgumentParser, learning_rate: float) -> None:
 @dataclass(frozen=True)
 class TrainerCli:
     """The trainers' command line (trainer_parser): the family's defaults (--input_bin, --model, --learning_rate)
-    from its description, GPT-2's wording of the rest; train_llama3.py overrides what it changes."""
+    from its description, GPT-2's wording of the rest; train_llama3.py and train_nanochat.py override what they change."""
 
     description: str | None  # the script's docstring, shown by --help
     family: Family
@@ -78,7 +78,7 @@ def add_dtype_arg(p: argparse.ArgumentParser) -> None:
 
 
 def trainer_parser(cli: TrainerCli) -> OneLineErrorParser:
-    """The command line of train_gpt2.py and train_llama3.py: every flag once, the family's parts from `cli`."""
+    """The command line of every train_*.py: every flag once, the family's parts from `cli`."""
     p = OneLineErrorParser(description=cli.description, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     a("--input_bin", default=cli.family.default_input_bin, help=cli.family.input_bin_help)

@@ -59,7 +59,7 @@ def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
 
 @dataclass
 class ModelFamily:
-    """What train_loop needs from a model family (GPT-2 here, Llama 3 in train_llama3.py); the rest is shared."""
+    """What train_loop needs from a model family (each train_*.py builds one); the rest is shared."""
 
     model: nn.Module  # .config.block_size and .config.vocab_size; forward(idx, targets, return_logits) -> (logits, loss)
     description: str  # the shape, printed after "model NAME:"

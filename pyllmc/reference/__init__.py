@@ -1,0 +1,15 @@
+"""The PyTorch references' framework: what train_gpt2.py, train_llama3.py and train_nanochat.py share, so that each
+of them holds only its family's model, its Hugging Face import and its writers.
+
+    common            UserError (one `error:` line), print0, huggingface_reachable
+    causal_lm         causal_attention, CausalLM (the head's logits and loss, sampling)
+    optimizers        AdamW, Muon on the blocks' matrices (MuonNS: the debug state's precision), ZeRO-1
+    file_tensors      a model's tensors in its model file's order and back
+    tokenizer_files   GPT-2's tiktoken encoding and its tokenizer file
+    debug_state       the debug state: one batch's tensors, the reference steps, their float32 noise
+    data_loader       token shards split across ranks as the C loader splits them
+    cli               the trainers' command line and run_main
+    training          train_loop: DDP, ZeRO-1, accumulation, clipping, schedule, validation, samples, main.log
+
+Torch is imported by these modules, not by `import pyllmc`.
+"""
