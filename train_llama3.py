@@ -43,7 +43,11 @@ from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.debug_state import DebugOptimizer, reference_steps as family_reference_steps, write_debug_state_with_norms
+from pyllmc.reference.debug_state import (
+    DebugOptimizer,
+    reference_steps as family_reference_steps,
+    write_debug_state_with_norms,
+)
 from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
 from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
 from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop

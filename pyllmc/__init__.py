@@ -6,7 +6,7 @@ Pure Python (numpy, and torch for the references), importable as soon as the pac
     pyllmc.family, pyllmc.families.{gpt2,llama3,nanochat}   each model family's description, as data
     pyllmc.model_file                                       every family's model file: reader, writer, validation
     pyllmc.token_shards                                     token shards and the data files' errors
-    pyllmc.llama3_tokenizer                                 Llama 3 style tokenizer.json files (the `tokenizers` package)
+    pyllmc.llama3_tokenizer                                 Llama 3 style tokenizer.json files (`tokenizers`)
     pyllmc.reference                                        the PyTorch references' shared framework: training loop,
                                                             command line, optimizers, debug states, data loader
 

@@ -9,7 +9,8 @@ import numpy as np
 try:
     from pyllmc._llmc import ffi, lib
 except ImportError as e:  # pragma: no cover - exercised only without a build
-    raise ImportError(f"pyllmc: the C extension pyllmc/_llmc is not built: run `make pyllmc` in the repository ({e})") from e
+    raise ImportError(f"pyllmc: the C extension pyllmc/_llmc is not built: run `make pyllmc` in the repository "
+                      f"({e})") from e
 
 INT_MAX = 2**31 - 1
 

@@ -24,7 +24,8 @@ WITHOUT_EXTENSION = "import sys; sys.modules['pyllmc._llmc'] = None\n"
 
 
 def test_the_old_module_names_are_the_packages_modules(tmp_path: Path):
-    imports = "".join(f"import {old}, {new}\nassert {old} is sys.modules[{new!r}], {old!r}\n" for old, new in OLD_NAMES.items())
+    imports = "".join(f"import {old}, {new}\nassert {old} is sys.modules[{new!r}], {old!r}\n"
+                      for old, new in OLD_NAMES.items())
     # run outside the repository: the names come from the installed project, as the dev/ scripts get them
     proc = run([PYTHON, "-c", "import sys\n" + imports + "print('ok')"], cwd=tmp_path)
     assert proc.stdout.strip() == "ok", proc.stdout
@@ -42,8 +43,8 @@ def test_a_binding_without_the_extension_is_one_import_error_naming_make_pyllmc(
         code = WITHOUT_EXTENSION + f"import pyllmc\ntry:\n    pyllmc.{name}\nexcept ImportError as e:\n    print(e)\n"
         proc = run([PYTHON, "-c", code], cwd=tmp_path)
         lines = proc.stdout.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("pyllmc: the C extension pyllmc/_llmc is not built: run `make pyllmc`"), \
-            (name, proc.stdout)
+        expected = "pyllmc: the C extension pyllmc/_llmc is not built: run `make pyllmc`"
+        assert len(lines) == 1 and lines[0].startswith(expected), (name, proc.stdout)
 
 
 def test_an_unknown_name_of_pyllmc_is_an_attribute_error(tmp_path: Path):

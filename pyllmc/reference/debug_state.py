@@ -114,9 +114,9 @@ def reference_loss_noise(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt:
 def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.Tensor, y: torch.Tensor,
                        logits: torch.Tensor, loss: torch.Tensor, grads: list[torch.Tensor],
                        per_step: list[list[float]]) -> list[bytes]:
-    """A debug state's bytes (GPT-2's layout, version 2, and Llama 3's and nanochat's, version 3): the header (B, T, steps, the AdamW settings as
-    float32 bits, the noise count, DebugOptimizer.header_fields), the batch, its logits, loss and gradients, then
-    each per-step series as float32, the loss noise last."""
+    """A debug state's bytes (GPT-2's layout, version 2, and Llama 3's and nanochat's, version 3): the header (B, T,
+    steps, the AdamW settings as float32 bits, the noise count, DebugOptimizer.header_fields), the batch, its logits,
+    loss and gradients, then each per-step series as float32, the loss noise last."""
     B, T = x.shape
     settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
     return [
@@ -132,8 +132,8 @@ def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.T
 
 def write_debug_state_with_norms(model: CausalLM, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
                                  opt: DebugOptimizer, steps: Callable, magic: int, version: int) -> None:
-    """The debug state of Llama 3's and nanochat's layout (version 3): one batch, its logits, loss and every gradient (file
-    order), the losses and grad norms of `opt.steps` reference steps (`steps`: the family's reference_steps), then
+    """The debug state of Llama 3's and nanochat's layout (version 3): one batch, its logits, loss and every gradient
+    (file order), the losses and grad norms of `opt.steps` reference steps (`steps`: the family's reference_steps), then
     each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17] name the optimizer."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses, norms = steps(model, x, y, opt)

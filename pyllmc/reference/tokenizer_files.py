@@ -29,5 +29,6 @@ def write_gpt2_tokenizer(filename: str | Path) -> None:
     enc = gpt2_encoding()
     pieces = [enc.decode_bytes([i]) for i in range(enc.max_token_value + 1)]
     body = b"".join(struct.pack("<B", len(b)) + b for b in pieces)
-    atomic_write(filename, [header_bytes([GPT2.tokenizer_magic, GPT2.tokenizer_version, len(pieces), enc.eot_token], "<u4"), body])
+    header = header_bytes([GPT2.tokenizer_magic, GPT2.tokenizer_version, len(pieces), enc.eot_token], "<u4")
+    atomic_write(filename, [header, body])
     print0(f"wrote {filename}")
