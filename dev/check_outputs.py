@@ -291,9 +291,14 @@ def tinyshakespeare_text(side: Side) -> Path:
 
 
 def side_environment(side: Side, scratch: Path, text: Path | None) -> dict[str, str]:
-    """What every command of the side runs with: the caller's environment less its LLMC_* settings (both sides the
-    same), the side's root on PYTHONPATH (its modules, not the editable install's), 2 OpenMP threads, no hub."""
+    """What every command of the side runs with: the caller's environment less its LLMC_* and CUDA_CPU_* settings
+    (both sides the same), the side's root on PYTHONPATH (its modules, not the editable install's), 2 OpenMP threads,
+    a fixed hash seed, no hub."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMC_", "CUDA_CPU_"))}
+    # bytecode cached under build/pycache as the Makefile has it: without it every Python command compiles torch's
+    # modules again (seconds each)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", str(REPO / "build" / "pycache"))
     env.update(R=str(side.root), PY=side_python(side), S=str(scratch), TEXT=str(text or ""), PYTHONPATH=str(side.root),
                OMP_NUM_THREADS="2", PYTHONHASHSEED="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     tiktoken = side.root.parent / "shared" / "tiktoken_cache"
@@ -337,6 +342,7 @@ class Manifest:
     commit: str
     files: dict[str, str] = field(default_factory=dict)  # path under the scratch directory -> sha256
     texts: dict[str, str] = field(default_factory=dict)  # command -> its normalized stdout, stderr and exit status
+    status: dict[str, str] = field(default_factory=dict)  # command -> "exit status N" or "timed out after N s"
     seconds: dict[str, float] = field(default_factory=dict)  # command -> wall time (not compared)
 
     def write(self, path: Path) -> None:
@@ -345,7 +351,8 @@ class Manifest:
     @staticmethod
     def read(path: Path) -> Manifest:
         data = json.loads(path.read_text())
-        return Manifest(data["label"], data["commit"], data["files"], data["texts"], data.get("seconds", {}))
+        return Manifest(data["label"], data["commit"], data["files"], data["texts"], data["status"],
+                        data.get("seconds", {}))
 
 
 def sha256(path: Path) -> str:
@@ -385,6 +392,7 @@ def run_side(side: Side, commands: list[Command], scratch: Path, text: Path | No
         err = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
         manifest.texts[command.name] = normalize(f"$ {command.shell}\n--- stdout\n{out}\n--- stderr\n{err}\n"
                                                  f"--- {status}\n", paths)
+        manifest.status[command.name] = status
         manifest.seconds[command.name] = round(seconds, 2)
         failed = "" if status == "exit status 0" else f" ({status})"
         print(f"{side.label} {i:2d}/{len(commands)} {command.name:<28s} {seconds:6.1f} s{failed}", flush=True)
@@ -402,7 +410,9 @@ class Comparison:
 
 
 def compare(before: Manifest, after: Manifest, allowed: set[str]) -> Comparison:
-    """Differing files listed, differing text as a unified diff (commands in `allowed` shown but not counted)."""
+    """Differing files listed, differing text as a unified diff (commands in `allowed` shown but not counted), and
+    the commands that failed on either side: a command that fails the same way on both checks nothing, so it fails
+    the comparison too."""
     lines: list[str] = []
     files = sorted(set(before.files) | set(after.files))
     differing = [p for p in files if before.files.get(p) != after.files.get(p)]
@@ -428,10 +438,15 @@ def compare(before: Manifest, after: Manifest, allowed: set[str]) -> Comparison:
     lines.append(f"files: {len(files)} compared, {len(files) - len(differing)} identical, {len(differing)} differ")
     lines.append(f"text: {len(names)} commands, {len(names) - shown} identical, {shown} differ"
                  + (f" ({shown - counted} allowed)" if shown - counted else ""))
-    identical = not differing and counted == 0
+    ok = "exit status 0"
+    failed = [n for n in names if before.status.get(n, ok) != ok or after.status.get(n, ok) != ok]
+    for name in failed:
+        lines.append(f"command failed: {name} ({before.label}: {before.status.get(name, 'not run')}, "
+                     f"{after.label}: {after.status.get(name, 'not run')})")
+    identical = not differing and counted == 0 and not failed
     lines.append("OK: every written file is byte-identical and the text is identical"
                  + (" where not allowed to differ" if shown else "") if identical else
-                 "DIFFERENT: see the files and text above")
+                 "DIFFERENT: see the files, text and failed commands above")
     return Comparison(lines, identical)
 
 
@@ -460,8 +475,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-text", type=Path, metavar="FILE",
                    help="file naming commands (one a line) whose text may differ: intended changes, still shown")
     p.add_argument("--no-cuda-cpu", action="store_true", help="leave out the CPU-target CUDA trainers and tests")
-    p.add_argument("--only", metavar="REGEX", help="only the commands whose name matches (and the ones before "
-                   "them that write their inputs are not added: pick them too)")
+    p.add_argument("--only", metavar="REGEX", help="only the commands whose name matches REGEX (the commands that "
+                   "write their inputs are not added: match them too, e.g. '^(data|gpt2-reference|train_gpt2)$')")
     p.add_argument("--list", action="store_true", help="print the command list and exit")
     p.add_argument("--commands", type=Path, metavar="FILE",
                    help="run this list instead ('NAME: bash line' per line, '@make TARGET ...' to build)")

@@ -110,6 +110,18 @@ def test_check_outputs_shows_a_text_change_as_a_diff_and_allows_it_when_named(fa
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_check_outputs_fails_on_a_command_that_fails_on_both_sides(fake, tmp_path: Path) -> None:
+    """Identical text, but the command checked nothing: named, and the check fails."""
+    repo, _, revs = fake
+    commands = tmp_path / "failing.txt"
+    commands.write_text(COMMANDS + "missing: cat no-such-file\n")
+    r = check(repo, commands, revs["base"], revs["comment"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "command failed: missing (before: exit status 1, after: exit status 1)" in r.stdout.splitlines()
+    assert "text: 3 commands, 3 identical, 0 differ" in r.stdout
+    assert "before  3/3 missing" in r.stdout and "(exit status 1)" in r.stdout
+
+
 def test_check_outputs_takes_the_working_tree_with_its_uncommitted_changes(fake) -> None:
     repo, commands, revs = fake
     assert check(repo, commands, revs["text"]).returncode == 0
