@@ -67,6 +67,13 @@ BF16 = (("LLMC_BF16_RATES", "184,106"),)
 CUDA_CPU_ENV = (("CUDA_CPU_THREADS", "2"), ("OPENBLAS_NUM_THREADS", "1"))
 
 
+def step2_checkpoint(run_dir: str, resume_dir: str) -> str:
+    """The shell that puts the step-2 checkpoint of run_dir (model, training state, DONE marker) alone in resume_dir,
+    as a run killed after it would have left it, for a trainer's -y 1 there."""
+    return (f"mkdir -p {resume_dir} && cp {run_dir}/model_00000002.bin {run_dir}/state_00000002_00000.bin "
+            f"{run_dir}/DONE_00000002 {resume_dir}/ && ")
+
+
 def trainer_runs(family: str, program: str, model: str, data: str, scratch_model: str | None = None,
                  side_model: str | None = None) -> list[Command]:
     """A family's CPU trainer, run in the family's directory: 4 steps of `model` on the shards in `data` with a
@@ -78,8 +85,7 @@ def trainer_runs(family: str, program: str, model: str, data: str, scratch_model
 
     out = f"../out/{family}"
     main = "-x 4 -n 2 -v 2 -m 2 -s 4 -g 16"
-    resume = (f"mkdir -p {out}_resume && cp {out}/model_00000002.bin {out}/state_00000002_00000.bin "
-              f"{out}/DONE_00000002 {out}_resume/ && ")
+    resume = step2_checkpoint(out, f"{out}_resume")
     side, side_data = (side_model, "ts") if side_model else (model, data)
     commands = [
         Command(program, run(model, data, f"{main} -o {out}"), family),
@@ -146,27 +152,35 @@ def default_commands() -> list[Command]:
         Command("generate-nanochat", '"$R/generate" -e ../out/nanochat/model_00000004.bin -t nanochat_tokenizer.bin '
                 '-p "ROMEO:" -n 24 --seed 7 --top-p 0.9', "nanochat"),
     ]
-    cu = '"$R/build/cuda_cpu'
-    cuda_cpu = [
-        Command("train_gpt2cu", f"{cu}/train_gpt2cu_fp32\" -e gpt2_d2.bin -i tinyshakespeare_train.bin "
-                "-j tinyshakespeare_val.bin -b 4 -t 64 -x 4 -v 2 -m 1 -s 0 -n 2 -o ../out/gpt2cu", "small"),
-        Command("train_gpt2cu-resume", "mkdir -p ../out/gpt2cu_resume && cp ../out/gpt2cu/model_00000002.bin "
-                "../out/gpt2cu/state_00000002_00000.bin ../out/gpt2cu/DONE_00000002 ../out/gpt2cu_resume/ && "
-                f"{cu}/train_gpt2cu_fp32\" -e gpt2_d2.bin -i tinyshakespeare_train.bin -j tinyshakespeare_val.bin "
-                "-b 4 -t 64 -x 4 -v 2 -m 1 -s 0 -n 2 -o ../out/gpt2cu_resume -y 1", "small"),
-        Command("train_gpt2cu-bf16-muon", f"{cu}/train_gpt2cu_bf16\" -e gpt2_d2.bin -i tinyshakespeare_train.bin "
-                "-j tinyshakespeare_val.bin -b 4 -t 64 -x 2 -v 2 -m 1 -s 0 -n 2 -op muon -o ../out/gpt2cu_bf16", "small"),
-        Command("test_gpt2cu", f"{cu}/test_gpt2cu_fp32\" -e gpt2_d2.bin -s gpt2_d2_debug_state.bin", "small"),
-        Command("train_llama3cu", f"{cu}/train_llama3cu_fp32\" -e llama3_d2.bin -i ts/{ts}_train.bin "
-                f"-j ts/{ts}_val.bin -b 4 -t 64 -x 2 -v 2 -m 1 -s 2 -g 8 -n 2 -o ../out/llama3cu", "llama3"),
-        Command("test_llama3cu", f"{cu}/test_llama3cu_fp32\" -e llama3_d2.bin -s llama3_d2_debug_state.bin", "llama3"),
-        Command("train_nanochatcu", f"{cu}/train_nanochatcu_fp32\" -e nanochat_gqa.bin -i ts/{ts}_train.bin "
-                f"-j ts/{ts}_val.bin -b 4 -t 64 -x 2 -v 2 -m 1 -s 0 -n 2 -o ../out/nanochatcu", "nanochat"),
-        Command("test_nanochatcu", f"{cu}/test_nanochatcu_fp32\" -e nanochat_gqa.bin -s nanochat_gqa_debug_state.bin",
+    return references + gpt2 + llama3 + nanochat + cuda_cpu_runs()
+
+
+def cuda_cpu_runs() -> list[Command]:
+    """The GPU trainers and test programs built for the CPU execution target (dev/cuda_cpu), each family's in its
+    directory: GPT-2 (the 509-token vocabulary's d2) 4 steps with checkpoints and the resume of step 2, its BF16 build
+    2 steps of Muon; Llama 3 and nanochat 2 steps with a checkpoint; each test program on the family's debug state
+    (its own resume check included)."""
+    def cu(program: str) -> str:
+        return f'"$R/build/cuda_cpu/{program}"'
+
+    small = "-e gpt2_d2.bin -i tinyshakespeare_train.bin -j tinyshakespeare_val.bin -b 4 -t 64 -v 2 -m 1 -s 0"
+    ts = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
+    commands = [
+        Command("train_gpt2cu", f"{cu('train_gpt2cu_fp32')} {small} -x 4 -n 2 -o ../out/gpt2cu", "small"),
+        Command("train_gpt2cu-resume", step2_checkpoint("../out/gpt2cu", "../out/gpt2cu_resume") +
+                f"{cu('train_gpt2cu_fp32')} {small} -x 4 -n 2 -o ../out/gpt2cu_resume -y 1", "small"),
+        Command("train_gpt2cu-bf16-muon", f"{cu('train_gpt2cu_bf16')} {small} -x 2 -n 2 -op muon -o ../out/gpt2cu_bf16",
+                "small"),
+        Command("test_gpt2cu", f"{cu('test_gpt2cu_fp32')} -e gpt2_d2.bin -s gpt2_d2_debug_state.bin", "small"),
+        Command("train_llama3cu", f"{cu('train_llama3cu_fp32')} -e llama3_d2.bin {ts} -x 2 -n 2 -s 2 -g 8 "
+                "-o ../out/llama3cu", "llama3"),
+        Command("test_llama3cu", f"{cu('test_llama3cu_fp32')} -e llama3_d2.bin -s llama3_d2_debug_state.bin", "llama3"),
+        Command("train_nanochatcu", f"{cu('train_nanochatcu_fp32')} -e nanochat_gqa.bin {ts} -x 2 -n 2 -s 0 "
+                "-o ../out/nanochatcu", "nanochat"),
+        Command("test_nanochatcu", f"{cu('test_nanochatcu_fp32')} -e nanochat_gqa.bin -s nanochat_gqa_debug_state.bin",
                 "nanochat"),
     ]
-    cuda_cpu = [Command(c.name, c.shell, c.cwd, c.env + CUDA_CPU_ENV, cuda_cpu=True) for c in cuda_cpu]
-    return references + gpt2 + llama3 + nanochat + cuda_cpu
+    return [Command(c.name, c.shell, c.cwd, CUDA_CPU_ENV, cuda_cpu=True) for c in commands]
 
 
 def read_command_file(path: Path) -> tuple[list[Command], list[str]]:
@@ -535,7 +549,8 @@ def check(args: argparse.Namespace) -> int:
         text = None if args.commands else tinyshakespeare_text(sides[0])
         for side in sides:  # both built first: a failing build stops the check before anything runs
             t0 = time.monotonic()
-            print(f"{side.label}: {side.rev or 'the working tree'} ({side.commit}) in {side.root}: building", flush=True)
+            print(f"{side.label}: {side.rev or 'the working tree'} ({side.commit}) in {side.root}: building",
+                  flush=True)
             build_side(side, targets, args.jobs, out / f"build-{side.label}.log", text)
             print(f"{side.label}: built in {time.monotonic() - t0:.0f} s", flush=True)
         manifests = []

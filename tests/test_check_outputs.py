@@ -134,7 +134,8 @@ def test_check_outputs_takes_the_working_tree_with_its_uncommitted_changes(fake)
 @pytest.mark.parametrize("args,line", [
     (["no-such-rev"], "error: dev/check_outputs.sh: bad revision 'no-such-rev': not a commit of {repo}"),
     (["HEAD", "HEAD~99"], "error: dev/check_outputs.sh: bad revision 'HEAD~99': not a commit of {repo}"),
-    (["HEAD", "--allow-text", "{tmp}/none.txt"], "error: dev/check_outputs.sh: --allow-text {tmp}/none.txt: no such file"),
+    (["HEAD", "--allow-text", "{tmp}/none.txt"],
+     "error: dev/check_outputs.sh: --allow-text {tmp}/none.txt: no such file"),
     (["HEAD", "--only", "nothing-matches"], "error: dev/check_outputs.sh: --only nothing-matches: no command matches"),
 ])
 def test_check_outputs_refuses_bad_input_in_one_line(fake, tmp_path: Path, args: list[str], line: str) -> None:
