@@ -16,15 +16,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from pyllmc.families.qwen3 import (
     HUB_MODEL,
@@ -36,7 +33,6 @@ from pyllmc.families.qwen3 import (
 )
 from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer
 from pyllmc.model_file import VERSIONS, atomic_write, header_bytes, write_model_file
-from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
@@ -45,8 +41,9 @@ from pyllmc.reference.debug_state import (
     reference_steps as family_reference_steps,
     write_debug_state_with_norms,
 )
+from pyllmc.reference.decoder import FileLayout, GroupedQueryAttention, PreNormBlock, StackedDecoder, SwiGLU
 from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
-from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
+from pyllmc.reference.optimizers import is_block_matrix
 from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
 from pyllmc.token_shards import DataError, DataFormatError
 
@@ -60,158 +57,42 @@ def check_config(c: Qwen3Config, where: str) -> None:
         raise UserError(f"{where}: bad Qwen3 config: {problem}")
 
 
-def rope_cos_sin(c: Qwen3Config) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each (block_size, HS) float32, of the angle position * theta^(-2i/HS), which turns the pair of
-    dimensions (i, i + HS/2): the two halves of a head are the pair's two coordinates (transformers' layout)."""
+def rope_inv_freq(c: Qwen3Config) -> torch.Tensor:
+    """(HS/2,) float32 inverse frequencies theta^(-2i/HS) of the plain RoPE (no scaling), HS = head_dim."""
     HS = c.head_dim
-    inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, HS, 2, dtype=torch.int64).float() / HS))  # (HS/2,)
-    angle = torch.arange(c.block_size, dtype=torch.int64).float()[:, None] * inv_freq[None, :]  # (maxT, HS/2)
-    angle = torch.cat((angle, angle), dim=-1)  # (maxT, HS)
-    return angle.cos(), angle.sin()
+    return 1.0 / (c.rope_theta ** (torch.arange(0, HS, 2, dtype=torch.int64).float() / HS))
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, nh, T, HS) with each pair (i, i + HS/2) turned by its angle: (a, b) -> (a cos - b sin, b cos + a sin)."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-second, first), dim=-1) * sin
+# The model file's tensors between wte and lnfw, each stacked over layers, and the from-scratch init rule.
+FILE_LAYOUT = FileLayout(
+    block_tensors={"ln1w": "ln_1", "qkvw": "attn.c_attn", "qnormw": "attn.q_norm", "knormw": "attn.k_norm",
+                   "attprojw": "attn.c_proj", "ln2w": "ln_2", "fcw": "mlp.c_fc", "fcw2": "mlp.c_fc2",
+                   "fcprojw": "mlp.c_proj"},
+    norm_tensors=("ln1w", "qnormw", "knormw", "ln2w", "lnfw"),
+    residual_tensors=("attprojw", "fcprojw"),
+)
 
 
-class RMSNorm(nn.Module):
-    """x / rms(x) over the last dimension, times a learned weight; half-precision inputs are normalised in float32."""
+class Qwen3(StackedDecoder):
+    """Pre-norm blocks (pyllmc/reference/decoder.py) of grouped-query attention with QK-norm (q and k RMS-normalised
+    per head with learned weights, eps norm_eps, before RoPE) whose width NH * head_dim may differ from C, and SwiGLU.
 
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+    init_weights(seed), from scratch (Llama 3's rule): one torch generator seeded with `seed` draws normal_ once per
+    model-file tensor that is not a norm, in file order, over the whole tensor stacked across layers: wte, qkvw,
+    attprojw, fcw, fcw2, fcprojw, lm_head; std 0.02, attprojw and fcprojw 0.02/sqrt(2L). RMSNorm weights (ln1w,
+    qnormw, knormw, ln2w, lnfw) are 1."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        normed = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.to(x.dtype)
-
-
-class Attention(nn.Module):
-    """Grouped-query attention with QK-norm: NH query heads of HS = head_dim share NKV key/value heads (query head h
-    reads kv head h // (NH/NKV)); q and k are RMS-normalised per head (weights q_norm, k_norm) before RoPE; the
-    projection maps the NH * HS attention width back to C."""
-
-    def __init__(self, c: Qwen3Config, flash: bool):
-        super().__init__()
-        self.n_head, self.n_kv_head, self.head_dim, self.flash = c.n_head, c.n_kv_head, c.head_dim, flash
-        # one weight: the q rows, then the k rows, then the v rows (the model file's qkvw)
-        self.c_attn = nn.Linear(c.n_embd, (c.n_head + 2 * c.n_kv_head) * c.head_dim, bias=False)
-        self.q_norm = RMSNorm(c.head_dim, c.norm_eps)
-        self.k_norm = RMSNorm(c.head_dim, c.norm_eps)
-        self.c_proj = nn.Linear(c.attention_width, c.n_embd, bias=False)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.size()
-        NH, NKV, HS = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.c_attn(x).split([NH * HS, NKV * HS, NKV * HS], dim=-1)
-        q = self.q_norm(q.view(B, T, NH, HS)).transpose(1, 2)  # (B, NH, T, HS)
-        k = self.k_norm(k.view(B, T, NKV, HS)).transpose(1, 2)  # (B, NKV, T, HS)
-        v = v.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        group = NH // NKV
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, NH, T, HS)
-        return self.c_proj(causal_attention(q, k, v, self.flash))  # (B, T, NH * HS) -> (B, T, C)
-
-
-class SwiGLU(nn.Module):
-    """c_proj(silu(c_fc(x)) * c_fc2(x)): c_fc is transformers' gate_proj, c_fc2 its up_proj, c_proj its down_proj."""
-
-    def __init__(self, c: Qwen3Config):
-        super().__init__()
-        self.c_fc = nn.Linear(c.n_embd, c.ffn_hidden, bias=False)
-        self.c_fc2 = nn.Linear(c.n_embd, c.ffn_hidden, bias=False)
-        self.c_proj = nn.Linear(c.ffn_hidden, c.n_embd, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.silu(self.c_fc(x)) * self.c_fc2(x))
-
-
-class Block(nn.Module):
-    """Pre-norm residual block: x + attn(ln_1(x)), then + mlp(ln_2(.))."""
-
-    def __init__(self, c: Qwen3Config, flash: bool):
-        super().__init__()
-        self.ln_1 = RMSNorm(c.n_embd, c.norm_eps)
-        self.attn = Attention(c, flash)
-        self.ln_2 = RMSNorm(c.n_embd, c.norm_eps)
-        self.mlp = SwiGLU(c)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cos, sin)
-        return x + self.mlp(self.ln_2(x))
-
-
-# The model file's per-layer tensors (after wte, before lnfw), each stacked over layers: name -> module in a Block.
-BLOCK_TENSORS = {"ln1w": "ln_1", "qkvw": "attn.c_attn", "qnormw": "attn.q_norm", "knormw": "attn.k_norm",
-                 "attprojw": "attn.c_proj", "ln2w": "ln_2", "fcw": "mlp.c_fc", "fcw2": "mlp.c_fc2",
-                 "fcprojw": "mlp.c_proj"}
-NORM_TENSORS = ("ln1w", "qnormw", "knormw", "ln2w", "lnfw")  # RMSNorm weights: 1 from scratch
-RESIDUAL_TENSORS = ("attprojw", "fcprojw")  # the projections into the residual stream: std 0.02 / sqrt(2L)
-
-
-class Qwen3(CausalLM):
     def __init__(self, config: Qwen3Config, flash: bool = False):
-        super().__init__()
         check_config(config, "model")
-        self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            h=nn.ModuleList([Block(config, flash) for _ in range(config.n_layer)]),
-            ln_f=RMSNorm(config.n_embd, config.norm_eps),
-        ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if config.tied_embeddings:
-            self.lm_head.weight = self.transformer.wte.weight
-        cos, sin = rope_cos_sin(config)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        c = config
 
-    def file_tensors(self) -> list[tuple[str, list[torch.Tensor]]]:
-        """The model file's tensors in order, each as its list of per-layer parts (one part for the global ones)."""
-        blocks = self.transformer.h
-        out = [("wte", [self.transformer.wte.weight])]
-        out += [(name, [b.get_submodule(path).weight for b in blocks]) for name, path in BLOCK_TENSORS.items()]
-        out.append(("lnfw", [self.transformer.ln_f.weight]))
-        if not self.config.tied_embeddings:
-            out.append(("lm_head", [self.lm_head.weight]))
-        return out
+        def make_block() -> PreNormBlock:
+            return PreNormBlock(c.n_embd, c.norm_eps,
+                                attn=lambda: GroupedQueryAttention(c.n_embd, c.n_head, c.n_kv_head, c.head_dim, flash,
+                                                                   qk_norm_eps=c.norm_eps),
+                                mlp=lambda: SwiGLU(c.n_embd, c.ffn_hidden))
 
-    def init_weights(self, seed: int) -> None:
-        """From scratch (Llama 3's rule): one torch generator seeded with `seed` draws normal_ once per model-file
-        tensor that is not a norm, in file order, over the whole tensor stacked across layers: wte, qkvw, attprojw,
-        fcw, fcw2, fcprojw, lm_head; std 0.02, attprojw and fcprojw 0.02/sqrt(2L). RMSNorm weights (ln1w, qnormw,
-        knormw, ln2w, lnfw) are 1."""
-        g = torch.Generator().manual_seed(seed)
-        std_residual = 0.02 / math.sqrt(2 * self.config.n_layer)
-        with torch.no_grad():
-            for name, parts in self.file_tensors():
-                if name in NORM_TENSORS:
-                    for p in parts:
-                        p.fill_(1.0)
-                    continue
-                std = std_residual if name in RESIDUAL_TENSORS else 0.02
-                drawn = torch.empty(len(parts), *parts[0].shape).normal_(0.0, std, generator=g)
-                for p, d in zip(parts, drawn):
-                    p.copy_(d)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
-        B, T = idx.size()
-        if T > self.config.block_size:
-            raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
-        x = self.transformer.wte(idx)  # (B, T, C)
-        cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
-        for block in self.transformer.h:
-            x = block(x, cos, sin)
-        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
-
-    def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
-        """The references' make_optimizer: AdamW (weight decay on the 2-D weights, not on the norm weights), or Muon
-        on the blocks' matrices (qkvw, attention projection, gate, up, down) and AdamW on the rest."""
-        return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
+        super().__init__(config, make_block, rope_inv_freq(config), FILE_LAYOUT)
 
 
 def depth_config(depth: int, vocab_size: int) -> Qwen3Config:
@@ -255,29 +136,6 @@ def config_from_hf(c, where: str) -> Qwen3Config:
     return config
 
 
-def from_hf_model(hf, where: str, flash: bool = False) -> Qwen3:
-    """Our Qwen3 from a transformers Qwen3ForCausalLM: q, k, v stacked into c_attn, nothing permuted."""
-    model = Qwen3(config_from_hf(hf.config, where), flash)
-    sd = hf.state_dict()
-
-    def take(key: str) -> torch.Tensor:
-        if key not in sd:
-            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
-        return sd[key].float()
-
-    with torch.no_grad():
-        model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
-        for i, block in enumerate(model.transformer.h):
-            prefix = f"model.layers.{i}."
-            block.attn.c_attn.weight.copy_(torch.cat([take(prefix + f"self_attn.{n}_proj.weight") for n in "qkv"]))
-            for hf_name, ours in HF_BLOCK.items():
-                block.get_submodule(ours).weight.copy_(take(prefix + hf_name + ".weight"))
-        model.transformer.ln_f.weight.copy_(take("model.norm.weight"))
-        if not model.config.tied_embeddings:
-            model.lm_head.weight.copy_(take("lm_head.weight"))
-    return model
-
-
 def hf_config(c: Qwen3Config):
     """The transformers Qwen3Config of our config (full attention, default RoPE, no biases)."""
     from transformers import Qwen3Config as HFQwen3Config
@@ -309,6 +167,21 @@ def hf_state_dict_of(model: Qwen3, get: Callable[[torch.Tensor], torch.Tensor]) 
 def hf_state_dict(model: Qwen3) -> dict[str, torch.Tensor]:
     """Our weights (copies) under transformers' Qwen3ForCausalLM names."""
     return hf_state_dict_of(model, lambda p: p.detach().clone())
+
+
+def from_hf_model(hf, where: str, flash: bool = False) -> Qwen3:
+    """Our Qwen3 from a transformers Qwen3ForCausalLM, through hf_state_dict_of's table: q_proj, k_proj and v_proj
+    copied into their rows of c_attn, nothing permuted."""
+    model = Qwen3(config_from_hf(hf.config, where), flash)
+    theirs = hf.state_dict()
+    with torch.no_grad():
+        for name, ours in hf_state_dict_of(model, lambda p: p).items():  # parameters, and views of c_attn's rows
+            if name == "lm_head.weight" and model.config.tied_embeddings:
+                continue  # the embedding itself
+            if name not in theirs:
+                raise UserError(f"{where}: the Hugging Face model has no tensor {name!r}")
+            ours.copy_(theirs[name].float())
+    return model
 
 
 def to_hf_model(model: Qwen3):
@@ -492,14 +365,7 @@ def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
                    f"directory's, else the hub model's ({HUB_MODEL}'s for dN and .bin files)")
 
 
-QWEN3_CLI = TrainerCli(
-    description=__doc__,
-    family=QWEN3,
-    fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
-    write_tensors_help="write the model files, tokenizer file and debug state",
-    add_family_args=add_tokenizer_arg,
-    dtype_before_optimizer=True,
-)
+QWEN3_CLI = TrainerCli(description=__doc__, family=QWEN3, add_family_args=add_tokenizer_arg)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
