@@ -22,8 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import GPT2
 from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3
@@ -39,7 +37,6 @@ from pyllmc.model_file import (
     read_llama3,
     write_model_file,
 )
-from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
@@ -48,8 +45,16 @@ from pyllmc.reference.debug_state import (
     reference_steps as family_reference_steps,
     write_debug_state_with_norms,
 )
+from pyllmc.reference.decoder import (
+    FileLayout,
+    GroupedQueryAttention,
+    PreNormBlock,
+    StackedDecoder,
+    SwiGLU,
+    rope_cos_sin,
+)
 from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
-from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
+from pyllmc.reference.optimizers import is_block_matrix
 from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
 from pyllmc.token_shards import DataError, DataFormatError
 
@@ -86,148 +91,36 @@ def rope_inv_freq(c: LlamaConfig) -> torch.Tensor:
 
 def rope_tables(c: LlamaConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin, each (block_size, HS) float32: angle t * inv_freq[i] in columns i and i + HS/2."""
-    t = torch.arange(c.block_size, dtype=torch.int64).float()
-    freqs = t[:, None] * rope_inv_freq(c)[None, :]  # (maxT, HS/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (maxT, HS)
-    return emb.cos(), emb.sin()
+    return rope_cos_sin(rope_inv_freq(c), c.block_size)
 
 
-def rope_apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, nh, T, HS) rotated pairwise: dimension i with i + HS/2 (transformers' rotate_half convention)."""
-    half = x.size(-1) // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+# The model file's tensors between wte and lnfw, each stacked over layers, and the from-scratch init rule.
+FILE_LAYOUT = FileLayout(
+    block_tensors={"ln1w": "ln_1", "qkvw": "attn.c_attn", "attprojw": "attn.c_proj", "ln2w": "ln_2", "fcw": "mlp.c_fc",
+                   "fcw2": "mlp.c_fc2", "fcprojw": "mlp.c_proj"},
+    norm_tensors=("ln1w", "ln2w", "lnfw"),
+    residual_tensors=("attprojw", "fcprojw"),
+)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+class Llama(StackedDecoder):
+    """Pre-norm blocks of grouped-query attention (head size C/NH) and SwiGLU (pyllmc/reference/decoder.py), with
+    Llama 3.1's RoPE scaling when the config asks for it.
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        xf = x.float() if dtype in (torch.float16, torch.bfloat16) else x
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(dtype)
+    init_weights(seed), from scratch: one torch generator seeded with `seed` drawing normal_ once per model-file
+    tensor, in file order, over the whole tensor stacked across layers: wte, qkvw, attprojw, fcw, fcw2, fcprojw,
+    lm_head. std 0.02, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); RMSNorm weights 1."""
 
-
-class CausalSelfAttention(nn.Module):
-    """Grouped-query attention: NH query heads share NKV key/value heads (query head h uses kv head h // (NH/NKV))."""
-
-    def __init__(self, config: LlamaConfig, flash: bool):
-        super().__init__()
-        self.n_head, self.n_kv_head, self.hs, self.flash = config.n_head, config.n_kv_head, config.head_size, flash
-        # one weight: the q rows, then the k rows, then the v rows (the model file's qkvw)
-        self.c_attn = nn.Linear(config.n_embd, (config.n_head + 2 * config.n_kv_head) * config.head_size, bias=False)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.size()
-        NH, NKV, HS = self.n_head, self.n_kv_head, self.hs
-        q, k, v = self.c_attn(x).split([NH * HS, NKV * HS, NKV * HS], dim=2)
-        q = q.view(B, T, NH, HS).transpose(1, 2)  # (B, NH, T, HS)
-        k = k.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
-        v = v.view(B, T, NKV, HS).transpose(1, 2)  # (B, NKV, T, HS)
-        q, k = rope_apply(q, cos, sin), rope_apply(k, cos, sin)
-        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)  # (B, NH, T, HS)
-        return self.c_proj(causal_attention(q, k, v, self.flash))
-
-
-class MLP(nn.Module):
-    """SwiGLU: c_proj(silu(c_fc(x)) * c_fc2(x)); c_fc is Llama's gate (w1), c_fc2 its up (w3), c_proj its down (w2)."""
-
-    def __init__(self, config: LlamaConfig):
-        super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.ffn_hidden, bias=False)
-        self.c_fc2 = nn.Linear(config.n_embd, config.ffn_hidden, bias=False)
-        self.c_proj = nn.Linear(config.ffn_hidden, config.n_embd, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.silu(self.c_fc(x)) * self.c_fc2(x))
-
-
-class Block(nn.Module):
-    def __init__(self, config: LlamaConfig, flash: bool):
-        super().__init__()
-        self.ln_1 = RMSNorm(config.n_embd, config.norm_eps)
-        self.attn = CausalSelfAttention(config, flash)
-        self.ln_2 = RMSNorm(config.n_embd, config.norm_eps)
-        self.mlp = MLP(config)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cos, sin)
-        return x + self.mlp(self.ln_2(x))
-
-
-# The model file's tensors after wte, each stacked over layers: (name, module path inside a Block).
-LAYER_TENSORS = [
-    ("ln1w", "ln_1"), ("qkvw", "attn.c_attn"), ("attprojw", "attn.c_proj"), ("ln2w", "ln_2"),
-    ("fcw", "mlp.c_fc"), ("fcw2", "mlp.c_fc2"), ("fcprojw", "mlp.c_proj"),
-]
-
-
-class Llama(CausalLM):
     def __init__(self, config: LlamaConfig, flash: bool = False):
-        super().__init__()
         check_config(config, "model")
-        self.config = config
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                h=nn.ModuleList([Block(config, flash) for _ in range(config.n_layer)]),
-                ln_f=RMSNorm(config.n_embd, config.norm_eps),
-            )
-        )
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if config.tied_embeddings:
-            self.lm_head.weight = self.transformer.wte.weight
-        cos, sin = rope_tables(config)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        C, HS = config.n_embd, config.head_size
 
-    def file_tensors(self) -> list[tuple[str, list[torch.Tensor]]]:
-        """The model file's tensors in order, each as its list of per-layer parts (one part for the global ones)."""
-        h = self.transformer.h
-        out = [("wte", [self.transformer.wte.weight])]
-        for name, path in LAYER_TENSORS:
-            out.append((name, [block.get_submodule(path).weight for block in h]))
-        out.append(("lnfw", [self.transformer.ln_f.weight]))
-        if not self.config.tied_embeddings:
-            out.append(("lm_head", [self.lm_head.weight]))
-        return out
+        def make_block() -> PreNormBlock:
+            return PreNormBlock(C, config.norm_eps,
+                                attn=lambda: GroupedQueryAttention(C, config.n_head, config.n_kv_head, HS, flash),
+                                mlp=lambda: SwiGLU(C, config.ffn_hidden))
 
-    def init_weights(self, seed: int) -> None:
-        """From scratch, one torch generator seeded with `seed` drawing normal_ once per model-file tensor, in
-        file order, over the whole tensor stacked across layers: wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head.
-        std 0.02, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); RMSNorm weights 1."""
-        g = torch.Generator().manual_seed(seed)
-        std_residual = 0.02 / math.sqrt(2 * self.config.n_layer)
-        with torch.no_grad():
-            for name, parts in self.file_tensors():
-                if name in ("ln1w", "ln2w", "lnfw"):
-                    for p in parts:
-                        p.fill_(1.0)
-                    continue
-                std = std_residual if name in ("attprojw", "fcprojw") else 0.02
-                block = torch.empty(len(parts), *parts[0].shape).normal_(0.0, std, generator=g)
-                for p, drawn in zip(parts, block):
-                    p.copy_(drawn)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
-        B, T = idx.size()
-        if T > self.config.block_size:
-            raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
-        x = self.transformer.wte(idx)  # (B, T, C)
-        cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
-        for block in self.transformer.h:
-            x = block(x, cos, sin)
-        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
-
-    def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
-        """The references' make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or
-        Muon on the blocks' matrices (q/k/v, attention projection, gate, up, down) and AdamW on the rest."""
-        return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
+        super().__init__(config, make_block, rope_inv_freq(config), FILE_LAYOUT)
 
 
 def depth_config(depth: int, vocab_size: int) -> LlamaConfig:

@@ -1,6 +1,7 @@
 """
 Llama 3 style tokenizers: a `tokenizers` tokenizer.json (byte-level BPE) with <|begin_of_text|> and
-<|end_of_text|>, from a local path or the hub's gated Meta Llama 3 tokenizer (families.llama3.HUB_TOKENIZER);
+<|end_of_text|>, from a local path or the hub's gated Meta Llama 3 tokenizer (families.llama3.HUB_TOKENIZER), or of
+the same kind with <|endoftext|> as its document delimiter and no BOS (a Qwen tokenizer: that id is its bos and eot);
 and a checkpoint's own tokenizer.json of the same kind whose documents start with <|bos|> (a NanoChat's,
 load_checkpoint_tokenizer). train_llama3.py and train_nanochat.py write their tokenizer files from them; the data
 scripts (dev/data/data_common.py) tokenize with them.
@@ -21,6 +22,7 @@ from pyllmc.families.llama3 import BOS, EOT, HUB_TOKENIZER
 from pyllmc.families.nanochat import BOS_NAMES
 from pyllmc.token_shards import DataError, one_line
 
+DELIMITER_WITHOUT_BOS = "<|endoftext|>"  # the document delimiter of a tokenizer with no BOS: it starts every document
 
 def huggingface_reachable(timeout: float = 10.0) -> bool:
     """False when HF_HUB_OFFLINE is set or huggingface.co does not answer within timeout seconds."""
@@ -127,14 +129,19 @@ def read_tokenizer_json(json_path: Path, purpose: str) -> Any:
 @lru_cache(maxsize=None)
 def load_llama3_tokenizer(path: str = "") -> LlamaTokenizer:
     """The Llama 3 tokenizer from --tokenizer PATH (tokenizer.json or its directory; "" = the hub's), validated:
-    it must know <|begin_of_text|> and <|end_of_text|>; DataError (one line) otherwise."""
+    it must know <|begin_of_text|> and <|end_of_text|>, or else <|endoftext|> (a delimiter without BOS, then both
+    its bos and eot); DataError (one line) otherwise."""
     json_path = _llama3_tokenizer_json(path)
     tok = read_tokenizer_json(json_path, "llama-3 tokenizing")
     tok.encode_special_tokens = True
     ids = {name: tok.token_to_id(name) for name in (BOS, EOT)}
     missing = [name for name, i in ids.items() if i is None]
+    delimiter = tok.token_to_id(DELIMITER_WITHOUT_BOS)
+    if missing and delimiter is not None:
+        return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), delimiter, delimiter)
     if missing:
-        raise DataError(f"{json_path}: the tokenizer has no {missing[0]} token (not a Llama 3 style tokenizer)")
+        raise DataError(f"{json_path}: the tokenizer has no {missing[0]} token (not a Llama 3 style tokenizer) and no "
+                        f"{DELIMITER_WITHOUT_BOS} delimiter")
     return LlamaTokenizer(str(json_path), tok, tok.get_vocab_size(with_added_tokens=True), ids[BOS], ids[EOT])
 
 

@@ -101,7 +101,8 @@ def script_parser(description: str, data_dir: str | None = None, data_dir_help: 
 def add_model_desc_arg(parser: argparse.ArgumentParser) -> None:
     """-m/--model_desc: the tokenizer and shard format; --tokenizer: llama-3's tokenizer.json (or its directory)."""
     parser.add_argument("-m", "--model_desc", choices=MODEL_DESCS, default="gpt-2",
-                        help="tokenizer and shard format (llama-3: uint32 shards, <|begin_of_text|> starts every document)")
+                        help="tokenizer and shard format (llama-3: uint32 shards, <|begin_of_text|> starts every "
+                             "document, or <|endoftext|> for a tokenizer without BOS)")
     parser.add_argument("--tokenizer", default="",
                         help=f"a tokenizer.json or a directory holding one: llama-3's (default: the hub's gated "
                              f"{HUB_TOKENIZER} tokenizer), or with gpt-2 a checkpoint's own (a NanoChat's: <|bos|> "
@@ -228,8 +229,8 @@ def get_tokenizer(model_desc: str, tokenizer_path: str = "") -> Tokenizer:
     if model_desc == "gpt-2":
         return _load_gpt2(fmt)
     tok = load_llama3_tokenizer(tokenizer_path)
-    if tok.vocab_size > fmt.vocab_size:
-        raise DataError(f"{tok.source}: {tok.vocab_size} tokens, more than the llama-3 shard limit {fmt.vocab_size}")
+    if tok.vocab_size > np.iinfo(fmt.dtype).max + 1:  # the bound is the tokenizer's vocab, not Llama 3's 128,256
+        raise DataError(f"{tok.source}: {tok.vocab_size} tokens, more than llama-3 shards' uint32 ids hold")
     return Tokenizer("llama-3", tok.bos, tok.vocab_size, tok.encode, tok.decode)
 
 

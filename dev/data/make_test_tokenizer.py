@@ -8,9 +8,12 @@ split of a token into two tokens, ordered by the merged token's id) with ignore_
 special tokens Llama 3 uses, <|begin_of_text|> and <|end_of_text|>, after the ordinary ids. So a
 token's rank is its id, which is what the C encoder (llmc/bpe.h, bpe_init_llama3) relies on. It
 writes <out_dir>/tokenizer.json, which every --tokenizer flag accepts (the directory or the file).
+--delimiter endoftext gives it instead one special token, <|endoftext|>, a document delimiter without
+BOS as Qwen's tokenizers have (the ordinary tokens are the same).
 
     python dev/data/make_test_tokenizer.py                          # -> dev/data/test_tokenizer/tokenizer.json
     python dev/data/make_test_tokenizer.py --vocab_size 1024 --out_dir /tmp/tok
+    python dev/data/make_test_tokenizer.py --delimiter endoftext --out_dir /tmp/tok_eot   # <|endoftext|> = 512
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ HERE = Path(__file__).resolve().parent
 # Llama 3's pre-tokenizer split pattern (its tokenizer.json), which llmc/bpe.h implements by hand
 LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# --delimiter: the special tokens after the ordinary ids
+SPECIAL_TOKENS = {"bos": [LLAMA3_BOS, LLAMA3_EOT], "endoftext": ["<|endoftext|>"]}
 DEFAULT_CORPUS = [HERE / "tinyshakespeare" / "tiny_shakespeare.txt",
                   HERE.parent.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"]
 
@@ -50,8 +55,8 @@ def rank_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     return [(a, b) for *_, a, b in sorted(merges)]
 
 
-def train_tokenizer(text: str, vocab_size: int):
-    """Byte-level BPE with `vocab_size` ordinary tokens (256 bytes + merges), then the two special tokens."""
+def train_tokenizer(text: str, vocab_size: int, specials: list[str] = SPECIAL_TOKENS["bos"]):
+    """Byte-level BPE with `vocab_size` ordinary tokens (256 bytes + merges), then the special tokens."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3_SPLIT_PATTERN), "isolated"),
@@ -65,19 +70,20 @@ def train_tokenizer(text: str, vocab_size: int):
     tok = Tokenizer(models.BPE(vocab=vocab, merges=rank_merges(vocab), ignore_merges=True))
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([LLAMA3_BOS, LLAMA3_EOT])
+    tok.add_special_tokens(specials)
     return tok
 
 
-def build(corpus: Path | None, out_dir: Path, vocab_size: int) -> str:
+def build(corpus: Path | None, out_dir: Path, vocab_size: int, delimiter: str = "bos") -> str:
     if vocab_size < 256:
         raise DataError(f"--vocab_size {vocab_size}: byte-level BPE needs at least the 256 byte tokens")
     source = find_corpus(corpus)
-    tok = train_tokenizer(read_utf8(source), vocab_size)
+    specials = SPECIAL_TOKENS[delimiter]
+    tok = train_tokenizer(read_utf8(source), vocab_size, specials)
     path = write_atomically(out_dir / "tokenizer.json", lambda f: f.write(tok.to_str().encode("utf-8")))
     V = tok.get_vocab_size(with_added_tokens=True)
-    return (f"wrote {path}: {V} tokens, {LLAMA3_BOS} = {tok.token_to_id(LLAMA3_BOS)}, "
-            f"{LLAMA3_EOT} = {tok.token_to_id(LLAMA3_EOT)} (trained on {source})")
+    named = ", ".join(f"{name} = {tok.token_to_id(name)}" for name in specials)
+    return f"wrote {path}: {V} tokens, {named} (trained on {source})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=None, help="training text (default: the cached Tiny Shakespeare)")
     parser.add_argument("--out_dir", type=Path, default=HERE / "test_tokenizer", help="where tokenizer.json is written")
     parser.add_argument("--vocab_size", type=positive_int, default=512, help="ordinary tokens (bytes + merges), before the 2 special ones")
+    parser.add_argument("--delimiter", choices=list(SPECIAL_TOKENS), default="bos",
+                        help="bos: Llama 3's <|begin_of_text|> and <|end_of_text|>; endoftext: <|endoftext|> alone, a "
+                             "document delimiter without BOS (Qwen's)")
     args = parser.parse_args(argv)
-    return run_script(lambda: build(args.corpus, args.out_dir, args.vocab_size))
+    return run_script(lambda: build(args.corpus, args.out_dir, args.vocab_size, args.delimiter))
 
 
 if __name__ == "__main__":

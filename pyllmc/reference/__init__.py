@@ -1,8 +1,10 @@
-"""The PyTorch references' framework: what train_gpt2.py, train_llama3.py and train_nanochat.py share, so that each
-of them holds only its family's model, its Hugging Face import and its writers.
+"""The PyTorch references' framework: what train_gpt2.py, train_llama3.py, train_nanochat.py and train_qwen3.py
+share, so that each of them holds only its family's model, its Hugging Face import and its writers.
 
     common            UserError (one `error:` line), print0, huggingface_reachable
     causal_lm         causal_attention, CausalLM (the head's logits and loss, sampling)
+    decoder           RMSNorm, RoPE, grouped-query attention (QK-norm optional), SwiGLU, the pre-norm block and
+                      StackedDecoder (tensor table, init, forward): Llama 3's and Qwen3's models
     optimizers        AdamW, Muon on the blocks' matrices (MuonNS: the debug state's precision), ZeRO-1
     file_tensors      a model's tensors in its model file's order and back
     tokenizer_files   GPT-2's tiktoken encoding and its tokenizer file

@@ -39,4 +39,4 @@ def load_file_tensors(model: CausalLM, tensors: dict[str, np.ndarray]) -> None:
         for name, parts in model.file_tensors():
             t = torch.from_numpy(tensors[name])
             for i, p in enumerate(parts):
-                p.copy_(t if len(parts) == 1 else t[i])
+                p.copy_(t.view(p.shape) if len(parts) == 1 else t[i])  # view: a 1-layer model's (1, ...) stack

@@ -1,0 +1,140 @@
+"""
+Qwen3's description (pyllmc/family.py says what each field is) and its model file: the header's fields, the tensors in
+file order and their shapes, the writer's header and the validating reader. Qwen3 trains on Llama 3's uint32 token
+shards. doc/qwen3.md documents the file; train_qwen3.py is the reference that writes it. numpy only.
+
+Model file: 256 int32 + 256 float32, then the tensors (float32 for version 3, bfloat16 for version 5).
+  int32 [0]=20250429 [1]=3 or 5 [2]=block size [3]=V [4]=L [5]=NH [6]=NKV [7]=C [8]=HS (head_dim) [9]=FFN hidden
+        [10]=tied embeddings (0 or 1); the rest 0
+  float32 [0]=norm_eps [1]=rope_theta; the rest 0
+  tensors: wte (V, C), ln1w (L, C), qkvw (L, (NH + 2 NKV) HS, C), qnormw (L, HS), knormw (L, HS),
+           attprojw (L, C, NH HS), ln2w (L, C), fcw (L, FFN, C), fcw2 (L, FFN, C), fcprojw (L, C, FFN), lnfw (C,),
+           lm_head (V, C) unless the embeddings are tied
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pyllmc.family import Family
+from pyllmc.families.llama3 import LLAMA3
+from pyllmc.model_file import (
+    ModelFileError,
+    check_body_size,
+    header_bytes,
+    read_tensors,
+    read_two_part_header,
+)
+
+HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
+DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
+
+QWEN3 = Family(
+    name="qwen3",
+    model_magic=20250429,  # Qwen3's release date
+    model_header_bytes=2048,  # 256 int32, then 256 float32
+    # lm_head is left out of the file when the embeddings are tied
+    tensor_names=("wte", "ln1w", "qkvw", "qnormw", "knormw", "attprojw", "ln2w", "fcw", "fcw2", "fcprojw", "lnfw",
+                  "lm_head"),
+    shards=LLAMA3.shards,  # uint32 ids; the bound is the model's vocab size
+    tokenizer_file="qwen3_tokenizer.bin",
+    tokenizer_magic=LLAMA3.tokenizer_magic,
+    tokenizer_version=LLAMA3.tokenizer_version,  # Llama 3's layout: end-of-text and BOS ids, both <|endoftext|> here
+    debug_state_magic=20250429,
+    debug_state_version=3,  # the Llama 3 layout: grad norms per step
+    default_model=HUB_MODEL,
+    model_help="dN (from scratch), a Hugging Face Qwen3 directory or hub name, or one of our qwen3 .bin files",
+    default_input_bin="dev/data/tinyshakespeare_qwen3/tiny_shakespeare_val.bin",
+    input_bin_help="train token shards (glob; llama-3 shards in the Qwen3 tokenizer's ids: dev/data/*.py --model_desc "
+                   "llama-3 --tokenizer DIR --data_dir DIR)",
+    learning_rate=1e-4,
+)
+
+# (field, int32 header index): the sizes, each at least 1; the tied flag [10] is 0 or 1
+SIZE_FIELDS = (("block_size", 2), ("vocab_size", 3), ("n_layer", 4), ("n_head", 5), ("n_kv_head", 6), ("n_embd", 7),
+               ("head_dim", 8), ("ffn_hidden", 9))
+TIED_INDEX = 10
+
+
+@dataclass
+class Qwen3Config:
+    """A Qwen3 model's shape and hyperparameters: everything its model file's header holds."""
+    block_size: int = 1024
+    vocab_size: int = 151936
+    n_layer: int = 28
+    n_head: int = 16
+    n_kv_head: int = 8
+    n_embd: int = 1024
+    head_dim: int = 128  # independent of n_embd / n_head: the attention width n_head * head_dim may differ from C
+    ffn_hidden: int = 3072
+    norm_eps: float = 1e-6
+    rope_theta: float = 1000000.0
+    tied_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        # the model file stores these as float32: the reference computes with exactly what the C side reads
+        self.norm_eps = float(np.float32(self.norm_eps))
+        self.rope_theta = float(np.float32(self.rope_theta))
+
+    @property
+    def attention_width(self) -> int:
+        return self.n_head * self.head_dim
+
+
+def qwen3_config_problem(c: Qwen3Config) -> str:
+    """What keeps the model from being built with these settings ("" when nothing does)."""
+    if min(getattr(c, name) for name, _ in SIZE_FIELDS) < 1:
+        return "every size must be at least 1"
+    if c.head_dim % 2:
+        return f"head_dim {c.head_dim} must be even for RoPE"
+    if c.n_kv_head > c.n_head or c.n_head % c.n_kv_head:
+        return f"heads NH {c.n_head} is not a multiple of kv heads NKV {c.n_kv_head}"
+    if not 0 < c.norm_eps < 1:
+        return f"norm_eps {c.norm_eps} must be in (0, 1)"
+    if not (math.isfinite(c.rope_theta) and c.rope_theta > 1):
+        return f"rope_theta {c.rope_theta} must be finite and > 1"
+    return ""
+
+
+def qwen3_tensor_shapes(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
+    """Every model-file tensor in file order (QWEN3.tensor_names; lm_head only when the embeddings are untied)."""
+    L, C, V, F, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_dim
+    shapes = {"wte": (V, C), "ln1w": (L, C), "qkvw": (L, (c.n_head + 2 * c.n_kv_head) * HS, C), "qnormw": (L, HS),
+              "knormw": (L, HS), "attprojw": (L, C, c.attention_width), "ln2w": (L, C), "fcw": (L, F, C),
+              "fcw2": (L, F, C), "fcprojw": (L, C, F), "lnfw": (C,)}
+    return shapes if c.tied_embeddings else {**shapes, "lm_head": (V, C)}
+
+
+def qwen3_header_bytes(c: Qwen3Config, version: int) -> bytes:
+    ints = [QWEN3.model_magic, version, *(getattr(c, name) for name, _ in SIZE_FIELDS), int(c.tied_embeddings)]
+    return header_bytes(ints) + header_bytes([c.norm_eps, c.rope_theta], "<f4")
+
+
+def read_qwen3_header(path: str | Path) -> tuple[Qwen3Config, int]:
+    """A Qwen3 model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length checked,
+    one ModelFileError line each."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, QWEN3.model_magic, QWEN3.model_header_bytes, "Qwen3")
+    if int(hi[TIED_INDEX]) not in (0, 1):
+        raise ModelFileError(f"{path}: bad Qwen3 header: tied embeddings flag (header[{TIED_INDEX}]) = "
+                             f"{int(hi[TIED_INDEX])}, expected 0 or 1")
+    if hi[TIED_INDEX + 1:].any() or hf[2:].any():
+        raise ModelFileError(f"{path}: bad Qwen3 header: the unused fields (int32 from [{TIED_INDEX + 1}], float32 "
+                             "from [2]) must be 0")
+    sizes = {name: int(hi[index]) for name, index in SIZE_FIELDS}
+    c = Qwen3Config(**sizes, norm_eps=float(hf[0]), rope_theta=float(hf[1]), tied_embeddings=bool(hi[TIED_INDEX]))
+    problem = qwen3_config_problem(c)
+    if problem:
+        raise ModelFileError(f"{path}: bad Qwen3 header: {problem}")
+    check_body_size(path, size, QWEN3.model_header_bytes, qwen3_tensor_shapes(c), int(hi[1]))
+    return c, int(hi[1])
+
+
+def read_qwen3(path: str | Path) -> tuple[Qwen3Config, dict[str, np.ndarray]]:
+    """A Qwen3 model file: its config and its tensors (float32, file order)."""
+    c, version = read_qwen3_header(path)
+    return c, read_tensors(Path(path), QWEN3.model_header_bytes, version, qwen3_tensor_shapes(c))
