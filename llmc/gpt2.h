@@ -346,14 +346,44 @@ static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {GPT
 static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
 static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
+// the behaviour every program shares (llmc/model_family.h), over GPT2Config
+static inline int gpt2_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    return gpt2_config_from_descriptor(desc, (GPT2Config*)config, why);
+}
+
+static inline void gpt2_family_init_params(float* params, const void* config, unsigned int seed) {
+    gpt2_init_params_from_scratch(params, (const GPT2Config*)config, seed);
+}
+
+static inline void gpt2_describe_config(const void* config, char* line, size_t size) {
+    const GPT2Config* cfg = (const GPT2Config*)config;
+    snprintf(line, size, "L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", cfg->num_layers, cfg->num_heads, cfg->channels,
+             cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size);
+}
+
 static const ModelFamily GPT2_FAMILY = {
-    "gpt2", &GPT2_MODEL_FILE, SHARD_FORMAT_GPT2, "gpt2_tokenizer.bin",
-    "gpt2_124M.bin", "checkpoint to load, or dN / gpt2:dN / gpt3:cN to init from scratch (seed 42)",
-    "%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)",
-    "max sequence length",
-    &GPT2_DEBUG_STATE, "train_gpt2.py", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
-    GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX, GPT2_PARAMETER_PER_LAYER, gpt2_parameter_dims,
-    GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS,
+    .name = "gpt2",
+    .model_file = &GPT2_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_GPT2,
+    .tokenizer_path = "gpt2_tokenizer.bin",
+    .load_default = "gpt2_124M.bin",
+    .load_help = "checkpoint to load, or dN / gpt2:dN / gpt3:cN to init from scratch (seed 42)",
+    .missing_model = "%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)",
+    .max_T_name = "max sequence length",
+    .debug_state = &GPT2_DEBUG_STATE,
+    .reference = "train_gpt2.py",
+    .reference_model = "gpt2_124M.bin",
+    .reference_state = "gpt2_124M_debug_state.bin",
+    .num_tensors = GPT2_NUM_PARAMETER_TENSORS,
+    .tensor_names = GPT2_PARAMETER_NAMES,
+    .tensor_is_matrix = GPT2_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = GPT2_PARAMETER_PER_LAYER,
+    .tensor_dims = gpt2_parameter_dims,
+    .first_layer_tensor = GPT2_PARAM_ln1w,
+    .num_layer_tensors = GPT2_NUM_LAYER_TENSORS,
+    .config_from_descriptor = gpt2_family_config_from_descriptor,
+    .init_params = gpt2_family_init_params,
+    .describe_config = gpt2_describe_config,
 };
 
 #endif // LLMC_GPT2_H

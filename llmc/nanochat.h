@@ -228,13 +228,45 @@ static inline void nanochat_init_params_from_scratch(float* params, const NanoCh
 // the nanochat debug state train_nanochat.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
 static const DebugStateFormat NANOCHAT_DEBUG_STATE = {NANOCHAT_MAGIC, 3, "nanochat debug state", "block size", 1};
 
+// the behaviour every program shares (llmc/model_family.h), over NanoChatConfig
+static inline int nanochat_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    return nanochat_config_from_descriptor(desc, (NanoChatConfig*)config);
+}
+
+static inline void nanochat_family_init_params(float* params, const void* config, unsigned int seed) {
+    nanochat_init_params_from_scratch(params, (const NanoChatConfig*)config, seed);
+}
+
+static inline void nanochat_describe_config(const void* config, char* line, size_t size) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    snprintf(line, size, "nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap %g", cfg->num_layers,
+             cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+             cfg->softcap);
+}
+
 static const ModelFamily NANOCHAT_FAMILY = {
-    "nanochat", &NANOCHAT_MODEL_FILE, SHARD_FORMAT_GPT2, NANOCHAT_TOKENIZER_PATH,
-    "d2", "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
-    "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
-    "block size", &NANOCHAT_DEBUG_STATE, "train_nanochat.py", "nanochat_d2.bin", "nanochat_d2_debug_state.bin",
-    NANOCHAT_NUM_PARAMETER_TENSORS, NANOCHAT_PARAMETER_NAMES, NANOCHAT_PARAMETER_IS_MATRIX, NANOCHAT_PARAMETER_PER_LAYER,
-    nanochat_parameter_dims, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS,
+    .name = "nanochat",
+    .model_file = &NANOCHAT_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_GPT2,
+    .tokenizer_path = NANOCHAT_TOKENIZER_PATH,
+    .load_default = "d2",
+    .load_help = "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
+    .missing_model = "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
+    .max_T_name = "block size",
+    .debug_state = &NANOCHAT_DEBUG_STATE,
+    .reference = "train_nanochat.py",
+    .reference_model = "nanochat_d2.bin",
+    .reference_state = "nanochat_d2_debug_state.bin",
+    .num_tensors = NANOCHAT_NUM_PARAMETER_TENSORS,
+    .tensor_names = NANOCHAT_PARAMETER_NAMES,
+    .tensor_is_matrix = NANOCHAT_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = NANOCHAT_PARAMETER_PER_LAYER,
+    .tensor_dims = nanochat_parameter_dims,
+    .first_layer_tensor = NANOCHAT_PARAM_qkvw,
+    .num_layer_tensors = NANOCHAT_NUM_LAYER_TENSORS,
+    .config_from_descriptor = nanochat_family_config_from_descriptor,
+    .init_params = nanochat_family_init_params,
+    .describe_config = nanochat_describe_config,
 };
 
 #endif // LLMC_NANOCHAT_H
