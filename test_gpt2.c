@@ -23,8 +23,8 @@ losses at least 5e-2).
 #include "llmc/cpu/cpu_test.h"
 
 static const CpuTestProgram TEST_GPT2 = {
-    "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
-    "model checkpoint", 0,
+    .about = "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
+    .model_kind = "model checkpoint", .wide = 0,
 };
 
 int main(int argc, char** argv) {

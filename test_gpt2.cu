@@ -57,14 +57,10 @@ static void gpt2_test_exact_zeros(TensorCheck* c, const void* model, int k, cons
 static const GpuTestProgram TEST_GPT2CU = {
     .about = "test_gpt2cu: checks the GPU trainer against python train_gpt2.py --write_tensors 1, then bit-exact resume.\n"
              "Run it as several processes with mpirun -np 2 ./test_gpt2cu [-z 1].",
-    .family = &GPT2_FAMILY,
-    .model_kind = "checkpoint",
-    .model_help = "model checkpoint written by train_gpt2.py",
-    .tmp_default = "test_gpt2cu_resume",
-    .recompute_help = "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms",
+    .family = &GPT2_FAMILY, .model_kind = "checkpoint", .model_help = "model checkpoint written by train_gpt2.py",
+    .tmp_default = "test_gpt2cu_resume", .recompute_help = "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms",
     .zeros_note = "exact zeros in dwte's padded rows and dwpe's rows past T; ",
-    .calls = &gpt2_calls,
-    .exact_zeros = gpt2_test_exact_zeros,
+    .calls = &gpt2_calls, .exact_zeros = gpt2_test_exact_zeros,
 };
 
 int main(int argc, char** argv) {

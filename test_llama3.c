@@ -27,8 +27,8 @@ norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relat
 
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_LLAMA3 = {
-    "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
-    "Llama 3 model file", 1,
+    .about = "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
+    .model_kind = "Llama 3 model file", .wide = 1,
 };
 
 int main(int argc, char** argv) {

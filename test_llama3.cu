@@ -28,14 +28,9 @@ Exit status 0 only if every check passed.
 static const GpuTestProgram TEST_LLAMA3CU = {
     .about = "test_llama3cu: checks the Llama 3 GPU trainer against python train_llama3.py --write_tensors 1, then "
              "bit-exact resume.\nRun it as several processes with mpirun -np 2 ./test_llama3cu [-z 1].",
-    .family = &LLAMA3_FAMILY,
-    .model_kind = "Llama 3 model file",
-    .model_help = "Llama 3 model file written by train_llama3.py",
-    .tmp_default = "test_llama3cu_resume",
-    .recompute_help = "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms",
-    .zeros_note = "",
-    .calls = &llama3_calls,
-    .exact_zeros = NULL,
+    .family = &LLAMA3_FAMILY, .model_kind = "Llama 3 model file", .model_help = "Llama 3 model file written by train_llama3.py",
+    .tmp_default = "test_llama3cu_resume", .recompute_help = "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms",
+    .zeros_note = "", .calls = &llama3_calls, .exact_zeros = NULL,
 };
 
 int main(int argc, char** argv) {

@@ -18,8 +18,8 @@ their largest and relative L2 3e-5, step losses by the reference's float32 noise
 
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_NANOCHAT = {
-    "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
-    "nanochat model file", 1,
+    .about = "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
+    .model_kind = "nanochat model file", .wide = 1,
 };
 
 int main(int argc, char** argv) {

@@ -25,14 +25,9 @@ Exit status 0 only if every check passed.
 static const GpuTestProgram TEST_NANOCHATCU = {
     .about = "test_nanochatcu: checks the nanochat GPU trainer against python train_nanochat.py --write_tensors 1, "
              "then bit-exact resume.\nRun it as several processes with mpirun -np 2 ./test_nanochatcu [-z 1].",
-    .family = &NANOCHAT_FAMILY,
-    .model_kind = "nanochat model file",
-    .model_help = "nanochat model file written by train_nanochat.py",
-    .tmp_default = "test_nanochatcu_resume",
-    .recompute_help = "activation recompute: 0 none, 1 ReLU^2, 2 ReLU^2 and RMSNorms",
-    .zeros_note = "",
-    .calls = &nanochat_calls,
-    .exact_zeros = NULL,
+    .family = &NANOCHAT_FAMILY, .model_kind = "nanochat model file", .model_help = "nanochat model file written by train_nanochat.py",
+    .tmp_default = "test_nanochatcu_resume", .recompute_help = "activation recompute: 0 none, 1 ReLU^2, 2 ReLU^2 and RMSNorms",
+    .zeros_note = "", .calls = &nanochat_calls, .exact_zeros = NULL,
 };
 
 int main(int argc, char** argv) {

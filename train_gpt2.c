@@ -274,7 +274,10 @@ void gpt2_allocate(void* m, const void* config) {
 }
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the GPT2 as void*)
-static const CpuModelCalls gpt2_calls = {gpt2_allocate, gpt2_allocate_activations, gpt2_forward, gpt2_backward, gpt2_free};
+static const CpuModelCalls gpt2_calls = {
+    .allocate = gpt2_allocate, .allocate_activations = gpt2_allocate_activations, .forward = gpt2_forward,
+    .backward = gpt2_backward, .free = gpt2_free,
+};
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {

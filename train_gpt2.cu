@@ -331,12 +331,8 @@ static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) 
 static void gpt2_set_gelu_fusion(void* model, int on) { ((GPT2*)model)->gelu_fusion = on; }
 
 static const GpuModelCalls gpt2_calls = {
-    .init = gpt2_init,
-    .use_muon = gpt2_use_muon,
-    .allocate_state = gpt2_allocate_state,
-    .set_gelu_fusion = gpt2_set_gelu_fusion,
-    .forward = gpt2_forward,
-    .backward = gpt2_backward,
+    .init = gpt2_init, .use_muon = gpt2_use_muon, .allocate_state = gpt2_allocate_state,
+    .set_gelu_fusion = gpt2_set_gelu_fusion, .forward = gpt2_forward, .backward = gpt2_backward,
 };
 
 // ----------------------------------------------------------------------------

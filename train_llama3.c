@@ -278,8 +278,10 @@ static void llama3_allocate(void* m, const void* config) {
 }
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the Llama3 as void*)
-static const CpuModelCalls llama3_calls = {llama3_allocate, llama3_allocate_activations, llama3_forward, llama3_backward,
-                                           llama3_free};
+static const CpuModelCalls llama3_calls = {
+    .allocate = llama3_allocate, .allocate_activations = llama3_allocate_activations, .forward = llama3_forward,
+    .backward = llama3_backward, .free = llama3_free,
+};
 
 #ifndef LLMC_NO_MAIN
 

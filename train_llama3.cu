@@ -355,14 +355,11 @@ static void llama3_backward(void* m, const int* inputs, MultiGpu* mg, int reduce
 // what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
 // calls, each taking the Llama3 struct, as one table
 
-// no -ge: SwiGLU has no cuBLASLt epilogue here
+// no -ge: SwiGLU has no cuBLASLt epilogue here; -op muon: every layer's qkvw, attprojw, fcw, fcw2, fcprojw (use_muon
+// NULL: gpu_model_use_muon_on_layers)
 static const GpuModelCalls llama3_calls = {
-    .init = llama3_init,
-    .use_muon = NULL,  // every layer's qkvw, attprojw, fcw, fcw2, fcprojw (gpu_model_use_muon_on_layers)
-    .allocate_state = llama3_allocate_state,
-    .set_gelu_fusion = NULL,
-    .forward = llama3_forward,
-    .backward = llama3_backward,
+    .init = llama3_init, .use_muon = NULL, .allocate_state = llama3_allocate_state,
+    .set_gelu_fusion = NULL, .forward = llama3_forward, .backward = llama3_backward,
 };
 
 // ----------------------------------------------------------------------------

@@ -282,8 +282,10 @@ static void nanochat_allocate(void* m, const void* config) {
 }
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the NanoChat as void*)
-static const CpuModelCalls nanochat_calls = {nanochat_allocate, nanochat_allocate_activations, nanochat_forward, nanochat_backward,
-                                             nanochat_free};
+static const CpuModelCalls nanochat_calls = {
+    .allocate = nanochat_allocate, .allocate_activations = nanochat_allocate_activations, .forward = nanochat_forward,
+    .backward = nanochat_backward, .free = nanochat_free,
+};
 
 #ifndef LLMC_NO_MAIN
 

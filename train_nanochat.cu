@@ -316,14 +316,11 @@ static void nanochat_backward(void* m, const int* inputs, MultiGpu* mg, int redu
 // what nanochat brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
 // calls, each taking the NanoChat struct, as one table
 
-// no -ge: ReLU^2 has no cuBLASLt epilogue here
+// no -ge: ReLU^2 has no cuBLASLt epilogue here; -op muon: every layer's qkvw (q, k and v as one matrix), attprojw, fcw,
+// fcprojw (use_muon NULL: gpu_model_use_muon_on_layers)
 static const GpuModelCalls nanochat_calls = {
-    .init = nanochat_init,
-    .use_muon = NULL,  // every layer's qkvw (q, k and v as one matrix), attprojw, fcw, fcprojw (gpu_model_use_muon_on_layers)
-    .allocate_state = nanochat_allocate_state,
-    .set_gelu_fusion = NULL,
-    .forward = nanochat_forward,
-    .backward = nanochat_backward,
+    .init = nanochat_init, .use_muon = NULL, .allocate_state = nanochat_allocate_state,
+    .set_gelu_fusion = NULL, .forward = nanochat_forward, .backward = nanochat_backward,
 };
 
 // ----------------------------------------------------------------------------

@@ -85,10 +85,9 @@ typedef struct {
     X(D, fcprojw,  1, C,     4 * C, 1) /* MLP down-projection */ \
     X(D, fcprojb,  1, C,     1,     0)
 
-// expanded with llmc/model_file.h's TENSOR_* (GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, and the count)
-enum { GPT2_PARAMETER_TENSORS(TENSOR_INDEX, GPT2_PARAM_) GPT2_NUM_PARAMETER_TENSORS };
-enum { GPT2_NUM_LAYER_TENSORS = GPT2_PARAM_fcprojb - GPT2_PARAM_ln1w + 1 };
-
+// the enum GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, its count, one layer's 12 tensors and the arrays of names
+// and flags (llmc/model_file.h)
+TENSOR_TABLE_INDEX(GPT2_PARAMETER_TENSORS, GPT2, ln1w, fcprojb)
 
 // (slices, rows, cols) of each parameter tensor, checkpoint order: slices is L for the per-layer ones
 static inline void gpt2_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -100,28 +99,9 @@ static inline void gpt2_parameter_dims(size_t (*dims)[3], const void* config) {
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t gpt2_parameter_sizes(size_t* sizes, const GPT2Config* cfg) {
-    return tensor_table_sizes(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t gpt2_num_parameters(const GPT2Config* cfg) { return gpt2_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the 16 tensors (the weights, or their gradients), and one layer's 12 of them
-typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, float) } GPT2Params;
-typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } GPT2LayerParams;
-
-// points p's tensors into one flat buffer of gpt2_num_parameters(cfg) floats, file order
-static inline void gpt2_point_parameters(GPT2Params* p, float* memory, const GPT2Config* cfg) {
-    tensor_table_point(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2Config* cfg, int l) {
-    GPT2LayerParams w;
-    tensor_table_layer(gpt2_parameter_dims, cfg, GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// GPT2Params, GPT2LayerParams (named fp32 pointers to the 16 tensors, and one layer's 12), gpt2_parameter_sizes,
+// gpt2_num_parameters, gpt2_point_parameters, gpt2_layer_params (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, gpt2, GPT2, ln1w, GPT2Config, GPT2Params, GPT2LayerParams)
 
 // ----------------------------------------------------------------------------
 // The activations of a forward pass, in buffer order: X(type, name, per_layer, per_token, has_grad),
@@ -342,9 +322,6 @@ static inline void gpt2_debug_state_read(DebugState* d, const char* path, const 
     debug_state_read_format(d, path, &GPT2_DEBUG_STATE, cfg->max_seq_len, cfg->vocab_size, num_parameters);
 }
 
-static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
 
 // the behaviour every program shares (llmc/model_family.h), over GPT2Config
 static inline int gpt2_family_config_from_descriptor(const char* desc, void* config, const char** why) {

@@ -85,13 +85,9 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
     X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
     X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
 
-// expanded with llmc/model_file.h's TENSOR_* (LLAMA3_PARAM_wte = 0 ..., and the count)
-enum { LLAMA3_PARAMETER_TENSORS(TENSOR_INDEX, LLAMA3_PARAM_) LLAMA3_NUM_PARAMETER_TENSORS };
-enum { LLAMA3_NUM_LAYER_TENSORS = LLAMA3_PARAM_fcprojw - LLAMA3_PARAM_ln1w + 1 };
-
-static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+// the enum LLAMA3_PARAM_wte = 0 ..., its count, one layer's 7 tensors and the arrays of names and flags
+// (llmc/model_file.h)
+TENSOR_TABLE_INDEX(LLAMA3_PARAMETER_TENSORS, LLAMA3, ln1w, fcprojw)
 
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -105,28 +101,10 @@ static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) 
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t llama3_parameter_sizes(size_t* sizes, const Llama3Config* cfg) {
-    return tensor_table_sizes(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return llama3_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 7 of them
-typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3Params;
-typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3LayerParams;
-
-// points p's tensors into one flat buffer of llama3_num_parameters(cfg) floats, file order
-static inline void llama3_point_parameters(Llama3Params* p, float* memory, const Llama3Config* cfg) {
-    tensor_table_point(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline Llama3LayerParams llama3_layer_params(const Llama3Params* p, const Llama3Config* cfg, int l) {
-    Llama3LayerParams w;
-    tensor_table_layer(llama3_parameter_dims, cfg, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// Llama3Params, Llama3LayerParams (named fp32 pointers to the tensors, all and one layer's 7), llama3_parameter_sizes,
+// llama3_num_parameters, llama3_point_parameters, llama3_layer_params (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, llama3, LLAMA3, ln1w, Llama3Config, Llama3Params,
+                   Llama3LayerParams)
 
 // the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
 static inline float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {

@@ -66,13 +66,9 @@ typedef struct {
     X(D, fcw,      1, FFN, C,   1) /* MLP in (before ReLU^2) */ \
     X(D, fcprojw,  1, C,   FFN, 1) /* MLP out */
 
-// expanded with llmc/model_file.h's TENSOR_* (NANOCHAT_PARAM_wte = 0 ..., and the count)
-enum { NANOCHAT_PARAMETER_TENSORS(TENSOR_INDEX, NANOCHAT_PARAM_) NANOCHAT_NUM_PARAMETER_TENSORS };
-enum { NANOCHAT_NUM_LAYER_TENSORS = NANOCHAT_PARAM_fcprojw - NANOCHAT_PARAM_qkvw + 1 };
-
-static const char* const NANOCHAT_PARAMETER_NAMES[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int NANOCHAT_PARAMETER_IS_MATRIX[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int NANOCHAT_PARAMETER_PER_LAYER[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+// the enum NANOCHAT_PARAM_wte = 0 ..., its count, one layer's 4 tensors and the arrays of names and flags
+// (llmc/model_file.h)
+TENSOR_TABLE_INDEX(NANOCHAT_PARAMETER_TENSORS, NANOCHAT, qkvw, fcprojw)
 
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -86,28 +82,11 @@ static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t nanochat_parameter_sizes(size_t* sizes, const NanoChatConfig* cfg) {
-    return tensor_table_sizes(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t nanochat_num_parameters(const NanoChatConfig* cfg) { return nanochat_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 4 of them
-typedef struct { NANOCHAT_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatParams;
-typedef struct { NANOCHAT_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatLayerParams;
-
-// points p's tensors into one flat buffer of nanochat_num_parameters(cfg) floats, file order
-static inline void nanochat_point_parameters(NanoChatParams* p, float* memory, const NanoChatConfig* cfg) {
-    tensor_table_point(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline NanoChatLayerParams nanochat_layer_params(const NanoChatParams* p, const NanoChatConfig* cfg, int l) {
-    NanoChatLayerParams w;
-    tensor_table_layer(nanochat_parameter_dims, cfg, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// NanoChatParams, NanoChatLayerParams (named fp32 pointers to the tensors, all and one layer's 4),
+// nanochat_parameter_sizes, nanochat_num_parameters, nanochat_point_parameters, nanochat_layer_params
+// (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(NANOCHAT_PARAMETER_TENSORS, NANOCHAT_LAYER_PARAMETER_TENSORS, nanochat, NANOCHAT, qkvw, NanoChatConfig,
+                   NanoChatParams, NanoChatLayerParams)
 
 // ----------------------------------------------------------------------------
 // descriptors

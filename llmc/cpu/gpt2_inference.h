@@ -142,13 +142,9 @@ static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text
 
 static const GenerateFamily gpt2_generate = {
     .family = &GPT2_FAMILY,
-    .no_ids = "--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")",
-    .echo_prompt_tokens = 0,
-    .open = gpt2_generator_open,
-    .forward_cached = gpt2_forward_cached,
-    .encode = gpt2_encode_prompt,
-    .write_token = gpt2_write_token,
-    .close = gpt2_generator_close,
+    .no_ids = "--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", .echo_prompt_tokens = 0,
+    .open = gpt2_generator_open, .forward_cached = gpt2_forward_cached, .encode = gpt2_encode_prompt,
+    .write_token = gpt2_write_token, .close = gpt2_generator_close,
 };
 
 #endif // LLMC_GPT2_INFERENCE_H

@@ -164,14 +164,9 @@ static void llama3_generator_open(Generator* g, const GenerateArgs* args, int te
 }
 
 static const GenerateFamily llama3_generate = {
-    .family = &LLAMA3_FAMILY,
-    .no_ids = NULL,
-    .echo_prompt_tokens = 1,
-    .open = llama3_generator_open,
-    .forward_cached = llama3_forward_cached,
-    .encode = llama3_encode_prompt,
-    .write_token = generate_tokenizer_write_token,
-    .close = llama3_generator_close,
+    .family = &LLAMA3_FAMILY, .no_ids = NULL, .echo_prompt_tokens = 1,
+    .open = llama3_generator_open, .forward_cached = llama3_forward_cached, .encode = llama3_encode_prompt,
+    .write_token = generate_tokenizer_write_token, .close = llama3_generator_close,
 };
 
 #endif // LLMC_LLAMA3_INFERENCE_H

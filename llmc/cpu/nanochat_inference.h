@@ -164,14 +164,9 @@ static void nanochat_generator_open(Generator* g, const GenerateArgs* args, int 
 }
 
 static const GenerateFamily nanochat_generate = {
-    .family = &NANOCHAT_FAMILY,
-    .no_ids = NULL,
-    .echo_prompt_tokens = 1,
-    .open = nanochat_generator_open,
-    .forward_cached = nanochat_forward_cached,
-    .encode = nanochat_encode_prompt,
-    .write_token = generate_tokenizer_write_token,
-    .close = nanochat_generator_close,
+    .family = &NANOCHAT_FAMILY, .no_ids = NULL, .echo_prompt_tokens = 1,
+    .open = nanochat_generator_open, .forward_cached = nanochat_forward_cached, .encode = nanochat_encode_prompt,
+    .write_token = generate_tokenizer_write_token, .close = nanochat_generator_close,
 };
 
 #endif // LLMC_NANOCHAT_INFERENCE_H
