@@ -98,26 +98,29 @@ typedef struct {
     CpuModel cpu;
 } GPT2;
 
-// allocates parameters (zeroed) and gradients for model->config
-void gpt2_allocate_parameters(GPT2* model) {
+// the model of this config: its parameters (zeroed) and gradients (llmc/cpu/cpu_trainer.h's cpu_model_build fills
+// the parameters: -e's checkpoint, or the init from scratch of llmc/gpt2.h)
+void gpt2_allocate(void* m, const void* config) {
+    GPT2* model = (GPT2*)m;
+    model->config = *(const GPT2Config*)config;
     cpu_model_init(&model->cpu, &GPT2_FAMILY, &model->config, model->config.vocab_size, model->config.max_seq_len);
     gpt2_point_parameters(&model->params, model->cpu.params_memory, &model->config);
     gpt2_point_parameters(&model->grads, model->cpu.grads_memory, &model->config);
     model->cpu.lazy_zero_grad = 1; // gpt2_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
 }
 
+// pyllmc's two builds (pyllmc/_capi.h): a checkpoint, or from scratch exactly like train_gpt2.py (llmc/gpt2.h)
 void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     int version;
-    FILE* f = gpt2_model_open(path, &model->config, &version);
-    gpt2_allocate_parameters(model);
+    GPT2Config cfg;
+    FILE* f = gpt2_model_open(path, &cfg, &version);
+    gpt2_allocate(model, &cfg);
     model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py (llmc/gpt2.h, shared with the GPU trainer)
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
-    model->config = *cfg;
-    gpt2_allocate_parameters(model);
+    gpt2_allocate(model, cfg);
     gpt2_init_params_from_scratch(model->cpu.params_memory, cfg, seed);
 }
 
@@ -264,14 +267,6 @@ void gpt2_free(void* m) { cpu_model_free(&((GPT2*)m)->cpu); }
 // signals and every rule of training live in llmc/trainer.h (shared with train_gpt2.cu); what every CPU
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI) in
 // llmc/cpu/cpu_trainer.h.
-
-// the model of this config: parameters (zeroed), gradients (llmc/cpu/cpu_trainer.h's cpu_model_build fills the
-// parameters: -e's checkpoint, or the init from scratch of llmc/gpt2.h)
-void gpt2_allocate(void* m, const void* config) {
-    GPT2* model = (GPT2*)m;
-    model->config = *(const GPT2Config*)config;
-    gpt2_allocate_parameters(model);
-}
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the GPT2 as void*)
 static const CpuModelCalls gpt2_calls = {

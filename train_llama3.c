@@ -111,8 +111,11 @@ static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config
     return v;
 }
 
-// parameters (zeroed), gradients and the rotary tables for model->config
-static void llama3_allocate_parameters(Llama3* model) {
+// the model of this config: its parameters (zeroed) and gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
+// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/llama3.h)
+static void llama3_allocate(void* m, const void* config) {
+    Llama3* model = (Llama3*)m;
+    model->config = *(const Llama3Config*)config;
     const Llama3Config* cfg = &model->config;
     cpu_model_init(&model->cpu, &LLAMA3_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
@@ -268,14 +271,6 @@ static void llama3_free(void* m) {
 // the training program: llmc/trainer.h runs the loop, llmc/cpu/cpu_trainer.h brings what every CPU
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
 // model's calls
-
-// the model of this config: parameters (zeroed), gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
-// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/llama3.h)
-static void llama3_allocate(void* m, const void* config) {
-    Llama3* model = (Llama3*)m;
-    model->config = *(const Llama3Config*)config;
-    llama3_allocate_parameters(model);
-}
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the Llama3 as void*)
 static const CpuModelCalls llama3_calls = {

@@ -120,8 +120,11 @@ static NanoChatLayerActs nanochat_layer_acts(const NanoChatActs* a, const NanoCh
     return v;
 }
 
-// parameters (zeroed), gradients and the rotary tables for model->config
-static void nanochat_allocate_parameters(NanoChat* model) {
+// the model of this config: its parameters (zeroed) and gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
+// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/nanochat.h)
+static void nanochat_allocate(void* m, const void* config) {
+    NanoChat* model = (NanoChat*)m;
+    model->config = *(const NanoChatConfig*)config;
     const NanoChatConfig* cfg = &model->config;
     cpu_model_init(&model->cpu, &NANOCHAT_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
     nanochat_point_parameters(&model->params, model->cpu.params_memory, cfg);
@@ -272,14 +275,6 @@ static void nanochat_free(void* m) {
 // the training program: llmc/trainer.h runs the loop, llmc/cpu/cpu_trainer.h brings what every CPU
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
 // model's calls
-
-// the model of this config: parameters (zeroed), gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
-// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/nanochat.h)
-static void nanochat_allocate(void* m, const void* config) {
-    NanoChat* model = (NanoChat*)m;
-    model->config = *(const NanoChatConfig*)config;
-    nanochat_allocate_parameters(model);
-}
 
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the NanoChat as void*)
 static const CpuModelCalls nanochat_calls = {

@@ -93,8 +93,8 @@ typedef struct {
     const char* tmp_default;     // -o: the resume check's scratch directory
     const char* recompute_help;  // -r's help
     const char* zeros_note;      // the exact zeros the gradient rows check, for the line that says what is checked
-    const GpuModelCalls* calls;  // the trainer's: build, Muon, state, -ge (NULL: the program has no -ge), forward,
-                                 // backward, the model file, free
+    const GpuModelCalls* calls;  // the trainer's: init, Muon, state, -ge (NULL: the program has no -ge), forward,
+                                 // backward (the model's line is its family's: llmc/model_family.h)
     // the exact zeros of gradient tensor k (grad: its values; T: the debug state's) added to c; NULL: none
     void (*exact_zeros)(TensorCheck* c, const void* model, int k, const float* grad, int T);
 } GpuTestProgram;
