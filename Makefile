@@ -304,8 +304,8 @@ test-cuda-build: | cuda-check cudnn-check
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 # On a machine with an NVIDIA GPU, every GPU check in one command (dev/test_gpu.sh says which, in order):
-# every build at once (make -j gpu-build: mk/gpu_visit.mk) beside the reference files, then test_gpt2cu and
-# test_llama3cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
+# every build at once (make -j gpu-build: mk/gpu_visit.mk) beside the reference files, then every family's
+# test_<name>cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
 # against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
 #   make test-gpu                 the venv (make setup setup-cuda first)
 #   make test-gpu PY=python3      an existing Python with the packages and nvidia wheels: no pip, no venv
@@ -466,8 +466,8 @@ sanitize: setup
 # Every choice but none also links oneDNN when its wheels are in the venv (-DLLMC_ONEDNN): -p bf16 runs its GEMMs
 # on oneDNN's bf16 kernels (llmc/cpu/matmul.h); ONEDNN=0 leaves it out (the built-in bf16 kernel then).
 # Default: the first of these that is found, in this order (openblas measured fastest here, doc/cpu-speed.md), so a
-# fresh clone without a venv still gets the system's BLAS. Building train_gpt2 or test_gpt2 prints one line
-# naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
+# fresh clone without a venv still gets the system's BLAS. Building a family's CPU program (train_gpt2, test_gpt2, ...)
+# prints one line naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
 # BLAS_SEARCH_ROOT=<dir> looks for the system BLAS under <dir> instead of / (the tests' fake trees);
 # PKG_CONFIG=false skips pkg-config. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>,
 # dev/test/test_matmul_<blas>, build/gemm_peak_<blas>.
