@@ -271,7 +271,7 @@ void gpt2_free(void* m) { cpu_model_free(&((GPT2*)m)->cpu); }
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the GPT2 as void*)
 static const CpuModelCalls gpt2_calls = {
     .allocate = gpt2_allocate, .allocate_activations = gpt2_allocate_activations, .forward = gpt2_forward,
-    .backward = gpt2_backward, .free = gpt2_free,
+    .backward = gpt2_backward, .free = NULL,  // the CpuModel holds everything (gpt2_free: pyllmc's)
 };
 
 #ifndef LLMC_NO_MAIN

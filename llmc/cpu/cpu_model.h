@@ -630,8 +630,17 @@ typedef struct {
     void (*allocate_activations)(void* model, int B, int T);
     void (*forward)(void* model, const int* inputs, const int* targets, int B, int T);
     void (*backward)(void* model, float loss_scale);
-    void (*free)(void* model);
+    void (*free)(void* model);  // what the model holds beyond its CpuModel too; NULL: only that (cpu_model_free)
 } CpuModelCalls;
+
+// frees the model: its calls' free, else its CpuModel
+static void cpu_model_free_with(CpuModel* cm, const CpuModelCalls* calls, void* model) {
+    if (calls->free != NULL) {
+        calls->free(model);
+    } else {
+        cpu_model_free(cm);
+    }
+}
 
 // the model's line: "<config line>, N parameters" (llmc/model_family.h's model_family_describe)
 static void cpu_model_line(const CpuModel* cm, char* line, size_t size) {

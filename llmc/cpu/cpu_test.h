@@ -214,7 +214,7 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
 
     int status = cpu_test_finish(&t);
     debug_state_free(&d);
-    calls->free(model);
+    cpu_model_free_with(cm, calls, model);
     return status;
 }
 

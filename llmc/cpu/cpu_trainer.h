@@ -320,7 +320,7 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
     int status = trainer_run(&trainer, &ops);
 
     trainer_free(&trainer);
-    calls->free(model);
+    cpu_model_free_with(cpu, calls, model);
     return status;
 }
 
