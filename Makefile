@@ -43,6 +43,17 @@ else
   TRAIN_DEFS :=
 endif
 
+# ---------------------------------------------------------------------------- the model families
+# llmc/families.h lists them, one row each: X(name, DESCRIPTION, "refs", "refs_dir"). make reads each family's name,
+# the command that writes its reference files and their folder; mk/families.mk makes every family's programs, CUDA
+# builds and reference files from one template, dev/cuda_cpu/cuda_cpu.mk and mk/gpu_visit.mk their other builds.
+FAMILIES := $(shell sed -n 's/^ *X.\([a-z0-9_]*\),.*/\1/p' llmc/families.h)
+$(foreach f,$(FAMILIES),$(eval FAMILY_REFS_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f2)))
+$(foreach f,$(FAMILIES),$(eval FAMILY_REFS_DIR_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f4)))
+FAMILY_CPU_PROGRAMS := $(foreach f,$(FAMILIES),train_$(f) test_$(f))
+FAMILY_GPU_PROGRAMS := $(foreach f,$(FAMILIES),train_$(f)cu train_$(f)cu_cudnn test_$(f)cu)
+FAMILY_REFS_TARGETS := $(foreach f,$(FAMILIES),$(if $(FAMILY_REFS_$(f)),$(f)-debug-states))
+
 # ---------------------------------------------------------------------------- data
 TS_DIR := dev/data/tinyshakespeare
 TS_TRAIN := $(TS_DIR)/tiny_shakespeare_train.bin
@@ -96,17 +107,9 @@ model: gpt2_124M.bin
 gpt2_124M.bin: train_gpt2.py $(REFERENCE_PY) $(TS_TRAIN) $(PY_ENV)
 	$(PY) train_gpt2.py --model gpt2 --input_bin "$(TS_DIR)/*train.bin" --write_tensors 1 --num_iterations 0
 
-# ---------------------------------------------------------------------------- CPU trainer
-# the GEMMs' BLAS (BLAS=..., found or given) is set in "CPU speed / BLAS" below; the build names it in one line
-train_gpt2: train_gpt2.c $(LLMC_HEADERS)
-	@$(call blas_check,$(BLAS))
-	@echo "$(call blas_line,$(BLAS))"
-	$(TRAIN_CC) $(CFLAGS) $(TRAIN_DEFS) $< $(LDLIBS) -o $@
-
-test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
-	@$(call blas_check,$(BLAS))
-	@echo "$(call blas_line,$(BLAS))"
-	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+# ---------------------------------------------------------------------------- CPU trainers
+# every family's train_<name> and test_<name>: mk/families.mk. The GEMMs' BLAS (BLAS=..., found or given) is set in
+# "CPU speed / BLAS" below; the build names it in one line.
 
 # ---------------------------------------------------------------------------- C unit tests (dev/test)
 DEV_TEST_SRCS := $(wildcard dev/test/test_*.c)
@@ -233,7 +236,9 @@ ifeq ($(USE_CUDNN),1)
   CUDNN_DEPS := $(CUDNN_OBJ)
 endif
 NVCC_FLAGS ?= -O3 --use_fast_math
-NVCC_FLAGS += -std=c++17 -I. -t 0 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno-unused-function
+# C++20: the families' descriptions and the models' calls tables are filled by field name (designated initializers,
+# in declaration order); cudnn_att.cpp and dev/cuda, which read no description, stay C++17
+NVCC_FLAGS += -std=c++20 -I. -t 0 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno-unused-function
 NVCC_WERROR := -Werror all-warnings -Xcompiler -Werror
 CUDA_BASE_INC := $(CUBLAS_FLAGS) $(NCCL_FLAGS) $(MPI_FLAGS)
 CUDA_BASE_LIBS := $(CUBLAS_LIBS) $(NCCL_LIBS) $(MPI_LIBS)
@@ -243,10 +248,9 @@ cuda_program = $(NVCC) $(NVCC_FLAGS) $(CUDA_ARCH) $(1) $(CUDA_BASE_INC) $< $(2) 
 cuda_configured = $(call cuda_program,$(PRECISION_FLAGS) $(CUDNN_FLAGS),$(CUDNN_DEPS),$(CUDNN_LIBS))
 # BF16 with cuDNN attention, whatever PRECISION and USE_CUDNN say
 cuda_with_cudnn = $(call cuda_program,-DENABLE_BF16 -DENABLE_CUDNN,$(CUDNN_OBJ),$(CUDNN_LINK))
-CUDA_SRCS := train_gpt2.cu test_gpt2.cu $(wildcard llmc/cuda/*.cuh)
+CUDA_KERNELS := $(wildcard llmc/cuda/*.cuh)
 CUDA_CHECK_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-CUDA_GOALS := train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu test-cuda-build test-gpu bench-gpu \
-              gpu-build gpu-visit cuda-info dev-cuda
+CUDA_GOALS := $(FAMILY_GPU_PROGRAMS) test-cuda-build test-gpu bench-gpu gpu-build gpu-visit cuda-info dev-cuda
 ifneq ($(filter $(CUDA_GOALS),$(MAKECMDGOALS)),)
   $(info CUDA: nvcc $(if $(NVCC),$(NVCC),NOT FOUND); cuBLAS $(CUBLAS_FOUND); NCCL $(NCCL_FOUND); MPI $(MPI_FOUND))
   $(info CUDA: arch $(ARCH_FOUND); PRECISION=$(PRECISION); USE_CUDNN=$(USE_CUDNN))
@@ -276,28 +280,8 @@ $(CUDNN_OBJ): llmc/cuda/cudnn_att.cpp llmc/cuda/cudnn_att.h llmc/utils.h | cuda-
 	@mkdir -p $(dir $@)
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c $< -o $@
 
-train_gpt2cu: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(cuda_configured)
-
-# train_gpt2cu with cuDNN attention (BF16) whatever USE_CUDNN says, beside the plain one: make bench-gpu times both
-train_gpt2cu_cudnn: train_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
-	$(cuda_with_cudnn)
-
-test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(cuda_configured)
-
-# the Llama 3 GPU trainer and its test (PRECISION and USE_CUDNN as above: llmc's attention kernels, or cuDNN's
-# grouped-query flash attention)
-LLAMA3_CUDA_SRCS := train_llama3.cu $(wildcard llmc/cuda/*.cuh)
-train_llama3cu: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(cuda_configured)
-
-# train_llama3cu with cuDNN attention (BF16) whatever USE_CUDNN says, as train_gpt2cu_cudnn
-train_llama3cu_cudnn: $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_OBJ) | cuda-check cudnn-check
-	$(cuda_with_cudnn)
-
-test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) $(CUDNN_DEPS) | cuda-check
-	$(cuda_configured)
+# every family's train_<name>cu, train_<name>cu_cudnn (cuDNN attention, BF16, whatever USE_CUDNN says: make bench-gpu
+# times both) and test_<name>cu, PRECISION and USE_CUDNN as above: mk/families.mk
 
 # every dev/cuda binary, or DEV_CUDA_TARGETS="layernorm_forward ..." only
 DEV_CUDA_TARGETS ?=
@@ -305,39 +289,25 @@ dev-cuda: | cuda-check
 	$(MAKE) -C dev/cuda $(DEV_CUDA_TARGETS) NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" CUDA_LIBS="$(CUDA_BASE_LIBS)" PRECISION=$(PRECISION)
 
 # CI: every CUDA file for sm_80 and sm_90 with warnings as errors (objects in a scratch dir, no GPU needed).
-# One nvcc call per file builds both architectures. train_gpt2cu is linked (BF16, MPI + NCCL) to check the libraries,
-# and once more with cuDNN attention (its llmc/cuda/cudnn_att.cpp object compiled fresh with -Werror), as is
-# train_llama3cu (grouped-query attention through the same object). test_llama3.cu is compiled in BF16 once, with
-# cuDNN: it has no cuDNN branch of its own, and train_llama3.cu's BF16 code without cuDNN is the linked build's.
+# One nvcc call per file builds both architectures. Each family's trainer is linked (BF16, MPI + NCCL) to check the
+# libraries, compiled in FP32, and linked once more with cuDNN attention; its test program compiled in FP32 (single
+# GPU) and in BF16 with cuDNN (test-cuda-build-<name>, mk/families.mk, run first). Here: llmc/cuda/cudnn_att.cpp
+# compiled fresh with -Werror, the cuDNN graph check linked with it, and every dev/cuda kernel.
 CUDA_BUILD_DIR ?= build/cuda-check
 test-cuda-build: | cuda-check cudnn-check
 	@rm -rf $(CUDA_BUILD_DIR)/dev-cuda && mkdir -p $(CUDA_BUILD_DIR)
 	@set -e; t0=$$(date +%s); \
-	run() { echo "nvcc $$1"; shift; $(NVCC) $(NVCC_FLAGS) $(NVCC_WERROR) $(CUDA_CHECK_ARCH) "$$@"; }; \
-	run "train_gpt2.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_BASE_INC) train_gpt2.cu $(CUDA_BASE_LIBS) -o $(CUDA_BUILD_DIR)/train_gpt2cu; \
-	run "train_gpt2.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_gpt2.cu -o $(CUDA_BUILD_DIR)/train_gpt2cu_fp32.o; \
-	run "test_gpt2.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_fp32.o; \
-	run "test_gpt2.cu BF16" -DENABLE_BF16 $(CUDA_BASE_INC) -c test_gpt2.cu -o $(CUDA_BUILD_DIR)/test_gpt2cu_bf16.o; \
-	run "train_llama3.cu BF16 (linked, multi-GPU)" -DENABLE_BF16 $(CUDA_BASE_INC) train_llama3.cu $(CUDA_BASE_LIBS) -o $(CUDA_BUILD_DIR)/train_llama3cu; \
-	run "train_llama3.cu FP32" -DENABLE_FP32 $(CUDA_BASE_INC) -c train_llama3.cu -o $(CUDA_BUILD_DIR)/train_llama3cu_fp32.o; \
-	run "test_llama3.cu FP32 (single GPU: no NCCL, no MPI)" -DENABLE_FP32 $(CUBLAS_FLAGS) -c test_llama3.cu -o $(CUDA_BUILD_DIR)/test_llama3cu_fp32.o; \
 	echo "nvcc llmc/cuda/cudnn_att.cpp (host C++, cuDNN frontend)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) $(CUDNN_INC) -c llmc/cuda/cudnn_att.cpp -o $(CUDA_BUILD_DIR)/cudnn_att.o; \
 	echo "nvcc dev/test/cudnn_graph_check.cpp (linked with that object; run by tests/test_cuda_build.py)"; \
 	$(NVCC) -O1 -std=c++17 -I. -Xcompiler -Wall $(NVCC_WERROR) -DENABLE_CUDNN dev/test/cudnn_graph_check.cpp \
 	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/cudnn_graph_check; \
-	run "train_gpt2.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_gpt2.cu \
-	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_gpt2cu_cudnn; \
-	run "train_llama3.cu BF16 USE_CUDNN=1 (linked)" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) train_llama3.cu \
-	    $(CUDA_BUILD_DIR)/cudnn_att.o $(CUDA_BASE_LIBS) $(CUDNN_LINK) -o $(CUDA_BUILD_DIR)/train_llama3cu_cudnn; \
-	run "test_llama3.cu BF16 USE_CUDNN=1" -DENABLE_BF16 -DENABLE_CUDNN $(CUDA_BASE_INC) -c test_llama3.cu \
-	    -o $(CUDA_BUILD_DIR)/test_llama3cu_cudnn.o; \
 	$(MAKE) --no-print-directory -C dev/cuda check NVCC="$(NVCC)" CUDA_INC="$(CUDA_BASE_INC)" OUT="$(abspath $(CUDA_BUILD_DIR))/dev-cuda"; \
 	echo "test-cuda-build: all CUDA files compiled for sm_80 and sm_90 with -Werror in $$(( $$(date +%s) - t0 )) s"
 
 # On a machine with an NVIDIA GPU, every GPU check in one command (dev/test_gpu.sh says which, in order):
-# every build at once (make -j gpu-build: mk/gpu_visit.mk) beside the reference files, then test_gpt2cu and
-# test_llama3cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
+# every build at once (make -j gpu-build: mk/gpu_visit.mk) beside the reference files, then every family's
+# test_<name>cu in FP32 (tight tolerances), BF16 and BF16 with cuDNN attention, Muon, and every dev/cuda kernel
 # against its CPU reference; one line per check, a summary, each output in $(TEST_GPU_LOGS).
 #   make test-gpu                 the venv (make setup setup-cuda first)
 #   make test-gpu PY=python3      an existing Python with the packages and nvidia wheels: no pip, no venv
@@ -368,7 +338,7 @@ bench-gpu: | cuda-check
 	@MAKE="$(MAKE)" PY="$(PY)" $(PY) dev/bench_gpu.py --gpu-cache "$(GPU_CACHE)" $(BENCH_GPU_ARGS)
 
 clean-cuda:
-	rm -rf train_gpt2cu train_gpt2cu_cudnn test_gpt2cu train_llama3cu train_llama3cu_cudnn test_llama3cu $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
+	rm -rf $(FAMILY_GPU_PROGRAMS) $(CUDA_BUILD_DIR) $(CUDNN_OBJ)
 	$(MAKE) -C dev/cuda clean
 
 # ---------------------------------------------------------------------------- top-level commands
@@ -416,7 +386,7 @@ test-py:
 	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder) tests
 
 clean: clean-cuda clean-pyllmc
-	rm -f train_gpt2 test_gpt2 train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)
+	rm -f train_gpt2_* test_gpt2_* dev/test/test_matmul_* encode generate $(DEV_TESTS) $(FUZZ_BINS)
 	rm -rf __pycache__ tests/__pycache__ .pytest_cache $(SAN_DIR)
 
 # ---------------------------------------------------------------------------- Tools (H5): encode, generate
@@ -427,8 +397,8 @@ encode: encode.c $(LLMC_HEADERS)
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 	$(PY) dev/write_bpe.py
 
-# generate: KV-cached sampling with every family's inference (llmc/cpu/kv_cache.h, llmc/cpu/gpt2_inference.h,
-# llmc/cpu/llama3_inference.h), llmc/bpe.h, llmc/tokenizer.h and llmc/sampler.h
+# generate: KV-cached sampling with every family's inference (llmc/families.h: each family's llmc/cpu/<name>_inference.h
+# over llmc/cpu/kv_cache.h and llmc/cpu/generator.h), llmc/bpe.h, llmc/tokenizer.h and llmc/sampler.h
 generate: generate.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 
@@ -498,8 +468,8 @@ sanitize: setup
 # Every choice but none also links oneDNN when its wheels are in the venv (-DLLMC_ONEDNN): -p bf16 runs its GEMMs
 # on oneDNN's bf16 kernels (llmc/cpu/matmul.h); ONEDNN=0 leaves it out (the built-in bf16 kernel then).
 # Default: the first of these that is found, in this order (openblas measured fastest here, doc/cpu-speed.md), so a
-# fresh clone without a venv still gets the system's BLAS. Building train_gpt2 or test_gpt2 prints one line
-# naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
+# fresh clone without a venv still gets the system's BLAS. Building a family's CPU program (train_gpt2, test_gpt2, ...)
+# prints one line naming the BLAS and how to get the faster one; `make blas-info` prints just that line.
 # BLAS_SEARCH_ROOT=<dir> looks for the system BLAS under <dir> instead of / (the tests' fake trees);
 # PKG_CONFIG=false skips pkg-config. Variants build side by side: train_gpt2_<blas>, test_gpt2_<blas>,
 # dev/test/test_matmul_<blas>, build/gemm_peak_<blas>.
@@ -593,15 +563,15 @@ BLAS_HINT_none := - for faster GEMMs: make setup (the scipy-openblas32 wheel in 
 # clamps in llmc/cpu/vecmath.h may become vector blends (without it GCC leaves GELU and the softmax
 # exps scalar); neither changes a result (llmc never enables floating-point traps)
 CPU_SPEED_CFLAGS := -fno-math-errno -fno-trapping-math
-train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
-train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLIBS)
+$(FAMILY_CPU_PROGRAMS) dev/test/test_matmul build/gemm_peak: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
+$(FAMILY_CPU_PROGRAMS) dev/test/test_matmul build/gemm_peak: LDLIBS += $(BLAS_LDLIBS)
 
 # build/blas-flags holds the BLAS the default programs were built with; it is rewritten only when the
 # choice or CPU_SPEED_CFLAGS change (BLAS=..., or make setup bringing the wheels), and then they are rebuilt; otherwise it
 # has no prerequisite, so `make -q train_gpt2` says they are up to date
 BLAS_STAMP := build/blas-flags
 BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS) $(CPU_SPEED_CFLAGS))
-train_gpt2 test_gpt2 dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
+$(FAMILY_CPU_PROGRAMS) dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
 # dev/test/test_attention_cpu --time also times the tiled attention's fp32 GEMMs: built with the trainers' BLAS
 dev/test/test_attention_cpu: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 dev/test/test_attention_cpu: LDLIBS += $(BLAS_LDLIBS)
@@ -673,28 +643,28 @@ clean-blas:
 include dev/cuda_cpu/cuda_cpu.mk
 
 # ---------------------------------------------------------------------------- more programs
-# mk/*.mk: the make rules of the other model families and back ends, one file each
+# mk/*.mk: every model family's rules (mk/families.mk) and the other back ends' and tools', one file each
 include $(sort $(wildcard mk/*.mk))
 
 # ---------------------------------------------------------------------------- what the tests run
 # built by `make test` before any test runs (in parallel), so that pytest's own make calls find it up to date
 TEST_BLAS_VARIANTS := openblas mkl onednn none
 # (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
-TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build train_gpt2 test_gpt2 encode generate pyllmc dev/test/attention_dump \
+TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build $(FAMILY_CPU_PROGRAMS) encode generate pyllmc dev/test/attention_dump \
              $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak build/triad \
-             train_llama3 test_llama3 train_nanochat test_nanochat $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
+             $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
              $(if $(filter fuzz,$(SYSPKG_MISSING)),,$(FUZZ_BINS))
 .PHONY: test-build
 test-build: $(TEST_BUILD)
 
 # The reference files the tests compare with, written once (tests/conftest.py copies them for each test run):
 # GPT-2 d2 (build/cuda_cpu_refs, also the GPU target's), GPT-2 d12 (the 124M shape, 4 debug steps: test_gpt2's
-# d12 check), Llama 3 (build/llama3), nanochat (build/nanochat). They need only the Python packages, not the NVIDIA wheels: `make test`
+# d12 check), and every family's own (make <name>-debug-states: llmc/families.h's command and folder). They need only the Python packages, not the NVIDIA wheels: `make test`
 # writes them while pip installs those.
 TEST_D12_DIR := build/refs_d12
 TEST_D12_REFS := $(addprefix $(TEST_D12_DIR)/,gpt2_124M.bin gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_tokenizer.bin)
 .PHONY: test-refs
-test-refs: cuda-cpu-refs llama3-debug-states nanochat-debug-states $(TEST_D12_REFS)
+test-refs: cuda-cpu-refs $(FAMILY_REFS_TARGETS) $(TEST_D12_REFS)
 
 # glibc's malloc keeps the freed GB-sized tensors in the heap instead of giving them back and faulting them in again
 # at the next step (74 s -> 58 s on 2 cores, the same files)

@@ -6,10 +6,10 @@ generate: text generation from an llmc GPT-2, Llama 3 or nanochat model file on 
     ./generate -e llama3_d2.bin -t llama3_tokenizer.bin -p "ROMEO:"          a Llama 3 model
     ./generate -e llama3_d2.bin -t llama3_tokenizer.bin --ids "128000 791"   its prompt as token ids
 
-The family comes from the model file's magic (llmc/model_family.h's model_family_by_magic over the families'
-descriptions, llmc/gpt2.h and llmc/llama3.h; no model file, e.g. -e dN, is GPT-2's). Each family brings only
-hooks and data (GenerateFamily below): its model and tokenizer, its cached forward pass (llmc/cpu/gpt2_inference.h,
-llmc/cpu/llama3_inference.h, over llmc/cpu/kv_cache.h), its prompt encoder, its token writer, its start and end
+The family comes from the model file's magic (llmc/model_family.h's model_family_by_magic over the families of
+llmc/families.h; no model file, e.g. -e dN, is the first family's, GPT-2's). Each family brings only hooks and data
+(llmc/cpu/generator.h's GenerateFamily, at the end of its llmc/cpu/<name>_inference.h): its model and tokenizer, its
+cached forward pass (over llmc/cpu/kv_cache.h), its prompt encoder, its token writer, its start and end
 tokens; one generation loop runs every family. The prompt goes through the model once, then each new token costs
 the forward pass of ONE position, not a recompute of the whole sequence. Tokens are drawn with llmc/sampler.h and
 printed as they come (flushed per token). A fixed --seed gives the same text every run.
@@ -34,262 +34,28 @@ position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_ca
 
 #include "llmc/utils.h"
 #include "llmc/model_family.h"
-#include "llmc/gpt2.h"
-#include "llmc/llama3.h"
-#include "llmc/nanochat.h"
-#include "llmc/tokenizer.h"
-#include "llmc/bpe.h"
 #include "llmc/sampler.h"
-#include "llmc/cpu/kv_cache.h"
-#include "llmc/cpu/gpt2_inference.h"
-#include "llmc/cpu/llama3_inference.h"
-#include "llmc/cpu/nanochat_inference.h"
+#include "llmc/cpu/generator.h"   // GenerateArgs, Generator, GenerateFamily
+#define LLMC_WITH_FAMILY_INFERENCE // every family's description, inference and generate hooks
+#include "llmc/families.h"
 
 // ----------------------------------------------------------------------------
-// the command line's settings
+// the families (llmc/families.h), found by their model files' magic; each brings its hooks in its inference header
 
-typedef struct {
-    const char* model_path;
-    const char* bpe_path;
-    const char* tokenizer_path;  // Llama 3, nanochat: the tokenizer file that decodes (NULL: the family's own file)
-    const char* ids;             // Llama 3: the prompt as token ids
-    const char* prompt;
-    int print_ids;               // print the prompt's token ids to stderr
-    int num_tokens;
-    float temperature;
-    int top_k;
-    float top_p;
-    unsigned long long seed;
-    int interactive;
-    int check_kv;
-    int stop_at_eot;
-} GenerateArgs;
-
-// A model ready to generate, whatever its family: what the generation loop reads besides the family's hooks.
-// The family's open hook fills it (generator_set).
-typedef struct GenerateFamily GenerateFamily;
-typedef struct {
-    const GenerateFamily* family;
-    const void* model;              // the family's inference struct (GPT2Inference, Llama3Inference)
-    KVCache kv;                     // the model's cache, its whole context
-    int vocab_size;                 // V: the logits sampled, the ids --ids takes
-    int start_token;                // the prompt when there is none (GPT-2 <|endoftext|>, Llama 3 BOS); never echoed
-    int end_token;                  // the token that ends a document
-    const void* tokenizer;          // what the family's encode and write_token read
-    void* state;                    // what open made, for close
-} Generator;
-
-// A family, as generate sees it: its description (the magic of its model files), its hooks and its data.
-struct GenerateFamily {
-    const ModelFamily* family;
-    const char* no_ids;        // the error line of --ids when the family takes no token-id prompts (%s: -e), else NULL
-    int echo_prompt_tokens;    // a prompt not given as -p text (--ids, a line of -i) is printed decoded (else not at all)
-    // the model of -e, its tokenizer (the encoder only when text: a prompt comes as text), the cache; one error line each
-    void (*open)(Generator* g, const GenerateArgs* args, int text);
-    KVForwardFn forward_cached;    // the cached forward pass (llmc/cpu/kv_cache.h)
-    // a text prompt's ids into seq (room for maxT + strlen(text) ids); may die when they leave no room in maxT
-    int (*encode)(const void* tokenizer, const char* text, int* seq, int maxT);
-    void (*write_token)(const void* tokenizer, int id);   // the token's bytes to stdout
-    void (*close)(void* state);    // frees what open made (the model, the tokenizer, state itself)
-};
-
-static void generator_set(Generator* g, const void* model, int vocab_size, int start_token, int end_token,
-                          const void* tokenizer, void* state) {
-    Generator set = {g->family, model, g->kv, vocab_size, start_token, end_token, tokenizer, state};
-    *g = set;
-}
-
-// ----------------------------------------------------------------------------
-// GPT-2: a model file or a descriptor (dN, gpt2:dN, gpt3:cN) from scratch, the BPE ranks file (-b)
-
-typedef struct {
-    GPT2Inference model;
-    BPE bpe;
-} GPT2Generator;
-
-static int gpt2_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
-    return (int)bpe_encode((const BPE*)tokenizer, (const unsigned char*)text, strlen(text), 1, seq);
-}
-
-static void gpt2_write_token(const void* tokenizer, int id) {
-    size_t len;
-    const unsigned char* bytes = bpe_token_bytes((const BPE*)tokenizer, id, &len);
-    if (bytes != NULL) { fwriteCheck(bytes, 1, len, stdout, "stdout"); }
-}
-
-static void gpt2_generator_close(void* state) {
-    GPT2Generator* s = (GPT2Generator*)state;
-    bpe_free(&s->bpe);
-    gpt2_inference_free(&s->model);
-    free(s);
-}
-
-static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text) {
-    GPT2Generator* s = (GPT2Generator*)mallocCheck(sizeof(GPT2Generator));
-    GPT2Config cfg;
-    const char* why;
-    int desc = gpt2_config_from_descriptor(args->model_path, &cfg, &why);
-    if (desc < 0) { llmc_die("-e %s: %s", args->model_path, why); }
-    if (desc == 1) {
-        gpt2_inference_from_scratch(&s->model, &cfg, 42);
-        fprintf(stderr, "note: %s is initialised from scratch (seed 42): expect random text\n", args->model_path);
-    } else {
-        if (!file_exists(args->model_path)) {
-            llmc_die("%s: checkpoint not found (`make model` writes gpt2_124M.bin; or pass -e dN for a random model)", args->model_path);
-        }
-        gpt2_inference_load(&s->model, args->model_path);
-    }
-    int V = s->model.config.vocab_size;
-    bpe_init(&s->bpe, args->bpe_path);
-    if (s->bpe.eot_token >= V) {
-        llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args->bpe_path, s->bpe.eot_token + 1, V);
-    }
-    gpt2_inference_cache(&s->model, &g->kv);
-    generator_set(g, &s->model, V, s->bpe.eot_token, s->bpe.eot_token, &s->bpe, s);
-}
-
-// ----------------------------------------------------------------------------
-// Llama 3: a model file, the Llama 3 tokenizer file (-t) that decodes and, for text prompts, encodes
-
-typedef struct {
-    Llama3Inference model;
-    Tokenizer tok;
-    BPE bpe;        // the tokenizer's ranks, for text prompts only
-    int has_bpe;
-} Llama3Generator;
-
-// a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
-// dies when it leaves no room to generate in the context maxT
-static int llama3_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
-    const Llama3Generator* s = (const Llama3Generator*)tokenizer;
-    size_t len = strlen(text);
-    int* ids = (int*)mallocCheck((len + 1) * sizeof(int));
-    size_t n = bpe_encode(&s->bpe, (const unsigned char*)text, len, 0, ids);
-    if (n + 1 >= (size_t)maxT) {
-        llmc_die("-p: the prompt is %zu tokens with BOS, the model's context is %d (it must leave room to generate)", n + 1, maxT);
-    }
-    seq[0] = s->tok.bos_token;
-    memcpy(seq + 1, ids, n * sizeof(int));
-    free(ids);
-    return (int)n + 1;
-}
-
-static void llama3_write_token(const void* tokenizer, int id) {
-    const Tokenizer* t = &((const Llama3Generator*)tokenizer)->tok;
-    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
-}
-
-static void llama3_generator_close(void* state) {
-    Llama3Generator* s = (Llama3Generator*)state;
-    if (s->has_bpe) { bpe_free(&s->bpe); }
-    tokenizer_free(&s->tok);
-    llama3_inference_free(&s->model);
-    free(s);
-}
-
-static void llama3_generator_open(Generator* g, const GenerateArgs* args, int text) {
-    Llama3Generator* s = (Llama3Generator*)mallocCheck(sizeof(Llama3Generator));
-    llama3_inference_load(&s->model, args->model_path);
-    int V = s->model.config.vocab_size;
-    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : LLAMA3_FAMILY.tokenizer_path;
-    if (!file_exists(tok_path)) {
-        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", tok_path);
-    }
-    tokenizer_init(&s->tok, tok_path);
-    if (s->tok.bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", tok_path); }
-    if ((int)s->tok.vocab_size != V) {
-        llmc_die("%s: %u tokens, but the model %s has V = %d", tok_path, s->tok.vocab_size, args->model_path, V);
-    }
-    s->has_bpe = text;
-    if (text) { bpe_init_llama3(&s->bpe, &s->tok, tok_path); }
-    llama3_inference_cache(&s->model, &g->kv);
-    generator_set(g, &s->model, V, s->tok.bos_token, s->tok.eot_token, s, s);
-}
-
-// ----------------------------------------------------------------------------
-// nanochat: a model file; its tokenizer file (-t, default nanochat_tokenizer.bin, the GPT-2 file format) decodes
-// and, for GPT-2's vocabulary (the ids below <|endoftext|> = 50256 are the BPE ranks), encodes text prompts with
-// GPT-2's pre-tokenisation. Without the file, --ids prompts still run and the tokens are printed as ids.
-
-typedef struct {
-    NanoChatInference model;
-    Tokenizer tok;      // init_ok = 0 when the file is missing
-    BPE bpe;            // the tokenizer's ranks, for text prompts only
-    int has_bpe;
-} NanoChatGenerator;
-
-static int nanochat_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
-    const NanoChatGenerator* s = (const NanoChatGenerator*)tokenizer;
-    return (int)bpe_encode(&s->bpe, (const unsigned char*)text, strlen(text), 1, seq);
-}
-
-static void nanochat_write_token(const void* tokenizer, int id) {
-    const Tokenizer* t = &((const NanoChatGenerator*)tokenizer)->tok;
-    if (!t->init_ok || id >= (int)t->vocab_size) { // no tokenizer file, or a padding id past its vocabulary
-        printf(" <%d>", id);
-        return;
-    }
-    fwriteCheck(tokenizer_decode(t, (uint32_t)id), 1, tokenizer_decode_length(t, (uint32_t)id), stdout, "stdout");
-}
-
-static void nanochat_generator_close(void* state) {
-    NanoChatGenerator* s = (NanoChatGenerator*)state;
-    if (s->has_bpe) { bpe_free(&s->bpe); }
-    tokenizer_free(&s->tok);
-    nanochat_inference_free(&s->model);
-    free(s);
-}
-
-static void nanochat_generator_open(Generator* g, const GenerateArgs* args, int text) {
-    NanoChatGenerator* s = (NanoChatGenerator*)callocCheck(1, sizeof(NanoChatGenerator));
-    nanochat_inference_load(&s->model, args->model_path);
-    int V = s->model.config.vocab_size;
-    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : NANOCHAT_FAMILY.tokenizer_path;
-    if (file_exists(tok_path)) {
-        tokenizer_init(&s->tok, tok_path);
-        if ((int)s->tok.vocab_size > V) {
-            llmc_die("%s: %u tokens, more than the model %s's V = %d", tok_path, s->tok.vocab_size, args->model_path, V);
-        }
-    } else if (args->ids == NULL) {
-        llmc_die("%s: no such nanochat tokenizer file (flag -t; python train_nanochat.py writes nanochat_tokenizer.bin): "
-                 "without it, give the prompt as --ids", tok_path);
-    }
-    if (text) {
-        if (s->tok.eot_token != TOKENIZER_V1_EOT || s->tok.bos_token >= 0) {
-            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids, or "
-                     "encode it with the checkpoint's tokenizer.json: python dev/eval/generate_text.py --help", tok_path);
-        }
-        bpe_init_from_tokenizer(&s->bpe, &s->tok, tok_path, s->tok.eot_token, BPE_PATTERN_GPT2);
-        s->has_bpe = 1;
-    }
-    nanochat_inference_cache(&s->model, &g->kv);
-    int start = s->tok.init_ok ? tokenizer_start_token(&s->tok) : 0;
-    generator_set(g, &s->model, V, start, s->tok.init_ok ? s->tok.eot_token : -1, s, s);
-}
-
-// ----------------------------------------------------------------------------
-// the families, found by their model files' magic
-
-static const GenerateFamily GENERATE_FAMILIES[] = {
-    {&GPT2_FAMILY, "--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", 0, gpt2_generator_open,
-     gpt2_forward_cached, gpt2_encode_prompt, gpt2_write_token, gpt2_generator_close},
-    {&LLAMA3_FAMILY, NULL, 1, llama3_generator_open,
-     llama3_forward_cached, llama3_encode_prompt, llama3_write_token, llama3_generator_close},
-    {&NANOCHAT_FAMILY, NULL, 1, nanochat_generator_open,
-     nanochat_forward_cached, nanochat_encode_prompt, nanochat_write_token, nanochat_generator_close},
-};
+#define GENERATE_FAMILY_ROW_(name, description, refs, refs_dir) &name##_generate,
+static const GenerateFamily* const GENERATE_FAMILIES[] = {LLMC_FAMILIES(GENERATE_FAMILY_ROW_)};
 enum { NUM_GENERATE_FAMILIES = sizeof(GENERATE_FAMILIES) / sizeof(GENERATE_FAMILIES[0]) };
 
-// the family of the model file at path; GPT-2's when it is none (a descriptor, a missing file, an unknown magic:
-// GPT-2's loader says which)
+// the family of the model file at path; the registry's first family (the default model's) when it is none (a
+// descriptor, a missing file, an unknown magic: that family's loader says which)
 static const GenerateFamily* generate_family_of(const char* path) {
     const ModelFamily* families[NUM_GENERATE_FAMILIES];
-    for (int i = 0; i < NUM_GENERATE_FAMILIES; i++) { families[i] = GENERATE_FAMILIES[i].family; }
+    for (int i = 0; i < NUM_GENERATE_FAMILIES; i++) { families[i] = GENERATE_FAMILIES[i]->family; }
     const ModelFamily* f = model_family_by_magic(families, NUM_GENERATE_FAMILIES, llmc_model_file_magic(path));
     for (int i = 0; i < NUM_GENERATE_FAMILIES; i++) {
-        if (GENERATE_FAMILIES[i].family == f) { return &GENERATE_FAMILIES[i]; }
+        if (GENERATE_FAMILIES[i]->family == f) { return GENERATE_FAMILIES[i]; }
     }
-    return &GENERATE_FAMILIES[0];
+    return GENERATE_FAMILIES[0];
 }
 
 // ----------------------------------------------------------------------------

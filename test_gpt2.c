@@ -22,17 +22,9 @@ losses at least 5e-2).
 #include "train_gpt2.c"
 #include "llmc/cpu/cpu_test.h"
 
-// the model's line
-static void gpt2_test_describe(const void* m, const char* path) {
-    const GPT2* model = (const GPT2*)m;
-    const GPT2Config* cfg = &model->config;
-    printf("model %s: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", path, cfg->num_layers, cfg->num_heads,
-           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->cpu.num_parameters);
-}
-
 static const CpuTestProgram TEST_GPT2 = {
-    "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
-    "model checkpoint", 0, gpt2_test_describe,
+    .about = "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
+    .model_kind = "model checkpoint", .wide = 0,
 };
 
 int main(int argc, char** argv) {

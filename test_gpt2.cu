@@ -46,11 +46,6 @@ corrupted inputs). FP32 builds use true fp32 GEMMs here (TF32 off).
 #include "train_gpt2.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-static void gpt2_test_describe(FILE* out, const void* model) {
-    const GPT2Config* cfg = &((const GPT2*)model)->config;
-    fprintf(out, "L=%d C=%d NH=%d", cfg->num_layers, cfg->channels, cfg->num_heads);
-}
-
 // the exact zeros a correct gradient has: wte's padded rows V..Vp-1, wpe's rows T..maxT-1
 static void gpt2_test_exact_zeros(TensorCheck* c, const void* model, int k, const float* grad, int T) {
     const GPT2* m = (const GPT2*)model;
@@ -60,11 +55,12 @@ static void gpt2_test_exact_zeros(TensorCheck* c, const void* model, int k, cons
 }
 
 static const GpuTestProgram TEST_GPT2CU = {
-    "test_gpt2cu: checks the GPU trainer against python train_gpt2.py --write_tensors 1, then bit-exact resume.\n"
-    "Run it as several processes with mpirun -np 2 ./test_gpt2cu [-z 1].",
-    &GPT2_FAMILY, "checkpoint", "model checkpoint written by train_gpt2.py", "test_gpt2cu_resume",
-    "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms", "exact zeros in dwte's padded rows and dwpe's rows past T; ",
-    &gpt2_calls, gpt2_test_describe, gpt2_test_exact_zeros,
+    .about = "test_gpt2cu: checks the GPU trainer against python train_gpt2.py --write_tensors 1, then bit-exact resume.\n"
+             "Run it as several processes with mpirun -np 2 ./test_gpt2cu [-z 1].",
+    .family = &GPT2_FAMILY, .model_kind = "checkpoint", .model_help = "model checkpoint written by train_gpt2.py",
+    .tmp_default = "test_gpt2cu_resume", .recompute_help = "activation recompute: 0 none, 1 GELU, 2 GELU and layernorms",
+    .zeros_note = "exact zeros in dwte's padded rows and dwpe's rows past T; ",
+    .calls = &gpt2_calls, .exact_zeros = gpt2_test_exact_zeros,
 };
 
 int main(int argc, char** argv) {

@@ -25,19 +25,10 @@ norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relat
 #include "train_llama3.c"
 #include "llmc/cpu/cpu_test.h"
 
-// the model's line: its shape, and what d2 does not exercise (a tied head, Llama 3.1 RoPE scaling)
-static void llama3_test_describe(const void* m, const char* path) {
-    const Llama3* model = (const Llama3*)m;
-    const Llama3Config* cfg = &model->config;
-    printf("model %s: Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s%s, %zu parameters\n", path, cfg->num_layers,
-           cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
-           cfg->tied_embeddings ? ", tied lm_head" : "", cfg->use_scaled_rope ? ", scaled RoPE" : "", model->cpu.num_parameters);
-}
-
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_LLAMA3 = {
-    "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
-    "Llama 3 model file", 1, llama3_test_describe,
+    .about = "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
+    .model_kind = "Llama 3 model file", .wide = 1,
 };
 
 int main(int argc, char** argv) {

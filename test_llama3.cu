@@ -24,20 +24,13 @@ Exit status 0 only if every check passed.
 #include "train_llama3.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-// the shape, and what d2 does not exercise (a tied head, Llama 3.1 RoPE scaling)
-static void llama3_test_describe(FILE* out, const void* model) {
-    const Llama3Config* cfg = &((const Llama3*)model)->config;
-    fprintf(out, "Llama 3 L=%d C=%d NH=%d NKV=%d FFN=%d%s%s", cfg->num_layers, cfg->channels, cfg->num_heads,
-            cfg->num_kv_heads, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied lm_head" : "",
-            cfg->use_scaled_rope ? ", scaled RoPE" : "");
-}
-
 // no -ge (llama3_calls has none), no exact zeros (no padded rows, no position table)
 static const GpuTestProgram TEST_LLAMA3CU = {
-    "test_llama3cu: checks the Llama 3 GPU trainer against python train_llama3.py --write_tensors 1, then bit-exact "
-    "resume.\nRun it as several processes with mpirun -np 2 ./test_llama3cu [-z 1].",
-    &LLAMA3_FAMILY, "Llama 3 model file", "Llama 3 model file written by train_llama3.py", "test_llama3cu_resume",
-    "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms", "", &llama3_calls, llama3_test_describe, NULL,
+    .about = "test_llama3cu: checks the Llama 3 GPU trainer against python train_llama3.py --write_tensors 1, then "
+             "bit-exact resume.\nRun it as several processes with mpirun -np 2 ./test_llama3cu [-z 1].",
+    .family = &LLAMA3_FAMILY, .model_kind = "Llama 3 model file", .model_help = "Llama 3 model file written by train_llama3.py",
+    .tmp_default = "test_llama3cu_resume", .recompute_help = "activation recompute: 0 none, 1 SwiGLU, 2 SwiGLU and RMSNorms",
+    .zeros_note = "", .calls = &llama3_calls, .exact_zeros = NULL,
 };
 
 int main(int argc, char** argv) {

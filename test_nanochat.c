@@ -16,18 +16,10 @@ their largest and relative L2 3e-5, step losses by the reference's float32 noise
 #include "train_nanochat.c"
 #include "llmc/cpu/cpu_test.h"
 
-static void nanochat_test_describe(const void* m, const char* path) {
-    const NanoChat* model = (const NanoChat*)m;
-    const NanoChatConfig* cfg = &model->config;
-    printf("model %s: nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d, softcap %g, %zu parameters\n", path,
-           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
-           cfg->vocab_size, cfg->softcap, model->cpu.num_parameters);
-}
-
 // the wide table: relative L2 columns, and every step's gradient norm
 static const CpuTestProgram TEST_NANOCHAT = {
-    "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
-    "nanochat model file", 1, nanochat_test_describe,
+    .about = "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
+    .model_kind = "nanochat model file", .wide = 1,
 };
 
 int main(int argc, char** argv) {

@@ -21,19 +21,13 @@ Exit status 0 only if every check passed.
 #include "train_nanochat.cu"
 #include "llmc/cuda/gpu_test.cuh"  // the flags, the debug state's batch per process, the checks, resume, verdict
 
-// the shape, and whether the logits are capped
-static void nanochat_test_describe(FILE* out, const void* model) {
-    const NanoChatConfig* cfg = &((const NanoChat*)model)->config;
-    fprintf(out, "nanochat L=%d C=%d NH=%d NKV=%d FFN=%d softcap=%g", cfg->num_layers, cfg->channels, cfg->num_heads,
-            cfg->num_kv_heads, cfg->ffn_hidden, cfg->softcap);
-}
-
 // no -ge (nanochat_calls has none), no exact zeros (no padded rows, no position table)
 static const GpuTestProgram TEST_NANOCHATCU = {
-    "test_nanochatcu: checks the nanochat GPU trainer against python train_nanochat.py --write_tensors 1, then "
-    "bit-exact resume.\nRun it as several processes with mpirun -np 2 ./test_nanochatcu [-z 1].",
-    &NANOCHAT_FAMILY, "nanochat model file", "nanochat model file written by train_nanochat.py", "test_nanochatcu_resume",
-    "activation recompute: 0 none, 1 ReLU^2, 2 ReLU^2 and RMSNorms", "", &nanochat_calls, nanochat_test_describe, NULL,
+    .about = "test_nanochatcu: checks the nanochat GPU trainer against python train_nanochat.py --write_tensors 1, "
+             "then bit-exact resume.\nRun it as several processes with mpirun -np 2 ./test_nanochatcu [-z 1].",
+    .family = &NANOCHAT_FAMILY, .model_kind = "nanochat model file", .model_help = "nanochat model file written by train_nanochat.py",
+    .tmp_default = "test_nanochatcu_resume", .recompute_help = "activation recompute: 0 none, 1 ReLU^2, 2 ReLU^2 and RMSNorms",
+    .zeros_note = "", .calls = &nanochat_calls, .exact_zeros = NULL,
 };
 
 int main(int argc, char** argv) {

@@ -98,26 +98,29 @@ typedef struct {
     CpuModel cpu;
 } GPT2;
 
-// allocates parameters (zeroed) and gradients for model->config
-void gpt2_allocate_parameters(GPT2* model) {
+// the model of this config: its parameters (zeroed) and gradients (llmc/cpu/cpu_trainer.h's cpu_model_build fills
+// the parameters: -e's checkpoint, or the init from scratch of llmc/gpt2.h)
+void gpt2_allocate(void* m, const void* config) {
+    GPT2* model = (GPT2*)m;
+    model->config = *(const GPT2Config*)config;
     cpu_model_init(&model->cpu, &GPT2_FAMILY, &model->config, model->config.vocab_size, model->config.max_seq_len);
     gpt2_point_parameters(&model->params, model->cpu.params_memory, &model->config);
     gpt2_point_parameters(&model->grads, model->cpu.grads_memory, &model->config);
     model->cpu.lazy_zero_grad = 1; // gpt2_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
 }
 
+// pyllmc's two builds (pyllmc/_capi.h): a checkpoint, or from scratch exactly like train_gpt2.py (llmc/gpt2.h)
 void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     int version;
-    FILE* f = gpt2_model_open(path, &model->config, &version);
-    gpt2_allocate_parameters(model);
+    GPT2Config cfg;
+    FILE* f = gpt2_model_open(path, &cfg, &version);
+    gpt2_allocate(model, &cfg);
     model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
     fcloseCheck(f, path);
 }
 
-// init from scratch exactly like train_gpt2.py (llmc/gpt2.h, shared with the GPU trainer)
 void gpt2_build_from_scratch(GPT2* model, const GPT2Config* cfg, unsigned int seed) {
-    model->config = *cfg;
-    gpt2_allocate_parameters(model);
+    gpt2_allocate(model, cfg);
     gpt2_init_params_from_scratch(model->cpu.params_memory, cfg, seed);
 }
 
@@ -265,39 +268,11 @@ void gpt2_free(void* m) { cpu_model_free(&((GPT2*)m)->cpu); }
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI) in
 // llmc/cpu/cpu_trainer.h.
 
-// -e: a descriptor (dN, gpt2:dN, gpt3:cN) to init from scratch, or a checkpoint path; from_file: a checkpoint
-void gpt2_build(void* m, const char* load, int from_file) {
-    GPT2* model = (GPT2*)m;
-    if (!from_file) {
-        GPT2Config cfg;
-        const char* why;
-        int kind = gpt2_config_from_descriptor(load, &cfg, &why);
-        if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
-        if (kind == 1) {
-            gpt2_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
-            return;
-        }
-        if (!file_exists(load)) { llmc_die(GPT2_FAMILY.missing_model, load); }
-    }
-    gpt2_build_from_checkpoint(model, load);
-}
-
-// the model's line of what the run does
-void gpt2_describe(const void* m, const char* path) {
-    const GPT2* model = (const GPT2*)m;
-    const GPT2Config* cfg = &model->config;
-    printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", path, cfg->num_layers, cfg->num_heads,
-           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->cpu.num_parameters);
-}
-
-void gpt2_write(const void* m, const char* path) {
-    const GPT2* model = (const GPT2*)m;
-    gpt2_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
-}
-
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the GPT2 as void*)
-static const CpuModelCalls gpt2_calls = {gpt2_build, gpt2_describe, gpt2_allocate_activations, gpt2_forward, gpt2_backward,
-                                         gpt2_write, gpt2_free};
+static const CpuModelCalls gpt2_calls = {
+    .allocate = gpt2_allocate, .allocate_activations = gpt2_allocate_activations, .forward = gpt2_forward,
+    .backward = gpt2_backward, .free = NULL,  // the CpuModel holds everything (gpt2_free: pyllmc's)
+};
 
 #ifndef LLMC_NO_MAIN
 int main(int argc, char** argv) {

@@ -140,50 +140,15 @@ typedef struct {
     GpuModel gpu;
 } GPT2;
 
-// -e: a model descriptor (dN, gpt2:dN, gpt3:cN) to init from scratch, or a checkpoint path; from_file: a checkpoint
-// whatever its name (a resumed one). zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather.
-// The device gets the parameters rounded to floatX; the fp32 values stay in gpu.init_params for the master
-// weights (gpt2_allocate_state).
-static void gpt2_build(void* m, const char* load, int from_file, int zero_stage, int nproc) {
+// the model of this config: its GpuModel (gpu_model_init) with the views of its parameters and gradients
+// (llmc/cuda/gpu_trainer.cuh's gpu_model_build fills the parameters: -e's checkpoint, or llmc/gpt2.h's init)
+static void gpt2_init(void* m, const void* config) {
     GPT2* model = (GPT2*)m;
-    GPT2Config cfg;
-    int kind = 0;  // 1: a descriptor, from scratch
-    if (!from_file) {
-        const char* why = "";
-        kind = gpt2_config_from_descriptor(load, &cfg, &why);
-        if (kind < 0) { llmc_die("-e %s: bad model descriptor: %s", load, why); }
-        if (kind != 1 && !file_exists(load)) { llmc_die(GPT2_FAMILY.missing_model, load); }
-    }
-    FILE* f = NULL;
-    int version = 0;
-    if (kind != 1) { f = gpt2_model_open(load, &cfg, &version); }
     memset(model, 0, sizeof(*model));
-    model->config = cfg;
-    gpu_model_init(&model->gpu, &GPT2_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
-    gpu_model_allocate_parameters(&model->gpu, zero_stage, nproc);
-    gpu_model_point(&model->gpu, &model->params, model->gpu.params_memory);
-    gpu_model_point(&model->gpu, &model->grads, model->gpu.grads_memory);
-    float* host = (float*)mallocCheck(model->gpu.num_parameters * sizeof(float));
-    if (kind == 1) {
-        gpt2_init_params_from_scratch(host, &model->config, TRAINER_INIT_SEED);  // llmc/gpt2.h, as train_gpt2.c
-    } else {
-        model_file_read_params(f, load, version, host, model->gpu.num_parameters);
-        fcloseCheck(f, load);
-    }
-    gpu_model_set_init_params(&model->gpu, host);
-}
-
-// rank 0's line of the model (and of cuDNN's attention)
-static void gpt2_describe(const void* m, const char* path) {
-    const GPT2* model = (const GPT2*)m;
+    model->config = *(const GPT2Config*)config;
     const GPT2Config* cfg = &model->config;
-    printf("model: %s L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters, %.2f GiB of activations\n", path, cfg->num_layers,
-           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->gpu.num_parameters,
-           (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-#ifdef ENABLE_CUDNN
-    printf("attention: cuDNN flash attention, %.2f GiB of cuDNN workspace\n",
-           (double)cudnn_attention_workspace_bytes(model->gpu.cudnn) / (1024.0 * 1024.0 * 1024.0));
-#endif
+    gpu_model_init(&model->gpu, &GPT2_FAMILY, cfg, &model->params, &model->grads, cfg->num_layers, cfg->channels,
+                   cfg->vocab_size, cfg->max_seq_len);
 }
 
 // -op muon: Muon on the blocks' 2-D weights (the 4 L matrices of muon_plan) with these settings; owners = the
@@ -220,8 +185,6 @@ static void gpt2_allocate_state(void* m, int B, int T, int recompute, ZeroShard 
     gpu_model_allocate_state(&model->gpu, B, T, shard, use_master_weights, stream);
     gpu_model_prepare_attention(&model->gpu, B, T, cfg->num_heads, cfg->num_heads, cfg->channels / cfg->num_heads, stream);
 }
-
-static void gpt2_free(void* m) { gpu_model_free(&((GPT2*)m)->gpu); }
 
 // ----------------------------------------------------------------------------
 // forward, backward, update
@@ -368,8 +331,8 @@ static void gpt2_backward(void* m, const int* inputs, MultiGpu* mg, int reduce) 
 static void gpt2_set_gelu_fusion(void* model, int on) { ((GPT2*)model)->gelu_fusion = on; }
 
 static const GpuModelCalls gpt2_calls = {
-    gpt2_build, gpt2_describe, gpt2_use_muon, gpt2_allocate_state, gpt2_set_gelu_fusion,
-    gpt2_forward, gpt2_backward, gpt2_free,
+    .init = gpt2_init, .use_muon = gpt2_use_muon, .allocate_state = gpt2_allocate_state,
+    .set_gelu_fusion = gpt2_set_gelu_fusion, .forward = gpt2_forward, .backward = gpt2_backward,
 };
 
 // ----------------------------------------------------------------------------

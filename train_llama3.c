@@ -111,45 +111,17 @@ static Llama3LayerActs llama3_layer_acts(const Llama3Acts* a, const Llama3Config
     return v;
 }
 
-// parameters (zeroed), gradients and the rotary tables for model->config
-static void llama3_allocate_parameters(Llama3* model) {
+// the model of this config: its parameters (zeroed) and gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
+// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/llama3.h)
+static void llama3_allocate(void* m, const void* config) {
+    Llama3* model = (Llama3*)m;
+    model->config = *(const Llama3Config*)config;
     const Llama3Config* cfg = &model->config;
     cpu_model_init(&model->cpu, &LLAMA3_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // llama3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
     llama3_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/llama3_inference.h, shared with generate
-}
-
-static void llama3_build_from_file(Llama3* model, const char* path) {
-    int version;
-    FILE* f = llama3_model_open(path, &model->config, &version);
-    llama3_allocate_parameters(model);
-    model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
-    fcloseCheck(f, path);
-}
-
-// From scratch, bit for bit what train_llama3.py does (llmc/rand.h reproduces torch's generator): one
-// normal draw per 2-D tensor of the model file, in file order, over the whole tensor stacked across
-// layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head): std 0.02, the residual projections
-// (attprojw, fcprojw) 0.02/sqrt(2L); RMSNorm weights 1.
-static void llama3_build_from_scratch(Llama3* model, const Llama3Config* cfg, unsigned int seed) {
-    model->config = *cfg;
-    llama3_allocate_parameters(model);
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
-    float* t = model->cpu.params_memory;
-    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        size_t n = model->cpu.param_sizes[k];
-        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
-            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
-            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
-        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
-            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
-        }
-        t += n;
-    }
 }
 
 // points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the
@@ -300,38 +272,11 @@ static void llama3_free(void* m) {
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
 // model's calls
 
-// -e: dN (from scratch, V from the tokenizer file) or a Llama 3 model file; from_file: a model file
-static void llama3_build(void* m, const char* load, int from_file) {
-    Llama3* model = (Llama3*)m;
-    Llama3Config cfg;
-    if (!from_file && llama3_config_from_descriptor(load, 1, &cfg)) {
-        cfg.vocab_size = llama3_tokenizer_vocab_size(load);
-        llama3_build_from_scratch(model, &cfg, TRAINER_INIT_SEED);
-        return;
-    }
-    if (!from_file && !file_exists(load)) {
-        llmc_die(LLAMA3_FAMILY.missing_model, load);
-    }
-    llama3_build_from_file(model, load);
-}
-
-// the model's line of what the run does
-static void llama3_describe(const void* m, const char* path) {
-    const Llama3* model = (const Llama3*)m;
-    const Llama3Config* cfg = &model->config;
-    printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters\n", path, cfg->num_layers,
-           cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
-           cfg->tied_embeddings ? " (tied lm_head)" : "", model->cpu.num_parameters);
-}
-
-static void llama3_write(const void* m, const char* path) {
-    const Llama3* model = (const Llama3*)m;
-    llama3_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
-}
-
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the Llama3 as void*)
-static const CpuModelCalls llama3_calls = {llama3_build, llama3_describe, llama3_allocate_activations, llama3_forward,
-                                           llama3_backward, llama3_write, llama3_free};
+static const CpuModelCalls llama3_calls = {
+    .allocate = llama3_allocate, .allocate_activations = llama3_allocate_activations, .forward = llama3_forward,
+    .backward = llama3_backward, .free = llama3_free,
+};
 
 #ifndef LLMC_NO_MAIN
 

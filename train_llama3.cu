@@ -148,72 +148,15 @@ typedef struct {
     GpuModel gpu;
 } Llama3;
 
-// From scratch, bit for bit what train_llama3.py (and train_llama3.c) does: one normal draw per 2-D
-// tensor, in file order, over the whole tensor stacked across layers, std 0.02, the residual
-// projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1. host: num_parameters floats.
-static void llama3_init_params_from_scratch(float* host, const Llama3Config* cfg, const size_t* sizes, unsigned int seed) {
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
-    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        size_t n = sizes[k];
-        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
-            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
-            normal_d(host, n, 0.0, residual ? proj_std : std, &rng);
-        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
-            for (size_t i = 0; i < n; i++) { host[i] = 1.0f; }
-        }
-        host += n;
-    }
-}
-
-// -e: a Llama 3 model file, or dN from scratch (V from the tokenizer file); from_file: a model file whatever
-// its name (a resumed checkpoint). zero_stage, nproc: the parameters are padded for the ZeRO-1 all-gather.
-// The device gets the parameters rounded to floatX; the fp32 values stay for the master weights.
-static void llama3_build(void* m, const char* load, int from_file, int zero_stage, int nproc) {
+// the model of this config: its GpuModel (gpu_model_init) with the views of its parameters and gradients
+// (llmc/cuda/gpu_trainer.cuh's gpu_model_build fills the parameters: -e's model file, or llmc/llama3.h's init)
+static void llama3_init(void* m, const void* config) {
     Llama3* model = (Llama3*)m;
-    Llama3Config cfg;
-    FILE* f = NULL;
-    int version = 0;
-    int scratch = !from_file && llama3_config_from_descriptor(load, 1, &cfg);
-    if (scratch) {
-        cfg.vocab_size = llama3_tokenizer_vocab_size(load);
-    } else {
-        if (!file_exists(load)) {
-            llmc_die(LLAMA3_FAMILY.missing_model, load);
-        }
-        f = llama3_model_open(load, &cfg, &version);
-    }
     memset(model, 0, sizeof(*model));
-    model->config = cfg;
-    gpu_model_init(&model->gpu, &LLAMA3_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
-    float* host = gpu_model_load_parameters(&model->gpu, &model->params, &model->grads, f, load, version, zero_stage, nproc);
-    if (scratch) { llama3_init_params_from_scratch(host, &cfg, model->gpu.param_sizes, TRAINER_INIT_SEED); }
-    gpu_model_set_init_params(&model->gpu, host);
-}
-
-// rank 0's line of the model (and of cuDNN's attention)
-static void llama3_describe(const void* m, const char* path) {
-    const Llama3* model = (const Llama3*)m;
+    model->config = *(const Llama3Config*)config;
     const Llama3Config* cfg = &model->config;
-    printf("model: %s Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s, %zu parameters, %.2f GiB of activations\n", path,
-           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
-           cfg->tied_embeddings ? " (tied lm_head)" : "", model->gpu.num_parameters,
-           (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-    gpu_model_describe_attention(&model->gpu, cfg->num_heads, cfg->num_kv_heads);
-}
-
-// -op muon: Muon on each layer's qkvw, attprojw, fcw, fcw2, fcprojw (5 L matrices) with these settings, AdamW on
-// the rest; owners = the number of processes under ZeRO-1 (each rank updates whole matrices), else 1. Call before
-// llama3_allocate_state.
-static void llama3_use_muon(void* m, const MuonConfig* settings, int owners, int rank) {
-    Llama3* model = (Llama3*)m;
-    size_t dims[LLAMA3_NUM_PARAMETER_TENSORS][3], state_size = 0;
-    llama3_parameter_dims(dims, &model->config);
-    MuonMatrix* mats = (MuonMatrix*)mallocCheck(5 * (size_t)model->config.num_layers * sizeof(MuonMatrix));
-    int count = muon_plan_table((const size_t(*)[3])dims, LLAMA3_PARAMETER_PER_LAYER, LLAMA3_PARAMETER_IS_MATRIX,
-                                LLAMA3_NUM_PARAMETER_TENSORS, owners, rank, mats, &state_size);
-    gpu_model_use_muon(&model->gpu, settings, mats, count, state_size);
+    gpu_model_init(&model->gpu, &LLAMA3_FAMILY, cfg, &model->params, &model->grads, cfg->num_layers, cfg->channels,
+                   cfg->vocab_size, cfg->max_seq_len);
 }
 
 // activations for micro-batches of B x T (T at most the model's maxT: the callers check it), the rotary tables,
@@ -244,8 +187,6 @@ static void llama3_allocate_state(void* m, int B, int T, int recompute, ZeroShar
     gpu_model_allocate_state(&model->gpu, B, T, shard, use_master_weights, stream);
     gpu_model_prepare_attention(&model->gpu, B, T, cfg->num_heads, cfg->num_kv_heads, HS, stream);
 }
-
-static void llama3_free(void* m) { gpu_model_free(&((Llama3*)m)->gpu); }
 
 // ----------------------------------------------------------------------------
 // forward, backward
@@ -414,10 +355,11 @@ static void llama3_backward(void* m, const int* inputs, MultiGpu* mg, int reduce
 // what Llama 3 brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
 // calls, each taking the Llama3 struct, as one table
 
-// no -ge: SwiGLU has no cuBLASLt epilogue here
+// no -ge: SwiGLU has no cuBLASLt epilogue here; -op muon: every layer's qkvw, attprojw, fcw, fcw2, fcprojw (use_muon
+// NULL: gpu_model_use_muon_on_layers)
 static const GpuModelCalls llama3_calls = {
-    llama3_build, llama3_describe, llama3_use_muon, llama3_allocate_state, NULL,
-    llama3_forward, llama3_backward, llama3_free,
+    .init = llama3_init, .use_muon = NULL, .allocate_state = llama3_allocate_state,
+    .set_gelu_fusion = NULL, .forward = llama3_forward, .backward = llama3_backward,
 };
 
 // ----------------------------------------------------------------------------

@@ -120,22 +120,17 @@ static NanoChatLayerActs nanochat_layer_acts(const NanoChatActs* a, const NanoCh
     return v;
 }
 
-// parameters (zeroed), gradients and the rotary tables for model->config
-static void nanochat_allocate_parameters(NanoChat* model) {
+// the model of this config: its parameters (zeroed) and gradients, the rotary tables (llmc/cpu/cpu_trainer.h's
+// cpu_model_build fills the parameters: -e's model file, or the init from scratch of llmc/nanochat.h)
+static void nanochat_allocate(void* m, const void* config) {
+    NanoChat* model = (NanoChat*)m;
+    model->config = *(const NanoChatConfig*)config;
     const NanoChatConfig* cfg = &model->config;
     cpu_model_init(&model->cpu, &NANOCHAT_FAMILY, cfg, cfg->vocab_size, cfg->max_seq_len);
     nanochat_point_parameters(&model->params, model->cpu.params_memory, cfg);
     nanochat_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // nanochat_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
     nanochat_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/nanochat_inference.h, shared with generate
-}
-
-static void nanochat_build_from_file(NanoChat* model, const char* path) {
-    int version;
-    FILE* f = nanochat_model_open(path, &model->config, &version);
-    nanochat_allocate_parameters(model);
-    model_file_read_params(f, path, version, model->cpu.params_memory, model->cpu.num_parameters);
-    fcloseCheck(f, path);
 }
 
 // points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the
@@ -281,39 +276,11 @@ static void nanochat_free(void* m) {
 // trainer adds (its main(), gradient norm, optimizer, training state, threads, MPI), this file brings its
 // model's calls
 
-// -e: dN (from scratch, bit for bit train_nanochat.py's init) or a nanochat model file; from_file: a model file
-static void nanochat_build(void* m, const char* load, int from_file) {
-    NanoChat* model = (NanoChat*)m;
-    NanoChatConfig cfg;
-    if (!from_file && nanochat_config_from_descriptor(load, &cfg)) {
-        model->config = cfg;
-        nanochat_allocate_parameters(model);
-        nanochat_init_params_from_scratch(model->cpu.params_memory, &model->config, TRAINER_INIT_SEED);
-        return;
-    }
-    if (!from_file && !file_exists(load)) {
-        llmc_die(NANOCHAT_FAMILY.missing_model, load);
-    }
-    nanochat_build_from_file(model, load);
-}
-
-// the model's line of what the run does
-static void nanochat_describe(const void* m, const char* path) {
-    const NanoChat* model = (const NanoChat*)m;
-    const NanoChatConfig* cfg = &model->config;
-    printf("model: %s nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap %g, %zu parameters\n", path,
-           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
-           cfg->vocab_size, cfg->softcap, model->cpu.num_parameters);
-}
-
-static void nanochat_write(const void* m, const char* path) {
-    const NanoChat* model = (const NanoChat*)m;
-    nanochat_model_write(path, &model->config, model->cpu.params_memory, model->cpu.num_parameters);
-}
-
 // the model's calls for the programs around it (llmc/cpu/cpu_model.h's CpuModelCalls: each takes the NanoChat as void*)
-static const CpuModelCalls nanochat_calls = {nanochat_build, nanochat_describe, nanochat_allocate_activations,
-                                             nanochat_forward, nanochat_backward, nanochat_write, nanochat_free};
+static const CpuModelCalls nanochat_calls = {
+    .allocate = nanochat_allocate, .allocate_activations = nanochat_allocate_activations, .forward = nanochat_forward,
+    .backward = nanochat_backward, .free = nanochat_free,
+};
 
 #ifndef LLMC_NO_MAIN
 

@@ -143,43 +143,17 @@ typedef struct {
     GpuModel gpu;
 } NanoChat;
 
-// -e: a nanochat model file, or dN from scratch (llmc/nanochat.h: bit for bit train_nanochat.py's init);
-// from_file: a model file whatever its name (a resumed checkpoint). zero_stage, nproc: the parameters are padded
-// for the ZeRO-1 all-gather. The device gets the parameters rounded to floatX; the fp32 values stay for the master
-// weights.
-static void nanochat_build(void* m, const char* load, int from_file, int zero_stage, int nproc) {
+// the model of this config: its GpuModel (gpu_model_init) with the views of its parameters and gradients, the
+// softcap its classifier takes back (llmc/cuda/gpu_trainer.cuh's gpu_model_build fills the parameters: -e's model
+// file, or llmc/nanochat.h's init)
+static void nanochat_init(void* m, const void* config) {
     NanoChat* model = (NanoChat*)m;
-    NanoChatConfig cfg;
-    FILE* f = NULL;
-    int version = 0;
-    int scratch = !from_file && nanochat_config_from_descriptor(load, &cfg);
-    if (!scratch) {
-        if (!file_exists(load)) { llmc_die(NANOCHAT_FAMILY.missing_model, load); }
-        f = nanochat_model_open(load, &cfg, &version);
-    }
     memset(model, 0, sizeof(*model));
-    model->config = cfg;
-    gpu_model_init(&model->gpu, &NANOCHAT_FAMILY, &model->config, cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len);
-    model->gpu.logit_softcap = cfg.softcap;
-    float* host = gpu_model_load_parameters(&model->gpu, &model->params, &model->grads, f, load, version, zero_stage, nproc);
-    if (scratch) { nanochat_init_params_from_scratch(host, &cfg, TRAINER_INIT_SEED); }
-    gpu_model_set_init_params(&model->gpu, host);
-}
-
-// rank 0's line of the model (and of cuDNN's attention)
-static void nanochat_describe(const void* m, const char* path) {
-    const NanoChat* model = (const NanoChat*)m;
+    model->config = *(const NanoChatConfig*)config;
     const NanoChatConfig* cfg = &model->config;
-    printf("model: %s nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap=%g, %zu parameters, %.2f GiB of activations\n",
-           path, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len,
-           cfg->vocab_size, cfg->softcap, model->gpu.num_parameters, (double)model->gpu.acts_bytes / (1024.0 * 1024.0 * 1024.0));
-    gpu_model_describe_attention(&model->gpu, cfg->num_heads, cfg->num_kv_heads);
-}
-
-// -op muon: Muon on each layer's qkvw (one matrix: q, k and v orthogonalised together), attprojw, fcw, fcprojw
-// (4 L matrices), AdamW on wte and lm_head; owners = the number of processes under ZeRO-1, else 1
-static void nanochat_use_muon(void* m, const MuonConfig* settings, int owners, int rank) {
-    gpu_model_use_muon_on_layers(&((NanoChat*)m)->gpu, settings, owners, rank);
+    gpu_model_init(&model->gpu, &NANOCHAT_FAMILY, cfg, &model->params, &model->grads, cfg->num_layers, cfg->channels,
+                   cfg->vocab_size, cfg->max_seq_len);
+    model->gpu.logit_softcap = cfg->softcap;
 }
 
 // activations for micro-batches of B x T (T at most the model's maxT: the callers check it), the rotary tables,
@@ -205,8 +179,6 @@ static void nanochat_allocate_state(void* m, int B, int T, int recompute, ZeroSh
     gpu_model_allocate_state(&model->gpu, B, T, shard, use_master_weights, stream);
     gpu_model_prepare_attention(&model->gpu, B, T, cfg->num_heads, cfg->num_kv_heads, HS, stream);
 }
-
-static void nanochat_free(void* m) { gpu_model_free(&((NanoChat*)m)->gpu); }
 
 // ----------------------------------------------------------------------------
 // forward, backward
@@ -344,10 +316,11 @@ static void nanochat_backward(void* m, const int* inputs, MultiGpu* mg, int redu
 // what nanochat brings to llmc/cuda/gpu_trainer.cuh's GpuTrainer (and through it to llmc/trainer.h's loop): its
 // calls, each taking the NanoChat struct, as one table
 
-// no -ge: ReLU^2 has no cuBLASLt epilogue here
+// no -ge: ReLU^2 has no cuBLASLt epilogue here; -op muon: every layer's qkvw (q, k and v as one matrix), attprojw, fcw,
+// fcprojw (use_muon NULL: gpu_model_use_muon_on_layers)
 static const GpuModelCalls nanochat_calls = {
-    nanochat_build, nanochat_describe, nanochat_use_muon, nanochat_allocate_state, NULL,
-    nanochat_forward, nanochat_backward, nanochat_free,
+    .init = nanochat_init, .use_muon = NULL, .allocate_state = nanochat_allocate_state,
+    .set_gelu_fusion = NULL, .forward = nanochat_forward, .backward = nanochat_backward,
 };
 
 // ----------------------------------------------------------------------------

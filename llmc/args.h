@@ -23,6 +23,7 @@ value prints one line "error: ..." and exits with status 1.
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#include "families.h"
 
 typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING } ArgType;
 
@@ -40,8 +41,8 @@ typedef struct {
 
 // the programs that parse the trainers' table, one bit per backend; TRAIN_BACKEND_NAMES names them
 typedef enum {
-    TRAIN_CPU = 1,      // ./train_gpt2, ./train_llama3, ./train_nanochat (and python -m pyllmc.train, which runs ./train_gpt2's main)
-    TRAIN_GPU = 2,      // ./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu
+    TRAIN_CPU = 1,      // every family's ./train_<name> (llmc/families.h; and python -m pyllmc.train, which runs one's main)
+    TRAIN_GPU = 2,      // every family's ./train_<name>cu
     TRAIN_OPENCL = 4,   // ./train_gpt2cl
 } TrainBackend;
 #define TRAIN_EVERY (TRAIN_CPU | TRAIN_GPU | TRAIN_OPENCL)
@@ -52,9 +53,12 @@ typedef struct {
     const char* programs;   // "./train_gpt2cu, ./train_llama3cu"
 } TrainBackendName;
 
+// the trainers of every family in llmc/families.h as one string ", ./train_a, ./train_b"; + 2 skips the first ", "
+#define TRAIN_CPU_PROGRAM_(name, description, refs, refs_dir) ", ./train_" #name
+#define TRAIN_GPU_PROGRAM_(name, description, refs, refs_dir) ", ./train_" #name "cu"
 static const TrainBackendName TRAIN_BACKEND_NAMES[] = {
-    {TRAIN_CPU, "the CPU trainers", "./train_gpt2, ./train_llama3, ./train_nanochat"},
-    {TRAIN_GPU, "the GPU trainers", "./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu"},
+    {TRAIN_CPU, "the CPU trainers", LLMC_FAMILIES(TRAIN_CPU_PROGRAM_) + 2},
+    {TRAIN_GPU, "the GPU trainers", LLMC_FAMILIES(TRAIN_GPU_PROGRAM_) + 2},
     {TRAIN_OPENCL, "the OpenCL trainer", "./train_gpt2cl"},
 };
 

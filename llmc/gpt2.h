@@ -85,10 +85,9 @@ typedef struct {
     X(D, fcprojw,  1, C,     4 * C, 1) /* MLP down-projection */ \
     X(D, fcprojb,  1, C,     1,     0)
 
-// expanded with llmc/model_file.h's TENSOR_* (GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, and the count)
-enum { GPT2_PARAMETER_TENSORS(TENSOR_INDEX, GPT2_PARAM_) GPT2_NUM_PARAMETER_TENSORS };
-enum { GPT2_NUM_LAYER_TENSORS = GPT2_PARAM_fcprojb - GPT2_PARAM_ln1w + 1 };
-
+// the enum GPT2_PARAM_wte = 0 ... GPT2_PARAM_lnfb = 15, its count, one layer's 12 tensors and the arrays of names
+// and flags (llmc/model_file.h)
+TENSOR_TABLE_INDEX(GPT2_PARAMETER_TENSORS, GPT2, ln1w, fcprojb)
 
 // (slices, rows, cols) of each parameter tensor, checkpoint order: slices is L for the per-layer ones
 static inline void gpt2_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -100,28 +99,9 @@ static inline void gpt2_parameter_dims(size_t (*dims)[3], const void* config) {
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t gpt2_parameter_sizes(size_t* sizes, const GPT2Config* cfg) {
-    return tensor_table_sizes(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t gpt2_num_parameters(const GPT2Config* cfg) { return gpt2_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the 16 tensors (the weights, or their gradients), and one layer's 12 of them
-typedef struct { GPT2_PARAMETER_TENSORS(TENSOR_FIELD, float) } GPT2Params;
-typedef struct { GPT2_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } GPT2LayerParams;
-
-// points p's tensors into one flat buffer of gpt2_num_parameters(cfg) floats, file order
-static inline void gpt2_point_parameters(GPT2Params* p, float* memory, const GPT2Config* cfg) {
-    tensor_table_point(gpt2_parameter_dims, cfg, GPT2_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2Config* cfg, int l) {
-    GPT2LayerParams w;
-    tensor_table_layer(gpt2_parameter_dims, cfg, GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// GPT2Params, GPT2LayerParams (named fp32 pointers to the 16 tensors, and one layer's 12), gpt2_parameter_sizes,
+// gpt2_num_parameters, gpt2_point_parameters, gpt2_layer_params (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, gpt2, GPT2, ln1w, GPT2Config, GPT2Params, GPT2LayerParams)
 
 // ----------------------------------------------------------------------------
 // The activations of a forward pass, in buffer order: X(type, name, per_layer, per_token, has_grad),
@@ -342,18 +322,45 @@ static inline void gpt2_debug_state_read(DebugState* d, const char* path, const 
     debug_state_read_format(d, path, &GPT2_DEBUG_STATE, cfg->max_seq_len, cfg->vocab_size, num_parameters);
 }
 
-static const char* const GPT2_PARAMETER_NAMES[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int GPT2_PARAMETER_IS_MATRIX[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int GPT2_PARAMETER_PER_LAYER[GPT2_NUM_PARAMETER_TENSORS] = {GPT2_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+
+// the behaviour every program shares (llmc/model_family.h), over GPT2Config
+static inline int gpt2_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    return gpt2_config_from_descriptor(desc, (GPT2Config*)config, why);
+}
+
+static inline void gpt2_family_init_params(float* params, const void* config, unsigned int seed) {
+    gpt2_init_params_from_scratch(params, (const GPT2Config*)config, seed);
+}
+
+static inline void gpt2_describe_config(const void* config, char* line, size_t size) {
+    const GPT2Config* cfg = (const GPT2Config*)config;
+    snprintf(line, size, "L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", cfg->num_layers, cfg->num_heads, cfg->channels,
+             cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size);
+}
 
 static const ModelFamily GPT2_FAMILY = {
-    "gpt2", &GPT2_MODEL_FILE, SHARD_FORMAT_GPT2, "gpt2_tokenizer.bin",
-    "gpt2_124M.bin", "checkpoint to load, or dN / gpt2:dN / gpt3:cN to init from scratch (seed 42)",
-    "%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)",
-    "max sequence length",
-    &GPT2_DEBUG_STATE, "train_gpt2.py", "gpt2_124M.bin", "gpt2_124M_debug_state.bin",
-    GPT2_NUM_PARAMETER_TENSORS, GPT2_PARAMETER_NAMES, GPT2_PARAMETER_IS_MATRIX, GPT2_PARAMETER_PER_LAYER, gpt2_parameter_dims,
-    GPT2_PARAM_ln1w, GPT2_NUM_LAYER_TENSORS,
+    .name = "gpt2",
+    .model_file = &GPT2_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_GPT2,
+    .tokenizer_path = "gpt2_tokenizer.bin",
+    .load_default = "gpt2_124M.bin",
+    .load_help = "checkpoint to load, or dN / gpt2:dN / gpt3:cN to init from scratch (seed 42)",
+    .missing_model = "%s: no such checkpoint (flag -e; python train_gpt2.py writes gpt2_124M.bin, or use -e d12 to init from scratch)",
+    .max_T_name = "max sequence length",
+    .debug_state = &GPT2_DEBUG_STATE,
+    .reference = "train_gpt2.py",
+    .reference_model = "gpt2_124M.bin",
+    .reference_state = "gpt2_124M_debug_state.bin",
+    .num_tensors = GPT2_NUM_PARAMETER_TENSORS,
+    .tensor_names = GPT2_PARAMETER_NAMES,
+    .tensor_is_matrix = GPT2_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = GPT2_PARAMETER_PER_LAYER,
+    .tensor_dims = gpt2_parameter_dims,
+    .first_layer_tensor = GPT2_PARAM_ln1w,
+    .num_layer_tensors = GPT2_NUM_LAYER_TENSORS,
+    .config_from_descriptor = gpt2_family_config_from_descriptor,
+    .init_params = gpt2_family_init_params,
+    .describe_config = gpt2_describe_config,
 };
 
 #endif // LLMC_GPT2_H

@@ -31,6 +31,7 @@ line naming the file; the reading, checking and atomic writing common to every f
 #include <stdio.h>
 #include <string.h>
 #include "utils.h"
+#include "rand.h"
 #include "model_file.h"
 #include "model_family.h"
 #include "tokenizer.h"
@@ -84,13 +85,9 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
     X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
     X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
 
-// expanded with llmc/model_file.h's TENSOR_* (LLAMA3_PARAM_wte = 0 ..., and the count)
-enum { LLAMA3_PARAMETER_TENSORS(TENSOR_INDEX, LLAMA3_PARAM_) LLAMA3_NUM_PARAMETER_TENSORS };
-enum { LLAMA3_NUM_LAYER_TENSORS = LLAMA3_PARAM_fcprojw - LLAMA3_PARAM_ln1w + 1 };
-
-static const char* const LLAMA3_PARAMETER_NAMES[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int LLAMA3_PARAMETER_IS_MATRIX[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int LLAMA3_PARAMETER_PER_LAYER[LLAMA3_NUM_PARAMETER_TENSORS] = {LLAMA3_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+// the enum LLAMA3_PARAM_wte = 0 ..., its count, one layer's 7 tensors and the arrays of names and flags
+// (llmc/model_file.h)
+TENSOR_TABLE_INDEX(LLAMA3_PARAMETER_TENSORS, LLAMA3, ln1w, fcprojw)
 
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -104,28 +101,10 @@ static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) 
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t llama3_parameter_sizes(size_t* sizes, const Llama3Config* cfg) {
-    return tensor_table_sizes(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t llama3_num_parameters(const Llama3Config* cfg) { return llama3_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 7 of them
-typedef struct { LLAMA3_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3Params;
-typedef struct { LLAMA3_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } Llama3LayerParams;
-
-// points p's tensors into one flat buffer of llama3_num_parameters(cfg) floats, file order
-static inline void llama3_point_parameters(Llama3Params* p, float* memory, const Llama3Config* cfg) {
-    tensor_table_point(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline Llama3LayerParams llama3_layer_params(const Llama3Params* p, const Llama3Config* cfg, int l) {
-    Llama3LayerParams w;
-    tensor_table_layer(llama3_parameter_dims, cfg, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// Llama3Params, Llama3LayerParams (named fp32 pointers to the tensors, all and one layer's 7), llama3_parameter_sizes,
+// llama3_num_parameters, llama3_point_parameters, llama3_layer_params (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, llama3, LLAMA3, ln1w, Llama3Config, Llama3Params,
+                   Llama3LayerParams)
 
 // the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
 static inline float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
@@ -257,18 +236,79 @@ static inline void llama3_model_write(const char* path, const Llama3Config* cfg,
 }
 
 // ----------------------------------------------------------------------------
+// from scratch
+
+// params: llama3_num_parameters(cfg) floats, file order; bit for bit what train_llama3.py does at this seed (llmc/rand.h
+// reproduces torch's generator): one normal draw per 2-D tensor of the model file, in file order, over the whole
+// tensor stacked across layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head when untied): std 0.02, the residual
+// projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1
+static inline void llama3_init_params_from_scratch(float* params, const Llama3Config* cfg, unsigned int seed) {
+    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
+    llama3_parameter_sizes(sizes, cfg);
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    float* t = params;
+    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
+        size_t n = sizes[k];
+        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
+            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
+            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
+        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
+            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
+        }
+        t += n;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the description
+
+// the behaviour every program shares (llmc/model_family.h), over Llama3Config: -e dN takes V from the tokenizer file
+static inline int llama3_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    Llama3Config* cfg = (Llama3Config*)config;
+    if (!llama3_config_from_descriptor(desc, 1, cfg)) { return 0; }
+    cfg->vocab_size = llama3_tokenizer_vocab_size(desc);
+    return 1;
+}
+
+static inline void llama3_family_init_params(float* params, const void* config, unsigned int seed) {
+    llama3_init_params_from_scratch(params, (const Llama3Config*)config, seed);
+}
+
+static inline void llama3_describe_config(const void* config, char* line, size_t size) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    snprintf(line, size, "Llama 3 L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d%s%s", cfg->num_layers, cfg->num_heads,
+             cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+             cfg->tied_embeddings ? ", tied lm_head" : "", cfg->use_scaled_rope ? ", scaled RoPE" : "");
+}
 
 // the Llama 3 debug state train_llama3.py writes (llmc/debug_state.h)
 static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
 static const ModelFamily LLAMA3_FAMILY = {
-    "llama3", &LLAMA3_MODEL_FILE, SHARD_FORMAT_LLAMA3, LLAMA3_TOKENIZER_PATH,
-    "d2", "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
-    "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
-    "block size", &LLAMA3_DEBUG_STATE, "train_llama3.py", "llama3_d2.bin", "llama3_d2_debug_state.bin",
-    LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_NAMES, LLAMA3_PARAMETER_IS_MATRIX, LLAMA3_PARAMETER_PER_LAYER,
-    llama3_parameter_dims, LLAMA3_PARAM_ln1w, LLAMA3_NUM_LAYER_TENSORS,
+    .name = "llama3",
+    .model_file = &LLAMA3_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_LLAMA3,
+    .tokenizer_path = LLAMA3_TOKENIZER_PATH,
+    .load_default = "d2",
+    .load_help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
+    .missing_model = "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
+    .max_T_name = "block size",
+    .debug_state = &LLAMA3_DEBUG_STATE,
+    .reference = "train_llama3.py",
+    .reference_model = "llama3_d2.bin",
+    .reference_state = "llama3_d2_debug_state.bin",
+    .num_tensors = LLAMA3_NUM_PARAMETER_TENSORS,
+    .tensor_names = LLAMA3_PARAMETER_NAMES,
+    .tensor_is_matrix = LLAMA3_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = LLAMA3_PARAMETER_PER_LAYER,
+    .tensor_dims = llama3_parameter_dims,
+    .first_layer_tensor = LLAMA3_PARAM_ln1w,
+    .num_layer_tensors = LLAMA3_NUM_LAYER_TENSORS,
+    .config_from_descriptor = llama3_family_config_from_descriptor,
+    .init_params = llama3_family_init_params,
+    .describe_config = llama3_describe_config,
 };
 
 #endif // LLMC_LLAMA3_H

@@ -239,6 +239,39 @@ static inline void tensor_table_layer(TensorDimsFn table, const void* config, in
     }
 }
 
+// What every family declares from its tensor table, written once. TENSOR_TABLE_INDEX(TABLE, PREFIX, first, last):
+// the enum PREFIX_PARAM_<name> (file order) and its count PREFIX_NUM_PARAMETER_TENSORS, the per-layer tensors first ..
+// last as PREFIX_NUM_LAYER_TENSORS, and the arrays PREFIX_PARAMETER_NAMES, PREFIX_PARAMETER_IS_MATRIX and
+// PREFIX_PARAMETER_PER_LAYER (the description's). Then, once the family's prefix_parameter_dims is written in its
+// dimension names, TENSOR_TABLE_VIEWS(TABLE, LAYER_TABLE, prefix, PREFIX, first, Config, Params, LayerParams): the
+// structs of named fp32 pointers (all tensors, and one layer's), prefix_parameter_sizes(sizes, cfg) (each tensor's
+// elements into sizes when not NULL; returns the parameter count), prefix_num_parameters(cfg),
+// prefix_point_parameters(p, memory, cfg) (p's tensors into one flat buffer, file order) and
+// prefix_layer_params(p, cfg, l) (layer l's view of p, weights or gradients alike).
+#define TENSOR_TABLE_INDEX(TABLE, PREFIX, first, last) \
+    enum { TABLE(TENSOR_INDEX, PREFIX##_PARAM_) PREFIX##_NUM_PARAMETER_TENSORS }; \
+    enum { PREFIX##_NUM_LAYER_TENSORS = PREFIX##_PARAM_##last - PREFIX##_PARAM_##first + 1 }; \
+    static const char* const PREFIX##_PARAMETER_NAMES[PREFIX##_NUM_PARAMETER_TENSORS] = {TABLE(TENSOR_NAME, _)}; \
+    static const int PREFIX##_PARAMETER_IS_MATRIX[PREFIX##_NUM_PARAMETER_TENSORS] = {TABLE(TENSOR_IS_MATRIX, _)}; \
+    static const int PREFIX##_PARAMETER_PER_LAYER[PREFIX##_NUM_PARAMETER_TENSORS] = {TABLE(TENSOR_PER_LAYER, _)};
+
+#define TENSOR_TABLE_VIEWS(TABLE, LAYER_TABLE, prefix, PREFIX, first, Config, Params, LayerParams) \
+    typedef struct { TABLE(TENSOR_FIELD, float) } Params; \
+    typedef struct { LAYER_TABLE(TENSOR_FIELD, float) } LayerParams; \
+    static inline size_t prefix##_parameter_sizes(size_t* sizes, const Config* cfg) { \
+        return tensor_table_sizes(prefix##_parameter_dims, cfg, PREFIX##_NUM_PARAMETER_TENSORS, sizes); \
+    } \
+    static inline size_t prefix##_num_parameters(const Config* cfg) { return prefix##_parameter_sizes(NULL, cfg); } \
+    static inline void prefix##_point_parameters(Params* p, float* memory, const Config* cfg) { \
+        tensor_table_point(prefix##_parameter_dims, cfg, PREFIX##_NUM_PARAMETER_TENSORS, p, memory, sizeof(float)); \
+    } \
+    static inline LayerParams prefix##_layer_params(const Params* p, const Config* cfg, int l) { \
+        LayerParams w; \
+        tensor_table_layer(prefix##_parameter_dims, cfg, PREFIX##_PARAM_##first, PREFIX##_NUM_LAYER_TENSORS, &w, p, \
+                           sizeof(float), l); \
+        return w; \
+    }
+
 // the magic of a model file (GPT-2 20240326, Llama 3 20240803), or -1 if it has none
 static inline int llmc_model_file_magic(const char* path) {
     FILE* f = fopen(path, "rb");

@@ -66,13 +66,9 @@ typedef struct {
     X(D, fcw,      1, FFN, C,   1) /* MLP in (before ReLU^2) */ \
     X(D, fcprojw,  1, C,   FFN, 1) /* MLP out */
 
-// expanded with llmc/model_file.h's TENSOR_* (NANOCHAT_PARAM_wte = 0 ..., and the count)
-enum { NANOCHAT_PARAMETER_TENSORS(TENSOR_INDEX, NANOCHAT_PARAM_) NANOCHAT_NUM_PARAMETER_TENSORS };
-enum { NANOCHAT_NUM_LAYER_TENSORS = NANOCHAT_PARAM_fcprojw - NANOCHAT_PARAM_qkvw + 1 };
-
-static const char* const NANOCHAT_PARAMETER_NAMES[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_NAME, _)};
-static const int NANOCHAT_PARAMETER_IS_MATRIX[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_IS_MATRIX, _)};
-static const int NANOCHAT_PARAMETER_PER_LAYER[NANOCHAT_NUM_PARAMETER_TENSORS] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_PER_LAYER, _)};
+// the enum NANOCHAT_PARAM_wte = 0 ..., its count, one layer's 4 tensors and the arrays of names and flags
+// (llmc/model_file.h)
+TENSOR_TABLE_INDEX(NANOCHAT_PARAMETER_TENSORS, NANOCHAT, qkvw, fcprojw)
 
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config) {
@@ -86,28 +82,11 @@ static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config
     memcpy(dims, table, sizeof(table));
 }
 
-// the elements of each tensor into sizes (when not NULL); returns their sum, the parameter count
-static inline size_t nanochat_parameter_sizes(size_t* sizes, const NanoChatConfig* cfg) {
-    return tensor_table_sizes(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, sizes);
-}
-
-static inline size_t nanochat_num_parameters(const NanoChatConfig* cfg) { return nanochat_parameter_sizes(NULL, cfg); }
-
-// the struct of named pointers to the tensors (the weights, or their gradients), and one layer's 4 of them
-typedef struct { NANOCHAT_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatParams;
-typedef struct { NANOCHAT_LAYER_PARAMETER_TENSORS(TENSOR_FIELD, float) } NanoChatLayerParams;
-
-// points p's tensors into one flat buffer of nanochat_num_parameters(cfg) floats, file order
-static inline void nanochat_point_parameters(NanoChatParams* p, float* memory, const NanoChatConfig* cfg) {
-    tensor_table_point(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, p, memory, sizeof(float));
-}
-
-// layer l's view of p (weights or gradients alike)
-static inline NanoChatLayerParams nanochat_layer_params(const NanoChatParams* p, const NanoChatConfig* cfg, int l) {
-    NanoChatLayerParams w;
-    tensor_table_layer(nanochat_parameter_dims, cfg, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS, &w, p, sizeof(float), l);
-    return w;
-}
+// NanoChatParams, NanoChatLayerParams (named fp32 pointers to the tensors, all and one layer's 4),
+// nanochat_parameter_sizes, nanochat_num_parameters, nanochat_point_parameters, nanochat_layer_params
+// (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(NANOCHAT_PARAMETER_TENSORS, NANOCHAT_LAYER_PARAMETER_TENSORS, nanochat, NANOCHAT, qkvw, NanoChatConfig,
+                   NanoChatParams, NanoChatLayerParams)
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -228,13 +207,45 @@ static inline void nanochat_init_params_from_scratch(float* params, const NanoCh
 // the nanochat debug state train_nanochat.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
 static const DebugStateFormat NANOCHAT_DEBUG_STATE = {NANOCHAT_MAGIC, 3, "nanochat debug state", "block size", 1};
 
+// the behaviour every program shares (llmc/model_family.h), over NanoChatConfig
+static inline int nanochat_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    return nanochat_config_from_descriptor(desc, (NanoChatConfig*)config);
+}
+
+static inline void nanochat_family_init_params(float* params, const void* config, unsigned int seed) {
+    nanochat_init_params_from_scratch(params, (const NanoChatConfig*)config, seed);
+}
+
+static inline void nanochat_describe_config(const void* config, char* line, size_t size) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    snprintf(line, size, "nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap %g", cfg->num_layers,
+             cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+             cfg->softcap);
+}
+
 static const ModelFamily NANOCHAT_FAMILY = {
-    "nanochat", &NANOCHAT_MODEL_FILE, SHARD_FORMAT_GPT2, NANOCHAT_TOKENIZER_PATH,
-    "d2", "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
-    "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
-    "block size", &NANOCHAT_DEBUG_STATE, "train_nanochat.py", "nanochat_d2.bin", "nanochat_d2_debug_state.bin",
-    NANOCHAT_NUM_PARAMETER_TENSORS, NANOCHAT_PARAMETER_NAMES, NANOCHAT_PARAMETER_IS_MATRIX, NANOCHAT_PARAMETER_PER_LAYER,
-    nanochat_parameter_dims, NANOCHAT_PARAM_qkvw, NANOCHAT_NUM_LAYER_TENSORS,
+    .name = "nanochat",
+    .model_file = &NANOCHAT_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_GPT2,
+    .tokenizer_path = NANOCHAT_TOKENIZER_PATH,
+    .load_default = "d2",
+    .load_help = "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
+    .missing_model = "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
+    .max_T_name = "block size",
+    .debug_state = &NANOCHAT_DEBUG_STATE,
+    .reference = "train_nanochat.py",
+    .reference_model = "nanochat_d2.bin",
+    .reference_state = "nanochat_d2_debug_state.bin",
+    .num_tensors = NANOCHAT_NUM_PARAMETER_TENSORS,
+    .tensor_names = NANOCHAT_PARAMETER_NAMES,
+    .tensor_is_matrix = NANOCHAT_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = NANOCHAT_PARAMETER_PER_LAYER,
+    .tensor_dims = nanochat_parameter_dims,
+    .first_layer_tensor = NANOCHAT_PARAM_qkvw,
+    .num_layer_tensors = NANOCHAT_NUM_LAYER_TENSORS,
+    .config_from_descriptor = nanochat_family_config_from_descriptor,
+    .init_params = nanochat_family_init_params,
+    .describe_config = nanochat_describe_config,
 };
 
 #endif // LLMC_NANOCHAT_H

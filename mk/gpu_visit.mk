@@ -7,14 +7,15 @@
 #                                make test-gpu (most telling first), a short make bench-gpu, then each dev/cuda
 #                                kernel once (--quick), all inside the budget; dev/gpu_visit.sh says how
 #   make -n gpu-visit            the plan, nothing built or run
-#   make gpu-build               the programs both use, in parallel with make -j: test_gpt2cu, test_llama3cu and test_nanochatcu
-#                                in each configuration under build/gpu/bin/<fp32|bf16|bf16-cudnn>/, the
-#                                trainers make bench-gpu times, and every dev/cuda kernel
+#   make gpu-build               the programs both use, in parallel with make -j: every family's test_<name>cu
+#                                (llmc/families.h) in each configuration under build/gpu/bin/<fp32|bf16|bf16-cudnn>/,
+#                                every family's trainer (train_<name>cu, train_<name>cu_cudnn: those make bench-gpu
+#                                times among them), and every dev/cuda kernel
 #   make gpu-refs                the reference files make test-gpu checks against (make -j: side by side)
 
 GPU_BIN := build/gpu/bin
 GPU_CONFIGS := fp32 bf16 bf16-cudnn
-GPU_TEST_PROGRAMS := $(foreach c,$(GPU_CONFIGS),$(GPU_BIN)/$(c)/test_gpt2cu $(GPU_BIN)/$(c)/test_llama3cu $(GPU_BIN)/$(c)/test_nanochatcu)
+GPU_TEST_PROGRAMS := $(foreach c,$(GPU_CONFIGS),$(foreach f,$(FAMILIES),$(GPU_BIN)/$(c)/test_$(f)cu))
 GPU_VISIT_BUDGET ?= 420
 GPU_VISIT_OUT ?= build/gpu-visit/out
 
@@ -24,25 +25,21 @@ $(GPU_BIN)/bf16/%: GPU_CONFIG_FLAGS := -DENABLE_BF16
 $(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_FLAGS := -DENABLE_BF16 -DENABLE_CUDNN
 $(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_OBJS := $(CUDNN_OBJ)
 $(GPU_BIN)/bf16-cudnn/%: GPU_CONFIG_LIBS := $(CUDNN_LINK)
-$(GPU_BIN)/bf16-cudnn/test_gpt2cu $(GPU_BIN)/bf16-cudnn/test_llama3cu $(GPU_BIN)/bf16-cudnn/test_nanochatcu: $(CUDNN_OBJ) | cudnn-check
+$(filter $(GPU_BIN)/bf16-cudnn/%,$(GPU_TEST_PROGRAMS)): $(CUDNN_OBJ) | cudnn-check
 
-$(GPU_BIN)/%/test_gpt2cu: test_gpt2.cu $(CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
-	@mkdir -p $(@D)
-	$(call cuda_program,$(GPU_CONFIG_FLAGS),$(GPU_CONFIG_OBJS),$(GPU_CONFIG_LIBS))
-
-$(GPU_BIN)/%/test_llama3cu: test_llama3.cu $(LLAMA3_CUDA_SRCS) $(LLMC_HEADERS) | cuda-check
-	@mkdir -p $(@D)
-	$(call cuda_program,$(GPU_CONFIG_FLAGS),$(GPU_CONFIG_OBJS),$(GPU_CONFIG_LIBS))
-
-$(GPU_BIN)/%/test_nanochatcu: test_nanochat.cu train_nanochat.cu $(wildcard llmc/cuda/*.cuh) $(LLMC_HEADERS) | cuda-check
-	@mkdir -p $(@D)
-	$(call cuda_program,$(GPU_CONFIG_FLAGS),$(GPU_CONFIG_OBJS),$(GPU_CONFIG_LIBS))
+# each family's test program, in the configuration its directory names
+define GPU_TEST_PROGRAM_RULE
+$$(GPU_BIN)/%/test_$(1)cu: test_$(1).cu train_$(1).cu $$(CUDA_KERNELS) $$(LLMC_HEADERS) | cuda-check
+	@mkdir -p $$(@D)
+	$$(call cuda_program,$$(GPU_CONFIG_FLAGS),$$(GPU_CONFIG_OBJS),$$(GPU_CONFIG_LIBS))
+endef
+$(foreach f,$(FAMILIES),$(eval $(call GPU_TEST_PROGRAM_RULE,$(f))))
 
 .PHONY: gpu-build gpu-refs gpu-pack gpu-visit clean-gpu-visit
 # the trainers as make bench-gpu builds them (BF16, cuDNN attention off and on)
-gpu-build: $(GPU_TEST_PROGRAMS) train_gpt2cu train_gpt2cu_cudnn train_llama3cu train_llama3cu_cudnn dev-cuda
+gpu-build: $(GPU_TEST_PROGRAMS) $(foreach f,$(FAMILIES),train_$(f)cu train_$(f)cu_cudnn) dev-cuda
 
-gpu-refs: data model muon-refs llama3-debug-states nanochat-debug-states
+gpu-refs: data model muon-refs $(FAMILY_REFS_TARGETS)
 
 # no cuda-check first: a machine without the CUDA libraries still gets its facts recorded, and the build's log says
 # what is missing

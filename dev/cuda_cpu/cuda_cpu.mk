@@ -1,8 +1,8 @@
 # dev/cuda_cpu/cuda_cpu.mk: the CPU execution target of llmc's CUDA code (included by the root Makefile).
 #
 #   make cuda-cpu-build   translates the CUDA sources (translate.py) and builds them with the host C++
-#                         compiler against dev/cuda_cpu: test_gpt2cu, train_gpt2cu, test_llama3cu and
-#                         train_llama3cu (FP32, BF16), every dev/cuda kernel file, and the target's own tests;
+#                         compiler against dev/cuda_cpu: every family's test_<name>cu and train_<name>cu
+#                         (llmc/families.h; FP32, BF16), every dev/cuda kernel file, and the target's own tests;
 #                         outputs in build/cuda_cpu/
 #   make test-cuda-cpu    builds, then runs every check on it (tests/test_cuda_cpu.py; `make test` runs it too)
 #
@@ -13,22 +13,23 @@ CUDA_CPU_OUT := build/cuda_cpu
 CUDA_CPU_SRC := $(CUDA_CPU_OUT)/src
 CUDA_CPU_CXX ?= g++
 # -O2: the kernels run once per CUDA thread, so the emulated step is compute bound; -g1: the line tables that
-# name the source lines of a report (addr2line), without the variables' debug information (12 % of a build)
-CUDA_CPU_CXXFLAGS := -std=c++17 -O2 -g1 -fopenmp -Wall -Wno-unused-function -Wno-unknown-pragmas -D__CUDACC__ \
+# name the source lines of a report (addr2line), without the variables' debug information (12 % of a build); C++20
+# as the GPU build's (the families' descriptions are filled by field name)
+CUDA_CPU_CXXFLAGS := -std=c++20 -O2 -g1 -fopenmp -Wall -Wno-unused-function -Wno-unknown-pragmas -D__CUDACC__ \
                      -I$(CUDA_CPU_DIR)/include -include cuda_runtime.h
 CUDA_CPU_MPI_CFLAGS := $(if $(MPICC),-DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null)))
 CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --showme:link 2>/dev/null)))
 CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
 
 # the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
-CUDA_CPU_INPUTS := train_gpt2.cu test_gpt2.cu train_llama3.cu test_llama3.cu train_nanochat.cu test_nanochat.cu $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
+CUDA_CPU_INPUTS := $(foreach f,$(FAMILIES),train_$(f).cu test_$(f).cu) $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
                    $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
 CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
 # the trainers and their tests, each in FP32 and BF16 (test_gpt2cu_fp32 is test_gpt2.cu with ENABLE_FP32)
-CUDA_CPU_TRAINERS := test_gpt2 train_gpt2 test_llama3 train_llama3 test_nanochat train_nanochat
+CUDA_CPU_TRAINERS := $(foreach f,$(FAMILIES),test_$(f) train_$(f))
 CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(program)cu_fp32 $(CUDA_CPU_OUT)/$(program)cu_bf16) \
                      $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
@@ -53,7 +54,7 @@ $(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | d
 	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
-	$(PY) -m pytest -q tests/test_cuda_cpu.py tests/test_cuda_cpu_nanochat.py
+	$(PY) -m pytest -q tests/test_cuda_cpu.py $(wildcard $(foreach f,$(FAMILIES),tests/test_cuda_cpu_$(f).py))
 
 $(CUDA_CPU_SRC)/.stamp: $(CUDA_CPU_INPUTS) $(CUDA_CPU_DIR)/translate.py
 	@mkdir -p $(CUDA_CPU_SRC)
@@ -71,7 +72,7 @@ $(CUDA_CPU_OUT)/libcuda_cpu.a: $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_OUT)/
 CUDA_CPU_DEPS := $(CUDA_CPU_SRC)/.stamp $(CUDA_CPU_OUT)/libcuda_cpu.a $(CUDA_CPU_HEADERS)
 CUDA_CPU_TRAINER_FLAGS := -DUSE_NCCL $(CUDA_CPU_MPI_CFLAGS)
 
-# test_gpt2cu_fp32 ... train_nanochatcu_bf16: one rule per source; the suffix picks ENABLE_FP32 or ENABLE_BF16
+# test_<name>cu_fp32, train_<name>cu_bf16 ...: one rule per source; the suffix picks ENABLE_FP32 or ENABLE_BF16
 define CUDA_CPU_TRAINER_RULE
 $$(CUDA_CPU_OUT)/$(1)cu_%: $$(CUDA_CPU_DEPS)
 	$$(CUDA_CPU_CXX) $$(CUDA_CPU_CXXFLAGS) -DENABLE_$$(shell echo $$* | tr a-z A-Z) $$(CUDA_CPU_TRAINER_FLAGS) -I$$(CUDA_CPU_SRC) \

@@ -27,7 +27,7 @@ static Llama3Config test_config(void) {
 
 // the model's table into a GpuModel, as a Llama 3 GPU trainer does it
 static void test_model_init(GpuModel* m, const Llama3Config* cfg) {
-    gpu_model_init(m, &LLAMA3_FAMILY, cfg, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len);
+    gpu_model_init(m, &LLAMA3_FAMILY, cfg, NULL, NULL, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len);
 }
 
 static void check_table(const Llama3Config* cfg) {

@@ -49,7 +49,10 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
     cpu_model_free(cm)
-    CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*
+    CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*:
+                              allocate (the model of a config), allocate_activations, forward, backward, free
+    cpu_model_line(cm, line, size)   the model's line: its family's config line and its parameter count
+    cpu_model_write(cm, path)        its model file (its family's format, llmc/model_file.h)
 */
 #ifndef LLMC_CPU_MODEL_H
 #define LLMC_CPU_MODEL_H
@@ -297,6 +300,8 @@ static void cpu_muon_free(CpuMuon* mu) {
 
 typedef struct {
     const char* family;         // "gpt2", "llama3": the prefix of the model's functions in internal errors
+    const ModelFamily* description;  // its family (llmc/model_family.h): the model file, the init, the config's line
+    const void* config;         // the model's config (the family's struct, held by the model)
     // weights and their gradients: one flat buffer each, num_tensors tensors back to back
     float* params_memory;
     float* grads_memory;
@@ -367,6 +372,8 @@ static void cpu_model_init(CpuModel* cm, const ModelFamily* family, const void* 
     if (num_tensors > CPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d tensors, CpuModel holds %d", num_tensors, CPU_MODEL_MAX_TENSORS); }
     memset(cm, 0, sizeof(*cm));
     cm->family = family->name;
+    cm->description = family;
+    cm->config = config;
     cm->vocab_size = vocab_size;
     cm->max_seq_len = max_seq_len;
     cm->num_tensors = num_tensors;
@@ -617,14 +624,34 @@ static void cpu_model_free(CpuModel* cm) {
 // the model's calls, for the programs around it (llmc/cpu/cpu_trainer.h's TrainerOps and main, llmc/cpu/cpu_test.h)
 
 typedef struct {
-    void (*build)(void* model, const char* load, int from_file);   // -e: a descriptor or a model file; from_file:
-                                                                   // a model file (a resumed checkpoint)
-    void (*describe)(const void* model, const char* path);         // the model's line (rank 0 prints it)
+    // the model of this config (its family's struct): the config kept, the parameters (zeroed) and gradients with
+    // cpu_model_init, the model's tables; llmc/cpu/cpu_trainer.h's cpu_model_build fills the parameters
+    void (*allocate)(void* model, const void* config);
     void (*allocate_activations)(void* model, int B, int T);
     void (*forward)(void* model, const int* inputs, const int* targets, int B, int T);
     void (*backward)(void* model, float loss_scale);
-    void (*write)(const void* model, const char* path);            // the model file
-    void (*free)(void* model);
+    void (*free)(void* model);  // what the model holds beyond its CpuModel too; NULL: only that (cpu_model_free)
 } CpuModelCalls;
+
+// frees the model: its calls' free, else its CpuModel
+static void cpu_model_free_with(CpuModel* cm, const CpuModelCalls* calls, void* model) {
+    if (calls->free != NULL) {
+        calls->free(model);
+    } else {
+        cpu_model_free(cm);
+    }
+}
+
+// the model's line: "<config line>, N parameters" (llmc/model_family.h's model_family_describe)
+static void cpu_model_line(const CpuModel* cm, char* line, size_t size) {
+    char config[256];
+    model_family_describe(cm->description, cm->config, config, sizeof(config));
+    snprintf(line, size, "%s, %zu parameters", config, cm->num_parameters);
+}
+
+// the model file of the model's fp32 parameters, atomically (llmc/model_file.h)
+static void cpu_model_write(const CpuModel* cm, const char* path) {
+    model_file_write(path, cm->description->model_file, cm->config, cm->params_memory, cm->num_parameters);
+}
 
 #endif // LLMC_CPU_MODEL_H

@@ -1,7 +1,8 @@
 /*
 llmc/cpu/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
-once: the flags, the lines that say what is checked, the table rows, the steps and the verdict. Each program
-gives its model's calls (build, forward, backward), its tensor names, its debug-state format and its model's line.
+once: the model (-e, as the trainers build it), its line (its family's config line), the flags, the lines that say
+what is checked, the table rows, the steps and the verdict. Each program gives its family (tensor names, debug-state
+format, the reference's files) and its model's calls (allocate, forward, backward).
 
     cpu_test_args_parse(a, argc, argv, p)   -e model, -s debug state, -p precision (defaults and the
                                           error lines from the program's CpuTestProgram); both files
@@ -48,7 +49,6 @@ typedef struct {
     const char* about;          // --help's first line
     const char* model_kind;     // "model checkpoint": -e's help and its "no such" line
     int wide;                   // the wide table (relative L2 columns and bounds) and every step's gradient norm
-    void (*describe)(const void* model, const char* model_path);   // prints the model's line
 } CpuTestProgram;
 
 static void cpu_test_args_parse(CpuTestArgs* a, int argc, char** argv, const CpuTestProgram* p, const ModelFamily* family) {
@@ -146,17 +146,19 @@ static int cpu_test_finish(const CpuTest* t) {
     return check_report_exit_code(&t->report);
 }
 
-// A test program's main(): the model (calls->build from the model file), the debug state, the forward and
+// A test program's main(): the model (cpu_model_build from the model file), the debug state, the forward and
 // backward on its batch against the reference (logits, loss, every gradient), then its optimizer steps
 // (losses, and with p->wide the gradient norms). Returns the exit status.
 static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const ModelFamily* family, void* model,
                          const CpuModelCalls* calls, CpuModel* cm) {
     CpuTestArgs args;
     cpu_test_args_parse(&args, argc, argv, p, family);
-    calls->build(model, args.model_path, 1);
+    cpu_model_build(cm, family, model, calls, args.model_path, 1);
     DebugState d;
     debug_state_read_format(&d, args.state_path, family->debug_state, cm->max_seq_len, cm->vocab_size, cm->num_parameters);
-    p->describe(model, args.model_path);
+    char line[512];
+    cpu_model_line(cm, line, sizeof(line));
+    printf("model %s: %s\n", args.model_path, line);
     int B = d.B, T = d.T, V = cm->vocab_size;
     CpuTest t;
     cpu_test_begin(&t, args.state_path, &d, p->wide);
@@ -212,7 +214,7 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
 
     int status = cpu_test_finish(&t);
     debug_state_free(&d);
-    calls->free(model);
+    cpu_model_free_with(cm, calls, model);
     return status;
 }
 

@@ -20,11 +20,14 @@ cpu_trainer_main.
                               training state (llmc/checkpoint.h's TrainState) holds this process's optimizer
                               slice, the optimizer code and the outlier windows.
     cpu_trainer_comm(pg)      the TrainerComm over MPI (llmc/mpi_utils.h): barrier, sum of floats
+    cpu_model_build(cm, family, model, calls, load, from_file)   -e for every family (llmc/model_family.h's rule):
+                              the model of a model file, or of a descriptor with the family's init from scratch
     cpu_trainer_main(argc, argv, about, family, model, calls, cpu)   a trainer's main(): flags, threads, data,
                               the model (-e, or the resumed step's checkpoint), -t against the model's
                               maxT, trainer_init, the optimizer state (this process's ZeRO shard or Muon
                               plan), the precision, rank 0's lines of what the run does (flags, the model's
-                              line, the optimizer's, the threads), the training loop; returns the status
+                              line: its family's config line, the optimizer's, the threads), the training loop;
+                              returns the status
     cpu_trainer_main_in_group(pg, argc, argv, about, family, model, calls, cpu)
                               the same in a process group set up by the caller: pyllmc.train runs ./train_gpt2's
                               main() through it, its processes talking through mpi4py (llmc/mpi_utils.h's ProcessComm)
@@ -163,10 +166,7 @@ static const float* cpu_trainer_next_token_logits(void* ctx, const int* tokens, 
     return c->cpu->logits;
 }
 
-static void cpu_trainer_save_model(void* ctx, const char* path) {
-    CpuTrainer* c = (CpuTrainer*)ctx;
-    c->calls->write(c->model, path);
-}
+static void cpu_trainer_save_model(void* ctx, const char* path) { cpu_model_write(((CpuTrainer*)ctx)->cpu, path); }
 
 // TrainerOps.grad_norm: the gradients averaged over the processes, then their norm
 static float cpu_trainer_grad_norm(void* ctx) {
@@ -226,6 +226,27 @@ static TrainerComm cpu_trainer_comm(ProcessGroup* pg) {
 // ----------------------------------------------------------------------------
 // a trainer's main() around its model
 
+// -e, for every family (llmc/model_family.h's rule): the model of the model file load, or of a descriptor from scratch
+// (the family's init at TRAINER_INIT_SEED); from_file: load is a model file whatever its name (a resumed checkpoint).
+// calls->allocate gives the model its config, its zeroed parameters (cm) and its tables; the parameters are then
+// read or drawn here.
+static void cpu_model_build(CpuModel* cm, const ModelFamily* family, void* model, const CpuModelCalls* calls,
+                            const char* load, int from_file) {
+    void* config = callocCheck(1, family->model_file->config_size);
+    int scratch = model_family_config(family, load, from_file, config);
+    FILE* f = NULL;
+    int version = 0;
+    if (!scratch) { f = model_file_open(load, family->model_file, config, &version); }
+    calls->allocate(model, config);
+    free(config);
+    if (scratch) {
+        family->init_params(cm->params_memory, cm->config, TRAINER_INIT_SEED);
+    } else {
+        model_file_read_params(f, load, version, cm->params_memory, cm->num_parameters);
+        fcloseCheck(f, load);
+    }
+}
+
 // what this run does (rank 0): the flags and their values, the model's line, the optimizer's (Muon's
 // settings; with ZeRO-1 what rank 0 owns) and the threads
 static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, const CpuTrainer* c, const char* model_path,
@@ -233,8 +254,10 @@ static void cpu_trainer_print_run(const ArgSpec* table, const TrainArgs* args, c
     printf("+-------------------------------------------------------------------------+\n");
     train_args_print_values(table, TRAIN_CPU, args, stdout);
     printf("+-------------------------------------------------------------------------+\n");
-    c->calls->describe(c->model, model_path);
     const CpuModel* cm = c->cpu;
+    char line[512];
+    cpu_model_line(cm, line, sizeof(line));
+    printf("model: %s %s\n", model_path, line);
     if (cm->optimizer == OPTIMIZER_MUON) {
         const MuonConfig* m = &cm->muon.config;
         printf("optimizer: Muon (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s) on the %d block matrices, AdamW (lr %g) on the rest\n",
@@ -274,7 +297,7 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
     if (resume_step >= 0) {
         trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
     }
-    calls->build(model, model_path, resume_step >= 0);
+    cpu_model_build(cpu, family, model, calls, model_path, resume_step >= 0);
     if (args.T > cpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, cpu->max_seq_len, model_path);
     }
@@ -297,7 +320,7 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
     int status = trainer_run(&trainer, &ops);
 
     trainer_free(&trainer);
-    calls->free(model);
+    cpu_model_free_with(cpu, calls, model);
     return status;
 }
 

@@ -9,6 +9,7 @@ train_gpt2.c's forward pass (tanh GELU, LayerNorm eps 1e-5, lm_head tied to wte)
     gpt2_inference_cache(m, kv)                a cache of the model's shapes, its whole context
     gpt2_forward_cached(model, kv, tokens, n)  a KVForwardFn: tokens in at kv->pos, the last position's logits out
     gpt2_inference_free(m)
+    gpt2_generate                              generate's hooks (llmc/cpu/generator.h): the model, the BPE ranks file
 */
 #ifndef LLMC_GPT2_INFERENCE_H
 #define LLMC_GPT2_INFERENCE_H
@@ -21,6 +22,7 @@ train_gpt2.c's forward pass (tanh GELU, LayerNorm eps 1e-5, lm_head tied to wte)
 #include "../gpt2.h"
 #include "layers_cpu.h"
 #include "kv_cache.h"
+#include "generator.h"
 
 typedef struct {
     GPT2Config config;
@@ -87,5 +89,62 @@ static void gpt2_forward_cached(const void* model, KVCache* kv, const int* token
     matvec_forward(kv->logits, kv->ln, p.wte, NULL, C, kv->V);
     kv->pos += n;
 }
+
+// ----------------------------------------------------------------------------
+// generate (llmc/cpu/generator.h): a GPT-2 model file or a descriptor (dN, gpt2:dN, gpt3:cN) from scratch, the BPE
+// ranks file (-b) that encodes and decodes
+
+typedef struct {
+    GPT2Inference model;
+    BPE bpe;
+} GPT2Generator;
+
+static int gpt2_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    return (int)bpe_encode((const BPE*)tokenizer, (const unsigned char*)text, strlen(text), 1, seq);
+}
+
+static void gpt2_write_token(const void* tokenizer, int id) {
+    size_t len;
+    const unsigned char* bytes = bpe_token_bytes((const BPE*)tokenizer, id, &len);
+    if (bytes != NULL) { fwriteCheck(bytes, 1, len, stdout, "stdout"); }
+}
+
+static void gpt2_generator_close(void* state) {
+    GPT2Generator* s = (GPT2Generator*)state;
+    bpe_free(&s->bpe);
+    gpt2_inference_free(&s->model);
+    free(s);
+}
+
+static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    GPT2Generator* s = (GPT2Generator*)mallocCheck(sizeof(GPT2Generator));
+    GPT2Config cfg;
+    const char* why;
+    int desc = gpt2_config_from_descriptor(args->model_path, &cfg, &why);
+    if (desc < 0) { llmc_die("-e %s: %s", args->model_path, why); }
+    if (desc == 1) {
+        gpt2_inference_from_scratch(&s->model, &cfg, 42);
+        fprintf(stderr, "note: %s is initialised from scratch (seed 42): expect random text\n", args->model_path);
+    } else {
+        if (!file_exists(args->model_path)) {
+            llmc_die("%s: checkpoint not found (`make model` writes gpt2_124M.bin; or pass -e dN for a random model)", args->model_path);
+        }
+        gpt2_inference_load(&s->model, args->model_path);
+    }
+    int V = s->model.config.vocab_size;
+    bpe_init(&s->bpe, args->bpe_path);
+    if (s->bpe.eot_token >= V) {
+        llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args->bpe_path, s->bpe.eot_token + 1, V);
+    }
+    gpt2_inference_cache(&s->model, &g->kv);
+    generator_set(g, &s->model, V, s->bpe.eot_token, s->bpe.eot_token, &s->bpe, s);
+}
+
+static const GenerateFamily gpt2_generate = {
+    .family = &GPT2_FAMILY,
+    .no_ids = "--ids: token-id prompts are for Llama 3 models; %s is GPT-2 (use -p \"text\")", .echo_prompt_tokens = 0,
+    .open = gpt2_generator_open, .forward_cached = gpt2_forward_cached, .encode = gpt2_encode_prompt,
+    .write_token = gpt2_write_token, .close = gpt2_generator_close,
+};
 
 #endif // LLMC_GPT2_INFERENCE_H

@@ -11,6 +11,7 @@ is train_llama3.c's forward pass, one position at a time.
     llama3_inference_cache(m, kv)                 a cache of the model's shapes, its whole context
     llama3_forward_cached(model, kv, tokens, n)   a KVForwardFn: tokens in at kv->pos, the last position's logits out
     llama3_inference_free(m)
+    llama3_generate                               generate's hooks (llmc/cpu/generator.h): the model, its tokenizer file
 */
 #ifndef LLMC_LLAMA3_INFERENCE_H
 #define LLMC_LLAMA3_INFERENCE_H
@@ -24,6 +25,7 @@ is train_llama3.c's forward pass, one position at a time.
 #include "layers_cpu.h"
 #include "layers_llama_cpu.h"
 #include "kv_cache.h"
+#include "generator.h"
 
 // the rotary tables of cfg into *cos_table, *sin_table (each (maxT, HS/2), malloc'd), Llama 3.1's scaling when the
 // model file asks for it
@@ -108,5 +110,63 @@ static void llama3_forward_cached(const void* model, KVCache* kv, const int* tok
     matvec_forward(kv->logits, kv->ln, llama3_lm_head(&p, cfg), NULL, C, kv->V);
     kv->pos += n;
 }
+
+// ----------------------------------------------------------------------------
+// generate (llmc/cpu/generator.h): a Llama 3 model file, the Llama 3 tokenizer file (-t) that decodes and, for text
+// prompts, encodes
+
+typedef struct {
+    Llama3Inference model;
+    GenerateTokenizer tokenizer;
+} Llama3Generator;
+
+// a text prompt in ids: BOS, then the text encoded with Llama 3's BPE (special-token text stays text);
+// dies when it leaves no room to generate in the context maxT
+static int llama3_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    const GenerateTokenizer* t = (const GenerateTokenizer*)tokenizer;
+    size_t len = strlen(text);
+    int* ids = (int*)mallocCheck((len + 1) * sizeof(int));
+    size_t n = bpe_encode(&t->bpe, (const unsigned char*)text, len, 0, ids);
+    if (n + 1 >= (size_t)maxT) {
+        llmc_die("-p: the prompt is %zu tokens with BOS, the model's context is %d (it must leave room to generate)", n + 1, maxT);
+    }
+    seq[0] = t->tok.bos_token;
+    memcpy(seq + 1, ids, n * sizeof(int));
+    free(ids);
+    return (int)n + 1;
+}
+
+static void llama3_generator_close(void* state) {
+    Llama3Generator* s = (Llama3Generator*)state;
+    generate_tokenizer_free(&s->tokenizer);
+    llama3_inference_free(&s->model);
+    free(s);
+}
+
+static void llama3_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    Llama3Generator* s = (Llama3Generator*)callocCheck(1, sizeof(Llama3Generator));
+    llama3_inference_load(&s->model, args->model_path);
+    int V = s->model.config.vocab_size;
+    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : LLAMA3_FAMILY.tokenizer_path;
+    if (!file_exists(tok_path)) {
+        llmc_die("%s: no such Llama 3 tokenizer file (flag -t; python train_llama3.py writes llama3_tokenizer.bin)", tok_path);
+    }
+    Tokenizer* tok = &s->tokenizer.tok;
+    tokenizer_init(tok, tok_path);
+    if (tok->bos_token < 0) { llmc_die("%s: a GPT-2 tokenizer file, not a Llama 3 one (version 3)", tok_path); }
+    if ((int)tok->vocab_size != V) {
+        llmc_die("%s: %u tokens, but the model %s has V = %d", tok_path, tok->vocab_size, args->model_path, V);
+    }
+    s->tokenizer.has_bpe = text;
+    if (text) { bpe_init_llama3(&s->tokenizer.bpe, tok, tok_path); }
+    llama3_inference_cache(&s->model, &g->kv);
+    generator_set(g, &s->model, V, tok->bos_token, tok->eot_token, &s->tokenizer, s);
+}
+
+static const GenerateFamily llama3_generate = {
+    .family = &LLAMA3_FAMILY, .no_ids = NULL, .echo_prompt_tokens = 1,
+    .open = llama3_generator_open, .forward_cached = llama3_forward_cached, .encode = llama3_encode_prompt,
+    .write_token = generate_tokenizer_write_token, .close = llama3_generator_close,
+};
 
 #endif // LLMC_LLAMA3_INFERENCE_H

@@ -11,6 +11,7 @@ pass, one position at a time.
     nanochat_inference_cache(m, kv)                a cache of the model's shapes, its whole context
     nanochat_forward_cached(model, kv, tokens, n)  a KVForwardFn: tokens in at kv->pos, the last position's logits out
     nanochat_inference_free(m)
+    nanochat_generate                              generate's hooks (llmc/cpu/generator.h): the model, its tokenizer file
 */
 #ifndef LLMC_NANOCHAT_INFERENCE_H
 #define LLMC_NANOCHAT_INFERENCE_H
@@ -25,6 +26,7 @@ pass, one position at a time.
 #include "layers_llama_cpu.h"
 #include "layers_nanochat_cpu.h"
 #include "kv_cache.h"
+#include "generator.h"
 
 // the rotary tables of cfg into *cos_table, *sin_table (each (maxT, HS/2), malloc'd): angle t * theta^(-2i/HS)
 static void nanochat_rope_tables(const NanoChatConfig* cfg, float** cos_table, float** sin_table) {
@@ -109,5 +111,62 @@ static void nanochat_forward_cached(const void* model, KVCache* kv, const int* t
     if (cfg->softcap > 0.0f) { softcap_forward(kv->logits, cfg->softcap, (size_t)kv->V); }
     kv->pos += n;
 }
+
+// ----------------------------------------------------------------------------
+// generate (llmc/cpu/generator.h): a nanochat model file; its tokenizer file (-t, default nanochat_tokenizer.bin, the
+// GPT-2 file format) decodes and, for GPT-2's vocabulary (the ids below <|endoftext|> = 50256 are the BPE ranks),
+// encodes text prompts with GPT-2's pre-tokenisation. Without the file, --ids prompts still run and the tokens are
+// printed as ids.
+
+typedef struct {
+    NanoChatInference model;
+    GenerateTokenizer tokenizer;  // tok.init_ok = 0 when the file is missing
+} NanoChatGenerator;
+
+static int nanochat_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
+    const GenerateTokenizer* t = (const GenerateTokenizer*)tokenizer;
+    return (int)bpe_encode(&t->bpe, (const unsigned char*)text, strlen(text), 1, seq);
+}
+
+static void nanochat_generator_close(void* state) {
+    NanoChatGenerator* s = (NanoChatGenerator*)state;
+    generate_tokenizer_free(&s->tokenizer);
+    nanochat_inference_free(&s->model);
+    free(s);
+}
+
+static void nanochat_generator_open(Generator* g, const GenerateArgs* args, int text) {
+    NanoChatGenerator* s = (NanoChatGenerator*)callocCheck(1, sizeof(NanoChatGenerator));
+    nanochat_inference_load(&s->model, args->model_path);
+    int V = s->model.config.vocab_size;
+    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : NANOCHAT_FAMILY.tokenizer_path;
+    Tokenizer* tok = &s->tokenizer.tok;
+    if (file_exists(tok_path)) {
+        tokenizer_init(tok, tok_path);
+        if ((int)tok->vocab_size > V) {
+            llmc_die("%s: %u tokens, more than the model %s's V = %d", tok_path, tok->vocab_size, args->model_path, V);
+        }
+    } else if (args->ids == NULL) {
+        llmc_die("%s: no such nanochat tokenizer file (flag -t; python train_nanochat.py writes nanochat_tokenizer.bin): "
+                 "without it, give the prompt as --ids", tok_path);
+    }
+    if (text) {
+        if (tok->eot_token != TOKENIZER_V1_EOT || tok->bos_token >= 0) {
+            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids, or "
+                     "encode it with the checkpoint's tokenizer.json: python dev/eval/generate_text.py --help", tok_path);
+        }
+        bpe_init_from_tokenizer(&s->tokenizer.bpe, tok, tok_path, tok->eot_token, BPE_PATTERN_GPT2);
+        s->tokenizer.has_bpe = 1;
+    }
+    nanochat_inference_cache(&s->model, &g->kv);
+    int start = tok->init_ok ? tokenizer_start_token(tok) : 0;
+    generator_set(g, &s->model, V, start, tok->init_ok ? tok->eot_token : -1, &s->tokenizer, s);
+}
+
+static const GenerateFamily nanochat_generate = {
+    .family = &NANOCHAT_FAMILY, .no_ids = NULL, .echo_prompt_tokens = 1,
+    .open = nanochat_generator_open, .forward_cached = nanochat_forward_cached, .encode = nanochat_encode_prompt,
+    .write_token = generate_tokenizer_write_token, .close = nanochat_generator_close,
+};
 
 #endif // LLMC_NANOCHAT_INFERENCE_H

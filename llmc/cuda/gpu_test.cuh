@@ -93,9 +93,8 @@ typedef struct {
     const char* tmp_default;     // -o: the resume check's scratch directory
     const char* recompute_help;  // -r's help
     const char* zeros_note;      // the exact zeros the gradient rows check, for the line that says what is checked
-    const GpuModelCalls* calls;  // the trainer's: build, Muon, state, -ge (NULL: the program has no -ge), forward,
-                                 // backward, the model file, free
-    void (*describe)(FILE* out, const void* model);  // the model's shape, in the first line
+    const GpuModelCalls* calls;  // the trainer's: init, Muon, state, -ge (NULL: the program has no -ge), forward,
+                                 // backward (the model's line is its family's: llmc/model_family.h)
     // the exact zeros of gradient tensor k (grad: its values; T: the debug state's) added to c; NULL: none
     void (*exact_zeros)(TensorCheck* c, const void* model, int k, const float* grad, int T);
 } GpuTestProgram;
@@ -412,7 +411,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
     DeviceInfo dev;
     device_info_query(&dev, mg.local_device_idx);
 
-    p->calls->build(model, args.model_path, 1, mg.zero_stage, nproc);
+    gpu_model_build(gpu, p->family, p->calls, model, args.model_path, 1, mg.zero_stage, nproc);
     mg.num_parameters = gpu->num_parameters;
     mg.shard = zero_shard(gpu->num_parameters, mg.zero_stage, nproc, rank);
     DebugState d;
@@ -421,7 +420,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
     gpu_test_run_init(&run, model, gpu, &mg, &d, args.state_path, args.micro_batches);
     if (d.optimizer == 1) {  // Muon on the blocks' 2-D weights with the debug state's settings; ZeRO-1: whole matrices per rank
         MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
-        p->calls->use_muon(model, &muon, mg.zero_stage == 1 ? nproc : 1, rank);
+        gpu_model_use_muon_of(gpu, p->calls, model, &muon, mg.zero_stage == 1 ? nproc : 1, rank);
     }
     p->calls->allocate_state(model, run.micro_B, d.T, args.recompute, mg.shard, 1, stream);
     if (p->calls->set_gelu_fusion != NULL) { p->calls->set_gelu_fusion(model, args.gelu_fusion); }  // -ge
@@ -430,7 +429,9 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
 
     TestTolerances tol = gpu_tolerances(PRECISION_IS_BF16);
     fprintf(out, "%s, precision %s; model %s (", dev.name, PRECISION_NAME, args.model_path);
-    p->describe(out, model);
+    char line[256];
+    model_family_describe(p->family, gpu->config, line, sizeof(line));
+    fprintf(out, "%s", line);
     fprintf(out, "), debug state B=%d T=%d, %d steps\n", d.B, d.T, d.nsteps);
     fprintf(out, "variant: ");
     if (p->calls->set_gelu_fusion != NULL) { fprintf(out, "-ge %d ", args.gelu_fusion); }
@@ -459,7 +460,7 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
     int status = gpu_test_verdict(&run, out, &report);
     gpu_trainer_free(&run.trainer);
     debug_state_free(&d);
-    p->calls->free(model);
+    gpu_model_free(gpu);
     cudaCheck(cudaStreamDestroy(stream));
     if (out != stdout) { fclose(out); }
     multi_gpu_free(&mg);

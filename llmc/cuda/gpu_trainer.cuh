@@ -23,9 +23,12 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     GPU_ACT_FIELD, GPU_ACT_POINT, GPU_ACT_LAYER   a model's activation table, rows X(type, name, per_layer,
                               per_token, has_grad) as the CPU's, expanded to its struct's pointers, pointed into
                               memory (gpu_act_point), and layer l's views (gpu_act_slice)
-    gpu_model_init(m, family, config, L, C, V, maxT)
-                              the family's tensor table at the model's config (llmc/model_family.h); zeroes
-                              everything else
+    gpu_model_init(m, family, config, params, grads, L, C, V, maxT)
+                              the family's tensor table at the model's config (llmc/model_family.h) and the
+                              model's views of its parameters and gradients; zeroes everything else
+    gpu_model_build(m, family, calls, model, load, from_file, zero_stage, nproc)   -e for every family
+                              (llmc/model_family.h's rule): calls->init, then the parameters of the model file or
+                              of the family's init from scratch, on the device and kept for the master weights
     gpu_model_allocate_parameters(m, zero_stage, nproc)   the device parameters and gradients, zeroed
     gpu_model_load_parameters(m, params, grads, f, path, version, zero_stage, nproc)   those, the model's views of
                               them, and the host fp32 values (read from the open model file f, or for the caller
@@ -42,8 +45,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_model_allocate_activations(m, bytes, recompute, BT, V)   the activations' memory (returned for the
                               table to point into), the token groups of BT tokens over V rows
     gpu_model_prepare_attention(m, B, T, NH, NKV, HS, stream)   cuDNN builds: the attention graphs
-    gpu_model_check_attention(B, T, NH, NKV, HS), gpu_model_describe_attention(m, NH, NKV)   cuDNN builds: -b and -t
-                              against what cuDNN's grouped-query attention runs, and its line
+    gpu_model_check_attention(B, T, NH, NKV, HS)   cuDNN builds: -b and -t against what cuDNN's attention runs
+    gpu_model_describe(m, path)   rank 0's lines of the model: its family's config line, parameters, activations
+                              (and cuDNN's attention)
     gpu_model_upload_batch(m, inputs, targets) / gpu_model_loss(m, targets, losses, dloss, V, write_dlogits)
                               a forward's start (the tokens to the device) and end (the classifier, mean_loss)
     gpu_model_free(m)
@@ -54,9 +58,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
                               AdamW on the shard at lr (Muon on its matrices at muon_lr: trainer_run's, from
                               the -ol schedule), then the ZeRO-1 all-gather
     GpuModelCalls             the model's calls, each taking the model's struct as void*: those the trainer drives
-                              (forward, backward) and those the programs around it make (build, describe,
-                              use_muon, allocate_state, set_gelu_fusion, free); a model writes them out and hands
-                              them over as one table (static const GpuModelCalls gpt2_calls). Its model file is
+                              (forward, backward) and those the programs around it make (init, use_muon,
+                              allocate_state, set_gelu_fusion); a model writes them out and hands them over as one
+                              table filled by field name (static const GpuModelCalls gpt2_calls). Its model file is
                               written from its family and config (gpu_save_model, llmc/model_file.h)
     GpuTrainer, gpu_trainer_init(g, model, calls, gpu, mg), gpu_trainer_ops(g), gpu_trainer_free(g)
                               the TrainerOps of a model; gpu_save_model, gpu_save_state, gpu_load_state are
@@ -104,6 +108,9 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 typedef struct {
     const ModelFamily* family;  // the model's family (llmc/model_family.h) and its config: what its model file holds
     const void* config;
+    void* param_views;          // the model's structs of floatX pointers (one per tensor, table order) into the
+    void* grad_views;           // parameters and the gradients: gpu_model_build points them
+    int att_heads, att_kv_heads;  // NH query heads over NKV key/value heads (gpu_model_prepare_attention), for its line
     // the tensor table, file order
     int num_tensors;
     const char* const* names;
@@ -186,10 +193,13 @@ static void* gpu_act_slice(void* tensor, int index, size_t bytes) {
 }
 
 // the tensor table of a model of this family and config (llmc/model_family.h; config stays the model's, it is
-// what its model file is written from), zeroes everything else
-static void gpu_model_init(GpuModel* m, const ModelFamily* family, const void* config, int num_layers, int channels,
-                           int vocab_size, int max_seq_len) {
+// what its model file is written from) and the model's views of its parameters and gradients (its structs of floatX
+// pointers, pointed by gpu_model_build); zeroes everything else
+static void gpu_model_init(GpuModel* m, const ModelFamily* family, const void* config, void* param_views, void* grad_views,
+                           int num_layers, int channels, int vocab_size, int max_seq_len) {
     memset(m, 0, sizeof(*m));
+    m->param_views = param_views;
+    m->grad_views = grad_views;
     const int num_tensors = family->num_tensors;
     if (num_tensors > GPU_MODEL_MAX_TENSORS) { llmc_die("internal: %d parameter tensors, at most %d", num_tensors, GPU_MODEL_MAX_TENSORS); }
     m->family = family;
@@ -279,6 +289,24 @@ static float* gpu_model_load_parameters(GpuModel* m, void* params, void* grads, 
         fcloseCheck(f, path);
     }
     return host;
+}
+
+// -e, for every family (llmc/model_family.h's rule): the model of the model file load, or of a descriptor from scratch
+// (the family's init at TRAINER_INIT_SEED); from_file: load is a model file whatever its name (a resumed checkpoint).
+// calls->init keeps the config and sets up m (gpu_model_init); then the parameters, padded for the ZeRO-1 all-gather
+// of zero_stage over nproc processes, go to the device rounded to floatX, their fp32 values kept for the master weights.
+static void gpu_model_build_with(GpuModel* m, const ModelFamily* family, void (*init)(void* model, const void* config),
+                                 void* model, const char* load, int from_file, int zero_stage, int nproc) {
+    void* config = callocCheck(1, family->model_file->config_size);
+    int scratch = model_family_config(family, load, from_file, config);
+    FILE* f = NULL;
+    int version = 0;
+    if (!scratch) { f = model_file_open(load, family->model_file, config, &version); }
+    init(model, config);
+    free(config);
+    float* host = gpu_model_load_parameters(m, m->param_views, m->grad_views, f, load, version, zero_stage, nproc);
+    if (scratch) { family->init_params(host, m->config, TRAINER_INIT_SEED); }
+    gpu_model_set_init_params(m, host);
 }
 
 // -op muon: Muon on the matrices of the model's plan (mats: count of them, malloc'd, owned from here on;
@@ -372,6 +400,8 @@ static char* gpu_model_allocate_activations(GpuModel* m, size_t bytes, int recom
 // cuDNN builds: the attention graphs for B x T with NH query heads over NKV key/value heads of size HS (the
 // explicit attention needs nothing)
 static void gpu_model_prepare_attention(GpuModel* m, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    m->att_heads = NH;
+    m->att_kv_heads = NKV;
 #ifdef ENABLE_CUDNN
     m->cudnn = cudnn_attention_create(stream);
     cudnn_attention_prepare(m->cudnn, B, T, NH, NKV, HS);
@@ -392,12 +422,20 @@ static void gpu_model_check_attention(int B, int T, int NH, int NKV, int HS) {
 #endif
 }
 
-static void gpu_model_describe_attention(const GpuModel* m, int NH, int NKV) {
+// rank 0's lines of the model: its path, its family's config line, its parameters and activations, and in cuDNN builds
+// the attention's (grouped-query where NKV < NH)
+static void gpu_model_describe(const GpuModel* m, const char* path) {
+    char line[256];
+    model_family_describe(m->family, m->config, line, sizeof(line));
+    printf("model: %s %s, %zu parameters, %.2f GiB of activations\n", path, line, m->num_parameters,
+           (double)m->acts_bytes / (1024.0 * 1024.0 * 1024.0));
 #ifdef ENABLE_CUDNN
-    printf("attention: cuDNN flash attention (grouped-query, %d query heads over %d key/value heads), %.2f GiB of cuDNN workspace\n",
-           NH, NKV, (double)cudnn_attention_workspace_bytes(m->cudnn) / (1024.0 * 1024.0 * 1024.0));
-#else
-    (void)m; (void)NH; (void)NKV;
+    char grouped[96] = "";
+    if (m->att_kv_heads < m->att_heads) {
+        snprintf(grouped, sizeof(grouped), " (grouped-query, %d query heads over %d key/value heads)", m->att_heads, m->att_kv_heads);
+    }
+    printf("attention: cuDNN flash attention%s, %.2f GiB of cuDNN workspace\n", grouped,
+           (double)cudnn_attention_workspace_bytes(m->cudnn) / (1024.0 * 1024.0 * 1024.0));
 #endif
 }
 
@@ -541,12 +579,12 @@ static void gpu_model_update(GpuModel* m, MultiGpu* mg, float lr, float muon_lr,
 // those the programs around the model make. A model writes them out as functions of its own and hands them over
 // as one table (static const GpuModelCalls gpt2_calls = {...} in train_gpt2.cu), as the CPU models do.
 typedef struct {
-    // -e: a model file or a descriptor to init from scratch; from_file: a model file whatever its name (a resumed
-    // checkpoint). The parameters are padded for ZeRO stage zero_stage over nproc processes.
-    void (*build)(void* model, const char* load, int from_file, int zero_stage, int nproc);
-    // rank 0's line of the model (path: what -e or the resume loaded)
-    void (*describe)(const void* model, const char* path);
-    // -op muon with these settings, Muon's matrices spread over owners processes (before allocate_state)
+    // the model of this config (its family's struct, kept by the model): gpu_model_init with the model's views of its
+    // parameters and gradients, and what else the model sets up before them (gpu_model_build reads or draws the
+    // parameters, for -e and the resumed checkpoint)
+    void (*init)(void* model, const void* config);
+    // -op muon with these settings, Muon's matrices spread over owners processes (before allocate_state); NULL:
+    // every per-layer 2-D weight of the family's table (gpu_model_use_muon_on_layers)
     void (*use_muon)(void* model, const MuonConfig* settings, int owners, int rank);
     // the activations for B x T tokens at recompute level -r, the optimizer state of the shard, cuBLAS on stream
     void (*allocate_state)(void* model, int B, int T, int recompute, ZeroShard shard, int use_master_weights,
@@ -560,9 +598,23 @@ typedef struct {
     // the gradients of the last forward (write_dlogits = 1) ADDED to grads_memory; reduce: the step's last
     // micro-batch, so each finished layer's gradients start their reduction over the processes
     void (*backward)(void* model, const int* inputs, MultiGpu* mg, int reduce);
-    // the model file of these fp32 parameters (num_parameters of them)
-    void (*free)(void* model);
 } GpuModelCalls;
+
+// -e (gpu_model_build_with) through the model's calls
+static void gpu_model_build(GpuModel* m, const ModelFamily* family, const GpuModelCalls* calls, void* model, const char* load,
+                            int from_file, int zero_stage, int nproc) {
+    gpu_model_build_with(m, family, calls->init, model, load, from_file, zero_stage, nproc);
+}
+
+// -op muon: the model's own plan, else every per-layer 2-D weight of its table
+static void gpu_model_use_muon_of(GpuModel* m, const GpuModelCalls* calls, void* model, const MuonConfig* settings,
+                                  int owners, int rank) {
+    if (calls->use_muon != NULL) {
+        calls->use_muon(model, settings, owners, rank);
+    } else {
+        gpu_model_use_muon_on_layers(m, settings, owners, rank);
+    }
+}
 
 typedef struct {
     void* model;             // the model's struct, its calls, and its GpuModel
@@ -802,7 +854,7 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
     if (resume_step >= 0) {
         trainer_checkpoint_path(model_path, sizeof(model_path), args.output_log_dir, "model", resume_step, -1);
     }
-    calls->build(model, model_path, resume_step >= 0, mg.zero_stage, mg.num_processes);
+    gpu_model_build(gpu, family, calls, model, model_path, resume_step >= 0, mg.zero_stage, mg.num_processes);
     if (args.T > gpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, gpu->max_seq_len, model_path);
     }
@@ -810,10 +862,10 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
     // under ZeRO-1, else every rank updates them all
     mg.num_parameters = gpu->num_parameters;
     mg.shard = zero_shard(gpu->num_parameters, mg.zero_stage, mg.num_processes, rank);
-    if (use_muon) { calls->use_muon(model, &muon, mg.zero_stage == 1 ? mg.num_processes : 1, rank); }
+    if (use_muon) { gpu_model_use_muon_of(gpu, calls, model, &muon, mg.zero_stage == 1 ? mg.num_processes : 1, rank); }
     calls->allocate_state(model, args.B, args.T, args.recompute, mg.shard, args.use_master_weights, stream);
     if (calls->set_gelu_fusion != NULL) { calls->set_gelu_fusion(model, args.gelu_fusion); }
-    if (rank == 0) { calls->describe(model, model_path); }
+    if (rank == 0) { gpu_model_describe(gpu, model_path); }
 
     Trainer trainer;
     trainer_init(&trainer, &args, family, gpu_trainer_comm(&mg), gpu->vocab_size, resume_step);
@@ -827,7 +879,7 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
 
     gpu_trainer_free(&g);
     trainer_free(&trainer);
-    calls->free(model);
+    gpu_model_free(gpu);
     cudaCheck(cudaStreamDestroy(stream));
     multi_gpu_free(&mg);
     return status;

@@ -13,7 +13,7 @@ dev/cuda_cpu/tests/test_train_gpu.cu: GPU-trainer state that test_gpt2cu does no
 
 static void check_master_weights(const char* path, int nproc, int rank) {
     GPT2 model;
-    gpt2_build(&model, path, 1, 1, nproc);  // a checkpoint, padded for ZeRO-1 over nproc
+    gpu_model_build(&model.gpu, &GPT2_FAMILY, &gpt2_calls, &model, path, 1, 1, nproc);  // a checkpoint, padded for ZeRO-1 over nproc
     ZeroShard shard = zero_shard(model.gpu.num_parameters, 1, nproc, rank);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
@@ -52,7 +52,7 @@ static void check_master_weights(const char* path, int nproc, int rank) {
     free(device);
     free(master);
     free(want);
-    gpt2_free(&model);
+    gpu_model_free(&model.gpu);
     cudaCheck(cudaStreamDestroy(stream));
 }
 

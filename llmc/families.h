@@ -1,0 +1,41 @@
+/*
+llmc/families.h: the model families, listed once. Every program and build that serves more than one family reads
+this list: make (mk/families.mk: each family's programs, CUDA builds, CPU-target builds and reference files, from one
+template), llmc/args.h (the programs named in its error lines), generate.c (the families it tells apart by their
+model files' magic). A new family is its own files and one row here.
+
+    LLMC_FAMILIES(X)   one row per family: X(name, DESCRIPTION, "refs", "refs_dir")
+        name           the family's prefix, the one its files and programs are named by: llmc/<name>.h (its
+                       description), llmc/cpu/<name>_inference.h (its cached forward pass), train_<name>.py (its
+                       reference), train_<name>.c / test_<name>.c (./train_<name>, ./test_<name>), train_<name>.cu /
+                       test_<name>.cu (./train_<name>cu, ./test_<name>cu, train_<name>cu_cudnn, and the CPU execution
+                       target's build/cuda_cpu/{train,test}_<name>cu_{fp32,bf16})
+        DESCRIPTION    its ModelFamily (llmc/model_family.h), defined in llmc/<name>.h
+        "refs"         the command (run by make's $(PY)) that writes the reference files its test programs read,
+                       "" for none of its own (the shared d2 and d12 references of the Makefile); make adds
+                       --out_dir "refs_dir"
+        "refs_dir"     where they go (git-ignored): make <name>-debug-states writes them
+
+The rows are read by make with sed: keep each on one line, in this shape, with no '"' inside a string.
+LLMC_WITH_FAMILY_INFERENCE, defined before including this file, also includes every family's description and CPU
+inference (generate.c).
+*/
+#ifndef LLMC_FAMILIES_H
+#define LLMC_FAMILIES_H
+
+#define LLMC_FAMILIES(X) \
+    X(gpt2, GPT2_FAMILY, "", "") \
+    X(llama3, LLAMA3_FAMILY, "dev/llama3_refs.py --muon", "build/llama3") \
+    X(nanochat, NANOCHAT_FAMILY, "dev/nanochat_refs.py", "build/nanochat")
+
+#endif // LLMC_FAMILIES_H
+
+#ifdef LLMC_WITH_FAMILY_INFERENCE
+#ifndef LLMC_FAMILIES_INFERENCE_H
+#define LLMC_FAMILIES_INFERENCE_H
+// one include per row above: the description (llmc/<name>.h) comes with the CPU inference
+#include "cpu/gpt2_inference.h"
+#include "cpu/llama3_inference.h"
+#include "cpu/nanochat_inference.h"
+#endif // LLMC_FAMILIES_INFERENCE_H
+#endif // LLMC_WITH_FAMILY_INFERENCE

@@ -1,0 +1,87 @@
+"""llmc/families.h, the one list of model families, against what reads it: the files each row promises, make's
+per-family rules (mk/families.mk, the CPU execution target, the GPU visit), the reference-file rules, and the program
+lists the trainers print (llmc/args.h)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from conftest import REPO, assert_one_error_line, make, run
+
+# X(name, DESCRIPTION, "refs", "refs_dir"), one row a line, as make's sed reads them
+ROWS = re.findall(r'^ *X\((\w+), (\w+), "([^"]*)", "([^"]*)"\)', (REPO / "llmc" / "families.h").read_text(), re.M)
+FAMILIES = [name for name, _, _, _ in ROWS]
+
+
+def _make_n(*targets: str) -> str:
+    """What make would run for the targets, rebuilding everything (-n -B), as text."""
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-B", *targets, "GPU_COMPUTE_CAPABILITY=90"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    return proc.stdout
+
+
+def test_the_registry_lists_the_three_families_with_their_descriptions() -> None:
+    assert FAMILIES[:3] == ["gpt2", "llama3", "nanochat"], ROWS
+    for name, description, _, _ in ROWS:
+        header = (REPO / "llmc" / f"{name}.h").read_text()
+        assert f"static const ModelFamily {description} = {{" in header, f"llmc/{name}.h defines no {description}"
+        assert f'.name = "{name}"' in header, f"{description}'s name is not {name}"
+
+
+def test_every_family_has_the_files_its_row_names() -> None:
+    for name in FAMILIES:
+        for path in [f"llmc/{name}.h", f"llmc/cpu/{name}_inference.h", f"train_{name}.c", f"test_{name}.c",
+                     f"train_{name}.cu", f"test_{name}.cu", f"train_{name}.py"]:
+            assert (REPO / path).is_file(), f"{path}: missing for the family {name}"
+        assert f"{name}_generate" in (REPO / "llmc" / "cpu" / f"{name}_inference.h").read_text(), name
+
+
+def test_make_reads_the_families_in_the_registry_order() -> None:
+    proc = subprocess.run(["make", "--no-print-directory", "-pn", "cuda-info"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("FAMILIES := "))
+    assert line.split(" := ", 1)[1].split() == FAMILIES, line
+
+
+def test_make_builds_every_family_s_programs_from_its_sources() -> None:
+    """make -n: train_<f> and test_<f> from train_<f>.c and test_<f>.c, train_<f>cu, train_<f>cu_cudnn and test_<f>cu
+    from the .cu sources, the CPU execution target's build/cuda_cpu/{train,test}_<f>cu_{fp32,bf16}, each family's
+    test_<f>cu in every GPU-visit configuration and its test-cuda-build checks."""
+    for name in FAMILIES:
+        out = _make_n(f"train_{name}", f"test_{name}", f"train_{name}cu", f"train_{name}cu_cudnn", f"test_{name}cu",
+                      f"build/cuda_cpu/train_{name}cu_fp32", f"build/cuda_cpu/test_{name}cu_bf16",
+                      f"test-cuda-build-{name}")
+        lines = out.splitlines()
+        for program, source in [(f"train_{name}", f"train_{name}.c"), (f"test_{name}", f"test_{name}.c"),
+                                (f"train_{name}cu", f"train_{name}.cu"), (f"train_{name}cu_cudnn", f"train_{name}.cu"),
+                                (f"test_{name}cu", f"test_{name}.cu"),
+                                (f"build/cuda_cpu/train_{name}cu_fp32", f"build/cuda_cpu/src/train_{name}.cu"),
+                                (f"build/cuda_cpu/test_{name}cu_bf16", f"build/cuda_cpu/src/test_{name}.cu")]:
+            assert any(line.endswith(f"-o {program}") and source in line.split() for line in lines), (program, out[-2000:])
+        for check in [f"train_{name}.cu BF16 (linked, multi-GPU)", f"test_{name}.cu FP32 (single GPU: no NCCL, no MPI)",
+                      f"train_{name}.cu BF16 USE_CUDNN=1 (linked)", f"test_{name}.cu BF16 USE_CUDNN=1"]:
+            assert f'"{check}"' in out, (check, out[-2000:])
+    gpu = _make_n("gpu-build")
+    for name in FAMILIES:
+        for config in ["fp32", "bf16", "bf16-cudnn"]:
+            assert any(line.endswith(f"-o build/gpu/bin/{config}/test_{name}cu") for line in gpu.splitlines()), (name, config)
+
+
+def test_make_writes_each_family_s_reference_files_with_its_command() -> None:
+    for name, _, refs, refs_dir in ROWS:
+        if not refs:
+            continue
+        out = _make_n(f"{name}-debug-states")
+        assert f"{refs} --out_dir {refs_dir}" in out, out[-2000:]
+        assert f"touch {refs_dir}/.written" in out, out[-2000:]
+
+
+def test_a_trainer_names_every_family_s_programs_when_it_refuses_a_flag() -> None:
+    """./train_gpt2 -r 1: the GPU trainers' flag, refused in one line that lists the GPU trainers of every family
+    (llmc/args.h reads them from the registry)."""
+    make("train_gpt2")
+    line = assert_one_error_line(run([REPO / "train_gpt2", "-r", "1"], check=False))
+    programs = ", ".join(f"./train_{name}cu" for name in FAMILIES)
+    assert f"a flag of the GPU trainers ({programs}), not of " in line, line
