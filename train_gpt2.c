@@ -295,19 +295,20 @@ void gpt2_backward(void* m, float loss_scale) {
     layernorm_backward_into(dres, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C, 0);
 
     LayerActs da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
+    float* dfch_gelu = da.fch; // fch_gelu's gradient is fch's memory: the GELU's backward runs in place  (B,T,4C)
     for (int l = L - 1; l >= 0; l--) {
         GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
         if (acts.bf16) { // from the GELU's bf16 input
             gelu_forward_bf16(a.fch_gelu16, a.fch16, BTC * 4); // the forward's, again
-            matmul_backward_into_bf16_input(da.fch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, w.fcprojw, B, T,
+            matmul_backward_into_bf16_input(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, w.fcprojw, B, T,
                                             4 * C, C, 0.0f, beta);
-            gelu_backward_bf16_input(da.fch, a.fch16, da.fch_gelu, BTC * 4);
+            gelu_backward_bf16_input(da.fch, a.fch16, dfch_gelu, BTC * 4);
         } else {
             gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                              (B,T,4C)
-            matmul_backward_into(da.fch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
-            gelu_backward_into(da.fch, a.fch, da.fch_gelu, BTC * 4, 0);
+            matmul_backward_into(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
+            gelu_backward_into(da.fch, a.fch, dfch_gelu, BTC * 4, 0);
         }
         layernorm_recompute(a.ln2, a.residual2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b, B, T, C);        // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);

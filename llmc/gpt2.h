@@ -142,7 +142,8 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
 //     from the last layer's output back, and as it never reads a branch's output (attproj, fcproj: only the
 //     residual add right after it does) every layer reuses one slice of those (the CPU trainer). With RS 0 the
 //     layernorms' outputs and the GELU's (ln1, ln2, fch_gelu: only GEMMs read them) are one slice too: the
-//     backward recomputes a layer's from what is kept (its input, mean and rstd; fch) right before its GEMMs;
+//     backward recomputes a layer's from what is kept (its input, mean and rstd; fch) right before its GEMMs, and
+//     fch_gelu's gradient is fch's memory (the GELU's backward runs in place);
 //   F32 says whether qkv, atty and fch are kept per layer in fp32: 1 (OpenCL, and the CPU trainer but on -p bf16),
 //     or 0 where the CPU trainer keeps them per layer in bf16 alone (train_gpt2.c's GPT2_BF16_ACTIVATION_TENSORS, -p
 //     bf16 on oneDNN): these rows are then one slice, the fp32 output of qkv's and fc's GEMMs before it is rounded
@@ -168,7 +169,7 @@ static inline GPT2LayerParams gpt2_layer_params(const GPT2Params* p, const GPT2C
     X(float, ln2_mean,  1, 1,     0) \
     X(float, ln2_rstd,  1, 1,     0) \
     X(float, fch,       F32, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
-    X(float, fch_gelu,  RS, 4 * C, 1) \
+    X(float, fch_gelu,  RS, 4 * C, RS) \
     X(float, fcproj,    RS, C,    RS) \
     X(float, residual3, 1, C,     RS) /* residual2 + fcproj, the layer's output */
 

@@ -48,6 +48,8 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
+    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (GPT-2:
+                              -p bf16 on oneDNN with the layers' copies; LLMC_BF16_ACTIVATIONS=0 says no)
     cpu_model_free(cm)
     CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*
 */
