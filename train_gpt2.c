@@ -72,13 +72,14 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 
 // -p bf16 on oneDNN (llmc/cpu/cpu_model.h's cpu_model_bf16_activations) keeps what only bf16 readers read in bf16
 // alone, after the fp32 tensors in the same buffer: rows X(name, per_layer, per_token), uint16 (B, T, per_token), or
-// (L, B, T, per_token) when per_layer. qkv16 is qkv rounded (the attention rounds q, k, v anyway: the same bits);
+// (L, B, T, per_token) when per_layer. qkv16 is qkv rounded, written by the attention's forward as it rounds q, k, v
+// (which it does anyway: the same bits);
 // atty16 the attention's output, written in bf16 (the GEMMs read it rounded anyway; the attention's backward then
 // takes D = rowsum(dO o O) from the rounded O); fch16 is fch + bias rounded, the GELU's input in the forward and in the
 // backward (a change: the fp32 layout's GELU reads fch unrounded); fch_gelu16 the GELU's output rounded, one slice
 // (the backward recomputes a layer's from fch16). The fp32 qkv, atty and fch are then one slice each (llmc/gpt2.h).
-// At d12, B=4, T=1024 that is 0.58 GB less: qkv, atty and fch per layer take 0.75 GB instead of 1.21 GB (+ atty's
-// bf16 copy, 0.08 GB).
+// At d12, B=4, T=1024 the peak is 0.64 GB lower: qkv, atty and fch take 0.69 GB instead of 1.21 GB, atty's and
+// fch_gelu's bf16 copies go (0.10 GB), and fch_gelu's fp32 slice is never written (0.05 GB).
 #define GPT2_BF16_ACTIVATION_TENSORS(X) \
     X(qkv16,      1, 3 * C) \
     X(atty16,     1, C) \
@@ -224,9 +225,8 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // attention block (its layernorm ran already)
         matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);          // (B,T,3C)
-        if (acts.bf16) { // qkv rounded into the layer's bf16 slice; the attention's output in bf16 alone
-            matmul_round_bf16(a.qkv16, a.qkv, (size_t)B * T, 3 * (size_t)C, 3 * (size_t)C);
-            attention_gqa_forward_bf16(a.atty16, a.att_lse, a.qkv16, B, T, NH, NH, C / NH);
+        if (acts.bf16) { // qkv rounded into the layer's bf16 slice as the attention reads it; its output in bf16 alone
+            attention_gqa_forward_bf16(a.atty16, a.att_lse, a.qkv, a.qkv16, B, T, NH, NH, C / NH);
             matmul_forward_bf16_input(a.attproj, a.atty16, w.attprojw, w.attprojb, B, T, C, C);
         } else {
             attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NH, C / NH); // (B,T,C)

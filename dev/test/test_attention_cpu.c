@@ -254,8 +254,8 @@ static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
     }
 }
 
-// The blocked kernel on q, k, v stored in bf16 (attention_gqa_forward_bf16 / _backward_bf16, GPT-2's -p bf16
-// activations) against the same kernel on the fp32 values they round from: the forward's out16 is the fp32 call's out
+// The blocked kernel keeping q, k, v in bf16 (attention_gqa_forward_bf16 / _backward_bf16, GPT-2's -p bf16
+// activations) against the same kernel on fp32 alone: the forward's qkv16 is qkv rounded, its out16 the fp32 call's out
 // rounded and its lse the same, bit for bit (the kernel rounds q, k, v as it reads them); the backward differs only in
 // D = rowsum(dO o O), taken from the rounded O: within ATT_BF16_D_TOL of the fp32 call's, and within ATT_BF16_TOL of the
 // tiled kernel's like the fp32 call; 1 thread and 2 give the same bits.
@@ -265,7 +265,8 @@ static void check_bf16_storage_case(const AttCase* c, int gqa) {
     float* qkv = case_inputs(c, &dout, (unsigned)(c->T * 3 + c->HS));
     size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
     uint16_t* qkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
-    matmul_round_bf16(qkv16, qkv, 1, nq, nq);
+    uint16_t* qkv_rounded = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+    matmul_round_bf16(qkv_rounded, qkv, 1, nq, nq);
     float* ref_out = (float*)mallocCheck(no * sizeof(float));
     float* ref_dqkv = (float*)mallocCheck(nq * sizeof(float));
     float* out = (float*)mallocCheck(no * sizeof(float));
@@ -285,11 +286,14 @@ static void check_bf16_storage_case(const AttCase* c, int gqa) {
     matmul_round_bf16(out_rounded, out, 1, no, no);
     for (int n = 0; n < 2; n++) { // on 1 thread, then 2
         omp_set_num_threads(n + 1);
-        attention_gqa_forward_bf16(out16, lse16, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
+        memset(qkv16, 0xff, nq * sizeof(uint16_t)); // every element must be written
+        attention_gqa_forward_bf16(out16, lse16, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
         memset(dqkv16[n], 0, nq * sizeof(float));
         attention_gqa_backward_bf16(dqkv16[n], dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS);
     }
     omp_set_num_threads(2);
+    CHECK(memcmp(qkv16, qkv_rounded, nq * sizeof(uint16_t)) == 0, "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's qkv16 is "
+          "not qkv rounded", c->T, c->NH, c->NKV, c->HS);
     CHECK(memcmp(out16, out_rounded, no * sizeof(uint16_t)) == 0 && memcmp(lse16, lse, nl * sizeof(float)) == 0,
           "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's out or lse is not the fp32 call's (rounded)", c->T, c->NH, c->NKV,
           c->HS);
@@ -304,7 +308,7 @@ static void check_bf16_storage_case(const AttCase* c, int gqa) {
           "> %.0e", c->T, c->HS, d[1], d[2], d[3], ATT_BF16_D_TOL);
     CHECK(worst_ref <= ATT_BF16_TOL, "T=%d HS=%d: the bf16-stored backward vs tiled: dq %.2e dk %.2e dv %.2e > %.0e", c->T,
           c->HS, e[1], e[2], e[3], ATT_BF16_TOL);
-    free(qkv); free(dout); free(qkv16); free(ref_out); free(ref_dqkv); free(out); free(dqkv); free(lse); free(lse16);
+    free(qkv); free(dout); free(qkv16); free(qkv_rounded); free(ref_out); free(ref_dqkv); free(out); free(dqkv); free(lse); free(lse16);
     free(out16); free(out_rounded); free(dqkv16[0]); free(dqkv16[1]);
 }
 

@@ -9,9 +9,9 @@ llmc/cpu/layers_cpu.h). Two kernels behind one set of calls:
                            B, T, NH, NKV, HS)                 then NKV k heads, then NKV v heads; query head h reads
                                                               k/v head h / (NH/NKV); out (B,T,NH HS); dqkv += the
                                                               gradient, a k/v head's summed over its query heads
-    attention_gqa_forward_bf16(out16, lse, qkv16, ...)        the blocked kernel on q, k, v stored in bf16 (GPT-2's
-    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     -p bf16 activations), its output rounded to bf16; the
-                                lse, ...)                     backward reads that output and lse
+    attention_gqa_forward_bf16(out16, lse, qkv, qkv16, ...)   the blocked kernel keeping q, k, v and its output in bf16
+    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (GPT-2's -p bf16 activations): the forward writes qkv
+                                lse, ...)                     rounded and the output rounded, the backward reads them
     attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
 
 Scores are scaled by 1/sqrt(HS); query t sees keys 0..t. HS is any size (the blocked kernel pads it to 16).
@@ -371,12 +371,16 @@ static void att_round_block(uint16_t* x16, const float* x, size_t ld, int rows, 
     }
 }
 
-// the same block from the packed input stored in fp32 (x, rounded as above) or in bf16 (xb: GPT-2's bf16 activations,
-// copied: the same numbers); `at` is the block's first element in either
-static void att_load_block(uint16_t* x16, const float* x, const uint16_t* xb, size_t at, size_t ld, int rows, int HS,
-                           int HSP) {
+// the same block from the packed input stored in fp32 (x, rounded as above; keep, when not NULL, receives the rounded
+// rows at the same place: GPT-2's bf16 activations, for the backward) or in bf16 (xb, copied: the same numbers); `at`
+// is the block's first element in each
+static void att_load_block(uint16_t* x16, const float* x, const uint16_t* xb, uint16_t* keep, size_t at, size_t ld,
+                           int rows, int HS, int HSP) {
     if (xb == NULL) {
         att_round_block(x16, x + at, ld, rows, HS, HSP);
+        for (int r = 0; keep != NULL && r < rows; r++) {
+            memcpy(keep + at + (size_t)r * ld, x16 + (size_t)r * HSP, (size_t)HS * sizeof(uint16_t));
+        }
         return;
     }
     for (int r = 0; r < ATT_TILE; r++) {
@@ -564,8 +568,8 @@ static uint32_t* attention_kv_buffer(size_t n) {
 }
 
 // out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), blocked; lse (B,T,NH) = each row's log-sum-exp, or NULL.
-// qkv16 instead of qkv (NULL): the input stored in bf16; out16 instead of out (NULL): the output rounded to bf16
-static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
+// qkv16 (or NULL) receives qkv rounded to bf16, as the kernel reads it; out16 instead of out (NULL): the output rounded
+static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, const float* qkv, uint16_t* qkv16,
                                       int B, int T, int NH, int NKV, int HS) {
     AttShape sh = att_shape(T, NH, NKV, HS);
     int HSP = sh.HSP, ntiles = sh.ntiles, C = sh.C, QKV = sh.QKV, rep = NH / NKV;
@@ -585,8 +589,8 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
                 size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
                 int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
-                att_load_block((uint16_t*)(void*)k_rows, qkv, qkv16, k, (size_t)QKV, rows, HS, HSP);
-                att_load_block(w.x16, qkv, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
+                att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
+                att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
                 att_layout_colpair(k_rows + blk, w.x16, HSP);
             }
         }
@@ -599,8 +603,8 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 AttWork w = att_work(scratch, per, &sh, 0);
                 int tile = ntiles - 1 - it, t0 = tile * ATT_TILE;
                 int rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
-                att_load_block(w.q16, qkv, qkv16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS,
-                               HSP);
+                att_load_block(w.q16, qkv, NULL, qkv16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows,
+                               HS, HSP);
                 att_layout_dmajor(w.q_dm, w.q16, HSP);
                 const uint32_t* k_rows = kv + ((size_t)b * NKV + h / rep) * ntiles * 2 * blk;
                 att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
@@ -633,10 +637,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int j = 0; j < ntiles; j++) {
         int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
         uint16_t* k16 = (uint16_t*)(void*)(w->k_rows + j * blk);
-        att_load_block(k16, qkv, qkv16, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        att_load_block(k16, qkv, qkv16, NULL, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
         att_layout_colpair(w->k_cp + j * blk, k16, HSP);
         uint16_t* v16 = (uint16_t*)(void*)(w->v_rows + j * blk);
-        att_load_block(v16, qkv, qkv16, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        att_load_block(v16, qkv, qkv16, NULL, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
         if (!kept) { att_layout_colpair(w->v_cp + j * blk, v16, HSP); } // (for the tiles' forwards)
     }
     memset(w->dk, 0, (size_t)ntiles * tile_n * sizeof(float));
@@ -644,7 +648,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         for (int tile = 0; tile < ntiles; tile++) {
             int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
-            att_load_block(w->q16, qkv, qkv16, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
+            att_load_block(w->q16, qkv, qkv16, NULL, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
             att_layout_dmajor(w->q_dm, w->q16, HSP);
             att_layout_rowpair(w->q_rp, w->q16, HSP);
             att_round_block(w->do16, dout + (bt0 + t0) * C + (size_t)h * HS, (size_t)C, rows, HS, HSP);
@@ -803,17 +807,18 @@ static void attention_gqa_backward(float* dqkv, const float* dout, const float* 
     phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 4));
 }
 
-// The blocked kernel on activations stored in bf16 (GPT-2's -p bf16, llmc/cpu/cpu_model.h's cpu_model_bf16_activations):
-// qkv16 (B,T,(NH + 2 NKV) HS) holds qkv rounded, out16 (B,T,NH HS) receives the output rounded (the bits
-// attention_gqa_forward's blocked kernel gives qkv, then rounded), lse as there; always the blocked kernel. The
-// backward reads out16 and lse (D = rowsum(dO o O) then takes the rounded O) and writes dqkv's bf16 copy when it has one.
-static void attention_gqa_forward_bf16(uint16_t* out16, float* lse, const uint16_t* qkv16, int B, int T, int NH, int NKV,
-                                       int HS) {
+// The blocked kernel keeping its input and output in bf16 (GPT-2's -p bf16, llmc/cpu/cpu_model.h's
+// cpu_model_bf16_activations): the forward reads qkv (B,T,(NH + 2 NKV) HS, fp32) and writes qkv16, the same shape, as
+// it rounds it (what the backward reads), and out16 (B,T,NH HS), the output rounded: the bits attention_gqa_forward's
+// blocked kernel gives, then rounded; lse as there; always the blocked kernel. The backward reads qkv16, out16 and lse
+// (D = rowsum(dO o O) then takes the rounded O) and writes dqkv's bf16 copy when it has one.
+static void attention_gqa_forward_bf16(uint16_t* out16, float* lse, const float* qkv, uint16_t* qkv16, int B, int T,
+                                       int NH, int NKV, int HS) {
     attention_check_heads(NH, NKV);
     double t_phase = phase_begin();
-    attention_blocked_forward(NULL, out16, lse, NULL, qkv16, B, T, NH, NKV, HS);
-    double BT = (double)B * T; // q, k, v and out in bf16, lse in fp32
-    phase_end(PHASE_ATTENTION, t_phase, BT * (2.0 * ((double)(NH + 2 * NKV) * HS + (double)NH * HS) + 4.0 * NH),
+    attention_blocked_forward(NULL, out16, lse, qkv, qkv16, B, T, NH, NKV, HS);
+    double BT = (double)B * T; // q, k, v read in fp32 and written in bf16, out in bf16, lse in fp32
+    phase_end(PHASE_ATTENTION, t_phase, BT * (6.0 * (NH + 2 * NKV) * HS + 2.0 * NH * HS + 4.0 * NH),
               attention_flops(B, T, NH, HS, 2));
 }
 
