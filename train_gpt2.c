@@ -66,22 +66,54 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 // one layer (every layer reuses the same slice) and one of the residual stream, encoded's, updated in place from
 // the last layer's output back to the embeddings: a residual add copies its output's gradient to both inputs, so
 // the stream's gradient is also each branch's (attproj's, fcproj's).
-#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, GPT2_CHUNKED_LOGITS, 0)
-#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, 0)
+// keep_fp32 (a variable where the tables expand): qkv, atty and fch per layer in fp32, or in bf16 alone (below)
+#define CPU_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, GPT2_CHUNKED_LOGITS, 0, keep_fp32)
+#define CPU_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_ATT_LSE, 0, keep_fp32)
 
-typedef struct { CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } ActivationTensors;
+// -p bf16 on oneDNN (llmc/cpu/cpu_model.h's cpu_model_bf16_activations) keeps what only bf16 readers read in bf16
+// alone, after the fp32 tensors in the same buffer: rows X(name, per_layer, per_token), uint16 (B, T, per_token), or
+// (L, B, T, per_token) when per_layer. qkv16 is qkv rounded, written by the attention's forward as it rounds q, k, v
+// (which it does anyway: the same bits);
+// atty16 the attention's output, written in bf16 (the GEMMs read it rounded anyway; the attention's backward then
+// takes D = rowsum(dO o O) from the rounded O); fch16 is fch + bias rounded, the GELU's input in the forward and in the
+// backward (a change: the fp32 layout's GELU reads fch unrounded); fch_gelu16 the GELU's output rounded, one slice
+// (the backward recomputes a layer's from fch16). The fp32 qkv, atty and fch are then one slice each (llmc/gpt2.h).
+// At d12, B=4, T=1024 the peak is 0.64 GB lower: qkv, atty and fch take 0.69 GB instead of 1.21 GB, atty's and
+// fch_gelu's bf16 copies go (0.10 GB), and fch_gelu's fp32 slice is never written (0.05 GB).
+#define GPT2_BF16_ACTIVATION_TENSORS(X) \
+    X(qkv16,      1, 3 * C) \
+    X(atty16,     1, C) \
+    X(fch16,      1, 4 * C) \
+    X(fch_gelu16, 0, 4 * C)
+#define CPU_ACT16_FIELD(name, per_layer, per_token) uint16_t* name;
+// in gpt2_point_activations: two bf16 numbers to a float of the buffer (none for the gradients, or in the fp32 layout)
+#define CPU_ACT16_POINT(name, per_layer, per_token) { \
+        size_t size = (grads || keep_fp32) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
+        a->name = memory != NULL && size > 0 ? (uint16_t*)(void*)(memory + n) : NULL; \
+        n += (size + 1) / 2; \
+    }
+#define CPU_ACT16_LAYER(name, per_layer, per_token) \
+    v.name = a->name != NULL ? a->name + ((per_layer) ? (size_t)l : 0) * BT * (per_token) : NULL;
+
+typedef struct {
+    int bf16;   // the bf16 layout: qkv, atty and fch kept per layer in bf16 alone (GPT2_BF16_ACTIVATION_TENSORS)
+    CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD)
+    GPT2_BF16_ACTIVATION_TENSORS(CPU_ACT16_FIELD)
+} ActivationTensors;
 
 // one layer's activations (or their gradients): residual is the layer's input (encoded, or
 // the previous layer's residual3), the others are layer l's slices, each (B,T,...)
-typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } LayerActs;
+typedef struct { float* residual; CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) GPT2_BF16_ACTIVATION_TENSORS(CPU_ACT16_FIELD) } LayerActs;
 
 // layer l's view of the activations (or, with l = 0, of their gradients: residual is then the residual stream's)
 // of the current B x T tokens
 LayerActs gpt2_layer_acts(const ActivationTensors* a, const GPT2Config* cfg, int B, int T, int l) {
     size_t C = cfg->channels, NH = cfg->num_heads, BT = (size_t)B * T;
+    int keep_fp32 = !a->bf16;
     LayerActs v;
     v.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
     CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
+    GPT2_BF16_ACTIVATION_TENSORS(CPU_ACT16_LAYER)
     return v;
 }
 
@@ -132,22 +164,33 @@ size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
     ActivationTensors* a = grads ? &model->grads_acts : &model->acts;
     size_t C = model->config.channels, L = grads ? 1 : (size_t)model->config.num_layers;
     size_t NH = model->config.num_heads, BT = (size_t)B * T, n = 0;
+    a->bf16 = model->acts.bf16;
+    int keep_fp32 = !a->bf16;
     CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
+    GPT2_BF16_ACTIVATION_TENSORS(CPU_ACT16_POINT)
     return n;
 }
 
-// activations and their gradients for batches of up to B x T tokens; the logits, when a forward pass keeps them,
-// are (B,T,Vp)
+// whether the activations take the bf16 layout (GPT2_BF16_ACTIVATION_TENSORS): -p bf16 on oneDNN
+// (cpu_model_bf16_activations, LLMC_BF16_ACTIVATIONS) with the blocked attention, the kernel that reads bf16 q, k, v
+static int gpt2_bf16_activations(void) {
+    return cpu_model_bf16_activations() && attention_kernel_chosen() == ATTENTION_BLOCKED;
+}
+
+// activations and their gradients for batches of up to B x T tokens, in the layout of the precision set now (the
+// forward pass allocates them again if it changes); the logits, when a forward pass keeps them, are (B,T,Vp)
 void gpt2_allocate_activations(void* m, int B, int T) {
     GPT2* model = (GPT2*)m;
+    model->acts.bf16 = gpt2_bf16_activations();
     cpu_model_allocate_activations(&model->cpu, B, T, gpt2_point_activations, model);
     // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
+    // (the bf16 layout's atty16 and fch_gelu16 are the GEMMs' operands themselves)
     size_t C = model->config.channels, L = model->config.num_layers, BT = (size_t)B * T;
     const ActivationTensors* a = &model->acts;
     const ActivationTensors* d = &model->grads_acts;
-    const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_gelu, a->lnf, d->encoded, d->qkv, d->fch};
-    const size_t sizes[] = {BT * C, L * BT * C, BT * C, BT * 4 * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C};
-    for (int i = 0; i < 8; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
+    const float* shadowed[] = {a->ln1, a->ln2, a->lnf, d->encoded, d->qkv, d->fch, a->atty, a->fch_gelu};
+    const size_t sizes[] = {BT * C, BT * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C, L * BT * C, BT * 4 * C};
+    for (int i = 0; i < (a->bf16 ? 6 : 8); i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
     cpu_model_set_output(&model->cpu, model->config.padded_vocab_size, model->acts.losses);
 }
 
@@ -165,6 +208,12 @@ static CpuClassifier gpt2_classifier(GPT2* model) {
 // were allocated for (sampling uses B=1 and a growing T).
 void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) {
     GPT2* model = (GPT2*)m;
+    if (model->cpu.acts_memory != NULL && model->acts.bf16 != gpt2_bf16_activations()) {
+        // the precision changed since the activations were allocated (the trainer's -p bf16 calibration, pyllmc)
+        int B_max = model->cpu.batch_size, T_max = model->cpu.seq_len;
+        cpu_model_free_activations(&model->cpu);
+        gpt2_allocate_activations(model, B_max, T_max);
+    }
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     int L = model->config.num_layers, NH = model->config.num_heads, C = model->config.channels;
     const GPT2Config* cfg = &model->config;
@@ -179,13 +228,23 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // attention block (its layernorm ran already)
         matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);          // (B,T,3C)
-        attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NH, C / NH); // (B,T,C)
-        matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C); // (B,T,C)
+        if (acts.bf16) { // qkv rounded into the layer's bf16 slice as the attention reads it; its output in bf16 alone
+            attention_gqa_forward_bf16(a.atty16, a.att_lse, a.qkv, a.qkv16, B, T, NH, NH, C / NH);
+            matmul_forward_bf16_input(a.attproj, a.atty16, w.attprojw, w.attprojb, B, T, C, C);
+        } else {
+            attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NH, C / NH); // (B,T,C)
+            matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C); // (B,T,C)
+        }
         // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
         residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.attproj, w.ln2w, w.ln2b, B, T, C);
         matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, 4 * C);                      // (B,T,4C)
-        bias_gelu_forward(a.fch_gelu, a.fch, w.fcb, B, T, 4 * C);                       // (B,T,4C)
-        matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);     // (B,T,C)
+        if (acts.bf16) { // fch + bias kept in bf16 alone, the GELU's input; its output rounded for the GEMM
+            bias_gelu_forward_bf16(a.fch_gelu16, a.fch16, a.fch, w.fcb, B, T, 4 * C);
+            matmul_forward_bf16_input(a.fcproj, a.fch_gelu16, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+        } else {
+            bias_gelu_forward(a.fch_gelu, a.fch, w.fcb, B, T, 4 * C);                   // (B,T,4C)
+            matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C); // (B,T,C)
+        }
         // residual3 = residual2 + fcproj, and in the same pass the layernorm after this layer:
         // the next layer's ln1, or lnf after the last
         if (l + 1 < L) {
@@ -239,20 +298,34 @@ void gpt2_backward(void* m, float loss_scale) {
     layernorm_backward_into(dres, g.lnfw, g.lnfb, gacts.lnf, last.residual3, p.lnfw, acts.lnf_mean, acts.lnf_rstd, B, T, C, 0);
 
     LayerActs da = gpt2_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
+    float* dfch_gelu = da.fch; // fch_gelu's gradient is fch's memory: the GELU's backward runs in place  (B,T,4C)
     for (int l = L - 1; l >= 0; l--) {
         GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                                  (B,T,4C)
-        matmul_backward_into(da.fch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
-        gelu_backward_into(da.fch, a.fch, da.fch_gelu, BTC * 4, 0);
+        if (acts.bf16) { // from the GELU's bf16 input
+            gelu_forward_bf16(a.fch_gelu16, a.fch16, BTC * 4); // the forward's, again
+            matmul_backward_into_bf16_input(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, w.fcprojw, B, T,
+                                            4 * C, C, 0.0f, beta);
+            gelu_backward_bf16_input(da.fch, a.fch16, dfch_gelu, BTC * 4);
+        } else {
+            gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                              (B,T,4C)
+            matmul_backward_into(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
+            gelu_backward_into(da.fch, a.fch, dfch_gelu, BTC * 4, 0);
+        }
         layernorm_recompute(a.ln2, a.residual2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b, B, T, C);        // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
         cpu_zero_floats(da.qkv, BTC * 3); // attention's backward adds to it
-        attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH);
+        if (acts.bf16) { // from qkv and the attention's output in bf16
+            matmul_backward_into_bf16_input(da.atty, dw.attprojw, dw.attprojb, dres, a.atty16, w.attprojw, B, T, C, C,
+                                            0.0f, beta);
+            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NH, C / NH);
+        } else {
+            matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
+            attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH);
+        }
         layernorm_recompute(a.ln1, a.residual, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b, B, T, C);         // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C); // the input's gradient

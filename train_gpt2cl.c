@@ -204,8 +204,8 @@ LayerParams layer_params(const ParameterTensors* p, const GPT2Config* cfg, int l
 // The activations, in buffer order: GPT-2's table (llmc/gpt2.h), with att, each layer's
 // attention weights (B, NH, T, T), kept for the backward, the whole (B, T, Vp) logits and probabilities,
 // and a gradient for every residual tensor (the residual adds copy their output's gradient into both inputs').
-#define CL_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT, GPT2_KEEP_LOGITS, 1)
-#define CL_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT, 1)
+#define CL_ACTIVATION_TENSORS(X) GPT2_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT, GPT2_KEEP_LOGITS, 1, 1)
+#define CL_LAYER_ACTIVATION_TENSORS(X) GPT2_LAYER_ACTIVATION_TENSORS(X, GPT2_KEEP_ATT, 1, 1)
 
 #define CL_ACT_FIELD_(type, name, per_layer, per_token, has_grad) ClTensor name;
 typedef struct { CL_ACTIVATION_TENSORS(CL_ACT_FIELD_) } ActivationTensors;

@@ -108,7 +108,7 @@ TENSOR_TABLE_VIEWS(GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, gpt2, G
 // every backend's table (the CPU and OpenCL trainers expand it into their structs and pointers).
 // Each tensor is (B, T, per_token), (L, B, T, per_token) when per_layer, written in C, Vp, NH
 // and T. has_grad: the backward pass keeps its gradient (the layernorm statistics and the
-// probabilities need none). Three arguments say where backends differ:
+// probabilities need none). Four arguments say where backends differ:
 //   ATT(X) stands for what attention keeps for its backward: GPT2_KEEP_ATT, the weights (B, NH, T, T) (OpenCL),
 //     GPT2_ATT_LSE, each query row's log-sum-exp (B, T, NH) (the CPU trainer: its backward recomputes the weights
 //     from it);
@@ -122,29 +122,34 @@ TENSOR_TABLE_VIEWS(GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, gpt2, G
 //     from the last layer's output back, and as it never reads a branch's output (attproj, fcproj: only the
 //     residual add right after it does) every layer reuses one slice of those (the CPU trainer). With RS 0 the
 //     layernorms' outputs and the GELU's (ln1, ln2, fch_gelu: only GEMMs read them) are one slice too: the
-//     backward recomputes a layer's from what is kept (its input, mean and rstd; fch) right before its GEMMs.
-#define GPT2_ACTIVATION_TENSORS(X, ATT, CLS, RS) \
+//     backward recomputes a layer's from what is kept (its input, mean and rstd; fch) right before its GEMMs, and
+//     fch_gelu's gradient is fch's memory (the GELU's backward runs in place);
+//   F32 says whether qkv, atty and fch are kept per layer in fp32: 1 (OpenCL, and the CPU trainer but on -p bf16),
+//     or 0 where the CPU trainer keeps them per layer in bf16 alone (train_gpt2.c's GPT2_BF16_ACTIVATION_TENSORS, -p
+//     bf16 on oneDNN): these rows are then one slice, the fp32 output of qkv's and fc's GEMMs before it is rounded
+//     (atty's goes unused: the attention writes its output in bf16).
+#define GPT2_ACTIVATION_TENSORS(X, ATT, CLS, RS, F32) \
     X(float, encoded,  0, C,  1) /* token + position embeddings, the first layer's input */ \
-    GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
+    GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS, F32) \
     X(float, lnf,      0, C,  1) /* final layernorm */ \
     X(float, lnf_mean, 0, 1,  0) \
     X(float, lnf_rstd, 0, 1,  0) \
     CLS(X)
 
-#define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS) \
+#define GPT2_LAYER_ACTIVATION_TENSORS(X, ATT, RS, F32) \
     X(float, ln1,       RS, C,    1) /* layernorm of the layer's input */ \
     X(float, ln1_mean,  1, 1,     0) \
     X(float, ln1_rstd,  1, 1,     0) \
-    X(float, qkv,       1, 3 * C, 1) \
+    X(float, qkv,       F32, 3 * C, 1) \
     ATT(X) \
-    X(float, atty,      1, C,     1) /* attention output, before its projection */ \
+    X(float, atty,      F32, C,   1) /* attention output, before its projection */ \
     X(float, attproj,   RS, C,    RS) \
     X(float, residual2, 1, C,     RS) /* input + attproj */ \
     X(float, ln2,       RS, C,    1) \
     X(float, ln2_mean,  1, 1,     0) \
     X(float, ln2_rstd,  1, 1,     0) \
-    X(float, fch,       1, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
-    X(float, fch_gelu,  RS, 4 * C, 1) \
+    X(float, fch,       F32, 4 * C, 1) /* MLP hidden layer, before the GELU */ \
+    X(float, fch_gelu,  RS, 4 * C, RS) \
     X(float, fcproj,    RS, C,    RS) \
     X(float, residual3, 1, C,     RS) /* residual2 + fcproj, the layer's output */
 

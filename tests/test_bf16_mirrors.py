@@ -44,12 +44,13 @@ def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_bf16_copies_change_no_bit(built, tinyshakespeare, tmp_path: Path, optimizer: str):
     """LLMC_BF16_COPIES=0 keeps the path without the layers' copies (each GEMM rounds its operands, the weights' copy
-    is rounded in a pass of its own): the same checkpoint, bit for bit."""
+    is rounded in a pass of its own): the same checkpoint, bit for bit, as the copies in GPT-2's fp32 layout of the
+    activations (LLMC_BF16_ACTIVATIONS=0; without copies there is no bf16 layout: tests/test_bf16_activations.py)."""
     written = []
     for copies in ("1", "0"):
         out = tmp_path / copies
         run([REPO / "train_gpt2", "-i", tinyshakespeare[0], *STEPS, "-v", 0, "-s", 0, "-op", optimizer, "-o", out,
-             "-n", 3], env={**ENV, "LLMC_BF16_COPIES": copies})
+             "-n", 3], env={**ENV, "LLMC_BF16_COPIES": copies, "LLMC_BF16_ACTIVATIONS": "0"})
         written.append((out / "model_00000003.bin").read_bytes())
     assert written[0] == written[1]
     bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,

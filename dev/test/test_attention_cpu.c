@@ -13,7 +13,8 @@ tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trai
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line; the phase account; the
-bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written.
+bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
+-p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
 Tolerance of blocked against tiled: max |blocked - tiled| <= ATT_BF16_TOL of max |tiled|, per tensor (out, dq, dk,
 dv; max |tiled| taken as at least 1e-3: at T=1 dq and dk are 0). Q, K, V, P, dO, dS are rounded to bf16 (8
@@ -253,6 +254,69 @@ static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
     }
 }
 
+// The blocked kernel keeping q, k, v in bf16 (attention_gqa_forward_bf16 / _backward_bf16, GPT-2's -p bf16
+// activations) against the same kernel on fp32 alone: the forward's qkv16 is qkv rounded, its out16 the fp32 call's out
+// rounded and its lse the same, bit for bit (the kernel rounds q, k, v as it reads them); the backward differs only in
+// D = rowsum(dO o O), taken from the rounded O: within ATT_BF16_D_TOL of the fp32 call's, and within ATT_BF16_TOL of the
+// tiled kernel's like the fp32 call; 1 thread and 2 give the same bits.
+#define ATT_BF16_D_TOL 1e-2
+static void check_bf16_storage_case(const AttCase* c, int gqa) {
+    float* dout;
+    float* qkv = case_inputs(c, &dout, (unsigned)(c->T * 3 + c->HS));
+    size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
+    uint16_t* qkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+    uint16_t* qkv_rounded = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+    matmul_round_bf16(qkv_rounded, qkv, 1, nq, nq);
+    float* ref_out = (float*)mallocCheck(no * sizeof(float));
+    float* ref_dqkv = (float*)mallocCheck(nq * sizeof(float));
+    float* out = (float*)mallocCheck(no * sizeof(float));
+    float* dqkv = (float*)mallocCheck(nq * sizeof(float));
+    float* lse = (float*)mallocCheck(nl * sizeof(float));
+    float* lse16 = (float*)mallocCheck(nl * sizeof(float));
+    uint16_t* out16 = (uint16_t*)mallocCheck(no * sizeof(uint16_t));
+    uint16_t* out_rounded = (uint16_t*)mallocCheck(no * sizeof(uint16_t));
+    float* dqkv16[2] = {(float*)mallocCheck(nq * sizeof(float)), (float*)mallocCheck(nq * sizeof(float))};
+    if (gqa) { run_repeated_tiled(c, qkv, dout, ref_out, ref_dqkv); }
+    else { run_gqa("tiled", c, qkv, dout, ref_out, ref_dqkv, 0); }
+    // the fp32 call, given its out and lse
+    use_kernel("blocked");
+    attention_gqa_forward(out, lse, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+    memset(dqkv, 0, nq * sizeof(float));
+    attention_gqa_backward(dqkv, dout, qkv, out, lse, c->B, c->T, c->NH, c->NKV, c->HS);
+    matmul_round_bf16(out_rounded, out, 1, no, no);
+    for (int n = 0; n < 2; n++) { // on 1 thread, then 2
+        omp_set_num_threads(n + 1);
+        memset(qkv16, 0xff, nq * sizeof(uint16_t)); // every element must be written
+        attention_gqa_forward_bf16(out16, lse16, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
+        memset(dqkv16[n], 0, nq * sizeof(float));
+        attention_gqa_backward_bf16(dqkv16[n], dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS);
+    }
+    omp_set_num_threads(2);
+    CHECK(memcmp(qkv16, qkv_rounded, nq * sizeof(uint16_t)) == 0, "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's qkv16 is "
+          "not qkv rounded", c->T, c->NH, c->NKV, c->HS);
+    CHECK(memcmp(out16, out_rounded, no * sizeof(uint16_t)) == 0 && memcmp(lse16, lse, nl * sizeof(float)) == 0,
+          "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's out or lse is not the fp32 call's (rounded)", c->T, c->NH, c->NKV,
+          c->HS);
+    CHECK(memcmp(dqkv16[0], dqkv16[1], nq * sizeof(float)) == 0, "T=%d HS=%d: the bf16 backward differs between 1 and 2 "
+          "threads", c->T, c->HS);
+    double e[4], d[4];
+    double worst_fp32 = compare(c, out, dqkv16[1], out, dqkv, d);
+    double worst_ref = compare(c, ref_out, dqkv16[1], ref_out, ref_dqkv, e);
+    printf("B=%d T=%d NH=%d NKV=%d HS=%d: bf16-stored vs fp32-stored dq %.1e dk %.1e dv %.1e; vs tiled dq %.1e dk %.1e "
+           "dv %.1e\n", c->B, c->T, c->NH, c->NKV, c->HS, d[1], d[2], d[3], e[1], e[2], e[3]);
+    CHECK(worst_fp32 <= ATT_BF16_D_TOL, "T=%d HS=%d: the bf16-stored backward vs the fp32-stored: dq %.2e dk %.2e dv %.2e "
+          "> %.0e", c->T, c->HS, d[1], d[2], d[3], ATT_BF16_D_TOL);
+    CHECK(worst_ref <= ATT_BF16_TOL, "T=%d HS=%d: the bf16-stored backward vs tiled: dq %.2e dk %.2e dv %.2e > %.0e", c->T,
+          c->HS, e[1], e[2], e[3], ATT_BF16_TOL);
+    free(qkv); free(dout); free(qkv16); free(qkv_rounded); free(ref_out); free(ref_dqkv); free(out); free(dqkv); free(lse); free(lse16);
+    free(out16); free(out_rounded); free(dqkv16[0]); free(dqkv16[1]);
+}
+
+static void test_bf16_storage_matches_fp32_storage(void) {
+    for (int i = 0; i < NCASES(MHA_CASES); i++) { check_bf16_storage_case(&MHA_CASES[i], 0); }
+    for (int i = 0; i < NCASES(GQA_CASES); i++) { check_bf16_storage_case(&GQA_CASES[i], 1); }
+}
+
 // ----------------------------------------------------------------------------
 // --time
 
@@ -370,6 +434,7 @@ int main(int argc, char** argv) {
     test_thread_count_does_not_change_bits();
     test_phase_account();
     test_bf16_copies_of_out_and_dqkv_are_written();
+    test_bf16_storage_matches_fp32_storage();
     unsetenv("LLMC_ATTENTION");
     return test_summary();
 }

@@ -9,6 +9,9 @@ llmc/cpu/layers_cpu.h). Two kernels behind one set of calls:
                            B, T, NH, NKV, HS)                 then NKV k heads, then NKV v heads; query head h reads
                                                               k/v head h / (NH/NKV); out (B,T,NH HS); dqkv += the
                                                               gradient, a k/v head's summed over its query heads
+    attention_gqa_forward_bf16(out16, lse, qkv, qkv16, ...)   the blocked kernel keeping q, k, v and its output in bf16
+    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (GPT-2's -p bf16 activations): the forward writes qkv
+                                lse, ...)                     rounded and the output rounded, the backward reads them
     attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
 
 Scores are scaled by 1/sqrt(HS); query t sees keys 0..t. HS is any size (the blocked kernel pads it to 16).
@@ -368,6 +371,29 @@ static void att_round_block(uint16_t* x16, const float* x, size_t ld, int rows, 
     }
 }
 
+// the same block from the packed input stored in fp32 (x, rounded as above; keep, when not NULL, receives the rounded
+// rows at the same place: GPT-2's bf16 activations, for the backward) or in bf16 (xb, copied: the same numbers); `at`
+// is the block's first element in each
+static void att_load_block(uint16_t* x16, const float* x, const uint16_t* xb, uint16_t* keep, size_t at, size_t ld,
+                           int rows, int HS, int HSP) {
+    if (xb == NULL) {
+        att_round_block(x16, x + at, ld, rows, HS, HSP);
+        for (int r = 0; keep != NULL && r < rows; r++) {
+            memcpy(keep + at + (size_t)r * ld, x16 + (size_t)r * HSP, (size_t)HS * sizeof(uint16_t));
+        }
+        return;
+    }
+    for (int r = 0; r < ATT_TILE; r++) {
+        uint16_t* dst = x16 + (size_t)r * HSP;
+        int n = 0;
+        if (r < rows) {
+            memcpy(dst, xb + at + (size_t)r * ld, (size_t)HS * sizeof(uint16_t));
+            n = HS;
+        }
+        memset(dst + n, 0, (size_t)(HSP - n) * sizeof(uint16_t));
+    }
+}
+
 static inline uint32_t att_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
 // the layouts of a rounded block x16 (ATT_TILE rows of `width` columns), see above
@@ -396,6 +422,13 @@ static void att_layout_colpair(uint32_t* dst, const uint16_t* x16, int width) {
 static inline float att_row_D(const uint16_t* do16, const float* o, size_t stride, int HS) {
     float sum = 0.0f;
     for (int d = 0; d < HS; d++) { sum += mm_bf16_to_float(do16[d]) * o[(size_t)d * stride]; }
+    return sum;
+}
+
+// the same sum with O stored in bf16 (o16: GPT-2's bf16 activations)
+static inline float att_row_D_bf16(const uint16_t* do16, const uint16_t* o16, int HS) {
+    float sum = 0.0f;
+    for (int d = 0; d < HS; d++) { sum += mm_bf16_to_float(do16[d]) * mm_bf16_to_float(o16[d]); }
     return sum;
 }
 
@@ -534,8 +567,10 @@ static uint32_t* attention_kv_buffer(size_t n) {
     return (uint32_t*)scratch_reserve(&buf, &capacity, n * sizeof(uint32_t));
 }
 
-// out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), blocked; lse (B,T,NH) = each row's log-sum-exp, or NULL
-static void attention_blocked_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int HS) {
+// out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), blocked; lse (B,T,NH) = each row's log-sum-exp, or NULL.
+// qkv16 (or NULL) receives qkv rounded to bf16, as the kernel reads it; out16 instead of out (NULL): the output rounded
+static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, const float* qkv, uint16_t* qkv16,
+                                      int B, int T, int NH, int NKV, int HS) {
     AttShape sh = att_shape(T, NH, NKV, HS);
     int HSP = sh.HSP, ntiles = sh.ntiles, C = sh.C, QKV = sh.QKV, rep = NH / NKV;
     size_t blk = (size_t)ATT_PAIRS * HSP; // pairs in one layout of one block
@@ -552,10 +587,10 @@ static void attention_blocked_forward(float* out, float* lse, const float* qkv, 
             for (int j = 0; j < ntiles; j++) {
                 AttWork w = att_work(scratch, per, &sh, 0);
                 uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
-                const float* k = qkv + ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
+                size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
                 int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
-                att_round_block((uint16_t*)(void*)k_rows, k, (size_t)QKV, rows, HS, HSP);
-                att_round_block(w.x16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
+                att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
+                att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
                 att_layout_colpair(k_rows + blk, w.x16, HSP);
             }
         }
@@ -568,14 +603,20 @@ static void attention_blocked_forward(float* out, float* lse, const float* qkv, 
                 AttWork w = att_work(scratch, per, &sh, 0);
                 int tile = ntiles - 1 - it, t0 = tile * ATT_TILE;
                 int rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
-                att_round_block(w.q16, qkv + ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
+                att_load_block(w.q16, qkv, NULL, qkv16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows,
+                               HS, HSP);
                 att_layout_dmajor(w.q_dm, w.q16, HSP);
                 const uint32_t* k_rows = kv + ((size_t)b * NKV + h / rep) * ntiles * 2 * blk;
                 att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
                 for (int q = 0; q < rows; q++) {
                     size_t bt = (size_t)b * T + t0 + q;
-                    float* o = out + bt * C + (size_t)h * HS;
-                    for (int d = 0; d < HS; d++) { o[d] = w.oT[(size_t)d * ATT_TILE + q]; }
+                    if (out16 != NULL) {
+                        uint16_t* o16 = out16 + bt * C + (size_t)h * HS;
+                        for (int d = 0; d < HS; d++) { o16[d] = matmul_bf16_round_value(w.oT[(size_t)d * ATT_TILE + q]); }
+                    } else {
+                        float* o = out + bt * C + (size_t)h * HS;
+                        for (int d = 0; d < HS; d++) { o[d] = w.oT[(size_t)d * ATT_TILE + q]; }
+                    }
                     if (lse != NULL) { lse[bt * NH + h] = w.lse[q]; }
                 }
             }
@@ -583,24 +624,23 @@ static void attention_blocked_forward(float* out, float* lse, const float* qkv, 
     }
 }
 
-// The backward of k/v head g of batch row b and its query heads: dqkv += their gradients. out, lse: the forward's
-// (both given, or each tile's forward run again)
-static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                               int b, int g, AttWork* w, const AttShape* sh) {
+// The backward of k/v head g of batch row b and its query heads: dqkv += their gradients. out (or out16, stored in
+// bf16), lse: the forward's (both given, or each tile's forward run again). qkv16 instead of qkv: stored in bf16.
+static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16, const float* out,
+                               const uint16_t* out16, const float* lse, int b, int g, AttWork* w, const AttShape* sh) {
     int T = sh->T, HS = sh->HS, HSP = sh->HSP, C = sh->C, QKV = sh->QKV, NH = sh->NH, NKV = sh->NKV;
-    int ntiles = sh->ntiles, rep = NH / NKV, kept = out != NULL && lse != NULL;
+    int ntiles = sh->ntiles, rep = NH / NKV, kept = (out != NULL || out16 != NULL) && lse != NULL;
     float scale = sh->scale;
     size_t blk = (size_t)ATT_PAIRS * HSP, tile_n = (size_t)ATT_TILE * HSP, bt0 = (size_t)b * T;
-    const float* k = qkv + bt0 * QKV + C + (size_t)g * HS;
-    const float* v = k + (size_t)NKV * HS;
+    size_t k = bt0 * QKV + C + (size_t)g * HS, v = k + (size_t)NKV * HS; // the head's first K and V elements
     // the head's K and V, every block, in the layouts the products take
     for (int j = 0; j < ntiles; j++) {
         int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
         uint16_t* k16 = (uint16_t*)(void*)(w->k_rows + j * blk);
-        att_round_block(k16, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        att_load_block(k16, qkv, qkv16, NULL, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
         att_layout_colpair(w->k_cp + j * blk, k16, HSP);
         uint16_t* v16 = (uint16_t*)(void*)(w->v_rows + j * blk);
-        att_round_block(v16, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
+        att_load_block(v16, qkv, qkv16, NULL, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
         if (!kept) { att_layout_colpair(w->v_cp + j * blk, v16, HSP); } // (for the tiles' forwards)
     }
     memset(w->dk, 0, (size_t)ntiles * tile_n * sizeof(float));
@@ -608,7 +648,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         for (int tile = 0; tile < ntiles; tile++) {
             int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
-            att_round_block(w->q16, qkv + (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
+            att_load_block(w->q16, qkv, qkv16, NULL, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
             att_layout_dmajor(w->q_dm, w->q16, HSP);
             att_layout_rowpair(w->q_rp, w->q16, HSP);
             att_round_block(w->do16, dout + (bt0 + t0) * C + (size_t)h * HS, (size_t)C, rows, HS, HSP);
@@ -626,8 +666,9 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 }
                 const uint16_t* do_q = w->do16 + (size_t)q * HSP;
                 if (kept) {
+                    size_t o = (bt0 + t0 + q) * C + (size_t)h * HS;
                     w->lse[q] = lse[(bt0 + t0 + q) * NH + h];
-                    w->D[q] = att_row_D(do_q, out + (bt0 + t0 + q) * C + (size_t)h * HS, 1, HS);
+                    w->D[q] = out16 != NULL ? att_row_D_bf16(do_q, out16 + o, HS) : att_row_D(do_q, out + o, 1, HS);
                 } else {
                     w->D[q] = att_row_D(do_q, w->oT + q, ATT_TILE, HS);
                 }
@@ -678,9 +719,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
 }
 
 // dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_blocked_forward for dout (B,T,NH HS); out and lse are
-// the forward's (both, or either NULL: recomputed)
-static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                       const float* lse, int B, int T, int NH, int NKV, int HS) {
+// the forward's (both, or either NULL: recomputed); qkv16, out16 instead of qkv, out: stored in bf16
+static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16,
+                                       const float* out, const uint16_t* out16, const float* lse, int B, int T, int NH,
+                                       int NKV, int HS) {
     AttShape sh = att_shape(T, NH, NKV, HS);
     AttWork sizes_only;
     memset(&sizes_only, 0, sizeof(sizes_only));
@@ -691,7 +733,7 @@ static void attention_blocked_backward(float* dqkv, const float* dout, const flo
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
             AttWork w = att_work(scratch, per, &sh, 1);
-            att_group_backward(dqkv, dout, qkv, out, lse, b, g, &w, &sh);
+            att_group_backward(dqkv, dout, qkv, qkv16, out, out16, lse, b, g, &w, &sh);
         }
     }
 }
@@ -741,7 +783,7 @@ static void attention_gqa_forward(float* out, float* lse, const float* qkv, int 
     attention_check_heads(NH, NKV);
     double t_phase = phase_begin();
     int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
-    if (blocked) { attention_blocked_forward(out, lse, qkv, B, T, NH, NKV, HS); }
+    if (blocked) { attention_blocked_forward(out, NULL, lse, qkv, NULL, B, T, NH, NKV, HS); }
     else { attention_tiled_forward(out, NULL, qkv, B, T, NH, NKV, HS); }
     attention_write_shadow(out, (size_t)B * T * NH * HS);
     double BT = (double)B * T;
@@ -756,13 +798,40 @@ static void attention_gqa_backward(float* dqkv, const float* dout, const float* 
     attention_check_heads(NH, NKV);
     double t_phase = phase_begin();
     int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
-    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS); }
+    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, NULL, out, NULL, lse, B, T, NH, NKV, HS); }
     else { attention_tiled_backward(dqkv, dout, qkv, NULL, B, T, NH, NKV, HS); }
     attention_write_shadow(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS);
     double BT = (double)B * T;
     double floats = BT * (2.0 * (NH + 2 * NKV) * HS + (double)NH * HS);
     if (blocked && out != NULL && lse != NULL) { floats += BT * ((double)NH * HS + NH); }
     phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 4));
+}
+
+// The blocked kernel keeping its input and output in bf16 (GPT-2's -p bf16, llmc/cpu/cpu_model.h's
+// cpu_model_bf16_activations): the forward reads qkv (B,T,(NH + 2 NKV) HS, fp32) and writes qkv16, the same shape, as
+// it rounds it (what the backward reads), and out16 (B,T,NH HS), the output rounded: the bits attention_gqa_forward's
+// blocked kernel gives, then rounded; lse as there; always the blocked kernel. The backward reads qkv16, out16 and lse
+// (D = rowsum(dO o O) then takes the rounded O) and writes dqkv's bf16 copy when it has one.
+static void attention_gqa_forward_bf16(uint16_t* out16, float* lse, const float* qkv, uint16_t* qkv16, int B, int T,
+                                       int NH, int NKV, int HS) {
+    attention_check_heads(NH, NKV);
+    double t_phase = phase_begin();
+    attention_blocked_forward(NULL, out16, lse, qkv, qkv16, B, T, NH, NKV, HS);
+    double BT = (double)B * T; // q, k, v read in fp32 and written in bf16, out in bf16, lse in fp32
+    phase_end(PHASE_ATTENTION, t_phase, BT * (6.0 * (NH + 2 * NKV) * HS + 2.0 * NH * HS + 4.0 * NH),
+              attention_flops(B, T, NH, HS, 2));
+}
+
+static void attention_gqa_backward_bf16(float* dqkv, const float* dout, const uint16_t* qkv16, const uint16_t* out16,
+                                        const float* lse, int B, int T, int NH, int NKV, int HS) {
+    attention_check_heads(NH, NKV);
+    double t_phase = phase_begin();
+    attention_blocked_backward(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS);
+    attention_write_shadow(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS);
+    double BT = (double)B * T; // q, k, v, out in bf16; lse, dout, dqkv (read and written) in fp32
+    double bytes = BT * (2.0 * ((double)(NH + 2 * NKV) * HS + (double)NH * HS) + 4.0 * NH +
+                         4.0 * ((double)NH * HS + 2.0 * (NH + 2 * NKV) * HS));
+    phase_end(PHASE_ATTENTION, t_phase, bytes, attention_flops(B, T, NH, HS, 4));
 }
 
 // GPT-2's: out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)

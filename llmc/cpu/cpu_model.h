@@ -48,6 +48,8 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
+    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (GPT-2:
+                              -p bf16 on oneDNN with the layers' copies; LLMC_BF16_ACTIVATIONS=0 says no)
     cpu_model_free(cm)
     CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*:
                               allocate (the model of a config), allocate_activations, forward, backward, free
@@ -411,6 +413,22 @@ static int cpu_model_bf16_copies(void) {
         on = env == NULL || strcmp(env, "0") != 0;
     }
     return on;
+}
+
+// Whether a model keeps in bf16 alone the activations that are only ever read in bf16 (GPT-2's qkv, attention output
+// and MLP hidden layer: train_gpt2.c), instead of in fp32 beside a bf16 copy: -p bf16 on oneDNN's bf16 kernels with the
+// layers' copies (LLMC_BF16_COPIES), and LLMC_BF16_ACTIVATIONS not 0. LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout,
+// selectable until the bf16 one is timed on CPUs beyond the Zen 5 it was measured on. (Asked at each forward pass: the
+// precision may be set after the activations are allocated, by the trainer's calibration or by pyllmc.)
+static int cpu_model_bf16_activations(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char* env = getenv("LLMC_BF16_ACTIVATIONS");
+        if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("LLMC_BF16_ACTIVATIONS=%s: use 0 or 1", env); }
+        on = env == NULL || strcmp(env, "0") != 0;
+    }
+    return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
+           matmul_bf16_onednn_kernel()[0] != '\0';
 }
 
 static void cpu_model_refresh_bf16(CpuModel* cm) {

@@ -15,6 +15,8 @@ thread count give the same bits.
     matmul_backward_into                         all three gradients (dbias NULL: none), each added to or written
     attention_forward / attention_backward       causal self-attention: llmc/cpu/attention_cpu.h (included here)
     gelu_forward / bias_gelu_forward / gelu_backward
+    matmul_forward_bf16_input, matmul_backward_into_bf16_input, bias_gelu_forward_bf16, gelu_forward_bf16,
+    gelu_backward_bf16_input                     the same layers on activations stored in bf16 alone (GPT-2's -p bf16)
     residual_forward / residual_backward
 The classifier (lm_head, softmax, cross-entropy, their gradients) is llmc/cpu/classifier_cpu.h's.
 
@@ -231,17 +233,21 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
 // BLAS chosen at build time (make BLAS=mkl|openblas) or on its own blocked OpenMP kernel
 // (BLAS=none), in fp32 or, with -p bf16, on bf16-rounded inputs with fp32 sums.
 
+// out (BT,OC) = the bias in every row (bias NULL: nothing), for the GEMM to add onto
+static void matmul_bias_rows(float* out, const float* bias, int BT, int OC) {
+    if (bias == NULL) { return; }
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, 0.0);
+}
+
 // out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
     // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
     int BT = B * T;
-    if (bias != NULL) { // the bias copied into every row, then the GEMM adds onto it
-        double t_phase = phase_begin();
-        #pragma omp parallel for schedule(static)
-        for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
-        phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, 0.0);
-    }
+    matmul_bias_rows(out, bias, BT, OC);
     matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }
 
@@ -259,6 +265,23 @@ static void matmul_backward_weight(float* dweight, const float* dout, const floa
     matmul_gemm(matmul_precision, 1, 0, OC, C, B * T, dout, OC, inp, C, beta, dweight, C);
 }
 
+// dbias (OC) = beta * dbias + the sum of dout's (BT,OC) rows (dbias NULL: nothing; beta 0: its old contents never read):
+// each thread owns a slice of columns, rows in order
+static void matmul_backward_bias(float* dbias, const float* dout, int BT, int OC, float beta) {
+    if (dbias == NULL) { return; }
+    if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int r = 0; r < BT; r++) {
+            const float* d = dout + (size_t)r * OC;
+            for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
+        }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, (double)BT * OC);
+}
+
 // a linear layer's backward, each gradient added to (beta 1) or written (beta 0: its old contents are never read):
 // dinp = beta_inp * dinp + dout . weight, dweight = beta_weight * dweight + dout^T . inp, and the same for dbias,
 // the sum of dout's rows. The trainers write each activation gradient (beta_inp 0) and their weight gradients when
@@ -266,29 +289,37 @@ static void matmul_backward_weight(float* dweight, const float* dout, const floa
 static void matmul_backward_into(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, int B, int T, int C, int OC, float beta_inp, float beta_weight) {
     // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
-    int BT = B * T;
     matmul_backward_input(dinp, dout, weight, B, T, C, OC, beta_inp);
     matmul_backward_weight(dweight, dout, inp, B, T, C, OC, beta_weight);
-    // dbias[o] += sum_r dout[r,o] (from 0 for beta 0): each thread owns a slice of columns, rows in order
-    if (dbias != NULL) {
-        if (beta_weight == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
-        double t_phase = phase_begin();
-        #pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-            for (int r = 0; r < BT; r++) {
-                const float* d = dout + (size_t)r * OC;
-                for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
-            }
-        }
-        phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, (double)BT * OC);
-    }
+    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
 }
 
 // all three gradients accumulated (+=)
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int B, int T, int C, int OC) {
     matmul_backward_into(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f, 1.0f);
+}
+
+// ---- inputs stored in bf16 alone: GPT-2's bf16 activations (llmc/cpu/cpu_model.h's cpu_model_bf16_activations)
+// keep the attention's output and the MLP's hidden layer in bf16 only, as their GEMMs read them. These run the same
+// GEMMs as matmul_forward / matmul_backward_into on the same bf16 numbers (llmc/cpu/matmul.h's
+// matmul_gemm_bf16_stored), so they give the bits the fp32 forms give -p bf16 on an input that rounds to inp16.
+
+// matmul_forward of the bf16 input inp16 (B,T,C): out (B,T,OC) = bias + inp16 . weight^T
+static void matmul_forward_bf16_input(float* out, const uint16_t* inp16, const float* weight, const float* bias,
+                                      int B, int T, int C, int OC) {
+    int BT = B * T;
+    matmul_bias_rows(out, bias, BT, OC);
+    matmul_gemm_bf16_stored(0, 1, BT, OC, C, NULL, inp16, C, weight, NULL, C, bias != NULL ? 1.0f : 0.0f, out, OC);
+}
+
+// matmul_backward_into of the bf16 input inp16 (B,T,C): dinp (fp32) and dbias as there, dweight from inp16
+static void matmul_backward_into_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout,
+                                            const uint16_t* inp16, const float* weight, int B, int T, int C, int OC,
+                                            float beta_inp, float beta_weight) {
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC, beta_inp);
+    matmul_gemm_bf16_stored(1, 0, OC, C, B * T, dout, NULL, OC, NULL, inp16, C, beta_weight, dweight, C);
+    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
 }
 
 // GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
@@ -351,6 +382,53 @@ static void gelu_backward_into(float* dinp, const float* inp, const float* dout,
 
 static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
     gelu_backward_into(dinp, inp, dout, N, 1);
+}
+
+// GPT-2's bf16 activations (above): the fc layer's bias add and GELU with the GELU's input kept in bf16. pre (B,T,OC)
+// holds the GEMM's output without its bias; pre16 (B,T,OC) = pre + bias rounded to bf16 (kept for the backward), out16
+// (B,T,OC) = gelu of that rounded input, rounded (what the projection's GEMM reads). The forward and the backward
+// both start from pre16, so the backward's recompute (gelu_forward_bf16) gives out16's bits again.
+static void bias_gelu_forward_bf16(uint16_t* out16, uint16_t* pre16, const float* pre, const float* bias, int B, int T,
+                                   int OC) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < B * T; r++) {
+        const float* x = pre + (size_t)r * OC;
+        uint16_t* x16 = pre16 + (size_t)r * OC;
+        uint16_t* y16 = out16 + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) {
+            x16[o] = matmul_bf16_round_value(x[o] + bias[o]);
+            y16[o] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(x16[o])));
+        }
+    }
+    double N = (double)B * T * OC;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 9.0 * N); // pre read, pre16 and out16 written
+}
+
+// out16 (N) = gelu of the bf16 input inp16 (N), rounded: bias_gelu_forward_bf16's out16 again (the backward's recompute)
+static void gelu_forward_bf16(uint16_t* out16, const uint16_t* inp16, size_t N) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { out16[i] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(inp16[i]))); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * N, 8.0 * N);
+}
+
+// dinp (N) = the gradient of the GELU at the bf16 input inp16 (N) for dout (N), written (never added to), and dinp's
+// bf16 copy when a GEMM reads it from one
+static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const float* dout, size_t N) {
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    if (dinp16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i];
+            dinp16[i] = matmul_bf16_round_value(dinp[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i]; }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
 }
 
 static void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {

@@ -1065,6 +1065,55 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
     }
 }
 
+// C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N) in bf16 where one operand is stored in bf16 alone: A16 (with A NULL)
+// or B16 (with B NULL) holds it, row stride lda / ldb as for the fp32 form (GPT-2's bf16 activations,
+// llmc/cpu/cpu_model.h's cpu_model_bf16_activations). The other operand is read as matmul_gemm reads it (its mirror,
+// or rounded), so the result is matmul_gemm(MATMUL_BF16, ...)'s on any fp32 operand that rounds to the stored one.
+// On oneDNN's bf16 GEMM; where it has no kernel for the shape, the stored operand is widened to fp32 (exactly) and
+// the built-in bf16 kernel runs. Counted as PHASE_GEMM like matmul_gemm.
+static void matmul_gemm_bf16_stored(int transA, int transB, int M, int N, int K, const float* A, const uint16_t* A16,
+                                    int lda, const float* B, const uint16_t* B16, int ldb, float beta, float* C, int ldc) {
+    if ((A == NULL) == (A16 == NULL) || (B == NULL) == (B16 == NULL) || (A16 != NULL && B16 != NULL)) {
+        llmc_die("internal: matmul_gemm_bf16_stored takes one operand in bf16 and the other in fp32");
+    }
+    if (M <= 0 || N <= 0) { return; }
+    double t = phase_begin();
+    int done = 0;
+#if defined(LLMC_ONEDNN)
+    if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN && K > 0) {
+        int lda16 = lda, ldb16 = ldb;
+        if (A16 == NULL) { A16 = mm_bf16_operand(A, transA ? K : M, transA ? M : K, lda, 1, &lda16); }
+        if (B16 == NULL) { B16 = mm_bf16_operand(B, transB ? N : K, transB ? K : N, ldb, 0, &ldb16); }
+        double t0 = mm_clock_start();
+        done = onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, C, ldc) == 0;
+        mm_clock_stop(t0);
+        if (!done) { // (the fp32 operand, rounded, is left as it was: the built-in kernel reads it in fp32)
+            A16 = A != NULL ? NULL : A16;
+            B16 = B != NULL ? NULL : B16;
+        }
+    }
+#endif
+    if (!done) { // the stored operand widened (every bf16 number is a float), then the built-in bf16 kernel
+        const uint16_t* x16 = A16 != NULL ? A16 : B16;
+        int rows = A16 != NULL ? (transA ? K : M) : (transB ? N : K);
+        int cols = A16 != NULL ? (transA ? M : K) : (transB ? K : N);
+        int ld = A16 != NULL ? lda : ldb;
+        float* wide = (float*)mallocCheck(((size_t)rows * cols + 1) * sizeof(float));
+        for (size_t r = 0; r < (size_t)rows; r++) {
+            for (size_t c = 0; c < (size_t)cols; c++) { wide[r * cols + c] = mm_bf16_to_float(x16[r * ld + c]); }
+        }
+        double t0 = mm_clock_start();
+        if (A16 != NULL) { matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, wide, cols, B, ldb, beta, C, ldc); }
+        else { matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, A, lda, wide, cols, beta, C, ldc); }
+        mm_clock_stop(t0);
+        free(wide);
+    }
+    if (t != 0.0) { // both operands read in bf16 (the fp32 one's rounding counts as bf16)
+        double bytes = 2.0 * ((double)M * K + (double)K * N) + (beta != 0.0f ? 8.0 : 4.0) * M * N;
+        phase_end(PHASE_GEMM, t, bytes, 2.0 * M * N * K);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // bf16 where it pays: the trainer's -p bf16 asks once at start-up whether this CPU's bf16 GEMM
 // beats its fp32 GEMM. The bf16 GEMM is oneDNN's in a build with oneDNN (matmul_bf16_gemm), else

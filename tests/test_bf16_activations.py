@@ -1,0 +1,100 @@
+"""GPT-2's -p bf16 activations (train_gpt2.c's GPT2_BF16_ACTIVATION_TENSORS): on oneDNN's bf16 path the trainer keeps
+qkv, the attention's output and the MLP's hidden layer (fch + bias) per layer in bf16 alone, as their readers read them;
+LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout. The bf16 layout changes two kernels' inputs: the GELU reads fch rounded
+(forward and backward), and the attention's backward takes D = rowsum(dO o O) from the rounded output; everything else
+is the same bits (dev/test/test_attention_cpu checks the attention on bf16 storage against fp32 storage).
+
+- the two layouts' losses over 4 steps of d2 (B=4, T=64) agree within LAYOUT_LOSS_TOL and are not all equal (measured:
+  at most 2.2e-4 apart, losses 10.83 .. 10.64);
+- the bf16 layout gives the same checkpoint on 1 thread and on 2, and a resumed run continues it bit for bit;
+- its peak memory is below the fp32 layout's by what the layout saves (d6, B=4, T=512: 24 C floats a token, 75 MB);
+- LLMC_BF16_ACTIVATIONS other than 0 or 1 is one error line.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, TS_TRAIN, assert_one_error_line, killed_after, make, run
+
+# the bf16 layout exists on oneDNN's bf16 path only, which needs a bf16 kernel
+pytestmark = pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
+                                reason="no AVX512-BF16 or AMX-BF16: oneDNN has no bf16 kernel, so no bf16 layout")
+
+ENV = {"OMP_NUM_THREADS": "1", "LLMC_BF16": "force"}
+LAYOUT_LOSS_TOL = 2e-3
+
+
+@pytest.fixture(scope="module")
+def trainer() -> Path:
+    make("train_gpt2")
+    return REPO / "train_gpt2"
+
+
+def train(trainer: Path, out: Path, *flags: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run([trainer, "-i", TS_TRAIN, "-j", "", "-v", 0, "-s", 0, "-p", "bf16", "-o", out, *flags],
+               env={**ENV, **(env or {})})
+
+
+def losses(stdout: str) -> list[float]:
+    return [float(x) for x in re.findall(r"^step \d+/\d+ \| loss (\S+)", stdout, re.M)]
+
+
+def test_the_bf16_layout_moves_the_losses_by_little(trainer, tmp_path: Path) -> None:
+    flags = ["-e", "d2", "-b", 4, "-t", 64, "-x", 4]
+    new = losses(train(trainer, tmp_path / "bf16", *flags).stdout)
+    old = losses(train(trainer, tmp_path / "fp32", *flags, env={"LLMC_BF16_ACTIVATIONS": "0"}).stdout)
+    assert len(new) == len(old) == 4
+    diffs = [abs(a - b) for a, b in zip(new, old)]
+    assert max(diffs) <= LAYOUT_LOSS_TOL, f"bf16 layout {new}\nfp32 layout {old}"
+    assert max(diffs) > 0.0, "the layouts gave the same losses: LLMC_BF16_ACTIVATIONS does not reach the trainer"
+
+
+def test_the_bf16_layout_does_not_depend_on_the_thread_count(trainer, tmp_path: Path) -> None:
+    flags = ["-e", "d2", "-b", 4, "-t", 96, "-x", 3, "-n", 3]
+    for threads in ("1", "2"):
+        train(trainer, tmp_path / threads, *flags, env={"OMP_NUM_THREADS": threads})
+    assert (tmp_path / "1" / "model_00000003.bin").read_bytes() == (tmp_path / "2" / "model_00000003.bin").read_bytes()
+
+
+def test_the_bf16_layout_resumes_bit_identically(trainer, tmp_path: Path) -> None:
+    flags = ["-e", "d1", "-b", 2, "-t", 80, "-x", 8, "-n", 4, "-c", 0.1]
+    straight = train(trainer, tmp_path / "straight", *flags)
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
+    resumed = train(trainer, tmp_path / "part", *flags, "-y", 1)
+    assert "resumed from" in resumed.stdout
+    assert losses(straight.stdout)[4:] == losses(resumed.stdout)
+    assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
+
+
+def peak_rss_mb(cmd: list[object], env: dict[str, str]) -> float:
+    """The child's peak resident memory (ru_maxrss), MB."""
+    proc = subprocess.Popen([str(c) for c in cmd], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
+    return usage.ru_maxrss * 1024 / 1e6
+
+
+def test_the_bf16_layout_takes_less_memory(trainer, tmp_path: Path) -> None:
+    # d6: C = 384, L = 6. Per token the fp32 layout holds qkv, atty, fch per layer (8 C L floats), atty's and
+    # fch_gelu's bf16 copies (C L / 2 + 2 C) and fch_gelu's fp32 slice (4 C); the bf16 layout holds the three per
+    # layer in bf16 (4 C L), fch_gelu's bf16 slice (2 C) and the fp32 slices of qkv and fch that their GEMMs write
+    # (7 C; atty's and fch_gelu's are never written, so never resident): (4 L + L / 2 - 3) C floats less, 24 C here
+    C, L, tokens = 384, 6, 4 * 512
+    saved_mb = (4 * L + L / 2 - 3) * C * 4 * tokens / 1e6
+    cmd = [trainer, "-e", "d6", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 512, "-x", 1, "-v", 0, "-s", 0, "-p", "bf16"]
+    new = peak_rss_mb(cmd, ENV)
+    old = peak_rss_mb(cmd, {**ENV, "LLMC_BF16_ACTIVATIONS": "0"})
+    assert old - new >= 0.8 * saved_mb, f"peak RSS {new:.0f} MB (bf16 layout) against {old:.0f} MB, {saved_mb:.0f} expected"
+
+
+def test_a_bad_layout_value_is_one_error_line(trainer, tmp_path: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-x", 1, "-p", "bf16"], cwd=tmp_path, check=False,
+               env={**ENV, "LLMC_BF16_ACTIVATIONS": "yes"})
+    assert assert_one_error_line(proc) == "error: LLMC_BF16_ACTIVATIONS=yes: use 0 or 1"
