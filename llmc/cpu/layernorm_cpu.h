@@ -14,6 +14,8 @@ norm, and the weight-gradient sum every norm with a weight shares (llmc/cpu/rmsn
     norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C)
         dweight += column sums of (inp - mean) * rstd * dout (mean NULL: 0, RMSNorm's), dbias += those of dout
         (dbias NULL: none)
+    norm_backward_rows(row, dinp, dout, inp, weight, mean, rstd, BT, C, accumulate)
+        every norm's input gradient, a row at a time by the norm's row rule (layernorm_backward_row, RMSNorm's)
 
 weight, bias (C). Reductions run in a fixed order (the same bits for the same inputs and thread count); eps is
 llmc/layer_math.h's LAYERNORM_EPS (layernorm_mean, layernorm_rstd). A function whose output a GEMM reads writes
@@ -24,7 +26,9 @@ that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
+#include "../utils.h"
 #include "matmul.h"
 #include "phase_time.h"
 #include "vecmath.h"
@@ -120,6 +124,62 @@ static void norm_weight_backward(float* dweight, float* dbias, const float* dout
     }
 }
 
+// One row's input gradient of a normalisation layer: dx (C) from the output's gradient d (C), the row's input x (C),
+// the weight (C), the row's mean m (0 for RMSNorm) and 1/std s, added to dx (accumulate) or written over it; scratch
+// is a row (C) of work space the rule may use. LayerNorm's, RMSNorm's and the weightless RMSNorm's are each one.
+typedef void (*NormBackwardRow)(float* dx, const float* d, const float* x, const float* weight, float m, float s, int C,
+                                int accumulate, float* scratch);
+
+// The input gradients of a normalisation layer's BT rows, one row rule (row) per row: dinp (BT,C) from dout and
+// inp (BT,C), the weight (C) and each row's mean (NULL: 0) and rstd (BT), added or written, with dinp's bf16 copy
+// when it has one (the GEMMs before the norm read it). Its weight gradients are norm_weight_backward's.
+static void norm_backward_rows(NormBackwardRow row, float* dinp, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int BT, int C,
+                               int accumulate) {
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
+    #pragma omp parallel
+    {
+        float* scratch = (float*)mallocCheck((size_t)C * sizeof(float)); // this thread's row of work space
+        #pragma omp for
+        for (int bt = 0; bt < BT; bt++) {
+            size_t at = (size_t)bt * C;
+            row(dinp + at, dout + at, inp + at, weight, mean != NULL ? mean[bt] : 0.0f, rstd[bt], C, accumulate,
+                scratch);
+            if (dinp16 != NULL) { bf16_copy_row(dinp16 + at, dinp + at, (size_t)C); }
+        }
+        free(scratch);
+    }
+}
+
+// LayerNorm's row rule (a NormBackwardRow): dx = (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * s,
+// dnorm = d * weight, norm = (x - m) * s
+static void layernorm_backward_row(float* dx, const float* d, const float* x, const float* weight, float m, float s,
+                                   int C, int accumulate, float* scratch) {
+    // dnorm = dout * weight; we need its mean and the mean of dnorm * norm
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float norm = (x[i] - m) * s;
+        float dnorm = weight[i] * d[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    if (accumulate) {
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    } else {
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dx[i] = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
 // dinp (B,T,C) = the input gradient, added to dinp when accumulate, else written; dweight, dbias += theirs
 static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                     const float* weight, const float* mean, const float* rstd, int B, int T, int C,
@@ -127,40 +187,7 @@ static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, c
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
-    // 1) the input gradient, one row per iteration
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
-        const float* x = inp + (size_t)bt * C;
-        const float* d = dout + (size_t)bt * C;
-        float m = mean[bt], s = rstd[bt];
-        // dnorm = dout * weight; we need its mean and the mean of dnorm * norm
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int i = 0; i < C; i++) {
-            float norm = (x[i] - m) * s;
-            float dnorm = weight[i] * d[i];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float* dx = dinp + (size_t)bt * C;
-        if (accumulate) {
-            for (int i = 0; i < C; i++) {
-                float norm = (x[i] - m) * s;
-                float dnorm = weight[i] * d[i];
-                dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            }
-        } else {
-            for (int i = 0; i < C; i++) {
-                float norm = (x[i] - m) * s;
-                float dnorm = weight[i] * d[i];
-                dx[i] = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            }
-        }
-        if (dinp16 != NULL) { bf16_copy_row(dinp16 + (size_t)bt * C, dx, (size_t)C); }
-    }
-    // 2) weight and bias gradients
+    norm_backward_rows(layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, BT, C, accumulate);
     norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C);
     double BTC = (double)BT * C;
     // dout, inp read; dinp updated (or written)

@@ -28,7 +28,7 @@ inputs and thread count). A function whose output a GEMM reads writes that outpu
 #include <stdlib.h>
 
 #include "../utils.h"
-#include "layernorm_cpu.h"  // norm_weight_backward
+#include "layernorm_cpu.h"  // norm_backward_rows, norm_weight_backward
 #include "matmul.h"
 #include "phase_time.h"
 #include "vecmath.h"
@@ -89,32 +89,28 @@ static inline void rmsnorm_weightless_backward_row(float* dx, const float* dy, c
     }
 }
 
-// the weightless norm's input gradient (rmsnorm_backward_into with weight NULL): each row's output y rebuilt from
-// inp and rstd (rmsnorm_apply_row, the forward's bits) into a row of scratch, then rmsnorm_weightless_backward_row
-static void rmsnorm_weightless_backward_into(float* dinp, const float* dout, const float* inp, const float* rstd, int B,
-                                             int T, int C, int accumulate) {
-    int BT = B * T;
-    double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
-    #pragma omp parallel
-    {
-        float* y = (float*)mallocCheck((size_t)C * sizeof(float)); // this thread's row of the norm's output
-        #pragma omp for
-        for (int bt = 0; bt < BT; bt++) {
-            size_t at = (size_t)bt * C;
-            rmsnorm_apply_row(y, NULL, inp + at, rstd[bt], NULL, C);
-            if (accumulate) {
-                rmsnorm_weightless_backward_row(dinp + at, dout + at, y, rstd[bt], C, 1);
-            } else {
-                rmsnorm_weightless_backward_row(dinp + at, dout + at, y, rstd[bt], C, 0);
-            }
-            if (dinp16 != NULL) { bf16_copy_row(dinp16 + at, dinp + at, (size_t)C); }
-        }
-        free(y);
+// the weightless norm's row rule (a NormBackwardRow, llmc/cpu/layernorm_cpu.h): the row's output y rebuilt from x
+// and s into scratch (rmsnorm_apply_row, the forward's bits), then rmsnorm_weightless_backward_row
+static void rmsnorm_weightless_backward_from_input(float* dx, const float* d, const float* x, const float* weight,
+                                                   float m, float s, int C, int accumulate, float* scratch) {
+    rmsnorm_apply_row(scratch, NULL, x, s, NULL, C);
+    if (accumulate) {
+        rmsnorm_weightless_backward_row(dx, d, scratch, s, C, 1);
+    } else {
+        rmsnorm_weightless_backward_row(dx, d, scratch, s, C, 0);
     }
-    double n = (double)BT * C;
-    // dout, inp read; dinp updated (or written)
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * n + (double)BT), 6.0 * n);
+}
+
+// RMSNorm's row rule with a weight (a NormBackwardRow): dx = s * (dnorm - norm * mean(dnorm * norm)),
+// dnorm = d * weight, norm = x * s
+static void rmsnorm_backward_row(float* dx, const float* d, const float* x, const float* weight, float m, float s,
+                                 int C, int accumulate, float* scratch) {
+    float dot = vec_dot3(weight, d, x, C) * s / C;
+    if (accumulate) {
+        for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
+    } else {
+        for (int i = 0; i < C; i++) { dx[i] = s * (weight[i] * d[i] - x[i] * s * dot); }
+    }
 }
 
 // dinp (B,T,C) = the input gradient, added to dinp when accumulate, else written; dweight += its gradient (weight
@@ -122,32 +118,18 @@ static void rmsnorm_weightless_backward_into(float* dinp, const float* dout, con
 static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                                   const float* rstd, int B, int T, int C, int accumulate) {
     // dinp, dout, inp are (B,T,C); dweight, weight are (C) or NULL; rstd is (B,T)
-    if (weight == NULL) {
-        rmsnorm_weightless_backward_into(dinp, dout, inp, rstd, B, T, C, accumulate);
-        return;
-    }
     int BT = B * T;
     double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
-    // dinp = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = inp * rstd
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
-        const float* x = inp + (size_t)bt * C;
-        const float* d = dout + (size_t)bt * C;
-        float* dx = dinp + (size_t)bt * C;
-        float s = rstd[bt];
-        float dot = vec_dot3(weight, d, x, C) * s / C;
-        if (accumulate) {
-            for (int i = 0; i < C; i++) { dx[i] += s * (weight[i] * d[i] - x[i] * s * dot); }
-        } else {
-            for (int i = 0; i < C; i++) { dx[i] = s * (weight[i] * d[i] - x[i] * s * dot); }
-        }
-        if (dinp16 != NULL) { bf16_copy_row(dinp16 + (size_t)bt * C, dx, (size_t)C); }
+    if (weight == NULL) {
+        norm_backward_rows(rmsnorm_weightless_backward_from_input, dinp, dout, inp, NULL, NULL, rstd, BT, C, accumulate);
+    } else {
+        norm_backward_rows(rmsnorm_backward_row, dinp, dout, inp, weight, NULL, rstd, BT, C, accumulate);
+        // dweight[i] += sum over rows of dout * norm (llmc/cpu/layernorm_cpu.h's, with no mean and no bias)
+        norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
     }
-    // dweight[i] += sum over rows of dout * norm (llmc/cpu/layernorm_cpu.h's, with no mean and no bias)
-    norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
     // dout, inp read; dinp updated (or written)
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * BT * C + BT), 10.0 * BT * C);
+    double n = (double)BT * C;
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * n + BT), (weight != NULL ? 10.0 : 6.0) * n);
 }
 
 static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
