@@ -2,8 +2,9 @@
 train_gpt2.c: GPT-2 training on the CPU, in plain C with OpenMP.
 
 Read it top to bottom (the layers, each a forward and a backward function with its shapes in a
-comment, are in llmc/cpu/layers_cpu.h, and the classifier, run a chunk of rows at a time, in
-llmc/cpu/classifier_cpu.h, both shared with every CPU model):
+comment, are llmc/cpu/'s, one file per operation as llmc/cuda/'s: encoder_cpu.h, layernorm_cpu.h, matmul.h's
+linear layer, attention_cpu.h, gelu_cpu.h, residual_cpu.h; the classifier, run a chunk of rows at a time, is
+llmc/cpu/classifier_cpu.h's; all shared with every CPU model):
   1. the GPT-2 model: flat parameter / gradient / activation buffers with named pointers
   2. forward and backward (the gradient norm and the update, AdamW or Muon on the blocks' matrices, work
      on the flat buffers of every CPU model: llmc/cpu/cpu_model.h)
@@ -44,7 +45,11 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 #include "llmc/gpt2.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/vecmath.h"
-#include "llmc/cpu/layers_cpu.h"
+#include "llmc/cpu/encoder_cpu.h"
+#include "llmc/cpu/layernorm_cpu.h"
+#include "llmc/cpu/attention_cpu.h"
+#include "llmc/cpu/gelu_cpu.h"
+#include "llmc/cpu/residual_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/trainer.h"
 #include "llmc/cpu/cpu_trainer.h"
@@ -236,7 +241,7 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
             matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C); // (B,T,C)
         }
         // MLP block: residual2 = residual + attproj, ln2 = layernorm(residual2) in one pass
-        residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.attproj, w.ln2w, w.ln2b, B, T, C);
+        fused_residual_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.attproj, w.ln2w, w.ln2b, B, T, C);
         matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, 4 * C);                      // (B,T,4C)
         if (acts.bf16) { // fch + bias kept in bf16 alone, the GELU's input; its output rounded for the GEMM
             bias_gelu_forward_bf16(a.fch_gelu16, a.fch16, a.fch, w.fcb, B, T, 4 * C);
@@ -250,9 +255,9 @@ void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) 
         if (l + 1 < L) {
             GPT2LayerParams wn = gpt2_layer_params(&model->params, cfg, l + 1);
             LayerActs an = gpt2_layer_acts(&model->acts, cfg, B, T, l + 1);
-            residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, a.fcproj, wn.ln1w, wn.ln1b, B, T, C);
+            fused_residual_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, a.fcproj, wn.ln1w, wn.ln1b, B, T, C);
         } else {
-            residual_layernorm_forward(a.residual3, acts.lnf, acts.lnf_mean, acts.lnf_rstd, a.residual2, a.fcproj, p.lnfw, p.lnfb, B, T, C);
+            fused_residual_forward(a.residual3, acts.lnf, acts.lnf_mean, acts.lnf_rstd, a.residual2, a.fcproj, p.lnfw, p.lnfb, B, T, C);
         }
     }
     // the logits (B,T,Vp) = lnf . wte^T a chunk of rows at a time, the losses (B,T), and their gradients when a

@@ -1,8 +1,9 @@
 /*
 train_llama3.c: Llama 3 training on the CPU, in plain C with OpenMP.
 
-Read it top to bottom, like train_gpt2.c (the layers are in llmc/cpu/layers_cpu.h, shared with GPT-2,
-and llmc/cpu/layers_llama_cpu.h, the ones Llama adds: RMSNorm, RoPE, SwiGLU, the GQA key/value sharing):
+Read it top to bottom, like train_gpt2.c (the layers are llmc/cpu/'s, one file per operation as llmc/cuda/'s:
+the token embedding (encoder_cpu.h), RMSNorm (rmsnorm_cpu.h), RoPE (rope_cpu.h), SwiGLU (swiglu_cpu.h),
+attention with shared key/value heads (attention_cpu.h), the linear layer (matmul.h)):
   1. the Llama 3 model: flat parameter / gradient / activation buffers with named pointers
      (the family: the file format and the parameter table, in llmc/llama3.h)
   2. forward, backward, gradient norm, the update: AdamW, or Muon on the blocks' matrices (llmc/cpu/muon.h,
@@ -39,8 +40,12 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/adamw.h"
 #include "llmc/rand.h"
 #include "llmc/cpu/matmul.h"
-#include "llmc/cpu/layers_cpu.h"
-#include "llmc/cpu/layers_llama_cpu.h"
+#include "llmc/cpu/encoder_cpu.h"
+#include "llmc/cpu/rmsnorm_cpu.h"
+#include "llmc/cpu/rope_cpu.h"
+#include "llmc/cpu/attention_cpu.h"
+#include "llmc/cpu/residual_cpu.h"
+#include "llmc/cpu/swiglu_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/llama3.h"
 #include "llmc/cpu/llama3_inference.h"  // the rotary tables (and generate's cached forward pass)
@@ -178,7 +183,7 @@ static void llama3_forward(void* m, const int* inputs, const int* targets, int B
     Llama3Params p = model->params;
     Llama3Acts acts = model->acts;
     size_t BTC = (size_t)B * T * C;
-    embedding_forward(acts.encoded, inputs, p.wte, B, T, C); // (B,T,C)
+    encoder_forward(acts.encoded, inputs, p.wte, NULL, B, T, C); // (B,T,C)
     for (int l = 0; l < L; l++) {
         Llama3LayerParams w = llama3_layer_params(&model->params, cfg, l);
         Llama3LayerActs a = llama3_layer_acts(&model->acts, cfg, B, T, l);
@@ -257,7 +262,7 @@ static void llama3_backward(void* m, float loss_scale) {
         matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
         rmsnorm_backward(dres, dw.ln1w, da.ln1, a.residual, w.ln1w, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
-    embedding_backward(g.wte, dres, model->cpu.inputs, B, T, C);
+    encoder_backward(g.wte, NULL, dres, model->cpu.inputs, B, T, C);
 }
 
 static void llama3_free(void* m) {

@@ -1,10 +1,10 @@
 /*
 train_nanochat.c: nanochat's GPT trained on the CPU, in plain C with OpenMP.
 
-Read it top to bottom, like train_llama3.c (the layers are llmc/cpu/layers_cpu.h's, shared by every family,
-llmc/cpu/layers_llama_cpu.h's embedding, rotary tables and GQA key/value sharing, and
-llmc/cpu/layers_nanochat_cpu.h's, the ones nanochat adds: weightless RMSNorm, QK-norm, NanoChat's RoPE sign,
-ReLU^2, the logit softcap):
+Read it top to bottom, like train_llama3.c (the layers are llmc/cpu/'s, one file per operation as llmc/cuda/'s:
+the token embedding (encoder_cpu.h), weightless RMSNorm (rmsnorm_cpu.h, a NULL weight), QK-norm (qknorm_cpu.h),
+NanoChat's RoPE sign (rope_cpu.h's rope_reverse_*), ReLU^2 (relu2_cpu.h), attention with shared key/value heads
+(attention_cpu.h), the logit softcap in the classifier (classifier_cpu.h)):
   1. the model: flat parameter / gradient / activation buffers with named pointers (the family: the file
      format and the parameter table, in llmc/nanochat.h)
   2. forward, backward; the update (AdamW, or Muon on the blocks' matrices), gradient norm, training state,
@@ -40,9 +40,13 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/adamw.h"
 #include "llmc/rand.h"
 #include "llmc/cpu/matmul.h"
-#include "llmc/cpu/layers_cpu.h"
-#include "llmc/cpu/layers_llama_cpu.h"
-#include "llmc/cpu/layers_nanochat_cpu.h"
+#include "llmc/cpu/encoder_cpu.h"
+#include "llmc/cpu/rmsnorm_cpu.h"
+#include "llmc/cpu/qknorm_cpu.h"
+#include "llmc/cpu/rope_cpu.h"
+#include "llmc/cpu/attention_cpu.h"
+#include "llmc/cpu/residual_cpu.h"
+#include "llmc/cpu/relu2_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/nanochat.h"
 #include "llmc/cpu/nanochat_inference.h"  // the rotary tables (and generate's cached forward pass)
@@ -57,7 +61,7 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 // each (B, T, per_token), (L, B, T, per_token) when per_layer; has_grad: the backward keeps its gradient,
 // of one layer only for per_layer tensors (every layer reuses the same slice). The residual stream has one
 // gradient, updated in place from the last layer's output back to the first layer's input: x0's. The
-// weightless norms keep their output and rstd (their backward needs no input); the attention weights are not
+// weightless norms keep their rstd (their backward rebuilds the output from the input); the attention weights are not
 // kept (attention_gqa_backward recomputes them; the blocked kernel from each row's log-sum-exp, att_lse). ln1, ln2
 // and fch_relu2 are read only by GEMMs and, for the norms, by their own backward right after those GEMMs: each is
 // one slice that every layer reuses, and the backward recomputes a layer's from what is kept (its input and rstd;
@@ -185,28 +189,28 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
     NanoChatParams p = model->params;
     NanoChatActs acts = model->acts;
     size_t BTC = (size_t)BT * C;
-    embedding_forward(acts.encoded, inputs, p.wte, B, T, C);                                // (B,T,C)
-    rmsnorm_plain_forward(acts.x0, acts.x0_rstd, acts.encoded, eps, BT, C, 1, C);           // (B,T,C)
+    encoder_forward(acts.encoded, inputs, p.wte, NULL, B, T, C);                            // (B,T,C)
+    rmsnorm_forward(acts.x0, acts.x0_rstd, acts.encoded, NULL, eps, B, T, C);               // (B,T,C)
     for (int l = 0; l < L; l++) {
         NanoChatLayerParams w = nanochat_layer_params(&model->params, cfg, l);
         NanoChatLayerActs a = nanochat_layer_acts(&model->acts, cfg, B, T, l);
         // attention block
-        rmsnorm_plain_forward(a.ln1, a.ln1_rstd, a.residual, eps, BT, C, 1, C);                   // (B,T,C)
+        rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, NULL, eps, B, T, C);                       // (B,T,C)
         matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                                 // (B,T,QKV)
-        nanochat_rope_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);  // q and k heads
-        qk_norm_forward(a.qkv, a.qk_rstd, eps, B, T, NH, NKV, HS);                                // q and k heads
+        rope_reverse_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);   // q and k heads
+        qknorm_forward(a.qkv, a.qk_rstd, BT, QKV, NH + NKV, HS, eps);                             // q and k heads
         attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                       // (B,T,C)
         matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                          // (B,T,C)
         residual_forward(a.residual2, a.residual, a.attproj, BTC);                                // (B,T,C)
         // MLP block
-        rmsnorm_plain_forward(a.ln2, a.ln2_rstd, a.residual2, eps, BT, C, 1, C);                  // (B,T,C)
+        rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, NULL, eps, B, T, C);                      // (B,T,C)
         matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, FFN);                                  // (B,T,FFN)
         relu2_forward(a.fch_relu2, a.fch, (size_t)BT * FFN);                                      // (B,T,FFN)
         matmul_forward(a.fcproj, a.fch_relu2, w.fcprojw, NULL, B, T, FFN, C);                     // (B,T,C)
         residual_forward(a.residual3, a.residual2, a.fcproj, BTC);                                // (B,T,C)
     }
     NanoChatLayerActs last = nanochat_layer_acts(&model->acts, cfg, B, T, L - 1);
-    rmsnorm_plain_forward(acts.lnf, acts.lnf_rstd, last.residual3, eps, BT, C, 1, C);           // (B,T,C)
+    rmsnorm_forward(acts.lnf, acts.lnf_rstd, last.residual3, NULL, eps, B, T, C);               // (B,T,C)
     // the (capped) logits (B,T,V) a chunk of rows at a time, the losses (B,T), and their gradients when a backward
     // pass follows (cpu_model_expect_backward)
     CpuClassifier k = nanochat_classifier(model);
@@ -236,8 +240,9 @@ static void nanochat_backward(void* m, float loss_scale) {
     CpuClassifier k = nanochat_classifier(model);
     cpu_classifier_backward(&model->cpu, &k, loss_scale);
     model->cpu.grads_stale = 0;
+    const float* last_out = nanochat_layer_acts(&model->acts, cfg, B, T, L - 1).residual3; // lnf's input
     float* dres = gacts.x0; // (B,T,C): the last layer's output gradient first
-    rmsnorm_plain_backward_into(dres, gacts.lnf, acts.lnf, acts.lnf_rstd, BT, C, 1, C, 0);
+    rmsnorm_backward_into(dres, NULL, gacts.lnf, last_out, NULL, acts.lnf_rstd, B, T, C, 0);
 
     NanoChatLayerActs da = nanochat_layer_acts(&model->grads_acts, cfg, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
@@ -247,21 +252,21 @@ static void nanochat_backward(void* m, float loss_scale) {
         relu2_forward(a.fch_relu2, a.fch, (size_t)BT * FFN); // the forward's, again                     (B,T,FFN)
         matmul_backward_into(da.fch_relu2, dw.fcprojw, NULL, dres, a.fch_relu2, w.fcprojw, B, T, FFN, C, 0.0f, beta);
         relu2_backward_into(da.fch, a.fch, da.fch_relu2, (size_t)BT * FFN, 0);
-        rmsnorm_plain_recompute(a.ln2, a.residual2, a.ln2_rstd, BT, C, 1, C);                            // (B,T,C)
+        rmsnorm_recompute(a.ln2, a.residual2, a.ln2_rstd, NULL, B, T, C);                                // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
-        rmsnorm_plain_backward(dres, da.ln2, a.ln2, a.ln2_rstd, BT, C, 1, C);
+        rmsnorm_backward(dres, NULL, da.ln2, a.residual2, NULL, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
         matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
         cpu_zero_floats(da.qkv, (size_t)BT * QKV); // attention_gqa_backward adds to it
         attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
-        qk_norm_backward(da.qkv, a.qkv, a.qk_rstd, B, T, NH, NKV, HS);
-        nanochat_rope_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
-        rmsnorm_plain_recompute(a.ln1, a.residual, a.ln1_rstd, BT, C, 1, C);                             // (B,T,C)
+        qknorm_backward(da.qkv, a.qkv, a.qk_rstd, BT, QKV, NH + NKV, HS);
+        rope_reverse_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
+        rmsnorm_recompute(a.ln1, a.residual, a.ln1_rstd, NULL, B, T, C);                                 // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);
-        rmsnorm_plain_backward(dres, da.ln1, a.ln1, a.ln1_rstd, BT, C, 1, C); // the layer input's gradient
+        rmsnorm_backward(dres, NULL, da.ln1, a.residual, NULL, a.ln1_rstd, B, T, C); // the layer input's gradient
     }
-    rmsnorm_plain_backward_into(gacts.encoded, dres, acts.x0, acts.x0_rstd, BT, C, 1, C, 0);
-    embedding_backward(g.wte, gacts.encoded, model->cpu.inputs, B, T, C);
+    rmsnorm_backward_into(gacts.encoded, NULL, dres, acts.encoded, NULL, acts.x0_rstd, B, T, C, 0);
+    encoder_backward(g.wte, NULL, gacts.encoded, model->cpu.inputs, B, T, C);
 }
 
 static void nanochat_free(void* m) {

@@ -1,7 +1,7 @@
 /*
 dev/cuda/repeat_kv.cu: grouped-query attention's key/value repetition, (B,T,QKV) -> the packed (B,T,3C)
 q|k|v layout the attention kernels take, and its backward (each key/value head the sum of its copies'
-gradients), against llmc/cpu/layers_llama_cpu.h's repeat_kv_forward / repeat_kv_backward.
+gradients), against llmc/cpu/repeat_kv_cpu.h's repeat_kv_forward / repeat_kv_backward.
 
     version 1: one thread per value, forward and backward
     version 2: the production kernels (llmc/cuda/repeat_kv.cuh): one thread per 128-bit packet
@@ -9,7 +9,7 @@ gradients), against llmc/cpu/layers_llama_cpu.h's repeat_kv_forward / repeat_kv_
 usage: ./repeat_kv [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C, 4 key/value heads)
 */
 #include "common.h"
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/repeat_kv_cpu.h"
 #include "../../llmc/cuda/repeat_kv.cuh"
 
 // out (B,T,3C), inp (B,T,QKV); query head h reads key/value head h / (NH/NKV)

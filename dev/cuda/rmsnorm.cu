@@ -1,6 +1,6 @@
 /*
 dev/cuda/rmsnorm.cu: Llama's RMSNorm, forward (out, rstd), backward (dinp += ..., dweight += ...) and the
-fused residual + RMSNorm forward, against llmc/cpu/layers_llama_cpu.h's rmsnorm_forward / rmsnorm_backward.
+fused residual + RMSNorm forward, against llmc/cpu/rmsnorm_cpu.h's rmsnorm_forward / rmsnorm_backward.
 
     version 1: one thread per row (forward, dinp), one thread per channel for dweight (serial over rows)
     version 2: the production kernels (llmc/cuda/rmsnorm.cuh): a warp per row, deterministic two-level
@@ -10,7 +10,7 @@ fused residual + RMSNorm forward, against llmc/cpu/layers_llama_cpu.h's rmsnorm_
 usage: ./rmsnorm [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C)
 */
 #include "common.h"
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/rmsnorm_cpu.h"
 #include "../../llmc/cuda/rmsnorm.cuh"
 
 static const float EPS = 1e-5f;

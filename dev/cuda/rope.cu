@@ -1,17 +1,17 @@
 /*
 dev/cuda/rope.cu: rotary position embeddings with Llama 3.1's frequency scaling: the tables, the forward
-rotation of the q and k heads in place, and its backward, against llmc/cpu/layers_llama_cpu.h's rope_init /
+rotation of the q and k heads in place, and its backward, against llmc/cpu/rope_cpu.h's rope_tables /
 rope_forward / rope_backward. The problem is the qkv projection's output (B,T,QKV), QKV = (NH + 2 NKV) HS,
 whose first NH + NKV heads rotate and whose v heads must come out untouched.
 
-    version 1: one thread per position rotating all its heads, with the CPU's tables (rope_init) copied over
+    version 1: one thread per position rotating all its heads, with the CPU's tables (rope_tables) copied over
     version 2: the production kernels (llmc/cuda/rope.cuh): the tables computed on the device, one thread
                per rotated pair
 
 usage: ./rope [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C, 4 key/value heads)
 */
 #include "common.h"
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/rope_cpu.h"
 #include "../../llmc/cuda/rope.cuh"
 
 // Llama 3.1's rope: theta 500000, scaling factor 8, low/high frequency factors 1 and 4, original context
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     floatX* d_work = device_alloc<floatX>(n);
     float* ref_cos = (float*)mallocCheck(ntab * sizeof(float));
     float* ref_sin = (float*)mallocCheck(ntab * sizeof(float));
-    rope_init(ref_cos, ref_sin, T, HS, THETA, FACTOR, LOW_FREQ, HIGH_FREQ, ORIGINAL_MAX_POS);
+    rope_tables(ref_cos, ref_sin, T, HS, THETA, FACTOR, LOW_FREQ, HIGH_FREQ, ORIGINAL_MAX_POS);
     float* ref_out = (float*)mallocCheck(n * sizeof(float));
     float* ref_dinp = (float*)mallocCheck(n * sizeof(float));
     memcpy(ref_out, x, n * sizeof(float));

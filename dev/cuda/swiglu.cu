@@ -1,6 +1,6 @@
 /*
 dev/cuda/swiglu.cu: Llama's SwiGLU, out = silu(gate) * up, and its backward (dgate, dup) fused, against
-llmc/cpu/layers_llama_cpu.h's swiglu_forward / swiglu_backward, over (B,T,FFN) values.
+llmc/cpu/swiglu_cpu.h's swiglu_forward / swiglu_backward, over (B,T,FFN) values.
 
     version 1: one thread per value, forward and backward
     version 2: the production kernels (llmc/cuda/swiglu.cuh): one thread per 128-bit packet
@@ -8,7 +8,7 @@ llmc/cpu/layers_llama_cpu.h's swiglu_forward / swiglu_backward, over (B,T,FFN) v
 usage: ./swiglu [version] [--quick]   (full: B*T*FFN at B=8, T=1024 and FFN = 2048, 16.8M values)
 */
 #include "common.h"
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/swiglu_cpu.h"
 #include "../../llmc/cuda/swiglu.cuh"
 
 __global__ static void swiglu_forward_v1(floatX* out, const floatX* gate, const floatX* up, size_t N) {

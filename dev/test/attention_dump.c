@@ -1,5 +1,5 @@
 /*
-dev/test/attention_dump.c: runs llmc/cpu/layers_cpu.h's attention on given tensors, for the tests that
+dev/test/attention_dump.c: runs llmc/cpu/attention_cpu.h's attention on given tensors, for the tests that
 compare it with torch (tests/test_cpu_attention.py).
 
     dev/test/attention_dump IN OUT [weights]
@@ -12,7 +12,7 @@ Bad input (missing or short file, sizes out of range) is one error line and exit
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/cpu/layers_cpu.h"
+#include "llmc/cpu/attention_cpu.h"
 
 static void read_exact(FILE* f, void* dst, size_t n, const char* path, const char* what) {
     if (fread(dst, 1, n, f) != n) {

@@ -22,7 +22,8 @@ significant bits: relative error up to 2^-8 each) and the scores here are a few 
 score moves by ~1e-2 absolute and a weight by ~1% relative; sums over many keys average part of it out. Measured
 here: <= 1.0e-2 (out at T=65, HS=16), the gradients <= 1.0e-2; the bound is 2e-2.
 */
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/attention_cpu.h"
+#include "../../llmc/cpu/repeat_kv_cpu.h"
 #include "test_common.h"
 
 #define ATT_BF16_TOL 2e-2

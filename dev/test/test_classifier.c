@@ -16,7 +16,6 @@ crossentropy_softmax_backward, softcap_backward, matmul_backward: what the CPU t
 The GEMMs here are the built-in kernel's, which sums each element in one fixed order whatever the number of rows.
 */
 #include "llmc/cpu/classifier_cpu.h"
-#include "llmc/cpu/layers_nanochat_cpu.h"  // softcap_forward / _backward, the whole-buffer softcap
 #include "dev/test/test_common.h"
 
 #define BT 74    // rows: 2 x 37

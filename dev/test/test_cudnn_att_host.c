@@ -1,12 +1,12 @@
 /*
 dev/test/test_cudnn_att_host.c: llmc/cuda/cudnn_att.h on the CPU -- the q/k/v/out/stats strides of cuDNN attention
 against the cuBLAS path's permute index maps (llmc/cuda/attention.cuh), GPT-2's (NKV = NH) and Llama 3's grouped
-layouts (NKV < NH) against the key/value repetition of the explicit path (llmc/cpu/layers_llama_cpu.h), 16-byte
+layouts (NKV < NH) against the key/value repetition of the explicit path (llmc/cpu/repeat_kv_cpu.h), 16-byte
 alignment, stats sizing, the graph cache key and the shape rules.
 */
 #include "../../llmc/cuda/attention.cuh"
 #include "../../llmc/cuda/cudnn_att.h"
-#include "../../llmc/cpu/layers_llama_cpu.h"
+#include "../../llmc/cpu/repeat_kv_cpu.h"
 #include "test_common.h"
 
 // every element cuDNN reads or writes through the strided layouts is the one the cuBLAS path's

@@ -1,6 +1,6 @@
 /*
 llmc/cpu/attention_cpu.h: causal self-attention on the CPU, forward and backward, for every CPU model (included by
-llmc/cpu/layers_cpu.h). Two kernels behind one set of calls:
+the trainers). Two kernels behind one set of calls:
 
     attention_forward(out, att, inp, B, T, C, NH)             GPT-2's: inp (B,T,3C) = [q | k | v], out (B,T,C)
     attention_backward(dinp, dout, inp, att, B, T, C, NH)     dinp (B,T,3C) += the gradient for dout (B,T,C)

@@ -17,6 +17,10 @@ softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of row
         the (capped) logits of `rows` rows of inp, row r at inp + r * ld: generate's and sampling's last positions
     crossentropy_softmax_forward / _backward   the same softmax and cross-entropy on whole (B,T,Vp) buffers
                                  (pyllmc.layers' layers, and what dev/test/test_classifier.c holds the chunks to)
+    softcap_forward(logits, cap, N) / softcap_backward(dlogits, capped, cap, N)
+                                 the logit softcap on a whole buffer, in place: z <- cap * tanh(z / cap), and its
+                                 gradient from the capped logits (generate's; llmc/cuda/fused_classifier.cuh's
+                                 softcap_forward on the GPU)
     CpuClassifier, cpu_classifier_forward(cm, k, targets), cpu_classifier_backward(cm, k, loss_scale)
         a CPU model's classifier in its forward and backward passes (llmc/cpu/cpu_model.h keeps the state): the
         forward pass runs the chunks with the backward when one follows (cpu_model_expect_backward), so that
@@ -25,7 +29,7 @@ softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of row
         at the first such pass): every position's, or with cm->last_logits_only each sequence's last.
 
 Bit for bit: a row's softmax, loss and dlogits are those of crossentropy_softmax_forward, _backward and
-llmc/cpu/layers_nanochat_cpu.h's softcap_forward, _backward (the same operations on the same numbers, each rounding
+softcap_forward, _backward (the same operations on the same numbers, each rounding
 where theirs does), and dinp's rows are the same GEMM's. dweight sums over the chunks in order, one GEMM each, so
 its sum over the BT rows runs in a different order than one GEMM over all rows (the last bits of the lm_head's
 gradient; the losses of later steps follow). The result does not depend on the thread count.
@@ -113,6 +117,25 @@ static void crossentropy_softmax_backward(float* dlogits, const float* dlosses, 
             float indicator = i == ix ? 1.0f : 0.0f;
             dl[i] += (p[i] - indicator) * dloss;
         }
+    }
+}
+
+// the logit softcap in place: z <- cap * tanh(z / cap) (cap > 0; the caller skips it for cap 0 = none)
+static void softcap_forward(float* logits, float cap, size_t N) {
+    // logits are (N) = (B,T,V)
+    float inv = 1.0f / cap;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { logits[i] = cap * vec_tanhf(logits[i] * inv); }
+}
+
+// in place: dlogits, the gradient of the capped logits, becomes that of the raw ones, from the capped logits
+static void softcap_backward(float* dlogits, const float* capped, float cap, size_t N) {
+    // dlogits, capped are (N) = (B,T,V); d cap tanh(z / cap) / dz = 1 - tanh^2, tanh = capped / cap
+    float inv = 1.0f / cap;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float t = capped[i] * inv;
+        dlogits[i] *= 1.0f - t * t;
     }
 }
 

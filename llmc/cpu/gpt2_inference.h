@@ -20,7 +20,7 @@ train_gpt2.c's forward pass (tanh GELU, LayerNorm eps 1e-5, lm_head tied to wte)
 
 #include "../utils.h"
 #include "../gpt2.h"
-#include "layers_cpu.h"
+#include "encoder_cpu.h"
 #include "kv_cache.h"
 #include "generator.h"
 

@@ -2,7 +2,7 @@
 llmc/cpu/kv_cache.h: the key/value cache of batch-1 inference on the CPU, and what every family's cached forward
 pass is made of (llmc/cpu/gpt2_inference.h, llmc/cpu/llama3_inference.h; generate.c runs them). The cache holds
 every layer's keys and values of the positions seen so far: a prompt goes through the model once (n positions at a
-time, the GEMMs of llmc/cpu/layers_cpu.h), then each new token costs the forward pass of ONE position (a
+time, llmc/cpu/matmul.h's GEMMs), then each new token costs the forward pass of ONE position (a
 matrix-vector product per weight matrix and attention over the cached positions), not a recompute of the whole
 sequence.
 
@@ -29,7 +29,10 @@ QKV = (NH + 2 NKV) HS the qkv projection's output (q heads, then k heads, then v
 
 #include "../utils.h"
 #include "../layer_math.h"
-#include "layers_cpu.h"
+#include "matmul.h"
+#include "layernorm_cpu.h"
+#include "gelu_cpu.h"
+#include "residual_cpu.h"
 
 typedef struct {
     int maxT, C, L, NH, NKV, HS, QKV, FFN, V;
@@ -129,7 +132,7 @@ static void linear_forward(float* out, const float* inp, const float* weight, co
     else { matmul_forward(out, inp, weight, bias, 1, n, C, OC); }
 }
 
-// The element-wise layers over n positions: llmc/cpu/layers_cpu.h's functions for a prompt, a plain loop
+// The element-wise layers over n positions: llmc/cpu/'s layer functions for a prompt, a plain loop
 // for one position (the same math; a parallel region would cost more than the work).
 static void layernorm_rows(KVCache* kv, float* out, const float* inp, const float* weight, const float* bias, int n, int C) {
     // out and inp are (n, C), weight and bias are (C)

@@ -4,7 +4,7 @@ llmc/cpu/llama3_inference.h: Llama 3 inference on the CPU, batch 1: the weights 
 key/value heads only (GQA: NH/NKV query heads read each cached head), keys after RoPE. generate.c runs it; the math
 is train_llama3.c's forward pass, one position at a time.
 
-    llama3_rope_tables(cfg, cos, sin)             the rotary tables (maxT, HS/2) of a config (llmc/cpu/layers_llama_cpu.h)
+    llama3_rope_tables(cfg, cos, sin)             the rotary tables (maxT, HS/2) of a config (llmc/cpu/rope_cpu.h)
     Llama3Inference                               the config, the named weights of one flat buffer (llmc/llama3.h), the tables
     llama3_inference_init(m, cfg)                 the buffers for cfg (weights zeroed)
     llama3_inference_load(m, path)                from a model file (llmc/llama3.h's llama3_model_open)
@@ -22,8 +22,10 @@ is train_llama3.c's forward pass, one position at a time.
 
 #include "../utils.h"
 #include "../llama3.h"
-#include "layers_cpu.h"
-#include "layers_llama_cpu.h"
+#include "encoder_cpu.h"
+#include "rmsnorm_cpu.h"
+#include "rope_cpu.h"
+#include "swiglu_cpu.h"
 #include "kv_cache.h"
 #include "generator.h"
 
@@ -34,7 +36,7 @@ static void llama3_rope_tables(const Llama3Config* cfg, float** cos_table, float
     *cos_table = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     *sin_table = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     float factor = cfg->use_scaled_rope ? cfg->rope_factor : 0.0f;
-    rope_init(*cos_table, *sin_table, cfg->max_seq_len, HS, cfg->rope_theta, factor, cfg->rope_low_freq_factor,
+    rope_tables(*cos_table, *sin_table, cfg->max_seq_len, HS, cfg->rope_theta, factor, cfg->rope_low_freq_factor,
               cfg->rope_high_freq_factor, cfg->rope_original_max_pos);
 }
 
@@ -83,7 +85,7 @@ static void llama3_forward_cached(const void* model, KVCache* kv, const int* tok
     kvcache_check_room(kv, n);
     Llama3Params p = m->params;
     size_t nC = (size_t)n * C;
-    embedding_forward(kv->x, tokens, p.wte, 1, n, C); // (n, C)
+    encoder_forward(kv->x, tokens, p.wte, NULL, 1, n, C); // (n, C)
     for (int l = 0; l < kv->L; l++) {
         Llama3LayerParams w = llama3_layer_params(&m->params, cfg, l);
         float* l_kc = kv->key_cache + (size_t)l * maxT * KVC;

@@ -1,10 +1,23 @@
 /*
-llmc/cpu/matmul.h: the CPU GEMMs behind train_gpt2.c's matmul layers.
+llmc/cpu/matmul.h: the CPU GEMMs, and the linear layer on them (the CPU side of llmc/cuda/matmul.cuh).
 
 One entry point, row-major like the rest of llmc:
 
     matmul_gemm(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)
         C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N),   op(X) = X or X^T (trans flag 1)
+
+and the linear layer, fp32 with OpenMP (at the end of this file):
+
+    matmul_forward(out, inp, weight, bias, B, T, C, OC)          out (B,T,OC) = inp (B,T,C) . weight^T (OC,C) + bias
+                                                                 (bias (OC) or NULL)
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC)   all three gradients added (dbias NULL:
+                                                                 none)
+    matmul_backward_into(..., beta_inp, beta_weight)             each added (beta 1) or written (beta 0)
+    matmul_backward_input / matmul_backward_weight               its two halves
+    matmul_forward_bf16_input, matmul_backward_into_bf16_input   the same on an input stored in bf16 alone (GPT-2's
+                                                                 -p bf16 activations)
+    bf16_copy_row(o16, o, n)                                     a layer's bf16 copy of what it wrote (-p bf16 on
+                                                                 oneDNN: matmul_bf16_shadow), for the GEMMs that read it
 
 prec is MATMUL_FP32 or MATMUL_BF16. Which code does the fp32 work is chosen at build time:
 
@@ -823,6 +836,13 @@ static inline uint16_t* matmul_bf16_shadow(const float* X, size_t n) {
     return (uint16_t*)mm_bf16_mirror_of(X, 1, n, n);
 }
 
+// bf16 copies: a layer whose output a GEMM reads writes the output's bf16 copy in the same pass when it has one
+// (matmul_bf16_shadow's; NULL otherwise), so that no GEMM rounds it again: o16 (n) = o (n) rounded
+static inline void bf16_copy_row(uint16_t* o16, const float* o, size_t n) {
+    if (o16 == NULL) { return; }
+    for (size_t i = 0; i < n; i++) { o16[i] = matmul_bf16_round_value(o[i]); }
+}
+
 // the first element (r * ld + c) of the (rows, cols) operand X whose bf16 copy in mirror is not X rounded, or -1
 static long matmul_bf16_mirror_stale_at(const uint16_t* mirror, const float* X, size_t rows, size_t cols, size_t ld) {
     for (size_t r = 0; r < rows; r++) {
@@ -1218,6 +1238,99 @@ static int matmul_bf16_pays(char* reason, size_t n) {
     }
     mm_measure_bf16_fp32_rates(&bf16_gflops, &fp32_gflops);
     return matmul_bf16_decide(bf16_gflops, fp32_gflops, reason, n);
+}
+
+// ---- the linear layer (llmc/cuda/matmul.cuh's matmul_forward / matmul_backward on the GPU): the GEMMs above,
+// with the bias copied in first (forward) or summed out of dout (backward), in fp32 or, with -p bf16, on
+// bf16-rounded inputs with fp32 sums.
+
+// out (BT,OC) = the bias in every row (bias NULL: nothing), for the GEMM to add onto
+static void matmul_bias_rows(float* out, const float* bias, int BT, int OC) {
+    if (bias == NULL) { return; }
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) { memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float)); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, 0.0);
+}
+
+// out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
+static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int B, int T, int C, int OC) {
+    // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
+    int BT = B * T;
+    matmul_bias_rows(out, bias, BT, OC);
+    matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
+}
+
+// matmul_backward's input gradient: dinp (B,T,C) = beta * dinp + dout (B,T,OC) . weight (OC,C);
+// beta 1 accumulates, beta 0 overwrites (dinp's old contents are then never read)
+static void matmul_backward_input(float* dinp, const float* dout, const float* weight, int B, int T, int C, int OC,
+                                  float beta) {
+    matmul_gemm(matmul_precision, 0, 0, B * T, C, OC, dout, OC, weight, C, beta, dinp, C);
+}
+
+// matmul_backward's weight gradient: dweight (OC,C) = beta * dweight + dout^T (OC,B*T) . inp (B*T,C);
+// beta 1 accumulates, beta 0 overwrites (dweight's old contents are then never read)
+static void matmul_backward_weight(float* dweight, const float* dout, const float* inp, int B, int T, int C, int OC,
+                                   float beta) {
+    matmul_gemm(matmul_precision, 1, 0, OC, C, B * T, dout, OC, inp, C, beta, dweight, C);
+}
+
+// dbias (OC) = beta * dbias + the sum of dout's (BT,OC) rows (dbias NULL: nothing; beta 0: its old contents never read):
+// each thread owns a slice of columns, rows in order
+static void matmul_backward_bias(float* dbias, const float* dout, int BT, int OC, float beta) {
+    if (dbias == NULL) { return; }
+    if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int r = 0; r < BT; r++) {
+            const float* d = dout + (size_t)r * OC;
+            for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
+        }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, (double)BT * OC);
+}
+
+// a linear layer's backward, each gradient added to (beta 1) or written (beta 0: its old contents are never read):
+// dinp = beta_inp * dinp + dout . weight, dweight = beta_weight * dweight + dout^T . inp, and the same for dbias,
+// the sum of dout's rows. The trainers write each activation gradient (beta_inp 0) and their weight gradients when
+// they are stale (beta_weight 0, llmc/cpu/cpu_model.h's cpu_model_zero_grad).
+static void matmul_backward_into(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, int B, int T, int C, int OC, float beta_inp, float beta_weight) {
+    // dinp, inp are (B,T,C); dout is (B,T,OC); dweight, weight are (OC,C); dbias is (OC) or NULL
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC, beta_inp);
+    matmul_backward_weight(dweight, dout, inp, B, T, C, OC, beta_weight);
+    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
+}
+
+// all three gradients accumulated (+=)
+static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int B, int T, int C, int OC) {
+    matmul_backward_into(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f, 1.0f);
+}
+
+// ---- inputs stored in bf16 alone: GPT-2's bf16 activations (llmc/cpu/cpu_model.h's cpu_model_bf16_activations)
+// keep the attention's output and the MLP's hidden layer in bf16 only, as their GEMMs read them. These run the same
+// GEMMs as matmul_forward / matmul_backward_into on the same bf16 numbers (llmc/cpu/matmul.h's
+// matmul_gemm_bf16_stored), so they give the bits the fp32 forms give -p bf16 on an input that rounds to inp16.
+
+// matmul_forward of the bf16 input inp16 (B,T,C): out (B,T,OC) = bias + inp16 . weight^T
+static void matmul_forward_bf16_input(float* out, const uint16_t* inp16, const float* weight, const float* bias,
+                                      int B, int T, int C, int OC) {
+    int BT = B * T;
+    matmul_bias_rows(out, bias, BT, OC);
+    matmul_gemm_bf16_stored(0, 1, BT, OC, C, NULL, inp16, C, weight, NULL, C, bias != NULL ? 1.0f : 0.0f, out, OC);
+}
+
+// matmul_backward_into of the bf16 input inp16 (B,T,C): dinp (fp32) and dbias as there, dweight from inp16
+static void matmul_backward_into_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout,
+                                            const uint16_t* inp16, const float* weight, int B, int T, int C, int OC,
+                                            float beta_inp, float beta_weight) {
+    matmul_backward_input(dinp, dout, weight, B, T, C, OC, beta_inp);
+    matmul_gemm_bf16_stored(1, 0, OC, C, B * T, dout, NULL, OC, NULL, inp16, C, beta_weight, dweight, C);
+    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
 }
 
 #endif // LLMC_MATMUL_H

@@ -4,7 +4,7 @@ tables (shared with train_nanochat.c) and the forward pass with a key/value cach
 NKV key/value heads (GQA), keys after RoPE and QK-norm. generate.c runs it; the math is train_nanochat.c's forward
 pass, one position at a time.
 
-    nanochat_rope_tables(cfg, cos, sin)            the rotary tables (maxT, HS/2) of a config (llmc/cpu/layers_llama_cpu.h)
+    nanochat_rope_tables(cfg, cos, sin)            the rotary tables (maxT, HS/2) of a config (llmc/cpu/rope_cpu.h)
     NanoChatInference                              the config, the named weights of one flat buffer (llmc/nanochat.h), the tables
     nanochat_inference_init(m, cfg)                the buffers for cfg (weights zeroed)
     nanochat_inference_load(m, path)               from a model file (llmc/nanochat.h's nanochat_model_open)
@@ -22,9 +22,12 @@ pass, one position at a time.
 
 #include "../utils.h"
 #include "../nanochat.h"
-#include "layers_cpu.h"
-#include "layers_llama_cpu.h"
-#include "layers_nanochat_cpu.h"
+#include "encoder_cpu.h"
+#include "rmsnorm_cpu.h"
+#include "qknorm_cpu.h"
+#include "rope_cpu.h"
+#include "relu2_cpu.h"
+#include "classifier_cpu.h"  // softcap_forward
 #include "kv_cache.h"
 #include "generator.h"
 
@@ -33,7 +36,7 @@ static void nanochat_rope_tables(const NanoChatConfig* cfg, float** cos_table, f
     int HS = cfg->channels / cfg->num_heads;
     *cos_table = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
     *sin_table = (float*)mallocCheck((size_t)cfg->max_seq_len * (HS / 2) * sizeof(float));
-    rope_init(*cos_table, *sin_table, cfg->max_seq_len, HS, cfg->rope_theta, 0.0f, 0.0f, 0.0f, 0.0f);
+    rope_tables(*cos_table, *sin_table, cfg->max_seq_len, HS, cfg->rope_theta, 0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 typedef struct {
@@ -82,31 +85,31 @@ static void nanochat_forward_cached(const void* model, KVCache* kv, const int* t
     kvcache_check_room(kv, n);
     NanoChatParams p = m->params;
     size_t nC = (size_t)n * C;
-    embedding_forward(kv->ln, tokens, p.wte, 1, n, C);          // (n, C)
-    rmsnorm_plain_forward(kv->x, NULL, kv->ln, eps, n, C, 1, C); // the residual stream starts normalised
+    encoder_forward(kv->ln, tokens, p.wte, NULL, 1, n, C);     // (n, C)
+    rmsnorm_forward(kv->x, NULL, kv->ln, NULL, eps, 1, n, C);    // the residual stream starts normalised
     for (int l = 0; l < kv->L; l++) {
         NanoChatLayerParams w = nanochat_layer_params(&m->params, cfg, l);
         float* l_kc = kv->key_cache + (size_t)l * maxT * KVC;
         float* l_vc = kv->value_cache + (size_t)l * maxT * KVC;
         // attention block: q and k rotated at their absolute positions and normalised, k and v appended to the cache
-        rmsnorm_plain_forward(kv->ln, NULL, kv->x, eps, n, C, 1, C);
+        rmsnorm_forward(kv->ln, NULL, kv->x, NULL, eps, 1, n, C);
         linear_forward(kv->qkv, kv->ln, w.qkvw, NULL, n, C, QKV);                                        // (n, QKV)
-        nanochat_rope_forward(kv->qkv, m->rope_cos + (size_t)kv->pos * half, m->rope_sin + (size_t)kv->pos * half, 1, n,
-                              QKV, NH + NKV, HS);
-        qk_norm_forward(kv->qkv, NULL, eps, 1, n, NH, NKV, HS);
+        rope_reverse_forward(kv->qkv, m->rope_cos + (size_t)kv->pos * half, m->rope_sin + (size_t)kv->pos * half, 1, n,
+                             QKV, NH + NKV, HS);
+        qknorm_forward(kv->qkv, NULL, n, QKV, NH + NKV, HS, eps);
         kvcache_store(kv, l_kc, l_vc, n);
         attention_forward_cached(kv->atty, kv->scores, kv->qkv, QKV, l_kc, l_vc, kv->pos, n, C, NH, NKV, maxT); // (n, C)
         linear_forward(kv->proj, kv->atty, w.attprojw, NULL, n, C, C);
         residual_rows(kv->x, kv->proj, n, nC);
         // ReLU^2 MLP block
-        rmsnorm_plain_forward(kv->ln, NULL, kv->x, eps, n, C, 1, C);
+        rmsnorm_forward(kv->ln, NULL, kv->x, NULL, eps, 1, n, C);
         linear_forward(kv->fch, kv->ln, w.fcw, NULL, n, C, FFN);                                         // (n, FFN)
         relu2_forward(kv->fch2, kv->fch, (size_t)n * FFN);
         linear_forward(kv->proj, kv->fch2, w.fcprojw, NULL, n, FFN, C);
         residual_rows(kv->x, kv->proj, n, nC);
     }
     // final RMSNorm, the lm_head and the softcap, for the last position only
-    rmsnorm_plain_forward(kv->ln, NULL, kv->x + (size_t)(n - 1) * C, eps, 1, C, 1, C);
+    rmsnorm_forward(kv->ln, NULL, kv->x + (size_t)(n - 1) * C, NULL, eps, 1, 1, C);
     matvec_forward(kv->logits, kv->ln, p.lm_head, NULL, C, kv->V);
     if (cfg->softcap > 0.0f) { softcap_forward(kv->logits, cfg->softcap, (size_t)kv->V); }
     kv->pos += n;

@@ -1,6 +1,6 @@
 /*
 llmc/cuda/repeat_kv.cuh: grouped-query attention's key/value repetition, the GPU side of
-llmc/cpu/layers_llama_cpu.h's repeat_kv_forward / repeat_kv_backward. It turns the qkv projection's
+llmc/cpu/repeat_kv_cpu.h's repeat_kv_forward / repeat_kv_backward. It turns the qkv projection's
 (B,T,QKV) output, QKV = (NH + 2 NKV) HS, into the packed (B,T,3C) q|k|v layout that the attention
 kernels (attention.cuh) take, so they serve GQA unchanged.
 

@@ -1,6 +1,6 @@
 /*
 llmc/cuda/rmsnorm.cuh: Llama's RMSNorm forward/backward and the fused residual + RMSNorm forward,
-the GPU side of llmc/cpu/layers_llama_cpu.h's rmsnorm_forward / rmsnorm_backward.
+the GPU side of llmc/cpu/rmsnorm_cpu.h's rmsnorm_forward / rmsnorm_backward.
 
     rmsnorm_forward(out, rstd, inp, weight, eps, N, C)        one warp per row, N = B*T
         out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) (float32, kept for the backward)

@@ -1,6 +1,6 @@
 /*
 llmc/cuda/rope.cuh: rotary position embeddings with Llama 3.1's frequency scaling, the GPU side of
-llmc/cpu/layers_llama_cpu.h's rope_init / rope_forward / rope_backward (same tables, same convention).
+llmc/cpu/rope_cpu.h's rope_tables / rope_forward / rope_backward / rope_reverse_* (same tables, same conventions).
 
     rope_tables(cos, sin, maxT, HS, theta, factor, low_freq_factor, high_freq_factor, original_max_pos)
         the tables (maxT, HS/2), float32: angle[t,i] = t * inv_freq[i], inv_freq[i] = 1 / theta^(2i/HS),
@@ -14,9 +14,9 @@ llmc/cpu/layers_llama_cpu.h's rope_init / rope_forward / rope_backward (same tab
         (x[i] cos + x[i+HS/2] sin, x[i+HS/2] cos - x[i] sin): Llama's rotation in the other direction
 
 One thread per rotated pair. The tables are computed once on the device: inv_freq in double rounded to
-float32 (rope_init computes it in float32 and can be an ulp off), the angle t * inv_freq in float32 as
-rope_init does, cos and sin in double. An ulp of inv_freq moves the angle by up to t ulps, so the tables
-agree with rope_init to 7.6e-6 at T = 128 and 6.1e-5 at T = 1024 (dev/cuda/rope.cu).
+float32 (the CPU's rope_tables computes it in float32 and can be an ulp off), the angle t * inv_freq in float32 as
+the CPU's does, cos and sin in double. An ulp of inv_freq moves the angle by up to t ulps, so the tables
+agree with the CPU's to 7.6e-6 at T = 128 and 6.1e-5 at T = 1024 (dev/cuda/rope.cu).
 */
 #ifndef LLMC_ROPE_CUH
 #define LLMC_ROPE_CUH

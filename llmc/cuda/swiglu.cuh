@@ -1,6 +1,6 @@
 /*
 llmc/cuda/swiglu.cuh: Llama's SwiGLU, forward and backward each one fused kernel, the GPU side of
-llmc/cpu/layers_llama_cpu.h's swiglu_forward / swiglu_backward.
+llmc/cpu/swiglu_cpu.h's swiglu_forward / swiglu_backward.
 
     swiglu_forward(out, gate, up, N)                   out = silu(gate) * up, silu(g) = g * sigmoid(g)
     swiglu_backward(dgate, dup, dout, gate, up, N)     dgate = dout * up * sig * (1 + g (1 - sig)),

@@ -1,0 +1,135 @@
+/*
+llmc/cpu/gelu_cpu.h: GELU (tanh approximation) on the CPU, elementwise, fp32 with OpenMP; the CPU side of
+llmc/cuda/gelu.cuh. GPT-2's MLP activation.
+
+    gelu_forward(out, inp, N)                     out = gelu(inp)
+    bias_gelu_forward(out, pre, bias, B, T, OC)   pre += bias (kept for the backward), out = gelu(pre)
+    gelu_backward(dinp, inp, dout, N)             dinp += gelu'(inp) * dout
+    gelu_backward_into(dinp, inp, dout, N, acc)   the same, added (acc 1) or written (acc 0: dinp's old contents
+                                                  never read)
+    bias_gelu_forward_bf16, gelu_forward_bf16, gelu_backward_bf16_input   the same with the GELU's input stored in
+                                                  bf16 alone (GPT-2's -p bf16 activations)
+
+(N) = (B,T,4C). A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
+on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
+*/
+#ifndef LLMC_GELU_CPU_H
+#define LLMC_GELU_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "matmul.h"
+#include "phase_time.h"
+#include "vecmath.h"
+
+// GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
+static void gelu_forward(float* out, const float* inp, size_t N) {
+    // out and inp are (N) = (B,T,4C)
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    if (out16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            out[i] = vec_gelu_forward(inp[i]);
+            out16[i] = matmul_bf16_round_value(out[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 8.0 * N);
+}
+
+// the fc layer's bias add fused with the GELU that follows: pre (B,T,OC) holds the matmul
+// without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
+static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, int T, int OC) {
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * OC);
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < B * T; r++) {
+        float* x = pre + (size_t)r * OC;
+        float* y = out + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) {
+            x[o] += bias[o];
+            y[o] = vec_gelu_forward(x[o]);
+        }
+        if (out16 != NULL) { bf16_copy_row(out16 + (size_t)r * OC, y, (size_t)OC); }
+    }
+    double N = (double)B * T * OC;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 9.0 * N); // pre read and written back, out written
+}
+
+// dinp (N) = the gradient of gelu_forward for dout (N), added to dinp when accumulate, else written
+static void gelu_backward_into(float* dinp, const float* inp, const float* dout, size_t N, int accumulate) {
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    if (accumulate) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
+    } else if (dinp16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            dinp[i] = vec_gelu_grad(inp[i]) * dout[i];
+            dinp16[i] = matmul_bf16_round_value(dinp[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(inp[i]) * dout[i]; }
+    }
+    if (accumulate && dinp16 != NULL) { bf16_copy_row(dinp16, dinp, N); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 16.0 : 12.0) * N, 14.0 * N);
+}
+
+static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
+    gelu_backward_into(dinp, inp, dout, N, 1);
+}
+
+// GPT-2's bf16 activations (llmc/cpu/matmul.h's matmul_forward_bf16_input): the fc layer's bias add and GELU with the GELU's input kept in bf16. pre (B,T,OC)
+// holds the GEMM's output without its bias; pre16 (B,T,OC) = pre + bias rounded to bf16 (kept for the backward), out16
+// (B,T,OC) = gelu of that rounded input, rounded (what the projection's GEMM reads). The forward and the backward
+// both start from pre16, so the backward's recompute (gelu_forward_bf16) gives out16's bits again.
+static void bias_gelu_forward_bf16(uint16_t* out16, uint16_t* pre16, const float* pre, const float* bias, int B, int T,
+                                   int OC) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < B * T; r++) {
+        const float* x = pre + (size_t)r * OC;
+        uint16_t* x16 = pre16 + (size_t)r * OC;
+        uint16_t* y16 = out16 + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) {
+            x16[o] = matmul_bf16_round_value(x[o] + bias[o]);
+            y16[o] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(x16[o])));
+        }
+    }
+    double N = (double)B * T * OC;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 9.0 * N); // pre read, pre16 and out16 written
+}
+
+// out16 (N) = gelu of the bf16 input inp16 (N), rounded: bias_gelu_forward_bf16's out16 again (the backward's recompute)
+static void gelu_forward_bf16(uint16_t* out16, const uint16_t* inp16, size_t N) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) { out16[i] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(inp16[i]))); }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * N, 8.0 * N);
+}
+
+// dinp (N) = the gradient of the GELU at the bf16 input inp16 (N) for dout (N), written (never added to), and dinp's
+// bf16 copy when a GEMM reads it from one
+static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const float* dout, size_t N) {
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    if (dinp16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i];
+            dinp16[i] = matmul_bf16_round_value(dinp[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i]; }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
+}
+
+#endif // LLMC_GELU_CPU_H

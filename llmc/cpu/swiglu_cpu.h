@@ -1,0 +1,90 @@
+/*
+llmc/cpu/swiglu_cpu.h: SwiGLU on the CPU, elementwise, fp32 with OpenMP; the CPU side of llmc/cuda/swiglu.cuh.
+Llama 3's MLP activation.
+
+    swiglu_forward(out, gate, up, N)                    out = silu(gate) * up, silu(g) = g * sigmoid(g)
+    swiglu_backward(dgate, dup, dout, gate, up, N)      dgate += dout * up * sig * (1 + g (1 - sig)),
+                                                        dup += dout * silu(gate)
+    swiglu_backward_into(..., N, acc)                   the same, added (acc 1) or written (acc 0)
+
+(N) = (B,T,FFN). A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
+on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
+*/
+#ifndef LLMC_SWIGLU_CPU_H
+#define LLMC_SWIGLU_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "matmul.h"
+#include "phase_time.h"
+#include "vecmath.h"
+
+// out = silu(gate) * up, silu(x) = x * sigmoid(x) = x / (1 + e^-x) (as torch's silu), with llmc/cpu/vecmath.h's
+// branch-free e^x so the loops vectorise (glibc's expf is a scalar call)
+static void swiglu_forward(float* out, const float* gate, const float* up, size_t N) {
+    // out, gate, up are (N) = (B,T,FFN)
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    if (out16 != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float silu = g / (1.0f + vec_expf(-g));
+            out[i] = silu * up[i];
+            out16[i] = matmul_bf16_round_value(out[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float silu = g / (1.0f + vec_expf(-g));
+            out[i] = silu * up[i];
+        }
+    }
+    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 8.0 * N);
+}
+
+// dgate, dup (N) = their gradients, added to them when accumulate, else written (and their bf16 copies when they
+// have them: the fc GEMMs read both)
+// one element of swiglu's backward: the gradients of gate and up for dout, d silu(g)/dg = sig (1 + g (1 - sig))
+static inline void swiglu_grad(float dout, float g, float up, float* dgate, float* dup) {
+    float sig = 1.0f / (1.0f + vec_expf(-g));
+    float silu = g * sig;
+    *dgate = dout * up * sig * (1.0f + g * (1.0f - sig));
+    *dup = dout * silu;
+}
+
+static void swiglu_backward_into(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N,
+                                 int accumulate) {
+    // dgate, dup, dout, gate, up are (N) = (B,T,FFN)
+    double t_phase = phase_begin();
+    uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
+    uint16_t* dup16 = matmul_bf16_shadow(dup, N);
+    if (!accumulate && dgate16 != NULL && dup16 != NULL) { // the copies in the same loop (the trainers' case)
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            swiglu_grad(dout[i], gate[i], up[i], &dgate[i], &dup[i]);
+            dgate16[i] = matmul_bf16_round_value(dgate[i]);
+            dup16[i] = matmul_bf16_round_value(dup[i]);
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float dg, du;
+            swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+            dgate[i] = accumulate ? dgate[i] + dg : dg;
+            dup[i] = accumulate ? dup[i] + du : du;
+        }
+        bf16_copy_row(dgate16, dgate, N); // (a copy that only one of them has, or after accumulating)
+        bf16_copy_row(dup16, dup, N);
+    }
+    // dout, gate, up read; dgate, dup updated (or written)
+    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 28.0 : 20.0) * N, 16.0 * N);
+}
+
+static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
+    swiglu_backward_into(dgate, dup, dout, gate, up, N, 1);
+}
+
+#endif // LLMC_SWIGLU_CPU_H
