@@ -24,19 +24,18 @@ import numpy as np
 import torch
 
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3
-from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
-from pyllmc.model_file import (
-    VERSIONS,
+from pyllmc.families.llama3 import (
+    HUB_TOKENIZER,
+    LLAMA3,
     LlamaConfig,
-    atomic_write,
-    header_bytes,
+    depth_config,
     llama3_header_bytes,
     llama_config_problem,
     llama_ffn_hidden,
     read_llama3,
-    write_model_file,
 )
+from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
+from pyllmc.model_file import VERSIONS, atomic_write, header_bytes, write_model_file
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
@@ -121,13 +120,6 @@ class Llama(StackedDecoder):
                                 mlp=lambda: SwiGLU(C, config.ffn_hidden))
 
         super().__init__(config, make_block, rope_inv_freq(config), FILE_LAYOUT)
-
-
-def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
-    """dN from scratch: L=N, C=64N, NH=N, NKV=max(1, N/2), SwiGLU hidden rounded to 32, untied head."""
-    return LlamaConfig(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth, n_kv_head=max(1, depth // 2),
-                       n_embd=64 * depth, ffn_dim_multiplier=0.0, multiple_of=32, norm_eps=1e-5, rope_theta=500000.0,
-                       use_scaled_rope=False, tied_embeddings=False, version_minor=0)
 
 
 # ----------------------------------------------------------------------------- Hugging Face import

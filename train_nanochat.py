@@ -28,18 +28,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
-from pyllmc.families.nanochat import NANOCHAT, VOCAB_SIZE
-from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
-from pyllmc.model_file import (
-    VERSIONS,
+from pyllmc.families.nanochat import (
+    NANOCHAT,
+    VOCAB_SIZE,
     NanoChatConfig,
-    atomic_write,
-    header_bytes,
+    depth_config,
     nanochat_config_problem,
     nanochat_header_bytes,
     read_nanochat,
-    write_model_file,
 )
+from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
+from pyllmc.model_file import VERSIONS, atomic_write, header_bytes, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
@@ -206,15 +205,6 @@ class NanoChat(CausalLM):
         """The references' make_optimizer: AdamW on everything, or Muon on the blocks' matrices (qkvw, attprojw,
         fcw, fcprojw of each layer) and AdamW on wte and lm_head (nanochat's split)."""
         return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
-
-
-def depth_config(depth: int) -> NanoChatConfig:
-    """dN from scratch (nanochat's depth rule): L=N, C=64N, heads of 128 (one head of C when C < 128), MHA,
-    FFN=4C, GPT-2's vocabulary padded to 50304, softcap 15."""
-    C = 64 * depth
-    NH = max(1, math.ceil(C / 128))
-    return NanoChatConfig(block_size=1024, vocab_size=VOCAB_SIZE, n_layer=depth, n_head=NH, n_kv_head=NH, n_embd=C,
-                          ffn_hidden=4 * C, norm_eps=1e-6, rope_theta=10000.0, softcap=15.0)
 
 
 # ----------------------------------------------------------------------------- Hugging Face import

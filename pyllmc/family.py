@@ -43,6 +43,7 @@ class Family:
     default_input_bin: str  # the reference's --input_bin default: the family's tinyshakespeare shard
     input_bin_help: str
     learning_rate: float  # the reference's --learning_rate default
+    vocab_padding: int = 1  # the model file stores V rounded up to a multiple of this (wte's and lm_head's rows)
 
 
 # A model file's header[1]: the dtype of its tensors, the same numbers in both families.

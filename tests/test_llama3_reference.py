@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
 
-from pyllmc import model_file
+from pyllmc.families import llama3 as llama3_desc
 import train_llama3
 from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 from train_llama3 import UserError
@@ -119,9 +119,9 @@ def test_dn_shapes_and_init_are_deterministic_and_drawn_in_file_order():
     assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
     # The C side's scheme, restated: one generator, one normal_ draw per file tensor (stacked over layers), in file order.
     g = torch.Generator().manual_seed(7)
-    tensors = dict(zip(model_file.llama3_tensor_shapes(cfg), train_llama3.stacked(a, lambda p: p.detach())))
+    tensors = dict(zip(llama3_desc.llama3_tensor_shapes(cfg), train_llama3.stacked(a, lambda p: p.detach())))
     resid = 0.02 / math.sqrt(2 * cfg.n_layer)
-    for name, shape in model_file.llama3_tensor_shapes(cfg).items():
+    for name, shape in llama3_desc.llama3_tensor_shapes(cfg).items():
         if name in ("ln1w", "ln2w", "lnfw"):
             assert torch.all(tensors[name] == 1), name
             continue
@@ -412,7 +412,7 @@ def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inte
     c = train_llama3.config_from_hf(hf, name)
     assert (c.ffn_dim_multiplier, c.multiple_of, c.version_minor) == (pytest.approx(want[0]), want[1], want[2])
     assert c.ffn_hidden == inter and c.use_scaled_rope and c.rope_factor == factor and c.tied_embeddings == tied
-    ints = np.frombuffer(model_file.llama3_header_bytes(c, 3)[:1024], dtype="<i4")
+    ints = np.frombuffer(llama3_desc.llama3_header_bytes(c, 3)[:1024], dtype="<i4")
     assert list(ints[:18]) == [20240803, 3, 131072, 128256, layers, heads, kv, hidden, int(want[0]), want[1], 0, 500000, 1,
                                4, 3, want[2], int(tied), inter]
 
