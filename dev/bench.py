@@ -103,38 +103,22 @@ DEFAULT_FAMILY = REGISTRY[0]
 DEFAULT_OURS_BLAS = ",".join(f"{DEFAULT_FAMILY.trainer}_{blas}" for blas in BLAS_VARIANTS)
 
 
-@dataclass(frozen=True)
 class FamilyFiles:
-    """What a family's runs read: the train shard both train on, the directory both run in, and for a family whose dN
-    vocabulary is its tokenizer's, the test tokenizer make <family>-debug-states writes into its reference directory
-    (tok/tokenizer.json for the reference, the tokenizer file whose header gives V) and the make target."""
-    data: Path
-    cwd: Path
-    tokenizer_json: Path | None = None
-    tokenizer_file: Path | None = None
-    make_target: str | None = None
+    """What a family's runs read: the train shard both train on (data) and the directory both run in (cwd); for a family
+    whose dN vocabulary is its tokenizer's, the test tokenizer make <family>-debug-states (make_target) writes into its
+    reference directory: tok/tokenizer.json for the reference, the tokenizer file whose header gives V."""
+
+    def __init__(self, row: Registered):
+        own_tokenizer = row.depth_vocab is None
+        self.cwd = REPO / row.refs_dir if own_tokenizer else REPO
+        self.data = self.cwd / "ts" / "tiny_shakespeare_train.bin" if own_tokenizer else DEFAULT_DATA
+        self.tokenizer_json = self.cwd / "tok" / "tokenizer.json" if own_tokenizer else None
+        self.tokenizer_file = self.cwd / row.family.tokenizer_file if own_tokenizer else None
+        self.make_target = f"{row.name}-debug-states" if own_tokenizer else None
 
 
 def family_files(row: Registered) -> FamilyFiles:
-    if row.depth_vocab is not None:
-        return FamilyFiles(DEFAULT_DATA, REPO)
-    refs = REPO / row.refs_dir
-    return FamilyFiles(refs / "ts" / "tiny_shakespeare_train.bin", refs, refs / "tok" / "tokenizer.json",
-                       refs / row.family.tokenizer_file, f"{row.name}-debug-states")
-
-# PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags; or minimal-<precision>, the
-# minimal compiled step of dev/torch_minimal_step.py ("minimal": bf16 where the CPU has bf16 instructions, else fp32)
-MINIMAL = "minimal"
-TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
-TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
-# --torch auto: eager fp32 (the reference's own mode), then the fast fp32 modes; the bf16 ones only where the
-# CPU has bf16 instructions (elsewhere torch emulates bf16: 112 s per d12 step on a 2-core Zen 3, 47x its fp32)
-AUTO_TORCH_FP32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
-AUTO_TORCH_BF16 = ["bf16", "bf16-flash-compile-fused"]
-AUTO_TORCH_MINIMAL = [MINIMAL]
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-# CPU flags worth naming in the table: what the GEMMs can use
-ISA_FLAGS = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+    return FamilyFiles(row)
 
 
 @dataclass

@@ -14,14 +14,15 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
-from pyllmc.family import MODEL_VERSIONS
+from pyllmc.family import MODEL_VERSIONS, Family
 
 VERSIONS = MODEL_VERSIONS  # tensor dtype -> the header's version field
 ITEMSIZE = {VERSIONS["float32"]: 4, VERSIONS["bfloat16"]: 2}  # version -> bytes per parameter
+C = TypeVar("C")  # a family's config
 
 
 class ModelFileError(ValueError):
@@ -137,6 +138,28 @@ def check_body_size(path: Path, size: int, header_length: int, shapes: dict[str,
     if size != want:
         problem = "truncated" if size < want else "trailing data"
         raise ModelFileError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {size}")
+
+
+def read_config_header(path: str | Path, family: Family, label: str, config_of: Callable[[Path, np.ndarray, np.ndarray], C],
+                       problem_of: Callable[[C], str], shapes_of: Callable[[C], dict[str, tuple[int, ...]]]) -> tuple[C, int]:
+    """A two-part model file's config and version (3 fp32, 5 bf16): the header's length, magic and version, the config
+    config_of builds from its int32 and float32 halves (raising on fields it refuses), what problem_of finds in it,
+    and the file's length against shapes_of's tensors; one ModelFileError line each, naming the family by `label`."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, family.model_magic, family.model_header_bytes, label)
+    c = config_of(path, hi, hf)
+    problem = problem_of(c)
+    if problem:
+        raise ModelFileError(f"{path}: bad {label} header: {problem}")
+    check_body_size(path, size, family.model_header_bytes, shapes_of(c), int(hi[1]))
+    return c, int(hi[1])
+
+
+def read_config_model(path: str | Path, family: Family, read_header: Callable[[str | Path], tuple[C, int]],
+                      shapes_of: Callable[[C], dict[str, tuple[int, ...]]]) -> tuple[C, dict[str, np.ndarray]]:
+    """A model file's config (read_header's, validated) and its tensors (float32, file order)."""
+    c, version = read_header(path)
+    return c, read_tensors(Path(path), family.model_header_bytes, version, shapes_of(c))
 
 
 def cast_to(a: np.ndarray, dtype: str) -> np.ndarray:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import pytest
@@ -381,8 +380,9 @@ def test_gemm_peak_times_another_familys_layer_given_as_its_linear_layers():
 def test_step_gemm_shapes_follow_each_familys_block(tinyshakespeare, tmp_path, monkeypatch):
     tokenizer = tmp_path / "llama3_tokenizer.bin"
     tokenizer.write_bytes((20240801).to_bytes(4, "little") + (1).to_bytes(4, "little") + (514).to_bytes(4, "little"))
-    files = bench.family_files
-    monkeypatch.setattr(bench, "family_files", lambda row: dataclasses.replace(files(row), tokenizer_file=tokenizer))
+    files = bench.family_files(by_name("llama3"))
+    files.tokenizer_file = tokenizer
+    monkeypatch.setattr(bench, "family_files", lambda row: files if row.name == "llama3" else bench.FamilyFiles(row))
     llama = bench.parse_args(["--family", "llama3", "--model", "d6", "-B", "2", "-T", "16", "--torch", "", "--build", "0",
                               "--data", str(TS_TRAIN)])
     # d6: C=384, 6 query heads and 3 kv heads of 64, SwiGLU hidden 1024, V=514 (untied, unpadded)
@@ -412,8 +412,9 @@ def test_the_minimal_mode_runs_dev_torch_minimal_step_at_the_runs_shapes(tinysha
                         "-B", "2", "-T", "16", "--dtype", "fp32", "--warmup", "2", "--steps", "3", "--threads", "1"]
     tokenizer = tmp_path / "llama3_tokenizer.bin"
     tokenizer.write_bytes(bytes(8) + (514).to_bytes(4, "little"))
-    files = bench.family_files
-    monkeypatch.setattr(bench, "family_files", lambda row: dataclasses.replace(files(row), tokenizer_file=tokenizer))
+    files = bench.family_files(by_name("llama3"))
+    files.tokenizer_file = tokenizer
+    monkeypatch.setattr(bench, "family_files", lambda row: files if row.name == "llama3" else bench.FamilyFiles(row))
     llama = bench.build_runs(bench.parse_args(["--family", "llama3", "--ours", "", "--torch", "minimal-bf16",
                                                "--build", "0", "--data", str(TS_TRAIN)]))[0]
     assert llama.cmd[llama.cmd.index("--vocab") + 1] == "514" and llama.cmd[llama.cmd.index("--dtype") + 1] == "bf16"

@@ -15,6 +15,7 @@ from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
 
 from pyllmc.families import llama3 as llama3_desc
 import train_llama3
+from pyllmc.reference.debug_state import DebugOptimizer
 from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 from train_llama3 import UserError
 
@@ -371,14 +372,14 @@ def test_muon_debug_state_names_the_optimizer_and_its_steps_lower_the_loss(tmp_p
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 514, (2, 17), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    opt = train_llama3.DebugOptimizer(steps=4, name="muon", muon_lr=0.02, muon_ns_steps=5, muon_adjust_lr="match_rms_adamw")
+    opt = DebugOptimizer(steps=4, name="muon", muon_lr=0.02, muon_ns_steps=5, muon_adjust_lr="match_rms_adamw")
     train_llama3.write_debug_state(model, x, y, tmp_path / "muon.bin", opt)
     h = np.fromfile(tmp_path / "muon.bin", dtype="<i4", count=256)
     assert list(h[:5]) == [20240803, 3, 2, 16, 4] and h[11] == 4
     assert h[12] == 1 and h[13:15].view("<f4").tolist() == pytest.approx([0.02, 0.95]) and list(h[15:18]) == [1, 5, 1]
     losses = np.fromfile(tmp_path / "muon.bin", dtype="<f4")[-12:-8]
     assert np.all(np.diff(losses) < 0), losses
-    adamw_steps = train_llama3.reference_steps(model, x, y, train_llama3.DebugOptimizer(steps=4))[3]
+    adamw_steps = train_llama3.reference_steps(model, x, y, DebugOptimizer(steps=4))[3]
     assert not np.allclose(losses, adamw_steps), "Muon takes other steps than AdamW"
     muon = model.configure_optimizers(opt.settings())
     muon_params = {id(p) for o in muon.optimizers[1:] for group in o.param_groups for p in group["params"]}

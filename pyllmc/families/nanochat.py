@@ -19,7 +19,7 @@ import numpy as np
 
 from pyllmc.family import Family
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.model_file import ModelFileError, cast_to, check_body_size, header_bytes, read_tensors, read_two_part_header
+from pyllmc.model_file import cast_to, header_bytes, read_config_header, read_config_model
 
 VOCAB_SIZE = 50304  # dN's vocabulary: GPT-2's 50257 padded to a multiple of 64 (trains on GPT-2 token shards)
 BOS_NAMES = ("<|bos|>", "<|endoftext|>")  # a checkpoint tokenizer's document delimiter, the first one it knows
@@ -102,25 +102,22 @@ def nanochat_header_bytes(c: NanoChatConfig, version: int) -> bytes:
     return header_bytes(ints) + header_bytes([c.norm_eps, c.rope_theta, c.softcap], "<f4")
 
 
+def nanochat_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> NanoChatConfig:
+    return NanoChatConfig(block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]),
+                          n_kv_head=int(hi[6]), n_embd=int(hi[7]), ffn_hidden=int(hi[8]), norm_eps=float(hf[0]),
+                          rope_theta=float(hf[1]), softcap=float(hf[2]))
+
+
 def read_nanochat_header(path: str | Path) -> tuple[NanoChatConfig, int]:
     """A nanochat model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length
     checked, one ModelFileError line each."""
-    path = Path(path)
-    size, hi, hf = read_two_part_header(path, NANOCHAT.model_magic, NANOCHAT.model_header_bytes, "nanochat")
-    c = NanoChatConfig(block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]),
-                       n_kv_head=int(hi[6]), n_embd=int(hi[7]), ffn_hidden=int(hi[8]), norm_eps=float(hf[0]),
-                       rope_theta=float(hf[1]), softcap=float(hf[2]))
-    problem = nanochat_config_problem(c)
-    if problem:
-        raise ModelFileError(f"{path}: bad nanochat header: {problem}")
-    check_body_size(path, size, NANOCHAT.model_header_bytes, nanochat_tensor_shapes(c), int(hi[1]))
-    return c, int(hi[1])
+    return read_config_header(path, NANOCHAT, "nanochat", nanochat_config_from_header, nanochat_config_problem,
+                              nanochat_tensor_shapes)
 
 
 def read_nanochat(path: str | Path) -> tuple[NanoChatConfig, dict[str, np.ndarray]]:
     """A nanochat model file: its config and its tensors (float32, file order)."""
-    c, version = read_nanochat_header(path)
-    return c, read_tensors(Path(path), NANOCHAT.model_header_bytes, version, nanochat_tensor_shapes(c))
+    return read_config_model(path, NANOCHAT, read_nanochat_header, nanochat_tensor_shapes)
 
 
 # ----------------------------------------------------------------------------- dN from scratch

@@ -22,13 +22,7 @@ import numpy as np
 
 from pyllmc.family import Family
 from pyllmc.families.llama3 import LLAMA3
-from pyllmc.model_file import (
-    ModelFileError,
-    check_body_size,
-    header_bytes,
-    read_tensors,
-    read_two_part_header,
-)
+from pyllmc.model_file import ModelFileError, header_bytes, read_config_header, read_config_model
 
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
 DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
@@ -117,8 +111,11 @@ def qwen3_header_bytes(c: Qwen3Config, version: int) -> bytes:
 def read_qwen3_header(path: str | Path) -> tuple[Qwen3Config, int]:
     """A Qwen3 model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length checked,
     one ModelFileError line each."""
-    path = Path(path)
-    size, hi, hf = read_two_part_header(path, QWEN3.model_magic, QWEN3.model_header_bytes, "Qwen3")
+    return read_config_header(path, QWEN3, "Qwen3", qwen3_config_from_header, qwen3_config_problem, qwen3_tensor_shapes)
+
+
+def qwen3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> Qwen3Config:
+    """The config the header's fields describe; the tied flag and the unused fields checked."""
     if int(hi[TIED_INDEX]) not in (0, 1):
         raise ModelFileError(f"{path}: bad Qwen3 header: tied embeddings flag (header[{TIED_INDEX}]) = "
                              f"{int(hi[TIED_INDEX])}, expected 0 or 1")
@@ -126,15 +123,9 @@ def read_qwen3_header(path: str | Path) -> tuple[Qwen3Config, int]:
         raise ModelFileError(f"{path}: bad Qwen3 header: the unused fields (int32 from [{TIED_INDEX + 1}], float32 "
                              "from [2]) must be 0")
     sizes = {name: int(hi[index]) for name, index in SIZE_FIELDS}
-    c = Qwen3Config(**sizes, norm_eps=float(hf[0]), rope_theta=float(hf[1]), tied_embeddings=bool(hi[TIED_INDEX]))
-    problem = qwen3_config_problem(c)
-    if problem:
-        raise ModelFileError(f"{path}: bad Qwen3 header: {problem}")
-    check_body_size(path, size, QWEN3.model_header_bytes, qwen3_tensor_shapes(c), int(hi[1]))
-    return c, int(hi[1])
+    return Qwen3Config(**sizes, norm_eps=float(hf[0]), rope_theta=float(hf[1]), tied_embeddings=bool(hi[TIED_INDEX]))
 
 
 def read_qwen3(path: str | Path) -> tuple[Qwen3Config, dict[str, np.ndarray]]:
     """A Qwen3 model file: its config and its tensors (float32, file order)."""
-    c, version = read_qwen3_header(path)
-    return c, read_tensors(Path(path), QWEN3.model_header_bytes, version, qwen3_tensor_shapes(c))
+    return read_config_model(path, QWEN3, read_qwen3_header, qwen3_tensor_shapes)
