@@ -121,6 +121,21 @@ def family_files(row: Registered) -> FamilyFiles:
     return FamilyFiles(row)
 
 
+# PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags; or minimal-<precision>, the
+# minimal compiled step of dev/torch_minimal_step.py ("minimal": bf16 where the CPU has bf16 instructions, else fp32)
+MINIMAL = "minimal"
+TORCH_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
+TORCH_FEATURES = {"flash": ["--flash", "1"], "compile": ["--compile", "1"], "fused": ["--fused_adamw", "1"]}
+# --torch auto: eager fp32 (the reference's own mode), then the fast fp32 modes; the bf16 ones only where the
+# CPU has bf16 instructions (elsewhere torch emulates bf16: 112 s per d12 step on a 2-core Zen 3, 47x its fp32)
+AUTO_TORCH_FP32 = ["fp32", "fp32-flash-fused", "fp32-flash-compile-fused"]
+AUTO_TORCH_BF16 = ["bf16", "bf16-flash-compile-fused"]
+AUTO_TORCH_MINIMAL = [MINIMAL]
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# CPU flags worth naming in the table: what the GEMMs can use
+ISA_FLAGS = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+
+
 @dataclass
 class PhaseTotal:
     """One phase of the step (llmc/cpu/phase_time.h): wall time, compulsory bytes and FLOPs over `steps` steps."""

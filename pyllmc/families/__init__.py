@@ -20,6 +20,8 @@ from pyllmc.model_file import ModelFileError, read_magic
 
 # a model file's config (or header) and its tensors in file order, float32
 ModelReader = Callable[[Path], "tuple[Any, dict[str, np.ndarray]]"]
+# the parameters of a dN model at a vocabulary size
+DepthParameters = Callable[[int, int], int]
 # the Hugging Face export of a model file's (config, tensors) in a dtype: (state dict, config.json, a line describing
 # the file, whether GPT-2's tokenizer files fit its vocabulary)
 HfExport = Callable[[Any, "dict[str, np.ndarray]", str], "tuple[dict[str, np.ndarray], dict, str, bool]"]
@@ -27,13 +29,14 @@ HfExport = Callable[[Any, "dict[str, np.ndarray]", str], "tuple[dict[str, np.nda
 DepthLinears = Callable[[int], "tuple[int, int, list[tuple[int, int]]]"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Registered:
     """One family's row: its description and what the shared scripts need of it."""
 
     family: Family
     read_model: ModelReader
     depth_linears: DepthLinears
+    depth_parameters: DepthParameters
     # V of a dN model; None where dN takes its vocabulary from the tokenizer (the test tokenizer's, in refs_dir)
     depth_vocab: int | None
     hf_export: HfExport | None  # dev/eval/export_hf.py's conversion; None where the family has none
@@ -59,11 +62,16 @@ class Registered:
         return f"train_{self.name}"
 
 
+# filled by field name: a row's behaviour is its family module's
 REGISTRY: tuple[Registered, ...] = (
-    Registered(gpt2.GPT2, gpt2.read_gpt2, gpt2.depth_linears, gpt2.VOCAB_SIZE, gpt2.hf_export, ""),
-    Registered(llama3.LLAMA3, llama3.read_llama3, llama3.depth_linears, None, None, "build/llama3"),
-    Registered(nanochat.NANOCHAT, nanochat.read_nanochat, nanochat.depth_linears, nanochat.VOCAB_SIZE, nanochat.hf_export,
-               "build/nanochat"),
+    Registered(family=gpt2.GPT2, read_model=gpt2.read_gpt2, depth_linears=gpt2.depth_linears,
+               depth_parameters=gpt2.depth_parameters, depth_vocab=gpt2.VOCAB_SIZE, hf_export=gpt2.hf_export,
+               refs_dir=""),
+    Registered(family=llama3.LLAMA3, read_model=llama3.read_llama3, depth_linears=llama3.depth_linears,
+               depth_parameters=llama3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/llama3"),
+    Registered(family=nanochat.NANOCHAT, read_model=nanochat.read_nanochat, depth_linears=nanochat.depth_linears,
+               depth_parameters=nanochat.depth_parameters, depth_vocab=nanochat.VOCAB_SIZE,
+               hf_export=nanochat.hf_export, refs_dir="build/nanochat"),
 )
 NAMES: tuple[str, ...] = tuple(row.name for row in REGISTRY)
 

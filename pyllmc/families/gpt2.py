@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pyllmc.family import Family, ShardFormat
-from pyllmc.model_file import ITEMSIZE, ModelFileError, cast_to, file_size, header_bytes, read_ints, read_tensors
+from pyllmc.model_file import ITEMSIZE, VERSIONS, ModelFileError, cast_to, file_size, header_bytes, read_ints, read_tensors
 
 VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding
 EOT = 50256  # <|endoftext|>: starts every document
@@ -140,6 +140,13 @@ def read_gpt2(path: str | Path) -> tuple[Gpt2Header, dict[str, np.ndarray]]:
 def depth_shape(depth: int) -> tuple[int, int]:
     """(C, NH) of the dN model."""
     return DEPTH_SHAPES.get(depth, (64 * depth, depth))
+
+
+def depth_parameters(depth: int, vocab_size: int = VOCAB_SIZE) -> int:
+    """The parameters of the dN model as the checkpoint stores them (wte's padded rows and wpe's 1024 included)."""
+    C, NH = depth_shape(depth)
+    h = Gpt2Header(VERSIONS["float32"], 1024, vocab_size, depth, NH, C, gpt2_padded_vocab(vocab_size))
+    return sum(math.prod(shape) for shape in gpt2_tensor_shapes(h).values())
 
 
 def depth_linears(depth: int) -> tuple[int, int, list[tuple[int, int]]]:

@@ -14,6 +14,7 @@ Model file: 256 int32: [0]=20240803 [1]=3 or 5 [2]=block size [3]=V [4]=L [5]=NH
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +170,11 @@ def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
     return LlamaConfig(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth, n_kv_head=max(1, depth // 2),
                        n_embd=64 * depth, ffn_dim_multiplier=0.0, multiple_of=32, norm_eps=1e-5, rope_theta=500000.0,
                        use_scaled_rope=False, tied_embeddings=False, version_minor=0)
+
+
+def depth_parameters(depth: int, vocab_size: int) -> int:
+    """The parameters of the dN model (its model file's tensors)."""
+    return sum(math.prod(shape) for shape in llama3_tensor_shapes(depth_config(depth, vocab_size)).values())
 
 
 def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple[int, int]]]:

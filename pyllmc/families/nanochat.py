@@ -132,6 +132,13 @@ def depth_config(depth: int) -> NanoChatConfig:
                           ffn_hidden=4 * C, norm_eps=1e-6, rope_theta=10000.0, softcap=15.0)
 
 
+def depth_parameters(depth: int, vocab_size: int = VOCAB_SIZE) -> int:
+    """The parameters of the dN model (its model file's tensors) at a vocabulary of vocab_size."""
+    c = depth_config(depth)
+    c.vocab_size = vocab_size
+    return sum(math.prod(shape) for shape in nanochat_tensor_shapes(c).values())
+
+
 def depth_linears(depth: int) -> tuple[int, int, list[tuple[int, int]]]:
     """(L, C, the linear layers of one block as (out, in) features) of the dN model: qkv, attention projection, the MLP's
     input and output."""
