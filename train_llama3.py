@@ -47,7 +47,7 @@ from pyllmc.reference.decoder import (
     SwiGLU,
     rope_cos_sin,
 )
-from pyllmc.reference.file_tensors import ModelFiles
+from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
 from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
 
 TOKENIZER_MAGIC, TOKENIZER_VERSION = LLAMA3.tokenizer_magic, LLAMA3.tokenizer_version
@@ -163,13 +163,7 @@ def config_from_hf(c, where: str) -> LlamaConfig:
 def from_hf_model(hf, where: str, flash: bool = False) -> Llama:
     """Our Llama from a transformers LlamaForCausalLM: q, k, v concatenated into c_attn, nothing permuted."""
     model = Llama(config_from_hf(hf.config, where), flash)
-    sd = hf.state_dict()
-
-    def take(key: str) -> torch.Tensor:
-        if key not in sd:
-            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
-        return sd[key].float()
-
+    take = hf_tensor_taker(hf.state_dict(), where)
     with torch.no_grad():
         model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
         for i, block in enumerate(model.transformer.h):

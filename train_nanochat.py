@@ -43,7 +43,7 @@ from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.file_tensors import ModelFiles
+from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
 from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
 from pyllmc.reference.tokenizer_files import gpt2_encoding
 from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
@@ -259,12 +259,7 @@ def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
 def from_hf_state_dict(config: NanoChatConfig, sd: dict[str, torch.Tensor], where: str, flash: bool = False) -> NanoChat:
     """Our NanoChat from NanoChatForCausalLM's tensors: q, k, v concatenated into c_attn, fc1 / fc2 as c_fc / c_proj."""
     model = NanoChat(config, flash)
-
-    def take(key: str) -> torch.Tensor:
-        if key not in sd:
-            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
-        return sd[key].float()
-
+    take = hf_tensor_taker(sd, where)
     with torch.no_grad():
         model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
         for i, block in enumerate(model.transformer.h):

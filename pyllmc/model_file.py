@@ -140,6 +140,18 @@ def check_body_size(path: Path, size: int, header_length: int, shapes: dict[str,
         raise ModelFileError(f"{path}: {problem}: the header's config needs {want} bytes, the file has {size}")
 
 
+def attention_problem(n_head: int, n_kv_head: int, norm_eps: float, rope_theta: float) -> str:
+    """What the decoders' shared checks find ("" when nothing): grouped-query heads, a norm epsilon in (0, 1) and a
+    finite RoPE theta above 1 (the C readers' rules and words)."""
+    if n_kv_head > n_head or n_head % n_kv_head:
+        return f"heads NH {n_head} is not a multiple of kv heads NKV {n_kv_head}"
+    if not 0 < norm_eps < 1:
+        return f"norm_eps {norm_eps} must be in (0, 1)"
+    if not (math.isfinite(rope_theta) and rope_theta > 1):
+        return f"rope_theta {rope_theta} must be finite and > 1"
+    return ""
+
+
 def read_config_header(path: str | Path, family: Family, label: str, config_of: Callable[[Path, np.ndarray, np.ndarray], C],
                        problem_of: Callable[[C], str], shapes_of: Callable[[C], dict[str, tuple[int, ...]]]) -> tuple[C, int]:
     """A two-part model file's config and version (3 fp32, 5 bf16): the header's length, magic and version, the config

@@ -19,7 +19,7 @@ import numpy as np
 
 from pyllmc.family import Family
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.model_file import cast_to, header_bytes, read_config_header, read_config_model
+from pyllmc.model_file import attention_problem, cast_to, header_bytes, read_config_header, read_config_model
 
 VOCAB_SIZE = 50304  # dN's vocabulary: GPT-2's 50257 padded to a multiple of 64 (trains on GPT-2 token shards)
 BOS_NAMES = ("<|bos|>", "<|endoftext|>")  # a checkpoint tokenizer's document delimiter, the first one it knows
@@ -79,12 +79,9 @@ def nanochat_config_problem(c: NanoChatConfig) -> str:
         return f"channels C {c.n_embd} is not a multiple of heads NH {c.n_head}"
     if c.head_size % 2:
         return f"head size {c.head_size} (C / NH) must be even for RoPE"
-    if c.n_kv_head > c.n_head or c.n_head % c.n_kv_head:
-        return f"heads NH {c.n_head} is not a multiple of kv heads NKV {c.n_kv_head}"
-    if not 0 < c.norm_eps < 1:
-        return f"norm_eps {c.norm_eps} must be in (0, 1)"
-    if not (math.isfinite(c.rope_theta) and c.rope_theta > 1):
-        return f"rope_theta {c.rope_theta} must be finite and > 1"
+    problem = attention_problem(c.n_head, c.n_kv_head, c.norm_eps, c.rope_theta)
+    if problem:
+        return problem
     if not (math.isfinite(c.softcap) and c.softcap >= 0):
         return f"softcap {c.softcap} must be finite and >= 0 (0 = none)"
     return ""

@@ -14,7 +14,6 @@ Model file: 256 int32 + 256 float32, then the tensors (float32 for version 3, bf
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from pyllmc.family import Family
 from pyllmc.families.llama3 import LLAMA3
-from pyllmc.model_file import ModelFileError, header_bytes, read_config_header, read_config_model
+from pyllmc.model_file import ModelFileError, attention_problem, header_bytes, read_config_header, read_config_model
 
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
 DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
@@ -85,13 +84,7 @@ def qwen3_config_problem(c: Qwen3Config) -> str:
         return "every size must be at least 1"
     if c.head_dim % 2:
         return f"head_dim {c.head_dim} must be even for RoPE"
-    if c.n_kv_head > c.n_head or c.n_head % c.n_kv_head:
-        return f"heads NH {c.n_head} is not a multiple of kv heads NKV {c.n_kv_head}"
-    if not 0 < c.norm_eps < 1:
-        return f"norm_eps {c.norm_eps} must be in (0, 1)"
-    if not (math.isfinite(c.rope_theta) and c.rope_theta > 1):
-        return f"rope_theta {c.rope_theta} must be finite and > 1"
-    return ""
+    return attention_problem(c.n_head, c.n_kv_head, c.norm_eps, c.rope_theta)
 
 
 def qwen3_tensor_shapes(c: Qwen3Config) -> dict[str, tuple[int, ...]]:

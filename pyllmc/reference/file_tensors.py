@@ -31,6 +31,15 @@ def read_model_file(read: Callable[[str | Path], tuple], filename: str | Path) -
         raise UserError(str(e)) from None
 
 
+def hf_tensor_taker(sd: dict[str, torch.Tensor], where: str) -> Callable[[str], torch.Tensor]:
+    """take(key): a Hugging Face state dict's tensor as float32; a missing one is a UserError naming `where`."""
+    def take(key: str) -> torch.Tensor:
+        if key not in sd:
+            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
+        return sd[key].float()
+    return take
+
+
 def stacked_file_tensors(model: CausalLM, get: Callable[[torch.Tensor], torch.Tensor],
                          global_names: tuple[str, ...]) -> list[torch.Tensor]:
     """For a model whose file_tensors() lists (name, per-layer parts) in file order (train_llama3.py's Llama,
