@@ -22,15 +22,8 @@ import torch
 import torch.nn as nn
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
-from pyllmc.model_file import (
-    VERSIONS,
-    Gpt2Header,
-    atomic_write,
-    gpt2_header_bytes,
-    gpt2_padded_vocab,
-    read_gpt2,
-    write_model_file,
-)
+from pyllmc.families.gpt2 import Gpt2Header, depth_shape, gpt2_header_bytes, gpt2_padded_vocab, read_gpt2
+from pyllmc.model_file import VERSIONS, atomic_write, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
@@ -49,8 +42,6 @@ from pyllmc.token_shards import DataFormatError
 
 PRETRAINED = {"gpt2": "124M", "gpt2-medium": "355M", "gpt2-large": "774M", "gpt2-xl": "1558M"}
 DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
-# dN models with published GPT-2 shapes; any other N gets C = 64*N, NH = N (head size 64)
-DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 
 
 # ----------------------------------------------------------------------------- the model
@@ -155,7 +146,7 @@ class GPT(CausalLM):
 
 
 def depth_config(depth: int) -> GPTConfig:
-    C, NH = DEPTH_SHAPES.get(depth, (64 * depth, depth))
+    C, NH = depth_shape(depth)  # the family's dN rule
     return GPTConfig(n_layer=depth, n_head=NH, n_embd=C)
 
 

@@ -24,27 +24,21 @@ import numpy as np
 import torch
 
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3
-from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
-from pyllmc.model_file import (
-    VERSIONS,
+from pyllmc.families.llama3 import (
+    HUB_TOKENIZER,
+    LLAMA3,
     LlamaConfig,
-    atomic_write,
-    header_bytes,
+    depth_config,
     llama3_header_bytes,
     llama_config_problem,
     llama_ffn_hidden,
     read_llama3,
-    write_model_file,
 )
-from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
+from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
+from pyllmc.model_file import atomic_write, header_bytes
+from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.debug_state import (
-    DebugOptimizer,
-    reference_steps as family_reference_steps,
-    write_debug_state_with_norms,
-)
 from pyllmc.reference.decoder import (
     FileLayout,
     GroupedQueryAttention,
@@ -53,13 +47,10 @@ from pyllmc.reference.decoder import (
     SwiGLU,
     rope_cos_sin,
 )
-from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
-from pyllmc.reference.optimizers import is_block_matrix
-from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
-from pyllmc.token_shards import DataError, DataFormatError
+from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
+from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
 
-STATE_MAGIC, TOKENIZER_MAGIC = LLAMA3.debug_state_magic, LLAMA3.tokenizer_magic
-STATE_VERSION, TOKENIZER_VERSION = LLAMA3.debug_state_version, LLAMA3.tokenizer_version
+TOKENIZER_MAGIC, TOKENIZER_VERSION = LLAMA3.tokenizer_magic, LLAMA3.tokenizer_version
 
 
 # ----------------------------------------------------------------------------- the model
@@ -123,13 +114,6 @@ class Llama(StackedDecoder):
         super().__init__(config, make_block, rope_inv_freq(config), FILE_LAYOUT)
 
 
-def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
-    """dN from scratch: L=N, C=64N, NH=N, NKV=max(1, N/2), SwiGLU hidden rounded to 32, untied head."""
-    return LlamaConfig(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth, n_kv_head=max(1, depth // 2),
-                       n_embd=64 * depth, ffn_dim_multiplier=0.0, multiple_of=32, norm_eps=1e-5, rope_theta=500000.0,
-                       use_scaled_rope=False, tied_embeddings=False, version_minor=0)
-
-
 # ----------------------------------------------------------------------------- Hugging Face import
 
 
@@ -179,13 +163,7 @@ def config_from_hf(c, where: str) -> LlamaConfig:
 def from_hf_model(hf, where: str, flash: bool = False) -> Llama:
     """Our Llama from a transformers LlamaForCausalLM: q, k, v concatenated into c_attn, nothing permuted."""
     model = Llama(config_from_hf(hf.config, where), flash)
-    sd = hf.state_dict()
-
-    def take(key: str) -> torch.Tensor:
-        if key not in sd:
-            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
-        return sd[key].float()
-
+    take = hf_tensor_taker(hf.state_dict(), where)
     with torch.no_grad():
         model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
         for i, block in enumerate(model.transformer.h):
@@ -248,24 +226,10 @@ def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tu
 # ----------------------------------------------------------------------------- llmc .bin files
 
 
-def stacked(model: Llama, get) -> list[torch.Tensor]:
-    """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return stacked_file_tensors(model, get, ("wte", "lnfw", "lm_head"))
-
-
-def write_model(model: Llama, filename: str | Path, dtype: str) -> None:
-    """Llama 3 model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
-    header = llama3_header_bytes(model.config, VERSIONS[dtype])
-    write_model_file(filename, header, stacked(model, lambda p: p.detach().cpu().float()), dtype)
-    print0(f"wrote {filename}")
-
-
-def read_model(filename: str | Path, flash: bool = False) -> Llama:
-    """A Llama from one of our model files, validated (magic, version, header sizes, body length): UserError otherwise."""
-    c, tensors = read_model_file(read_llama3, filename)
-    model = Llama(c, flash)
-    load_file_tensors(model, tensors)
-    return model
+# the model file and the debug state (pyllmc.reference.file_tensors.ModelFiles)
+FILES = ModelFiles(Llama, LLAMA3, llama3_header_bytes, read_llama3, global_names=("wte", "lnfw", "lm_head"))
+stacked, write_model, read_model = FILES.stacked, FILES.write_model, FILES.read_model
+reference_steps, write_debug_state = FILES.reference_steps, FILES.write_debug_state
 
 
 def tokenizer_file_bytes(tok: LlamaTokenizer) -> list[bytes]:
@@ -285,21 +249,6 @@ def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
     print0(f"wrote {filename}")
 
 
-def reference_steps(model: Llama, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
-                    dtype: torch.dtype = torch.float32):
-    """The debug state's reference steps on the Llama (AdamW, or Muon on the blocks' matrices + AdamW):
-    (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    return family_reference_steps(model, x, y, opt, dtype, is_block_matrix, stacked)
-
-
-def write_debug_state(model: Llama, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
-                      opt: DebugOptimizer = DebugOptimizer()) -> None:
-    """Llama 3 debug state: one batch, its logits, loss and every gradient (file order), the losses and grad norms
-    of `opt.steps` reference steps, then each step loss's float32 noise (|fp32 loss - fp64 rerun loss|); header[12..17]
-    name the optimizer (0 AdamW, 1 Muon, and Muon's settings: DebugOptimizer.header_fields)."""
-    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, STATE_MAGIC, STATE_VERSION)
-
-
 # ----------------------------------------------------------------------------- training
 
 
@@ -308,18 +257,7 @@ def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
                    f"directory's, else the hub's {HUB_TOKENIZER}")
 
 
-LLAMA3_CLI = TrainerCli(
-    description=__doc__,
-    family=LLAMA3,
-    fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
-    write_tensors_help="write the model files, tokenizer file and debug state",
-    add_family_args=add_tokenizer_arg,
-    dtype_before_optimizer=True,
-)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return trainer_parser(LLAMA3_CLI).parse_args(argv)
+LLAMA3_CLI = decoder_cli(__doc__, LLAMA3, add_tokenizer_arg)
 
 
 class LlamaDataLoader(DistributedDataLoader):
@@ -347,27 +285,15 @@ def llama_family(args: argparse.Namespace) -> ModelFamily:
     c = model.config
     if c.vocab_size != tok.vocab_size:
         raise UserError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab is {c.vocab_size}")
-
-    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
-        write_model(model, f"{stem}.bin", "float32")
-        write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_tokenizer(tok, LLAMA3.tokenizer_file)
-        write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
-
+    write_files = FILES.file_writer(args, model, stem, lambda: write_tokenizer(tok, LLAMA3.tokenizer_file))
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size}", loader=LlamaDataLoader, write_files=write_files,
                        make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
                        make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 
-def train(args: argparse.Namespace) -> None:
-    train_loop(args, llama_family)
-
-
 def main(argv: list[str] | None = None) -> int:
-    # the tokenizer's and transformers' messages can span lines: one line each
-    return run_main(train, parse_args(argv), (UserError, DataError, DataFormatError, OSError),
-                    lambda e: " ".join(str(e).split()))
+    return reference_main(LLAMA3_CLI, llama_family, argv)
 
 
 if __name__ == "__main__":

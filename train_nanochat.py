@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,32 +28,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
-from pyllmc.families.nanochat import NANOCHAT, VOCAB_SIZE
-from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
-from pyllmc.model_file import (
-    VERSIONS,
+from pyllmc.families.nanochat import (
+    NANOCHAT,
+    VOCAB_SIZE,
     NanoChatConfig,
-    atomic_write,
-    header_bytes,
+    depth_config,
     nanochat_config_problem,
     nanochat_header_bytes,
     read_nanochat,
-    write_model_file,
 )
+from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
+from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
-from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
+from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.debug_state import (
-    DebugOptimizer,
-    reference_steps as family_reference_steps,
-    write_debug_state_with_norms,
-)
-from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
+from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
 from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
 from pyllmc.reference.tokenizer_files import gpt2_encoding
-from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
-from pyllmc.token_shards import DataError, DataFormatError
+from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
 
 # ----------------------------------------------------------------------------- the model
 
@@ -208,15 +201,6 @@ class NanoChat(CausalLM):
         return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
 
 
-def depth_config(depth: int) -> NanoChatConfig:
-    """dN from scratch (nanochat's depth rule): L=N, C=64N, heads of 128 (one head of C when C < 128), MHA,
-    FFN=4C, GPT-2's vocabulary padded to 50304, softcap 15."""
-    C = 64 * depth
-    NH = max(1, math.ceil(C / 128))
-    return NanoChatConfig(block_size=1024, vocab_size=VOCAB_SIZE, n_layer=depth, n_head=NH, n_kv_head=NH, n_embd=C,
-                          ffn_hidden=4 * C, norm_eps=1e-6, rope_theta=10000.0, softcap=15.0)
-
-
 # ----------------------------------------------------------------------------- Hugging Face import
 
 
@@ -275,12 +259,7 @@ def config_from_hf(cfg: dict[str, Any], where: str) -> NanoChatConfig:
 def from_hf_state_dict(config: NanoChatConfig, sd: dict[str, torch.Tensor], where: str, flash: bool = False) -> NanoChat:
     """Our NanoChat from NanoChatForCausalLM's tensors: q, k, v concatenated into c_attn, fc1 / fc2 as c_fc / c_proj."""
     model = NanoChat(config, flash)
-
-    def take(key: str) -> torch.Tensor:
-        if key not in sd:
-            raise UserError(f"{where}: the Hugging Face model has no tensor {key!r}")
-        return sd[key].float()
-
+    take = hf_tensor_taker(sd, where)
     with torch.no_grad():
         model.transformer.wte.weight.copy_(take("model.embed_tokens.weight"))
         for i, block in enumerate(model.transformer.h):
@@ -359,40 +338,10 @@ def load_model(name: str, seed: int, flash: bool = False) -> tuple[NanoChat, str
 # ----------------------------------------------------------------------------- llmc .bin files
 
 
-def stacked(model: NanoChat, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
-    """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return stacked_file_tensors(model, get, ("wte", "lm_head"))
-
-
-def write_model(model: NanoChat, filename: str | Path, dtype: str) -> None:
-    """nanochat model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
-    header = nanochat_header_bytes(model.config, VERSIONS[dtype])
-    write_model_file(filename, header, stacked(model, lambda p: p.detach().cpu().float()), dtype)
-    print0(f"wrote {filename}")
-
-
-def read_model(filename: str | Path, flash: bool = False) -> NanoChat:
-    """A NanoChat from one of our model files, validated (magic, version, header fields, length): UserError otherwise."""
-    c, tensors = read_model_file(read_nanochat, filename)
-    model = NanoChat(c, flash)
-    load_file_tensors(model, tensors)
-    return model
-
-
-def reference_steps(model: NanoChat, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
-                    dtype: torch.dtype = torch.float32):
-    """The debug state's reference steps on the NanoChat (AdamW, or Muon on the blocks' matrices + AdamW):
-    (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    return family_reference_steps(model, x, y, opt, dtype, is_block_matrix, stacked)
-
-
-def write_debug_state(model: NanoChat, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
-                      opt: DebugOptimizer = DebugOptimizer()) -> None:
-    """nanochat debug state, the Llama 3 layout (magic 20251013, version 3): one batch, its logits, loss and every
-    gradient (file order), the losses and grad norms of `opt.steps` reference steps, then each step loss's float32
-    noise; header[12..17] name the optimizer."""
-    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, NANOCHAT.debug_state_magic,
-                                 NANOCHAT.debug_state_version)
+# the model file and the debug state (pyllmc.reference.file_tensors.ModelFiles): the Llama 3 layout with grad norms
+FILES = ModelFiles(NanoChat, NANOCHAT, nanochat_header_bytes, read_nanochat, global_names=("wte", "lm_head"))
+stacked, write_model, read_model = FILES.stacked, FILES.write_model, FILES.read_model
+reference_steps, write_debug_state = FILES.reference_steps, FILES.write_debug_state
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -448,45 +397,22 @@ def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
                    "Face model directory's, else GPT-2's encoding")
 
 
-NANOCHAT_CLI = TrainerCli(
-    description=__doc__,
-    family=NANOCHAT,
-    fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
-    write_tensors_help="write the model files, tokenizer file and debug state",
-    add_family_args=add_tokenizer_arg,
-    dtype_before_optimizer=True,
-)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return trainer_parser(NANOCHAT_CLI).parse_args(argv)
+NANOCHAT_CLI = decoder_cli(__doc__, NANOCHAT, add_tokenizer_arg)
 
 
 def nanochat_family(args: argparse.Namespace) -> ModelFamily:
     model, stem, model_dir = load_model(args.model, args.seed, bool(args.flash))
     c = model.config
     text = NanoChatText(args, model_dir, c.vocab_size)
-
-    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
-        write_model(model, f"{stem}.bin", "float32")
-        write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        text.write(NANOCHAT.tokenizer_file)
-        write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
-
+    write_files = FILES.file_writer(args, model, stem, lambda: text.write(NANOCHAT.tokenizer_file))
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size} softcap={c.softcap:g}", loader=DistributedDataLoader,
                        write_files=write_files, make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
                        make_sampler=seeded_sampler(args, text.start_token(), text.decode), write_model=write_model)
 
 
-def train(args: argparse.Namespace) -> None:
-    train_loop(args, nanochat_family)
-
-
 def main(argv: list[str] | None = None) -> int:
-    # the tokenizer's and transformers' messages can span lines: one line each
-    return run_main(train, parse_args(argv), (UserError, DataError, DataFormatError, OSError),
-                    lambda e: " ".join(str(e).split()))
+    return reference_main(NANOCHAT_CLI, nanochat_family, argv)
 
 
 if __name__ == "__main__":

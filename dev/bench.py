@@ -1,10 +1,11 @@
-"""Benchmark: llmc's CPU trainer (train_gpt2) against the PyTorch reference (train_gpt2.py), side by side;
-with --family llama3, train_llama3 against train_llama3.py; with --family nanochat, train_nanochat against
-train_nanochat.py; and a roofline account of our step: each phase against its limit on this machine.
+"""Benchmark: a model family's CPU trainer (train_<family>, --family, a row of pyllmc.families: the first by default)
+against its PyTorch reference (train_<family>.py), side by side; and a roofline account of our step: each phase
+against its limit on this machine.
 
-Both train the same model (initialised from scratch with seed 42 in both: `-e dN` / `--model dN`),
-on the same tinyshakespeare tokens (Llama 3: the local test tokenizer's llama-3 shards and its 514-token
-vocabulary, from `make llama3-debug-states`, in build/llama3, where both run), with the same B, T, AdamW settings and thread count. Runs
+Both train the same model (initialised from scratch with seed 42 in both: `-e dN` / `--model dN`, the family's dN
+rule), on the same tinyshakespeare tokens (a family whose dN vocabulary is its tokenizer's: the local test tokenizer's
+shards and vocabulary, from `make <family>-debug-states`, in its reference directory, where both run), with the same
+B, T, AdamW settings and thread count. Runs
 alternate (ours, PyTorch, ours, ...) for --rounds rounds; each run does --warmup untimed steps and
 --steps timed ones, and the per-step times of all rounds are pooled into a median. Peak resident
 memory is the child process's ru_maxrss (os.wait4), for every program.
@@ -77,7 +78,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyllmc.model_file import llama_ffn_hidden  # the Llama rule the reference and the C reader use
+from pyllmc.families import NAMES, REGISTRY, Registered, by_name
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"
@@ -95,19 +96,31 @@ TRIAD_RE = re.compile(r"^triad: ([0-9.]+) GB/s \((\d+) threads?\)$", re.M)
 SIMD_RE = re.compile(r"^simd: ([0-9.]+) GFLOP/s \((\d+) threads?\)$", re.M)
 # our precisions: -p fp32, -p bf16 (bf16 where the calibration says it pays), bf16 with LLMC_BF16=force
 OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"})}
-# the default --ours for GPT-2: the OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the
-# built-in kernels
-DEFAULT_OURS_GPT2 = "train_gpt2_openblas,train_gpt2_onednn,train_gpt2_none"
-DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
-VOCAB = 50257
-LLAMA3_DIR = REPO / "build" / "llama3"  # `make llama3-debug-states`: the test tokenizer, its shards, llama3_tokenizer.bin
-LLAMA3_DATA = LLAMA3_DIR / "ts" / "tiny_shakespeare_train.bin"
-LLAMA3_TOKENIZER = LLAMA3_DIR / "llama3_tokenizer.bin"
-# per model family: our trainer, its reference, the data it trains on, the directory both run in
-FAMILIES = {"gpt2": ("train_gpt2", "train_gpt2.py", DEFAULT_DATA, REPO),
-            "llama3": ("train_llama3", "train_llama3.py", LLAMA3_DATA, LLAMA3_DIR),
-            "nanochat": ("train_nanochat", "train_nanochat.py", DEFAULT_DATA, REPO)}
-NANOCHAT_VOCAB = 50304  # nanochat's dN: GPT-2's vocabulary padded to a multiple of 64 (llmc/nanochat.h)
+# the first family's trainer is also built with each BLAS (the Makefile's <trainer>_<blas>): its default --ours are the
+# OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the built-in kernels
+BLAS_VARIANTS = ("openblas", "onednn", "none")
+DEFAULT_FAMILY = REGISTRY[0]
+DEFAULT_OURS_BLAS = ",".join(f"{DEFAULT_FAMILY.trainer}_{blas}" for blas in BLAS_VARIANTS)
+
+
+class FamilyFiles:
+    """What a family's runs read: the train shard both train on (data) and the directory both run in (cwd); for a family
+    whose dN vocabulary is its tokenizer's, the test tokenizer make <family>-debug-states (make_target) writes into its
+    reference directory: tok/tokenizer.json for the reference, the tokenizer file whose header gives V."""
+
+    def __init__(self, row: Registered):
+        own_tokenizer = row.depth_vocab is None
+        self.cwd = REPO / row.refs_dir if own_tokenizer else REPO
+        self.data = self.cwd / "ts" / "tiny_shakespeare_train.bin" if own_tokenizer else DEFAULT_DATA
+        self.tokenizer_json = self.cwd / "tok" / "tokenizer.json" if own_tokenizer else None
+        self.tokenizer_file = self.cwd / row.family.tokenizer_file if own_tokenizer else None
+        self.make_target = f"{row.name}-debug-states" if own_tokenizer else None
+
+
+def family_files(row: Registered) -> FamilyFiles:
+    return FamilyFiles(row)
+
+
 # PyTorch modes: a precision, then any of these suffixes -> train_gpt2.py's flags; or minimal-<precision>, the
 # minimal compiled step of dev/torch_minimal_step.py ("minimal": bf16 where the CPU has bf16 instructions, else fp32)
 MINIMAL = "minimal"
@@ -185,43 +198,38 @@ class Row:
     vs_torch_fp32: float | None     # PyTorch eager fp32 median ms / this median ms
 
 
-def model_shape(model: str) -> tuple[int, int]:
-    """(L, C) of a dN model name."""
+def model_depth(model: str) -> int:
+    """N of a dN model name."""
     if not (model.startswith("d") and model[1:].isdigit()):
         raise SystemExit(f"error: --model {model}: expected dN, e.g. d12")
-    depth = int(model[1:])
-    return depth, DEPTH_SHAPES.get(depth, (64 * depth, depth))[0]
+    return int(model[1:])
 
 
-def llama3_vocab(tokenizer: Path = LLAMA3_TOKENIZER) -> int:
-    """V of a Llama 3 dN model: train_llama3 takes it from llama3_tokenizer.bin (header int 2)."""
-    return int.from_bytes(tokenizer.read_bytes()[8:12], "little")
-
-
-def block_shapes(model: str, family: str = "gpt2") -> tuple[int, int, list[tuple[int, int]]]:
+def block_shapes(model: str, family: str = DEFAULT_FAMILY.name) -> tuple[int, int, list[tuple[int, int]]]:
     """(L, C, the linear layers of one block as (out, in) features) of a dN model of the family, as its C trainer
-    runs them. GPT-2: qkv, attention projection, fc, fc projection. Llama 3 (C = 64 N, N heads of 64, max(1, N/2) kv
-    heads): qkv, attention projection, the two SwiGLU inputs (hidden by Llama's rule, a multiple of 32), its output.
-    nanochat (C = 64 N, heads of 128, kv heads = heads, MLP 4C): GPT-2's four."""
-    L, C = model_shape(model)
-    if family in ("llama3", "nanochat"):
-        C = 64 * L  # their depth rule: C = 64 N whatever N
-    if family == "llama3":
-        qkv, ffn = (L + 2 * max(1, L // 2)) * (C // L), llama_ffn_hidden(C, 32, 0.0)
-        return L, C, [(qkv, C), (C, C), (ffn, C), (ffn, C), (C, ffn)]
-    return L, C, [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C)]
+    runs them: the family's dN rule (pyllmc.families)."""
+    return by_name(family).depth_linears(model_depth(model))
+
+
+def model_shape(model: str, family: str = DEFAULT_FAMILY.name) -> tuple[int, int]:
+    """(L, C) of a dN model name."""
+    return block_shapes(model, family)[:2]
 
 
 def family_vocab(family: str) -> int:
-    """V of the family's dN models as bench runs them (Llama 3: the test tokenizer's, which needs its build)."""
-    if family == "llama3":
-        if not LLAMA3_TOKENIZER.exists():
-            raise SystemExit(f"error: no {LLAMA3_TOKENIZER}: make llama3-debug-states writes it")
-        return llama3_vocab(LLAMA3_TOKENIZER)
-    return NANOCHAT_VOCAB if family == "nanochat" else VOCAB
+    """V of the family's dN models as bench runs them (a family without a fixed one: its test tokenizer's, header int
+    2 of its tokenizer file, which needs its build)."""
+    row = by_name(family)
+    if row.depth_vocab is not None:
+        return row.depth_vocab
+    tokenizer = family_files(row).tokenizer_file
+    if not tokenizer.exists():
+        raise SystemExit(f"error: no {tokenizer}: make {family_files(row).make_target} writes it")
+    return int.from_bytes(tokenizer.read_bytes()[8:12], "little")
 
 
-def step_flops(model: str, B: int, T: int, family: str = "gpt2", vocab: int = VOCAB) -> float:
+def step_flops(model: str, B: int, T: int, family: str = DEFAULT_FAMILY.name,
+               vocab: int = DEFAULT_FAMILY.depth_vocab) -> float:
     """FLOPs of one forward + backward pass over B x T tokens."""
     L, C, layer = block_shapes(model, family)
     n_matmul = L * sum(out * inp for out, inp in layer) + vocab * C  # the untied heads: the only V x C GEMM
@@ -261,7 +269,7 @@ def resolve_minimal(mode: str, cpuinfo: str) -> str:
 
 def minimal_command(args: argparse.Namespace, precision: str) -> list[str]:
     """dev/torch_minimal_step.py's command line for a minimal mode of this run's family, model and shapes."""
-    vocab = ["--vocab", str(family_vocab("llama3"))] if args.family == "llama3" else []
+    vocab = [] if by_name(args.family).depth_vocab is not None else ["--vocab", str(family_vocab(args.family))]
     return [sys.executable, str(REPO / "dev" / "torch_minimal_step.py"), "--family", args.family, "--model", args.model,
             "-B", str(args.B), "-T", str(args.T), "--dtype", precision, *vocab, "--warmup", str(args.warmup),
             "--steps", str(args.steps), "--threads", str(args.threads)]
@@ -411,12 +419,12 @@ def best_peak(peaks: dict[str, float], precision: str) -> tuple[str, float] | No
 
 
 def peak_programs(ours: list[str]) -> list[Path]:
-    """build/gemm_peak for train_gpt2 and train_llama3 (the same GEMMs), build/gemm_peak_<blas> for
-    train_gpt2_<blas> (same BLAS, same flags)."""
+    """build/gemm_peak for every family's trainer (the same GEMMs), build/gemm_peak_<blas> for a BLAS variant
+    <trainer>_<blas> (same BLAS, same flags)."""
     out: list[Path] = []
     for binary in ours:
         stem = Path(binary).name
-        suffix = stem[len("train_gpt2"):] if stem.startswith("train_gpt2") else ""
+        suffix = stem[len(DEFAULT_FAMILY.trainer):] if stem.startswith(DEFAULT_FAMILY.trainer) else ""
         prog = REPO / "build" / f"gemm_peak{suffix}"
         if prog not in out:
             out.append(prog)
@@ -424,7 +432,7 @@ def peak_programs(ours: list[str]) -> list[Path]:
 
 
 def make_targets(ours: list[str]) -> list[str]:
-    """The make targets of the --ours programs given by name (train_gpt2, train_gpt2_<blas>, ...) and of their
+    """The make targets of the --ours programs given by name (a family's trainer, a BLAS variant, ...) and of their
     GEMM-peak programs; a program given by absolute path is taken as it is."""
     targets: list[str] = []
     for binary in ours:
@@ -461,9 +469,10 @@ def run_capture(cmd: list[str], env: dict[str, str], timeout: float) -> str:
 
 def step_shape(args: argparse.Namespace) -> str:
     """gemm_peak's -s BT,C,Vp,L for a run of these flags (Vp: the lm_head's rows as the C trainer stores them;
-    GPT-2's vocabulary padded to a multiple of 128)."""
+    V padded as the family's model file stores it)."""
     L, C, _ = block_shapes(args.model, args.family)
-    Vp = (VOCAB + 127) // 128 * 128 if args.family == "gpt2" else family_vocab(args.family)
+    padding = by_name(args.family).family.vocab_padding
+    Vp = (family_vocab(args.family) + padding - 1) // padding * padding
     return f"{args.B * args.T},{C},{Vp},{L}"
 
 
@@ -560,8 +569,10 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
     """Our binaries x precisions, then PyTorch's modes, in the order they alternate."""
     env = thread_env(args)
     nsteps = args.warmup + args.steps
-    _, reference, _, cwd = FAMILIES[args.family]
-    tokenizer = ["--tokenizer", str(LLAMA3_DIR / "tok" / "tokenizer.json")] if args.family == "llama3" else []
+    row = by_name(args.family)
+    reference, files = row.reference, family_files(row)
+    cwd = files.cwd
+    tokenizer = ["--tokenizer", str(files.tokenizer_json)] if files.tokenizer_json else []
     runs: list[Run] = []
     for binary in [b for b in args.ours.split(",") if b]:
         path = Path(binary) if Path(binary).is_absolute() else REPO / binary
@@ -680,9 +691,9 @@ def print_report(runs: list[Run], peaks: dict[str, float], machine: tuple[float 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", default="gpt2", choices=sorted(FAMILIES),
-                   help="gpt2: train_gpt2 against train_gpt2.py; llama3: train_llama3 against train_llama3.py; nanochat: "
-                   "train_nanochat against train_nanochat.py (default gpt2)")
+    p.add_argument("--family", default=DEFAULT_FAMILY.name, choices=NAMES,
+                   help="the model family: its trainer train_<family> against its reference train_<family>.py "
+                   f"(default {DEFAULT_FAMILY.name})")
     p.add_argument("--model", default="d12", help="dN model, initialised from scratch in both trainers (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=64, help="sequence length (default 64)")
@@ -691,8 +702,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run; a -compile mode "
                    "compiles in the first (default 1)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds over all runs (default 2)")
-    p.add_argument("--ours", default=None, help=f"comma-separated llmc binaries (default {DEFAULT_OURS_GPT2}, or "
-                   "train_llama3, train_nanochat); given by name they are built first with make, with their GEMM-peak programs")
+    p.add_argument("--ours", default=None, help=f"comma-separated llmc binaries (default {DEFAULT_OURS_BLAS}, or the "
+                   "family's trainer train_<family>); given by name they are built first with make, with their GEMM-peak "
+                   "programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
     p.add_argument("--precision", default=None, help="our precisions, comma-separated: fp32, bf16 (where it pays), "
                    "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions)")
@@ -707,20 +719,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
     p.add_argument("--triad-mb", type=int, default=256, help="MB per array of build/triad's memory bandwidth "
                    "(three arrays, far larger than the last-level cache); 0 = skip it and the SIMD rate (default 256)")
-    p.add_argument("--data", type=Path, default=None, help="train token shard for both (default tinyshakespeare; Llama 3: "
-                   "its llama-3 shard in build/llama3, written by make llama3-debug-states)")
+    p.add_argument("--data", type=Path, default=None, help="train token shard for both (default tinyshakespeare; a "
+                   "family whose dN vocabulary is its tokenizer's: its test tokenizer's shard, written by make "
+                   "<family>-debug-states)")
     p.add_argument("--passive", type=int, default=0, help="1 = OMP_WAIT_POLICY=PASSIVE for every run")
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
     args = p.parse_args(argv)
-    trainer, _, data, _ = FAMILIES[args.family]
-    args.ours = (DEFAULT_OURS_GPT2 if args.family == "gpt2" else trainer) if args.ours is None else args.ours
+    row = by_name(args.family)
+    files = family_files(row)
+    if args.ours is None:
+        args.ours = DEFAULT_OURS_BLAS if row is DEFAULT_FAMILY else row.trainer
     if args.precision is None:
         has_bf16 = set(cpuinfo_fields(read_cpuinfo()).get("flags", "").split()) & set(BF16_CPU_FLAGS)
         args.precision = "fp32,bf16" + (",bf16-force" if has_bf16 else "")
     bad = [p for p in args.precision.split(",") if p and p not in OUR_PRECISIONS]
     if bad:
         p.error(f"--precision {args.precision}: use {', '.join(OUR_PRECISIONS)}")
-    args.data = data if args.data is None else args.data
+    args.data = files.data if args.data is None else args.data
     if args.torch == "auto":
         args.torch = ",".join(auto_torch_modes(read_cpuinfo()))
     args.torch = ",".join(resolve_minimal(m, read_cpuinfo()) for m in args.torch.split(",") if m)
@@ -732,8 +747,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for mode in [m for m in args.torch.split(",") if m]:
         if {"compile", MINIMAL} & set(parse_torch_mode(mode)[1]) and args.warmup < 1:
             p.error(f"--torch {mode}: torch.compile compiles in the first step; it needs --warmup >= 1")
-    model_shape(args.model)
-    if not args.data.exists() and not (args.build and args.data == LLAMA3_DATA):  # make llama3-debug-states writes that one
+    model_depth(args.model)
+    if not args.data.exists() and not (args.build and files.make_target and args.data == files.data):  # make writes it
         p.error(f"--data {args.data}: no such file (python dev/data/tinyshakespeare.py writes it)")
     return args
 
@@ -741,9 +756,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build:
-        llama3_files = ["llama3-debug-states"] if args.family == "llama3" else []
+        references = [family_files(by_name(args.family)).make_target or ""]
         triad = ["build/triad"] if args.triad_mb > 0 else []
-        build_programs(make_targets([b for b in args.ours.split(",") if b]) + triad + llama3_files)
+        build_programs(make_targets([b for b in args.ours.split(",") if b]) + triad + [t for t in references if t])
     runs = build_runs(args)
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")

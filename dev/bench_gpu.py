@@ -45,18 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bench import DEFAULT_DATA, REPO, markdown_table, model_shape, parse_steps
+from bench import DEFAULT_DATA, REPO, family_files, markdown_table, model_shape, parse_steps
+from pyllmc.families import REGISTRY, Registered, by_name
 
 MFU_HEADER = REPO / "llmc" / "mfu.h"
 # a row of llmc/mfu.h's GPU_PEAK_TABLE: {"name part", bf16 TFLOP/s, tf32 TFLOP/s}
 PEAK_ROW_RE = re.compile(r'\{"([^"]+)",\s*([0-9.]+),\s*([0-9.]+)\}')
-GPT2_PADDED_VOCAB = 50304  # llmc/gpt2.h's Vp: train_gpt2cu's parameter count, hence its FLOPs
 MAX_T = 1024               # block size of the dN models (wpe rows)
-LLAMA3_DIR = REPO / "build" / "llama3"
-LLAMA3_SHARD = LLAMA3_DIR / "ts" / "tiny_shakespeare_train.bin"
-# each GPU program's family and PyTorch reference
-FAMILIES = {"train_gpt2cu": "gpt2", "train_llama3cu": "llama3"}
-REFERENCES = {"gpt2": "train_gpt2.py", "llama3": "train_llama3.py"}
+# each GPU program's family (pyllmc.families: its reference, data, dN rule)
+FAMILIES = {f"{row.trainer}cu": row.name for row in REGISTRY}
+DEFAULT_OURS = "train_gpt2cu,train_llama3cu"  # the programs timed on GPUs so far
 DEFAULT_TORCH_FLAGS = "--dtype bfloat16 --compile 1 --flash 1 --fused_adamw 1 --tensorcores 1"
 CUDNN_SUFFIX = "_cudnn"
 CUDNN_BANNER = "attention: cuDNN"  # the line each program prints when built with cuDNN attention
@@ -75,13 +73,13 @@ class Run:
     """One row of the table: what to start, and what it measured (or why it has no number)."""
 
     program: str                 # the --ours program or its reference (train_gpt2cu, train_gpt2.py)
-    family: str                  # "gpt2" or "llama3": which FLOPs and which reference
+    family: str                  # a pyllmc.families name: which FLOPs and which reference
     B: int
     T: int
     cudnn: bool | None           # None: a reference (its attention is torch's)
     recompute: int | None
     cmd: list[str] = field(default_factory=list)
-    cwd: Path = REPO             # where it runs: Llama 3 runs where llama3_tokenizer.bin is (-e dN reads its V)
+    cwd: Path = REPO             # where it runs: beside the tokenizer file a family's -e dN reads its V from
     status: str = ""             # "" when measured, else why there is no number ("not built ...", "exit 1 ...")
     times_ms: list[float] = field(default_factory=list)
     peak_mib: float | None = None
@@ -127,46 +125,23 @@ def flops_per_step(num_params: int, L: int, C: int, T: int, tokens: int) -> floa
     return (6.0 * num_params + 12.0 * L * C * T) * tokens
 
 
-def gpt2_num_parameters(L: int, C: int) -> int:
-    """train_gpt2cu's parameter count of a from-scratch model: wte (Vp x C), wpe, L blocks, the final layernorm."""
-    block = 12 * C * C + 13 * C  # qkv, attention projection, fc, fc projection + their biases and two layernorms
-    return GPT2_PADDED_VOCAB * C + MAX_T * C + L * block + 2 * C
+def tokenizer_vocab(row: Registered) -> int | None:
+    """V of a family whose dN takes its tokenizer's: its tokenizer file's header (uint32: magic, version, vocab size),
+    None when it is not written yet (make <family>-debug-states)."""
+    tokenizer_file = family_files(row).tokenizer_file
+    data = tokenizer_file.read_bytes()[:12] if tokenizer_file is not None and tokenizer_file.exists() else b""
+    return int.from_bytes(data[8:12], "little") if len(data) == 12 else None
 
 
-def llama3_ffn_hidden(C: int, multiple_of: int = 32) -> int:
-    """llmc/llama3.h's FFN size without a multiplier: int(2 * 4C / 3) rounded up to multiple_of."""
-    h = (2 * 4 * C) // 3
-    return multiple_of * ((h + multiple_of - 1) // multiple_of)
-
-
-def llama3_num_parameters(L: int, V: int) -> int:
-    """The parameters of a from-scratch Llama 3 dL (llmc/llama3.h's descriptor: C = 64 L, NH = L,
-    NKV = max(1, L / 2), untied head): wte, L blocks, the final RMSNorm and lm_head."""
-    C, NH, NKV = 64 * L, L, max(1, L // 2)
-    qkv = (NH + 2 * NKV) * (C // NH)
-    ffn = llama3_ffn_hidden(C)
-    block = C + qkv * C + C * C + C + 3 * ffn * C
-    return V * C + L * block + C + V * C
-
-
-def llama3_vocab(tokenizer_file: Path) -> int:
-    """V of llama3_tokenizer.bin (uint32 header: magic, version, vocab size)."""
-    data = tokenizer_file.read_bytes()[:12]
-    if len(data) < 12:
-        raise SystemExit(f"error: {tokenizer_file}: too short for a tokenizer header (make llama3-debug-states)")
-    return int.from_bytes(data[8:12], "little")
-
-
-def run_flops(run: Run, model: str, llama_vocab: int | None) -> float | None:
-    """FLOPs of one of the run's steps, or None when the model's size is unknown (Llama 3 without its tokenizer)."""
-    L, C = model_shape(model)
-    if run.family == "gpt2":
-        n = gpt2_num_parameters(L, C)
-    elif llama_vocab is not None:
-        n = llama3_num_parameters(L, llama_vocab)
-    else:
+def run_flops(run: Run, model: str, tokenizer_vocabs: dict[str, int | None] | None) -> float | None:
+    """FLOPs of one of the run's steps (the family's dN rule and parameter count: pyllmc.families), or None when the
+    model's size is unknown (a family whose vocabulary is its tokenizer's, without the tokenizer file)."""
+    row = by_name(run.family)
+    vocab = row.depth_vocab if row.depth_vocab is not None else (tokenizer_vocabs or {}).get(run.family)
+    if vocab is None:
         return None
-    return flops_per_step(n, L, C, run.T, run.B * run.T)
+    L, C = model_shape(model, run.family)
+    return flops_per_step(row.depth_parameters(L, vocab), L, C, run.T, run.B * run.T)
 
 
 # ---------------------------------------------------------------------------- the table
@@ -234,21 +209,24 @@ def make_args(program: str, cudnn: bool) -> list[str]:
 
 
 def our_command(program: str, cudnn: bool, recompute: int, args: argparse.Namespace, B: int) -> list[str]:
-    llama = FAMILIES[program] == "llama3"
-    data = LLAMA3_SHARD if llama else args.data
-    binary = str(REPO / binary_name(program, cudnn)) if llama else f"./{binary_name(program, cudnn)}"
+    files = family_files(by_name(FAMILIES[program]))
+    own_tokenizer = files.make_target is not None  # it runs in its reference directory, on its test tokenizer's shard
+    data = files.data if own_tokenizer else args.data
+    binary = str(REPO / binary_name(program, cudnn)) if own_tokenizer else f"./{binary_name(program, cudnn)}"
     return [binary, "-e", args.model, "-i", str(data), "-j", "", "-b", str(B), "-t", str(args.T),
             "-x", str(args.warmup + args.steps), "-v", "0", "-s", "0", "-r", str(recompute)]
 
 
 def reference_command(family: str, args: argparse.Namespace, B: int) -> list[str]:
-    script = REFERENCES[family]
-    data = LLAMA3_SHARD if family == "llama3" else args.data
+    row = by_name(family)
+    files = family_files(row)
+    script = row.reference
+    data = files.data if files.make_target else args.data
     cmd = [args.python, script, "--model", args.model, "--input_bin", str(data), "--batch_size", str(B),
            "--sequence_length", str(args.T), "--num_iterations", str(args.warmup + args.steps), "--val_loss_every", "0",
            "--sample_every", "0", "--write_tensors", "0", "--device", "cuda", *args.torch_flags.split()]
-    if family == "llama3":
-        cmd += ["--tokenizer", str(LLAMA3_DIR / "tok")]
+    if files.tokenizer_json is not None:
+        cmd += ["--tokenizer", str(files.tokenizer_json.parent)]
     return cmd
 
 
@@ -261,14 +239,14 @@ def plan_runs(args: argparse.Namespace, available: dict[str, bool]) -> list[Run]
         if not available[program]:
             runs.append(Run(program, family, args.B[0], args.T, False, None, status=MISSING))
             continue
-        cwd = LLAMA3_DIR if family == "llama3" else REPO
+        cwd = family_files(by_name(family)).cwd
         for B in args.B:
             for cudnn in args.cudnn:
                 for r in args.recompute:
                     runs.append(Run(program, family, B, args.T, bool(cudnn), r, our_command(program, bool(cudnn), r, args, B),
                                     cwd))
             if args.torch:
-                runs.append(Run(REFERENCES[family], family, B, args.T, None, None, reference_command(family, args, B)))
+                runs.append(Run(by_name(family).reference, family, B, args.T, None, None, reference_command(family, args, B)))
     return runs
 
 
@@ -278,8 +256,9 @@ def build_goals(args: argparse.Namespace, available: dict[str, bool]) -> list[li
     for program in args.ours:
         if not available[program]:
             continue
-        if FAMILIES[program] == "llama3":
-            goals.append(["llama3-debug-states"])
+        references = family_files(by_name(FAMILIES[program])).make_target
+        if references:
+            goals.append([references])
         goals += [make_args(program, bool(c)) for c in args.cudnn]
     return goals
 
@@ -439,8 +418,8 @@ def offline_caches(gpu_cache: Path) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = OneLineErrorParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ours", default="train_gpt2cu,train_llama3cu",
-                   help=f"comma-separated GPU programs, of {', '.join(FAMILIES)} (default both); one not built is one line")
+    p.add_argument("--ours", default=DEFAULT_OURS,
+                   help=f"comma-separated GPU programs, of {', '.join(FAMILIES)} (default {DEFAULT_OURS}); one not built is one line")
     p.add_argument("--model", default="d12", help="dN model, from scratch in every program (default d12)")
     p.add_argument("-B", default="8,16,32", help="comma-separated batch sizes (default 8,16,32)")
     p.add_argument("-T", type=int, default=1024, help="sequence length (default 1024)")
@@ -540,9 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         run_and_measure(r, args.warmup, timeout, log, gpu_memory_used_mib, args.poll, env)
         med = median_ms(r)
         print(f"  {f'{med:.1f} ms/step (median of {len(r.times_ms)})' if med is not None else r.status}; log {log}", flush=True)
-    llama_tok = LLAMA3_DIR / "llama3_tokenizer.bin"
-    llama_vocab = llama3_vocab(llama_tok) if llama_tok.exists() else None
-    rows = table_rows(runs, lambda r: run_flops(r, args.model, llama_vocab), peak)
+    vocabs = {row.name: tokenizer_vocab(row) for row in REGISTRY if row.depth_vocab is None}
+    rows = table_rows(runs, lambda r: run_flops(r, args.model, vocabs), peak)
     print(f"\nGPU: {name}; model {args.model} from scratch, T={args.T}; median of {args.steps} timed steps after "
           f"{args.warmup} warm-up step(s); MFU against {f'{peak:g}' if peak else 'an unknown'} TFLOP/s dense bf16")
     print(f"PyTorch: {args.torch_flags}")

@@ -31,10 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-FAMILIES = ("gpt2", "llama3", "nanochat")
-GPT2_PADDED_VOCAB = 50304   # GPT-2's 50257 tokens padded to a multiple of 128 (the C trainer's Vp)
-LLAMA3_VOCAB = 128256       # Llama 3's tokenizer, when --vocab is not given
-GPT2_DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}  # as train_gpt2.py
+from pyllmc.families import NAMES, gpt2, llama3
+
+GPT2_PADDED_VOCAB = gpt2.gpt2_padded_vocab(gpt2.VOCAB_SIZE)  # 50304: the C trainer's Vp
 
 
 # ----------------------------------------------------------------------------- a compact GPT-2
@@ -81,7 +80,7 @@ class GPT2(nn.Module):
 
 
 def gpt2_model(depth: int) -> GPT2:
-    C, NH = GPT2_DEPTH_SHAPES.get(depth, (64 * depth, depth))
+    C, NH = gpt2.depth_shape(depth)  # train_gpt2.py's dN
     return GPT2(depth, C, NH, GPT2_PADDED_VOCAB)
 
 
@@ -106,7 +105,7 @@ def build_model(family: str, depth: int, vocab: int | None) -> tuple[nn.Module, 
     if family == "llama3":
         from train_llama3 import Llama, depth_config as llama3_config
 
-        V = vocab or LLAMA3_VOCAB
+        V = vocab or llama3.VOCAB_SIZE
         model = Llama(llama3_config(depth, V), flash=True)
         model.init_weights(42)
         return LossOf(model), V
@@ -142,13 +141,13 @@ def train(model: nn.Module, V: int, B: int, T: int, dtype: str, warmup: int, ste
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", default="gpt2", choices=FAMILIES, help="the model family (default gpt2)")
+    p.add_argument("--family", default=NAMES[0], choices=NAMES, help=f"the model family (default {NAMES[0]})")
     p.add_argument("--model", default="d12", help="dN, from scratch (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=64, help="sequence length, at most 1024 (default 64)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16 = autocast to bf16 (default fp32)")
     p.add_argument("--vocab", type=int, default=None,
-                   help=f"llama3's vocabulary (default {LLAMA3_VOCAB}); gpt2 and nanochat have their own")
+                   help=f"llama3's vocabulary (default {llama3.VOCAB_SIZE}); gpt2 and nanochat have their own")
     p.add_argument("--warmup", type=int, default=1, help="steps before the timed ones; compilation falls in the first (default 1)")
     p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")

@@ -3,8 +3,11 @@
 Pure Python (numpy, and torch for the references), importable as soon as the package is installed
 (`pip install -r requirements.txt`):
 
-    pyllmc.family, pyllmc.families.{gpt2,llama3,nanochat}   each model family's description, as data
-    pyllmc.model_file                                       every family's model file: reader, writer, validation
+    pyllmc.family, pyllmc.families.<name>                   each model family's description: its files' numbers,
+                                                            its model file's header, checks and reader, its dN rule
+    pyllmc.families                                         the registry of the families (llmc/families.h's rows)
+    pyllmc.model_file                                       the model files' mechanism: header bytes, atomic writes,
+                                                            tensors in fp32/bf16, length checks
     pyllmc.token_shards                                     token shards and the data files' errors
     pyllmc.llama3_tokenizer                                 Llama 3 style tokenizer.json files (`tokenizers`)
     pyllmc.reference                                        the PyTorch references' shared framework: training loop,

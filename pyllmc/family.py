@@ -1,8 +1,8 @@
 """
-What a model family's description holds: the two record types that families/gpt2.py and families/llama3.py fill in
-(one module per family, data only). The references (train_gpt2.py, train_llama3.py, train_nanochat.py), model_file.py,
-token_shards.py and the dev/ scripts read a family's numbers and names from there instead of writing them again.
-numpy only.
+What a model family's description holds: the two record types each family's module (pyllmc/families/<name>.py)
+fills in beside its model file's header and checks. The references (train_<name>.py), token_shards.py and the dev/
+scripts read a family's numbers and names from there (the dev/ scripts through pyllmc.families' registry) instead of
+writing them again. numpy only.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class ShardFormat:
 @dataclass(frozen=True)
 class Family:
     """One model family: its files (model file, token shards, tokenizer file, debug state) and the reference's
-    defaults. The header layouts and the readers are model_file.py's; the model is the reference's."""
+    defaults. The header layout and the reader are its module's (over model_file.py's mechanism); the model is the
+    reference's."""
 
     name: str  # the prefix of its files: gpt2_124M.bin, llama3_d2.bin
     model_magic: int  # model file: header[0]
@@ -43,7 +44,8 @@ class Family:
     default_input_bin: str  # the reference's --input_bin default: the family's tinyshakespeare shard
     input_bin_help: str
     learning_rate: float  # the reference's --learning_rate default
+    vocab_padding: int = 1  # the model file stores V rounded up to a multiple of this (wte's and lm_head's rows)
 
 
-# A model file's header[1]: the dtype of its tensors, the same numbers in both families.
+# A model file's header[1]: the dtype of its tensors, the same numbers in every family.
 MODEL_VERSIONS = {"float32": 3, "bfloat16": 5}

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pyllmc.model_file import GPT2_FIELDS, read_gpt2_header
+from pyllmc.families.gpt2 import GPT2_FIELDS, read_gpt2_header
 from pyllmc._core import INT_MAX, LlmcError, check_ids, check_rc, ffi, lib
 
 # the parameter table of llmc/gpt2.h, checkpoint order

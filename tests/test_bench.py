@@ -11,6 +11,10 @@ from conftest import PYTHON, REPO, TS_TRAIN, assert_one_error_line, make, run
 
 sys.path.insert(0, str(REPO / "dev"))
 import bench  # noqa: E402
+from pyllmc.families import by_name  # noqa: E402
+
+# Llama 3's dN takes its vocabulary from the test tokenizer: both run in build/llama3 (make llama3-debug-states)
+LLAMA3_FILES = bench.family_files(by_name("llama3"))
 
 FLOPS = 100e9  # per step: 1000 ms/step is 100 GFLOP/s
 TOKENS = 256
@@ -232,16 +236,18 @@ def test_llama3_flops_count_gqa_and_swiglu_by_hand():
 
 def test_llama3_family_runs_train_llama3_and_its_reference_in_the_llama3_directory():
     args = bench.parse_args(["--family", "llama3", "--model", "d6", "--precision", "fp32", "--torch", "fp32,fp32-flash"])
-    assert args.ours == "train_llama3" and args.data == bench.LLAMA3_DATA
+    assert args.ours == "train_llama3" and args.data == LLAMA3_FILES.data
+    assert LLAMA3_FILES.data == REPO / "build" / "llama3" / "ts" / "tiny_shakespeare_train.bin"
+    assert LLAMA3_FILES.make_target == "llama3-debug-states"
     runs = bench.build_runs(args)
     assert [r.name for r in runs] == ["llmc train_llama3 fp32", "pytorch fp32", "pytorch fp32-flash"]
-    assert all(r.cwd == bench.LLAMA3_DIR for r in runs)
+    assert all(r.cwd == LLAMA3_FILES.cwd for r in runs)
     ours, reference = runs[0].cmd, runs[1].cmd
     assert ours[0] == str(REPO / "train_llama3") and ours[1:3] == ["-e", "d6"] and "-p" not in ours
-    assert ours[ours.index("-i") + 1] == str(bench.LLAMA3_DATA)
+    assert ours[ours.index("-i") + 1] == str(LLAMA3_FILES.data)
     assert reference[1] == str(REPO / "train_llama3.py")
-    assert reference[reference.index("--tokenizer") + 1] == str(bench.LLAMA3_DIR / "tok" / "tokenizer.json")
-    assert reference[reference.index("--input_bin") + 1] == str(bench.LLAMA3_DATA)
+    assert reference[reference.index("--tokenizer") + 1] == str(LLAMA3_FILES.cwd / "tok" / "tokenizer.json")
+    assert reference[reference.index("--input_bin") + 1] == str(LLAMA3_FILES.data)
     assert bench.peak_programs(["train_llama3"]) == [REPO / "build" / "gemm_peak"]
 
 
@@ -268,7 +274,7 @@ def test_nanochat_flops_count_its_depth_rule_and_untied_head_by_hand():
     # d6: L=6, C=64*6=384, 3 heads of 128 (NKV=NH), MLP 4C, V=50304; the untied head is the only V x C GEMM
     n_matmul = 6 * (384 * 3 * 384 + 384 * 384 + 2 * 384 * 4 * 384) + 50304 * 384
     want = 6.0 * n_matmul * 256 + 12.0 * 6 * 384 * 64 * 256
-    assert bench.step_flops("d6", 4, 64, "nanochat", bench.NANOCHAT_VOCAB) == want
+    assert bench.step_flops("d6", 4, 64, "nanochat", by_name("nanochat").depth_vocab) == want
     # d12 is C=768 in both rules; d24 is C=1536 for nanochat (GPT-2's d24 is C=1024)
     assert bench.step_flops("d24", 1, 1, "nanochat", 0) == 6.0 * 12 * 24 * 1536 * 1536 + 12.0 * 24 * 1536
 
@@ -374,7 +380,9 @@ def test_gemm_peak_times_another_familys_layer_given_as_its_linear_layers():
 def test_step_gemm_shapes_follow_each_familys_block(tinyshakespeare, tmp_path, monkeypatch):
     tokenizer = tmp_path / "llama3_tokenizer.bin"
     tokenizer.write_bytes((20240801).to_bytes(4, "little") + (1).to_bytes(4, "little") + (514).to_bytes(4, "little"))
-    monkeypatch.setattr(bench, "LLAMA3_TOKENIZER", tokenizer)
+    files = bench.family_files(by_name("llama3"))
+    files.tokenizer_file = tokenizer
+    monkeypatch.setattr(bench, "family_files", lambda row: files if row.name == "llama3" else bench.FamilyFiles(row))
     llama = bench.parse_args(["--family", "llama3", "--model", "d6", "-B", "2", "-T", "16", "--torch", "", "--build", "0",
                               "--data", str(TS_TRAIN)])
     # d6: C=384, 6 query heads and 3 kv heads of 64, SwiGLU hidden 1024, V=514 (untied, unpadded)
@@ -404,7 +412,9 @@ def test_the_minimal_mode_runs_dev_torch_minimal_step_at_the_runs_shapes(tinysha
                         "-B", "2", "-T", "16", "--dtype", "fp32", "--warmup", "2", "--steps", "3", "--threads", "1"]
     tokenizer = tmp_path / "llama3_tokenizer.bin"
     tokenizer.write_bytes(bytes(8) + (514).to_bytes(4, "little"))
-    monkeypatch.setattr(bench, "LLAMA3_TOKENIZER", tokenizer)
+    files = bench.family_files(by_name("llama3"))
+    files.tokenizer_file = tokenizer
+    monkeypatch.setattr(bench, "family_files", lambda row: files if row.name == "llama3" else bench.FamilyFiles(row))
     llama = bench.build_runs(bench.parse_args(["--family", "llama3", "--ours", "", "--torch", "minimal-bf16",
                                                "--build", "0", "--data", str(TS_TRAIN)]))[0]
     assert llama.cmd[llama.cmd.index("--vocab") + 1] == "514" and llama.cmd[llama.cmd.index("--dtype") + 1] == "bf16"

@@ -14,6 +14,7 @@ from conftest import PYTHON, REPO, assert_one_error_line, run
 
 sys.path.insert(0, str(REPO / "dev"))
 import bench_gpu  # noqa: E402
+from pyllmc.families import by_name  # noqa: E402
 
 H100_SXM = "NVIDIA H100 80GB HBM3"
 PEAKS = bench_gpu.gpu_peak_table(bench_gpu.MFU_HEADER.read_text())
@@ -38,7 +39,7 @@ def test_mfu_peaks_are_read_from_llmc_mfu_h_by_gpu_name():
 
 
 def test_flops_per_step_is_llmc_mfu_h_formula_with_train_gpt2cu_parameter_count():
-    assert bench_gpu.gpt2_num_parameters(12, 768) == D12_PARAMS
+    assert by_name("gpt2").depth_parameters(12, by_name("gpt2").depth_vocab) == D12_PARAMS
     r = gpt2_run("train_gpt2cu", 8, [1.0])
     expected = (6.0 * D12_PARAMS + 12.0 * 12 * 768 * 1024) * 8 * 1024
     assert d12_flops(r) == pytest.approx(expected)
@@ -50,7 +51,7 @@ def test_flops_per_step_is_llmc_mfu_h_formula_with_train_gpt2cu_parameter_count(
 def test_llama3_parameter_count_matches_train_llama3_py_from_scratch_model(depth: int):
     import train_llama3
     model, _ = train_llama3.load_model(f"d{depth}", 42, 512)
-    assert bench_gpu.llama3_num_parameters(depth, 512) == sum(p.numel() for p in model.parameters())
+    assert by_name("llama3").depth_parameters(depth, 512) == sum(p.numel() for p in model.parameters())
 
 
 def test_table_has_medians_tokens_mfu_memory_and_the_ratio_to_pytorch_at_the_same_batch():
@@ -180,9 +181,9 @@ def test_llama3_runs_go_beside_the_llama3_tokenizer_with_cudnn_off_and_on():
     runs = [r for r in bench_gpu.plan_runs(args, {"train_gpt2cu": True, "train_llama3cu": True}) if r.family == "llama3"]
     ours = [r for r in runs if not r.is_reference]
     assert [(r.cudnn, r.recompute) for r in ours] == [(False, 0), (False, 1), (True, 0), (True, 1)]
-    assert all(r.cwd == bench_gpu.LLAMA3_DIR for r in ours)
+    assert all(r.cwd == bench_gpu.family_files(by_name("llama3")).cwd for r in ours)
     assert [r.cmd[0] for r in ours] == [str(REPO / "train_llama3cu")] * 2 + [str(REPO / "train_llama3cu_cudnn")] * 2
-    assert (bench_gpu.LLAMA3_DIR / "tok") in [Path(c) for c in runs[-1].cmd], "the reference reads the same tokenizer"
+    assert (bench_gpu.family_files(by_name("llama3")).cwd / "tok") in [Path(c) for c in runs[-1].cmd], "the reference reads the same tokenizer"
     goals = bench_gpu.build_goals(args, {"train_gpt2cu": True, "train_llama3cu": True})
     assert ["train_llama3cu", "PRECISION=BF16", "USE_CUDNN=0"] in goals and ["train_llama3cu_cudnn"] in goals
     assert ["train_gpt2cu_cudnn"] in goals

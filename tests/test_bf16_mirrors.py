@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, make, run
+from pyllmc.families import REGISTRY
+
+TRAINERS = [row.trainer for row in REGISTRY]
 
 # the mirrors exist on oneDNN's bf16 path only, which needs a bf16 kernel
 pytestmark = pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
@@ -23,11 +26,11 @@ ENV = {"OMP_NUM_THREADS": "1", "LLMC_BF16": "force", "LLMC_BF16_CHECK_MIRRORS": 
 
 @pytest.fixture(scope="module")
 def built() -> None:
-    make("train_gpt2", "train_llama3", "train_nanochat")
+    make(*TRAINERS)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-@pytest.mark.parametrize("trainer", ["train_gpt2", "train_llama3", "train_nanochat"])
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: Path, trainer: str, optimizer: str):
     if trainer == "train_llama3":  # its shards and tokenizer file (-e d2 takes V from it)
         ref: Path = request.getfixturevalue("llama3_references")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_one_error_line, run
+from pyllmc.families import NAMES
 
 SCRIPT = REPO / "dev" / "check_outputs.sh"
 
@@ -166,7 +167,7 @@ def test_check_outputs_list_names_every_family_and_the_cpu_target() -> None:
     """The fixed list: every family's reference, trainer (checkpoints, resume, Muon, bf16), test program and generate,
     and the CPU-target trainers; --no-cuda-cpu leaves out only the latter."""
     names = [line.split()[0] for line in run(["bash", SCRIPT, "HEAD", "--list"]).stdout.splitlines()]
-    for family in ["gpt2", "llama3", "nanochat"]:
+    for family in NAMES:
         for name in [f"{family}-reference", f"train_{family}", f"train_{family}-resume", f"train_{family}-muon",
                      f"train_{family}-bf16", f"test_{family}", f"test_{family}-bf16", f"generate-{family}",
                      f"train_{family}cu", f"test_{family}cu"]:

@@ -111,7 +111,7 @@ def test_test_nanochatcu_passes_on_the_reference_states(nanochat_refs: Path, tmp
 def test_test_nanochatcu_bf16_refuses_a_head_size_not_a_multiple_of_8(nanochat_refs: Path, tmp_path: Path) -> None:
     """BF16 moves heads in packets of 8 values: a model of head size 12 (C=48, NH=4, MQA) is refused in one line
     naming the sizes (FP32 runs any even head size)."""
-    from pyllmc.model_file import NanoChatConfig
+    from pyllmc.families.nanochat import NanoChatConfig
     from train_nanochat import NanoChat, write_model
 
     model = NanoChat(NanoChatConfig(block_size=64, vocab_size=512, n_layer=1, n_head=4, n_kv_head=1, n_embd=48,

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
+
+import pytest
 
 from conftest import REPO, assert_one_error_line, make, run
+from pyllmc.families import NAMES, REGISTRY, by_magic, by_name
+from pyllmc.model_file import ModelFileError, header_bytes
 
 # X(name, DESCRIPTION, "refs", "refs_dir"), one row a line, as make's sed reads them
 ROWS = re.findall(r'^ *X\((\w+), (\w+), "([^"]*)", "([^"]*)"\)', (REPO / "llmc" / "families.h").read_text(), re.M)
@@ -85,3 +90,43 @@ def test_a_trainer_names_every_family_s_programs_when_it_refuses_a_flag() -> Non
     line = assert_one_error_line(run([REPO / "train_gpt2", "-r", "1"], check=False))
     programs = ", ".join(f"./train_{name}cu" for name in FAMILIES)
     assert f"a flag of the GPU trainers ({programs}), not of " in line, line
+
+
+def test_the_python_registry_has_llmc_families_h_s_rows() -> None:
+    """pyllmc.families.REGISTRY mirrors llmc/families.h row for row: the names in order, each row's description,
+    reference script, reference-file folder and model-file magic."""
+    assert list(NAMES) == FAMILIES, (NAMES, FAMILIES)
+    for (name, _, _, refs_dir), row in zip(ROWS, REGISTRY):
+        assert row.name == row.family.name == name
+        assert row.refs_dir == refs_dir, (name, row.refs_dir, refs_dir)
+        assert (REPO / row.reference).is_file(), row.reference
+        assert by_name(name) is row
+        header = (REPO / "llmc" / f"{name}.h").read_text()
+        assert str(row.family.model_magic) in header, f"llmc/{name}.h does not hold {name}'s magic {row.family.model_magic}"
+    assert len({row.family.model_magic for row in REGISTRY}) == len(REGISTRY), "two families share a magic"
+
+
+def test_by_magic_tells_the_families_apart_and_refuses_another_file_in_one_line(tmp_path) -> None:
+    for row in REGISTRY:
+        path = tmp_path / f"{row.name}.bin"
+        path.write_bytes(header_bytes([row.family.model_magic]))
+        assert by_magic(path) is row
+    other = tmp_path / "other.bin"
+    other.write_bytes(header_bytes([1234]))
+    with pytest.raises(ModelFileError) as e:
+        by_magic(other)
+    assert "\n" not in str(e.value) and f"{other}: " in str(e.value) and "magic 1234" in str(e.value), e.value
+
+
+def test_the_package_lists_every_family_s_reference_module() -> None:
+    """pyproject.toml's py-modules (setuptools reads a static list) hold each registered family's reference, and
+    every reference they hold is a registered family's or a reference-only family's (train_<name>.py with a
+    pyllmc/families/<name>.py and no row yet)."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    modules = setuptools["py-modules"]
+    missing = [row.module for row in REGISTRY if row.module not in modules]
+    assert not missing, f"pyproject.toml's py-modules lack {missing}"
+    for module in [m for m in modules if m.startswith("train_")]:
+        name = module[len("train_"):]
+        assert name in NAMES or (REPO / "pyllmc" / "families" / f"{name}.py").is_file(), module
+    assert "pyllmc.families" in setuptools["packages"], setuptools["packages"]

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
 
-from pyllmc import model_file
+from pyllmc.families import llama3 as llama3_desc
 import train_llama3
+from pyllmc.reference.debug_state import DebugOptimizer
 from pyllmc.llama3_tokenizer import load_llama3_tokenizer
 from train_llama3 import UserError
 
@@ -119,9 +120,9 @@ def test_dn_shapes_and_init_are_deterministic_and_drawn_in_file_order():
     assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
     # The C side's scheme, restated: one generator, one normal_ draw per file tensor (stacked over layers), in file order.
     g = torch.Generator().manual_seed(7)
-    tensors = dict(zip(model_file.llama3_tensor_shapes(cfg), train_llama3.stacked(a, lambda p: p.detach())))
+    tensors = dict(zip(llama3_desc.llama3_tensor_shapes(cfg), train_llama3.stacked(a, lambda p: p.detach())))
     resid = 0.02 / math.sqrt(2 * cfg.n_layer)
-    for name, shape in model_file.llama3_tensor_shapes(cfg).items():
+    for name, shape in llama3_desc.llama3_tensor_shapes(cfg).items():
         if name in ("ln1w", "ln2w", "lnfw"):
             assert torch.all(tensors[name] == 1), name
             continue
@@ -371,14 +372,14 @@ def test_muon_debug_state_names_the_optimizer_and_its_steps_lower_the_loss(tmp_p
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 514, (2, 17), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    opt = train_llama3.DebugOptimizer(steps=4, name="muon", muon_lr=0.02, muon_ns_steps=5, muon_adjust_lr="match_rms_adamw")
+    opt = DebugOptimizer(steps=4, name="muon", muon_lr=0.02, muon_ns_steps=5, muon_adjust_lr="match_rms_adamw")
     train_llama3.write_debug_state(model, x, y, tmp_path / "muon.bin", opt)
     h = np.fromfile(tmp_path / "muon.bin", dtype="<i4", count=256)
     assert list(h[:5]) == [20240803, 3, 2, 16, 4] and h[11] == 4
     assert h[12] == 1 and h[13:15].view("<f4").tolist() == pytest.approx([0.02, 0.95]) and list(h[15:18]) == [1, 5, 1]
     losses = np.fromfile(tmp_path / "muon.bin", dtype="<f4")[-12:-8]
     assert np.all(np.diff(losses) < 0), losses
-    adamw_steps = train_llama3.reference_steps(model, x, y, train_llama3.DebugOptimizer(steps=4))[3]
+    adamw_steps = train_llama3.reference_steps(model, x, y, DebugOptimizer(steps=4))[3]
     assert not np.allclose(losses, adamw_steps), "Muon takes other steps than AdamW"
     muon = model.configure_optimizers(opt.settings())
     muon_params = {id(p) for o in muon.optimizers[1:] for group in o.param_groups for p in group["params"]}
@@ -412,7 +413,7 @@ def test_published_llama_configs_map_to_metas_hyperparameters(name, hidden, inte
     c = train_llama3.config_from_hf(hf, name)
     assert (c.ffn_dim_multiplier, c.multiple_of, c.version_minor) == (pytest.approx(want[0]), want[1], want[2])
     assert c.ffn_hidden == inter and c.use_scaled_rope and c.rope_factor == factor and c.tied_embeddings == tied
-    ints = np.frombuffer(model_file.llama3_header_bytes(c, 3)[:1024], dtype="<i4")
+    ints = np.frombuffer(llama3_desc.llama3_header_bytes(c, 3)[:1024], dtype="<i4")
     assert list(ints[:18]) == [20240803, 3, 131072, 128256, layers, heads, kv, hidden, int(want[0]), want[1], 0, 500000, 1,
                                4, 3, want[2], int(tied), inter]
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pyllmc import model_file
+from pyllmc.families import gpt2 as gpt2_desc, llama3 as llama3_desc, nanochat as nanochat_desc
 import train_gpt2
 import train_llama3
 from pyllmc.families.gpt2 import GPT2
@@ -18,7 +19,7 @@ from pyllmc.families.llama3 import LLAMA3
 from pyllmc.families.nanochat import NANOCHAT
 
 TINY_GPT2 = train_gpt2.GPTConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_embd=8)
-TINY_LLAMA = model_file.LlamaConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_kv_head=1, n_embd=8, multiple_of=4)
+TINY_LLAMA = llama3_desc.LlamaConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_kv_head=1, n_embd=8, multiple_of=4)
 
 
 @pytest.fixture(scope="module")
@@ -48,28 +49,28 @@ def set_int(data: bytearray, index: int, value: int) -> bytearray:
 
 
 def test_gpt2_checkpoint_reads_back_the_written_tensors(files):
-    h, t = model_file.read_gpt2(files["gpt2"])
-    assert h == model_file.Gpt2Header(version=3, maxT=8, V=5, L=2, NH=2, C=8, Vp=128)
-    assert list(t) == list(model_file.gpt2_tensor_shapes(h))
+    h, t = gpt2_desc.read_gpt2(files["gpt2"])
+    assert h == gpt2_desc.Gpt2Header(version=3, maxT=8, V=5, L=2, NH=2, C=8, Vp=128)
+    assert list(t) == list(gpt2_desc.gpt2_tensor_shapes(h))
     model = train_gpt2.read_model(files["gpt2"])
     for name, want in zip(t, train_gpt2.llmc_tensors(model, lambda p: p.detach())):
         assert np.array_equal(t[name], want.numpy()), name
     assert not t["wte"][5:].any()
-    h16, t16 = model_file.read_gpt2(files["gpt2_bf16"])
+    h16, t16 = gpt2_desc.read_gpt2(files["gpt2_bf16"])
     assert h16.version == 5
     for name in t:
         assert np.array_equal(t16[name], torch.from_numpy(t[name]).bfloat16().float().numpy()), name
 
 
 def test_llama3_model_file_reads_back_the_written_tensors(files):
-    c, t = model_file.read_llama3(files["llama"])
+    c, t = llama3_desc.read_llama3(files["llama"])
     assert c == TINY_LLAMA
     model = train_llama3.Llama(TINY_LLAMA)
     model.init_weights(42)
-    assert list(t) == list(model_file.llama3_tensor_shapes(c))
+    assert list(t) == list(llama3_desc.llama3_tensor_shapes(c))
     for name, want in zip(t, train_llama3.stacked(model, lambda p: p.detach())):
         assert np.array_equal(t[name], want.numpy()), name
-    assert model_file.read_llama3_header(files["llama_bf16"]) == (TINY_LLAMA, 5)
+    assert llama3_desc.read_llama3_header(files["llama_bf16"]) == (TINY_LLAMA, 5)
 
 
 # damage that both readers refuse: (what is damaged, the damage, the GPT-2 checkpoint's line, the Llama 3 model file's)
@@ -95,7 +96,7 @@ DAMAGE = [(family, what, edit, line) for what, edit, *lines in BOTH_FAMILIES for
     ("llama", "zero layers", lambda d: set_int(d, 4, 0), "must be positive"),
     ("llama", "FFN size off the rule", lambda d: set_int(d, 17, 17), "FFN hidden size 17 is not Llama's rule"),
 ]
-READERS = {"gpt2": model_file.read_gpt2, "llama": model_file.read_llama3}
+READERS = {"gpt2": gpt2_desc.read_gpt2, "llama": llama3_desc.read_llama3}
 
 
 @pytest.mark.parametrize("family, what, edit, message", DAMAGE, ids=[f"{c[0]}: {c[1]}" for c in DAMAGE])
@@ -107,7 +108,7 @@ def test_a_damaged_model_file_is_refused_with_one_line(files, tmp_path, family, 
 
 
 def test_a_missing_file_is_one_line_and_the_error_is_a_value_error(tmp_path):
-    for read in (model_file.read_gpt2, model_file.read_llama3, model_file.read_nanochat, model_file.read_magic):
+    for read in (gpt2_desc.read_gpt2, llama3_desc.read_llama3, nanochat_desc.read_nanochat, model_file.read_magic):
         with pytest.raises(ValueError, match=f"^{tmp_path / 'nope.bin'}: cannot read: No such file or directory$"):
             read(tmp_path / "nope.bin")
 
@@ -115,10 +116,10 @@ def test_a_missing_file_is_one_line_and_the_error_is_a_value_error(tmp_path):
 def test_the_tensor_shapes_follow_each_familys_tensor_table():
     """model_file's shapes name the tensors of the families' descriptions (gpt2_family.py, llama3_family.py,
     nanochat_family.py), in their order; a Llama with tied embeddings leaves lm_head out of its file."""
-    gpt2 = model_file.Gpt2Header(3, maxT=8, V=5, L=2, NH=2, C=8, Vp=128)
-    assert tuple(model_file.gpt2_tensor_shapes(gpt2)) == GPT2.tensor_names
-    assert tuple(model_file.llama3_tensor_shapes(TINY_LLAMA)) == LLAMA3.tensor_names
+    gpt2 = gpt2_desc.Gpt2Header(3, maxT=8, V=5, L=2, NH=2, C=8, Vp=128)
+    assert tuple(gpt2_desc.gpt2_tensor_shapes(gpt2)) == GPT2.tensor_names
+    assert tuple(llama3_desc.llama3_tensor_shapes(TINY_LLAMA)) == LLAMA3.tensor_names
     tied = dataclasses.replace(TINY_LLAMA, tied_embeddings=True)
-    assert tuple(model_file.llama3_tensor_shapes(tied)) == LLAMA3.tensor_names[:-1]
+    assert tuple(llama3_desc.llama3_tensor_shapes(tied)) == LLAMA3.tensor_names[:-1]
     assert LLAMA3.tensor_names[-1] == "lm_head"
-    assert tuple(model_file.nanochat_tensor_shapes(model_file.NanoChatConfig())) == NANOCHAT.tensor_names
+    assert tuple(nanochat_desc.nanochat_tensor_shapes(nanochat_desc.NanoChatConfig())) == NANOCHAT.tensor_names

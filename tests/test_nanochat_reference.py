@@ -19,9 +19,10 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, REPO, TS_VAL, assert_one_error_line, losses_from_log, run, tinyshakespeare_text
 
-from pyllmc import model_file
+from pyllmc.families import nanochat as nanochat_desc
 import train_nanochat
-from pyllmc.model_file import ModelFileError, NanoChatConfig
+from pyllmc.model_file import ModelFileError
+from pyllmc.families.nanochat import NanoChatConfig
 from pyllmc.token_shards import DataFormatError, read_datafile, write_datafile
 from pyllmc.reference.common import UserError
 from pyllmc.reference.debug_state import DebugOptimizer
@@ -143,7 +144,7 @@ def test_the_issues_command_line_writes_the_model_and_a_state_with_transformers_
         assert Path(f"{stem}{suffix}").is_file(), suffix
     tok = np.fromfile(tmp_path / "nanochat_tokenizer.bin", dtype="<u4", count=4)
     assert list(tok) == [20240328, 2, 50257, 50256]  # GPT-2's tokenizer: the directory has no tokenizer.json
-    c, tensors = model_file.read_nanochat(f"{stem}.bin")
+    c, tensors = nanochat_desc.read_nanochat(f"{stem}.bin")
     assert (c.vocab_size, c.n_embd, c.n_head, c.n_kv_head, c.ffn_hidden, c.softcap) == (50304, 32, 4, 2, 192, 15.0)
     assert np.array_equal(tensors["wte"], hf.model.embed_tokens.weight.detach().numpy())
 
@@ -162,7 +163,7 @@ def test_the_issues_command_line_writes_the_model_and_a_state_with_transformers_
     assert np.abs(logits - want.numpy()).max() < 1e-4
     assert abs(loss - F.cross_entropy(want.view(-1, Vc), torch.from_numpy(y.astype(np.int64))).item()) < 1e-5
     # the whole file: header, batch, logits, loss, gradients (the model file's sizes), losses, grad norms, noise
-    n_params = sum(math.prod(s) for s in model_file.nanochat_tensor_shapes(c).values())
+    n_params = sum(math.prod(s) for s in nanochat_desc.nanochat_tensor_shapes(c).values())
     assert state.stat().st_size == 1024 + 8 * B * T + 4 * (B * T * Vc + 1 + n_params + 3 * 10)
 
 
@@ -207,7 +208,7 @@ def test_bad_model_files_are_one_line_errors(tmp_path, change, needle):
     train_nanochat.write_model(train_nanochat.from_hf_model(tiny_hf_nanochat(), "test"), path, "float32")
     path.write_bytes(change(path.read_bytes()))
     with pytest.raises(ModelFileError) as e:
-        model_file.read_nanochat(path)
+        nanochat_desc.read_nanochat(path)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(str(path)) and needle in msg, msg
     with pytest.raises(UserError):
@@ -273,7 +274,7 @@ def test_a_hub_name_loads_from_the_hugging_face_cache_and_an_uncached_one_is_one
     args = ["--input_bin", TS_VAL, "--write_tensors", 1, "--num_iterations", 0, "--batch_size", 2,
             "--sequence_length", 64, "--device", "cpu"]
     run([PYTHON, REPO / "train_nanochat.py", "--model", "someone/nanochat-tiny", *args], cwd=tmp_path, env=env)
-    c, tensors = model_file.read_nanochat(tmp_path / "nanochat_nanochat-tiny.bin")
+    c, tensors = nanochat_desc.read_nanochat(tmp_path / "nanochat_nanochat-tiny.bin")
     assert (c.n_embd, c.n_head, c.n_kv_head, c.softcap) == (32, 4, 2, 15.0)
     assert np.array_equal(tensors["lm_head"], hf.lm_head.weight.detach().numpy())
     proc = run([PYTHON, REPO / "train_nanochat.py", "--model", "someone/not-cached", *args], cwd=tmp_path, env=env,

@@ -24,6 +24,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO, assert_one_error_line, killed_after, make, run
+from pyllmc.families import NAMES
+
+GPU_TRAINERS = f"the GPU trainers ({', '.join(f'./train_{name}cu' for name in NAMES)})"
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 ENV = {"OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -178,8 +181,8 @@ def test_python_driver_stops_on_sigterm_with_a_checkpoint(built, tinyshakespeare
     assert f"DONE_{int(stopped.group(1)):08d}" in written(tmp_path / "out")
 
 
-@pytest.mark.parametrize("args,takers", [(["-r", "1"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)"),
-                                         (["-pi", "tcp"], "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)"),
+@pytest.mark.parametrize("args,takers", [(["-r", "1"], GPU_TRAINERS),
+                                         (["-pi", "tcp"], GPU_TRAINERS),
                                          (["-cd", "1"], "the OpenCL trainer (./train_gpt2cl)")])
 def test_other_trainers_flags_are_refused_in_one_line(built, args, takers):
     proc = run([*PY_TRAINER, "-e", "d1", "-s", "0", *args], check=False, env=ENV)

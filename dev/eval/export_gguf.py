@@ -32,17 +32,11 @@ import numpy as np
 
 import pyllmc.families.gpt2 as gpt2_family
 from export_hf import ExportError, gpt2_bpe
-from pyllmc.families.llama3 import HUB_TOKENIZER
-from pyllmc.model_file import (
-    GPT2_MAGIC,
-    LLAMA3_MAGIC,
-    Gpt2Header,
-    LlamaConfig,
-    ModelFileError,
-    read_gpt2,
-    read_llama3,
-    read_magic,
-)
+from pyllmc.families.gpt2 import GPT2, Gpt2Header, read_gpt2
+from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3, LlamaConfig, read_llama3
+from pyllmc.model_file import ModelFileError, read_magic
+
+GPT2_MAGIC, LLAMA3_MAGIC = GPT2.model_magic, LLAMA3.model_magic
 
 GPT2_VOCAB, GPT2_EOT = gpt2_family.VOCAB_SIZE, gpt2_family.EOT
 DTYPES = ("f32", "f16", "bf16")

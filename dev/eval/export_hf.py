@@ -31,114 +31,12 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-import pyllmc.families.gpt2 as gpt2_family
-from pyllmc.model_file import NANOCHAT_MAGIC, Gpt2Header, ModelFileError, NanoChatConfig, read_gpt2, read_magic, read_nanochat
-
-GPT2_VOCAB = gpt2_family.VOCAB_SIZE
+from pyllmc.families import REGISTRY, by_magic
+from pyllmc.model_file import ModelFileError
 
 
 class ExportError(Exception):
     """A problem with the input that is reported as one line."""
-
-
-# ----------------------------------------------------------------------------- reading the checkpoint
-
-
-def read_checkpoint(path: Path) -> tuple[Gpt2Header, dict[str, np.ndarray]]:
-    """Header and the 16 tensors (float32) of an llmc checkpoint, validated like the C loader (model_file.py)."""
-    try:
-        return read_gpt2(path)
-    except ModelFileError as e:
-        raise ExportError(str(e)) from None
-
-
-# ----------------------------------------------------------------------------- Hugging Face layout
-
-
-def cast_to(a: np.ndarray, dtype: str) -> np.ndarray:
-    """A contiguous copy in the saved dtype (float32, or float16)."""
-    return np.ascontiguousarray(a, dtype=np.float32).astype(np.float16 if dtype == "float16" else np.float32)
-
-
-def hf_state_dict(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """Hugging Face GPT-2 names (our per-layer names are theirs: gpt2_family.LAYER_PARAMETERS). The per-layer matrices
-    (3-D in the file) are Conv1D weights there, stored (in, out): transposed from llmc's (out, in)."""
-    sd = {"transformer.wte.weight": cast_to(t["wte"][: h.V], dtype), "transformer.wpe.weight": cast_to(t["wpe"], dtype)}
-    for l in tqdm(range(h.L), desc="layers", unit="layer", disable=h.L < 4):
-        for name, hf_name in gpt2_family.LAYER_PARAMETERS.items():
-            sd[f"transformer.h.{l}.{hf_name}"] = cast_to(t[name][l].T if t[name].ndim == 3 else t[name][l], dtype)
-    sd["transformer.ln_f.weight"] = cast_to(t["lnfw"], dtype)
-    sd["transformer.ln_f.bias"] = cast_to(t["lnfb"], dtype)
-    return sd
-
-
-def nanochat_state_dict(c: NanoChatConfig, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """NanoChatForCausalLM's names: the fused qkvw split back into q, k and v (rows in that order); every matrix is
-    (out, in) on both sides."""
-    HS = c.head_size
-    sd = {"model.embed_tokens.weight": cast_to(t["wte"], dtype)}
-    for l in range(c.n_layer):
-        p = f"model.layers.{l}."
-        q, k, v = np.split(t["qkvw"][l], [c.n_head * HS, (c.n_head + c.n_kv_head) * HS])
-        parts = {"self_attn.q_proj": q, "self_attn.k_proj": k, "self_attn.v_proj": v, "self_attn.o_proj": t["attprojw"][l],
-                 "mlp.fc1": t["fcw"][l], "mlp.fc2": t["fcprojw"][l]}
-        sd.update({f"{p}{name}.weight": cast_to(a, dtype) for name, a in parts.items()})
-    sd["lm_head.weight"] = cast_to(t["lm_head"], dtype)
-    return sd
-
-
-def nanochat_hf_config(c: NanoChatConfig, dtype: str) -> dict:
-    """NanoChatConfig's fields; with GPT-2's vocabulary its end-of-text id is the BOS, EOS and padding id."""
-    special = GPT2_VOCAB - 1 if c.vocab_size >= GPT2_VOCAB else None
-    return {
-        "architectures": ["NanoChatForCausalLM"],
-        "model_type": "nanochat",
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.n_embd,
-        "intermediate_size": c.ffn_hidden,
-        "num_hidden_layers": c.n_layer,
-        "num_attention_heads": c.n_head,
-        "num_key_value_heads": c.n_kv_head,
-        "max_position_embeddings": c.block_size,
-        "hidden_act": "relu2",
-        "rms_norm_eps": c.norm_eps,
-        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},
-        "final_logit_softcapping": c.softcap if c.softcap > 0 else None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "use_cache": True,
-        "bos_token_id": special,
-        "eos_token_id": special,
-        "pad_token_id": special,
-        "dtype": dtype,
-    }
-
-
-def hf_config(h: Gpt2Header, dtype: str) -> dict:
-    return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": h.V,
-        "n_positions": h.maxT,
-        "n_ctx": h.maxT,
-        "n_embd": h.C,
-        "n_layer": h.L,
-        "n_head": h.NH,
-        "n_inner": None,
-        "activation_function": "gelu_new",
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "attn_pdrop": 0.0,
-        "layer_norm_epsilon": 1e-5,
-        "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "use_cache": True,
-        "tie_word_embeddings": True,
-        "bos_token_id": GPT2_VOCAB - 1,
-        "eos_token_id": GPT2_VOCAB - 1,
-        "torch_dtype": dtype,
-    }
 
 
 # ----------------------------------------------------------------------------- tokenizer files
@@ -208,31 +106,29 @@ def write_tokenizer_files(out: Path) -> None:
 # ----------------------------------------------------------------------------- writing the directory
 
 
-def read_model(ckpt: Path, dtype: str) -> tuple[dict[str, np.ndarray], dict, int]:
-    """The Hugging Face state dict and config.json of a GPT-2 checkpoint or a nanochat model file (by its magic),
-    and its vocabulary size."""
+def read_model(ckpt: Path, dtype: str) -> tuple[dict[str, np.ndarray], dict, bool]:
+    """The Hugging Face state dict and config.json of a model file of a family that has an export (told by its
+    magic: pyllmc.families), and whether GPT-2's tokenizer files fit its vocabulary."""
     try:
-        nanochat = read_magic(ckpt) == NANOCHAT_MAGIC
-        if nanochat:
-            c, tensors = read_nanochat(ckpt)
+        row = by_magic(ckpt)
+        if row.hf_export is None:
+            exported = ", ".join(r.name for r in REGISTRY if r.hf_export)
+            raise ExportError(f"{ckpt}: a {row.name} model file: no Hugging Face export for it (there are for {exported})")
+        config, tensors = row.read_model(ckpt)
     except ModelFileError as e:
         raise ExportError(str(e)) from None
-    if nanochat:
-        print(f"{ckpt}: nanochat, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
-              f"maxT={c.block_size} V={c.vocab_size} softcap={c.softcap:g}")
-        return nanochat_state_dict(c, tensors, dtype), nanochat_hf_config(c, dtype), c.vocab_size
-    h, tensors = read_checkpoint(ckpt)
-    print(f"{ckpt}: version {h.version} ({'fp32' if h.version == 3 else 'bf16'}), "
-          f"L={h.L} NH={h.NH} C={h.C} maxT={h.maxT} V={h.V} (padded {h.Vp})")
-    return hf_state_dict(h, tensors, dtype), hf_config(h, dtype), h.V
+    sd, hf_config, line, tokenizer_fits = row.hf_export(config, tensors, dtype)
+    print(f"{ckpt}: {line}")
+    return sd, hf_config, tokenizer_fits
 
 
 def export(ckpt: Path, out: Path, dtype: str, tokenizer: bool) -> None:
     from safetensors.numpy import save_file
 
-    sd, config, vocab_size = read_model(ckpt, dtype)
-    if tokenizer and not (vocab_size == GPT2_VOCAB or (config["model_type"] == "nanochat" and vocab_size >= GPT2_VOCAB)):
-        print(f"warning: vocab size {vocab_size} is not GPT-2's {GPT2_VOCAB}: no tokenizer files written", file=sys.stderr)
+    sd, config, tokenizer_fits = read_model(ckpt, dtype)
+    if tokenizer and not tokenizer_fits:
+        print(f"warning: vocab size {config['vocab_size']} does not hold GPT-2's tokenizer: no tokenizer files written",
+              file=sys.stderr)
         tokenizer = False
     out.mkdir(parents=True, exist_ok=True)
     # everything goes to a scratch directory beside `out`, then each file is renamed into place
@@ -258,9 +154,11 @@ def export(ckpt: Path, out: Path, dtype: str, tokenizer: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Export an llmc checkpoint as a Hugging Face GPT-2 model directory (a "
-                                 "nanochat model file as a NanoChat one).")
-    ap.add_argument("-i", "--input", type=Path, required=True, help="llmc checkpoint (e.g. gpt2_124M.bin or nanochat_d2.bin, fp32 or bf16)")
+    exported = [row.name for row in REGISTRY if row.hf_export]
+    ap = argparse.ArgumentParser(description="Export an llmc model file as a Hugging Face model directory (the families "
+                                 f"with an export: {', '.join(exported)}; told apart by the file's magic).")
+    ap.add_argument("-i", "--input", type=Path, required=True,
+                    help=f"llmc model file (e.g. {' or '.join(f'{name}_d2.bin' for name in exported)}, fp32 or bf16)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="output directory (created; files in it are replaced)")
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32",
                     help="dtype of the saved weights (default float32; bf16 checkpoints are exported exactly in float32)")

@@ -1,18 +1,30 @@
 """
-GPT-2's description as data (pyllmc/family.py says what each field is): its model checkpoint, token shards, tokenizer
-file and debug state, the reference's defaults, and the checkpoint's tensor table. llm.c's formats, byte for byte;
-llmc/checkpoint.h and llmc/model_config.h hold the same numbers for the C programs.
+GPT-2's description (pyllmc/family.py says what each field is): its model checkpoint, token shards, tokenizer file and
+debug state, the reference's defaults, and the checkpoint's header, checks, tensor shapes and reader. llm.c's formats,
+byte for byte; llmc/checkpoint.h and llmc/model_config.h hold the same numbers and rules for the C programs.
+
+Checkpoint: 256 int32: [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp
+  then 16 tensors: wte (Vp, C; rows V.. are zero), wpe (maxT, C), ln1w ln1b (L, C), qkvw (L, 3C, C), qkvb (L, 3C),
+  attprojw (L, C, C), attprojb ln2w ln2b (L, C), fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C),
+  lnfw lnfb (C,).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
 from pyllmc.family import Family, ShardFormat
+from pyllmc.model_file import ITEMSIZE, VERSIONS, ModelFileError, cast_to, file_size, header_bytes, read_ints, read_tensors
 
 VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding
 EOT = 50256  # <|endoftext|>: starts every document
 VOCAB_PADDING = 128  # the checkpoint's wte has Vp rows: V rounded up to a multiple of this
+# dN from scratch: the published GPT-2 shapes (C, NH) for these depths; any other N gets C = 64 N, NH = N (head size 64)
+DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
 
 # the per-layer tensors in file order -> the parameter of a block each one stacks (our GPT's names are Hugging
 # Face's: transformer.h.{l}.<name>); the 3-D ones (qkvw, attprojw, fcw, fcprojw) are (out, in) matrices
@@ -38,4 +50,157 @@ GPT2 = Family(
     default_input_bin="dev/data/tinyshakespeare/tiny_shakespeare_val.bin",
     input_bin_help="train token shards (glob)",
     learning_rate=3e-4,
+    vocab_padding=VOCAB_PADDING,
 )
+
+
+# ----------------------------------------------------------------------------- the checkpoint
+
+
+@dataclass(frozen=True)
+class Gpt2Header:
+    """A GPT-2 checkpoint's header: the version (3 fp32, 5 bf16) and the model's sizes."""
+    version: int
+    maxT: int
+    V: int
+    L: int
+    NH: int
+    C: int
+    Vp: int
+
+
+# field -> (header index, its name in error lines, largest value): llmc/checkpoint.h's table; the smallest is 1
+GPT2_FIELDS: dict[str, tuple[int, str, int]] = {
+    "maxT": (2, "maxT (header[2])", 1 << 20), "V": (3, "vocab size V (header[3])", 1 << 24),
+    "L": (4, "layers L (header[4])", 4096), "NH": (5, "heads NH (header[5])", 1 << 16),
+    "C": (6, "channels C (header[6])", 1 << 17), "Vp": (7, "padded vocab Vp (header[7])", 1 << 24),
+}
+
+
+def gpt2_padded_vocab(V: int) -> int:
+    """Vp: V rounded up to a multiple of 128 (VOCAB_PADDING)."""
+    return (V + VOCAB_PADDING - 1) // VOCAB_PADDING * VOCAB_PADDING
+
+
+def gpt2_tensor_shapes(h: Gpt2Header) -> dict[str, tuple[int, ...]]:
+    """The 16 checkpoint tensors in file order (GPT2.tensor_names)."""
+    L, C = h.L, h.C
+    return {
+        "wte": (h.Vp, C), "wpe": (h.maxT, C), "ln1w": (L, C), "ln1b": (L, C), "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
+        "attprojw": (L, C, C), "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C),
+        "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,),
+    }
+
+
+def gpt2_header_bytes(h: Gpt2Header) -> bytes:
+    return header_bytes([GPT2.model_magic, h.version, h.maxT, h.V, h.L, h.NH, h.C, h.Vp])
+
+
+def gpt2_check_header(path: Path, ints: np.ndarray) -> Gpt2Header:
+    """The header's magic, version and sizes, each in its range (llmc/checkpoint.h's rules and error lines)."""
+    if ints[0] != GPT2.model_magic:
+        raise ModelFileError(f"{path}: not a model checkpoint file (magic {ints[0]}, expected {GPT2.model_magic})")
+    if int(ints[1]) not in ITEMSIZE:
+        raise ModelFileError(f"{path}: unsupported model checkpoint version {ints[1]} (expected 3 = fp32 or 5 = bf16)")
+    for index, name, hi in GPT2_FIELDS.values():
+        if not 1 <= ints[index] <= hi:
+            raise ModelFileError(f"{path}: bad model checkpoint header: {name} = {ints[index]} is outside [1, {hi}]")
+    h = Gpt2Header(int(ints[1]), *(int(ints[index]) for index, _, _ in GPT2_FIELDS.values()))
+    if h.Vp < h.V:
+        raise ModelFileError(f"{path}: bad model checkpoint header: padded vocab Vp = {h.Vp} is smaller than V = {h.V}")
+    if h.C % h.NH:
+        raise ModelFileError(f"{path}: bad model checkpoint header: channels C = {h.C} is not a multiple of heads NH = {h.NH}")
+    return h
+
+
+def read_gpt2_header(path: str | Path) -> Gpt2Header:
+    """A GPT-2 checkpoint's header, validated, and checked against the file's real size."""
+    path = Path(path)
+    size = file_size(path)
+    if size < GPT2.model_header_bytes:
+        raise ModelFileError(f"{path}: not a model checkpoint (file is {size} bytes, too short for the {GPT2.model_header_bytes}-byte header)")
+    h = gpt2_check_header(path, read_ints(path, "<i4", 256))
+    expected = GPT2.model_header_bytes + sum(math.prod(s) for s in gpt2_tensor_shapes(h).values()) * ITEMSIZE[h.version]
+    if size != expected:
+        raise ModelFileError(f"{path}: model checkpoint size mismatch: the header (L={h.L} C={h.C} Vp={h.Vp} "
+                             f"maxT={h.maxT}, {'fp32' if h.version == 3 else 'bf16'}) needs {expected} bytes, the file "
+                             f"size is {size}{' (truncated?)' if size < expected else ''}")
+    return h
+
+
+def read_gpt2(path: str | Path) -> tuple[Gpt2Header, dict[str, np.ndarray]]:
+    """A GPT-2 checkpoint: its header and its 16 tensors (float32, file order)."""
+    h = read_gpt2_header(path)
+    return h, read_tensors(Path(path), GPT2.model_header_bytes, h.version, gpt2_tensor_shapes(h))
+
+
+# ----------------------------------------------------------------------------- dN from scratch
+
+
+def depth_shape(depth: int) -> tuple[int, int]:
+    """(C, NH) of the dN model."""
+    return DEPTH_SHAPES.get(depth, (64 * depth, depth))
+
+
+def depth_parameters(depth: int, vocab_size: int = VOCAB_SIZE) -> int:
+    """The parameters of the dN model as the checkpoint stores them (wte's padded rows and wpe's 1024 included)."""
+    C, NH = depth_shape(depth)
+    h = Gpt2Header(VERSIONS["float32"], 1024, vocab_size, depth, NH, C, gpt2_padded_vocab(vocab_size))
+    return sum(math.prod(shape) for shape in gpt2_tensor_shapes(h).values())
+
+
+def depth_linears(depth: int) -> tuple[int, int, list[tuple[int, int]]]:
+    """(L, C, the linear layers of one block as (out, in) features) of the dN model: qkv, attention projection, fc, fc
+    projection."""
+    C = depth_shape(depth)[0]
+    return depth, C, [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C)]
+
+
+# ----------------------------------------------------------------------------- Hugging Face export (dev/eval/export_hf.py)
+
+
+def hf_state_dict(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """Hugging Face GPT-2 names (our per-layer names are theirs: LAYER_PARAMETERS). The per-layer matrices
+    (3-D in the file) are Conv1D weights there, stored (in, out): transposed from llmc's (out, in)."""
+    sd = {"transformer.wte.weight": cast_to(t["wte"][: h.V], dtype), "transformer.wpe.weight": cast_to(t["wpe"], dtype)}
+    for l in range(h.L):
+        for name, hf_name in LAYER_PARAMETERS.items():
+            sd[f"transformer.h.{l}.{hf_name}"] = cast_to(t[name][l].T if t[name].ndim == 3 else t[name][l], dtype)
+    sd["transformer.ln_f.weight"] = cast_to(t["lnfw"], dtype)
+    sd["transformer.ln_f.bias"] = cast_to(t["lnfb"], dtype)
+    return sd
+
+
+def hf_config(h: Gpt2Header, dtype: str) -> dict:
+    """config.json of a GPT2LMHeadModel."""
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": h.V,
+        "n_positions": h.maxT,
+        "n_ctx": h.maxT,
+        "n_embd": h.C,
+        "n_layer": h.L,
+        "n_head": h.NH,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "layer_norm_epsilon": 1e-5,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "use_cache": True,
+        "tie_word_embeddings": True,
+        "bos_token_id": EOT,
+        "eos_token_id": EOT,
+        "torch_dtype": dtype,
+    }
+
+
+def hf_export(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> tuple[dict[str, np.ndarray], dict, str, bool]:
+    """The GPT2LMHeadModel state dict, its config.json, a line describing the checkpoint, and whether GPT-2's tokenizer
+    files fit its vocabulary."""
+    line = (f"version {h.version} ({'fp32' if h.version == 3 else 'bf16'}), L={h.L} NH={h.NH} C={h.C} maxT={h.maxT} "
+            f"V={h.V} (padded {h.Vp})")
+    return hf_state_dict(h, t, dtype), hf_config(h, dtype), line, h.V == VOCAB_SIZE

@@ -1,14 +1,27 @@
 """
-Llama 3's description as data (pyllmc/family.py says what each field is): its model file, token shards, tokenizer file
-and debug state, the reference's defaults, and the model file's tensor table. llmc/llama3_config.h holds the same
-numbers for the C programs.
+Llama 3's description (pyllmc/family.py says what each field is): its model file, token shards, tokenizer file and
+debug state, the reference's defaults, and the model file's header, checks, tensor shapes and reader. llmc/llama3.h
+reads the same file in C.
+
+Model file: 256 int32: [0]=20240803 [1]=3 or 5 [2]=block size [3]=V [4]=L [5]=NH [6]=NKV [7]=C
+  [8]=int(ffn_dim_multiplier) [9]=multiple_of [10]=int(norm_eps) [11]=int(rope_theta) [12]=use_scaled_rope [13]=4
+  [14]=3 (major version) [15]=minor version [16]=tied embeddings [17]=FFN hidden size F;
+  then 256 float32: [0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta [3]=rope factor [4]=low_freq_factor
+  [5]=high_freq_factor [6]=original max positions
+  then wte (V, C), ln1w (L, C), qkvw (L, (NH + 2 NKV) HS, C), attprojw (L, C, C), ln2w (L, C), fcw (L, F, C),
+  fcw2 (L, F, C), fcprojw (L, C, F), lnfw (C,), and lm_head (V, C) unless the embeddings are tied.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
 
 from pyllmc.family import Family, ShardFormat
+from pyllmc.model_file import ModelFileError, check_body_size, header_bytes, read_tensors, read_two_part_header
 
 VOCAB_SIZE = 128256  # Meta's Llama 3 tokenizer: the largest id a llama-3 shard may hold, plus one
 HUB_TOKENIZER = "meta-llama/Meta-Llama-3-8B"  # the hub's Llama 3 tokenizer (gated), used when no --tokenizer is given
@@ -32,3 +45,141 @@ LLAMA3 = Family(
     input_bin_help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)",
     learning_rate=1e-4,
 )
+
+
+# ----------------------------------------------------------------------------- the model file
+
+
+def llama_ffn_hidden(n_embd: int, multiple_of: int, ffn_dim_multiplier: float) -> int:
+    """Llama's SwiGLU hidden size: 2/3 of 4C, scaled by ffn_dim_multiplier (float32, 0 = none), rounded up
+    to a multiple of multiple_of (the arithmetic in double precision, as the C reader does it)."""
+    h = int(2 * (4 * n_embd) / 3)
+    if ffn_dim_multiplier > 0:
+        h = int(float(np.float32(ffn_dim_multiplier)) * h)
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
+
+
+@dataclass
+class LlamaConfig:
+    """A Llama 3 model's shape and hyperparameters: everything its model file's header holds."""
+    block_size: int = 1024
+    vocab_size: int = 128256
+    n_layer: int = 16
+    n_head: int = 32
+    n_kv_head: int = 8
+    n_embd: int = 2048
+    ffn_dim_multiplier: float = 0.0  # 0 = none
+    multiple_of: int = 256
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    use_scaled_rope: bool = False
+    rope_factor: float = 0.0  # the four Llama 3.1 scaling parameters, 0 when use_scaled_rope is off
+    low_freq_factor: float = 0.0
+    high_freq_factor: float = 0.0
+    original_max_position: float = 0.0
+    tied_embeddings: bool = False
+    version_minor: int = 0  # Llama 3.<minor>; 0 for dN models from scratch
+    ffn_hidden: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the model file stores these as float32: the reference computes with exactly what the C side reads
+        for name in ("ffn_dim_multiplier", "norm_eps", "rope_theta", "rope_factor", "low_freq_factor", "high_freq_factor",
+                     "original_max_position"):
+            setattr(self, name, float(np.float32(getattr(self, name))))
+        self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of, self.ffn_dim_multiplier)
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def llama_config_problem(c: LlamaConfig) -> str:
+    """What keeps the model from being built with these shapes ("" when nothing does)."""
+    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.multiple_of) < 1:
+        return "every size must be at least 1"
+    if c.n_embd % c.n_head or c.head_size % 2:
+        return f"n_embd {c.n_embd} must be n_head {c.n_head} times an even head size"
+    if c.n_head % c.n_kv_head:
+        return f"n_head {c.n_head} is not a multiple of n_kv_head {c.n_kv_head}"
+    if not c.norm_eps > 0 or not c.rope_theta > 0:
+        return f"norm_eps {c.norm_eps} and rope_theta {c.rope_theta} must be positive"
+    if c.use_scaled_rope and not (c.rope_factor > 0 and c.high_freq_factor > c.low_freq_factor > 0 and c.original_max_position > 0):
+        return "scaled RoPE needs factor > 0, high_freq_factor > low_freq_factor > 0 and original_max_position > 0"
+    return ""
+
+
+def llama3_tensor_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every model-file tensor in file order (LLAMA3.tensor_names; lm_head only when the embeddings are untied)."""
+    L, C, V, F, HS = c.n_layer, c.n_embd, c.vocab_size, c.ffn_hidden, c.head_size
+    shapes = {"wte": (V, C), "ln1w": (L, C), "qkvw": (L, (c.n_head + 2 * c.n_kv_head) * HS, C), "attprojw": (L, C, C),
+              "ln2w": (L, C), "fcw": (L, F, C), "fcw2": (L, F, C), "fcprojw": (L, C, F), "lnfw": (C,)}
+    return shapes if c.tied_embeddings else {**shapes, "lm_head": (V, C)}
+
+
+def llama3_header_bytes(c: LlamaConfig, version: int) -> bytes:
+    ints = [LLAMA3.model_magic, version, c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd,
+            int(c.ffn_dim_multiplier), c.multiple_of, int(c.norm_eps), int(c.rope_theta), int(c.use_scaled_rope),
+            4, 3, c.version_minor, int(c.tied_embeddings), c.ffn_hidden]
+    floats = [c.ffn_dim_multiplier, c.norm_eps, c.rope_theta, c.rope_factor, c.low_freq_factor, c.high_freq_factor,
+              c.original_max_position]
+    return header_bytes(ints) + header_bytes(floats, "<f4")
+
+
+def llama3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> LlamaConfig:
+    """The config the header describes, checked: positive sizes, a buildable shape, FFN size by Llama's rule."""
+    sizes = [int(v) for v in (*hi[2:8], hi[9])]
+    if min(sizes) < 1:
+        raise ModelFileError(f"{path}: bad header: block size, vocab, layers, heads, kv heads, channels and "
+                             f"multiple_of {sizes} must be positive")
+    c = LlamaConfig(
+        block_size=int(hi[2]), vocab_size=int(hi[3]), n_layer=int(hi[4]), n_head=int(hi[5]), n_kv_head=int(hi[6]),
+        n_embd=int(hi[7]), ffn_dim_multiplier=float(hf[0]), multiple_of=int(hi[9]), norm_eps=float(hf[1]),
+        rope_theta=float(hf[2]), use_scaled_rope=bool(hi[12]), rope_factor=float(hf[3]), low_freq_factor=float(hf[4]),
+        high_freq_factor=float(hf[5]), original_max_position=float(hf[6]), tied_embeddings=bool(hi[16]),
+        version_minor=int(hi[15]),
+    )
+    problem = llama_config_problem(c)
+    if problem:
+        raise ModelFileError(f"{path}: bad Llama config: {problem}")
+    if int(hi[17]) != c.ffn_hidden:
+        raise ModelFileError(f"{path}: header FFN hidden size {int(hi[17])} is not Llama's rule for C={c.n_embd}, "
+                             f"multiple_of={c.multiple_of}, ffn_dim_multiplier={c.ffn_dim_multiplier} ({c.ffn_hidden})")
+    return c
+
+
+def read_llama3_header(path: str | Path) -> tuple[LlamaConfig, int]:
+    """A Llama 3 model file's config and version (3 fp32, 5 bf16): magic, version, header sizes and file length checked."""
+    path = Path(path)
+    size, hi, hf = read_two_part_header(path, LLAMA3.model_magic, LLAMA3.model_header_bytes, "Llama 3")
+    c = llama3_config_from_header(path, hi, hf)
+    check_body_size(path, size, LLAMA3.model_header_bytes, llama3_tensor_shapes(c), int(hi[1]))
+    return c, int(hi[1])
+
+
+def read_llama3(path: str | Path) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
+    """A Llama 3 model file: its config and its tensors (float32, file order)."""
+    c, version = read_llama3_header(path)
+    return c, read_tensors(Path(path), LLAMA3.model_header_bytes, version, llama3_tensor_shapes(c))
+
+
+# ----------------------------------------------------------------------------- dN from scratch
+
+
+def depth_config(depth: int, vocab_size: int) -> LlamaConfig:
+    """dN from scratch: L=N, C=64N, NH=N, NKV=max(1, N/2), SwiGLU hidden rounded to 32, untied head."""
+    return LlamaConfig(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth, n_kv_head=max(1, depth // 2),
+                       n_embd=64 * depth, ffn_dim_multiplier=0.0, multiple_of=32, norm_eps=1e-5, rope_theta=500000.0,
+                       use_scaled_rope=False, tied_embeddings=False, version_minor=0)
+
+
+def depth_parameters(depth: int, vocab_size: int) -> int:
+    """The parameters of the dN model (its model file's tensors)."""
+    return sum(math.prod(shape) for shape in llama3_tensor_shapes(depth_config(depth, vocab_size)).values())
+
+
+def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple[int, int]]]:
+    """(L, C, the linear layers of one block as (out, in) features) of the dN model: qkv, attention projection, the two
+    SwiGLU inputs, their output."""
+    c = depth_config(depth, vocab_size)
+    C, F, qkv = c.n_embd, c.ffn_hidden, (c.n_head + 2 * c.n_kv_head) * c.head_size
+    return c.n_layer, C, [(qkv, C), (C, C), (F, C), (F, C), (C, F)]

@@ -14,7 +14,6 @@ Model file: 256 int32 + 256 float32, then the tensors (float32 for version 3, bf
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +21,7 @@ import numpy as np
 
 from pyllmc.family import Family
 from pyllmc.families.llama3 import LLAMA3
-from pyllmc.model_file import (
-    ModelFileError,
-    check_body_size,
-    header_bytes,
-    read_tensors,
-    read_two_part_header,
-)
+from pyllmc.model_file import ModelFileError, attention_problem, header_bytes, read_config_header, read_config_model
 
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
 DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
@@ -91,13 +84,7 @@ def qwen3_config_problem(c: Qwen3Config) -> str:
         return "every size must be at least 1"
     if c.head_dim % 2:
         return f"head_dim {c.head_dim} must be even for RoPE"
-    if c.n_kv_head > c.n_head or c.n_head % c.n_kv_head:
-        return f"heads NH {c.n_head} is not a multiple of kv heads NKV {c.n_kv_head}"
-    if not 0 < c.norm_eps < 1:
-        return f"norm_eps {c.norm_eps} must be in (0, 1)"
-    if not (math.isfinite(c.rope_theta) and c.rope_theta > 1):
-        return f"rope_theta {c.rope_theta} must be finite and > 1"
-    return ""
+    return attention_problem(c.n_head, c.n_kv_head, c.norm_eps, c.rope_theta)
 
 
 def qwen3_tensor_shapes(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
@@ -117,8 +104,11 @@ def qwen3_header_bytes(c: Qwen3Config, version: int) -> bytes:
 def read_qwen3_header(path: str | Path) -> tuple[Qwen3Config, int]:
     """A Qwen3 model file's config and version (3 fp32, 5 bf16): magic, version, header fields and file length checked,
     one ModelFileError line each."""
-    path = Path(path)
-    size, hi, hf = read_two_part_header(path, QWEN3.model_magic, QWEN3.model_header_bytes, "Qwen3")
+    return read_config_header(path, QWEN3, "Qwen3", qwen3_config_from_header, qwen3_config_problem, qwen3_tensor_shapes)
+
+
+def qwen3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> Qwen3Config:
+    """The config the header's fields describe; the tied flag and the unused fields checked."""
     if int(hi[TIED_INDEX]) not in (0, 1):
         raise ModelFileError(f"{path}: bad Qwen3 header: tied embeddings flag (header[{TIED_INDEX}]) = "
                              f"{int(hi[TIED_INDEX])}, expected 0 or 1")
@@ -126,15 +116,9 @@ def read_qwen3_header(path: str | Path) -> tuple[Qwen3Config, int]:
         raise ModelFileError(f"{path}: bad Qwen3 header: the unused fields (int32 from [{TIED_INDEX + 1}], float32 "
                              "from [2]) must be 0")
     sizes = {name: int(hi[index]) for name, index in SIZE_FIELDS}
-    c = Qwen3Config(**sizes, norm_eps=float(hf[0]), rope_theta=float(hf[1]), tied_embeddings=bool(hi[TIED_INDEX]))
-    problem = qwen3_config_problem(c)
-    if problem:
-        raise ModelFileError(f"{path}: bad Qwen3 header: {problem}")
-    check_body_size(path, size, QWEN3.model_header_bytes, qwen3_tensor_shapes(c), int(hi[1]))
-    return c, int(hi[1])
+    return Qwen3Config(**sizes, norm_eps=float(hf[0]), rope_theta=float(hf[1]), tied_embeddings=bool(hi[TIED_INDEX]))
 
 
 def read_qwen3(path: str | Path) -> tuple[Qwen3Config, dict[str, np.ndarray]]:
     """A Qwen3 model file: its config and its tensors (float32, file order)."""
-    c, version = read_qwen3_header(path)
-    return c, read_tensors(Path(path), QWEN3.model_header_bytes, version, qwen3_tensor_shapes(c))
+    return read_config_model(path, QWEN3, read_qwen3_header, qwen3_tensor_shapes)

@@ -73,6 +73,16 @@ class TrainerCli:
     dtype_before_optimizer: bool = False  # --dtype listed before the --optimizer flags instead of after them
 
 
+def decoder_cli(description: str | None, family: Family,
+                add_family_args: Callable[[argparse.ArgumentParser], None] | None) -> TrainerCli:
+    """The command line of the references after GPT-2's: their wording of --fused_adamw and --write_tensors (a
+    tokenizer file among the written files), --dtype before the optimizer's flags."""
+    return TrainerCli(description=description, family=family,
+                      fused_adamw_help="1 = torch's fused AdamW kernel (AdamW(fused=True))",
+                      write_tensors_help="write the model files, tokenizer file and debug state",
+                      add_family_args=add_family_args, dtype_before_optimizer=True)
+
+
 def add_dtype_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="autocast dtype")
 

@@ -20,10 +20,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from pyllmc.reference.cli import optimizer_settings
+from pyllmc.reference.cli import TrainerCli, optimizer_settings, run_main, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.optimizers import OptimizerSettings
+from pyllmc.token_shards import DataError, DataFormatError
 
 
 def get_lr(step: int, lr: float, warmup: int, total: int, final_frac: float) -> float:
@@ -83,6 +84,14 @@ def seeded_sampler(args: argparse.Namespace, start_id: int,
             return decode(out[0, 1:].tolist())
         return sample
     return make_sampler
+
+
+def reference_main(cli: TrainerCli, build: Callable[[argparse.Namespace], ModelFamily], argv: list[str] | None) -> int:
+    """A decoder reference's main: its command line, then train_loop; a user's error (its tokenizer's and transformers'
+    messages can span lines) is one `error:` line."""
+    args = trainer_parser(cli).parse_args(argv)
+    return run_main(lambda a: train_loop(a, build), args, (UserError, DataError, DataFormatError, OSError),
+                    lambda e: " ".join(str(e).split()))
 
 
 def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], ModelFamily]) -> None:
