@@ -1,7 +1,8 @@
 """The C side of Qwen3: test_qwen3 against train_qwen3.py's debug states (d2 from scratch: GQA 2:1 with head_dim 128, an
 attention width twice C; MHA of head_dim 48, tied; MQA of head_dim 16, a width below C; Muon states of d2 and MQA), in
 fp32 and -p bf16, its failure on corrupted states, train_qwen3's init from scratch bit for bit, one and two threads
-bit-identical, resume, bad input, training on tinyshakespeare with the local <|endoftext|> tokenizer, and ./generate.
+bit-identical, resume, two processes with ZeRO-1, bad input, training on tinyshakespeare with the local <|endoftext|>
+tokenizer, and ./generate.
 
 The reference files are dev/qwen3_refs.py's, from `make qwen3-debug-states` (tests/conftest.py qwen3_references).
 """
@@ -20,6 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import REPO, assert_one_error_line, killed_after, make, run  # noqa: E402
 
+MPIRUN = REPO / ".venv" / "bin" / "mpirun"
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: spinning OpenMP threads only hurt on a busy machine
 MUON = ["-op", "muon", "-ol", 0.02]  # Muon on the blocks' matrices, AdamW (-l) on the rest
 MODELS = ["qwen3_d2", "qwen3_mha", "qwen3_mqa", "muon/qwen3_d2", "muon/qwen3_mqa"]
@@ -36,14 +39,19 @@ def ref(qwen3_references: Path) -> Path:
     return qwen3_references
 
 
-def train(ref: Path, cwd: Path, *flags: object, check: bool = True, env: dict[str, str] | None = None):
-    """./train_qwen3 on the tinyshakespeare llama-3 shards of `ref`, with its tokenizer file, in cwd."""
+def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True,
+          env: dict[str, str] | None = None):
+    """./train_qwen3 on the tinyshakespeare llama-3 shards of `ref`, with its tokenizer file, in cwd (under mpirun
+    with mpi_ranks processes)."""
     cwd.mkdir(parents=True, exist_ok=True)
     if not (cwd / "qwen3_tokenizer.bin").exists():
         shutil.copy(ref / "qwen3_tokenizer.bin", cwd)
     cmd = [REPO / "train_qwen3", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j",
            ref / "ts" / "tiny_shakespeare_val.bin", "-s", 0, *flags]
-    return run(cmd, cwd=cwd, env={**ONE_THREAD, **(env or {})}, check=check)
+    base = ONE_THREAD
+    if mpi_ranks:
+        cmd, base = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd], MPI_ENV
+    return run(cmd, cwd=cwd, env={**base, **(env or {})}, check=check)
 
 
 def train_losses(log: Path) -> list[float]:
@@ -210,6 +218,17 @@ def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, o
     sample = lambda out: out.split("generating:")[-1].split("---")[1]  # noqa: E731
     assert sample(straight.stdout) == sample(resumed.stdout)
     assert np.fromfile(part / "state_00000008_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    common = ["-e", "qwen3_mqa.bin", "-t", 32, "-x", 4, "-v", 0, "-c", 0.1, *(MUON if optimizer == "muon" else [])]
+    train(ref, tmp_path, *common, "-b", 4, "-o", "one")
+    proc = train(ref, tmp_path, *common, "-b", 2, "-z", 1, "-o", "two", mpi_ranks=2)
+    assert "2 processes" in proc.stdout and "ZeRO-1" in proc.stdout, proc.stdout
+    a, b = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
+    assert len(a) == len(b) == 4
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
 
 
 # ---------------------------------------------------------------------------- bad input
