@@ -9,7 +9,7 @@ say), and the float32 noise of each step loss. This program loads both, runs our
 prints a table of every tensor's difference, then runs the same optimizer steps and compares every loss and gradient
 norm. Exit status 0 only if everything is within tolerance.
 
-Tolerances: test_qwen3's (llmc/tensor_check.h, cpu_tolerances): logits max abs diff 1e-4, loss 1e-5, each gradient
+Tolerances: test_llama3's (llmc/tensor_check.h, cpu_tolerances): logits max abs diff 1e-4, loss 1e-5, each gradient
 tensor max abs diff <= 1e-3 x max|reference| and relative L2 error <= 3e-5, step losses by the reference's measured
 float32 noise; gradient norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relative 5e-2).
 */
