@@ -50,8 +50,10 @@ endif
 FAMILIES := $(shell sed -n 's/^ *X.\([a-z0-9_]*\),.*/\1/p' llmc/families.h)
 $(foreach f,$(FAMILIES),$(eval FAMILY_REFS_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f2)))
 $(foreach f,$(FAMILIES),$(eval FAMILY_REFS_DIR_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f4)))
+# the families with a GPU trainer (train_<name>.cu): a family's CPU programs come first, its .cu files may follow
+CUDA_FAMILIES := $(foreach f,$(FAMILIES),$(if $(wildcard train_$(f).cu),$(f)))
 FAMILY_CPU_PROGRAMS := $(foreach f,$(FAMILIES),train_$(f) test_$(f))
-FAMILY_GPU_PROGRAMS := $(foreach f,$(FAMILIES),train_$(f)cu train_$(f)cu_cudnn test_$(f)cu)
+FAMILY_GPU_PROGRAMS := $(foreach f,$(CUDA_FAMILIES),train_$(f)cu train_$(f)cu_cudnn test_$(f)cu)
 FAMILY_REFS_TARGETS := $(foreach f,$(FAMILIES),$(if $(FAMILY_REFS_$(f)),$(f)-debug-states))
 
 # ---------------------------------------------------------------------------- data

@@ -198,7 +198,7 @@ static void nanochat_forward(void* m, const int* inputs, const int* targets, int
         rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, NULL, eps, B, T, C);                       // (B,T,C)
         matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                                 // (B,T,QKV)
         rope_reverse_forward(a.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);   // q and k heads
-        qknorm_forward(a.qkv, a.qk_rstd, BT, QKV, NH + NKV, HS, eps);                             // q and k heads
+        qknorm_forward(a.qkv, a.qk_rstd, NULL, NULL, BT, QKV, NH + NKV, HS, eps);                 // q and k heads
         attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                       // (B,T,C)
         matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, C, C);                          // (B,T,C)
         residual_forward(a.residual2, a.residual, a.attproj, BTC);                                // (B,T,C)
@@ -259,7 +259,7 @@ static void nanochat_backward(void* m, float loss_scale) {
         matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
         cpu_zero_floats(da.qkv, (size_t)BT * QKV); // attention_gqa_backward adds to it
         attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
-        qknorm_backward(da.qkv, a.qkv, a.qk_rstd, BT, QKV, NH + NKV, HS);
+        qknorm_backward(da.qkv, NULL, a.qkv, NULL, NULL, a.qk_rstd, BT, QKV, NH + NKV, HS);
         rope_reverse_backward(da.qkv, model->rope_cos, model->rope_sin, B, T, QKV, NH + NKV, HS);
         rmsnorm_recompute(a.ln1, a.residual, a.ln1_rstd, NULL, B, T, C);                                 // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, NULL, da.qkv, a.ln1, w.qkvw, B, T, C, QKV, 0.0f, beta);

@@ -26,7 +26,8 @@ inference (generate.c).
 #define LLMC_FAMILIES(X) \
     X(gpt2, GPT2_FAMILY, "", "") \
     X(llama3, LLAMA3_FAMILY, "dev/llama3_refs.py --muon", "build/llama3") \
-    X(nanochat, NANOCHAT_FAMILY, "dev/nanochat_refs.py", "build/nanochat")
+    X(nanochat, NANOCHAT_FAMILY, "dev/nanochat_refs.py", "build/nanochat") \
+    X(qwen3, QWEN3_FAMILY, "dev/qwen3_refs.py --muon", "build/qwen3")
 
 #endif // LLMC_FAMILIES_H
 
@@ -37,5 +38,6 @@ inference (generate.c).
 #include "cpu/gpt2_inference.h"
 #include "cpu/llama3_inference.h"
 #include "cpu/nanochat_inference.h"
+#include "cpu/qwen3_inference.h"
 #endif // LLMC_FAMILIES_INFERENCE_H
 #endif // LLMC_WITH_FAMILY_INFERENCE

@@ -5,7 +5,8 @@ llama3_tokenizer.bin (Llama 3).
 File format (llm.c-compatible): a header of 256 uint32
     [0] = 20240328, [1] = version (1, 2: GPT-2; 3: Llama 3), [2] = vocab size, [3] = EOT token id
     (versions 2 and 3; version 1 files assume 50256), [4] = BOS token id (version 3 only:
-    <|begin_of_text|>, the token every document and every sample starts with)
+    <|begin_of_text|>, the token every document and every sample starts with; a tokenizer without a BOS,
+    Qwen3's, writes its document delimiter <|endoftext|> in both [3] and [4])
 then for each token id in order: one uint8 length (>= 1), then that many raw bytes (Llama 3's
 byte-level BPE pieces as real bytes, special tokens as their text).
 Every length is checked against the real file size, so a truncated or corrupt file stops the

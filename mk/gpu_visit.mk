@@ -15,7 +15,7 @@
 
 GPU_BIN := build/gpu/bin
 GPU_CONFIGS := fp32 bf16 bf16-cudnn
-GPU_TEST_PROGRAMS := $(foreach c,$(GPU_CONFIGS),$(foreach f,$(FAMILIES),$(GPU_BIN)/$(c)/test_$(f)cu))
+GPU_TEST_PROGRAMS := $(foreach c,$(GPU_CONFIGS),$(foreach f,$(CUDA_FAMILIES),$(GPU_BIN)/$(c)/test_$(f)cu))
 GPU_VISIT_BUDGET ?= 420
 GPU_VISIT_OUT ?= build/gpu-visit/out
 
@@ -33,11 +33,11 @@ $$(GPU_BIN)/%/test_$(1)cu: test_$(1).cu train_$(1).cu $$(CUDA_KERNELS) $$(LLMC_H
 	@mkdir -p $$(@D)
 	$$(call cuda_program,$$(GPU_CONFIG_FLAGS),$$(GPU_CONFIG_OBJS),$$(GPU_CONFIG_LIBS))
 endef
-$(foreach f,$(FAMILIES),$(eval $(call GPU_TEST_PROGRAM_RULE,$(f))))
+$(foreach f,$(CUDA_FAMILIES),$(eval $(call GPU_TEST_PROGRAM_RULE,$(f))))
 
 .PHONY: gpu-build gpu-refs gpu-pack gpu-visit clean-gpu-visit
 # the trainers as make bench-gpu builds them (BF16, cuDNN attention off and on)
-gpu-build: $(GPU_TEST_PROGRAMS) $(foreach f,$(FAMILIES),train_$(f)cu train_$(f)cu_cudnn) dev-cuda
+gpu-build: $(GPU_TEST_PROGRAMS) $(foreach f,$(CUDA_FAMILIES),train_$(f)cu train_$(f)cu_cudnn) dev-cuda
 
 gpu-refs: data model muon-refs $(FAMILY_REFS_TARGETS)
 

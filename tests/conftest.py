@@ -216,7 +216,7 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Calla
 LONGEST_FIRST = [  # per-file sums of `pytest --durations=0`, most first
     "test_cuda_cpu.py", "test_c_trainer.py", "test_cuda_build.py", "test_debug_state_tolerances.py",
     "test_sanitizers.py", "test_muon.py", "test_llama3_reference.py", "test_train_gpt2.py", "test_llama3_c.py",
-    "test_nanochat_c.py", "test_bench.py", "test_nanochat_reference.py", "test_cuda_cpu_nanochat.py",
+    "test_nanochat_c.py", "test_qwen3_c.py", "test_bench.py", "test_nanochat_reference.py", "test_cuda_cpu_nanochat.py",
     "test_cuda_cpu_llama3.py", "test_cuda_cpu_muon.py", "test_opencl.py", "test_fuzz.py", "test_cpu_variants.py",
     "test_cpu_kernels.py", "test_bench_gpu.py", "test_c_headers.py", "test_llama3_encode.py",
 ]
@@ -319,6 +319,19 @@ def llama3_references(tmp_path_factory, tinyshakespeare) -> Path:
         shutil.copytree(REPO / "build" / "llama3", out, dirs_exist_ok=True)
 
     return shared_dir(tmp_path_factory, "llama3_references", copy)
+
+
+@pytest.fixture(scope="session")
+def qwen3_references(tmp_path_factory, tinyshakespeare) -> Path:
+    """dev/qwen3_refs.py's files (`make qwen3-debug-states`, built once in build/qwen3 before pytest runs): the
+    <|endoftext|> test tokenizer (tok/), the llama-3 tinyshakespeare shards (ts/), qwen3_tokenizer.bin, train_qwen3.py's
+    d1 and d2 from scratch and its MHA and MQA models with their debug states, and Muon states in muon/; each test run
+    gets its own copy."""
+    def copy(out: Path) -> None:
+        make("qwen3-debug-states")
+        shutil.copytree(REPO / "build" / "qwen3", out, dirs_exist_ok=True)
+
+    return shared_dir(tmp_path_factory, "qwen3_references", copy)
 
 
 def tinyshakespeare_text() -> Path:

@@ -17,6 +17,8 @@ from pyllmc.model_file import ModelFileError, header_bytes
 # X(name, DESCRIPTION, "refs", "refs_dir"), one row a line, as make's sed reads them
 ROWS = re.findall(r'^ *X\((\w+), (\w+), "([^"]*)", "([^"]*)"\)', (REPO / "llmc" / "families.h").read_text(), re.M)
 FAMILIES = [name for name, _, _, _ in ROWS]
+# the families with a GPU trainer: a family's CPU programs may land before its .cu files (make's CUDA_FAMILIES)
+CUDA_FAMILIES = [name for name in FAMILIES if (REPO / f"train_{name}.cu").is_file()]
 
 
 def _make_n(*targets: str) -> str:
@@ -37,10 +39,12 @@ def test_the_registry_lists_the_three_families_with_their_descriptions() -> None
 
 def test_every_family_has_the_files_its_row_names() -> None:
     for name in FAMILIES:
+        gpu = [f"test_{name}.cu"] if name in CUDA_FAMILIES else []
         for path in [f"llmc/{name}.h", f"llmc/cpu/{name}_inference.h", f"train_{name}.c", f"test_{name}.c",
-                     f"train_{name}.cu", f"test_{name}.cu", f"train_{name}.py"]:
+                     f"train_{name}.py", *gpu]:
             assert (REPO / path).is_file(), f"{path}: missing for the family {name}"
         assert f"{name}_generate" in (REPO / "llmc" / "cpu" / f"{name}_inference.h").read_text(), name
+    assert CUDA_FAMILIES[:3] == ["gpt2", "llama3", "nanochat"], CUDA_FAMILIES
 
 
 def test_make_reads_the_families_in_the_registry_order() -> None:
@@ -48,13 +52,20 @@ def test_make_reads_the_families_in_the_registry_order() -> None:
                           text=True, timeout=300)
     line = next(line for line in proc.stdout.splitlines() if line.startswith("FAMILIES := "))
     assert line.split(" := ", 1)[1].split() == FAMILIES, line
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("CUDA_FAMILIES := "))
+    assert line.split(" := ", 1)[1].split() == CUDA_FAMILIES, line
 
 
 def test_make_builds_every_family_s_programs_from_its_sources() -> None:
     """make -n: train_<f> and test_<f> from train_<f>.c and test_<f>.c, train_<f>cu, train_<f>cu_cudnn and test_<f>cu
     from the .cu sources, the CPU execution target's build/cuda_cpu/{train,test}_<f>cu_{fp32,bf16}, each family's
-    test_<f>cu in every GPU-visit configuration and its test-cuda-build checks."""
-    for name in FAMILIES:
+    test_<f>cu in every GPU-visit configuration and its test-cuda-build checks (the CUDA ones for the families with a
+    GPU trainer; the others' CPU programs alone)."""
+    for name in sorted(set(FAMILIES) - set(CUDA_FAMILIES)):
+        lines = _make_n(f"train_{name}", f"test_{name}").splitlines()
+        for program in [f"train_{name}", f"test_{name}"]:
+            assert any(line.endswith(f"-o {program}") and f"{program}.c" in line.split() for line in lines), program
+    for name in CUDA_FAMILIES:
         out = _make_n(f"train_{name}", f"test_{name}", f"train_{name}cu", f"train_{name}cu_cudnn", f"test_{name}cu",
                       f"build/cuda_cpu/train_{name}cu_fp32", f"build/cuda_cpu/test_{name}cu_bf16",
                       f"test-cuda-build-{name}")
@@ -69,7 +80,7 @@ def test_make_builds_every_family_s_programs_from_its_sources() -> None:
                       f"train_{name}.cu BF16 USE_CUDNN=1 (linked)", f"test_{name}.cu BF16 USE_CUDNN=1"]:
             assert f'"{check}"' in out, (check, out[-2000:])
     gpu = _make_n("gpu-build")
-    for name in FAMILIES:
+    for name in CUDA_FAMILIES:
         for config in ["fp32", "bf16", "bf16-cudnn"]:
             assert any(line.endswith(f"-o build/gpu/bin/{config}/test_{name}cu") for line in gpu.splitlines()), (name, config)
 

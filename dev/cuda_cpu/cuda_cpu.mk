@@ -22,14 +22,14 @@ CUDA_CPU_MPI_LIBS := $(if $(MPICC),$(filter-out -pthread,$(shell $(MPICC) --show
 CUDA_CPU_LIBS := $(CUDA_CPU_OUT)/libcuda_cpu.a $(BLAS_LDLIBS_openblas) $(CUDA_CPU_MPI_LIBS) -lpthread -lm -fopenmp
 
 # the sources translate.py rewrites (all of them at once; unchanged outputs keep their time stamps)
-CUDA_CPU_INPUTS := $(foreach f,$(FAMILIES),train_$(f).cu test_$(f).cu) $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
+CUDA_CPU_INPUTS := $(foreach f,$(CUDA_FAMILIES),train_$(f).cu test_$(f).cu) $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) \
                    $(wildcard dev/cuda/*.cu dev/cuda/*.h) $(wildcard $(CUDA_CPU_DIR)/tests/*.cu)
 CUDA_CPU_DEV_KERNELS := $(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu))
 CUDA_CPU_LIB_SRCS := $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_HEADERS := $(wildcard $(CUDA_CPU_DIR)/include/*.h)
 
 # the trainers and their tests, each in FP32 and BF16 (test_gpt2cu_fp32 is test_gpt2.cu with ENABLE_FP32)
-CUDA_CPU_TRAINERS := $(foreach f,$(FAMILIES),test_$(f) train_$(f))
+CUDA_CPU_TRAINERS := $(foreach f,$(CUDA_FAMILIES),test_$(f) train_$(f))
 CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(program)cu_fp32 $(CUDA_CPU_OUT)/$(program)cu_bf16) \
                      $(CUDA_CPU_OUT)/test_device $(CUDA_CPU_OUT)/test_train_gpu \
                      $(patsubst $(CUDA_CPU_DIR)/tests/%.cpp,$(CUDA_CPU_OUT)/%,$(wildcard $(CUDA_CPU_DIR)/tests/*.cpp)) \
@@ -54,7 +54,7 @@ $(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | d
 	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
-	$(PY) -m pytest -q tests/test_cuda_cpu.py $(wildcard $(foreach f,$(FAMILIES),tests/test_cuda_cpu_$(f).py))
+	$(PY) -m pytest -q tests/test_cuda_cpu.py $(wildcard $(foreach f,$(CUDA_FAMILIES),tests/test_cuda_cpu_$(f).py))
 
 $(CUDA_CPU_SRC)/.stamp: $(CUDA_CPU_INPUTS) $(CUDA_CPU_DIR)/translate.py
 	@mkdir -p $(CUDA_CPU_SRC)

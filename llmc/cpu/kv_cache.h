@@ -7,6 +7,7 @@ matrix-vector product per weight matrix and attention over the cached positions)
 sequence.
 
     KVCache, kvcache_init(_like), kvcache_free   the cache (NKV key/value heads per layer) and the work buffers of up to maxT positions
+                                            (kvcache_init_heads: a head size HS of the model's own, not C / NH)
     KVForwardFn                             a family's cached forward: tokens in at kv->pos, the last position's logits out
     matvec_forward                          one position's linear layer, in a fixed summation order
     linear_forward, layernorm_rows, gelu_rows, residual_rows   n positions: the layers' functions, or a plain loop for one
@@ -14,8 +15,9 @@ sequence.
     attention_forward_cached                causal attention of the new positions over the cache (GQA: NH / NKV query heads a head)
     KVCheck, kv_check_step                  --check-kv: the cached logits against a fresh cache fed the whole sequence at once
 
-Shapes: C channels, L layers, NH query heads, NKV key/value heads (GPT-2: NKV = NH), HS = C / NH,
-QKV = (NH + 2 NKV) HS the qkv projection's output (q heads, then k heads, then v heads), FFN the MLP's hidden size.
+Shapes: C channels, L layers, NH query heads, NKV key/value heads (GPT-2: NKV = NH), HS the head size (C / NH, or
+the model's own: Qwen3's), AW = NH HS the attention width (C unless HS is the model's own), QKV = (NH + 2 NKV) HS the
+qkv projection's output (q heads, then k heads, then v heads), FFN the MLP's hidden size.
 */
 #ifndef LLMC_KV_CACHE_H
 #define LLMC_KV_CACHE_H
@@ -44,7 +46,7 @@ typedef struct {
     float* mean;           // (maxT)
     float* rstd;           // (maxT)
     float* qkv;            // (maxT, QKV) the NH query heads, then the NKV key and value heads
-    float* atty;           // (maxT, C)
+    float* atty;           // (maxT, AW) the attention output, NH HS wide
     float* proj;           // (maxT, C)
     float* fch;            // (maxT, FFN) the MLP's first hidden layer (GPT-2: fc, Llama 3: the gate)
     float* fch2;           // (maxT, FFN) its second (GPT-2: gelu(fc), Llama 3: the up projection)
@@ -56,13 +58,14 @@ typedef struct {
 // inference struct), kv->logits gets the last position's logits
 typedef void (*KVForwardFn)(const void* model, KVCache* kv, const int* tokens, int n);
 
-static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int FFN, int V) {
+// a cache of heads HS wide (the attention width NH HS need not be C)
+static void kvcache_init_heads(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int HS, int FFN, int V) {
     kv->maxT = maxT;
     kv->C = C;
     kv->L = L;
     kv->NH = NH;
     kv->NKV = NKV;
-    kv->HS = C / NH;
+    kv->HS = HS;
     kv->QKV = (NH + 2 * NKV) * kv->HS;
     kv->FFN = FFN;
     kv->V = V;
@@ -79,7 +82,7 @@ static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, i
     kv->mean = (float*)mallocCheck(T * sizeof(float));
     kv->rstd = (float*)mallocCheck(T * sizeof(float));
     kv->qkv = (float*)mallocCheck(T * kv->QKV * sizeof(float));
-    kv->atty = (float*)mallocCheck(T * C * sizeof(float));
+    kv->atty = (float*)mallocCheck(T * NH * HS * sizeof(float));
     kv->proj = (float*)mallocCheck(T * C * sizeof(float));
     kv->fch = (float*)mallocCheck(T * FFN * sizeof(float));
     kv->fch2 = (float*)mallocCheck(T * FFN * sizeof(float));
@@ -87,9 +90,14 @@ static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, i
     kv->logits = (float*)mallocCheck((size_t)V * sizeof(float));
 }
 
+// a cache of heads C / NH wide
+static void kvcache_init(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int FFN, int V) {
+    kvcache_init_heads(kv, maxT, C, L, NH, NKV, C / NH, FFN, V);
+}
+
 // a second, empty cache of like's shapes
 static void kvcache_init_like(KVCache* kv, const KVCache* like) {
-    kvcache_init(kv, like->maxT, like->C, like->L, like->NH, like->NKV, like->FFN, like->V);
+    kvcache_init_heads(kv, like->maxT, like->C, like->L, like->NH, like->NKV, like->HS, like->FFN, like->V);
 }
 
 static void kvcache_free(KVCache* kv) {
@@ -156,17 +164,19 @@ static void residual_rows(float* x, const float* y, int n, size_t N) {
 
 // appends the keys and values of the n new positions (kv->pos ..) of kv->qkv to one layer's cache
 static void kvcache_store(const KVCache* kv, float* layer_keys, float* layer_values, int n) {
-    // kv->qkv is (n, QKV), its keys at column C and its values at C + NKV*HS; layer_keys/values are (maxT, NKV*HS)
-    size_t KVC = (size_t)kv->NKV * kv->HS;
+    // kv->qkv is (n, QKV), its keys at column AW = NH*HS and its values at AW + NKV*HS; layer_keys/values are
+    // (maxT, NKV*HS)
+    size_t KVC = (size_t)kv->NKV * kv->HS, AW = (size_t)kv->NH * kv->HS;
     for (int t = 0; t < n; t++) {
         const float* row = kv->qkv + (size_t)t * kv->QKV;
-        memcpy(layer_keys + (size_t)(kv->pos + t) * KVC, row + kv->C, KVC * sizeof(float));
-        memcpy(layer_values + (size_t)(kv->pos + t) * KVC, row + kv->C + KVC, KVC * sizeof(float));
+        memcpy(layer_keys + (size_t)(kv->pos + t) * KVC, row + AW, KVC * sizeof(float));
+        memcpy(layer_values + (size_t)(kv->pos + t) * KVC, row + AW + KVC, KVC * sizeof(float));
     }
 }
 
 // causal attention of n new positions (pos0 .. pos0+n-1) over the cached keys/values 0 .. pos0+n-1;
-// query head h reads cached head h / (NH/NKV) (GPT-2: NKV = NH)
+// query head h reads cached head h / (NH/NKV) (GPT-2: NKV = NH). C is the attention width NH HS (the channels
+// unless the head size is the model's own)
 static void attention_forward_cached(float* out, float* scores, const float* q_rows, int q_stride, const float* key_cache,
                                      const float* value_cache, int pos0, int n, int C, int NH, int NKV, int maxT) {
     // out is (n, C); q_rows is (n, q_stride) with the NH query heads first; key/value_cache are

@@ -96,7 +96,7 @@ static void nanochat_forward_cached(const void* model, KVCache* kv, const int* t
         linear_forward(kv->qkv, kv->ln, w.qkvw, NULL, n, C, QKV);                                        // (n, QKV)
         rope_reverse_forward(kv->qkv, m->rope_cos + (size_t)kv->pos * half, m->rope_sin + (size_t)kv->pos * half, 1, n,
                              QKV, NH + NKV, HS);
-        qknorm_forward(kv->qkv, NULL, n, QKV, NH + NKV, HS, eps);
+        qknorm_forward(kv->qkv, NULL, NULL, NULL, n, QKV, NH + NKV, HS, eps);
         kvcache_store(kv, l_kc, l_vc, n);
         attention_forward_cached(kv->atty, kv->scores, kv->qkv, QKV, l_kc, l_vc, kv->pos, n, C, NH, NKV, maxT); // (n, C)
         linear_forward(kv->proj, kv->atty, w.attprojw, NULL, n, C, C);

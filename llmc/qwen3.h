@@ -1,0 +1,274 @@
+/*
+llmc/qwen3.h: the Qwen3 family (transformers' Qwen3ForCausalLM), described once for every backend: the model file
+(read, validated, written), its shapes, the dN descriptors, the table of its parameter tensors, the init from
+scratch, and QWEN3_FAMILY, the description the programs around a model read (llmc/model_family.h). train_qwen3.py
+writes the same file (pyllmc/families/qwen3.py, doc/qwen3.md).
+
+Model file, little-endian: int32 header[256]
+    [0]=20250429 [1]=3 (fp32 params) or 5 (bf16) [2]=block size maxT [3]=V [4]=L [5]=NH [6]=NKV [7]=C
+    [8]=head_dim HS (even, independent of C/NH) [9]=FFN hidden size [10]=tied embeddings (1: lm_head is wte and is
+    not stored) [11..255]=0
+then float32 header[256]
+    [0]=norm_eps (every RMSNorm, QK-norm included) [1]=rope_theta [2..255]=0
+then the parameters (fp32, or bf16 widened on load), no vocab padding, in the order of QWEN3_PARAMETER_TENSORS below.
+
+Shapes: V vocab, C channels, L layers, NH query heads, NKV key/value heads, HS head_dim, AW = NH HS the attention
+width (may differ from C), QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
+
+Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), HS=128 (attention width 128N, twice C),
+FFN=3C, norm_eps 1e-6, rope_theta 1e6, untied, maxT 1024; V is the tokenizer's (qwen3_tokenizer_vocab_size reads it
+from QWEN3_TOKENIZER_PATH). Every reader error is one line naming the file (llmc/model_file.h's reader; QWEN3_MODEL_FILE
+describes this file).
+*/
+#ifndef LLMC_QWEN3_H
+#define LLMC_QWEN3_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "utils.h"
+#include "rand.h"
+#include "model_file.h"
+#include "model_family.h"
+#include "tokenizer.h"
+
+#define QWEN3_MAGIC 20250429
+#define QWEN3_TOKENIZER_PATH "qwen3_tokenizer.bin"  // the tokenizer file the trainers read (train_qwen3.py writes it)
+
+typedef struct {
+    int max_seq_len;      // maxT, the block size
+    int vocab_size;       // V (no padding; may exceed the tokenizer's vocabulary)
+    int num_layers;       // L
+    int num_heads;        // NH
+    int num_kv_heads;     // NKV (GQA: NH / NKV query heads share one key/value head)
+    int channels;         // C
+    int head_dim;         // HS, not C / NH in general
+    int ffn_hidden;       // FFN, the SwiGLU hidden size
+    int tied_embeddings;  // lm_head is wte
+    float norm_eps;
+    float rope_theta;
+} Qwen3Config;
+
+// ----------------------------------------------------------------------------
+// the parameter tensors, in file order: X(D, name, per_layer, rows, cols, is_matrix), sizes in V, C, HS, AW, QKV, FFN
+// and VH (V, or 0 when lm_head is tied to wte). is_matrix: the 2-D weights, the ones AdamW decays (as the reference's
+// optimizer groups) and Muon trains.
+#define QWEN3_PARAMETER_TENSORS(X, D) \
+    X(D, wte,      0, V,   C,   1) /* token embedding */ \
+    QWEN3_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, lnfw,     0, C,   1,   0) /* final RMSNorm */ \
+    X(D, lm_head,  0, VH,  C,   1) /* output projection, absent when tied */
+
+#define QWEN3_LAYER_PARAMETER_TENSORS(X, D) \
+    X(D, ln1w,     1, C,   1,   0) /* RMSNorm before attention */ \
+    X(D, qkvw,     1, QKV, C,   1) /* q rows (NH HS), then k rows (NKV HS), then v rows */ \
+    X(D, qnormw,   1, HS,  1,   0) /* QK-norm's weight of the q heads (q_norm) */ \
+    X(D, knormw,   1, HS,  1,   0) /* and of the k heads (k_norm) */ \
+    X(D, attprojw, 1, C,   AW,  1) /* attention output projection (o_proj) */ \
+    X(D, ln2w,     1, C,   1,   0) /* RMSNorm before the MLP */ \
+    X(D, fcw,      1, FFN, C,   1) /* gate projection */ \
+    X(D, fcw2,     1, FFN, C,   1) /* up projection */ \
+    X(D, fcprojw,  1, C,   FFN, 1) /* down projection */
+
+// the enum QWEN3_PARAM_wte = 0 ..., its count, one layer's 9 tensors and the arrays of names and flags
+// (llmc/model_file.h)
+TENSOR_TABLE_INDEX(QWEN3_PARAMETER_TENSORS, QWEN3, ln1w, fcprojw)
+
+// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
+static inline void qwen3_parameter_dims(size_t (*dims)[3], const void* config) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    // the dimension names the table is written in
+    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
+    const size_t HS = (size_t)cfg->head_dim, AW = (size_t)cfg->num_heads * HS;
+    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
+    const size_t FFN = (size_t)cfg->ffn_hidden, VH = cfg->tied_embeddings ? 0 : V;
+    const size_t table[QWEN3_NUM_PARAMETER_TENSORS][3] = {QWEN3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
+    memcpy(dims, table, sizeof(table));
+}
+
+// Qwen3Params, Qwen3LayerParams (named fp32 pointers to the tensors, all and one layer's 9), qwen3_parameter_sizes,
+// qwen3_num_parameters, qwen3_point_parameters, qwen3_layer_params (llmc/model_file.h)
+TENSOR_TABLE_VIEWS(QWEN3_PARAMETER_TENSORS, QWEN3_LAYER_PARAMETER_TENSORS, qwen3, QWEN3, ln1w, Qwen3Config, Qwen3Params,
+                   Qwen3LayerParams)
+
+// the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
+static inline float* qwen3_lm_head(const Qwen3Params* p, const Qwen3Config* cfg) {
+    return cfg->tied_embeddings ? p->wte : p->lm_head;
+}
+
+// ----------------------------------------------------------------------------
+// descriptors
+
+// "dN" (N in 1..64): the from-scratch shapes above with vocab size V; 1 if desc is one, else 0
+static inline int qwen3_config_from_descriptor(const char* desc, int V, Qwen3Config* cfg) {
+    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
+    int N = 0;
+    for (const char* s = desc + 1; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') { return 0; }
+        N = N * 10 + (*s - '0');
+    }
+    if (N < 1 || N > 64) { return 0; }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = V;
+    cfg->num_layers = N;
+    cfg->num_heads = N;
+    cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;
+    cfg->channels = 64 * N;
+    cfg->head_dim = 128;              // Qwen3's head size at every published size
+    cfg->ffn_hidden = 3 * 64 * N;     // 3C: Qwen3-0.6B's ratio
+    cfg->tied_embeddings = 0;
+    cfg->norm_eps = 1e-6f;
+    cfg->rope_theta = 1000000.0f;
+    return 1;
+}
+
+// the vocab size of the tokenizer file QWEN3_TOKENIZER_PATH, for -e desc (dN); one error line when the file is missing
+// or is a GPT-2 tokenizer's (version 1 or 2: no delimiter id of its own)
+static inline int qwen3_tokenizer_vocab_size(const char* desc) {
+    if (!file_exists(QWEN3_TOKENIZER_PATH)) {
+        llmc_die("%s: no such file (-e %s takes the vocab size from the Qwen3 tokenizer file; python train_qwen3.py writes it)",
+                 QWEN3_TOKENIZER_PATH, desc);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, QWEN3_TOKENIZER_PATH);
+    if (tok.bos_token < 0) {
+        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Qwen3 one (version 3)", QWEN3_TOKENIZER_PATH, tok.version);
+    }
+    int V = (int)tok.vocab_size;
+    tokenizer_free(&tok);
+    return V;
+}
+
+// ----------------------------------------------------------------------------
+// the file
+
+// what only Qwen3 knows about its headers (model_file_open calls it once the fields are in range)
+static inline void qwen3_model_file_check(const char* path, const void* config) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    int NH = cfg->num_heads, NKV = cfg->num_kv_heads, HS = cfg->head_dim;
+    if (HS % 2 != 0) {
+        llmc_die("%s: bad Qwen3 model header: head_dim %d must be even for RoPE", path, HS);
+    }
+    if (NKV > NH || NH % NKV != 0) {
+        llmc_die("%s: bad Qwen3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
+    }
+    float eps = cfg->norm_eps, theta = cfg->rope_theta;
+    if (!(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
+        llmc_die("%s: bad Qwen3 model header: norm_eps %g must be in (0, 1) and rope_theta %g finite and > 1", path, eps,
+                 theta);
+    }
+}
+
+static inline size_t qwen3_model_file_parameters(const void* config, char* shape, size_t shape_size) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d HS=%d V=%d FFN=%d%s", cfg->num_layers, cfg->channels,
+             cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->vocab_size, cfg->ffn_hidden,
+             cfg->tied_embeddings ? ", tied" : "");
+    return qwen3_num_parameters(cfg);
+}
+
+// Where each member of Qwen3Config stands: int header[2..10] within their ranges, float header[0..1]
+#define QWEN3_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(Qwen3Config, member)}
+#define QWEN3_FLOAT_(index, member) {NULL, MODEL_FIELD_FLOAT, index, 0, 0, offsetof(Qwen3Config, member)}
+static const ModelHeaderField QWEN3_HEADER_FIELDS[] = {
+    QWEN3_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len), QWEN3_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
+    QWEN3_INT_("layers L (header[4])", 4, 1, 4096, num_layers), QWEN3_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
+    QWEN3_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
+    QWEN3_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
+    QWEN3_INT_("head_dim HS (header[8])", 8, 2, 1 << 12, head_dim),
+    QWEN3_INT_("FFN hidden size (header[9])", 9, 1, 1 << 22, ffn_hidden),
+    QWEN3_INT_("tied embeddings (header[10])", 10, 0, 1, tied_embeddings),
+    {"unused header[11]", MODEL_FIELD_CONST, 11, 0, 0, 0},
+    QWEN3_FLOAT_(0, norm_eps), QWEN3_FLOAT_(1, rope_theta),
+};
+static const ModelFileFormat QWEN3_MODEL_FILE = MODEL_FILE_FORMAT(
+    "Qwen3 model", "%s: not a Qwen3 model file (%zu bytes, shorter than the 2048-byte header)",
+    QWEN3_MAGIC, 1, QWEN3_HEADER_FIELDS, Qwen3Config, qwen3_model_file_check, qwen3_model_file_parameters);
+
+// qwen3_model_open(path, cfg, version) opens a model file, validates both headers against the real size and returns
+// the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
+static inline FILE* qwen3_model_open(const char* path, Qwen3Config* cfg, int* version) {
+    return model_file_open(path, &QWEN3_MODEL_FILE, cfg, version);
+}
+
+// ----------------------------------------------------------------------------
+// from scratch
+
+// params: qwen3_num_parameters(cfg) floats, file order; bit for bit what train_qwen3.py does at this seed (llmc/rand.h
+// reproduces torch's generator): one normal draw per 2-D tensor of the model file, in file order, over the whole
+// tensor stacked across layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head when untied): std 0.02, the residual
+// projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight (ln1w, qnormw, knormw, ln2w, lnfw) 1
+static inline void qwen3_init_params_from_scratch(float* params, const Qwen3Config* cfg, unsigned int seed) {
+    size_t sizes[QWEN3_NUM_PARAMETER_TENSORS];
+    qwen3_parameter_sizes(sizes, cfg);
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    float* t = params;
+    for (int k = 0; k < QWEN3_NUM_PARAMETER_TENSORS; k++) {
+        size_t n = sizes[k];
+        if (QWEN3_PARAMETER_IS_MATRIX[k] && n > 0) {
+            int residual = k == QWEN3_PARAM_attprojw || k == QWEN3_PARAM_fcprojw;
+            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
+        } else if (!QWEN3_PARAMETER_IS_MATRIX[k]) {
+            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
+        }
+        t += n;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the description
+
+// the behaviour every program shares (llmc/model_family.h), over Qwen3Config: -e dN takes V from the tokenizer file
+static inline int qwen3_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    (void)why;
+    Qwen3Config* cfg = (Qwen3Config*)config;
+    if (!qwen3_config_from_descriptor(desc, 1, cfg)) { return 0; }
+    cfg->vocab_size = qwen3_tokenizer_vocab_size(desc);
+    return 1;
+}
+
+static inline void qwen3_family_init_params(float* params, const void* config, unsigned int seed) {
+    qwen3_init_params_from_scratch(params, (const Qwen3Config*)config, seed);
+}
+
+static inline void qwen3_describe_config(const void* config, char* line, size_t size) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    snprintf(line, size, "Qwen3 L=%d NH=%d NKV=%d HS=%d C=%d FFN=%d maxT=%d V=%d%s", cfg->num_layers, cfg->num_heads,
+             cfg->num_kv_heads, cfg->head_dim, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
+             cfg->tied_embeddings ? ", tied lm_head" : "");
+}
+
+// the Qwen3 debug state train_qwen3.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
+static const DebugStateFormat QWEN3_DEBUG_STATE = {QWEN3_MAGIC, 3, "Qwen3 debug state", "block size", 1};
+
+static const ModelFamily QWEN3_FAMILY = {
+    .name = "qwen3",
+    .model_file = &QWEN3_MODEL_FILE,
+    .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
+    .tokenizer_path = QWEN3_TOKENIZER_PATH,
+    .load_default = "d2",
+    .load_help = "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")",
+    .missing_model = "%s: no such Qwen3 model file (flag -e; python train_qwen3.py writes one, or use -e d2 to init from scratch)",
+    .max_T_name = "block size",
+    .debug_state = &QWEN3_DEBUG_STATE,
+    .reference = "train_qwen3.py",
+    .reference_model = "qwen3_d2.bin",
+    .reference_state = "qwen3_d2_debug_state.bin",
+    .num_tensors = QWEN3_NUM_PARAMETER_TENSORS,
+    .tensor_names = QWEN3_PARAMETER_NAMES,
+    .tensor_is_matrix = QWEN3_PARAMETER_IS_MATRIX,
+    .tensor_per_layer = QWEN3_PARAMETER_PER_LAYER,
+    .tensor_dims = qwen3_parameter_dims,
+    .first_layer_tensor = QWEN3_PARAM_ln1w,
+    .num_layer_tensors = QWEN3_NUM_LAYER_TENSORS,
+    .config_from_descriptor = qwen3_family_config_from_descriptor,
+    .init_params = qwen3_family_init_params,
+    .describe_config = qwen3_describe_config,
+};
+
+#endif // LLMC_QWEN3_H

@@ -1,0 +1,331 @@
+"""The C side of Qwen3: test_qwen3 against train_qwen3.py's debug states (d2 from scratch: GQA 2:1 with head_dim 128, an
+attention width twice C; MHA of head_dim 48, tied; MQA of head_dim 16, a width below C; Muon states of d2 and MQA), in
+fp32 and -p bf16, its failure on corrupted states, train_qwen3's init from scratch bit for bit, one and two threads
+bit-identical, resume, two processes with ZeRO-1, bad input, training on tinyshakespeare with the local <|endoftext|>
+tokenizer, and ./generate.
+
+The reference files are dev/qwen3_refs.py's, from `make qwen3-debug-states` (tests/conftest.py qwen3_references).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import REPO, assert_one_error_line, killed_after, make, run  # noqa: E402
+
+MPIRUN = REPO / ".venv" / "bin" / "mpirun"
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: spinning OpenMP threads only hurt on a busy machine
+MUON = ["-op", "muon", "-ol", 0.02]  # Muon on the blocks' matrices, AdamW (-l) on the rest
+MODELS = ["qwen3_d2", "qwen3_mha", "qwen3_mqa", "muon/qwen3_d2", "muon/qwen3_mqa"]
+
+
+@pytest.fixture(scope="module")
+def binaries() -> Path:
+    make("train_qwen3", "test_qwen3", "generate")
+    return REPO
+
+
+@pytest.fixture(scope="module")
+def ref(qwen3_references: Path) -> Path:
+    return qwen3_references
+
+
+def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True,
+          env: dict[str, str] | None = None):
+    """./train_qwen3 on the tinyshakespeare llama-3 shards of `ref`, with its tokenizer file, in cwd (under mpirun
+    with mpi_ranks processes)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    if not (cwd / "qwen3_tokenizer.bin").exists():
+        shutil.copy(ref / "qwen3_tokenizer.bin", cwd)
+    cmd = [REPO / "train_qwen3", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j",
+           ref / "ts" / "tiny_shakespeare_val.bin", "-s", 0, *flags]
+    base = ONE_THREAD
+    if mpi_ranks:
+        cmd, base = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd], MPI_ENV
+    return run(cmd, cwd=cwd, env={**base, **(env or {})}, check=check)
+
+
+def train_losses(log: Path) -> list[float]:
+    """The s:N trl:LOSS values of a main.log, in step order."""
+    found = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:(\S+)", log.read_text(), re.M)}
+    return [found[k] for k in sorted(found)]
+
+
+def test_qwen3(ref: Path, model: str, *flags: object, check: bool = True):
+    return run([REPO / "test_qwen3", "-e", ref / f"{model}.bin", "-s", ref / f"{model}_debug_state.bin", *flags],
+               env=ONE_THREAD, check=check)
+
+
+test_qwen3.__test__ = False  # a helper, not a test
+
+
+def param_offsets(model: Path) -> dict[str, tuple[int, int]]:
+    """(offset, count) in floats of each gradient tensor in the debug state's grads, from the model header."""
+    h = np.fromfile(model, dtype="<i4", count=256)
+    V, L, NH, NKV, C, HS, FFN, tied = (int(h[i]) for i in range(3, 11))
+    sizes = [("wte", V * C), ("ln1w", L * C), ("qkvw", L * (NH + 2 * NKV) * HS * C), ("qnormw", L * HS),
+             ("knormw", L * HS), ("attprojw", L * C * NH * HS), ("ln2w", L * C), ("fcw", L * FFN * C),
+             ("fcw2", L * FFN * C), ("fcprojw", L * C * FFN), ("lnfw", C), ("lm_head", 0 if tied else V * C)]
+    out, pos = {}, 0
+    for name, n in sizes:
+        out[name] = (pos, n)
+        pos += n
+    return out
+
+
+# ---------------------------------------------------------------------------- test_qwen3 vs PyTorch
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_test_qwen3_passes_on_the_reference_states(binaries, ref: Path, model: str) -> None:
+    out = test_qwen3(ref, model).stdout
+    assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+    for name in ["logits", "loss", "dwte", "dqkvw", "dqnormw", "dknormw", "dattprojw", "dfcw2", "dlnfw", "loss step 9",
+                 "norm step 9"]:
+        assert re.search(rf"^\| {re.escape(name)} .*\| ok +\|$", out, re.M), (name, out)
+    assert ("dlm_head" in out) == (model != "qwen3_mha")  # the MHA model's head is tied to wte
+    assert ("with Muon on the block matrices" in out) == model.startswith("muon/"), out[:600]
+
+
+@pytest.mark.parametrize("model", ["qwen3_d2", "qwen3_mqa", "muon/qwen3_mqa"])
+def test_test_qwen3_passes_with_bf16_matmuls(binaries, ref: Path, model: str) -> None:
+    out = test_qwen3(ref, model, "-p", "bf16").stdout
+    assert "bf16 (GEMM inputs rounded to bf16)" in out and re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+
+
+def test_test_qwen3_reads_bf16_model_files(binaries, ref: Path, tmp_path: Path) -> None:
+    # the bf16 model file is the fp32 one rounded: widened on load, the bf16 table holds
+    shutil.copy(ref / "qwen3_d2_debug_state.bin", tmp_path / "qwen3_d2_bf16_debug_state.bin")
+    shutil.copy(ref / "qwen3_d2_bf16.bin", tmp_path / "qwen3_d2_bf16.bin")
+    out = test_qwen3(tmp_path, "qwen3_d2_bf16", "-p", "bf16").stdout
+    assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+
+
+@pytest.mark.parametrize("what", ["logits", "dqnormw", "dknormw", "dqkvw k rows", "dattprojw", "step loss"])
+def test_test_qwen3_fails_on_a_corrupted_state(binaries, ref: Path, tmp_path: Path, what: str) -> None:
+    model = ref / "qwen3_mqa.bin"
+    state = bytearray((ref / "qwen3_mqa_debug_state.bin").read_bytes())
+    h = struct.unpack_from("<256i", state)
+    B, T, nsteps = h[2], h[3], h[4]
+    V = int(np.fromfile(model, dtype="<i4", count=4)[3])
+    grads = 1024 + 8 * B * T + 4 * B * T * V + 4
+    offsets = param_offsets(model)
+    if what == "logits":
+        start, count, row = 1024 + 8 * B * T, B * T * V, "logits"
+    elif what == "step loss":
+        start, count, row = grads + 4 * (sum(n for _, n in offsets.values()) + 5), 1, "loss step 5"
+    elif what == "dqkvw k rows":  # the key rows of layer 0 (MQA: 4 q heads of 16, then 1 k head): the GQA sum
+        off, _ = offsets["qkvw"]
+        start, count, row = grads + 4 * (off + 4 * 16 * 96), 16 * 96, "dqkvw"
+    else:
+        off, n = offsets[what[1:]]
+        start, count, row = grads + 4 * off, n, what
+    values = np.frombuffer(state, dtype="<f4", count=count, offset=start).copy()
+    if what == "step loss":
+        values += 1e-3
+    else:  # 0.1 % off a whole tensor; the k rows 25 % off, as if one of the 4 query heads' gradients were lost
+        values *= 1.25 if what == "dqkvw k rows" else 1.001
+    state[start: start + 4 * count] = values.tobytes()
+    (tmp_path / "qwen3_mqa_debug_state.bin").write_bytes(bytes(state))
+    shutil.copy(model, tmp_path)
+    proc = test_qwen3(tmp_path, "qwen3_mqa", check=False)
+    assert proc.returncode == 1, proc.stdout
+    assert re.search(rf"^\| {re.escape(row)} .*FAIL", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\d+ passed, [1-9]\d* failed$", proc.stdout, re.M)
+    assert nsteps == 10
+
+
+@pytest.mark.parametrize("damage", ["truncated", "magic", "version", "model"])
+def test_test_qwen3_refuses_a_bad_state_with_one_line(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
+    state = bytearray((ref / "qwen3_d2_debug_state.bin").read_bytes())
+    if damage == "truncated":
+        state = state[:-7]
+    elif damage == "magic":
+        struct.pack_into("<i", state, 0, 20240803)  # a Llama 3 debug state's
+    elif damage == "version":
+        struct.pack_into("<i", state, 4, 2)
+    elif damage == "model":  # the MQA model's state does not fit d2
+        state = bytearray((ref / "qwen3_mqa_debug_state.bin").read_bytes())
+    shutil.copy(ref / "qwen3_d2.bin", tmp_path)
+    (tmp_path / "qwen3_d2_debug_state.bin").write_bytes(bytes(state))
+    line = assert_one_error_line(test_qwen3(tmp_path, "qwen3_d2", check=False))
+    assert {"truncated": "size mismatch", "magic": "magic 20240803", "version": "version 2",
+            "model": "size mismatch"}[damage] in line
+
+
+# ---------------------------------------------------------------------------- train_qwen3
+
+
+@pytest.mark.parametrize("depth", ["d1", "d2"])
+def test_init_from_scratch_equals_train_qwen3_py_bit_for_bit(binaries, ref: Path, tmp_path: Path, depth: str) -> None:
+    proc = train(ref, tmp_path, "-e", depth, "-x", 0, "-o", "out", "-n", 1)
+    assert f"Qwen3 L={depth[1:]} " in proc.stdout and " HS=128 " in proc.stdout, proc.stdout
+    assert (tmp_path / "out" / "model_00000000.bin").read_bytes() == (ref / f"qwen3_{depth}.bin").read_bytes()
+
+
+def test_training_lowers_the_loss_and_prints_decoded_samples(binaries, ref: Path, tmp_path: Path) -> None:
+    proc = train(ref, tmp_path, "-e", "qwen3_mqa.bin", "-b", 8, "-t", 64, "-x", 30, "-l", 3e-3, "-v", 15, "-m", 4,
+                 "-s", 30, "-g", 24, "-o", "out", env={"OMP_NUM_THREADS": "2"})
+    losses = train_losses(tmp_path / "out" / "main.log")
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.8, losses
+    vals = [float(v) for v in re.findall(r"val loss (\S+)", proc.stdout)]
+    assert len(vals) == 3 and vals[2] < vals[0] - 0.8, proc.stdout
+    sample = proc.stdout.split("generating:\n---\n")[1].split("\n---")[0]
+    assert re.search(r"[a-z]{2,} [a-z]", sample), sample  # decoded words, not token ids
+
+
+@pytest.fixture(autouse=True)
+def _mqa_in_cwd(request, ref: Path, tmp_path: Path) -> None:
+    """The tests that train a reference model by name find it in their working directory."""
+    shutil.copy(ref / "qwen3_mqa.bin", tmp_path)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_one_and_two_threads_train_bit_identically(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    """The layers, the optimizers and the norms sum in an order that does not depend on the thread count; the fp32
+    GEMMs on llmc/cpu/matmul.h's built-in kernel too (LLMC_FP32_GEMM=builtin: OpenBLAS's sgemm splits its sums by
+    thread count, for every family alike)."""
+    flags = ["-e", "qwen3_mqa.bin", "-b", 4, "-t", 64, "-x", 4, "-v", 2, "-m", 2, "-c", 0.1, "-n", 4,
+             *(MUON if optimizer == "muon" else [])]
+    runs = {}
+    for threads in ("1", "2"):
+        train(ref, tmp_path, *flags, "-o", f"t{threads}", env={"OMP_NUM_THREADS": threads, "LLMC_FP32_GEMM": "builtin"})
+        runs[threads] = (train_losses(tmp_path / f"t{threads}" / "main.log"),
+                         (tmp_path / f"t{threads}" / "model_00000004.bin").read_bytes())
+    assert len(runs["1"][0]) == 4 and runs["1"] == runs["2"], (runs["1"][0], runs["2"][0])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    flags = ["-e", "qwen3_mqa.bin", "-b", 2, "-t", 32, "-x", 8, "-v", 4, "-m", 2, "-n", 4, "-c", 0.1, "-u", 2, "-s", 8,
+             "-g", 8, *(MUON if optimizer == "muon" else [])]
+    straight = train(ref, tmp_path, *flags, "-o", "straight")
+    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
+    resumed = train(ref, tmp_path, *flags, "-o", "part", "-y", 1)
+    assert "resumed from" in resumed.stdout
+    assert train_losses(tmp_path / "straight" / "main.log")[4:] == train_losses(part / "main.log")
+    assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
+    sample = lambda out: out.split("generating:")[-1].split("---")[1]  # noqa: E731
+    assert sample(straight.stdout) == sample(resumed.stdout)
+    assert np.fromfile(part / "state_00000008_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
+    common = ["-e", "qwen3_mqa.bin", "-t", 32, "-x", 4, "-v", 0, "-c", 0.1, *(MUON if optimizer == "muon" else [])]
+    train(ref, tmp_path, *common, "-b", 4, "-o", "one")
+    proc = train(ref, tmp_path, *common, "-b", 2, "-z", 1, "-o", "two", mpi_ranks=2)
+    assert "2 processes" in proc.stdout and "ZeRO-1" in proc.stdout, proc.stdout
+    a, b = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
+    assert len(a) == len(b) == 4
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("magic", "not a Qwen3 model file (magic 20250430, expected 20250429)"),
+    ("llama3 file", "not a Qwen3 model file (magic 20240803, expected 20250429)"),
+    ("version", "unsupported Qwen3 model version 4"),
+    ("short", "not a Qwen3 model file (1500 bytes, shorter than the 2048-byte header)"),
+    ("truncated", "(truncated?)"),
+    ("trailing", "Qwen3 model size mismatch"),
+    ("odd head_dim", "head_dim 15 must be even for RoPE"),
+    ("kv heads", "NH = 4 is not a multiple of NKV = 3"),
+    ("tied flag", "tied embeddings (header[10]) = 2 is outside [0, 1]"),
+    ("unused field", "unused header[11] = 1 is outside [0, 0]"),
+    ("eps", "norm_eps 0 must be in (0, 1)"),
+    ("theta", "rope_theta inf finite and > 1"),
+    ("missing", "no such Qwen3 model file"),
+])
+def test_a_bad_model_file_gets_one_error_line(binaries, ref: Path, tmp_path: Path, damage: str, message: str) -> None:
+    data = bytearray((ref / "qwen3_mqa.bin").read_bytes())
+    edits = {"magic": ("<i", 0, 20250430), "llama3 file": ("<i", 0, 20240803), "version": ("<i", 4, 4),
+             "odd head_dim": ("<i", 32, 15), "kv heads": ("<i", 24, 3), "tied flag": ("<i", 40, 2),
+             "unused field": ("<i", 44, 1), "eps": ("<f", 1024, 0.0), "theta": ("<f", 1028, float("inf"))}
+    if damage in edits:
+        struct.pack_into(edits[damage][0], data, edits[damage][1], edits[damage][2])
+    elif damage == "short":
+        data = data[:1500]
+    elif damage == "truncated":
+        data = data[:-10]
+    elif damage == "trailing":
+        data += b"\0\0\0\0"
+    path = tmp_path / "bad.bin"
+    if damage != "missing":
+        path.write_bytes(bytes(data))
+    line = assert_one_error_line(train(ref, tmp_path, "-e", path, "-x", 1, check=False))
+    assert str(path) in line and message in line, line
+
+
+def test_every_mutated_header_field_loads_or_gets_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
+    """Each int32 field 1..12 and float32 field 0..2 of the model header set to hostile values: the loader either
+    takes the file or stops with one error line; it never crashes or reads past the file (through ./generate, the
+    same loader as train_qwen3)."""
+    good = (ref / "qwen3_mqa.bin").read_bytes()
+    shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
+    cases = [("<i", 4 * i, v) for i in range(1, 13) for v in (0, -1, 1 << 20, 2**31 - 1)]
+    cases += [("<f", 1024 + 4 * i, v) for i in range(3) for v in (0.0, -1.0, float("nan"), float("inf"), 1e30)]
+    outcomes = set()
+    for fmt, offset, value in cases:
+        data = bytearray(good)
+        struct.pack_into(fmt, data, offset, value)
+        (tmp_path / "m.bin").write_bytes(bytes(data))
+        proc = run([REPO / "generate", "-e", "m.bin", "-n", 1, "--ids", "1"], cwd=tmp_path, env=ONE_THREAD, check=False)
+        if proc.returncode != 0:
+            assert_one_error_line(proc)
+        outcomes.add(proc.returncode)
+    assert outcomes == {0, 1}
+
+
+def test_d2_without_its_tokenizer_file_gets_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
+    proc = run([REPO / "train_qwen3", "-e", "d2", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j", "", "-x", 1],
+               cwd=tmp_path, env=ONE_THREAD, check=False)
+    line = assert_one_error_line(proc)
+    assert "qwen3_tokenizer.bin: no such file (-e d2 takes the vocab size from the Qwen3 tokenizer file" in line, line
+
+
+def test_a_gpt2_shard_gets_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
+    tokens = np.arange(300, dtype="<u2") % 500
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, len(tokens))
+    (tmp_path / "gpt2.bin").write_bytes(header.tobytes() + tokens.tobytes())
+    line = assert_one_error_line(train(ref, tmp_path, "-e", "qwen3_mqa.bin", "-i", tmp_path / "gpt2.bin", "-j", "",
+                                       "-x", 1, check=False))
+    assert "a gpt-2 token shard (magic 20240520, uint16 tokens), but this model reads llama-3 shards" in line, line
+
+
+def test_a_sequence_longer_than_the_block_size_gets_one_error_line(binaries, ref: Path, tmp_path: Path) -> None:
+    line = assert_one_error_line(train(ref, tmp_path, "-e", "qwen3_mqa.bin", "-t", 256, "-x", 1, check=False))
+    assert "block size" in line and "128" in line, line
+
+
+# ---------------------------------------------------------------------------- generate
+
+
+@pytest.mark.parametrize("model", ["qwen3_d2", "qwen3_mha", "qwen3_mqa"])
+def test_generate_runs_a_qwen3_model_and_its_cache_matches_a_full_recompute(binaries, ref: Path, tmp_path: Path,
+                                                                           model: str) -> None:
+    shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
+    proc = run([REPO / "generate", "-e", ref / f"{model}.bin", "-n", 24, "--ids", "5 6 7", "--check-kv", "--no-stop"],
+               cwd=tmp_path, env={"OMP_NUM_THREADS": "2"})
+    m = re.search(r"check-kv: 24 steps, max \|cached - full\| logit difference (\S+)", proc.stdout + proc.stderr)
+    assert m and float(m.group(1)) < 1e-5, proc.stdout + proc.stderr
+
+
+def test_generate_refuses_a_text_prompt_for_qwen3_in_one_line(binaries, ref: Path, tmp_path: Path) -> None:
+    shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
+    line = assert_one_error_line(run([REPO / "generate", "-e", ref / "qwen3_d2.bin", "-p", "hello"], cwd=tmp_path,
+                                     check=False))
+    assert "text prompts are not supported for Qwen3 models" in line, line
