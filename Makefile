@@ -44,14 +44,14 @@ else
 endif
 
 # ---------------------------------------------------------------------------- the model families
-# llmc/families.h lists them, one row each: X(name, DESCRIPTION, "refs", "refs_dir"). make reads each family's name,
-# the command that writes its reference files and their folder; mk/families.mk makes every family's programs, CUDA
+# llmc/families.h lists them, one row each: X(name, DESCRIPTION, GPU, "refs", "refs_dir"). make reads each family's
+# name, whether it has a GPU trainer, the command that writes its reference files and their folder; mk/families.mk makes every family's programs, CUDA
 # builds and reference files from one template, dev/cuda_cpu/cuda_cpu.mk and mk/gpu_visit.mk their other builds.
 FAMILIES := $(shell sed -n 's/^ *X.\([a-z0-9_]*\),.*/\1/p' llmc/families.h)
 $(foreach f,$(FAMILIES),$(eval FAMILY_REFS_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f2)))
 $(foreach f,$(FAMILIES),$(eval FAMILY_REFS_DIR_$(f) := $(shell sed -n 's/^ *X.$(f),//p' llmc/families.h | cut -d'"' -f4)))
-# the families with a GPU trainer (train_<name>.cu): a family's CPU programs come first, its .cu files may follow
-CUDA_FAMILIES := $(foreach f,$(FAMILIES),$(if $(wildcard train_$(f).cu),$(f)))
+# the families with a GPU trainer (GPU 1: train_<name>.cu): a family's CPU programs come first, its .cu files may follow
+CUDA_FAMILIES := $(shell sed -n 's/^ *X.\([a-z0-9_]*\), *[A-Z0-9_]*, *1,.*/\1/p' llmc/families.h)
 FAMILY_CPU_PROGRAMS := $(foreach f,$(FAMILIES),train_$(f) test_$(f))
 FAMILY_GPU_PROGRAMS := $(foreach f,$(CUDA_FAMILIES),train_$(f)cu train_$(f)cu_cudnn test_$(f)cu)
 FAMILY_REFS_TARGETS := $(foreach f,$(FAMILIES),$(if $(FAMILY_REFS_$(f)),$(f)-debug-states))

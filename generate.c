@@ -1,5 +1,5 @@
 /*
-generate: text generation from an llmc GPT-2, Llama 3 or nanochat model file on the CPU, with a KV cache.
+generate: text generation from an llmc model file of any family in llmc/families.h on the CPU, with a KV cache.
 
     ./generate -e gpt2_124M.bin -p "The meaning of life is" -n 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1337
     ./generate -e gpt2_124M.bin -i          interactive: one prompt per stdin line
@@ -42,7 +42,7 @@ position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_ca
 // ----------------------------------------------------------------------------
 // the families (llmc/families.h), found by their model files' magic; each brings its hooks in its inference header
 
-#define GENERATE_FAMILY_ROW_(name, description, refs, refs_dir) &name##_generate,
+#define GENERATE_FAMILY_ROW_(name, description, gpu, refs, refs_dir) &name##_generate,
 static const GenerateFamily* const GENERATE_FAMILIES[] = {LLMC_FAMILIES(GENERATE_FAMILY_ROW_)};
 enum { NUM_GENERATE_FAMILIES = sizeof(GENERATE_FAMILIES) / sizeof(GENERATE_FAMILIES[0]) };
 
@@ -189,7 +189,7 @@ static int prompt_reader_next(PromptReader* r) {
 static void print_usage(FILE* out) {
     fprintf(out,
         "usage: ./generate [options]\n"
-        "  -e <path|dN>        GPT-2, Llama 3 or nanochat model file (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
+        "  -e <path|dN>        model file of any family (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
         "  -t <path>           Llama 3, nanochat models: tokenizer file that encodes and decodes (default llama3_tokenizer.bin,\n"
         "                      nanochat_tokenizer.bin)\n"

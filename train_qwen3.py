@@ -26,6 +26,7 @@ import torch
 from pyllmc.families.qwen3 import (
     HUB_MODEL,
     QWEN3,
+    depth_config,
     Qwen3Config,
     qwen3_config_problem,
     qwen3_header_bytes,
@@ -93,15 +94,6 @@ class Qwen3(StackedDecoder):
                                 mlp=lambda: SwiGLU(c.n_embd, c.ffn_hidden))
 
         super().__init__(config, make_block, rope_inv_freq(config), FILE_LAYOUT)
-
-
-def depth_config(depth: int, vocab_size: int) -> Qwen3Config:
-    """dN from scratch: Llama 3's reference rule L=N, C=64N, NH=N, NKV=max(1, N/2), with Qwen3's head_dim 128 (so the
-    attention width 128N is twice C) and its FFN hidden 3C; block size 1024, untied head, Qwen3's eps and theta."""
-    C = 64 * depth
-    return Qwen3Config(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth,
-                       n_kv_head=max(1, depth // 2), n_embd=C, head_dim=128, ffn_hidden=3 * C, norm_eps=1e-6,
-                       rope_theta=1000000.0, tied_embeddings=False)
 
 
 # ----------------------------------------------------------------------------- Hugging Face import and export

@@ -54,8 +54,10 @@ typedef struct {
 } TrainBackendName;
 
 // the trainers of every family in llmc/families.h as one string ", ./train_a, ./train_b"; + 2 skips the first ", "
-#define TRAIN_CPU_PROGRAM_(name, description, refs, refs_dir) ", ./train_" #name
-#define TRAIN_GPU_PROGRAM_(name, description, refs, refs_dir) ", ./train_" #name "cu"
+#define TRAIN_CPU_PROGRAM_(name, description, gpu, refs, refs_dir) ", ./train_" #name
+#define TRAIN_GPU_PROGRAM_(name, description, gpu, refs, refs_dir) TRAIN_GPU_PROGRAM_##gpu(name)
+#define TRAIN_GPU_PROGRAM_1(name) ", ./train_" #name "cu"
+#define TRAIN_GPU_PROGRAM_0(name) "" // a family with the CPU programs alone
 static const TrainBackendName TRAIN_BACKEND_NAMES[] = {
     {TRAIN_CPU, "the CPU trainers", LLMC_FAMILIES(TRAIN_CPU_PROGRAM_) + 2},
     {TRAIN_GPU, "the GPU trainers", LLMC_FAMILIES(TRAIN_GPU_PROGRAM_) + 2},

@@ -4,13 +4,15 @@ this list: make (mk/families.mk: each family's programs, CUDA builds, CPU-target
 template), llmc/args.h (the programs named in its error lines), generate.c (the families it tells apart by their
 model files' magic). A new family is its own files and one row here.
 
-    LLMC_FAMILIES(X)   one row per family: X(name, DESCRIPTION, "refs", "refs_dir")
+    LLMC_FAMILIES(X)   one row per family: X(name, DESCRIPTION, GPU, "refs", "refs_dir")
         name           the family's prefix, the one its files and programs are named by: llmc/<name>.h (its
                        description), llmc/cpu/<name>_inference.h (its cached forward pass), train_<name>.py (its
                        reference), train_<name>.c / test_<name>.c (./train_<name>, ./test_<name>), train_<name>.cu /
                        test_<name>.cu (./train_<name>cu, ./test_<name>cu, train_<name>cu_cudnn, and the CPU execution
                        target's build/cuda_cpu/{train,test}_<name>cu_{fp32,bf16})
         DESCRIPTION    its ModelFamily (llmc/model_family.h), defined in llmc/<name>.h
+        GPU            1 when it has the GPU trainer train_<name>.cu (make's CUDA_FAMILIES, the GPU trainers named in
+                       llmc/args.h's error lines), 0 while it has the CPU programs alone
         "refs"         the command (run by make's $(PY)) that writes the reference files its test programs read,
                        "" for none of its own (the shared d2 and d12 references of the Makefile); make adds
                        --out_dir "refs_dir"
@@ -24,10 +26,10 @@ inference (generate.c).
 #define LLMC_FAMILIES_H
 
 #define LLMC_FAMILIES(X) \
-    X(gpt2, GPT2_FAMILY, "", "") \
-    X(llama3, LLAMA3_FAMILY, "dev/llama3_refs.py --muon", "build/llama3") \
-    X(nanochat, NANOCHAT_FAMILY, "dev/nanochat_refs.py", "build/nanochat") \
-    X(qwen3, QWEN3_FAMILY, "dev/qwen3_refs.py --muon", "build/qwen3")
+    X(gpt2, GPT2_FAMILY, 1, "", "") \
+    X(llama3, LLAMA3_FAMILY, 1, "dev/llama3_refs.py --muon", "build/llama3") \
+    X(nanochat, NANOCHAT_FAMILY, 1, "dev/nanochat_refs.py", "build/nanochat") \
+    X(qwen3, QWEN3_FAMILY, 0, "dev/qwen3_refs.py --muon", "build/qwen3")
 
 #endif // LLMC_FAMILIES_H
 

@@ -14,11 +14,18 @@ from conftest import REPO, assert_one_error_line, make, run
 from pyllmc.families import NAMES, REGISTRY, by_magic, by_name
 from pyllmc.model_file import ModelFileError, header_bytes
 
-# X(name, DESCRIPTION, "refs", "refs_dir"), one row a line, as make's sed reads them
-ROWS = re.findall(r'^ *X\((\w+), (\w+), "([^"]*)", "([^"]*)"\)', (REPO / "llmc" / "families.h").read_text(), re.M)
+# X(name, DESCRIPTION, GPU, "refs", "refs_dir"), one row a line, as make's sed reads them
+ROWS_WITH_GPU = re.findall(r'^ *X\((\w+), (\w+), ([01]), "([^"]*)", "([^"]*)"\)',
+                           (REPO / "llmc" / "families.h").read_text(), re.M)
+ROWS = [(name, description, refs, refs_dir) for name, description, _, refs, refs_dir in ROWS_WITH_GPU]
 FAMILIES = [name for name, _, _, _ in ROWS]
-# the families with a GPU trainer: a family's CPU programs may land before its .cu files (make's CUDA_FAMILIES)
-CUDA_FAMILIES = [name for name in FAMILIES if (REPO / f"train_{name}.cu").is_file()]
+# the families with a GPU trainer (GPU 1): a family's CPU programs may land before its .cu files (make's CUDA_FAMILIES)
+CUDA_FAMILIES = [name for name, _, gpu, _, _ in ROWS_WITH_GPU if gpu == "1"]
+
+
+def test_a_family_has_a_gpu_trainer_exactly_when_its_row_says_so() -> None:
+    with_cu = [name for name in FAMILIES if (REPO / f"train_{name}.cu").is_file()]
+    assert with_cu == CUDA_FAMILIES, (with_cu, ROWS_WITH_GPU)
 
 
 def _make_n(*targets: str) -> str:
@@ -96,10 +103,10 @@ def test_make_writes_each_family_s_reference_files_with_its_command() -> None:
 
 def test_a_trainer_names_every_family_s_programs_when_it_refuses_a_flag() -> None:
     """./train_gpt2 -r 1: the GPU trainers' flag, refused in one line that lists the GPU trainers of every family
-    (llmc/args.h reads them from the registry)."""
+    that has one (llmc/args.h reads them from the registry), and no program that does not exist."""
     make("train_gpt2")
     line = assert_one_error_line(run([REPO / "train_gpt2", "-r", "1"], check=False))
-    programs = ", ".join(f"./train_{name}cu" for name in FAMILIES)
+    programs = ", ".join(f"./train_{name}cu" for name in CUDA_FAMILIES)
     assert f"a flag of the GPU trainers ({programs}), not of " in line, line
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pyllmc.family import Family
-from pyllmc.families import gpt2, llama3, nanochat
+from pyllmc.families import gpt2, llama3, nanochat, qwen3
 from pyllmc.model_file import ModelFileError, read_magic
 
 # a model file's config (or header) and its tensors in file order, float32
@@ -72,6 +72,8 @@ REGISTRY: tuple[Registered, ...] = (
     Registered(family=nanochat.NANOCHAT, read_model=nanochat.read_nanochat, depth_linears=nanochat.depth_linears,
                depth_parameters=nanochat.depth_parameters, depth_vocab=nanochat.VOCAB_SIZE,
                hf_export=nanochat.hf_export, refs_dir="build/nanochat"),
+    Registered(family=qwen3.QWEN3, read_model=qwen3.read_qwen3, depth_linears=qwen3.depth_linears,
+               depth_parameters=qwen3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/qwen3"),
 )
 NAMES: tuple[str, ...] = tuple(row.name for row in REGISTRY)
 

@@ -14,6 +14,8 @@ Model file: 256 int32 + 256 float32, then the tensors (float32 for version 3, bf
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,3 +124,28 @@ def qwen3_config_from_header(path: Path, hi: np.ndarray, hf: np.ndarray) -> Qwen
 def read_qwen3(path: str | Path) -> tuple[Qwen3Config, dict[str, np.ndarray]]:
     """A Qwen3 model file: its config and its tensors (float32, file order)."""
     return read_config_model(path, QWEN3, read_qwen3_header, qwen3_tensor_shapes)
+
+
+# ----------------------------------------------------------------------------- dN from scratch
+
+
+def depth_config(depth: int, vocab_size: int) -> Qwen3Config:
+    """dN from scratch: Llama 3's reference rule L=N, C=64N, NH=N, NKV=max(1, N/2), with Qwen3's head_dim 128 (so the
+    attention width 128N is twice C) and its FFN hidden 3C; block size 1024, untied head, Qwen3's eps and theta."""
+    C = 64 * depth
+    return Qwen3Config(block_size=1024, vocab_size=vocab_size, n_layer=depth, n_head=depth,
+                       n_kv_head=max(1, depth // 2), n_embd=C, head_dim=128, ffn_hidden=3 * C, norm_eps=1e-6,
+                       rope_theta=1000000.0, tied_embeddings=False)
+
+
+def depth_parameters(depth: int, vocab_size: int) -> int:
+    """The parameters of the dN model (its model file's tensors)."""
+    return sum(math.prod(shape) for shape in qwen3_tensor_shapes(depth_config(depth, vocab_size)).values())
+
+
+def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple[int, int]]]:
+    """(L, C, the linear layers of one block as (out, in) features) of the dN model: qkv (attention width NH*HS for
+    q), attention projection back to C, the two SwiGLU inputs, their output."""
+    c = depth_config(depth, vocab_size)
+    C, F, HS = c.n_embd, c.ffn_hidden, c.head_dim
+    return c.n_layer, C, [((c.n_head + 2 * c.n_kv_head) * HS, C), (C, c.n_head * HS), (F, C), (F, C), (C, F)]
