@@ -13,7 +13,7 @@ and the linear layer, fp32 with OpenMP (at the end of this file):
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC)   all three gradients added (dbias NULL:
                                                                  none)
     matmul_backward_into(..., beta_inp, beta_weight)             each added (beta 1) or written (beta 0)
-    matmul_backward_input / matmul_backward_weight               its two halves
+    matmul_backward_input / matmul_backward_weight / matmul_backward_bias   its three parts
     matmul_forward_bf16_input, matmul_backward_into_bf16_input   the same on an input stored in bf16 alone (GPT-2's
                                                                  -p bf16 activations)
     bf16_copy_row(o16, o, n)                                     a layer's bf16 copy of what it wrote (-p bf16 on
