@@ -62,7 +62,7 @@ BACKEND_FLAGS: dict[str, set[str]] = {
     "gpu": {*COMMON_FLAGS, *STATE_FLAGS, *MUON_FLAGS, "-z", "-r", "-ge", "-w", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"},
     "opencl": {*COMMON_FLAGS, *STATE_FLAGS, "-p", "-op", "-cp", "-cd", "-cl"},
 }
-BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat)",
+BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3)",
                  "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)",
                  "opencl": "the OpenCL trainer (./train_gpt2cl)"}
 ALL_FLAGS = set().union(*BACKEND_FLAGS.values())

@@ -91,11 +91,11 @@ static void test_refusal_line(void) {
                "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2\n", NULL);
     ParseCase z = {TRAIN_OPENCL, "./train_gpt2cl", "-z", "1"};
     expect_die("-z in OpenCL", parse_case, &z,
-               "error: flag -z: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat) and the GPU "
+               "error: flag -z: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3) and the GPU "
                "trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2cl\n", NULL);
     ParseCase p = {TRAIN_GPU, "./train_llama3cu", "-p", "bf16"};
     expect_die("-p on the GPU", parse_case, &p,
-               "error: flag -p: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat) and the OpenCL trainer "
+               "error: flag -p: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3) and the OpenCL trainer "
                "(./train_gpt2cl), not of ./train_llama3cu\n", NULL);
     // refused before its value is looked at: no value, or a bad one, is still the backend's line
     ParseCase bare = {TRAIN_OPENCL, "./train_gpt2cl", "-ol", NULL};
