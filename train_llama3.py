@@ -35,9 +35,8 @@ from pyllmc.families.llama3 import (
     read_llama3,
 )
 from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
-from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.cli import decoder_cli
-from pyllmc.reference.common import UserError, print0
+from pyllmc.reference.common import UserError, config_checker
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.decoder import (
     FileLayout,
@@ -48,19 +47,14 @@ from pyllmc.reference.decoder import (
     rope_cos_sin,
 )
 from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
+from pyllmc.reference.tokenizer_files import bpe_tokenizer_file_bytes, write_bpe_tokenizer
 from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
-
-TOKENIZER_MAGIC, TOKENIZER_VERSION = LLAMA3.tokenizer_magic, LLAMA3.tokenizer_version
-
 
 # ----------------------------------------------------------------------------- the model
 
 
-def check_config(c: LlamaConfig, where: str) -> None:
-    """Shapes the model can be built with; a UserError naming `where` otherwise."""
-    problem = llama_config_problem(c)
-    if problem:
-        raise UserError(f"{where}: bad Llama config: {problem}")
+# check_config(config, where): the shapes the model can be built with; a UserError naming `where` otherwise.
+check_config = config_checker(llama_config_problem, "Llama")
 
 
 def rope_inv_freq(c: LlamaConfig) -> torch.Tensor:
@@ -208,19 +202,9 @@ def load_hf_llama(name: str, flash: bool) -> Llama:
 
 
 def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tuple[Llama, str]:
-    """Model from a name: dN from scratch (vocab from the tokenizer), one of our llama3 .bin files, or a Hugging
-    Face Llama (directory or hub name). Returns it and the stem of the files written for it."""
-    if name.startswith("d") and name[1:].isdigit():
-        depth = int(name[1:])
-        if depth < 1:
-            raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d2)")
-        model = Llama(depth_config(depth, vocab_size), flash)
-        model.init_weights(seed)
-        return model, f"{LLAMA3.name}_{name}"
-    if name.endswith(".bin"):
-        return read_model(name, flash), Path(name).stem
-    model = load_hf_llama(name, flash)
-    return model, f"{LLAMA3.name}_{Path(name).name}"
+    """Model from a name: dN from scratch (vocab from the tokenizer), one of our llama3 .bin files, or a Hugging Face
+    Llama (directory or hub name). Returns it and the stem of the files written for it."""
+    return FILES.load_model(name, seed, lambda depth: depth_config(depth, vocab_size), load_hf_llama, flash)
 
 
 # ----------------------------------------------------------------------------- llmc .bin files
@@ -233,20 +217,12 @@ reference_steps, write_debug_state = FILES.reference_steps, FILES.write_debug_st
 
 
 def tokenizer_file_bytes(tok: LlamaTokenizer) -> list[bytes]:
-    """Header and body of the Llama 3 tokenizer file; UserError when a token is empty or longer than 255 bytes."""
-    body = bytearray()
-    for i, piece in enumerate(tok.token_bytes()):
-        if not 1 <= len(piece) <= 255:
-            raise UserError(f"token {i} is {len(piece)} bytes long: the tokenizer file holds 1 to 255 bytes per token")
-        body.append(len(piece))
-        body += piece
-    return [header_bytes([TOKENIZER_MAGIC, TOKENIZER_VERSION, tok.vocab_size, tok.eot, tok.bos], "<u4"), bytes(body)]
+    """Header and body of the Llama 3 tokenizer file (version 3)."""
+    return bpe_tokenizer_file_bytes(LLAMA3, tok)
 
 
 def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
-    """Llama 3 tokenizer file: uint32 header (vocab, end-of-text and BOS ids), then per id a length byte and its bytes."""
-    atomic_write(filename, tokenizer_file_bytes(tok))
-    print0(f"wrote {filename}")
+    write_bpe_tokenizer(LLAMA3, tok, filename)
 
 
 # ----------------------------------------------------------------------------- training

@@ -41,7 +41,7 @@ from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
 from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import decoder_cli
-from pyllmc.reference.common import UserError, huggingface_reachable, print0
+from pyllmc.reference.common import UserError, config_checker, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
 from pyllmc.reference.optimizers import OptimizerSettings, is_block_matrix, make_optimizer
@@ -51,11 +51,8 @@ from pyllmc.reference.training import ModelFamily, reference_main, seeded_sample
 # ----------------------------------------------------------------------------- the model
 
 
-def check_config(c: NanoChatConfig, where: str) -> None:
-    """Shapes the model can be built with; a UserError naming `where` otherwise."""
-    problem = nanochat_config_problem(c)
-    if problem:
-        raise UserError(f"{where}: bad nanochat config: {problem}")
+# check_config(config, where): the shapes the model can be built with; a UserError naming `where` otherwise.
+check_config = config_checker(nanochat_config_problem, "nanochat")
 
 
 def rmsnorm(x: torch.Tensor, eps: float) -> torch.Tensor:

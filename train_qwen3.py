@@ -33,29 +33,19 @@ from pyllmc.families.qwen3 import (
     read_qwen3,
 )
 from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer
-from pyllmc.model_file import VERSIONS, atomic_write, header_bytes, write_model_file
-from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
-from pyllmc.reference.common import UserError, huggingface_reachable, print0
+from pyllmc.reference.cli import decoder_cli
+from pyllmc.reference.common import UserError, config_checker, huggingface_reachable, is_depth_name
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.debug_state import (
-    DebugOptimizer,
-    reference_steps as family_reference_steps,
-    write_debug_state_with_norms,
-)
 from pyllmc.reference.decoder import FileLayout, GroupedQueryAttention, PreNormBlock, StackedDecoder, SwiGLU
-from pyllmc.reference.file_tensors import load_file_tensors, read_model_file, stacked_file_tensors
-from pyllmc.reference.optimizers import is_block_matrix
-from pyllmc.reference.training import ModelFamily, seeded_sampler, train_loop
-from pyllmc.token_shards import DataError, DataFormatError
+from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
+from pyllmc.reference.tokenizer_files import bpe_tokenizer_file_bytes, write_bpe_tokenizer
+from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler
 
 # ----------------------------------------------------------------------------- the model
 
 
-def check_config(c: Qwen3Config, where: str) -> None:
-    """Settings the model can be built with; a UserError naming `where` otherwise."""
-    problem = qwen3_config_problem(c)
-    if problem:
-        raise UserError(f"{where}: bad Qwen3 config: {problem}")
+# check_config(config, where): the settings the model can be built with; a UserError naming `where` otherwise.
+check_config = config_checker(qwen3_config_problem, "Qwen3")
 
 
 def rope_inv_freq(c: Qwen3Config) -> torch.Tensor:
@@ -165,14 +155,12 @@ def from_hf_model(hf, where: str, flash: bool = False) -> Qwen3:
     """Our Qwen3 from a transformers Qwen3ForCausalLM, through hf_state_dict_of's table: q_proj, k_proj and v_proj
     copied into their rows of c_attn, nothing permuted."""
     model = Qwen3(config_from_hf(hf.config, where), flash)
-    theirs = hf.state_dict()
+    take = hf_tensor_taker(hf.state_dict(), where)
     with torch.no_grad():
         for name, ours in hf_state_dict_of(model, lambda p: p).items():  # parameters, and views of c_attn's rows
             if name == "lm_head.weight" and model.config.tied_embeddings:
                 continue  # the embedding itself
-            if name not in theirs:
-                raise UserError(f"{where}: the Hugging Face model has no tensor {name!r}")
-            ours.copy_(theirs[name].float())
+            ours.copy_(take(name))
     return model
 
 
@@ -222,81 +210,29 @@ def load_hf_qwen3(name: str, flash: bool) -> Qwen3:
     return from_hf_model(hf, where, flash)
 
 
-def is_depth_name(name: str) -> bool:
-    return name.startswith("d") and name[1:].isdigit()
+# the model file and the debug state (pyllmc.reference.file_tensors.ModelFiles)
+FILES = ModelFiles(Qwen3, QWEN3, qwen3_header_bytes, read_qwen3, global_names=("wte", "lnfw", "lm_head"))
+stacked, write_model, read_model = FILES.stacked, FILES.write_model, FILES.read_model
+reference_steps, write_debug_state = FILES.reference_steps, FILES.write_debug_state
 
 
 def load_model(name: str, seed: int, vocab_size: int, flash: bool = False) -> tuple[Qwen3, str]:
     """Model from a name: dN from scratch (vocab from the tokenizer), one of our qwen3 .bin files, or a Hugging Face
     Qwen3 (directory or hub name). Returns it and the stem of the files written for it."""
-    if is_depth_name(name):
-        depth = int(name[1:])
-        if depth < 1:
-            raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d2)")
-        model = Qwen3(depth_config(depth, vocab_size), flash)
-        model.init_weights(seed)
-        return model, f"{QWEN3.name}_{name}"
-    if name.endswith(".bin"):
-        return read_model(name, flash), Path(name).stem
-    return load_hf_qwen3(name, flash), f"{QWEN3.name}_{Path(name).name}"
+    return FILES.load_model(name, seed, lambda depth: depth_config(depth, vocab_size), load_hf_qwen3, flash)
 
 
 # ----------------------------------------------------------------------------- llmc .bin files
 
 
-def stacked(model: Qwen3, get) -> list[torch.Tensor]:
-    """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
-    return stacked_file_tensors(model, get, ("wte", "lnfw", "lm_head"))
-
-
-def write_model(model: Qwen3, filename: str | Path, dtype: str) -> None:
-    """Qwen3 model file: 256 int32 + 256 float32 header fields, then the tensors (version 3 fp32, 5 bf16)."""
-    header = qwen3_header_bytes(model.config, VERSIONS[dtype])
-    write_model_file(filename, header, stacked(model, lambda p: p.detach().cpu().float()), dtype)
-    print0(f"wrote {filename}")
-
-
-def read_model(filename: str | Path, flash: bool = False) -> Qwen3:
-    """A Qwen3 from one of our model files, validated (magic, version, header fields, body length): UserError
-    otherwise."""
-    c, tensors = read_model_file(read_qwen3, filename)
-    model = Qwen3(c, flash)
-    load_file_tensors(model, tensors)
-    return model
-
-
 def tokenizer_file_bytes(tok: LlamaTokenizer) -> list[bytes]:
-    """Header and body of the tokenizer file (Llama 3's layout, version 3): uint32 header {magic, version, vocab,
-    end-of-text id, BOS id} (both <|endoftext|> for Qwen3's tokenizer), then per id a length byte and its bytes."""
-    pieces = tok.token_bytes()
-    too_long = next((i for i, piece in enumerate(pieces) if not 1 <= len(piece) <= 255), None)
-    if too_long is not None:
-        raise UserError(f"token {too_long} is {len(pieces[too_long])} bytes long: the tokenizer file holds 1 to 255 "
-                        "bytes per token")
-    body = b"".join(bytes([len(piece)]) + piece for piece in pieces)
-    header = header_bytes([QWEN3.tokenizer_magic, QWEN3.tokenizer_version, tok.vocab_size, tok.eot, tok.bos], "<u4")
-    return [header, body]
+    """Header and body of the tokenizer file (Llama 3's layout, version 3; end-of-text and BOS both <|endoftext|> for
+    Qwen3's tokenizer)."""
+    return bpe_tokenizer_file_bytes(QWEN3, tok)
 
 
 def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
-    atomic_write(filename, tokenizer_file_bytes(tok))
-    print0(f"wrote {filename}")
-
-
-def reference_steps(model: Qwen3, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer,
-                    dtype: torch.dtype = torch.float32):
-    """The debug state's reference steps (AdamW, or Muon on the blocks' matrices + AdamW):
-    (logits, loss, grads in file order, losses, grad norms before clipping)."""
-    return family_reference_steps(model, x, y, opt, dtype, is_block_matrix, stacked)
-
-
-def write_debug_state(model: Qwen3, x: torch.Tensor, y: torch.Tensor, filename: str | Path,
-                      opt: DebugOptimizer = DebugOptimizer()) -> None:
-    """Qwen3 debug state, Llama 3's layout (version 3): one batch, its logits, loss and every gradient (file order),
-    the losses and grad norms of `opt.steps` reference steps, then each step loss's float32 noise; header[12..17]
-    name the optimizer (DebugOptimizer.header_fields)."""
-    write_debug_state_with_norms(model, x, y, filename, opt, reference_steps, QWEN3.debug_state_magic,
-                                 QWEN3.debug_state_version)
+    write_bpe_tokenizer(QWEN3, tok, filename)
 
 
 # ----------------------------------------------------------------------------- tokenizer and data
@@ -357,11 +293,7 @@ def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
                    f"directory's, else the hub model's ({HUB_MODEL}'s for dN and .bin files)")
 
 
-QWEN3_CLI = TrainerCli(description=__doc__, family=QWEN3, add_family_args=add_tokenizer_arg)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return trainer_parser(QWEN3_CLI).parse_args(argv)
+QWEN3_CLI = decoder_cli(__doc__, QWEN3, add_tokenizer_arg)
 
 
 def qwen3_family(args: argparse.Namespace) -> ModelFamily:
@@ -370,13 +302,7 @@ def qwen3_family(args: argparse.Namespace) -> ModelFamily:
     c = model.config
     if tok.vocab_size > c.vocab_size:  # a hub Qwen3's vocab is padded past its tokenizer's 151,669 ids
         raise UserError(f"the tokenizer has {tok.vocab_size} tokens, more than the model's vocab {c.vocab_size}")
-
-    def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
-        write_model(model, f"{stem}.bin", "float32")
-        write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_tokenizer(tok, QWEN3.tokenizer_file)
-        write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
-
+    write_files = FILES.file_writer(args, model, stem, lambda: write_tokenizer(tok, QWEN3.tokenizer_file))
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} HS={c.head_dim} "
                        f"C={c.n_embd} FFN={c.ffn_hidden} V={c.vocab_size} tied={int(c.tied_embeddings)}",
                        loader=Qwen3DataLoader, write_files=write_files,
@@ -384,14 +310,8 @@ def qwen3_family(args: argparse.Namespace) -> ModelFamily:
                        make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 
-def train(args: argparse.Namespace) -> None:
-    train_loop(args, qwen3_family)
-
-
 def main(argv: list[str] | None = None) -> int:
-    # the tokenizer's and transformers' messages can span lines: one line each
-    return run_main(train, parse_args(argv), (UserError, DataError, DataFormatError, OSError),
-                    lambda e: " ".join(str(e).split()))
+    return reference_main(QWEN3_CLI, qwen3_family, argv)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from filelock import FileLock
+
+pytest.register_assert_rewrite("decoder_c")  # the shared checks of tests/decoder_c.py report like a test's own asserts
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -129,6 +132,126 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, status: int = 1, al
     if alone:
         assert stderr.strip() == errors[0], stderr[-2000:]
     return errors[0]
+
+
+def edited_copy(src: Path, dst: Path, edit: Callable[[bytearray], bytearray]) -> Path:
+    """dst: the bytes of src after edit(bytearray) (a damaged copy of a file for a bad-input test)."""
+    dst.write_bytes(bytes(edit(bytearray(src.read_bytes()))))
+    return dst
+
+
+def set_int(data: bytearray, index: int, value: int) -> bytearray:
+    """data with int32 header field `index` set to value (little-endian)."""
+    struct.pack_into("<i", data, 4 * index, value)
+    return data
+
+
+def set_float(data: bytearray, index: int, value: float) -> bytearray:
+    """data with float32 header field `index` of the 256 after the 1024 int32 bytes set to value (little-endian)."""
+    struct.pack_into("<f", data, 1024 + 4 * index, value)
+    return data
+
+
+def common_model_file_damage(magic: int, magic_message: str, short_message: str) -> list[tuple[Callable, str]]:
+    """(edit, message) pairs of the damage every family's model-file reader refuses: another family's magic, version
+    4, the last 4 bytes cut, 4 bytes of trailing data, and a file of 1500 bytes (shorter than the 2048-byte header)."""
+    return [(lambda d: set_int(d, 0, magic), magic_message), (lambda d: set_int(d, 1, 4), "wrong version 4"),
+            (lambda d: d[:-4], "truncated"), (lambda d: d + b"\0\0\0\0", "trailing data"),
+            (lambda d: d[:1500], short_message)]
+
+
+def assert_reader_refuses_in_one_line(read: Callable[[Path], object], good: Path,
+                                      edit: Callable[[bytearray], bytearray], message: str) -> None:
+    """read(an edited copy bad.bin of `good`) raises the references' UserError: one line naming bad.bin and holding
+    `message`."""
+    from pyllmc.reference.common import UserError
+
+    bad = edited_copy(good, good.parent / "bad.bin", edit)
+    with pytest.raises(UserError) as e:
+        read(bad)
+    assert message in str(e.value) and "bad.bin" in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def assert_gradients_match(expected: dict, got: dict, rel: float) -> None:
+    """The same gradient names, each nonzero in `expected` and within rel * max(its largest |value|, 1e-2) of it."""
+    assert set(got) == set(expected)
+    for name, grad in expected.items():
+        scale = grad.abs().max().item()
+        assert scale > 0, name
+        assert (got[name] - grad).abs().max().item() <= rel * max(scale, 1e-2), name
+
+
+@dataclass
+class DebugState:
+    """The arrays of a debug state with grad norms (Llama 3's layout, version 3): the batch, its logits and loss, every
+    gradient in file order, then per reference step its loss, grad norm and float32 noise."""
+    header: "np.ndarray"
+    x: "np.ndarray"
+    y: "np.ndarray"
+    logits: "np.ndarray"  # (B*T, V)
+    loss: float
+    grads: "np.ndarray"
+    losses: "np.ndarray"
+    norms: "np.ndarray"
+    noise: "np.ndarray"
+
+
+def read_adamw_debug_state(path: Path, magic: int, B: int, T: int, V: int, n_params: int,
+                           nsteps: int = 10) -> DebugState:
+    """The debug state at `path`, its header checked ({magic, 3, B, T, nsteps}, the fixed AdamW settings, no Muon
+    fields), its batch (y is x shifted by one) and its length (n_params gradients)."""
+    import numpy as np
+
+    h = np.fromfile(path, dtype="<i4", count=256)
+    assert list(h[:5]) == [magic, 3, B, T, nsteps]
+    assert np.allclose(h[5:11].view("<f4"), [1e-4, 0.9, 0.95, 1e-8, 0.1, 1.0])
+    assert h[11] == 10 and not h[12:].any(), "AdamW: no Muon settings"
+    ints = np.fromfile(path, dtype="<i4", count=2 * B * T, offset=1024)
+    x, y = ints[: B * T], ints[B * T :]
+    assert np.array_equal(x[1:], y[:-1])
+    floats = np.fromfile(path, dtype="<f4", offset=1024 + 8 * B * T)
+    assert floats.size == B * T * V + 1 + n_params + 3 * nsteps
+    return DebugState(header=h, x=x, y=y, logits=floats[: B * T * V].reshape(B * T, V), loss=float(floats[B * T * V]),
+                      grads=floats[B * T * V + 1 : B * T * V + 1 + n_params], losses=floats[-3 * nsteps : -2 * nsteps],
+                      norms=floats[-2 * nsteps : -nsteps], noise=floats[-nsteps:])
+
+
+def assert_reference_steps_recorded(s: DebugState) -> None:
+    """The steps' records agree with the batch's: the first loss is the batch's loss, the last lower, the first norm
+    that of the gradients; every norm positive, every noise within 1e-4 of its loss."""
+    import numpy as np
+
+    assert s.losses[0] == pytest.approx(s.loss, abs=1e-6) and s.losses[-1] < s.losses[0]
+    assert s.norms[0] == pytest.approx(float(np.linalg.norm(s.grads.astype(np.float64))), rel=1e-5)
+    assert np.all(s.norms > 0) and np.all(s.noise >= 0) and np.all(s.noise < 1e-4 * s.losses)
+
+
+def dn_init_drawn_in_file_order(load: Callable[[int], tuple], shapes_of: Callable, stacked: Callable,
+                                norms: tuple[str, ...], seed: int = 7) -> tuple:
+    """A reference's dN model from scratch, checked: load(seed) -> (model, stem) twice equal and with seed + 1
+    different; and the C side's scheme, restated: one torch generator seeded with `seed`, one normal_ draw per file
+    tensor of shapes_of(config) that is not in `norms` (stacked over layers, by the reference's stacked()), in file
+    order, std 0.02, attprojw and fcprojw 0.02/sqrt(2L); the norms' weights 1. Returns load(seed)."""
+    import math
+
+    import torch
+
+    (a, stem), (b, _), (other, _) = load(seed), load(seed), load(seed + 1)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    assert not torch.equal(a.transformer.wte.weight, other.transformer.wte.weight)
+    g = torch.Generator().manual_seed(seed)
+    shapes, file_tensors = shapes_of(a.config), stacked(a, lambda p: p.detach())
+    assert len(file_tensors) == len(shapes)
+    tensors = dict(zip(shapes, file_tensors))
+    resid = 0.02 / math.sqrt(2 * a.config.n_layer)
+    for name, shape in shapes.items():
+        if name in norms:
+            assert torch.all(tensors[name] == 1), name
+            continue
+        std = resid if name in ("attprojw", "fcprojw") else 0.02
+        assert torch.equal(tensors[name], torch.empty(shape).normal_(0.0, std, generator=g)), name
+    return a, stem
 
 
 def killed_after(run_dir: Path, part: Path, step: int, ranks: int = 1) -> Path:
@@ -341,24 +464,38 @@ def tinyshakespeare_text() -> Path:
     return cache if cache.exists() or not seed.exists() else seed
 
 
+def trained_tokenizer(tmp_path_factory: pytest.TempPathFactory, name: str, *flags: object) -> Path:
+    """A directory (shared_dir `name`) holding the tokenizer.json dev/data/make_test_tokenizer.py trains on Tiny
+    Shakespeare with `flags`."""
+    def write(out: Path) -> None:
+        run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", *flags, "--out_dir", out,
+             "--corpus", tinyshakespeare_text()])
+
+    return shared_dir(tmp_path_factory, name, write)
+
+
+
+
+def llama3_shards(tmp_path_factory: pytest.TempPathFactory, name: str, tokenizer: Path) -> tuple[Path, Path]:
+    """(train, val) llama-3 shards (uint32, magic 20240801 v7) of Tiny Shakespeare in `tokenizer`'s ids, in
+    shared_dir `name`."""
+    def write(data_dir: Path) -> None:
+        shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
+        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer",
+             tokenizer, "--data_dir", data_dir])
+
+    data_dir = shared_dir(tmp_path_factory, name, write)
+    return data_dir / "tiny_shakespeare_train.bin", data_dir / "tiny_shakespeare_val.bin"
+
+
 @pytest.fixture(scope="session")
 def llama3_tokenizer(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding tokenizer.json: a 514-token byte-level BPE in the Llama 3 style (dev/data/make_test_tokenizer.py;
     <|begin_of_text|> = 512, <|end_of_text|> = 513), trained on Tiny Shakespeare in about a second."""
-    def write(out: Path) -> None:
-        run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--out_dir", out,
-             "--corpus", tinyshakespeare_text()])
-
-    return shared_dir(tmp_path_factory, "llama3_tokenizer", write)
+    return trained_tokenizer(tmp_path_factory, "llama3_tokenizer")
 
 
 @pytest.fixture(scope="session")
 def llama3_tinyshakespeare(tmp_path_factory, llama3_tokenizer) -> tuple[Path, Path]:
     """(train, val) llama-3 shards (uint32, magic 20240801 v7) of Tiny Shakespeare in the test tokenizer's ids."""
-    def write(data_dir: Path) -> None:
-        shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
-        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer",
-             llama3_tokenizer, "--data_dir", data_dir])
-
-    data_dir = shared_dir(tmp_path_factory, "llama3_tinyshakespeare", write)
-    return data_dir / "tiny_shakespeare_train.bin", data_dir / "tiny_shakespeare_val.bin"
+    return llama3_shards(tmp_path_factory, "llama3_tinyshakespeare", llama3_tokenizer)

@@ -12,6 +12,7 @@ import re
 import shutil
 import struct
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -19,52 +20,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import (BF16_INJECTED_DECISIONS, REPO, assert_one_error_line,  # noqa: E402
-                      bf16_decision, killed_after, make, run)
-
-MPIRUN = REPO / ".venv" / "bin" / "mpirun"
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: spinning OpenMP threads only hurt on a busy machine
-MUON = ["-op", "muon", "-ol", 0.02]  # Muon on the blocks' matrices, AdamW (-l) on the rest
+                      bf16_decision, killed_after, run)
+from decoder_c import (MPI_ENV, MPIRUN, MUON, ONE_THREAD, assert_corrupted_state_fails,  # noqa: E402
+                       assert_mutated_headers_load_or_fail_in_one_line, assert_resume_is_bit_identical,
+                       assert_training_lowered_the_loss, assert_two_processes_equal_one, family_fixtures,
+                       run_test_program, run_trainer, running_offsets, train_losses)
 
 
 # ---------------------------------------------------------------------------- reference files
 
 
-@pytest.fixture(scope="module")
-def binaries() -> Path:
-    make("train_llama3", "test_llama3", "generate")
-    return REPO
-
-
-@pytest.fixture(scope="module")
-def ref(llama3_references: Path) -> Path:
-    return llama3_references
-
-
-def train(ref: Path, cwd: Path, *flags: object, mpi_ranks: int = 0, check: bool = True, env: dict[str, str] | None = None):
-    """./train_llama3 on the tinyshakespeare llama-3 shards of `ref`, with its tokenizer file, in cwd."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    if not (cwd / "llama3_tokenizer.bin").exists():
-        shutil.copy(ref / "llama3_tokenizer.bin", cwd)
-    cmd = [REPO / "train_llama3", "-i", ref / "ts" / "tiny_shakespeare_train.bin", "-j", ref / "ts" / "tiny_shakespeare_val.bin",
-           "-s", 0, *flags]
-    base = ONE_THREAD
-    if mpi_ranks:
-        cmd, base = [MPIRUN, "--oversubscribe", "-np", mpi_ranks, *cmd], MPI_ENV
-    return run(cmd, cwd=cwd, env={**base, **(env or {})}, check=check)
-
-
-def train_losses(log: Path) -> list[float]:
-    """The s:N trl:LOSS values of a main.log, in step order."""
-    found = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:(\S+)", log.read_text(), re.M)}
-    return [found[k] for k in sorted(found)]
-
-
-def test_llama3(ref: Path, model: str, *flags: object, check: bool = True):
-    return run([REPO / "test_llama3", "-e", ref / f"{model}.bin", "-s", ref / f"{model}_debug_state.bin", *flags],
-               env=ONE_THREAD, check=check)
-
-
+binaries, ref = family_fixtures("llama3")
+train = partial(run_trainer, "llama3")  # train(ref, cwd, *flags, mpi_ranks=0, check=True, env=None)
+test_llama3 = partial(run_test_program, "llama3")  # test_llama3(ref, model, *flags, check=True)
 test_llama3.__test__ = False  # a helper, not a test
 
 
@@ -97,45 +65,14 @@ def param_offsets(model: Path) -> dict[str, tuple[int, int]]:
     sizes = [("wte", V * C), ("ln1w", L * C), ("qkvw", L * QKV * C), ("attprojw", L * C * C), ("ln2w", L * C),
              ("fcw", L * FFN * C), ("fcw2", L * FFN * C), ("fcprojw", L * C * FFN), ("lnfw", C),
              ("lm_head", 0 if tied else V * C)]
-    out, pos = {}, 0
-    for name, n in sizes:
-        out[name] = (pos, n)
-        pos += n
-    return out
+    return running_offsets(sizes)
 
 
 @pytest.mark.parametrize("what", ["logits", "dqkvw k rows", "dfcw2", "dln1w", "step loss"])
 def test_test_llama3_fails_on_a_corrupted_state(binaries, ref: Path, tmp_path: Path, what: str) -> None:
-    model = ref / "llama3_gqa.bin"
-    state = bytearray((ref / "llama3_gqa_debug_state.bin").read_bytes())
-    h = struct.unpack_from("<256i", state)
-    B, T, nsteps = h[2], h[3], h[4]
-    V = int(np.fromfile(model, dtype="<i4", count=4)[3])
-    grads = 1024 + 8 * B * T + 4 * B * T * V + 4
-    offsets = param_offsets(model)
-    if what == "logits":
-        start, count, row = 1024 + 8 * B * T, B * T * V, "logits"
-    elif what == "step loss":
-        start, count, row = grads + 4 * (sum(n for _, n in offsets.values()) + 5), 1, "loss step 5"
-    elif what == "dqkvw k rows":  # the key rows of layer 0: wrong only if the GQA gradient sum is wrong
-        off, _ = offsets["qkvw"]
-        start, count, row = grads + 4 * (off + 4 * 32 * 128), 32 * 128, "dqkvw"
-    else:
-        off, n = offsets[what[1:]]
-        start, count, row = grads + 4 * off, n, what
-    values = np.frombuffer(state, dtype="<f4", count=count, offset=start).copy()
-    if what == "step loss":
-        values += 1e-3
-    else:  # 0.1 % off a whole tensor; the k rows 25 % off, as if one of the 4 query heads' gradients were lost
-        values *= 1.25 if what == "dqkvw k rows" else 1.001
-    state[start : start + 4 * count] = values.tobytes()
-    (tmp_path / "llama3_gqa_debug_state.bin").write_bytes(bytes(state))
-    shutil.copy(model, tmp_path)
-    proc = test_llama3(tmp_path, "llama3_gqa", check=False)
-    assert proc.returncode == 1, proc.stdout
-    assert re.search(rf"^\| {re.escape(row)} .*FAIL", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^\d+ passed, [1-9]\d* failed$", proc.stdout, re.M)
-    assert nsteps == 10
+    # the key rows of layer 0 (4 query heads of 32 rows, then the key head): wrong only if the GQA gradient sum is wrong
+    assert_corrupted_state_fails("llama3", ref, tmp_path, "llama3_gqa", what, param_offsets(ref / "llama3_gqa.bin"),
+                                 k_rows=(4 * 32 * 128, 32 * 128))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "magic", "version", "model"])
@@ -168,13 +105,7 @@ def test_init_from_scratch_equals_train_llama3_py_bit_for_bit(binaries, ref: Pat
 def test_training_lowers_the_loss_and_prints_decoded_samples(binaries, ref: Path, tmp_path: Path) -> None:
     proc = train(ref, tmp_path, "-e", "d2", "-b", 8, "-t", 64, "-x", 40, "-l", 1e-3, "-v", 20, "-m", 4, "-s", 40, "-g", 24,
                  "-o", "out")
-    losses = train_losses(tmp_path / "out" / "main.log")
-    assert len(losses) == 40
-    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.8, losses
-    vals = [float(v) for v in re.findall(r"val loss (\S+)", proc.stdout)]
-    assert len(vals) == 3 and vals[2] < vals[0] - 0.8, proc.stdout
-    sample = proc.stdout.split("generating:\n---\n")[1].split("\n---")[0]
-    assert re.search(r"[a-z]{2,} [a-z]", sample), sample  # decoded words, not token ids
+    assert_training_lowered_the_loss(proc, tmp_path / "out" / "main.log", 40)
 
 
 @pytest.fixture(scope="module")
@@ -237,16 +168,7 @@ def test_bf16_processes_agree_on_fp32_when_one_cpu_gains_nothing(binaries, ref: 
 def test_resume_continues_bit_identically(binaries, ref: Path, tmp_path: Path, optimizer: str) -> None:
     flags = ["-e", "d2", "-b", 2, "-t", 32, "-x", 8, "-v", 4, "-m", 2, "-n", 4, "-c", 0.1, "-u", 2, "-s", 8, "-g", 8,
              *(MUON if optimizer == "muon" else [])]
-    straight = train(ref, tmp_path, *flags, "-o", "straight")
-    part = killed_after(tmp_path / "straight", tmp_path / "part", 4)
-    resumed = train(ref, tmp_path, *flags, "-o", "part", "-y", 1)
-    assert "resumed from" in resumed.stdout
-    assert train_losses(tmp_path / "straight" / "main.log")[4:] == train_losses(part / "main.log")
-    assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
-    sample = lambda out: out.split("generating:")[-1].split("---")[1]
-    assert sample(straight.stdout) == sample(resumed.stdout)
-    # the training state records the optimizer (its momentum / moments continue the run)
-    assert np.fromfile(part / "state_00000008_00000.bin", dtype="<i4", count=8)[6] == int(optimizer == "muon")
+    assert_resume_is_bit_identical("llama3", ref, tmp_path, flags, optimizer)
 
 
 def test_gradient_accumulation_matches_larger_batch(binaries, ref: Path, tmp_path: Path) -> None:
@@ -261,13 +183,7 @@ def test_gradient_accumulation_matches_larger_batch(binaries, ref: Path, tmp_pat
 
 
 def test_two_processes_with_zero1_equal_one_process(binaries, ref: Path, tmp_path: Path) -> None:
-    common = ["-e", "d2", "-t", 32, "-x", 6, "-v", 0, "-c", 0.1]
-    train(ref, tmp_path, *common, "-b", 4, "-o", "one")
-    proc = train(ref, tmp_path, *common, "-b", 2, "-z", 1, "-o", "two", mpi_ranks=2)
-    assert "2 processes" in proc.stdout and "ZeRO-1" in proc.stdout, proc.stdout
-    a, b = train_losses(tmp_path / "one" / "main.log"), train_losses(tmp_path / "two" / "main.log")
-    assert len(a) == len(b) == 6
-    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
+    assert_two_processes_equal_one("llama3", ref, tmp_path, ["-e", "d2", "-t", 32, "-x", 6, "-v", 0, "-c", 0.1], 6)
 
 
 def test_two_processes_with_zero1_resume_bit_identically(binaries, ref: Path, tmp_path: Path) -> None:
@@ -307,20 +223,8 @@ def test_every_mutated_header_field_loads_or_gets_one_error_line(binaries, ref: 
     takes the file (a field it ignores, or a value that still describes this file) or stops with one error line;
     it never crashes or reads past the file. Driven through ./generate (the same loader as train_llama3, without
     MPI's start-up cost)."""
-    good = (ref / "llama3_d2.bin").read_bytes()
-    shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
-    cases = [("<i", 4 * i, v) for i in range(1, 18) for v in (0, -1, 1 << 20, 2**31 - 1)]
-    cases += [("<f", 1024 + 4 * i, v) for i in range(7) for v in (0.0, -1.0, float("nan"), float("inf"), 1e30)]
-    outcomes = set()
-    for fmt, offset, value in cases:
-        data = bytearray(good)
-        struct.pack_into(fmt, data, offset, value)
-        (tmp_path / "m.bin").write_bytes(bytes(data))
-        proc = run([REPO / "generate", "-e", "m.bin", "-n", 1], cwd=tmp_path, env=ONE_THREAD, check=False)
-        if proc.returncode != 0:
-            assert_one_error_line(proc)
-        outcomes.add(proc.returncode)
-    assert outcomes == {0, 1}
+    assert_mutated_headers_load_or_fail_in_one_line("llama3", (ref / "llama3_d2.bin").read_bytes(), tmp_path, ref,
+                                                    ints=17, floats=7, generate_flags=[])
 
 
 @pytest.mark.parametrize("damage", ["bos", "gpt2 tokenizer", "missing"])

@@ -11,7 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run
+from conftest import (PYTHON, REPO, assert_gradients_match, assert_one_error_line,
+                      assert_reader_refuses_in_one_line, assert_reference_steps_recorded, common_model_file_damage,
+                      dn_init_drawn_in_file_order, losses_from_log, read_adamw_debug_state, run, set_int)
 
 from pyllmc.families import llama3 as llama3_desc
 import train_llama3
@@ -77,11 +79,7 @@ def test_logits_and_every_gradient_match_transformers_llama(tied, scaled, n_kv_h
     loss.backward()
     assert (logits - logits_hf).abs().max().item() < 1e-5
     expected, got = hf_gradients(hf), our_gradients_in_hf_names(ours)
-    assert set(got) == set(expected)
-    for name, grad in expected.items():
-        scale = grad.abs().max().item()
-        assert scale > 0, name
-        assert (got[name] - grad).abs().max().item() <= 1e-5 * max(scale, 1e-2), name
+    assert_gradients_match(expected, got, 1e-5)
 
 
 def test_scaled_rope_changes_only_the_long_wavelengths():
@@ -108,26 +106,13 @@ def test_ffn_hidden_size_follows_llamas_rule():
 
 
 def test_dn_shapes_and_init_are_deterministic_and_drawn_in_file_order():
-    a, stem = train_llama3.load_model("d2", seed=7, vocab_size=514)
-    b, _ = train_llama3.load_model("d2", seed=7, vocab_size=514)
-    c, _ = train_llama3.load_model("d2", seed=8, vocab_size=514)
-    cfg = a.config
+    model, stem = dn_init_drawn_in_file_order(lambda seed: train_llama3.load_model("d2", seed=seed, vocab_size=514),
+                                              llama3_desc.llama3_tensor_shapes, train_llama3.stacked,
+                                              ("ln1w", "ln2w", "lnfw"))
+    cfg = model.config
     assert stem == "llama3_d2"
     assert (cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.ffn_hidden, cfg.block_size) == (2, 2, 1, 128, 352, 1024)
     assert not cfg.tied_embeddings and cfg.multiple_of == 32 and cfg.rope_theta == 500000.0 and cfg.norm_eps == np.float32(1e-5)
-    for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(pa, pb), n
-    assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
-    # The C side's scheme, restated: one generator, one normal_ draw per file tensor (stacked over layers), in file order.
-    g = torch.Generator().manual_seed(7)
-    tensors = dict(zip(llama3_desc.llama3_tensor_shapes(cfg), train_llama3.stacked(a, lambda p: p.detach())))
-    resid = 0.02 / math.sqrt(2 * cfg.n_layer)
-    for name, shape in llama3_desc.llama3_tensor_shapes(cfg).items():
-        if name in ("ln1w", "ln2w", "lnfw"):
-            assert torch.all(tensors[name] == 1), name
-            continue
-        std = resid if name in ("attprojw", "fcprojw") else 0.02
-        assert torch.equal(tensors[name], torch.empty(shape).normal_(0.0, std, generator=g)), name
 
 
 def test_model_file_header_fields_and_round_trip(tmp_path):
@@ -164,23 +149,8 @@ def test_tied_model_file_stores_no_lm_head(tmp_path):
     assert back.lm_head.weight is back.transformer.wte.weight
 
 
-def corrupt(src: Path, dst: Path, edit) -> Path:
-    data = bytearray(src.read_bytes())
-    dst.write_bytes(bytes(edit(data)))
-    return dst
-
-
-def set_int(data: bytearray, index: int, value: int) -> bytearray:
-    data[4 * index : 4 * index + 4] = np.int32(value).tobytes()
-    return data
-
-
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: set_int(d, 0, 20240326), "wrong magic 20240326"),
-    (lambda d: set_int(d, 1, 4), "wrong version 4"),
-    (lambda d: d[:-4], "truncated"),
-    (lambda d: d + b"\0\0\0\0", "trailing data"),
-    (lambda d: d[:1500], "shorter than the 2048-byte"),
+    *common_model_file_damage(20240326, "wrong magic 20240326", "shorter than the 2048-byte"),
     (lambda d: set_int(d, 17, 353), "FFN hidden size 353"),
     (lambda d: set_int(d, 6, 3), "not a multiple of n_kv_head 3"),
     (lambda d: set_int(d, 4, 0), "must be positive"),
@@ -188,10 +158,7 @@ def set_int(data: bytearray, index: int, value: int) -> bytearray:
 def test_model_file_reader_rejects_bad_files_with_one_line(tmp_path, edit, message):
     model = train_llama3.from_hf_model(tiny_hf_llama(tied=False, scaled=False), "test")
     train_llama3.write_model(model, tmp_path / "good.bin", "float32")
-    bad = corrupt(tmp_path / "good.bin", tmp_path / "bad.bin", edit)
-    with pytest.raises(UserError, match=message) as e:
-        train_llama3.read_model(bad)
-    assert "bad.bin" in str(e.value) and "\n" not in str(e.value)
+    assert_reader_refuses_in_one_line(train_llama3.read_model, tmp_path / "good.bin", edit, message)
 
 
 def test_trainer_refuses_a_corrupt_model_file_with_one_error_line(tmp_path, llama3_tokenizer, llama3_tinyshakespeare):
@@ -212,31 +179,19 @@ def d2_llama(tmp_path_factory, llama3_tokenizer, llama3_tinyshakespeare) -> Path
 
 
 def test_debug_state_is_self_consistent(d2_llama):
-    path = d2_llama / "llama3_d2_debug_state.bin"
-    h = np.fromfile(path, dtype="<i4", count=256)
-    assert list(h[:5]) == [20240803, 3, 4, 32, 10]
-    assert np.allclose(h[5:11].view("<f4"), [1e-4, 0.9, 0.95, 1e-8, 0.1, 1.0])
-    assert h[11] == 10 and not h[12:].any(), "AdamW: no Muon settings"
-    B, T, V, nsteps = 4, 32, 514, 10
-    ints = np.fromfile(path, dtype="<i4", count=2 * B * T, offset=1024)
-    x, y = ints[: B * T], ints[B * T :]
-    assert np.array_equal(x[1:], y[:-1]) and x.max() < V
-    floats = np.fromfile(path, dtype="<f4", offset=1024 + 8 * B * T)
+    B, T, V = 4, 32, 514
     model = train_llama3.read_model(d2_llama / "llama3_d2.bin")
-    n_params = sum(p.numel() for p in model.parameters())
-    assert floats.size == B * T * V + 1 + n_params + 3 * nsteps
-    logits, loss = floats[: B * T * V].reshape(B * T, V), floats[B * T * V]
-    recomputed = F.cross_entropy(torch.from_numpy(logits.astype(np.float64)), torch.from_numpy(y.astype(np.int64)))
-    assert abs(recomputed.item() - float(loss)) < 1e-5
+    state = read_adamw_debug_state(d2_llama / "llama3_d2_debug_state.bin", 20240803, B, T, V,
+                                   sum(p.numel() for p in model.parameters()))
+    assert state.x.max() < V
+    recomputed = F.cross_entropy(torch.from_numpy(state.logits.astype(np.float64)),
+                                 torch.from_numpy(state.y.astype(np.int64)))
+    assert abs(recomputed.item() - state.loss) < 1e-5
     with torch.no_grad():
-        ours, _ = model(torch.from_numpy(x.astype(np.int64)).view(B, T), torch.from_numpy(y.astype(np.int64)).view(B, T))
-    assert np.abs(ours.view(B * T, V).numpy() - logits).max() < 1e-5
-    grads = floats[B * T * V + 1 : B * T * V + 1 + n_params]
-    losses, norms, noise = floats[-3 * nsteps : -2 * nsteps], floats[-2 * nsteps : -nsteps], floats[-nsteps:]
-    assert losses[0] == pytest.approx(float(loss), abs=1e-6)
-    assert losses[-1] < losses[0]
-    assert norms[0] == pytest.approx(float(np.linalg.norm(grads.astype(np.float64))), rel=1e-5)
-    assert np.all(norms > 0) and np.all(noise >= 0) and np.all(noise < 1e-4 * losses)
+        ours, _ = model(torch.from_numpy(state.x.astype(np.int64)).view(B, T),
+                        torch.from_numpy(state.y.astype(np.int64)).view(B, T))
+    assert np.abs(ours.view(B * T, V).numpy() - state.logits).max() < 1e-5
+    assert_reference_steps_recorded(state)
 
 
 def test_files_of_the_d2_run_read_back_and_bf16_is_the_rounded_fp32(d2_llama):

@@ -14,6 +14,7 @@ from pyllmc import model_file
 from pyllmc.families import gpt2 as gpt2_desc, llama3 as llama3_desc, nanochat as nanochat_desc
 import train_gpt2
 import train_llama3
+from conftest import edited_copy, set_int
 from pyllmc.families.gpt2 import GPT2
 from pyllmc.families.llama3 import LLAMA3
 from pyllmc.families.nanochat import NANOCHAT
@@ -36,16 +37,6 @@ def files(tmp_path_factory) -> dict[str, Path]:
         train_gpt2.write_model(gpt, out[f"gpt2{suffix}"], dtype)
         train_llama3.write_model(llama, out[f"llama{suffix}"], dtype)
     return out
-
-
-def damaged(src: Path, dst: Path, edit) -> Path:
-    dst.write_bytes(bytes(edit(bytearray(src.read_bytes()))))
-    return dst
-
-
-def set_int(data: bytearray, index: int, value: int) -> bytearray:
-    data[4 * index : 4 * index + 4] = np.int32(value).tobytes()
-    return data
 
 
 def test_gpt2_checkpoint_reads_back_the_written_tensors(files):
@@ -101,7 +92,7 @@ READERS = {"gpt2": gpt2_desc.read_gpt2, "llama": llama3_desc.read_llama3}
 
 @pytest.mark.parametrize("family, what, edit, message", DAMAGE, ids=[f"{c[0]}: {c[1]}" for c in DAMAGE])
 def test_a_damaged_model_file_is_refused_with_one_line(files, tmp_path, family, what, edit, message):
-    bad = damaged(files[family], tmp_path / "bad.bin", edit)
+    bad = edited_copy(files[family], tmp_path / "bad.bin", edit)
     with pytest.raises(model_file.ModelFileError) as e:
         READERS[family](bad)
     assert str(e.value).startswith(f"{bad}: ") and message in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -4,7 +4,6 @@ reader, Hugging Face import and export, its command line, and its errors."""
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -14,7 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PYTHON, REPO, assert_one_error_line, losses_from_log, run, shared_dir, tinyshakespeare_text
+from conftest import (PYTHON, REPO, assert_gradients_match, assert_one_error_line, assert_reader_refuses_in_one_line,
+                      assert_reference_steps_recorded, common_model_file_damage, dn_init_drawn_in_file_order,
+                      llama3_shards, losses_from_log, read_adamw_debug_state, run, set_float, set_int, trained_tokenizer)
 
 import train_qwen3
 from pyllmc.families.qwen3 import QWEN3, qwen3_tensor_shapes
@@ -73,11 +74,7 @@ def test_logits_loss_and_every_gradient_match_transformers_qwen3(n_kv_head, tied
     got = train_qwen3.hf_state_dict_of(ours, lambda p: p.grad)
     if tied:
         del got["lm_head.weight"]  # transformers lists the shared weight once, as the embedding
-    assert set(got) == set(expected)
-    for name, grad in expected.items():
-        scale = grad.abs().max().item()
-        assert scale > 0, name
-        assert (got[name] - grad).abs().max().item() <= 1e-5 * max(scale, 1e-2), name
+    assert_gradients_match(expected, got, 1e-5)
 
 
 def test_flash_attention_gives_the_explicit_attentions_logits():
@@ -89,29 +86,16 @@ def test_flash_attention_gives_the_explicit_attentions_logits():
 
 
 def test_dn_shapes_and_init_are_deterministic_and_drawn_in_file_order():
-    a, stem = train_qwen3.load_model("d2", seed=7, vocab_size=513)
-    b, _ = train_qwen3.load_model("d2", seed=7, vocab_size=513)
-    other, _ = train_qwen3.load_model("d2", seed=8, vocab_size=513)
-    c = a.config
+    model, stem = dn_init_drawn_in_file_order(lambda seed: train_qwen3.load_model("d2", seed=seed, vocab_size=513),
+                                              qwen3_tensor_shapes, train_qwen3.stacked,
+                                              ("ln1w", "qnormw", "knormw", "ln2w", "lnfw"))
+    c = model.config
     assert stem == "qwen3_d2"
     assert (c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.head_dim, c.ffn_hidden) == (2, 2, 1, 128, 128, 384)
     assert c.block_size == 1024
     assert c.attention_width == 256 != c.n_embd and not c.tied_embeddings
     assert c.rope_theta == 1e6 and c.norm_eps == np.float32(1e-6)
-    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(pa, pb), name
-    assert not torch.equal(a.transformer.wte.weight, other.transformer.wte.weight)
-    # the C side's scheme, restated: one generator, one normal_ draw per non-norm file tensor (stacked), in file order
-    g = torch.Generator().manual_seed(7)
-    tensors = dict(zip(qwen3_tensor_shapes(c), train_qwen3.stacked(a, lambda p: p.detach())))
-    assert list(tensors) == list(QWEN3.tensor_names)
-    resid = 0.02 / math.sqrt(2 * c.n_layer)
-    for name, shape in qwen3_tensor_shapes(c).items():
-        if name in ("ln1w", "qnormw", "knormw", "ln2w", "lnfw"):
-            assert torch.all(tensors[name] == 1), name
-            continue
-        std = resid if name in ("attprojw", "fcprojw") else 0.02
-        assert torch.equal(tensors[name], torch.empty(shape).normal_(0.0, std, generator=g)), name
+    assert list(qwen3_tensor_shapes(c)) == list(QWEN3.tensor_names)
 
 
 def test_model_file_header_round_trip_and_back_into_transformers(tmp_path):
@@ -153,27 +137,9 @@ def test_tied_model_file_stores_no_lm_head_and_converts_back_tied(tmp_path):
     assert hf.config.tie_word_embeddings and hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()
 
 
-def corrupt(src: Path, dst: Path, edit) -> Path:
-    dst.write_bytes(bytes(edit(bytearray(src.read_bytes()))))
-    return dst
-
-
-def set_int(data: bytearray, index: int, value: int) -> bytearray:
-    data[4 * index : 4 * index + 4] = np.int32(value).tobytes()
-    return data
-
-
-def set_float(data: bytearray, index: int, value: float) -> bytearray:
-    data[1024 + 4 * index : 1024 + 4 * index + 4] = np.float32(value).tobytes()
-    return data
-
-
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: set_int(d, 0, 20240803), "wrong magic 20240803, expected 20250429 (a Qwen3 model file)"),
-    (lambda d: set_int(d, 1, 4), "wrong version 4"),
-    (lambda d: d[:-4], "truncated"),
-    (lambda d: d + b"\0\0\0\0", "trailing data"),
-    (lambda d: d[:1500], "shorter than the 2048-byte Qwen3 header"),
+    *common_model_file_damage(20240803, "wrong magic 20240803, expected 20250429 (a Qwen3 model file)",
+                              "shorter than the 2048-byte Qwen3 header"),
     (lambda d: set_int(d, 10, 2), "tied embeddings flag (header[10]) = 2"),
     (lambda d: set_int(d, 11, 1), "the unused fields"),
     (lambda d: set_float(d, 5, 1.0), "the unused fields"),
@@ -189,10 +155,7 @@ def set_float(data: bytearray, index: int, value: float) -> bytearray:
 def test_model_file_reader_rejects_bad_files_with_one_line(tmp_path, edit, message):
     model = train_qwen3.from_hf_model(tiny_hf_qwen3(2, False), "test")
     train_qwen3.write_model(model, tmp_path / "good.bin", "float32")
-    bad = corrupt(tmp_path / "good.bin", tmp_path / "bad.bin", edit)
-    with pytest.raises(UserError) as e:
-        train_qwen3.read_model(bad)
-    assert message in str(e.value) and "bad.bin" in str(e.value) and "\n" not in str(e.value)
+    assert_reader_refuses_in_one_line(train_qwen3.read_model, tmp_path / "good.bin", edit, message)
 
 
 def test_another_familys_model_file_is_refused_with_one_line(tmp_path):
@@ -232,24 +195,14 @@ def test_scaled_rope_and_other_model_types_are_refused_with_one_line(tmp_path):
 def eot_tokenizer(tmp_path_factory, tinyshakespeare) -> Path:
     """Directory holding tokenizer.json: the test tokenizer with <|endoftext|> = 512 as its only special token, a
     document delimiter without BOS as Qwen3's (dev/data/make_test_tokenizer.py --delimiter endoftext): 513 tokens."""
-    def write(out: Path) -> None:
-        run([PYTHON, REPO / "dev" / "data" / "make_test_tokenizer.py", "--delimiter", "endoftext", "--out_dir", out,
-             "--corpus", tinyshakespeare_text()])
-
-    return shared_dir(tmp_path_factory, "qwen3_eot_tokenizer", write)
+    return trained_tokenizer(tmp_path_factory, "qwen3_eot_tokenizer", "--delimiter", "endoftext")
 
 
 @pytest.fixture(scope="module")
 def eot_shards(tmp_path_factory, eot_tokenizer) -> tuple[Path, Path]:
     """(train, val) llama-3 shards of Tiny Shakespeare in the <|endoftext|> tokenizer's ids (512 before every
     document)."""
-    def write(data_dir: Path) -> None:
-        shutil.copyfile(tinyshakespeare_text(), data_dir / "tiny_shakespeare.txt")
-        run([PYTHON, REPO / "dev" / "data" / "tinyshakespeare.py", "--model_desc", "llama-3", "--tokenizer",
-             eot_tokenizer, "--data_dir", data_dir])
-
-    data_dir = shared_dir(tmp_path_factory, "qwen3_eot_tinyshakespeare", write)
-    return data_dir / "tiny_shakespeare_train.bin", data_dir / "tiny_shakespeare_val.bin"
+    return llama3_shards(tmp_path_factory, "qwen3_eot_tinyshakespeare", eot_tokenizer)
 
 
 def test_a_tokenizer_without_bos_delimits_documents_with_endoftext(eot_tokenizer, eot_shards):
@@ -316,38 +269,27 @@ def test_the_command_on_a_hugging_face_directory_writes_the_familys_files(hf_dir
 
 def test_the_debug_state_is_written_as_the_other_families(hf_dir_run):
     hf_dir, out = hf_dir_run
-    path = out / "qwen3_tiny-qwen3_debug_state.bin"
-    h = np.fromfile(path, dtype="<i4", count=256)
-    assert list(h[:5]) == [20250429, 3, 2, 64, 10]
-    assert np.allclose(h[5:11].view("<f4"), [1e-4, 0.9, 0.95, 1e-8, 0.1, 1.0])
-    assert h[11] == 10 and not h[12:].any(), "AdamW: no Muon settings"
-    B, T, V, nsteps = 2, 64, 520, 10
-    ints = np.fromfile(path, dtype="<i4", count=2 * B * T, offset=1024)
-    x, y = ints[: B * T], ints[B * T :]
-    assert np.array_equal(x[1:], y[:-1]) and x.max() < 513
-    floats = np.fromfile(path, dtype="<f4", offset=1024 + 8 * B * T)
+    B, T, V = 2, 64, 520
     model = train_qwen3.read_model(out / "qwen3_tiny-qwen3.bin")
-    n_params = sum(p.numel() for p in model.parameters())
-    assert floats.size == B * T * V + 1 + n_params + 3 * nsteps
-    logits, loss = floats[: B * T * V].reshape(B * T, V), floats[B * T * V]
-    x_t, y_t = torch.from_numpy(x.astype(np.int64)).view(B, T), torch.from_numpy(y.astype(np.int64)).view(B, T)
+    state = read_adamw_debug_state(out / "qwen3_tiny-qwen3_debug_state.bin", 20250429, B, T, V,
+                                   sum(p.numel() for p in model.parameters()))
+    assert state.x.max() < 513
+    x_t = torch.from_numpy(state.x.astype(np.int64)).view(B, T)
+    y_t = torch.from_numpy(state.y.astype(np.int64)).view(B, T)
     from transformers import Qwen3ForCausalLM
 
     hf = Qwen3ForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
-        assert np.abs(hf(x_t).logits.view(B * T, V).numpy() - logits).max() < 1e-5
-    recomputed = F.cross_entropy(torch.from_numpy(logits.astype(np.float64)), torch.from_numpy(y.astype(np.int64)))
-    assert abs(recomputed.item() - float(loss)) < 1e-5
+        assert np.abs(hf(x_t).logits.view(B * T, V).numpy() - state.logits).max() < 1e-5
+    recomputed = F.cross_entropy(torch.from_numpy(state.logits.astype(np.float64)),
+                                 torch.from_numpy(state.y.astype(np.int64)))
+    assert abs(recomputed.item() - state.loss) < 1e-5
     # the gradients in file order are the model's own backward on the batch
     model.zero_grad()
     model(x_t, y_t)[1].backward()
-    grads = floats[B * T * V + 1 : B * T * V + 1 + n_params]
     expected = torch.cat([g.reshape(-1) for g in train_qwen3.stacked(model, lambda p: p.grad)]).numpy()
-    assert np.abs(grads - expected).max() <= 1e-5 * np.abs(expected).max()
-    losses, norms, noise = floats[-3 * nsteps : -2 * nsteps], floats[-2 * nsteps : -nsteps], floats[-nsteps:]
-    assert losses[0] == pytest.approx(float(loss), abs=1e-6) and losses[-1] < losses[0]
-    assert norms[0] == pytest.approx(float(np.linalg.norm(grads.astype(np.float64))), rel=1e-5)
-    assert np.all(norms > 0) and np.all(noise >= 0) and np.all(noise < 1e-4 * losses)
+    assert np.abs(state.grads - expected).max() <= 1e-5 * np.abs(expected).max()
+    assert_reference_steps_recorded(state)
 
 
 def test_the_tokenizer_file_holds_every_tokens_bytes_and_endoftext_as_bos_and_eot(hf_dir_run, eot_tokenizer):

@@ -18,7 +18,7 @@ from pyllmc.family import Family
 from pyllmc.model_file import VERSIONS, ModelFileError, write_model_file
 from pyllmc.reference.cli import debug_optimizer
 from pyllmc.reference.causal_lm import CausalLM
-from pyllmc.reference.common import UserError, print0
+from pyllmc.reference.common import UserError, is_depth_name, print0
 from pyllmc.reference.debug_state import DebugOptimizer, reference_steps, write_debug_state_with_norms
 from pyllmc.reference.optimizers import is_block_matrix
 
@@ -73,6 +73,22 @@ class ModelFiles:
     def stacked(self, model: CausalLM, get: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
         """The model file's tensors in order, each stacked over layers, element = get(parameter)."""
         return stacked_file_tensors(model, get, self.global_names)
+
+    def load_model(self, name: str, seed: int, depth_config: Callable[[int], Any],
+                   load_hf: Callable[[str, bool], CausalLM], flash: bool = False) -> tuple[CausalLM, str]:
+        """The model a --model name gives: dN from scratch (depth_config(N), init_weights(seed)), one of our model
+        files, or load_hf(name, flash) for a Hugging Face directory or hub name. Returns it and the stem of the files
+        written for it."""
+        if is_depth_name(name):
+            depth = int(name[1:])
+            if depth < 1:
+                raise UserError(f"--model {name}: the depth must be at least 1 (e.g. d2)")
+            model = self.model_class(depth_config(depth), flash)
+            model.init_weights(seed)
+            return model, f"{self.family.name}_{name}"
+        if name.endswith(".bin"):
+            return self.read_model(name, flash), Path(name).stem
+        return load_hf(name, flash), f"{self.family.name}_{Path(name).name}"
 
     def write_model(self, model: CausalLM, filename: str | Path, dtype: str) -> None:
         """The model file: its header (version 3 fp32, 5 bf16), then the tensors in `dtype`."""

@@ -1,6 +1,7 @@
 """
 GPT-2's tokenizer: tiktoken's gpt2 encoding, and the tokenizer file the C programs decode with (llm.c's format,
-version 2: the header carries the end-of-text id).
+version 2: the header carries the end-of-text id); and the BPE families' tokenizer file (Llama 3's layout, version 3:
+the header carries the end-of-text and BOS ids), written from a LlamaTokenizer.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from pyllmc.family import Family
 from pyllmc.families.gpt2 import GPT2
+from pyllmc.llama3_tokenizer import LlamaTokenizer
 from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.common import UserError, print0
 
@@ -31,4 +34,22 @@ def write_gpt2_tokenizer(filename: str | Path) -> None:
     body = b"".join(struct.pack("<B", len(b)) + b for b in pieces)
     header = header_bytes([GPT2.tokenizer_magic, GPT2.tokenizer_version, len(pieces), enc.eot_token], "<u4")
     atomic_write(filename, [header, body])
+    print0(f"wrote {filename}")
+
+
+def bpe_tokenizer_file_bytes(family: Family, tok: LlamaTokenizer) -> list[bytes]:
+    """Header and body of a BPE family's tokenizer file: uint32 header {family's magic, version, vocab, end-of-text id,
+    BOS id}, then per id a length byte and its bytes; UserError when a token is empty or longer than 255 bytes."""
+    body = bytearray()
+    for i, piece in enumerate(tok.token_bytes()):
+        if not 1 <= len(piece) <= 255:
+            raise UserError(f"token {i} is {len(piece)} bytes long: the tokenizer file holds 1 to 255 bytes per token")
+        body.append(len(piece))
+        body += piece
+    header = header_bytes([family.tokenizer_magic, family.tokenizer_version, tok.vocab_size, tok.eot, tok.bos], "<u4")
+    return [header, bytes(body)]
+
+
+def write_bpe_tokenizer(family: Family, tok: LlamaTokenizer, filename: str | Path) -> None:
+    atomic_write(filename, bpe_tokenizer_file_bytes(family, tok))
     print0(f"wrote {filename}")
