@@ -56,7 +56,8 @@ class Command:
 
 
 # make targets of the side's Makefile that the commands need
-CPU_TARGETS = ["train_gpt2", "test_gpt2", "train_llama3", "test_llama3", "train_nanochat", "test_nanochat", "generate"]
+CPU_TARGETS = ["train_gpt2", "test_gpt2", "train_llama3", "test_llama3", "train_nanochat", "test_nanochat", "train_qwen3",
+               "test_qwen3", "generate"]
 CUDA_CPU_TARGETS = [f"build/cuda_cpu/{program}cu_fp32" for program in
                     ("train_gpt2", "test_gpt2", "train_llama3", "test_llama3", "train_nanochat", "test_nanochat")] + \
                    ["build/cuda_cpu/train_gpt2cu_bf16"]
@@ -128,6 +129,7 @@ def default_commands() -> list[Command]:
         Command("gpt2-small-vocab-reference", '"$PY" "$R/dev/cuda_cpu_refs.py" --vocab_size 509 --muon -o small'),
         Command("llama3-reference", '"$PY" "$R/dev/llama3_refs.py" --out_dir llama3 --muon'),
         Command("nanochat-reference", '"$PY" "$R/dev/nanochat_refs.py" --out_dir nanochat --no_d2'),
+        Command("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon'),
     ]
     gpt2 = [
         *trainer_runs("gpt2", "train_gpt2", "gpt2_d2.bin", "../data", scratch_model="d2"),
@@ -152,7 +154,14 @@ def default_commands() -> list[Command]:
         Command("generate-nanochat", '"$R/generate" -e ../out/nanochat/model_00000004.bin -t nanochat_tokenizer.bin '
                 '-p "ROMEO:" -n 24 --seed 7 --top-p 0.9', "nanochat"),
     ]
-    return references + gpt2 + llama3 + nanochat + cuda_cpu_runs()
+    qwen3 = [
+        *trainer_runs("qwen3", "train_qwen3", "qwen3_d2.bin", "ts", scratch_model="d2"),
+        *test_runs("qwen3", "test_qwen3", debug_states(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"),
+                                                       ("muon", "muon/qwen3_d2"), ("muon-mqa", "muon/qwen3_mqa"))),
+        Command("generate-qwen3", '"$R/generate" -e ../out/qwen3/model_00000004.bin -t qwen3_tokenizer.bin '
+                '--ids 0,1,2 -n 24 --seed 7 --print-ids', "qwen3"),
+    ]
+    return references + gpt2 + llama3 + nanochat + qwen3 + cuda_cpu_runs()
 
 
 def cuda_cpu_runs() -> list[Command]:

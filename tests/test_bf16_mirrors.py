@@ -32,9 +32,10 @@ def built() -> None:
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: Path, trainer: str, optimizer: str):
-    if trainer == "train_llama3":  # its shards and tokenizer file (-e d2 takes V from it)
-        ref: Path = request.getfixturevalue("llama3_references")
-        shutil.copy(ref / "llama3_tokenizer.bin", tmp_path)
+    row = next(row for row in REGISTRY if row.trainer == trainer)
+    if row.depth_vocab is None:  # its reference files' shards and tokenizer file (-e d2 takes V from it)
+        ref: Path = request.getfixturevalue(f"{row.name}_references")
+        shutil.copy(ref / f"{row.name}_tokenizer.bin", tmp_path)
         data = [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
     else:
         data = list(tinyshakespeare)

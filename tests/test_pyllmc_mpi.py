@@ -25,8 +25,9 @@ import pytest
 
 from conftest import REPO, assert_one_error_line, killed_after, make, run
 from pyllmc.families import NAMES
+from test_families import CUDA_FAMILIES
 
-GPU_TRAINERS = f"the GPU trainers ({', '.join(f'./train_{name}cu' for name in NAMES)})"
+GPU_TRAINERS = f"the GPU trainers ({', '.join(f'./train_{name}cu' for name in CUDA_FAMILIES)})"
 
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
 ENV = {"OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}

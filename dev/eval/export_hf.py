@@ -26,7 +26,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -106,9 +106,9 @@ def write_tokenizer_files(out: Path) -> None:
 # ----------------------------------------------------------------------------- writing the directory
 
 
-def read_model(ckpt: Path, dtype: str) -> tuple[dict[str, np.ndarray], dict, bool]:
-    """The Hugging Face state dict and config.json of a model file of a family that has an export (told by its
-    magic: pyllmc.families), and whether GPT-2's tokenizer files fit its vocabulary."""
+def read_checkpoint(ckpt: Path) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """(its registry row, config, tensors) of a model file of a family that has an export (told by its magic:
+    pyllmc.families); anything else, or a damaged file, is one ExportError line."""
     try:
         row = by_magic(ckpt)
         if row.hf_export is None:
@@ -117,6 +117,13 @@ def read_model(ckpt: Path, dtype: str) -> tuple[dict[str, np.ndarray], dict, boo
         config, tensors = row.read_model(ckpt)
     except ModelFileError as e:
         raise ExportError(str(e)) from None
+    return row, config, tensors
+
+
+def read_model(ckpt: Path, dtype: str) -> tuple[dict[str, np.ndarray], dict, bool]:
+    """The Hugging Face state dict and config.json of a model file of a family that has an export, and whether
+    GPT-2's tokenizer files fit its vocabulary."""
+    row, config, tensors = read_checkpoint(ckpt)
     sd, hf_config, line, tokenizer_fits = row.hf_export(config, tensors, dtype)
     print(f"{ckpt}: {line}")
     return sd, hf_config, tokenizer_fits
