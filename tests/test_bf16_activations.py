@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,14 +72,20 @@ def test_the_bf16_layout_resumes_bit_identically(trainer, tmp_path: Path) -> Non
     assert (tmp_path / "straight" / "model_00000008.bin").read_bytes() == (part / "model_00000008.bin").read_bytes()
 
 
+# A child's ru_maxrss counts the resident memory of the process it was forked from until its exec, so a child of this
+# pytest worker (which may hold gigabytes) reports at least the worker's size; a fresh interpreter launches the trainer
+# and reports its children's peak alone.
+PEAK_RSS_LAUNCHER = ("import resource, subprocess, sys\n"
+                     "code = subprocess.run(sys.argv[1:], stderr=subprocess.STDOUT).returncode\n"
+                     "print('peak', code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
 def peak_rss_mb(cmd: list[object], env: dict[str, str]) -> float:
-    """The child's peak resident memory (ru_maxrss), MB."""
-    proc = subprocess.Popen([str(c) for c in cmd], env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
-    return usage.ru_maxrss * 1024 / 1e6
+    """The trainer's peak resident memory (ru_maxrss), MB."""
+    proc = run([sys.executable, "-c", PEAK_RSS_LAUNCHER, *cmd], env=env)
+    _, code, kb = proc.stdout.splitlines()[-1].split()
+    assert code == "0", f"{cmd} exited with {code}:\n{proc.stdout[-2000:]}"
+    return int(kb) * 1024 / 1e6
 
 
 def test_the_bf16_layout_takes_less_memory(trainer, tmp_path: Path) -> None:
