@@ -34,6 +34,7 @@ line naming the file; the reading, checking and atomic writing common to every f
 #include "rand.h"
 #include "model_file.h"
 #include "model_family.h"
+#include "decoder.h"
 #include "tokenizer.h"
 
 #define LLAMA3_MAGIC 20240803
@@ -288,6 +289,33 @@ static inline void llama3_describe_config(const void* config, char* line, size_t
 // the Llama 3 debug state train_llama3.py writes (llmc/debug_state.h)
 static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
+// Llama 3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, no QK-norm, rotate_half RoPE with Llama 3.1's
+// scaling when the file asks for it, SwiGLU
+static inline void llama3_decoder_config(const void* config, DecoderConfig* d) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    d->max_seq_len = cfg->max_seq_len;
+    d->vocab_size = cfg->vocab_size;
+    d->num_layers = cfg->num_layers;
+    d->num_heads = cfg->num_heads;
+    d->num_kv_heads = cfg->num_kv_heads;
+    d->channels = cfg->channels;
+    d->head_dim = cfg->channels / cfg->num_heads;
+    d->ffn_hidden = cfg->ffn_hidden;
+    d->tied_embeddings = cfg->tied_embeddings;
+    d->norm_weights = 1;
+    d->qk_norm = DECODER_QKNORM_NONE;
+    d->rope = DECODER_ROPE_HALF;
+    d->mlp = DECODER_MLP_SWIGLU;
+    d->norm_eps = cfg->norm_eps;
+    d->rope_theta = cfg->rope_theta;
+    if (cfg->use_scaled_rope) {
+        d->rope_factor = cfg->rope_factor;
+        d->rope_low_freq_factor = cfg->rope_low_freq_factor;
+        d->rope_high_freq_factor = cfg->rope_high_freq_factor;
+        d->rope_original_max_pos = cfg->rope_original_max_pos;
+    }
+}
+
 static const ModelFamily LLAMA3_FAMILY = {
     .name = "llama3",
     .model_file = &LLAMA3_MODEL_FILE,
@@ -311,6 +339,7 @@ static const ModelFamily LLAMA3_FAMILY = {
     .config_from_descriptor = llama3_family_config_from_descriptor,
     .init_params = llama3_family_init_params,
     .describe_config = llama3_describe_config,
+    .decoder_config = llama3_decoder_config,
 };
 
 #endif // LLMC_LLAMA3_H

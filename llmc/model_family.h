@@ -26,6 +26,8 @@ and per-layer flags, the dimensions of a config).
 #include "dataloader.h"
 #include "debug_state.h"
 
+struct DecoderConfig; // llmc/decoder.h
+
 typedef struct {
     const char* name;                     // "gpt2", "llama3": the prefix of the family's functions and programs
     const ModelFileFormat* model_file;    // its model file: magic, versions, header fields, config size (llmc/model_file.h)
@@ -56,6 +58,9 @@ typedef struct {
     void (*init_params)(float* params, const void* config, unsigned int seed);
     // the config's line, as every program prints it after the model's path ("L=12 NH=12 C=768 maxT=1024 ...")
     void (*describe_config)(const void* config, char* line, size_t size);
+    // a pre-norm decoder family (Llama 3, nanochat, Qwen3: llmc/decoder.h) fills the decoder's shapes and switches
+    // from its config; NULL for the others (GPT-2)
+    void (*decoder_config)(const void* config, struct DecoderConfig* decoder);
 } ModelFamily;
 
 // -e: a descriptor into config (returns 1: from scratch), else the model file load, which must exist (returns 0: the

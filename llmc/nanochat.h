@@ -34,6 +34,7 @@ of 64: it trains on GPT-2 token shards), norm_eps 1e-6, rope_theta 10000, softca
 #include "rand.h"
 #include "model_file.h"
 #include "model_family.h"
+#include "decoder.h"
 
 #define NANOCHAT_MAGIC 20251013
 #define NANOCHAT_TOKENIZER_PATH "nanochat_tokenizer.bin"  // train_nanochat.py writes it (GPT-2's, or the checkpoint's)
@@ -225,6 +226,27 @@ static inline void nanochat_describe_config(const void* config, char* line, size
              cfg->softcap);
 }
 
+// nanochat's GPT as a pre-norm decoder (llmc/decoder.h): weightless RMSNorms, the embeddings normalised too, RoPE
+// with the reversed sign then weightless QK-norm, ReLU^2, the logits' softcap, never tied
+static inline void nanochat_decoder_config(const void* config, DecoderConfig* d) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    d->max_seq_len = cfg->max_seq_len;
+    d->vocab_size = cfg->vocab_size;
+    d->num_layers = cfg->num_layers;
+    d->num_heads = cfg->num_heads;
+    d->num_kv_heads = cfg->num_kv_heads;
+    d->channels = cfg->channels;
+    d->head_dim = cfg->channels / cfg->num_heads;
+    d->ffn_hidden = cfg->ffn_hidden;
+    d->embed_norm = 1;
+    d->qk_norm = DECODER_QKNORM_PLAIN;
+    d->rope = DECODER_ROPE_REVERSE;
+    d->mlp = DECODER_MLP_RELU2;
+    d->norm_eps = cfg->norm_eps;
+    d->softcap = cfg->softcap;
+    d->rope_theta = cfg->rope_theta;
+}
+
 static const ModelFamily NANOCHAT_FAMILY = {
     .name = "nanochat",
     .model_file = &NANOCHAT_MODEL_FILE,
@@ -248,6 +270,7 @@ static const ModelFamily NANOCHAT_FAMILY = {
     .config_from_descriptor = nanochat_family_config_from_descriptor,
     .init_params = nanochat_family_init_params,
     .describe_config = nanochat_describe_config,
+    .decoder_config = nanochat_decoder_config,
 };
 
 #endif // LLMC_NANOCHAT_H

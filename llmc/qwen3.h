@@ -32,6 +32,7 @@ describes this file).
 #include "rand.h"
 #include "model_file.h"
 #include "model_family.h"
+#include "decoder.h"
 #include "tokenizer.h"
 
 #define QWEN3_MAGIC 20250429
@@ -248,6 +249,27 @@ static inline void qwen3_describe_config(const void* config, char* line, size_t 
 // the Qwen3 debug state train_qwen3.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
 static const DebugStateFormat QWEN3_DEBUG_STATE = {QWEN3_MAGIC, 3, "Qwen3 debug state", "block size", 1};
 
+// Qwen3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, QK-norm with a weight before rotate_half RoPE,
+// its own head_dim, SwiGLU
+static inline void qwen3_decoder_config(const void* config, DecoderConfig* d) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    d->max_seq_len = cfg->max_seq_len;
+    d->vocab_size = cfg->vocab_size;
+    d->num_layers = cfg->num_layers;
+    d->num_heads = cfg->num_heads;
+    d->num_kv_heads = cfg->num_kv_heads;
+    d->channels = cfg->channels;
+    d->head_dim = cfg->head_dim;
+    d->ffn_hidden = cfg->ffn_hidden;
+    d->tied_embeddings = cfg->tied_embeddings;
+    d->norm_weights = 1;
+    d->qk_norm = DECODER_QKNORM_WEIGHTED;
+    d->rope = DECODER_ROPE_HALF;
+    d->mlp = DECODER_MLP_SWIGLU;
+    d->norm_eps = cfg->norm_eps;
+    d->rope_theta = cfg->rope_theta;
+}
+
 static const ModelFamily QWEN3_FAMILY = {
     .name = "qwen3",
     .model_file = &QWEN3_MODEL_FILE,
@@ -271,6 +293,7 @@ static const ModelFamily QWEN3_FAMILY = {
     .config_from_descriptor = qwen3_family_config_from_descriptor,
     .init_params = qwen3_family_init_params,
     .describe_config = qwen3_describe_config,
+    .decoder_config = qwen3_decoder_config,
 };
 
 #endif // LLMC_QWEN3_H

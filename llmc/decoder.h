@@ -1,0 +1,134 @@
+/*
+llmc/decoder.h: the pre-norm decoder with RMSNorm and rotary positions that Llama 3, nanochat's GPT and Qwen3 all are
+(GPT-2 is not: LayerNorm with biases, learned positions), described once for every backend. What differs between
+those families is data: a DecoderConfig, which each fills from its own config (ModelFamily.decoder_config), and where
+each tensor lies in the flat parameters, which decoder_layout finds in the family's tensor table by name. The
+backends' models read only these two (llmc/cpu/decoder_cpu.h, llmc/cuda/decoder_gpu.cuh, generate's forward pass).
+
+The model, with its switches (shapes: C channels, NH query heads, NKV key/value heads, HS head_dim, AW = NH HS the
+attention width, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size):
+    x = wte[ids]                                              (B, T, C)
+    x = rmsnorm(x)                                            embed_norm only (nanochat)
+    per layer:
+        h = rmsnorm(x) * ln1w                                 ln1w when norm_weights, else no weight
+        q, k, v = h qkvw^T                                    (B, T, QKV): q heads, k heads, v heads
+        QKNORM_WEIGHTED: q, k = rmsnorm per head * qnormw, knormw, then RoPE          (Qwen3)
+        QKNORM_PLAIN:    RoPE, then q, k = rmsnorm per head, no weight                (nanochat)
+        QKNORM_NONE:     RoPE                                                         (Llama 3)
+        RoPE pairs dimension i with i + HS/2 (rotate_half); ROPE_REVERSE flips the sign of the rotation (nanochat)
+        y = softmax(q k^T / sqrt(HS), causal) v               GQA: NH / NKV query heads a key/value head; (B, T, AW)
+        x = x + y attprojw^T
+        h = rmsnorm(x) * ln2w
+        MLP_SWIGLU: x = x + (silu(h fcw^T) * (h fcw2^T)) fcprojw^T
+        MLP_RELU2:  x = x + relu(h fcw^T)^2 fcprojw^T
+    logits = (rmsnorm(x) * lnfw) lm_head^T                    lm_head is wte when tied
+    logits = softcap * tanh(logits / softcap)                 softcap > 0 only
+
+    DecoderConfig                               the shapes and the switches
+    DECODER_TENSORS(X)                          X(name) for each tensor a decoder may have, in the order of the enum
+    decoder_layout(family, config, layout)      where each tensor lies: offsets (elements) into the flat parameters,
+                                                the per-layer stride, present or not (a tied lm_head is wte)
+    DECODER_POINT_FIELD(name)                   one field of a backend's struct of typed views (see its comment)
+*/
+#ifndef LLMC_DECODER_H
+#define LLMC_DECODER_H
+
+#include <stddef.h>
+#include <string.h>
+#include "utils.h"
+#include "model_family.h"
+
+typedef enum { DECODER_QKNORM_NONE = 0, DECODER_QKNORM_WEIGHTED = 1, DECODER_QKNORM_PLAIN = 2 } DecoderQkNorm;
+typedef enum { DECODER_ROPE_HALF = 0, DECODER_ROPE_REVERSE = 1 } DecoderRope;
+typedef enum { DECODER_MLP_SWIGLU = 0, DECODER_MLP_RELU2 = 1 } DecoderMlp;
+
+struct DecoderConfig {
+    int max_seq_len;      // maxT, the block size
+    int vocab_size;       // V (no padding)
+    int num_layers;       // L
+    int num_heads;        // NH
+    int num_kv_heads;     // NKV
+    int channels;         // C
+    int head_dim;         // HS (C / NH for Llama 3 and nanochat, the model's own for Qwen3)
+    int ffn_hidden;       // FFN
+    int tied_embeddings;  // lm_head is wte
+    int norm_weights;     // ln1, ln2 and the final RMSNorm have weights (ln1w, ln2w, lnfw)
+    int embed_norm;       // the embeddings are RMS-normalised before the first layer
+    DecoderQkNorm qk_norm;
+    DecoderRope rope;
+    DecoderMlp mlp;
+    float norm_eps;       // every RMSNorm's, QK-norm's included
+    float softcap;        // 0: none
+    // the rotary tables (llmc/cpu/rope_cpu.h rope_tables): theta, and Llama 3.1's frequency scaling (factor 0: none)
+    float rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
+};
+typedef struct DecoderConfig DecoderConfig;
+
+// the attention width AW = NH HS and the width of the qkv projection QKV = (NH + 2 NKV) HS
+static inline int decoder_attention_width(const DecoderConfig* d) { return d->num_heads * d->head_dim; }
+static inline int decoder_qkv_width(const DecoderConfig* d) { return (d->num_heads + 2 * d->num_kv_heads) * d->head_dim; }
+
+// the family's config as a decoder's (ModelFamily.decoder_config, NULL for a family that is not a decoder)
+static inline void decoder_config(const ModelFamily* family, const void* config, DecoderConfig* d) {
+    if (family->decoder_config == NULL) { llmc_die("%s: not a pre-norm decoder family", family->name); }
+    memset(d, 0, sizeof(*d));
+    family->decoder_config(config, d);
+}
+
+// ----------------------------------------------------------------------------
+// the tensors, by the names the families' tables use: X(name). A family has a subset of them (nanochat: no norm
+// weights, no fcw2; Llama 3: no QK-norm weights); its table's order is its file's, whatever the order here.
+#define DECODER_TENSORS(X) \
+    X(wte) X(ln1w) X(qkvw) X(qnormw) X(knormw) X(attprojw) X(ln2w) X(fcw) X(fcw2) X(fcprojw) X(lnfw) X(lm_head)
+
+#define DECODER_TENSOR_ENUM_(name) DECODER_TENSOR_##name,
+typedef enum { DECODER_TENSORS(DECODER_TENSOR_ENUM_) DECODER_NUM_TENSORS } DecoderTensor;
+#undef DECODER_TENSOR_ENUM_
+
+typedef struct {
+    int present[DECODER_NUM_TENSORS];        // the family has it (lm_head: also when tied, as wte)
+    size_t offset[DECODER_NUM_TENSORS];      // its first element in the flat parameters
+    size_t layer_stride[DECODER_NUM_TENSORS]; // elements from one layer's slice to the next (0 outside the layers)
+} DecoderLayout;
+
+// where each tensor lies in the flat parameters of a model of this family and config (file order, as
+// llmc/model_file.h lays them out); dies on a tensor the decoder does not know (a family's table and this file disagree)
+static inline void decoder_layout(const ModelFamily* family, const void* config, DecoderLayout* layout) {
+    static const char* const names[DECODER_NUM_TENSORS] = {
+#define DECODER_TENSOR_NAME_(name) #name,
+        DECODER_TENSORS(DECODER_TENSOR_NAME_)
+#undef DECODER_TENSOR_NAME_
+    };
+    size_t dims[64][3];
+    if (family->num_tensors > 64) { llmc_die("%s: %d parameter tensors, more than a decoder has", family->name, family->num_tensors); }
+    family->tensor_dims(dims, config);
+    memset(layout, 0, sizeof(*layout));
+    size_t offset = 0;
+    for (int i = 0; i < family->num_tensors; i++) {
+        int k = 0;
+        while (k < DECODER_NUM_TENSORS && strcmp(names[k], family->tensor_names[i]) != 0) { k++; }
+        if (k == DECODER_NUM_TENSORS) { llmc_die("%s: tensor %s is not one a decoder has", family->name, family->tensor_names[i]); }
+        size_t slice = dims[i][1] * dims[i][2];
+        if (slice > 0) {
+            layout->present[k] = 1;
+            layout->offset[k] = offset;
+            layout->layer_stride[k] = family->tensor_per_layer[i] ? slice : 0;
+        }
+        offset += dims[i][0] * slice;
+    }
+    if (!layout->present[DECODER_TENSOR_lm_head]) { // tied: the output projection is the embedding
+        layout->present[DECODER_TENSOR_lm_head] = 1;
+        layout->offset[DECODER_TENSOR_lm_head] = layout->offset[DECODER_TENSOR_wte];
+    }
+}
+
+// One field of a backend's struct of typed views, for the body of a function that has in scope: view (the struct, a
+// field per DECODER_TENSORS name), memory (the flat parameters or gradients, any element type), layout and l (a
+// layer, or 0 for the whole tensors); an absent tensor's view is NULL:
+//     DECODER_TENSORS(DECODER_POINT_FIELD)
+#define DECODER_POINT_FIELD(name) \
+    view.name = layout->present[DECODER_TENSOR_##name] \
+        ? memory + layout->offset[DECODER_TENSOR_##name] + (size_t)l * layout->layer_stride[DECODER_TENSOR_##name] \
+        : NULL;
+
+#endif // LLMC_DECODER_H
