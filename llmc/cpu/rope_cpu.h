@@ -5,6 +5,7 @@ llmc/cpu/rope_cpu.h: rotary position embeddings on the CPU, fp32 with OpenMP; th
     rope_tables(cos, sin, maxT, HS, theta, factor, low_freq_factor, high_freq_factor, original_max_pos)
         the tables (maxT, HS/2), float32: angle[t,i] = t * inv_freq[i], inv_freq[i] = 1 / theta^(2i/HS), with
         Llama 3.1's scaling when factor > 0; none when factor is 0 (nanochat)
+    decoder_rope_tables(d, &cos, &sin)                  a decoder's tables (llmc/decoder.h), malloc'd
     rope_forward(x, cos, sin, B, T, row, nheads, HS)    in place: the first nheads heads of each row of
         x (B,T,row) rotated, (x[i], x[i+HS/2]) <- (x[i] cos - x[i+HS/2] sin, x[i+HS/2] cos + x[i] sin): the
         rotate_half convention, dimension i paired with i + HS/2 (Llama's)
@@ -24,6 +25,7 @@ read: -p bf16 on oneDNN, llmc/cpu/matmul.h's matmul_bf16_shadow).
 #include <stdlib.h>
 
 #include "../utils.h"
+#include "../decoder.h"
 #include "matmul.h"
 #include "phase_time.h"
 
@@ -58,6 +60,16 @@ static void rope_tables(float* cos_table, float* sin_table, int maxT, int HS, fl
         }
     }
     free(inv_freq);
+}
+
+// the rotary tables of a decoder (llmc/decoder.h) into *cos_table, *sin_table, each (maxT, HS/2), malloc'd: its
+// theta, with Llama 3.1's scaling when rope_factor > 0
+static void decoder_rope_tables(const DecoderConfig* d, float** cos_table, float** sin_table) {
+    size_t n = (size_t)d->max_seq_len * (size_t)(d->head_dim / 2);
+    *cos_table = (float*)mallocCheck(n * sizeof(float));
+    *sin_table = (float*)mallocCheck(n * sizeof(float));
+    rope_tables(*cos_table, *sin_table, d->max_seq_len, d->head_dim, d->rope_theta, d->rope_factor,
+                d->rope_low_freq_factor, d->rope_high_freq_factor, d->rope_original_max_pos);
 }
 
 // Rotates the first nheads heads of every position in place by sign * angle[t,i]: for i < HS/2,
