@@ -358,16 +358,8 @@ static const ModelFamily GPT2_FAMILY = {
     .reference = "train_gpt2.py",
     .reference_model = "gpt2_124M.bin",
     .reference_state = "gpt2_124M_debug_state.bin",
-    .num_tensors = GPT2_NUM_PARAMETER_TENSORS,
-    .tensor_names = GPT2_PARAMETER_NAMES,
-    .tensor_is_matrix = GPT2_PARAMETER_IS_MATRIX,
-    .tensor_per_layer = GPT2_PARAMETER_PER_LAYER,
-    .tensor_dims = gpt2_parameter_dims,
-    .first_layer_tensor = GPT2_PARAM_ln1w,
-    .num_layer_tensors = GPT2_NUM_LAYER_TENSORS,
-    .config_from_descriptor = gpt2_family_config_from_descriptor,
-    .init_params = gpt2_family_init_params,
-    .describe_config = gpt2_describe_config,
+    MODEL_FAMILY_TENSOR_TABLE(GPT2, gpt2, ln1w),
+    MODEL_FAMILY_BEHAVIOUR(gpt2),
 };
 
 #endif // LLMC_GPT2_H

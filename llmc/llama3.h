@@ -18,7 +18,7 @@ LLAMA3_PARAMETER_TENSORS below. FFN follows Llama's rule (llama3_ffn_hidden) and
 
 Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), multiple_of 32, no
 ffn multiplier, norm_eps 1e-5, rope_theta 500000, no rope scaling, untied, maxT 1024; V is the
-tokenizer's (llama3_tokenizer_vocab_size reads it from LLAMA3_TOKENIZER_PATH). Every reader error is one
+tokenizer's (llmc/tokenizer.h's tokenizer_vocab_size_for reads it from LLAMA3_TOKENIZER_PATH). Every reader error is one
 line naming the file; the reading, checking and atomic writing common to every family are llmc/model_file.h's
 (LLAMA3_MODEL_FILE describes this file).
 */
@@ -119,13 +119,8 @@ static inline float* llama3_lm_head(const Llama3Params* p, const Llama3Config* c
 
 // "dN" (N in 1..64): the from-scratch shapes above with vocab size V; 1 if desc is one, else 0
 static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3Config* cfg) {
-    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
-    int N = 0;
-    for (const char* s = desc + 1; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9') { return 0; }
-        N = N * 10 + (*s - '0');
-    }
-    if (N < 1 || N > 64) { return 0; }
+    int N = model_descriptor_depth(desc);
+    if (N == 0) { return 0; }
     memset(cfg, 0, sizeof(*cfg));
     cfg->max_seq_len = 1024;
     cfg->vocab_size = V;
@@ -140,23 +135,6 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
     cfg->rope_theta = 500000.0f;
     cfg->version_minor = 0;
     return 1;
-}
-
-// the vocab size of the Llama 3 tokenizer file LLAMA3_TOKENIZER_PATH, for -e desc (dN); one error line when the file
-// is missing or is a GPT-2 tokenizer's
-static inline int llama3_tokenizer_vocab_size(const char* desc) {
-    if (!file_exists(LLAMA3_TOKENIZER_PATH)) {
-        llmc_die("%s: no such file (-e %s takes the vocab size from the Llama 3 tokenizer file; python train_llama3.py writes it)",
-                 LLAMA3_TOKENIZER_PATH, desc);
-    }
-    Tokenizer tok;
-    tokenizer_init(&tok, LLAMA3_TOKENIZER_PATH);
-    if (tok.bos_token < 0) {
-        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Llama 3 one (version 3)", LLAMA3_TOKENIZER_PATH, tok.version);
-    }
-    int V = (int)tok.vocab_size;
-    tokenizer_free(&tok);
-    return V;
 }
 
 // ----------------------------------------------------------------------------
@@ -202,13 +180,10 @@ static inline size_t llama3_model_file_parameters(const void* config, char* shap
 // Where each member of Llama3Config stands: int header[2..7], [9], [12], [15..17] (the named ones within their
 // ranges), float header[0..6]; for llm.c's readers also the truncated floats in header[8], [10] and [11], its
 // max_gen_batch_size 4 in [13] and the major version 3 in [14]
-#define LLAMA3_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(Llama3Config, member)}
-#define LLAMA3_FLOAT_(kind, index, member) {NULL, kind, index, 0, 0, offsetof(Llama3Config, member)}
+#define LLAMA3_INT_(name, index, lo, hi, member) MODEL_INT_FIELD(Llama3Config, name, index, lo, hi, member)
+#define LLAMA3_FLOAT_(kind, index, member) MODEL_FLOAT_FIELD(Llama3Config, kind, index, member)
 static const ModelHeaderField LLAMA3_HEADER_FIELDS[] = {
-    LLAMA3_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len), LLAMA3_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
-    LLAMA3_INT_("layers L (header[4])", 4, 1, 4096, num_layers), LLAMA3_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
-    LLAMA3_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
-    LLAMA3_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
+    MODEL_DECODER_SHAPE_FIELDS(Llama3Config),
     LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 8, ffn_dim_multiplier),
     LLAMA3_INT_("multiple_of (header[9])", 9, 1, 1 << 20, multiple_of),
     LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 10, norm_eps), LLAMA3_FLOAT_(MODEL_FIELD_INT_OF_FLOAT, 11, rope_theta),
@@ -233,35 +208,15 @@ static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* 
     return model_file_open(path, &LLAMA3_MODEL_FILE, cfg, version);
 }
 
-// writes cfg and n fp32 parameters atomically (temporary file, then rename)
-static inline void llama3_model_write(const char* path, const Llama3Config* cfg, const float* params, size_t n) {
-    model_file_write(path, &LLAMA3_MODEL_FILE, cfg, params, n);
-}
-
 // ----------------------------------------------------------------------------
 // from scratch
 
-// params: llama3_num_parameters(cfg) floats, file order; bit for bit what train_llama3.py does at this seed (llmc/rand.h
-// reproduces torch's generator): one normal draw per 2-D tensor of the model file, in file order, over the whole
-// tensor stacked across layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head when untied): std 0.02, the residual
-// projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1
+// params: llama3_num_parameters(cfg) floats, file order; bit for bit what train_llama3.py does at this seed
+// (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
+// when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1
 static inline void llama3_init_params_from_scratch(float* params, const Llama3Config* cfg, unsigned int seed) {
-    size_t sizes[LLAMA3_NUM_PARAMETER_TENSORS];
-    llama3_parameter_sizes(sizes, cfg);
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
-    float* t = params;
-    for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        size_t n = sizes[k];
-        if (LLAMA3_PARAMETER_IS_MATRIX[k] && n > 0) {
-            int residual = k == LLAMA3_PARAM_attprojw || k == LLAMA3_PARAM_fcprojw;
-            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
-        } else if (!LLAMA3_PARAMETER_IS_MATRIX[k]) {
-            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
-        }
-        t += n;
-    }
+    tensor_table_init_normal(params, llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_IS_MATRIX,
+                             LLAMA3_PARAM_attprojw, LLAMA3_PARAM_fcprojw, cfg->num_layers, seed);
 }
 
 // ----------------------------------------------------------------------------
@@ -271,7 +226,7 @@ static inline void llama3_init_params_from_scratch(float* params, const Llama3Co
 static inline int llama3_family_config_from_descriptor(const char* desc, void* config, const char** why) {
     Llama3Config* cfg = (Llama3Config*)config;
     if (!llama3_config_from_descriptor(desc, 1, cfg)) { return 0; }
-    cfg->vocab_size = llama3_tokenizer_vocab_size(desc);
+    cfg->vocab_size = tokenizer_vocab_size_for(LLAMA3_TOKENIZER_PATH, "Llama 3", "train_llama3.py", desc);
     return 1;
 }
 
@@ -321,24 +276,10 @@ static const ModelFamily LLAMA3_FAMILY = {
     .model_file = &LLAMA3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,
     .tokenizer_path = LLAMA3_TOKENIZER_PATH,
-    .load_default = "d2",
-    .load_help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
-    .missing_model = "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",
-    .max_T_name = "block size",
-    .debug_state = &LLAMA3_DEBUG_STATE,
-    .reference = "train_llama3.py",
-    .reference_model = "llama3_d2.bin",
-    .reference_state = "llama3_d2_debug_state.bin",
-    .num_tensors = LLAMA3_NUM_PARAMETER_TENSORS,
-    .tensor_names = LLAMA3_PARAMETER_NAMES,
-    .tensor_is_matrix = LLAMA3_PARAMETER_IS_MATRIX,
-    .tensor_per_layer = LLAMA3_PARAMETER_PER_LAYER,
-    .tensor_dims = llama3_parameter_dims,
-    .first_layer_tensor = LLAMA3_PARAM_ln1w,
-    .num_layer_tensors = LLAMA3_NUM_LAYER_TENSORS,
-    .config_from_descriptor = llama3_family_config_from_descriptor,
-    .init_params = llama3_family_init_params,
-    .describe_config = llama3_describe_config,
+    MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3",
+                              "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")"),
+    MODEL_FAMILY_TENSOR_TABLE(LLAMA3, llama3, ln1w),
+    MODEL_FAMILY_BEHAVIOUR(llama3),
     .decoder_config = llama3_decoder_config,
 };
 

@@ -12,6 +12,9 @@ file is, by its magic). Nothing outside a family's header tests which family it 
                               (returns 1: from scratch), else a model file that exists (returns 0), else one error line
     model_family_describe(family, config, line, size)      the config's line ("L=12 NH=12 C=768 ...")
     model_family_by_magic(families, n, magic)   the family whose model files start with magic, or NULL
+    model_descriptor_depth(desc)  N of "dN" (1..64), the from-scratch descriptor of the families after GPT-2, else 0
+    MODEL_FAMILY_TENSOR_TABLE, MODEL_FAMILY_BEHAVIOUR, MODEL_FAMILY_D2_REFERENCE   a description's fields that follow
+                              from its tensor table, its functions' names and (Llama 3, nanochat, Qwen3) its name
 
 The tensor tables themselves stay X-macros in the family's header (one row per tensor): they declare the
 family's structs of named pointers; the description carries what the table gives at run time (names, the 2-D
@@ -21,6 +24,7 @@ and per-layer flags, the dimensions of a config).
 #define LLMC_MODEL_FAMILY_H
 
 #include <stddef.h>
+#include <string.h>
 #include "utils.h"
 #include "model_file.h"
 #include "dataloader.h"
@@ -62,6 +66,39 @@ typedef struct {
     // from its config; NULL for the others (GPT-2)
     void (*decoder_config)(const void* config, struct DecoderConfig* decoder);
 } ModelFamily;
+
+// The fields of a family's description that its tensor table gives (TENSOR_TABLE_INDEX's arrays and count, its
+// prefix_parameter_dims, one layer's tensors from PREFIX_PARAM_first), and its behaviour by its functions' names:
+// prefix_family_config_from_descriptor, prefix_family_init_params, prefix_describe_config
+#define MODEL_FAMILY_TENSOR_TABLE(PREFIX, prefix, first) \
+    .num_tensors = PREFIX##_NUM_PARAMETER_TENSORS, .tensor_names = PREFIX##_PARAMETER_NAMES, \
+    .tensor_is_matrix = PREFIX##_PARAMETER_IS_MATRIX, .tensor_per_layer = PREFIX##_PARAMETER_PER_LAYER, \
+    .tensor_dims = prefix##_parameter_dims, .first_layer_tensor = PREFIX##_PARAM_##first, \
+    .num_layer_tensors = PREFIX##_NUM_LAYER_TENSORS
+// The programs' files of a family whose reference writes <name>_d2.bin from -e d2 (Llama 3, nanochat, Qwen3): -e's
+// default d2 and its help line, the missing model's line (what: "Llama 3"), "block size" in -t's error line, its
+// PREFIX_DEBUG_STATE, and the reference train_<name>.py with the model file and debug state it writes at d2
+#define MODEL_FAMILY_D2_REFERENCE(PREFIX, name, what, help) \
+    .load_default = "d2", .load_help = help, \
+    .missing_model = "%s: no such " what " model file (flag -e; python train_" name ".py writes one, or use -e d2 to init " \
+                     "from scratch)", \
+    .max_T_name = "block size", .debug_state = &PREFIX##_DEBUG_STATE, .reference = "train_" name ".py", \
+    .reference_model = name "_d2.bin", .reference_state = name "_d2_debug_state.bin"
+#define MODEL_FAMILY_BEHAVIOUR(prefix) \
+    .config_from_descriptor = prefix##_family_config_from_descriptor, .init_params = prefix##_family_init_params, \
+    .describe_config = prefix##_describe_config
+
+// "dN" with N in 1..64, the from-scratch descriptor of the families after GPT-2: N, or 0 when desc is not one (a model
+// file's path)
+static inline int model_descriptor_depth(const char* desc) {
+    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
+    int N = 0;
+    for (const char* s = desc + 1; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') { return 0; }
+        N = N * 10 + (*s - '0');
+    }
+    return N >= 1 && N <= 64 ? N : 0;
+}
 
 // -e: a descriptor into config (returns 1: from scratch), else the model file load, which must exist (returns 0: the
 // caller opens it with model_file_open(load, family->model_file, ...), which fills config). from_file: load is a

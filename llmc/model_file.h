@@ -22,11 +22,13 @@ rename). Every error is one line naming the file.
 #ifndef LLMC_MODEL_FILE_H
 #define LLMC_MODEL_FILE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include "utils.h"
+#include "rand.h"
 
 #define MODEL_FILE_VERSION_FP32 3
 #define MODEL_FILE_VERSION_BF16 5
@@ -67,6 +69,20 @@ typedef struct {
 #define MODEL_FILE_FORMAT(what, too_short, magic, float_header, fields, Config, check, num_parameters) \
     {what, too_short, magic, float_header, fields, (int)(sizeof(fields) / sizeof((fields)[0])), sizeof(Config), \
      check, num_parameters}
+
+// A header field of a member of Config: an int one, with the range it may take (checked when named), and a float one
+// (kind MODEL_FIELD_FLOAT, or MODEL_FIELD_INT_OF_FLOAT: llm.c's truncated copy in an int slot)
+#define MODEL_INT_FIELD(Config, name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(Config, member)}
+#define MODEL_FLOAT_FIELD(Config, kind, index, member) {NULL, kind, index, 0, 0, offsetof(Config, member)}
+
+// int header[2..7] as the pre-norm decoders' files (Llama 3, nanochat, Qwen3) hold them: block size, V, L, NH, NKV, C
+#define MODEL_DECODER_SHAPE_FIELDS(Config) \
+    MODEL_INT_FIELD(Config, "block size (header[2])", 2, 1, 1 << 20, max_seq_len), \
+    MODEL_INT_FIELD(Config, "vocab size V (header[3])", 3, 1, 1 << 24, vocab_size), \
+    MODEL_INT_FIELD(Config, "layers L (header[4])", 4, 1, 4096, num_layers), \
+    MODEL_INT_FIELD(Config, "heads NH (header[5])", 5, 1, 1 << 16, num_heads), \
+    MODEL_INT_FIELD(Config, "kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads), \
+    MODEL_INT_FIELD(Config, "channels C (header[7])", 7, 1, 1 << 17, channels)
 
 typedef struct {
     int ints[256];
@@ -236,6 +252,29 @@ static inline void tensor_table_layer(TensorDimsFn table, const void* config, in
         memcpy(&at, (const char*)params + (size_t)(first + k) * sizeof(void*), sizeof(void*));
         at += (size_t)l * dims[first + k][1] * dims[first + k][2] * elem_bytes;
         memcpy((char*)layer + (size_t)k * sizeof(void*), &at, sizeof(void*));
+    }
+}
+
+// The init from scratch of the references that follow GPT-2's (train_llama3.py, train_qwen3.py), over a family's n
+// tensors at a config (sizes from table), bit for bit at this seed (llmc/rand.h reproduces torch's generator): one
+// normal draw per 2-D tensor (is_matrix) in file order, over the whole tensor stacked across layers, std 0.02, the
+// residual projections (tensors residual_a and residual_b) 0.02/sqrt(2L); every other tensor (the norms' weights) 1
+static inline void tensor_table_init_normal(float* params, TensorDimsFn table, const void* config, int n,
+                                            const int* is_matrix, int residual_a, int residual_b, int L,
+                                            unsigned int seed) {
+    size_t sizes[TENSOR_TABLE_MAX];
+    tensor_table_sizes(table, config, n, sizes);
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * L);
+    float* t = params;
+    for (int k = 0; k < n; k++) {
+        if (is_matrix[k] && sizes[k] > 0) {
+            normal_d(t, sizes[k], 0.0, k == residual_a || k == residual_b ? proj_std : std, &rng);
+        } else if (!is_matrix[k]) {
+            for (size_t i = 0; i < sizes[k]; i++) { t[i] = 1.0f; }
+        }
+        t += sizes[k];
     }
 }
 

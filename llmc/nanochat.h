@@ -96,13 +96,8 @@ TENSOR_TABLE_VIEWS(NANOCHAT_PARAMETER_TENSORS, NANOCHAT_LAYER_PARAMETER_TENSORS,
 
 // "dN" (N in 1..64): the depth rule above; 1 if desc is one, else 0; dies on a depth whose heads do not divide C
 static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConfig* cfg) {
-    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
-    int N = 0;
-    for (const char* s = desc + 1; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9') { return 0; }
-        N = N * 10 + (*s - '0');
-    }
-    if (N < 1 || N > 64) { return 0; }
+    int N = model_descriptor_depth(desc);
+    if (N == 0) { return 0; }
     memset(cfg, 0, sizeof(*cfg));
     cfg->max_seq_len = 1024;
     cfg->vocab_size = NANOCHAT_SCRATCH_VOCAB;
@@ -152,16 +147,10 @@ static inline size_t nanochat_model_file_parameters(const void* config, char* sh
 }
 
 // where each member of NanoChatConfig stands: int header[2..8], float header[0..2]
-#define NANOCHAT_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(NanoChatConfig, member)}
-#define NANOCHAT_FLOAT_(index, member) {NULL, MODEL_FIELD_FLOAT, index, 0, 0, offsetof(NanoChatConfig, member)}
+#define NANOCHAT_FLOAT_(index, member) MODEL_FLOAT_FIELD(NanoChatConfig, MODEL_FIELD_FLOAT, index, member)
 static const ModelHeaderField NANOCHAT_HEADER_FIELDS[] = {
-    NANOCHAT_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len),
-    NANOCHAT_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
-    NANOCHAT_INT_("layers L (header[4])", 4, 1, 4096, num_layers),
-    NANOCHAT_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
-    NANOCHAT_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
-    NANOCHAT_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
-    NANOCHAT_INT_("FFN hidden size (header[8])", 8, 1, 1 << 22, ffn_hidden),
+    MODEL_DECODER_SHAPE_FIELDS(NanoChatConfig),
+    MODEL_INT_FIELD(NanoChatConfig, "FFN hidden size (header[8])", 8, 1, 1 << 22, ffn_hidden),
     NANOCHAT_FLOAT_(0, norm_eps), NANOCHAT_FLOAT_(1, rope_theta), NANOCHAT_FLOAT_(2, softcap),
 };
 static const ModelFileFormat NANOCHAT_MODEL_FILE = MODEL_FILE_FORMAT(
@@ -172,11 +161,6 @@ static const ModelFileFormat NANOCHAT_MODEL_FILE = MODEL_FILE_FORMAT(
 // returns the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
 static inline FILE* nanochat_model_open(const char* path, NanoChatConfig* cfg, int* version) {
     return model_file_open(path, &NANOCHAT_MODEL_FILE, cfg, version);
-}
-
-// writes cfg and n fp32 parameters atomically (temporary file, then rename)
-static inline void nanochat_model_write(const char* path, const NanoChatConfig* cfg, const float* params, size_t n) {
-    model_file_write(path, &NANOCHAT_MODEL_FILE, cfg, params, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -252,24 +236,10 @@ static const ModelFamily NANOCHAT_FAMILY = {
     .model_file = &NANOCHAT_MODEL_FILE,
     .shard_format = SHARD_FORMAT_GPT2,
     .tokenizer_path = NANOCHAT_TOKENIZER_PATH,
-    .load_default = "d2",
-    .load_help = "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)",
-    .missing_model = "%s: no such nanochat model file (flag -e; python train_nanochat.py writes one, or use -e d2 to init from scratch)",
-    .max_T_name = "block size",
-    .debug_state = &NANOCHAT_DEBUG_STATE,
-    .reference = "train_nanochat.py",
-    .reference_model = "nanochat_d2.bin",
-    .reference_state = "nanochat_d2_debug_state.bin",
-    .num_tensors = NANOCHAT_NUM_PARAMETER_TENSORS,
-    .tensor_names = NANOCHAT_PARAMETER_NAMES,
-    .tensor_is_matrix = NANOCHAT_PARAMETER_IS_MATRIX,
-    .tensor_per_layer = NANOCHAT_PARAMETER_PER_LAYER,
-    .tensor_dims = nanochat_parameter_dims,
-    .first_layer_tensor = NANOCHAT_PARAM_qkvw,
-    .num_layer_tensors = NANOCHAT_NUM_LAYER_TENSORS,
-    .config_from_descriptor = nanochat_family_config_from_descriptor,
-    .init_params = nanochat_family_init_params,
-    .describe_config = nanochat_describe_config,
+    MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat",
+                              "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)"),
+    MODEL_FAMILY_TENSOR_TABLE(NANOCHAT, nanochat, qkvw),
+    MODEL_FAMILY_BEHAVIOUR(nanochat),
     .decoder_config = nanochat_decoder_config,
 };
 

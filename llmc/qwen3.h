@@ -16,8 +16,8 @@ Shapes: V vocab, C channels, L layers, NH query heads, NKV key/value heads, HS h
 width (may differ from C), QKV = (NH + 2 NKV) HS, FFN the SwiGLU hidden size.
 
 Descriptors for -e: dN (from scratch) = L=N, C=64N, NH=N, NKV=max(1, N/2), HS=128 (attention width 128N, twice C),
-FFN=3C, norm_eps 1e-6, rope_theta 1e6, untied, maxT 1024; V is the tokenizer's (qwen3_tokenizer_vocab_size reads it
-from QWEN3_TOKENIZER_PATH). Every reader error is one line naming the file (llmc/model_file.h's reader; QWEN3_MODEL_FILE
+FFN=3C, norm_eps 1e-6, rope_theta 1e6, untied, maxT 1024; V is the tokenizer's (llmc/tokenizer.h's tokenizer_vocab_size_for
+reads it from QWEN3_TOKENIZER_PATH). Every reader error is one line naming the file (llmc/model_file.h's reader; QWEN3_MODEL_FILE
 describes this file).
 */
 #ifndef LLMC_QWEN3_H
@@ -106,13 +106,8 @@ static inline float* qwen3_lm_head(const Qwen3Params* p, const Qwen3Config* cfg)
 
 // "dN" (N in 1..64): the from-scratch shapes above with vocab size V; 1 if desc is one, else 0
 static inline int qwen3_config_from_descriptor(const char* desc, int V, Qwen3Config* cfg) {
-    if (desc[0] != 'd' || desc[1] == '\0' || strlen(desc) > 3) { return 0; }
-    int N = 0;
-    for (const char* s = desc + 1; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9') { return 0; }
-        N = N * 10 + (*s - '0');
-    }
-    if (N < 1 || N > 64) { return 0; }
+    int N = model_descriptor_depth(desc);
+    if (N == 0) { return 0; }
     memset(cfg, 0, sizeof(*cfg));
     cfg->max_seq_len = 1024;
     cfg->vocab_size = V;
@@ -126,23 +121,6 @@ static inline int qwen3_config_from_descriptor(const char* desc, int V, Qwen3Con
     cfg->norm_eps = 1e-6f;
     cfg->rope_theta = 1000000.0f;
     return 1;
-}
-
-// the vocab size of the tokenizer file QWEN3_TOKENIZER_PATH, for -e desc (dN); one error line when the file is missing
-// or is a GPT-2 tokenizer's (version 1 or 2: no delimiter id of its own)
-static inline int qwen3_tokenizer_vocab_size(const char* desc) {
-    if (!file_exists(QWEN3_TOKENIZER_PATH)) {
-        llmc_die("%s: no such file (-e %s takes the vocab size from the Qwen3 tokenizer file; python train_qwen3.py writes it)",
-                 QWEN3_TOKENIZER_PATH, desc);
-    }
-    Tokenizer tok;
-    tokenizer_init(&tok, QWEN3_TOKENIZER_PATH);
-    if (tok.bos_token < 0) {
-        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a Qwen3 one (version 3)", QWEN3_TOKENIZER_PATH, tok.version);
-    }
-    int V = (int)tok.vocab_size;
-    tokenizer_free(&tok);
-    return V;
 }
 
 // ----------------------------------------------------------------------------
@@ -174,18 +152,13 @@ static inline size_t qwen3_model_file_parameters(const void* config, char* shape
 }
 
 // Where each member of Qwen3Config stands: int header[2..10] within their ranges, float header[0..1]
-#define QWEN3_INT_(name, index, lo, hi, member) {name, MODEL_FIELD_INT, index, lo, hi, offsetof(Qwen3Config, member)}
-#define QWEN3_FLOAT_(index, member) {NULL, MODEL_FIELD_FLOAT, index, 0, 0, offsetof(Qwen3Config, member)}
 static const ModelHeaderField QWEN3_HEADER_FIELDS[] = {
-    QWEN3_INT_("block size (header[2])", 2, 1, 1 << 20, max_seq_len), QWEN3_INT_("vocab size V (header[3])", 3, 1, 1 << 24, vocab_size),
-    QWEN3_INT_("layers L (header[4])", 4, 1, 4096, num_layers), QWEN3_INT_("heads NH (header[5])", 5, 1, 1 << 16, num_heads),
-    QWEN3_INT_("kv heads NKV (header[6])", 6, 1, 1 << 16, num_kv_heads),
-    QWEN3_INT_("channels C (header[7])", 7, 1, 1 << 17, channels),
-    QWEN3_INT_("head_dim HS (header[8])", 8, 2, 1 << 12, head_dim),
-    QWEN3_INT_("FFN hidden size (header[9])", 9, 1, 1 << 22, ffn_hidden),
-    QWEN3_INT_("tied embeddings (header[10])", 10, 0, 1, tied_embeddings),
+    MODEL_DECODER_SHAPE_FIELDS(Qwen3Config),
+    MODEL_INT_FIELD(Qwen3Config, "head_dim HS (header[8])", 8, 2, 1 << 12, head_dim),
+    MODEL_INT_FIELD(Qwen3Config, "FFN hidden size (header[9])", 9, 1, 1 << 22, ffn_hidden),
+    MODEL_INT_FIELD(Qwen3Config, "tied embeddings (header[10])", 10, 0, 1, tied_embeddings),
     {"unused header[11]", MODEL_FIELD_CONST, 11, 0, 0, 0},
-    QWEN3_FLOAT_(0, norm_eps), QWEN3_FLOAT_(1, rope_theta),
+    MODEL_FLOAT_FIELD(Qwen3Config, MODEL_FIELD_FLOAT, 0, norm_eps), MODEL_FLOAT_FIELD(Qwen3Config, MODEL_FIELD_FLOAT, 1, rope_theta),
 };
 static const ModelFileFormat QWEN3_MODEL_FILE = MODEL_FILE_FORMAT(
     "Qwen3 model", "%s: not a Qwen3 model file (%zu bytes, shorter than the 2048-byte header)",
@@ -200,27 +173,13 @@ static inline FILE* qwen3_model_open(const char* path, Qwen3Config* cfg, int* ve
 // ----------------------------------------------------------------------------
 // from scratch
 
-// params: qwen3_num_parameters(cfg) floats, file order; bit for bit what train_qwen3.py does at this seed (llmc/rand.h
-// reproduces torch's generator): one normal draw per 2-D tensor of the model file, in file order, over the whole
-// tensor stacked across layers (wte, qkvw, attprojw, fcw, fcw2, fcprojw, lm_head when untied): std 0.02, the residual
-// projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight (ln1w, qnormw, knormw, ln2w, lnfw) 1
+// params: qwen3_num_parameters(cfg) floats, file order; bit for bit what train_qwen3.py does at this seed
+// (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
+// when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight (ln1w, qnormw,
+// knormw, ln2w, lnfw) 1
 static inline void qwen3_init_params_from_scratch(float* params, const Qwen3Config* cfg, unsigned int seed) {
-    size_t sizes[QWEN3_NUM_PARAMETER_TENSORS];
-    qwen3_parameter_sizes(sizes, cfg);
-    mt19937_state rng;
-    manual_seed(&rng, seed);
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->num_layers);
-    float* t = params;
-    for (int k = 0; k < QWEN3_NUM_PARAMETER_TENSORS; k++) {
-        size_t n = sizes[k];
-        if (QWEN3_PARAMETER_IS_MATRIX[k] && n > 0) {
-            int residual = k == QWEN3_PARAM_attprojw || k == QWEN3_PARAM_fcprojw;
-            normal_d(t, n, 0.0, residual ? proj_std : std, &rng);
-        } else if (!QWEN3_PARAMETER_IS_MATRIX[k]) {
-            for (size_t i = 0; i < n; i++) { t[i] = 1.0f; } // the RMSNorm weights
-        }
-        t += n;
-    }
+    tensor_table_init_normal(params, qwen3_parameter_dims, cfg, QWEN3_NUM_PARAMETER_TENSORS, QWEN3_PARAMETER_IS_MATRIX,
+                             QWEN3_PARAM_attprojw, QWEN3_PARAM_fcprojw, cfg->num_layers, seed);
 }
 
 // ----------------------------------------------------------------------------
@@ -231,7 +190,7 @@ static inline int qwen3_family_config_from_descriptor(const char* desc, void* co
     (void)why;
     Qwen3Config* cfg = (Qwen3Config*)config;
     if (!qwen3_config_from_descriptor(desc, 1, cfg)) { return 0; }
-    cfg->vocab_size = qwen3_tokenizer_vocab_size(desc);
+    cfg->vocab_size = tokenizer_vocab_size_for(QWEN3_TOKENIZER_PATH, "Qwen3", "train_qwen3.py", desc);
     return 1;
 }
 
@@ -275,24 +234,10 @@ static const ModelFamily QWEN3_FAMILY = {
     .model_file = &QWEN3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
     .tokenizer_path = QWEN3_TOKENIZER_PATH,
-    .load_default = "d2",
-    .load_help = "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")",
-    .missing_model = "%s: no such Qwen3 model file (flag -e; python train_qwen3.py writes one, or use -e d2 to init from scratch)",
-    .max_T_name = "block size",
-    .debug_state = &QWEN3_DEBUG_STATE,
-    .reference = "train_qwen3.py",
-    .reference_model = "qwen3_d2.bin",
-    .reference_state = "qwen3_d2_debug_state.bin",
-    .num_tensors = QWEN3_NUM_PARAMETER_TENSORS,
-    .tensor_names = QWEN3_PARAMETER_NAMES,
-    .tensor_is_matrix = QWEN3_PARAMETER_IS_MATRIX,
-    .tensor_per_layer = QWEN3_PARAMETER_PER_LAYER,
-    .tensor_dims = qwen3_parameter_dims,
-    .first_layer_tensor = QWEN3_PARAM_ln1w,
-    .num_layer_tensors = QWEN3_NUM_LAYER_TENSORS,
-    .config_from_descriptor = qwen3_family_config_from_descriptor,
-    .init_params = qwen3_family_init_params,
-    .describe_config = qwen3_describe_config,
+    MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3",
+                              "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")"),
+    MODEL_FAMILY_TENSOR_TABLE(QWEN3, qwen3, ln1w),
+    MODEL_FAMILY_BEHAVIOUR(qwen3),
     .decoder_config = qwen3_decoder_config,
 };
 

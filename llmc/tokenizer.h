@@ -156,4 +156,22 @@ static inline void tokenizer_free(Tokenizer* t) {
     memset(t, 0, sizeof(*t));
 }
 
+// The vocab size of the tokenizer file at path, for a family whose -e desc (dN) takes V from it: family names it in
+// the error lines ("Llama 3"), reference is the script that writes the file. One error line when the file is missing
+// or is a GPT-2 tokenizer's (version 1 or 2: no BOS or delimiter id of its own).
+static inline int tokenizer_vocab_size_for(const char* path, const char* family, const char* reference, const char* desc) {
+    if (!file_exists(path)) {
+        llmc_die("%s: no such file (-e %s takes the vocab size from the %s tokenizer file; python %s writes it)", path,
+                 desc, family, reference);
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, path);
+    if (tok.bos_token < 0) {
+        llmc_die("%s: a GPT-2 tokenizer file (version %d), not a %s one (version 3)", path, tok.version, family);
+    }
+    int V = (int)tok.vocab_size;
+    tokenizer_free(&tok);
+    return V;
+}
+
 #endif // LLMC_TOKENIZER_H
