@@ -10,8 +10,9 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
     bias_gelu_forward_bf16, gelu_forward_bf16, gelu_backward_bf16_input   the same with the GELU's input stored in
                                                   bf16 alone (GPT-2's -p bf16 activations)
 
-(N) = (B,T,4C). A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
-on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
+(N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. A function whose output a
+GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
+matmul_bf16_shadow, bf16_copy_row).
 */
 #ifndef LLMC_GELU_CPU_H
 #define LLMC_GELU_CPU_H
@@ -19,27 +20,14 @@ on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
 #include <stddef.h>
 #include <stdint.h>
 
+#include "activation_cpu.h"
 #include "matmul.h"
 #include "phase_time.h"
 #include "vecmath.h"
 
-// GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not)
-static void gelu_forward(float* out, const float* inp, size_t N) {
-    // out and inp are (N) = (B,T,4C)
-    double t_phase = phase_begin();
-    uint16_t* out16 = matmul_bf16_shadow(out, N);
-    if (out16 != NULL) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) {
-            out[i] = vec_gelu_forward(inp[i]);
-            out16[i] = matmul_bf16_round_value(out[i]);
-        }
-    } else {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) { out[i] = vec_gelu_forward(inp[i]); }
-    }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 8.0 * N);
-}
+// GELU with llmc/cpu/vecmath.h's branch-free tanh, so these loops vectorise (glibc's tanhf does not); the plain
+// forward and backward are llmc/cpu/activation_cpu.h's, over (N) = (B,T,4C)
+static void gelu_forward(float* out, const float* inp, size_t N) { activation_forward(ACTIVATION_GELU, out, inp, N); }
 
 // the fc layer's bias add fused with the GELU that follows: pre (B,T,OC) holds the matmul
 // without its bias on entry and with it on return (kept for the backward); out = gelu(pre)
@@ -62,27 +50,11 @@ static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, 
 
 // dinp (N) = the gradient of gelu_forward for dout (N), added to dinp when accumulate, else written
 static void gelu_backward_into(float* dinp, const float* inp, const float* dout, size_t N, int accumulate) {
-    double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
-    if (accumulate) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) { dinp[i] += vec_gelu_grad(inp[i]) * dout[i]; }
-    } else if (dinp16 != NULL) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) {
-            dinp[i] = vec_gelu_grad(inp[i]) * dout[i];
-            dinp16[i] = matmul_bf16_round_value(dinp[i]);
-        }
-    } else {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(inp[i]) * dout[i]; }
-    }
-    if (accumulate && dinp16 != NULL) { bf16_copy_row(dinp16, dinp, N); }
-    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 16.0 : 12.0) * N, 14.0 * N);
+    activation_backward_into(ACTIVATION_GELU, dinp, inp, dout, N, accumulate);
 }
 
 static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
-    gelu_backward_into(dinp, inp, dout, N, 1);
+    activation_backward_into(ACTIVATION_GELU, dinp, inp, dout, N, 1);
 }
 
 // GPT-2's bf16 activations (llmc/cpu/matmul.h's matmul_forward_bf16_input): the fc layer's bias add and GELU with the GELU's input kept in bf16. pre (B,T,OC)
@@ -119,16 +91,7 @@ static void gelu_forward_bf16(uint16_t* out16, const uint16_t* inp16, size_t N) 
 static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const float* dout, size_t N) {
     double t_phase = phase_begin();
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
-    if (dinp16 != NULL) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) {
-            dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i];
-            dinp16[i] = matmul_bf16_round_value(dinp[i]);
-        }
-    } else {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) { dinp[i] = vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i]; }
-    }
+    ACTIVATION_STORE(dinp, dinp16, N, 0, vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i]);
     phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
 }
 
