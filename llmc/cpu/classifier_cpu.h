@@ -60,6 +60,44 @@ Shapes: BT rows (B*T positions), C channels, V vocab, Vp padded vocab (the logit
 #define CLASSIFIER_CHUNK_ROWS 1024
 
 // ----------------------------------------------------------------------------
+// one row's softmax, the loops every softmax here runs
+
+// the largest of the row's first V logits x: 16 lanes (vectorises), the tail, then the lanes
+static inline float classifier_row_max(const float* x, int V) {
+    float lane_max[16];
+    for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
+    }
+    float maxval = -INFINITY;
+    for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+    for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+    return maxval;
+}
+
+// e[i] = exp(x[i] - maxval) for the first V (e may be x), and their sum: 16 interleaved float partial sums
+// (vectorises; a fixed order), the tail, then the partial sums, added in double
+static inline double classifier_row_exp_sum(float* e, const float* x, int V, float maxval) {
+    float part[16] = {0.0f};
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            float ex = vec_expf(x[i + j] - maxval);
+            e[i + j] = ex;
+            part[j] += ex;
+        }
+    }
+    double sum = 0.0;
+    for (; i < V; i++) {
+        e[i] = vec_expf(x[i] - maxval);
+        sum += e[i];
+    }
+    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    return sum;
+}
+
+// ----------------------------------------------------------------------------
 // whole buffers
 
 // softmax over the first V logits and the cross-entropy of the target token, per position
@@ -71,32 +109,11 @@ static void crossentropy_softmax_forward(float* losses, float* probs, const floa
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = logits + (size_t)bt * Vp;
         float* p = probs + (size_t)bt * Vp;
-        float lane_max[16];
-        for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
-        int i = 0;
-        for (; i + 16 <= V; i += 16) {
-            for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
-        }
-        float maxval = -INFINITY;
-        for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
-        for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
-        // 16 interleaved float partial sums (vectorises; a fixed order), added up in double
-        float part[16] = {0.0f};
-        for (i = 0; i + 16 <= V; i += 16) {
-            for (int j = 0; j < 16; j++) {
-                float e = vec_expf(x[i + j] - maxval);
-                p[i + j] = e;
-                part[j] += e;
-            }
-        }
-        double sum = 0.0;
-        for (; i < V; i++) {
-            p[i] = vec_expf(x[i] - maxval);
-            sum += p[i];
-        }
-        for (int j = 0; j < 16; j++) { sum += part[j]; }
+        float maxval = classifier_row_max(x, V);
+        double sum = classifier_row_exp_sum(p, x, V, maxval);
         float inv = (float)(1.0 / sum);
-        for (i = 0; i < V; i++) { p[i] *= inv; }
+        int i = 0;
+        for (; i < V; i++) { p[i] *= inv; }
         for (; i < Vp; i++) { p[i] = 0.0f; }
         // -log softmax computed from the logits directly (no log of a rounded probability)
         losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
@@ -155,36 +172,15 @@ static inline float classifier_row(float* x, float* dx, float* e, int V, int Vp,
         for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
     }
     if (target < 0) { return 0.0f; }
-    float lane_max[16];
-    for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
-    int i = 0;
-    for (; i + 16 <= V; i += 16) {
-        for (int j = 0; j < 16; j++) { lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j]; }
-    }
-    float maxval = -INFINITY;
-    for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
-    for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
-    float zt = x[target];
-    // the exponentials: 16 interleaved float partial sums, the tail and then the partial sums added in double
-    float part[16] = {0.0f};
-    for (i = 0; i + 16 <= V; i += 16) {
-        for (int j = 0; j < 16; j++) {
-            float ex = vec_expf(x[i + j] - maxval);
-            e[i + j] = ex;
-            part[j] += ex;
-        }
-    }
-    double sum = 0.0;
-    for (; i < V; i++) {
-        e[i] = vec_expf(x[i] - maxval);
-        sum += e[i];
-    }
-    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    float maxval = classifier_row_max(x, V);
+    float zt = x[target];  // read before e (which may be x) is written
+    double sum = classifier_row_exp_sum(e, x, V, maxval);
     float loss = (float)(log(sum) - (double)(zt - maxval));
     if (dx == NULL) { return loss; }
     // the probabilities, then dlogits = (probs - onehot(target)) * dloss, times the softcap's slope 1 - tanh^2
     float inv = (float)(1.0 / sum);
-    for (i = 0; i < V; i++) { e[i] *= inv; }
+    int i = 0;
+    for (; i < V; i++) { e[i] *= inv; }
     if (cap > 0.0f) {
         float icap = 1.0f / cap;
         for (i = 0; i < V; i++) {
