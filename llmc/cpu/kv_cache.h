@@ -60,16 +60,9 @@ typedef void (*KVForwardFn)(const void* model, KVCache* kv, const int* tokens, i
 
 // a cache of heads HS wide (the attention width NH HS need not be C)
 static void kvcache_init_heads(KVCache* kv, int maxT, int C, int L, int NH, int NKV, int HS, int FFN, int V) {
-    kv->maxT = maxT;
-    kv->C = C;
-    kv->L = L;
-    kv->NH = NH;
-    kv->NKV = NKV;
-    kv->HS = HS;
-    kv->QKV = (NH + 2 * NKV) * kv->HS;
-    kv->FFN = FFN;
-    kv->V = V;
-    kv->pos = 0;
+    // the shapes, an empty cache (every buffer below is set)
+    *kv = (KVCache){.maxT = maxT, .C = C, .L = L, .NH = NH, .NKV = NKV, .HS = HS, .QKV = (NH + 2 * NKV) * HS, .FFN = FFN,
+                    .V = V, .pos = 0};
     size_t T = (size_t)maxT, KVC = (size_t)NKV * kv->HS;
     int nthreads = 1;
 #ifdef _OPENMP
