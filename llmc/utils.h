@@ -268,6 +268,13 @@ static inline int compare_doubles(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
+// an on/off environment switch that is on unless set to 0: 1 or 0; any other value is one error line
+static inline int env_switch_on(const char* name) {
+    const char* env = getenv(name);
+    if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("%s=%s: use 0 or 1", name, env); }
+    return env == NULL || strcmp(env, "0") != 0;
+}
+
 static inline int file_exists(const char* path) {
     struct stat st;
     return stat(path, &st) == 0;

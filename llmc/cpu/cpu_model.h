@@ -407,11 +407,7 @@ static void cpu_model_params_changed(CpuModel* cm) { cm->params_bf16_stale = 1; 
 // copies can be timed against it on CPUs where they have not been (they were timed on a Zen 5 only)
 static int cpu_model_bf16_copies(void) {
     static int on = -1;
-    if (on < 0) {
-        const char* env = getenv("LLMC_BF16_COPIES");
-        if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("LLMC_BF16_COPIES=%s: use 0 or 1", env); }
-        on = env == NULL || strcmp(env, "0") != 0;
-    }
+    if (on < 0) { on = env_switch_on("LLMC_BF16_COPIES"); }
     return on;
 }
 
@@ -422,11 +418,7 @@ static int cpu_model_bf16_copies(void) {
 // precision may be set after the activations are allocated, by the trainer's calibration or by pyllmc.)
 static int cpu_model_bf16_activations(void) {
     static int on = -1;
-    if (on < 0) {
-        const char* env = getenv("LLMC_BF16_ACTIVATIONS");
-        if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("LLMC_BF16_ACTIVATIONS=%s: use 0 or 1", env); }
-        on = env == NULL || strcmp(env, "0") != 0;
-    }
+    if (on < 0) { on = env_switch_on("LLMC_BF16_ACTIVATIONS"); }
     return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
            matmul_bf16_onednn_kernel()[0] != '\0';
 }
