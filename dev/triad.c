@@ -30,10 +30,7 @@ ISA. Memory: 3 x -m MB.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TRIAD_X86 1
-#endif
+#include "../llmc/cpu/matmul.h"  // MatmulIsa: the SIMD instructions this CPU runs
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -68,88 +65,49 @@ static double triad_rate(float* a, const float* b, const float* c, size_t n, int
 }
 
 // ----------------------------------------------------------------------------
-// SIMD FMA rate: a loop of independent FMAs on registers, one per ISA
-
-typedef enum { SIMD_AVX512, SIMD_AVX2, SIMD_GENERIC } SimdIsa;
-
-static const char* simd_isa_name(SimdIsa isa) {
-    return isa == SIMD_AVX512 ? "avx512" : isa == SIMD_AVX2 ? "avx2" : "generic";
-}
-
-static SimdIsa simd_isa(void) {
-#ifdef TRIAD_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) { return SIMD_AVX512; }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) { return SIMD_AVX2; }
-#endif
-    return SIMD_GENERIC;
-}
+// SIMD FMA rate: a loop of independent FMAs on registers, one per ISA (llmc/cpu/matmul.h's MatmulIsa, detected as
+// its kernels are)
 
 #define FMA_ITERS 20000000L // per thread per pass: 0.05-0.2 s on a core of 20-200 GFLOP/s
 
-#ifdef TRIAD_X86
-// 16 chains of zmm FMAs: FLOPs = iters x 16 x 16 lanes x 2
-__attribute__((target("avx512f,fma"))) static float fma_loop_avx512(long iters, float seed) {
-    __m512 acc[16];
-    for (int k = 0; k < 16; k++) { acc[k] = _mm512_set1_ps(seed + (float)k); }
-    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-    for (long i = 0; i < iters; i++) {
-        for (int k = 0; k < 16; k++) { acc[k] = _mm512_fmadd_ps(acc[k], x, y); }
+// CHAINS independent chains of FMAs on vectors of LANES floats (GCC's vector extension, contracted to one FMA per
+// multiply-add), compiled for the instructions ATTR names: FLOPs = iters x CHAINS x LANES x 2
+#define FMA_LOOP(name, ATTR, LANES, CHAINS) \
+    typedef float name##_vec __attribute__((vector_size(4 * (LANES)))); \
+    ATTR static float name(long iters, float seed) { \
+        name##_vec acc[CHAINS], x, y; \
+        for (int j = 0; j < (LANES); j++) { x[j] = 0.999999f; y[j] = 1e-7f; } \
+        for (int k = 0; k < (CHAINS); k++) { for (int j = 0; j < (LANES); j++) { acc[k][j] = seed + (float)k; } } \
+        for (long i = 0; i < iters; i++) { \
+            for (int k = 0; k < (CHAINS); k++) { acc[k] = acc[k] * x + y; } \
+        } \
+        float total = 0.0f; \
+        for (int k = 0; k < (CHAINS); k++) { for (int j = 0; j < (LANES); j++) { total += acc[k][j]; } } \
+        return total; \
     }
-    __m512 sum = acc[0];
-    for (int k = 1; k < 16; k++) { sum = _mm512_add_ps(sum, acc[k]); }
-    return _mm512_reduce_add_ps(sum);
-}
 
-// 12 chains of ymm FMAs (12 of the 16 registers, the rest for the constants): FLOPs = iters x 12 x 8 lanes x 2
-__attribute__((target("avx2,fma"))) static float fma_loop_avx2(long iters, float seed) {
-    __m256 acc[12];
-    for (int k = 0; k < 12; k++) { acc[k] = _mm256_set1_ps(seed + (float)k); }
-    const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-    for (long i = 0; i < iters; i++) {
-        for (int k = 0; k < 12; k++) { acc[k] = _mm256_fmadd_ps(acc[k], x, y); }
-    }
-    __m256 sum = acc[0];
-    for (int k = 1; k < 12; k++) { sum = _mm256_add_ps(sum, acc[k]); }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, sum);
-    float total = 0.0f;
-    for (int j = 0; j < 8; j++) { total += lanes[j]; }
-    return total;
-}
+#if MATMUL_X86
+FMA_LOOP(fma_loop_avx512, __attribute__((target("avx512f,fma"))), 16, 16)  // 16 zmm chains
+FMA_LOOP(fma_loop_avx2, __attribute__((target("avx2,fma"))), 8, 12)        // 12 of the 16 ymm, the rest for x, y
 #endif
-
-// 8 chains of 8-float vectors in the build's own instructions: FLOPs = iters x 8 x 8 x 2
-typedef float Vec8 __attribute__((vector_size(32)));
-static float fma_loop_generic(long iters, float seed) {
-    Vec8 acc[8];
-    for (int k = 0; k < 8; k++) { for (int j = 0; j < 8; j++) { acc[k][j] = seed + (float)k; } }
-    const Vec8 x = {0.999999f, 0.999999f, 0.999999f, 0.999999f, 0.999999f, 0.999999f, 0.999999f, 0.999999f};
-    const Vec8 y = {1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f};
-    for (long i = 0; i < iters; i++) {
-        for (int k = 0; k < 8; k++) { acc[k] = acc[k] * x + y; }
-    }
-    float total = 0.0f;
-    for (int k = 0; k < 8; k++) { for (int j = 0; j < 8; j++) { total += acc[k][j]; } }
-    return total;
-}
+FMA_LOOP(fma_loop_generic, , 8, 8)                                        // the build's own instructions
 
 // FLOPs of one call of the loop of `isa` with `iters` iterations
-static double fma_loop_flops(SimdIsa isa, long iters) {
-    double per_iter = isa == SIMD_AVX512 ? 16.0 * 16.0 : isa == SIMD_AVX2 ? 12.0 * 8.0 : 8.0 * 8.0;
+static double fma_loop_flops(MatmulIsa isa, long iters) {
+    double per_iter = isa == MATMUL_ISA_AVX512 ? 16.0 * 16.0 : isa == MATMUL_ISA_AVX2 ? 12.0 * 8.0 : 8.0 * 8.0;
     return 2.0 * per_iter * (double)iters;
 }
 
-static float fma_loop(SimdIsa isa, long iters, float seed) {
-#ifdef TRIAD_X86
-    if (isa == SIMD_AVX512) { return fma_loop_avx512(iters, seed); }
-    if (isa == SIMD_AVX2) { return fma_loop_avx2(iters, seed); }
+static float fma_loop(MatmulIsa isa, long iters, float seed) {
+#if MATMUL_X86
+    if (isa == MATMUL_ISA_AVX512) { return fma_loop_avx512(iters, seed); }
+    if (isa == MATMUL_ISA_AVX2) { return fma_loop_avx2(iters, seed); }
 #endif
     return fma_loop_generic(iters, seed);
 }
 
 // best GFLOP/s of `reps` passes with every thread running the loop at once (after one untimed pass)
-static double simd_rate(SimdIsa isa, int threads, int reps, float* sink) {
+static double simd_rate(MatmulIsa isa, int threads, int reps, float* sink) {
     double best = 0.0;
     for (int r = -1; r < reps; r++) {
         float total = 0.0f;
@@ -208,9 +166,9 @@ int main(int argc, char** argv) {
         c[i] = 2.0f;
     }
     int threads = thread_count();
-    SimdIsa isa = simd_isa();
+    MatmulIsa isa = matmul_isa_supported();
     printf("triad.c: 3 arrays of %d MB, best of %d passes; SIMD %s FMA loop, %d thread(s)\n", mb, reps,
-           simd_isa_name(isa), threads);
+           matmul_isa_name(isa), threads);
     printf("triad: %.2f GB/s (%d threads)\n", triad_rate(a, b, c, n, reps), threads);
     float sink = a[n / 2];
     printf("simd: %.2f GFLOP/s (%d threads)\n", simd_rate(isa, threads, reps, &sink), threads);
