@@ -13,7 +13,7 @@ usage: ./qknorm [version] [--quick]   (full: B=8, T=1024, GPT-2 124M's C, 4 key/
 
 static const float EPS = 1e-6f;
 
-__global__ static void qknorm_forward_v1(floatX* x, float* rstd, int N, int row, int nheads, int HS, float eps) {
+__global__ static void qknorm_forward_v1_kernel(floatX* x, float* rstd, int N, int row, int nheads, int HS, float eps) {
     int head = blockIdx.x * blockDim.x + threadIdx.x;
     if (head >= N * nheads) { return; }
     floatX* v = x + (size_t)(head / nheads) * row + (size_t)(head % nheads) * HS;
@@ -24,7 +24,7 @@ __global__ static void qknorm_forward_v1(floatX* x, float* rstd, int N, int row,
     rstd[head] = s;
 }
 
-__global__ static void qknorm_backward_v1(floatX* dx, const floatX* y, const float* rstd, int N, int row, int nheads, int HS) {
+__global__ static void qknorm_backward_v1_kernel(floatX* dx, const floatX* y, const float* rstd, int N, int row, int nheads, int HS) {
     int head = blockIdx.x * blockDim.x + threadIdx.x;
     if (head >= N * nheads) { return; }
     size_t off = (size_t)(head / nheads) * row + (size_t)(head % nheads) * HS;
@@ -32,6 +32,18 @@ __global__ static void qknorm_backward_v1(floatX* dx, const floatX* y, const flo
     for (int i = 0; i < HS; i++) { dot += to_float(dx[off + i]) * to_float(y[off + i]); }
     dot /= HS;
     for (int i = 0; i < HS; i++) { dx[off + i] = (floatX)(rstd[head] * (to_float(dx[off + i]) - to_float(y[off + i]) * dot)); }
+}
+
+// version 1's launches, with the production functions' arguments (llmc/cuda/qknorm.cuh)
+static void qknorm_forward_v1(floatX* x, float* rstd, int N, int row, int nheads, int HS, float eps, cudaStream_t stream) {
+    qknorm_forward_v1_kernel<<<ceil_div(N * nheads, 128), 128, 0, stream>>>(x, rstd, N, row, nheads, HS, eps);
+    cudaCheckLaunch();
+}
+
+static void qknorm_backward_v1(floatX* dx, const floatX* y, const float* rstd, int N, int row, int nheads, int HS,
+                               cudaStream_t stream) {
+    qknorm_backward_v1_kernel<<<ceil_div(N * nheads, 128), 128, 0, stream>>>(dx, y, rstd, N, row, nheads, HS);
+    cudaCheckLaunch();
 }
 
 // the CPU reference in double: y, rstd from x (forward), dx from dy through the norm of x (backward); rows of `row`
@@ -76,24 +88,15 @@ int main(int argc, char** argv) {
     const float tol = precision_tol(1e-4f, 2e-2f);
     for (int version = 1; version <= 2; version++) {
         if (!version_selected(&pg, version)) { continue; }
+        // each pass works on a copy in d_work: of x (forward), of dy (backward, which reads the forward's normalised
+        // heads y and rstd)
         auto forward = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            if (version == 1) {
-                qknorm_forward_v1<<<ceil_div(nstat, 128), 128>>>(d_work, d_rstd, N, row, nheads, HS, EPS);
-                cudaCheckLaunch();
-            } else {
-                qknorm_forward(d_work, d_rstd, N, row, nheads, HS, EPS, 0);
-            }
+            (version == 1 ? qknorm_forward_v1 : qknorm_forward)(d_work, d_rstd, N, row, nheads, HS, EPS, 0);
         };
-        // the backward reads the forward's normalised heads (y) and rstd, and works on a copy of dy
         auto backward = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_dy, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            if (version == 1) {
-                qknorm_backward_v1<<<ceil_div(nstat, 128), 128>>>(d_work, d_y, d_rstd, N, row, nheads, HS);
-                cudaCheckLaunch();
-            } else {
-                qknorm_backward(d_work, d_y, d_rstd, N, row, nheads, HS, 0);
-            }
+            (version == 1 ? qknorm_backward_v1 : qknorm_backward)(d_work, d_y, d_rstd, N, row, nheads, HS, 0);
         };
         const char* name = version == 1 ? "version 1" : "version 2 (llmc)";
         char label[64];
