@@ -1,7 +1,7 @@
 """What the C tests of the Llama-layout families (tests/test_llama3_c.py, tests/test_qwen3_c.py) share: the module's
 fixtures, running the family's trainer on its reference shards and its test program on a debug state, the losses of
-a main.log, the gradients' offsets in a debug state, and the checks both make the same way (a corrupted state fails,
-training lowers the loss, resume is bit-identical, two processes with ZeRO-1 equal one, a mutated model header loads
+a main.log, the gradients' offsets in a debug state, and the checks both make the same way (a corrupted state fails, a
+damaged one is refused with one line, training lowers the loss, resume is bit-identical, two processes with ZeRO-1 equal one, a mutated model header loads
 or gets one error line). A helper module, not a test file.
 """
 
@@ -109,6 +109,38 @@ def assert_corrupted_state_fails(family: str, ref: Path, tmp_path: Path, model: 
     assert re.search(rf"^\| {re.escape(row)} .*FAIL", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\d+ passed, [1-9]\d* failed$", proc.stdout, re.M)
     assert nsteps == 10
+
+
+def bad_state_test(family: str, foreign_magic: int, other_model: str):
+    """A test module's test that test_<family> refuses a damaged debug state with one line, for each damage
+    (assert_bad_state_refused): `test_test_qwen3_refuses_a_bad_state_with_one_line = bad_state_test("qwen3", ...)`."""
+    @pytest.mark.parametrize("damage", ["truncated", "magic", "version", "model"])
+    def test(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
+        assert_bad_state_refused(family, ref, tmp_path, damage, foreign_magic, other_model)
+
+    return test
+
+
+def assert_bad_state_refused(family: str, ref: Path, tmp_path: Path, damage: str, foreign_magic: int,
+                             other_model: str) -> None:
+    """test_<family> on ref/<family>_d2 with its debug state damaged exits with one error line naming the damage:
+    "truncated" (7 bytes short), "magic" (foreign_magic, another family's), "version" (2) or "model" (ref/<other_model>'s
+    state, which does not fit d2)."""
+    model = f"{family}_d2"
+    state = bytearray((ref / f"{model}_debug_state.bin").read_bytes())
+    if damage == "truncated":
+        state = state[:-7]
+    elif damage == "magic":
+        struct.pack_into("<i", state, 0, foreign_magic)
+    elif damage == "version":
+        struct.pack_into("<i", state, 4, 2)
+    elif damage == "model":
+        state = bytearray((ref / f"{other_model}_debug_state.bin").read_bytes())
+    shutil.copy(ref / f"{model}.bin", tmp_path)
+    (tmp_path / f"{model}_debug_state.bin").write_bytes(bytes(state))
+    line = assert_one_error_line(run_test_program(family, tmp_path, model, check=False))
+    assert {"truncated": "size mismatch", "magic": f"magic {foreign_magic}", "version": "version 2",
+            "model": "size mismatch"}[damage] in line
 
 
 def assert_training_lowered_the_loss(proc: subprocess.CompletedProcess, log: Path, steps: int) -> None:

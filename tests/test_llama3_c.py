@@ -21,8 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import (BF16_INJECTED_DECISIONS, REPO, assert_one_error_line,  # noqa: E402
                       bf16_decision, killed_after, run)
-from decoder_c import (MPI_ENV, MPIRUN, MUON, ONE_THREAD, assert_corrupted_state_fails,  # noqa: E402
-                       assert_mutated_headers_load_or_fail_in_one_line, assert_resume_is_bit_identical,
+from decoder_c import (MPI_ENV, MPIRUN, MUON, ONE_THREAD, bad_state_test,  # noqa: E402
+                       assert_corrupted_state_fails, assert_mutated_headers_load_or_fail_in_one_line, assert_resume_is_bit_identical,
                        assert_training_lowered_the_loss, assert_two_processes_equal_one, family_fixtures,
                        run_test_program, run_trainer, running_offsets, train_losses)
 
@@ -75,23 +75,8 @@ def test_test_llama3_fails_on_a_corrupted_state(binaries, ref: Path, tmp_path: P
                                  k_rows=(4 * 32 * 128, 32 * 128))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "magic", "version", "model"])
-def test_test_llama3_refuses_a_bad_state_with_one_line(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
-    state = bytearray((ref / "llama3_d2_debug_state.bin").read_bytes())
-    model = "llama3_d2"
-    if damage == "truncated":
-        state = state[:-7]
-    elif damage == "magic":
-        struct.pack_into("<i", state, 0, 20240327)
-    elif damage == "version":
-        struct.pack_into("<i", state, 4, 2)
-    shutil.copy(ref / "llama3_d2.bin", tmp_path)
-    if damage == "model":  # the GQA model's state does not fit d2
-        state = bytearray((ref / "llama3_gqa_debug_state.bin").read_bytes())
-    (tmp_path / f"{model}_debug_state.bin").write_bytes(bytes(state))
-    line = assert_one_error_line(test_llama3(tmp_path, model, check=False))
-    assert {"truncated": "size mismatch", "magic": "magic 20240327", "version": "version 2",
-            "model": "size mismatch"}[damage] in line
+# a GPT-2 debug state's magic; the GQA model's state does not fit d2
+test_test_llama3_refuses_a_bad_state_with_one_line = bad_state_test("llama3", 20240327, "llama3_gqa")
 
 
 # ---------------------------------------------------------------------------- train_llama3

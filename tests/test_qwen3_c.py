@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import REPO, assert_one_error_line, run  # noqa: E402
-from decoder_c import (MUON, ONE_THREAD, assert_corrupted_state_fails,  # noqa: E402
+from decoder_c import (MUON, ONE_THREAD, bad_state_test, assert_corrupted_state_fails,  # noqa: E402
                        assert_mutated_headers_load_or_fail_in_one_line, assert_resume_is_bit_identical,
                        assert_training_lowered_the_loss, assert_two_processes_equal_one, family_fixtures,
                        run_test_program, run_trainer, running_offsets, train_losses)
@@ -80,22 +80,8 @@ def test_test_qwen3_fails_on_a_corrupted_state(binaries, ref: Path, tmp_path: Pa
                                  k_rows=(4 * 16 * 96, 16 * 96))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "magic", "version", "model"])
-def test_test_qwen3_refuses_a_bad_state_with_one_line(binaries, ref: Path, tmp_path: Path, damage: str) -> None:
-    state = bytearray((ref / "qwen3_d2_debug_state.bin").read_bytes())
-    if damage == "truncated":
-        state = state[:-7]
-    elif damage == "magic":
-        struct.pack_into("<i", state, 0, 20240803)  # a Llama 3 debug state's
-    elif damage == "version":
-        struct.pack_into("<i", state, 4, 2)
-    elif damage == "model":  # the MQA model's state does not fit d2
-        state = bytearray((ref / "qwen3_mqa_debug_state.bin").read_bytes())
-    shutil.copy(ref / "qwen3_d2.bin", tmp_path)
-    (tmp_path / "qwen3_d2_debug_state.bin").write_bytes(bytes(state))
-    line = assert_one_error_line(test_qwen3(tmp_path, "qwen3_d2", check=False))
-    assert {"truncated": "size mismatch", "magic": "magic 20240803", "version": "version 2",
-            "model": "size mismatch"}[damage] in line
+# a Llama 3 debug state's magic; the MQA model's state does not fit d2
+test_test_qwen3_refuses_a_bad_state_with_one_line = bad_state_test("qwen3", 20240803, "qwen3_mqa")
 
 
 # ---------------------------------------------------------------------------- train_qwen3
