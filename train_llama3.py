@@ -264,7 +264,6 @@ def llama_family(args: argparse.Namespace) -> ModelFamily:
     write_files = FILES.file_writer(args, model, stem, lambda: write_tokenizer(tok, LLAMA3.tokenizer_file))
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size}", loader=LlamaDataLoader, write_files=write_files,
-                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
                        make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 

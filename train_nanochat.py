@@ -404,8 +404,8 @@ def nanochat_family(args: argparse.Namespace) -> ModelFamily:
     write_files = FILES.file_writer(args, model, stem, lambda: text.write(NANOCHAT.tokenizer_file))
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} "
                        f"FFN={c.ffn_hidden} V={c.vocab_size} softcap={c.softcap:g}", loader=DistributedDataLoader,
-                       write_files=write_files, make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
-                       make_sampler=seeded_sampler(args, text.start_token(), text.decode), write_model=write_model)
+                       write_files=write_files, make_sampler=seeded_sampler(args, text.start_token(), text.decode),
+                       write_model=write_model)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -306,7 +306,6 @@ def qwen3_family(args: argparse.Namespace) -> ModelFamily:
     return ModelFamily(model=model, description=f"L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} HS={c.head_dim} "
                        f"C={c.n_embd} FFN={c.ffn_hidden} V={c.vocab_size} tied={int(c.tied_embeddings)}",
                        loader=Qwen3DataLoader, write_files=write_files,
-                       make_optimizer=lambda m, s, zero: m.configure_optimizers(s, zero),
                        make_sampler=seeded_sampler(args, tok.bos, tok.decode), write_model=write_model)
 
 

@@ -58,7 +58,12 @@ def setup_distributed(device_arg: str) -> tuple[int, int, int, str]:
     return rank, local_rank, world, device
 
 
-@dataclass
+def model_optimizer(model: nn.Module, settings: OptimizerSettings, zero_stage: int) -> object:
+    """The ModelFamily.make_optimizer of a model that builds its own: model.configure_optimizers(settings, zero_stage)."""
+    return model.configure_optimizers(settings, zero_stage)
+
+
+@dataclass(kw_only=True)
 class ModelFamily:
     """What train_loop needs from a model family (each train_*.py builds one); the rest is shared."""
 
@@ -66,7 +71,8 @@ class ModelFamily:
     description: str  # the shape, printed after "model NAME:"
     loader: type[DistributedDataLoader]  # the family's token shards
     write_files: Callable[[torch.Tensor, torch.Tensor], None]  # model files, tokenizer and debug state from one batch
-    make_optimizer: Callable[[nn.Module, OptimizerSettings, int], object]  # (model, settings, zero stage)
+    # (model, settings, zero stage) -> the optimizer; by default the model's configure_optimizers
+    make_optimizer: Callable[[nn.Module, OptimizerSettings, int], object] = model_optimizer
     make_sampler: Callable[[str], Callable[[nn.Module], str]]  # device -> (model -> sample text)
     write_model: Callable[[nn.Module, str | Path, str], None]  # (model, file, dtype): the final checkpoint
 
