@@ -18,53 +18,49 @@ C = NH HS, QKV = (NH + 2 NKV) HS (q heads, then k heads, then v heads).
 
 #include "phase_time.h"
 
-// out (B,T,3C) = [q | k repeated | v repeated]: query head h reads key/value head h / (NH/NKV),
-// as transformers' repeat_kv
-static void repeat_kv_forward(float* out, const float* inp, int B, int T, int NH, int NKV, int HS) {
-    // out is (B,T,3C) with C = NH*HS; inp is (B,T,QKV), QKV = (NH + 2 NKV) HS
-    size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
-    int rep = NH / NKV;
-    double t_phase = phase_begin();
-    #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float* in = inp + (size_t)bt * QKV;
-        float* o = out + (size_t)bt * 3 * C;
-        memcpy(o, in, C * sizeof(float));
-        for (int h = 0; h < NH; h++) {
-            size_t kv = (size_t)(h / rep) * HS;
-            memcpy(o + C + (size_t)h * HS, in + C + kv, (size_t)HS * sizeof(float));
-            memcpy(o + 2 * C + (size_t)h * HS, in + C + (size_t)NKV * HS + kv, (size_t)HS * sizeof(float));
-        }
+// n floats of one head (or of q): rep = grouped (forward), or grouped += rep (backward, rep holding gradients)
+static inline void repeat_kv_move(float* rep, float* grouped, size_t n, int backward) {
+    if (backward) {
+        for (size_t i = 0; i < n; i++) { grouped[i] += rep[i]; }
+    } else {
+        memcpy(rep, grouped, n * sizeof(float));
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (double)(QKV + 3 * C), 0.0);
 }
 
-// dinp (B,T,QKV) += the gradient of repeat_kv_forward: each key/value head gets the sum of the
-// gradients of its NH/NKV copies, in head order
-static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int NH, int NKV, int HS) {
-    // dinp is (B,T,QKV), dout is (B,T,3C)
+// The walk both directions take: at each position, rep (B,T,3C) holds q, then per query head h the k and the v of
+// key/value head h / (NH/NKV) of grouped (B,T,QKV), as transformers' repeat_kv. Forward copies grouped (only read)
+// into rep; backward adds rep's gradients into grouped's, each key/value head's copies in head order.
+static void repeat_kv_walk(float* rep, float* grouped, int B, int T, int NH, int NKV, int HS, int backward) {
     size_t C = (size_t)NH * HS, QKV = (size_t)(NH + 2 * NKV) * HS;
-    int rep = NH / NKV;
-    double t_phase = phase_begin();
+    int group = NH / NKV;
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        float* d = dinp + (size_t)bt * QKV;
-        const float* g = dout + (size_t)bt * 3 * C;
-        for (size_t i = 0; i < C; i++) { d[i] += g[i]; }
-        for (int j = 0; j < NKV; j++) {
-            float* dk = d + C + (size_t)j * HS;
-            float* dv = d + C + (size_t)NKV * HS + (size_t)j * HS;
-            for (int r = 0; r < rep; r++) {
-                const float* gk = g + C + (size_t)(j * rep + r) * HS;
-                const float* gv = g + 2 * C + (size_t)(j * rep + r) * HS;
-                for (int i = 0; i < HS; i++) {
-                    dk[i] += gk[i];
-                    dv[i] += gv[i];
-                }
-            }
+        float* g = grouped + (size_t)bt * QKV;
+        float* r = rep + (size_t)bt * 3 * C;
+        repeat_kv_move(r, g, C, backward);
+        for (int h = 0; h < NH; h++) {
+            size_t kv = (size_t)(h / group) * HS;
+            repeat_kv_move(r + C + (size_t)h * HS, g + C + kv, (size_t)HS, backward);
+            repeat_kv_move(r + 2 * C + (size_t)h * HS, g + C + (size_t)NKV * HS + kv, (size_t)HS, backward);
         }
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (double)(2 * QKV + 3 * C), (double)B * T * 3 * C);
+}
+
+// out (B,T,3C) = [q | k repeated | v repeated] from inp (B,T,QKV), QKV = (NH + 2 NKV) HS, C = NH*HS
+static void repeat_kv_forward(float* out, const float* inp, int B, int T, int NH, int NKV, int HS) {
+    double t_phase = phase_begin();
+    repeat_kv_walk(out, (float*)inp, B, T, NH, NKV, HS, 0);  // the forward only reads inp
+    double C = (double)NH * HS, QKV = (double)(NH + 2 * NKV) * HS;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (QKV + 3 * C), 0.0);
+}
+
+// dinp (B,T,QKV) += the gradient of repeat_kv_forward for dout (B,T,3C): each key/value head gets the sum of the
+// gradients of its NH/NKV copies, in head order
+static void repeat_kv_backward(float* dinp, const float* dout, int B, int T, int NH, int NKV, int HS) {
+    double t_phase = phase_begin();
+    repeat_kv_walk((float*)dout, dinp, B, T, NH, NKV, HS, 1);  // the backward only reads dout
+    double C = (double)NH * HS, QKV = (double)(NH + 2 * NKV) * HS;
+    phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * B * T * (2 * QKV + 3 * C), (double)B * T * 3 * C);
 }
 
 #endif // LLMC_REPEAT_KV_CPU_H
