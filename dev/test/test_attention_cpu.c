@@ -46,6 +46,9 @@ static float* case_inputs(const AttCase* c, float** dout, unsigned seed) {
 
 static void use_kernel(const char* name) { setenv("LLMC_ATTENTION", name, 1); }
 
+// the two kernels run_gqa runs by name
+static const char* const GQA_KERNELS[2] = {"blocked", "tiled"};
+
 // out and dqkv (zeroed first) of attention_gqa_forward / _backward with the kernel named; keep: the backward gets
 // the forward's out and lse (the Llama 3 and nanochat trainers' call), else neither (GPT-2's)
 static void run_gqa(const char* kernel, const AttCase* c, const float* qkv, const float* dout, float* out, float* dqkv,
@@ -149,7 +152,6 @@ static void test_blocked_matches_tiled(void) {
 // the blocked kernel on 1 thread and on 2 gives the same bits (the tiled one too)
 static void test_thread_count_does_not_change_bits(void) {
     const AttCase c = {2, 200, 4, 2, 64};
-    const char* kernels[2] = {"blocked", "tiled"};
     for (int k = 0; k < 2; k++) {
         float* dout;
         float* qkv = case_inputs(&c, &dout, 5);
@@ -159,11 +161,11 @@ static void test_thread_count_does_not_change_bits(void) {
             out[n] = (float*)mallocCheck(case_out(&c) * sizeof(float));
             dqkv[n] = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
             omp_set_num_threads(n + 1);
-            run_gqa(kernels[k], &c, qkv, dout, out[n], dqkv[n], 1);
+            run_gqa(GQA_KERNELS[k], &c, qkv, dout, out[n], dqkv[n], 1);
         }
         omp_set_num_threads(2);
-        CHECK(memcmp(out[0], out[1], case_out(&c) * sizeof(float)) == 0, "%s: out differs between 1 and 2 threads", kernels[k]);
-        CHECK(memcmp(dqkv[0], dqkv[1], case_qkv(&c) * sizeof(float)) == 0, "%s: dqkv differs between 1 and 2 threads", kernels[k]);
+        CHECK(memcmp(out[0], out[1], case_out(&c) * sizeof(float)) == 0, "%s: out differs between 1 and 2 threads", GQA_KERNELS[k]);
+        CHECK(memcmp(dqkv[0], dqkv[1], case_qkv(&c) * sizeof(float)) == 0, "%s: dqkv differs between 1 and 2 threads", GQA_KERNELS[k]);
         free(qkv); free(dout);
         for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
     }
@@ -236,7 +238,6 @@ static void test_phase_account(void) {
 // an output or gradient with a bf16 copy (a mirror: a GEMM reads it so) gets its copy written, both kernels
 static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
     const AttCase c = {2, 70, 4, 2, 16};
-    const char* kernels[2] = {"blocked", "tiled"};
     for (int k = 0; k < 2; k++) {
         float* dout;
         float* qkv = case_inputs(&c, &dout, 11);
@@ -246,9 +247,9 @@ static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
         uint16_t* dqkv16 = (uint16_t*)calloc(case_qkv(&c), sizeof(uint16_t));
         matmul_bf16_mirror_add(out, case_out(&c), out16);
         matmul_bf16_mirror_add(dqkv, case_qkv(&c), dqkv16);
-        run_gqa(kernels[k], &c, qkv, dout, out, dqkv, 1);
-        CHECK(matmul_bf16_mirror_stale_at(out16, out, 1, case_out(&c), case_out(&c)) == -1, "%s: out's bf16 copy", kernels[k]);
-        CHECK(matmul_bf16_mirror_stale_at(dqkv16, dqkv, 1, case_qkv(&c), case_qkv(&c)) == -1, "%s: dqkv's bf16 copy", kernels[k]);
+        run_gqa(GQA_KERNELS[k], &c, qkv, dout, out, dqkv, 1);
+        CHECK(matmul_bf16_mirror_stale_at(out16, out, 1, case_out(&c), case_out(&c)) == -1, "%s: out's bf16 copy", GQA_KERNELS[k]);
+        CHECK(matmul_bf16_mirror_stale_at(dqkv16, dqkv, 1, case_qkv(&c), case_qkv(&c)) == -1, "%s: dqkv's bf16 copy", GQA_KERNELS[k]);
         matmul_bf16_mirror_remove(out);
         matmul_bf16_mirror_remove(dqkv);
         free(qkv); free(dout); free(out); free(dqkv); free(out16); free(dqkv16);
