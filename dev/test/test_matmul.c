@@ -323,10 +323,17 @@ static void check_vecmath(void) {
 #if defined(LLMC_ONEDNN)
 // a GEMM to check: random op(A), op(B) and C0 stored with `pad` extra columns, C to compute into, and the double
 // reference of the fp32 inputs (bf16_ref 0) or of their bf16 roundings (1) with its error scale
-typedef struct { float* A, * B, * C0, * C; int lda, ldb, ldc; size_t asz, bsz, csz; double* ref, * scale; } GemmCase;
+typedef struct {
+    int M, N, K, ta, tb, pad;
+    float beta;
+    float* A, * B, * C0, * C;
+    int lda, ldb, ldc;
+    size_t asz, bsz, csz;
+    double* ref, * scale;
+} GemmCase;
 
 static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad, float beta, int bf16_ref) {
-    GemmCase g;
+    GemmCase g = {.M = M, .N = N, .K = K, .ta = ta, .tb = tb, .pad = pad, .beta = beta};
     g.lda = (ta ? M : K) + pad; g.ldb = (tb ? K : N) + pad; g.ldc = N + pad;
     g.asz = (size_t)(ta ? K : M) * g.lda; g.bsz = (size_t)(tb ? N : K) * g.ldb; g.csz = (size_t)M * g.ldc;
     g.A = (float*)malloc((g.asz + 1) * sizeof(float));
@@ -340,6 +347,14 @@ static GemmCase gemm_case(int M, int N, int K, int ta, int tb, int pad, float be
     g.scale = (double*)malloc(((size_t)M * N + 1) * sizeof(double));
     gemm_reference(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C0, g.ldc, bf16_ref, g.ref, g.scale);
     return g;
+}
+
+// case t (0..3: whether A and B are transposed) of shape s ({M, N, K}) of a table: the row padding (0, 1 or 2 times
+// pad_step) and beta (0, 1, 0.5) turn with s + t, so that the shapes meet every pairing
+static GemmCase gemm_table_case(const int shape[3], size_t s, int t, int pad_step, int bf16_ref) {
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    return gemm_case(shape[0], shape[1], shape[2], t & 1, t >> 1, (int)((s + t) % 3) * pad_step, betas[(s + t) % 3],
+                     bf16_ref);
 }
 
 static void gemm_case_free(GemmCase* g) { free(g->A); free(g->B); free(g->C0); free(g->C); free(g->ref); free(g->scale); }
@@ -358,14 +373,12 @@ static int padding_untouched(const GemmCase* g, int M, int N) {
 static void check_onednn_fp32(void) {
     const int shapes[][3] = {{1, 1, 1}, {1, 7, 5}, {5, 1, 33}, {7, 33, 67}, {67, 130, 257}, {257, 5, 300},
                              {3, 300, 1}, {256, 768, 96}, {40, 1100, 300}};
-    const float betas[] = {0.0f, 1.0f, 0.5f};
     int checked = 0;
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         for (int t = 0; t < 4; t++) {
-            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 5;
-            float beta = betas[(s + t) % 3];
-            GemmCase g = gemm_case(M, N, K, ta, tb, pad, beta, 0);
-            const double* ref = g.ref, * scale = g.scale;
+            GemmCase g = gemm_table_case(shapes[s], s, t, 5, 0);
+            int M = g.M, N = g.N, K = g.K, ta = g.ta, tb = g.tb, pad = g.pad;
+            float beta = g.beta;
             float* builtin = (float*)malloc((g.csz + 1) * sizeof(float));
             memcpy(builtin, g.C0, g.csz * sizeof(float));
             matmul_gemm_blocked(MATMUL_FP32, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, builtin, g.ldc);
@@ -376,14 +389,14 @@ static void check_onednn_fp32(void) {
                 int rc = onednn_gemm(ONEDNN_F32, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
                 omp_set_num_threads(saved);
                 CHECK(rc == 0, "oneDNN fp32 M=%d N=%d K=%d: no kernel (%d)", M, N, K, rc);
-                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                double w = worst_error(g.C, g.ldc, M, N, g.ref, g.scale, 1e-5);
                 CHECK(w <= 1.0, "oneDNN fp32 M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d, %d thread(s): error %.3g "
                       "x tolerance", M, N, K, ta, tb, beta, pad, threads, w);
                 double vs_builtin = 0.0; // each element against the built-in kernel's, on the same error scale
                 for (int i = 0; i < M; i++) {
                     for (int j = 0; j < N; j++) {
                         double d = fabs((double)g.C[(size_t)i * g.ldc + j] - builtin[(size_t)i * g.ldc + j]);
-                        double r = d / (2e-5 * scale[(size_t)i * N + j] + 1e-30);
+                        double r = d / (2e-5 * g.scale[(size_t)i * N + j] + 1e-30);
                         if (!(r <= vs_builtin)) { vs_builtin = r; }
                     }
                 }
@@ -448,13 +461,11 @@ static void check_onednn_bf16(void) {
     CHECK(has_kernel == (strcmp(expect, "kernel") == 0), "oneDNN bf16: expected the %s path, this run took the other "
           "(%s)", expect, version);
     const int shapes[][3] = {{1, 1, 1}, {7, 33, 67}, {67, 130, 257}, {256, 768, 96}, {3, 300, 1}, {40, 1100, 300}};
-    const float betas[] = {0.0f, 1.0f, 0.5f};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         for (int t = 0; t < 4; t++) {
-            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1, pad = (int)((s + t) % 3) * 3;
-            float beta = betas[(s + t) % 3];
-            GemmCase g = gemm_case(M, N, K, ta, tb, pad, beta, 1);
-            const double* ref = g.ref, * scale = g.scale;
+            GemmCase g = gemm_table_case(shapes[s], s, t, 3, 1);
+            int M = g.M, N = g.N, K = g.K, ta = g.ta, tb = g.tb, pad = g.pad;
+            float beta = g.beta;
             if (!has_kernel) {
                 memcpy(g.C, g.C0, g.csz * sizeof(float));
                 uint16_t dummy[2] = {0, 0};
@@ -464,7 +475,7 @@ static void check_onednn_bf16(void) {
                       memcmp(g.C, g.C0, g.csz * sizeof(float)) == 0 ? "kept" : "changed");
                 memcpy(g.C, g.C0, g.csz * sizeof(float));
                 matmul_gemm(MATMUL_BF16, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
-                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                double w = worst_error(g.C, g.ldc, M, N, g.ref, g.scale, 1e-5);
                 CHECK(w <= 1.0, "bf16 after oneDNN's refusal M=%d N=%d K=%d: error %.3g x tolerance", M, N, K, w);
             } else {
                 for (int threads = 1; threads <= 3; threads++) {
@@ -473,7 +484,7 @@ static void check_onednn_bf16(void) {
                     memcpy(g.C, g.C0, g.csz * sizeof(float));
                     int rc = matmul_gemm_onednn_bf16(ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
                     omp_set_num_threads(saved);
-                    double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                    double w = worst_error(g.C, g.ldc, M, N, g.ref, g.scale, 1e-5);
                     CHECK(rc == 0 && w <= 1.0, "oneDNN bf16 M=%d N=%d K=%d transA=%d transB=%d beta=%g pad=%d, %d "
                           "thread(s): rc %d, error %.3g x tolerance", M, N, K, ta, tb, beta, pad, threads, rc, w);
                     CHECK(padding_untouched(&g, M, N), "oneDNN bf16 M=%d N=%d K=%d: wrote outside the N columns", M, N, K);
@@ -497,7 +508,7 @@ static void check_onednn_bf16(void) {
                 matmul_round_bf16(mirror, g.B, 1, g.bsz, g.bsz);
                 memcpy(g.C, g.C0, g.csz * sizeof(float));
                 matmul_gemm(MATMUL_BF16, ta, tb, M, N, K, g.A, g.lda, g.B, g.ldb, beta, g.C, g.ldc);
-                double w = worst_error(g.C, g.ldc, M, N, ref, scale, 1e-5);
+                double w = worst_error(g.C, g.ldc, M, N, g.ref, g.scale, 1e-5);
                 CHECK(w <= 1.0, "oneDNN bf16 M=%d N=%d K=%d transA=%d transB=%d, B from its mirror: error %.3g x "
                       "tolerance", M, N, K, ta, tb, w);
                 matmul_bf16_mirror_remove(g.B);
