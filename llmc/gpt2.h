@@ -101,8 +101,6 @@ static inline void gpt2_parameter_dims(size_t (*dims)[3], const void* config) {
 
 // GPT2Params, GPT2LayerParams (named fp32 pointers to the 16 tensors, and one layer's 12), gpt2_parameter_sizes,
 // gpt2_num_parameters, gpt2_point_parameters, gpt2_layer_params (llmc/model_file.h)
-// the functions this defines (llmc/model_file.h's TENSOR_TABLE_VIEWS): gpt2_parameter_sizes, gpt2_num_parameters,
-// gpt2_point_parameters, gpt2_layer_params
 TENSOR_TABLE_VIEWS(GPT2_PARAMETER_TENSORS, GPT2_LAYER_PARAMETER_TENSORS, gpt2, GPT2, ln1w, GPT2Config, GPT2Params, GPT2LayerParams)
 
 // ----------------------------------------------------------------------------

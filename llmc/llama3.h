@@ -104,8 +104,6 @@ static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) 
 
 // Llama3Params, Llama3LayerParams (named fp32 pointers to the tensors, all and one layer's 7), llama3_parameter_sizes,
 // llama3_num_parameters, llama3_point_parameters, llama3_layer_params (llmc/model_file.h)
-// the functions this defines (llmc/model_file.h's TENSOR_TABLE_VIEWS): llama3_parameter_sizes, llama3_num_parameters,
-// llama3_point_parameters, llama3_layer_params
 TENSOR_TABLE_VIEWS(LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, llama3, LLAMA3, ln1w, Llama3Config, Llama3Params,
                    Llama3LayerParams)
 

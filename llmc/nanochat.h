@@ -86,8 +86,6 @@ static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config
 // NanoChatParams, NanoChatLayerParams (named fp32 pointers to the tensors, all and one layer's 4),
 // nanochat_parameter_sizes, nanochat_num_parameters, nanochat_point_parameters, nanochat_layer_params
 // (llmc/model_file.h)
-// the functions this defines (llmc/model_file.h's TENSOR_TABLE_VIEWS): nanochat_parameter_sizes, nanochat_num_parameters,
-// nanochat_point_parameters, nanochat_layer_params
 TENSOR_TABLE_VIEWS(NANOCHAT_PARAMETER_TENSORS, NANOCHAT_LAYER_PARAMETER_TENSORS, nanochat, NANOCHAT, qkvw, NanoChatConfig,
                    NanoChatParams, NanoChatLayerParams)
 

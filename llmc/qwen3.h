@@ -91,8 +91,6 @@ static inline void qwen3_parameter_dims(size_t (*dims)[3], const void* config) {
 
 // Qwen3Params, Qwen3LayerParams (named fp32 pointers to the tensors, all and one layer's 9), qwen3_parameter_sizes,
 // qwen3_num_parameters, qwen3_point_parameters, qwen3_layer_params (llmc/model_file.h)
-// the functions this defines (llmc/model_file.h's TENSOR_TABLE_VIEWS): qwen3_parameter_sizes, qwen3_num_parameters,
-// qwen3_point_parameters, qwen3_layer_params
 TENSOR_TABLE_VIEWS(QWEN3_PARAMETER_TENSORS, QWEN3_LAYER_PARAMETER_TENSORS, qwen3, QWEN3, ln1w, Qwen3Config, Qwen3Params,
                    Qwen3LayerParams)
 
