@@ -68,6 +68,46 @@ typedef struct DecoderConfig DecoderConfig;
 static inline int decoder_attention_width(const DecoderConfig* d) { return d->num_heads * d->head_dim; }
 static inline int decoder_qkv_width(const DecoderConfig* d) { return (d->num_heads + 2 * d->num_kv_heads) * d->head_dim; }
 
+// In a family's decoder_config: the fields its config names as the decoder does (every decoder family's config has
+// them), copied into the DecoderConfig d
+#define DECODER_CONFIG_COMMON_FIELDS(d, cfg) \
+    do { \
+        (d)->max_seq_len = (cfg)->max_seq_len, (d)->vocab_size = (cfg)->vocab_size, (d)->num_layers = (cfg)->num_layers; \
+        (d)->num_heads = (cfg)->num_heads, (d)->num_kv_heads = (cfg)->num_kv_heads, (d)->channels = (cfg)->channels; \
+        (d)->ffn_hidden = (cfg)->ffn_hidden, (d)->norm_eps = (cfg)->norm_eps, (d)->rope_theta = (cfg)->rope_theta; \
+    } while (0)
+
+// a family's config as a decoder's, by the family's decoder_config function (fill), before its ModelFamily exists:
+// its tensor table's dimensions are written in the decoder's names (DECODER_DIM_NAMES)
+static inline DecoderConfig decoder_config_of(void (*fill)(const void* config, DecoderConfig* d), const void* config) {
+    DecoderConfig d;
+    memset(&d, 0, sizeof(d));
+    fill(config, &d);
+    return d;
+}
+
+// the dimension names a decoder family's tensor table is written in, from a DecoderConfig d: V, C, L, HS, AW = NH HS,
+// QKV = (NH + 2 NKV) HS, FFN, and VH (V, or 0 when the lm_head is tied to wte)
+#define DECODER_DIM_NAMES(d) \
+    const size_t V = (size_t)(d).vocab_size, C = (size_t)(d).channels, L = (size_t)(d).num_layers; \
+    const size_t HS = (size_t)(d).head_dim, AW = (size_t)(d).num_heads * HS; \
+    const size_t QKV = ((size_t)(d).num_heads + 2 * (size_t)(d).num_kv_heads) * HS, FFN = (size_t)(d).ffn_hidden; \
+    const size_t VH = (d).tied_embeddings ? 0 : V; \
+    (void)V; (void)C; (void)L; (void)AW; (void)QKV; (void)FFN; (void)VH
+
+// A model file's heads, checked once its header fields are in range (the family's model_file_check): HS even (RoPE
+// pairs i with i + HS/2), and C = NH HS when the family's head size is C / NH (HS 0 here); NH a multiple of NKV. One
+// error line naming the file and what it is ("Llama 3 model").
+static inline void decoder_check_heads(const char* path, const char* what, int C, int NH, int NKV, int HS) {
+    if (HS == 0 && (C % NH != 0 || (C / NH) % 2 != 0)) {
+        llmc_die("%s: bad %s header: C = %d must be NH = %d times an even head size", path, what, C, NH);
+    }
+    if (HS != 0 && HS % 2 != 0) { llmc_die("%s: bad %s header: head_dim %d must be even for RoPE", path, what, HS); }
+    if (NKV > NH || NH % NKV != 0) {
+        llmc_die("%s: bad %s header: NH = %d is not a multiple of NKV = %d", path, what, NH, NKV);
+    }
+}
+
 // the family's config as a decoder's (ModelFamily.decoder_config, NULL for a family that is not a decoder)
 static inline void decoder_config(const ModelFamily* family, const void* config, DecoderConfig* d) {
     if (family->decoder_config == NULL) { llmc_die("%s: not a pre-norm decoder family", family->name); }

@@ -90,14 +90,29 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
 // (llmc/model_file.h)
 TENSOR_TABLE_INDEX(LLAMA3_PARAMETER_TENSORS, LLAMA3, ln1w, fcprojw)
 
+// Llama 3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, no QK-norm, rotate_half RoPE with Llama 3.1's
+// scaling when the file asks for it, SwiGLU
+static inline void llama3_decoder_config(const void* config, DecoderConfig* d) {
+    const Llama3Config* cfg = (const Llama3Config*)config;
+    DECODER_CONFIG_COMMON_FIELDS(d, cfg);  // maxT, V, L, NH, NKV, C, FFN, eps, theta
+    d->head_dim = cfg->channels / cfg->num_heads;
+    d->tied_embeddings = cfg->tied_embeddings;
+    d->norm_weights = 1;
+    d->qk_norm = DECODER_QKNORM_NONE;
+    d->rope = DECODER_ROPE_HALF;
+    d->mlp = DECODER_MLP_SWIGLU;
+    if (cfg->use_scaled_rope) {
+        d->rope_factor = cfg->rope_factor;
+        d->rope_low_freq_factor = cfg->rope_low_freq_factor;
+        d->rope_high_freq_factor = cfg->rope_high_freq_factor;
+        d->rope_original_max_pos = cfg->rope_original_max_pos;
+    }
+}
+
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) {
-    const Llama3Config* cfg = (const Llama3Config*)config;
-    // the dimension names the table is written in
-    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
-    const size_t HS = C / (size_t)cfg->num_heads;
-    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
-    const size_t FFN = (size_t)cfg->ffn_hidden, VH = cfg->tied_embeddings ? 0 : V;
+    DecoderConfig d = decoder_config_of(llama3_decoder_config, config);
+    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
     const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
     memcpy(dims, table, sizeof(table));
 }
@@ -141,13 +156,7 @@ static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3C
 // what only Llama 3 knows about its headers (model_file_open calls it, then llama3_model_file_parameters)
 static inline void llama3_model_file_check(const char* path, const void* config) {
     const Llama3Config* cfg = (const Llama3Config*)config;
-    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    if (C % NH != 0 || (C / NH) % 2 != 0) {
-        llmc_die("%s: bad Llama 3 model header: C = %d must be NH = %d times an even head size", path, C, NH);
-    }
-    if (NKV > NH || NH % NKV != 0) {
-        llmc_die("%s: bad Llama 3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
-    }
+    decoder_check_heads(path, "Llama 3 model", cfg->channels, cfg->num_heads, cfg->num_kv_heads, 0);
     float m = cfg->ffn_dim_multiplier, eps = cfg->norm_eps, theta = cfg->rope_theta;
     if (!isfinite(m) || m < 0.0f || !(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
         llmc_die("%s: bad Llama 3 model header: ffn_dim_multiplier %g, norm_eps %g, rope_theta %g", path, m, eps, theta);
@@ -161,7 +170,7 @@ static inline void llama3_model_file_check(const char* path, const void* config)
                      path, factor, low, high, max_pos);
         }
     }
-    int want = llama3_ffn_hidden(C, m, cfg->multiple_of);
+    int C = cfg->channels, want = llama3_ffn_hidden(C, m, cfg->multiple_of);
     if (cfg->ffn_hidden != want) {
         llmc_die("%s: bad Llama 3 model header: FFN hidden size %d, Llama's rule gives %d (C %d, multiplier %g, multiple_of %d)",
                  path, cfg->ffn_hidden, want, C, m, cfg->multiple_of);
@@ -241,33 +250,6 @@ static inline void llama3_describe_config(const void* config, char* line, size_t
 
 // the Llama 3 debug state train_llama3.py writes (llmc/debug_state.h)
 static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
-
-// Llama 3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, no QK-norm, rotate_half RoPE with Llama 3.1's
-// scaling when the file asks for it, SwiGLU
-static inline void llama3_decoder_config(const void* config, DecoderConfig* d) {
-    const Llama3Config* cfg = (const Llama3Config*)config;
-    d->max_seq_len = cfg->max_seq_len;
-    d->vocab_size = cfg->vocab_size;
-    d->num_layers = cfg->num_layers;
-    d->num_heads = cfg->num_heads;
-    d->num_kv_heads = cfg->num_kv_heads;
-    d->channels = cfg->channels;
-    d->head_dim = cfg->channels / cfg->num_heads;
-    d->ffn_hidden = cfg->ffn_hidden;
-    d->tied_embeddings = cfg->tied_embeddings;
-    d->norm_weights = 1;
-    d->qk_norm = DECODER_QKNORM_NONE;
-    d->rope = DECODER_ROPE_HALF;
-    d->mlp = DECODER_MLP_SWIGLU;
-    d->norm_eps = cfg->norm_eps;
-    d->rope_theta = cfg->rope_theta;
-    if (cfg->use_scaled_rope) {
-        d->rope_factor = cfg->rope_factor;
-        d->rope_low_freq_factor = cfg->rope_low_freq_factor;
-        d->rope_high_freq_factor = cfg->rope_high_freq_factor;
-        d->rope_original_max_pos = cfg->rope_original_max_pos;
-    }
-}
 
 static const ModelFamily LLAMA3_FAMILY = {
     .name = "llama3",

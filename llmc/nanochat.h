@@ -71,14 +71,23 @@ typedef struct {
 // (llmc/model_file.h)
 TENSOR_TABLE_INDEX(NANOCHAT_PARAMETER_TENSORS, NANOCHAT, qkvw, fcprojw)
 
+// nanochat's GPT as a pre-norm decoder (llmc/decoder.h): weightless RMSNorms, the embeddings normalised too, RoPE
+// with the reversed sign then weightless QK-norm, ReLU^2, the logits' softcap, never tied
+static inline void nanochat_decoder_config(const void* config, DecoderConfig* d) {
+    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
+    DECODER_CONFIG_COMMON_FIELDS(d, cfg);  // maxT, V, L, NH, NKV, C, FFN, eps, theta
+    d->head_dim = cfg->channels / cfg->num_heads;
+    d->embed_norm = 1;
+    d->qk_norm = DECODER_QKNORM_PLAIN;
+    d->rope = DECODER_ROPE_REVERSE;
+    d->mlp = DECODER_MLP_RELU2;
+    d->softcap = cfg->softcap;
+}
+
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config) {
-    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
-    // the dimension names the table is written in
-    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
-    const size_t HS = C / (size_t)cfg->num_heads;
-    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
-    const size_t FFN = (size_t)cfg->ffn_hidden;
+    DecoderConfig d = decoder_config_of(nanochat_decoder_config, config);
+    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
     const size_t table[NANOCHAT_NUM_PARAMETER_TENSORS][3] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_DIMS, _)};
     memcpy(dims, table, sizeof(table));
 }
@@ -121,13 +130,7 @@ static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConf
 // what only nanochat knows about its headers (model_file_open calls it, then nanochat_model_file_parameters)
 static inline void nanochat_model_file_check(const char* path, const void* config) {
     const NanoChatConfig* cfg = (const NanoChatConfig*)config;
-    int C = cfg->channels, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    if (C % NH != 0 || (C / NH) % 2 != 0) {
-        llmc_die("%s: bad nanochat model header: C = %d must be NH = %d times an even head size", path, C, NH);
-    }
-    if (NKV > NH || NH % NKV != 0) {
-        llmc_die("%s: bad nanochat model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
-    }
+    decoder_check_heads(path, "nanochat model", cfg->channels, cfg->num_heads, cfg->num_kv_heads, 0);
     float eps = cfg->norm_eps, theta = cfg->rope_theta, cap = cfg->softcap;
     if (!(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
         llmc_die("%s: bad nanochat model header: norm_eps %g, rope_theta %g", path, eps, theta);
@@ -206,27 +209,6 @@ static inline void nanochat_describe_config(const void* config, char* line, size
     snprintf(line, size, "nanochat L=%d NH=%d NKV=%d C=%d FFN=%d maxT=%d V=%d softcap %g", cfg->num_layers,
              cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->ffn_hidden, cfg->max_seq_len, cfg->vocab_size,
              cfg->softcap);
-}
-
-// nanochat's GPT as a pre-norm decoder (llmc/decoder.h): weightless RMSNorms, the embeddings normalised too, RoPE
-// with the reversed sign then weightless QK-norm, ReLU^2, the logits' softcap, never tied
-static inline void nanochat_decoder_config(const void* config, DecoderConfig* d) {
-    const NanoChatConfig* cfg = (const NanoChatConfig*)config;
-    d->max_seq_len = cfg->max_seq_len;
-    d->vocab_size = cfg->vocab_size;
-    d->num_layers = cfg->num_layers;
-    d->num_heads = cfg->num_heads;
-    d->num_kv_heads = cfg->num_kv_heads;
-    d->channels = cfg->channels;
-    d->head_dim = cfg->channels / cfg->num_heads;
-    d->ffn_hidden = cfg->ffn_hidden;
-    d->embed_norm = 1;
-    d->qk_norm = DECODER_QKNORM_PLAIN;
-    d->rope = DECODER_ROPE_REVERSE;
-    d->mlp = DECODER_MLP_RELU2;
-    d->norm_eps = cfg->norm_eps;
-    d->softcap = cfg->softcap;
-    d->rope_theta = cfg->rope_theta;
 }
 
 static const ModelFamily NANOCHAT_FAMILY = {

@@ -77,14 +77,23 @@ typedef struct {
 // (llmc/model_file.h)
 TENSOR_TABLE_INDEX(QWEN3_PARAMETER_TENSORS, QWEN3, ln1w, fcprojw)
 
+// Qwen3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, QK-norm with a weight before rotate_half RoPE,
+// its own head_dim, SwiGLU
+static inline void qwen3_decoder_config(const void* config, DecoderConfig* d) {
+    const Qwen3Config* cfg = (const Qwen3Config*)config;
+    DECODER_CONFIG_COMMON_FIELDS(d, cfg);  // maxT, V, L, NH, NKV, C, FFN, eps, theta
+    d->head_dim = cfg->head_dim;
+    d->tied_embeddings = cfg->tied_embeddings;
+    d->norm_weights = 1;
+    d->qk_norm = DECODER_QKNORM_WEIGHTED;
+    d->rope = DECODER_ROPE_HALF;
+    d->mlp = DECODER_MLP_SWIGLU;
+}
+
 // (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
 static inline void qwen3_parameter_dims(size_t (*dims)[3], const void* config) {
-    const Qwen3Config* cfg = (const Qwen3Config*)config;
-    // the dimension names the table is written in
-    const size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers;
-    const size_t HS = (size_t)cfg->head_dim, AW = (size_t)cfg->num_heads * HS;
-    const size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * HS;
-    const size_t FFN = (size_t)cfg->ffn_hidden, VH = cfg->tied_embeddings ? 0 : V;
+    DecoderConfig d = decoder_config_of(qwen3_decoder_config, config);
+    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
     const size_t table[QWEN3_NUM_PARAMETER_TENSORS][3] = {QWEN3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
     memcpy(dims, table, sizeof(table));
 }
@@ -127,13 +136,7 @@ static inline int qwen3_config_from_descriptor(const char* desc, int V, Qwen3Con
 // what only Qwen3 knows about its headers (model_file_open calls it once the fields are in range)
 static inline void qwen3_model_file_check(const char* path, const void* config) {
     const Qwen3Config* cfg = (const Qwen3Config*)config;
-    int NH = cfg->num_heads, NKV = cfg->num_kv_heads, HS = cfg->head_dim;
-    if (HS % 2 != 0) {
-        llmc_die("%s: bad Qwen3 model header: head_dim %d must be even for RoPE", path, HS);
-    }
-    if (NKV > NH || NH % NKV != 0) {
-        llmc_die("%s: bad Qwen3 model header: NH = %d is not a multiple of NKV = %d", path, NH, NKV);
-    }
+    decoder_check_heads(path, "Qwen3 model", cfg->channels, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     float eps = cfg->norm_eps, theta = cfg->rope_theta;
     if (!(eps > 0.0f && eps < 1.0f) || !(theta > 1.0f && isfinite(theta))) {
         llmc_die("%s: bad Qwen3 model header: norm_eps %g must be in (0, 1) and rope_theta %g finite and > 1", path, eps,
@@ -205,27 +208,6 @@ static inline void qwen3_describe_config(const void* config, char* line, size_t 
 
 // the Qwen3 debug state train_qwen3.py writes (llmc/debug_state.h: the Llama 3 layout, with gradient norms)
 static const DebugStateFormat QWEN3_DEBUG_STATE = {QWEN3_MAGIC, 3, "Qwen3 debug state", "block size", 1};
-
-// Qwen3 as a pre-norm decoder (llmc/decoder.h): weighted RMSNorms, QK-norm with a weight before rotate_half RoPE,
-// its own head_dim, SwiGLU
-static inline void qwen3_decoder_config(const void* config, DecoderConfig* d) {
-    const Qwen3Config* cfg = (const Qwen3Config*)config;
-    d->max_seq_len = cfg->max_seq_len;
-    d->vocab_size = cfg->vocab_size;
-    d->num_layers = cfg->num_layers;
-    d->num_heads = cfg->num_heads;
-    d->num_kv_heads = cfg->num_kv_heads;
-    d->channels = cfg->channels;
-    d->head_dim = cfg->head_dim;
-    d->ffn_hidden = cfg->ffn_hidden;
-    d->tied_embeddings = cfg->tied_embeddings;
-    d->norm_weights = 1;
-    d->qk_norm = DECODER_QKNORM_WEIGHTED;
-    d->rope = DECODER_ROPE_HALF;
-    d->mlp = DECODER_MLP_SWIGLU;
-    d->norm_eps = cfg->norm_eps;
-    d->rope_theta = cfg->rope_theta;
-}
 
 static const ModelFamily QWEN3_FAMILY = {
     .name = "qwen3",
