@@ -21,7 +21,7 @@ AW = NH HS the attention width, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size
         backward(model, loss_scale)   the gradients of loss_scale x the mean loss, added (or written over stale ones)
         free(model)
 
-A trainer is then its family's description and one line of main():
+A trainer is then its family's description and a main() of two lines:
     DecoderCpu model = {.family = &LLAMA3_FAMILY};
     return cpu_trainer_main(argc, argv, about, &LLAMA3_FAMILY, &model, &decoder_cpu_calls, &model.cpu);
 */
