@@ -22,12 +22,6 @@ losses at least 5e-2).
 #include "train_gpt2.c"
 #include "llmc/cpu/cpu_test.h"
 
-static const CpuTestProgram TEST_GPT2 = {
-    .about = "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
-    .model_kind = "model checkpoint", .wide = 0,
-};
-
-int main(int argc, char** argv) {
-    GPT2 model;
-    return cpu_test_main(argc, argv, &TEST_GPT2, &GPT2_FAMILY, &model, &gpt2_calls, &model.cpu);
-}
+CPU_TEST_MAIN(GPT2, {0}, &GPT2_FAMILY, &gpt2_calls,
+              "Checks the CPU trainer against the reference tensors written by python train_gpt2.py --write_tensors 1.",
+              "model checkpoint", 0)

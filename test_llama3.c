@@ -26,12 +26,6 @@ norms relative 1e-4 (fp32). With -p bf16 the BF16 table applies (and norms relat
 #include "llmc/cpu/cpu_test.h"
 
 // the wide table: relative L2 columns, and every step's gradient norm
-static const CpuTestProgram TEST_LLAMA3 = {
-    .about = "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
-    .model_kind = "Llama 3 model file", .wide = 1,
-};
-
-int main(int argc, char** argv) {
-    Llama3 model;
-    return cpu_test_main(argc, argv, &TEST_LLAMA3, &LLAMA3_FAMILY, &model, &llama3_calls, &model.cpu);
-}
+CPU_TEST_MAIN(DecoderCpu, {.family = &LLAMA3_FAMILY}, &LLAMA3_FAMILY, &decoder_cpu_calls,
+              "Checks the CPU Llama 3 trainer against the reference tensors written by python train_llama3.py --write_tensors 1.",
+              "Llama 3 model file", 1)

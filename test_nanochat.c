@@ -17,12 +17,6 @@ their largest and relative L2 3e-5, step losses by the reference's float32 noise
 #include "llmc/cpu/cpu_test.h"
 
 // the wide table: relative L2 columns, and every step's gradient norm
-static const CpuTestProgram TEST_NANOCHAT = {
-    .about = "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
-    .model_kind = "nanochat model file", .wide = 1,
-};
-
-int main(int argc, char** argv) {
-    NanoChat model;
-    return cpu_test_main(argc, argv, &TEST_NANOCHAT, &NANOCHAT_FAMILY, &model, &nanochat_calls, &model.cpu);
-}
+CPU_TEST_MAIN(DecoderCpu, {.family = &NANOCHAT_FAMILY}, &NANOCHAT_FAMILY, &decoder_cpu_calls,
+              "Checks the CPU nanochat trainer against the reference tensors written by python train_nanochat.py --write_tensors 1.",
+              "nanochat model file", 1)

@@ -18,12 +18,6 @@ float32 noise; gradient norms relative 1e-4 (fp32). With -p bf16 the BF16 table 
 #include "llmc/cpu/cpu_test.h"
 
 // the wide table: relative L2 columns, and every step's gradient norm
-static const CpuTestProgram TEST_QWEN3 = {
-    .about = "Checks the CPU Qwen3 trainer against the reference tensors written by python train_qwen3.py --write_tensors 1.",
-    .model_kind = "Qwen3 model file", .wide = 1,
-};
-
-int main(int argc, char** argv) {
-    Qwen3 model;
-    return cpu_test_main(argc, argv, &TEST_QWEN3, &QWEN3_FAMILY, &model, &qwen3_calls, &model.cpu);
-}
+CPU_TEST_MAIN(DecoderCpu, {.family = &QWEN3_FAMILY}, &QWEN3_FAMILY, &decoder_cpu_calls,
+              "Checks the CPU Qwen3 trainer against the reference tensors written by python train_qwen3.py --write_tensors 1.",
+              "Qwen3 model file", 1)

@@ -1,5 +1,5 @@
 /*
-llmc/cpu/cpu_model.h: what every CPU model (train_gpt2.c's GPT2, train_llama3.c's Llama3) holds around its
+llmc/cpu/cpu_model.h: what every CPU model (train_gpt2.c's GPT2, llmc/cpu/decoder_cpu.h's DecoderCpu) holds around its
 tensors, written once: the flat parameter and gradient buffers, the optimizer state and its arithmetic, the
 activation buffers and the current batch. A model struct has a CpuModel named cpu beside its named pointers
 (params, grads, acts, grads_acts) into these buffers; the model's own code is its tables, forward and backward.

@@ -1,5 +1,5 @@
 /*
-llmc/cpu/cpu_test.h: what both CPU test programs (test_gpt2.c, test_llama3.c) do around their model, written
+llmc/cpu/cpu_test.h: what every CPU test program (test_gpt2.c, test_llama3.c, ...) does around its model, written
 once: the model (-e, as the trainers build it), its line (its family's config line), the flags, the lines that say
 what is checked, the table rows, the steps and the verdict. Each program gives its family (tensor names, debug-state
 format, the reference's files) and its model's calls (allocate, forward, backward).
@@ -19,6 +19,9 @@ format, the reference's files) and its model's calls (allocate, forward, backwar
     cpu_test_main(argc, argv, p, family, model, calls, cm)   a test program's main(): all of the above around the
                                           model's calls (llmc/cpu/cpu_model.h) and the program's
                                           CpuTestProgram
+    CPU_TEST_MAIN(Model, init, family, calls, about, model_kind, wide)   a test program's whole main(), after its
+                                          trainer is included with LLMC_NO_MAIN: its model (type and initialiser),
+                                          family, calls and CpuTestProgram fields
 */
 #ifndef LLMC_CPU_TEST_H
 #define LLMC_CPU_TEST_H
@@ -217,5 +220,15 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
     cpu_model_free_with(cm, calls, model);
     return status;
 }
+
+// A test program's main(): its trainer included with LLMC_NO_MAIN, the program is this one line. Model is the model's
+// type (a struct with a CpuModel named cpu), init its initialiser ({0}, or a decoder's {.family = &LLAMA3_FAMILY}),
+// family and calls its family's description and the model's calls, about, model_kind and wide its CpuTestProgram's.
+#define CPU_TEST_MAIN(Model, init, family, calls, about_line, kind, wide_table) \
+    int main(int argc, char** argv) { \
+        static const CpuTestProgram program = {.about = (about_line), .model_kind = (kind), .wide = (wide_table)}; \
+        Model model = init; \
+        return cpu_test_main(argc, argv, &program, (family), &model, (calls), &model.cpu); \
+    }
 
 #endif // LLMC_CPU_TEST_H
