@@ -48,7 +48,6 @@ test_llama3.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/swiglu_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/llama3.h"
-#include "llmc/cpu/llama3_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
 
 #include "llmc/cpu/cpu_trainer.h"
@@ -126,7 +125,9 @@ static void llama3_allocate(void* m, const void* config) {
     llama3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     llama3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // llama3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
-    llama3_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/llama3_inference.h, shared with generate
+    DecoderConfig decoder; // the rotary tables, as generate's (llmc/cpu/rope_cpu.h)
+    decoder_config(&LLAMA3_FAMILY, cfg, &decoder);
+    decoder_rope_tables(&decoder, &model->rope_cos, &model->rope_sin);
 }
 
 // points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the

@@ -49,7 +49,6 @@ test_nanochat.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/relu2_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/nanochat.h"
-#include "llmc/cpu/nanochat_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
 
 #include "llmc/cpu/cpu_trainer.h"
@@ -134,7 +133,9 @@ static void nanochat_allocate(void* m, const void* config) {
     nanochat_point_parameters(&model->params, model->cpu.params_memory, cfg);
     nanochat_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // nanochat_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
-    nanochat_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/nanochat_inference.h, shared with generate
+    DecoderConfig decoder; // the rotary tables, as generate's (llmc/cpu/rope_cpu.h)
+    decoder_config(&NANOCHAT_FAMILY, cfg, &decoder);
+    decoder_rope_tables(&decoder, &model->rope_cos, &model->rope_sin);
 }
 
 // points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the

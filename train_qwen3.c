@@ -49,7 +49,6 @@ test_qwen3.c includes this file with LLMC_NO_MAIN defined.
 #include "llmc/cpu/swiglu_cpu.h"
 #include "llmc/cpu/classifier_cpu.h"
 #include "llmc/qwen3.h"
-#include "llmc/cpu/qwen3_inference.h"  // the rotary tables (and generate's cached forward pass)
 #include "llmc/tokenizer.h"
 
 #include "llmc/cpu/cpu_trainer.h"
@@ -132,7 +131,9 @@ static void qwen3_allocate(void* m, const void* config) {
     qwen3_point_parameters(&model->params, model->cpu.params_memory, cfg);
     qwen3_point_parameters(&model->grads, model->cpu.grads_memory, cfg);
     model->cpu.lazy_zero_grad = 1; // qwen3_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
-    qwen3_rope_tables(cfg, &model->rope_cos, &model->rope_sin); // llmc/cpu/qwen3_inference.h, shared with generate
+    DecoderConfig decoder; // the rotary tables, as generate's (llmc/cpu/rope_cpu.h)
+    decoder_config(&QWEN3_FAMILY, cfg, &decoder);
+    decoder_rope_tables(&decoder, &model->rope_cos, &model->rope_sin);
 }
 
 // points the activations (grads = 1: their gradients, has_grad tensors only, one layer's of the

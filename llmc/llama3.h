@@ -321,6 +321,7 @@ static const ModelFamily LLAMA3_FAMILY = {
     .model_file = &LLAMA3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,
     .tokenizer_path = LLAMA3_TOKENIZER_PATH,
+    .tokenizer_pattern = BPE_PATTERN_LLAMA3,
     .load_default = "d2",
     .load_help = "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")",
     .missing_model = "%s: no such Llama 3 model file (flag -e; python train_llama3.py writes one, or use -e d2 to init from scratch)",

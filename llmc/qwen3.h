@@ -275,6 +275,7 @@ static const ModelFamily QWEN3_FAMILY = {
     .model_file = &QWEN3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
     .tokenizer_path = QWEN3_TOKENIZER_PATH,
+    .tokenizer_pattern = BPE_PATTERN_QWEN,  // numbers split one digit a piece
     .load_default = "d2",
     .load_help = "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")",
     .missing_model = "%s: no such Qwen3 model file (flag -e; python train_qwen3.py writes one, or use -e d2 to init from scratch)",
