@@ -8,7 +8,6 @@ pre-tokenizer and its NFC normalizer. The texts are in NFC, as llmc/bpe.h says i
 from __future__ import annotations
 
 import random
-import re
 import sys
 import unicodedata
 from pathlib import Path
@@ -17,11 +16,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import PYTHON, REPO, assert_one_error_line, make, run, tinyshakespeare_text  # noqa: E402
-from test_llama3_encode import TEXTS as LLAMA3_TEXTS  # noqa: E402
+# generate(model, *flags): ./generate -e MODEL -t TOKENIZER FLAGS, one thread; prompt_ids: the --print-ids lines
+from test_llama3_encode import TEXTS as LLAMA3_TEXTS, generate, prompt_ids  # noqa: E402
 
 from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer  # noqa: E402
 
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 # Qwen2's and Qwen3's pre-tokenizer split pattern (their tokenizer.json): Llama 3's with \p{N} for \p{N}{1,3}
 QWEN_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                       r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -68,16 +67,6 @@ def qwen3(tmp_path_factory, tinyshakespeare) -> tuple[Path, Path, LlamaTokenizer
     return out / "qwen3.bin", out / "qwen3_tokenizer.bin", qwen_tok
 
 
-def generate(qwen3, *flags: object, check: bool = True, input: str | bytes | None = None):
-    model, tok_file, _ = qwen3
-    return run([REPO / "generate", "-e", model, "-t", tok_file, *flags], env=ONE_THREAD, check=check, input=input)
-
-
-def prompt_ids(stderr: str) -> list[list[int]]:
-    """The ids of every "prompt ids: ..." line (--print-ids)."""
-    return [[int(x) for x in m.split()] for m in re.findall(r"^prompt ids:(.*)$", stderr, re.M)]
-
-
 def test_the_test_tokenizer_has_qwens_digit_split_and_numbers_llama_3s_would_make(qwen3) -> None:
     tok = qwen3[2]
     assert tok.bos == tok.eot  # <|endoftext|>, no BOS of its own
@@ -107,8 +96,6 @@ def test_random_unicode_lines_equal_the_tokenizers_library(qwen3) -> None:
 
 def test_encode_of_tinyshakespeare_with_digits_equals_the_tokenizers_library(qwen3, tmp_path: Path) -> None:
     """A long prompt: the first 3000 characters of Tiny Shakespeare with numbers put between its lines."""
-    from conftest import tinyshakespeare_text
-
     lines = tinyshakespeare_text().read_text(encoding="utf-8")[:3000].split("\n")
     text = "\n".join(f"{line} {i * 7919}" for i, line in enumerate(lines))
     proc = generate(qwen3, "-p", text, "--print-ids", "-n", 1)
