@@ -15,9 +15,9 @@ key/value cache (llmc/cpu/kv_cache.h) that holds the NKV key/value heads, head_d
     DECODER_GENERATE(FAMILY)                        generate's hooks of a decoder family (llmc/cpu/generator.h); the
                                                     registry (llmc/families.h) names one per family
 
-generate and the decoder's tokenizer file (-t, default the family's tokenizer_path; llmc/tokenizer.h) decodes the
-samples and, for text prompts, gives the BPE ranks that encode them (llmc/bpe.h), pre-tokenised with the family's
-tokenizer_pattern. What differs between families follows from the file and that pattern:
+In generate, the family's tokenizer file (-t, default its tokenizer_path; llmc/tokenizer.h) decodes the samples and,
+for text prompts, gives the BPE ranks that encode them (llmc/bpe.h), split with the family's tokenizer_pattern. What
+differs between the families follows from the file and that pattern:
   - a tokenizer file in Llama 3's layout (version 3, with a BOS: Llama 3's, Qwen3's) is required by the families whose
     pattern is Llama 3's or Qwen's; a text prompt starts with BOS when the file's BOS is not its end-of-text (Llama 3;
     Qwen3's tokenizer has no BOS), and text that looks like a special token stays text;
