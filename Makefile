@@ -399,8 +399,9 @@ encode: encode.c $(LLMC_HEADERS)
 gpt2_bpe.bin: dev/write_bpe.py $(VENV)/.installed
 	$(PY) dev/write_bpe.py
 
-# generate: KV-cached sampling with every family's inference (llmc/families.h: each family's llmc/cpu/<name>_inference.h
-# over llmc/cpu/kv_cache.h and llmc/cpu/generator.h), llmc/bpe.h, llmc/tokenizer.h and llmc/sampler.h
+# generate: KV-cached sampling with every family's inference (llmc/families.h: the decoders' llmc/cpu/decoder_inference.h,
+# GPT-2's llmc/cpu/gpt2_inference.h, over llmc/cpu/kv_cache.h and llmc/cpu/generator.h), llmc/bpe.h, llmc/tokenizer.h
+# and llmc/sampler.h
 generate: generate.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
 

@@ -8,19 +8,21 @@ generate: text generation from an llmc model file of any family in llmc/families
 
 The family comes from the model file's magic (llmc/model_family.h's model_family_by_magic over the families of
 llmc/families.h; no model file, e.g. -e dN, is the first family's, GPT-2's). Each family brings only hooks and data
-(llmc/cpu/generator.h's GenerateFamily, at the end of its llmc/cpu/<name>_inference.h): its model and tokenizer, its
-cached forward pass (over llmc/cpu/kv_cache.h), its prompt encoder, its token writer, its start and end
-tokens; one generation loop runs every family. The prompt goes through the model once, then each new token costs
+(llmc/cpu/generator.h's GenerateFamily, <name>_generate: the pre-norm decoders' are one set,
+llmc/cpu/decoder_inference.h's, read from their descriptions; GPT-2's are at the end of llmc/cpu/gpt2_inference.h):
+its model and tokenizer, its cached forward pass (over llmc/cpu/kv_cache.h), its prompt encoder, its token writer,
+its start and end tokens; one generation loop runs every family. The prompt goes through the model once, then each new token costs
 the forward pass of ONE position, not a recompute of the whole sequence. Tokens are drawn with llmc/sampler.h and
 printed as they come (flushed per token). A fixed --seed gives the same text every run.
 
 GPT-2 prompts are encoded with llmc/bpe.h (the same ids as tiktoken's gpt2; the text "<|endoftext|>" in a prompt
-is the special token); no prompt is <|endoftext|> alone. Llama 3 models use the Llama 3 tokenizer file
-(llmc/tokenizer.h): it decodes, and its token bytes are the BPE ranks that encode a text prompt (llmc/bpe.h,
-bpe_init_llama3: the same ids as the `tokenizers` library on the tokenizer.json; text that looks like a special
-token stays text). A text prompt starts with BOS; --ids gives the ids as they are (default: BOS alone), and a
-prompt not given as -p text (--ids, a line of -i) is printed decoded. --print-ids prints the prompt's ids to
-stderr.
+is the special token); no prompt is <|endoftext|> alone. The decoder families (Llama 3, nanochat, Qwen3) use their
+tokenizer file (-t; llmc/tokenizer.h): it decodes, and its token bytes are the BPE ranks that encode a text prompt
+(llmc/bpe.h with the family's pre-tokenizer pattern: the same ids as the `tokenizers` library on the tokenizer.json;
+in Llama 3's and Qwen3's files, text that looks like a special token stays text). A Llama 3 text prompt starts
+with BOS; --ids gives the ids as they are (default: the start token alone: BOS, else <|endoftext|>), and a prompt
+not given as -p text (--ids, a line of -i) is printed decoded. Without the tokenizer file a decoder family takes
+--ids prompts only, and prints the tokens as ids. --print-ids prints the prompt's ids to stderr.
 
 --check-kv recomputes the whole sequence at every step in a second, fresh cache fed all of it in one pass (the
 prompt path: GEMMs over every position) and compares its last-position logits with the incremental cache's (one
@@ -40,7 +42,7 @@ position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_ca
 #include "llmc/families.h"
 
 // ----------------------------------------------------------------------------
-// the families (llmc/families.h), found by their model files' magic; each brings its hooks in its inference header
+// the families (llmc/families.h), found by their model files' magic; the registry names each one's hooks
 
 #define GENERATE_FAMILY_ROW_(name, description, gpu, refs, refs_dir) &name##_generate,
 static const GenerateFamily* const GENERATE_FAMILIES[] = {LLMC_FAMILIES(GENERATE_FAMILY_ROW_)};
@@ -191,9 +193,9 @@ static void print_usage(FILE* out) {
         "usage: ./generate [options]\n"
         "  -e <path|dN>        model file of any family (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
-        "  -t <path>           Llama 3, nanochat models: tokenizer file that encodes and decodes (default llama3_tokenizer.bin,\n"
-        "                      nanochat_tokenizer.bin)\n"
-        "  --ids \"<id> ...\"    Llama 3, nanochat models: the prompt as token ids, instead of -p (default: BOS alone)\n"
+        "  -t <path>           Llama 3, nanochat, Qwen3 models: tokenizer file that encodes and decodes (default\n"
+        "                      llama3_tokenizer.bin, nanochat_tokenizer.bin, qwen3_tokenizer.bin)\n"
+        "  --ids \"<id> ...\"    Llama 3, nanochat, Qwen3 models: the prompt as token ids, instead of -p (default: BOS alone)\n"
         "  -p <text>           prompt (default: none, start of a document; Llama 3: BOS, then the text)\n"
         "  --print-ids         print the prompt's token ids to stderr (\"prompt ids: ...\")\n"
         "  -n <int>            tokens to generate (default 256; stops at the context length)\n"

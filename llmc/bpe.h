@@ -1,6 +1,7 @@
 /*
 llmc/bpe.h: byte-level BPE *encoding* in C (text -> token ids) for GPT-2, exactly like tiktoken's
-"gpt2" encoding, and for Llama 3, exactly like the `tokenizers` library on Llama 3's tokenizer.json.
+"gpt2" encoding, for Llama 3, exactly like the `tokenizers` library on Llama 3's tokenizer.json, and for
+Qwen (Qwen2 onwards: Qwen3's tokenizer), like `tokenizers` on its tokenizer.json for text in Unicode NFC.
 The decoder side is just the token bytes (bpe_token_bytes, or llmc/tokenizer.h).
 The two differ only in where the ranks come from and in the pre-tokenisation pattern (BPE.pattern).
 
@@ -27,6 +28,10 @@ How GPT-2 encodes text:
    then GPT-2's two whitespace rules. Its classes are the same tables (checked against
    `tokenizers`' regex engine over every code point: \s is equal, \p{L} and \p{N} are equal on
    every code point the tables' Unicode version assigns; later ones are OTHER here).
+   Qwen's pattern (BPE_PATTERN_QWEN, bpe_next_piece_llama3 with one digit a group) is Llama 3's with \p{N} in
+   place of \p{N}{1,3}: every number is a piece of its own. Its tokenizer.json also normalises the text to
+   Unicode NFC first, which this encoder does not: text already in NFC (what keyboards and most files hold)
+   gives the same ids; a decomposed sequence (e + U+0301) is encoded as it is, not as the composed character.
 2. Each piece that is itself a token is emitted as is. Otherwise the piece starts as one
    part per byte, and repeatedly the adjacent pair of parts whose concatenated bytes form
    the token of lowest rank (ties: leftmost) is merged, until no pair is a token. The ids
@@ -54,10 +59,11 @@ File format of gpt2_bpe.bin, written by `python dev/write_bpe.py` (little-endian
     body: for each rank r = 0 .. n_tokens-1: uint8 length (1..max_len), then the raw bytes.
     Every single byte 0..255 is a token and no two tokens are equal.
 
-Llama 3 (bpe_init_llama3): the ranks come from the tokenizer file version 3 (llama3_tokenizer.bin,
-llmc/tokenizer.h), which holds every token's bytes in id order. Its ordinary tokens are the ids
-below the first special one, min(BOS, EOT), and each one's rank is its id; the ids from there on
-are special tokens (their text), which bpe_encode never produces from text.
+Llama 3 (bpe_init_llama3) and Qwen (bpe_init_tokenizer_v3 with BPE_PATTERN_QWEN): the ranks come from the
+tokenizer file version 3 (llama3_tokenizer.bin, qwen3_tokenizer.bin; llmc/tokenizer.h), which holds every
+token's bytes in id order. Its ordinary tokens are the ids below the first special one, min(BOS, EOT) (Qwen3's
+file: <|endoftext|> is both), and each one's rank is its id; the ids from there on are special tokens (their
+text), which bpe_encode never produces from text.
 */
 #ifndef LLMC_BPE_H
 #define LLMC_BPE_H
@@ -77,10 +83,9 @@ are special tokens (their text), which bpe_encode never produces from text.
 #define BPE_EOT_TEXT "<|endoftext|>"
 #define BPE_NO_RANK INT32_MAX
 
-enum { BPE_PATTERN_GPT2 = 0, BPE_PATTERN_LLAMA3 = 1 };
 
 typedef struct {
-    int pattern;             // pre-tokenisation: BPE_PATTERN_GPT2 or BPE_PATTERN_LLAMA3
+    int pattern;             // pre-tokenisation: BPE_PATTERN_GPT2, _LLAMA3 or _QWEN (llmc/tokenizer.h)
     int n_tokens;            // mergeable tokens, ranks 0..n_tokens-1
     int eot_token;           // id of the end-of-text token
     const char* eot_text;    // its text: "<|endoftext|>" (GPT-2), "<|end_of_text|>" (Llama 3)
@@ -225,14 +230,20 @@ static inline void bpe_init_from_tokenizer(BPE* b, const Tokenizer* t, const cha
     bpe_index(b, path);
 }
 
-// Llama 3's ranks from its tokenizer file t (read from path), as described at the top
-static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path) {
+// the ranks of a tokenizer file version 3 t (read from path: Llama 3's layout), pre-tokenised with pattern, as
+// described at the top
+static inline void bpe_init_tokenizer_v3(BPE* b, const Tokenizer* t, const char* path, int pattern) {
     int n = t->bos_token < t->eot_token ? t->bos_token : t->eot_token;
     if (t->version != 3 || t->bos_token < 0) { llmc_die("%s: not a Llama 3 tokenizer file (version %d, expected 3)", path, t->version); }
     if (n < 256) {
         llmc_die("%s: the first special token is id %d: byte-level BPE needs the 256 byte tokens below it", path, n);
     }
-    bpe_init_from_tokenizer(b, t, path, n, BPE_PATTERN_LLAMA3);
+    bpe_init_from_tokenizer(b, t, path, n, pattern);
+}
+
+// Llama 3's ranks from its tokenizer file t (read from path)
+static inline void bpe_init_llama3(BPE* b, const Tokenizer* t, const char* path) {
+    bpe_init_tokenizer_v3(b, t, path, BPE_PATTERN_LLAMA3);
 }
 
 static inline void bpe_free(BPE* b) {
@@ -341,8 +352,9 @@ static inline size_t bpe_llama3_contraction(const unsigned char* s, size_t n, si
     return i;
 }
 
-// Llama 3: end of the piece starting at i (i < n), following its pattern in the comment at the top
-static inline size_t bpe_next_piece_llama3(const unsigned char* s, size_t n, size_t i) {
+// Llama 3 (max_digits 3) and Qwen (max_digits 1): end of the piece starting at i (i < n), following the pattern in
+// the comment at the top
+static inline size_t bpe_next_piece_llama3(const unsigned char* s, size_t n, size_t i, int max_digits) {
     size_t j = bpe_llama3_contraction(s, n, i);
     if (j > i) { return j; }
     int c0;
@@ -354,10 +366,10 @@ static inline size_t bpe_next_piece_llama3(const unsigned char* s, size_t n, siz
         size_t len1 = bpe_char_at(s, n, i + len0, &c1);
         if (c1 == UCLASS_LETTER) { return bpe_run_end(s, n, i + len0 + len1, UCLASS_LETTER); }
     }
-    // \p{N}{1,3}
+    // \p{N}{1,max_digits}
     if (c0 == UCLASS_NUMBER) {
         j = i + len0;
-        for (int k = 1; k < 3 && j < n; k++) {
+        for (int k = 1; k < max_digits && j < n; k++) {
             int c;
             size_t len = bpe_char_at(s, n, j, &c);
             if (c != UCLASS_NUMBER) { break; }
@@ -523,7 +535,8 @@ static inline size_t bpe_encode_piece(const BPE* b, const unsigned char* p, size
 static inline size_t bpe_encode_ordinary(const BPE* b, const unsigned char* text, size_t n, int* out) {
     size_t cnt = 0, i = 0;
     while (i < n) {
-        size_t j = b->pattern == BPE_PATTERN_LLAMA3 ? bpe_next_piece_llama3(text, n, i) : bpe_next_piece(text, n, i);
+        size_t j = b->pattern == BPE_PATTERN_GPT2 ? bpe_next_piece(text, n, i)
+                 : bpe_next_piece_llama3(text, n, i, b->pattern == BPE_PATTERN_QWEN ? 1 : 3);
         cnt += bpe_encode_piece(b, text + i, j - i, out + cnt);
         i = j;
     }

@@ -6,7 +6,7 @@ model files' magic). A new family is its own files and one row here.
 
     LLMC_FAMILIES(X)   one row per family: X(name, DESCRIPTION, GPU, "refs", "refs_dir")
         name           the family's prefix, the one its files and programs are named by: llmc/<name>.h (its
-                       description), llmc/cpu/<name>_inference.h (its cached forward pass), train_<name>.py (its
+                       description), <name>_generate (generate's hooks, below), train_<name>.py (its
                        reference), train_<name>.c / test_<name>.c (./train_<name>, ./test_<name>), train_<name>.cu /
                        test_<name>.cu (./train_<name>cu, ./test_<name>cu, train_<name>cu_cudnn, and the CPU execution
                        target's build/cuda_cpu/{train,test}_<name>cu_{fp32,bf16})
@@ -20,7 +20,9 @@ model files' magic). A new family is its own files and one row here.
 
 The rows are read by make with sed: keep each on one line, in this shape, with no '"' inside a string.
 LLMC_WITH_FAMILY_INFERENCE, defined before including this file, also includes every family's description and CPU
-inference (generate.c).
+inference, and defines each row's <name>_generate (llmc/cpu/generator.h) for generate.c: a pre-norm decoder's
+(llmc/decoder.h) is DECODER_GENERATE of its description (llmc/cpu/decoder_inference.h), another family's comes
+from its own llmc/cpu/<name>_inference.h.
 */
 #ifndef LLMC_FAMILIES_H
 #define LLMC_FAMILIES_H
@@ -36,10 +38,14 @@ inference (generate.c).
 #ifdef LLMC_WITH_FAMILY_INFERENCE
 #ifndef LLMC_FAMILIES_INFERENCE_H
 #define LLMC_FAMILIES_INFERENCE_H
-// one include per row above: the description (llmc/<name>.h) comes with the CPU inference
+// one line per row above: its description (llmc/<name>.h) and its generate hooks, <name>_generate
+#include "cpu/decoder_inference.h"
 #include "cpu/gpt2_inference.h"
-#include "cpu/llama3_inference.h"
-#include "cpu/nanochat_inference.h"
-#include "cpu/qwen3_inference.h"
+#include "llama3.h"
+#include "nanochat.h"
+#include "qwen3.h"
+static const GenerateFamily llama3_generate = DECODER_GENERATE(LLAMA3_FAMILY);
+static const GenerateFamily nanochat_generate = DECODER_GENERATE(NANOCHAT_FAMILY);
+static const GenerateFamily qwen3_generate = DECODER_GENERATE(QWEN3_FAMILY);
 #endif // LLMC_FAMILIES_INFERENCE_H
 #endif // LLMC_WITH_FAMILY_INFERENCE

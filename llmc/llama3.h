@@ -256,6 +256,7 @@ static const ModelFamily LLAMA3_FAMILY = {
     .model_file = &LLAMA3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,
     .tokenizer_path = LLAMA3_TOKENIZER_PATH,
+    .tokenizer_pattern = BPE_PATTERN_LLAMA3,
     MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3",
                               "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")"),
     MODEL_FAMILY_TENSOR_TABLE(LLAMA3, llama3, ln1w),

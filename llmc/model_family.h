@@ -37,6 +37,8 @@ typedef struct {
     const ModelFileFormat* model_file;    // its model file: magic, versions, header fields, config size (llmc/model_file.h)
     ShardFormat shard_format;             // the token shards its trainers read (llmc/dataloader.h)
     const char* tokenizer_path;           // the tokenizer file that decodes its samples
+    int tokenizer_pattern;                // how its tokenizer splits text before BPE (llmc/tokenizer.h's BPE_PATTERN_*:
+                                          // generate's text prompts, llmc/bpe.h)
     const char* load_default;             // -e: the default, and its help line in --help
     const char* load_help;
     const char* missing_model;            // the error line when -e names no file and no descriptor (%s: the path)

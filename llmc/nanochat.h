@@ -35,6 +35,7 @@ of 64: it trains on GPT-2 token shards), norm_eps 1e-6, rope_theta 10000, softca
 #include "model_file.h"
 #include "model_family.h"
 #include "decoder.h"
+#include "tokenizer.h"
 
 #define NANOCHAT_MAGIC 20251013
 #define NANOCHAT_TOKENIZER_PATH "nanochat_tokenizer.bin"  // train_nanochat.py writes it (GPT-2's, or the checkpoint's)
@@ -216,6 +217,7 @@ static const ModelFamily NANOCHAT_FAMILY = {
     .model_file = &NANOCHAT_MODEL_FILE,
     .shard_format = SHARD_FORMAT_GPT2,
     .tokenizer_path = NANOCHAT_TOKENIZER_PATH,
+    .tokenizer_pattern = BPE_PATTERN_GPT2,  // GPT-2's vocabulary (text prompts need it)
     MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat",
                               "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)"),
     MODEL_FAMILY_TENSOR_TABLE(NANOCHAT, nanochat, qkvw),

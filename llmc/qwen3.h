@@ -214,6 +214,7 @@ static const ModelFamily QWEN3_FAMILY = {
     .model_file = &QWEN3_MODEL_FILE,
     .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
     .tokenizer_path = QWEN3_TOKENIZER_PATH,
+    .tokenizer_pattern = BPE_PATTERN_QWEN,  // numbers split one digit a piece
     MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3",
                               "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")"),
     MODEL_FAMILY_TENSOR_TABLE(QWEN3, qwen3, ln1w),

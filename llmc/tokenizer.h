@@ -28,6 +28,11 @@ from a version 3 file read here).
 #define TOKENIZER_MAGIC 20240328
 #define TOKENIZER_V1_EOT 50256
 
+// how a tokenizer splits text into pieces before BPE (its pre-tokenizer's pattern; llmc/bpe.h implements each): GPT-2's
+// (tiktoken's "gpt2"), Llama 3's (numbers in groups of up to three), Qwen's (Qwen2 onwards: Llama 3's, but every number
+// alone). A family names its own (ModelFamily.tokenizer_pattern)
+enum { BPE_PATTERN_GPT2 = 0, BPE_PATTERN_LLAMA3 = 1, BPE_PATTERN_QWEN = 2 };
+
 typedef struct {
     uint32_t vocab_size;
     char** token_table;  // (vocab_size,) NUL-terminated pieces, pointing into `bytes`

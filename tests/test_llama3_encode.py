@@ -151,3 +151,15 @@ def test_encode_tool_with_a_gpt2_tokenizer_file_is_one_error_line(llama3, tmp_pa
     gpt2 = tmp_path / "gpt2_tokenizer.bin"
     gpt2.write_bytes(bytes(data))
     assert "only decodes (-d)" in assert_one_error_line(run([REPO / "encode", "-t", gpt2], check=False, input="Hello"))
+
+
+def test_without_the_tokenizer_file_ids_prompts_run_and_text_prompts_are_one_error_line(llama3, tmp_path: Path) -> None:
+    """Every decoder family alike (llmc/cpu/decoder_inference.h): no tokenizer file, then --ids prompts still run and
+    the tokens print as ids; a text prompt is one error line that names --ids."""
+    model, _, tok = llama3
+    missing = tmp_path / "none.bin"
+    proc = run([REPO / "generate", "-e", model, "-t", missing, "--ids", f"{tok.bos} 300", "-n", 4, "--no-stop"],
+               env=ONE_THREAD)
+    assert re.fullmatch(r"( <\d+>)+\n", proc.stdout) and len(proc.stdout.split()) == 2 + 4, proc.stdout  # the prompt echoed, then 4
+    line = assert_one_error_line(run([REPO / "generate", "-e", model, "-t", missing, "-p", "Hello"], check=False))
+    assert "none.bin: no such llama3 tokenizer file" in line and "--ids" in line, line

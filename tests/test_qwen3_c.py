@@ -215,8 +215,13 @@ def test_generate_runs_a_qwen3_model_and_its_cache_matches_a_full_recompute(bina
     assert m and float(m.group(1)) < 1e-5, proc.stdout + proc.stderr
 
 
-def test_generate_refuses_a_text_prompt_for_qwen3_in_one_line(binaries, ref: Path, tmp_path: Path) -> None:
+def test_generate_takes_a_text_prompt_for_qwen3_without_bos(binaries, ref: Path, tmp_path: Path) -> None:
+    """A text prompt is encoded with Qwen's pre-tokenizer (tests/test_qwen3_encode.py checks the ids against the
+    tokenizers library) and does not start with BOS: it generates what its ids generate."""
     shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
-    line = assert_one_error_line(run([REPO / "generate", "-e", ref / "qwen3_d2.bin", "-p", "hello"], cwd=tmp_path,
-                                     check=False))
-    assert "text prompts are not supported for Qwen3 models" in line, line
+    flags = ["-e", ref / "qwen3_d2.bin", "-n", 8, "--seed", 3, "--no-stop", "--print-ids"]
+    by_text = run([REPO / "generate", *flags, "-p", "ROMEO: 42"], cwd=tmp_path, env=ONE_THREAD)
+    ids = re.search(r"^prompt ids: (.*)$", by_text.stderr, re.M).group(1)
+    assert len(ids.split()) >= 4, ids  # "4" and "2" apart
+    by_ids = run([REPO / "generate", *flags, "--ids", ids], cwd=tmp_path, env=ONE_THREAD)
+    assert by_text.stdout == by_ids.stdout and by_text.stdout.startswith("ROMEO: 42"), (by_text.stdout, by_ids.stdout)

@@ -1,16 +1,19 @@
 /*
-dev/test/test_kv_cache.c: unit tests of llmc/cpu/kv_cache.h and the families' cached forward passes
-(llmc/cpu/gpt2_inference.h, llmc/cpu/llama3_inference.h, llmc/cpu/nanochat_inference.h) on tiny random models:
+dev/test/test_kv_cache.c: unit tests of llmc/cpu/kv_cache.h and the cached forward passes (llmc/cpu/gpt2_inference.h,
+and llmc/cpu/decoder_inference.h's of every pre-norm decoder family) on tiny random models:
   - the cache fed one token at a time, or in chunks of several, gives the logits of a fresh cache fed the whole
     sequence at once (kv_check_step, the check of generate --check-kv, passes at every step)
   - the check fails, with generate's one error line, when the cache is corrupted (a changed value, a NaN key)
   - a cached forward past the context is refused in one line
 GPT-2 runs with C = 40 (not a multiple of matvec_forward's 16 lanes), Llama 3 with GQA (NH = 4, NKV = 2), RoPE
-scaling, and tied and untied lm_heads, nanochat with MQA (NH = 4, NKV = 1), QK-norm and the logit softcap.
+scaling, and tied and untied lm_heads, nanochat with MQA (NH = 4, NKV = 1), QK-norm and the logit softcap, Qwen3
+with a head_dim that is not C / NH (an attention width of 48 over C = 32), QK-norm with weights, tied.
 */
 #include "llmc/cpu/gpt2_inference.h"
-#include "llmc/cpu/llama3_inference.h"
-#include "llmc/cpu/nanochat_inference.h"
+#include "llmc/cpu/decoder_inference.h"
+#include "llmc/llama3.h"
+#include "llmc/nanochat.h"
+#include "llmc/qwen3.h"
 #include "dev/test/test_common.h"
 
 #define SEQ 14   // tokens fed: a 3-token prompt, then one at a time
@@ -39,23 +42,35 @@ static void gpt2_tiny(GPT2Inference* m) {
     fill_random(m->memory, gpt2_num_parameters(&cfg), 1);
 }
 
-static void llama3_tiny(Llama3Inference* m, int tied) {
+// a decoder model of family with config cfg, its weights random (seed)
+static void decoder_tiny(DecoderInference* m, const ModelFamily* family, const void* cfg, unsigned seed) {
+    decoder_inference_init(m, family, cfg);
+    fill_random(m->memory, tensor_table_sizes(family->tensor_dims, cfg, family->num_tensors, NULL), seed);
+}
+
+static void llama3_tiny(DecoderInference* m, int tied) {
     // GQA, Llama 3.1's rope scaling with a short original context (so its interpolated band is used)
     Llama3Config cfg = {.max_seq_len = MAXT, .vocab_size = 50, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
                         .channels = 32, .multiple_of = 16, .ffn_hidden = llama3_ffn_hidden(32, 0.0f, 16),
                         .use_scaled_rope = 1, .tied_embeddings = tied, .norm_eps = 1e-5f, .rope_theta = 10000.0f,
                         .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
                         .rope_original_max_pos = 8.0f};
-    llama3_inference_init(m, &cfg);
-    fill_random(m->memory, llama3_num_parameters(&cfg), 2 + tied);
+    decoder_tiny(m, &LLAMA3_FAMILY, &cfg, 2 + tied);
 }
 
-static void nanochat_tiny(NanoChatInference* m) {
+static void nanochat_tiny(DecoderInference* m) {
     // MQA, a head size of 6 (RoPE's halves of 3), a softcap low enough to bend the logits
     NanoChatConfig cfg = {.max_seq_len = MAXT, .vocab_size = 50, .num_layers = 2, .num_heads = 4, .num_kv_heads = 1,
                           .channels = 24, .ffn_hidden = 40, .norm_eps = 1e-6f, .rope_theta = 100.0f, .softcap = 2.0f};
-    nanochat_inference_init(m, &cfg);
-    fill_random(m->memory, nanochat_num_parameters(&cfg), 4);
+    decoder_tiny(m, &NANOCHAT_FAMILY, &cfg, 4);
+}
+
+static void qwen3_tiny(DecoderInference* m) {
+    // GQA with heads of 12 (NH HS = 48, not C = 32), tied
+    Qwen3Config cfg = {.max_seq_len = MAXT, .vocab_size = 50, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
+                       .channels = 32, .head_dim = 12, .ffn_hidden = 40, .tied_embeddings = 1, .norm_eps = 1e-6f,
+                       .rope_theta = 1000.0f};
+    decoder_tiny(m, &QWEN3_FAMILY, &cfg, 5);
 }
 
 static void case_init(Case* c, const void* model, KVForwardFn forward, const KVCache* kv) {
@@ -137,32 +152,28 @@ static void test_cached_equals_full(const char* name, Case* c) {
 int main(void) {
     GPT2Inference gpt2;
     gpt2_tiny(&gpt2);
-    Llama3Inference llama[2];   // untied, tied
-    llama3_tiny(&llama[0], 0);
-    llama3_tiny(&llama[1], 1);
-    NanoChatInference nanochat;
-    nanochat_tiny(&nanochat);
-    const char* names[4] = {"gpt2", "llama3", "llama3 tied", "nanochat"};
-    Case cases[4];
+    DecoderInference decoders[4];   // Llama 3 untied, tied, nanochat, Qwen3
+    llama3_tiny(&decoders[0], 0);
+    llama3_tiny(&decoders[1], 1);
+    nanochat_tiny(&decoders[2]);
+    qwen3_tiny(&decoders[3]);
+    const char* names[5] = {"gpt2", "llama3", "llama3 tied", "nanochat", "qwen3"};
+    const int want_nkv[4] = {2, 2, 1, 2}, want_qkv[4] = {(4 + 2 * 2) * 8, (4 + 2 * 2) * 8, (4 + 2 * 1) * 6, (4 + 2 * 2) * 12};
+    Case cases[5];
     KVCache kv;
     gpt2_inference_cache(&gpt2, &kv);
     case_init(&cases[0], &gpt2, gpt2_forward_cached, &kv);
-    for (int k = 0; k < 2; k++) {
-        llama3_inference_cache(&llama[k], &kv);
-        CHECK(kv.NKV == 2 && kv.QKV == (4 + 2 * 2) * 8, "llama3 cache: NKV %d, QKV %d", kv.NKV, kv.QKV);
-        case_init(&cases[1 + k], &llama[k], llama3_forward_cached, &kv);
-    }
-    nanochat_inference_cache(&nanochat, &kv);
-    CHECK(kv.NKV == 1 && kv.QKV == (4 + 2 * 1) * 6, "nanochat cache: NKV %d, QKV %d", kv.NKV, kv.QKV);
-    case_init(&cases[3], &nanochat, nanochat_forward_cached, &kv);
-    for (int k = 0; k < 4; k++) { test_check_fails(names[k], &cases[k]); }  // first: no OpenMP thread started yet
     for (int k = 0; k < 4; k++) {
+        decoder_inference_cache(&decoders[k], &kv);
+        CHECK(kv.NKV == want_nkv[k] && kv.QKV == want_qkv[k], "%s cache: NKV %d, QKV %d", names[1 + k], kv.NKV, kv.QKV);
+        case_init(&cases[1 + k], &decoders[k], decoder_forward_cached, &kv);
+    }
+    for (int k = 0; k < 5; k++) { test_check_fails(names[k], &cases[k]); }  // first: no OpenMP thread started yet
+    for (int k = 0; k < 5; k++) {
         test_cached_equals_full(names[k], &cases[k]);
         case_free(&cases[k]);
     }
     gpt2_inference_free(&gpt2);
-    llama3_inference_free(&llama[0]);
-    llama3_inference_free(&llama[1]);
-    nanochat_inference_free(&nanochat);
+    for (int k = 0; k < 4; k++) { decoder_inference_free(&decoders[k]); }
     return test_summary();
 }

@@ -1,7 +1,8 @@
 /*
-llmc/cpu/generator.h: what generate.c needs of a model family, and what it hands each family. Every family's CPU
-inference header (llmc/cpu/<name>_inference.h) ends with its GenerateFamily, <name>_generate; generate.c lists them
-from llmc/families.h and tells them apart by their model files' magic.
+llmc/cpu/generator.h: what generate.c needs of a model family, and what it hands each family. Each family has its
+GenerateFamily, <name>_generate (the pre-norm decoders': llmc/cpu/decoder_inference.h's DECODER_GENERATE, named in
+llmc/families.h; GPT-2's at the end of llmc/cpu/gpt2_inference.h); generate.c lists them from llmc/families.h and
+tells them apart by their model files' magic.
 
     GenerateArgs          generate's command line (generate.c parses it)
     Generator             a model ready to generate, whatever its family: filled by the family's open hook
@@ -47,7 +48,7 @@ typedef struct {
 typedef struct GenerateFamily GenerateFamily;
 typedef struct {
     const GenerateFamily* family;
-    const void* model;              // the family's inference struct (GPT2Inference, Llama3Inference)
+    const void* model;              // the family's inference struct (GPT2Inference, DecoderInference)
     KVCache kv;                     // the model's cache, its whole context
     int vocab_size;                 // V: the logits sampled, the ids --ids takes
     int start_token;                // the prompt when there is none (GPT-2 <|endoftext|>, Llama 3 BOS); never echoed

@@ -1,6 +1,6 @@
 /*
 llmc/cpu/kv_cache.h: the key/value cache of batch-1 inference on the CPU, and what every family's cached forward
-pass is made of (llmc/cpu/gpt2_inference.h, llmc/cpu/llama3_inference.h; generate.c runs them). The cache holds
+pass is made of (llmc/cpu/gpt2_inference.h, llmc/cpu/decoder_inference.h; generate.c runs them). The cache holds
 every layer's keys and values of the positions seen so far: a prompt goes through the model once (n positions at a
 time, llmc/cpu/matmul.h's GEMMs), then each new token costs the forward pass of ONE position (a
 matrix-vector product per weight matrix and attention over the cached positions), not a recompute of the whole
