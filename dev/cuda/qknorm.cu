@@ -34,14 +34,18 @@ __global__ static void qknorm_backward_v1_kernel(floatX* dx, const floatX* y, co
     for (int i = 0; i < HS; i++) { dx[off + i] = (floatX)(rstd[head] * (to_float(dx[off + i]) - to_float(y[off + i]) * dot)); }
 }
 
-// version 1's launches, with the production functions' arguments (llmc/cuda/qknorm.cuh)
-static void qknorm_forward_v1(floatX* x, float* rstd, int N, int row, int nheads, int HS, float eps, cudaStream_t stream) {
+// version 1's launches, with the production functions' arguments (llmc/cuda/qknorm.cuh), of which it takes the
+// weightless mode: inp, weight, dweight and scratch NULL
+static void qknorm_forward_v1(floatX* x, float* rstd, floatX* inp, const floatX* weight, int N, int row, int nheads, int HS,
+                              float eps, cudaStream_t stream) {
+    (void)inp; (void)weight;
     qknorm_forward_v1_kernel<<<ceil_div(N * nheads, 128), 128, 0, stream>>>(x, rstd, N, row, nheads, HS, eps);
     cudaCheckLaunch();
 }
 
-static void qknorm_backward_v1(floatX* dx, const floatX* y, const float* rstd, int N, int row, int nheads, int HS,
-                               cudaStream_t stream) {
+static void qknorm_backward_v1(floatX* dx, floatX* dweight, float* scratch, const floatX* y, const floatX* inp,
+                               const floatX* weight, const float* rstd, int N, int row, int nheads, int HS, cudaStream_t stream) {
+    (void)dweight; (void)scratch; (void)inp; (void)weight;
     qknorm_backward_v1_kernel<<<ceil_div(N * nheads, 128), 128, 0, stream>>>(dx, y, rstd, N, row, nheads, HS);
     cudaCheckLaunch();
 }
@@ -92,11 +96,12 @@ int main(int argc, char** argv) {
         // heads y and rstd)
         auto forward = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_x, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            (version == 1 ? qknorm_forward_v1 : qknorm_forward)(d_work, d_rstd, N, row, nheads, HS, EPS, 0);
+            (version == 1 ? qknorm_forward_v1 : qknorm_forward)(d_work, d_rstd, NULL, NULL, N, row, nheads, HS, EPS, 0);
         };
         auto backward = [&]() {
             cudaCheck(cudaMemcpy(d_work, d_dy, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-            (version == 1 ? qknorm_backward_v1 : qknorm_backward)(d_work, d_y, d_rstd, N, row, nheads, HS, 0);
+            (version == 1 ? qknorm_backward_v1 : qknorm_backward)(d_work, NULL, NULL, d_y, NULL, NULL, d_rstd, N, row, nheads,
+                                                                   HS, 0);
         };
         const char* name = version == 1 ? "version 1" : "version 2 (llmc)";
         char label[64];

@@ -1,7 +1,7 @@
 /*
 llmc/cuda/repeat_kv.cuh: grouped-query attention's key/value repetition, the GPU side of
 llmc/cpu/repeat_kv_cpu.h's repeat_kv_forward / repeat_kv_backward. It turns the qkv projection's
-(B,T,QKV) output, QKV = (NH + 2 NKV) HS, into the packed (B,T,3C) q|k|v layout that the attention
+(B,T,QKV) output, QKV = (NH + 2 NKV) HS, into the packed (B,T,3C) q|k|v layout (C here the attention width NH HS) that the attention
 kernels (attention.cuh) take, so they serve GQA unchanged.
 
     repeat_kv_forward(out, inp, B, T, NH, NKV, HS)     out (B,T,3C) = [q | k repeated | v repeated]:
@@ -66,17 +66,18 @@ __global__ static void repeat_kv_backward_kernel(floatX* dinp, const floatX* dou
 }
 
 // The activation-table rows (llmc/cuda/gpu_trainer.cuh GPU_ACT_*: type, name, per_layer, per_token, has_grad; sizes
-// in C, NH, T) of grouped-query attention through repeat_kv and attention.cuh, the trainers' path without cuDNN: per
-// layer what attention_backward reads, then the repeated q|k|v and attention_backward's work buffers (one slice each)
+// in AW = NH HS the attention width, NH, T) of grouped-query attention through repeat_kv and attention.cuh, the
+// trainers' path without cuDNN: per layer what attention_backward reads, then the repeated q|k|v and
+// attention_backward's work buffers (one slice each)
 #define REPEAT_KV_ATTENTION_LAYER_ACTIVATIONS(X) \
-    X(floatX, qkvr,         1, 3 * C,  1) /* (3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
+    X(floatX, qkvr,         1, 3 * AW, 1) /* (3, B, NH, T, HS) q, k, v head-major, k and v repeated */ \
     X(floatX, att,          1, NH * T, 1) /* (B, NH, T, T) */
 #define REPEAT_KV_ATTENTION_BUFFER(X) \
-    X(floatX, scratch_bt3c, 0, 3 * C,  1) /* q|k|v with k, v repeated; its gradient */
+    X(floatX, scratch_bt3c, 0, 3 * AW, 1) /* q|k|v with k, v repeated; its gradient */
 #define REPEAT_KV_ATTENTION_BACKWARD_BUFFERS(X) \
-    X(floatX, dqkvr,        0, 3 * C,  0) /* attention_backward's work buffers */ \
+    X(floatX, dqkvr,        0, 3 * AW, 0) /* attention_backward's work buffers */ \
     X(floatX, datt,         0, NH * T, 0) \
-    X(floatX, dy,           0, C,      0)
+    X(floatX, dy,           0, AW,     0)
 
 static inline void repeat_kv_check(int NH, int NKV, int HS) {
     if (NKV <= 0 || NH % NKV != 0) { llmc_die("repeat_kv: NH=%d is not a multiple of NKV=%d", NH, NKV); }
