@@ -31,7 +31,7 @@ from its own llmc/cpu/<name>_inference.h.
     X(gpt2, GPT2_FAMILY, 1, "", "") \
     X(llama3, LLAMA3_FAMILY, 1, "dev/llama3_refs.py --muon", "build/llama3") \
     X(nanochat, NANOCHAT_FAMILY, 1, "dev/nanochat_refs.py", "build/nanochat") \
-    X(qwen3, QWEN3_FAMILY, 0, "dev/qwen3_refs.py --muon", "build/qwen3")
+    X(qwen3, QWEN3_FAMILY, 1, "dev/qwen3_refs.py --muon", "build/qwen3")
 
 #endif // LLMC_FAMILIES_H
 

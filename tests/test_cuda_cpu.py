@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import D2_REFERENCE as REFS, D2_SMALL_VOCAB_REFERENCE as SMALL_REFS, assert_one_error_line, debug_state_first_steps, make
@@ -49,6 +50,59 @@ def mpirun(n: int) -> list[str]:
     # one worker thread per process: the processes share the machine's cores
     return [str(MPIRUN), "-np", str(n), "--oversubscribe", "-x", "CUDA_CPU_THREADS=1", "-x", "OMP_NUM_THREADS=1",
             "-x", "OPENBLAS_NUM_THREADS=1"]
+
+
+# ----------------------------------------------------------------------------
+# the decoder families' GPU test programs (tests/test_cuda_cpu_<name>.py): their run, the debug state's layout, a
+# corrupted copy of a state and the rows that then fail
+
+
+def check_test_program(program: str, refs: Path, tmp_path: Path, model: str, *flags: str, passes: bool = True,
+                       processes: int = 1) -> str:
+    """build/cuda_cpu/<program> on refs/<model>.bin and its debug state (as `processes` MPI processes); its output, after
+    the exit status is checked: 0 with every check passed, or (passes False) 1 with some check failed."""
+    r = run([*(mpirun(processes) if processes > 1 else []), binary(program), "-e", refs / f"{model}.bin", "-s",
+             refs / f"{model}_debug_state.bin", "-o", tmp_path / "resume", *flags], env=BASE_ENV)
+    if passes:
+        assert r.returncode == 0 and re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-4000:] + r.stderr[-2000:]
+    else:
+        assert r.returncode == 1 and re.search(r"^\d+ passed, [1-9]\d* failed", r.stdout, re.M), r.stdout[-4000:] + r.stderr[-2000:]
+    return r.stdout
+
+
+def debug_state_layout(state: bytes, V: int, num_parameters: int) -> dict[str, int]:
+    """Byte offsets in a debug state of the Llama 3 layout (llmc/debug_state.h) of a model of V logits a token and
+    num_parameters gradients: the logits, the gradients, the step losses; and B, T, V, nsteps."""
+    B, T, nsteps = struct.unpack_from("<3i", state, 8)
+    logits = 1024 + 8 * B * T
+    grads = logits + 4 * B * T * V + 4
+    return {"B": B, "T": T, "V": V, "nsteps": nsteps, "logits": logits, "grads": grads, "losses": grads + 4 * num_parameters}
+
+
+def write_corrupted_state(src: Path, dst: Path, model: str, start: int, count: int, shift: float = 0.0, scale: float = 1.0) -> None:
+    """src's <model>.bin and a copy of its debug state into dst, the copy's count floats from byte start shifted by shift
+    and scaled by scale."""
+    state = bytearray((src / f"{model}_debug_state.bin").read_bytes())
+    values = (np.frombuffer(state, dtype="<f4", count=count, offset=start) + np.float32(shift)) * np.float32(scale)
+    state[start:start + 4 * count] = values.astype("<f4").tobytes()
+    (dst / f"{model}_debug_state.bin").write_bytes(bytes(state))
+    shutil.copy(src / f"{model}.bin", dst)
+
+
+def state_span(layout: dict[str, int], what: str, grad_offsets: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """(first byte, floats) in a debug state of what a corruption test changes: "logit" (one of the second row),
+    "step loss" (the sixth), or "d<tensor>" (its gradient; grad_offsets: each tensor's (offset, count) in floats)."""
+    if what == "logit":
+        return layout["logits"] + 4 * (layout["T"] * layout["V"] + 7), 1
+    if what == "step loss":
+        return layout["losses"] + 4 * 5, 1
+    offset, count = grad_offsets[what[1:]]
+    return layout["grads"] + 4 * offset, count
+
+
+def failing_rows(out: str) -> list[str]:
+    """The rows of a test program's table that failed."""
+    return [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|") and "FAIL" in line]
 
 
 # ----------------------------------------------------------------------------

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, make, shared_dir
-from test_cuda_cpu import BASE_ENV, binary, mpirun, run, step_losses
+from test_cuda_cpu import (BASE_ENV, binary, check_test_program, debug_state_layout, failing_rows, run, state_span,
+                           step_losses, write_corrupted_state)
 from test_cuda_cpu_llama3 import continued_losses
 
 
@@ -38,15 +39,8 @@ def nanochat_refs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_nanochatcu(refs: Path, tmp_path: Path, precision: str, model: str, *flags: str, passes: bool = True,
                     processes: int = 1) -> str:
-    """test_nanochatcu_<precision> on refs/<model>.bin and its debug state (as `processes` MPI processes); its output,
-    after the exit status is checked: 0 with every check passed, or (passes False) 1 with some check failed."""
-    r = run([*(mpirun(processes) if processes > 1 else []), binary(f"test_nanochatcu_{precision}"), "-e", refs / f"{model}.bin", "-s", refs / f"{model}_debug_state.bin",
-             "-o", tmp_path / "resume", *flags], env=BASE_ENV)
-    if passes:
-        assert r.returncode == 0 and re.search(r"^\d+ passed, 0 failed", r.stdout, re.M), r.stdout[-4000:] + r.stderr[-2000:]
-    else:
-        assert r.returncode == 1 and re.search(r"^\d+ passed, [1-9]\d* failed", r.stdout, re.M), r.stdout[-4000:] + r.stderr[-2000:]
-    return r.stdout
+    """test_nanochatcu_<precision> on refs/<model>.bin and its debug state (test_cuda_cpu.check_test_program)."""
+    return check_test_program(f"test_nanochatcu_{precision}", refs, tmp_path, model, *flags, passes=passes, processes=processes)
 
 
 test_nanochatcu.__test__ = False  # a helper, not a test
@@ -71,14 +65,8 @@ def grad_offsets(model: Path) -> dict[str, tuple[int, int]]:
 
 
 def state_layout(model: Path, state: bytes) -> dict[str, int]:
-    """Byte offsets in a debug state (llmc/debug_state.h, the Llama 3 layout): the logits, the gradients, the step
-    losses; and B, T, V, nsteps."""
-    B, T, nsteps = struct.unpack_from("<3i", state, 8)
-    V = model_header(model)["V"]
-    logits = 1024 + 8 * B * T
-    grads = logits + 4 * B * T * V + 4
-    nparams = sum(n for _, n in grad_offsets(model).values())
-    return {"B": B, "T": T, "V": V, "nsteps": nsteps, "logits": logits, "grads": grads, "losses": grads + 4 * nparams}
+    """Byte offsets in a debug state (test_cuda_cpu.debug_state_layout) of this model."""
+    return debug_state_layout(state, model_header(model)["V"], sum(n for _, n in grad_offsets(model).values()))
 
 
 # precision, references (build/nanochat or its muon/), model, flags: FP32 with the tight tolerances on GQA and MQA,
@@ -147,31 +135,18 @@ def test_test_nanochatcu_fails_on_a_corrupted_state(nanochat_refs: Path, tmp_pat
     of a key head's query heads were lost: GQA's and MQA's sums), dfcprojw 10 % off (beyond BF16's L2 bound), one step loss off by 1e-3: the
     row of what was corrupted fails, and no other but the gradient norm."""
     src = nanochat_refs / where
-    state = bytearray((src / f"{model}_debug_state.bin").read_bytes())
-    lay = state_layout(src / f"{model}.bin", state)
+    lay = state_layout(src / f"{model}.bin", (src / f"{model}_debug_state.bin").read_bytes())
     h = model_header(src / f"{model}.bin")
-    if what == "logit":
-        start, count = lay["logits"] + 4 * (lay["T"] * lay["V"] + 7), 1
-    elif what == "step loss":
-        start, count = lay["losses"] + 4 * 5, 1
-    elif what == "dqkvw k rows":
+    if what == "dqkvw k rows":
         off, _ = grad_offsets(src / f"{model}.bin")["qkvw"]
         start, count = lay["grads"] + 4 * (off + h["C"] * h["C"]), h["NKV"] * (h["C"] // h["NH"]) * h["C"]
     else:
-        off, count = grad_offsets(src / f"{model}.bin")[what[1:]]
-        start = lay["grads"] + 4 * off
-    values = np.frombuffer(state, dtype="<f4", count=count, offset=start).copy()
-    if what in ("logit", "step loss"):
-        values += 1e-2 if what == "logit" else 1e-3
-    else:
-        values *= 1.25 if what == "dqkvw k rows" else 1.1
-    state[start:start + 4 * count] = values.tobytes()
-    (tmp_path / f"{model}_debug_state.bin").write_bytes(bytes(state))
-    shutil.copy(src / f"{model}.bin", tmp_path)
-    out = test_nanochatcu(tmp_path, tmp_path, precision, model, passes=False)
-    failing = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|") and "FAIL" in line]
+        start, count = state_span(lay, what, grad_offsets(src / f"{model}.bin"))
+    shift = {"logit": 1e-2, "step loss": 1e-3}.get(what, 0.0)
+    write_corrupted_state(src, tmp_path, model, start, count, shift, 1.0 if shift else 1.25 if what == "dqkvw k rows" else 1.1)
+    failing = failing_rows(test_nanochatcu(tmp_path, tmp_path, precision, model, passes=False))
     # the global gradient norm is the reference's from its (corrupted) gradients: it may fail with a gradient
-    assert row in failing and set(failing) <= {row, "grad norm"}, failing or out[-3000:]
+    assert row in failing and set(failing) <= {row, "grad norm"}, failing
 
 
 def reference_losses(model: Path, state: Path) -> list[float]:
