@@ -270,51 +270,67 @@ static DecoderGpuLayerActs decoder_gpu_layer_acts(const DecoderGpu* model, int l
 
 // the MLP's input projections: fch = ln2 @ fcw^T (SwiGLU: the gate), fch2 = ln2 @ fcw2^T (SwiGLU's up)
 static void decoder_gpu_mlp_in_forward(DecoderGpu* model, const DecoderGpuWeights* w, const DecoderGpuLayerActs* a) {
-    DECODER_GPU_STEP_SIZES_(model)
+    const DecoderConfig* d = &model->d;
+    const int BT = model->gpu.B * model->gpu.T, C = d->channels, FFN = d->ffn_hidden;
+    CublasContext* ctx = &model->gpu.cublas;
     matmul_forward(ctx, a->fch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);                            // (B,T,FFN)
     if (d->mlp == DECODER_MLP_SWIGLU) { matmul_forward(ctx, a->fch2, a->ln2, w->fcw2, NULL, BT, C, FFN, NULL); } // (B,T,FFN)
 }
 
 // the MLP's activation: fch_act = silu(fch) * fch2 or relu(fch)^2
 static void decoder_gpu_mlp_act_forward(DecoderGpu* model, const DecoderGpuLayerActs* a) {
-    DECODER_GPU_STEP_SIZES_(model)
-    if (d->mlp == DECODER_MLP_SWIGLU) { swiglu_forward(a->fch_act, a->fch, a->fch2, (size_t)BT * FFN, stream); }
-    else { relu2_forward(a->fch_act, a->fch, (size_t)BT * FFN, stream); }
+    const size_t N = (size_t)model->gpu.B * model->gpu.T * model->d.ffn_hidden;
+    cudaStream_t stream = model->gpu.stream;
+    if (model->d.mlp == DECODER_MLP_SWIGLU) { swiglu_forward(a->fch_act, a->fch, a->fch2, N, stream); }
+    else { relu2_forward(a->fch_act, a->fch, N, stream); }
 }
 
 // the MLP's backward from dresidual (the gradient of the layer's output) to dln2 (B,T,C), written; the weights'
 // gradients added to dw
 static void decoder_gpu_mlp_backward(DecoderGpu* model, floatX* dln2, const DecoderGpuWeights* dw, const DecoderGpuWeights* w,
                                      const DecoderGpuLayerActs* a) {
-    DECODER_GPU_STEP_SIZES_(model)
+    const DecoderConfig* d = &model->d;
+    const int BT = model->gpu.B * model->gpu.T, C = d->channels, FFN = d->ffn_hidden;
+    cudaStream_t stream = model->gpu.stream;
+    CublasContext* ctx = &model->gpu.cublas;
+    const DecoderGpuActs* acts = &model->acts;
     if (d->mlp == DECODER_MLP_RELU2) {
-        matmul_backward(ctx, acts.dfch, dw->fcprojw, NULL, acts.dresidual, a->fch_act, w->fcprojw, NULL, BT, FFN, C, NULL);
-        relu2_backward(acts.dfch, acts.dfch, a->fch, (size_t)BT * FFN, stream);  // in place
-        matmul_backward(ctx, dln2, dw->fcw, NULL, acts.dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
+        matmul_backward(ctx, acts->dfch, dw->fcprojw, NULL, acts->dresidual, a->fch_act, w->fcprojw, NULL, BT, FFN, C, NULL);
+        relu2_backward(acts->dfch, acts->dfch, a->fch, (size_t)BT * FFN, stream);  // in place
+        matmul_backward(ctx, dln2, dw->fcw, NULL, acts->dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
         return;
     }
-    matmul_backward(ctx, acts.dact, dw->fcprojw, NULL, acts.dresidual, a->fch_act, w->fcprojw, NULL, BT, FFN, C, NULL);
-    swiglu_backward(acts.dfch, acts.dfch2, acts.dact, a->fch, a->fch2, (size_t)BT * FFN, stream);
+    matmul_backward(ctx, acts->dact, dw->fcprojw, NULL, acts->dresidual, a->fch_act, w->fcprojw, NULL, BT, FFN, C, NULL);
+    swiglu_backward(acts->dfch, acts->dfch2, acts->dact, a->fch, a->fch2, (size_t)BT * FFN, stream);
     // dln2 = dfch @ fcw + dfch2 @ fcw2: the up projection's dinp is added to the gate's (accumulate = 1), as its dweight is
-    matmul_backward(ctx, dln2, dw->fcw, NULL, acts.dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
-    const floatX* ops[LIN_NUM_OPERANDS] = {a->ln2, w->fcw2, NULL, dln2, dw->fcw2, acts.dfch2};
+    matmul_backward(ctx, dln2, dw->fcw, NULL, acts->dfch, a->ln2, w->fcw, NULL, BT, C, FFN, NULL);
+    const floatX* ops[LIN_NUM_OPERANDS] = {a->ln2, w->fcw2, NULL, dln2, dw->fcw2, acts->dfch2};
     GemmSpec dwspec = linear_dweight_spec(BT, C, FFN);
     gemm_lt(ctx, (floatX*)ops[dwspec.d], ops[dwspec.a], ops[dwspec.b], NULL, &dwspec, 1, GEMM_EPI_NONE, NULL);
     GemmSpec dispec = linear_dinp_spec(BT, C, FFN);
     gemm_lt(ctx, (floatX*)ops[dispec.d], ops[dispec.a], ops[dispec.b], NULL, &dispec, 1, GEMM_EPI_NONE, NULL);
 }
 
+// the sizes of the q and k heads' passes (every one is used by both: each switch has a pass that reads it)
+#define DECODER_GPU_QK_SIZES_(model) \
+    const DecoderConfig* d = &(model)->d; \
+    const int B = (model)->gpu.B, T = (model)->gpu.T, BT = B * T, NH = d->num_heads, NKV = d->num_kv_heads; \
+    const int HS = d->head_dim, QKV = (NH + 2 * NKV) * HS; \
+    cudaStream_t stream = (model)->gpu.stream; \
+    const DecoderGpuActs* acts = &(model)->acts;
+
 // q and k of the (B, T, QKV) projection qkv, in place: Qwen3's weighted QK-norm then RoPE, or RoPE then nanochat's
 // weightless QK-norm (rotated the other way), or RoPE alone (Llama 3)
 static void decoder_gpu_qk_forward(DecoderGpu* model, floatX* qkv, const DecoderGpuWeights* w, const DecoderGpuLayerActs* a) {
-    DECODER_GPU_STEP_SIZES_(model)
+    DECODER_GPU_QK_SIZES_(model)
+    const float eps = d->norm_eps;
     if (d->qk_norm == DECODER_QKNORM_WEIGHTED) {
         qknorm_forward(qkv, a->qk_rstd, a->qk_in, w->qnormw, BT, QKV, NH, HS, eps, stream);  // the q heads
         qknorm_forward(qkv + (size_t)NH * HS, a->qk_rstd + (size_t)BT * NH, a->qk_in + (size_t)BT * NH * HS, w->knormw, BT, QKV,
                        NKV, HS, eps, stream);                                                // the k heads
     }
-    if (d->rope == DECODER_ROPE_REVERSE) { rope_reverse_forward(qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream); }
-    else { rope_forward(qkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream); }
+    if (d->rope == DECODER_ROPE_REVERSE) { rope_reverse_forward(qkv, acts->rope_cos, acts->rope_sin, B, T, QKV, NH + NKV, HS, stream); }
+    else { rope_forward(qkv, acts->rope_cos, acts->rope_sin, B, T, QKV, NH + NKV, HS, stream); }
     if (d->qk_norm == DECODER_QKNORM_PLAIN) { qknorm_forward(qkv, a->qk_rstd, NULL, NULL, BT, QKV, NH + NKV, HS, eps, stream); }
 }
 
@@ -322,15 +338,15 @@ static void decoder_gpu_qk_forward(DecoderGpu* model, floatX* qkv, const Decoder
 // projection's; the QK-norm weights' gradients added to dw
 static void decoder_gpu_qk_backward(DecoderGpu* model, floatX* dqkv, const DecoderGpuWeights* dw, const DecoderGpuWeights* w,
                                     const DecoderGpuLayerActs* a) {
-    DECODER_GPU_STEP_SIZES_(model)
+    DECODER_GPU_QK_SIZES_(model)
     if (d->qk_norm == DECODER_QKNORM_PLAIN) {
         qknorm_backward(dqkv, NULL, NULL, a->qkv, NULL, NULL, a->qk_rstd, BT, QKV, NH + NKV, HS, stream);
     }
-    if (d->rope == DECODER_ROPE_REVERSE) { rope_reverse_backward(dqkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream); }
-    else { rope_backward(dqkv, acts.rope_cos, acts.rope_sin, B, T, QKV, NH + NKV, HS, stream); }
+    if (d->rope == DECODER_ROPE_REVERSE) { rope_reverse_backward(dqkv, acts->rope_cos, acts->rope_sin, B, T, QKV, NH + NKV, HS, stream); }
+    else { rope_backward(dqkv, acts->rope_cos, acts->rope_sin, B, T, QKV, NH + NKV, HS, stream); }
     if (d->qk_norm == DECODER_QKNORM_WEIGHTED) {
-        qknorm_backward(dqkv, dw->qnormw, acts.fscratch, NULL, a->qk_in, w->qnormw, a->qk_rstd, BT, QKV, NH, HS, stream);
-        qknorm_backward(dqkv + (size_t)NH * HS, dw->knormw, acts.fscratch, NULL, a->qk_in + (size_t)BT * NH * HS, w->knormw,
+        qknorm_backward(dqkv, dw->qnormw, acts->fscratch, NULL, a->qk_in, w->qnormw, a->qk_rstd, BT, QKV, NH, HS, stream);
+        qknorm_backward(dqkv + (size_t)NH * HS, dw->knormw, acts->fscratch, NULL, a->qk_in + (size_t)BT * NH * HS, w->knormw,
                         a->qk_rstd + (size_t)BT * NH, BT, QKV, NKV, HS, stream);
     }
 }
