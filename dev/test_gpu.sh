@@ -11,8 +11,8 @@
 #                                     it, each program is named, nothing is built or run
 #
 # Lent GPU time is short (make gpu-visit runs this inside a budget), so everything that needs no GPU runs at
-# once: `make -k -j gpu-build` (every configuration of test_gpt2cu, test_llama3cu and test_nanochatcu under build/gpu/bin/,
-# the trainers, the dev/cuda kernels) beside the reference files (the data first, then the four reference
+# once: `make -k -j gpu-build` (every configuration of each family's test_<name>cu under build/gpu/bin/,
+# the trainers, the dev/cuda kernels) beside the reference files (the data first, then the five reference
 # sets side by side). Then the checks that need the GPU, the most telling first:
 #   test_gpt2cu FP32, BF16, BF16 cuDNN       against the reference (`train_gpt2.py --write_tensors 1`) with
 #                                            the FP32 / BF16 tolerances, then bit-exact resume
@@ -27,6 +27,9 @@
 #   test_nanochatcu FP32 GQA, BF16 MHA -r 1, BF16 cuDNN GQA, FP32 Muon MQA, BF16 Muon GQA   against
 #                                            train_nanochat.py's imports of tiny NanoChat models (make
 #                                            nanochat-debug-states: softcap 5, 15 and none)
+#   test_qwen3cu FP32 d2, BF16 cuDNN MHA, BF16 cuDNN MQA, FP32 Muon MQA   against train_qwen3.py's states (make
+#                                            qwen3-debug-states): QK-norm with weights, attention widths 2C, 3C
+#                                            and 2C/3 (cuDNN at a head_dim that is not C/NH)
 #   2 processes (ZeRO-1, AdamW and Muon, both families)   mpirun -np 2: needs 2 GPUs and mpirun, else SKIP
 #   dev/cuda/<kernel>                        each kernel, all its versions, against its CPU reference
 #                                            (TEST_GPU_QUICK=1: --quick, a small shape and one timed call)
@@ -140,13 +143,15 @@ beside "reference tensors" "mk model"
 beside "Muon reference" "mk muon-refs"
 beside "Llama 3 reference" "mk llama3-debug-states"
 beside "nanochat reference" "mk nanochat-debug-states"
+beside "Qwen3 reference" "mk qwen3-debug-states"
 wait
 passed() { grep -qF "test-gpu: $1 ... PASS" "$results"; }
 have_refs=0; passed "reference tensors" && have_refs=1
 have_muon_refs=0; passed "Muon reference" && have_muon_refs=1
 have_llama_refs=0; passed "Llama 3 reference" && have_llama_refs=1
 have_nanochat_refs=0; passed "nanochat reference" && have_nanochat_refs=1
-if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; have_nanochat_refs=1; fi
+have_qwen3_refs=0; passed "Qwen3 reference" && have_qwen3_refs=1
+if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; have_nanochat_refs=1; have_qwen3_refs=1; fi
 
 # ---------------------------------------------------------------------------- the checks on the GPU
 # run_test <name> <references ok> <binary under build/gpu/bin/> <flags>
@@ -180,6 +185,10 @@ run_test "test_nanochatcu BF16 MHA -r 1" $have_nanochat_refs bf16/test_nanochatc
 run_test "test_nanochatcu BF16 cuDNN GQA" $have_nanochat_refs bf16-cudnn/test_nanochatcu "$(refs nanochat gqa)"
 run_test "test_nanochatcu FP32 Muon MQA" $have_nanochat_refs fp32/test_nanochatcu "$(refs nanochat mqa muon)"
 run_test "test_nanochatcu BF16 Muon GQA" $have_nanochat_refs bf16/test_nanochatcu "$(refs nanochat gqa muon)"
+run_test "test_qwen3cu FP32 d2" $have_qwen3_refs fp32/test_qwen3cu "$(refs qwen3 d2)"
+run_test "test_qwen3cu BF16 cuDNN MHA" $have_qwen3_refs bf16-cudnn/test_qwen3cu "$(refs qwen3 mha)"
+run_test "test_qwen3cu BF16 cuDNN MQA" $have_qwen3_refs bf16-cudnn/test_qwen3cu "$(refs qwen3 mqa)"
+run_test "test_qwen3cu FP32 Muon MQA" $have_qwen3_refs fp32/test_qwen3cu "$(refs qwen3 mqa muon)"
 
 # two_processes <name> <references ok> <command>: 2 processes (mpirun -np 2: each process half the batch,
 # ZeRO-1, or one half of an all-reduce); needs 2 GPUs and mpirun, SKIP with the reason otherwise

@@ -15,17 +15,19 @@ from conftest import REPO
 
 GPU_BIN = Path("build") / "gpu" / "bin"
 CONFIGS = ["fp32", "bf16", "bf16-cudnn"]
-TEST_PROGRAMS = ["test_gpt2cu", "test_llama3cu", "test_nanochatcu"]
+TEST_PROGRAMS = ["test_gpt2cu", "test_llama3cu", "test_nanochatcu", "test_qwen3cu"]
 
 # test-gpu's checks that need no GPU, then its GPU checks in the order they run (the kernels follow)
-PREPARATION = ["build", "data", "reference tensors", "Muon reference", "Llama 3 reference", "nanochat reference"]
+PREPARATION = ["build", "data", "reference tensors", "Muon reference", "Llama 3 reference", "nanochat reference",
+               "Qwen3 reference"]
 GPU_CHECKS = ["test_gpt2cu FP32", "test_gpt2cu BF16", "test_gpt2cu BF16 cuDNN", "test_llama3cu BF16 cuDNN GQA -r 1",
               "test_llama3cu FP32 d2", "test_llama3cu BF16 d2", "test_llama3cu BF16 cuDNN d2",
               "test_llama3cu FP32 GQA -r 2 -a 2", "test_llama3cu BF16 GQA -r 1", "test_gpt2cu FP32 Muon",
               "test_gpt2cu BF16 Muon", "test_llama3cu FP32 Muon d2", "test_llama3cu FP32 Muon GQA",
               "test_llama3cu BF16 Muon GQA", "test_gpt2cu FP32 -ge 1 -r 1 -a 2", "test_gpt2cu BF16 -ge 1 -r 2 -a 2",
               "test_nanochatcu FP32 GQA", "test_nanochatcu BF16 MHA -r 1", "test_nanochatcu BF16 cuDNN GQA",
-              "test_nanochatcu FP32 Muon MQA", "test_nanochatcu BF16 Muon GQA"]
+              "test_nanochatcu FP32 Muon MQA", "test_nanochatcu BF16 Muon GQA", "test_qwen3cu FP32 d2",
+              "test_qwen3cu BF16 cuDNN MHA", "test_qwen3cu BF16 cuDNN MQA", "test_qwen3cu FP32 Muon MQA"]
 TWO_PROCESSES = ["test_gpt2cu BF16 2 processes ZeRO-1", "test_gpt2cu BF16 Muon 2 processes ZeRO-1",
                  "test_llama3cu BF16 2 processes ZeRO-1", "test_llama3cu BF16 Muon 2 processes ZeRO-1"]
 
@@ -74,7 +76,7 @@ def summary_of(stdout: str) -> dict[str, str]:
 def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> None:
     """Every check gets one PASS/FAIL/SKIP line with its log; the failing kernel's output is shown, the
     summary counts them, and the exit status is 1. What needs no GPU is asked of make once each: the parallel
-    build, the data, then the four reference sets; the GPU checks run the build/gpu/bin/ programs."""
+    build, the data, then the five reference sets; the GPU checks run the build/gpu/bin/ programs."""
     env = stand_in(tmp_path, kernels={"good_kernel": 0, "bad_kernel": 1, "nccl_all_reduce": 0})
     proc = run_test_gpu(tmp_path, env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -82,7 +84,7 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     status = {name: line.split(" ")[0] for name, line in summary.items() if name}
     assert status == {**{name: "PASS" for name in PREPARATION + GPU_CHECKS}, **{name: "SKIP" for name in TWO_PROCESSES},
                       "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS", "dev/cuda/nccl_all_reduce": "SKIP"}
-    assert summary[""].startswith("test-gpu: 28 passed, 1 failed, 5 skipped"), summary[""]
+    assert summary[""].startswith("test-gpu: 33 passed, 1 failed, 5 skipped"), summary[""]
     assert summary["test_gpt2cu BF16 2 processes ZeRO-1"] == "SKIP (needs 2 GPUs, this machine has 1)"
     assert "    bad_kernel table" in proc.stdout.splitlines(), "the failing check's output is not shown"
     before_summary = proc.stdout.split("test-gpu: summary")[0].splitlines()
@@ -98,7 +100,8 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     assert calls == sorted([f"--no-print-directory -k -j {jobs} gpu-build", "--no-print-directory data",
                             "--no-print-directory model", "--no-print-directory muon-refs",
                             "--no-print-directory llama3-debug-states",
-                            "--no-print-directory nanochat-debug-states"]), calls
+                            "--no-print-directory nanochat-debug-states",
+                            "--no-print-directory qwen3-debug-states"]), calls
 
 
 def test_test_gpu_quick_runs_each_kernel_on_its_small_shape(tmp_path: Path) -> None:
@@ -117,7 +120,7 @@ def test_a_program_that_was_not_built_fails_its_checks_and_the_rest_go_on(tmp_pa
     for name in ["test_llama3cu BF16 cuDNN GQA -r 1", "test_llama3cu BF16 cuDNN d2"]:
         assert summary[name] == f"FAIL ({GPU_BIN}/bf16-cudnn/test_llama3cu was not built: see the build log)", summary[name]
     assert summary["test_llama3cu BF16 d2"].startswith("PASS") and summary["test_gpt2cu BF16 cuDNN"].startswith("PASS")
-    assert summary[""].startswith("test-gpu: 26 passed, 2 failed"), summary[""]
+    assert summary[""].startswith("test-gpu: 31 passed, 2 failed"), summary[""]
 
 
 def test_a_failed_reference_skips_the_checks_that_need_it(tmp_path: Path) -> None:
@@ -204,7 +207,7 @@ def test_gpu_visit_brings_back_four_files_and_ends_with_the_summary_and_the_tabl
     assert tail[-1] == "| program | ms/step |" and tail[-2] == "GPU: stand-in; model d12"
     last_summary = len(tail) - 1 - tail[::-1].index("test-gpu: summary")
     assert tail[last_summary - 1].startswith("gpu-visit: ") and "in " + str(tmp_path / "out") in tail[last_summary - 1]
-    assert "test-gpu: 28 passed, 0 failed, 5 skipped" in proc.stdout
+    assert "test-gpu: 33 passed, 0 failed, 5 skipped" in proc.stdout
 
 
 def test_gpu_visit_exit_status_is_test_gpus_and_no_time_left_means_no_bench(tmp_path: Path) -> None:
@@ -249,7 +252,7 @@ def _make(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -
 
 
 def test_gpu_build_builds_each_configuration_under_its_own_name() -> None:
-    """make -n gpu-build: test_gpt2cu, test_llama3cu and test_nanochatcu once per configuration, each into build/gpu/bin/<config>/
+    """make -n gpu-build: every family's test_<name>cu once per configuration, each into build/gpu/bin/<config>/
     with that configuration's defines (FP32; BF16; BF16 with cuDNN attention, linked with its object and
     libcudnn), beside the four trainers make bench-gpu times and the dev/cuda kernels, so that make -j runs
     them side by side instead of rebuilding one name again and again."""
@@ -259,7 +262,7 @@ def test_gpu_build_builds_each_configuration_under_its_own_name() -> None:
     for config, defines in [("fp32", ["-DENABLE_FP32"]), ("bf16", ["-DENABLE_BF16"]),
                             ("bf16-cudnn", ["-DENABLE_BF16", "-DENABLE_CUDNN"])]:
         for program, source in [("test_gpt2cu", "test_gpt2.cu"), ("test_llama3cu", "test_llama3.cu"),
-                                ("test_nanochatcu", "test_nanochat.cu")]:
+                                ("test_nanochatcu", "test_nanochat.cu"), ("test_qwen3cu", "test_qwen3.cu")]:
             line = next(line for line in lines if line.endswith(f"-o {GPU_BIN}/{config}/{program}"))
             words = line.split()
             assert source in words and all(d in words for d in defines), line
