@@ -117,16 +117,6 @@ static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) 
     memcpy(dims, table, sizeof(table));
 }
 
-// Llama3Params, Llama3LayerParams (named fp32 pointers to the tensors, all and one layer's 7), llama3_parameter_sizes,
-// llama3_num_parameters, llama3_point_parameters, llama3_layer_params (llmc/model_file.h)
-TENSOR_TABLE_VIEWS(LLAMA3_PARAMETER_TENSORS, LLAMA3_LAYER_PARAMETER_TENSORS, llama3, LLAMA3, ln1w, Llama3Config, Llama3Params,
-                   Llama3LayerParams)
-
-// the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
-static inline float* llama3_lm_head(const Llama3Params* p, const Llama3Config* cfg) {
-    return cfg->tied_embeddings ? p->wte : p->lm_head;
-}
-
 // ----------------------------------------------------------------------------
 // descriptors
 
@@ -181,7 +171,7 @@ static inline size_t llama3_model_file_parameters(const void* config, char* shap
     const Llama3Config* cfg = (const Llama3Config*)config;
     snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d%s", cfg->num_layers, cfg->channels, cfg->num_heads,
              cfg->num_kv_heads, cfg->vocab_size, cfg->ffn_hidden, cfg->tied_embeddings ? ", tied" : "");
-    return llama3_num_parameters(cfg);
+    return tensor_table_sizes(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, NULL);
 }
 
 // Where each member of Llama3Config stands: int header[2..7], [9], [12], [15..17] (the named ones within their
@@ -209,16 +199,10 @@ static const ModelFileFormat LLAMA3_MODEL_FILE = MODEL_FILE_FORMAT(
     "Llama 3 model", "%s: not a Llama 3 model file (%zu bytes, shorter than the 2048-byte header)",
     LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, Llama3Config, llama3_model_file_check, llama3_model_file_parameters);
 
-// llama3_model_open(path, cfg, version) opens a model file, validates both headers against the real size and returns
-// the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
-static inline FILE* llama3_model_open(const char* path, Llama3Config* cfg, int* version) {
-    return model_file_open(path, &LLAMA3_MODEL_FILE, cfg, version);
-}
-
 // ----------------------------------------------------------------------------
 // from scratch
 
-// params: llama3_num_parameters(cfg) floats, file order; bit for bit what train_llama3.py does at this seed
+// params: the model's floats, file order; bit for bit what train_llama3.py does at this seed
 // (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
 // when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1
 static inline void llama3_init_params_from_scratch(float* params, const Llama3Config* cfg, unsigned int seed) {

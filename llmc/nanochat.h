@@ -93,12 +93,6 @@ static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config
     memcpy(dims, table, sizeof(table));
 }
 
-// NanoChatParams, NanoChatLayerParams (named fp32 pointers to the tensors, all and one layer's 4),
-// nanochat_parameter_sizes, nanochat_num_parameters, nanochat_point_parameters, nanochat_layer_params
-// (llmc/model_file.h)
-TENSOR_TABLE_VIEWS(NANOCHAT_PARAMETER_TENSORS, NANOCHAT_LAYER_PARAMETER_TENSORS, nanochat, NANOCHAT, qkvw, NanoChatConfig,
-                   NanoChatParams, NanoChatLayerParams)
-
 // ----------------------------------------------------------------------------
 // descriptors
 
@@ -145,7 +139,7 @@ static inline size_t nanochat_model_file_parameters(const void* config, char* sh
     const NanoChatConfig* cfg = (const NanoChatConfig*)config;
     snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d V=%d FFN=%d softcap=%g", cfg->num_layers, cfg->channels,
              cfg->num_heads, cfg->num_kv_heads, cfg->vocab_size, cfg->ffn_hidden, cfg->softcap);
-    return nanochat_num_parameters(cfg);
+    return tensor_table_sizes(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, NULL);
 }
 
 // where each member of NanoChatConfig stands: int header[2..8], float header[0..2]
@@ -159,35 +153,30 @@ static const ModelFileFormat NANOCHAT_MODEL_FILE = MODEL_FILE_FORMAT(
     "nanochat model", "%s: not a nanochat model file (%zu bytes, shorter than the 2048-byte header)",
     NANOCHAT_MAGIC, 1, NANOCHAT_HEADER_FIELDS, NanoChatConfig, nanochat_model_file_check, nanochat_model_file_parameters);
 
-// nanochat_model_open(path, cfg, version) opens a model file, validates both headers against the real size and
-// returns the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
-static inline FILE* nanochat_model_open(const char* path, NanoChatConfig* cfg, int* version) {
-    return model_file_open(path, &NANOCHAT_MODEL_FILE, cfg, version);
-}
-
 // ----------------------------------------------------------------------------
 // from scratch
 
-// params: nanochat_num_parameters(cfg) floats, file order; bit for bit train_nanochat.py's init at this seed:
-// one mt19937 drawing wte ~ N(0, 1), then per layer qkvw and fcw ~ U(-b, b) with b = sqrt(3 / C) (the spread of
-// N(0, 1/C) at a bounded range), then lm_head ~ N(0, 0.001); the output projections start at zero, so every block
-// starts as the identity on the residual stream
+// params: the model's floats, file order; bit for bit train_nanochat.py's init at this seed: one mt19937 drawing
+// wte ~ N(0, 1), then per layer qkvw and fcw ~ U(-b, b) with b = sqrt(3 / C) (the spread of N(0, 1/C) at a bounded
+// range), then lm_head ~ N(0, 0.001); the output projections start at zero, so every block starts as the identity on
+// the residual stream
 static inline void nanochat_init_params_from_scratch(float* params, const NanoChatConfig* cfg, unsigned int seed) {
-    NanoChatParams p;
-    nanochat_point_parameters(&p, params, cfg);
-    memset(params, 0, nanochat_num_parameters(cfg) * sizeof(float));
+    size_t n[NANOCHAT_NUM_PARAMETER_TENSORS];
+    float* t[NANOCHAT_NUM_PARAMETER_TENSORS]; // each tensor's start, file order
+    memset(params, 0, tensor_table_sizes(nanochat_parameter_dims, cfg, NANOCHAT_NUM_PARAMETER_TENSORS, n) * sizeof(float));
+    t[0] = params;
+    for (int k = 1; k < NANOCHAT_NUM_PARAMETER_TENSORS; k++) { t[k] = t[k - 1] + n[k - 1]; }
     size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels, FFN = (size_t)cfg->ffn_hidden;
     size_t QKV = ((size_t)cfg->num_heads + 2 * (size_t)cfg->num_kv_heads) * (C / (size_t)cfg->num_heads);
     float b = (float)(pow(3.0, 0.5) * pow((double)C, -0.5));
     mt19937_state rng;
     manual_seed(&rng, seed);
-    normal_d(p.wte, V * C, 0.0, 1.0, &rng);  // (V, C)
-    for (int l = 0; l < cfg->num_layers; l++) {
-        NanoChatLayerParams w = nanochat_layer_params(&p, cfg, l);
-        uniform_(w.qkvw, QKV * C, -b, b, &rng);  // (QKV, C)
-        uniform_(w.fcw, FFN * C, -b, b, &rng);   // (FFN, C)
+    normal_d(t[NANOCHAT_PARAM_wte], V * C, 0.0, 1.0, &rng);  // (V, C)
+    for (size_t l = 0; l < (size_t)cfg->num_layers; l++) {
+        uniform_(t[NANOCHAT_PARAM_qkvw] + l * QKV * C, QKV * C, -b, b, &rng);  // (QKV, C)
+        uniform_(t[NANOCHAT_PARAM_fcw] + l * FFN * C, FFN * C, -b, b, &rng);   // (FFN, C)
     }
-    normal_d(p.lm_head, V * C, 0.0, 0.001, &rng);  // (V, C)
+    normal_d(t[NANOCHAT_PARAM_lm_head], V * C, 0.0, 0.001, &rng);  // (V, C)
 }
 
 // ----------------------------------------------------------------------------

@@ -98,16 +98,6 @@ static inline void qwen3_parameter_dims(size_t (*dims)[3], const void* config) {
     memcpy(dims, table, sizeof(table));
 }
 
-// Qwen3Params, Qwen3LayerParams (named fp32 pointers to the tensors, all and one layer's 9), qwen3_parameter_sizes,
-// qwen3_num_parameters, qwen3_point_parameters, qwen3_layer_params (llmc/model_file.h)
-TENSOR_TABLE_VIEWS(QWEN3_PARAMETER_TENSORS, QWEN3_LAYER_PARAMETER_TENSORS, qwen3, QWEN3, ln1w, Qwen3Config, Qwen3Params,
-                   Qwen3LayerParams)
-
-// the output projection: lm_head, or wte when tied (of the weights or of their gradients alike)
-static inline float* qwen3_lm_head(const Qwen3Params* p, const Qwen3Config* cfg) {
-    return cfg->tied_embeddings ? p->wte : p->lm_head;
-}
-
 // ----------------------------------------------------------------------------
 // descriptors
 
@@ -149,7 +139,7 @@ static inline size_t qwen3_model_file_parameters(const void* config, char* shape
     snprintf(shape, shape_size, "L=%d C=%d NH=%d NKV=%d HS=%d V=%d FFN=%d%s", cfg->num_layers, cfg->channels,
              cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->vocab_size, cfg->ffn_hidden,
              cfg->tied_embeddings ? ", tied" : "");
-    return qwen3_num_parameters(cfg);
+    return tensor_table_sizes(qwen3_parameter_dims, cfg, QWEN3_NUM_PARAMETER_TENSORS, NULL);
 }
 
 // Where each member of Qwen3Config stands: int header[2..10] within their ranges, float header[0..1]
@@ -165,16 +155,10 @@ static const ModelFileFormat QWEN3_MODEL_FILE = MODEL_FILE_FORMAT(
     "Qwen3 model", "%s: not a Qwen3 model file (%zu bytes, shorter than the 2048-byte header)",
     QWEN3_MAGIC, 1, QWEN3_HEADER_FIELDS, Qwen3Config, qwen3_model_file_check, qwen3_model_file_parameters);
 
-// qwen3_model_open(path, cfg, version) opens a model file, validates both headers against the real size and returns
-// the open file at the first parameter; *version is 3 (fp32) or 5 (bf16).
-static inline FILE* qwen3_model_open(const char* path, Qwen3Config* cfg, int* version) {
-    return model_file_open(path, &QWEN3_MODEL_FILE, cfg, version);
-}
-
 // ----------------------------------------------------------------------------
 // from scratch
 
-// params: qwen3_num_parameters(cfg) floats, file order; bit for bit what train_qwen3.py does at this seed
+// params: the model's floats, file order; bit for bit what train_qwen3.py does at this seed
 // (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
 // when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight (ln1w, qnormw,
 // knormw, ln2w, lnfw) 1

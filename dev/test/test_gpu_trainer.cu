@@ -5,8 +5,8 @@ V = 512. Built and run on the CPU execution target, BF16 (tests/test_gpu_trainer
 
     ./test_gpu_trainer      (N passed, M failed; exit 1 on a failure)
 
-1. the table: num_parameters is llama3_num_parameters, and each tensor starts where llama3_point_parameters
-   points it in one flat buffer
+1. the table: num_parameters is the table's sum (tensor_table_sizes), and each tensor starts where llmc/decoder.h's
+   decoder_layout, which finds it by name, puts it
 2. the gradient ranges: the L layers' ranges and those outside the layers cover [0, n) exactly once
 3. for each rank of two ZeRO-1 processes: the padded parameters hold the fp32 values rounded to bf16 (the
    download gives back those), the master weights are the shard's fp32 values bit for bit
@@ -17,6 +17,7 @@ V = 512. Built and run on the CPU execution target, BF16 (tests/test_gpu_trainer
 */
 #include "../../llmc/cuda/gpu_trainer.cuh"
 #include "../../llmc/llama3.h"
+#include "../../llmc/decoder.h"
 #include "test_common.h"
 
 static Llama3Config test_config(void) {
@@ -33,19 +34,19 @@ static void test_model_init(GpuModel* m, const Llama3Config* cfg) {
 static void check_table(const Llama3Config* cfg) {
     GpuModel m;
     test_model_init(&m, cfg);
-    size_t n = llama3_num_parameters(cfg);
-    CHECK(m.num_parameters == n, "num_parameters %zu, llama3_num_parameters %zu", m.num_parameters, n);
+    size_t n = tensor_table_sizes(llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, NULL);
+    CHECK(m.num_parameters == n, "num_parameters %zu, the table's sum %zu", m.num_parameters, n);
     CHECK(cfg->num_kv_heads < cfg->num_heads && !cfg->tied_embeddings, "d2 has GQA and an untied head");
-    float* flat = (float*)mallocCheck(n * sizeof(float));
-    Llama3Params p;
-    llama3_point_parameters(&p, flat, cfg);
-    const float* starts[LLAMA3_NUM_PARAMETER_TENSORS] = {p.wte, p.ln1w, p.qkvw, p.attprojw, p.ln2w, p.fcw, p.fcw2,
-                                                         p.fcprojw, p.lnfw, p.lm_head};
+    DecoderLayout layout;
+    decoder_layout(&LLAMA3_FAMILY, cfg, &layout);
+    const int slots[LLAMA3_NUM_PARAMETER_TENSORS] = {DECODER_TENSOR_wte, DECODER_TENSOR_ln1w, DECODER_TENSOR_qkvw,
+                                                     DECODER_TENSOR_attprojw, DECODER_TENSOR_ln2w, DECODER_TENSOR_fcw,
+                                                     DECODER_TENSOR_fcw2, DECODER_TENSOR_fcprojw, DECODER_TENSOR_lnfw,
+                                                     DECODER_TENSOR_lm_head};
     for (int k = 0; k < LLAMA3_NUM_PARAMETER_TENSORS; k++) {
-        CHECK(m.param_offsets[k] == (size_t)(starts[k] - flat), "%s at %zu, llama3_point_parameters puts it at %zu",
-              m.names[k], m.param_offsets[k], (size_t)(starts[k] - flat));
+        CHECK(m.param_offsets[k] == layout.offset[slots[k]], "%s at %zu, decoder_layout puts it at %zu", m.names[k],
+              m.param_offsets[k], layout.offset[slots[k]]);
     }
-    free(flat);
 
     // every element in exactly one range: the layers', then the tensors outside them
     unsigned char* seen = (unsigned char*)calloc(n, 1);
