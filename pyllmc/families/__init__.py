@@ -3,7 +3,7 @@ The model families, listed once for the Python side: REGISTRY mirrors llmc/famil
 (tests/test_families.py holds them equal), and the dev/ scripts, the exports, the tests' parametrisations and the
 package's module list read it instead of naming families. Each family's module (pyllmc/families/<name>.py) is its
 description: the Family record (pyllmc/family.py), its model file's header, checks, tensor shapes and reader, and its
-dN rule; qwen3.py (reference only so far) has no row yet.
+dN rule.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ REGISTRY: tuple[Registered, ...] = (
                depth_parameters=nanochat.depth_parameters, depth_vocab=nanochat.VOCAB_SIZE,
                hf_export=nanochat.hf_export, refs_dir="build/nanochat"),
     Registered(family=qwen3.QWEN3, read_model=qwen3.read_qwen3, depth_linears=qwen3.depth_linears,
-               depth_parameters=qwen3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/qwen3"),
+               depth_parameters=qwen3.depth_parameters, depth_vocab=None, hf_export=qwen3.hf_export,
+               refs_dir="build/qwen3"),
 )
 NAMES: tuple[str, ...] = tuple(row.name for row in REGISTRY)
 
