@@ -45,6 +45,9 @@ class Family:
     input_bin_help: str
     learning_rate: float  # the reference's --learning_rate default
     vocab_padding: int = 1  # the model file stores V rounded up to a multiple of this (wte's and lm_head's rows)
+    # Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's split),
+    # not as one; llmc/model_family.h's muon_splits_qkv says the same for the C trainers
+    muon_splits_qkv: bool = False
 
 
 # A model file's header[1]: the dtype of its tensors, the same numbers in every family.
