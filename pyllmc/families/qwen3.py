@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family
+from pyllmc.family import Family, OutputChecks, debug_state_files
 from pyllmc.families.llama3 import LLAMA3
 from pyllmc.model_file import (ModelFileError, attention_problem, cast_to, header_bytes, read_config_header,
                                read_config_model)
@@ -215,3 +215,16 @@ def hf_export(c: Qwen3Config, t: dict[str, np.ndarray], dtype: str) -> tuple[dic
     line = (f"qwen3, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} head_dim={c.head_dim} "
             f"FFN={c.ffn_hidden} maxT={c.block_size} V={c.vocab_size} {'tied' if c.tied_embeddings else 'untied'}")
     return hf_state_dict(c, t, dtype), hf_config(c, dtype), line, False
+
+
+# ----------------------------------------------------------------------------- dev/check_outputs.py's commands
+
+OUTPUT_CHECKS = OutputChecks(
+    references=(("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon', "."),),
+    model="qwen3_d2.bin",
+    data="ts",
+    scratch_model="d2",
+    test_states=debug_state_files(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"), ("muon", "muon/qwen3_d2"),
+                                  ("muon-mqa", "muon/qwen3_mqa")),
+    generate="-t qwen3_tokenizer.bin --ids 0,1,2 -n 24 --seed 7 --print-ids",
+)
