@@ -200,7 +200,8 @@ def make_optimizer(model: nn.Module, s: OptimizerSettings, is_block_matrix: Call
     blocks_by_name = model.muon_row_blocks() if hasattr(model, "muon_row_blocks") else {}
     row_blocks = {id(p): blocks_by_name[n] for n, p in named if n in blocks_by_name and id(p) in muon_ids}
     if row_blocks and ns_dtype is None:
-        ns_dtype = torch.bfloat16  # MuonNS in bfloat16 is torch.optim.Muon, which has no blocks
+        # torch.optim.Muon cannot step a weight as blocks; MuonNS in bfloat16 is it bit for bit, with them
+        ns_dtype = torch.bfloat16
     # a rank that owns no matrix still takes part in the broadcasts (an empty Muon is not allowed)
     optimizers: list[torch.optim.Optimizer] = [adamw]
     if mine:
