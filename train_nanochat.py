@@ -143,6 +143,8 @@ LAYER_TENSORS = [("qkvw", "attn.c_attn"), ("attprojw", "attn.c_proj"), ("fcw", "
 
 
 class NanoChat(CausalLM):
+    family = NANOCHAT  # its description: Muon splits qkvw into q, k and v (CausalLM.muon_row_blocks)
+
     def __init__(self, config: NanoChatConfig, flash: bool = False):
         super().__init__()
         check_config(config, "model")
@@ -193,8 +195,9 @@ class NanoChat(CausalLM):
         return self.head_and_loss(rmsnorm(x, eps), targets, return_logits)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
-        """The references' make_optimizer: AdamW on everything, or Muon on the blocks' matrices (qkvw, attprojw,
-        fcw, fcprojw of each layer) and AdamW on wte and lm_head (nanochat's split)."""
+        """The references' make_optimizer: AdamW on everything, or Muon on the blocks' matrices (q, k and v, the rows
+        of qkvw, as three matrices; attprojw, fcw, fcprojw of each layer) and AdamW on wte and lm_head (nanochat's
+        split)."""
         return make_optimizer(self, s, is_block_matrix, zero_stage=zero_stage, ns_dtype=ns_dtype)
 
 

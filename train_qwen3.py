@@ -24,9 +24,11 @@ import numpy as np
 import torch
 
 from pyllmc.families.qwen3 import (
+    HF_BLOCK_TENSORS,
     HUB_MODEL,
     QWEN3,
     depth_config,
+    hf_config_fields,
     Qwen3Config,
     qwen3_config_problem,
     qwen3_header_bytes,
@@ -88,11 +90,9 @@ class Qwen3(StackedDecoder):
 
 # ----------------------------------------------------------------------------- Hugging Face import and export
 
-# per layer: transformers' Qwen3ForCausalLM module (model.layers.{i}.<key>) -> ours (transformer.h.{i}.<value>);
-# q_proj, k_proj and v_proj are stacked in our attn.c_attn
-HF_BLOCK = {"input_layernorm": "ln_1", "self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm",
-            "self_attn.o_proj": "attn.c_proj", "post_attention_layernorm": "ln_2", "mlp.gate_proj": "mlp.c_fc",
-            "mlp.up_proj": "mlp.c_fc2", "mlp.down_proj": "mlp.c_proj"}
+# per layer: transformers' Qwen3ForCausalLM module (model.layers.{i}.<key>) -> ours (transformer.h.{i}.<value>), through
+# the family's table of the model file's names; q_proj, k_proj and v_proj are stacked in our attn.c_attn
+HF_BLOCK = {hf_name: FILE_LAYOUT.block_tensors[file_name] for hf_name, file_name in HF_BLOCK_TENSORS.items()}
 
 
 def config_from_hf(c, where: str) -> Qwen3Config:
@@ -122,11 +122,7 @@ def hf_config(c: Qwen3Config):
     """The transformers Qwen3Config of our config (full attention, default RoPE, no biases)."""
     from transformers import Qwen3Config as HFQwen3Config
 
-    return HFQwen3Config(vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.ffn_hidden,
-                         num_hidden_layers=c.n_layer, num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head,
-                         head_dim=c.head_dim, max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
-                         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-                         tie_word_embeddings=c.tied_embeddings, attention_bias=False, use_sliding_window=False)
+    return HFQwen3Config(**hf_config_fields(c))  # the fields dev/eval/export_hf.py's config.json holds
 
 
 def hf_state_dict_of(model: Qwen3, get: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:

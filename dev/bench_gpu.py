@@ -3,7 +3,7 @@
 For every batch size of -B (T fixed by -T), each --ours program trains a dN model from scratch (`-e d12`, the
 model the reference initialises with `--model d12`) with cuDNN attention off and on (the program built with
 USE_CUDNN=0, and <program>_cudnn built with cuDNN attention) and activation recompute at each level of
---recompute (-r 0, -r 1); then its reference (train_gpt2cu: train_gpt2.py, train_llama3cu: train_llama3.py)
+--recompute (-r 0, -r 1); then its reference (train_<name>cu: train_<name>.py, pyllmc.families' registry)
 trains the same model at the same B and T with --torch-flags (bf16 autocast, torch.compile, flash attention,
 fused AdamW by default). Each run does --warmup untimed steps (cuDNN graphs, cuBLASLt heuristics, torch.compile's
 compilation) and --steps timed ones; the table holds the median of the timed steps' ms (the progress line every
@@ -18,9 +18,9 @@ the same for both programs).
 
 A program of --ours that make has no rule for and that is not on disk is one line, `bench-gpu: <program>: not
 built ...`, and one row; a build or run that fails becomes a row saying so, with its log in --logs, and the other
-runs go on. Llama 3 runs go in build/llama3/ (make llama3-debug-states: the test tokenizer, whose
-llama3_tokenizer.bin gives `-e d12` its vocab, and tinyshakespeare llama-3 shards); train_llama3cu_cudnn is
-train_llama3cu with cuDNN's grouped-query flash attention.
+runs go on. The runs of a family whose dN takes its vocabulary from its tokenizer go in its reference folder
+(make <name>-debug-states: the test tokenizer, whose tokenizer file gives `-e d12` its vocab, and tinyshakespeare
+shards in its format); <program>_cudnn is the program with cuDNN's (grouped-query) flash attention.
 
     make bench-gpu PY=python3 [BENCH_GPU_ARGS="-B 16,32 --steps 30"]    builds what it times, then runs
     make -n bench-gpu                                                   the plan only (also --dry-run)
@@ -54,7 +54,8 @@ PEAK_ROW_RE = re.compile(r'\{"([^"]+)",\s*([0-9.]+),\s*([0-9.]+)\}')
 MAX_T = 1024               # block size of the dN models (wpe rows)
 # each GPU program's family (pyllmc.families: its reference, data, dN rule)
 FAMILIES = {f"{row.trainer}cu": row.name for row in REGISTRY}
-DEFAULT_OURS = "train_gpt2cu,train_llama3cu"  # the programs timed on GPUs so far
+# every family's GPU trainer, where it has one (train_<name>.cu: make's CUDA_FAMILIES, llmc/families.h's GPU column)
+DEFAULT_OURS = ",".join(program for program, name in FAMILIES.items() if (REPO / f"{by_name(name).trainer}.cu").is_file())
 DEFAULT_TORCH_FLAGS = "--dtype bfloat16 --compile 1 --flash 1 --fused_adamw 1 --tensorcores 1"
 CUDNN_SUFFIX = "_cudnn"
 CUDNN_BANNER = "attention: cuDNN"  # the line each program prints when built with cuDNN attention
@@ -484,7 +485,7 @@ def build_all(goals: list[list[str]], runs: list[Run]) -> None:
         print(f"bench-gpu: make {goal[0]} failed: {why}", flush=True)
         for r in runs:
             ours = r.cmd and r.cmd[0] == f"./{goal[0]}"
-            data = (goal[0], r.family) in (("data", "gpt2"), ("llama3-debug-states", "llama3"))
+            data = goal[0] == (family_files(by_name(r.family)).make_target or "data")  # the goal its data comes from
             if (ours or data) and not r.status:
                 r.status = f"build failed: make {goal[0]}"
 

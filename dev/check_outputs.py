@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # pyllmc, when the project is not installed
+
+from pyllmc.families import REGISTRY, Registered  # noqa: E402
 GIT_TIMEOUT = 120
 
 
@@ -55,12 +58,10 @@ class Command:
     cuda_cpu: bool = False  # part of the CPU-target group (--no-cuda-cpu leaves it out)
 
 
-# make targets of the side's Makefile that the commands need
-CPU_TARGETS = ["train_gpt2", "test_gpt2", "train_llama3", "test_llama3", "train_nanochat", "test_nanochat", "train_qwen3",
-               "test_qwen3", "generate"]
-CUDA_CPU_TARGETS = [f"build/cuda_cpu/{program}cu_fp32" for program in
-                    ("train_gpt2", "test_gpt2", "train_llama3", "test_llama3", "train_nanochat", "test_nanochat")] + \
-                   ["build/cuda_cpu/train_gpt2cu_bf16"]
+# make targets of the side's Makefile that the commands need: every family's CPU trainer and test program, generate;
+# the CPU-target programs its commands run (pyllmc.families: each family's OutputChecks)
+CPU_TARGETS = [program for row in REGISTRY for program in (row.trainer, f"test_{row.name}")] + ["generate"]
+CUDA_CPU_TARGETS = [target for row in REGISTRY for target in row.output_checks.cuda_cpu_targets]
 
 # -p bf16 decides from two GEMM rates it measures unless they are given: given, the decision (bf16 kept) and its line
 # are the same on every run
@@ -116,80 +117,35 @@ def debug_states(*stems: tuple[str, str]) -> list[tuple[str, str, str]]:
     return [(label, f"{stem}.bin", f"{stem}_debug_state.bin") for label, stem in stems]
 
 
+def family_commands(row: Registered) -> list[Command]:
+    """A family's CPU trainer runs, its test program on each of its debug states and generate on the trainer's last
+    checkpoint, in its directory (its OutputChecks: pyllmc/families/<name>.py)."""
+    name, checks = row.name, row.output_checks
+    return [
+        *trainer_runs(name, row.trainer, checks.model, checks.data, scratch_model=checks.scratch_model,
+                      side_model=checks.side_model),
+        *test_runs(name, f"test_{name}", list(checks.test_states)),
+        Command(f"generate-{name}", f'"$R/generate" -e ../out/{name}/model_00000004.bin {checks.generate}', name),
+    ]
+
+
 def default_commands() -> list[Command]:
-    """The fixed command list: small models, few steps, everything deterministic at OMP_NUM_THREADS=2."""
+    """The fixed command list: small models, few steps, everything deterministic at OMP_NUM_THREADS=2: the data, every
+    family's references, then family by family its programs (registry order), then the CPU-target programs."""
     ts = "tiny_shakespeare"
-    references = [
-        Command("data", f'cp "$TEXT" {ts}.txt && "$PY" "$R/dev/data/tinyshakespeare.py" --data_dir .', "data"),
-        Command("gpt2-reference", f'"$PY" "$R/train_gpt2.py" --model d2 --device cpu --seed 42 '
-                f"--input_bin ../data/{ts}_train.bin --input_val_bin ../data/{ts}_val.bin --batch_size 4 "
-                "--sequence_length 64 --num_iterations 2 --val_loss_every 2 --val_max_steps 2 --sample_every 2 "
-                "--gen_tokens 8 --write_tensors 1 --debug_steps 4 --output_dir log", "gpt2"),
-        Command("gpt2-bpe", '"$PY" "$R/dev/write_bpe.py" -o gpt2_bpe.bin', "gpt2"),
-        Command("gpt2-small-vocab-reference", '"$PY" "$R/dev/cuda_cpu_refs.py" --vocab_size 509 --muon -o small'),
-        Command("llama3-reference", '"$PY" "$R/dev/llama3_refs.py" --out_dir llama3 --muon'),
-        Command("nanochat-reference", '"$PY" "$R/dev/nanochat_refs.py" --out_dir nanochat --no_d2'),
-        Command("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon'),
-    ]
-    gpt2 = [
-        *trainer_runs("gpt2", "train_gpt2", "gpt2_d2.bin", "../data", scratch_model="d2"),
-        *test_runs("gpt2", "test_gpt2", [*debug_states(("", "gpt2_d2")),
-                                         ("muon", "../small/gpt2_d2.bin", "../small/gpt2_d2_muon_debug_state.bin")]),
-        Command("generate-gpt2", '"$R/generate" -e ../out/gpt2/model_00000004.bin -b gpt2_bpe.bin '
-                '-p "To be, or not to be" -n 24 --seed 7 --top-k 40 --print-ids', "gpt2"),
-    ]
-    llama3 = [
-        *trainer_runs("llama3", "train_llama3", "llama3_d2.bin", "ts", scratch_model="d2"),
-        *test_runs("llama3", "test_llama3", debug_states(("", "llama3_d2"), ("gqa", "llama3_gqa"),
-                                                         ("muon", "muon/llama3_d2"), ("muon-gqa", "muon/llama3_gqa"))),
-        Command("generate-llama3", '"$R/generate" -e ../out/llama3/model_00000004.bin -t llama3_tokenizer.bin '
-                '-p "ROMEO:" -n 24 --seed 7 --print-ids', "llama3"),
-    ]
-    nanochat = [
-        # d2 from scratch (GPT-2's tokens: the sample is decoded), the imported GQA model for Muon and bf16
-        *trainer_runs("nanochat", "train_nanochat", "d2", "../data", side_model="nanochat_gqa.bin"),
-        *test_runs("nanochat", "test_nanochat", debug_states(("", "nanochat_gqa"), ("mqa", "nanochat_mqa"),
-                                                             ("muon", "muon/nanochat_gqa"),
-                                                             ("muon-mqa", "muon/nanochat_mqa"))),
-        Command("generate-nanochat", '"$R/generate" -e ../out/nanochat/model_00000004.bin -t nanochat_tokenizer.bin '
-                '-p "ROMEO:" -n 24 --seed 7 --top-p 0.9', "nanochat"),
-    ]
-    qwen3 = [
-        *trainer_runs("qwen3", "train_qwen3", "qwen3_d2.bin", "ts", scratch_model="d2"),
-        *test_runs("qwen3", "test_qwen3", debug_states(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"),
-                                                       ("muon", "muon/qwen3_d2"), ("muon-mqa", "muon/qwen3_mqa"))),
-        Command("generate-qwen3", '"$R/generate" -e ../out/qwen3/model_00000004.bin -t qwen3_tokenizer.bin '
-                '--ids 0,1,2 -n 24 --seed 7 --print-ids', "qwen3"),
-    ]
-    return references + gpt2 + llama3 + nanochat + qwen3 + cuda_cpu_runs()
+    data = Command("data", f'cp "$TEXT" {ts}.txt && "$PY" "$R/dev/data/tinyshakespeare.py" --data_dir .', "data")
+    references = [Command(name, shell, cwd) for row in REGISTRY for name, shell, cwd in row.output_checks.references]
+    programs = [command for row in REGISTRY for command in family_commands(row)]
+    return [data, *references, *programs, *cuda_cpu_runs()]
 
 
 def cuda_cpu_runs() -> list[Command]:
     """The GPU trainers and test programs built for the CPU execution target (dev/cuda_cpu), each family's in its
-    directory: GPT-2 (the 509-token vocabulary's d2) 4 steps with checkpoints and the resume of step 2, its BF16 build
-    2 steps of Muon; Llama 3 and nanochat 2 steps with a checkpoint; each test program on the family's debug state
-    (its own resume check included)."""
-    def cu(program: str) -> str:
-        return f'"$R/build/cuda_cpu/{program}"'
-
-    small = "-e gpt2_d2.bin -i tinyshakespeare_train.bin -j tinyshakespeare_val.bin -b 4 -t 64 -v 2 -m 1 -s 0"
-    ts = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
-    commands = [
-        Command("train_gpt2cu", f"{cu('train_gpt2cu_fp32')} {small} -x 4 -n 2 -o ../out/gpt2cu", "small"),
-        Command("train_gpt2cu-resume", step2_checkpoint("../out/gpt2cu", "../out/gpt2cu_resume") +
-                f"{cu('train_gpt2cu_fp32')} {small} -x 4 -n 2 -o ../out/gpt2cu_resume -y 1", "small"),
-        Command("train_gpt2cu-bf16-muon", f"{cu('train_gpt2cu_bf16')} {small} -x 2 -n 2 -op muon -o ../out/gpt2cu_bf16",
-                "small"),
-        Command("test_gpt2cu", f"{cu('test_gpt2cu_fp32')} -e gpt2_d2.bin -s gpt2_d2_debug_state.bin", "small"),
-        Command("train_llama3cu", f"{cu('train_llama3cu_fp32')} -e llama3_d2.bin {ts} -x 2 -n 2 -s 2 -g 8 "
-                "-o ../out/llama3cu", "llama3"),
-        Command("test_llama3cu", f"{cu('test_llama3cu_fp32')} -e llama3_d2.bin -s llama3_d2_debug_state.bin", "llama3"),
-        Command("train_nanochatcu", f"{cu('train_nanochatcu_fp32')} -e nanochat_gqa.bin {ts} -x 2 -n 2 -s 0 "
-                "-o ../out/nanochatcu", "nanochat"),
-        Command("test_nanochatcu", f"{cu('test_nanochatcu_fp32')} -e nanochat_gqa.bin -s nanochat_gqa_debug_state.bin",
-                "nanochat"),
-    ]
-    return [Command(c.name, c.shell, c.cwd, CUDA_CPU_ENV, cuda_cpu=True) for c in commands]
+    directory (its OutputChecks.cuda_cpu: GPT-2's 509-token vocabulary's d2 4 steps with checkpoints, the resume of
+    step 2 and 2 steps of Muon in BF16; the others 2 steps with a checkpoint; each test program on a debug state, its
+    own resume check included)."""
+    return [Command(name, shell, cwd, CUDA_CPU_ENV, cuda_cpu=True)
+            for row in REGISTRY for name, shell, cwd in row.output_checks.cuda_cpu]
 
 
 def read_command_file(path: Path) -> tuple[list[Command], list[str]]:
@@ -485,6 +441,7 @@ def read_allowed(path: Path | None) -> set[str]:
 # ---------------------------------------------------------------------------- main
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    first = REGISTRY[0]  # the help's example
     p = argparse.ArgumentParser(
         prog="dev/check_outputs.sh", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Runs the programs' everyday commands on two revisions and checks that every file they write is "
@@ -499,7 +456,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="file naming commands (one a line) whose text may differ: intended changes, still shown")
     p.add_argument("--no-cuda-cpu", action="store_true", help="leave out the CPU-target CUDA trainers and tests")
     p.add_argument("--only", metavar="REGEX", help="only the commands whose name matches REGEX (the commands that "
-                   "write their inputs are not added: match them too, e.g. '^(data|gpt2-reference|train_gpt2)$')")
+                   f"write their inputs are not added: match them too, e.g. '^(data|{first.name}-reference|{first.trainer})$')")
     p.add_argument("--list", action="store_true", help="print the command list and exit")
     p.add_argument("--commands", type=Path, metavar="FILE",
                    help="run this list instead ('NAME: bash line' per line, '@make TARGET ...' to build)")

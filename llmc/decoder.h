@@ -29,6 +29,8 @@ attention width, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size):
     decoder_layout(family, config, layout)      where each tensor lies: offsets (elements) into the flat parameters,
                                                 the per-layer stride, present or not (a tied lm_head is wte)
     DECODER_POINT_FIELD(name)                   one field of a backend's struct of typed views (see its comment)
+    decoder_muon_row_blocks(family, config, dims, blocks)   Muon's matrices in one layer's slice of each tensor: whole,
+                                                or qkvw's q, k and v rows where the family sets muon_splits_qkv
 */
 #ifndef LLMC_DECODER_H
 #define LLMC_DECODER_H
@@ -37,6 +39,7 @@ attention width, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size):
 #include <string.h>
 #include "utils.h"
 #include "model_family.h"
+#include "muon_config.h"
 
 typedef enum { DECODER_QKNORM_NONE = 0, DECODER_QKNORM_WEIGHTED = 1, DECODER_QKNORM_PLAIN = 2 } DecoderQkNorm;
 typedef enum { DECODER_ROPE_HALF = 0, DECODER_ROPE_REVERSE = 1 } DecoderRope;
@@ -170,5 +173,30 @@ static inline void decoder_layout(const ModelFamily* family, const void* config,
     view.name = layout->present[DECODER_TENSOR_##name] \
         ? memory + layout->offset[DECODER_TENSOR_##name] + (size_t)l * layout->layer_stride[DECODER_TENSOR_##name] \
         : NULL;
+
+// Muon's matrices in one layer's slice of each tensor of any family's table (dims: its tensor_dims at config):
+// blocks[k] = their rows top to bottom, 0 after the last (llmc/muon_config.h muon_block_rows). Each tensor is one block
+// of all its rows, except qkvw where the family's description sets muon_splits_qkv (a decoder's switch): its q, k and
+// v rows, NH HS, NKV HS and NKV HS, as three matrices.
+static inline void decoder_muon_row_blocks(const ModelFamily* family, const void* config, const size_t (*dims)[3],
+                                           size_t (*blocks)[MUON_MAX_ROW_BLOCKS]) {
+    for (int k = 0; k < family->num_tensors; k++) {
+        blocks[k][0] = dims[k][1];
+        for (int b = 1; b < MUON_MAX_ROW_BLOCKS; b++) { blocks[k][b] = 0; }
+    }
+    if (!family->muon_splits_qkv) { return; }
+    DecoderConfig d;
+    decoder_config(family, config, &d);
+    size_t q_rows = (size_t)d.num_heads * d.head_dim, kv_rows = (size_t)d.num_kv_heads * d.head_dim;
+    for (int k = 0; k < family->num_tensors; k++) {
+        if (strcmp(family->tensor_names[k], "qkvw") != 0) { continue; }
+        if (q_rows + 2 * kv_rows != dims[k][1]) {
+            llmc_die("internal: %s's qkvw has %zu rows, not q, k and v's %zu", family->name, dims[k][1], q_rows + 2 * kv_rows);
+        }
+        blocks[k][0] = q_rows;
+        blocks[k][1] = kv_rows;
+        blocks[k][2] = kv_rows;
+    }
+}
 
 #endif // LLMC_DECODER_H

@@ -67,6 +67,9 @@ typedef struct {
     // a pre-norm decoder family (Llama 3, nanochat, Qwen3: llmc/decoder.h) fills the decoder's shapes and switches
     // from its config; NULL for the others (GPT-2)
     void (*decoder_config)(const void* config, struct DecoderConfig* decoder);
+    // Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's
+    // split), not as one; a decoder family's switch (llmc/decoder.h decoder_muon_row_blocks), 0 for the others
+    int muon_splits_qkv;
 } ModelFamily;
 
 // The fields of a family's description that its tensor table gives (TENSOR_TABLE_INDEX's arrays and count, its

@@ -13,6 +13,9 @@ one llmc/cuda/muon.cuh; both include this file, which needs no matmul).
     optimizer_name         a code -> "adamw" | "muon"
     muon_adjusted_lr       torch's _adjust_lr for a (rows, cols) weight, in double as Python computes it:
                            lr * sqrt(max(1, rows/cols)) (original) or lr * (0.2 * sqrt(max(rows, cols)))
+    MUON_MAX_ROW_BLOCKS    the most matrices Muon makes of one layer's slice of a tensor (3: q, k, v); a plan's
+                           blocks[k] (llmc/decoder.h decoder_muon_row_blocks) lists their rows, 0 after the last
+    muon_block_rows(blocks, k, b, rows)   the rows of tensor k's block b (0: none); blocks NULL: one block, whole
 */
 #ifndef LLMC_MUON_CONFIG_H
 #define LLMC_MUON_CONFIG_H
@@ -56,6 +59,14 @@ static inline double muon_adjusted_lr(double lr, int adjust_lr, size_t rows, siz
     double ratio = adjust_lr == MUON_ADJUST_MATCH_RMS_ADAMW ? 0.2 * sqrt((double)(rows > cols ? rows : cols))
                                                             : sqrt(fmax(1.0, (double)rows / (double)cols));
     return lr * ratio;
+}
+
+#define MUON_MAX_ROW_BLOCKS 3
+
+static inline size_t muon_block_rows(const size_t (*blocks)[MUON_MAX_ROW_BLOCKS], int k, int b, size_t rows) {
+    if (b >= MUON_MAX_ROW_BLOCKS) { return 0; }
+    if (blocks == NULL) { return b == 0 ? rows : 0; }
+    return blocks[k][b];
 }
 
 #endif // LLMC_MUON_CONFIG_H

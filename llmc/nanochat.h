@@ -212,6 +212,7 @@ static const ModelFamily NANOCHAT_FAMILY = {
     MODEL_FAMILY_TENSOR_TABLE(NANOCHAT, nanochat, qkvw),
     MODEL_FAMILY_BEHAVIOUR(nanochat),
     .decoder_config = nanochat_decoder_config,
+    .muon_splits_qkv = 1, // as nanochat's own Muon: q, k and v are three matrices
 };
 
 #endif // LLMC_NANOCHAT_H

@@ -354,6 +354,8 @@ typedef struct {
     DataLoader val_loader;
     EvalLoader eval_loader;
     Tokenizer tokenizer;
+    uint32_t foreign_tokenizer_vocab; // the family's tokenizer file held more ids than the model's V (not this model's
+                                      // tokenizer, e.g. GPT-2's beside a V=512 model): its size; it was not kept
     Sampler sampler;
     Logger logger;
     LearningRateScheduler lr_scheduler;
@@ -478,6 +480,13 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, const ModelFami
                           a->final_learning_rate_frac);
     }
     if (rank == 0) { tokenizer_init(&tr->tokenizer, family->tokenizer_path); } // only rank 0 samples; a bad file fails now
+    // A tokenizer of more ids than the model has is another model's: its start token may lie outside the model's
+    // vocabulary (GPT-2's <|endoftext|> 50256 for a V=512 model) and its pieces are not the model's tokens, so the
+    // samples are printed as ids, as without a tokenizer (trainer_print_plan says why)
+    if (tr->tokenizer.init_ok && tr->tokenizer.vocab_size > (uint32_t)vocab_size) {
+        tr->foreign_tokenizer_vocab = tr->tokenizer.vocab_size;
+        tokenizer_free(&tr->tokenizer);
+    }
     sampler_init(&tr->sampler, vocab_size, 1.0f, 0, 1.0f, TRAINER_SAMPLER_SEED);
     trainer_detectors_init(&tr->detectors);
     if (tr->out_dir != NULL && rank == 0) { mkdir_p_check(tr->out_dir); }
@@ -633,7 +642,12 @@ static inline void trainer_print_plan(const Trainer* tr) {
         trainer_printf0(tr, "resumed from %s at step %d\n", path, tr->resume_step);
     }
     if (tr->comm.rank == 0 && !tr->tokenizer.init_ok && a->sample_every > 0) {
-        printf("samples will be printed as token ids (no %s)\n", tr->family->tokenizer_path);
+        if (tr->foreign_tokenizer_vocab > 0) {
+            printf("samples will be printed as token ids (%s holds %u tokens, more than the model's vocab size %d: "
+                   "not this model's tokenizer)\n", tr->family->tokenizer_path, tr->foreign_tokenizer_vocab, tr->vocab_size);
+        } else {
+            printf("samples will be printed as token ids (no %s)\n", tr->family->tokenizer_path);
+        }
     }
 }
 

@@ -45,6 +45,38 @@ class Family:
     input_bin_help: str
     learning_rate: float  # the reference's --learning_rate default
     vocab_padding: int = 1  # the model file stores V rounded up to a multiple of this (wte's and lm_head's rows)
+    # Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's split),
+    # not as one; llmc/model_family.h's muon_splits_qkv says the same for the C trainers
+    muon_splits_qkv: bool = False
+
+
+@dataclass(frozen=True)
+class OutputChecks:
+    """A family's everyday commands in dev/check_outputs.py's fixed list (every file they write byte-identical before
+    and after a change). They run in the family's directory of the scratch space (named after it) unless a directory is
+    given: bash lines with $R the repository and $PY its Python, ../data the tinyshakespeare GPT-2 shards, ../out the
+    trainers' output. The list itself (what each trainer run does, the order) is check_outputs.py's."""
+
+    references: tuple[tuple[str, str, str], ...]  # (command name, bash line, directory): the inputs the others read
+    model: str  # the CPU trainer's -e: 4 steps with checkpoints, validation and a sample, and the resume of step 2
+    data: str  # the directory of those runs' shards
+    test_states: tuple[tuple[str, str, str], ...]  # (label, model file, debug state): the test program on each (fp32),
+    # the first also with -p bf16
+    generate: str  # generate's flags after -e ../out/<name>/model_00000004.bin
+    scratch_model: str | None = None  # a dN the trainer also runs from scratch (2 steps)
+    side_model: str | None = None  # the -e of its Muon and -p bf16 runs, on the shards in ts/ (None: model's)
+    cuda_cpu: tuple[tuple[str, str, str], ...] = ()  # (command name, bash line, directory): its CPU-target programs
+    cuda_cpu_targets: tuple[str, ...] = ()  # the make targets they run (build/cuda_cpu/...)
+
+
+def debug_state_files(*stems: tuple[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """OutputChecks.test_states of (label, stem) pairs: (label, stem.bin, stem_debug_state.bin)."""
+    return tuple((label, f"{stem}.bin", f"{stem}_debug_state.bin") for label, stem in stems)
+
+
+def cuda_cpu_program(program: str) -> str:
+    """A program built for the CPU execution target (dev/cuda_cpu), as an OutputChecks bash line names it."""
+    return f'"$R/build/cuda_cpu/{program}"'
 
 
 # A model file's header[1]: the dtype of its tensors, the same numbers in every family.

@@ -162,6 +162,14 @@ def test_the_budget_shortens_the_last_run_and_skips_the_runs_after_it(monkeypatc
     assert len(table) == 3 and "not run: out of time (--budget 50 s)" in table[2] and table[2].startswith("| train_gpt2.py")
 
 
+def test_the_default_programs_are_every_family_s_gpu_trainer():
+    """--ours by default: the GPU trainer of each registered family that has one (train_<name>.cu), registry order."""
+    from pyllmc.families import REGISTRY
+
+    want = [f"{row.trainer}cu" for row in REGISTRY if (REPO / f"{row.trainer}.cu").is_file()]
+    assert bench_gpu.parse_args([]).ours == want and "train_gpt2cu" in want and "train_llama3cu" in want
+
+
 def test_a_missing_program_is_one_line_and_one_row(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     monkeypatch.setattr(bench_gpu, "has_make_rule", lambda program: program != "train_llama3cu")
     assert bench_gpu.main(["--dry-run", "-B", "4", "--recompute", "0", "--cudnn", "0"]) == 0
@@ -169,7 +177,7 @@ def test_a_missing_program_is_one_line_and_one_row(monkeypatch: pytest.MonkeyPat
     missing = [line for line in out if "train_llama3cu" in line]
     assert missing == ["bench-gpu: train_llama3cu: not built (no make rule and no binary yet); skipped"]
     args = bench_gpu.parse_args(["-B", "4"])
-    runs = bench_gpu.plan_runs(args, {"train_gpt2cu": True, "train_llama3cu": False})
+    runs = bench_gpu.plan_runs(args, {program: program != "train_llama3cu" for program in args.ours})
     assert [(r.program, r.status) for r in runs if not r.cmd] == [("train_llama3cu", "not built")]
     assert not any(r.family == "llama3" and r.cmd for r in runs), "no reference run for a program not built"
 
@@ -178,13 +186,14 @@ def test_llama3_runs_go_beside_the_llama3_tokenizer_with_cudnn_off_and_on():
     """train_llama3cu -e d12 takes V from ./llama3_tokenizer.bin: its runs go in build/llama3/ (the binaries by their
     full path); --cudnn 0,1 gives it the plain build's runs and train_llama3cu_cudnn's, and make builds both."""
     args = bench_gpu.parse_args(["-B", "4", "--cudnn", "0,1", "--recompute", "0,1"])
-    runs = [r for r in bench_gpu.plan_runs(args, {"train_gpt2cu": True, "train_llama3cu": True}) if r.family == "llama3"]
+    available = {program: True for program in args.ours}
+    runs = [r for r in bench_gpu.plan_runs(args, available) if r.family == "llama3"]
     ours = [r for r in runs if not r.is_reference]
     assert [(r.cudnn, r.recompute) for r in ours] == [(False, 0), (False, 1), (True, 0), (True, 1)]
     assert all(r.cwd == bench_gpu.family_files(by_name("llama3")).cwd for r in ours)
     assert [r.cmd[0] for r in ours] == [str(REPO / "train_llama3cu")] * 2 + [str(REPO / "train_llama3cu_cudnn")] * 2
     assert (bench_gpu.family_files(by_name("llama3")).cwd / "tok") in [Path(c) for c in runs[-1].cmd], "the reference reads the same tokenizer"
-    goals = bench_gpu.build_goals(args, {"train_gpt2cu": True, "train_llama3cu": True})
+    goals = bench_gpu.build_goals(args, available)
     assert ["train_llama3cu", "PRECISION=BF16", "USE_CUDNN=0"] in goals and ["train_llama3cu_cudnn"] in goals
     assert ["train_gpt2cu_cudnn"] in goals
 

@@ -127,6 +127,15 @@ def test_the_python_registry_has_llmc_families_h_s_rows() -> None:
     assert len({row.family.model_magic for row in REGISTRY}) == len(REGISTRY), "two families share a magic"
 
 
+def test_each_family_s_muon_split_is_the_same_data_in_c_and_python() -> None:
+    """Family.muon_splits_qkv (pyllmc/family.py) and ModelFamily's muon_splits_qkv (llmc/model_family.h) say the same
+    of every family: set in its C description exactly where its Python description sets it."""
+    for row in REGISTRY:
+        header = (REPO / "llmc" / f"{row.name}.h").read_text()
+        assert (".muon_splits_qkv = 1" in header) == row.family.muon_splits_qkv, row.name
+    assert any(row.family.muon_splits_qkv for row in REGISTRY)
+
+
 def test_by_magic_tells_the_families_apart_and_refuses_another_file_in_one_line(tmp_path) -> None:
     for row in REGISTRY:
         path = tmp_path / f"{row.name}.bin"

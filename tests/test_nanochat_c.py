@@ -294,6 +294,22 @@ def test_other_families_files_get_one_error_line(binaries, ref: Path, tinyshakes
         assert f"{d2}: not a {what} file (magic 20251013, expected" in line, line
 
 
+def test_gpt2_s_tokenizer_beside_a_small_vocab_model_samples_ids_and_says_why(binaries, ref: Path, tmp_path: Path) -> None:
+    """nanochat_tokenizer.bin of GPT-2's 50257 tokens in the working directory of a V=512 model: not this model's
+    tokenizer (its start token 50256 is outside the model's vocabulary), so training samples token ids, as without a
+    tokenizer, and a line at start-up says why; the run finishes."""
+    shutil.copy(ref / "nanochat_tokenizer.bin", tmp_path)
+    assert int(np.fromfile(tmp_path / "nanochat_tokenizer.bin", dtype="<u4", count=3)[2]) == 50257
+    model, data = small(ref)
+    proc = train(data, tmp_path, *model, "-b", 2, "-t", 32, "-x", 2, "-v", 0, "-s", 1, "-g", 6)
+    assert ("samples will be printed as token ids (nanochat_tokenizer.bin holds 50257 tokens, more than the model's "
+            "vocab size 512: not this model's tokenizer)") in proc.stdout, proc.stdout
+    samples = re.findall(r"^generating:\n---\n(.*)\n---$", proc.stdout, re.M)
+    assert len(samples) == 2, proc.stdout
+    for sample in samples:
+        assert all(0 <= int(t) < 512 for t in sample.split()) and len(sample.split()) == 6, sample
+
+
 def test_a_missing_model_names_the_reference(binaries, tinyshakespeare, tmp_path: Path) -> None:
     line = assert_one_error_line(train(tinyshakespeare, tmp_path, "-e", "nope.bin", "-x", 1, check=False))
     assert "nope.bin: no such nanochat model file" in line and "train_nanochat.py" in line, line

@@ -27,7 +27,7 @@ from pyllmc.families.nanochat import NanoChatConfig
 from pyllmc.token_shards import DataFormatError, read_datafile, write_datafile
 from pyllmc.reference.common import UserError
 from pyllmc.reference.debug_state import DebugOptimizer
-from pyllmc.reference.optimizers import OptimizerSettings
+from pyllmc.reference.optimizers import MuonNS, OptimizerSettings
 
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (REPO.parent / "shared" / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(REPO.parent / "shared" / "tiktoken_cache")
@@ -256,6 +256,37 @@ def test_muon_trains_the_blocks_matrices_and_adamw_the_embeddings_and_head(tmp_p
     assert h_adamw[12] == 0 and h_muon[12] == 1 and h_muon[16] == 5
     tail = lambda n: np.fromfile(tmp_path / f"{n}.bin", dtype="<f4")[-9:]  # noqa: E731  losses, norms, noise
     assert tail("adamw")[0] == tail("muon")[0] and tail("adamw")[2] != tail("muon")[2]
+
+
+@pytest.mark.parametrize("ns_dtype", [None, torch.float32])
+def test_muon_steps_q_k_and_v_as_three_matrices_as_torch_muon_steps_three_weights(ns_dtype):
+    """nanochat's split (its description's muon_splits_qkv): the fused qkvw is Muon's q, k and v rows, each
+    orthogonalised and lr-adjusted as a weight of its own; the training optimizer (ns_dtype None) is torch.optim.Muon
+    on three weights bit for bit, the debug state's (float32) MuonNS on them."""
+    assert nanochat_desc.NANOCHAT.muon_splits_qkv
+    model = train_nanochat.from_hf_model(tiny_hf_nanochat(n_head=4, n_kv_head=1), "test")  # q 64 rows, k and v 16
+    settings = OptimizerSettings(name="muon", weight_decay=0.1, muon_lr=0.02, muon_adjust_lr="match_rms_adamw")
+    q_k_v = (64, 16, 16)
+    assert model.muon_row_blocks() == {f"transformer.h.{l}.attn.c_attn.weight": q_k_v for l in range(2)}
+    g = torch.Generator().manual_seed(5)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)
+    qkv = model.transformer.h[1].attn.c_attn.weight
+    parts = [torch.nn.Parameter(w.detach().clone()) for w in qkv.split(q_k_v)]
+    for part, grad in zip(parts, qkv.grad.split(q_k_v)):
+        part.grad = grad.clone()
+    whole = torch.nn.Parameter(qkv.detach().clone())
+    whole.grad = qkv.grad.clone()
+    kwargs = dict(lr=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    opt = model.configure_optimizers(settings, ns_dtype=ns_dtype)
+    three = torch.optim.Muon(parts, **kwargs) if ns_dtype is None else MuonNS(parts, ns_dtype, **kwargs)
+    one = torch.optim.Muon([whole], **kwargs)
+    for _ in range(2):  # the second step reads the momentum the first left
+        opt.step()
+        three.step()
+        one.step()
+    assert torch.equal(qkv, torch.cat(list(parts)))
+    assert not torch.equal(qkv, whole)  # one matrix of 96 rows would have stepped otherwise
 
 
 def test_a_hub_name_loads_from_the_hugging_face_cache_and_an_uncached_one_is_one_line(tmp_path):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import REPO, assert_one_error_line, run  # noqa: E402
+from conftest import PYTHON, REPO, assert_one_error_line, run  # noqa: E402
 from decoder_c import (MUON, ONE_THREAD, bad_state_test, assert_corrupted_state_fails,  # noqa: E402
                        assert_mutated_headers_load_or_fail_in_one_line, assert_resume_is_bit_identical,
                        assert_training_lowered_the_loss, assert_two_processes_equal_one, family_fixtures,
@@ -225,3 +225,45 @@ def test_generate_takes_a_text_prompt_for_qwen3_without_bos(binaries, ref: Path,
     assert len(ids.split()) >= 4, ids  # "4" and "2" apart
     by_ids = run([REPO / "generate", *flags, "--ids", ids], cwd=tmp_path, env=ONE_THREAD)
     assert by_text.stdout == by_ids.stdout and by_text.stdout.startswith("ROMEO: 42"), (by_text.stdout, by_ids.stdout)
+
+
+# ---------------------------------------------------------------------------- dev/eval/export_hf.py
+
+
+def token_bytes(tokenizer_file: Path) -> list[bytes]:
+    """Each id's bytes in a tokenizer file: a 1024-byte header, then per id a length byte and that many bytes."""
+    data, out, pos = tokenizer_file.read_bytes(), [], 1024
+    while pos < len(data):
+        out.append(data[pos + 1:pos + 1 + data[pos]])
+        pos += 1 + data[pos]
+    return out
+
+
+@pytest.mark.parametrize("model", ["qwen3_d2", "qwen3_mha", "qwen3_mqa"])  # width 2C untied, tied head_dim 48, MQA
+def test_the_hf_export_gives_the_logits_test_qwen3_checks_and_the_c_models_greedy_text(binaries, ref: Path,
+                                                                                        tmp_path: Path, model: str) -> None:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    run([PYTHON, REPO / "dev" / "eval" / "export_hf.py", "-i", ref / f"{model}.bin", "-o", tmp_path / "hf",
+         "--no-tokenizer"])
+    hf = Qwen3ForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    # the debug state's logits: train_qwen3.py's, which test_qwen3 holds the C forward to
+    state = ref / f"{model}_debug_state.bin"
+    B, T = (int(v) for v in np.fromfile(state, dtype="<i4", count=4)[2:4])
+    V = hf.config.vocab_size
+    x = np.fromfile(state, dtype="<i4", count=B * T, offset=1024).reshape(B, T)
+    want = np.fromfile(state, dtype="<f4", count=B * T * V, offset=1024 + 8 * B * T).reshape(B, T, V)
+    with torch.no_grad():
+        got = hf(torch.from_numpy(x).long()).logits.numpy()
+    assert np.abs(got - want).max() < 1e-5
+    # ./generate (llmc/cpu/qwen3_inference.h, greedy) and the exported model pick the same tokens
+    shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
+    proc = run([REPO / "generate", "-e", ref / f"{model}.bin", "-n", 12, "--ids", "5 6 7", "--temperature", 0,
+                "--no-stop"], cwd=tmp_path, env=ONE_THREAD, input=b"")
+    ids = [5, 6, 7]
+    with torch.no_grad():
+        for _ in range(12):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    pieces = token_bytes(tmp_path / "qwen3_tokenizer.bin")
+    assert proc.stdout == b"".join(pieces[i] for i in ids) + b"\n"

@@ -5,6 +5,7 @@ reader, Hugging Face import and export, its command line, and its errors."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -135,6 +136,57 @@ def test_tied_model_file_stores_no_lm_head_and_converts_back_tied(tmp_path):
     assert back.lm_head.weight is back.transformer.wte.weight
     hf = train_qwen3.to_hf_model(back)
     assert hf.config.tie_word_embeddings and hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()
+
+
+# ---------------------------------------------------------------------------- dev/eval/export_hf.py
+
+
+def export_hf(*args: object) -> "subprocess.CompletedProcess[str]":
+    return run([PYTHON, REPO / "dev" / "eval" / "export_hf.py", *args], check=False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n_kv_head, tied, head_dim, n_embd", [
+    pytest.param(2, True, 16, 48, id="gqa-tied-width64-C48"),
+    pytest.param(1, False, 8, 48, id="mqa-untied-width32-C48"),
+    pytest.param(4, False, 24, 32, id="mha-untied-width96-C32"),
+])
+def test_export_hf_writes_a_qwen3_directory_transformers_loads_with_the_references_logits(tmp_path, n_kv_head, tied,
+                                                                                          head_dim, n_embd, dtype):
+    from safetensors.numpy import load_file
+    from transformers import Qwen3ForCausalLM
+
+    train_qwen3.write_model(train_qwen3.from_hf_model(tiny_hf_qwen3(n_kv_head, tied, head_dim, n_embd, seed=5), "test"),
+                            tmp_path / "m.bin", dtype)
+    ours = train_qwen3.read_model(tmp_path / "m.bin")  # bf16: the rounded weights are what is exported
+    proc = export_hf("-i", tmp_path / "m.bin", "-o", tmp_path / "hf", "--no-tokenizer")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    assert f"qwen3, L=2 NH=4 NKV={n_kv_head} C={n_embd} head_dim={head_dim}" in proc.stdout, proc.stdout
+    assert sorted(f.name for f in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
+    assert ("lm_head.weight" in load_file(tmp_path / "hf" / "model.safetensors")) == (not tied)
+
+    hf = Qwen3ForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    c = hf.config
+    assert type(hf).__name__ == "Qwen3ForCausalLM" and c.model_type == "qwen3"
+    assert (c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.hidden_size, c.tie_word_embeddings) == \
+        (head_dim, 4, n_kv_head, n_embd, tied)
+    assert c.rope_parameters["rope_theta"] == 10000.0 and c.rms_norm_eps == 1e-6 and c.max_position_embeddings == 64
+    assert (hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()) == tied
+    idx = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx, idx)[0]).abs().max().item() < 1e-5  # with targets: every position
+    back = train_qwen3.from_hf_model(hf, "test")  # and back: the model file's tensors exactly
+    for (name, a), b in zip(ours.named_parameters(), back.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_export_hf_of_a_qwen3_file_writes_no_gpt2_tokenizer_and_says_why(tmp_path):
+    train_qwen3.write_model(train_qwen3.from_hf_model(tiny_hf_qwen3(2, False), "test"), tmp_path / "m.bin", "float32")
+    proc = export_hf("-i", tmp_path / "m.bin", "-o", tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "Qwen3ForCausalLM" in warnings[0] and "no tokenizer files" in warnings[0], proc.stderr
+    assert not (tmp_path / "hf" / "vocab.json").exists()
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -1,21 +1,17 @@
 """
-Exports an llmc model checkpoint (gpt2_124M.bin: fp32 version 3 or bf16 version 5) as a
-Hugging Face GPT-2 model directory that `transformers.GPT2LMHeadModel.from_pretrained` loads:
+Exports an llmc model file (fp32 version 3 or bf16 version 5) as a Hugging Face model directory that transformers'
+from_pretrained loads, for every family whose registry row (pyllmc.families.REGISTRY) has an `hf_export`; the file's
+magic tells the family:
 
     python dev/eval/export_hf.py -i gpt2_124M.bin -o hf_gpt2_124M
-    python dev/eval/export_hf.py -i log124M/model_00010000.bin -o hf_out --dtype bfloat16
+    python dev/eval/export_hf.py -i log124M/model_00010000.bin -o hf_out --dtype float16
+    python dev/eval/export_hf.py -i MODEL.bin -o hf_out --no-tokenizer
 
-The directory holds config.json (GPT2LMHeadModel, tanh GELU), model.safetensors (Hugging Face
-tensor names; the four Conv1D weights transposed to (in, out); wte without llmc's padding rows;
-lm_head tied to wte, so it is not stored) and the GPT-2 tokenizer files (vocab.json,
-merges.txt, tokenizer.json, ...) derived from tiktoken's gpt2 encoding.
-The reverse direction is `python train_gpt2.py --model <dir> --write_tensors 1 --num_iterations 0`,
-which writes the checkpoint back byte for byte (fp32).
-
-A nanochat model file (nanochat_d2.bin, told apart by its magic) becomes a NanoChatForCausalLM directory:
-config.json (relu2, no biases, untied head, default RoPE, final_logit_softcapping null for a softcap of 0) and
-model.safetensors (qkvw split into q_proj, k_proj, v_proj; fc1, fc2, o_proj; lm_head stored); the GPT-2
-tokenizer files when its vocabulary holds GPT-2's. `python train_nanochat.py --model <dir> ...` reads it back.
+The directory holds config.json and model.safetensors under transformers' names, as the family's module writes them
+(pyllmc/families/<name>.py's hf_export: its architecture, how fused tensors split, whether lm_head is tied), and GPT-2's
+tokenizer files (vocab.json, merges.txt, tokenizer.json, ..., derived from tiktoken's gpt2 encoding) when the family
+says they fit the model's vocabulary. Each family's reference reads the directory back (`python train_<name>.py
+--model <dir> --write_tensors 1 --num_iterations 0`).
 """
 from __future__ import annotations
 
@@ -134,8 +130,8 @@ def export(ckpt: Path, out: Path, dtype: str, tokenizer: bool) -> None:
 
     sd, config, tokenizer_fits = read_model(ckpt, dtype)
     if tokenizer and not tokenizer_fits:
-        print(f"warning: vocab size {config['vocab_size']} does not hold GPT-2's tokenizer: no tokenizer files written",
-              file=sys.stderr)
+        print(f"warning: GPT-2's tokenizer files do not fit this model (vocab size {config['vocab_size']}, "
+              f"{config['architectures'][0]}): no tokenizer files written", file=sys.stderr)
         tokenizer = False
     out.mkdir(parents=True, exist_ok=True)
     # everything goes to a scratch directory beside `out`, then each file is renamed into place

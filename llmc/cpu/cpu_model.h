@@ -12,9 +12,10 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
                               floats each); gradients scaled by grad_scale first; weight decay only
                               where is_matrix[k]; m and v hold the slice (index i - lo); t is 1-based
     CpuMuon                   -op muon on a model's flat parameters: Muon (llmc/cpu/muon.h) on the blocks' 2-D
-                              weights (the tensors both per_layer[k] and is_matrix[k], one matrix per layer),
-                              AdamW on the rest. cpu_muon_plan(mu, cfg, dims, per_layer, is_matrix, n, zero_stage,
-                              nproc, rank) lists the optimizer units and, with ZeRO-1, the segments each process
+                              weights (the tensors both per_layer[k] and is_matrix[k], one matrix per layer, or per
+                              layer one per row block of blocks[k]: nanochat's q, k, v), AdamW on the rest.
+                              cpu_muon_plan(mu, cfg, dims, blocks, per_layer, is_matrix, n, zero_stage, nproc, rank)
+                              lists the optimizer units and, with ZeRO-1, the segments each process
                               owns (llmc/zero.h: Muon matrices whole, balanced by size) and returns this process's
                               state length (m and v hold its segments back to back, m is a matrix's momentum);
                               cpu_muon_update steps the owned segments; cpu_muon_broadcast sends every segment
@@ -74,6 +75,7 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
 #include "../mpi_utils.h"
 #include "../zero.h"
 #include "../model_family.h"
+#include "../decoder.h"
 #include "muon.h"
 #include "matmul.h"
 #include "phase_time.h"
@@ -162,25 +164,32 @@ static void cpu_muon_init(CpuMuon* mu) {
     muon_scratch_init(&mu->scratch);
 }
 
-// dims[k] = (slices, rows, cols) of tensor k: the per-layer matrices are slices = L matrices of (rows, cols)
-static size_t cpu_muon_plan(CpuMuon* mu, const MuonConfig* cfg, const size_t (*dims)[3], const int* per_layer,
-                            const int* is_matrix, int num_tensors, int zero_stage, int nproc, int rank) {
+// dims[k] = (slices, rows, cols) of tensor k: the per-layer matrices are slices = L matrices of (rows, cols), each
+// cut into Muon's matrices by blocks[k] (rows of each, top to bottom; NULL: every one whole)
+static size_t cpu_muon_plan(CpuMuon* mu, const MuonConfig* cfg, const size_t (*dims)[3],
+                            const size_t (*blocks)[MUON_MAX_ROW_BLOCKS], const int* per_layer, const int* is_matrix,
+                            int num_tensors, int zero_stage, int nproc, int rank) {
     mu->config = *cfg;
     mu->rank = rank;
     size_t max_units = (size_t)num_tensors;
-    for (int k = 0; k < num_tensors; k++) { max_units += dims[k][0]; }
+    for (int k = 0; k < num_tensors; k++) { max_units += dims[k][0] * MUON_MAX_ROW_BLOCKS; }
     mu->units = (ZeroUnit*)mallocCheck(max_units * sizeof(ZeroUnit));
     mu->unit_info = (CpuOptUnit*)mallocCheck(max_units * sizeof(CpuOptUnit));
     int n = 0;
     size_t start = 0;
     for (int k = 0; k < num_tensors; k++) {
         size_t slices = dims[k][0], rows = dims[k][1], cols = dims[k][2], size = slices * rows * cols;
-        if (per_layer[k] && is_matrix[k]) { // (L, rows, cols): one unit per layer
+        if (per_layer[k] && is_matrix[k]) { // (L, rows, cols): one unit per layer and row block, in flat order
             for (size_t l = 0; l < slices; l++) {
-                ZeroUnit u = {start + l * rows * cols, rows * cols, 1};
-                CpuOptUnit info = {k, (int)rows, (int)cols};
-                mu->units[n] = u;
-                mu->unit_info[n++] = info;
+                size_t row = 0, block_rows;
+                for (int b = 0; (block_rows = muon_block_rows(blocks, k, b, rows)) > 0; b++) {
+                    ZeroUnit u = {start + (l * rows + row) * cols, block_rows * cols, 1};
+                    CpuOptUnit info = {k, (int)block_rows, (int)cols};
+                    mu->units[n] = u;
+                    mu->unit_info[n++] = info;
+                    row += block_rows;
+                }
+                if (row != rows) { llmc_die("internal: Muon's blocks of tensor %d cover %zu of its %zu rows", k, row, rows); }
             }
         } else {
             ZeroUnit u = {start, size, 0};
@@ -509,8 +518,10 @@ static void cpu_model_allocate_optimizer(CpuModel* cm, size_t opt_offset, size_t
 // (rank) allocates the state of its own segments.
 static void cpu_model_allocate_muon(CpuModel* cm, const MuonConfig* muon, int zero_stage, int nproc, int rank) {
     cm->optimizer = OPTIMIZER_MUON;
-    size_t owned = cpu_muon_plan(&cm->muon, muon, (const size_t(*)[3])cm->param_dims, cm->per_layer, cm->is_matrix,
-                                 cm->num_tensors, zero_stage, nproc, rank);
+    size_t blocks[CPU_MODEL_MAX_TENSORS][MUON_MAX_ROW_BLOCKS]; // Muon's matrices per layer: whole, or q, k, v
+    decoder_muon_row_blocks(cm->description, cm->config, (const size_t(*)[3])cm->param_dims, blocks);
+    size_t owned = cpu_muon_plan(&cm->muon, muon, (const size_t(*)[3])cm->param_dims, (const size_t(*)[MUON_MAX_ROW_BLOCKS])blocks,
+                                 cm->per_layer, cm->is_matrix, cm->num_tensors, zero_stage, nproc, rank);
     cpu_model_allocate_optimizer(cm, 0, owned);
 }
 

@@ -89,6 +89,7 @@ its model: the activations, the kernels' calls, forward and backward, its model 
 #include "../mfu.h"
 #include "../muon_config.h"
 #include "../model_family.h"
+#include "../decoder.h"
 #include "../trainer.h"
 #include "cuda_common.cuh"
 #include "cublas_common.cuh"
@@ -320,14 +321,17 @@ static void gpu_model_use_muon(GpuModel* m, const MuonConfig* settings, MuonMatr
     m->muon_state_size = state_size;
 }
 
-// -op muon on every per-layer 2-D weight of the model's tensor table (llmc/model_family.h), the matrices spread over
+// -op muon on every per-layer 2-D weight of the model's tensor table (llmc/model_family.h), each layer's slice whole
+// or in the family's row blocks (llmc/decoder.h decoder_muon_row_blocks: nanochat's q, k, v), the matrices spread over
 // owners processes (muon_plan_table); before gpu_model_allocate_state
 static void gpu_model_use_muon_on_layers(GpuModel* m, const MuonConfig* settings, int owners, int rank) {
-    size_t dims[GPU_MODEL_MAX_TENSORS][3], state_size = 0, count = 0;
+    size_t dims[GPU_MODEL_MAX_TENSORS][3], blocks[GPU_MODEL_MAX_TENSORS][MUON_MAX_ROW_BLOCKS], state_size = 0, count = 0;
     m->family->tensor_dims(dims, m->config);
-    for (int k = 0; k < m->num_tensors; k++) { count += m->per_layer[k] && m->is_matrix[k] ? dims[k][0] : 0; }
+    decoder_muon_row_blocks(m->family, m->config, (const size_t(*)[3])dims, blocks);
+    for (int k = 0; k < m->num_tensors; k++) { count += m->per_layer[k] && m->is_matrix[k] ? dims[k][0] * MUON_MAX_ROW_BLOCKS : 0; }
     MuonMatrix* mats = (MuonMatrix*)mallocCheck((count + 1) * sizeof(MuonMatrix));
-    int n = muon_plan_table((const size_t(*)[3])dims, m->per_layer, m->is_matrix, m->num_tensors, owners, rank, mats, &state_size);
+    int n = muon_plan_table((const size_t(*)[3])dims, (const size_t(*)[MUON_MAX_ROW_BLOCKS])blocks, m->per_layer,
+                            m->is_matrix, m->num_tensors, owners, rank, mats, &state_size);
     gpu_model_use_muon(m, settings, mats, n, state_size);
 }
 

@@ -1,12 +1,14 @@
 /*
 llmc/cuda/muon.cuh: Muon (torch.optim.Muon) on the GPU, for the blocks' 2-D weights (qkvw, attprojw, fcw,
-fcprojw of every layer; AdamW keeps everything else). The GPU counterpart of llmc/cpu/muon.h (the CPU
+fcprojw of every layer, qkvw as its q, k and v rows where the family splits it; AdamW keeps everything else). The GPU counterpart of llmc/cpu/muon.h (the CPU
 trainer's update of one matrix): the same rules and the same settings (llmc/muon_config.h: MuonConfig, the codes, the
 Newton-Schulz coefficients, muon_adjusted_lr, the -op / -oa parsers).
 
 Host half (plain C):
-    muon_plan_table(dims, per_layer, is_matrix, n, owners, rank, out, state_size)   the same for any model's
-                                        tensor table (dims[k] = slices, rows, cols): the per-layer 2-D weights
+    muon_plan_table(dims, blocks, per_layer, is_matrix, n, owners, rank, out, state_size)   the same for any
+                                        model's tensor table (dims[k] = slices, rows, cols): the per-layer 2-D
+                                        weights, each layer's slice whole or cut into the row blocks of blocks[k]
+                                        (llmc/decoder.h decoder_muon_row_blocks: nanochat's q, k, v; NULL: whole)
     muon_plan(cfg, owners, rank, out)   the 4 L Muon matrices (MuonMatrix: flat offset, rows, cols), in
                                         checkpoint order, each given to one owner: with owners = 1 every
                                         matrix is this rank's; with owners = P (ZeRO-1) largest first to
@@ -63,21 +65,27 @@ typedef struct {
 } MuonMatrix;
 
 // A model's Muon matrices: every slice of the tensors that are per layer and 2-D (the blocks' weights), from its
-// table in file order (dims[k] = slices, rows, cols). Fills out (capacity: the slices of those tensors) and
-// returns the number of matrices; *state_size: this rank's Muon state in elements.
-static inline int muon_plan_table(const size_t (*dims)[3], const int* per_layer, const int* is_matrix, int num_tensors,
-                                  int owners, int rank, MuonMatrix* out, size_t* state_size) {
+// table in file order (dims[k] = slices, rows, cols), each slice cut into the row blocks of blocks[k] (NULL: whole).
+// Fills out (capacity: the slices of those tensors times MUON_MAX_ROW_BLOCKS) and returns the number of matrices;
+// *state_size: this rank's Muon state in elements.
+static inline int muon_plan_table(const size_t (*dims)[3], const size_t (*blocks)[MUON_MAX_ROW_BLOCKS],
+                                  const int* per_layer, const int* is_matrix, int num_tensors, int owners, int rank,
+                                  MuonMatrix* out, size_t* state_size) {
     size_t offset = 0;
     int n = 0;
     for (int i = 0; i < num_tensors; i++) {
         size_t per = dims[i][1] * dims[i][2];
         for (size_t l = 0; l < dims[i][0] && per_layer[i] && is_matrix[i]; l++) {
-            out[n].offset = offset + l * per;
-            out[n].rows = dims[i][1];
-            out[n].cols = dims[i][2];
-            out[n].owner = 0;
-            out[n].state_offset = SIZE_MAX;
-            n++;
+            size_t row = 0, block_rows;
+            for (int b = 0; (block_rows = muon_block_rows(blocks, i, b, dims[i][1])) > 0; b++) {
+                out[n].offset = offset + l * per + row * dims[i][2];
+                out[n].rows = block_rows;
+                out[n].cols = dims[i][2];
+                out[n].owner = 0;
+                out[n].state_offset = SIZE_MAX;
+                n++;
+                row += block_rows;
+            }
         }
         offset += dims[i][0] * per;
     }
@@ -108,8 +116,8 @@ static inline int muon_plan_table(const size_t (*dims)[3], const int* per_layer,
 static inline int muon_plan(const GPT2Config* cfg, int owners, int rank, MuonMatrix* out, size_t* state_size) {
     size_t dims[GPT2_NUM_PARAMETER_TENSORS][3];
     gpt2_parameter_dims(dims, cfg);
-    return muon_plan_table((const size_t(*)[3])dims, GPT2_PARAMETER_PER_LAYER, GPT2_PARAMETER_IS_MATRIX, GPT2_NUM_PARAMETER_TENSORS,
-                           owners, rank, out, state_size);
+    return muon_plan_table((const size_t(*)[3])dims, NULL, GPT2_PARAMETER_PER_LAYER, GPT2_PARAMETER_IS_MATRIX,
+                           GPT2_NUM_PARAMETER_TENSORS, owners, rank, out, state_size);
 }
 
 // ----------------------------------------------------------------------------

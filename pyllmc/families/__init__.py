@@ -3,7 +3,7 @@ The model families, listed once for the Python side: REGISTRY mirrors llmc/famil
 (tests/test_families.py holds them equal), and the dev/ scripts, the exports, the tests' parametrisations and the
 package's module list read it instead of naming families. Each family's module (pyllmc/families/<name>.py) is its
 description: the Family record (pyllmc/family.py), its model file's header, checks, tensor shapes and reader, and its
-dN rule; qwen3.py (reference only so far) has no row yet.
+dN rule.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pyllmc.family import Family
+from pyllmc.family import Family, OutputChecks
 from pyllmc.families import gpt2, llama3, nanochat, qwen3
 from pyllmc.model_file import ModelFileError, read_magic
 
@@ -41,6 +41,7 @@ class Registered:
     depth_vocab: int | None
     hf_export: HfExport | None  # dev/eval/export_hf.py's conversion; None where the family has none
     refs_dir: str  # llmc/families.h's "refs_dir": where make <name>-debug-states writes the reference files, "" none
+    output_checks: OutputChecks  # its commands in dev/check_outputs.py's list
 
     @property
     def name(self) -> str:
@@ -66,14 +67,16 @@ class Registered:
 REGISTRY: tuple[Registered, ...] = (
     Registered(family=gpt2.GPT2, read_model=gpt2.read_gpt2, depth_linears=gpt2.depth_linears,
                depth_parameters=gpt2.depth_parameters, depth_vocab=gpt2.VOCAB_SIZE, hf_export=gpt2.hf_export,
-               refs_dir=""),
+               refs_dir="", output_checks=gpt2.OUTPUT_CHECKS),
     Registered(family=llama3.LLAMA3, read_model=llama3.read_llama3, depth_linears=llama3.depth_linears,
-               depth_parameters=llama3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/llama3"),
+               depth_parameters=llama3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/llama3",
+               output_checks=llama3.OUTPUT_CHECKS),
     Registered(family=nanochat.NANOCHAT, read_model=nanochat.read_nanochat, depth_linears=nanochat.depth_linears,
                depth_parameters=nanochat.depth_parameters, depth_vocab=nanochat.VOCAB_SIZE,
-               hf_export=nanochat.hf_export, refs_dir="build/nanochat"),
+               hf_export=nanochat.hf_export, refs_dir="build/nanochat", output_checks=nanochat.OUTPUT_CHECKS),
     Registered(family=qwen3.QWEN3, read_model=qwen3.read_qwen3, depth_linears=qwen3.depth_linears,
-               depth_parameters=qwen3.depth_parameters, depth_vocab=None, hf_export=None, refs_dir="build/qwen3"),
+               depth_parameters=qwen3.depth_parameters, depth_vocab=None, hf_export=qwen3.hf_export,
+               refs_dir="build/qwen3", output_checks=qwen3.OUTPUT_CHECKS),
 )
 NAMES: tuple[str, ...] = tuple(row.name for row in REGISTRY)
 

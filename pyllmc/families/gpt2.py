@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, ShardFormat
+from pyllmc.family import Family, OutputChecks, ShardFormat, cuda_cpu_program, debug_state_files
 from pyllmc.model_file import ITEMSIZE, VERSIONS, ModelFileError, cast_to, file_size, header_bytes, read_ints, read_tensors
 
 VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding
@@ -204,3 +204,36 @@ def hf_export(h: Gpt2Header, t: dict[str, np.ndarray], dtype: str) -> tuple[dict
     line = (f"version {h.version} ({'fp32' if h.version == 3 else 'bf16'}), L={h.L} NH={h.NH} C={h.C} maxT={h.maxT} "
             f"V={h.V} (padded {h.Vp})")
     return hf_state_dict(h, t, dtype), hf_config(h, dtype), line, h.V == VOCAB_SIZE
+
+
+# ----------------------------------------------------------------------------- dev/check_outputs.py's commands
+
+# the CPU-target runs use the 509-token vocabulary's d2 (dev/cuda_cpu_refs.py, in small/)
+_SMALL = "-e gpt2_d2.bin -i tinyshakespeare_train.bin -j tinyshakespeare_val.bin -b 4 -t 64 -v 2 -m 1 -s 0"
+_STEP2 = ("mkdir -p ../out/gpt2cu_resume && cp ../out/gpt2cu/model_00000002.bin ../out/gpt2cu/state_00000002_00000.bin "
+          "../out/gpt2cu/DONE_00000002 ../out/gpt2cu_resume/ && ")  # the step-2 checkpoint alone, as a killed run left it
+OUTPUT_CHECKS = OutputChecks(
+    references=(
+        ("gpt2-reference", '"$PY" "$R/train_gpt2.py" --model d2 --device cpu --seed 42 '
+         "--input_bin ../data/tiny_shakespeare_train.bin --input_val_bin ../data/tiny_shakespeare_val.bin "
+         "--batch_size 4 --sequence_length 64 --num_iterations 2 --val_loss_every 2 --val_max_steps 2 --sample_every 2 "
+         "--gen_tokens 8 --write_tensors 1 --debug_steps 4 --output_dir log", "gpt2"),
+        ("gpt2-bpe", '"$PY" "$R/dev/write_bpe.py" -o gpt2_bpe.bin', "gpt2"),
+        ("gpt2-small-vocab-reference", '"$PY" "$R/dev/cuda_cpu_refs.py" --vocab_size 509 --muon -o small', "."),
+    ),
+    model="gpt2_d2.bin",
+    data="../data",
+    scratch_model="d2",
+    test_states=(*debug_state_files(("", "gpt2_d2")),
+                 ("muon", "../small/gpt2_d2.bin", "../small/gpt2_d2_muon_debug_state.bin")),
+    generate='-b gpt2_bpe.bin -p "To be, or not to be" -n 24 --seed 7 --top-k 40 --print-ids',
+    cuda_cpu=(
+        ("train_gpt2cu", f"{cuda_cpu_program('train_gpt2cu_fp32')} {_SMALL} -x 4 -n 2 -o ../out/gpt2cu", "small"),
+        ("train_gpt2cu-resume", f"{_STEP2}{cuda_cpu_program('train_gpt2cu_fp32')} {_SMALL} -x 4 -n 2 "
+         "-o ../out/gpt2cu_resume -y 1", "small"),
+        ("train_gpt2cu-bf16-muon", f"{cuda_cpu_program('train_gpt2cu_bf16')} {_SMALL} -x 2 -n 2 -op muon "
+         "-o ../out/gpt2cu_bf16", "small"),
+        ("test_gpt2cu", f"{cuda_cpu_program('test_gpt2cu_fp32')} -e gpt2_d2.bin -s gpt2_d2_debug_state.bin", "small"),
+    ),
+    cuda_cpu_targets=tuple(f"build/cuda_cpu/{p}" for p in ("train_gpt2cu_fp32", "test_gpt2cu_fp32", "train_gpt2cu_bf16")),
+)

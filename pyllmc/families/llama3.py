@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, ShardFormat
+from pyllmc.family import Family, OutputChecks, ShardFormat, cuda_cpu_program, debug_state_files
 from pyllmc.model_file import ModelFileError, check_body_size, header_bytes, read_tensors, read_two_part_header
 
 VOCAB_SIZE = 128256  # Meta's Llama 3 tokenizer: the largest id a llama-3 shard may hold, plus one
@@ -183,3 +183,24 @@ def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple
     c = depth_config(depth, vocab_size)
     C, F, qkv = c.n_embd, c.ffn_hidden, (c.n_head + 2 * c.n_kv_head) * c.head_size
     return c.n_layer, C, [(qkv, C), (C, C), (F, C), (F, C), (C, F)]
+
+
+# ----------------------------------------------------------------------------- dev/check_outputs.py's commands
+
+_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
+OUTPUT_CHECKS = OutputChecks(
+    references=(("llama3-reference", '"$PY" "$R/dev/llama3_refs.py" --out_dir llama3 --muon', "."),),
+    model="llama3_d2.bin",
+    data="ts",
+    scratch_model="d2",
+    test_states=debug_state_files(("", "llama3_d2"), ("gqa", "llama3_gqa"), ("muon", "muon/llama3_d2"),
+                                  ("muon-gqa", "muon/llama3_gqa")),
+    generate='-t llama3_tokenizer.bin -p "ROMEO:" -n 24 --seed 7 --print-ids',
+    cuda_cpu=(
+        ("train_llama3cu", f"{cuda_cpu_program('train_llama3cu_fp32')} -e llama3_d2.bin {_TS} -x 2 -n 2 -s 2 -g 8 "
+         "-o ../out/llama3cu", "llama3"),
+        ("test_llama3cu", f"{cuda_cpu_program('test_llama3cu_fp32')} -e llama3_d2.bin -s llama3_d2_debug_state.bin",
+         "llama3"),
+    ),
+    cuda_cpu_targets=("build/cuda_cpu/train_llama3cu_fp32", "build/cuda_cpu/test_llama3cu_fp32"),
+)

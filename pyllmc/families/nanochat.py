@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family
+from pyllmc.family import Family, OutputChecks, cuda_cpu_program, debug_state_files
 from pyllmc.families.gpt2 import GPT2
 from pyllmc.model_file import attention_problem, cast_to, header_bytes, read_config_header, read_config_model
 
@@ -41,6 +41,7 @@ NANOCHAT = Family(
     default_input_bin=GPT2.default_input_bin,
     input_bin_help="train token shards (glob; GPT-2's format, ids below the model's vocab size)",
     learning_rate=3e-4,
+    muon_splits_qkv=True,  # nanochat's Muon steps q, k and v as three matrices
 )
 
 
@@ -196,3 +197,25 @@ def hf_export(c: NanoChatConfig, t: dict[str, np.ndarray], dtype: str) -> tuple[
     line = (f"nanochat, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} "
             f"maxT={c.block_size} V={c.vocab_size} softcap={c.softcap:g}")
     return hf_state_dict(c, t, dtype), hf_config(c, dtype), line, c.vocab_size >= GPT2.shards.vocab_size
+
+
+# ----------------------------------------------------------------------------- dev/check_outputs.py's commands
+
+_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
+OUTPUT_CHECKS = OutputChecks(
+    references=(("nanochat-reference", '"$PY" "$R/dev/nanochat_refs.py" --out_dir nanochat --no_d2', "."),),
+    # d2 from scratch (GPT-2's tokens: the sample is decoded), the imported GQA model for Muon and bf16
+    model="d2",
+    data="../data",
+    side_model="nanochat_gqa.bin",
+    test_states=debug_state_files(("", "nanochat_gqa"), ("mqa", "nanochat_mqa"), ("muon", "muon/nanochat_gqa"),
+                                  ("muon-mqa", "muon/nanochat_mqa")),
+    generate='-t nanochat_tokenizer.bin -p "ROMEO:" -n 24 --seed 7 --top-p 0.9',
+    cuda_cpu=(
+        ("train_nanochatcu", f"{cuda_cpu_program('train_nanochatcu_fp32')} -e nanochat_gqa.bin {_TS} -x 2 -n 2 -s 0 "
+         "-o ../out/nanochatcu", "nanochat"),
+        ("test_nanochatcu", f"{cuda_cpu_program('test_nanochatcu_fp32')} -e nanochat_gqa.bin "
+         "-s nanochat_gqa_debug_state.bin", "nanochat"),
+    ),
+    cuda_cpu_targets=("build/cuda_cpu/train_nanochatcu_fp32", "build/cuda_cpu/test_nanochatcu_fp32"),
+)

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family
+from pyllmc.family import Family, OutputChecks, debug_state_files
 from pyllmc.families.llama3 import LLAMA3
-from pyllmc.model_file import ModelFileError, attention_problem, header_bytes, read_config_header, read_config_model
+from pyllmc.model_file import (ModelFileError, attention_problem, cast_to, header_bytes, read_config_header,
+                               read_config_model)
 
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
 DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
@@ -149,3 +150,81 @@ def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple
     c = depth_config(depth, vocab_size)
     C, F, HS = c.n_embd, c.ffn_hidden, c.head_dim
     return c.n_layer, C, [((c.n_head + 2 * c.n_kv_head) * HS, C), (C, c.n_head * HS), (F, C), (F, C), (C, F)]
+
+
+# ----------------------------------------------------------------------------- Hugging Face (dev/eval/export_hf.py)
+
+# per layer: transformers' Qwen3ForCausalLM weight (model.layers.{l}.<key>.weight) -> the model file's tensor (row l);
+# q_proj, k_proj and v_proj are the rows of qkvw, in that order. train_qwen3.py maps the same names onto its modules.
+HF_BLOCK_TENSORS = {"input_layernorm": "ln1w", "self_attn.q_norm": "qnormw", "self_attn.k_norm": "knormw",
+                    "self_attn.o_proj": "attprojw", "post_attention_layernorm": "ln2w", "mlp.gate_proj": "fcw",
+                    "mlp.up_proj": "fcw2", "mlp.down_proj": "fcprojw"}
+
+
+def shortest_float32(x: float) -> float:
+    """The shortest decimal that reads back as the same float32 (1e-06, not 9.999999974752427e-07)."""
+    return float(str(np.float32(x)))
+
+
+def hf_config_fields(c: Qwen3Config) -> dict:
+    """transformers' Qwen3Config fields of our config (full attention, default RoPE, no biases): the keyword arguments
+    train_qwen3.py builds its Qwen3Config from, and the body of the exported config.json."""
+    return {
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.n_embd,
+        "intermediate_size": c.ffn_hidden,
+        "num_hidden_layers": c.n_layer,
+        "num_attention_heads": c.n_head,
+        "num_key_value_heads": c.n_kv_head,
+        "head_dim": c.head_dim,
+        "max_position_embeddings": c.block_size,
+        "rms_norm_eps": shortest_float32(c.norm_eps),
+        "rope_parameters": {"rope_type": "default", "rope_theta": shortest_float32(c.rope_theta)},
+        "tie_word_embeddings": c.tied_embeddings,
+        "attention_bias": False,
+        "use_sliding_window": False,
+    }
+
+
+def hf_config(c: Qwen3Config, dtype: str) -> dict:
+    """config.json of a Qwen3ForCausalLM; the tokenizer's special ids are unknown to the model file, so left null."""
+    return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **hf_config_fields(c), "hidden_act": "silu",
+            "attention_dropout": 0.0, "layer_types": ["full_attention"] * c.n_layer, "use_cache": True,
+            "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "dtype": dtype}
+
+
+def hf_state_dict(c: Qwen3Config, t: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """Qwen3ForCausalLM's names: qkvw split back into q_proj (NH*HS rows), k_proj and v_proj (NKV*HS rows each); every
+    matrix is (out, in) on both sides. A tied model stores no lm_head.weight (transformers ties it to the embedding)."""
+    q_rows, kv_rows = c.attention_width, c.n_kv_head * c.head_dim
+    sd = {"model.embed_tokens.weight": cast_to(t["wte"], dtype), "model.norm.weight": cast_to(t["lnfw"], dtype)}
+    for l in range(c.n_layer):
+        prefix = f"model.layers.{l}."
+        q, k, v = np.split(t["qkvw"][l], [q_rows, q_rows + kv_rows])
+        parts = {"self_attn.q_proj": q, "self_attn.k_proj": k, "self_attn.v_proj": v,
+                 **{hf_name: t[ours][l] for hf_name, ours in HF_BLOCK_TENSORS.items()}}
+        sd.update({f"{prefix}{name}.weight": cast_to(a, dtype) for name, a in parts.items()})
+    if not c.tied_embeddings:
+        sd["lm_head.weight"] = cast_to(t["lm_head"], dtype)
+    return sd
+
+
+def hf_export(c: Qwen3Config, t: dict[str, np.ndarray], dtype: str) -> tuple[dict[str, np.ndarray], dict, str, bool]:
+    """The Qwen3ForCausalLM state dict, its config.json, a line describing the model file, and False: GPT-2's tokenizer
+    files never fit a Qwen3 model (its tokenizer is Qwen3's or a local one the model file does not name)."""
+    line = (f"qwen3, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} head_dim={c.head_dim} "
+            f"FFN={c.ffn_hidden} maxT={c.block_size} V={c.vocab_size} {'tied' if c.tied_embeddings else 'untied'}")
+    return hf_state_dict(c, t, dtype), hf_config(c, dtype), line, False
+
+
+# ----------------------------------------------------------------------------- dev/check_outputs.py's commands
+
+OUTPUT_CHECKS = OutputChecks(
+    references=(("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon', "."),),
+    model="qwen3_d2.bin",
+    data="ts",
+    scratch_model="d2",
+    test_states=debug_state_files(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"), ("muon", "muon/qwen3_d2"),
+                                  ("muon-mqa", "muon/qwen3_mqa")),
+    generate="-t qwen3_tokenizer.bin --ids 0,1,2 -n 24 --seed 7 --print-ids",
+)

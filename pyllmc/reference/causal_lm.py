@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from pyllmc.family import Family
+
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: bool) -> torch.Tensor:
     """softmax(q k^T / sqrt(HS), causal) v for q, k, v (B, NH, T, HS), the heads side by side again: (B, T, NH * HS).
@@ -29,6 +31,21 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: b
 class CausalLM(nn.Module):
     """What every family's model shares after its blocks: the head's logits and loss, and sampling.
     Subclasses have .config.block_size, .lm_head and forward(idx) -> (logits, loss)."""
+
+    family: Family | None = None  # the family's description, where the model reads data from it (muon_row_blocks)
+
+    def muon_row_blocks(self) -> dict[str, tuple[int, ...]]:
+        """The Muon matrices that are blocks of rows of one weight: parameter name -> the rows of each block in order
+        (make_optimizer orthogonalises every other matrix whole). Where the family's description says so
+        (Family.muon_splits_qkv), each block's fused projection attn.c_attn is its q, k and v rows: NH, NKV and NKV
+        heads of HS rows (the attention module's n_head, n_kv_head, hs)."""
+        if self.family is None or not self.family.muon_splits_qkv:
+            return {}
+        blocks = {}
+        for i, block in enumerate(self.transformer.h):
+            a = block.attn
+            blocks[f"transformer.h.{i}.attn.c_attn.weight"] = (a.n_head * a.hs, a.n_kv_head * a.hs, a.n_kv_head * a.hs)
+        return blocks
 
     def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool):
         """x (B, T, C) after the final norm: (logits or None, mean cross-entropy over targets or None)."""

@@ -69,9 +69,13 @@ class MuonNS(torch.optim.Muon):
     and lr adjustment are torch's own lines (_single_tensor_muon); with ns_dtype = bfloat16 it is torch.optim.Muon
     bit for bit (tests/test_muon.py)."""
 
-    def __init__(self, params, ns_dtype: torch.dtype, **kwargs) -> None:
+    def __init__(self, params, ns_dtype: torch.dtype, row_blocks: dict[int, tuple[int, ...]] | None = None,
+                 **kwargs) -> None:
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
+        # id(parameter) -> the rows of each of its blocks, each orthogonalised as a matrix of its own (its lr adjusted
+        # by its own shape); momentum and weight decay are elementwise, the same on the whole. Absent: one matrix.
+        self.row_blocks = row_blocks or {}
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -88,11 +92,20 @@ class MuonNS(torch.optim.Muon):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
-                update = newton_schulz(update, group["ns_steps"], group["eps"], self.ns_dtype).to(p.dtype)
-                adjusted_lr = torch.optim._muon._adjust_lr(lr, group["adjust_lr_fn"], p.shape)
                 p.mul_(1 - lr * wd)
-                p.add_(update, alpha=-adjusted_lr)
+                blocks = self.row_blocks.get(id(p))
+                if blocks is None:
+                    self.orthogonalized_step(p, update, group)
+                    continue
+                for rows, p_rows in zip(update.split(list(blocks)), p.split(list(blocks))):
+                    self.orthogonalized_step(p_rows, rows, group)  # p_rows: a view, updated in place
         return None
+
+    def orthogonalized_step(self, p: torch.Tensor, update: torch.Tensor, group: dict) -> None:
+        """p -= adjusted lr * NS(update), the lr adjusted by p's shape (torch's _single_tensor_muon's last lines)."""
+        ortho = newton_schulz(update, group["ns_steps"], group["eps"], self.ns_dtype).to(p.dtype)
+        adjusted_lr = torch.optim._muon._adjust_lr(group["lr"], group["adjust_lr_fn"], p.shape)
+        p.add_(ortho, alpha=-adjusted_lr)
 
 
 def owners_by_size(sizes: list[int], nproc: int) -> list[int]:
@@ -155,7 +168,8 @@ def make_optimizer(model: nn.Module, s: OptimizerSettings, is_block_matrix: Call
     keeps its peak lr in group["initial_lr"] for the schedule. ZeRO-1 (under torch.distributed): AdamW's state
     is sharded by ZeroRedundancyOptimizer, and Muon's matrices are owned whole (the iteration needs the whole
     matrix), balanced by size (owners_by_size), each updated by its owner and broadcast. ns_dtype: the
-    Newton-Schulz arithmetic (None: torch.optim.Muon as it is, bfloat16; else MuonNS)."""
+    Newton-Schulz arithmetic (None: torch.optim.Muon as it is, bfloat16; else MuonNS). A matrix the model lists in
+    muon_row_blocks (nanochat's qkvw) is orthogonalised block by block (MuonNS, bfloat16 when ns_dtype is None)."""
     if s.name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {s.name!r} (use adamw or muon)")
     if s.muon_adjust_lr not in MUON_ADJUST_LR:
@@ -182,10 +196,17 @@ def make_optimizer(model: nn.Module, s: OptimizerSettings, is_block_matrix: Call
         mine = [p for p, r in broadcasts if r == dist.get_rank()]
     kwargs = dict(lr=s.muon_lr, weight_decay=s.weight_decay, momentum=s.muon_momentum, nesterov=s.muon_nesterov,
                   ns_steps=s.muon_ns_steps, adjust_lr_fn=s.muon_adjust_lr)
+    # the matrices the model orthogonalises as blocks of rows (CausalLM.muon_row_blocks: nanochat's q, k, v), by id
+    blocks_by_name = model.muon_row_blocks() if hasattr(model, "muon_row_blocks") else {}
+    row_blocks = {id(p): blocks_by_name[n] for n, p in named if n in blocks_by_name and id(p) in muon_ids}
+    if row_blocks and ns_dtype is None:
+        # torch.optim.Muon cannot step a weight as blocks; MuonNS in bfloat16 is it bit for bit, with them
+        ns_dtype = torch.bfloat16
     # a rank that owns no matrix still takes part in the broadcasts (an empty Muon is not allowed)
     optimizers: list[torch.optim.Optimizer] = [adamw]
     if mine:
-        muon_opt = torch.optim.Muon(mine, **kwargs) if ns_dtype is None else MuonNS(mine, ns_dtype, **kwargs)
+        muon_opt = (torch.optim.Muon(mine, **kwargs) if ns_dtype is None
+                    else MuonNS(mine, ns_dtype, row_blocks=row_blocks, **kwargs))
         for g in muon_opt.param_groups:
             g["initial_lr"] = s.muon_lr
         optimizers.append(muon_opt)
