@@ -257,7 +257,7 @@ def test_the_hf_export_gives_the_logits_test_qwen3_checks_and_the_c_models_greed
     with torch.no_grad():
         got = hf(torch.from_numpy(x).long()).logits.numpy()
     assert np.abs(got - want).max() < 1e-5
-    # ./generate (llmc/cpu/qwen3_inference.h, greedy) and the exported model pick the same tokens
+    # ./generate (llmc/cpu/decoder_inference.h, greedy) and the exported model pick the same tokens
     shutil.copy(ref / "qwen3_tokenizer.bin", tmp_path)
     proc = run([REPO / "generate", "-e", ref / f"{model}.bin", "-n", 12, "--ids", "5 6 7", "--temperature", 0,
                 "--no-stop"], cwd=tmp_path, env=ONE_THREAD, input=b"")
