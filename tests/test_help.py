@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REPO, make, require_system_packages, run
+from pyllmc.families import NAMES
+from test_families import CUDA_FAMILIES
 
 # program (a script under the repo, or a make target) -> flags (and default files) its help must list
 HELP_FLAGS: dict[str, list[str]] = {
@@ -62,8 +64,9 @@ BACKEND_FLAGS: dict[str, set[str]] = {
     "gpu": {*COMMON_FLAGS, *STATE_FLAGS, *MUON_FLAGS, "-z", "-r", "-ge", "-w", "-pn", "-pr", "-pg", "-pi", "-ps", "-pf"},
     "opencl": {*COMMON_FLAGS, *STATE_FLAGS, "-p", "-op", "-cp", "-cd", "-cl"},
 }
-BACKEND_NAMES = {"cpu": "the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3)",
-                 "gpu": "the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu)",
+# the trainers llmc/args.h names, in the registry's order (llmc/families.h)
+BACKEND_NAMES = {"cpu": f"the CPU trainers ({', '.join(f'./train_{name}' for name in NAMES)})",
+                 "gpu": f"the GPU trainers ({', '.join(f'./train_{name}cu' for name in NAMES if name in CUDA_FAMILIES)})",
                  "opencl": "the OpenCL trainer (./train_gpt2cl)"}
 ALL_FLAGS = set().union(*BACKEND_FLAGS.values())
 # program -> (its backend, make targets, command as run from the repository: argv[0] is the name it reports)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, OutputChecks, debug_state_files
+from pyllmc.family import Family, OutputChecks, cuda_cpu_program, debug_state_files
 from pyllmc.families.llama3 import LLAMA3
 from pyllmc.model_file import (ModelFileError, attention_problem, cast_to, header_bytes, read_config_header,
                                read_config_model)
@@ -219,6 +219,7 @@ def hf_export(c: Qwen3Config, t: dict[str, np.ndarray], dtype: str) -> tuple[dic
 
 # ----------------------------------------------------------------------------- dev/check_outputs.py's commands
 
+_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
 OUTPUT_CHECKS = OutputChecks(
     references=(("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon', "."),),
     model="qwen3_d2.bin",
@@ -227,4 +228,11 @@ OUTPUT_CHECKS = OutputChecks(
     test_states=debug_state_files(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"), ("muon", "muon/qwen3_d2"),
                                   ("muon-mqa", "muon/qwen3_mqa")),
     generate="-t qwen3_tokenizer.bin --ids 0,1,2 -n 24 --seed 7 --print-ids",
+    cuda_cpu=(
+        ("train_qwen3cu", f"{cuda_cpu_program('train_qwen3cu_fp32')} -e qwen3_d2.bin {_TS} -x 2 -n 2 -s 2 -g 8 "
+         "-o ../out/qwen3cu", "qwen3"),
+        ("test_qwen3cu", f"{cuda_cpu_program('test_qwen3cu_fp32')} -e qwen3_d2.bin -s qwen3_d2_debug_state.bin",
+         "qwen3"),
+    ),
+    cuda_cpu_targets=("build/cuda_cpu/train_qwen3cu_fp32", "build/cuda_cpu/test_qwen3cu_fp32"),
 )
