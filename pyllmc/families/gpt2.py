@@ -237,3 +237,16 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=tuple(f"build/cuda_cpu/{p}" for p in ("train_gpt2cu_fp32", "test_gpt2cu_fp32", "train_gpt2cu_bf16")),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_gpt2.py's compact GPT-2 dN, returning the loss, its vocabulary): GPT-2's vocabulary padded to the C
+    trainer's Vp (50304; the 47 padding rows take part in the softmax, the cost is the padded GEMM's, as ours), wte
+    tied to the lm_head; `vocab` is not used."""
+    from train_gpt2 import minimal_model
+
+    V = gpt2_padded_vocab(VOCAB_SIZE)
+    return minimal_model(depth, V), V

@@ -204,3 +204,18 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=("build/cuda_cpu/train_llama3cu_fp32", "build/cuda_cpu/test_llama3cu_fp32"),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_llama3.py's Llama dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
+    VOCAB_SIZE."""
+    from pyllmc.reference.causal_lm import LossOnly
+    from train_llama3 import Llama
+
+    V = vocab or VOCAB_SIZE
+    model = Llama(depth_config(depth, V), flash=True)
+    model.init_weights(42)
+    return LossOnly(model), V

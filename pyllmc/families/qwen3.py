@@ -228,3 +228,18 @@ OUTPUT_CHECKS = OutputChecks(
                                   ("muon-mqa", "muon/qwen3_mqa")),
     generate="-t qwen3_tokenizer.bin --ids 0,1,2 -n 24 --seed 7 --print-ids",
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_qwen3.py's Qwen3 dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
+    Qwen3Config.vocab_size."""
+    from pyllmc.reference.causal_lm import LossOnly
+    from train_qwen3 import Qwen3
+
+    V = vocab or Qwen3Config.vocab_size
+    model = Qwen3(depth_config(depth, V), flash=True)
+    model.init_weights(42)
+    return LossOnly(model), V
