@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
 from pyllmc.families.gpt2 import Gpt2Header, depth_shape, gpt2_header_bytes, gpt2_padded_vocab, read_gpt2
@@ -299,6 +300,56 @@ def gpt2_family(args: argparse.Namespace) -> ModelFamily:
                        write_files=write_files,
                        make_optimizer=lambda m, s, zero: make_optimizer(m, s, is_block_matrix, zero_stage=zero),
                        make_sampler=make_sampler, write_model=write_model)
+
+
+# ----------------------------------------------------------------------------- the compact GPT-2 of dev/torch_minimal_step.py
+
+
+class MinimalBlock(nn.Module):
+    """LayerNorm, causal self-attention (SDPA), residual; LayerNorm, MLP with tanh-GELU, residual."""
+
+    def __init__(self, C: int, NH: int):
+        super().__init__()
+        self.NH = NH
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.qkv(self.ln_1(x)).view(B, T, 3, self.NH, C // self.NH).permute(2, 0, 3, 1, 4)  # (B, NH, T, HS)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.attn_proj(y)
+        return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class MinimalGPT2(nn.Module):
+    """GPT-2 dN as PyTorch's fastest step wants it (dev/torch_minimal_step.py): token and position embeddings, L
+    blocks, final LayerNorm, the tied lm_head; returns the mean loss."""
+
+    def __init__(self, L: int, C: int, NH: int, V: int, max_T: int = 1024):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(max_T, C)
+        self.blocks = nn.ModuleList([MinimalBlock(C, NH) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        for name, p in self.named_parameters():  # GPT-2's init: N(0, 0.02), the residual projections scaled
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V): the lm_head is wte
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+def minimal_model(depth: int, V: int) -> MinimalGPT2:
+    """The compact GPT-2 dN (this reference's dN shapes) at vocabulary V."""
+    C, NH = depth_shape(depth)
+    return MinimalGPT2(depth, C, NH, V)
 
 
 def train(args: argparse.Namespace) -> None:

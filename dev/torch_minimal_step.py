@@ -10,12 +10,10 @@ learning-rate schedule, no logging beyond the step's line. The first --warmup st
 
     step    3/6 | loss 10.912345 | 123.4 ms | 2075 tok/s
 
-Families (dN from scratch, the reference trainers' shapes):
-  gpt2      a compact GPT-2 written here (train_gpt2.py's dN: d12 = 124M), its vocabulary padded to 50304 as the C
-            trainer's Vp (the 47 padding rows take part in the softmax; the cost is the padded GEMM's, as ours),
-            wte tied to the lm_head
-  llama3    train_llama3.py's Llama (--vocab: the tokenizer's vocabulary; dev/bench.py passes the test tokenizer's)
-  nanochat  train_nanochat.py's NanoChat
+The model is the family's (its registry row's torch_minimal, pyllmc/families/<name>.py's torch_minimal_model): a dN
+from scratch in the reference trainer's shapes; GPT-2's is a compact GPT-2 (train_gpt2.py's MinimalGPT2) with its
+vocabulary padded to the C trainer's Vp and wte tied to the lm_head, the other families' their reference's model.
+A family whose dN takes its vocabulary from a tokenizer takes --vocab (dev/bench.py passes the test tokenizer's).
 
 Example: python dev/torch_minimal_step.py --family gpt2 --model d12 -B 4 -T 64 --dtype bf16 --warmup 1 --steps 5
 """
@@ -23,98 +21,16 @@ Example: python dev/torch_minimal_step.py --family gpt2 --model d12 -B 4 -T 64 -
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from pyllmc.families import NAMES, gpt2, llama3
+from pyllmc.families import NAMES, REGISTRY, by_name
 
-GPT2_PADDED_VOCAB = gpt2.gpt2_padded_vocab(gpt2.VOCAB_SIZE)  # 50304: the C trainer's Vp
-
-
-# ----------------------------------------------------------------------------- a compact GPT-2
-
-
-class GPT2Block(nn.Module):
-    """LayerNorm, causal self-attention (SDPA), residual; LayerNorm, MLP with tanh-GELU, residual."""
-
-    def __init__(self, C: int, NH: int):
-        super().__init__()
-        self.NH = NH
-        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()
-        q, k, v = self.qkv(self.ln_1(x)).view(B, T, 3, self.NH, C // self.NH).permute(2, 0, 3, 1, 4)  # (B, NH, T, HS)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-        x = x + self.attn_proj(y)
-        return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT2(nn.Module):
-    """GPT-2 dN: token and position embeddings, L blocks, final LayerNorm, the tied lm_head; returns the mean loss."""
-
-    def __init__(self, L: int, C: int, NH: int, V: int, max_T: int = 1024):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(max_T, C)
-        self.blocks = nn.ModuleList([GPT2Block(C, NH) for _ in range(L)])
-        self.ln_f = nn.LayerNorm(C)
-        for name, p in self.named_parameters():  # GPT-2's init: N(0, 0.02), the residual projections scaled
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.size(1), device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V): the lm_head is wte
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
-
-
-def gpt2_model(depth: int) -> GPT2:
-    C, NH = gpt2.depth_shape(depth)  # train_gpt2.py's dN
-    return GPT2(depth, C, NH, GPT2_PADDED_VOCAB)
-
-
-# ----------------------------------------------------------------------------- the references' models
-
-
-class LossOf(nn.Module):
-    """A reference model (train_llama3.py's Llama, train_nanochat.py's NanoChat) as a module returning the loss."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model(idx, targets, return_logits=False)[1]
-
-
-def build_model(family: str, depth: int, vocab: int | None) -> tuple[nn.Module, int]:
-    """(the module returning the loss, its vocabulary) of a dN model of the family, with SDPA attention."""
-    if family == "gpt2":
-        return gpt2_model(depth), GPT2_PADDED_VOCAB
-    if family == "llama3":
-        from train_llama3 import Llama, depth_config as llama3_config
-
-        V = vocab or llama3.VOCAB_SIZE
-        model = Llama(llama3_config(depth, V), flash=True)
-        model.init_weights(42)
-        return LossOf(model), V
-    from train_nanochat import NanoChat, depth_config as nanochat_config
-
-    config = nanochat_config(depth)
-    model = NanoChat(config, flash=True)
-    model.init_weights(42)
-    return LossOf(model), config.vocab_size
+# the families whose dN takes its vocabulary from a tokenizer, so from --vocab
+VOCAB_FAMILIES = [row.name for row in REGISTRY if row.depth_vocab is None]
 
 
 # ----------------------------------------------------------------------------- the step
@@ -147,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("-T", type=int, default=64, help="sequence length, at most 1024 (default 64)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16 = autocast to bf16 (default fp32)")
     p.add_argument("--vocab", type=int, default=None,
-                   help=f"llama3's vocabulary (default {llama3.VOCAB_SIZE}); gpt2 and nanochat have their own")
+                   help=f"the vocabulary of {', '.join(VOCAB_FAMILIES)} (default: the family's); the others have "
+                   "their own")
     p.add_argument("--warmup", type=int, default=1, help="steps before the timed ones; compilation falls in the first (default 1)")
     p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
@@ -170,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(42)
-    model, V = build_model(args.family, int(args.model[1:]), args.vocab)
+    model, V = by_name(args.family).torch_minimal(int(args.model[1:]), args.vocab)
     step_model = torch.compile(model) if args.compile else model
     print(f"torch_minimal_step: {args.family} {args.model} (V={V}), B={args.B}, T={args.T}, {args.dtype}, "
           f"{'compiled' if args.compile else 'eager'}, {args.threads} thread(s), torch {torch.__version__}", flush=True)

@@ -11,7 +11,7 @@ from conftest import PYTHON, REPO, TS_TRAIN, assert_one_error_line, make, run
 
 sys.path.insert(0, str(REPO / "dev"))
 import bench  # noqa: E402
-from pyllmc.families import by_name  # noqa: E402
+from pyllmc.families import NAMES, REGISTRY, by_name  # noqa: E402
 
 # Llama 3's dN takes its vocabulary from the test tokenizer: both run in build/llama3 (make llama3-debug-states)
 LLAMA3_FILES = bench.family_files(by_name("llama3"))
@@ -433,3 +433,20 @@ def test_the_minimal_step_prints_the_step_lines_bench_reads():
     bench.spawn_and_measure(r, 1, 600)
     assert len(r.times_ms) == 2 and len(r.losses) == 3 and r.peak_rss_mb > 0
     assert all(10.0 < loss < 11.5 for loss in r.losses), r.losses  # ln(50304) = 10.83 at the start
+
+
+@pytest.mark.parametrize("row", REGISTRY, ids=NAMES)
+def test_the_minimal_step_builds_each_familys_own_model(row):
+    """Each family's registry row builds its own model (train_<name>.py's), with --vocab where its dN takes one."""
+    import math
+
+    import torch
+
+    torch.manual_seed(0)
+    model, V = row.torch_minimal(1, 300)
+    inner = getattr(model, "model", model)  # the references' models come wrapped as a module returning the loss
+    assert type(inner).__module__ == row.module, (row.name, type(inner))
+    assert (V == 300) == (row.depth_vocab is None), (row.name, V)
+    idx = torch.randint(0, V, (1, 8))
+    loss = model(idx, idx)
+    assert loss.dim() == 0 and abs(loss.item() - math.log(V)) < 1.5, (row.name, loss.item(), math.log(V))

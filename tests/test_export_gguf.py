@@ -1,4 +1,4 @@
-"""dev/eval/export_gguf.py: GPT-2 and Llama 3 model files to GGUF. The file is read back with gguf's reader
+"""dev/eval/export_gguf.py: GPT-2 and Llama 3 model files to GGUF (their modules' gguf_model, through the registry). The file is read back with gguf's reader
 (metadata, tensor names and types), its logits are recomputed in numpy from the GGUF alone, and transformers'
 own GGUF loader (an independent reader of llama.cpp's conventions, q/k permutation included) gives our logits."""
 
@@ -16,6 +16,7 @@ from conftest import PYTHON, REPO, assert_one_error_line, run
 
 sys.path.insert(0, str(REPO / "dev" / "eval"))
 import export_gguf  # noqa: E402
+import pyllmc.families.llama3 as llama3_family  # noqa: E402
 import train_gpt2  # noqa: E402
 import train_llama3  # noqa: E402
 
@@ -134,14 +135,14 @@ def test_llama_gguf_metadata_permuted_qk_and_numpy_logits(llama_bins, llama3_tok
     q = model.transformer.h[1].attn.c_attn.weight.detach().numpy()[: c.n_head * HS]
     stored = tensors["blk.1.attn_q.weight"].data
     assert np.array_equal(stored[1], q[HS // 2]), "row 1 of a head is the partner of row 0: HS/2 in rotate-half order"
-    assert np.array_equal(export_gguf.unpermute_rotary(stored, c.n_head), q)
+    assert np.array_equal(llama3_family.unpermute_rotary(stored, c.n_head), q)
     assert export_gguf.verify(src, out, "f32", PROMPT, str(llama3_tokenizer)) < 1e-4
 
 
 def test_scaled_rope_factors_match_the_reference_frequencies(llama_bins):
     c = train_llama3.read_model(llama_bins["gqa-scaled-untied"]).config
     base = c.rope_theta ** (-np.arange(0, c.head_size, 2) / c.head_size)
-    factors = export_gguf.llama_rope_factors(c)
+    factors = llama3_family.gguf_rope_factors(c)
     assert factors.min() == 1.0 and factors.max() == 8.0 and ((factors > 1) & (factors < 8)).any(), factors
     assert np.allclose(base / factors, train_llama3.rope_inv_freq(c).double().numpy(), rtol=1e-6)
 
@@ -157,7 +158,7 @@ def test_llama_gguf_in_bf16(llama_bins, llama3_tokenizer, tmp_path):
 
 
 def test_numpy_check_catches_unpermuted_qk_rows(llama_bins, llama3_tokenizer, tmp_path, monkeypatch):
-    monkeypatch.setattr(export_gguf, "permute_rotary", lambda w, n_head: w)
+    monkeypatch.setattr(llama3_family, "permute_rotary", lambda w, n_head: w)
     src, out = llama_bins["gqa-scaled-untied"], tmp_path / "wrong.gguf"
     export_gguf.export(src, out, "f32", str(llama3_tokenizer))
     with pytest.raises(export_gguf.ExportError, match="GGUF logits differ"):
@@ -192,6 +193,9 @@ def test_command_line_writes_and_verifies(llama_bins, llama3_tokenizer, tmp_path
 
 @pytest.mark.parametrize("content, message", [
     (np.array([20240327, 2], dtype="<i4").tobytes(), "wrong magic 20240327"),
+    # a family without a GGUF export (nanochat's magic): the families that have one are named
+    (np.array([20251013, 3], dtype="<i4").tobytes(),
+     "wrong magic 20251013, expected 20240326 (GPT-2 model) or 20240803 (Llama 3 model)"),
     (np.array([20240803, 3], dtype="<i4").tobytes(), "shorter than the 2048-byte"),
     (b"\x01", "shorter than a header"),
 ])

@@ -393,7 +393,7 @@ def test_compare_families_writes_the_table_and_the_plot(binaries, tinyshakespear
     assert summary.startswith("CPU: ") and summary.strip() in proc.stdout, proc.stdout
     rows = [line for line in summary.splitlines() if line.startswith("| ")]
     assert rows[0] == "| val loss at step | 0 | 2 | 4 | ms/step (median) |", summary
-    assert rows[2].startswith("| GPT-2 d1, AdamW lr 0.001 |"), summary
+    assert rows[2].startswith("| gpt2 d1, AdamW lr 0.001 |"), summary
     assert rows[3].startswith("| nanochat d1, Muon lr 0.02 + AdamW lr 0.003 |"), summary
     for row in rows[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")][1:]

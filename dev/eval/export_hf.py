@@ -22,13 +22,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from pyllmc.families import REGISTRY, by_magic
 from pyllmc.model_file import ModelFileError
+from pyllmc.reference.common import UserError
+from pyllmc.reference.tokenizer_files import gpt2_bpe
 
 
 class ExportError(Exception):
@@ -36,52 +38,6 @@ class ExportError(Exception):
 
 
 # ----------------------------------------------------------------------------- tokenizer files
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from bytes to printable characters (used in vocab.json and merges.txt)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            mapping[b] = chr(b)
-        else:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-def merge_of(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
-    """The pair that forms `token`: BPE of its bytes using only merges ranked below it leaves two parts."""
-    limit = ranks[token]
-    parts = [bytes([b]) for b in token]
-    while len(parts) > 2:
-        best, best_i = None, -1
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < limit and (best is None or r < best):
-                best, best_i = r, i
-        if best is None:
-            break
-        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
-    if len(parts) != 2:
-        raise ExportError(f"token {token!r} (rank {limit}) is not a merge of two lower-ranked tokens")
-    return parts[0], parts[1]
-
-
-def gpt2_bpe() -> tuple[int, dict[bytes, int], list[tuple[bytes, bytes]], Callable[[bytes], str]]:
-    """tiktoken's gpt2 encoding as BPE: its end-of-text id, its ranks, its merges in rank order (the merges take
-    seconds) and the byte-level printer of a token (bytes_to_unicode) that vocab.json, merges.txt and GGUF use."""
-    import tiktoken
-
-    try:
-        enc = tiktoken.get_encoding("gpt2")
-    except Exception as e:  # tiktoken raises requests' errors when offline
-        raise ExportError(f"cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR): {type(e).__name__}") from None
-    b2u = bytes_to_unicode()
-    ranks = enc._mergeable_ranks
-    merges = [merge_of(ranks, tok) for tok, _ in sorted(ranks.items(), key=lambda kv: kv[1]) if len(tok) > 1]
-    return enc.eot_token, ranks, merges, lambda b: "".join(b2u[x] for x in b)
 
 
 def write_tokenizer_files(out: Path) -> None:
@@ -175,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         export(args.input, args.output, args.dtype, not args.no_tokenizer)
-    except ExportError as e:
+    except (ExportError, UserError) as e:  # UserError: tiktoken's gpt2 encoding cannot be loaded
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,114 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=tuple(f"build/cuda_cpu/{p}" for p in ("train_gpt2cu_fp32", "test_gpt2cu_fp32", "train_gpt2cu_bf16")),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_gpt2.py's compact GPT-2 dN, returning the loss, its vocabulary): GPT-2's vocabulary padded to the C
+    trainer's Vp (50304; the 47 padding rows take part in the softmax, the cost is the padded GEMM's, as ours), wte
+    tied to the lm_head; `vocab` is not used."""
+    from train_gpt2 import minimal_model
+
+    V = gpt2_padded_vocab(VOCAB_SIZE)
+    return minimal_model(depth, V), V
+
+
+# ----------------------------------------------------------------------------- dev/eval/export_gguf.py's GGUF
+
+GGUF_ARCH = "gpt2"  # llama.cpp's architecture
+
+
+def gguf_tensors(h: Gpt2Header, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """llama.cpp's gpt2 tensor names; wte without its padding rows, repeated as output.weight (as llama.cpp's converter)."""
+    out = {"token_embd.weight": t["wte"][: h.V], "position_embd.weight": t["wpe"]}
+    names = {"ln1w": "attn_norm.weight", "ln1b": "attn_norm.bias", "qkvw": "attn_qkv.weight", "qkvb": "attn_qkv.bias",
+             "attprojw": "attn_output.weight", "attprojb": "attn_output.bias", "ln2w": "ffn_norm.weight",
+             "ln2b": "ffn_norm.bias", "fcw": "ffn_up.weight", "fcb": "ffn_up.bias", "fcprojw": "ffn_down.weight",
+             "fcprojb": "ffn_down.bias"}
+    for l in range(h.L):
+        for ours, theirs in names.items():
+            out[f"blk.{l}.{theirs}"] = t[ours][l]
+    out["output_norm.weight"], out["output_norm.bias"] = t["lnfw"], t["lnfb"]
+    out["output.weight"] = out["token_embd.weight"]
+    return out
+
+
+@lru_cache(maxsize=1)
+def gguf_vocab() -> tuple[list[str], list[int], list[str]]:
+    """tokens (byte-level strings), token types and merges of tiktoken's gpt2 encoding (the merges take seconds)."""
+    from pyllmc.gguf_common import TOKEN_CONTROL, TOKEN_NORMAL
+    from pyllmc.reference.tokenizer_files import gpt2_bpe
+
+    _, ranks, pairs, show = gpt2_bpe()
+    tokens = [""] * VOCAB_SIZE
+    for tok, r in ranks.items():
+        tokens[r] = show(tok)
+    tokens[EOT] = "<|endoftext|>"
+    types = [TOKEN_NORMAL] * VOCAB_SIZE
+    types[EOT] = TOKEN_CONTROL
+    merges = [f"{show(a)} {show(b)}" for a, b in pairs]
+    return tokens, types, merges
+
+
+def gguf_model(src: Path, h: Gpt2Header, t: dict[str, np.ndarray], tokenizer: str):
+    """The GGUF of a checkpoint (a pyllmc.gguf_common.GgufModel) with tiktoken's gpt2 tokenizer; `tokenizer` is not used."""
+    from pyllmc.gguf_common import GgufError, GgufModel
+
+    if h.V != VOCAB_SIZE:
+        raise GgufError(f"{src}: vocab size {h.V} is not GPT-2's {VOCAB_SIZE}: no tokenizer to store with it")
+    tokens, types, merges = gguf_vocab()
+
+    def metadata(w) -> None:
+        w.add_name(src.stem)
+        w.add_context_length(h.maxT)
+        w.add_embedding_length(h.C)
+        w.add_feed_forward_length(4 * h.C)
+        w.add_block_count(h.L)
+        w.add_head_count(h.NH)
+        w.add_layer_norm_eps(1e-5)
+        w.add_vocab_size(h.V)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(EOT)
+        w.add_eos_token_id(EOT)
+
+    return GgufModel(metadata, gguf_tensors(h, t), f"gpt2, L={h.L} NH={h.NH} C={h.C} V={h.V}")
+
+
+def gguf_prompt_tokens(prompt: str, tokenizer: str) -> list[int]:
+    """<|endoftext|>, then the prompt in tiktoken's gpt2 encoding; `tokenizer` is not used."""
+    from pyllmc.reference.tokenizer_files import gpt2_encoding
+
+    return [EOT, *gpt2_encoding().encode_ordinary(prompt)]
+
+
+def gguf_logits(meta: dict, t: dict[str, np.ndarray], tokens: list[int]) -> np.ndarray:
+    """GPT-2 forward pass (T, V) from the GGUF tensors and metadata alone."""
+    from pyllmc.gguf_common import softmax_attention
+
+    L, NH, eps = int(meta["gpt2.block_count"]), int(meta["gpt2.attention.head_count"]), float(meta["gpt2.attention.layer_norm_epsilon"])
+    T = len(tokens)
+
+    def ln(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w + b
+
+    x = t["token_embd.weight"][tokens] + t["position_embd.weight"][:T]
+    C = x.shape[1]
+    for l in range(L):
+        p = lambda n: t[f"blk.{l}.{n}"]  # noqa: E731
+        qkv = ln(x, p("attn_norm.weight"), p("attn_norm.bias")) @ p("attn_qkv.weight").T + p("attn_qkv.bias")
+        q, k, v = (a.reshape(T, NH, C // NH).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=1))
+        y = softmax_attention(q, k, v).transpose(1, 0, 2).reshape(T, C)
+        x = x + y @ p("attn_output.weight").T + p("attn_output.bias")
+        h = ln(x, p("ffn_norm.weight"), p("ffn_norm.bias")) @ p("ffn_up.weight").T + p("ffn_up.bias")
+        h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+        x = x + h @ p("ffn_down.weight").T + p("ffn_down.bias")
+    x = ln(x, t["output_norm.weight"], t["output_norm.bias"])
+    return x @ t.get("output.weight", t["token_embd.weight"]).T

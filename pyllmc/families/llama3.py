@@ -204,3 +204,177 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=("build/cuda_cpu/train_llama3cu_fp32", "build/cuda_cpu/test_llama3cu_fp32"),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_llama3.py's Llama dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
+    VOCAB_SIZE."""
+    from pyllmc.reference.causal_lm import LossOnly
+    from train_llama3 import Llama
+
+    V = vocab or VOCAB_SIZE
+    model = Llama(depth_config(depth, V), flash=True)
+    model.init_weights(42)
+    return LossOnly(model), V
+
+
+# ----------------------------------------------------------------------------- dev/eval/export_gguf.py's GGUF
+# For llama the q and k projection rows are permuted the way llama.cpp's Hugging Face converter does (our rotate-half
+# pairs (i, i + HS/2) become adjacent pairs (2i, 2i+1), the layout of llama.cpp's rope), Llama 3.1 frequency scaling
+# is stored as the `rope_freqs.weight` factors, and a tied head stores no `output.weight` (llama.cpp then uses
+# token_embd).
+
+GGUF_ARCH = "llama"  # llama.cpp's architecture
+
+
+def permute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Rows of a q or k projection (n_head * HS, C) from rotate-half order to llama.cpp's adjacent-pair order."""
+    HS = w.shape[0] // n_head
+    return w.reshape(n_head, 2, HS // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of permute_rotary."""
+    HS = w.shape[0] // n_head
+    return w.reshape(n_head, HS // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_rope_factors(c: LlamaConfig) -> np.ndarray:
+    """llama.cpp's rope_freqs: per frequency, the divisor Llama 3.1's scaling applies (1 short, factor long)."""
+    HS = c.head_size
+    factors = []
+    low_wavelen, high_wavelen = c.original_max_position / c.low_freq_factor, c.original_max_position / c.high_freq_factor
+    for i in range(0, HS, 2):
+        wavelen = 2 * math.pi * c.rope_theta ** (i / HS)
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(c.rope_factor)
+        else:
+            smooth = (c.original_max_position / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor)
+            factors.append(1.0 / ((1 - smooth) / c.rope_factor + smooth))
+    return np.asarray(factors, dtype=np.float32)
+
+
+def gguf_tensors(c: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """llama.cpp's llama tensor names from our Llama 3 model file's tensors: q and k rows permuted."""
+    HS = c.head_size
+    out = {"token_embd.weight": t["wte"]}
+    for l in range(c.n_layer):
+        q, k, v = np.split(t["qkvw"][l], [c.n_head * HS, (c.n_head + c.n_kv_head) * HS])
+        out.update({f"blk.{l}.attn_norm.weight": t["ln1w"][l], f"blk.{l}.attn_q.weight": permute_rotary(q, c.n_head),
+                    f"blk.{l}.attn_k.weight": permute_rotary(k, c.n_kv_head), f"blk.{l}.attn_v.weight": v,
+                    f"blk.{l}.attn_output.weight": t["attprojw"][l], f"blk.{l}.ffn_norm.weight": t["ln2w"][l],
+                    f"blk.{l}.ffn_gate.weight": t["fcw"][l], f"blk.{l}.ffn_up.weight": t["fcw2"][l],
+                    f"blk.{l}.ffn_down.weight": t["fcprojw"][l]})
+    out["output_norm.weight"] = t["lnfw"]
+    if not c.tied_embeddings:
+        out["output.weight"] = t["lm_head"]
+    if c.use_scaled_rope:
+        out["rope_freqs.weight"] = gguf_rope_factors(c)
+    return out
+
+
+def gguf_vocab(tokenizer: str) -> tuple[list[str], list[int], list[str], int, int, str]:
+    """tokens, token types, merges, BOS id, end-of-text id and llama.cpp's pre-tokenizer name of a Llama 3 tokenizer."""
+    import json
+
+    from pyllmc.gguf_common import TOKEN_CONTROL, TOKEN_NORMAL, GgufError
+    from pyllmc.llama3_tokenizer import load_llama3_tokenizer
+    from pyllmc.token_shards import DataError
+
+    try:
+        tok = load_llama3_tokenizer(tokenizer)
+    except DataError as e:
+        raise GgufError(str(e)) from None
+    spec = json.loads(tok.tok.to_str())
+    special = {i for i, t in tok.tok.get_added_tokens_decoder().items() if t.special}
+    tokens = [tok.tok.id_to_token(i) for i in range(tok.vocab_size)]
+    types = [TOKEN_CONTROL if i in special else TOKEN_NORMAL for i in range(tok.vocab_size)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"].get("merges", [])]
+    pre = spec.get("pre_tokenizer") or {}
+    # Llama 3's tokenizer splits with its own regex (a Sequence of Split + ByteLevel); a plain ByteLevel is GPT-2's
+    pre_name = "gpt-2" if pre.get("type") == "ByteLevel" else "llama-bpe"
+    return tokens, types, merges, tok.bos, tok.eot, pre_name
+
+
+def gguf_model(src: Path, c: LlamaConfig, t: dict[str, np.ndarray], tokenizer: str):
+    """The GGUF of a model file (a pyllmc.gguf_common.GgufModel) with the Llama 3 tokenizer `tokenizer` (tokenizer.json
+    or its directory; "": the hub's HUB_TOKENIZER)."""
+    from pyllmc.gguf_common import GgufError, GgufModel
+
+    tokens, types, merges, bos, eot, pre = gguf_vocab(tokenizer)
+    if len(tokens) != c.vocab_size:
+        raise GgufError(f"the tokenizer has {len(tokens)} tokens but {src} has a vocab of {c.vocab_size}")
+
+    def metadata(w) -> None:
+        w.add_name(src.stem)
+        w.add_context_length(c.block_size)
+        w.add_embedding_length(c.n_embd)
+        w.add_feed_forward_length(c.ffn_hidden)
+        w.add_block_count(c.n_layer)
+        w.add_head_count(c.n_head)
+        w.add_head_count_kv(c.n_kv_head)
+        w.add_rope_freq_base(c.rope_theta)
+        w.add_rope_dimension_count(c.head_size)
+        w.add_layer_norm_rms_eps(c.norm_eps)
+        w.add_vocab_size(c.vocab_size)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(bos)
+        w.add_eos_token_id(eot)
+        w.add_add_bos_token(True)
+
+    line = (f"llama, L={c.n_layer} NH={c.n_head} NKV={c.n_kv_head} C={c.n_embd} FFN={c.ffn_hidden} V={c.vocab_size}"
+            f"{', scaled RoPE' if c.use_scaled_rope else ''}{', tied' if c.tied_embeddings else ''}")
+    return GgufModel(metadata, gguf_tensors(c, t), line)
+
+
+def gguf_prompt_tokens(prompt: str, tokenizer: str) -> list[int]:
+    """The BOS, then the prompt in the Llama 3 tokenizer `tokenizer`."""
+    from pyllmc.llama3_tokenizer import load_llama3_tokenizer
+
+    tok = load_llama3_tokenizer(tokenizer)
+    return [tok.bos, *tok.encode(prompt)]
+
+
+def gguf_logits(meta: dict, t: dict[str, np.ndarray], tokens: list[int]) -> np.ndarray:
+    """Llama forward pass (T, V) from the GGUF tensors and metadata alone (q/k rows un-permuted to rotate-half)."""
+    from pyllmc.gguf_common import softmax_attention
+
+    L, NH, NKV = (int(meta[f"llama.{k}"]) for k in ("block_count", "attention.head_count", "attention.head_count_kv"))
+    eps, theta = float(meta["llama.attention.layer_norm_rms_epsilon"]), float(meta["llama.rope.freq_base"])
+    HS = int(meta["llama.rope.dimension_count"])
+    T = len(tokens)
+    inv_freq = theta ** (-np.arange(0, HS, 2) / HS) / t.get("rope_freqs.weight", np.ones(HS // 2))
+    angles = np.arange(T)[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(np.concatenate([angles, angles], 1)), np.sin(np.concatenate([angles, angles], 1))  # (T, HS)
+
+    def rms(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+
+    def rope(x: np.ndarray) -> np.ndarray:  # (nh, T, HS), pairs (i, i + HS/2)
+        return x * cos + np.concatenate([-x[..., HS // 2 :], x[..., : HS // 2]], -1) * sin
+
+    x = t["token_embd.weight"][tokens]
+    C = x.shape[1]
+    for l in range(L):
+        p = lambda n: t[f"blk.{l}.{n}"]  # noqa: E731
+        h = rms(x, p("attn_norm.weight"))
+        q = (h @ unpermute_rotary(p("attn_q.weight"), NH).T).reshape(T, NH, HS).transpose(1, 0, 2)
+        k = (h @ unpermute_rotary(p("attn_k.weight"), NKV).T).reshape(T, NKV, HS).transpose(1, 0, 2)
+        v = (h @ p("attn_v.weight").T).reshape(T, NKV, HS).transpose(1, 0, 2)
+        k, v = np.repeat(rope(k), NH // NKV, axis=0), np.repeat(v, NH // NKV, axis=0)
+        y = softmax_attention(rope(q), k, v).transpose(1, 0, 2).reshape(T, C)
+        x = x + y @ p("attn_output.weight").T
+        h = rms(x, p("ffn_norm.weight"))
+        gate = h @ p("ffn_gate.weight").T
+        x = x + (gate / (1 + np.exp(-gate)) * (h @ p("ffn_up.weight").T)) @ p("ffn_down.weight").T
+    x = rms(x, t["output_norm.weight"])
+    return x @ t.get("output.weight", t["token_embd.weight"]).T

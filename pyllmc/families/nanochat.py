@@ -219,3 +219,18 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=("build/cuda_cpu/train_nanochatcu_fp32", "build/cuda_cpu/test_nanochatcu_fp32"),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_nanochat.py's NanoChat dN with SDPA attention as a module returning the loss, its vocabulary: its own
+    VOCAB_SIZE; `vocab` is not used)."""
+    from pyllmc.reference.causal_lm import LossOnly
+    from train_nanochat import NanoChat
+
+    config = depth_config(depth)
+    model = NanoChat(config, flash=True)
+    model.init_weights(42)
+    return LossOnly(model), config.vocab_size

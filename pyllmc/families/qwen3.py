@@ -236,3 +236,18 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     cuda_cpu_targets=("build/cuda_cpu/train_qwen3cu_fp32", "build/cuda_cpu/test_qwen3cu_fp32"),
 )
+
+
+# ----------------------------------------------------------------------------- dev/torch_minimal_step.py's model
+
+
+def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
+    """(train_qwen3.py's Qwen3 dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
+    Qwen3Config.vocab_size."""
+    from pyllmc.reference.causal_lm import LossOnly
+    from train_qwen3 import Qwen3
+
+    V = vocab or Qwen3Config.vocab_size
+    model = Qwen3(depth_config(depth, V), flash=True)
+    model.init_weights(42)
+    return LossOnly(model), V

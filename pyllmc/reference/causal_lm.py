@@ -69,3 +69,15 @@ class CausalLM(nn.Module):
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
+
+
+class LossOnly(nn.Module):
+    """A CausalLM as a module whose forward(idx, targets) returns the mean loss alone (dev/torch_minimal_step.py
+    compiles this whole)."""
+
+    def __init__(self, model: CausalLM):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model(idx, targets, return_logits=False)[1]

@@ -1,5 +1,6 @@
 """
-GPT-2's tokenizer: tiktoken's gpt2 encoding, and the tokenizer file the C programs decode with (llm.c's format,
+GPT-2's tokenizer: tiktoken's gpt2 encoding (and as BPE: its merges and the byte-level printing that vocab.json,
+merges.txt and GGUF use), and the tokenizer file the C programs decode with (llm.c's format,
 version 2: the header carries the end-of-text id); and the BPE families' tokenizer file (Llama 3's layout, version 3:
 the header carries the end-of-text and BOS ids), written from a LlamaTokenizer.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Callable
 
 from pyllmc.family import Family
 from pyllmc.families.gpt2 import GPT2
@@ -25,6 +27,47 @@ def gpt2_encoding():
     except Exception as e:  # tiktoken raises requests' errors when offline
         raise UserError(f"cannot load tiktoken's gpt2 encoding (offline? set TIKTOKEN_CACHE_DIR to a cache holding it): "
                         f"{type(e).__name__}") from None
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters (used in vocab.json and merges.txt)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def merge_of(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
+    """The pair that forms `token`: BPE of its bytes using only merges ranked below it leaves two parts."""
+    limit = ranks[token]
+    parts = [bytes([b]) for b in token]
+    while len(parts) > 2:
+        best, best_i = None, -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < limit and (best is None or r < best):
+                best, best_i = r, i
+        if best is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    if len(parts) != 2:
+        raise UserError(f"token {token!r} (rank {limit}) is not a merge of two lower-ranked tokens")
+    return parts[0], parts[1]
+
+
+def gpt2_bpe() -> tuple[int, dict[bytes, int], list[tuple[bytes, bytes]], Callable[[bytes], str]]:
+    """tiktoken's gpt2 encoding as BPE: its end-of-text id, its ranks, its merges in rank order (the merges take
+    seconds) and the byte-level printer of a token (bytes_to_unicode) that vocab.json, merges.txt and GGUF use."""
+    enc = gpt2_encoding()
+    b2u = bytes_to_unicode()
+    ranks = enc._mergeable_ranks
+    merges = [merge_of(ranks, tok) for tok, _ in sorted(ranks.items(), key=lambda kv: kv[1]) if len(tok) > 1]
+    return enc.eot_token, ranks, merges, lambda b: "".join(b2u[x] for x in b)
 
 
 def write_gpt2_tokenizer(filename: str | Path) -> None:
