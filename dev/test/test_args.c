@@ -84,19 +84,37 @@ static void test_help_matches_parser(void) {
     free(text);
 }
 
+// the trainers of the registry's rows (llmc/families.h), "./train_<name><suffix>" joined by ", ": every row's (gpu 0),
+// or the rows with a GPU trainer's (gpu 1)
+#define TEST_FAMILY_ROW_(name, DESCRIPTION, GPU, refs, refs_dir) {#name, GPU},
+static const struct { const char* name; int gpu; } TEST_FAMILIES[] = {LLMC_FAMILIES(TEST_FAMILY_ROW_)};
+static const char* registry_trainers(int gpu, const char* suffix) {
+    static char lists[2][512];
+    char* out = lists[gpu];
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof(TEST_FAMILIES) / sizeof(TEST_FAMILIES[0]); i++) {
+        if (gpu && !TEST_FAMILIES[i].gpu) { continue; }
+        snprintf(out + strlen(out), 512 - strlen(out), "%s./train_%s%s", out[0] ? ", " : "", TEST_FAMILIES[i].name, suffix);
+    }
+    return out;
+}
+
 // the refusal names the backends that take the flag, in one line
 static void test_refusal_line(void) {
+    const char* cpu = registry_trainers(0, "");
+    const char* gpu = registry_trainers(1, "cu");
+    char want[2048];
     ParseCase r = {TRAIN_CPU, "./train_gpt2", "-r", "1"};
-    expect_die("-r on the CPU", parse_case, &r,
-               "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2\n", NULL);
+    snprintf(want, sizeof(want), "error: flag -r: a flag of the GPU trainers (%s), not of ./train_gpt2\n", gpu);
+    expect_die("-r on the CPU", parse_case, &r, want, NULL);
     ParseCase z = {TRAIN_OPENCL, "./train_gpt2cl", "-z", "1"};
-    expect_die("-z in OpenCL", parse_case, &z,
-               "error: flag -z: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3) and the GPU "
-               "trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2cl\n", NULL);
+    snprintf(want, sizeof(want), "error: flag -z: a flag of the CPU trainers (%s) and the GPU trainers (%s), not of "
+             "./train_gpt2cl\n", cpu, gpu);
+    expect_die("-z in OpenCL", parse_case, &z, want, NULL);
     ParseCase p = {TRAIN_GPU, "./train_llama3cu", "-p", "bf16"};
-    expect_die("-p on the GPU", parse_case, &p,
-               "error: flag -p: a flag of the CPU trainers (./train_gpt2, ./train_llama3, ./train_nanochat, ./train_qwen3) and the OpenCL trainer "
-               "(./train_gpt2cl), not of ./train_llama3cu\n", NULL);
+    snprintf(want, sizeof(want), "error: flag -p: a flag of the CPU trainers (%s) and the OpenCL trainer (./train_gpt2cl), "
+             "not of ./train_llama3cu\n", cpu);
+    expect_die("-p on the GPU", parse_case, &p, want, NULL);
     // refused before its value is looked at: no value, or a bad one, is still the backend's line
     ParseCase bare = {TRAIN_OPENCL, "./train_gpt2cl", "-ol", NULL};
     expect_die("-ol without a value in OpenCL", parse_case, &bare, "flag -ol: a flag of the CPU trainers", "not of ./train_gpt2cl");
