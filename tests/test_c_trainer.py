@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import PYTHON, REPO, TS_TRAIN, TS_VAL, assert_one_error_line, killed_after, make, run
+from pyllmc.families import NAMES
+from test_families import CUDA_FAMILIES
 
 V, VP = 50257, 50304
 MPIRUN = REPO / ".venv" / "bin" / "mpirun"
@@ -319,8 +321,9 @@ def test_help_lists_the_cpu_trainers_flags(binaries) -> None:
 
 def test_gpu_trainers_flag_is_refused_in_one_line(binaries) -> None:
     proc = run(["./train_gpt2", "-r", 1], check=False)
+    gpu_trainers = ", ".join(f"./train_{name}cu" for name in NAMES if name in CUDA_FAMILIES)  # the registry's
     assert assert_one_error_line(proc, alone=True) == (
-        "error: flag -r: a flag of the GPU trainers (./train_gpt2cu, ./train_llama3cu, ./train_nanochatcu), not of ./train_gpt2")
+        f"error: flag -r: a flag of the GPU trainers ({gpu_trainers}), not of ./train_gpt2")
 
 
 # ---------------------------------------------------------------------------- bad input
