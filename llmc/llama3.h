@@ -203,9 +203,7 @@ static inline void llama3_describe_config(const void* config, char* line, size_t
 static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
 static const ModelFamily LLAMA3_FAMILY = {
-    .shard_format = SHARD_FORMAT_LLAMA3,
-    .tokenizer_pattern = BPE_PATTERN_LLAMA3,
-    MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3",
+    MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_LLAMA3,
                               "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")"),
     DECODER_FAMILY_FIELDS(LLAMA3, llama3, ln1w),
 };

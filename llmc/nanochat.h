@@ -188,9 +188,8 @@ static inline void nanochat_describe_config(const void* config, char* line, size
 }
 
 static const ModelFamily NANOCHAT_FAMILY = {
-    .shard_format = SHARD_FORMAT_GPT2,
-    .tokenizer_pattern = BPE_PATTERN_GPT2,  // GPT-2's vocabulary (text prompts need it)
-    MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat",
+    // GPT-2's shards and its tokenizer's split (text prompts need it)
+    MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat", SHARD_FORMAT_GPT2, BPE_PATTERN_GPT2,
                               "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)"),
     DECODER_FAMILY_FIELDS(NANOCHAT, nanochat, qkvw),
     .muon_splits_qkv = 1, // as nanochat's own Muon: q, k and v are three matrices

@@ -157,9 +157,8 @@ static inline void qwen3_describe_config(const void* config, char* line, size_t 
 static const DebugStateFormat QWEN3_DEBUG_STATE = {QWEN3_MAGIC, 3, "Qwen3 debug state", "block size", 1};
 
 static const ModelFamily QWEN3_FAMILY = {
-    .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
-    .tokenizer_pattern = BPE_PATTERN_QWEN,  // numbers split one digit a piece
-    MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3",
+    // Llama 3's shards (uint32 ids, bounded by the model's V); its tokenizer splits numbers one digit a piece
+    MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_QWEN,
                               "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")"),
     DECODER_FAMILY_FIELDS(QWEN3, qwen3, ln1w),
 };
