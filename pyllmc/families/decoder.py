@@ -36,6 +36,16 @@ def round_to_float32(config: DecoderSizes, *names: str) -> None:
         setattr(config, name, float(np.float32(getattr(config, name))))
 
 
+def torch_minimal_decoder(model_class: type, config: DecoderSizes) -> tuple[object, int]:
+    """(the reference's model of this class at config, SDPA attention, init at seed 42, as a module returning the loss;
+    its vocabulary): a decoder family's torch_minimal_model (dev/torch_minimal_step.py)."""
+    from pyllmc.reference.causal_lm import LossOnly
+
+    model = model_class(config, flash=True)
+    model.init_weights(42)
+    return LossOnly(model), config.vocab_size
+
+
 def hf_size_fields(c: DecoderSizes) -> dict:
     """A decoder's sizes as transformers' configs name them (LlamaConfig, Qwen3Config, NanoChatConfig alike)."""
     return {"vocab_size": c.vocab_size, "hidden_size": c.n_embd, "intermediate_size": c.ffn_hidden,

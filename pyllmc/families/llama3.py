@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pyllmc.family import Family, OutputChecks, ShardFormat, cuda_cpu_decoder_checks, debug_state_files
-from pyllmc.families.decoder import DecoderSizes, round_to_float32
+from pyllmc.families.decoder import DecoderSizes, round_to_float32, torch_minimal_decoder
 from pyllmc.model_file import ModelFileError, check_body_size, header_bytes, read_tensors, read_two_part_header
 
 VOCAB_SIZE = 128256  # Meta's Llama 3 tokenizer: the largest id a llama-3 shard may hold, plus one
@@ -190,15 +190,10 @@ OUTPUT_CHECKS = OutputChecks(
 
 
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
-    """(train_llama3.py's Llama dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
-    VOCAB_SIZE."""
-    from pyllmc.reference.causal_lm import LossOnly
+    """train_llama3.py's Llama dN of vocabulary `vocab`, else VOCAB_SIZE, as torch_minimal_decoder builds it."""
     from train_llama3 import Llama
 
-    V = vocab or VOCAB_SIZE
-    model = Llama(depth_config(depth, V), flash=True)
-    model.init_weights(42)
-    return LossOnly(model), V
+    return torch_minimal_decoder(Llama, depth_config(depth, vocab or VOCAB_SIZE))
 
 
 # ----------------------------------------------------------------------------- dev/eval/export_gguf.py's GGUF

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pyllmc.family import Family, OutputChecks, cuda_cpu_decoder_checks, debug_state_files
-from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32
+from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32, torch_minimal_decoder
 from pyllmc.families.gpt2 import GPT2
 from pyllmc.model_file import attention_problem, cast_to, header_bytes, read_config_header, read_config_model
 
@@ -200,10 +200,6 @@ OUTPUT_CHECKS = OutputChecks(
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
     """(train_nanochat.py's NanoChat dN with SDPA attention as a module returning the loss, its vocabulary: its own
     VOCAB_SIZE; `vocab` is not used)."""
-    from pyllmc.reference.causal_lm import LossOnly
     from train_nanochat import NanoChat
 
-    config = depth_config(depth)
-    model = NanoChat(config, flash=True)
-    model.init_weights(42)
-    return LossOnly(model), config.vocab_size
+    return torch_minimal_decoder(NanoChat, depth_config(depth))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pyllmc.family import Family, OutputChecks, cuda_cpu_decoder_checks, debug_state_files
-from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32
+from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32, torch_minimal_decoder
 from pyllmc.families.llama3 import LLAMA3
 from pyllmc.model_file import (ModelFileError, attention_problem, cast_to, header_bytes, read_config_header,
                                read_config_model)
@@ -216,12 +216,8 @@ OUTPUT_CHECKS = OutputChecks(
 
 
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
-    """(train_qwen3.py's Qwen3 dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
-    VOCAB_SIZE."""
-    from pyllmc.reference.causal_lm import LossOnly
+    """(train_qwen3.py's Qwen3 dN, the loss as its output, and its vocabulary: `vocab`, else VOCAB_SIZE), from
+    torch_minimal_decoder."""
     from train_qwen3 import Qwen3
 
-    V = vocab or VOCAB_SIZE
-    model = Qwen3(depth_config(depth, V), flash=True)
-    model.init_weights(42)
-    return LossOnly(model), V
+    return torch_minimal_decoder(Qwen3, depth_config(depth, vocab or VOCAB_SIZE))
