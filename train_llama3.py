@@ -24,28 +24,13 @@ import numpy as np
 import torch
 
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.families.llama3 import (
-    HUB_TOKENIZER,
-    LLAMA3,
-    LlamaConfig,
-    depth_config,
-    llama3_header_bytes,
-    llama_config_problem,
-    llama_ffn_hidden,
-    read_llama3,
-)
+from pyllmc.families.llama3 import (HUB_TOKENIZER, LLAMA3, LlamaConfig, depth_config, llama3_header_bytes,
+                                    llama_config_problem, llama_ffn_hidden, read_llama3)
 from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
 from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, config_checker
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.decoder import (
-    FileLayout,
-    GroupedQueryAttention,
-    PreNormBlock,
-    StackedDecoder,
-    SwiGLU,
-    rope_cos_sin,
-)
+from pyllmc.reference.decoder import FileLayout, GroupedQueryAttention, PreNormBlock, StackedDecoder, SwiGLU, rope_cos_sin
 from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
 from pyllmc.reference.tokenizer_files import bpe_tokenizer_file_bytes, write_bpe_tokenizer
 from pyllmc.reference.training import ModelFamily, reference_main, seeded_sampler

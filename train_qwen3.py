@@ -23,17 +23,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from pyllmc.families.qwen3 import (
-    HF_BLOCK_TENSORS,
-    HUB_MODEL,
-    QWEN3,
-    depth_config,
-    hf_config_fields,
-    Qwen3Config,
-    qwen3_config_problem,
-    qwen3_header_bytes,
-    read_qwen3,
-)
+from pyllmc.families.qwen3 import (HF_BLOCK_TENSORS, HUB_MODEL, QWEN3, Qwen3Config, depth_config, hf_config_fields,
+                                   qwen3_config_problem, qwen3_header_bytes, read_qwen3)
 from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer
 from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, config_checker, huggingface_reachable, is_depth_name

@@ -98,6 +98,58 @@ static inline DecoderConfig decoder_config_of(void (*fill)(const void* config, D
     const size_t VH = (d).tied_embeddings ? 0 : V; \
     (void)V; (void)C; (void)L; (void)AW; (void)QKV; (void)FFN; (void)VH
 
+// prefix_parameter_dims, a decoder family's (slices, rows, cols) of each parameter tensor in file order (slices is L
+// for the per-layer ones): its table PREFIX_PARAMETER_TENSORS, written in DECODER_DIM_NAMES, at the DecoderConfig its
+// prefix_decoder_config gives
+#define DECODER_PARAMETER_DIMS(prefix, PREFIX) \
+    static inline void prefix##_parameter_dims(size_t (*dims)[3], const void* config) { \
+        DecoderConfig d = decoder_config_of(prefix##_decoder_config, config); \
+        DECODER_DIM_NAMES(d); \
+        const size_t table[PREFIX##_NUM_PARAMETER_TENSORS][3] = {PREFIX##_PARAMETER_TENSORS(TENSOR_DIMS, _)}; \
+        memcpy(dims, table, sizeof(table)); \
+    }
+
+// The rows of a decoder family's tensor table (X(D, name, per_layer, rows, cols, is_matrix), llmc/model_file.h) that
+// the families with weighted RMSNorms write alike: the embedding, then the family's layer, the final RMSNorm and the
+// lm_head, absent when tied (VH 0)
+#define DECODER_WEIGHTED_NORM_TENSORS(X, D, LAYER_TENSORS) \
+    X(D, wte,      0, V,   C,   1) /* token embedding */ \
+    LAYER_TENSORS(X, D) \
+    X(D, lnfw,     0, C,   1,   0) /* final RMSNorm */ \
+    X(D, lm_head,  0, VH,  C,   1) /* output projection, absent when tied */
+
+// and a layer's SwiGLU MLP after its RMSNorm: silu(h fcw^T) * (h fcw2^T), projected down by fcprojw
+#define DECODER_SWIGLU_MLP_TENSORS(X, D) \
+    X(D, ln2w,     1, C,   1,   0) /* RMSNorm before the MLP */ \
+    X(D, fcw,      1, FFN, C,   1) /* gate projection (Llama's w1) */ \
+    X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
+    X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
+
+// prefix_family_init_params (llmc/model_family.h) for a decoder family that starts as GPT-2 does, bit for bit what its
+// reference does at this seed (llmc/model_file.h's tensor_table_init_normal): N(0, 0.02) over the 2-D weights, the
+// residual projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight 1
+#define DECODER_FAMILY_INIT_NORMAL(prefix, PREFIX) \
+    static inline void prefix##_family_init_params(float* params, const void* config, unsigned int seed) { \
+        DecoderConfig d = decoder_config_of(prefix##_decoder_config, config); \
+        tensor_table_init_normal(params, prefix##_parameter_dims, config, PREFIX##_NUM_PARAMETER_TENSORS, \
+                                 PREFIX##_PARAMETER_IS_MATRIX, PREFIX##_PARAM_attprojw, PREFIX##_PARAM_fcprojw, \
+                                 d.num_layers, seed); \
+    }
+
+// The fields of a decoder family's ModelFamily that follow from its names (llmc/model_family.h): its tensor table
+// (first: its layer's first tensor), its behaviour's functions and prefix_decoder_config
+#define DECODER_FAMILY_FIELDS(PREFIX, prefix, first) \
+    MODEL_FAMILY_TENSOR_TABLE(PREFIX, prefix, first), MODEL_FAMILY_BEHAVIOUR(prefix), \
+    .decoder_config = prefix##_decoder_config
+
+// A dN descriptor's shapes every decoder family shares, into a zeroed config cfg of any family: maxT 1024, V, L = N,
+// C = 64 N; the heads and the rest are the family's
+#define DECODER_DESCRIPTOR_SHAPE(cfg, N, V) \
+    do { \
+        memset((cfg), 0, sizeof(*(cfg))); \
+        (cfg)->max_seq_len = 1024, (cfg)->vocab_size = (V), (cfg)->num_layers = (N), (cfg)->channels = 64 * (N); \
+    } while (0)
+
 // A model file's heads, checked once its header fields are in range (the family's model_file_check): HS even (RoPE
 // pairs i with i + HS/2), and C = NH HS when the family's head size is C / NH (HS 0 here); NH a multiple of NKV. One
 // error line naming the file and what it is ("Llama 3 model").

@@ -68,23 +68,15 @@ static inline int llama3_ffn_hidden(int C, float ffn_dim_multiplier, int multipl
 }
 
 // ----------------------------------------------------------------------------
-// the parameter tensors, in file order: X(D, name, per_layer, rows, cols, is_matrix), sizes in
-// V, C, QKV = (NH + 2 NKV) HS, FFN and VH (V, or 0 when lm_head is tied to wte). is_matrix: the
-// 2-D weights, the ones AdamW decays (as the reference's optimizer groups).
-#define LLAMA3_PARAMETER_TENSORS(X, D) \
-    X(D, wte,      0, V,   C,   1) /* token embedding */ \
-    LLAMA3_LAYER_PARAMETER_TENSORS(X, D) \
-    X(D, lnfw,     0, C,   1,   0) /* final RMSNorm */ \
-    X(D, lm_head,  0, VH,  C,   1) /* output projection, absent when tied */
+// Llama 3's parameter tensors in file order, in llmc/decoder.h's names (is_matrix marks the 2-D weights AdamW
+// decays, as the reference's optimizer groups): wte, a layer, lnfw, lm_head unless tied; the layer is
+#define LLAMA3_PARAMETER_TENSORS(X, D) DECODER_WEIGHTED_NORM_TENSORS(X, D, LLAMA3_LAYER_PARAMETER_TENSORS)
 
 #define LLAMA3_LAYER_PARAMETER_TENSORS(X, D) \
     X(D, ln1w,     1, C,   1,   0) /* RMSNorm before attention */ \
     X(D, qkvw,     1, QKV, C,   1) /* q rows (NH HS), then k rows (NKV HS), then v rows */ \
-    X(D, attprojw, 1, C,   C,   1) /* attention output projection */ \
-    X(D, ln2w,     1, C,   1,   0) /* RMSNorm before the MLP */ \
-    X(D, fcw,      1, FFN, C,   1) /* gate projection (w1) */ \
-    X(D, fcw2,     1, FFN, C,   1) /* up projection (w3) */ \
-    X(D, fcprojw,  1, C,   FFN, 1) /* down projection (w2) */
+    X(D, attprojw, 1, C,   C,   1) /* attention output projection (AW = C) */ \
+    DECODER_SWIGLU_MLP_TENSORS(X, D)
 
 // the enum LLAMA3_PARAM_wte = 0 ..., its count, one layer's 7 tensors and the arrays of names and flags
 // (llmc/model_file.h)
@@ -109,13 +101,7 @@ static inline void llama3_decoder_config(const void* config, DecoderConfig* d) {
     }
 }
 
-// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
-static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) {
-    DecoderConfig d = decoder_config_of(llama3_decoder_config, config);
-    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
-    const size_t table[LLAMA3_NUM_PARAMETER_TENSORS][3] = {LLAMA3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
-    memcpy(dims, table, sizeof(table));
-}
+DECODER_PARAMETER_DIMS(llama3, LLAMA3)  // llama3_parameter_dims: the table's (slices, rows, cols) at a config
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -124,19 +110,11 @@ static inline void llama3_parameter_dims(size_t (*dims)[3], const void* config) 
 static inline int llama3_config_from_descriptor(const char* desc, int V, Llama3Config* cfg) {
     int N = model_descriptor_depth(desc);
     if (N == 0) { return 0; }
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_seq_len = 1024;
-    cfg->vocab_size = V;
-    cfg->num_layers = N;
-    cfg->num_heads = N;
-    cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;
-    cfg->channels = 64 * N;
-    cfg->multiple_of = 32;
-    cfg->ffn_dim_multiplier = 0.0f;
+    DECODER_DESCRIPTOR_SHAPE(cfg, N, V);
+    cfg->num_heads = N, cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;
+    cfg->multiple_of = 32;  // no ffn_dim_multiplier, untied, no rope scaling, version minor 0: all zero
     cfg->ffn_hidden = llama3_ffn_hidden(cfg->channels, 0.0f, 32);
-    cfg->norm_eps = 1e-5f;
-    cfg->rope_theta = 500000.0f;
-    cfg->version_minor = 0;
+    cfg->norm_eps = 1e-5f, cfg->rope_theta = 500000.0f;
     return 1;
 }
 
@@ -200,17 +178,6 @@ static const ModelFileFormat LLAMA3_MODEL_FILE = MODEL_FILE_FORMAT(
     LLAMA3_MAGIC, 1, LLAMA3_HEADER_FIELDS, Llama3Config, llama3_model_file_check, llama3_model_file_parameters);
 
 // ----------------------------------------------------------------------------
-// from scratch
-
-// params: the model's floats, file order; bit for bit what train_llama3.py does at this seed
-// (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
-// when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); the RMSNorm weights 1
-static inline void llama3_init_params_from_scratch(float* params, const Llama3Config* cfg, unsigned int seed) {
-    tensor_table_init_normal(params, llama3_parameter_dims, cfg, LLAMA3_NUM_PARAMETER_TENSORS, LLAMA3_PARAMETER_IS_MATRIX,
-                             LLAMA3_PARAM_attprojw, LLAMA3_PARAM_fcprojw, cfg->num_layers, seed);
-}
-
-// ----------------------------------------------------------------------------
 // the description
 
 // the behaviour every program shares (llmc/model_family.h), over Llama3Config: -e dN takes V from the tokenizer file
@@ -221,9 +188,9 @@ static inline int llama3_family_config_from_descriptor(const char* desc, void* c
     return 1;
 }
 
-static inline void llama3_family_init_params(float* params, const void* config, unsigned int seed) {
-    llama3_init_params_from_scratch(params, (const Llama3Config*)config, seed);
-}
+// from scratch, as train_llama3.py: std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head when untied,
+// attprojw and fcprojw 0.02/sqrt(2L), the RMSNorm weights 1
+DECODER_FAMILY_INIT_NORMAL(llama3, LLAMA3)
 
 static inline void llama3_describe_config(const void* config, char* line, size_t size) {
     const Llama3Config* cfg = (const Llama3Config*)config;
@@ -236,16 +203,9 @@ static inline void llama3_describe_config(const void* config, char* line, size_t
 static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug state", "block size", 1};
 
 static const ModelFamily LLAMA3_FAMILY = {
-    .name = "llama3",
-    .model_file = &LLAMA3_MODEL_FILE,
-    .shard_format = SHARD_FORMAT_LLAMA3,
-    .tokenizer_path = LLAMA3_TOKENIZER_PATH,
-    .tokenizer_pattern = BPE_PATTERN_LLAMA3,
-    MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3",
+    MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_LLAMA3,
                               "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")"),
-    MODEL_FAMILY_TENSOR_TABLE(LLAMA3, llama3, ln1w),
-    MODEL_FAMILY_BEHAVIOUR(llama3),
-    .decoder_config = llama3_decoder_config,
+    DECODER_FAMILY_FIELDS(LLAMA3, llama3, ln1w),
 };
 
 #endif // LLMC_LLAMA3_H

@@ -80,15 +80,18 @@ typedef struct {
     .tensor_is_matrix = PREFIX##_PARAMETER_IS_MATRIX, .tensor_per_layer = PREFIX##_PARAMETER_PER_LAYER, \
     .tensor_dims = prefix##_parameter_dims, .first_layer_tensor = PREFIX##_PARAM_##first, \
     .num_layer_tensors = PREFIX##_NUM_LAYER_TENSORS
-// The programs' files of a family whose reference writes <name>_d2.bin from -e d2 (Llama 3, nanochat, Qwen3): -e's
-// default d2 and its help line, the missing model's line (what: "Llama 3"), "block size" in -t's error line, its
-// PREFIX_DEBUG_STATE, and the reference train_<name>.py with the model file and debug state it writes at d2
-#define MODEL_FAMILY_D2_REFERENCE(PREFIX, name, what, help) \
-    .load_default = "d2", .load_help = help, \
-    .missing_model = "%s: no such " what " model file (flag -e; python train_" name ".py writes one, or use -e d2 to init " \
+// The files and programs' defaults of a family whose reference writes <stem>_d2.bin from -e d2 (Llama 3, nanochat,
+// Qwen3), the fields in their declared order (C++ builds include the descriptions too): its name (stem), its
+// PREFIX_MODEL_FILE, its token shards and PREFIX_TOKENIZER_PATH with its split pattern, -e's default d2 and its help
+// line, the missing model's line (what: "Llama 3"), "block size" in -t's error line, its PREFIX_DEBUG_STATE, and the
+// reference train_<stem>.py with the model file and debug state it writes at d2
+#define MODEL_FAMILY_D2_REFERENCE(PREFIX, stem, what, shards, pattern, help) \
+    .name = stem, .model_file = &PREFIX##_MODEL_FILE, .shard_format = shards, \
+    .tokenizer_path = PREFIX##_TOKENIZER_PATH, .tokenizer_pattern = pattern, .load_default = "d2", .load_help = help, \
+    .missing_model = "%s: no such " what " model file (flag -e; python train_" stem ".py writes one, or use -e d2 to init " \
                      "from scratch)", \
-    .max_T_name = "block size", .debug_state = &PREFIX##_DEBUG_STATE, .reference = "train_" name ".py", \
-    .reference_model = name "_d2.bin", .reference_state = name "_d2_debug_state.bin"
+    .max_T_name = "block size", .debug_state = &PREFIX##_DEBUG_STATE, .reference = "train_" stem ".py", \
+    .reference_model = stem "_d2.bin", .reference_state = stem "_d2_debug_state.bin"
 #define MODEL_FAMILY_BEHAVIOUR(prefix) \
     .config_from_descriptor = prefix##_family_config_from_descriptor, .init_params = prefix##_family_init_params, \
     .describe_config = prefix##_describe_config

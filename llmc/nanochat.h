@@ -42,12 +42,8 @@ of 64: it trains on GPT-2 token shards), norm_eps 1e-6, rope_theta 10000, softca
 #define NANOCHAT_SCRATCH_VOCAB 50304                       // -e dN: GPT-2's vocabulary padded to a multiple of 64
 
 typedef struct {
-    int max_seq_len;   // maxT, the block size
-    int vocab_size;    // V (no padding)
-    int num_layers;    // L
-    int num_heads;     // NH
-    int num_kv_heads;  // NKV (GQA: NH / NKV query heads share one key/value head)
-    int channels;      // C
+    int max_seq_len, vocab_size, num_layers;  // maxT the block size, V (no padding), L
+    int num_heads, num_kv_heads, channels;    // NH, NKV (NH / NKV query heads a key/value head), C
     int ffn_hidden;    // FFN, the ReLU^2 MLP's hidden size
     float norm_eps;    // every RMSNorm's (none has a weight)
     float rope_theta;
@@ -85,13 +81,7 @@ static inline void nanochat_decoder_config(const void* config, DecoderConfig* d)
     d->softcap = cfg->softcap;
 }
 
-// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
-static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config) {
-    DecoderConfig d = decoder_config_of(nanochat_decoder_config, config);
-    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
-    const size_t table[NANOCHAT_NUM_PARAMETER_TENSORS][3] = {NANOCHAT_PARAMETER_TENSORS(TENSOR_DIMS, _)};
-    memcpy(dims, table, sizeof(table));
-}
+DECODER_PARAMETER_DIMS(nanochat, NANOCHAT)  // nanochat_parameter_dims: (slices, rows, cols) of each, file order
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -100,11 +90,7 @@ static inline void nanochat_parameter_dims(size_t (*dims)[3], const void* config
 static inline int nanochat_config_from_descriptor(const char* desc, NanoChatConfig* cfg) {
     int N = model_descriptor_depth(desc);
     if (N == 0) { return 0; }
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_seq_len = 1024;
-    cfg->vocab_size = NANOCHAT_SCRATCH_VOCAB;
-    cfg->num_layers = N;
-    cfg->channels = 64 * N;
+    DECODER_DESCRIPTOR_SHAPE(cfg, N, NANOCHAT_SCRATCH_VOCAB);
     cfg->num_heads = (cfg->channels + 127) / 128;  // heads of 128 (d1: one head of 64)
     cfg->num_kv_heads = cfg->num_heads;
     cfg->ffn_hidden = 4 * cfg->channels;
@@ -202,16 +188,10 @@ static inline void nanochat_describe_config(const void* config, char* line, size
 }
 
 static const ModelFamily NANOCHAT_FAMILY = {
-    .name = "nanochat",
-    .model_file = &NANOCHAT_MODEL_FILE,
-    .shard_format = SHARD_FORMAT_GPT2,
-    .tokenizer_path = NANOCHAT_TOKENIZER_PATH,
-    .tokenizer_pattern = BPE_PATTERN_GPT2,  // GPT-2's vocabulary (text prompts need it)
-    MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat",
+    // GPT-2's shards and its tokenizer's split (text prompts need it)
+    MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat", SHARD_FORMAT_GPT2, BPE_PATTERN_GPT2,
                               "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)"),
-    MODEL_FAMILY_TENSOR_TABLE(NANOCHAT, nanochat, qkvw),
-    MODEL_FAMILY_BEHAVIOUR(nanochat),
-    .decoder_config = nanochat_decoder_config,
+    DECODER_FAMILY_FIELDS(NANOCHAT, nanochat, qkvw),
     .muon_splits_qkv = 1, // as nanochat's own Muon: q, k and v are three matrices
 };
 

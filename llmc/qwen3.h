@@ -53,25 +53,18 @@ typedef struct {
 } Qwen3Config;
 
 // ----------------------------------------------------------------------------
-// the parameter tensors, in file order: X(D, name, per_layer, rows, cols, is_matrix), sizes in V, C, HS, AW, QKV, FFN
-// and VH (V, or 0 when lm_head is tied to wte). is_matrix: the 2-D weights, the ones AdamW decays (as the reference's
-// optimizer groups) and Muon trains.
-#define QWEN3_PARAMETER_TENSORS(X, D) \
-    X(D, wte,      0, V,   C,   1) /* token embedding */ \
-    QWEN3_LAYER_PARAMETER_TENSORS(X, D) \
-    X(D, lnfw,     0, C,   1,   0) /* final RMSNorm */ \
-    X(D, lm_head,  0, VH,  C,   1) /* output projection, absent when tied */
+// Qwen3's tensors, file order, in the sizes of llmc/decoder.h (HS and AW its own): as Llama 3's but for the QK-norm
+// weights and an o_proj of AW columns. is_matrix: the 2-D weights (AdamW decays them, as the reference's optimizer
+// groups, and Muon trains them).
+#define QWEN3_PARAMETER_TENSORS(X, D) DECODER_WEIGHTED_NORM_TENSORS(X, D, QWEN3_LAYER_PARAMETER_TENSORS)
 
 #define QWEN3_LAYER_PARAMETER_TENSORS(X, D) \
     X(D, ln1w,     1, C,   1,   0) /* RMSNorm before attention */ \
-    X(D, qkvw,     1, QKV, C,   1) /* q rows (NH HS), then k rows (NKV HS), then v rows */ \
+    X(D, qkvw,     1, QKV, C,   1) /* q heads' rows, k heads', v heads' (NH HS, NKV HS, NKV HS) */ \
     X(D, qnormw,   1, HS,  1,   0) /* QK-norm's weight of the q heads (q_norm) */ \
     X(D, knormw,   1, HS,  1,   0) /* and of the k heads (k_norm) */ \
     X(D, attprojw, 1, C,   AW,  1) /* attention output projection (o_proj) */ \
-    X(D, ln2w,     1, C,   1,   0) /* RMSNorm before the MLP */ \
-    X(D, fcw,      1, FFN, C,   1) /* gate projection */ \
-    X(D, fcw2,     1, FFN, C,   1) /* up projection */ \
-    X(D, fcprojw,  1, C,   FFN, 1) /* down projection */
+    DECODER_SWIGLU_MLP_TENSORS(X, D)
 
 // the enum QWEN3_PARAM_wte = 0 ..., its count, one layer's 9 tensors and the arrays of names and flags
 // (llmc/model_file.h)
@@ -90,33 +83,24 @@ static inline void qwen3_decoder_config(const void* config, DecoderConfig* d) {
     d->mlp = DECODER_MLP_SWIGLU;
 }
 
-// (slices, rows, cols) of each parameter tensor, file order: slices is L for the per-layer ones
-static inline void qwen3_parameter_dims(size_t (*dims)[3], const void* config) {
-    DecoderConfig d = decoder_config_of(qwen3_decoder_config, config);
-    DECODER_DIM_NAMES(d);  // V, C, L, HS, AW, QKV, FFN, VH: the names the table is written in
-    const size_t table[QWEN3_NUM_PARAMETER_TENSORS][3] = {QWEN3_PARAMETER_TENSORS(TENSOR_DIMS, _)};
-    memcpy(dims, table, sizeof(table));
-}
+DECODER_PARAMETER_DIMS(qwen3, QWEN3)  // qwen3_parameter_dims, from the table above
 
 // ----------------------------------------------------------------------------
 // descriptors
 
-// "dN" (N in 1..64): the from-scratch shapes above with vocab size V; 1 if desc is one, else 0
-static inline int qwen3_config_from_descriptor(const char* desc, int V, Qwen3Config* cfg) {
+// the behaviour every program shares (llmc/model_family.h), over Qwen3Config: "dN" (N in 1..64), the from-scratch
+// shapes above, V from the tokenizer file; 1 if desc is one, else 0
+static inline int qwen3_family_config_from_descriptor(const char* desc, void* config, const char** why) {
+    (void)why;
+    Qwen3Config* cfg = (Qwen3Config*)config;
     int N = model_descriptor_depth(desc);
     if (N == 0) { return 0; }
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_seq_len = 1024;
-    cfg->vocab_size = V;
-    cfg->num_layers = N;
-    cfg->num_heads = N;
-    cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;
-    cfg->channels = 64 * N;
-    cfg->head_dim = 128;              // Qwen3's head size at every published size
-    cfg->ffn_hidden = 3 * 64 * N;     // 3C: Qwen3-0.6B's ratio
-    cfg->tied_embeddings = 0;
-    cfg->norm_eps = 1e-6f;
-    cfg->rope_theta = 1000000.0f;
+    int V = tokenizer_vocab_size_for(QWEN3_TOKENIZER_PATH, "Qwen3", "train_qwen3.py", desc);
+    DECODER_DESCRIPTOR_SHAPE(cfg, N, V);  // untied
+    cfg->num_heads = N, cfg->num_kv_heads = N / 2 > 1 ? N / 2 : 1;  // as Llama 3's
+    cfg->head_dim = 128;                  // Qwen3's head size at every published size
+    cfg->ffn_hidden = 3 * cfg->channels;  // 3C: Qwen3-0.6B's ratio
+    cfg->norm_eps = 1e-6f, cfg->rope_theta = 1000000.0f;
     return 1;
 }
 
@@ -156,32 +140,11 @@ static const ModelFileFormat QWEN3_MODEL_FILE = MODEL_FILE_FORMAT(
     QWEN3_MAGIC, 1, QWEN3_HEADER_FIELDS, Qwen3Config, qwen3_model_file_check, qwen3_model_file_parameters);
 
 // ----------------------------------------------------------------------------
-// from scratch
-
-// params: the model's floats, file order; bit for bit what train_qwen3.py does at this seed
-// (llmc/model_file.h's tensor_table_init_normal): std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head
-// when untied, the residual projections (attprojw, fcprojw) 0.02/sqrt(2L); every RMSNorm weight (ln1w, qnormw,
-// knormw, ln2w, lnfw) 1
-static inline void qwen3_init_params_from_scratch(float* params, const Qwen3Config* cfg, unsigned int seed) {
-    tensor_table_init_normal(params, qwen3_parameter_dims, cfg, QWEN3_NUM_PARAMETER_TENSORS, QWEN3_PARAMETER_IS_MATRIX,
-                             QWEN3_PARAM_attprojw, QWEN3_PARAM_fcprojw, cfg->num_layers, seed);
-}
-
-// ----------------------------------------------------------------------------
 // the description
 
-// the behaviour every program shares (llmc/model_family.h), over Qwen3Config: -e dN takes V from the tokenizer file
-static inline int qwen3_family_config_from_descriptor(const char* desc, void* config, const char** why) {
-    (void)why;
-    Qwen3Config* cfg = (Qwen3Config*)config;
-    if (!qwen3_config_from_descriptor(desc, 1, cfg)) { return 0; }
-    cfg->vocab_size = tokenizer_vocab_size_for(QWEN3_TOKENIZER_PATH, "Qwen3", "train_qwen3.py", desc);
-    return 1;
-}
-
-static inline void qwen3_family_init_params(float* params, const void* config, unsigned int seed) {
-    qwen3_init_params_from_scratch(params, (const Qwen3Config*)config, seed);
-}
+// the parameters from scratch, bit for bit train_qwen3.py's: the matrices N(0, 0.02), o_proj and down_proj
+// 0.02/sqrt(2L), every RMSNorm weight (ln1w, qnormw, knormw, ln2w, lnfw) 1
+DECODER_FAMILY_INIT_NORMAL(qwen3, QWEN3)
 
 static inline void qwen3_describe_config(const void* config, char* line, size_t size) {
     const Qwen3Config* cfg = (const Qwen3Config*)config;
@@ -194,16 +157,10 @@ static inline void qwen3_describe_config(const void* config, char* line, size_t 
 static const DebugStateFormat QWEN3_DEBUG_STATE = {QWEN3_MAGIC, 3, "Qwen3 debug state", "block size", 1};
 
 static const ModelFamily QWEN3_FAMILY = {
-    .name = "qwen3",
-    .model_file = &QWEN3_MODEL_FILE,
-    .shard_format = SHARD_FORMAT_LLAMA3,  // uint32 ids, bounded by the model's V
-    .tokenizer_path = QWEN3_TOKENIZER_PATH,
-    .tokenizer_pattern = BPE_PATTERN_QWEN,  // numbers split one digit a piece
-    MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3",
+    // Llama 3's shards (uint32 ids, bounded by the model's V); its tokenizer splits numbers one digit a piece
+    MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_QWEN,
                               "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")"),
-    MODEL_FAMILY_TENSOR_TABLE(QWEN3, qwen3, ln1w),
-    MODEL_FAMILY_BEHAVIOUR(qwen3),
-    .decoder_config = qwen3_decoder_config,
+    DECODER_FAMILY_FIELDS(QWEN3, qwen3, ln1w),
 };
 
 #endif // LLMC_QWEN3_H

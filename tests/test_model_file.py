@@ -113,4 +113,4 @@ def test_the_tensor_shapes_follow_each_familys_tensor_table():
     tied = dataclasses.replace(TINY_LLAMA, tied_embeddings=True)
     assert tuple(llama3_desc.llama3_tensor_shapes(tied)) == LLAMA3.tensor_names[:-1]
     assert LLAMA3.tensor_names[-1] == "lm_head"
-    assert tuple(nanochat_desc.nanochat_tensor_shapes(nanochat_desc.NanoChatConfig())) == NANOCHAT.tensor_names
+    assert tuple(nanochat_desc.nanochat_tensor_shapes(nanochat_desc.depth_config(2))) == NANOCHAT.tensor_names

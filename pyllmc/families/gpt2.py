@@ -38,13 +38,11 @@ LAYER_PARAMETERS: dict[str, str] = {
 GPT2 = Family(
     name="gpt2",
     model_magic=20240326,
-    model_header_bytes=1024,
+    model_header_bytes=1024,  # 256 int32
     tensor_names=("wte", "wpe", *LAYER_PARAMETERS, "lnfw", "lnfb"),
     shards=ShardFormat("gpt-2", 20240520, 1, np.dtype("<u2"), VOCAB_SIZE),
-    tokenizer_file="gpt2_tokenizer.bin",
-    tokenizer_magic=20240328,
     tokenizer_version=2,  # version 2 carries the EOT id
-    debug_state_magic=20240327,
+    debug_state_magic=20240327,  # llm.c's, one past the model's
     debug_state_version=2,
     default_model="gpt2",
     model_help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory",
@@ -224,7 +222,6 @@ OUTPUT_CHECKS = OutputChecks(
     ),
     model="gpt2_d2.bin",
     data="../data",
-    scratch_model="d2",
     test_states=(*debug_state_files(("", "gpt2_d2")),
                  ("muon", "../small/gpt2_d2.bin", "../small/gpt2_d2_muon_debug_state.bin")),
     generate='-b gpt2_bpe.bin -p "To be, or not to be" -n 24 --seed 7 --top-k 40 --print-ids',

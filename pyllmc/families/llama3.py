@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, OutputChecks, ShardFormat, cuda_cpu_program, debug_state_files
+from pyllmc.family import Family, OutputChecks, ShardFormat, cuda_cpu_decoder_checks, debug_state_files
+from pyllmc.families.decoder import DecoderSizes, round_to_float32, torch_minimal_decoder
 from pyllmc.model_file import ModelFileError, check_body_size, header_bytes, read_tensors, read_two_part_header
 
 VOCAB_SIZE = 128256  # Meta's Llama 3 tokenizer: the largest id a llama-3 shard may hold, plus one
@@ -29,16 +30,10 @@ BOS, EOT = "<|begin_of_text|>", "<|end_of_text|>"  # BOS starts every document
 
 LLAMA3 = Family(
     name="llama3",
-    model_magic=20240803,
-    model_header_bytes=2048,  # 256 int32, then 256 float32
+    model_magic=20240803,  # the debug state's too; the tokenizer file is llama3_tokenizer.bin, version 3
     # lm_head is left out of the file when the embeddings are tied
     tensor_names=("wte", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fcw2", "fcprojw", "lnfw", "lm_head"),
     shards=ShardFormat("llama-3", 20240801, 7, np.dtype("<u4"), VOCAB_SIZE),
-    tokenizer_file="llama3_tokenizer.bin",
-    tokenizer_magic=20240328,
-    tokenizer_version=3,  # version 3 carries the end-of-text and BOS ids
-    debug_state_magic=20240803,
-    debug_state_version=3,
     default_model="meta-llama/Llama-3.2-1B",
     model_help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files",
     default_input_bin="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
@@ -59,15 +54,11 @@ def llama_ffn_hidden(n_embd: int, multiple_of: int, ffn_dim_multiplier: float) -
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
 
-@dataclass
-class LlamaConfig:
-    """A Llama 3 model's shape and hyperparameters: everything its model file's header holds."""
-    block_size: int = 1024
-    vocab_size: int = 128256
-    n_layer: int = 16
-    n_head: int = 32
-    n_kv_head: int = 8
-    n_embd: int = 2048
+@dataclass(kw_only=True)
+class LlamaConfig(DecoderSizes):
+    """A Llama 3 model's shape and hyperparameters: everything its model file's header holds. FFN follows from C,
+    multiple_of and ffn_dim_multiplier (Llama's rule), not given."""
+    ffn_hidden: int = field(init=False)
     ffn_dim_multiplier: float = 0.0  # 0 = none
     multiple_of: int = 256
     norm_eps: float = 1e-5
@@ -79,13 +70,10 @@ class LlamaConfig:
     original_max_position: float = 0.0
     tied_embeddings: bool = False
     version_minor: int = 0  # Llama 3.<minor>; 0 for dN models from scratch
-    ffn_hidden: int = field(init=False)
 
     def __post_init__(self) -> None:
-        # the model file stores these as float32: the reference computes with exactly what the C side reads
-        for name in ("ffn_dim_multiplier", "norm_eps", "rope_theta", "rope_factor", "low_freq_factor", "high_freq_factor",
-                     "original_max_position"):
-            setattr(self, name, float(np.float32(getattr(self, name))))
+        round_to_float32(self, "ffn_dim_multiplier", "norm_eps", "rope_theta", "rope_factor", "low_freq_factor",
+                         "high_freq_factor", "original_max_position")
         self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of, self.ffn_dim_multiplier)
 
     @property
@@ -95,7 +83,7 @@ class LlamaConfig:
 
 def llama_config_problem(c: LlamaConfig) -> str:
     """What keeps the model from being built with these shapes ("" when nothing does)."""
-    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.multiple_of) < 1:
+    if min(c.smallest_size(), c.multiple_of) < 1:
         return "every size must be at least 1"
     if c.n_embd % c.n_head or c.head_size % 2:
         return f"n_embd {c.n_embd} must be n_head {c.n_head} times an even head size"
@@ -187,22 +175,14 @@ def depth_linears(depth: int, vocab_size: int = 1) -> tuple[int, int, list[tuple
 
 # ----------------------------------------------------------------------------- dev/check_outputs.py's commands
 
-_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
+# the trainer on llama3_d2.bin and on d2 from scratch, both on the shards in ts/
 OUTPUT_CHECKS = OutputChecks(
     references=(("llama3-reference", '"$PY" "$R/dev/llama3_refs.py" --out_dir llama3 --muon', "."),),
     model="llama3_d2.bin",
-    data="ts",
-    scratch_model="d2",
     test_states=debug_state_files(("", "llama3_d2"), ("gqa", "llama3_gqa"), ("muon", "muon/llama3_d2"),
                                   ("muon-gqa", "muon/llama3_gqa")),
     generate='-t llama3_tokenizer.bin -p "ROMEO:" -n 24 --seed 7 --print-ids',
-    cuda_cpu=(
-        ("train_llama3cu", f"{cuda_cpu_program('train_llama3cu_fp32')} -e llama3_d2.bin {_TS} -x 2 -n 2 -s 2 -g 8 "
-         "-o ../out/llama3cu", "llama3"),
-        ("test_llama3cu", f"{cuda_cpu_program('test_llama3cu_fp32')} -e llama3_d2.bin -s llama3_d2_debug_state.bin",
-         "llama3"),
-    ),
-    cuda_cpu_targets=("build/cuda_cpu/train_llama3cu_fp32", "build/cuda_cpu/test_llama3cu_fp32"),
+    **cuda_cpu_decoder_checks("llama3", "llama3_d2.bin", "-x 2 -n 2 -s 2 -g 8"),
 )
 
 
@@ -210,15 +190,10 @@ OUTPUT_CHECKS = OutputChecks(
 
 
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
-    """(train_llama3.py's Llama dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
-    VOCAB_SIZE."""
-    from pyllmc.reference.causal_lm import LossOnly
+    """train_llama3.py's Llama dN of vocabulary `vocab`, else VOCAB_SIZE, as torch_minimal_decoder builds it."""
     from train_llama3 import Llama
 
-    V = vocab or VOCAB_SIZE
-    model = Llama(depth_config(depth, V), flash=True)
-    model.init_weights(42)
-    return LossOnly(model), V
+    return torch_minimal_decoder(Llama, depth_config(depth, vocab or VOCAB_SIZE))
 
 
 # ----------------------------------------------------------------------------- dev/eval/export_gguf.py's GGUF

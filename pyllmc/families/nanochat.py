@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, OutputChecks, cuda_cpu_program, debug_state_files
+from pyllmc.family import Family, OutputChecks, cuda_cpu_decoder_checks, debug_state_files
+from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32, torch_minimal_decoder
 from pyllmc.families.gpt2 import GPT2
 from pyllmc.model_file import attention_problem, cast_to, header_bytes, read_config_header, read_config_model
 
@@ -26,16 +27,11 @@ BOS_NAMES = ("<|bos|>", "<|endoftext|>")  # a checkpoint tokenizer's document de
 
 NANOCHAT = Family(
     name="nanochat",
-    model_magic=20251013,
-    model_header_bytes=2048,  # 256 int32, then 256 float32
+    model_magic=20251013,  # and its debug state's (the Llama 3 layout, grad norms per step)
     # no norm weights (RMSNorm is weightless), lm_head always stored (never tied to wte)
     tensor_names=("wte", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"),
     shards=GPT2.shards,
-    tokenizer_file="nanochat_tokenizer.bin",
-    tokenizer_magic=GPT2.tokenizer_magic,
     tokenizer_version=GPT2.tokenizer_version,  # GPT-2's tokenizer file: version 2 carries the end-of-text id
-    debug_state_magic=20251013,
-    debug_state_version=3,  # the Llama 3 layout: grad norms per step
     default_model="d2",
     model_help="dN (from scratch), a Hugging Face NanoChat directory or hub name, or one of our nanochat .bin files",
     default_input_bin=GPT2.default_input_bin,
@@ -48,24 +44,15 @@ NANOCHAT = Family(
 # ----------------------------------------------------------------------------- the model file
 
 
-@dataclass
-class NanoChatConfig:
-    """A nanochat GPT's shape and hyperparameters: everything its model file's header holds."""
-    block_size: int = 1024
-    vocab_size: int = VOCAB_SIZE
-    n_layer: int = 12
-    n_head: int = 6
-    n_kv_head: int = 6
-    n_embd: int = 768
-    ffn_hidden: int = 3072
+@dataclass(kw_only=True)
+class NanoChatConfig(DecoderSizes):
+    """A nanochat GPT's shape and hyperparameters: everything its model file's header holds (FFN: the ReLU^2 MLP's)."""
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     softcap: float = 15.0  # logits = softcap * tanh(logits / softcap); 0 = none
 
     def __post_init__(self) -> None:
-        # the model file stores these as float32: the reference computes with exactly what the C side reads
-        for name in ("norm_eps", "rope_theta", "softcap"):
-            setattr(self, name, float(np.float32(getattr(self, name))))
+        round_to_float32(self, "norm_eps", "rope_theta", "softcap")  # as the model file stores them
 
     @property
     def head_size(self) -> int:
@@ -74,7 +61,7 @@ class NanoChatConfig:
 
 def nanochat_config_problem(c: NanoChatConfig) -> str:
     """What keeps the model from being built with these shapes ("" when nothing does): llmc/nanochat.h's checks."""
-    if min(c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.ffn_hidden) < 1:
+    if c.smallest_size() < 1:
         return "every size must be at least 1"
     if c.n_embd % c.n_head:
         return f"channels C {c.n_embd} is not a multiple of heads NH {c.n_head}"
@@ -169,12 +156,7 @@ def hf_config(c: NanoChatConfig, dtype: str) -> dict:
     return {
         "architectures": ["NanoChatForCausalLM"],
         "model_type": "nanochat",
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.n_embd,
-        "intermediate_size": c.ffn_hidden,
-        "num_hidden_layers": c.n_layer,
-        "num_attention_heads": c.n_head,
-        "num_key_value_heads": c.n_kv_head,
+        **hf_size_fields(c),
         "max_position_embeddings": c.block_size,
         "hidden_act": "relu2",
         "rms_norm_eps": c.norm_eps,
@@ -201,23 +183,14 @@ def hf_export(c: NanoChatConfig, t: dict[str, np.ndarray], dtype: str) -> tuple[
 
 # ----------------------------------------------------------------------------- dev/check_outputs.py's commands
 
-_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
 OUTPUT_CHECKS = OutputChecks(
     references=(("nanochat-reference", '"$PY" "$R/dev/nanochat_refs.py" --out_dir nanochat --no_d2', "."),),
-    # d2 from scratch (GPT-2's tokens: the sample is decoded), the imported GQA model for Muon and bf16
-    model="d2",
-    data="../data",
-    side_model="nanochat_gqa.bin",
+    # d2 from scratch on GPT-2's shards (its tokens: the sample is decoded), the imported GQA model for Muon and bf16
+    model="d2", data="../data", scratch_model=None, side_model="nanochat_gqa.bin",
     test_states=debug_state_files(("", "nanochat_gqa"), ("mqa", "nanochat_mqa"), ("muon", "muon/nanochat_gqa"),
                                   ("muon-mqa", "muon/nanochat_mqa")),
     generate='-t nanochat_tokenizer.bin -p "ROMEO:" -n 24 --seed 7 --top-p 0.9',
-    cuda_cpu=(
-        ("train_nanochatcu", f"{cuda_cpu_program('train_nanochatcu_fp32')} -e nanochat_gqa.bin {_TS} -x 2 -n 2 -s 0 "
-         "-o ../out/nanochatcu", "nanochat"),
-        ("test_nanochatcu", f"{cuda_cpu_program('test_nanochatcu_fp32')} -e nanochat_gqa.bin "
-         "-s nanochat_gqa_debug_state.bin", "nanochat"),
-    ),
-    cuda_cpu_targets=("build/cuda_cpu/train_nanochatcu_fp32", "build/cuda_cpu/test_nanochatcu_fp32"),
+    **cuda_cpu_decoder_checks("nanochat", "nanochat_gqa.bin", "-x 2 -n 2 -s 0"),
 )
 
 
@@ -227,10 +200,6 @@ OUTPUT_CHECKS = OutputChecks(
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
     """(train_nanochat.py's NanoChat dN with SDPA attention as a module returning the loss, its vocabulary: its own
     VOCAB_SIZE; `vocab` is not used)."""
-    from pyllmc.reference.causal_lm import LossOnly
     from train_nanochat import NanoChat
 
-    config = depth_config(depth)
-    model = NanoChat(config, flash=True)
-    model.init_weights(42)
-    return LossOnly(model), config.vocab_size
+    return torch_minimal_decoder(NanoChat, depth_config(depth))

@@ -21,27 +21,24 @@ from pathlib import Path
 
 import numpy as np
 
-from pyllmc.family import Family, OutputChecks, cuda_cpu_program, debug_state_files
+from pyllmc.family import Family, OutputChecks, cuda_cpu_decoder_checks, debug_state_files
+from pyllmc.families.decoder import DecoderSizes, hf_size_fields, round_to_float32, torch_minimal_decoder
 from pyllmc.families.llama3 import LLAMA3
 from pyllmc.model_file import (ModelFileError, attention_problem, cast_to, header_bytes, read_config_header,
                                read_config_model)
 
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # the hub's smallest Qwen3: its tokenizer is the default when no --tokenizer is given
+VOCAB_SIZE = 151936  # the published models' vocab_size (Qwen3-0.6B's config.json)
 DELIMITER = "<|endoftext|>"  # starts every document; Qwen3's tokenizer has no BOS
 
 QWEN3 = Family(
     name="qwen3",
-    model_magic=20250429,  # Qwen3's release date
-    model_header_bytes=2048,  # 256 int32, then 256 float32
+    model_magic=20250429,  # Qwen3's release date, the debug state's magic too
     # lm_head is left out of the file when the embeddings are tied
     tensor_names=("wte", "ln1w", "qkvw", "qnormw", "knormw", "attprojw", "ln2w", "fcw", "fcw2", "fcprojw", "lnfw",
                   "lm_head"),
     shards=LLAMA3.shards,  # uint32 ids; the bound is the model's vocab size
-    tokenizer_file="qwen3_tokenizer.bin",
-    tokenizer_magic=LLAMA3.tokenizer_magic,
-    tokenizer_version=LLAMA3.tokenizer_version,  # Llama 3's layout: end-of-text and BOS ids, both <|endoftext|> here
-    debug_state_magic=20250429,
-    debug_state_version=3,  # the Llama 3 layout: grad norms per step
+    # the tokenizer file: Llama 3's layout (version 3), its end-of-text and BOS ids both <|endoftext|> here
     default_model=HUB_MODEL,
     model_help="dN (from scratch), a Hugging Face Qwen3 directory or hub name, or one of our qwen3 .bin files",
     default_input_bin="dev/data/tinyshakespeare_qwen3/tiny_shakespeare_val.bin",
@@ -56,25 +53,16 @@ SIZE_FIELDS = (("block_size", 2), ("vocab_size", 3), ("n_layer", 4), ("n_head", 
 TIED_INDEX = 10
 
 
-@dataclass
-class Qwen3Config:
+@dataclass(kw_only=True)
+class Qwen3Config(DecoderSizes):
     """A Qwen3 model's shape and hyperparameters: everything its model file's header holds."""
-    block_size: int = 1024
-    vocab_size: int = 151936
-    n_layer: int = 28
-    n_head: int = 16
-    n_kv_head: int = 8
-    n_embd: int = 1024
     head_dim: int = 128  # independent of n_embd / n_head: the attention width n_head * head_dim may differ from C
-    ffn_hidden: int = 3072
     norm_eps: float = 1e-6
     rope_theta: float = 1000000.0
     tied_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        # the model file stores these as float32: the reference computes with exactly what the C side reads
-        self.norm_eps = float(np.float32(self.norm_eps))
-        self.rope_theta = float(np.float32(self.rope_theta))
+        round_to_float32(self, "norm_eps", "rope_theta")
 
     @property
     def attention_width(self) -> int:
@@ -170,12 +158,7 @@ def hf_config_fields(c: Qwen3Config) -> dict:
     """transformers' Qwen3Config fields of our config (full attention, default RoPE, no biases): the keyword arguments
     train_qwen3.py builds its Qwen3Config from, and the body of the exported config.json."""
     return {
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.n_embd,
-        "intermediate_size": c.ffn_hidden,
-        "num_hidden_layers": c.n_layer,
-        "num_attention_heads": c.n_head,
-        "num_key_value_heads": c.n_kv_head,
+        **hf_size_fields(c),
         "head_dim": c.head_dim,
         "max_position_embeddings": c.block_size,
         "rms_norm_eps": shortest_float32(c.norm_eps),
@@ -219,22 +202,13 @@ def hf_export(c: Qwen3Config, t: dict[str, np.ndarray], dtype: str) -> tuple[dic
 
 # ----------------------------------------------------------------------------- dev/check_outputs.py's commands
 
-_TS = "-i ts/tiny_shakespeare_train.bin -j ts/tiny_shakespeare_val.bin -b 4 -t 64 -v 2 -m 1"
 OUTPUT_CHECKS = OutputChecks(
     references=(("qwen3-reference", '"$PY" "$R/dev/qwen3_refs.py" --out_dir qwen3 --muon', "."),),
-    model="qwen3_d2.bin",
-    data="ts",
-    scratch_model="d2",
+    model="qwen3_d2.bin",  # and d2 from scratch, on the shards in ts/
     test_states=debug_state_files(("", "qwen3_d2"), ("mha", "qwen3_mha"), ("mqa", "qwen3_mqa"), ("muon", "muon/qwen3_d2"),
                                   ("muon-mqa", "muon/qwen3_mqa")),
     generate="-t qwen3_tokenizer.bin --ids 0,1,2 -n 24 --seed 7 --print-ids",
-    cuda_cpu=(
-        ("train_qwen3cu", f"{cuda_cpu_program('train_qwen3cu_fp32')} -e qwen3_d2.bin {_TS} -x 2 -n 2 -s 2 -g 8 "
-         "-o ../out/qwen3cu", "qwen3"),
-        ("test_qwen3cu", f"{cuda_cpu_program('test_qwen3cu_fp32')} -e qwen3_d2.bin -s qwen3_d2_debug_state.bin",
-         "qwen3"),
-    ),
-    cuda_cpu_targets=("build/cuda_cpu/train_qwen3cu_fp32", "build/cuda_cpu/test_qwen3cu_fp32"),
+    **cuda_cpu_decoder_checks("qwen3", "qwen3_d2.bin", "-x 2 -n 2 -s 2 -g 8"),
 )
 
 
@@ -242,12 +216,8 @@ OUTPUT_CHECKS = OutputChecks(
 
 
 def torch_minimal_model(depth: int, vocab: int | None) -> tuple[object, int]:
-    """(train_qwen3.py's Qwen3 dN with SDPA attention as a module returning the loss, its vocabulary): `vocab`, else
-    Qwen3Config.vocab_size."""
-    from pyllmc.reference.causal_lm import LossOnly
+    """(train_qwen3.py's Qwen3 dN, the loss as its output, and its vocabulary: `vocab`, else VOCAB_SIZE), from
+    torch_minimal_decoder."""
     from train_qwen3 import Qwen3
 
-    V = vocab or Qwen3Config.vocab_size
-    model = Qwen3(depth_config(depth, V), flash=True)
-    model.init_weights(42)
-    return LossOnly(model), V
+    return torch_minimal_decoder(Qwen3, depth_config(depth, vocab or VOCAB_SIZE))
