@@ -122,7 +122,7 @@ def gpu_peak_tflops(gpu_name: str, table: list[tuple[str, float]]) -> float | No
 
 
 def flops_per_step(num_params: int, L: int, C: int, T: int, tokens: int) -> float:
-    """llmc/mfu.h's gpt2_flops_per_step: 6 N per token for the weights' matmuls, 12 L C T for attention."""
+    """llmc/mfu.h's transformer_flops_per_step: 6 N per token for the weights' matmuls, 12 L C T for attention."""
     return (6.0 * num_params + 12.0 * L * C * T) * tokens
 
 

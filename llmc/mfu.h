@@ -2,7 +2,7 @@
 llmc/mfu.h: model FLOPs utilisation, plain C so the CPU tests check it.
 
     gpu_peak_flops(device_name, precision)      dense peak FLOP/s of a known GPU, or -1 if unknown
-    gpt2_flops_per_step(num_params, L, C, T, tokens)   the PaLM-paper estimate, 6N + 12 L C T per token
+    transformer_flops_per_step(num_params, L, C, T, tokens)   the PaLM-paper estimate, 6N + 12 L C T per token
     mfu_format(buf, n, flops_per_step, seconds, peak)  "43.2%", or "unknown" (never a negative number)
 
 Peak numbers are the vendors' dense tensor-core figures (no sparsity) with fp32 accumulation,
@@ -61,7 +61,7 @@ static inline double gpu_peak_flops(const char* device_name, MfuPrecision precis
 
 // FLOPs of one forward + backward over `tokens` tokens of sequence length T:
 // per token 6 N (the matmuls with the weights) + 12 L C T (attention scores and mixing)
-static inline double gpt2_flops_per_step(size_t num_params, int L, int C, int T, size_t tokens) {
+static inline double transformer_flops_per_step(size_t num_params, int L, int C, int T, size_t tokens) {
     double per_token = 6.0 * (double)num_params + 12.0 * (double)L * (double)C * (double)T;
     return per_token * (double)tokens;
 }

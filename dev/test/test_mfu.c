@@ -65,7 +65,7 @@ static void test_never_negative(void) {
 static void test_value(void) {
     char buf[64];
     // 124M model, 0.5M tokens per step: ~6 * 124e6 * 524288 FLOPs
-    double flops = gpt2_flops_per_step(124475904, 12, 768, 1024, 524288);
+    double flops = transformer_flops_per_step(124475904, 12, 768, 1024, 524288);
     double expect = (6.0 * 124475904 + 12.0 * 12 * 768 * 1024) * 524288;
     CHECK(fabs(flops - expect) / expect < 1e-12, "flops per step follows 6N + 12LCT per token");
     mfu_format(buf, sizeof(buf), 312e12 * 0.5, 1.0, 312e12);

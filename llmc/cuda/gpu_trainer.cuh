@@ -874,7 +874,7 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
     Trainer trainer;
     trainer_init(&trainer, &args, family, gpu_trainer_comm(&mg), gpu->vocab_size, resume_step);
     trainer.peak_flops = gpu_peak_flops(dev.name, PRECISION_IS_BF16 ? MFU_BF16 : MFU_TF32);
-    trainer.flops_per_step = gpt2_flops_per_step(gpu->num_parameters, gpu->num_layers, gpu->channels, args.T,
+    trainer.flops_per_step = transformer_flops_per_step(gpu->num_parameters, gpu->num_layers, gpu->channels, args.T,
                                                  (size_t)trainer.total_batch);
     GpuTrainer g;
     gpu_trainer_init(&g, model, calls, gpu, &mg);
