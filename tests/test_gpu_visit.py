@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from test_families import CUDA_FAMILIES
 
 GPU_BIN = Path("build") / "gpu" / "bin"
 CONFIGS = ["fp32", "bf16", "bf16-cudnn"]
@@ -287,7 +288,9 @@ def test_make_n_gpu_visit_prints_the_plan_and_runs_nothing(tmp_path: Path) -> No
                if line.startswith("test-gpu: ") and " ... would run: " in line]
     assert planned[:len(PREPARATION) + len(GPU_CHECKS)] == PREPARATION + GPU_CHECKS, planned
     assert "test-gpu: dev/cuda/rope ... would run: ./dev/cuda/rope --quick" in proc.stdout
-    assert "bench-gpu: dry run, nothing built or run" in proc.stdout and "bench-gpu: 6 runs planned" in proc.stdout
+    # three runs a family with a GPU trainer (bench_gpu.py's default --ours is the registry's GPU column)
+    runs = 3 * len(CUDA_FAMILIES)
+    assert "bench-gpu: dry run, nothing built or run" in proc.stdout and f"bench-gpu: {runs} runs planned" in proc.stdout
     assert not out.exists()
 
 
