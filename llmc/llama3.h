@@ -101,7 +101,7 @@ static inline void llama3_decoder_config(const void* config, DecoderConfig* d) {
     }
 }
 
-DECODER_PARAMETER_DIMS(llama3, LLAMA3)  // llama3_parameter_dims: the table's (slices, rows, cols) at a config
+DECODER_PARAMETER_DIMS(llama3, LLAMA3)  // defines llama3_parameter_dims: the table's (slices, rows, cols) at a config
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -190,7 +190,7 @@ static inline int llama3_family_config_from_descriptor(const char* desc, void* c
 
 // from scratch, as train_llama3.py: std 0.02 over wte, qkvw, attprojw, fcw, fcw2, fcprojw and lm_head when untied,
 // attprojw and fcprojw 0.02/sqrt(2L), the RMSNorm weights 1
-DECODER_FAMILY_INIT_NORMAL(llama3, LLAMA3)
+DECODER_FAMILY_INIT_NORMAL(llama3, LLAMA3)  // defines llama3_family_init_params
 
 static inline void llama3_describe_config(const void* config, char* line, size_t size) {
     const Llama3Config* cfg = (const Llama3Config*)config;

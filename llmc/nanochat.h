@@ -81,7 +81,7 @@ static inline void nanochat_decoder_config(const void* config, DecoderConfig* d)
     d->softcap = cfg->softcap;
 }
 
-DECODER_PARAMETER_DIMS(nanochat, NANOCHAT)  // nanochat_parameter_dims: (slices, rows, cols) of each, file order
+DECODER_PARAMETER_DIMS(nanochat, NANOCHAT)  // defines nanochat_parameter_dims: (slices, rows, cols) of each, file order
 
 // ----------------------------------------------------------------------------
 // descriptors

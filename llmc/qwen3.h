@@ -83,7 +83,7 @@ static inline void qwen3_decoder_config(const void* config, DecoderConfig* d) {
     d->mlp = DECODER_MLP_SWIGLU;
 }
 
-DECODER_PARAMETER_DIMS(qwen3, QWEN3)  // qwen3_parameter_dims, from the table above
+DECODER_PARAMETER_DIMS(qwen3, QWEN3)  // defines qwen3_parameter_dims, from the table above
 
 // ----------------------------------------------------------------------------
 // descriptors
@@ -144,7 +144,7 @@ static const ModelFileFormat QWEN3_MODEL_FILE = MODEL_FILE_FORMAT(
 
 // the parameters from scratch, bit for bit train_qwen3.py's: the matrices N(0, 0.02), o_proj and down_proj
 // 0.02/sqrt(2L), every RMSNorm weight (ln1w, qnormw, knormw, ln2w, lnfw) 1
-DECODER_FAMILY_INIT_NORMAL(qwen3, QWEN3)
+DECODER_FAMILY_INIT_NORMAL(qwen3, QWEN3)  // defines qwen3_family_init_params
 
 static inline void qwen3_describe_config(const void* config, char* line, size_t size) {
     const Qwen3Config* cfg = (const Qwen3Config*)config;
