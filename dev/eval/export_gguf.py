@@ -84,11 +84,11 @@ def write_gguf(path: Path, arch: str, metadata, tensors: dict[str, np.ndarray], 
 def exported_family(src: Path) -> Registered:
     """The registry row of the model file's family, told by its magic; ExportError where it has no GGUF export."""
     magic = read_magic(src)
-    for row in EXPORTED:
-        if row.family.model_magic == magic:
-            return row
-    expected = " or ".join(f"{row.family.model_magic} ({row.gguf_export.model_name})" for row in EXPORTED)
-    raise ExportError(f"{src}: wrong magic {magic}, expected {expected}")
+    exported = {row.family.model_magic: row for row in EXPORTED}
+    if magic not in exported:
+        expected = " or ".join(f"{row.family.model_magic} ({row.gguf_export.model_name})" for row in EXPORTED)
+        raise ExportError(f"{src}: wrong magic {magic}, expected {expected}")
+    return exported[magic]
 
 
 def export(src: Path, out: Path, dtype: str, tokenizer: str) -> str:
