@@ -166,8 +166,7 @@ static inline void decoder_check_heads(const char* path, const char* what, int C
 // the family's config as a decoder's (ModelFamily.decoder_config, NULL for a family that is not a decoder)
 static inline void decoder_config(const ModelFamily* family, const void* config, DecoderConfig* d) {
     if (family->decoder_config == NULL) { llmc_die("%s: not a pre-norm decoder family", family->name); }
-    memset(d, 0, sizeof(*d));
-    family->decoder_config(config, d);
+    *d = decoder_config_of(family->decoder_config, config);
 }
 
 // ----------------------------------------------------------------------------
@@ -249,6 +248,18 @@ static inline void decoder_muon_row_blocks(const ModelFamily* family, const void
         blocks[k][1] = kv_rows;
         blocks[k][2] = kv_rows;
     }
+}
+
+// fp32 views of the tensors (the CPU model's, llmc/cpu/decoder_cpu.h, and generate's, llmc/cpu/decoder_inference.h):
+// layer l's slice of the per-layer ones, the whole of the others (l = 0 for the whole tensors); NULL for a tensor the
+// family does not have (lm_head is wte when tied). memory: the flat parameters or gradients, laid out as layout says
+#define DECODER_FP32_VIEW_FIELD_(name) float* name;
+typedef struct { DECODER_TENSORS(DECODER_FP32_VIEW_FIELD_) } DecoderWeights;
+#undef DECODER_FP32_VIEW_FIELD_
+static inline DecoderWeights decoder_weights(float* memory, const DecoderLayout* layout, int l) {
+    DecoderWeights view;
+    DECODER_TENSORS(DECODER_POINT_FIELD)
+    return view;
 }
 
 #endif // LLMC_DECODER_H

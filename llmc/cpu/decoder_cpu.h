@@ -50,17 +50,7 @@ A trainer is then its family's description and a main() of two lines:
 // ----------------------------------------------------------------------------
 // the model's tensors
 
-// named views of the parameters (or of their gradients), one field per tensor of llmc/decoder.h: a layer's slice of
-// the per-layer ones, the whole of the others; NULL for a tensor the family does not have (lm_head is wte when tied)
-#define DECODER_CPU_VIEW_FIELD(name) float* name;
-typedef struct { DECODER_TENSORS(DECODER_CPU_VIEW_FIELD) } DecoderCpuWeights;
-
-// layer l's view of memory (the flat parameters or gradients, laid out as layout says); l = 0 for the whole tensors
-static DecoderCpuWeights decoder_cpu_weights(float* memory, const DecoderLayout* layout, int l) {
-    DecoderCpuWeights view;
-    DECODER_TENSORS(DECODER_POINT_FIELD)
-    return view;
-}
+// the parameters' and gradients' named views: llmc/decoder.h's DecoderWeights (decoder_weights)
 
 // The activations of a forward pass, in buffer order: X(type, name, per_layer, per_token, has_grad), each
 // (B, T, per_token), (L, B, T, per_token) when per_layer; a per_token of 0 is a tensor this config does not use
@@ -122,8 +112,8 @@ typedef struct {
     _Alignas(max_align_t) unsigned char config[DECODER_CPU_CONFIG_BYTES]; // the family's config (its struct), a copy
     DecoderConfig d;             // the shapes and switches (llmc/decoder.h), from the family's decoder_config
     DecoderLayout layout;        // where each tensor lies in the flat parameters (and gradients)
-    DecoderCpuWeights params;    // the whole tensors' views of cpu's flat buffers: weights, gradients,
-    DecoderCpuWeights grads;
+    DecoderWeights params;    // the whole tensors' views of cpu's flat buffers: weights, gradients,
+    DecoderWeights grads;
     DecoderCpuActs acts;         // activations and their gradients (has_grad tensors only)
     DecoderCpuActs grads_acts;
     float* rope_cos;             // (maxT, HS/2)
@@ -158,8 +148,8 @@ static void decoder_cpu_allocate(void* m, const void* config) {
     decoder_config(family, model->config, &model->d);
     decoder_layout(family, model->config, &model->layout);
     cpu_model_init(&model->cpu, family, model->config, model->d.vocab_size, model->d.max_seq_len);
-    model->params = decoder_cpu_weights(model->cpu.params_memory, &model->layout, 0);
-    model->grads = decoder_cpu_weights(model->cpu.grads_memory, &model->layout, 0);
+    model->params = decoder_weights(model->cpu.params_memory, &model->layout, 0);
+    model->grads = decoder_weights(model->cpu.grads_memory, &model->layout, 0);
     model->cpu.lazy_zero_grad = 1; // decoder_cpu_backward overwrites stale gradients (llmc/cpu/cpu_model.h)
     decoder_rope_tables(&model->d, &model->rope_cos, &model->rope_sin); // llmc/cpu/rope_cpu.h
 }
@@ -220,13 +210,13 @@ static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, 
     const float* cos = model->rope_cos;
     const float* sin = model->rope_sin;
 
-    DecoderCpuWeights p = model->params;
+    DecoderWeights p = model->params;
     DecoderCpuActs acts = model->acts;
     size_t BTC = (size_t)BT * C;
     encoder_forward(acts.encoded, inputs, p.wte, NULL, B, T, C);                                // (B,T,C)
     if (d->embed_norm) { rmsnorm_forward(acts.x0, acts.x0_rstd, acts.encoded, NULL, eps, B, T, C); } // (B,T,C)
     for (int l = 0; l < L; l++) {
-        DecoderCpuWeights w = decoder_cpu_weights(model->cpu.params_memory, &model->layout, l); // norm weights: NULL when none
+        DecoderWeights w = decoder_weights(model->cpu.params_memory, &model->layout, l); // norm weights: NULL when none
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
         // attention block
         rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, B, T, C);                      // (B,T,C)
@@ -280,7 +270,7 @@ static size_t decoder_cpu_tensor_floats(const DecoderCpu* model, const char* nam
 // Each activation gradient is written before it is read.
 static void decoder_cpu_backward(void* m, float loss_scale) {
     DecoderCpu* model = (DecoderCpu*)m;
-    DecoderCpuWeights p = model->params, g = model->grads;
+    DecoderWeights p = model->params, g = model->grads;
     DecoderCpuActs acts = model->acts, gacts = model->grads_acts;
     cpu_model_begin_backward(&model->cpu);
     const DecoderConfig* d = &model->d;
@@ -311,8 +301,8 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
 
     DecoderCpuLayerActs da = decoder_cpu_layer_acts(&model->grads_acts, d, B, T, 0); // every layer's slice
     for (int l = L - 1; l >= 0; l--) {
-        DecoderCpuWeights w = decoder_cpu_weights(model->cpu.params_memory, &model->layout, l);
-        DecoderCpuWeights dw = decoder_cpu_weights(model->cpu.grads_memory, &model->layout, l);
+        DecoderWeights w = decoder_weights(model->cpu.params_memory, &model->layout, l);
+        DecoderWeights dw = decoder_weights(model->cpu.grads_memory, &model->layout, l);
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
         if (d->mlp == DECODER_MLP_SWIGLU) {

@@ -59,21 +59,6 @@ typedef struct {
     float* rope_sin;
 } DecoderInference;
 
-// typed views of one layer's weights (or the whole tensors at l = 0), NULL where the family has none
-typedef struct {
-#define DECODER_INFERENCE_FIELD_(name) const float* name;
-    DECODER_TENSORS(DECODER_INFERENCE_FIELD_)
-#undef DECODER_INFERENCE_FIELD_
-} DecoderWeights;
-
-static DecoderWeights decoder_weights(const DecoderInference* m, int l) {
-    DecoderWeights view;
-    const float* memory = m->memory;
-    const DecoderLayout* layout = &m->layout;
-    DECODER_TENSORS(DECODER_POINT_FIELD)
-    return view;
-}
-
 // config: the family's config struct (family->model_file->config_size bytes)
 static void decoder_inference_init(DecoderInference* m, const ModelFamily* family, const void* config) {
     m->family = family;
@@ -117,7 +102,7 @@ static void decoder_forward_cached(const void* model, KVCache* kv, const int* to
     const float* cos_t = m->rope_cos + (size_t)kv->pos * half;  // the tables from the first new position on
     const float* sin_t = m->rope_sin + (size_t)kv->pos * half;
     kvcache_check_room(kv, n);
-    DecoderWeights p = decoder_weights(m, 0);
+    DecoderWeights p = decoder_weights(m->memory, &m->layout, 0);
     size_t nC = (size_t)n * C;
     if (d->embed_norm) {  // the residual stream starts normalised
         encoder_forward(kv->ln, tokens, p.wte, NULL, 1, n, C);                 // (n, C)
@@ -126,7 +111,7 @@ static void decoder_forward_cached(const void* model, KVCache* kv, const int* to
         encoder_forward(kv->x, tokens, p.wte, NULL, 1, n, C);                  // (n, C)
     }
     for (int l = 0; l < kv->L; l++) {
-        DecoderWeights w = decoder_weights(m, l);
+        DecoderWeights w = decoder_weights(m->memory, &m->layout, l);
         float* l_kc = kv->key_cache + (size_t)l * maxT * KVC;
         float* l_vc = kv->value_cache + (size_t)l * maxT * KVC;
         // attention block: q and k rotated at their absolute positions (and normalised), k and v appended to the cache
