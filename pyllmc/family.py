@@ -14,13 +14,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ShardFormat:
-    """A family's token shards: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens of `dtype`."""
+    """A family's token shards: int32 header[256] = {magic, version, ntok, 0...}, then ntok tokens of `dtype`; its
+    chat shards (pyllmc/token_shards.py): {magic, chat_version, ntok, T, 0...}, the tokens, then ntok mask bytes."""
 
     model_desc: str  # its name on the data scripts' command line (-m/--model_desc)
     magic: int
     version: int
     dtype: np.dtype  # little-endian token type on disk
     vocab_size: int  # default upper bound (exclusive) for token ids
+    chat_version: int  # header[1] of its chat shards: the same tokens, then one loss-mask byte per token
 
 
 # Every family's tokenizer file's header[0] (llmc/tokenizer.h)

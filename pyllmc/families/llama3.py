@@ -33,7 +33,7 @@ LLAMA3 = Family(
     model_magic=20240803,  # the debug state's too; the tokenizer file is llama3_tokenizer.bin, version 3
     # lm_head is left out of the file when the embeddings are tied
     tensor_names=("wte", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fcw2", "fcprojw", "lnfw", "lm_head"),
-    shards=ShardFormat("llama-3", 20240801, 7, np.dtype("<u4"), VOCAB_SIZE),
+    shards=ShardFormat("llama-3", 20240801, 7, np.dtype("<u4"), VOCAB_SIZE, 8),
     default_model="meta-llama/Llama-3.2-1B",
     model_help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files",
     default_input_bin="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
