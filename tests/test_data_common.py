@@ -85,7 +85,7 @@ def test_write_datafile_rejects_out_of_range_tokens(tmp_path: Path, model_desc: 
 
 BAD_SHARDS = [  # (what is wrong, header values, body, the error it gives)
     ("wrong magic", [123, 1, 2], b"\0" * 4, r"bad\.bin: wrong magic 123, expected 20240520 or 20240801 \(not a token shard\)"),
-    ("wrong version", [20240520, 2, 2], b"\0" * 4, r"bad\.bin: wrong version 2 for magic 20240520 \(gpt-2\), expected 1"),
+    ("wrong version", [20240520, 3, 2], b"\0" * 4, r"bad\.bin: wrong version 3 for magic 20240520 \(gpt-2\), expected 1"),
     ("truncated body", [20240520, 1, 1000], b"\0" * 1500,
      r"bad\.bin: truncated: header says 1000 tokens \(2000 bytes\) but 1500 bytes follow the header"),
     ("trailing bytes", [20240801, 7, 3], b"\0" * 16, r"bad\.bin: trailing data: header says 3 tokens \(12 bytes\) but 16 bytes"),
