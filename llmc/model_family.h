@@ -15,6 +15,7 @@ file is, by its magic). Nothing outside a family's header tests which family it 
     model_descriptor_depth(desc)  N of "dN" (1..64), the from-scratch descriptor of the families after GPT-2, else 0
     MODEL_FAMILY_TENSOR_TABLE, MODEL_FAMILY_BEHAVIOUR, MODEL_FAMILY_D2_REFERENCE   a description's fields that follow
                               from its tensor table, its functions' names and (Llama 3, nanochat, Qwen3) its name
+    GPT2_CHAT_TOKENIZER_PATH  the chat tokenizer file of the GPT-2 vocabulary's families (generate --chat's -t)
 
 The tensor tables themselves stay X-macros in the family's header (one row per tensor): they declare the
 family's structs of named pointers; the description carries what the table gives at run time (names, the 2-D
@@ -31,6 +32,10 @@ and per-layer flags, the dimensions of a config).
 #include "debug_state.h"
 
 struct DecoderConfig; // llmc/decoder.h
+
+// GPT-2's tokenizer file with nanochat's four chat tokens after its 50257 (train_gpt2.py writes it beside
+// gpt2_tokenizer.bin): generate --chat's default -t for the families of GPT-2's vocabulary (GPT-2, nanochat's GPT)
+#define GPT2_CHAT_TOKENIZER_PATH "gpt2_chat_tokenizer.bin"
 
 typedef struct {
     const char* name;                     // "gpt2", "llama3": the prefix of the family's functions and programs
@@ -70,6 +75,11 @@ typedef struct {
     // Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's
     // split), not as one; a decoder family's switch (llmc/decoder.h decoder_muon_row_blocks), 0 for the others
     int muon_splits_qkv;
+    // its chat format (llmc/chat.h: "nanochat", "llama3", "chatml"; pyllmc's Family.chat_format) and the tokenizer
+    // file generate --chat reads by default (NULL: tokenizer_path; the GPT-2 vocabulary's families:
+    // gpt2_chat_tokenizer.bin, GPT-2's tokens and the four chat tokens after them)
+    const char* chat_format;
+    const char* chat_tokenizer_path;
 } ModelFamily;
 
 // The fields of a family's description that its tensor table gives (TENSOR_TABLE_INDEX's arrays and count, its
