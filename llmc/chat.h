@@ -272,10 +272,11 @@ static inline int chat_read_message(JsonReader* r, ChatConversation* c, const ch
             free(key);
             if (is_role || is_content) {
                 size_t len;
+                int quoted = json_peek(r) == '"';
                 char* s = json_string(r, &len);
-                if (s == NULL) {
+                if (s == NULL) {  // not a string, or a bad one (r->error says how)
                     free(m.content);
-                    *why = is_role ? "a message's role is not a string" : "a message's content is not a string";
+                    *why = quoted ? r->error : is_role ? "a message's role is not a string" : "a message's content is not a string";
                     return 0;
                 }
                 if (is_content) { free(m.content); m.content = s; m.len = len; continue; }
