@@ -27,6 +27,22 @@ not given as -p text (--ids, a line of -i) is printed decoded. Without the token
 --check-kv recomputes the whole sequence at every step in a second, fresh cache fed all of it in one pass (the
 prompt path: GEMMs over every position) and compares its last-position logits with the incremental cache's (one
 position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_cache.h's kv_check_step).
+
+--chat talks to a model fine-tuned on chat shards (doc/chat.md) in its family's chat format (ModelFamily.chat_format,
+rendered by llmc/chat.h with the same ids as pyllmc/chat.py), with the chat tokens of the tokenizer file -t (default:
+the family's chat tokenizer file, gpt2_chat_tokenizer.bin for GPT-2's vocabulary, else its tokenizer file):
+
+    ./generate -e model.bin --chat [--system "Be brief."]          typed turns after "you> "; /reset, /quit, ^D
+    ./generate -e model.bin --chat -p "What is 2+2?"               one turn: the answer, then exit
+    ./generate -e model.bin --chat --jsonl --temperature 0 < conversations.jsonl   an answer per JSON line (chat_eval.py)
+
+The conversation stays in the KV cache: each turn appends the previous answer's end (its end token, as sampled or,
+when -n cut the answer, appended; ChatML's "\n" after it), the user's turn and the generation prompt, and only those
+go through the model. An answer ends at the format's end token (not printed), -n tokens or the model's context; a turn
+that does not fit after the conversation starts it over (a line says so). --print-ids prints each turn's ids
+("prompt ids:") and each answer's ("answer ids:") on stderr; --check-kv checks the whole conversation at every step.
+A model whose V has no rows for the chat tokens (GPT-2 before fine-tuning, V = 50257) or a tokenizer file without
+them is one error line.
 */
 #include <errno.h>
 #include <stdio.h>
