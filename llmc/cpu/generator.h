@@ -136,9 +136,13 @@ static const char* generate_chat_tokenizer_path(const ModelFamily* family, const
 // the model has no rows for (a base model, before fine-tuning on chat shards), more tokens than V
 static void generate_tokenizer_open_chat(GenerateTokenizer* t, const ModelFamily* family, const char* path,
                                          const char* model_path, int V) {
+    if (!file_exists(path) && family->chat_tokenizer_path != NULL) {  // GPT-2's vocabulary
+        llmc_die("%s: no such tokenizer file (flag -t; python train_gpt2.py writes " GPT2_CHAT_TOKENIZER_PATH ", GPT-2's "
+                 "with the chat tokens, beside gpt2_tokenizer.bin: doc/chat.md)", path);
+    }
     if (!file_exists(path)) {
-        llmc_die("%s: no such tokenizer file (flag -t; python %s writes it, with the %s chat tokens: doc/chat.md)", path,
-                 family->reference, family->chat_format);
+        llmc_die("%s: no such tokenizer file (flag -t; python %s writes it, with the %s chat tokens when its "
+                 "tokenizer.json has them: doc/chat.md)", path, family->reference, family->chat_format);
     }
     tokenizer_init(&t->tok, path);
     if (family->tokenizer_pattern != BPE_PATTERN_GPT2 && t->tok.bos_token < 0) {
