@@ -210,7 +210,7 @@ static inline void json_write_string(FILE* out, const char* str, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
         size_t len = json_utf8_length(s, n, i);
-        if (len == 0) { fputs("\\ufffd", out); i++; continue; }
+        if (len == 0) { fputs("\xef\xbf\xbd", out); i++; continue; }  // U+FFFD
         if (len > 1) { fwrite(s + i, 1, len, out); i += len; continue; }
         if (c == '"') { fputs("\\\"", out); }
         else if (c == '\\') { fputs("\\\\", out); }

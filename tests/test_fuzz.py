@@ -21,7 +21,7 @@ import pytest
 
 from conftest import PYTHON, REPO, make, require_system_packages, run
 
-HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
+HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe", "chat"]
 FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "5"))
 FUZZ_MALLOC_LIMIT_MB = 64  # seeds are a few KB: no loader may need more for them
 # The fuzzer's own memory may reach 1 GB. Linux keeps a process's peak RSS across fork and exec, and
