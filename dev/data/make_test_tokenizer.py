@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data_common import positive_int, read_utf8, run_script, script_parser
+from data_common import find_corpus, positive_int, read_utf8, run_script, script_parser
 from pyllmc.chat import CHATML_FORMAT, LLAMA3_FORMAT
 from pyllmc.families.llama3 import BOS as LLAMA3_BOS, EOT as LLAMA3_EOT
 from pyllmc.token_shards import DataError, write_atomically
@@ -38,20 +38,6 @@ SPECIAL_TOKENS = {"bos": [LLAMA3_BOS, LLAMA3_EOT], "endoftext": ["<|endoftext|>"
 # --chat: the chat format's special tokens after those (pyllmc/chat.py: Llama 3's, or ChatML's with endoftext)
 CHAT_TOKENS = {"bos": [s for s in LLAMA3_FORMAT.specials if s not in SPECIAL_TOKENS["bos"]],
                "endoftext": list(CHATML_FORMAT.specials)}
-DEFAULT_CORPUS = [HERE / "tinyshakespeare" / "tiny_shakespeare.txt",
-                  HERE.parent.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"]
-
-
-def find_corpus(path: Path | None) -> Path:
-    """The training text: --corpus, else the cached Tiny Shakespeare."""
-    if path is not None:
-        return path
-    for candidate in DEFAULT_CORPUS:
-        if candidate.is_file():
-            return candidate
-    raise DataError(f"no corpus: {DEFAULT_CORPUS[0]} is missing (run python dev/data/tinyshakespeare.py, or pass --corpus)")
-
-
 def rank_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     """Merges that make BPE by merge rank equal BPE by token rank (= id): every split of a token into two
     tokens, ordered by the token's id, then by the ids of its two halves (how Llama 3's are derived)."""
