@@ -157,6 +157,9 @@ TINYSHAKESPEARE_TEXTS = [Path(__file__).resolve().parent / "tinyshakespeare" / "
 def find_corpus(path: Path | None) -> Path:
     """The Tiny Shakespeare text: --corpus PATH, else the cached one (TINYSHAKESPEARE_TEXTS); DataError when none is."""
     if path is not None:
+        if not path.is_file():
+            raise DataError(f"--corpus {path}: no such file (python dev/data/tinyshakespeare.py downloads Tiny "
+                            f"Shakespeare to {TINYSHAKESPEARE_TEXTS[0]})")
         return path
     for candidate in TINYSHAKESPEARE_TEXTS:
         if candidate.is_file():
