@@ -102,8 +102,8 @@ def format_of_added_tokens(added: Mapping[str, int], source: str) -> ChatFormat:
     for fmt in (CHATML_FORMAT, LLAMA3_FORMAT, NANOCHAT_FORMAT):
         if all(s in added for s in fmt.specials):
             return fmt
-    raise DataError(f"{source}: the tokenizer has no chat tokens (none of the chat formats' special tokens: "
-                    f"{', '.join(f'{f.name}: {f.specials[-1]}' for f in CHAT_FORMATS.values())})")
+    raise DataError(f"{source}: the tokenizer has no chat tokens (no chat format finds all of its special tokens "
+                    f"among its added tokens: {'; '.join(f'{f.name}: ' + ' '.join(f.specials) for f in CHAT_FORMATS.values())})")
 
 
 def special_ids(fmt: ChatFormat, vocabulary: Mapping[str, int], source: str) -> dict[str, int]:

@@ -66,6 +66,13 @@ def by_hand(parts: list[tuple[list[int], int]]) -> tuple[list[int], list[int]]:
     return [i for ids, _ in parts for i in ids], [m for ids, m in parts for _ in ids]
 
 
+def in_process(argv: list[object], capsys: pytest.CaptureFixture) -> subprocess.CompletedProcess:
+    """dev/data/chat.py's main(argv) run here (no interpreter start-up), as a finished process."""
+    status = chat_script.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, status, out, err)
+
+
 def gpt2_encode():
     import tiktoken
 
@@ -129,6 +136,26 @@ def test_render_chatml_format_on_the_chat_test_tokenizer(tmp_path, chatml_tokeni
     assert rendered(jsonl, "-m", "llama-3", "--tokenizer", chatml_tokenizer, "--family", "qwen3") == lines
 
 
+def test_render_nanochat_format_from_a_checkpoints_tokenizer_json(tmp_path, capsys, llama3_tokenizer):
+    """An imported NanoChat's tokenizer.json (-m gpt-2 --tokenizer DIR): its chat tokens' ids by their strings, and a
+    chat token's text inside a content is ordinary text."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(llama3_tokenizer / "tokenizer.json"))
+    tok.add_special_tokens(["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>"])
+    (tmp_path / "nanochat").mkdir()
+    tok.save(str(tmp_path / "nanochat" / "tokenizer.json"))
+    enc = load_llama3_tokenizer(str(llama3_tokenizer)).encode
+    bos, user_start, user_end, assistant_start, assistant_end = 514, 515, 516, 517, 518
+    talk = [{"role": "user", "content": "Say <|user_end|>"}, {"role": "assistant", "content": "No."}]
+    expected = by_hand([([bos, user_start] + enc("Say <|user_end|>") + [user_end, assistant_start], 0),
+                        (enc("No.") + [assistant_end], 1)])
+    proc = in_process(["--render", write_jsonl(tmp_path / "c.jsonl", [talk]), "--tokenizer", tmp_path / "nanochat"],
+                      capsys)
+    line = json.loads(proc.stdout)
+    assert (line["ids"], line["mask"]) == expected and user_end not in enc("Say <|user_end|>")
+
+
 def test_chat_shards_hold_each_conversation_padded_to_T_and_read_back(tmp_path):
     train_jsonl = write_jsonl(tmp_path / "talk_train.jsonl", [CONVERSATION, SECOND, CONVERSATION + CONVERSATION[1:] * 3])
     val_jsonl = write_jsonl(tmp_path / "talk_val.jsonl", [SECOND])
@@ -177,13 +204,6 @@ BAD_LINES = [
     ('{"messages": [', "not JSON"),
     (b'{"messages": [{"role": "user", "content": "caf\xe9"}]}', "not UTF-8 text"),
 ]
-
-
-def in_process(argv: list[object], capsys: pytest.CaptureFixture) -> subprocess.CompletedProcess:
-    """dev/data/chat.py's main(argv) run here (no interpreter start-up), as a finished process."""
-    status = chat_script.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, status, out, err)
 
 
 @pytest.mark.parametrize("line, reason", BAD_LINES, ids=[reason.split(": ")[-1][:30] for _, reason in BAD_LINES])

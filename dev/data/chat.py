@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from data_common import add_model_desc_arg, positive_int, report_error, run_script, script_parser
+from data_common import add_model_desc_arg, get_tokenizer, positive_int, report_error, run_script, script_parser
 from pyllmc.chat import CHAT_FORMATS, ChatTemplate, gpt2_template, tokenizer_json_template
 from pyllmc.families import NAMES as FAMILY_NAMES, by_name
 from pyllmc.families.gpt2 import CHAT_VOCAB_SIZE as GPT2_CHAT_VOCAB_SIZE
@@ -47,14 +47,6 @@ class Vocabulary:
     model_desc: str
 
 
-@dataclass
-class Conversations:
-    """The rendered conversations of one source: (ids, mask) each, and where each came from (for messages)."""
-
-    source: str
-    rendered: list[tuple[list[int], list[int]]]
-
-
 def load_vocabulary(model_desc: str, tokenizer: str, family: str | None) -> Vocabulary:
     """The template of -m/--tokenizer: GPT-2's vocabulary with nanochat's tokens (tiktoken gpt2), or a tokenizer.json
     (a NanoChat's with -m gpt-2, a Llama 3 style one with llama-3) with the format of its chat tokens; --family picks the
@@ -64,14 +56,8 @@ def load_vocabulary(model_desc: str, tokenizer: str, family: str | None) -> Voca
         if fmt is not None and fmt.name != "nanochat":
             raise DataError(f"--family {family}: GPT-2's vocabulary has only nanochat's chat tokens, not the {fmt.name} "
                             f"format's (pass -m llama-3 --tokenizer DIR with a tokenizer.json that has them)")
-        import tiktoken
-
-        try:
-            enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:
-            raise DataError(f"cannot load tiktoken's gpt2 encoding: {type(e).__name__} (offline? set TIKTOKEN_CACHE_DIR "
-                            "to a directory holding tiktoken's cached gpt2 files)") from None
-        return Vocabulary(gpt2_template(enc.encode_ordinary), enc.eot_token, GPT2_CHAT_VOCAB_SIZE, model_desc)
+        gpt2 = get_tokenizer("gpt-2")
+        return Vocabulary(gpt2_template(gpt2.encode), gpt2.eot, GPT2_CHAT_VOCAB_SIZE, model_desc)
     tok = load_checkpoint_tokenizer(tokenizer) if model_desc == "gpt-2" else load_llama3_tokenizer(tokenizer)
     if tok.vocab_size > np.iinfo(shard_format(model_desc).dtype).max + 1:
         raise DataError(f"{tok.source}: {tok.vocab_size} tokens, more than {model_desc} shards' ids hold")
@@ -121,7 +107,10 @@ def hub_rows(name: str, config: str | None, split: str) -> Iterable[tuple[str, A
         yield f"{name} row {number}", row
 
 
-def read_conversations(rows: Iterable[tuple[str, Any]], source: str, template: ChatTemplate) -> Conversations:
+Rendered = list[tuple[list[int], list[int]]]  # (ids, mask) per conversation
+
+
+def read_conversations(rows: Iterable[tuple[str, Any]], source: str, template: ChatTemplate) -> Rendered:
     """Every row rendered (ids, mask); DataError "WHERE: reason" at the first bad one."""
     rendered = []
     for where, row in rows:
@@ -133,7 +122,7 @@ def read_conversations(rows: Iterable[tuple[str, Any]], source: str, template: C
             raise DataFormatError(f"{where}: {e}") from None
     if not rendered:
         raise DataFormatError(f"{source}: no conversations")
-    return Conversations(source, rendered)
+    return rendered
 
 
 def input_rows(source: str, config: str | None, split: str) -> Iterable[tuple[str, Any]]:
@@ -158,10 +147,11 @@ class Split:
     tokens_unpadded: int
 
 
-def pad_split(rendered: list[tuple[list[int], list[int]]], seq_len: int, pad: int) -> Split:
-    """The conversations that fit in seq_len tokens, each padded to seq_len (pad id, mask 0), one after the other."""
+def pad_split(rendered: Rendered, seq_len: int, pad: int, dtype: np.dtype) -> Split:
+    """The conversations that fit in seq_len tokens, each padded to seq_len (pad id, mask 0), one after the other, as
+    the shards' token type."""
     kept = [(ids, mask) for ids, mask in rendered if len(ids) <= seq_len]
-    tokens = np.full((len(kept), seq_len), pad, dtype=np.int64)
+    tokens = np.full((len(kept), seq_len), pad, dtype=dtype)
     masks = np.zeros((len(kept), seq_len), dtype=np.uint8)
     for row, (ids, mask) in enumerate(kept):
         tokens[row, : len(ids)] = ids
@@ -170,7 +160,7 @@ def pad_split(rendered: list[tuple[list[int], list[int]]], seq_len: int, pad: in
                  sum(len(ids) for ids, _ in kept))
 
 
-def split_off_val(rendered: list, fraction: float, seed: int) -> tuple[list, list]:
+def split_off_val(rendered: Rendered, fraction: float, seed: int) -> tuple[Rendered, Rendered]:
     """(train, val): a seeded random `fraction` of the conversations is val, each part in the input's order."""
     n_val = round(fraction * len(rendered))
     picked = set(np.random.default_rng(seed).permutation(len(rendered))[:n_val].tolist())
@@ -212,13 +202,13 @@ def build(args: argparse.Namespace) -> str:
         raise DataError(f"-t {args.seq_len}: a conversation needs at least 2 tokens")
     train = read_conversations(input_rows(args.input, args.hub_config, args.hub_split), args.input, vocab.template)
     if args.val is not None:
-        val = read_conversations(jsonl_rows(args.val), str(args.val), vocab.template).rendered
-        train_rendered = train.rendered
+        val = read_conversations(jsonl_rows(args.val), str(args.val), vocab.template)
     else:
-        train_rendered, val = split_off_val(train.rendered, args.val_fraction, args.seed)
-    parts = {"train": pad_split(train_rendered, args.seq_len, vocab.pad)}
+        train, val = split_off_val(train, args.val_fraction, args.seed)
+    dtype = shard_format(vocab.model_desc).dtype
+    parts = {"train": pad_split(train, args.seq_len, vocab.pad, dtype)}
     if val or args.val_fraction > 0:
-        parts["val"] = pad_split(val, args.seq_len, vocab.pad)
+        parts["val"] = pad_split(val, args.seq_len, vocab.pad, dtype)
     for split, part in parts.items():
         if part.dropped and not part.conversations:
             raise DataError(f"none of the {part.dropped:,} {split} conversations fits in T = {args.seq_len} tokens "
@@ -279,9 +269,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--family", choices=FAMILY_NAMES, default=None,
                         help="use this family's chat format (default: the vocabulary's: GPT-2's is nanochat's, a "
                              "tokenizer.json's the one whose special tokens it has)")
-    parser.add_argument("--val", type=Path, default=None, help="validation conversations (.jsonl); default: "
-                                                               "--val_fraction of --input")
-    parser.add_argument("--val_fraction", type=fraction, default=0.05,
+    val = parser.add_mutually_exclusive_group()
+    val.add_argument("--val", type=Path, default=None, help="validation conversations (.jsonl); default: "
+                                                            "--val_fraction of --input")
+    val.add_argument("--val_fraction", type=fraction, default=0.05,
                         help="without --val: this fraction of --input (seeded random) is the val shard; 0: none")
     parser.add_argument("--seed", type=int, default=1337, help="the seed of --val_fraction's pick")
     parser.add_argument("--name", default="", help="the shards' name (default: --input's stem without _train, or the "
