@@ -16,11 +16,14 @@ from test_families import CUDA_FAMILIES
 
 # program (a script under the repo, or a make target) -> flags (and default files) its help must list
 HELP_FLAGS: dict[str, list[str]] = {
+    "dev/data/chat.py": ["--input", "--render", "--data_dir", "--seq_len", "--model_desc", "--family", "--val",
+                         "--val_fraction"],
+    "dev/data/chat_tasks.py": ["--task", "--n_train", "--n_val", "--seed", "--data_dir", "--corpus"],
     "dev/data/fineweb.py": ["--type", "--version", "--shard_size", "--data_files", "--model_desc"],
     "dev/data/hellaswag.py": ["--data_dir", "--split"],
     "dev/data/tinyshakespeare.py": ["--data_dir", "--model_desc", "--tokenizer"],
     "dev/data/tinystories.py": ["--data_dir", "--num_proc"],
-    "dev/data/make_test_tokenizer.py": ["--corpus", "--out_dir", "--vocab_size"],
+    "dev/data/make_test_tokenizer.py": ["--corpus", "--out_dir", "--vocab_size", "--chat"],
     "dev/eval/export_gguf.py": ["--input", "--output", "--dtype", "--tokenizer", "--verify"],
     "dev/eval/export_hf.py": ["--input", "--output"],
     "dev/eval/generate_text.py": ["--tokenizer", "--prompt", "--generate"],
