@@ -135,7 +135,7 @@ def evaluate(args: argparse.Namespace, examples: list[Example]) -> Tally:
                 if not exact and shown < args.show:
                     shown += 1
                     bar.write(f"expected {example.expected.strip()!r}, got {reply['answer'].strip()!r}")
-                bar.set_postfix(exact=f"{tally.exact}/{tally.total}")
+                bar.set_postfix(exact=f"{tally.exact}/{tally.total}", refresh=False)
             bar.close()
         finally:
             try:
