@@ -345,6 +345,13 @@ static void chat_one_turn(ChatSession* s, const char* text) {
     if (chat_turn(s, text, strlen(text), NULL, &ended, why, sizeof(why)) < 0) { llmc_die("-p: %s", why); }
 }
 
+// 1 when line is the command (blanks around it allowed)
+static int chat_is_command(const char* line, const char* command) {
+    line += strspn(line, " \t\r");
+    size_t n = strlen(command);
+    return strncmp(line, command, n) == 0 && line[n + strspn(line + n, " \t\r")] == '\0';
+}
+
 // --chat without -p: turns typed in ("you> " when stdin is a terminal); /reset, /quit, end of input
 static void chat_interactive(ChatSession* s, const char* model_path) {
     PromptReader turns;
@@ -355,8 +362,8 @@ static void chat_interactive(ChatSession* s, const char* model_path) {
     }
     while (prompt_reader_next(&turns)) {
         const char* line = turns.line;
-        if (strcmp(line, "/quit") == 0) { break; }
-        if (strcmp(line, "/reset") == 0) {
+        if (chat_is_command(line, "/quit")) { break; }
+        if (chat_is_command(line, "/reset")) {
             chat_session_reset(s);
             fprintf(stderr, "(a new conversation)\n");
             continue;
