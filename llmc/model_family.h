@@ -52,6 +52,11 @@ typedef struct {
     const char* reference;                // the reference script: "train_gpt2.py"
     const char* reference_model;          // the model file and debug state it writes that the test programs read
     const char* reference_state;          // by default: "gpt2_124M.bin", "gpt2_124M_debug_state.bin"
+    // its chat format (llmc/chat.h: "nanochat", "llama3", "chatml"; pyllmc's Family.chat_format) and the tokenizer
+    // file generate --chat reads by default (NULL: tokenizer_path; the GPT-2 vocabulary's families:
+    // GPT2_CHAT_TOKENIZER_PATH, GPT-2's tokens and the four chat tokens after them)
+    const char* chat_format;
+    const char* chat_tokenizer_path;
     // the parameter tensors, file order (the family's X-macro table, as arrays)
     int num_tensors;
     const char* const* tensor_names;
@@ -75,11 +80,6 @@ typedef struct {
     // Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's
     // split), not as one; a decoder family's switch (llmc/decoder.h decoder_muon_row_blocks), 0 for the others
     int muon_splits_qkv;
-    // its chat format (llmc/chat.h: "nanochat", "llama3", "chatml"; pyllmc's Family.chat_format) and the tokenizer
-    // file generate --chat reads by default (NULL: tokenizer_path; the GPT-2 vocabulary's families:
-    // gpt2_chat_tokenizer.bin, GPT-2's tokens and the four chat tokens after them)
-    const char* chat_format;
-    const char* chat_tokenizer_path;
 } ModelFamily;
 
 // The fields of a family's description that its tensor table gives (TENSOR_TABLE_INDEX's arrays and count, its
