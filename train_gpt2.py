@@ -7,6 +7,8 @@ Examples:
     python train_gpt2.py                                   # pretrained GPT-2 124M (d12 from scratch offline)
     python train_gpt2.py --model d12 --num_iterations 0    # just write gpt2_124M*.bin and the tokenizer
     torchrun --nproc_per_node 2 train_gpt2.py --device cpu --model d2 --batch_size 2
+    python train_gpt2.py --model gpt2_124M.bin --input_bin "chat/*train*.bin" --sequence_length 256 \
+        --write_tensors 0                                  # fine-tune a model file on chat shards (loss mask)
 """
 
 from __future__ import annotations
