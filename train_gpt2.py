@@ -7,6 +7,8 @@ Examples:
     python train_gpt2.py                                   # pretrained GPT-2 124M (d12 from scratch offline)
     python train_gpt2.py --model d12 --num_iterations 0    # just write gpt2_124M*.bin and the tokenizer
     torchrun --nproc_per_node 2 train_gpt2.py --device cpu --model d2 --batch_size 2
+    python train_gpt2.py --model gpt2_124M.bin --input_bin "chat/*train*.bin" --sequence_length 256 \
+        --write_tensors 0                                  # fine-tune a model file on chat shards (loss mask)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pyllmc.model_file import VERSIONS, atomic_write, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
 from pyllmc.reference.cli import TrainerCli, debug_optimizer, debug_targets, run_main, trainer_parser
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
-from pyllmc.reference.data_loader import DistributedDataLoader
+from pyllmc.reference.data_loader import DistributedDataLoader, pattern_is_masked
 from pyllmc.reference.debug_state import (
     DebugOptimizer,
     debug_state_chunks,
@@ -44,6 +46,10 @@ from pyllmc.reference.tokenizer_files import gpt2_encoding, write_gpt2_tokenizer
 from pyllmc.reference.training import ModelFamily, train_loop
 from pyllmc.token_shards import DataFormatError
 
+# nanochat's chat tokens after GPT-2's 50,257 ids (the "nanochat" chat format): a GPT-2 model's V grows to 50,261
+# when it meets chat shards
+CHAT_TOKENS = ("<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>")
+CHAT_VOCAB = GPT2_VOCAB + len(CHAT_TOKENS)
 PRETRAINED = {"gpt2": "124M", "gpt2-medium": "355M", "gpt2-large": "774M", "gpt2-xl": "1558M"}
 DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
 
@@ -132,7 +138,8 @@ class GPT(CausalLM):
                 block.mlp.c_fc.weight.normal_(0.0, 0.02, generator=g)
                 block.mlp.c_proj.weight.normal_(0.0, std_residual, generator=g)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True,
+                reduction: str = "mean"):
         B, T = idx.size()
         if T > self.config.block_size:
             raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
@@ -140,7 +147,7 @@ class GPT(CausalLM):
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
         for block in self.transformer.h:
             x = block(x)
-        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
+        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits, reduction)
 
     def configure_optimizers(self, weight_decay: float, lr: float, betas: tuple[float, float], eps: float,
                              zero_stage: int = 0, fused: bool = False) -> torch.optim.Optimizer:
@@ -173,7 +180,8 @@ def from_hf_model(hf, flash: bool) -> GPT:
 
 
 def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
-    """Model from a name (gpt2*, dN, or a local Hugging Face directory); returns it and its file-name stem."""
+    """Model from a name (gpt2*, dN, one of our .bin model files, or a local Hugging Face directory); returns it and
+    its file-name stem."""
     if name.startswith("d") and name[1:].isdigit():
         depth = int(name[1:])
         if depth < 1:
@@ -181,6 +189,8 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
         model = GPT(depth_config(depth), flash)
         model.init_weights(seed)
         return model, f"{GPT2.name}_{DEPTH_SIZES.get(depth, name)}"
+    if name.endswith(".bin"):
+        return read_model(name, flash), Path(name).stem
     if Path(name).is_dir():
         from transformers import GPT2LMHeadModel
 
@@ -191,7 +201,8 @@ def load_model(name: str, seed: int, flash: bool) -> tuple[GPT, str]:
         model = from_hf_model(hf, flash)
         return model, f"{GPT2.name}_{Path(name).name}"
     if name not in PRETRAINED:
-        raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12) or a directory")
+        raise UserError(f"unknown model {name!r}: use gpt2, gpt2-medium, gpt2-large, gpt2-xl, dN (e.g. d12), a .bin "
+                        "model file or a directory")
     depth = {"gpt2": 12, "gpt2-medium": 24, "gpt2-large": 36, "gpt2-xl": 48}[name]
     try:
         from transformers import GPT2LMHeadModel
@@ -278,8 +289,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return trainer_parser(GPT2_CLI).parse_args(argv)
 
 
+def grow_vocab_for_chat(model: GPT, pattern: str) -> None:
+    """A model of GPT-2's 50,257 ids meeting chat shards: V becomes 50,261 (CHAT_TOKENS; Vp stays 50,304), the new rows
+    of wte (the tied lm_head) the mean of its first 50,257 rows, as ./train_gpt2 grows it."""
+    if model.config.vocab_size != GPT2_VOCAB or not pattern_is_masked(pattern):
+        return
+    model.grow_vocab(CHAT_VOCAB)
+    print0(f"chat shards: vocab size {GPT2_VOCAB} -> {CHAT_VOCAB} for {', '.join(CHAT_TOKENS)}; their rows of wte "
+           f"(the tied lm_head) start as the mean of its first {GPT2_VOCAB} rows")
+
+
+def decode_with_chat_tokens(ids: list[int]) -> str:
+    """GPT-2's decoding, with the chat tokens (ids 50,257 .. 50,260) as their names."""
+    enc, out, run = gpt2_encoding(), [], []
+    for i in ids:
+        if GPT2_VOCAB <= i < CHAT_VOCAB:
+            out += [enc.decode(run), CHAT_TOKENS[i - GPT2_VOCAB]]
+            run = []
+        else:
+            run.append(i)
+    return "".join(out) + enc.decode(run)
+
+
 def gpt2_family(args: argparse.Namespace) -> ModelFamily:
     model, stem = load_model(args.model, args.seed, bool(args.flash))
+    grow_vocab_for_chat(model, args.input_bin)
 
     def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
         write_model(model, f"{stem}.bin", "float32")
@@ -292,10 +326,9 @@ def gpt2_family(args: argparse.Namespace) -> ModelFamily:
 
     def make_sampler(device: str) -> Callable[[nn.Module], str]:
         def sample(raw_model: nn.Module) -> str:
-            enc = gpt2_encoding()
             start = torch.tensor([[GPT2_EOT]], dtype=torch.long, device=device)
             out = raw_model.generate(start, args.gen_tokens, temperature=1.0, top_k=40)
-            return enc.decode(out[0, 1:].tolist())
+            return decode_with_chat_tokens(out[0, 1:].tolist())
         return sample
 
     c = model.config

@@ -183,7 +183,8 @@ class NanoChat(CausalLM):
                 block.mlp.c_proj.weight.zero_()
             self.lm_head.weight.normal_(0.0, 0.001, generator=g)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True,
+                reduction: str = "mean"):
         B, T = idx.size()
         if T > self.config.block_size:
             raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
@@ -192,7 +193,7 @@ class NanoChat(CausalLM):
         cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
         for block in self.transformer.h:
             x = block(x, cos, sin)
-        return self.head_and_loss(rmsnorm(x, eps), targets, return_logits)
+        return self.head_and_loss(rmsnorm(x, eps), targets, return_logits, reduction)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
         """The references' make_optimizer: AdamW on everything, or Muon on the blocks' matrices (q, k and v, the rows

@@ -50,7 +50,8 @@ GPT2 = Family(
     debug_state_magic=20240327,  # llm.c's, one past the model's
     debug_state_version=2,
     default_model="gpt2",
-    model_help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory",
+    model_help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), a HF directory, or one of our "
+               "gpt2 .bin files",
     default_input_bin="dev/data/tinyshakespeare/tiny_shakespeare_val.bin",
     input_bin_help="train token shards (glob)",
     chat_format="nanochat",

@@ -10,9 +10,11 @@ share, so that each of them holds only its family's model, its Hugging Face impo
                       debug state and --model names), hf_tensor_taker
     tokenizer_files   GPT-2's tiktoken encoding and its tokenizer file; the BPE families' tokenizer file
     debug_state       the debug state: one batch's tensors, the reference steps, their float32 noise
-    data_loader       token shards split across ranks as the C loader splits them
+    data_loader       token shards split across ranks as the C loader splits them; chat shards' targets (-1 where
+                      the loss mask supervises nothing)
     cli               the trainers' command line and run_main
-    training          train_loop: DDP, ZeRO-1, accumulation, clipping, schedule, validation, samples, main.log
+    training          train_loop: DDP, ZeRO-1, accumulation, clipping, schedule, validation, samples, main.log;
+                      on chat shards the step's loss over its supervised positions (N_step)
 
 Torch is imported by these modules, not by `import pyllmc`.
 """

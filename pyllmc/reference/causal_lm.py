@@ -5,6 +5,7 @@ loss and sampling after a model's blocks (train_gpt2.py's GPT, train_llama3.py's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -30,7 +31,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: b
 
 class CausalLM(nn.Module):
     """What every family's model shares after its blocks: the head's logits and loss, and sampling.
-    Subclasses have .config.block_size, .lm_head and forward(idx) -> (logits, loss)."""
+    Subclasses have .config.block_size, .transformer.wte, .lm_head and
+    forward(idx, targets, return_logits, reduction) -> (logits, loss)."""
 
     family: Family | None = None  # the family's description, where the model reads data from it (muon_row_blocks)
 
@@ -47,14 +49,34 @@ class CausalLM(nn.Module):
             blocks[f"transformer.h.{i}.attn.c_attn.weight"] = (a.n_head * a.hs, a.n_kv_head * a.hs, a.n_kv_head * a.hs)
         return blocks
 
-    def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool):
-        """x (B, T, C) after the final norm: (logits or None, mean cross-entropy over targets or None)."""
+    def head_and_loss(self, x: torch.Tensor, targets: torch.Tensor | None, return_logits: bool,
+                      reduction: str = "mean"):
+        """x (B, T, C) after the final norm: (logits or None, cross-entropy over targets or None). Target -1 is not
+        supervised (a chat shard's masked position); reduction "mean" averages over the supervised positions, "sum"
+        adds them up (the masked loss of train_loop, divided by the whole step's count)."""
         if targets is not None:
             logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1,
+                                   reduction=reduction)
         else:
             logits, loss = self.lm_head(x[:, [-1], :]), None  # only the last position is needed
         return (logits if return_logits else None), loss
+
+    @torch.no_grad()
+    def grow_vocab(self, V: int) -> None:
+        """The vocabulary grown to V ids (chat tokens after a base vocabulary, as GPT-2's 50,257 -> 50,261): the new
+        rows of wte, and of lm_head when it is not tied to wte, start as the mean of that matrix's existing rows (a
+        token the model has not seen starts as an average one); config.vocab_size becomes V."""
+        wte, head = self.transformer.wte, self.lm_head
+        old_V = wte.weight.size(0)
+        tied = head.weight is wte.weight
+
+        def grown(w: torch.Tensor) -> nn.Parameter:  # (old_V, C) -> (V, C)
+            return nn.Parameter(torch.cat([w, w.mean(dim=0, keepdim=True).expand(V - old_V, -1)]))
+
+        wte.weight, wte.num_embeddings = grown(wte.weight), V
+        head.weight, head.out_features = (wte.weight if tied else grown(head.weight)), V
+        self.config = dataclasses.replace(self.config, vocab_size=V)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,

@@ -165,7 +165,8 @@ class StackedDecoder(CausalLM):
                 for p, drawn in zip(parts, block):
                     p.copy_(drawn)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True,
+                reduction: str = "mean"):
         B, T = idx.size()
         if T > self.config.block_size:
             raise UserError(f"sequence length {T} exceeds the model's block size {self.config.block_size}")
@@ -173,7 +174,7 @@ class StackedDecoder(CausalLM):
         cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)  # (T, HS)
         for block in self.transformer.h:
             x = block(x, cos, sin)
-        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits)
+        return self.head_and_loss(self.transformer.ln_f(x), targets, return_logits, reduction)
 
     def configure_optimizers(self, s: OptimizerSettings, zero_stage: int = 0, ns_dtype: torch.dtype | None = None):
         """The references' make_optimizer: AdamW (weight decay on the 2-D weights, not on the RMSNorm weights), or

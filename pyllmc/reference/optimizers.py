@@ -211,3 +211,30 @@ def make_optimizer(model: nn.Module, s: OptimizerSettings, is_block_matrix: Call
             g["initial_lr"] = s.muon_lr
         optimizers.append(muon_opt)
     return CombinedOptimizer(optimizers, broadcasts)
+
+
+def adamw_parts(optimizer) -> list[torch.optim.AdamW]:
+    """The torch AdamW optimizers inside one make_optimizer returns (ZeRO-1: this rank's local one)."""
+    parts = optimizer.optimizers if isinstance(optimizer, CombinedOptimizer) else [optimizer]
+    local = [getattr(opt, "optim", opt) for opt in parts]  # ZeroRedundancyOptimizer.optim: this rank's shard
+    return [opt for opt in local if isinstance(opt, torch.optim.AdamW)]
+
+
+def skip_step(optimizer) -> None:
+    """An optimizer step that trains nothing (a chat step with no supervised position): AdamW's step count advances
+    as if it had updated and nothing else changes, so the next update's bias correction is its step's, as in the C
+    trainers (they give AdamW t = step + 1). Muon counts no steps. A state not made yet is made as torch.optim.Adam
+    makes it lazily (zero moments, step 0), then counted."""
+    for opt in adamw_parts(optimizer):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                state = opt.state[p]
+                if not state:
+                    on_device = group["fused"] or group["capturable"]
+                    state["step"] = (torch.zeros((), dtype=torch.float32, device=p.device) if on_device
+                                     else torch.tensor(0.0))
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    if group["amsgrad"]:
+                        state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1

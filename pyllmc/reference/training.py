@@ -2,6 +2,11 @@
 The references' training loop, shared by every family (train_loop): DDP and ZeRO-1 under torchrun, gradient
 accumulation, clipping, the learning-rate schedule of llmc/schedulers.h, validation loss, samples and main.log.
 A family hands it a ModelFamily: its model, data loader, writers, optimizer and sampler.
+
+On chat shards (a loss mask; the loader's targets are -1 where not supervised) the loss of an optimizer step is the
+sum of the cross-entropies of its supervised positions over all its micro-batches and ranks, divided by their count
+N_step (counted and all-reduced before the first backward); the val loss likewise over all val batches. A step with
+no supervised position trains nothing and says so. Plain shards keep the mean over every position, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch.nn as nn
 from pyllmc.reference.cli import TrainerCli, optimizer_settings, run_main, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
-from pyllmc.reference.optimizers import OptimizerSettings
+from pyllmc.reference.optimizers import OptimizerSettings, skip_step
 from pyllmc.token_shards import DataError, DataFormatError
 
 
@@ -67,7 +72,8 @@ def model_optimizer(model: nn.Module, settings: OptimizerSettings, zero_stage: i
 class ModelFamily:
     """What train_loop needs from a model family (each train_*.py builds one); the rest is shared."""
 
-    model: nn.Module  # .config.block_size and .config.vocab_size; forward(idx, targets, return_logits) -> (logits, loss)
+    # .config.block_size and .config.vocab_size; forward(idx, targets, return_logits, reduction) -> (logits, loss)
+    model: nn.Module
     description: str  # the shape, printed after "model NAME:"
     loader: type[DistributedDataLoader]  # the family's token shards
     write_files: Callable[[torch.Tensor, torch.Tensor], None]  # model files, tokenizer and debug state from one batch
@@ -100,6 +106,51 @@ def reference_main(cli: TrainerCli, build: Callable[[argparse.Namespace], ModelF
                     lambda e: " ".join(str(e).split()))
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets), each (B, T); target -1: not supervised
+
+
+def supervised_count(batches: list[Batch], world: int, device: str) -> int:
+    """N_step: the supervised positions (target != -1) of a step's micro-batches, summed over the ranks."""
+    n = torch.tensor(sum(int((y != -1).sum()) for _, y in batches), dtype=torch.int64, device=device)
+    if world > 1:
+        dist.all_reduce(n, op=dist.ReduceOp.SUM)
+    return int(n.item())
+
+
+def masked_step_gradients(model: nn.Module, batches: list[Batch], n_step: int, ctx, world: int,
+                          device: str) -> torch.Tensor:
+    """Backward of the step's masked loss: each micro-batch's summed cross-entropy over its supervised positions,
+    divided by N_step (every micro-batch and rank). Returns the step loss (their sum over micro-batches and ranks)."""
+    loss_acc = torch.zeros((), device=device)
+    for micro, (x, y) in enumerate(batches):
+        if world > 1:
+            model.require_backward_grad_sync = micro == len(batches) - 1
+        with ctx:
+            _, loss_sum = model(x.to(device), y.to(device), return_logits=False, reduction="sum")
+        loss = loss_sum / n_step
+        loss_acc += loss.detach()
+        (loss * world).backward()  # DDP averages the ranks' gradients, where the step's loss is their sum
+    if world > 1:
+        dist.all_reduce(loss_acc, op=dist.ReduceOp.SUM)
+    return loss_acc
+
+
+def masked_val_loss(model: nn.Module, loader: DistributedDataLoader, batches: int, ctx, world: int,
+                    device: str) -> float | None:
+    """The val loss on chat shards: the cross-entropies of every supervised position of `batches` val batches on
+    every rank, summed, over their count; None when there is none."""
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # (loss sum, supervised count)
+    for _ in range(batches):
+        x, y = loader.next_batch()
+        with ctx:
+            _, loss_sum = model(x.to(device), y.to(device), return_logits=False, reduction="sum")
+        total[0] += loss_sum.double()
+        total[1] += int((y != -1).sum())
+    if world > 1:
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return None if total[1].item() == 0 else (total[0] / total[1]).item()
+
+
 def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], ModelFamily]) -> None:
     """The reference's training: DDP/ZeRO-1, accumulation, clipping, one schedule, val loss, samples, main.log."""
     rank, _, world, device = setup_distributed(args.device)
@@ -130,6 +181,8 @@ def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], M
     vocab_size = model.config.vocab_size
     train_loader = family.loader(args.input_bin, B, T, rank, world, vocab_size)
     val_loader = family.loader(args.input_val_bin, B, T, rank, world, vocab_size) if args.input_val_bin else None
+    if train_loader.masked:
+        print0("chat shards: the loss is over the positions their loss mask supervises")
 
     if args.write_tensors and master and not args.inference_only:
         x, y = train_loader.next_batch()
@@ -166,17 +219,26 @@ def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], M
         if val_loader and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last_step):
             model.eval()
             val_loader.reset()
-            with torch.no_grad():
-                val_loss = torch.zeros((), device=device)
-                for _ in range(args.val_max_steps):
-                    x, y = val_loader.next_batch()
-                    with ctx:
-                        _, loss = model(x.to(device), y.to(device), return_logits=False)
-                    val_loss += loss.float() / args.val_max_steps
-            if world > 1:
-                dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
-            print0(f"step {step}: val loss {val_loss.item():.6f}")
-            log(f"s:{step} tel:{val_loss.item():.6f}")
+            if val_loader.masked:
+                with torch.no_grad():
+                    masked_val = masked_val_loss(model, val_loader, args.val_max_steps, ctx, world, device)
+                if masked_val is None:
+                    print0(f"step {step}: no val loss: no supervised position in the val batches")
+                else:
+                    print0(f"step {step}: val loss {masked_val:.6f}")
+                    log(f"s:{step} tel:{masked_val:.6f}")
+            else:
+                with torch.no_grad():
+                    val_loss = torch.zeros((), device=device)
+                    for _ in range(args.val_max_steps):
+                        x, y = val_loader.next_batch()
+                        with ctx:
+                            _, loss = model(x.to(device), y.to(device), return_logits=False)
+                        val_loss += loss.float() / args.val_max_steps
+                if world > 1:
+                    dist.all_reduce(val_loss, op=dist.ReduceOp.AVG)
+                print0(f"step {step}: val loss {val_loss.item():.6f}")
+                log(f"s:{step} tel:{val_loss.item():.6f}")
             model.train()
 
         if master and args.sample_every > 0 and (step % args.sample_every == 0 or last_step):
@@ -187,18 +249,29 @@ def train_loop(args: argparse.Namespace, build: Callable[[argparse.Namespace], M
 
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_acc = torch.zeros((), device=device)
-        for micro in range(grad_accum):
-            x, y = first_batch if first_batch is not None else train_loader.next_batch()
+        if train_loader.masked:
+            # the step's micro-batches first: N_step divides every one of their losses
+            batches = [first_batch if first_batch is not None else train_loader.next_batch() for _ in range(grad_accum)]
+            n_step = supervised_count(batches, world, device)
+            if n_step == 0:
+                skip_step(optimizer)
+                print0(f"step {step + 1:4d}/{args.num_iterations} | no supervised position in this step's batches: "
+                       "nothing trained")
+                continue
+            loss_acc = masked_step_gradients(model, batches, n_step, ctx, world, device)
+        else:
+            loss_acc = torch.zeros((), device=device)
+            for micro in range(grad_accum):
+                x, y = first_batch if first_batch is not None else train_loader.next_batch()
+                if world > 1:
+                    model.require_backward_grad_sync = micro == grad_accum - 1
+                with ctx:
+                    _, loss = model(x.to(device), y.to(device), return_logits=False)
+                loss = loss / grad_accum
+                loss_acc += loss.detach()
+                loss.backward()
             if world > 1:
-                model.require_backward_grad_sync = micro == grad_accum - 1
-            with ctx:
-                _, loss = model(x.to(device), y.to(device), return_logits=False)
-            loss = loss / grad_accum
-            loss_acc += loss.detach()
-            loss.backward()
-        if world > 1:
-            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+                dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
         max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         lr = get_lr(step, args.learning_rate, args.warmup_iters, args.num_iterations, args.learning_rate_decay_frac)
