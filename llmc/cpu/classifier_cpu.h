@@ -160,7 +160,7 @@ static void softcap_backward(float* dlogits, const float* capped, float cap, siz
 // in chunks of rows
 
 // One row. x (Vp) holds the row's logits; with cap > 0 they are capped in place. With target >= 0 returns the
-// row's cross-entropy; e (Vp) receives the exponentials, then the probabilities (x itself when the logits are not
+// row's cross-entropy (with target -1, a masked row, 0, and dx, when given, is 0 over Vp); e (Vp) receives the exponentials, then the probabilities (x itself when the logits are not
 // needed afterwards, or dx); with dx (Vp, may be e, and x when e is) also writes there the loss's gradient (dloss)
 // with respect to the raw logits, 0 in the padded columns.
 // The loops are those of crossentropy_softmax_forward, _backward and softcap_forward, _backward, and each value
@@ -171,7 +171,10 @@ static inline float classifier_row(float* x, float* dx, float* e, int V, int Vp,
         float inv = 1.0f / cap;
         for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
     }
-    if (target < 0) { return 0.0f; }
+    if (target < 0) { // no target, or -1: not supervised (a loss of 0, and no gradient)
+        if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
+        return 0.0f;
+    }
     float maxval = classifier_row_max(x, V);
     float zt = x[target];  // read before e (which may be x) is written
     double sum = classifier_row_exp_sum(e, x, V, maxval);
@@ -259,7 +262,7 @@ static void classifier_forward_backward(float* losses, float* logits, float* din
             float* e = own_row ? rows_e + (size_t)classifier_thread_id() * row_floats : (dxr != NULL ? dxr : xr);
             int target = targets != NULL ? targets[r0 + r] : -1;
             float loss = classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
-            if (losses != NULL && target >= 0) { losses[r0 + r] = loss; }
+            if (losses != NULL && targets != NULL) { losses[r0 + r] = loss; } // 0 where the target is -1
         }
         // bytes: the logits read (and written back capped when they are kept), dlogits written, targets and losses;
         // flops per logit: max, subtract, exp, add; 3 more for dlogits; the softcap 2 forward, 3 backward

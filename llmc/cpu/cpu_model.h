@@ -525,7 +525,8 @@ static void cpu_model_allocate_muon(CpuModel* cm, const MuonConfig* muon, int ze
     cpu_model_allocate_optimizer(cm, 0, owned);
 }
 
-// the start of a forward pass on inputs (B,T) and targets (B,T) or NULL: every id within [0, V), the batch
+// the start of a forward pass on inputs (B,T) and targets (B,T) or NULL: every id within [0, V) (a target may be -1:
+// not supervised, loss 0 and no gradient), the batch
 // kept for the backward pass. B x T may be smaller than what the activations were allocated for.
 static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* targets, int B, int T) {
     int V = cm->vocab_size;
@@ -535,8 +536,8 @@ static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* 
     }
     for (int i = 0; i < B * T; i++) {
         if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
-        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
-            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
+        if (targets != NULL && (targets[i] < -1 || targets[i] >= V)) { // -1: not supervised (chat shards' mask)
+            llmc_die("target token id %d at position %d is outside [0, %d) and not -1", targets[i], i, V);
         }
     }
     memcpy(cm->inputs, inputs, (size_t)B * T * sizeof(int));
