@@ -115,6 +115,7 @@ def test_loader_targets_follow_the_reading_rule_and_two_ranks_read_what_one_does
     tokens, mask = chat_shard(shard, "gpt-2", 50257, conversations=16)
     targets = chat_targets(tokens, mask)
     one = DataLoader(str(shard), B=4, T=T, vocab_size=50257)
+    assert one.masked
     ranks = [DataLoader(str(shard), B=2, T=T, rank=r, nproc=2, vocab_size=50257) for r in range(2)]
     for sample in range(4):  # the shard's 4 samples of 64 tokens, in order, then it wraps around
         x, y = one.next_batch()
@@ -227,17 +228,21 @@ def test_gpt2_vocab_grows_for_the_chat_tokens_and_a_resumed_run_keeps_it(built, 
     assert log_losses(tmp_path / "resumed" / "out" / "main.log") == straight and len(straight) == 4
 
 
-def test_pyllmc_train_prints_and_writes_what_train_gpt2_does_on_chat_shards(built, tmp_path: Path) -> None:
+@pytest.mark.parametrize("nproc", [1, 2], ids=["one_process", "mpirun_2"])
+def test_pyllmc_train_prints_and_writes_what_train_gpt2_does_on_chat_shards(built, tmp_path: Path, nproc: int) -> None:
+    """pyllmc.train runs ./train_gpt2's main(): on chat shards too, alone and under mpirun (its collectives through
+    mpi4py: N_step, the losses, the gradients), the same output and files byte for byte."""
     make("pyllmc")
     shard = tmp_path / "chat_train.bin"
     chat_shard(shard, "gpt-2", GPT2_CHAT_V, conversations=4 * B)
-    args = ["-e", "d2", "-i", shard, "-j", shard, "-b", B, "-t", T, "-x", 3, "-v", 2, "-m", 2, "-s", 0, "-l", 1e-3,
-            "-n", 3, "-o", "out"]
+    args = ["-e", "d2", "-i", shard, "-j", shard, "-b", B // nproc, "-t", T, "-x", 3, "-v", 2, "-m", 2, "-s", 0,
+            "-l", 1e-3, "-n", 3, "-o", "out"]
     timings = re.compile(r"[0-9.]+ ms \| [0-9]+ tok/s|ETA [0-9:?]+|average step time [0-9.]+ ms")
+    launch = TWO_PROCESSES if nproc == 2 else []
     shown = {}
     for label, cmd in (("c", [REPO / "train_gpt2"]), ("py", [sys.executable, "-m", "pyllmc.train"])):
         (tmp_path / label).mkdir()
-        proc = run([*cmd, *args], cwd=tmp_path / label, env={**ENV, "PYTHONPATH": str(REPO)}, timeout=600)
+        proc = run([*launch, *cmd, *args], cwd=tmp_path / label, env={**ENV, "PYTHONPATH": str(REPO)}, timeout=600)
         shown[label] = (timings.sub("<time>", proc.stdout), proc.stderr)
     assert shown["py"] == shown["c"]
     assert len(progress_losses(shown["c"][0])) == 3 and "vocab size V grows" in shown["c"][0]
