@@ -65,6 +65,11 @@ def log_losses(log: Path, kind: str = "trl") -> dict[int, float]:
     return {int(m.group(1)): float(m.group(2)) for m in re.finditer(rf"^s:(\d+) {kind}:(\S+)", log.read_text(), re.M)}
 
 
+def log_norms(log: Path) -> dict[int, float]:
+    """The gradient norms of main.log's training steps (the N_step scale shows there: AdamW alone would hide it)."""
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:\S+ lr:\S+ norm:(\S+)", log.read_text(), re.M)}
+
+
 def progress_losses(stdout: str) -> list[float]:
     return [float(x) for x in re.findall(r"^step \d+/\d+ \| loss ([-0-9.]+)", stdout, re.M)]
 
@@ -159,9 +164,10 @@ def test_first_loss_and_val_loss_are_the_mean_over_supervised_positions(built, n
 
 def test_accumulation_and_two_processes_give_the_one_process_losses(built, tmp_path: Path) -> None:
     shard = tmp_path / "chat_train.bin"
-    _, mask = chat_shard(shard, "gpt-2", GPT2_CHAT_V, conversations=4 * B)
+    # the first step's last two rows supervise nothing: the second process (and the last micro-batches) hold none
+    _, mask = chat_shard(shard, "gpt-2", GPT2_CHAT_V, conversations=4 * B, empty_rows=range(B // 2, B))
     per_row = mask.reshape(-1, T)[:, 1:].sum(axis=1)
-    assert len(set(per_row[:B].tolist())) > 1  # the rows differ: a mean of the micro-batches' means would not do
+    assert len(set(per_row[B:2 * B].tolist())) > 1  # the rows differ: a mean of the micro-batches' means would not do
     common = ["-e", "d2", "-i", shard, "-j", "", "-t", T, "-x", 4, "-l", 1e-3, "-c", 0.1]
     runs = {
         "one": dict(args=["-b", B], mpi=False),
@@ -169,14 +175,17 @@ def test_accumulation_and_two_processes_give_the_one_process_losses(built, tmp_p
         "two": dict(args=["-b", B // 2], mpi=True),
         "two_accumulated": dict(args=["-b", 1, "-d", B * T], mpi=True),
     }
-    losses = {}
+    losses, norms = {}, {}
     for label, r in runs.items():
         trainer("gpt2", *common, *r["args"], "-o", label, cwd=tmp_path, mpi=r["mpi"])
         losses[label] = log_losses(tmp_path / label / "main.log")
-        assert len(losses[label]) == 4, label
-    for label, got in losses.items():
-        for step, loss in got.items():
-            assert abs(loss - losses["one"][step]) <= LOSS_TOL, (label, got, losses["one"])
+        norms[label] = log_norms(tmp_path / label / "main.log")
+        assert len(losses[label]) == 4 and len(norms[label]) == 4, label
+    for label in runs:
+        for step in range(4):
+            assert abs(losses[label][step] - losses["one"][step]) <= LOSS_TOL, (label, losses[label], losses["one"])
+            assert abs(norms[label][step] - norms["one"][step]) <= 1e-5 * norms["one"][step], (label, norms[label],
+                                                                                           norms["one"])
 
 
 def test_a_step_without_supervised_positions_trains_nothing(built, tmp_path: Path) -> None:
