@@ -280,6 +280,7 @@ BAD_INPUT = {
     "truncated": "size mismatch (header says 128 tokens and as many mask bytes = 1408 bytes, file has 1400 bytes): truncated",
     "mask_byte_2": "mask byte 2 at position 37, expected 0 or 1",
     "mask_at_start": "mask 1 at position 32, the first token of a conversation (T = 16)",
+    "not_whole_conversations": "chat shard of 128 tokens, not a whole number of T = 24 token conversations",
 }
 
 
@@ -298,6 +299,8 @@ def test_bad_chat_input_gives_one_error_line(built, tmp_path: Path, case: str) -
         damaged(good, good, lambda d: d[:-8])
     elif case == "mask_byte_2":
         damaged(good, good, lambda d: d[:mask_offset(len(tokens), 37)] + b"\x02" + d[mask_offset(len(tokens), 38):])
+    elif case == "not_whole_conversations":
+        damaged(good, good, lambda d: d[:12] + struct.pack("<i", 24) + d[16:])  # header[3] = T
     elif case == "mask_at_start":
         damaged(good, good, lambda d: d[:mask_offset(len(tokens), 32)] + b"\x01" + d[mask_offset(len(tokens), 33):])
     proc = trainer("gpt2", "-e", "d2", "-i", pattern, "-j", "", "-b", 2, "-t", t, "-x", 1, cwd=tmp_path, check=False)
