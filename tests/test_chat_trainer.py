@@ -3,14 +3,15 @@
 Tiny chat shards of random ids and a random mask (pyllmc.token_shards.write_chat_datafile, no tokenizer), T = 16:
   - every CPU trainer of the registry: the first step's loss and the step-0 val loss are the mean of the PyTorch
     reference's per-token cross-entropies over the supervised positions (read_model of the trainer's own step-0
-    checkpoint, computed here in numpy), and the loader's targets follow the reading rule;
-  - the N_step rule: -b 1 with gradient accumulation and 2 MPI processes give the step losses of one process with the
-    whole batch (the batches' rows hold different numbers of supervised positions, so a mean of means would not);
+    checkpoint, the mean taken here), and the loader's targets follow the reading rule;
+  - the N_step rule: -b 1 with gradient accumulation and 2 MPI processes give the step losses and gradient norms of one
+    process with the whole batch (the rows hold different numbers of supervised positions, one process's none, so a
+    mean of means would not);
   - a step with no supervised position says so and leaves the parameters as they were;
   - GPT-2's V grows to 50261 (one line; the new rows are the mean of the first 50257), and a resumed run keeps it;
     resume (-y 1) continues bit-identically; pyllmc.train prints and writes what ./train_gpt2 does;
   - bad input (T mismatch, chat and plain shards in one pattern, missing mask bytes, mask byte 2, a mask 1 at a
-    conversation's start; chat shards given to the OpenCL trainer): one error line each.
+    conversation's start, ntok not a multiple of T; chat shards given to the OpenCL trainer): one error line each.
 """
 from __future__ import annotations
 
