@@ -24,7 +24,8 @@ cpu_trainer_main.
                               the model of a model file, or of a descriptor with the family's init from scratch
     cpu_trainer_main(argc, argv, about, family, model, calls, cpu)   a trainer's main(): flags, threads, data,
                               the model (-e, or the resumed step's checkpoint), -t against the model's
-                              maxT, trainer_init, the optimizer state (this process's ZeRO shard or Muon
+                              maxT, its V grown for chat shards where its family says (llmc/trainer.h's
+                              trainer_grow_vocab_for_chat: GPT-2's 50257 -> 50261), trainer_init, the optimizer state (this process's ZeRO shard or Muon
                               plan), the precision, rank 0's lines of what the run does (flags, the model's
                               line: its family's config line, the optimizer's, the threads), the training loop;
                               returns the status
@@ -301,6 +302,10 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
     if (args.T > cpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, cpu->max_seq_len, model_path);
     }
+    // chat shards may need more of the vocabulary than the model has (GPT-2's V = 50257): V grows here, before the
+    // data loaders check the token ids against it
+    cpu->vocab_size = trainer_grow_vocab_for_chat(&args, family, (void*)cpu->config, cpu->params_memory, cpu->vocab_size,
+                                                  pg.process_rank);
     Trainer trainer;
     trainer_init(&trainer, &args, family, cpu_trainer_comm(&pg), cpu->vocab_size, resume_step);
     ZeroShard shard = zero_shard(cpu->num_parameters, args.zero_stage, pg.num_processes, pg.process_rank);
