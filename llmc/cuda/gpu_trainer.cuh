@@ -443,18 +443,27 @@ static void gpu_model_describe(const GpuModel* m, const char* path) {
 #endif
 }
 
-// a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device
+// a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device. A target is an id in
+// [0, V) or -1 (not supervised: the classifier gives it loss 0 and no gradient); anything else would be read out of
+// bounds by the classifier, so it stops here (the input ids: token_groups_build, the encoder's backward)
 static void gpu_model_upload_batch(GpuModel* m, const int* inputs, const int* targets) {
     const size_t BT = (size_t)m->B * m->T;
     cudaCheck(cudaMemcpyAsync(m->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     if (targets != NULL) {
+        for (size_t i = 0; i < BT; i++) {
+            if (targets[i] < -1 || targets[i] >= m->vocab_size) {
+                llmc_die("target token id %d at position %zu is outside [0, %d) and not -1 (not supervised)", targets[i], i,
+                         m->vocab_size);
+            }
+        }
         cudaCheck(cudaMemcpyAsync(m->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     }
 }
 
 // a forward's end, once the logits are written: without targets mean_loss = -1; with them the per-token losses
-// (B, T) of the V used logits of each row, their mean in mean_loss, and with write_dlogits the dlogits (scaled by
-// dloss) over the logits
+// (B, T) of the V used logits of each row, their mean over all B x T positions in mean_loss (a position with target
+// -1 has loss 0 and counts 0: llmc/trainer.h rescales to the mean over the supervised ones), and with write_dlogits
+// the dlogits (scaled by dloss; zero rows where the target is -1) over the logits
 static void gpu_model_loss(GpuModel* m, const int* targets, float* losses, float dloss, int V, int write_dlogits) {
     if (targets == NULL) {
         m->mean_loss = -1.0f;
