@@ -452,8 +452,7 @@ static void gpu_model_upload_batch(GpuModel* m, const int* inputs, const int* ta
     if (targets != NULL) {
         for (size_t i = 0; i < BT; i++) {
             if (targets[i] < -1 || targets[i] >= m->vocab_size) {
-                llmc_die("target token id %d at position %zu is outside [0, %d) and not -1 (not supervised)", targets[i], i,
-                         m->vocab_size);
+                llmc_die("target token id %d at position %zu is outside [-1, %d)", targets[i], i, m->vocab_size);
             }
         }
         cudaCheck(cudaMemcpyAsync(m->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
