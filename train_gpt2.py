@@ -26,12 +26,15 @@ from pyllmc.families.gpt2 import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_
 from pyllmc.families.gpt2 import Gpt2Header, depth_shape, gpt2_header_bytes, gpt2_padded_vocab, read_gpt2
 from pyllmc.model_file import VERSIONS, atomic_write, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
-from pyllmc.reference.cli import TrainerCli, debug_optimizer, run_main, trainer_parser
+from pyllmc.reference.cli import TrainerCli, debug_optimizer, debug_targets, run_main, trainer_parser
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.debug_state import (
     DebugOptimizer,
     debug_state_chunks,
+    debug_state_name,
+    debug_state_summary,
+    is_masked,
     reference_loss_noise,
     reference_steps as family_reference_steps,
 )
@@ -255,15 +258,14 @@ def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: st
                       opt: DebugOptimizer = DebugOptimizer()) -> None:
     """Debug state: one batch, its logits, loss and every gradient, the losses of `opt.steps` reference
     steps, then each step loss's float32 noise (header[11] = their count; after everything llm.c reads).
-    header[12..17] name the optimizer of the steps (DebugOptimizer.header_fields)."""
+    header[12..17] name the optimizer of the steps (DebugOptimizer.header_fields); header[18] = 1 when y holds -1
+    (a masked state: the losses are means over the supervised positions)."""
     x, y = x.cpu(), y.cpu()
     logits, loss, grads, losses, _ = reference_steps(model, x, y, opt)
     noise = reference_loss_noise(model, x, y, opt, losses, reference_steps)
     atomic_write(filename, debug_state_chunks(GPT2.debug_state_magic, GPT2.debug_state_version, opt, x, y, logits, loss,
                                               grads, [losses, noise]))
-    B, T = x.shape
-    summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
-    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+    print0(f"wrote {filename} ({debug_state_summary(x, y, opt, losses, noise)})")
 
 
 # ----------------------------------------------------------------------------- training
@@ -284,7 +286,8 @@ def gpt2_family(args: argparse.Namespace) -> ModelFamily:
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
         write_gpt2_tokenizer(GPT2.tokenizer_file)
         debug_opt = debug_optimizer(args)
-        name = f"{stem}_debug_state.bin" if debug_opt.name == "adamw" else f"{stem}_{debug_opt.name}_debug_state.bin"
+        y = debug_targets(args, y)
+        name = debug_state_name(stem, is_masked(y), "" if debug_opt.name == "adamw" else debug_opt.name)
         write_debug_state(model, x, y, name, debug_opt)
 
     def make_sampler(device: str) -> Callable[[nn.Module], str]:

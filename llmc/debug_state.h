@@ -6,8 +6,11 @@ int32 header of 256: [0]=20240327 [1]=2 [2]=B [3]=T [4]=nsteps [5..10]=fp32 bit 
 lr, beta1, beta2, eps, weight_decay, grad_clip, [11]=nnoise (0 or nsteps), [12..17]=the optimizer
 of the steps: [12] 0 AdamW | 1 Muon, [13] Muon lr and [14] momentum (fp32 bit patterns), [15] Nesterov
 (0/1), [16] Newton-Schulz steps (1..99), [17] lr adjustment 0 original | 1 match_rms_adamw; all zero
-for AdamW (files written before these fields existed are AdamW files). Body: x int32[B*T],
-y int32[B*T], logits fp32[B*T*V] (V unpadded), loss fp32, the 16 parameter gradients fp32 in
+for AdamW (files written before these fields existed are AdamW files), [18] masked: 0 every y is a
+token id in [0, V) (every file written before the field existed), 1 y holds -1 at the positions not
+supervised (a chat shard's loss mask, the reference's --mask_half 1), at least one y >= 0, and the loss
+and the step losses are means over the supervised positions alone. Body: x int32[B*T],
+y int32[B*T], logits fp32[B*T*V] (V unpadded, every position's), loss fp32, the 16 parameter gradients fp32 in
 checkpoint order (wte with Vp rows), then nsteps fp32 losses (losses[i] is the loss before
 optimizer step i+1), then nnoise fp32 loss noises: loss_noise[i] = |losses[i] - the same loss
 when the reference reruns its steps in float64|, the float32 rounding noise of that step's loss
@@ -24,7 +27,13 @@ program's model file and debug state exist, else the line that names the missing
 Files without the noise section (nnoise = 0: written before it existed) still load with
 has_loss_noise = 0; the tests then check step losses with their fixed fallback tolerance
 (llmc/tensor_check.h, step_loss_tolerance). Every inconsistency (header, size, token ids, a
-negative or non-finite noise, an unknown optimizer or Muon setting) is one error line naming the file.
+negative or non-finite noise, an unknown optimizer or Muon setting, a masked flag other than 0 or 1, a masked
+state without a supervised position) is one error line naming the file.
+
+debug_state_supervised(d): the number of positions with y >= 0 (B*T when not masked). A test program runs a
+masked state's backward with loss_scale = B*T / N (the model's loss is the mean over B*T positions, a masked
+one counting 0: that scale gives the gradients of the mean over the N supervised ones) and compares the model's
+loss times B*T / N with the stored loss.
 */
 #ifndef LLMC_DEBUG_STATE_H
 #define LLMC_DEBUG_STATE_H
@@ -45,8 +54,10 @@ typedef struct {
     float muon_lr, muon_momentum;
     int muon_nesterov, muon_ns_steps;
     int muon_adjust_lr;     // 0 original, 1 match_rms_adamw
+    int masked;             // header[18]: 1 when y holds -1 at positions not supervised, and the losses are means
+                            // over the supervised positions
     int* x;         // (B, T)
-    int* y;         // (B, T)
+    int* y;         // (B, T) token ids in [0, V), or -1 (not supervised) in a masked state
     float* logits;  // (B, T, V)
     float loss;
     float* grads;   // (num_parameters) checkpoint order, wte with Vp rows
@@ -141,6 +152,11 @@ static inline void debug_state_read_format(DebugState* d, const char* path, cons
     }
     d->has_loss_noise = nnoise > 0;
     debug_state_read_optimizer_(d, path, header);
+    d->masked = header[18];
+    if (d->masked != 0 && d->masked != 1) {
+        llmc_die("%s: bad debug state header: masked header[18] = %d (0 every target a token, 1 targets -1 where not supervised)",
+                 path, d->masked);
+    }
     size_t BT = (size_t)d->B * d->T, V = (size_t)vocab_size;
     size_t per_step = (size_t)d->nsteps * (fmt->has_grad_norms ? 2 : 1); // losses, and norms
     size_t expected = sizeof(header) + 2 * BT * sizeof(int) + BT * V * sizeof(float) + sizeof(float) +
@@ -171,11 +187,25 @@ static inline void debug_state_read_format(DebugState* d, const char* path, cons
             llmc_die("%s: loss noise of step %d is %g (must be finite and >= 0)", path, i, d->loss_noise[i]);
         }
     }
+    int y_min = d->masked ? -1 : 0; // -1: not supervised
+    size_t supervised = 0;
     for (size_t i = 0; i < BT; i++) {
-        if (d->x[i] < 0 || (size_t)d->x[i] >= V || d->y[i] < 0 || (size_t)d->y[i] >= V) {
-            llmc_die("%s: token id at position %zu is outside [0, %zu) (x %d, y %d)", path, i, V, d->x[i], d->y[i]);
+        if (d->x[i] < 0 || (size_t)d->x[i] >= V || d->y[i] < y_min || (d->y[i] >= 0 && (size_t)d->y[i] >= V)) {
+            llmc_die("%s: token id at position %zu is outside [0, %zu) (x %d, y %d%s)", path, i, V, d->x[i], d->y[i],
+                     d->masked ? ", or -1 for y in a masked state" : "");
         }
+        supervised += d->y[i] >= 0;
     }
+    if (supervised == 0) {
+        llmc_die("%s: masked debug state without a supervised position (every y is -1)", path);
+    }
+}
+
+// the positions whose target is a token (y >= 0): B*T when the state is not masked
+static inline size_t debug_state_supervised(const DebugState* d) {
+    size_t BT = (size_t)d->B * d->T, n = 0;
+    for (size_t i = 0; i < BT; i++) { n += d->y[i] >= 0; }
+    return n;
 }
 
 // a test program's two input files exist, else one line naming the one missing and the reference script that writes

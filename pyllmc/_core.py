@@ -66,11 +66,12 @@ def check_dims(**dims: int) -> None:
             raise ValueError(f"{k} must be an integer in [1, {INT_MAX}], got {v!r}")
 
 
-def check_ids(name: str, ids: np.ndarray, upper: int) -> None:
-    """ValueError unless every id is in [0, upper) (C indexes memory with them)."""
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= upper):
-        bad = int(np.flatnonzero((ids < 0) | (ids >= upper))[0])
-        raise ValueError(f"{name}: id {int(ids.flat[bad])} at flat position {bad} is outside [0, {upper})")
+def check_ids(name: str, ids: np.ndarray, upper: int, lower: int = 0) -> None:
+    """ValueError unless every id is in [lower, upper) (C indexes memory with them; targets may be -1: not
+    supervised)."""
+    if ids.size and (int(ids.min()) < lower or int(ids.max()) >= upper):
+        bad = int(np.flatnonzero((ids < lower) | (ids >= upper))[0])
+        raise ValueError(f"{name}: id {int(ids.flat[bad])} at flat position {bad} is outside [{lower}, {upper})")
 
 
 def float_view(ptr: Any, n: int, shape: tuple[int, ...] | None = None) -> np.ndarray:

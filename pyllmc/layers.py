@@ -17,7 +17,7 @@ Shapes (B batch, T time, C channels, OC output channels, NH heads, Vp padded voc
     attention    inp (B,T,3C) = q,k,v -> out (B,T,C), att (B,NH,T,T)
     gelu         inp (any) -> out (same shape)
     residual     inp1, inp2 (any, same) -> out
-    crossentropy_softmax  logits (B,T,Vp), targets (B,T) int32 in [0,V) -> losses (B,T), probs (B,T,Vp)
+    crossentropy_softmax  logits (B,T,Vp), targets (B,T) int32 in [-1,V) -> losses (B,T), probs (B,T,Vp)
     adamw_update params, grads, m, v (any, same shape), in place
 """
 
@@ -210,7 +210,7 @@ def _crossentropy_dims(logits_name: str, logits: np.ndarray, targets: np.ndarray
     if V > Vp:
         raise ValueError(f"V={V} is larger than the logits' last dimension Vp={Vp}")
     check_array("targets", targets, np.int32, (B, T))
-    check_ids("targets", targets, V)
+    check_ids("targets", targets, V, lower=-1)  # -1: not supervised (loss 0, no gradient)
     return B, T, V, Vp
 
 

@@ -217,18 +217,21 @@ def test_residual_forward_backward_match_torch(L, shape):
 
 # ---------------------------------------------------------------------------- softmax + cross-entropy
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("B,T,V,Vp", [(1, 1, 13, 13), (2, 7, 13, 16), (3, 5, 1000, 1024), (1, 3, 50257, 50304)])
-def test_crossentropy_softmax_forward_backward_match_torch(L, B, T, V, Vp):
+def test_crossentropy_softmax_forward_backward_match_torch(L, B, T, V, Vp, masked):
     rng = np.random.default_rng(7)
     logits = rnd(rng, B, T, Vp, scale=4.0)
     logits[..., V:] = 1e4  # padded columns must be ignored
     targets = rng.integers(0, V, (B, T)).astype(np.int32)
+    if masked:  # target -1: not supervised, loss 0 and no gradient (torch's ignore_index=-1)
+        targets.reshape(-1)[::2] = -1
     losses, probs = np.empty((B, T), np.float32), np.empty((B, T, Vp), np.float32)
     L.crossentropy_softmax_forward(losses, probs, logits, targets, V)
     tl = t64(logits[..., :V], True)
     ref_probs = torch.softmax(tl, -1)
     ref_losses = F.cross_entropy(tl.reshape(-1, V), torch.from_numpy(targets).long().reshape(-1),
-                                 reduction="none").reshape(B, T)
+                                 reduction="none", ignore_index=-1).reshape(B, T)
     check("crossentropy losses", losses, ref_losses, TOL_REDUCTION)
     check("crossentropy probs", probs[..., :V], ref_probs, TOL_REDUCTION)
     assert np.all(probs[..., V:] == 0.0)
@@ -310,9 +313,9 @@ def test_out_of_range_token_ids_raise_value_error(L):
     with pytest.raises(ValueError, match=r"inp: id 5 at flat position 1 is outside \[0, 5\)"):
         L.encoder_forward(np.empty((1, 2, 4), np.float32), np.array([[0, 5]], np.int32),
                           np.zeros((5, 4), np.float32), np.zeros((5, 4), np.float32))
-    with pytest.raises(ValueError, match="targets: id -1"):
+    with pytest.raises(ValueError, match=r"targets: id -2 at flat position 1 is outside \[-1, 7\)"):
         L.crossentropy_softmax_forward(np.empty((1, 2), np.float32), np.empty((1, 2, 8), np.float32),
-                                       np.zeros((1, 2, 8), np.float32), np.array([[0, -1]], np.int32), 7)
+                                       np.zeros((1, 2, 8), np.float32), np.array([[0, -2]], np.int32), 7)
     with pytest.raises(ValueError, match="targets: id 7"):
         L.crossentropy_softmax_backward(np.zeros((1, 1, 8), np.float32), np.zeros((1, 1), np.float32),
                                         np.zeros((1, 1, 8), np.float32), np.array([[7]], np.int32), 7)

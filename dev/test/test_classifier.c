@@ -9,6 +9,8 @@ crossentropy_softmax_backward, softcap_backward, matmul_backward: what the CPU t
   - softcap on and off; chunk sizes 1, one that does not divide the rows (the last chunk partial), the rows, more
   - a pass without a backward computes the losses alone, one without targets the logits alone, classifier_logits
     the logits of strided rows (sampling's last positions)
+  - target -1 (not supervised: a chat shard's masked position): the row's loss is 0 and it has no gradient (its dinp
+    row 0, nothing in dweight), over stale work space; the supervised rows keep the bits of an unmasked pass
   - a model's classifier (cpu_classifier_forward / _backward on a CpuModel): the backward run in the forward pass
     (cpu_model_expect_backward) and the one run by the backward give the same bits; a training forward keeps no
     logits, one without targets keeps them all, or each sequence's last with last_logits_only, one with
@@ -133,6 +135,47 @@ static void test_kept_logits(float softcap, int chunk) {
           "softcap %g: classifier_logits of the strided last positions", softcap);
 }
 
+// masked rows (target -1): a stretch of them and single ones, in the first and in later chunks
+static void test_masked_rows(float softcap, int chunk) {
+    const float dloss = 1.0f / BT;
+    static Result full, ref, got;
+    static float zero[Vp * C];
+    static int saved[BT];
+    memset(zero, 0, sizeof(zero));
+    reference(&full, zero, softcap, dloss);
+    // an unmasked pass first, so the chunks' work space holds another pass's dlogits
+    classifier_forward_backward(got.losses, NULL, got.dinp, got.dweight, 1, inp, weight, targets, dloss, softcap, BT, C,
+                                V, Vp, chunk);
+    memcpy(saved, targets, sizeof(saved));
+    for (int i = 0; i < BT; i++) {
+        if (i % 5 == 0 || (i >= 10 && i < 20)) { targets[i] = -1; }
+    }
+    reference(&ref, zero, softcap, dloss);
+    for (size_t i = 0; i < (size_t)BT * C; i++) { got.dinp[i] = NAN; }
+    for (int i = 0; i < BT; i++) { got.losses[i] = NAN; }
+    classifier_forward_backward(got.losses, NULL, got.dinp, got.dweight, 1, inp, weight, targets, dloss, softcap, BT, C,
+                                V, Vp, chunk);
+    int masked_zero = 1, kept = 1;
+    for (int i = 0; i < BT; i++) {
+        const float* row = got.dinp + (size_t)i * C;
+        if (targets[i] < 0) {
+            masked_zero &= float_bits(got.losses[i]) == 0u && max_abs(row, C) == 0.0;
+        } else {
+            kept &= float_bits(got.losses[i]) == float_bits(full.losses[i]) &&
+                    same_bits(row, full.dinp + (size_t)i * C, C);
+        }
+    }
+    CHECK(masked_zero, "softcap %g, chunk %d: masked rows have loss 0 and dinp 0", softcap, chunk);
+    CHECK(kept, "softcap %g, chunk %d: supervised rows keep the unmasked pass's losses and dinp bits", softcap, chunk);
+    CHECK(same_bits(got.losses, ref.losses, BT) && same_bits(got.dinp, ref.dinp, (size_t)BT * C),
+          "softcap %g, chunk %d: masked losses and dinp are the whole buffers' bits", softcap, chunk);
+    double diff = max_abs_diff(got.dweight, ref.dweight, (size_t)Vp * C);
+    CHECK(diff <= 1e-6 * max_abs(ref.dweight, (size_t)Vp * C), "softcap %g, chunk %d: masked dweight within %g of the whole GEMM's",
+          softcap, chunk, diff);
+    CHECK(pad_rows_zero(got.dweight), "softcap %g, chunk %d: masked: the pad rows of dweight are 0", softcap, chunk);
+    memcpy(targets, saved, sizeof(saved));
+}
+
 // a model's classifier on B = 2 sequences of T = 37 positions (one chunk)
 static void test_model_classifier(float softcap) {
     static Result ref, fused, later;
@@ -202,6 +245,7 @@ int main(void) {
         for (int c = 0; c < 4; c++) {
             test_forward_backward(softcaps[s], chunks[c]);
             test_kept_logits(softcaps[s], chunks[c]);
+            test_masked_rows(softcaps[s], chunks[c]);
         }
         test_model_classifier(softcaps[s]);
     }

@@ -7,7 +7,8 @@ softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of row
                                 BT, C, V, Vp, chunk)
         per chunk of `chunk` rows of inp (BT,C): its logits (chunk,Vp) = inp . weight^T (weight (Vp,C), the
         lm_head), capped as cap * tanh(z / cap) when softcap > 0; with targets (BT) each row's softmax over the
-        first V logits and its cross-entropy into losses (NULL: not kept); with dinp (the backward in the same
+        first V logits and its cross-entropy into losses (NULL: not kept); a row with target -1 (not supervised: a
+        chat shard's masked position) has loss 0 and dlogits 0 over Vp; with dinp (the backward in the same
         pass) dlogits = (probs - onehot(target)) * dloss (times the softcap's slope), zero in the Vp - V padded
         columns, then dinp rows = dlogits . weight (written) and dweight (Vp,C) += dlogits^T . inp rows (written
         by the first chunk when overwrite: stale gradients). logits (BT,Vp) keeps every chunk's (capped) logits,
@@ -16,7 +17,8 @@ softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of row
     classifier_logits(logits, inp, ld, weight, softcap, rows, C, V, Vp)
         the (capped) logits of `rows` rows of inp, row r at inp + r * ld: generate's and sampling's last positions
     crossentropy_softmax_forward / _backward   the same softmax and cross-entropy on whole (B,T,Vp) buffers
-                                 (pyllmc.layers' layers, and what dev/test/test_classifier.c holds the chunks to)
+                                 (pyllmc.layers' layers, and what dev/test/test_classifier.c holds the chunks to);
+                                 target -1: loss 0, no gradient
     softcap_forward(logits, cap, N) / softcap_backward(dlogits, capped, cap, N)
                                  the logit softcap on a whole buffer, in place: z <- cap * tanh(z / cap), and its
                                  gradient from the capped logits (generate's; llmc/cuda/fused_classifier.cuh's
@@ -104,7 +106,7 @@ static inline double classifier_row_exp_sum(float* e, const float* x, int V, flo
 static void crossentropy_softmax_forward(float* losses, float* probs, const float* logits, const int* targets,
                                          int B, int T, int V, int Vp) {
     // logits, probs are (B,T,Vp) (the Vp-V padded columns are ignored, their prob is 0);
-    // targets are (B,T) ids in [0,V); losses are (B,T)
+    // targets are (B,T) ids in [0,V), or -1: not supervised, loss 0; losses are (B,T)
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = logits + (size_t)bt * Vp;
@@ -116,20 +118,22 @@ static void crossentropy_softmax_forward(float* losses, float* probs, const floa
         for (; i < V; i++) { p[i] *= inv; }
         for (; i < Vp; i++) { p[i] = 0.0f; }
         // -log softmax computed from the logits directly (no log of a rounded probability)
-        losses[bt] = (float)(log(sum) - (double)(x[targets[bt]] - maxval));
+        losses[bt] = targets[bt] < 0 ? 0.0f : (float)(log(sum) - (double)(x[targets[bt]] - maxval));
     }
 }
 
 // the fused backward of softmax + cross-entropy: dlogits = (probs - onehot(target)) * dloss
 static void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets,
                                           int B, int T, int V, int Vp) {
-    // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T). dlogits is accumulated (+=).
+    // dlogits, probs are (B,T,Vp); dlosses, targets are (B,T). dlogits is accumulated (+=); a row with target -1
+    // (not supervised) gets nothing.
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
+        int ix = targets[bt];
+        if (ix < 0) { continue; }
         float* dl = dlogits + (size_t)bt * Vp;
         const float* p = probs + (size_t)bt * Vp;
         float dloss = dlosses[bt];
-        int ix = targets[bt];
         for (int i = 0; i < V; i++) {
             float indicator = i == ix ? 1.0f : 0.0f;
             dl[i] += (p[i] - indicator) * dloss;
@@ -159,8 +163,8 @@ static void softcap_backward(float* dlogits, const float* capped, float cap, siz
 // ----------------------------------------------------------------------------
 // in chunks of rows
 
-// One row. x (Vp) holds the row's logits; with cap > 0 they are capped in place. With target >= 0 returns the
-// row's cross-entropy; e (Vp) receives the exponentials, then the probabilities (x itself when the logits are not
+// One row. x (Vp) holds the row's logits; with cap > 0 they are capped in place. With target < 0 returns 0 and
+// writes dx (when given) 0 over Vp: the row is not supervised. With target >= 0 returns the row's cross-entropy; e (Vp) receives the exponentials, then the probabilities (x itself when the logits are not
 // needed afterwards, or dx); with dx (Vp, may be e, and x when e is) also writes there the loss's gradient (dloss)
 // with respect to the raw logits, 0 in the padded columns.
 // The loops are those of crossentropy_softmax_forward, _backward and softcap_forward, _backward, and each value
@@ -171,7 +175,10 @@ static inline float classifier_row(float* x, float* dx, float* e, int V, int Vp,
         float inv = 1.0f / cap;
         for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
     }
-    if (target < 0) { return 0.0f; }
+    if (target < 0) { // not supervised (a masked position, or no targets): loss 0, and no gradient
+        if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
+        return 0.0f;
+    }
     float maxval = classifier_row_max(x, V);
     float zt = x[target];  // read before e (which may be x) is written
     double sum = classifier_row_exp_sum(e, x, V, maxval);
@@ -259,7 +266,7 @@ static void classifier_forward_backward(float* losses, float* logits, float* din
             float* e = own_row ? rows_e + (size_t)classifier_thread_id() * row_floats : (dxr != NULL ? dxr : xr);
             int target = targets != NULL ? targets[r0 + r] : -1;
             float loss = classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
-            if (losses != NULL && target >= 0) { losses[r0 + r] = loss; }
+            if (losses != NULL && targets != NULL) { losses[r0 + r] = loss; } // 0 for target -1
         }
         // bytes: the logits read (and written back capped when they are kept), dlogits written, targets and losses;
         // flops per logit: max, subtract, exp, add; 3 more for dlogits; the softcap 2 forward, 3 backward

@@ -33,8 +33,10 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_allocate_optimizer(cm, offset, size)   AdamW moments of the parameter slice [offset, +size):
                               all of it, or with ZeRO-1 this process's shard (llmc/zero.h)
     cpu_model_allocate_muon(cm, muon, zero_stage, nproc, rank)   -op muon: the Muon plan and its state
-    cpu_model_begin_forward(cm, inputs, targets, B, T)   token ids checked against [0, V), the batch kept
-    cpu_model_end_forward(cm, with_targets)   the mean of the B x T losses into mean_loss (-1 without targets)
+    cpu_model_begin_forward(cm, inputs, targets, B, T)   token ids checked against [0, V) (targets: or -1, not
+                              supervised: a chat shard's masked position), the batch kept
+    cpu_model_end_forward(cm, with_targets)   the mean of the B x T losses into mean_loss (-1 without targets; a
+                              position with target -1 counts 0, and has no gradient)
     cpu_model_expect_backward(cm, loss_scale)   the next forward pass (with targets) is followed by the backward
                               pass of loss_scale times its mean loss: the classifier runs its backward in the
                               forward pass, chunk by chunk (llmc/cpu/classifier_cpu.h), never holding every logit
@@ -525,7 +527,8 @@ static void cpu_model_allocate_muon(CpuModel* cm, const MuonConfig* muon, int ze
     cpu_model_allocate_optimizer(cm, 0, owned);
 }
 
-// the start of a forward pass on inputs (B,T) and targets (B,T) or NULL: every id within [0, V), the batch
+// the start of a forward pass on inputs (B,T) and targets (B,T) or NULL: every id within [0, V) (a target may be -1:
+// not supervised), the batch
 // kept for the backward pass. B x T may be smaller than what the activations were allocated for.
 static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* targets, int B, int T) {
     int V = cm->vocab_size;
@@ -535,8 +538,8 @@ static void cpu_model_begin_forward(CpuModel* cm, const int* inputs, const int* 
     }
     for (int i = 0; i < B * T; i++) {
         if (inputs[i] < 0 || inputs[i] >= V) { llmc_die("input token id %d at position %d is outside [0, %d)", inputs[i], i, V); }
-        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
-            llmc_die("target token id %d at position %d is outside [0, %d)", targets[i], i, V);
+        if (targets != NULL && (targets[i] < -1 || targets[i] >= V)) { // -1: not supervised (a chat shard's mask)
+            llmc_die("target token id %d at position %d is outside [-1, %d)", targets[i], i, V);
         }
     }
     memcpy(cm->inputs, inputs, (size_t)B * T * sizeof(int));

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pyllmc.family import Family
-from pyllmc.reference.debug_state import DebugOptimizer
+import torch
+
+from pyllmc.reference.debug_state import DebugOptimizer, mask_half
 from pyllmc.reference.optimizers import MUON_ADJUST_LR, OPTIMIZERS, OptimizerSettings
 
 
@@ -107,6 +109,9 @@ def trainer_parser(cli: TrainerCli) -> OneLineErrorParser:
     a("--zero_stage", type=int, default=0, choices=[0, 1], help="1 = shard the optimizer state across ranks (DDP)")
     a("--write_tensors", type=int, default=1, help=cli.write_tensors_help)
     a("--debug_steps", type=int, default=10, help="reference optimizer steps recorded in the debug state")
+    a("--mask_half", type=int, default=0, choices=[0, 1],
+      help="1 = a masked debug state (<stem>_masked_debug_state.bin): about half of the batch's targets -1 (not "
+           "supervised), its losses the means over the rest")
     return p
 
 
@@ -122,6 +127,11 @@ def debug_optimizer(args: argparse.Namespace) -> DebugOptimizer:
     return DebugOptimizer(steps=args.debug_steps, name=args.optimizer, muon_lr=args.muon_lr, muon_momentum=args.muon_momentum,
                           muon_nesterov=bool(args.muon_nesterov), muon_ns_steps=args.muon_ns_steps,
                           muon_adjust_lr=args.muon_adjust_lr)
+
+
+def debug_targets(args: argparse.Namespace, y: torch.Tensor) -> torch.Tensor:
+    """The debug state's targets: the batch's, with --mask_half 1 about half of them -1 (debug_state.mask_half)."""
+    return mask_half(y) if args.mask_half else y
 
 
 def run_main(train: Callable[[argparse.Namespace], None], args: argparse.Namespace,

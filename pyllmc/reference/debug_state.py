@@ -2,6 +2,11 @@
 The debug state a reference writes for the C and CUDA tests: one batch, its logits, loss and every gradient, then
 the losses (and grad norms) of a few reference optimizer steps on it and each step loss's float32 noise. The header's
 layout: debug_state_chunks; each family's magic and version: its description (pyllmc/families/).
+
+A masked state (header[18] = 1) has targets -1 at the positions not supervised (a chat shard's loss mask, or
+mask_half's fixed pattern: the references' --mask_half 1): its loss and step losses are the cross-entropy's mean over
+the supervised positions alone (ignore_index=-1), and its gradients are theirs. Unmasked states are written exactly as
+before the field existed (header[18] = 0).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch.nn.functional as F
 
 from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.causal_lm import CausalLM
-from pyllmc.reference.common import print0
+from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.optimizers import MUON_ADJUST_LR, OptimizerSettings, make_optimizer
 
 
@@ -64,19 +69,60 @@ class DebugOptimizer:
                 MUON_ADJUST_LR.index(self.muon_adjust_lr)]
 
 
+def mask_half(y: torch.Tensor) -> torch.Tensor:
+    """y (B, T) with about half of its positions set to -1 (not supervised), in a fixed pattern: in row b a stretch
+    of T // 4 positions from (b % 4) * (T // 4) (whole stretches, as a chat's prompts are), and outside it the single
+    positions t with (t + b) % 3 == 0; a row left with no supervised position keeps its last one."""
+    B, T = y.shape
+    t = torch.arange(T)
+    masked = torch.zeros(B, T, dtype=torch.bool)
+    stretch = T // 4
+    for b in range(B):
+        start = (b % 4) * stretch
+        in_stretch = (t >= start) & (t < start + stretch)
+        masked[b] = in_stretch | ((t + b) % 3 == 0)
+        if bool(masked[b].all()):
+            masked[b, T - 1] = False
+    return torch.where(masked, torch.full_like(y, -1), y)
+
+
+def is_masked(y: torch.Tensor) -> bool:
+    """Whether targets y hold -1 (not supervised) anywhere: a masked debug state (header[18] = 1)."""
+    return bool((y < 0).any())
+
+
+def debug_state_name(stem: str, masked: bool, optimizer: str = "") -> str:
+    """The debug state's file name: <stem>[_<optimizer>][_masked]_debug_state.bin (GPT-2 names a Muon state by its
+    optimizer; the decoders write theirs in another directory under the plain name)."""
+    return f"{stem}{'_' + optimizer if optimizer else ''}{'_masked' if masked else ''}_debug_state.bin"
+
+
+def masked_mean_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy's mean over the supervised positions (y >= 0) of logits (B, T, V) in their own dtype."""
+    if not bool((y >= 0).any()):
+        raise UserError("a masked debug state needs at least one supervised position (every target is -1)")
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
+
+
 def reference_steps(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer, dtype: torch.dtype,
                     is_block_matrix: Callable[[str, torch.Tensor], bool],
                     file_tensors: Callable[[CausalLM, Callable], list[torch.Tensor]]):
     """CPU forward/backward on one batch in `dtype`, then `opt.steps` optimizer steps on it (AdamW, or Muon on the
     matrices is_block_matrix picks and AdamW on the rest): (logits, loss, grads in file_tensors' order, losses,
-    grad norms before clipping). Each family's reference_steps passes its model's file_tensors."""
+    grad norms before clipping). Each family's reference_steps passes its model's file_tensors. Targets -1 (a masked
+    state): the loss is the mean over the supervised positions (masked_mean_loss)."""
     ref = copy.deepcopy(model).cpu().to(dtype)
     optimizer = make_optimizer(ref, opt.settings(), is_block_matrix, ns_dtype=dtype)
     logits, loss, grads, losses, norms = None, None, None, [], []
+    masked = is_masked(y)
     for step in range(opt.steps):
         optimizer.zero_grad(set_to_none=True)
-        step_logits, step_loss = ref(x, y)
-        if dtype != torch.float32:  # the model's loss is float32 for autocast; a float64 rerun needs float64
+        if masked:  # the model's logits (its own loss, of targets clamped to ids, unused), then the masked mean
+            step_logits, _ = ref(x, y.clamp(min=0))
+            step_loss = masked_mean_loss(step_logits.float() if dtype == torch.float32 else step_logits, y)
+        else:
+            step_logits, step_loss = ref(x, y)
+        if dtype != torch.float32 and not masked:  # the model's loss is float32 for autocast; a float64 rerun needs float64
             step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
         step_loss.backward()
         if step == 0:
@@ -115,12 +161,13 @@ def debug_state_chunks(magic: int, version: int, opt: DebugOptimizer, x: torch.T
                        logits: torch.Tensor, loss: torch.Tensor, grads: list[torch.Tensor],
                        per_step: list[list[float]]) -> list[bytes]:
     """A debug state's bytes (GPT-2's layout, version 2, and Llama 3's and nanochat's, version 3): the header (B, T,
-    steps, the AdamW settings as float32 bits, the noise count, DebugOptimizer.header_fields), the batch, its logits,
-    loss and gradients, then each per-step series as float32, the loss noise last."""
+    steps, the AdamW settings as float32 bits, the noise count, DebugOptimizer.header_fields, masked: 1 when y holds
+    -1), the batch, its logits, loss and gradients, then each per-step series as float32, the loss noise last."""
     B, T = x.shape
     settings = [float_bits(v) for v in (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip)]
     return [
-        header_bytes([magic, version, B, T, opt.steps, *settings, len(per_step[-1]), *opt.header_fields()]),
+        header_bytes([magic, version, B, T, opt.steps, *settings, len(per_step[-1]), *opt.header_fields(),
+                      int(is_masked(y))]),
         x.to(torch.int32).numpy().tobytes(),
         y.to(torch.int32).numpy().tobytes(),
         logits.float().numpy().tobytes(),
@@ -139,6 +186,15 @@ def write_debug_state_with_norms(model: CausalLM, x: torch.Tensor, y: torch.Tens
     logits, loss, grads, losses, norms = steps(model, x, y, opt)
     noise = reference_loss_noise(model, x, y, opt, losses, steps)
     atomic_write(filename, debug_state_chunks(magic, version, opt, x, y, logits, loss, grads, [losses, norms, noise]))
+    print0(f"wrote {filename} ({debug_state_summary(x, y, opt, losses, noise)})")
+
+
+def debug_state_summary(x: torch.Tensor, y: torch.Tensor, opt: DebugOptimizer, losses: list[float],
+                        noise: list[float]) -> str:
+    """What the written line says of a debug state: B, T, the supervised positions of a masked one, the optimizer and
+    the losses."""
     B, T = x.shape
     summary = f"{opt.name}, reference losses {losses[0]:.6f} .. {losses[-1]:.6f}, float32 noise up to {max(noise):.2e}" if losses else "no steps"
-    print0(f"wrote {filename} (B={B}, T={T}, {summary})")
+    if is_masked(y):
+        summary = f"masked: {int((y >= 0).sum())} of {B * T} positions supervised, {summary}"
+    return f"B={B}, T={T}, {summary}"

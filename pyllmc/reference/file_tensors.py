@@ -16,10 +16,11 @@ import torch
 
 from pyllmc.family import Family
 from pyllmc.model_file import VERSIONS, ModelFileError, write_model_file
-from pyllmc.reference.cli import debug_optimizer
+from pyllmc.reference.cli import debug_optimizer, debug_targets
 from pyllmc.reference.causal_lm import CausalLM
 from pyllmc.reference.common import UserError, is_depth_name, print0
-from pyllmc.reference.debug_state import DebugOptimizer, reference_steps, write_debug_state_with_norms
+from pyllmc.reference.debug_state import (DebugOptimizer, debug_state_name, is_masked, reference_steps,
+                                          write_debug_state_with_norms)
 from pyllmc.reference.optimizers import is_block_matrix
 
 
@@ -120,10 +121,12 @@ class ModelFiles:
     def file_writer(self, args: argparse.Namespace, model: CausalLM, stem: str,
                     write_tokenizer: Callable[[], None]) -> Callable[[torch.Tensor, torch.Tensor], None]:
         """A ModelFamily.write_files: the model files <stem>.bin (fp32) and <stem>_bf16.bin, the tokenizer file, then
-        <stem>_debug_state.bin from one batch with the command line's debug optimizer."""
+        <stem>_debug_state.bin from one batch with the command line's debug optimizer (<stem>_masked_debug_state.bin
+        when its targets hold -1: --mask_half 1, or a chat shard's mask)."""
         def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
             self.write_model(model, f"{stem}.bin", "float32")
             self.write_model(model, f"{stem}_bf16.bin", "bfloat16")
             write_tokenizer()
-            self.write_debug_state(model, x, y, f"{stem}_debug_state.bin", debug_optimizer(args))
+            y = debug_targets(args, y)
+            self.write_debug_state(model, x, y, debug_state_name(stem, is_masked(y)), debug_optimizer(args))
         return write_files
