@@ -599,6 +599,14 @@ int main(int argc, char** argv) {
     }
     check_flags(&args, argv[0]);
     int resume_step = trainer_prepare(&args, &GPT2_FAMILY, 0);
+    // its classifier has no loss mask: chat shards train on ./train_gpt2 or ./train_gpt2cu
+    const char* patterns[2] = {args.train_data_pattern, args.val_loss_every > 0 ? args.val_data_pattern : ""};
+    for (int i = 0; i < 2; i++) {
+        if (trainer_chat_pattern(patterns[i], &GPT2_FAMILY)) {
+            llmc_die("%s: chat shards (a loss mask) are not supported by the OpenCL trainer (flag %s); ./train_gpt2 and "
+                     "./train_gpt2cu train on them", patterns[i], i == 0 ? "-i" : "-j");
+        }
+    }
     ClRuntime rt;
     cl_runtime_init(&rt, args.cl_platform, args.cl_device);
     GPT2 model;

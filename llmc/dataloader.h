@@ -21,11 +21,25 @@ in the last shard stops the run before the first step. Any problem stops the pro
 (position counts tokens from the start of the shard's token array). Each batch is checked again as
 it is read, which only fires if a shard is rewritten while training runs.
 
+Chat shards (a loss mask; pyllmc/token_shards.py writes them, dev/data/chat.py from conversations):
+    header[0] = the format's magic, header[1] = its chat version (GPT-2: 2, llama-3: 8), header[2] = ntok,
+    header[3] = T, then ntok tokens as above, then ntok uint8 mask bytes: 1 where the token is a supervised
+    target (an assistant's reply and its end token), else 0. Conversations of exactly T tokens each, so
+    ntok is a multiple of T and the first token of every conversation has mask 0.
+Init validates them like plain shards (size = header + ntok * (token bytes + 1), ids, at least one
+batch) plus the mask: every byte 0 or 1, ntok % T == 0, mask 0 at every conversation's start; the
+shard's T must equal the loader's (the trainer's -t), and one pattern holds chat shards or plain ones,
+not both. Each is one error line. A loader of chat shards has masked = 1.
+
 Reading rule. Let n = num_processes, r = process_rank. A "sample" is n*B*T tokens: sample i of
 a shard starts at token i*n*B*T, and rank r reads the B*T+1 tokens starting at i*n*B*T + r*B*T
 (inputs = the first B*T, targets = the same shifted by one). A shard of ntok tokens holds
 (ntok - 1) / (n*B*T) samples; after its last one the loader moves on to the next shard, wrapping
 around after the last. So 2 ranks with B=2 read exactly the tokens 1 rank with B=4 reads.
+Chat shards: rank r reads the B*T tokens from i*n*B*T + r*B*T (each row one conversation); inputs = those
+tokens, targets[j] = tokens[j+1] where mask[j+1] == 1, else -1 ("not supervised", PyTorch's
+ignore_index), and -1 at every row's last position (its next token is the next conversation's first).
+A chat shard of ntok tokens holds ntok / (n*B*T) samples.
 
 Position. current_shard_idx counts the shards opened since the start, ACROSS epochs: the epoch is
 current_shard_idx / num_shards and the place in the epoch's shard order is current_shard_idx %
@@ -54,8 +68,10 @@ No memory is allocated per batch.
 #define DATALOADER_HEADER_INTS 256
 #define DATALOADER_MAGIC_GPT2 20240520
 #define DATALOADER_VERSION_GPT2 1
+#define DATALOADER_CHAT_VERSION_GPT2 2
 #define DATALOADER_MAGIC_LLAMA3 20240801
 #define DATALOADER_VERSION_LLAMA3 7
+#define DATALOADER_CHAT_VERSION_LLAMA3 8
 #define DATALOADER_SHUFFLE_SEED 42u
 
 // ----------------------------------------------------------------------------
@@ -69,14 +85,16 @@ typedef struct {
     const char* name;        // the dev/data scripts' --model_desc: "gpt-2" or "llama-3"
     int magic;               // header[0]
     int version;             // header[1]
+    int chat_version;        // header[1] of its chat shards (a loss mask after the tokens)
     int token_bytes;         // 2 or 4
     const char* token_type;  // "uint16" or "uint32"
     const char* data_flags;  // what the dev/data scripts need to write it ("": their default)
 } ShardFormatSpec;
 
 static const ShardFormatSpec SHARD_FORMATS[SHARD_FORMAT_COUNT] = {
-    {"gpt-2", DATALOADER_MAGIC_GPT2, DATALOADER_VERSION_GPT2, 2, "uint16", ""},
-    {"llama-3", DATALOADER_MAGIC_LLAMA3, DATALOADER_VERSION_LLAMA3, 4, "uint32", "--model_desc llama-3 --tokenizer DIR"},
+    {"gpt-2", DATALOADER_MAGIC_GPT2, DATALOADER_VERSION_GPT2, DATALOADER_CHAT_VERSION_GPT2, 2, "uint16", ""},
+    {"llama-3", DATALOADER_MAGIC_LLAMA3, DATALOADER_VERSION_LLAMA3, DATALOADER_CHAT_VERSION_LLAMA3, 4, "uint32",
+     "--model_desc llama-3 --tokenizer DIR"},
 };
 
 static inline const ShardFormatSpec* shard_format_spec(ShardFormat format) { return &SHARD_FORMATS[format]; }
@@ -98,8 +116,8 @@ static inline const char* shard_data_command(char* buf, size_t size, const char*
 }
 
 // dies with one line if header[0..1] is not a shard of `format` (a shard of another format: names both and
-// the command that writes the right one)
-static inline void shard_check_format(const char* path, const int* header, ShardFormat format) {
+// the command that writes the right one); returns 1 for a chat shard of it, 0 for a plain one
+static inline int shard_check_format(const char* path, const int* header, ShardFormat format) {
     const ShardFormatSpec* want = shard_format_spec(format);
     for (int k = 0; k < SHARD_FORMAT_COUNT; k++) {
         const ShardFormatSpec* other = &SHARD_FORMATS[k];
@@ -113,15 +131,18 @@ static inline void shard_check_format(const char* path, const int* header, Shard
         llmc_die("%s: not a token shard (magic %d, expected %d or %d)", path, header[0],
                  DATALOADER_MAGIC_GPT2, DATALOADER_MAGIC_LLAMA3);
     }
+    if (header[1] == want->chat_version) { return 1; }
     if (header[1] != want->version) {
-        llmc_die("%s: unsupported token shard version %d (expected %d for magic %d)", path, header[1], want->version,
-                 want->magic);
+        llmc_die("%s: unsupported token shard version %d (expected %d for magic %d); chat shards are version %d", path,
+                 header[1], want->version, want->magic, want->chat_version);
     }
+    return 0;
 }
 
 // reads and validates a shard's header against `format` and the file's real size; returns the
-// number of tokens. Dies with one line on any problem.
-static inline size_t shard_read_header(FILE* f, const char* path, ShardFormat format) {
+// number of tokens. Into *chat_T: 0 for a plain shard, a chat shard's conversation length T (header[3]).
+// Dies with one line on any problem.
+static inline size_t shard_read_header(FILE* f, const char* path, ShardFormat format, size_t* chat_T) {
     size_t file_bytes = file_size_check(f, path);
     int header[DATALOADER_HEADER_INTS];
     if (file_bytes < sizeof(header)) {
@@ -129,16 +150,24 @@ static inline size_t shard_read_header(FILE* f, const char* path, ShardFormat fo
     }
     fseekCheck(f, 0, SEEK_SET, path);
     freadCheck(header, sizeof(int), DATALOADER_HEADER_INTS, f, path);
-    shard_check_format(path, header, format);
+    int chat = shard_check_format(path, header, format);
     if (header[2] <= 0) {
         llmc_die("%s: empty shard (header says %d tokens)", path, header[2]);
     }
     size_t ntok = (size_t)header[2];
-    size_t expected = sizeof(header) + ntok * (size_t)shard_format_spec(format)->token_bytes;
-    if (file_bytes != expected) {
-        llmc_die("%s: size mismatch (header says %zu tokens = %zu bytes, file has %zu bytes)%s", path, ntok,
-                 expected, file_bytes, file_bytes < expected ? ": truncated" : "");
+    if (chat) {
+        if (header[3] < 2) { llmc_die("%s: chat shard with conversation length T = %d in header[3] (at least 2)", path, header[3]); }
+        if (ntok % (size_t)header[3] != 0) {
+            llmc_die("%s: chat shard of %zu tokens, not a whole number of T = %d token conversations", path, ntok, header[3]);
+        }
     }
+    // a chat shard's mask bytes follow its tokens, one per token
+    size_t expected = sizeof(header) + ntok * ((size_t)shard_format_spec(format)->token_bytes + (size_t)chat);
+    if (file_bytes != expected) {
+        llmc_die("%s: size mismatch (header says %zu tokens%s = %zu bytes, file has %zu bytes)%s", path, ntok,
+                 chat ? " and as many mask bytes" : "", expected, file_bytes, file_bytes < expected ? ": truncated" : "");
+    }
+    *chat_T = chat ? (size_t)header[3] : 0;
     return ntok;
 }
 
@@ -256,6 +285,29 @@ static inline void shard_check_all_tokens(FILE* f, const char* path, size_t ntok
     }
 }
 
+// Checks a chat shard's ntok mask bytes, which start at file offset `offset`: each 0 or 1, and 0 at every
+// conversation's first token (a multiple of T). Dies naming the first bad position.
+static inline void shard_check_chat_mask(FILE* f, const char* path, size_t ntok, size_t T, long offset) {
+    uint8_t* chunk = (uint8_t*)mallocCheck(DATALOADER_CHECK_CHUNK_BYTES);
+    fseekCheck(f, offset, SEEK_SET, path);
+    size_t bad = ntok;  // the first bad position
+    unsigned value = 0; // its byte
+    for (size_t pos = 0; pos < ntok && bad == ntok; pos += DATALOADER_CHECK_CHUNK_BYTES) {
+        size_t n = ntok - pos < DATALOADER_CHECK_CHUNK_BYTES ? ntok - pos : DATALOADER_CHECK_CHUNK_BYTES;
+        freadCheck(chunk, 1, n, f, path);
+        for (size_t i = 0; i < n; i++) {
+            if (chunk[i] > 1 || (chunk[i] == 1 && (pos + i) % T == 0)) {
+                bad = pos + i;
+                value = chunk[i];
+                break;
+            }
+        }
+    }
+    free(chunk);
+    if (bad < ntok && value > 1) { llmc_die("%s: mask byte %u at position %zu, expected 0 or 1", path, value, bad); }
+    if (bad < ntok) { llmc_die("%s: mask 1 at position %zu, the first token of a conversation (T = %zu)", path, bad, T); }
+}
+
 // every loader's place among the processes: rank in [0, num_processes); `path` names the data in the error
 static inline void loader_check_rank(const char* path, int process_rank, int num_processes) {
     if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
@@ -301,6 +353,7 @@ typedef struct {
     int should_shuffle;
     int vocab_size;  // 0 = no token range check
     ShardFormat format;         // every shard must be of this format
+    int masked;                 // 1: chat shards (every shard of the pattern), targets -1 where not supervised
     // the shards
     glob_t glob_result;
     size_t num_shards;
@@ -321,6 +374,7 @@ typedef struct {
     size_t* sample_indices;     // (max_shard_samples,) sample order of the open shard
     // batch buffers
     void* buffer;               // (B*T+1) raw tokens
+    uint8_t* mask;              // (B, T) a chat shard's mask bytes of the batch's tokens (masked loaders only)
     int* inputs;                // (B, T)
     int* targets;               // (B, T)
 } DataLoader;
@@ -343,12 +397,13 @@ static inline void dataloader_load_shard_(DataLoader* l) {
     l->current_file_idx = file_idx;
     l->current_path = l->glob_result.gl_pathv[file_idx];
     l->tokens_file = fopenCheck(l->current_path, "rb");
-    size_t ntok = shard_read_header(l->tokens_file, l->current_path, l->format);
-    if (ntok != l->shard_num_tokens[file_idx]) {
+    size_t chat_T;
+    size_t ntok = shard_read_header(l->tokens_file, l->current_path, l->format, &chat_T);
+    if (ntok != l->shard_num_tokens[file_idx] || (chat_T != 0) != l->masked) {
         llmc_die("%s: shard changed on disk since the data loader started", l->current_path);
     }
     size_t sample_tokens = (size_t)l->num_processes * l->B * l->T;
-    l->shard_num_samples = (ntok - 1) / sample_tokens;
+    l->shard_num_samples = l->masked ? ntok / sample_tokens : (ntok - 1) / sample_tokens;
     if (l->should_shuffle) {
         dataloader_permutation(l->sample_indices, l->shard_num_samples,
                                dataloader_mix_seed(DATALOADER_SHUFFLE_SEED, epoch, place + 1));
@@ -390,16 +445,31 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     for (size_t i = 0; i < l->num_shards; i++) {
         const char* path = l->glob_result.gl_pathv[i];
         FILE* f = fopenCheck(path, "rb");
-        size_t ntok = shard_read_header(f, path, format);
-        shard_check_all_tokens(f, path, ntok, l->token_bytes, vocab_size, ftell(f));
+        size_t chat_T;
+        size_t ntok = shard_read_header(f, path, format, &chat_T);
+        long tokens_offset = ftell(f);
+        int chat = chat_T != 0;
+        if (i == 0) { l->masked = chat; }
+        if (chat != l->masked) {
+            llmc_die("%s: a %s shard, but %s is a %s one: one pattern holds chat shards (with a loss mask) or plain "
+                     "ones, not both", path, chat ? "chat" : "plain token", l->glob_result.gl_pathv[0],
+                     l->masked ? "chat" : "plain token");
+        }
+        if (chat && chat_T != T) {
+            llmc_die("%s: chat shard of T = %zu token conversations, but the trainer's -t is %zu (they must be equal)",
+                     path, chat_T, T);
+        }
+        shard_check_all_tokens(f, path, ntok, l->token_bytes, vocab_size, tokens_offset);
+        if (chat) { shard_check_chat_mask(f, path, ntok, chat_T, tokens_offset + (long)(ntok * (size_t)l->token_bytes)); }
         fcloseCheck(f, path);
-        if (ntok < sample_tokens + 1) {
-            llmc_die("%s: too small for one batch (%zu tokens, need at least %zu = %d processes x B=%zu x T=%zu + 1)",
-                     path, ntok, sample_tokens + 1, num_processes, B, T);
+        size_t need = sample_tokens + (size_t)!chat; // a plain shard's last target is one token past the batch
+        if (ntok < need) {
+            llmc_die("%s: too small for one batch (%zu tokens, need at least %zu = %d processes x B=%zu x T=%zu%s)",
+                     path, ntok, need, num_processes, B, T, chat ? "" : " + 1");
         }
         l->shard_num_tokens[i] = ntok;
         l->num_tokens += ntok;
-        size_t samples = (ntok - 1) / sample_tokens;
+        size_t samples = chat ? ntok / sample_tokens : (ntok - 1) / sample_tokens;
         if (samples > l->max_shard_samples) { l->max_shard_samples = samples; }
     }
 
@@ -408,6 +478,7 @@ static inline void dataloader_init(DataLoader* l, const char* filename_pattern, 
     l->shard_perm_epoch = (size_t)-1;  // nothing computed yet
     l->sample_indices = (size_t*)mallocCheck(l->max_shard_samples * sizeof(size_t));
     l->buffer = mallocCheck((B * T + 1) * (size_t)l->token_bytes);
+    l->mask = l->masked ? (uint8_t*)mallocCheck(B * T) : NULL;
     l->inputs = (int*)mallocCheck(B * T * sizeof(int));
     l->targets = (int*)mallocCheck(B * T * sizeof(int));
     l->tokens_file = NULL;
@@ -434,6 +505,28 @@ static inline void dataloader_resume(DataLoader* l, size_t shard_idx, size_t sam
     l->current_sample_idx = sample_idx;
 }
 
+// a chat shard's batch at token `start` of the open shard into inputs and targets: targets -1 where the next token
+// is not supervised and at each row's last position (the reading rule at the top of this file)
+static inline void dataloader_read_chat_batch_(DataLoader* l, size_t start) {
+    size_t BT = l->B * l->T, T = l->T, ntok = l->shard_num_tokens[l->current_file_idx];
+    size_t offset = DATALOADER_HEADER_INTS * sizeof(int) + start * (size_t)l->token_bytes;
+    fseekCheck(l->tokens_file, (long)offset, SEEK_SET, l->current_path);
+    freadCheck(l->buffer, (size_t)l->token_bytes, BT, l->tokens_file, l->current_path);
+    size_t mask_offset = DATALOADER_HEADER_INTS * sizeof(int) + ntok * (size_t)l->token_bytes + start;
+    fseekCheck(l->tokens_file, (long)mask_offset, SEEK_SET, l->current_path);
+    freadCheck(l->mask, 1, BT, l->tokens_file, l->current_path);
+    // init checked every id and mask byte; this only fires if the shard was rewritten since
+    shard_check_tokens(l->current_path, l->buffer, BT, l->token_bytes, l->vocab_size, start);
+    for (size_t i = 0; i < BT; i++) {
+        if (l->mask[i] > 1) { llmc_die("%s: mask byte %u at position %zu, expected 0 or 1", l->current_path, l->mask[i], start + i); }
+        l->inputs[i] = (int)shard_token_at(l->buffer, l->token_bytes, i);
+    }
+    for (size_t i = 0; i < BT; i++) {
+        int last_of_row = i % T == T - 1;
+        l->targets[i] = !last_of_row && l->mask[i + 1] ? l->inputs[i + 1] : -1;
+    }
+}
+
 // fills inputs (B, T) and targets (B, T) with the next batch of this rank
 static inline void dataloader_next_batch(DataLoader* l) {
     if (l->current_sample_idx >= l->shard_num_samples) {
@@ -444,6 +537,11 @@ static inline void dataloader_next_batch(DataLoader* l) {
     size_t BT = l->B * l->T;
     size_t sample = l->sample_indices[l->current_sample_idx];
     size_t start = sample * (size_t)l->num_processes * BT + (size_t)l->process_rank * BT;  // in tokens
+    if (l->masked) {
+        dataloader_read_chat_batch_(l, start);
+        l->current_sample_idx++;
+        return;
+    }
     size_t offset = DATALOADER_HEADER_INTS * sizeof(int) + start * (size_t)l->token_bytes;
     fseekCheck(l->tokens_file, (long)offset, SEEK_SET, l->current_path);
     freadCheck(l->buffer, (size_t)l->token_bytes, BT + 1, l->tokens_file, l->current_path);
@@ -459,7 +557,7 @@ static inline void dataloader_next_batch(DataLoader* l) {
 // releases everything and leaves the struct zeroed, as before init (a second free is harmless)
 static inline void dataloader_free(DataLoader* l) {
     if (l->tokens_file != NULL) { fclose(l->tokens_file); }
-    void* buffers[] = {l->buffer, l->inputs, l->targets, l->shard_indices, l->sample_indices, l->shard_num_tokens};
+    void* buffers[] = {l->buffer, l->mask, l->inputs, l->targets, l->shard_indices, l->sample_indices, l->shard_num_tokens};
     FREE_ALL(buffers);
     if (l->num_shards > 0) { globfree(&l->glob_result); }
     memset(l, 0, sizeof(*l));

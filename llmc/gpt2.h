@@ -343,6 +343,31 @@ static inline void gpt2_describe_config(const void* config, char* line, size_t s
              cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size);
 }
 
+// nanochat's chat tokens in the GPT-2 vocabulary: <|user_start|> <|user_end|> <|assistant_start|> <|assistant_end|>
+// (<|bos|> is <|endoftext|>, 50256)
+#define GPT2_CHAT_VOCAB_SIZE 50261
+
+// A model of GPT-2's V = 50257 that trains on chat shards gets nanochat's four chat tokens, ids 50257..50260 (pad
+// rows of wte, inside Vp): V becomes 50261 and their rows of wte (the tied lm_head too) start as the mean of the
+// 50257 rows before them, an embedding near every token's and logits near the average logit, rather than the
+// pad rows' zeros. Returns 50261, or 0 (no growth) for any other V.
+static inline int gpt2_grow_vocab_for_chat(void* config, float* params, char* line, size_t size) {
+    GPT2Config* cfg = (GPT2Config*)config;
+    if (cfg->vocab_size != GPT2_VOCAB_SIZE || cfg->padded_vocab_size < GPT2_CHAT_VOCAB_SIZE) { return 0; }
+    size_t C = (size_t)cfg->channels, V = (size_t)cfg->vocab_size;
+    float* wte = params; // (Vp, C), the first tensor
+    for (size_t c = 0; c < C; c++) {
+        double sum = 0.0;
+        for (size_t v = 0; v < V; v++) { sum += wte[v * C + c]; }
+        for (size_t v = V; v < GPT2_CHAT_VOCAB_SIZE; v++) { wte[v * C + c] = (float)(sum / (double)V); }
+    }
+    cfg->vocab_size = GPT2_CHAT_VOCAB_SIZE;
+    snprintf(line, size, "chat shards: vocab size V grows from %d to %d for nanochat's chat tokens (ids %d..%d, inside "
+             "Vp %d); their rows of wte (the tied lm_head) start as the mean of the first %d rows", GPT2_VOCAB_SIZE,
+             GPT2_CHAT_VOCAB_SIZE, GPT2_VOCAB_SIZE, GPT2_CHAT_VOCAB_SIZE - 1, cfg->padded_vocab_size, GPT2_VOCAB_SIZE);
+    return GPT2_CHAT_VOCAB_SIZE;
+}
+
 static const ModelFamily GPT2_FAMILY = {
     .name = "gpt2",
     .model_file = &GPT2_MODEL_FILE,
@@ -358,6 +383,7 @@ static const ModelFamily GPT2_FAMILY = {
     .reference_state = "gpt2_124M_debug_state.bin",
     MODEL_FAMILY_TENSOR_TABLE(GPT2, gpt2, ln1w),
     MODEL_FAMILY_BEHAVIOUR(gpt2),
+    .grow_vocab_for_chat = gpt2_grow_vocab_for_chat,
 };
 
 #endif // LLMC_GPT2_H

@@ -70,6 +70,11 @@ typedef struct {
     // Muon orthogonalises the fused q, k, v projection (qkvw) as three matrices, its q, k and v rows (nanochat's
     // split), not as one; a decoder family's switch (llmc/decoder.h decoder_muon_row_blocks), 0 for the others
     int muon_splits_qkv;
+    // chat shards of a vocabulary with chat tokens past the model's V (GPT-2's: nanochat's four, ids 50257..50260,
+    // inside Vp): grows the config's V to hold them and initialises their new rows in params (the model's floats,
+    // file order), writing into line what it did; returns the new V, or 0 when the model needs no growth (its V
+    // holds them already, or another vocabulary). NULL: the family's models never grow (their V is what it is).
+    int (*grow_vocab_for_chat)(void* config, float* params, char* line, size_t size);
 } ModelFamily;
 
 // The fields of a family's description that its tensor table gives (TENSOR_TABLE_INDEX's arrays and count, its

@@ -24,6 +24,16 @@ Everything else is here:
                          they would have, a checkpoint is written (with -o) and trainer_run returns
                          128 + the signal (130 / 143). A second signal kills at once (files are atomic).
 
+Chat shards (a loss mask, llmc/dataloader.h: targets -1 where not supervised) train in masked mode, with no
+flag: a step first loads its micro-batches and counts their supervised positions, N_step, summed over the
+processes; each micro-batch then runs with loss_scale = processes x B x T / N_step (forward_backward's
+gradients are of loss_scale x the micro-batch's loss summed over its supervised positions / (B x T), and
+grad_norm averages them over the processes), so the step's gradient is that of the sum of the supervised
+cross-entropies over every micro-batch and process divided by N_step, and the step's loss is that mean.
+A step with no supervised position anywhere trains nothing (no forward, backward or update; the step
+and the lr schedule move on) and prints one line saying so. The val loss of chat shards is likewise the
+mean over the supervised positions of all its batches and processes. Plain shards run as before.
+
 Resume is bit-exact: a step's top-of-step actions (evaluations, sample, checkpoint) run before its
 state is saved, so a resumed run skips them at that step and continues with the same sampler RNG,
 data position, outlier windows and optimizer state as the run that saved it.
@@ -365,6 +375,8 @@ typedef struct {
     int resume_step;              // the checkpoint resumed from, -1 for a fresh run
     double flops_per_step;        // with peak_flops > 0 the progress line shows the MFU
     double peak_flops;
+    int* step_inputs;             // chat shards: the step's grad_accum_steps micro-batches (B, T) each, loaded
+    int* step_targets;            // before the first forward pass (its supervised positions are counted first)
 } Trainer;
 
 static inline void trainer_barrier(const Trainer* tr) {
@@ -378,6 +390,22 @@ static inline float trainer_mean_over_processes(const Trainer* tr, float x) {
         x /= (float)tr->comm.nproc;
     }
     return x;
+}
+
+// the sum of a count over processes, exact: sent as two floats (count / 2^16 and count % 2^16), each of whose sums
+// stays below 2^24 for up to 256 processes and totals below 2^40
+static inline long long trainer_sum_count_over_processes(const Trainer* tr, long long n) {
+    if (tr->comm.nproc == 1) { return n; }
+    float parts[2] = {(float)(n >> 16), (float)(n & 0xFFFF)};
+    tr->comm.sum_floats(tr->comm.ctx, parts, 2);
+    return ((long long)parts[0] << 16) + (long long)parts[1];
+}
+
+// how many of targets[0..n) are supervised (not -1)
+static inline long long trainer_count_supervised(const int* targets, size_t n) {
+    long long count = 0;
+    for (size_t i = 0; i < n; i++) { count += targets[i] != -1; }
+    return count;
 }
 
 static inline void trainer_printf0(const Trainer* tr, const char* fmt, ...) LLMC_PRINTF(2, 3);
@@ -441,6 +469,36 @@ static inline int trainer_prepare(const TrainArgs* a, const ModelFamily* family,
     return step;
 }
 
+// 1 when the first shard of pattern is a chat shard of the family's format (dataloader_init checks every shard later)
+static inline int trainer_chat_pattern(const char* pattern, const ModelFamily* family) {
+    glob_t g;
+    if (pattern[0] == '\0' || glob(pattern, 0, NULL, &g) != 0) { return 0; }
+    int chat = 0;
+    if (g.gl_pathc > 0) {
+        const char* path = g.gl_pathv[0];
+        FILE* f = fopenCheck(path, "rb");
+        size_t chat_T;
+        shard_read_header(f, path, family->shard_format, &chat_T);
+        fcloseCheck(f, path);
+        chat = chat_T != 0;
+    }
+    globfree(&g);
+    return chat;
+}
+
+// A model about to train on chat shards whose vocabulary's chat tokens lie past its V (GPT-2's V = 50257) grows to
+// hold them (the family's grow_vocab_for_chat: config's V and params' new rows); rank 0 says so in one line. Returns
+// the model's V, grown or not. Checkpoints then carry the new V, so a resumed run (-y) starts from it.
+static inline int trainer_grow_vocab_for_chat(const TrainArgs* a, const ModelFamily* family, void* config, float* params,
+                                              int vocab_size, int rank) {
+    if (family->grow_vocab_for_chat == NULL || !trainer_chat_pattern(a->train_data_pattern, family)) { return vocab_size; }
+    char line[512];
+    int grown = family->grow_vocab_for_chat(config, params, line, sizeof(line));
+    if (grown == 0) { return vocab_size; }
+    if (rank == 0) { printf("%s\n", line); }
+    return grown;
+}
+
 // Loaders, schedule, tokenizer, sampler, logger and, when resuming, nothing yet of the state
 // (trainer_run loads it). vocab_size: the model's V (token ids are checked against it); the shards
 // must be of the family's format, and its tokenizer decodes the samples.
@@ -465,6 +523,11 @@ static inline void trainer_init(Trainer* tr, const TrainArgs* a, const ModelFami
     tr->have_val = a->val_loss_every > 0 && a->val_data_pattern[0] != '\0';
     if (tr->have_val) {
         dataloader_init(&tr->val_loader, a->val_data_pattern, B, T, rank, nproc, 0, vocab_size, family->shard_format);
+    }
+    if (tr->train_loader.masked) {
+        size_t step_tokens = (size_t)tr->grad_accum_steps * (size_t)B * (size_t)T;
+        tr->step_inputs = (int*)mallocCheck(step_tokens * sizeof(int));
+        tr->step_targets = (int*)mallocCheck(step_tokens * sizeof(int));
     }
     if (a->hellaswag_eval) { evalloader_init(&tr->eval_loader, a->hellaswag_path, B, T, rank, nproc); }
     tr->max_steps = trainer_max_steps(a->max_steps, tr->train_loader.num_tokens, tr->total_batch, &why);
@@ -500,6 +563,9 @@ static inline void trainer_free(Trainer* tr) {
     if (tr->args.hellaswag_eval) { evalloader_free(&tr->eval_loader); }
     tokenizer_free(&tr->tokenizer);
     sampler_free(&tr->sampler);
+    free(tr->step_inputs);
+    free(tr->step_targets);
+    tr->step_inputs = tr->step_targets = NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -511,8 +577,32 @@ static inline float trainer_mean_(const float* x, int n) {
     return (float)(sum / n);
 }
 
-// mean loss over -m batches of the validation data, averaged over processes
+// chat shards: the mean loss over the supervised positions of -m batches of the validation data on every process;
+// NAN when they hold none
+static inline float trainer_masked_val_loss(Trainer* tr, const TrainerOps* ops) {
+    DataLoader* l = &tr->val_loader;
+    dataloader_reset(l);
+    size_t BT = l->B * l->T;
+    double sum = 0.0;
+    long long count = 0;
+    for (int i = 0; i < tr->args.val_max_steps; i++) {
+        dataloader_next_batch(l);
+        const float* losses = ops->forward_losses(ops->ctx, l->inputs, l->targets);
+        for (size_t k = 0; k < BT; k++) {
+            if (l->targets[k] != -1) { sum += losses[k]; }
+        }
+        count += trainer_count_supervised(l->targets, BT);
+    }
+    float total = (float)sum;
+    if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, &total, 1); }
+    long long n = trainer_sum_count_over_processes(tr, count);
+    return n > 0 ? (float)((double)total / (double)n) : NAN;
+}
+
+// mean loss over -m batches of the validation data, averaged over processes (chat shards: over their supervised
+// positions)
 static inline float trainer_val_loss(Trainer* tr, const TrainerOps* ops) {
+    if (tr->val_loader.masked) { return trainer_masked_val_loss(tr, ops); }
     DataLoader* l = &tr->val_loader;
     dataloader_reset(l);
     double sum = 0.0;
@@ -632,6 +722,9 @@ static inline void trainer_print_plan(const Trainer* tr) {
     trainer_printf0(tr, "train: %zu tokens; batch %lld tokens = %d processes x B=%d x T=%d x %d accumulation steps; %d steps\n",
                     tr->train_loader.num_tokens, tr->total_batch, tr->comm.nproc, a->B, a->T, tr->grad_accum_steps,
                     tr->max_steps);
+    if (tr->train_loader.masked) {
+        trainer_printf0(tr, "train: chat shards: a step's loss is the mean over its supervised (mask 1) positions\n");
+    }
     if (tr->have_val) {
         trainer_printf0(tr, "val: %zu tokens, %d batches every %d steps\n", tr->val_loader.num_tokens, a->val_max_steps,
                         a->val_loss_every);
@@ -649,6 +742,48 @@ static inline void trainer_print_plan(const Trainer* tr) {
             printf("samples will be printed as token ids (no %s)\n", tr->family->tokenizer_path);
         }
     }
+}
+
+// A signal on any process stops every process after this same step: the signal to stop at the next top of a step
+// (which saves and stops), or 0
+static inline int trainer_signalled_(const Trainer* tr) {
+    float signalled = trainer_stop_signal_ != 0 ? 1.0f : 0.0f;
+    if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, &signalled, 1); }
+    if (signalled == 0.0f) { return 0; }
+    return trainer_stop_signal_ != 0 ? (int)trainer_stop_signal_ : SIGTERM;
+}
+
+// Chat shards: the step's micro-batches loaded first and their supervised positions counted over every process
+// (N_step), then their gradients accumulated with loss_scale = processes x B x T / N_step (grad_norm averages the
+// processes' gradients, and forward_backward's loss is a mean over B x T positions). Into *loss: the mean
+// cross-entropy over the step's supervised positions. Returns 0, with nothing run, when there are none.
+static inline int trainer_masked_forward_backward(Trainer* tr, const TrainerOps* ops, float* loss) {
+    const TrainArgs* a = &tr->args;
+    DataLoader* l = &tr->train_loader;
+    size_t BT = (size_t)a->B * (size_t)a->T;
+    long long count = 0;
+    for (int micro = 0; micro < tr->grad_accum_steps; micro++) {
+        if (a->overfit_single_batch) { dataloader_reset(l); }
+        dataloader_next_batch(l);
+        memcpy(tr->step_inputs + (size_t)micro * BT, l->inputs, BT * sizeof(int));
+        memcpy(tr->step_targets + (size_t)micro * BT, l->targets, BT * sizeof(int));
+        count += trainer_count_supervised(l->targets, BT);
+    }
+    long long n_step = trainer_sum_count_over_processes(tr, count);
+    if (n_step == 0) { return 0; }
+    float loss_scale = (float)((double)tr->comm.nproc * (double)BT / (double)n_step);
+    ops->zero_grad(ops->ctx);
+    double sum = 0.0; // this process's supervised cross-entropies
+    for (int micro = 0; micro < tr->grad_accum_steps; micro++) {
+        float mean = ops->forward_backward(ops->ctx, tr->step_inputs + (size_t)micro * BT,
+                                           tr->step_targets + (size_t)micro * BT, loss_scale,
+                                           micro == tr->grad_accum_steps - 1);
+        sum += (double)mean * (double)BT;
+    }
+    float total = (float)sum;
+    if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, &total, 1); }
+    *loss = (float)((double)total / (double)n_step);
+    return 1;
 }
 
 // Trains from the resumed step (or 0) to max_steps. Returns the exit status: 0, or 128 + the
@@ -687,15 +822,25 @@ static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
 
         // one optimizer step: accumulate the gradients of grad_accum_steps micro-batches
         double t0 = trainer_wall_seconds();
-        ops->zero_grad(ops->ctx);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < tr->grad_accum_steps; micro++) {
-            if (a->overfit_single_batch) { dataloader_reset(&tr->train_loader); }
-            dataloader_next_batch(&tr->train_loader);
-            loss_sum += ops->forward_backward(ops->ctx, tr->train_loader.inputs, tr->train_loader.targets,
-                                              1.0f / (float)tr->grad_accum_steps, micro == tr->grad_accum_steps - 1);
+        float loss;
+        if (tr->train_loader.masked) {
+            if (!trainer_masked_forward_backward(tr, ops, &loss)) {
+                trainer_printf0(tr, "step %d/%d | no supervised position in this step's batches: nothing trained\n", step + 1,
+                                tr->max_steps);
+                stopping = trainer_signalled_(tr);
+                continue;
+            }
+        } else {
+            ops->zero_grad(ops->ctx);
+            double loss_sum = 0.0;
+            for (int micro = 0; micro < tr->grad_accum_steps; micro++) {
+                if (a->overfit_single_batch) { dataloader_reset(&tr->train_loader); }
+                dataloader_next_batch(&tr->train_loader);
+                loss_sum += ops->forward_backward(ops->ctx, tr->train_loader.inputs, tr->train_loader.targets,
+                                                  1.0f / (float)tr->grad_accum_steps, micro == tr->grad_accum_steps - 1);
+            }
+            loss = trainer_mean_over_processes(tr, (float)(loss_sum / tr->grad_accum_steps));
         }
-        float loss = trainer_mean_over_processes(tr, (float)(loss_sum / tr->grad_accum_steps));
         float grad_norm = ops->grad_norm(ops->ctx);
         UpdateDecision u = trainer_judge_update(&tr->detectors, loss, grad_norm, a->skip_update_lossz, a->skip_update_gradz);
         float lr = get_learning_rate(&tr->lr_scheduler, step);
@@ -709,12 +854,7 @@ static inline int trainer_run(Trainer* tr, const TrainerOps* ops) {
         trainer_progress_line(line, sizeof(line), step, tr->max_steps, loss, lr, grad_norm, dt, tr->total_batch, eta, mfu, &u);
         trainer_printf0(tr, "%s\n", line);
         logger_log_train(&tr->logger, step, loss, lr, grad_norm);
-        // a signal on any process stops every process after this same step
-        float signalled = trainer_stop_signal_ != 0 ? 1.0f : 0.0f;
-        if (tr->comm.nproc > 1) { tr->comm.sum_floats(tr->comm.ctx, &signalled, 1); }
-        if (signalled > 0.0f) {
-            stopping = trainer_stop_signal_ != 0 ? (int)trainer_stop_signal_ : SIGTERM; // the next top saves and stops
-        }
+        stopping = trainer_signalled_(tr);
     }
     trainer_restore_signal_handlers();
     if (time_count > 0) { trainer_printf0(tr, "average step time %.1f ms\n", 1000.0 * time_sum / time_count); }

@@ -301,6 +301,10 @@ static int cpu_trainer_main_in_group(ProcessGroup pg, int argc, char** argv, con
     if (args.T > cpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, cpu->max_seq_len, model_path);
     }
+    // chat shards may need more of the vocabulary than the model has (GPT-2's V = 50257): V grows here, before the
+    // data loaders check the token ids against it
+    cpu->vocab_size = trainer_grow_vocab_for_chat(&args, family, (void*)cpu->config, cpu->params_memory, cpu->vocab_size,
+                                                  pg.process_rank);
     Trainer trainer;
     trainer_init(&trainer, &args, family, cpu_trainer_comm(&pg), cpu->vocab_size, resume_step);
     ZeroShard shard = zero_shard(cpu->num_parameters, args.zero_stage, pg.num_processes, pg.process_rank);
