@@ -870,6 +870,14 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
     if (args.T > gpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, gpu->max_seq_len, model_path);
     }
+    // chat shards may need more of the vocabulary than the model has (GPT-2's V = 50257): V grows here, in the
+    // model's config and its host parameters (the master weights' source), then on the device, before the data
+    // loaders check the token ids against it (llmc/trainer.h, as the CPU trainers do)
+    const int grown = trainer_grow_vocab_for_chat(&args, family, (void*)gpu->config, gpu->init_params, gpu->vocab_size, rank);
+    if (grown != gpu->vocab_size) {
+        gpu->vocab_size = grown;
+        gpu_model_upload_parameters(gpu, gpu->init_params);
+    }
     // this rank's ZeRO shard of the parameters (kept in the process group); Muon's matrices go whole to the ranks
     // under ZeRO-1, else every rank updates them all
     mg.num_parameters = gpu->num_parameters;
