@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
     GPT2Config cfg = model.config;
     DebugState d;
     gpt2_debug_state_read(&d, args.state_path, &cfg, model.num_parameters);
+    if (d.masked) { // the OpenCL trainer trains on plain shards only: it has no masked loss
+        llmc_die("%s: a masked debug state (header[18] = 1); the OpenCL trainer checks unmasked states only", args.state_path);
+    }
     int B = d.B, T = d.T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     printf("OpenCL device: %s (platform %d: %s); GEMMs: %s\n", rt.dev.device_name, args.cl_platform,
            rt.dev.platform_name, rt.gemm.name);

@@ -207,6 +207,7 @@ DEBUG_STATE_CASES: list[Case] = [
     ("learning rate NaN", lambda b: u32(b, 5, 0x7FC00000), "optimizer setting"),
     ("token id 65535 with vocab 5", lambda b: i32(b, 256, 65535), "token id"),
     ("negative token id", lambda b: i32(b, 256 + 8, -1), "token id"),
+    ("masked flag 2", lambda b: i32(b, 18, 2), "masked header[18] = 2"),
     ("wrong magic (a checkpoint)", lambda b: i32(b, 0, 20240326), "magic"),
     *length_cases("size mismatch", "", "size mismatch", "debug state"),
 ]

@@ -4,7 +4,7 @@
 
 makes OUT_DIR/<harness>/seed_* for every harness:
     checkpoint    train_gpt2.write_model (fp32 and bf16) of a tiny GPT (maxT 8, V 5, L 1, NH 2, C 8)
-    debug_state   train_gpt2.write_debug_state of that same tiny model (fuzz_debug_state.c expects it)
+    debug_state   train_gpt2.write_debug_state of that same tiny model (fuzz_debug_state.c expects it), one masked
     tokenizer     pyllmc.reference.tokenizer_files.write_gpt2_tokenizer's file, cut down to its first tokens (header adjusted)
     shard         data_common.write_datafile (gpt-2 and llama-3), behind fuzz_shard.c's 4 parameter bytes
     evalfile      data_common.write_evalfile, behind fuzz_evalfile.c's 2 parameter bytes
@@ -47,6 +47,7 @@ def write_checkpoint_seeds(out: Path) -> None:
     import torch
 
     import train_gpt2 as ref
+    from pyllmc.reference.debug_state import mask_half
 
     torch.manual_seed(0)
     model = ref.GPT(ref.GPTConfig(**TINY))
@@ -59,6 +60,8 @@ def write_checkpoint_seeds(out: Path) -> None:
         x = torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(k))
         y = torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(k + 10))
         ref.write_debug_state(model, x, y, out / "debug_state" / f"seed_{k}.bin", ref.DebugOptimizer(steps=3))
+        if k == 0:  # and a masked state (header[18] = 1, targets -1) of the same batch
+            ref.write_debug_state(model, x, mask_half(y), out / "debug_state" / "seed_masked.bin", ref.DebugOptimizer(steps=3))
 
 
 def write_tokenizer_seeds(out: Path) -> None:

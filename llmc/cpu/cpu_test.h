@@ -18,7 +18,11 @@ format, the reference's files) and its model's calls (allocate, forward, backwar
     cpu_test_finish(t)                    the summary line; returns the exit status
     cpu_test_main(argc, argv, p, family, model, calls, cm)   a test program's main(): all of the above around the
                                           model's calls (llmc/cpu/cpu_model.h) and the program's
-                                          CpuTestProgram
+                                          CpuTestProgram. A masked state (llmc/debug_state.h, header[18]): N of
+                                          the B*T targets supervised, the others -1; every backward runs with
+                                          loss_scale = B*T / N (the gradients of the mean over the N), and the
+                                          model's loss (the mean over B*T, a masked position counting 0) is
+                                          compared times B*T / N
     CPU_TEST_MAIN(Model, init, family, calls, about, model_kind, wide)   a test program's whole main(), after its
                                           trainer is included with LLMC_NO_MAIN: its model (type and initialiser),
                                           family, calls and CpuTestProgram fields
@@ -88,6 +92,10 @@ static void cpu_test_begin(CpuTest* t, const char* state_path, const DebugState*
     t->report = (CheckReport){0, 0};
     printf("debug state %s: B=%d T=%d, %d steps of AdamW (lr %g, betas %g %g, eps %g, wd %g, clip %g)\n",
            state_path, d->B, d->T, d->nsteps, d->lr, d->beta1, d->beta2, d->eps, d->weight_decay, d->grad_clip);
+    if (d->masked) {
+        printf("  masked: %zu of %d positions supervised (targets -1 elsewhere), losses the means over them\n",
+               debug_state_supervised(d), d->B * d->T);
+    }
     if (d->optimizer == OPTIMIZER_MUON) {
         printf("  with Muon on the block matrices (lr %g, momentum %g, nesterov %d, %d Newton-Schulz steps, lr adjustment %s)\n",
                d->muon_lr, d->muon_momentum, d->muon_nesterov, d->muon_ns_steps,
@@ -143,6 +151,13 @@ static void cpu_test_step_loss(CpuTest* t, int step, float loss) {
     cpu_test_scalar(t, name, loss, t->d->losses[step], step_loss_tolerance(t->d, step, &t->tol));
 }
 
+// the loss of the state's batch from the model's mean over its B*T positions: itself, or in a masked state (a masked
+// position counting 0 in that mean) the mean over the supervised positions, mean * B*T / N
+static float cpu_test_loss(const DebugState* d, float mean_loss) {
+    if (!d->masked) { return mean_loss; }
+    return (float)((double)mean_loss * ((double)d->B * d->T) / (double)debug_state_supervised(d));
+}
+
 static int cpu_test_finish(const CpuTest* t) {
     printf("\n");
     check_report_summary(stdout, &t->report);
@@ -166,6 +181,9 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
     CpuTest t;
     cpu_test_begin(&t, args.state_path, &d, p->wide);
     double norm_rtol = t.tol.is_bf16 ? 5e-2 : 1e-4;
+    // the backward's scale: 1 (the mean over B*T), or in a masked state B*T / N, so that the gradients are those of the
+    // mean over the N supervised positions, the reference's
+    float loss_scale = d.masked ? (float)(B * T) / (float)debug_state_supervised(&d) : 1.0f;
     calls->allocate_activations(model, B, T);
     if (d.optimizer == OPTIMIZER_MUON) {
         MuonConfig muon = {d.muon_lr, d.muon_momentum, d.muon_nesterov, d.muon_ns_steps, d.muon_adjust_lr};
@@ -184,23 +202,23 @@ static int cpu_test_main(int argc, char** argv, const CpuTestProgram* p, const M
     }
     // forward and backward on the recorded batch, as the trainers run them
     cpu_model_zero_grad(cm);
-    cpu_model_expect_backward(cm, 1.0f);
+    cpu_model_expect_backward(cm, loss_scale);
     calls->forward(model, d.x, d.y, B, T);
-    calls->backward(model, 1.0f);
+    calls->backward(model, loss_scale);
 
     cpu_test_table_header(&t);
     cpu_test_tensor(&t, "logits", logits, d.logits, (size_t)B * T * V, t.tol.logits_rtol, t.tol.logits_atol, t.tol.logits_l2);
     free(logits);
-    cpu_test_scalar(&t, "loss", cm->mean_loss, d.loss, t.tol.loss_atol);
+    cpu_test_scalar(&t, "loss", cpu_test_loss(&d, cm->mean_loss), d.loss, t.tol.loss_atol);
     cpu_test_grads(&t, cm->grads_memory, cm->param_sizes, family->tensor_names, cm->num_tensors);
 
     // nsteps of the optimizer on the same batch; losses[i] is the loss before update i+1, grad_norms[i] its norm
     for (int step = 0; step < d.nsteps; step++) {
         cpu_model_zero_grad(cm);
-        cpu_model_expect_backward(cm, 1.0f);
+        cpu_model_expect_backward(cm, loss_scale);
         calls->forward(model, d.x, d.y, B, T);
-        cpu_test_step_loss(&t, step, cm->mean_loss);
-        calls->backward(model, 1.0f);
+        cpu_test_step_loss(&t, step, cpu_test_loss(&d, cm->mean_loss));
+        calls->backward(model, loss_scale);
         float norm = cpu_model_grad_norm(cm);
         if (p->wide) {
             char name[32];
