@@ -156,7 +156,10 @@ static inline size_t shard_read_header(FILE* f, const char* path, ShardFormat fo
     }
     size_t ntok = (size_t)header[2];
     if (chat) {
-        if (header[3] < 2) { llmc_die("%s: chat shard with conversation length T = %d in header[3] (at least 2)", path, header[3]); }
+        if (header[3] < 2) {
+            llmc_die("%s: chat shard (version %d) with conversation length T = %d in header[3], expected at least 2", path,
+                     header[1], header[3]);
+        }
         if (ntok % (size_t)header[3] != 0) {
             llmc_die("%s: chat shard of %zu tokens, not a whole number of T = %d token conversations", path, ntok, header[3]);
         }

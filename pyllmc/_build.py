@@ -46,6 +46,7 @@ typedef struct {
     size_t B; size_t T; size_t num_shards; size_t num_tokens;
     size_t current_shard_idx; size_t current_sample_idx;
     int* inputs; int* targets;
+    int masked;
     ...;
 } DataLoader;
 

@@ -3,7 +3,8 @@
 DataLoader reads exactly like ./train_gpt2 (llmc/dataloader.h): with n processes, rank r takes the
 r-th B*T slice of every n*B*T window, so 2 ranks with B=2 see the tokens 1 rank with B=4 sees.
 inputs and targets are int32 (B, T) numpy views into the loader's C buffers (overwritten by
-next_batch()).
+next_batch()). Chat shards (pyllmc.token_shards.write_chat_datafile) read with their loss mask: masked is True
+and targets are -1 where the next token is not supervised and at every row's last position.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class DataLoader:
         self._finalizer = weakref.finalize(self, lib.pyllmc_dataloader_free, self._c)
         self.B, self.T = B, T
         self.num_tokens = int(self._c.num_tokens)
+        self.masked = bool(self._c.masked)  # chat shards: targets -1 where not supervised
         self.inputs = int_view(self._c.inputs, B * T, (B, T))
         self.targets = int_view(self._c.targets, B * T, (B, T))
 

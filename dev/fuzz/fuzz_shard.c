@@ -2,7 +2,8 @@
 dev/fuzz/fuzz_shard.c: libFuzzer harness for the token-shard DataLoader of llmc/dataloader.h.
 Input: 4 parameter bytes (B, T, flags: shuffle / 2 processes / vocab check / resume / llama-3
 format expected, resume position), then the shard file. A shard that loads must give batches whose every id is below the vocab
-size and whose targets are the inputs shifted by one.
+size and whose targets are the inputs shifted by one (a chat shard's: that, or -1 where not supervised and at
+every row's last position).
 */
 #include "harness.h"
 #include "../../llmc/dataloader.h"
@@ -27,6 +28,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             dataloader_next_batch(&loader);
             for (size_t i = 0; i < B * T; i++) {
                 int x = loader.inputs[i], y = loader.targets[i];
+                if (loader.masked) { // chat shards: -1 (not supervised) always at a row's end, else the next input
+                    if (i % T == T - 1 ? y != -1 : (y != -1 && y != loader.inputs[i + 1])) { abort(); }
+                    if (x < 0 || (vocab > 0 && x >= vocab)) { abort(); }
+                    continue;
+                }
                 if (x < 0 || y < 0 || (vocab > 0 && (x >= vocab || y >= vocab))) { abort(); }
                 if (i + 1 < B * T && loader.targets[i] != loader.inputs[i + 1]) { abort(); }
             }

@@ -6,7 +6,8 @@ makes OUT_DIR/<harness>/seed_* for every harness:
     checkpoint    train_gpt2.write_model (fp32 and bf16) of a tiny GPT (maxT 8, V 5, L 1, NH 2, C 8)
     debug_state   train_gpt2.write_debug_state of that same tiny model (fuzz_debug_state.c expects it), one masked
     tokenizer     pyllmc.reference.tokenizer_files.write_gpt2_tokenizer's file, cut down to its first tokens (header adjusted)
-    shard         data_common.write_datafile (gpt-2 and llama-3), behind fuzz_shard.c's 4 parameter bytes
+    shard         data_common.write_datafile (gpt-2 and llama-3) and chat shards (write_chat_datafile), behind
+                  fuzz_shard.c's 4 parameter bytes
     evalfile      data_common.write_evalfile, behind fuzz_evalfile.c's 2 parameter bytes
     bpe           write_bpe.bpe_file_bytes of tiktoken's first ranks, then texts to encode
     train_state   checkpoint.h's train_state_write, run inside the harness (needs --train-state-harness)
@@ -86,7 +87,7 @@ def write_data_seeds(out: Path) -> None:
     import numpy as np
 
     from data_common import write_evalfile
-    from pyllmc.token_shards import write_datafile
+    from pyllmc.token_shards import write_chat_datafile, write_datafile
 
     rng = np.random.default_rng(0)
     d = out / "shard"
@@ -101,6 +102,16 @@ def write_data_seeds(out: Path) -> None:
         ]:
             path = Path(tmp) / f"{name}.bin"
             write_datafile(path, rng.integers(0, 1000, ntok), model_desc)
+            (d / f"seed_{name}.bin").write_bytes(params + path.read_bytes())
+        # chat shards (a loss mask after the tokens): conversations of the T the parameter bytes ask for
+        for name, model_desc, ntok, T, params in [
+            ("gpt2_chat", "gpt-2", 64, 8, bytes([1, 7, 8, 0])),
+            ("llama3_chat", "llama-3", 32, 4, bytes([0, 3, 2 | 64, 0])),
+        ]:
+            path = Path(tmp) / f"{name}.bin"
+            mask = (rng.random(ntok) < 0.5).astype(np.uint8)
+            mask[::T] = 0
+            write_chat_datafile(path, rng.integers(0, 1000, ntok), mask, T, model_desc)
             (d / f"seed_{name}.bin").write_bytes(params + path.read_bytes())
         d = out / "evalfile"
         d.mkdir(parents=True, exist_ok=True)

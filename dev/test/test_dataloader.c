@@ -272,8 +272,8 @@ static void test_bad_shards(void) {
 
     write_shard(g_path, 20240326, 1, 2, 100, 0, -1);
     expect_die("wrong magic", open_and_read, &args, g_path, "magic 20240326");
-    write_shard(g_path, 20240520, 2, 2, 100, 0, -1);
-    expect_die("wrong version", open_and_read, &args, g_path, "version 2");
+    write_shard(g_path, 20240520, 3, 2, 100, 0, -1); // version 2 is a gpt-2 chat shard
+    expect_die("wrong version", open_and_read, &args, g_path, "version 3");
     write_shard(g_path, 20240520, 1, 2, 100, 0, 200);
     expect_die("truncated", open_and_read, &args, g_path, "truncated");
     write_shard(g_path, 20240520, 1, 2, 100, 0, 50);

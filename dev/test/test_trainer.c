@@ -33,6 +33,8 @@ typedef struct {
     int nupdates;
     int sampled[MAX_CALLS];         // tokens[len - 1] of every next_token_logits call
     int nsampled;
+    float loss_scale[MAX_CALLS];    // loss_scale of every forward_backward
+    int supervised[MAX_CALLS];      // targets other than -1 in every forward_backward (chat shards)
     int signal_at_call;             // raise SIGINT in this forward_backward call (-1 = never)
     int nan_norm_at_call;           // grad_norm returns NaN after this call (-1 = never)
 } FakeModel;
@@ -49,12 +51,19 @@ static float fake_forward_backward(void* ctx, const int* inputs, const int* targ
     FakeModel* f = (FakeModel*)ctx;
     int n = f->B * f->T;
     double sum = 0.0;
+    int supervised = 0;
     for (int i = 0; i < n; i++) {
+        if (targets[i] == -1) { continue; } // chat shards: not supervised, loss 0 and no gradient
         float d;
         sum += fake_token_loss(f, inputs[i], targets[i], &d);
         f->g[inputs[i] % NPARAM] += loss_scale * d / (float)n;
+        supervised++;
     }
-    if (f->ncalls < MAX_CALLS) { f->first_input[f->ncalls] = inputs[0]; }
+    if (f->ncalls < MAX_CALLS) {
+        f->first_input[f->ncalls] = inputs[0];
+        f->loss_scale[f->ncalls] = loss_scale;
+        f->supervised[f->ncalls] = supervised;
+    }
     if (f->ncalls == f->signal_at_call) { raise(SIGINT); }
     f->ncalls++;
     (void)last;
@@ -83,7 +92,7 @@ static void fake_update(void* ctx, float lr, float muon_lr, float wd, float grad
 
 static const float* fake_forward_losses(void* ctx, const int* inputs, const int* targets) {
     FakeModel* f = (FakeModel*)ctx;
-    for (int i = 0; i < f->B * f->T; i++) { f->losses[i] = fake_token_loss(f, inputs[i], targets[i], NULL); }
+    for (int i = 0; i < f->B * f->T; i++) { f->losses[i] = targets[i] == -1 ? 0.0f : fake_token_loss(f, inputs[i], targets[i], NULL); }
     return f->losses;
 }
 
@@ -151,6 +160,27 @@ static void write_shard(const char* path, int ntok) {
         uint16_t tok = (uint16_t)((x >> 16) % VOCAB);
         fwriteCheck(&tok, sizeof(tok), 1, f, path);
     }
+    fcloseCheck(f, path);
+}
+
+// a gpt-2 chat shard (version 2) of ntok tokens in conversations of T: the same token stream as write_shard, mask 1
+// on about a quarter of the tokens (never a conversation's first), and none at all in tokens [empty_from, empty_to)
+static void write_chat_shard(const char* path, int ntok, int T, int empty_from, int empty_to, uint8_t* mask) {
+    int header[256] = {0};
+    header[0] = 20240520;
+    header[1] = 2;
+    header[2] = ntok;
+    header[3] = T;
+    FILE* f = fopenCheck(path, "wb");
+    fwriteCheck(header, sizeof(int), 256, f, path);
+    uint32_t x = 12345;
+    for (int i = 0; i < ntok; i++) {
+        x = x * 1664525u + 1013904223u;
+        uint16_t tok = (uint16_t)((x >> 16) % VOCAB);
+        fwriteCheck(&tok, sizeof(tok), 1, f, path);
+        mask[i] = (uint8_t)(i % T != 0 && (i < empty_from || i >= empty_to) && ((x >> 8) & 3) == 0);
+    }
+    fwriteCheck(mask, 1, (size_t)ntok, f, path);
     fcloseCheck(f, path);
 }
 
@@ -435,6 +465,39 @@ static void test_tiny_data_with_epoch_steps_is_an_error(void) {
     CHECK(trainer_max_steps(args.max_steps, 10, 2 * 8, &why) == -1, "10 tokens hold none: an error");
 }
 
+// chat shards: a step's micro-batches are counted first, each runs with loss_scale = B*T / N_step (one process), and a
+// step with nothing supervised runs nothing and updates nothing, while the steps after it go on (AdamW's t included)
+static void test_masked_steps_scale_by_the_step_s_supervised_count(void) {
+    enum { NTOK = 256, T = 8, B = 2, ACCUM = 2 };
+    uint8_t mask[NTOK];
+    char path[300];
+    snprintf(path, sizeof(path), "%s/chat.bin", work_dir);
+    write_chat_shard(path, NTOK, T, 2 * B * T * ACCUM, 3 * B * T * ACCUM, mask); // step 3's tokens: no mask
+    char flags[600];
+    snprintf(flags, sizeof(flags), "-i %s -j '' -e d1 -b %d -t %d -d %d -v 0 -x 4", path, B, T, B * T * ACCUM);
+    RunResult r = run_flags(flags, -1, -1);
+    CHECK(r.status == 0, "masked run exits 0 (got %d)", r.status);
+    CHECK(r.model.ncalls == 6, "3 steps of 2 micro-batches run, the empty one none (got %d calls)", r.model.ncalls);
+    CHECK(r.model.nupdates == 3, "3 updates (got %d)", r.model.nupdates);
+    int steps_run[3] = {0, 1, 3};
+    for (int k = 0; k < 3; k++) {
+        int step = steps_run[k], n_step = 0;
+        for (int j = step * B * T * ACCUM; j < (step + 1) * B * T * ACCUM; j++) {
+            n_step += j % T != T - 1 && mask[j + 1]; // the reading rule: the target of position j is token j + 1
+        }
+        for (int m = 0; m < ACCUM; m++) {
+            int call = 2 * k + m;
+            float want = (float)((double)(B * T) / (double)n_step);
+            CHECK(r.model.loss_scale[call] == want, "step %d micro-batch %d: loss_scale %g, want B*T/N_step = %g", step,
+                  m, r.model.loss_scale[call], want);
+        }
+        CHECK(r.model.supervised[2 * k] + r.model.supervised[2 * k + 1] == n_step,
+              "step %d: the micro-batches hold the %d supervised targets of the mask", step, n_step);
+        CHECK(r.model.step_loss[k] == (float)(step + 1), "step %d: AdamW's t is %d (got %g)", step, step + 1,
+              r.model.step_loss[k]);
+    }
+}
+
 int main(void) {
     snprintf(work_dir, sizeof(work_dir), "/tmp/llmc_test_trainer_%d", (int)getpid());
     mkdir(work_dir, 0755);
@@ -455,6 +518,7 @@ int main(void) {
     test_nan_norm_is_skipped_in_the_loop();
     test_update_gets_both_scheduled_learning_rates();
     test_tiny_data_with_epoch_steps_is_an_error();
+    test_masked_steps_scale_by_the_step_s_supervised_count();
 
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", work_dir);

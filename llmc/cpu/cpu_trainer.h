@@ -24,7 +24,8 @@ cpu_trainer_main.
                               the model of a model file, or of a descriptor with the family's init from scratch
     cpu_trainer_main(argc, argv, about, family, model, calls, cpu)   a trainer's main(): flags, threads, data,
                               the model (-e, or the resumed step's checkpoint), -t against the model's
-                              maxT, trainer_init, the optimizer state (this process's ZeRO shard or Muon
+                              maxT, its V grown for chat shards where its family says (llmc/trainer.h's
+                              trainer_grow_vocab_for_chat: GPT-2's 50257 -> 50261), trainer_init, the optimizer state (this process's ZeRO shard or Muon
                               plan), the precision, rank 0's lines of what the run does (flags, the model's
                               line: its family's config line, the optimizer's, the threads), the training loop;
                               returns the status
