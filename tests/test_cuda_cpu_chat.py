@@ -3,8 +3,8 @@ family with a GPU trainer (llmc/families.h's GPU column), test_<name>cu in FP32 
 (llmc/debug_state.h header[18] = 1: about half of the targets -1, the loss, gradients and step losses those of the
 mean over the supervised positions) and fails on a copy whose one masked target is its token again; train_<name>cu
 trains on a chat shard (tokens, then a loss-mask byte per token: pyllmc.token_shards.write_chat_datafile) with the
-step and val losses of the CPU trainer ./train_<name>, two processes as one, and a GPT-2 model of V = 50257 grows to
-nanochat's chat tokens on the GPU as it does on the CPU.
+step and val losses of the CPU trainer ./train_<name> (and skips the step with nothing supervised as it does), two
+processes as one, and a GPT-2 model of V = 50257 grows to nanochat's chat tokens on the GPU as it does on the CPU.
 
 The masked states are written here, by each family's reference (train_<name>.py's read_model and write_debug_state,
 pyllmc.reference.debug_state.mask_half), from one small model of the family's reference set and the batch of its
@@ -145,10 +145,10 @@ def test_test_cu_fails_on_a_masked_state_with_one_target_unmasked(request: pytes
 
 
 def write_chat_shard(path: Path, family: str, vocab_size: int, seed: int, conversations: int = 16,
-                     special: list[int] | None = None) -> None:
+                     special: list[int] | None = None, unsupervised: int = 0) -> None:
     """A chat shard of the family's format: conversations of T random ids below vocab_size, each a prompt (mask 0), a
     reply (mask 1) of random lengths and padding (mask 0); `special` ids are written at the start of every reply (the
-    chat tokens a model may lack)."""
+    chat tokens a model may lack); the conversations at indices 4..4+unsupervised have no reply (mask 0 throughout)."""
     from pyllmc.token_shards import write_chat_datafile
 
     rng = np.random.default_rng(seed)
@@ -157,7 +157,8 @@ def write_chat_shard(path: Path, family: str, vocab_size: int, seed: int, conver
     for c in range(conversations):
         prompt = int(rng.integers(4, T // 2))
         reply = int(rng.integers(len(special or []) + 1, T - prompt))
-        mask[c * T + prompt:c * T + prompt + reply] = 1
+        if not 4 <= c < 4 + unsupervised:
+            mask[c * T + prompt:c * T + prompt + reply] = 1
         for k, token in enumerate(special or []):
             tokens[c * T + prompt + k] = token
     write_chat_datafile(path, tokens, mask, T, by_name(family).family.shards.model_desc, vocab_size)
@@ -174,10 +175,12 @@ def chat_args(model: Path, shards: Path, steps: int, batch: int = 4, val_every: 
             "-v", val_every, "-m", 2, "-s", 0, "-l", "1e-3"]
 
 
-def chat_shards(family: str, model: Path, out: Path, special: list[int] | None = None) -> Path:
+def chat_shards(family: str, model: Path, out: Path, special: list[int] | None = None, unsupervised: int = 0) -> Path:
+    """out/chat_train.bin (16 conversations: 4 batches of B=4) and out/chat_val.bin (8) for the model's vocabulary
+    (or up to the special ids); `unsupervised` train conversations from the fifth have nothing supervised."""
     out.mkdir(exist_ok=True)
     V = max(model_vocab(model), max(special or [0]) + 1)
-    write_chat_shard(out / "chat_train.bin", family, V, 1, special=special)
+    write_chat_shard(out / "chat_train.bin", family, V, 1, special=special, unsupervised=unsupervised)
     write_chat_shard(out / "chat_val.bin", family, V, 2, conversations=8, special=special)
     return out
 
@@ -198,16 +201,22 @@ def assert_close(gpu: list[float], cpu: list[float], count: int, rel: float) -> 
     assert max(abs(a - b) for a, b in zip(gpu, cpu)) <= rel * cpu[0], (gpu, cpu)
 
 
+SKIPPED_STEP = re.compile(r"^step (\d+)/\d+ \| no supervised position in this step's batches: nothing trained$", re.M)
+
+
 @pytest.mark.parametrize("family", list(MASKED_SOURCES))
 def test_train_cu_trains_on_a_chat_shard_as_the_cpu_trainer(masked_states: Path, tmp_path: Path, family: str) -> None:
-    """3 AdamW steps (FP32) on a chat shard, val loss before and after steps 2 and 3: the step and val losses are the
-    CPU trainer's within the bound the checkpoints passed between the two trainers meet (5e-5 of the loss: the GPU
-    trainer's GEMMs are TF32, its updates add to float32 noise)."""
+    """One epoch of 4 steps (FP32, B=4) on a chat shard whose second batch has nothing supervised, val loss before and
+    after steps 2 and 4: both trainers skip the same step in the same line, and the other steps' losses and the val
+    losses are the CPU trainer's within the bound the checkpoints passed between the two trainers meet (5e-5 of the
+    loss: the GPU trainer's GEMMs are TF32, its updates add to float32 noise)."""
     make(f"train_{family}")
     model = masked_states / f"{masked_model(family)}.bin"
-    args = chat_args(model, chat_shards(family, model, tmp_path / "shards"), 3)
+    args = chat_args(model, chat_shards(family, model, tmp_path / "shards", unsupervised=4), 4)
     gpu = train(binary(f"train_{family}cu_fp32"), args, tmp_path)
     cpu = train(REPO / f"train_{family}", args, tmp_path)
+    skipped = [SKIPPED_STEP.findall(out) for out in (gpu, cpu)]
+    assert len(skipped[0]) == 1 and skipped[0] == skipped[1], skipped
     assert_close(step_losses(gpu), step_losses(cpu), 3, 5e-5)
     assert_close(val_losses(gpu), val_losses(cpu), 3, 5e-5)
 
