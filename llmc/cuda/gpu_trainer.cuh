@@ -70,7 +70,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_trainer_main(argc, argv, program, about, family, model, calls, gpu)   a trainer's main() (as llmc/cpu/
                               cpu_trainer.h's cpu_trainer_main): the flags, -op, the processes and this process's GPU, rank 0's
                               banner and flags, the data, the model (-e, or the resumed step's checkpoint), -t
-                              against the model's maxT, this rank's ZeRO shard, -op muon, the state, -ge, the
+                              against the model's maxT, its V grown for chat shards (llmc/trainer.h
+                              trainer_grow_vocab_for_chat: GPT-2's), this rank's ZeRO shard, -op muon, the state, -ge, the
                               model's line, trainer_init with the GPU's peak FLOP/s and a step's FLOPs, the
                               training loop; returns the exit status. family: the model family's description
                               (llmc/model_family.h): -e's default and help, -t's name, the shards, the tokenizer
