@@ -665,7 +665,8 @@ test-build: $(TEST_BUILD)
 # d12 check), and every family's own (make <name>-debug-states: llmc/families.h's command and folder). They need only the Python packages, not the NVIDIA wheels: `make test`
 # writes them while pip installs those.
 TEST_D12_DIR := build/refs_d12
-TEST_D12_REFS := $(addprefix $(TEST_D12_DIR)/,gpt2_124M.bin gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_tokenizer.bin)
+TEST_D12_REFS := $(addprefix $(TEST_D12_DIR)/,gpt2_124M.bin gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_tokenizer.bin \
+                 gpt2_chat_tokenizer.bin)
 .PHONY: test-refs
 test-refs: cuda-cpu-refs $(FAMILY_REFS_TARGETS) $(TEST_D12_REFS)
 

@@ -27,6 +27,22 @@ not given as -p text (--ids, a line of -i) is printed decoded. Without the token
 --check-kv recomputes the whole sequence at every step in a second, fresh cache fed all of it in one pass (the
 prompt path: GEMMs over every position) and compares its last-position logits with the incremental cache's (one
 position at a time: matrix-vector products); it fails above 1e-4 (llmc/cpu/kv_cache.h's kv_check_step).
+
+--chat talks to a model fine-tuned on chat shards (doc/chat.md) in its family's chat format (ModelFamily.chat_format,
+rendered by llmc/chat.h with the same ids as pyllmc/chat.py), with the chat tokens of the tokenizer file -t (default:
+the family's chat tokenizer file, gpt2_chat_tokenizer.bin for GPT-2's vocabulary, else its tokenizer file):
+
+    ./generate -e model.bin --chat [--system "Be brief."]          typed turns after "you> "; /reset, /quit, ^D
+    ./generate -e model.bin --chat -p "What is 2+2?"               one turn: the answer, then exit
+    ./generate -e model.bin --chat --jsonl --temperature 0 < conversations.jsonl   an answer per JSON line (chat_eval.py)
+
+The conversation stays in the KV cache: each turn appends the previous answer's end (its end token, as sampled or,
+when -n cut the answer, appended; ChatML's "\n" after it), the user's turn and the generation prompt, and only those
+go through the model. An answer ends at the format's end token (not printed), -n tokens or the model's context; a turn
+that does not fit after the conversation starts it over (a line says so). --print-ids prints each turn's ids
+("prompt ids:") and each answer's ("answer ids:") on stderr; --check-kv checks the whole conversation at every step.
+A model whose V has no rows for the chat tokens (GPT-2 before fine-tuning, V = 50257) or a tokenizer file without
+them is one error line.
 */
 #include <errno.h>
 #include <stdio.h>
@@ -153,22 +169,25 @@ static int generate_prompt(Generator* g, Sampler* sampler, const GenerateArgs* a
     return made;
 }
 
-// the prompts of -i: one per stdin line, without its newline, "> " before each when stdin is a terminal
+// the prompts of -i (and --chat's turns, --jsonl's lines): one per stdin line, without its newline, the prompt
+// ("> ", "you> ") before each on stderr when stdin is a terminal
 typedef struct {
     char* line;
     size_t cap;
     int tty;
+    const char* prompt;
 } PromptReader;
 
-static void prompt_reader_init(PromptReader* r) {
+static void prompt_reader_init(PromptReader* r, const char* prompt) {
     r->tty = isatty(fileno(stdin));
     r->cap = 256;
     r->line = (char*)mallocCheck(r->cap);
+    r->prompt = prompt;
 }
 
 // the next prompt into r->line; returns 0 at end of input
 static int prompt_reader_next(PromptReader* r) {
-    if (r->tty) { fprintf(stderr, "> "); fflush(stderr); }
+    if (r->tty && r->prompt != NULL) { fprintf(stderr, "%s", r->prompt); fflush(stderr); }
     size_t n = 0;
     int c;
     while ((c = getchar()) != EOF && c != '\n') {
@@ -186,6 +205,218 @@ static int prompt_reader_next(PromptReader* r) {
 
 
 // ----------------------------------------------------------------------------
+// --chat: a conversation in the family's chat format (llmc/chat.h), its ids kept in the KV cache across turns
+
+// an answer's bytes (--jsonl), or NULL to stream them to stdout
+typedef struct {
+    char* bytes;
+    size_t n, cap;
+} ChatText;
+
+static void chat_text_append(ChatText* t, const char* bytes, size_t n) {
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap > 0 ? t->cap : 256;
+        while (cap < t->n + n + 1) { cap *= 2; }
+        char* bigger = (char*)realloc(t->bytes, cap);
+        if (bigger == NULL) { llmc_die("--chat: out of memory for an answer of %zu bytes", cap); }
+        t->bytes = bigger;
+        t->cap = cap;
+    }
+    memcpy(t->bytes + t->n, bytes, n);
+    t->n += n;
+}
+
+typedef struct {
+    Generator* g;
+    Sampler* sampler;
+    const GenerateArgs* args;
+    KVCache* full;      // --check-kv's cache
+    KVCheck* chk;
+    ChatIds seq;        // the conversation: seq.ids[0..kv.pos) are in the cache; the rest, the last answer's last
+                        // token and its end (chat_render_answer_end), go in with the next turn
+    int turn_start;     // where the ids of the next turn begin in seq: the last answer's end (--print-ids)
+    int made;           // tokens sampled in every turn
+    int interactive;    // turns typed in: notes say what the next turn does
+    int notes;          // an answer cut short says so on stderr (not with --jsonl: its "ended" says it)
+} ChatSession;
+
+// a new conversation: an empty cache
+static void chat_session_reset(ChatSession* s) {
+    s->seq.n = 0;
+    s->turn_start = 0;
+    s->g->kv.pos = 0;
+}
+
+// "prompt ids: ..." or "answer ids: ..." on stderr (--print-ids)
+static void chat_print_ids(const char* what, const int* ids, int n) {
+    fprintf(stderr, "%s ids:", what);
+    for (int k = 0; k < n; k++) { fprintf(stderr, " %d", ids[k]); }
+    fputc('\n', stderr);
+}
+
+// token id's bytes: into answer, or to stdout (flushed) when answer is NULL
+static void chat_write_token(const ChatSession* s, int id, ChatText* answer) {
+    const Tokenizer* tok = &s->g->chat->tok;
+    const char* bytes = tokenizer_decode(tok, (uint32_t)id);
+    size_t n = tokenizer_decode_length(tok, (uint32_t)id);
+    if (bytes == NULL) { return; }  // an id past the tokenizer's vocabulary (a padded V): no text
+    if (answer != NULL) { chat_text_append(answer, bytes, n); return; }
+    fwriteCheck(bytes, 1, n, stdout, "stdout");
+    fflush(stdout);
+}
+
+// Feeds the cache the conversation's ids it lacks (the new turn, rendered into seq up to the generation prompt), then
+// generates the answer: each token into answer or streamed, until the end token, -n tokens or the model's context;
+// then appends the answer's end to seq (the sampled end token, or the one it did not reach: said on stderr). Sets
+// *ended when the model ended the answer itself. Returns the answer's tokens.
+static int chat_answer(ChatSession* s, ChatText* answer, int* ended) {
+    Generator* g = s->g;
+    const GenerateArgs* args = s->args;
+    const ChatFormat* fmt = &g->chat->chat;
+    KVCache* kv = &g->kv;
+    KVForwardFn forward = g->family->forward_cached;
+    if (args->print_ids) { chat_print_ids("prompt", s->seq.ids + s->turn_start, s->seq.n - s->turn_start); }
+    forward(g->model, kv, s->seq.ids + kv->pos, s->seq.n - kv->pos);
+    if (args->check_kv) { kv_check_step(s->chk, s->full, forward, g->model, kv, s->seq.ids, s->seq.n); }
+    int room = kv->maxT - s->seq.n;  // every sampled token but the last is fed: the cache ends at maxT - 1 at most
+    int budget = args->num_tokens < room ? args->num_tokens : room;
+    int first = s->seq.n, made = 0;
+    *ended = 0;
+    while (made < budget) {
+        int next = sampler_sample(s->sampler, kv->logits);
+        made++;
+        if (next == fmt->end) { *ended = 1; break; }
+        chat_ids_push(&s->seq, next);
+        chat_write_token(s, next, answer);
+        if (made == budget) { break; }
+        forward(g->model, kv, &next, 1);
+        if (args->check_kv) { kv_check_step(s->chk, s->full, forward, g->model, kv, s->seq.ids, s->seq.n); }
+    }
+    s->made += made;
+    if (answer == NULL) { fputc('\n', stdout); fflush(stdout); }
+    int n_answer = s->seq.n - first;
+    if (args->print_ids) { chat_print_ids("answer", s->seq.ids + first, n_answer); }
+    if (!*ended && s->notes && budget == room) {
+        fprintf(stderr, "note: the answer filled the model's context of %d tokens%s\n", kv->maxT,
+                s->interactive ? ": the next turn starts a new chat" : "");
+    } else if (!*ended && s->notes) {
+        fprintf(stderr, "note: the answer reached -n %d tokens before its end token%s\n", args->num_tokens,
+                s->interactive ? " (the end token is appended to the conversation)" : "");
+    }
+    s->turn_start = s->seq.n;
+    chat_render_answer_end(fmt, &g->chat->bpe, &s->seq);
+    return n_answer;
+}
+
+// the user turn (with the generation prompt) appended to the conversation, the first turn with the system message
+static void chat_render_turn(ChatSession* s, const char* user, size_t len) {
+    const GenerateTokenizer* t = s->g->chat;
+    const char* system = s->args->system;
+    chat_render_user_turn(&t->chat, &t->bpe, system, system != NULL ? strlen(system) : 0, user, len, s->seq.n == 0,
+                          &s->seq);
+    chat_render_generation_prompt(&t->chat, &t->bpe, &s->seq);
+}
+
+// One user turn of the conversation, answered into answer (NULL: streamed). When the conversation leaves no room in
+// the context for the turn and one token of answer, a line says so and the chat starts over from this turn. Returns
+// the answer's tokens, or -1 when the turn alone does not fit (why: the error line; the conversation is then empty).
+static int chat_turn(ChatSession* s, const char* user, size_t len, ChatText* answer, int* ended, char* why, size_t size) {
+    int maxT = s->g->kv.maxT;
+    int had = s->seq.n;
+    chat_render_turn(s, user, len);
+    if (s->seq.n >= maxT && had > 0) {
+        fprintf(stderr, "note: the context of %d tokens is full: the chat starts over from this turn\n", maxT);
+        chat_session_reset(s);
+        chat_render_turn(s, user, len);
+    }
+    if (s->seq.n >= maxT) {
+        snprintf(why, size, "the turn is %d tokens, the model's context is %d (it must leave room to answer)", s->seq.n, maxT);
+        chat_session_reset(s);
+        *ended = 0;
+        return -1;
+    }
+    return chat_answer(s, answer, ended);
+}
+
+// -p with --chat: one turn, its answer on stdout
+static void chat_one_turn(ChatSession* s, const char* text) {
+    char why[256];
+    int ended;
+    if (chat_turn(s, text, strlen(text), NULL, &ended, why, sizeof(why)) < 0) { llmc_die("-p: %s", why); }
+}
+
+// 1 when line is the command (blanks around it allowed)
+static int chat_is_command(const char* line, const char* command) {
+    line += strspn(line, " \t\r");
+    size_t n = strlen(command);
+    return strncmp(line, command, n) == 0 && line[n + strspn(line + n, " \t\r")] == '\0';
+}
+
+// --chat without -p: turns typed in ("you> " when stdin is a terminal); /reset, /quit, end of input
+static void chat_interactive(ChatSession* s, const char* model_path) {
+    PromptReader turns;
+    prompt_reader_init(&turns, "you> ");
+    if (turns.tty) {
+        fprintf(stderr, "chat with %s (%s format): /reset starts a new conversation, /quit or end of input ends it\n",
+                model_path, s->g->chat->chat.name);
+    }
+    while (prompt_reader_next(&turns)) {
+        const char* line = turns.line;
+        if (chat_is_command(line, "/quit")) { break; }
+        if (chat_is_command(line, "/reset")) {
+            chat_session_reset(s);
+            fprintf(stderr, "(a new conversation)\n");
+            continue;
+        }
+        if (line[0] == '\0') { continue; }
+        char why[256];
+        int ended;
+        if (chat_turn(s, line, strlen(line), NULL, &ended, why, sizeof(why)) < 0) { fprintf(stderr, "error: %s\n", why); }
+    }
+    free(turns.line);
+}
+
+// --jsonl: a conversation per stdin line ({"messages": [...]}, ending with a user turn), each answered from a fresh
+// cache, one JSON line each on stdout: {"answer": TEXT, "ended": true|false, "tokens": N} (ended: the model ended the
+// answer with its end token), or with "error" when the conversation leaves no room to answer. A line that is not
+// such a conversation is one error line naming it. Blank lines are skipped.
+static void chat_jsonl(ChatSession* s) {
+    PromptReader lines;
+    prompt_reader_init(&lines, NULL);
+    ChatText answer = {NULL, 0, 0};
+    const GenerateTokenizer* t = s->g->chat;
+    for (int line_no = 1; prompt_reader_next(&lines); line_no++) {
+        const char* line = lines.line;
+        if (line[strspn(line, " \t\r")] == '\0') { continue; }
+        ChatConversation c = {NULL, 0};
+        const char* why;
+        if (!chat_conversation_read_json(&c, line, strlen(line), &why) || !chat_conversation_check(&c, &why)) {
+            llmc_die("stdin:%d: %s", line_no, why);
+        }
+        chat_session_reset(s);
+        chat_render_conversation(&t->chat, &t->bpe, &c, &s->seq);
+        chat_conversation_free(&c);
+        answer.n = 0;
+        int ended = 0, tokens = 0, rendered = s->seq.n, fits = rendered < s->g->kv.maxT;
+        if (fits) { tokens = chat_answer(s, &answer, &ended); }
+        fputs("{\"answer\": ", stdout);
+        json_write_string(stdout, answer.bytes != NULL ? answer.bytes : "", answer.n);
+        fprintf(stdout, ", \"ended\": %s, \"tokens\": %d", ended ? "true" : "false", tokens);
+        if (!fits) {
+            char why_line[160];
+            snprintf(why_line, sizeof(why_line), "the conversation is %d tokens, the model's context is %d (it must "
+                     "leave room to answer)", rendered, s->g->kv.maxT);
+            fputs(", \"error\": ", stdout);
+            json_write_string(stdout, why_line, strlen(why_line));
+        }
+        fputs("}\n", stdout);
+        fflush(stdout);
+    }
+    free(answer.bytes);
+    free(lines.line);
+}
+
+// ----------------------------------------------------------------------------
 // the command line
 
 static void print_usage(FILE* out) {
@@ -194,7 +425,8 @@ static void print_usage(FILE* out) {
         "  -e <path|dN>        model file of any family (default gpt2_124M.bin; `make model` writes it), or dN (GPT-2) from scratch\n"
         "  -b <path>           BPE ranks file (default gpt2_bpe.bin; `python dev/write_bpe.py` writes it)\n"
         "  -t <path>           Llama 3, nanochat, Qwen3 models: tokenizer file that encodes and decodes (default\n"
-        "                      llama3_tokenizer.bin, nanochat_tokenizer.bin, qwen3_tokenizer.bin)\n"
+        "                      llama3_tokenizer.bin, nanochat_tokenizer.bin, qwen3_tokenizer.bin); with --chat, every\n"
+        "                      model: the one with the chat tokens (default GPT-2, nanochat: gpt2_chat_tokenizer.bin)\n"
         "  --ids \"<id> ...\"    Llama 3, nanochat, Qwen3 models: the prompt as token ids, instead of -p (default: BOS alone)\n"
         "  -p <text>           prompt (default: none, start of a document; Llama 3: BOS, then the text)\n"
         "  --print-ids         print the prompt's token ids to stderr (\"prompt ids: ...\")\n"
@@ -206,6 +438,13 @@ static void print_usage(FILE* out) {
         "  -i                  interactive: read prompts from stdin, one per line (each starts a fresh context)\n"
         "  --no-stop           keep going after <|endoftext|> (default: stop there)\n"
         "  --check-kv          verify the KV cache against a full recompute at every step (slow)\n"
+        "  --chat              chat in the family's chat format (doc/chat.md), the KV cache kept across turns: typed\n"
+        "                      in (\"you> \"; /reset starts over, /quit or end of input ends), or one turn with -p; each\n"
+        "                      answer ends at the format's end token or -n tokens (greedy: --temperature 0)\n"
+        "  --system <text>     with --chat: the system message of the conversation\n"
+        "  --jsonl             with --chat: conversations on stdin, one JSON line each ({\"messages\": [{\"role\",\n"
+        "                      \"content\"}, ...]} ending with a user turn), each answered from an empty cache as one\n"
+        "                      JSON line on stdout: {\"answer\", \"ended\" (at the end token), \"tokens\"}\n"
         "  -h, --help          this help\n");
 }
 
@@ -231,6 +470,20 @@ static float parse_float_flag(const char* flag, const char* s, float lo, float h
     return v;
 }
 
+// the flags --chat refuses and the ones only --chat takes: one error line each
+static void check_chat_args(const GenerateArgs* a) {
+    if (!a->chat) {
+        if (a->system != NULL) { llmc_die("--system: a system message is for --chat"); }
+        if (a->jsonl) { llmc_die("--jsonl: conversations as JSON lines are for --chat"); }
+        return;
+    }
+    if (a->ids != NULL) { llmc_die("--ids: --chat renders its turns from text (-p, or typed in), not from token ids"); }
+    if (a->interactive) { llmc_die("-i: --chat without -p is interactive already (one turn per line)"); }
+    if (!a->stop_at_eot) { llmc_die("--no-stop: a chat's answers end at their end token"); }
+    if (a->jsonl && a->prompt[0] != '\0') { llmc_die("--jsonl: the conversations come on stdin, not with -p"); }
+    if (a->jsonl && a->system != NULL) { llmc_die("--jsonl: give each conversation's system message in its \"messages\""); }
+}
+
 static void parse_args(int argc, char** argv, GenerateArgs* a) {
     a->model_path = "gpt2_124M.bin";
     a->bpe_path = "gpt2_bpe.bin";
@@ -246,6 +499,9 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
     a->interactive = 0;
     a->check_kv = 0;
     a->stop_at_eot = 1;
+    a->chat = 0;
+    a->system = NULL;
+    a->jsonl = 0;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { print_usage(stdout); exit(0); }
@@ -253,6 +509,9 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
         else if (strcmp(f, "--check-kv") == 0) { a->check_kv = 1; }
         else if (strcmp(f, "--no-stop") == 0) { a->stop_at_eot = 0; }
         else if (strcmp(f, "--print-ids") == 0) { a->print_ids = 1; }
+        else if (strcmp(f, "--chat") == 0) { a->chat = 1; }
+        else if (strcmp(f, "--jsonl") == 0) { a->jsonl = 1; }
+        else if (strcmp(f, "--system") == 0) { a->system = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-e") == 0) { a->model_path = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-b") == 0) { a->bpe_path = need_value(argc, argv, i); i++; }
         else if (strcmp(f, "-t") == 0) { a->tokenizer_path = need_value(argc, argv, i); i++; }
@@ -268,6 +527,7 @@ static void parse_args(int argc, char** argv, GenerateArgs* a) {
             exit(1);
         }
     }
+    check_chat_args(a);
 }
 
 
@@ -277,7 +537,7 @@ int main(int argc, char** argv) {
     Generator g;
     g.family = generate_family_of(args.model_path);
     if (args.ids != NULL && g.family->no_ids != NULL) { llmc_die(g.family->no_ids, args.model_path); }
-    int text = args.prompt[0] != '\0' || args.interactive;
+    int text = args.prompt[0] != '\0' || args.interactive || args.chat;
     if (text && args.ids != NULL) { llmc_die("--ids: give the prompt either as text (-p, -i) or as token ids (--ids), not both"); }
     g.family->open(&g, &args, text);
     KVCache full;   // --check-kv: the full recompute's cache
@@ -288,9 +548,17 @@ int main(int argc, char** argv) {
 
     double t0 = wall_seconds();
     int made = 0;
-    if (args.interactive) {
+    if (args.chat) {
+        ChatSession chat = {&g, &sampler, &args, &full, &chk, {NULL, 0, 0}, 0, 0, args.prompt[0] == '\0' && !args.jsonl,
+                            !args.jsonl};
+        if (args.jsonl) { chat_jsonl(&chat); }
+        else if (args.prompt[0] != '\0') { chat_one_turn(&chat, args.prompt); }
+        else { chat_interactive(&chat, args.model_path); }
+        made = chat.made;
+        chat_ids_free(&chat.seq);
+    } else if (args.interactive) {
         PromptReader prompts;
-        prompt_reader_init(&prompts);
+        prompt_reader_init(&prompts, "> ");
         while (prompt_reader_next(&prompts)) { made += generate_prompt(&g, &sampler, &args, prompts.line, NULL, 0, &full, &chk); }
         free(prompts.line);
     } else {

@@ -1,6 +1,6 @@
 """Small reference data for test_gpt2cu on the CPU execution target, and the bf16 noise behind its BF16 bounds.
 
-    python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2{,_bf16,_debug_state}.bin, gpt2_tokenizer.bin
+    python dev/cuda_cpu_refs.py                       # build/cuda_cpu_refs/gpt2_d2{,_bf16,_debug_state}.bin, gpt2{,_chat}_tokenizer.bin
     python dev/cuda_cpu_refs.py --model d4 -o DIR     # another small model
     python dev/cuda_cpu_refs.py --model d12 --steps 4 -o build/refs_d12   # test_gpt2's d12 reference (make test-refs)
     python dev/cuda_cpu_refs.py --noise               # also print the measured bf16 / fp32 noise per tensor

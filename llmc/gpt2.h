@@ -381,6 +381,8 @@ static const ModelFamily GPT2_FAMILY = {
     .reference = "train_gpt2.py",
     .reference_model = "gpt2_124M.bin",
     .reference_state = "gpt2_124M_debug_state.bin",
+    .chat_format = "nanochat",
+    .chat_tokenizer_path = GPT2_CHAT_TOKENIZER_PATH,
     MODEL_FAMILY_TENSOR_TABLE(GPT2, gpt2, ln1w),
     MODEL_FAMILY_BEHAVIOUR(gpt2),
     .grow_vocab_for_chat = gpt2_grow_vocab_for_chat,

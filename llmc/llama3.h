@@ -205,6 +205,7 @@ static const DebugStateFormat LLAMA3_DEBUG_STATE = {20240803, 3, "Llama 3 debug 
 static const ModelFamily LLAMA3_FAMILY = {
     MODEL_FAMILY_D2_REFERENCE(LLAMA3, "llama3", "Llama 3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_LLAMA3,
                               "Llama 3 model file (train_llama3.py writes one) or dN to init from scratch (V from " LLAMA3_TOKENIZER_PATH ")"),
+    .chat_format = "llama3",
     DECODER_FAMILY_FIELDS(LLAMA3, llama3, ln1w),
 };
 

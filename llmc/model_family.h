@@ -15,6 +15,7 @@ file is, by its magic). Nothing outside a family's header tests which family it 
     model_descriptor_depth(desc)  N of "dN" (1..64), the from-scratch descriptor of the families after GPT-2, else 0
     MODEL_FAMILY_TENSOR_TABLE, MODEL_FAMILY_BEHAVIOUR, MODEL_FAMILY_D2_REFERENCE   a description's fields that follow
                               from its tensor table, its functions' names and (Llama 3, nanochat, Qwen3) its name
+    GPT2_CHAT_TOKENIZER_PATH  the chat tokenizer file of the GPT-2 vocabulary's families (generate --chat's -t)
 
 The tensor tables themselves stay X-macros in the family's header (one row per tensor): they declare the
 family's structs of named pointers; the description carries what the table gives at run time (names, the 2-D
@@ -32,6 +33,10 @@ and per-layer flags, the dimensions of a config).
 
 struct DecoderConfig; // llmc/decoder.h
 
+// GPT-2's tokenizer file with nanochat's four chat tokens after its 50257 (train_gpt2.py writes it beside
+// gpt2_tokenizer.bin): generate --chat's default -t for the families of GPT-2's vocabulary (GPT-2, nanochat's GPT)
+#define GPT2_CHAT_TOKENIZER_PATH "gpt2_chat_tokenizer.bin"
+
 typedef struct {
     const char* name;                     // "gpt2", "llama3": the prefix of the family's functions and programs
     const ModelFileFormat* model_file;    // its model file: magic, versions, header fields, config size (llmc/model_file.h)
@@ -47,6 +52,11 @@ typedef struct {
     const char* reference;                // the reference script: "train_gpt2.py"
     const char* reference_model;          // the model file and debug state it writes that the test programs read
     const char* reference_state;          // by default: "gpt2_124M.bin", "gpt2_124M_debug_state.bin"
+    // its chat format (llmc/chat.h: "nanochat", "llama3", "chatml"; pyllmc's Family.chat_format) and the tokenizer
+    // file generate --chat reads by default (NULL: tokenizer_path; the GPT-2 vocabulary's families:
+    // GPT2_CHAT_TOKENIZER_PATH, GPT-2's tokens and the four chat tokens after them)
+    const char* chat_format;
+    const char* chat_tokenizer_path;
     // the parameter tensors, file order (the family's X-macro table, as arrays)
     int num_tensors;
     const char* const* tensor_names;

@@ -191,6 +191,8 @@ static const ModelFamily NANOCHAT_FAMILY = {
     // GPT-2's shards and its tokenizer's split (text prompts need it)
     MODEL_FAMILY_D2_REFERENCE(NANOCHAT, "nanochat", "nanochat", SHARD_FORMAT_GPT2, BPE_PATTERN_GPT2,
                               "nanochat model file (train_nanochat.py writes one) or dN to init from scratch (V = 50304, GPT-2 tokens)"),
+    .chat_format = "nanochat", // its tokens, after GPT-2's (an imported NanoChat's tokenizer file has its own)
+    .chat_tokenizer_path = GPT2_CHAT_TOKENIZER_PATH,
     DECODER_FAMILY_FIELDS(NANOCHAT, nanochat, qkvw),
     .muon_splits_qkv = 1, // as nanochat's own Muon: q, k and v are three matrices
 };

@@ -160,6 +160,7 @@ static const ModelFamily QWEN3_FAMILY = {
     // Llama 3's shards (uint32 ids, bounded by the model's V); its tokenizer splits numbers one digit a piece
     MODEL_FAMILY_D2_REFERENCE(QWEN3, "qwen3", "Qwen3", SHARD_FORMAT_LLAMA3, BPE_PATTERN_QWEN,
                               "Qwen3 model file (train_qwen3.py writes one) or dN to init from scratch (V from " QWEN3_TOKENIZER_PATH ")"),
+    .chat_format = "chatml",
     DECODER_FAMILY_FIELDS(QWEN3, qwen3, ln1w),
 };
 

@@ -8,7 +8,8 @@ Pure Python (numpy, and torch for the references), importable as soon as the pac
     pyllmc.families                                         the registry of the families (llmc/families.h's rows)
     pyllmc.model_file                                       the model files' mechanism: header bytes, atomic writes,
                                                             tensors in fp32/bf16, length checks
-    pyllmc.token_shards                                     token shards and the data files' errors
+    pyllmc.token_shards                                     token shards, chat shards and the data files' errors
+    pyllmc.chat                                             the chat formats: a conversation to ids and a loss mask
     pyllmc.llama3_tokenizer                                 Llama 3 style tokenizer.json files (`tokenizers`)
     pyllmc.reference                                        the PyTorch references' shared framework: training loop,
                                                             command line, optimizers, debug states, data loader

@@ -44,6 +44,8 @@ class Family:
     default_input_bin: str  # the reference's --input_bin default: the family's tinyshakespeare shard
     input_bin_help: str
     learning_rate: float  # the reference's --learning_rate default
+    # its chat template (pyllmc/chat.py's CHAT_FORMATS): "nanochat", "llama3" or "chatml"
+    chat_format: str
     model_header_bytes: int = 2048  # model file: the header's length, the tensors follow it (256 int32, 256 float32)
     # the tokenizer file the reference writes and the C programs decode with ("": <name>_tokenizer.bin)
     tokenizer_file: str = ""

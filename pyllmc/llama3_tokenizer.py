@@ -155,6 +155,7 @@ def load_checkpoint_tokenizer(path: str) -> LlamaTokenizer:
     if not json_path.is_file():
         raise DataError(f"--tokenizer {path}: no such tokenizer.json (pass a tokenizer.json or a directory holding one)")
     tok = read_tokenizer_json(json_path, "a checkpoint's tokenizer.json")
+    tok.encode_special_tokens = True  # as load_llama3_tokenizer: special-token text in a document is ordinary text
     bos = next((i for i in map(tok.token_to_id, BOS_NAMES) if i is not None), None)
     if bos is None:
         raise DataError(f"{json_path}: the tokenizer has none of {', '.join(BOS_NAMES)} (its document delimiter)")

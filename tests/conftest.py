@@ -405,13 +405,13 @@ def d12_reference(tmp_path_factory, tinyshakespeare) -> Path:
 
 
 D2_REFERENCE = REPO / "build" / "cuda_cpu_refs"
-D2_FILES = ["gpt2_d2.bin", "gpt2_d2_bf16.bin", "gpt2_d2_debug_state.bin", "gpt2_tokenizer.bin"]
+D2_FILES = ["gpt2_d2.bin", "gpt2_d2_bf16.bin", "gpt2_d2_debug_state.bin", "gpt2_tokenizer.bin", "gpt2_chat_tokenizer.bin"]
 
 
 @pytest.fixture(scope="session")
 def d2_reference(tmp_path_factory, tinyshakespeare) -> Path:
-    """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin, as
-    write_reference(out, "d2") writes them: `make cuda-cpu-refs` writes them once (dev/cuda_cpu_refs.py, with
+    """Directory holding gpt2_d2.bin, gpt2_d2_bf16.bin, gpt2_d2_debug_state.bin, gpt2_tokenizer.bin and
+    gpt2_chat_tokenizer.bin, as write_reference(out, "d2") writes them: `make cuda-cpu-refs` writes them once (dev/cuda_cpu_refs.py, with
     train_gpt2.py's writers on the same batch; `make test` builds them before pytest, and the GPU target's tests
     read them there); each test run gets its own copy."""
     return shared_dir(tmp_path_factory, "d2", copy_reference("cuda-cpu-refs", D2_REFERENCE, D2_FILES))

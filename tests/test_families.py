@@ -139,6 +139,14 @@ def test_each_family_s_muon_split_is_the_same_data_in_c_and_python() -> None:
     assert any(row.family.muon_splits_qkv for row in REGISTRY)
 
 
+def test_each_family_s_chat_format_is_the_same_in_c_and_python() -> None:
+    """Family.chat_format (pyllmc/chat.py's formats) is the chat_format of the family's C description (llmc/chat.h's),
+    which generate --chat renders."""
+    for row in REGISTRY:
+        header = (REPO / "llmc" / f"{row.name}.h").read_text()
+        assert re.findall(r'\.chat_format = "(\w+)"', header) == [row.family.chat_format], row.name
+
+
 def test_by_magic_tells_the_families_apart_and_refuses_another_file_in_one_line(tmp_path) -> None:
     for row in REGISTRY:
         path = tmp_path / f"{row.name}.bin"

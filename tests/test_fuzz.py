@@ -6,7 +6,7 @@ corpus written by llmc's own writers (dev/fuzz/make_corpus.py) and must finish w
 sanitizer report, a leak of the loader's memory or files, or an allocation above
 FUZZ_MALLOC_LIMIT_MB (a header that claims more than the file holds must be refused before anything
 is allocated). Every input in dev/fuzz/regressions/ (crashes found earlier, now fixed) is replayed
-by the harness its name starts with. Runtime: 7 x FUZZ_TIME s plus about 25 s of builds and seeds.
+by the harness its name starts with. Runtime: 8 x FUZZ_TIME s plus about 25 s of builds and seeds.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import PYTHON, REPO, make, require_system_packages, run
 
-HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe"]
+HARNESSES = ["checkpoint", "debug_state", "tokenizer", "shard", "evalfile", "train_state", "bpe", "chat"]
 FUZZ_TIME = int(os.environ.get("FUZZ_TIME", "5"))
 FUZZ_MALLOC_LIMIT_MB = 64  # seeds are a few KB: no loader may need more for them
 # The fuzzer's own memory may reach 1 GB. Linux keeps a process's peak RSS across fork and exec, and

@@ -37,7 +37,8 @@ CUDA_CPU_PROGRAMS := $(foreach program,$(CUDA_CPU_TRAINERS),$(CUDA_CPU_OUT)/$(pr
 
 # a d2 model (and its bf16 copy), its debug state (B=4, T=64) and the tokenizer, written by train_gpt2.py's writers:
 # what test_gpt2cu checks against here, and the d2 reference of every other test (tests/conftest.py d2_reference)
-CUDA_CPU_REFS := $(addprefix build/cuda_cpu_refs/,gpt2_d2.bin gpt2_d2_bf16.bin gpt2_d2_debug_state.bin gpt2_tokenizer.bin)
+CUDA_CPU_REFS := $(addprefix build/cuda_cpu_refs/,gpt2_d2.bin gpt2_d2_bf16.bin gpt2_d2_debug_state.bin gpt2_tokenizer.bin \
+                 gpt2_chat_tokenizer.bin)
 # the same d2 with a 509-token vocabulary, its AdamW and Muon debug states and shards of tokens modulo 509: the GPU
 # target's other runs (variants, processes, streams, resume, Muon), at a fraction of GPT-2's classifier's cost
 CUDA_CPU_SMALL_REFS := $(addprefix build/cuda_cpu_refs/vocab509/,gpt2_d2.bin gpt2_d2_bf16.bin gpt2_d2_debug_state.bin \

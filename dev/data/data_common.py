@@ -149,6 +149,25 @@ def read_utf8(path: Path, hint: str = "") -> str:
         raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
+# the cached Tiny Shakespeare text (dev/data/tinyshakespeare.py downloads it), else the machine's seed copy (../shared)
+TINYSHAKESPEARE_TEXTS = [Path(__file__).resolve().parent / "tinyshakespeare" / "tiny_shakespeare.txt",
+                         Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare" / "input.txt"]
+
+
+def find_corpus(path: Path | None) -> Path:
+    """The Tiny Shakespeare text: --corpus PATH, else the cached one (TINYSHAKESPEARE_TEXTS); DataError when none is."""
+    if path is not None:
+        if not path.is_file():
+            raise DataError(f"--corpus {path}: no such file (python dev/data/tinyshakespeare.py downloads Tiny "
+                            f"Shakespeare to {TINYSHAKESPEARE_TEXTS[0]})")
+        return path
+    for candidate in TINYSHAKESPEARE_TEXTS:
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"no corpus: {TINYSHAKESPEARE_TEXTS[0]} is missing (run python dev/data/tinyshakespeare.py, or "
+                    "pass --corpus)")
+
+
 # ----------------------------------------------------------------------------- downloads
 
 

@@ -9,11 +9,14 @@ special tokens Llama 3 uses, <|begin_of_text|> and <|end_of_text|>, after the or
 token's rank is its id, which is what the C encoder (llmc/bpe.h, bpe_init_llama3) relies on. It
 writes <out_dir>/tokenizer.json, which every --tokenizer flag accepts (the directory or the file).
 --delimiter endoftext gives it instead one special token, <|endoftext|>, a document delimiter without
-BOS as Qwen's tokenizers have (the ordinary tokens are the same).
+BOS as Qwen's tokenizers have (the ordinary tokens are the same). --chat adds the chat format's special tokens
+after those (pyllmc/chat.py): Llama 3's <|start_header_id|>, <|end_header_id|> and <|eot_id|>, or with
+--delimiter endoftext ChatML's <|im_start|> and <|im_end|> (Qwen3's); without it the output is as before.
 
     python dev/data/make_test_tokenizer.py                          # -> dev/data/test_tokenizer/tokenizer.json
     python dev/data/make_test_tokenizer.py --vocab_size 1024 --out_dir /tmp/tok
     python dev/data/make_test_tokenizer.py --delimiter endoftext --out_dir /tmp/tok_eot   # <|endoftext|> = 512
+    python dev/data/make_test_tokenizer.py --chat --out_dir /tmp/tok_chat   # + <|start_header_id|> = 514 ... <|eot_id|> = 516
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data_common import positive_int, read_utf8, run_script, script_parser
+from data_common import find_corpus, positive_int, read_utf8, run_script, script_parser
+from pyllmc.chat import CHATML_FORMAT, LLAMA3_FORMAT
 from pyllmc.families.llama3 import BOS as LLAMA3_BOS, EOT as LLAMA3_EOT
 from pyllmc.token_shards import DataError, write_atomically
 
@@ -31,20 +35,9 @@ LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
                         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # --delimiter: the special tokens after the ordinary ids
 SPECIAL_TOKENS = {"bos": [LLAMA3_BOS, LLAMA3_EOT], "endoftext": ["<|endoftext|>"]}
-DEFAULT_CORPUS = [HERE / "tinyshakespeare" / "tiny_shakespeare.txt",
-                  HERE.parent.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"]
-
-
-def find_corpus(path: Path | None) -> Path:
-    """The training text: --corpus, else the cached Tiny Shakespeare."""
-    if path is not None:
-        return path
-    for candidate in DEFAULT_CORPUS:
-        if candidate.is_file():
-            return candidate
-    raise DataError(f"no corpus: {DEFAULT_CORPUS[0]} is missing (run python dev/data/tinyshakespeare.py, or pass --corpus)")
-
-
+# --chat: the chat format's special tokens after those (pyllmc/chat.py: Llama 3's, or ChatML's with endoftext)
+CHAT_TOKENS = {"bos": [s for s in LLAMA3_FORMAT.specials if s not in SPECIAL_TOKENS["bos"]],
+               "endoftext": list(CHATML_FORMAT.specials)}
 def rank_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     """Merges that make BPE by merge rank equal BPE by token rank (= id): every split of a token into two
     tokens, ordered by the token's id, then by the ids of its two halves (how Llama 3's are derived)."""
@@ -74,11 +67,11 @@ def train_tokenizer(text: str, vocab_size: int, specials: list[str] = SPECIAL_TO
     return tok
 
 
-def build(corpus: Path | None, out_dir: Path, vocab_size: int, delimiter: str = "bos") -> str:
+def build(corpus: Path | None, out_dir: Path, vocab_size: int, delimiter: str = "bos", chat: bool = False) -> str:
     if vocab_size < 256:
         raise DataError(f"--vocab_size {vocab_size}: byte-level BPE needs at least the 256 byte tokens")
     source = find_corpus(corpus)
-    specials = SPECIAL_TOKENS[delimiter]
+    specials = SPECIAL_TOKENS[delimiter] + (CHAT_TOKENS[delimiter] if chat else [])
     tok = train_tokenizer(read_utf8(source), vocab_size, specials)
     path = write_atomically(out_dir / "tokenizer.json", lambda f: f.write(tok.to_str().encode("utf-8")))
     V = tok.get_vocab_size(with_added_tokens=True)
@@ -90,12 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = script_parser("Train a small byte-level BPE tokenizer in the Llama 3 style (for tests and offline runs).")
     parser.add_argument("--corpus", type=Path, default=None, help="training text (default: the cached Tiny Shakespeare)")
     parser.add_argument("--out_dir", type=Path, default=HERE / "test_tokenizer", help="where tokenizer.json is written")
-    parser.add_argument("--vocab_size", type=positive_int, default=512, help="ordinary tokens (bytes + merges), before the 2 special ones")
+    parser.add_argument("--vocab_size", type=positive_int, default=512, help="ordinary tokens (bytes + merges), before the special ones")
     parser.add_argument("--delimiter", choices=list(SPECIAL_TOKENS), default="bos",
                         help="bos: Llama 3's <|begin_of_text|> and <|end_of_text|>; endoftext: <|endoftext|> alone, a "
                              "document delimiter without BOS (Qwen's)")
+    parser.add_argument("--chat", action="store_true",
+                        help="add the chat format's special tokens after those: Llama 3's <|start_header_id|>, "
+                             "<|end_header_id|>, <|eot_id|> (with --delimiter endoftext: ChatML's <|im_start|>, <|im_end|>)")
     args = parser.parse_args(argv)
-    return run_script(lambda: build(args.corpus, args.out_dir, args.vocab_size, args.delimiter))
+    return run_script(lambda: build(args.corpus, args.out_dir, args.vocab_size, args.delimiter, args.chat))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ makes OUT_DIR/<harness>/seed_* for every harness:
     evalfile      data_common.write_evalfile, behind fuzz_evalfile.c's 2 parameter bytes
     bpe           write_bpe.bpe_file_bytes of tiktoken's first ranks, then texts to encode
     train_state   checkpoint.h's train_state_write, run inside the harness (needs --train-state-harness)
+    chat          conversations as JSON lines (generate --chat --jsonl's input), written by json.dumps
 The corpus is generated when the tests run; it is not committed. Needs tiktoken's gpt2 files
 (set TIKTOKEN_CACHE_DIR when offline).
 """
@@ -142,6 +143,21 @@ def write_bpe_seeds(out: Path) -> None:
             (d / f"seed_{n}_{k}.bin").write_bytes(struct.pack("<I", len(blob)) + blob + text)
 
 
+def write_chat_seeds(out: Path) -> None:
+    import json
+
+    system = {"role": "system", "content": "Be brief."}
+    user = {"role": "user", "content": TEXTS[2].decode()}
+    answer = {"role": "assistant", "content": "Hello!\n\t\"quoted\" \\ <|assistant_end|>"}
+    conversations = [{"messages": [user]}, {"messages": [system, user, answer, user]},
+                     {"messages": [user], "source": {"name": "seed", "ids": [1, 2.5e3, True, None]}},
+                     {"messages": [answer, user]}]  # refused by the check: it starts with the assistant
+    d = out / "chat"
+    d.mkdir(parents=True, exist_ok=True)
+    for k, c in enumerate(conversations):
+        (d / f"seed_{k}.json").write_text(json.dumps(c, ensure_ascii=k % 2 == 0), encoding="utf-8")
+
+
 def write_train_state_seeds(out: Path, harness: Path) -> None:
     d = out / "train_state"
     d.mkdir(parents=True, exist_ok=True)
@@ -163,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     write_tokenizer_seeds(out)
     write_data_seeds(out)
     write_bpe_seeds(out)
+    write_chat_seeds(out)
     if args.train_state_harness is not None:
         write_train_state_seeds(out, args.train_state_harness)
     for sub in sorted(p for p in out.iterdir() if p.is_dir()):

@@ -207,16 +207,8 @@ static void decoder_generator_tokenizer(DecoderGenerator* s, const ModelFamily* 
     }
     s->bos_prompt = tok->bos_token >= 0 && tok->bos_token != tok->eot_token;
     if (!text) { return; }
-    if (pattern == BPE_PATTERN_GPT2) {
-        if (tok->eot_token != TOKENIZER_V1_EOT || tok->bos_token >= 0) {
-            llmc_die("%s: text prompts need GPT-2's vocabulary (<|endoftext|> = 50256); give the prompt as --ids, or "
-                     "encode it with the checkpoint's tokenizer.json: python dev/eval/generate_text.py --help", path);
-        }
-        bpe_init_from_tokenizer(&s->tokenizer.bpe, tok, path, tok->eot_token, pattern);
-    } else {
-        bpe_init_tokenizer_v3(&s->tokenizer.bpe, tok, path, pattern);
-    }
-    s->tokenizer.has_bpe = 1;
+    generate_tokenizer_encoder(&s->tokenizer, path, pattern, "give the prompt as --ids, or encode it with the "
+                               "checkpoint's tokenizer.json: python dev/eval/generate_text.py --help");
 }
 
 static void decoder_generator_open(Generator* g, const GenerateArgs* args, int text) {
@@ -224,12 +216,17 @@ static void decoder_generator_open(Generator* g, const GenerateArgs* args, int t
     DecoderGenerator* s = (DecoderGenerator*)callocCheck(1, sizeof(DecoderGenerator));
     decoder_inference_load(&s->model, family, args->model_path);
     int V = s->model.config.vocab_size;
-    const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : family->tokenizer_path;
-    decoder_generator_tokenizer(s, family, args, tok_path, V, text);
+    if (args->chat) {  // the chat tokenizer file, its chat tokens checked against V
+        generate_tokenizer_open_chat(&s->tokenizer, family, generate_chat_tokenizer_path(family, args), args->model_path, V);
+    } else {
+        const char* tok_path = args->tokenizer_path != NULL ? args->tokenizer_path : family->tokenizer_path;
+        decoder_generator_tokenizer(s, family, args, tok_path, V, text);
+    }
     decoder_inference_cache(&s->model, &g->kv);
     const Tokenizer* tok = &s->tokenizer.tok;
     int start = tok->init_ok ? tokenizer_start_token(tok) : 0;
     generator_set(g, &s->model, V, start, tok->init_ok ? tok->eot_token : -1, s, s);
+    if (args->chat) { g->chat = &s->tokenizer; }
 }
 
 // the GenerateFamily of the decoder family FAMILY (a ModelFamily)

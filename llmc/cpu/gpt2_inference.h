@@ -92,11 +92,13 @@ static void gpt2_forward_cached(const void* model, KVCache* kv, const int* token
 
 // ----------------------------------------------------------------------------
 // generate (llmc/cpu/generator.h): a GPT-2 model file or a descriptor (dN, gpt2:dN, gpt3:cN) from scratch, the BPE
-// ranks file (-b) that encodes and decodes
+// ranks file (-b) that encodes and decodes; with --chat instead the chat tokenizer file (-t, default
+// gpt2_chat_tokenizer.bin), whose ranks encode and whose pieces decode
 
 typedef struct {
     GPT2Inference model;
-    BPE bpe;
+    BPE bpe;                     // -b's; unread with --chat
+    GenerateTokenizer chat;      // --chat's tokenizer file
 } GPT2Generator;
 
 static int gpt2_encode_prompt(const void* tokenizer, const char* text, int* seq, int maxT) {
@@ -112,12 +114,13 @@ static void gpt2_write_token(const void* tokenizer, int id) {
 static void gpt2_generator_close(void* state) {
     GPT2Generator* s = (GPT2Generator*)state;
     bpe_free(&s->bpe);
+    generate_tokenizer_free(&s->chat);
     gpt2_inference_free(&s->model);
     free(s);
 }
 
 static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text) {
-    GPT2Generator* s = (GPT2Generator*)mallocCheck(sizeof(GPT2Generator));
+    GPT2Generator* s = (GPT2Generator*)callocCheck(1, sizeof(GPT2Generator));
     GPT2Config cfg;
     const char* why;
     int desc = gpt2_config_from_descriptor(args->model_path, &cfg, &why);
@@ -132,6 +135,14 @@ static void gpt2_generator_open(Generator* g, const GenerateArgs* args, int text
         gpt2_inference_load(&s->model, args->model_path);
     }
     int V = s->model.config.vocab_size;
+    if (args->chat) {
+        generate_tokenizer_open_chat(&s->chat, &GPT2_FAMILY, generate_chat_tokenizer_path(&GPT2_FAMILY, args),
+                                     args->model_path, V);
+        gpt2_inference_cache(&s->model, &g->kv);
+        generator_set(g, &s->model, V, s->chat.bpe.eot_token, s->chat.bpe.eot_token, &s->chat.bpe, s);
+        g->chat = &s->chat;
+        return;
+    }
     bpe_init(&s->bpe, args->bpe_path);
     if (s->bpe.eot_token >= V) {
         llmc_die("%s: vocabulary of %d tokens does not fit the model's %d", args->bpe_path, s->bpe.eot_token + 1, V);

@@ -23,6 +23,11 @@ from pyllmc.model_file import ITEMSIZE, VERSIONS, ModelFileError, cast_to, file_
 
 VOCAB_SIZE = 50257  # tiktoken's gpt2 encoding
 EOT = 50256  # <|endoftext|>: starts every document
+# nanochat's chat tokens after GPT-2's vocabulary (ids 50257..50260, inside the padded Vp 50304); <|bos|> is EOT. The
+# chat tokenizer file (CHAT_TOKENIZER_FILE) is gpt2_tokenizer.bin's entries followed by these strings.
+CHAT_TOKENS = ("<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>")
+CHAT_VOCAB_SIZE = VOCAB_SIZE + len(CHAT_TOKENS)  # 50261: a GPT-2 model's V once chat fine-tuning starts
+CHAT_TOKENIZER_FILE = "gpt2_chat_tokenizer.bin"
 VOCAB_PADDING = 128  # the checkpoint's wte has Vp rows: V rounded up to a multiple of this
 # dN from scratch: the published GPT-2 shapes (C, NH) for these depths; any other N gets C = 64 N, NH = N (head size 64)
 DEPTH_SHAPES = {6: (384, 6), 12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
@@ -48,6 +53,7 @@ GPT2 = Family(
     model_help="gpt2|gpt2-medium|gpt2-large|gpt2-xl (pretrained), dN (from scratch), or a HF directory",
     default_input_bin="dev/data/tinyshakespeare/tiny_shakespeare_val.bin",
     input_bin_help="train token shards (glob)",
+    chat_format="nanochat",
     learning_rate=3e-4,
     vocab_padding=VOCAB_PADDING,
 )

@@ -38,6 +38,7 @@ LLAMA3 = Family(
     model_help="dN (from scratch), a Hugging Face Llama directory or hub name, or one of our llama3 .bin files",
     default_input_bin="dev/data/tinyshakespeare_llama3/tiny_shakespeare_val.bin",
     input_bin_help="train token shards (glob; llama-3 shards: dev/data/*.py --model_desc llama-3)",
+    chat_format="llama3",
     learning_rate=1e-4,
 )
 

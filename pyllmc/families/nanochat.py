@@ -36,6 +36,7 @@ NANOCHAT = Family(
     model_help="dN (from scratch), a Hugging Face NanoChat directory or hub name, or one of our nanochat .bin files",
     default_input_bin=GPT2.default_input_bin,
     input_bin_help="train token shards (glob; GPT-2's format, ids below the model's vocab size)",
+    chat_format="nanochat",
     learning_rate=3e-4,
     muon_splits_qkv=True,  # nanochat's Muon steps q, k and v as three matrices
 )

@@ -44,6 +44,7 @@ QWEN3 = Family(
     default_input_bin="dev/data/tinyshakespeare_qwen3/tiny_shakespeare_val.bin",
     input_bin_help="train token shards (glob; llama-3 shards in the Qwen3 tokenizer's ids: dev/data/*.py --model_desc "
                    "llama-3 --tokenizer DIR --data_dir DIR)",
+    chat_format="chatml",
     learning_rate=1e-4,
 )
 

@@ -100,7 +100,8 @@ def debug_state_name(stem: str, masked: bool, optimizer: str = "") -> str:
 def masked_mean_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The cross-entropy's mean over the supervised positions (y >= 0) of logits (B, T, V) in their own dtype."""
     if not bool((y >= 0).any()):
-        raise UserError("a masked debug state needs at least one supervised position (every target is -1)")
+        raise UserError("the debug state's batch has no supervised position (every target is -1): a masked debug "
+                        "state needs one (--write_tensors 0 writes none)")
     return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
 
 
@@ -122,8 +123,8 @@ def reference_steps(model: CausalLM, x: torch.Tensor, y: torch.Tensor, opt: Debu
             step_loss = masked_mean_loss(step_logits.float() if dtype == torch.float32 else step_logits, y)
         else:
             step_logits, step_loss = ref(x, y)
-        if dtype != torch.float32 and not masked:  # the model's loss is float32 for autocast; a float64 rerun needs float64
-            step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
+            if dtype != torch.float32:  # the model's loss is float32 for autocast; a float64 rerun needs float64
+                step_loss = F.cross_entropy(step_logits.view(-1, step_logits.size(-1)), y.reshape(-1))
         step_loss.backward()
         if step == 0:
             logits, loss = step_logits.detach(), step_loss.detach()

@@ -1,7 +1,8 @@
 """
 GPT-2's tokenizer: tiktoken's gpt2 encoding (and as BPE: its merges and the byte-level printing that vocab.json,
 merges.txt and GGUF use), and the tokenizer file the C programs decode with (llm.c's format,
-version 2: the header carries the end-of-text id); and the BPE families' tokenizer file (Llama 3's layout, version 3:
+version 2: the header carries the end-of-text id) with its chat twin gpt2_chat_tokenizer.bin (nanochat's chat tokens
+after the 50257 entries); and the BPE families' tokenizer file (Llama 3's layout, version 3:
 the header carries the end-of-text and BOS ids), written from a LlamaTokenizer.
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from pyllmc.family import Family
-from pyllmc.families.gpt2 import GPT2
+from pyllmc.families.gpt2 import CHAT_TOKENIZER_FILE as GPT2_CHAT_TOKENIZER_FILE, CHAT_TOKENS as GPT2_CHAT_TOKENS, GPT2
 from pyllmc.llama3_tokenizer import LlamaTokenizer
 from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.common import UserError, print0
@@ -70,14 +71,26 @@ def gpt2_bpe() -> tuple[int, dict[bytes, int], list[tuple[bytes, bytes]], Callab
     return enc.eot_token, ranks, merges, lambda b: "".join(b2u[x] for x in b)
 
 
-def write_gpt2_tokenizer(filename: str | Path) -> None:
-    """Tokenizer: header (version 2 carries the EOT id) then, per token, a length byte and the raw bytes."""
+def gpt2_tokenizer_file_bytes(chat: bool = False) -> list[bytes]:
+    """Header (version 2 carries the EOT id) and body (per token a length byte and the raw bytes) of GPT-2's tokenizer
+    file; with chat, nanochat's four chat tokens' strings follow the 50257 entries (vocab size 50261)."""
     enc = gpt2_encoding()
     pieces = [enc.decode_bytes([i]) for i in range(enc.max_token_value + 1)]
+    if chat:
+        pieces += [token.encode("utf-8") for token in GPT2_CHAT_TOKENS]
     body = b"".join(struct.pack("<B", len(b)) + b for b in pieces)
     header = header_bytes([GPT2.tokenizer_magic, GPT2.tokenizer_version, len(pieces), enc.eot_token], "<u4")
-    atomic_write(filename, [header, body])
+    return [header, body]
+
+
+def write_gpt2_tokenizer(filename: str | Path) -> None:
+    """GPT-2's tokenizer file, and beside it the chat tokenizer file (gpt2_chat_tokenizer.bin: the same entries, then
+    the chat tokens), which the chat programs decode and encode with."""
+    atomic_write(filename, gpt2_tokenizer_file_bytes())
     print0(f"wrote {filename}")
+    chat_file = Path(filename).with_name(GPT2_CHAT_TOKENIZER_FILE)
+    atomic_write(chat_file, gpt2_tokenizer_file_bytes(chat=True))
+    print0(f"wrote {chat_file}")
 
 
 def bpe_tokenizer_file_bytes(family: Family, tok: LlamaTokenizer) -> list[bytes]:
