@@ -15,6 +15,9 @@ debug state and the same tolerances:
     -r 1|2    the backward recomputes the GELU (1), and the layernorms too (2)
     -a N      gradient accumulation: each process's rows as N micro-batches (loss scale 1/N each, the
               gradients summed in floatX over the micro-batches)
+A masked debug state (python train_gpt2.py --write_tensors 1 --mask_half 1: targets -1 where not supervised, header[18]
+= 1) is checked with every variant too: each micro-batch at loss scale P x its B x T / N (N the batch's supervised
+positions, P the processes), so the gradients, the loss and the step losses are those of the mean over the N.
     mpirun -np P ./test_gpt2cu -z 0|1
               process p takes rows [p B/P, (p+1) B/P) of the batch (then split by -a); the gradients are
               averaged over NCCL (-z 0: all-reduce; -z 1 ZeRO-1: reduce to each shard's owner, AdamW on

@@ -5,6 +5,7 @@ dev/cuda/fused_classifier.cu: softmax + cross-entropy loss + dlogits over the vo
                dlogits = (probs - onehot) * dloss), one thread per row
     version 2: the production kernel (llmc/cuda/fused_classifier.cuh): one block per row, online softmax,
                dlogits written in place over the logits, probabilities never stored
+Every 7th row's target is -1 (not supervised, a chat shard's masked token): loss 0 and a zero gradient row.
 
 usage: ./fused_classifier [version] [--quick]   (full: B=8, T=1024, GPT-2's vocabulary)
 */
@@ -14,6 +15,11 @@ usage: ./fused_classifier [version] [--quick]   (full: B=8, T=1024, GPT-2's voca
 static void classifier_cpu(float* losses, float* dlogits, const float* logits, const int* targets, float dloss, int BT, int V, int Vp) {
     for (int n = 0; n < BT; n++) {
         const float* x = logits + (size_t)n * Vp;
+        if (targets[n] == -1) {
+            losses[n] = 0.0f;
+            memset(dlogits + (size_t)n * Vp, 0, (size_t)Vp * sizeof(float));
+            continue;
+        }
         float maxval = -INFINITY;
         for (int i = 0; i < V; i++) { maxval = fmaxf(maxval, x[i]); }
         double sum = 0.0;
@@ -38,14 +44,14 @@ __global__ static void softmax_v1(float* probs, const floatX* logits, int BT, in
 
 __global__ static void crossentropy_v1(float* losses, const float* probs, const int* targets, int BT, int Vp) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < BT) { losses[n] = -logf(probs[(size_t)n * Vp + targets[n]]); }
+    if (n < BT) { losses[n] = targets[n] == -1 ? 0.0f : -logf(probs[(size_t)n * Vp + targets[n]]); }
 }
 
 __global__ static void dlogits_v1(floatX* dlogits, const float* probs, const int* targets, float dloss, int BT, int V, int Vp) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * Vp) { return; }
     int n = (int)(idx / Vp), i = (int)(idx % Vp);
-    dlogits[idx] = (floatX)(i < V ? (probs[idx] - (i == targets[n] ? 1.0f : 0.0f)) * dloss : 0.0f);
+    dlogits[idx] = (floatX)(i < V && targets[n] != -1 ? (probs[idx] - (i == targets[n] ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
 
 int main(int argc, char** argv) {
@@ -55,6 +61,7 @@ int main(int argc, char** argv) {
     float* logits = make_random_float(n, 1);
     for (size_t i = 0; i < n; i++) { logits[i] *= 10.0f; }
     int* targets = make_random_int(BT, V, 2);
+    for (int i = 0; i < BT; i += 7) { targets[i] = -1; }  // not supervised
     floatX* d_logits = to_device(logits, n);
     int* d_targets = to_device_int(targets, BT);
     floatX* d_work = device_alloc<floatX>(n);

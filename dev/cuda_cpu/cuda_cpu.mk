@@ -55,7 +55,7 @@ $(CUDA_CPU_SMALL_REFS) &: dev/cuda_cpu_refs.py train_gpt2.py $(REFERENCE_PY) | d
 	$(PY) dev/cuda_cpu_refs.py --vocab_size 509 --muon -o build/cuda_cpu_refs/vocab509
 
 test-cuda-cpu: cuda-cpu-build
-	$(PY) -m pytest -q tests/test_cuda_cpu.py $(wildcard $(foreach f,$(CUDA_FAMILIES),tests/test_cuda_cpu_$(f).py))
+	$(PY) -m pytest -q tests/test_cuda_cpu.py $(wildcard $(foreach f,$(CUDA_FAMILIES),tests/test_cuda_cpu_$(f).py)) tests/test_cuda_cpu_chat.py
 
 $(CUDA_CPU_SRC)/.stamp: $(CUDA_CPU_INPUTS) $(CUDA_CPU_DIR)/translate.py
 	@mkdir -p $(CUDA_CPU_SRC)

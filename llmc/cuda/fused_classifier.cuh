@@ -6,6 +6,8 @@ logit softcap in front of it (nanochat).
         logits (BT, Vp): on return (write_dlogits) the gradient of the loss w.r.t. the logits,
         dloss * (softmax - onehot(target)), written in place; the pad columns V..Vp-1 get 0
         losses (BT): -log softmax(logits)[target] in fp32
+        targets (BT): ids in [0, V), or -1 for a position that is not supervised (a chat shard's masked token): its
+        loss is 0 and its gradient row all zeros, so the mean over BT counts it as 0 (the row's softmax is skipped)
         softcap > 0: the logits are already capped (softcap_forward) and the gradient written is the one of the
         logits before the cap, dloss * (softmax - onehot) * (1 - (y / cap)^2) with y the capped logit
     softcap_forward(logits, BT, V, Vp, cap)   in place, y = cap * tanh(z / cap) on the V used columns of each row
@@ -59,6 +61,13 @@ __global__ static void fused_classifier_kernel(floatX* logits, float* losses, co
     size_t row = blockIdx.x;
     floatX* x = logits + row * Vp;
     int target = targets[row];
+    if (target < 0) {  // -1: not supervised; the whole block leaves together, before any barrier
+        if (threadIdx.x == 0) { losses[row] = 0.0f; }
+        if (write_dlogits) {
+            for (int i = threadIdx.x; i < Vp; i += blockDim.x) { x[i] = (floatX)0.0f; }
+        }
+        return;
+    }
     if (threadIdx.x == 0) { shared_target_logit = to_float(x[target]); }
 
     float m = -INFINITY, s = 0.0f;
@@ -96,7 +105,8 @@ __global__ static void fused_classifier_kernel(floatX* logits, float* losses, co
     }
 }
 
-// targets must be in [0, V): the data loader checks every token id against the vocabulary; softcap 0: none
+// targets in [0, V) or -1 (not supervised): the data loader checks every token id against the vocabulary, and
+// gpu_model_upload_batch the targets; softcap 0: none
 static inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
                                     int BT, int V, int Vp, float softcap, int write_dlogits, cudaStream_t stream) {
     const int block_size = 1024;

@@ -10,7 +10,9 @@ GpuTrainer's ops (llmc/cuda/gpu_trainer.cuh); each process takes its rows of the
     gpu_test_run_init(r, model, gpu, mg, d, state_path, micro_batches)   this process's rows (dies when B does not
                               split evenly); gpu_test_run_start(r, calls) once the model's state is allocated
     gpu_test_forward_backward(r)   one step's gradients as trainer_run computes them; the loss (mean over
-                              micro-batches and processes)
+                              micro-batches and processes). A masked debug state (header[18] = 1: y is -1 where a
+                              position is not supervised): the gradients and the loss of the mean over the batch's
+                              N supervised positions, each micro-batch at loss_scale = processes x its B x T / N
     gpu_test_train_step(r, t) one optimizer step with the debug state's settings and learning rates; the loss
                               before it
     gpu_test_logits(r, logits)   every process's rows of the logits (B, T, V) in fp32, on every process
@@ -150,9 +152,33 @@ static float gpu_test_mean_over_processes(MultiGpu* mg, float x) {
     return x;
 }
 
-// one step's gradients as trainer_run computes them; returns the loss (mean over micro-batches and processes)
+// a masked debug state's step (llmc/debug_state.h header[18]): the gradients of the mean cross-entropy over the
+// batch's N supervised positions (y >= 0), as trainer_run computes them on chat shards. A micro-batch's
+// forward_backward returns the mean over its micro_B x T positions (a masked one counting 0) and takes the gradients
+// of loss_scale times it; the processes' gradients are then averaged, so loss_scale = nproc x micro_B x T / N gives
+// the mean over N. N is the whole batch's count, which every process knows (each holds the whole state). Returns
+// the loss: the supervised positions' summed loss over micro-batches and processes, divided by N.
+static float gpu_test_masked_forward_backward(GpuTestRun* r) {
+    const int nproc = r->mg->num_processes;
+    const double micro_BT = (double)r->micro_B * (double)r->d->T;
+    const double N = (double)debug_state_supervised(r->d);
+    const float loss_scale = (float)((double)nproc * micro_BT / N);  // as llmc/trainer.h's masked step computes it
+    double loss_sum = 0.0;
+    for (int m = 0; m < r->micro_batches; m++) {
+        float mean = r->ops.forward_backward(r->ops.ctx, gpu_test_micro_rows(r, r->d->x, m), gpu_test_micro_rows(r, r->d->y, m),
+                                             loss_scale, m == r->micro_batches - 1);
+        loss_sum += (double)mean * micro_BT;
+    }
+    float total = (float)loss_sum;
+    if (nproc > 1) { multi_gpu_sum_host_floats(r->mg, &total, 1); }
+    return (float)((double)total / N);
+}
+
+// one step's gradients as trainer_run computes them; returns the loss (mean over micro-batches and processes; for a
+// masked state the mean over the supervised positions)
 static float gpu_test_forward_backward(GpuTestRun* r) {
     r->ops.zero_grad(r->ops.ctx);
+    if (r->d->masked) { return gpu_test_masked_forward_backward(r); }
     double loss_sum = 0.0;
     for (int m = 0; m < r->micro_batches; m++) {
         loss_sum += r->ops.forward_backward(r->ops.ctx, gpu_test_micro_rows(r, r->d->x, m), gpu_test_micro_rows(r, r->d->y, m),
@@ -440,6 +466,10 @@ static int gpu_test_main(int argc, char** argv, const GpuTestProgram* p, void* m
     fprintf(out, "per tensor: max abs diff <= tolerance and relative L2 error <= L2 bound; %sdwte unseen: the rows of the "
                  "tokens not in the batch, on their own\n", p->zeros_note);
     gpu_test_print_optimizer(out, &d);
+    if (d.masked) {
+        fprintf(out, "masked debug state: %zu of the %d x %d positions supervised; the loss and the gradients are of the "
+                     "mean over those\n", debug_state_supervised(&d), d.B, d.T);
+    }
     step_loss_rule_print(out, &d, &tol);
     CheckReport report = {0, 0};
 

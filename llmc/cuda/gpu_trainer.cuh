@@ -70,7 +70,8 @@ its model: the activations, the kernels' calls, forward and backward, its model 
     gpu_trainer_main(argc, argv, program, about, family, model, calls, gpu)   a trainer's main() (as llmc/cpu/
                               cpu_trainer.h's cpu_trainer_main): the flags, -op, the processes and this process's GPU, rank 0's
                               banner and flags, the data, the model (-e, or the resumed step's checkpoint), -t
-                              against the model's maxT, this rank's ZeRO shard, -op muon, the state, -ge, the
+                              against the model's maxT, its V grown for chat shards (llmc/trainer.h
+                              trainer_grow_vocab_for_chat: GPT-2's), this rank's ZeRO shard, -op muon, the state, -ge, the
                               model's line, trainer_init with the GPU's peak FLOP/s and a step's FLOPs, the
                               training loop; returns the exit status. family: the model family's description
                               (llmc/model_family.h): -e's default and help, -t's name, the shards, the tokenizer
@@ -443,18 +444,26 @@ static void gpu_model_describe(const GpuModel* m, const char* path) {
 #endif
 }
 
-// a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device
+// a forward's start: the host (B, T) inputs, and the targets unless NULL, to the device. A target is an id in
+// [0, V) or -1 (not supervised: the classifier gives it loss 0 and no gradient); anything else would be read out of
+// bounds by the classifier, so it stops here (the input ids: token_groups_build, the encoder's backward)
 static void gpu_model_upload_batch(GpuModel* m, const int* inputs, const int* targets) {
     const size_t BT = (size_t)m->B * m->T;
     cudaCheck(cudaMemcpyAsync(m->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     if (targets != NULL) {
+        for (size_t i = 0; i < BT; i++) {
+            if (targets[i] < -1 || targets[i] >= m->vocab_size) {
+                llmc_die("target token id %d at position %zu is outside [-1, %d)", targets[i], i, m->vocab_size);
+            }
+        }
         cudaCheck(cudaMemcpyAsync(m->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     }
 }
 
 // a forward's end, once the logits are written: without targets mean_loss = -1; with them the per-token losses
-// (B, T) of the V used logits of each row, their mean in mean_loss, and with write_dlogits the dlogits (scaled by
-// dloss) over the logits
+// (B, T) of the V used logits of each row, their mean over all B x T positions in mean_loss (a position with target
+// -1 has loss 0 and counts 0: llmc/trainer.h rescales to the mean over the supervised ones), and with write_dlogits
+// the dlogits (scaled by dloss; zero rows where the target is -1) over the logits
 static void gpu_model_loss(GpuModel* m, const int* targets, float* losses, float dloss, int V, int write_dlogits) {
     if (targets == NULL) {
         m->mean_loss = -1.0f;
@@ -861,6 +870,14 @@ static int gpu_trainer_main(int argc, char** argv, const char* program, const ch
     gpu_model_build(gpu, family, calls, model, model_path, resume_step >= 0, mg.zero_stage, mg.num_processes);
     if (args.T > gpu->max_seq_len) {
         llmc_die("flag -t: T = %d is larger than the model's %s %d (-e %s)", args.T, family->max_T_name, gpu->max_seq_len, model_path);
+    }
+    // chat shards may need more of the vocabulary than the model has (GPT-2's V = 50257): V grows here, in the
+    // model's config and its host parameters (the master weights' source), then on the device, before the data
+    // loaders check the token ids against it (llmc/trainer.h, as the CPU trainers do)
+    const int grown = trainer_grow_vocab_for_chat(&args, family, (void*)gpu->config, gpu->init_params, gpu->vocab_size, rank);
+    if (grown != gpu->vocab_size) {
+        gpu->vocab_size = grown;
+        gpu_model_upload_parameters(gpu, gpu->init_params);
     }
     // this rank's ZeRO shard of the parameters (kept in the process group); Muon's matrices go whole to the ranks
     // under ZeRO-1, else every rank updates them all
