@@ -25,6 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
+# nanochat's chat tokens after GPT-2's 50,257 ids (the "nanochat" chat format): a GPT-2 model's V grows to 50,261
+# (CHAT_VOCAB) when it meets chat shards
+from pyllmc.families.gpt2 import CHAT_TOKENS, CHAT_VOCAB_SIZE as CHAT_VOCAB
 from pyllmc.families.gpt2 import Gpt2Header, depth_shape, gpt2_header_bytes, gpt2_padded_vocab, read_gpt2
 from pyllmc.model_file import VERSIONS, atomic_write, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
@@ -46,10 +49,6 @@ from pyllmc.reference.tokenizer_files import gpt2_encoding, write_gpt2_tokenizer
 from pyllmc.reference.training import ModelFamily, train_loop
 from pyllmc.token_shards import DataFormatError
 
-# nanochat's chat tokens after GPT-2's 50,257 ids (the "nanochat" chat format): a GPT-2 model's V grows to 50,261
-# when it meets chat shards
-CHAT_TOKENS = ("<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>")
-CHAT_VOCAB = GPT2_VOCAB + len(CHAT_TOKENS)
 PRETRAINED = {"gpt2": "124M", "gpt2-medium": "355M", "gpt2-large": "774M", "gpt2-xl": "1558M"}
 DEPTH_SIZES = {12: "124M", 24: "355M", 36: "774M", 48: "1558M"}
 

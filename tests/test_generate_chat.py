@@ -30,13 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import PYTHON, REPO, assert_one_error_line, make, run, trained_tokenizer  # noqa: E402
 from test_qwen3_encode import QWEN_SPLIT_PATTERN  # noqa: E402
 
+from pyllmc.families import NAMES  # noqa: E402
 from pyllmc.chat import ChatTemplate, chat_format, gpt2_template, tokenizer_json_template  # noqa: E402
 from pyllmc.llama3_tokenizer import load_llama3_tokenizer  # noqa: E402
 from pyllmc.model_file import atomic_write  # noqa: E402
 from pyllmc.reference.tokenizer_files import gpt2_encoding, gpt2_tokenizer_file_bytes  # noqa: E402
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-FAMILIES = ["gpt2", "nanochat", "llama3", "qwen3"]
+FAMILIES = list(NAMES)  # every family of the registry
 GPT2_END = 50260  # <|assistant_end|>
 GPT2_YES = 3763  # " yes" in GPT-2's vocabulary
 
