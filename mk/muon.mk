@@ -14,9 +14,12 @@ COMPARE_ARGS ?=
 
 muon-refs: $(MUON_REF_STATE)
 
+# the Python it runs from inside $(MUON_REFS): PY as a path there, or the one PY names on the PATH (PY=python3 on a GPU
+# machine: abspath alone would make it a python3 in the checkout)
+MUON_REF_PY = $(if $(findstring /,$(PY)),$(abspath $(PY)),$(PY))
 $(MUON_REF_STATE): train_gpt2.py $(REFERENCE_PY) $(TS_TRAIN) $(PY_ENV)
 	@mkdir -p $(MUON_REFS)
-	cd $(MUON_REFS) && $(abspath $(PY)) $(CURDIR)/train_gpt2.py --model d2 --optimizer muon --device cpu \
+	cd $(MUON_REFS) && $(MUON_REF_PY) $(CURDIR)/train_gpt2.py --model d2 --optimizer muon --device cpu \
 	    --input_bin $(CURDIR)/$(TS_TRAIN) --batch_size 4 --sequence_length 64 --num_iterations 0 --write_tensors 1
 
 compare-optimizers: setup
