@@ -30,6 +30,10 @@
 #   test_qwen3cu FP32 d2, BF16 cuDNN MHA, BF16 cuDNN MQA, FP32 Muon MQA   against train_qwen3.py's states (make
 #                                            qwen3-debug-states): QK-norm with weights, attention widths 2C, 3C
 #                                            and 2C/3 (cuDNN at a head_dim that is not C/NH)
+#   test_<name>cu FP32, BF16 masked          every family's on a masked debug state (chat fine-tuning's loss: half
+#                                            of the targets -1), which make gpu-pack wrote here into $GPU_CACHE/chat/
+#   train_nanochatcu FP32 chat shard         a few steps on a tiny chat shard packed there, its step and val losses
+#                                            against those ./train_nanochat printed at pack time (dev/gpu_visit_chat.py)
 #   2 processes (ZeRO-1, AdamW and Muon, both families)   mpirun -np 2: needs 2 GPUs and mpirun, else SKIP
 #   dev/cuda/<kernel>                        each kernel, all its versions, against its CPU reference
 #                                            (TEST_GPU_QUICK=1: --quick, a small shape and one timed call)
@@ -41,7 +45,8 @@
 #
 # No network: put the tinyshakespeare text and tiktoken's cache in $GPU_CACHE (default .gpu, inside the
 # checkout; make gpu-pack fills it): .gpu/data/tinyshakespeare/input.txt and .gpu/tiktoken_cache/; they
-# seed dev/data/tinyshakespeare/ and TIKTOKEN_CACHE_DIR.
+# seed dev/data/tinyshakespeare/ and TIKTOKEN_CACHE_DIR. The masked and chat checks read .gpu/chat/ (make gpu-pack
+# writes it with the references and the CPU trainer here); without it they are SKIP.
 set -u
 
 MAKE=${MAKE:-make}
@@ -151,13 +156,16 @@ have_muon_refs=0; passed "Muon reference" && have_muon_refs=1
 have_llama_refs=0; passed "Llama 3 reference" && have_llama_refs=1
 have_nanochat_refs=0; passed "nanochat reference" && have_nanochat_refs=1
 have_qwen3_refs=0; passed "Qwen3 reference" && have_qwen3_refs=1
-if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; have_nanochat_refs=1; have_qwen3_refs=1; fi
+# the masked states and chat shard make gpu-pack wrote here (no GPU machine can write them in the visit's minutes)
+CHAT=$GPU_CACHE/chat
+have_chat=0; [[ -f $CHAT/train_nanochat.txt ]] && have_chat=1
+if [[ $DRY == 1 ]]; then have_refs=1; have_muon_refs=1; have_llama_refs=1; have_nanochat_refs=1; have_qwen3_refs=1; have_chat=1; fi
 
 # ---------------------------------------------------------------------------- the checks on the GPU
-# run_test <name> <references ok> <binary under build/gpu/bin/> <flags>
+# run_test <name> <references ok> <binary under build/gpu/bin/> <flags> [<why the references are missing>]
 run_test() {
-    local name=$1 refs=$2 binary=$BIN/$3 flags=$4
-    if [[ $refs == 0 ]]; then report "$name" SKIP "no reference files"; return; fi
+    local name=$1 refs=$2 binary=$BIN/$3 flags=$4 missing=${5:-no reference files}
+    if [[ $refs == 0 ]]; then report "$name" SKIP "$missing"; return; fi
     if [[ $DRY != 1 && ! -x $binary ]]; then report "$name" FAIL "$binary was not built: see the build log"; return; fi
     check "$name" "./$binary $flags"
 }
@@ -189,6 +197,27 @@ run_test "test_qwen3cu FP32 d2" $have_qwen3_refs fp32/test_qwen3cu "$(refs qwen3
 run_test "test_qwen3cu BF16 cuDNN MHA" $have_qwen3_refs bf16-cudnn/test_qwen3cu "$(refs qwen3 mha)"
 run_test "test_qwen3cu BF16 cuDNN MQA" $have_qwen3_refs bf16-cudnn/test_qwen3cu "$(refs qwen3 mqa)"
 run_test "test_qwen3cu FP32 Muon MQA" $have_qwen3_refs fp32/test_qwen3cu "$(refs qwen3 mqa muon)"
+# chat fine-tuning's masked loss, on what make gpu-pack wrote here into $GPU_CACHE/chat/ (dev/gpu_visit_chat.py): each
+# family's small model and its reference's masked debug state (half of the targets -1), then train_nanochatcu FP32 on a
+# tiny chat shard against the step and val losses ./train_nanochat printed on it at pack time
+masked() { echo "-e $CHAT/$1.bin -s $CHAT/$1_masked_debug_state.bin"; }
+no_chat="no $CHAT/train_nanochat.txt: make gpu-pack writes $CHAT/ here"
+run_test "test_gpt2cu FP32 masked" $have_chat fp32/test_gpt2cu "$(masked gpt2)" "$no_chat"
+run_test "test_gpt2cu BF16 masked" $have_chat bf16/test_gpt2cu "$(masked gpt2)" "$no_chat"
+run_test "test_llama3cu FP32 masked" $have_chat fp32/test_llama3cu "$(masked llama3)" "$no_chat"
+run_test "test_llama3cu BF16 masked" $have_chat bf16/test_llama3cu "$(masked llama3)" "$no_chat"
+run_test "test_nanochatcu FP32 masked" $have_chat fp32/test_nanochatcu "$(masked nanochat)" "$no_chat"
+run_test "test_nanochatcu BF16 masked" $have_chat bf16/test_nanochatcu "$(masked nanochat)" "$no_chat"
+run_test "test_qwen3cu FP32 masked" $have_chat fp32/test_qwen3cu "$(masked qwen3)" "$no_chat"
+run_test "test_qwen3cu BF16 masked" $have_chat bf16/test_qwen3cu "$(masked qwen3)" "$no_chat"
+chat_trainer=$BIN/fp32/train_nanochatcu
+if [[ $have_chat == 0 ]]; then
+    report "train_nanochatcu FP32 chat shard" SKIP "$no_chat"
+elif [[ $DRY != 1 && ! -x $chat_trainer ]]; then
+    report "train_nanochatcu FP32 chat shard" FAIL "$chat_trainer was not built: see the build log"
+else
+    check "train_nanochatcu FP32 chat shard" "$PY dev/gpu_visit_chat.py check --pack $CHAT --trainer ./$chat_trainer"
+fi
 
 # two_processes <name> <references ok> <command>: 2 processes (mpirun -np 2: each process half the batch,
 # ZeRO-1, or one half of an all-reduce); needs 2 GPUs and mpirun, SKIP with the reason otherwise
