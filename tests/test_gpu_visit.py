@@ -5,13 +5,17 @@ scripts; the budget that keeps a visit inside its lease; make gpu-build's plan a
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, make, repo_lock, run
+from pyllmc.token_shards import is_chat_shard
 from test_families import CUDA_FAMILIES
 
 GPU_BIN = Path("build") / "gpu" / "bin"
@@ -29,6 +33,10 @@ GPU_CHECKS = ["test_gpt2cu FP32", "test_gpt2cu BF16", "test_gpt2cu BF16 cuDNN", 
               "test_nanochatcu FP32 GQA", "test_nanochatcu BF16 MHA -r 1", "test_nanochatcu BF16 cuDNN GQA",
               "test_nanochatcu FP32 Muon MQA", "test_nanochatcu BF16 Muon GQA", "test_qwen3cu FP32 d2",
               "test_qwen3cu BF16 cuDNN MHA", "test_qwen3cu BF16 cuDNN MQA", "test_qwen3cu FP32 Muon MQA"]
+# chat fine-tuning's checks, on what make gpu-pack wrote into .gpu/chat/ (dev/gpu_visit_chat.py)
+CHAT_CHECKS = [f"{program} {precision} masked" for program in TEST_PROGRAMS for precision in ("FP32", "BF16")] + [
+    "train_nanochatcu FP32 chat shard"]
+GPU_CHECKS += CHAT_CHECKS
 TWO_PROCESSES = ["test_gpt2cu BF16 2 processes ZeRO-1", "test_gpt2cu BF16 Muon 2 processes ZeRO-1",
                  "test_llama3cu BF16 2 processes ZeRO-1", "test_llama3cu BF16 Muon 2 processes ZeRO-1"]
 
@@ -39,14 +47,34 @@ def _script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
+# what ./train_nanochat prints on the packed chat shards, as the stand-in's .gpu/chat/ records it: step 2 skipped
+CPU_CHAT_LOG = """train: chat shards: a step's loss is the mean over its supervised (mask 1) positions
+step 0: val loss 5.543210
+step 1/4 | loss 5.512345 | norm 1.2345 | lr 1.00e-03 | 2.00 ms
+step 2/4 | no supervised position in this step's batches: nothing trained
+step 2: val loss 5.501234
+step 3/4 | loss 5.498765 | norm 1.1111 | lr 1.00e-03 | 2.00 ms
+step 4/4 | loss 5.476543 | norm 1.0987 | lr 1.00e-03 | 2.00 ms
+step 4: val loss 5.465432
+"""
+
+
 def stand_in(tmp_path: Path, programs: dict[str, str] | None = None,
-             kernels: dict[str, int] | None = None) -> dict[str, str]:
+             kernels: dict[str, int] | None = None, chat: bool = True) -> dict[str, str]:
     """A tree where dev/test_gpu.sh runs without a GPU: every built program a script that prints its table
     (`programs` replaces some bodies, by path under build/gpu/bin/), dev/cuda kernels exiting with the given
-    status, a make that records its arguments in make_calls, and an nvidia-smi that lists one GPU."""
+    status, a make that records its arguments in make_calls, and an nvidia-smi that lists one GPU; with `chat`,
+    make gpu-pack's .gpu/chat/ (CPU_CHAT_LOG), the real dev/gpu_visit_chat.py and an FP32 train_nanochatcu that
+    prints the CPU trainer's log again."""
     for config in CONFIGS:
         for program in TEST_PROGRAMS:
             _script(tmp_path / GPU_BIN / config / program, f"echo '{program} {config} table' \"$@\"")
+    (tmp_path / "dev").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "dev" / "gpu_visit_chat.py").write_text((REPO / "dev" / "gpu_visit_chat.py").read_text())
+    if chat:
+        (tmp_path / ".gpu" / "chat").mkdir(parents=True)
+        (tmp_path / ".gpu" / "chat" / "train_nanochat.txt").write_text(CPU_CHAT_LOG)
+    _script(tmp_path / GPU_BIN / "fp32" / "train_nanochatcu", f"cat {tmp_path / '.gpu' / 'chat' / 'train_nanochat.txt'}")
     for path, body in (programs or {}).items():
         _script(tmp_path / GPU_BIN / path, body)
     for kernel, status in (kernels or {"good_kernel": 0, "nccl_all_reduce": 0}).items():
@@ -85,7 +113,7 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     status = {name: line.split(" ")[0] for name, line in summary.items() if name}
     assert status == {**{name: "PASS" for name in PREPARATION + GPU_CHECKS}, **{name: "SKIP" for name in TWO_PROCESSES},
                       "dev/cuda/bad_kernel": "FAIL", "dev/cuda/good_kernel": "PASS", "dev/cuda/nccl_all_reduce": "SKIP"}
-    assert summary[""].startswith("test-gpu: 33 passed, 1 failed, 5 skipped"), summary[""]
+    assert summary[""].startswith("test-gpu: 42 passed, 1 failed, 5 skipped"), summary[""]
     assert summary["test_gpt2cu BF16 2 processes ZeRO-1"] == "SKIP (needs 2 GPUs, this machine has 1)"
     assert "    bad_kernel table" in proc.stdout.splitlines(), "the failing check's output is not shown"
     before_summary = proc.stdout.split("test-gpu: summary")[0].splitlines()
@@ -96,6 +124,10 @@ def test_test_gpu_reports_one_line_per_check_and_a_summary(tmp_path: Path) -> No
     assert (logs / "test_llama3cu_BF16_cuDNN_GQA_-r_1.log").read_text() == \
         "test_llama3cu bf16-cudnn table -e build/llama3/llama3_gqa.bin -s build/llama3/llama3_gqa_debug_state.bin -r 1\n"
     assert (logs / "test_gpt2cu_BF16_Muon.log").read_text().startswith("test_gpt2cu bf16 table -e build/muon_refs/gpt2_d2.bin")
+    assert (logs / "test_qwen3cu_BF16_masked.log").read_text() == \
+        "test_qwen3cu bf16 table -e .gpu/chat/qwen3.bin -s .gpu/chat/qwen3_masked_debug_state.bin\n"
+    chat = (logs / "train_nanochatcu_FP32_chat_shard.log").read_text()
+    assert "chat shard: train_nanochatcu PASS against ./train_nanochat" in chat, chat
     calls = sorted((tmp_path / "make_calls").read_text().splitlines())
     jobs = len(os.sched_getaffinity(0))  # every core, whatever OMP_NUM_THREADS says (nproc honours it)
     assert calls == sorted([f"--no-print-directory -k -j {jobs} gpu-build", "--no-print-directory data",
@@ -121,7 +153,7 @@ def test_a_program_that_was_not_built_fails_its_checks_and_the_rest_go_on(tmp_pa
     for name in ["test_llama3cu BF16 cuDNN GQA -r 1", "test_llama3cu BF16 cuDNN d2"]:
         assert summary[name] == f"FAIL ({GPU_BIN}/bf16-cudnn/test_llama3cu was not built: see the build log)", summary[name]
     assert summary["test_llama3cu BF16 d2"].startswith("PASS") and summary["test_gpt2cu BF16 cuDNN"].startswith("PASS")
-    assert summary[""].startswith("test-gpu: 31 passed, 2 failed"), summary[""]
+    assert summary[""].startswith("test-gpu: 40 passed, 2 failed"), summary[""]
 
 
 def test_a_failed_reference_skips_the_checks_that_need_it(tmp_path: Path) -> None:
@@ -131,8 +163,10 @@ def test_a_failed_reference_skips_the_checks_that_need_it(tmp_path: Path) -> Non
     proc = run_test_gpu(tmp_path, env)
     summary = summary_of(proc.stdout)
     assert summary["Llama 3 reference"].startswith("FAIL")
-    llama = [name for name in GPU_CHECKS + TWO_PROCESSES if name.startswith("test_llama3cu")]
+    llama = [name for name in GPU_CHECKS + TWO_PROCESSES if name.startswith("test_llama3cu") and name not in CHAT_CHECKS]
     assert all(summary[name] == "SKIP (no reference files)" for name in llama), summary
+    # the masked state comes from make gpu-pack's .gpu/chat/, not from the references made there
+    assert summary["test_llama3cu FP32 masked"].startswith("PASS")
     assert summary["test_gpt2cu BF16 cuDNN"].startswith("PASS")
 
 
@@ -148,6 +182,69 @@ def test_the_budget_stops_a_running_check_and_skips_the_later_ones(tmp_path: Pat
     assert (tmp_path / "logs" / "test_gpt2cu_BF16.log").read_text() == "started\n"
     later = GPU_CHECKS[GPU_CHECKS.index("test_gpt2cu BF16 cuDNN"):] + ["dev/cuda/good_kernel"]
     assert all(summary[name] == "SKIP (out of time: TEST_GPU_BUDGET=3 s)" for name in later), summary
+
+
+def test_without_the_packed_chat_folder_the_chat_checks_are_skipped_and_say_why(tmp_path: Path) -> None:
+    env = stand_in(tmp_path, chat=False)
+    proc = run_test_gpu(tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = summary_of(proc.stdout)
+    why = "SKIP (no .gpu/chat/train_nanochat.txt: make gpu-pack writes .gpu/chat/ here)"
+    assert all(summary[name] == why for name in CHAT_CHECKS), summary
+    assert summary["test_qwen3cu FP32 Muon MQA"].startswith("PASS")
+
+
+def test_the_chat_check_fails_when_the_trainer_is_not_built_and_the_rest_go_on(tmp_path: Path) -> None:
+    env = stand_in(tmp_path)
+    (tmp_path / GPU_BIN / "fp32" / "train_nanochatcu").unlink()
+    proc = run_test_gpu(tmp_path, env)
+    assert proc.returncode == 1
+    summary = summary_of(proc.stdout)
+    assert summary["train_nanochatcu FP32 chat shard"] == \
+        f"FAIL ({GPU_BIN}/fp32/train_nanochatcu was not built: see the build log)"
+    assert summary["test_qwen3cu BF16 masked"].startswith("PASS") and summary["dev/cuda/good_kernel"].startswith("PASS")
+
+
+# the GPU trainer's output in place of the CPU's: the chat check's verdict on it (dev/gpu_visit_chat.py check)
+GPU_RUNS = {
+    "the same losses": (CPU_CHAT_LOG, 0),
+    "float32 noise": (CPU_CHAT_LOG.replace("loss 5.498765", "loss 5.498790").replace("val loss 5.465432", "val loss 5.465401"), 0),
+    "a step loss off by 1e-3": (CPU_CHAT_LOG.replace("loss 5.476543", "loss 5.477543"), 1),
+    "a val loss off by 1e-3": (CPU_CHAT_LOG.replace("val loss 5.501234", "val loss 5.502234"), 1),
+    "another step skipped": (CPU_CHAT_LOG.replace("step 3/4 | loss 5.498765 | norm 1.1111 | lr 1.00e-03 | 2.00 ms",
+                                                   "step 3/4 | no supervised position in this step's batches: nothing trained"), 1),
+    "no chat line": (CPU_CHAT_LOG.split("\n", 1)[1], 1),
+}
+
+
+@pytest.mark.parametrize("case", list(GPU_RUNS))
+def test_the_chat_check_passes_the_cpu_losses_within_float32_noise_and_fails_the_rest(tmp_path: Path, case: str) -> None:
+    """train_nanochatcu's step and val losses against ./train_nanochat's from make gpu-pack: within 5e-5 of the first
+    CPU loss and the same skipped step, or FAIL with both side by side."""
+    pack = tmp_path / "chat"
+    pack.mkdir()
+    (pack / "train_nanochat.txt").write_text(CPU_CHAT_LOG)
+    gpu_log, status = GPU_RUNS[case]
+    (tmp_path / "gpu.txt").write_text(gpu_log)
+    _script(tmp_path / "train_nanochatcu", f"echo \"$@\" > {tmp_path / 'args'}\ncat {tmp_path / 'gpu.txt'}")
+    proc = subprocess.run(["python3", str(REPO / "dev" / "gpu_visit_chat.py"), "check", "--pack", str(pack), "--trainer",
+                           str(tmp_path / "train_nanochatcu")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    assert (tmp_path / "args").read_text().split()[:2] == ["-e", str(pack / "nanochat.bin")]
+    if case in ("the same losses", "float32 noise", "a step loss off by 1e-3"):
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("| step 4 ")]
+        assert len(rows) == 1 and "5.476543" in rows[0] and rows[0].endswith("| ok   |" if status == 0 else "| FAIL |"), proc.stdout
+    verdict = "PASS" if status == 0 else "FAIL"
+    assert f"chat shard: train_nanochatcu {verdict} against ./train_nanochat" in proc.stdout or \
+        (status == 1 and proc.stdout.splitlines()[-1].startswith("FAIL: ")), proc.stdout
+
+
+def test_the_chat_check_without_the_pack_is_one_error_line(tmp_path: Path) -> None:
+    proc = subprocess.run(["python3", str(REPO / "dev" / "gpu_visit_chat.py"), "check", "--pack", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == ""
+    assert proc.stdout == f"error: {tmp_path / 'none' / 'train_nanochat.txt'} is missing: run make gpu-pack where the " \
+                          "CPU trainer is, and carry its folder\n"
 
 
 @pytest.mark.parametrize("budget", ["ten", "-5", "1.5"])
@@ -174,7 +271,7 @@ def visit_stand_in(tmp_path: Path, bench_body: str = "") -> dict[str, str]:
         f"{bench_body}\n"
         "print('bench-gpu: [1/1] train_gpt2cu ...')\nprint()\nprint('GPU: stand-in; model d12')\n"
         "print('| program | ms/step |')\n")
-    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu").mkdir(exist_ok=True)
     (tmp_path / ".gpu" / "commit.txt").write_text("abc1234\n")
     return {**env, "PY": "python3", "GPU_VISIT_OUT": str(tmp_path / "out")}
 
@@ -208,7 +305,7 @@ def test_gpu_visit_brings_back_four_files_and_ends_with_the_summary_and_the_tabl
     assert tail[-1] == "| program | ms/step |" and tail[-2] == "GPU: stand-in; model d12"
     last_summary = len(tail) - 1 - tail[::-1].index("test-gpu: summary")
     assert tail[last_summary - 1].startswith("gpu-visit: ") and "in " + str(tmp_path / "out") in tail[last_summary - 1]
-    assert "test-gpu: 33 passed, 0 failed, 5 skipped" in proc.stdout
+    assert "test-gpu: 42 passed, 0 failed, 5 skipped" in proc.stdout
 
 
 def test_gpu_visit_exit_status_is_test_gpus_and_no_time_left_means_no_bench(tmp_path: Path) -> None:
@@ -272,6 +369,9 @@ def test_gpu_build_builds_each_configuration_under_its_own_name() -> None:
             assert "arch=compute_90,code=sm_90" in words, line
     for trainer in ["train_gpt2cu", "train_gpt2cu_cudnn", "train_llama3cu", "train_llama3cu_cudnn"]:
         assert any(line.endswith(f"-o {trainer}") for line in lines), trainer
+    # the chat check's trainer (dev/test_gpu.sh runs it on .gpu/chat/): FP32, from train_nanochat.cu
+    words = next(line for line in lines if line.endswith(f"-o {GPU_BIN}/fp32/train_nanochatcu")).split()
+    assert "train_nanochat.cu" in words and "-DENABLE_FP32" in words and "-DENABLE_BF16" not in words, words
     assert any("-C dev/cuda" in line for line in proc.stdout.splitlines())
 
 
@@ -288,28 +388,64 @@ def test_make_n_gpu_visit_prints_the_plan_and_runs_nothing(tmp_path: Path) -> No
                if line.startswith("test-gpu: ") and " ... would run: " in line]
     assert planned[:len(PREPARATION) + len(GPU_CHECKS)] == PREPARATION + GPU_CHECKS, planned
     assert "test-gpu: dev/cuda/rope ... would run: ./dev/cuda/rope --quick" in proc.stdout
+    assert ("test-gpu: test_llama3cu BF16 masked ... would run: ./build/gpu/bin/bf16/test_llama3cu "
+            "-e .gpu/chat/llama3.bin -s .gpu/chat/llama3_masked_debug_state.bin") in proc.stdout
+    assert (f"test-gpu: train_nanochatcu FP32 chat shard ... would run: {sys.executable} dev/gpu_visit_chat.py check "
+            "--pack .gpu/chat --trainer ./build/gpu/bin/fp32/train_nanochatcu") in proc.stdout
     # three runs a family with a GPU trainer (bench_gpu.py's default --ours is the registry's GPU column)
     runs = 3 * len(CUDA_FAMILIES)
     assert "bench-gpu: dry run, nothing built or run" in proc.stdout and f"bench-gpu: {runs} runs planned" in proc.stdout
     assert not out.exists()
 
 
+def test_the_muon_reference_runs_the_python_py_names_on_the_path() -> None:
+    """make gpu-visit PY=python3: the Muon reference is written from inside build/muon_refs/ by that python3, not by a
+    python3 in the checkout (which there is not); a PY with a slash is made absolute for the cd."""
+    for py, want in [("python3", "python3"), (".venv/bin/python", str(REPO / ".venv" / "bin" / "python"))]:
+        proc = _make("-n", "-B", "build/muon_refs/gpt2_d2_muon_debug_state.bin", f"PY={py}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        line = next(line for line in proc.stdout.splitlines() if line.startswith("cd build/muon_refs && "))
+        assert line.split()[3] == want, line
+
+
 def test_gpu_pack_fills_the_carry_folder(tmp_path: Path) -> None:
     """make gpu-pack GPU_CACHE=<dir>: the tinyshakespeare text, tiktoken's GPT-2 files, the cuDNN frontend
-    headers and the commit, which is what make gpu-visit finds there."""
+    headers and the commit, which is what make gpu-visit finds there; and chat/ (dev/gpu_visit_chat.py pack): every
+    family's small model and masked debug state, the chat shards and ./train_nanochat's losses on them, which
+    dev/test_gpu.sh's masked and chat checks read. The whole folder stays far inside the device call's 64 MiB carry."""
     cache = tmp_path / "carry"
     tiktoken = tmp_path / "tiktoken"
     tiktoken.mkdir()
-    (tiktoken / "6d1cbeee0f20b3d9449abfede4726ed8212e3aee").write_text("stand-in")
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):  # the real files too: make may write a reference with GPT-2's tokenizer
+        shutil.copytree(os.environ["TIKTOKEN_CACHE_DIR"], tiktoken, dirs_exist_ok=True)
+    (tiktoken / "stand-in").write_text("stand-in")
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tiktoken)}
-    proc = _make("gpu-pack", f"GPU_CACHE={cache}", env=env, timeout=120)
+    with repo_lock("make"):  # it builds the reference sets and the CPU trainer it reads, when they are missing
+        proc = _make("gpu-pack", f"GPU_CACHE={cache}", env=env, timeout=600)
     text = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare.txt"
     if not text.exists():
         assert proc.returncode != 0 and "error: no tinyshakespeare text" in proc.stdout
         return
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (cache / "data" / "tinyshakespeare" / "input.txt").read_bytes() == text.read_bytes()
-    assert (cache / "tiktoken_cache" / "6d1cbeee0f20b3d9449abfede4726ed8212e3aee").read_text() == "stand-in"
+    assert (cache / "tiktoken_cache" / "stand-in").read_text() == "stand-in"
     assert (cache / "cudnn_frontend" / "include" / "cudnn_frontend.h").exists()
     assert len((cache / "commit.txt").read_text().split()[0]) >= 7
     assert "make gpu-visit PY=python3 GPU_VISIT_OUT=$OUT" in proc.stdout
+    chat = cache / "chat"
+    for family in CUDA_FAMILIES:  # the masked states test_gpu.sh's run_test lines name, passed by the CPU test program
+        state = chat / f"{family}_masked_debug_state.bin"
+        header = np.fromfile(state, dtype="<i4", count=256)
+        assert header[18] == 1 and list(header[2:5]) == [4, 64, 4], (family, header[:20])
+        y = np.fromfile(state, dtype="<i4", count=4 * 64, offset=1024 + 4 * 4 * 64)
+        assert int((y == -1).sum()) == 4 * 64 // 2, family
+        make(f"test_{family}")
+        checked = run([REPO / f"test_{family}", "-e", chat / f"{family}.bin", "-s", state], env={"OMP_NUM_THREADS": "2"})
+        assert "masked: 128 of 256 positions supervised" in checked.stdout, checked.stdout
+    assert is_chat_shard(chat / "chat_train.bin") and is_chat_shard(chat / "chat_val.bin")
+    cpu = (chat / "train_nanochat.txt").read_text()
+    assert "train: chat shards: a step's loss is the mean over its supervised (mask 1) positions" in cpu
+    assert "step 2/4 | no supervised position in this step's batches: nothing trained" in cpu
+    assert len(re.findall(r"^step \d/4 \| loss ", cpu, re.M)) == 3 and len(re.findall(r"^step \d: val loss", cpu, re.M)) == 3
+    size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+    assert size < 32 << 20, f"{size} bytes to carry"
