@@ -206,8 +206,11 @@ def check(pack_dir: Path, trainer: Path, timeout: float) -> int:
         return 1
     print(proc.stdout + proc.stderr, end="")  # one stream: the check's log keeps the trainer's lines in order
     gpu = ChatRun.of(proc.stdout)
-    if proc.returncode != 0 or gpu.problem(STEPS):
-        print(f"FAIL: {trainer} exited {proc.returncode}: {gpu.problem(STEPS) or 'see its output above'}")
+    if proc.returncode != 0:
+        print(f"FAIL: {trainer} exited {proc.returncode}: see its output above")
+        return 1
+    if gpu.problem(STEPS):
+        print(f"FAIL: {trainer}: {gpu.problem(STEPS)}")
         return 1
     same = compare(cpu, gpu)
     print(f"chat shard: {Path(trainer).name} {'PASS' if same else 'FAIL'} against ./train_{CHAT_FAMILY}")

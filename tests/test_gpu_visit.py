@@ -239,6 +239,18 @@ def test_the_chat_check_passes_the_cpu_losses_within_float32_noise_and_fails_the
         (status == 1 and proc.stdout.splitlines()[-1].startswith("FAIL: ")), proc.stdout
 
 
+def test_the_chat_check_fails_a_trainer_that_exits_non_zero_and_shows_why(tmp_path: Path) -> None:
+    pack = tmp_path / "chat"
+    pack.mkdir()
+    (pack / "train_nanochat.txt").write_text(CPU_CHAT_LOG)
+    _script(tmp_path / "train_nanochatcu", "echo 'error: no usable NVIDIA GPU on this machine'\nexit 1")
+    proc = subprocess.run(["python3", str(REPO / "dev" / "gpu_visit_chat.py"), "check", "--pack", str(pack), "--trainer",
+                           str(tmp_path / "train_nanochatcu")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["error: no usable NVIDIA GPU on this machine",
+                                            f"FAIL: {tmp_path / 'train_nanochatcu'} exited 1: see its output above"]
+
+
 def test_the_chat_check_without_the_pack_is_one_error_line(tmp_path: Path) -> None:
     proc = subprocess.run(["python3", str(REPO / "dev" / "gpu_visit_chat.py"), "check", "--pack", str(tmp_path / "none")],
                           capture_output=True, text=True, timeout=60)
