@@ -175,6 +175,7 @@ def test_accumulation_and_two_processes_give_the_one_process_losses(built, tmp_p
         "accumulated": dict(args=["-b", 1, "-d", B * T], mpi=False),
         "two": dict(args=["-b", B // 2], mpi=True),
         "two_accumulated": dict(args=["-b", 1, "-d", B * T], mpi=True),
+        "two_zero1": dict(args=["-b", B // 2, "-z", 1], mpi=True),  # fine-tuning shards AdamW's state as training does
     }
     losses, norms = {}, {}
     for label, r in runs.items():
