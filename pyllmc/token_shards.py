@@ -218,34 +218,46 @@ def is_chat_shard(path: str | Path) -> bool:
 def read_chat_datafile(path: str | Path, vocab_size: int | None = None) -> ChatShard:
     """A chat shard's tokens, mask and T (read-only np.memmaps), validated as read_datafile does plus the mask."""
     path = Path(path)
-    header, size = read_header(path, "a chat shard")
-    magic, version, ntok, seq_len = (int(v) for v in header[:4])
-    fmt = _FORMAT_BY_MAGIC.get(magic)
-    if fmt is None:
-        expected = " or ".join(str(f.magic) for f in SHARD_FORMATS.values())
-        raise wrong_magic(path, magic, expected, "a chat shard")
-    if version == fmt.version:
-        raise DataFormatError(f"{path}: a token shard without a loss mask (version {version}), not a chat shard "
-                              f"(version {fmt.chat_version}); python dev/data/chat.py writes chat shards")
-    if version != fmt.chat_version:
-        raise DataFormatError(
-            f"{path}: wrong version {version} for magic {magic} ({fmt.model_desc}), expected {fmt.chat_version}"
-        )
-    if ntok <= 0:
-        raise DataFormatError(f"{path}: token count {ntok} in the header, expected a positive one")
-    expected_bytes = ntok * (fmt.dtype.itemsize + 1)
-    actual_bytes = size - HEADER_BYTES
-    if actual_bytes != expected_bytes:
-        problem = "truncated" if actual_bytes < expected_bytes else "trailing data"
-        raise DataFormatError(
-            f"{path}: {problem}: header says {ntok} tokens and {ntok} mask bytes ({expected_bytes} bytes) "
-            f"but {actual_bytes} bytes follow the header"
-        )
+    fmt, header = _shard_header(path, chat=True)
+    ntok, seq_len = int(header[2]), int(header[3])
     tokens = np.memmap(path, dtype=fmt.dtype, mode="r", offset=HEADER_BYTES, shape=(ntok,))
     mask = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_BYTES + ntok * fmt.dtype.itemsize, shape=(ntok,))
     check_token_range(str(path), tokens, fmt.vocab_size if vocab_size is None else vocab_size)
     check_chat_mask(str(path), mask, ntok, seq_len)
     return ChatShard(tokens, mask, seq_len)
+
+
+def _shard_header(path: Path, chat: bool) -> tuple[ShardFormat, np.ndarray]:
+    """The format and header of a token shard (chat: a chat shard), checked: magic, version (the other kind of shard
+    named), token count, and the file's size against the count (tokens, and for a chat shard as many mask bytes)."""
+    kind = "a chat shard" if chat else "a token shard"
+    header, size = read_header(path, kind)
+    magic, version, ntok = int(header[0]), int(header[1]), int(header[2])
+    fmt = _FORMAT_BY_MAGIC.get(magic)
+    if fmt is None:
+        expected = " or ".join(str(f.magic) for f in SHARD_FORMATS.values())
+        raise wrong_magic(path, magic, expected, kind)
+    want, other = (fmt.chat_version, fmt.version) if chat else (fmt.version, fmt.chat_version)
+    if version == other and chat:
+        raise DataFormatError(f"{path}: a token shard without a loss mask (version {version}), not a chat shard "
+                              f"(version {fmt.chat_version}); python dev/data/chat.py writes chat shards")
+    if version == other:
+        raise DataFormatError(f"{path}: a chat shard (tokens and a loss mask, version {version}): read it with "
+                              "read_chat_datafile")
+    if version != want:
+        raise DataFormatError(f"{path}: wrong version {version} for magic {magic} ({fmt.model_desc}), expected {want}")
+    if ntok < 0:
+        raise DataFormatError(f"{path}: negative token count {ntok} in the header")
+    if chat and ntok == 0:
+        raise DataFormatError(f"{path}: token count 0 in the header, expected a positive one")
+    expected_bytes = ntok * (fmt.dtype.itemsize + chat)
+    actual_bytes = size - HEADER_BYTES
+    if actual_bytes != expected_bytes:
+        problem = "truncated" if actual_bytes < expected_bytes else "trailing data"
+        counts = f"{ntok} tokens and {ntok} mask bytes" if chat else f"{ntok} tokens"
+        raise DataFormatError(f"{path}: {problem}: header says {counts} ({expected_bytes} bytes) "
+                              f"but {actual_bytes} bytes follow the header")
+    return fmt, header
 
 
 def read_header(path: Path, kind: str) -> tuple[np.ndarray, int]:
@@ -278,29 +290,8 @@ def read_datafile(path: str | Path, vocab_size: int | None = None) -> np.ndarray
     vocab_size defaults to 50257 for gpt-2 shards and 128256 for llama-3 shards.
     """
     path = Path(path)
-    header, size = read_header(path, "a token shard")
-    magic, version, ntok = int(header[0]), int(header[1]), int(header[2])
-    fmt = _FORMAT_BY_MAGIC.get(magic)
-    if fmt is None:
-        expected = " or ".join(str(f.magic) for f in SHARD_FORMATS.values())
-        raise wrong_magic(path, magic, expected, "a token shard")
-    if version == fmt.chat_version:
-        raise DataFormatError(f"{path}: a chat shard (tokens and a loss mask, version {version}): read it with "
-                              "read_chat_datafile")
-    if version != fmt.version:
-        raise DataFormatError(
-            f"{path}: wrong version {version} for magic {magic} ({fmt.model_desc}), expected {fmt.version}"
-        )
-    if ntok < 0:
-        raise DataFormatError(f"{path}: negative token count {ntok} in the header")
-    expected_bytes = ntok * fmt.dtype.itemsize
-    actual_bytes = size - HEADER_BYTES
-    if actual_bytes != expected_bytes:
-        problem = "truncated" if actual_bytes < expected_bytes else "trailing data"
-        raise DataFormatError(
-            f"{path}: {problem}: header says {ntok} tokens ({expected_bytes} bytes) "
-            f"but {actual_bytes} bytes follow the header"
-        )
+    fmt, header = _shard_header(path, chat=False)
+    ntok = int(header[2])
     if ntok == 0:
         tokens: np.ndarray = np.zeros(0, dtype=fmt.dtype)
     else:
