@@ -147,11 +147,15 @@ static TrainerOps fake_ops(FakeModel* f) {
 static char shard_path[256];
 static char work_dir[200];
 
-static void write_shard(const char* path, int ntok) {
+// a gpt-2 shard of ntok pseudo-random tokens; with mask (ntok bytes, filled here) a chat shard (version 2) of the same
+// tokens in conversations of T, mask 1 on about a quarter of the tokens (never a conversation's first), and none at all
+// in tokens [empty_from, empty_to)
+static void write_any_shard(const char* path, int ntok, int T, int empty_from, int empty_to, uint8_t* mask) {
     int header[256] = {0};
     header[0] = 20240520;
-    header[1] = 1;
+    header[1] = mask != NULL ? 2 : 1;
     header[2] = ntok;
+    header[3] = mask != NULL ? T : 0;
     FILE* f = fopenCheck(path, "wb");
     fwriteCheck(header, sizeof(int), 256, f, path);
     uint32_t x = 12345;
@@ -159,29 +163,16 @@ static void write_shard(const char* path, int ntok) {
         x = x * 1664525u + 1013904223u;
         uint16_t tok = (uint16_t)((x >> 16) % VOCAB);
         fwriteCheck(&tok, sizeof(tok), 1, f, path);
+        if (mask != NULL) { mask[i] = (uint8_t)(i % T != 0 && (i < empty_from || i >= empty_to) && ((x >> 8) & 3) == 0); }
     }
+    if (mask != NULL) { fwriteCheck(mask, 1, (size_t)ntok, f, path); }
     fcloseCheck(f, path);
 }
 
-// a gpt-2 chat shard (version 2) of ntok tokens in conversations of T: the same token stream as write_shard, mask 1
-// on about a quarter of the tokens (never a conversation's first), and none at all in tokens [empty_from, empty_to)
+static void write_shard(const char* path, int ntok) { write_any_shard(path, ntok, 0, 0, 0, NULL); }
+
 static void write_chat_shard(const char* path, int ntok, int T, int empty_from, int empty_to, uint8_t* mask) {
-    int header[256] = {0};
-    header[0] = 20240520;
-    header[1] = 2;
-    header[2] = ntok;
-    header[3] = T;
-    FILE* f = fopenCheck(path, "wb");
-    fwriteCheck(header, sizeof(int), 256, f, path);
-    uint32_t x = 12345;
-    for (int i = 0; i < ntok; i++) {
-        x = x * 1664525u + 1013904223u;
-        uint16_t tok = (uint16_t)((x >> 16) % VOCAB);
-        fwriteCheck(&tok, sizeof(tok), 1, f, path);
-        mask[i] = (uint8_t)(i % T != 0 && (i < empty_from || i >= empty_to) && ((x >> 8) & 3) == 0);
-    }
-    fwriteCheck(mask, 1, (size_t)ntok, f, path);
-    fcloseCheck(f, path);
+    write_any_shard(path, ntok, T, empty_from, empty_to, mask);
 }
 
 typedef struct {
