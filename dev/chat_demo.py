@@ -5,7 +5,8 @@ From a base model to one you can talk to, on the CPU: doc/chat.md's end-to-end r
     python dev/chat_demo.py --base_steps 100 --sft_steps 100 --out out/chat_demo_quick
 
 The steps, each printed with its command and timed:
-    1. the Tiny Shakespeare shards (dev/data/tinyshakespeare.py; skipped when they exist)
+    1. the programs (make), GPT-2's tokenizer files into --out (gpt2_chat_tokenizer.bin: what ./generate --chat
+       encodes and decodes nanochat's turns with) and the Tiny Shakespeare shards (dev/data/tinyshakespeare.py)
     2. the base model: ./train_nanochat from scratch on them (-e d4)
     3. the task: dev/data/chat_tasks.py writes train and held-out conversations, dev/data/chat.py their chat shards
     4. dev/eval/chat_eval.py on the held-out conversations with the base model (before)
@@ -45,7 +46,7 @@ class Demo:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if self.args.verbose or not line.startswith("step "):
+            if self.args.verbose or not line.startswith(("step ", "-", "+", "|")):  # not the steps nor the flags table
                 print(line, end="", flush=True)
             elif len(lines) % 50 == 0:
                 print(line, end="", flush=True)  # every 50th step line: progress without the flood
@@ -100,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     data = out / "data"
     precision = ["-p", args.precision]
 
+    demo.run("build", ["make", "-s", "train_nanochat", "generate"])
+    tokenizer = out / "gpt2_chat_tokenizer.bin"  # what ./generate --chat decodes and encodes nanochat's turns with
+    if not tokenizer.exists():
+        demo.run("tokenizer files", [PY, "-c", "import sys; from pyllmc.reference.tokenizer_files import "
+                                               "write_gpt2_tokenizer; write_gpt2_tokenizer(sys.argv[1])",
+                                     str(out / "gpt2_tokenizer.bin")])
     if not (SHAKESPEARE / "tiny_shakespeare_train.bin").exists():
         demo.run("data", [PY, "dev/data/tinyshakespeare.py"])
     demo.run("base model", ["./train_nanochat", "-e", args.model, "-t", "128", "-b", str(args.base_batch),
@@ -113,16 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                              "--val", str(data / f"{args.task}_val.jsonl"), "--data_dir", str(data),
                              "-t", str(args.sft_seq_len), "--name", args.task])
     val = str(data / f"{args.task}_val.jsonl")
-    before = evaluation(demo.run("eval before", [PY, "dev/eval/chat_eval.py", "-e", str(base), "--input", val],
-                                 out / "eval_before.log"))
+    evaluate = [PY, "dev/eval/chat_eval.py", "-t", str(tokenizer), "--input", val, "-e"]
+    before = evaluation(demo.run("eval before", [*evaluate, str(base)], out / "eval_before.log"))
     demo.run("fine-tuning", ["./train_nanochat", "-e", str(base), "-i", str(data / f"{args.task}_train.bin"),
                              "-j", str(data / f"{args.task}_val.bin"), "-t", str(args.sft_seq_len),
                              "-b", str(args.sft_batch), "-x", str(args.sft_steps), "-op", "muon", "-ol", "0.02",
                              "-l", "3e-3", "-u", "20", "-q", "0.1", "-v", "100", "-m", "4", "-s", "0",
                              "-n", str(args.sft_steps), "-o", str(out / "sft"), *precision], out / "sft.log")
     sft = latest_model(out / "sft")
-    after = evaluation(demo.run("eval after", [PY, "dev/eval/chat_eval.py", "-e", str(sft), "--input", val],
-                                out / "eval_after.log"))
+    after = evaluation(demo.run("eval after", [*evaluate, str(sft)], out / "eval_after.log"))
 
     print("\n| step | seconds |\n| --- | --- |")
     for name, seconds in demo.timings:
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     training = sum(s for n, s in demo.timings if n in ("base model", "fine-tuning"))
     print(f"\nbase model + fine-tuning: {training / 60:.1f} min")
     print(f"before: {before}\nafter:  {after}")
-    print(f"chat with it: ./generate -e {sft} --chat")
+    print(f"chat with it: ./generate -e {sft} -t {tokenizer} --chat")
     return 0
 
 

@@ -338,8 +338,8 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, write: Calla
 # the other sits idle). The order changes only the schedule, never what a test checks.
 LONGEST_FIRST = [  # per-file sums of `pytest --durations=0`, most first
     "test_cuda_cpu.py", "test_c_trainer.py", "test_cuda_build.py", "test_debug_state_tolerances.py",
-    "test_sanitizers.py", "test_muon.py", "test_llama3_reference.py", "test_train_gpt2.py", "test_llama3_c.py",
-    "test_nanochat_c.py", "test_qwen3_c.py", "test_chat_states.py", "test_cuda_cpu_chat.py", "test_bench.py",
+    "test_sanitizers.py", "test_chat_refs.py", "test_muon.py", "test_llama3_reference.py", "test_train_gpt2.py", "test_llama3_c.py",
+    "test_nanochat_c.py", "test_qwen3_c.py", "test_chat_states.py", "test_cuda_cpu_chat.py", "test_chat_trainer.py", "test_bench.py",
     "test_nanochat_reference.py", "test_cuda_cpu_nanochat.py", "test_cuda_cpu_qwen3.py", "test_cuda_cpu_llama3.py",
     "test_cuda_cpu_muon.py", "test_opencl.py", "test_fuzz.py", "test_cpu_variants.py",
     "test_cpu_kernels.py", "test_bench_gpu.py", "test_c_headers.py", "test_llama3_encode.py",
