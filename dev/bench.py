@@ -75,6 +75,7 @@ import re
 import statistics
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,6 +309,15 @@ def auto_torch_modes(cpuinfo: str) -> list[str]:
     return [resolve_minimal(m, cpuinfo) for m in modes]
 
 
+def openblas_coretype_note(environ: Mapping[str, str]) -> str:
+    """A line saying that OPENBLAS_CORETYPE overrides OpenBLAS's own kernel choice, or '' when it is not set."""
+    core = environ.get("OPENBLAS_CORETYPE")
+    if not core:
+        return ""
+    return (f"note: OPENBLAS_CORETYPE={core} is set: OpenBLAS runs those kernels, not the ones it picks for this CPU "
+            f"(env -u OPENBLAS_CORETYPE to measure its own choice)")
+
+
 def cpu_description(cpuinfo: str | None = None, ncpu: int | None = None) -> str:
     """'model name (family F, model M; the GEMM-relevant ISA flags), N logical CPUs' from /proc/cpuinfo."""
     fields = cpuinfo_fields(read_cpuinfo() if cpuinfo is None else cpuinfo)
@@ -496,7 +506,11 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, fl
     cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads)])
     for cmd in cmds:
         print(f"GEMM peak: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
-        found = parse_peaks(run_capture(cmd, env, args.timeout))
+        text = run_capture(cmd, env, args.timeout)
+        found = parse_peaks(text)
+        backend = next((line for line in text.splitlines() if line.startswith("gemm_peak: ")), "")
+        if backend:
+            print(f"  {backend[len('gemm_peak: '):]}", flush=True)
         print("  " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in found.items()), flush=True)
         for k, v in found.items():
             peaks[k] = max(v, peaks.get(k, 0.0))
@@ -665,6 +679,9 @@ def print_report(runs: list[Run], peaks: dict[str, float], machine: tuple[float 
     flops = step_flops(args.model, args.B, args.T, args.family, vocab)
     rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
     print(f"\nCPU: {cpu_description()}")
+    note = openblas_coretype_note(os.environ)
+    if note:
+        print(note)
     print(f"{args.family} model {args.model} (V={vocab}), B={args.B}, T={args.T}, {args.threads} thread(s); {args.rounds} round(s) x {args.steps} timed "
           f"steps after {args.warmup} warm-up step(s) per run; {flops / 1e9:.1f} GFLOP per step (fwd+bwd)")
     if machine[0] or machine[1]:
@@ -763,6 +780,9 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         raise SystemExit("error: nothing to run (--ours and --torch are both empty)")
     print(f"CPU: {cpu_description()}", flush=True)
+    note = openblas_coretype_note(os.environ)
+    if note:
+        print(note, flush=True)
     print(f"PyTorch modes: {args.torch or 'none'}", flush=True)
     machine = measure_machine(args, thread_env(args)) if args.triad_mb > 0 else (None, None)
     peaks = measure_peaks(args, thread_env(args)) if args.peak_size > 0 else {}

@@ -221,8 +221,15 @@ int main(int argc, char** argv) {
     threads = omp_get_max_threads();
 #endif
     const char* onednn_bf16 = matmul_bf16_onednn_kernel();
-    printf("gemm_peak: backend %s, blocked fp32 kernel %s, bf16 %s%s%s, %d thread(s), n=%d, median of %d\n",
-           matmul_backend_name(), matmul_isa_name(matmul_isa()), matmul_bf16_native() ? "native (AVX512-BF16)" : "emulated in fp32",
+    // the kernels OpenBLAS runs: its pick for this CPU, or the environment's OPENBLAS_CORETYPE
+    const char* openblas_core = "";
+#if defined(LLMC_BLAS_OPENBLAS)
+    openblas_core = scipy_openblas_get_corename();
+#endif
+    printf("gemm_peak: backend %s%s%s%s, blocked fp32 kernel %s, bf16 %s%s%s, %d thread(s), n=%d, median of %d\n",
+           matmul_backend_name(), openblas_core[0] != '\0' ? " (core " : "", openblas_core,
+           openblas_core[0] != '\0' ? ")" : "", matmul_isa_name(matmul_isa()),
+           matmul_bf16_native() ? "native (AVX512-BF16)" : "emulated in fp32",
            onednn_bf16[0] != '\0' ? ", oneDNN bf16 " : "", onednn_bf16, threads, n, reps);
     int has_backend = strcmp(matmul_backend_name(), "blocked") != 0;
     int has_onednn_bf16 = onednn_bf16[0] != '\0' && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN;

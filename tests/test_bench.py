@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -133,6 +135,25 @@ def test_peak_lines_are_parsed_and_each_blas_build_has_its_peak_program():
     progs = bench.peak_programs(["train_gpt2", "train_gpt2_mkl", "/abs/train_gpt2_openblas-system", "train_gpt2"])
     assert [p.relative_to(REPO).as_posix() for p in progs] == [
         "build/gemm_peak", "build/gemm_peak_mkl", "build/gemm_peak_openblas-system"]
+
+
+def test_an_openblas_coretype_in_the_environment_is_named():
+    # the kernels OpenBLAS runs change the fp32 rows (Haswell's AVX2 sgemm runs at about half the AVX-512 one on a
+    # Zen 5), so a run under the variable says so
+    note = bench.openblas_coretype_note({"OPENBLAS_CORETYPE": "Haswell"})
+    assert note.startswith("note: OPENBLAS_CORETYPE=Haswell is set") and "env -u OPENBLAS_CORETYPE" in note
+    assert bench.openblas_coretype_note({}) == "" and bench.openblas_coretype_note({"OPENBLAS_CORETYPE": ""}) == ""
+
+
+def test_gemm_peak_names_the_openblas_kernels_it_runs():
+    make("build/gemm_peak_openblas")  # make setup installs the wheel, so make test always has it
+    prog = REPO / "build" / "gemm_peak_openblas"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    forced = subprocess.run([prog, "-n", "16", "-r", "1"], capture_output=True, text=True,
+                            env={**env, "OPENBLAS_CORETYPE": "Haswell"}, check=True).stdout
+    assert forced.startswith("gemm_peak: backend openblas (core Haswell), "), forced
+    own = subprocess.run([prog, "-n", "16", "-r", "1"], capture_output=True, text=True, env=env, check=True).stdout
+    assert own.startswith("gemm_peak: backend openblas (core ") and "(core )" not in own, own
 
 
 @pytest.mark.parametrize("mode, flags", [
