@@ -417,19 +417,51 @@ static void att_layout_colpair(uint32_t* dst, const uint16_t* x16, int width) {
     }
 }
 
-// sum over d < HS of bf16 dO[d] times fp32 o[d * stride], in order (one function for the forward's out and for a
-// recomputed O^T, so that both give D the same bits)
-static inline float att_row_D(const uint16_t* do16, const float* o, size_t stride, int HS) {
-    float sum = 0.0f;
-    for (int d = 0; d < HS; d++) { sum += mm_bf16_to_float(do16[d]) * o[(size_t)d * stride]; }
-    return sum;
+// D (ATT_TILE) = for each query q, the sum over d < HS of its rounded dO[q][d] times O[q][d], in order of d: one
+// running sum per query, the queries side by side in the vector lanes (a sum of its own, row by row, waited on each
+// add). do_dm: the tile's rounded dO (dmajor pairs); oT (HSP, ATT_TILE): its O transposed, fp32. Every caller (O
+// from the forward in fp32 or bf16, or recomputed) goes through it, so all give D the same bits. Each product is
+// rounded before it is added (no fused multiply-add), as in the one-row-at-a-time sums this replaced (the same bits).
+__attribute__((optimize("fp-contract=off")))
+static void att_tile_D(float* D, const uint32_t* do_dm, const float* oT, int HS) {
+    for (int q = 0; q < ATT_TILE; q++) { D[q] = 0.0f; }
+    for (int d = 0; d < HS; d++) {
+        const uint32_t* pairs = do_dm + (size_t)(d / 2) * ATT_TILE;
+        const float* o = oT + (size_t)d * ATT_TILE;
+        uint32_t mask = d % 2 == 0 ? 0x0000ffffu : 0xffff0000u, shift = d % 2 == 0 ? 16 : 0;
+        for (int q = 0; q < ATT_TILE; q++) {
+            uint32_t u = (pairs[q] & mask) << shift; // dO[q][d], a bf16 in the high half
+            float x;
+            memcpy(&x, &u, sizeof(x));
+            D[q] += x * o[q];
+        }
+    }
 }
 
-// the same sum with O stored in bf16 (o16: GPT-2's bf16 activations)
-static inline float att_row_D_bf16(const uint16_t* do16, const uint16_t* o16, int HS) {
-    float sum = 0.0f;
-    for (int d = 0; d < HS; d++) { sum += mm_bf16_to_float(do16[d]) * mm_bf16_to_float(o16[d]); }
-    return sum;
+// oT (HSP, ATT_TILE) = rows 0 .. rows-1 of O (fp32 o or bf16 o16, row stride ld), transposed; 0 for the queries past
+// them
+static void att_transpose_O(float* oT, const float* o, const uint16_t* o16, size_t ld, int rows, int HS) {
+    for (int q = 0; q < ATT_TILE; q++) {
+        for (int d = 0; d < HS; d++) {
+            float x = 0.0f;
+            if (q < rows) { x = o16 != NULL ? mm_bf16_to_float(o16[(size_t)q * ld + d]) : o[(size_t)q * ld + d]; }
+            oT[(size_t)d * ATT_TILE + q] = x;
+        }
+    }
+}
+
+// Asks for `rows` rows of `bytes` bytes each, `stride` bytes apart, to be brought into the cache (L2) ahead of use
+// (write: for a store). A tile's rows of the packed tensors are short pieces of long rows, so the hardware
+// prefetcher does not see them coming, and the scalar loops that read or add to them (D, dQ's add) stalled on each
+// miss: asked for one tile ahead, they arrive while the tile before computes.
+static inline void att_prefetch_rows(const void* base, size_t bytes, size_t stride, int rows, int write) {
+    for (int r = 0; r < rows; r++) {
+        const char* row = (const char*)base + (size_t)r * stride;
+        for (size_t off = 0; off < bytes; off += 64) {
+            if (write) { __builtin_prefetch(row + off, 1, 2); }
+            else { __builtin_prefetch(row + off, 0, 2); }
+        }
+    }
 }
 
 // a thread's work buffers (the forward uses the first group only)
@@ -648,6 +680,19 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         for (int tile = 0; tile < ntiles; tile++) {
             int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
+            // the next tile's rows (the next head's first at the end of a head)
+            int next_h = tile + 1 < ntiles ? h : h + 1, next_t0 = tile + 1 < ntiles ? t0 + ATT_TILE : 0;
+            if (next_h < (g + 1) * rep) {
+                int n = T - next_t0 < ATT_TILE ? T - next_t0 : ATT_TILE;
+                size_t at_qkv = (bt0 + next_t0) * QKV + (size_t)next_h * HS, at_c = (bt0 + next_t0) * C + (size_t)next_h * HS;
+                if (qkv16 != NULL) { att_prefetch_rows(qkv16 + at_qkv, 2 * (size_t)HS, 2 * (size_t)QKV, n, 0); }
+                else { att_prefetch_rows(qkv + at_qkv, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0); }
+                att_prefetch_rows(dout + at_c, 4 * (size_t)HS, 4 * (size_t)C, n, 0);
+                if (out16 != NULL) { att_prefetch_rows(out16 + at_c, 2 * (size_t)HS, 2 * (size_t)C, n, 0); }
+                else if (out != NULL) { att_prefetch_rows(out + at_c, 4 * (size_t)HS, 4 * (size_t)C, n, 0); }
+                if (lse != NULL) { att_prefetch_rows(lse + (bt0 + next_t0) * NH + next_h, 4, 4 * (size_t)NH, n, 0); }
+                att_prefetch_rows(dqkv + at_qkv, 4 * (size_t)HS, 4 * (size_t)QKV, n, 1);
+            }
             att_load_block(w->q16, qkv, qkv16, NULL, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
             att_layout_dmajor(w->q_dm, w->q16, HSP);
             att_layout_rowpair(w->q_rp, w->q16, HSP);
@@ -657,22 +702,16 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             // each query's lse and D = rowsum(dO o O): the forward's, or its tile run again (the same bits). dO is
             // the rounded one dP^T = V dO^T takes, so that D = sum of P dP up to P's rounding (a query that sees one
             // key gets dS = 0, as it should); padded queries get 0 (their dO is 0)
-            if (!kept) { att_tile_forward(w, w->q_dm, w->k_rows, w->v_cp, blk, tile, sh); }
-            for (int q = 0; q < ATT_TILE; q++) {
-                w->D[q] = 0.0f;
-                if (q >= rows) {
-                    w->lse[q] = 0.0f;
-                    continue;
-                }
-                const uint16_t* do_q = w->do16 + (size_t)q * HSP;
-                if (kept) {
-                    size_t o = (bt0 + t0 + q) * C + (size_t)h * HS;
-                    w->lse[q] = lse[(bt0 + t0 + q) * NH + h];
-                    w->D[q] = out16 != NULL ? att_row_D_bf16(do_q, out16 + o, HS) : att_row_D(do_q, out + o, 1, HS);
-                } else {
-                    w->D[q] = att_row_D(do_q, w->oT + q, ATT_TILE, HS);
-                }
+            if (kept) {
+                size_t o = (bt0 + t0) * C + (size_t)h * HS;
+                att_transpose_O(w->oT, out16 != NULL ? NULL : out + o, out16 != NULL ? out16 + o : NULL, (size_t)C, rows,
+                                HS);
+                for (int q = 0; q < ATT_TILE; q++) { w->lse[q] = q < rows ? lse[(bt0 + t0 + q) * NH + h] : 0.0f; }
+            } else {
+                att_tile_forward(w, w->q_dm, w->k_rows, w->v_cp, blk, tile, sh);
+                for (int q = rows; q < ATT_TILE; q++) { w->lse[q] = 0.0f; }
             }
+            att_tile_D(w->D, w->do_dm, w->oT, HS); // (0 for the padded queries: their dO is 0)
             memset(w->dqT, 0, tile_n * sizeof(float));
             for (int j = 0; j <= tile; j++) {
                 const uint32_t* k_rows = w->k_rows + j * blk;
@@ -709,6 +748,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int t = 0; t < T; t++) {
         float* dk = dqkv + (bt0 + t) * QKV + C + (size_t)g * HS;
         float* dv = dk + (size_t)NKV * HS;
+        if (t + 16 < T) { // (16 rows ahead: their misses overlap these rows' adds)
+            att_prefetch_rows(dk + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
+            att_prefetch_rows(dv + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
+        }
         const float* sk = w->dk + (size_t)t * HSP;
         const float* sv = w->dv + (size_t)t * HSP;
         for (int d = 0; d < HS; d++) {
