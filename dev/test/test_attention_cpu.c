@@ -11,7 +11,8 @@ Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a
 65, 97, 200), HS 16, 20 (padded to 32), 64, 128, and grouped-query heads (NH 4 / NKV 2, NH 4 / NKV 1) against the
 tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trainers' former path); the tiled kernel's
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
-recomputes them (the same bits); 1 thread against 2 (the same bits); the fp32 emulation of the micro-kernel
+recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
+(LLMC_ATTENTION_PREFETCH=0: the same bits); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line; the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
@@ -169,6 +170,36 @@ static void test_thread_count_does_not_change_bits(void) {
         free(qkv); free(dout);
         for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
     }
+}
+
+static void prefetch_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_PREFETCH", "2", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
+// the blocked backward with its rows fetched ahead and without (LLMC_ATTENTION_PREFETCH=0) gives the same bits, kept
+// out and lse or not; a bad value is one error line
+static void test_prefetch_does_not_change_bits(void) {
+    const AttCase c = {2, 200, 4, 2, 64};
+    float* dout;
+    float* qkv = case_inputs(&c, &dout, 9);
+    for (int keep = 0; keep < 2; keep++) {
+        float* out[2];
+        float* dqkv[2];
+        for (int n = 0; n < 2; n++) {
+            out[n] = (float*)mallocCheck(case_out(&c) * sizeof(float));
+            dqkv[n] = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
+            setenv("LLMC_ATTENTION_PREFETCH", n == 0 ? "1" : "0", 1);
+            run_gqa("blocked", &c, qkv, dout, out[n], dqkv[n], keep);
+        }
+        unsetenv("LLMC_ATTENTION_PREFETCH");
+        CHECK(memcmp(dqkv[0], dqkv[1], case_qkv(&c) * sizeof(float)) == 0,
+              "keep %d: dqkv differs with LLMC_ATTENTION_PREFETCH=0", keep);
+        for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
+    }
+    free(qkv); free(dout);
+    expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
 }
 
 // in a child (matmul_bf16_native asks once per process): the fp32 emulation of the micro-kernel against tiled;
@@ -434,6 +465,7 @@ int main(int argc, char** argv) {
     test_emulated_micro_kernel_matches_tiled();
     test_blocked_matches_tiled();
     test_thread_count_does_not_change_bits();
+    test_prefetch_does_not_change_bits();
     test_phase_account();
     test_bf16_copies_of_out_and_dqkv_are_written();
     test_bf16_storage_matches_fp32_storage();

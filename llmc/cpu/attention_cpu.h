@@ -264,7 +264,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch;
     float scale;
 } AttShape;
 
@@ -276,6 +276,7 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.QKV = (NH + 2 * NKV) * HS;
     s.ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     s.native = matmul_bf16_native(); // asked here, before the threads start
+    s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
 }
@@ -453,7 +454,8 @@ static void att_transpose_O(float* oT, const float* o, const uint16_t* o16, size
 // Asks for `rows` rows of `bytes` bytes each, `stride` bytes apart, to be brought into the cache (L2) ahead of use
 // (write: for a store). A tile's rows of the packed tensors are short pieces of long rows, so the hardware
 // prefetcher does not see them coming, and the scalar loops that read or add to them (D, dQ's add) stalled on each
-// miss: asked for one tile ahead, they arrive while the tile before computes.
+// miss: asked for one tile ahead, they arrive while the tile before computes. LLMC_ATTENTION_PREFETCH=0 leaves them
+// out (AttShape's prefetch; the same bits), until they are timed beyond the Zen 5.
 static inline void att_prefetch_rows(const void* base, size_t bytes, size_t stride, int rows, int write) {
     for (int r = 0; r < rows; r++) {
         const char* row = (const char*)base + (size_t)r * stride;
@@ -682,7 +684,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             int t0 = tile * ATT_TILE, rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
             // the next tile's rows (the next head's first at the end of a head)
             int next_h = tile + 1 < ntiles ? h : h + 1, next_t0 = tile + 1 < ntiles ? t0 + ATT_TILE : 0;
-            if (next_h < (g + 1) * rep) {
+            if (sh->prefetch && next_h < (g + 1) * rep) {
                 int n = T - next_t0 < ATT_TILE ? T - next_t0 : ATT_TILE;
                 size_t at_qkv = (bt0 + next_t0) * QKV + (size_t)next_h * HS, at_c = (bt0 + next_t0) * C + (size_t)next_h * HS;
                 if (qkv16 != NULL) { att_prefetch_rows(qkv16 + at_qkv, 2 * (size_t)HS, 2 * (size_t)QKV, n, 0); }
@@ -748,7 +750,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     for (int t = 0; t < T; t++) {
         float* dk = dqkv + (bt0 + t) * QKV + C + (size_t)g * HS;
         float* dv = dk + (size_t)NKV * HS;
-        if (t + 16 < T) { // (16 rows ahead: their misses overlap these rows' adds)
+        if (sh->prefetch && t + 16 < T) { // (16 rows ahead: their misses overlap these rows' adds)
             att_prefetch_rows(dk + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
             att_prefetch_rows(dv + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
         }
