@@ -42,7 +42,8 @@ static void swiglu_forward(float* out, const float* gate, const float* up, size_
             out[i] = silu * up[i];
         }
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 8.0 * N);
+    // gate and up read, out written, and its bf16 copy when it has one
+    phase_end(PHASE_ELEMENTWISE, t_phase, (out16 != NULL ? 14.0 : 12.0) * N, 8.0 * N);
 }
 
 // dgate, dup (N) = their gradients, added to them when accumulate, else written (and their bf16 copies when they
@@ -79,8 +80,9 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
         bf16_copy_row(dgate16, dgate, N); // (a copy that only one of them has, or after accumulating)
         bf16_copy_row(dup16, dup, N);
     }
-    // dout, gate, up read; dgate, dup updated (or written)
-    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 28.0 : 20.0) * N, 16.0 * N);
+    // dout, gate, up read; dgate, dup updated (or written), and their bf16 copies when they have them
+    double copies = (dgate16 != NULL ? 2.0 : 0.0) + (dup16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 28.0 : 20.0) + copies) * N, 16.0 * N);
 }
 
 static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {

@@ -1,0 +1,262 @@
+/*
+dev/test/test_elementwise.c: the element-wise kernels of the CPU step against the passes they replace, and a timing
+of every element-wise pass (the PHASE_ELEMENTWISE account split per call).
+
+    dev/test/test_elementwise              the checks (about a second); exits non-zero on any mismatch
+    dev/test/test_elementwise --time [T]   each element-wise pass of one d12 layer (B=4, C=768, T=1024 unless
+                                           given) timed on the run's threads: best of 7, ms, MB moved, GB/s
+
+Checked, bit for bit (the new kernels sum in the old order, so nothing may differ):
+- llmc/cpu/matmul.h's matmul_backward_bias (each thread a slice of columns, rows in order, four at a time) against
+  the 64-column chunks it replaced (matmul_backward_bias_chunked), beta 0 and 1, odd sizes (rows 1..130, columns
+  1..3100: slices that are not a multiple of 16, one thread's slice empty), 1, 2 and 3 threads;
+- llmc/cpu/gelu_cpu.h's gelu_backward_bias and gelu_backward_bias_bf16_input (the GELU's backward with the fc
+  layer's bias gradient in the same pass) against gelu_backward_into / gelu_backward_bf16_input followed by the old
+  bias pass: dinp, dbias and dinp's bf16 copy, beta 0 and 1, with and without a bf16 copy of dinp (a registered
+  mirror, -p bf16 on oneDNN), the same sizes and thread counts;
+- a dbias of NULL (no bias) leaves the GELU's backward as it was.
+*/
+#include "../../llmc/cpu/gelu_cpu.h"
+#include "../../llmc/cpu/relu2_cpu.h"
+#include "../../llmc/cpu/residual_cpu.h"
+#include "../../llmc/cpu/rope_cpu.h"
+#include "../../llmc/cpu/swiglu_cpu.h"
+#include "test_common.h"
+
+// a deterministic fill in [-scale, scale): a hash of the index, so every size gets different values
+static void fill(float* x, size_t n, unsigned seed, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        x[i] = scale * ((float)(h % 20001u) / 10000.0f - 1.0f);
+    }
+}
+
+static int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+static const int ROWS[] = {1, 3, 4, 7, 64, 130};
+static const int COLS[] = {1, 5, 16, 17, 33, 100, 768, 3100};
+
+static void check_bias_gradient(void) {
+    for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
+        for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
+            int BT = ROWS[ri], OC = COLS[ci];
+            float* dout = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
+            float* start = (float*)mallocCheck((size_t)OC * sizeof(float));
+            float* want = (float*)mallocCheck((size_t)OC * sizeof(float));
+            float* got = (float*)mallocCheck((size_t)OC * sizeof(float));
+            fill(dout, (size_t)BT * OC, (unsigned)(BT * 31 + OC), 1.0f);
+            fill(start, (size_t)OC, 7u, 3.0f);
+            for (int beta = 0; beta <= 1; beta++) {
+                for (int threads = 1; threads <= 3; threads++) {
+                    set_threads(threads);
+                    memcpy(want, start, (size_t)OC * sizeof(float));
+                    if (beta == 0) { memset(want, 0, (size_t)OC * sizeof(float)); }
+                    matmul_backward_bias_chunked(want, dout, BT, OC);
+                    memcpy(got, start, (size_t)OC * sizeof(float));
+                    matmul_backward_bias(got, dout, BT, OC, (float)beta);
+                    CHECK(same_bits(want, got, (size_t)OC * sizeof(float)),
+                          "bias gradient, %d rows x %d columns, beta %d, %d threads: not the old bits", BT, OC, beta,
+                          threads);
+                }
+            }
+            free(dout);
+            free(start);
+            free(want);
+            free(got);
+        }
+    }
+    set_threads(2);
+}
+
+// the GELU's backward with the bias gradient against the two passes, from fp32 (bf16_input 0) or bf16 input,
+// with or without a bf16 copy of dinp
+static void check_gelu_backward_bias(int bf16_input, int copy) {
+    for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
+        for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
+            int BT = ROWS[ri], OC = COLS[ci];
+            size_t N = (size_t)BT * OC;
+            float* inp = (float*)mallocCheck(N * sizeof(float));
+            uint16_t* inp16 = (uint16_t*)mallocCheck(N * sizeof(uint16_t));
+            float* dout = (float*)mallocCheck(N * sizeof(float));
+            float* dinp_want = (float*)mallocCheck(N * sizeof(float));
+            float* dinp_got = (float*)mallocCheck(N * sizeof(float));
+            uint16_t* copy_want = (uint16_t*)mallocCheck(N * sizeof(uint16_t));
+            uint16_t* copy_got = (uint16_t*)mallocCheck(N * sizeof(uint16_t));
+            float* start = (float*)mallocCheck((size_t)OC * sizeof(float));
+            float* dbias_want = (float*)mallocCheck((size_t)OC * sizeof(float));
+            float* dbias_got = (float*)mallocCheck((size_t)OC * sizeof(float));
+            fill(inp, N, (unsigned)(BT + OC), 4.0f); // the GELU's curved part and both tails
+            for (size_t i = 0; i < N; i++) { inp16[i] = matmul_bf16_round_value(inp[i]); }
+            fill(dout, N, (unsigned)(BT * 7 + OC * 3), 1.0f);
+            fill(start, (size_t)OC, 11u, 2.0f);
+            if (copy) {
+                matmul_bf16_mirror_add(dinp_want, N, copy_want);
+                matmul_bf16_mirror_add(dinp_got, N, copy_got);
+            }
+            for (int beta = 0; beta <= 1; beta++) {
+                for (int threads = 1; threads <= 3; threads++) {
+                    set_threads(threads);
+                    // stale contents: written over, never read
+                    memset(dinp_want, 0x7f, N * sizeof(float));
+                    memset(dinp_got, 0x3f, N * sizeof(float));
+                    memset(copy_want, 0, N * sizeof(uint16_t));
+                    memset(copy_got, 0xff, N * sizeof(uint16_t));
+                    memcpy(dbias_want, start, (size_t)OC * sizeof(float));
+                    memcpy(dbias_got, start, (size_t)OC * sizeof(float));
+                    if (bf16_input) {
+                        gelu_backward_bf16_input(dinp_want, inp16, dout, N);
+                    } else {
+                        gelu_backward_into(dinp_want, inp, dout, N, 0);
+                    }
+                    if (beta == 0) { memset(dbias_want, 0, (size_t)OC * sizeof(float)); }
+                    matmul_backward_bias_chunked(dbias_want, dinp_want, BT, OC);
+                    if (bf16_input) {
+                        gelu_backward_bias_bf16_input(dinp_got, dbias_got, inp16, dout, BT, OC, (float)beta);
+                    } else {
+                        gelu_backward_bias(dinp_got, dbias_got, inp, dout, BT, OC, (float)beta);
+                    }
+                    const char* what = bf16_input ? "bf16 input" : "fp32 input";
+                    CHECK(same_bits(dinp_want, dinp_got, N * sizeof(float)),
+                          "GELU backward with bias (%s, copy %d), %d x %d, beta %d, %d threads: dinp differs", what,
+                          copy, BT, OC, beta, threads);
+                    CHECK(same_bits(dbias_want, dbias_got, (size_t)OC * sizeof(float)),
+                          "GELU backward with bias (%s, copy %d), %d x %d, beta %d, %d threads: dbias differs", what,
+                          copy, BT, OC, beta, threads);
+                    if (copy) {
+                        CHECK(same_bits(copy_want, copy_got, N * sizeof(uint16_t)),
+                              "GELU backward with bias (%s), %d x %d, beta %d, %d threads: dinp's bf16 copy differs",
+                              what, BT, OC, beta, threads);
+                    }
+                }
+            }
+            // no bias: the GELU's backward alone
+            set_threads(2);
+            memset(dinp_got, 0x3f, N * sizeof(float));
+            if (bf16_input) {
+                gelu_backward_bias_bf16_input(dinp_got, NULL, inp16, dout, BT, OC, 0.0f);
+            } else {
+                gelu_backward_bias(dinp_got, NULL, inp, dout, BT, OC, 0.0f);
+            }
+            CHECK(same_bits(dinp_want, dinp_got, N * sizeof(float)), "GELU backward, no bias, %d x %d: dinp differs",
+                  BT, OC);
+            if (copy) {
+                matmul_bf16_mirror_remove(dinp_want);
+                matmul_bf16_mirror_remove(dinp_got);
+            }
+            free(inp);
+            free(inp16);
+            free(dout);
+            free(dinp_want);
+            free(dinp_got);
+            free(copy_want);
+            free(copy_got);
+            free(start);
+            free(dbias_want);
+            free(dbias_got);
+        }
+    }
+    set_threads(2);
+}
+
+// ---------------------------------------------------------------------------- --time
+
+static float* timing_buffer(size_t n) {
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    fill(x, n, (unsigned)n, 2.0f);
+    return x;
+}
+
+static uint16_t* timing_buffer16(size_t n) {
+    uint16_t* x = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) { x[i] = matmul_bf16_round_value((float)(i % 1000) / 250.0f - 2.0f); }
+    return x;
+}
+
+#define TIME_PASS(name, bytes, stmt) \
+    do { \
+        double best = 1e30; \
+        for (int rep = 0; rep < 7; rep++) { \
+            double t0 = wall_seconds(); \
+            stmt; \
+            double t = wall_seconds() - t0; \
+            best = t < best ? t : best; \
+        } \
+        printf("%-44s %8.3f ms %8.1f MB %6.1f GB/s\n", name, best * 1e3, (bytes) / 1e6, (bytes) / best / 1e9); \
+    } while (0)
+
+// every element-wise pass of one layer at d12's sizes (the fp32 buffers' bf16 copies registered where the -p bf16
+// step has them)
+static void time_passes(int T) {
+    int B = 4, C = 768, BT = B * T, NH = 12, HS = 64;
+    size_t N4 = (size_t)BT * 4 * C, NC = (size_t)BT * C;
+    float *pre = timing_buffer(N4), *out = timing_buffer(N4), *dout = timing_buffer(N4), *dinp = timing_buffer(N4);
+    float *bias = timing_buffer(4 * (size_t)C), *dbias = timing_buffer(4 * (size_t)C);
+    uint16_t *pre16 = timing_buffer16(N4), *out16 = timing_buffer16(N4), *dinp16 = timing_buffer16(N4);
+    uint16_t* out_copy = timing_buffer16(N4);
+    float *cos_table = timing_buffer((size_t)T * HS / 2), *sin_table = timing_buffer((size_t)T * HS / 2);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("one d12 layer's element-wise passes, B=%d T=%d C=%d, %d threads (LLMC_ELEMENTWISE_FUSED=%d)\n", B, T, C,
+           threads, elementwise_fused());
+    TIME_PASS("bias rows, qkv (BT,3C)", 4.0 * BT * 3 * C, matmul_bias_rows(out, bias, BT, 3 * C));
+    TIME_PASS("bias rows, attproj or fcproj (BT,C)", 4.0 * NC, matmul_bias_rows(out, bias, BT, C));
+    TIME_PASS("bias + GELU forward, bf16 input (BT,4C)", 8.0 * N4,
+              bias_gelu_forward_bf16(out16, pre16, pre, bias, B, T, 4 * C));
+    TIME_PASS("GELU forward again, bf16 (BT,4C)", 4.0 * N4, gelu_forward_bf16(out16, pre16, N4));
+    TIME_PASS("bias gradient (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
+    TIME_PASS("bias gradient (BT,3C)", 12.0 * NC, matmul_backward_bias(dbias, dout, BT, 3 * C, 1.0f));
+    TIME_PASS("bias gradient (BT,4C)", 4.0 * N4, matmul_backward_bias(dbias, dout, BT, 4 * C, 1.0f));
+    TIME_PASS("GELU backward, bf16 input (BT,4C)", 10.0 * N4, gelu_backward_bf16_input(dinp, pre16, dout, N4));
+    TIME_PASS("GELU backward + bias gradient, bf16 input", 10.0 * N4,
+              gelu_backward_bias_bf16_input(dinp, dbias, pre16, dout, BT, 4 * C, 1.0f));
+    matmul_bf16_mirror_add(dinp, N4, dinp16);
+    matmul_bf16_mirror_add(out, N4, out_copy);
+    TIME_PASS("GELU backward + bias gradient, bf16 in, copy", 12.0 * N4,
+              gelu_backward_bias_bf16_input(dinp, dbias, pre16, dout, BT, 4 * C, 1.0f));
+    TIME_PASS("bias + GELU forward, fp32, copy", 14.0 * N4, bias_gelu_forward(out, pre, bias, B, T, 4 * C));
+    TIME_PASS("GELU forward again, fp32, copy", 10.0 * N4, gelu_forward(out, pre, N4));
+    TIME_PASS("GELU backward + bias gradient, fp32, copy", 14.0 * N4,
+              gelu_backward_bias(dinp, dbias, pre, dout, BT, 4 * C, 1.0f));
+    TIME_PASS("ReLU^2 forward, copy", 10.0 * N4, relu2_forward(out, pre, N4));
+    TIME_PASS("ReLU^2 backward (written), copy", 14.0 * N4, relu2_backward_into(dinp, pre, dout, N4, 0));
+    TIME_PASS("SwiGLU forward, copy", 14.0 * N4, swiglu_forward(out, pre, dout, N4));
+    matmul_bf16_mirror_remove(dinp);
+    matmul_bf16_mirror_remove(out);
+    TIME_PASS("SwiGLU backward (written)", 20.0 * N4, swiglu_backward_into(dinp, out, dout, pre, dinp + N4 / 2, N4 / 2, 0));
+    TIME_PASS("residual forward (BT,C)", 12.0 * NC, residual_forward(out, pre, dout, NC));
+    TIME_PASS("RoPE, q and k heads of a (BT,3C) row", 8.0 * BT * 2 * NH * HS,
+              rope_forward(out, cos_table, sin_table, B, T, 3 * C, 2 * NH, HS));
+    free(pre); free(out); free(dout); free(dinp); free(bias); free(dbias);
+    free(pre16); free(out16); free(dinp16); free(out_copy); free(cos_table); free(sin_table);
+}
+
+int main(int argc, char** argv) {
+    if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
+        time_passes(argc >= 3 ? atoi(argv[2]) : 1024);
+        return 0;
+    }
+    if (argc >= 2) {
+        fprintf(stderr, "usage: %s [--time [T]]\n", argv[0]);
+        return 1;
+    }
+    // the kernels under test, whatever the environment says (their old forms are called by name)
+    setenv("LLMC_ELEMENTWISE_FUSED", "1", 1);
+    check_bias_gradient();
+    for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
+        for (int copy = 0; copy <= 1; copy++) { check_gelu_backward_bias(bf16_input, copy); }
+    }
+    return test_summary();
+}
