@@ -14,7 +14,10 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
   layer's bias gradient in the same pass) against gelu_backward_into / gelu_backward_bf16_input followed by the old
   bias pass: dinp, dbias and dinp's bf16 copy, beta 0 and 1, with and without a bf16 copy of dinp (a registered
   mirror, -p bf16 on oneDNN), the same sizes and thread counts;
-- a dbias of NULL (no bias) leaves the GELU's backward as it was.
+- a dbias of NULL (no bias) leaves the GELU's backward as it was;
+- llmc/cpu/swiglu_cpu.h's backward with both bf16 copies (the trainers' case: now vectorised) against the loop it
+  replaced (swiglu_backward_copies_scalar): dgate, dup and their copies, gate over [-20, 20] with +-100 and 0, odd
+  sizes, 1 to 3 threads.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/relu2_cpu.h"
@@ -169,6 +172,45 @@ static void check_gelu_backward_bias(int bf16_input, int copy) {
     set_threads(2);
 }
 
+// SwiGLU's backward with both bf16 copies (the trainers' case), vectorised, against the loop it replaced
+static void check_swiglu_backward(void) {
+    static const size_t SIZES[] = {1, 15, 16, 17, 100, 1000, 4099};
+    for (size_t si = 0; si < sizeof(SIZES) / sizeof(SIZES[0]); si++) {
+        size_t N = SIZES[si];
+        float* in = (float*)mallocCheck(3 * N * sizeof(float)); // dout, gate, up
+        float* want = (float*)mallocCheck(2 * N * sizeof(float)); // dgate, dup
+        float* got = (float*)mallocCheck(2 * N * sizeof(float));
+        uint16_t* want16 = (uint16_t*)mallocCheck(2 * N * sizeof(uint16_t));
+        uint16_t* got16 = (uint16_t*)mallocCheck(2 * N * sizeof(uint16_t));
+        fill(in, N, (unsigned)N, 1.0f);
+        fill(in + N, N, (unsigned)N + 1u, 20.0f); // gate: sigmoid's flat tails, its middle, and e^x's clamps
+        fill(in + 2 * N, N, (unsigned)N + 2u, 3.0f);
+        if (N >= 3) { in[N] = 100.0f; in[N + 1] = -100.0f; in[N + 2] = 0.0f; }
+        matmul_bf16_mirror_add(got, N, got16);
+        matmul_bf16_mirror_add(got + N, N, got16 + N);
+        for (int threads = 1; threads <= 3; threads++) {
+            set_threads(threads);
+            memset(want, 0, 2 * N * sizeof(float));
+            memset(got, 0x7f, 2 * N * sizeof(float));
+            memset(got16, 0xff, 2 * N * sizeof(uint16_t));
+            swiglu_backward_copies_scalar(want, want + N, want16, want16 + N, in, in + N, in + 2 * N, N);
+            swiglu_backward_into(got, got + N, in, in + N, in + 2 * N, N, 0);
+            CHECK(same_bits(want, got, 2 * N * sizeof(float)), "SwiGLU backward, N %zu, %d threads: dgate or dup differs",
+                  N, threads);
+            CHECK(same_bits(want16, got16, 2 * N * sizeof(uint16_t)),
+                  "SwiGLU backward, N %zu, %d threads: a bf16 copy differs", N, threads);
+        }
+        matmul_bf16_mirror_remove(got);
+        matmul_bf16_mirror_remove(got + N);
+        free(in);
+        free(want);
+        free(got);
+        free(want16);
+        free(got16);
+    }
+    set_threads(2);
+}
+
 // ---------------------------------------------------------------------------- --time
 
 static float* timing_buffer(size_t n) {
@@ -258,5 +300,6 @@ int main(int argc, char** argv) {
     for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
         for (int copy = 0; copy <= 1; copy++) { check_gelu_backward_bias(bf16_input, copy); }
     }
+    check_swiglu_backward();
     return test_summary();
 }
