@@ -3,8 +3,9 @@ dev/test/test_elementwise.c: the element-wise kernels of the CPU step against th
 of every element-wise pass (the PHASE_ELEMENTWISE account split per call).
 
     dev/test/test_elementwise              the checks (about a second); exits non-zero on any mismatch
-    dev/test/test_elementwise --time [T]   each element-wise pass of one d12 layer (B=4, C=768, T=1024 unless
-                                           given) timed on the run's threads: best of 7, ms, MB moved, GB/s
+    dev/test/test_elementwise --time [T]   each element-wise pass of one d12 layer of each family's -p bf16 step
+                                           (B=4, C=768, T=1024 unless given) on the run's threads: best of 7, ms,
+                                           MB moved, GB/s, and the layer's sum (the phase is about 12 of them)
 
 Checked, bit for bit (the new kernels sum in the old order, so nothing may differ):
 - llmc/cpu/matmul.h's matmul_backward_bias (each thread a slice of columns, rows in order, four at a time) against
@@ -225,7 +226,8 @@ static uint16_t* timing_buffer16(size_t n) {
     return x;
 }
 
-#define TIME_PASS(name, bytes, stmt) \
+// the best of 7 runs of stmt, printed with the bytes it moves; added to *layer_ms
+#define TIME_PASS(layer_ms, name, bytes, stmt) \
     do { \
         double best = 1e30; \
         for (int rep = 0; rep < 7; rep++) { \
@@ -234,55 +236,85 @@ static uint16_t* timing_buffer16(size_t n) {
             double t = wall_seconds() - t0; \
             best = t < best ? t : best; \
         } \
-        printf("%-44s %8.3f ms %8.1f MB %6.1f GB/s\n", name, best * 1e3, (bytes) / 1e6, (bytes) / best / 1e9); \
+        *(layer_ms) += best * 1e3; \
+        printf("  %-46s %8.3f ms %8.1f MB %6.1f GB/s\n", name, best * 1e3, (bytes) / 1e6, (bytes) / best / 1e9); \
     } while (0)
 
-// every element-wise pass of one layer at d12's sizes (the fp32 buffers' bf16 copies registered where the -p bf16
-// step has them)
+// one layer's element-wise passes of each family's -p bf16 step at d12 (B=4, C=768), the buffers' bf16 copies
+// registered where the step has them, and the layer's sum: the elementwise phase of a step is about 12 of them
 static void time_passes(int T) {
-    int B = 4, C = 768, BT = B * T, NH = 12, HS = 64;
+    int B = 4, C = 768, BT = B * T;
     size_t N4 = (size_t)BT * 4 * C, NC = (size_t)BT * C;
-    float *pre = timing_buffer(N4), *out = timing_buffer(N4), *dout = timing_buffer(N4), *dinp = timing_buffer(N4);
+    // enough for every family's largest tensors: (BT, 4C) for GPT-2 and nanochat, two (BT, FFN=2048) for Llama 3
+    size_t NBUF = (size_t)BT * 2 * 2048 > N4 ? (size_t)BT * 2 * 2048 : N4;
+    float *x = timing_buffer(NBUF), *y = timing_buffer(NBUF), *dout = timing_buffer(NBUF), *dx = timing_buffer(NBUF);
     float *bias = timing_buffer(4 * (size_t)C), *dbias = timing_buffer(4 * (size_t)C);
-    uint16_t *pre16 = timing_buffer16(N4), *out16 = timing_buffer16(N4), *dinp16 = timing_buffer16(N4);
-    uint16_t* out_copy = timing_buffer16(N4);
-    float *cos_table = timing_buffer((size_t)T * HS / 2), *sin_table = timing_buffer((size_t)T * HS / 2);
+    uint16_t *x16 = timing_buffer16(NBUF), *y16 = timing_buffer16(NBUF), *dx16 = timing_buffer16(NBUF);
+    float *cos_table = timing_buffer((size_t)T * 64), *sin_table = timing_buffer((size_t)T * 64);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("one d12 layer's element-wise passes, B=%d T=%d C=%d, %d threads (LLMC_ELEMENTWISE_FUSED=%d)\n", B, T, C,
-           threads, elementwise_fused());
-    TIME_PASS("bias rows, qkv (BT,3C)", 4.0 * BT * 3 * C, matmul_bias_rows(out, bias, BT, 3 * C));
-    TIME_PASS("bias rows, attproj or fcproj (BT,C)", 4.0 * NC, matmul_bias_rows(out, bias, BT, C));
-    TIME_PASS("bias + GELU forward, bf16 input (BT,4C)", 8.0 * N4,
-              bias_gelu_forward_bf16(out16, pre16, pre, bias, B, T, 4 * C));
-    TIME_PASS("GELU forward again, bf16 (BT,4C)", 4.0 * N4, gelu_forward_bf16(out16, pre16, N4));
-    TIME_PASS("bias gradient (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
-    TIME_PASS("bias gradient (BT,3C)", 12.0 * NC, matmul_backward_bias(dbias, dout, BT, 3 * C, 1.0f));
-    TIME_PASS("bias gradient (BT,4C)", 4.0 * N4, matmul_backward_bias(dbias, dout, BT, 4 * C, 1.0f));
-    TIME_PASS("GELU backward, bf16 input (BT,4C)", 10.0 * N4, gelu_backward_bf16_input(dinp, pre16, dout, N4));
-    TIME_PASS("GELU backward + bias gradient, bf16 input", 10.0 * N4,
-              gelu_backward_bias_bf16_input(dinp, dbias, pre16, dout, BT, 4 * C, 1.0f));
-    matmul_bf16_mirror_add(dinp, N4, dinp16);
-    matmul_bf16_mirror_add(out, N4, out_copy);
-    TIME_PASS("GELU backward + bias gradient, bf16 in, copy", 12.0 * N4,
-              gelu_backward_bias_bf16_input(dinp, dbias, pre16, dout, BT, 4 * C, 1.0f));
-    TIME_PASS("bias + GELU forward, fp32, copy", 14.0 * N4, bias_gelu_forward(out, pre, bias, B, T, 4 * C));
-    TIME_PASS("GELU forward again, fp32, copy", 10.0 * N4, gelu_forward(out, pre, N4));
-    TIME_PASS("GELU backward + bias gradient, fp32, copy", 14.0 * N4,
-              gelu_backward_bias(dinp, dbias, pre, dout, BT, 4 * C, 1.0f));
-    TIME_PASS("ReLU^2 forward, copy", 10.0 * N4, relu2_forward(out, pre, N4));
-    TIME_PASS("ReLU^2 backward (written), copy", 14.0 * N4, relu2_backward_into(dinp, pre, dout, N4, 0));
-    TIME_PASS("SwiGLU forward, copy", 14.0 * N4, swiglu_forward(out, pre, dout, N4));
-    matmul_bf16_mirror_remove(dinp);
-    matmul_bf16_mirror_remove(out);
-    TIME_PASS("SwiGLU backward (written)", 20.0 * N4, swiglu_backward_into(dinp, out, dout, pre, dinp + N4 / 2, N4 / 2, 0));
-    TIME_PASS("residual forward (BT,C)", 12.0 * NC, residual_forward(out, pre, dout, NC));
-    TIME_PASS("RoPE, q and k heads of a (BT,3C) row", 8.0 * BT * 2 * NH * HS,
-              rope_forward(out, cos_table, sin_table, B, T, 3 * C, 2 * NH, HS));
-    free(pre); free(out); free(dout); free(dinp); free(bias); free(dbias);
-    free(pre16); free(out16); free(dinp16); free(out_copy); free(cos_table); free(sin_table);
+    printf("one d12 layer's element-wise passes, -p bf16, B=%d T=%d C=%d, %d threads, LLMC_ELEMENTWISE_FUSED=%d\n", B,
+           T, C, threads, elementwise_fused());
+    double gpt2 = 0.0, llama3 = 0.0, nanochat = 0.0;
+    printf("GPT-2 (4C = %d)\n", 4 * C);
+    TIME_PASS(&gpt2, "bias rows, qkv (BT,3C)", 12.0 * NC, matmul_bias_rows(y, bias, BT, 3 * C));
+    TIME_PASS(&gpt2, "bias rows, attproj (BT,C)", 4.0 * NC, matmul_bias_rows(y, bias, BT, C));
+    TIME_PASS(&gpt2, "bias rows, fcproj (BT,C)", 4.0 * NC, matmul_bias_rows(y, bias, BT, C));
+    TIME_PASS(&gpt2, "bias + GELU forward to bf16 (BT,4C)", 8.0 * N4, bias_gelu_forward_bf16(y16, x16, x, bias, B, T, 4 * C));
+    TIME_PASS(&gpt2, "GELU forward again, bf16 (BT,4C)", 4.0 * N4, gelu_forward_bf16(y16, x16, N4));
+    TIME_PASS(&gpt2, "bias gradient, fcproj (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
+    matmul_bf16_mirror_add(dx, N4, dx16);
+    TIME_PASS(&gpt2, "GELU backward (in place) + fc bias gradient", 12.0 * N4,
+              gelu_backward_bias_bf16_input(dx, dbias, x16, dx, BT, 4 * C, 1.0f));
+    matmul_bf16_mirror_remove(dx);
+    TIME_PASS(&gpt2, "bias gradient, attproj (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
+    TIME_PASS(&gpt2, "bias gradient, qkv (BT,3C)", 12.0 * NC, matmul_backward_bias(dbias, dout, BT, 3 * C, 1.0f));
+    printf("  %-46s %8.3f ms\n", "GPT-2 layer", gpt2);
+
+    int FFN = 2048, NH = 12, NKV = 6, HS = 64, QKV = (NH + 2 * NKV) * HS;
+    size_t NF = (size_t)BT * FFN;
+    printf("Llama 3 (FFN %d, %d + %d heads of %d)\n", FFN, NH, NKV, HS);
+    TIME_PASS(&llama3, "RoPE forward, q and k heads", 8.0 * BT * (NH + NKV) * HS,
+              rope_forward(y, cos_table, sin_table, B, T, QKV, NH + NKV, HS));
+    TIME_PASS(&llama3, "residual forward, attention", 12.0 * NC, residual_forward(y, x, dout, NC));
+    matmul_bf16_mirror_add(y, NF, y16);
+    TIME_PASS(&llama3, "SwiGLU forward (+ copy)", 14.0 * NF, swiglu_forward(y, x, x + NF, NF));
+    TIME_PASS(&llama3, "residual forward, MLP", 12.0 * NC, residual_forward(dx, x, dout, NC));
+    TIME_PASS(&llama3, "SwiGLU forward again (+ copy)", 14.0 * NF, swiglu_forward(y, x, x + NF, NF));
+    matmul_bf16_mirror_remove(y);
+    matmul_bf16_mirror_add(dx, NF, dx16);
+    matmul_bf16_mirror_add(dx + NF, NF, dx16 + NF);
+    TIME_PASS(&llama3, "SwiGLU backward (+ both copies)", 24.0 * NF, swiglu_backward_into(dx, dx + NF, dout, x, x + NF, NF, 0));
+    matmul_bf16_mirror_remove(dx);
+    matmul_bf16_mirror_remove(dx + NF);
+    matmul_bf16_mirror_add(dx, (size_t)BT * QKV, dx16);
+    TIME_PASS(&llama3, "RoPE backward (+ copy)", 10.0 * BT * (NH + NKV) * HS,
+              rope_backward(dx, cos_table, sin_table, B, T, QKV, NH + NKV, HS));
+    matmul_bf16_mirror_remove(dx);
+    printf("  %-46s %8.3f ms\n", "Llama 3 layer", llama3);
+
+    NH = 6, HS = 128, QKV = 3 * C;
+    printf("nanochat (FFN %d, %d heads of %d)\n", 4 * C, NH, HS);
+    TIME_PASS(&nanochat, "RoPE forward, q and k heads", 8.0 * BT * 2 * NH * HS,
+              rope_reverse_forward(y, cos_table, sin_table, B, T, QKV, 2 * NH, HS));
+    TIME_PASS(&nanochat, "residual forward, attention", 12.0 * NC, residual_forward(y, x, dout, NC));
+    matmul_bf16_mirror_add(y, N4, y16);
+    TIME_PASS(&nanochat, "ReLU^2 forward (+ copy)", 10.0 * N4, relu2_forward(y, x, N4));
+    TIME_PASS(&nanochat, "residual forward, MLP", 12.0 * NC, residual_forward(dx, x, dout, NC));
+    TIME_PASS(&nanochat, "ReLU^2 forward again (+ copy)", 10.0 * N4, relu2_forward(y, x, N4));
+    matmul_bf16_mirror_remove(y);
+    matmul_bf16_mirror_add(dx, N4, dx16);
+    TIME_PASS(&nanochat, "ReLU^2 backward (+ copy)", 14.0 * N4, relu2_backward_into(dx, x, dout, N4, 0));
+    matmul_bf16_mirror_remove(dx);
+    matmul_bf16_mirror_add(dx, (size_t)BT * QKV, dx16);
+    TIME_PASS(&nanochat, "RoPE backward (+ copy)", 10.0 * BT * 2 * NH * HS,
+              rope_reverse_backward(dx, cos_table, sin_table, B, T, QKV, 2 * NH, HS));
+    matmul_bf16_mirror_remove(dx);
+    printf("  %-46s %8.3f ms\n", "nanochat layer", nanochat);
+    free(x); free(y); free(dout); free(dx); free(bias); free(dbias);
+    free(x16); free(y16); free(dx16); free(cos_table); free(sin_table);
 }
 
 int main(int argc, char** argv) {
