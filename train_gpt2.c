@@ -312,14 +312,15 @@ void gpt2_backward(void* m, float loss_scale) {
             gelu_forward_bf16(a.fch_gelu16, a.fch16, BTC * 4); // the forward's, again
             matmul_backward_into_bf16_input(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, w.fcprojw, B, T,
                                             4 * C, C, 0.0f, beta);
-            gelu_backward_bf16_input(da.fch, a.fch16, dfch_gelu, BTC * 4);
+            gelu_backward_bias_bf16_input(da.fch, dw.fcb, a.fch16, dfch_gelu, B * T, 4 * C, beta);
         } else {
             gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                              (B,T,4C)
             matmul_backward_into(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
-            gelu_backward_into(da.fch, a.fch, dfch_gelu, BTC * 4, 0);
+            gelu_backward_bias(da.fch, dw.fcb, a.fch, dfch_gelu, B * T, 4 * C, beta);
         }
+        // (fcb's gradient came with the GELU's backward, the sum of the rows it wrote)
         layernorm_recompute(a.ln2, a.residual2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b, B, T, C);        // (B,T,C)
-        matmul_backward_into(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
+        matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
         cpu_zero_floats(da.qkv, BTC * 3); // attention's backward adds to it

@@ -64,7 +64,8 @@ static void activation_forward(Activation act, float* out, const float* inp, siz
     } else {
         ACTIVATION_STORE(out, out16, N, 0, relu2_value(inp[i]));
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, (act == ACTIVATION_GELU ? 8.0 : 2.0) * N);
+    // inp read, out written, and its bf16 copy when it has one
+    phase_end(PHASE_ELEMENTWISE, t_phase, (out16 != NULL ? 10.0 : 8.0) * N, (act == ACTIVATION_GELU ? 8.0 : 2.0) * N);
 }
 
 static void activation_backward_into(Activation act, float* dinp, const float* inp, const float* dout, size_t N,
@@ -77,7 +78,9 @@ static void activation_backward_into(Activation act, float* dinp, const float* i
     } else {
         ACTIVATION_STORE(dinp, dinp16, N, accumulate, relu2_grad(inp[i]) * dout[i]);
     }
-    phase_end(PHASE_ELEMENTWISE, t_phase, (accumulate ? 16.0 : 12.0) * N, (act == ACTIVATION_GELU ? 14.0 : 4.0) * N);
+    // inp and dout read, dinp written (read first when accumulated), and its bf16 copy when it has one
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 16.0 : 12.0) + (dinp16 != NULL ? 2.0 : 0.0)) * N,
+              (act == ACTIVATION_GELU ? 14.0 : 4.0) * N);
 }
 
 #endif // LLMC_ACTIVATION_CPU_H

@@ -9,6 +9,10 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
                                                   never read)
     bias_gelu_forward_bf16, gelu_forward_bf16, gelu_backward_bf16_input   the same with the GELU's input stored in
                                                   bf16 alone (GPT-2's -p bf16 activations)
+    gelu_backward_bias(dinp, dbias, inp, dout, BT, OC, beta)   gelu_backward_into (written) and, in the same pass,
+                                                  the fc layer's bias gradient dbias = beta * dbias + the sum of dinp's
+                                                  rows (matmul_backward_bias's bits)
+    gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta)   the same from the bf16 input
 
 (N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. A function whose output a
 GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
@@ -45,7 +49,8 @@ static void bias_gelu_forward(float* out, float* pre, const float* bias, int B, 
         if (out16 != NULL) { bf16_copy_row(out16 + (size_t)r * OC, y, (size_t)OC); }
     }
     double N = (double)B * T * OC;
-    phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, 9.0 * N); // pre read and written back, out written
+    // pre read and written back, out written, and out's bf16 copy when it has one
+    phase_end(PHASE_ELEMENTWISE, t_phase, (out16 != NULL ? 14.0 : 12.0) * N, 9.0 * N);
 }
 
 // dinp (N) = the gradient of gelu_forward for dout (N), added to dinp when accumulate, else written
@@ -93,6 +98,95 @@ static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const f
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
     ACTIVATION_STORE(dinp, dinp16, N, 0, vec_gelu_grad(mm_bf16_to_float(inp16[i])) * dout[i]);
     phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
+}
+
+// one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
+// dinp16 is not NULL), sum += dinp; x from inp16 (bf16) or else inp (fp32). Four loops, so that each vectorises.
+static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, float* sum, const uint16_t* inp16,
+                                          const float* inp, const float* dout, int n) {
+    if (inp16 != NULL && dinp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp[j] = v;
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (inp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
+    } else if (dinp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp[j] = v;
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
+    }
+}
+
+// the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
+// exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
+// reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows, each column over the rows in order (beta 0:
+// its old contents never read). x is inp16 (bf16, GPT-2's -p bf16 activations) or else inp (fp32). Each thread owns
+// a slice of columns (llmc/cpu/matmul.h's bias_grad_column_slice) and walks down the rows, so the sums are
+// matmul_backward_bias's, bit for bit, and the same for any thread count. LLMC_ELEMENTWISE_FUSED=0: the two passes.
+static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* inp16, const float* inp,
+                                   const float* dout, int BT, int OC, float beta) {
+    size_t N = (size_t)BT * OC;
+    if (!elementwise_fused() || dbias == NULL) {
+        if (inp16 != NULL) {
+            gelu_backward_bf16_input(dinp, inp16, dout, N);
+        } else {
+            gelu_backward_into(dinp, inp, dout, N, 0);
+        }
+        matmul_backward_bias(dbias, dinp, BT, OC, beta);
+        return;
+    }
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    #pragma omp parallel
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
+        int o0, o1;
+        bias_grad_column_slice(OC, nt, t, &o0, &o1);
+        float sum[BIAS_GRAD_BLOCK];
+        for (int b0 = o0; b0 < o1; b0 += BIAS_GRAD_BLOCK) {
+            int n = o1 - b0 < BIAS_GRAD_BLOCK ? o1 - b0 : BIAS_GRAD_BLOCK;
+            for (int j = 0; j < n; j++) { sum[j] = beta == 0.0f ? 0.0f : dbias[b0 + j]; }
+            for (int r = 0; r < BT; r++) {
+                size_t at = (size_t)r * OC + b0;
+                gelu_backward_bias_row(dinp + at, dinp16 != NULL ? dinp16 + at : NULL, sum,
+                                       inp16 != NULL ? inp16 + at : NULL, inp != NULL ? inp + at : NULL, dout + at, n);
+            }
+            for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
+        }
+    }
+    // x (bf16 or fp32) and dout read, dinp (and its copy) written; dbias's OC floats left out
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 8.0 + (dinp16 != NULL ? 2.0 : 0.0)) * N,
+              15.0 * N);
+}
+
+static void gelu_backward_bias(float* dinp, float* dbias, const float* inp, const float* dout, int BT, int OC,
+                               float beta) {
+    gelu_backward_bias_any(dinp, dbias, NULL, inp, dout, BT, OC, beta);
+}
+
+static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint16_t* inp16, const float* dout, int BT,
+                                          int OC, float beta) {
+    gelu_backward_bias_any(dinp, dbias, inp16, NULL, dout, BT, OC, beta);
 }
 
 #endif // LLMC_GELU_CPU_H

@@ -1276,18 +1276,84 @@ static void matmul_backward_weight(float* dweight, const float* dout, const floa
     matmul_gemm(matmul_precision, 1, 0, OC, C, B * T, dout, OC, inp, C, beta, dweight, C);
 }
 
-// dbias (OC) = beta * dbias + the sum of dout's (BT,OC) rows (dbias NULL: nothing; beta 0: its old contents never read):
-// each thread owns a slice of columns, rows in order
-static void matmul_backward_bias(float* dbias, const float* dout, int BT, int OC, float beta) {
-    if (dbias == NULL) { return; }
-    if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
-    double t_phase = phase_begin();
+// LLMC_ELEMENTWISE_FUSED=0: the element-wise passes as they were before 2026-11-29 (the bias gradient in 64-column
+// chunks and its own pass after GPT-2's GELU backward); the default (1) runs the kernels below. Same bits either way;
+// kept selectable because the new loops were timed on one CPU kind only. Read once.
+static int elementwise_fused(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_ELEMENTWISE_FUSED"); }
+    return on;
+}
+
+// the columns [*o0, *o1) of (rows, OC) that thread t of nt owns in a column-split pass: contiguous slices, a
+// multiple of 16 floats wide (whole 64-byte lines), the last one shorter or empty
+static inline void bias_grad_column_slice(int OC, int nt, int t, int* o0, int* o1) {
+    int width = ((OC + nt - 1) / nt + 15) / 16 * 16;
+    *o0 = t * width < OC ? t * width : OC;
+    *o1 = *o0 + width < OC ? *o0 + width : OC;
+}
+
+// the widest slice of columns one pass over the rows sums at once: its running sums (up to 32 KB, on the stack) stay
+// in L1. A wider slice is summed in blocks, one pass over the rows each, but every row read in pieces ran 1.4x slower
+// (GPT-2 d12's 3072-wide GELU gradient on one thread, Zen 5), so a block covers every slice of the models trained here
+#define BIAS_GRAD_BLOCK 8192
+
+// the old bias gradient (LLMC_ELEMENTWISE_FUSED=0): 64-column chunks over threads, each read down all rows
+static void matmul_backward_bias_chunked(float* dbias, const float* dout, int BT, int OC) {
     #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += 64) {
         int o1 = o0 + 64 < OC ? o0 + 64 : OC;
         for (int r = 0; r < BT; r++) {
             const float* d = dout + (size_t)r * OC;
             for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
+        }
+    }
+}
+
+// dbias[o0, o1) += the sum of dout's rows over those columns, rows in order (the same sums, bit for bit, as one
+// running sum per column): four rows per step into running sums on the stack, so each row of the slice is one
+// contiguous read and dbias is written once per block (no cache line of it shared with another thread's slice)
+static inline void bias_grad_columns(float* dbias, const float* dout, int BT, int OC, int o0, int o1) {
+    float sum[BIAS_GRAD_BLOCK];
+    for (int b0 = o0; b0 < o1; b0 += BIAS_GRAD_BLOCK) {
+        int n = o1 - b0 < BIAS_GRAD_BLOCK ? o1 - b0 : BIAS_GRAD_BLOCK;
+        for (int j = 0; j < n; j++) { sum[j] = dbias[b0 + j]; }
+        int r = 0;
+        for (; r + 4 <= BT; r += 4) {
+            const float* d0 = dout + (size_t)r * OC + b0;
+            const float* d1 = d0 + OC;
+            const float* d2 = d1 + OC;
+            const float* d3 = d2 + OC;
+            for (int j = 0; j < n; j++) { sum[j] = (((sum[j] + d0[j]) + d1[j]) + d2[j]) + d3[j]; }
+        }
+        for (; r < BT; r++) {
+            const float* d = dout + (size_t)r * OC + b0;
+            for (int j = 0; j < n; j++) { sum[j] += d[j]; }
+        }
+        for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
+    }
+}
+
+// dbias (OC) = beta * dbias + the sum of dout's (BT,OC) rows (dbias NULL: nothing; beta 0: its old contents never
+// read), each column summed over the rows in order: each thread owns a slice of columns (bias_grad_column_slice)
+// and streams down the rows, vectorised across its columns
+static void matmul_backward_bias(float* dbias, const float* dout, int BT, int OC, float beta) {
+    if (dbias == NULL) { return; }
+    if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    double t_phase = phase_begin();
+    if (!elementwise_fused()) {
+        matmul_backward_bias_chunked(dbias, dout, BT, OC);
+    } else {
+        #pragma omp parallel
+        {
+            int nt = 1, t = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads();
+            t = omp_get_thread_num();
+#endif
+            int o0, o1;
+            bias_grad_column_slice(OC, nt, t, &o0, &o1);
+            bias_grad_columns(dbias, dout, BT, OC, o0, o1);
         }
     }
     phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * BT * OC, (double)BT * OC);

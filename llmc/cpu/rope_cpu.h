@@ -97,7 +97,8 @@ static void rope_rotate(float* x, const float* cos_table, const float* sin_table
         if (x16 != NULL) { bf16_copy_row(x16 + (size_t)bt * row, x + (size_t)bt * row, (size_t)nheads * HS); }
     }
     double n = (double)B * T * nheads * HS;
-    phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * n, 3.0 * n); // the heads read and written in place
+    // the heads read and written in place, and their bf16 copy when x has one
+    phase_end(PHASE_ELEMENTWISE, t_phase, (x16 != NULL ? 10.0 : 8.0) * n, 3.0 * n);
 }
 
 // rotates the first nheads heads of x (B,T,row) at their positions (RoPE)

@@ -1,0 +1,59 @@
+"""The element-wise kernels of the CPU step (llmc/cpu/matmul.h's bias gradient, llmc/cpu/gelu_cpu.h's GELU backward
+with the fc layer's bias gradient in the same pass) against the passes they replaced, and LLMC_ELEMENTWISE_FUSED=0,
+which runs the old passes, giving the same training bits.
+
+- dev/test/test_elementwise: the new kernels against the old, bit for bit, on odd sizes, beta 0 and 1, with and
+  without dinp's bf16 copy, 1 to 3 threads (it runs under OMP_WAIT_POLICY=PASSIVE: its 3-thread cases on 2 cores
+  would otherwise spin in every barrier);
+- train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same losses with LLMC_ELEMENTWISE_FUSED=0 and
+  without it, and an unknown value is one error line.
+
+Runtime: about 10 s on 2 cores.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TS_TRAIN, assert_one_error_line, make, run
+
+
+@pytest.fixture(scope="module")
+def test_elementwise() -> Path:
+    make("dev/test/test_elementwise")
+    return REPO / "dev" / "test" / "test_elementwise"
+
+
+@pytest.fixture(scope="module")
+def trainer(tinyshakespeare) -> Path:
+    make("train_gpt2")
+    return REPO / "train_gpt2"
+
+
+def test_elementwise_kernels_give_the_bits_of_the_passes_they_replace(test_elementwise: Path) -> None:
+    proc = run([test_elementwise], env={"OMP_WAIT_POLICY": "PASSIVE"})
+    m = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
+    assert m and int(m.group(2)) == 0 and int(m.group(1)) >= 3000, proc.stdout[-2000:]
+
+
+def losses(stdout: str) -> list[float]:
+    return [float(x) for x in re.findall(r"^step \d+/\d+ \| loss (\S+)", stdout, re.M)]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_old_elementwise_passes_train_the_same_bits(trainer: Path, tmp_path: Path, precision: str) -> None:
+    cmd = [trainer, "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 3, "-v", 0, "-s", 0, "-p", precision]
+    env = {"OMP_NUM_THREADS": "2", "LLMC_BF16": "force"}
+    fused = run(cmd, env=env).stdout
+    passes = run(cmd, env={**env, "LLMC_ELEMENTWISE_FUSED": "0"}).stdout
+    assert len(losses(fused)) == 3 and losses(fused) == losses(passes), f"{fused[-600:]}\n{passes[-600:]}"
+    norms = re.findall(r"norm (\S+)", fused), re.findall(r"norm (\S+)", passes)
+    assert norms[0] == norms[1]
+
+
+def test_a_bad_elementwise_switch_is_one_error_line(trainer: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
+               env={"LLMC_ELEMENTWISE_FUSED": "yes"}, check=False)
+    assert "LLMC_ELEMENTWISE_FUSED=yes: use 0 or 1" in assert_one_error_line(proc)
