@@ -165,4 +165,4 @@ def test_unknown_norm_kernel_is_one_error_line(tinyshakespeare, tmp_path: Path) 
     make("train_gpt2")
     proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 1, "-o", tmp_path], cwd=tmp_path,
                env={"LLMC_NORM": "fast"}, check=False)
-    assert assert_one_error_line(proc) == "error: LLMC_NORM=fast: use rows or grouped"
+    assert assert_one_error_line(proc) == "error: LLMC_NORM=fast: use rows, grouped or fused"

@@ -56,11 +56,11 @@ typedef int32_t NormIndex __attribute__((vector_size(NORM_GROUP * sizeof(int32_t
 #define NORM_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (NormIndex){__VA_ARGS__})
 #endif
 
-typedef enum { NORM_ROWS, NORM_GROUPED } NormKernel;
+typedef enum { NORM_ROWS, NORM_GROUPED, NORM_FUSED } NormKernel;
 
 static int norm_kernel_state = -1;  // -1: LLMC_NORM not read yet
 
-// the norms' kernel: LLMC_NORM=rows|grouped (read once; anything else is one error line), grouped by default
+// the norms' kernel: LLMC_NORM=rows|grouped|fused (read once; anything else is one error line), grouped by default
 static NormKernel norm_kernel(void) {
     if (norm_kernel_state < 0) {
         const char* env = getenv("LLMC_NORM");
@@ -68,8 +68,10 @@ static NormKernel norm_kernel(void) {
             norm_kernel_state = NORM_GROUPED;
         } else if (strcmp(env, "rows") == 0) {
             norm_kernel_state = NORM_ROWS;
+        } else if (strcmp(env, "fused") == 0) {
+            norm_kernel_state = NORM_FUSED;
         } else {
-            llmc_die("LLMC_NORM=%s: use rows or grouped", env);
+            llmc_die("LLMC_NORM=%s: use rows, grouped or fused", env);
         }
     }
     return (NormKernel)norm_kernel_state;
@@ -188,7 +190,7 @@ static inline void layernorm_apply_row(float* o, uint16_t* o16, const float* x, 
 // grouped kernel when n is a whole group, else a row at a time (the same bits either way)
 static inline void layernorm_stats_rows(NormKernel kernel, float* mean, float* rstd, const float* x, int r0, int n,
                                         int C) {
-    if (n == NORM_GROUP && kernel == NORM_GROUPED) {
+    if (n == NORM_GROUP && kernel != NORM_ROWS) {
         layernorm_stats_group(mean + r0, rstd + r0, x + (size_t)r0 * C, (size_t)C, C);
         return;
     }
@@ -274,7 +276,7 @@ static void norm_weight_backward(float* dweight, float* dbias, const float* dout
     // dweight, dbias are (C); dout, inp are (BT,C); mean, rstd are (BT)
     // (its callers count it in their phase: the norm's backward reads dout and inp once, compulsorily)
     int slice = 64;  // channels a pass over the rows covers
-    if (norm_kernel() == NORM_GROUPED) {
+    if (norm_kernel() != NORM_ROWS) {
 #ifdef _OPENMP
         int threads = omp_get_max_threads();
 #else
@@ -407,31 +409,100 @@ NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NO
     }
 }
 
-// LayerNorm's input gradients of BT rows with the grouped kernel: norm_backward_rows(layernorm_backward_row, ...)'s
-// result (the same bits), the means of 16 rows taken at once
-static void layernorm_backward_rows_grouped(float* dinp, const float* dout, const float* inp, const float* weight,
-                                            const float* mean, const float* rstd, int BT, int C, int accumulate) {
+#define NORM_CHUNK 64  // rows per partial weight-gradient sum of the fused kernel: fixed, whatever the thread count
+
+// A normalisation layer's backward with the grouped kernel, rows split over threads, 16 at a time: dinp (BT,C) from
+// dout and inp (BT,C), the weight (C), each row's mean (NULL: 0) and rstd (BT), added or written, with dinp's bf16
+// copy when it has one; the rows by the row rule, or by LayerNorm's 16-row means (layernorm_means: row is then
+// layernorm_backward_row, which the rows left over take): the same bits as norm_backward_rows. With dweight (fused:
+// LLMC_NORM=fused) the weight's gradients in the same pass (dout and inp are read once instead of twice): each chunk
+// of NORM_CHUNK rows sums its terms (inp - mean) * rstd * dout and dout in row order into a partial sum of its own,
+// and dweight, dbias (NULL: none) += the partial sums in chunk order, columns split over threads. The order depends
+// on BT only, so the bits are the same for any thread count; they are not norm_weight_backward's (one running sum
+// over all rows). dweight NULL: the input gradients alone.
+static void norm_backward_grouped(NormBackwardRow row, int layernorm_means, float* dinp, float* dweight, float* dbias,
+                                  const float* dout, const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int BT, int C, int accumulate) {
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
-    #pragma omp parallel for schedule(static)
-    for (int r0 = 0; r0 < BT; r0 += NORM_GROUP) {
-        int n = BT - r0 < NORM_GROUP ? BT - r0 : NORM_GROUP;
-        float dnorm_mean[NORM_GROUP], dnorm_norm_mean[NORM_GROUP];
-        if (n == NORM_GROUP) {
-            layernorm_backward_means_group(dnorm_mean, dnorm_norm_mean, dout + (size_t)r0 * C, inp + (size_t)r0 * C,
-                                           weight, mean + r0, rstd + r0, (size_t)C, C);
-        }
-        for (int r = 0; r < n; r++) {
-            size_t at = (size_t)(r0 + r) * C;
-            if (n == NORM_GROUP) {
-                layernorm_backward_apply_row(dinp + at, dout + at, inp + at, weight, mean[r0 + r], rstd[r0 + r],
-                                             dnorm_mean[r], dnorm_norm_mean[r], C, accumulate);
-            } else {
-                layernorm_backward_row(dinp + at, dout + at, inp + at, weight, mean[r0 + r], rstd[r0 + r], C,
-                                       accumulate, NULL);
+    int chunks = (BT + NORM_CHUNK - 1) / NORM_CHUNK;
+    int sums = dbias != NULL ? 2 : 1;  // partial sums per chunk: dweight's, then dbias's
+    float* partial = dweight != NULL ? (float*)mallocCheck((size_t)chunks * sums * C * sizeof(float)) : NULL;
+    #pragma omp parallel
+    {
+        float* scratch = (float*)mallocCheck((size_t)C * sizeof(float)); // this thread's row of work space
+        #pragma omp for schedule(static)
+        for (int k = 0; k < chunks; k++) {
+            int r_end = (k + 1) * NORM_CHUNK < BT ? (k + 1) * NORM_CHUNK : BT;
+            float* pw = partial != NULL ? partial + (size_t)k * sums * C : NULL;  // (C) this chunk's dweight sum
+            float* pb = pw != NULL && dbias != NULL ? pw + C : NULL;               // (C) its dbias sum
+            if (pw != NULL) { memset(pw, 0, (size_t)sums * C * sizeof(float)); }
+            for (int r0 = k * NORM_CHUNK; r0 < r_end; r0 += NORM_GROUP) {
+                int n = r_end - r0 < NORM_GROUP ? r_end - r0 : NORM_GROUP;
+                float dnorm_mean[NORM_GROUP], dnorm_norm_mean[NORM_GROUP];
+                int grouped = layernorm_means && n == NORM_GROUP;
+                if (grouped) {
+                    layernorm_backward_means_group(dnorm_mean, dnorm_norm_mean, dout + (size_t)r0 * C,
+                                                   inp + (size_t)r0 * C, weight, mean + r0, rstd + r0, (size_t)C, C);
+                }
+                for (int r = 0; r < n; r++) {
+                    int bt = r0 + r;
+                    size_t at = (size_t)bt * C;
+                    float m = mean != NULL ? mean[bt] : 0.0f, s = rstd[bt];
+                    if (grouped) {
+                        layernorm_backward_apply_row(dinp + at, dout + at, inp + at, weight, m, s, dnorm_mean[r],
+                                                     dnorm_norm_mean[r], C, accumulate);
+                    } else {
+                        row(dinp + at, dout + at, inp + at, weight, m, s, C, accumulate, scratch);
+                    }
+                    if (dinp16 != NULL) { bf16_copy_row(dinp16 + at, dinp + at, (size_t)C); }
+                    if (pw == NULL) { continue; }
+                    // the row's weight-gradient terms, while its dout and inp are in the cache
+                    const float* x = inp + at;
+                    const float* d = dout + at;
+                    for (int i = 0; i < C; i++) { pw[i] += (x[i] - m) * s * d[i]; }
+                    if (pb != NULL) {
+                        for (int i = 0; i < C; i++) { pb[i] += d[i]; }
+                    }
+                }
             }
-            if (dinp16 != NULL) { bf16_copy_row(dinp16 + at, dinp + at, (size_t)C); }
+        }
+        free(scratch);
+    }
+    if (partial == NULL) { return; }
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int k = 0; k < chunks; k++) {
+            const float* pw = partial + (size_t)k * sums * C;
+            for (int i = c0; i < c1; i++) { dweight[i] += pw[i]; }
+            if (dbias != NULL) {
+                for (int i = c0; i < c1; i++) { dbias[i] += pw[C + i]; }
+            }
         }
     }
+    free(partial);
+}
+
+// A normalisation layer's input and weight gradients by the kernel LLMC_NORM chose (the rule above the rows kernel's
+// norm_backward_rows, then norm_weight_backward; the grouped kernel's norm_backward_grouped, then the same; the fused
+// kernel's norm_backward_grouped with the weight): dinp added or written, dweight (NULL: no weight) and dbias (NULL:
+// no bias) added. layernorm_means: LayerNorm's (row is layernorm_backward_row).
+static void norm_backward(NormBackwardRow row, int layernorm_means, float* dinp, float* dweight, float* dbias,
+                          const float* dout, const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int BT, int C, int accumulate) {
+    NormKernel kernel = norm_kernel();
+    if (kernel == NORM_FUSED) {
+        norm_backward_grouped(row, layernorm_means, dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C,
+                              accumulate);
+        return;
+    }
+    if (kernel == NORM_GROUPED) {
+        norm_backward_grouped(row, layernorm_means, dinp, NULL, NULL, dout, inp, weight, mean, rstd, BT, C,
+                              accumulate);
+    } else {
+        norm_backward_rows(row, dinp, dout, inp, weight, mean, rstd, BT, C, accumulate);
+    }
+    if (dweight != NULL) { norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C); }
 }
 
 // dinp (B,T,C) = the input gradient, added to dinp when accumulate, else written; dweight, dbias += theirs
@@ -441,12 +512,7 @@ static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, c
     // dinp, dout, inp are (B,T,C); dweight, dbias, weight are (C); mean, rstd are (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
-    if (norm_kernel() == NORM_GROUPED) {
-        layernorm_backward_rows_grouped(dinp, dout, inp, weight, mean, rstd, BT, C, accumulate);
-    } else {
-        norm_backward_rows(layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, BT, C, accumulate);
-    }
-    norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C);
+    norm_backward(layernorm_backward_row, 1, dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C, accumulate);
     double BTC = (double)BT * C;
     // dout, inp read; dinp updated (or written)
     phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * BTC + 2.0 * BT), 10.0 * BTC);
