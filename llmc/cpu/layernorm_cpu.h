@@ -1,6 +1,7 @@
 /*
 llmc/cpu/layernorm_cpu.h: LayerNorm on the CPU, fp32 with OpenMP; the CPU side of llmc/cuda/layernorm.cuh. GPT-2's
-norm, and the weight-gradient sum every norm with a weight shares (llmc/cpu/rmsnorm_cpu.h's too).
+norm, and the backward every norm shares (llmc/cpu/rmsnorm_cpu.h's too): the rows' input gradients by a row rule,
+the weight gradient, the kernels that run them.
 
     layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C)
         out (B,T,C) = (inp - mean) * rstd * weight + bias; mean, rstd (B,T) kept for the backward
@@ -11,15 +12,25 @@ norm, and the weight-gradient sum every norm with a weight shares (llmc/cpu/rmsn
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C)
         dinp, dweight, dbias += their gradients
     layernorm_backward_into(..., accumulate)   the same, dinp added (1) or written (0: its old contents never read)
-    norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C)
-        dweight += column sums of (inp - mean) * rstd * dout (mean NULL: 0, RMSNorm's), dbias += those of dout
-        (dbias NULL: none)
-    norm_backward_rows(row, dinp, dout, inp, weight, mean, rstd, BT, C, accumulate)
-        every norm's input gradient, a row at a time by the norm's row rule (layernorm_backward_row, RMSNorm's)
+    norm_backward(row, layernorm_means, dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C, accumulate)
+        every norm's backward: dinp by the norm's row rule (layernorm_backward_row, RMSNorm's), dweight += column
+        sums of (inp - mean) * rstd * dout (mean NULL: 0, RMSNorm's; dweight NULL: none), dbias += those of dout
+        (NULL: none)
+    norm_weight_backward(dweight, dbias, dout, inp, mean, rstd, BT, C)   the weight gradients alone
 
-weight, bias (C). Reductions run in a fixed order (the same bits for the same inputs and thread count); eps is
-llmc/layer_math.h's LAYERNORM_EPS (layernorm_mean, layernorm_rstd). A function whose output a GEMM reads writes
-that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow).
+weight, bias (C). eps is llmc/layer_math.h's LAYERNORM_EPS. A function whose output a GEMM reads writes that
+output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow).
+
+The kernels (LLMC_NORM, read once; doc/cpu-speed.md). A row's sums are fp32 adds in the row's order, each term
+rounded (NORM_SUMS_UNFUSED), so the bits are fixed by the inputs and never depend on the thread count.
+    grouped (the default)  16 rows' sums side by side (8 on an AVX2 build, 4 below), one per lane of a vector
+                           (norm_columns turns a 16 x 16 block);
+                           the weight gradient in one pass over the rows per thread: the bits of rows
+    rows                   a row at a time (its sums run at the latency of an add), the weight gradient in one pass
+                           over the rows per 64 columns: the kernels before 2026-11-29, kept to time against
+    fused                  grouped, with the weight gradient summed in the input gradients' pass (dout and inp read
+                           once): by chunks of NORM_CHUNK rows, then the chunks in order, which changes the weight
+                           gradients' bits (not their thread-count independence); the rest is grouped's
 */
 #ifndef LLMC_LAYERNORM_CPU_H
 #define LLMC_LAYERNORM_CPU_H
@@ -41,12 +52,20 @@ that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.
 // ----------------------------------------------------------------------------
 // The grouped kernels (LLMC_NORM=grouped, the default): NORM_GROUP rows at once. A row's sum over its C values is a
 // chain of dependent fp32 adds (no reassociation: the bits are fixed by the order), so one row at a time runs at the
-// add's latency. Here 16 rows' chains run side by side, one per lane of a 16-float vector: a 16 x 16 block of the rows
+// add's latency. Here NORM_GROUP rows' chains run side by side, one per lane of a vector: a square block of the rows
 // is turned (norm_columns) so that vector j holds column i + j of every row, and each lane adds its row's values in
 // the row's own order, the same bits as the row-at-a-time sums (LLMC_NORM=rows, kept selectable). Rows left over
-// (BT not a multiple of 16) and columns left over (C not a multiple of 16) take the scalar code, in order.
+// (BT not a multiple of NORM_GROUP) and columns left over (C not a multiple of it) take the scalar code, in order.
 
+// rows per group: a vector register's floats (the square blocks the shuffles turn fit the registers; 16-float vectors
+// split in two on an AVX2 build made the grouped kernel 1.6x slower than the rows one)
+#if defined(__AVX512F__)
 #define NORM_GROUP 16
+#elif defined(__AVX__)
+#define NORM_GROUP 8
+#else
+#define NORM_GROUP 4
+#endif
 typedef float NormLanes __attribute__((vector_size(NORM_GROUP * sizeof(float))));  // lane r: row r of a group
 typedef int32_t NormIndex __attribute__((vector_size(NORM_GROUP * sizeof(int32_t))));
 
@@ -111,13 +130,21 @@ NORM_SUMS_UNFUSED static float layernorm_row_rstd(const float* x, float m, int C
 }
 
 // swaps bit d of the row index with bit d of the column index: the off-diagonal d x d blocks of every 2d x 2d block
-// of the 16 x 16 tile v trade places; the four swaps (d = 8, 4, 2, 1) transpose it
+// of the NORM_GROUP x NORM_GROUP tile v trade places; the swaps for d = NORM_GROUP / 2, ..., 2, 1 transpose it. Lane l of
+// the new v[k] is v[k][l] where bit d of l is clear, else v[k + d][l - d]; of the new v[k + d], v[k][l + d] where it is
+// clear, else v[k + d][l] (index W + l: lane l of the second vector)
 #define NORM_SWAP(v, a, b, lo, hi)                                                                            \
     do {                                                                                                      \
         NormLanes x_ = v[a], y_ = v[b];                                                                       \
         v[a] = NORM_SHUFFLE(x_, y_, lo);                                                                      \
         v[b] = NORM_SHUFFLE(x_, y_, hi);                                                                      \
     } while (0)
+// (masks: NORM_SWAPd, whose _LO and _HI lists the swap takes; pasted, so they reach NORM_SWAP unexpanded)
+#define NORM_STAGE(v, d, masks)                                                                               \
+    for (int a_ = 0; a_ < NORM_GROUP; a_ += 2 * (d)) {                                                        \
+        for (int k_ = a_; k_ < a_ + (d); k_++) { NORM_SWAP(v, k_, k_ + (d), masks##_LO, masks##_HI); }        \
+    }
+#if NORM_GROUP == 16
 #define NORM_SWAP8_LO 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define NORM_SWAP8_HI 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
 #define NORM_SWAP4_LO 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
@@ -126,51 +153,65 @@ NORM_SUMS_UNFUSED static float layernorm_row_rstd(const float* x, float m, int C
 #define NORM_SWAP2_HI 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
 #define NORM_SWAP1_LO 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define NORM_SWAP1_HI 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#elif NORM_GROUP == 8
+#define NORM_SWAP4_LO 0, 1, 2, 3, 8, 9, 10, 11
+#define NORM_SWAP4_HI 4, 5, 6, 7, 12, 13, 14, 15
+#define NORM_SWAP2_LO 0, 1, 8, 9, 4, 5, 12, 13
+#define NORM_SWAP2_HI 2, 3, 10, 11, 6, 7, 14, 15
+#define NORM_SWAP1_LO 0, 8, 2, 10, 4, 12, 6, 14
+#define NORM_SWAP1_HI 1, 9, 3, 11, 5, 13, 7, 15
+#else
+#define NORM_SWAP2_LO 0, 1, 4, 5
+#define NORM_SWAP2_HI 2, 3, 6, 7
+#define NORM_SWAP1_LO 0, 4, 2, 6
+#define NORM_SWAP1_HI 1, 5, 3, 7
+#endif
 
-// t[j] (lane r) = x[r * stride + i + j] for j, r < 16: the columns i..i+15 of 16 rows of x, one vector per column
+// t[j] (lane r) = x[r * stride + i + j] for j, r < NORM_GROUP: the columns i.. of NORM_GROUP rows of x, one vector per
+// column
 static inline __attribute__((always_inline)) void norm_columns(NormLanes t[NORM_GROUP], const float* x, size_t stride,
                                                                int i) {
     for (int r = 0; r < NORM_GROUP; r++) { memcpy(&t[r], x + (size_t)r * stride + i, sizeof(NormLanes)); }
-    for (int a = 0; a < 8; a++) { NORM_SWAP(t, a, a + 8, NORM_SWAP8_LO, NORM_SWAP8_HI); }
-    for (int a = 0; a < 16; a += 8) {
-        for (int k = a; k < a + 4; k++) { NORM_SWAP(t, k, k + 4, NORM_SWAP4_LO, NORM_SWAP4_HI); }
-    }
-    for (int a = 0; a < 16; a += 4) {
-        for (int k = a; k < a + 2; k++) { NORM_SWAP(t, k, k + 2, NORM_SWAP2_LO, NORM_SWAP2_HI); }
-    }
-    for (int k = 0; k < 16; k += 2) { NORM_SWAP(t, k, k + 1, NORM_SWAP1_LO, NORM_SWAP1_HI); }
+#if NORM_GROUP == 16
+    NORM_STAGE(t, 8, NORM_SWAP8);
+#endif
+#if NORM_GROUP >= 8
+    NORM_STAGE(t, 4, NORM_SWAP4);
+#endif
+    NORM_STAGE(t, 2, NORM_SWAP2);
+    NORM_STAGE(t, 1, NORM_SWAP1);
 }
 
-// the mean and 1/std of 16 rows x (16 rows of C, stride apart), each row's sums in layernorm_row_mean's and
-// layernorm_row_rstd's order: the same bits as those, 16 chains at once
+// the mean and 1/std of NORM_GROUP rows x (rows of C, stride apart), each row's sums in layernorm_row_mean's and
+// layernorm_row_rstd's order: the same bits as those, NORM_GROUP chains at once
 NORM_SUMS_UNFUSED static void layernorm_stats_group(float mean[NORM_GROUP], float rstd[NORM_GROUP], const float* x, size_t stride,
                                   int C) {
     NormLanes t[NORM_GROUP];
     NormLanes sum = {0};
-    int C16 = C / 16 * 16;
-    for (int i = 0; i < C16; i += 16) {
+    int CG = C / NORM_GROUP * NORM_GROUP;  // the columns the vectors take; the rest in scalar code, in order
+    for (int i = 0; i < CG; i += NORM_GROUP) {
         norm_columns(t, x, stride, i);
-        for (int j = 0; j < 16; j++) { sum += t[j]; }
+        for (int j = 0; j < NORM_GROUP; j++) { sum += t[j]; }
     }
     float s[NORM_GROUP], m[NORM_GROUP];
     memcpy(s, &sum, sizeof(s));
     for (int r = 0; r < NORM_GROUP; r++) {
-        for (int i = C16; i < C; i++) { s[r] += x[(size_t)r * stride + i]; }
+        for (int i = CG; i < C; i++) { s[r] += x[(size_t)r * stride + i]; }
         m[r] = s[r] / (float)C;
         mean[r] = m[r];
     }
     NormLanes mv, sq = {0};
     memcpy(&mv, m, sizeof(mv));
-    for (int i = 0; i < C16; i += 16) {
+    for (int i = 0; i < CG; i += NORM_GROUP) {
         norm_columns(t, x, stride, i);
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NORM_GROUP; j++) {
             NormLanes d = t[j] - mv;
             sq += d * d;
         }
     }
     memcpy(s, &sq, sizeof(s));
     for (int r = 0; r < NORM_GROUP; r++) {
-        for (int i = C16; i < C; i++) {
+        for (int i = CG; i < C; i++) {
             float d = x[(size_t)r * stride + i] - m[r];
             s[r] += d * d;
         }
@@ -186,7 +227,7 @@ static inline void layernorm_apply_row(float* o, uint16_t* o16, const float* x, 
     bf16_copy_row(o16, o, (size_t)C);
 }
 
-// the mean and 1/std of rows r0 .. r0 + n - 1 of x (C each) into mean, rstd (indexed by row): 16 at once with the
+// the mean and 1/std of rows r0 .. r0 + n - 1 of x (C each) into mean, rstd (indexed by row): all at once with the
 // grouped kernel when n is a whole group, else a row at a time (the same bits either way)
 static inline void layernorm_stats_rows(NormKernel kernel, float* mean, float* rstd, const float* x, int r0, int n,
                                         int C) {
@@ -371,8 +412,8 @@ static void layernorm_backward_row(float* dx, const float* d, const float* x, co
     layernorm_backward_apply_row(dx, d, x, weight, m, s, dnorm_mean, dnorm_norm_mean, C, accumulate);
 }
 
-// layernorm_backward_row's two means for 16 rows at once, each row's sums in its order (the same bits): for row r of
-// d and x (16 rows of C, stride apart, their mean m and 1/std s), dnorm_mean[r] = mean of dnorm, dnorm_norm_mean[r]
+// layernorm_backward_row's two means for NORM_GROUP rows at once, each row's sums in its order (the same bits): for
+// row r of d and x (rows of C, stride apart, their mean m and 1/std s), dnorm_mean[r] = mean of dnorm, dnorm_norm_mean[r]
 // = mean of dnorm * norm
 NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NORM_GROUP], float dnorm_norm_mean[NORM_GROUP],
                                            const float* d, const float* x, const float* weight, const float* m,
@@ -381,11 +422,11 @@ NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NO
     NormLanes mv, sv, sum_dnorm = {0}, sum_dnorm_norm = {0};
     memcpy(&mv, m, sizeof(mv));
     memcpy(&sv, s, sizeof(sv));
-    int C16 = C / 16 * 16;
-    for (int i = 0; i < C16; i += 16) {
+    int CG = C / NORM_GROUP * NORM_GROUP;
+    for (int i = 0; i < CG; i += NORM_GROUP) {
         norm_columns(td, d, stride, i);
         norm_columns(tx, x, stride, i);
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NORM_GROUP; j++) {
             NormLanes norm = (tx[j] - mv) * sv;
             NormLanes dnorm = weight[i + j] * td[j];
             sum_dnorm += dnorm;
@@ -398,7 +439,7 @@ NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NO
     for (int r = 0; r < NORM_GROUP; r++) {
         const float* dr = d + (size_t)r * stride;
         const float* xr = x + (size_t)r * stride;
-        for (int i = C16; i < C; i++) {
+        for (int i = CG; i < C; i++) {
             float norm = (xr[i] - m[r]) * s[r];
             float dnorm = weight[i] * dr[i];
             a[r] += dnorm;
@@ -411,9 +452,9 @@ NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NO
 
 #define NORM_CHUNK 64  // rows per partial weight-gradient sum of the fused kernel: fixed, whatever the thread count
 
-// A normalisation layer's backward with the grouped kernel, rows split over threads, 16 at a time: dinp (BT,C) from
+// A normalisation layer's backward with the grouped kernel, rows split over threads, NORM_GROUP at a time: dinp (BT,C) from
 // dout and inp (BT,C), the weight (C), each row's mean (NULL: 0) and rstd (BT), added or written, with dinp's bf16
-// copy when it has one; the rows by the row rule, or by LayerNorm's 16-row means (layernorm_means: row is then
+// copy when it has one; the rows by the row rule, or by LayerNorm's NORM_GROUP-row means (layernorm_means: row is then
 // layernorm_backward_row, which the rows left over take): the same bits as norm_backward_rows. With dweight (fused:
 // LLMC_NORM=fused) the weight's gradients in the same pass (dout and inp are read once instead of twice): each chunk
 // of NORM_CHUNK rows sums its terms (inp - mean) * rstd * dout and dout in row order into a partial sum of its own,
