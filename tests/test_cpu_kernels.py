@@ -11,6 +11,9 @@
   it pays, one line with the two rates, then exactly the LLMC_BF16=force losses. The calibration's
   rates are injected (LLMC_BF16_RATES) so both answers are proven on every CPU.
 
+- llmc/cpu/layernorm_cpu.h's norm kernels: the grouped ones (LLMC_NORM=grouped, the default) against the
+  row-at-a-time ones (LLMC_NORM=rows), bit for bit (dev/test/test_norm_cpu, and train_gpt2's losses).
+
 No timing is asserted here (make bench measures speed). Runtime: about 30 s on 2 cores.
 """
 from __future__ import annotations
@@ -130,3 +133,36 @@ def test_fp32_run_never_calibrates(tinyshakespeare, tmp_path: Path) -> None:
     make("train_gpt2")
     out, losses = d2_overfit(tmp_path, "fp32", "fp32", {"LLMC_BF16_RATES": "bad"})
     assert "-p bf16" not in out and len(losses) == 5
+
+
+# ---------------------------------------------------------------------------- the norms' kernels
+# llmc/cpu/layernorm_cpu.h's grouped kernels (LLMC_NORM=grouped, the default: 16 rows' sums at once) give the bits of
+# the row-at-a-time kernels (LLMC_NORM=rows): dev/test/test_norm_cpu checks every norm function, forward and backward,
+# C = 16, 100, 768, accumulate 0 and 1, the weightless RMSNorm, 1 and 2 threads, any difference failing; here the
+# trainers too, by their losses.
+
+
+def test_norm_grouped_kernels_match_rows_kernels_bit_for_bit() -> None:
+    make("dev/test/test_norm_cpu")
+    proc = run([REPO / "dev" / "test" / "test_norm_cpu"], env={"OMP_NUM_THREADS": "2", "LLMC_NORM": ""})
+    m = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
+    assert m and int(m.group(2)) == 0 and int(m.group(1)) >= 270, proc.stdout[-2000:]
+
+
+def test_train_gpt2_losses_are_the_same_with_either_norm_kernel(tinyshakespeare, tmp_path: Path) -> None:
+    """d2 (C = 128), 3 steps, 2 threads: every train-loss line of LLMC_NORM=rows equals the default's."""
+    make("train_gpt2")
+    logs = []
+    for kernel in ("rows", "grouped"):
+        out = tmp_path / kernel
+        run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 3, "-v", 0,
+             "-s", 0, "-o", out], cwd=tmp_path, env={"OMP_NUM_THREADS": "2", "LLMC_NORM": kernel})
+        logs.append(re.findall(r"^s:\d+ trl:\S+", (out / "main.log").read_text(), re.M))
+    assert len(logs[0]) == 3 and logs[0] == logs[1]
+
+
+def test_unknown_norm_kernel_is_one_error_line(tinyshakespeare, tmp_path: Path) -> None:
+    make("train_gpt2")
+    proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 1, "-o", tmp_path], cwd=tmp_path,
+               env={"LLMC_NORM": "fast"}, check=False)
+    assert assert_one_error_line(proc) == "error: LLMC_NORM=fast: use rows, grouped or fused"

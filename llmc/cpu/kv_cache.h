@@ -138,8 +138,8 @@ static void linear_forward(float* out, const float* inp, const float* weight, co
 static void layernorm_rows(KVCache* kv, float* out, const float* inp, const float* weight, const float* bias, int n, int C) {
     // out and inp are (n, C), weight and bias are (C)
     if (n > 1) { layernorm_forward(out, kv->mean, kv->rstd, inp, weight, bias, 1, n, C); return; }
-    float m = layernorm_mean(inp, C);
-    float s = layernorm_rstd(inp, m, C);
+    float m = layernorm_row_mean(inp, C);  // llmc/cpu/layernorm_cpu.h's: layernorm_forward's bits
+    float s = layernorm_row_rstd(inp, m, C);
     for (int i = 0; i < C; i++) { out[i] = (inp[i] - m) * s * weight[i] + bias[i]; }
 }
 

@@ -28,7 +28,7 @@ inputs and thread count). A function whose output a GEMM reads writes that outpu
 #include <stdlib.h>
 
 #include "../utils.h"
-#include "layernorm_cpu.h"  // norm_backward_rows, norm_weight_backward
+#include "layernorm_cpu.h"  // norm_backward
 #include "matmul.h"
 #include "phase_time.h"
 #include "vecmath.h"
@@ -120,12 +120,13 @@ static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout
     // dinp, dout, inp are (B,T,C); dweight, weight are (C) or NULL; rstd is (B,T)
     int BT = B * T;
     double t_phase = phase_begin();
+    // (llmc/cpu/layernorm_cpu.h's norm_backward: the row rule over the rows, and dweight[i] += sum over rows of
+    // dout * norm, with no mean and no bias, by the kernel LLMC_NORM chose)
     if (weight == NULL) {
-        norm_backward_rows(rmsnorm_weightless_backward_from_input, dinp, dout, inp, NULL, NULL, rstd, BT, C, accumulate);
+        norm_backward(rmsnorm_weightless_backward_from_input, 0, dinp, NULL, NULL, dout, inp, NULL, NULL, rstd, BT, C,
+                      accumulate);
     } else {
-        norm_backward_rows(rmsnorm_backward_row, dinp, dout, inp, weight, NULL, rstd, BT, C, accumulate);
-        // dweight[i] += sum over rows of dout * norm (llmc/cpu/layernorm_cpu.h's, with no mean and no bias)
-        norm_weight_backward(dweight, NULL, dout, inp, NULL, rstd, BT, C);
+        norm_backward(rmsnorm_backward_row, 0, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, BT, C, accumulate);
     }
     // dout, inp read; dinp updated (or written)
     double n = (double)BT * C;
