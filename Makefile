@@ -529,10 +529,20 @@ BLAS_LDLIBS_mkl-system := -L$(MKL_SYS_LIB) -Wl,-rpath,$(MKL_SYS_LIB) -Wl,--no-as
   -lmkl_core -Wl,--as-needed -lpthread -ldl
 # oneDNN (the wheels' libdnnl.so.3, linked by that name): the bf16 GEMMs of every BLAS but none, and BLAS=onednn's fp32
 ONEDNN ?= 1
-ONEDNN_LIB := $(firstword $(wildcard $(VENV_LIB)/libdnnl.so.3))
-ONEDNN_FOUND := $(if $(and $(ONEDNN_LIB),$(wildcard $(VENV)/include/oneapi/dnnl/dnnl.h)),$(ONEDNN_LIB))
-ONEDNN_CFLAGS := -DLLMC_ONEDNN -I$(abspath $(VENV)/include)
-ONEDNN_LDLIBS := $(ONEDNN_LIB) -Wl,-rpath,$(VENV_LIB)
+# ONEDNN_DIR: the prefix holding include/oneapi/dnnl and lib/libdnnl.so.3; the venv's (oneDNN 3.2 on GNU OpenMP) by
+# default. Another prefix, e.g. the onednn==2026.1.0 + onednn-devel wheels and their dependencies (oneDNN 3.13 on
+# SYCL + TBB, doc/cpu-speed.md) installed with pip install --prefix DIR: its libdnnl needs libtbb, libsycl, libsvml,
+# libimf and libintlc from DIR/lib, which are linked directly so that the program's rpath finds them (mpicc's
+# RUNPATH serves only a program's own libraries, not libdnnl's).
+ONEDNN_DIR ?= $(VENV)
+ONEDNN_LIBDIR := $(abspath $(ONEDNN_DIR)/lib)
+ONEDNN_LIB := $(firstword $(wildcard $(ONEDNN_LIBDIR)/libdnnl.so.3))
+ONEDNN_FOUND := $(if $(and $(ONEDNN_LIB),$(wildcard $(ONEDNN_DIR)/include/oneapi/dnnl/dnnl.h)),$(ONEDNN_LIB))
+ONEDNN_CFLAGS := -DLLMC_ONEDNN -I$(abspath $(ONEDNN_DIR)/include)
+ONEDNN_DEPS := $(if $(filter $(VENV_LIB),$(ONEDNN_LIBDIR)),,$(wildcard $(addprefix $(ONEDNN_LIBDIR)/,libtbb.so.12 \
+  libsycl.so.9 libsvml.so libimf.so libintlc.so.5)))
+ONEDNN_LDLIBS := $(strip $(ONEDNN_LIB) $(if $(ONEDNN_DEPS),-Wl$(blas_comma)--no-as-needed $(ONEDNN_DEPS) \
+  -Wl$(blas_comma)--as-needed) -Wl,-rpath,$(ONEDNN_LIBDIR))
 BLAS_CFLAGS_onednn := -DLLMC_BLAS_ONEDNN $(ONEDNN_CFLAGS)
 BLAS_LDLIBS_onednn := $(ONEDNN_LDLIBS)
 BLAS_CFLAGS_none :=
@@ -545,18 +555,23 @@ $(foreach b,openblas mkl openblas-system mkl-system,$(eval BLAS_LDLIBS_$(b) := $
 ifeq ($(filter $(BLAS),$(BLAS_NAMES)),)
   $(error BLAS=$(BLAS): use one of $(BLAS_NAMES))
 endif
+ifeq ($(and $(filter-out $(abspath $(VENV)),$(abspath $(ONEDNN_DIR))),$(filter 1,$(ONEDNN)),$(if $(ONEDNN_FOUND),,1)),1)
+  $(error ONEDNN_DIR=$(ONEDNN_DIR): no include/oneapi/dnnl/dnnl.h and lib/libdnnl.so.3 there)
+endif
 BLAS_CFLAGS := $(BLAS_CFLAGS_$(BLAS))
 BLAS_LDLIBS := $(BLAS_LDLIBS_$(BLAS))
 
 # the line a build prints: which BLAS $(1) is, and how to get the faster one
 BLAS_SETUP_HINT := for the faster scipy-openblas32 wheel (make bench, doc/cpu-speed.md): make setup
 blas_line = $(strip BLAS: $(1) ($(or $(BLAS_WHAT_$(1)),not found)$(if $(and $(BLAS_WHAT_$(1)),$(findstring \
-  -DLLMC_ONEDNN,$(BLAS_CFLAGS_$(1)))),; bf16 GEMMs on oneDNN)) $(BLAS_HINT_$(1)))
+  -DLLMC_ONEDNN,$(BLAS_CFLAGS_$(1)))),; bf16 GEMMs on oneDNN$(if $(filter-out $(abspath $(VENV)),$(abspath \
+  $(ONEDNN_DIR))), in $(ONEDNN_DIR)))) $(BLAS_HINT_$(1)))
 BLAS_WHAT_openblas := $(if $(OPENBLAS_DIR),the scipy-openblas32 wheel in $(VENV))
 BLAS_WHAT_mkl := $(if $(MKL_LIBS_FOUND),the mkl wheel in $(VENV))
 BLAS_WHAT_openblas-system := $(OPENBLAS_SYS_FOUND)
 BLAS_WHAT_mkl-system := $(MKL_SYS_FOUND)
-BLAS_WHAT_onednn := $(if $(ONEDNN_FOUND),the onednn-cpu-gomp wheel in $(VENV))
+BLAS_WHAT_onednn := $(if $(ONEDNN_FOUND),$(if $(filter $(abspath $(VENV)),$(abspath \
+  $(ONEDNN_DIR))),the onednn-cpu-gomp wheel in $(VENV),oneDNN in $(ONEDNN_DIR)))
 BLAS_WHAT_none := the built-in kernel of llmc/cpu/matmul.h; no OpenBLAS or MKL found
 BLAS_HINT_openblas-system := - $(BLAS_SETUP_HINT)
 BLAS_HINT_mkl-system := - $(BLAS_SETUP_HINT)

@@ -30,6 +30,9 @@ layers' counted L times; it prints the step's GEMM FLOPs over their summed time 
 d6: -l 768x384,384x384,1024x384,1024x384,384x1024 (qkv with 3 of 6 kv heads, attention projection, the two
 SwiGLU inputs, its output); without it a layer is GPT-2's (3C x C, C x C, 4C x C, C x 4C).
 
+-k KERNEL:PRECISION,... times only those (e.g. -k onednn:bf16, the oneDNN bf16 GEMM alone, to compare two oneDNN builds
+back to back without the minutes of the fp32 kernels between them).
+
 Threads: OMP_NUM_THREADS, as for the trainer. FLOPs = 2 M N K per call. dev/bench.py runs it
 before the trainers and reports their step rate as a fraction of the best of these (and torch's).
 */
@@ -187,6 +190,43 @@ static int parse_positive(const char* flag, const char* value) {
     return (int)v;
 }
 
+// -k: the kernel:precision names to time ("openblas:fp32,onednn:bf16"); NULL = all of this build's
+static const char* only_kernels = NULL;
+
+// whether `name` is one of the comma-separated names of `list`
+static int name_listed(const char* list, const char* name) {
+    size_t len = strlen(name);
+    for (const char* p = list; (p = strstr(p, name)) != NULL; p += len) {
+        if ((p == list || p[-1] == ',') && (p[len] == '\0' || p[len] == ',')) { return 1; }
+    }
+    return 0;
+}
+
+// whether -k asked for kernel:precision, which this build has; recorded in `have` (a comma-separated list)
+static int kernel_wanted(const char* kernel, const char* precision, char* have, size_t have_size) {
+    char name[64];
+    snprintf(name, sizeof(name), "%s:%s", kernel, precision);
+    size_t used = strlen(have);
+    snprintf(have + used, have_size - used, "%s%s", used > 0 ? "," : "", name);
+    return only_kernels == NULL || name_listed(only_kernels, name);
+}
+
+// every name given to -k must be one of this build's GEMMs: one error line otherwise
+static void check_wanted_kernels(const char* have) {
+    if (only_kernels == NULL) { return; }
+    char name[64];
+    for (const char* p = only_kernels;; p++) {
+        size_t len = strcspn(p, ",");
+        snprintf(name, sizeof(name), "%.*s", (int)(len < sizeof(name) ? len : sizeof(name) - 1), p);
+        if (len == 0 || len >= sizeof(name) || !name_listed(have, name)) {
+            fprintf(stderr, "error: -k %s: '%s' is not a GEMM of this build (its GEMMs: %s)\n", only_kernels, name, have);
+            exit(1);
+        }
+        p += len;
+        if (*p == '\0') { break; }
+    }
+}
+
 int main(int argc, char** argv) {
     int n = 2048, reps = 3, BT = 0, C_ = 0, Vp = 0, L = 0;
     LayerShapes layer = {0, {0}, {0}};
@@ -195,15 +235,26 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-r") == 0) { reps = parse_positive("-r", i + 1 < argc ? argv[++i] : NULL); }
         else if (strcmp(argv[i], "-s") == 0) { parse_shape(i + 1 < argc ? argv[++i] : NULL, &BT, &C_, &Vp, &L); }
         else if (strcmp(argv[i], "-l") == 0) { layer = parse_layer(i + 1 < argc ? argv[++i] : NULL); }
+        else if (strcmp(argv[i], "-k") == 0) { only_kernels = i + 1 < argc ? argv[++i] : ""; }
         else {
             printf("usage: %s [-n size (default 2048)] [-r timed repeats (default 3)] [-s BT,C,Vp,L (a GPT-2 step's GEMMs)]\n"
                    "       [-l OCxIC,... (with -s: a layer's linear layers, out x in features; default GPT-2's)]\n"
+                   "       [-k KERNEL:PRECISION,... (only those, e.g. onednn:bf16)]\n"
                    "prints 'gemm <kernel> <precision> <GFLOP/s>' per GEMM of this build, and with -s\n"
                    "'gemm-step <kernel> <precision> <GFLOP/s>'; threads: OMP_NUM_THREADS\n",
                    argv[0]);
             return strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0 ? 0 : 1;
         }
     }
+    const char* onednn_bf16 = matmul_bf16_onednn_kernel();
+    char have[256] = "";
+    int has_backend = strcmp(matmul_backend_name(), "blocked") != 0 &&
+                      kernel_wanted(matmul_backend_name(), "fp32", have, sizeof(have));
+    int has_onednn_bf16 = onednn_bf16[0] != '\0' && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
+                          kernel_wanted("onednn", "bf16", have, sizeof(have));
+    int has_blocked_f32 = kernel_wanted("blocked", "fp32", have, sizeof(have));
+    int has_blocked_bf16 = kernel_wanted("blocked", "bf16", have, sizeof(have));
+    check_wanted_kernels(have);
     size_t elems = (size_t)n * n;
     float* A = malloc(elems * sizeof(float));
     float* B = malloc(elems * sizeof(float));
@@ -220,7 +271,6 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    const char* onednn_bf16 = matmul_bf16_onednn_kernel();
     // the kernels OpenBLAS runs: its pick for this CPU, or the environment's OPENBLAS_CORETYPE
     const char* openblas_core = "";
 #if defined(LLMC_BLAS_OPENBLAS)
@@ -231,8 +281,6 @@ int main(int argc, char** argv) {
            openblas_core[0] != '\0' ? ")" : "", matmul_isa_name(matmul_isa()),
            matmul_bf16_native() ? "native (AVX512-BF16)" : "emulated in fp32",
            onednn_bf16[0] != '\0' ? ", oneDNN bf16 " : "", onednn_bf16, threads, n, reps);
-    int has_backend = strcmp(matmul_backend_name(), "blocked") != 0;
-    int has_onednn_bf16 = onednn_bf16[0] != '\0' && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN;
     if (has_backend) { printf("gemm %s fp32 %.3f\n", matmul_backend_name(), gemm_rate(gemm_backend_f32, n, reps, A, B, C)); }
     if (has_onednn_bf16) {
         uint16_t* B16 = malloc(elems * sizeof(uint16_t));
@@ -243,15 +291,16 @@ int main(int argc, char** argv) {
         matmul_bf16_mirror_remove(B);
         free(B16);
     }
-    printf("gemm blocked fp32 %.3f\n", gemm_rate(gemm_blocked_f32, n, reps, A, B, C));
-    printf("gemm blocked bf16 %.3f\n", gemm_rate(gemm_blocked_bf16, n, reps, A, B, C));
+    if (has_blocked_f32) { printf("gemm blocked fp32 %.3f\n", gemm_rate(gemm_blocked_f32, n, reps, A, B, C)); }
+    if (has_blocked_bf16) { printf("gemm blocked bf16 %.3f\n", gemm_rate(gemm_blocked_bf16, n, reps, A, B, C)); }
     if (BT > 0) {
         StepGemm g[3 * (MAX_LAYER_GEMMS + 1)];
         int ng = step_gemms(g, BT, C_, Vp, L, layer.n > 0 ? layer : gpt2_layer(C_));
         StepPath paths[] = {{matmul_backend_name(), MATMUL_FP32, 0}, {"onednn", MATMUL_BF16, 0},
                             {"blocked", MATMUL_FP32, 1}, {"blocked", MATMUL_BF16, 1}};
         for (int p = 0; p < 4; p++) {
-            if ((p == 0 && !has_backend) || (p == 1 && !has_onednn_bf16)) { continue; }
+            if ((p == 0 && !has_backend) || (p == 1 && !has_onednn_bf16) || (p == 2 && !has_blocked_f32) ||
+                (p == 3 && !has_blocked_bf16)) { continue; }
             printf("gemm-step %s %s %.3f\n", paths[p].kernel, paths[p].prec == MATMUL_BF16 ? "bf16" : "fp32",
                    step_rate(g, ng, paths[p], reps));
         }

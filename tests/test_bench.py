@@ -388,6 +388,20 @@ def test_triad_prints_the_memory_bandwidth_and_the_simd_rate():
         assert_one_error_line(run([REPO / "build" / "triad", *bad], check=False), alone=True)
 
 
+def test_gemm_peak_times_only_the_gemms_named_by_k():
+    make("build/gemm_peak")
+    out = run([REPO / "build" / "gemm_peak", "-n", 32, "-r", 1, "-s", "16,16,64,1", "-k", "blocked:bf16,blocked:fp32"],
+              env={"OMP_NUM_THREADS": "1"}).stdout
+    assert set(bench.parse_peaks(out)) == {"blocked fp32", "blocked bf16", "step blocked fp32", "step blocked bf16"}, out
+    out = run([REPO / "build" / "gemm_peak", "-n", 32, "-r", 1, "-k", "blocked:bf16"], env={"OMP_NUM_THREADS": "1"}).stdout
+    assert set(bench.parse_peaks(out)) == {"blocked bf16"}, out
+    for bad in ("", "blocked", "blocked:fp16", "blocked:bf16,", ",blocked:bf16", "nosuch:fp32"):
+        proc = run([REPO / "build" / "gemm_peak", "-n", 32, "-k", bad], check=False)
+        assert "is not a GEMM of this build" in assert_one_error_line(proc, alone=True), bad
+    proc = run([REPO / "build" / "gemm_peak", "-n", 32, "-k"], check=False)
+    assert_one_error_line(proc, alone=True)
+
+
 def test_gemm_peak_times_another_familys_layer_given_as_its_linear_layers():
     make("build/gemm_peak")
     layer = "24x16,16x16,32x16,32x16,16x32"

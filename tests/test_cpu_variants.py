@@ -206,6 +206,39 @@ def test_with_the_venv_the_build_uses_its_openblas_wheel(tmp_path):
     assert "-DLLMC_BLAS_OPENBLAS " in cmd and "-lscipy_openblas" in cmd
 
 
+def fake_onednn(prefix: Path, libs: tuple[str, ...]) -> Path:
+    """A oneDNN prefix as pip install --prefix lays it out: the header the build looks for and empty libraries."""
+    (prefix / "include" / "oneapi" / "dnnl").mkdir(parents=True)
+    (prefix / "include" / "oneapi" / "dnnl" / "dnnl.h").write_text("/* fake */\n")
+    (prefix / "lib").mkdir(parents=True, exist_ok=True)
+    for name in ("libdnnl.so.3", *libs):
+        (prefix / "lib" / name).write_text("")
+    return prefix
+
+
+ONEDNN_313_DEPS = ("libtbb.so.12", "libsycl.so.9", "libsvml.so", "libimf.so", "libintlc.so.5")
+
+
+def test_onednn_dir_builds_the_bf16_gemms_against_another_onednn_and_links_what_its_library_needs(tmp_path):
+    venv = fake_venv_with_openblas(tmp_path)
+    fake_onednn(venv, ("libtbb.so.12",))  # the venv's oneDNN 3.2 (and MKL's TBB beside it)
+    line, cmd = blas_build(make_vars(venv, tmp_path / "root"))
+    assert line == f"BLAS: openblas (the scipy-openblas32 wheel in {venv}; bf16 GEMMs on oneDNN)", line
+    assert f"-DLLMC_ONEDNN -I{venv}/include" in cmd and f"{venv}/lib/libdnnl.so.3 -Wl,-rpath,{venv}/lib" in cmd, cmd
+    assert "libtbb" not in cmd, cmd  # the default links libdnnl alone, as before
+    other = fake_onednn(tmp_path / "onednn313", ONEDNN_313_DEPS)
+    line, cmd = blas_build([*make_vars(venv, tmp_path / "root"), f"ONEDNN_DIR={other}"])
+    assert line == f"BLAS: openblas (the scipy-openblas32 wheel in {venv}; bf16 GEMMs on oneDNN in {other})", line
+    assert f"-DLLMC_ONEDNN -I{other}/include" in cmd and f"-I{venv}/include" not in cmd, cmd
+    # libdnnl's own dependencies linked directly: found by the program's rpath even where mpicc makes it a RUNPATH
+    deps = " ".join(f"{other}/lib/{name}" for name in ONEDNN_313_DEPS)
+    assert f"{other}/lib/libdnnl.so.3 -Wl,--no-as-needed {deps} -Wl,--as-needed -Wl,-rpath,{other}/lib" in cmd, cmd
+    proc = run(["make", "-n", "--no-print-directory", "train_gpt2", *make_vars(venv, tmp_path / "root"),
+                f"ONEDNN_DIR={tmp_path}/nosuch"], check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert f"ONEDNN_DIR={tmp_path}/nosuch: no include/oneapi/dnnl/dnnl.h and lib/libdnnl.so.3 there" in proc.stderr
+
+
 def test_without_a_venv_the_build_finds_the_system_openblas_on_the_usual_paths(tmp_path):
     inc, lib = fake_system_openblas(tmp_path / "root")
     line, cmd = blas_build(make_vars(tmp_path / "novenv", tmp_path / "root"))

@@ -1,7 +1,8 @@
 /*
 llmc/cpu/onednn_gemm.h: GEMMs on oneDNN's matmul primitive, through its documented C API (oneapi/dnnl/dnnl.h).
 Built with -DLLMC_ONEDNN and linked with libdnnl (the pip wheels onednn-cpu-gomp + onednn-devel-cpu-gomp: oneDNN
-built on GNU OpenMP and nothing else); llmc/cpu/matmul.h calls it.
+built on GNU OpenMP and nothing else), or another oneDNN's with make ONEDNN_DIR=PREFIX (doc/cpu-speed.md: 3.13,
+evaluated and not adopted); llmc/cpu/matmul.h calls it.
 
     onednn_gemm(dtype, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)
         C (M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major like the rest of llmc: lda, ldb, ldc are the row
@@ -19,7 +20,7 @@ of the process: a trainer's GEMMs come in a few dozen shapes, and creating a pri
 small one. The cache is a hash table behind a mutex; running a primitive needs no lock.
 Threads: oneDNN built on GNU OpenMP runs a GEMM on omp_get_max_threads() threads, the trainer's -t / OMP_NUM_THREADS;
 inside an OpenMP parallel region it runs on the calling thread alone (the cache keys a primitive by which of the two
-it was made for). The scratchpad is the caller's (dnnl_scratchpad_mode_user): one buffer per thread (freed with
+it was made for). A oneDNN built on TBB (3.13's onednn wheel) runs every GEMM on TBB's own threads instead. The scratchpad is the caller's (dnnl_scratchpad_mode_user): one buffer per thread (freed with
 the thread, like its stream), so several threads may run the same primitive at once.
 ONEDNN_MAX_CPU_ISA (oneDNN's own variable, e.g. AVX2) caps the instructions it uses: on an AVX512-BF16 CPU, AVX2
 takes away its bf16 kernels, which is how the tests reach the refusal path there.
@@ -103,7 +104,16 @@ static OnednnEntry* onednn_create(const OnednnKey* k) {
     OnednnEntry* e = (OnednnEntry*)calloc(1, sizeof(OnednnEntry));
     if (e == NULL) { onednn_check(dnnl_out_of_memory, "calloc", k); }
     e->key = *k;
-    if (onednn.engine == NULL) { onednn_check(dnnl_engine_create(&onednn.engine, dnnl_cpu, 0), "dnnl_engine_create", k); }
+    if (onednn.engine == NULL) {
+        // headers of one oneDNN and the library of another (an include path that shadows ONEDNN_DIR's) would pass
+        // structures of another layout: stop before the first call that takes one
+        const dnnl_version_t* v = dnnl_version();
+        if (v->major != DNNL_VERSION_MAJOR || v->minor != DNNL_VERSION_MINOR) {
+            llmc_die("oneDNN: built with the headers of %d.%d but running library %d.%d (rebuild against one oneDNN)",
+                     DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, v->major, v->minor);
+        }
+        onednn_check(dnnl_engine_create(&onednn.engine, dnnl_cpu, 0), "dnnl_engine_create", k);
+    }
     dnnl_data_type_t in_type = k->dtype == ONEDNN_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t src = onednn_matrix_md(k->M, k->K, k->lda, k->transA, in_type, k);
     dnnl_memory_desc_t weights = onednn_matrix_md(k->K, k->N, k->ldb, k->transB, in_type, k);
