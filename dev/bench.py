@@ -523,11 +523,23 @@ def measure_machine(args: argparse.Namespace, env: dict[str, str]) -> tuple[floa
     if not prog.exists():
         print("(no build/triad: make build/triad to measure the memory bandwidth and the SIMD rate)", flush=True)
         return None, None
-    text = run_capture([str(prog), "-m", str(args.triad_mb)], env, args.timeout)
-    for line in text.splitlines():
-        if TRIAD_RE.match(line) or SIMD_RE.match(line):
-            print(line, flush=True)
-    return parse_machine(text)
+    # the best of three runs: this project's virtual machines gave 46 or 70-80 GB/s from one minute to the next, and
+    # a limit from the low reading would flatter every memory-bound phase
+    runs = [parse_machine(run_capture([str(prog), "-m", str(args.triad_mb)], env, args.timeout)) for _ in range(3)]
+    best = best_machine(runs)
+    if best[0] is not None:
+        print(f"triad: {best[0]:.2f} GB/s ({args.threads} threads), the best of "
+              f"{', '.join(f'{r[0]:.2f}' for r in runs if r[0] is not None)}", flush=True)
+    if best[1] is not None:
+        print(f"simd: {best[1]:.2f} GFLOP/s ({args.threads} threads)", flush=True)
+    return best
+
+
+def best_machine(runs: list[tuple[float | None, float | None]]) -> tuple[float | None, float | None]:
+    """The highest bandwidth and the highest SIMD rate of several triad runs (None where no run measured it)."""
+    bandwidths = [r[0] for r in runs if r[0] is not None]
+    simds = [r[1] for r in runs if r[1] is not None]
+    return (max(bandwidths) if bandwidths else None), (max(simds) if simds else None)
 
 
 def spawn_and_measure(run: Run, warmup: int, timeout: float) -> None:

@@ -375,6 +375,13 @@ def test_a_run_without_phase_lines_gets_no_phase_table(tinyshakespeare, capsys):
     assert "phases of" not in capsys.readouterr().out
 
 
+def test_the_best_of_the_triad_runs_sets_the_limits():
+    # a virtual machine's bandwidth moved between 46 and 80 GB/s from run to run: the highest is the machine's
+    runs = [(46.1, 548.9), (73.9, 541.5), (None, None), (70.2, 550.0)]
+    assert bench.best_machine(runs) == (73.9, 550.0)
+    assert bench.best_machine([(None, None)]) == (None, None)
+
+
 def test_triad_prints_the_memory_bandwidth_and_the_simd_rate():
     text = "triad.c: 3 arrays of 256 MB\ntriad: 25.35 GB/s (2 threads)\nsimd: 260.78 GFLOP/s (2 threads)\n"
     assert bench.parse_machine(text) == (25.35, 260.78)
