@@ -155,11 +155,8 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* in
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
     #pragma omp parallel
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        t = omp_get_thread_num();
-#endif
+        int nt, t;
+        parallel_team(&nt, &t);
         int o0, o1;
         bias_grad_column_slice(OC, nt, t, &o0, &o1);
         float sum[BIAS_GRAD_BLOCK];

@@ -106,6 +106,17 @@ int openblas_get_parallel(void); // 0 single-threaded build, 1 pthreads, 2 OpenM
 #include "onednn_gemm.h"
 #endif
 
+// this thread's place in the OpenMP team it runs in: *nthreads threads, this one *thread (1 and 0 outside a parallel
+// region, or without OpenMP)
+static inline void parallel_team(int* nthreads, int* thread) {
+    *nthreads = 1;
+    *thread = 0;
+#ifdef _OPENMP
+    *nthreads = omp_get_num_threads();
+    *thread = omp_get_thread_num();
+#endif
+}
+
 typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
 
 // The precision train_gpt2.c's matmul layers run in: set once at start-up (the trainer's -p
@@ -485,11 +496,8 @@ static void mm_gemm_blocked(const MmGemmKind* g, int transA, int transB, int M, 
     int parallel = (M > MM_MR || N > nr) && (double)M * N * K >= 2e6;
     #pragma omp parallel if (parallel)
     {
-        int nthreads = 1, thread = 0;
-#ifdef _OPENMP
-        nthreads = omp_get_num_threads();
-        thread = omp_get_thread_num();
-#endif
+        int nthreads, thread;
+        parallel_team(&nthreads, &thread);
         int pr, pc, r0, r1, c0, c1;
         mm_thread_grid(M, N, nthreads, nr, &pr, &pc);
         mm_split(M, pr, thread / pc, MM_MR, &r0, &r1);
@@ -1346,11 +1354,8 @@ static void matmul_backward_bias(float* dbias, const float* dout, int BT, int OC
     } else {
         #pragma omp parallel
         {
-            int nt = 1, t = 0;
-#ifdef _OPENMP
-            nt = omp_get_num_threads();
-            t = omp_get_thread_num();
-#endif
+            int nt, t;
+            parallel_team(&nt, &t);
             int o0, o1;
             bias_grad_column_slice(OC, nt, t, &o0, &o1);
             bias_grad_columns(dbias, dout, BT, OC, o0, o1);

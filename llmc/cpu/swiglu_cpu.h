@@ -93,11 +93,8 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
     if (!accumulate && dgate16 != NULL && dup16 != NULL && elementwise_fused()) { // the trainers' case, vectorised
         #pragma omp parallel
         {
-            int nt = 1, t = 0;
-#ifdef _OPENMP
-            nt = omp_get_num_threads();
-            t = omp_get_thread_num();
-#endif
+            int nt, t;
+            parallel_team(&nt, &t);
             size_t per = (N + (size_t)nt - 1) / (size_t)nt; // (contiguous spans, 64-byte aligned ones where N allows)
             per = (per + 15) / 16 * 16;
             size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
