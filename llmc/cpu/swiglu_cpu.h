@@ -59,10 +59,11 @@ static inline void swiglu_grad(float dout, float g, float up, float* dgate, floa
 // [i0, i1) of swiglu_backward_into's written case with both bf16 copies. restrict: seven pointers are more run-time
 // overlap checks than GCC makes before it vectorises a loop, and without them this loop ran scalar (5x the forward's
 // time in a Llama 3 step); the trainers' buffers never overlap.
-static inline void swiglu_backward_copies_span(float* restrict dgate, float* restrict dup, uint16_t* restrict dgate16,
-                                               uint16_t* restrict dup16, const float* restrict dout,
-                                               const float* restrict gate, const float* restrict up, size_t i0,
-                                               size_t i1) {
+// (__restrict__, not restrict: the CUDA CPU target's programs include this header as C++)
+static inline void swiglu_backward_copies_span(float* __restrict__ dgate, float* __restrict__ dup,
+                                               uint16_t* __restrict__ dgate16, uint16_t* __restrict__ dup16,
+                                               const float* __restrict__ dout, const float* __restrict__ gate,
+                                               const float* __restrict__ up, size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
         float dg, du;
         swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
