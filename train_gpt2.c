@@ -193,9 +193,14 @@ void gpt2_allocate_activations(void* m, int B, int T) {
     size_t C = model->config.channels, L = model->config.num_layers, BT = (size_t)B * T;
     const ActivationTensors* a = &model->acts;
     const ActivationTensors* d = &model->grads_acts;
+    // GEMMs alone read the norms' outputs and fch's gradient (fcb's comes with the GELU's backward unless
+    // LLMC_ELEMENTWISE_FUSED=0 sums it from the fp32 rows): with the bf16 activations those are written in bf16 alone
     const float* shadowed[] = {a->ln1, a->ln2, a->lnf, d->encoded, d->qkv, d->fch, a->atty, a->fch_gelu};
     const size_t sizes[] = {BT * C, BT * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C, L * BT * C, BT * 4 * C};
-    for (int i = 0; i < (a->bf16 ? 6 : 8); i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
+    const int alone[] = {1, 1, 1, 0, 0, elementwise_fused(), 0, 0};
+    for (int i = 0; i < (a->bf16 ? 6 : 8); i++) {
+        cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i], alone[i]);
+    }
     cpu_model_set_output(&model->cpu, model->config.padded_vocab_size, model->acts.losses);
 }
 

@@ -2,10 +2,16 @@
 layer that writes such an activation, or activation gradient, writes its bf16 copy in the same pass, and no GEMM
 rounds it again. LLMC_BF16_CHECK_MIRRORS=1 compares every mirrored GEMM operand with its fp32 buffer before the
 GEMM reads it and stops at the first stale element, so a writer that forgets its copy fails here. Each CPU trainer
-runs a few steps of -p bf16 (forced) so, with validation and sampling, under AdamW and Muon."""
+runs a few steps of -p bf16 (forced) so, with validation and sampling, under AdamW and Muon.
+
+The activations that only GEMMs read (the norms' outputs, the MLP's activation and its fc layers' input gradients:
+cpu_model_shadow_activation's bf16_alone) are written in bf16 alone, their fp32 memory never written; under
+LLMC_BF16_CHECK_MIRRORS=1 their writers fill the fp32 memory with NaN instead, so a reader of it that was missed turns
+the losses into NaN here. LLMC_BF16_ALONE=0 writes the fp32 values too, as before: the same checkpoint, bit for bit."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -29,20 +35,58 @@ def built() -> None:
     make(*TRAINERS)
 
 
+def trainer_data(request, tmp_path: Path, trainer: str, tinyshakespeare) -> list[Path]:
+    """The train and val shards the trainer reads (a family without a depth-sized vocabulary brings its tokenizer
+    file into tmp_path, where -e d2 takes V from it)."""
+    row = next(row for row in REGISTRY if row.trainer == trainer)
+    if row.depth_vocab is not None:
+        return list(tinyshakespeare)
+    ref: Path = request.getfixturevalue(f"{row.name}_references")
+    shutil.copy(ref / f"{row.name}_tokenizer.bin", tmp_path)
+    return [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: Path, trainer: str, optimizer: str):
-    row = next(row for row in REGISTRY if row.trainer == trainer)
-    if row.depth_vocab is None:  # its reference files' shards and tokenizer file (-e d2 takes V from it)
-        ref: Path = request.getfixturevalue(f"{row.name}_references")
-        shutil.copy(ref / f"{row.name}_tokenizer.bin", tmp_path)
-        data = [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
-    else:
-        data = list(tinyshakespeare)
+    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
     proc = run([REPO / trainer, "-i", data[0], "-j", data[1], *STEPS, "-op", optimizer], cwd=tmp_path, env=ENV,
                check=False)
     assert proc.returncode == 0, f"{trainer} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert "step 3/3" in proc.stdout
+    # (a NaN gradient shows as the norm's nan and a skipped update, not in the loss)
+    steps = re.findall(r"^step \d+/\d+ \|.*$", proc.stdout, re.M)
+    assert len(steps) == 3 and not any("nan" in line or "skipped" in line for line in steps), \
+        f"{trainer}: an fp32 buffer held in bf16 alone (NaN under the check) was read:\n" + "\n".join(steps)
+
+
+@pytest.mark.parametrize("trainer", ["train_gpt2", "train_llama3"])
+def test_bf16_alone_under_the_kernels_before(built, tinyshakespeare, request, tmp_path: Path, trainer: str):
+    """The element-wise passes and norms before 2026-11-29 (LLMC_ELEMENTWISE_FUSED=0, LLMC_NORM=rows) with the copies
+    alone: GPT-2's fc bias gradient is then summed from the GELU backward's fp32 rows, so fch's gradient keeps them."""
+    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
+    proc = run([REPO / trainer, "-i", data[0], "-j", data[1], *STEPS], cwd=tmp_path,
+               env={**ENV, "LLMC_ELEMENTWISE_FUSED": "0", "LLMC_NORM": "rows"})
+    steps = re.findall(r"^step \d+/\d+ \|.*$", proc.stdout, re.M)
+    assert len(steps) == 3 and not any("nan" in line or "skipped" in line for line in steps), "\n".join(steps)
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_bf16_alone_changes_no_bit(built, tinyshakespeare, request, tmp_path: Path, trainer: str):
+    """LLMC_BF16_ALONE=0 (the fp32 values written beside the copies) and 1 (the copies alone): the same checkpoint
+    after 3 steps, bit for bit; and the alone path does engage: the norms' phase (LLMC_PHASE_TIME=1) moves fewer
+    bytes, 4 a value less for each norm output that is not written in fp32."""
+    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
+    written, norm_bytes = [], []
+    for alone in ("1", "0"):
+        out = tmp_path / f"alone{alone}"
+        proc = run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-o", out, "-n", 3], cwd=tmp_path,
+                   env={**ENV, "LLMC_BF16_CHECK_MIRRORS": "0", "LLMC_BF16_ALONE": alone, "LLMC_PHASE_TIME": "1",
+                        "LLMC_BF16_GEMM": "onednn"})
+        written.append((out / "model_00000003.bin").read_bytes())
+        norm_bytes.append(int(re.search(r"^phase norm: [0-9.]+ ms, ([0-9]+) bytes", proc.stdout, re.M).group(1)))
+    assert written[0] == written[1], f"{trainer}: LLMC_BF16_ALONE=0 and 1 wrote different checkpoints"
+    assert norm_bytes[0] < norm_bytes[1], f"{trainer}: norm bytes {norm_bytes}: the bf16-alone path did not engage"
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
@@ -60,3 +104,6 @@ def test_bf16_copies_change_no_bit(built, tinyshakespeare, tmp_path: Path, optim
     bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,
               env={**ENV, "LLMC_BF16_COPIES": "yes"})
     assert bad.returncode == 1 and "error: LLMC_BF16_COPIES=yes: use 0 or 1" in bad.stderr
+    bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,
+              env={**ENV, "LLMC_BF16_ALONE": "yes"})
+    assert bad.returncode == 1 and "error: LLMC_BF16_ALONE=yes: use 0 or 1" in bad.stderr

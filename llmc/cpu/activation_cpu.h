@@ -37,12 +37,17 @@ static inline float relu2_grad(float x) {
 }
 
 // y[i] (N) = VALUE, an expression of i, or y[i] += VALUE when accumulate; y16, when not NULL, y's bf16 copy after
+// (written alone, y left unwritten, where y's mirror holds it in bf16 alone: llmc/cpu/matmul.h's matmul_bf16_fp32_kept)
 #define ACTIVATION_STORE(y, y16, N, accumulate, VALUE) \
     do { \
         if (accumulate) { \
             _Pragma("omp parallel for schedule(static)") \
             for (size_t i = 0; i < (N); i++) { (y)[i] += (VALUE); } \
             bf16_copy_row((y16), (y), (N)); \
+        } else if ((y16) != NULL && !matmul_bf16_fp32_kept((y), (N))) { \
+            _Pragma("omp parallel for schedule(static)") \
+            for (size_t i = 0; i < (N); i++) { (y16)[i] = matmul_bf16_round_value(VALUE); } \
+            matmul_bf16_alone_written((y), (N)); \
         } else if ((y16) != NULL) { \
             _Pragma("omp parallel for schedule(static)") \
             for (size_t i = 0; i < (N); i++) { \
@@ -64,8 +69,9 @@ static void activation_forward(Activation act, float* out, const float* inp, siz
     } else {
         ACTIVATION_STORE(out, out16, N, 0, relu2_value(inp[i]));
     }
-    // inp read, out written, and its bf16 copy when it has one
-    phase_end(PHASE_ELEMENTWISE, t_phase, (out16 != NULL ? 10.0 : 8.0) * N, (act == ACTIVATION_GELU ? 8.0 : 2.0) * N);
+    // inp read, out written (fp32, its bf16 copy when it has one, or the copy alone)
+    double out_bytes = (matmul_bf16_fp32_kept(out, N) ? 4.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, (4.0 + out_bytes) * N, (act == ACTIVATION_GELU ? 8.0 : 2.0) * N);
 }
 
 static void activation_backward_into(Activation act, float* dinp, const float* inp, const float* dout, size_t N,
@@ -78,9 +84,10 @@ static void activation_backward_into(Activation act, float* dinp, const float* i
     } else {
         ACTIVATION_STORE(dinp, dinp16, N, accumulate, relu2_grad(inp[i]) * dout[i]);
     }
-    // inp and dout read, dinp written (read first when accumulated), and its bf16 copy when it has one
-    phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 16.0 : 12.0) + (dinp16 != NULL ? 2.0 : 0.0)) * N,
-              (act == ACTIVATION_GELU ? 14.0 : 4.0) * N);
+    // inp and dout read, dinp written (read first when accumulated; fp32, its bf16 copy when it has one, or the copy
+    // alone)
+    double dinp_bytes = (accumulate ? 8.0 : matmul_bf16_fp32_kept(dinp, N) ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + dinp_bytes) * N, (act == ACTIVATION_GELU ? 14.0 : 4.0) * N);
 }
 
 #endif // LLMC_ACTIVATION_CPU_H

@@ -51,8 +51,10 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
-    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (GPT-2:
-                              -p bf16 on oneDNN with the layers' copies; LLMC_BF16_ACTIVATIONS=0 says no)
+    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (GPT-2's
+                              own bf16 layout, and every family's activations named bf16_alone to
+                              cpu_model_shadow_activation: -p bf16 on oneDNN with the layers' copies;
+                              LLMC_BF16_ACTIVATIONS=0 says no)
     cpu_model_free(cm)
     CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*:
                               allocate (the model of a config), allocate_activations, forward, backward, free
@@ -337,6 +339,7 @@ typedef struct {
     const float* shadow_fp32[CPU_MODEL_MAX_SHADOWS];
     size_t shadow_size[CPU_MODEL_MAX_SHADOWS];
     uint16_t* shadow_bf16[CPU_MODEL_MAX_SHADOWS];
+    int shadow_alone[CPU_MODEL_MAX_SHADOWS]; // only GEMMs read it: in bf16 alone where cpu_model_bf16_activations()
     // the optimizer state of this process's slice [opt_offset, opt_offset + opt_size) of the flat
     // parameters (everything, or with ZeRO-1 one shard), or with -op muon of its segments back to back
     // (m is a Muon matrix's momentum, v unused there)
@@ -423,7 +426,8 @@ static int cpu_model_bf16_copies(void) {
 }
 
 // Whether a model keeps in bf16 alone the activations that are only ever read in bf16 (GPT-2's qkv, attention output
-// and MLP hidden layer: train_gpt2.c), instead of in fp32 beside a bf16 copy: -p bf16 on oneDNN's bf16 kernels with the
+// and MLP hidden layer: train_gpt2.c; every family's norm outputs and MLP activations, and the MLP's input gradients
+// where no bias gradient reads them: cpu_model_shadow_activation's bf16_alone), instead of in fp32 beside a bf16 copy: -p bf16 on oneDNN's bf16 kernels with the
 // layers' copies (LLMC_BF16_COPIES), and LLMC_BF16_ACTIVATIONS not 0. LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout,
 // selectable until the bf16 one is timed on CPUs beyond the Zen 5 it was measured on. (Asked at each forward pass: the
 // precision may be set after the activations are allocated, by the trainer's calibration or by pyllmc.)
@@ -432,6 +436,15 @@ static int cpu_model_bf16_activations(void) {
     if (on < 0) { on = env_switch_on("LLMC_BF16_ACTIVATIONS"); }
     return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
            matmul_bf16_onednn_kernel()[0] != '\0';
+}
+
+// Whether the activations a model names bf16_alone (cpu_model_shadow_activation) are written in bf16 alone: with the
+// bf16 activations, and LLMC_BF16_ALONE not 0. LLMC_BF16_ALONE=0 writes their fp32 values beside the copies as before
+// 2026-11-29 (the same bits: only the unread fp32 writes go), selectable until the change is timed beyond the Zen 5.
+static int cpu_model_bf16_alone(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_BF16_ALONE"); }
+    return on && cpu_model_bf16_activations();
 }
 
 static void cpu_model_refresh_bf16(CpuModel* cm) {
@@ -446,6 +459,7 @@ static void cpu_model_refresh_bf16(CpuModel* cm) {
             cm->shadow_bf16[i] = (uint16_t*)mallocCheck(cm->shadow_size[i] * sizeof(uint16_t));
             matmul_bf16_mirror_add(cm->shadow_fp32[i], cm->shadow_size[i], cm->shadow_bf16[i]);
         }
+        matmul_bf16_mirror_set_alone(cm->shadow_fp32[i], cm->shadow_alone[i] && cpu_model_bf16_alone());
     }
     if (cm->params_bf16_stale) { // (a bf16 phase of LLMC_PHASE_TIME, matmul_round_bf16's own)
         matmul_round_bf16(cm->params_bf16, cm->params_memory, 1, cm->num_parameters, cm->num_parameters);
@@ -480,12 +494,15 @@ static void cpu_model_set_output(CpuModel* cm, int logits_stride, const float* l
 
 // frees the activations (pyllmc reallocates them for a bigger batch; the optimizer state stays)
 // x (n floats) is an activation, or an activation gradient, that GEMMs read: on -p bf16 with oneDNN it gets a bf16
-// copy (a mirror), which every layer that writes x writes too. Called when the activations are allocated.
-static void cpu_model_shadow_activation(CpuModel* cm, const float* x, size_t n) {
+// copy (a mirror), which every layer that writes x writes too. Called when the activations are allocated. bf16_alone:
+// GEMMs are x's only readers, so with the bf16 activations (cpu_model_bf16_alone) its layers write the copy alone and
+// x's fp32 memory is never written (llmc/cpu/matmul.h's matmul_bf16_fp32_kept).
+static void cpu_model_shadow_activation(CpuModel* cm, const float* x, size_t n, int bf16_alone) {
     if (cm->num_shadows == CPU_MODEL_MAX_SHADOWS) { llmc_die("internal: more than %d bf16 activation copies", CPU_MODEL_MAX_SHADOWS); }
     cm->shadow_fp32[cm->num_shadows] = x;
     cm->shadow_size[cm->num_shadows] = n;
     cm->shadow_bf16[cm->num_shadows] = NULL;
+    cm->shadow_alone[cm->num_shadows] = bf16_alone;
     cm->num_shadows++;
 }
 

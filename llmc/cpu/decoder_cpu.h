@@ -178,10 +178,13 @@ static void decoder_cpu_allocate_activations(void* m, int B, int T) {
     const DecoderCpuActs* a = &model->acts;
     const DecoderCpuActs* g = &model->grads_acts;
     const float* dres = model->d.embed_norm ? g->x0 : g->encoded;
+    // (GEMMs alone read the norms' outputs, the MLP's activation and the gradients of its fc layers: with the bf16
+    // activations those are written in bf16 alone)
     const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_act, a->lnf, dres, g->qkv, g->fch, g->fch2};
     const size_t sizes[] = {BT * C, L * BT * AW, BT * C, BT * FFN, BT * C, BT * C, BT * QKV, BT * FFN, BT * FFN};
+    const int alone[] = {1, 0, 1, 1, 1, 0, 0, 1, 1};
     int n = SWIGLU ? 9 : 8; // ReLU^2 has no up projection
-    for (int i = 0; i < n; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i]); }
+    for (int i = 0; i < n; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i], alone[i]); }
     cpu_model_set_output(&model->cpu, model->d.vocab_size, model->acts.losses);
 }
 

@@ -101,10 +101,23 @@ static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const f
 }
 
 // one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
-// dinp16 is not NULL), sum += dinp; x from inp16 (bf16) or else inp (fp32). Four loops, so that each vectorises.
+// dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32). A loop per
+// case, so that each vectorises.
 static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, float* sum, const uint16_t* inp16,
                                           const float* inp, const float* dout, int n) {
-    if (inp16 != NULL && dinp16 != NULL) {
+    if (dinp == NULL && inp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (dinp == NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (inp16 != NULL && dinp16 != NULL) {
         for (int j = 0; j < n; j++) {
             float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
             dinp[j] = v;
@@ -153,6 +166,7 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* in
     }
     double t_phase = phase_begin();
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
     #pragma omp parallel
     {
         int nt, t;
@@ -165,15 +179,17 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* in
             for (int j = 0; j < n; j++) { sum[j] = beta == 0.0f ? 0.0f : dbias[b0 + j]; }
             for (int r = 0; r < BT; r++) {
                 size_t at = (size_t)r * OC + b0;
-                gelu_backward_bias_row(dinp + at, dinp16 != NULL ? dinp16 + at : NULL, sum,
+                gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL, sum,
                                        inp16 != NULL ? inp16 + at : NULL, inp != NULL ? inp + at : NULL, dout + at, n);
             }
             for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
         }
     }
-    // x (bf16 or fp32) and dout read, dinp (and its copy) written; dbias's OC floats left out
-    phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 8.0 + (dinp16 != NULL ? 2.0 : 0.0)) * N,
-              15.0 * N);
+    matmul_bf16_alone_written(dinp, N);
+    // x (bf16 or fp32) and dout read, dinp written (fp32, its copy when it has one, or the copy alone); dbias's OC
+    // floats left out
+    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 4.0 + dinp_bytes) * N, 15.0 * N);
 }
 
 static void gelu_backward_bias(float* dinp, float* dbias, const float* inp, const float* dout, int BT, int OC,

@@ -231,11 +231,21 @@ NORM_SUMS_UNFUSED static void layernorm_stats_group(float mean[NORM_GROUP], floa
 }
 
 // one row of a layernorm from its mean m and 1/std s: o (C) = (x - m) * s * weight + bias, and o16 (C) its bf16
-// copy (NULL: none). The forward pass and the backward's recompute share it, so both give the same bits.
+// copy (NULL: none; o NULL: the copy alone). The forward pass and the backward's recompute share it, so both give
+// the same bits.
 static inline void layernorm_apply_row(float* o, uint16_t* o16, const float* x, float m, float s, const float* weight,
                                        const float* bias, int C) {
+    if (o == NULL) {
+        for (int i = 0; i < C; i++) { o16[i] = matmul_bf16_round_value((x[i] - m) * s * weight[i] + bias[i]); }
+        return;
+    }
     for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
     bf16_copy_row(o16, o, (size_t)C);
+}
+
+// the bytes a norm's output takes as it is written: fp32 (out32 not NULL) and its bf16 copy (out16 not NULL)
+static inline double norm_output_bytes(const float* out32, const uint16_t* out16) {
+    return (out32 != NULL ? 4.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0);
 }
 
 // the mean and 1/std of rows r0 .. r0 + n - 1 of x (C each) into mean, rstd (indexed by row): all at once with the
@@ -257,7 +267,9 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     // out and inp are (B,T,C), mean and rstd are (B,T) (kept for the backward pass),
     // weight and bias are (C)
     double t_phase = phase_begin();
-    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    size_t N = (size_t)B * T * C;
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    float* out32 = matmul_bf16_fp32_kept(out, N) ? out : NULL; // (NULL: the bf16 copy alone)
     NormKernel kernel = norm_kernel();  // (read here: never inside a parallel region, where each thread would)
     int BT = B * T;
     #pragma omp parallel for schedule(static)
@@ -266,12 +278,14 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
         layernorm_stats_rows(kernel, mean, rstd, inp, r0, n, C);
         for (int bt = r0; bt < r0 + n; bt++) {
             size_t at = (size_t)bt * C;
-            layernorm_apply_row(out + at, out16 != NULL ? out16 + at : NULL, inp + at, mean[bt], rstd[bt], weight,
-                                bias, C);
+            layernorm_apply_row(out32 != NULL ? out32 + at : NULL, out16 != NULL ? out16 + at : NULL, inp + at,
+                                mean[bt], rstd[bt], weight, bias, C);
         }
     }
-    double BTC = (double)B * T * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + 2.0 * B * T), 7.0 * BTC); // inp read, out, mean, rstd written
+    matmul_bf16_alone_written(out, N);
+    double BTC = (double)N;
+    // inp read, out (fp32, its bf16 copy, or the copy alone), mean, rstd written
+    phase_end(PHASE_NORM, t_phase, (4.0 + norm_output_bytes(out32, out16)) * BTC + 8.0 * B * T, 7.0 * BTC);
 }
 
 // out (B,T,C) = layernorm_forward's output again, from its input and the mean and rstd it kept (the same bits): the
@@ -279,14 +293,18 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
 static void layernorm_recompute(float* out, const float* inp, const float* mean, const float* rstd,
                                 const float* weight, const float* bias, int B, int T, int C) {
     double t_phase = phase_begin();
-    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    size_t N = (size_t)B * T * C;
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    float* out32 = matmul_bf16_fp32_kept(out, N) ? out : NULL; // (NULL: the bf16 copy alone)
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        layernorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, inp + (size_t)bt * C,
-                            mean[bt], rstd[bt], weight, bias, C);
+        size_t at = (size_t)bt * C;
+        layernorm_apply_row(out32 != NULL ? out32 + at : NULL, out16 != NULL ? out16 + at : NULL, inp + at, mean[bt],
+                            rstd[bt], weight, bias, C);
     }
-    double BTC = (double)B * T * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + 2.0 * B * T), 4.0 * BTC);
+    matmul_bf16_alone_written(out, N);
+    double BTC = (double)N;
+    phase_end(PHASE_NORM, t_phase, (4.0 + norm_output_bytes(out32, out16)) * BTC + 8.0 * B * T, 4.0 * BTC);
 }
 
 // the residual add fused with the layernorm that reads it: one pass over each row instead of two
@@ -295,7 +313,9 @@ static void fused_residual_forward(float* res_out, float* ln_out, float* mean, f
                                    const float* inp2, const float* weight, const float* bias, int B, int T, int C) {
     // res_out, ln_out, inp1, inp2 are (B,T,C); mean, rstd are (B,T); weight, bias are (C)
     double t_phase = phase_begin();
-    uint16_t* ln16 = matmul_bf16_shadow(ln_out, (size_t)B * T * C);
+    size_t N = (size_t)B * T * C;
+    uint16_t* ln16 = matmul_bf16_shadow(ln_out, N);
+    float* ln32 = matmul_bf16_fp32_kept(ln_out, N) ? ln_out : NULL; // (NULL: the bf16 copy alone)
     NormKernel kernel = norm_kernel();
     int BT = B * T;
     #pragma omp parallel for schedule(static)
@@ -310,12 +330,14 @@ static void fused_residual_forward(float* res_out, float* ln_out, float* mean, f
         layernorm_stats_rows(kernel, mean, rstd, res_out, r0, n, C);
         for (int bt = r0; bt < r0 + n; bt++) {
             size_t at = (size_t)bt * C;
-            layernorm_apply_row(ln_out + at, ln16 != NULL ? ln16 + at : NULL, res_out + at, mean[bt], rstd[bt],
-                                weight, bias, C);
+            layernorm_apply_row(ln32 != NULL ? ln32 + at : NULL, ln16 != NULL ? ln16 + at : NULL, res_out + at,
+                                mean[bt], rstd[bt], weight, bias, C);
         }
     }
-    double BTC = (double)B * T * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (4.0 * BTC + 2.0 * B * T), 8.0 * BTC); // 2 read, 2 written (+ mean, rstd)
+    matmul_bf16_alone_written(ln_out, N);
+    double BTC = (double)N;
+    // inp1, inp2 read; the residual and the norm's output (fp32, its bf16 copy, or the copy alone), mean, rstd written
+    phase_end(PHASE_NORM, t_phase, (12.0 + norm_output_bytes(ln32, ln16)) * BTC + 8.0 * B * T, 8.0 * BTC);
 }
 
 // The weight (and bias) gradients of a normalisation layer (LayerNorm here, RMSNorm in

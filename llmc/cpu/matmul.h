@@ -61,6 +61,7 @@ or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them; LLMC_BF16_GEMM=builti
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -800,18 +801,30 @@ static void matmul_round_bf16(uint16_t* dst, const float* X, size_t rows, size_t
 // activation with a mirror writes its copy in the same pass (matmul_bf16_shadow gives it the copy). Registered and
 // removed outside any GEMM. LLMC_BF16_CHECK_MIRRORS=1 compares every mirrored operand with its fp32 buffer before
 // the GEMM reads it and stops at the first stale element (the tests run every family's -p bf16 step so).
+// A mirror may hold its buffer in bf16 alone (matmul_bf16_mirror_set_alone): when the bf16 GEMMs are the only
+// readers of an activation, its layers write the copy and leave the fp32 buffer unwritten (matmul_bf16_fp32_kept
+// says which); under LLMC_BF16_CHECK_MIRRORS=1 they fill the fp32 buffer with NaN instead (matmul_bf16_alone_written),
+// so that a reader of it that was missed turns the loss into NaN.
 #define MATMUL_MAX_MIRRORS 32
 typedef struct {
     const float* base;
     size_t n;
     const uint16_t* bf16;
+    int alone;  // the fp32 buffer is not written on the bf16 path: the copy is the tensor
 } MatmulBf16Mirror;
 static MatmulBf16Mirror mm_mirrors[MATMUL_MAX_MIRRORS];
 static int mm_num_mirrors = 0;
 
 static void matmul_bf16_mirror_add(const float* base, size_t n, const uint16_t* bf16) {
     if (mm_num_mirrors == MATMUL_MAX_MIRRORS) { llmc_die("internal: more than %d bf16 mirrors", MATMUL_MAX_MIRRORS); }
-    mm_mirrors[mm_num_mirrors++] = (MatmulBf16Mirror){base, n, bf16};
+    mm_mirrors[mm_num_mirrors++] = (MatmulBf16Mirror){base, n, bf16, 0};
+}
+
+// whether the mirror of base (registered) holds its buffer in bf16 alone from now on (1) or beside the fp32 (0)
+static void matmul_bf16_mirror_set_alone(const float* base, int alone) {
+    for (int i = 0; i < mm_num_mirrors; i++) {
+        if (mm_mirrors[i].base == base) { mm_mirrors[i].alone = alone; }
+    }
 }
 
 static void matmul_bf16_mirror_remove(const float* base) {
@@ -823,18 +836,51 @@ static void matmul_bf16_mirror_remove(const float* base) {
     }
 }
 
-// the bf16 copy of the stored (rows, cols) operand X (row stride ld) when one mirror holds all of it, else NULL
-static const uint16_t* mm_bf16_mirror_of(const float* X, size_t rows, size_t cols, size_t ld) {
+// the mirror that holds all of the stored (rows, cols) operand X (row stride ld), or NULL
+static const MatmulBf16Mirror* mm_bf16_mirror_holding(const float* X, size_t rows, size_t cols, size_t ld) {
     uintptr_t x = (uintptr_t)X;
     size_t extent = (rows - 1) * ld + cols;
     for (int i = 0; i < mm_num_mirrors; i++) {
         const MatmulBf16Mirror* m = &mm_mirrors[i];
         uintptr_t base = (uintptr_t)m->base;
-        if (x >= base && (x - base) % sizeof(float) == 0 && (x - base) / sizeof(float) + extent <= m->n) {
-            return m->bf16 + (x - base) / sizeof(float);
-        }
+        if (x >= base && (x - base) % sizeof(float) == 0 && (x - base) / sizeof(float) + extent <= m->n) { return m; }
     }
     return NULL;
+}
+
+// the bf16 copy of the stored (rows, cols) operand X (row stride ld) when one mirror holds all of it, else NULL
+static const uint16_t* mm_bf16_mirror_of(const float* X, size_t rows, size_t cols, size_t ld) {
+    const MatmulBf16Mirror* m = mm_bf16_mirror_holding(X, rows, cols, ld);
+    return m != NULL ? m->bf16 + ((uintptr_t)X - (uintptr_t)m->base) / sizeof(float) : NULL;
+}
+
+// 1 when the operand lies in a mirror that holds it in bf16 alone on this run's bf16 path (its fp32 is not written)
+static int mm_bf16_mirror_alone(const float* X, size_t rows, size_t cols, size_t ld) {
+    if (mm_num_mirrors == 0 || X == NULL || matmul_precision != MATMUL_BF16) { return 0; }
+    const MatmulBf16Mirror* m = mm_bf16_mirror_holding(X, rows, cols, ld);
+    return m != NULL && m->alone;
+}
+
+// whether a layer that writes [X, X + n) writes its fp32 values (1), or only the bf16 copy that matmul_bf16_shadow
+// gives it (0: X's mirror holds it in bf16 alone, and the GEMMs that read X run in bf16)
+static inline int matmul_bf16_fp32_kept(const float* X, size_t n) {
+    return n == 0 || !mm_bf16_mirror_alone(X, 1, n, n);
+}
+
+static int matmul_bf16_check_mirrors(void) {
+    static int check = -1;
+    if (check < 0) {
+        const char* env = getenv("LLMC_BF16_CHECK_MIRRORS");
+        check = env != NULL && strcmp(env, "1") == 0;
+    }
+    return check;
+}
+
+// a layer that wrote [X, X + n) in bf16 alone calls this: under LLMC_BF16_CHECK_MIRRORS=1 X's fp32 values become NaN,
+// so that any reader of them shows (the fp32 may hold an older tensor's values, which would pass unnoticed)
+static void matmul_bf16_alone_written(float* X, size_t n) {
+    if (X == NULL || matmul_bf16_fp32_kept(X, n) || !matmul_bf16_check_mirrors()) { return; }
+    for (size_t i = 0; i < n; i++) { X[i] = NAN; }
 }
 
 // the writable bf16 copy of [X, X + n) when a registered mirror covers it, else NULL: a layer that writes X writes
@@ -863,12 +909,7 @@ static long matmul_bf16_mirror_stale_at(const uint16_t* mirror, const float* X, 
 
 // LLMC_BF16_CHECK_MIRRORS=1: a mirrored operand's copy must equal its fp32 buffer rounded, element for element
 static void mm_check_mirror(const uint16_t* mirror, const float* X, size_t rows, size_t cols, size_t ld) {
-    static int check = -1;
-    if (check < 0) {
-        const char* env = getenv("LLMC_BF16_CHECK_MIRRORS");
-        check = env != NULL && strcmp(env, "1") == 0;
-    }
-    if (!check) { return; }
+    if (!matmul_bf16_check_mirrors() || mm_bf16_mirror_alone(X, rows, cols, ld)) { return; } // (alone: no fp32)
     long at = matmul_bf16_mirror_stale_at(mirror, X, rows, cols, ld);
     if (at >= 0) {
         llmc_die("internal: the bf16 copy of a %zu x %zu GEMM operand is stale at element %ld: 0x%04x, its fp32 value "
@@ -1045,6 +1086,18 @@ static MatmulFp32Gemm matmul_fp32_gemm(void) {
     return mm_fp32_gemm_chosen;
 }
 
+// the stored (rows, cols) operand X widened from its bf16 copy into a dense fp32 buffer (the caller frees it) when its
+// mirror holds it in bf16 alone, else NULL: every bf16 number is a float, so the widened operand rounds to the copy
+static float* mm_bf16_widen_alone(const float* X, int rows, int cols, int ld) {
+    if (rows <= 0 || cols <= 0 || !mm_bf16_mirror_alone(X, (size_t)rows, (size_t)cols, (size_t)ld)) { return NULL; }
+    const uint16_t* x16 = mm_bf16_mirror_of(X, (size_t)rows, (size_t)cols, (size_t)ld);
+    float* wide = (float*)mallocCheck((size_t)rows * cols * sizeof(float));
+    for (size_t r = 0; r < (size_t)rows; r++) {
+        for (size_t c = 0; c < (size_t)cols; c++) { wide[r * cols + c] = mm_bf16_to_float(x16[r * ld + c]); }
+    }
+    return wide;
+}
+
 // the GEMM on the code this build and precision choose (matmul_gemm below)
 static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
@@ -1070,9 +1123,16 @@ static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB
         return;
     }
 #endif
+    // (the built-in kernel rounds its operands from fp32 as it packs them: an operand held in bf16 alone is widened
+    // first, exactly, so that it rounds back to its copy)
+    float* A_wide = prec == MATMUL_BF16 ? mm_bf16_widen_alone(A, transA ? K : M, transA ? M : K, lda) : NULL;
+    float* B_wide = prec == MATMUL_BF16 ? mm_bf16_widen_alone(B, transB ? N : K, transB ? K : N, ldb) : NULL;
     double t0 = mm_clock_start();
-    matmul_gemm_blocked(prec, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    matmul_gemm_blocked(prec, transA, transB, M, N, K, A_wide != NULL ? A_wide : A, A_wide != NULL ? (transA ? M : K) : lda,
+                        B_wide != NULL ? B_wide : B, B_wide != NULL ? (transB ? K : N) : ldb, beta, C, ldc);
     mm_clock_stop(t0);
+    free(A_wide);
+    free(B_wide);
 }
 
 // C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N), row-major; lda/ldb/ldc are row strides of the
@@ -1130,11 +1190,21 @@ static void matmul_gemm_bf16_stored(int transA, int transB, int M, int N, int K,
         for (size_t r = 0; r < (size_t)rows; r++) {
             for (size_t c = 0; c < (size_t)cols; c++) { wide[r * cols + c] = mm_bf16_to_float(x16[r * ld + c]); }
         }
+        // (and the fp32 operand from its copy when that holds it alone)
+        float* A_wide = A16 == NULL ? mm_bf16_widen_alone(A, transA ? K : M, transA ? M : K, lda) : NULL;
+        float* B_wide = B16 == NULL ? mm_bf16_widen_alone(B, transB ? N : K, transB ? K : N, ldb) : NULL;
         double t0 = mm_clock_start();
-        if (A16 != NULL) { matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, wide, cols, B, ldb, beta, C, ldc); }
-        else { matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, A, lda, wide, cols, beta, C, ldc); }
+        if (A16 != NULL) {
+            matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, wide, cols, B_wide != NULL ? B_wide : B,
+                                B_wide != NULL ? (transB ? K : N) : ldb, beta, C, ldc);
+        } else {
+            matmul_gemm_blocked(MATMUL_BF16, transA, transB, M, N, K, A_wide != NULL ? A_wide : A,
+                                A_wide != NULL ? (transA ? M : K) : lda, wide, cols, beta, C, ldc);
+        }
         mm_clock_stop(t0);
         free(wide);
+        free(A_wide);
+        free(B_wide);
     }
     if (t != 0.0) { // both operands read in bf16 (the fp32 one's rounding counts as bf16)
         double bytes = 2.0 * ((double)M * K + (double)K * N) + (beta != 0.0f ? 8.0 : 4.0) * M * N;

@@ -39,8 +39,16 @@ static inline float rmsnorm_row_rstd(const float* x, float eps, int C) {
 }
 
 // one row of an RMSNorm from its 1/rms s: o (C) = weight * (x * s) (weight NULL: x * s), and o16 (C) its bf16 copy
-// (NULL: none). The forward pass and the backward's recompute share it, so both give the same bits; o may be x.
+// (NULL: none; o NULL: the copy alone). The forward pass and the backward's recompute share it, so both give the same bits; o may be x.
 static inline void rmsnorm_apply_row(float* o, uint16_t* o16, const float* x, float s, const float* weight, int C) {
+    if (o == NULL) { // the bf16 copy alone
+        if (weight != NULL) {
+            for (int i = 0; i < C; i++) { o16[i] = matmul_bf16_round_value(weight[i] * (x[i] * s)); }
+        } else {
+            for (int i = 0; i < C; i++) { o16[i] = matmul_bf16_round_value(x[i] * s); }
+        }
+        return;
+    }
     if (weight != NULL) {
         for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
     } else {
@@ -53,29 +61,40 @@ static inline void rmsnorm_apply_row(float* o, uint16_t* o16, const float* x, fl
 static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int B, int T, int C) {
     // out, inp are (B,T,C); rstd is (B,T) or NULL; weight is (C) or NULL
     double t_phase = phase_begin();
-    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    size_t N = (size_t)B * T * C;
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    float* out32 = matmul_bf16_fp32_kept(out, N) ? out : NULL; // (NULL: the bf16 copy alone)
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = inp + (size_t)bt * C;
         float s = rmsnorm_row_rstd(x, eps, C);
-        rmsnorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, x, s, weight, C);
+        size_t at = (size_t)bt * C;
+        rmsnorm_apply_row(out32 != NULL ? out32 + at : NULL, out16 != NULL ? out16 + at : NULL, x, s, weight, C);
         if (rstd != NULL) { rstd[bt] = s; }
     }
-    double BTC = (double)B * T * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + B * T), (weight != NULL ? 4.0 : 3.0) * BTC);
+    matmul_bf16_alone_written(out, N);
+    double BTC = (double)N;
+    // inp read; out (fp32, its bf16 copy, or the copy alone) and rstd written
+    phase_end(PHASE_NORM, t_phase, (4.0 + norm_output_bytes(out32, out16)) * BTC + 4.0 * B * T,
+              (weight != NULL ? 4.0 : 3.0) * BTC);
 }
 
 // out (B,T,C) = rmsnorm_forward's output again, from its input and the rstd it kept (the same bits)
 static void rmsnorm_recompute(float* out, const float* inp, const float* rstd, const float* weight, int B, int T, int C) {
     double t_phase = phase_begin();
-    uint16_t* out16 = matmul_bf16_shadow(out, (size_t)B * T * C);
+    size_t N = (size_t)B * T * C;
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    float* out32 = matmul_bf16_fp32_kept(out, N) ? out : NULL; // (NULL: the bf16 copy alone)
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        rmsnorm_apply_row(out + (size_t)bt * C, out16 != NULL ? out16 + (size_t)bt * C : NULL, inp + (size_t)bt * C,
-                          rstd[bt], weight, C);
+        size_t at = (size_t)bt * C;
+        rmsnorm_apply_row(out32 != NULL ? out32 + at : NULL, out16 != NULL ? out16 + at : NULL, inp + at, rstd[bt],
+                          weight, C);
     }
-    double BTC = (double)B * T * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * (2.0 * BTC + B * T), (weight != NULL ? 2.0 : 1.0) * BTC);
+    matmul_bf16_alone_written(out, N);
+    double BTC = (double)N;
+    phase_end(PHASE_NORM, t_phase, (4.0 + norm_output_bytes(out32, out16)) * BTC + 4.0 * B * T,
+              (weight != NULL ? 2.0 : 1.0) * BTC);
 }
 
 // one weightless row's input gradient from its output y and rstd s: rstd (dy - y mean(dy y)), added to dx

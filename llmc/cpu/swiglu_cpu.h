@@ -26,7 +26,16 @@ static void swiglu_forward(float* out, const float* gate, const float* up, size_
     // out, gate, up are (N) = (B,T,FFN)
     double t_phase = phase_begin();
     uint16_t* out16 = matmul_bf16_shadow(out, N);
-    if (out16 != NULL) {
+    int out_kept = matmul_bf16_fp32_kept(out, N); // (0: the bf16 copy alone)
+    if (out16 != NULL && !out_kept) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < N; i++) {
+            float g = gate[i];
+            float silu = g / (1.0f + vec_expf(-g));
+            out16[i] = matmul_bf16_round_value(silu * up[i]);
+        }
+        matmul_bf16_alone_written(out, N);
+    } else if (out16 != NULL) {
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < N; i++) {
             float g = gate[i];
@@ -42,8 +51,8 @@ static void swiglu_forward(float* out, const float* gate, const float* up, size_
             out[i] = silu * up[i];
         }
     }
-    // gate and up read, out written, and its bf16 copy when it has one
-    phase_end(PHASE_ELEMENTWISE, t_phase, (out16 != NULL ? 14.0 : 12.0) * N, 8.0 * N);
+    // gate and up read, out written (fp32, its bf16 copy when it has one, or the copy alone)
+    phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + (out_kept ? 4.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0)) * N, 8.0 * N);
 }
 
 // dgate, dup (N) = their gradients, added to them when accumulate, else written (and their bf16 copies when they
@@ -74,6 +83,18 @@ static inline void swiglu_backward_copies_span(float* __restrict__ dgate, float*
     }
 }
 
+// the same, the bf16 copies alone (dgate's and dup's mirrors hold them in bf16 alone: only the fc GEMMs read them)
+static inline void swiglu_backward_alone_span(uint16_t* __restrict__ dgate16, uint16_t* __restrict__ dup16,
+                                              const float* __restrict__ dout, const float* __restrict__ gate,
+                                              const float* __restrict__ up, size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i++) {
+        float dg, du;
+        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+        dgate16[i] = matmul_bf16_round_value(dg);
+        dup16[i] = matmul_bf16_round_value(du);
+    }
+}
+
 // the same loop as it was before 2026-11-29 (LLMC_ELEMENTWISE_FUSED=0), which GCC leaves scalar: the same bits
 static void swiglu_backward_copies_scalar(float* dgate, float* dup, uint16_t* dgate16, uint16_t* dup16, const float* dout,
                                           const float* gate, const float* up, size_t N) {
@@ -91,6 +112,8 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
     double t_phase = phase_begin();
     uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
     uint16_t* dup16 = matmul_bf16_shadow(dup, N);
+    // (0: the bf16 copies alone; the fused path's, as both or neither are held alone)
+    int kept = matmul_bf16_fp32_kept(dgate, N) || matmul_bf16_fp32_kept(dup, N);
     if (!accumulate && dgate16 != NULL && dup16 != NULL && elementwise_fused()) { // the trainers' case, vectorised
         #pragma omp parallel
         {
@@ -100,7 +123,15 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
             per = (per + 15) / 16 * 16;
             size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
             size_t i1 = i0 + per < N ? i0 + per : N;
-            swiglu_backward_copies_span(dgate, dup, dgate16, dup16, dout, gate, up, i0, i1);
+            if (kept) {
+                swiglu_backward_copies_span(dgate, dup, dgate16, dup16, dout, gate, up, i0, i1);
+            } else {
+                swiglu_backward_alone_span(dgate16, dup16, dout, gate, up, i0, i1);
+            }
+        }
+        if (!kept) {
+            matmul_bf16_alone_written(dgate, N);
+            matmul_bf16_alone_written(dup, N);
         }
     } else if (!accumulate && dgate16 != NULL && dup16 != NULL) { // LLMC_ELEMENTWISE_FUSED=0: the loop as it was
         swiglu_backward_copies_scalar(dgate, dup, dgate16, dup16, dout, gate, up, N);
@@ -115,9 +146,11 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
         bf16_copy_row(dgate16, dgate, N); // (a copy that only one of them has, or after accumulating)
         bf16_copy_row(dup16, dup, N);
     }
-    // dout, gate, up read; dgate, dup updated (or written), and their bf16 copies when they have them
+    // dout, gate, up read; dgate, dup updated (or written), and their bf16 copies when they have them (or the copies
+    // alone)
     double copies = (dgate16 != NULL ? 2.0 : 0.0) + (dup16 != NULL ? 2.0 : 0.0);
-    phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 28.0 : 20.0) + copies) * N, 16.0 * N);
+    int alone = !accumulate && dgate16 != NULL && dup16 != NULL && elementwise_fused() && !kept;
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 28.0 : alone ? 12.0 : 20.0) + copies) * N, 16.0 * N);
 }
 
 static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
