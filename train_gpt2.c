@@ -328,14 +328,13 @@ void gpt2_backward(void* m, float loss_scale) {
         matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, 4 * C, 0.0f, beta);
         layernorm_backward(dres, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        cpu_zero_floats(da.qkv, BTC * 3); // attention's backward adds to it
-        if (acts.bf16) { // from qkv and the attention's output in bf16
+        if (acts.bf16) { // from qkv and the attention's output in bf16; dqkv written (never added to)
             matmul_backward_into_bf16_input(da.atty, dw.attprojw, dw.attprojb, dres, a.atty16, w.attprojw, B, T, C, C,
                                             0.0f, beta);
-            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NH, C / NH);
+            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NH, C / NH, 0);
         } else {
             matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
-            attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH);
+            attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH, 0);
         }
         layernorm_recompute(a.ln1, a.residual, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b, B, T, C);         // (B,T,C)
         matmul_backward_into(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f, beta);

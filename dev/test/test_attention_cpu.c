@@ -12,7 +12,8 @@ Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a
 tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trainers' former path); the tiled kernel's
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
-(LLMC_ATTENTION_PREFETCH=0: the same bits); the fp32 emulation of the micro-kernel
+(LLMC_ATTENTION_PREFETCH=0: the same bits); dqkv written (the trainers' call) against dqkv added to zero, and
+its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line; the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
@@ -195,6 +196,58 @@ static void test_prefetch_does_not_change_bits(void) {
     free(qkv); free(dout);
 }
 
+// A backward that writes dqkv (accumulate 0, the trainers' call) against one that adds to a zeroed dqkv: the same bits,
+// and dqkv's bf16 copy written, for both kernels, the fp32 call and the bf16-stored one, with and without the
+// forward's out and lse, and under LLMC_ATTENTION_OVERWRITE=0 (zeroing, adding, then the copy in a pass of its own).
+// dqkv starts as NaN, its copy as 0xffff: every element must be written.
+static void test_writing_dqkv_matches_adding_to_zero(void) {
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 20}};
+    for (int ci = 0; ci < 2; ci++) {
+        const AttCase* c = &cases[ci];
+        size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
+        float* dout;
+        float* qkv = case_inputs(c, &dout, 13 + (unsigned)ci);
+        float* out = (float*)mallocCheck(no * sizeof(float));
+        float* lse = (float*)mallocCheck(nl * sizeof(float));
+        float* added = (float*)mallocCheck(nq * sizeof(float));
+        float* written = (float*)mallocCheck(nq * sizeof(float));
+        uint16_t* written16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+        uint16_t* qkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+        uint16_t* out16 = (uint16_t*)mallocCheck(no * sizeof(uint16_t));
+        for (int variant = 0; variant < 5; variant++) { // blocked keep 0/1, tiled, bf16-stored, bf16-stored keep 0
+            const char* kernel = variant == 2 ? "tiled" : "blocked";
+            int keep = variant == 1 || variant == 3, stored = variant >= 3;
+            use_kernel(kernel);
+            if (stored) { attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS); }
+            else { attention_gqa_forward(out, lse, qkv, c->B, c->T, c->NH, c->NKV, c->HS); }
+            for (int overwrite = 1; overwrite >= 0; overwrite--) {
+                setenv("LLMC_ATTENTION_OVERWRITE", overwrite ? "1" : "0", 1);
+                memset(added, 0, nq * sizeof(float));
+                for (size_t i = 0; i < nq; i++) { written[i] = NAN; }
+                memset(written16, 0xff, nq * sizeof(uint16_t));
+                matmul_bf16_mirror_add(written, nq, written16);
+                if (stored) {
+                    attention_gqa_backward_bf16(added, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 1);
+                    attention_gqa_backward_bf16(written, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+                } else {
+                    const float* o = keep ? out : NULL;
+                    const float* l = keep ? lse : NULL;
+                    attention_gqa_backward(added, dout, qkv, o, l, c->B, c->T, c->NH, c->NKV, c->HS);
+                    attention_gqa_backward_into(written, dout, qkv, o, l, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+                }
+                matmul_bf16_mirror_remove(written);
+                CHECK(memcmp(added, written, nq * sizeof(float)) == 0, "T=%d HS=%d %s keep %d stored %d overwrite %d: "
+                      "dqkv written differs from dqkv added to zero", c->T, c->HS, kernel, keep, stored, overwrite);
+                long stale = matmul_bf16_mirror_stale_at(written16, added, 1, nq, nq);
+                CHECK(stale == -1, "T=%d HS=%d %s keep %d stored %d overwrite %d: dqkv's bf16 copy is not dqkv rounded at "
+                      "%ld", c->T, c->HS, kernel, keep, stored, overwrite, stale);
+            }
+        }
+        unsetenv("LLMC_ATTENTION_OVERWRITE");
+        free(qkv); free(dout); free(out); free(lse); free(added); free(written); free(written16); free(qkv16); free(out16);
+    }
+}
+
 // in a child (matmul_bf16_native asks once per process): the fp32 emulation of the micro-kernel against tiled;
 // exits with the number of failed checks
 static void emulated_child(void* arg) {
@@ -324,7 +377,7 @@ static void check_bf16_storage_case(const AttCase* c, int gqa) {
         memset(qkv16, 0xff, nq * sizeof(uint16_t)); // every element must be written
         attention_gqa_forward_bf16(out16, lse16, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
         memset(dqkv16[n], 0, nq * sizeof(float));
-        attention_gqa_backward_bf16(dqkv16[n], dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS);
+        attention_gqa_backward_bf16(dqkv16[n], dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS, 1);
     }
     omp_set_num_threads(2);
     CHECK(memcmp(qkv16, qkv_rounded, nq * sizeof(uint16_t)) == 0, "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's qkv16 is "
@@ -468,6 +521,7 @@ int main(int argc, char** argv) {
     test_blocked_matches_tiled();
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
+    test_writing_dqkv_matches_adding_to_zero();
     test_phase_account();
     test_bf16_copies_of_out_and_dqkv_are_written();
     test_bf16_storage_matches_fp32_storage();

@@ -9,9 +9,11 @@ the trainers). Two kernels behind one set of calls:
                            B, T, NH, NKV, HS)                 then NKV k heads, then NKV v heads; query head h reads
                                                               k/v head h / (NH/NKV); out (B,T,NH HS); dqkv += the
                                                               gradient, a k/v head's summed over its query heads
+    attention_gqa_backward_into(..., accumulate)              the same, added (1) or written (0: dqkv's old contents
+                                                              never read; the trainers' call, no zeroing pass)
     attention_gqa_forward_bf16(out16, lse, qkv, qkv16, ...)   the blocked kernel keeping q, k, v and its output in bf16
     attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (GPT-2's -p bf16 activations): the forward writes qkv
-                                lse, ...)                     rounded and the output rounded, the backward reads them
+                                lse, ..., accumulate)         rounded and the output rounded, the backward reads them
     attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
 
 Scores are scaled by 1/sqrt(HS); query t sees keys 0..t. HS is any size (the blocked kernel pads it to 16).
@@ -48,7 +50,10 @@ MATMUL_BF16: -p bf16 where llmc/cpu/cpu_trainer.h found that it pays, LLMC_BF16=
 tiled in fp32. Any other LLMC_ATTENTION is one error line. Each call adds its time, its compulsory bytes (q, k, v,
 out, lse, dout, dqkv at their stored fp32, once each) and its causal FLOPs without recomputation (2 products of
 2 HS flops per query-key pair forward, 4 backward) to PHASE_ATTENTION (llmc/cpu/phase_time.h). An output or input
-gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written.
+gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written. A
+backward that writes dqkv (accumulate 0) on the blocked kernel stores each element once, with its copy, where it
+would add to a zeroed dqkv (0 + x: the same bits); LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds the copy in a
+pass of its own instead, as before 2026-11-29.
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -661,7 +666,8 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
 // The backward of k/v head g of batch row b and its query heads: dqkv += their gradients. out (or out16, stored in
 // bf16), lse: the forward's (both given, or each tile's forward run again). qkv16 instead of qkv: stored in bf16.
 static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16, const float* out,
-                               const uint16_t* out16, const float* lse, int b, int g, AttWork* w, const AttShape* sh) {
+                               const uint16_t* out16, const float* lse, int b, int g, AttWork* w, const AttShape* sh,
+                               int accumulate, uint16_t* dqkv16) {
     int T = sh->T, HS = sh->HS, HSP = sh->HSP, C = sh->C, QKV = sh->QKV, NH = sh->NH, NKV = sh->NKV;
     int ntiles = sh->ntiles, rep = NH / NKV, kept = (out != NULL || out16 != NULL) && lse != NULL;
     float scale = sh->scale;
@@ -741,9 +747,15 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 att_layout_rowpair(w->ds_rp, w->ds16, ATT_TILE);
                 att_gemm(sh, w->dqT, ATT_TILE, w->k_cp + j * blk, ATT_PAIRS, w->ds_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1);
             }
+            // (written: 0 + x, the bits of adding to a zeroed dqkv, -0 included)
             for (int q = 0; q < rows; q++) {
                 float* dst = dqkv + (bt0 + t0 + q) * QKV + (size_t)h * HS;
-                for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
+                if (accumulate) {
+                    for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
+                } else {
+                    for (int d = 0; d < HS; d++) { dst[d] = 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
+                    if (dqkv16 != NULL) { bf16_copy_row(dqkv16 + (dst - dqkv), dst, (size_t)HS); }
+                }
             }
         }
     }
@@ -756,18 +768,31 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
         }
         const float* sk = w->dk + (size_t)t * HSP;
         const float* sv = w->dv + (size_t)t * HSP;
-        for (int d = 0; d < HS; d++) {
-            dk[d] += sk[d];
-            dv[d] += sv[d];
+        if (accumulate) {
+            for (int d = 0; d < HS; d++) {
+                dk[d] += sk[d];
+                dv[d] += sv[d];
+            }
+        } else {
+            for (int d = 0; d < HS; d++) {
+                dk[d] = 0.0f + sk[d];
+                dv[d] = 0.0f + sv[d];
+            }
+            if (dqkv16 != NULL) {
+                bf16_copy_row(dqkv16 + (dk - dqkv), dk, (size_t)HS);
+                bf16_copy_row(dqkv16 + (dv - dqkv), dv, (size_t)HS);
+            }
         }
     }
 }
 
-// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_blocked_forward for dout (B,T,NH HS); out and lse are
-// the forward's (both, or either NULL: recomputed); qkv16, out16 instead of qkv, out: stored in bf16
+// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_blocked_forward for dout (B,T,NH HS), or = when not
+// accumulate (each element is written once: its old contents are never read), and then its bf16 copy dqkv16 too in
+// the same stores (NULL: none); out and lse are the forward's (both, or either NULL: recomputed); qkv16, out16
+// instead of qkv, out: stored in bf16
 static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16,
                                        const float* out, const uint16_t* out16, const float* lse, int B, int T, int NH,
-                                       int NKV, int HS) {
+                                       int NKV, int HS, int accumulate, uint16_t* dqkv16) {
     AttShape sh = att_shape(T, NH, NKV, HS);
     AttWork sizes_only;
     memset(&sizes_only, 0, sizeof(sizes_only));
@@ -778,7 +803,7 @@ static void attention_blocked_backward(float* dqkv, const float* dout, const flo
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
             AttWork w = att_work(scratch, per, &sh, 1);
-            att_group_backward(dqkv, dout, qkv, qkv16, out, out16, lse, b, g, &w, &sh);
+            att_group_backward(dqkv, dout, qkv, qkv16, out, out16, lse, b, g, &w, &sh, accumulate, dqkv16);
         }
     }
 }
@@ -836,20 +861,60 @@ static void attention_gqa_forward(float* out, float* lse, const float* qkv, int 
     phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 2));
 }
 
-// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_gqa_forward for dout (B,T,NH HS); out and lse are the
-// forward's (the blocked kernel reads them when both are given, else recomputes them; the tiled one needs neither)
+// Whether a backward that writes dqkv (accumulate 0) has the blocked kernel write it, and its bf16 copy, in the
+// stores that add to it otherwise (LLMC_ATTENTION_OVERWRITE, read at each call; the default), or zeroes dqkv, adds to it,
+// then rounds the copy in a pass of its own (0: as before 2026-11-29; the same bits), until timed beyond the Zen 5.
+static int attention_overwrite(void) { return env_switch_on("LLMC_ATTENTION_OVERWRITE"); }
+
+// whether a backward into dqkv adds to it: 1 when asked to (accumulate), and when asked to write it but the kernel
+// adds (the tiled one, or LLMC_ATTENTION_OVERWRITE=0), after zeroing dqkv (n floats; a zeroing phase of its own)
+static int attention_backward_adds(float* dqkv, size_t n, int blocked, int accumulate) {
+    if (accumulate) { return 1; }
+    if (blocked && attention_overwrite()) { return 0; }
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { dqkv[i] = 0.0f; }
+    phase_end(PHASE_ZERO, t_phase, 4.0 * (double)n, 0.0);
+    return 1;
+}
+
+// the backward of either kernel into dqkv (n floats): added to it (adds: see attention_backward_adds) or written,
+// and its bf16 copy
+static void attention_backward_any(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16,
+                                   const float* out, const uint16_t* out16, const float* lse, int B, int T, int NH,
+                                   int NKV, int HS, int blocked, int adds) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    if (!adds) { // (blocked)
+        attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 0,
+                                   matmul_bf16_shadow(dqkv, n));
+        return;
+    }
+    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 1, NULL); }
+    else { attention_tiled_backward(dqkv, dout, qkv, NULL, B, T, NH, NKV, HS); }
+    attention_write_shadow(dqkv, n);
+}
+
+// dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_gqa_forward for dout (B,T,NH HS), or = when not accumulate
+// (its old contents never read); out and lse are the forward's (the blocked kernel reads them when both are given,
+// else recomputes them; the tiled one needs neither)
+static void attention_gqa_backward_into(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                        const float* lse, int B, int T, int NH, int NKV, int HS, int accumulate) {
+    attention_check_heads(NH, NKV);
+    int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
+    int adds = attention_backward_adds(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS, blocked, accumulate);
+    double t_phase = phase_begin();
+    attention_backward_any(dqkv, dout, qkv, NULL, out, NULL, lse, B, T, NH, NKV, HS, blocked, adds);
+    double BT = (double)B * T, nqkv = BT * (NH + 2 * NKV) * HS;
+    double floats = (adds ? 2.0 : 1.0) * nqkv + BT * NH * HS;
+    if (blocked && out != NULL && lse != NULL) { floats += BT * ((double)NH * HS + NH); }
+    // (written with dqkv: its bf16 copy, when it has one; a pass of its own counts as bf16 otherwise)
+    double copy = !adds && matmul_bf16_shadow(dqkv, (size_t)nqkv) != NULL ? 2.0 * nqkv : 0.0;
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats + copy, attention_flops(B, T, NH, HS, 4));
+}
+
 static void attention_gqa_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                                    const float* lse, int B, int T, int NH, int NKV, int HS) {
-    attention_check_heads(NH, NKV);
-    double t_phase = phase_begin();
-    int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
-    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, NULL, out, NULL, lse, B, T, NH, NKV, HS); }
-    else { attention_tiled_backward(dqkv, dout, qkv, NULL, B, T, NH, NKV, HS); }
-    attention_write_shadow(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS);
-    double BT = (double)B * T;
-    double floats = BT * (2.0 * (NH + 2 * NKV) * HS + (double)NH * HS);
-    if (blocked && out != NULL && lse != NULL) { floats += BT * ((double)NH * HS + NH); }
-    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 4));
+    attention_gqa_backward_into(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, 1);
 }
 
 // The blocked kernel keeping its input and output in bf16 (GPT-2's -p bf16, llmc/cpu/cpu_model.h's
@@ -868,14 +933,17 @@ static void attention_gqa_forward_bf16(uint16_t* out16, float* lse, const float*
 }
 
 static void attention_gqa_backward_bf16(float* dqkv, const float* dout, const uint16_t* qkv16, const uint16_t* out16,
-                                        const float* lse, int B, int T, int NH, int NKV, int HS) {
+                                        const float* lse, int B, int T, int NH, int NKV, int HS, int accumulate) {
     attention_check_heads(NH, NKV);
+    int adds = attention_backward_adds(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS, 1, accumulate);
     double t_phase = phase_begin();
-    attention_blocked_backward(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS);
-    attention_write_shadow(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS);
-    double BT = (double)B * T; // q, k, v, out in bf16; lse, dout, dqkv (read and written) in fp32
+    attention_backward_any(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 1, adds);
+    // q, k, v, out in bf16; lse, dout in fp32, dqkv written (and read first when added to) in fp32
+    double BT = (double)B * T;
+    double nqkv = BT * (NH + 2 * NKV) * HS;
     double bytes = BT * (2.0 * ((double)(NH + 2 * NKV) * HS + (double)NH * HS) + 4.0 * NH +
-                         4.0 * ((double)NH * HS + 2.0 * (NH + 2 * NKV) * HS));
+                         4.0 * ((double)NH * HS + (adds ? 2.0 : 1.0) * (NH + 2 * NKV) * HS));
+    bytes += !adds && matmul_bf16_shadow(dqkv, (size_t)nqkv) != NULL ? 2.0 * nqkv : 0.0; // (its copy, with it)
     phase_end(PHASE_ATTENTION, t_phase, bytes, attention_flops(B, T, NH, HS, 4));
 }
 

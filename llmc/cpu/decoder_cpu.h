@@ -327,8 +327,7 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
         matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, AW, C, 0.0f, beta);
-        cpu_zero_floats(da.qkv, (size_t)BT * QKV); // attention_gqa_backward adds to it
-        attention_gqa_backward(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS);
+        attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS, 0); // (written)
         if (d->qk_norm == DECODER_QKNORM_PLAIN) { // from its output (qkv) and rstd
             qknorm_backward(da.qkv, NULL, a.qkv, NULL, NULL, a.qk_rstd, BT, QKV, NH + NKV, HS);
         }
