@@ -592,6 +592,8 @@ BLAS_STAMP_TEXT := $(strip $(BLAS) $(BLAS_CFLAGS) $(BLAS_LDLIBS) $(CPU_SPEED_CFL
 $(FAMILY_CPU_PROGRAMS) dev/test/test_matmul build/gemm_peak: $(BLAS_STAMP)
 # dev/test/test_elementwise: the element-wise loops vectorise as the trainers' do (its --time splits the phase per pass)
 dev/test/test_elementwise: CFLAGS += $(CPU_SPEED_CFLAGS)
+# dev/test/test_bf16_alone: the bf16-alone writers and the one-pass GELU backward, compiled as the trainers are
+dev/test/test_bf16_alone: CFLAGS += $(CPU_SPEED_CFLAGS)
 # dev/test/test_attention_cpu --time also times the tiled attention's fp32 GEMMs: built with the trainers' BLAS
 dev/test/test_attention_cpu: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 dev/test/test_attention_cpu: LDLIBS += $(BLAS_LDLIBS)

@@ -313,11 +313,11 @@ void gpt2_backward(void* m, float loss_scale) {
         GPT2LayerParams w = gpt2_layer_params(&model->params, cfg, l), dw = gpt2_layer_params(&model->grads, cfg, l);
         LayerActs a = gpt2_layer_acts(&model->acts, cfg, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        if (acts.bf16) { // from the GELU's bf16 input
-            gelu_forward_bf16(a.fch_gelu16, a.fch16, BTC * 4); // the forward's, again
-            matmul_backward_into_bf16_input(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, w.fcprojw, B, T,
-                                            4 * C, C, 0.0f, beta);
-            gelu_backward_bias_bf16_input(da.fch, dw.fcb, a.fch16, dfch_gelu, B * T, 4 * C, beta);
+        if (acts.bf16) { // from the GELU's bf16 input: dfch_gelu first, then the GELU's output again (what fcprojw's
+            // gradient reads) in the GELU backward's pass, then fcprojw's and fcprojb's gradients
+            matmul_backward_input(dfch_gelu, dres, w.fcprojw, B, T, 4 * C, C, 0.0f);
+            gelu_recompute_backward_bias_bf16(a.fch_gelu16, da.fch, dw.fcb, a.fch16, dfch_gelu, B * T, 4 * C, beta);
+            matmul_backward_weight_bf16_input(dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, B, T, 4 * C, C, beta);
         } else {
             gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                              (B,T,4C)
             matmul_backward_into(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);

@@ -5,6 +5,10 @@ which runs the old passes, giving the same training bits.
 - dev/test/test_elementwise: the new kernels against the old, bit for bit, on odd sizes, beta 0 and 1, with and
   without dinp's bf16 copy, 1 to 3 threads (it runs under OMP_WAIT_POLICY=PASSIVE: its 3-thread cases on 2 cores
   would otherwise spin in every barrier);
+- dev/test/test_bf16_alone: every writer of an activation held in bf16 alone (-p bf16: the norms' outputs, the MLP's
+  activations and its fc layers' input gradients) writes the same bf16 copy as beside fp32 and leaves the fp32
+  memory unwritten (NaN under LLMC_BF16_CHECK_MIRRORS=1), and GPT-2's one-pass GELU backward (the GELU's output
+  recomputed in the same pass) gives the two passes' bits;
 - train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same losses with LLMC_ELEMENTWISE_FUSED=0 and
   without it, and an unknown value is one error line.
 
@@ -36,6 +40,15 @@ def test_elementwise_kernels_give_the_bits_of_the_passes_they_replace(test_eleme
     proc = run([test_elementwise], env={"OMP_WAIT_POLICY": "PASSIVE"})
     m = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
     assert m and int(m.group(2)) == 0 and int(m.group(1)) >= 3000, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_bf16_alone_writers_and_the_one_pass_gelu_backward(check: str) -> None:
+    make("dev/test/test_bf16_alone")
+    proc = run([REPO / "dev" / "test" / "test_bf16_alone"],
+               env={"OMP_WAIT_POLICY": "PASSIVE", "LLMC_BF16_CHECK_MIRRORS": check})
+    m = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
+    assert m and int(m.group(2)) == 0 and int(m.group(1)) >= 1300, proc.stdout[-2000:]
 
 
 def losses(stdout: str) -> list[float]:

@@ -13,6 +13,8 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
                                                   the fc layer's bias gradient dbias = beta * dbias + the sum of dinp's
                                                   rows (matmul_backward_bias's bits)
     gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta)   the same from the bf16 input
+    gelu_recompute_backward_bias_bf16(out16, dinp, dbias, inp16, dout, BT, OC, beta)   gelu_forward_bf16 (out16)
+                                                  and gelu_backward_bias_bf16_input in one pass, one tanh a value
 
 (N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. A function whose output a
 GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
@@ -146,6 +148,47 @@ static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, float* 
     }
 }
 
+// one row's slice [0, n) of gelu_recompute_backward_bias_bf16: out16 = gelu(x) rounded, v = gelu'(x) dout into dinp
+// (NULL: none) and its bf16 copy dinp16 (NULL: none), sum += v; x from inp16. The tanh once: the arithmetic of
+// vec_gelu_forward and vec_gelu_grad (llmc/cpu/vecmath.h) on the one value, so their bits.
+static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uint16_t* dinp16, float* sum,
+                                               const uint16_t* inp16, const float* dout, int n) {
+#define GELU_BOTH(x, y16, grad) \
+    float cube = GELU_CUBE_COEFF * x * x * x; \
+    float th = vec_tanhf(GELU_SCALING_FACTOR * (x + cube)); \
+    y16 = matmul_bf16_round_value(0.5f * x * (1.0f + th)); \
+    float sech2 = 1.0f - th * th; \
+    float du_dx = GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x); \
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx
+    if (dinp == NULL) {
+        for (int j = 0; j < n; j++) {
+            float x = mm_bf16_to_float(inp16[j]);
+            GELU_BOTH(x, out16[j], grad);
+            float v = grad * dout[j];
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (dinp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float x = mm_bf16_to_float(inp16[j]);
+            GELU_BOTH(x, out16[j], grad);
+            float v = grad * dout[j];
+            dinp[j] = v;
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else {
+        for (int j = 0; j < n; j++) {
+            float x = mm_bf16_to_float(inp16[j]);
+            GELU_BOTH(x, out16[j], grad);
+            float v = grad * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
+    }
+#undef GELU_BOTH
+}
+
 // the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
 // exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
 // reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows, each column over the rows in order (beta 0:
@@ -200,6 +243,45 @@ static void gelu_backward_bias(float* dinp, float* dbias, const float* inp, cons
 static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint16_t* inp16, const float* dout, int BT,
                                           int OC, float beta) {
     gelu_backward_bias_any(dinp, dbias, inp16, NULL, dout, BT, OC, beta);
+}
+
+// GPT-2's -p bf16 backward through its GELU, in one pass with one tanh a value: out16 (BT,OC) = gelu of the bf16 input
+// inp16, rounded (gelu_forward_bf16's output again, which the projection's weight GEMM reads next), and dinp, dbias as
+// gelu_backward_bias_bf16_input writes them; the bits of those two calls, which evaluate the tanh twice.
+// LLMC_ELEMENTWISE_FUSED=0: those two calls.
+static void gelu_recompute_backward_bias_bf16(uint16_t* out16, float* dinp, float* dbias, const uint16_t* inp16,
+                                              const float* dout, int BT, int OC, float beta) {
+    size_t N = (size_t)BT * OC;
+    if (!elementwise_fused() || dbias == NULL) {
+        gelu_forward_bf16(out16, inp16, N);
+        gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta);
+        return;
+    }
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
+    #pragma omp parallel
+    {
+        int nt, t;
+        parallel_team(&nt, &t);
+        int o0, o1;
+        bias_grad_column_slice(OC, nt, t, &o0, &o1);
+        float sum[BIAS_GRAD_BLOCK];
+        for (int b0 = o0; b0 < o1; b0 += BIAS_GRAD_BLOCK) {
+            int n = o1 - b0 < BIAS_GRAD_BLOCK ? o1 - b0 : BIAS_GRAD_BLOCK;
+            for (int j = 0; j < n; j++) { sum[j] = beta == 0.0f ? 0.0f : dbias[b0 + j]; }
+            for (int r = 0; r < BT; r++) {
+                size_t at = (size_t)r * OC + b0;
+                gelu_recompute_backward_row(out16 + at, dinp32 != NULL ? dinp32 + at : NULL,
+                                            dinp16 != NULL ? dinp16 + at : NULL, sum, inp16 + at, dout + at, n);
+            }
+            for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
+        }
+    }
+    matmul_bf16_alone_written(dinp, N);
+    // x (bf16) and dout read; out16 and dinp written (fp32, its copy when it has one, or the copy alone)
+    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, (2.0 + 4.0 + 2.0 + dinp_bytes) * N, 23.0 * N);
 }
 
 #endif // LLMC_GELU_CPU_H

@@ -15,7 +15,8 @@ and the linear layer, fp32 with OpenMP (at the end of this file):
     matmul_backward_into(..., beta_inp, beta_weight)             each added (beta 1) or written (beta 0)
     matmul_backward_input / matmul_backward_weight / matmul_backward_bias   its three parts
     matmul_forward_bf16_input, matmul_backward_into_bf16_input   the same on an input stored in bf16 alone (GPT-2's
-                                                                 -p bf16 activations)
+                                                                 -p bf16 activations), and _weight_bf16_input its
+                                                                 weight and bias gradients alone
     bf16_copy_row(o16, o, n)                                     a layer's bf16 copy of what it wrote (-p bf16 on
                                                                  oneDNN: matmul_bf16_shadow), for the GEMMs that read it
 
@@ -1466,12 +1467,18 @@ static void matmul_forward_bf16_input(float* out, const uint16_t* inp16, const f
 }
 
 // matmul_backward_into of the bf16 input inp16 (B,T,C): dinp (fp32) and dbias as there, dweight from inp16
+// its weight and bias gradients alone (dweight (OC,C), dbias (OC) = beta_weight * theirs + the gradient)
+static void matmul_backward_weight_bf16_input(float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                                              int B, int T, int C, int OC, float beta_weight) {
+    matmul_gemm_bf16_stored(1, 0, OC, C, B * T, dout, NULL, OC, NULL, inp16, C, beta_weight, dweight, C);
+    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
+}
+
 static void matmul_backward_into_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout,
                                             const uint16_t* inp16, const float* weight, int B, int T, int C, int OC,
                                             float beta_inp, float beta_weight) {
     matmul_backward_input(dinp, dout, weight, B, T, C, OC, beta_inp);
-    matmul_gemm_bf16_stored(1, 0, OC, C, B * T, dout, NULL, OC, NULL, inp16, C, beta_weight, dweight, C);
-    matmul_backward_bias(dbias, dout, B * T, OC, beta_weight);
+    matmul_backward_weight_bf16_input(dweight, dbias, dout, inp16, B, T, C, OC, beta_weight);
 }
 
 #endif // LLMC_MATMUL_H

@@ -1,0 +1,259 @@
+/*
+dev/test/test_bf16_alone.c: the writers of activations held in bf16 alone (llmc/cpu/matmul.h's
+matmul_bf16_mirror_set_alone: on -p bf16 the layers whose outputs only GEMMs read write the bf16 copy and leave the
+fp32 memory unwritten), and GPT-2's GELU backward that recomputes the GELU's output in the same pass.
+
+    dev/test/test_bf16_alone    the checks (a second or two)
+
+Checked, for each writer (layernorm_forward, layernorm_recompute, fused_residual_forward, rmsnorm_forward with and
+without a weight, rmsnorm_recompute, gelu_forward, relu2_forward, relu2_backward_into, swiglu_forward,
+swiglu_backward_into, gelu_backward_bias and gelu_backward_bias_bf16_input, gelu_recompute_backward_bias_bf16), on
+row counts 1, 7, 37, 130 and widths 16, 100, 768 with 1 and 2 threads: its output's mirror held alone gets the same
+bf16 copy as the mirror beside fp32 (the layer's bits are the bits before), every other output is the same, and the
+fp32 memory keeps the sentinel it was filled with (it is not written); under LLMC_BF16_CHECK_MIRRORS=1 it is NaN
+instead. Alone only counts on the bf16 path: with matmul_precision fp32 the same call writes the fp32 values.
+gelu_recompute_backward_bias_bf16 against gelu_forward_bf16 then gelu_backward_bias_bf16_input (the two passes it
+replaces; LLMC_ELEMENTWISE_FUSED=0 runs them): out16, dinp, its copy and dbias bit for bit, beta 0 and 1.
+*/
+#include "../../llmc/cpu/gelu_cpu.h"
+#include "../../llmc/cpu/layernorm_cpu.h"
+#include "../../llmc/cpu/relu2_cpu.h"
+#include "../../llmc/cpu/rmsnorm_cpu.h"
+#include "../../llmc/cpu/swiglu_cpu.h"
+#include "test_common.h"
+
+#define SENTINEL 0x3f3f3f3fu
+
+static const int ROWS[] = {1, 7, 37, 130};
+static const int COLS[] = {16, 100, 768};
+
+static void fill_values(float* x, size_t n, unsigned seed, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        x[i] = scale * ((float)(h % 20001u) / 10000.0f - 1.0f);
+    }
+}
+
+static void fill_sentinel(float* x, size_t n) { memset(x, 0x3f, n * sizeof(float)); }
+
+// 1 when every element of x is the sentinel (never written), or (nan) NaN
+static int all_untouched(const float* x, size_t n, int nan) {
+    for (size_t i = 0; i < n; i++) {
+        if (nan ? x[i] == x[i] : float_bits(x[i]) != SENTINEL) { return 0; }
+    }
+    return 1;
+}
+
+// The writers under test, by number: each writes `out` (n floats, a mirror's buffer) from the inputs a, b (n
+// floats, or BT rows of C) and small side outputs into side (mean, rstd, the residual, dbias: their own buffers)
+enum { W_LN_FWD, W_LN_RECOMPUTE, W_LN_FUSED_RESIDUAL, W_RMS_FWD, W_RMS_FWD_WEIGHTLESS, W_RMS_RECOMPUTE, W_GELU_FWD,
+       W_RELU2_FWD, W_RELU2_BWD, W_SWIGLU_FWD, W_SWIGLU_BWD, W_GELU_BWD_BIAS, W_GELU_BWD_BIAS_BF16, W_GELU_RECOMPUTE_BWD,
+       W_COUNT };
+static const char* const WRITER_NAMES[W_COUNT] = {
+    "layernorm_forward", "layernorm_recompute", "fused_residual_forward", "rmsnorm_forward", "rmsnorm_forward (no weight)",
+    "rmsnorm_recompute", "gelu_forward", "relu2_forward", "relu2_backward_into", "swiglu_forward", "swiglu_backward_into",
+    "gelu_backward_bias", "gelu_backward_bias_bf16_input", "gelu_recompute_backward_bias_bf16"};
+
+typedef struct {
+    int BT, C;
+    float *a, *b, *c, *weight, *bias;  // inputs: (BT,C) each, (C) each
+    uint16_t* a16;                     // a rounded
+    float* side;                       // (3 BT C + 2 BT + C) floats of side outputs
+    uint16_t* side16;                  // (BT C): gelu_recompute's out16
+    float* out2;                       // (BT C) swiglu_backward's second output (dup), a mirror's buffer too
+} AloneCase;
+
+static void run_writer(int w, AloneCase* k, float* out) {
+    int BT = k->BT, C = k->C;
+    size_t n = (size_t)BT * C;
+    float* mean = k->side;
+    float* rstd = k->side + BT;
+    float* residual = k->side + 2 * (size_t)BT;
+    float* dbias = residual + n;
+    switch (w) {
+    case W_LN_FWD: layernorm_forward(out, mean, rstd, k->a, k->weight, k->bias, 1, BT, C); break;
+    case W_LN_RECOMPUTE:
+        layernorm_forward(residual, mean, rstd, k->a, k->weight, k->bias, 1, BT, C); // (the statistics)
+        layernorm_recompute(out, k->a, mean, rstd, k->weight, k->bias, 1, BT, C);
+        break;
+    case W_LN_FUSED_RESIDUAL: fused_residual_forward(residual, out, mean, rstd, k->a, k->b, k->weight, k->bias, 1, BT, C); break;
+    case W_RMS_FWD: rmsnorm_forward(out, rstd, k->a, k->weight, 1e-5f, 1, BT, C); break;
+    case W_RMS_FWD_WEIGHTLESS: rmsnorm_forward(out, rstd, k->a, NULL, 1e-5f, 1, BT, C); break;
+    case W_RMS_RECOMPUTE:
+        rmsnorm_forward(residual, rstd, k->a, k->weight, 1e-5f, 1, BT, C);
+        rmsnorm_recompute(out, k->a, rstd, k->weight, 1, BT, C);
+        break;
+    case W_GELU_FWD: gelu_forward(out, k->a, n); break;
+    case W_RELU2_FWD: relu2_forward(out, k->a, n); break;
+    case W_RELU2_BWD: relu2_backward_into(out, k->a, k->b, n, 0); break;
+    case W_SWIGLU_FWD: swiglu_forward(out, k->a, k->b, n); break;
+    case W_SWIGLU_BWD: swiglu_backward_into(out, k->out2, k->c, k->a, k->b, n, 0); break;
+    case W_GELU_BWD_BIAS: gelu_backward_bias(out, dbias, k->a, k->b, BT, C, 0.0f); break;
+    case W_GELU_BWD_BIAS_BF16: gelu_backward_bias_bf16_input(out, dbias, k->a16, k->b, BT, C, 0.0f); break;
+    case W_GELU_RECOMPUTE_BWD: gelu_recompute_backward_bias_bf16(k->side16, out, dbias, k->a16, k->b, BT, C, 0.0f); break;
+    }
+}
+
+// the side outputs' size in floats
+static size_t side_floats(int BT, int C) { return 2 * (size_t)BT + 2 * (size_t)BT * C + (size_t)C; }
+
+// writer w with its output's mirror beside fp32 (want) and held alone (got), on the bf16 path: the same copies and
+// side outputs, and the fp32 output untouched (check 0) or NaN (check 1, as LLMC_BF16_CHECK_MIRRORS=1 makes it)
+static void check_writer(int w, int BT, int C, int threads) {
+    size_t n = (size_t)BT * C, ns = side_floats(BT, C);
+    AloneCase k = {BT, C, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    k.a = (float*)mallocCheck(n * sizeof(float));
+    k.b = (float*)mallocCheck(n * sizeof(float));
+    k.c = (float*)mallocCheck(n * sizeof(float));
+    k.weight = (float*)mallocCheck((size_t)C * sizeof(float));
+    k.bias = (float*)mallocCheck((size_t)C * sizeof(float));
+    k.a16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    fill_values(k.a, n, (unsigned)(BT + C + w), 4.0f);
+    fill_values(k.b, n, (unsigned)(BT * 3 + C), 2.0f);
+    fill_values(k.c, n, (unsigned)(BT * 5 + C), 1.0f);
+    fill_values(k.weight, (size_t)C, 7u, 1.5f);
+    fill_values(k.bias, (size_t)C, 9u, 0.5f);
+    for (size_t i = 0; i < n; i++) { k.a16[i] = matmul_bf16_round_value(k.a[i]); }
+    float* out[2];
+    float* out2[2];
+    float* side[2];
+    uint16_t* side16[2];
+    uint16_t* copy[2];
+    uint16_t* copy2[2];
+    omp_set_num_threads(threads);
+    for (int alone = 0; alone < 2; alone++) {
+        out[alone] = (float*)mallocCheck(n * sizeof(float));
+        out2[alone] = (float*)mallocCheck(n * sizeof(float));
+        side[alone] = (float*)mallocCheck(ns * sizeof(float));
+        side16[alone] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        copy[alone] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        copy2[alone] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        fill_sentinel(out[alone], n);
+        fill_sentinel(out2[alone], n);
+        memset(side[alone], 0, ns * sizeof(float));
+        memset(side16[alone], 0, n * sizeof(uint16_t));
+        memset(copy[alone], 0xff, n * sizeof(uint16_t));
+        memset(copy2[alone], 0xff, n * sizeof(uint16_t));
+        matmul_bf16_mirror_add(out[alone], n, copy[alone]);
+        matmul_bf16_mirror_add(out2[alone], n, copy2[alone]);
+        matmul_bf16_mirror_set_alone(out[alone], alone);
+        matmul_bf16_mirror_set_alone(out2[alone], alone);
+        k.side = side[alone];
+        k.side16 = side16[alone];
+        k.out2 = out2[alone];
+        run_writer(w, &k, out[alone]);
+        matmul_bf16_mirror_remove(out[alone]);
+        matmul_bf16_mirror_remove(out2[alone]);
+    }
+    const char* name = WRITER_NAMES[w];
+    int two = w == W_SWIGLU_BWD;
+    CHECK(memcmp(copy[0], copy[1], n * sizeof(uint16_t)) == 0 && (!two || memcmp(copy2[0], copy2[1], n * 2) == 0),
+          "%s %d x %d, %d threads: the bf16 copy written alone differs from the copy beside fp32", name, BT, C, threads);
+    CHECK(memcmp(side[0], side[1], ns * sizeof(float)) == 0 && memcmp(side16[0], side16[1], n * sizeof(uint16_t)) == 0,
+          "%s %d x %d, %d threads: a side output (statistics, residual, dbias, out16) differs", name, BT, C, threads);
+    CHECK(all_untouched(out[1], n, matmul_bf16_check_mirrors()) && (!two || all_untouched(out2[1], n, matmul_bf16_check_mirrors())),
+          "%s %d x %d, %d threads: the fp32 memory of an output held alone was written", name, BT, C, threads);
+    CHECK(!all_untouched(out[0], n, 0), "%s %d x %d: the fp32 output beside its copy was not written", name, BT, C);
+    for (int alone = 0; alone < 2; alone++) {
+        free(out[alone]); free(out2[alone]); free(side[alone]); free(side16[alone]); free(copy[alone]); free(copy2[alone]);
+    }
+    free(k.a); free(k.b); free(k.c); free(k.weight); free(k.bias); free(k.a16);
+}
+
+static void test_writers(void) {
+    for (int w = 0; w < W_COUNT; w++) {
+        for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
+            for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
+                for (int threads = 1; threads <= 2; threads++) { check_writer(w, ROWS[ri], COLS[ci], threads); }
+            }
+        }
+    }
+}
+
+// in fp32 there is no bf16 path: a mirror marked alone still gets its fp32 values
+static void test_alone_needs_the_bf16_path(void) {
+    const int BT = 7, C = 100;
+    size_t n = (size_t)BT * C;
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    float* out = (float*)mallocCheck(n * sizeof(float));
+    uint16_t* out16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    fill_values(x, n, 3u, 2.0f);
+    fill_sentinel(out, n);
+    matmul_bf16_mirror_add(out, n, out16);
+    matmul_bf16_mirror_set_alone(out, 1);
+    matmul_precision = MATMUL_FP32;
+    CHECK(matmul_bf16_fp32_kept(out, n), "fp32 precision: an alone mirror's buffer must be written");
+    relu2_forward(out, x, n);
+    CHECK(!all_untouched(out, n, 0) && out[0] == relu2_value(x[0]), "fp32 precision: relu2_forward left out unwritten");
+    matmul_precision = MATMUL_BF16;
+    CHECK(!matmul_bf16_fp32_kept(out, n) && !matmul_bf16_fp32_kept(out + 3, 10), "bf16: the buffer (and any part) alone");
+    matmul_bf16_mirror_set_alone(out, 0);
+    CHECK(matmul_bf16_fp32_kept(out, n), "bf16, the mirror beside fp32: the buffer is written");
+    matmul_bf16_mirror_remove(out);
+    free(x); free(out); free(out16);
+}
+
+// gelu_recompute_backward_bias_bf16 against the two passes it replaces, with and without dinp's copy, beta 0 and 1
+static void test_gelu_recompute_matches_two_passes(void) {
+    for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
+        for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
+            int BT = ROWS[ri], OC = COLS[ci];
+            size_t n = (size_t)BT * OC;
+            float* inp = (float*)mallocCheck(n * sizeof(float));
+            uint16_t* inp16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+            float* dout = (float*)mallocCheck(n * sizeof(float));
+            fill_values(inp, n, (unsigned)(BT + OC), 5.0f); // the curved part and both tails
+            for (size_t i = 0; i < n; i++) { inp16[i] = matmul_bf16_round_value(inp[i]); }
+            fill_values(dout, n, (unsigned)(BT * 7 + OC), 1.0f);
+            for (int copy = 0; copy < 2; copy++) {
+                for (int beta = 0; beta < 2; beta++) {
+                    float* dinp[2];
+                    float* dbias[2];
+                    uint16_t* out16[2];
+                    uint16_t* dinp16[2];
+                    for (int v = 0; v < 2; v++) {
+                        dinp[v] = (float*)mallocCheck(n * sizeof(float));
+                        dbias[v] = (float*)mallocCheck((size_t)OC * sizeof(float));
+                        out16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+                        dinp16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+                        fill_sentinel(dinp[v], n);
+                        fill_values(dbias[v], (size_t)OC, 5u, 1.0f);
+                        memset(out16[v], 0xff, n * sizeof(uint16_t));
+                        memset(dinp16[v], 0xff, n * sizeof(uint16_t));
+                        if (copy) { matmul_bf16_mirror_add(dinp[v], n, dinp16[v]); }
+                    }
+                    gelu_forward_bf16(out16[0], inp16, n);
+                    gelu_backward_bias_bf16_input(dinp[0], dbias[0], inp16, dout, BT, OC, (float)beta);
+                    gelu_recompute_backward_bias_bf16(out16[1], dinp[1], dbias[1], inp16, dout, BT, OC, (float)beta);
+                    CHECK(memcmp(out16[0], out16[1], n * 2) == 0 && memcmp(dinp[0], dinp[1], n * 4) == 0 &&
+                          memcmp(dbias[0], dbias[1], (size_t)OC * 4) == 0 && (!copy || memcmp(dinp16[0], dinp16[1], n * 2) == 0),
+                          "gelu_recompute_backward_bias_bf16 %d x %d, copy %d, beta %d: not the two passes' bits", BT, OC,
+                          copy, beta);
+                    for (int v = 0; v < 2; v++) {
+                        if (copy) { matmul_bf16_mirror_remove(dinp[v]); }
+                        free(dinp[v]); free(dbias[v]); free(out16[v]); free(dinp16[v]);
+                    }
+                }
+            }
+            free(inp); free(inp16); free(dout);
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "error: usage: dev/test/test_bf16_alone\n");
+        return 1;
+    }
+    setenv("LLMC_ELEMENTWISE_FUSED", "1", 1); // the kernels under test, whatever the environment says
+    matmul_precision = MATMUL_BF16;           // (alone counts on the bf16 path only)
+    test_writers();
+    test_alone_needs_the_bf16_path();
+    test_gelu_recompute_matches_two_passes();
+    matmul_precision = MATMUL_FP32;
+    return test_summary();
+}
