@@ -1,7 +1,7 @@
 /*
 dev/test/test_bf16_alone.c: the writers of activations held in bf16 alone (llmc/cpu/matmul.h's
 matmul_bf16_mirror_set_alone: on -p bf16 the layers whose outputs only GEMMs read write the bf16 copy and leave the
-fp32 memory unwritten), and GPT-2's GELU backward that recomputes the GELU's output in the same pass.
+fp32 memory unwritten), and the MLP backwards that recompute the activation's output in the same pass.
 
     dev/test/test_bf16_alone    the checks (a second or two)
 
@@ -13,7 +13,9 @@ bf16 copy as the mirror beside fp32 (the layer's bits are the bits before), ever
 fp32 memory keeps the sentinel it was filled with (it is not written); under LLMC_BF16_CHECK_MIRRORS=1 it is NaN
 instead. Alone only counts on the bf16 path: with matmul_precision fp32 the same call writes the fp32 values.
 gelu_recompute_backward_bias_bf16 against gelu_forward_bf16 then gelu_backward_bias_bf16_input (the two passes it
-replaces; LLMC_ELEMENTWISE_FUSED=0 runs them): out16, dinp, its copy and dbias bit for bit, beta 0 and 1.
+replaces; LLMC_ELEMENTWISE_FUSED=0 runs them): out16, dinp, its copy and dbias bit for bit, beta 0 and 1; and
+swiglu_recompute_backward (Llama 3's and Qwen3's) against swiglu_forward then swiglu_backward_into, with its three
+outputs held in bf16 alone (the copies) and in fp32 without copies.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/layernorm_cpu.h"
@@ -243,6 +245,58 @@ static void test_gelu_recompute_matches_two_passes(void) {
     }
 }
 
+// swiglu_recompute_backward against swiglu_forward then swiglu_backward_into, in its two cases: all three outputs held
+// in bf16 alone (the copies compared), and fp32 without copies (the outputs compared); gate over [-20, 20]
+static void test_swiglu_recompute_matches_two_calls(void) {
+    const size_t sizes[] = {1, 17, 700, 4099};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        float* gate = (float*)mallocCheck(n * sizeof(float));
+        float* up = (float*)mallocCheck(n * sizeof(float));
+        float* dout = (float*)mallocCheck(n * sizeof(float));
+        fill_values(gate, n, 21u + (unsigned)n, 20.0f);
+        fill_values(up, n, 23u, 2.0f);
+        fill_values(dout, n, 29u, 1.0f);
+        for (int alone = 0; alone < 2; alone++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                omp_set_num_threads(threads);
+                float* o[2][3];
+                uint16_t* o16[2][3];
+                for (int v = 0; v < 2; v++) {
+                    for (int j = 0; j < 3; j++) {
+                        o[v][j] = (float*)mallocCheck(n * sizeof(float));
+                        o16[v][j] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+                        fill_sentinel(o[v][j], n);
+                        memset(o16[v][j], 0xff, n * sizeof(uint16_t));
+                        if (alone) {
+                            matmul_bf16_mirror_add(o[v][j], n, o16[v][j]);
+                            matmul_bf16_mirror_set_alone(o[v][j], 1);
+                        }
+                    }
+                }
+                swiglu_forward(o[0][0], gate, up, n);
+                swiglu_backward_into(o[0][1], o[0][2], dout, gate, up, n, 0);
+                swiglu_recompute_backward(o[1][0], o[1][1], o[1][2], dout, gate, up, n);
+                int same = 1;
+                for (int j = 0; j < 3; j++) {
+                    same &= alone ? memcmp(o16[0][j], o16[1][j], n * 2) == 0 : memcmp(o[0][j], o[1][j], n * 4) == 0;
+                    if (alone) { same &= all_untouched(o[1][j], n, matmul_bf16_check_mirrors()); }
+                }
+                CHECK(same, "swiglu_recompute_backward n=%zu alone %d, %d threads: not the two calls' bits", n, alone,
+                      threads);
+                for (int v = 0; v < 2; v++) {
+                    for (int j = 0; j < 3; j++) {
+                        if (alone) { matmul_bf16_mirror_remove(o[v][j]); }
+                        free(o[v][j]);
+                        free(o16[v][j]);
+                    }
+                }
+            }
+        }
+        free(gate); free(up); free(dout);
+    }
+}
+
 int main(int argc, char** argv) {
     (void)argv;
     if (argc != 1) {
@@ -254,6 +308,7 @@ int main(int argc, char** argv) {
     test_writers();
     test_alone_needs_the_bf16_path();
     test_gelu_recompute_matches_two_passes();
+    test_swiglu_recompute_matches_two_calls();
     matmul_precision = MATMUL_FP32;
     return test_summary();
 }

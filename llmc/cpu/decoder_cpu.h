@@ -308,15 +308,14 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         DecoderWeights dw = decoder_weights(model->cpu.grads_memory, &model->layout, l);
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        if (d->mlp == DECODER_MLP_SWIGLU) {
-            swiglu_forward(a.fch_act, a.fch, a.fch2, (size_t)BT * FFN); // the forward's, again           (B,T,FFN)
+        if (d->mlp == DECODER_MLP_SWIGLU) { // fch_act's gradient first, then the forward's fch_act again (what
+            // fcprojw's gradient reads) in the pass of SwiGLU's backward, then fcprojw's gradient
+            matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
+            swiglu_recompute_backward(a.fch_act, da.fch, da.fch2, da.fch_act, a.fch, a.fch2, (size_t)BT * FFN);
+            matmul_backward_weight(dw.fcprojw, dres, a.fch_act, B, T, FFN, C, beta);
         } else {
             relu2_forward(a.fch_act, a.fch, (size_t)BT * FFN);          // the forward's, again           (B,T,FFN)
-        }
-        matmul_backward_into(da.fch_act, dw.fcprojw, NULL, dres, a.fch_act, w.fcprojw, B, T, FFN, C, 0.0f, beta);
-        if (d->mlp == DECODER_MLP_SWIGLU) {
-            swiglu_backward_into(da.fch, da.fch2, da.fch_act, a.fch, a.fch2, (size_t)BT * FFN, 0);
-        } else {
+            matmul_backward_into(da.fch_act, dw.fcprojw, NULL, dres, a.fch_act, w.fcprojw, B, T, FFN, C, 0.0f, beta);
             relu2_backward_into(da.fch, a.fch, da.fch_act, (size_t)BT * FFN, 0);
         }
         rmsnorm_recompute(a.ln2, a.residual2, a.ln2_rstd, w.ln2w, B, T, C);                                // (B,T,C)

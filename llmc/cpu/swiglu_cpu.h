@@ -6,6 +6,8 @@ Llama 3's MLP activation.
     swiglu_backward(dgate, dup, dout, gate, up, N)      dgate += dout * up * sig * (1 + g (1 - sig)),
                                                         dup += dout * silu(gate)
     swiglu_backward_into(..., N, acc)                   the same, added (acc 1) or written (acc 0)
+    swiglu_recompute_backward(out, dgate, dup, dout, gate, up, N)   swiglu_forward (out) and swiglu_backward_into
+                                                        (written) in one pass, one e^-g a value
 
 (N) = (B,T,FFN). A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
@@ -151,6 +153,77 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
     double copies = (dgate16 != NULL ? 2.0 : 0.0) + (dup16 != NULL ? 2.0 : 0.0);
     int alone = !accumulate && dgate16 != NULL && dup16 != NULL && elementwise_fused() && !kept;
     phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 28.0 : alone ? 12.0 : 20.0) + copies) * N, 16.0 * N);
+}
+
+// [i0, i1) of swiglu_recompute_backward's bf16 case: the forward's output out16 and the gradients' copies dgate16,
+// dup16, all alone, from one e^-g a value (the arithmetic of swiglu_forward and swiglu_grad on it, so their bits)
+static inline void swiglu_recompute_backward_span(uint16_t* __restrict__ out16, uint16_t* __restrict__ dgate16,
+                                                  uint16_t* __restrict__ dup16, const float* __restrict__ dout,
+                                                  const float* __restrict__ gate, const float* __restrict__ up,
+                                                  size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i++) {
+        float g = gate[i], u = up[i], d = dout[i];
+        float e = vec_expf(-g);
+        out16[i] = matmul_bf16_round_value(g / (1.0f + e) * u);
+        float sig = 1.0f / (1.0f + e);
+        float silu = g * sig;
+        dgate16[i] = matmul_bf16_round_value(d * u * sig * (1.0f + g * (1.0f - sig)));
+        dup16[i] = matmul_bf16_round_value(d * silu);
+    }
+}
+
+// the same in fp32 (no copies): out, dgate, dup written
+static inline void swiglu_recompute_backward_span_fp32(float* __restrict__ out, float* __restrict__ dgate,
+                                                       float* __restrict__ dup, const float* __restrict__ dout,
+                                                       const float* __restrict__ gate, const float* __restrict__ up,
+                                                       size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i++) {
+        float g = gate[i], u = up[i], d = dout[i];
+        float e = vec_expf(-g);
+        out[i] = g / (1.0f + e) * u;
+        float sig = 1.0f / (1.0f + e);
+        float silu = g * sig;
+        dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
+        dup[i] = d * silu;
+    }
+}
+
+// The backward's SwiGLU in one pass: out (N) = swiglu_forward's output again (the projection's weight GEMM reads it
+// next) and dgate, dup = swiglu_backward_into's (written), one e^-g a value where the two calls take two; their bits.
+// In the trainers' two cases: -p bf16 with all three held in bf16 alone (llmc/cpu/matmul.h's mirrors), and fp32
+// without copies; any other (and LLMC_ELEMENTWISE_FUSED=0) runs the two calls.
+static void swiglu_recompute_backward(float* out, float* dgate, float* dup, const float* dout, const float* gate,
+                                      const float* up, size_t N) {
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
+    uint16_t* dup16 = matmul_bf16_shadow(dup, N);
+    int alone = out16 != NULL && dgate16 != NULL && dup16 != NULL && !matmul_bf16_fp32_kept(out, N) &&
+                !matmul_bf16_fp32_kept(dgate, N) && !matmul_bf16_fp32_kept(dup, N);
+    int plain = out16 == NULL && dgate16 == NULL && dup16 == NULL;
+    if (!elementwise_fused() || !(alone || plain)) {
+        swiglu_forward(out, gate, up, N);
+        swiglu_backward_into(dgate, dup, dout, gate, up, N, 0);
+        return;
+    }
+    double t_phase = phase_begin();
+    #pragma omp parallel
+    {
+        int nt, t;
+        parallel_team(&nt, &t);
+        size_t per = (N + (size_t)nt - 1) / (size_t)nt; // (contiguous spans, 64-byte aligned ones where N allows)
+        per = (per + 15) / 16 * 16;
+        size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
+        size_t i1 = i0 + per < N ? i0 + per : N;
+        if (alone) { swiglu_recompute_backward_span(out16, dgate16, dup16, dout, gate, up, i0, i1); }
+        else { swiglu_recompute_backward_span_fp32(out, dgate, dup, dout, gate, up, i0, i1); }
+    }
+    if (alone) {
+        matmul_bf16_alone_written(out, N);
+        matmul_bf16_alone_written(dgate, N);
+        matmul_bf16_alone_written(dup, N);
+    }
+    // dout, gate, up read; out, dgate, dup written (in bf16 alone, or fp32)
+    phase_end(PHASE_ELEMENTWISE, t_phase, (12.0 + (alone ? 6.0 : 12.0)) * N, 24.0 * N);
 }
 
 static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
