@@ -245,9 +245,10 @@ static void test_gelu_recompute_matches_two_passes(void) {
     }
 }
 
-// swiglu_recompute_backward against swiglu_forward then swiglu_backward_into, in its two cases: all three outputs held
-// in bf16 alone (the copies compared), and fp32 without copies (the outputs compared); gate over [-20, 20]
-static void test_swiglu_recompute_matches_two_calls(void) {
+// swiglu_recompute_backward against swiglu_forward then swiglu_backward_into, and relu2_recompute_backward against
+// relu2_forward then relu2_backward_into, in their two cases: all outputs held in bf16 alone (the copies compared),
+// and fp32 without copies (the outputs compared); gate (ReLU^2's input) over [-20, 20]
+static void test_recompute_backward_matches_two_calls(void) {
     const size_t sizes[] = {1, 17, 700, 4099};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         size_t n = sizes[si];
@@ -257,7 +258,8 @@ static void test_swiglu_recompute_matches_two_calls(void) {
         fill_values(gate, n, 21u + (unsigned)n, 20.0f);
         fill_values(up, n, 23u, 2.0f);
         fill_values(dout, n, 29u, 1.0f);
-        for (int alone = 0; alone < 2; alone++) {
+        for (int k = 0; k < 4; k++) {
+            int alone = k % 2, relu = k / 2;
             for (int threads = 1; threads <= 2; threads++) {
                 omp_set_num_threads(threads);
                 float* o[2][3];
@@ -274,16 +276,23 @@ static void test_swiglu_recompute_matches_two_calls(void) {
                         }
                     }
                 }
-                swiglu_forward(o[0][0], gate, up, n);
-                swiglu_backward_into(o[0][1], o[0][2], dout, gate, up, n, 0);
-                swiglu_recompute_backward(o[1][0], o[1][1], o[1][2], dout, gate, up, n);
+                int outputs = relu ? 2 : 3;
+                if (relu) {
+                    relu2_forward(o[0][0], gate, n);
+                    relu2_backward_into(o[0][1], gate, dout, n, 0);
+                    relu2_recompute_backward(o[1][0], o[1][1], gate, dout, n);
+                } else {
+                    swiglu_forward(o[0][0], gate, up, n);
+                    swiglu_backward_into(o[0][1], o[0][2], dout, gate, up, n, 0);
+                    swiglu_recompute_backward(o[1][0], o[1][1], o[1][2], dout, gate, up, n);
+                }
                 int same = 1;
-                for (int j = 0; j < 3; j++) {
+                for (int j = 0; j < outputs; j++) {
                     same &= alone ? memcmp(o16[0][j], o16[1][j], n * 2) == 0 : memcmp(o[0][j], o[1][j], n * 4) == 0;
                     if (alone) { same &= all_untouched(o[1][j], n, matmul_bf16_check_mirrors()); }
                 }
-                CHECK(same, "swiglu_recompute_backward n=%zu alone %d, %d threads: not the two calls' bits", n, alone,
-                      threads);
+                CHECK(same, "%s n=%zu alone %d, %d threads: not the two calls' bits",
+                      relu ? "relu2_recompute_backward" : "swiglu_recompute_backward", n, alone, threads);
                 for (int v = 0; v < 2; v++) {
                     for (int j = 0; j < 3; j++) {
                         if (alone) { matmul_bf16_mirror_remove(o[v][j]); }
@@ -308,7 +317,7 @@ int main(int argc, char** argv) {
     test_writers();
     test_alone_needs_the_bf16_path();
     test_gelu_recompute_matches_two_passes();
-    test_swiglu_recompute_matches_two_calls();
+    test_recompute_backward_matches_two_calls();
     matmul_precision = MATMUL_FP32;
     return test_summary();
 }

@@ -309,14 +309,14 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
         // MLP block, in reverse: dres is residual3's gradient, and fcproj's
         if (d->mlp == DECODER_MLP_SWIGLU) { // fch_act's gradient first, then the forward's fch_act again (what
-            // fcprojw's gradient reads) in the pass of SwiGLU's backward, then fcprojw's gradient
+            // fcprojw's gradient reads) in the pass of the activation's backward, then fcprojw's gradient
             matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
             swiglu_recompute_backward(a.fch_act, da.fch, da.fch2, da.fch_act, a.fch, a.fch2, (size_t)BT * FFN);
             matmul_backward_weight(dw.fcprojw, dres, a.fch_act, B, T, FFN, C, beta);
-        } else {
-            relu2_forward(a.fch_act, a.fch, (size_t)BT * FFN);          // the forward's, again           (B,T,FFN)
-            matmul_backward_into(da.fch_act, dw.fcprojw, NULL, dres, a.fch_act, w.fcprojw, B, T, FFN, C, 0.0f, beta);
-            relu2_backward_into(da.fch, a.fch, da.fch_act, (size_t)BT * FFN, 0);
+        } else { // likewise with ReLU^2
+            matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
+            relu2_recompute_backward(a.fch_act, da.fch, a.fch, da.fch_act, (size_t)BT * FFN);
+            matmul_backward_weight(dw.fcprojw, dres, a.fch_act, B, T, FFN, C, beta);
         }
         rmsnorm_recompute(a.ln2, a.residual2, a.ln2_rstd, w.ln2w, B, T, C);                                // (B,T,C)
         matmul_backward_into(da.ln2, dw.fcw, NULL, da.fch, a.ln2, w.fcw, B, T, C, FFN, 0.0f, beta);
