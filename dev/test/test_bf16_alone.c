@@ -14,8 +14,8 @@ fp32 memory keeps the sentinel it was filled with (it is not written); under LLM
 instead. Alone only counts on the bf16 path: with matmul_precision fp32 the same call writes the fp32 values.
 gelu_recompute_backward_bias_bf16 against gelu_forward_bf16 then gelu_backward_bias_bf16_input (the two passes it
 replaces; LLMC_ELEMENTWISE_FUSED=0 runs them): out16, dinp, its copy and dbias bit for bit, beta 0 and 1; and
-swiglu_recompute_backward (Llama 3's and Qwen3's) against swiglu_forward then swiglu_backward_into, with its three
-outputs held in bf16 alone (the copies) and in fp32 without copies.
+swiglu_recompute_backward (Llama 3's and Qwen3's) and relu2_recompute_backward (nanochat's) against the forward
+then the backward they replace, with their outputs held in bf16 alone (the copies) and in fp32 without copies.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/layernorm_cpu.h"
