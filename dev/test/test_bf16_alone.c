@@ -6,7 +6,7 @@ fp32 memory unwritten), and the MLP backwards that recompute the activation's ou
     dev/test/test_bf16_alone    the checks (a second or two)
 
 Checked, for each writer (layernorm_forward, layernorm_recompute, fused_residual_forward, rmsnorm_forward with and
-without a weight, rmsnorm_recompute, gelu_forward, relu2_forward, relu2_backward_into, swiglu_forward,
+without a weight, rmsnorm_recompute, fused_residual_rmsnorm_forward, gelu_forward, relu2_forward, relu2_backward_into, swiglu_forward,
 swiglu_backward_into, gelu_backward_bias and gelu_backward_bias_bf16_input, gelu_recompute_backward_bias_bf16), on
 row counts 1, 7, 37, 130 and widths 16, 100, 768 with 1 and 2 threads: its output's mirror held alone gets the same
 bf16 copy as the mirror beside fp32 (the layer's bits are the bits before), every other output is the same, and the
@@ -53,11 +53,12 @@ static int all_untouched(const float* x, size_t n, int nan) {
 // floats, or BT rows of C) and small side outputs into side (mean, rstd, the residual, dbias: their own buffers)
 enum { W_LN_FWD, W_LN_RECOMPUTE, W_LN_FUSED_RESIDUAL, W_RMS_FWD, W_RMS_FWD_WEIGHTLESS, W_RMS_RECOMPUTE, W_GELU_FWD,
        W_RELU2_FWD, W_RELU2_BWD, W_SWIGLU_FWD, W_SWIGLU_BWD, W_GELU_BWD_BIAS, W_GELU_BWD_BIAS_BF16, W_GELU_RECOMPUTE_BWD,
-       W_COUNT };
+       W_RMS_FUSED_RESIDUAL, W_COUNT };
 static const char* const WRITER_NAMES[W_COUNT] = {
     "layernorm_forward", "layernorm_recompute", "fused_residual_forward", "rmsnorm_forward", "rmsnorm_forward (no weight)",
     "rmsnorm_recompute", "gelu_forward", "relu2_forward", "relu2_backward_into", "swiglu_forward", "swiglu_backward_into",
-    "gelu_backward_bias", "gelu_backward_bias_bf16_input", "gelu_recompute_backward_bias_bf16"};
+    "gelu_backward_bias", "gelu_backward_bias_bf16_input", "gelu_recompute_backward_bias_bf16",
+    "fused_residual_rmsnorm_forward"};
 
 typedef struct {
     int BT, C;
@@ -96,6 +97,7 @@ static void run_writer(int w, AloneCase* k, float* out) {
     case W_GELU_BWD_BIAS: gelu_backward_bias(out, dbias, k->a, k->b, BT, C, 0.0f); break;
     case W_GELU_BWD_BIAS_BF16: gelu_backward_bias_bf16_input(out, dbias, k->a16, k->b, BT, C, 0.0f); break;
     case W_GELU_RECOMPUTE_BWD: gelu_recompute_backward_bias_bf16(k->side16, out, dbias, k->a16, k->b, BT, C, 0.0f); break;
+    case W_RMS_FUSED_RESIDUAL: fused_residual_rmsnorm_forward(residual, out, rstd, k->a, k->b, k->weight, 1e-5f, 1, BT, C); break;
     }
 }
 

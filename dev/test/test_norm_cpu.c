@@ -9,7 +9,8 @@ gradients in the same pass as the input gradients, summed by chunks of rows) aga
     dev/test/test_norm_cpu --time cpu   the same in the process's CPU time (a shared machine, OMP_NUM_THREADS=1)
 
 Checked, for C = 16, 100, 768 (100: not a multiple of the 16-float vector) and row counts 37 (two groups and 5 rows
-left over), 64 and 256: layernorm_forward and fused_residual_forward (out, mean, rstd, the residual), the LayerNorm
+left over), 64 and 256: layernorm_forward and fused_residual_forward (out, mean, rstd, the residual),
+fused_residual_rmsnorm_forward (one pass; the rows kernel's runs residual_forward then rmsnorm_forward), the LayerNorm
 backward (dinp added, accumulate 1, and written, accumulate 0; dweight, dbias added to nonzero values), the RMSNorm
 backward with a weight (its weight gradient: norm_weight_backward's other slicing) and without one, each grouped
 kernel with 2 threads and with 1 against the rows kernel with 2; LLMC_NORM's choice and its error line. The
@@ -46,6 +47,7 @@ typedef struct {
     float *dinp_add, *dinp_write, *dw, *db;            // layernorm_backward_into, accumulate 1 then 0
     float *rms_out, *rms_rstd, *rms_dinp, *rms_dw;     // rmsnorm_forward + rmsnorm_backward, weighted
     float *rms0_dinp;                                  // rmsnorm_backward_into, weightless, written
+    float *rres, *rres_out, *rres_rstd;                // fused_residual_rmsnorm_forward (rows: the two calls)
 } NormRun;
 
 typedef struct {
@@ -91,12 +93,15 @@ static NormRun run_norms(const NormCase* c, NormKernel kernel, int threads) {
     rmsnorm_backward(r.rms_dinp, r.rms_dw, c->dout, c->x, c->w, r.rms_rstd, 1, BT, C);
     r.rms0_dinp = copy_of(c->dinp0, n);
     rmsnorm_backward_into(r.rms0_dinp, NULL, c->dout, c->x, NULL, r.rms_rstd, 1, BT, C, 0);
+    r.rres = zeros(n); r.rres_out = zeros(n); r.rres_rstd = zeros(BT);
+    fused_residual_rmsnorm_forward(r.rres, r.rres_out, r.rres_rstd, c->x, c->y, c->w, 1e-5f, 1, BT, C);
     return r;
 }
 
 static void run_free(NormRun* r) {
     float* all[] = {r->ln_out, r->ln_mean, r->ln_rstd, r->res, r->res_out, r->res_mean, r->res_rstd, r->dinp_add,
-                    r->dinp_write, r->dw, r->db, r->rms_out, r->rms_rstd, r->rms_dinp, r->rms_dw, r->rms0_dinp};
+                    r->dinp_write, r->dw, r->db, r->rms_out, r->rms_rstd, r->rms_dinp, r->rms_dw, r->rms0_dinp,
+                    r->rres, r->rres_out, r->rres_rstd};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) { free(all[i]); }
 }
 
@@ -121,6 +126,9 @@ static void check_outputs(const NormRun* got, const NormRun* want, const NormCas
         {"rmsnorm backward dinp", got->rms_dinp, want->rms_dinp, n, 0},
         {"rmsnorm backward dweight", got->rms_dw, want->rms_dw, C, 1},
         {"weightless rmsnorm backward dinp", got->rms0_dinp, want->rms0_dinp, n, 0},
+        {"fused_residual_rmsnorm_forward residual", got->rres, want->rres, n, 0},
+        {"fused_residual_rmsnorm_forward out", got->rres_out, want->rres_out, n, 0},
+        {"fused_residual_rmsnorm_forward rstd", got->rres_rstd, want->rres_rstd, BT, 0},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         if (t[i].weights && weights_tol > 0.0) {

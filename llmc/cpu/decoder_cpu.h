@@ -215,14 +215,15 @@ static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, 
 
     DecoderWeights p = model->params;
     DecoderCpuActs acts = model->acts;
-    size_t BTC = (size_t)BT * C;
     encoder_forward(acts.encoded, inputs, p.wte, NULL, B, T, C);                                // (B,T,C)
     if (d->embed_norm) { rmsnorm_forward(acts.x0, acts.x0_rstd, acts.encoded, NULL, eps, B, T, C); } // (B,T,C)
+    DecoderWeights w0 = decoder_weights(model->cpu.params_memory, &model->layout, 0);
+    DecoderCpuLayerActs a0 = decoder_cpu_layer_acts(&model->acts, d, B, T, 0);
+    rmsnorm_forward(a0.ln1, a0.ln1_rstd, a0.residual, w0.ln1w, eps, B, T, C); // the first layer's ln1 (B,T,C)
     for (int l = 0; l < L; l++) {
         DecoderWeights w = decoder_weights(model->cpu.params_memory, &model->layout, l); // norm weights: NULL when none
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
-        // attention block
-        rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, w.ln1w, eps, B, T, C);                      // (B,T,C)
+        // attention block (ln1: the previous layer's residual pass wrote it)
         matmul_forward(a.qkv, a.ln1, w.qkvw, NULL, B, T, C, QKV);                                   // (B,T,QKV)
         if (d->qk_norm == DECODER_QKNORM_WEIGHTED) { // before RoPE, each with its weight (Qwen3)
             qknorm_forward(a.qkv, a.q_rstd, a.q_in, w.qnormw, BT, QKV, NH, HS, eps);               // q heads
@@ -238,9 +239,8 @@ static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, 
         }
         attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                         // (B,T,AW)
         matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, AW, C);                           // (B,T,C)
-        residual_forward(a.residual2, a.residual, a.attproj, BTC);                                  // (B,T,C)
-        // MLP block
-        rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, B, T, C);                     // (B,T,C)
+        // MLP block: residual2 = residual + attproj, ln2 = rmsnorm(residual2) in one pass
+        fused_residual_rmsnorm_forward(a.residual2, a.ln2, a.ln2_rstd, a.residual, a.attproj, w.ln2w, eps, B, T, C);
         matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, FFN);                                    // (B,T,FFN)
         if (d->mlp == DECODER_MLP_SWIGLU) {
             matmul_forward(a.fch2, a.ln2, w.fcw2, NULL, B, T, C, FFN);                              // (B,T,FFN)
@@ -249,10 +249,16 @@ static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, 
             relu2_forward(a.fch_act, a.fch, (size_t)BT * FFN);                                      // (B,T,FFN)
         }
         matmul_forward(a.fcproj, a.fch_act, w.fcprojw, NULL, B, T, FFN, C);                         // (B,T,C)
-        residual_forward(a.residual3, a.residual2, a.fcproj, BTC);                                  // (B,T,C)
+        // residual3 = residual2 + fcproj, and the next layer's ln1 (lnf after the last) in one pass
+        if (l + 1 < L) {
+            DecoderWeights wn = decoder_weights(model->cpu.params_memory, &model->layout, l + 1);
+            DecoderCpuLayerActs an = decoder_cpu_layer_acts(&model->acts, d, B, T, l + 1);
+            fused_residual_rmsnorm_forward(a.residual3, an.ln1, an.ln1_rstd, a.residual2, a.fcproj, wn.ln1w, eps, B, T, C);
+        } else {
+            fused_residual_rmsnorm_forward(a.residual3, acts.lnf, acts.lnf_rstd, a.residual2, a.fcproj, p.lnfw, eps, B, T,
+                                           C);
+        }
     }
-    DecoderCpuLayerActs last = decoder_cpu_layer_acts(&model->acts, d, B, T, L - 1);
-    rmsnorm_forward(acts.lnf, acts.lnf_rstd, last.residual3, p.lnfw, eps, B, T, C);                // (B,T,C)
     CpuClassifier k = decoder_cpu_classifier(model);
     cpu_classifier_forward(&model->cpu, &k, targets); // the logits (B,T,V) a chunk of rows at a time, the losses (B,T)
     cpu_model_end_forward(&model->cpu, targets != NULL);

@@ -5,6 +5,8 @@ a NULL weight is the weightless norm (nanochat's), scaled by 1. The math is tran
     rmsnorm_forward(out, rstd, inp, weight, eps, B, T, C)
         out (B,T,C) = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row (B,T) (NULL: not kept);
         out may be inp
+    fused_residual_rmsnorm_forward(res_out, out, rstd, inp1, inp2, weight, eps, B, T, C)
+        res_out = inp1 + inp2, then out = rmsnorm(res_out): one pass over each row instead of two (the same bits)
     rmsnorm_recompute(out, inp, rstd, weight, B, T, C)
         rmsnorm_forward's output again from its input and kept rstd (the same bits): the backward's, for a norm
         whose output only GEMMs read and the forward did not keep
@@ -95,6 +97,41 @@ static void rmsnorm_recompute(float* out, const float* inp, const float* rstd, c
     double BTC = (double)N;
     phase_end(PHASE_NORM, t_phase, (4.0 + norm_output_bytes(out32, out16)) * BTC + 4.0 * B * T,
               (weight != NULL ? 2.0 : 1.0) * BTC);
+}
+
+// The residual add fused with the RMSNorm that reads it (the decoder's residual stream into its next norm): res_out =
+// inp1 + inp2, then out = rmsnorm(res_out), one pass over each row where residual_forward then rmsnorm_forward take
+// two (the same arithmetic on the same stored values, so their bits). LLMC_NORM=rows: those two calls.
+static void fused_residual_rmsnorm_forward(float* res_out, float* out, float* rstd, const float* inp1, const float* inp2,
+                                           const float* weight, float eps, int B, int T, int C) {
+    // res_out, out, inp1, inp2 are (B,T,C); rstd is (B,T); weight is (C) or NULL
+    size_t N = (size_t)B * T * C;
+    if (norm_kernel() == NORM_ROWS) {
+        double t_phase = phase_begin();
+        #pragma omp parallel for
+        for (size_t i = 0; i < N; i++) { res_out[i] = inp1[i] + inp2[i]; }
+        phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, (double)N); // (residual_forward's pass and count)
+        rmsnorm_forward(out, rstd, res_out, weight, eps, B, T, C);
+        return;
+    }
+    double t_phase = phase_begin();
+    uint16_t* out16 = matmul_bf16_shadow(out, N);
+    float* out32 = matmul_bf16_fp32_kept(out, N) ? out : NULL; // (NULL: the bf16 copy alone)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        size_t at = (size_t)bt * C;
+        const float* a = inp1 + at;
+        const float* b = inp2 + at;
+        float* x = res_out + at;
+        for (int i = 0; i < C; i++) { x[i] = a[i] + b[i]; }
+        float s = rmsnorm_row_rstd(x, eps, C);
+        rmsnorm_apply_row(out32 != NULL ? out32 + at : NULL, out16 != NULL ? out16 + at : NULL, x, s, weight, C);
+        rstd[bt] = s;
+    }
+    matmul_bf16_alone_written(out, N);
+    // inp1, inp2 read; the residual, out (fp32, its bf16 copy, or the copy alone) and rstd written
+    phase_end(PHASE_NORM, t_phase, (12.0 + norm_output_bytes(out32, out16)) * N + 4.0 * B * T,
+              (weight != NULL ? 5.0 : 4.0) * N);
 }
 
 // one weightless row's input gradient from its output y and rstd s: rstd (dy - y mean(dy y)), added to dx
