@@ -324,7 +324,8 @@ static void test_phase_account(void) {
 // an output or gradient with a bf16 copy (a mirror: a GEMM reads it so) gets its copy written, both kernels
 static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
     const AttCase c = {2, 70, 4, 2, 16};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) { // each kernel, with the copies in the kernel's stores and (k >= 2) in passes of their own
+        setenv("LLMC_ATTENTION_OVERWRITE", k < 2 ? "1" : "0", 1);
         float* dout;
         float* qkv = case_inputs(&c, &dout, 11);
         float* out = (float*)mallocCheck(case_out(&c) * sizeof(float));
@@ -333,13 +334,16 @@ static void test_bf16_copies_of_out_and_dqkv_are_written(void) {
         uint16_t* dqkv16 = (uint16_t*)calloc(case_qkv(&c), sizeof(uint16_t));
         matmul_bf16_mirror_add(out, case_out(&c), out16);
         matmul_bf16_mirror_add(dqkv, case_qkv(&c), dqkv16);
-        run_gqa(GQA_KERNELS[k], &c, qkv, dout, out, dqkv, 1);
-        CHECK(matmul_bf16_mirror_stale_at(out16, out, 1, case_out(&c), case_out(&c)) == -1, "%s: out's bf16 copy", GQA_KERNELS[k]);
-        CHECK(matmul_bf16_mirror_stale_at(dqkv16, dqkv, 1, case_qkv(&c), case_qkv(&c)) == -1, "%s: dqkv's bf16 copy", GQA_KERNELS[k]);
+        run_gqa(GQA_KERNELS[k % 2], &c, qkv, dout, out, dqkv, 1);
+        CHECK(matmul_bf16_mirror_stale_at(out16, out, 1, case_out(&c), case_out(&c)) == -1, "%s (%d): out's bf16 copy",
+              GQA_KERNELS[k % 2], k);
+        CHECK(matmul_bf16_mirror_stale_at(dqkv16, dqkv, 1, case_qkv(&c), case_qkv(&c)) == -1, "%s (%d): dqkv's bf16 copy",
+              GQA_KERNELS[k % 2], k);
         matmul_bf16_mirror_remove(out);
         matmul_bf16_mirror_remove(dqkv);
         free(qkv); free(dout); free(out); free(dqkv); free(out16); free(dqkv16);
     }
+    unsetenv("LLMC_ATTENTION_OVERWRITE");
 }
 
 // The blocked kernel keeping q, k, v in bf16 (attention_gqa_forward_bf16 / _backward_bf16, GPT-2's -p bf16

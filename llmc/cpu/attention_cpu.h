@@ -50,10 +50,10 @@ MATMUL_BF16: -p bf16 where llmc/cpu/cpu_trainer.h found that it pays, LLMC_BF16=
 tiled in fp32. Any other LLMC_ATTENTION is one error line. Each call adds its time, its compulsory bytes (q, k, v,
 out, lse, dout, dqkv at their stored fp32, once each) and its causal FLOPs without recomputation (2 products of
 2 HS flops per query-key pair forward, 4 backward) to PHASE_ATTENTION (llmc/cpu/phase_time.h). An output or input
-gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written. A
-backward that writes dqkv (accumulate 0) on the blocked kernel stores each element once, with its copy, where it
-would add to a zeroed dqkv (0 + x: the same bits); LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds the copy in a
-pass of its own instead, as before 2026-11-29.
+gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written: by the
+blocked kernel in the same stores as the fp32 values. A backward that writes dqkv (accumulate 0) on the blocked
+kernel stores each element once, with its copy, where it would add to a zeroed dqkv (0 + x: the same bits);
+LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds each copy in a pass of its own instead, as before 2026-11-29.
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -607,7 +607,8 @@ static uint32_t* attention_kv_buffer(size_t n) {
 }
 
 // out (B,T,NH HS) = attention of qkv (B,T,(NH + 2 NKV) HS), blocked; lse (B,T,NH) = each row's log-sum-exp, or NULL.
-// qkv16 (or NULL) receives qkv rounded to bf16, as the kernel reads it; out16 instead of out (NULL): the output rounded
+// qkv16 (or NULL) receives qkv rounded to bf16, as the kernel reads it; out16 (or NULL) the output rounded, beside out
+// or instead of it (out NULL)
 static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, const float* qkv, uint16_t* qkv16,
                                       int B, int T, int NH, int NKV, int HS) {
     AttShape sh = att_shape(T, NH, NKV, HS);
@@ -649,12 +650,13 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
                 for (int q = 0; q < rows; q++) {
                     size_t bt = (size_t)b * T + t0 + q;
+                    if (out != NULL) {
+                        float* o = out + bt * C + (size_t)h * HS;
+                        for (int d = 0; d < HS; d++) { o[d] = w.oT[(size_t)d * ATT_TILE + q]; }
+                    }
                     if (out16 != NULL) {
                         uint16_t* o16 = out16 + bt * C + (size_t)h * HS;
                         for (int d = 0; d < HS; d++) { o16[d] = matmul_bf16_round_value(w.oT[(size_t)d * ATT_TILE + q]); }
-                    } else {
-                        float* o = out + bt * C + (size_t)h * HS;
-                        for (int d = 0; d < HS; d++) { o[d] = w.oT[(size_t)d * ATT_TILE + q]; }
                     }
                     if (lse != NULL) { lse[bt * NH + h] = w.lse[q]; }
                 }
@@ -847,24 +849,33 @@ static inline void attention_check_heads(int NH, int NKV) {
     if (NKV < 1 || NH % NKV != 0) { llmc_die("internal: attention with %d query heads and %d k/v heads", NH, NKV); }
 }
 
+// Whether the blocked kernel writes the bf16 copies of its output and of the input gradient in the stores of the
+// fp32 values, and a backward that writes dqkv (accumulate 0) writes it in the stores that add to it otherwise
+// (LLMC_ATTENTION_OVERWRITE, read at each call; the default), or zeroes dqkv, adds to it and rounds each copy in a
+// pass of its own (0: as before 2026-11-29; the same bits), until timed beyond the Zen 5.
+static int attention_overwrite(void) { return env_switch_on("LLMC_ATTENTION_OVERWRITE"); }
+
 // out (B,T,NH HS) = causal attention of qkv (B,T,(NH + 2 NKV) HS); lse (B,T,NH) receives each row's log-sum-exp
 // for the backward (blocked kernel; NULL: not kept; the tiled kernel leaves it alone)
 static void attention_gqa_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int HS) {
     attention_check_heads(NH, NKV);
     double t_phase = phase_begin();
     int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
-    if (blocked) { attention_blocked_forward(out, NULL, lse, qkv, NULL, B, T, NH, NKV, HS); }
-    else { attention_tiled_forward(out, NULL, qkv, B, T, NH, NKV, HS); }
-    attention_write_shadow(out, (size_t)B * T * NH * HS);
+    size_t n = (size_t)B * T * NH * HS;
+    if (blocked && attention_overwrite()) { // (the output's bf16 copy in the same stores)
+        attention_blocked_forward(out, matmul_bf16_shadow(out, n), lse, qkv, NULL, B, T, NH, NKV, HS);
+    } else {
+        if (blocked) { attention_blocked_forward(out, NULL, lse, qkv, NULL, B, T, NH, NKV, HS); }
+        else { attention_tiled_forward(out, NULL, qkv, B, T, NH, NKV, HS); }
+        attention_write_shadow(out, n);
+    }
     double BT = (double)B * T;
     double floats = BT * ((double)(NH + 2 * NKV) * HS + (double)NH * HS + (blocked && lse != NULL ? NH : 0));
-    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats, attention_flops(B, T, NH, HS, 2));
+    // (written with out: its bf16 copy, when it has one; a pass of its own counts as bf16 otherwise)
+    double copy = blocked && attention_overwrite() && matmul_bf16_shadow(out, n) != NULL ? 2.0 * (double)n : 0.0;
+    phase_end(PHASE_ATTENTION, t_phase, 4.0 * floats + copy, attention_flops(B, T, NH, HS, 2));
 }
 
-// Whether a backward that writes dqkv (accumulate 0) has the blocked kernel write it, and its bf16 copy, in the
-// stores that add to it otherwise (LLMC_ATTENTION_OVERWRITE, read at each call; the default), or zeroes dqkv, adds to it,
-// then rounds the copy in a pass of its own (0: as before 2026-11-29; the same bits), until timed beyond the Zen 5.
-static int attention_overwrite(void) { return env_switch_on("LLMC_ATTENTION_OVERWRITE"); }
 
 // whether a backward into dqkv adds to it: 1 when asked to (accumulate), and when asked to write it but the kernel
 // adds (the tiled one, or LLMC_ATTENTION_OVERWRITE=0), after zeroing dqkv (n floats; a zeroing phase of its own)
