@@ -400,4 +400,6 @@ def test_compare_families_writes_the_table_and_the_plot(binaries, tinyshakespear
         assert len(cells) == 4 and all(float(c) > 0 for c in cells), row
     assert (out / "compare_families.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     gpt2, nanochat = ((out / name / "stdout.txt").read_text() for name in ("gpt2", "nanochat"))
-    assert "train_gpt2" in gpt2 and "train_nanochat" in nanochat and "muon" in nanochat.lower(), nanochat[:2000]
+    # each run's model line names its family (GPT-2's has no family word); a tokenizer warning may or may not appear
+    assert re.search(r"^model: d1 L=", gpt2, re.M) and re.search(r"^model: d1 nanochat ", nanochat, re.M), gpt2[:2000]
+    assert "optimizer: muon" in nanochat.lower(), nanochat[:2000]
