@@ -29,16 +29,6 @@ then the backward they replace, with their outputs held in bf16 alone (the copie
 static const int ROWS[] = {1, 7, 37, 130};
 static const int COLS[] = {16, 100, 768};
 
-static void fill_values(float* x, size_t n, unsigned seed, float scale) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        x[i] = scale * ((float)(h % 20001u) / 10000.0f - 1.0f);
-    }
-}
-
 static void fill_sentinel(float* x, size_t n) { memset(x, 0x3f, n * sizeof(float)); }
 
 // 1 when every element of x is the sentinel (never written), or (nan) NaN
@@ -115,11 +105,11 @@ static void check_writer(int w, int BT, int C, int threads) {
     k.weight = (float*)mallocCheck((size_t)C * sizeof(float));
     k.bias = (float*)mallocCheck((size_t)C * sizeof(float));
     k.a16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-    fill_values(k.a, n, (unsigned)(BT + C + w), 4.0f);
-    fill_values(k.b, n, (unsigned)(BT * 3 + C), 2.0f);
-    fill_values(k.c, n, (unsigned)(BT * 5 + C), 1.0f);
-    fill_values(k.weight, (size_t)C, 7u, 1.5f);
-    fill_values(k.bias, (size_t)C, 9u, 0.5f);
+    hash_fill(k.a, n, (unsigned)(BT + C + w), 4.0f);
+    hash_fill(k.b, n, (unsigned)(BT * 3 + C), 2.0f);
+    hash_fill(k.c, n, (unsigned)(BT * 5 + C), 1.0f);
+    hash_fill(k.weight, (size_t)C, 7u, 1.5f);
+    hash_fill(k.bias, (size_t)C, 9u, 0.5f);
     for (size_t i = 0; i < n; i++) { k.a16[i] = matmul_bf16_round_value(k.a[i]); }
     float* out[2];
     float* out2[2];
@@ -184,7 +174,7 @@ static void test_alone_needs_the_bf16_path(void) {
     float* x = (float*)mallocCheck(n * sizeof(float));
     float* out = (float*)mallocCheck(n * sizeof(float));
     uint16_t* out16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-    fill_values(x, n, 3u, 2.0f);
+    hash_fill(x, n, 3u, 2.0f);
     fill_sentinel(out, n);
     matmul_bf16_mirror_add(out, n, out16);
     matmul_bf16_mirror_set_alone(out, 1);
@@ -209,9 +199,9 @@ static void test_gelu_recompute_matches_two_passes(void) {
             float* inp = (float*)mallocCheck(n * sizeof(float));
             uint16_t* inp16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
             float* dout = (float*)mallocCheck(n * sizeof(float));
-            fill_values(inp, n, (unsigned)(BT + OC), 5.0f); // the curved part and both tails
+            hash_fill(inp, n, (unsigned)(BT + OC), 5.0f); // the curved part and both tails
             for (size_t i = 0; i < n; i++) { inp16[i] = matmul_bf16_round_value(inp[i]); }
-            fill_values(dout, n, (unsigned)(BT * 7 + OC), 1.0f);
+            hash_fill(dout, n, (unsigned)(BT * 7 + OC), 1.0f);
             for (int copy = 0; copy < 2; copy++) {
                 for (int beta = 0; beta < 2; beta++) {
                     float* dinp[2];
@@ -224,7 +214,7 @@ static void test_gelu_recompute_matches_two_passes(void) {
                         out16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
                         dinp16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
                         fill_sentinel(dinp[v], n);
-                        fill_values(dbias[v], (size_t)OC, 5u, 1.0f);
+                        hash_fill(dbias[v], (size_t)OC, 5u, 1.0f);
                         memset(out16[v], 0xff, n * sizeof(uint16_t));
                         memset(dinp16[v], 0xff, n * sizeof(uint16_t));
                         if (copy) { matmul_bf16_mirror_add(dinp[v], n, dinp16[v]); }
@@ -257,9 +247,9 @@ static void test_recompute_backward_matches_two_calls(void) {
         float* gate = (float*)mallocCheck(n * sizeof(float));
         float* up = (float*)mallocCheck(n * sizeof(float));
         float* dout = (float*)mallocCheck(n * sizeof(float));
-        fill_values(gate, n, 21u + (unsigned)n, 20.0f);
-        fill_values(up, n, 23u, 2.0f);
-        fill_values(dout, n, 29u, 1.0f);
+        hash_fill(gate, n, 21u + (unsigned)n, 20.0f);
+        hash_fill(up, n, 23u, 2.0f);
+        hash_fill(dout, n, 29u, 1.0f);
         for (int k = 0; k < 4; k++) {
             int alone = k % 2, relu = k / 2;
             for (int threads = 1; threads <= 2; threads++) {

@@ -8,6 +8,7 @@ dev/test/test_common.h: the tiny test harness shared by the C unit tests in dev/
     test_summary()                          prints "N passed, M failed"; returns the exit status
     float_bits / bits_float                 a float's bit pattern and back
     random_array, max_abs_diff              deterministic test inputs and their comparison
+    hash_fill(x, n, seed, scale)            x (n) in [-scale, scale), a hash of the index and seed
     matmul_rowmajor(...)                    the plain row-major matmul the GEMM layouts are checked against
 */
 #ifndef LLMC_TEST_COMMON_H
@@ -146,6 +147,17 @@ static inline void write_bytes(const char* path, const void* data, size_t n) {
 
 static inline uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof(u)); return u; }
 static inline float bits_float(uint32_t u) { float f; memcpy(&f, &u, sizeof(f)); return f; }
+
+// x (n) in [-scale, scale): a hash of the index and seed, so every size gets different values
+static inline void hash_fill(float* x, size_t n, unsigned seed, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        x[i] = scale * ((float)(h % 20001u) / 10000.0f - 1.0f);
+    }
+}
 
 // n floats in [-0.5, 0.5), the same for the same seed (malloc'd; the caller frees)
 static inline float* random_array(size_t n, unsigned seed) {

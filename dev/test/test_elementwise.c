@@ -27,17 +27,6 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
 #include "../../llmc/cpu/swiglu_cpu.h"
 #include "test_common.h"
 
-// a deterministic fill in [-scale, scale): a hash of the index, so every size gets different values
-static void fill(float* x, size_t n, unsigned seed, float scale) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        x[i] = scale * ((float)(h % 20001u) / 10000.0f - 1.0f);
-    }
-}
-
 static int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
 static void set_threads(int n) {
@@ -59,8 +48,8 @@ static void check_bias_gradient(void) {
             float* start = (float*)mallocCheck((size_t)OC * sizeof(float));
             float* want = (float*)mallocCheck((size_t)OC * sizeof(float));
             float* got = (float*)mallocCheck((size_t)OC * sizeof(float));
-            fill(dout, (size_t)BT * OC, (unsigned)(BT * 31 + OC), 1.0f);
-            fill(start, (size_t)OC, 7u, 3.0f);
+            hash_fill(dout, (size_t)BT * OC, (unsigned)(BT * 31 + OC), 1.0f);
+            hash_fill(start, (size_t)OC, 7u, 3.0f);
             for (int beta = 0; beta <= 1; beta++) {
                 for (int threads = 1; threads <= 3; threads++) {
                     set_threads(threads);
@@ -100,10 +89,10 @@ static void check_gelu_backward_bias(int bf16_input, int copy) {
             float* start = (float*)mallocCheck((size_t)OC * sizeof(float));
             float* dbias_want = (float*)mallocCheck((size_t)OC * sizeof(float));
             float* dbias_got = (float*)mallocCheck((size_t)OC * sizeof(float));
-            fill(inp, N, (unsigned)(BT + OC), 4.0f); // the GELU's curved part and both tails
+            hash_fill(inp, N, (unsigned)(BT + OC), 4.0f); // the GELU's curved part and both tails
             for (size_t i = 0; i < N; i++) { inp16[i] = matmul_bf16_round_value(inp[i]); }
-            fill(dout, N, (unsigned)(BT * 7 + OC * 3), 1.0f);
-            fill(start, (size_t)OC, 11u, 2.0f);
+            hash_fill(dout, N, (unsigned)(BT * 7 + OC * 3), 1.0f);
+            hash_fill(start, (size_t)OC, 11u, 2.0f);
             if (copy) {
                 matmul_bf16_mirror_add(dinp_want, N, copy_want);
                 matmul_bf16_mirror_add(dinp_got, N, copy_got);
@@ -183,9 +172,9 @@ static void check_swiglu_backward(void) {
         float* got = (float*)mallocCheck(2 * N * sizeof(float));
         uint16_t* want16 = (uint16_t*)mallocCheck(2 * N * sizeof(uint16_t));
         uint16_t* got16 = (uint16_t*)mallocCheck(2 * N * sizeof(uint16_t));
-        fill(in, N, (unsigned)N, 1.0f);
-        fill(in + N, N, (unsigned)N + 1u, 20.0f); // gate: sigmoid's flat tails, its middle, and e^x's clamps
-        fill(in + 2 * N, N, (unsigned)N + 2u, 3.0f);
+        hash_fill(in, N, (unsigned)N, 1.0f);
+        hash_fill(in + N, N, (unsigned)N + 1u, 20.0f); // gate: sigmoid's flat tails, its middle, and e^x's clamps
+        hash_fill(in + 2 * N, N, (unsigned)N + 2u, 3.0f);
         if (N >= 3) { in[N] = 100.0f; in[N + 1] = -100.0f; in[N + 2] = 0.0f; }
         matmul_bf16_mirror_add(got, N, got16);
         matmul_bf16_mirror_add(got + N, N, got16 + N);
@@ -216,7 +205,7 @@ static void check_swiglu_backward(void) {
 
 static float* timing_buffer(size_t n) {
     float* x = (float*)mallocCheck(n * sizeof(float));
-    fill(x, n, (unsigned)n, 2.0f);
+    hash_fill(x, n, (unsigned)n, 2.0f);
     return x;
 }
 

@@ -102,52 +102,6 @@ static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const f
     phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
 }
 
-// one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
-// dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32). A loop per
-// case, so that each vectorises.
-static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, float* sum, const uint16_t* inp16,
-                                          const float* inp, const float* dout, int n) {
-    if (dinp == NULL && inp16 != NULL) {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
-            dinp16[j] = matmul_bf16_round_value(v);
-            sum[j] += v;
-        }
-    } else if (dinp == NULL) {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(inp[j]) * dout[j];
-            dinp16[j] = matmul_bf16_round_value(v);
-            sum[j] += v;
-        }
-    } else if (inp16 != NULL && dinp16 != NULL) {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
-            dinp[j] = v;
-            dinp16[j] = matmul_bf16_round_value(v);
-            sum[j] += v;
-        }
-    } else if (inp16 != NULL) {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
-            dinp[j] = v;
-            sum[j] += v;
-        }
-    } else if (dinp16 != NULL) {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(inp[j]) * dout[j];
-            dinp[j] = v;
-            dinp16[j] = matmul_bf16_round_value(v);
-            sum[j] += v;
-        }
-    } else {
-        for (int j = 0; j < n; j++) {
-            float v = vec_gelu_grad(inp[j]) * dout[j];
-            dinp[j] = v;
-            sum[j] += v;
-        }
-    }
-}
-
 // one row's slice [0, n) of gelu_recompute_backward_bias_bf16: out16 = gelu(x) rounded, v = gelu'(x) dout into dinp
 // (NULL: none) and its bf16 copy dinp16 (NULL: none), sum += v; x from inp16. The tanh once: the arithmetic of
 // vec_gelu_forward and vec_gelu_grad (llmc/cpu/vecmath.h) on the one value, so their bits.
@@ -189,16 +143,68 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
 #undef GELU_BOTH
 }
 
+// one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
+// dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32); with out16
+// (x from inp16) the GELU's output again too (gelu_recompute_backward_row). A loop per case, so that each vectorises.
+static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum,
+                                          const uint16_t* inp16, const float* inp, const float* dout, int n) {
+    if (out16 != NULL) { // (the GELU's output again too)
+        gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n);
+        return;
+    }
+    if (dinp == NULL && inp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (dinp == NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (inp16 != NULL && dinp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp[j] = v;
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else if (inp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(mm_bf16_to_float(inp16[j])) * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
+    } else if (dinp16 != NULL) {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp[j] = v;
+            dinp16[j] = matmul_bf16_round_value(v);
+            sum[j] += v;
+        }
+    } else {
+        for (int j = 0; j < n; j++) {
+            float v = vec_gelu_grad(inp[j]) * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
+    }
+}
+
 // the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
 // exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
 // reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows, each column over the rows in order (beta 0:
 // its old contents never read). x is inp16 (bf16, GPT-2's -p bf16 activations) or else inp (fp32). Each thread owns
 // a slice of columns (llmc/cpu/matmul.h's bias_grad_column_slice) and walks down the rows, so the sums are
-// matmul_backward_bias's, bit for bit, and the same for any thread count. LLMC_ELEMENTWISE_FUSED=0: the two passes.
-static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* inp16, const float* inp,
+// matmul_backward_bias's, bit for bit, and the same for any thread count. out16 (NULL: none) receives the GELU's
+// output again (from inp16). LLMC_ELEMENTWISE_FUSED=0: the passes.
+static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, const uint16_t* inp16, const float* inp,
                                    const float* dout, int BT, int OC, float beta) {
     size_t N = (size_t)BT * OC;
     if (!elementwise_fused() || dbias == NULL) {
+        if (out16 != NULL) { gelu_forward_bf16(out16, inp16, N); }
         if (inp16 != NULL) {
             gelu_backward_bf16_input(dinp, inp16, dout, N);
         } else {
@@ -222,27 +228,29 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, const uint16_t* in
             for (int j = 0; j < n; j++) { sum[j] = beta == 0.0f ? 0.0f : dbias[b0 + j]; }
             for (int r = 0; r < BT; r++) {
                 size_t at = (size_t)r * OC + b0;
-                gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL, sum,
-                                       inp16 != NULL ? inp16 + at : NULL, inp != NULL ? inp + at : NULL, dout + at, n);
+                gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL,
+                                       out16 != NULL ? out16 + at : NULL, sum, inp16 != NULL ? inp16 + at : NULL,
+                                       inp != NULL ? inp + at : NULL, dout + at, n);
             }
             for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
         }
     }
     matmul_bf16_alone_written(dinp, N);
-    // x (bf16 or fp32) and dout read, dinp written (fp32, its copy when it has one, or the copy alone); dbias's OC
-    // floats left out
-    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0);
-    phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 4.0 + dinp_bytes) * N, 15.0 * N);
+    // x (bf16 or fp32) and dout read, dinp written (fp32, its copy when it has one, or the copy alone), and the GELU's
+    // output again; dbias's OC floats left out
+    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 4.0 + dinp_bytes) * N,
+              (out16 != NULL ? 23.0 : 15.0) * N);
 }
 
 static void gelu_backward_bias(float* dinp, float* dbias, const float* inp, const float* dout, int BT, int OC,
                                float beta) {
-    gelu_backward_bias_any(dinp, dbias, NULL, inp, dout, BT, OC, beta);
+    gelu_backward_bias_any(dinp, dbias, NULL, NULL, inp, dout, BT, OC, beta);
 }
 
 static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint16_t* inp16, const float* dout, int BT,
                                           int OC, float beta) {
-    gelu_backward_bias_any(dinp, dbias, inp16, NULL, dout, BT, OC, beta);
+    gelu_backward_bias_any(dinp, dbias, NULL, inp16, NULL, dout, BT, OC, beta);
 }
 
 // GPT-2's -p bf16 backward through its GELU, in one pass with one tanh a value: out16 (BT,OC) = gelu of the bf16 input
@@ -251,37 +259,7 @@ static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint1
 // LLMC_ELEMENTWISE_FUSED=0: those two calls.
 static void gelu_recompute_backward_bias_bf16(uint16_t* out16, float* dinp, float* dbias, const uint16_t* inp16,
                                               const float* dout, int BT, int OC, float beta) {
-    size_t N = (size_t)BT * OC;
-    if (!elementwise_fused() || dbias == NULL) {
-        gelu_forward_bf16(out16, inp16, N);
-        gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta);
-        return;
-    }
-    double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
-    float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
-    #pragma omp parallel
-    {
-        int nt, t;
-        parallel_team(&nt, &t);
-        int o0, o1;
-        bias_grad_column_slice(OC, nt, t, &o0, &o1);
-        float sum[BIAS_GRAD_BLOCK];
-        for (int b0 = o0; b0 < o1; b0 += BIAS_GRAD_BLOCK) {
-            int n = o1 - b0 < BIAS_GRAD_BLOCK ? o1 - b0 : BIAS_GRAD_BLOCK;
-            for (int j = 0; j < n; j++) { sum[j] = beta == 0.0f ? 0.0f : dbias[b0 + j]; }
-            for (int r = 0; r < BT; r++) {
-                size_t at = (size_t)r * OC + b0;
-                gelu_recompute_backward_row(out16 + at, dinp32 != NULL ? dinp32 + at : NULL,
-                                            dinp16 != NULL ? dinp16 + at : NULL, sum, inp16 + at, dout + at, n);
-            }
-            for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
-        }
-    }
-    matmul_bf16_alone_written(dinp, N);
-    // x (bf16) and dout read; out16 and dinp written (fp32, its copy when it has one, or the copy alone)
-    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0);
-    phase_end(PHASE_ELEMENTWISE, t_phase, (2.0 + 4.0 + 2.0 + dinp_bytes) * N, 23.0 * N);
+    gelu_backward_bias_any(dinp, dbias, out16, inp16, NULL, dout, BT, OC, beta);
 }
 
 #endif // LLMC_GELU_CPU_H

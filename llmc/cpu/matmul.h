@@ -119,6 +119,17 @@ static inline void parallel_team(int* nthreads, int* thread) {
 #endif
 }
 
+// inside a parallel region: this thread's contiguous span [i0, i1) of N elements split over its team, each span a
+// multiple of 16 elements long (64-byte aligned ones for floats where the buffer is)
+static inline void parallel_span(size_t N, size_t* i0, size_t* i1) {
+    int nt, t;
+    parallel_team(&nt, &t);
+    size_t per = (N + (size_t)nt - 1) / (size_t)nt;
+    per = (per + 15) / 16 * 16;
+    *i0 = (size_t)t * per < N ? (size_t)t * per : N;
+    *i1 = *i0 + per < N ? *i0 + per : N;
+}
+
 typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
 
 // The precision train_gpt2.c's matmul layers run in: set once at start-up (the trainer's -p

@@ -67,12 +67,8 @@ static void relu2_recompute_backward(float* out, float* dinp, const float* inp, 
     double t_phase = phase_begin();
     #pragma omp parallel
     {
-        int nt, t;
-        parallel_team(&nt, &t);
-        size_t per = (N + (size_t)nt - 1) / (size_t)nt; // (contiguous spans, 64-byte aligned ones where N allows)
-        per = (per + 15) / 16 * 16;
-        size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
-        size_t i1 = i0 + per < N ? i0 + per : N;
+        size_t i0, i1;
+        parallel_span(N, &i0, &i1); // (contiguous spans, 64-byte aligned ones where N allows)
         if (alone) { relu2_recompute_backward_span(out16, dinp16, inp, dout, i0, i1); }
         else { relu2_recompute_backward_span_fp32(out, dinp, inp, dout, i0, i1); }
     }

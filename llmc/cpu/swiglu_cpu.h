@@ -119,12 +119,8 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
     if (!accumulate && dgate16 != NULL && dup16 != NULL && elementwise_fused()) { // the trainers' case, vectorised
         #pragma omp parallel
         {
-            int nt, t;
-            parallel_team(&nt, &t);
-            size_t per = (N + (size_t)nt - 1) / (size_t)nt; // (contiguous spans, 64-byte aligned ones where N allows)
-            per = (per + 15) / 16 * 16;
-            size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
-            size_t i1 = i0 + per < N ? i0 + per : N;
+            size_t i0, i1;
+            parallel_span(N, &i0, &i1); // (contiguous spans, 64-byte aligned ones where N allows)
             if (kept) {
                 swiglu_backward_copies_span(dgate, dup, dgate16, dup16, dout, gate, up, i0, i1);
             } else {
@@ -208,12 +204,8 @@ static void swiglu_recompute_backward(float* out, float* dgate, float* dup, cons
     double t_phase = phase_begin();
     #pragma omp parallel
     {
-        int nt, t;
-        parallel_team(&nt, &t);
-        size_t per = (N + (size_t)nt - 1) / (size_t)nt; // (contiguous spans, 64-byte aligned ones where N allows)
-        per = (per + 15) / 16 * 16;
-        size_t i0 = (size_t)t * per < N ? (size_t)t * per : N;
-        size_t i1 = i0 + per < N ? i0 + per : N;
+        size_t i0, i1;
+        parallel_span(N, &i0, &i1); // (contiguous spans, 64-byte aligned ones where N allows)
         if (alone) { swiglu_recompute_backward_span(out16, dgate16, dup16, dout, gate, up, i0, i1); }
         else { swiglu_recompute_backward_span_fp32(out, dgate, dup, dout, gate, up, i0, i1); }
     }
