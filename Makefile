@@ -598,6 +598,10 @@ dev/test/test_bf16_alone: CFLAGS += $(CPU_SPEED_CFLAGS)
 dev/test/test_attention_cpu: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
 dev/test/test_attention_cpu: LDLIBS += $(BLAS_LDLIBS)
 dev/test/test_attention_cpu: $(BLAS_STAMP)
+# dev/test/test_classifier: its bf16 dlogits need oneDNN's bf16 GEMMs, and its --time the trainers' vectorised rows
+dev/test/test_classifier: CFLAGS += $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS)
+dev/test/test_classifier: LDLIBS += $(BLAS_LDLIBS)
+dev/test/test_classifier: $(BLAS_STAMP)
 ifneq ($(BLAS_STAMP_TEXT),$(strip $(file < $(BLAS_STAMP))))
 $(BLAS_STAMP): blas-force
 endif

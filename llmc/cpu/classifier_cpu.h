@@ -30,9 +30,14 @@ softcap (nanochat), softmax, cross-entropy and their gradients, in chunks of row
         chunks again with their backward. Without targets the forward keeps the logits in cm->logits (allocated
         at the first such pass): every position's, or with cm->last_logits_only each sequence's last.
 
+The row kernel (LLMC_CLASSIFIER, read once): fused, the default, makes three passes over a row (softcap and max, the
+exponentials and their sum, dlogits with the probabilities in registers: classifier_row_fused); passes, the kernel
+before it, five (classifier_row). On -p bf16 with oneDNN's bf16 GEMMs the fused kernel writes dlogits in bf16 alone
+(classifier_dlogits_bf16), and the two backward GEMMs read them as they are instead of each rounding fp32 dlogits.
+
 Bit for bit: a row's softmax, loss and dlogits are those of crossentropy_softmax_forward, _backward and
-softcap_forward, _backward (the same operations on the same numbers, each rounding
-where theirs does), and dinp's rows are the same GEMM's. dweight sums over the chunks in order, one GEMM each, so
+softcap_forward, _backward (the same operations on the same numbers, each rounding where theirs does; bf16 dlogits are
+theirs rounded as a GEMM rounds its operands), whichever kernel, and dinp's rows are the same GEMM's. dweight sums over the chunks in order, one GEMM each, so
 its sum over the BT rows runs in a different order than one GEMM over all rows (the last bits of the lm_head's
 gradient; the losses of later steps follow). The result does not depend on the thread count.
 
@@ -207,6 +212,207 @@ static inline float classifier_row(float* x, float* dx, float* e, int V, int Vp,
     return loss;
 }
 
+// ----------------------------------------------------------------------------
+// one row in three passes (LLMC_CLASSIFIER=fused, the default)
+
+// The row kernel, read once: LLMC_CLASSIFIER=fused (the default) runs classifier_row_fused, =passes the loops above
+// (classifier_row: a pass each for the softcap, the max, the exponentials, the probabilities, dlogits, and on -p bf16
+// each backward GEMM rounding dlogits itself). The same bits; the old one is kept selectable until the new one is
+// timed on CPUs beyond the Zen 5 (doc/cpu-speed.md).
+typedef enum { CLASSIFIER_FUSED = 0, CLASSIFIER_PASSES = 1 } ClassifierKernel;
+static int classifier_kernel_state = -1;  // -1: LLMC_CLASSIFIER not read yet
+
+static ClassifierKernel classifier_kernel(void) {
+    if (classifier_kernel_state < 0) {
+        const char* env = getenv("LLMC_CLASSIFIER");
+        if (env == NULL || env[0] == '\0' || strcmp(env, "fused") == 0) {
+            classifier_kernel_state = CLASSIFIER_FUSED;
+        } else if (strcmp(env, "passes") == 0) {
+            classifier_kernel_state = CLASSIFIER_PASSES;
+        } else {
+            llmc_die("LLMC_CLASSIFIER=%s: use fused or passes", env);
+        }
+    }
+    return (ClassifierKernel)classifier_kernel_state;
+}
+
+// the kernel the next calls run, whatever LLMC_CLASSIFIER says (dev/test/test_classifier runs both)
+static inline void classifier_kernel_use(ClassifierKernel k) { classifier_kernel_state = (int)k; }
+
+// Whether the backward GEMMs read dlogits in bf16 from oneDNN's bf16 kernels (-p bf16 on oneDNN, the fused kernel):
+// then the row pass writes dlogits in bf16 alone, into a (rows, Vp) bf16 buffer beside the chunk's fp32 work space,
+// and no GEMM rounds them (each rounded them into a buffer of that size before). Nothing reads fp32 dlogits there.
+// (Not over the first half of each fp32 row, which would need no buffer: with a row stride of 2 Vp oneDNN's dinp
+// GEMM summed in another order than on the dense rows, and the bits of the passes were lost.)
+static int classifier_dlogits_bf16(void) {
+    return classifier_kernel() == CLASSIFIER_FUSED && matmul_precision == MATMUL_BF16 &&
+           matmul_bf16_gemm() == MATMUL_BF16_ONEDNN && matmul_bf16_onednn_kernel()[0] != '\0';
+}
+
+// 16 floats, one vector (two on AVX2, four on SSE): GCC's vector extension, as llmc/cpu/layernorm_cpu.h's lanes
+typedef float ClassifierLanes __attribute__((vector_size(16 * sizeof(float))));
+typedef int32_t ClassifierLaneMask __attribute__((vector_size(16 * sizeof(int32_t))));
+
+// the larger of a and b in each lane, as a > b ? a : b picks it (b where either is NaN)
+static inline ClassifierLanes classifier_lanes_max(ClassifierLanes a, ClassifierLanes b) {
+    ClassifierLaneMask greater = a > b;  // all ones where a > b
+    return (ClassifierLanes)(((ClassifierLaneMask)a & greater) | ((ClassifierLaneMask)b & ~greater));
+}
+
+// classifier_row_max's maximum, from four vectors of 16 lanes side by side (GCC keeps classifier_row_max's 16 lanes
+// in 16 scalar registers, one vmaxss per logit; one vector of lanes is a chain of compare-and-select): on one Zen 5
+// thread 1.5 instead of 6 us for a row of 50257 in L2. The maximum of the same values, NaN skipped as there; only the sign of a zero
+// maximum can differ, which nothing after it sees (z - (+0) and z - (-0) differ only for z = 0, and the
+// exponentials of +0 and -0 are both 1)
+static inline float classifier_row_max_lanes(const float* x, int V) {
+    ClassifierLanes lane_max[4];
+    for (int a = 0; a < 4; a++) {
+        for (int j = 0; j < 16; j++) { lane_max[a][j] = -INFINITY; }
+    }
+    int i = 0;
+    for (; i + 64 <= V; i += 64) {
+        for (int a = 0; a < 4; a++) {
+            ClassifierLanes v;
+            memcpy(&v, x + i + 16 * a, sizeof(v));
+            lane_max[a] = classifier_lanes_max(v, lane_max[a]);
+        }
+    }
+    for (; i + 16 <= V; i += 16) {
+        ClassifierLanes v;
+        memcpy(&v, x + i, sizeof(v));
+        lane_max[0] = classifier_lanes_max(v, lane_max[0]);
+    }
+    ClassifierLanes m = classifier_lanes_max(classifier_lanes_max(lane_max[0], lane_max[1]),
+                                             classifier_lanes_max(lane_max[2], lane_max[3]));
+    float maxval = -INFINITY;
+    for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+    for (int j = 0; j < 16; j++) { maxval = m[j] > maxval ? m[j] : maxval; }
+    return maxval;
+}
+
+// caps the row's first V logits in place, x <- cap * tanh(x / cap) (softcap_forward's operations), and returns the
+// largest of them as classifier_row_max finds it (16 lanes, the tail, then the lanes): one pass instead of two
+static inline float classifier_row_softcap_max(float* x, int V, float cap) {
+    float inv = 1.0f / cap;
+    float lane_max[16];
+    for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            float z = cap * vec_tanhf(x[i + j] * inv);
+            x[i + j] = z;
+            lane_max[j] = z > lane_max[j] ? z : lane_max[j];
+        }
+    }
+    float maxval = -INFINITY;
+    for (; i < V; i++) {
+        float z = cap * vec_tanhf(x[i] * inv);
+        x[i] = z;
+        maxval = z > maxval ? z : maxval;
+    }
+    for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
+    return maxval;
+}
+
+// classifier_row_exp_sum's values and sum (the same adds in the same order), the 16 partial sums one vector in a
+// register (classifier_row_exp_sum's array lives on the stack: a store and a load in every step of the sums' chain;
+// 8.9 instead of 11-12 us for a row of 50257 in L2 on one Zen 5 thread), asking for one cache line of `next` (the thread's next row, in
+// memory) per 16 values: this pass is arithmetic on a row in L2, the next row's first pass would wait on memory
+static inline double classifier_row_exp_sum_ahead(float* e, const float* x, int V, float maxval, const float* next) {
+    ClassifierLanes part;
+    for (int j = 0; j < 16; j++) { part[j] = 0.0f; }
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __builtin_prefetch(next + i, 0, 3);
+        float ex[16];
+        for (int j = 0; j < 16; j++) { ex[j] = vec_expf(x[i + j] - maxval); }
+        memcpy(e + i, ex, sizeof(ex));
+        ClassifierLanes v;
+        memcpy(&v, ex, sizeof(v));
+        part += v;
+    }
+    double sum = 0.0;
+    for (; i < V; i++) {
+        e[i] = vec_expf(x[i] - maxval);
+        sum += e[i];
+    }
+    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    return sum;
+}
+
+// one logit's gradient from q = its probability minus the target's indicator: q * dloss, times the softcap's slope
+// 1 - t^2 (t = the capped logit z / cap) when capped; crossentropy_softmax_backward's and softcap_backward's operations
+static inline float classifier_dlogit(float q, float dloss, float z, float icap, int capped) {
+    float d = q * dloss;
+    if (capped) {
+        float t = z * icap;
+        d *= 1.0f - t * t;
+    }
+    return d;
+}
+
+// the row's dlogits over its first V columns, from the exponentials e, 1 / sum (inv) and the capped logits x (read
+// only when capped), into dx (fp32; may be e or x: in place) or dx16 (bf16: to_bf16). The probability p = e * inv
+// stays in a register: q = p - 0 = p for every column but the target's, whose p - 1 the caller writes afterwards
+// (rounded as the passes round it: no FMA). One flat loop per case (capped, to_bf16 are constants where it is called):
+// GCC vectorises it, testing once per row that dx does not overlap e or x other than exactly (in place); blocks of 16
+// through a local array made it gather each vector from 16 scalar loads.
+static inline __attribute__((always_inline)) void classifier_row_dlogits(float* dx, uint16_t* dx16, const float* e,
+                                                                          const float* x, int V, float inv, float dloss,
+                                                                          float icap, const int capped,
+                                                                          const int to_bf16) {
+    for (int i = 0; i < V; i++) {
+        float d = classifier_dlogit(e[i] * inv, dloss, capped ? x[i] : 0.0f, icap, capped);
+        if (to_bf16) { dx16[i] = matmul_bf16_round_value(d); }
+        else { dx[i] = d; }
+    }
+}
+
+// One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
+// sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
+// dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
+// padded columns.
+static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
+                                         int target, float dloss, const float* next) {
+    int capped = cap > 0.0f;
+    if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
+        if (capped) {
+            float inv = 1.0f / cap;
+            for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
+        }
+        if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
+        if (dx16 != NULL) { memset(dx16, 0, (size_t)Vp * sizeof(uint16_t)); }
+        return 0.0f;
+    }
+    float maxval = capped ? classifier_row_softcap_max(x, V, cap) : classifier_row_max_lanes(x, V);
+    float zt = x[target];  // read before e (which may be x) is written
+    double sum = classifier_row_exp_sum_ahead(e, x, V, maxval, next != NULL ? next : x);
+    float loss = (float)(log(sum) - (double)(zt - maxval));
+    if (dx == NULL && dx16 == NULL) { return loss; }
+    float inv = (float)(1.0 / sum);
+    float icap = capped ? 1.0f / cap : 0.0f;
+    float et = e[target];  // read before dlogits (which may lie over e) are written
+    if (dx16 != NULL) {
+        if (capped) { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 1, 1); }
+        else { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 0, 1); }
+    } else {
+        if (capped) { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 1, 0); }
+        else { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 0, 0); }
+    }
+    // the target's column: its probability stored (volatile: rounded to float before the - 1, as the passes store
+    // it), then p - 1
+    volatile float pt = et * inv;
+    float dt = classifier_dlogit(pt - 1.0f, dloss, zt, icap, capped);
+    if (dx16 != NULL) {
+        dx16[target] = matmul_bf16_round_value(dt);
+        memset(dx16 + V, 0, (size_t)(Vp - V) * sizeof(uint16_t));
+    } else {
+        dx[target] = dt;
+        memset(dx + V, 0, (size_t)(Vp - V) * sizeof(float));
+    }
+    return loss;
+}
+
 // the chunks' work space: `floats` floats, kept between calls (grown when needed)
 static float* classifier_scratch(size_t floats) {
     static void* scratch = NULL;
@@ -234,6 +440,37 @@ static void classifier_logits(float* logits, const float* inp, int ld, const flo
     }
 }
 
+// One chunk's row pass (PHASE_CLASSIFIER): `rows` rows of logits x (rows,Vp), capped in place when softcap > 0; with
+// targets (rows) their losses into losses (rows, or NULL: not kept) and, with dx (rows,Vp) or dx16 (rows,Vp; the fused
+// kernel only), dlogits in fp32 or in bf16 alone. e_rows: a Vp row per thread for the exponentials, or NULL: they go
+// to dx's row, else to x's. kept: x is kept (its capped values written back count as traffic).
+static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, const int* targets,
+                                  float dloss, float softcap, int rows, int V, int Vp, int kept) {
+    int fused = classifier_kernel() == CLASSIFIER_FUSED; // (read here: never inside the parallel region)
+    if (dx16 != NULL && !fused) { llmc_die("internal: bf16 dlogits from the classifier's passes kernel"); }
+    double t = phase_begin();
+    #pragma omp parallel for schedule(static)  // (a thread's rows one after another: row r + 1 is its next)
+    for (int r = 0; r < rows; r++) {
+        float* xr = x + (size_t)r * Vp;
+        float* dxr = dx != NULL ? dx + (size_t)r * Vp : NULL;
+        uint16_t* dxr16 = dx16 != NULL ? dx16 + (size_t)r * Vp : NULL;
+        float* e = e_rows != NULL ? e_rows + (size_t)classifier_thread_id() * Vp : (dxr != NULL ? dxr : xr);
+        int target = targets != NULL ? targets[r] : -1;
+        float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL)
+                           : classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
+        if (losses != NULL && targets != NULL) { losses[r] = loss; } // 0 for target -1
+    }
+    // bytes: the logits read (and written back capped when they are kept), dlogits written (fp32, or bf16 alone),
+    // targets and losses; flops per logit: max, subtract, exp, add; 3 more for dlogits; the softcap 2 forward, 3
+    // backward
+    int capped = softcap > 0.0f, backward = dx != NULL || dx16 != NULL;
+    double n = (double)rows * V;
+    double bytes = 4.0 * n * (1 + (kept && capped)) + (dx16 != NULL ? 2.0 : 4.0) * n * backward +
+                   (targets != NULL ? 8.0 * rows : 0.0);
+    double flops = n * ((targets != NULL ? 4 : 0) + 2 * capped + (backward ? 3 + 3 * capped : 0));
+    phase_end(PHASE_CLASSIFIER, t, bytes, flops);
+}
+
 // the classifier a chunk of rows at a time, with its backward when dinp is given (the contract at the top of the file)
 static void classifier_forward_backward(float* losses, float* logits, float* dinp, float* dweight, int overwrite,
                                         const float* inp, const float* weight, const int* targets, float dloss,
@@ -245,41 +482,36 @@ static void classifier_forward_backward(float* losses, float* logits, float* din
 #endif
     int rows_max = chunk < BT ? chunk : BT;
     int backward = dinp != NULL && targets != NULL;
-    // a chunk's logits when they are not kept, or its dlogits when they are; a row per thread for the exponentials
-    // where neither the logits nor dlogits can take them (kept logits without a backward, the softcap's backward)
-    size_t chunk_floats = (logits == NULL || backward) ? (size_t)rows_max * Vp : 0;
-    int own_row = targets != NULL && (backward ? logits == NULL && softcap > 0.0f : logits != NULL);
+    // -p bf16 on oneDNN: dlogits (rows, Vp) in bf16 alone, after the rest of the work space (half a float each)
+    int dlogits_bf16 = backward && classifier_dlogits_bf16();
+    // a chunk's logits when they are not kept, or its fp32 dlogits when they are; a row per thread for the
+    // exponentials where neither the logits nor fp32 dlogits can take them (kept logits without a backward or with
+    // bf16 dlogits, the softcap's backward: it reads the capped logits again)
+    size_t chunk_floats = (logits == NULL || (backward && !dlogits_bf16)) ? (size_t)rows_max * Vp : 0;
+    int own_row = targets != NULL && (logits != NULL ? !backward || dlogits_bf16 : backward && softcap > 0.0f);
     size_t row_floats = own_row ? (size_t)Vp : 0;
-    float* scratch = classifier_scratch(chunk_floats + (size_t)nthreads * row_floats);
-    float* rows_e = scratch + chunk_floats;
+    size_t bf16_floats = dlogits_bf16 ? ((size_t)rows_max * Vp + 1) / 2 : 0;
+    float* scratch = classifier_scratch(chunk_floats + (size_t)nthreads * row_floats + bf16_floats);
+    float* rows_e = own_row ? scratch + chunk_floats : NULL;
+    uint16_t* dx16 = dlogits_bf16 ? (uint16_t*)(scratch + chunk_floats + (size_t)nthreads * row_floats) : NULL;
     for (int r0 = 0; r0 < BT; r0 += chunk) {
         int rows = BT - r0 < chunk ? BT - r0 : chunk;
         float* x = logits != NULL ? logits + (size_t)r0 * Vp : scratch;
-        float* dx = !backward ? NULL : (logits != NULL ? scratch : x);
+        float* dx = !backward || dx16 != NULL ? NULL : (logits != NULL ? scratch : x);
         const float* in = inp + (size_t)r0 * C;
         matmul_gemm(matmul_precision, 0, 1, rows, Vp, C, in, C, weight, C, 0.0f, x, Vp);
-        double t = phase_begin();
-        #pragma omp parallel for
-        for (int r = 0; r < rows; r++) {
-            float* xr = x + (size_t)r * Vp;
-            float* dxr = dx != NULL ? dx + (size_t)r * Vp : NULL;
-            float* e = own_row ? rows_e + (size_t)classifier_thread_id() * row_floats : (dxr != NULL ? dxr : xr);
-            int target = targets != NULL ? targets[r0 + r] : -1;
-            float loss = classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
-            if (losses != NULL && targets != NULL) { losses[r0 + r] = loss; } // 0 for target -1
-        }
-        // bytes: the logits read (and written back capped when they are kept), dlogits written, targets and losses;
-        // flops per logit: max, subtract, exp, add; 3 more for dlogits; the softcap 2 forward, 3 backward
-        int capped = softcap > 0.0f;
-        double n = (double)rows * V;
-        double bytes = 4.0 * n * (1 + (logits != NULL && capped) + backward) + 8.0 * rows;
-        double flops = n * ((targets != NULL ? 4 : 0) + 2 * capped + (backward ? 3 + 3 * capped : 0));
-        phase_end(PHASE_CLASSIFIER, t, bytes, flops);
+        classifier_chunk_rows(losses != NULL ? losses + r0 : NULL, x, dx, dx16, rows_e, targets != NULL ? targets + r0 : NULL,
+                              dloss, softcap, rows, V, Vp, logits != NULL);
         if (backward) {
             // dinp rows = dlogits . weight; dweight (+)= dlogits^T . inp rows
-            matmul_gemm(matmul_precision, 0, 0, rows, C, Vp, dx, Vp, weight, C, 0.0f, dinp + (size_t)r0 * C, C);
             float beta = overwrite && r0 == 0 ? 0.0f : 1.0f;
-            matmul_gemm(matmul_precision, 1, 0, Vp, C, rows, dx, Vp, in, C, beta, dweight, C);
+            if (dx16 != NULL) { // the GEMMs matmul_gemm runs, on the bf16 numbers it would round dx to
+                matmul_gemm_bf16_stored(0, 0, rows, C, Vp, NULL, dx16, Vp, weight, NULL, C, 0.0f, dinp + (size_t)r0 * C, C);
+                matmul_gemm_bf16_stored(1, 0, Vp, C, rows, NULL, dx16, Vp, in, NULL, C, beta, dweight, C);
+            } else {
+                matmul_gemm(matmul_precision, 0, 0, rows, C, Vp, dx, Vp, weight, C, 0.0f, dinp + (size_t)r0 * C, C);
+                matmul_gemm(matmul_precision, 1, 0, Vp, C, rows, dx, Vp, in, C, beta, dweight, C);
+            }
         }
     }
 }
