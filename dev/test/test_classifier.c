@@ -314,7 +314,7 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
     for (int i = 0; i < nvp; i++) { z[i] = i < nv ? scale * z[i] : 0.0f; }
     char what[160];
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
-        snprintf(what, sizeof(what), "nv %d, softcap %g, logits x%g, target %d, %s", nv, cap, scale, target,
+        snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s", nv, cap, scale, target,
                  row_layout_names[layout]);
         RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
         RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
@@ -324,7 +324,7 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
         CHECK(same_bits(fused.x, passes.x, (size_t)nv), "%s: the row's logits (or dlogits over them) are the passes' bits",
               what);
         if (passes.dx != NULL) {
-            CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp), "%s: dlogits are the passes' bits over nvp",
+            CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp), "%s: dlogits are the passes' bits over Vp",
                   what);
         }
         if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
