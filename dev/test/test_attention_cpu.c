@@ -14,7 +14,7 @@ own grouped-query path against that too; the blocked backward given the forward'
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
 (LLMC_ATTENTION_PREFETCH=0: the same bits); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
-(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line; the phase account; the
+(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, LLMC_ATTENTION_OVERWRITE's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
@@ -280,6 +280,12 @@ static void prefetch_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void overwrite_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_OVERWRITE", "yes", 1);
+    (void)attention_overwrite();
+}
+
 static void test_kernel_choice(void) {
     MatmulPrecision saved = matmul_precision;
     unsetenv("LLMC_ATTENTION");
@@ -297,6 +303,7 @@ static void test_kernel_choice(void) {
     // (the children fork before any GEMM: a child forked after one exits with the OpenMP workers' per-thread
     // buffers unreachable, which LeakSanitizer reports)
     expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
+    expect_die("LLMC_ATTENTION_OVERWRITE=yes", overwrite_bad_value, NULL, "LLMC_ATTENTION_OVERWRITE=yes", "use 0 or 1");
 }
 
 // each call adds its causal FLOPs (2 products forward, 4 backward) and compulsory bytes to PHASE_ATTENTION
