@@ -33,6 +33,7 @@ inputs and thread count). A function whose output a GEMM reads writes that outpu
 #include "layernorm_cpu.h"  // norm_backward
 #include "matmul.h"
 #include "phase_time.h"
+#include "residual_cpu.h"
 #include "vecmath.h"
 
 // 1 / rms of one row x (C): 1 / sqrt(mean(x^2) + eps)
@@ -107,10 +108,7 @@ static void fused_residual_rmsnorm_forward(float* res_out, float* out, float* rs
     // res_out, out, inp1, inp2 are (B,T,C); rstd is (B,T); weight is (C) or NULL
     size_t N = (size_t)B * T * C;
     if (norm_kernel() == NORM_ROWS) {
-        double t_phase = phase_begin();
-        #pragma omp parallel for
-        for (size_t i = 0; i < N; i++) { res_out[i] = inp1[i] + inp2[i]; }
-        phase_end(PHASE_ELEMENTWISE, t_phase, 12.0 * N, (double)N); // (residual_forward's pass and count)
+        residual_forward(res_out, inp1, inp2, N);
         rmsnorm_forward(out, rstd, res_out, weight, eps, B, T, C);
         return;
     }
