@@ -77,12 +77,12 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
 
 // -p bf16 on oneDNN (llmc/cpu/cpu_model.h's cpu_model_bf16_activations) keeps what only bf16 readers read in bf16
 // alone, after the fp32 tensors in the same buffer: rows X(name, per_layer, per_token), uint16 (B, T, per_token), or
-// (L, B, T, per_token) when per_layer. qkv16 is qkv rounded, written by the attention's forward as it rounds q, k, v
-// (which it does anyway: the same bits);
-// atty16 the attention's output, written in bf16 (the GEMMs read it rounded anyway; the attention's backward then
-// takes D = rowsum(dO o O) from the rounded O); fch16 is fch + bias rounded, the GELU's input in the forward and in the
-// backward (a change: the fp32 layout's GELU reads fch unrounded); fch_gelu16 the GELU's output rounded, one slice
-// (the backward recomputes a layer's from fch16). The fp32 qkv, atty and fch are then one slice each (llmc/gpt2.h).
+// (L, B, T, per_token) when per_layer (llmc/cpu/cpu_model.h's CPU_ACT16_POINT). qkv16 is qkv rounded, written by
+// the attention's forward as it rounds q, k, v (which it does anyway: the same bits); atty16 the attention's output,
+// written in bf16 (the GEMMs read it rounded anyway; the attention's backward then takes D = rowsum(dO o O) from the
+// rounded O); fch16 is fch + bias rounded, the GELU's input in the forward and in the backward (a change: the fp32
+// layout's GELU reads fch unrounded); fch_gelu16 the GELU's output rounded, one slice (the backward recomputes a
+// layer's from fch16). The fp32 qkv, atty and fch are then one slice each (llmc/gpt2.h).
 // At d12, B=4, T=1024 the peak is 0.64 GB lower: qkv, atty and fch take 0.69 GB instead of 1.21 GB, atty's and
 // fch_gelu's bf16 copies go (0.10 GB), and fch_gelu's fp32 slice is never written (0.05 GB).
 #define GPT2_BF16_ACTIVATION_TENSORS(X) \
@@ -90,15 +90,6 @@ test_gpt2.c includes this file with LLMC_NO_MAIN defined (then main() is left ou
     X(atty16,     1, C) \
     X(fch16,      1, 4 * C) \
     X(fch_gelu16, 0, 4 * C)
-#define CPU_ACT16_FIELD(name, per_layer, per_token) uint16_t* name;
-// in gpt2_point_activations: two bf16 numbers to a float of the buffer (none for the gradients, or in the fp32 layout)
-#define CPU_ACT16_POINT(name, per_layer, per_token) { \
-        size_t size = (grads || keep_fp32) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
-        a->name = memory != NULL && size > 0 ? (uint16_t*)(void*)(memory + n) : NULL; \
-        n += (size + 1) / 2; \
-    }
-#define CPU_ACT16_LAYER(name, per_layer, per_token) \
-    v.name = a->name != NULL ? a->name + ((per_layer) ? (size_t)l : 0) * BT * (per_token) : NULL;
 
 typedef struct {
     int bf16;   // the bf16 layout: qkv, atty and fch kept per layer in bf16 alone (GPT2_BF16_ACTIVATION_TENSORS)
@@ -176,17 +167,11 @@ size_t gpt2_point_activations(void* m, float* memory, int B, int T, int grads) {
     return n;
 }
 
-// whether the activations take the bf16 layout (GPT2_BF16_ACTIVATION_TENSORS): -p bf16 on oneDNN
-// (cpu_model_bf16_activations, LLMC_BF16_ACTIVATIONS) with the blocked attention, the kernel that reads bf16 q, k, v
-static int gpt2_bf16_activations(void) {
-    return cpu_model_bf16_activations() && attention_kernel_chosen() == ATTENTION_BLOCKED;
-}
-
 // activations and their gradients for batches of up to B x T tokens, in the layout of the precision set now (the
 // forward pass allocates them again if it changes); the logits, when a forward pass keeps them, are (B,T,Vp)
 void gpt2_allocate_activations(void* m, int B, int T) {
     GPT2* model = (GPT2*)m;
-    model->acts.bf16 = gpt2_bf16_activations();
+    model->acts.bf16 = cpu_model_bf16_layout();
     cpu_model_allocate_activations(&model->cpu, B, T, gpt2_point_activations, model);
     // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
     // (the bf16 layout's atty16 and fch_gelu16 are the GEMMs' operands themselves)
@@ -218,7 +203,7 @@ static CpuClassifier gpt2_classifier(GPT2* model) {
 // were allocated for (sampling uses B=1 and a growing T).
 void gpt2_forward(void* m, const int* inputs, const int* targets, int B, int T) {
     GPT2* model = (GPT2*)m;
-    if (model->cpu.acts_memory != NULL && model->acts.bf16 != gpt2_bf16_activations()) {
+    if (model->cpu.acts_memory != NULL && model->acts.bf16 != cpu_model_bf16_layout()) {
         // the precision changed since the activations were allocated (the trainer's -p bf16 calibration, pyllmc)
         int B_max = model->cpu.batch_size, T_max = model->cpu.seq_len;
         cpu_model_free_activations(&model->cpu);

@@ -458,6 +458,20 @@ def qwen3_references(tmp_path_factory, tinyshakespeare) -> Path:
     return shared_dir(tmp_path_factory, "qwen3_references", copy)
 
 
+def trainer_data(request: pytest.FixtureRequest, tmp_path: Path, trainer: str) -> list[Path]:
+    """The train and val shards a CPU trainer of the registry reads: the GPT-2 tinyshakespeare shards for a family whose
+    -e dN has a depth-sized vocabulary, else its references' llama-3 shards, with its tokenizer file copied into
+    tmp_path (run the trainer there: -e dN takes V from it)."""
+    from pyllmc.families import REGISTRY
+
+    row = next(row for row in REGISTRY if row.trainer == trainer)
+    if row.depth_vocab is not None:
+        return list(request.getfixturevalue("tinyshakespeare"))
+    ref: Path = request.getfixturevalue(f"{row.name}_references")
+    shutil.copy(ref / f"{row.name}_tokenizer.bin", tmp_path)
+    return [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
+
+
 def tinyshakespeare_text() -> Path:
     """The Tiny Shakespeare text: the data script's cache, else the machine's seed copy."""
     cache = TS_DIR / "tiny_shakespeare.txt"

@@ -12,12 +12,11 @@ the losses into NaN here. LLMC_BF16_ALONE=0 writes the fp32 values too, as befor
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, make, run
+from conftest import HAS_AMX_BF16, HAS_AVX512_BF16, REPO, make, run, trainer_data
 from pyllmc.families import REGISTRY
 
 TRAINERS = [row.trainer for row in REGISTRY]
@@ -35,21 +34,10 @@ def built() -> None:
     make(*TRAINERS)
 
 
-def trainer_data(request, tmp_path: Path, trainer: str, tinyshakespeare) -> list[Path]:
-    """The train and val shards the trainer reads (a family without a depth-sized vocabulary brings its tokenizer
-    file into tmp_path, where -e d2 takes V from it)."""
-    row = next(row for row in REGISTRY if row.trainer == trainer)
-    if row.depth_vocab is not None:
-        return list(tinyshakespeare)
-    ref: Path = request.getfixturevalue(f"{row.name}_references")
-    shutil.copy(ref / f"{row.name}_tokenizer.bin", tmp_path)
-    return [ref / "ts" / "tiny_shakespeare_train.bin", ref / "ts" / "tiny_shakespeare_val.bin"]
-
-
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 @pytest.mark.parametrize("trainer", TRAINERS)
-def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: Path, trainer: str, optimizer: str):
-    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
+def test_bf16_copies_are_never_stale(built, request, tmp_path: Path, trainer: str, optimizer: str):
+    data = trainer_data(request, tmp_path, trainer)
     proc = run([REPO / trainer, "-i", data[0], "-j", data[1], *STEPS, "-op", optimizer], cwd=tmp_path, env=ENV,
                check=False)
     assert proc.returncode == 0, f"{trainer} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
@@ -61,10 +49,10 @@ def test_bf16_copies_are_never_stale(built, tinyshakespeare, request, tmp_path: 
 
 
 @pytest.mark.parametrize("trainer", ["train_gpt2", "train_llama3"])
-def test_bf16_alone_under_the_kernels_before(built, tinyshakespeare, request, tmp_path: Path, trainer: str):
+def test_bf16_alone_under_the_kernels_before(built, request, tmp_path: Path, trainer: str):
     """The element-wise passes and norms before 2026-11-29 (LLMC_ELEMENTWISE_FUSED=0, LLMC_NORM=rows) with the copies
     alone: GPT-2's fc bias gradient is then summed from the GELU backward's fp32 rows, so fch's gradient keeps them."""
-    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
+    data = trainer_data(request, tmp_path, trainer)
     proc = run([REPO / trainer, "-i", data[0], "-j", data[1], *STEPS], cwd=tmp_path,
                env={**ENV, "LLMC_ELEMENTWISE_FUSED": "0", "LLMC_NORM": "rows"})
     steps = re.findall(r"^step \d+/\d+ \|.*$", proc.stdout, re.M)
@@ -72,11 +60,11 @@ def test_bf16_alone_under_the_kernels_before(built, tinyshakespeare, request, tm
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
-def test_bf16_alone_changes_no_bit(built, tinyshakespeare, request, tmp_path: Path, trainer: str):
+def test_bf16_alone_changes_no_bit(built, request, tmp_path: Path, trainer: str):
     """LLMC_BF16_ALONE=0 (the fp32 values written beside the copies) and 1 (the copies alone): the same checkpoint
     after 3 steps, bit for bit; and the alone path does engage: the norms' phase (LLMC_PHASE_TIME=1) moves fewer
     bytes, 4 a value less for each norm output that is not written in fp32."""
-    data = trainer_data(request, tmp_path, trainer, tinyshakespeare)
+    data = trainer_data(request, tmp_path, trainer)
     written, norm_bytes = [], []
     for alone in ("1", "0"):
         out = tmp_path / f"alone{alone}"

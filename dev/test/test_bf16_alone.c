@@ -15,7 +15,9 @@ instead. Alone only counts on the bf16 path: with matmul_precision fp32 the same
 gelu_recompute_backward_bias_bf16 against gelu_forward_bf16 then gelu_backward_bias_bf16_input (the two passes it
 replaces; LLMC_ELEMENTWISE_FUSED=0 runs them): out16, dinp, its copy and dbias bit for bit, beta 0 and 1; and
 swiglu_recompute_backward (Llama 3's and Qwen3's) and relu2_recompute_backward (nanochat's) against the forward
-then the backward they replace, with their outputs held in bf16 alone (the copies) and in fp32 without copies.
+then the backward they replace, with their outputs held in bf16 alone (the copies) and in fp32 without copies; and
+the bf16 layout's SwiGLU and ReLU^2 (swiglu_forward_bf16, swiglu_recompute_backward_bf16, relu2_forward_bf16,
+relu2_recompute_backward_bf16) against the fp32 kernels on the rounded inputs.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/layernorm_cpu.h"
@@ -298,6 +300,91 @@ static void test_recompute_backward_matches_two_calls(void) {
     }
 }
 
+// The bf16 layout's MLP kernels (llmc/cpu/decoder_cpu.h): swiglu_forward_bf16 and relu2_forward_bf16 round their
+// inputs into the layer's bf16 copies and give the fp32 kernels' output on the rounded inputs, rounded;
+// swiglu_recompute_backward_bf16 and relu2_recompute_backward_bf16 give swiglu_recompute_backward's and
+// relu2_recompute_backward's bits on the rounded inputs, with the gradients in fp32 without copies (mode 0), held in
+// bf16 alone (1, the fp32 memory never written) and in fp32 beside their copies (2)
+static int rounded_equal(const uint16_t* x16, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (x16[i] != matmul_bf16_round_value(x[i])) { return 0; }
+    }
+    return 1;
+}
+
+static void test_bf16_layout_kernels(void) {
+    const size_t sizes[] = {1, 17, 700, 4099};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        float* in[3];  // gate (ReLU^2's input), up, dout
+        float* inr[2]; // gate and up rounded, as floats
+        for (int j = 0; j < 3; j++) { in[j] = (float*)mallocCheck(n * sizeof(float)); }
+        hash_fill(in[0], n, 31u + (unsigned)n, 20.0f);
+        hash_fill(in[1], n, 37u, 2.0f);
+        hash_fill(in[2], n, 41u, 1.0f);
+        for (int j = 0; j < 2; j++) {
+            inr[j] = (float*)mallocCheck(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) { inr[j][i] = mm_bf16_to_float(matmul_bf16_round_value(in[j][i])); }
+        }
+        float* ref[3];       // the fp32 kernels on the rounded inputs: out, dgate, dup
+        float* got[2];       // dgate, dup
+        uint16_t* got16[4];  // out16 forward, out16 backward, gate16, up16
+        uint16_t* copy16[2]; // dgate's and dup's copies
+        for (int j = 0; j < 3; j++) { ref[j] = (float*)mallocCheck(n * sizeof(float)); }
+        for (int j = 0; j < 2; j++) {
+            got[j] = (float*)mallocCheck(n * sizeof(float));
+            copy16[j] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        }
+        for (int j = 0; j < 4; j++) { got16[j] = (uint16_t*)mallocCheck(n * sizeof(uint16_t)); }
+        for (int relu = 0; relu < 2; relu++) {
+            const char* name = relu ? "relu2" : "swiglu";
+            int grads = relu ? 1 : 2;
+            for (int threads = 1; threads <= 2; threads++) {
+                omp_set_num_threads(threads);
+                // forward: the rounded inputs kept, the output of the rounded inputs rounded
+                if (relu) {
+                    relu2_forward(ref[0], inr[0], n);
+                    relu2_forward_bf16(got16[0], got16[2], in[0], n);
+                } else {
+                    swiglu_forward(ref[0], inr[0], inr[1], n);
+                    swiglu_forward_bf16(got16[0], got16[2], got16[3], in[0], in[1], n);
+                }
+                int same = rounded_equal(got16[0], ref[0], n);
+                for (int j = 0; j < grads; j++) { same &= rounded_equal(got16[2 + j], in[j], n); }
+                CHECK(same, "%s_forward_bf16 n=%zu, %d threads: not the fp32 kernel's bits on the rounded inputs, "
+                      "rounded", name, n, threads);
+                // backward, in the three modes of its gradients
+                if (relu) { relu2_recompute_backward(ref[0], ref[1], inr[0], in[2], n); }
+                else { swiglu_recompute_backward(ref[0], ref[1], ref[2], in[2], inr[0], inr[1], n); }
+                for (int mode = 0; mode < 3; mode++) {
+                    for (int j = 0; j < grads; j++) {
+                        fill_sentinel(got[j], n);
+                        memset(copy16[j], 0xff, n * sizeof(uint16_t));
+                        if (mode > 0) {
+                            matmul_bf16_mirror_add(got[j], n, copy16[j]);
+                            matmul_bf16_mirror_set_alone(got[j], mode == 1);
+                        }
+                    }
+                    if (relu) { relu2_recompute_backward_bf16(got16[1], got[0], got16[2], in[2], n); }
+                    else { swiglu_recompute_backward_bf16(got16[1], got[0], got[1], in[2], got16[2], got16[3], n); }
+                    same = rounded_equal(got16[1], ref[0], n);
+                    for (int j = 0; j < grads; j++) {
+                        if (mode != 1) { same &= memcmp(got[j], ref[1 + j], n * sizeof(float)) == 0; }
+                        else { same &= all_untouched(got[j], n, matmul_bf16_check_mirrors()); }
+                        if (mode > 0) { same &= rounded_equal(copy16[j], ref[1 + j], n); }
+                        if (mode > 0) { matmul_bf16_mirror_remove(got[j]); }
+                    }
+                    CHECK(same, "%s_recompute_backward_bf16 n=%zu mode %d, %d threads: not the fp32 kernel's bits on "
+                          "the rounded inputs", name, n, mode, threads);
+                }
+            }
+        }
+        for (int j = 0; j < 3; j++) { free(in[j]); free(ref[j]); }
+        for (int j = 0; j < 2; j++) { free(inr[j]); free(got[j]); free(copy16[j]); }
+        for (int j = 0; j < 4; j++) { free(got16[j]); }
+    }
+}
+
 int main(int argc, char** argv) {
     (void)argv;
     if (argc != 1) {
@@ -310,6 +397,7 @@ int main(int argc, char** argv) {
     test_alone_needs_the_bf16_path();
     test_gelu_recompute_matches_two_passes();
     test_recompute_backward_matches_two_calls();
+    test_bf16_layout_kernels();
     matmul_precision = MATMUL_FP32;
     return test_summary();
 }

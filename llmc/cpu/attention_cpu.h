@@ -12,7 +12,7 @@ the trainers). Two kernels behind one set of calls:
     attention_gqa_backward_into(..., accumulate)              the same, added (1) or written (0: dqkv's old contents
                                                               never read; the trainers' call, no zeroing pass)
     attention_gqa_forward_bf16(out16, lse, qkv, qkv16, ...)   the blocked kernel keeping q, k, v and its output in bf16
-    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (GPT-2's -p bf16 activations): the forward writes qkv
+    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (the -p bf16 activation layouts): the forward writes qkv
                                 lse, ..., accumulate)         rounded and the output rounded, the backward reads them
     attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
 
@@ -378,7 +378,7 @@ static void att_round_block(uint16_t* x16, const float* x, size_t ld, int rows, 
 }
 
 // the same block from the packed input stored in fp32 (x, rounded as above; keep, when not NULL, receives the rounded
-// rows at the same place: GPT-2's bf16 activations, for the backward) or in bf16 (xb, copied: the same numbers); `at`
+// rows at the same place: the bf16 activation layouts, for the backward) or in bf16 (xb, copied: the same numbers); `at`
 // is the block's first element in each
 static void att_load_block(uint16_t* x16, const float* x, const uint16_t* xb, uint16_t* keep, size_t at, size_t ld,
                            int rows, int HS, int HSP) {
@@ -928,7 +928,7 @@ static void attention_gqa_backward(float* dqkv, const float* dout, const float* 
     attention_gqa_backward_into(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, 1);
 }
 
-// The blocked kernel keeping its input and output in bf16 (GPT-2's -p bf16, llmc/cpu/cpu_model.h's
+// The blocked kernel keeping its input and output in bf16 (the -p bf16 layouts, llmc/cpu/cpu_model.h's
 // cpu_model_bf16_activations): the forward reads qkv (B,T,(NH + 2 NKV) HS, fp32) and writes qkv16, the same shape, as
 // it rounds it (what the backward reads), and out16 (B,T,NH HS), the output rounded: the bits attention_gqa_forward's
 // blocked kernel gives, then rounded; lse as there; always the blocked kernel. The backward reads qkv16, out16 and lse

@@ -51,10 +51,12 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
     cpu_model_update_muon(cm, ...)   one step of Muon mode on this process's segments
     cpu_model_params_changed(cm)   the parameters were written (load, init): -p bf16's copy of them is rounded again
                               at the next forward pass (cpu_model_refresh_bf16; the updates call it themselves)
-    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (GPT-2's
-                              own bf16 layout, and every family's activations named bf16_alone to
+    cpu_model_bf16_activations()   whether a model keeps the activations only bf16 readers read in bf16 alone (its
+                              bf16 layout, and every family's activations named bf16_alone to
                               cpu_model_shadow_activation: -p bf16 on oneDNN with the layers' copies;
                               LLMC_BF16_ACTIVATIONS=0 says no)
+    cpu_model_bf16_layout()   whether a model's activations take its bf16 layout (the bf16 activations with the
+                              attention's blocked kernel)
     cpu_model_free(cm)
     CpuModelCalls             a family's calls for the programs around the model, each taking the model as void*:
                               allocate (the model of a config), allocate_activations, forward, backward, free
@@ -82,6 +84,7 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
 #include "../decoder.h"
 #include "muon.h"
 #include "matmul.h"
+#include "attention_cpu.h"
 #include "phase_time.h"
 
 // ----------------------------------------------------------------------------
@@ -309,6 +312,19 @@ static void cpu_muon_free(CpuMuon* mu) {
     }
 #define CPU_ACT_LAYER(type, name, per_layer, per_token, has_grad) \
     v.name = a->name != NULL ? a->name + ((per_layer) ? (size_t)l : 0) * BT * (per_token) : NULL;
+// The same for a model's table of bf16 activations, rows X(name, per_layer, per_token), uint16 (B, T, per_token) or
+// (L, B, T, per_token): -p bf16's layout, where what only bf16 readers read is kept in bf16 alone (train_gpt2.c's
+// GPT2_BF16_ACTIVATION_TENSORS, llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS). CPU_ACT16_POINT also
+// needs keep_fp32 (the fp32 layout: none of them get memory) and puts two bf16 numbers to a float of the buffer; no
+// gradients are kept in it.
+#define CPU_ACT16_FIELD(name, per_layer, per_token) uint16_t* name;
+#define CPU_ACT16_POINT(name, per_layer, per_token) { \
+        size_t size = (grads || keep_fp32) ? 0 : ((per_layer) ? L : 1) * BT * (per_token); \
+        a->name = memory != NULL && size > 0 ? (uint16_t*)(void*)(memory + n) : NULL; \
+        n += (size + 1) / 2; \
+    }
+#define CPU_ACT16_LAYER(name, per_layer, per_token) \
+    v.name = a->name != NULL ? a->name + ((per_layer) ? (size_t)l : 0) * BT * (per_token) : NULL;
 
 #define CPU_MODEL_MAX_TENSORS 32
 #define CPU_MODEL_MAX_SHADOWS 16
@@ -425,17 +441,26 @@ static int cpu_model_bf16_copies(void) {
     return on;
 }
 
-// Whether a model keeps in bf16 alone the activations that are only ever read in bf16 (GPT-2's qkv, attention output
-// and MLP hidden layer: train_gpt2.c; every family's norm outputs and MLP activations, and the MLP's input gradients
-// where no bias gradient reads them: cpu_model_shadow_activation's bf16_alone), instead of in fp32 beside a bf16 copy: -p bf16 on oneDNN's bf16 kernels with the
-// layers' copies (LLMC_BF16_COPIES), and LLMC_BF16_ACTIVATIONS not 0. LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout,
-// selectable until the bf16 one is timed on CPUs beyond the Zen 5 it was measured on. (Asked at each forward pass: the
-// precision may be set after the activations are allocated, by the trainer's calibration or by pyllmc.)
+// Whether a model keeps in bf16 alone the activations that are only ever read in bf16 (its bf16 layout's: GPT-2's qkv,
+// attention output and MLP hidden layer, train_gpt2.c; the decoders' qkv, attention output and MLP projections,
+// llmc/cpu/decoder_cpu.h; every family's norm outputs and MLP activations, and the MLP's input gradients where no bias
+// gradient reads them: cpu_model_shadow_activation's bf16_alone), instead of in fp32 beside a bf16 copy: -p bf16 on
+// oneDNN's bf16 kernels with the layers' copies (LLMC_BF16_COPIES), and LLMC_BF16_ACTIVATIONS not 0.
+// LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout, selectable until the bf16 one is timed on CPUs beyond the Zen 5 it was
+// measured on. (Asked at each forward pass: the precision may be set after the activations are allocated, by the
+// trainer's calibration or by pyllmc.)
 static int cpu_model_bf16_activations(void) {
     static int on = -1;
     if (on < 0) { on = env_switch_on("LLMC_BF16_ACTIVATIONS"); }
     return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
            matmul_bf16_onednn_kernel()[0] != '\0';
+}
+
+// Whether a model's activations take its bf16 layout (train_gpt2.c's GPT2_BF16_ACTIVATION_TENSORS,
+// llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS): the bf16 activations with the attention's blocked
+// kernel, the one that reads q, k, v and its output in bf16 (llmc/cpu/attention_cpu.h)
+static int cpu_model_bf16_layout(void) {
+    return cpu_model_bf16_activations() && attention_kernel_chosen() == ATTENTION_BLOCKED;
 }
 
 // Whether the activations a model names bf16_alone (cpu_model_shadow_activation) are written in bf16 alone: with the

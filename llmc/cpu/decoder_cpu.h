@@ -16,7 +16,8 @@ AW = NH HS the attention width, QKV = (NH + 2 NKV) HS, FFN the MLP's hidden size
                                   rotary tables and its CpuModel (llmc/cpu/cpu_model.h: the flat buffers, the optimizer)
     decoder_cpu_calls             its CpuModelCalls, for llmc/cpu/cpu_trainer.h's and llmc/cpu/cpu_test.h's mains:
         allocate(model, config)   the model of the family's config: zeroed parameters and gradients, the tables
-        allocate_activations(model, B, T)   for batches of up to B x T tokens (-p bf16: the GEMM inputs' bf16 copies)
+        allocate_activations(model, B, T)   for batches of up to B x T tokens (-p bf16: the GEMM inputs' bf16 copies, the
+                                  bf16 layout, DECODER_CPU_BF16_ACTIVATION_TENSORS)
         forward(model, inputs, targets, B, T)   the losses (B,T) and their mean, or without targets the logits (B,T,V)
         backward(model, loss_scale)   the gradients of loss_scale x the mean loss, added (or written over stale ones)
         free(model)
@@ -61,7 +62,9 @@ A trainer is then its family's description and a main() of two lines:
 // layer's input (encoded's, or x0's with the embed norm). The attention weights are not kept (attention_gqa_backward
 // recomputes them from each row's log-sum-exp, att_lse). ln1, ln2 and fch_act are read only by GEMMs (and the norms
 // by their own backward right after): each is one slice that every layer reuses, and the backward recomputes a
-// layer's from what is kept (its input and rstd; fch, fch2) right before the GEMMs that read it.
+// layer's from what is kept (its input and rstd; fch, fch2) right before the GEMMs that read it. keep_fp32 (a variable
+// where the tables expand): qkv, atty, fch and fch2 per layer in fp32, or the bf16 layout's (below) one slice each,
+// with qkv per layer still where the plain QK-norm's backward reads it.
 #define DECODER_CPU_ACTIVATION_TENSORS(X) \
     X(float, encoded,    0, C,              1) /* token embeddings */ \
     X(float, x0,         0, EMBED_NORM * C, 1) /* their RMSNorm, the first layer's input (embed_norm) */ \
@@ -78,19 +81,35 @@ A trainer is then its family's description and a main() of two lines:
     X(float, k_in,       1, QK_WEIGHTED * NKV * HS,  0) /* the k heads as projected */ \
     X(float, q_rstd,     1, QK_WEIGHTED * NH,        0) /* weighted QK-norm's, per q head */ \
     X(float, k_rstd,     1, QK_WEIGHTED * NKV,       0) /* and per k head */ \
-    X(float, qkv,        1, QKV,                     1) /* q, k, v heads: q and k rotated and normalised */ \
+    X(float, qkv,        keep_fp32 || QK_PLAIN, QKV, 1) /* q, k, v heads: q and k rotated and normalised */ \
     X(float, qk_rstd,    1, QK_PLAIN * (NH + NKV),   0) /* plain QK-norm's, per q and k head */ \
     X(float, att_lse,    1, NH,                      0) /* each query head's log-sum-exp of its scores */ \
-    X(float, atty,       1, AW,                      1) /* attention output, before its projection */ \
+    X(float, atty,       keep_fp32, AW,              1) /* attention output, before its projection */ \
     X(float, attproj,    0, C,                       0) /* (one slice: only the residual add right after reads it) */ \
     X(float, residual2,  1, C,                       0) /* input + attproj */ \
     X(float, ln2,        0, C,                       1) /* (one slice: recomputed) */ \
     X(float, ln2_rstd,   1, 1,                       0) \
-    X(float, fch,        1, FFN,                     1) /* fc: SwiGLU's gate projection */ \
-    X(float, fch2,       1, SWIGLU * FFN,            1) /* SwiGLU's up projection */ \
+    X(float, fch,        keep_fp32, FFN,             1) /* fc: SwiGLU's gate projection */ \
+    X(float, fch2,       keep_fp32, SWIGLU * FFN,    1) /* SwiGLU's up projection */ \
     X(float, fch_act,    0, FFN,                     1) /* silu(gate) * up, or relu(fc)^2 (one slice: recomputed) */ \
     X(float, fcproj,     0, C,                       0) /* (one slice, as attproj) */ \
     X(float, residual3,  1, C,                       0) /* residual2 + fcproj, the layer's output */
+
+// -p bf16 on oneDNN with the blocked attention (llmc/cpu/cpu_model.h's cpu_model_bf16_layout) keeps what only bf16
+// readers read in bf16 alone, after the fp32 tensors in the same buffer (llmc/cpu/cpu_model.h's CPU_ACT16_POINT): rows
+// X(name, per_layer, per_token), uint16 (B, T, per_token), or (L, B, T, per_token) when per_layer. qkv16 is qkv
+// rounded, written by the attention's forward as it rounds q, k, v (which it does anyway: the same bits); atty16 the
+// attention's output, written in bf16 (the GEMMs read it rounded anyway; the attention's backward then takes
+// D = rowsum(dO o O) from the rounded O); fch16 and fch2_16 are the MLP's projections rounded, the activation's
+// input in the forward and in the backward (a change: the fp32 layout's activation reads them unrounded); fch_act16
+// the activation's output rounded, one slice (the backward recomputes a layer's from fch16, fch2_16). At Llama 3 d12,
+// B=4, T=1024 the peak is 0.58 GB lower.
+#define DECODER_CPU_BF16_ACTIVATION_TENSORS(X) \
+    X(qkv16,     1, QKV) \
+    X(atty16,    1, AW) \
+    X(fch16,     1, FFN) \
+    X(fch2_16,   1, SWIGLU * FFN) \
+    X(fch_act16, 0, FFN)
 
 // the dimension names the activation table is written in, for the DecoderConfig d
 #define DECODER_CPU_ACT_DIMS(d) \
@@ -101,9 +120,17 @@ A trainer is then its family's description and a main() of two lines:
     (void)C; (void)NH; (void)NKV; (void)HS; (void)AW; (void)QKV; (void)FFN; \
     (void)EMBED_NORM; (void)SWIGLU; (void)QK_WEIGHTED; (void)QK_PLAIN
 
-typedef struct { DECODER_CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD) } DecoderCpuActs;
+typedef struct {
+    int bf16; // the bf16 layout: qkv, atty, fch and fch2 kept per layer in bf16 alone (DECODER_CPU_BF16_ACTIVATION_TENSORS)
+    DECODER_CPU_ACTIVATION_TENSORS(CPU_ACT_FIELD)
+    DECODER_CPU_BF16_ACTIVATION_TENSORS(CPU_ACT16_FIELD)
+} DecoderCpuActs;
 // one layer's activations (or gradients): residual is the layer's input
-typedef struct { float* residual; DECODER_CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD) } DecoderCpuLayerActs;
+typedef struct {
+    float* residual;
+    DECODER_CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_FIELD)
+    DECODER_CPU_BF16_ACTIVATION_TENSORS(CPU_ACT16_FIELD)
+} DecoderCpuLayerActs;
 
 #define DECODER_CPU_CONFIG_BYTES 256
 
@@ -127,10 +154,12 @@ typedef struct {
 static DecoderCpuLayerActs decoder_cpu_layer_acts(const DecoderCpuActs* a, const DecoderConfig* d, int B, int T, int l) {
     DECODER_CPU_ACT_DIMS(d);
     size_t BT = (size_t)B * T;
+    int keep_fp32 = !a->bf16;
     DecoderCpuLayerActs v;
     float* first_input = d->embed_norm ? a->x0 : a->encoded;
     v.residual = l == 0 ? first_input : a->residual3 + (size_t)(l - 1) * BT * C;
     DECODER_CPU_LAYER_ACTIVATION_TENSORS(CPU_ACT_LAYER)
+    DECODER_CPU_BF16_ACTIVATION_TENSORS(CPU_ACT16_LAYER)
     return v;
 }
 
@@ -162,14 +191,19 @@ static size_t decoder_cpu_point_activations(void* m, float* memory, int B, int T
     DECODER_CPU_ACT_DIMS(&model->d);
     const size_t L = grads ? 1 : (size_t)model->d.num_layers;
     size_t BT = (size_t)B * T, n = 0;
+    a->bf16 = model->acts.bf16;
+    int keep_fp32 = !a->bf16;
     DECODER_CPU_ACTIVATION_TENSORS(CPU_ACT_POINT)
+    DECODER_CPU_BF16_ACTIVATION_TENSORS(CPU_ACT16_POINT)
     return n;
 }
 
-// activations and their gradients for batches of up to B x T tokens; the logits, when a forward pass keeps them,
-// are (B,T,V), capped when the softcap is on
+// activations and their gradients for batches of up to B x T tokens, in the layout of the precision set now (the
+// forward pass allocates them again if it changes); the logits, when a forward pass keeps them, are (B,T,V), capped
+// when the softcap is on
 static void decoder_cpu_allocate_activations(void* m, int B, int T) {
     DecoderCpu* model = (DecoderCpu*)m;
+    model->acts.bf16 = cpu_model_bf16_layout();
     cpu_model_allocate_activations(&model->cpu, B, T, decoder_cpu_point_activations, model);
     // what the GEMMs read besides the weights: -p bf16 keeps a bf16 copy of each, written by the layer that writes it
     // (the residual stream's gradient is the first layer input's: x0's with the embed norm, else encoded's)
@@ -179,12 +213,15 @@ static void decoder_cpu_allocate_activations(void* m, int B, int T) {
     const DecoderCpuActs* g = &model->grads_acts;
     const float* dres = model->d.embed_norm ? g->x0 : g->encoded;
     // (GEMMs alone read the norms' outputs, the MLP's activation and the gradients of its fc layers: with the bf16
-    // activations those are written in bf16 alone)
-    const float* shadowed[] = {a->ln1, a->atty, a->ln2, a->fch_act, a->lnf, dres, g->qkv, g->fch, g->fch2};
-    const size_t sizes[] = {BT * C, L * BT * AW, BT * C, BT * FFN, BT * C, BT * C, BT * QKV, BT * FFN, BT * FFN};
-    const int alone[] = {1, 0, 1, 1, 1, 0, 0, 1, 1};
-    int n = SWIGLU ? 9 : 8; // ReLU^2 has no up projection
-    for (int i = 0; i < n; i++) { cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i], alone[i]); }
+    // activations those are written in bf16 alone; the bf16 layout's atty16 and fch_act16 are the GEMMs' operands
+    // themselves)
+    const float* shadowed[] = {a->ln1, a->ln2, a->lnf, dres, g->qkv, g->fch, g->fch2, a->atty, a->fch_act};
+    const size_t sizes[] = {BT * C, BT * C, BT * C, BT * C, BT * QKV, BT * FFN, BT * FFN, L * BT * AW, BT * FFN};
+    const int alone[] = {1, 1, 1, 0, 0, 1, 1, 0, 1};
+    for (int i = 0; i < (model->acts.bf16 ? 7 : 9); i++) {
+        if (shadowed[i] == NULL) { continue; } // (ReLU^2 has no up projection)
+        cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i], alone[i]);
+    }
     cpu_model_set_output(&model->cpu, model->d.vocab_size, model->acts.losses);
 }
 
@@ -205,6 +242,12 @@ static CpuClassifier decoder_cpu_classifier(DecoderCpu* model) {
 // B x T may be smaller than what the activations were allocated for.
 static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, int B, int T) {
     DecoderCpu* model = (DecoderCpu*)m;
+    if (model->cpu.acts_memory != NULL && model->acts.bf16 != cpu_model_bf16_layout()) {
+        // the precision changed since the activations were allocated (the trainer's -p bf16 calibration, pyllmc)
+        int B_max = model->cpu.batch_size, T_max = model->cpu.seq_len;
+        cpu_model_free_activations(&model->cpu);
+        decoder_cpu_allocate_activations(model, B_max, T_max);
+    }
     cpu_model_begin_forward(&model->cpu, inputs, targets, B, T); // ids checked, the batch kept for the backward
     const DecoderConfig* d = &model->d;
     int L = d->num_layers, NH = d->num_heads, NKV = d->num_kv_heads, C = d->channels;
@@ -237,18 +280,34 @@ static void decoder_cpu_forward(void* m, const int* inputs, const int* targets, 
         if (d->qk_norm == DECODER_QKNORM_PLAIN) { // after RoPE, no weight (nanochat)
             qknorm_forward(a.qkv, a.qk_rstd, NULL, NULL, BT, QKV, NH + NKV, HS, eps);               // q and k heads
         }
-        attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                         // (B,T,AW)
-        matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, AW, C);                           // (B,T,C)
+        if (acts.bf16) { // qkv rounded into the layer's bf16 slice as the attention reads it; its output in bf16 alone
+            attention_gqa_forward_bf16(a.atty16, a.att_lse, a.qkv, a.qkv16, B, T, NH, NKV, HS);
+            matmul_forward_bf16_input(a.attproj, a.atty16, w.attprojw, NULL, B, T, AW, C);
+        } else {
+            attention_gqa_forward(a.atty, a.att_lse, a.qkv, B, T, NH, NKV, HS);                     // (B,T,AW)
+            matmul_forward(a.attproj, a.atty, w.attprojw, NULL, B, T, AW, C);                       // (B,T,C)
+        }
         // MLP block: residual2 = residual + attproj, ln2 = rmsnorm(residual2) in one pass
         fused_residual_rmsnorm_forward(a.residual2, a.ln2, a.ln2_rstd, a.residual, a.attproj, w.ln2w, eps, B, T, C);
         matmul_forward(a.fch, a.ln2, w.fcw, NULL, B, T, C, FFN);                                    // (B,T,FFN)
         if (d->mlp == DECODER_MLP_SWIGLU) {
             matmul_forward(a.fch2, a.ln2, w.fcw2, NULL, B, T, C, FFN);                              // (B,T,FFN)
-            swiglu_forward(a.fch_act, a.fch, a.fch2, (size_t)BT * FFN);                             // (B,T,FFN)
-        } else {
-            relu2_forward(a.fch_act, a.fch, (size_t)BT * FFN);                                      // (B,T,FFN)
         }
-        matmul_forward(a.fcproj, a.fch_act, w.fcprojw, NULL, B, T, FFN, C);                         // (B,T,C)
+        if (acts.bf16) { // the projections kept in bf16 alone, the activation's input; its output rounded for the GEMM
+            if (d->mlp == DECODER_MLP_SWIGLU) {
+                swiglu_forward_bf16(a.fch_act16, a.fch16, a.fch2_16, a.fch, a.fch2, (size_t)BT * FFN);
+            } else {
+                relu2_forward_bf16(a.fch_act16, a.fch16, a.fch, (size_t)BT * FFN);
+            }
+            matmul_forward_bf16_input(a.fcproj, a.fch_act16, w.fcprojw, NULL, B, T, FFN, C);
+        } else {
+            if (d->mlp == DECODER_MLP_SWIGLU) {
+                swiglu_forward(a.fch_act, a.fch, a.fch2, (size_t)BT * FFN);                         // (B,T,FFN)
+            } else {
+                relu2_forward(a.fch_act, a.fch, (size_t)BT * FFN);                                  // (B,T,FFN)
+            }
+            matmul_forward(a.fcproj, a.fch_act, w.fcprojw, NULL, B, T, FFN, C);                     // (B,T,C)
+        }
         // residual3 = residual2 + fcproj, and the next layer's ln1 (lnf after the last) in one pass
         if (l + 1 < L) {
             DecoderWeights wn = decoder_weights(model->cpu.params_memory, &model->layout, l + 1);
@@ -313,15 +372,24 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         DecoderWeights w = decoder_weights(model->cpu.params_memory, &model->layout, l);
         DecoderWeights dw = decoder_weights(model->cpu.grads_memory, &model->layout, l);
         DecoderCpuLayerActs a = decoder_cpu_layer_acts(&model->acts, d, B, T, l);
-        // MLP block, in reverse: dres is residual3's gradient, and fcproj's
-        if (d->mlp == DECODER_MLP_SWIGLU) { // fch_act's gradient first, then the forward's fch_act again (what
-            // fcprojw's gradient reads) in the pass of the activation's backward, then fcprojw's gradient
-            matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
-            swiglu_recompute_backward(a.fch_act, da.fch, da.fch2, da.fch_act, a.fch, a.fch2, (size_t)BT * FFN);
-            matmul_backward_weight(dw.fcprojw, dres, a.fch_act, B, T, FFN, C, beta);
-        } else { // likewise with ReLU^2
-            matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
-            relu2_recompute_backward(a.fch_act, da.fch, a.fch, da.fch_act, (size_t)BT * FFN);
+        // MLP block, in reverse: dres is residual3's gradient, and fcproj's. fch_act's gradient first, then the
+        // forward's fch_act again (what fcprojw's gradient reads) in the pass of the activation's backward, then
+        // fcprojw's gradient
+        matmul_backward_input(da.fch_act, dres, w.fcprojw, B, T, FFN, C, 0.0f);
+        size_t nh = (size_t)BT * FFN;
+        if (acts.bf16) { // from the projections in bf16
+            if (d->mlp == DECODER_MLP_SWIGLU) {
+                swiglu_recompute_backward_bf16(a.fch_act16, da.fch, da.fch2, da.fch_act, a.fch16, a.fch2_16, nh);
+            } else {
+                relu2_recompute_backward_bf16(a.fch_act16, da.fch, a.fch16, da.fch_act, nh);
+            }
+            matmul_backward_weight_bf16_input(dw.fcprojw, NULL, dres, a.fch_act16, B, T, FFN, C, beta);
+        } else {
+            if (d->mlp == DECODER_MLP_SWIGLU) {
+                swiglu_recompute_backward(a.fch_act, da.fch, da.fch2, da.fch_act, a.fch, a.fch2, nh);
+            } else {
+                relu2_recompute_backward(a.fch_act, da.fch, a.fch, da.fch_act, nh);
+            }
             matmul_backward_weight(dw.fcprojw, dres, a.fch_act, B, T, FFN, C, beta);
         }
         rmsnorm_recompute(a.ln2, a.residual2, a.ln2_rstd, w.ln2w, B, T, C);                                // (B,T,C)
@@ -331,8 +399,14 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         }
         rmsnorm_backward(dres, dw.ln2w, da.ln2, a.residual2, w.ln2w, a.ln2_rstd, B, T, C);
         // attention block, in reverse: dres is residual2's gradient, and attproj's
-        matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, AW, C, 0.0f, beta);
-        attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS, 0); // (written)
+        if (acts.bf16) { // from qkv and the attention's output in bf16; dqkv written (never added to)
+            matmul_backward_into_bf16_input(da.atty, dw.attprojw, NULL, dres, a.atty16, w.attprojw, B, T, AW, C, 0.0f,
+                                            beta);
+            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NKV, HS, 0);
+        } else {
+            matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, AW, C, 0.0f, beta);
+            attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS, 0); // (written)
+        }
         if (d->qk_norm == DECODER_QKNORM_PLAIN) { // from its output (qkv) and rstd
             qknorm_backward(da.qkv, NULL, a.qkv, NULL, NULL, a.qk_rstd, BT, QKV, NH + NKV, HS);
         }

@@ -14,7 +14,7 @@ and the linear layer, fp32 with OpenMP (at the end of this file):
                                                                  none)
     matmul_backward_into(..., beta_inp, beta_weight)             each added (beta 1) or written (beta 0)
     matmul_backward_input / matmul_backward_weight / matmul_backward_bias   its three parts
-    matmul_forward_bf16_input, matmul_backward_into_bf16_input   the same on an input stored in bf16 alone (GPT-2's
+    matmul_forward_bf16_input, matmul_backward_into_bf16_input   the same on an input stored in bf16 alone (the
                                                                  -p bf16 activations), and _weight_bf16_input its
                                                                  weight and bias gradients alone
     bf16_copy_row(o16, o, n)                                     a layer's bf16 copy of what it wrote (-p bf16 on
@@ -1166,7 +1166,7 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
 }
 
 // C(M,N) = beta * C + op(A)(M,K) . op(B)(K,N) in bf16 where one operand is stored in bf16 alone: A16 (with A NULL)
-// or B16 (with B NULL) holds it, row stride lda / ldb as for the fp32 form (GPT-2's bf16 activations,
+// or B16 (with B NULL) holds it, row stride lda / ldb as for the fp32 form (the bf16 activation layouts,
 // llmc/cpu/cpu_model.h's cpu_model_bf16_activations). The other operand is read as matmul_gemm reads it (its mirror,
 // or rounded), so the result is matmul_gemm(MATMUL_BF16, ...)'s on any fp32 operand that rounds to the stored one.
 // On oneDNN's bf16 GEMM; where it has no kernel for the shape, the stored operand is widened to fp32 (exactly) and
@@ -1464,7 +1464,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     matmul_backward_into(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f, 1.0f);
 }
 
-// ---- inputs stored in bf16 alone: GPT-2's bf16 activations (llmc/cpu/cpu_model.h's cpu_model_bf16_activations)
+// ---- inputs stored in bf16 alone: the bf16 activation layouts (llmc/cpu/cpu_model.h's cpu_model_bf16_layout)
 // keep the attention's output and the MLP's hidden layer in bf16 only, as their GEMMs read them. These run the same
 // GEMMs as matmul_forward / matmul_backward_into on the same bf16 numbers (llmc/cpu/matmul.h's
 // matmul_gemm_bf16_stored), so they give the bits the fp32 forms give -p bf16 on an input that rounds to inp16.

@@ -7,6 +7,9 @@ nanochat's MLP activation, run by llmc/cpu/activation_cpu.h's driver (relu2_valu
     relu2_backward_into(dinp, inp, dout, N, acc)   the same, added (acc 1) or written (acc 0)
     relu2_recompute_backward(out, dinp, inp, dout, N)   relu2_forward (out) and relu2_backward_into (written) in one
                                                    pass
+    relu2_forward_bf16(out16, inp16, inp, N)       -p bf16's layout (llmc/cpu/decoder_cpu.h): inp rounded into inp16
+                                                   (what the backward reads), out16 = relu(inp16)^2 rounded
+    relu2_recompute_backward_bf16(out16, dinp, inp16, dout, N)   relu2_recompute_backward on inp16
 
 (N) = (B,T,FFN). (The GPU's relu2_backward takes (dinp, dout, inp) and writes; the CPU's argument order is
 gelu_backward's.) A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
@@ -78,6 +81,52 @@ static void relu2_recompute_backward(float* out, float* dinp, const float* inp, 
     }
     // inp, dout read; out, dinp written (in bf16 alone, or fp32)
     phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + (alone ? 4.0 : 8.0)) * N, 5.0 * N);
+}
+
+// -p bf16's layout (llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS), forward: inp as the GEMM wrote it
+// (fp32, one layer's slice) rounded into inp16, the layer's, which the backward reads; out16 = relu(inp16)^2 rounded
+static void relu2_forward_bf16(uint16_t* out16, uint16_t* inp16, const float* inp, size_t N) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        uint16_t x16 = matmul_bf16_round_value(inp[i]);
+        inp16[i] = x16;
+        out16[i] = matmul_bf16_round_value(relu2_value(mm_bf16_to_float(x16)));
+    }
+    // inp read in fp32, written in bf16 with out
+    phase_end(PHASE_ELEMENTWISE, t_phase, (4.0 + 4.0) * N, 2.0 * N);
+}
+
+// -p bf16's layout, backward: relu2_recompute_backward on relu2_forward_bf16's rounded inp16; out16 written in bf16,
+// dinp written (in bf16 alone where it is held so, llmc/cpu/matmul.h's mirrors, else in fp32 with its copy when it has
+// one)
+static void relu2_recompute_backward_bf16(uint16_t* out16, float* dinp, const uint16_t* inp16, const float* dout,
+                                          size_t N) {
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    int alone = dinp16 != NULL && !matmul_bf16_fp32_kept(dinp, N);
+    double t_phase = phase_begin();
+    #pragma omp parallel
+    {
+        size_t i0, i1;
+        parallel_span(N, &i0, &i1);
+        if (alone) {
+            for (size_t i = i0; i < i1; i++) {
+                float x = mm_bf16_to_float(inp16[i]);
+                out16[i] = matmul_bf16_round_value(relu2_value(x));
+                dinp16[i] = matmul_bf16_round_value(relu2_grad(x) * dout[i]);
+            }
+        } else {
+            for (size_t i = i0; i < i1; i++) {
+                float x = mm_bf16_to_float(inp16[i]);
+                out16[i] = matmul_bf16_round_value(relu2_value(x));
+                dinp[i] = relu2_grad(x) * dout[i];
+            }
+            if (dinp16 != NULL) { bf16_copy_row(dinp16 + i0, dinp + i0, i1 - i0); }
+        }
+    }
+    if (alone) { matmul_bf16_alone_written(dinp, N); }
+    // inp read in bf16, dout in fp32; out written in bf16, dinp in bf16 alone or fp32 (+ its copy)
+    phase_end(PHASE_ELEMENTWISE, t_phase, (2.0 + 4.0 + 2.0 + (alone ? 2.0 : dinp16 != NULL ? 6.0 : 4.0)) * N, 5.0 * N);
 }
 
 #endif // LLMC_RELU2_CPU_H

@@ -8,6 +8,10 @@ Llama 3's MLP activation.
     swiglu_backward_into(..., N, acc)                   the same, added (acc 1) or written (acc 0)
     swiglu_recompute_backward(out, dgate, dup, dout, gate, up, N)   swiglu_forward (out) and swiglu_backward_into
                                                         (written) in one pass, one e^-g a value
+    swiglu_forward_bf16(out16, gate16, up16, gate, up, N)   -p bf16's layout (llmc/cpu/decoder_cpu.h): gate and up
+                                                        rounded into gate16, up16 (what the backward reads) and out16
+                                                        = the SwiGLU of the rounded values, rounded
+    swiglu_recompute_backward_bf16(out16, dgate, dup, dout, gate16, up16, N)   swiglu_recompute_backward on them
 
 (N) = (B,T,FFN). A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16
 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
@@ -151,20 +155,29 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
     phase_end(PHASE_ELEMENTWISE, t_phase, ((accumulate ? 28.0 : alone ? 12.0 : 20.0) + copies) * N, 16.0 * N);
 }
 
+// one element of swiglu_recompute_backward: out = swiglu_forward's value, dg and du = swiglu_grad's (written), from
+// one e^-g (the arithmetic of both, so their bits)
+static inline void swiglu_recompute_value(float g, float u, float d, float* out, float* dg, float* du) {
+    float e = vec_expf(-g);
+    *out = g / (1.0f + e) * u;
+    float sig = 1.0f / (1.0f + e);
+    float silu = g * sig;
+    *dg = d * u * sig * (1.0f + g * (1.0f - sig));
+    *du = d * silu;
+}
+
 // [i0, i1) of swiglu_recompute_backward's bf16 case: the forward's output out16 and the gradients' copies dgate16,
-// dup16, all alone, from one e^-g a value (the arithmetic of swiglu_forward and swiglu_grad on it, so their bits)
+// dup16, all alone
 static inline void swiglu_recompute_backward_span(uint16_t* __restrict__ out16, uint16_t* __restrict__ dgate16,
                                                   uint16_t* __restrict__ dup16, const float* __restrict__ dout,
                                                   const float* __restrict__ gate, const float* __restrict__ up,
                                                   size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
-        float g = gate[i], u = up[i], d = dout[i];
-        float e = vec_expf(-g);
-        out16[i] = matmul_bf16_round_value(g / (1.0f + e) * u);
-        float sig = 1.0f / (1.0f + e);
-        float silu = g * sig;
-        dgate16[i] = matmul_bf16_round_value(d * u * sig * (1.0f + g * (1.0f - sig)));
-        dup16[i] = matmul_bf16_round_value(d * silu);
+        float o, dg, du;
+        swiglu_recompute_value(gate[i], up[i], dout[i], &o, &dg, &du);
+        out16[i] = matmul_bf16_round_value(o);
+        dgate16[i] = matmul_bf16_round_value(dg);
+        dup16[i] = matmul_bf16_round_value(du);
     }
 }
 
@@ -174,13 +187,7 @@ static inline void swiglu_recompute_backward_span_fp32(float* __restrict__ out, 
                                                        const float* __restrict__ gate, const float* __restrict__ up,
                                                        size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
-        float g = gate[i], u = up[i], d = dout[i];
-        float e = vec_expf(-g);
-        out[i] = g / (1.0f + e) * u;
-        float sig = 1.0f / (1.0f + e);
-        float silu = g * sig;
-        dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
-        dup[i] = d * silu;
+        swiglu_recompute_value(gate[i], up[i], dout[i], &out[i], &dgate[i], &dup[i]);
     }
 }
 
@@ -216,6 +223,76 @@ static void swiglu_recompute_backward(float* out, float* dgate, float* dup, cons
     }
     // dout, gate, up read; out, dgate, dup written (in bf16 alone, or fp32)
     phase_end(PHASE_ELEMENTWISE, t_phase, (12.0 + (alone ? 6.0 : 12.0)) * N, 24.0 * N);
+}
+
+// -p bf16's layout (llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS), forward: gate and up as the GEMMs
+// wrote them (fp32, one layer's slice) rounded into gate16 and up16, the layer's, which the backward reads; out16 =
+// swiglu_forward's arithmetic on the rounded values, rounded (so the backward recomputes it bit for bit)
+static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate, const float* up,
+                                size_t N) {
+    // out16, gate16, up16, gate, up are (N) = (B,T,FFN)
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        uint16_t g16 = matmul_bf16_round_value(gate[i]), u16 = matmul_bf16_round_value(up[i]);
+        gate16[i] = g16;
+        up16[i] = u16;
+        float g = mm_bf16_to_float(g16);
+        out16[i] = matmul_bf16_round_value(g / (1.0f + vec_expf(-g)) * mm_bf16_to_float(u16));
+    }
+    // gate and up read in fp32, written in bf16 with out
+    phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + 6.0) * N, 8.0 * N);
+}
+
+// [i0, i1) of swiglu_recompute_backward_bf16: out16 and the gradients, in bf16 alone (dgate16, dup16) or in fp32
+static inline void swiglu_recompute_backward_bf16_span(uint16_t* __restrict__ out16, float* __restrict__ dgate,
+                                                       float* __restrict__ dup, uint16_t* __restrict__ dgate16,
+                                                       uint16_t* __restrict__ dup16, const float* __restrict__ dout,
+                                                       const uint16_t* __restrict__ gate16,
+                                                       const uint16_t* __restrict__ up16, int alone, size_t i0,
+                                                       size_t i1) {
+    if (alone) {
+        for (size_t i = i0; i < i1; i++) {
+            float o, dg, du;
+            swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i], &o, &dg, &du);
+            out16[i] = matmul_bf16_round_value(o);
+            dgate16[i] = matmul_bf16_round_value(dg);
+            dup16[i] = matmul_bf16_round_value(du);
+        }
+        return;
+    }
+    for (size_t i = i0; i < i1; i++) {
+        float o;
+        swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i], &o, &dgate[i],
+                               &dup[i]);
+        out16[i] = matmul_bf16_round_value(o);
+    }
+    if (dgate16 != NULL) { bf16_copy_row(dgate16 + i0, dgate + i0, i1 - i0); } // (copies kept beside the fp32)
+    if (dup16 != NULL) { bf16_copy_row(dup16 + i0, dup + i0, i1 - i0); }
+}
+
+// -p bf16's layout, backward: swiglu_recompute_backward on swiglu_forward_bf16's rounded gate16 and up16; out16 (the
+// projection's weight GEMM reads it next) written in bf16, dgate and dup written (in bf16 alone where they are held
+// so, llmc/cpu/matmul.h's mirrors, else in fp32 with their copies when they have them)
+static void swiglu_recompute_backward_bf16(uint16_t* out16, float* dgate, float* dup, const float* dout,
+                                           const uint16_t* gate16, const uint16_t* up16, size_t N) {
+    uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
+    uint16_t* dup16 = matmul_bf16_shadow(dup, N);
+    int alone = dgate16 != NULL && dup16 != NULL && !matmul_bf16_fp32_kept(dgate, N) && !matmul_bf16_fp32_kept(dup, N);
+    double t_phase = phase_begin();
+    #pragma omp parallel
+    {
+        size_t i0, i1;
+        parallel_span(N, &i0, &i1);
+        swiglu_recompute_backward_bf16_span(out16, dgate, dup, dgate16, dup16, dout, gate16, up16, alone, i0, i1);
+    }
+    if (alone) {
+        matmul_bf16_alone_written(dgate, N);
+        matmul_bf16_alone_written(dup, N);
+    }
+    // dout read in fp32, gate and up in bf16; out written in bf16, dgate and dup in bf16 alone or fp32 (+ copies)
+    double grads = alone ? 4.0 : 8.0 + (dgate16 != NULL ? 2.0 : 0.0) + (dup16 != NULL ? 2.0 : 0.0);
+    phase_end(PHASE_ELEMENTWISE, t_phase, (4.0 + 4.0 + 2.0 + grads) * N, 24.0 * N);
 }
 
 static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t N) {
