@@ -280,7 +280,7 @@ void gpt2_backward(void* m, float loss_scale) {
         float* zeroed[] = {g.wpe, g.ln1w, g.ln1b, g.ln2w, g.ln2b, g.lnfw, g.lnfb};
         const size_t sizes[] = {n[GPT2_PARAM_wpe], n[GPT2_PARAM_ln1w], n[GPT2_PARAM_ln1b], n[GPT2_PARAM_ln2w],
                                 n[GPT2_PARAM_ln2b], n[GPT2_PARAM_lnfw], n[GPT2_PARAM_lnfb]};
-        for (int k = 0; k < 7; k++) { cpu_zero_floats(zeroed[k], sizes[k]); }
+        for (int k = 0; k < 7; k++) { zero_floats(zeroed[k], sizes[k]); }
     }
     float beta = fresh ? 0.0f : 1.0f; // the weight gradients' (the input gradients' is always 0: written)
     // the classifier: dlnf and dwte's lm_head part (in the forward pass already when it knew this backward follows)

@@ -275,6 +275,23 @@ static inline int env_switch_on(const char* name) {
     return env == NULL || strcmp(env, "0") != 0;
 }
 
+// Which of n named choices the environment variable `name` picks: its index in names; unset or empty, dflt; any other
+// value is one error line ("NAME=value: use a, b or c")
+static inline int env_choice(const char* name, const char* const* names, int n, int dflt) {
+    const char* env = getenv(name);
+    if (env == NULL || env[0] == '\0') { return dflt; }
+    for (int i = 0; i < n; i++) {
+        if (strcmp(env, names[i]) == 0) { return i; }
+    }
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof(list) - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    }
+    llmc_die("%s=%s: use %s", name, env, list);
+    return dflt;
+}
+
 static inline int file_exists(const char* path) {
     struct stat st;
     return stat(path, &st) == 0;

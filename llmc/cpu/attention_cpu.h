@@ -815,21 +815,12 @@ static void attention_blocked_backward(float* dqkv, const float* dout, const flo
 
 typedef enum { ATTENTION_TILED = 0, ATTENTION_BLOCKED = 1 } AttentionKernel;
 
-// "tiled" / "blocked"; returns 0 on success, -1 for anything else
-static inline int attention_kernel_parse(const char* s, AttentionKernel* out) {
-    if (strcmp(s, "tiled") == 0) { *out = ATTENTION_TILED; return 0; }
-    if (strcmp(s, "blocked") == 0) { *out = ATTENTION_BLOCKED; return 0; }
-    return -1;
-}
-
-// the kernel the trainers' calls run: LLMC_ATTENTION, else blocked with bf16 GEMMs and tiled with fp32 ones
+// the kernel the trainers' calls run: LLMC_ATTENTION=tiled|blocked, else blocked with bf16 GEMMs and tiled with fp32
+// ones
 static AttentionKernel attention_kernel_chosen(void) {
-    const char* env = getenv("LLMC_ATTENTION");
-    if (env != NULL && env[0] != '\0') {
-        AttentionKernel k;
-        if (attention_kernel_parse(env, &k) != 0) { llmc_die("LLMC_ATTENTION=%s: use tiled or blocked", env); }
-        return k;
-    }
+    static const char* const names[] = {"tiled", "blocked"}; // (AttentionKernel's order)
+    int k = env_choice("LLMC_ATTENTION", names, 2, -1);
+    if (k >= 0) { return (AttentionKernel)k; }
     return matmul_precision == MATMUL_BF16 ? ATTENTION_BLOCKED : ATTENTION_TILED;
 }
 
@@ -882,10 +873,7 @@ static void attention_gqa_forward(float* out, float* lse, const float* qkv, int 
 static int attention_backward_adds(float* dqkv, size_t n, int blocked, int accumulate) {
     if (accumulate) { return 1; }
     if (blocked && attention_overwrite()) { return 0; }
-    double t_phase = phase_begin();
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) { dqkv[i] = 0.0f; }
-    phase_end(PHASE_ZERO, t_phase, 4.0 * (double)n, 0.0);
+    zero_floats(dqkv, n);
     return 1;
 }
 

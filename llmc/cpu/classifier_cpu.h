@@ -223,15 +223,9 @@ typedef enum { CLASSIFIER_FUSED = 0, CLASSIFIER_PASSES = 1 } ClassifierKernel;
 static int classifier_kernel_state = -1;  // -1: LLMC_CLASSIFIER not read yet
 
 static ClassifierKernel classifier_kernel(void) {
+    static const char* const names[] = {"fused", "passes"}; // (ClassifierKernel's order)
     if (classifier_kernel_state < 0) {
-        const char* env = getenv("LLMC_CLASSIFIER");
-        if (env == NULL || env[0] == '\0' || strcmp(env, "fused") == 0) {
-            classifier_kernel_state = CLASSIFIER_FUSED;
-        } else if (strcmp(env, "passes") == 0) {
-            classifier_kernel_state = CLASSIFIER_PASSES;
-        } else {
-            llmc_die("LLMC_CLASSIFIER=%s: use fused or passes", env);
-        }
+        classifier_kernel_state = env_choice("LLMC_CLASSIFIER", names, 2, CLASSIFIER_FUSED);
     }
     return (ClassifierKernel)classifier_kernel_state;
 }

@@ -42,7 +42,6 @@ activation buffers and the current batch. A model struct has a CpuModel named cp
                               forward pass, chunk by chunk (llmc/cpu/classifier_cpu.h), never holding every logit
     cpu_model_begin_backward(cm)   checks that the last forward pass had targets (the model's backward writes
                               each activation gradient before it reads it: none is zeroed)
-    cpu_zero_floats(x, n)     zeroes a gradient that its backward only adds to (PHASE_ZERO)
     cpu_model_zero_grad(cm)   the gradients zeroed, or in a model with lazy_zero_grad set (every CPU trainer's)
                               marked stale: they count as zero, and the model's next backward overwrites them
                               instead of adding to them (its weight GEMMs then write and never read them)
@@ -616,14 +615,6 @@ static void cpu_model_expect_backward(CpuModel* cm, float loss_scale) {
 // backward writes each activation gradient before it reads it (or zeroes the few it only adds to).
 static void cpu_model_begin_backward(CpuModel* cm) {
     if (cm->mean_loss < 0.0f) { llmc_die("internal: %s_backward needs a forward pass with targets", cm->family); }
-}
-
-// zeroes n floats: a gradient that its backward only adds to (an activation's, or a stale parameter gradient that no
-// GEMM overwrites), counted as PHASE_ZERO
-static void cpu_zero_floats(float* x, size_t n) {
-    double t_phase = phase_begin();
-    memset(x, 0, n * sizeof(float));
-    phase_end(PHASE_ZERO, t_phase, 4.0 * n, 0.0);
 }
 
 static void cpu_model_zero_grad(CpuModel* cm) {

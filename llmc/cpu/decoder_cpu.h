@@ -354,9 +354,9 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         float* const norm_weights[] = {g.ln1w, g.qnormw, g.knormw, g.ln2w, g.lnfw};
         const char* const names[] = {"ln1w", "qnormw", "knormw", "ln2w", "lnfw"};
         for (int i = 0; i < 5; i++) {
-            if (norm_weights[i] != NULL) { cpu_zero_floats(norm_weights[i], decoder_cpu_tensor_floats(model, names[i])); }
+            if (norm_weights[i] != NULL) { zero_floats(norm_weights[i], decoder_cpu_tensor_floats(model, names[i])); }
         }
-        if (!d->tied_embeddings) { cpu_zero_floats(g.wte, decoder_cpu_tensor_floats(model, "wte")); }
+        if (!d->tied_embeddings) { zero_floats(g.wte, decoder_cpu_tensor_floats(model, "wte")); }
     }
     float beta = fresh ? 0.0f : 1.0f; // the weight gradients'
     // the classifier: dlnf and the lm_head's gradient (in the forward pass already when it knew this backward follows)

@@ -81,18 +81,8 @@ static int norm_kernel_state = -1;  // -1: LLMC_NORM not read yet
 
 // the norms' kernel: LLMC_NORM=rows|grouped|fused (read once; anything else is one error line), grouped by default
 static NormKernel norm_kernel(void) {
-    if (norm_kernel_state < 0) {
-        const char* env = getenv("LLMC_NORM");
-        if (env == NULL || env[0] == '\0' || strcmp(env, "grouped") == 0) {
-            norm_kernel_state = NORM_GROUPED;
-        } else if (strcmp(env, "rows") == 0) {
-            norm_kernel_state = NORM_ROWS;
-        } else if (strcmp(env, "fused") == 0) {
-            norm_kernel_state = NORM_FUSED;
-        } else {
-            llmc_die("LLMC_NORM=%s: use rows, grouped or fused", env);
-        }
-    }
+    static const char* const names[] = {"rows", "grouped", "fused"}; // (NormKernel's order)
+    if (norm_kernel_state < 0) { norm_kernel_state = env_choice("LLMC_NORM", names, 3, NORM_GROUPED); }
     return (NormKernel)norm_kernel_state;
 }
 

@@ -13,6 +13,7 @@ make bench (dev/bench.py) holds each phase against its limit on this machine: ma
     ...the pass...
     phase_end(PHASE_NORM, t, bytes, flops);
     phase_begin_whole() / phase_end_whole()    the same for a pass whose inner passes count as its own
+    zero_floats(x, n)                      zeroes a gradient that its backward only adds to (PHASE_ZERO)
 
 Phases nest: a phase's time excludes that of the phases begun inside it (Muon's GEMMs count as GEMMs, the rest
 of Muon as the optimizer), so the phases add up to the time they cover. A pass begun with phase_begin_whole()
@@ -130,6 +131,15 @@ static inline void phase_end_whole(Phase p, double t0, double bytes, double flop
     if (t0 == 0.0) { return; }
     phase_account.whole_depth--;
     phase_end(p, t0, bytes, flops);
+}
+
+// zeroes n floats on the team's threads, counted as PHASE_ZERO: a gradient that its backward only adds to (an
+// activation's, or a stale parameter gradient that no GEMM overwrites)
+static void zero_floats(float* x, size_t n) {
+    double t_phase = phase_begin();
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { x[i] = 0.0f; }
+    phase_end(PHASE_ZERO, t_phase, 4.0 * (double)n, 0.0);
 }
 
 #endif // LLMC_PHASE_TIME_H
