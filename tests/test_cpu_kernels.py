@@ -11,8 +11,9 @@
   it pays, one line with the two rates, then exactly the LLMC_BF16=force losses. The calibration's
   rates are injected (LLMC_BF16_RATES) so both answers are proven on every CPU.
 
-- llmc/cpu/layernorm_cpu.h's norm kernels: the grouped ones (LLMC_NORM=grouped, the default) against the
-  row-at-a-time ones (LLMC_NORM=rows), bit for bit (dev/test/test_norm_cpu, and train_gpt2's losses).
+- llmc/cpu/layernorm_cpu.h's norm kernels: the grouped ones (LLMC_NORM=grouped; the default, fused, is them with the
+  weight gradients summed in the same pass) against the row-at-a-time ones (LLMC_NORM=rows), bit for bit
+  (dev/test/test_norm_cpu, and train_gpt2's losses).
 
 No timing is asserted here (make bench measures speed). Runtime: about 30 s on 2 cores.
 """
@@ -136,7 +137,7 @@ def test_fp32_run_never_calibrates(tinyshakespeare, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- the norms' kernels
-# llmc/cpu/layernorm_cpu.h's grouped kernels (LLMC_NORM=grouped, the default: 16 rows' sums at once) give the bits of
+# llmc/cpu/layernorm_cpu.h's grouped kernels (LLMC_NORM=grouped: 16 rows' sums at once) give the bits of
 # the row-at-a-time kernels (LLMC_NORM=rows): dev/test/test_norm_cpu checks every norm function, forward and backward,
 # C = 16, 100, 768, accumulate 0 and 1, the weightless RMSNorm, 1 and 2 threads, any difference failing; here the
 # trainers too, by their losses.

@@ -1,6 +1,6 @@
 /*
-dev/test/test_norm_cpu.c: the norms' grouped kernels (LLMC_NORM=grouped, the default: 16 rows' sums side by side)
-against their row-at-a-time kernels (LLMC_NORM=rows), bit for bit; the fused kernel (LLMC_NORM=fused: the weight
+dev/test/test_norm_cpu.c: the norms' grouped kernels (LLMC_NORM=grouped: 16 rows' sums side by side) against their
+row-at-a-time kernels (LLMC_NORM=rows), bit for bit; the fused kernel (LLMC_NORM=fused, the default: the weight
 gradients in the same pass as the input gradients, summed by chunks of rows) against them.
 
     dev/test/test_norm_cpu          the checks (about a second)
@@ -174,7 +174,7 @@ static void choose_with_env(void* arg) {
 
 static void test_kernel_choice(void) {
     const char* names[4] = {"", "grouped", "rows", "fused"};
-    const NormKernel want[4] = {NORM_GROUPED, NORM_GROUPED, NORM_ROWS, NORM_FUSED};
+    const NormKernel want[4] = {NORM_FUSED, NORM_GROUPED, NORM_ROWS, NORM_FUSED};
     for (int i = 0; i < 4; i++) {
         setenv("LLMC_NORM", names[i], 1);
         norm_kernel_state = -1;
@@ -182,7 +182,7 @@ static void test_kernel_choice(void) {
     }
     unsetenv("LLMC_NORM");
     norm_kernel_state = -1;
-    CHECK(norm_kernel() == NORM_GROUPED, "no LLMC_NORM: grouped");
+    CHECK(norm_kernel() == NORM_FUSED, "no LLMC_NORM: fused");
     expect_die("LLMC_NORM=fast", choose_with_env, (void*)"fast", "LLMC_NORM=fast", "use rows, grouped or fused");
 }
 

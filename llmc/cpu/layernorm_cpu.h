@@ -23,14 +23,15 @@ output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's m
 
 The kernels (LLMC_NORM, read once; doc/cpu-speed.md). A row's sums are fp32 adds in the row's order, each term
 rounded (NORM_SUMS_UNFUSED), so the bits are fixed by the inputs and never depend on the thread count.
-    grouped (the default)  16 rows' sums side by side (8 on an AVX2 build, 4 below), one per lane of a vector
-                           (norm_columns turns a 16 x 16 block);
-                           the weight gradient in one pass over the rows per thread: the bits of rows
-    rows                   a row at a time (its sums run at the latency of an add), the weight gradient in one pass
-                           over the rows per 64 columns: the kernels before 2026-11-29, kept to time against
-    fused                  grouped, with the weight gradient summed in the input gradients' pass (dout and inp read
+    fused (the default)    grouped, with the weight gradient summed in the input gradients' pass (dout and inp read
                            once): by chunks of NORM_CHUNK rows, then the chunks in order, which changes the weight
                            gradients' bits (not their thread-count independence); the rest is grouped's
+    grouped                16 rows' sums side by side (8 on an AVX2 build, 4 below), one per lane of a vector
+                           (norm_columns turns a 16 x 16 block);
+                           the weight gradient in one pass over the rows per thread: the bits of rows (the default
+                           until 2026-11-29 evening, kept to time against beyond the Zen 5)
+    rows                   a row at a time (its sums run at the latency of an add), the weight gradient in one pass
+                           over the rows per 64 columns: the kernels before 2026-11-29, kept to time against
 */
 #ifndef LLMC_LAYERNORM_CPU_H
 #define LLMC_LAYERNORM_CPU_H
@@ -50,9 +51,9 @@ rounded (NORM_SUMS_UNFUSED), so the bits are fixed by the inputs and never depen
 #include "vecmath.h"
 
 // ----------------------------------------------------------------------------
-// The grouped kernels (LLMC_NORM=grouped, the default): NORM_GROUP rows at once. A row's sum over its C values is a
-// chain of dependent fp32 adds (no reassociation: the bits are fixed by the order), so one row at a time runs at the
-// add's latency. Here NORM_GROUP rows' chains run side by side, one per lane of a vector: a square block of the rows
+// The grouped kernels (LLMC_NORM=grouped, and fused, the default): NORM_GROUP rows at once. A row's sum over its C
+// values is a chain of dependent fp32 adds (no reassociation: the bits are fixed by the order), so one row at a time
+// runs at the add's latency. Here NORM_GROUP rows' chains run side by side, one per lane of a vector: a square block of the rows
 // is turned (norm_columns) so that vector j holds column i + j of every row, and each lane adds its row's values in
 // the row's own order, the same bits as the row-at-a-time sums (LLMC_NORM=rows, kept selectable). Rows left over
 // (BT not a multiple of NORM_GROUP) and columns left over (C not a multiple of it) take the scalar code, in order.
@@ -79,10 +80,10 @@ typedef enum { NORM_ROWS, NORM_GROUPED, NORM_FUSED } NormKernel;
 
 static int norm_kernel_state = -1;  // -1: LLMC_NORM not read yet
 
-// the norms' kernel: LLMC_NORM=rows|grouped|fused (read once; anything else is one error line), grouped by default
+// the norms' kernel: LLMC_NORM=rows|grouped|fused (read once; anything else is one error line), fused by default
 static NormKernel norm_kernel(void) {
     static const char* const names[] = {"rows", "grouped", "fused"}; // (NormKernel's order)
-    if (norm_kernel_state < 0) { norm_kernel_state = env_choice("LLMC_NORM", names, 3, NORM_GROUPED); }
+    if (norm_kernel_state < 0) { norm_kernel_state = env_choice("LLMC_NORM", names, 3, NORM_FUSED); }
     return (NormKernel)norm_kernel_state;
 }
 
