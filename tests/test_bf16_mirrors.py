@@ -95,3 +95,20 @@ def test_bf16_copies_change_no_bit(built, tinyshakespeare, tmp_path: Path, optim
     bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,
               env={**ENV, "LLMC_BF16_ALONE": "yes"})
     assert bad.returncode == 1 and "error: LLMC_BF16_ALONE=yes: use 0 or 1" in bad.stderr
+
+
+def test_onednn_bias_changes_no_bit(built, tinyshakespeare, tmp_path: Path):
+    """LLMC_ONEDNN_BIAS=0 copies GPT-2's biases into the rows and has oneDNN's bf16 GEMM add onto them, as before; the
+    default hands each bias to the GEMM as its argument (no copy pass, no read of the rows): the same checkpoint after
+    3 steps, bit for bit, in both activation layouts (dev/test/test_matmul_<blas> checks the call itself)."""
+    for layout in ("1", "0"):
+        written = []
+        for bias in ("1", "0"):
+            out = tmp_path / f"{layout}_{bias}"
+            run([REPO / "train_gpt2", "-i", tinyshakespeare[0], *STEPS, "-v", 0, "-s", 0, "-o", out, "-n", 3],
+                env={**ENV, "LLMC_BF16_GEMM": "onednn", "LLMC_ONEDNN_BIAS": bias, "LLMC_BF16_ACTIVATIONS": layout})
+            written.append((out / "model_00000003.bin").read_bytes())
+        assert written[0] == written[1], f"LLMC_BF16_ACTIVATIONS={layout}"
+    bad = run([REPO / "train_gpt2", "-e", "d2", "-x", 1, "-i", tinyshakespeare[0], "-p", "bf16"], check=False,
+              env={**ENV, "LLMC_ONEDNN_BIAS": "yes"})
+    assert bad.returncode == 1 and "error: LLMC_ONEDNN_BIAS=yes: use 0 or 1" in bad.stderr

@@ -20,7 +20,8 @@ element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7
 In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
 built-in kernel and the reference on 1-3 threads (check_onednn_fp32), and its bf16 path, the one the environment
 says to expect (LLMC_TEST_ONEDNN_BF16=kernel|refused; check_onednn_bf16), with the weight mirrors; a failing oneDNN
-status is one error line naming the GEMM (check_onednn_error_line).
+status is one error line naming the GEMM (check_onednn_error_line); the linear layer's bias as oneDNN's argument
+against the bias rows and the GEMM adding onto them, bit for bit (check_onednn_bias).
 */
 #include <math.h>
 #include <stdio.h>
@@ -421,6 +422,50 @@ static void onednn_bad_stride(void* arg) {
     onednn_gemm(ONEDNN_F32, 0, 0, 2, 2, 2, A, -2, B, 2, 0.0f, C, 2);
 }
 
+// The linear layer's forward with its bias as oneDNN's own argument (matmul_forward_onednn_bias, LLMC_ONEDNN_BIAS):
+// on -p bf16 over oneDNN it takes the call (returns 1) and gives the bits of the bias copied into the rows and the
+// GEMM adding onto them (the path before it, and LLMC_ONEDNN_BIAS=0's), fp32 input and bf16-stored input, odd shapes,
+// 1 and 2 threads; without a bias, or in fp32, it leaves the call to that path (returns 0)
+static void check_onednn_bias(void) {
+    if (matmul_bf16_onednn_kernel()[0] == '\0') { return; } // (no bf16 kernel: the old path is the only one)
+    const int shapes[][3] = {{1, 1, 1}, {7, 33, 67}, {64, 96, 2304}, {130, 257, 300}, {300, 768, 3072}};
+    MatmulPrecision saved = matmul_precision;
+    matmul_precision = MATMUL_BF16;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        float* inp = (float*)malloc((size_t)BT * C * sizeof(float));
+        uint16_t* inp16 = (uint16_t*)malloc((size_t)BT * C * sizeof(uint16_t));
+        float* w = (float*)malloc((size_t)OC * C * sizeof(float));
+        float* bias = (float*)malloc((size_t)OC * sizeof(float));
+        float* before = (float*)malloc((size_t)BT * OC * sizeof(float));
+        float* now = (float*)malloc((size_t)BT * OC * sizeof(float));
+        for (size_t i = 0; i < (size_t)BT * C; i++) { inp[i] = rand_uniform(); }
+        for (size_t i = 0; i < (size_t)OC * C; i++) { w[i] = rand_uniform(); }
+        for (int i = 0; i < OC; i++) { bias[i] = 4.0f * rand_uniform(); }
+        matmul_round_bf16(inp16, inp, (size_t)BT, (size_t)C, (size_t)C);
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            for (int stored = 0; stored < 2; stored++) {
+                matmul_bias_rows(before, bias, BT, OC);
+                if (stored) { matmul_gemm_bf16_stored(0, 1, BT, OC, C, NULL, inp16, C, w, NULL, C, 1.0f, before, OC); }
+                else { matmul_gemm(MATMUL_BF16, 0, 1, BT, OC, C, inp, C, w, C, 1.0f, before, OC); }
+                for (size_t i = 0; i < (size_t)BT * OC; i++) { now[i] = NAN; }
+                int taken = matmul_forward_onednn_bias(now, stored ? NULL : inp, stored ? inp16 : NULL, w, bias, BT, C, OC);
+                CHECK(taken && memcmp(before, now, (size_t)BT * OC * sizeof(float)) == 0,
+                      "oneDNN bias BT=%d C=%d OC=%d, %s input, %d thread(s): %s", BT, C, OC, stored ? "bf16" : "fp32",
+                      threads, taken ? "not the bits of the bias rows and the GEMM adding onto them" : "not taken");
+            }
+        }
+        CHECK(!matmul_forward_onednn_bias(now, inp, NULL, w, NULL, BT, C, OC), "oneDNN bias: taken without a bias");
+        matmul_precision = MATMUL_FP32;
+        CHECK(!matmul_forward_onednn_bias(now, inp, NULL, w, bias, BT, C, OC), "oneDNN bias: taken in fp32");
+        matmul_precision = MATMUL_BF16;
+        free(inp); free(inp16); free(w); free(bias); free(before); free(now);
+    }
+    omp_set_num_threads(2);
+    matmul_precision = saved;
+}
+
 static void check_onednn_error_line(void) {
     expect_die("oneDNN failing status", onednn_bad_stride, NULL,
                "oneDNN fp32 GEMM (M=2 N=2 K=2, transA=0 transB=0, lda=-2 ldb=2 ldc=2)",
@@ -547,6 +592,7 @@ int main(void) {
     check_onednn_fp32();
     check_onednn_bf16();
     check_onednn_error_line();
+    check_onednn_bias();
 #endif
     check_bf16_rounding();
     check_bf16_mirrors();

@@ -57,7 +57,9 @@ operands: an operand inside a registered mirror (matmul_bf16_mirror_add: a model
 per optimizer step by llmc/cpu/cpu_model.h) is read from its bf16 copy; any other is rounded once per call into a
 per-thread buffer (matmul_round_bf16, the same rounding as above). Where oneDNN has no bf16 kernel (AVX2-only CPUs,
 or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them; LLMC_BF16_GEMM=builtin|onednn chooses by hand
-(matmul_bf16_gemm), so the built-in path stays selectable and timeable on every CPU.
+(matmul_bf16_gemm), so the built-in path stays selectable and timeable on every CPU. There the linear layer's bias
+is oneDNN's own argument (onednn_gemm_bias: no pass that copies it into the rows, no read of them; the same bits;
+LLMC_ONEDNN_BIAS=0 copies it in and has the GEMM add onto it, as the fp32 and built-in paths do).
 */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
@@ -1344,10 +1346,48 @@ static void matmul_bias_rows(float* out, const float* bias, int BT, int OC) {
 }
 
 // out[r,o] = bias[o] + sum_c inp[r,c] * weight[o,c]
+// Whether a bf16 GEMM on oneDNN takes the bias as its own argument (onednn_gemm_bias: each sum stored with its bias
+// added, the same bits as the bias rows and the sum post-op that read them back, with neither pass):
+// LLMC_ONEDNN_BIAS=0 copies the bias into the rows first, as before 2026-11-29, until the change is timed beyond the
+// Zen 5. Read once.
+static int matmul_onednn_bias(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_ONEDNN_BIAS"); }
+    return on;
+}
+
+// out (BT,OC) = inp (BT,C) . weight^T + bias on oneDNN's bf16 GEMM with the bias as its argument, inp in fp32 (its
+// mirror, or rounded) or stored in bf16 (inp16); returns 0 when the call is not for it (no bias, the fp32 path,
+// another bf16 GEMM, LLMC_ONEDNN_BIAS=0, a shape oneDNN has no kernel for), having written nothing
+static int matmul_forward_onednn_bias(float* out, const float* inp, const uint16_t* inp16, const float* weight,
+                                      const float* bias, int BT, int C, int OC) {
+#if defined(LLMC_ONEDNN)
+    if (bias == NULL || BT <= 0 || C <= 0 || matmul_precision != MATMUL_BF16 ||
+        matmul_bf16_gemm() != MATMUL_BF16_ONEDNN || !matmul_onednn_bias()) {
+        return 0;
+    }
+    double t = phase_begin();
+    int lda16 = C, ldb16;
+    const uint16_t* A16 = inp16 != NULL ? inp16 : mm_bf16_operand(inp, BT, C, C, 1, &lda16);
+    const uint16_t* B16 = mm_bf16_operand(weight, OC, C, C, 0, &ldb16);
+    double t0 = mm_clock_start();
+    int rc = onednn_gemm_bias(ONEDNN_BF16, 0, 1, BT, OC, C, A16, lda16, B16, ldb16, bias, out, OC);
+    mm_clock_stop(t0);
+    // operands read in bf16, the bias read and out written in fp32 (a refused shape: its roundings' time alone)
+    double bytes = 2.0 * ((double)BT * C + (double)C * OC) + 4.0 * (OC + (double)BT * OC);
+    phase_end(PHASE_GEMM, t, rc == 0 ? bytes : 0.0, rc == 0 ? 2.0 * BT * OC * C : 0.0);
+    return rc == 0;
+#else
+    (void)out; (void)inp; (void)inp16; (void)weight; (void)bias; (void)BT; (void)C; (void)OC;
+    return 0;
+#endif
+}
+
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
     // out is (B,T,OC), inp is (B,T,C), weight is (OC,C), bias is (OC) or NULL
     int BT = B * T;
+    if (matmul_forward_onednn_bias(out, inp, NULL, weight, bias, BT, C, OC)) { return; }
     matmul_bias_rows(out, bias, BT, OC);
     matmul_gemm(matmul_precision, 0, 1, BT, OC, C, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }
@@ -1473,6 +1513,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 static void matmul_forward_bf16_input(float* out, const uint16_t* inp16, const float* weight, const float* bias,
                                       int B, int T, int C, int OC) {
     int BT = B * T;
+    if (matmul_forward_onednn_bias(out, NULL, inp16, weight, bias, BT, C, OC)) { return; }
     matmul_bias_rows(out, bias, BT, OC);
     matmul_gemm_bf16_stored(0, 1, BT, OC, C, NULL, inp16, C, weight, NULL, C, bias != NULL ? 1.0f : 0.0f, out, OC);
 }

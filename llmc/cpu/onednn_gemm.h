@@ -11,6 +11,9 @@ evaluated and not adopted); llmc/cpu/matmul.h calls it.
         in fp32. Returns 0; returns -1 when oneDNN has no kernel for the GEMM on this CPU (bf16 without AVX512-BF16
         or AMX: dnnl_unimplemented, or only its reference code "ref:any"), having changed nothing. Any other status that is not dnnl_success is one error
         line naming the GEMM and the call that failed, and exit(1).
+    onednn_gemm_bias(dtype, transA, transB, M, N, K, A, lda, B, ldb, bias, C, ldc)
+        C (M,N) = op(A) . op(B) + bias (N) on every row: the bias is the primitive's own argument, added to each sum
+        as it is stored (no pass that fills C with the bias first, no read of C); bias NULL: onednn_gemm with beta 0
     onednn_gemm_kernel(dtype, M, N, K)   the implementation oneDNN picks for C = A . B^T of that shape in the
         calling thread's setting (e.g. "brg:avx512_core_bf16", "brg:avx512_core_amx"), or NULL where it has none
     onednn_version(buf, n)               "3.2.0" and the ISA oneDNN dispatches to ("avx512_core_bf16")
@@ -43,7 +46,7 @@ takes away its bf16 kernels, which is how the tests reach the refusal path there
 typedef enum { ONEDNN_F32 = 0, ONEDNN_BF16 = 1 } OnednnType;
 
 typedef struct {
-    int dtype, transA, transB, M, N, K, lda, ldb, ldc, beta_kind, threads;
+    int dtype, transA, transB, M, N, K, lda, ldb, ldc, beta_kind, threads, has_bias;
     float beta;
 } OnednnKey;
 
@@ -52,7 +55,7 @@ typedef struct OnednnEntry {
     int status;                  // dnnl_success, or dnnl_unimplemented (no kernel: remembered, not asked again)
     char impl[64];               // the implementation oneDNN picked ("brg:avx512_core_bf16")
     dnnl_primitive_t primitive;
-    const_dnnl_memory_desc_t src_md, weights_md, dst_md, scratch_md; // owned by the primitive's descriptor
+    const_dnnl_memory_desc_t src_md, weights_md, bias_md, dst_md, scratch_md; // owned by the primitive's descriptor
     dnnl_primitive_desc_t pd;
     size_t scratch_bytes;
     struct OnednnEntry* next;
@@ -128,8 +131,11 @@ static OnednnEntry* onednn_create(const OnednnKey* k) {
         onednn_check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "dnnl_primitive_attr_set_post_ops", k);
         dnnl_post_ops_destroy(post_ops);
     }
-    dnnl_status_t st = dnnl_matmul_primitive_desc_create(&e->pd, onednn.engine, src, weights, NULL, dst, attr);
+    dnnl_memory_desc_t bias = NULL; // (1, N): one row, broadcast over C's rows
+    if (k->has_bias) { bias = onednn_matrix_md(1, k->N, k->N, 0, dnnl_f32, k); }
+    dnnl_status_t st = dnnl_matmul_primitive_desc_create(&e->pd, onednn.engine, src, weights, bias, dst, attr);
     dnnl_primitive_attr_destroy(attr);
+    if (bias != NULL) { dnnl_memory_desc_destroy(bias); }
     dnnl_memory_desc_destroy(src);
     dnnl_memory_desc_destroy(weights);
     dnnl_memory_desc_destroy(dst);
@@ -149,6 +155,7 @@ static OnednnEntry* onednn_create(const OnednnKey* k) {
     e->src_md = dnnl_primitive_desc_query_md(e->pd, dnnl_query_src_md, 0);
     e->weights_md = dnnl_primitive_desc_query_md(e->pd, dnnl_query_weights_md, 0);
     e->dst_md = dnnl_primitive_desc_query_md(e->pd, dnnl_query_dst_md, 0);
+    e->bias_md = k->has_bias ? dnnl_primitive_desc_query_md(e->pd, dnnl_query_weights_md, 1) : NULL;
     e->scratch_md = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = e->scratch_md != NULL ? dnnl_memory_desc_get_size(e->scratch_md) : 0;
     return e;
@@ -220,35 +227,54 @@ static OnednnThread* onednn_thread(size_t bytes, const OnednnKey* k) {
     return t;
 }
 
-static int onednn_gemm(OnednnType dtype, int transA, int transB, int M, int N, int K, const void* A, int lda,
-                       const void* B, int ldb, float beta, float* C, int ldc) {
+// C = beta * C + op(A) . op(B) (+ bias on every row where bias is not NULL: beta is then 0)
+static int onednn_gemm_any(OnednnType dtype, int transA, int transB, int M, int N, int K, const void* A, int lda,
+                           const void* B, int ldb, float beta, const float* bias, float* C, int ldc) {
     if (M <= 0 || N <= 0) { return 0; }
     OnednnKey k = onednn_key(dtype, transA, transB, M, N, K, lda, ldb, ldc, beta);
-    if (K <= 0) { // no products: C = beta * C (oneDNN refuses a zero inner dimension)
+    k.has_bias = bias != NULL;
+    if (K <= 0) { // no products: C = beta * C, or the bias (oneDNN refuses a zero inner dimension)
         for (int i = 0; i < M; i++) {
-            for (int j = 0; j < N; j++) { C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j]; }
+            for (int j = 0; j < N; j++) {
+                float* c = C + (size_t)i * ldc + j;
+                *c = bias != NULL ? bias[j] : beta == 0.0f ? 0.0f : beta * *c;
+            }
         }
         return 0;
     }
     OnednnEntry* e = onednn_entry(&k);
     if (e->status == dnnl_unimplemented) { return -1; }
     OnednnThread* t = onednn_thread(e->scratch_bytes, &k);
-    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+    dnnl_memory_t mem[5] = {NULL, NULL, NULL, NULL, NULL};
     onednn_check(dnnl_memory_create(&mem[0], e->src_md, onednn.engine, (void*)A), "dnnl_memory_create", &k);
     onednn_check(dnnl_memory_create(&mem[1], e->weights_md, onednn.engine, (void*)B), "dnnl_memory_create", &k);
     onednn_check(dnnl_memory_create(&mem[2], e->dst_md, onednn.engine, C), "dnnl_memory_create", &k);
     int nargs = 3;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
+    if (bias != NULL) {
+        onednn_check(dnnl_memory_create(&mem[3], e->bias_md, onednn.engine, (void*)bias), "dnnl_memory_create", &k);
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem[3]};
+    }
     if (e->scratch_bytes > 0) {
-        onednn_check(dnnl_memory_create(&mem[3], e->scratch_md, onednn.engine, t->scratch), "dnnl_memory_create", &k);
-        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[3]};
+        onednn_check(dnnl_memory_create(&mem[4], e->scratch_md, onednn.engine, t->scratch), "dnnl_memory_create", &k);
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[4]};
     }
     onednn_check(dnnl_primitive_execute(e->primitive, t->stream, nargs, args), "dnnl_primitive_execute", &k);
     onednn_check(dnnl_stream_wait(t->stream), "dnnl_stream_wait", &k);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         if (mem[i] != NULL) { dnnl_memory_destroy(mem[i]); }
     }
     return 0;
+}
+
+static int onednn_gemm(OnednnType dtype, int transA, int transB, int M, int N, int K, const void* A, int lda,
+                       const void* B, int ldb, float beta, float* C, int ldc) {
+    return onednn_gemm_any(dtype, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc);
+}
+
+static int onednn_gemm_bias(OnednnType dtype, int transA, int transB, int M, int N, int K, const void* A, int lda,
+                            const void* B, int ldb, const float* bias, float* C, int ldc) {
+    return onednn_gemm_any(dtype, transA, transB, M, N, K, A, lda, B, ldb, 0.0f, bias, C, ldc);
 }
 
 static const char* onednn_gemm_kernel(OnednnType dtype, int M, int N, int K) {
