@@ -156,14 +156,18 @@ static void swiglu_backward_into(float* dgate, float* dup, const float* dout, co
 }
 
 // one element of swiglu_recompute_backward: out = swiglu_forward's value, dg and du = swiglu_grad's (written), from
-// one e^-g (the arithmetic of both, so their bits)
-static inline void swiglu_recompute_value(float g, float u, float d, float* out, float* dg, float* du) {
+// one e^-g (the arithmetic of both, so their bits); returned by value (through pointers GCC left the loops scalar)
+typedef struct { float out, dg, du; } SwigluRecompute;
+
+static inline SwigluRecompute swiglu_recompute_value(float g, float u, float d) {
+    SwigluRecompute r;
     float e = vec_expf(-g);
-    *out = g / (1.0f + e) * u;
+    r.out = g / (1.0f + e) * u;
     float sig = 1.0f / (1.0f + e);
     float silu = g * sig;
-    *dg = d * u * sig * (1.0f + g * (1.0f - sig));
-    *du = d * silu;
+    r.dg = d * u * sig * (1.0f + g * (1.0f - sig));
+    r.du = d * silu;
+    return r;
 }
 
 // [i0, i1) of swiglu_recompute_backward's bf16 case: the forward's output out16 and the gradients' copies dgate16,
@@ -173,11 +177,10 @@ static inline void swiglu_recompute_backward_span(uint16_t* __restrict__ out16, 
                                                   const float* __restrict__ gate, const float* __restrict__ up,
                                                   size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
-        float o, dg, du;
-        swiglu_recompute_value(gate[i], up[i], dout[i], &o, &dg, &du);
-        out16[i] = matmul_bf16_round_value(o);
-        dgate16[i] = matmul_bf16_round_value(dg);
-        dup16[i] = matmul_bf16_round_value(du);
+        SwigluRecompute r = swiglu_recompute_value(gate[i], up[i], dout[i]);
+        out16[i] = matmul_bf16_round_value(r.out);
+        dgate16[i] = matmul_bf16_round_value(r.dg);
+        dup16[i] = matmul_bf16_round_value(r.du);
     }
 }
 
@@ -187,7 +190,10 @@ static inline void swiglu_recompute_backward_span_fp32(float* __restrict__ out, 
                                                        const float* __restrict__ gate, const float* __restrict__ up,
                                                        size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) {
-        swiglu_recompute_value(gate[i], up[i], dout[i], &out[i], &dgate[i], &dup[i]);
+        SwigluRecompute r = swiglu_recompute_value(gate[i], up[i], dout[i]);
+        out[i] = r.out;
+        dgate[i] = r.dg;
+        dup[i] = r.du;
     }
 }
 
@@ -253,19 +259,18 @@ static inline void swiglu_recompute_backward_bf16_span(uint16_t* __restrict__ ou
                                                        size_t i1) {
     if (alone) {
         for (size_t i = i0; i < i1; i++) {
-            float o, dg, du;
-            swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i], &o, &dg, &du);
-            out16[i] = matmul_bf16_round_value(o);
-            dgate16[i] = matmul_bf16_round_value(dg);
-            dup16[i] = matmul_bf16_round_value(du);
+            SwigluRecompute r = swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i]);
+            out16[i] = matmul_bf16_round_value(r.out);
+            dgate16[i] = matmul_bf16_round_value(r.dg);
+            dup16[i] = matmul_bf16_round_value(r.du);
         }
         return;
     }
     for (size_t i = i0; i < i1; i++) {
-        float o;
-        swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i], &o, &dgate[i],
-                               &dup[i]);
-        out16[i] = matmul_bf16_round_value(o);
+        SwigluRecompute r = swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i]);
+        out16[i] = matmul_bf16_round_value(r.out);
+        dgate[i] = r.dg;
+        dup[i] = r.du;
     }
     if (dgate16 != NULL) { bf16_copy_row(dgate16 + i0, dgate + i0, i1 - i0); } // (copies kept beside the fp32)
     if (dup16 != NULL) { bf16_copy_row(dup16 + i0, dup + i0, i1 - i0); }
