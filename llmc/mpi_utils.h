@@ -46,6 +46,7 @@ static inline ProcessGroup process_group_init(int* argc, char*** argv) {
 #ifndef USE_MPI
     (void)argc; (void)argv;
 #else
+    mpi_singleton_without_fabric(); // (llmc/utils.h)
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &pg.process_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &pg.num_processes);

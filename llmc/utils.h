@@ -292,6 +292,13 @@ static inline int env_choice(const char* name, const char* const* names, int n, 
     return dflt;
 }
 
+// Before MPI_Init: a process started without a launcher (Open MPI's singleton: no mpirun set its rank) talks to no
+// other, yet Open MPI's libfabric transport (btl ofi) probes the fabric in MPI_Init and sleeps a second doing so, on
+// every start. Such a process leaves that transport out, unless OMPI_MCA_btl already says which ones to use.
+static inline void mpi_singleton_without_fabric(void) {
+    if (getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMIX_RANK") == NULL) { setenv("OMPI_MCA_btl", "^ofi", 0); }
+}
+
 static inline int file_exists(const char* path) {
     struct stat st;
     return stat(path, &st) == 0;

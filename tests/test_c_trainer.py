@@ -364,3 +364,22 @@ def test_bad_input_gives_one_error_line(binaries, d2_ref: Path, tmp_path: Path, 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     assert expected in errors[0], errors[0]
+
+
+def test_a_trainer_started_alone_leaves_out_open_mpis_fabric_transport(tmp_path: Path) -> None:
+    """llmc/utils.h's mpi_singleton_without_fabric: a trainer started without mpirun has Open MPI leave out its libfabric
+    transport (btl ofi), whose probe sleeps a second in every MPI_Init; transports the user names (OMPI_MCA_btl) are
+    kept. Open MPI's verbose selection lines say which transports were initialised."""
+    make("train_gpt2")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env["OMPI_MCA_btl_base_verbose"] = "100"
+
+    def initialised(extra: dict[str, str]) -> set[str]:
+        proc = subprocess.run([str(REPO / "train_gpt2"), "--help"], env={**env, **extra}, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return set(re.findall(r"initializing btl component (\w+)", proc.stdout + proc.stderr))
+
+    alone = initialised({})
+    assert "self" in alone and "ofi" not in alone, alone
+    assert initialised({"OMPI_MCA_btl": "self,tcp"}) == {"self", "tcp"}

@@ -430,6 +430,7 @@ static inline void multi_gpu_init(MultiGpu* mg, int* argc, char*** argv, int num
     (void)argv;
 #ifdef USE_MPI
     if (strcmp(init_method, "mpi") == 0) {
+        mpi_singleton_without_fabric(); // (llmc/utils.h)
         MPI_Init(argc, argv);
         mg->used_mpi = 1;
         MPI_Comm_rank(MPI_COMM_WORLD, &mg->process_rank);
