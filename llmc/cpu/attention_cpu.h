@@ -561,8 +561,8 @@ static void att_block_softmax(AttWork* w, int diag, float scale) {
             row[q] = e;
             w->l[q] += e;
         }
-        mm_round_bf16_row(w->p16 + (size_t)k * ATT_TILE, row, ATT_TILE);
     }
+    mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE); // (the block at once, as in the backward)
 }
 
 // One query tile of one head, forward: w->oT (HSP, ATT_TILE) = O^T, the normalised output of its queries,
@@ -742,9 +742,11 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                         srow[q] = p;
                         dprow[q] = p * (dprow[q] - w->D[q]) * scale;
                     }
-                    mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
-                    mm_round_bf16_row(w->ds16 + (size_t)kk * ATT_TILE, dprow, ATT_TILE);
                 }
+                // (rounded after the block, as one run of ATT_TILE^2: a call per row of 64 left the loops too short to
+                // overlap; 16% of this part's time)
+                mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE);
+                mm_round_bf16_row(w->ds16, w->dpT, (size_t)ATT_TILE * ATT_TILE);
                 // dV_j += P^T dO, dK_j += dS^T Q (keys, HSP); dQ^T (HSP, queries) += K_j^T dS^T
                 att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
                 att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
