@@ -27,10 +27,8 @@ static inline float vec_expf(float x) {
     x = x < -87.0f ? -87.0f : x; // (NaN passes both tests and stays NaN through p)
     x = x > 88.0f ? 88.0f : x;
     // x = n ln2 + r, |r| <= ln2 / 2; ln2 split in two so n * ln2_hi is exact
-    // n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |x / ln2| < 2^22; vectorises, unlike floorf): the sum
-    // `shifted` is 1.5 * 2^23 + n exactly, its low mantissa bits n itself
-    float shifted = x * 1.44269504088896341f + 12582912.0f;
-    float n = shifted - 12582912.0f;
+    // n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |x / ln2| < 2^22; vectorises, unlike floorf)
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723e-6f;
     // e^r: Taylor polynomial of degree 7 (error < 1e-8 on |r| <= 0.347)
@@ -42,12 +40,9 @@ static inline float vec_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    // times 2^n (n in [-126, 127] after the clamp), its exponent bits n + 127 taken from shifted's bits, which are
-    // 0x4B400000 + n: shifted 23 up, 0x4B400000 leaves nothing in 32 bits. Integer operations alone: no conversion to
-    // int, none of whose NaN case C leaves undefined (a NaN x gives a NaN p, and a NaN result whatever scale is).
-    uint32_t shifted_bits;
-    memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
-    uint32_t bits = (shifted_bits + 127u) << 23;
+    // times 2^n, built from the exponent bits (n in [-126, 127] after the clamp)
+    // (a NaN x gives a NaN p: use n = 0 then, as converting NaN to int is undefined behaviour)
+    int32_t bits = (int32_t)((uint32_t)((int32_t)(n == n ? n : 0.0f) + 127) << 23);
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
