@@ -255,11 +255,9 @@ typedef enum {
     ROW_IN_PLACE,   // logits not kept: dlogits over the logits, the exponentials there too (softcap: a row of their own)
     ROW_KEPT,       // logits kept: dlogits in a row of their own, the exponentials there (bf16 dlogits: in their own)
     ROW_FORWARD,    // no backward: the losses alone, the exponentials over the logits (kept: in their own)
-    ROW_READ_ONLY,  // logits in scratch, only read (fused only): the capped logits and the exponentials in rows of
-                    // their own, dlogits in bf16 (or none: no backward)
     ROW_LAYOUTS
 } RowLayout;
-static const char* const row_layout_names[ROW_LAYOUTS] = {"in place", "kept logits", "forward only", "read only"};
+static const char* const row_layout_names[ROW_LAYOUTS] = {"in place", "kept logits", "forward only"};
 
 typedef struct {
     float loss;
@@ -274,18 +272,13 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, co
     RowRun r = {0.0f, (float*)mallocCheck((size_t)nvp * sizeof(float)), NULL, NULL};
     float* own = (float*)mallocCheck((size_t)nvp * sizeof(float));  // a row of their own: exponentials or dlogits
     float* e_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
-    float* z_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
-    for (int i = 0; i < nvp; i++) { own[i] = e_own[i] = z_own[i] = NAN; } // stale work space
+    for (int i = 0; i < nvp; i++) { own[i] = e_own[i] = NAN; } // stale work space
     memcpy(r.x, z, (size_t)nvp * sizeof(float));
     float* dx = NULL;
     uint16_t* dx16 = NULL;
     float* e = r.x;
-    float* capped_to = r.x;
     int capped = cap > 0.0f;
-    if (layout == ROW_READ_ONLY) {
-        e = e_own;
-        capped_to = z_own;
-    } else if (layout == ROW_IN_PLACE) {
+    if (layout == ROW_IN_PLACE) {
         dx = to_bf16 ? NULL : r.x;
         e = capped ? e_own : r.x;
     } else if (layout == ROW_KEPT) {
@@ -299,8 +292,7 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, co
         for (int i = 0; i < nvp; i++) { dx16[i] = 0x7fc1; } // stale: a NaN pattern
     }
     r.loss = kernel == CLASSIFIER_PASSES ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
-                                         : classifier_row_fused(r.x, capped_to, dx, dx16, e, nv, nvp, cap, target, dloss,
-                                                                NULL);
+                                         : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL);
     if (dx != NULL) {
         r.dx = (float*)mallocCheck((size_t)nvp * sizeof(float));
         memcpy(r.dx, dx, (size_t)nvp * sizeof(float));
@@ -308,7 +300,6 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, co
     r.dx16 = dx16;
     free(own);
     free(e_own);
-    free(z_own);
     return r;
 }
 
@@ -325,21 +316,6 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
         snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s", nv, cap, scale, target,
                  row_layout_names[layout]);
-        if (layout == ROW_READ_ONLY) { // the fused kernel alone: against the passes in place, the logits untouched
-            RowRun passes = row_run(CLASSIFIER_PASSES, ROW_IN_PLACE, 0, z, nv, nvp, cap, target, dloss);
-            for (int to_bf16 = 0; to_bf16 <= 1; to_bf16++) {
-                RowRun fused = row_run(CLASSIFIER_FUSED, ROW_READ_ONLY, to_bf16, z, nv, nvp, cap, target, dloss);
-                int same = float_bits(fused.loss) == float_bits(passes.loss);
-                for (int i = 0; i < nvp && same && to_bf16; i++) {
-                    same = fused.dx16[i] == matmul_bf16_round_value(passes.dx[i]);
-                }
-                CHECK(same, "%s, bf16 dlogits %d: the passes' loss (and dlogits rounded to bf16)", what, to_bf16);
-                CHECK(same_bits(fused.x, z, (size_t)nvp), "%s, bf16 dlogits %d: the logits are only read", what, to_bf16);
-                row_free(&fused);
-            }
-            row_free(&passes);
-            continue;
-        }
         RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
         RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
         CHECK(float_bits(fused.loss) == float_bits(passes.loss), "%s: the fused row's loss is the passes' bits (%.9g, %.9g)",
@@ -465,7 +441,6 @@ static void time_rows(int use_cpu) {
     for (size_t i = 0; i < n; i++) { pristine[i] *= 4.0f; }
     float* x = (float*)mallocCheck(n * sizeof(float));
     float* e_rows = (float*)mallocCheck((size_t)threads * TVp * sizeof(float));
-    float* z_rows = (float*)mallocCheck((size_t)threads * TVp * sizeof(float));
     uint16_t* x16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));  // bf16 dlogits, or the GEMMs' rounding of them
     float* losses = (float*)mallocCheck((size_t)rows * sizeof(float));
     int* tg = (int*)mallocCheck((size_t)rows * sizeof(int));
@@ -484,10 +459,9 @@ static void time_rows(int use_cpu) {
                     classifier_kernel_use(k == 0 ? CLASSIFIER_PASSES : CLASSIFIER_FUSED);
                     double t0 = use_cpu ? cpu_seconds() : wall_seconds();
                     if (k == 1 && bf16) {
-                        classifier_chunk_rows(losses, x, NULL, x16, e_rows, capped ? z_rows : NULL, tg, 1e-4f, cap, rows, TV,
-                                              TVp, 0);
+                        classifier_chunk_rows(losses, x, NULL, x16, capped ? e_rows : NULL, tg, 1e-4f, cap, rows, TV, TVp, 0);
                     } else {
-                        classifier_chunk_rows(losses, x, x, NULL, capped ? e_rows : NULL, NULL, tg, 1e-4f, cap, rows, TV, TVp, 0);
+                        classifier_chunk_rows(losses, x, x, NULL, capped ? e_rows : NULL, tg, 1e-4f, cap, rows, TV, TVp, 0);
                         if (bf16) { // the two backward GEMMs each rounded dlogits to bf16 before
                             matmul_round_bf16(x16, x, (size_t)rows, (size_t)TVp, (size_t)TVp);
                             matmul_round_bf16(x16, x, (size_t)rows, (size_t)TVp, (size_t)TVp);
@@ -508,7 +482,7 @@ static void time_rows(int use_cpu) {
                    gb / med[1], med[0] / med[1]);
         }
     }
-    free(pristine); free(x); free(e_rows); free(z_rows); free(x16); free(losses); free(tg);
+    free(pristine); free(x); free(e_rows); free(x16); free(losses); free(tg);
 }
 
 int main(int argc, char** argv) {

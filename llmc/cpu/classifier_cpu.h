@@ -284,25 +284,25 @@ static inline float classifier_row_max_lanes(const float* x, int V) {
     return maxval;
 }
 
-// caps the row's first V logits x into z (x itself: in place), z = cap * tanh(x / cap) (softcap_forward's
-// operations), and returns the largest of them as classifier_row_max finds it (16 lanes, the tail, then the lanes):
-// one pass instead of two
-static inline float classifier_row_softcap_max(float* z, const float* x, int V, float cap) {
+// caps the row's first V logits in place, x <- cap * tanh(x / cap) (softcap_forward's operations), and returns the
+// largest of them as classifier_row_max finds it (16 lanes, the tail, then the lanes): one pass instead of two
+static inline float classifier_row_softcap_max(float* x, int V, float cap) {
     float inv = 1.0f / cap;
-    ClassifierLanes lane_max; // (one vector: as an array GCC kept its 16 lanes in scalar registers, a vmaxss each)
+    float lane_max[16];
     for (int j = 0; j < 16; j++) { lane_max[j] = -INFINITY; }
     int i = 0;
     for (; i + 16 <= V; i += 16) {
-        for (int j = 0; j < 16; j++) { z[i + j] = cap * vec_tanhf(x[i + j] * inv); }
-        ClassifierLanes c;
-        memcpy(&c, z + i, sizeof(c));
-        lane_max = classifier_lanes_max(c, lane_max);
+        for (int j = 0; j < 16; j++) {
+            float z = cap * vec_tanhf(x[i + j] * inv);
+            x[i + j] = z;
+            lane_max[j] = z > lane_max[j] ? z : lane_max[j];
+        }
     }
     float maxval = -INFINITY;
     for (; i < V; i++) {
-        float c = cap * vec_tanhf(x[i] * inv);
-        z[i] = c;
-        maxval = c > maxval ? c : maxval;
+        float z = cap * vec_tanhf(x[i] * inv);
+        x[i] = z;
+        maxval = z > maxval ? z : maxval;
     }
     for (int j = 0; j < 16; j++) { maxval = lane_max[j] > maxval ? lane_max[j] : maxval; }
     return maxval;
@@ -365,22 +365,20 @@ static inline __attribute__((always_inline)) void classifier_row_dlogits(float* 
 // One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
 // sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
 // dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
-// padded columns. z (V): where the capped logits go, x itself (in place: kept logits) or a row of their own, so that
-// x is only read (a scratch row in memory stays clean, and is not written back: 4 bytes a logit).
-static inline float classifier_row_fused(float* x, float* z, float* dx, uint16_t* dx16, float* e, int V, int Vp,
-                                         float cap, int target, float dloss, const float* next) {
+// padded columns.
+static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
+                                         int target, float dloss, const float* next) {
     int capped = cap > 0.0f;
     if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
         if (capped) {
             float inv = 1.0f / cap;
-            for (int i = 0; i < V; i++) { z[i] = cap * vec_tanhf(x[i] * inv); }
+            for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
         }
         if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
         if (dx16 != NULL) { memset(dx16, 0, (size_t)Vp * sizeof(uint16_t)); }
         return 0.0f;
     }
-    float maxval = capped ? classifier_row_softcap_max(z, x, V, cap) : classifier_row_max_lanes(x, V);
-    if (capped) { x = z; } // (from here on x is the capped row)
+    float maxval = capped ? classifier_row_softcap_max(x, V, cap) : classifier_row_max_lanes(x, V);
     float zt = x[target];  // read before e (which may be x) is written
     double sum = classifier_row_exp_sum_ahead(e, x, V, maxval, next != NULL ? next : x);
     float loss = (float)(log(sum) - (double)(zt - maxval));
@@ -439,10 +437,9 @@ static void classifier_logits(float* logits, const float* inp, int ld, const flo
 // One chunk's row pass (PHASE_CLASSIFIER): `rows` rows of logits x (rows,Vp), capped in place when softcap > 0; with
 // targets (rows) their losses into losses (rows, or NULL: not kept) and, with dx (rows,Vp) or dx16 (rows,Vp; the fused
 // kernel only), dlogits in fp32 or in bf16 alone. e_rows: a Vp row per thread for the exponentials, or NULL: they go
-// to dx's row, else to x's. z_rows: a Vp row per thread for the capped logits (the fused kernel; x only read), or
-// NULL: in place. kept: x is kept (its capped values written back count as traffic).
-static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, float* z_rows,
-                                  const int* targets, float dloss, float softcap, int rows, int V, int Vp, int kept) {
+// to dx's row, else to x's. kept: x is kept (its capped values written back count as traffic).
+static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, const int* targets,
+                                  float dloss, float softcap, int rows, int V, int Vp, int kept) {
     int fused = classifier_kernel() == CLASSIFIER_FUSED; // (read here: never inside the parallel region)
     if (dx16 != NULL && !fused) { llmc_die("internal: bf16 dlogits from the classifier's passes kernel"); }
     double t = phase_begin();
@@ -453,9 +450,7 @@ static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* 
         uint16_t* dxr16 = dx16 != NULL ? dx16 + (size_t)r * Vp : NULL;
         float* e = e_rows != NULL ? e_rows + (size_t)classifier_thread_id() * Vp : (dxr != NULL ? dxr : xr);
         int target = targets != NULL ? targets[r] : -1;
-        float* z = z_rows != NULL ? z_rows + (size_t)classifier_thread_id() * Vp : xr;
-        float loss = fused ? classifier_row_fused(xr, z, dxr, dxr16, e, V, Vp, softcap, target, dloss,
-                                                  r + 1 < rows ? xr + Vp : NULL)
+        float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL)
                            : classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
         if (losses != NULL && targets != NULL) { losses[r] = loss; } // 0 for target -1
     }
@@ -483,20 +478,15 @@ static void classifier_forward_backward(float* losses, float* logits, float* din
     int backward = dinp != NULL && targets != NULL;
     // -p bf16 on oneDNN: dlogits (rows, Vp) in bf16 alone, after the rest of the work space (half a float each)
     int dlogits_bf16 = backward && classifier_dlogits_bf16();
-    // a chunk's logits when they are not kept, or its fp32 dlogits when they are. A row per thread for the
-    // exponentials where neither the logits nor fp32 dlogits can take them: kept logits without a backward or with
-    // bf16 dlogits, the softcap's backward (it reads the capped logits again), and logits in scratch that nothing
-    // writes (no backward, or bf16 dlogits): the row pass then only reads them, and they leave the cache without
-    // being written back (the fused kernel puts the capped logits in a row of their own too). The rows stay in L2.
-    int x_written = logits != NULL || (backward && !dlogits_bf16); // kept logits, or fp32 dlogits over them
+    // a chunk's logits when they are not kept, or its fp32 dlogits when they are; a row per thread for the
+    // exponentials where neither the logits nor fp32 dlogits can take them (kept logits without a backward or with
+    // bf16 dlogits, the softcap's backward: it reads the capped logits again)
     size_t chunk_floats = (logits == NULL || (backward && !dlogits_bf16)) ? (size_t)rows_max * Vp : 0;
-    int own_row = targets != NULL && (logits != NULL ? !backward || dlogits_bf16 : !x_written || softcap > 0.0f);
-    int own_z = targets != NULL && !x_written && softcap > 0.0f;
-    size_t row_floats = (size_t)Vp * (own_row + own_z);
+    int own_row = targets != NULL && (logits != NULL ? !backward || dlogits_bf16 : backward && softcap > 0.0f);
+    size_t row_floats = own_row ? (size_t)Vp : 0;
     size_t bf16_floats = dlogits_bf16 ? ((size_t)rows_max * Vp + 1) / 2 : 0;
     float* scratch = classifier_scratch(chunk_floats + (size_t)nthreads * row_floats + bf16_floats);
     float* rows_e = own_row ? scratch + chunk_floats : NULL;
-    float* rows_z = own_z ? scratch + chunk_floats + (size_t)nthreads * Vp * own_row : NULL;
     uint16_t* dx16 = dlogits_bf16 ? (uint16_t*)(scratch + chunk_floats + (size_t)nthreads * row_floats) : NULL;
     for (int r0 = 0; r0 < BT; r0 += chunk) {
         int rows = BT - r0 < chunk ? BT - r0 : chunk;
@@ -504,8 +494,8 @@ static void classifier_forward_backward(float* losses, float* logits, float* din
         float* dx = !backward || dx16 != NULL ? NULL : (logits != NULL ? scratch : x);
         const float* in = inp + (size_t)r0 * C;
         matmul_gemm(matmul_precision, 0, 1, rows, Vp, C, in, C, weight, C, 0.0f, x, Vp);
-        classifier_chunk_rows(losses != NULL ? losses + r0 : NULL, x, dx, dx16, rows_e, rows_z,
-                              targets != NULL ? targets + r0 : NULL, dloss, softcap, rows, V, Vp, logits != NULL);
+        classifier_chunk_rows(losses != NULL ? losses + r0 : NULL, x, dx, dx16, rows_e, targets != NULL ? targets + r0 : NULL,
+                              dloss, softcap, rows, V, Vp, logits != NULL);
         if (backward) {
             // dinp rows = dlogits . weight; dweight (+)= dlogits^T . inp rows
             float beta = overwrite && r0 == 0 ? 0.0f : 1.0f;
