@@ -12,9 +12,10 @@ Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a
 tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trainers' former path); the tiled kernel's
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
-(LLMC_ATTENTION_PREFETCH=0: the same bits); dqkv written (the trainers' call) against dqkv added to zero, and
+(LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
+(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
-(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, LLMC_ATTENTION_OVERWRITE's); the phase account; the
+(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _OVERWRITE's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
@@ -173,27 +174,55 @@ static void test_thread_count_does_not_change_bits(void) {
     }
 }
 
-// the blocked backward with its rows fetched ahead and without (LLMC_ATTENTION_PREFETCH=0) gives the same bits, kept
-// out and lse or not (a bad value: test_kernel_choice)
-static void test_prefetch_does_not_change_bits(void) {
-    const AttCase c = {2, 200, 4, 2, 64};
+// the blocked kernel with a switch on and off (LLMC_ATTENTION_PREFETCH, LLMC_ATTENTION_BLOCK_ROUND: 1, then 0) gives
+// the same bits: out, and dqkv added to zero with and without the forward's out and lse, and written with its bf16
+// copy (the trainers' -p bf16 call). A bad value: test_kernel_choice.
+static void check_switch_keeps_bits(const char* name, const AttCase* c) {
+    size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
     float* dout;
-    float* qkv = case_inputs(&c, &dout, 9);
-    for (int keep = 0; keep < 2; keep++) {
+    float* qkv = case_inputs(c, &dout, 9 + (unsigned)c->HS);
+    float* lse = (float*)mallocCheck(nl * sizeof(float));
+    for (int variant = 0; variant < 3; variant++) { // added to zero without out and lse, with them, written
         float* out[2];
         float* dqkv[2];
+        uint16_t* dqkv16[2];
         for (int n = 0; n < 2; n++) {
-            out[n] = (float*)mallocCheck(case_out(&c) * sizeof(float));
-            dqkv[n] = (float*)mallocCheck(case_qkv(&c) * sizeof(float));
-            setenv("LLMC_ATTENTION_PREFETCH", n == 0 ? "1" : "0", 1);
-            run_gqa("blocked", &c, qkv, dout, out[n], dqkv[n], keep);
+            out[n] = (float*)mallocCheck(no * sizeof(float));
+            dqkv[n] = (float*)mallocCheck(nq * sizeof(float));
+            dqkv16[n] = (uint16_t*)calloc(nq, sizeof(uint16_t));
+            setenv(name, n == 0 ? "1" : "0", 1);
+            if (variant < 2) {
+                run_gqa("blocked", c, qkv, dout, out[n], dqkv[n], variant);
+                continue;
+            }
+            use_kernel("blocked");
+            attention_gqa_forward(out[n], lse, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+            for (size_t i = 0; i < nq; i++) { dqkv[n][i] = NAN; }
+            matmul_bf16_mirror_add(dqkv[n], nq, dqkv16[n]);
+            attention_gqa_backward_into(dqkv[n], dout, qkv, out[n], lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+            matmul_bf16_mirror_remove(dqkv[n]);
         }
-        unsetenv("LLMC_ATTENTION_PREFETCH");
-        CHECK(memcmp(dqkv[0], dqkv[1], case_qkv(&c) * sizeof(float)) == 0,
-              "keep %d: dqkv differs with LLMC_ATTENTION_PREFETCH=0", keep);
-        for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
+        unsetenv(name);
+        CHECK(memcmp(out[0], out[1], no * sizeof(float)) == 0 && memcmp(dqkv[0], dqkv[1], nq * sizeof(float)) == 0 &&
+              memcmp(dqkv16[0], dqkv16[1], nq * sizeof(uint16_t)) == 0,
+              "T=%d NH=%d NKV=%d HS=%d, %s: out, dqkv or its bf16 copy differ with %s=0", c->T, c->NH, c->NKV, c->HS,
+              variant == 0 ? "added, recomputed" : variant == 1 ? "added, kept" : "written", name);
+        for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); free(dqkv16[n]); }
     }
-    free(qkv); free(dout);
+    free(qkv); free(dout); free(lse);
+}
+
+static void test_prefetch_does_not_change_bits(void) {
+    const AttCase c = {2, 200, 4, 2, 64};
+    check_switch_keeps_bits("LLMC_ATTENTION_PREFETCH", &c);
+}
+
+// P^T, dS^T and dQ^T rounded a block or tile at a time against a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0): head
+// sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a single position
+static void test_block_rounding_does_not_change_bits(void) {
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
+                             {1, 1, 2, 2, 64}};
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i]); }
 }
 
 // A backward that writes dqkv (accumulate 0, the trainers' call) against one that adds to a zeroed dqkv: the same bits,
@@ -280,6 +309,12 @@ static void prefetch_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void block_round_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_BLOCK_ROUND", "on", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
 static void overwrite_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_ATTENTION_OVERWRITE", "yes", 1);
@@ -303,6 +338,8 @@ static void test_kernel_choice(void) {
     // (the children fork before any GEMM: a child forked after one exits with the OpenMP workers' per-thread
     // buffers unreachable, which LeakSanitizer reports)
     expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
+    expect_die("LLMC_ATTENTION_BLOCK_ROUND=on", block_round_bad_value, NULL, "LLMC_ATTENTION_BLOCK_ROUND=on",
+               "use 0 or 1");
     expect_die("LLMC_ATTENTION_OVERWRITE=yes", overwrite_bad_value, NULL, "LLMC_ATTENTION_OVERWRITE=yes", "use 0 or 1");
 }
 
@@ -532,6 +569,7 @@ int main(int argc, char** argv) {
     test_blocked_matches_tiled();
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
+    test_block_rounding_does_not_change_bits();
     test_writing_dqkv_matches_adding_to_zero();
     test_phase_account();
     test_bf16_copies_of_out_and_dqkv_are_written();

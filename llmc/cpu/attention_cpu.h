@@ -54,6 +54,9 @@ gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in b
 blocked kernel in the same stores as the fp32 values. A backward that writes dqkv (accumulate 0) on the blocked
 kernel stores each element once, with its copy, where it would add to a zeroed dqkv (0 + x: the same bits);
 LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds each copy in a pass of its own instead, as before 2026-11-29.
+The blocked kernel rounds P^T and dS^T a 64 x 64 block at a time, and dQ^T for dqkv's bf16 copy a tile at a time;
+LLMC_ATTENTION_BLOCK_ROUND=0 rounds a row at a time and reads dQ's rows back for the copy, as before 2026-11-30 (the
+same bits; kept until timed beyond the Zen 5).
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -269,7 +272,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch, round_block;
     float scale;
 } AttShape;
 
@@ -282,6 +285,7 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     s.native = matmul_bf16_native(); // asked here, before the threads start
     s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
+    s.round_block = env_switch_on("LLMC_ATTENTION_BLOCK_ROUND");
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
 }
@@ -536,7 +540,7 @@ static inline AttWork att_work(char* scratch, size_t per, const AttShape* sh, in
 // = e^(scale S^T - m_new) rounded. diag: the tile's own block, where query q sees keys k <= q only. (Padded rows
 // need no mask: zero q and k give finite scores, and what they add is multiplied by zero rows of V or dO, or not
 // written.)
-static void att_block_softmax(AttWork* w, int diag, float scale) {
+static void att_block_softmax(AttWork* w, int diag, float scale, int round_block) {
     float mx[ATT_TILE];
     for (int q = 0; q < ATT_TILE; q++) { mx[q] = -INFINITY; }
     for (int k = 0; k < ATT_TILE; k++) {
@@ -561,8 +565,9 @@ static void att_block_softmax(AttWork* w, int diag, float scale) {
             row[q] = e;
             w->l[q] += e;
         }
+        if (!round_block) { mm_round_bf16_row(w->p16 + (size_t)k * ATT_TILE, row, ATT_TILE); }
     }
-    mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE); // (the block at once, as in the backward)
+    if (round_block) { mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE); } // (as in the backward)
 }
 
 // One query tile of one head, forward: w->oT (HSP, ATT_TILE) = O^T, the normalised output of its queries,
@@ -579,7 +584,7 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
     for (int j = 0; j <= tile; j++) {
         // S^T (keys, queries) = K_j Q^T
         att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
-        att_block_softmax(w, j == tile, sh->scale);
+        att_block_softmax(w, j == tile, sh->scale, sh->round_block);
         if (j > 0) {
             for (int d = 0; d < HSP; d++) {
                 float* row = w->oT + (size_t)d * ATT_TILE;
@@ -742,11 +747,17 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                         srow[q] = p;
                         dprow[q] = p * (dprow[q] - w->D[q]) * scale;
                     }
+                    if (!sh->round_block) {
+                        mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
+                        mm_round_bf16_row(w->ds16 + (size_t)kk * ATT_TILE, dprow, ATT_TILE);
+                    }
                 }
                 // (rounded after the block, as one run of ATT_TILE^2: a call per row of 64 left the loops too short to
-                // overlap; 16% of this part's time)
-                mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE);
-                mm_round_bf16_row(w->ds16, w->dpT, (size_t)ATT_TILE * ATT_TILE);
+                // overlap; 16% of this part's time. LLMC_ATTENTION_BLOCK_ROUND=0: a row at a time, as before)
+                if (sh->round_block) {
+                    mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE);
+                    mm_round_bf16_row(w->ds16, w->dpT, (size_t)ATT_TILE * ATT_TILE);
+                }
                 // dV_j += P^T dO, dK_j += dS^T Q (keys, HSP); dQ^T (HSP, queries) += K_j^T dS^T
                 att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
                 att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
@@ -758,7 +769,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             // values on their own way out (strided loads), or reading the row back from its element-by-element
             // stores, cost 3-5% of the backward's time on a Zen 5
             int copy16 = !accumulate && dqkv16 != NULL;
-            if (copy16) {
+            if (copy16 && sh->round_block) {
                 for (size_t i = 0; i < tile_n; i++) { w->dq16T[i] = matmul_bf16_round_value(0.0f + w->dqT[i]); }
             }
             for (int q = 0; q < rows; q++) {
@@ -769,8 +780,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 } else {
                     for (int d = 0; d < HS; d++) { dst[d] = 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
                 }
-                if (copy16) {
+                if (copy16 && sh->round_block) {
                     for (int d = 0; d < HS; d++) { dqkv16[at + d] = w->dq16T[(size_t)d * ATT_TILE + q]; }
+                } else if (copy16) { // (LLMC_ATTENTION_BLOCK_ROUND=0: the row read back, as before)
+                    bf16_copy_row(dqkv16 + at, dst, (size_t)HS);
                 }
             }
         }
