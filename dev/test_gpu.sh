@@ -105,16 +105,9 @@ check() {
         echo "test-gpu: $name ... planned" >>"$results"
         return 0
     fi
+    if out_of_time "$name"; then return 1; fi
     local limit=()
-    if ((BUDGET > 0)); then
-        local left
-        left=$(seconds_left)
-        if ((left <= 0)); then
-            report "$name" SKIP "out of time: TEST_GPU_BUDGET=$BUDGET s"
-            return 1
-        fi
-        limit=(timeout -k 5 "$left")
-    fi
+    if ((BUDGET > 0)); then limit=(timeout -k 5 "$(seconds_left)"); fi
     local t0=$SECONDS code=0
     "${limit[@]}" bash -c "$commands" >"$log" 2>&1 || code=$?
     if ((code == 0)); then

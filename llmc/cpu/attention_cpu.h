@@ -768,8 +768,8 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             // it lies, in one vector loop, then taken a column at a time like the fp32 rows: rounding each row's
             // values on their own way out (strided loads), or reading the row back from its element-by-element
             // stores, cost 3-5% of the backward's time on a Zen 5
-            int copy16 = !accumulate && dqkv16 != NULL;
-            if (copy16 && sh->round_block) {
+            int copy16 = !accumulate && dqkv16 != NULL, copy_tile = copy16 && sh->round_block;
+            if (copy_tile) {
                 for (size_t i = 0; i < tile_n; i++) { w->dq16T[i] = matmul_bf16_round_value(0.0f + w->dqT[i]); }
             }
             for (int q = 0; q < rows; q++) {
@@ -780,7 +780,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 } else {
                     for (int d = 0; d < HS; d++) { dst[d] = 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
                 }
-                if (copy16 && sh->round_block) {
+                if (copy_tile) {
                     for (int d = 0; d < HS; d++) { dqkv16[at + d] = w->dq16T[(size_t)d * ATT_TILE + q]; }
                 } else if (copy16) { // (LLMC_ATTENTION_BLOCK_ROUND=0: the row read back, as before)
                     bf16_copy_row(dqkv16 + at, dst, (size_t)HS);
