@@ -13,9 +13,11 @@ tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trai
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
-(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); dqkv written (the trainers' call) against dqkv added to zero, and
+(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the softmax and the
+backward's element-wise part in AVX-512 against the compiled loops (LLMC_VEC16=0: the same bits, those cases and
+scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
-(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _OVERWRITE's); the phase account; the
+(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _OVERWRITE's, and LLMC_VEC16's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
@@ -36,13 +38,15 @@ typedef struct {
     int B, T, NH, NKV, HS;
 } AttCase;
 
+static float input_amp = 5.0f; // q, k, v uniform in [-input_amp, input_amp]: scores of a few units
+
 static size_t case_qkv(const AttCase* c) { return (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HS; }
 static size_t case_out(const AttCase* c) { return (size_t)c->B * c->T * c->NH * c->HS; }
 
 // q, k, v of scale 5 (scores of a few units: neither a flat nor a one-hot softmax), dout in [-0.5, 0.5)
 static float* case_inputs(const AttCase* c, float** dout, unsigned seed) {
     float* qkv = random_array(case_qkv(c), seed);
-    for (size_t i = 0; i < case_qkv(c); i++) { qkv[i] *= 5.0f; }
+    for (size_t i = 0; i < case_qkv(c); i++) { qkv[i] *= input_amp; }
     *dout = random_array(case_out(c), seed + 1);
     return qkv;
 }
@@ -225,6 +229,73 @@ static void test_block_rounding_does_not_change_bits(void) {
     for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i]); }
 }
 
+// the softmax and the backward's element-wise part in AVX-512 (LLMC_VEC16, on a CPU with AVX-512) against the
+// compiled loops: the same cases as above, and scores large enough that exponentials clamp
+static void test_softmax16_does_not_change_bits(void) {
+    if (!vec16_enabled()) {
+        printf("LLMC_VEC16: not run (no AVX-512 F and BW on this CPU, or no FMA in this build: the compiled loops run)\n");
+        return;
+    }
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
+                             {1, 1, 2, 2, 64}};
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_VEC16", &cases[i]); }
+    const AttCase large = {1, 130, 2, 1, 64};
+    input_amp = 40.0f; // (scores in the hundreds: most e^(s - m) clamp at e^-87)
+    check_switch_keeps_bits("LLMC_VEC16", &large);
+    input_amp = 5.0f;
+}
+
+#if MATMUL_X86
+// One block's softmax (forward: P^T, the running max and sum, the rescale) and element-wise gradient (P^T, dS^T) in
+// AVX-512 against the compiled loops on the same random blocks, bit for bit, 64 blocks each, diagonal and not, at a
+// scale that is not a power of two (HS = 20): a product left unfused, or a mask off by a lane, shows here where the
+// whole kernel's bf16 outputs might round it away
+static void test_softmax16_blocks_match(void) {
+    if (!vec16_enabled()) { return; }
+    AttShape sh = att_shape(ATT_TILE, 1, 1, 20);
+    AttWork sizes_only;
+    memset(&sizes_only, 0, sizeof(sizes_only));
+    size_t per = att_work_layout(&sizes_only, NULL, &sh, 1), sq = (size_t)ATT_TILE * ATT_TILE;
+    char* buf[2] = {(char*)aligned_alloc(64, per), (char*)aligned_alloc(64, per)};
+    AttWork w[2];
+    for (int n = 0; n < 2; n++) {
+        memset(buf[n], 0, per);
+        att_work_layout(&w[n], buf[n], &sh, 1);
+    }
+    int forward_same = 1, backward_same = 1;
+    for (int n = 0; n < 2; n++) {
+        for (int q = 0; q < ATT_TILE; q++) { w[n].m[q] = -INFINITY; w[n].l[q] = 0.0f; }
+    }
+    for (int trial = 0; trial < 64; trial++) {
+        int diag = trial % 4 == 3;
+        float* s = random_array(sq, 1000 + (unsigned)trial);
+        float* dp = random_array(sq, 2000 + (unsigned)trial);
+        float* side = random_array(2 * ATT_TILE, 3000 + (unsigned)trial);
+        for (int n = 0; n < 2; n++) {
+            for (size_t i = 0; i < sq; i++) { w[n].sT[i] = 30.0f * s[i]; }
+        }
+        att_block_softmax(&w[0], diag, sh.scale, 1);
+        att_block_softmax16(&w[1], diag, sh.scale);
+        forward_same &= memcmp(w[0].p16, w[1].p16, sq * sizeof(uint16_t)) == 0 &&
+                        memcmp(w[0].m, w[1].m, ATT_TILE * sizeof(float)) == 0 &&
+                        memcmp(w[0].l, w[1].l, ATT_TILE * sizeof(float)) == 0 &&
+                        memcmp(w[0].alpha, w[1].alpha, ATT_TILE * sizeof(float)) == 0;
+        for (int n = 0; n < 2; n++) {
+            for (size_t i = 0; i < sq; i++) { w[n].sT[i] = 30.0f * s[i]; w[n].dpT[i] = dp[i]; }
+            for (int q = 0; q < ATT_TILE; q++) { w[n].lse[q] = 10.0f * side[q]; w[n].D[q] = side[ATT_TILE + q]; }
+        }
+        att_block_grad(&w[0], diag, sh.scale, 1);
+        att_block_grad16(&w[1], diag, sh.scale);
+        backward_same &= memcmp(w[0].p16, w[1].p16, sq * sizeof(uint16_t)) == 0 &&
+                         memcmp(w[0].ds16, w[1].ds16, sq * sizeof(uint16_t)) == 0;
+        free(s); free(dp); free(side);
+    }
+    CHECK(forward_same, "the forward softmax in AVX-512: P^T, max, sum and rescale the compiled loop's bits (64 blocks)");
+    CHECK(backward_same, "the backward's P^T and dS^T in AVX-512: the compiled loop's bits (64 blocks)");
+    free(buf[0]); free(buf[1]);
+}
+#endif
+
 // A backward that writes dqkv (accumulate 0, the trainers' call) against one that adds to a zeroed dqkv: the same bits,
 // and dqkv's bf16 copy written, for both kernels, the fp32 call and the bf16-stored one, with and without the
 // forward's out and lse, and under LLMC_ATTENTION_OVERWRITE=0 (zeroing, adding, then the copy in a pass of its own).
@@ -315,6 +386,12 @@ static void block_round_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void vec16_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_VEC16", "avx512", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
 static void overwrite_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_ATTENTION_OVERWRITE", "yes", 1);
@@ -340,6 +417,7 @@ static void test_kernel_choice(void) {
     expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
     expect_die("LLMC_ATTENTION_BLOCK_ROUND=on", block_round_bad_value, NULL, "LLMC_ATTENTION_BLOCK_ROUND=on",
                "use 0 or 1");
+    expect_die("LLMC_VEC16=avx512", vec16_bad_value, NULL, "LLMC_VEC16=avx512", "use 0 or 1");
     expect_die("LLMC_ATTENTION_OVERWRITE=yes", overwrite_bad_value, NULL, "LLMC_ATTENTION_OVERWRITE=yes", "use 0 or 1");
 }
 
@@ -570,6 +648,10 @@ int main(int argc, char** argv) {
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
     test_block_rounding_does_not_change_bits();
+    test_softmax16_does_not_change_bits();
+#if MATMUL_X86
+    test_softmax16_blocks_match();
+#endif
     test_writing_dqkv_matches_adding_to_zero();
     test_phase_account();
     test_bf16_copies_of_out_and_dqkv_are_written();

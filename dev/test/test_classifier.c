@@ -21,7 +21,9 @@ The fused row kernel against the passes, bit for bit:
     and 1024 (= Vp), softcap on and off, targets 0, V - 1, one inside and -1, logits of a few units and of tens (the
     exponential's clamp, the tanh's saturation), each buffer layout the chunks use (dlogits over the logits in place,
     the exponentials in a row of their own, kept logits): the loss, the (capped) logits, dlogits over Vp; and its
-    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad
+    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad; on a
+    CPU with AVX-512 the fused row with its hand-written loops (llmc/cpu/vecmath.h's vec16_enabled) and with the
+    compiled ones (the chunks below run the default: the hand-written loops there)
   - the chunks on -p bf16 (matmul_precision MATMUL_BF16): losses, kept logits, dinp and dweight the passes' bits with
     and without masked rows; where oneDNN has a bf16 kernel the fused kernel's dlogits are bf16 alone (the line
     "bf16 dlogits: ..." says which ran)
@@ -267,8 +269,8 @@ typedef struct {
 } RowRun;
 
 // runs one row with the kernel given from the logits z (nvp), dlogits in fp32, or in bf16 (to_bf16: fused only)
-static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, const float* z, int nv, int nvp, float cap,
-                      int target, float dloss) {
+static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int vec16, const float* z, int nv, int nvp,
+                      float cap, int target, float dloss) {
     RowRun r = {0.0f, (float*)mallocCheck((size_t)nvp * sizeof(float)), NULL, NULL};
     float* own = (float*)mallocCheck((size_t)nvp * sizeof(float));  // a row of their own: exponentials or dlogits
     float* e_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
@@ -292,7 +294,7 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, co
         for (int i = 0; i < nvp; i++) { dx16[i] = 0x7fc1; } // stale: a NaN pattern
     }
     r.loss = kernel == CLASSIFIER_PASSES ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
-                                         : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL);
+                                         : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, vec16);
     if (dx != NULL) {
         r.dx = (float*)mallocCheck((size_t)nvp * sizeof(float));
         memcpy(r.dx, dx, (size_t)nvp * sizeof(float));
@@ -312,33 +314,36 @@ static void row_free(RowRun* r) {
 static void test_row_fused(int nv, int nvp, float cap, float scale, int target, float dloss) {
     float* z = random_array((size_t)nvp, 11u + (unsigned)nv + (unsigned)(target + 1) * 7u);
     for (int i = 0; i < nvp; i++) { z[i] = i < nv ? scale * z[i] : 0.0f; }
-    char what[160];
+    char what[200];
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
-        snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s", nv, cap, scale, target,
-                 row_layout_names[layout]);
-        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
-        RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, z, nv, nvp, cap, target, dloss);
-        CHECK(float_bits(fused.loss) == float_bits(passes.loss), "%s: the fused row's loss is the passes' bits (%.9g, %.9g)",
-              what, fused.loss, passes.loss);
-        // in place the logits' row ends as dlogits; kept, it holds the capped logits
-        CHECK(same_bits(fused.x, passes.x, (size_t)nv), "%s: the row's logits (or dlogits over them) are the passes' bits",
-              what);
-        if (passes.dx != NULL) {
-            CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp), "%s: dlogits are the passes' bits over Vp",
+        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, z, nv, nvp, cap, target, dloss);
+        for (int vec16 = 0; vec16 <= vec16_enabled(); vec16++) { // (the AVX-512 loops too, where the CPU has them)
+            snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s%s", nv, cap, scale, target,
+                     row_layout_names[layout], vec16 ? ", AVX-512 loops" : "");
+            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, vec16, z, nv, nvp, cap, target, dloss);
+            CHECK(float_bits(fused.loss) == float_bits(passes.loss),
+                  "%s: the fused row's loss is the passes' bits (%.9g, %.9g)", what, fused.loss, passes.loss);
+            // in place the logits' row ends as dlogits; kept, it holds the capped logits
+            CHECK(same_bits(fused.x, passes.x, (size_t)nv), "%s: the row's logits (or dlogits over them) are the passes' bits",
                   what);
-        }
-        if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
-            RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, z, nv, nvp, cap, target, dloss);
-            int same = float_bits(bf16.loss) == float_bits(passes.loss);
-            for (int i = 0; i < nvp && same; i++) { same = bf16.dx16[i] == matmul_bf16_round_value(passes.dx[i]); }
-            CHECK(same, "%s: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss", what);
-            if (layout == ROW_KEPT) {
-                CHECK(same_bits(bf16.x, passes.x, (size_t)nvp), "%s: with bf16 dlogits the kept logits are the passes'", what);
+            if (passes.dx != NULL) {
+                CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp),
+                      "%s: dlogits are the passes' bits over Vp", what);
             }
-            row_free(&bf16);
+            if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
+                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, vec16, z, nv, nvp, cap, target, dloss);
+                int same = float_bits(bf16.loss) == float_bits(passes.loss);
+                for (int i = 0; i < nvp && same; i++) { same = bf16.dx16[i] == matmul_bf16_round_value(passes.dx[i]); }
+                CHECK(same, "%s: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss", what);
+                if (layout == ROW_KEPT) {
+                    CHECK(same_bits(bf16.x, passes.x, (size_t)nvp), "%s: with bf16 dlogits the kept logits are the passes'",
+                          what);
+                }
+                row_free(&bf16);
+            }
+            row_free(&fused);
         }
         row_free(&passes);
-        row_free(&fused);
     }
     free(z);
 }

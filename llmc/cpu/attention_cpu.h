@@ -56,7 +56,10 @@ kernel stores each element once, with its copy, where it would add to a zeroed d
 LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds each copy in a pass of its own instead, as before 2026-11-29.
 The blocked kernel rounds P^T and dS^T a 64 x 64 block at a time, and dQ^T for dqkv's bf16 copy a tile at a time;
 LLMC_ATTENTION_BLOCK_ROUND=0 rounds a row at a time and reads dQ's rows back for the copy, as before 2026-11-30 (the
-same bits; kept until timed beyond the Zen 5).
+same bits; kept until timed beyond the Zen 5). On a CPU with AVX-512 the online softmax and the backward's
+element-wise part (P^T, dS^T and their roundings) run as hand-written AVX-512 loops on llmc/cpu/vecmath.h's
+vec16_expf (the same bits as the compiled loops, which LLMC_VEC16=0 keeps): GPT-2 d12's attention phase 5% faster on a
+Zen 5, B=4 T=1024.
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -272,7 +275,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch, round_block;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch, round_block, softmax16;
     float scale;
 } AttShape;
 
@@ -286,6 +289,7 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.native = matmul_bf16_native(); // asked here, before the threads start
     s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
     s.round_block = env_switch_on("LLMC_ATTENTION_BLOCK_ROUND");
+    s.softmax16 = vec16_enabled();
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
 }
@@ -570,6 +574,60 @@ static void att_block_softmax(AttWork* w, int diag, float scale, int round_block
     if (round_block) { mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE); } // (as in the backward)
 }
 
+#if MATMUL_X86
+// the lanes of queries 16 v .. 16 v + 15 that do not see key k (q < k), on the diagonal block
+__attribute__((target("avx512f"), always_inline))
+static inline __mmask16 att_hidden16(int k, int v) {
+    __m512i q = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32(16 * v));
+    return _mm512_cmplt_epi32_mask(q, _mm512_set1_epi32(k));
+}
+
+// att_block_softmax in AVX-512 (AttShape's softmax16: llmc/cpu/vecmath.h's vec16_enabled): the same operations on the same numbers, 16 queries a
+// vector, so the same bits (vec16_expf is vec_expf's, mm16_round_bf16 the rounding's); P^T is rounded as each row
+// is made and never stored in fp32. The compiled loops spent half their time in the exponential's conversions
+// and masks, and P^T took a pass of its own. (fp-contract off: every fused multiply-add here is written out, as
+// GCC would otherwise fuse the intrinsics' products into the adds that follow them, as it fuses C's)
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static void att_block_softmax16(AttWork* w, int diag, float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    float* restrict sT = w->sT;
+    uint16_t* restrict p16 = w->p16;
+    __m512 mx[ATT_TILE / 16], m[ATT_TILE / 16], l[ATT_TILE / 16];
+    for (int v = 0; v < ATT_TILE / 16; v++) { mx[v] = ninf; }
+    for (int k = 0; k < ATT_TILE; k++) {
+        float* row = sT + (size_t)k * ATT_TILE;
+        for (int v = 0; v < ATT_TILE / 16; v++) {
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vscale);
+            if (diag) { x = _mm512_mask_mov_ps(x, att_hidden16(k, v), ninf); }
+            _mm512_storeu_ps(row + 16 * v, x);
+            mx[v] = _mm512_max_ps(x, mx[v]); // (x > mx ? x : mx)
+        }
+    }
+    for (int v = 0; v < ATT_TILE / 16; v++) {
+        __m512 m_old = _mm512_loadu_ps(w->m + 16 * v), m_new = _mm512_max_ps(mx[v], m_old);
+        __m512 alpha = vec16_expf(_mm512_sub_ps(m_old, m_new));
+        _mm512_storeu_ps(w->alpha + 16 * v, alpha);
+        l[v] = _mm512_mul_ps(_mm512_loadu_ps(w->l + 16 * v), alpha);
+        m[v] = m_new;
+        _mm512_storeu_ps(w->m + 16 * v, m_new);
+    }
+    for (int k = 0; k < ATT_TILE; k++) {
+        const float* row = sT + (size_t)k * ATT_TILE;
+        __m512 e[ATT_TILE / 16];
+        for (int v = 0; v < ATT_TILE / 16; v++) { e[v] = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), m[v])); }
+        if (diag) {
+            for (int v = 0; v < ATT_TILE / 16; v++) { e[v] = _mm512_mask_mov_ps(e[v], att_hidden16(k, v), _mm512_setzero_ps()); }
+        }
+        for (int v = 0; v < ATT_TILE / 16; v++) { l[v] = _mm512_add_ps(l[v], e[v]); }
+        for (int v = 0; v < ATT_TILE / 16; v += 2) {
+            _mm512_storeu_si512((void*)(p16 + (size_t)k * ATT_TILE + 16 * v), mm32_round_bf16(e[v], e[v + 1]));
+        }
+    }
+    for (int v = 0; v < ATT_TILE / 16; v++) { _mm512_storeu_ps(w->l + 16 * v, l[v]); }
+}
+#endif
+
 // One query tile of one head, forward: w->oT (HSP, ATT_TILE) = O^T, the normalised output of its queries,
 // w->lse = each query's log-sum-exp of its scaled scores. q_dm: the tile's Q (dmajor); k_rows, v_cp: block 0 of the
 // head's rounded K rows and V (colpair), block j kv_stride pairs further.
@@ -584,7 +642,11 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
     for (int j = 0; j <= tile; j++) {
         // S^T (keys, queries) = K_j Q^T
         att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
-        att_block_softmax(w, j == tile, sh->scale, sh->round_block);
+#if MATMUL_X86
+        if (sh->softmax16) { att_block_softmax16(w, j == tile, sh->scale); }
+        else
+#endif
+        { att_block_softmax(w, j == tile, sh->scale, sh->round_block); }
         if (j > 0) {
             for (int d = 0; d < HSP; d++) {
                 float* row = w->oT + (size_t)d * ATT_TILE;
@@ -672,6 +734,67 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
     }
 }
 
+// One block of the backward's element-wise part: w->p16 = P^T = e^(scale S^T - lse) and w->ds16 = dS^T = P^T (dP^T -
+// D) scale, rounded (w->sT, w->dpT: S^T and dP^T, overwritten), 0 where a query does not see the key (diag: the tile's
+// own block)
+static void att_block_grad(AttWork* w, int diag, float scale, int round_block) {
+    for (int kk = 0; kk < ATT_TILE; kk++) {
+        float* srow = w->sT + (size_t)kk * ATT_TILE;
+        float* dprow = w->dpT + (size_t)kk * ATT_TILE;
+        for (int q = 0; q < ATT_TILE; q++) {
+            float p = vec_expf(srow[q] * scale - w->lse[q]);
+            p = diag && q < kk ? 0.0f : p;
+            srow[q] = p;
+            dprow[q] = p * (dprow[q] - w->D[q]) * scale;
+        }
+        if (!round_block) {
+            mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
+            mm_round_bf16_row(w->ds16 + (size_t)kk * ATT_TILE, dprow, ATT_TILE);
+        }
+    }
+    // (rounded after the block, as one run of ATT_TILE^2: a call per row of 64 left the loops too short to overlap;
+    // 16% of this part's time. LLMC_ATTENTION_BLOCK_ROUND=0: a row at a time, as before)
+    if (round_block) {
+        mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE);
+        mm_round_bf16_row(w->ds16, w->dpT, (size_t)ATT_TILE * ATT_TILE);
+    }
+}
+
+#if MATMUL_X86
+// att_block_grad in AVX-512 (AttShape's softmax16), the same bits: the compiled loop fuses scale S^T - lse into
+// one multiply-subtract, written out here; P^T and dS^T are rounded as they are made, never stored in fp32
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static void att_block_grad16(AttWork* w, int diag, float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const float* restrict sT = w->sT;
+    const float* restrict dpT = w->dpT;
+    uint16_t* restrict p16 = w->p16;
+    uint16_t* restrict ds16 = w->ds16;
+    __m512 lse[ATT_TILE / 16], D[ATT_TILE / 16];
+    for (int v = 0; v < ATT_TILE / 16; v++) {
+        lse[v] = _mm512_loadu_ps(w->lse + 16 * v);
+        D[v] = _mm512_loadu_ps(w->D + 16 * v);
+    }
+    for (int kk = 0; kk < ATT_TILE; kk++) {
+        const float* srow = sT + (size_t)kk * ATT_TILE;
+        const float* dprow = dpT + (size_t)kk * ATT_TILE;
+        __m512 p[ATT_TILE / 16], ds[ATT_TILE / 16];
+        for (int v = 0; v < ATT_TILE / 16; v++) { p[v] = _mm512_fmsub_ps(_mm512_loadu_ps(srow + 16 * v), vscale, lse[v]); }
+        for (int v = 0; v < ATT_TILE / 16; v++) { p[v] = vec16_expf(p[v]); }
+        if (diag) {
+            for (int v = 0; v < ATT_TILE / 16; v++) { p[v] = _mm512_mask_mov_ps(p[v], att_hidden16(kk, v), _mm512_setzero_ps()); }
+        }
+        for (int v = 0; v < ATT_TILE / 16; v++) {
+            ds[v] = _mm512_mul_ps(_mm512_mul_ps(p[v], _mm512_sub_ps(_mm512_loadu_ps(dprow + 16 * v), D[v])), vscale);
+        }
+        for (int v = 0; v < ATT_TILE / 16; v += 2) {
+            _mm512_storeu_si512((void*)(p16 + (size_t)kk * ATT_TILE + 16 * v), mm32_round_bf16(p[v], p[v + 1]));
+            _mm512_storeu_si512((void*)(ds16 + (size_t)kk * ATT_TILE + 16 * v), mm32_round_bf16(ds[v], ds[v + 1]));
+        }
+    }
+}
+#endif
+
 // The backward of k/v head g of batch row b and its query heads: dqkv += their gradients. out (or out16, stored in
 // bf16), lse: the forward's (both given, or each tile's forward run again). qkv16 instead of qkv: stored in bf16.
 static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16, const float* out,
@@ -737,27 +860,11 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 att_gemm(sh, w->dpT, ATT_TILE, w->v_rows + j * blk, HSP / 2, w->do_dm, ATT_TILE, ATT_TILE, ATT_TILE,
                          HSP / 2, 0);
                 // P^T = e^(scale S^T - lse), dS^T = P^T (dP^T - D) scale, 0 where a query does not see the key
-                int diag = j == tile;
-                for (int kk = 0; kk < ATT_TILE; kk++) {
-                    float* srow = w->sT + (size_t)kk * ATT_TILE;
-                    float* dprow = w->dpT + (size_t)kk * ATT_TILE;
-                    for (int q = 0; q < ATT_TILE; q++) {
-                        float p = vec_expf(srow[q] * scale - w->lse[q]);
-                        p = diag && q < kk ? 0.0f : p;
-                        srow[q] = p;
-                        dprow[q] = p * (dprow[q] - w->D[q]) * scale;
-                    }
-                    if (!sh->round_block) {
-                        mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
-                        mm_round_bf16_row(w->ds16 + (size_t)kk * ATT_TILE, dprow, ATT_TILE);
-                    }
-                }
-                // (rounded after the block, as one run of ATT_TILE^2: a call per row of 64 left the loops too short to
-                // overlap; 16% of this part's time. LLMC_ATTENTION_BLOCK_ROUND=0: a row at a time, as before)
-                if (sh->round_block) {
-                    mm_round_bf16_row(w->p16, w->sT, (size_t)ATT_TILE * ATT_TILE);
-                    mm_round_bf16_row(w->ds16, w->dpT, (size_t)ATT_TILE * ATT_TILE);
-                }
+#if MATMUL_X86
+                if (sh->softmax16) { att_block_grad16(w, j == tile, scale); }
+                else
+#endif
+                { att_block_grad(w, j == tile, scale, sh->round_block); }
                 // dV_j += P^T dO, dK_j += dS^T Q (keys, HSP); dQ^T (HSP, queries) += K_j^T dS^T
                 att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
                 att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);

@@ -34,6 +34,9 @@ The row kernel (LLMC_CLASSIFIER, read once): fused, the default, makes three pas
 exponentials and their sum, dlogits with the probabilities in registers: classifier_row_fused); passes, the kernel
 before it, five (classifier_row). On -p bf16 with oneDNN's bf16 GEMMs the fused kernel writes dlogits in bf16 alone
 (classifier_dlogits_bf16), and the two backward GEMMs read them as they are instead of each rounding fp32 dlogits.
+On a CPU with AVX-512 its three passes are hand-written AVX-512 loops on llmc/cpu/vecmath.h's vec16_expf and
+vec16_tanhf (the same bits; LLMC_VEC16=0 keeps the compiled loops): one chunk of GPT-2 d12's rows 9.0 -> 8.1 ms, with
+nanochat's softcap 16.1 -> 14.8 ms, bf16 dlogits, on a Zen 5 (dev/test/test_classifier --time).
 
 Bit for bit: a row's softmax, loss and dlogits are those of crossentropy_softmax_forward, _backward and
 softcap_forward, _backward (the same operations on the same numbers, each rounding where theirs does; bf16 dlogits are
@@ -259,10 +262,8 @@ static inline ClassifierLanes classifier_lanes_max(ClassifierLanes a, Classifier
 // maximum can differ, which nothing after it sees (z - (+0) and z - (-0) differ only for z = 0, and the
 // exponentials of +0 and -0 are both 1)
 static inline float classifier_row_max_lanes(const float* x, int V) {
-    ClassifierLanes lane_max[4];
-    for (int a = 0; a < 4; a++) {
-        for (int j = 0; j < 16; j++) { lane_max[a][j] = -INFINITY; }
-    }
+    const ClassifierLanes zero = {0.0f};
+    ClassifierLanes lane_max[4] = {zero - INFINITY, zero - INFINITY, zero - INFINITY, zero - INFINITY};
     int i = 0;
     for (; i + 64 <= V; i += 64) {
         for (int a = 0; a < 4; a++) {
@@ -362,39 +363,111 @@ static inline __attribute__((always_inline)) void classifier_row_dlogits(float* 
     }
 }
 
-// One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
-// sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
-// dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
-// padded columns.
-static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
-                                         int target, float dloss, const float* next) {
-    int capped = cap > 0.0f;
-    if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
-        if (capped) {
-            float inv = 1.0f / cap;
-            for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
+#if MATMUL_X86
+// The row pass's three loops in AVX-512 (vec16_enabled; LLMC_VEC16=0: the compiled ones above), on the same numbers
+// with the same operations (vec16_expf and vec16_tanhf are vec_expf's and vec_tanhf's bits; the product the compiled
+// dlogits loop fuses into 1 - t^2 is fused here by hand), the tail of a row in one masked vector. Where the compiled
+// loops spent half their time in the exponential's integer conversions and masks. (fp-contract off: no other
+// product is fused into the add after it, as GCC would do with the intrinsics' products.)
+
+// classifier_row_softcap_max's capped logits and maximum (the maximum's sign when it is a zero aside, as
+// classifier_row_max_lanes: nothing after it sees it)
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static float classifier_row_softcap_max16(float* x, int V, float cap) {
+    const __m512 inv = _mm512_set1_ps(1.0f / cap), vcap = _mm512_set1_ps(cap);
+    __m512 lane_max = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __m512 z = _mm512_mul_ps(vcap, vec16_tanhf(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv)));
+        _mm512_storeu_ps(x + i, z);
+        lane_max = _mm512_max_ps(z, lane_max); // (z > max ? z : max: a NaN skipped)
+    }
+    if (i < V) {
+        __mmask16 k = vec16_first(V - i);
+        __m512 z = _mm512_mul_ps(vcap, vec16_tanhf(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv)));
+        _mm512_mask_storeu_ps(x + i, k, z);
+        lane_max = _mm512_mask_max_ps(lane_max, k, z, lane_max);
+    }
+    float lanes[16];
+    _mm512_storeu_ps(lanes, lane_max);
+    float maxval = -INFINITY;
+    for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
+    return maxval;
+}
+
+// classifier_row_exp_sum_ahead's exponentials and sum: the 16 lane sums, the tail's values added in double one by
+// one, then the lanes, as there
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static double classifier_row_exp_sum16(float* e, const float* x, int V, float maxval, const float* next) {
+    const __m512 vmax = _mm512_set1_ps(maxval);
+    __m512 part = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __builtin_prefetch(next + i, 0, 3);
+        __m512 ex = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
+        _mm512_storeu_ps(e + i, ex);
+        part = _mm512_add_ps(part, ex);
+    }
+    double sum = 0.0;
+    if (i < V) {
+        __mmask16 k = vec16_first(V - i);
+        _mm512_mask_storeu_ps(e + i, k, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmax)));
+        for (; i < V; i++) { sum += e[i]; }
+    }
+    float lanes[16];
+    _mm512_storeu_ps(lanes, part);
+    for (int j = 0; j < 16; j++) { sum += lanes[j]; }
+    return sum;
+}
+
+// classifier_row_dlogits (into dx16 in bf16 when dx16 is given, else into dx), 32 logits a step
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off"), always_inline))
+static inline __m512 classifier_dlogit16(__m512 e, __m512 z, __m512 inv, __m512 dloss, __m512 icap, int capped) {
+    __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, inv), dloss);
+    if (capped) {
+        __m512 t = _mm512_mul_ps(z, icap);
+        d = _mm512_mul_ps(d, _mm512_fnmadd_ps(t, t, _mm512_set1_ps(1.0f)));
+    }
+    return d;
+}
+
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, const float* x, int V, float inv,
+                                     float dloss, float icap, int capped) {
+    const __m512 vinv = _mm512_set1_ps(inv), vdloss = _mm512_set1_ps(dloss), vicap = _mm512_set1_ps(icap);
+    const __m512 zero = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= V; i += 32) {
+        __m512 d0 = classifier_dlogit16(_mm512_loadu_ps(e + i), capped ? _mm512_loadu_ps(x + i) : zero, vinv, vdloss,
+                                        vicap, capped);
+        __m512 d1 = classifier_dlogit16(_mm512_loadu_ps(e + i + 16), capped ? _mm512_loadu_ps(x + i + 16) : zero, vinv,
+                                        vdloss, vicap, capped);
+        if (dx16 != NULL) { _mm512_storeu_si512((void*)(dx16 + i), mm32_round_bf16(d0, d1)); }
+        else {
+            _mm512_storeu_ps(dx + i, d0);
+            _mm512_storeu_ps(dx + i + 16, d1);
         }
-        if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
-        if (dx16 != NULL) { memset(dx16, 0, (size_t)Vp * sizeof(uint16_t)); }
-        return 0.0f;
     }
-    float maxval = capped ? classifier_row_softcap_max(x, V, cap) : classifier_row_max_lanes(x, V);
-    float zt = x[target];  // read before e (which may be x) is written
-    double sum = classifier_row_exp_sum_ahead(e, x, V, maxval, next != NULL ? next : x);
-    float loss = (float)(log(sum) - (double)(zt - maxval));
-    if (dx == NULL && dx16 == NULL) { return loss; }
-    float inv = (float)(1.0 / sum);
-    float icap = capped ? 1.0f / cap : 0.0f;
-    float et = e[target];  // read before dlogits (which may lie over e) are written
-    if (dx16 != NULL) {
-        if (capped) { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 1, 1); }
-        else { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 0, 1); }
-    } else {
-        if (capped) { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 1, 0); }
-        else { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 0, 0); }
+    for (; i < V; i += 16) {
+        __mmask16 k = V - i >= 16 ? (__mmask16)0xffff : vec16_first(V - i);
+        __m512 d = classifier_dlogit16(_mm512_maskz_loadu_ps(k, e + i), capped ? _mm512_maskz_loadu_ps(k, x + i) : zero,
+                                       vinv, vdloss, vicap, capped);
+        if (dx16 != NULL) {
+            uint16_t r[16];
+            _mm256_storeu_si256((__m256i*)(void*)r, mm16_round_bf16(d));
+            memcpy(dx16 + i, r, (size_t)(V - i < 16 ? V - i : 16) * sizeof(uint16_t));
+        } else {
+            _mm512_mask_storeu_ps(dx + i, k, d);
+        }
     }
-    // the target's column: its probability stored (volatile: rounded to float before the - 1, as the passes store
-    // it), then p - 1
+}
+#endif
+
+// the end of a row's dlogits (fp32 dx, or bf16 dx16): the target's column from its exponential et and capped logit zt,
+// its probability stored (volatile: rounded to float before the - 1, as the passes store it), then p - 1; zeros in
+// the padded columns. Returns loss
+static inline float classifier_row_target(float* dx, uint16_t* dx16, float et, float inv, float zt, float dloss,
+                                          float icap, int capped, int target, int V, int Vp, float loss) {
     volatile float pt = et * inv;
     float dt = classifier_dlogit(pt - 1.0f, dloss, zt, icap, capped);
     if (dx16 != NULL) {
@@ -405,6 +478,55 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
         memset(dx + V, 0, (size_t)(Vp - V) * sizeof(float));
     }
     return loss;
+}
+
+// One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
+// sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
+// dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
+// padded columns.
+static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
+                                         int target, float dloss, const float* next, int vec16) {
+    int capped = cap > 0.0f;
+    if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
+        if (capped) {
+            float inv = 1.0f / cap;
+            for (int i = 0; i < V; i++) { x[i] = cap * vec_tanhf(x[i] * inv); }
+        }
+        if (dx != NULL) { memset(dx, 0, (size_t)Vp * sizeof(float)); }
+        if (dx16 != NULL) { memset(dx16, 0, (size_t)Vp * sizeof(uint16_t)); }
+        return 0.0f;
+    }
+    float maxval, zt;
+    double sum;
+    const float* ahead = next != NULL ? next : x;
+#if MATMUL_X86
+    if (vec16) {
+        maxval = capped ? classifier_row_softcap_max16(x, V, cap) : classifier_row_max_lanes(x, V);
+        zt = x[target];
+        sum = classifier_row_exp_sum16(e, x, V, maxval, ahead);
+    } else
+#endif
+    {
+        maxval = capped ? classifier_row_softcap_max(x, V, cap) : classifier_row_max_lanes(x, V);
+        zt = x[target];  // read before e (which may be x) is written
+        sum = classifier_row_exp_sum_ahead(e, x, V, maxval, ahead);
+    }
+    float loss = (float)(log(sum) - (double)(zt - maxval));
+    if (dx == NULL && dx16 == NULL) { return loss; }
+    float inv = (float)(1.0 / sum);
+    float icap = capped ? 1.0f / cap : 0.0f;
+    float et = e[target];  // read before dlogits (which may lie over e) are written
+#if MATMUL_X86
+    if (vec16) { classifier_row_dlogits16(dx, dx16, e, x, V, inv, dloss, icap, capped); } else
+#endif
+    if (dx16 != NULL) {
+        if (capped) { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 1, 1); }
+        else { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 0, 1); }
+    } else {
+        if (capped) { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 1, 0); }
+        else { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 0, 0); }
+    }
+    return classifier_row_target(dx, dx16, et, inv, zt, dloss, icap, capped, target, V, Vp, loss);
 }
 
 // the chunks' work space: `floats` floats, kept between calls (grown when needed)
@@ -440,7 +562,8 @@ static void classifier_logits(float* logits, const float* inp, int ld, const flo
 // to dx's row, else to x's. kept: x is kept (its capped values written back count as traffic).
 static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, const int* targets,
                                   float dloss, float softcap, int rows, int V, int Vp, int kept) {
-    int fused = classifier_kernel() == CLASSIFIER_FUSED; // (read here: never inside the parallel region)
+    int fused = classifier_kernel() == CLASSIFIER_FUSED, vec16 = vec16_enabled(); // (read here: never inside the
+                                                                                   // parallel region)
     if (dx16 != NULL && !fused) { llmc_die("internal: bf16 dlogits from the classifier's passes kernel"); }
     double t = phase_begin();
     #pragma omp parallel for schedule(static)  // (a thread's rows one after another: row r + 1 is its next)
@@ -450,7 +573,8 @@ static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* 
         uint16_t* dxr16 = dx16 != NULL ? dx16 + (size_t)r * Vp : NULL;
         float* e = e_rows != NULL ? e_rows + (size_t)classifier_thread_id() * Vp : (dxr != NULL ? dxr : xr);
         int target = targets != NULL ? targets[r] : -1;
-        float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL)
+        float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL,
+                                                  vec16)
                            : classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
         if (losses != NULL && targets != NULL) { losses[r] = loss; } // 0 for target -1
     }

@@ -229,6 +229,35 @@ static inline uint16_t matmul_bf16_round_value(float x) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+#if MATMUL_X86
+// matmul_bf16_round_value on 16 lanes (AVX-512 F; asked at run time by the caller): the same integer rounding, so
+// denormals round as they are (AVX512-BF16's vcvtneps2bf16 would flush them to zero)
+__attribute__((target("avx512f"), always_inline))
+static inline __m256i mm16_round_bf16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet_nan));
+}
+
+// the same for 32 lanes, a then b, packed into one register of bf16 (AVX-512 BW)
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline __m512i mm32_round_bf16(__m512 a, __m512 b) {
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), abs = _mm512_set1_epi32(0x7fffffff);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x400000);
+    __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+    __m512i ra = _mm512_add_epi32(ua, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ua, 16), one), half));
+    __m512i rb = _mm512_add_epi32(ub, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ub, 16), one), half));
+    ra = _mm512_mask_mov_epi32(ra, _mm512_cmpgt_epu32_mask(_mm512_and_si512(ua, abs), inf), _mm512_or_si512(ua, quiet));
+    rb = _mm512_mask_mov_epi32(rb, _mm512_cmpgt_epu32_mask(_mm512_and_si512(ub, abs), inf), _mm512_or_si512(ub, quiet));
+    const __m512i high_halves = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                                 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(ra, high_halves, rb);
+}
+#endif
+
 static inline float mm_bf16_to_float(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
     float x;
