@@ -18,7 +18,9 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
 - a dbias of NULL (no bias) leaves the GELU's backward as it was;
 - llmc/cpu/swiglu_cpu.h's backward with both bf16 copies (the trainers' case: now vectorised) against the loop it
   replaced (swiglu_backward_copies_scalar): dgate, dup and their copies, gate over [-20, 20] with +-100 and 0, odd
-  sizes, 1 to 3 threads.
+  sizes, 1 to 3 threads;
+- GPT-2's -p bf16 bias add and GELU forward in AVX-512 (LLMC_VEC16; on a CPU with AVX-512) against the compiled loop:
+  all 2^16 bf16 inputs, and random values.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/relu2_cpu.h"
@@ -258,6 +260,15 @@ static void time_passes(int T) {
     TIME_PASS(&gpt2, "GELU backward (in place) + fc bias gradient", 12.0 * N4,
               gelu_backward_bias_bf16_input(dx, dbias, x16, dx, BT, 4 * C, 1.0f));
     matmul_bf16_mirror_remove(dx);
+    MatmulPrecision precision = matmul_precision;
+    matmul_precision = MATMUL_BF16; // (a mirror held alone counts on the bf16 path only)
+    matmul_bf16_mirror_add(dx, N4, dx16);
+    matmul_bf16_mirror_set_alone(dx, 1);
+    printf("  (the step's GELU backward, instead of the one above: the forward again, dinp in bf16 alone)\n");
+    TIME_PASS(&gpt2, "GELU recompute + backward + fc bias gradient", 10.0 * N4,
+              gelu_recompute_backward_bias_bf16(y16, dx, dbias, x16, dout, BT, 4 * C, 1.0f));
+    matmul_bf16_mirror_remove(dx);
+    matmul_precision = precision;
     TIME_PASS(&gpt2, "bias gradient, attproj (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
     TIME_PASS(&gpt2, "bias gradient, qkv (BT,3C)", 12.0 * NC, matmul_backward_bias(dbias, dout, BT, 3 * C, 1.0f));
     printf("  %-46s %8.3f ms\n", "GPT-2 layer", gpt2);
@@ -306,6 +317,44 @@ static void time_passes(int T) {
     free(x16); free(y16); free(dx16); free(cos_table); free(sin_table);
 }
 
+// GPT-2's -p bf16 bias add and GELU forward in AVX-512 (llmc/cpu/vecmath.h's vec16_enabled) against the compiled loop,
+// bit for bit: on every one of the 2^16 bf16 inputs (NaN and infinities included; bias 0) and on random
+// pre-activations and biases, a row length that is not a multiple of 16
+static void check_gelu_vec16(void) {
+    if (!vec16_supported()) {
+        printf("GELU's AVX-512 forward: not run (no AVX-512 F and BW on this CPU, or no FMA in this build)\n");
+        return;
+    }
+    enum { ROWS16 = 64, COLS16 = 1030 };
+    size_t n = (size_t)ROWS16 * COLS16;
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    float* bias = (float*)mallocCheck(COLS16 * sizeof(float));
+    uint16_t* out[2], * x16[2];
+    for (int v = 0; v < 2; v++) {
+        out[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        x16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    }
+    for (int random = 0; random <= 1; random++) {
+        if (random) {
+            hash_fill(x, n, 9, 6.0f);
+            hash_fill(bias, COLS16, 10, 1.0f);
+        } else {
+            for (size_t i = 0; i < n; i++) { x[i] = mm_bf16_to_float((uint16_t)(i & 0xffffu)); }
+            memset(bias, 0, COLS16 * sizeof(float));
+        }
+        for (int v = 0; v < 2; v++) {
+            setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
+            bias_gelu_forward_bf16(out[v], x16[v], x, bias, 1, ROWS16, COLS16);
+        }
+        unsetenv("LLMC_VEC16");
+        CHECK(same_bits(out[0], out[1], n * sizeof(uint16_t)) && same_bits(x16[0], x16[1], n * sizeof(uint16_t)),
+              "bias + GELU forward to bf16 with LLMC_VEC16=1 and 0: the same bits (%s)",
+              random ? "random pre-activations and biases" : "all bf16 inputs, bias 0");
+    }
+    free(x); free(bias);
+    for (int v = 0; v < 2; v++) { free(out[v]); free(x16[v]); }
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
         time_passes(argc >= 3 ? atoi(argv[2]) : 1024);
@@ -322,5 +371,6 @@ int main(int argc, char** argv) {
         for (int copy = 0; copy <= 1; copy++) { check_gelu_backward_bias(bf16_input, copy); }
     }
     check_swiglu_backward();
+    check_gelu_vec16();
     return test_summary();
 }

@@ -21,6 +21,7 @@ the error bounds against libm over the whole range.
                   selects around NaN and multiplies (and keeps the clamps as masks): 1.7 ns against 2.9
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
+    vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax,
                   the classifier's row pass): this CPU has AVX-512 F and BW, the build has FMA (as every
                   -march=native build on such a CPU: the compiled vec_expf then fuses as vec16_expf does),
@@ -113,6 +114,17 @@ static inline __m512 vec16_tanhf(__m512 x) {
     __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), e), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_andnot_si512(sign, _mm512_castps_si512(t)),
                                                _mm512_and_si512(sign, _mm512_castps_si512(x))));
+}
+
+// vec_gelu_forward on 16 lanes: its operations, with the product GCC fuses into the add after it (x + c x^3) fused here
+// by hand, so its bits (dev/test/test_elementwise checks all 2^16 bf16 inputs). As in vec16_expf every product that
+// meets an add is fused by hand: code inlined from these helpers is fused by GCC's -ffp-contract=fast whatever its
+// caller says, so none may be left to it. (The callers' own bodies are compiled with fp-contract off.)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_gelu_forward(__m512 x) {
+    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
+    __m512 th = vec16_tanhf(_mm512_mul_ps(_mm512_set1_ps(GELU_SCALING_FACTOR), _mm512_fmadd_ps(cx2, x, x)));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), th));
 }
 
 // the lanes of a last, partial vector of n < 16 values
