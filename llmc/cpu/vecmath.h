@@ -117,9 +117,8 @@ static inline __m512 vec16_tanhf(__m512 x) {
 }
 
 // vec_gelu_forward on 16 lanes: its operations, with the product GCC fuses into the add after it (x + c x^3) fused here
-// by hand, so its bits (dev/test/test_elementwise checks all 2^16 bf16 inputs). As in vec16_expf every product that
-// meets an add is fused by hand: code inlined from these helpers is fused by GCC's -ffp-contract=fast whatever its
-// caller says, so none may be left to it. (The callers' own bodies are compiled with fp-contract off.)
+// by hand, so its bits (dev/test/test_elementwise checks all 2^16 bf16 inputs) in a caller compiled with fp-contract
+// off, as every caller of these helpers is (so that no other product is fused).
 __attribute__((target("avx512f"), always_inline))
 static inline __m512 vec16_gelu_forward(__m512 x) {
     __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
