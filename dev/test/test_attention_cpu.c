@@ -15,7 +15,8 @@ recomputes them (the same bits); 1 thread against 2 (the same bits); the backwar
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
 (LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the softmax and the
 backward's element-wise part in AVX-512 against the compiled loops (LLMC_VEC16=0: the same bits, those cases and
-scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); dqkv written (the trainers' call) against dqkv added to zero, and
+scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); the tiled kernel's
+softmax in AVX-512 against its compiled loop (LLMC_VEC16=0: the same bits, the same cases); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _OVERWRITE's, and LLMC_VEC16's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
@@ -242,6 +243,36 @@ static void test_softmax16_does_not_change_bits(void) {
     const AttCase large = {1, 130, 2, 1, 64};
     input_amp = 40.0f; // (scores in the hundreds: most e^(s - m) clamp at e^-87)
     check_switch_keeps_bits("LLMC_VEC16", &large);
+    input_amp = 5.0f;
+}
+
+// the tiled kernel's softmax in AVX-512 (LLMC_VEC16) against the compiled loop: out and dqkv bit for bit, ragged T
+// (the rows' tails), head sizes 16 to 128, grouped heads, and scores large enough that exponentials clamp
+static void test_tiled_softmax16_does_not_change_bits(void) {
+    if (!vec16_enabled()) { return; } // (test_softmax16_does_not_change_bits says why)
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20}, {1, 1, 2, 2, 64},
+                             {1, 130, 2, 1, 64}};
+    for (int i = 0; i < NCASES(cases); i++) {
+        const AttCase* c = &cases[i];
+        input_amp = i == NCASES(cases) - 1 ? 40.0f : 5.0f;
+        float* dout;
+        float* qkv = case_inputs(c, &dout, 21 + (unsigned)c->T);
+        float* out[2];
+        float* dqkv[2];
+        for (int n = 0; n < 2; n++) {
+            out[n] = (float*)mallocCheck(case_out(c) * sizeof(float));
+            dqkv[n] = (float*)mallocCheck(case_qkv(c) * sizeof(float));
+            setenv("LLMC_VEC16", n == 0 ? "1" : "0", 1);
+            run_gqa("tiled", c, qkv, dout, out[n], dqkv[n], 0);
+        }
+        unsetenv("LLMC_VEC16");
+        CHECK(memcmp(out[0], out[1], case_out(c) * sizeof(float)) == 0 &&
+                  memcmp(dqkv[0], dqkv[1], case_qkv(c) * sizeof(float)) == 0,
+              "tiled, T=%d NH=%d NKV=%d HS=%d, scores x%g: out or dqkv differ with LLMC_VEC16=0", c->T, c->NH, c->NKV,
+              c->HS, input_amp);
+        free(qkv); free(dout);
+        for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
+    }
     input_amp = 5.0f;
 }
 
@@ -649,6 +680,7 @@ int main(int argc, char** argv) {
     test_prefetch_does_not_change_bits();
     test_block_rounding_does_not_change_bits();
     test_softmax16_does_not_change_bits();
+    test_tiled_softmax16_does_not_change_bits();
 #if MATMUL_X86
     test_softmax16_blocks_match();
 #endif

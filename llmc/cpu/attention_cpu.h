@@ -59,7 +59,8 @@ LLMC_ATTENTION_BLOCK_ROUND=0 rounds a row at a time and reads dQ's rows back for
 same bits; kept until timed beyond the Zen 5). On a CPU with AVX-512 the online softmax and the backward's
 element-wise part (P^T, dS^T and their roundings) run as hand-written AVX-512 loops on llmc/cpu/vecmath.h's
 vec16_expf, two rows of a block a step (the same bits as the compiled loops, which LLMC_VEC16=0 keeps): GPT-2 d12's
-attention phase 7% faster on a Zen 5, B=4 T=1024.
+attention phase 7% faster on a Zen 5, B=4 T=1024. So does the tiled kernel's softmax (attention_softmax_rows16):
+its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (dev/test/test_attention_cpu --time).
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -150,11 +151,71 @@ static void attention_softmax_rows(float* s, int ld, int t0, int rows, int cols,
     }
 }
 
+#if MATMUL_X86
+// attention_softmax_rows in AVX-512 (llmc/cpu/vecmath.h's vec16_enabled): the same operations in the same order, so
+// the same bits (the 16 lane maxima and sums, the tail after them one by one, then the lanes), the exponentials on
+// vec16_expf (the tail's in one masked vector)
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+static void attention_softmax_rows16(float* s, int ld, int t0, int rows, int cols, float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r, n = t + 1; // (keys 0 .. t)
+        float* row = s + (size_t)r * ld;
+        __m512 pmax = _mm512_set1_ps(-INFINITY);
+        int t2 = 0;
+        for (; t2 + 16 <= n; t2 += 16) {
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + t2), vscale);
+            _mm512_storeu_ps(row + t2, x);
+            pmax = _mm512_max_ps(x, pmax);
+        }
+        float maxval = -INFINITY;
+        for (int i = t2; i < n; i++) {
+            row[i] *= scale;
+            maxval = row[i] > maxval ? row[i] : maxval;
+        }
+        float lanes[16];
+        _mm512_storeu_ps(lanes, pmax);
+        for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
+        const __m512 vmax = _mm512_set1_ps(maxval);
+        __m512 part = _mm512_setzero_ps();
+        for (t2 = 0; t2 + 16 <= n; t2 += 16) {
+            __m512 e = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(row + t2), vmax));
+            _mm512_storeu_ps(row + t2, e);
+            part = _mm512_add_ps(part, e);
+        }
+        float sum = 0.0f;
+        if (t2 < n) {
+            __mmask16 k = vec16_first(n - t2);
+            _mm512_mask_storeu_ps(row + t2, k, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + t2), vmax)));
+            for (int i = t2; i < n; i++) { sum += row[i]; }
+        }
+        _mm512_storeu_ps(lanes, part);
+        for (int j = 0; j < 16; j++) { sum += lanes[j]; }
+        const __m512 vinv = _mm512_set1_ps(1.0f / sum);
+        for (t2 = 0; t2 < cols; t2 += 16) { // row * inv up to key t, 0 after it
+            int m = cols - t2 < 16 ? cols - t2 : 16;
+            __mmask16 k = m == 16 ? (__mmask16)0xffff : vec16_first(m);
+            __mmask16 seen = t - t2 >= 15 ? (__mmask16)0xffff : t < t2 ? (__mmask16)0 : vec16_first(t - t2 + 1);
+            __m512 p = _mm512_maskz_mul_ps(seen, _mm512_maskz_loadu_ps(k & seen, row + t2), vinv);
+            _mm512_mask_storeu_ps(row + t2, k, p);
+        }
+    }
+}
+#endif
+
 // p (rows, ld) = the attention weights of query rows t0 .. t0+rows-1 of one head over keys
-// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (row stride ldqkv)
-static void attention_tile_weights(float* p, int ld, const float* q, const float* k, int t0, int rows, int ldqkv, int HS) {
+// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (row stride ldqkv); vec16: the
+// softmax in AVX-512 (vec16_enabled(), asked by the caller outside its threads)
+static void attention_tile_weights(float* p, int ld, const float* q, const float* k, int t0, int rows, int ldqkv, int HS,
+                                   int vec16) {
     int keys = t0 + rows;
     matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, q + (size_t)t0 * ldqkv, ldqkv, k, ldqkv, 0.0f, p, ld);
+#if MATMUL_X86
+    if (vec16) {
+        attention_softmax_rows16(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
+        return;
+    }
+#endif
     attention_softmax_rows(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
 }
 
@@ -192,6 +253,7 @@ static void attention_tiled_forward(float* out, float* att, const float* qkv, in
     size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
     float* scratch = attention_scratch(att != NULL ? 0 : (size_t)ATT_TILE * ld, &nthreads);
     size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
+    int vec16 = vec16_enabled();
     // tiles further down a head see more keys: handed out as threads free up
     #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
@@ -209,7 +271,7 @@ static void attention_tiled_forward(float* out, float* att, const float* qkv, in
                 } else {
                     p = scratch + (size_t)attention_thread_id() * per;
                 }
-                attention_tile_weights(p, (int)ld, q, k, t0, rows, QKV, HS);
+                attention_tile_weights(p, (int)ld, q, k, t0, rows, QKV, HS, vec16);
                 // out rows t0.. (rows,HS) = p (rows,keys) . V (keys,HS), out rows strided by C
                 matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, t0 + rows, p, (int)ld, k + (size_t)NKV * HS, QKV, 0.0f,
                             out + ((size_t)b * T + t0) * C + h * HS, C);
@@ -228,6 +290,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
     size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
     size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
     float* scratch = attention_scratch(2 * per, &nthreads);
+    int vec16 = vec16_enabled();
     // dK and dV of a k/v head collect from all its query heads' tiles: one thread's, heads and tiles in order
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
@@ -243,7 +306,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
                     if (att != NULL) {
                         p = att + (((size_t)b * NH + h) * T + t0) * T;
                     } else {
-                        attention_tile_weights(dp + per, (int)ld, q, qkv + head_k, t0, rows, QKV, HS);
+                        attention_tile_weights(dp + per, (int)ld, q, qkv + head_k, t0, rows, QKV, HS, vec16);
                         p = dp + per;
                     }
                     attention_tile_backward(dq, dqkv + head_k, dqkv + head_v, dp, p, (int)ld,
