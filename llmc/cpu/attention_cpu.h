@@ -176,19 +176,9 @@ static void attention_softmax_rows16(float* s, int ld, int t0, int rows, int col
         float lanes[16];
         _mm512_storeu_ps(lanes, pmax);
         for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
-        const __m512 vmax = _mm512_set1_ps(maxval);
-        __m512 part = _mm512_setzero_ps();
-        for (t2 = 0; t2 + 16 <= n; t2 += 16) {
-            __m512 e = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(row + t2), vmax));
-            _mm512_storeu_ps(row + t2, e);
-            part = _mm512_add_ps(part, e);
-        }
+        __m512 part = vec16_exp_sub(row, row, n, maxval, NULL);
         float sum = 0.0f;
-        if (t2 < n) {
-            __mmask16 k = vec16_first(n - t2);
-            _mm512_mask_storeu_ps(row + t2, k, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + t2), vmax)));
-            for (int i = t2; i < n; i++) { sum += row[i]; }
-        }
+        for (int i = n - n % 16; i < n; i++) { sum += row[i]; }
         _mm512_storeu_ps(lanes, part);
         for (int j = 0; j < 16; j++) { sum += lanes[j]; }
         const __m512 vinv = _mm512_set1_ps(1.0f / sum);

@@ -399,21 +399,9 @@ static float classifier_row_softcap_max16(float* x, int V, float cap) {
 // one, then the lanes, as there
 __attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
 static double classifier_row_exp_sum16(float* e, const float* x, int V, float maxval, const float* next) {
-    const __m512 vmax = _mm512_set1_ps(maxval);
-    __m512 part = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= V; i += 16) {
-        __builtin_prefetch(next + i, 0, 3);
-        __m512 ex = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
-        _mm512_storeu_ps(e + i, ex);
-        part = _mm512_add_ps(part, ex);
-    }
+    __m512 part = vec16_exp_sub(e, x, V, maxval, next);
     double sum = 0.0;
-    if (i < V) {
-        __mmask16 k = vec16_first(V - i);
-        _mm512_mask_storeu_ps(e + i, k, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmax)));
-        for (; i < V; i++) { sum += e[i]; }
-    }
+    for (int i = V - V % 16; i < V; i++) { sum += e[i]; }
     float lanes[16];
     _mm512_storeu_ps(lanes, part);
     for (int j = 0; j < 16; j++) { sum += lanes[j]; }

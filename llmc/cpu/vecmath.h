@@ -22,6 +22,7 @@ the error bounds against libm over the whole range.
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
     vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits
+    vec16_exp_sub(e, x, n, max, ahead)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax,
                   the classifier's row pass): this CPU has AVX-512 F and BW, the build has FMA (as every
                   -march=native build on such a CPU: the compiled vec_expf then fuses as vec16_expf does),
@@ -128,6 +129,27 @@ static inline __m512 vec16_gelu_forward(__m512 x) {
 
 // the lanes of a last, partial vector of n < 16 values
 static inline __mmask16 vec16_first(int n) { return (__mmask16)((1u << n) - 1u); }
+
+// e (n) = vec16_expf(x - maxval) for x (n) (e may be x), asking for one cache line of `ahead` (NULL: none) per 16
+// values; returns the 16 lanes' sums of the whole vectors, each in order. The last n % 16 values are written, not
+// summed: the callers add them one by one and then the lanes, as their compiled loops do
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_exp_sub(float* e, const float* x, int n, float maxval, const float* ahead) {
+    const __m512 vmax = _mm512_set1_ps(maxval);
+    __m512 part = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if (ahead != NULL) { __builtin_prefetch(ahead + i, 0, 3); }
+        __m512 ex = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
+        _mm512_storeu_ps(e + i, ex);
+        part = _mm512_add_ps(part, ex);
+    }
+    if (i < n) {
+        __mmask16 k = vec16_first(n - i);
+        _mm512_mask_storeu_ps(e + i, k, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmax)));
+    }
+    return part;
+}
 #else
 static inline int vec16_supported(void) { return 0; }
 static inline int vec16_enabled(void) { return env_switch_on("LLMC_VEC16") && 0; }
