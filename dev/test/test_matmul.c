@@ -17,7 +17,7 @@ gives bit-identical results on 1 to 4 threads (the blocked fp32 kernel is the on
 forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/cpu/vecmath.h's expf / tanhf / GELU (the trainer's vectorised
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3; on a CPU with AVX-512,
-vec16_expf and mm16_round_bf16 (the hand-written loops' exp and bf16 rounding) against vec_expf and
+vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the hand-written loops' exp and bf16 roundings) against vec_expf and
 matmul_bf16_round_value, bit for bit on all 2^32 floats.
 In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
 built-in kernel and the reference on 1-3 threads (check_onednn_fp32), and its bf16 path, the one the environment
@@ -324,26 +324,31 @@ static void check_vecmath(void) {
 }
 
 #if MATMUL_X86
-__attribute__((target("avx512f")))
-static void exp16_and_round16(float* e, uint16_t* r, const float* x, size_t n) {
-    for (size_t i = 0; i < n; i += 16) {
-        _mm512_storeu_ps(e + i, vec16_expf(_mm512_loadu_ps(x + i)));
-        _mm256_storeu_si256((__m256i*)(void*)(r + i), mm16_round_bf16(_mm512_loadu_ps(x + i)));
+__attribute__((target("avx512f,avx512bw")))
+static void exp16_and_round16(float* e, uint16_t* r, uint16_t* r32, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i += 32) {
+        __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        _mm512_storeu_ps(e + i, vec16_expf(a));
+        _mm512_storeu_ps(e + i + 16, vec16_expf(b));
+        _mm256_storeu_si256((__m256i*)(void*)(r + i), mm16_round_bf16(a));
+        _mm256_storeu_si256((__m256i*)(void*)(r + i + 16), mm16_round_bf16(b));
+        _mm512_storeu_si512((void*)(r32 + i), mm32_round_bf16(a, b));
     }
 }
 
-// vec16_expf and mm16_round_bf16 (the AVX-512 loops' exp and bf16 rounding) give vec_expf's and
+// vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the AVX-512 loops' exp and bf16 roundings) give vec_expf's and
 // matmul_bf16_round_value's bits for every one of the 2^32 floats (NaN: a NaN)
 static void check_vecmath16(void) {
     if (!vec16_supported()) {
-        printf("vec16_expf, mm16_round_bf16: not run (no AVX-512 F and BW on this CPU, or no FMA in this build)\n");
+        printf("vec16_expf, mm16_round_bf16, mm32_round_bf16: not run (no AVX-512 F and BW on this CPU, or no FMA in this build)\n");
         return;
     }
     enum { CHUNK = 1 << 16 };
     float* x = (float*)malloc(CHUNK * sizeof(float)), * e = (float*)malloc(CHUNK * sizeof(float));
     float* e16 = (float*)malloc(CHUNK * sizeof(float));
     uint16_t* r = (uint16_t*)malloc(CHUNK * sizeof(uint16_t)), * r16 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
-    long long exp_diff = 0, round_diff = 0;
+    uint16_t* r32 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
+    long long exp_diff = 0, round_diff = 0, round32_diff = 0;
     float first_exp = 0.0f, first_round = 0.0f;
     for (uint64_t base = 0; base < (1ull << 32); base += CHUNK) {
         for (uint32_t i = 0; i < CHUNK; i++) {
@@ -352,7 +357,7 @@ static void check_vecmath16(void) {
         }
         for (uint32_t i = 0; i < CHUNK; i++) { e[i] = vec_expf(x[i]); }
         for (uint32_t i = 0; i < CHUNK; i++) { r[i] = matmul_bf16_round_value(x[i]); }
-        exp16_and_round16(e16, r16, x, CHUNK);
+        exp16_and_round16(e16, r16, r32, x, CHUNK);
         if (memcmp(e, e16, sizeof(float) * CHUNK) != 0) {
             for (uint32_t i = 0; i < CHUNK; i++) {
                 if (memcmp(&e[i], &e16[i], sizeof(float)) != 0 && !(isnan(e[i]) && isnan(e16[i]))) {
@@ -365,11 +370,13 @@ static void check_vecmath16(void) {
                 if (r[i] != r16[i] && round_diff++ == 0) { first_round = x[i]; }
             }
         }
+        for (uint32_t i = 0; i < CHUNK; i++) { round32_diff += r[i] != r32[i]; }
     }
     CHECK(exp_diff == 0, "vec16_expf = vec_expf on all 2^32 floats (%lld differ, the first at %a)", exp_diff, first_exp);
     CHECK(round_diff == 0, "mm16_round_bf16 = matmul_bf16_round_value on all 2^32 floats (%lld differ, the first at %a)",
           round_diff, first_round);
-    free(x); free(e); free(e16); free(r); free(r16);
+    CHECK(round32_diff == 0, "mm32_round_bf16 = matmul_bf16_round_value on all 2^32 floats (%lld differ)", round32_diff);
+    free(x); free(e); free(e16); free(r); free(r16); free(r32);
 }
 #endif
 

@@ -441,32 +441,13 @@ static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, 
         __m512 d = classifier_dlogit16(_mm512_maskz_loadu_ps(k, e + i), capped ? _mm512_maskz_loadu_ps(k, x + i) : zero,
                                        vinv, vdloss, vicap, capped);
         if (dx16 != NULL) {
-            uint16_t r[16];
-            _mm256_storeu_si256((__m256i*)(void*)r, mm16_round_bf16(d));
-            memcpy(dx16 + i, r, (size_t)(V - i < 16 ? V - i : 16) * sizeof(uint16_t));
+            mm16_store_bf16(dx16 + i, d, V - i < 16 ? V - i : 16);
         } else {
             _mm512_mask_storeu_ps(dx + i, k, d);
         }
     }
 }
 #endif
-
-// the end of a row's dlogits (fp32 dx, or bf16 dx16): the target's column from its exponential et and capped logit zt,
-// its probability stored (volatile: rounded to float before the - 1, as the passes store it), then p - 1; zeros in
-// the padded columns. Returns loss
-static inline float classifier_row_target(float* dx, uint16_t* dx16, float et, float inv, float zt, float dloss,
-                                          float icap, int capped, int target, int V, int Vp, float loss) {
-    volatile float pt = et * inv;
-    float dt = classifier_dlogit(pt - 1.0f, dloss, zt, icap, capped);
-    if (dx16 != NULL) {
-        dx16[target] = matmul_bf16_round_value(dt);
-        memset(dx16 + V, 0, (size_t)(Vp - V) * sizeof(uint16_t));
-    } else {
-        dx[target] = dt;
-        memset(dx + V, 0, (size_t)(Vp - V) * sizeof(float));
-    }
-    return loss;
-}
 
 // One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
 // sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
@@ -514,7 +495,18 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
         if (capped) { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 1, 0); }
         else { classifier_row_dlogits(dx, NULL, e, x, V, inv, dloss, icap, 0, 0); }
     }
-    return classifier_row_target(dx, dx16, et, inv, zt, dloss, icap, capped, target, V, Vp, loss);
+    // the target's column: its probability stored (volatile: rounded to float before the - 1, as the passes store
+    // it), then p - 1
+    volatile float pt = et * inv;
+    float dt = classifier_dlogit(pt - 1.0f, dloss, zt, icap, capped);
+    if (dx16 != NULL) {
+        dx16[target] = matmul_bf16_round_value(dt);
+        memset(dx16 + V, 0, (size_t)(Vp - V) * sizeof(uint16_t));
+    } else {
+        dx[target] = dt;
+        memset(dx + V, 0, (size_t)(Vp - V) * sizeof(float));
+    }
+    return loss;
 }
 
 // the chunks' work space: `floats` floats, kept between calls (grown when needed)

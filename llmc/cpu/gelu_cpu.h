@@ -72,10 +72,6 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
 // (B,T,OC) = gelu of that rounded input, rounded (what the projection's GEMM reads). The forward and the backward
 // both start from pre16, so the backward's recompute (gelu_forward_bf16) gives out16's bits again.
 #if MATMUL_X86
-// 16 values of the bf16 words h as floats
-__attribute__((target("avx512f"), always_inline))
-static inline __m512 gelu16_from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
 // one row of bias_gelu_forward_bf16 in AVX-512 (vec16_enabled): the same bits, 32 values a step (fp-contract off:
 // vec16_gelu_forward fuses what the compiled loop fuses, and nothing else)
 __attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
@@ -86,18 +82,15 @@ static void bias_gelu_row16(uint16_t* y16, uint16_t* x16, const float* x, const 
         __m256i h1 = mm16_round_bf16(_mm512_add_ps(_mm512_loadu_ps(x + o + 16), _mm512_loadu_ps(bias + o + 16)));
         _mm256_storeu_si256((__m256i*)(void*)(x16 + o), h0);
         _mm256_storeu_si256((__m256i*)(void*)(x16 + o + 16), h1);
-        __m512 g0 = vec16_gelu_forward(gelu16_from_bf16(h0)), g1 = vec16_gelu_forward(gelu16_from_bf16(h1));
+        __m512 g0 = vec16_gelu_forward(mm16_bf16_to_float(h0)), g1 = vec16_gelu_forward(mm16_bf16_to_float(h1));
         _mm512_storeu_si512((void*)(y16 + o), mm32_round_bf16(g0, g1));
     }
     for (; o < n; o += 16) {
         int m = n - o < 16 ? n - o : 16;
         __mmask16 k = m == 16 ? (__mmask16)0xffff : vec16_first(m);
-        __m256i h = mm16_round_bf16(_mm512_add_ps(_mm512_maskz_loadu_ps(k, x + o), _mm512_maskz_loadu_ps(k, bias + o)));
-        uint16_t hx[16], hy[16];
-        _mm256_storeu_si256((__m256i*)(void*)hx, h);
-        _mm256_storeu_si256((__m256i*)(void*)hy, mm16_round_bf16(vec16_gelu_forward(gelu16_from_bf16(h))));
-        memcpy(x16 + o, hx, (size_t)m * sizeof(uint16_t));
-        memcpy(y16 + o, hy, (size_t)m * sizeof(uint16_t));
+        __m512 pre = _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + o), _mm512_maskz_loadu_ps(k, bias + o));
+        mm16_store_bf16(x16 + o, pre, m);
+        mm16_store_bf16(y16 + o, vec16_gelu_forward(mm16_bf16_to_float(mm16_round_bf16(pre))), m);
     }
 }
 #endif

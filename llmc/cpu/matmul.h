@@ -230,31 +230,43 @@ static inline uint16_t matmul_bf16_round_value(float x) {
 }
 
 #if MATMUL_X86
-// matmul_bf16_round_value on 16 lanes (AVX-512 F; asked at run time by the caller): the same integer rounding, so
-// denormals round as they are (AVX512-BF16's vcvtneps2bf16 would flush them to zero)
+// matmul_bf16_round_value on 16 lanes (AVX-512 F; asked at run time by the caller), each bf16 in the low half of its
+// 32-bit lane: the same integer rounding, so denormals round as they are (AVX512-BF16's vcvtneps2bf16 would flush them
+// to zero)
 __attribute__((target("avx512f"), always_inline))
-static inline __m256i mm16_round_bf16(__m512 x) {
+static inline __m512i mm16_round_bf16_lanes(__m512 x) {
     __m512i u = _mm512_castps_si512(x);
     __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet_nan));
+    return _mm512_mask_mov_epi32(rounded, nan, quiet_nan);
 }
 
-// the same for 32 lanes, a then b, packed into one register of bf16 (AVX-512 BW)
+// the same, narrowed to 16 bf16
+__attribute__((target("avx512f"), always_inline))
+static inline __m256i mm16_round_bf16(__m512 x) { return _mm512_cvtepi32_epi16(mm16_round_bf16_lanes(x)); }
+
+// the same for 32 lanes, a then b, packed into one register of bf16 (AVX-512 BW; one permute instead of two narrowings)
 __attribute__((target("avx512f,avx512bw"), always_inline))
 static inline __m512i mm32_round_bf16(__m512 a, __m512 b) {
-    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), abs = _mm512_set1_epi32(0x7fffffff);
-    const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x400000);
-    __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
-    __m512i ra = _mm512_add_epi32(ua, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ua, 16), one), half));
-    __m512i rb = _mm512_add_epi32(ub, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ub, 16), one), half));
-    ra = _mm512_mask_mov_epi32(ra, _mm512_cmpgt_epu32_mask(_mm512_and_si512(ua, abs), inf), _mm512_or_si512(ua, quiet));
-    rb = _mm512_mask_mov_epi32(rb, _mm512_cmpgt_epu32_mask(_mm512_and_si512(ub, abs), inf), _mm512_or_si512(ub, quiet));
-    const __m512i high_halves = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
-                                                 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_permutex2var_epi16(ra, high_halves, rb);
+    const __m512i low_halves = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
+                                                26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi16(mm16_round_bf16_lanes(a), low_halves, mm16_round_bf16_lanes(b));
+}
+
+// the first n <= 16 lanes of x rounded to bf16, stored at dst (the tail of a row)
+__attribute__((target("avx512f"), always_inline))
+static inline void mm16_store_bf16(uint16_t* dst, __m512 x, int n) {
+    uint16_t r[16];
+    _mm256_storeu_si256((__m256i*)(void*)r, mm16_round_bf16(x));
+    memcpy(dst, r, (size_t)n * sizeof(uint16_t));
+}
+
+// 16 bf16 as floats (mm_bf16_to_float on 16 lanes)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 mm16_bf16_to_float(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 #endif
 
