@@ -152,7 +152,7 @@ static void check_blocked_case(const AttCase* c, int gqa) {
     free(qkv); free(dout); free(ref_out); free(ref_dqkv); free(out); free(dqkv); free(out2); free(dqkv2);
 }
 
-static void test_blocked_matches_tiled(void) {
+static void test_blocked_matches_tiled_cases(void) {
     for (int i = 0; i < NCASES(MHA_CASES); i++) { check_blocked_case(&MHA_CASES[i], 0); }
     for (int i = 0; i < NCASES(GQA_CASES); i++) { check_blocked_case(&GQA_CASES[i], 1); }
 }
@@ -398,6 +398,74 @@ static void test_emulated_micro_kernel_matches_tiled(void) {
     CHECK(status == 0, "the fp32 emulation of the bf16 micro-kernel: %d checks failed (status %d) %s", status, status, err);
 }
 
+// AMX tiles (where this CPU and OS allow them): the products against the same bf16 numbers multiplied in fp32, then
+// the blocked kernel on them and on vdpbf16ps against tiled, and the switch
+static void test_amx_products(void) {
+    if (!amx_usable()) {
+        printf("AMX: not on this CPU (or not allowed by the OS): the AMX products are checked where it is\n");
+        return;
+    }
+#if AMX_X86
+    static const int shapes[][3] = {{64, 64, 32}, {64, 64, 64}, {64, 128, 32}, {48, 80, 16}, {16, 16, 16}, {80, 48, 48}};
+    double worst_all = 0.0;
+    size_t same_bits = 0, sums = 0;
+    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+        int M = shapes[s][0], N = shapes[s][1], kp = shapes[s][2];
+        int lda = kp + 8, ldb = N + 16, ldc = N + 4; // strides wider than the rows: the tiles must step by them
+        float* af = random_array((size_t)M * lda * 2, (unsigned)(11 + s));
+        float* bf = random_array((size_t)kp * ldb * 2, (unsigned)(23 + s));
+        uint32_t* a = (uint32_t*)mallocCheck((size_t)M * lda * sizeof(uint32_t));
+        uint32_t* b = (uint32_t*)mallocCheck((size_t)kp * ldb * sizeof(uint32_t));
+        for (size_t i = 0; i < (size_t)M * lda; i++) { a[i] = mm_bf16_pair(af[2 * i], af[2 * i + 1]); }
+        for (size_t i = 0; i < (size_t)kp * ldb; i++) { b[i] = mm_bf16_pair(bf[2 * i], bf[2 * i + 1]); }
+        for (int accumulate = 0; accumulate < 2; accumulate++) {
+            float* c = random_array((size_t)M * ldc, (unsigned)(31 + s));
+            float* ref = (float*)mallocCheck((size_t)M * ldc * sizeof(float));
+            memcpy(ref, c, (size_t)M * ldc * sizeof(float));
+            amx_configure_16x64();
+            att_gemm_amx(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+            att_gemm_emulated(ref, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+            double worst = 0.0;
+            int untouched = 1;
+            for (int i = 0; i < M; i++) {
+                for (int j = 0; j < ldc; j++) {
+                    float got = c[(size_t)i * ldc + j], want = ref[(size_t)i * ldc + j];
+                    if (j >= N) { // past N: left as it was
+                        untouched &= memcmp(&got, &want, sizeof(got)) == 0;
+                        continue;
+                    }
+                    double mag = accumulate ? fabs((double)want) : 0.0; // the sum of |terms| bounds the rounding
+                    for (int p = 0; p < kp; p++) {
+                        uint32_t ap = a[(size_t)i * lda + p], bp = b[(size_t)p * ldb + j];
+                        mag += fabs((double)att_bf16_lo(ap) * att_bf16_lo(bp)) + fabs((double)att_bf16_hi(ap) * att_bf16_hi(bp));
+                    }
+                    double err = fabs((double)got - want) / (mag > 0.0 ? mag : 1.0);
+                    same_bits += memcmp(&got, &want, sizeof(got)) == 0;
+                    sums++;
+                    worst = err > worst || err != err ? err : worst;
+                }
+            }
+            CHECK(worst <= 2e-6 && untouched, "AMX products M=%d N=%d kp=%d accumulate=%d: worst error %.2e of the sum "
+                  "of |terms| (> 2e-6)%s", M, N, kp, accumulate, worst, untouched ? "" : ", columns past N written");
+            worst_all = worst > worst_all ? worst : worst_all;
+            free(c);
+            free(ref);
+        }
+        free(af); free(bf); free(a); free(b);
+    }
+    printf("AMX products against fp32 products of the same bf16 numbers: worst %.2e of the sum of |terms|, %zu of %zu "
+           "sums the same bits\n", worst_all, same_bits, sums);
+    for (int amx = 1; amx >= 0; amx--) {
+        setenv("LLMC_ATTENTION_AMX", amx ? "1" : "0", 1);
+        CHECK(att_shape(64, 1, 1, 64).amx == amx, "LLMC_ATTENTION_AMX=%d on a CPU with AMX: the shape says amx=%d", amx,
+              att_shape(64, 1, 1, 64).amx);
+        printf("the blocked kernel's products on %s:\n", amx ? "AMX tiles" : "AVX512-BF16 (LLMC_ATTENTION_AMX=0)");
+        test_blocked_matches_tiled_cases();
+    }
+    unsetenv("LLMC_ATTENTION_AMX");
+#endif
+}
+
 // LLMC_ATTENTION: the choice, and anything else in one error line
 static void choose_flash(void* arg) {
     (void)arg;
@@ -420,6 +488,12 @@ static void block_round_bad_value(void* arg) {
 static void vec16_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_VEC16", "avx512", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
+static void amx_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_AMX", "tiles", 1);
     (void)att_shape(64, 1, 1, 64);
 }
 
@@ -449,6 +523,7 @@ static void test_kernel_choice(void) {
     expect_die("LLMC_ATTENTION_BLOCK_ROUND=on", block_round_bad_value, NULL, "LLMC_ATTENTION_BLOCK_ROUND=on",
                "use 0 or 1");
     expect_die("LLMC_VEC16=avx512", vec16_bad_value, NULL, "LLMC_VEC16=avx512", "use 0 or 1");
+    expect_die("LLMC_ATTENTION_AMX=tiles", amx_bad_value, NULL, "LLMC_ATTENTION_AMX=tiles", "use 0 or 1");
     expect_die("LLMC_ATTENTION_OVERWRITE=yes", overwrite_bad_value, NULL, "LLMC_ATTENTION_OVERWRITE=yes", "use 0 or 1");
 }
 
@@ -613,6 +688,7 @@ static void time_tile_products(void) {
     att_layout_rowpair(v_rp, x16, HS);
     for (int r = 0; r < 64; r++) { mm_round_bf16_row(p16 + r * 64, p + r * 64, 64); }
     double flop = 2.0 * 2.0 * 64 * 64 * HS;
+    att_tiles_ready(&sh);
     double t0 = wall_seconds();
     for (int i = 0; i < n; i++) {
         att_gemm(&sh, s, 64, q16, HS / 2, k_dm, 64, 64, 64, HS / 2, 0);
@@ -628,7 +704,7 @@ static void time_tile_products(void) {
     char gemm[128];
     matmul_bf16_gemm_describe(gemm, sizeof(gemm));
     printf("one tile's S = Q K^T and O += P V (64 x 64, HS 64), one thread: micro-kernel (%s) %.2f us (%.0f GFLOP/s), "
-           "matmul_gemm(MATMUL_BF16) [%s] %.2f us (%.0f GFLOP/s)\n", sh.native ? "AVX512-BF16" : "emulated",
+           "matmul_gemm(MATMUL_BF16) [%s] %.2f us (%.0f GFLOP/s)\n", sh.amx ? "AMX" : sh.native ? "AVX512-BF16" : "emulated",
            1e6 * t_micro, flop / t_micro / 1e9, gemm, 1e6 * t_gemm, flop / t_gemm / 1e9);
     free(q); free(k); free(v); free(p); free(s); free(o); free(q16); free(x16); free(p16); free(k_dm); free(v_rp);
 }
@@ -675,7 +751,8 @@ int main(int argc, char** argv) {
     omp_set_num_threads(2);
     test_kernel_choice();
     test_emulated_micro_kernel_matches_tiled();
-    test_blocked_matches_tiled();
+    if (!amx_usable()) { test_blocked_matches_tiled_cases(); }
+    test_amx_products();
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
     test_block_rounding_does_not_change_bits();

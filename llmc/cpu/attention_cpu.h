@@ -74,6 +74,7 @@ its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (d
 #endif
 
 #include "../utils.h"
+#include "amx.h"
 #include "matmul.h"
 #include "phase_time.h"
 #include "vecmath.h"
@@ -328,7 +329,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, prefetch, round_block, softmax16;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, softmax16;
     float scale;
 } AttShape;
 
@@ -340,6 +341,8 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.QKV = (NH + 2 * NKV) * HS;
     s.ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     s.native = matmul_bf16_native(); // asked here, before the threads start
+    // the products on AMX tiles where the process may use them; LLMC_ATTENTION_AMX=0 keeps vdpbf16ps
+    s.amx = env_switch_on("LLMC_ATTENTION_AMX") && s.native && amx_usable();
     s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
     s.round_block = env_switch_on("LLMC_ATTENTION_BLOCK_ROUND");
     s.softmax16 = vec16_enabled();
@@ -396,6 +399,90 @@ static void att_gemm_native(float* c, int ldc, const void* a, int lda, const uin
 }
 #endif
 
+// The same product on AMX tiles (amx.h: 16 x 16 fp32 sums, operands 16 pairs deep): c in 32 x 32 blocks of four
+// tiles where it can, 16 x 16 tiles at the edges; kp a multiple of 16, M and N of 16. Each sum takes its pairs in
+// order, a pair's two products one after the other (not vdpbf16ps's order: other bits in the last place).
+#if AMX_X86
+__attribute__((target("amx-tile,amx-bf16")))
+static void att_gemm_amx_32x32(float* c, int ldc, const char* a, int lda, const char* b, int ldb, int kp, int accumulate) {
+    size_t sc = 4 * (size_t)ldc, sa = 4 * (size_t)lda, sb = 4 * (size_t)ldb;
+    if (accumulate) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * (size_t)ldc, sc);
+        _tile_loadd(3, c + 16 * (size_t)ldc + 16, sc);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int p = 0; p < kp; p += 16) {
+        _tile_loadd(4, a + 4 * (size_t)p, sa);             // rows 0-15, pairs p .. p+15
+        _tile_loadd(5, a + 16 * sa + 4 * (size_t)p, sa);   // rows 16-31
+        _tile_loadd(6, b + (size_t)p * sb, sb);            // pair rows p .. p+15, columns 0-15
+        _tile_loadd(7, b + (size_t)p * sb + 64, sb);       // columns 16-31
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, sc);
+    _tile_stored(1, c + 16, sc);
+    _tile_stored(2, c + 16 * (size_t)ldc, sc);
+    _tile_stored(3, c + 16 * (size_t)ldc + 16, sc);
+}
+
+__attribute__((target("amx-tile,amx-bf16")))
+static void att_gemm_amx_16x16(float* c, int ldc, const char* a, int lda, const char* b, int ldb, int kp, int accumulate) {
+    size_t sc = 4 * (size_t)ldc, sa = 4 * (size_t)lda, sb = 4 * (size_t)ldb;
+    if (accumulate) { _tile_loadd(0, c, sc); }
+    else { _tile_zero(0); }
+    for (int p = 0; p < kp; p += 16) {
+        _tile_loadd(4, a + 4 * (size_t)p, sa);
+        _tile_loadd(6, b + (size_t)p * sb, sb);
+        _tile_dpbf16ps(0, 4, 6);
+    }
+    _tile_stored(0, c, sc);
+}
+
+static void att_gemm_amx(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb, int M, int N, int kp,
+                         int accumulate) {
+    const char* a8 = (const char*)a;
+    const char* b8 = (const char*)(const void*)b;
+    int i0 = 0;
+    for (; i0 + 32 <= M; i0 += 32) {
+        int j0 = 0;
+        for (; j0 + 32 <= N; j0 += 32) {
+            att_gemm_amx_32x32(c + (size_t)i0 * ldc + j0, ldc, a8 + 4 * (size_t)i0 * lda, lda, b8 + 4 * (size_t)j0, ldb,
+                               kp, accumulate);
+        }
+        for (; j0 < N; j0 += 16) {
+            for (int i = i0; i < i0 + 32; i += 16) {
+                att_gemm_amx_16x16(c + (size_t)i * ldc + j0, ldc, a8 + 4 * (size_t)i * lda, lda, b8 + 4 * (size_t)j0,
+                                   ldb, kp, accumulate);
+            }
+        }
+    }
+    for (; i0 < M; i0 += 16) {
+        for (int j0 = 0; j0 < N; j0 += 16) {
+            att_gemm_amx_16x16(c + (size_t)i0 * ldc + j0, ldc, a8 + 4 * (size_t)i0 * lda, lda, b8 + 4 * (size_t)j0, ldb,
+                               kp, accumulate);
+        }
+    }
+}
+#endif
+
+// this thread's tiles shaped for att_gemm_amx, at the start of each piece of work (a GEMM library between two may
+// have loaded its own shapes)
+static inline void att_tiles_ready(const AttShape* sh) {
+#if AMX_X86
+    if (sh->amx) { amx_configure_16x64(); }
+#else
+    (void)sh;
+#endif
+}
+
 static inline float att_bf16_lo(uint32_t u) { return mm_bf16_to_float((uint16_t)(u & 0xffffu)); }
 static inline float att_bf16_hi(uint32_t u) { return mm_bf16_to_float((uint16_t)(u >> 16)); }
 
@@ -416,6 +503,12 @@ static void att_gemm_emulated(float* c, int ldc, const void* a, int lda, const u
 
 static inline void att_gemm(const AttShape* sh, float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
                             int M, int N, int kp, int accumulate) {
+#if AMX_X86
+    if (sh->amx && kp % 16 == 0) {
+        att_gemm_amx(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+        return;
+    }
+#endif
 #if MATMUL_X86
     if (sh->native) {
         att_gemm_native(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
@@ -689,6 +782,7 @@ static void att_block_softmax16(AttWork* w, int diag, float scale) {
 static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k_rows, const uint32_t* v_cp,
                              size_t kv_stride, int tile, const AttShape* sh) {
     int HSP = sh->HSP;
+    att_tiles_ready(sh);
     for (int q = 0; q < ATT_TILE; q++) {
         w->m[q] = -INFINITY;
         w->l[q] = 0.0f;
@@ -863,6 +957,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     float scale = sh->scale;
     size_t blk = (size_t)ATT_PAIRS * HSP, tile_n = (size_t)ATT_TILE * HSP, bt0 = (size_t)b * T;
     size_t k = bt0 * QKV + C + (size_t)g * HS, v = k + (size_t)NKV * HS; // the head's first K and V elements
+    att_tiles_ready(sh);
     // the head's K and V, every block, in the layouts the products take
     for (int j = 0; j < ntiles; j++) {
         int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;

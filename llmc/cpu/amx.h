@@ -1,0 +1,88 @@
+/*
+AMX (Intel's Advanced Matrix Extensions) for the kernels that run their own small bf16 products: whether this
+process may use the tiles, and the one tile shape they use.
+
+AMX needs three things: the CPU's AMX-TILE and AMX-BF16 (CPUID leaf 7), the OS saving the tile state (XCR0 bits 17
+and 18), and on Linux the process asking for it once (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; a tile
+instruction without it faults). amx_usable() checks all three, once per process. A thread then loads a tile
+configuration (ldtilecfg) before its first tile instruction, and again whenever another library may have loaded
+its own (oneDNN's AMX GEMMs do): amx_configure_16x64() at the start of each piece of work.
+
+The configuration: tiles 0-7, each 16 rows of 64 bytes: 16 x 16 fp32 sums, 16 rows of 16 bf16 pairs (an A
+operand: 32 values of the inner index a row), or 16 pair rows of 16 columns (a B operand, pairs of the inner index
+per column: the layout vdpbf16ps takes too).
+*/
+#ifndef LLMC_CPU_AMX_H
+#define LLMC_CPU_AMX_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__)
+#define AMX_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define AMX_X86 0
+#endif
+
+#if AMX_X86
+#define AMX_ARCH_GET_XCOMP_PERM 0x1022
+#define AMX_ARCH_REQ_XCOMP_PERM 0x1023
+#define AMX_XFEATURE_XTILEDATA 18
+
+// the CPU has AMX-TILE and AMX-BF16, and the OS saves the tile state
+static int amx_cpu_has_bf16(void) {
+    unsigned int a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) { return 0; }
+    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16 || !__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) { return 0; } // OSXSAVE
+    unsigned int lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & (3u << 17)) == (3u << 17); // XTILECFG and XTILEDATA
+}
+
+// asks Linux for the tile state; 1 when the process has it
+static int amx_request_permission(void) {
+    unsigned long bits = 0;
+    if (syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) != 0) { return 0; }
+    if (syscall(SYS_arch_prctl, AMX_ARCH_GET_XCOMP_PERM, &bits) != 0) { return 0; }
+    return (int)((bits >> AMX_XFEATURE_XTILEDATA) & 1);
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} AmxTileConfig;
+
+// this thread's tiles 0-7 as 16 rows of 64 bytes
+__attribute__((target("amx-tile")))
+static inline void amx_configure_16x64(void) {
+    _Alignas(64) AmxTileConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+#endif
+
+// 1 when this process may run AMX bf16 tiles: asked once (call it before the threads start)
+static int amx_usable(void) {
+    static int usable = -1;
+    if (usable < 0) {
+#if AMX_X86
+        usable = amx_cpu_has_bf16() && amx_request_permission();
+#else
+        usable = 0;
+#endif
+    }
+    return usable;
+}
+
+#endif // LLMC_CPU_AMX_H
