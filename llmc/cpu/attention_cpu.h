@@ -28,8 +28,9 @@ instead (and the backward reads them): pyllmc and the tests; such a call always 
 The blocked kernel (bf16 products; the -p bf16 path's): per query tile of one head the keys come in blocks of
 ATT_TILE with an online softmax (each row's running max m and sum l; the output so far is rescaled by e^(m_old -
 m_new) when the max grows), so a thread holds one tile x block of scores. S = Q K^T and O += P V take bf16 operands
-(Q, K, V and P rounded to nearest even, as llmc/cpu/matmul.h rounds) and sum in fp32, on a micro-kernel of
-vdpbf16ps (AVX512-BF16, asked at run time) or, on a CPU without it, the same bf16 numbers multiplied in fp32. lse
+(Q, K, V and P rounded to nearest even, as llmc/cpu/matmul.h rounds) and sum in fp32, on AMX tiles where the CPU
+and OS allow them (llmc/cpu/amx.h; LLMC_ATTENTION_AMX=0 keeps vdpbf16ps there), else on a micro-kernel of vdpbf16ps
+(AVX512-BF16, asked at run time) or, on a CPU without it, the same bf16 numbers multiplied in fp32. lse
 (B,T,NH) receives each row's log-sum-exp of its scaled scores (NULL: not kept). The backward is flash attention's:
 per (query tile, key block) it recomputes S and P = e^(scale S - lse), then dP = dO V^T, dS = P (dP - D) scale with
 D = rowsum(dO o O), dQ += dS K, dK += dS^T Q, dV += P^T dO, all in bf16 with fp32 sums. Given out and lse (the Llama
