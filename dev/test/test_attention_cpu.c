@@ -14,7 +14,8 @@ own grouped-query path against that too; the blocked backward given the forward'
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
 (LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the softmax and the
-backward's element-wise part in AVX-512 against the compiled loops (LLMC_VEC16=0: the same bits, those cases and
+backward's element-wise part in AVX-512, and the transposes in 16 x 16 register blocks, against the compiled loops
+(LLMC_VEC16=0: the same bits, those cases and
 scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); the tiled kernel's
 softmax in AVX-512 against its compiled loop (LLMC_VEC16=0: the same bits, the same cases); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
@@ -683,7 +684,7 @@ static void time_tile_products(void) {
     uint32_t* v_rp = (uint32_t*)calloc(32 * HS, sizeof(uint32_t));
     att_round_block(q16, q, HS, 64, HS, HS);
     att_round_block(x16, k, HS, 64, HS, HS);
-    att_layout_dmajor(k_dm, x16, HS);
+    att_layout_dmajor(k_dm, x16, HS, 0);
     att_round_block(x16, v, HS, 64, HS, HS);
     att_layout_rowpair(v_rp, x16, HS);
     for (int r = 0; r < 64; r++) { mm_round_bf16_row(p16 + r * 64, p + r * 64, 64); }

@@ -62,6 +62,9 @@ element-wise part (P^T, dS^T and their roundings) run as hand-written AVX-512 lo
 vec16_expf, two rows of a block a step (the same bits as the compiled loops, which LLMC_VEC16=0 keeps): GPT-2 d12's
 attention phase 7% faster on a Zen 5, B=4 T=1024. So does the tiled kernel's softmax (attention_softmax_rows16):
 its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (dev/test/test_attention_cpu --time).
+With them (LLMC_VEC16) the blocked kernel's transposes (the dmajor and colpair layouts, O^T from O, O and dQ back from
+O^T and dQ^T) run in 16 x 16 blocks of registers (att_transpose32) instead of one element at a time: at B=4 T=64 its
+forward and backward took 0.64-0.96 + 0.89-1.34 ms a layer before, 0.51-0.57 + 0.70-0.80 after (the AMX Xeon).
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -540,25 +543,85 @@ static void att_load_block(uint16_t* x16, const float* x, const uint16_t* xb, ui
     if (xb == NULL) {
         att_round_block(x16, x + at, ld, rows, HS, HSP);
         for (int r = 0; keep != NULL && r < rows; r++) {
-            memcpy(keep + at + (size_t)r * ld, x16 + (size_t)r * HSP, (size_t)HS * sizeof(uint16_t));
+            uint16_t* dst = keep + at + (size_t)r * ld;
+            const uint16_t* src = x16 + (size_t)r * HSP;
+            for (int d = 0; d < HS; d++) { dst[d] = src[d]; }
         }
         return;
     }
-    for (int r = 0; r < ATT_TILE; r++) {
+    for (int r = 0; r < ATT_TILE; r++) { // (a loop, not memcpy and memset: a call per 128-byte row cost 8 % at T=64)
         uint16_t* dst = x16 + (size_t)r * HSP;
-        int n = 0;
-        if (r < rows) {
-            memcpy(dst, xb + at + (size_t)r * ld, (size_t)HS * sizeof(uint16_t));
-            n = HS;
-        }
-        memset(dst + n, 0, (size_t)(HSP - n) * sizeof(uint16_t));
+        const uint16_t* src = xb + at + (size_t)r * ld;
+        int n = r < rows ? HS : 0;
+        for (int d = 0; d < n; d++) { dst[d] = src[d]; }
+        for (int d = n; d < HSP; d++) { dst[d] = 0; }
     }
 }
 
 static inline uint32_t att_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
+// dst (cols, rows) = src (rows, cols) transposed, 32-bit elements (bf16 pairs or floats, moved as bits), row strides in
+// elements. fast (AttShape's softmax16: LLMC_VEC16 on a CPU with AVX-512) with rows and cols multiples of 16: 16 x 16
+// blocks in registers; the loops gathered one element at a time, and these copies cost the blocked kernel about a
+// third of its time at T=64 (the AMX Xeon). Either way the same bits.
+#if MATMUL_X86
+__attribute__((target("avx512f")))
+static void att_transpose32_avx512(uint32_t* dst, size_t ld_dst, const uint32_t* src, size_t ld_src, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            __m512i a[16], t[16];
+            for (int i = 0; i < 16; i++) { a[i] = _mm512_loadu_si512((const void*)(src + (size_t)(r0 + i) * ld_src + c0)); }
+            // in each 128-bit lane: pairs of rows interleaved, then groups of four rows: t[4g + c] holds, in lane L,
+            // column 4L + c of rows 4g .. 4g + 3
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+                t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+            }
+            for (int g = 0; g < 4; g++) {
+                a[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+                a[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+                a[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+                a[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+            }
+            // output row 4L + c = lane L of a[c], a[4 + c], a[8 + c], a[12 + c]
+            for (int c = 0; c < 4; c++) {
+                __m512i lo01 = _mm512_shuffle_i32x4(a[c], a[4 + c], 0x44), hi01 = _mm512_shuffle_i32x4(a[c], a[4 + c], 0xee);
+                __m512i lo23 = _mm512_shuffle_i32x4(a[8 + c], a[12 + c], 0x44);
+                __m512i hi23 = _mm512_shuffle_i32x4(a[8 + c], a[12 + c], 0xee);
+                __m512i out[4] = {_mm512_shuffle_i32x4(lo01, lo23, 0x88), _mm512_shuffle_i32x4(lo01, lo23, 0xdd),
+                                  _mm512_shuffle_i32x4(hi01, hi23, 0x88), _mm512_shuffle_i32x4(hi01, hi23, 0xdd)};
+                for (int L = 0; L < 4; L++) {
+                    _mm512_storeu_si512((void*)(dst + (size_t)(c0 + 4 * L + c) * ld_dst + r0), out[L]);
+                }
+            }
+        }
+    }
+}
+#endif
+
+static void att_transpose32(uint32_t* dst, size_t ld_dst, const uint32_t* src, size_t ld_src, int rows, int cols,
+                            int fast) {
+#if MATMUL_X86
+    if (fast && rows % 16 == 0 && cols % 16 == 0) {
+        att_transpose32_avx512(dst, ld_dst, src, ld_src, rows, cols);
+        return;
+    }
+#endif
+    (void)fast;
+    for (int c = 0; c < cols; c++) {
+        for (int r = 0; r < rows; r++) { dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c]; }
+    }
+}
+
 // the layouts of a rounded block x16 (ATT_TILE rows of `width` columns), see above
-static void att_layout_dmajor(uint32_t* dst, const uint16_t* x16, int width) {
+static void att_layout_dmajor(uint32_t* dst, const uint16_t* x16, int width, int fast) {
+#if MATMUL_X86
+    if (fast && (width / 2) % 16 == 0) { // (a row's pairs are its 32-bit words: the transpose of those)
+        att_transpose32_avx512(dst, ATT_TILE, (const uint32_t*)(const void*)x16, (size_t)width / 2, ATT_TILE, width / 2);
+        return;
+    }
+#endif
+    (void)fast;
     for (int p = 0; p < width / 2; p++) {
         for (int r = 0; r < ATT_TILE; r++) { dst[p * ATT_TILE + r] = att_pair(x16[r * width + 2 * p], x16[r * width + 2 * p + 1]); }
     }
@@ -572,7 +635,13 @@ static void att_layout_rowpair(uint32_t* dst, const uint16_t* x16, int width) {
     }
 }
 
-static void att_layout_colpair(uint32_t* dst, const uint16_t* x16, int width) {
+static void att_layout_colpair(uint32_t* dst, const uint16_t* x16, int width, int fast) {
+    if (fast && width <= 256) { // (the transpose of the rowpair layout)
+        uint32_t rowpair[ATT_PAIRS * 256];
+        att_layout_rowpair(rowpair, x16, width);
+        att_transpose32(dst, ATT_PAIRS, rowpair, (size_t)width, ATT_PAIRS, width, fast);
+        return;
+    }
     for (int d = 0; d < width; d++) {
         for (int q = 0; q < ATT_PAIRS; q++) { dst[d * ATT_PAIRS + q] = att_pair(x16[2 * q * width + d], x16[(2 * q + 1) * width + d]); }
     }
@@ -600,8 +669,24 @@ static void att_tile_D(float* D, const uint32_t* do_dm, const float* oT, int HS)
 }
 
 // oT (HSP, ATT_TILE) = rows 0 .. rows-1 of O (fp32 o or bf16 o16, row stride ld), transposed; 0 for the queries past
-// them
-static void att_transpose_O(float* oT, const float* o, const uint16_t* o16, size_t ld, int rows, int HS) {
+// them. fast: through rows_buf (ATT_TILE, HSP), row by row and then att_transpose32 (rows HS .. HSP-1 of oT 0 too)
+static void att_transpose_O(float* oT, const float* o, const uint16_t* o16, size_t ld, int rows, int HS, int HSP,
+                            float* rows_buf, int fast) {
+    if (fast) {
+        for (int q = 0; q < ATT_TILE; q++) {
+            float* row = rows_buf + (size_t)q * HSP;
+            int n = q < rows ? HS : 0;
+            if (o16 != NULL) {
+                for (int d = 0; d < n; d++) { row[d] = mm_bf16_to_float(o16[(size_t)q * ld + d]); }
+            } else {
+                for (int d = 0; d < n; d++) { row[d] = o[(size_t)q * ld + d]; }
+            }
+            for (int d = n; d < HSP; d++) { row[d] = 0.0f; }
+        }
+        att_transpose32((uint32_t*)(void*)oT, ATT_TILE, (const uint32_t*)(const void*)rows_buf, (size_t)HSP, ATT_TILE,
+                        HSP, fast);
+        return;
+    }
     for (int q = 0; q < ATT_TILE; q++) {
         for (int d = 0; d < HS; d++) {
             float x = 0.0f;
@@ -631,6 +716,7 @@ typedef struct {
     uint16_t *x16, *q16, *p16;              // rounded blocks: packing scratch, the query tile, P^T
     uint32_t *q_dm, *p_rp;                  // Q (dmajor), P^T (rowpair)
     float *sT, *oT;                         // S^T (ATT_TILE, ATT_TILE), O^T (HSP, ATT_TILE)
+    float* rows;                            // a tile's rows (ATT_TILE, HSP): O or dQ, on their way to or from O^T, dQ^T
     float *m, *l, *alpha, *lse, *D;         // per query: running max and sum, rescale, log-sum-exp, rowsum(dO o O)
     uint16_t *do16, *ds16;                  // backward: dO tile, dS^T
     uint32_t *q_rp, *do_dm, *do_rp, *ds_rp;
@@ -655,6 +741,7 @@ static size_t att_work_layout(AttWork* w, char* base, const AttShape* sh, int ba
     ATT_TAKE(p_rp, uint32_t, sq / 2);
     ATT_TAKE(sT, float, sq);
     ATT_TAKE(oT, float, tile);
+    ATT_TAKE(rows, float, tile);
     ATT_TAKE(m, float, ATT_TILE);
     ATT_TAKE(l, float, ATT_TILE);
     ATT_TAKE(alpha, float, ATT_TILE);
@@ -850,7 +937,7 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
                 att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
                 att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
-                att_layout_colpair(k_rows + blk, w.x16, HSP);
+                att_layout_colpair(k_rows + blk, w.x16, HSP, sh.softmax16);
             }
         }
     }
@@ -864,9 +951,21 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 int rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
                 att_load_block(w.q16, qkv, NULL, qkv16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows,
                                HS, HSP);
-                att_layout_dmajor(w.q_dm, w.q16, HSP);
+                att_layout_dmajor(w.q_dm, w.q16, HSP, sh.softmax16);
                 const uint32_t* k_rows = kv + ((size_t)b * NKV + h / rep) * ntiles * 2 * blk;
                 att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
+                if (sh.softmax16) { // (O^T back to rows in registers, then each row at once: the same numbers)
+                    att_transpose32((uint32_t*)(void*)w.rows, (size_t)HSP, (const uint32_t*)(const void*)w.oT, ATT_TILE,
+                                    HSP, ATT_TILE, 1);
+                    for (int q = 0; q < rows; q++) {
+                        size_t bt = (size_t)b * T + t0 + q;
+                        const float* row = w.rows + (size_t)q * HSP;
+                        if (out != NULL) { memcpy(out + bt * C + (size_t)h * HS, row, (size_t)HS * sizeof(float)); }
+                        if (out16 != NULL) { mm_round_bf16_row(out16 + bt * C + (size_t)h * HS, row, (size_t)HS); }
+                        if (lse != NULL) { lse[bt * NH + h] = w.lse[q]; }
+                    }
+                    continue;
+                }
                 for (int q = 0; q < rows; q++) {
                     size_t bt = (size_t)b * T + t0 + q;
                     if (out != NULL) {
@@ -964,10 +1063,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
         int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
         uint16_t* k16 = (uint16_t*)(void*)(w->k_rows + j * blk);
         att_load_block(k16, qkv, qkv16, NULL, k + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
-        att_layout_colpair(w->k_cp + j * blk, k16, HSP);
+        att_layout_colpair(w->k_cp + j * blk, k16, HSP, sh->softmax16);
         uint16_t* v16 = (uint16_t*)(void*)(w->v_rows + j * blk);
         att_load_block(v16, qkv, qkv16, NULL, v + (size_t)j * ATT_TILE * QKV, (size_t)QKV, rows, HS, HSP);
-        if (!kept) { att_layout_colpair(w->v_cp + j * blk, v16, HSP); } // (for the tiles' forwards)
+        if (!kept) { att_layout_colpair(w->v_cp + j * blk, v16, HSP, sh->softmax16); } // (for the tiles' forwards)
     }
     memset(w->dk, 0, (size_t)ntiles * tile_n * sizeof(float));
     memset(w->dv, 0, (size_t)ntiles * tile_n * sizeof(float));
@@ -988,10 +1087,10 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 att_prefetch_rows(dqkv + at_qkv, 4 * (size_t)HS, 4 * (size_t)QKV, n, 1);
             }
             att_load_block(w->q16, qkv, qkv16, NULL, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
-            att_layout_dmajor(w->q_dm, w->q16, HSP);
+            att_layout_dmajor(w->q_dm, w->q16, HSP, sh->softmax16);
             att_layout_rowpair(w->q_rp, w->q16, HSP);
             att_round_block(w->do16, dout + (bt0 + t0) * C + (size_t)h * HS, (size_t)C, rows, HS, HSP);
-            att_layout_dmajor(w->do_dm, w->do16, HSP);
+            att_layout_dmajor(w->do_dm, w->do16, HSP, sh->softmax16);
             att_layout_rowpair(w->do_rp, w->do16, HSP);
             // each query's lse and D = rowsum(dO o O): the forward's, or its tile run again (the same bits). dO is
             // the rounded one dP^T = V dO^T takes, so that D = sum of P dP up to P's rounding (a query that sees one
@@ -999,7 +1098,7 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             if (kept) {
                 size_t o = (bt0 + t0) * C + (size_t)h * HS;
                 att_transpose_O(w->oT, out16 != NULL ? NULL : out + o, out16 != NULL ? out16 + o : NULL, (size_t)C, rows,
-                                HS);
+                                HS, HSP, w->rows, sh->softmax16);
                 for (int q = 0; q < ATT_TILE; q++) { w->lse[q] = q < rows ? lse[(bt0 + t0 + q) * NH + h] : 0.0f; }
             } else {
                 att_tile_forward(w, w->q_dm, w->k_rows, w->v_cp, blk, tile, sh);
@@ -1030,6 +1129,26 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             // values on their own way out (strided loads), or reading the row back from its element-by-element
             // stores, cost 3-5% of the backward's time on a Zen 5
             int copy16 = !accumulate && dqkv16 != NULL, copy_tile = copy16 && sh->round_block;
+            if (sh->softmax16) { // (dQ^T back to rows in registers, then each row at once: the same numbers)
+                att_transpose32((uint32_t*)(void*)w->rows, (size_t)HSP, (const uint32_t*)(const void*)w->dqT, ATT_TILE,
+                                HSP, ATT_TILE, 1);
+                for (int q = 0; q < rows; q++) {
+                    size_t at = (bt0 + t0 + q) * QKV + (size_t)h * HS;
+                    float* dst = dqkv + at;
+                    const float* row = w->rows + (size_t)q * HSP;
+                    if (accumulate) {
+                        for (int d = 0; d < HS; d++) { dst[d] += row[d]; }
+                    } else {
+                        for (int d = 0; d < HS; d++) { dst[d] = 0.0f + row[d]; }
+                    }
+                    if (copy_tile) {
+                        for (int d = 0; d < HS; d++) { dqkv16[at + d] = matmul_bf16_round_value(0.0f + row[d]); }
+                    } else if (copy16) {
+                        bf16_copy_row(dqkv16 + at, dst, (size_t)HS);
+                    }
+                }
+                continue;
+            }
             if (copy_tile) {
                 for (size_t i = 0; i < tile_n; i++) { w->dq16T[i] = matmul_bf16_round_value(0.0f + w->dqT[i]); }
             }
