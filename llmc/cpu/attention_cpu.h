@@ -64,7 +64,9 @@ attention phase 7% faster on a Zen 5, B=4 T=1024. So does the tiled kernel's sof
 its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (dev/test/test_attention_cpu --time).
 With them (LLMC_VEC16) the blocked kernel's transposes (the dmajor and colpair layouts, O^T from O, O and dQ back from
 O^T and dQ^T) run in 16 x 16 blocks of registers (att_transpose32) instead of one element at a time: at B=4 T=64 its
-forward and backward took 0.64-0.96 + 0.89-1.34 ms a layer before, 0.51-0.57 + 0.70-0.80 after (the AMX Xeon).
+forward and backward took 0.64-0.96 + 0.89-1.34 ms a layer before, 0.51-0.57 + 0.70-0.80 after (the AMX Xeon). The
+forward rounds and lays out K and V with a block of rows' heads one after another, the next one's rows asked for
+ahead (LLMC_ATTENTION_PREFETCH): its forward at B=4 T=1024 32.5-35.2 ms against 36.8-45.9 before, in a noisy hour.
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
@@ -926,12 +928,24 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
     size_t per = att_work_layout(&sizes_only, NULL, &sh, 0);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
-    // every k/v head's blocks, rounded and laid out once
+    // every k/v head's blocks, rounded and laid out once; the heads of a block of rows one after another (their
+    // pieces of a row lie side by side), the next one's rows asked for ahead (a block's rows are short pieces of
+    // long rows, which the hardware prefetcher does not see coming)
     #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
-        for (int g = 0; g < NKV; g++) {
-            for (int j = 0; j < ntiles; j++) {
+        for (int j = 0; j < ntiles; j++) {
+            for (int g = 0; g < NKV; g++) {
                 AttWork w = att_work(scratch, per, &sh, 0);
+                if (sh.prefetch) {
+                    int next_g = g + 1 < NKV ? g + 1 : 0, next_j = g + 1 < NKV ? j : j + 1, next_b = b;
+                    if (next_j == ntiles) { next_j = 0; next_b = b + 1; }
+                    if (next_b < B) {
+                        int n = T - next_j * ATT_TILE < ATT_TILE ? T - next_j * ATT_TILE : ATT_TILE;
+                        size_t at = ((size_t)next_b * T + (size_t)next_j * ATT_TILE) * QKV + C + (size_t)next_g * HS;
+                        att_prefetch_rows(qkv + at, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+                        att_prefetch_rows(qkv + at + (size_t)NKV * HS, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+                    }
+                }
                 uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
                 size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
                 int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
