@@ -10,6 +10,7 @@ dev/test/test_common.h: the tiny test harness shared by the C unit tests in dev/
     random_array, max_abs_diff              deterministic test inputs and their comparison
     hash_fill(x, n, seed, scale)            x (n) in [-scale, scale), a hash of the index and seed
     matmul_rowmajor(...)                    the plain row-major matmul the GEMM layouts are checked against
+    set_threads(n)                          OpenMP's thread count for what follows (nothing without OpenMP)
 */
 #ifndef LLMC_TEST_COMMON_H
 #define LLMC_TEST_COMMON_H
@@ -23,6 +24,17 @@ dev/test/test_common.h: the tiny test harness shared by the C unit tests in dev/
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static inline void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
 
 static int tests_passed = 0;
 static int tests_failed = 0;

@@ -31,14 +31,6 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
 
 static int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
-static void set_threads(int n) {
-#ifdef _OPENMP
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-}
-
 static const int ROWS[] = {1, 3, 4, 7, 64, 130};
 static const int COLS[] = {1, 5, 16, 17, 33, 100, 768, 3100};
 

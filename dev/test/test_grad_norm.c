@@ -21,14 +21,6 @@ Checked:
 #include "../../llmc/cpu/cpu_model.h"
 #include "test_common.h"
 
-static void set_threads(int n) {
-#ifdef _OPENMP
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-}
-
 // x (n): magnitudes 10^-20 .. 10^4 by a hash of the index, every 7th negative, every 11th zero
 static void fill_gradients(float* x, size_t n, uint32_t seed) {
     for (size_t i = 0; i < n; i++) {
