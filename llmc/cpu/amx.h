@@ -58,7 +58,9 @@ typedef struct {
     uint8_t rows[16];
 } AmxTileConfig;
 
-// this thread's tiles 0-7 as 16 rows of 64 bytes
+// this thread's tiles 0-7 as 16 rows of 64 bytes. ldtilecfg as an asm that reads the whole configuration: GCC 12
+// takes _tile_loadconfig's operand as a pointer it need not see written, and at -O3 without -march=native dropped
+// the stores of the shapes (palette 1, no rows: the first tile load faulted)
 __attribute__((target("amx-tile")))
 static inline void amx_configure_16x64(void) {
     _Alignas(64) AmxTileConfig cfg;
@@ -68,7 +70,7 @@ static inline void amx_configure_16x64(void) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
-    _tile_loadconfig(&cfg);
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 #endif
 
