@@ -907,6 +907,19 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
     }
 }
 
+// the forward's i-th K/V block to round: batch b, k/v head g, block of rows j (the order: see its loop)
+static inline void att_kv_block_at(size_t i, const AttShape* sh, int* b, int* g, int* j) {
+    size_t per_b = (size_t)sh->NKV * sh->ntiles, r = i % per_b;
+    *b = (int)(i / per_b);
+    if (sh->prefetch) {
+        *j = (int)(r / sh->NKV);
+        *g = (int)(r % sh->NKV);
+    } else {
+        *g = (int)(r / sh->ntiles);
+        *j = (int)(r % sh->ntiles);
+    }
+}
+
 // the per-call buffer of the forward's rounded K and V: (B, NKV, ntiles) blocks of K rows, then V colpair
 static uint32_t* attention_kv_buffer(size_t n) {
     static void* buf = NULL;
@@ -928,32 +941,30 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
     size_t per = att_work_layout(&sizes_only, NULL, &sh, 0);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
-    // every k/v head's blocks, rounded and laid out once; the heads of a block of rows one after another (their
-    // pieces of a row lie side by side), the next one's rows asked for ahead (a block's rows are short pieces of
-    // long rows, which the hardware prefetcher does not see coming)
-    #pragma omp parallel for collapse(3) schedule(static) num_threads(nthreads)
-    for (int b = 0; b < B; b++) {
-        for (int j = 0; j < ntiles; j++) {
-            for (int g = 0; g < NKV; g++) {
-                AttWork w = att_work(scratch, per, &sh, 0);
-                if (sh.prefetch) {
-                    int next_g = g + 1 < NKV ? g + 1 : 0, next_j = g + 1 < NKV ? j : j + 1, next_b = b;
-                    if (next_j == ntiles) { next_j = 0; next_b = b + 1; }
-                    if (next_b < B) {
-                        int n = T - next_j * ATT_TILE < ATT_TILE ? T - next_j * ATT_TILE : ATT_TILE;
-                        size_t at = ((size_t)next_b * T + (size_t)next_j * ATT_TILE) * QKV + C + (size_t)next_g * HS;
-                        att_prefetch_rows(qkv + at, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
-                        att_prefetch_rows(qkv + at + (size_t)NKV * HS, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
-                    }
-                }
-                uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
-                size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
-                int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
-                att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
-                att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
-                att_layout_colpair(k_rows + blk, w.x16, HSP, sh.softmax16);
-            }
+    // every k/v head's blocks, rounded and laid out once. With LLMC_ATTENTION_PREFETCH the heads of a block of rows
+    // one after another (their pieces of a row lie side by side) and the next one's rows asked for ahead (a block's
+    // rows are short pieces of long rows, which the hardware prefetcher does not see coming); without, each head's
+    // blocks in turn, as before (the same bits either way)
+    size_t nblocks = (size_t)B * NKV * ntiles;
+    #pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (size_t i = 0; i < nblocks; i++) {
+        AttWork w = att_work(scratch, per, &sh, 0);
+        int b, g, j;
+        att_kv_block_at(i, &sh, &b, &g, &j);
+        if (sh.prefetch && i + 1 < nblocks) {
+            int nb, ng, nj;
+            att_kv_block_at(i + 1, &sh, &nb, &ng, &nj);
+            int n = T - nj * ATT_TILE < ATT_TILE ? T - nj * ATT_TILE : ATT_TILE;
+            size_t at = ((size_t)nb * T + (size_t)nj * ATT_TILE) * QKV + C + (size_t)ng * HS;
+            att_prefetch_rows(qkv + at, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+            att_prefetch_rows(qkv + at + (size_t)NKV * HS, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
         }
+        uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
+        size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
+        int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
+        att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
+        att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
+        att_layout_colpair(k_rows + blk, w.x16, HSP, sh.softmax16);
     }
     // the query tiles, the longest (furthest down a head) handed out first
     #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
