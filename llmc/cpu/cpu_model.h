@@ -148,7 +148,7 @@ static float cpu_grad_norm_sums(const float* g, size_t n, int wide) {
         for (size_t k = 0; k < streams; k++) {
             size_t c = w + k * apart;
             whole = whole && (c + 1) * CPU_GRAD_NORM_CHUNK <= n;
-            at[k] = g + c * CPU_GRAD_NORM_CHUNK;
+            at[k] = whole ? g + c * CPU_GRAD_NORM_CHUNK : g; // (no pointer past the gradients' end)
         }
         if (whole) {
             double out[CPU_GRAD_NORM_STREAMS];
