@@ -83,6 +83,7 @@ ahead (LLMC_ATTENTION_PREFETCH): its forward at B=4 T=1024 32.5-35.2 ms against 
 #include "amx.h"
 #include "matmul.h"
 #include "phase_time.h"
+#include "transpose.h"
 #include "vecmath.h"
 
 // query rows per tile, and (blocked kernel) keys per block: the diagonal block is the tile's own rows
@@ -566,46 +567,11 @@ static inline uint32_t att_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo 
 // elements. fast (AttShape's softmax16: LLMC_VEC16 on a CPU with AVX-512) with rows and cols multiples of 16: 16 x 16
 // blocks in registers; the loops gathered one element at a time, and these copies cost the blocked kernel about a
 // third of its time at T=64 (the AMX Xeon). Either way the same bits.
-#if MATMUL_X86
-__attribute__((target("avx512f")))
-static void att_transpose32_avx512(uint32_t* dst, size_t ld_dst, const uint32_t* src, size_t ld_src, int rows, int cols) {
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-        for (int c0 = 0; c0 < cols; c0 += 16) {
-            __m512i a[16], t[16];
-            for (int i = 0; i < 16; i++) { a[i] = _mm512_loadu_si512((const void*)(src + (size_t)(r0 + i) * ld_src + c0)); }
-            // in each 128-bit lane: pairs of rows interleaved, then groups of four rows: t[4g + c] holds, in lane L,
-            // column 4L + c of rows 4g .. 4g + 3
-            for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
-                t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
-            }
-            for (int g = 0; g < 4; g++) {
-                a[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-                a[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-                a[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-                a[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-            }
-            // output row 4L + c = lane L of a[c], a[4 + c], a[8 + c], a[12 + c]
-            for (int c = 0; c < 4; c++) {
-                __m512i lo01 = _mm512_shuffle_i32x4(a[c], a[4 + c], 0x44), hi01 = _mm512_shuffle_i32x4(a[c], a[4 + c], 0xee);
-                __m512i lo23 = _mm512_shuffle_i32x4(a[8 + c], a[12 + c], 0x44);
-                __m512i hi23 = _mm512_shuffle_i32x4(a[8 + c], a[12 + c], 0xee);
-                __m512i out[4] = {_mm512_shuffle_i32x4(lo01, lo23, 0x88), _mm512_shuffle_i32x4(lo01, lo23, 0xdd),
-                                  _mm512_shuffle_i32x4(hi01, hi23, 0x88), _mm512_shuffle_i32x4(hi01, hi23, 0xdd)};
-                for (int L = 0; L < 4; L++) {
-                    _mm512_storeu_si512((void*)(dst + (size_t)(c0 + 4 * L + c) * ld_dst + r0), out[L]);
-                }
-            }
-        }
-    }
-}
-#endif
-
 static void att_transpose32(uint32_t* dst, size_t ld_dst, const uint32_t* src, size_t ld_src, int rows, int cols,
                             int fast) {
 #if MATMUL_X86
     if (fast && rows % 16 == 0 && cols % 16 == 0) {
-        att_transpose32_avx512(dst, ld_dst, src, ld_src, rows, cols);
+        transpose32_avx512(dst, ld_dst, src, ld_src, rows, cols);
         return;
     }
 #endif
@@ -619,7 +585,7 @@ static void att_transpose32(uint32_t* dst, size_t ld_dst, const uint32_t* src, s
 static void att_layout_dmajor(uint32_t* dst, const uint16_t* x16, int width, int fast) {
 #if MATMUL_X86
     if (fast && (width / 2) % 16 == 0) { // (a row's pairs are its 32-bit words: the transpose of those)
-        att_transpose32_avx512(dst, ATT_TILE, (const uint32_t*)(const void*)x16, (size_t)width / 2, ATT_TILE, width / 2);
+        transpose32_avx512(dst, ATT_TILE, (const uint32_t*)(const void*)x16, (size_t)width / 2, ATT_TILE, width / 2);
         return;
     }
 #endif
