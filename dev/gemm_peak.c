@@ -12,9 +12,10 @@ call and prints the median rate of each GEMM the build has, one line each:
     kernel openblas | openblas-system | mkl | onednn   matmul_gemm(MATMUL_FP32): the build's fp32 GEMM, called
                                               the way the trainer calls it (OpenMP slabs, BLAS 1 thread; oneDNN
                                               on the trainer's threads)
-    kernel onednn, bf16                       matmul_gemm(MATMUL_BF16) in a build with oneDNN: its bf16 kernel,
-                                              B read from a bf16 mirror as the trainer reads a weight, A rounded
-                                              per call as the trainer's activations are
+    kernel onednn | amx, bf16                 matmul_gemm(MATMUL_BF16) in a build with oneDNN: its bf16 kernel, or
+                                              llmc's AMX kernel where that runs the bf16 GEMMs (an AMX CPU, unless
+                                              LLMC_BF16_GEMM=onednn), B read from a bf16 mirror as the trainer reads
+                                              a weight, A rounded per call as the trainer's activations are
     kernel blocked, fp32                      matmul_gemm_blocked: the built-in kernel
     kernel blocked, bf16                      the built-in bf16 kernel (AVX512-BF16 where the CPU has it,
                                               else bf16-rounded inputs multiplied in fp32)
@@ -250,8 +251,10 @@ int main(int argc, char** argv) {
     char have[256] = "";
     int has_backend = strcmp(matmul_backend_name(), "blocked") != 0 &&
                       kernel_wanted(matmul_backend_name(), "fp32", have, sizeof(have));
-    int has_onednn_bf16 = onednn_bf16[0] != '\0' && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
-                          kernel_wanted("onednn", "bf16", have, sizeof(have));
+    // the bf16 GEMM on bf16 operands: oneDNN's, or llmc's AMX kernel where that runs them (LLMC_BF16_GEMM)
+    const char* bf16_kernel = matmul_bf16_gemm() == MATMUL_BF16_AMX ? "amx" : "onednn";
+    int has_onednn_bf16 = onednn_bf16[0] != '\0' && matmul_bf16_takes_bf16() &&
+                          kernel_wanted(bf16_kernel, "bf16", have, sizeof(have));
     int has_blocked_f32 = kernel_wanted("blocked", "fp32", have, sizeof(have));
     int has_blocked_bf16 = kernel_wanted("blocked", "bf16", have, sizeof(have));
     check_wanted_kernels(have);
@@ -287,7 +290,7 @@ int main(int argc, char** argv) {
         if (B16 == NULL) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
         matmul_round_bf16(B16, B, 1, elems, elems);
         matmul_bf16_mirror_add(B, elems, B16);
-        printf("gemm onednn bf16 %.3f\n", gemm_rate(gemm_backend_bf16, n, reps, A, B, C));
+        printf("gemm %s bf16 %.3f\n", bf16_kernel, gemm_rate(gemm_backend_bf16, n, reps, A, B, C));
         matmul_bf16_mirror_remove(B);
         free(B16);
     }
@@ -296,7 +299,7 @@ int main(int argc, char** argv) {
     if (BT > 0) {
         StepGemm g[3 * (MAX_LAYER_GEMMS + 1)];
         int ng = step_gemms(g, BT, C_, Vp, L, layer.n > 0 ? layer : gpt2_layer(C_));
-        StepPath paths[] = {{matmul_backend_name(), MATMUL_FP32, 0}, {"onednn", MATMUL_BF16, 0},
+        StepPath paths[] = {{matmul_backend_name(), MATMUL_FP32, 0}, {bf16_kernel, MATMUL_BF16, 0},
                             {"blocked", MATMUL_FP32, 1}, {"blocked", MATMUL_BF16, 1}};
         for (int p = 0; p < 4; p++) {
             if ((p == 0 && !has_backend) || (p == 1 && !has_onednn_bf16) || (p == 2 && !has_blocked_f32) ||

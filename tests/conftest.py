@@ -47,8 +47,8 @@ BF16_ONEDNN_REFUSED = re.compile(r"-p bf16: training in fp32 instead: oneDNN has
                                  r"\(oneDNN \d+\.\d+\.\d+, [a-z0-9_]+\) \(LLMC_BF16=force runs bf16\)")
 # the line of a decision taken from the two GEMM rates (measured, or injected with LLMC_BF16_RATES=BF16,FP32)
 BF16_RATES_LINE = re.compile(
-    r"-p bf16: training in (bf16|fp32 instead): (oneDNN's bf16 GEMM \(([^()]+)\)|the built-in bf16 GEMM "
-    r"\((?:AVX512-BF16|emulated in fp32)\)) ran at (\d+) GFLOP/s, the fp32 GEMM \([a-z-]+\) at (\d+): "
+    r"-p bf16: training in (bf16|fp32 instead): (oneDNN's bf16 GEMM \(([^()]+)\)|llmc's AMX bf16 GEMM \(amx_bf16 tiles\)|"
+    r"the built-in bf16 GEMM \((?:AVX512-BF16|emulated in fp32)\)) ran at (\d+) GFLOP/s, the fp32 GEMM \([a-z-]+\) at (\d+): "
     r"(at least|less than) 1\.15x( \(LLMC_BF16=force runs bf16\))?")
 BF16_MIN_GAIN = 1.15  # llmc/cpu/matmul.h's MATMUL_BF16_MIN_GAIN
 CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -90,7 +90,10 @@ def bf16_decision(stdout: str, env: dict[str, str]) -> bool:
     kept, bf16, fp32 = m[1] == "bf16", float(m[4]), float(m[5])
     assert kept == (m[6] == "at least") and kept == (m[7] is None), said
     assert builtin == m[2].startswith("the built-in"), said  # the GEMM that was asked for is the one named
-    if not rates and not builtin:  # a real oneDNN calibration names the kernel oneDNN picked
+    # on a CPU with AMX the AMX kernel runs the bf16 GEMMs unless LLMC_BF16_GEMM says otherwise (llmc/cpu/matmul.h)
+    amx = not builtin and env.get("LLMC_BF16_GEMM", "amx" if HAS_AMX_BF16 else "onednn") == "amx"
+    assert amx == m[2].startswith("llmc's AMX"), said
+    if not rates and not builtin and not amx:  # a real oneDNN calibration names the kernel oneDNN picked
         assert m[3].startswith(("brg:", "brgemm", "gemm:")) and "ref" not in m[3], said
     if rates:
         given = [float(r) for r in rates.split(",")]

@@ -72,13 +72,15 @@ def test_gpt2_variant_matches_reference(blas: str, d2_reference: Path) -> None:
     assert failed == 0 and passed >= 28
 
 
-# the two bf16 GEMMs, each asked for by name (LLMC_BF16_GEMM), so a run states which one it took: oneDNN's needs a
+# the three bf16 GEMMs, each asked for by name (LLMC_BF16_GEMM), so a run states which one it took: oneDNN's needs a
 # CPU with AVX512-BF16 or AMX (elsewhere oneDNN has no bf16 kernel: its refusal is tested below and in
-# tests/test_cpu_kernels.py), the built-in one runs on every CPU (emulated in fp32 without AVX512-BF16)
+# tests/test_cpu_kernels.py), the AMX kernel a CPU with AMX (dev/test/test_amx_gemm checks its blocking and packing on
+# any CPU, on emulated tiles), the built-in one runs on every CPU (emulated in fp32 without AVX512-BF16)
 BF16_GEMMS = [pytest.param("onednn", marks=pytest.mark.skipif(not (HAS_AVX512_BF16 or HAS_AMX_BF16),
                                                               reason="no AVX512-BF16 or AMX: oneDNN has no bf16 kernel")),
+              pytest.param("amx", marks=pytest.mark.skipif(not HAS_AMX_BF16, reason="no AMX: the AMX kernel cannot run")),
               "builtin"]
-BF16_GEMM_NAMES = {"onednn": "oneDNN's bf16 GEMM (", "builtin": "the built-in bf16 GEMM ("}
+BF16_GEMM_NAMES = {"onednn": "oneDNN's bf16 GEMM (", "amx": "llmc's AMX bf16 GEMM (", "builtin": "the built-in bf16 GEMM ("}
 
 
 @pytest.mark.parametrize("path, env", [
@@ -112,7 +114,7 @@ def test_gpt2_bf16_matches_reference_within_bf16_tolerances(gemm: str, d2_refere
 
 
 @pytest.mark.parametrize("env, line", [
-    ({"LLMC_BF16_GEMM": "fast"}, "error: LLMC_BF16_GEMM=fast: use builtin or onednn"),
+    ({"LLMC_BF16_GEMM": "fast"}, "error: LLMC_BF16_GEMM=fast: use builtin, onednn or amx"),
     ({"LLMC_BF16_GEMM": "onednn", "ONEDNN_MAX_CPU_ISA": "AVX2"},
      "error: LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"),
 ])

@@ -243,7 +243,7 @@ static inline void classifier_kernel_use(ClassifierKernel k) { classifier_kernel
 // GEMM summed in another order than on the dense rows, and the bits of the passes were lost.)
 static int classifier_dlogits_bf16(void) {
     return classifier_kernel() == CLASSIFIER_FUSED && matmul_precision == MATMUL_BF16 &&
-           matmul_bf16_gemm() == MATMUL_BF16_ONEDNN && matmul_bf16_onednn_kernel()[0] != '\0';
+           matmul_bf16_takes_bf16() && matmul_bf16_onednn_kernel()[0] != '\0';
 }
 
 // 16 floats, one vector (two on AVX2, four on SSE): GCC's vector extension, as llmc/cpu/layernorm_cpu.h's lanes

@@ -512,7 +512,7 @@ static int cpu_model_bf16_copies(void) {
 static int cpu_model_bf16_activations(void) {
     static int on = -1;
     if (on < 0) { on = env_switch_on("LLMC_BF16_ACTIVATIONS"); }
-    return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
+    return on && matmul_precision == MATMUL_BF16 && cpu_model_bf16_copies() && matmul_bf16_takes_bf16() &&
            matmul_bf16_onednn_kernel()[0] != '\0';
 }
 
@@ -533,7 +533,7 @@ static int cpu_model_bf16_alone(void) {
 }
 
 static void cpu_model_refresh_bf16(CpuModel* cm) {
-    if (matmul_precision != MATMUL_BF16 || matmul_bf16_gemm() != MATMUL_BF16_ONEDNN) { return; }
+    if (matmul_precision != MATMUL_BF16 || !matmul_bf16_takes_bf16()) { return; }
     if (cm->params_bf16 == NULL) {
         cm->params_bf16 = (uint16_t*)mallocCheck(cm->num_parameters * sizeof(uint16_t));
         matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);

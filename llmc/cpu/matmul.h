@@ -56,10 +56,12 @@ GEMMs run on oneDNN's bf16 kernels instead (brgemm on AVX512-BF16, AMX tiles on 
 operands: an operand inside a registered mirror (matmul_bf16_mirror_add: a model's parameters, rounded to bf16 once
 per optimizer step by llmc/cpu/cpu_model.h) is read from its bf16 copy; any other is rounded once per call into a
 per-thread buffer (matmul_round_bf16, the same rounding as above). Where oneDNN has no bf16 kernel (AVX2-only CPUs,
-or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them; LLMC_BF16_GEMM=builtin|onednn chooses by hand
-(matmul_bf16_gemm), so the built-in path stays selectable and timeable on every CPU. There the linear layer's bias
-is oneDNN's own argument (onednn_gemm_bias: no pass that copies it into the rows, no read of them; the same bits;
-LLMC_ONEDNN_BIAS=0 copies it in and has the GEMM add onto it, as the fp32 and built-in paths do).
+or ONEDNN_MAX_CPU_ISA=AVX2) the built-in kernel runs them. On a CPU with AMX the same bf16 operands go to llmc's own
+AMX kernel instead (llmc/cpu/amx_gemm.h; oneDNN 3.2's AMX kernel is slower: doc/cpu-speed.md).
+LLMC_BF16_GEMM=builtin|onednn|amx chooses by hand (matmul_bf16_gemm), so every path stays selectable and timeable.
+On oneDNN and the AMX kernel the linear layer's bias is the GEMM's own argument (no pass that copies it into the
+rows, no read of them; the same bits; LLMC_ONEDNN_BIAS=0 copies it in and has the GEMM add onto it, as the fp32 and
+built-in paths do).
 */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
@@ -109,6 +111,7 @@ int openblas_get_parallel(void); // 0 single-threaded build, 1 pthreads, 2 OpenM
 #if defined(LLMC_ONEDNN)
 #include "onednn_gemm.h"
 #endif
+#include "amx_gemm.h"
 
 // this thread's place in the OpenMP team it runs in: *nthreads threads, this one *thread (1 and 0 outside a parallel
 // region, or without OpenMP)
@@ -988,11 +991,14 @@ static const uint16_t* mm_bf16_operand(const float* X, int rows, int cols, int l
     return buf;
 }
 
-// Which code runs the bf16 GEMMs, decided once: oneDNN in a build that has it, else the built-in kernel above.
-// Where oneDNN has no bf16 kernel on this CPU (only its reference code, or nothing) -p bf16 trains in fp32, and a
-// bf16 GEMM that is run anyway (LLMC_BF16=force) falls back to the built-in kernel. LLMC_BF16_GEMM=builtin|onednn
-// chooses by hand; onednn where oneDNN has no bf16 kernel is an error.
-typedef enum { MATMUL_BF16_BUILTIN = 0, MATMUL_BF16_ONEDNN = 1 } MatmulBf16Gemm;
+// Which code runs the bf16 GEMMs, decided once: on a CPU with AMX (and the OS letting this process use it) llmc's own
+// AMX kernel (llmc/cpu/amx_gemm.h) in a build that has oneDNN (it shares oneDNN's bf16 operands: the weights' mirrors,
+// the activations stored in bf16); else oneDNN in a build that has it; else the built-in kernel above. Where oneDNN
+// has no bf16 kernel on this CPU (only its reference code, or nothing) -p bf16 trains in fp32, and a bf16 GEMM that
+// is run anyway (LLMC_BF16=force) falls back to the built-in kernel. LLMC_BF16_GEMM=builtin|onednn|amx chooses by
+// hand (onednn keeps oneDNN's brg:avx512_core_amx on an AMX CPU); onednn where oneDNN has no bf16 kernel, or amx
+// where this process may not use AMX, is an error.
+typedef enum { MATMUL_BF16_BUILTIN = 0, MATMUL_BF16_ONEDNN = 1, MATMUL_BF16_AMX = 2 } MatmulBf16Gemm;
 static MatmulBf16Gemm mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
 static char mm_bf16_onednn_kernel[96] = ""; // the kernel oneDNN picks for a trainer-sized bf16 GEMM, "" for none
 static pthread_once_t mm_bf16_gemm_once = PTHREAD_ONCE_INIT;
@@ -1006,21 +1012,27 @@ static void mm_bf16_gemm_decide(void) {
     const char* env = getenv("LLMC_BF16_GEMM");
     if (env == NULL || env[0] == '\0') {
 #if defined(LLMC_ONEDNN)
-        mm_bf16_gemm_chosen = MATMUL_BF16_ONEDNN; // also where it has no bf16 kernel: -p bf16 then trains fp32
+        // (oneDNN also where it has no bf16 kernel: -p bf16 then trains fp32)
+        mm_bf16_gemm_chosen = onednn_has && amx_usable() ? MATMUL_BF16_AMX : MATMUL_BF16_ONEDNN;
 #else
         mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
 #endif
     } else if (strcmp(env, "builtin") == 0) {
         mm_bf16_gemm_chosen = MATMUL_BF16_BUILTIN;
-    } else if (strcmp(env, "onednn") == 0) {
+    } else if (strcmp(env, "onednn") == 0 || strcmp(env, "amx") == 0) {
 #if !defined(LLMC_ONEDNN)
-        llmc_die("LLMC_BF16_GEMM=onednn: this build has no oneDNN (build with BLAS=onednn, or a BLAS other than none "
-                 "with the onednn-cpu-gomp wheels: make setup)");
+        llmc_die("LLMC_BF16_GEMM=%s: this build has no oneDNN (build with BLAS=onednn, or a BLAS other than none "
+                 "with the onednn-cpu-gomp wheels: make setup)", env);
 #endif
-        if (!onednn_has) { llmc_die("LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"); }
-        mm_bf16_gemm_chosen = MATMUL_BF16_ONEDNN;
+        if (strcmp(env, "amx") == 0) {
+            if (!amx_usable()) { llmc_die("LLMC_BF16_GEMM=amx: this CPU has no AMX (amx_bf16), or the OS does not let this process use it"); }
+            mm_bf16_gemm_chosen = MATMUL_BF16_AMX;
+        } else {
+            if (!onednn_has) { llmc_die("LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"); }
+            mm_bf16_gemm_chosen = MATMUL_BF16_ONEDNN;
+        }
     } else {
-        llmc_die("LLMC_BF16_GEMM=%s: use builtin or onednn", env);
+        llmc_die("LLMC_BF16_GEMM=%s: use builtin, onednn or amx", env);
     }
 }
 
@@ -1029,11 +1041,32 @@ static MatmulBf16Gemm matmul_bf16_gemm(void) {
     return mm_bf16_gemm_chosen;
 }
 
+// 1 when the bf16 GEMMs take bf16 operands (oneDNN's and the AMX kernel): the mirrors and the activations stored in
+// bf16 serve them; the built-in kernel rounds fp32 operands as it packs them
+static int matmul_bf16_takes_bf16(void) {
+    MatmulBf16Gemm g = matmul_bf16_gemm();
+    return g == MATMUL_BF16_ONEDNN || g == MATMUL_BF16_AMX;
+}
+
 // the kernel oneDNN picks for bf16 GEMMs here ("brg:avx512_core_bf16"), or "" where it has none (or no oneDNN)
 static const char* matmul_bf16_onednn_kernel(void) {
     pthread_once(&mm_bf16_gemm_once, mm_bf16_gemm_decide);
     return mm_bf16_onednn_kernel;
 }
+
+#if defined(LLMC_ONEDNN)
+// C = beta * C + op(A16) . op(B16) (+ bias on every row, beta 0) on bf16 operands: on the AMX kernel where it was
+// chosen, else on oneDNN; -1 where neither has a kernel for it (nothing done)
+static int mm_gemm_bf16_operands(int transA, int transB, int M, int N, int K, const uint16_t* A16, int lda,
+                                 const uint16_t* B16, int ldb, float beta, const float* bias, float* C, int ldc) {
+    if (matmul_bf16_gemm() == MATMUL_BF16_AMX &&
+        amx_gemm_bf16(transA, transB, M, N, K, A16, lda, B16, ldb, beta, bias, C, ldc) == 0) {
+        return 0;
+    }
+    if (bias != NULL) { return onednn_gemm_bias(ONEDNN_BF16, transA, transB, M, N, K, A16, lda, B16, ldb, bias, C, ldc); }
+    return onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, A16, lda, B16, ldb, beta, C, ldc);
+}
+#endif
 
 #if defined(LLMC_ONEDNN)
 // C(M,N) = beta * C + bf16(op(A)) . bf16(op(B)) on oneDNN, fp32 sums; -1 when oneDNN has no kernel for it
@@ -1045,7 +1078,7 @@ static int matmul_gemm_onednn_bf16(int transA, int transB, int M, int N, int K, 
     const uint16_t* A16 = mm_bf16_operand(A, transA ? K : M, transA ? M : K, lda, 1, &lda16);
     const uint16_t* B16 = mm_bf16_operand(B, transB ? N : K, transB ? K : N, ldb, 0, &ldb16);
     double t0 = mm_clock_start();
-    int rc = onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, C, ldc);
+    int rc = mm_gemm_bf16_operands(transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, NULL, C, ldc);
     mm_clock_stop(t0);
     return rc;
 }
@@ -1157,7 +1190,7 @@ static float* mm_bf16_widen_alone(const float* X, int rows, int cols, int ld) {
 static inline void mm_gemm_dispatch(MatmulPrecision prec, int transA, int transB, int M, int N, int K,
                                     const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
 #if defined(LLMC_ONEDNN)
-    if (prec == MATMUL_BF16 && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN &&
+    if (prec == MATMUL_BF16 && matmul_bf16_takes_bf16() &&
         matmul_gemm_onednn_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
         return;
     }
@@ -1201,7 +1234,7 @@ static inline void matmul_gemm(MatmulPrecision prec, int transA, int transB, int
     if (t != 0.0) {
         double operand_bytes = 4.0;
 #if defined(LLMC_ONEDNN)
-        if (prec == MATMUL_BF16 && matmul_bf16_gemm() == MATMUL_BF16_ONEDNN) { operand_bytes = 2.0; }
+        if (prec == MATMUL_BF16 && matmul_bf16_takes_bf16()) { operand_bytes = 2.0; }
 #endif
         double bytes = operand_bytes * ((double)M * K + (double)K * N) + (beta != 0.0f ? 8.0 : 4.0) * M * N;
         phase_end(PHASE_GEMM, t, bytes, 2.0 * M * N * K);
@@ -1223,12 +1256,12 @@ static void matmul_gemm_bf16_stored(int transA, int transB, int M, int N, int K,
     double t = phase_begin();
     int done = 0;
 #if defined(LLMC_ONEDNN)
-    if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN && K > 0) {
+    if (matmul_bf16_takes_bf16() && K > 0) {
         int lda16 = lda, ldb16 = ldb;
         if (A16 == NULL) { A16 = mm_bf16_operand(A, transA ? K : M, transA ? M : K, lda, 1, &lda16); }
         if (B16 == NULL) { B16 = mm_bf16_operand(B, transB ? N : K, transB ? K : N, ldb, 0, &ldb16); }
         double t0 = mm_clock_start();
-        done = onednn_gemm(ONEDNN_BF16, transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, C, ldc) == 0;
+        done = mm_gemm_bf16_operands(transA, transB, M, N, K, A16, lda16, B16, ldb16, beta, NULL, C, ldc) == 0;
         mm_clock_stop(t0);
         if (!done) { // (the fp32 operand, rounded, is left as it was: the built-in kernel reads it in fp32)
             A16 = A != NULL ? NULL : A16;
@@ -1324,7 +1357,9 @@ static void mm_measure_bf16_fp32_rates(double* bf16_gflops, double* fp32_gflops)
 
 // what runs the bf16 GEMMs, in words: "oneDNN's bf16 GEMM (brg:avx512_core_bf16)", "the built-in bf16 GEMM (AVX512-BF16)"
 static void matmul_bf16_gemm_describe(char* buf, size_t n) {
-    if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN) {
+    if (matmul_bf16_gemm() == MATMUL_BF16_AMX) {
+        snprintf(buf, n, "llmc's AMX bf16 GEMM (amx_bf16 tiles)");
+    } else if (matmul_bf16_gemm() == MATMUL_BF16_ONEDNN) {
         const char* kernel = matmul_bf16_onednn_kernel();
         snprintf(buf, n, "oneDNN's bf16 GEMM (%s)", kernel[0] != '\0' ? kernel : "no kernel on this CPU");
     } else {
@@ -1404,7 +1439,7 @@ static int matmul_forward_onednn_bias(float* out, const float* inp, const uint16
                                       const float* bias, int BT, int C, int OC) {
 #if defined(LLMC_ONEDNN)
     if (bias == NULL || BT <= 0 || C <= 0 || matmul_precision != MATMUL_BF16 ||
-        matmul_bf16_gemm() != MATMUL_BF16_ONEDNN || !matmul_onednn_bias()) {
+        !matmul_bf16_takes_bf16() || !matmul_onednn_bias()) {
         return 0;
     }
     double t = phase_begin();
@@ -1412,7 +1447,7 @@ static int matmul_forward_onednn_bias(float* out, const float* inp, const uint16
     const uint16_t* A16 = inp16 != NULL ? inp16 : mm_bf16_operand(inp, BT, C, C, 1, &lda16);
     const uint16_t* B16 = mm_bf16_operand(weight, OC, C, C, 0, &ldb16);
     double t0 = mm_clock_start();
-    int rc = onednn_gemm_bias(ONEDNN_BF16, 0, 1, BT, OC, C, A16, lda16, B16, ldb16, bias, out, OC);
+    int rc = mm_gemm_bf16_operands(0, 1, BT, OC, C, A16, lda16, B16, ldb16, 0.0f, bias, out, OC);
     mm_clock_stop(t0);
     // operands read in bf16, the bias read and out written in fp32 (a refused shape: its roundings' time alone)
     double bytes = 2.0 * ((double)BT * C + (double)C * OC) + 4.0 * (OC + (double)BT * OC);
