@@ -41,7 +41,8 @@ Before the trainers it measures this machine's limits:
 A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not pay on this CPU) is
 named so in the table and held against the fp32 peak. The precision bf16-force runs -p bf16 with
 LLMC_BF16=force: the bf16 path timed even where the calibration would refuse it (the default adds it on CPUs
-with bf16 instructions).
+with bf16 instructions); bf16-onednn runs -p bf16 with LLMC_BF16_GEMM=onednn: on a CPU with AMX, oneDNN's bf16 GEMM
+beside llmc's AMX kernel that bf16 runs there.
 
 Our trainers run with LLMC_GEMM_TIME=1 (llmc/cpu/matmul.h): each prints the time its GEMMs took, and the
 table gives the time per step outside them ("outside GEMMs", roundings to bf16 and the refresh of the bf16
@@ -96,7 +97,8 @@ GEMM_PHASES = ("gemm", "attention")  # held against the step-GEMM peak; the othe
 TRIAD_RE = re.compile(r"^triad: ([0-9.]+) GB/s \((\d+) threads?\)$", re.M)
 SIMD_RE = re.compile(r"^simd: ([0-9.]+) GFLOP/s \((\d+) threads?\)$", re.M)
 # our precisions: -p fp32, -p bf16 (bf16 where the calibration says it pays), bf16 with LLMC_BF16=force
-OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"})}
+OUR_PRECISIONS = {"fp32": ([], {}), "bf16": (["-p", "bf16"], {}), "bf16-force": (["-p", "bf16"], {"LLMC_BF16": "force"}),
+                  "bf16-onednn": (["-p", "bf16"], {"LLMC_BF16_GEMM": "onednn"})}
 # the first family's trainer is also built with each BLAS (the Makefile's <trainer>_<blas>): its default --ours are the
 # OpenBLAS and oneDNN builds (fp32 on each, bf16 on oneDNN's kernels) and the built-in kernels
 BLAS_VARIANTS = ("openblas", "onednn", "none")
@@ -610,7 +612,7 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
                    "-x", str(nsteps), "-v", "0", "-s", "0", *flags]
             runs.append(Run(f"llmc {path.name} {prec}", cmd,
                             {**env, "LLMC_GEMM_TIME": "1", "LLMC_PHASE_TIME": "1", **extra_env}, "llmc",
-                            prec.removesuffix("-force"), cwd=cwd))
+                            prec.split("-")[0], cwd=cwd))
     for mode in [m for m in args.torch.split(",") if m]:
         precision, features = parse_torch_mode(mode)
         if features == [MINIMAL]:
@@ -736,7 +738,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "programs")
     p.add_argument("--build", type=int, default=1, help="0 = time the --ours programs as they are, without make")
     p.add_argument("--precision", default=None, help="our precisions, comma-separated: fp32, bf16 (where it pays), "
-                   "bf16-force (LLMC_BF16=force) (default fp32,bf16, plus bf16-force on CPUs with bf16 instructions)")
+                   "bf16-force (LLMC_BF16=force), bf16-onednn (LLMC_BF16_GEMM=onednn) (default fp32,bf16, plus bf16-force on "
+                   "CPUs with bf16 instructions)")
     p.add_argument("--torch", default="auto",
                    help="PyTorch modes, comma-separated: fp32 (eager) or bf16 (autocast), each with any of -flash, "
                         "-compile, -fused (e.g. fp32-flash-compile-fused); minimal-fp32, minimal-bf16: the minimal "

@@ -118,9 +118,11 @@ def test_our_precisions_and_default_programs():
     args = bench.parse_args(["--precision", "fp32,bf16,bf16-force", "--torch", ""])
     assert args.ours == "train_gpt2_openblas,train_gpt2_onednn,train_gpt2_none"
     runs = {r.name: r for r in bench.build_runs(bench.parse_args(["--ours", "train_gpt2", "--precision",
-                                                                   "fp32,bf16,bf16-force", "--torch", ""]))}
+                                                                   "fp32,bf16,bf16-force,bf16-onednn", "--torch", ""]))}
     forced, decided, fp32 = runs["llmc train_gpt2 bf16-force"], runs["llmc train_gpt2 bf16"], runs["llmc train_gpt2 fp32"]
     assert forced.precision == "bf16" and forced.env["LLMC_BF16"] == "force" and forced.cmd[-2:] == ["-p", "bf16"]
+    onednn = runs["llmc train_gpt2 bf16-onednn"]
+    assert onednn.precision == "bf16" and onednn.env["LLMC_BF16_GEMM"] == "onednn" and onednn.cmd[-2:] == ["-p", "bf16"]
     assert "LLMC_BF16" not in decided.env and decided.cmd[-2:] == ["-p", "bf16"] and "-p" not in fp32.cmd
     assert all(r.env["LLMC_GEMM_TIME"] == "1" for r in runs.values())
     with pytest.raises(SystemExit):
