@@ -117,6 +117,9 @@ def test_gpt2_bf16_matches_reference_within_bf16_tolerances(gemm: str, d2_refere
     ({"LLMC_BF16_GEMM": "fast"}, "error: LLMC_BF16_GEMM=fast: use builtin, onednn or amx"),
     ({"LLMC_BF16_GEMM": "onednn", "ONEDNN_MAX_CPU_ISA": "AVX2"},
      "error: LLMC_BF16_GEMM=onednn: oneDNN has no bf16 GEMM kernel on this CPU"),
+    pytest.param({"LLMC_BF16_GEMM": "amx"}, "error: LLMC_BF16_GEMM=amx: this CPU has no AMX (amx_bf16), or the OS does "
+                 "not let this process use it", marks=pytest.mark.skipif(HAS_AMX_BF16, reason="AMX here: the run works "
+                                                                         "(test_gpt2_bf16_matches_reference... [amx])")),
 ])
 def test_a_bf16_gemm_that_cannot_be_had_is_one_error_line(tinyshakespeare, tmp_path: Path, env, line) -> None:
     make("train_gpt2")

@@ -328,8 +328,12 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
                           int ldb, int beta_one, const float* bias, float* C, int ldc, int m0, int m1, int n0, int n1) {
     if (!amx_gemm_emulated) { amx_configure_16x64(); }
     int kcb = amx_kc(K), a_in_place = !transA && K % 32 == 0;
+    // the thread's columns in equal blocks of at most AMX_NC_BYTES packed (a ragged last block would repack all of
+    // op(A) for a few columns)
     int nc_max = AMX_NC_BYTES / (2 * kcb) / 32 * 32;
     nc_max = nc_max < 32 ? 32 : nc_max;
+    int nblocks = (n1 - n0 + nc_max - 1) / nc_max;
+    nc_max = ((n1 - n0 + nblocks - 1) / nblocks + 31) / 32 * 32;
     uint32_t* bpack = amx_pack_buffer(0, (size_t)(kcb / 2) * nc_max);
     uint32_t* apack = amx_pack_buffer(1, (size_t)(kcb / 2) * AMX_MC);
     for (int jc = n0; jc < n1; jc += nc_max) {
