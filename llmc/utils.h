@@ -263,6 +263,16 @@ static inline double wall_seconds(void) {
 }
 
 // qsort's comparison of two doubles, ascending
+// [*lo, *hi) of part `part` of `parts` of [0, n), the parts near-equal runs whose edges fall on multiples of `unit`
+// (how the CPU GEMMs give each thread its rows and columns)
+static inline void split_units(int n, int parts, int part, int unit, int* lo, int* hi) {
+    int units = (n + unit - 1) / unit;
+    *lo = (int)((long)units * part / parts) * unit;
+    *hi = (int)((long)units * (part + 1) / parts) * unit;
+    *lo = *lo < n ? *lo : n;
+    *hi = *hi < n ? *hi : n;
+}
+
 static inline int compare_doubles(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);

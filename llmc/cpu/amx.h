@@ -72,6 +72,50 @@ static inline void amx_configure_16x64(void) {
     }
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
+
+// how a 32 x 32 block's tiles start: zero, C's values, or a bias row (read 16 times: stride 0)
+enum { AMX_START_ZERO = 0, AMX_START_C = 1, AMX_START_BIAS = 2 };
+
+// c (32 x 32 fp32, row stride ldc floats) = start + a . b over kp pairs of the inner index (a multiple of 16), in
+// tiles 0-3 (c), 4-5 (a) and 6-7 (b) of amx_configure_16x64's shapes: a is 32 rows of pairs, sa bytes apart; b is
+// pair rows of 32 columns, sb bytes apart; bias the block's 32 columns of it (AMX_START_BIAS). Each sum takes its
+// pairs in order, a pair's two products one after the other (tdpbf16ps). The blocked attention's products and the
+// AMX GEMM both run on it.
+__attribute__((target("amx-tile,amx-bf16")))
+static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const char* b, size_t sb, int kp, int start,
+                            const float* bias) {
+    size_t sc = 4 * (size_t)ldc;
+    if (start == AMX_START_C) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * (size_t)ldc, sc);
+        _tile_loadd(3, c + 16 * (size_t)ldc + 16, sc);
+    } else if (start == AMX_START_BIAS) {
+        _tile_loadd(0, bias, 0);
+        _tile_loadd(1, bias + 16, 0);
+        _tile_loadd(2, bias, 0);
+        _tile_loadd(3, bias + 16, 0);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int p = 0; p < kp; p += 16) {
+        _tile_loadd(4, a + 4 * (size_t)p, sa);             // rows 0-15, pairs p .. p+15
+        _tile_loadd(5, a + 16 * sa + 4 * (size_t)p, sa);   // rows 16-31
+        _tile_loadd(6, b + (size_t)p * sb, sb);            // pair rows p .. p+15, columns 0-15
+        _tile_loadd(7, b + (size_t)p * sb + 64, sb);       // columns 16-31
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, sc);
+    _tile_stored(1, c + 16, sc);
+    _tile_stored(2, c + 16 * (size_t)ldc, sc);
+    _tile_stored(3, c + 16 * (size_t)ldc + 16, sc);
+}
 #endif
 
 // 1 when this process may run AMX bf16 tiles: asked once (call it before the threads start)

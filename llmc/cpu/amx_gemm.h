@@ -175,46 +175,6 @@ static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, in
     }
 }
 
-// how a 32 x 32 block's tiles start: zero, C's values, or the bias (one row, read 16 times: stride 0)
-enum { AMX_START_ZERO = 0, AMX_START_C = 1, AMX_START_BIAS = 2 };
-
-// c (32 x 32, row stride ldc floats) = start + a . b over kp pairs (a multiple of 16): a a strip (32 rows, sa bytes
-// apart), b a panel (pair rows 128 bytes apart), bias the block's 32 columns of it (AMX_START_BIAS)
-__attribute__((target("amx-tile,amx-bf16")))
-static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int start, const float* bias) {
-    size_t sc = 4 * (size_t)ldc;
-    if (start == AMX_START_C) {
-        _tile_loadd(0, c, sc);
-        _tile_loadd(1, c + 16, sc);
-        _tile_loadd(2, c + 16 * (size_t)ldc, sc);
-        _tile_loadd(3, c + 16 * (size_t)ldc + 16, sc);
-    } else if (start == AMX_START_BIAS) {
-        _tile_loadd(0, bias, 0);
-        _tile_loadd(1, bias + 16, 0);
-        _tile_loadd(2, bias, 0);
-        _tile_loadd(3, bias + 16, 0);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
-    for (int p = 0; p < kp; p += 16) {
-        _tile_loadd(4, a + 4 * (size_t)p, sa);             // rows 0-15, pairs p .. p+15
-        _tile_loadd(5, a + 16 * sa + 4 * (size_t)p, sa);   // rows 16-31
-        _tile_loadd(6, b + (size_t)p * 128, 128);          // pairs p .. p+15, columns 0-15
-        _tile_loadd(7, b + (size_t)p * 128 + 64, 128);     // columns 16-31
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, sc);
-    _tile_stored(1, c + 16, sc);
-    _tile_stored(2, c + 16 * (size_t)ldc, sc);
-    _tile_stored(3, c + 16 * (size_t)ldc + 16, sc);
-}
-
 // Test scaffolding: amx_gemm_test_mode(1, scalar) runs the blocking and packing above with this plain-C stand-in for
 // the tiles (each pair's two products added to the fp32 sum in turn), on any CPU and without asking for AMX, so that
 // dev/test/test_amx_gemm checks them where the CPU has no AMX too; scalar 1 packs with the scalar loops on a CPU with
@@ -252,7 +212,7 @@ static void amx_gemm_test_mode(int emulated_tiles, int scalar_packing) {
 static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int start,
                              const float* bias) {
     if (amx_gemm_emulated) { amx_block_32x32_emulated(c, ldc, a, sa, b, kp, start, bias); }
-    else { amx_block_32x32(c, ldc, a, sa, b, kp, start, bias); }
+    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, start, bias); }
 }
 
 // the same for a block of C at the matrix's edge (rows x cols inside it): through a 32 x 32 buffer
@@ -313,14 +273,6 @@ static void amx_thread_grid(int M, int N, int nthreads, int a_in_place, int* pr,
     }
     *pr = best;
     *pc = nthreads / best;
-}
-
-static inline void amx_split(int n, int parts, int part, int* lo, int* hi) {
-    int units = (n + 31) / 32;
-    *lo = (int)((long)units * part / parts) * 32;
-    *hi = (int)((long)units * (part + 1) / parts) * 32;
-    *lo = *lo < n ? *lo : n;
-    *hi = *hi < n ? *hi : n;
 }
 
 // one thread's rectangle [m0, m1) x [n0, n1) of C
@@ -405,8 +357,8 @@ static int amx_gemm_bf16(int transA, int transB, int M, int N, int K, const uint
         t = omp_get_thread_num();
 #endif
         int m0, m1, n0, n1;
-        amx_split(M, pr, t / pc, &m0, &m1);
-        amx_split(N, pc, t % pc, &n0, &n1);
+        split_units(M, pr, t / pc, 32, &m0, &m1);
+        split_units(N, pc, t % pc, 32, &n0, &n1);
         if (m0 < m1 && n0 < n1) { amx_gemm_rect(transA, transB, M, N, K, A, lda, B, ldb, beta_one, bias, C, ldc, m0, m1, n0, n1); }
     }
     return 0;

@@ -412,32 +412,7 @@ static void att_gemm_native(float* c, int ldc, const void* a, int lda, const uin
 #if AMX_X86
 __attribute__((target("amx-tile,amx-bf16")))
 static void att_gemm_amx_32x32(float* c, int ldc, const char* a, int lda, const char* b, int ldb, int kp, int accumulate) {
-    size_t sc = 4 * (size_t)ldc, sa = 4 * (size_t)lda, sb = 4 * (size_t)ldb;
-    if (accumulate) {
-        _tile_loadd(0, c, sc);
-        _tile_loadd(1, c + 16, sc);
-        _tile_loadd(2, c + 16 * (size_t)ldc, sc);
-        _tile_loadd(3, c + 16 * (size_t)ldc + 16, sc);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
-    for (int p = 0; p < kp; p += 16) {
-        _tile_loadd(4, a + 4 * (size_t)p, sa);             // rows 0-15, pairs p .. p+15
-        _tile_loadd(5, a + 16 * sa + 4 * (size_t)p, sa);   // rows 16-31
-        _tile_loadd(6, b + (size_t)p * sb, sb);            // pair rows p .. p+15, columns 0-15
-        _tile_loadd(7, b + (size_t)p * sb + 64, sb);       // columns 16-31
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, sc);
-    _tile_stored(1, c + 16, sc);
-    _tile_stored(2, c + 16 * (size_t)ldc, sc);
-    _tile_stored(3, c + 16 * (size_t)ldc + 16, sc);
+    amx_block_32x32(c, ldc, a, 4 * (size_t)lda, b, 4 * (size_t)ldb, kp, accumulate ? AMX_START_C : AMX_START_ZERO, NULL);
 }
 
 __attribute__((target("amx-tile,amx-bf16")))

@@ -529,15 +529,6 @@ static void mm_thread_grid(int M, int N, int nthreads, int nr, int* pr, int* pc)
     *pc = nthreads / best_pr;
 }
 
-// [*lo, *hi) of part `part` of `parts` of [0, n), edges on multiples of `unit`
-static inline void mm_split(int n, int parts, int part, int unit, int* lo, int* hi) {
-    int units = (n + unit - 1) / unit;
-    *lo = (int)((long)units * part / parts) * unit;
-    *hi = (int)((long)units * (part + 1) / parts) * unit;
-    *lo = *lo < n ? *lo : n;
-    *hi = *hi < n ? *hi : n;
-}
-
 // C(M,N) = beta * C + op(A) . op(B) with the packing and micro-kernel of `g`.
 // Each thread computes its rectangle of C (mm_thread_grid) in the usual cache-blocked order:
 //   for each block of MM_NCB columns:
@@ -559,8 +550,8 @@ static void mm_gemm_blocked(const MmGemmKind* g, int transA, int transB, int M, 
         parallel_team(&nthreads, &thread);
         int pr, pc, r0, r1, c0, c1;
         mm_thread_grid(M, N, nthreads, nr, &pr, &pc);
-        mm_split(M, pr, thread / pc, MM_MR, &r0, &r1);
-        mm_split(N, pc, thread % pc, nr, &c0, &c1);
+        split_units(M, pr, thread / pc, MM_MR, &r0, &r1);
+        split_units(N, pc, thread % pc, nr, &c0, &c1);
         if (r0 < r1 && c0 < c1) {
             mm_scale_tile(C, ldc, r0, c0, r1 - r0, c1 - c0, beta);
             uint32_t* bpack = mm_pack_buffer(0, (size_t)MM_KC * MM_NCB);
