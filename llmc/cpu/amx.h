@@ -63,7 +63,7 @@ typedef struct {
 // the stores of the shapes (palette 1, no rows: the first tile load faulted)
 __attribute__((target("amx-tile")))
 static inline void amx_configure_16x64(void) {
-    _Alignas(64) AmxTileConfig cfg;
+    AmxTileConfig cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof(cfg));
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

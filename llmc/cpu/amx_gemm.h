@@ -149,7 +149,7 @@ static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, in
         } else { // stored (K,M): pair p is rows k0+2p, k0+2p+1 interleaved, then 16 x 16 blocks transposed
             int p = 0;
             if (amx_pack_simd() && height == 32) {
-                _Alignas(64) uint32_t block[16 * 32];
+                uint32_t block[16 * 32] __attribute__((aligned(64)));
                 for (; p + 16 <= pairs; p += 16) {
                     for (int q = 0; q < 16; q++) { // block (16 pairs, 32 rows)
                         const uint16_t* a0 = A + (size_t)(k0 + 2 * (p + q)) * lda + r0;
@@ -218,7 +218,7 @@ static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const 
 // the same for a block of C at the matrix's edge (rows x cols inside it): through a 32 x 32 buffer
 static void amx_block_edge(float* c, int ldc, int rows, int cols, const char* a, size_t sa, const char* b, int kp,
                            int start, const float* bias) {
-    _Alignas(64) float tmp[32 * 32];
+    float tmp[32 * 32] __attribute__((aligned(64)));
     for (int i = 0; i < 32; i++) {
         for (int j = 0; j < 32; j++) {
             float v = 0.0f;
