@@ -41,7 +41,8 @@ static int amx_cpu_has_bf16(void) {
     if (!tile || !bf16 || !__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) { return 0; } // OSXSAVE
     unsigned int lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (lo & (3u << 17)) == (3u << 17); // XTILECFG and XTILEDATA
+    unsigned long long xcr0 = ((unsigned long long)hi << 32) | lo;
+    return (xcr0 & (3ull << 17)) == (3ull << 17); // XTILECFG and XTILEDATA
 }
 
 // asks Linux for the tile state; 1 when the process has it
@@ -73,28 +74,18 @@ static inline void amx_configure_16x64(void) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-// how a 32 x 32 block's tiles start: zero, C's values, or a bias row (read 16 times: stride 0)
-enum { AMX_START_ZERO = 0, AMX_START_C = 1, AMX_START_BIAS = 2 };
-
-// c (32 x 32 fp32, row stride ldc floats) = start + a . b over kp pairs of the inner index (a multiple of 16), in
-// tiles 0-3 (c), 4-5 (a) and 6-7 (b) of amx_configure_16x64's shapes: a is 32 rows of pairs, sa bytes apart; b is
-// pair rows of 32 columns, sb bytes apart; bias the block's 32 columns of it (AMX_START_BIAS). Each sum takes its
-// pairs in order, a pair's two products one after the other (tdpbf16ps). The blocked attention's products and the
-// AMX GEMM both run on it.
+// c (32 x 32 fp32, row stride ldc floats) = (accumulate ? c : 0) + a . b over kp pairs of the inner index (a
+// multiple of 16), in tiles 0-3 (c), 4-5 (a) and 6-7 (b) of amx_configure_16x64's shapes: a is 32 rows of pairs, sa
+// bytes apart; b is pair rows of 32 columns, sb bytes apart. Each sum takes its pairs in order, a pair's two products
+// one after the other (tdpbf16ps). The blocked attention's products and the AMX GEMM both run on it.
 __attribute__((target("amx-tile,amx-bf16")))
-static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const char* b, size_t sb, int kp, int start,
-                            const float* bias) {
+static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const char* b, size_t sb, int kp, int accumulate) {
     size_t sc = 4 * (size_t)ldc;
-    if (start == AMX_START_C) {
+    if (accumulate) {
         _tile_loadd(0, c, sc);
         _tile_loadd(1, c + 16, sc);
         _tile_loadd(2, c + 16 * (size_t)ldc, sc);
         _tile_loadd(3, c + 16 * (size_t)ldc + 16, sc);
-    } else if (start == AMX_START_BIAS) {
-        _tile_loadd(0, bias, 0);
-        _tile_loadd(1, bias + 16, 0);
-        _tile_loadd(2, bias, 0);
-        _tile_loadd(3, bias + 16, 0);
     } else {
         _tile_zero(0);
         _tile_zero(1);

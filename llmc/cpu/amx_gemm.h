@@ -19,7 +19,8 @@ How (GotoBLAS's three levels of blocking, the register tile a 32 x 32 block of C
         for each block of AMX_MC rows:
           pack op(A)'s block as strips of 32 rows of k pairs (the A tile's layout), or read A where it lies
           (not transposed, K a multiple of 32: its rows are the layout already; a ragged last strip is packed)
-          for each strip, for each panel: C block (+)= strip . panel over the K block, in tiles
+          for each strip, for each panel: C block (+)= strip . panel over the K block, in tiles (C's old values
+          and the bias added to the first K block's sums when they are done, as oneDNN adds them)
 Each element of C sums its K blocks in order, each block's pairs in order (the tiles' own order within a pair and
 16 pairs: tdpbf16ps), so the result does not depend on the thread count. The tiles read a pair as two bf16 and
 their products sum in fp32; denormal bf16 inputs and outputs are flushed to zero by the instruction (the numbers a
@@ -188,14 +189,14 @@ static inline float amx_bf16_float(uint16_t h) {
 }
 
 
-static void amx_block_32x32_emulated(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int start,
-                                     const float* bias) {
+static void amx_block_32x32_emulated(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate) {
     for (int i = 0; i < 32; i++) {
-        const uint32_t* arow = (const uint32_t*)(const void*)(a + (size_t)i * sa);
         for (int j = 0; j < 32; j++) {
-            float sum = start == AMX_START_C ? c[(size_t)i * ldc + j] : start == AMX_START_BIAS ? bias[j] : 0.0f;
+            float sum = accumulate ? c[(size_t)i * ldc + j] : 0.0f;
             for (int p = 0; p < kp; p++) {
-                uint32_t x = arow[p], y = ((const uint32_t*)(const void*)b)[(size_t)p * 32 + j];
+                uint32_t x, y; // (a row of A read where it lies may start on any 2-byte boundary)
+                memcpy(&x, a + (size_t)i * sa + 4 * (size_t)p, sizeof(x));
+                memcpy(&y, b + 4 * ((size_t)p * 32 + j), sizeof(y));
                 sum += amx_bf16_float((uint16_t)(x & 0xffffu)) * amx_bf16_float((uint16_t)(y & 0xffffu));
                 sum += amx_bf16_float((uint16_t)(x >> 16)) * amx_bf16_float((uint16_t)(y >> 16));
             }
@@ -209,25 +210,38 @@ static void amx_gemm_test_mode(int emulated_tiles, int scalar_packing) {
     amx_pack_scalar = scalar_packing;
 }
 
-static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int start,
-                             const float* bias) {
-    if (amx_gemm_emulated) { amx_block_32x32_emulated(c, ldc, a, sa, b, kp, start, bias); }
-    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, start, bias); }
+static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate) {
+    if (amx_gemm_emulated) { amx_block_32x32_emulated(c, ldc, a, sa, b, kp, accumulate); }
+    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, accumulate); }
 }
 
-// the same for a block of C at the matrix's edge (rows x cols inside it): through a 32 x 32 buffer
-static void amx_block_edge(float* c, int ldc, int rows, int cols, const char* a, size_t sa, const char* b, int kp,
-                           int start, const float* bias) {
+// What the first K block's sums start from, and what is added to them after: C's old values (beta 1) and the bias
+// are added to the block's sums once they are done, as oneDNN's sum post-op and bias do (the same bits as oneDNN's
+// kernel wherever K is one block); later K blocks add onto C in the tiles
+enum { AMX_ADD_NONE = 0, AMX_ADD_C = 1, AMX_ADD_BIAS = 2 };
+
+// a block of C at the matrix's edge (rows x cols inside it), or one that adds C or the bias after its sums: through a
+// 32 x 32 buffer
+static void amx_block_via_buffer(float* c, int ldc, int rows, int cols, const char* a, size_t sa, const char* b,
+                                 int kp, int accumulate, int add, const float* bias) {
     float tmp[32 * 32] __attribute__((aligned(64)));
-    for (int i = 0; i < 32; i++) {
-        for (int j = 0; j < 32; j++) {
-            float v = 0.0f;
-            if (i < rows && j < cols) { v = start == AMX_START_C ? c[(size_t)i * ldc + j] : start == AMX_START_BIAS ? bias[j] : 0.0f; }
-            tmp[i * 32 + j] = v;
+    if (accumulate || rows < 32 || cols < 32) {
+        for (int i = 0; i < 32; i++) {
+            for (int j = 0; j < 32; j++) { tmp[i * 32 + j] = accumulate && i < rows && j < cols ? c[(size_t)i * ldc + j] : 0.0f; }
         }
     }
-    amx_block(tmp, 32, a, sa, b, kp, AMX_START_C, NULL);
-    for (int i = 0; i < rows; i++) { memcpy(c + (size_t)i * ldc, tmp + i * 32, (size_t)cols * sizeof(float)); }
+    amx_block(tmp, 32, a, sa, b, kp, accumulate || rows < 32 || cols < 32);
+    for (int i = 0; i < rows; i++) {
+        float* row = c + (size_t)i * ldc;
+        const float* sums = tmp + i * 32;
+        if (add == AMX_ADD_C) {
+            for (int j = 0; j < cols; j++) { row[j] = row[j] + sums[j]; }
+        } else if (add == AMX_ADD_BIAS) {
+            for (int j = 0; j < cols; j++) { row[j] = bias[j] + sums[j]; }
+        } else {
+            memcpy(row, sums, (size_t)cols * sizeof(float));
+        }
+    }
 }
 
 // per-thread packing buffers (op(B)'s block, op(A)'s block), grown as needed and freed with the thread
@@ -292,7 +306,7 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
         int nc = n1 - jc < nc_max ? n1 - jc : nc_max;
         for (int k0 = 0; k0 < K; k0 += kcb) {
             int kc = K - k0 < kcb ? (K - k0 + 31) / 32 * 32 : kcb, kp = kc / 2;
-            int start = k0 > 0 || beta_one ? AMX_START_C : bias != NULL ? AMX_START_BIAS : AMX_START_ZERO;
+            int accumulate = k0 > 0, add = k0 > 0 ? AMX_ADD_NONE : beta_one ? AMX_ADD_C : bias != NULL ? AMX_ADD_BIAS : AMX_ADD_NONE;
             amx_pack_b(bpack, B, ldb, transB, K, N, k0, kc, jc, nc);
             for (int ic = m0; ic < m1; ic += AMX_MC) {
                 int mc = m1 - ic < AMX_MC ? m1 - ic : AMX_MC;
@@ -319,8 +333,8 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
                         }
                         float* c = C + (size_t)i * ldc + j;
                         const float* bias_j = bias != NULL ? bias + j : NULL;
-                        if (rows == 32 && cols == 32) { amx_block(c, ldc, strip, sa, panel, kp, start, bias_j); }
-                        else { amx_block_edge(c, ldc, rows, cols, strip, sa, panel, kp, start, bias_j); }
+                        if (rows == 32 && cols == 32 && add == AMX_ADD_NONE) { amx_block(c, ldc, strip, sa, panel, kp, accumulate); }
+                        else { amx_block_via_buffer(c, ldc, rows, cols, strip, sa, panel, kp, accumulate, add, bias_j); }
                     }
                 }
             }
