@@ -71,10 +71,21 @@ static inline int amx_pack_simd(void) {
     return simd && !amx_pack_scalar;
 }
 
+// dst[0:32] = the pairs (r0[n], r1[n]) of 32 columns (two rows of bf16 interleaved), in AVX-512 registers. The
+// packing's other loops are compiled for the build's target, not AVX-512: on a CPU without it (the emulated tiles of
+// the tests) the compiler may not have vectorised them with instructions the CPU lacks.
+__attribute__((target("avx512f,avx512bw")))
+static void amx_interleave32_avx512(uint32_t* dst, const uint16_t* r0, const uint16_t* r1) {
+    for (int h = 0; h < 32; h += 16) {
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(r0 + h)));
+        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(r1 + h)));
+        _mm512_storeu_si512((void*)(dst + h), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
 // op(B)[k0:k0+kc, j0:j0+nc] as panels of 32 columns: panel q, pair row p, column n at dst[(q * kp + p) * 32 + n]
 // holds op(B)[k0+2p][j0+32q+n] (low half) and op(B)[k0+2p+1][...] (high half); kp = kc / 2 (kc a multiple of 32),
 // zero past K and past N
-__attribute__((target("avx512f,avx512bw")))
 static void amx_pack_b(uint32_t* dst, const uint16_t* B, int ldb, int transB, int K, int N, int k0, int kc, int j0, int nc) {
     int kp = kc / 2, panels = (nc + 31) / 32;
     for (int q = 0; q < panels; q++) {
@@ -103,12 +114,7 @@ static void amx_pack_b(uint32_t* dst, const uint16_t* B, int ldb, int transB, in
             if (amx_pack_simd() && width == 32) {
                 for (; p < pairs; p++) {
                     const uint16_t* r0 = B + (size_t)(k0 + 2 * p) * ldb + n0;
-                    const uint16_t* r1 = r0 + ldb;
-                    for (int h = 0; h < 32; h += 16) {
-                        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(r0 + h)));
-                        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(r1 + h)));
-                        _mm512_storeu_si512((void*)(panel + (size_t)p * 32 + h), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-                    }
+                    amx_interleave32_avx512(panel + (size_t)p * 32, r0, r0 + ldb);
                 }
             }
             for (; p < kp; p++) {
@@ -125,7 +131,6 @@ static void amx_pack_b(uint32_t* dst, const uint16_t* B, int ldb, int transB, in
 
 // op(A)[i0:i0+mc, k0:k0+kc] as strips of 32 rows: strip s, row i, pair p at dst[(s * 32 + i) * kp + p] holds
 // op(A)[i0+32s+i][k0+2p] (low half) and [k0+2p+1] (high half); zero past M and past K
-__attribute__((target("avx512f,avx512bw")))
 static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, int M, int K, int i0, int mc, int k0, int kc) {
     int kp = kc / 2, strips = (mc + 31) / 32;
     int pairs = (K - k0) / 2 < kp ? (K - k0) / 2 : kp;
@@ -154,12 +159,7 @@ static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, in
                 for (; p + 16 <= pairs; p += 16) {
                     for (int q = 0; q < 16; q++) { // block (16 pairs, 32 rows)
                         const uint16_t* a0 = A + (size_t)(k0 + 2 * (p + q)) * lda + r0;
-                        const uint16_t* a1 = a0 + lda;
-                        for (int h = 0; h < 32; h += 16) {
-                            __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(a0 + h)));
-                            __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(a1 + h)));
-                            _mm512_store_si512((void*)(block + q * 32 + h), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-                        }
+                        amx_interleave32_avx512(block + q * 32, a0, a0 + lda);
                     }
                     transpose32_avx512(strip + p, (size_t)kp, block, 32, 16, 32);
                 }
