@@ -262,7 +262,6 @@ static inline double wall_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// qsort's comparison of two doubles, ascending
 // [*lo, *hi) of part `part` of `parts` of [0, n), the parts near-equal runs whose edges fall on multiples of `unit`
 // (how the CPU GEMMs give each thread its rows and columns)
 static inline void split_units(int n, int parts, int part, int unit, int* lo, int* hi) {
@@ -273,6 +272,25 @@ static inline void split_units(int n, int parts, int part, int unit, int* lo, in
     *hi = *hi < n ? *hi : n;
 }
 
+// how a CPU GEMM's threads share C (M,N): pr x pc rectangles (pr * pc = nthreads, edges on multiples of row_unit
+// and col_unit: split_units), the grid that packs least. Each thread packs its columns of op(B) and, weighted by
+// a_weight (0 where A is read where it lies), its rows of op(A).
+static inline void gemm_thread_grid(int M, int N, int nthreads, int row_unit, int col_unit, double a_weight, int* pr,
+                                    int* pc) {
+    int best = 1;
+    double best_cost = 1e300;
+    for (int r = 1; r <= nthreads; r++) {
+        if (nthreads % r != 0) { continue; }
+        int c = nthreads / r;
+        if ((r > 1 && (M + row_unit - 1) / row_unit < r) || (c > 1 && (N + col_unit - 1) / col_unit < c)) { continue; }
+        double cost = (double)N / c + a_weight * M / r;
+        if (cost < best_cost) { best_cost = cost; best = r; }
+    }
+    *pr = best;
+    *pc = nthreads / best;
+}
+
+// qsort's comparison of two doubles, ascending
 static inline int compare_doubles(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);

@@ -11,7 +11,7 @@ the step, and this one took their summed time down by 13-30 % (doc/cpu-speed.md,
         run AMX (amx_usable) or beta is another number; 0 when done.
 
 How (GotoBLAS's three levels of blocking, the register tile a 32 x 32 block of C in four 16 x 16 tiles):
-    each thread takes a rectangle of C (a grid over rows and columns: amx_thread_grid), and in it
+    each thread takes a rectangle of C (a grid over rows and columns: gemm_thread_grid), and in it
     for each block of columns (op(B)'s packed block at most AMX_NC_BYTES):
       for each K block (K cut into equal blocks of at most AMX_KC, multiples of 32: the same blocks whatever the
       thread count):
@@ -273,22 +273,6 @@ static uint32_t* amx_pack_buffer(int which, size_t n) {
     return b->buf[which];
 }
 
-// how the threads share C (M,N): pr x pc rectangles (pr * pc = nthreads), the one that packs least (each thread
-// packs its columns of op(B) and, unless A is read where it lies, its rows of op(A)); edges on multiples of 32
-static void amx_thread_grid(int M, int N, int nthreads, int a_in_place, int* pr, int* pc) {
-    int best = 1;
-    double best_cost = 1e300;
-    for (int r = 1; r <= nthreads; r++) {
-        if (nthreads % r != 0) { continue; }
-        int c = nthreads / r;
-        if ((r > 1 && (M + 31) / 32 < r) || (c > 1 && (N + 31) / 32 < c)) { continue; }
-        double cost = (double)N / c + (a_in_place ? 0.0 : (double)M / r); // a thread's packing
-        if (cost < best_cost) { best_cost = cost; best = r; }
-    }
-    *pr = best;
-    *pc = nthreads / best;
-}
-
 // one thread's rectangle [m0, m1) x [n0, n1) of C
 static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                           int ldb, int beta_one, const float* bias, float* C, int ldc, int m0, int m1, int n0, int n1) {
@@ -362,7 +346,7 @@ static int amx_gemm_bf16(int transA, int transB, int M, int N, int K, const uint
     if (!omp_in_parallel()) { nthreads = omp_get_max_threads(); }
 #endif
     int pr, pc;
-    amx_thread_grid(M, N, nthreads, !transA && K % 32 == 0, &pr, &pc);
+    gemm_thread_grid(M, N, nthreads, 32, 32, !transA && K % 32 == 0 ? 0.0 : 1.0, &pr, &pc); // A read in place: no packing
     int beta_one = beta == 1.0f;
     #pragma omp parallel num_threads(pr * pc) if (pr * pc > 1)
     {

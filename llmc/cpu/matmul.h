@@ -511,26 +511,8 @@ static uint32_t* mm_pack_buffer(int which, size_t n) {
     return b->buf[which];
 }
 
-// How the threads share C (M, N): a grid of pr x pc rectangles, pr * pc = nthreads, the one with
-// the least packing (each thread packs its rows of op(A) and its columns of op(B): M/pr + N/pc);
-// row edges fall on multiples of MM_MR, column edges on multiples of nr.
-static void mm_thread_grid(int M, int N, int nthreads, int nr, int* pr, int* pc) {
-    int best_pr = 1;
-    double best = 1e300;
-    for (int r = 1; r <= nthreads; r++) {
-        if (nthreads % r != 0) { continue; }
-        int c = nthreads / r;
-        if (r > 1 && (M + MM_MR - 1) / MM_MR < r) { continue; }
-        if (c > 1 && (N + nr - 1) / nr < c) { continue; }
-        double cost = (double)M / r + (double)N / c;
-        if (cost < best) { best = cost; best_pr = r; }
-    }
-    *pr = best_pr;
-    *pc = nthreads / best_pr;
-}
-
 // C(M,N) = beta * C + op(A) . op(B) with the packing and micro-kernel of `g`.
-// Each thread computes its rectangle of C (mm_thread_grid) in the usual cache-blocked order:
+// Each thread computes its rectangle of C (gemm_thread_grid) in the usual cache-blocked order:
 //   for each block of MM_NCB columns:
 //     for each K block of MM_KC:    pack op(B) (kc, ncb) as panels of nr columns       (L2/L3)
 //       for each block of MM_MC rows: pack op(A) (mc, kc) as strips of MM_MR rows    (L2)
@@ -549,7 +531,7 @@ static void mm_gemm_blocked(const MmGemmKind* g, int transA, int transB, int M, 
         int nthreads, thread;
         parallel_team(&nthreads, &thread);
         int pr, pc, r0, r1, c0, c1;
-        mm_thread_grid(M, N, nthreads, nr, &pr, &pc);
+        gemm_thread_grid(M, N, nthreads, MM_MR, nr, 1.0, &pr, &pc);
         split_units(M, pr, thread / pc, MM_MR, &r0, &r1);
         split_units(N, pc, thread % pc, nr, &c0, &c1);
         if (r0 < r1 && c0 < c1) {
