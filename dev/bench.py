@@ -493,7 +493,7 @@ def step_layers(args: argparse.Namespace) -> str:
     return ",".join(f"{out}x{inp}" for out, inp in block_shapes(args.model, args.family)[2])
 
 
-def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "start") -> dict[str, float]:
     """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS, also at one step's shapes of the family) and
     of torch, at --peak-size."""
     peaks: dict[str, float] = {}
@@ -507,7 +507,7 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, fl
             print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
     cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads)])
     for cmd in cmds:
-        print(f"GEMM peak: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
+        print(f"GEMM peak ({when}): {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
         text = run_capture(cmd, env, args.timeout)
         found = parse_peaks(text)
         backend = next((line for line in text.splitlines() if line.startswith("gemm_peak: ")), "")
@@ -517,6 +517,14 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str]) -> dict[str, fl
         for k, v in found.items():
             peaks[k] = max(v, peaks.get(k, 0.0))
     return peaks
+
+
+def peak_drift_line(start: dict[str, float], end: dict[str, float], args: argparse.Namespace) -> str:
+    """The GEMM peaks measured again after the runs, each as a fraction of its start value: how far this machine's
+    speed moved while the runs were timed (the limits stay the start's)."""
+    parts = [f"{k} {v:.1f} ({100.0 * v / start[k]:.0f} % of start)" if start.get(k) else f"{k} {v:.1f}"
+             for k, v in sorted(end.items(), key=lambda kv: -kv[1])]
+    return f"GEMM peak at end ({args.peak_size}^3, {args.threads} thread(s), median of {args.peak_reps}), GFLOP/s: " + ", ".join(parts)
 
 
 def measure_machine(args: argparse.Namespace, env: dict[str, str]) -> tuple[float | None, float | None]:
@@ -688,7 +696,7 @@ def print_phase_tables(runs: list[Run], rows: list[Row], peaks: dict[str, float]
 
 
 def print_report(runs: list[Run], peaks: dict[str, float], machine: tuple[float | None, float | None],
-                 args: argparse.Namespace) -> None:
+                 args: argparse.Namespace, peaks_end: dict[str, float] | None = None) -> None:
     vocab = family_vocab(args.family)
     flops = step_flops(args.model, args.B, args.T, args.family, vocab)
     rows, fastest = table_rows(runs, flops, args.B * args.T, peaks)
@@ -704,6 +712,8 @@ def print_report(runs: list[Run], peaks: dict[str, float], machine: tuple[float 
     if peaks:
         print(f"GEMM peak at start ({args.peak_size}^3, {args.threads} thread(s), median of {args.peak_reps}), GFLOP/s: "
               + ", ".join(f"{k} {v:.1f}" for k, v in sorted(peaks.items(), key=lambda kv: -kv[1])))
+        if peaks_end:
+            print(peak_drift_line(peaks, peaks_end, args))
         fp32, anyp = best_peak(peaks, "fp32"), best_peak(peaks, "bf16")
         print(f"  % of GEMM peak: fp32 runs against {fp32[0]} ({fp32[1]:.1f})" if fp32 else "  no fp32 peak measured", end="")
         print(f", bf16 runs against {anyp[0]} ({anyp[1]:.1f})" if anyp else "")
@@ -748,6 +758,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"{','.join(AUTO_TORCH_FP32)}, plus {','.join(AUTO_TORCH_BF16)} where the CPU has "
                         f"{' or '.join(BF16_CPU_FLAGS)}, plus {MINIMAL}")
     p.add_argument("--peak-size", type=int, default=2048, help="n of the n^3 GEMM peak measured at start; 0 = skip (default 2048)")
+    p.add_argument("--peak-at-end", type=int, default=1, choices=(0, 1),
+                   help="1 = measure the GEMM peaks again after the runs and print each beside its start value (how far "
+                   "the machine's speed moved during the runs; the limits stay the start's); 0 = skip (default 1)")
     p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
     p.add_argument("--triad-mb", type=int, default=256, help="MB per array of build/triad's memory bandwidth "
                    "(three arrays, far larger than the last-level cache); 0 = skip it and the SIMD rate (default 256)")
@@ -806,7 +819,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {rnd + 1}/{args.rounds}: {r.name} ...", flush=True)
             spawn_and_measure(r, args.warmup, args.timeout)
             print(f"  steps ms: {', '.join(f'{t:.0f}' for t in r.times_ms[-args.steps:])}; peak RSS {r.peak_rss_mb:.0f} MB", flush=True)
-    print_report(runs, peaks, machine, args)
+    peaks_end = measure_peaks(args, thread_env(args), "end") if args.peak_size > 0 and args.peak_at_end else {}
+    print_report(runs, peaks, machine, args, peaks_end)
     return 0
 
 

@@ -494,3 +494,14 @@ def test_the_minimal_step_builds_each_familys_own_model(row):
     idx = torch.randint(0, V, (1, 8))
     loss = model(idx, idx)
     assert loss.dim() == 0 and abs(loss.item() - math.log(V)) < 1.5, (row.name, loss.item(), math.log(V))
+
+
+def test_the_peaks_measured_after_the_runs_are_printed_as_fractions_of_the_start_ones():
+    args = bench.parse_args(["--torch", "", "--peak-size", "512", "--peak-reps", "5", "--threads", "2"])
+    line = bench.peak_drift_line({"amx bf16": 1400.0, "openblas fp32": 200.0},
+                                 {"amx bf16": 700.0, "openblas fp32": 210.0, "torch bf16": 900.0}, args)
+    assert line.startswith("GEMM peak at end (512^3, 2 thread(s), median of 5), GFLOP/s: ")
+    assert "amx bf16 700.0 (50 % of start)" in line and "openblas fp32 210.0 (105 % of start)" in line
+    assert "torch bf16 900.0," in line and "torch bf16 900.0 (" not in line  # (no start value: no fraction)
+    assert line.index("torch bf16") < line.index("amx bf16") < line.index("openblas fp32")  # fastest first
+    assert bench.parse_args(["--torch", "", "--peak-at-end", "0"]).peak_at_end == 0
