@@ -38,6 +38,8 @@ Before the trainers it measures this machine's limits:
     shapes (gemm_peak -s BT,C,Vp,L -l <the block's linear layers>: every layer's forward, input-gradient and
     weight-gradient GEMMs and the lm_head's), and each run is held against the best such rate of its precision
     too ("% of step-GEMM peak"). The CPU heads the table.
+After the runs the GEMM peaks are measured again (--peak-at-end 0: not) and printed each as a fraction of its start
+value: how far the machine's speed moved while the runs were timed (the limits and fractions stay the start's).
 A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not pay on this CPU) is
 named so in the table and held against the fp32 peak. The precision bf16-force runs -p bf16 with
 LLMC_BF16=force: the bf16 path timed even where the calibration would refuse it (the default adds it on CPUs
