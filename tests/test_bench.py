@@ -505,3 +505,11 @@ def test_the_peaks_measured_after_the_runs_are_printed_as_fractions_of_the_start
     assert "torch bf16 900.0," in line and "torch bf16 900.0 (" not in line  # (no start value: no fraction)
     assert line.index("torch bf16") < line.index("amx bf16") < line.index("openblas fp32")  # fastest first
     assert bench.parse_args(["--torch", "", "--peak-at-end", "0"]).peak_at_end == 0
+
+
+@pytest.mark.parametrize("bad", ["2", "-1", "yes", ""])
+def test_a_bad_peak_at_end_is_refused_by_name(bad: str, capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench.parse_args(["--torch", "", "--peak-at-end", bad])
+    assert refused.value.code == 2
+    assert "error: argument --peak-at-end" in capsys.readouterr().err

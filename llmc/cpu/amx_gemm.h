@@ -188,7 +188,6 @@ static inline float amx_bf16_float(uint16_t h) {
     return f;
 }
 
-
 static void amx_block_32x32_emulated(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate) {
     for (int i = 0; i < 32; i++) {
         for (int j = 0; j < 32; j++) {
