@@ -28,6 +28,7 @@ HELP_FLAGS: dict[str, list[str]] = {
     "dev/eval/export_hf.py": ["--input", "--output"],
     "dev/eval/generate_text.py": ["--tokenizer", "--prompt", "--generate"],
     "dev/eval/chat_eval.py": ["--model", "--input", "--tokenizer", "--max_tokens", "--limit", "--generate"],
+    "dev/bench_attention.py": ["-T", "--rounds", "--threads", "--build"],
     "dev/chat_demo.py": ["--out", "--model", "--task", "--base_steps", "--sft_steps", "--n_val", "--precision"],
     "dev/gpu_visit_chat.py": ["pack", "check"],
     "dev/compare_families.py": ["--model", "--steps", "--val_every", "--muon_lr", "--out"],

@@ -3,8 +3,9 @@ dev/test/test_attention_cpu.c: llmc/cpu/attention_cpu.h's blocked kernel (bf16 p
 kernel (fp32), forward and backward.
 
     dev/test/test_attention_cpu          the checks (a few seconds)
-    dev/test/test_attention_cpu --time   forward + backward times of both kernels at GPT-2 d12's shapes (B=4, NH=12,
-                                         HS=64, T=64 and 1024; medians), and one tile's products on the blocked
+    dev/test/test_attention_cpu --time [T ...]   forward + backward times of both kernels at GPT-2 d12's shapes
+                                         (B=4, NH=12, HS=64, T=64 and 1024 or the T given; medians; dev/bench_attention.py
+                                         puts torch's SDPA beside them), and one tile's products on the blocked
                                          kernel's micro-kernel against matmul_gemm(MATMUL_BF16, ...)
 
 Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a multiple of the 64-row tile (1, 63,
@@ -710,7 +711,7 @@ static void time_tile_products(void) {
     free(q); free(k); free(v); free(p); free(s); free(o); free(q16); free(x16); free(p16); free(k_dm); free(v_rp);
 }
 
-static void time_attention(void) {
+static void time_attention(const int* Ts, int nT) {
     time_tile_products();
     int threads = 2;
     const char* env = getenv("OMP_NUM_THREADS");
@@ -718,8 +719,7 @@ static void time_attention(void) {
     omp_set_num_threads(threads);
     printf("fp32 GEMMs: %s; %d threads; medians of forward + backward (forward alone in brackets)\n", matmul_backend_name(),
            threads);
-    const int Ts[2] = {64, 1024};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < nT; i++) {
         AttCase c = {4, Ts[i], 12, 12, 64};
         int reps = c.T >= 1024 ? 7 : 31;
         float* dout;
@@ -741,12 +741,22 @@ static void time_attention(void) {
 }
 
 int main(int argc, char** argv) {
-    if (argc == 2 && strcmp(argv[1], "--time") == 0) {
-        time_attention();
+    if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
+        int Ts[8] = {64, 1024}, nT = argc > 2 ? argc - 2 : 2;
+        for (int i = 2; i < argc; i++) {
+            char* end = NULL;
+            long T = strtol(argv[i], &end, 10);
+            if (i - 2 >= 8 || end == argv[i] || *end != '\0' || T < 1 || T > 8192) {
+                fprintf(stderr, "error: --time takes at most 8 sequence lengths T, each 1..8192 (got %s)\n", argv[i]);
+                return 1;
+            }
+            Ts[i - 2] = (int)T;
+        }
+        time_attention(Ts, nT);
         return 0;
     }
     if (argc != 1) {
-        fprintf(stderr, "error: usage: %s [--time]\n", argv[0]);
+        fprintf(stderr, "error: usage: %s [--time [T ...]]\n", argv[0]);
         return 1;
     }
     omp_set_num_threads(2);
