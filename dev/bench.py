@@ -34,10 +34,11 @@ Before the trainers it measures this machine's limits:
     (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the
     built-in fp32 and bf16 kernels) and with torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported
     as a fraction of the fastest fp32 GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32
-    is always an option). The same programs also time the GEMMs of one training step of the family at the run's
-    shapes (gemm_peak -s BT,C,Vp,L -l <the block's linear layers>: every layer's forward, input-gradient and
-    weight-gradient GEMMs and the lm_head's), and each run is held against the best such rate of its precision
-    too ("% of step-GEMM peak"). The CPU heads the table.
+    is always an option). The same programs, torch's too, also time the GEMMs of one training step of the family at
+    the run's shapes (gemm_peak -s BT,C,Vp,L -l <the block's linear layers>: every layer's forward, input-gradient
+    and weight-gradient GEMMs and the lm_head's; `step torch bf16`: torch.mm on bf16 tensors), and each run is held
+    against the best such rate of its precision too ("% of step-GEMM peak"), torch's where it is the best: what
+    this machine's GEMMs can do at these shapes. The CPU heads the table.
 After the runs the GEMM peaks are measured again (--peak-at-end 0: not) and printed each as a fraction of its start
 value: how far the machine's speed moved while the runs were timed (the limits and fractions stay the start's).
 A -p bf16 run that the trainer ran in fp32 (its one start-up line: bf16 does not pay on this CPU) is
@@ -52,7 +53,7 @@ weights included): the overhead of a path, comparable on any CPU. They also run 
 (llmc/cpu/phase_time.h) and print at exit one line per phase of the step,
 `phase NAME: MS ms, BYTES bytes, FLOPS flop over N steps`; for each of our runs that printed them a phase table
 follows the main one: per phase ms/step, GB/step, GFLOP/step, its limit max(bytes / memory bandwidth, FLOPs /
-peak), peak being the step-GEMM rate of the run's precision for the GEMM-shaped phases (gemm, attention) and the
+peak), peak being the best step-GEMM rate of the run's precision for the GEMM-shaped phases (gemm, attention) and the
 SIMD rate for the rest, and its time as a multiple of that limit; then "other" (the counted steps' mean time less
 the phases') and the whole step (median ms/step against the sum of the phases' limits). A run without phase lines
 gets no phase table.
@@ -496,8 +497,8 @@ def step_layers(args: argparse.Namespace) -> str:
 
 
 def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "start") -> dict[str, float]:
-    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS, also at one step's shapes of the family) and
-    of torch, at --peak-size."""
+    """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS) and of torch, at --peak-size and at one step's
+    shapes of the family."""
     peaks: dict[str, float] = {}
     n, reps = str(args.peak_size), str(args.peak_reps)
     shape = ["-s", step_shape(args), "-l", step_layers(args)]
@@ -507,7 +508,8 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "st
             cmds.append([str(prog), "-n", n, "-r", reps, *shape])
         else:
             print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
-    cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads)])
+    cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads),
+                 *shape])
     for cmd in cmds:
         print(f"GEMM peak ({when}): {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
         text = run_capture(cmd, env, args.timeout)

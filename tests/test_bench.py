@@ -513,3 +513,31 @@ def test_a_bad_peak_at_end_is_refused_by_name(bad: str, capsys):
         bench.parse_args(["--torch", "", "--peak-at-end", bad])
     assert refused.value.code == 2
     assert "error: argument --peak-at-end" in capsys.readouterr().err
+
+
+def test_torch_times_the_same_step_gemms_as_gemm_peak_and_bench_asks_it_to(monkeypatch):
+    sys.path.insert(0, str(REPO / "dev"))
+    import gemm_peak  # noqa: E402
+
+    # GPT-2's block without -l, then the lm_head once: (tokens, out features, in features, times counted)
+    assert gemm_peak.step_gemms(32, 64, 128, 2, gemm_peak.gpt2_layer(64)) == \
+        [(32, 192, 64, 2), (32, 64, 64, 2), (32, 256, 64, 2), (32, 64, 256, 2), (32, 128, 64, 1)]
+    out = run([PYTHON, REPO / "dev" / "gemm_peak.py", "-n", 32, "--reps", 1, "--threads", 1, "-s", "16,32,64,1",
+               "-l", "48x32,32x32"]).stdout
+    peaks = bench.parse_peaks(out)
+    assert set(peaks) == {"torch fp32", "torch bf16", "step torch fp32", "step torch bf16"}, out
+    assert all(v > 0 for v in peaks.values()), out
+    for bad in (["-s", "16,32,64"], ["-s", "0,32,64,1"], ["-s", "16,32,64,1", "-l", "48x"], ["-l", "48x32"],
+                ["-s", "16,32,64,1", "-l", ",".join(["8x8"] * 9)]):
+        proc = run([PYTHON, REPO / "dev" / "gemm_peak.py", "-n", 32, *bad], check=False)
+        assert proc.returncode == 2 and "error:" in proc.stderr, (bad, proc.stderr)
+    # make bench gives torch's program the run's step shapes, as it gives build/gemm_peak
+    asked: list[list[str]] = []
+    monkeypatch.setattr(bench, "run_capture", lambda cmd, env, timeout: asked.append(cmd) or "")
+    args = bench.parse_args(["--model", "d2", "-B", "2", "-T", "16", "--torch", "", "--ours", "", "--build", "0"])
+    bench.measure_peaks(args, {})
+    torch_cmd = next(cmd for cmd in asked if cmd[1].endswith("gemm_peak.py"))
+    assert torch_cmd[torch_cmd.index("-s") + 1] == bench.step_shape(args)
+    assert torch_cmd[torch_cmd.index("-l") + 1] == bench.step_layers(args)
+    # and the best step rate of a precision, torch's included, is what a run and its GEMM phases are held against
+    assert bench.phase_gemm_peak({"step amx bf16": 800.0, "step torch bf16": 1200.0}, "bf16") == ("step torch bf16", 1200.0)
