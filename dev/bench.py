@@ -30,8 +30,8 @@ Before the trainers it measures this machine's limits:
   - memory bandwidth and SIMD rate: build/triad (dev/triad.c) on the run's threads, three arrays of --triad-mb MB:
     `triad: X GB/s (N threads)` (STREAM's triad, best pass) and `simd: X GFLOP/s (N threads)` (a register-resident
     fp32 FMA loop, AVX-512 or AVX2), both printed;
-  - the GEMM peak: a square GEMM (--peak-size, median of --peak-reps) with llmc/cpu/matmul.h
-    (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the
+  - the GEMM peak: a square GEMM (--peak-size, median of --peak-reps; the best of --peak-rounds alternating rounds)
+    with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the
     built-in fp32 and bf16 kernels) and with torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported
     as a fraction of the fastest fp32 GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32
     is always an option). The same programs, torch's too, also time the GEMMs of one training step of the family at
@@ -498,7 +498,7 @@ def step_layers(args: argparse.Namespace) -> str:
 
 def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "start") -> dict[str, float]:
     """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS) and of torch, at --peak-size and at one step's
-    shapes of the family."""
+    shapes of the family; the programs alternate for --peak-rounds rounds and each rate is the best of its rounds."""
     peaks: dict[str, float] = {}
     n, reps = str(args.peak_size), str(args.peak_reps)
     shape = ["-s", step_shape(args), "-l", step_layers(args)]
@@ -510,8 +510,9 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "st
             print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
     cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads),
                  *shape])
-    for cmd in cmds:
-        print(f"GEMM peak ({when}): {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
+    for rnd, cmd in ((r, c) for r in range(args.peak_rounds) for c in cmds):
+        label = f"{when}{f', round {rnd + 1}/{args.peak_rounds}' if args.peak_rounds > 1 else ''}"
+        print(f"GEMM peak ({label}): {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)
         text = run_capture(cmd, env, args.timeout)
         found = parse_peaks(text)
         backend = next((line for line in text.splitlines() if line.startswith("gemm_peak: ")), "")
@@ -766,6 +767,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="1 = measure the GEMM peaks again after the runs and print each beside its start value (how far "
                    "the machine's speed moved during the runs; the limits stay the start's); 0 = skip (default 1)")
     p.add_argument("--peak-reps", type=int, default=3, help="timed GEMMs per peak measurement, median taken (default 3)")
+    p.add_argument("--peak-rounds", type=int, default=1, help="the peak programs (ours, then torch's) run this many "
+                   "times alternating, each rate the best of its rounds: on a machine whose speed moves, a fairer "
+                   "ranking of the kernels (default 1)")
     p.add_argument("--triad-mb", type=int, default=256, help="MB per array of build/triad's memory bandwidth "
                    "(three arrays, far larger than the last-level cache); 0 = skip it and the SIMD rate (default 256)")
     p.add_argument("--data", type=Path, default=None, help="train token shard for both (default tinyshakespeare; a "
@@ -788,7 +792,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.torch == "auto":
         args.torch = ",".join(auto_torch_modes(read_cpuinfo()))
     args.torch = ",".join(resolve_minimal(m, read_cpuinfo()) for m in args.torch.split(",") if m)
-    for name in ("B", "T", "threads", "steps", "rounds", "peak_reps"):
+    for name in ("B", "T", "threads", "steps", "rounds", "peak_reps", "peak_rounds"):
         if getattr(args, name) < 1:
             p.error(f"-{name if len(name) == 1 else '-' + name.replace('_', '-')} must be >= 1")
     if args.warmup < 0 or args.peak_size < 0 or args.triad_mb < 0:

@@ -541,3 +541,16 @@ def test_torch_times_the_same_step_gemms_as_gemm_peak_and_bench_asks_it_to(monke
     assert torch_cmd[torch_cmd.index("-l") + 1] == bench.step_layers(args)
     # and the best step rate of a precision, torch's included, is what a run and its GEMM phases are held against
     assert bench.phase_gemm_peak({"step amx bf16": 800.0, "step torch bf16": 1200.0}, "bf16") == ("step torch bf16", 1200.0)
+
+
+def test_the_peak_programs_alternate_for_peak_rounds_and_each_rate_is_the_best_of_its_rounds(monkeypatch, capsys):
+    rates = iter(["gemm torch bf16 700.0\ngemm-step torch bf16 600.0", "gemm torch bf16 1500.0\ngemm-step torch bf16 500.0"])
+    asked: list[list[str]] = []
+    monkeypatch.setattr(bench, "run_capture", lambda cmd, env, timeout: asked.append(cmd) or next(rates))
+    args = bench.parse_args(["--model", "d2", "-B", "2", "-T", "16", "--torch", "", "--ours", "", "--build", "0",
+                             "--peak-rounds", "2"])
+    assert bench.measure_peaks(args, {}) == {"torch bf16": 1500.0, "step torch bf16": 600.0}
+    assert len(asked) == 2 and "round 2/2" in capsys.readouterr().out
+    for bad in ("0", "-1"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--torch", "", "--peak-rounds", bad])
