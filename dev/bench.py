@@ -31,8 +31,8 @@ Before the trainers it measures this machine's limits:
     `triad: X GB/s (N threads)` (STREAM's triad, best pass) and `simd: X GFLOP/s (N threads)` (a register-resident
     fp32 FMA loop, AVX-512 or AVX2), both printed;
   - the GEMM peak: a square GEMM (--peak-size, median of --peak-reps; the best of --peak-rounds alternating rounds)
-    with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where the build has oneDNN, the
-    built-in fp32 and bf16 kernels) and with torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported
+    with llmc/cpu/matmul.h (build/gemm_peak[_<blas>] for each --ours binary: its BLAS, oneDNN's bf16 kernel where
+    the build has oneDNN, the built-in fp32 and bf16 kernels) and with torch (dev/gemm_peak.py, fp32 and bf16). Each run's GFLOP/s is reported
     as a fraction of the fastest fp32 GEMM measured (a bf16 run: of the fastest GEMM of either precision, since fp32
     is always an option). The same programs, torch's too, also time the GEMMs of one training step of the family at
     the run's shapes (gemm_peak -s BT,C,Vp,L -l <the block's linear layers>: every layer's forward, input-gradient
