@@ -209,9 +209,10 @@ static void amx_gemm_test_mode(int emulated_tiles, int scalar_packing) {
     amx_pack_scalar = scalar_packing;
 }
 
-static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate) {
+static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate,
+                             const float* c_next) {
     if (amx_gemm_emulated) { amx_block_32x32_emulated(c, ldc, a, sa, b, kp, accumulate); }
-    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, accumulate); }
+    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, accumulate, c_next); }
 }
 
 // What the first K block's sums start from, and what is added to them after: C's old values (beta 1) and the bias
@@ -222,14 +223,14 @@ enum { AMX_ADD_NONE = 0, AMX_ADD_C = 1, AMX_ADD_BIAS = 2 };
 // a block of C at the matrix's edge (rows x cols inside it), or one that adds C or the bias after its sums: through a
 // 32 x 32 buffer
 static void amx_block_via_buffer(float* c, int ldc, int rows, int cols, const char* a, size_t sa, const char* b,
-                                 int kp, int accumulate, int add, const float* bias) {
+                                 int kp, int accumulate, int add, const float* bias, const float* c_next) {
     float tmp[32 * 32] __attribute__((aligned(64)));
     if (accumulate || rows < 32 || cols < 32) {
         for (int i = 0; i < 32; i++) {
             for (int j = 0; j < 32; j++) { tmp[i * 32 + j] = accumulate && i < rows && j < cols ? c[(size_t)i * ldc + j] : 0.0f; }
         }
     }
-    amx_block(tmp, 32, a, sa, b, kp, accumulate || rows < 32 || cols < 32);
+    amx_block(tmp, 32, a, sa, b, kp, accumulate || rows < 32 || cols < 32, c_next);
     for (int i = 0; i < rows; i++) {
         float* row = c + (size_t)i * ldc;
         const float* sums = tmp + i * 32;
@@ -300,8 +301,9 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
                 }
                 // a strip stays in L1 while the panels stream past it from L2 (the other way round, panel by panel,
                 // ran the T=64 step's GEMMs 1.2-2x slower on the AMX Xeon)
-                for (int s = 0; s < (mc + 31) / 32; s++) {
-                    for (int q = 0; q < (nc + 31) / 32; q++) {
+                int strips = (mc + 31) / 32, panels = (nc + 31) / 32;
+                for (int s = 0; s < strips; s++) {
+                    for (int q = 0; q < panels; q++) {
                         int j = jc + 32 * q, cols = N - j < 32 ? N - j : 32;
                         const char* panel = (const char*)(bpack + (size_t)q * kp * 32);
                         int i = ic + 32 * s, rows = M - i < 32 ? M - i : 32;
@@ -316,8 +318,12 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
                         }
                         float* c = C + (size_t)i * ldc + j;
                         const float* bias_j = bias != NULL ? bias + j : NULL;
-                        if (rows == 32 && cols == 32 && add == AMX_ADD_NONE) { amx_block(c, ldc, strip, sa, panel, kp, accumulate); }
-                        else { amx_block_via_buffer(c, ldc, rows, cols, strip, sa, panel, kp, accumulate, add, bias_j); }
+                        // the block after this one, prefetched while this one runs where it is a whole 32 x 32
+                        int next_i = q + 1 < panels ? i : i + 32, next_j = q + 1 < panels ? j + 32 : jc;
+                        int next_whole = (q + 1 < panels || s + 1 < strips) && next_i + 32 <= m1 && next_j + 32 <= N;
+                        const float* c_next = next_whole ? C + (size_t)next_i * ldc + next_j : NULL;
+                        if (rows == 32 && cols == 32 && add == AMX_ADD_NONE) { amx_block(c, ldc, strip, sa, panel, kp, accumulate, c_next); }
+                        else { amx_block_via_buffer(c, ldc, rows, cols, strip, sa, panel, kp, accumulate, add, bias_j, c_next); }
                     }
                 }
             }
