@@ -615,15 +615,19 @@ def build_runs(args: argparse.Namespace) -> list[Run]:
     cwd = files.cwd
     tokenizer = ["--tokenizer", str(files.tokenizer_json)] if files.tokenizer_json else []
     runs: list[Run] = []
-    for binary in [b for b in args.ours.split(",") if b]:
+    ours = [b for b in args.ours.split(",") if b]
+    names = [Path(b).name for b in ours]
+    for binary in ours:
         path = Path(binary) if Path(binary).is_absolute() else REPO / binary
         if not path.exists():
             raise SystemExit(f"error: --ours {binary}: no such program (make {path.name})")
+        # two programs of one file name (a build of other sources, say) are named by the paths given
+        name = binary if names.count(path.name) > 1 else path.name
         for prec in [p for p in args.precision.split(",") if p]:
             flags, extra_env = OUR_PRECISIONS[prec]
             cmd = [str(path), "-e", args.model, "-i", str(args.data), "-j", "", "-b", str(args.B), "-t", str(args.T),
                    "-x", str(nsteps), "-v", "0", "-s", "0", *flags]
-            runs.append(Run(f"llmc {path.name} {prec}", cmd,
+            runs.append(Run(f"llmc {name} {prec}", cmd,
                             {**env, "LLMC_GEMM_TIME": "1", "LLMC_PHASE_TIME": "1", **extra_env}, "llmc",
                             prec.split("-")[0], cwd=cwd))
     for mode in [m for m in args.torch.split(",") if m]:

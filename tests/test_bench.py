@@ -129,6 +129,17 @@ def test_our_precisions_and_default_programs():
         bench.parse_args(["--precision", "fp16"])
 
 
+def test_two_programs_of_one_file_name_are_named_by_their_paths(tmp_path):
+    other = tmp_path / "train_gpt2"
+    other.write_text("")
+    names = [r.name for r in bench.build_runs(bench.parse_args(["--ours", f"train_gpt2,{other}", "--precision", "bf16",
+                                                                 "--torch", ""]))]
+    assert names == ["llmc train_gpt2 bf16", f"llmc {other} bf16"]
+    names = [r.name for r in bench.build_runs(bench.parse_args(["--ours", "train_gpt2", "--precision", "fp32",
+                                                                 "--torch", ""]))]
+    assert names == ["llmc train_gpt2 fp32"]
+
+
 def test_peak_lines_are_parsed_and_each_blas_build_has_its_peak_program():
     text = ("gemm_peak: backend openblas, bf16 emulated in fp32, 2 thread(s), n=2048, median of 3\n"
             "gemm openblas fp32 171.5\ngemm blocked fp32 120.0\ngemm blocked bf16 90.25\ngemm torch bf16 20.0\n")
