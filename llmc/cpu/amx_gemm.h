@@ -130,14 +130,14 @@ static void amx_pack_b(uint32_t* dst, const uint16_t* B, int ldb, int transB, in
 }
 
 // op(A)[i0:i0+mc, k0:k0+kc] as strips of 32 rows: strip s, row i, pair p at dst[(s * 32 + i) * kp + p] holds
-// op(A)[i0+32s+i][k0+2p] (low half) and [k0+2p+1] (high half); zero past M and past K
+// op(A)[i0+32s+i][k0+2p] (low half) and [k0+2p+1] (high half); zero past M and past K; mc at most AMX_MC
 static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, int M, int K, int i0, int mc, int k0, int kc) {
     int kp = kc / 2, strips = (mc + 31) / 32;
     int pairs = (K - k0) / 2 < kp ? (K - k0) / 2 : kp;
-    for (int s = 0; s < strips; s++) {
-        uint32_t* strip = dst + (size_t)s * 32 * kp;
-        int r0 = i0 + 32 * s, height = M - r0 < 32 ? M - r0 : 32;
-        if (!transA) { // stored (M,K): a row's pairs side by side
+    if (!transA) { // stored (M,K): a row's pairs side by side
+        for (int s = 0; s < strips; s++) {
+            uint32_t* strip = dst + (size_t)s * 32 * kp;
+            int r0 = i0 + 32 * s, height = M - r0 < 32 ? M - r0 : 32;
             for (int i = 0; i < 32; i++) {
                 uint32_t* out = strip + (size_t)i * kp;
                 if (i >= height) { memset(out, 0, (size_t)kp * sizeof(uint32_t)); continue; }
@@ -152,25 +152,34 @@ static void amx_pack_a(uint32_t* dst, const uint16_t* A, int lda, int transA, in
                     out[p] = amx_pair(k < K ? row[2 * p] : 0, k + 1 < K ? row[2 * p + 1] : 0);
                 }
             }
-        } else { // stored (K,M): pair p is rows k0+2p, k0+2p+1 interleaved, then 16 x 16 blocks transposed
-            int p = 0;
-            if (amx_pack_simd() && height == 32) {
-                uint32_t block[16 * 32] __attribute__((aligned(64)));
-                for (; p + 16 <= pairs; p += 16) {
-                    for (int q = 0; q < 16; q++) { // block (16 pairs, 32 rows)
-                        const uint16_t* a0 = A + (size_t)(k0 + 2 * (p + q)) * lda + r0;
-                        amx_interleave32_avx512(block + q * 32, a0, a0 + lda);
-                    }
-                    transpose32_avx512(strip + p, (size_t)kp, block, 32, 16, 32);
-                }
+        }
+        return;
+    }
+    // stored (K,M): pair p is rows k0+2p, k0+2p+1 interleaved, then 16 x 16 blocks transposed. The strips of 32 rows
+    // inside M, 16 pairs at a time, all of them from each row before the next: a row's mc values are read in one
+    // go, where a strip at a time read one line of each row and came back for the next (by then often evicted)
+    int whole = amx_pack_simd() ? (M - i0 < mc ? M - i0 : mc) / 32 : 0, p_whole = 0;
+    if (whole > 0) {
+        uint32_t block[AMX_MC / 32][16 * 32] __attribute__((aligned(64)));
+        for (; p_whole + 16 <= pairs; p_whole += 16) {
+            for (int q = 0; q < 16; q++) { // block s (16 pairs, 32 rows of strip s)
+                const uint16_t* a0 = A + (size_t)(k0 + 2 * (p_whole + q)) * lda + i0;
+                for (int s = 0; s < whole; s++) { amx_interleave32_avx512(block[s] + q * 32, a0 + 32 * s, a0 + 32 * s + lda); }
             }
-            for (int i = 0; i < 32; i++) {
-                for (int q = p; q < kp; q++) {
-                    int k = k0 + 2 * q;
-                    uint16_t lo = i < height && k < K ? A[(size_t)k * lda + r0 + i] : 0;
-                    uint16_t hi = i < height && k + 1 < K ? A[(size_t)(k + 1) * lda + r0 + i] : 0;
-                    strip[(size_t)i * kp + q] = amx_pair(lo, hi);
-                }
+            for (int s = 0; s < whole; s++) {
+                transpose32_avx512(dst + (size_t)s * 32 * kp + p_whole, (size_t)kp, block[s], 32, 16, 32);
+            }
+        }
+    }
+    for (int s = 0; s < strips; s++) { // what is left: the pairs past the last 16, a strip past M
+        uint32_t* strip = dst + (size_t)s * 32 * kp;
+        int r0 = i0 + 32 * s, height = M - r0 < 32 ? M - r0 : 32;
+        for (int i = 0; i < 32; i++) {
+            for (int q = s < whole ? p_whole : 0; q < kp; q++) {
+                int k = k0 + 2 * q;
+                uint16_t lo = i < height && k < K ? A[(size_t)k * lda + r0 + i] : 0;
+                uint16_t hi = i < height && k + 1 < K ? A[(size_t)(k + 1) * lda + r0 + i] : 0;
+                strip[(size_t)i * kp + q] = amx_pair(lo, hi);
             }
         }
     }
