@@ -78,12 +78,12 @@ static inline void amx_configure_16x64(void) {
 // multiple of 16), in tiles 0-3 (c), 4-5 (a) and 6-7 (b) of amx_configure_16x64's shapes: a is 32 rows of pairs, sa
 // bytes apart; b is pair rows of 32 columns, sb bytes apart. Each sum takes its pairs in order, a pair's two products
 // one after the other (tdpbf16ps). The blocked attention's products and the AMX GEMM both run on it.
-// c_next (or NULL): the block of C the caller writes next, 32 x 32 at the same stride; its 64 cache lines are
-// prefetched for writing a few per step, so that the next block's stores (or loads) find them in cache instead of
-// waiting on memory (the AMX Xeon: each of the trainer's GEMM shapes 1.03-1.43x faster).
+// c_next (or NULL): the block of C the caller writes next, 32 x 32, row stride ld_next floats; its 64 cache lines
+// are prefetched for writing a few per step, so that the next block's stores (or loads) find them in cache instead
+// of waiting on memory (the AMX Xeon: each of the trainer's GEMM shapes 1.03-1.43x faster).
 __attribute__((target("amx-tile,amx-bf16")))
 static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const char* b, size_t sb, int kp, int accumulate,
-                            const float* c_next) {
+                            const float* c_next, size_t ld_next) {
     size_t sc = 4 * (size_t)ldc;
     if (accumulate) {
         _tile_loadd(0, c, sc);
@@ -99,7 +99,7 @@ static void amx_block_32x32(float* c, int ldc, const char* a, size_t sa, const c
     int lines_per_step = (64 + kp / 16 - 1) / (kp / 16), line = c_next != NULL ? 0 : 64;
     for (int p = 0; p < kp; p += 16) {
         for (int l = 0; l < lines_per_step && line < 64; l++, line++) { // row line / 2, its half line % 2
-            __builtin_prefetch(c_next + (size_t)(line >> 1) * ldc + 16 * (line & 1), 1, 3);
+            __builtin_prefetch(c_next + (size_t)(line >> 1) * ld_next + 16 * (line & 1), 1, 3);
         }
         _tile_loadd(4, a + 4 * (size_t)p, sa);             // rows 0-15, pairs p .. p+15
         _tile_loadd(5, a + 16 * sa + 4 * (size_t)p, sa);   // rows 16-31

@@ -219,9 +219,9 @@ static void amx_gemm_test_mode(int emulated_tiles, int scalar_packing) {
 }
 
 static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const char* b, int kp, int accumulate,
-                             const float* c_next) {
+                             const float* c_next, int ld_next) {
     if (amx_gemm_emulated) { amx_block_32x32_emulated(c, ldc, a, sa, b, kp, accumulate); }
-    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, accumulate, c_next); }
+    else { amx_block_32x32(c, ldc, a, sa, b, 128, kp, accumulate, c_next, (size_t)ld_next); }
 }
 
 // What the first K block's sums start from, and what is added to them after: C's old values (beta 1) and the bias
@@ -230,7 +230,7 @@ static inline void amx_block(float* c, int ldc, const char* a, size_t sa, const 
 enum { AMX_ADD_NONE = 0, AMX_ADD_C = 1, AMX_ADD_BIAS = 2 };
 
 // a block of C at the matrix's edge (rows x cols inside it), or one that adds C or the bias after its sums: through a
-// 32 x 32 buffer
+// 32 x 32 buffer (c_next, the next block to prefetch, at C's stride ldc)
 static void amx_block_via_buffer(float* c, int ldc, int rows, int cols, const char* a, size_t sa, const char* b,
                                  int kp, int accumulate, int add, const float* bias, const float* c_next) {
     float tmp[32 * 32] __attribute__((aligned(64)));
@@ -239,7 +239,7 @@ static void amx_block_via_buffer(float* c, int ldc, int rows, int cols, const ch
             for (int j = 0; j < 32; j++) { tmp[i * 32 + j] = accumulate && i < rows && j < cols ? c[(size_t)i * ldc + j] : 0.0f; }
         }
     }
-    amx_block(tmp, 32, a, sa, b, kp, accumulate || rows < 32 || cols < 32, c_next);
+    amx_block(tmp, 32, a, sa, b, kp, accumulate || rows < 32 || cols < 32, c_next, ldc);
     for (int i = 0; i < rows; i++) {
         float* row = c + (size_t)i * ldc;
         const float* sums = tmp + i * 32;
@@ -331,7 +331,7 @@ static void amx_gemm_rect(int transA, int transB, int M, int N, int K, const uin
                         int next_i = q + 1 < panels ? i : i + 32, next_j = q + 1 < panels ? j + 32 : jc;
                         int next_whole = (q + 1 < panels || s + 1 < strips) && next_i + 32 <= m1 && next_j + 32 <= N;
                         const float* c_next = next_whole ? C + (size_t)next_i * ldc + next_j : NULL;
-                        if (rows == 32 && cols == 32 && add == AMX_ADD_NONE) { amx_block(c, ldc, strip, sa, panel, kp, accumulate, c_next); }
+                        if (rows == 32 && cols == 32 && add == AMX_ADD_NONE) { amx_block(c, ldc, strip, sa, panel, kp, accumulate, c_next, ldc); }
                         else { amx_block_via_buffer(c, ldc, rows, cols, strip, sa, panel, kp, accumulate, add, bias_j, c_next); }
                     }
                 }

@@ -412,7 +412,7 @@ static void att_gemm_native(float* c, int ldc, const void* a, int lda, const uin
 #if AMX_X86
 __attribute__((target("amx-tile,amx-bf16")))
 static void att_gemm_amx_32x32(float* c, int ldc, const char* a, int lda, const char* b, int ldb, int kp, int accumulate) {
-    amx_block_32x32(c, ldc, a, 4 * (size_t)lda, b, 4 * (size_t)ldb, kp, accumulate, NULL);
+    amx_block_32x32(c, ldc, a, 4 * (size_t)lda, b, 4 * (size_t)ldb, kp, accumulate, NULL, 0);
 }
 
 __attribute__((target("amx-tile,amx-bf16")))
