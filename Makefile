@@ -654,6 +654,12 @@ build/gemm_peak_%: dev/gemm_peak.c $(LLMC_HEADERS)
 	@mkdir -p build
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS_$*) $(CPU_SPEED_CFLAGS) -I. $< $(LDLIBS) $(BLAS_LDLIBS_$*) -lm -o $@
 
+# dev/gemm_pairs.c: the same GEMMs as a library, for dev/gemm_pairs.py (ours and torch's alternating, one process)
+build/gemm_pairs.so: dev/gemm_pairs.c $(LLMC_HEADERS) $(BLAS_STAMP)
+	@$(call blas_check,$(BLAS))
+	@mkdir -p build
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS) $(CPU_SPEED_CFLAGS) -fPIC -shared -I. $< $(LDLIBS) $(BLAS_LDLIBS) -lm -o $@
+
 # dev/triad.c: memory bandwidth (STREAM's triad) and the SIMD FMA rate (make bench holds the step's phases against them)
 build/triad: dev/triad.c
 	@mkdir -p build
@@ -664,7 +670,8 @@ bench: setup
 	MAKE="$(MAKE)" $(PY) dev/bench.py $(BENCH_ARGS)
 
 clean-blas:
-	rm -f $(foreach b,$(BLAS_NAMES),train_gpt2_$(b) test_gpt2_$(b) dev/test/test_matmul_$(b) build/gemm_peak_$(b)) build/gemm_peak
+	rm -f $(foreach b,$(BLAS_NAMES),train_gpt2_$(b) test_gpt2_$(b) dev/test/test_matmul_$(b) build/gemm_peak_$(b)) build/gemm_peak \
+	      build/gemm_pairs.so
 
 # ---------------------------------------------------------------------------- the CUDA code on the CPU
 include dev/cuda_cpu/cuda_cpu.mk
@@ -679,6 +686,7 @@ TEST_BLAS_VARIANTS := openblas mkl onednn none
 # (the programs of a system-package group that could not be installed are left out: their tests skip, naming why)
 TEST_BUILD = data test-refs $(DEV_TESTS) cuda-cpu-build $(FAMILY_CPU_PROGRAMS) encode generate pyllmc dev/test/attention_dump \
              $(foreach b,$(TEST_BLAS_VARIANTS),test_gpt2_$(b) dev/test/test_matmul_$(b)) build/gemm_peak build/triad \
+             build/gemm_pairs.so \
              $(if $(filter opencl,$(SYSPKG_MISSING)),,train_gpt2cl test_gpt2cl) \
              $(if $(filter fuzz,$(SYSPKG_MISSING)),,$(FUZZ_BINS))
 .PHONY: test-build

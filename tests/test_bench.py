@@ -1,9 +1,10 @@
 """dev/bench.py's table logic with made-up timings (no timing is asserted anywhere), its GEMM-peak helpers
-(build/gemm_peak, dev/gemm_peak.py) at a tiny size, its --torch modes and its command line."""
+(build/gemm_peak, dev/gemm_peak.py) and dev/gemm_pairs.py at a tiny size, its --torch modes and its command line."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -220,6 +221,43 @@ def test_gemm_peak_programs_print_a_rate_per_gemm():
     assert set(peaks) == {"torch fp32", "torch bf16"} and all(v > 0 for v in peaks.values()), out
     proc = run([REPO / "build" / "gemm_peak", "-n", "0"], check=False)
     assert_one_error_line(proc, alone=True)
+
+
+# | GEMM | M x N x K | op | ours GFLOP/s | torch GFLOP/s | torch time / ours | max error (relative) |
+PAIR_ROW = re.compile(r"^\| (.+) \| (\d+) x (\d+) x (\d+) \| (A|A\^T) (B|B\^T) \| (\d+) \| (\d+) \| "
+                      r"([\d.]+)x \[([\d.]+)\.\.([\d.]+)\] \| ([\d.e+-]+) \|$")
+
+
+@pytest.mark.parametrize("precision,tolerance", [("bf16", 1e-5), ("fp32", 1e-5)])
+def test_gemm_pairs_times_each_step_gemm_of_ours_and_torchs_alternately(precision: str, tolerance: float):
+    """dev/gemm_pairs.py: per linear layer its forward, input gradient and weight gradient, then the lm_head's, each
+    row ours against torch's (the ratio's median within its range), ours within `tolerance` of an fp32 product of
+    the same operands (bf16: the same bf16 numbers, fp32 sums), and the step's sum."""
+    out = run([PYTHON, REPO / "dev" / "gemm_pairs.py", "-s", "64,64,96,2", "-l", "160x64,64x160", "--rounds", 3,
+               "--threads", 1, "--precision", precision]).stdout
+    rows = [m for m in (PAIR_ROW.match(line) for line in out.splitlines()) if m]
+    names = [f"{w} {k}" for w in ("160x64", "64x160", "lm_head") for k in ("forward", "input gradient", "weight gradient")]
+    assert [m.group(1) for m in rows] == names, out
+    BT, shapes = 64, {"160x64": (160, 64), "64x160": (64, 160), "lm_head": (96, 64)}
+    for m in rows:
+        OC, IC = shapes[m.group(1).split()[0]]
+        kind = m.group(1).split(" ", 1)[1]
+        want = {"forward": (BT, OC, IC, "A", "B^T"), "input gradient": (BT, IC, OC, "A", "B"),
+                "weight gradient": (OC, IC, BT, "A^T", "B")}[kind]
+        assert (int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5), m.group(6)) == want, m.group(0)
+        assert int(m.group(7)) > 0 and int(m.group(8)) > 0, m.group(0)
+        assert float(m.group(10)) <= float(m.group(9)) <= float(m.group(11)), m.group(0)
+        assert float(m.group(12)) <= tolerance, m.group(0)
+    assert re.search(r"^step GEMMs \(each median x its count\): ours [\d.]+ ms, torch [\d.]+ ms, torch / ours [\d.]+x$",
+                     out, re.M), out
+    assert f"; {precision}, 1 thread(s), 3 alternating rounds per shape; step BT=64 C=64 Vp=96 L=2" in out, out
+
+
+def test_gemm_pairs_takes_make_benchs_shapes_and_refuses_bad_flags():
+    assert "--family" in run([PYTHON, REPO / "dev" / "gemm_pairs.py", "--help"]).stdout
+    for bad in (["-l", "64x64"], ["--rounds", "0"], ["-s", "1,2,3"], ["--precision", "fp16"]):
+        proc = run([PYTHON, REPO / "dev" / "gemm_pairs.py", *bad], check=False)
+        assert proc.returncode == 2 and "error: " in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
 
 
 def test_bench_help_lists_its_flags_and_compile_without_warmup_is_refused(tinyshakespeare):
