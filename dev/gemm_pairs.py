@@ -40,6 +40,7 @@ sys.path[:0] = [str(REPO / "dev"), str(REPO)]
 
 import bench  # noqa: E402  (dev/bench.py: the step's shapes and the CPU line, as make bench has them)
 import gemm_peak  # noqa: E402  (dev/gemm_peak.py: -s and -l)
+from pyllmc.families import NAMES  # noqa: E402
 
 
 @dataclass
@@ -171,7 +172,8 @@ def shapes_from_family(args: argparse.Namespace) -> tuple[tuple[int, int, int, i
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", default="gpt2", help="the model family whose step's shapes to take (default gpt2)")
+    p.add_argument("--family", default="gpt2", choices=NAMES,
+                   help="the model family whose step's shapes to take (default gpt2)")
     p.add_argument("--model", default="d12", help="dN model of the family (default d12)")
     p.add_argument("-B", type=int, default=4, help="batch size (default 4)")
     p.add_argument("-T", type=int, default=1024, help="sequence length (default 1024)")

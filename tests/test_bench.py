@@ -255,7 +255,7 @@ def test_gemm_pairs_times_each_step_gemm_of_ours_and_torchs_alternately(precisio
 
 def test_gemm_pairs_takes_make_benchs_shapes_and_refuses_bad_flags():
     assert "--family" in run([PYTHON, REPO / "dev" / "gemm_pairs.py", "--help"]).stdout
-    for bad in (["-l", "64x64"], ["--rounds", "0"], ["-s", "1,2,3"], ["--precision", "fp16"]):
+    for bad in (["-l", "64x64"], ["--rounds", "0"], ["-s", "1,2,3"], ["--precision", "fp16"], ["--family", "nosuch"]):
         proc = run([PYTHON, REPO / "dev" / "gemm_pairs.py", *bad], check=False)
         assert proc.returncode == 2 and "error: " in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
 
