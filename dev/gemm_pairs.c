@@ -14,10 +14,9 @@ Threads: OMP_NUM_THREADS, read when the library is loaded, as for the trainers.
 #include <stdio.h>
 #include "llmc/cpu/matmul.h"
 
-int llmc_pairs_gemm(int bf16, int transA, int transB, int M, int N, int K, const float* A, int lda, const float* B,
-                    int ldb, float* C) {
+void llmc_pairs_gemm(int bf16, int transA, int transB, int M, int N, int K, const float* A, int lda, const float* B,
+                     int ldb, float* C) {
     matmul_gemm(bf16 ? MATMUL_BF16 : MATMUL_FP32, transA, transB, M, N, K, A, lda, B, ldb, 0.0f, C, N);
-    return 0;
 }
 
 void llmc_pairs_mirror(const float* X, size_t n, uint16_t* X16) {

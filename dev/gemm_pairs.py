@@ -89,7 +89,7 @@ def load_library(threads: int) -> ctypes.CDLL:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lib = ctypes.CDLL(str(LIBRARY))
-    lib.llmc_pairs_gemm.restype = ctypes.c_int
+    lib.llmc_pairs_gemm.restype = None
     lib.llmc_pairs_gemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                                          ctypes.c_void_p]
     lib.llmc_pairs_mirror.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
