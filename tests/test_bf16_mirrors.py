@@ -77,6 +77,21 @@ def test_bf16_alone_changes_no_bit(built, request, tmp_path: Path, trainer: str)
     assert norm_bytes[0] < norm_bytes[1], f"{trainer}: norm bytes {norm_bytes}: the bf16-alone path did not engage"
 
 
+@pytest.mark.skipif(not HAS_AVX512_BF16, reason="no AVX512-BF16: the bf16 roundings are the integer ones alone")
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_bf16_conversion_changes_no_bit(built, request, tmp_path: Path, trainer: str):
+    """The bf16 roundings on AVX512-BF16's conversion (llmc/cpu/matmul.h's mm_bf16_cvt_on, the default where the CPU
+    has it) and on the integer rounding (LLMC_BF16_CVT=0): the same checkpoint after 3 steps, bit for bit."""
+    data = trainer_data(request, tmp_path, trainer)
+    written = []
+    for cvt in ("1", "0"):
+        out = tmp_path / f"cvt{cvt}"
+        run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-o", out, "-n", 3], cwd=tmp_path,
+            env={**ENV, "LLMC_BF16_CHECK_MIRRORS": "0", "LLMC_BF16_CVT": cvt})
+        written.append((out / "model_00000003.bin").read_bytes())
+    assert written[0] == written[1], f"{trainer}: LLMC_BF16_CVT=0 and 1 wrote different checkpoints"
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_bf16_copies_change_no_bit(built, tinyshakespeare, tmp_path: Path, optimizer: str):
     """LLMC_BF16_COPIES=0 keeps the path without the layers' copies (each GEMM rounds its operands, the weights' copy

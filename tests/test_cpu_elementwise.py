@@ -70,3 +70,9 @@ def test_a_bad_elementwise_switch_is_one_error_line(trainer: Path) -> None:
     proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
                env={"LLMC_ELEMENTWISE_FUSED": "yes"}, check=False)
     assert "LLMC_ELEMENTWISE_FUSED=yes: use 0 or 1" in assert_one_error_line(proc)
+
+
+def test_a_bad_bf16_conversion_switch_is_one_error_line(trainer: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0, "-p", "bf16"],
+               env={"LLMC_BF16": "force", "LLMC_BF16_CVT": "yes"}, check=False)
+    assert "LLMC_BF16_CVT=yes: use 0 or 1" in assert_one_error_line(proc)

@@ -324,20 +324,64 @@ static void check_vecmath(void) {
 }
 
 #if MATMUL_X86
-__attribute__((target("avx512f,avx512bw")))
-static void exp16_and_round16(float* e, uint16_t* r, uint16_t* r32, const float* x, size_t n) {
+__attribute__((target(MM_BF16_TARGET)))
+static void round16_and_round32(uint16_t* r, uint16_t* r32, const float* x, size_t n) {
     for (size_t i = 0; i < n; i += 32) {
         __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
-        _mm512_storeu_ps(e + i, vec16_expf(a));
-        _mm512_storeu_ps(e + i + 16, vec16_expf(b));
         _mm256_storeu_si256((__m256i*)(void*)(r + i), mm16_round_bf16(a));
         _mm256_storeu_si256((__m256i*)(void*)(r + i + 16), mm16_round_bf16(b));
         _mm512_storeu_si512((void*)(r32 + i), mm32_round_bf16(a, b));
     }
 }
 
+__attribute__((target("avx512f")))
+static void exp16(float* e, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) { _mm512_storeu_ps(e + i, vec16_expf(_mm512_loadu_ps(x + i))); }
+}
+
+// the bf16 roundings of the AVX-512 loops against matmul_bf16_round_value on every one of the 2^32 floats, in
+// vectors of consecutive floats (mm_bf16_cvt_on's conversion, else the integer rounding), then in vectors that mix
+// denormals, zeros, NaNs and infinities into normal values (the conversion's fallback taken for some vectors, not
+// others); the row (mm_round_bf16_row, bf16_copy_row) on the mixed values too. Returns the differences.
+static long long check_round16(int cvt) {
+    mm_bf16_cvt_state = cvt; // (test scaffolding: the switch LLMC_BF16_CVT sets once)
+    enum { CHUNK = 1 << 16 };
+    float* x = (float*)malloc(CHUNK * sizeof(float));
+    uint16_t* r = (uint16_t*)malloc(CHUNK * sizeof(uint16_t)), * r16 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
+    uint16_t* r32 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t)), * row = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
+    long long diff = 0;
+    for (uint64_t base = 0; base < (1ull << 32); base += CHUNK) {
+        for (uint32_t i = 0; i < CHUNK; i++) {
+            uint32_t u = (uint32_t)base + i;
+            memcpy(&x[i], &u, sizeof(float));
+        }
+        for (uint32_t i = 0; i < CHUNK; i++) { r[i] = matmul_bf16_round_value(x[i]); }
+        round16_and_round32(r16, r32, x, CHUNK);
+        for (uint32_t i = 0; i < CHUNK; i++) { diff += (r[i] != r16[i]) + (r[i] != r32[i]); }
+    }
+    const uint32_t odd[] = {0x00000001u, 0x807fffffu, 0x00400000u, 0x00000000u, 0x80000000u, 0x7f800001u, 0xffc00000u,
+                            0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00800000u};
+    uint64_t state = 12345;
+    for (uint32_t i = 0; i < CHUNK; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(state >> 32);
+        if ((state >> 20) % 61 == 0) { u = odd[(state >> 8) % (sizeof(odd) / sizeof(odd[0]))] ^ ((uint32_t)state & 0xffu); }
+        memcpy(&x[i], &u, sizeof(float));
+    }
+    for (uint32_t i = 0; i < CHUNK; i++) { r[i] = matmul_bf16_round_value(x[i]); }
+    round16_and_round32(r16, r32, x, CHUNK);
+    mm_round_bf16_row(row, x, CHUNK - 7); // (a tail past the last 32)
+    for (uint32_t i = 0; i < CHUNK; i++) { diff += (r[i] != r16[i]) + (r[i] != r32[i]) + (i < CHUNK - 7 && r[i] != row[i]); }
+    bf16_copy_row(row, x, CHUNK);
+    for (uint32_t i = 0; i < CHUNK; i++) { diff += r[i] != row[i]; }
+    free(x); free(r); free(r16); free(r32); free(row);
+    mm_bf16_cvt_state = -1;
+    return diff;
+}
+
 // vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the AVX-512 loops' exp and bf16 roundings) give vec_expf's and
-// matmul_bf16_round_value's bits for every one of the 2^32 floats (NaN: a NaN)
+// matmul_bf16_round_value's bits for every one of the 2^32 floats (NaN: a NaN), the roundings both with AVX512-BF16's
+// conversion (where the CPU has it) and without
 static void check_vecmath16(void) {
     if (!vec16_supported()) {
         printf("vec16_expf, mm16_round_bf16, mm32_round_bf16: not run (no AVX-512 F and BW on this CPU, or no FMA in this build)\n");
@@ -346,18 +390,15 @@ static void check_vecmath16(void) {
     enum { CHUNK = 1 << 16 };
     float* x = (float*)malloc(CHUNK * sizeof(float)), * e = (float*)malloc(CHUNK * sizeof(float));
     float* e16 = (float*)malloc(CHUNK * sizeof(float));
-    uint16_t* r = (uint16_t*)malloc(CHUNK * sizeof(uint16_t)), * r16 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
-    uint16_t* r32 = (uint16_t*)malloc(CHUNK * sizeof(uint16_t));
-    long long exp_diff = 0, round_diff = 0, round32_diff = 0;
-    float first_exp = 0.0f, first_round = 0.0f;
+    long long exp_diff = 0;
+    float first_exp = 0.0f;
     for (uint64_t base = 0; base < (1ull << 32); base += CHUNK) {
         for (uint32_t i = 0; i < CHUNK; i++) {
             uint32_t u = (uint32_t)base + i;
             memcpy(&x[i], &u, sizeof(float));
         }
         for (uint32_t i = 0; i < CHUNK; i++) { e[i] = vec_expf(x[i]); }
-        for (uint32_t i = 0; i < CHUNK; i++) { r[i] = matmul_bf16_round_value(x[i]); }
-        exp16_and_round16(e16, r16, r32, x, CHUNK);
+        exp16(e16, x, CHUNK);
         if (memcmp(e, e16, sizeof(float) * CHUNK) != 0) {
             for (uint32_t i = 0; i < CHUNK; i++) {
                 if (memcmp(&e[i], &e16[i], sizeof(float)) != 0 && !(isnan(e[i]) && isnan(e16[i]))) {
@@ -365,18 +406,19 @@ static void check_vecmath16(void) {
                 }
             }
         }
-        if (memcmp(r, r16, sizeof(uint16_t) * CHUNK) != 0) {
-            for (uint32_t i = 0; i < CHUNK; i++) {
-                if (r[i] != r16[i] && round_diff++ == 0) { first_round = x[i]; }
-            }
-        }
-        for (uint32_t i = 0; i < CHUNK; i++) { round32_diff += r[i] != r32[i]; }
     }
     CHECK(exp_diff == 0, "vec16_expf = vec_expf on all 2^32 floats (%lld differ, the first at %a)", exp_diff, first_exp);
-    CHECK(round_diff == 0, "mm16_round_bf16 = matmul_bf16_round_value on all 2^32 floats (%lld differ, the first at %a)",
-          round_diff, first_round);
-    CHECK(round32_diff == 0, "mm32_round_bf16 = matmul_bf16_round_value on all 2^32 floats (%lld differ)", round32_diff);
-    free(x); free(e); free(e16); free(r); free(r16); free(r32);
+    free(x); free(e); free(e16);
+    long long int_diff = check_round16(0);
+    CHECK(int_diff == 0, "mm16_round_bf16, mm32_round_bf16 (integer rounding) = matmul_bf16_round_value on all 2^32 "
+          "floats and on mixed vectors (%lld differ)", int_diff);
+    if (mm_bf16_cvt_on()) {
+        long long cvt_diff = check_round16(1);
+        CHECK(cvt_diff == 0, "mm16_round_bf16, mm32_round_bf16, mm_round_bf16_row, bf16_copy_row (AVX512-BF16's "
+              "conversion) = matmul_bf16_round_value on all 2^32 floats and on mixed vectors (%lld differ)", cvt_diff);
+    } else {
+        printf("the roundings with AVX512-BF16's conversion: not run (no AVX512-BF16 on this CPU, or LLMC_BF16_CVT=0)\n");
+    }
 }
 #endif
 

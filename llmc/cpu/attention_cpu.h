@@ -765,7 +765,7 @@ static inline __mmask16 att_hidden16(int k, int v) {
 // is made and never stored in fp32. The compiled loops spent half their time in the exponential's conversions
 // and masks, and P^T took a pass of its own. (fp-contract off: every fused multiply-add here is written out, as
 // GCC would otherwise fuse the intrinsics' products into the adds that follow them, as it fuses C's)
-__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void att_block_softmax16(AttWork* w, int diag, float scale) {
     const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
     float* restrict sT = w->sT;
@@ -978,7 +978,7 @@ static void att_block_grad(AttWork* w, int diag, float scale, int round_block) {
 #if MATMUL_X86
 // att_block_grad in AVX-512 (AttShape's softmax16), the same bits: the compiled loop fuses scale S^T - lse into
 // one multiply-subtract, written out here; P^T and dS^T are rounded as they are made, never stored in fp32
-__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void att_block_grad16(AttWork* w, int diag, float scale) {
     const __m512 vscale = _mm512_set1_ps(scale);
     const float* restrict sT = w->sT;

@@ -419,7 +419,7 @@ static inline __m512 classifier_dlogit16(__m512 e, __m512 z, __m512 inv, __m512 
     return d;
 }
 
-__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, const float* x, int V, float inv,
                                      float dloss, float icap, int capped) {
     const __m512 vinv = _mm512_set1_ps(inv), vdloss = _mm512_set1_ps(dloss), vicap = _mm512_set1_ps(icap);

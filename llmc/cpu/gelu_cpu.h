@@ -74,7 +74,7 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
 #if MATMUL_X86
 // one row of bias_gelu_forward_bf16 in AVX-512 (vec16_enabled): the same bits, 32 values a step (fp-contract off:
 // vec16_gelu_forward fuses what the compiled loop fuses, and nothing else)
-__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void bias_gelu_row16(uint16_t* y16, uint16_t* x16, const float* x, const float* bias, int n) {
     int o = 0;
     for (; o + 32 <= n; o += 32) {
@@ -136,22 +136,56 @@ static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const f
     phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
 }
 
+// the GELU's arithmetic at x (one tanh): its output y and its derivative grad, as vec_gelu_forward and vec_gelu_grad
+// (llmc/cpu/vecmath.h) compute them, so their bits
+#define GELU_BOTH(x, y, grad) \
+    float cube = GELU_CUBE_COEFF * x * x * x; \
+    float th = vec_tanhf(GELU_SCALING_FACTOR * (x + cube)); \
+    y = 0.5f * x * (1.0f + th); \
+    float sech2 = 1.0f - th * th; \
+    float du_dx = GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x); \
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx
+
+#if MATMUL_X86
+// gelu_recompute_backward_row with the bf16 copies alone (dinp NULL) on a CPU with AVX512-BF16's conversion
+// (mm_bf16_cvt_on): the two results as floats, 256 at a time, then each such row rounded by the conversion; the same
+// bits. (A function of its own: grown by this loop, the caller's loops stopped inlining vec_expf and ran 4x slower)
+__attribute__((noinline))
+static void gelu_recompute_backward_row_cvt(uint16_t* out16, uint16_t* dinp16, float* sum, const uint16_t* inp16,
+                                            const float* dout, int n) {
+    float y[256], g[256];
+    for (int j0 = 0; j0 < n; j0 += 256) {
+        int m = n - j0 < 256 ? n - j0 : 256;
+        for (int j = 0; j < m; j++) {
+            float x = mm_bf16_to_float(inp16[j0 + j]);
+            GELU_BOTH(x, y[j], grad);
+            float v = grad * dout[j0 + j];
+            g[j] = v;
+            sum[j0 + j] += v;
+        }
+        mm_round_bf16_row(out16 + j0, y, (size_t)m);
+        mm_round_bf16_row(dinp16 + j0, g, (size_t)m);
+    }
+}
+#endif
+
 // one row's slice [0, n) of gelu_recompute_backward_bias_bf16: out16 = gelu(x) rounded, v = gelu'(x) dout into dinp
 // (NULL: none) and its bf16 copy dinp16 (NULL: none), sum += v; x from inp16. The tanh once: the arithmetic of
 // vec_gelu_forward and vec_gelu_grad (llmc/cpu/vecmath.h) on the one value, so their bits.
 static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uint16_t* dinp16, float* sum,
                                                const uint16_t* inp16, const float* dout, int n) {
-#define GELU_BOTH(x, y16, grad) \
-    float cube = GELU_CUBE_COEFF * x * x * x; \
-    float th = vec_tanhf(GELU_SCALING_FACTOR * (x + cube)); \
-    y16 = matmul_bf16_round_value(0.5f * x * (1.0f + th)); \
-    float sech2 = 1.0f - th * th; \
-    float du_dx = GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x); \
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx
+#if MATMUL_X86
+    if (dinp == NULL && mm_bf16_cvt_on()) {
+        gelu_recompute_backward_row_cvt(out16, dinp16, sum, inp16, dout, n);
+        return;
+    }
+#endif
     if (dinp == NULL) {
         for (int j = 0; j < n; j++) {
             float x = mm_bf16_to_float(inp16[j]);
-            GELU_BOTH(x, out16[j], grad);
+            float y;
+            GELU_BOTH(x, y, grad);
+            out16[j] = matmul_bf16_round_value(y);
             float v = grad * dout[j];
             dinp16[j] = matmul_bf16_round_value(v);
             sum[j] += v;
@@ -159,7 +193,9 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
     } else if (dinp16 != NULL) {
         for (int j = 0; j < n; j++) {
             float x = mm_bf16_to_float(inp16[j]);
-            GELU_BOTH(x, out16[j], grad);
+            float y;
+            GELU_BOTH(x, y, grad);
+            out16[j] = matmul_bf16_round_value(y);
             float v = grad * dout[j];
             dinp[j] = v;
             dinp16[j] = matmul_bf16_round_value(v);
@@ -168,7 +204,9 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
     } else {
         for (int j = 0; j < n; j++) {
             float x = mm_bf16_to_float(inp16[j]);
-            GELU_BOTH(x, out16[j], grad);
+            float y;
+            GELU_BOTH(x, y, grad);
+            out16[j] = matmul_bf16_round_value(y);
             float v = grad * dout[j];
             dinp[j] = v;
             sum[j] += v;

@@ -227,6 +227,17 @@ NORM_SUMS_UNFUSED static void layernorm_stats_group(float mean[NORM_GROUP], floa
 static inline void layernorm_apply_row(float* o, uint16_t* o16, const float* x, float m, float s, const float* weight,
                                        const float* bias, int C) {
     if (o == NULL) {
+#if MATMUL_X86
+        if (mm_bf16_cvt_on()) { // (the row as floats, 256 at a time, then rounded by AVX512-BF16's conversion: the same bits)
+            float y[256];
+            for (int i0 = 0; i0 < C; i0 += 256) {
+                int n = C - i0 < 256 ? C - i0 : 256;
+                for (int i = 0; i < n; i++) { y[i] = (x[i0 + i] - m) * s * weight[i0 + i] + bias[i0 + i]; }
+                mm_round_bf16_row(o16 + i0, y, (size_t)n);
+            }
+            return;
+        }
+#endif
         for (int i = 0; i < C; i++) { o16[i] = matmul_bf16_round_value((x[i] - m) * s * weight[i] + bias[i]); }
         return;
     }
