@@ -83,10 +83,55 @@ static void relu2_recompute_backward(float* out, float* dinp, const float* inp, 
     phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + (alone ? 4.0 : 8.0)) * N, 5.0 * N);
 }
 
+#if MATMUL_X86
+// [i0, i1) of relu2_forward_bf16 with the roundings on AVX512-BF16's conversion (llmc/cpu/matmul.h's mm_bf16_cvt_on):
+// inp rounded a row of 256 at a time, out's floats computed from it into a row, then rounded; the same bits.
+// (Functions of their own, as llmc/cpu/swiglu_cpu.h's, so that the loops beside them stay as they were compiled.)
+__attribute__((noinline))
+static void relu2_forward_bf16_span_cvt(uint16_t* out16, uint16_t* inp16, const float* inp, size_t i0, size_t i1) {
+    float y[256];
+    for (size_t c0 = i0; c0 < i1; c0 += 256) {
+        size_t n = i1 - c0 < 256 ? i1 - c0 : 256;
+        mm_round_bf16_row(inp16 + c0, inp + c0, n);
+        for (size_t j = 0; j < n; j++) { y[j] = relu2_value(mm_bf16_to_float(inp16[c0 + j])); }
+        mm_round_bf16_row(out16 + c0, y, n);
+    }
+}
+
+// [i0, i1) of relu2_recompute_backward_bf16 with dinp in bf16 alone, rounded as above
+__attribute__((noinline))
+static void relu2_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* dinp16, const uint16_t* inp16,
+                                                   const float* dout, size_t i0, size_t i1) {
+    float y[256], d[256];
+    for (size_t c0 = i0; c0 < i1; c0 += 256) {
+        size_t n = i1 - c0 < 256 ? i1 - c0 : 256;
+        for (size_t j = 0; j < n; j++) {
+            float x = mm_bf16_to_float(inp16[c0 + j]);
+            y[j] = relu2_value(x);
+            d[j] = relu2_grad(x) * dout[c0 + j];
+        }
+        mm_round_bf16_row(out16 + c0, y, n);
+        mm_round_bf16_row(dinp16 + c0, d, n);
+    }
+}
+#endif
+
 // -p bf16's layout (llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS), forward: inp as the GEMM wrote it
 // (fp32, one layer's slice) rounded into inp16, the layer's, which the backward reads; out16 = relu(inp16)^2 rounded
 static void relu2_forward_bf16(uint16_t* out16, uint16_t* inp16, const float* inp, size_t N) {
     double t_phase = phase_begin();
+#if MATMUL_X86
+    if (mm_bf16_cvt_on()) {
+        #pragma omp parallel
+        {
+            size_t i0, i1;
+            parallel_span(N, &i0, &i1);
+            relu2_forward_bf16_span_cvt(out16, inp16, inp, i0, i1);
+        }
+        phase_end(PHASE_ELEMENTWISE, t_phase, (4.0 + 4.0) * N, 2.0 * N);
+        return;
+    }
+#endif
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         uint16_t x16 = matmul_bf16_round_value(inp[i]);
@@ -109,6 +154,11 @@ static void relu2_recompute_backward_bf16(uint16_t* out16, float* dinp, const ui
     {
         size_t i0, i1;
         parallel_span(N, &i0, &i1);
+#if MATMUL_X86
+        if (alone && mm_bf16_cvt_on()) {
+            relu2_recompute_backward_bf16_span_cvt(out16, dinp16, inp16, dout, i0, i1);
+        } else
+#endif
         if (alone) {
             for (size_t i = i0; i < i1; i++) {
                 float x = mm_bf16_to_float(inp16[i]);

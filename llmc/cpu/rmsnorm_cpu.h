@@ -45,6 +45,21 @@ static inline float rmsnorm_row_rstd(const float* x, float eps, int C) {
 // (NULL: none; o NULL: the copy alone). The forward pass and the backward's recompute share it, so both give the same bits; o may be x.
 static inline void rmsnorm_apply_row(float* o, uint16_t* o16, const float* x, float s, const float* weight, int C) {
     if (o == NULL) { // the bf16 copy alone
+#if MATMUL_X86
+        if (mm_bf16_cvt_on()) { // (the row as floats, 256 at a time, then rounded by AVX512-BF16's conversion: the same bits)
+            float y[256];
+            for (int i0 = 0; i0 < C; i0 += 256) {
+                int n = C - i0 < 256 ? C - i0 : 256;
+                if (weight != NULL) {
+                    for (int i = 0; i < n; i++) { y[i] = weight[i0 + i] * (x[i0 + i] * s); }
+                } else {
+                    for (int i = 0; i < n; i++) { y[i] = x[i0 + i] * s; }
+                }
+                mm_round_bf16_row(o16 + i0, y, (size_t)n);
+            }
+            return;
+        }
+#endif
         if (weight != NULL) {
             for (int i = 0; i < C; i++) { o16[i] = matmul_bf16_round_value(weight[i] * (x[i] * s)); }
         } else {

@@ -234,10 +234,65 @@ static void swiglu_recompute_backward(float* out, float* dgate, float* dup, cons
 // -p bf16's layout (llmc/cpu/decoder_cpu.h's DECODER_CPU_BF16_ACTIVATION_TENSORS), forward: gate and up as the GEMMs
 // wrote them (fp32, one layer's slice) rounded into gate16 and up16, the layer's, which the backward reads; out16 =
 // swiglu_forward's arithmetic on the rounded values, rounded (so the backward recomputes it bit for bit)
+#if MATMUL_X86
+// [i0, i1) of swiglu_forward_bf16 with the roundings on AVX512-BF16's conversion (llmc/cpu/matmul.h's
+// mm_bf16_cvt_on): gate and up rounded a row of 256 at a time, out's floats computed from them into a row, then
+// rounded; the same bits. (Functions of their own, here and below: a loop added beside the old one made GCC stop
+// inlining vec_expf into it, 4x slower.)
+__attribute__((noinline))
+static void swiglu_forward_bf16_span_cvt(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
+                                         const float* up, size_t i0, size_t i1) {
+    float y[256];
+    for (size_t c0 = i0; c0 < i1; c0 += 256) {
+        size_t n = i1 - c0 < 256 ? i1 - c0 : 256;
+        mm_round_bf16_row(gate16 + c0, gate + c0, n);
+        mm_round_bf16_row(up16 + c0, up + c0, n);
+        for (size_t j = 0; j < n; j++) {
+            float g = mm_bf16_to_float(gate16[c0 + j]);
+            y[j] = g / (1.0f + vec_expf(-g)) * mm_bf16_to_float(up16[c0 + j]);
+        }
+        mm_round_bf16_row(out16 + c0, y, n);
+    }
+}
+
+// [i0, i1) of swiglu_recompute_backward_bf16 with all three in bf16 alone, rounded as above
+__attribute__((noinline))
+static void swiglu_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
+                                                    const float* dout, const uint16_t* gate16, const uint16_t* up16,
+                                                    size_t i0, size_t i1) {
+    float o[256], dg[256], du[256];
+    for (size_t c0 = i0; c0 < i1; c0 += 256) {
+        size_t n = i1 - c0 < 256 ? i1 - c0 : 256;
+        for (size_t j = 0; j < n; j++) {
+            size_t i = c0 + j;
+            SwigluRecompute r = swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i]);
+            o[j] = r.out;
+            dg[j] = r.dg;
+            du[j] = r.du;
+        }
+        mm_round_bf16_row(out16 + c0, o, n);
+        mm_round_bf16_row(dgate16 + c0, dg, n);
+        mm_round_bf16_row(dup16 + c0, du, n);
+    }
+}
+#endif
+
 static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate, const float* up,
                                 size_t N) {
     // out16, gate16, up16, gate, up are (N) = (B,T,FFN)
     double t_phase = phase_begin();
+#if MATMUL_X86
+    if (mm_bf16_cvt_on()) {
+        #pragma omp parallel
+        {
+            size_t i0, i1;
+            parallel_span(N, &i0, &i1);
+            swiglu_forward_bf16_span_cvt(out16, gate16, up16, gate, up, i0, i1);
+        }
+        phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + 6.0) * N, 8.0 * N);
+        return;
+    }
+#endif
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         uint16_t g16 = matmul_bf16_round_value(gate[i]), u16 = matmul_bf16_round_value(up[i]);
@@ -257,6 +312,12 @@ static inline void swiglu_recompute_backward_bf16_span(uint16_t* __restrict__ ou
                                                        const uint16_t* __restrict__ gate16,
                                                        const uint16_t* __restrict__ up16, int alone, size_t i0,
                                                        size_t i1) {
+#if MATMUL_X86
+    if (alone && mm_bf16_cvt_on()) {
+        swiglu_recompute_backward_bf16_span_cvt(out16, dgate16, dup16, dout, gate16, up16, i0, i1);
+        return;
+    }
+#endif
     if (alone) {
         for (size_t i = i0; i < i1; i++) {
             SwigluRecompute r = swiglu_recompute_value(mm_bf16_to_float(gate16[i]), mm_bf16_to_float(up16[i]), dout[i]);
