@@ -236,20 +236,26 @@ static inline uint16_t matmul_bf16_round_value(float x) {
 // matmul_bf16_round_value on 16 lanes (AVX-512 F; asked at run time by the caller), each bf16 in the low half of its
 // 32-bit lane: the same integer rounding, so denormals round as they are (AVX512-BF16's vcvtneps2bf16 would flush them
 // to zero)
+// (each 32-bit lane shifted right by 16 under an all-ones mask: GCC 12's unmasked form passes an undefined register,
+// which -Wmaybe-uninitialized reports under -Werror where this is inlined into a function of its own without -march,
+// as in the nvcc check's host code)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512i mm16_shift16(__m512i u) { return _mm512_maskz_srli_epi32((__mmask16)0xffff, u, 16); }
+
 __attribute__((target("avx512f"), always_inline))
 static inline __m512i mm16_round_bf16_lanes(__m512 x) {
     __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i odd = _mm512_and_si512(mm16_shift16(u), _mm512_set1_epi32(1));
+    __m512i rounded = mm16_shift16(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))));
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    __m512i quiet_nan = _mm512_or_si512(mm16_shift16(u), _mm512_set1_epi32(0x40));
     return _mm512_mask_mov_epi32(rounded, nan, quiet_nan);
 }
 
 // AVX512-BF16's conversion (vcvtneps2bf16) rounds as matmul_bf16_round_value does (nearest even, a NaN made quiet)
 // but flushes denormals to zero: a vector that holds one takes the integer rounding, so the bits are
 // matmul_bf16_round_value's for every input (dev/test/test_matmul checks all 2^32), in a third of the integer
-// rounding's time (3.9 against 9.6 cycles for 32 values on the AMX Xeon). Used where the CPU has AVX512-BF16
+// rounding's time (3.7-3.9 against 8.7-9.6 cycles for 32 values on the AMX Xeon). Used where the CPU has AVX512-BF16
 // (asked once); LLMC_BF16_CVT=0 keeps the integer rounding everywhere (until the two are timed on a Zen 4).
 static int mm_bf16_cvt_state = -1;
 static inline int mm_bf16_cvt_on(void) {
