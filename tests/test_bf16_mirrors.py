@@ -7,7 +7,8 @@ runs a few steps of -p bf16 (forced) so, with validation and sampling, under Ada
 The activations that only GEMMs read (the norms' outputs, the MLP's activation and its fc layers' input gradients:
 cpu_model_shadow_activation's bf16_alone) are written in bf16 alone, their fp32 memory never written; under
 LLMC_BF16_CHECK_MIRRORS=1 their writers fill the fp32 memory with NaN instead, so a reader of it that was missed turns
-the losses into NaN here. LLMC_BF16_ALONE=0 writes the fp32 values too, as before: the same checkpoint, bit for bit."""
+the losses into NaN here. LLMC_BF16_ALONE=0 writes the fp32 values too, as before: the same checkpoint, bit for bit.
+LLMC_BF16_CVT=0 rounds to bf16 in integer arithmetic instead of AVX512-BF16's conversion: the same checkpoint too."""
 
 from __future__ import annotations
 

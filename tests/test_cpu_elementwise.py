@@ -10,7 +10,7 @@ which runs the old passes, giving the same training bits.
   memory unwritten (NaN under LLMC_BF16_CHECK_MIRRORS=1), and GPT-2's one-pass GELU backward (the GELU's output
   recomputed in the same pass) gives the two passes' bits;
 - train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same losses with LLMC_ELEMENTWISE_FUSED=0 and
-  without it, and an unknown value is one error line.
+  without it, and an unknown value is one error line (LLMC_BF16_CVT's too).
 
 Runtime: about 10 s on 2 cores.
 """
