@@ -986,14 +986,7 @@ static inline uint16_t* matmul_bf16_shadow(const float* X, size_t n) {
 // bf16 copies: a layer whose output a GEMM reads writes the output's bf16 copy in the same pass when it has one
 // (matmul_bf16_shadow's; NULL otherwise), so that no GEMM rounds it again: o16 (n) = o (n) rounded
 static inline void bf16_copy_row(uint16_t* o16, const float* o, size_t n) {
-    if (o16 == NULL) { return; }
-#if MATMUL_X86
-    if (mm_bf16_cvt_on()) {
-        mm_round_bf16_row_cvt(o16, o, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++) { o16[i] = matmul_bf16_round_value(o[i]); }
+    if (o16 != NULL) { mm_round_bf16_row(o16, o, n); }
 }
 
 // the first element (r * ld + c) of the (rows, cols) operand X whose bf16 copy in mirror is not X rounded, or -1
