@@ -18,7 +18,9 @@ forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/cp
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3; on a CPU with AVX-512,
 vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the hand-written loops' exp and bf16 roundings) against vec_expf and
-matmul_bf16_round_value, bit for bit on all 2^32 floats.
+matmul_bf16_round_value, bit for bit on all 2^32 floats (8 of the program's 9 s here; LLMC_TEST_VECMATH=0 leaves them
+out: they check neither the BLAS nor the blocked kernel's ISA, so tests/test_cpu_kernels.py and test_cpu_variants.py
+run them in one of their runs of each build, not in all of them).
 In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
 built-in kernel and the reference on 1-3 threads (check_onednn_fp32), and its bf16 path, the one the environment
 says to expect (LLMC_TEST_ONEDNN_BF16=kernel|refused; check_onednn_bf16), with the weight mirrors; a failing oneDNN
@@ -693,7 +695,11 @@ int main(void) {
            matmul_isa_name(matmul_isa()), matmul_bf16_native() ? "AVX512-BF16 (vdpbf16ps)" : "emulated in fp32");
     check_round_bf16_rows();
 #if MATMUL_X86
-    check_vecmath16();
+    if (env_switch_on("LLMC_TEST_VECMATH")) {
+        check_vecmath16();
+    } else {
+        printf("vec16_expf, mm16_round_bf16, mm32_round_bf16 on all 2^32 floats: not run (LLMC_TEST_VECMATH=0)\n");
+    }
 #endif
 #if defined(LLMC_ONEDNN)
     check_onednn_fp32();
