@@ -20,18 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pyllmc.families.gpt2 import GPT2
+from pyllmc.reference.flags import TrainerCli, trainer_parser
+
+GPT2_CLI = TrainerCli(description=__doc__, family=GPT2)
+if __name__ == "__main__":  # the flags first: --help and a bad flag answer before torch's import (seconds)
+    trainer_parser(GPT2_CLI).parse_args()
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pyllmc.families.gpt2 import EOT as GPT2_EOT, GPT2, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
+from pyllmc.families.gpt2 import EOT as GPT2_EOT, LAYER_PARAMETERS, VOCAB_SIZE as GPT2_VOCAB
 # nanochat's chat tokens after GPT-2's 50,257 ids (the "nanochat" chat format): a GPT-2 model's V grows to 50,261
 # (CHAT_VOCAB) when it meets chat shards
 from pyllmc.families.gpt2 import CHAT_TOKENS, CHAT_VOCAB_SIZE as CHAT_VOCAB
 from pyllmc.families.gpt2 import Gpt2Header, depth_shape, gpt2_header_bytes, gpt2_padded_vocab, read_gpt2
 from pyllmc.model_file import VERSIONS, atomic_write, write_model_file
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
-from pyllmc.reference.cli import TrainerCli, debug_optimizer, debug_targets, run_main, trainer_parser
+from pyllmc.reference.cli import debug_optimizer, debug_targets, run_main
 from pyllmc.reference.common import UserError, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader, pattern_is_masked
 from pyllmc.reference.debug_state import (
@@ -279,9 +286,6 @@ def write_debug_state(model: GPT, x: torch.Tensor, y: torch.Tensor, filename: st
 
 
 # ----------------------------------------------------------------------------- training
-
-
-GPT2_CLI = TrainerCli(description=__doc__, family=GPT2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -20,14 +20,21 @@ import math
 import sys
 from pathlib import Path
 
+from pyllmc.families.llama3 import HUB_TOKENIZER, LLAMA3
+from pyllmc.reference.flags import decoder_cli, tokenizer_flag, trainer_parser
+
+LLAMA3_CLI = decoder_cli(__doc__, LLAMA3, tokenizer_flag("tokenizer.json or a directory holding one; default: the model "
+                                                         f"directory's, else the hub's {HUB_TOKENIZER}"))
+if __name__ == "__main__":  # the flags first: --help and a bad flag answer before torch's import (seconds)
+    trainer_parser(LLAMA3_CLI).parse_args()
+
 import numpy as np
 import torch
 
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.families.llama3 import (HUB_TOKENIZER, LLAMA3, LlamaConfig, depth_config, llama3_header_bytes,
-                                    llama_config_problem, llama_ffn_hidden, read_llama3)
+from pyllmc.families.llama3 import (LlamaConfig, depth_config, llama3_header_bytes, llama_config_problem,
+                                    llama_ffn_hidden, read_llama3)
 from pyllmc.llama3_tokenizer import LlamaTokenizer, huggingface_reachable, load_llama3_tokenizer
-from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, config_checker
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.decoder import FileLayout, GroupedQueryAttention, PreNormBlock, StackedDecoder, SwiGLU, rope_cos_sin
@@ -211,14 +218,6 @@ def write_tokenizer(tok: LlamaTokenizer, filename: str | Path) -> None:
 
 
 # ----------------------------------------------------------------------------- training
-
-
-def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model "
-                   f"directory's, else the hub's {HUB_TOKENIZER}")
-
-
-LLAMA3_CLI = decoder_cli(__doc__, LLAMA3, add_tokenizer_arg)
 
 
 class LlamaDataLoader(DistributedDataLoader):

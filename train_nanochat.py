@@ -22,6 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pyllmc.families.nanochat import NANOCHAT
+from pyllmc.reference.flags import decoder_cli, tokenizer_flag, trainer_parser
+
+NANOCHAT_CLI = decoder_cli(__doc__, NANOCHAT, tokenizer_flag("tokenizer.json or a directory holding one; default: the "
+                                                             "Hugging Face model directory's, else GPT-2's encoding"))
+if __name__ == "__main__":  # the flags first: --help and a bad flag answer before torch's import (seconds)
+    trainer_parser(NANOCHAT_CLI).parse_args()
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -29,7 +37,6 @@ import torch.nn.functional as F
 
 from pyllmc.families.gpt2 import EOT as GPT2_EOT, VOCAB_SIZE as GPT2_VOCAB
 from pyllmc.families.nanochat import (
-    NANOCHAT,
     VOCAB_SIZE,
     NanoChatConfig,
     depth_config,
@@ -40,7 +47,6 @@ from pyllmc.families.nanochat import (
 from pyllmc.llama3_tokenizer import load_checkpoint_tokenizer
 from pyllmc.model_file import atomic_write, header_bytes
 from pyllmc.reference.causal_lm import CausalLM, causal_attention
-from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, config_checker, huggingface_reachable, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.file_tensors import ModelFiles, hf_tensor_taker
@@ -391,14 +397,6 @@ class NanoChatText:
 
 
 # ----------------------------------------------------------------------------- training
-
-
-def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the Hugging "
-                   "Face model directory's, else GPT-2's encoding")
-
-
-NANOCHAT_CLI = decoder_cli(__doc__, NANOCHAT, add_tokenizer_arg)
 
 
 def nanochat_family(args: argparse.Namespace) -> ModelFamily:

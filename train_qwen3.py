@@ -20,13 +20,21 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from pyllmc.families.qwen3 import HUB_MODEL, QWEN3
+from pyllmc.reference.flags import decoder_cli, tokenizer_flag, trainer_parser
+
+QWEN3_CLI = decoder_cli(__doc__, QWEN3, tokenizer_flag("tokenizer.json or a directory holding one; default: the model "
+                                                       f"directory's, else the hub model's ({HUB_MODEL}'s for dN and .bin "
+                                                       "files)"))
+if __name__ == "__main__":  # the flags first: --help and a bad flag answer before torch's import (seconds)
+    trainer_parser(QWEN3_CLI).parse_args()
+
 import numpy as np
 import torch
 
-from pyllmc.families.qwen3 import (HF_BLOCK_TENSORS, HUB_MODEL, QWEN3, Qwen3Config, depth_config, hf_config_fields,
+from pyllmc.families.qwen3 import (HF_BLOCK_TENSORS, Qwen3Config, depth_config, hf_config_fields,
                                    qwen3_config_problem, qwen3_header_bytes, read_qwen3)
 from pyllmc.llama3_tokenizer import LlamaTokenizer, load_llama3_tokenizer
-from pyllmc.reference.cli import decoder_cli
 from pyllmc.reference.common import UserError, config_checker, huggingface_reachable, is_depth_name
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.decoder import FileLayout, GroupedQueryAttention, PreNormBlock, StackedDecoder, SwiGLU
@@ -273,14 +281,6 @@ class Qwen3DataLoader(DistributedDataLoader):
 
 
 # ----------------------------------------------------------------------------- training
-
-
-def add_tokenizer_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tokenizer", default="", help="tokenizer.json or a directory holding one; default: the model "
-                   f"directory's, else the hub model's ({HUB_MODEL}'s for dN and .bin files)")
-
-
-QWEN3_CLI = decoder_cli(__doc__, QWEN3, add_tokenizer_arg)
 
 
 def qwen3_family(args: argparse.Namespace) -> ModelFamily:

@@ -138,3 +138,27 @@ def test_trainer_accepts_every_flag_of_its_backend(program: str) -> None:
     assert set(COMMON_FLAGS) <= set(defaults)
     proc = run([*cmd, *[x for flag, value in defaults.items() for x in (flag, value)], "--help"], timeout=120)
     assert proc.stdout.startswith("usage: ") and proc.stderr == "", proc.stderr
+
+
+REFERENCES = ["train_gpt2.py", "train_llama3.py", "train_nanochat.py", "train_qwen3.py"]
+# a reference run as a script: --help or a bad flag, then whether torch had been imported
+_RUN_AS_SCRIPT = """import runpy, sys
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    print(f"exit {e.code}; torch imported: {'torch' in sys.modules}")
+"""
+
+
+@pytest.mark.parametrize("script", REFERENCES)
+def test_reference_answers_help_and_a_bad_flag_before_importing_torch(script: str) -> None:
+    """The references parse their flags before torch's import (seconds): --help and a bad flag exit without it; a
+    good command line goes on to import it (and here stops at its missing --input_bin)."""
+    proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, "--help"])
+    assert proc.stdout.strip().endswith("exit 0; torch imported: False"), proc.stdout[-500:]
+    proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, "--optimizer", "sgd"], check=False)
+    assert "exit 2; torch imported: False" in proc.stdout and "invalid choice: 'sgd'" in proc.stderr, proc.stderr
+    proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, "--input_bin", "missing_*.bin", "--write_tensors", "0",
+                "--device", "cpu"], check=False)
+    assert "exit 1; torch imported: True" in proc.stdout, proc.stdout[-500:] + proc.stderr[-500:]

@@ -12,9 +12,11 @@ share, so that each of them holds only its family's model, its Hugging Face impo
     debug_state       the debug state: one batch's tensors, the reference steps, their float32 noise
     data_loader       token shards split across ranks as the C loader splits them; chat shards' targets (-1 where
                       the loss mask supervises nothing)
-    cli               the trainers' command line and run_main
+    flags             the trainers' command line (trainer_parser), without torch: a script parses its flags
+                      before it imports torch
+    cli               the settings the flags give the optimizers and the debug state; run_main
     training          train_loop: DDP, ZeRO-1, accumulation, clipping, schedule, validation, samples, main.log;
                       on chat shards the step's loss over its supervised positions (N_step)
 
-Torch is imported by these modules, not by `import pyllmc`.
+Torch is imported by these modules (flags aside), not by `import pyllmc`.
 """

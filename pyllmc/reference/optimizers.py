@@ -14,12 +14,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from pyllmc.reference.common import UserError
-
-
-MUON_ADJUST_LR = ("original", "match_rms_adamw")
-
-
-OPTIMIZERS = ("adamw", "muon")
+from pyllmc.reference.flags import MUON_ADJUST_LR, OPTIMIZERS
 
 
 @dataclass

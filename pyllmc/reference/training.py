@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from pyllmc.reference.cli import TrainerCli, optimizer_settings, run_main, trainer_parser
+from pyllmc.reference.cli import optimizer_settings, run_main
+from pyllmc.reference.flags import TrainerCli, trainer_parser
 from pyllmc.reference.common import UserError, print0
 from pyllmc.reference.data_loader import DistributedDataLoader
 from pyllmc.reference.optimizers import OptimizerSettings, skip_step
