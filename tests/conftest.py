@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+from preloaded import PreloadedPython
 
 pytest.register_assert_rewrite("decoder_c")  # the shared checks of tests/decoder_c.py report like a test's own asserts
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+PRELOADED = PreloadedPython()  # run() hands `PYTHON script.py ...` to a Python with torch imported already
 TS_DIR = REPO / "dev" / "data" / "tinyshakespeare"
 TS_TRAIN = TS_DIR / "tiny_shakespeare_train.bin"
 TS_VAL = TS_DIR / "tiny_shakespeare_val.bin"
@@ -110,9 +112,12 @@ def run(cmd: list[object], cwd: Path | str = REPO, check: bool = True, env: dict
     """Run a command, capturing its output (text, or bytes when `input` is bytes); on an unexpected failure
     show what it printed. `env` adds to (or overrides) the current environment."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True,
-                          text=not isinstance(input, bytes), errors=None if isinstance(input, bytes) else "replace",
-                          input=input, timeout=timeout)
+    proc = PRELOADED.run([str(c) for c in cmd], cwd, full_env, input, timeout, text=not isinstance(input, bytes),
+                         errors=None if isinstance(input, bytes) else "replace")
+    if proc is None:  # not a Python script run, or one that needs a fresh interpreter (tests/preloaded.py)
+        proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True,
+                              text=not isinstance(input, bytes), errors=None if isinstance(input, bytes) else "replace",
+                              input=input, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]!s}\n"
                              f"--- stderr\n{proc.stderr[-4000:]!s}")

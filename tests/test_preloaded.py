@@ -1,0 +1,137 @@
+"""tests/preloaded.py, the forking Python the tests' reference runs go through: a run there answers exactly as a fresh
+`python script.py` does (status, stdout, stderr, argv, cwd, environment, stdin, global generators), and a run it
+cannot take faithfully (an import-time setting that differs, not a script) is left to a fresh interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PRELOADED
+from preloaded import PreloadedPython
+
+SCRIPTS = {
+    "echo.py": "import os, sys\nprint(sys.argv, os.getcwd(), os.environ.get('LLMC_PRELOADED_PROBE'), sys.path[0],"
+               " __file__, __name__)\nprint('stdin:', sys.stdin.read())\n",
+    "status.py": "import sys\nprint('before exit')\nsys.exit(int(sys.argv[1]))\n",
+    "message.py": "import sys\nsys.exit('error: a bad flag, said once')\n",
+    "raises.py": "def fail():\n    raise ValueError('boom')\n\nprint('partial output')\nfail()\n",
+    "binary.py": "import sys\nsys.stdout.buffer.write(bytes(reversed(sys.stdin.buffer.read())))\n",
+    "generators.py": "import random\nimport numpy as np\nprint(random.random(), np.random.rand())\n",
+    "tempdir.py": "import tempfile\nprint(tempfile.gettempdir())\n",
+    "atexit_file.py": "import atexit\nlog = open('atexit.log', 'w')\nlog.write('unflushed')\n"
+                      "atexit.register(lambda: print('atexit ran'))\n",
+    "sleeps.py": "import time\ntime.sleep(60)\n",
+    "pkg/__init__.py": "",
+    "pkg/tool.py": "import sys\nprint('module', sys.argv[1:], __name__)\nsys.exit(4)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("preloaded")
+    for name, text in SCRIPTS.items():
+        (root / name).parent.mkdir(exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PreloadedPython]:
+    """A server preloading numpy alone: the behaviour tested here does not depend on what it imported (torch's own
+    run is test_a_torch_run_matches_a_fresh_python's)."""
+    preloaded = PreloadedPython(("numpy",))
+    yield preloaded
+    preloaded.close()
+
+
+def both(server: PreloadedPython, args: list[str], cwd: Path, input: str | bytes = "", env: dict | None = None,
+         ) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """The same command through the server and in a fresh interpreter."""
+    full_env = {**os.environ, **(env or {})}
+    text = not isinstance(input, bytes)
+    served = server.run([sys.executable, *args], cwd, full_env, input, 60, text, "replace" if text else None)
+    assert served is not None, "the server did not take the run"
+    fresh = subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, input=input, capture_output=True,
+                           text=text, errors="replace" if text else None, timeout=60)
+    return served, fresh
+
+
+@pytest.mark.parametrize("args", [["echo.py", "a", "--b=1"], ["status.py", "3"], ["status.py", "0"], ["message.py"],
+                                  ["raises.py"], ["-m", "pkg.tool", "x"]], ids=lambda a: " ".join(a))
+def test_a_run_answers_as_a_fresh_python(server: PreloadedPython, scripts: Path, args: list[str]) -> None:
+    served, fresh = both(server, args, scripts, input="from stdin", env={"LLMC_PRELOADED_PROBE": "set"})
+    assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+def test_the_script_directory_and_cwd_are_the_runs(server: PreloadedPython, scripts: Path) -> None:
+    """A script named by a path relative to another directory: sys.path[0] is the script's, the cwd the run's."""
+    served, fresh = both(server, [str(scripts / "echo.py")], scripts.parent)
+    assert served.stdout == fresh.stdout and str(scripts.parent) in served.stdout
+
+
+def test_binary_stdin_and_stdout(server: PreloadedPython, scripts: Path) -> None:
+    served, fresh = both(server, ["binary.py"], scripts, input=bytes(range(256)))
+    assert served.stdout == fresh.stdout == bytes(reversed(range(256)))
+
+
+def test_global_generators_are_seeded_per_run(server: PreloadedPython, scripts: Path) -> None:
+    """random and numpy were imported (and seeded) once in the server: each run draws new seeds, as a fresh
+    process does."""
+    draws = {both(server, ["generators.py"], scripts)[0].stdout for _ in range(3)}
+    assert len(draws) == 3
+
+
+def test_the_runs_tmpdir(server: PreloadedPython, scripts: Path, tmp_path: Path) -> None:
+    served, fresh = both(server, ["tempdir.py"], scripts, env={"TMPDIR": str(tmp_path)})
+    assert served.stdout == fresh.stdout == f"{tmp_path}\n"
+
+
+def test_atexit_and_open_files_at_exit(server: PreloadedPython, scripts: Path) -> None:
+    served, _ = both(server, ["atexit_file.py"], scripts)
+    assert served.stdout == "atexit ran\n" and (scripts / "atexit.log").read_text() == "unflushed"
+
+
+@pytest.mark.parametrize("setting", [{"OMP_NUM_THREADS": "7"}, {"PYTHONHASHSEED": "3"}, {"LC_ALL": "C"},
+                                     {"TORCHINDUCTOR_CACHE_DIR": "/nonexistent"}, {"MALLOC_ARENA_MAX": "2"}],
+                         ids=lambda s: next(iter(s)))
+def test_an_import_time_setting_gets_a_fresh_python(server: PreloadedPython, scripts: Path, setting: dict) -> None:
+    env = {**os.environ, **setting}
+    assert server.run([sys.executable, "echo.py"], scripts, env, "", 60, True, "replace") is None
+    assert server.run([sys.executable, "echo.py"], scripts, {**os.environ, "LLMC_ANYTHING": "1"}, "", 60, True,
+                      "replace") is not None
+
+
+@pytest.mark.parametrize("cmd", [["-c", "print(1)"], ["-u", "echo.py"], [], ["echo.sh"]], ids=str)
+def test_what_is_not_a_script_run_gets_a_fresh_python(server: PreloadedPython, scripts: Path, cmd: list[str]) -> None:
+    assert server.run([sys.executable, *cmd], scripts, dict(os.environ), "", 60, True, "replace") is None
+    assert server.run(["/bin/echo", "echo.py"], scripts, dict(os.environ), "", 60, True, "replace") is None
+
+
+def test_a_timeout_kills_the_run_and_retires_the_server(scripts: Path) -> None:
+    preloaded = PreloadedPython(("json",))
+    with pytest.raises(subprocess.TimeoutExpired):
+        preloaded.run([sys.executable, "sleeps.py"], scripts, dict(os.environ), "", 2, True, "replace")
+    assert preloaded.run([sys.executable, "echo.py"], scripts, dict(os.environ), "", 60, True, "replace") is None
+
+
+def test_turned_off(monkeypatch: pytest.MonkeyPatch, scripts: Path) -> None:
+    monkeypatch.setenv("LLMC_TEST_PRELOAD", "0")
+    assert PreloadedPython().run([sys.executable, "echo.py"], scripts, dict(os.environ), "", 60, True, None) is None
+
+
+def test_a_torch_run_matches_a_fresh_python(tmp_path: Path) -> None:
+    """The tests' own server (torch and torch._dynamo preloaded): a few AdamW steps print the same losses, threads
+    and default dtype as in a fresh interpreter."""
+    script = tmp_path / "steps.py"
+    script.write_text("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(8, 4)\n"
+                      "opt = torch.optim.AdamW(model.parameters(), lr=0.1)\nx = torch.randn(16, 8)\n"
+                      "for _ in range(3):\n    loss = model(x).square().mean()\n    opt.zero_grad()\n"
+                      "    loss.backward()\n    opt.step()\n    print(repr(loss.item()))\n"
+                      "print(torch.get_num_threads(), torch.get_default_dtype(), torch.randn(2).tolist())\n")
+    served, fresh = both(PRELOADED, [str(script)], tmp_path)
+    assert (served.returncode, served.stdout, served.stderr) == (0, fresh.stdout, fresh.stderr)
