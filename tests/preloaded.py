@@ -8,7 +8,10 @@ environment and standard streams and executes the script as `__main__` (runpy), 
 A run goes to the server only when nothing read at import time differs from the server's environment (thread
 counts, allocator and library settings, PYTHON*: IMPORT_TIME_ENV); the rest start a fresh interpreter, and so does
 everything when the server could not start (tests/conftest.py run()). The server refuses to serve when importing
-left a second thread in it: a fork copies only the calling thread.
+left a second thread in it (a fork copies only the calling thread): OpenBLAS, under numpy and torch, starts its
+threads when it is loaded unless OPENBLAS_NUM_THREADS is 1, so the server serves under `make test`'s pytest workers
+(one thread each: tests/conftest.py ONE_THREAD_PER_WORKER), and a plain `pytest` run on a multi-core machine starts
+every run fresh.
 
 Run as a server: python tests/preloaded.py SOCKET_PATH MODULE... (it imports the modules, then prints "ready" once
 it accepts requests).
@@ -22,7 +25,6 @@ import importlib.machinery
 import io
 import json
 import os
-import random
 import re
 import runpy
 import select
@@ -38,8 +40,8 @@ from pathlib import Path
 PRELOAD = ("numpy", "torch", "torch._dynamo")
 # environment variables a preloaded module (or the C libraries under it, or Python's start-up: the locale sets the
 # standard streams' encoding) reads when it is loaded, not when used
-IMPORT_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|ONEDNN|DNNL|TORCH|PYTORCH|TRITON|LD|MALLOC|PYTHON|CUDA|"
-                             r"NUMPY|OPENMPI|OMPI|PMIX)(_.*)?|TORCHDYNAMO.*|TORCHINDUCTOR.*|LANG|LANGUAGE|LC_.*")
+IMPORT_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|ONEDNN|DNNL|TORCH|PYTORCH|TRITON|LD|MALLOC|CUDA|NUMPY|"
+                             r"OPENMPI|OMPI|PMIX)(_.*)?|PYTHON.*|TORCHDYNAMO.*|TORCHINDUCTOR.*|LANG|LANGUAGE|LC_.*")
 START_TIMEOUT = 120.0
 
 
@@ -63,11 +65,11 @@ def _run_child(request: dict) -> None:
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)
-    # what a fresh process draws anew: the global generators' seeds (seeded once, in the server) and the temporary
-    # directory (TMPDIR is the run's)
-    random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
+    # what a fresh process chooses anew: numpy's global generator's seed (torch's import loads and seeds it, once, in
+    # the server; Python's random reseeds itself in a forked child) and the temporary directory (torch's import
+    # chose it from the server's TMPDIR)
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
     tempfile.tempdir = None
     code = 1
     namespace: dict = {}
@@ -143,18 +145,19 @@ class PreloadedPython:
     """The client: run(cmd, ...) answers like subprocess.run for `[sys.executable, SCRIPT.py | -m MODULE, ...]`
     when the server can take it, and None when the caller should start a fresh interpreter."""
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(self, preload: tuple[str, ...] = PRELOAD, env: dict[str, str] | None = None) -> None:
+        """`env`: the server's environment (default: this process's when the first run comes)."""
         self._preload = preload
         self._server: subprocess.Popen | None = None
         self._socket = ""
-        self._env: dict[str, str] = {}
+        self._env: dict[str, str] = dict(env) if env is not None else {}
         self._broken = os.environ.get("LLMC_TEST_PRELOAD", "1") == "0"
         self._dir = ""
 
     def _start(self) -> bool:
         self._dir = tempfile.mkdtemp(prefix="llmc_preloaded_")
         self._socket = os.path.join(self._dir, "socket")
-        self._env = dict(os.environ)
+        self._env = self._env or dict(os.environ)
         log = open(os.path.join(self._dir, "server.log"), "wb")
         self._server = subprocess.Popen([sys.executable, __file__, self._socket, *self._preload],
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=self._env)

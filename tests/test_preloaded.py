@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRELOADED
-from preloaded import PreloadedPython
+from conftest import ONE_THREAD_PER_WORKER, PRELOADED, REPO
+from preloaded import PRELOAD, PreloadedPython
+
+# the servers here get make test's one-thread environment (a loaded OpenBLAS starts no threads), under any pytest
+ENV = {**os.environ, **ONE_THREAD_PER_WORKER}
 
 SCRIPTS = {
     "echo.py": "import os, sys\nprint(sys.argv, os.getcwd(), os.environ.get('LLMC_PRELOADED_PROBE'), sys.path[0],"
@@ -42,9 +45,8 @@ def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PreloadedPython]:
-    """A server preloading numpy alone: the behaviour tested here does not depend on what it imported (torch's own
-    run is test_a_torch_run_matches_a_fresh_python's)."""
-    preloaded = PreloadedPython(("numpy",))
+    """A server as the suite's: torch imported (and with it numpy.random seeded and tempfile's directory chosen)."""
+    preloaded = PreloadedPython(PRELOAD, ENV)
     yield preloaded
     preloaded.close()
 
@@ -52,7 +54,7 @@ def server() -> Iterator[PreloadedPython]:
 def both(server: PreloadedPython, args: list[str], cwd: Path, input: str | bytes = "", env: dict | None = None,
          ) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     """The same command through the server and in a fresh interpreter."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**ENV, **(env or {})}
     text = not isinstance(input, bytes)
     served = server.run([sys.executable, *args], cwd, full_env, input, 60, text, "replace" if text else None)
     assert served is not None, "the server did not take the run"
@@ -82,8 +84,8 @@ def test_binary_stdin_and_stdout(server: PreloadedPython, scripts: Path) -> None
 def test_global_generators_are_seeded_per_run(server: PreloadedPython, scripts: Path) -> None:
     """random and numpy were imported (and seeded) once in the server: each run draws new seeds, as a fresh
     process does."""
-    draws = {both(server, ["generators.py"], scripts)[0].stdout for _ in range(3)}
-    assert len(draws) == 3
+    draws = [both(server, ["generators.py"], scripts)[0].stdout.split() for _ in range(3)]
+    assert len({python for python, _ in draws}) == 3 and len({numpy for _, numpy in draws}) == 3, draws
 
 
 def test_the_runs_tmpdir(server: PreloadedPython, scripts: Path, tmp_path: Path) -> None:
@@ -92,46 +94,55 @@ def test_the_runs_tmpdir(server: PreloadedPython, scripts: Path, tmp_path: Path)
 
 
 def test_atexit_and_open_files_at_exit(server: PreloadedPython, scripts: Path) -> None:
-    served, _ = both(server, ["atexit_file.py"], scripts)
-    assert served.stdout == "atexit ran\n" and (scripts / "atexit.log").read_text() == "unflushed"
+    (scripts / "atexit.log").unlink(missing_ok=True)
+    served = server.run([sys.executable, "atexit_file.py"], scripts, ENV, "", 60, True, "replace")
+    assert served is not None and served.stdout == "atexit ran\n"
+    assert (scripts / "atexit.log").read_text() == "unflushed"
 
 
 @pytest.mark.parametrize("setting", [{"OMP_NUM_THREADS": "7"}, {"PYTHONHASHSEED": "3"}, {"LC_ALL": "C"},
                                      {"TORCHINDUCTOR_CACHE_DIR": "/nonexistent"}, {"MALLOC_ARENA_MAX": "2"}],
                          ids=lambda s: next(iter(s)))
 def test_an_import_time_setting_gets_a_fresh_python(server: PreloadedPython, scripts: Path, setting: dict) -> None:
-    env = {**os.environ, **setting}
-    assert server.run([sys.executable, "echo.py"], scripts, env, "", 60, True, "replace") is None
-    assert server.run([sys.executable, "echo.py"], scripts, {**os.environ, "LLMC_ANYTHING": "1"}, "", 60, True,
+    assert server.run([sys.executable, "echo.py"], scripts, {**ENV, **setting}, "", 60, True, "replace") is None
+    assert server.run([sys.executable, "echo.py"], scripts, {**ENV, "LLMC_ANYTHING": "1"}, "", 60, True,
                       "replace") is not None
 
 
 @pytest.mark.parametrize("cmd", [["-c", "print(1)"], ["-u", "echo.py"], [], ["echo.sh"]], ids=str)
 def test_what_is_not_a_script_run_gets_a_fresh_python(server: PreloadedPython, scripts: Path, cmd: list[str]) -> None:
-    assert server.run([sys.executable, *cmd], scripts, dict(os.environ), "", 60, True, "replace") is None
-    assert server.run(["/bin/echo", "echo.py"], scripts, dict(os.environ), "", 60, True, "replace") is None
+    assert server.run([sys.executable, *cmd], scripts, ENV, "", 60, True, "replace") is None
+    assert server.run(["/bin/echo", "echo.py"], scripts, ENV, "", 60, True, "replace") is None
 
 
 def test_a_timeout_kills_the_run_and_retires_the_server(scripts: Path) -> None:
-    preloaded = PreloadedPython(("json",))
+    preloaded = PreloadedPython(("json",), ENV)
     with pytest.raises(subprocess.TimeoutExpired):
-        preloaded.run([sys.executable, "sleeps.py"], scripts, dict(os.environ), "", 2, True, "replace")
-    assert preloaded.run([sys.executable, "echo.py"], scripts, dict(os.environ), "", 60, True, "replace") is None
+        preloaded.run([sys.executable, "sleeps.py"], scripts, ENV, "", 2, True, "replace")
+    assert preloaded.run([sys.executable, "echo.py"], scripts, ENV, "", 60, True, "replace") is None
 
 
 def test_turned_off(monkeypatch: pytest.MonkeyPatch, scripts: Path) -> None:
     monkeypatch.setenv("LLMC_TEST_PRELOAD", "0")
-    assert PreloadedPython().run([sys.executable, "echo.py"], scripts, dict(os.environ), "", 60, True, None) is None
+    assert PreloadedPython(("json",), ENV).run([sys.executable, "echo.py"], scripts, ENV, "", 60, True, None) is None
 
 
-def test_a_torch_run_matches_a_fresh_python(tmp_path: Path) -> None:
-    """The tests' own server (torch and torch._dynamo preloaded): a few AdamW steps print the same losses, threads
-    and default dtype as in a fresh interpreter."""
+def test_a_torch_run_matches_a_fresh_python(server: PreloadedPython, tmp_path: Path) -> None:
+    """A few AdamW steps print the same losses, threads and default dtype as in a fresh interpreter."""
     script = tmp_path / "steps.py"
     script.write_text("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(8, 4)\n"
                       "opt = torch.optim.AdamW(model.parameters(), lr=0.1)\nx = torch.randn(16, 8)\n"
                       "for _ in range(3):\n    loss = model(x).square().mean()\n    opt.zero_grad()\n"
                       "    loss.backward()\n    opt.step()\n    print(repr(loss.item()))\n"
                       "print(torch.get_num_threads(), torch.get_default_dtype(), torch.randn(2).tolist())\n")
-    served, fresh = both(PRELOADED, [str(script)], tmp_path)
+    served, fresh = both(server, [str(script)], tmp_path)
     assert (served.returncode, served.stdout, served.stderr) == (0, fresh.stdout, fresh.stderr)
+
+
+@pytest.mark.skipif(any(os.environ.get(k) != v for k, v in ONE_THREAD_PER_WORKER.items()),
+                    reason="the suite's own server serves where its workers run one thread each (make test)")
+def test_the_suites_server_takes_the_reference_runs() -> None:
+    """Under make test the runs of tests/conftest.py run() go to the server (a refusal would only cost time, unseen)."""
+    proc = PRELOADED.run([sys.executable, str(REPO / "train_gpt2.py"), "--help"], REPO, dict(os.environ), None, 120,
+                         True, "replace")
+    assert proc is not None and proc.returncode == 0 and proc.stdout.startswith("usage: ")
