@@ -41,12 +41,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from pyllmc.families.gpt2 import GPT2
-from pyllmc.reference.tokenizer_files import write_gpt2_tokenizer
+
+if TYPE_CHECKING:  # torch is imported once the flags are parsed: --help and a bad flag answer at once
+    import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SHARDS = REPO / "dev" / "data" / "tinyshakespeare"
@@ -69,6 +69,8 @@ def shard_path(split: str) -> Path:
 
 def write_reference(ref: ModuleType, model: torch.nn.Module, stem: str, x: torch.Tensor, y: torch.Tensor,
                     out_dir: Path, steps: int, muon: bool = False) -> None:
+    from pyllmc.reference.tokenizer_files import write_gpt2_tokenizer
+
     out_dir.mkdir(parents=True, exist_ok=True)
     ref.write_model(model, out_dir / f"{stem}.bin", "float32")
     ref.write_model(model, out_dir / f"{stem}_bf16.bin", "bfloat16")
@@ -96,6 +98,8 @@ def logits_and_grads(ref: ModuleType, model: torch.nn.Module, x: torch.Tensor, y
                      dtype: torch.dtype) -> list[torch.Tensor]:
     """[logits, the 16 gradients in checkpoint order] of one forward/backward with everything in `dtype`
     (the loss in float32 from the logits, as the fused classifier computes it), as float64."""
+    import torch.nn.functional as F
+
     m = copy.deepcopy(model).cpu().to(dtype)
     logits, _ = m(x, y)
     loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
@@ -109,6 +113,8 @@ def rel_l2(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def print_noise(ref: ModuleType, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, label: str) -> None:
+    import torch
+
     f64 = logits_and_grads(ref, model, x, y, torch.float64)
     f32 = logits_and_grads(ref, model, x, y, torch.float32)
     b16 = logits_and_grads(ref, model, x, y, torch.bfloat16)
@@ -146,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("-B and -T must be at least 1, --steps at least 0")
     if not 2 <= args.vocab_size <= 50257:
         p.error(f"--vocab_size {args.vocab_size}: use 2..50257")
+    import torch
+
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     ref = load_reference()
     model, stem = ref.load_model(args.model, args.seed, False)

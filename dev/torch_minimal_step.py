@@ -23,14 +23,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
-import torch
-import torch.nn as nn
+from typing import TYPE_CHECKING
 
 from pyllmc.families import NAMES, REGISTRY, by_name
 
 # the families whose dN takes its vocabulary from a tokenizer, so from --vocab
 VOCAB_FAMILIES = [row.name for row in REGISTRY if row.depth_vocab is None]
+
+if TYPE_CHECKING:  # torch is imported once the flags are parsed: --help and a bad flag answer at once
+    import torch.nn as nn
 
 
 # ----------------------------------------------------------------------------- the step
@@ -38,6 +39,8 @@ VOCAB_FAMILIES = [row.name for row in REGISTRY if row.depth_vocab is None]
 
 def train(model: nn.Module, V: int, B: int, T: int, dtype: str, warmup: int, steps: int) -> None:
     """warmup + steps minimal steps on one random batch, a step line each."""
+    import torch
+
     gen = torch.Generator().manual_seed(42)
     tokens = torch.randint(0, V, (B, T + 1), generator=gen)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -85,6 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    import torch
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(42)
     model, V = by_name(args.family).torch_minimal(int(args.model[1:]), args.vocab)

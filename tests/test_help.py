@@ -162,3 +162,16 @@ def test_reference_answers_help_and_a_bad_flag_before_importing_torch(script: st
     proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, "--input_bin", "missing_*.bin", "--write_tensors", "0",
                 "--device", "cpu"], check=False)
     assert "exit 1; torch imported: True" in proc.stdout, proc.stdout[-500:] + proc.stderr[-500:]
+
+
+# dev scripts that run torch: their flags too are parsed before its import (a bad flag, exit 2)
+DEV_TORCH_SCRIPTS = {"dev/cuda_cpu_refs.py": ["--model", "x"], "dev/torch_minimal_step.py": ["-B", "0"],
+                     "dev/gemm_peak.py": ["-s", "1,2"]}
+
+
+@pytest.mark.parametrize("script", sorted(DEV_TORCH_SCRIPTS))
+def test_dev_script_answers_help_and_a_bad_flag_before_importing_torch(script: str) -> None:
+    proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, "--help"])
+    assert proc.stdout.strip().endswith("exit 0; torch imported: False"), proc.stdout[-500:]
+    proc = run([PYTHON, "-c", _RUN_AS_SCRIPT, REPO / script, *DEV_TORCH_SCRIPTS[script]], check=False)
+    assert "exit 2; torch imported: False" in proc.stdout and "error:" in proc.stderr, proc.stdout + proc.stderr
