@@ -6,12 +6,13 @@ every step runs must all be there; and without the variable nothing is printed."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make, run
+from conftest import PYTHON, REPO, make, run
 
 PHASE_RE = re.compile(r"^phase (\w+): ([0-9.]+) ms, ([0-9]+) bytes, ([0-9]+) flop over (\d+) steps$", re.M)
 MODEL_RE = re.compile(r"^model: .* L=(\d+) NH=\d+ C=(\d+) .* Vp=(\d+)", re.M)
@@ -69,3 +70,22 @@ def test_nanochat_phases_cover_the_step(built):
     train_bin, _ = built
     got = phases(train("train_nanochat", ["-e", "d2", "-i", train_bin]))
     assert EVERY_STEP <= set(got), sorted(got)
+
+
+def test_time_switches_times_each_value_of_a_switch(built, tmp_path: Path):
+    """dev/time_switches.py: each value's runs, alternating, its median step and phases, and the record of every step;
+    a switch without two values and a failing trainer are one error line."""
+    tool = [PYTHON, REPO / "dev" / "time_switches.py"]
+    out = run([*tool, "--rounds", "2", "--steps", "2", "--warmup", "0", "--json", tmp_path / "t.json", "LLMC_VEC16=1,0",
+               "--", "-e", "d2", "-b", B, "-t", T], env={"OMP_NUM_THREADS": "1"}).stdout
+    assert re.search(r"^cpu: .*\(family \S+, model \S+\)", out, re.M), out
+    assert re.findall(r"^  round (\d)/2 LLMC_VEC16=(\d):", out, re.M) == [("1", "1"), ("1", "0"), ("2", "1"), ("2", "0")]
+    assert re.search(r"^  LLMC_VEC16=1: [0-9.]+ ms \(1\.000x\) \| gemm [0-9.]+, attention", out, re.M), out
+    assert re.search(r"^  LLMC_VEC16=0: [0-9.]+ ms \([0-9.]+x\) \| gemm", out, re.M), out
+    record = json.loads((tmp_path / "t.json").read_text())
+    assert [len(record["switches"]["LLMC_VEC16"]["steps"][v]) for v in ("1", "0")] == [4, 4]
+    bad = run([*tool, "LLMC_VEC16=1"], check=False)
+    assert bad.returncode == 2 and "expected NAME=VALUE,VALUE" in bad.stderr, bad.stderr
+    failing = run([*tool, "--rounds", "1", "LLMC_VEC16=1,0", "--", "-e", "missing.bin"], check=False)
+    assert failing.returncode == 1 and failing.stderr.count("\n") == 1 and failing.stderr.startswith("error: "), \
+        failing.stderr
