@@ -43,6 +43,7 @@ PRELOAD = ("numpy", "torch", "torch._dynamo")
 IMPORT_TIME_ENV = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|ONEDNN|DNNL|TORCH|PYTORCH|TRITON|LD|MALLOC|CUDA|NUMPY|"
                              r"OPENMPI|OMPI|PMIX)(_.*)?|PYTHON.*|TORCHDYNAMO.*|TORCHINDUCTOR.*|LANG|LANGUAGE|LC_.*")
 START_TIMEOUT = 120.0
+MAX_RESTARTS = 3  # servers started anew for a caller whose own environment moved
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -131,9 +132,12 @@ def _serve(socket_path: str, preload: list[str]) -> None:
             if not line:
                 continue
             pid = os.fork()
-            if pid == 0:
-                server.close()
-                _run_child(json.loads(line))
+            if pid == 0:  # the child never returns to this loop, even when setting up the run fails
+                try:
+                    server.close()
+                    _run_child(json.loads(line))
+                finally:
+                    os._exit(1)
             stream.write(json.dumps({"pid": pid}).encode() + b"\n")
             stream.flush()
             _, status = os.waitpid(pid, 0)
@@ -152,6 +156,8 @@ class PreloadedPython:
         self._socket = ""
         self._env: dict[str, str] = dict(env) if env is not None else {}
         self._broken = os.environ.get("LLMC_TEST_PRELOAD", "1") == "0"
+        self._restarts = 0
+        self.refusal = "LLMC_TEST_PRELOAD=0" if self._broken else ""  # why the last run was not served
         self._dir = ""
 
     def _start(self) -> bool:
@@ -165,13 +171,17 @@ class PreloadedPython:
         atexit.register(self.close)
         ready, _, _ = select.select([self._server.stdout], [], [], START_TIMEOUT)
         if not ready or self._server.stdout.readline() != b"ready\n":
-            self.close()
+            self.close(f"the server did not start: {os.path.join(self._dir, 'server.log')}")
             return False
         return True
 
-    def close(self) -> None:
+    def close(self, reason: str = "closed") -> None:
         """Stop the server; later runs answer None (a fresh interpreter). Its log stays when it failed to start."""
         self._broken = True
+        self.refusal = reason
+        self._stop()
+
+    def _stop(self) -> None:
         if self._server is not None and self._server.poll() is None:
             self._server.kill()
             self._server.wait()
@@ -188,10 +198,20 @@ class PreloadedPython:
             return None
         if self._broken or (self._server is None and not self._start()):
             return None
-        for name in set(env) | set(self._env):
-            if IMPORT_TIME_ENV.fullmatch(name) and env.get(name) != self._env.get(name):
-                return None
-        return request
+        differ = [name for name in set(env) | set(self._env)
+                  if IMPORT_TIME_ENV.fullmatch(name) and env.get(name) != self._env.get(name)]
+        if not differ:
+            return request
+        # The caller's own environment moved since the server started (torch's compiler sets TORCHINDUCTOR_CACHE_DIR
+        # in os.environ when a test first uses it): a server on the new settings serves the runs from now on.
+        if self._restarts < MAX_RESTARTS and all(env.get(name) == os.environ.get(name) for name in differ):
+            self._stop()
+            self._env = {name: value for name, value in {**self._env, **{n: env.get(n) for n in differ}}.items()
+                         if value is not None}
+            self._restarts += 1
+            return request if self._start() else None
+        self.refusal = f"import-time setting differs from the server's: {', '.join(sorted(differ))}"
+        return None
 
     def run(self, cmd: list[str], cwd: Path | str, env: dict[str, str], input: str | bytes | None,
             timeout: float, text: bool, errors: str | None) -> subprocess.CompletedProcess | None:
@@ -207,8 +227,8 @@ class PreloadedPython:
             try:
                 client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 client.connect(self._socket)
-            except OSError:
-                self.close()
+            except OSError as exc:
+                self.close(f"the server did not answer: {exc}")
                 return None
             with client, client.makefile("rwb") as stream:
                 stream.write(json.dumps(request).encode() + b"\n")
@@ -219,10 +239,10 @@ class PreloadedPython:
                     answer = stream.readline()
                 except TimeoutError:
                     os.kill(pid, signal.SIGKILL)
-                    self.close()  # the server's wait for that child is owed an answer no one reads: start afresh
+                    self.close("a run timed out")  # the server's wait for that child is owed an answer no one reads
                     raise subprocess.TimeoutExpired(cmd, timeout) from None
             if not answer:
-                self.close()
+                self.close("the server died")
                 raise RuntimeError(f"the preloaded Python server died running {' '.join(cmd)}")
             status = json.loads(answer)["status"]
             out, err = Path(paths["stdout"]).read_bytes(), Path(paths["stderr"]).read_bytes()

@@ -109,6 +109,24 @@ def test_an_import_time_setting_gets_a_fresh_python(server: PreloadedPython, scr
                       "replace") is not None
 
 
+def test_a_server_follows_its_callers_own_environment(scripts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's os.environ gains an import-time setting after the server started (torch's compiler sets
+    TORCHINDUCTOR_CACHE_DIR in it): a server on the new settings takes the runs, and a run that differs from both
+    still starts fresh."""
+    preloaded = PreloadedPython(("json",), ENV)
+    try:
+        assert preloaded.run([sys.executable, "echo.py"], scripts, ENV, "", 60, True, "replace") is not None
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(scripts / "inductor"))
+        moved = {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(scripts / "inductor")}
+        served = preloaded.run([sys.executable, "echo.py"], scripts, moved, "", 60, True, "replace")
+        assert served is not None and served.returncode == 0, preloaded.refusal
+        assert preloaded.run([sys.executable, "echo.py"], scripts, {**moved, "OMP_NUM_THREADS": "7"}, "", 60, True,
+                             "replace") is None
+        assert "OMP_NUM_THREADS" in preloaded.refusal
+    finally:
+        preloaded.close()
+
+
 @pytest.mark.parametrize("cmd", [["-c", "print(1)"], ["-u", "echo.py"], [], ["echo.sh"]], ids=str)
 def test_what_is_not_a_script_run_gets_a_fresh_python(server: PreloadedPython, scripts: Path, cmd: list[str]) -> None:
     assert server.run([sys.executable, *cmd], scripts, ENV, "", 60, True, "replace") is None
@@ -145,4 +163,5 @@ def test_the_suites_server_takes_the_reference_runs() -> None:
     """Under make test the runs of tests/conftest.py run() go to the server (a refusal would only cost time, unseen)."""
     proc = PRELOADED.run([sys.executable, str(REPO / "train_gpt2.py"), "--help"], REPO, dict(os.environ), None, 120,
                          True, "replace")
-    assert proc is not None and proc.returncode == 0 and proc.stdout.startswith("usage: ")
+    assert proc is not None, f"the suite's server did not take the run: {PRELOADED.refusal}"
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: "), proc.stdout + proc.stderr
