@@ -5,7 +5,7 @@ LLMC_ATTENTION_PREFETCH, LLMC_GRAD_NORM_WIDE, ...: doc/cpu-speed.md) until the n
 This runs the trainer with each value of a switch in turn, --rounds times (A, B, A, B, ...: a machine whose speed
 drifts shares the drift), each run --warmup untimed steps then --steps timed ones with LLMC_PHASE_TIME=1, and prints
 per value the median step time and the median of each phase (ms a step), then the ratio of each value's to the
-first value's; the first line names the CPU (lscpu: model name, family, model).
+first value's; the first line names the CPU as make bench does (model name, family, model, ISA flags).
 
     python dev/time_switches.py LLMC_VEC16=1,0 LLMC_ATTENTION_PREFETCH=1,0 -- -e d12 -b 4 -t 1024 -p bf16
 
@@ -25,17 +25,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_train.bin"
-STEP_LINE = re.compile(r"^step +(\d+)/\d+ .*\| ([0-9.]+) ms \|", re.M)
-PHASE_LINE = re.compile(r"^phase (\w+): ([0-9.]+) ms, .* over (\d+) steps$", re.M)
+sys.path[:0] = [str(REPO / "dev"), str(REPO)]
 
-
-def cpu_line() -> str:
-    """lscpu's model name, family and model, as every timing table names its CPU."""
-    fields = {}
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    return f"{fields.get('Model name', '?')} (family {fields.get('CPU family', '?')}, model {fields.get('Model', '?')})"
+import bench  # noqa: E402  (dev/bench.py: the CPU line and the step and phase lines, parsed as make bench does)
 
 
 def parse_switch(text: str) -> tuple[str, list[str]]:
@@ -50,8 +42,9 @@ def run_once(cmd: list[str], env: dict[str, str], warmup: int) -> tuple[list[flo
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"error: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
-    steps = [float(ms) for step, ms in STEP_LINE.findall(proc.stdout) if int(step) > warmup]
-    phases = {name: float(ms) / int(n) for name, ms, n in PHASE_LINE.findall(proc.stdout)}
+    lines = proc.stdout.splitlines()
+    steps = [ms for _, ms in bench.parse_steps(lines)][warmup:]
+    phases = {name: total.ms / total.steps for name, total in bench.parse_phases(lines).items() if total.steps}
     return steps, phases
 
 
@@ -77,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{args.data} not found (python dev/data/tinyshakespeare.py)")
     cmd = [str(trainer), *trainer_args, "-i", str(args.data), "-j", "", "-x", str(args.warmup + args.steps),
            "-v", "0", "-s", "0"]
-    print(f"cpu: {cpu_line()}, {os.cpu_count()} threads\ntrainer: {' '.join(cmd[:1] + trainer_args)}", flush=True)
+    cpu = bench.cpu_description()
+    print(f"cpu: {cpu}\ntrainer: {' '.join(cmd[:1] + trainer_args)}", flush=True)
     record = {}
     for name, values in args.switches:
         steps: dict[str, list[float]] = {v: [] for v in values}
@@ -99,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}={value}: {step:.1f} ms ({step / base:.3f}x) | {parts}")
         record[name] = {"steps": steps, "phases": phases}
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_line(), "trainer": cmd, "switches": record}, indent=1))
+        args.json.write_text(json.dumps({"cpu": cpu, "trainer": cmd, "switches": record}, indent=1))
     return 0
 
 

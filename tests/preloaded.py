@@ -159,6 +159,7 @@ class PreloadedPython:
         self._restarts = 0
         self.refusal = "LLMC_TEST_PRELOAD=0" if self._broken else ""  # why the last run was not served
         self._dir = ""
+        self._at_exit = False
 
     def _start(self) -> bool:
         self._dir = tempfile.mkdtemp(prefix="llmc_preloaded_")
@@ -168,23 +169,32 @@ class PreloadedPython:
         self._server = subprocess.Popen([sys.executable, __file__, self._socket, *self._preload],
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=self._env)
         log.close()
-        atexit.register(self.close)
+        if not self._at_exit:  # once: close() stops whichever server is running at exit
+            atexit.register(self.close)
+            self._at_exit = True
         ready, _, _ = select.select([self._server.stdout], [], [], START_TIMEOUT)
         if not ready or self._server.stdout.readline() != b"ready\n":
-            self.close(f"the server did not start: {os.path.join(self._dir, 'server.log')}")
+            self.close(f"the server did not start: {os.path.join(self._dir, 'server.log')}", keep_log=True)
             return False
         return True
 
-    def close(self, reason: str = "closed") -> None:
-        """Stop the server; later runs answer None (a fresh interpreter). Its log stays when it failed to start."""
+    def close(self, reason: str = "closed", keep_log: bool = False) -> None:
+        """Stop the server; later runs answer None (a fresh interpreter). keep_log: leave its directory (with
+        server.log) for the person reading `refusal`."""
         self._broken = True
-        self.refusal = reason
-        self._stop()
+        if self._server is not None or not self.refusal:  # the first reason stays (close at exit adds none)
+            self.refusal = reason
+        self._stop(keep_log)
 
-    def _stop(self) -> None:
-        if self._server is not None and self._server.poll() is None:
+    def _stop(self, keep_log: bool = False) -> None:
+        if self._server is None:
+            return
+        if self._server.poll() is None:
             self._server.kill()
             self._server.wait()
+        self._server.stdout.close()
+        self._server = None
+        if not keep_log:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     def _request(self, cmd: list[str], env: dict[str, str]) -> dict | None:
