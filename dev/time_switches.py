@@ -10,14 +10,25 @@ first value's; the first line names the CPU as make bench does (model name, fami
     python dev/time_switches.py LLMC_VEC16=1,0 LLMC_ATTENTION_PREFETCH=1,0 -- -e d12 -b 4 -t 1024 -p bf16
 
 Everything after -- goes to the trainer (-i, -j, -x, -v and -s are set here). --json writes every step time.
+
+A step's phases move by up to a fifth between runs on a shared or drifting machine; a kernel's own timer does not
+(each of its times is already the best or the median of many calls). --kernel runs such programs instead of the
+trainer, each value of each switch in turn, and compares every line of their output that holds times ('... 12.3 ms'):
+
+    python dev/time_switches.py --rounds 6 LLMC_VEC16=1,0 --kernel 'dev/test/test_attention_cpu --time 1024' \
+        --kernel 'dev/test/test_classifier --time'
+    python dev/time_switches.py --rounds 6 LLMC_BF16_CVT=1,0 --kernel 'dev/test/test_elementwise --time 1024' \
+        --kernel 'dev/test/test_norm_cpu --time' --kernel 'dev/test/test_attention_cpu --time 1024'
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -28,6 +39,9 @@ DEFAULT_DATA = REPO / "dev" / "data" / "tinyshakespeare" / "tiny_shakespeare_tra
 sys.path[:0] = [str(REPO / "dev"), str(REPO)]
 
 import bench  # noqa: E402  (dev/bench.py: the CPU line and the step and phase lines, parsed as make bench does)
+
+MS_RE = re.compile(r"(\d+(?:\.\d+)?) ms\b")
+NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 
 
 def parse_switch(text: str) -> tuple[str, list[str]]:
@@ -48,30 +62,23 @@ def run_once(cmd: list[str], env: dict[str, str], warmup: int) -> tuple[list[flo
     return steps, phases
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    ours = argv[:argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("switches", nargs="+", type=parse_switch, help="NAME=VALUE,VALUE: each timed on its own")
-    p.add_argument("--trainer", default="train_gpt2", help="the trainer binary at the repo's root (default train_gpt2)")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="train token shard (default tinyshakespeare)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps a run (default 1)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps a run (default 3)")
-    p.add_argument("--json", type=Path, help="write every step time here")
-    args = p.parse_args(ours)
-    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
-        p.error("--rounds and --steps must be >= 1, --warmup >= 0")
-    trainer = REPO / args.trainer
-    if not trainer.exists():
-        p.error(f"{trainer} not found (make {args.trainer})")
-    if not args.data.exists():
-        p.error(f"{args.data} not found (python dev/data/tinyshakespeare.py)")
-    cmd = [str(trainer), *trainer_args, "-i", str(args.data), "-j", "", "-x", str(args.warmup + args.steps),
+def ms_lines(text: str) -> dict[tuple[str, int], tuple[str, list[float]]]:
+    """Each output line holding times ('12.3 ms'), keyed by the line with its numbers blanked and its occurrence:
+    the line itself and its times in order."""
+    found: dict[tuple[str, int], tuple[str, list[float]]] = {}
+    for line in text.splitlines():
+        times = [float(t) for t in MS_RE.findall(line)]
+        if times:
+            template = NUMBER_RE.sub("#", line.strip())
+            k = sum(1 for key in found if key[0] == template)
+            found[(template, k)] = (line.strip(), times)
+    return found
+
+
+def time_trainer(args: argparse.Namespace, trainer_args: list[str]) -> dict:
+    cmd = [str(REPO / args.trainer), *trainer_args, "-i", str(args.data), "-j", "", "-x", str(args.warmup + args.steps),
            "-v", "0", "-s", "0"]
-    cpu = bench.cpu_description()
-    print(f"cpu: {cpu}\ntrainer: {' '.join(cmd[:1] + trainer_args)}", flush=True)
+    print(f"trainer: {' '.join(cmd[:1] + trainer_args)}", flush=True)
     record = {}
     for name, values in args.switches:
         steps: dict[str, list[float]] = {v: [] for v in values}
@@ -92,8 +99,82 @@ def main(argv: list[str] | None = None) -> int:
             parts = ", ".join(f"{ph} {statistics.median(ms):.1f}" for ph, ms in phases[value].items())
             print(f"  {name}={value}: {step:.1f} ms ({step / base:.3f}x) | {parts}")
         record[name] = {"steps": steps, "phases": phases}
+    return {"trainer": cmd, "switches": record}
+
+
+def run_kernel(cmd: list[str], env: dict[str, str]) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def median_times(runs: list[dict], key: tuple[str, int], count: int) -> list[float]:
+    """The median of each of a line's `count` times over the runs that printed that line (nan where none did)."""
+    found = [[r[key][1][i] for r in runs if key in r and len(r[key][1]) > i] for i in range(count)]
+    return [statistics.median(times) if times else math.nan for times in found]
+
+
+def time_kernels(args: argparse.Namespace) -> dict:
+    """Each --kernel program run with each value of each switch, alternating, --rounds times; per line of its
+    output that holds times, the median of each time under each value and its ratio to the first value's."""
+    record: dict = {}
+    for name, values in args.switches:
+        for kernel in args.kernel:
+            cmd = shlex.split(kernel)
+            cmd[0] = str(REPO / cmd[0])
+            runs: dict[str, list[dict]] = {v: [] for v in values}
+            for _ in range(args.rounds):
+                for value in values:
+                    runs[value].append(ms_lines(run_kernel(cmd, {**os.environ, name: value})))
+            print(f"{name} ({', '.join(values)}), {kernel}: the medians of {args.rounds} runs, ms; in parentheses "
+                  f"the ratio to {name}={values[0]}", flush=True)
+            table = {}
+            for key, (line, times) in runs[values[0]][0].items():
+                medians = {v: median_times(runs[v], key, len(times)) for v in values}
+                table[line] = medians
+                first = medians[values[0]]
+                pairs = "; ".join(" / ".join(f"{medians[v][i]:.3f}" for v in values) + " ("
+                                  + " ".join(f"{medians[v][i] / first[i]:.2f}x" for v in values[1:]) + ")"
+                                  for i in range(len(times)) if first[i] > 0)
+                print(f"  {line[:80]}\n      {pairs}")
+            record.setdefault(name, {})[kernel] = table
+    return {"kernels": args.kernel, "switches": record}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    ours = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("switches", nargs="+", type=parse_switch, help="NAME=VALUE,VALUE: each timed on its own")
+    p.add_argument("--trainer", default="train_gpt2", help="the trainer binary at the repo's root (default train_gpt2)")
+    p.add_argument("--kernel", action="append", default=[],
+                   help="time this program instead of the trainer, e.g. 'dev/test/test_attention_cpu --time 1024' "
+                        "(repeatable): every line of its output that holds times is compared")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="train token shard (default tinyshakespeare)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps a run (default 1)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps a run (default 3)")
+    p.add_argument("--json", type=Path, help="write every step time (the kernels' medians) here")
+    args = p.parse_args(ours)
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        p.error("--rounds and --steps must be >= 1, --warmup >= 0")
+    if args.kernel and trainer_args:
+        p.error("trainer arguments after -- are for the trainer, not for --kernel")
+    for kernel in args.kernel:
+        program = REPO / (shlex.split(kernel) or [""])[0]
+        if not program.is_file():
+            p.error(f"--kernel: {program} not found (make {program.relative_to(REPO)})")
+    if not args.kernel and not (REPO / args.trainer).exists():
+        p.error(f"{REPO / args.trainer} not found (make {args.trainer})")
+    if not args.kernel and not args.data.exists():
+        p.error(f"{args.data} not found (python dev/data/tinyshakespeare.py)")
+    cpu = bench.cpu_description()
+    print(f"cpu: {cpu}", flush=True)
+    record = time_kernels(args) if args.kernel else time_trainer(args, trainer_args)
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu, "trainer": cmd, "switches": record}, indent=1))
+        args.json.write_text(json.dumps({"cpu": cpu, **record}, indent=1))
     return 0
 
 

@@ -34,7 +34,7 @@ HELP_FLAGS: dict[str, list[str]] = {
     "dev/compare_families.py": ["--model", "--steps", "--val_every", "--muon_lr", "--out"],
     "dev/nanochat_refs.py": ["--out_dir", "--no_d2"],
     "dev/torch_minimal_step.py": ["--family", "--model", "--dtype", "--warmup", "--steps", "--threads"],
-    "dev/time_switches.py": ["--trainer", "--data", "--rounds", "--warmup", "--steps", "--json"],
+    "dev/time_switches.py": ["--trainer", "--kernel", "--data", "--rounds", "--warmup", "--steps", "--json"],
     "dev/vislog.py": ["--ema", "-o"],
     "dev/write_bpe.py": ["-o", "--unicode-tables"],
     "encode": ["-d", "-b", "gpt2_bpe.bin"],

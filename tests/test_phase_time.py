@@ -89,3 +89,24 @@ def test_time_switches_times_each_value_of_a_switch(built, tmp_path: Path):
     failing = run([*tool, "--rounds", "1", "LLMC_VEC16=1,0", "--", "-e", "missing.bin"], check=False)
     assert failing.returncode == 1 and failing.stderr.count("\n") == 1 and failing.stderr.startswith("error: "), \
         failing.stderr
+
+
+def test_time_switches_compares_a_kernel_timers_lines(tmp_path: Path):
+    """dev/time_switches.py --kernel: a dev/test program's timer run with each value alternating, each of its lines
+    that holds times compared by medians; a missing program and trainer arguments beside --kernel are refused."""
+    tool = [PYTHON, REPO / "dev" / "time_switches.py"]
+    make("dev/test/test_norm_cpu")
+    out = run([*tool, "--rounds", "2", "LLMC_BF16_CVT=1,0", "--kernel", "dev/test/test_norm_cpu --time",
+               "--json", tmp_path / "k.json"], env={"OMP_NUM_THREADS": "1"}).stdout
+    assert re.search(r"^cpu: .*\(family \d+, model \d+", out, re.M), out
+    assert "LLMC_BF16_CVT (1, 0), dev/test/test_norm_cpu --time: the medians of 2 runs" in out, out
+    for kernel in ("layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward"):
+        assert re.search(rf"^  {kernel} .*\n      [0-9.]+ / [0-9.]+ \([0-9.]+x\); [0-9.]+ / [0-9.]+ \([0-9.]+x\); ",
+                         out, re.M), out
+    table = json.loads((tmp_path / "k.json").read_text())["switches"]["LLMC_BF16_CVT"]["dev/test/test_norm_cpu --time"]
+    assert len(table) == 5 and all(len(t["1"]) == len(t["0"]) == 3 for t in table.values()), table
+    missing = run([*tool, "LLMC_VEC16=1,0", "--kernel", "dev/test/no_such_timer --time"], check=False)
+    assert missing.returncode == 2 and "no_such_timer not found (make dev/test/no_such_timer)" in missing.stderr, \
+        missing.stderr
+    both = run([*tool, "LLMC_VEC16=1,0", "--kernel", "dev/test/test_norm_cpu --time", "--", "-b", "4"], check=False)
+    assert both.returncode == 2 and "not for --kernel" in both.stderr, both.stderr
