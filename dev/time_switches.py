@@ -76,6 +76,7 @@ def ms_lines(text: str) -> dict[tuple[str, int], tuple[str, list[float]]]:
 
 
 def time_trainer(args: argparse.Namespace, trainer_args: list[str]) -> dict:
+    """The trainer run with each value of each switch, alternating, --rounds times: step and phase medians."""
     cmd = [str(REPO / args.trainer), *trainer_args, "-i", str(args.data), "-j", "", "-x", str(args.warmup + args.steps),
            "-v", "0", "-s", "0"]
     print(f"trainer: {' '.join(cmd[:1] + trainer_args)}", flush=True)
@@ -163,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kernel and trainer_args:
         p.error("trainer arguments after -- are for the trainer, not for --kernel")
     for kernel in args.kernel:
-        program = REPO / (shlex.split(kernel) or [""])[0]
-        if not program.is_file():
-            p.error(f"--kernel: {program} not found (make {program.relative_to(REPO)})")
+        words = shlex.split(kernel)
+        if not words or not (REPO / words[0]).is_file():
+            p.error(f"--kernel: '{kernel}' names no program at {REPO} (make {words[0] if words else 'dev/test/<name>'})")
     if not args.kernel and not (REPO / args.trainer).exists():
         p.error(f"{REPO / args.trainer} not found (make {args.trainer})")
     if not args.kernel and not args.data.exists():
