@@ -63,13 +63,13 @@ def run_once(cmd: list[str], env: dict[str, str], warmup: int) -> tuple[list[flo
 
 
 def ms_lines(text: str) -> dict[tuple[str, int], tuple[str, list[float]]]:
-    """Each output line holding times ('12.3 ms'), keyed by the line with its numbers blanked and its occurrence:
-    the line itself and its times in order."""
+    """Each output line holding times ('12.3 ms'), keyed by the line with its numbers blanked and its spaces
+    collapsed, and its occurrence: the line itself and its times in order."""
     found: dict[tuple[str, int], tuple[str, list[float]]] = {}
     for line in text.splitlines():
         times = [float(t) for t in MS_RE.findall(line)]
         if times:
-            template = NUMBER_RE.sub("#", line.strip())
+            template = " ".join(NUMBER_RE.sub("#", line).split())  # (a number's width moves the spaces)
             k = sum(1 for key in found if key[0] == template)
             found[(template, k)] = (line.strip(), times)
     return found
@@ -116,6 +116,14 @@ def median_times(runs: list[dict], key: tuple[str, int], count: int) -> list[flo
     return [statistics.median(times) if times else math.nan for times in found]
 
 
+def compare(medians: dict[str, list[float]], values: list[str], i: int) -> str:
+    """'a / b (b/a x)' for the i-th time of a line under each value, '-' where a value has none."""
+    times = [medians[v][i] for v in values]
+    shown = " / ".join("-" if math.isnan(t) else f"{t:.3f}" for t in times)
+    ratios = " ".join("-" if math.isnan(t) or not times[0] > 0 else f"{t / times[0]:.2f}x" for t in times[1:])
+    return f"{shown} ({ratios})"
+
+
 def time_kernels(args: argparse.Namespace) -> dict:
     """Each --kernel program run with each value of each switch, alternating, --rounds times; per line of its
     output that holds times, the median of each time under each value and its ratio to the first value's."""
@@ -131,14 +139,16 @@ def time_kernels(args: argparse.Namespace) -> dict:
             print(f"{name} ({', '.join(values)}), {kernel}: the medians of {args.rounds} runs, ms; in parentheses "
                   f"the ratio to {name}={values[0]}", flush=True)
             table = {}
-            for key, (line, times) in runs[values[0]][0].items():
-                medians = {v: median_times(runs[v], key, len(times)) for v in values}
+            # the lines of the first value's first run, then those only another value's runs print (a switch can
+            # change which passes a timer runs): '-' where a value printed no such line
+            lines = {}
+            for v in values:
+                for key, (line, times) in runs[v][0].items():
+                    lines.setdefault(key, (line, len(times)))
+            for key, (line, count) in lines.items():
+                medians = {v: median_times(runs[v], key, count) for v in values}
                 table[line] = medians
-                first = medians[values[0]]
-                pairs = "; ".join(" / ".join(f"{medians[v][i]:.3f}" for v in values) + " ("
-                                  + " ".join(f"{medians[v][i] / first[i]:.2f}x" for v in values[1:]) + ")"
-                                  for i in range(len(times)) if first[i] > 0)
-                print(f"  {line[:80]}\n      {pairs}")
+                print(f"  {line[:80]}\n      {'; '.join(compare(medians, values, i) for i in range(count))}")
             record.setdefault(name, {})[kernel] = table
     return {"kernels": args.kernel, "switches": record}
 

@@ -110,3 +110,20 @@ def test_time_switches_compares_a_kernel_timers_lines(tmp_path: Path):
         missing.stderr
     both = run([*tool, "LLMC_VEC16=1,0", "--kernel", "dev/test/test_norm_cpu --time", "--", "-b", "4"], check=False)
     assert both.returncode == 2 and "not for --kernel" in both.stderr, both.stderr
+
+
+def test_time_switches_pairs_a_timer_line_whatever_the_width_of_its_numbers():
+    """A line keeps its key when its times change width ('  7.181 ms' under one value, ' 11.518 ms' under the other:
+    the timers pad to a width), and a second line of the same text is a key of its own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_switches", REPO / "dev" / "time_switches.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    one = tool.ms_lines("  GELU backward      7.181 ms    125.8 MB   17.5 GB/s\nno time here\n  GELU backward   2.0 ms")
+    other = tool.ms_lines("  GELU backward     11.518 ms    125.8 MB    9.1 GB/s\n  GELU backward   3.5 ms")
+    assert list(one) == list(other) and len(one) == 2, (one, other)
+    assert [t for _, t in one.values()] == [[7.181], [2.0]] and [t for _, t in other.values()] == [[11.518], [3.5]]
+    medians = {"1": [7.181], "0": [float("nan")]}
+    assert tool.compare(medians, ["1", "0"], 0) == "7.181 / - (-)"
+    assert tool.compare({"1": [2.0], "0": [3.0]}, ["1", "0"], 0) == "2.000 / 3.000 (1.50x)"
