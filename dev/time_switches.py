@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     for kernel in args.kernel:
         words = shlex.split(kernel)
         if not words or not (REPO / words[0]).is_file():
-            p.error(f"--kernel: '{kernel}' names no program at {REPO} (make {words[0] if words else 'dev/test/<name>'})")
+            target = words[0] if words else "dev/test/<name>"
+            p.error(f"--kernel: '{kernel}' names no program at {REPO} (make {target})")
     if not args.kernel and not (REPO / args.trainer).exists():
         p.error(f"{REPO / args.trainer} not found (make {args.trainer})")
     if not args.kernel and not args.data.exists():

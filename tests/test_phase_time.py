@@ -106,8 +106,8 @@ def test_time_switches_compares_a_kernel_timers_lines(tmp_path: Path):
     table = json.loads((tmp_path / "k.json").read_text())["switches"]["LLMC_BF16_CVT"]["dev/test/test_norm_cpu --time"]
     assert len(table) == 5 and all(len(t["1"]) == len(t["0"]) == 3 for t in table.values()), table
     missing = run([*tool, "LLMC_VEC16=1,0", "--kernel", "dev/test/no_such_timer --time"], check=False)
-    assert missing.returncode == 2 and "names no program" in missing.stderr and "(make dev/test/no_such_timer)" in missing.stderr, \
-        missing.stderr
+    assert missing.returncode == 2 and "names no program" in missing.stderr, missing.stderr
+    assert "(make dev/test/no_such_timer)" in missing.stderr, missing.stderr
     both = run([*tool, "LLMC_VEC16=1,0", "--kernel", "dev/test/test_norm_cpu --time", "--", "-b", "4"], check=False)
     assert both.returncode == 2 and "not for --kernel" in both.stderr, both.stderr
 
