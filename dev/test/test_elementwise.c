@@ -20,7 +20,9 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
   replaced (swiglu_backward_copies_scalar): dgate, dup and their copies, gate over [-20, 20] with +-100 and 0, odd
   sizes, 1 to 3 threads;
 - GPT-2's -p bf16 bias add and GELU forward in AVX-512 (LLMC_VEC16; on a CPU with AVX-512) against the compiled loop:
-  all 2^16 bf16 inputs, and random values.
+  all 2^16 bf16 inputs, and random values;
+- GPT-2's -p bf16 GELU backward (the forward again, the gradient, the fc bias gradient) in AVX-512 against the
+  compiled loops: all 2^16 bf16 inputs and random ones, dinp in fp32, with its bf16 copy, or the copy alone.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/relu2_cpu.h"
@@ -30,6 +32,15 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
 #include "test_common.h"
 
 static int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+// the same bits, or NaN in both: which NaN a sum of two NaNs keeps depends on the order of the add's operands,
+// which the compiler chooses (an add commutes for it)
+static int same_floats(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i]))) { return 0; }
+    }
+    return 1;
+}
 
 static const int ROWS[] = {1, 3, 4, 7, 64, 130};
 static const int COLS[] = {1, 5, 16, 17, 33, 100, 768, 3100};
@@ -347,6 +358,73 @@ static void check_gelu_vec16(void) {
     for (int v = 0; v < 2; v++) { free(out[v]); free(x16[v]); }
 }
 
+// GPT-2's -p bf16 backward through its GELU (the forward again, the GELU's gradient and the fc bias gradient in one
+// pass) in AVX-512 against the compiled loops, bit for bit: out16, dinp (fp32, its bf16 copy beside it, or the copy
+// alone) and dbias (a NaN for a NaN: same_floats), on every one of the 2^16 bf16 inputs and on random ones; a row
+// length that is not a multiple of 16, beta 0 and 1, 1 to 3 threads
+static void check_gelu_recompute_vec16(void) {
+    if (!vec16_supported()) {
+        printf("GELU's AVX-512 recompute and backward: not run (no AVX-512 F and BW on this CPU, or no FMA in this "
+               "build)\n");
+        return;
+    }
+    enum { ROWS16 = 64, COLS16 = 1030 };
+    size_t n = (size_t)ROWS16 * COLS16;
+    uint16_t* x16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    float* dout = (float*)mallocCheck(n * sizeof(float));
+    float* start = (float*)mallocCheck(COLS16 * sizeof(float));
+    uint16_t* out[2], * copy[2];
+    float* dinp[2], * dbias[2];
+    for (int v = 0; v < 2; v++) {
+        out[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        copy[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        dinp[v] = (float*)mallocCheck(n * sizeof(float));
+        dbias[v] = (float*)mallocCheck(COLS16 * sizeof(float));
+    }
+    hash_fill(dout, n, 12, 1.0f);
+    hash_fill(start, COLS16, 13, 2.0f);
+    static const char* KEPT[] = {"dinp in fp32 alone", "dinp and its bf16 copy", "dinp's bf16 copy alone"};
+    for (int random = 0; random <= 1; random++) {
+        if (random) {
+            hash_fill(x, n, 14, 6.0f);
+            for (size_t i = 0; i < n; i++) { x16[i] = matmul_bf16_round_value(x[i]); }
+        } else {
+            for (size_t i = 0; i < n; i++) { x16[i] = (uint16_t)(i & 0xffffu); }
+        }
+        for (int kept = 0; kept < 3; kept++) {
+            for (int beta = 0; beta <= 1; beta++) {
+                for (int threads = 1; threads <= 3; threads++) {
+                    set_threads(threads);
+                    for (int v = 0; v < 2; v++) {
+                        if (kept > 0) {
+                            matmul_bf16_mirror_add(dinp[v], n, copy[v]);
+                            matmul_bf16_mirror_set_alone(dinp[v], kept == 2);
+                        }
+                        memset(out[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                        memset(copy[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                        memset(dinp[v], v == 0 ? 0 : 0x7f, n * sizeof(float));
+                        memcpy(dbias[v], start, COLS16 * sizeof(float));
+                        setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
+                        gelu_recompute_backward_bias_bf16(out[v], dinp[v], dbias[v], x16, dout, ROWS16, COLS16,
+                                                          (float)beta);
+                        if (kept > 0) { matmul_bf16_mirror_remove(dinp[v]); }
+                    }
+                    unsetenv("LLMC_VEC16");
+                    CHECK(same_bits(out[0], out[1], n * sizeof(uint16_t)) &&
+                          same_floats(dbias[0], dbias[1], COLS16) &&
+                          (kept == 2 || same_bits(dinp[0], dinp[1], n * sizeof(float))) &&
+                          (kept == 0 || same_bits(copy[0], copy[1], n * sizeof(uint16_t))),
+                          "GELU recompute + backward with LLMC_VEC16=1 and 0 (%s, %s, beta %d, %d threads): not the "
+                          "same bits", random ? "random inputs" : "all bf16 inputs", KEPT[kept], beta, threads);
+                }
+            }
+        }
+    }
+    free(x16); free(x); free(dout); free(start);
+    for (int v = 0; v < 2; v++) { free(out[v]); free(copy[v]); free(dinp[v]); free(dbias[v]); }
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
         time_passes(argc >= 3 ? atoi(argv[2]) : 1024);
@@ -364,5 +442,6 @@ int main(int argc, char** argv) {
     }
     check_swiglu_backward();
     check_gelu_vec16();
+    check_gelu_recompute_vec16();
     return test_summary();
 }

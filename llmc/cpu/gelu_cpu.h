@@ -18,9 +18,10 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
 
 (N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. On a CPU with AVX-512 the
 -p bf16 forward (bias_gelu_forward_bf16) runs a hand-written AVX-512 loop on llmc/cpu/vecmath.h's vec16_gelu_forward (the
-same bits; LLMC_VEC16=0 keeps the compiled loop): 3.3 -> 3.1 ms a d12 layer at B=4 T=1024 on a Zen 5. The same for
-the backward's recompute row gained nothing there (4.7-4.9 ms either way: it waits on memory) and was not kept. A function whose output a
-GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
+same bits; LLMC_VEC16=0 keeps the compiled loop): 3.3 -> 3.1 ms a d12 layer at B=4 T=1024 on a Zen 5. So does the
+backward's recompute (gelu_recompute_backward_row16, the same bits): 7.97 -> 6.75 ms a d12 layer on a Zen 5
+(2026-12-02, medians of 8 rounds; a first try on 2026-11-29 saw nothing, 4.7-4.9 ms either way, and was not kept).
+A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
 matmul_bf16_shadow, bf16_copy_row).
 */
 #ifndef LLMC_GELU_CPU_H
@@ -169,12 +170,68 @@ static void gelu_recompute_backward_row_cvt(uint16_t* out16, uint16_t* dinp16, f
 }
 #endif
 
+#if MATMUL_X86
+// GELU_BOTH on 16 lanes, each product fused where the compiled macro's is (fp-contract off in the caller): y = the
+// GELU's output, v = gelu'(x) dout
+__attribute__((target("avx512f"), always_inline))
+static inline void vec16_gelu_both(__m512 x, __m512 dout, __m512* y, __m512* v) {
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), scale = _mm512_set1_ps(GELU_SCALING_FACTOR);
+    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
+    __m512 th = vec16_tanhf(_mm512_mul_ps(scale, _mm512_fmadd_ps(cx2, x, x)));
+    __m512 one_th = _mm512_add_ps(one, th);
+    __m512 half_x = _mm512_mul_ps(half, x);
+    *y = _mm512_mul_ps(half_x, one_th);
+    __m512 sech2 = _mm512_fnmadd_ps(th, th, one);
+    __m512 du_dx = _mm512_mul_ps(scale, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(3.0f * GELU_CUBE_COEFF), x), x, one));
+    __m512 grad = _mm512_fmadd_ps(half, one_th, _mm512_mul_ps(_mm512_mul_ps(half_x, sech2), du_dx));
+    *v = _mm512_mul_ps(grad, dout);
+}
+
+// gelu_recompute_backward_row in AVX-512 (vec16_enabled): the same bits, 32 values a step (dev/test/test_elementwise
+// checks all 2^16 bf16 inputs against the compiled loops)
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
+static void gelu_recompute_backward_row16(uint16_t* out16, float* dinp, uint16_t* dinp16, float* sum,
+                                          const uint16_t* inp16, const float* dout, int n) {
+    int j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m512 y[2], v[2];
+        for (int h = 0; h < 2; h++) {
+            int at = j + 16 * h;
+            __m512 x = mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)(inp16 + at)));
+            vec16_gelu_both(x, _mm512_loadu_ps(dout + at), &y[h], &v[h]);
+            _mm512_storeu_ps(sum + at, _mm512_add_ps(_mm512_loadu_ps(sum + at), v[h]));
+            if (dinp != NULL) { _mm512_storeu_ps(dinp + at, v[h]); }
+        }
+        _mm512_storeu_si512((void*)(out16 + j), mm32_round_bf16(y[0], y[1]));
+        if (dinp16 != NULL) { _mm512_storeu_si512((void*)(dinp16 + j), mm32_round_bf16(v[0], v[1])); }
+    }
+    for (; j < n; j += 16) {
+        int m = n - j < 16 ? n - j : 16;
+        __mmask16 k = m == 16 ? (__mmask16)0xffff : vec16_first(m);
+        uint16_t x16[16] = {0};
+        memcpy(x16, inp16 + j, (size_t)m * sizeof(uint16_t));
+        __m512 y, v;
+        vec16_gelu_both(mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)x16)),
+                        _mm512_maskz_loadu_ps(k, dout + j), &y, &v);
+        _mm512_mask_storeu_ps(sum + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + j), v));
+        if (dinp != NULL) { _mm512_mask_storeu_ps(dinp + j, k, v); }
+        mm16_store_bf16(out16 + j, y, m);
+        if (dinp16 != NULL) { mm16_store_bf16(dinp16 + j, v, m); }
+    }
+}
+#endif
+
 // one row's slice [0, n) of gelu_recompute_backward_bias_bf16: out16 = gelu(x) rounded, v = gelu'(x) dout into dinp
 // (NULL: none) and its bf16 copy dinp16 (NULL: none), sum += v; x from inp16. The tanh once: the arithmetic of
-// vec_gelu_forward and vec_gelu_grad (llmc/cpu/vecmath.h) on the one value, so their bits.
+// vec_gelu_forward and vec_gelu_grad (llmc/cpu/vecmath.h) on the one value, so their bits. vec16: the AVX-512 loop
+// (vec16_enabled, asked once by the caller).
 static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uint16_t* dinp16, float* sum,
-                                               const uint16_t* inp16, const float* dout, int n) {
+                                               const uint16_t* inp16, const float* dout, int n, int vec16) {
 #if MATMUL_X86
+    if (vec16) {
+        gelu_recompute_backward_row16(out16, dinp, dinp16, sum, inp16, dout, n);
+        return;
+    }
     if (dinp == NULL && mm_bf16_cvt_on()) {
         gelu_recompute_backward_row_cvt(out16, dinp16, sum, inp16, dout, n);
         return;
@@ -219,9 +276,9 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
 // dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32); with out16
 // (x from inp16) the GELU's output again too (gelu_recompute_backward_row). A loop per case, so that each vectorises.
 static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum,
-                                          const uint16_t* inp16, const float* inp, const float* dout, int n) {
+                                          const uint16_t* inp16, const float* inp, const float* dout, int n, int vec16) {
     if (out16 != NULL) { // (the GELU's output again too)
-        gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n);
+        gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n, vec16);
         return;
     }
     if (dinp == NULL && inp16 != NULL) {
@@ -288,6 +345,7 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, c
     double t_phase = phase_begin();
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
     float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
+    int vec16 = out16 != NULL && vec16_enabled();
     #pragma omp parallel
     {
         int nt, t;
@@ -302,7 +360,7 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, c
                 size_t at = (size_t)r * OC + b0;
                 gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL,
                                        out16 != NULL ? out16 + at : NULL, sum, inp16 != NULL ? inp16 + at : NULL,
-                                       inp != NULL ? inp + at : NULL, dout + at, n);
+                                       inp != NULL ? inp + at : NULL, dout + at, n, vec16);
             }
             for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
         }
