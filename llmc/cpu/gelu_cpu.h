@@ -16,13 +16,13 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
     gelu_recompute_backward_bias_bf16(out16, dinp, dbias, inp16, dout, BT, OC, beta)   gelu_forward_bf16 (out16)
                                                   and gelu_backward_bias_bf16_input in one pass, one tanh a value
 
-(N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. On a CPU with AVX-512 the
--p bf16 forward (bias_gelu_forward_bf16) runs a hand-written AVX-512 loop on llmc/cpu/vecmath.h's vec16_gelu_forward (the
+(N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. On a CPU with AVX-512 the -p
+bf16 forward (bias_gelu_forward_bf16) runs a hand-written AVX-512 loop on llmc/cpu/vecmath.h's vec16_gelu_forward (the
 same bits; LLMC_VEC16=0 keeps the compiled loop): 3.3 -> 3.1 ms a d12 layer at B=4 T=1024 on a Zen 5. So does the
 backward's recompute (gelu_recompute_backward_row16, the same bits): 7.97 -> 6.75 ms a d12 layer on a Zen 5
-(2026-12-02, medians of 8 rounds; a first try on 2026-11-29 saw nothing, 4.7-4.9 ms either way, and was not kept).
-A function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's
-matmul_bf16_shadow, bf16_copy_row).
+(2026-12-02, medians of 8 rounds; a first try on 2026-11-29 saw nothing, 4.7-4.9 ms either way, and was not kept). A
+function whose output a GEMM reads writes that output's bf16 copy too when it has one (-p bf16 on oneDNN:
+llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
 */
 #ifndef LLMC_GELU_CPU_H
 #define LLMC_GELU_CPU_H
@@ -68,7 +68,8 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
     activation_backward_into(ACTIVATION_GELU, dinp, inp, dout, N, 1);
 }
 
-// GPT-2's bf16 activations (llmc/cpu/matmul.h's matmul_forward_bf16_input): the fc layer's bias add and GELU with the GELU's input kept in bf16. pre (B,T,OC)
+// GPT-2's bf16 activations (llmc/cpu/matmul.h's matmul_forward_bf16_input): the fc layer's bias add and GELU with the
+// GELU's input kept in bf16. pre (B,T,OC)
 // holds the GEMM's output without its bias; pre16 (B,T,OC) = pre + bias rounded to bf16 (kept for the backward), out16
 // (B,T,OC) = gelu of that rounded input, rounded (what the projection's GEMM reads). The forward and the backward
 // both start from pre16, so the backward's recompute (gelu_forward_bf16) gives out16's bits again.
@@ -120,7 +121,8 @@ static void bias_gelu_forward_bf16(uint16_t* out16, uint16_t* pre16, const float
     phase_end(PHASE_ELEMENTWISE, t_phase, 8.0 * N, 9.0 * N); // pre read, pre16 and out16 written
 }
 
-// out16 (N) = gelu of the bf16 input inp16 (N), rounded: bias_gelu_forward_bf16's out16 again (the backward's recompute)
+// out16 (N) = gelu of the bf16 input inp16 (N), rounded: bias_gelu_forward_bf16's out16 again (the backward's
+// recompute)
 static void gelu_forward_bf16(uint16_t* out16, const uint16_t* inp16, size_t N) {
     double t_phase = phase_begin();
     #pragma omp parallel for schedule(static)
@@ -182,7 +184,8 @@ static inline void vec16_gelu_both(__m512 x, __m512 dout, __m512* y, __m512* v) 
     __m512 half_x = _mm512_mul_ps(half, x);
     *y = _mm512_mul_ps(half_x, one_th);
     __m512 sech2 = _mm512_fnmadd_ps(th, th, one);
-    __m512 du_dx = _mm512_mul_ps(scale, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(3.0f * GELU_CUBE_COEFF), x), x, one));
+    __m512 c3x = _mm512_mul_ps(_mm512_set1_ps(3.0f * GELU_CUBE_COEFF), x);
+    __m512 du_dx = _mm512_mul_ps(scale, _mm512_fmadd_ps(c3x, x, one));
     __m512 grad = _mm512_fmadd_ps(half, one_th, _mm512_mul_ps(_mm512_mul_ps(half_x, sech2), du_dx));
     *v = _mm512_mul_ps(grad, dout);
 }
@@ -276,7 +279,8 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
 // dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32); with out16
 // (x from inp16) the GELU's output again too (gelu_recompute_backward_row). A loop per case, so that each vectorises.
 static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum,
-                                          const uint16_t* inp16, const float* inp, const float* dout, int n, int vec16) {
+                                          const uint16_t* inp16, const float* inp, const float* dout, int n,
+                                          int vec16) {
     if (out16 != NULL) { // (the GELU's output again too)
         gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n, vec16);
         return;
