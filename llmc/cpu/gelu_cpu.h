@@ -178,8 +178,7 @@ static void gelu_recompute_backward_row_cvt(uint16_t* out16, uint16_t* dinp16, f
 __attribute__((target("avx512f"), always_inline))
 static inline void vec16_gelu_both(__m512 x, __m512 dout, __m512* y, __m512* v) {
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), scale = _mm512_set1_ps(GELU_SCALING_FACTOR);
-    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
-    __m512 th = vec16_tanhf(_mm512_mul_ps(scale, _mm512_fmadd_ps(cx2, x, x)));
+    __m512 th = vec16_gelu_tanh(x);
     __m512 one_th = _mm512_add_ps(one, th);
     __m512 half_x = _mm512_mul_ps(half, x);
     *y = _mm512_mul_ps(half_x, one_th);

@@ -21,7 +21,7 @@ the error bounds against libm over the whole range.
                   selects around NaN and multiplies (and keeps the clamps as masks): 1.7 ns against 2.9
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
-    vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits
+    vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits (vec16_gelu_tanh(x): its tanh alone)
     vec16_exp_sub(e, x, n, max, ahead)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax and
                   transposes, the classifier's row pass, GPT-2's -p bf16 GELU forward and its backward's
@@ -121,10 +121,16 @@ static inline __m512 vec16_tanhf(__m512 x) {
 // vec_gelu_forward on 16 lanes: its operations, with the product GCC fuses into the add after it (x + c x^3) fused here
 // by hand, so its bits (dev/test/test_elementwise checks all 2^16 bf16 inputs) in a caller compiled with fp-contract
 // off, as every caller of these helpers is (so that no other product is fused).
+// (vec16_gelu_tanh: its tanh, the one the backward's derivative reuses)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_gelu_tanh(__m512 x) {
+    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
+    return vec16_tanhf(_mm512_mul_ps(_mm512_set1_ps(GELU_SCALING_FACTOR), _mm512_fmadd_ps(cx2, x, x)));
+}
+
 __attribute__((target("avx512f"), always_inline))
 static inline __m512 vec16_gelu_forward(__m512 x) {
-    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
-    __m512 th = vec16_tanhf(_mm512_mul_ps(_mm512_set1_ps(GELU_SCALING_FACTOR), _mm512_fmadd_ps(cx2, x, x)));
+    __m512 th = vec16_gelu_tanh(x);
     return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), th));
 }
 
