@@ -256,7 +256,7 @@ static inline __m512i mm16_round_bf16_lanes(__m512 x) {
 // but flushes denormals to zero: a vector that holds one takes the integer rounding, so the bits are
 // matmul_bf16_round_value's for every input (dev/test/test_matmul checks all 2^32), in a third of the integer
 // rounding's time (3.7-3.9 against 8.7-9.6 cycles for 32 values on the AMX Xeon). Used where the CPU has AVX512-BF16
-// (asked once); LLMC_BF16_CVT=0 keeps the integer rounding everywhere (until the two are timed on a Zen 4).
+// (asked once); LLMC_BF16_CVT=0 keeps the integer rounding everywhere (the tests compare the two).
 static int mm_bf16_cvt_state = -1;
 static inline int mm_bf16_cvt_on(void) {
     if (mm_bf16_cvt_state < 0) {
