@@ -148,17 +148,6 @@ static inline void* calloc_check(size_t n, size_t size, const char* src_file, in
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 #define callocCheck(n, size) calloc_check(n, size, __FILE__, __LINE__)
 
-// a work buffer kept between calls (no allocation per step): *buf grows to at least `bytes`,
-// its old contents dropped; *capacity holds its size. Returns *buf.
-static inline void* scratch_reserve(void** buf, size_t* capacity, size_t bytes) {
-    if (bytes > *capacity) {
-        free(*buf);
-        *buf = mallocCheck(bytes);
-        *capacity = bytes;
-    }
-    return *buf;
-}
-
 // frees each buffer of an array of the pointers a struct owns: its _free function lists them once,
 //     void* buffers[] = {s->probs, s->indices};
 //     FREE_ALL(buffers);
@@ -301,6 +290,61 @@ static inline int env_switch_on(const char* name) {
     const char* env = getenv(name);
     if (env != NULL && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) { llmc_die("%s=%s: use 0 or 1", name, env); }
     return env == NULL || strcmp(env, "0") != 0;
+}
+
+// ----------------------------------------------------------------------------
+// The big buffers start on a cache line (the model's parameters, gradients, activations, their bf16 copies, AdamW's
+// moments, the kept logits; the kernels' kept work buffers: scratch_reserve's, Muon's). glibc's malloc and calloc hand
+// out blocks 16 bytes past a line, so every 64-byte row an AVX-512 load or an AMX tile read there spanned two lines
+// (llmc's AMX GEMM ran the d12 step's shapes 9-27 % slower, doc/cpu-speed.md).
+// The block is calloc's (or malloc's), its pointer stored just before the line-aligned start the caller gets, so
+// calloc's zeroed pages stay uncommitted until touched (peak memory unchanged); free_aligned frees it, and free() must
+// not. LLMC_ALIGN=0 returns the block at malloc's own 16-byte alignment instead (the same bits: kept until the
+// alignment is timed beyond the AMX Xeon; read once).
+#define LLMC_ALIGN_BYTES 64
+
+static inline int llmc_align_lines(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_ALIGN"); }
+    return on;
+}
+
+static inline void* alloc_aligned_check(size_t n, size_t size, int zeroed, const char* src_file, int src_line) {
+    size_t extra = LLMC_ALIGN_BYTES + sizeof(void*);
+    if (n != 0 && size > (SIZE_MAX - extra) / n) {
+        llmc_die("out of memory: allocation of %zu x %zu bytes overflows [%s:%d]", n, size, src_file, src_line);
+    }
+    size_t bytes = n * size + extra;
+    char* raw = (char*)(zeroed ? calloc(bytes, 1) : malloc(bytes));
+    if (raw == NULL) {
+        llmc_die("out of memory: allocation of %zu bytes failed [%s:%d]", n * size, src_file, src_line);
+    }
+    uintptr_t at = (uintptr_t)raw + sizeof(void*); // (room for raw just before the start)
+    if (llmc_align_lines()) { at = (at + LLMC_ALIGN_BYTES - 1) & ~(uintptr_t)(LLMC_ALIGN_BYTES - 1); }
+    else { at = (at + 15) & ~(uintptr_t)15; }
+    memcpy((void*)(at - sizeof(void*)), &raw, sizeof(raw));
+    return (void*)at;
+}
+
+static inline void free_aligned(void* p) {
+    if (p == NULL) { return; }
+    void* raw;
+    memcpy(&raw, (char*)p - sizeof(void*), sizeof(raw));
+    free(raw);
+}
+
+#define mallocAligned(size) alloc_aligned_check(1, size, 0, __FILE__, __LINE__)
+#define callocAligned(n, size) alloc_aligned_check(n, size, 1, __FILE__, __LINE__)
+
+// a work buffer kept between calls (no allocation per step): *buf grows to at least `bytes`,
+// its old contents dropped; *capacity holds its size. Returns *buf, on a cache line (mallocAligned).
+static inline void* scratch_reserve(void** buf, size_t* capacity, size_t bytes) {
+    if (bytes > *capacity) {
+        free_aligned(*buf);
+        *buf = mallocAligned(bytes);
+        *capacity = bytes;
+    }
+    return *buf;
 }
 
 // Which of n named choices the environment variable `name` picks: its index in names; unset or empty, dflt; any other

@@ -128,8 +128,8 @@ static void pyllmc_adamw_update(float* params, const float* grads, float* m, flo
 
 // frees what a failed build left behind and zeroes the struct
 static void pyllmc_model_reset_(GPT2* model) {
-    free(model->cpu.params_memory);
-    free(model->cpu.grads_memory);
+    free_aligned(model->cpu.params_memory);
+    free_aligned(model->cpu.grads_memory);
     memset(model, 0, sizeof(*model));
 }
 

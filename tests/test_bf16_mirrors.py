@@ -8,7 +8,8 @@ The activations that only GEMMs read (the norms' outputs, the MLP's activation a
 cpu_model_shadow_activation's bf16_alone) are written in bf16 alone, their fp32 memory never written; under
 LLMC_BF16_CHECK_MIRRORS=1 their writers fill the fp32 memory with NaN instead, so a reader of it that was missed turns
 the losses into NaN here. LLMC_BF16_ALONE=0 writes the fp32 values too, as before: the same checkpoint, bit for bit.
-LLMC_BF16_CVT=0 rounds to bf16 in integer arithmetic instead of AVX512-BF16's conversion: the same checkpoint too."""
+LLMC_BF16_CVT=0 rounds to bf16 in integer arithmetic instead of AVX512-BF16's conversion: the same checkpoint too.
+LLMC_ALIGN=0 leaves the model's buffers at malloc's alignment instead of on a cache line: the same checkpoint too."""
 
 from __future__ import annotations
 
@@ -91,6 +92,26 @@ def test_bf16_conversion_changes_no_bit(built, request, tmp_path: Path, trainer:
             env={**ENV, "LLMC_BF16_CHECK_MIRRORS": "0", "LLMC_BF16_CVT": cvt})
         written.append((out / "model_00000003.bin").read_bytes())
     assert written[0] == written[1], f"{trainer}: LLMC_BF16_CVT=0 and 1 wrote different checkpoints"
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_alignment_changes_no_bit(built, request, tmp_path: Path, trainer: str, optimizer: str):
+    """The model's buffers and the kernels' work buffers on a cache line (llmc/utils.h's callocAligned, the default) and
+    at malloc's 16 bytes (LLMC_ALIGN=0): the same checkpoint after 3 steps, bit for bit, in fp32 and in bf16 (the
+    alignment itself: dev/test/test_utils). Any other value is one error line."""
+    data = trainer_data(request, tmp_path, trainer)
+    for precision in ("fp32", "bf16"):
+        written = []
+        for align in ("1", "0"):
+            out = tmp_path / f"{precision}_{align}"
+            run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-op", optimizer, "-o", out, "-n", 3,
+                 "-p", precision], cwd=tmp_path, env={**ENV, "LLMC_BF16_CHECK_MIRRORS": "0", "LLMC_ALIGN": align})
+            written.append((out / "model_00000003.bin").read_bytes())
+        assert written[0] == written[1], f"{trainer} {precision} {optimizer}: LLMC_ALIGN=0 and 1 wrote other checkpoints"
+    bad = run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-x", 1], cwd=tmp_path, check=False,
+              env={**ENV, "LLMC_ALIGN": "2"})
+    assert bad.returncode == 1 and "error: LLMC_ALIGN=2: use 0 or 1" in bad.stderr
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])

@@ -246,7 +246,7 @@ static void test_model_classifier(float softcap) {
     cpu_classifier_forward(&cm, &k, targets);
     CHECK(cm.logits != NULL && same_bits(cm.logits, ref.logits, (size_t)BT * Vp) && same_bits(later.losses, ref.losses, BT),
           "softcap %g: keep_logits keeps the logits beside the losses", softcap);
-    free(cm.logits_memory);
+    free_aligned(cm.logits_memory);
 }
 
 // ----------------------------------------------------------------------------

@@ -21,6 +21,41 @@ static void seek_negative(void* arg) {
 }
 static void malloc_huge(void* arg) { (void)arg; void* p = mallocCheck((size_t)1 << 62); (void)p; }
 static void calloc_overflow(void* arg) { (void)arg; void* p = callocCheck(SIZE_MAX / 2, 4); (void)p; }
+static void aligned_overflow(void* arg) { (void)arg; void* p = callocAligned(SIZE_MAX / 2, 4); (void)p; }
+static void aligned_huge(void* arg) { (void)arg; void* p = mallocAligned((size_t)1 << 62); (void)p; }
+static void align_bad_switch(void* arg) {
+    (void)arg;
+    setenv("LLMC_ALIGN", "2", 1);
+    void* p = mallocAligned(64);
+    (void)p;
+}
+
+// blocks of n bytes from callocAligned / mallocAligned: each starts on a multiple of `align`, calloc's is zeroed, every
+// byte can be written, and free_aligned takes it back (the sanitizers' build checks the frees)
+static int aligned_blocks_ok(size_t align) {
+    static const size_t sizes[] = {1, 100, 4096, (size_t)3 << 20};
+    int ok = 1;
+    for (int k = 0; k < 4; k++) {
+        size_t n = sizes[k];
+        unsigned char* z = (unsigned char*)callocAligned(n, 1);
+        unsigned char* m = (unsigned char*)mallocAligned(n);
+        ok = ok && (uintptr_t)z % align == 0 && (uintptr_t)m % align == 0;
+        for (size_t i = 0; i < n; i++) { ok = ok && z[i] == 0; }
+        memset(z, 0xab, n);
+        memset(m, 0xcd, n);
+        free_aligned(z);
+        free_aligned(m);
+    }
+    free_aligned(NULL);
+    return ok;
+}
+
+// LLMC_ALIGN=0, set before the first aligned allocation (a child: the switch is read once per process)
+static void aligned_at_malloc_alignment(void* arg) {
+    (void)arg;
+    setenv("LLMC_ALIGN", "0", 1);
+    exit(aligned_blocks_ok(16) ? 0 : 2);
+}
 
 static int g_header[256];
 static void header_check(void* arg) {
@@ -104,6 +139,17 @@ int main(void) {
         for (int i = 0; i < 100; i++) { if (q[i] != 0) { zero = 0; } }
         CHECK(zero, "callocCheck zeroes");
         free(q);
+    }
+
+    // the model's buffers: on a cache line, or at malloc's 16 bytes with LLMC_ALIGN=0 (first: the switch is read once)
+    {
+        char err[1024];
+        CHECK(run_in_child(aligned_at_malloc_alignment, NULL, err, sizeof(err)) == 0,
+              "LLMC_ALIGN=0: 16-byte aligned blocks, zeroed, freed (%s)", err);
+        expect_die("LLMC_ALIGN=2", align_bad_switch, NULL, "LLMC_ALIGN=2", "use 0 or 1");
+        CHECK(aligned_blocks_ok(LLMC_ALIGN_BYTES), "callocAligned, mallocAligned: 64-byte aligned, zeroed, freed");
+        expect_die("callocAligned overflow", aligned_overflow, NULL, "overflows", NULL);
+        expect_die("mallocAligned huge", aligned_huge, NULL, "4611686018427387904 bytes", NULL);
     }
 
     // read_header_check

@@ -632,8 +632,8 @@ typedef struct {
 static float* cpu_classifier_logits_buffer(CpuModel* cm, size_t rows) {
     size_t floats = rows * (size_t)cm->logits_stride;
     if (floats > cm->logits_capacity) {
-        free(cm->logits_memory);
-        cm->logits_memory = (float*)mallocCheck(floats * sizeof(float));
+        free_aligned(cm->logits_memory);
+        cm->logits_memory = (float*)mallocAligned(floats * sizeof(float));
         cm->logits_capacity = floats;
     }
     return cm->logits_memory;

@@ -476,8 +476,8 @@ static void cpu_model_init(CpuModel* cm, const ModelFamily* family, const void* 
     }
     cm->is_matrix = family->tensor_is_matrix;
     cm->per_layer = family->tensor_per_layer;
-    cm->params_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
-    cm->grads_memory = (float*)callocCheck(cm->num_parameters, sizeof(float));
+    cm->params_memory = (float*)callocAligned(cm->num_parameters, sizeof(float));
+    cm->grads_memory = (float*)callocAligned(cm->num_parameters, sizeof(float));
     cm->optimizer = OPTIMIZER_ADAMW;
     cpu_muon_init(&cm->muon);
     cm->mean_loss = -1.0f;
@@ -535,13 +535,13 @@ static int cpu_model_bf16_alone(void) {
 static void cpu_model_refresh_bf16(CpuModel* cm) {
     if (matmul_precision != MATMUL_BF16 || !matmul_bf16_takes_bf16()) { return; }
     if (cm->params_bf16 == NULL) {
-        cm->params_bf16 = (uint16_t*)mallocCheck(cm->num_parameters * sizeof(uint16_t));
+        cm->params_bf16 = (uint16_t*)mallocAligned(cm->num_parameters * sizeof(uint16_t));
         matmul_bf16_mirror_add(cm->params_memory, cm->num_parameters, cm->params_bf16);
         cm->params_bf16_stale = 1;
     }
     for (int i = 0; i < cm->num_shadows && cpu_model_bf16_copies(); i++) {
         if (cm->shadow_bf16[i] == NULL) { // its layer writes it before any GEMM reads it
-            cm->shadow_bf16[i] = (uint16_t*)mallocCheck(cm->shadow_size[i] * sizeof(uint16_t));
+            cm->shadow_bf16[i] = (uint16_t*)mallocAligned(cm->shadow_size[i] * sizeof(uint16_t));
             matmul_bf16_mirror_add(cm->shadow_fp32[i], cm->shadow_size[i], cm->shadow_bf16[i]);
         }
         matmul_bf16_mirror_set_alone(cm->shadow_fp32[i], cm->shadow_alone[i] && cpu_model_bf16_alone());
@@ -561,8 +561,8 @@ static void cpu_model_allocate_activations(CpuModel* cm, int B, int T, CpuPointA
     cm->seq_len = T;
     cm->num_activations = point(model, NULL, B, T, 0);
     cm->num_grad_activations = point(model, NULL, B, T, 1);
-    cm->acts_memory = (float*)callocCheck(cm->num_activations, sizeof(float));
-    cm->grads_acts_memory = (float*)callocCheck(cm->num_grad_activations, sizeof(float));
+    cm->acts_memory = (float*)callocAligned(cm->num_activations, sizeof(float));
+    cm->grads_acts_memory = (float*)callocAligned(cm->num_grad_activations, sizeof(float));
     point(model, cm->acts_memory, B, T, 0);
     point(model, cm->grads_acts_memory, B, T, 1);
     cm->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
@@ -594,15 +594,15 @@ static void cpu_model_shadow_activation(CpuModel* cm, const float* x, size_t n, 
 static void cpu_model_free_shadows(CpuModel* cm) {
     for (int i = 0; i < cm->num_shadows; i++) {
         if (cm->shadow_bf16[i] != NULL) { matmul_bf16_mirror_remove(cm->shadow_fp32[i]); }
-        free(cm->shadow_bf16[i]);
+        free_aligned(cm->shadow_bf16[i]);
     }
     cm->num_shadows = 0;
 }
 
 static void cpu_model_free_activations(CpuModel* cm) {
     cpu_model_free_shadows(cm);
-    free(cm->acts_memory);
-    free(cm->grads_acts_memory);
+    free_aligned(cm->acts_memory);
+    free_aligned(cm->grads_acts_memory);
     free(cm->inputs);
     free(cm->targets);
     cm->acts_memory = cm->grads_acts_memory = NULL;
@@ -613,8 +613,8 @@ static void cpu_model_free_activations(CpuModel* cm) {
 static void cpu_model_allocate_optimizer(CpuModel* cm, size_t opt_offset, size_t opt_size) {
     cm->opt_offset = opt_offset;
     cm->opt_size = opt_size;
-    cm->m_memory = (float*)callocCheck(opt_size, sizeof(float));
-    cm->v_memory = (float*)callocCheck(opt_size, sizeof(float));
+    cm->m_memory = (float*)callocAligned(opt_size, sizeof(float));
+    cm->v_memory = (float*)callocAligned(opt_size, sizeof(float));
 }
 
 // Muon on the block matrices (the per-layer 2-D weights), AdamW on the rest: the optimizer units and, with
@@ -727,12 +727,12 @@ static void cpu_model_update_muon(CpuModel* cm, float learning_rate, float muon_
 static void cpu_model_free(CpuModel* cm) {
     cpu_muon_free(&cm->muon);
     if (cm->params_bf16 != NULL) { matmul_bf16_mirror_remove(cm->params_memory); }
-    free(cm->params_bf16);
-    free(cm->params_memory);
-    free(cm->grads_memory);
-    free(cm->m_memory);
-    free(cm->v_memory);
-    free(cm->logits_memory);
+    free_aligned(cm->params_bf16);
+    free_aligned(cm->params_memory);
+    free_aligned(cm->grads_memory);
+    free_aligned(cm->m_memory);
+    free_aligned(cm->v_memory);
+    free_aligned(cm->logits_memory);
     cm->logits_memory = NULL;
     cm->logits_capacity = 0;
     cpu_model_free_activations(cm);

@@ -52,20 +52,20 @@ static inline float muon_lerp(float start, float end, float w) {
 static inline void muon_scratch_init(MuonScratch* s) { memset(s, 0, sizeof(*s)); }
 
 static inline void muon_scratch_free(MuonScratch* s) {
-    free(s->x);
-    free(s->xn);
-    free(s->gram);
-    free(s->gram2);
+    free_aligned(s->x);
+    free_aligned(s->xn);
+    free_aligned(s->gram);
+    free_aligned(s->gram2);
     muon_scratch_init(s);
 }
 
 // grows *a and *b, two buffers of *capacity floats each, to hold n floats each (contents are not kept)
 static inline void muon_scratch_grow_pair(float** a, float** b, size_t* capacity, size_t n) {
     if (n <= *capacity) { return; }
-    free(*a);
-    free(*b);
-    *a = (float*)mallocCheck(n * sizeof(float));
-    *b = (float*)mallocCheck(n * sizeof(float));
+    free_aligned(*a);
+    free_aligned(*b);
+    *a = (float*)mallocAligned(n * sizeof(float)); // (GEMM operands: on a cache line, llmc/utils.h)
+    *b = (float*)mallocAligned(n * sizeof(float));
     *capacity = n;
 }
 
