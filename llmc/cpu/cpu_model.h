@@ -329,6 +329,16 @@ static void cpu_muon_update(CpuMuon* mu, float* params, uint16_t* params_bf16, c
     phase_end(PHASE_OPTIMIZER, t_phase, bytes, flops);
 }
 
+// commit_pages on the state this process's segments read and write: a Muon matrix's momentum, the others' m and v
+static void cpu_muon_commit_state(const CpuMuon* mu, float* m_state, float* v_state) {
+    for (int i = 0; i < mu->num_segments; i++) {
+        const ZeroSegment* seg = &mu->segments[i];
+        if (seg->owner != mu->rank) { continue; }
+        commit_pages(m_state + seg->state, seg->size * sizeof(float));
+        if (mu->unit_info[seg->unit].rows == 0) { commit_pages(v_state + seg->state, seg->size * sizeof(float)); }
+    }
+}
+
 // whether this process updates every segment (no ZeRO-1 sharding)
 static int cpu_muon_owns_all(const CpuMuon* mu) {
     for (int i = 0; i < mu->num_segments; i++) {
@@ -421,6 +431,7 @@ typedef struct {
     // (m is a Muon matrix's momentum, v unused there)
     float* m_memory;
     float* v_memory;
+    int opt_committed;          // the state's pages committed for writing (commit_pages), at the first update
     size_t opt_offset;
     size_t opt_size;
     int optimizer;              // OPTIMIZER_ADAMW or OPTIMIZER_MUON
@@ -615,6 +626,7 @@ static void cpu_model_allocate_optimizer(CpuModel* cm, size_t opt_offset, size_t
     cm->opt_size = opt_size;
     cm->m_memory = (float*)callocAligned(opt_size, sizeof(float));
     cm->v_memory = (float*)callocAligned(opt_size, sizeof(float));
+    cm->opt_committed = 0;
 }
 
 // Muon on the block matrices (the per-layer 2-D weights), AdamW on the rest: the optimizer units and, with
@@ -706,6 +718,11 @@ static uint16_t* cpu_model_update_mirror(const CpuModel* cm) {
 static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, int t) {
     uint16_t* mirror = cpu_model_update_mirror(cm);
+    if (!cm->opt_committed) { // (AdamW reads and writes all of m and v)
+        commit_pages(cm->m_memory, cm->opt_size * sizeof(float));
+        commit_pages(cm->v_memory, cm->opt_size * sizeof(float));
+        cm->opt_committed = 1;
+    }
     cpu_adamw_update(cm->params_memory, mirror, cm->grads_memory, cm->m_memory, cm->v_memory, cm->opt_offset,
                      cm->opt_size, cm->param_sizes, cm->is_matrix, cm->num_tensors, learning_rate, beta1, beta2, eps,
                      weight_decay, grad_scale, t);
@@ -719,6 +736,10 @@ static void cpu_model_update(CpuModel* cm, float learning_rate, float beta1, flo
 static void cpu_model_update_muon(CpuModel* cm, float learning_rate, float muon_lr, float beta1, float beta2, float eps,
                                   float weight_decay, float grad_scale, int t) {
     uint16_t* mirror = cpu_model_update_mirror(cm);
+    if (!cm->opt_committed) { // (v only where AdamW runs: a Muon matrix's stays untouched)
+        cpu_muon_commit_state(&cm->muon, cm->m_memory, cm->v_memory);
+        cm->opt_committed = 1;
+    }
     cpu_muon_update(&cm->muon, cm->params_memory, mirror, cm->grads_memory, cm->m_memory, cm->v_memory, cm->is_matrix,
                     learning_rate, muon_lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     cm->params_bf16_stale = mirror == NULL;
