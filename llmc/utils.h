@@ -300,7 +300,7 @@ static inline int env_switch_on(const char* name) {
 // The block is calloc's (or malloc's), its pointer stored just before the line-aligned start the caller gets, so
 // calloc's zeroed pages stay uncommitted until touched (peak memory unchanged); free_aligned frees it, and free() must
 // not. LLMC_ALIGN=0 returns the block at malloc's own 16-byte alignment instead (the same bits: kept until the
-// alignment is timed beyond the AMX Xeon; read once).
+// alignment is timed beyond the AMX Xeon and the Zen 4; read once).
 #define LLMC_ALIGN_BYTES 64
 
 static inline int llmc_align_lines(void) {
