@@ -96,21 +96,26 @@ def test_bf16_conversion_changes_no_bit(built, request, tmp_path: Path, trainer:
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 @pytest.mark.parametrize("trainer", TRAINERS)
-def test_alignment_changes_no_bit(built, request, tmp_path: Path, trainer: str, optimizer: str):
+def test_memory_switches_change_no_bit(built, request, tmp_path: Path, trainer: str, optimizer: str):
     """The model's buffers and the kernels' work buffers on a cache line (llmc/utils.h's callocAligned, the default) and
-    at malloc's 16 bytes (LLMC_ALIGN=0), and the optimizer state's pages committed before its first update (commit_pages,
-    the default) or not (LLMC_COMMIT_PAGES=0): the same checkpoint after 3 steps, bit for bit, in fp32 and in bf16 (the
-    alignment and the commit themselves: dev/test/test_utils). Any other value is one error line."""
+    at malloc's 16 bytes (LLMC_ALIGN=0), the optimizer state's pages committed before its first update (commit_pages,
+    the default) or not (LLMC_COMMIT_PAGES=0), and in bf16 the attention's q, k, v rounded into their bf16 copy row
+    after row or a block at a time (LLMC_ATTENTION_ROUND_ROWS=0): the same checkpoint after 3 steps, bit for bit, in
+    fp32 and in bf16 (the alignment and the commit themselves: dev/test/test_utils; the rounding's kernels:
+    dev/test/test_attention_cpu). Any other value is one error line."""
     data = trainer_data(request, tmp_path, trainer)
     for precision in ("fp32", "bf16"):
         written = []
-        for switch in ("default", "LLMC_ALIGN", "LLMC_COMMIT_PAGES"):
+        switches = ("default", "LLMC_ALIGN", "LLMC_COMMIT_PAGES")
+        switches += ("LLMC_ATTENTION_ROUND_ROWS",) if precision == "bf16" else ()
+        for switch in switches:
             out = tmp_path / f"{precision}_{switch}"
             run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-op", optimizer, "-o", out, "-n", 3,
                  "-p", precision], cwd=tmp_path, env={**ENV, "LLMC_BF16_CHECK_MIRRORS": "0", switch: "0"})
             written.append((out / "model_00000003.bin").read_bytes())
         assert written[0] == written[1], f"{trainer} {precision} {optimizer}: LLMC_ALIGN=0 and 1 wrote other checkpoints"
-        assert written[0] == written[2], f"{trainer} {precision} {optimizer}: LLMC_COMMIT_PAGES=0 changed the checkpoint"
+        for switch, other in zip(switches[2:], written[2:]):
+            assert written[0] == other, f"{trainer} {precision} {optimizer}: {switch}=0 changed the checkpoint"
     bad = run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-x", 1], cwd=tmp_path, check=False,
               env={**ENV, "LLMC_ALIGN": "2"})
     assert bad.returncode == 1 and "error: LLMC_ALIGN=2: use 0 or 1" in bad.stderr

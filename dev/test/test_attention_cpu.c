@@ -14,13 +14,16 @@ tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trai
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
-(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the softmax and the
+(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); q, k and v kept in bf16
+rounded row after row first and a block at a time (LLMC_ATTENTION_ROUND_ROWS=0: the same bits, the same cases); the
+softmax and the
 backward's element-wise part in AVX-512, and the transposes in 16 x 16 register blocks, against the compiled loops
 (LLMC_VEC16=0: the same bits, those cases and
 scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); the tiled kernel's
 softmax in AVX-512 against its compiled loop (LLMC_VEC16=0: the same bits, the same cases); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
-(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _OVERWRITE's, and LLMC_VEC16's); the phase account; the
+(LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and
+LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _ROUND_ROWS', _OVERWRITE's, and LLMC_VEC16's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
@@ -230,6 +233,49 @@ static void test_block_rounding_does_not_change_bits(void) {
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
                              {1, 1, 2, 2, 64}};
     for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i]); }
+}
+
+// The trainers' -p bf16 calls (q, k, v kept in bf16, the output in bf16, dqkv written with its copy) with all of qkv
+// rounded row after row first against each block rounded as it is loaded (LLMC_ATTENTION_ROUND_ROWS=0): the same
+// out16, lse, qkv16, dqkv and dqkv16, bit for bit; ragged T, padded and grouped heads, a single position
+static void test_rounding_rows_does_not_change_bits(void) {
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
+                             {1, 1, 2, 2, 64}};
+    for (int ci = 0; ci < NCASES(cases); ci++) {
+        const AttCase* c = &cases[ci];
+        size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
+        float* dout;
+        float* qkv = case_inputs(c, &dout, 21 + (unsigned)ci);
+        uint16_t *qkv16[2], *out16[2], *dqkv16[2];
+        float *lse[2], *dqkv[2];
+        use_kernel("blocked");
+        for (int n = 0; n < 2; n++) {
+            qkv16[n] = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+            out16[n] = (uint16_t*)mallocCheck(no * sizeof(uint16_t));
+            dqkv16[n] = (uint16_t*)calloc(nq, sizeof(uint16_t));
+            lse[n] = (float*)mallocCheck(nl * sizeof(float));
+            dqkv[n] = (float*)mallocCheck(nq * sizeof(float));
+            memset(qkv16[n], 0xff, nq * sizeof(uint16_t));
+            for (size_t i = 0; i < nq; i++) { dqkv[n][i] = NAN; }
+            setenv("LLMC_ATTENTION_ROUND_ROWS", n == 0 ? "1" : "0", 1);
+            attention_gqa_forward_bf16(out16[n], lse[n], qkv, qkv16[n], c->B, c->T, c->NH, c->NKV, c->HS);
+            matmul_bf16_mirror_add(dqkv[n], nq, dqkv16[n]);
+            attention_gqa_backward_bf16(dqkv[n], dout, qkv16[n], out16[n], lse[n], c->B, c->T, c->NH, c->NKV, c->HS, 0);
+            matmul_bf16_mirror_remove(dqkv[n]);
+        }
+        unsetenv("LLMC_ATTENTION_ROUND_ROWS");
+        int forward_same = memcmp(qkv16[0], qkv16[1], nq * sizeof(uint16_t)) == 0 &&
+                           memcmp(out16[0], out16[1], no * sizeof(uint16_t)) == 0 &&
+                           memcmp(lse[0], lse[1], nl * sizeof(float)) == 0;
+        int backward_same = memcmp(dqkv[0], dqkv[1], nq * sizeof(float)) == 0 &&
+                            memcmp(dqkv16[0], dqkv16[1], nq * sizeof(uint16_t)) == 0;
+        CHECK(forward_same, "T=%d NH=%d NKV=%d HS=%d: qkv16, out16 or lse differ with LLMC_ATTENTION_ROUND_ROWS=0",
+              c->T, c->NH, c->NKV, c->HS);
+        CHECK(backward_same, "T=%d NH=%d NKV=%d HS=%d: dqkv or its bf16 copy differ with LLMC_ATTENTION_ROUND_ROWS=0",
+              c->T, c->NH, c->NKV, c->HS);
+        for (int n = 0; n < 2; n++) { free(qkv16[n]); free(out16[n]); free(dqkv16[n]); free(lse[n]); free(dqkv[n]); }
+        free(qkv); free(dout);
+    }
 }
 
 // the softmax and the backward's element-wise part in AVX-512 (LLMC_VEC16, on a CPU with AVX-512) against the
@@ -487,6 +533,12 @@ static void block_round_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void round_rows_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_ROUND_ROWS", "yes", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
 static void vec16_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_VEC16", "avx512", 1);
@@ -523,6 +575,8 @@ static void test_kernel_choice(void) {
     // buffers unreachable, which LeakSanitizer reports)
     expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
     expect_die("LLMC_ATTENTION_BLOCK_ROUND=on", block_round_bad_value, NULL, "LLMC_ATTENTION_BLOCK_ROUND=on",
+               "use 0 or 1");
+    expect_die("LLMC_ATTENTION_ROUND_ROWS=yes", round_rows_bad_value, NULL, "LLMC_ATTENTION_ROUND_ROWS=yes",
                "use 0 or 1");
     expect_die("LLMC_VEC16=avx512", vec16_bad_value, NULL, "LLMC_VEC16=avx512", "use 0 or 1");
     expect_die("LLMC_ATTENTION_AMX=tiles", amx_bad_value, NULL, "LLMC_ATTENTION_AMX=tiles", "use 0 or 1");
@@ -666,6 +720,29 @@ static double time_fwd_bwd(const char* kernel, const AttCase* c, const float* qk
     return t[reps / 2];
 }
 
+// the same for the trainers' -p bf16 calls: q, k, v rounded into their bf16 copy by the forward, its output in bf16,
+// dqkv written (not added to)
+static double time_fwd_bwd_stored(const AttCase* c, const float* qkv, const float* dout, float* dqkv, float* lse,
+                                  int reps, double* fwd_median) {
+    use_kernel("blocked");
+    uint16_t* qkv16 = (uint16_t*)mallocCheck(case_qkv(c) * sizeof(uint16_t));
+    uint16_t* out16 = (uint16_t*)mallocCheck(case_out(c) * sizeof(uint16_t));
+    double t[64], f[64];
+    for (int r = -1; r < reps; r++) {
+        double t0 = wall_seconds();
+        attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
+        double t1 = wall_seconds();
+        attention_gqa_backward_bf16(dqkv, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+        double t2 = wall_seconds();
+        if (r >= 0) { t[r] = t2 - t0; f[r] = t1 - t0; }
+    }
+    free(qkv16); free(out16);
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(f, (size_t)reps, sizeof(double), cmp_double);
+    *fwd_median = f[reps / 2];
+    return t[reps / 2];
+}
+
 // one tile's S = Q K^T and O += P V (64 x 64, HS = 64) on one thread: the micro-kernel on packed operands against
 // matmul_gemm(MATMUL_BF16, ...) on the fp32 ones (which rounds and packs them per call)
 static void time_tile_products(void) {
@@ -736,6 +813,9 @@ static void time_attention(const int* Ts, int nT) {
         double tr = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 0, reps, &f);
         printf("B=4 T=%d NH=12 HS=64: blocked bf16, recomputed %.2f ms [%.2f] (%.0f GFLOP/s, %.2fx tiled)\n", c.T,
                1e3 * tr, 1e3 * f, flops / tr / 1e9, tt / tr);
+        double ts = time_fwd_bwd_stored(&c, qkv, dout, dqkv, lse, reps, &f);
+        printf("B=4 T=%d NH=12 HS=64: blocked bf16, q k v and out stored in bf16 (-p bf16's) %.2f ms [%.2f] "
+               "(%.0f GFLOP/s, %.2fx tiled)\n", c.T, 1e3 * ts, 1e3 * f, flops / ts / 1e9, tt / ts);
         free(qkv); free(dout); free(out); free(dqkv); free(lse);
     }
 }
@@ -767,6 +847,7 @@ int main(int argc, char** argv) {
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
     test_block_rounding_does_not_change_bits();
+    test_rounding_rows_does_not_change_bits();
     test_softmax16_does_not_change_bits();
     test_tiled_softmax16_does_not_change_bits();
 #if MATMUL_X86

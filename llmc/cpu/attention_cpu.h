@@ -336,7 +336,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, softmax16;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, round_rows, softmax16;
     float scale;
 } AttShape;
 
@@ -352,6 +352,7 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.amx = env_switch_on("LLMC_ATTENTION_AMX") && s.native && amx_usable();
     s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
     s.round_block = env_switch_on("LLMC_ATTENTION_BLOCK_ROUND");
+    s.round_rows = env_switch_on("LLMC_ATTENTION_ROUND_ROWS");
     s.softmax16 = vec16_enabled();
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
@@ -882,6 +883,17 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
     size_t per = att_work_layout(&sizes_only, NULL, &sh, 0);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
+    // Where q, k and v are kept in bf16 (qkv16), all of qkv rounded into it first, row after row: one pass that
+    // streams (a block's rows are short pieces of long rows), then the blocks copied from the rounded rows at half the
+    // bytes. LLMC_ATTENTION_ROUND_ROWS=0 rounds each block as it is loaded, as before (the same bits)
+    const uint16_t* from16 = NULL;
+    if (qkv16 != NULL && sh.round_rows) {
+        size_t rows_all = (size_t)B * T;
+        #pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (size_t bt = 0; bt < rows_all; bt++) { mm_round_bf16_row(qkv16 + bt * QKV, qkv + bt * QKV, (size_t)QKV); }
+        from16 = qkv16;
+    }
+    uint16_t* keep16 = from16 != NULL ? NULL : qkv16;
     // every k/v head's blocks, rounded and laid out once. With LLMC_ATTENTION_PREFETCH the heads of a block of rows
     // one after another (their pieces of a row lie side by side) and the next one's rows asked for ahead (a block's
     // rows are short pieces of long rows, which the hardware prefetcher does not see coming); without, each head's
@@ -897,14 +909,19 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
             att_kv_block_at(i + 1, &sh, &nb, &ng, &nj);
             int n = T - nj * ATT_TILE < ATT_TILE ? T - nj * ATT_TILE : ATT_TILE;
             size_t at = ((size_t)nb * T + (size_t)nj * ATT_TILE) * QKV + C + (size_t)ng * HS;
-            att_prefetch_rows(qkv + at, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
-            att_prefetch_rows(qkv + at + (size_t)NKV * HS, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+            if (from16 != NULL) {
+                att_prefetch_rows(from16 + at, 2 * (size_t)HS, 2 * (size_t)QKV, n, 0);
+                att_prefetch_rows(from16 + at + (size_t)NKV * HS, 2 * (size_t)HS, 2 * (size_t)QKV, n, 0);
+            } else {
+                att_prefetch_rows(qkv + at, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+                att_prefetch_rows(qkv + at + (size_t)NKV * HS, 4 * (size_t)HS, 4 * (size_t)QKV, n, 0);
+            }
         }
         uint32_t* k_rows = kv + (((size_t)b * NKV + g) * ntiles + j) * 2 * blk;
         size_t k = ((size_t)b * T + (size_t)j * ATT_TILE) * QKV + C + (size_t)g * HS;
         int rows = T - j * ATT_TILE < ATT_TILE ? T - j * ATT_TILE : ATT_TILE;
-        att_load_block((uint16_t*)(void*)k_rows, qkv, NULL, qkv16, k, (size_t)QKV, rows, HS, HSP);
-        att_load_block(w.x16, qkv, NULL, qkv16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
+        att_load_block((uint16_t*)(void*)k_rows, qkv, from16, keep16, k, (size_t)QKV, rows, HS, HSP);
+        att_load_block(w.x16, qkv, from16, keep16, k + (size_t)NKV * HS, (size_t)QKV, rows, HS, HSP);
         att_layout_colpair(k_rows + blk, w.x16, HSP, sh.softmax16);
     }
     // the query tiles, the longest (furthest down a head) handed out first
@@ -915,8 +932,8 @@ static void attention_blocked_forward(float* out, uint16_t* out16, float* lse, c
                 AttWork w = att_work(scratch, per, &sh, 0);
                 int tile = ntiles - 1 - it, t0 = tile * ATT_TILE;
                 int rows = T - t0 < ATT_TILE ? T - t0 : ATT_TILE;
-                att_load_block(w.q16, qkv, NULL, qkv16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows,
-                               HS, HSP);
+                att_load_block(w.q16, qkv, from16, keep16, ((size_t)b * T + t0) * QKV + (size_t)h * HS, (size_t)QKV,
+                               rows, HS, HSP);
                 att_layout_dmajor(w.q_dm, w.q16, HSP, sh.softmax16);
                 const uint32_t* k_rows = kv + ((size_t)b * NKV + h / rep) * ntiles * 2 * blk;
                 att_tile_forward(&w, w.q_dm, k_rows, k_rows + blk, 2 * blk, tile, &sh);
