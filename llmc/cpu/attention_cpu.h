@@ -67,6 +67,9 @@ O^T and dQ^T) run in 16 x 16 blocks of registers (att_transpose32) instead of on
 forward and backward took 0.64-0.96 + 0.89-1.34 ms a layer before, 0.51-0.57 + 0.70-0.80 after (the AMX Xeon). The
 forward rounds and lays out K and V with a block of rows' heads one after another, the next one's rows asked for
 ahead (LLMC_ATTENTION_PREFETCH): its forward at B=4 T=1024 32.5-35.2 ms against 36.8-45.9 before, in a noisy hour.
+Where q, k, v are kept in bf16 (qkv16: the trainers' -p bf16) the forward rounds all of qkv into qkv16 in one pass over
+the rows first and copies each block from there (LLMC_ATTENTION_ROUND_ROWS=0: each block rounded as it is loaded, the
+same bits; the forward 1.13x in the kernel's timer on a Zen 4, kept selectable until timed on the AMX Xeon).
 */
 #ifndef LLMC_ATTENTION_CPU_H
 #define LLMC_ATTENTION_CPU_H
