@@ -701,38 +701,24 @@ static int cmp_double(const void* a, const void* b) {
     return x < y ? -1 : x > y;
 }
 
-// median seconds of forward + backward over reps (after one warm-up)
+// median seconds of forward + backward over reps (after one warm-up). stored: the trainers' -p bf16 calls instead
+// (q, k, v rounded into their bf16 copy by the forward, its output in bf16, dqkv written, not added to)
 static double time_fwd_bwd(const char* kernel, const AttCase* c, const float* qkv, const float* dout, float* out,
-                           float* dqkv, float* lse, int keep, int reps, double* fwd_median) {
+                           float* dqkv, float* lse, int keep, int stored, int reps, double* fwd_median) {
     use_kernel(kernel);
+    uint16_t* qkv16 = stored ? (uint16_t*)mallocCheck(case_qkv(c) * sizeof(uint16_t)) : NULL;
+    uint16_t* out16 = stored ? (uint16_t*)mallocCheck(case_out(c) * sizeof(uint16_t)) : NULL;
     double t[64], f[64];
     for (int r = -1; r < reps; r++) {
         double t0 = wall_seconds();
-        attention_gqa_forward(out, keep ? lse : NULL, qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+        if (stored) { attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS); }
+        else { attention_gqa_forward(out, keep ? lse : NULL, qkv, c->B, c->T, c->NH, c->NKV, c->HS); }
         double t1 = wall_seconds();
-        attention_gqa_backward(dqkv, dout, qkv, keep ? out : NULL, keep ? lse : NULL, c->B, c->T, c->NH, c->NKV, c->HS);
-        double t2 = wall_seconds();
-        if (r >= 0) { t[r] = t2 - t0; f[r] = t1 - t0; }
-    }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    qsort(f, (size_t)reps, sizeof(double), cmp_double);
-    *fwd_median = f[reps / 2];
-    return t[reps / 2];
-}
-
-// the same for the trainers' -p bf16 calls: q, k, v rounded into their bf16 copy by the forward, its output in bf16,
-// dqkv written (not added to)
-static double time_fwd_bwd_stored(const AttCase* c, const float* qkv, const float* dout, float* dqkv, float* lse,
-                                  int reps, double* fwd_median) {
-    use_kernel("blocked");
-    uint16_t* qkv16 = (uint16_t*)mallocCheck(case_qkv(c) * sizeof(uint16_t));
-    uint16_t* out16 = (uint16_t*)mallocCheck(case_out(c) * sizeof(uint16_t));
-    double t[64], f[64];
-    for (int r = -1; r < reps; r++) {
-        double t0 = wall_seconds();
-        attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
-        double t1 = wall_seconds();
-        attention_gqa_backward_bf16(dqkv, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+        if (stored) { attention_gqa_backward_bf16(dqkv, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0); }
+        else {
+            attention_gqa_backward(dqkv, dout, qkv, keep ? out : NULL, keep ? lse : NULL, c->B, c->T, c->NH, c->NKV,
+                                   c->HS);
+        }
         double t2 = wall_seconds();
         if (r >= 0) { t[r] = t2 - t0; f[r] = t1 - t0; }
     }
@@ -805,15 +791,15 @@ static void time_attention(const int* Ts, int nT) {
         float* dqkv = (float*)calloc(case_qkv(&c), sizeof(float));
         float* lse = (float*)mallocCheck((size_t)c.B * c.T * c.NH * sizeof(float));
         double flops = attention_flops(c.B, c.T, c.NH, c.HS, 6), f;
-        double tt = time_fwd_bwd("tiled", &c, qkv, dout, out, dqkv, lse, 0, reps, &f);
+        double tt = time_fwd_bwd("tiled", &c, qkv, dout, out, dqkv, lse, 0, 0, reps, &f);
         printf("B=4 T=%d NH=12 HS=64: tiled fp32 %.2f ms [%.2f] (%.0f GFLOP/s)\n", c.T, 1e3 * tt, 1e3 * f, flops / tt / 1e9);
-        double tb = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 1, reps, &f);
+        double tb = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 1, 0, reps, &f);
         printf("B=4 T=%d NH=12 HS=64: blocked bf16, out and lse kept %.2f ms [%.2f] (%.0f GFLOP/s, %.2fx tiled)\n", c.T,
                1e3 * tb, 1e3 * f, flops / tb / 1e9, tt / tb);
-        double tr = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 0, reps, &f);
+        double tr = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 0, 0, reps, &f);
         printf("B=4 T=%d NH=12 HS=64: blocked bf16, recomputed %.2f ms [%.2f] (%.0f GFLOP/s, %.2fx tiled)\n", c.T,
                1e3 * tr, 1e3 * f, flops / tr / 1e9, tt / tr);
-        double ts = time_fwd_bwd_stored(&c, qkv, dout, dqkv, lse, reps, &f);
+        double ts = time_fwd_bwd("blocked", &c, qkv, dout, out, dqkv, lse, 1, 1, reps, &f);
         printf("B=4 T=%d NH=12 HS=64: blocked bf16, q k v and out stored in bf16 (-p bf16's) %.2f ms [%.2f] "
                "(%.0f GFLOP/s, %.2fx tiled)\n", c.T, 1e3 * ts, 1e3 * f, flops / ts / 1e9, tt / ts);
         free(qkv); free(dout); free(out); free(dqkv); free(lse);
