@@ -9,8 +9,10 @@ which runs the old passes, giving the same training bits.
   activations and its fc layers' input gradients) writes the same bf16 copy as beside fp32 and leaves the fp32
   memory unwritten (NaN under LLMC_BF16_CHECK_MIRRORS=1), and GPT-2's one-pass GELU backward (the GELU's output
   recomputed in the same pass) gives the two passes' bits;
-- train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same losses with LLMC_ELEMENTWISE_FUSED=0 and
-  without it, and an unknown value is one error line (LLMC_BF16_CVT's too).
+- train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same checkpoint with LLMC_ELEMENTWISE_FUSED=0
+  and with the fused pass's bias gradient in the old order (LLMC_GELU_BIAS=columns); the default order (chunks of
+  rows) other bits, the same losses to 1e-6, and the same checkpoint on 1 thread as on 2; an unknown value of
+  either switch is one error line (LLMC_BF16_CVT's too).
 
 Runtime: about 10 s on 2 cores.
 """
@@ -55,15 +57,42 @@ def losses(stdout: str) -> list[float]:
     return [float(x) for x in re.findall(r"^step \d+/\d+ \| loss (\S+)", stdout, re.M)]
 
 
+def train_d2(trainer: Path, out: Path, precision: str, env: dict[str, str]) -> tuple[str, bytes]:
+    """3 steps of d2 (4 x 64 tokens: four 64-row chunks of the GELU's bias gradient): stdout and the checkpoint"""
+    proc = run([trainer, "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 3, "-v", 0, "-s", 0,
+                "-p", precision, "-o", out, "-n", 3], env={"OMP_NUM_THREADS": "2", "LLMC_BF16": "force", **env})
+    return proc.stdout, (out / "model_00000003.bin").read_bytes()
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_old_elementwise_passes_train_the_same_bits(trainer: Path, tmp_path: Path, precision: str) -> None:
-    cmd = [trainer, "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 3, "-v", 0, "-s", 0, "-p", precision]
-    env = {"OMP_NUM_THREADS": "2", "LLMC_BF16": "force"}
-    fused = run(cmd, env=env).stdout
-    passes = run(cmd, env={**env, "LLMC_ELEMENTWISE_FUSED": "0"}).stdout
-    assert len(losses(fused)) == 3 and losses(fused) == losses(passes), f"{fused[-600:]}\n{passes[-600:]}"
-    norms = re.findall(r"norm (\S+)", fused), re.findall(r"norm (\S+)", passes)
-    assert norms[0] == norms[1]
+    """LLMC_ELEMENTWISE_FUSED=0 (the passes) and the fused pass with the bias gradient in the old order
+    (LLMC_GELU_BIAS=columns): the same checkpoint, bit for bit."""
+    fused = train_d2(trainer, tmp_path / "fused", precision, {"LLMC_GELU_BIAS": "columns"})
+    passes = train_d2(trainer, tmp_path / "passes", precision, {"LLMC_ELEMENTWISE_FUSED": "0"})
+    assert len(losses(fused[0])) == 3 and losses(fused[0]) == losses(passes[0]), \
+        f"{fused[0][-600:]}\n{passes[0][-600:]}"
+    assert fused[1] == passes[1], "LLMC_ELEMENTWISE_FUSED=0 and the fused pass wrote different checkpoints"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_bias_gradient_by_chunks_of_rows(trainer: Path, tmp_path: Path, precision: str) -> None:
+    """LLMC_GELU_BIAS=chunks (the default: the fc bias gradient summed by chunks of rows) against columns (one
+    running sum a column): other bits (so the switch engages), the same losses to 1e-6; and chunks gives the same
+    checkpoint on 1 thread as on 2."""
+    chunks = train_d2(trainer, tmp_path / "chunks", precision, {})
+    columns = train_d2(trainer, tmp_path / "columns", precision, {"LLMC_GELU_BIAS": "columns"})
+    one_thread = train_d2(trainer, tmp_path / "one", precision, {"OMP_NUM_THREADS": "1"})
+    assert chunks[1] != columns[1], "LLMC_GELU_BIAS=chunks and columns wrote the same checkpoint: no switch"
+    assert len(losses(chunks[0])) == 3
+    assert losses(chunks[0]) == pytest.approx(losses(columns[0]), rel=1e-6, abs=0)
+    assert chunks[1] == one_thread[1], "LLMC_GELU_BIAS=chunks: 1 and 2 threads wrote different checkpoints"
+
+
+def test_a_bad_gelu_bias_switch_is_one_error_line(trainer: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
+               env={"LLMC_GELU_BIAS": "rows"}, check=False)
+    assert assert_one_error_line(proc) == "error: LLMC_GELU_BIAS=rows: use columns or chunks"
 
 
 def test_a_bad_elementwise_switch_is_one_error_line(trainer: Path) -> None:

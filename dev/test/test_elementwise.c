@@ -22,7 +22,10 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
 - GPT-2's -p bf16 bias add and GELU forward in AVX-512 (LLMC_VEC16; on a CPU with AVX-512) against the compiled loop:
   all 2^16 bf16 inputs, and random values;
 - GPT-2's -p bf16 GELU backward (the forward again, the gradient, the fc bias gradient) in AVX-512 against the
-  compiled loops: all 2^16 bf16 inputs and random ones, dinp in fp32, with its bf16 copy, or the copy alone.
+  compiled loops: all 2^16 bf16 inputs and random ones, dinp in fp32, with its bf16 copy, or the copy alone;
+- the GELU backward's bias gradient in both LLMC_GELU_BIAS orders: columns gives the old bias pass's bits; chunks
+  (the default: the rows split over threads, summed by chunks of 64 rows) the bits of the same order written out
+  plainly here (bias_sum_by_chunks), for 1, 2 and 3 threads alike.
 */
 #include "../../llmc/cpu/gelu_cpu.h"
 #include "../../llmc/cpu/relu2_cpu.h"
@@ -77,9 +80,26 @@ static void check_bias_gradient(void) {
     set_threads(2);
 }
 
+// dbias (OC) = (beta ? dbias : 0) + the rows of d (BT,OC) summed by SUM_CHUNK_ROWS-row chunks, each in row order from
+// zero, then the chunks' sums in chunk order: LLMC_GELU_BIAS=chunks's order, written out plainly
+static void bias_sum_by_chunks(float* dbias, const float* d, int BT, int OC, int beta) {
+    float* part = (float*)mallocCheck((size_t)OC * sizeof(float));
+    if (!beta) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    for (int r0 = 0; r0 < BT; r0 += SUM_CHUNK_ROWS) {
+        memset(part, 0, (size_t)OC * sizeof(float));
+        for (int r = r0; r < BT && r < r0 + SUM_CHUNK_ROWS; r++) {
+            for (int o = 0; o < OC; o++) { part[o] += d[(size_t)r * OC + o]; }
+        }
+        for (int o = 0; o < OC; o++) { dbias[o] += part[o]; }
+    }
+    free(part);
+}
+
 // the GELU's backward with the bias gradient against the two passes, from fp32 (bf16_input 0) or bf16 input,
-// with or without a bf16 copy of dinp
-static void check_gelu_backward_bias(int bf16_input, int copy) {
+// with or without a bf16 copy of dinp; the bias gradient in each LLMC_GELU_BIAS order (columns: the old pass's bits;
+// chunks: bias_sum_by_chunks's)
+static void check_gelu_backward_bias(int bf16_input, int copy, GeluBiasSum order) {
+    gelu_bias_sum_use(order);
     for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
         for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
             int BT = ROWS[ri], OC = COLS[ci];
@@ -117,14 +137,20 @@ static void check_gelu_backward_bias(int bf16_input, int copy) {
                     } else {
                         gelu_backward_into(dinp_want, inp, dout, N, 0);
                     }
-                    if (beta == 0) { memset(dbias_want, 0, (size_t)OC * sizeof(float)); }
-                    matmul_backward_bias_chunked(dbias_want, dinp_want, BT, OC);
+                    if (order == GELU_BIAS_CHUNKS) {
+                        bias_sum_by_chunks(dbias_want, dinp_want, BT, OC, beta);
+                    } else {
+                        if (beta == 0) { memset(dbias_want, 0, (size_t)OC * sizeof(float)); }
+                        matmul_backward_bias_chunked(dbias_want, dinp_want, BT, OC);
+                    }
                     if (bf16_input) {
                         gelu_backward_bias_bf16_input(dinp_got, dbias_got, inp16, dout, BT, OC, (float)beta);
                     } else {
                         gelu_backward_bias(dinp_got, dbias_got, inp, dout, BT, OC, (float)beta);
                     }
-                    const char* what = bf16_input ? "bf16 input" : "fp32 input";
+                    static const char* const WHAT[2][2] = {{"fp32 input, columns", "fp32 input, chunks"},
+                                                           {"bf16 input, columns", "bf16 input, chunks"}};
+                    const char* what = WHAT[bf16_input][order == GELU_BIAS_CHUNKS];
                     CHECK(same_bits(dinp_want, dinp_got, N * sizeof(float)),
                           "GELU backward with bias (%s, copy %d), %d x %d, beta %d, %d threads: dinp differs", what,
                           copy, BT, OC, beta, threads);
@@ -361,14 +387,16 @@ static void check_gelu_vec16(void) {
 // GPT-2's -p bf16 backward through its GELU (the forward again, the GELU's gradient and the fc bias gradient in one
 // pass) in AVX-512 against the compiled loops, bit for bit: out16, dinp (fp32, its bf16 copy beside it, or the copy
 // alone) and dbias (a NaN for a NaN: same_floats), on every one of the 2^16 bf16 inputs and on random ones; a row
-// length that is not a multiple of 16, beta 0 and 1, 1 to 3 threads
-static void check_gelu_recompute_vec16(void) {
+// length that is not a multiple of 16, beta 0 and 1, 1 to 3 threads; the bias gradient in the given order (three
+// chunks of rows, the last a short one, under LLMC_GELU_BIAS=chunks)
+static void check_gelu_recompute_vec16(GeluBiasSum order) {
     if (!vec16_supported()) {
         printf("GELU's AVX-512 recompute and backward: not run (no AVX-512 F and BW on this CPU, or no FMA in this "
                "build)\n");
         return;
     }
-    enum { ROWS16 = 64, COLS16 = 1030 };
+    gelu_bias_sum_use(order);
+    enum { ROWS16 = 130, COLS16 = 1030 };
     size_t n = (size_t)ROWS16 * COLS16;
     uint16_t* x16 = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
     float* x = (float*)mallocCheck(n * sizeof(float));
@@ -415,8 +443,9 @@ static void check_gelu_recompute_vec16(void) {
                           same_floats(dbias[0], dbias[1], COLS16) &&
                           (kept == 2 || same_bits(dinp[0], dinp[1], n * sizeof(float))) &&
                           (kept == 0 || same_bits(copy[0], copy[1], n * sizeof(uint16_t))),
-                          "GELU recompute + backward with LLMC_VEC16=1 and 0 (%s, %s, beta %d, %d threads): not the "
-                          "same bits", random ? "random inputs" : "all bf16 inputs", KEPT[kept], beta, threads);
+                          "GELU recompute + backward with LLMC_VEC16=1 and 0 (%s, %s, beta %d, %d threads, %s): not "
+                          "the same bits", random ? "random inputs" : "all bf16 inputs", KEPT[kept], beta, threads,
+                          order == GELU_BIAS_CHUNKS ? "chunks" : "columns");
                 }
             }
         }
@@ -438,10 +467,14 @@ int main(int argc, char** argv) {
     setenv("LLMC_ELEMENTWISE_FUSED", "1", 1);
     check_bias_gradient();
     for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
-        for (int copy = 0; copy <= 1; copy++) { check_gelu_backward_bias(bf16_input, copy); }
+        for (int copy = 0; copy <= 1; copy++) {
+            check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_COLUMNS);
+            check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_CHUNKS);
+        }
     }
     check_swiglu_backward();
     check_gelu_vec16();
-    check_gelu_recompute_vec16();
+    check_gelu_recompute_vec16(GELU_BIAS_COLUMNS);
+    check_gelu_recompute_vec16(GELU_BIAS_CHUNKS);
     return test_summary();
 }

@@ -11,7 +11,8 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
                                                   bf16 alone (GPT-2's -p bf16 activations)
     gelu_backward_bias(dinp, dbias, inp, dout, BT, OC, beta)   gelu_backward_into (written) and, in the same pass,
                                                   the fc layer's bias gradient dbias = beta * dbias + the sum of dinp's
-                                                  rows (matmul_backward_bias's bits)
+                                                  rows (by chunks of rows; LLMC_GELU_BIAS=columns: matmul_backward_bias's
+                                                  bits)
     gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta)   the same from the bf16 input
     gelu_recompute_backward_bias_bf16(out16, dinp, dbias, inp16, dout, BT, OC, beta)   gelu_forward_bf16 (out16)
                                                   and gelu_backward_bias_bf16_input in one pass, one tanh a value
@@ -277,9 +278,11 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
 // one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
 // dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32); with out16
 // (x from inp16) the GELU's output again too (gelu_recompute_backward_row). A loop per case, so that each vectorises.
-static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum,
-                                          const uint16_t* inp16, const float* inp, const float* dout, int n,
-                                          int vec16) {
+// A function of its own with everything it calls inlined (flatten): inlined into the two passes below, GCC called
+// vec_gelu_grad out of line, a scalar call a value, and the fp32 step's element-wise phase ran 3.5x slower.
+__attribute__((noinline, flatten))
+static void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum, const uint16_t* inp16,
+                                   const float* inp, const float* dout, int n, int vec16) {
     if (out16 != NULL) { // (the GELU's output again too)
         gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n, vec16);
         return;
@@ -325,30 +328,26 @@ static inline void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_
     }
 }
 
-// the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
-// exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
-// reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows, each column over the rows in order (beta 0:
-// its old contents never read). x is inp16 (bf16, GPT-2's -p bf16 activations) or else inp (fp32). Each thread owns
-// a slice of columns (llmc/cpu/matmul.h's bias_grad_column_slice) and walks down the rows, so the sums are
-// matmul_backward_bias's, bit for bit, and the same for any thread count. out16 (NULL: none) receives the GELU's
-// output again (from inp16). LLMC_ELEMENTWISE_FUSED=0: the passes.
-static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, const uint16_t* inp16, const float* inp,
-                                   const float* dout, int BT, int OC, float beta) {
-    size_t N = (size_t)BT * OC;
-    if (!elementwise_fused() || dbias == NULL) {
-        if (out16 != NULL) { gelu_forward_bf16(out16, inp16, N); }
-        if (inp16 != NULL) {
-            gelu_backward_bf16_input(dinp, inp16, dout, N);
-        } else {
-            gelu_backward_into(dinp, inp, dout, N, 0);
-        }
-        matmul_backward_bias(dbias, dinp, BT, OC, beta);
-        return;
-    }
-    double t_phase = phase_begin();
-    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
-    float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
-    int vec16 = out16 != NULL && vec16_enabled();
+// The order of the fused pass's bias gradient: LLMC_GELU_BIAS=chunks (the default) splits the rows over the threads
+// and sums them by chunks of SUM_CHUNK_ROWS rows (llmc/cpu/matmul.h's partial_sums_add: other bits than one running
+// sum, the same for any thread count); columns: each thread a slice of columns down every row, matmul_backward_bias's
+// bits. Each thread streaming whole rows instead of half of every row (6 KB pieces 12 KB apart, where the hardware
+// prefetcher stops at each page) took GPT-2 d12's pass (B=4 T=1024, -p bf16) from 10.1 to 7.0 ms on a Zen 4, the
+// step's element-wise phase from 204-215 to 175-180 ms (doc/cpu-speed.md). Read once; gelu_bias_sum_use sets it
+// (tests).
+typedef enum { GELU_BIAS_COLUMNS, GELU_BIAS_CHUNKS } GeluBiasSum;
+static int gelu_bias_sum_state = -1;
+static inline GeluBiasSum gelu_bias_sum(void) {
+    static const char* const names[] = {"columns", "chunks"}; // (GeluBiasSum's order)
+    if (gelu_bias_sum_state < 0) { gelu_bias_sum_state = env_choice("LLMC_GELU_BIAS", names, 2, GELU_BIAS_CHUNKS); }
+    return (GeluBiasSum)gelu_bias_sum_state;
+}
+static inline void gelu_bias_sum_use(GeluBiasSum order) { gelu_bias_sum_state = (int)order; }
+
+// gelu_backward_bias_any's pass, each thread a slice of columns down every row (LLMC_GELU_BIAS=columns)
+static void gelu_backward_bias_columns(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16,
+                                       const uint16_t* inp16, const float* inp, const float* dout, int BT, int OC,
+                                       float beta, int vec16) {
     #pragma omp parallel
     {
         int nt, t;
@@ -367,6 +366,60 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, c
             }
             for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
         }
+    }
+}
+
+// gelu_backward_bias_any's pass, the rows split over threads by chunks of SUM_CHUNK_ROWS, each chunk's bias sum a
+// partial one, then dbias = beta * dbias + the partial sums in chunk order (LLMC_GELU_BIAS=chunks)
+static void gelu_backward_bias_chunks(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16,
+                                      const uint16_t* inp16, const float* inp, const float* dout, int BT, int OC,
+                                      float beta, int vec16) {
+    int chunks = sum_chunks(BT);
+    float* partial = (float*)mallocCheck((size_t)chunks * OC * sizeof(float)); // (chunks, OC)
+    #pragma omp parallel for schedule(static)
+    for (int k = 0; k < chunks; k++) {
+        float* sum = partial + (size_t)k * OC;
+        memset(sum, 0, (size_t)OC * sizeof(float));
+        int r1 = (k + 1) * SUM_CHUNK_ROWS < BT ? (k + 1) * SUM_CHUNK_ROWS : BT;
+        for (int r = k * SUM_CHUNK_ROWS; r < r1; r++) {
+            size_t at = (size_t)r * OC;
+            gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL,
+                                   out16 != NULL ? out16 + at : NULL, sum, inp16 != NULL ? inp16 + at : NULL,
+                                   inp != NULL ? inp + at : NULL, dout + at, OC, vec16);
+        }
+    }
+    if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    partial_sums_add(dbias, partial, chunks, (size_t)OC, OC);
+    free(partial);
+}
+
+// the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
+// exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
+// reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows (beta 0: its old contents never read), in
+// the order LLMC_GELU_BIAS chooses (above); the same for any thread count either way. x is inp16 (bf16, GPT-2's -p
+// bf16 activations) or else inp (fp32). out16 (NULL: none) receives the GELU's output again (from inp16).
+// LLMC_ELEMENTWISE_FUSED=0: the passes (the bias gradient matmul_backward_bias's, as LLMC_GELU_BIAS=columns).
+static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, const uint16_t* inp16, const float* inp,
+                                   const float* dout, int BT, int OC, float beta) {
+    size_t N = (size_t)BT * OC;
+    if (!elementwise_fused() || dbias == NULL) {
+        if (out16 != NULL) { gelu_forward_bf16(out16, inp16, N); }
+        if (inp16 != NULL) {
+            gelu_backward_bf16_input(dinp, inp16, dout, N);
+        } else {
+            gelu_backward_into(dinp, inp, dout, N, 0);
+        }
+        matmul_backward_bias(dbias, dinp, BT, OC, beta);
+        return;
+    }
+    double t_phase = phase_begin();
+    uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
+    float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
+    int vec16 = out16 != NULL && vec16_enabled();
+    if (gelu_bias_sum() == GELU_BIAS_CHUNKS) {
+        gelu_backward_bias_chunks(dinp32, dinp16, dbias, out16, inp16, inp, dout, BT, OC, beta, vec16);
+    } else {
+        gelu_backward_bias_columns(dinp32, dinp16, dbias, out16, inp16, inp, dout, BT, OC, beta, vec16);
     }
     matmul_bf16_alone_written(dinp, N);
     // x (bf16 or fp32) and dout read, dinp written (fp32, its copy when it has one, or the copy alone), and the GELU's

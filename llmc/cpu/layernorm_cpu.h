@@ -485,7 +485,7 @@ NORM_SUMS_UNFUSED static void layernorm_backward_means_group(float dnorm_mean[NO
     }
 }
 
-#define NORM_CHUNK 64  // rows per partial weight-gradient sum of the fused kernel: fixed, whatever the thread count
+#define NORM_CHUNK SUM_CHUNK_ROWS  // rows per partial weight-gradient sum of the fused kernel (llmc/cpu/matmul.h)
 
 // A normalisation layer's backward with the grouped kernel, rows split over threads, NORM_GROUP at a time: dinp (BT,C) from
 // dout and inp (BT,C), the weight (C), each row's mean (NULL: 0) and rstd (BT), added or written, with dinp's bf16
@@ -545,17 +545,8 @@ static void norm_backward_grouped(NormBackwardRow row, int layernorm_means, floa
         free(scratch);
     }
     if (partial == NULL) { return; }
-    #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += 64) {
-        int c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int k = 0; k < chunks; k++) {
-            const float* pw = partial + (size_t)k * sums * C;
-            for (int i = c0; i < c1; i++) { dweight[i] += pw[i]; }
-            if (dbias != NULL) {
-                for (int i = c0; i < c1; i++) { dbias[i] += pw[C + i]; }
-            }
-        }
-    }
+    partial_sums_add(dweight, partial, chunks, (size_t)sums * C, C);
+    if (dbias != NULL) { partial_sums_add(dbias, partial + C, chunks, (size_t)sums * C, C); }
     free(partial);
 }
 

@@ -1539,6 +1539,24 @@ static inline void bias_grad_column_slice(int OC, int nt, int t, int* o0, int* o
 // (GPT-2 d12's 3072-wide GELU gradient on one thread, Zen 5), so a block covers every slice of the models trained here
 #define BIAS_GRAD_BLOCK 8192
 
+// A column sum over rows split into fixed chunks (a pass that streams whole rows, each thread its own rows, instead
+// of a column slice of every row): chunk k of SUM_CHUNK_ROWS rows sums its rows in order into partial + k * stride
+// (C floats), then dst (C) += the chunks' partial sums in chunk order (the columns split over threads). The order
+// depends on the row count only, so the bits are the same for any thread count; they are not one running sum's.
+#define SUM_CHUNK_ROWS 64
+static inline int sum_chunks(int rows) { return (rows + SUM_CHUNK_ROWS - 1) / SUM_CHUNK_ROWS; }
+
+static void partial_sums_add(float* dst, const float* partial, int chunks, size_t stride, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int k = 0; k < chunks; k++) {
+            const float* p = partial + (size_t)k * stride;
+            for (int i = c0; i < c1; i++) { dst[i] += p[i]; }
+        }
+    }
+}
+
 // the old bias gradient (LLMC_ELEMENTWISE_FUSED=0): 64-column chunks over threads, each read down all rows
 static void matmul_backward_bias_chunked(float* dbias, const float* dout, int BT, int OC) {
     #pragma omp parallel for schedule(static)
