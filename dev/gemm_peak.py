@@ -1,7 +1,8 @@
 """PyTorch's GEMM rate on this machine: the torch side of build/gemm_peak (dev/gemm_peak.c).
 
 Times C = A @ B.T for (n, n) matrices, --reps times after one untimed call, in fp32 and in bf16 (both operands
-bf16, what autocast gives a matmul), with torch.set_num_threads(--threads), and prints the median rate of each:
+bf16, what autocast gives a matmul), with torch.set_num_threads(--threads), and prints the median rate of each (to
+three decimals, as build/gemm_peak does: a tiny shape's rate on a busy machine must not print as 0.0):
 
     gemm torch fp32 <GFLOP/s>
     gemm torch bf16 <GFLOP/s>
@@ -138,12 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     print(f"gemm_peak: torch {torch.__version__}, {args.threads} thread(s), n={args.n}, median of {args.reps}", flush=True)
     for prec in args.precision.split(","):
-        print(f"gemm torch {prec} {gemm_rate(args.n, args.reps, prec):.1f}", flush=True)
+        print(f"gemm torch {prec} {gemm_rate(args.n, args.reps, prec):.3f}", flush=True)
     if args.s is not None:
         BT, C, Vp, L = args.s
         gemms = step_gemms(BT, C, Vp, L, args.l or gpt2_layer(C))
         for prec in args.precision.split(","):
-            print(f"gemm-step torch {prec} {step_rate(gemms, args.reps, prec):.1f}", flush=True)
+            print(f"gemm-step torch {prec} {step_rate(gemms, args.reps, prec):.3f}", flush=True)
     return 0
 
 

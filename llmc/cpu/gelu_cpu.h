@@ -11,8 +11,8 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
                                                   bf16 alone (GPT-2's -p bf16 activations)
     gelu_backward_bias(dinp, dbias, inp, dout, BT, OC, beta)   gelu_backward_into (written) and, in the same pass,
                                                   the fc layer's bias gradient dbias = beta * dbias + the sum of dinp's
-                                                  rows (by chunks of rows; LLMC_GELU_BIAS=columns: matmul_backward_bias's
-                                                  bits)
+                                                  rows (by chunks of rows; LLMC_GELU_BIAS=columns:
+                                                  matmul_backward_bias's bits)
     gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta)   the same from the bf16 input
     gelu_recompute_backward_bias_bf16(out16, dinp, dbias, inp16, dout, BT, OC, beta)   gelu_forward_bf16 (out16)
                                                   and gelu_backward_bias_bf16_input in one pass, one tanh a value
