@@ -13,16 +13,18 @@ left over), 64 and 256: layernorm_forward and fused_residual_forward (out, mean,
 fused_residual_rmsnorm_forward (one pass; the rows kernel's runs residual_forward then rmsnorm_forward), the LayerNorm
 backward (dinp added, accumulate 1, and written, accumulate 0; dweight, dbias added to nonzero values), the RMSNorm
 backward with a weight (its weight gradient: norm_weight_backward's other slicing) and without one, each grouped
-kernel with 2 threads and with 1 against the rows kernel with 2; LLMC_NORM's choice and its error line. The
-grouped kernels keep every row's sums in their order, so the match is exact: any difference fails. The fused kernel:
-everything but the weight gradients bit for bit too; dweight and dbias (LayerNorm's, RMSNorm's) within FUSED_TOL of
-max |rows kernel's| (the same terms summed in another order: 64-row partial sums, then the partial sums; measured
-here <= 7.3e-7), and bit for bit between 1 and 2 threads.
+kernel with 2 threads and with 1 against the rows kernel with 2; LLMC_NORM's choice and its error line; the
+backwards' bytes in the phase account (LLMC_PHASE_TIME), and QK-norm's forward and backward, with and without the
+bf16 copy of what they write. The grouped kernels keep every row's sums in their order, so the match is exact: any
+difference fails. The fused kernel: everything but the weight gradients bit for bit too; dweight and dbias
+(LayerNorm's, RMSNorm's) within FUSED_TOL of max |rows kernel's| (the same terms summed in another order: 64-row
+partial sums, then the partial sums; measured here <= 7.3e-7), and bit for bit between 1 and 2 threads.
 */
 #include <omp.h>
 
 #include "../../llmc/cpu/layernorm_cpu.h"
 #include "../../llmc/cpu/rmsnorm_cpu.h"
+#include "../../llmc/cpu/qknorm_cpu.h"
 #include "test_common.h"
 
 #define FUSED_TOL 5e-6
@@ -166,6 +168,72 @@ static void test_grouped_matches_rows(void) {
     }
 }
 
+// the backward's bytes in PHASE_NORM: dout and inp read, dinp read and written (accumulate 1) or written (0), mean
+// and rstd read; and dinp's bf16 copy when it has one (-p bf16: a GEMM reads the gradient), counted as it is written
+static void test_backward_phase_bytes(void) {
+    const int BT = 37, C = 100;
+    const double n = (double)BT * C;
+    NormCase c = case_make(BT, C, 77);
+    float* mean = random_array((size_t)BT, 78);
+    float* rstd = random_array((size_t)BT, 79);
+    float* dinp = copy_of(c.dinp0, (size_t)BT * C);
+    float* dw = copy_of(c.dw0, (size_t)C);
+    float* db = copy_of(c.db0, (size_t)C);
+    uint16_t* dinp16 = (uint16_t*)mallocCheck((size_t)BT * C * sizeof(uint16_t));
+    phase_time_on = 1;
+    for (int copy = 0; copy <= 1; copy++) {
+        if (copy) { matmul_bf16_mirror_add(dinp, (size_t)BT * C, dinp16); }
+        for (int accumulate = 0; accumulate <= 1; accumulate++) {
+            double want = 4.0 * ((accumulate ? 4.0 : 3.0) * n + 2.0 * BT) + (copy ? 2.0 * n : 0.0);
+            memset(&phase_account, 0, sizeof(phase_account));
+            layernorm_backward_into(dinp, dw, db, c.dout, c.x, c.w, mean, rstd, 1, BT, C, accumulate);
+            double got = phase_account.bytes[PHASE_NORM];
+            CHECK(got == want, "layernorm backward, accumulate %d, bf16 copy %d: %.0f bytes, want %.0f", accumulate,
+                  copy, got, want);
+            want -= 4.0 * BT; // RMSNorm keeps no mean
+            memset(&phase_account, 0, sizeof(phase_account));
+            rmsnorm_backward_into(dinp, dw, c.dout, c.x, c.w, rstd, 1, BT, C, accumulate);
+            got = phase_account.bytes[PHASE_NORM];
+            CHECK(got == want, "rmsnorm backward, accumulate %d, bf16 copy %d: %.0f bytes, want %.0f", accumulate, copy,
+                  got, want);
+        }
+        if (copy) { matmul_bf16_mirror_remove(dinp); }
+    }
+    phase_time_on = 0;
+    free(mean); free(rstd); free(dinp); free(dw); free(db); free(dinp16);
+    case_free(&c);
+}
+
+// QK-norm's bytes in PHASE_NORM (2 heads of 16 in rows of 48, in place): forward x read and written, its copy for the
+// backward written, rstd written; backward dx and inp read, dx written, rstd read; each with x's (dx's) bf16 copy
+// when it has one
+static void test_qknorm_phase_bytes(void) {
+    const int N = 5, row = 48, nheads = 2, HS = 16;
+    const double values = (double)N * nheads * HS, heads = (double)N * nheads;
+    float* x = random_array((size_t)N * row, 81);
+    float* w = random_array((size_t)HS, 82);
+    float* inp = (float*)mallocCheck((size_t)values * sizeof(float));
+    float* rstd = (float*)mallocCheck((size_t)heads * sizeof(float));
+    float* dw = (float*)calloc((size_t)HS, sizeof(float));
+    uint16_t* x16 = (uint16_t*)mallocCheck((size_t)N * row * sizeof(uint16_t));
+    phase_time_on = 1;
+    for (int copy = 0; copy <= 1; copy++) {
+        if (copy) { matmul_bf16_mirror_add(x, (size_t)N * row, x16); }
+        double want = 4.0 * (3.0 * values + heads) + (copy ? 2.0 * values : 0.0);
+        memset(&phase_account, 0, sizeof(phase_account));
+        qknorm_forward(x, rstd, inp, w, N, row, nheads, HS, 1e-6f);
+        CHECK(phase_account.bytes[PHASE_NORM] == want, "qknorm forward, bf16 copy %d: %.0f bytes, want %.0f", copy,
+              phase_account.bytes[PHASE_NORM], want);
+        memset(&phase_account, 0, sizeof(phase_account));
+        qknorm_backward(x, dw, x, inp, w, rstd, N, row, nheads, HS);
+        CHECK(phase_account.bytes[PHASE_NORM] == want, "qknorm backward, bf16 copy %d: %.0f bytes, want %.0f", copy,
+              phase_account.bytes[PHASE_NORM], want);
+        if (copy) { matmul_bf16_mirror_remove(x); }
+    }
+    phase_time_on = 0;
+    free(x); free(w); free(inp); free(rstd); free(dw); free(x16);
+}
+
 static void choose_with_env(void* arg) {
     setenv("LLMC_NORM", (const char*)arg, 1);
     norm_kernel_state = -1;
@@ -269,5 +337,7 @@ int main(int argc, char** argv) {
     }
     test_kernel_choice();
     test_grouped_matches_rows();
+    test_backward_phase_bytes();
+    test_qknorm_phase_bytes();
     return test_summary();
 }

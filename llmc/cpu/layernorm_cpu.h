@@ -250,6 +250,11 @@ static inline double norm_output_bytes(const float* out32, const uint16_t* out16
     return (out32 != NULL ? 4.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0);
 }
 
+// the bytes of the bf16 copy of x's first n values that a norm's backward writes beside them (0 without a copy)
+static inline double norm_copy_bytes(const float* x, double n) {
+    return matmul_bf16_shadow(x, (size_t)n) != NULL ? 2.0 * n : 0.0;
+}
+
 // the mean and 1/std of rows r0 .. r0 + n - 1 of x (C each) into mean, rstd (indexed by row): all at once with the
 // grouped kernel when n is a whole group, else a row at a time (the same bits either way)
 static inline void layernorm_stats_rows(NormKernel kernel, float* mean, float* rstd, const float* x, int r0, int n,
@@ -581,8 +586,9 @@ static void layernorm_backward_into(float* dinp, float* dweight, float* dbias, c
     double t_phase = phase_begin();
     norm_backward(layernorm_backward_row, 1, dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C, accumulate);
     double BTC = (double)BT * C;
-    // dout, inp read; dinp updated (or written)
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * BTC + 2.0 * BT), 10.0 * BTC);
+    // dout, inp read; dinp updated (or written), and its bf16 copy written when it has one
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * BTC + 2.0 * BT) + norm_copy_bytes(dinp, BTC),
+              10.0 * BTC);
 }
 
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -48,7 +48,9 @@ static void qknorm_forward(float* x, float* rstd, float* inp, const float* weigh
         }
     }
     double heads = (double)N * nheads, values = heads * HS;
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((weight != NULL && inp != NULL ? 3.0 : 2.0) * values + heads), 3.0 * values);
+    // x read and written (and copied to inp for the backward), rstd written; x's bf16 copy when it has one
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((weight != NULL && inp != NULL ? 3.0 : 2.0) * values + heads) +
+              (x16 != NULL ? 2.0 * values : 0.0), 3.0 * values);
 }
 
 static void qknorm_backward(float* dx, float* dweight, const float* y, const float* inp, const float* weight,
@@ -87,8 +89,9 @@ static void qknorm_backward(float* dx, float* dweight, const float* y, const flo
         if (dx16 != NULL) { bf16_copy_row(dx16 + (size_t)n * row, dx + (size_t)n * row, (size_t)nheads * HS); }
     }
     double heads = (double)N * nheads, values = heads * HS;
-    // in place: dx and y (or inp) read, dx written; the weight's pass reads dx and inp once more
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((weight != NULL ? 5.0 : 3.0) * values + heads),
+    // in place: dx and y (or inp) read, dx written, and its bf16 copy when it has one (the compulsory traffic: the
+    // weight's pass reads dx and inp once more, which a single pass would not)
+    phase_end(PHASE_NORM, t_phase, 4.0 * (3.0 * values + heads) + (dx16 != NULL ? 2.0 * values : 0.0),
               (weight != NULL ? 8.0 : 5.0) * values);
 }
 

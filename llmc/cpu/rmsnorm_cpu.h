@@ -197,9 +197,10 @@ static void rmsnorm_backward_into(float* dinp, float* dweight, const float* dout
     } else {
         norm_backward(rmsnorm_backward_row, 0, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, BT, C, accumulate);
     }
-    // dout, inp read; dinp updated (or written)
+    // dout, inp read; dinp updated (or written), and its bf16 copy written when it has one
     double n = (double)BT * C;
-    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * n + BT), (weight != NULL ? 10.0 : 6.0) * n);
+    phase_end(PHASE_NORM, t_phase, 4.0 * ((accumulate ? 4.0 : 3.0) * n + BT) + norm_copy_bytes(dinp, n),
+              (weight != NULL ? 10.0 : 6.0) * n);
 }
 
 static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
