@@ -505,7 +505,7 @@ static void norm_backward_grouped(NormBackwardRow row, int layernorm_means, floa
                                   const float* dout, const float* inp, const float* weight, const float* mean,
                                   const float* rstd, int BT, int C, int accumulate) {
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, (size_t)BT * C);
-    int chunks = (BT + NORM_CHUNK - 1) / NORM_CHUNK;
+    int chunks = sum_chunks(BT);
     int sums = dbias != NULL ? 2 : 1;  // partial sums per chunk: dweight's, then dbias's
     float* partial = dweight != NULL ? (float*)mallocCheck((size_t)chunks * sums * C * sizeof(float)) : NULL;
     #pragma omp parallel
