@@ -1557,16 +1557,10 @@ static void partial_sums_add(float* dst, const float* partial, int chunks, size_
     }
 }
 
-// the old bias gradient (LLMC_ELEMENTWISE_FUSED=0): 64-column chunks over threads, each read down all rows
+// the old bias gradient (LLMC_ELEMENTWISE_FUSED=0): 64-column chunks over threads, each read down all rows (dout's
+// rows are partial sums of one row each, added in row order: the same loops)
 static void matmul_backward_bias_chunked(float* dbias, const float* dout, int BT, int OC) {
-    #pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += 64) {
-        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-        for (int r = 0; r < BT; r++) {
-            const float* d = dout + (size_t)r * OC;
-            for (int o = o0; o < o1; o++) { dbias[o] += d[o]; }
-        }
-    }
+    partial_sums_add(dbias, dout, BT, (size_t)OC, OC);
 }
 
 // dbias[o0, o1) += the sum of dout's rows over those columns, rows in order (the same sums, bit for bit, as one
