@@ -13,7 +13,8 @@
 
 - llmc/cpu/layernorm_cpu.h's norm kernels: the grouped ones (LLMC_NORM=grouped; the default, fused, is them with the
   weight gradients summed in the same pass) against the row-at-a-time ones (LLMC_NORM=rows), bit for bit
-  (dev/test/test_norm_cpu, and train_gpt2's losses).
+  (dev/test/test_norm_cpu, and train_gpt2's losses); LayerNorm's backward with and without the next group's rows
+  asked for ahead (LLMC_NORM_AHEAD=1, 0), the same losses, and a bad value one error line.
 
 No timing is asserted here (make bench measures speed). Runtime: about 30 s on 2 cores.
 """
@@ -170,6 +171,22 @@ def test_train_gpt2_losses_are_the_same_with_either_norm_kernel(tinyshakespeare,
              "-s", 0, "-o", out], cwd=tmp_path, env={"OMP_NUM_THREADS": "2", "LLMC_NORM": kernel})
         logs.append(re.findall(r"^s:\d+ trl:\S+", (out / "main.log").read_text(), re.M))
     assert len(logs[0]) == 3 and logs[0] == logs[1]
+
+
+def test_train_gpt2_losses_are_the_same_with_the_layernorm_backward_asking_ahead_or_not(tinyshakespeare,
+                                                                                       tmp_path: Path) -> None:
+    """d2, 3 steps, 2 threads: LLMC_NORM_AHEAD=0 (no prefetch of the next group's rows) gives the default's losses."""
+    make("train_gpt2")
+    logs = []
+    for ahead in ("1", "0"):
+        out = tmp_path / f"ahead{ahead}"
+        run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", 4, "-t", 64, "-x", 3, "-v", 0,
+             "-s", 0, "-o", out], cwd=tmp_path, env={"OMP_NUM_THREADS": "2", "LLMC_NORM_AHEAD": ahead})
+        logs.append(re.findall(r"^s:\d+ trl:\S+", (out / "main.log").read_text(), re.M))
+    assert len(logs[0]) == 3 and logs[0] == logs[1]
+    proc = run([REPO / "train_gpt2", "-e", "d2", "-i", TS_TRAIN, "-j", "", "-x", 1, "-o", tmp_path / "bad"],
+               cwd=tmp_path, env={"LLMC_NORM_AHEAD": "yes"}, check=False)
+    assert assert_one_error_line(proc) == "error: LLMC_NORM_AHEAD=yes: use 0 or 1"
 
 
 def test_unknown_norm_kernel_is_one_error_line(tinyshakespeare, tmp_path: Path) -> None:

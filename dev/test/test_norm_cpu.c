@@ -13,7 +13,8 @@ left over), 64 and 256: layernorm_forward and fused_residual_forward (out, mean,
 fused_residual_rmsnorm_forward (one pass; the rows kernel's runs residual_forward then rmsnorm_forward), the LayerNorm
 backward (dinp added, accumulate 1, and written, accumulate 0; dweight, dbias added to nonzero values), the RMSNorm
 backward with a weight (its weight gradient: norm_weight_backward's other slicing) and without one, each grouped
-kernel with 2 threads and with 1 against the rows kernel with 2; LLMC_NORM's choice and its error line; the
+kernel with 2 threads and with 1 against the rows kernel with 2, and with LLMC_NORM_AHEAD=0 (LayerNorm's backward
+not asking for the next group's rows) against 1; LLMC_NORM's and LLMC_NORM_AHEAD's choices and error lines; the
 backwards' bytes in the phase account (LLMC_PHASE_TIME), and QK-norm's forward and backward, with and without the
 bf16 copy of what they write. The grouped kernels keep every row's sums in their order, so the match is exact: any
 difference fails. The fused kernel: everything but the weight gradients bit for bit too; dweight and dbias
@@ -158,6 +159,13 @@ static void test_grouped_matches_rows(void) {
             NormRun grouped1 = run_norms(&c, NORM_GROUPED, 1);
             NormRun fused2 = run_norms(&c, NORM_FUSED, 2);
             NormRun fused1 = run_norms(&c, NORM_FUSED, 1);
+            norm_ahead_use(0); // LayerNorm's backward without asking for the next group's rows: the same bits
+            NormRun grouped_behind = run_norms(&c, NORM_GROUPED, 2);
+            NormRun fused_behind = run_norms(&c, NORM_FUSED, 2);
+            norm_ahead_use(1);
+            check_outputs(&grouped_behind, &grouped2, &c, "grouped, LLMC_NORM_AHEAD=0 against 1", 0.0);
+            check_outputs(&fused_behind, &fused2, &c, "fused, LLMC_NORM_AHEAD=0 against 1", 0.0);
+            run_free(&grouped_behind); run_free(&fused_behind);
             check_outputs(&grouped2, &rows, &c, "grouped, 2 threads, against rows", 0.0);
             check_outputs(&grouped1, &rows, &c, "grouped, 1 thread, against rows", 0.0);
             check_outputs(&fused2, &rows, &c, "fused, 2 threads, against rows", FUSED_TOL);
@@ -240,6 +248,12 @@ static void choose_with_env(void* arg) {
     norm_kernel();
 }
 
+static void ahead_with_env(void* arg) {
+    setenv("LLMC_NORM_AHEAD", (const char*)arg, 1);
+    norm_ahead_state = -1;
+    norm_ahead();
+}
+
 static void test_kernel_choice(void) {
     const char* names[4] = {"", "grouped", "rows", "fused"};
     const NormKernel want[4] = {NORM_FUSED, NORM_GROUPED, NORM_ROWS, NORM_FUSED};
@@ -252,6 +266,16 @@ static void test_kernel_choice(void) {
     norm_kernel_state = -1;
     CHECK(norm_kernel() == NORM_FUSED, "no LLMC_NORM: fused");
     expect_die("LLMC_NORM=fast", choose_with_env, (void*)"fast", "LLMC_NORM=fast", "use rows, grouped or fused");
+    const char* ahead_names[3] = {"", "0", "1"};
+    const int ahead_want[3] = {1, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        setenv("LLMC_NORM_AHEAD", ahead_names[i], 1);
+        norm_ahead_state = -1;
+        CHECK(norm_ahead() == ahead_want[i], "LLMC_NORM_AHEAD='%s' gives %d", ahead_names[i], ahead_want[i]);
+    }
+    expect_die("LLMC_NORM_AHEAD=2", ahead_with_env, (void*)"2", "LLMC_NORM_AHEAD=2", "use 0 or 1");
+    unsetenv("LLMC_NORM_AHEAD");
+    norm_ahead_state = -1;
 }
 
 // ----------------------------------------------------------------------------

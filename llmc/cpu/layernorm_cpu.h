@@ -90,6 +90,25 @@ static NormKernel norm_kernel(void) {
 // the kernel the next calls run, whatever LLMC_NORM says (dev/test/test_norm_cpu runs both)
 static inline void norm_kernel_use(NormKernel k) { norm_kernel_state = (int)k; }
 
+// Whether LayerNorm's grouped backward asks for the next group's rows (dout, inp, and dinp when it is added to) at
+// the start of a group, in address order: its two means read a group's rows a cache line of each at a time, 32
+// streams, which the hardware prefetcher does not follow, and the rows asked for ahead stream in while this group's
+// sums and rows run on data in the cache. LLMC_NORM_AHEAD=1 (the default), 0 the backward without them (the same
+// bits either way; kept selectable until timed beyond the Zen 4, doc/cpu-speed.md). RMSNorm's backward reads its
+// rows one after another and does not ask. Read once; norm_ahead_use sets it (tests).
+static int norm_ahead_state = -1;
+static inline int norm_ahead(void) {
+    static const char* const names[] = {"0", "1"};
+    if (norm_ahead_state < 0) { norm_ahead_state = env_choice("LLMC_NORM_AHEAD", names, 2, 1); }
+    return norm_ahead_state;
+}
+static inline void norm_ahead_use(int on) { norm_ahead_state = on; }
+
+// asks for the n floats at p, one cache line at a time (a prefetch: no fault past the end of anything)
+static inline void norm_prefetch_span(const float* p, size_t n) {
+    for (size_t i = 0; i < n; i += 64 / sizeof(float)) { __builtin_prefetch(p + i); }
+}
+
 // The row sums add each term rounded to fp32 (a product is never fused into the add): GCC contracts a * b + c into
 // one FMA where it can (-ffp-contract=fast, its default), and where that happens in a row's sum depends on how it
 // vectorised the loop (the terms its vector loop multiplies were rounded, its scalar tail's were fused), which no
@@ -508,6 +527,7 @@ static void norm_backward_grouped(NormBackwardRow row, int layernorm_means, floa
     int chunks = sum_chunks(BT);
     int sums = dbias != NULL ? 2 : 1;  // partial sums per chunk: dweight's, then dbias's
     float* partial = dweight != NULL ? (float*)mallocCheck((size_t)chunks * sums * C * sizeof(float)) : NULL;
+    int ahead = layernorm_means && norm_ahead(); // (read here: never inside the parallel region)
     #pragma omp parallel
     {
         float* scratch = (float*)mallocCheck((size_t)C * sizeof(float)); // this thread's row of work space
@@ -519,6 +539,12 @@ static void norm_backward_grouped(NormBackwardRow row, int layernorm_means, floa
             if (pw != NULL) { memset(pw, 0, (size_t)sums * C * sizeof(float)); }
             for (int r0 = k * NORM_CHUNK; r0 < r_end; r0 += NORM_GROUP) {
                 int n = r_end - r0 < NORM_GROUP ? r_end - r0 : NORM_GROUP;
+                if (ahead && r0 + 2 * NORM_GROUP <= BT) { // the next group's rows, while this one's run in the cache
+                    size_t next = (size_t)(r0 + NORM_GROUP) * C, span = (size_t)NORM_GROUP * C;
+                    norm_prefetch_span(dout + next, span);
+                    norm_prefetch_span(inp + next, span);
+                    if (accumulate) { norm_prefetch_span(dinp + next, span); }
+                }
                 float dnorm_mean[NORM_GROUP], dnorm_norm_mean[NORM_GROUP];
                 int grouped = layernorm_means && n == NORM_GROUP;
                 if (grouped) {
