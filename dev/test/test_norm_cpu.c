@@ -14,7 +14,8 @@ fused_residual_rmsnorm_forward (one pass; the rows kernel's runs residual_forwar
 backward (dinp added, accumulate 1, and written, accumulate 0; dweight, dbias added to nonzero values), the RMSNorm
 backward with a weight (its weight gradient: norm_weight_backward's other slicing) and without one, each grouped
 kernel with 2 threads and with 1 against the rows kernel with 2, and with LLMC_NORM_AHEAD=0 (LayerNorm's backward
-not asking for the next group's rows) against 1; LLMC_NORM's and LLMC_NORM_AHEAD's choices and error lines; the
+not asking for the next group's rows) against 1; llmc/cpu/vecmath.h's vec_dot3 (RMSNorm's sums) against its one-loop
+form of before, bit for bit; LLMC_NORM's and LLMC_NORM_AHEAD's choices and error lines; the
 backwards' bytes in the phase account (LLMC_PHASE_TIME), and QK-norm's forward and backward, with and without the
 bf16 copy of what they write. The grouped kernels keep every row's sums in their order, so the match is exact: any
 difference fails. The fused kernel: everything but the weight gradients bit for bit too; dweight and dbias
@@ -248,6 +249,39 @@ static void choose_with_env(void* arg) {
     norm_kernel();
 }
 
+// llmc/cpu/vecmath.h's vec_dot3 before 2026-12-03: one loop with the choice of b inside it (GCC kept its 16 sums
+// scalar when b was not NULL). The loop for each b does the same operations: the same bits.
+static float dot3_one_loop(const float* a, const float* b, const float* c, int n) {
+    float part[16] = {0.0f};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) { part[j] += a[i + j] * (b != NULL ? b[i + j] : 1.0f) * c[i + j]; }
+    }
+    float sum = 0.0f;
+    for (; i < n; i++) { sum += a[i] * (b != NULL ? b[i] : 1.0f) * c[i]; }
+    for (int j = 0; j < 16; j++) { sum += part[j]; }
+    return sum;
+}
+
+static void test_dot3_matches_one_loop(void) {
+    const int n_max = 1000;
+    float* a = random_array((size_t)n_max, 91);
+    float* b = random_array((size_t)n_max, 92);
+    float* c = random_array((size_t)n_max, 93);
+    int differ = 0, runs = 0;
+    for (int n = 1; n <= n_max; n += (n < 64 ? 1 : 37)) {
+        for (int with_b = 0; with_b <= 1; with_b++) {
+            const float* bb = with_b ? b : NULL;
+            float got = vec_dot3(a, bb, c, n), want = dot3_one_loop(a, bb, c, n);
+            differ += memcmp(&got, &want, sizeof(got)) != 0;
+            runs++;
+        }
+    }
+    CHECK(differ == 0, "vec_dot3 against the one-loop form: %d of %d sums differ (n = 1..%d, b NULL and not)", differ,
+          runs, n_max);
+    free(a); free(b); free(c);
+}
+
 static void ahead_with_env(void* arg) {
     setenv("LLMC_NORM_AHEAD", (const char*)arg, 1);
     norm_ahead_state = -1;
@@ -360,6 +394,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     test_kernel_choice();
+    test_dot3_matches_one_loop();
     test_grouped_matches_rows();
     test_backward_phase_bytes();
     test_qknorm_phase_bytes();

@@ -180,11 +180,20 @@ static inline float vec_gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
 }
 
+// (a loop for each b: with the choice inside one loop GCC kept the 16 sums scalar whenever b was not NULL, 590 ns
+// for a row of 768 on a Zen 4 core where the vectorised loop takes 66: RMSNorm's backward; the same operations, so
+// the same bits)
 static inline float vec_dot3(const float* a, const float* b, const float* c, int n) {
     float part[16] = {0.0f};
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        for (int j = 0; j < 16; j++) { part[j] += a[i + j] * (b != NULL ? b[i + j] : 1.0f) * c[i + j]; }
+    if (b != NULL) {
+        for (; i + 16 <= n; i += 16) {
+            for (int j = 0; j < 16; j++) { part[j] += a[i + j] * b[i + j] * c[i + j]; }
+        }
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            for (int j = 0; j < 16; j++) { part[j] += a[i + j] * 1.0f * c[i + j]; }
+        }
     }
     float sum = 0.0f;
     for (; i < n; i++) { sum += a[i] * (b != NULL ? b[i] : 1.0f) * c[i]; }
