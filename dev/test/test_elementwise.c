@@ -23,6 +23,8 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
   all 2^16 bf16 inputs, and random values;
 - GPT-2's -p bf16 GELU backward (the forward again, the gradient, the fc bias gradient) in AVX-512 against the
   compiled loops: all 2^16 bf16 inputs and random ones, dinp in fp32, with its bf16 copy, or the copy alone;
+- SwiGLU's -p bf16 forward and its backward's one pass (out again, dgate and dup in bf16 alone) in AVX-512 against
+  the compiled loops: all 2^16 bf16 gates with 8 ups each (NaN and infinity among them), and random values;
 - the GELU backward's bias gradient in both LLMC_GELU_BIAS orders: columns gives the old bias pass's bits; chunks
   (the default: the rows split over threads, summed by chunks of 64 rows) the bits of the same order written out
   plainly here (bias_sum_by_chunks), for 1, 2 and 3 threads alike.
@@ -41,6 +43,15 @@ static int same_bits(const void* a, const void* b, size_t bytes) { return memcmp
 static int same_floats(const float* a, const float* b, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i]))) { return 0; }
+    }
+    return 1;
+}
+
+// the same bits, or NaN in both, for bf16 values (same_floats's rule)
+static int same_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int a_nan = (a[i] & 0x7fff) > 0x7f80, b_nan = (b[i] & 0x7fff) > 0x7f80;
+        if (a[i] != b[i] && !(a_nan && b_nan)) { return 0; }
     }
     return 1;
 }
@@ -308,16 +319,22 @@ static void time_passes(int T) {
     TIME_PASS(&llama3, "RoPE forward, q and k heads", 8.0 * BT * (NH + NKV) * HS,
               rope_forward(y, cos_table, sin_table, B, T, QKV, NH + NKV, HS));
     TIME_PASS(&llama3, "residual forward, attention", 12.0 * NC, residual_forward(y, x, dout, NC));
-    matmul_bf16_mirror_add(y, NF, y16);
-    TIME_PASS(&llama3, "SwiGLU forward (+ copy)", 14.0 * NF, swiglu_forward(y, x, x + NF, NF));
+    // the step's SwiGLU (-p bf16's layout): gate and up rounded beside the output; the backward's one pass from them,
+    // dgate and dup in bf16 alone
+    TIME_PASS(&llama3, "SwiGLU forward to bf16 (gate, up kept)", 14.0 * NF,
+              swiglu_forward_bf16(y16, x16, x16 + NF, x, x + NF, NF));
     TIME_PASS(&llama3, "residual forward, MLP", 12.0 * NC, residual_forward(dx, x, dout, NC));
-    TIME_PASS(&llama3, "SwiGLU forward again (+ copy)", 14.0 * NF, swiglu_forward(y, x, x + NF, NF));
-    matmul_bf16_mirror_remove(y);
+    precision = matmul_precision;
+    matmul_precision = MATMUL_BF16;
     matmul_bf16_mirror_add(dx, NF, dx16);
+    matmul_bf16_mirror_set_alone(dx, 1);
     matmul_bf16_mirror_add(dx + NF, NF, dx16 + NF);
-    TIME_PASS(&llama3, "SwiGLU backward (+ both copies)", 24.0 * NF, swiglu_backward_into(dx, dx + NF, dout, x, x + NF, NF, 0));
+    matmul_bf16_mirror_set_alone(dx + NF, 1);
+    TIME_PASS(&llama3, "SwiGLU recompute + backward, bf16 alone", 14.0 * NF,
+              swiglu_recompute_backward_bf16(y16, dx, dx + NF, dout, x16, x16 + NF, NF));
     matmul_bf16_mirror_remove(dx);
     matmul_bf16_mirror_remove(dx + NF);
+    matmul_precision = precision;
     matmul_bf16_mirror_add(dx, (size_t)BT * QKV, dx16);
     TIME_PASS(&llama3, "RoPE backward (+ copy)", 10.0 * BT * (NH + NKV) * HS,
               rope_backward(dx, cos_table, sin_table, B, T, QKV, NH + NKV, HS));
@@ -454,6 +471,82 @@ static void check_gelu_recompute_vec16(GeluBiasSum order) {
     for (int v = 0; v < 2; v++) { free(out[v]); free(copy[v]); free(dinp[v]); free(dbias[v]); }
 }
 
+// SwiGLU's -p bf16 forward (gate and up rounded, out = silu(gate) up rounded) and its backward's one pass (out again,
+// dgate and dup in bf16 alone) in AVX-512 (llmc/cpu/vecmath.h's vec16_enabled) against the compiled loops: every one
+// of the 2^16 bf16 gates with 8 ups each (zero, a denormal, huge, infinite and NaN among them) and random values, a
+// length that is not a multiple of 16, 1 to 3 threads. The same bits, or NaN in both (same_bf16: which of two NaNs a
+// product keeps is the compiler's choice of operand order)
+static void check_swiglu_vec16(void) {
+    if (!vec16_supported() || !mm_bf16_cvt_on()) {
+        printf("SwiGLU's AVX-512 forward and backward: not run (no AVX-512 F, BW and BF16 on this CPU, or no FMA in "
+               "this build)\n");
+        return;
+    }
+    const size_t n = 8 * 65536 + 13;
+    static const float UPS[8] = {1.0f, -0.37f, 3.5e4f, 1e-40f, 0.0f, -2.5f, NAN, INFINITY};
+    float* gate = (float*)mallocCheck(n * sizeof(float));
+    float* up = (float*)mallocCheck(n * sizeof(float));
+    float* dout = (float*)mallocCheck(n * sizeof(float));
+    uint16_t* out[2], * gate16[2], * up16[2], * dg16[2], * du16[2];
+    float* dgate[2], * dup[2];
+    for (int v = 0; v < 2; v++) {
+        out[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        gate16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        up16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        dg16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        du16[v] = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        dgate[v] = (float*)mallocCheck(n * sizeof(float));
+        dup[v] = (float*)mallocCheck(n * sizeof(float));
+    }
+    hash_fill(dout, n, 21, 3.0f);
+    for (int random = 0; random <= 1; random++) {
+        if (random) {
+            hash_fill(gate, n, 22, 12.0f);
+            hash_fill(up, n, 23, 4.0f);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                // every bf16 gate, with low bits set in odd rounds so that the rounding of gate is exercised too
+                uint32_t bits = (uint32_t)(i & 0xffffu) << 16 | ((i >> 16) & 1u ? (uint32_t)(i * 2654435761u) & 0xffffu : 0u);
+                memcpy(&gate[i], &bits, sizeof(float));
+                up[i] = UPS[(i >> 16) & 7u] * (1.0f + 1e-3f * (float)(i % 7));
+            }
+        }
+        for (int threads = 1; threads <= 3; threads++) {
+            set_threads(threads);
+            for (int v = 0; v < 2; v++) {
+                setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
+                memset(out[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                swiglu_forward_bf16(out[v], gate16[v], up16[v], gate, up, n);
+            }
+            CHECK(same_bits(gate16[0], gate16[1], n * sizeof(uint16_t)) &&
+                  same_bits(up16[0], up16[1], n * sizeof(uint16_t)) && same_bf16(out[0], out[1], n),
+                  "SwiGLU forward to bf16 with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",
+                  random ? "random inputs" : "all bf16 gates", threads);
+            for (int v = 0; v < 2; v++) {
+                setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
+                matmul_bf16_mirror_add(dgate[v], n, dg16[v]);
+                matmul_bf16_mirror_set_alone(dgate[v], 1);
+                matmul_bf16_mirror_add(dup[v], n, du16[v]);
+                matmul_bf16_mirror_set_alone(dup[v], 1);
+                memset(out[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                memset(dg16[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                memset(du16[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
+                swiglu_recompute_backward_bf16(out[v], dgate[v], dup[v], dout, gate16[0], up16[0], n);
+                matmul_bf16_mirror_remove(dgate[v]);
+                matmul_bf16_mirror_remove(dup[v]);
+            }
+            unsetenv("LLMC_VEC16");
+            CHECK(same_bf16(out[0], out[1], n) && same_bf16(dg16[0], dg16[1], n) && same_bf16(du16[0], du16[1], n),
+                  "SwiGLU recompute + backward with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",
+                  random ? "random inputs" : "all bf16 gates", threads);
+        }
+    }
+    free(gate); free(up); free(dout);
+    for (int v = 0; v < 2; v++) {
+        free(out[v]); free(gate16[v]); free(up16[v]); free(dg16[v]); free(du16[v]); free(dgate[v]); free(dup[v]);
+    }
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
         time_passes(argc >= 3 ? atoi(argv[2]) : 1024);
@@ -476,5 +569,6 @@ int main(int argc, char** argv) {
     check_gelu_vec16();
     check_gelu_recompute_vec16(GELU_BIAS_COLUMNS);
     check_gelu_recompute_vec16(GELU_BIAS_CHUNKS);
+    check_swiglu_vec16();
     return test_summary();
 }

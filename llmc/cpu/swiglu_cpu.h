@@ -275,6 +275,68 @@ static void swiglu_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* d
         mm_round_bf16_row(dup16 + c0, du, n);
     }
 }
+
+// The two spans above in AVX-512 (vec16_enabled; LLMC_VEC16=0: the compiled loops), 16 values a step on the same
+// numbers with the same operations (vec16_expf is vec_expf's bits; the one product the compiled backward fuses, in
+// 1 + g (1 - sig), fused here by hand; fp-contract off: nothing else), so their bits (dev/test/test_elementwise
+// checks every bf16 gate against the compiled loops).
+// -x as the compiled loops' e^-x takes it (folded into a product, which keeps a NaN's sign): 0 - x, not a sign flip
+// (the two differ only for a zero, whose e^x is 1 either way)
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline __m512 vec16_neg(__m512 x) { return _mm512_sub_ps(_mm512_setzero_ps(), x); }
+
+// the n <= 16 bf16 at p as floats, 0 past n
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline __m512 swiglu_load16_bf16(const uint16_t* p, int n) {
+    if (n == 16) { return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)p)); }
+    uint16_t h[16] = {0};
+    memcpy(h, p, (size_t)n * sizeof(uint16_t));
+    return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)h));
+}
+
+// the first n <= 16 lanes of x rounded to bf16 at dst
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline void swiglu_store16_bf16(uint16_t* dst, __m512 x, int n) {
+    if (n == 16) { _mm256_storeu_si256((__m256i*)(void*)dst, mm16_round_bf16(x)); } else { mm16_store_bf16(dst, x, n); }
+}
+
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
+static void swiglu_forward_bf16_span16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
+                                       const float* up, size_t i0, size_t i1) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (size_t i = i0; i < i1; i += 16) {
+        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+        swiglu_store16_bf16(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
+        swiglu_store16_bf16(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
+        __m512 g = swiglu_load16_bf16(gate16 + i, n), u = swiglu_load16_bf16(up16 + i, n);
+        __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+        swiglu_store16_bf16(out16 + i, y, n);
+    }
+}
+
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
+static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
+                                                  const float* dout, const uint16_t* gate16, const uint16_t* up16,
+                                                  size_t i0, size_t i1) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (size_t i = i0; i < i1; i += 16) {
+        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+        __m512 g = swiglu_load16_bf16(gate16 + i, n), u = swiglu_load16_bf16(up16 + i, n);
+        __m512 d = _mm512_maskz_loadu_ps(k, dout + i);
+        __m512 den = _mm512_add_ps(one, vec16_expf(vec16_neg(g)));  // 1 + e^-g
+        __m512 out = _mm512_mul_ps(_mm512_div_ps(g, den), u);
+        __m512 sig = _mm512_div_ps(one, den);
+        __m512 silu = _mm512_mul_ps(sig, g);
+        __m512 slope = _mm512_fmadd_ps(_mm512_sub_ps(one, sig), g, one);  // 1 + g (1 - sig)
+        __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(u, d), sig), slope);
+        __m512 du = _mm512_mul_ps(silu, d);
+        swiglu_store16_bf16(out16 + i, out, n);
+        swiglu_store16_bf16(dgate16 + i, dg, n);
+        swiglu_store16_bf16(dup16 + i, du, n);
+    }
+}
 #endif
 
 static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate, const float* up,
@@ -283,11 +345,13 @@ static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up1
     double t_phase = phase_begin();
 #if MATMUL_X86
     if (mm_bf16_cvt_on()) {
+        int vec16 = vec16_enabled(); // (read here: never inside the parallel region)
         #pragma omp parallel
         {
             size_t i0, i1;
             parallel_span(N, &i0, &i1);
-            swiglu_forward_bf16_span_cvt(out16, gate16, up16, gate, up, i0, i1);
+            if (vec16) { swiglu_forward_bf16_span16(out16, gate16, up16, gate, up, i0, i1); }
+            else { swiglu_forward_bf16_span_cvt(out16, gate16, up16, gate, up, i0, i1); }
         }
         phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + 6.0) * N, 8.0 * N);
         return;
@@ -310,11 +374,12 @@ static inline void swiglu_recompute_backward_bf16_span(uint16_t* __restrict__ ou
                                                        float* __restrict__ dup, uint16_t* __restrict__ dgate16,
                                                        uint16_t* __restrict__ dup16, const float* __restrict__ dout,
                                                        const uint16_t* __restrict__ gate16,
-                                                       const uint16_t* __restrict__ up16, int alone, size_t i0,
-                                                       size_t i1) {
+                                                       const uint16_t* __restrict__ up16, int alone, int vec16,
+                                                       size_t i0, size_t i1) {
 #if MATMUL_X86
     if (alone && mm_bf16_cvt_on()) {
-        swiglu_recompute_backward_bf16_span_cvt(out16, dgate16, dup16, dout, gate16, up16, i0, i1);
+        if (vec16) { swiglu_recompute_backward_bf16_span16(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
+        else { swiglu_recompute_backward_bf16_span_cvt(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
         return;
     }
 #endif
@@ -345,12 +410,14 @@ static void swiglu_recompute_backward_bf16(uint16_t* out16, float* dgate, float*
     uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
     uint16_t* dup16 = matmul_bf16_shadow(dup, N);
     int alone = dgate16 != NULL && dup16 != NULL && !matmul_bf16_fp32_kept(dgate, N) && !matmul_bf16_fp32_kept(dup, N);
+    int vec16 = vec16_enabled(); // (read here: never inside the parallel region)
     double t_phase = phase_begin();
     #pragma omp parallel
     {
         size_t i0, i1;
         parallel_span(N, &i0, &i1);
-        swiglu_recompute_backward_bf16_span(out16, dgate, dup, dgate16, dup16, dout, gate16, up16, alone, i0, i1);
+        swiglu_recompute_backward_bf16_span(out16, dgate, dup, dgate16, dup16, dout, gate16, up16, alone, vec16, i0,
+                                            i1);
     }
     if (alone) {
         matmul_bf16_alone_written(dgate, N);

@@ -25,7 +25,8 @@ the error bounds against libm over the whole range.
     vec16_exp_sub(e, x, n, max, ahead)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax and
                   transposes, the classifier's row pass, GPT-2's -p bf16 GELU forward and its backward's
-                  recompute): this CPU has AVX-512 F and BW, the build has FMA (as every
+                  recompute, SwiGLU's -p bf16 forward and backward): this CPU has AVX-512 F and BW, the build
+                  has FMA (as every
                   -march=native build on such a CPU: the compiled vec_expf then fuses as vec16_expf does),
                   and LLMC_VEC16 is not 0
                   (LLMC_VEC16=0: the compiled loops, the same bits; kept until the two are timed on
