@@ -506,7 +506,8 @@ static void check_swiglu_vec16(void) {
         } else {
             for (size_t i = 0; i < n; i++) {
                 // every bf16 gate, with low bits set in odd rounds so that the rounding of gate is exercised too
-                uint32_t bits = (uint32_t)(i & 0xffffu) << 16 | ((i >> 16) & 1u ? (uint32_t)(i * 2654435761u) & 0xffffu : 0u);
+                uint32_t low = (i >> 16) & 1u ? (uint32_t)(i * 2654435761u) & 0xffffu : 0u;
+                uint32_t bits = (uint32_t)(i & 0xffffu) << 16 | low;
                 memcpy(&gate[i], &bits, sizeof(float));
                 up[i] = UPS[(i >> 16) & 7u] * (1.0f + 1e-3f * (float)(i % 7));
             }
