@@ -250,10 +250,11 @@ static int classifier_dlogits_bf16(void) {
 typedef float ClassifierLanes __attribute__((vector_size(16 * sizeof(float))));
 typedef int32_t ClassifierLaneMask __attribute__((vector_size(16 * sizeof(int32_t))));
 
-// the larger of a and b in each lane, as a > b ? a : b picks it (b where either is NaN)
-static inline ClassifierLanes classifier_lanes_max(ClassifierLanes a, ClassifierLanes b) {
-    ClassifierLaneMask greater = a > b;  // all ones where a > b
-    return (ClassifierLanes)(((ClassifierLaneMask)a & greater) | ((ClassifierLaneMask)b & ~greater));
+// *acc = the larger of v and *acc in each lane, as v > acc ? v : acc picks it (acc where either is NaN); by pointer:
+// a 64-byte vector passed by value on a build without AVX-512 draws GCC's -Wpsabi warning
+static inline void classifier_lanes_keep_max(ClassifierLanes* acc, const ClassifierLanes* v) {
+    ClassifierLaneMask greater = *v > *acc;  // all ones where v > acc
+    *acc = (ClassifierLanes)(((ClassifierLaneMask)*v & greater) | ((ClassifierLaneMask)*acc & ~greater));
 }
 
 // classifier_row_max's maximum, from four vectors of 16 lanes side by side (GCC keeps classifier_row_max's 16 lanes
@@ -269,16 +270,18 @@ static inline float classifier_row_max_lanes(const float* x, int V) {
         for (int a = 0; a < 4; a++) {
             ClassifierLanes v;
             memcpy(&v, x + i + 16 * a, sizeof(v));
-            lane_max[a] = classifier_lanes_max(v, lane_max[a]);
+            classifier_lanes_keep_max(&lane_max[a], &v);
         }
     }
     for (; i + 16 <= V; i += 16) {
         ClassifierLanes v;
         memcpy(&v, x + i, sizeof(v));
-        lane_max[0] = classifier_lanes_max(v, lane_max[0]);
+        classifier_lanes_keep_max(&lane_max[0], &v);
     }
-    ClassifierLanes m = classifier_lanes_max(classifier_lanes_max(lane_max[0], lane_max[1]),
-                                             classifier_lanes_max(lane_max[2], lane_max[3]));
+    classifier_lanes_keep_max(&lane_max[1], &lane_max[0]);  // max(0, 1), max(2, 3), then the max of the two
+    classifier_lanes_keep_max(&lane_max[3], &lane_max[2]);
+    classifier_lanes_keep_max(&lane_max[3], &lane_max[1]);
+    ClassifierLanes m = lane_max[3];
     float maxval = -INFINITY;
     for (; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
     for (int j = 0; j < 16; j++) { maxval = m[j] > maxval ? m[j] : maxval; }
