@@ -20,7 +20,8 @@ softmax and the
 backward's element-wise part in AVX-512, and the transposes in 16 x 16 register blocks, against the compiled loops
 (LLMC_VEC16=0: the same bits, those cases and
 scores large enough to clamp the exponentials; and one block at a time, 64 random blocks); the tiled kernel's
-softmax in AVX-512 against its compiled loop (LLMC_VEC16=0: the same bits, the same cases); dqkv written (the trainers' call) against dqkv added to zero, and
+softmax in AVX-512 and in AVX2 against its compiled loop (LLMC_VEC16=0, LLMC_VEC8=0: the same bits, the same
+cases); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and
 LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _ROUND_ROWS', _OVERWRITE's, and LLMC_VEC16's); the phase account; the
@@ -294,10 +295,16 @@ static void test_softmax16_does_not_change_bits(void) {
     input_amp = 5.0f;
 }
 
-// the tiled kernel's softmax in AVX-512 (LLMC_VEC16) against the compiled loop: out and dqkv bit for bit, ragged T
-// (the rows' tails), head sizes 16 to 128, grouped heads, and scores large enough that exponentials clamp
-static void test_tiled_softmax16_does_not_change_bits(void) {
-    if (!vec16_enabled()) { return; } // (test_softmax16_does_not_change_bits says why)
+// the tiled kernel's softmax in AVX-512 (lanes 16: LLMC_VEC16) or AVX2 (lanes 8: LLMC_VEC8, with LLMC_VEC16=0 on a
+// CPU with AVX-512) against the compiled loop: out and dqkv bit for bit, ragged T (the rows' tails), head sizes 16 to
+// 128, grouped heads, and scores large enough that exponentials clamp
+static void test_tiled_softmax_loops_do_not_change_bits(int lanes) {
+    const char* name = lanes == 16 ? "LLMC_VEC16" : "LLMC_VEC8";
+    if (lanes == 16 ? !vec16_enabled() : !vec8_enabled()) {
+        if (lanes == 8) { printf("LLMC_VEC8: not run (no AVX2 and FMA on this CPU, or no FMA in this build)\n"); }
+        return; // (test_softmax16_does_not_change_bits says why for LLMC_VEC16)
+    }
+    if (lanes == 8) { setenv("LLMC_VEC16", "0", 1); }
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20}, {1, 1, 2, 2, 64},
                              {1, 130, 2, 1, 64}};
     for (int i = 0; i < NCASES(cases); i++) {
@@ -310,18 +317,19 @@ static void test_tiled_softmax16_does_not_change_bits(void) {
         for (int n = 0; n < 2; n++) {
             out[n] = (float*)mallocCheck(case_out(c) * sizeof(float));
             dqkv[n] = (float*)mallocCheck(case_qkv(c) * sizeof(float));
-            setenv("LLMC_VEC16", n == 0 ? "1" : "0", 1);
+            setenv(name, n == 0 ? "1" : "0", 1);
             run_gqa("tiled", c, qkv, dout, out[n], dqkv[n], 0);
         }
-        unsetenv("LLMC_VEC16");
+        unsetenv(name);
         CHECK(memcmp(out[0], out[1], case_out(c) * sizeof(float)) == 0 &&
                   memcmp(dqkv[0], dqkv[1], case_qkv(c) * sizeof(float)) == 0,
-              "tiled, T=%d NH=%d NKV=%d HS=%d, scores x%g: out or dqkv differ with LLMC_VEC16=0", c->T, c->NH, c->NKV,
-              c->HS, input_amp);
+              "tiled, T=%d NH=%d NKV=%d HS=%d, scores x%g: out or dqkv differ with %s=0", c->T, c->NH, c->NKV,
+              c->HS, input_amp, name);
         free(qkv); free(dout);
         for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); }
     }
     input_amp = 5.0f;
+    if (lanes == 8) { unsetenv("LLMC_VEC16"); }
 }
 
 #if MATMUL_X86
@@ -835,7 +843,8 @@ int main(int argc, char** argv) {
     test_block_rounding_does_not_change_bits();
     test_rounding_rows_does_not_change_bits();
     test_softmax16_does_not_change_bits();
-    test_tiled_softmax16_does_not_change_bits();
+    test_tiled_softmax_loops_do_not_change_bits(16);
+    test_tiled_softmax_loops_do_not_change_bits(8);
 #if MATMUL_X86
     test_softmax16_blocks_match();
 #endif

@@ -22,8 +22,9 @@ The fused row kernel against the passes, bit for bit:
     exponential's clamp, the tanh's saturation), each buffer layout the chunks use (dlogits over the logits in place,
     the exponentials in a row of their own, kept logits): the loss, the (capped) logits, dlogits over Vp; and its
     bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad; on a
-    CPU with AVX-512 the fused row with its hand-written loops (llmc/cpu/vecmath.h's vec16_enabled) and with the
-    compiled ones (the chunks below run the default: the hand-written loops there)
+    CPU with AVX-512 the fused row with its hand-written loops (llmc/cpu/vecmath.h's vec16_enabled), on one with AVX2
+    with its AVX2 loops (vec8_enabled), and with the compiled ones (the chunks below run the default: the hand-written
+    loops there)
   - the chunks on -p bf16 (matmul_precision MATMUL_BF16): losses, kept logits, dinp and dweight the passes' bits with
     and without masked rows; where oneDNN has a bf16 kernel the fused kernel's dlogits are bf16 alone (the line
     "bf16 dlogits: ..." says which ran)
@@ -269,8 +270,8 @@ typedef struct {
 } RowRun;
 
 // runs one row with the kernel given from the logits z (nvp), dlogits in fp32, or in bf16 (to_bf16: fused only)
-static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int vec16, const float* z, int nv, int nvp,
-                      float cap, int target, float dloss) {
+static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int lanes, const float* z, int nv,
+                      int nvp, float cap, int target, float dloss) {
     RowRun r = {0.0f, (float*)mallocCheck((size_t)nvp * sizeof(float)), NULL, NULL};
     float* own = (float*)mallocCheck((size_t)nvp * sizeof(float));  // a row of their own: exponentials or dlogits
     float* e_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
@@ -293,8 +294,9 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, in
         dx16 = (uint16_t*)mallocCheck((size_t)nvp * sizeof(uint16_t));
         for (int i = 0; i < nvp; i++) { dx16[i] = 0x7fc1; } // stale: a NaN pattern
     }
-    r.loss = kernel == CLASSIFIER_PASSES ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
-                                         : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, vec16);
+    r.loss = kernel == CLASSIFIER_PASSES
+                 ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
+                 : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, lanes);
     if (dx != NULL) {
         r.dx = (float*)mallocCheck((size_t)nvp * sizeof(float));
         memcpy(r.dx, dx, (size_t)nvp * sizeof(float));
@@ -317,10 +319,11 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
     char what[200];
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
         RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, z, nv, nvp, cap, target, dloss);
-        for (int vec16 = 0; vec16 <= vec16_enabled(); vec16++) { // (the AVX-512 loops too, where the CPU has them)
+        for (int lanes = 0; lanes <= 16; lanes += 8) { // (the AVX2 and AVX-512 loops too, where the CPU has them)
+            if ((lanes == 8 && !vec8_enabled()) || (lanes == 16 && !vec16_enabled())) { continue; }
             snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s%s", nv, cap, scale, target,
-                     row_layout_names[layout], vec16 ? ", AVX-512 loops" : "");
-            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, vec16, z, nv, nvp, cap, target, dloss);
+                     row_layout_names[layout], lanes == 16 ? ", AVX-512 loops" : lanes == 8 ? ", AVX2 loops" : "");
+            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, lanes, z, nv, nvp, cap, target, dloss);
             CHECK(float_bits(fused.loss) == float_bits(passes.loss),
                   "%s: the fused row's loss is the passes' bits (%.9g, %.9g)", what, fused.loss, passes.loss);
             // in place the logits' row ends as dlogits; kept, it holds the capped logits
@@ -331,7 +334,7 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
                       "%s: dlogits are the passes' bits over Vp", what);
             }
             if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
-                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, vec16, z, nv, nvp, cap, target, dloss);
+                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, lanes, z, nv, nvp, cap, target, dloss);
                 int same = float_bits(bf16.loss) == float_bits(passes.loss);
                 for (int i = 0; i < nvp && same; i++) { same = bf16.dx16[i] == matmul_bf16_round_value(passes.dx[i]); }
                 CHECK(same, "%s: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss", what);

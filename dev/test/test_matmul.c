@@ -18,7 +18,8 @@ forces avx512, avx2 or generic, so a test can run each one the CPU has); llmc/cp
 element-wise math) against libm in double: exp relative 2e-7, tanh absolute 3e-7, GELU 1e-6
 (absolute, relative above |x| = 1), its derivative absolute 2e-6, over [-90, 90] by 1e-3; on a CPU with AVX-512,
 vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the hand-written loops' exp and bf16 roundings) against vec_expf and
-matmul_bf16_round_value, bit for bit on all 2^32 floats (8 of the program's 9 s here; LLMC_TEST_VECMATH=0 leaves them
+matmul_bf16_round_value, bit for bit on all 2^32 floats (8 of the program's 9 s here), and on a CPU with AVX2 and FMA
+vec8_expf and vec8_tanhf against vec_expf and vec_tanhf the same way (LLMC_TEST_VECMATH=0 leaves them
 out: they check neither the BLAS nor the blocked kernel's ISA, so tests/test_cpu_kernels.py and test_cpu_variants.py
 run them in one of their runs of each build, not in all of them).
 In a build with oneDNN (-DLLMC_ONEDNN: BLAS=onednn, or any BLAS but none with the wheels): its fp32 GEMM against the
@@ -381,6 +382,71 @@ static long long check_round16(int cvt) {
     return diff;
 }
 
+__attribute__((target("avx2,fma")))
+static void exp8_tanh8(float* e, float* t, const float* x, size_t n) {
+    for (size_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(e + i, vec8_expf(v));
+        _mm256_storeu_ps(t + i, vec8_tanhf(v));
+    }
+}
+
+// the count of a and b's values that differ in their bits (two NaNs count as the same), and the first x where they do
+static long long count_differences(const float* a, const float* b, const float* x, uint32_t n, float* first) {
+    long long diff = 0;
+    if (memcmp(a, b, sizeof(float) * n) == 0) { return 0; }
+    for (uint32_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
+            if (diff++ == 0) { *first = x[i]; }
+        }
+    }
+    return diff;
+}
+
+// vec8_expf and vec8_tanhf (the AVX2 loops' exp and tanh) give vec_expf's and vec_tanhf's bits for every one of the
+// 2^32 floats (NaN: a NaN); the chunks shared among the threads (37 s on one Zen 3 thread)
+static void check_vecmath8(void) {
+    if (!vec8_supported()) {
+        printf("vec8_expf, vec8_tanhf: not run (no AVX2 and FMA on this CPU, or no FMA in this build)\n");
+        return;
+    }
+    enum { CHUNK = 1 << 16 };
+    long long exp_diff = 0, tanh_diff = 0;
+    float first_exp = NAN, first_tanh = NAN; // (the first difference of the lowest chunk that has one)
+    uint64_t first_exp_chunk = UINT64_MAX, first_tanh_chunk = UINT64_MAX;
+    #pragma omp parallel reduction(+ : exp_diff, tanh_diff)
+    {
+        float* x = (float*)mallocCheck(CHUNK * sizeof(float)), * e = (float*)mallocCheck(CHUNK * sizeof(float));
+        float* t = (float*)mallocCheck(CHUNK * sizeof(float)), * e8 = (float*)mallocCheck(CHUNK * sizeof(float));
+        float* t8 = (float*)mallocCheck(CHUNK * sizeof(float));
+        #pragma omp for schedule(dynamic, 16)
+        for (uint64_t chunk = 0; chunk < (1ull << 32) / CHUNK; chunk++) {
+            for (uint32_t i = 0; i < CHUNK; i++) {
+                uint32_t u = (uint32_t)(chunk * CHUNK) + i;
+                memcpy(&x[i], &u, sizeof(float));
+            }
+            for (uint32_t i = 0; i < CHUNK; i++) { e[i] = vec_expf(x[i]); }
+            for (uint32_t i = 0; i < CHUNK; i++) { t[i] = vec_tanhf(x[i]); }
+            exp8_tanh8(e8, t8, x, CHUNK);
+            float fe = 0.0f, ft = 0.0f;
+            long long de = count_differences(e, e8, x, CHUNK, &fe), dt = count_differences(t, t8, x, CHUNK, &ft);
+            exp_diff += de;
+            tanh_diff += dt;
+            if (de > 0 || dt > 0) {
+                #pragma omp critical
+                {
+                    if (de > 0 && chunk < first_exp_chunk) { first_exp_chunk = chunk; first_exp = fe; }
+                    if (dt > 0 && chunk < first_tanh_chunk) { first_tanh_chunk = chunk; first_tanh = ft; }
+                }
+            }
+        }
+        free(x); free(e); free(t); free(e8); free(t8);
+    }
+    CHECK(exp_diff == 0, "vec8_expf = vec_expf on all 2^32 floats (%lld differ, the first at %a)", exp_diff, first_exp);
+    CHECK(tanh_diff == 0, "vec8_tanhf = vec_tanhf on all 2^32 floats (%lld differ, the first at %a)", tanh_diff,
+          first_tanh);
+}
+
 // vec16_expf, mm16_round_bf16 and mm32_round_bf16 (the AVX-512 loops' exp and bf16 roundings) give vec_expf's and
 // matmul_bf16_round_value's bits for every one of the 2^32 floats (NaN: a NaN), the roundings both with AVX512-BF16's
 // conversion (where the CPU has it) and without
@@ -697,8 +763,10 @@ int main(void) {
 #if MATMUL_X86
     if (env_switch_on("LLMC_TEST_VECMATH")) {
         check_vecmath16();
+        check_vecmath8();
     } else {
-        printf("vec16_expf, mm16_round_bf16, mm32_round_bf16 on all 2^32 floats: not run (LLMC_TEST_VECMATH=0)\n");
+        printf("vec16_expf, mm16_round_bf16, mm32_round_bf16, vec8_expf, vec8_tanhf on all 2^32 floats: not run "
+               "(LLMC_TEST_VECMATH=0)\n");
     }
 #endif
 #if defined(LLMC_ONEDNN)

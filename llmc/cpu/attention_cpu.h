@@ -61,7 +61,9 @@ same bits; kept until timed beyond the Zen 5). On a CPU with AVX-512 the online 
 element-wise part (P^T, dS^T and their roundings) run as hand-written AVX-512 loops on llmc/cpu/vecmath.h's
 vec16_expf, two rows of a block a step (the same bits as the compiled loops, which LLMC_VEC16=0 keeps): GPT-2 d12's
 attention phase 7% faster on a Zen 5, B=4 T=1024. So does the tiled kernel's softmax (attention_softmax_rows16):
-its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (dev/test/test_attention_cpu --time).
+its forward 40.4 -> 38.4 ms, forward and backward 150 -> 147 ms at that shape (dev/test/test_attention_cpu --time);
+on a CPU with AVX2 and no AVX-512, the same softmax in AVX2 (attention_softmax_rows8; LLMC_VEC8=0 keeps the compiled
+loops).
 With them (LLMC_VEC16) the blocked kernel's transposes (the dmajor and colpair layouts, O^T from O, O and dQ back from
 O^T and dQ^T) run in 16 x 16 blocks of registers (att_transpose32) instead of one element at a time: at B=4 T=64 its
 forward and backward took 0.64-0.96 + 0.89-1.34 ms a layer before, 0.51-0.57 + 0.70-0.80 after (the AMX Xeon). The
@@ -204,16 +206,69 @@ static void attention_softmax_rows16(float* s, int ld, int t0, int rows, int col
 }
 #endif
 
+#if MATMUL_X86
+// attention_softmax_rows16 on two vectors of 8 (vec8_enabled: a CPU with AVX2 and no AVX-512), the same operations
+// in the same order, so the same bits (lanes 0-7 and 8-15 of the 16 lane maxima and sums)
+__attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+static void attention_softmax_rows8(float* s, int ld, int t0, int rows, int cols, float scale) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r, n = t + 1; // (keys 0 .. t)
+        float* row = s + (size_t)r * ld;
+        __m256 pmax[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
+        int t2 = 0;
+        for (; t2 + 16 <= n; t2 += 16) {
+            for (int h = 0; h < 2; h++) {
+                __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + t2 + 8 * h), vscale);
+                _mm256_storeu_ps(row + t2 + 8 * h, x);
+                pmax[h] = _mm256_max_ps(x, pmax[h]);
+            }
+        }
+        float maxval = -INFINITY;
+        for (int i = t2; i < n; i++) {
+            row[i] *= scale;
+            maxval = row[i] > maxval ? row[i] : maxval;
+        }
+        float lanes[16];
+        _mm256_storeu_ps(lanes, pmax[0]);
+        _mm256_storeu_ps(lanes + 8, pmax[1]);
+        for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
+        __m256 part[2];
+        vec8_exp_sub(row, row, n, maxval, NULL, part);
+        float sum = 0.0f;
+        for (int i = n - n % 16; i < n; i++) { sum += row[i]; }
+        _mm256_storeu_ps(lanes, part[0]);
+        _mm256_storeu_ps(lanes + 8, part[1]);
+        for (int j = 0; j < 16; j++) { sum += lanes[j]; }
+        const __m256 vinv = _mm256_set1_ps(1.0f / sum);
+        for (t2 = 0; t2 < cols; t2 += 8) { // row * inv up to key t, +0 after it (0 * inv, masked)
+            __m256i seen = vec8_first(t - t2 + 1);
+            __m256 p = _mm256_mul_ps(_mm256_maskload_ps(row + t2, seen), vinv);
+            p = _mm256_and_ps(p, _mm256_castsi256_ps(seen));
+            _mm256_maskstore_ps(row + t2, vec8_first(cols - t2), p);
+        }
+    }
+}
+#endif
+
+// which hand-written softmax the tiled kernel runs: 16 (AVX-512, LLMC_VEC16), 8 (AVX2, LLMC_VEC8) or 0 (the compiled
+// loops); asked outside the threads
+static int attention_softmax_lanes(void) { return vec16_enabled() ? 16 : vec8_enabled() ? 8 : 0; }
+
 // p (rows, ld) = the attention weights of query rows t0 .. t0+rows-1 of one head over keys
-// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (row stride ldqkv); vec16: the
-// softmax in AVX-512 (vec16_enabled(), asked by the caller outside its threads)
+// 0 .. t0+rows-1 (0 above the diagonal); q, k point at row 0 of the head's Q and K (row stride ldqkv); lanes: the
+// softmax's loops (attention_softmax_lanes())
 static void attention_tile_weights(float* p, int ld, const float* q, const float* k, int t0, int rows, int ldqkv, int HS,
-                                   int vec16) {
+                                   int lanes) {
     int keys = t0 + rows;
     matmul_gemm(MATMUL_FP32, 0, 1, rows, keys, HS, q + (size_t)t0 * ldqkv, ldqkv, k, ldqkv, 0.0f, p, ld);
 #if MATMUL_X86
-    if (vec16) {
+    if (lanes == 16) {
         attention_softmax_rows16(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
+        return;
+    }
+    if (lanes == 8) {
+        attention_softmax_rows8(p, ld, t0, rows, keys, 1.0f / sqrtf((float)HS));
         return;
     }
 #endif
@@ -254,7 +309,7 @@ static void attention_tiled_forward(float* out, float* att, const float* qkv, in
     size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
     float* scratch = attention_scratch(att != NULL ? 0 : (size_t)ATT_TILE * ld, &nthreads);
     size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
-    int vec16 = vec16_enabled();
+    int lanes = attention_softmax_lanes();
     // tiles further down a head see more keys: handed out as threads free up
     #pragma omp parallel for collapse(3) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
@@ -272,7 +327,7 @@ static void attention_tiled_forward(float* out, float* att, const float* qkv, in
                 } else {
                     p = scratch + (size_t)attention_thread_id() * per;
                 }
-                attention_tile_weights(p, (int)ld, q, k, t0, rows, QKV, HS, vec16);
+                attention_tile_weights(p, (int)ld, q, k, t0, rows, QKV, HS, lanes);
                 // out rows t0.. (rows,HS) = p (rows,keys) . V (keys,HS), out rows strided by C
                 matmul_gemm(MATMUL_FP32, 0, 0, rows, HS, t0 + rows, p, (int)ld, k + (size_t)NKV * HS, QKV, 0.0f,
                             out + ((size_t)b * T + t0) * C + h * HS, C);
@@ -291,7 +346,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
     size_t ld = att != NULL ? (size_t)T : (size_t)((T + 15) & ~15);
     size_t per = ((size_t)ATT_TILE * ld + 15) & ~(size_t)15;
     float* scratch = attention_scratch(2 * per, &nthreads);
-    int vec16 = vec16_enabled();
+    int lanes = attention_softmax_lanes();
     // dK and dV of a k/v head collect from all its query heads' tiles: one thread's, heads and tiles in order
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
@@ -307,7 +362,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
                     if (att != NULL) {
                         p = att + (((size_t)b * NH + h) * T + t0) * T;
                     } else {
-                        attention_tile_weights(dp + per, (int)ld, q, qkv + head_k, t0, rows, QKV, HS, vec16);
+                        attention_tile_weights(dp + per, (int)ld, q, qkv + head_k, t0, rows, QKV, HS, lanes);
                         p = dp + per;
                     }
                     attention_tile_backward(dq, dqkv + head_k, dqkv + head_v, dp, p, (int)ld,

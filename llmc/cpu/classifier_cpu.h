@@ -36,7 +36,8 @@ before it, five (classifier_row). On -p bf16 with oneDNN's bf16 GEMMs the fused 
 (classifier_dlogits_bf16), and the two backward GEMMs read them as they are instead of each rounding fp32 dlogits.
 On a CPU with AVX-512 its three passes are hand-written AVX-512 loops on llmc/cpu/vecmath.h's vec16_expf and
 vec16_tanhf (the same bits; LLMC_VEC16=0 keeps the compiled loops): one chunk of GPT-2 d12's rows 9.0 -> 8.1 ms, with
-nanochat's softcap 16.1 -> 14.8 ms, bf16 dlogits, on a Zen 5 (dev/test/test_classifier --time).
+nanochat's softcap 16.1 -> 14.8 ms, bf16 dlogits, on a Zen 5 (dev/test/test_classifier --time). On a CPU with AVX2
+and no AVX-512 the same loops in AVX2 on vec8_expf and vec8_tanhf (LLMC_VEC8=0 keeps the compiled ones).
 
 Bit for bit: a row's softmax, loss and dlogits are those of crossentropy_softmax_forward, _backward and
 softcap_forward, _backward (the same operations on the same numbers, each rounding where theirs does; bf16 dlogits are
@@ -450,14 +451,118 @@ static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, 
         }
     }
 }
+
+// The row pass's three loops in AVX2 (vec8_enabled, on a CPU without AVX-512; LLMC_VEC8=0: the compiled ones above):
+// the AVX-512 loops' operations on the 16 lanes as two vectors of 8 (the same partial sums, added in the same order),
+// the tail in masked vectors. On a Zen 3 the compiled loops kept the exponentials' 16 sums on the stack and moved
+// each vector of them through it in 8-byte pieces. fp32 dlogits only (bf16 dlogits need oneDNN's bf16 GEMMs, which
+// a CPU without AVX-512 has not: the compiled loop writes them).
+
+// classifier_row_max_lanes's maximum (any order: the same value, a zero's sign aside), four vectors side by side
+__attribute__((target("avx2")))
+static float classifier_row_max8(const float* x, int V) {
+    __m256 m[4];
+    for (int k = 0; k < 4; k++) { m[k] = _mm256_set1_ps(-INFINITY); }
+    int i = 0;
+    for (; i + 32 <= V; i += 32) {
+        for (int k = 0; k < 4; k++) { m[k] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * k), m[k]); } // (a NaN skipped)
+    }
+    for (; i < V; i += 8) {
+        __m256i k = vec8_first(V - i);
+        __m256 z = _mm256_blendv_ps(m[0], _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+        m[0] = _mm256_max_ps(z, m[0]);
+    }
+    float lanes[32];
+    for (int k = 0; k < 4; k++) { _mm256_storeu_ps(lanes + 8 * k, m[k]); }
+    float maxval = -INFINITY;
+    for (int j = 0; j < 32; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
+    return maxval;
+}
+
+// classifier_row_softcap_max16 on two vectors of 8
+__attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+static float classifier_row_softcap_max8(float* x, int V, float cap) {
+    const __m256 inv = _mm256_set1_ps(1.0f / cap), vcap = _mm256_set1_ps(cap);
+    __m256 max_lo = _mm256_set1_ps(-INFINITY), max_hi = max_lo;
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __m256 z0 = _mm256_mul_ps(vcap, vec8_tanhf(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv)));
+        __m256 z1 = _mm256_mul_ps(vcap, vec8_tanhf(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), inv)));
+        _mm256_storeu_ps(x + i, z0);
+        _mm256_storeu_ps(x + i + 8, z1);
+        max_lo = _mm256_max_ps(z0, max_lo); // (z > max ? z : max: a NaN skipped)
+        max_hi = _mm256_max_ps(z1, max_hi);
+    }
+    for (; i < V; i += 8) {
+        __m256i k = vec8_first(V - i);
+        __m256 z = _mm256_mul_ps(vcap, vec8_tanhf(_mm256_mul_ps(_mm256_maskload_ps(x + i, k), inv)));
+        _mm256_maskstore_ps(x + i, k, z);
+        max_lo = _mm256_max_ps(_mm256_blendv_ps(max_lo, z, _mm256_castsi256_ps(k)), max_lo);
+    }
+    float lanes[16];
+    _mm256_storeu_ps(lanes, max_lo);
+    _mm256_storeu_ps(lanes + 8, max_hi);
+    float maxval = -INFINITY;
+    for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
+    return maxval;
+}
+
+// classifier_row_exp_sum16 on two vectors of 8: lanes 0-7 and 8-15 of its 16 sums, the tail's values added in
+// double one by one, then the lanes
+__attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+static double classifier_row_exp_sum8(float* e, const float* x, int V, float maxval, const float* next) {
+    __m256 part[2];
+    vec8_exp_sub(e, x, V, maxval, next, part);
+    double sum = 0.0;
+    for (int i = V - V % 16; i < V; i++) { sum += e[i]; }
+    float lanes[16];
+    _mm256_storeu_ps(lanes, part[0]);
+    _mm256_storeu_ps(lanes + 8, part[1]);
+    for (int j = 0; j < 16; j++) { sum += lanes[j]; }
+    return sum;
+}
+
+// classifier_dlogit16 on 8 lanes
+__attribute__((target("avx2,fma"), optimize("fp-contract=off"), always_inline))
+static inline __m256 classifier_dlogit8(__m256 e, __m256 z, __m256 inv, __m256 dloss, __m256 icap, int capped) {
+    __m256 d = _mm256_mul_ps(_mm256_mul_ps(e, inv), dloss);
+    if (capped) {
+        __m256 t = _mm256_mul_ps(z, icap);
+        d = _mm256_mul_ps(d, _mm256_fnmadd_ps(t, t, _mm256_set1_ps(1.0f)));
+    }
+    return d;
+}
+
+// classifier_row_dlogits into dx (fp32; may be e or x: in place), 16 logits a step
+__attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+static void classifier_row_dlogits8(float* dx, const float* e, const float* x, int V, float inv, float dloss,
+                                    float icap, int capped) {
+    const __m256 vinv = _mm256_set1_ps(inv), vdloss = _mm256_set1_ps(dloss), vicap = _mm256_set1_ps(icap);
+    const __m256 zero = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __m256 d0 = classifier_dlogit8(_mm256_loadu_ps(e + i), capped ? _mm256_loadu_ps(x + i) : zero, vinv, vdloss,
+                                       vicap, capped);
+        __m256 d1 = classifier_dlogit8(_mm256_loadu_ps(e + i + 8), capped ? _mm256_loadu_ps(x + i + 8) : zero, vinv,
+                                       vdloss, vicap, capped);
+        _mm256_storeu_ps(dx + i, d0);
+        _mm256_storeu_ps(dx + i + 8, d1);
+    }
+    for (; i < V; i += 8) {
+        __m256i k = vec8_first(V - i);
+        __m256 d = classifier_dlogit8(_mm256_maskload_ps(e + i, k), capped ? _mm256_maskload_ps(x + i, k) : zero, vinv,
+                                      vdloss, vicap, capped);
+        _mm256_maskstore_ps(dx + i, k, d);
+    }
+}
 #endif
 
 // One row, classifier_row's results in three passes over it: the softcap with the max, the exponentials with their
 // sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
 // dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
-// padded columns.
+// padded columns. lanes: the hand-written loops to run (classifier_lanes: 16, 8, or 0 for the compiled ones).
 static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
-                                         int target, float dloss, const float* next, int vec16) {
+                                         int target, float dloss, const float* next, int lanes) {
     int capped = cap > 0.0f;
     if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
         if (capped) {
@@ -472,10 +577,14 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     double sum;
     const float* ahead = next != NULL ? next : x;
 #if MATMUL_X86
-    if (vec16) {
+    if (lanes == 16) {
         maxval = capped ? classifier_row_softcap_max16(x, V, cap) : classifier_row_max_lanes(x, V);
         zt = x[target];
         sum = classifier_row_exp_sum16(e, x, V, maxval, ahead);
+    } else if (lanes == 8) {
+        maxval = capped ? classifier_row_softcap_max8(x, V, cap) : classifier_row_max8(x, V);
+        zt = x[target];
+        sum = classifier_row_exp_sum8(e, x, V, maxval, ahead);
     } else
 #endif
     {
@@ -489,7 +598,8 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     float icap = capped ? 1.0f / cap : 0.0f;
     float et = e[target];  // read before dlogits (which may lie over e) are written
 #if MATMUL_X86
-    if (vec16) { classifier_row_dlogits16(dx, dx16, e, x, V, inv, dloss, icap, capped); } else
+    if (lanes == 16) { classifier_row_dlogits16(dx, dx16, e, x, V, inv, dloss, icap, capped); } else
+    if (lanes == 8 && dx16 == NULL) { classifier_row_dlogits8(dx, e, x, V, inv, dloss, icap, capped); } else
 #endif
     if (dx16 != NULL) {
         if (capped) { classifier_row_dlogits(NULL, dx16, e, x, V, inv, dloss, icap, 1, 1); }
@@ -511,6 +621,9 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     }
     return loss;
 }
+
+// the fused row's hand-written loops this CPU runs: 16 (AVX-512, LLMC_VEC16), 8 (AVX2, LLMC_VEC8) or 0 (compiled)
+static int classifier_lanes(void) { return vec16_enabled() ? 16 : vec8_enabled() ? 8 : 0; }
 
 // the chunks' work space: `floats` floats, kept between calls (grown when needed)
 static float* classifier_scratch(size_t floats) {
@@ -545,8 +658,8 @@ static void classifier_logits(float* logits, const float* inp, int ld, const flo
 // to dx's row, else to x's. kept: x is kept (its capped values written back count as traffic).
 static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, const int* targets,
                                   float dloss, float softcap, int rows, int V, int Vp, int kept) {
-    int fused = classifier_kernel() == CLASSIFIER_FUSED, vec16 = vec16_enabled(); // (read here: never inside the
-                                                                                   // parallel region)
+    // (read here: never inside the parallel region)
+    int fused = classifier_kernel() == CLASSIFIER_FUSED, lanes = classifier_lanes();
     if (dx16 != NULL && !fused) { llmc_die("internal: bf16 dlogits from the classifier's passes kernel"); }
     double t = phase_begin();
     #pragma omp parallel for schedule(static)  // (a thread's rows one after another: row r + 1 is its next)
@@ -557,7 +670,7 @@ static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* 
         float* e = e_rows != NULL ? e_rows + (size_t)classifier_thread_id() * Vp : (dxr != NULL ? dxr : xr);
         int target = targets != NULL ? targets[r] : -1;
         float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL,
-                                                  vec16)
+                                                  lanes)
                            : classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
         if (losses != NULL && targets != NULL) { losses[r] = loss; } // 0 for target -1
     }

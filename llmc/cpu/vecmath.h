@@ -31,6 +31,10 @@ the error bounds against libm over the whole range.
                   and LLMC_VEC16 is not 0
                   (LLMC_VEC16=0: the compiled loops, the same bits; kept until the two are timed on
                   every CPU kind; any other value than 0 or 1 is one error line)
+    vec8_expf(x), vec8_tanhf(x)   the same on 8 lanes of an AVX2 register, the same bits (checked as vec16_expf)
+    vec8_enabled()   whether the AVX2 loops built on them run where the AVX-512 ones do not (the classifier's row
+                  pass): this CPU has AVX2 and FMA, the build has FMA, and LLMC_VEC8 is not 0 (LLMC_VEC8=0: the
+                  compiled loops, the same bits)
 */
 #ifndef LLMC_VECMATH_H
 #define LLMC_VECMATH_H
@@ -158,9 +162,96 @@ static inline __m512 vec16_exp_sub(float* e, const float* x, int n, float maxval
     }
     return part;
 }
+
+// ----------------------------------------------------------------------------
+// the same on 8 lanes of an AVX2 register, for CPUs without AVX-512 (where GCC's AVX2 loops over vec_expf spilled
+// the 16 partial sums and moved each vector through the stack in 8-byte pieces)
+
+// this CPU has AVX2 and FMA, and the build fuses vec_expf's multiply-adds as these do (as vec16_supported)
+static inline int vec8_supported(void) {
+#if defined(__FMA__)
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return has;
+#else
+    return 0;
+#endif
+}
+
+static inline int vec8_enabled(void) {
+    return env_switch_on("LLMC_VEC8") && vec8_supported(); // (read at each call, as LLMC_VEC16)
+}
+
+// vec_expf on 8 lanes: vec16_expf's operations, p 2^n as the compiled loop builds 2^n (n + 127 shifted into the
+// exponent; a NaN n converts to 0x80000000, whose shifted sum is 1.0f, the compiled loop's 2^0 for a NaN)
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 vec8_expf(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); // (a NaN x stays, as in vec16_expf)
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+    __m256 n = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f));
+    n = _mm256_sub_ps(n, _mm256_set1_ps(12582912.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.98412698e-4f), r, _mm256_set1_ps(1.38888889e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// vec_tanhf on 8 lanes (vec16_tanhf's operations)
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 vec8_tanhf(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 ax = _mm256_andnot_ps(sign, x);
+    __m256 e = vec8_expf(_mm256_mul_ps(_mm256_set1_ps(-2.0f), ax));
+    __m256 t = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), e), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_or_ps(_mm256_andnot_ps(sign, t), _mm256_and_ps(sign, x));
+}
+
+// the lanes of a last, partial vector of n values (all 8 for n >= 8), as a mask for _mm256_maskload_ps and
+// _mm256_maskstore_ps
+__attribute__((target("avx2"), always_inline))
+static inline __m256i vec8_first(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// vec16_exp_sub on two vectors of 8: e (n) = vec8_expf(x - maxval) (e may be x), asking for one cache line of `ahead`
+// (NULL: none) per 16 values; part[0] and part[1] receive lanes 0-7 and 8-15 of the 16 lanes' sums of the whole
+// blocks of 16, each in order. The last n % 16 values are written, not summed (the callers add them one by one)
+__attribute__((target("avx2,fma"), always_inline))
+static inline void vec8_exp_sub(float* e, const float* x, int n, float maxval, const float* ahead, __m256 part[2]) {
+    const __m256 vmax = _mm256_set1_ps(maxval);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if (ahead != NULL) { __builtin_prefetch(ahead + i, 0, 3); }
+        __m256 e0 = vec8_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        __m256 e1 = vec8_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vmax));
+        _mm256_storeu_ps(e + i, e0);
+        _mm256_storeu_ps(e + i + 8, e1);
+        lo = _mm256_add_ps(lo, e0);
+        hi = _mm256_add_ps(hi, e1);
+    }
+    for (; i < n; i += 8) {
+        __m256i k = vec8_first(n - i);
+        _mm256_maskstore_ps(e + i, k, vec8_expf(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vmax)));
+    }
+    part[0] = lo;
+    part[1] = hi;
+}
 #else
 static inline int vec16_supported(void) { return 0; }
 static inline int vec16_enabled(void) { return env_switch_on("LLMC_VEC16") && 0; }
+static inline int vec8_supported(void) { return 0; }
+static inline int vec8_enabled(void) { return env_switch_on("LLMC_VEC8") && 0; }
 #endif
 
 static inline float vec_tanhf(float x) {
