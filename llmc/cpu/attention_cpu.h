@@ -241,11 +241,16 @@ static void attention_softmax_rows8(float* s, int ld, int t0, int rows, int cols
         _mm256_storeu_ps(lanes + 8, part[1]);
         for (int j = 0; j < 16; j++) { sum += lanes[j]; }
         const __m256 vinv = _mm256_set1_ps(1.0f / sum);
-        for (t2 = 0; t2 < cols; t2 += 8) { // row * inv up to key t, +0 after it (0 * inv, masked)
+        // row * inv up to key t, +0 after it (the lanes past t cleared); whole vectors stored plainly: a masked
+        // store (vmaskmovps) is slow on AMD's cores, and this loop ran at half the function's time with one a vector
+        for (t2 = 0; t2 + 8 <= cols; t2 += 8) {
+            __m256 p = _mm256_mul_ps(_mm256_loadu_ps(row + t2), vinv);
+            _mm256_storeu_ps(row + t2, _mm256_and_ps(p, _mm256_castsi256_ps(vec8_first(t - t2 + 1))));
+        }
+        if (t2 < cols) {
             __m256i seen = vec8_first(t - t2 + 1);
             __m256 p = _mm256_mul_ps(_mm256_maskload_ps(row + t2, seen), vinv);
-            p = _mm256_and_ps(p, _mm256_castsi256_ps(seen));
-            _mm256_maskstore_ps(row + t2, vec8_first(cols - t2), p);
+            _mm256_maskstore_ps(row + t2, vec8_first(cols - t2), _mm256_and_ps(p, _mm256_castsi256_ps(seen)));
         }
     }
 }
