@@ -32,9 +32,10 @@ the error bounds against libm over the whole range.
                   (LLMC_VEC16=0: the compiled loops, the same bits; kept until the two are timed on
                   every CPU kind; any other value than 0 or 1 is one error line)
     vec8_expf(x), vec8_tanhf(x)   the same on 8 lanes of an AVX2 register, the same bits (checked as vec16_expf)
+    vec8_exp_sub(e, x, n, max, ahead, part)   vec16_exp_sub on two vectors of 8
     vec8_enabled()   whether the AVX2 loops built on them run where the AVX-512 ones do not (the classifier's row
-                  pass): this CPU has AVX2 and FMA, the build has FMA, and LLMC_VEC8 is not 0 (LLMC_VEC8=0: the
-                  compiled loops, the same bits)
+                  pass, the tiled attention's softmax): this CPU has AVX2 and FMA, the build has FMA, and LLMC_VEC8 is
+                  not 0 (LLMC_VEC8=0: the compiled loops, the same bits)
 */
 #ifndef LLMC_VECMATH_H
 #define LLMC_VECMATH_H
