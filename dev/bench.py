@@ -496,6 +496,14 @@ def step_layers(args: argparse.Namespace) -> str:
     return ",".join(f"{out}x{inp}" for out, inp in block_shapes(args.model, args.family)[2])
 
 
+def torch_peak_precisions(args: argparse.Namespace) -> str:
+    """dev/gemm_peak.py's --precision: bf16 as well only when a run of this bench is bf16 (ours or PyTorch's): on a
+    CPU without bf16 instructions torch's bf16 GEMM runs at a few GFLOP/s, over 20 minutes at a d12 step's shapes."""
+    ours = {p.split("-")[0] for p in args.precision.split(",") if p}
+    theirs = {parse_torch_mode(m)[0] for m in args.torch.split(",") if m}
+    return "fp32,bf16" if "bf16" in ours | theirs else "fp32"
+
+
 def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "start") -> dict[str, float]:
     """The GEMM rates of llmc/cpu/matmul.h (one program per --ours BLAS) and of torch, at --peak-size and at one step's
     shapes of the family; the programs alternate for --peak-rounds rounds and each rate is the best of its rounds."""
@@ -509,7 +517,7 @@ def measure_peaks(args: argparse.Namespace, env: dict[str, str], when: str = "st
         else:
             print(f"(no {prog.relative_to(REPO)}: make {prog.relative_to(REPO)} to measure its GEMMs)", flush=True)
     cmds.append([sys.executable, str(REPO / "dev" / "gemm_peak.py"), "-n", n, "--reps", reps, "--threads", str(args.threads),
-                 *shape])
+                 "--precision", torch_peak_precisions(args), *shape])
     for rnd, cmd in ((r, c) for r in range(args.peak_rounds) for c in cmds):
         label = f"{when}{f', round {rnd + 1}/{args.peak_rounds}' if args.peak_rounds > 1 else ''}"
         print(f"GEMM peak ({label}): {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))} ...", flush=True)

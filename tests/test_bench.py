@@ -95,6 +95,17 @@ def test_step_gemm_peaks_time_a_training_steps_shapes_and_hold_each_run_against_
         assert_one_error_line(run([REPO / "build" / "gemm_peak_onednn", "-s", bad], check=False), alone=True)
 
 
+def test_torchs_bf16_peak_is_measured_only_when_a_run_is_bf16():
+    def precisions(*flags: str) -> str:
+        return bench.torch_peak_precisions(bench.parse_args(["--model", "d2", *flags]))
+    assert precisions("--precision", "fp32", "--torch", "minimal-fp32") == "fp32"
+    assert precisions("--precision", "fp32", "--torch", "") == "fp32"
+    assert precisions("--precision", "fp32,bf16", "--torch", "minimal-fp32") == "fp32,bf16"
+    assert precisions("--precision", "bf16-force", "--torch", "") == "fp32,bf16"
+    assert precisions("--precision", "fp32", "--torch", "minimal-bf16") == "fp32,bf16"
+    assert precisions("--precision", "fp32", "--torch", "fp32-flash,bf16-compile") == "fp32,bf16"
+
+
 def test_time_outside_the_gemms_comes_from_the_trainers_gemm_clock(tinyshakespeare):
     script = ("print('step 1/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 5000.0 ms | 512 tok/s')\n"
               "for i in range(2, 4): print(f'step {i}/3 | loss 5.0 | lr 1e-4 | norm 1.0 | 500.0 ms | 512 tok/s')\n"
