@@ -270,7 +270,6 @@ void gpt2_backward(void* m, float loss_scale) {
     cpu_model_begin_backward(&model->cpu);
     int B = model->cpu.cur_B, T = model->cpu.cur_T;
     int L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels;
-    size_t BTC = (size_t)B * T * C;
     // stale gradients: the GEMMs below overwrite theirs (the matrices, each layer's slice once, and the biases
     // with them; wte by the classifier's, the encoder then adding to it); the layernorms' and wpe's only add, so
     // they start from zero
@@ -304,9 +303,11 @@ void gpt2_backward(void* m, float loss_scale) {
             gelu_recompute_backward_bias_bf16(a.fch_gelu16, da.fch, dw.fcb, a.fch16, dfch_gelu, B * T, 4 * C, beta);
             matmul_backward_weight_bf16_input(dw.fcprojw, dw.fcprojb, dres, a.fch_gelu16, B, T, 4 * C, C, beta);
         } else {
-            gelu_forward(a.fch_gelu, a.fch, BTC * 4); // the forward's, again                              (B,T,4C)
-            matmul_backward_into(dfch_gelu, dw.fcprojw, dw.fcprojb, dres, a.fch_gelu, w.fcprojw, B, T, 4 * C, C, 0.0f, beta);
-            gelu_backward_bias(da.fch, dw.fcb, a.fch, dfch_gelu, B * T, 4 * C, beta);
+            // the same order: dfch_gelu, then the GELU's output again (the forward's, not kept) in its backward's pass
+            matmul_backward_input(dfch_gelu, dres, w.fcprojw, B, T, 4 * C, C, 0.0f);                      // (B,T,4C)
+            gelu_recompute_backward_bias(a.fch_gelu, da.fch, dw.fcb, a.fch, dfch_gelu, B * T, 4 * C, beta);
+            matmul_backward_weight(dw.fcprojw, dres, a.fch_gelu, B, T, 4 * C, C, beta);
+            matmul_backward_bias(dw.fcprojb, dres, B * T, C, beta);
         }
         // (fcb's gradient came with the GELU's backward, the sum of the rows it wrote)
         layernorm_recompute(a.ln2, a.residual2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b, B, T, C);        // (B,T,C)

@@ -12,7 +12,10 @@ which runs the old passes, giving the same training bits.
 - train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same checkpoint with LLMC_ELEMENTWISE_FUSED=0
   and with the fused pass's bias gradient in the old order (LLMC_GELU_BIAS=columns); the default order (chunks of
   rows) other bits, the same losses to 1e-6, and the same checkpoint on 1 thread as on 2; an unknown value of
-  either switch is one error line (LLMC_BF16_CVT's too).
+  either switch is one error line (LLMC_BF16_CVT's too);
+- train_gpt2 fp32, and -p bf16 with the fp32 activations (the GELU's output and gradient with bf16 copies): the same
+  checkpoint with the GELU's output recomputed in its backward's pass (the default) and in a pass of its own
+  (LLMC_GELU_RECOMPUTE_FUSED=0); an unknown value is one error line.
 
 Runtime: about 10 s on 2 cores.
 """
@@ -89,6 +92,25 @@ def test_the_bias_gradient_by_chunks_of_rows(trainer: Path, tmp_path: Path, prec
     assert len(losses(chunks[0])) == 3
     assert losses(chunks[0]) == pytest.approx(losses(columns[0]), rel=1e-6, abs=0)
     assert chunks[1] == one_thread[1], "LLMC_GELU_BIAS=chunks: 1 and 2 threads wrote different checkpoints"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_gelu_recomputed_in_its_backward_pass_trains_the_same_bits(trainer: Path, tmp_path: Path,
+                                                                      precision: str) -> None:
+    """GPT-2's fp32 backward: the GELU's output again in the backward's pass (the default) or in a pass of its own
+    (LLMC_GELU_RECOMPUTE_FUSED=0, as before): the same checkpoint. -p bf16 with the fp32 activations
+    (LLMC_BF16_ACTIVATIONS=0) takes the same branch of the trainer with bf16 copies, where the two passes run."""
+    env = {"LLMC_BF16_ACTIVATIONS": "0"} if precision == "bf16" else {}
+    fused = train_d2(trainer, tmp_path / "fused", precision, env)
+    apart = train_d2(trainer, tmp_path / "apart", precision, {**env, "LLMC_GELU_RECOMPUTE_FUSED": "0"})
+    assert len(losses(fused[0])) == 3 and losses(fused[0]) == losses(apart[0]), f"{fused[0][-600:]}\n{apart[0][-600:]}"
+    assert fused[1] == apart[1], "LLMC_GELU_RECOMPUTE_FUSED=1 and 0 wrote different checkpoints"
+
+
+def test_a_bad_gelu_recompute_switch_is_one_error_line(trainer: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
+               env={"LLMC_GELU_RECOMPUTE_FUSED": "on"}, check=False)
+    assert "LLMC_GELU_RECOMPUTE_FUSED=on: use 0 or 1" in assert_one_error_line(proc)
 
 
 def test_a_bad_gelu_bias_switch_is_one_error_line(trainer: Path) -> None:

@@ -5,7 +5,8 @@ of every element-wise pass (the PHASE_ELEMENTWISE account split per call).
     dev/test/test_elementwise              the checks (about a second); exits non-zero on any mismatch
     dev/test/test_elementwise --time [T]   each element-wise pass of one d12 layer of each family's -p bf16 step
                                            (B=4, C=768, T=1024 unless given) on the run's threads: best of 7, ms,
-                                           MB moved, GB/s, and the layer's sum (the phase is about 12 of them)
+                                           MB moved, GB/s, and the layer's sum (the phase is about 12 of them);
+                                           and GPT-2's fp32 GELU backward
 
 Checked, bit for bit (the new kernels sum in the old order, so nothing may differ):
 - llmc/cpu/matmul.h's matmul_backward_bias (each thread a slice of columns, rows in order, four at a time) against
@@ -25,6 +26,9 @@ Checked, bit for bit (the new kernels sum in the old order, so nothing may diffe
   compiled loops: all 2^16 bf16 inputs and random ones, dinp in fp32, with its bf16 copy, or the copy alone;
 - SwiGLU's -p bf16 forward and its backward's one pass (out again, dgate and dup in bf16 alone) in AVX-512 against
   the compiled loops: all 2^16 bf16 gates with 8 ups each (NaN and infinity among them), and random values;
+- GPT-2's fp32 GELU backward with the forward again in its pass (gelu_recompute_backward_bias) against gelu_forward
+  then gelu_backward_bias: out, dinp, dbias, in place and apart, both bias orders, the same sizes and thread counts,
+  and with bf16 copies of out and dinp (where the two calls run);
 - the GELU backward's bias gradient in both LLMC_GELU_BIAS orders: columns gives the old bias pass's bits; chunks
   (the default: the rows split over threads, summed by chunks of 64 rows) the bits of the same order written out
   plainly here (bias_sum_by_chunks), for 1, 2 and 3 threads alike.
@@ -204,6 +208,81 @@ static void check_gelu_backward_bias(int bf16_input, int copy, GeluBiasSum order
     set_threads(2);
 }
 
+// GPT-2's fp32 GELU backward with its forward again in the same pass (gelu_recompute_backward_bias) against the two
+// calls it replaces, gelu_forward then gelu_backward_bias: out, dinp and dbias bit for bit, dinp in place over dout
+// (the trainer's call) or apart, beta 0 and 1, on 1, 2 or 3 threads, the bias gradient in the order given; copy 1: out and
+// dinp with bf16 copies (-p bf16 on oneDNN with the fp32 activations), where the two calls run, copies included.
+// Inputs over [-6, 6] (the tanh saturates from 4.5) with +-100, 0, NaN and infinities.
+static void check_gelu_recompute_fp32(GeluBiasSum order, int copy) {
+    gelu_bias_sum_use(order);
+    for (size_t ri = 0; ri < sizeof(ROWS) / sizeof(ROWS[0]); ri++) {
+        for (size_t ci = 0; ci < sizeof(COLS) / sizeof(COLS[0]); ci++) {
+            int BT = ROWS[ri], OC = COLS[ci];
+            size_t N = (size_t)BT * OC;
+            float* inp = (float*)mallocCheck(N * sizeof(float));
+            float* dout = (float*)mallocCheck(N * sizeof(float));
+            float *out[2], *dinp[2], *dbias[2];
+            uint16_t *out16[2], *dinp16[2];
+            for (int v = 0; v < 2; v++) {
+                out[v] = (float*)mallocCheck(N * sizeof(float));
+                dinp[v] = (float*)mallocCheck(N * sizeof(float));
+                dbias[v] = (float*)mallocCheck((size_t)OC * sizeof(float));
+                out16[v] = (uint16_t*)mallocCheck(N * sizeof(uint16_t));
+                dinp16[v] = (uint16_t*)mallocCheck(N * sizeof(uint16_t));
+                if (copy) {
+                    matmul_bf16_mirror_add(out[v], N, out16[v]);
+                    matmul_bf16_mirror_add(dinp[v], N, dinp16[v]);
+                }
+            }
+            hash_fill(inp, N, (unsigned)(BT * 5 + OC), 6.0f);
+            static const float SPECIAL[] = {100.0f, -100.0f, 0.0f, NAN, INFINITY, -INFINITY};
+            for (size_t i = 0; i < N && i < 6; i++) { inp[i * 7 % N] = SPECIAL[i]; }
+            hash_fill(dout, N, (unsigned)(BT * 3 + OC * 11), 1.0f);
+            for (int beta = 0; beta <= 1; beta++) {
+                for (int in_place = 0; in_place <= 1; in_place++) {
+                    { // 1, 2, 3 threads in turn
+                        int threads = 1 + (2 * beta + in_place) % 3;
+                        set_threads(threads);
+                        for (int v = 0; v < 2; v++) {
+                            memset(out[v], v == 0 ? 0x7f : 0x3f, N * sizeof(float)); // stale: never read
+                            memset(out16[v], v == 0 ? 0 : 0xff, N * sizeof(uint16_t));
+                            memset(dinp16[v], v == 0 ? 0 : 0xff, N * sizeof(uint16_t));
+                            if (in_place) {
+                                memcpy(dinp[v], dout, N * sizeof(float));
+                            } else {
+                                memset(dinp[v], v == 0 ? 0x7f : 0x3f, N * sizeof(float));
+                            }
+                            hash_fill(dbias[v], (size_t)OC, 13u, 2.0f);
+                        }
+                        const float* d0 = in_place ? dinp[0] : dout;
+                        const float* d1 = in_place ? dinp[1] : dout;
+                        gelu_forward(out[0], inp, N);
+                        gelu_backward_bias(dinp[0], dbias[0], inp, d0, BT, OC, (float)beta);
+                        gelu_recompute_backward_bias(out[1], dinp[1], dbias[1], inp, d1, BT, OC, (float)beta);
+                        int same = same_floats(out[0], out[1], N) && same_floats(dinp[0], dinp[1], N) &&
+                                   same_floats(dbias[0], dbias[1], (size_t)OC) &&
+                                   (!copy || (same_bf16(out16[0], out16[1], N) && same_bf16(dinp16[0], dinp16[1], N)));
+                        CHECK(same, "GELU recompute + backward, fp32, %d x %d, %s, copies %d, beta %d, %s, %d threads: "
+                              "not the bits of gelu_forward then gelu_backward_bias", BT, OC,
+                              order == GELU_BIAS_CHUNKS ? "chunks" : "columns", copy, beta,
+                              in_place ? "in place" : "apart", threads);
+                    }
+                }
+            }
+            for (int v = 0; v < 2; v++) {
+                if (copy) {
+                    matmul_bf16_mirror_remove(out[v]);
+                    matmul_bf16_mirror_remove(dinp[v]);
+                }
+                free(out[v]); free(dinp[v]); free(dbias[v]); free(out16[v]); free(dinp16[v]);
+            }
+            free(inp);
+            free(dout);
+        }
+    }
+    set_threads(2);
+}
+
 // SwiGLU's backward with both bf16 copies (the trainers' case), vectorised, against the loop it replaced
 static void check_swiglu_backward(void) {
     static const size_t SIZES[] = {1, 15, 16, 17, 100, 1000, 4099};
@@ -312,6 +391,11 @@ static void time_passes(int T) {
     TIME_PASS(&gpt2, "bias gradient, attproj (BT,C)", 4.0 * NC, matmul_backward_bias(dbias, dout, BT, C, 1.0f));
     TIME_PASS(&gpt2, "bias gradient, qkv (BT,3C)", 12.0 * NC, matmul_backward_bias(dbias, dout, BT, 3 * C, 1.0f));
     printf("  %-46s %8.3f ms\n", "GPT-2 layer", gpt2);
+    // the fp32 step's GELU backward (LLMC_GELU_RECOMPUTE_FUSED=0: its forward again in a pass of its own first)
+    double gpt2_fp32 = 0.0;
+    printf("GPT-2 fp32, the backward's GELU (LLMC_GELU_RECOMPUTE_FUSED=%d)\n", gelu_recompute_fused());
+    TIME_PASS(&gpt2_fp32, "GELU recompute + backward + fc bias gradient", (gelu_recompute_fused() ? 16.0 : 24.0) * N4,
+              gelu_recompute_backward_bias(y, dx, dbias, x, dout, BT, 4 * C, 1.0f));
 
     int FFN = 2048, NH = 12, NKV = 6, HS = 64, QKV = (NH + 2 * NKV) * HS;
     size_t NF = (size_t)BT * FFN;
@@ -565,6 +649,10 @@ int main(int argc, char** argv) {
             check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_COLUMNS);
             check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_CHUNKS);
         }
+    }
+    for (int copy = 0; copy <= 1; copy++) {
+        check_gelu_recompute_fp32(GELU_BIAS_COLUMNS, copy);
+        check_gelu_recompute_fp32(GELU_BIAS_CHUNKS, copy);
     }
     check_swiglu_backward();
     check_gelu_vec16();

@@ -16,6 +16,10 @@ llmc/cuda/gelu.cuh. GPT-2's MLP activation.
     gelu_backward_bias_bf16_input(dinp, dbias, inp16, dout, BT, OC, beta)   the same from the bf16 input
     gelu_recompute_backward_bias_bf16(out16, dinp, dbias, inp16, dout, BT, OC, beta)   gelu_forward_bf16 (out16)
                                                   and gelu_backward_bias_bf16_input in one pass, one tanh a value
+    gelu_recompute_backward_bias(out, dinp, dbias, inp, dout, BT, OC, beta)   the fp32 form: gelu_forward (out)
+                                                  and gelu_backward_bias in one pass, one tanh a value, their bits
+                                                  (LLMC_GELU_RECOMPUTE_FUSED=0, or a bf16 copy of out or dinp: the
+                                                  two calls)
 
 (N) = (B,T,4C). The plain forward and backward run llmc/cpu/activation_cpu.h's driver. On a CPU with AVX-512 the -p
 bf16 forward (bias_gelu_forward_bf16) runs a hand-written AVX-512 loop on llmc/cpu/vecmath.h's vec16_gelu_forward (the
@@ -272,19 +276,31 @@ static inline void gelu_recompute_backward_row(uint16_t* out16, float* dinp, uin
             sum[j] += v;
         }
     }
-#undef GELU_BOTH
 }
 
 // one row's slice [0, n) of the GELU backward with the bias gradient: dinp = gelu'(x) dout (and its bf16 copy when
 // dinp16 is not NULL; dinp NULL: the copy alone), sum += dinp; x from inp16 (bf16) or else inp (fp32); with out16
-// (x from inp16) the GELU's output again too (gelu_recompute_backward_row). A loop per case, so that each vectorises.
+// (x from inp16) the GELU's output again too (gelu_recompute_backward_row); with out (x from inp, dinp in fp32 alone)
+// the GELU's output again in fp32. A loop per case, so that each vectorises.
 // A function of its own with everything it calls inlined (flatten): inlined into the two passes below, GCC called
 // vec_gelu_grad out of line, a scalar call a value, and the fp32 step's element-wise phase ran 3.5x slower.
 __attribute__((noinline, flatten))
-static void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* sum, const uint16_t* inp16,
-                                   const float* inp, const float* dout, int n, int vec16) {
+static void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out16, float* out, float* sum,
+                                   const uint16_t* inp16, const float* inp, const float* dout, int n, int vec16) {
     if (out16 != NULL) { // (the GELU's output again too)
         gelu_recompute_backward_row(out16, dinp, dinp16, sum, inp16, dout, n, vec16);
+        return;
+    }
+    if (out != NULL) { // (the GELU's output again, fp32; dout may be dinp: each value read before it is written)
+        for (int j = 0; j < n; j++) {
+            float x = inp[j];
+            float y;
+            GELU_BOTH(x, y, grad);
+            out[j] = y;
+            float v = grad * dout[j];
+            dinp[j] = v;
+            sum[j] += v;
+        }
         return;
     }
     if (dinp == NULL && inp16 != NULL) {
@@ -328,6 +344,8 @@ static void gelu_backward_bias_row(float* dinp, uint16_t* dinp16, uint16_t* out1
     }
 }
 
+#undef GELU_BOTH
+
 // The order of the fused pass's bias gradient: LLMC_GELU_BIAS=chunks (the default) splits the rows over the threads
 // and sums them by chunks of SUM_CHUNK_ROWS rows (llmc/cpu/matmul.h's partial_sums_add: other bits than one running
 // sum, the same for any thread count); columns: each thread a slice of columns down every row, matmul_backward_bias's
@@ -345,7 +363,7 @@ static inline GeluBiasSum gelu_bias_sum(void) {
 static inline void gelu_bias_sum_use(GeluBiasSum order) { gelu_bias_sum_state = (int)order; }
 
 // gelu_backward_bias_any's pass, each thread a slice of columns down every row (LLMC_GELU_BIAS=columns)
-static void gelu_backward_bias_columns(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16,
+static void gelu_backward_bias_columns(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16, float* out,
                                        const uint16_t* inp16, const float* inp, const float* dout, int BT, int OC,
                                        float beta, int vec16) {
     #pragma omp parallel
@@ -361,8 +379,9 @@ static void gelu_backward_bias_columns(float* dinp32, uint16_t* dinp16, float* d
             for (int r = 0; r < BT; r++) {
                 size_t at = (size_t)r * OC + b0;
                 gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL,
-                                       out16 != NULL ? out16 + at : NULL, sum, inp16 != NULL ? inp16 + at : NULL,
-                                       inp != NULL ? inp + at : NULL, dout + at, n, vec16);
+                                       out16 != NULL ? out16 + at : NULL, out != NULL ? out + at : NULL, sum,
+                                       inp16 != NULL ? inp16 + at : NULL, inp != NULL ? inp + at : NULL, dout + at, n,
+                                       vec16);
             }
             for (int j = 0; j < n; j++) { dbias[b0 + j] = sum[j]; }
         }
@@ -371,7 +390,7 @@ static void gelu_backward_bias_columns(float* dinp32, uint16_t* dinp16, float* d
 
 // gelu_backward_bias_any's pass, the rows split over threads by chunks of SUM_CHUNK_ROWS, each chunk's bias sum a
 // partial one, then dbias = beta * dbias + the partial sums in chunk order (LLMC_GELU_BIAS=chunks)
-static void gelu_backward_bias_chunks(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16,
+static void gelu_backward_bias_chunks(float* dinp32, uint16_t* dinp16, float* dbias, uint16_t* out16, float* out,
                                       const uint16_t* inp16, const float* inp, const float* dout, int BT, int OC,
                                       float beta, int vec16) {
     int chunks = sum_chunks(BT);
@@ -384,8 +403,9 @@ static void gelu_backward_bias_chunks(float* dinp32, uint16_t* dinp16, float* db
         for (int r = k * SUM_CHUNK_ROWS; r < r1; r++) {
             size_t at = (size_t)r * OC;
             gelu_backward_bias_row(dinp32 != NULL ? dinp32 + at : NULL, dinp16 != NULL ? dinp16 + at : NULL,
-                                   out16 != NULL ? out16 + at : NULL, sum, inp16 != NULL ? inp16 + at : NULL,
-                                   inp != NULL ? inp + at : NULL, dout + at, OC, vec16);
+                                   out16 != NULL ? out16 + at : NULL, out != NULL ? out + at : NULL, sum,
+                                   inp16 != NULL ? inp16 + at : NULL, inp != NULL ? inp + at : NULL, dout + at, OC,
+                                   vec16);
         }
     }
     if (beta == 0.0f) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
@@ -393,15 +413,32 @@ static void gelu_backward_bias_chunks(float* dinp32, uint16_t* dinp16, float* db
     free(partial);
 }
 
+// LLMC_GELU_RECOMPUTE_FUSED=0: GPT-2's fp32 backward recomputes the GELU's output in a pass of its own before the
+// GELU's backward (gelu_forward, then gelu_backward_bias), as before 2026-12-04; the default (1) in the backward's pass
+// (gelu_recompute_backward_bias). The same bits; kept selectable until the fused pass is timed beyond the Zen 3. Read
+// once.
+static int gelu_recompute_fused(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_GELU_RECOMPUTE_FUSED"); }
+    return on;
+}
+
 // the GELU's backward and the fc layer's bias gradient in one pass (the bias gradient is the sum of the rows of
 // exactly what the GELU's backward writes): dinp (BT,OC) = gelu'(x) * dout, written, with its bf16 copy when a GEMM
 // reads it from one; dbias (OC) = beta * dbias + the sum of dinp's rows (beta 0: its old contents never read), in
 // the order LLMC_GELU_BIAS chooses (above); the same for any thread count either way. x is inp16 (bf16, GPT-2's -p
-// bf16 activations) or else inp (fp32). out16 (NULL: none) receives the GELU's output again (from inp16).
+// bf16 activations) or else inp (fp32). out16 (NULL: none) receives the GELU's output again (from inp16), out (NULL:
+// none) the same in fp32 (from inp; in the same pass where neither out nor dinp has a bf16 copy, else in its own
+// pass first, as with LLMC_GELU_RECOMPUTE_FUSED=0).
 // LLMC_ELEMENTWISE_FUSED=0: the passes (the bias gradient matmul_backward_bias's, as LLMC_GELU_BIAS=columns).
-static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, const uint16_t* inp16, const float* inp,
-                                   const float* dout, int BT, int OC, float beta) {
+static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, float* out, const uint16_t* inp16,
+                                   const float* inp, const float* dout, int BT, int OC, float beta) {
     size_t N = (size_t)BT * OC;
+    if (out != NULL && (!gelu_recompute_fused() || !elementwise_fused() || dbias == NULL ||
+                        matmul_bf16_shadow(out, N) != NULL || matmul_bf16_shadow(dinp, N) != NULL)) {
+        gelu_forward(out, inp, N);
+        out = NULL;
+    }
     if (!elementwise_fused() || dbias == NULL) {
         if (out16 != NULL) { gelu_forward_bf16(out16, inp16, N); }
         if (inp16 != NULL) {
@@ -417,26 +454,27 @@ static void gelu_backward_bias_any(float* dinp, float* dbias, uint16_t* out16, c
     float* dinp32 = matmul_bf16_fp32_kept(dinp, N) ? dinp : NULL; // (NULL: the bf16 copy alone)
     int vec16 = out16 != NULL && vec16_enabled();
     if (gelu_bias_sum() == GELU_BIAS_CHUNKS) {
-        gelu_backward_bias_chunks(dinp32, dinp16, dbias, out16, inp16, inp, dout, BT, OC, beta, vec16);
+        gelu_backward_bias_chunks(dinp32, dinp16, dbias, out16, out, inp16, inp, dout, BT, OC, beta, vec16);
     } else {
-        gelu_backward_bias_columns(dinp32, dinp16, dbias, out16, inp16, inp, dout, BT, OC, beta, vec16);
+        gelu_backward_bias_columns(dinp32, dinp16, dbias, out16, out, inp16, inp, dout, BT, OC, beta, vec16);
     }
     matmul_bf16_alone_written(dinp, N);
     // x (bf16 or fp32) and dout read, dinp written (fp32, its copy when it has one, or the copy alone), and the GELU's
     // output again; dbias's OC floats left out
-    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0);
+    double dinp_bytes = (dinp32 != NULL ? 4.0 : 0.0) + (dinp16 != NULL ? 2.0 : 0.0) + (out16 != NULL ? 2.0 : 0.0) +
+                        (out != NULL ? 4.0 : 0.0);
     phase_end(PHASE_ELEMENTWISE, t_phase, ((inp16 != NULL ? 2.0 : 4.0) + 4.0 + dinp_bytes) * N,
-              (out16 != NULL ? 23.0 : 15.0) * N);
+              (out16 != NULL || out != NULL ? 23.0 : 15.0) * N);
 }
 
 static void gelu_backward_bias(float* dinp, float* dbias, const float* inp, const float* dout, int BT, int OC,
                                float beta) {
-    gelu_backward_bias_any(dinp, dbias, NULL, NULL, inp, dout, BT, OC, beta);
+    gelu_backward_bias_any(dinp, dbias, NULL, NULL, NULL, inp, dout, BT, OC, beta);
 }
 
 static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint16_t* inp16, const float* dout, int BT,
                                           int OC, float beta) {
-    gelu_backward_bias_any(dinp, dbias, NULL, inp16, NULL, dout, BT, OC, beta);
+    gelu_backward_bias_any(dinp, dbias, NULL, NULL, inp16, NULL, dout, BT, OC, beta);
 }
 
 // GPT-2's -p bf16 backward through its GELU, in one pass with one tanh a value: out16 (BT,OC) = gelu of the bf16 input
@@ -445,7 +483,17 @@ static void gelu_backward_bias_bf16_input(float* dinp, float* dbias, const uint1
 // LLMC_ELEMENTWISE_FUSED=0: those two calls.
 static void gelu_recompute_backward_bias_bf16(uint16_t* out16, float* dinp, float* dbias, const uint16_t* inp16,
                                               const float* dout, int BT, int OC, float beta) {
-    gelu_backward_bias_any(dinp, dbias, out16, inp16, NULL, dout, BT, OC, beta);
+    gelu_backward_bias_any(dinp, dbias, out16, NULL, inp16, NULL, dout, BT, OC, beta);
+}
+
+// GPT-2's fp32 backward through its GELU, in one pass with one tanh a value: out (BT,OC) = gelu(inp) again (what the
+// projection's weight GEMM reads next: the forward's output is not kept) and dinp, dbias as gelu_backward_bias writes
+// them (dout may be dinp: the GELU's backward in place); the bits of gelu_forward then gelu_backward_bias, which read
+// inp twice and evaluate the tanh twice, and those two calls where out or dinp has a bf16 copy or with
+// LLMC_GELU_RECOMPUTE_FUSED=0 or LLMC_ELEMENTWISE_FUSED=0.
+static void gelu_recompute_backward_bias(float* out, float* dinp, float* dbias, const float* inp, const float* dout,
+                                         int BT, int OC, float beta) {
+    gelu_backward_bias_any(dinp, dbias, NULL, out, NULL, inp, dout, BT, OC, beta);
 }
 
 #endif // LLMC_GELU_CPU_H
