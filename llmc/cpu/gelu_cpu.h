@@ -215,11 +215,8 @@ static void gelu_recompute_backward_row16(uint16_t* out16, float* dinp, uint16_t
     for (; j < n; j += 16) {
         int m = n - j < 16 ? n - j : 16;
         __mmask16 k = m == 16 ? (__mmask16)0xffff : vec16_first(m);
-        uint16_t x16[16] = {0};
-        memcpy(x16, inp16 + j, (size_t)m * sizeof(uint16_t));
         __m512 y, v;
-        vec16_gelu_both(mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)x16)),
-                        _mm512_maskz_loadu_ps(k, dout + j), &y, &v);
+        vec16_gelu_both(mm16_load_bf16(inp16 + j, m), _mm512_maskz_loadu_ps(k, dout + j), &y, &v);
         _mm512_mask_storeu_ps(sum + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + j), v));
         if (dinp != NULL) { _mm512_mask_storeu_ps(dinp + j, k, v); }
         mm16_store_bf16(out16 + j, y, m);

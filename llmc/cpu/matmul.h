@@ -314,18 +314,30 @@ static void mm_round_bf16_row_cvt(uint16_t* dst, const float* src, size_t n) {
     for (; i < n; i++) { dst[i] = matmul_bf16_round_value(src[i]); }
 }
 
-// the first n <= 16 lanes of x rounded to bf16, stored at dst (the tail of a row)
+// the first n <= 16 lanes of x rounded to bf16, stored at dst (n < 16: a row's tail, a masked store that touches
+// nothing past dst[n - 1])
 __attribute__((target(MM_BF16_TARGET), always_inline))
 static inline void mm16_store_bf16(uint16_t* dst, __m512 x, int n) {
-    uint16_t r[16];
-    _mm256_storeu_si256((__m256i*)(void*)r, mm16_round_bf16(x));
-    memcpy(dst, r, (size_t)n * sizeof(uint16_t));
+    __m256i h = mm16_round_bf16(x);
+    if (n == 16) {
+        _mm256_storeu_si256((__m256i*)(void*)dst, h);
+    } else {
+        _mm512_mask_storeu_epi16((void*)dst, (__mmask32)((1u << n) - 1u), _mm512_castsi256_si512(h));
+    }
 }
 
 // 16 bf16 as floats (mm_bf16_to_float on 16 lanes)
 __attribute__((target("avx512f"), always_inline))
 static inline __m512 mm16_bf16_to_float(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// the n <= 16 bf16 at p as floats, 0 past n (n < 16: a masked load that reads nothing past p[n - 1])
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline __m512 mm16_load_bf16(const uint16_t* p, int n) {
+    if (n == 16) { return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)p)); }
+    __m512i h = _mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1u), (const void*)p);
+    return mm16_bf16_to_float(_mm512_castsi512_si256(h));
 }
 #endif
 

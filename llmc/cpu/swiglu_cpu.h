@@ -285,21 +285,6 @@ static void swiglu_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* d
 __attribute__((target(MM_BF16_TARGET), always_inline))
 static inline __m512 vec16_neg(__m512 x) { return _mm512_sub_ps(_mm512_setzero_ps(), x); }
 
-// the n <= 16 bf16 at p as floats, 0 past n
-__attribute__((target(MM_BF16_TARGET), always_inline))
-static inline __m512 swiglu_load16_bf16(const uint16_t* p, int n) {
-    if (n == 16) { return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)p)); }
-    uint16_t h[16] = {0};
-    memcpy(h, p, (size_t)n * sizeof(uint16_t));
-    return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)h));
-}
-
-// the first n <= 16 lanes of x rounded to bf16 at dst
-__attribute__((target(MM_BF16_TARGET), always_inline))
-static inline void swiglu_store16_bf16(uint16_t* dst, __m512 x, int n) {
-    if (n == 16) { _mm256_storeu_si256((__m256i*)(void*)dst, mm16_round_bf16(x)); } else { mm16_store_bf16(dst, x, n); }
-}
-
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void swiglu_forward_bf16_span16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
                                        const float* up, size_t i0, size_t i1) {
@@ -307,11 +292,11 @@ static void swiglu_forward_bf16_span16(uint16_t* out16, uint16_t* gate16, uint16
     for (size_t i = i0; i < i1; i += 16) {
         int n = i1 - i < 16 ? (int)(i1 - i) : 16;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
-        swiglu_store16_bf16(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
-        swiglu_store16_bf16(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
-        __m512 g = swiglu_load16_bf16(gate16 + i, n), u = swiglu_load16_bf16(up16 + i, n);
+        mm16_store_bf16(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
+        mm16_store_bf16(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
+        __m512 g = mm16_load_bf16(gate16 + i, n), u = mm16_load_bf16(up16 + i, n);
         __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
-        swiglu_store16_bf16(out16 + i, y, n);
+        mm16_store_bf16(out16 + i, y, n);
     }
 }
 
@@ -323,7 +308,7 @@ static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dga
     for (size_t i = i0; i < i1; i += 16) {
         int n = i1 - i < 16 ? (int)(i1 - i) : 16;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
-        __m512 g = swiglu_load16_bf16(gate16 + i, n), u = swiglu_load16_bf16(up16 + i, n);
+        __m512 g = mm16_load_bf16(gate16 + i, n), u = mm16_load_bf16(up16 + i, n);
         __m512 d = _mm512_maskz_loadu_ps(k, dout + i);
         __m512 den = _mm512_add_ps(one, vec16_expf(vec16_neg(g)));  // 1 + e^-g
         __m512 out = _mm512_mul_ps(_mm512_div_ps(g, den), u);
@@ -332,9 +317,9 @@ static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dga
         __m512 slope = _mm512_fmadd_ps(_mm512_sub_ps(one, sig), g, one);  // 1 + g (1 - sig)
         __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(u, d), sig), slope);
         __m512 du = _mm512_mul_ps(silu, d);
-        swiglu_store16_bf16(out16 + i, out, n);
-        swiglu_store16_bf16(dgate16 + i, dg, n);
-        swiglu_store16_bf16(dup16 + i, du, n);
+        mm16_store_bf16(out16 + i, out, n);
+        mm16_store_bf16(dgate16 + i, dg, n);
+        mm16_store_bf16(dup16 + i, du, n);
     }
 }
 #endif
