@@ -607,6 +607,8 @@ static void check_swiglu_vec16(void) {
                   same_bits(up16[0], up16[1], n * sizeof(uint16_t)) && same_bf16(out[0], out[1], n),
                   "SwiGLU forward to bf16 with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",
                   random ? "random inputs" : "all bf16 gates", threads);
+            MatmulPrecision precision = matmul_precision;
+            matmul_precision = MATMUL_BF16; // (a mirror held alone counts on the bf16 path only)
             for (int v = 0; v < 2; v++) {
                 setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
                 matmul_bf16_mirror_add(dgate[v], n, dg16[v]);
@@ -617,9 +619,13 @@ static void check_swiglu_vec16(void) {
                 memset(dg16[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
                 memset(du16[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
                 swiglu_recompute_backward_bf16(out[v], dgate[v], dup[v], dout, gate16[0], up16[0], n);
+                CHECK(!matmul_bf16_fp32_kept(dgate[v], n) && !matmul_bf16_fp32_kept(dup[v], n),
+                      "SwiGLU's backward check: dgate and dup are not held in bf16 alone, so the loops under test "
+                      "did not run");
                 matmul_bf16_mirror_remove(dgate[v]);
                 matmul_bf16_mirror_remove(dup[v]);
             }
+            matmul_precision = precision;
             unsetenv("LLMC_VEC16");
             CHECK(same_bf16(out[0], out[1], n) && same_bf16(dg16[0], dg16[1], n) && same_bf16(du16[0], du16[1], n),
                   "SwiGLU recompute + backward with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",

@@ -314,17 +314,21 @@ static void mm_round_bf16_row_cvt(uint16_t* dst, const float* src, size_t n) {
     for (; i < n; i++) { dst[i] = matmul_bf16_round_value(src[i]); }
 }
 
-// the first n <= 16 lanes of x rounded to bf16, stored at dst (n < 16: a row's tail, a masked store that touches
-// nothing past dst[n - 1])
-__attribute__((target(MM_BF16_TARGET), always_inline))
-static inline void mm16_store_bf16(uint16_t* dst, __m512 x, int n) {
-    __m256i h = mm16_round_bf16(x);
+// the first n <= 16 bf16 of h stored at dst (n < 16: a row's tail, a masked store that touches nothing past
+// dst[n - 1]). Call it with a constant 16 in a loop and the rest after it: GCC may turn a run-time test of n == 16
+// into masked stores and loads everywhere, and a load of a masked store's bytes is not forwarded from the store
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline void mm16_store_bf16_bits(uint16_t* dst, __m256i h, int n) {
     if (n == 16) {
         _mm256_storeu_si256((__m256i*)(void*)dst, h);
     } else {
         _mm512_mask_storeu_epi16((void*)dst, (__mmask32)((1u << n) - 1u), _mm512_castsi256_si512(h));
     }
 }
+
+// the first n <= 16 lanes of x rounded to bf16, stored at dst (as mm16_store_bf16_bits)
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline void mm16_store_bf16(uint16_t* dst, __m512 x, int n) { mm16_store_bf16_bits(dst, mm16_round_bf16(x), n); }
 
 // 16 bf16 as floats (mm_bf16_to_float on 16 lanes)
 __attribute__((target("avx512f"), always_inline))

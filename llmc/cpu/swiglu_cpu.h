@@ -285,42 +285,100 @@ static void swiglu_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* d
 __attribute__((target(MM_BF16_TARGET), always_inline))
 static inline __m512 vec16_neg(__m512 x) { return _mm512_sub_ps(_mm512_setzero_ps(), x); }
 
+// 16 values of SwiGLU's forward from i (n <= 16 of them): gate and up rounded and stored, out = silu(gate) up from
+// the rounded registers (a store and its reload would wait on each other). Called with n = 16 in the loop, so that
+// only the tail takes the masked loads and stores: a masked store then a load of its bytes is not forwarded.
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline void swiglu_forward_bf16_16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
+                                          const float* up, size_t i, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+    __m256i gh = mm16_round_bf16(_mm512_maskz_loadu_ps(k, gate + i)), uh = mm16_round_bf16(_mm512_maskz_loadu_ps(k, up + i));
+    mm16_store_bf16_bits(gate16 + i, gh, n);
+    mm16_store_bf16_bits(up16 + i, uh, n);
+    __m512 g = mm16_bf16_to_float(gh), u = mm16_bf16_to_float(uh);
+    __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+    mm16_store_bf16(out16 + i, y, n);
+}
+
+// 32 values of the forward from i: gate, up and out rounded and stored 32 at a time
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline void swiglu_forward_bf16_32(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
+                                          const float* up, size_t i) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512i gh = mm32_round_bf16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(gate + i + 16));
+    __m512i uh = mm32_round_bf16(_mm512_loadu_ps(up + i), _mm512_loadu_ps(up + i + 16));
+    _mm512_storeu_si512((void*)(gate16 + i), gh);
+    _mm512_storeu_si512((void*)(up16 + i), uh);
+    __m512 y[2];
+    for (int h = 0; h < 2; h++) {
+        __m256i gh16 = h == 0 ? _mm512_castsi512_si256(gh) : _mm512_extracti64x4_epi64(gh, 1);
+        __m256i uh16 = h == 0 ? _mm512_castsi512_si256(uh) : _mm512_extracti64x4_epi64(uh, 1);
+        __m512 g = mm16_bf16_to_float(gh16), u = mm16_bf16_to_float(uh16);
+        y[h] = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+    }
+    _mm512_storeu_si512((void*)(out16 + i), mm32_round_bf16(y[0], y[1]));
+}
+
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void swiglu_forward_bf16_span16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
                                        const float* up, size_t i0, size_t i1) {
+    size_t i = i0;
+    for (; i + 32 <= i1; i += 32) { swiglu_forward_bf16_32(out16, gate16, up16, gate, up, i); }
+    for (; i + 16 <= i1; i += 16) { swiglu_forward_bf16_16(out16, gate16, up16, gate, up, i, 16); }
+    if (i < i1) { swiglu_forward_bf16_16(out16, gate16, up16, gate, up, i, (int)(i1 - i)); }
+}
+
+// the backward's one pass on 16 lanes: out = silu(g) u again, dg, du (swiglu_recompute_value's operations)
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline void swiglu_recompute_value16(__m512 g, __m512 u, __m512 d, __m512* out, __m512* dg, __m512* du) {
     const __m512 one = _mm512_set1_ps(1.0f);
-    for (size_t i = i0; i < i1; i += 16) {
-        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
-        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
-        mm16_store_bf16(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
-        mm16_store_bf16(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
-        __m512 g = mm16_load_bf16(gate16 + i, n), u = mm16_load_bf16(up16 + i, n);
-        __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
-        mm16_store_bf16(out16 + i, y, n);
+    __m512 den = _mm512_add_ps(one, vec16_expf(vec16_neg(g)));  // 1 + e^-g
+    *out = _mm512_mul_ps(_mm512_div_ps(g, den), u);
+    __m512 sig = _mm512_div_ps(one, den);
+    __m512 silu = _mm512_mul_ps(sig, g);
+    __m512 slope = _mm512_fmadd_ps(_mm512_sub_ps(one, sig), g, one);  // 1 + g (1 - sig)
+    *dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(u, d), sig), slope);
+    *du = _mm512_mul_ps(silu, d);
+}
+
+// 32 values of the backward's one pass from i, each output rounded and stored 32 at a time
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline void swiglu_recompute_backward_bf16_32(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
+                                                     const float* dout, const uint16_t* gate16, const uint16_t* up16,
+                                                     size_t i) {
+    __m512 out[2], dg[2], du[2];
+    for (int h = 0; h < 2; h++) {
+        swiglu_recompute_value16(mm16_load_bf16(gate16 + i + 16 * h, 16), mm16_load_bf16(up16 + i + 16 * h, 16),
+                                 _mm512_loadu_ps(dout + i + 16 * h), &out[h], &dg[h], &du[h]);
     }
+    _mm512_storeu_si512((void*)(out16 + i), mm32_round_bf16(out[0], out[1]));
+    _mm512_storeu_si512((void*)(dgate16 + i), mm32_round_bf16(dg[0], dg[1]));
+    _mm512_storeu_si512((void*)(dup16 + i), mm32_round_bf16(du[0], du[1]));
+}
+
+// 16 values of the backward's one pass from i (n <= 16 of them: the tail)
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline void swiglu_recompute_backward_bf16_16(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
+                                                     const float* dout, const uint16_t* gate16, const uint16_t* up16,
+                                                     size_t i, int n) {
+    __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+    __m512 out, dg, du;
+    swiglu_recompute_value16(mm16_load_bf16(gate16 + i, n), mm16_load_bf16(up16 + i, n),
+                             _mm512_maskz_loadu_ps(k, dout + i), &out, &dg, &du);
+    mm16_store_bf16(out16 + i, out, n);
+    mm16_store_bf16(dgate16 + i, dg, n);
+    mm16_store_bf16(dup16 + i, du, n);
 }
 
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
                                                   const float* dout, const uint16_t* gate16, const uint16_t* up16,
                                                   size_t i0, size_t i1) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (size_t i = i0; i < i1; i += 16) {
-        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
-        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
-        __m512 g = mm16_load_bf16(gate16 + i, n), u = mm16_load_bf16(up16 + i, n);
-        __m512 d = _mm512_maskz_loadu_ps(k, dout + i);
-        __m512 den = _mm512_add_ps(one, vec16_expf(vec16_neg(g)));  // 1 + e^-g
-        __m512 out = _mm512_mul_ps(_mm512_div_ps(g, den), u);
-        __m512 sig = _mm512_div_ps(one, den);
-        __m512 silu = _mm512_mul_ps(sig, g);
-        __m512 slope = _mm512_fmadd_ps(_mm512_sub_ps(one, sig), g, one);  // 1 + g (1 - sig)
-        __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(u, d), sig), slope);
-        __m512 du = _mm512_mul_ps(silu, d);
-        mm16_store_bf16(out16 + i, out, n);
-        mm16_store_bf16(dgate16 + i, dg, n);
-        mm16_store_bf16(dup16 + i, du, n);
-    }
+    size_t i = i0;
+    for (; i + 32 <= i1; i += 32) { swiglu_recompute_backward_bf16_32(out16, dgate16, dup16, dout, gate16, up16, i); }
+    for (; i + 16 <= i1; i += 16) { swiglu_recompute_backward_bf16_16(out16, dgate16, dup16, dout, gate16, up16, i, 16); }
+    if (i < i1) { swiglu_recompute_backward_bf16_16(out16, dgate16, dup16, dout, gate16, up16, i, (int)(i1 - i)); }
 }
 #endif
 
