@@ -8,8 +8,7 @@ three passes a row, and on -p bf16 with oneDNN dlogits written in bf16 alone) ag
   error line. On a CPU with AVX512-BF16 (or AMX) it must have run the bf16 dlogits (its "bf16 dlogits:" line).
 - GPT-2 (no softcap) and nanochat (softcap): 3 steps of fp32 and of -p bf16 (forced, LLMC_BF16_CHECK_MIRRORS=1) with
   each kernel write the same checkpoint and optimizer state, byte for byte; GPT-2 -p bf16 too over two chunks of rows
-  (1024 and 6), and with the exponentials computed again in the dlogits pass or stored (LLMC_CLASSIFIER_EXP_AGAIN=1
-  and 0); an unknown LLMC_CLASSIFIER or LLMC_CLASSIFIER_EXP_AGAIN is one error line.
+  (1024 and 6); an unknown LLMC_CLASSIFIER is one error line.
 
 Runtime: about 20 s on 2 cores (most of it the trainers starting: d2 at GPT-2's vocabulary).
 """
@@ -43,13 +42,12 @@ def test_fused_classifier_rows_give_the_bits_of_the_passes(test_classifier: Path
         assert "bf16 dlogits: written by the fused row pass in bf16 alone" in proc.stdout, proc.stdout[-2000:]
 
 
-def checkpoint(trainer: Path, out: Path, precision: str, kernel: str, B: int, T: int, steps: int,
-               exp_again: str = "1") -> bytes:
+def checkpoint(trainer: Path, out: Path, precision: str, kernel: str, B: int, T: int, steps: int) -> bytes:
     """Model and optimizer state after `steps` steps of B x T with the row kernel given."""
     cmd = [trainer, "-e", "d2", "-i", TS_TRAIN, "-j", "", "-b", B, "-t", T, "-x", steps, "-v", 0, "-s", 0,
            "-p", precision, "-o", out, "-n", steps]
     run(cmd, env={"OMP_NUM_THREADS": "2", "LLMC_BF16": "force", "LLMC_BF16_CHECK_MIRRORS": "1",
-                  "LLMC_CLASSIFIER": kernel, "LLMC_CLASSIFIER_EXP_AGAIN": exp_again})
+                  "LLMC_CLASSIFIER": kernel})
     return (out / f"model_{steps:08d}.bin").read_bytes() + (out / f"state_{steps:08d}_00000.bin").read_bytes()
 
 
@@ -68,20 +66,6 @@ def test_the_classifier_passes_train_the_same_bits_over_two_chunks(trainers: dic
     fused = checkpoint(trainers["gpt2"], tmp_path / "fused", "bf16", "fused", 2, 515, 2)
     passes = checkpoint(trainers["gpt2"], tmp_path / "passes", "bf16", "passes", 2, 515, 2)
     assert fused == passes
-
-
-def test_the_exponentials_computed_again_train_the_same_bits(trainers: dict[str, Path], tmp_path: Path) -> None:
-    """GPT-2 -p bf16 over two chunks: the exponentials computed again in the dlogits pass (the default, on the AVX-512
-    loops) or stored over the logits (LLMC_CLASSIFIER_EXP_AGAIN=0): the same checkpoint."""
-    again = checkpoint(trainers["gpt2"], tmp_path / "again", "bf16", "fused", 2, 515, 2)
-    stored = checkpoint(trainers["gpt2"], tmp_path / "stored", "bf16", "fused", 2, 515, 2, exp_again="0")
-    assert again == stored
-
-
-def test_a_bad_exp_again_switch_is_one_error_line(trainers: dict[str, Path]) -> None:
-    proc = run([trainers["gpt2"], "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
-               env={"LLMC_CLASSIFIER_EXP_AGAIN": "yes"}, check=False)
-    assert "LLMC_CLASSIFIER_EXP_AGAIN=yes: use 0 or 1" in assert_one_error_line(proc)
 
 
 def test_a_bad_classifier_kernel_is_one_error_line(trainers: dict[str, Path]) -> None:

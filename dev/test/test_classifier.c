@@ -21,14 +21,12 @@ The fused row kernel against the passes, bit for bit:
     and 1024 (= Vp), softcap on and off, targets 0, V - 1, one inside and -1, logits of a few units and of tens (the
     exponential's clamp, the tanh's saturation), each buffer layout the chunks use (dlogits over the logits in place,
     the exponentials in a row of their own, kept logits): the loss, the (capped) logits, dlogits over Vp; and its
-    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad, with
-    the exponentials stored and computed again in the dlogits pass (exp_again: on the AVX-512 loops in place without
-    a softcap, where the logits' row must be left as it was); on a
+    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad; on a
     CPU with AVX-512 the fused row with its hand-written loops (llmc/cpu/vecmath.h's vec16_enabled), on one with AVX2
     with its AVX2 loops (vec8_enabled), and with the compiled ones (the chunks below run the default: the hand-written
     loops there)
   - the chunks on -p bf16 (matmul_precision MATMUL_BF16): losses, kept logits, dinp and dweight the passes' bits with
-    and without masked rows, LLMC_CLASSIFIER_EXP_AGAIN=0 and 1; where oneDNN has a bf16 kernel the fused kernel's dlogits are bf16 alone (the line
+    and without masked rows; where oneDNN has a bf16 kernel the fused kernel's dlogits are bf16 alone (the line
     "bf16 dlogits: ..." says which ran)
   - LLMC_CLASSIFIER's choice and its error line
 The fp32 GEMMs here are the built-in kernel's (LLMC_FP32_GEMM=builtin), which sums each element in one fixed order
@@ -272,8 +270,8 @@ typedef struct {
 } RowRun;
 
 // runs one row with the kernel given from the logits z (nvp), dlogits in fp32, or in bf16 (to_bf16: fused only)
-static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int lanes, int exp_again, const float* z,
-                      int nv, int nvp, float cap, int target, float dloss) {
+static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int lanes, const float* z, int nv,
+                      int nvp, float cap, int target, float dloss) {
     RowRun r = {0.0f, (float*)mallocCheck((size_t)nvp * sizeof(float)), NULL, NULL};
     float* own = (float*)mallocCheck((size_t)nvp * sizeof(float));  // a row of their own: exponentials or dlogits
     float* e_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
@@ -298,7 +296,7 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, in
     }
     r.loss = kernel == CLASSIFIER_PASSES
                  ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
-                 : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, lanes, exp_again);
+                 : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, lanes);
     if (dx != NULL) {
         r.dx = (float*)mallocCheck((size_t)nvp * sizeof(float));
         memcpy(r.dx, dx, (size_t)nvp * sizeof(float));
@@ -320,12 +318,12 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
     for (int i = 0; i < nvp; i++) { z[i] = i < nv ? scale * z[i] : 0.0f; }
     char what[200];
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
-        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, 0, z, nv, nvp, cap, target, dloss);
+        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, z, nv, nvp, cap, target, dloss);
         for (int lanes = 0; lanes <= 16; lanes += 8) { // (the AVX2 and AVX-512 loops too, where the CPU has them)
             if ((lanes == 8 && !vec8_enabled()) || (lanes == 16 && !vec16_enabled())) { continue; }
             snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s%s", nv, cap, scale, target,
                      row_layout_names[layout], lanes == 16 ? ", AVX-512 loops" : lanes == 8 ? ", AVX2 loops" : "");
-            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, lanes, 1, z, nv, nvp, cap, target, dloss);
+            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, lanes, z, nv, nvp, cap, target, dloss);
             CHECK(float_bits(fused.loss) == float_bits(passes.loss),
                   "%s: the fused row's loss is the passes' bits (%.9g, %.9g)", what, fused.loss, passes.loss);
             // in place the logits' row ends as dlogits; kept, it holds the capped logits
@@ -335,21 +333,14 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
                 CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp),
                       "%s: dlogits are the passes' bits over Vp", what);
             }
-            // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad; the exponentials stored or, on the
-            // AVX-512 loops in place without a softcap, computed again (exp_again: the logits' row left as it was)
-            for (int again = 0; again <= 1 && layout != ROW_FORWARD; again++) {
-                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, lanes, again, z, nv, nvp, cap, target, dloss);
+            if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
+                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, lanes, z, nv, nvp, cap, target, dloss);
                 int same = float_bits(bf16.loss) == float_bits(passes.loss);
                 for (int i = 0; i < nvp && same; i++) { same = bf16.dx16[i] == matmul_bf16_round_value(passes.dx[i]); }
-                CHECK(same, "%s, exp_again %d: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss",
-                      what, again);
+                CHECK(same, "%s: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss", what);
                 if (layout == ROW_KEPT) {
                     CHECK(same_bits(bf16.x, passes.x, (size_t)nvp), "%s: with bf16 dlogits the kept logits are the passes'",
                           what);
-                }
-                if (again && lanes == 16 && layout == ROW_IN_PLACE && cap == 0.0f && target >= 0) {
-                    CHECK(same_bits(bf16.x, z, (size_t)nvp), "%s: with the exponentials computed again the logits' row "
-                          "is left as it was (the path under test ran)", what);
                 }
                 row_free(&bf16);
             }
@@ -389,26 +380,21 @@ static void test_bf16_chunks(float softcap, int chunk) {
             }
         }
         for (int keep = 0; keep <= 1; keep++) {
-            for (int again = 0; again <= 1; again++) { // LLMC_CLASSIFIER_EXP_AGAIN=0 and 1
-                Result* res[2] = {&passes, &fused};
-                setenv("LLMC_CLASSIFIER_EXP_AGAIN", again ? "1" : "0", 1);
-                for (int k = 0; k < 2; k++) {
-                    classifier_kernel_use(k == 0 ? CLASSIFIER_PASSES : CLASSIFIER_FUSED);
-                    memset(res[k], 0, sizeof(Result));
-                    for (size_t i = 0; i < (size_t)Vp * C; i++) { res[k]->dweight[i] = NAN; } // stale: overwritten
-                    classifier_forward_backward(res[k]->losses, keep ? res[k]->logits : NULL, res[k]->dinp,
-                                                res[k]->dweight, 1, inp, weight, targets, dloss, softcap, BT, C, V, Vp,
-                                                chunk);
-                }
-                unsetenv("LLMC_CLASSIFIER_EXP_AGAIN");
-                CHECK(same_bits(fused.losses, passes.losses, BT) && same_bits(fused.dinp, passes.dinp, (size_t)BT * C) &&
-                      same_bits(fused.dweight, passes.dweight, (size_t)Vp * C) &&
-                      (!keep || same_bits(fused.logits, passes.logits, (size_t)BT * Vp)),
-                      "bf16, softcap %g, chunk %d, masked %d, kept logits %d, exp_again %d: losses, logits, dinp and "
-                      "dweight are the passes' bits", softcap, chunk, masked, keep, again);
-                CHECK(max_abs(fused.dinp, (size_t)BT * C) > 0.0 && pad_rows_zero(fused.dweight),
-                      "bf16, softcap %g, chunk %d: a gradient, and none in dweight's pad rows", softcap, chunk);
+            Result* res[2] = {&passes, &fused};
+            for (int k = 0; k < 2; k++) {
+                classifier_kernel_use(k == 0 ? CLASSIFIER_PASSES : CLASSIFIER_FUSED);
+                memset(res[k], 0, sizeof(Result));
+                for (size_t i = 0; i < (size_t)Vp * C; i++) { res[k]->dweight[i] = NAN; } // stale: overwritten
+                classifier_forward_backward(res[k]->losses, keep ? res[k]->logits : NULL, res[k]->dinp, res[k]->dweight, 1,
+                                            inp, weight, targets, dloss, softcap, BT, C, V, Vp, chunk);
             }
+            CHECK(same_bits(fused.losses, passes.losses, BT) && same_bits(fused.dinp, passes.dinp, (size_t)BT * C) &&
+                  same_bits(fused.dweight, passes.dweight, (size_t)Vp * C) &&
+                  (!keep || same_bits(fused.logits, passes.logits, (size_t)BT * Vp)),
+                  "bf16, softcap %g, chunk %d, masked %d, kept logits %d: losses, logits, dinp and dweight are the passes' bits",
+                  softcap, chunk, masked, keep);
+            CHECK(max_abs(fused.dinp, (size_t)BT * C) > 0.0 && pad_rows_zero(fused.dweight),
+                  "bf16, softcap %g, chunk %d: a gradient, and none in dweight's pad rows", softcap, chunk);
         }
     }
     memcpy(targets, saved, sizeof(saved));

@@ -412,32 +412,7 @@ static double classifier_row_exp_sum16(float* e, const float* x, int V, float ma
     return sum;
 }
 
-// classifier_row_exp_sum16's sum with the exponentials not stored (classifier_row_fused's exp_again): the same
-// values, lanes and order, the tail's values held in a local row for their adds in double
-__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off")))
-static double classifier_row_exp_sum16_unstored(const float* x, int V, float maxval, const float* next) {
-    const __m512 vmax = _mm512_set1_ps(maxval);
-    __m512 part = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= V; i += 16) {
-        __builtin_prefetch(next + i, 0, 3);
-        part = _mm512_add_ps(part, vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax)));
-    }
-    float tail[16];
-    double sum = 0.0;
-    if (i < V) {
-        __mmask16 k = vec16_first(V - i);
-        _mm512_storeu_ps(tail, vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmax)));
-        for (int j = 0; j < V - i; j++) { sum += tail[j]; }
-    }
-    float lanes[16];
-    _mm512_storeu_ps(lanes, part);
-    for (int j = 0; j < 16; j++) { sum += lanes[j]; }
-    return sum;
-}
-
-// classifier_row_dlogits (into dx16 in bf16 when dx16 is given, else into dx), 32 logits a step; with e NULL the
-// exponentials are computed again from the logits x and the maximum (exp_again: uncapped rows only)
+// classifier_row_dlogits (into dx16 in bf16 when dx16 is given, else into dx), 32 logits a step
 __attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off"), always_inline))
 static inline __m512 classifier_dlogit16(__m512 e, __m512 z, __m512 inv, __m512 dloss, __m512 icap, int capped) {
     __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, inv), dloss);
@@ -450,15 +425,15 @@ static inline __m512 classifier_dlogit16(__m512 e, __m512 z, __m512 inv, __m512 
 
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, const float* x, int V, float inv,
-                                     float dloss, float icap, int capped, float maxval) {
+                                     float dloss, float icap, int capped) {
     const __m512 vinv = _mm512_set1_ps(inv), vdloss = _mm512_set1_ps(dloss), vicap = _mm512_set1_ps(icap);
-    const __m512 zero = _mm512_setzero_ps(), vmax = _mm512_set1_ps(maxval);
+    const __m512 zero = _mm512_setzero_ps();
     int i = 0;
     for (; i + 32 <= V; i += 32) {
-        __m512 e0 = e != NULL ? _mm512_loadu_ps(e + i) : vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
-        __m512 e1 = e != NULL ? _mm512_loadu_ps(e + i + 16) : vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vmax));
-        __m512 d0 = classifier_dlogit16(e0, capped ? _mm512_loadu_ps(x + i) : zero, vinv, vdloss, vicap, capped);
-        __m512 d1 = classifier_dlogit16(e1, capped ? _mm512_loadu_ps(x + i + 16) : zero, vinv, vdloss, vicap, capped);
+        __m512 d0 = classifier_dlogit16(_mm512_loadu_ps(e + i), capped ? _mm512_loadu_ps(x + i) : zero, vinv, vdloss,
+                                        vicap, capped);
+        __m512 d1 = classifier_dlogit16(_mm512_loadu_ps(e + i + 16), capped ? _mm512_loadu_ps(x + i + 16) : zero, vinv,
+                                        vdloss, vicap, capped);
         if (dx16 != NULL) { _mm512_storeu_si512((void*)(dx16 + i), mm32_round_bf16(d0, d1)); }
         else {
             _mm512_storeu_ps(dx + i, d0);
@@ -467,8 +442,8 @@ static void classifier_row_dlogits16(float* dx, uint16_t* dx16, const float* e, 
     }
     for (; i < V; i += 16) {
         __mmask16 k = V - i >= 16 ? (__mmask16)0xffff : vec16_first(V - i);
-        __m512 ev = e != NULL ? _mm512_maskz_loadu_ps(k, e + i) : vec16_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmax));
-        __m512 d = classifier_dlogit16(ev, capped ? _mm512_maskz_loadu_ps(k, x + i) : zero, vinv, vdloss, vicap, capped);
+        __m512 d = classifier_dlogit16(_mm512_maskz_loadu_ps(k, e + i), capped ? _mm512_maskz_loadu_ps(k, x + i) : zero,
+                                       vinv, vdloss, vicap, capped);
         if (dx16 != NULL) {
             mm16_store_bf16(dx16 + i, d, V - i < 16 ? V - i : 16);
         } else {
@@ -586,14 +561,9 @@ static void classifier_row_dlogits8(float* dx, const float* e, const float* x, i
 // sum, dlogits with the probabilities (in registers). x, e, dx, V, Vp, cap, target, dloss as for classifier_row; with
 // dx16 (and dx NULL) dlogits go to dx16 (Vp) in bf16 alone, rounded as matmul.h rounds a GEMM operand, 0 in the
 // padded columns. lanes: the hand-written loops to run (classifier_lanes: 16, 8, or 0 for the compiled ones).
-// exp_again (classifier_exp_again): where the exponentials would go over the logits only to be read by dlogits in bf16
-// (AVX-512 loops, no softcap, e == x, dx16), they are computed again in the dlogits pass instead of stored: the row's
-// lines stay clean and are not written back to memory (GPT-2's bf16 step: 824 MB a step at T=1024), for one more
-// exponential a logit. The same bits.
 static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, float* e, int V, int Vp, float cap,
-                                         int target, float dloss, const float* next, int lanes, int exp_again) {
+                                         int target, float dloss, const float* next, int lanes) {
     int capped = cap > 0.0f;
-    exp_again = exp_again && lanes == 16 && dx16 != NULL && !capped && e == x;
     if (target < 0) { // not supervised: the capped logits (when they are kept), loss 0, no gradient
         if (capped) {
             float inv = 1.0f / cap;
@@ -610,8 +580,7 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     if (lanes == 16) {
         maxval = capped ? classifier_row_softcap_max16(x, V, cap) : classifier_row_max_lanes(x, V);
         zt = x[target];
-        sum = exp_again ? classifier_row_exp_sum16_unstored(x, V, maxval, ahead)
-                        : classifier_row_exp_sum16(e, x, V, maxval, ahead);
+        sum = classifier_row_exp_sum16(e, x, V, maxval, ahead);
     } else if (lanes == 8) {
         maxval = capped ? classifier_row_softcap_max8(x, V, cap) : classifier_row_max8(x, V);
         zt = x[target];
@@ -627,15 +596,9 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     if (dx == NULL && dx16 == NULL) { return loss; }
     float inv = (float)(1.0 / sum);
     float icap = capped ? 1.0f / cap : 0.0f;
-    float et;  // read before dlogits (which may lie over e) are written
+    float et = e[target];  // read before dlogits (which may lie over e) are written
 #if MATMUL_X86
-    if (exp_again) { // (the 16-lane exponential of the dlogits pass, on the target's logit)
-        et = _mm512_cvtss_f32(vec16_expf(_mm512_sub_ps(_mm512_set1_ps(zt), _mm512_set1_ps(maxval))));
-    } else
-#endif
-    { et = e[target]; }
-#if MATMUL_X86
-    if (lanes == 16) { classifier_row_dlogits16(dx, dx16, exp_again ? NULL : e, x, V, inv, dloss, icap, capped, maxval); } else
+    if (lanes == 16) { classifier_row_dlogits16(dx, dx16, e, x, V, inv, dloss, icap, capped); } else
     if (lanes == 8 && dx16 == NULL) { classifier_row_dlogits8(dx, e, x, V, inv, dloss, icap, capped); } else
 #endif
     if (dx16 != NULL) {
@@ -658,10 +621,6 @@ static inline float classifier_row_fused(float* x, float* dx, uint16_t* dx16, fl
     }
     return loss;
 }
-
-// classifier_row_fused's exp_again: LLMC_CLASSIFIER_EXP_AGAIN=1 (the default) or 0 (the exponentials stored over the
-// logits, as before; kept selectable until the two are timed beyond the Zen 5). Read at each chunk: tests switch it.
-static inline int classifier_exp_again(void) { return env_switch_on("LLMC_CLASSIFIER_EXP_AGAIN"); }
 
 // the fused row's hand-written loops this CPU runs: 16 (AVX-512, LLMC_VEC16), 8 (AVX2, LLMC_VEC8) or 0 (compiled)
 static int classifier_lanes(void) { return vec16_enabled() ? 16 : vec8_enabled() ? 8 : 0; }
@@ -700,7 +659,7 @@ static void classifier_logits(float* logits, const float* inp, int ld, const flo
 static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* dx16, float* e_rows, const int* targets,
                                   float dloss, float softcap, int rows, int V, int Vp, int kept) {
     // (read here: never inside the parallel region)
-    int fused = classifier_kernel() == CLASSIFIER_FUSED, lanes = classifier_lanes(), exp_again = classifier_exp_again();
+    int fused = classifier_kernel() == CLASSIFIER_FUSED, lanes = classifier_lanes();
     if (dx16 != NULL && !fused) { llmc_die("internal: bf16 dlogits from the classifier's passes kernel"); }
     double t = phase_begin();
     #pragma omp parallel for schedule(static)  // (a thread's rows one after another: row r + 1 is its next)
@@ -711,7 +670,7 @@ static void classifier_chunk_rows(float* losses, float* x, float* dx, uint16_t* 
         float* e = e_rows != NULL ? e_rows + (size_t)classifier_thread_id() * Vp : (dxr != NULL ? dxr : xr);
         int target = targets != NULL ? targets[r] : -1;
         float loss = fused ? classifier_row_fused(xr, dxr, dxr16, e, V, Vp, softcap, target, dloss, r + 1 < rows ? xr + Vp : NULL,
-                                                  lanes, exp_again)
+                                                  lanes)
                            : classifier_row(xr, dxr, e, V, Vp, softcap, target, dloss);
         if (losses != NULL && targets != NULL) { losses[r] = loss; } // 0 for target -1
     }
