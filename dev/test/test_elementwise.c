@@ -555,11 +555,17 @@ static void check_gelu_recompute_vec16(GeluBiasSum order) {
     for (int v = 0; v < 2; v++) { free(out[v]); free(copy[v]); free(dinp[v]); free(dbias[v]); }
 }
 
+static void swiglu_wide_with_env(void* arg) {
+    setenv("LLMC_SWIGLU_WIDE", (const char*)arg, 1);
+    swiglu_wide();
+}
+
 // SwiGLU's -p bf16 forward (gate and up rounded, out = silu(gate) up rounded) and its backward's one pass (out again,
 // dgate and dup in bf16 alone) in AVX-512 (llmc/cpu/vecmath.h's vec16_enabled) against the compiled loops: every one
 // of the 2^16 bf16 gates with 8 ups each (zero, a denormal, huge, infinite and NaN among them) and random values, a
-// length that is not a multiple of 16, 1 to 3 threads. The same bits, or NaN in both (same_bf16: which of two NaNs a
-// product keeps is the compiler's choice of operand order)
+// length that is not a multiple of 16, 1 to 3 threads, the wide loops and the narrow ones of before
+// (LLMC_SWIGLU_WIDE=0). The same bits, or NaN in both (same_bf16: which of two NaNs a product keeps is the compiler's
+// choice of operand order)
 static void check_swiglu_vec16(void) {
     if (!vec16_supported() || !mm_bf16_cvt_on()) {
         printf("SwiGLU's AVX-512 forward and backward: not run (no AVX-512 F, BW and BF16 on this CPU, or no FMA in "
@@ -596,8 +602,10 @@ static void check_swiglu_vec16(void) {
                 up[i] = UPS[(i >> 16) & 7u] * (1.0f + 1e-3f * (float)(i % 7));
             }
         }
-        for (int threads = 1; threads <= 3; threads++) {
+        for (int run = 0; run < 6; run++) { // 1 to 3 threads, the wide loops then the narrow ones (LLMC_SWIGLU_WIDE)
+            int threads = 1 + run % 3, wide = run < 3;
             set_threads(threads);
+            setenv("LLMC_SWIGLU_WIDE", wide ? "1" : "0", 1);
             for (int v = 0; v < 2; v++) {
                 setenv("LLMC_VEC16", v == 0 ? "0" : "1", 1);
                 memset(out[v], v == 0 ? 0 : 0xff, n * sizeof(uint16_t));
@@ -605,8 +613,8 @@ static void check_swiglu_vec16(void) {
             }
             CHECK(same_bits(gate16[0], gate16[1], n * sizeof(uint16_t)) &&
                   same_bits(up16[0], up16[1], n * sizeof(uint16_t)) && same_bf16(out[0], out[1], n),
-                  "SwiGLU forward to bf16 with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",
-                  random ? "random inputs" : "all bf16 gates", threads);
+                  "SwiGLU forward to bf16 with LLMC_VEC16=1 and 0 (%s, %d threads, LLMC_SWIGLU_WIDE=%d): not the "
+                  "same bits", random ? "random inputs" : "all bf16 gates", threads, wide);
             MatmulPrecision precision = matmul_precision;
             matmul_precision = MATMUL_BF16; // (a mirror held alone counts on the bf16 path only)
             for (int v = 0; v < 2; v++) {
@@ -627,9 +635,10 @@ static void check_swiglu_vec16(void) {
             }
             matmul_precision = precision;
             unsetenv("LLMC_VEC16");
+            unsetenv("LLMC_SWIGLU_WIDE");
             CHECK(same_bf16(out[0], out[1], n) && same_bf16(dg16[0], dg16[1], n) && same_bf16(du16[0], du16[1], n),
-                  "SwiGLU recompute + backward with LLMC_VEC16=1 and 0 (%s, %d threads): not the same bits",
-                  random ? "random inputs" : "all bf16 gates", threads);
+                  "SwiGLU recompute + backward with LLMC_VEC16=1 and 0 (%s, %d threads, LLMC_SWIGLU_WIDE=%d): not the "
+                  "same bits", random ? "random inputs" : "all bf16 gates", threads, wide);
         }
     }
     free(gate); free(up); free(dout);
@@ -649,6 +658,8 @@ int main(int argc, char** argv) {
     }
     // the kernels under test, whatever the environment says (their old forms are called by name)
     setenv("LLMC_ELEMENTWISE_FUSED", "1", 1);
+    // first, before OpenMP's threads exist (a forked child of a process with them stops on the sanitizers' leak check)
+    expect_die("LLMC_SWIGLU_WIDE=yes", swiglu_wide_with_env, (void*)"yes", "LLMC_SWIGLU_WIDE=yes", "use 0 or 1");
     check_bias_gradient();
     for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
         for (int copy = 0; copy <= 1; copy++) {

@@ -380,7 +380,65 @@ static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dga
     for (; i + 16 <= i1; i += 16) { swiglu_recompute_backward_bf16_16(out16, dgate16, dup16, dout, gate16, up16, i, 16); }
     if (i < i1) { swiglu_recompute_backward_bf16_16(out16, dgate16, dup16, dout, gate16, up16, i, (int)(i1 - i)); }
 }
+
+// LLMC_SWIGLU_WIDE=0 (swiglu_wide, below): the loops above as they were before 2026-12-05, 16 values a step, gate
+// and up stored then loaded back, a row's tail through a copy on the stack (the same bits). GCC turns their run-time
+// n == 16 tests into masked stores and loads, whose bytes a load waits for: 1.1x (forward) and 1.7x (backward) slower
+// on the Zen 5. Kept selectable until the wide loops are timed on the AMX Xeon and a Zen 4.
+
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline __m512 swiglu_load16_bf16_copied(const uint16_t* p, int n) {
+    if (n == 16) { return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)p)); }
+    uint16_t h[16] = {0};
+    memcpy(h, p, (size_t)n * sizeof(uint16_t));
+    return mm16_bf16_to_float(_mm256_loadu_si256((const __m256i*)(const void*)h));
+}
+
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline void swiglu_store16_bf16_copied(uint16_t* dst, __m512 x, int n) {
+    if (n == 16) {
+        _mm256_storeu_si256((__m256i*)(void*)dst, mm16_round_bf16(x));
+    } else {
+        uint16_t r[16];
+        _mm256_storeu_si256((__m256i*)(void*)r, mm16_round_bf16(x));
+        memcpy(dst, r, (size_t)n * sizeof(uint16_t));
+    }
+}
+
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
+static void swiglu_forward_bf16_span16_narrow(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
+                                              const float* up, size_t i0, size_t i1) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (size_t i = i0; i < i1; i += 16) {
+        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+        swiglu_store16_bf16_copied(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
+        swiglu_store16_bf16_copied(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
+        __m512 g = swiglu_load16_bf16_copied(gate16 + i, n), u = swiglu_load16_bf16_copied(up16 + i, n);
+        __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+        swiglu_store16_bf16_copied(out16 + i, y, n);
+    }
+}
+
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
+static void swiglu_recompute_backward_bf16_span16_narrow(uint16_t* out16, uint16_t* dgate16, uint16_t* dup16,
+                                                         const float* dout, const uint16_t* gate16,
+                                                         const uint16_t* up16, size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i += 16) {
+        int n = i1 - i < 16 ? (int)(i1 - i) : 16;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
+        __m512 out, dg, du;
+        swiglu_recompute_value16(swiglu_load16_bf16_copied(gate16 + i, n), swiglu_load16_bf16_copied(up16 + i, n),
+                                 _mm512_maskz_loadu_ps(k, dout + i), &out, &dg, &du);
+        swiglu_store16_bf16_copied(out16 + i, out, n);
+        swiglu_store16_bf16_copied(dgate16 + i, dg, n);
+        swiglu_store16_bf16_copied(dup16 + i, du, n);
+    }
+}
 #endif
+
+// whether SwiGLU's AVX-512 loops are the wide ones (LLMC_SWIGLU_WIDE=1, the default) or the narrow ones of before (0)
+static inline int swiglu_wide(void) { return env_switch_on("LLMC_SWIGLU_WIDE"); }
 
 static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate, const float* up,
                                 size_t N) {
@@ -388,12 +446,13 @@ static void swiglu_forward_bf16(uint16_t* out16, uint16_t* gate16, uint16_t* up1
     double t_phase = phase_begin();
 #if MATMUL_X86
     if (mm_bf16_cvt_on()) {
-        int vec16 = vec16_enabled(); // (read here: never inside the parallel region)
+        int vec16 = vec16_enabled(), wide = swiglu_wide(); // (read here: never inside the parallel region)
         #pragma omp parallel
         {
             size_t i0, i1;
             parallel_span(N, &i0, &i1);
-            if (vec16) { swiglu_forward_bf16_span16(out16, gate16, up16, gate, up, i0, i1); }
+            if (vec16 && wide) { swiglu_forward_bf16_span16(out16, gate16, up16, gate, up, i0, i1); }
+            else if (vec16) { swiglu_forward_bf16_span16_narrow(out16, gate16, up16, gate, up, i0, i1); }
             else { swiglu_forward_bf16_span_cvt(out16, gate16, up16, gate, up, i0, i1); }
         }
         phase_end(PHASE_ELEMENTWISE, t_phase, (8.0 + 6.0) * N, 8.0 * N);
@@ -421,8 +480,10 @@ static inline void swiglu_recompute_backward_bf16_span(uint16_t* __restrict__ ou
                                                        size_t i0, size_t i1) {
 #if MATMUL_X86
     if (alone && mm_bf16_cvt_on()) {
-        if (vec16) { swiglu_recompute_backward_bf16_span16(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
-        else { swiglu_recompute_backward_bf16_span_cvt(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
+        if (vec16 == 1) { swiglu_recompute_backward_bf16_span16(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
+        else if (vec16 == 2) {
+            swiglu_recompute_backward_bf16_span16_narrow(out16, dgate16, dup16, dout, gate16, up16, i0, i1);
+        } else { swiglu_recompute_backward_bf16_span_cvt(out16, dgate16, dup16, dout, gate16, up16, i0, i1); }
         return;
     }
 #endif
@@ -453,7 +514,9 @@ static void swiglu_recompute_backward_bf16(uint16_t* out16, float* dgate, float*
     uint16_t* dgate16 = matmul_bf16_shadow(dgate, N);
     uint16_t* dup16 = matmul_bf16_shadow(dup, N);
     int alone = dgate16 != NULL && dup16 != NULL && !matmul_bf16_fp32_kept(dgate, N) && !matmul_bf16_fp32_kept(dup, N);
-    int vec16 = vec16_enabled(); // (read here: never inside the parallel region)
+    // 1: the wide AVX-512 loops, 2: the narrow ones (LLMC_SWIGLU_WIDE=0), 0: compiled (read here: never inside the
+    // parallel region)
+    int vec16 = !vec16_enabled() ? 0 : swiglu_wide() ? 1 : 2;
     double t_phase = phase_begin();
     #pragma omp parallel
     {
