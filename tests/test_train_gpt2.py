@@ -235,6 +235,21 @@ def test_bad_input_gives_one_error_line(tinyshakespeare, tmp_path, args, message
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0], proc.stderr
 
 
+def test_no_tokenizer_encoding_leaves_no_model_file(tinyshakespeare, tmp_path):
+    """Offline with an empty tiktoken cache: one error line, and no model file written (make's model step, which
+    names gpt2_124M.bin, would otherwise count as done and the tokenizer would never be written)."""
+    cache = tmp_path / "empty_cache"
+    cache.mkdir()
+    env = {"TIKTOKEN_CACHE_DIR": str(cache), "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}
+    proc = run([PYTHON, REPO / "train_gpt2.py", "--model", "d2", "--num_iterations", 0, "--write_tensors", 1,
+                "--input_bin", tinyshakespeare[1]], cwd=tmp_path, env=env, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "cannot load tiktoken's gpt2 encoding" in err[0], proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.bin")) == [], sorted(p.name for p in tmp_path.iterdir())
+
+
 def test_shard_with_out_of_range_token_is_rejected(tmp_path):
     header = np.zeros(256, dtype="<i4")
     header[:3] = [20240520, 1, 1000]

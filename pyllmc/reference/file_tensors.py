@@ -124,9 +124,9 @@ class ModelFiles:
         <stem>_debug_state.bin from one batch with the command line's debug optimizer (<stem>_masked_debug_state.bin
         when its targets hold -1: --mask_half 1, or a chat shard's mask)."""
         def write_files(x: torch.Tensor, y: torch.Tensor) -> None:
+            write_tokenizer()  # first: where it fails, no model file is left for `make` to take as done
             self.write_model(model, f"{stem}.bin", "float32")
             self.write_model(model, f"{stem}_bf16.bin", "bfloat16")
-            write_tokenizer()
             y = debug_targets(args, y)
             self.write_debug_state(model, x, y, debug_state_name(stem, is_masked(y)), debug_optimizer(args))
         return write_files
