@@ -285,19 +285,24 @@ static void swiglu_recompute_backward_bf16_span_cvt(uint16_t* out16, uint16_t* d
 __attribute__((target(MM_BF16_TARGET), always_inline))
 static inline __m512 vec16_neg(__m512 x) { return _mm512_sub_ps(_mm512_setzero_ps(), x); }
 
+// silu(g) u on 16 lanes: g / (1 + e^-g) u, the compiled forward's operations
+__attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
+static inline __m512 swiglu_value16(__m512 g, __m512 u) {
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), vec16_expf(vec16_neg(g)))), u);
+}
+
 // 16 values of SwiGLU's forward from i (n <= 16 of them): gate and up rounded and stored, out = silu(gate) up from
 // the rounded registers (a store and its reload would wait on each other). Called with n = 16 in the loop, so that
 // only the tail takes the masked loads and stores: a masked store then a load of its bytes is not forwarded.
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
 static inline void swiglu_forward_bf16_16(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
                                           const float* up, size_t i, int n) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
     __m256i gh = mm16_round_bf16(_mm512_maskz_loadu_ps(k, gate + i)), uh = mm16_round_bf16(_mm512_maskz_loadu_ps(k, up + i));
     mm16_store_bf16_bits(gate16 + i, gh, n);
     mm16_store_bf16_bits(up16 + i, uh, n);
     __m512 g = mm16_bf16_to_float(gh), u = mm16_bf16_to_float(uh);
-    __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+    __m512 y = swiglu_value16(g, u);
     mm16_store_bf16(out16 + i, y, n);
 }
 
@@ -305,7 +310,6 @@ static inline void swiglu_forward_bf16_16(uint16_t* out16, uint16_t* gate16, uin
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off"), always_inline))
 static inline void swiglu_forward_bf16_32(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
                                           const float* up, size_t i) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     __m512i gh = mm32_round_bf16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(gate + i + 16));
     __m512i uh = mm32_round_bf16(_mm512_loadu_ps(up + i), _mm512_loadu_ps(up + i + 16));
     _mm512_storeu_si512((void*)(gate16 + i), gh);
@@ -315,7 +319,7 @@ static inline void swiglu_forward_bf16_32(uint16_t* out16, uint16_t* gate16, uin
         __m256i gh16 = h == 0 ? _mm512_castsi512_si256(gh) : _mm512_extracti64x4_epi64(gh, 1);
         __m256i uh16 = h == 0 ? _mm512_castsi512_si256(uh) : _mm512_extracti64x4_epi64(uh, 1);
         __m512 g = mm16_bf16_to_float(gh16), u = mm16_bf16_to_float(uh16);
-        y[h] = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+        y[h] = swiglu_value16(g, u);
     }
     _mm512_storeu_si512((void*)(out16 + i), mm32_round_bf16(y[0], y[1]));
 }
@@ -408,14 +412,13 @@ static inline void swiglu_store16_bf16_copied(uint16_t* dst, __m512 x, int n) {
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
 static void swiglu_forward_bf16_span16_narrow(uint16_t* out16, uint16_t* gate16, uint16_t* up16, const float* gate,
                                               const float* up, size_t i0, size_t i1) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = i0; i < i1; i += 16) {
         int n = i1 - i < 16 ? (int)(i1 - i) : 16;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : vec16_first(n);
         swiglu_store16_bf16_copied(gate16 + i, _mm512_maskz_loadu_ps(k, gate + i), n);
         swiglu_store16_bf16_copied(up16 + i, _mm512_maskz_loadu_ps(k, up + i), n);
         __m512 g = swiglu_load16_bf16_copied(gate16 + i, n), u = swiglu_load16_bf16_copied(up16 + i, n);
-        __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vec16_expf(vec16_neg(g)))), u);
+        __m512 y = swiglu_value16(g, u);
         swiglu_store16_bf16_copied(out16 + i, y, n);
     }
 }
