@@ -178,11 +178,12 @@ void gpt2_allocate_activations(void* m, int B, int T) {
     size_t C = model->config.channels, L = model->config.num_layers, BT = (size_t)B * T;
     const ActivationTensors* a = &model->acts;
     const ActivationTensors* d = &model->grads_acts;
-    // GEMMs alone read the norms' outputs and fch's gradient (fcb's comes with the GELU's backward unless
-    // LLMC_ELEMENTWISE_FUSED=0 sums it from the fp32 rows): with the bf16 activations those are written in bf16 alone
+    // GEMMs alone read the norms' outputs, fch's gradient (fcb's comes with the GELU's backward unless
+    // LLMC_ELEMENTWISE_FUSED=0 sums it from the fp32 rows) and, in the bf16 layout, qkv's (qkvb's comes with the
+    // attention's backward unless LLMC_ATTENTION_BIAS=0): with the bf16 activations those are written in bf16 alone
     const float* shadowed[] = {a->ln1, a->ln2, a->lnf, d->encoded, d->qkv, d->fch, a->atty, a->fch_gelu};
     const size_t sizes[] = {BT * C, BT * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C, L * BT * C, BT * 4 * C};
-    const int alone[] = {1, 1, 1, 0, 0, elementwise_fused(), 0, 0};
+    const int alone[] = {1, 1, 1, 0, a->bf16 && attention_bias_fused(), elementwise_fused(), 0, 0};
     for (int i = 0; i < (a->bf16 ? 6 : 8); i++) {
         cpu_model_shadow_activation(&model->cpu, shadowed[i], sizes[i], alone[i]);
     }
@@ -317,13 +318,16 @@ void gpt2_backward(void* m, float loss_scale) {
         if (acts.bf16) { // from qkv and the attention's output in bf16; dqkv written (never added to)
             matmul_backward_into_bf16_input(da.atty, dw.attprojw, dw.attprojb, dres, a.atty16, w.attprojw, B, T, C, C,
                                             0.0f, beta);
-            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NH, C / NH, 0);
+            // (qkvb's gradient summed as dqkv is written, which its bf16 copy then holds alone)
+            attention_gqa_backward_bf16(da.qkv, dw.qkvb, beta, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NH,
+                                        C / NH, 0);
         } else {
             matmul_backward_into(da.atty, dw.attprojw, dw.attprojb, dres, a.atty, w.attprojw, B, T, C, C, 0.0f, beta);
             attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NH, C / NH, 0);
         }
         layernorm_recompute(a.ln1, a.residual, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b, B, T, C);         // (B,T,C)
-        matmul_backward_into(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f, beta);
+        matmul_backward_into(da.ln1, dw.qkvw, acts.bf16 ? NULL : dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C, 0.0f,
+                             beta);
         layernorm_backward(dres, dw.ln1w, dw.ln1b, da.ln1, a.residual, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C); // the input's gradient
     }
     encoder_backward(g.wte, g.wpe, dres, model->cpu.inputs, B, T, C);

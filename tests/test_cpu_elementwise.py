@@ -10,9 +10,13 @@ which runs the old passes, giving the same training bits.
   memory unwritten (NaN under LLMC_BF16_CHECK_MIRRORS=1), and GPT-2's one-pass GELU backward (the GELU's output
   recomputed in the same pass) gives the two passes' bits;
 - train_gpt2 fp32 and -p bf16 (forced, so no calibration decides): the same checkpoint with LLMC_ELEMENTWISE_FUSED=0
-  and with the fused pass's bias gradient in the old order (LLMC_GELU_BIAS=columns); the default order (chunks of
-  rows) other bits, the same losses to 1e-6, and the same checkpoint on 1 thread as on 2; an unknown value of
-  either switch is one error line (LLMC_BF16_CVT's too);
+  and with the fused pass's bias gradient in the old order (LLMC_GELU_BIAS=columns; -p bf16 also the qkv bias
+  gradient summed from an fp32 dqkv, LLMC_ATTENTION_BIAS=0); the default order (chunks of rows) other bits, the same
+  losses to 1e-6, and the same checkpoint on 1 thread as on 2; an unknown value of either switch is one error line
+  (LLMC_BF16_CVT's too);
+- train_gpt2 -p bf16: the qkv bias gradient summed by the attention's backward (the default) against from an fp32
+  dqkv (LLMC_ATTENTION_BIAS=0): other bits, the same losses to 1e-5, the same checkpoint on 1 thread as on 2; an
+  unknown value is one error line;
 - train_gpt2 fp32, and -p bf16 with the fp32 activations (the GELU's output and gradient with bf16 copies): the same
   checkpoint with the GELU's output recomputed in its backward's pass (the default) and in a pass of its own
   (LLMC_GELU_RECOMPUTE_FUSED=0); an unknown value is one error line.
@@ -71,7 +75,7 @@ def train_d2(trainer: Path, out: Path, precision: str, env: dict[str, str]) -> t
 def test_the_old_elementwise_passes_train_the_same_bits(trainer: Path, tmp_path: Path, precision: str) -> None:
     """LLMC_ELEMENTWISE_FUSED=0 (the passes) and the fused pass with the bias gradient in the old order
     (LLMC_GELU_BIAS=columns): the same checkpoint, bit for bit."""
-    fused = train_d2(trainer, tmp_path / "fused", precision, {"LLMC_GELU_BIAS": "columns"})
+    fused = train_d2(trainer, tmp_path / "fused", precision, {"LLMC_GELU_BIAS": "columns", "LLMC_ATTENTION_BIAS": "0"})
     passes = train_d2(trainer, tmp_path / "passes", precision, {"LLMC_ELEMENTWISE_FUSED": "0"})
     assert len(losses(fused[0])) == 3 and losses(fused[0]) == losses(passes[0]), \
         f"{fused[0][-600:]}\n{passes[0][-600:]}"
@@ -92,6 +96,27 @@ def test_the_bias_gradient_by_chunks_of_rows(trainer: Path, tmp_path: Path, prec
     assert len(losses(chunks[0])) == 3
     assert losses(chunks[0]) == pytest.approx(losses(columns[0]), rel=1e-6, abs=0)
     assert chunks[1] == one_thread[1], "LLMC_GELU_BIAS=chunks: 1 and 2 threads wrote different checkpoints"
+
+
+def test_the_qkv_bias_gradient_summed_by_the_attention(trainer: Path, tmp_path: Path) -> None:
+    """-p bf16: qkvb's gradient summed as the attention's backward writes dqkv (in bf16 alone; the default) against
+    from the fp32 dqkv afterwards (LLMC_ATTENTION_BIAS=0): other bits (so the switch engages), the same losses to
+    1e-5 (the step's bf16 weights turn a last-place change of a bias into a bf16 one: 1.6e-6 apart at step 3 on a
+    Zen 5); the default gives the same checkpoint on 1 thread as on 2."""
+    builtin = {"LLMC_FP32_GEMM": "builtin"}
+    tiles = train_d2(trainer, tmp_path / "tiles", "bf16", builtin)
+    rows = train_d2(trainer, tmp_path / "rows", "bf16", {**builtin, "LLMC_ATTENTION_BIAS": "0"})
+    one_thread = train_d2(trainer, tmp_path / "one", "bf16", {**builtin, "OMP_NUM_THREADS": "1"})
+    assert tiles[1] != rows[1], "LLMC_ATTENTION_BIAS=1 and 0 wrote the same checkpoint: no switch"
+    assert len(losses(tiles[0])) == 3
+    assert losses(tiles[0]) == pytest.approx(losses(rows[0]), rel=1e-5, abs=0)
+    assert tiles[1] == one_thread[1], "LLMC_ATTENTION_BIAS=1: 1 and 2 threads wrote different checkpoints"
+
+
+def test_a_bad_attention_bias_switch_is_one_error_line(trainer: Path) -> None:
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0,
+                "-p", "bf16"], env={"LLMC_BF16": "force", "LLMC_ATTENTION_BIAS": "on"}, check=False)
+    assert "LLMC_ATTENTION_BIAS=on: use 0 or 1" in assert_one_error_line(proc)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

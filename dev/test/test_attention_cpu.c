@@ -14,7 +14,11 @@ tiled kernel run on K and V repeated per query head (repeat_kv_forward, the trai
 own grouped-query path against that too; the blocked backward given the forward's out and lse against the one that
 recomputes them (the same bits); 1 thread against 2 (the same bits); the backward's rows fetched ahead and not
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
-(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); q, k and v kept in bf16
+(LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the diagonal block's
+products skipping masked zeros against the full ones (LLMC_ATTENTION_TRIANGLE=0: the same bits, those cases, the
+work buffers NaN first); the -p bf16 backward's qkv bias sums against the tiles' sums of the dqkv it wrote (bit for
+bit, beta 0 and 1), and with dqkv held in bf16 alone (fp32 untouched, the same copy and sums; 1 thread, LLMC_VEC16=0,
+LLMC_ATTENTION_BLOCK_ROUND=0); q, k and v kept in bf16
 rounded row after row first and a block at a time (LLMC_ATTENTION_ROUND_ROWS=0: the same bits, the same cases); the
 softmax and the
 backward's element-wise part in AVX-512, and the transposes in 16 x 16 register blocks, against the compiled loops
@@ -188,6 +192,16 @@ static void test_thread_count_does_not_change_bits(void) {
 // the blocked kernel with a switch on and off (LLMC_ATTENTION_PREFETCH, LLMC_ATTENTION_BLOCK_ROUND: 1, then 0) gives
 // the same bits: out, and dqkv added to zero with and without the forward's out and lse, and written with its bf16
 // copy (the trainers' -p bf16 call). A bad value: test_kernel_choice.
+static int poison_scratch = 0; // check_switch_keeps_bits: the kernels' work buffers NaN before each run
+
+// every float of the attention's per-thread work buffers NaN (what a kernel reads before it writes shows up)
+static void poison_attention_scratch(void) {
+    const size_t floats = (size_t)1 << 22; // (more than any case here asks: later calls keep this buffer)
+    int nthreads;
+    float* s = attention_scratch(floats, &nthreads);
+    for (size_t i = 0; i < (size_t)nthreads * floats; i++) { s[i] = NAN; }
+}
+
 static void check_switch_keeps_bits(const char* name, const AttCase* c) {
     size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
     float* dout;
@@ -202,6 +216,7 @@ static void check_switch_keeps_bits(const char* name, const AttCase* c) {
             dqkv[n] = (float*)mallocCheck(nq * sizeof(float));
             dqkv16[n] = (uint16_t*)calloc(nq, sizeof(uint16_t));
             setenv(name, n == 0 ? "1" : "0", 1);
+            if (poison_scratch) { poison_attention_scratch(); }
             if (variant < 2) {
                 run_gqa("blocked", c, qkv, dout, out[n], dqkv[n], variant);
                 continue;
@@ -221,6 +236,101 @@ static void check_switch_keeps_bits(const char* name, const AttCase* c) {
         for (int n = 0; n < 2; n++) { free(out[n]); free(dqkv[n]); free(dqkv16[n]); }
     }
     free(qkv); free(dout); free(lse);
+}
+
+// the diagonal block's products skipping the masked zeros (LLMC_ATTENTION_TRIANGLE) against the full products: the
+// same bits, head sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a single position; the work buffers NaN
+// before each run, so a masked score or gradient that the skipped products leave unwritten is seen if it is read
+static void test_triangle_does_not_change_bits(void) {
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
+                             {1, 1, 2, 2, 64}, {1, 256, 2, 1, 64}};
+    poison_scratch = 1;
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i]); }
+    if (vec16_enabled()) { // (and the compiled softmax and gradient loops)
+        setenv("LLMC_VEC16", "0", 1);
+        for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i]); }
+        unsetenv("LLMC_VEC16");
+    }
+    poison_scratch = 0;
+}
+
+// The -p bf16 backward summing the qkv bias gradient as it writes dqkv (GPT-2's call): dbias = beta dbias + each
+// 64-row tile of a batch row summed in row order, the tiles' sums then added in order, checked bit for bit against
+// those sums taken here from the dqkv it wrote, for beta 0 and 1; with dqkv held in bf16 alone (its fp32 left
+// untouched) the same copy and dbias; the same on 1 thread, with the compiled loops (LLMC_VEC16=0) and rounding
+// a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0); ragged T, padded and grouped heads, a single position
+static void test_backward_sums_the_bias(void) {
+    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
+                             {1, 1, 2, 2, 64}, {3, 128, 4, 4, 64}};
+    MatmulPrecision saved = matmul_precision;
+    matmul_precision = MATMUL_BF16; // (a mirror holds its tensor alone on the bf16 path only)
+    for (int ci = 0; ci < NCASES(cases); ci++) {
+        const AttCase* c = &cases[ci];
+        size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
+        int QKV = (c->NH + 2 * c->NKV) * c->HS, ntiles = (c->T + ATT_TILE - 1) / ATT_TILE;
+        float* dout;
+        float* qkv = case_inputs(c, &dout, 31 + (unsigned)ci);
+        uint16_t* qkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+        uint16_t* out16 = (uint16_t*)mallocCheck(no * sizeof(uint16_t));
+        float* lse = (float*)mallocCheck(nl * sizeof(float));
+        float* dqkv = (float*)mallocCheck(nq * sizeof(float));
+        uint16_t* dqkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+        uint16_t* alone16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
+        float* old = random_array((size_t)QKV, 41 + (unsigned)ci);
+        float* dbias = (float*)mallocCheck((size_t)QKV * sizeof(float));
+        float* want = (float*)mallocCheck((size_t)QKV * sizeof(float));
+        float* got = (float*)mallocCheck((size_t)QKV * sizeof(float));
+        float* part = (float*)mallocCheck((size_t)QKV * sizeof(float));
+        use_kernel("blocked");
+        attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
+        for (int beta = 0; beta <= 1; beta++) {
+            // dqkv written in fp32 beside its copy
+            memcpy(dbias, old, (size_t)QKV * sizeof(float));
+            matmul_bf16_mirror_add(dqkv, nq, dqkv16);
+            attention_gqa_backward_bf16(dqkv, dbias, (float)beta, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV,
+                                        c->HS, 0);
+            matmul_bf16_mirror_remove(dqkv);
+            for (int k = 0; k < QKV; k++) { want[k] = beta ? old[k] : 0.0f; }
+            for (int b = 0; b < c->B; b++) {
+                for (int tile = 0; tile < ntiles; tile++) {
+                    for (int k = 0; k < QKV; k++) { part[k] = 0.0f; }
+                    for (int t = tile * ATT_TILE; t < c->T && t < (tile + 1) * ATT_TILE; t++) {
+                        for (int k = 0; k < QKV; k++) { part[k] += dqkv[((size_t)b * c->T + t) * QKV + k]; }
+                    }
+                    for (int k = 0; k < QKV; k++) { want[k] += part[k]; }
+                }
+            }
+            CHECK(memcmp(dbias, want, (size_t)QKV * sizeof(float)) == 0, "T=%d NH=%d NKV=%d HS=%d beta %d: the bias "
+                  "sums differ from the tiles' sums of dqkv", c->T, c->NH, c->NKV, c->HS, beta);
+            // dqkv in bf16 alone, on 2 threads and 1, with the compiled loops, rounded a row at a time
+            const char* env[] = {NULL, NULL, "LLMC_VEC16", "LLMC_ATTENTION_BLOCK_ROUND"};
+            for (int v = 0; v < 4; v++) {
+                if (env[v] != NULL) { setenv(env[v], "0", 1); }
+                omp_set_num_threads(v == 1 ? 1 : 2);
+                for (size_t i = 0; i < nq; i++) { dqkv[i] = 12345.0f; }
+                memset(alone16, 0xff, nq * sizeof(uint16_t));
+                memcpy(got, old, (size_t)QKV * sizeof(float));
+                matmul_bf16_mirror_add(dqkv, nq, alone16);
+                matmul_bf16_mirror_set_alone(dqkv, 1);
+                attention_gqa_backward_bf16(dqkv, got, (float)beta, dout, qkv16, out16, lse, c->B, c->T, c->NH,
+                                            c->NKV, c->HS, 0);
+                matmul_bf16_mirror_remove(dqkv);
+                omp_set_num_threads(2);
+                if (env[v] != NULL) { unsetenv(env[v]); }
+                int untouched = 1;
+                for (size_t i = 0; i < nq; i++) { untouched &= dqkv[i] == 12345.0f; }
+                CHECK(untouched, "T=%d HS=%d beta %d variant %d: dqkv's fp32 was written while its copy holds it alone",
+                      c->T, c->HS, beta, v);
+                CHECK(memcmp(alone16, dqkv16, nq * sizeof(uint16_t)) == 0 &&
+                      memcmp(got, dbias, (size_t)QKV * sizeof(float)) == 0,
+                      "T=%d NH=%d NKV=%d HS=%d beta %d variant %d: dqkv's copy alone or the bias differ", c->T, c->NH,
+                      c->NKV, c->HS, beta, v);
+            }
+        }
+        free(qkv); free(dout); free(qkv16); free(out16); free(lse); free(dqkv); free(dqkv16); free(alone16);
+        free(old); free(dbias); free(want); free(got); free(part);
+    }
+    matmul_precision = saved;
 }
 
 static void test_prefetch_does_not_change_bits(void) {
@@ -261,7 +371,7 @@ static void test_rounding_rows_does_not_change_bits(void) {
             setenv("LLMC_ATTENTION_ROUND_ROWS", n == 0 ? "1" : "0", 1);
             attention_gqa_forward_bf16(out16[n], lse[n], qkv, qkv16[n], c->B, c->T, c->NH, c->NKV, c->HS);
             matmul_bf16_mirror_add(dqkv[n], nq, dqkv16[n]);
-            attention_gqa_backward_bf16(dqkv[n], dout, qkv16[n], out16[n], lse[n], c->B, c->T, c->NH, c->NKV, c->HS, 0);
+            attention_gqa_backward_bf16(dqkv[n], NULL, 0.0f, dout, qkv16[n], out16[n], lse[n], c->B, c->T, c->NH, c->NKV, c->HS, 0);
             matmul_bf16_mirror_remove(dqkv[n]);
         }
         unsetenv("LLMC_ATTENTION_ROUND_ROWS");
@@ -414,8 +524,8 @@ static void test_writing_dqkv_matches_adding_to_zero(void) {
                 memset(written16, 0xff, nq * sizeof(uint16_t));
                 matmul_bf16_mirror_add(written, nq, written16);
                 if (stored) {
-                    attention_gqa_backward_bf16(added, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 1);
-                    attention_gqa_backward_bf16(written, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
+                    attention_gqa_backward_bf16(added, NULL, 0.0f, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 1);
+                    attention_gqa_backward_bf16(written, NULL, 0.0f, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0);
                 } else {
                     const float* o = keep ? out : NULL;
                     const float* l = keep ? lse : NULL;
@@ -673,7 +783,7 @@ static void check_bf16_storage_case(const AttCase* c, int gqa) {
         memset(qkv16, 0xff, nq * sizeof(uint16_t)); // every element must be written
         attention_gqa_forward_bf16(out16, lse16, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
         memset(dqkv16[n], 0, nq * sizeof(float));
-        attention_gqa_backward_bf16(dqkv16[n], dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS, 1);
+        attention_gqa_backward_bf16(dqkv16[n], NULL, 0.0f, dout, qkv16, out16, lse16, c->B, c->T, c->NH, c->NKV, c->HS, 1);
     }
     omp_set_num_threads(2);
     CHECK(memcmp(qkv16, qkv_rounded, nq * sizeof(uint16_t)) == 0, "T=%d NH=%d NKV=%d HS=%d: the bf16 forward's qkv16 is "
@@ -722,7 +832,7 @@ static double time_fwd_bwd(const char* kernel, const AttCase* c, const float* qk
         if (stored) { attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS); }
         else { attention_gqa_forward(out, keep ? lse : NULL, qkv, c->B, c->T, c->NH, c->NKV, c->HS); }
         double t1 = wall_seconds();
-        if (stored) { attention_gqa_backward_bf16(dqkv, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0); }
+        if (stored) { attention_gqa_backward_bf16(dqkv, NULL, 0.0f, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV, c->HS, 0); }
         else {
             attention_gqa_backward(dqkv, dout, qkv, keep ? out : NULL, keep ? lse : NULL, c->B, c->T, c->NH, c->NKV,
                                    c->HS);
@@ -764,8 +874,8 @@ static void time_tile_products(void) {
     att_tiles_ready(&sh);
     double t0 = wall_seconds();
     for (int i = 0; i < n; i++) {
-        att_gemm(&sh, s, 64, q16, HS / 2, k_dm, 64, 64, 64, HS / 2, 0);
-        att_gemm(&sh, o, HS, p16, 32, v_rp, HS, 64, HS, 32, 1);
+        att_gemm(&sh, s, 64, q16, HS / 2, k_dm, 64, 64, 64, HS / 2, 0, ATT_FULL);
+        att_gemm(&sh, o, HS, p16, 32, v_rp, HS, 64, HS, 32, 1, ATT_FULL);
     }
     double t_micro = (wall_seconds() - t0) / n;
     t0 = wall_seconds();
@@ -840,6 +950,8 @@ int main(int argc, char** argv) {
     test_amx_products();
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
+    test_triangle_does_not_change_bits();
+    test_backward_sums_the_bias();
     test_block_rounding_does_not_change_bits();
     test_rounding_rows_does_not_change_bits();
     test_softmax16_does_not_change_bits();

@@ -55,6 +55,12 @@ gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in b
 blocked kernel in the same stores as the fp32 values. A backward that writes dqkv (accumulate 0) on the blocked
 kernel stores each element once, with its copy, where it would add to a zeroed dqkv (0 + x: the same bits);
 LLMC_ATTENTION_OVERWRITE=0 zeroes, adds and rounds each copy in a pass of its own instead, as before 2026-11-29.
+GPT-2's -p bf16 backward (attention_gqa_backward_bf16 given dbias) also sums the qkv bias gradient from the rows it
+writes, a 64-row tile at a time, so that dqkv's bf16 copy can hold it alone (no fp32 dqkv written, no pass of the
+bias over it): GPT-2 d12's attention phase 503 -> 473 ms a step, element-wise 90 -> 78, B=4 T=1024 on a Zen 5
+(LLMC_ATTENTION_BIAS=0: the fp32 dqkv and matmul_backward_bias's sum, as before 2026-12-05). On the diagonal
+block the micro-kernel skips the products of masked zeros (ATT_TRI_*: whole 16-column vectors and pairs; the same
+bits; LLMC_ATTENTION_TRIANGLE=0 computes the full block, kept until timed beyond the Zen 5).
 The blocked kernel rounds P^T and dS^T a 64 x 64 block at a time, and dQ^T for dqkv's bf16 copy a tile at a time;
 LLMC_ATTENTION_BLOCK_ROUND=0 rounds a row at a time and reads dQ's rows back for the copy, as before 2026-11-30 (the
 same bits; kept until timed beyond the Zen 5). On a CPU with AVX-512 the online softmax and the backward's
@@ -399,7 +405,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 #define ATT_PAIRS (ATT_TILE / 2)
 
 typedef struct {
-    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, round_rows, softmax16;
+    int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, round_rows, softmax16, triangle;
     float scale;
 } AttShape;
 
@@ -416,6 +422,7 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.prefetch = env_switch_on("LLMC_ATTENTION_PREFETCH");
     s.round_block = env_switch_on("LLMC_ATTENTION_BLOCK_ROUND");
     s.round_rows = env_switch_on("LLMC_ATTENTION_ROUND_ROWS");
+    s.triangle = env_switch_on("LLMC_ATTENTION_TRIANGLE");
     s.softmax16 = vec16_enabled();
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
@@ -427,45 +434,84 @@ static inline uint32_t att_pair_at(const void* a, size_t i) { // pair i of a (an
     return u;
 }
 
+// Which of a product's sums may skip products of the diagonal block's masked zeros (AttShape's triangle; ATT_FULL off
+// it): ATT_TRI_ROWS, c (keys, queries) = S^T or dP^T, written: row k needs the columns q >= k alone (the others are
+// left as they were: the softmax and the gradient mask them); ATT_TRI_PAIRS, c (keys, N) += P^T or dS^T (rows of
+// keys, pairs of queries) times B: row k's pairs of queries both < k are zero; ATT_TRI_COLS, c (M, queries) += A times
+// P^T or dS^T (pairs of keys, queries): column q's pairs of keys both > q are zero. Each sum still takes its other
+// products in order, and adding a product of zero changes no sum (it never holds -0: it starts at +0 or a zeroed
+// c), so the bits are the full products'. The micro-kernel below skips them; AMX and the emulation do not.
+enum { ATT_FULL = 0, ATT_TRI_ROWS = 1, ATT_TRI_PAIRS = 2, ATT_TRI_COLS = 3 };
+
 // c (M,N) = (accumulate ? c : 0) + a (M, kp pairs; row stride lda pairs) . b (kp pairs, N; row stride ldb), each
 // element summed over the pairs in order; M a multiple of 4, N of 16. c's row stride is ldc.
 #if MATMUL_X86
+// R rows by nv vectors of 16 columns, pairs p0 .. kp-1 (R nv sums in registers: at least 12, or the sums' latency
+// and not the products bound it)
 __attribute__((target("avx512f,avx512bf16"), always_inline))
 static inline void att_gemm_native_block(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
-                                         int kp, int accumulate, const int nv) {
-    __m512 acc[4][4];
-    for (int i = 0; i < 4; i++) {
+                                         int p0, int kp, int accumulate, const int R, const int nv) {
+    __m512 acc[16][4];
+    for (int i = 0; i < R; i++) {
         for (int v = 0; v < nv; v++) {
             acc[i][v] = accumulate ? _mm512_loadu_ps(c + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();
         }
     }
-    for (int p = 0; p < kp; p++) {
+    for (int p = p0; p < kp; p++) {
         __m512bh bv[4];
         for (int v = 0; v < nv; v++) { bv[v] = (__m512bh)_mm512_loadu_si512((const void*)(b + (size_t)p * ldb + 16 * v)); }
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < R; i++) {
             __m512bh ai = (__m512bh)_mm512_set1_epi32((int)att_pair_at(a, (size_t)i * lda + p));
             for (int v = 0; v < nv; v++) { acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]); }
         }
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < R; i++) {
         for (int v = 0; v < nv; v++) { _mm512_storeu_ps(c + (size_t)i * ldc + 16 * v, acc[i][v]); }
     }
 }
 
-// 4 rows at a time, 64 columns (16 zmm sums) at a time, then 32 and 16
+// the diagonal block's products that skip masked zeros (ATT_TRI_*, above): ATT_TRI_ROWS (M = N = ATT_TILE) row k
+// from the vector that holds column k: rows 0-15 all four vectors, 16-31 three, 32-47 two (8 rows at a time), 48-63
+// one (16 rows at once); ATT_TRI_COLS (N = ATT_TILE, kp = ATT_PAIRS, accumulating) columns 0-31 over pairs 0-15 (the
+// keys they see), 32-63 over all, 8 rows at a time (a quarter of the products left out, at the full rate)
+__attribute__((target("avx512f,avx512bf16")))
+static void att_gemm_native_tri(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb, int M, int kp,
+                                int accumulate, int tri) {
+    const char* a8 = (const char*)a;
+    if (tri == ATT_TRI_COLS) {
+        for (int i0 = 0; i0 < M; i0 += 8) {
+            float* ci = c + (size_t)i0 * ldc;
+            const void* ai = a8 + 4 * (size_t)i0 * lda;
+            att_gemm_native_block(ci, ldc, ai, lda, b, ldb, 0, kp / 2, accumulate, 8, 2);
+            att_gemm_native_block(ci + 32, ldc, ai, lda, b + 32, ldb, 0, kp, accumulate, 8, 2);
+        }
+        return;
+    }
+    for (int i0 = 0; i0 < 16; i0 += 4) { att_gemm_native_block(c + (size_t)i0 * ldc, ldc, a8 + 4 * (size_t)i0 * lda, lda, b, ldb, 0, kp, accumulate, 4, 4); }
+    for (int i0 = 16; i0 < 32; i0 += 4) { att_gemm_native_block(c + (size_t)i0 * ldc + 16, ldc, a8 + 4 * (size_t)i0 * lda, lda, b + 16, ldb, 0, kp, accumulate, 4, 3); }
+    for (int i0 = 32; i0 < 48; i0 += 8) { att_gemm_native_block(c + (size_t)i0 * ldc + 32, ldc, a8 + 4 * (size_t)i0 * lda, lda, b + 32, ldb, 0, kp, accumulate, 8, 2); }
+    att_gemm_native_block(c + (size_t)48 * ldc + 48, ldc, a8 + 4 * (size_t)48 * lda, lda, b + 48, ldb, 0, kp, accumulate, 16, 1);
+}
+
+// 4 rows at a time, 64 columns (16 zmm sums) at a time, then 32 and 16; tri: which products it may skip (above)
 __attribute__((target("avx512f,avx512bf16")))
 static void att_gemm_native(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
-                            int M, int N, int kp, int accumulate) {
+                            int M, int N, int kp, int accumulate, int tri) {
+    if (tri == ATT_TRI_ROWS || tri == ATT_TRI_COLS) {
+        att_gemm_native_tri(c, ldc, a, lda, b, ldb, M, kp, accumulate, tri);
+        return;
+    }
     for (int i0 = 0; i0 < M; i0 += 4) {
         float* ci = c + (size_t)i0 * ldc;
         const void* ai = (const char*)a + 4 * (size_t)i0 * lda;
+        int p0 = tri == ATT_TRI_PAIRS ? i0 / 2 : 0; // (rows i0 .. i0 + 3 see queries i0 on: pairs i0 / 2 on)
         int j0 = 0;
-        for (; j0 + 64 <= N; j0 += 64) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 4); }
+        for (; j0 + 64 <= N; j0 += 64) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, p0, kp, accumulate, 4, 4); }
         if (N - j0 >= 32) {
-            att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 2);
+            att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, p0, kp, accumulate, 4, 2);
             j0 += 32;
         }
-        if (N - j0 >= 16) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, kp, accumulate, 1); }
+        if (N - j0 >= 16) { att_gemm_native_block(ci + j0, ldc, ai, lda, b + j0, ldb, p0, kp, accumulate, 4, 1); }
     }
 }
 #endif
@@ -548,7 +594,7 @@ static void att_gemm_emulated(float* c, int ldc, const void* a, int lda, const u
 }
 
 static inline void att_gemm(const AttShape* sh, float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
-                            int M, int N, int kp, int accumulate) {
+                            int M, int N, int kp, int accumulate, int tri) {
 #if AMX_X86
     if (sh->amx && kp % 16 == 0) {
         att_gemm_amx(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
@@ -557,7 +603,7 @@ static inline void att_gemm(const AttShape* sh, float* c, int ldc, const void* a
 #endif
 #if MATMUL_X86
     if (sh->native) {
-        att_gemm_native(c, ldc, a, lda, b, ldb, M, N, kp, accumulate);
+        att_gemm_native(c, ldc, a, lda, b, ldb, M, N, kp, accumulate, sh->triangle ? tri : ATT_FULL);
         return;
     }
 #endif
@@ -885,7 +931,8 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
     memset(w->oT, 0, (size_t)HSP * ATT_TILE * sizeof(float));
     for (int j = 0; j <= tile; j++) {
         // S^T (keys, queries) = K_j Q^T
-        att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
+        att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0,
+                 j == tile ? ATT_TRI_ROWS : ATT_FULL);
 #if MATMUL_X86
         if (sh->softmax16) { att_block_softmax16(w, j == tile, sh->scale); }
         else
@@ -899,7 +946,8 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
         }
         // O^T (HSP, queries) += V_j^T P^T
         att_layout_rowpair(w->p_rp, w->p16, ATT_TILE);
-        att_gemm(sh, w->oT, ATT_TILE, v_cp + j * kv_stride, ATT_PAIRS, w->p_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1);
+        att_gemm(sh, w->oT, ATT_TILE, v_cp + j * kv_stride, ATT_PAIRS, w->p_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1,
+                 j == tile ? ATT_TRI_COLS : ATT_FULL);
     }
     float inv[ATT_TILE];
     for (int q = 0; q < ATT_TILE; q++) {
@@ -1040,7 +1088,7 @@ static void att_block_grad(AttWork* w, int diag, float scale, int round_block) {
             float p = vec_expf(srow[q] * scale - w->lse[q]);
             p = diag && q < kk ? 0.0f : p;
             srow[q] = p;
-            dprow[q] = p * (dprow[q] - w->D[q]) * scale;
+            dprow[q] = diag && q < kk ? 0.0f : p * (dprow[q] - w->D[q]) * scale;
         }
         if (!round_block) {
             mm_round_bf16_row(w->p16 + (size_t)kk * ATT_TILE, srow, ATT_TILE);
@@ -1085,6 +1133,11 @@ static void att_block_grad16(AttWork* w, int diag, float scale) {
         for (int v = 0; v < 2 * ATT_TILE / 16; v++) {
             ds[v] = _mm512_mul_ps(_mm512_mul_ps(p[v], _mm512_sub_ps(_mm512_loadu_ps(dprow + 16 * v), D[v % 4])), vscale);
         }
+        if (diag) { // (+0 where hidden: dP^T is not computed there with LLMC_ATTENTION_TRIANGLE)
+            for (int v = 0; v < 2 * ATT_TILE / 16; v++) {
+                ds[v] = _mm512_mask_mov_ps(ds[v], att_hidden16(kk + v / 4, v % 4), _mm512_setzero_ps());
+            }
+        }
         for (int v = 0; v < 2 * ATT_TILE / 16; v += 2) {
             _mm512_storeu_si512((void*)(p16 + (size_t)kk * ATT_TILE + 16 * v), mm32_round_bf16(p[v], p[v + 1]));
             _mm512_storeu_si512((void*)(ds16 + (size_t)kk * ATT_TILE + 16 * v), mm32_round_bf16(ds[v], ds[v + 1]));
@@ -1097,7 +1150,7 @@ static void att_block_grad16(AttWork* w, int diag, float scale) {
 // bf16), lse: the forward's (both given, or each tile's forward run again). qkv16 instead of qkv: stored in bf16.
 static void att_group_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16, const float* out,
                                const uint16_t* out16, const float* lse, int b, int g, AttWork* w, const AttShape* sh,
-                               int accumulate, uint16_t* dqkv16) {
+                               int accumulate, uint16_t* dqkv16, float* bias_part) {
     int T = sh->T, HS = sh->HS, HSP = sh->HSP, C = sh->C, QKV = sh->QKV, NH = sh->NH, NKV = sh->NKV;
     int ntiles = sh->ntiles, rep = NH / NKV, kept = (out != NULL || out16 != NULL) && lse != NULL;
     float scale = sh->scale;
@@ -1130,7 +1183,8 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 if (out16 != NULL) { att_prefetch_rows(out16 + at_c, 2 * (size_t)HS, 2 * (size_t)C, n, 0); }
                 else if (out != NULL) { att_prefetch_rows(out + at_c, 4 * (size_t)HS, 4 * (size_t)C, n, 0); }
                 if (lse != NULL) { att_prefetch_rows(lse + (bt0 + next_t0) * NH + next_h, 4, 4 * (size_t)NH, n, 0); }
-                att_prefetch_rows(dqkv + at_qkv, 4 * (size_t)HS, 4 * (size_t)QKV, n, 1);
+                if (dqkv != NULL) { att_prefetch_rows(dqkv + at_qkv, 4 * (size_t)HS, 4 * (size_t)QKV, n, 1); }
+                else { att_prefetch_rows(dqkv16 + at_qkv, 2 * (size_t)HS, 2 * (size_t)QKV, n, 1); }
             }
             att_load_block(w->q16, qkv, qkv16, NULL, (bt0 + t0) * QKV + (size_t)h * HS, (size_t)QKV, rows, HS, HSP);
             att_layout_dmajor(w->q_dm, w->q16, HSP, sh->softmax16);
@@ -1155,9 +1209,11 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             for (int j = 0; j <= tile; j++) {
                 const uint32_t* k_rows = w->k_rows + j * blk;
                 // S^T = K_j Q^T, dP^T = V_j dO^T (keys, queries)
-                att_gemm(sh, w->sT, ATT_TILE, k_rows, HSP / 2, w->q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0);
+                int rows_tri = j == tile ? ATT_TRI_ROWS : ATT_FULL, pairs_tri = j == tile ? ATT_TRI_PAIRS : ATT_FULL;
+                int cols_tri = j == tile ? ATT_TRI_COLS : ATT_FULL;
+                att_gemm(sh, w->sT, ATT_TILE, k_rows, HSP / 2, w->q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0, rows_tri);
                 att_gemm(sh, w->dpT, ATT_TILE, w->v_rows + j * blk, HSP / 2, w->do_dm, ATT_TILE, ATT_TILE, ATT_TILE,
-                         HSP / 2, 0);
+                         HSP / 2, 0, rows_tri);
                 // P^T = e^(scale S^T - lse), dS^T = P^T (dP^T - D) scale, 0 where a query does not see the key
 #if MATMUL_X86
                 if (sh->softmax16) { att_block_grad16(w, j == tile, scale); }
@@ -1165,23 +1221,34 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
 #endif
                 { att_block_grad(w, j == tile, scale, sh->round_block); }
                 // dV_j += P^T dO, dK_j += dS^T Q (keys, HSP); dQ^T (HSP, queries) += K_j^T dS^T
-                att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
-                att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1);
+                att_gemm(sh, w->dv + j * tile_n, HSP, w->p16, ATT_PAIRS, w->do_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1, pairs_tri);
+                att_gemm(sh, w->dk + j * tile_n, HSP, w->ds16, ATT_PAIRS, w->q_rp, HSP, ATT_TILE, HSP, ATT_PAIRS, 1, pairs_tri);
                 att_layout_rowpair(w->ds_rp, w->ds16, ATT_TILE);
-                att_gemm(sh, w->dqT, ATT_TILE, w->k_cp + j * blk, ATT_PAIRS, w->ds_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1);
+                att_gemm(sh, w->dqT, ATT_TILE, w->k_cp + j * blk, ATT_PAIRS, w->ds_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1,
+                         cols_tri);
             }
             // (written: 0 + x, the bits of adding to a zeroed dqkv, -0 included). The bf16 copy is dQ^T rounded as
             // it lies, in one vector loop, then taken a column at a time like the fp32 rows: rounding each row's
             // values on their own way out (strided loads), or reading the row back from its element-by-element
             // stores, cost 3-5% of the backward's time on a Zen 5
-            int copy16 = !accumulate && dqkv16 != NULL, copy_tile = copy16 && sh->round_block;
+            // (dqkv NULL: its bf16 copy alone, rounded from the values; bias_part: the tile's column sums of them)
+            int copy16 = !accumulate && dqkv16 != NULL, copy_tile = copy16 && (sh->round_block || dqkv == NULL);
+            float* bsum = bias_part != NULL ? bias_part + ((size_t)b * ntiles + tile) * QKV + (size_t)h * HS : NULL;
+            if (bsum != NULL) { memset(bsum, 0, (size_t)HS * sizeof(float)); }
             if (sh->softmax16) { // (dQ^T back to rows in registers, then each row at once: the same numbers)
                 att_transpose32((uint32_t*)(void*)w->rows, (size_t)HSP, (const uint32_t*)(const void*)w->dqT, ATT_TILE,
                                 HSP, ATT_TILE, 1);
                 for (int q = 0; q < rows; q++) {
                     size_t at = (bt0 + t0 + q) * QKV + (size_t)h * HS;
-                    float* dst = dqkv + at;
                     const float* row = w->rows + (size_t)q * HSP;
+                    if (bsum != NULL) {
+                        for (int d = 0; d < HS; d++) { bsum[d] += 0.0f + row[d]; }
+                    }
+                    if (dqkv == NULL) {
+                        for (int d = 0; d < HS; d++) { dqkv16[at + d] = matmul_bf16_round_value(0.0f + row[d]); }
+                        continue;
+                    }
+                    float* dst = dqkv + at;
                     if (accumulate) {
                         for (int d = 0; d < HS; d++) { dst[d] += row[d]; }
                     } else {
@@ -1200,6 +1267,13 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             }
             for (int q = 0; q < rows; q++) {
                 size_t at = (bt0 + t0 + q) * QKV + (size_t)h * HS;
+                if (bsum != NULL) {
+                    for (int d = 0; d < HS; d++) { bsum[d] += 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
+                }
+                if (dqkv == NULL) {
+                    for (int d = 0; d < HS; d++) { dqkv16[at + d] = w->dq16T[(size_t)d * ATT_TILE + q]; }
+                    continue;
+                }
                 float* dst = dqkv + at;
                 if (accumulate) {
                     for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
@@ -1215,14 +1289,34 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
         }
     }
     for (int t = 0; t < T; t++) {
-        float* dk = dqkv + (bt0 + t) * QKV + C + (size_t)g * HS;
-        float* dv = dk + (size_t)NKV * HS;
+        const float* sk = w->dk + (size_t)t * HSP;
+        const float* sv = w->dv + (size_t)t * HSP;
+        if (bias_part != NULL) { // (the tile's column sums of the values written, row after row)
+            float* bk = bias_part + ((size_t)b * ntiles + t / ATT_TILE) * QKV + C + (size_t)g * HS;
+            float* bv = bk + (size_t)NKV * HS;
+            if (t % ATT_TILE == 0) {
+                memset(bk, 0, (size_t)HS * sizeof(float));
+                memset(bv, 0, (size_t)HS * sizeof(float));
+            }
+            for (int d = 0; d < HS; d++) {
+                bk[d] += 0.0f + sk[d];
+                bv[d] += 0.0f + sv[d];
+            }
+        }
+        size_t at_k = (bt0 + t) * QKV + C + (size_t)g * HS, at_v = at_k + (size_t)NKV * HS;
+        if (dqkv == NULL) {
+            for (int d = 0; d < HS; d++) {
+                dqkv16[at_k + d] = matmul_bf16_round_value(0.0f + sk[d]);
+                dqkv16[at_v + d] = matmul_bf16_round_value(0.0f + sv[d]);
+            }
+            continue;
+        }
+        float* dk = dqkv + at_k;
+        float* dv = dqkv + at_v;
         if (sh->prefetch && t + 16 < T) { // (16 rows ahead: their misses overlap these rows' adds)
             att_prefetch_rows(dk + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
             att_prefetch_rows(dv + (size_t)16 * QKV, 4 * (size_t)HS, 0, 1, 1);
         }
-        const float* sk = w->dk + (size_t)t * HSP;
-        const float* sv = w->dv + (size_t)t * HSP;
         if (accumulate) {
             for (int d = 0; d < HS; d++) {
                 dk[d] += sk[d];
@@ -1241,25 +1335,40 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
     }
 }
 
+// the per-call buffer of the backward's bias sums: (B, ntiles, QKV) floats
+static float* attention_bias_buffer(size_t n) {
+    static void* buf = NULL;
+    static size_t capacity = 0;
+    return (float*)scratch_reserve(&buf, &capacity, n * sizeof(float));
+}
+
 // dqkv (B,T,(NH + 2 NKV) HS) += the gradient of attention_blocked_forward for dout (B,T,NH HS), or = when not
 // accumulate (each element is written once: its old contents are never read), and then its bf16 copy dqkv16 too in
-// the same stores (NULL: none); out and lse are the forward's (both, or either NULL: recomputed); qkv16, out16
-// instead of qkv, out: stored in bf16
+// the same stores (NULL: none), or the copy alone (dqkv NULL, not accumulate); out and lse are the forward's (both,
+// or either NULL: recomputed); qkv16, out16 instead of qkv, out: stored in bf16. dbias (QKV, or NULL; not
+// accumulate) = beta * dbias + the sum of the rows written (a linear layer's bias gradient): each 64-row tile of a
+// batch row summed in row order, then the tiles' sums added in order (batch row, tile), the same bits for any thread
+// count (not one running sum's: matmul_backward_bias's)
 static void attention_blocked_backward(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16,
                                        const float* out, const uint16_t* out16, const float* lse, int B, int T, int NH,
-                                       int NKV, int HS, int accumulate, uint16_t* dqkv16) {
+                                       int NKV, int HS, int accumulate, uint16_t* dqkv16, float* dbias, float beta) {
     AttShape sh = att_shape(T, NH, NKV, HS);
     AttWork sizes_only;
     memset(&sizes_only, 0, sizeof(sizes_only));
     size_t per = att_work_layout(&sizes_only, NULL, &sh, 1);
     int nthreads;
     char* scratch = (char*)attention_scratch(per / sizeof(float), &nthreads);
+    float* bias_part = dbias != NULL ? attention_bias_buffer((size_t)B * sh.ntiles * sh.QKV) : NULL;
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
             AttWork w = att_work(scratch, per, &sh, 1);
-            att_group_backward(dqkv, dout, qkv, qkv16, out, out16, lse, b, g, &w, &sh, accumulate, dqkv16);
+            att_group_backward(dqkv, dout, qkv, qkv16, out, out16, lse, b, g, &w, &sh, accumulate, dqkv16, bias_part);
         }
+    }
+    if (dbias != NULL) {
+        if (beta == 0.0f) { memset(dbias, 0, (size_t)sh.QKV * sizeof(float)); }
+        partial_sums_add(dbias, bias_part, B * sh.ntiles, (size_t)sh.QKV, sh.QKV);
     }
 }
 
@@ -1338,10 +1447,10 @@ static void attention_backward_any(float* dqkv, const float* dout, const float* 
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     if (!adds) { // (blocked)
         attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 0,
-                                   matmul_bf16_shadow(dqkv, n));
+                                   matmul_bf16_shadow(dqkv, n), NULL, 0.0f);
         return;
     }
-    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 1, NULL); }
+    if (blocked) { attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 1, NULL, NULL, 0.0f); }
     else { attention_tiled_backward(dqkv, dout, qkv, NULL, B, T, NH, NKV, HS); }
     attention_write_shadow(dqkv, n);
 }
@@ -1384,19 +1493,44 @@ static void attention_gqa_forward_bf16(uint16_t* out16, float* lse, const float*
               attention_flops(B, T, NH, HS, 2));
 }
 
-static void attention_gqa_backward_bf16(float* dqkv, const float* dout, const uint16_t* qkv16, const uint16_t* out16,
-                                        const float* lse, int B, int T, int NH, int NKV, int HS, int accumulate) {
+// Whether GPT-2's -p bf16 backward sums the qkv bias gradient in the pass that writes dqkv (1, the default) or leaves
+// it to matmul_backward_bias over the fp32 dqkv afterwards (LLMC_ATTENTION_BIAS=0 or LLMC_ELEMENTWISE_FUSED=0: one
+// running sum per column, as before 2026-12-05; other bits). The trainer holds dqkv in bf16 alone when it is 1. Read
+// once.
+static int attention_bias_fused(void) {
+    static int on = -1;
+    if (on < 0) { on = env_switch_on("LLMC_ATTENTION_BIAS") && elementwise_fused(); }
+    return on;
+}
+
+// dbias (QKV floats, or NULL: none) = beta * dbias + the sum of dqkv's rows (GPT-2's qkv bias gradient): summed in
+// the pass that writes dqkv (attention_blocked_backward's tiles), which then leaves dqkv's fp32 values out where its
+// bf16 copy holds it alone (matmul_bf16_fp32_kept); else (attention_bias_fused 0, or added to) from the fp32 rows
+// afterwards
+static void attention_gqa_backward_bf16(float* dqkv, float* dbias, float beta, const float* dout,
+                                        const uint16_t* qkv16, const uint16_t* out16, const float* lse, int B, int T,
+                                        int NH, int NKV, int HS, int accumulate) {
     attention_check_heads(NH, NKV);
-    int adds = attention_backward_adds(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS, 1, accumulate);
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    int adds = attention_backward_adds(dqkv, n, 1, accumulate);
+    int bias_here = dbias != NULL && !adds && attention_bias_fused();
+    float* dqkv32 = adds || !bias_here || matmul_bf16_fp32_kept(dqkv, n) ? dqkv : NULL;
     double t_phase = phase_begin();
-    attention_backward_any(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 1, adds);
-    // q, k, v, out in bf16; lse, dout in fp32, dqkv written (and read first when added to) in fp32
+    if (adds) {
+        attention_backward_any(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 1, adds);
+    } else {
+        attention_blocked_backward(dqkv32, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 0,
+                                   matmul_bf16_shadow(dqkv, n), bias_here ? dbias : NULL, beta);
+        if (dqkv32 == NULL) { matmul_bf16_alone_written(dqkv, n); }
+    }
+    // q, k, v, out in bf16; lse, dout in fp32, dqkv written (and read first when added to) in fp32, or its copy alone
     double BT = (double)B * T;
     double nqkv = BT * (NH + 2 * NKV) * HS;
-    double bytes = BT * (2.0 * ((double)(NH + 2 * NKV) * HS + (double)NH * HS) + 4.0 * NH +
-                         4.0 * ((double)NH * HS + (adds ? 2.0 : 1.0) * (NH + 2 * NKV) * HS));
+    double bytes = BT * (2.0 * ((double)(NH + 2 * NKV) * HS + (double)NH * HS) + 4.0 * NH + 4.0 * (double)NH * HS);
+    bytes += dqkv32 != NULL ? 4.0 * (adds ? 2.0 : 1.0) * nqkv : 0.0;
     bytes += !adds && matmul_bf16_shadow(dqkv, (size_t)nqkv) != NULL ? 2.0 * nqkv : 0.0; // (its copy, with it)
-    phase_end(PHASE_ATTENTION, t_phase, bytes, attention_flops(B, T, NH, HS, 4));
+    phase_end(PHASE_ATTENTION, t_phase, bytes, attention_flops(B, T, NH, HS, 4) + (bias_here ? nqkv : 0.0));
+    if (dbias != NULL && !bias_here) { matmul_backward_bias(dbias, dqkv, B * T, (NH + 2 * NKV) * HS, beta); }
 }
 
 // GPT-2's: out (B,T,C) = attention of inp (B,T,3C) = [Q | K | V], heads side by side. att (B,NH,T,T)

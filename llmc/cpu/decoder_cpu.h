@@ -402,7 +402,7 @@ static void decoder_cpu_backward(void* m, float loss_scale) {
         if (acts.bf16) { // from qkv and the attention's output in bf16; dqkv written (never added to)
             matmul_backward_into_bf16_input(da.atty, dw.attprojw, NULL, dres, a.atty16, w.attprojw, B, T, AW, C, 0.0f,
                                             beta);
-            attention_gqa_backward_bf16(da.qkv, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NKV, HS, 0);
+            attention_gqa_backward_bf16(da.qkv, NULL, 0.0f, da.atty, a.qkv16, a.atty16, a.att_lse, B, T, NH, NKV, HS, 0);
         } else {
             matmul_backward_into(da.atty, dw.attprojw, NULL, dres, a.atty, w.attprojw, B, T, AW, C, 0.0f, beta);
             attention_gqa_backward_into(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, NH, NKV, HS, 0); // (written)
