@@ -113,12 +113,6 @@ def test_the_qkv_bias_gradient_summed_by_the_attention(trainer: Path, tmp_path: 
     assert tiles[1] == one_thread[1], "LLMC_ATTENTION_BIAS=1: 1 and 2 threads wrote different checkpoints"
 
 
-def test_a_bad_attention_bias_switch_is_one_error_line(trainer: Path) -> None:
-    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0,
-                "-p", "bf16"], env={"LLMC_BF16": "force", "LLMC_ATTENTION_BIAS": "on"}, check=False)
-    assert "LLMC_ATTENTION_BIAS=on: use 0 or 1" in assert_one_error_line(proc)
-
-
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_gelu_recomputed_in_its_backward_pass_trains_the_same_bits(trainer: Path, tmp_path: Path,
                                                                       precision: str) -> None:
@@ -132,25 +126,15 @@ def test_the_gelu_recomputed_in_its_backward_pass_trains_the_same_bits(trainer: 
     assert fused[1] == apart[1], "LLMC_GELU_RECOMPUTE_FUSED=1 and 0 wrote different checkpoints"
 
 
-def test_a_bad_gelu_recompute_switch_is_one_error_line(trainer: Path) -> None:
-    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
-               env={"LLMC_GELU_RECOMPUTE_FUSED": "on"}, check=False)
-    assert "LLMC_GELU_RECOMPUTE_FUSED=on: use 0 or 1" in assert_one_error_line(proc)
-
-
-def test_a_bad_gelu_bias_switch_is_one_error_line(trainer: Path) -> None:
-    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
-               env={"LLMC_GELU_BIAS": "rows"}, check=False)
-    assert assert_one_error_line(proc) == "error: LLMC_GELU_BIAS=rows: use columns or chunks"
-
-
-def test_a_bad_elementwise_switch_is_one_error_line(trainer: Path) -> None:
-    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0],
-               env={"LLMC_ELEMENTWISE_FUSED": "yes"}, check=False)
-    assert "LLMC_ELEMENTWISE_FUSED=yes: use 0 or 1" in assert_one_error_line(proc)
-
-
-def test_a_bad_bf16_conversion_switch_is_one_error_line(trainer: Path) -> None:
-    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0, "-p", "bf16"],
-               env={"LLMC_BF16": "force", "LLMC_BF16_CVT": "yes"}, check=False)
-    assert "LLMC_BF16_CVT=yes: use 0 or 1" in assert_one_error_line(proc)
+@pytest.mark.parametrize("switch, value, precision, message", [
+    ("LLMC_ATTENTION_BIAS", "on", "bf16", "use 0 or 1"),
+    ("LLMC_GELU_RECOMPUTE_FUSED", "on", "fp32", "use 0 or 1"),
+    ("LLMC_GELU_BIAS", "rows", "fp32", "use columns or chunks"),
+    ("LLMC_ELEMENTWISE_FUSED", "yes", "fp32", "use 0 or 1"),
+    ("LLMC_BF16_CVT", "yes", "bf16", "use 0 or 1"),
+])
+def test_a_bad_switch_is_one_error_line(trainer: Path, switch: str, value: str, precision: str, message: str) -> None:
+    env = {switch: value, **({"LLMC_BF16": "force"} if precision == "bf16" else {})}
+    proc = run([trainer, "-e", "d1", "-i", TS_TRAIN, "-j", "", "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0,
+                "-p", precision], env=env, check=False)
+    assert assert_one_error_line(proc) == f"error: {switch}={value}: {message}"

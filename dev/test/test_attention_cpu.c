@@ -189,11 +189,6 @@ static void test_thread_count_does_not_change_bits(void) {
     }
 }
 
-// the blocked kernel with a switch on and off (LLMC_ATTENTION_PREFETCH, LLMC_ATTENTION_BLOCK_ROUND: 1, then 0) gives
-// the same bits: out, and dqkv added to zero with and without the forward's out and lse, and written with its bf16
-// copy (the trainers' -p bf16 call). A bad value: test_kernel_choice.
-static int poison_scratch = 0; // check_switch_keeps_bits: the kernels' work buffers NaN before each run
-
 // every float of the attention's per-thread work buffers NaN (what a kernel reads before it writes shows up)
 static void poison_attention_scratch(void) {
     const size_t floats = (size_t)1 << 22; // (more than any case here asks: later calls keep this buffer)
@@ -202,7 +197,11 @@ static void poison_attention_scratch(void) {
     for (size_t i = 0; i < (size_t)nthreads * floats; i++) { s[i] = NAN; }
 }
 
-static void check_switch_keeps_bits(const char* name, const AttCase* c) {
+// the blocked kernel with a switch on and off (LLMC_ATTENTION_PREFETCH, LLMC_ATTENTION_BLOCK_ROUND,
+// LLMC_ATTENTION_TRIANGLE: 1, then 0) gives the same bits: out, and dqkv added to zero with and without the forward's
+// out and lse, and written with its bf16 copy (the trainers' -p bf16 call); poison: the kernels' work buffers NaN
+// before each run. A bad value: test_kernel_choice.
+static void check_switch_keeps_bits(const char* name, const AttCase* c, int poison) {
     size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
     float* dout;
     float* qkv = case_inputs(c, &dout, 9 + (unsigned)c->HS);
@@ -216,7 +215,7 @@ static void check_switch_keeps_bits(const char* name, const AttCase* c) {
             dqkv[n] = (float*)mallocCheck(nq * sizeof(float));
             dqkv16[n] = (uint16_t*)calloc(nq, sizeof(uint16_t));
             setenv(name, n == 0 ? "1" : "0", 1);
-            if (poison_scratch) { poison_attention_scratch(); }
+            if (poison) { poison_attention_scratch(); }
             if (variant < 2) {
                 run_gqa("blocked", c, qkv, dout, out[n], dqkv[n], variant);
                 continue;
@@ -240,25 +239,30 @@ static void check_switch_keeps_bits(const char* name, const AttCase* c) {
 
 // the diagonal block's products skipping the masked zeros (LLMC_ATTENTION_TRIANGLE) against the full products: the
 // same bits, head sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a single position; the work buffers NaN
-// before each run, so a masked score or gradient that the skipped products leave unwritten is seen if it is read
+// before each run, so a masked score or gradient that the skipped products leave unwritten is seen if it is read.
+// Where AMX runs the products (which skip nothing) the same on vdpbf16ps too (LLMC_ATTENTION_AMX=0), where the
+// triangle is skipped
 static void test_triangle_does_not_change_bits(void) {
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
                              {1, 1, 2, 2, 64}, {1, 256, 2, 1, 64}};
-    poison_scratch = 1;
-    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i]); }
-    if (vec16_enabled()) { // (and the compiled softmax and gradient loops)
-        setenv("LLMC_VEC16", "0", 1);
-        for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i]); }
-        unsetenv("LLMC_VEC16");
+    for (int amx_off = 0; amx_off <= amx_usable(); amx_off++) {
+        if (amx_off) { setenv("LLMC_ATTENTION_AMX", "0", 1); }
+        for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i], 1); }
+        if (vec16_enabled()) { // (and the compiled softmax and gradient loops)
+            setenv("LLMC_VEC16", "0", 1);
+            for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i], 1); }
+            unsetenv("LLMC_VEC16");
+        }
+        unsetenv("LLMC_ATTENTION_AMX");
     }
-    poison_scratch = 0;
 }
 
 // The -p bf16 backward summing the qkv bias gradient as it writes dqkv (GPT-2's call): dbias = beta dbias + each
 // 64-row tile of a batch row summed in row order, the tiles' sums then added in order, checked bit for bit against
 // those sums taken here from the dqkv it wrote, for beta 0 and 1; with dqkv held in bf16 alone (its fp32 left
-// untouched) the same copy and dbias; the same on 1 thread, with the compiled loops (LLMC_VEC16=0) and rounding
-// a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0); ragged T, padded and grouped heads, a single position
+// untouched) the same copy and dbias; the same on 1 thread, with the compiled loops (LLMC_VEC16=0), and with them
+// rounding a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0, which only the compiled loops read); ragged T, padded and
+// grouped heads, a single position
 static void test_backward_sums_the_bias(void) {
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
                              {1, 1, 2, 2, 64}, {3, 128, 4, 4, 64}};
@@ -303,9 +307,9 @@ static void test_backward_sums_the_bias(void) {
             CHECK(memcmp(dbias, want, (size_t)QKV * sizeof(float)) == 0, "T=%d NH=%d NKV=%d HS=%d beta %d: the bias "
                   "sums differ from the tiles' sums of dqkv", c->T, c->NH, c->NKV, c->HS, beta);
             // dqkv in bf16 alone, on 2 threads and 1, with the compiled loops, rounded a row at a time
-            const char* env[] = {NULL, NULL, "LLMC_VEC16", "LLMC_ATTENTION_BLOCK_ROUND"};
             for (int v = 0; v < 4; v++) {
-                if (env[v] != NULL) { setenv(env[v], "0", 1); }
+                if (v >= 2) { setenv("LLMC_VEC16", "0", 1); }
+                if (v == 3) { setenv("LLMC_ATTENTION_BLOCK_ROUND", "0", 1); }
                 omp_set_num_threads(v == 1 ? 1 : 2);
                 for (size_t i = 0; i < nq; i++) { dqkv[i] = 12345.0f; }
                 memset(alone16, 0xff, nq * sizeof(uint16_t));
@@ -316,7 +320,8 @@ static void test_backward_sums_the_bias(void) {
                                             c->NKV, c->HS, 0);
                 matmul_bf16_mirror_remove(dqkv);
                 omp_set_num_threads(2);
-                if (env[v] != NULL) { unsetenv(env[v]); }
+                unsetenv("LLMC_VEC16");
+                unsetenv("LLMC_ATTENTION_BLOCK_ROUND");
                 int untouched = 1;
                 for (size_t i = 0; i < nq; i++) { untouched &= dqkv[i] == 12345.0f; }
                 CHECK(untouched, "T=%d HS=%d beta %d variant %d: dqkv's fp32 was written while its copy holds it alone",
@@ -335,7 +340,7 @@ static void test_backward_sums_the_bias(void) {
 
 static void test_prefetch_does_not_change_bits(void) {
     const AttCase c = {2, 200, 4, 2, 64};
-    check_switch_keeps_bits("LLMC_ATTENTION_PREFETCH", &c);
+    check_switch_keeps_bits("LLMC_ATTENTION_PREFETCH", &c, 0);
 }
 
 // P^T, dS^T and dQ^T rounded a block or tile at a time against a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0): head
@@ -343,7 +348,7 @@ static void test_prefetch_does_not_change_bits(void) {
 static void test_block_rounding_does_not_change_bits(void) {
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
                              {1, 1, 2, 2, 64}};
-    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i]); }
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i], 0); }
 }
 
 // The trainers' -p bf16 calls (q, k, v kept in bf16, the output in bf16, dqkv written with its copy) with all of qkv
@@ -398,10 +403,10 @@ static void test_softmax16_does_not_change_bits(void) {
     }
     const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
                              {1, 1, 2, 2, 64}};
-    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_VEC16", &cases[i]); }
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_VEC16", &cases[i], 0); }
     const AttCase large = {1, 130, 2, 1, 64};
     input_amp = 40.0f; // (scores in the hundreds: most e^(s - m) clamp at e^-87)
-    check_switch_keeps_bits("LLMC_VEC16", &large);
+    check_switch_keeps_bits("LLMC_VEC16", &large, 0);
     input_amp = 5.0f;
 }
 
@@ -663,6 +668,12 @@ static void vec16_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void triangle_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_TRIANGLE", "half", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
 static void amx_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_ATTENTION_AMX", "tiles", 1);
@@ -697,6 +708,7 @@ static void test_kernel_choice(void) {
     expect_die("LLMC_ATTENTION_ROUND_ROWS=yes", round_rows_bad_value, NULL, "LLMC_ATTENTION_ROUND_ROWS=yes",
                "use 0 or 1");
     expect_die("LLMC_VEC16=avx512", vec16_bad_value, NULL, "LLMC_VEC16=avx512", "use 0 or 1");
+    expect_die("LLMC_ATTENTION_TRIANGLE=half", triangle_bad_value, NULL, "LLMC_ATTENTION_TRIANGLE=half", "use 0 or 1");
     expect_die("LLMC_ATTENTION_AMX=tiles", amx_bad_value, NULL, "LLMC_ATTENTION_AMX=tiles", "use 0 or 1");
     expect_die("LLMC_ATTENTION_OVERWRITE=yes", overwrite_bad_value, NULL, "LLMC_ATTENTION_OVERWRITE=yes", "use 0 or 1");
 }

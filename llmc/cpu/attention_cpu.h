@@ -12,8 +12,10 @@ the trainers). Two kernels behind one set of calls:
     attention_gqa_backward_into(..., accumulate)              the same, added (1) or written (0: dqkv's old contents
                                                               never read; the trainers' call, no zeroing pass)
     attention_gqa_forward_bf16(out16, lse, qkv, qkv16, ...)   the blocked kernel keeping q, k, v and its output in bf16
-    attention_gqa_backward_bf16(dqkv, dout, qkv16, out16,     (the -p bf16 activation layouts): the forward writes qkv
-                                lse, ..., accumulate)         rounded and the output rounded, the backward reads them
+    attention_gqa_backward_bf16(dqkv, dbias, beta, dout,      (the -p bf16 activation layouts): the forward writes qkv
+                                qkv16, out16, lse, ...,       rounded and the output rounded, the backward reads them;
+                                accumulate)                   dbias (QKV floats, or NULL) = beta dbias + dqkv's rows
+                                                              summed (GPT-2's qkv bias gradient)
     attention_kernel_chosen()                                 ATTENTION_TILED or ATTENTION_BLOCKED (below)
 
 Scores are scaled by 1/sqrt(HS); query t sees keys 0..t. HS is any size (the blocked kernel pads it to 16).
@@ -49,8 +51,9 @@ fewer than the threads only for a small batch of few k/v heads.)
 Choosing: LLMC_ATTENTION=tiled|blocked, else blocked when the model's GEMMs run in bf16 (matmul_precision ==
 MATMUL_BF16: -p bf16 where llmc/cpu/cpu_trainer.h found that it pays, LLMC_BF16=force, test drivers' -p bf16) and
 tiled in fp32. Any other LLMC_ATTENTION is one error line. Each call adds its time, its compulsory bytes (q, k, v,
-out, lse, dout, dqkv at their stored fp32, once each) and its causal FLOPs without recomputation (2 products of
-2 HS flops per query-key pair forward, 4 backward) to PHASE_ATTENTION (llmc/cpu/phase_time.h). An output or input
+out, lse, dout, dqkv once each at the dtypes they are stored in: fp32, or bf16 in the -p bf16 layouts, dqkv's bf16
+copy beside or instead of its fp32) and its causal FLOPs without recomputation (2 products of 2 HS flops per
+query-key pair forward, 4 backward; one add per dqkv element more where the backward sums the bias) to PHASE_ATTENTION (llmc/cpu/phase_time.h). An output or input
 gradient that has a bf16 copy (llmc/cpu/matmul.h's mirrors: a GEMM reads it in bf16) gets its copy written: by the
 blocked kernel in the same stores as the fp32 values. A backward that writes dqkv (accumulate 0) on the blocked
 kernel stores each element once, with its copy, where it would add to a zeroed dqkv (0 + x: the same bits);
@@ -446,8 +449,8 @@ enum { ATT_FULL = 0, ATT_TRI_ROWS = 1, ATT_TRI_PAIRS = 2, ATT_TRI_COLS = 3 };
 // c (M,N) = (accumulate ? c : 0) + a (M, kp pairs; row stride lda pairs) . b (kp pairs, N; row stride ldb), each
 // element summed over the pairs in order; M a multiple of 4, N of 16. c's row stride is ldc.
 #if MATMUL_X86
-// R rows by nv vectors of 16 columns, pairs p0 .. kp-1 (R nv sums in registers: at least 12, or the sums' latency
-// and not the products bound it)
+// R rows by nv vectors of 16 columns, pairs p0 .. kp-1 (R nv sums in registers: the full blocks and the triangle's
+// bands keep at least 12, or the sums' latency and not the products bounds them; only a ragged edge has fewer)
 __attribute__((target("avx512f,avx512bf16"), always_inline))
 static inline void att_gemm_native_block(float* c, int ldc, const void* a, int lda, const uint32_t* b, int ldb,
                                          int p0, int kp, int accumulate, const int R, const int nv) {
@@ -1242,22 +1245,20 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                     size_t at = (bt0 + t0 + q) * QKV + (size_t)h * HS;
                     const float* row = w->rows + (size_t)q * HSP;
                     if (bsum != NULL) {
-                        for (int d = 0; d < HS; d++) { bsum[d] += 0.0f + row[d]; }
+                        for (int d = 0; d < HS; d++) { bsum[d] += row[d]; }
                     }
-                    if (dqkv == NULL) {
-                        for (int d = 0; d < HS; d++) { dqkv16[at + d] = matmul_bf16_round_value(0.0f + row[d]); }
-                        continue;
+                    if (dqkv != NULL) {
+                        float* dst = dqkv + at;
+                        if (accumulate) {
+                            for (int d = 0; d < HS; d++) { dst[d] += row[d]; }
+                        } else {
+                            for (int d = 0; d < HS; d++) { dst[d] = 0.0f + row[d]; }
+                        }
                     }
-                    float* dst = dqkv + at;
-                    if (accumulate) {
-                        for (int d = 0; d < HS; d++) { dst[d] += row[d]; }
-                    } else {
-                        for (int d = 0; d < HS; d++) { dst[d] = 0.0f + row[d]; }
-                    }
-                    if (copy_tile) {
+                    if (copy_tile) { // (always when dqkv is NULL)
                         for (int d = 0; d < HS; d++) { dqkv16[at + d] = matmul_bf16_round_value(0.0f + row[d]); }
                     } else if (copy16) {
-                        bf16_copy_row(dqkv16 + at, dst, (size_t)HS);
+                        bf16_copy_row(dqkv16 + at, dqkv + at, (size_t)HS);
                     }
                 }
                 continue;
@@ -1268,22 +1269,20 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
             for (int q = 0; q < rows; q++) {
                 size_t at = (bt0 + t0 + q) * QKV + (size_t)h * HS;
                 if (bsum != NULL) {
-                    for (int d = 0; d < HS; d++) { bsum[d] += 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
+                    for (int d = 0; d < HS; d++) { bsum[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
                 }
-                if (dqkv == NULL) {
-                    for (int d = 0; d < HS; d++) { dqkv16[at + d] = w->dq16T[(size_t)d * ATT_TILE + q]; }
-                    continue;
+                if (dqkv != NULL) {
+                    float* dst = dqkv + at;
+                    if (accumulate) {
+                        for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
+                    } else {
+                        for (int d = 0; d < HS; d++) { dst[d] = 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
+                    }
                 }
-                float* dst = dqkv + at;
-                if (accumulate) {
-                    for (int d = 0; d < HS; d++) { dst[d] += w->dqT[(size_t)d * ATT_TILE + q]; }
-                } else {
-                    for (int d = 0; d < HS; d++) { dst[d] = 0.0f + w->dqT[(size_t)d * ATT_TILE + q]; }
-                }
-                if (copy_tile) {
+                if (copy_tile) { // (always when dqkv is NULL)
                     for (int d = 0; d < HS; d++) { dqkv16[at + d] = w->dq16T[(size_t)d * ATT_TILE + q]; }
                 } else if (copy16) { // (LLMC_ATTENTION_BLOCK_ROUND=0: the row read back, as before)
-                    bf16_copy_row(dqkv16 + at, dst, (size_t)HS);
+                    bf16_copy_row(dqkv16 + at, dqkv + at, (size_t)HS);
                 }
             }
         }
@@ -1299,8 +1298,8 @@ static void att_group_backward(float* dqkv, const float* dout, const float* qkv,
                 memset(bv, 0, (size_t)HS * sizeof(float));
             }
             for (int d = 0; d < HS; d++) {
-                bk[d] += 0.0f + sk[d];
-                bv[d] += 0.0f + sv[d];
+                bk[d] += sk[d];
+                bv[d] += sv[d];
             }
         }
         size_t at_k = (bt0 + t) * QKV + C + (size_t)g * HS, at_v = at_k + (size_t)NKV * HS;
@@ -1514,7 +1513,7 @@ static void attention_gqa_backward_bf16(float* dqkv, float* dbias, float beta, c
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     int adds = attention_backward_adds(dqkv, n, 1, accumulate);
     int bias_here = dbias != NULL && !adds && attention_bias_fused();
-    float* dqkv32 = adds || !bias_here || matmul_bf16_fp32_kept(dqkv, n) ? dqkv : NULL;
+    float* dqkv32 = !bias_here || matmul_bf16_fp32_kept(dqkv, n) ? dqkv : NULL; // (bias_here: not adds)
     double t_phase = phase_begin();
     if (adds) {
         attention_backward_any(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 1, adds);
