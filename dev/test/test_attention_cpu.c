@@ -197,6 +197,9 @@ static void poison_attention_scratch(void) {
     for (size_t i = 0; i < (size_t)nthreads * floats; i++) { s[i] = NAN; }
 }
 
+// the cases every switch is checked on: head sizes 64, 128, 16, 20 (padded), ragged T, grouped heads, a single position
+#define ATT_SWITCH_CASES {2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20}, {1, 1, 2, 2, 64}
+
 // the blocked kernel with a switch on and off (LLMC_ATTENTION_PREFETCH, LLMC_ATTENTION_BLOCK_ROUND,
 // LLMC_ATTENTION_TRIANGLE: 1, then 0) gives the same bits: out, and dqkv added to zero with and without the forward's
 // out and lse, and written with its bf16 copy (the trainers' -p bf16 call); poison: the kernels' work buffers NaN
@@ -243,8 +246,7 @@ static void check_switch_keeps_bits(const char* name, const AttCase* c, int pois
 // Where AMX runs the products (which skip nothing) the same on vdpbf16ps too (LLMC_ATTENTION_AMX=0), where the
 // triangle is skipped
 static void test_triangle_does_not_change_bits(void) {
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
-                             {1, 1, 2, 2, 64}, {1, 256, 2, 1, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES, {1, 256, 2, 1, 64}};
     for (int amx_off = 0; amx_off <= amx_usable(); amx_off++) {
         if (amx_off) { setenv("LLMC_ATTENTION_AMX", "0", 1); }
         for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_TRIANGLE", &cases[i], 1); }
@@ -264,14 +266,13 @@ static void test_triangle_does_not_change_bits(void) {
 // rounding a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0, which only the compiled loops read); ragged T, padded and
 // grouped heads, a single position
 static void test_backward_sums_the_bias(void) {
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
-                             {1, 1, 2, 2, 64}, {3, 128, 4, 4, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES, {3, 128, 4, 4, 64}};
     MatmulPrecision saved = matmul_precision;
     matmul_precision = MATMUL_BF16; // (a mirror holds its tensor alone on the bf16 path only)
     for (int ci = 0; ci < NCASES(cases); ci++) {
         const AttCase* c = &cases[ci];
         size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
-        int QKV = (c->NH + 2 * c->NKV) * c->HS, ntiles = (c->T + ATT_TILE - 1) / ATT_TILE;
+        int QKV = (c->NH + 2 * c->NKV) * c->HS;
         float* dout;
         float* qkv = case_inputs(c, &dout, 31 + (unsigned)ci);
         uint16_t* qkv16 = (uint16_t*)mallocCheck(nq * sizeof(uint16_t));
@@ -284,7 +285,6 @@ static void test_backward_sums_the_bias(void) {
         float* dbias = (float*)mallocCheck((size_t)QKV * sizeof(float));
         float* want = (float*)mallocCheck((size_t)QKV * sizeof(float));
         float* got = (float*)mallocCheck((size_t)QKV * sizeof(float));
-        float* part = (float*)mallocCheck((size_t)QKV * sizeof(float));
         use_kernel("blocked");
         attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c->B, c->T, c->NH, c->NKV, c->HS);
         for (int beta = 0; beta <= 1; beta++) {
@@ -294,15 +294,9 @@ static void test_backward_sums_the_bias(void) {
             attention_gqa_backward_bf16(dqkv, dbias, (float)beta, dout, qkv16, out16, lse, c->B, c->T, c->NH, c->NKV,
                                         c->HS, 0);
             matmul_bf16_mirror_remove(dqkv);
-            for (int k = 0; k < QKV; k++) { want[k] = beta ? old[k] : 0.0f; }
-            for (int b = 0; b < c->B; b++) {
-                for (int tile = 0; tile < ntiles; tile++) {
-                    for (int k = 0; k < QKV; k++) { part[k] = 0.0f; }
-                    for (int t = tile * ATT_TILE; t < c->T && t < (tile + 1) * ATT_TILE; t++) {
-                        for (int k = 0; k < QKV; k++) { part[k] += dqkv[((size_t)b * c->T + t) * QKV + k]; }
-                    }
-                    for (int k = 0; k < QKV; k++) { want[k] += part[k]; }
-                }
+            memcpy(want, old, (size_t)QKV * sizeof(float));
+            for (int b = 0; b < c->B; b++) { // (the tiles start again at each batch row)
+                bias_sum_by_chunks(want, dqkv + (size_t)b * c->T * QKV, c->T, QKV, ATT_TILE, beta || b > 0);
             }
             CHECK(memcmp(dbias, want, (size_t)QKV * sizeof(float)) == 0, "T=%d NH=%d NKV=%d HS=%d beta %d: the bias "
                   "sums differ from the tiles' sums of dqkv", c->T, c->NH, c->NKV, c->HS, beta);
@@ -333,7 +327,7 @@ static void test_backward_sums_the_bias(void) {
             }
         }
         free(qkv); free(dout); free(qkv16); free(out16); free(lse); free(dqkv); free(dqkv16); free(alone16);
-        free(old); free(dbias); free(want); free(got); free(part);
+        free(old); free(dbias); free(want); free(got);
     }
     matmul_precision = saved;
 }
@@ -346,8 +340,7 @@ static void test_prefetch_does_not_change_bits(void) {
 // P^T, dS^T and dQ^T rounded a block or tile at a time against a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0): head
 // sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a single position
 static void test_block_rounding_does_not_change_bits(void) {
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
-                             {1, 1, 2, 2, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES};
     for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_BLOCK_ROUND", &cases[i], 0); }
 }
 
@@ -355,8 +348,7 @@ static void test_block_rounding_does_not_change_bits(void) {
 // rounded row after row first against each block rounded as it is loaded (LLMC_ATTENTION_ROUND_ROWS=0): the same
 // out16, lse, qkv16, dqkv and dqkv16, bit for bit; ragged T, padded and grouped heads, a single position
 static void test_rounding_rows_does_not_change_bits(void) {
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
-                             {1, 1, 2, 2, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES};
     for (int ci = 0; ci < NCASES(cases); ci++) {
         const AttCase* c = &cases[ci];
         size_t nq = case_qkv(c), no = case_out(c), nl = (size_t)c->B * c->T * c->NH;
@@ -401,8 +393,7 @@ static void test_softmax16_does_not_change_bits(void) {
         printf("LLMC_VEC16: not run (no AVX-512 F and BW on this CPU, or no FMA in this build: the compiled loops run)\n");
         return;
     }
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20},
-                             {1, 1, 2, 2, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES};
     for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_VEC16", &cases[i], 0); }
     const AttCase large = {1, 130, 2, 1, 64};
     input_amp = 40.0f; // (scores in the hundreds: most e^(s - m) clamp at e^-87)
@@ -420,8 +411,7 @@ static void test_tiled_softmax_loops_do_not_change_bits(int lanes) {
         return; // (test_softmax16_does_not_change_bits says why for LLMC_VEC16)
     }
     if (lanes == 8) { setenv("LLMC_VEC16", "0", 1); }
-    const AttCase cases[] = {{2, 200, 4, 2, 64}, {1, 97, 2, 2, 128}, {2, 65, 4, 1, 16}, {1, 70, 2, 2, 20}, {1, 1, 2, 2, 64},
-                             {1, 130, 2, 1, 64}};
+    const AttCase cases[] = {ATT_SWITCH_CASES, {1, 130, 2, 1, 64}};
     for (int i = 0; i < NCASES(cases); i++) {
         const AttCase* c = &cases[i];
         input_amp = i == NCASES(cases) - 1 ? 40.0f : 5.0f;

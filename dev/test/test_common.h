@@ -183,6 +183,22 @@ static inline float* random_array(size_t n, unsigned seed) {
 }
 
 // the largest |a[i] - b[i]|; a NaN anywhere makes it NaN (which fails every "< tol" check)
+// dbias (OC) = (beta ? dbias : 0) + the rows of d (BT,OC) summed by chunks of `chunk` rows, each in row order from
+// zero, then the chunks' sums in chunk order: the kernels' bias gradients by chunks of rows, written out plainly
+static inline void bias_sum_by_chunks(float* dbias, const float* d, int BT, int OC, int chunk, int beta) {
+    float* part = (float*)malloc((size_t)OC * sizeof(float));
+    if (part == NULL) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    if (!beta) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
+    for (int r0 = 0; r0 < BT; r0 += chunk) {
+        memset(part, 0, (size_t)OC * sizeof(float));
+        for (int r = r0; r < BT && r < r0 + chunk; r++) {
+            for (int o = 0; o < OC; o++) { part[o] += d[(size_t)r * OC + o]; }
+        }
+        for (int o = 0; o < OC; o++) { dbias[o] += part[o]; }
+    }
+    free(part);
+}
+
 static inline double max_abs_diff(const float* a, const float* b, size_t n) {
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {

@@ -95,21 +95,6 @@ static void check_bias_gradient(void) {
     set_threads(2);
 }
 
-// dbias (OC) = (beta ? dbias : 0) + the rows of d (BT,OC) summed by SUM_CHUNK_ROWS-row chunks, each in row order from
-// zero, then the chunks' sums in chunk order: LLMC_GELU_BIAS=chunks's order, written out plainly
-static void bias_sum_by_chunks(float* dbias, const float* d, int BT, int OC, int beta) {
-    float* part = (float*)mallocCheck((size_t)OC * sizeof(float));
-    if (!beta) { memset(dbias, 0, (size_t)OC * sizeof(float)); }
-    for (int r0 = 0; r0 < BT; r0 += SUM_CHUNK_ROWS) {
-        memset(part, 0, (size_t)OC * sizeof(float));
-        for (int r = r0; r < BT && r < r0 + SUM_CHUNK_ROWS; r++) {
-            for (int o = 0; o < OC; o++) { part[o] += d[(size_t)r * OC + o]; }
-        }
-        for (int o = 0; o < OC; o++) { dbias[o] += part[o]; }
-    }
-    free(part);
-}
-
 // the GELU's backward with the bias gradient against the two passes, from fp32 (bf16_input 0) or bf16 input,
 // with or without a bf16 copy of dinp; the bias gradient in each LLMC_GELU_BIAS order (columns: the old pass's bits;
 // chunks: bias_sum_by_chunks's)
@@ -153,7 +138,7 @@ static void check_gelu_backward_bias(int bf16_input, int copy, GeluBiasSum order
                         gelu_backward_into(dinp_want, inp, dout, N, 0);
                     }
                     if (order == GELU_BIAS_CHUNKS) {
-                        bias_sum_by_chunks(dbias_want, dinp_want, BT, OC, beta);
+                        bias_sum_by_chunks(dbias_want, dinp_want, BT, OC, SUM_CHUNK_ROWS, beta);
                     } else {
                         if (beta == 0) { memset(dbias_want, 0, (size_t)OC * sizeof(float)); }
                         matmul_backward_bias_chunked(dbias_want, dinp_want, BT, OC);
