@@ -473,6 +473,17 @@ static inline void att_gemm_native_block(float* c, int ldc, const void* a, int l
     }
 }
 
+// ATT_TRI_ROWS's band `band` (0-3) of the diagonal block: rows 16 band .. 16 band + 15, R at a time, from the
+// vector that holds their first column to the block's last (4 - band vectors)
+__attribute__((target("avx512f,avx512bf16"), always_inline))
+static inline void att_gemm_native_band(float* c, int ldc, const char* a8, int lda, const uint32_t* b, int ldb, int kp,
+                                        int accumulate, const int band, const int R) {
+    for (int i0 = 16 * band; i0 < 16 * band + 16; i0 += R) {
+        att_gemm_native_block(c + (size_t)i0 * ldc + 16 * band, ldc, a8 + 4 * (size_t)i0 * lda, lda, b + 16 * band, ldb,
+                              0, kp, accumulate, R, 4 - band);
+    }
+}
+
 // the diagonal block's products that skip masked zeros (ATT_TRI_*, above): ATT_TRI_ROWS (M = N = ATT_TILE) row k
 // from the vector that holds column k: rows 0-15 all four vectors, 16-31 three, 32-47 two (8 rows at a time), 48-63
 // one (16 rows at once); ATT_TRI_COLS (N = ATT_TILE, kp = ATT_PAIRS, accumulating) columns 0-31 over pairs 0-15 (the
@@ -490,10 +501,10 @@ static void att_gemm_native_tri(float* c, int ldc, const void* a, int lda, const
         }
         return;
     }
-    for (int i0 = 0; i0 < 16; i0 += 4) { att_gemm_native_block(c + (size_t)i0 * ldc, ldc, a8 + 4 * (size_t)i0 * lda, lda, b, ldb, 0, kp, accumulate, 4, 4); }
-    for (int i0 = 16; i0 < 32; i0 += 4) { att_gemm_native_block(c + (size_t)i0 * ldc + 16, ldc, a8 + 4 * (size_t)i0 * lda, lda, b + 16, ldb, 0, kp, accumulate, 4, 3); }
-    for (int i0 = 32; i0 < 48; i0 += 8) { att_gemm_native_block(c + (size_t)i0 * ldc + 32, ldc, a8 + 4 * (size_t)i0 * lda, lda, b + 32, ldb, 0, kp, accumulate, 8, 2); }
-    att_gemm_native_block(c + (size_t)48 * ldc + 48, ldc, a8 + 4 * (size_t)48 * lda, lda, b + 48, ldb, 0, kp, accumulate, 16, 1);
+    att_gemm_native_band(c, ldc, a8, lda, b, ldb, kp, accumulate, 0, 4);
+    att_gemm_native_band(c, ldc, a8, lda, b, ldb, kp, accumulate, 1, 4);
+    att_gemm_native_band(c, ldc, a8, lda, b, ldb, kp, accumulate, 2, 8);
+    att_gemm_native_band(c, ldc, a8, lda, b, ldb, kp, accumulate, 3, 16);
 }
 
 // 4 rows at a time, 64 columns (16 zmm sums) at a time, then 32 and 16; tri: which products it may skip (above)
@@ -1439,14 +1450,16 @@ static int attention_backward_adds(float* dqkv, size_t n, int blocked, int accum
 }
 
 // the backward of either kernel into dqkv (n floats): added to it (adds: see attention_backward_adds) or written,
-// and its bf16 copy
-static void attention_backward_any(float* dqkv, const float* dout, const float* qkv, const uint16_t* qkv16,
-                                   const float* out, const uint16_t* out16, const float* lse, int B, int T, int NH,
-                                   int NKV, int HS, int blocked, int adds) {
+// and its bf16 copy. Written (blocked): its fp32 values go to dqkv32, dqkv or NULL (the copy holds it alone), and
+// dbias (or NULL) = beta * dbias + the sum of its rows, in the same tiles
+static void attention_backward_any(float* dqkv, float* dqkv32, float* dbias, float beta, const float* dout,
+                                   const float* qkv, const uint16_t* qkv16, const float* out, const uint16_t* out16,
+                                   const float* lse, int B, int T, int NH, int NKV, int HS, int blocked, int adds) {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     if (!adds) { // (blocked)
-        attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 0,
-                                   matmul_bf16_shadow(dqkv, n), NULL, 0.0f);
+        attention_blocked_backward(dqkv32, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 0,
+                                   matmul_bf16_shadow(dqkv, n), dbias, beta);
+        if (dqkv32 == NULL) { matmul_bf16_alone_written(dqkv, n); }
         return;
     }
     if (blocked) { attention_blocked_backward(dqkv, dout, qkv, qkv16, out, out16, lse, B, T, NH, NKV, HS, 1, NULL, NULL, 0.0f); }
@@ -1463,7 +1476,7 @@ static void attention_gqa_backward_into(float* dqkv, const float* dout, const fl
     int blocked = attention_kernel_chosen() == ATTENTION_BLOCKED;
     int adds = attention_backward_adds(dqkv, (size_t)B * T * (NH + 2 * NKV) * HS, blocked, accumulate);
     double t_phase = phase_begin();
-    attention_backward_any(dqkv, dout, qkv, NULL, out, NULL, lse, B, T, NH, NKV, HS, blocked, adds);
+    attention_backward_any(dqkv, dqkv, NULL, 0.0f, dout, qkv, NULL, out, NULL, lse, B, T, NH, NKV, HS, blocked, adds);
     double BT = (double)B * T, nqkv = BT * (NH + 2 * NKV) * HS;
     double floats = (adds ? 2.0 : 1.0) * nqkv + BT * NH * HS;
     if (blocked && out != NULL && lse != NULL) { floats += BT * ((double)NH * HS + NH); }
@@ -1515,13 +1528,8 @@ static void attention_gqa_backward_bf16(float* dqkv, float* dbias, float beta, c
     int bias_here = dbias != NULL && !adds && attention_bias_fused();
     float* dqkv32 = !bias_here || matmul_bf16_fp32_kept(dqkv, n) ? dqkv : NULL; // (bias_here: not adds)
     double t_phase = phase_begin();
-    if (adds) {
-        attention_backward_any(dqkv, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 1, adds);
-    } else {
-        attention_blocked_backward(dqkv32, dout, NULL, qkv16, NULL, out16, lse, B, T, NH, NKV, HS, 0,
-                                   matmul_bf16_shadow(dqkv, n), bias_here ? dbias : NULL, beta);
-        if (dqkv32 == NULL) { matmul_bf16_alone_written(dqkv, n); }
-    }
+    attention_backward_any(dqkv, dqkv32, bias_here ? dbias : NULL, beta, dout, NULL, qkv16, NULL, out16, lse, B, T, NH,
+                           NKV, HS, 1, adds);
     // q, k, v, out in bf16; lse, dout in fp32, dqkv written (and read first when added to) in fp32, or its copy alone
     double BT = (double)B * T;
     double nqkv = BT * (NH + 2 * NKV) * HS;
