@@ -132,6 +132,7 @@ def test_the_gelu_recomputed_in_its_backward_pass_trains_the_same_bits(trainer: 
     ("LLMC_GELU_BIAS", "rows", "fp32", "use columns or chunks"),
     ("LLMC_ELEMENTWISE_FUSED", "yes", "fp32", "use 0 or 1"),
     ("LLMC_BF16_CVT", "yes", "bf16", "use 0 or 1"),
+    ("LLMC_CLASSIFIER_PREFETCH", "on", "bf16", "use 0 or 1"),
 ])
 def test_a_bad_switch_is_one_error_line(trainer: Path, switch: str, value: str, precision: str, message: str) -> None:
     env = {switch: value, **({"LLMC_BF16": "force"} if precision == "bf16" else {})}

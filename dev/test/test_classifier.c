@@ -21,7 +21,8 @@ The fused row kernel against the passes, bit for bit:
     and 1024 (= Vp), softcap on and off, targets 0, V - 1, one inside and -1, logits of a few units and of tens (the
     exponential's clamp, the tanh's saturation), each buffer layout the chunks use (dlogits over the logits in place,
     the exponentials in a row of their own, kept logits): the loss, the (capped) logits, dlogits over Vp; and its
-    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad; on a
+    bf16 dlogits (dx16) equal to the passes' dlogits rounded as matmul.h rounds a GEMM operand, 0 in the pad, with
+    and without their lines asked for ahead (LLMC_CLASSIFIER_PREFETCH: the chunks below too); on a
     CPU with AVX-512 the fused row with its hand-written loops (llmc/cpu/vecmath.h's vec16_enabled), on one with AVX2
     with its AVX2 loops (vec8_enabled), and with the compiled ones (the chunks below run the default: the hand-written
     loops there)
@@ -269,9 +270,10 @@ typedef struct {
     uint16_t* dx16; // (Vp) bf16 dlogits (NULL: none)
 } RowRun;
 
-// runs one row with the kernel given from the logits z (nvp), dlogits in fp32, or in bf16 (to_bf16: fused only)
-static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int lanes, const float* z, int nv,
-                      int nvp, float cap, int target, float dloss) {
+// runs one row with the kernel given from the logits z (nvp), dlogits in fp32, or in bf16 (to_bf16: fused only;
+// prefetch: its loops ask for dx16's lines ahead)
+static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, int prefetch, int lanes, const float* z,
+                      int nv, int nvp, float cap, int target, float dloss) {
     RowRun r = {0.0f, (float*)mallocCheck((size_t)nvp * sizeof(float)), NULL, NULL};
     float* own = (float*)mallocCheck((size_t)nvp * sizeof(float));  // a row of their own: exponentials or dlogits
     float* e_own = (float*)mallocCheck((size_t)nvp * sizeof(float));
@@ -296,7 +298,7 @@ static RowRun row_run(ClassifierKernel kernel, RowLayout layout, int to_bf16, in
     }
     r.loss = kernel == CLASSIFIER_PASSES
                  ? classifier_row(r.x, dx, e, nv, nvp, cap, target, dloss)
-                 : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, lanes);
+                 : classifier_row_fused(r.x, dx, dx16, e, nv, nvp, cap, target, dloss, NULL, lanes, prefetch);
     if (dx != NULL) {
         r.dx = (float*)mallocCheck((size_t)nvp * sizeof(float));
         memcpy(r.dx, dx, (size_t)nvp * sizeof(float));
@@ -318,12 +320,12 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
     for (int i = 0; i < nvp; i++) { z[i] = i < nv ? scale * z[i] : 0.0f; }
     char what[200];
     for (int layout = 0; layout < ROW_LAYOUTS; layout++) {
-        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, z, nv, nvp, cap, target, dloss);
+        RowRun passes = row_run(CLASSIFIER_PASSES, (RowLayout)layout, 0, 0, 0, z, nv, nvp, cap, target, dloss);
         for (int lanes = 0; lanes <= 16; lanes += 8) { // (the AVX2 and AVX-512 loops too, where the CPU has them)
             if ((lanes == 8 && !vec8_enabled()) || (lanes == 16 && !vec16_enabled())) { continue; }
             snprintf(what, sizeof(what), "V %d, softcap %g, logits x%g, target %d, %s%s", nv, cap, scale, target,
                      row_layout_names[layout], lanes == 16 ? ", AVX-512 loops" : lanes == 8 ? ", AVX2 loops" : "");
-            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, lanes, z, nv, nvp, cap, target, dloss);
+            RowRun fused = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 0, 0, lanes, z, nv, nvp, cap, target, dloss);
             CHECK(float_bits(fused.loss) == float_bits(passes.loss),
                   "%s: the fused row's loss is the passes' bits (%.9g, %.9g)", what, fused.loss, passes.loss);
             // in place the logits' row ends as dlogits; kept, it holds the capped logits
@@ -333,14 +335,17 @@ static void test_row_fused(int nv, int nvp, float cap, float scale, int target, 
                 CHECK(fused.dx != NULL && same_bits(fused.dx, passes.dx, (size_t)nvp),
                       "%s: dlogits are the passes' bits over Vp", what);
             }
-            if (layout != ROW_FORWARD) { // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad
-                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, lanes, z, nv, nvp, cap, target, dloss);
+            // bf16 dlogits alone: the passes' dlogits rounded, 0 in the pad; their lines asked for ahead or not
+            for (int prefetch = 0; prefetch <= 1 && layout != ROW_FORWARD; prefetch++) {
+                RowRun bf16 = row_run(CLASSIFIER_FUSED, (RowLayout)layout, 1, prefetch, lanes, z, nv, nvp, cap, target,
+                                      dloss);
                 int same = float_bits(bf16.loss) == float_bits(passes.loss);
                 for (int i = 0; i < nvp && same; i++) { same = bf16.dx16[i] == matmul_bf16_round_value(passes.dx[i]); }
-                CHECK(same, "%s: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss", what);
+                CHECK(same, "%s, prefetch %d: bf16 dlogits are the passes' dlogits rounded to bf16, and the same loss",
+                      what, prefetch);
                 if (layout == ROW_KEPT) {
-                    CHECK(same_bits(bf16.x, passes.x, (size_t)nvp), "%s: with bf16 dlogits the kept logits are the passes'",
-                          what);
+                    CHECK(same_bits(bf16.x, passes.x, (size_t)nvp),
+                          "%s, prefetch %d: with bf16 dlogits the kept logits are the passes'", what, prefetch);
                 }
                 row_free(&bf16);
             }
@@ -533,9 +538,13 @@ int main(int argc, char** argv) {
     printf("bf16 dlogits: %s\n", classifier_dlogits_bf16()
                ? "written by the fused row pass in bf16 alone (oneDNN's bf16 GEMMs read them)"
                : "fp32, rounded by the GEMMs (no oneDNN bf16 kernel in this build or on this CPU)");
-    for (int s = 0; s < 2; s++) {
-        for (int c = 1; c < 4; c++) { test_bf16_chunks(softcaps[s], chunks[c]); }
+    for (int prefetch = 0; prefetch <= 1; prefetch++) { // (LLMC_CLASSIFIER_PREFETCH, read at each chunk)
+        setenv("LLMC_CLASSIFIER_PREFETCH", prefetch ? "1" : "0", 1);
+        for (int s = 0; s < 2; s++) {
+            for (int c = 1; c < 4; c++) { test_bf16_chunks(softcaps[s], chunks[c]); }
+        }
     }
+    unsetenv("LLMC_CLASSIFIER_PREFETCH");
     matmul_precision = MATMUL_FP32;
     return test_summary();
 }

@@ -36,9 +36,9 @@ and OS allow them (llmc/cpu/amx.h; LLMC_ATTENTION_AMX=0 keeps vdpbf16ps there), 
 (B,T,NH) receives each row's log-sum-exp of its scaled scores (NULL: not kept). The backward is flash attention's:
 per (query tile, key block) it recomputes S and P = e^(scale S - lse), then dP = dO V^T, dS = P (dP - D) scale with
 D = rowsum(dO o O), dQ += dS K, dK += dS^T Q, dV += P^T dO, all in bf16 with fp32 sums. Given out and lse (the Llama
-3 and nanochat trainers keep lse as an activation) it reads them; with either NULL (GPT-2's calls) it first runs
-each tile's forward again, the same code on the same numbers, so the gradient is the same bits at two products
-more per tile and block. Why a dedicated micro-kernel and not matmul_gemm(MATMUL_BF16, ...) per tile: at
+3 and nanochat trainers keep lse as an activation, GPT-2's too) it reads them; with either NULL
+(attention_backward's calls) it first runs each tile's forward again, the same code on the same numbers, so the
+gradient is the same bits at two products more per tile and block. Why a dedicated micro-kernel and not matmul_gemm(MATMUL_BF16, ...) per tile: at
 ATT_TILE = 64, HS = 64 that GEMM's rounding and packing per call cost more than the products (one tile's S and
 P V on one Zen 5 thread: 3.5-6.5 us on the micro-kernel, operands packed once per tile and block, against 13-19 us
 on oneDNN's or the built-in bf16 GEMM; dev/test/test_attention_cpu.c --time measures both).
@@ -198,7 +198,7 @@ static void attention_softmax_rows16(float* s, int ld, int t0, int rows, int col
         float lanes[16];
         _mm512_storeu_ps(lanes, pmax);
         for (int j = 0; j < 16; j++) { maxval = lanes[j] > maxval ? lanes[j] : maxval; }
-        __m512 part = vec16_exp_sub(row, row, n, maxval, NULL);
+        __m512 part = vec16_exp_sub(row, row, n, maxval, NULL, NULL);
         float sum = 0.0f;
         for (int i = n - n % 16; i < n; i++) { sum += row[i]; }
         _mm512_storeu_ps(lanes, part);

@@ -22,7 +22,7 @@ the error bounds against libm over the whole range.
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
     vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits (vec16_gelu_tanh(x): its tanh alone)
-    vec16_exp_sub(e, x, n, max, ahead)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
+    vec16_exp_sub(e, x, n, max, ahead, ahead_w)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax and
                   transposes, the classifier's row pass, GPT-2's -p bf16 GELU forward and its backward's
                   recompute, SwiGLU's -p bf16 forward and backward): this CPU has AVX-512 F and BW, the build
@@ -144,15 +144,18 @@ static inline __m512 vec16_gelu_forward(__m512 x) {
 static inline __mmask16 vec16_first(int n) { return (__mmask16)((1u << n) - 1u); }
 
 // e (n) = vec16_expf(x - maxval) for x (n) (e may be x), asking for one cache line of `ahead` (NULL: none) per 16
-// values; returns the 16 lanes' sums of the whole vectors, each in order. The last n % 16 values are written, not
-// summed: the callers add them one by one and then the lanes, as their compiled loops do
+// values, and for writing one of `ahead_w` (n bf16, or NULL: none) per 32; returns the 16 lanes' sums of the whole
+// vectors, each in order. The last n % 16 values are written, not summed: the callers add them one by one and then
+// the lanes, as their compiled loops do
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 vec16_exp_sub(float* e, const float* x, int n, float maxval, const float* ahead) {
+static inline __m512 vec16_exp_sub(float* e, const float* x, int n, float maxval, const float* ahead,
+                                   const uint16_t* ahead_w) {
     const __m512 vmax = _mm512_set1_ps(maxval);
     __m512 part = _mm512_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         if (ahead != NULL) { __builtin_prefetch(ahead + i, 0, 3); }
+        if (ahead_w != NULL && i % 32 == 0) { __builtin_prefetch(ahead_w + i, 1, 3); }
         __m512 ex = vec16_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
         _mm512_storeu_ps(e + i, ex);
         part = _mm512_add_ps(part, ex);
