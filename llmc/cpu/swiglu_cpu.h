@@ -388,7 +388,7 @@ static void swiglu_recompute_backward_bf16_span16(uint16_t* out16, uint16_t* dga
 // LLMC_SWIGLU_WIDE=0 (swiglu_wide, below): the loops above as they were before 2026-12-05, 16 values a step, gate
 // and up stored then loaded back, a row's tail through a copy on the stack (the same bits). GCC turns their run-time
 // n == 16 tests into masked stores and loads, whose bytes a load waits for: 1.1x (forward) and 1.7x (backward) slower
-// on the Zen 5. Kept selectable until the wide loops are timed on the AMX Xeon and a Zen 4.
+// on the Zen 5, 1.06x and 1.08x on the AMX Xeon. Kept selectable until the wide loops are timed on a Zen 4.
 
 __attribute__((target(MM_BF16_TARGET), always_inline))
 static inline __m512 swiglu_load16_bf16_copied(const uint16_t* p, int n) {
