@@ -341,7 +341,8 @@ static inline void free_aligned(void* p) {
 // read maps the shared zero page, the write copies it and flushes the page from every other thread's TLB (an interrupt
 // to each CPU, and on a virtual machine an exit each): d12's first AdamW step took 2.2 s against 0.1 s for the next
 // (Zen 4, 2 threads). One atomic or of 0 a page is a write from the start and changes no value, whatever the page
-// holds; the threads share the pages. LLMC_COMMIT_PAGES=0 leaves the faults as they were (read once).
+// holds; the threads share the pages. LLMC_COMMIT_PAGES=0 leaves the faults as they were (read once). (The AMX Xeon's
+// first GPT-2 d12 -p bf16 step at B=4 T=1024: 3055 ms committed, 3532 without, 2026-12-06.)
 static inline int llmc_commit_pages_on(void) {
     static int on = -1;
     if (on < 0) { on = env_switch_on("LLMC_COMMIT_PAGES"); }

@@ -517,8 +517,9 @@ static int cpu_model_bf16_copies(void) {
 // llmc/cpu/decoder_cpu.h; every family's norm outputs and MLP activations, and the MLP's input gradients where no bias
 // gradient reads them: cpu_model_shadow_activation's bf16_alone), instead of in fp32 beside a bf16 copy: -p bf16 on
 // oneDNN's bf16 kernels with the layers' copies (LLMC_BF16_COPIES), and LLMC_BF16_ACTIVATIONS not 0.
-// LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout, selectable until the bf16 one is timed on CPUs beyond the Zen 5 it was
-// measured on. (Asked at each forward pass: the precision may be set after the activations are allocated, by the
+// LLMC_BF16_ACTIVATIONS=0 keeps the fp32 layout (GPT-2 d12's -p bf16 step at B=4 T=1024 with the bf16 one: 1.09x
+// faster on a Zen 4, 2026-12-02; 1.12x on the AMX Xeon, 2026-12-06; doc/cpu-speed.md).
+// (Asked at each forward pass: the precision may be set after the activations are allocated, by the
 // trainer's calibration or by pyllmc.)
 static int cpu_model_bf16_activations(void) {
     static int on = -1;
@@ -536,7 +537,8 @@ static int cpu_model_bf16_layout(void) {
 
 // Whether the activations a model names bf16_alone (cpu_model_shadow_activation) are written in bf16 alone: with the
 // bf16 activations, and LLMC_BF16_ALONE not 0. LLMC_BF16_ALONE=0 writes their fp32 values beside the copies as before
-// 2026-11-29 (the same bits: only the unread fp32 writes go), selectable until the change is timed beyond the Zen 5.
+// 2026-11-29 (the same bits: only the unread fp32 writes go). Timed at GPT-2 d12 -p bf16, B=4 T=1024: the norm phase
+// 171 against 198 ms a step on a Zen 4 (2026-12-02), the step 1.04x faster on the AMX Xeon (2026-12-06).
 static int cpu_model_bf16_alone(void) {
     static int on = -1;
     if (on < 0) { on = env_switch_on("LLMC_BF16_ALONE"); }
