@@ -19,7 +19,11 @@ which runs the old passes, giving the same training bits.
   unknown value is one error line;
 - train_gpt2 fp32, and -p bf16 with the fp32 activations (the GELU's output and gradient with bf16 copies): the same
   checkpoint with the GELU's output recomputed in its backward's pass (the default) and in a pass of its own
-  (LLMC_GELU_RECOMPUTE_FUSED=0); an unknown value is one error line.
+  (LLMC_GELU_RECOMPUTE_FUSED=0); an unknown value is one error line;
+- train_gpt2 fp32 and -p bf16: GPT-2's GELU in its sigmoid form x / (1 + e^-2u) (the default) against its tanh form
+  0.5 x (1 + tanh u) (LLMC_GELU_SIGMOID=0): other bits, the same losses to 1e-6 (fp32) and 1e-5 (bf16), the same
+  checkpoint on 1 thread as on 2; an unknown value is one error line (dev/test/test_elementwise runs every GELU
+  kernel's bit-for-bit checks in both forms, dev/test/test_matmul their accuracy against libm in double).
 
 Runtime: about 10 s on 2 cores.
 """
@@ -126,9 +130,25 @@ def test_the_gelu_recomputed_in_its_backward_pass_trains_the_same_bits(trainer: 
     assert fused[1] == apart[1], "LLMC_GELU_RECOMPUTE_FUSED=1 and 0 wrote different checkpoints"
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_gelu_in_its_sigmoid_form(trainer: Path, tmp_path: Path, precision: str) -> None:
+    """LLMC_GELU_SIGMOID=1 (the default: x s, s = 1 / (1 + e^-2u)) against 0 (0.5 x (1 + tanh u), as before
+    2026-12-06): the same function in other roundings, so other bits (the switch engages) and the same losses to 1e-6
+    in fp32 (1e-5 in bf16, where a last-place change can move a bf16 rounding); 1 and 2 threads the same checkpoint."""
+    builtin = {"LLMC_FP32_GEMM": "builtin"}
+    sigmoid = train_d2(trainer, tmp_path / "sigmoid", precision, builtin)
+    tanh = train_d2(trainer, tmp_path / "tanh", precision, {**builtin, "LLMC_GELU_SIGMOID": "0"})
+    one_thread = train_d2(trainer, tmp_path / "one", precision, {**builtin, "OMP_NUM_THREADS": "1"})
+    assert sigmoid[1] != tanh[1], "LLMC_GELU_SIGMOID=1 and 0 wrote the same checkpoint: no switch"
+    assert len(losses(sigmoid[0])) == 3
+    assert losses(sigmoid[0]) == pytest.approx(losses(tanh[0]), rel=1e-6 if precision == "fp32" else 1e-5, abs=0)
+    assert sigmoid[1] == one_thread[1], "LLMC_GELU_SIGMOID=1: 1 and 2 threads wrote different checkpoints"
+
+
 @pytest.mark.parametrize("switch, value, precision, message", [
     ("LLMC_ATTENTION_BIAS", "on", "bf16", "use 0 or 1"),
     ("LLMC_GELU_RECOMPUTE_FUSED", "on", "fp32", "use 0 or 1"),
+    ("LLMC_GELU_SIGMOID", "tanh", "fp32", "use 0 or 1"),
     ("LLMC_GELU_BIAS", "rows", "fp32", "use columns or chunks"),
     ("LLMC_ELEMENTWISE_FUSED", "yes", "fp32", "use 0 or 1"),
     ("LLMC_BF16_CVT", "yes", "bf16", "use 0 or 1"),

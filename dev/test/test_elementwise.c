@@ -646,20 +646,26 @@ int main(int argc, char** argv) {
     // first, before OpenMP's threads exist (a forked child of a process with them stops on the sanitizers' leak check)
     expect_die("LLMC_SWIGLU_WIDE=yes", swiglu_wide_with_env, (void*)"yes", "LLMC_SWIGLU_WIDE=yes", "use 0 or 1");
     check_bias_gradient();
-    for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
-        for (int copy = 0; copy <= 1; copy++) {
-            check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_COLUMNS);
-            check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_CHUNKS);
+    // every GELU check in both of the GELU's forms (LLMC_GELU_SIGMOID's: the tanh one, then the sigmoid one)
+    for (int sigmoid = 0; sigmoid <= 1; sigmoid++) {
+        gelu_sigmoid_use(sigmoid);
+        int failed = tests_failed;
+        for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
+            for (int copy = 0; copy <= 1; copy++) {
+                check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_COLUMNS);
+                check_gelu_backward_bias(bf16_input, copy, GELU_BIAS_CHUNKS);
+            }
         }
-    }
-    for (int copy = 0; copy <= 1; copy++) {
-        check_gelu_recompute_fp32(GELU_BIAS_COLUMNS, copy);
-        check_gelu_recompute_fp32(GELU_BIAS_CHUNKS, copy);
+        for (int copy = 0; copy <= 1; copy++) {
+            check_gelu_recompute_fp32(GELU_BIAS_COLUMNS, copy);
+            check_gelu_recompute_fp32(GELU_BIAS_CHUNKS, copy);
+        }
+        check_gelu_vec16();
+        check_gelu_recompute_vec16(GELU_BIAS_COLUMNS);
+        check_gelu_recompute_vec16(GELU_BIAS_CHUNKS);
+        if (tests_failed != failed) { printf("(the failures above: the GELU's %s form)\n", sigmoid ? "sigmoid" : "tanh"); }
     }
     check_swiglu_backward();
-    check_gelu_vec16();
-    check_gelu_recompute_vec16(GELU_BIAS_COLUMNS);
-    check_gelu_recompute_vec16(GELU_BIAS_CHUNKS);
     check_swiglu_vec16();
     return test_summary();
 }

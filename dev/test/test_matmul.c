@@ -300,7 +300,8 @@ static void check_bf16_mirrors(void) {
 }
 
 static void check_vecmath(void) {
-    double we = 0.0, wt = 0.0, wg = 0.0, wgg = 0.0;
+    double we = 0.0, wt = 0.0, wg = 0.0, wgg = 0.0, ws = 0.0, wsg = 0.0; // (ws, wsg: the GELU's sigmoid form)
+    int normal = 1; // the sigmoid form's values stay normal floats (no subnormal s) wherever they are not 0
     for (int i = -90000; i <= 90000; i++) {
         float x = (float)i * 1e-3f;
         if (x >= -87.0f && x <= 88.0f) {
@@ -315,11 +316,25 @@ static void check_vecmath(void) {
         double dg = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * (double)x * x);
         double gg = fabs(vec_gelu_grad(x) - dg);
         if (!(gg <= wgg)) { wgg = gg; }
+        double sg = fabs(vec_gelu_forward_sigmoid(x) - 0.5 * x * (1.0 + th)) / fmax(1.0, fabs((double)x));
+        if (!(sg <= ws)) { ws = sg; }
+        double sgg = fabs(vec_gelu_grad_sigmoid(x) - dg);
+        if (!(sgg <= wsg)) { wsg = sgg; }
+        float s = 1.0f / (1.0f + vec_gelu_sigmoid_e(x)), y = vec_gelu_forward_sigmoid(x);
+        if (fpclassify(s) == FP_SUBNORMAL || fpclassify(y) == FP_SUBNORMAL) { normal = 0; }
     }
     CHECK(we <= 2e-7, "vec_expf relative error %.3g", we);
     CHECK(wt <= 3e-7, "vec_tanhf absolute error %.3g", wt);
     CHECK(wg <= 1e-6, "vec_gelu_forward error %.3g (absolute, relative above |x| = 1)", wg);
     CHECK(wgg <= 2e-6, "vec_gelu_grad absolute error %.3g", wgg);
+    CHECK(ws <= 1e-6, "vec_gelu_forward_sigmoid error %.3g (absolute, relative above |x| = 1)", ws);
+    CHECK(wsg <= 5e-7, "vec_gelu_grad_sigmoid absolute error %.3g", wsg); // (the tanh form's: 1.03e-6)
+    CHECK(normal, "the GELU's sigmoid form gave a subnormal value on [-90, 90]");
+    CHECK(vec_gelu_forward_sigmoid(100.0f) == 100.0f && vec_gelu_grad_sigmoid(100.0f) == 1.0f,
+          "the GELU's sigmoid form is x and its derivative 1 far right");
+    CHECK(fabsf(vec_gelu_forward_sigmoid(-100.0f)) < 1e-30f && fabsf(vec_gelu_grad_sigmoid(-100.0f)) < 1e-28f,
+          "the GELU's sigmoid form is 0 and its derivative 0 far left");
+    CHECK(isnan(vec_gelu_forward_sigmoid(NAN)) && isnan(vec_gelu_grad_sigmoid(NAN)), "NaN propagates (GELU, sigmoid)");
     CHECK(vec_expf(-100.0f) > 0.0f && vec_expf(-100.0f) < 1e-37f, "vec_expf clamps below");
     CHECK(isfinite(vec_expf(100.0f)) && vec_expf(100.0f) > 1e38f, "vec_expf clamps above");
     CHECK(vec_tanhf(50.0f) == 1.0f && vec_tanhf(-50.0f) == -1.0f, "vec_tanhf saturates");

@@ -7,7 +7,7 @@ llmc/cpu/activation_cpu.h: the MLP's elementwise activations on the CPU, one dri
                                                             dinp's old contents never read)
     ACTIVATION_STORE(y, y16, N, acc, VALUE)                 the loop under both, for any VALUE of the index i
 
-act is ACTIVATION_GELU (GPT-2's tanh GELU, llmc/cpu/vecmath.h's branch-free one) or ACTIVATION_RELU2 (relu(x)^2,
+act is ACTIVATION_GELU (GPT-2's tanh GELU, llmc/cpu/vecmath.h's branch-free one, in the form gelu_sigmoid() names) or ACTIVATION_RELU2 (relu(x)^2,
 nanochat's). (N) is the MLP's hidden activation, (B,T,4C) or (B,T,FFN). An output a GEMM reads gets its bf16 copy
 too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row). The loop is a macro
 expanded once per activation, not a function over a function pointer: each activation's arithmetic stays inline in
@@ -64,7 +64,9 @@ static void activation_forward(Activation act, float* out, const float* inp, siz
     // out and inp are (N)
     double t_phase = phase_begin();
     uint16_t* out16 = matmul_bf16_shadow(out, N);
-    if (act == ACTIVATION_GELU) {
+    if (act == ACTIVATION_GELU && gelu_sigmoid()) {
+        ACTIVATION_STORE(out, out16, N, 0, vec_gelu_forward_sigmoid(inp[i]));
+    } else if (act == ACTIVATION_GELU) {
         ACTIVATION_STORE(out, out16, N, 0, vec_gelu_forward(inp[i]));
     } else {
         ACTIVATION_STORE(out, out16, N, 0, relu2_value(inp[i]));
@@ -79,7 +81,9 @@ static void activation_backward_into(Activation act, float* dinp, const float* i
     // dinp, inp and dout are (N)
     double t_phase = phase_begin();
     uint16_t* dinp16 = matmul_bf16_shadow(dinp, N);
-    if (act == ACTIVATION_GELU) {
+    if (act == ACTIVATION_GELU && gelu_sigmoid()) {
+        ACTIVATION_STORE(dinp, dinp16, N, accumulate, vec_gelu_grad_sigmoid(inp[i]) * dout[i]);
+    } else if (act == ACTIVATION_GELU) {
         ACTIVATION_STORE(dinp, dinp16, N, accumulate, vec_gelu_grad(inp[i]) * dout[i]);
     } else {
         ACTIVATION_STORE(dinp, dinp16, N, accumulate, relu2_grad(inp[i]) * dout[i]);

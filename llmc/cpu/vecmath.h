@@ -6,6 +6,12 @@ element-wise layers (glibc's expf/tanhf are scalar calls and kept GELU at ~10% o
     vec_tanhf(x)  tanh(x) = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|), absolute error < 3e-7
     vec_gelu_forward(x), vec_gelu_grad(x)   GPT-2's tanh GELU and its derivative, the
                   formulas of llmc/layer_math.h with vec_tanhf in place of tanhf
+    vec_gelu_forward_sigmoid(x), vec_gelu_grad_sigmoid(x)   the same GELU as x s, s = 1 / (1 + e^-2u)
+                  (0.5 x (1 + tanh u) = x s, u = sqrt(2/pi) (x + 0.044715 x^3)): one exponential and one
+                  division as before, fewer operations around them, and no cancellation in 1 + tanh u
+    gelu_sigmoid()   which form the trainers' GELU takes: LLMC_GELU_SIGMOID=1 (the default) the sigmoid
+                  one, 0 the tanh one as before 2026-12-06 (gelu_sigmoid_use: tests); vec_gelu_forward_as(x,
+                  sigmoid) and vec_gelu_grad_as(x, sigmoid) pick one (a constant sigmoid: no branch left)
     vec_dot3(a, b, c, n)   sum of a[i] b[i] c[i] (b NULL: of a[i] c[i]) in 16 interleaved partial
                   sums, added up in a fixed order (one running sum would not vectorise)
 
@@ -22,6 +28,8 @@ the error bounds against libm over the whole range.
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
     vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits (vec16_gelu_tanh(x): its tanh alone)
+    vec16_gelu_forward_as(x, sigmoid)   vec_gelu_forward_as on 16 lanes, its bits (vec16_gelu_sigmoid_e(x),
+                  vec16_gelu_sigmoid_s(e): the sigmoid form's e and s alone)
     vec16_exp_sub(e, x, n, max, ahead, ahead_w)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax and
                   transposes, the classifier's row pass, GPT-2's -p bf16 GELU forward and its backward's
@@ -46,7 +54,13 @@ the error bounds against libm over the whole range.
 #include "../layer_math.h"
 #include "../utils.h"
 
-static inline float vec_expf(float x) {
+// the GELU's sigmoid form (vec_gelu_sigmoid_s below): a = -2u = GELU_SIGMOID_SCALE (x + c x^3), capped at
+// GELU_SIGMOID_CAP; 2u' = GELU_SIGMOID_SLOPE (1 + 3c x^2) (each constant twice sqrt(2/pi), exact)
+#define GELU_SIGMOID_SCALE (-2.0f * GELU_SCALING_FACTOR)
+#define GELU_SIGMOID_SLOPE (2.0f * GELU_SCALING_FACTOR)
+#define GELU_SIGMOID_CAP 80.0f
+
+__attribute__((always_inline)) static inline float vec_expf(float x) {
     x = x < -87.0f ? -87.0f : x; // (NaN passes both tests and stays NaN through p)
     x = x > 88.0f ? 88.0f : x;
     // x = n ln2 + r, |r| <= ln2 / 2; ln2 split in two so n * ln2_hi is exact
@@ -138,6 +152,26 @@ __attribute__((target("avx512f"), always_inline))
 static inline __m512 vec16_gelu_forward(__m512 x) {
     __m512 th = vec16_gelu_tanh(x);
     return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), th));
+}
+
+// vec_gelu_sigmoid_e on 16 lanes, its operations (x + c x^3 fused as the compiled loop fuses it), so its bits
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_gelu_sigmoid_e(__m512 x) {
+    __m512 cx2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_CUBE_COEFF), x), x);
+    __m512 a = _mm512_mul_ps(_mm512_set1_ps(GELU_SIGMOID_SCALE), _mm512_fmadd_ps(cx2, x, x));
+    a = _mm512_min_ps(_mm512_set1_ps(GELU_SIGMOID_CAP), a); // (a > cap ? cap : a: a NaN a stays)
+    return vec16_expf(a);
+}
+
+// s = 1 / (1 + e) on 16 lanes
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_gelu_sigmoid_s(__m512 e) {
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 vec16_gelu_forward_as(__m512 x, int sigmoid) {
+    return sigmoid ? _mm512_mul_ps(x, vec16_gelu_sigmoid_s(vec16_gelu_sigmoid_e(x))) : vec16_gelu_forward(x);
 }
 
 // the lanes of a last, partial vector of n < 16 values
@@ -262,23 +296,63 @@ static inline int vec8_supported(void) { return 0; }
 static inline int vec8_enabled(void) { return env_switch_on("LLMC_VEC8") && 0; }
 #endif
 
-static inline float vec_tanhf(float x) {
+__attribute__((always_inline)) static inline float vec_tanhf(float x) {
     float e = vec_expf(-2.0f * fabsf(x));
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
 
-static inline float vec_gelu_forward(float x) {
+__attribute__((always_inline)) static inline float vec_gelu_forward(float x) {
     float cube = GELU_CUBE_COEFF * x * x * x;
     return 0.5f * x * (1.0f + vec_tanhf(GELU_SCALING_FACTOR * (x + cube)));
 }
 
-static inline float vec_gelu_grad(float x) {
+__attribute__((always_inline)) static inline float vec_gelu_grad(float x) {
     float cube = GELU_CUBE_COEFF * x * x * x;
     float th = vec_tanhf(GELU_SCALING_FACTOR * (x + cube));
     float sech2 = 1.0f - th * th;
     float du_dx = GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
 }
+
+// The sigmoid form: e = e^a, a = -2u, s = 1 / (1 + e); the GELU x s and its derivative s + x s (e s) 2u' (from
+// 1 + tanh u = 2s and 1 - tanh^2 u = 4 s (1 - s), with 1 - s = e s: taken as 1 - s, its rounding near s = 1 cost
+// the derivative 2e-6 where e s keeps it to 1e-6). a is capped at 80 so that s stays a normal float (e^80 = 5.5e34):
+// where it would not, the GELU is below 2e-34 in magnitude, and a subnormal s would slow every operation on it. The
+// products that the compiled loops fuse (x + c x^3, 1 + 3c x^2 and the derivative's last add) are fused by the
+// 16-lane forms; 1 + e (e a product p 2^n inside vec_expf) is exact either way.
+__attribute__((always_inline)) static inline float vec_gelu_sigmoid_e(float x) {
+    float cube = GELU_CUBE_COEFF * x * x * x;
+    float a = GELU_SIGMOID_SCALE * (x + cube);
+    a = a > GELU_SIGMOID_CAP ? GELU_SIGMOID_CAP : a;
+    return vec_expf(a);
+}
+
+__attribute__((always_inline)) static inline float vec_gelu_forward_sigmoid(float x) { return x * (1.0f / (1.0f + vec_gelu_sigmoid_e(x))); }
+
+__attribute__((always_inline)) static inline float vec_gelu_grad_sigmoid(float x) {
+    float e = vec_gelu_sigmoid_e(x);
+    float s = 1.0f / (1.0f + e);
+    float y = x * s;
+    float du2 = GELU_SIGMOID_SLOPE * (1.0f + 3.0f * GELU_CUBE_COEFF * x * x); // 2u'
+    return s + y * (e * s) * du2;
+}
+
+// LLMC_GELU_SIGMOID=0: GPT-2's GELU in the tanh form, as before 2026-12-06; the default (1) the sigmoid form, other
+// bits (within 1e-6 of each other): on the AMX Xeon the forward 1.4x and the backward's output and derivative 1.28x
+// faster in cache (doc/cpu-speed.md); kept selectable until timed on the Zen 4 and Zen 5. Read once, before any
+// parallel region; gelu_sigmoid_use sets it (tests).
+static int gelu_sigmoid_state = -1;
+static inline int gelu_sigmoid(void) {
+    if (gelu_sigmoid_state < 0) { gelu_sigmoid_state = env_switch_on("LLMC_GELU_SIGMOID"); }
+    return gelu_sigmoid_state;
+}
+static inline void gelu_sigmoid_use(int on) { gelu_sigmoid_state = on; }
+
+__attribute__((always_inline)) static inline float vec_gelu_forward_as(float x, int sigmoid) {
+    return sigmoid ? vec_gelu_forward_sigmoid(x) : vec_gelu_forward(x);
+}
+
+__attribute__((always_inline)) static inline float vec_gelu_grad_as(float x, int sigmoid) { return sigmoid ? vec_gelu_grad_sigmoid(x) : vec_gelu_grad(x); }
 
 // (a loop for each b: with the choice inside one loop GCC kept the 16 sums scalar whenever b was not NULL, 590 ns
 // for a row of 768 on a Zen 4 core where the vectorised loop takes 66: RMSNorm's backward; the same operations, so
