@@ -86,20 +86,27 @@ def test_the_old_elementwise_passes_train_the_same_bits(trainer: Path, tmp_path:
     assert fused[1] == passes[1], "LLMC_ELEMENTWISE_FUSED=0 and the fused pass wrote different checkpoints"
 
 
+def other_bits_same_losses(trainer: Path, tmp_path: Path, precision: str, switch: str, old: str, rel: float) -> None:
+    """A switch whose default changes a summation or rounding: the default and `switch`=`old` write other checkpoints
+    (so the switch engages), the same losses to `rel`, and the default the same checkpoint on 1 thread as on 2 (the
+    fp32 GEMMs on the built-in kernel: OpenBLAS's sgemm splits its sums by thread count on some CPUs, the Zen 3's
+    Haswell kernels among them)."""
+    builtin = {"LLMC_FP32_GEMM": "builtin"}
+    default = train_d2(trainer, tmp_path / "default", precision, builtin)
+    before = train_d2(trainer, tmp_path / "old", precision, {**builtin, switch: old})
+    one_thread = train_d2(trainer, tmp_path / "one", precision, {**builtin, "OMP_NUM_THREADS": "1"})
+    assert default[1] != before[1], f"{switch}'s default and {old} wrote the same checkpoint: no switch"
+    assert len(losses(default[0])) == 3
+    assert losses(default[0]) == pytest.approx(losses(before[0]), rel=rel, abs=0)
+    assert default[1] == one_thread[1], f"{switch}'s default: 1 and 2 threads wrote different checkpoints"
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_bias_gradient_by_chunks_of_rows(trainer: Path, tmp_path: Path, precision: str) -> None:
     """LLMC_GELU_BIAS=chunks (the default: the fc bias gradient summed by chunks of rows) against columns (one
     running sum a column): other bits (so the switch engages), the same losses to 1e-6; and chunks gives the same
-    checkpoint on 1 thread as on 2 (the fp32 GEMMs on the built-in kernel: OpenBLAS's sgemm splits its sums by
-    thread count on some CPUs, the Zen 3's Haswell kernels among them)."""
-    builtin = {"LLMC_FP32_GEMM": "builtin"}
-    chunks = train_d2(trainer, tmp_path / "chunks", precision, builtin)
-    columns = train_d2(trainer, tmp_path / "columns", precision, {**builtin, "LLMC_GELU_BIAS": "columns"})
-    one_thread = train_d2(trainer, tmp_path / "one", precision, {**builtin, "OMP_NUM_THREADS": "1"})
-    assert chunks[1] != columns[1], "LLMC_GELU_BIAS=chunks and columns wrote the same checkpoint: no switch"
-    assert len(losses(chunks[0])) == 3
-    assert losses(chunks[0]) == pytest.approx(losses(columns[0]), rel=1e-6, abs=0)
-    assert chunks[1] == one_thread[1], "LLMC_GELU_BIAS=chunks: 1 and 2 threads wrote different checkpoints"
+    checkpoint on 1 thread as on 2."""
+    other_bits_same_losses(trainer, tmp_path, precision, "LLMC_GELU_BIAS", "columns", 1e-6)
 
 
 def test_the_qkv_bias_gradient_summed_by_the_attention(trainer: Path, tmp_path: Path) -> None:
@@ -107,14 +114,7 @@ def test_the_qkv_bias_gradient_summed_by_the_attention(trainer: Path, tmp_path: 
     from the fp32 dqkv afterwards (LLMC_ATTENTION_BIAS=0): other bits (so the switch engages), the same losses to
     1e-5 (the step's bf16 weights turn a last-place change of a bias into a bf16 one: 1.6e-6 apart at step 3 on a
     Zen 5); the default gives the same checkpoint on 1 thread as on 2."""
-    builtin = {"LLMC_FP32_GEMM": "builtin"}
-    tiles = train_d2(trainer, tmp_path / "tiles", "bf16", builtin)
-    rows = train_d2(trainer, tmp_path / "rows", "bf16", {**builtin, "LLMC_ATTENTION_BIAS": "0"})
-    one_thread = train_d2(trainer, tmp_path / "one", "bf16", {**builtin, "OMP_NUM_THREADS": "1"})
-    assert tiles[1] != rows[1], "LLMC_ATTENTION_BIAS=1 and 0 wrote the same checkpoint: no switch"
-    assert len(losses(tiles[0])) == 3
-    assert losses(tiles[0]) == pytest.approx(losses(rows[0]), rel=1e-5, abs=0)
-    assert tiles[1] == one_thread[1], "LLMC_ATTENTION_BIAS=1: 1 and 2 threads wrote different checkpoints"
+    other_bits_same_losses(trainer, tmp_path, "bf16", "LLMC_ATTENTION_BIAS", "0", 1e-5)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -135,14 +135,8 @@ def test_the_gelu_in_its_sigmoid_form(trainer: Path, tmp_path: Path, precision: 
     """LLMC_GELU_SIGMOID=1 (the default: x s, s = 1 / (1 + e^-2u)) against 0 (0.5 x (1 + tanh u), as before
     2026-12-06): the same function in other roundings, so other bits (the switch engages) and the same losses to 1e-6
     in fp32 (1e-5 in bf16, where a last-place change can move a bf16 rounding); 1 and 2 threads the same checkpoint."""
-    builtin = {"LLMC_FP32_GEMM": "builtin"}
-    sigmoid = train_d2(trainer, tmp_path / "sigmoid", precision, builtin)
-    tanh = train_d2(trainer, tmp_path / "tanh", precision, {**builtin, "LLMC_GELU_SIGMOID": "0"})
-    one_thread = train_d2(trainer, tmp_path / "one", precision, {**builtin, "OMP_NUM_THREADS": "1"})
-    assert sigmoid[1] != tanh[1], "LLMC_GELU_SIGMOID=1 and 0 wrote the same checkpoint: no switch"
-    assert len(losses(sigmoid[0])) == 3
-    assert losses(sigmoid[0]) == pytest.approx(losses(tanh[0]), rel=1e-6 if precision == "fp32" else 1e-5, abs=0)
-    assert sigmoid[1] == one_thread[1], "LLMC_GELU_SIGMOID=1: 1 and 2 threads wrote different checkpoints"
+    rel = 1e-6 if precision == "fp32" else 1e-5
+    other_bits_same_losses(trainer, tmp_path, precision, "LLMC_GELU_SIGMOID", "0", rel)
 
 
 @pytest.mark.parametrize("switch, value, precision, message", [
