@@ -646,8 +646,13 @@ int main(int argc, char** argv) {
     // first, before OpenMP's threads exist (a forked child of a process with them stops on the sanitizers' leak check)
     expect_die("LLMC_SWIGLU_WIDE=yes", swiglu_wide_with_env, (void*)"yes", "LLMC_SWIGLU_WIDE=yes", "use 0 or 1");
     check_bias_gradient();
-    // every GELU check in both of the GELU's forms (LLMC_GELU_SIGMOID's: the tanh one, then the sigmoid one)
-    for (int sigmoid = 0; sigmoid <= 1; sigmoid++) {
+    // every GELU check in both of the GELU's forms (LLMC_GELU_SIGMOID's: the tanh one, then the sigmoid one);
+    // LLMC_TEST_GELU_FORMS=sigmoid: the sigmoid one alone (the sanitizers' run: both forms run the same loops over the
+    // same memory, and the checks under ASan cost 20 s a form)
+    const char* forms = getenv("LLMC_TEST_GELU_FORMS");
+    int one_form = forms != NULL && strcmp(forms, "sigmoid") == 0;
+    if (one_form) { printf("GELU checks: the sigmoid form alone (LLMC_TEST_GELU_FORMS=sigmoid)\n"); }
+    for (int sigmoid = one_form; sigmoid <= 1; sigmoid++) {
         gelu_sigmoid_use(sigmoid);
         int failed = tests_failed;
         for (int bf16_input = 0; bf16_input <= 1; bf16_input++) {
