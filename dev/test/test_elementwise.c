@@ -668,7 +668,9 @@ int main(int argc, char** argv) {
         check_gelu_vec16();
         check_gelu_recompute_vec16(GELU_BIAS_COLUMNS);
         check_gelu_recompute_vec16(GELU_BIAS_CHUNKS);
-        if (tests_failed != failed) { printf("(the failures above: the GELU's %s form)\n", sigmoid ? "sigmoid" : "tanh"); }
+        if (tests_failed != failed) {
+            printf("(the failures above: the GELU's %s form)\n", sigmoid ? "sigmoid" : "tanh");
+        }
     }
     check_swiglu_backward();
     check_swiglu_vec16();

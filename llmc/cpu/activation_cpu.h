@@ -7,11 +7,11 @@ llmc/cpu/activation_cpu.h: the MLP's elementwise activations on the CPU, one dri
                                                             dinp's old contents never read)
     ACTIVATION_STORE(y, y16, N, acc, VALUE)                 the loop under both, for any VALUE of the index i
 
-act is ACTIVATION_GELU (GPT-2's tanh GELU, llmc/cpu/vecmath.h's branch-free one, in the form gelu_sigmoid() names) or ACTIVATION_RELU2 (relu(x)^2,
-nanochat's). (N) is the MLP's hidden activation, (B,T,4C) or (B,T,FFN). An output a GEMM reads gets its bf16 copy
-too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row). The loop is a macro
-expanded once per activation, not a function over a function pointer: each activation's arithmetic stays inline in
-its OpenMP loop, so it vectorises.
+act is ACTIVATION_GELU (GPT-2's tanh GELU, llmc/cpu/vecmath.h's branch-free one, in the form gelu_sigmoid() names) or
+ACTIVATION_RELU2 (relu(x)^2, nanochat's). (N) is the MLP's hidden activation, (B,T,4C) or (B,T,FFN). An output a GEMM
+reads gets its bf16 copy too when it has one (-p bf16 on oneDNN: llmc/cpu/matmul.h's matmul_bf16_shadow, bf16_copy_row).
+The loop is a macro expanded once per activation, not a function over a function pointer: each activation's arithmetic
+stays inline in its OpenMP loop, so it vectorises.
 */
 #ifndef LLMC_ACTIVATION_CPU_H
 #define LLMC_ACTIVATION_CPU_H

@@ -167,7 +167,9 @@ static void gelu_forward_bf16(uint16_t* out16, const uint16_t* inp16, size_t N) 
         }
     } else {
         #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++) { out16[i] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(inp16[i]))); }
+        for (size_t i = 0; i < N; i++) {
+            out16[i] = matmul_bf16_round_value(vec_gelu_forward(mm_bf16_to_float(inp16[i])));
+        }
     }
     phase_end(PHASE_ELEMENTWISE, t_phase, 4.0 * N, 8.0 * N);
 }
@@ -185,9 +187,9 @@ static void gelu_backward_bf16_input(float* dinp, const uint16_t* inp16, const f
     phase_end(PHASE_ELEMENTWISE, t_phase, (dinp16 != NULL ? 12.0 : 10.0) * N, 14.0 * N);
 }
 
-// the GELU's arithmetic at x (one exponential): its output y and its derivative grad, as vec_gelu_forward_as and
-// vec_gelu_grad_as (llmc/cpu/vecmath.h) compute them in the form sigmoid names (a constant where it is used), so their
-// bits
+// the GELU's arithmetic at x (one exponential): its output y and its derivative grad, as vec_gelu_forward(_sigmoid)
+// and vec_gelu_grad_as (llmc/cpu/vecmath.h) compute them in the form sigmoid names (a constant where it is used), so
+// their bits
 #define GELU_BOTH(x, y, grad, sigmoid) \
     float grad; \
     if (sigmoid) { \

@@ -10,8 +10,8 @@ element-wise layers (glibc's expf/tanhf are scalar calls and kept GELU at ~10% o
                   (0.5 x (1 + tanh u) = x s, u = sqrt(2/pi) (x + 0.044715 x^3)): one exponential and one
                   division as before, fewer operations around them, and no cancellation in 1 + tanh u
     gelu_sigmoid()   which form the trainers' GELU takes: LLMC_GELU_SIGMOID=1 (the default) the sigmoid
-                  one, 0 the tanh one as before 2026-12-06 (gelu_sigmoid_use: tests); vec_gelu_forward_as(x,
-                  sigmoid) and vec_gelu_grad_as(x, sigmoid) pick one (a constant sigmoid: no branch left)
+                  one, 0 the tanh one as before 2026-12-06 (gelu_sigmoid_use: tests); vec_gelu_grad_as(x,
+                  sigmoid) picks a derivative (a constant sigmoid: no branch left)
     vec_dot3(a, b, c, n)   sum of a[i] b[i] c[i] (b NULL: of a[i] c[i]) in 16 interleaved partial
                   sums, added up in a fixed order (one running sum would not vectorise)
 
@@ -28,8 +28,8 @@ the error bounds against libm over the whole range.
                   per 16 values on a Zen 5 thread
     vec16_tanhf(x)  vec_tanhf on 16 lanes, the same bits (checked as vec16_expf)
     vec16_gelu_forward(x)  vec_gelu_forward on 16 lanes, its bits (vec16_gelu_tanh(x): its tanh alone)
-    vec16_gelu_forward_as(x, sigmoid)   vec_gelu_forward_as on 16 lanes, its bits (vec16_gelu_sigmoid_e(x),
-                  vec16_gelu_sigmoid_s(e): the sigmoid form's e and s alone)
+    vec16_gelu_forward_as(x, sigmoid)   vec_gelu_forward_sigmoid (sigmoid) or vec_gelu_forward on 16 lanes,
+                  its bits (vec16_gelu_sigmoid_e(x), vec16_gelu_sigmoid_s(e): the sigmoid form's e and s alone)
     vec16_exp_sub(e, x, n, max, ahead, ahead_w)   e = vec16_expf(x - max) over a row, and its 16 lanes' sums
     vec16_enabled()  whether the hand-written AVX-512 loops built on it run (the attention's softmax and
                   transposes, the classifier's row pass, GPT-2's -p bf16 GELU forward and its backward's
@@ -54,7 +54,7 @@ the error bounds against libm over the whole range.
 #include "../layer_math.h"
 #include "../utils.h"
 
-// the GELU's sigmoid form (vec_gelu_sigmoid_s below): a = -2u = GELU_SIGMOID_SCALE (x + c x^3), capped at
+// the GELU's sigmoid form (vec_gelu_sigmoid_e below): a = -2u = GELU_SIGMOID_SCALE (x + c x^3), capped at
 // GELU_SIGMOID_CAP; 2u' = GELU_SIGMOID_SLOPE (1 + 3c x^2) (each constant twice sqrt(2/pi), exact)
 #define GELU_SIGMOID_SCALE (-2.0f * GELU_SCALING_FACTOR)
 #define GELU_SIGMOID_SLOPE (2.0f * GELU_SCALING_FACTOR)
@@ -314,11 +314,11 @@ __attribute__((always_inline)) static inline float vec_gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
 }
 
-// The sigmoid form: e = e^a, a = -2u, s = 1 / (1 + e); the GELU x s and its derivative s + x s (e s) 2u' (from
-// 1 + tanh u = 2s and 1 - tanh^2 u = 4 s (1 - s), with 1 - s = e s: taken as 1 - s, its rounding near s = 1 cost
-// the derivative 2e-6 where e s keeps it to 1e-6). a is capped at 80 so that s stays a normal float (e^80 = 5.5e34):
-// where it would not, the GELU is below 2e-34 in magnitude, and a subnormal s would slow every operation on it. The
-// products that the compiled loops fuse (x + c x^3, 1 + 3c x^2 and the derivative's last add) are fused by the
+// The sigmoid form: e = e^a, a = -2u, s = 1 / (1 + e); the GELU x s and its derivative s + x s (e s) 2u' (from 1 + tanh
+// u = 2s and 1 - tanh^2 u = 4 s (1 - s), with 1 - s = e s: taken as 1 - s, its rounding near s = 1 cost the derivative
+// 2.0e-6 where e s keeps it to 1.9e-7, against libm in double). a is capped at 80 so that s stays a normal float (e^80
+// = 5.5e34): where it would not, the GELU is below 2e-34 in magnitude, and a subnormal s would slow every operation on
+// it. The products that the compiled loops fuse (x + c x^3, 1 + 3c x^2 and the derivative's last add) are fused by the
 // 16-lane forms; 1 + e (e a product p 2^n inside vec_expf) is exact either way.
 __attribute__((always_inline)) static inline float vec_gelu_sigmoid_e(float x) {
     float cube = GELU_CUBE_COEFF * x * x * x;
@@ -327,7 +327,9 @@ __attribute__((always_inline)) static inline float vec_gelu_sigmoid_e(float x) {
     return vec_expf(a);
 }
 
-__attribute__((always_inline)) static inline float vec_gelu_forward_sigmoid(float x) { return x * (1.0f / (1.0f + vec_gelu_sigmoid_e(x))); }
+__attribute__((always_inline)) static inline float vec_gelu_forward_sigmoid(float x) {
+    return x * (1.0f / (1.0f + vec_gelu_sigmoid_e(x)));
+}
 
 __attribute__((always_inline)) static inline float vec_gelu_grad_sigmoid(float x) {
     float e = vec_gelu_sigmoid_e(x);
@@ -348,11 +350,9 @@ static inline int gelu_sigmoid(void) {
 }
 static inline void gelu_sigmoid_use(int on) { gelu_sigmoid_state = on; }
 
-__attribute__((always_inline)) static inline float vec_gelu_forward_as(float x, int sigmoid) {
-    return sigmoid ? vec_gelu_forward_sigmoid(x) : vec_gelu_forward(x);
+__attribute__((always_inline)) static inline float vec_gelu_grad_as(float x, int sigmoid) {
+    return sigmoid ? vec_gelu_grad_sigmoid(x) : vec_gelu_grad(x);
 }
-
-__attribute__((always_inline)) static inline float vec_gelu_grad_as(float x, int sigmoid) { return sigmoid ? vec_gelu_grad_sigmoid(x) : vec_gelu_grad(x); }
 
 // (a loop for each b: with the choice inside one loop GCC kept the 16 sums scalar whenever b was not NULL, 590 ns
 // for a row of 768 on a Zen 4 core where the vectorised loop takes 66: RMSNorm's backward; the same operations, so
