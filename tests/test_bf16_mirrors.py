@@ -100,14 +100,15 @@ def test_memory_switches_change_no_bit(built, request, tmp_path: Path, trainer: 
     """The model's buffers and the kernels' work buffers on a cache line (llmc/utils.h's callocAligned, the default) and
     at malloc's 16 bytes (LLMC_ALIGN=0), the optimizer state's pages committed before its first update (commit_pages,
     the default) or not (LLMC_COMMIT_PAGES=0), and in bf16 the attention's q, k, v rounded into their bf16 copy row
-    after row or a block at a time (LLMC_ATTENTION_ROUND_ROWS=0): the same checkpoint after 3 steps, bit for bit, in
-    fp32 and in bf16 (the alignment and the commit themselves: dev/test/test_utils; the rounding's kernels:
+    after row or a block at a time (LLMC_ATTENTION_ROUND_ROWS=0), and P^T laid out for its product by the softmax or
+    by a pass of its own (LLMC_ATTENTION_PAIRS_FUSED=0): the same checkpoint after 3 steps, bit for bit, in fp32 and
+    in bf16 (the alignment and the commit themselves: dev/test/test_utils; the attention's kernels:
     dev/test/test_attention_cpu). Any other value is one error line."""
     data = trainer_data(request, tmp_path, trainer)
     for precision in ("fp32", "bf16"):
         written = []
         switches = ("default", "LLMC_ALIGN", "LLMC_COMMIT_PAGES")
-        switches += ("LLMC_ATTENTION_ROUND_ROWS",) if precision == "bf16" else ()
+        switches += ("LLMC_ATTENTION_ROUND_ROWS", "LLMC_ATTENTION_PAIRS_FUSED") if precision == "bf16" else ()
         for switch in switches:
             out = tmp_path / f"{precision}_{switch}"
             run([REPO / trainer, "-i", data[0], *STEPS, "-v", 0, "-s", 0, "-op", optimizer, "-o", out, "-n", 3,

@@ -16,7 +16,9 @@ recomputes them (the same bits); 1 thread against 2 (the same bits); the backwar
 (LLMC_ATTENTION_PREFETCH=0: the same bits); P^T, dS^T and dQ^T rounded a block at a time and a row at a time
 (LLMC_ATTENTION_BLOCK_ROUND=0: the same bits, HS 16, 20, 64, 128, ragged T, grouped heads); the diagonal block's
 products skipping masked zeros against the full ones (LLMC_ATTENTION_TRIANGLE=0: the same bits, those cases, the
-work buffers NaN first); the -p bf16 backward's qkv bias sums against the tiles' sums of the dqkv it wrote (bit for
+work buffers NaN first); P^T written in the rowpair layout by the forward's AVX-512 softmax against the pass after
+each block (LLMC_ATTENTION_PAIRS_FUSED=0: the same bits, those cases, the work buffers NaN first; and one block at a
+time); the -p bf16 backward's qkv bias sums against the tiles' sums of the dqkv it wrote (bit for
 bit, beta 0 and 1), and with dqkv held in bf16 alone (fp32 untouched, the same copy and sums; 1 thread, LLMC_VEC16=0,
 LLMC_ATTENTION_BLOCK_ROUND=0); q, k and v kept in bf16
 rounded row after row first and a block at a time (LLMC_ATTENTION_ROUND_ROWS=0: the same bits, the same cases); the
@@ -28,7 +30,7 @@ softmax in AVX-512 and in AVX2 against its compiled loop (LLMC_VEC16=0, LLMC_VEC
 cases); dqkv written (the trainers' call) against dqkv added to zero, and
 its bf16 copy (LLMC_ATTENTION_OVERWRITE=0 too); the fp32 emulation of the micro-kernel
 (LLMC_BF16_NATIVE=0) against the tiled kernel; LLMC_ATTENTION's choice and its error line (and
-LLMC_ATTENTION_PREFETCH's, _BLOCK_ROUND's, _ROUND_ROWS', _OVERWRITE's, and LLMC_VEC16's); the phase account; the
+LLMC_ATTENTION_PREFETCH's, _PAIRS_FUSED', _BLOCK_ROUND's, _ROUND_ROWS', _OVERWRITE's, and LLMC_VEC16's); the phase account; the
 bf16 copies (llmc/cpu/matmul.h's mirrors) of out and dqkv written; the blocked kernel on q, k, v stored in bf16 (GPT-2's
 -p bf16 activations) against the same kernel on fp32 (the forward bit for bit, the backward within ATT_BF16_D_TOL).
 
@@ -337,6 +339,18 @@ static void test_prefetch_does_not_change_bits(void) {
     check_switch_keeps_bits("LLMC_ATTENTION_PREFETCH", &c, 0);
 }
 
+// P^T written in the rowpair layout by the forward's AVX-512 softmax against the pass that lays it out after each
+// block (LLMC_ATTENTION_PAIRS_FUSED=0): head sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a
+// single position; the work buffers NaN before each run (a pair left unwritten is read as NaN)
+static void test_fused_pairs_do_not_change_bits(void) {
+    if (!vec16_enabled()) { // (only the AVX-512 loops read it)
+        printf("LLMC_ATTENTION_PAIRS_FUSED: not checked (no AVX-512 loops on this CPU or with LLMC_VEC16=0)\n");
+        return;
+    }
+    const AttCase cases[] = {ATT_SWITCH_CASES};
+    for (int i = 0; i < NCASES(cases); i++) { check_switch_keeps_bits("LLMC_ATTENTION_PAIRS_FUSED", &cases[i], 1); }
+}
+
 // P^T, dS^T and dQ^T rounded a block or tile at a time against a row at a time (LLMC_ATTENTION_BLOCK_ROUND=0): head
 // sizes 16, 20 (padded), 64, 128, ragged T, grouped heads, a single position
 static void test_block_rounding_does_not_change_bits(void) {
@@ -441,21 +455,23 @@ static void test_tiled_softmax_loops_do_not_change_bits(int lanes) {
 // One block's softmax (forward: P^T, the running max and sum, the rescale) and element-wise gradient (P^T, dS^T) in
 // AVX-512 against the compiled loops on the same random blocks, bit for bit, 64 blocks each, diagonal and not, at a
 // scale that is not a power of two (HS = 20): a product left unfused, or a mask off by a lane, shows here where the
-// whole kernel's bf16 outputs might round it away
+// whole kernel's bf16 outputs might round it away. The forward's with P^T written in the rowpair layout as it is made
+// (AttShape's pairs_fused): att_layout_rowpair's bits of the compiled loop's P^T.
 static void test_softmax16_blocks_match(void) {
     if (!vec16_enabled()) { return; }
     AttShape sh = att_shape(ATT_TILE, 1, 1, 20);
     AttWork sizes_only;
     memset(&sizes_only, 0, sizeof(sizes_only));
     size_t per = att_work_layout(&sizes_only, NULL, &sh, 1), sq = (size_t)ATT_TILE * ATT_TILE;
-    char* buf[2] = {(char*)aligned_alloc(64, per), (char*)aligned_alloc(64, per)};
-    AttWork w[2];
-    for (int n = 0; n < 2; n++) {
+    char* buf[3] = {(char*)aligned_alloc(64, per), (char*)aligned_alloc(64, per), (char*)aligned_alloc(64, per)};
+    AttWork w[3]; // the compiled loops, the AVX-512 ones, the AVX-512 ones writing the rowpair layout
+    uint32_t* want_rp = (uint32_t*)aligned_alloc(64, sq / 2 * sizeof(uint32_t));
+    for (int n = 0; n < 3; n++) {
         memset(buf[n], 0, per);
         att_work_layout(&w[n], buf[n], &sh, 1);
     }
-    int forward_same = 1, backward_same = 1;
-    for (int n = 0; n < 2; n++) {
+    int forward_same = 1, backward_same = 1, forward_pairs = 1;
+    for (int n = 0; n < 3; n++) {
         for (int q = 0; q < ATT_TILE; q++) { w[n].m[q] = -INFINITY; w[n].l[q] = 0.0f; }
     }
     for (int trial = 0; trial < 64; trial++) {
@@ -463,15 +479,21 @@ static void test_softmax16_blocks_match(void) {
         float* s = random_array(sq, 1000 + (unsigned)trial);
         float* dp = random_array(sq, 2000 + (unsigned)trial);
         float* side = random_array(2 * ATT_TILE, 3000 + (unsigned)trial);
-        for (int n = 0; n < 2; n++) {
+        for (int n = 0; n < 3; n++) {
             for (size_t i = 0; i < sq; i++) { w[n].sT[i] = 30.0f * s[i]; }
+            for (size_t i = 0; i < sq / 2; i++) { w[n].p_rp[i] = 0xffc1ffc1u; } // stale: NaN pairs
         }
         att_block_softmax(&w[0], diag, sh.scale, 1);
-        att_block_softmax16(&w[1], diag, sh.scale);
-        forward_same &= memcmp(w[0].p16, w[1].p16, sq * sizeof(uint16_t)) == 0 &&
-                        memcmp(w[0].m, w[1].m, ATT_TILE * sizeof(float)) == 0 &&
-                        memcmp(w[0].l, w[1].l, ATT_TILE * sizeof(float)) == 0 &&
-                        memcmp(w[0].alpha, w[1].alpha, ATT_TILE * sizeof(float)) == 0;
+        att_block_softmax16(&w[1], diag, sh.scale, NULL);
+        att_block_softmax16(&w[2], diag, sh.scale, w[2].p_rp);
+        att_layout_rowpair(want_rp, w[0].p16, ATT_TILE);
+        for (int n = 1; n < 3; n++) {
+            int same = memcmp(w[0].m, w[n].m, ATT_TILE * sizeof(float)) == 0 &&
+                       memcmp(w[0].l, w[n].l, ATT_TILE * sizeof(float)) == 0 &&
+                       memcmp(w[0].alpha, w[n].alpha, ATT_TILE * sizeof(float)) == 0;
+            if (n == 1) { forward_same &= same && memcmp(w[0].p16, w[1].p16, sq * sizeof(uint16_t)) == 0; }
+            else { forward_pairs &= same && memcmp(want_rp, w[2].p_rp, sq / 2 * sizeof(uint32_t)) == 0; }
+        }
         for (int n = 0; n < 2; n++) {
             for (size_t i = 0; i < sq; i++) { w[n].sT[i] = 30.0f * s[i]; w[n].dpT[i] = dp[i]; }
             for (int q = 0; q < ATT_TILE; q++) { w[n].lse[q] = 10.0f * side[q]; w[n].D[q] = side[ATT_TILE + q]; }
@@ -484,7 +506,9 @@ static void test_softmax16_blocks_match(void) {
     }
     CHECK(forward_same, "the forward softmax in AVX-512: P^T, max, sum and rescale the compiled loop's bits (64 blocks)");
     CHECK(backward_same, "the backward's P^T and dS^T in AVX-512: the compiled loop's bits (64 blocks)");
-    free(buf[0]); free(buf[1]);
+    CHECK(forward_pairs, "the forward softmax in AVX-512 writing P^T's rowpair layout: the compiled loop's P^T laid out, "
+          "and its max, sum and rescale (64 blocks)");
+    free(buf[0]); free(buf[1]); free(buf[2]); free(want_rp);
 }
 #endif
 
@@ -670,6 +694,12 @@ static void amx_bad_value(void* arg) {
     (void)att_shape(64, 1, 1, 64);
 }
 
+static void pairs_fused_bad_value(void* arg) {
+    (void)arg;
+    setenv("LLMC_ATTENTION_PAIRS_FUSED", "2", 1);
+    (void)att_shape(64, 1, 1, 64);
+}
+
 static void overwrite_bad_value(void* arg) {
     (void)arg;
     setenv("LLMC_ATTENTION_OVERWRITE", "yes", 1);
@@ -693,6 +723,7 @@ static void test_kernel_choice(void) {
     // (the children fork before any GEMM: a child forked after one exits with the OpenMP workers' per-thread
     // buffers unreachable, which LeakSanitizer reports)
     expect_die("LLMC_ATTENTION_PREFETCH=2", prefetch_bad_value, NULL, "LLMC_ATTENTION_PREFETCH=2", "use 0 or 1");
+    expect_die("LLMC_ATTENTION_PAIRS_FUSED=2", pairs_fused_bad_value, NULL, "LLMC_ATTENTION_PAIRS_FUSED=2", "use 0 or 1");
     expect_die("LLMC_ATTENTION_BLOCK_ROUND=on", block_round_bad_value, NULL, "LLMC_ATTENTION_BLOCK_ROUND=on",
                "use 0 or 1");
     expect_die("LLMC_ATTENTION_ROUND_ROWS=yes", round_rows_bad_value, NULL, "LLMC_ATTENTION_ROUND_ROWS=yes",
@@ -859,13 +890,13 @@ static void time_tile_products(void) {
     float* k = random_array(64 * HS, 2);
     float* v = random_array(64 * HS, 3);
     float* p = random_array(64 * 64, 4);
-    float* s = (float*)calloc(64 * 64, sizeof(float));
-    float* o = (float*)calloc(64 * HS, sizeof(float));
-    uint16_t* q16 = (uint16_t*)calloc(64 * HS, sizeof(uint16_t));
-    uint16_t* x16 = (uint16_t*)calloc(64 * HS, sizeof(uint16_t));
-    uint16_t* p16 = (uint16_t*)calloc(64 * 64, sizeof(uint16_t));
-    uint32_t* k_dm = (uint32_t*)calloc(32 * HS, sizeof(uint32_t));
-    uint32_t* v_rp = (uint32_t*)calloc(32 * HS, sizeof(uint32_t));
+    float* s = (float*)callocAligned(64 * 64, sizeof(float));
+    float* o = (float*)callocAligned(64 * HS, sizeof(float));
+    uint16_t* q16 = (uint16_t*)callocAligned(64 * HS, sizeof(uint16_t));
+    uint16_t* x16 = (uint16_t*)callocAligned(64 * HS, sizeof(uint16_t));
+    uint16_t* p16 = (uint16_t*)callocAligned(64 * 64, sizeof(uint16_t));
+    uint32_t* k_dm = (uint32_t*)callocAligned(32 * HS, sizeof(uint32_t));
+    uint32_t* v_rp = (uint32_t*)callocAligned(32 * HS, sizeof(uint32_t));
     att_round_block(q16, q, HS, 64, HS, HS);
     att_round_block(x16, k, HS, 64, HS, HS);
     att_layout_dmajor(k_dm, x16, HS, 0);
@@ -891,7 +922,9 @@ static void time_tile_products(void) {
     printf("one tile's S = Q K^T and O += P V (64 x 64, HS 64), one thread: micro-kernel (%s) %.2f us (%.0f GFLOP/s), "
            "matmul_gemm(MATMUL_BF16) [%s] %.2f us (%.0f GFLOP/s)\n", sh.amx ? "AMX" : sh.native ? "AVX512-BF16" : "emulated",
            1e6 * t_micro, flop / t_micro / 1e9, gemm, 1e6 * t_gemm, flop / t_gemm / 1e9);
-    free(q); free(k); free(v); free(p); free(s); free(o); free(q16); free(x16); free(p16); free(k_dm); free(v_rp);
+    free(q); free(k); free(v); free(p);
+    free_aligned(s); free_aligned(o); free_aligned(q16); free_aligned(x16); free_aligned(p16); free_aligned(k_dm);
+    free_aligned(v_rp);
 }
 
 static void time_attention(const int* Ts, int nT) {
@@ -952,6 +985,7 @@ int main(int argc, char** argv) {
     test_amx_products();
     test_thread_count_does_not_change_bits();
     test_prefetch_does_not_change_bits();
+    test_fused_pairs_do_not_change_bits();
     test_triangle_does_not_change_bits();
     test_backward_sums_the_bias();
     test_block_rounding_does_not_change_bits();

@@ -411,6 +411,7 @@ static void attention_tiled_backward(float* dqkv, const float* dout, const float
 
 typedef struct {
     int T, NH, NKV, HS, HSP, C, QKV, ntiles, native, amx, prefetch, round_block, round_rows, softmax16, triangle;
+    int pairs_fused;
     float scale;
 } AttShape;
 
@@ -429,6 +430,13 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.round_rows = env_switch_on("LLMC_ATTENTION_ROUND_ROWS");
     s.triangle = env_switch_on("LLMC_ATTENTION_TRIANGLE");
     s.softmax16 = vec16_enabled();
+    // the forward's AVX-512 softmax writes P^T as the O^T product takes it (rowpair) instead of a pass of its own
+    // after each block (the same bits; LLMC_ATTENTION_PAIRS_FUSED=0: that pass, as before 2026-12-06, kept until
+    // timed on the CPU kinds beyond the AMX Xeon). The AMX Xeon (family 6 model 207, 2 threads, B=4 T=1024 NH=12
+    // HS=64, dev/test/test_attention_cpu --time 1024, medians of 12 alternating runs): the forward 12.19 -> 11.50-11.70
+    // ms (1.04-1.06x). dS^T written so too (beside its rows, which dK's product takes) made the backward 2 % slower:
+    // not kept.
+    s.pairs_fused = env_switch_on("LLMC_ATTENTION_PAIRS_FUSED");
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
 }
@@ -886,13 +894,23 @@ static inline __mmask16 att_hidden16(int k, int v) {
     return _mm512_cmplt_epi32_mask(q, _mm512_set1_epi32(k));
 }
 
+// 16 pairs of the rowpair layout from two rows' 16 values: (lo[i], hi[i]) rounded to bf16, lo in the low half
+__attribute__((target(MM_BF16_TARGET), always_inline))
+static inline __m512i att_pairs16(__m512 lo, __m512 hi) {
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                                21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(interleave, mm32_round_bf16(lo, hi));
+}
+
 // att_block_softmax in AVX-512 (AttShape's softmax16: llmc/cpu/vecmath.h's vec16_enabled): the same operations on the same numbers, 16 queries a
 // vector, so the same bits (vec16_expf is vec_expf's, mm16_round_bf16 the rounding's); P^T is rounded as each row
 // is made and never stored in fp32. The compiled loops spent half their time in the exponential's conversions
 // and masks, and P^T took a pass of its own. (fp-contract off: every fused multiply-add here is written out, as
 // GCC would otherwise fuse the intrinsics' products into the adds that follow them, as it fuses C's)
+// p_rp (or NULL: w->p16 as rows): P^T written straight in the rowpair layout the O^T product takes (rows k and k + 1
+// side by side in each pair, as att_layout_rowpair lays w->p16 out), without the pass through w->p16
 __attribute__((target(MM_BF16_TARGET), optimize("fp-contract=off")))
-static void att_block_softmax16(AttWork* w, int diag, float scale) {
+static void att_block_softmax16(AttWork* w, int diag, float scale, uint32_t* p_rp) {
     const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
     float* restrict sT = w->sT;
     uint16_t* restrict p16 = w->p16;
@@ -925,8 +943,14 @@ static void att_block_softmax16(AttWork* w, int diag, float scale) {
         }
         for (int v = 0; v < ATT_TILE / 16; v++) { l[v] = _mm512_add_ps(l[v], e[v]); }
         for (int v = 0; v < ATT_TILE / 16; v++) { l[v] = _mm512_add_ps(l[v], e[4 + v]); }
-        for (int v = 0; v < 2 * ATT_TILE / 16; v += 2) {
-            _mm512_storeu_si512((void*)(p16 + (size_t)k * ATT_TILE + 16 * v), mm32_round_bf16(e[v], e[v + 1]));
+        if (p_rp != NULL) {
+            for (int v = 0; v < ATT_TILE / 16; v++) {
+                _mm512_storeu_si512((void*)(p_rp + (size_t)(k / 2) * ATT_TILE + 16 * v), att_pairs16(e[v], e[4 + v]));
+            }
+        } else {
+            for (int v = 0; v < 2 * ATT_TILE / 16; v += 2) {
+                _mm512_storeu_si512((void*)(p16 + (size_t)k * ATT_TILE + 16 * v), mm32_round_bf16(e[v], e[v + 1]));
+            }
         }
     }
     for (int v = 0; v < ATT_TILE / 16; v++) { _mm512_storeu_ps(w->l + 16 * v, l[v]); }
@@ -949,9 +973,12 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
         // S^T (keys, queries) = K_j Q^T
         att_gemm(sh, w->sT, ATT_TILE, k_rows + j * kv_stride, HSP / 2, q_dm, ATT_TILE, ATT_TILE, ATT_TILE, HSP / 2, 0,
                  j == tile ? ATT_TRI_ROWS : ATT_FULL);
+        int fused = 0;
 #if MATMUL_X86
-        if (sh->softmax16) { att_block_softmax16(w, j == tile, sh->scale); }
-        else
+        if (sh->softmax16) {
+            fused = sh->pairs_fused;
+            att_block_softmax16(w, j == tile, sh->scale, fused ? w->p_rp : NULL);
+        } else
 #endif
         { att_block_softmax(w, j == tile, sh->scale, sh->round_block); }
         if (j > 0) {
@@ -961,7 +988,7 @@ static void att_tile_forward(AttWork* w, const uint32_t* q_dm, const uint32_t* k
             }
         }
         // O^T (HSP, queries) += V_j^T P^T
-        att_layout_rowpair(w->p_rp, w->p16, ATT_TILE);
+        if (!fused) { att_layout_rowpair(w->p_rp, w->p16, ATT_TILE); }
         att_gemm(sh, w->oT, ATT_TILE, v_cp + j * kv_stride, ATT_PAIRS, w->p_rp, ATT_TILE, HSP, ATT_TILE, ATT_PAIRS, 1,
                  j == tile ? ATT_TRI_COLS : ATT_FULL);
     }
