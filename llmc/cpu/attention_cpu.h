@@ -432,10 +432,10 @@ static AttShape att_shape(int T, int NH, int NKV, int HS) {
     s.softmax16 = vec16_enabled();
     // the forward's AVX-512 softmax writes P^T as the O^T product takes it (rowpair) instead of a pass of its own
     // after each block (the same bits; LLMC_ATTENTION_PAIRS_FUSED=0: that pass, as before 2026-12-06, kept until
-    // timed on the CPU kinds beyond the AMX Xeon). The AMX Xeon (family 6 model 207, 2 threads, B=4 T=1024 NH=12
-    // HS=64, dev/test/test_attention_cpu --time 1024, medians of 12 alternating runs): the forward 12.19 -> 11.50-11.70
-    // ms (1.04-1.06x). dS^T written so too (beside its rows, which dK's product takes) made the backward 2 % slower:
-    // not kept.
+    // timed on the CPU kinds beyond the AMX Xeon). The AMX Xeon (family 6 model 207, 2 threads, B=4 NH=12 HS=64, q k
+    // v in bf16, the forward alone, the switch alternated call by call, medians of 40): T=1024 1.023x and 1.027x,
+    // T=256 1.025x (doc/cpu-speed.md). dS^T written so too (beside its rows, which dK's product takes) made the
+    // backward 2 % slower: not kept.
     s.pairs_fused = env_switch_on("LLMC_ATTENTION_PAIRS_FUSED");
     s.scale = 1.0f / sqrtf((float)HS);
     return s;
