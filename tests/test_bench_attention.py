@@ -59,3 +59,17 @@ def test_attention_time_refuses_a_bad_length_with_one_line(arg: str) -> None:
     proc = run([REPO / "dev" / "test" / "test_attention_cpu", "--time", arg], check=False)
     line = assert_one_error_line(proc, alone=True)
     assert line.startswith("error: --time takes at most 8 sequence lengths T") and f"(got {arg})" in line, line
+
+
+def test_attention_time_switch_alternates_a_switch_and_refuses_bad_arguments_with_one_line() -> None:
+    make("dev/test/test_attention_cpu")
+    binary = REPO / "dev" / "test" / "test_attention_cpu"
+    proc = run([binary, "--time-switch", "LLMC_ATTENTION_PAIRS_FUSED", "64"])
+    head, forward, backward = proc.stdout.splitlines()
+    assert head.startswith("LLMC_ATTENTION_PAIRS_FUSED=1 / LLMC_ATTENTION_PAIRS_FUSED=0, B=4 T=64 ") and "medians of 40" in head
+    for line, part in ((forward, "forward"), (backward, "backward")):
+        assert line.split()[0] == part and " ms (" in line and "x)" in line, line
+    for args in (["--time-switch"], ["--time-switch", "ATTENTION"], ["--time-switch", "LLMC_VEC16", "0"],
+                 ["--time-switch", "LLMC_VEC16", "64x"], ["--time-switch", "LLMC_VEC16", "64", "1"]):
+        line = assert_one_error_line(run([binary, *args], check=False), alone=True)
+        assert line.startswith("error: usage: ") and "--time-switch LLMC_NAME [T]" in line, (args, line)

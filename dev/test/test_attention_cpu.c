@@ -7,6 +7,9 @@ kernel (fp32), forward and backward.
                                          (B=4, NH=12, HS=64, T=64 and 1024 or the T given; medians; dev/bench_attention.py
                                          puts torch's SDPA beside them), and one tile's products on the blocked
                                          kernel's micro-kernel against matmul_gemm(MATMUL_BF16, ...)
+    dev/test/test_attention_cpu --time-switch LLMC_NAME [T]   the -p bf16 forward and backward (B=4, NH=12, HS=64,
+                                         T=1024 or T) with the switch at 1 and at 0 alternating call by call, medians
+                                         of 40: a switch timed on a machine whose speed drifts between runs
 
 Checked: out, dq, dk, dv of the blocked kernel against the tiled one for T not a multiple of the 64-row tile (1, 63,
 65, 97, 200), HS 16, 20 (padded to 32), 64, 128, and grouped-query heads (NH 4 / NKV 2, NH 4 / NKV 1) against the
@@ -927,6 +930,50 @@ static void time_tile_products(void) {
     free_aligned(v_rp);
 }
 
+// --time-switch: the -p bf16 calls (forward, then backward) with the switch `name` at 1 and at 0, alternating call by
+// call (att_shape and vec16_enabled read the environment at each call), medians of 40 each: a switch's effect on a
+// machine whose speed drifts between runs (the drift falls on both values alike)
+static void time_switch(const char* name, int T) {
+    int threads = 2;
+    const char* env = getenv("OMP_NUM_THREADS");
+    if (env != NULL && atoi(env) > 0) { threads = atoi(env); }
+    omp_set_num_threads(threads);
+    enum { REPS = 40 };
+    AttCase c = {4, T, 12, 12, 64};
+    float* dout;
+    float* qkv = case_inputs(&c, &dout, 3);
+    float* dqkv = (float*)callocAligned(case_qkv(&c), sizeof(float));
+    float* lse = (float*)mallocCheck((size_t)c.B * c.T * c.NH * sizeof(float));
+    uint16_t* qkv16 = (uint16_t*)mallocCheck(case_qkv(&c) * sizeof(uint16_t));
+    uint16_t* out16 = (uint16_t*)mallocCheck(case_out(&c) * sizeof(uint16_t));
+    use_kernel("blocked");
+    double t[2][2][REPS]; // [switch 1, 0][forward, backward]
+    for (int r = -2; r < REPS; r++) {
+        for (int v = 0; v < 2; v++) {
+            setenv(name, v == 0 ? "1" : "0", 1);
+            double t0 = wall_seconds();
+            attention_gqa_forward_bf16(out16, lse, qkv, qkv16, c.B, c.T, c.NH, c.NKV, c.HS);
+            double t1 = wall_seconds();
+            attention_gqa_backward_bf16(dqkv, NULL, 0.0f, dout, qkv16, out16, lse, c.B, c.T, c.NH, c.NKV, c.HS, 0);
+            double t2 = wall_seconds();
+            if (r >= 0) { t[v][0][r] = t1 - t0; t[v][1][r] = t2 - t1; }
+        }
+    }
+    unsetenv(name);
+    for (int v = 0; v < 2; v++) {
+        for (int k = 0; k < 2; k++) { qsort(t[v][k], REPS, sizeof(double), cmp_double); }
+    }
+    printf("%s=1 / %s=0, B=4 T=%d NH=12 HS=64, the -p bf16 calls, %d threads, alternating call by call, medians of %d "
+           "(quartiles):\n", name, name, T, threads, REPS);
+    const char* part[2] = {"forward", "backward"};
+    for (int k = 0; k < 2; k++) {
+        printf("  %-8s %.3f / %.3f ms (%.3fx)  (%.3f-%.3f / %.3f-%.3f)\n", part[k], 1e3 * t[0][k][REPS / 2],
+               1e3 * t[1][k][REPS / 2], t[1][k][REPS / 2] / t[0][k][REPS / 2], 1e3 * t[0][k][REPS / 4],
+               1e3 * t[0][k][3 * REPS / 4], 1e3 * t[1][k][REPS / 4], 1e3 * t[1][k][3 * REPS / 4]);
+    }
+    free(qkv); free(dout); free_aligned(dqkv); free(lse); free(qkv16); free(out16);
+}
+
 static void time_attention(const int* Ts, int nT) {
     time_tile_products();
     int threads = 2;
@@ -960,6 +1007,17 @@ static void time_attention(const int* Ts, int nT) {
 }
 
 int main(int argc, char** argv) {
+    if (argc >= 2 && strcmp(argv[1], "--time-switch") == 0) {
+        char* end = NULL;
+        long T = argc == 4 ? strtol(argv[3], &end, 10) : 1024;
+        if (argc < 3 || argc > 4 || strncmp(argv[2], "LLMC_", 5) != 0 || (argc == 4 && (end == argv[3] || *end != '\0')) ||
+            T < 1 || T > 8192) {
+            fprintf(stderr, "error: usage: %s --time-switch LLMC_NAME [T] (T 1..8192, default 1024)\n", argv[0]);
+            return 1;
+        }
+        time_switch(argv[2], (int)T);
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "--time") == 0) {
         int Ts[8] = {64, 1024}, nT = argc > 2 ? argc - 2 : 2;
         for (int i = 2; i < argc; i++) {
@@ -975,7 +1033,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (argc != 1) {
-        fprintf(stderr, "error: usage: %s [--time [T ...]]\n", argv[0]);
+        fprintf(stderr, "error: usage: %s [--time [T ...] | --time-switch LLMC_NAME [T]]\n", argv[0]);
         return 1;
     }
     omp_set_num_threads(2);
