@@ -15,7 +15,8 @@ backward (dinp added, accumulate 1, and written, accumulate 0; dweight, dbias ad
 backward with a weight (its weight gradient: norm_weight_backward's other slicing) and without one, each grouped
 kernel with 2 threads and with 1 against the rows kernel with 2, and with LLMC_NORM_AHEAD=0 (LayerNorm's backward
 not asking for the next group's rows) against 1; llmc/cpu/vecmath.h's vec_dot3 (RMSNorm's sums) against its one-loop
-form of before, bit for bit; LLMC_NORM's and LLMC_NORM_AHEAD's choices and error lines; the
+form of before, bit for bit; LLMC_NORM's and LLMC_NORM_AHEAD's choices (its default by the CPU's vendor, both vendors'
+defaults forced) and error lines; the
 backwards' bytes in the phase account (LLMC_PHASE_TIME), and QK-norm's forward and backward, with and without the
 bf16 copy of what they write. The grouped kernels keep every row's sums in their order, so the match is exact: any
 difference fails. The fused kernel: everything but the weight gradients bit for bit too; dweight and dbias
@@ -300,8 +301,12 @@ static void test_kernel_choice(void) {
     norm_kernel_state = -1;
     CHECK(norm_kernel() == NORM_FUSED, "no LLMC_NORM: fused");
     expect_die("LLMC_NORM=fast", choose_with_env, (void*)"fast", "LLMC_NORM=fast", "use rows, grouped or fused");
+    // unset or empty: the vendor's default (off on Intel, on elsewhere: both outcomes forced here); 0 and 1 force it
+    CHECK(norm_ahead_default(1) == 0 && norm_ahead_default(0) == 1, "LLMC_NORM_AHEAD's default: off on Intel, on on others");
+    int vendor_default = norm_ahead_default(norm_cpu_is_intel());
+    printf("LLMC_NORM_AHEAD's default on this CPU: %d (%s)\n", vendor_default, norm_cpu_is_intel() ? "Intel" : "not Intel");
     const char* ahead_names[3] = {"", "0", "1"};
-    const int ahead_want[3] = {1, 0, 1};
+    const int ahead_want[3] = {vendor_default, 0, 1};
     for (int i = 0; i < 3; i++) {
         setenv("LLMC_NORM_AHEAD", ahead_names[i], 1);
         norm_ahead_state = -1;
