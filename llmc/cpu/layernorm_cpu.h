@@ -110,7 +110,7 @@ static int norm_cpu_is_intel(void) {
 
 // LLMC_NORM_AHEAD's default on an Intel CPU (intel 1) or another: off on Intel's, whose own prefetchers follow the
 // 32 streams (the AMX Xeon, family 6 model 207: LayerNorm's fused backward 0.68-0.95x with the rows asked for, in
-// four sessions' runs; the -p bf16 step's norm phase 143.2 against 131.4 ms), on elsewhere (the Zen 4 1.10x, the Zen 5
+// four runs over two sessions; the -p bf16 step's norm phase 143.2 against 131.4 ms), on elsewhere (the Zen 4 1.10x, the Zen 5
 // 1.24x; doc/cpu-speed.md). An AVX-512 Xeon without AMX and the Zen 3 are not timed yet.
 static inline int norm_ahead_default(int intel) { return intel ? 0 : 1; }
 
